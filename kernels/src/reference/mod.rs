@@ -1,0 +1,6 @@
+//! The CPU reference: plain loops, f64 accumulation, no tiling, no parallelism.
+//!
+//! Every faster path (the fast CPU kernels, the composite Burn path, the Ascend dispatch) is
+//! tested against these functions, so they follow the spec line by line and nothing else.
+
+pub mod varlen;
