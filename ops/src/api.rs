@@ -1,0 +1,231 @@
+//! The functional API on plain `Tensor<B, D>`: the CANN-shaped ops ([`varlen_score`],
+//! [`varlen_score_grad`]) and the flash-attn-shaped front door ([`flash_attention_varlen`]).
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorPrimitive};
+
+use burn_ascend_kernels::dropout;
+use burn_ascend_kernels::varlen::{lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode};
+
+use crate::backend::{AttentionBackend, VarlenGradInputs, VarlenInputs};
+use crate::error::{ensure, AttnError, Result};
+use crate::varlen::{MaskSpec, PseSpec, VarlenSpec};
+
+fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
+    t.into_primitive().tensor()
+}
+
+fn tensor<B: Backend, const D: usize>(p: burn::tensor::ops::FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+/// The forward's outputs.
+#[derive(Debug, Clone)]
+pub struct VarlenAttention<B: Backend> {
+    /// `attentionOut` `[Tq, N, Dv]` (differentiable under `Autodiff`).
+    pub attention_out: Tensor<B, 3>,
+    /// `softmaxMax` `[Tq, N, 8]` in the spec's layout (a constant under `Autodiff`).
+    pub softmax_max: Tensor<B, 3>,
+    /// `softmaxSum` `[Tq, N, 8]` (a constant under `Autodiff`).
+    pub softmax_sum: Tensor<B, 3>,
+}
+
+/// The backward's outputs.
+#[derive(Debug, Clone)]
+pub struct VarlenAttentionGrads<B: Backend> {
+    /// `dq` `[Tq, N, D]`.
+    pub dq: Tensor<B, 3>,
+    /// `dk` `[Tkv, Nkv, D]`.
+    pub dk: Tensor<B, 3>,
+    /// `dv` `[Tkv, Nkv, D]`.
+    pub dv: Tensor<B, 3>,
+    /// `dsink` `[N]`, when a sink was given.
+    pub dsink: Option<Tensor<B, 1>>,
+}
+
+/// `aclnnFlashAttentionVarLenScoreV5`: query `[Tq, N, D]`, key `[Tkv, Nkv, D]`, value
+/// `[Tkv, Nkv, Dv]`, sink `[N]`. Under `Autodiff`, gradients reach query, key, value and sink
+/// through `attention_out` by one fused backward.
+pub fn varlen_score<B: AttentionBackend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    sink: Option<Tensor<B, 1>>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttention<B>> {
+    let out = B::varlen_fwd(
+        VarlenInputs {
+            query: prim(query),
+            key: prim(key),
+            value: prim(value),
+            sink: sink.map(prim),
+        },
+        spec,
+    )?;
+    Ok(VarlenAttention {
+        attention_out: tensor(out.attention_out),
+        softmax_max: tensor(out.softmax_max),
+        softmax_sum: tensor(out.softmax_sum),
+    })
+}
+
+/// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`.
+pub fn varlen_score_grad<B: AttentionBackend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    sink: Option<Tensor<B, 1>>,
+    forward: &VarlenAttention<B>,
+    dy: Tensor<B, 3>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttentionGrads<B>> {
+    let g = B::varlen_bwd(
+        VarlenGradInputs {
+            inputs: VarlenInputs {
+                query: prim(query),
+                key: prim(key),
+                value: prim(value),
+                sink: sink.map(prim),
+            },
+            dy: prim(dy),
+            attention_in: prim(forward.attention_out.clone()),
+            softmax_max: prim(forward.softmax_max.clone()),
+            softmax_sum: prim(forward.softmax_sum.clone()),
+        },
+        spec,
+    )?;
+    Ok(VarlenAttentionGrads {
+        dq: tensor(g.dq),
+        dk: tensor(g.dk),
+        dv: tensor(g.dv),
+        dsink: g.dsink.map(tensor),
+    })
+}
+
+/// Options of [`flash_attention_varlen`], named as in flash-attn.
+#[derive(Debug, Clone)]
+pub struct FlashAttnOptions<B: Backend> {
+    /// Causal, aligned bottom-right like flash-attn (query i of a sequence sees keys
+    /// `j ≤ i + Skv − Sq`).
+    pub causal: bool,
+    /// Sliding window `(left, right)`, bottom-right aligned; −1 means unbounded.
+    pub window: Option<(i64, i64)>,
+    /// Learned per-head sink logits `[N]` (unscaled, in the softmax denominator).
+    pub sinks: Option<Tensor<B, 1>>,
+    /// Score scale; default `1/sqrt(D)`.
+    pub softmax_scale: Option<f64>,
+    /// Dropout probability in [0, 1).
+    pub dropout: f64,
+    /// Seed of the dropout mask.
+    pub dropout_seed: u64,
+    /// ALiBi slopes `[N]` or `[B·N]` (bias `−slope·|Δ|`, CANN's pseType 2; Δ is measured from
+    /// the top-left, equal to flash-attn's for Sq = Skv).
+    pub alibi_slopes: Option<Vec<f32>>,
+}
+
+impl<B: Backend> Default for FlashAttnOptions<B> {
+    fn default() -> Self {
+        Self {
+            causal: false,
+            window: None,
+            sinks: None,
+            softmax_scale: None,
+            dropout: 0.0,
+            dropout_seed: 0,
+            alibi_slopes: None,
+        }
+    }
+}
+
+/// Flash-attn's `flash_attn_varlen_func` on CANN's varlen op: `cu_seqlens_*` in flash-attn's
+/// convention (B + 1 entries starting at 0). Returns the output `[Tq, N, Dv]`.
+pub fn flash_attention_varlen<B: AttentionBackend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    cu_seqlens_q: &[i64],
+    cu_seqlens_k: &[i64],
+    opts: FlashAttnOptions<B>,
+) -> Result<Tensor<B, 3>> {
+    let spec = flash_spec(query.dims(), cu_seqlens_q, cu_seqlens_k, &opts)?;
+    Ok(varlen_score(query, key, value, opts.sinks, &spec)?.attention_out)
+}
+
+/// The CANN spec for flash-attn style options.
+pub fn flash_spec<B: Backend>(
+    query_dims: [usize; 3],
+    cu_seqlens_q: &[i64],
+    cu_seqlens_k: &[i64],
+    opts: &FlashAttnOptions<B>,
+) -> Result<VarlenSpec> {
+    const UNBOUNDED: i64 = 2_147_483_647;
+    ensure!(
+        cu_seqlens_q.first() == Some(&0),
+        "cu_seqlens_q",
+        "must start with 0 (flash-attn convention), got {cu_seqlens_q:?}"
+    );
+    ensure!(
+        cu_seqlens_k.first() == Some(&0),
+        "cu_seqlens_k",
+        "must start with 0 (flash-attn convention), got {cu_seqlens_k:?}"
+    );
+    ensure!(
+        (0.0..1.0).contains(&opts.dropout),
+        "dropout",
+        "must be in [0, 1), got {}",
+        opts.dropout
+    );
+    let [_, n, d] = query_dims;
+    let scale = opts.softmax_scale.unwrap_or(1.0 / (d.max(1) as f64).sqrt());
+    let mut spec = VarlenSpec::new(
+        cu_seqlens_q[1..].to_vec(),
+        cu_seqlens_k[1..].to_vec(),
+        n,
+        scale,
+    );
+    spec.attrs.softmax_layout = SoftmaxLayout::SameAsInput;
+    let seq_q = lengths_from_cumulative(&spec.actual_seq_q_len);
+    let seq_kv = lengths_from_cumulative(&spec.actual_seq_kv_len);
+    let (Some(seq_q), Some(seq_kv)) = (seq_q, seq_kv) else {
+        return Err(AttnError::invalid(
+            "cu_seqlens_q",
+            "cumulative lengths must be non-decreasing",
+        ));
+    };
+    if opts.causal || opts.window.is_some() {
+        let (left, right) = opts.window.unwrap_or((-1, -1));
+        let pre = if left < 0 { UNBOUNDED } else { left };
+        let mut next = if right < 0 { UNBOUNDED } else { right };
+        if opts.causal {
+            next = next.min(0);
+        }
+        let fits_mode3 = seq_q.iter().zip(&seq_kv).all(|(q, k)| q <= k);
+        spec.atten_mask = MaskSpec::Compressed;
+        if opts.causal && pre == UNBOUNDED && fits_mode3 {
+            spec.attrs.sparse_mode = SparseMode::RightDownCausal;
+        } else {
+            spec.attrs.sparse_mode = SparseMode::Band;
+            spec.attrs.pre_tokens = pre;
+            spec.attrs.next_tokens = next;
+        }
+    }
+    if opts.dropout > 0.0 {
+        spec.attrs.keep_prob = 1.0 - opts.dropout;
+        let bits = dropout::mask_bits(n, &seq_q, &seq_kv);
+        spec.drop_mask =
+            Some(dropout::generate_mask(bits, spec.attrs.keep_prob, opts.dropout_seed).into());
+    }
+    if let Some(slopes) = &opts.alibi_slopes {
+        let shape = if slopes.len() == n {
+            vec![n]
+        } else {
+            vec![seq_q.len(), n]
+        };
+        spec.attrs.pse_type = PseType::InnerMulAdd;
+        spec.pse = PseSpec::Alibi {
+            slopes: slopes.clone().into(),
+            shape,
+        };
+    }
+    Ok(spec)
+}

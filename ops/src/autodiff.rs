@@ -1,0 +1,201 @@
+//! `Autodiff<B, C>`: the varlen forward is one graph node whose backward calls the inner
+//! backend's fused `varlen_bwd` (dq, dk, dv, dsink at once).
+//!
+//! This impl lives in the crate that defines [`AttentionBackend`] because Rust's orphan rule
+//! allows `impl AttentionBackend for Autodiff<B, C>` nowhere else.
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::{Autodiff, NodeId};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::ops::FloatTensor;
+
+use crate::backend::{
+    AttentionBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+};
+use crate::error::Result;
+use crate::varlen::VarlenSpec;
+
+#[cfg(any(test, feature = "test-hooks"))]
+pub mod test_hooks {
+    //! Deliberate corruption of the fused backward, so tests can prove they would catch it.
+    use std::cell::Cell;
+    thread_local! {
+        /// When set, the backward doubles dsink.
+        pub static CORRUPT_DSINK: Cell<bool> = const { Cell::new(false) };
+    }
+}
+
+#[derive(Debug)]
+struct VarlenBackward;
+
+/// Saved for the backward: checkpointed q, k, v, (sink), the outputs, and the spec.
+#[derive(Debug, Clone)]
+struct VarlenState<B: AttentionBackend> {
+    query: NodeId,
+    key: NodeId,
+    value: NodeId,
+    sink: Option<NodeId>,
+    outputs: VarlenOutputs<B>,
+    spec: VarlenSpec,
+}
+
+impl<B: AttentionBackend> Backward<B, 4> for VarlenBackward {
+    type State = VarlenState<B>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 4>,
+        grads: &mut Gradients,
+        checkpointer: &mut Checkpointer,
+    ) {
+        let dy = grads.consume::<B>(&ops.node);
+        let s = ops.state;
+        let inputs = VarlenGradInputs {
+            inputs: VarlenInputs {
+                query: checkpointer.retrieve_node_output(s.query),
+                key: checkpointer.retrieve_node_output(s.key),
+                value: checkpointer.retrieve_node_output(s.value),
+                sink: s.sink.map(|id| checkpointer.retrieve_node_output(id)),
+            },
+            dy,
+            attention_in: s.outputs.attention_out,
+            softmax_max: s.outputs.softmax_max,
+            softmax_sum: s.outputs.softmax_sum,
+        };
+        // The forward validated the same shapes, so a failure here is a backend fault.
+        let g = B::varlen_bwd(inputs, &s.spec)
+            .unwrap_or_else(|e| panic!("varlen backward failed: {e}"));
+        #[cfg(any(test, feature = "test-hooks"))]
+        let g = VarlenGrads {
+            dsink: g
+                .dsink
+                .map(|d| match test_hooks::CORRUPT_DSINK.with(|c| c.get()) {
+                    true => B::float_mul_scalar(d, 2.0.into()),
+                    false => d,
+                }),
+            ..g
+        };
+        let [pq, pk, pv, ps] = ops.parents;
+        for (parent, grad) in [
+            (pq, Some(g.dq)),
+            (pk, Some(g.dk)),
+            (pv, Some(g.dv)),
+            (ps, g.dsink),
+        ] {
+            if let (Some(node), Some(grad)) = (parent, grad) {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B, C> {
+    fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
+        let VarlenInputs {
+            query,
+            key,
+            value,
+            sink,
+        } = inputs;
+        // Without a sink the fourth parent is an untracked constant, so it gets no gradient.
+        let sink_node = match &sink {
+            Some(s) => s.node.clone(),
+            None => query.node.clone(),
+        };
+        let nodes = [
+            query.node.clone(),
+            key.node.clone(),
+            value.node.clone(),
+            sink_node,
+        ];
+        let prep = VarlenBackward
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful();
+        let inner = |query: FloatTensor<Self>,
+                     key: FloatTensor<Self>,
+                     value: FloatTensor<Self>,
+                     sink: Option<FloatTensor<Self>>| {
+            B::varlen_fwd(
+                VarlenInputs {
+                    query: query.primitive,
+                    key: key.primitive,
+                    value: value.primitive,
+                    sink: sink.map(|s| s.primitive),
+                },
+                spec,
+            )
+        };
+        let constant = <Self as AutodiffBackend>::from_inner;
+        match prep {
+            OpsKind::Tracked(mut prep) => {
+                let ids = (
+                    prep.checkpoint(&query),
+                    prep.checkpoint(&key),
+                    prep.checkpoint(&value),
+                );
+                let sink_id = sink.as_ref().map(|s| prep.checkpoint(s));
+                let out = inner(query, key, value, sink)?;
+                let state = VarlenState {
+                    query: ids.0,
+                    key: ids.1,
+                    value: ids.2,
+                    sink: sink_id,
+                    outputs: out.clone(),
+                    spec: spec.clone(),
+                };
+                Ok(VarlenOutputs {
+                    attention_out: prep.finish(state, out.attention_out),
+                    // The statistics are constants: gradients flow through attentionOut only.
+                    softmax_max: constant(out.softmax_max),
+                    softmax_sum: constant(out.softmax_sum),
+                })
+            }
+            OpsKind::UnTracked(prep) => {
+                let out = inner(query, key, value, sink)?;
+                Ok(VarlenOutputs {
+                    attention_out: prep.finish(out.attention_out),
+                    softmax_max: constant(out.softmax_max),
+                    softmax_sum: constant(out.softmax_sum),
+                })
+            }
+        }
+    }
+
+    /// No double backward: runs on the inner backend and returns constants.
+    fn varlen_bwd(inputs: VarlenGradInputs<Self>, spec: &VarlenSpec) -> Result<VarlenGrads<Self>> {
+        let i = <Self as AutodiffBackend>::inner;
+        let c = <Self as AutodiffBackend>::from_inner;
+        let VarlenGradInputs {
+            inputs: f,
+            dy,
+            attention_in,
+            softmax_max,
+            softmax_sum,
+        } = inputs;
+        let g = B::varlen_bwd(
+            VarlenGradInputs {
+                inputs: VarlenInputs {
+                    query: i(f.query),
+                    key: i(f.key),
+                    value: i(f.value),
+                    sink: f.sink.map(i),
+                },
+                dy: i(dy),
+                attention_in: i(attention_in),
+                softmax_max: i(softmax_max),
+                softmax_sum: i(softmax_sum),
+            },
+            spec,
+        )?;
+        Ok(VarlenGrads {
+            dq: c(g.dq),
+            dk: c(g.dk),
+            dv: c(g.dv),
+            dsink: g.dsink.map(c),
+        })
+    }
+}

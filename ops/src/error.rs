@@ -1,0 +1,59 @@
+//! Typed errors: every rule a caller can break names the parameter (by its aclnn name) and the rule.
+
+use std::fmt;
+
+/// Why an attention op refused its input or could not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttnError {
+    /// A parameter broke a documented constraint.
+    Invalid {
+        /// The aclnn parameter name (`query`, `actualSeqQLen`, `keepProb`, …).
+        param: &'static str,
+        /// The rule it broke, with the offending values.
+        rule: String,
+    },
+    /// A valid CANN feature this build does not implement.
+    Unsupported(String),
+}
+
+impl AttnError {
+    /// An [`AttnError::Invalid`].
+    pub fn invalid(param: &'static str, rule: impl Into<String>) -> Self {
+        Self::Invalid {
+            param,
+            rule: rule.into(),
+        }
+    }
+
+    /// The parameter named by an [`AttnError::Invalid`].
+    pub fn param(&self) -> Option<&'static str> {
+        match self {
+            Self::Invalid { param, .. } => Some(param),
+            Self::Unsupported(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for AttnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Invalid { param, rule } => write!(f, "invalid {param}: {rule}"),
+            Self::Unsupported(what) => write!(f, "unsupported: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for AttnError {}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = AttnError> = std::result::Result<T, E>;
+
+/// `Err(AttnError::invalid(param, format!(...)))` unless `cond`.
+macro_rules! ensure {
+    ($cond:expr, $param:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err($crate::error::AttnError::invalid($param, format!($($fmt)+)));
+        }
+    };
+}
+pub(crate) use ensure;

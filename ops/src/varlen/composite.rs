@@ -1,0 +1,309 @@
+//! The composite varlen attention: per sequence, dense scores from Burn matmuls, masks and
+//! biases built on the host from the same rules the kernels use, softmax with the sink column,
+//! P·V. O(Sq·Skv) memory per sequence — the fallback every backend can run, not a fast path.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Bool, Tensor, TensorData, TensorPrimitive};
+
+use burn_ascend_kernels::varlen::{Pse, PseType, SoftmaxLayout, VarlenProblem};
+
+use crate::backend::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs};
+use crate::error::Result;
+use crate::host::dims;
+use crate::varlen::{VarlenBwdShapes, VarlenShapes, VarlenSpec};
+
+type T3<B> = Tensor<B, 3>;
+
+fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
+    t.into_primitive().tensor()
+}
+
+pub fn shapes<B: Backend>(i: &VarlenInputs<B>) -> VarlenShapes {
+    VarlenShapes {
+        query: dims::<B, 3>(&i.query),
+        key: dims::<B, 3>(&i.key),
+        value: dims::<B, 3>(&i.value),
+        sink: i.sink.as_ref().map(|s| dims::<B, 1>(s)[0]),
+    }
+}
+
+pub fn bwd_shapes<B: Backend>(i: &VarlenGradInputs<B>) -> VarlenBwdShapes {
+    VarlenBwdShapes {
+        dy: dims::<B, 3>(&i.dy),
+        attention_in: dims::<B, 3>(&i.attention_in),
+        softmax_max: dims::<B, 3>(&i.softmax_max),
+        softmax_sum: dims::<B, 3>(&i.softmax_sum),
+    }
+}
+
+/// Host-built per-sequence pieces: which scores are masked, the pse bias, the dropout factor.
+struct SeqAux<B: Backend> {
+    masked: Option<Tensor<B, 3, Bool>>,
+    pse: Option<T3<B>>,
+    drop: Option<T3<B>>,
+}
+
+fn seq_aux<B: Backend>(
+    p: &VarlenProblem,
+    b: usize,
+    pse0: usize,
+    drop0: usize,
+    device: &B::Device,
+) -> SeqAux<B> {
+    let (n, sq, skv) = (p.dims.head_num, p.dims.seq_q[b], p.dims.seq_kv[b]);
+    let shape = [n, sq, skv];
+    let idx =
+        || (0..n).flat_map(move |h| (0..sq).flat_map(move |i| (0..skv).map(move |j| (h, i, j))));
+    let rule = p.rule(b);
+    let masked: Vec<bool> = idx()
+        .map(|(h, i, j)| !p.allowed(&rule, b, h, i, j))
+        .collect();
+    let masked = masked
+        .iter()
+        .any(|&m| m)
+        .then(|| Tensor::<B, 3, Bool>::from_data(TensorData::new(masked, shape), device));
+    let pse = (p.pse != Pse::None).then(|| {
+        let v: Vec<f32> = idx()
+            .map(|(h, i, j)| p.pse_value(pse0, b, h, i, j) as f32)
+            .collect();
+        T3::<B>::from_data(TensorData::new(v, shape), device)
+    });
+    let drop = (p.attrs.keep_prob < 1.0 && p.drop_mask.is_some()).then(|| {
+        let v: Vec<f32> = (0..n * sq * skv)
+            .map(|e| p.dropout_factor(drop0 + e) as f32)
+            .collect();
+        T3::<B>::from_data(TensorData::new(v, shape), device)
+    });
+    SeqAux { masked, pse, drop }
+}
+
+/// `[Skv, Nkv, D]` rows of one sequence → `[N, Skv, D]`, each kv head repeated for its group.
+fn heads_major_gqa<B: Backend>(x: T3<B>, group: usize) -> T3<B> {
+    let [skv, nkv, d] = x.dims();
+    x.swap_dims(0, 1)
+        .reshape([nkv, 1, skv, d])
+        .expand([nkv, group, skv, d])
+        .reshape([nkv * group, skv, d])
+}
+
+/// `[N, Skv, D]` per-query-head gradient → `[Skv, Nkv, D]`, summed over each group.
+fn group_sum<B: Backend>(x: T3<B>, group: usize) -> T3<B> {
+    let [n, skv, d] = x.dims();
+    x.reshape([n / group, group, skv, d])
+        .sum_dim(1)
+        .reshape([n / group, skv, d])
+        .swap_dims(0, 1)
+}
+
+/// Scaled, pse-biased scores `[N, Sq, Skv]` with masked entries at −FLT_MAX.
+fn scores<B: Backend>(p: &VarlenProblem, q: &T3<B>, k: &T3<B>, aux: &SeqAux<B>) -> T3<B> {
+    let qk = q.clone().matmul(k.clone().swap_dims(1, 2));
+    let scale = p.attrs.scale;
+    let s = match (&aux.pse, p.attrs.pse_type) {
+        (None, _) => qk.mul_scalar(scale),
+        (Some(pse), PseType::OuterAddMul) => (qk + pse.clone()).mul_scalar(scale),
+        (Some(pse), _) => qk.mul_scalar(scale) + pse.clone(),
+    };
+    match &aux.masked {
+        Some(m) => s.mask_fill(m.clone(), f32::MIN),
+        None => s,
+    }
+}
+
+/// Unnormalised probabilities `exp(s − m)` with masked entries exactly 0.
+fn exp_scores<B: Backend>(s: T3<B>, m: T3<B>, aux: &SeqAux<B>) -> T3<B> {
+    let e = (s - m).exp();
+    match &aux.masked {
+        Some(mask) => e.mask_fill(mask.clone(), 0.0),
+        None => e,
+    }
+}
+
+/// Stats `[N, Sq, 1]` → the `[Sq, N, 8]` rows of this sequence in the given layout.
+fn stats_rows<B: Backend>(x: T3<B>, layout: SoftmaxLayout) -> T3<B> {
+    let [n, sq, _] = x.dims();
+    match layout {
+        SoftmaxLayout::SameAsInput => x.swap_dims(0, 1).expand([sq, n, 8]),
+        SoftmaxLayout::SequenceHeadMajor => x.expand([n, sq, 8]).reshape([sq, n, 8]),
+    }
+}
+
+/// The `[Sq, N, 8]` rows of this sequence → stats `[N, Sq, 1]`.
+fn stats_of_rows<B: Backend>(rows: T3<B>, layout: SoftmaxLayout) -> T3<B> {
+    let [sq, n, _] = rows.dims();
+    let first = rows.slice([0..sq, 0..n, 0..1]);
+    match layout {
+        SoftmaxLayout::SameAsInput => first.swap_dims(0, 1),
+        SoftmaxLayout::SequenceHeadMajor => first.reshape([n, sq, 1]),
+    }
+}
+
+struct SeqIter {
+    b: usize,
+    q0: usize,
+    kv0: usize,
+    sq: usize,
+    skv: usize,
+    pse0: usize,
+}
+
+fn sequences(p: &VarlenProblem) -> Vec<SeqIter> {
+    let (qo, ko, po) = (p.dims.q_offsets(), p.dims.kv_offsets(), p.pse_offsets());
+    (0..p.dims.batch())
+        .map(|b| SeqIter {
+            b,
+            q0: qo[b],
+            kv0: ko[b],
+            sq: p.dims.seq_q[b],
+            skv: p.dims.seq_kv[b],
+            pse0: po[b],
+        })
+        .collect()
+}
+
+fn cat_or_empty<B: Backend>(parts: Vec<T3<B>>, shape: [usize; 3], device: &B::Device) -> T3<B> {
+    if parts.is_empty() {
+        T3::<B>::zeros(shape, device)
+    } else {
+        Tensor::cat(parts, 0)
+    }
+}
+
+/// Composite forward.
+pub fn varlen_fwd<B: Backend>(
+    inputs: VarlenInputs<B>,
+    spec: &VarlenSpec,
+) -> Result<VarlenOutputs<B>> {
+    let dims_ = spec.validate_fwd(&shapes(&inputs))?;
+    let p = spec.problem(dims_, None);
+    let (n, dv, g) = (p.dims.head_num, p.dims.value_dim, p.dims.group());
+    let (q, k, v): (T3<B>, T3<B>, T3<B>) =
+        (wrap(inputs.query), wrap(inputs.key), wrap(inputs.value));
+    let device = q.device();
+    let sink = inputs.sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
+    let (mut outs, mut maxes, mut sums) = (Vec::new(), Vec::new(), Vec::new());
+    for seq in sequences(&p).into_iter().filter(|s| s.sq > 0) {
+        if seq.skv == 0 {
+            // CANN skips the sequence: out, max and sum are 0.
+            outs.push(T3::<B>::zeros([seq.sq, n, dv], &device));
+            maxes.push(T3::<B>::zeros([seq.sq, n, 8], &device));
+            sums.push(T3::<B>::zeros([seq.sq, n, 8], &device));
+            continue;
+        }
+        let drop0 = seq.pse0;
+        let aux = seq_aux::<B>(&p, seq.b, seq.pse0, drop0, &device);
+        let qb = q.clone().narrow(0, seq.q0, seq.sq).swap_dims(0, 1);
+        let kb = heads_major_gqa(k.clone().narrow(0, seq.kv0, seq.skv), g);
+        let vb = heads_major_gqa(v.clone().narrow(0, seq.kv0, seq.skv), g);
+        let s = scores(&p, &qb, &kb, &aux);
+        let mut m = s.clone().max_dim(2);
+        if let Some(sink) = &sink {
+            m = m.max_pair(sink.clone().expand([n, seq.sq, 1]));
+        }
+        let e = exp_scores(s, m.clone(), &aux);
+        let mut l = e.clone().sum_dim(2);
+        if let Some(sink) = &sink {
+            l = l + (sink.clone().expand([n, seq.sq, 1]) - m.clone()).exp();
+        }
+        // A fully masked row without a sink has l = 0: CANN's invalid-row handling sets
+        // l = FLT_MAX, so P = 0 and the output row is 0.
+        let l = l.clone().mask_fill(l.equal_elem(0.0), f32::MAX);
+        let mut pr = e / l.clone();
+        if let Some(drop) = &aux.drop {
+            pr = pr * drop.clone();
+        }
+        outs.push(pr.matmul(vb).swap_dims(0, 1));
+        maxes.push(stats_rows(m, p.attrs.softmax_layout));
+        sums.push(stats_rows(l, p.attrs.softmax_layout));
+    }
+    let t = p.dims.t_q();
+    Ok(VarlenOutputs {
+        attention_out: unwrap(cat_or_empty(outs, [t, n, dv], &device)),
+        softmax_max: unwrap(cat_or_empty(maxes, [t, n, 8], &device)),
+        softmax_sum: unwrap(cat_or_empty(sums, [t, n, 8], &device)),
+    })
+}
+
+/// Composite backward (recomputes P from the saved statistics, like CANN).
+pub fn varlen_bwd<B: Backend>(
+    inputs: VarlenGradInputs<B>,
+    spec: &VarlenSpec,
+) -> Result<VarlenGrads<B>> {
+    let dims_ = spec.validate_bwd(&shapes(&inputs.inputs), &bwd_shapes(&inputs))?;
+    let p = spec.problem(dims_, None);
+    let (n, nkv, d, g) = (
+        p.dims.head_num,
+        p.dims.kv_head_num,
+        p.dims.head_dim,
+        p.dims.group(),
+    );
+    let VarlenGradInputs {
+        inputs: fwd,
+        dy,
+        attention_in,
+        softmax_max,
+        softmax_sum,
+    } = inputs;
+    let (q, k, v): (T3<B>, T3<B>, T3<B>) = (wrap(fwd.query), wrap(fwd.key), wrap(fwd.value));
+    let (dy, o): (T3<B>, T3<B>) = (wrap(dy), wrap(attention_in));
+    let (smax, ssum): (T3<B>, T3<B>) = (wrap(softmax_max), wrap(softmax_sum));
+    let device = q.device();
+    let has_sink = fwd.sink.is_some();
+    let sink = fwd.sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
+    let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut dsink = Tensor::<B, 1>::zeros([n], &device);
+    for seq in sequences(&p) {
+        let (sq, skv) = (seq.sq, seq.skv);
+        if sq == 0 || skv == 0 {
+            // Nothing attends: zero gradients for these rows.
+            if sq > 0 {
+                dqs.push(T3::<B>::zeros([sq, n, d], &device));
+            }
+            if skv > 0 {
+                dks.push(T3::<B>::zeros([skv, nkv, d], &device));
+                dvs.push(T3::<B>::zeros([skv, nkv, d], &device));
+            }
+            continue;
+        }
+        let aux = seq_aux::<B>(&p, seq.b, seq.pse0, seq.pse0, &device);
+        let qb = q.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
+        let kb = heads_major_gqa(k.clone().narrow(0, seq.kv0, skv), g);
+        let vb = heads_major_gqa(v.clone().narrow(0, seq.kv0, skv), g);
+        let m = stats_of_rows(smax.clone().narrow(0, seq.q0, sq), p.attrs.softmax_layout);
+        let l = stats_of_rows(ssum.clone().narrow(0, seq.q0, sq), p.attrs.softmax_layout);
+        let pr = exp_scores(scores(&p, &qb, &kb, &aux), m.clone(), &aux) / l.clone();
+        let dyb = dy.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
+        let ob = o.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
+        let d_row = (dyb.clone() * ob).sum_dim(2); // [N, Sq, 1]
+        let mut dp = dyb.clone().matmul(vb.swap_dims(1, 2));
+        let mut p_drop = pr.clone();
+        if let Some(drop) = &aux.drop {
+            dp = dp * drop.clone();
+            p_drop = p_drop * drop.clone();
+        }
+        let ds = pr * (dp - d_row.clone());
+        let scale = p.attrs.scale;
+        dqs.push(ds.clone().matmul(kb).mul_scalar(scale).swap_dims(0, 1));
+        dks.push(group_sum(
+            ds.swap_dims(1, 2).matmul(qb).mul_scalar(scale),
+            g,
+        ));
+        dvs.push(group_sum(p_drop.swap_dims(1, 2).matmul(dyb), g));
+        if let Some(sink) = &sink {
+            let p_sink = (sink.clone().expand([n, sq, 1]) - m).exp() / l;
+            dsink = dsink - (p_sink * d_row).sum_dim(1).reshape([n]);
+        }
+    }
+    let (tq, tkv) = (p.dims.t_q(), p.dims.t_kv());
+    Ok(VarlenGrads {
+        dq: unwrap(cat_or_empty(dqs, [tq, n, d], &device)),
+        dk: unwrap(cat_or_empty(dks, [tkv, nkv, d], &device)),
+        dv: unwrap(cat_or_empty(dvs, [tkv, nkv, d], &device)),
+        dsink: has_sink.then(|| unwrap(dsink)),
+    })
+}

@@ -1,0 +1,598 @@
+//! The varlen op's parameters (named after `aclnnFlashAttentionVarLenScoreV5` and
+//! `aclnnFlashAttentionUnpaddingScoreGradV5`) and their validation.
+//!
+//! Every constraint of the two CANN docs' parameter tables and 约束说明 sections is checked
+//! here, before any kernel runs; each failure names the aclnn parameter and the rule.
+
+use std::sync::Arc;
+
+use burn_ascend_kernels::dropout;
+use burn_ascend_kernels::varlen::{
+    lengths_from_cumulative, AttenMask, DenseMask, Pse, PseType, SparseMode, VarlenAttrs,
+    VarlenDims, VarlenProblem,
+};
+
+use crate::error::{ensure, AttnError, Result};
+
+/// Largest head dim `aclnnFlashAttentionVarLenScoreV5` and its grad take (the older
+/// `aclnnFlashAttentionVarLenScore` takes 512).
+pub const MAX_HEAD_DIM: usize = 768;
+/// Largest `headNum`.
+pub const MAX_HEAD_NUM: usize = 256;
+/// Largest batch of the forward (the backward allows 2M).
+pub const MAX_BATCH: usize = 20_000;
+/// Largest batch when `prefix` is given.
+pub const MAX_BATCH_WITH_PREFIX: usize = 1024;
+/// Side of CANN's compressed causal/band mask (modes 2, 3, 4, 7, 8).
+pub const COMPRESSED_MASK: [usize; 2] = [2048, 2048];
+/// Shape of CANN's compressed prefix mask (mode 6).
+pub const COMPRESSED_PREFIX_MASK: [usize; 2] = [3072, 2048];
+
+/// `attenMaskOptional`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum MaskSpec {
+    /// Null: full attention, sparseMode/preTokens/nextTokens ignored (CANN's rule).
+    #[default]
+    None,
+    /// An explicit mask (modes 0 and 1), 1 = masked, shape `[Sq, Skv]`, `[1, 1, Sq, Skv]`,
+    /// `[B, 1, Sq, Skv]` or `[B, N, Sq, Skv]`; sequence b reads its top-left corner.
+    Dense {
+        /// Mask bytes (non-zero = masked).
+        data: Arc<[u8]>,
+        /// Its shape.
+        shape: Vec<usize>,
+    },
+    /// CANN's compressed mask for modes 2, 3, 4, 6, 7, 8 (its content is fixed by the mode;
+    /// see [`compressed_mask`] to materialise it for the device).
+    Compressed,
+}
+
+/// `realShiftOptional` / `pseShiftOptional`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum PseSpec {
+    /// Null.
+    #[default]
+    None,
+    /// External pse (pseType 0 or 1), shape `[pseTotalLen]` = per sequence `[N, Sq_b, Skv_b]`.
+    Dense {
+        /// Values (converted to f32).
+        data: Arc<[f32]>,
+        /// Its shape.
+        shape: Vec<usize>,
+    },
+    /// ALiBi slopes (pseType 2 or 3), shape `[N]` or `[B, N]`.
+    Alibi {
+        /// The slopes.
+        slopes: Arc<[f32]>,
+        /// Their shape.
+        shape: Vec<usize>,
+    },
+}
+
+/// Everything of the varlen op that is not a differentiable tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VarlenSpec {
+    /// `actualSeqQLenOptional`: cumulative query lengths, no leading zero (`[2,4,4,6,8]`).
+    pub actual_seq_q_len: Vec<i64>,
+    /// `actualSeqKvLenOptional`: cumulative key/value lengths.
+    pub actual_seq_kv_len: Vec<i64>,
+    /// `headNum`: must equal the query's N.
+    pub head_num: usize,
+    /// `scaleValue`, `keepProb`, `preTokens`, `nextTokens`, `innerPrecise`, `sparseMode`,
+    /// `pseType`, `softmaxOutLayout`.
+    pub attrs: VarlenAttrs,
+    /// `attenMaskOptional`.
+    pub atten_mask: MaskSpec,
+    /// `realShiftOptional`.
+    pub pse: PseSpec,
+    /// `dropMaskOptional`: bit-packed keep mask, required when `keepProb < 1`.
+    pub drop_mask: Option<Arc<[u8]>>,
+    /// `prefixOptional` (mode 6).
+    pub prefix: Option<Vec<i64>>,
+    /// `qStartIdxOptional`.
+    pub q_start_idx: Option<i64>,
+    /// `kvStartIdxOptional`.
+    pub kv_start_idx: Option<i64>,
+}
+
+/// Shapes of the tensors a varlen call receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VarlenShapes {
+    /// `query` `[Tq, N, D]`.
+    pub query: [usize; 3],
+    /// `key` `[Tkv, Nkv, D]`.
+    pub key: [usize; 3],
+    /// `value` `[Tkv, Nkv, Dv]`.
+    pub value: [usize; 3],
+    /// Length of `sink` (`[headNum]`), if given.
+    pub sink: Option<usize>,
+}
+
+/// Extra shapes the backward receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VarlenBwdShapes {
+    /// `dy` `[Tq, N, Dv]`.
+    pub dy: [usize; 3],
+    /// `attentionIn` `[Tq, N, Dv]`.
+    pub attention_in: [usize; 3],
+    /// `softmaxMax` `[Tq, N, 8]`.
+    pub softmax_max: [usize; 3],
+    /// `softmaxSum` `[Tq, N, 8]`.
+    pub softmax_sum: [usize; 3],
+}
+
+impl VarlenSpec {
+    /// A spec with CANN's defaults: no mask, pse, dropout or prefix.
+    pub fn new(
+        actual_seq_q_len: Vec<i64>,
+        actual_seq_kv_len: Vec<i64>,
+        head_num: usize,
+        scale: f64,
+    ) -> Self {
+        Self {
+            actual_seq_q_len,
+            actual_seq_kv_len,
+            head_num,
+            attrs: VarlenAttrs::new(scale),
+            atten_mask: MaskSpec::None,
+            pse: PseSpec::None,
+            drop_mask: None,
+            prefix: None,
+            q_start_idx: None,
+            kv_start_idx: None,
+        }
+    }
+
+    /// Checks a forward call and returns its dimensions.
+    pub fn validate_fwd(&self, s: &VarlenShapes) -> Result<VarlenDims> {
+        self.validate(s, false)
+    }
+
+    /// Checks a backward call and returns its dimensions.
+    pub fn validate_bwd(&self, s: &VarlenShapes, b: &VarlenBwdShapes) -> Result<VarlenDims> {
+        let dims = self.validate(s, true)?;
+        let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
+        ensure!(
+            b.dy == [t, n, dv],
+            "dy",
+            "shape must be [Tq, N, Dv] = {:?}, got {:?}",
+            [t, n, dv],
+            b.dy
+        );
+        ensure!(
+            b.attention_in == [t, n, dv],
+            "attentionIn",
+            "shape must be [Tq, N, Dv] = {:?}, got {:?}",
+            [t, n, dv],
+            b.attention_in
+        );
+        ensure!(
+            b.softmax_max == [t, n, 8],
+            "softmaxMax",
+            "shape must be [Tq, N, 8] = {:?}, got {:?}",
+            [t, n, 8],
+            b.softmax_max
+        );
+        ensure!(
+            b.softmax_sum == [t, n, 8],
+            "softmaxSum",
+            "shape must be [Tq, N, 8] = {:?}, got {:?}",
+            [t, n, 8],
+            b.softmax_sum
+        );
+        Ok(dims)
+    }
+
+    fn validate(&self, s: &VarlenShapes, backward: bool) -> Result<VarlenDims> {
+        let [tq, n, d] = s.query;
+        let [tkv, nkv, dk] = s.key;
+        let [tv, nv, dv] = s.value;
+        ensure!(
+            (1..=MAX_HEAD_NUM).contains(&self.head_num),
+            "headNum",
+            "must be in 1..={MAX_HEAD_NUM}, got {}",
+            self.head_num
+        );
+        ensure!(
+            n == self.head_num,
+            "query",
+            "N (dim 1) must equal headNum {}, got {n}",
+            self.head_num
+        );
+        ensure!(
+            nkv >= 1 && n % nkv == 0,
+            "key",
+            "N must divide the query's N {n} (GQA/MQA), got {nkv}"
+        );
+        ensure!(
+            tv == tkv && nv == nkv,
+            "value",
+            "T and N must equal the key's {:?}, got {:?}",
+            [tkv, nkv],
+            [tv, nv]
+        );
+        ensure!(
+            (1..=MAX_HEAD_DIM).contains(&d),
+            "query",
+            "D must be in 1..={MAX_HEAD_DIM}, got {d}"
+        );
+        ensure!(dk == d, "key", "D must equal the query's D {d}, got {dk}");
+        if backward {
+            ensure!(
+                dv == d,
+                "value",
+                "D must equal the query's D {d} in the backward, got {dv}"
+            );
+        } else {
+            ensure!(
+                (1..=d).contains(&dv),
+                "value",
+                "D must be in 1..=key D {d}, got {dv}"
+            );
+        }
+
+        let seq_q = cumulative("actualSeqQLen", &self.actual_seq_q_len, tq, "query")?;
+        let seq_kv = cumulative("actualSeqKvLen", &self.actual_seq_kv_len, tkv, "key")?;
+        ensure!(
+            seq_q.len() == seq_kv.len(),
+            "actualSeqKvLen",
+            "must have one entry per sequence like actualSeqQLen ({}), got {}",
+            seq_q.len(),
+            seq_kv.len()
+        );
+        let batch = seq_q.len();
+        let max_batch = if backward { 2 << 20 } else { MAX_BATCH };
+        ensure!(
+            batch <= max_batch,
+            "actualSeqQLen",
+            "at most {max_batch} sequences, got {batch}"
+        );
+
+        let a = &self.attrs;
+        ensure!(
+            a.keep_prob > 0.0 && a.keep_prob <= 1.0,
+            "keepProb",
+            "must be in (0, 1], got {}",
+            a.keep_prob
+        );
+        ensure!(
+            (0..=2).contains(&a.inner_precise),
+            "innerPrecise",
+            "must be 0, 1 or 2, got {}",
+            a.inner_precise
+        );
+        ensure!(
+            a.scale.is_finite(),
+            "scaleValue",
+            "must be finite, got {}",
+            a.scale
+        );
+        if let Some(len) = s.sink {
+            ensure!(len == n, "sink", "length must equal headNum {n}, got {len}");
+        }
+
+        let dims = VarlenDims {
+            head_num: n,
+            kv_head_num: nkv,
+            head_dim: d,
+            value_dim: dv,
+            seq_q,
+            seq_kv,
+        };
+        if a.keep_prob < 1.0 {
+            let need = dropout::mask_bytes(dropout::mask_bits(n, &dims.seq_q, &dims.seq_kv));
+            match &self.drop_mask {
+                None => return Err(AttnError::invalid("dropMask", "required when keepProb < 1")),
+                Some(m) => ensure!(
+                    m.len() >= need,
+                    "dropMask",
+                    "needs N·Σ Sq_b·Skv_b bits = {need} bytes, got {}",
+                    m.len()
+                ),
+            }
+        }
+        self.validate_mask(&dims)?;
+        self.validate_pse(&dims)?;
+        Ok(dims)
+    }
+
+    fn validate_mask(&self, dims: &VarlenDims) -> Result<()> {
+        let mode = self.attrs.sparse_mode;
+        let (a, batch) = (&self.attrs, dims.batch());
+        match &self.atten_mask {
+            MaskSpec::None => return Ok(()), // mode, pre and next are ignored
+            MaskSpec::Dense { data, shape } => {
+                ensure!(
+                    !mode.takes_compressed_mask(),
+                    "attenMask",
+                    "sparseMode {} takes CANN's compressed mask (2048x2048, 3072x2048 for mode 6), not an explicit one",
+                    mode as i64
+                );
+                let (b, h, rows, cols) = match *shape.as_slice() {
+                    [r, c] => (1, 1, r, c),
+                    [b, h, r, c] => (b, h, r, c),
+                    _ => {
+                        return Err(AttnError::invalid(
+                            "attenMask",
+                            format!("shape must be [Sq,Skv] or [B|1, N|1, Sq, Skv], got {shape:?}"),
+                        ))
+                    }
+                };
+                ensure!(
+                    b == 1 || b == batch,
+                    "attenMask",
+                    "batch dim must be 1 or B = {batch}, got {b}"
+                );
+                ensure!(
+                    h == 1 || h == dims.head_num,
+                    "attenMask",
+                    "head dim must be 1 or N = {}, got {h}",
+                    dims.head_num
+                );
+                let max_q = dims.seq_q.iter().copied().max().unwrap_or(0);
+                let max_kv = dims.seq_kv.iter().copied().max().unwrap_or(0);
+                ensure!(
+                    rows >= max_q && cols >= max_kv,
+                    "attenMask",
+                    "[Sq, Skv] = [{rows}, {cols}] must cover the longest sequence [{max_q}, {max_kv}]"
+                );
+                ensure!(
+                    data.len() == b * h * rows * cols,
+                    "attenMask",
+                    "has {} elements, shape {shape:?} needs {}",
+                    data.len(),
+                    b * h * rows * cols
+                );
+            }
+            MaskSpec::Compressed => {
+                ensure!(
+                    mode.takes_compressed_mask(),
+                    "attenMask",
+                    "the compressed mask goes with sparseMode 2, 3, 4, 6, 7 or 8, not {}",
+                    mode as i64
+                );
+            }
+        }
+        let pairs = || dims.seq_q.iter().zip(&dims.seq_kv).enumerate();
+        match mode {
+            SparseMode::RightDownCausal => {
+                for (b, (&sq, &skv)) in pairs() {
+                    ensure!(sq <= skv, "actualSeqQLen", "sparseMode 3 needs Sq <= Skv in every sequence; sequence {b} has Sq {sq} > Skv {skv}");
+                }
+            }
+            SparseMode::Band => {
+                ensure!(
+                    a.pre_tokens.saturating_add(a.next_tokens) >= 0,
+                    "preTokens",
+                    "band (sparseMode 4) needs preTokens and nextTokens to overlap (pre + next >= 0), got pre {} next {}",
+                    a.pre_tokens,
+                    a.next_tokens
+                );
+            }
+            SparseMode::PrefixCompress => {
+                let Some(prefix) = &self.prefix else {
+                    return Err(AttnError::invalid("prefix", "required with sparseMode 6"));
+                };
+                ensure!(
+                    prefix.len() == batch,
+                    "prefix",
+                    "needs one entry per sequence ({batch}), got {}",
+                    prefix.len()
+                );
+                ensure!(
+                    batch <= MAX_BATCH_WITH_PREFIX,
+                    "prefix",
+                    "at most {MAX_BATCH_WITH_PREFIX} sequences with prefix, got {batch}"
+                );
+                for (b, (&sq, &skv)) in pairs() {
+                    let lo = if sq > skv { 0 } else { (skv - sq) as i64 };
+                    ensure!(
+                        (lo..=skv as i64).contains(&prefix[b]),
+                        "prefix",
+                        "prefix[{b}] must be in [{lo}, {skv}] (Sq {sq}, Skv {skv}), got {}",
+                        prefix[b]
+                    );
+                }
+            }
+            SparseMode::RightDownCausalBand | SparseMode::BandLeftUpCausal => {
+                let problem = VarlenProblem::new(dims.clone(), self.attrs.clone());
+                if let Some(band) = problem.band_sequence() {
+                    let (sq, skv) = (dims.seq_q[band] as i64, dims.seq_kv[band] as i64);
+                    ensure!(a.pre_tokens >= skv, "preTokens", "sparseMode {} needs preTokens >= Skv of the band sequence {band} ({skv}), got {}", mode as i64, a.pre_tokens);
+                    if mode == SparseMode::RightDownCausalBand {
+                        ensure!(
+                            sq - skv <= a.next_tokens && a.next_tokens <= 0,
+                            "nextTokens",
+                            "sparseMode 7 needs Sq - Skv <= nextTokens <= 0 for the band sequence {band} ({}), got {}",
+                            sq - skv,
+                            a.next_tokens
+                        );
+                        for (b, (&sq, &skv)) in pairs() {
+                            ensure!(b == band || sq <= skv, "actualSeqQLen", "sparseMode 7 needs Sq <= Skv outside the band sequence; sequence {b} has Sq {sq} > Skv {skv}");
+                        }
+                    } else {
+                        ensure!(
+                            a.next_tokens >= sq - skv,
+                            "nextTokens",
+                            "sparseMode 8 needs nextTokens >= Sq - Skv of the band sequence {band} ({}), got {}",
+                            sq - skv,
+                            a.next_tokens
+                        );
+                    }
+                }
+            }
+            SparseMode::DefaultMask | SparseMode::AllMask | SparseMode::LeftUpCausal => {}
+        }
+        Ok(())
+    }
+
+    fn validate_pse(&self, dims: &VarlenDims) -> Result<()> {
+        let (pse_type, mode, n, batch) = (
+            self.attrs.pse_type,
+            self.attrs.sparse_mode,
+            dims.head_num,
+            dims.batch(),
+        );
+        let masked = self.atten_mask != MaskSpec::None;
+        if self.pse != PseSpec::None {
+            ensure!(
+                !(masked && mode == SparseMode::RightDownCausalBand),
+                "realShift",
+                "not supported with sparseMode 7"
+            );
+            ensure!(
+                !(masked && mode == SparseMode::BandLeftUpCausal && dims.seq_q != dims.seq_kv),
+                "realShift",
+                "sparseMode 8 takes a pse only when every sequence has Sq = Skv"
+            );
+            ensure!(
+                dims.seq_q.iter().all(|&s| s > 0),
+                "realShift",
+                "not supported when a sequence has zero query length (actualSeqQLen repeats a value)"
+            );
+        }
+        match &self.pse {
+            PseSpec::None => ensure!(
+                pse_type == PseType::OuterAddMul,
+                "pseType",
+                "must be 1 when realShift is absent, got {}",
+                pse_type as i64
+            ),
+            PseSpec::Dense { data, shape } => {
+                ensure!(
+                    matches!(pse_type, PseType::OuterMulAdd | PseType::OuterAddMul),
+                    "pseType",
+                    "an external realShift goes with pseType 0 or 1, got {}",
+                    pse_type as i64
+                );
+                let total: usize = dims
+                    .seq_q
+                    .iter()
+                    .zip(&dims.seq_kv)
+                    .map(|(q, k)| n * q * k)
+                    .sum();
+                if shape.len() == 4 {
+                    return Err(AttnError::Unsupported(format!(
+                        "realShift shape {shape:?}: the 1024-row compressed ALiBi pse [B|1, N, 1024, Skv]; pass the flat [pseTotalLen] form"
+                    )));
+                }
+                ensure!(
+                    shape.as_slice() == [total],
+                    "realShift",
+                    "shape must be [pseTotalLen] = [{total}] (Σ N·Sq_b·Skv_b), got {shape:?}"
+                );
+                ensure!(
+                    data.len() == total,
+                    "realShift",
+                    "has {} values, needs {total}",
+                    data.len()
+                );
+            }
+            PseSpec::Alibi { slopes, shape } => {
+                ensure!(
+                    matches!(pse_type, PseType::InnerMulAdd | PseType::InnerMulAddSqrt),
+                    "pseType",
+                    "ALiBi slopes go with pseType 2 or 3, got {}",
+                    pse_type as i64
+                );
+                ensure!(
+                    shape.as_slice() == [n] || shape.as_slice() == [batch, n],
+                    "realShift",
+                    "ALiBi slopes must be [N] = [{n}] or [B, N] = [{batch}, {n}], got {shape:?}"
+                );
+                ensure!(
+                    slopes.len() == shape.iter().product::<usize>(),
+                    "realShift",
+                    "has {} values for shape {shape:?}",
+                    slopes.len()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The kernels' view of a validated call. `dims` must come from `validate_*` on this spec.
+    pub fn problem<'a>(&'a self, dims: VarlenDims, sink: Option<&'a [f32]>) -> VarlenProblem<'a> {
+        let n = dims.head_num;
+        let atten_mask = match &self.atten_mask {
+            MaskSpec::None => AttenMask::None,
+            MaskSpec::Compressed => AttenMask::Compressed,
+            MaskSpec::Dense { data, shape } => {
+                let (batch, heads, rows, cols) = match *shape.as_slice() {
+                    [r, c] => (1, 1, r, c),
+                    [b, h, r, c] => (b, h, r, c),
+                    _ => unreachable!("validated"),
+                };
+                AttenMask::Dense(DenseMask {
+                    data,
+                    batch,
+                    heads,
+                    rows,
+                    cols,
+                })
+            }
+        };
+        let pse = match &self.pse {
+            PseSpec::None => Pse::None,
+            PseSpec::Dense { data, .. } => Pse::Dense(data),
+            PseSpec::Alibi { slopes, .. } => Pse::Alibi {
+                slopes,
+                per_batch: slopes.len() != n,
+            },
+        };
+        VarlenProblem {
+            dims,
+            attrs: self.attrs.clone(),
+            atten_mask,
+            pse,
+            drop_mask: self.drop_mask.as_deref(),
+            prefix: self.prefix.as_deref(),
+            q_start_idx: self.q_start_idx.unwrap_or(0),
+            kv_start_idx: self.kv_start_idx.unwrap_or(0),
+            sink,
+        }
+    }
+}
+
+fn cumulative(param: &'static str, cum: &[i64], total: usize, tensor: &str) -> Result<Vec<usize>> {
+    ensure!(!cum.is_empty(), param, "needs at least one sequence");
+    let lens = lengths_from_cumulative(cum).ok_or_else(|| {
+        AttnError::invalid(
+            param,
+            format!("cumulative lengths must be non-negative and non-decreasing, got {cum:?}"),
+        )
+    })?;
+    let last = *cum.last().expect("non-empty");
+    ensure!(
+        last == total as i64,
+        param,
+        "must end at the {tensor}'s T = {total}, ends at {last}"
+    );
+    Ok(lens)
+}
+
+/// CANN's compressed mask for a sparse mode (1 = masked), for callers that must hand the device
+/// a real tensor: 2048×2048 strict upper triangle; for mode 6, 3072×2048 with the lower
+/// 1024 rows 0 in the left half and 1 in the right half. `None` for modes 0 and 1.
+pub fn compressed_mask(mode: SparseMode) -> Option<(Vec<u8>, [usize; 2])> {
+    if !mode.takes_compressed_mask() {
+        return None;
+    }
+    let shape = if mode == SparseMode::PrefixCompress {
+        COMPRESSED_PREFIX_MASK
+    } else {
+        COMPRESSED_MASK
+    };
+    let [rows, cols] = shape;
+    let mut mask = vec![0u8; rows * cols];
+    for i in 0..rows {
+        for j in 0..cols {
+            mask[i * cols + j] = if i < 2048 {
+                (j > i) as u8
+            } else {
+                (j >= cols / 2) as u8
+            };
+        }
+    }
+    Some((mask, shape))
+}

@@ -1,0 +1,1 @@
+//! Op-replay CLI (see `run`).

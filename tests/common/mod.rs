@@ -1,0 +1,228 @@
+//! Shared test helpers: a deterministic generator and small varlen cases.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use burn_ascend::kernels::dropout;
+use burn_ascend::ops::varlen::{MaskSpec, PseSpec, VarlenSpec};
+use burn_ascend::{cumulative_from_lengths, PseType, SoftmaxLayout, SparseMode};
+
+/// splitmix64: reproducible inputs without a rand dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.uniform() as f32).collect()
+    }
+}
+
+/// One varlen problem: shapes, data and the CANN spec.
+#[derive(Clone)]
+pub struct Case {
+    pub name: String,
+    pub seq_q: Vec<usize>,
+    pub seq_kv: Vec<usize>,
+    pub n: usize,
+    pub nkv: usize,
+    pub d: usize,
+    pub dv: usize,
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub dy: Vec<f32>,
+    pub sink: Option<Vec<f32>>,
+    pub spec: VarlenSpec,
+}
+
+impl Case {
+    pub fn new(
+        name: &str,
+        seq_q: &[usize],
+        seq_kv: &[usize],
+        n: usize,
+        nkv: usize,
+        d: usize,
+        seed: u64,
+    ) -> Self {
+        let mut rng = Rng(seed);
+        let (tq, tkv) = (seq_q.iter().sum::<usize>(), seq_kv.iter().sum::<usize>());
+        let spec = VarlenSpec::new(
+            cumulative_from_lengths(seq_q),
+            cumulative_from_lengths(seq_kv),
+            n,
+            1.0 / (d as f64).sqrt(),
+        );
+        Case {
+            name: name.into(),
+            seq_q: seq_q.to_vec(),
+            seq_kv: seq_kv.to_vec(),
+            n,
+            nkv,
+            d,
+            dv: d,
+            q: rng.vec(tq * n * d).iter().map(|x| x * 2.0).collect(),
+            k: rng.vec(tkv * nkv * d).iter().map(|x| x * 2.0).collect(),
+            v: rng.vec(tkv * nkv * d),
+            dy: rng.vec(tq * n * d),
+            sink: None,
+            spec,
+        }
+    }
+    pub fn tq(&self) -> usize {
+        self.seq_q.iter().sum()
+    }
+    pub fn tkv(&self) -> usize {
+        self.seq_kv.iter().sum()
+    }
+    pub fn with_sink(mut self) -> Self {
+        let mut rng = Rng(99);
+        self.sink = Some((0..self.n).map(|_| rng.uniform() as f32 * 1.5).collect());
+        self
+    }
+    pub fn mode(mut self, mode: SparseMode, pre: i64, next: i64) -> Self {
+        self.spec.attrs.sparse_mode = mode;
+        self.spec.attrs.pre_tokens = pre;
+        self.spec.attrs.next_tokens = next;
+        self.spec.atten_mask = if mode.takes_compressed_mask() {
+            MaskSpec::Compressed
+        } else {
+            self.random_mask()
+        };
+        self
+    }
+    pub fn random_mask(&self) -> MaskSpec {
+        let rows = *self.seq_q.iter().max().unwrap();
+        let cols = *self.seq_kv.iter().max().unwrap();
+        let mut rng = Rng(5);
+        // keep the diagonal-ish column 0 visible so rows are rarely fully masked
+        let data: Vec<u8> = (0..rows * cols)
+            .map(|e| (e % cols != 0 && rng.uniform() > 0.3) as u8)
+            .collect();
+        MaskSpec::Dense {
+            data: Arc::from(data),
+            shape: vec![rows, cols],
+        }
+    }
+    pub fn dropout(mut self, keep: f64) -> Self {
+        self.spec.attrs.keep_prob = keep;
+        let bits = dropout::mask_bits(self.n, &self.seq_q, &self.seq_kv);
+        self.spec.drop_mask = Some(dropout::generate_mask(bits, keep, 11).into());
+        self
+    }
+    pub fn pse_dense(mut self, pse_type: PseType) -> Self {
+        let total: usize = self
+            .seq_q
+            .iter()
+            .zip(&self.seq_kv)
+            .map(|(q, k)| self.n * q * k)
+            .sum();
+        self.spec.attrs.pse_type = pse_type;
+        self.spec.pse = PseSpec::Dense {
+            data: Rng(3).vec(total).into(),
+            shape: vec![total],
+        };
+        self
+    }
+    pub fn alibi(mut self, pse_type: PseType) -> Self {
+        let slopes: Vec<f32> = (0..self.n).map(|h| 0.5f32.powi(h as i32 + 1)).collect();
+        self.spec.attrs.pse_type = pse_type;
+        self.spec.pse = PseSpec::Alibi {
+            slopes: slopes.into(),
+            shape: vec![self.n],
+        };
+        self.spec.q_start_idx = Some(1);
+        self.spec.kv_start_idx = Some(0);
+        self
+    }
+    pub fn layout(mut self, layout: SoftmaxLayout) -> Self {
+        self.spec.attrs.softmax_layout = layout;
+        self
+    }
+    pub fn prefix(mut self, prefix: Vec<i64>) -> Self {
+        self.spec.prefix = Some(prefix);
+        self
+    }
+}
+
+/// A spread of cases: MHA/GQA/MQA, every sparse mode, empty sequences, dropout, pse, sinks.
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case::new("mha_full", &[3, 5], &[3, 5], 2, 2, 4, 1),
+        Case::new("gqa_full_sink", &[3, 5], &[4, 6], 4, 2, 3, 2).with_sink(),
+        Case::new("mqa_causal3_sink", &[2, 4, 3], &[3, 4, 5], 4, 1, 5, 3)
+            .with_sink()
+            .mode(SparseMode::RightDownCausal, 0, 0),
+        Case::new("mode0_mask_prenext", &[4, 3], &[5, 3], 2, 2, 4, 4).mode(
+            SparseMode::DefaultMask,
+            1,
+            0,
+        ),
+        Case::new("mode1_mask_sink", &[4, 3], &[5, 3], 2, 1, 4, 5)
+            .with_sink()
+            .mode(SparseMode::AllMask, 0, 0),
+        Case::new("mode2_leftup", &[4, 3], &[3, 5], 2, 2, 4, 6).mode(
+            SparseMode::LeftUpCausal,
+            0,
+            0,
+        ),
+        Case::new("mode4_band", &[5, 4], &[6, 4], 2, 2, 4, 7)
+            .with_sink()
+            .mode(SparseMode::Band, 2, 1),
+        Case::new("mode6_prefix", &[4, 3], &[4, 5], 2, 2, 4, 8)
+            .mode(SparseMode::PrefixCompress, 0, 0)
+            .prefix(vec![1, 3]),
+        Case::new("mode7_band_last", &[3, 2], &[3, 6], 2, 2, 4, 9).mode(
+            SparseMode::RightDownCausalBand,
+            6,
+            -2,
+        ),
+        Case::new("mode8_band_first", &[3, 2], &[4, 4], 2, 2, 4, 10)
+            .with_sink()
+            .mode(SparseMode::BandLeftUpCausal, 4, 1),
+        Case::new("empty_sequences", &[2, 0, 3, 2], &[2, 3, 0, 2], 2, 1, 4, 11).with_sink(),
+        Case::new("dropout_sink", &[3, 4], &[3, 4], 2, 2, 4, 12)
+            .with_sink()
+            .dropout(0.7),
+        Case::new("pse_type0", &[3, 2], &[3, 4], 2, 2, 4, 13).pse_dense(PseType::OuterMulAdd),
+        Case::new("pse_type1_sink", &[3, 2], &[3, 4], 2, 2, 4, 14)
+            .with_sink()
+            .pse_dense(PseType::OuterAddMul),
+        Case::new("alibi_type2", &[4, 3], &[4, 3], 2, 2, 4, 15)
+            .alibi(PseType::InnerMulAdd)
+            .mode(SparseMode::RightDownCausal, 0, 0),
+        Case::new("alibi_type3_sink", &[4, 3], &[4, 3], 4, 2, 4, 16)
+            .with_sink()
+            .alibi(PseType::InnerMulAddSqrt),
+        Case::new("odd_d_layout_tnd", &[3, 4], &[5, 2], 2, 2, 3, 17)
+            .with_sink()
+            .layout(SoftmaxLayout::SameAsInput),
+        Case::new("fully_masked_rows", &[4, 3], &[2, 3], 2, 2, 4, 18)
+            .with_sink()
+            .mode(SparseMode::Band, 0, 0),
+    ]
+}
+
+/// `|a − b| ≤ atol + rtol·|b|` elementwise, else a message naming the first mismatch.
+pub fn close(name: &str, a: &[f32], b: &[f32], atol: f32, rtol: f32) -> Result<(), String> {
+    if a.len() != b.len() {
+        return Err(format!("{name}: length {} vs {}", a.len(), b.len()));
+    }
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let within = (x - y).abs() <= atol + rtol * y.abs(); // false for NaN
+        if !within {
+            return Err(format!("{name}[{i}]: {x} vs {y}"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,222 @@
+//! The Burn paths of the varlen op — the composite (any backend), `NdArray` (CPU kernels) and
+//! `Autodiff<NdArray>` with the fused backward under both checkpointing strategies — against
+//! the CPU reference, on every case of `common::cases()`.
+
+mod common;
+
+use burn::backend::autodiff::checkpoint::strategy::{
+    BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
+};
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::{Tensor, TensorData};
+use burn_ascend::kernels::reference::varlen as reference;
+use burn_ascend::ops::autodiff::test_hooks::CORRUPT_DSINK;
+use burn_ascend::ops::host::{from_vec, to_vec};
+use burn_ascend::ops::varlen::{composite, VarlenShapes};
+use burn_ascend::{varlen_score, VarlenGradInputs, VarlenInputs};
+use common::{cases, close, Case};
+
+type B = NdArray;
+
+/// Reference forward and backward in f32, as the kernels crate computes them.
+fn reference_run(c: &Case) -> (reference::VarlenFwdOut<f32>, reference::VarlenGrads<f32>) {
+    let shapes = VarlenShapes {
+        query: [c.tq(), c.n, c.d],
+        key: [c.tkv(), c.nkv, c.d],
+        value: [c.tkv(), c.nkv, c.dv],
+        sink: c.sink.as_ref().map(|s| s.len()),
+    };
+    let dims = c.spec.validate_fwd(&shapes).expect("valid case");
+    let p = c.spec.problem(dims, c.sink.as_deref());
+    let fwd = reference::varlen_fwd(&p, &c.q, &c.k, &c.v);
+    let bwd = reference::varlen_bwd(
+        &p,
+        &c.q,
+        &c.k,
+        &c.v,
+        &c.dy,
+        &fwd.attention_out,
+        &fwd.softmax_max,
+        &fwd.softmax_sum,
+    );
+    (fwd, bwd)
+}
+
+fn inputs(c: &Case) -> VarlenInputs<B> {
+    let dev = Default::default();
+    VarlenInputs {
+        query: from_vec::<B>(c.q.clone(), &[c.tq(), c.n, c.d], &dev),
+        key: from_vec::<B>(c.k.clone(), &[c.tkv(), c.nkv, c.d], &dev),
+        value: from_vec::<B>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], &dev),
+        sink: c.sink.clone().map(|s| from_vec::<B>(s, &[c.n], &dev)),
+    }
+}
+
+// Tolerances: both sides compute in f32 (the reference accumulates in f64), so 1e-5 absolute
+// plus 1e-4 relative covers rounding of O(1) values; stats FLT_MAX/−FLT_MAX compare exactly.
+const ATOL: f32 = 1e-5;
+const RTOL: f32 = 1e-4;
+
+#[test]
+fn composite_matches_reference_forward_and_backward() {
+    for c in cases() {
+        let (rf, rb) = reference_run(&c);
+        let out = composite::varlen_fwd::<B>(inputs(&c), &c.spec).expect(&c.name);
+        let name = |s: &str| format!("{}:{s}", c.name);
+        close(
+            &name("out"),
+            &to_vec::<B>(out.attention_out.clone()),
+            &rf.attention_out,
+            ATOL,
+            RTOL,
+        )
+        .unwrap();
+        close(
+            &name("max"),
+            &to_vec::<B>(out.softmax_max.clone()),
+            &rf.softmax_max,
+            ATOL,
+            RTOL,
+        )
+        .unwrap();
+        close(
+            &name("sum"),
+            &to_vec::<B>(out.softmax_sum.clone()),
+            &rf.softmax_sum,
+            ATOL,
+            RTOL,
+        )
+        .unwrap();
+
+        let dev = Default::default();
+        let g = composite::varlen_bwd::<B>(
+            VarlenGradInputs {
+                inputs: inputs(&c),
+                dy: from_vec::<B>(c.dy.clone(), &[c.tq(), c.n, c.dv], &dev),
+                attention_in: out.attention_out,
+                softmax_max: out.softmax_max,
+                softmax_sum: out.softmax_sum,
+            },
+            &c.spec,
+        )
+        .expect(&c.name);
+        close(&name("dq"), &to_vec::<B>(g.dq), &rb.dq, ATOL, RTOL).unwrap();
+        close(&name("dk"), &to_vec::<B>(g.dk), &rb.dk, ATOL, RTOL).unwrap();
+        close(&name("dv"), &to_vec::<B>(g.dv), &rb.dv, ATOL, RTOL).unwrap();
+        assert_eq!(g.dsink.is_some(), c.sink.is_some(), "{}", c.name);
+        if let (Some(a), Some(b)) = (g.dsink, &rb.dsink) {
+            close(&name("dsink"), &to_vec::<B>(a), b, ATOL, RTOL).unwrap();
+        }
+    }
+}
+
+/// Gradients of `Σ out ∘ dy` through `Autodiff<NdArray, C>`: (dq, dk, dv, dsink).
+fn autodiff_grads<C: CheckpointStrategy>(
+    c: &Case,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+    type AD<C> = Autodiff<NdArray, C>;
+    let dev = Default::default();
+    let t3 = |v: &Vec<f32>, s: [usize; 3]| {
+        Tensor::<AD<C>, 3>::from_data(TensorData::new(v.clone(), s), &dev).require_grad()
+    };
+    let q = t3(&c.q, [c.tq(), c.n, c.d]);
+    let k = t3(&c.k, [c.tkv(), c.nkv, c.d]);
+    let v = t3(&c.v, [c.tkv(), c.nkv, c.dv]);
+    let sink = c.sink.as_ref().map(|s| {
+        Tensor::<AD<C>, 1>::from_data(TensorData::new(s.clone(), [c.n]), &dev).require_grad()
+    });
+    let dy =
+        Tensor::<AD<C>, 3>::from_data(TensorData::new(c.dy.clone(), [c.tq(), c.n, c.dv]), &dev);
+    let out = varlen_score(q.clone(), k.clone(), v.clone(), sink.clone(), &c.spec).expect(&c.name);
+    // A second use of q after the attention, so the graph has more than one node.
+    let loss = (out.attention_out * dy).sum() + q.clone().sum().mul_scalar(0.0);
+    let grads = loss.backward();
+    let g = |t: &Tensor<AD<C>, 3>| {
+        t.grad(&grads)
+            .map(|g| g.into_data().to_vec::<f32>().unwrap())
+            .unwrap_or_default()
+    };
+    let dsink = sink
+        .and_then(|s| s.grad(&grads))
+        .map(|g| g.into_data().to_vec::<f32>().unwrap());
+    (g(&q), g(&k), g(&v), dsink)
+}
+
+fn check_autodiff<C: CheckpointStrategy>() {
+    for c in cases() {
+        let (_, rb) = reference_run(&c);
+        let (dq, dk, dv, dsink) = autodiff_grads::<C>(&c);
+        let name = |s: &str| format!("{}:{s}", c.name);
+        // Untouched key/value rows (empty sequences) may get no gradient at all: compare as zeros.
+        let or_zeros = |g: Vec<f32>, n: usize| if g.is_empty() { vec![0.0; n] } else { g };
+        close(&name("dq"), &or_zeros(dq, rb.dq.len()), &rb.dq, ATOL, RTOL).unwrap();
+        close(&name("dk"), &or_zeros(dk, rb.dk.len()), &rb.dk, ATOL, RTOL).unwrap();
+        close(&name("dv"), &or_zeros(dv, rb.dv.len()), &rb.dv, ATOL, RTOL).unwrap();
+        match (dsink, &rb.dsink) {
+            (Some(a), Some(b)) => close(&name("dsink"), &a, b, ATOL, RTOL).unwrap(),
+            (None, None) => {}
+            (a, b) => panic!("{}: dsink presence differs: {a:?} vs {b:?}", c.name),
+        }
+    }
+}
+
+#[test]
+fn autodiff_fused_backward_matches_reference_without_checkpointing() {
+    check_autodiff::<NoCheckpointing>();
+}
+
+#[test]
+fn autodiff_fused_backward_matches_reference_with_balanced_checkpointing() {
+    check_autodiff::<BalancedCheckpointing>();
+}
+
+#[test]
+fn ndarray_forward_is_the_cpu_kernel() {
+    for c in cases() {
+        let (rf, _) = reference_run(&c);
+        let dev = Default::default();
+        let t3 = |v: &Vec<f32>, s: [usize; 3]| {
+            Tensor::<B, 3>::from_data(TensorData::new(v.clone(), s), &dev)
+        };
+        let sink = c
+            .sink
+            .as_ref()
+            .map(|s| Tensor::<B, 1>::from_data(TensorData::new(s.clone(), [c.n]), &dev));
+        let out = varlen_score(
+            t3(&c.q, [c.tq(), c.n, c.d]),
+            t3(&c.k, [c.tkv(), c.nkv, c.d]),
+            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
+            sink,
+            &c.spec,
+        )
+        .expect(&c.name);
+        close(
+            &c.name,
+            &out.attention_out.into_data().to_vec::<f32>().unwrap(),
+            &rf.attention_out,
+            0.0,
+            0.0,
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn a_corrupted_fused_backward_is_caught() {
+    let c = cases()
+        .into_iter()
+        .find(|c| c.name == "gqa_full_sink")
+        .unwrap();
+    let (_, rb) = reference_run(&c);
+    CORRUPT_DSINK.with(|f| f.set(true));
+    let (_, _, _, dsink) = autodiff_grads::<NoCheckpointing>(&c);
+    CORRUPT_DSINK.with(|f| f.set(false));
+    let err = close(
+        "dsink",
+        &dsink.unwrap(),
+        rb.dsink.as_ref().unwrap(),
+        ATOL,
+        RTOL,
+    );
+    assert!(err.is_err(), "doubling dsink went unnoticed");
+}
