@@ -195,8 +195,8 @@ impl VarlenSpec {
         );
         ensure!(
             n == self.head_num,
-            "query",
-            "N (dim 1) must equal headNum {}, got {n}",
+            "headNum",
+            "must equal the query's N (dim 1) = {n}, got {}",
             self.head_num
         );
         ensure!(

@@ -1,0 +1,830 @@
+//! CPU reference for `aclnnIncreFlashAttentionV4` (decode: query S = 1).
+//!
+//! Plain loops, f64 accumulation; the oracle for fast kernels and NPU results.
+//!
+//! Semantics (spec `ascend-ops-semantics.md` §5; the spec wins over the docs):
+//! - per batch `b` the valid KV tokens are `t ∈ [start_b, start_b + len_b)` with
+//!   `len_b = actualSeqLengths[b]` (per-batch **KV** lengths) and `start_b = 0`, or with
+//!   kvPaddingSize `pad` (negative → 0): `start_b = KV_S − pad − len_b` (left padding);
+//! - score `s_t = scale · q·k_t + pseShift[b|0, h, 0, t]`; `attenMask[b, t] != 0` **replaces**
+//!   the score with −1e12 (spec; the docs only say "mask"). Consequently a row whose every
+//!   valid token is masked becomes the uniform average of V over the window — unlike PFA, no
+//!   zeroing (there is no row-invalid correction in IFA);
+//! - `len_b == 0` gives a zero output row;
+//! - mask, pse and token index `t` are absolute positions (in paged mode: the logical token
+//!   index in the block table's sequence);
+//! - int8 KV: `x = (x_int8 + offset) · scale` (antiquant, index 0 = K, 1 = V);
+//! - GQA: kv head = `h / (numHeads / numKeyValueHeads)`.
+//!
+//! Not modelled: dequantScale1 / quantScale1 / dequantScale2 (int8 query, which the docs say
+//! is unsupported), per-token antiquant (later API versions).
+
+use half::{bf16, f16};
+
+/// Element conversion for the reference: every value is widened to f64.
+pub trait RefElem: Copy {
+    fn to_f64(self) -> f64;
+    /// Round-to-nearest-even conversion (saturating for integers, NaN → 0 for integers).
+    fn from_f64(x: f64) -> Self;
+}
+
+impl RefElem for f64 {
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+}
+impl RefElem for f32 {
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+}
+impl RefElem for f16 {
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    fn from_f64(x: f64) -> Self {
+        f16::from_f64(x)
+    }
+}
+impl RefElem for bf16 {
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
+    fn from_f64(x: f64) -> Self {
+        bf16::from_f64(x)
+    }
+}
+impl RefElem for i8 {
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(x: f64) -> Self {
+        x.round_ties_even() as i8
+    }
+}
+
+/// Score given to a masked token (spec §5: "1 replaces the score with −1e12").
+pub const IFA_MASKED_SCORE: f64 = -1e12;
+
+/// `inputLayout` of query, output and contiguous / tensor-list KV. With S = 1 the query and
+/// output flat index is `(b·N + h)·D + d` in all three layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IfaLayout {
+    /// KV `(B, S, Nkv·D)`
+    Bsh,
+    /// KV `(B, S, Nkv, D)`
+    Bsnd,
+    /// KV `(B, Nkv, S, D)`
+    Bnsd,
+}
+
+/// Paged KV cache layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PagedLayout {
+    /// `(blocknum, blockSize, Nkv·D)`: element `[blk, off, n·D + d]`.
+    Bsh,
+    /// `(blocknum, Nkv, blockSize, D)`: element `[blk, n, off, d]` (docs: only with query BNSD).
+    Bnsd,
+}
+
+/// Where key and value come from. Key and value always share one form (inexpressible
+/// otherwise).
+#[derive(Clone, Copy, Debug)]
+pub enum KvInput<'a, T> {
+    /// One tensor each, `(B, kv_seq, …)` in the input layout.
+    Contiguous {
+        key: &'a [T],
+        value: &'a [T],
+        kv_seq: usize,
+    },
+    /// Tensor-list form: `B` tensors each, tensor `b` is `(1, S_b, …)` in the input layout
+    /// with `S_b = key[b].len() / (Nkv·D)`.
+    TensorList {
+        key: &'a [&'a [T]],
+        value: &'a [&'a [T]],
+    },
+    /// Page attention: token `t` of batch `b` is in block `block_table[b·max_blocks_per_seq +
+    /// t / block_size]` at offset `t % block_size`.
+    Paged {
+        key_cache: &'a [T],
+        value_cache: &'a [T],
+        layout: PagedLayout,
+        block_table: &'a [i32],
+        max_blocks_per_seq: usize,
+        block_size: usize,
+    },
+}
+
+/// `attenMask` of shape `(B, S)`, `(B, 1, S)` or `(B, 1, 1, S)`: element `[b, t]` at
+/// `b·cols + t`; non-zero = masked. Precondition: `cols >= ` every accessed `t + 1`
+/// (paged: `cols >= max_blocks_per_seq·block_size`).
+#[derive(Clone, Copy, Debug)]
+pub struct IfaMask<'a> {
+    pub data: &'a [u8],
+    pub cols: usize,
+}
+
+/// `pseShift` of shape `(B, N, 1, S)` (`batched`) or `(1, N, 1, S)`: element `[b', h, 0, t]` at
+/// `(b'·N + h)·cols + t`. Same `cols` precondition as the mask.
+#[derive(Clone, Copy, Debug)]
+pub struct IfaPse<'a, T> {
+    pub data: &'a [T],
+    pub batched: bool,
+    pub cols: usize,
+}
+
+/// `antiquantScale` / `antiquantOffset`, widened to f32 (the device takes the query dtype or
+/// FLOAT32; f16/bf16 → f32 is exact).
+///
+/// Per-tensor: shape `(2)`, `scale[0]` for K, `scale[1]` for V. Per-channel: shapes
+/// `(2, Nkv, 1, D)`, `(2, Nkv, D)`, `(2, H)` all flatten to `[kv][n·D + d]`, i.e. index
+/// `kv·Nkv·D + n·D + d`. `offset` has the same shape; absent → 0.
+#[derive(Clone, Copy, Debug)]
+pub struct Antiquant<'a> {
+    pub scale: &'a [f32],
+    pub offset: Option<&'a [f32]>,
+    pub per_channel: bool,
+}
+
+impl Antiquant<'_> {
+    /// `x = (x_int8 + offset) · scale`. `kv` is 0 for K, 1 for V.
+    fn apply(&self, x: f64, kv: usize, channel: usize, channels: usize) -> f64 {
+        let idx = if self.per_channel {
+            kv * channels + channel
+        } else {
+            kv
+        };
+        let offset = self.offset.map_or(0.0, |o| o[idx] as f64);
+        (x + offset) * self.scale[idx] as f64
+    }
+}
+
+/// int8 output through `quantScale2` / `quantOffset2` (f32 values). `scale.len()` is 1
+/// (per-tensor) or `N·D` (per-channel, index `h·D + d`; the docs' parameter table says
+/// "(D·N), N为numKeyValueHeads" but the 约束说明 say the product equals H for BSH output, i.e.
+/// query heads — the reference follows the latter, UNCONFIRMED). `offset` absent → 0.
+#[derive(Clone, Copy, Debug)]
+pub struct PostQuant<'a> {
+    pub scale: &'a [f32],
+    pub offset: Option<&'a [f32]>,
+}
+
+impl PostQuant<'_> {
+    /// `y = x·scale + offset` → f16 (round-nearest-even) → int8 (round-nearest-even,
+    /// saturating). Same rule as the PFA reference; source: ops-transformer `vf_post_quant.h`
+    /// (`Cast<half, float, CAST_RINT>` then `Cast<int8, half, CAST_RINT>`); saturation is
+    /// UNCONFIRMED (the cast trait says NO_SAT), the docs give no rounding rule.
+    pub fn quantize(&self, x: f64, channel: usize) -> i8 {
+        let pick = |v: &[f32]| -> f64 {
+            if v.len() == 1 {
+                v[0] as f64
+            } else {
+                v[channel] as f64
+            }
+        };
+        let y = f16::from_f64(x * pick(self.scale) + self.offset.map_or(0.0, pick)).to_f64();
+        y.round_ties_even() as i8
+    }
+}
+
+/// Inputs of one IFA V4 call. Field names follow the aclnn parameters.
+///
+/// Dimensions: `B = batch`, `N = num_heads`, `Nkv = num_key_value_heads` (0 → N),
+/// `D = head_dim`. Query and output: `B·N·D` elements (`(B,N,1,D)`, `(B,1,N,D)` or `(B,1,H)`).
+///
+/// `KV_S(b)`: `kv_seq` (Contiguous), `S_b` (TensorList), `max_blocks_per_seq·block_size` (Paged).
+///
+/// Preconditions (the caller validates; violating them may panic, never UB):
+/// - `N >= 1`, `Nkv` is 0 or divides `N`; `query.len() >= B·N·D`;
+/// - Contiguous: key/value `>= B·kv_seq·Nkv·D`; TensorList: `B` tensors each, `key[b].len() ==
+///   value[b].len()`, a multiple of `Nkv·D`;
+/// - Paged: `actual_seq_lengths` present; `block_table.len() >= B·max_blocks_per_seq`;
+///   every block id used by a valid token is in `[0, blocknum)`; caches long enough;
+///   `kv_padding_size` is `None`;
+/// - `actual_seq_lengths`: absent, length 1 (broadcast) or length `>= B`; `len_b` in
+///   `[0, KV_S(b) − pad]` (values are not clamped: a window start below 0 panics);
+/// - mask / pse `cols` cover every valid `t`; pse `data.len() >= (B|1)·N·cols`;
+/// - antiquant: required for int8 KV (otherwise raw int8 values are used as-is); lengths as in
+///   [`Antiquant`].
+#[derive(Clone, Copy, Debug)]
+pub struct IncreFlashAttentionArgs<'a, Q, KV> {
+    pub query: &'a [Q],
+    pub kv: KvInput<'a, KV>,
+    pub input_layout: IfaLayout,
+    pub batch: usize,
+    pub num_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub scale: f64,
+    pub pse_shift: Option<IfaPse<'a, Q>>,
+    pub atten_mask: Option<IfaMask<'a>>,
+    pub actual_seq_lengths: Option<&'a [i64]>,
+    pub antiquant: Option<Antiquant<'a>>,
+    /// `kvPaddingSize`; negative behaves as 0. Only with Contiguous / TensorList KV.
+    pub kv_padding_size: Option<i64>,
+    /// Device precision selection; no effect on the reference.
+    pub inner_precise: i64,
+}
+
+impl<'a, Q: RefElem, KV: RefElem> IncreFlashAttentionArgs<'a, Q, KV> {
+    /// No optional inputs, `Nkv = N`.
+    pub fn new(
+        query: &'a [Q],
+        kv: KvInput<'a, KV>,
+        input_layout: IfaLayout,
+        batch: usize,
+        num_heads: usize,
+        head_dim: usize,
+        scale: f64,
+    ) -> Self {
+        Self {
+            query,
+            kv,
+            input_layout,
+            batch,
+            num_heads,
+            num_key_value_heads: 0,
+            head_dim,
+            scale,
+            pse_shift: None,
+            atten_mask: None,
+            actual_seq_lengths: None,
+            antiquant: None,
+            kv_padding_size: None,
+            inner_precise: 1,
+        }
+    }
+
+    fn nkv(&self) -> usize {
+        if self.num_key_value_heads == 0 {
+            self.num_heads
+        } else {
+            self.num_key_value_heads
+        }
+    }
+
+    /// KV S of batch `b` (see the struct docs).
+    pub fn kv_s(&self, b: usize) -> usize {
+        match self.kv {
+            KvInput::Contiguous { kv_seq, .. } => kv_seq,
+            KvInput::TensorList { key, .. } => key[b].len() / (self.nkv() * self.head_dim),
+            KvInput::Paged {
+                max_blocks_per_seq,
+                block_size,
+                ..
+            } => max_blocks_per_seq * block_size,
+        }
+    }
+
+    /// Raw (not yet dequantised) K (`kv = 0`) or V (`kv = 1`) element of token `t`, kv head
+    /// `n`, dim `d`.
+    fn kv_raw(&self, kv: usize, b: usize, t: usize, n: usize, d: usize) -> f64 {
+        let (nkv, dh) = (self.nkv(), self.head_dim);
+        let contiguous = |buf: &[KV], bb: usize, s: usize| -> f64 {
+            let idx = match self.input_layout {
+                IfaLayout::Bsh | IfaLayout::Bsnd => ((bb * s + t) * nkv + n) * dh + d,
+                IfaLayout::Bnsd => ((bb * nkv + n) * s + t) * dh + d,
+            };
+            buf[idx].to_f64()
+        };
+        match self.kv {
+            KvInput::Contiguous { key, value, kv_seq } => {
+                contiguous(if kv == 0 { key } else { value }, b, kv_seq)
+            }
+            KvInput::TensorList { key, value } => {
+                let buf = if kv == 0 { key[b] } else { value[b] };
+                contiguous(buf, 0, self.kv_s(b))
+            }
+            KvInput::Paged {
+                key_cache,
+                value_cache,
+                layout,
+                block_table,
+                max_blocks_per_seq,
+                block_size,
+            } => {
+                let blk = block_table[b * max_blocks_per_seq + t / block_size] as usize;
+                let off = t % block_size;
+                let idx = match layout {
+                    PagedLayout::Bsh => (blk * block_size + off) * nkv * dh + n * dh + d,
+                    PagedLayout::Bnsd => ((blk * nkv + n) * block_size + off) * dh + d,
+                };
+                let buf = if kv == 0 { key_cache } else { value_cache };
+                buf[idx].to_f64()
+            }
+        }
+    }
+
+    fn kv_elem(&self, kv: usize, b: usize, t: usize, n: usize, d: usize) -> f64 {
+        let x = self.kv_raw(kv, b, t, n, d);
+        match self.antiquant {
+            Some(aq) => aq.apply(x, kv, n * self.head_dim + d, self.nkv() * self.head_dim),
+            None => x,
+        }
+    }
+
+    /// Valid absolute token window `[start, start + len)` of batch `b`.
+    pub fn window(&self, b: usize) -> (usize, usize) {
+        let kv_s = self.kv_s(b) as i64;
+        let pad = self.kv_padding_size.map_or(0, |p| p.max(0));
+        let len = match self.actual_seq_lengths {
+            None => kv_s - pad,
+            Some(l) => (if l.len() == 1 { l[0] } else { l[b] }).max(0),
+        };
+        let start = match self.kv_padding_size {
+            None => 0,
+            Some(_) => kv_s - pad - len,
+        };
+        assert!(
+            start >= 0 && len >= 0,
+            "IFA precondition violated: window start {start}, len {len} (batch {b})"
+        );
+        (start as usize, len as usize)
+    }
+}
+
+fn run<Q: RefElem, KV: RefElem>(
+    a: &IncreFlashAttentionArgs<Q, KV>,
+    mut emit: impl FnMut(usize, usize, f64),
+) {
+    let (n, dh) = (a.num_heads, a.head_dim);
+    let group = n / a.nkv();
+    for b in 0..a.batch {
+        let (start, len) = a.window(b);
+        for h in 0..n {
+            let hk = h / group;
+            let q: Vec<f64> = (0..dh)
+                .map(|d| a.query[(b * n + h) * dh + d].to_f64())
+                .collect();
+            let mut out = vec![0.0f64; dh];
+            if len > 0 {
+                let scores: Vec<f64> = (start..start + len)
+                    .map(|t| {
+                        if let Some(m) = a.atten_mask {
+                            if m.data[b * m.cols + t] != 0 {
+                                return IFA_MASKED_SCORE;
+                            }
+                        }
+                        let dot: f64 = (0..dh).map(|d| q[d] * a.kv_elem(0, b, t, hk, d)).sum();
+                        let mut s = a.scale * dot;
+                        if let Some(p) = a.pse_shift {
+                            let bb = if p.batched { b } else { 0 };
+                            s += p.data[(bb * n + h) * p.cols + t].to_f64();
+                        }
+                        s
+                    })
+                    .collect();
+                let m = scores.iter().fold(f64::NEG_INFINITY, |m, &s| m.max(s));
+                let l: f64 = scores.iter().map(|&s| (s - m).exp()).sum();
+                for (k, &s) in scores.iter().enumerate() {
+                    let p = (s - m).exp() / l;
+                    for (d, o) in out.iter_mut().enumerate() {
+                        *o += p * a.kv_elem(1, b, start + k, hk, d);
+                    }
+                }
+            }
+            for (d, &o) in out.iter().enumerate() {
+                emit((b * n + h) * dh + d, h * dh + d, o);
+            }
+        }
+    }
+}
+
+/// Reference output in f64, `B·N·D` elements (`(b·N + h)·D + d`, valid for all layouts).
+pub fn incre_flash_attention<Q: RefElem, KV: RefElem>(
+    a: &IncreFlashAttentionArgs<Q, KV>,
+) -> Vec<f64> {
+    let mut out = vec![0.0; a.batch * a.num_heads * a.head_dim];
+    run(a, |i, _, v| out[i] = v);
+    out
+}
+
+/// Reference output rounded (nearest-even) to `O`.
+pub fn incre_flash_attention_as<Q: RefElem, KV: RefElem, O: RefElem>(
+    a: &IncreFlashAttentionArgs<Q, KV>,
+) -> Vec<O> {
+    incre_flash_attention(a)
+        .into_iter()
+        .map(O::from_f64)
+        .collect()
+}
+
+/// int8 output through `quantScale2` / `quantOffset2` (see [`PostQuant::quantize`]).
+/// Zero rows (`len_b == 0`) quantise as `offset`.
+pub fn incre_flash_attention_int8<Q: RefElem, KV: RefElem>(
+    a: &IncreFlashAttentionArgs<Q, KV>,
+    quant: &PostQuant,
+) -> Vec<i8> {
+    let mut out = vec![0i8; a.batch * a.num_heads * a.head_dim];
+    run(a, |i, ch, v| out[i] = quant.quantize(v, ch));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rand_vec(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
+            })
+            .collect()
+    }
+
+    fn assert_close(a: &[f64], b: &[f64], tol: f64) {
+        assert_eq!(a.len(), b.len());
+        for (k, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= tol, "index {k}: {x} vs {y}");
+        }
+    }
+
+    fn contiguous<'a, T>(key: &'a [T], value: &'a [T], kv_seq: usize) -> KvInput<'a, T> {
+        KvInput::Contiguous { key, value, kv_seq }
+    }
+
+    #[test]
+    fn two_token_softmax_by_hand() {
+        // q = [1], k = [1, 2], v = [10, 20], scale 0.5 → 10 + 10·e^0.5/(1 + e^0.5).
+        let (q, k, v) = ([1.0f32], [1.0f32, 2.0], [10.0f32, 20.0]);
+        let a =
+            IncreFlashAttentionArgs::new(&q, contiguous(&k, &v, 2), IfaLayout::Bnsd, 1, 1, 1, 0.5);
+        let out = incre_flash_attention(&a);
+        assert!((out[0] - 16.224593312018546).abs() < 1e-12, "{}", out[0]);
+    }
+
+    #[test]
+    fn mask_sets_score_to_minus_1e12() {
+        let (q, k, v) = ([1.0f32], [1.0f32, 2.0, 3.0], [10.0f32, 20.0, 40.0]);
+        let mut a =
+            IncreFlashAttentionArgs::new(&q, contiguous(&k, &v, 3), IfaLayout::Bsh, 1, 1, 1, 0.5);
+        let mask = [0u8, 0, 1];
+        a.atten_mask = Some(IfaMask {
+            data: &mask,
+            cols: 3,
+        });
+        assert!((incre_flash_attention(&a)[0] - 16.224593312018546).abs() < 1e-12);
+        // All masked: every score is −1e12 → uniform average (not zero, unlike PFA).
+        let all = [1u8, 1, 1];
+        a.atten_mask = Some(IfaMask {
+            data: &all,
+            cols: 3,
+        });
+        assert!((incre_flash_attention(&a)[0] - 70.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn pse_and_zero_length() {
+        let (q, k, v) = (
+            [1.0f32, 1.0],
+            [1.0f32, 2.0, 0.0, 0.0],
+            [10.0f32, 20.0, 5.0, 7.0],
+        );
+        // B = 2, N = 1, D = 1, S = 2; batch 1 has actual length 0 → zero row.
+        let pse = [1.0f32, 0.0];
+        let lens = [2i64, 0];
+        let mut a =
+            IncreFlashAttentionArgs::new(&q, contiguous(&k, &v, 2), IfaLayout::Bsnd, 2, 1, 1, 0.5);
+        a.pse_shift = Some(IfaPse {
+            data: &pse,
+            batched: false,
+            cols: 2,
+        });
+        a.actual_seq_lengths = Some(&lens);
+        let out = incre_flash_attention(&a);
+        let expect = 20.0 - 10.0 * 0.6224593312018546; // s = [1.5, 1.0]
+        assert_close(&out, &[expect, 0.0], 1e-12);
+    }
+
+    #[test]
+    fn gqa_matches_repeated_kv_heads_and_layouts_agree() {
+        let (b, n, nkv, s, d) = (2, 4, 2, 5, 3);
+        let q = rand_vec(1, b * n * d);
+        let k = rand_vec(2, b * nkv * s * d); // BNSD
+        let v = rand_vec(3, b * nkv * s * d);
+        let mut a =
+            IncreFlashAttentionArgs::new(&q, contiguous(&k, &v, s), IfaLayout::Bnsd, b, n, d, 0.6);
+        a.num_key_value_heads = nkv;
+        let gqa = incre_flash_attention(&a);
+
+        let mut kr = Vec::new();
+        let mut vr = Vec::new();
+        for bi in 0..b {
+            for h in 0..n {
+                let base = (bi * nkv + h / 2) * s * d;
+                kr.extend_from_slice(&k[base..base + s * d]);
+                vr.extend_from_slice(&v[base..base + s * d]);
+            }
+        }
+        let full = incre_flash_attention(&IncreFlashAttentionArgs::new(
+            &q,
+            contiguous(&kr, &vr, s),
+            IfaLayout::Bnsd,
+            b,
+            n,
+            d,
+            0.6,
+        ));
+        assert_close(&gqa, &full, 0.0);
+        assert!((gqa[0] - gqa[2 * d]).abs() > 1e-6);
+
+        // BSND / BSH KV (transposed) give the same result.
+        let t = |x: &[f32]| {
+            let mut y = Vec::new();
+            for bi in 0..b {
+                for si in 0..s {
+                    for ni in 0..nkv {
+                        let base = ((bi * nkv + ni) * s + si) * d;
+                        y.extend_from_slice(&x[base..base + d]);
+                    }
+                }
+            }
+            y
+        };
+        let (kt, vt) = (t(&k), t(&v));
+        for layout in [IfaLayout::Bsnd, IfaLayout::Bsh] {
+            let mut c = a;
+            c.kv = contiguous(&kt, &vt, s);
+            c.input_layout = layout;
+            assert_close(&incre_flash_attention(&c), &gqa, 0.0);
+        }
+    }
+
+    /// Builds a paged cache from BNSD `(B, Nkv, S, D)` data, putting batch b's logical block i
+    /// into physical block `table[b][i]`.
+    fn page(
+        x: &[f32],
+        (b, nkv, s, d): (usize, usize, usize, usize),
+        bs: usize,
+        table: &[i32],
+        maxb: usize,
+        nblocks: usize,
+        layout: PagedLayout,
+    ) -> Vec<f32> {
+        let mut cache = vec![f32::NAN; nblocks * bs * nkv * d];
+        for bi in 0..b {
+            for t in 0..s {
+                let blk = table[bi * maxb + t / bs] as usize;
+                let off = t % bs;
+                for n in 0..nkv {
+                    for di in 0..d {
+                        let idx = match layout {
+                            PagedLayout::Bsh => (blk * bs + off) * nkv * d + n * d + di,
+                            PagedLayout::Bnsd => ((blk * nkv + n) * bs + off) * d + di,
+                        };
+                        cache[idx] = x[((bi * nkv + n) * s + t) * d + di];
+                    }
+                }
+            }
+        }
+        cache
+    }
+
+    #[test]
+    fn paged_equals_contiguous_in_both_cache_layouts() {
+        let (b, n, nkv, s, d, bs, maxb, nblocks) = (2, 2, 1, 6, 2, 4, 2, 5);
+        let q = rand_vec(10, b * n * d);
+        let k = rand_vec(11, b * nkv * s * d);
+        let v = rand_vec(12, b * nkv * s * d);
+        let lens = [6i64, 3];
+        let table = [3i32, 0, 4, 1];
+        let mut a =
+            IncreFlashAttentionArgs::new(&q, contiguous(&k, &v, s), IfaLayout::Bnsd, b, n, d, 0.5);
+        a.num_key_value_heads = nkv;
+        a.actual_seq_lengths = Some(&lens);
+        let expect = incre_flash_attention(&a);
+        for layout in [PagedLayout::Bsh, PagedLayout::Bnsd] {
+            let kc = page(&k, (b, nkv, s, d), bs, &table, maxb, nblocks, layout);
+            let vc = page(&v, (b, nkv, s, d), bs, &table, maxb, nblocks, layout);
+            let mut c = a;
+            c.kv = KvInput::Paged {
+                key_cache: &kc,
+                value_cache: &vc,
+                layout,
+                block_table: &table,
+                max_blocks_per_seq: maxb,
+                block_size: bs,
+            };
+            // NaN in unused slots would poison the result if read.
+            assert_close(&incre_flash_attention(&c), &expect, 0.0);
+        }
+    }
+
+    #[test]
+    fn tensor_list_equals_contiguous() {
+        let (b, n, s, d) = (2, 2, 3, 2);
+        let q = rand_vec(20, b * n * d);
+        let k = rand_vec(21, b * s * n * d); // BSND
+        let v = rand_vec(22, b * s * n * d);
+        let a =
+            IncreFlashAttentionArgs::new(&q, contiguous(&k, &v, s), IfaLayout::Bsnd, b, n, d, 0.5);
+        let expect = incre_flash_attention(&a);
+        let per = s * n * d;
+        let kl = [&k[..per], &k[per..]];
+        let vl = [&v[..per], &v[per..]];
+        let mut c = a;
+        c.kv = KvInput::TensorList {
+            key: &kl,
+            value: &vl,
+        };
+        assert_close(&incre_flash_attention(&c), &expect, 0.0);
+        // Tensor list with a shorter second sequence = contiguous with actual length 2.
+        let kl2 = [&k[..per], &k[per..per + 2 * n * d]];
+        let vl2 = [&v[..per], &v[per..per + 2 * n * d]];
+        let mut c2 = a;
+        c2.kv = KvInput::TensorList {
+            key: &kl2,
+            value: &vl2,
+        };
+        let lens = [3i64, 2];
+        let mut a2 = a;
+        a2.actual_seq_lengths = Some(&lens);
+        assert_close(
+            &incre_flash_attention(&c2),
+            &incre_flash_attention(&a2),
+            0.0,
+        );
+    }
+
+    #[test]
+    fn left_padding_equals_unpadded() {
+        // KV_S = 6, pad = 1, len = [3, 5]: batch b uses tokens [6 − 1 − len, 5).
+        let (b, n, d, s, pad) = (2, 1, 2, 6, 1usize);
+        let lens = [3i64, 5];
+        let q = rand_vec(30, b * n * d);
+        let k = rand_vec(31, b * s * d); // BSH, N = 1
+        let v = rand_vec(32, b * s * d);
+        let mut a =
+            IncreFlashAttentionArgs::new(&q, contiguous(&k, &v, s), IfaLayout::Bsh, b, n, d, 0.5);
+        a.actual_seq_lengths = Some(&lens);
+        a.kv_padding_size = Some(pad as i64);
+        let padded = incre_flash_attention(&a);
+        for bi in 0..b {
+            let l = lens[bi] as usize;
+            let start = s - pad - l;
+            let ks = &k[(bi * s + start) * d..(bi * s + start + l) * d];
+            let vs = &v[(bi * s + start) * d..(bi * s + start + l) * d];
+            let one = incre_flash_attention(&IncreFlashAttentionArgs::new(
+                &q[bi * d..(bi + 1) * d],
+                contiguous(ks, vs, l),
+                IfaLayout::Bsh,
+                1,
+                n,
+                d,
+                0.5,
+            ));
+            assert_close(&padded[bi * d..(bi + 1) * d], &one, 0.0);
+        }
+        // Negative padding behaves as 0: window [S − len, S).
+        a.kv_padding_size = Some(-4);
+        assert_eq!(a.window(0), (3, 3));
+        // Padding changes the result vs. reading from position 0.
+        let mut plain = a;
+        plain.kv_padding_size = None;
+        assert!(incre_flash_attention(&plain)
+            .iter()
+            .zip(&padded)
+            .any(|(x, y)| (x - y).abs() > 1e-6));
+    }
+
+    #[test]
+    fn antiquant_per_tensor_and_per_channel_match_manual_dequant() {
+        let (b, n, nkv, s, d) = (1, 2, 2, 3, 2);
+        let q = rand_vec(40, b * n * d);
+        let k8: Vec<i8> = (0..b * nkv * s * d)
+            .map(|i| ((i * 37) % 100) as i8 - 50)
+            .collect();
+        let v8: Vec<i8> = (0..b * nkv * s * d)
+            .map(|i| ((i * 53) % 90) as i8 - 40)
+            .collect();
+        let dequant = |x: &[i8], off: &dyn Fn(usize) -> f32, sc: &dyn Fn(usize) -> f32| {
+            // BNSD: channel = n·D + d.
+            x.iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let ch = (i / (s * d)) % nkv * d + i % d;
+                    (v as f32 + off(ch)) * sc(ch)
+                })
+                .collect::<Vec<f32>>()
+        };
+        // Per-tensor: K (scale 0.02, offset 3), V (scale 0.05, offset −1).
+        let (sc, of) = ([0.02f32, 0.05], [3.0f32, -1.0]);
+        let mut a = IncreFlashAttentionArgs::new(
+            &q,
+            contiguous(&k8, &v8, s),
+            IfaLayout::Bnsd,
+            b,
+            n,
+            d,
+            0.5,
+        );
+        a.antiquant = Some(Antiquant {
+            scale: &sc,
+            offset: Some(&of),
+            per_channel: false,
+        });
+        let kd = dequant(&k8, &|_| 3.0, &|_| 0.02);
+        let vd = dequant(&v8, &|_| -1.0, &|_| 0.05);
+        let manual = incre_flash_attention(&IncreFlashAttentionArgs::new(
+            &q,
+            contiguous(&kd, &vd, s),
+            IfaLayout::Bnsd,
+            b,
+            n,
+            d,
+            0.5,
+        ));
+        assert_close(&incre_flash_attention(&a), &manual, 1e-6);
+
+        // Per-channel (2, Nkv, 1, D): [kv][n·D + d].
+        let csc: Vec<f32> = (0..2 * nkv * d).map(|i| 0.01 * (i + 1) as f32).collect();
+        let cof: Vec<f32> = (0..2 * nkv * d).map(|i| i as f32 - 3.0).collect();
+        a.antiquant = Some(Antiquant {
+            scale: &csc,
+            offset: Some(&cof),
+            per_channel: true,
+        });
+        let c = nkv * d;
+        let kd = dequant(&k8, &|ch| cof[ch], &|ch| csc[ch]);
+        let vd = dequant(&v8, &|ch| cof[c + ch], &|ch| csc[c + ch]);
+        let manual_pc = incre_flash_attention(&IncreFlashAttentionArgs::new(
+            &q,
+            contiguous(&kd, &vd, s),
+            IfaLayout::Bnsd,
+            b,
+            n,
+            d,
+            0.5,
+        ));
+        let out_pc = incre_flash_attention(&a);
+        assert_close(&out_pc, &manual_pc, 1e-6);
+        assert!(out_pc
+            .iter()
+            .zip(&manual)
+            .any(|(x, y)| (x - y).abs() > 1e-3));
+
+        // Missing offset means 0.
+        a.antiquant = Some(Antiquant {
+            scale: &sc,
+            offset: None,
+            per_channel: false,
+        });
+        let kd = dequant(&k8, &|_| 0.0, &|_| 0.02);
+        let vd = dequant(&v8, &|_| 0.0, &|_| 0.05);
+        let manual0 = incre_flash_attention(&IncreFlashAttentionArgs::new(
+            &q,
+            contiguous(&kd, &vd, s),
+            IfaLayout::Bnsd,
+            b,
+            n,
+            d,
+            0.5,
+        ));
+        assert_close(&incre_flash_attention(&a), &manual0, 1e-6);
+    }
+
+    #[test]
+    fn int8_output_and_half_query() {
+        let (q, k, v) = ([1.0f32], [1.0f32, 2.0], [10.0f32, 20.0]);
+        let a =
+            IncreFlashAttentionArgs::new(&q, contiguous(&k, &v, 2), IfaLayout::Bnsd, 1, 1, 1, 0.5);
+        // 16.2246 · 2 − 1 = 31.449 → 31; 16.2246 · 10 = 162.2 → saturates to 127.
+        let p = PostQuant {
+            scale: &[2.0],
+            offset: Some(&[-1.0]),
+        };
+        assert_eq!(incre_flash_attention_int8(&a, &p), vec![31]);
+        let p = PostQuant {
+            scale: &[10.0],
+            offset: None,
+        };
+        assert_eq!(incre_flash_attention_int8(&a, &p), vec![127]);
+        // f16 query / KV, f16 output.
+        let q16 = [f16::from_f32(1.0)];
+        let k16 = [f16::from_f32(1.0), f16::from_f32(2.0)];
+        let v16 = [f16::from_f32(10.0), f16::from_f32(20.0)];
+        let a16 = IncreFlashAttentionArgs::new(
+            &q16,
+            contiguous(&k16, &v16, 2),
+            IfaLayout::Bnsd,
+            1,
+            1,
+            1,
+            0.5,
+        );
+        let o: Vec<f16> = incre_flash_attention_as(&a16);
+        assert_eq!(o[0], f16::from_f64(16.224593312018546));
+    }
+}

@@ -1,1 +1,0 @@
-//! Op-replay CLI (see `run`).

@@ -1,0 +1,156 @@
+//! The `burn-ascend` command line: replay an aclnn op on tensors dumped to safetensors.
+//!
+//! `burn-ascend run <op> <in.safetensors> <out.safetensors> [--device reference|cpu|sim|npu]`
+//!
+//! Tensors are named after the aclnn parameters without the `Optional` suffix; attributes are
+//! strings in the safetensors `__metadata__` under their aclnn names. Missing attributes take
+//! the docs' defaults.
+
+pub mod io;
+pub mod varlen;
+
+use std::fmt;
+use std::path::Path;
+
+use crate::AttnError;
+use io::Bundle;
+
+/// Where an op runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// The plain CPU reference (f64 accumulation).
+    Reference,
+    /// The fast CPU kernels (currently the reference: the fast kernels have not landed).
+    Cpu,
+    /// The host simulation of the aclnn ABI (not built yet).
+    Sim,
+    /// A real Ascend NPU through CANN (not built yet).
+    Npu,
+}
+
+impl Device {
+    /// Parses `--device`.
+    pub fn parse(s: &str) -> Result<Self, CliError> {
+        Ok(match s {
+            "reference" => Self::Reference,
+            "cpu" => Self::Cpu,
+            "sim" => Self::Sim,
+            "npu" => Self::Npu,
+            other => {
+                return Err(CliError::Usage(format!(
+                    "unknown device '{other}' (reference, cpu, sim, npu)"
+                )))
+            }
+        })
+    }
+
+    /// Errors for devices that cannot run ops in this build.
+    pub fn ensure_available(self) -> Result<(), CliError> {
+        match self {
+            Self::Reference | Self::Cpu => Ok(()),
+            Self::Sim => Err(CliError::Attn(AttnError::Unsupported(
+                "unsupported device 'sim': the host simulation of the aclnn ABI is not built yet"
+                    .into(),
+            ))),
+            Self::Npu => Err(CliError::Attn(AttnError::Unsupported(
+                "unsupported device 'npu': the Ascend (aclnn) dispatch layer is not built yet"
+                    .into(),
+            ))),
+        }
+    }
+}
+
+/// A CLI failure; each maps to one line on stderr and a non-zero exit code.
+#[derive(Debug)]
+pub enum CliError {
+    /// Bad command line (exit 64).
+    Usage(String),
+    /// An op refused its input (exit 2).
+    Attn(AttnError),
+    /// Reading or writing files failed (exit 1).
+    Io(String),
+}
+
+impl CliError {
+    /// The process exit code.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Usage(_) => 64,
+            Self::Attn(_) => 2,
+            Self::Io(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Usage(m) => write!(f, "usage: {m}"),
+            Self::Attn(e) => write!(f, "{e}"),
+            Self::Io(m) => write!(f, "io: {m}"),
+        }
+    }
+}
+
+impl From<AttnError> for CliError {
+    fn from(e: AttnError) -> Self {
+        Self::Attn(e)
+    }
+}
+
+/// The ops `run` knows.
+pub const OPS: &[&str] = &["varlen-fwd", "varlen-bwd"];
+
+/// Runs one op on a bundle of named tensors.
+pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliError> {
+    device.ensure_available()?;
+    match op {
+        "varlen-fwd" => varlen::forward(input),
+        "varlen-bwd" => varlen::backward(input),
+        other => Err(CliError::Usage(format!(
+            "unknown op '{other}' (ops: {})",
+            OPS.join(", ")
+        ))),
+    }
+}
+
+/// `run <op> <in> <out> [--device d]`.
+pub fn run_files(op: &str, input: &Path, output: &Path, device: Device) -> Result<(), CliError> {
+    let bundle = Bundle::read(input)?;
+    let out = run_op(op, &bundle, device)?;
+    out.write(output)
+}
+
+/// Usage text.
+pub const USAGE: &str =
+    "burn-ascend run <op> <in.safetensors> <out.safetensors> [--device reference|cpu|sim|npu]
+  ops: varlen-fwd, varlen-bwd
+  inputs are named after the aclnn parameters (query, key, value, sink, attenMask, ...);
+  attributes are strings in the safetensors __metadata__ (scaleValue, keepProb, sparseMode, ...)";
+
+/// Parses the process arguments (without the program name) and runs.
+pub fn main_with_args(args: &[String]) -> Result<(), CliError> {
+    let mut positional = Vec::new();
+    let mut device = Device::Cpu;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--device" => {
+                let d = it
+                    .next()
+                    .ok_or_else(|| CliError::Usage("--device needs a value".into()))?;
+                device = Device::parse(d)?;
+            }
+            "-h" | "--help" => return Err(CliError::Usage(USAGE.into())),
+            s if s.starts_with("--device=") => device = Device::parse(&s["--device=".len()..])?,
+            s if s.starts_with('-') => {
+                return Err(CliError::Usage(format!("unknown flag '{s}'\n{USAGE}")))
+            }
+            _ => positional.push(a.as_str()),
+        }
+    }
+    match positional.as_slice() {
+        ["run", op, input, output] => run_files(op, Path::new(input), Path::new(output), device),
+        _ => Err(CliError::Usage(USAGE.into())),
+    }
+}
