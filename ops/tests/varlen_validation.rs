@@ -1,0 +1,391 @@
+//! Every validation rule of the varlen op, broken one at a time: each must give a typed error
+//! naming the aclnn parameter (and a valid base case must pass).
+
+use std::sync::Arc;
+
+use burn::backend::NdArray;
+use burn::tensor::Tensor;
+use burn_ascend_ops::varlen::{MaskSpec, PseSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec};
+use burn_ascend_ops::{flash_spec, varlen_score, AttnError, FlashAttnOptions, PseType, SparseMode};
+
+/// Two sequences: q lengths [2, 3], kv lengths [3, 4]; N = 4, Nkv = 2, D = 8.
+fn base() -> (VarlenSpec, VarlenShapes) {
+    let spec = VarlenSpec::new(vec![2, 5], vec![3, 7], 4, 0.35);
+    let shapes = VarlenShapes {
+        query: [5, 4, 8],
+        key: [7, 2, 8],
+        value: [7, 2, 8],
+        sink: Some(4),
+    };
+    (spec, shapes)
+}
+
+fn bwd_base() -> VarlenBwdShapes {
+    VarlenBwdShapes {
+        dy: [5, 4, 8],
+        attention_in: [5, 4, 8],
+        softmax_max: [5, 4, 8],
+        softmax_sum: [5, 4, 8],
+    }
+}
+
+fn expect(param: &str, what: &str, r: Result<impl std::fmt::Debug, AttnError>) {
+    match r {
+        Err(e) => {
+            assert_eq!(e.param(), Some(param), "{what}: wrong parameter in '{e}'");
+            assert!(
+                e.to_string().starts_with(&format!("invalid {param}: ")),
+                "{what}: {e}"
+            );
+        }
+        Ok(v) => panic!("{what}: accepted ({v:?})"),
+    }
+}
+
+type Edit = fn(&mut VarlenSpec, &mut VarlenShapes);
+
+fn compressed(s: &mut VarlenSpec, mode: SparseMode) {
+    s.atten_mask = MaskSpec::Compressed;
+    s.attrs.sparse_mode = mode;
+}
+
+fn dense(s: &mut VarlenSpec, shape: Vec<usize>) {
+    let n = shape.iter().product();
+    s.atten_mask = MaskSpec::Dense {
+        data: Arc::from(vec![0u8; n]),
+        shape,
+    };
+}
+
+#[test]
+fn the_base_case_is_valid() {
+    let (spec, shapes) = base();
+    spec.validate_fwd(&shapes).unwrap();
+    spec.validate_bwd(&shapes, &bwd_base()).unwrap();
+}
+
+#[test]
+fn every_forward_rule_names_its_parameter() {
+    let cases: Vec<(&str, &str, Edit)> = vec![
+        ("headNum", "headNum 0", |s, _| s.head_num = 0),
+        ("headNum", "headNum 257", |s, sh| {
+            s.head_num = 257;
+            sh.query[1] = 257;
+        }),
+        ("headNum", "headNum != query N", |s, _| s.head_num = 2),
+        ("key", "Nkv does not divide N", |_, sh| {
+            sh.key[1] = 3;
+            sh.value[1] = 3;
+        }),
+        ("key", "Nkv 0", |_, sh| {
+            sh.key[1] = 0;
+            sh.value[1] = 0;
+        }),
+        ("value", "value T != key T", |_, sh| sh.value[0] = 6),
+        ("value", "value N != key N", |_, sh| sh.value[1] = 1),
+        ("query", "D 0", |_, sh| {
+            sh.query[2] = 0;
+            sh.key[2] = 0;
+            sh.value[2] = 0;
+        }),
+        ("query", "D 769", |_, sh| {
+            sh.query[2] = 769;
+            sh.key[2] = 769;
+            sh.value[2] = 769;
+        }),
+        ("key", "key D != query D", |_, sh| sh.key[2] = 4),
+        ("value", "value D > D", |_, sh| sh.value[2] = 9),
+        ("actualSeqQLen", "no sequences", |s, _| {
+            s.actual_seq_q_len.clear()
+        }),
+        ("actualSeqQLen", "decreasing", |s, _| {
+            s.actual_seq_q_len = vec![3, 2]
+        }),
+        ("actualSeqQLen", "negative", |s, _| {
+            s.actual_seq_q_len = vec![-1, 5]
+        }),
+        ("actualSeqQLen", "does not end at Tq", |s, _| {
+            s.actual_seq_q_len = vec![2, 4]
+        }),
+        ("actualSeqKvLen", "does not end at Tkv", |s, _| {
+            s.actual_seq_kv_len = vec![3, 8]
+        }),
+        ("actualSeqKvLen", "batch differs", |s, sh| {
+            s.actual_seq_kv_len = vec![7];
+            sh.key[0] = 7;
+        }),
+        ("keepProb", "keepProb 0", |s, _| s.attrs.keep_prob = 0.0),
+        ("keepProb", "keepProb 1.5", |s, _| s.attrs.keep_prob = 1.5),
+        ("keepProb", "keepProb NaN", |s, _| {
+            s.attrs.keep_prob = f64::NAN
+        }),
+        ("innerPrecise", "innerPrecise 3", |s, _| {
+            s.attrs.inner_precise = 3
+        }),
+        ("scaleValue", "scale inf", |s, _| {
+            s.attrs.scale = f64::INFINITY
+        }),
+        ("sink", "sink length != N", |_, sh| sh.sink = Some(3)),
+        ("dropMask", "keepProb < 1 without dropMask", |s, _| {
+            s.attrs.keep_prob = 0.9
+        }),
+        ("dropMask", "dropMask too short", |s, _| {
+            s.attrs.keep_prob = 0.9;
+            // needs N·Σ Sq·Skv = 4·(2·3 + 3·4) = 72 bits = 9 bytes
+            s.drop_mask = Some(Arc::from(vec![0xFFu8; 8]));
+        }),
+        ("attenMask", "explicit mask with mode 3", |s, _| {
+            s.attrs.sparse_mode = SparseMode::RightDownCausal;
+            s.atten_mask = MaskSpec::Dense {
+                data: Arc::from(vec![0u8; 12]),
+                shape: vec![3, 4],
+            };
+        }),
+        ("attenMask", "compressed mask with mode 0", |s, _| {
+            s.atten_mask = MaskSpec::Compressed
+        }),
+        ("attenMask", "rank-3 mask", |s, _| dense(s, vec![1, 3, 4])),
+        ("attenMask", "mask batch 3", |s, _| {
+            dense(s, vec![3, 1, 3, 4])
+        }),
+        ("attenMask", "mask heads 2", |s, _| {
+            dense(s, vec![2, 2, 3, 4])
+        }),
+        ("attenMask", "mask too small", |s, _| dense(s, vec![3, 3])),
+        ("attenMask", "mask data length", |s, _| {
+            s.atten_mask = MaskSpec::Dense {
+                data: Arc::from(vec![0u8; 11]),
+                shape: vec![3, 4],
+            };
+        }),
+        ("actualSeqQLen", "mode 3 with Sq > Skv", |s, _| {
+            compressed(s, SparseMode::RightDownCausal);
+            s.actual_seq_kv_len = vec![1, 7];
+        }),
+        ("preTokens", "band without overlap", |s, _| {
+            compressed(s, SparseMode::Band);
+            s.attrs.pre_tokens = -2;
+            s.attrs.next_tokens = 1;
+        }),
+        ("prefix", "mode 6 without prefix", |s, _| {
+            compressed(s, SparseMode::PrefixCompress)
+        }),
+        ("prefix", "mode 6 prefix length", |s, _| {
+            compressed(s, SparseMode::PrefixCompress);
+            s.prefix = Some(vec![2]);
+        }),
+        ("prefix", "mode 6 prefix below Skv - Sq", |s, _| {
+            compressed(s, SparseMode::PrefixCompress);
+            s.prefix = Some(vec![0, 2]);
+        }),
+        ("prefix", "mode 6 prefix above Skv", |s, _| {
+            compressed(s, SparseMode::PrefixCompress);
+            s.prefix = Some(vec![2, 5]);
+        }),
+        (
+            "preTokens",
+            "mode 7 preTokens < Skv of the last sequence",
+            |s, _| {
+                compressed(s, SparseMode::RightDownCausalBand);
+                s.attrs.pre_tokens = 3;
+                s.attrs.next_tokens = 0;
+            },
+        ),
+        ("nextTokens", "mode 7 nextTokens > 0", |s, _| {
+            compressed(s, SparseMode::RightDownCausalBand);
+            s.attrs.pre_tokens = 4;
+            s.attrs.next_tokens = 1;
+        }),
+        (
+            "actualSeqQLen",
+            "mode 7 Sq > Skv outside the band",
+            |s, _| {
+                compressed(s, SparseMode::RightDownCausalBand);
+                s.actual_seq_kv_len = vec![1, 7];
+                s.attrs.pre_tokens = 6;
+                s.attrs.next_tokens = 0;
+            },
+        ),
+        (
+            "preTokens",
+            "mode 8 preTokens < Skv of the first sequence",
+            |s, _| {
+                compressed(s, SparseMode::BandLeftUpCausal);
+                s.attrs.pre_tokens = 2;
+                s.attrs.next_tokens = 0;
+            },
+        ),
+        ("nextTokens", "mode 8 nextTokens < Sq - Skv", |s, _| {
+            compressed(s, SparseMode::BandLeftUpCausal);
+            s.actual_seq_kv_len = vec![1, 7];
+            s.attrs.pre_tokens = 3;
+            s.attrs.next_tokens = 0;
+        }),
+        ("realShift", "pse with mode 7", |s, _| {
+            compressed(s, SparseMode::RightDownCausalBand);
+            s.attrs.pre_tokens = 4;
+            s.attrs.next_tokens = 0;
+            s.attrs.pse_type = PseType::InnerMulAdd;
+            s.pse = PseSpec::Alibi {
+                slopes: Arc::from(vec![0.5f32; 4]),
+                shape: vec![4],
+            };
+        }),
+        ("realShift", "pse with mode 8 and Sq != Skv", |s, _| {
+            compressed(s, SparseMode::BandLeftUpCausal);
+            s.attrs.pre_tokens = 3;
+            s.attrs.next_tokens = 0;
+            s.attrs.pse_type = PseType::InnerMulAdd;
+            s.pse = PseSpec::Alibi {
+                slopes: Arc::from(vec![0.5f32; 4]),
+                shape: vec![4],
+            };
+        }),
+        ("realShift", "pse with an empty query sequence", |s, sh| {
+            s.actual_seq_q_len = vec![0, 5];
+            sh.query[0] = 5;
+            s.attrs.pse_type = PseType::InnerMulAdd;
+            s.pse = PseSpec::Alibi {
+                slopes: Arc::from(vec![0.5f32; 4]),
+                shape: vec![4],
+            };
+        }),
+        ("pseType", "pseType 0 without realShift", |s, _| {
+            s.attrs.pse_type = PseType::OuterMulAdd
+        }),
+        ("pseType", "dense pse with pseType 2", |s, _| {
+            s.attrs.pse_type = PseType::InnerMulAdd;
+            s.pse = PseSpec::Dense {
+                data: Arc::from(vec![0f32; 72]),
+                shape: vec![72],
+            };
+        }),
+        ("realShift", "dense pse of the wrong length", |s, _| {
+            s.pse = PseSpec::Dense {
+                data: Arc::from(vec![0f32; 71]),
+                shape: vec![71],
+            };
+        }),
+        ("pseType", "slopes with pseType 1", |s, _| {
+            s.pse = PseSpec::Alibi {
+                slopes: Arc::from(vec![0.5f32; 4]),
+                shape: vec![4],
+            };
+        }),
+        ("realShift", "slopes of the wrong shape", |s, _| {
+            s.attrs.pse_type = PseType::InnerMulAddSqrt;
+            s.pse = PseSpec::Alibi {
+                slopes: Arc::from(vec![0.5f32; 3]),
+                shape: vec![3],
+            };
+        }),
+    ];
+    for (param, what, edit) in cases {
+        let (mut spec, mut shapes) = base();
+        edit(&mut spec, &mut shapes);
+        expect(param, what, spec.validate_fwd(&shapes));
+    }
+}
+
+#[test]
+fn the_compressed_alibi_pse_is_unsupported_not_wrong() {
+    let (mut spec, shapes) = base();
+    spec.pse = PseSpec::Dense {
+        data: Arc::from(vec![0f32; 4 * 1024 * 4]),
+        shape: vec![1, 4, 1024, 4],
+    };
+    match spec.validate_fwd(&shapes) {
+        Err(AttnError::Unsupported(m)) => assert!(m.contains("1024"), "{m}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_backward_rule_names_its_parameter() {
+    let edits: Vec<(&str, fn(&mut VarlenShapes, &mut VarlenBwdShapes))> = vec![
+        ("value", |s, _| s.value[2] = 4),
+        ("dy", |_, b| b.dy = [5, 4, 7]),
+        ("attentionIn", |_, b| b.attention_in = [4, 4, 8]),
+        ("softmaxMax", |_, b| b.softmax_max = [5, 4, 1]),
+        ("softmaxSum", |_, b| b.softmax_sum = [5, 2, 8]),
+    ];
+    for (param, edit) in edits {
+        let (spec, mut shapes) = base();
+        let mut b = bwd_base();
+        edit(&mut shapes, &mut b);
+        expect(param, param, spec.validate_bwd(&shapes, &b));
+    }
+}
+
+#[test]
+fn the_burn_api_returns_the_typed_error_instead_of_panicking() {
+    let device = Default::default();
+    let (mut spec, _) = base();
+    spec.attrs.keep_prob = 0.0;
+    let q = Tensor::<NdArray, 3>::zeros([5, 4, 8], &device);
+    let k = Tensor::<NdArray, 3>::zeros([7, 2, 8], &device);
+    let r = varlen_score(q, k.clone(), k, None, &spec).map(|o| o.attention_out.dims());
+    expect("keepProb", "burn api", r);
+}
+
+#[test]
+fn the_flash_front_door_checks_its_own_options() {
+    let opts = FlashAttnOptions::<NdArray>::default();
+    expect(
+        "cu_seqlens_q",
+        "no leading zero",
+        flash_spec([5, 4, 8], &[2, 5], &[0, 3, 7], &opts).map(|_| ()),
+    );
+    expect(
+        "cu_seqlens_k",
+        "no leading zero",
+        flash_spec([5, 4, 8], &[0, 2, 5], &[3, 7], &opts).map(|_| ()),
+    );
+    let opts = FlashAttnOptions::<NdArray> {
+        dropout: 1.0,
+        ..Default::default()
+    };
+    expect(
+        "dropout",
+        "dropout 1",
+        flash_spec([5, 4, 8], &[0, 2, 5], &[0, 3, 7], &opts).map(|_| ()),
+    );
+}
+
+#[test]
+fn causal_and_window_map_onto_cann_modes() {
+    let causal = FlashAttnOptions::<NdArray> {
+        causal: true,
+        ..Default::default()
+    };
+    let s = flash_spec([5, 4, 8], &[0, 2, 5], &[0, 3, 7], &causal).unwrap();
+    assert_eq!(
+        (s.attrs.sparse_mode, &s.atten_mask),
+        (SparseMode::RightDownCausal, &MaskSpec::Compressed)
+    );
+    // Sq > Skv somewhere: mode 3 is not allowed, bottom-right causal becomes a band with next = 0.
+    let s = flash_spec([5, 4, 8], &[0, 4, 5], &[0, 3, 7], &causal).unwrap();
+    assert_eq!(
+        (s.attrs.sparse_mode, s.attrs.next_tokens),
+        (SparseMode::Band, 0)
+    );
+    let window = FlashAttnOptions::<NdArray> {
+        window: Some((2, -1)),
+        causal: true,
+        ..Default::default()
+    };
+    let s = flash_spec([5, 4, 8], &[0, 2, 5], &[0, 3, 7], &window).unwrap();
+    assert_eq!(
+        (s.attrs.sparse_mode, s.attrs.pre_tokens, s.attrs.next_tokens),
+        (SparseMode::Band, 2, 0)
+    );
+    let full = flash_spec(
+        [5, 4, 8],
+        &[0, 2, 5],
+        &[0, 3, 7],
+        &FlashAttnOptions::<NdArray>::default(),
+    )
+    .unwrap();
+    assert_eq!(full.atten_mask, MaskSpec::None);
+    assert!((full.attrs.scale - 1.0 / 8f64.sqrt()).abs() < 1e-15);
+}
