@@ -302,7 +302,8 @@ fn the_compressed_alibi_pse_is_unsupported_not_wrong() {
 
 #[test]
 fn every_backward_rule_names_its_parameter() {
-    let edits: Vec<(&str, fn(&mut VarlenShapes, &mut VarlenBwdShapes))> = vec![
+    type BwdEdit = fn(&mut VarlenShapes, &mut VarlenBwdShapes);
+    let edits: Vec<(&str, BwdEdit)> = vec![
         ("value", |s, _| s.value[2] = 4),
         ("dy", |_, b| b.dy = [5, 4, 7]),
         ("attentionIn", |_, b| b.attention_in = [4, 4, 8]),
