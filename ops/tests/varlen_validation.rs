@@ -10,7 +10,11 @@ use burn_ascend_ops::{flash_spec, varlen_score, AttnError, FlashAttnOptions, Pse
 
 /// Two sequences: q lengths [2, 3], kv lengths [3, 4]; N = 4, Nkv = 2, D = 8.
 fn base() -> (VarlenSpec, VarlenShapes) {
-    let spec = VarlenSpec::new(vec![2, 5], vec![3, 7], 4, 0.35);
+    let spec = VarlenSpec::from_lengths(&[2, 3], &[3, 4], 4, 0.35);
+    assert_eq!(
+        (&spec.actual_seq_q_len[..], &spec.actual_seq_kv_len[..]),
+        (&[2, 5][..], &[3, 7][..])
+    );
     let shapes = VarlenShapes {
         query: [5, 4, 8],
         key: [7, 2, 8],

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use burn_ascend_kernels::dropout;
 use burn_ascend_kernels::varlen::{
-    lengths_from_cumulative, AttenMask, DenseMask, Pse, PseType, SparseMode, VarlenAttrs,
-    VarlenDims, VarlenProblem,
+    cumulative_from_lengths, lengths_from_cumulative, AttenMask, DenseMask, Pse, PseType,
+    SparseMode, VarlenAttrs, VarlenDims, VarlenProblem,
 };
 
 use crate::error::{ensure, AttnError, Result};
@@ -141,6 +141,16 @@ impl VarlenSpec {
             q_start_idx: None,
             kv_start_idx: None,
         }
+    }
+
+    /// A spec from per-sequence lengths (`[2, 2, 0, 2, 2]`), converted to CANN's cumulative form.
+    pub fn from_lengths(seq_q: &[usize], seq_kv: &[usize], head_num: usize, scale: f64) -> Self {
+        Self::new(
+            cumulative_from_lengths(seq_q),
+            cumulative_from_lengths(seq_kv),
+            head_num,
+            scale,
+        )
     }
 
     /// Checks a forward call and returns its dimensions.
