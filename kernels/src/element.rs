@@ -43,3 +43,14 @@ impl Element for half::bf16 {
         half::bf16::from_f64(x)
     }
 }
+
+/// int8 (KV caches, quantised outputs): rounds half to even and saturates to [−128, 127]
+/// (`as` saturates; NaN becomes 0).
+impl Element for i8 {
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(x: f64) -> Self {
+        x.round_ties_even() as i8
+    }
+}

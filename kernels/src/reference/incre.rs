@@ -19,55 +19,10 @@
 //! Not modelled: dequantScale1 / quantScale1 / dequantScale2 (int8 query, which the docs say
 //! is unsupported), per-token antiquant (later API versions).
 
-use half::{bf16, f16};
+use half::f16;
 
-/// Element conversion for the reference: every value is widened to f64.
-pub trait RefElem: Copy {
-    fn to_f64(self) -> f64;
-    /// Round-to-nearest-even conversion (saturating for integers, NaN → 0 for integers).
-    fn from_f64(x: f64) -> Self;
-}
-
-impl RefElem for f64 {
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-}
-impl RefElem for f32 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-}
-impl RefElem for f16 {
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-    fn from_f64(x: f64) -> Self {
-        f16::from_f64(x)
-    }
-}
-impl RefElem for bf16 {
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-    fn from_f64(x: f64) -> Self {
-        bf16::from_f64(x)
-    }
-}
-impl RefElem for i8 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(x: f64) -> Self {
-        x.round_ties_even() as i8
-    }
-}
+/// The element trait of the kernels (f64, f32, f16, bf16, i8), under the name this module used.
+pub use crate::Element as RefElem;
 
 /// Score given to a masked token (spec §5: "1 replaces the score with −1e12").
 pub const IFA_MASKED_SCORE: f64 = -1e12;

@@ -20,56 +20,10 @@
 //! the docs' "pseShift reserved, forced to nullptr" of V1 (the reference applies pse when given,
 //! as V3 does).
 
-use half::{bf16, f16};
+use half::f16;
 
-/// Element conversion for the reference: every value is widened to f64.
-pub trait RefElem: Copy {
-    fn to_f64(self) -> f64;
-    /// Round-to-nearest-even conversion (saturating for integers, NaN → 0 for integers).
-    fn from_f64(x: f64) -> Self;
-}
-
-impl RefElem for f64 {
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-}
-impl RefElem for f32 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-}
-impl RefElem for f16 {
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-    fn from_f64(x: f64) -> Self {
-        f16::from_f64(x)
-    }
-}
-impl RefElem for bf16 {
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-    fn from_f64(x: f64) -> Self {
-        bf16::from_f64(x)
-    }
-}
-impl RefElem for i8 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(x: f64) -> Self {
-        // `as` saturates and maps NaN to 0.
-        x.round_ties_even() as i8
-    }
-}
+/// The element trait of the kernels (f64, f32, f16, bf16, i8), under the name this module used.
+pub use crate::Element as RefElem;
 
 /// `inputLayout`. Q/K/V use the same layout; the output uses the same layout except for
 /// `BnsdBsnd` (BNSD in, BSND out).
@@ -451,6 +405,7 @@ pub fn prompt_flash_attention_int8<T: RefElem>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::bf16;
 
     /// Deterministic pseudo-random values in [-1, 1).
     fn rand_vec(seed: u64, n: usize) -> Vec<f32> {

@@ -14,8 +14,6 @@
 //! skips `s >= num_blocks·block_size`; the write path does the same, and [`check_scatter`]
 //! rejects such slots (the docs require `[0, num_blocks·block_size)`), as well as duplicates.
 
-use half::{bf16, f16};
-
 /// Slot / length index types (`slotMapping`, `compressLens`, … are INT32 or INT64).
 pub trait SlotIndex: Copy {
     fn to_i64(self) -> i64;
@@ -32,51 +30,8 @@ impl SlotIndex for i64 {
 }
 
 /// Element conversion, only needed by the Rope/Omni mean reduction.
-pub trait RefElem: Copy {
-    fn to_f64(self) -> f64;
-    /// Round-to-nearest-even conversion (saturating for integers).
-    fn from_f64(x: f64) -> Self;
-}
-impl RefElem for f64 {
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-}
-impl RefElem for f32 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-}
-impl RefElem for f16 {
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-    fn from_f64(x: f64) -> Self {
-        f16::from_f64(x)
-    }
-}
-impl RefElem for bf16 {
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-    fn from_f64(x: f64) -> Self {
-        bf16::from_f64(x)
-    }
-}
-impl RefElem for i8 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(x: f64) -> Self {
-        x.round_ties_even() as i8
-    }
-}
+/// The element trait of the kernels (f64, f32, f16, bf16, i8), under the name this module used.
+pub use crate::Element as RefElem;
 
 /// `cacheMode` (plus NHSD from the spec).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -489,6 +444,7 @@ pub fn scatter_pa_kv_cache_compressed<T: RefElem, I: SlotIndex>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::f16;
 
     /// Distinct, exactly representable values.
     fn seq(n: usize, base: f32) -> Vec<f32> {
