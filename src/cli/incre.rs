@@ -138,6 +138,14 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
 
 /// `incre`.
 pub fn incre(b: &Bundle) -> Result<Bundle, CliError> {
+    for name in ["dequantScale1", "quantScale1", "dequantScale2"] {
+        if b.tensors.contains_key(name) {
+            return Err(AttnError::Unsupported(format!(
+                "{name}: full int8 quantisation (int8 query) is not modelled"
+            ))
+            .into());
+        }
+    }
     let q = b.required("query")?;
     let qdt = float_dtype(q, "query")?;
     let form = kv_form(b)?;

@@ -134,6 +134,14 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<PromptSpec, AttnError> {
 
 /// `prompt`.
 pub fn prompt(b: &Bundle) -> Result<Bundle, CliError> {
+    for name in ["deqScale1", "quantScale1", "deqScale2"] {
+        if b.tensors.contains_key(name) {
+            return Err(AttnError::Unsupported(format!(
+                "{name}: full int8 quantisation (int8 query) is not modelled"
+            ))
+            .into());
+        }
+    }
     let (q, k, v) = (
         b.required("query")?,
         b.required("key")?,
