@@ -1,5 +1,12 @@
 //! The functional API on plain `Tensor<B, D>`: the CANN-shaped ops ([`varlen_score`],
-//! [`varlen_score_grad`]) and the flash-attn-shaped front door ([`flash_attention_varlen`]).
+//! [`varlen_score_grad`], [`prompt_flash_attention`], [`incre_flash_attention`],
+//! [`scatter_pa_kv_cache`]) and the flash-attn-shaped front door ([`flash_attention_varlen`]).
+//!
+//! Prompt attention, incremental attention and the scatter are inference ops: under `Autodiff`
+//! they run forward-only and return constants. Host-only features (int8 `attentionOut` via
+//! `quantScale2`) return [`AttnError::Unsupported`] here; the CLI (`burn-ascend run`) runs them.
+//! int8 KV for incremental attention travels as float tensors holding the int8 values, with the
+//! spec's `antiquant`.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
@@ -7,8 +14,14 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use burn_ascend_kernels::dropout;
 use burn_ascend_kernels::varlen::{lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode};
 
-use crate::backend::{AttentionBackend, VarlenGradInputs, VarlenInputs};
+use crate::backend::{
+    AttentionBackend, IncreInputs, IncreKv, PromptInputs, ScatterInputs, VarlenGradInputs,
+    VarlenInputs,
+};
 use crate::error::{ensure, AttnError, Result};
+use crate::incre::IncreSpec;
+use crate::prompt::PromptSpec;
+use crate::scatter::ScatterSpec;
 use crate::varlen::{MaskSpec, PseSpec, VarlenSpec};
 
 fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
@@ -228,4 +241,88 @@ pub fn flash_spec<B: Backend>(
         };
     }
     Ok(spec)
+}
+
+/// `aclnnPromptFlashAttentionV3`: query/key/value in `spec.input_layout` (rank `D` = 3 for
+/// BSH/TND, 4 otherwise); returns `attentionOut` (BNSD_BSND → BSND). Forward-only under
+/// `Autodiff`.
+pub fn prompt_flash_attention<B: AttentionBackend, const D: usize>(
+    query: Tensor<B, D>,
+    key: Tensor<B, D>,
+    value: Tensor<B, D>,
+    spec: &PromptSpec,
+) -> Result<Tensor<B, D>> {
+    let out = B::prompt_fwd(
+        PromptInputs {
+            query: prim(query),
+            key: prim(key),
+            value: prim(value),
+        },
+        spec,
+    )?;
+    Ok(tensor(out))
+}
+
+impl<B: Backend> IncreKv<B> {
+    /// Contiguous key/value in the input layout.
+    pub fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
+        Self::Contiguous {
+            key: prim(key),
+            value: prim(value),
+        }
+    }
+
+    /// The tensor-list form (one `(1, S_b, …)` tensor per batch).
+    pub fn list<const K: usize>(key: Vec<Tensor<B, K>>, value: Vec<Tensor<B, K>>) -> Self {
+        Self::List {
+            key: key.into_iter().map(prim).collect(),
+            value: value.into_iter().map(prim).collect(),
+        }
+    }
+
+    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
+    /// (`K = 4`); the spec carries the `blocktable`.
+    pub fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
+        Self::Paged {
+            key_cache: prim(key_cache),
+            value_cache: prim(value_cache),
+        }
+    }
+}
+
+/// `aclnnIncreFlashAttentionV4`: query `(B,N,1,D)`, `(B,1,N,D)` or `(B,1,H)`; returns
+/// `attentionOut` with the query's shape. Forward-only under `Autodiff`.
+pub fn incre_flash_attention<B: AttentionBackend, const D: usize>(
+    query: Tensor<B, D>,
+    kv: IncreKv<B>,
+    spec: &IncreSpec,
+) -> Result<Tensor<B, D>> {
+    Ok(tensor(B::incre_fwd(
+        IncreInputs {
+            query: prim(query),
+            kv,
+        },
+        spec,
+    )?))
+}
+
+/// `aclnnScatterPaKvCache`, functional: key `[T, N, Dk]` (and value `[T, N, Dv]`) into the
+/// rank-4 caches; returns the updated caches. Everything is validated before any write.
+pub fn scatter_pa_kv_cache<B: AttentionBackend>(
+    key: Tensor<B, 3>,
+    value: Option<Tensor<B, 3>>,
+    key_cache: Tensor<B, 4>,
+    value_cache: Option<Tensor<B, 4>>,
+    spec: &ScatterSpec,
+) -> Result<(Tensor<B, 4>, Option<Tensor<B, 4>>)> {
+    let out = B::scatter_kv(
+        ScatterInputs {
+            key: prim(key),
+            value: value.map(prim),
+            key_cache: prim(key_cache),
+            value_cache: value_cache.map(prim),
+        },
+        spec,
+    )?;
+    Ok((tensor(out.key_cache), out.value_cache.map(tensor)))
 }

@@ -1,5 +1,7 @@
 //! `Autodiff<B, C>`: the varlen forward is one graph node whose backward calls the inner
-//! backend's fused `varlen_bwd` (dq, dk, dv, dsink at once).
+//! backend's fused `varlen_bwd` (dq, dk, dv, dsink at once). Prompt attention, incremental
+//! attention and the cache scatter are inference ops: under `Autodiff` they run forward-only on
+//! the inner backend and their outputs are constants (no gradient reaches their inputs).
 //!
 //! This impl lives in the crate that defines [`AttentionBackend`] because Rust's orphan rule
 //! allows `impl AttentionBackend for Autodiff<B, C>` nowhere else.
@@ -13,9 +15,13 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
 
 use crate::backend::{
-    AttentionBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    AttentionBackend, IncreInputs, IncreKv, PromptInputs, ScatterInputs, ScatterOutputs,
+    VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
 use crate::error::Result;
+use crate::incre::IncreSpec;
+use crate::prompt::PromptSpec;
+use crate::scatter::ScatterSpec;
 use crate::varlen::VarlenSpec;
 
 #[cfg(any(test, feature = "test-hooks"))]
@@ -196,6 +202,70 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
             dk: c(g.dk),
             dv: c(g.dv),
             dsink: g.dsink.map(c),
+        })
+    }
+
+    /// Forward-only: runs on the inner backend and returns a constant (no gradient flows
+    /// through prompt attention; it is an inference op).
+    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<FloatTensor<Self>> {
+        let i = <Self as AutodiffBackend>::inner;
+        let out = B::prompt_fwd(
+            PromptInputs {
+                query: i(inputs.query),
+                key: i(inputs.key),
+                value: i(inputs.value),
+            },
+            spec,
+        )?;
+        Ok(<Self as AutodiffBackend>::from_inner(out))
+    }
+
+    /// Forward-only (a constant output), like [`AttentionBackend::prompt_fwd`].
+    fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<FloatTensor<Self>> {
+        let i = <Self as AutodiffBackend>::inner;
+        let kv = match inputs.kv {
+            IncreKv::Contiguous { key, value } => IncreKv::Contiguous {
+                key: i(key),
+                value: i(value),
+            },
+            IncreKv::List { key, value } => IncreKv::List {
+                key: key.into_iter().map(i).collect(),
+                value: value.into_iter().map(i).collect(),
+            },
+            IncreKv::Paged {
+                key_cache,
+                value_cache,
+            } => IncreKv::Paged {
+                key_cache: i(key_cache),
+                value_cache: i(value_cache),
+            },
+        };
+        let out = B::incre_fwd(
+            IncreInputs {
+                query: i(inputs.query),
+                kv,
+            },
+            spec,
+        )?;
+        Ok(<Self as AutodiffBackend>::from_inner(out))
+    }
+
+    /// Forward-only: the updated caches are constants.
+    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+        let i = <Self as AutodiffBackend>::inner;
+        let c = <Self as AutodiffBackend>::from_inner;
+        let out = B::scatter_kv(
+            ScatterInputs {
+                key: i(inputs.key),
+                value: inputs.value.map(i),
+                key_cache: i(inputs.key_cache),
+                value_cache: inputs.value_cache.map(i),
+            },
+            spec,
+        )?;
+        Ok(ScatterOutputs {
+            key_cache: c(out.key_cache),
+            value_cache: out.value_cache.map(c),
         })
     }
 }

@@ -7,6 +7,9 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 
 use crate::error::Result;
+use crate::incre::IncreSpec;
+use crate::prompt::PromptSpec;
+use crate::scatter::ScatterSpec;
 use crate::varlen::{composite, VarlenSpec};
 
 /// Differentiable inputs of the varlen forward.
@@ -61,6 +64,76 @@ pub struct VarlenGrads<B: Backend> {
     pub dsink: Option<FloatTensor<B>>,
 }
 
+/// Inputs of prompt attention, in the spec's `inputLayout` (rank 3 for BSH/TND, else 4).
+#[derive(Debug, Clone)]
+pub struct PromptInputs<B: Backend> {
+    /// `query`.
+    pub query: FloatTensor<B>,
+    /// `key`.
+    pub key: FloatTensor<B>,
+    /// `value`.
+    pub value: FloatTensor<B>,
+}
+
+/// Key/value of incremental attention in one of IFA V4's three forms. int8 KV travels as
+/// float tensors holding the int8 values (exact), dequantised with the spec's antiquant.
+#[derive(Debug, Clone)]
+pub enum IncreKv<B: Backend> {
+    /// One tensor each, `(B, S, H)`, `(B, S, N, D)` or `(B, N, S, D)` per `inputLayout`.
+    Contiguous {
+        /// `key`.
+        key: FloatTensor<B>,
+        /// `value`.
+        value: FloatTensor<B>,
+    },
+    /// The tensor-list form: one `(1, S_b, …)` tensor per batch.
+    List {
+        /// `key[b]`.
+        key: Vec<FloatTensor<B>>,
+        /// `value[b]`.
+        value: Vec<FloatTensor<B>>,
+    },
+    /// Page attention (the spec's `blocktable`): caches `(blocknum, blockSize, H)` or
+    /// `(blocknum, Nkv, blockSize, D)`.
+    Paged {
+        /// The key cache.
+        key_cache: FloatTensor<B>,
+        /// The value cache.
+        value_cache: FloatTensor<B>,
+    },
+}
+
+/// Inputs of incremental attention.
+#[derive(Debug, Clone)]
+pub struct IncreInputs<B: Backend> {
+    /// `query` `(B, N, 1, D)`, `(B, 1, N, D)` or `(B, 1, H)`.
+    pub query: FloatTensor<B>,
+    /// `key` / `value`.
+    pub kv: IncreKv<B>,
+}
+
+/// Inputs of the cache scatter.
+#[derive(Debug, Clone)]
+pub struct ScatterInputs<B: Backend> {
+    /// `key` `[T, N, Dk]` (Nct: the strided storage).
+    pub key: FloatTensor<B>,
+    /// `value` `[T, N, Dv]`, `None` for key-only.
+    pub value: Option<FloatTensor<B>>,
+    /// `keyCacheRef`.
+    pub key_cache: FloatTensor<B>,
+    /// `valueCacheRef`, `None` for key-only.
+    pub value_cache: Option<FloatTensor<B>>,
+}
+
+/// The updated caches.
+#[derive(Debug, Clone)]
+pub struct ScatterOutputs<B: Backend> {
+    /// `keyCacheRef` after the scatter.
+    pub key_cache: FloatTensor<B>,
+    /// `valueCacheRef` after the scatter.
+    pub value_cache: Option<FloatTensor<B>>,
+}
+
 /// CANN's attention operators as a Burn backend extension.
 pub trait AttentionBackend: Backend {
     /// `aclnnFlashAttentionVarLenScoreV5`.
@@ -71,5 +144,22 @@ pub trait AttentionBackend: Backend {
     /// `aclnnFlashAttentionUnpaddingScoreGradV5`.
     fn varlen_bwd(inputs: VarlenGradInputs<Self>, spec: &VarlenSpec) -> Result<VarlenGrads<Self>> {
         composite::varlen_bwd::<Self>(inputs, spec)
+    }
+
+    /// `aclnnPromptFlashAttentionV3` (V1 is the spec with V3's extras at their defaults):
+    /// `attentionOut` in the output layout.
+    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<FloatTensor<Self>> {
+        crate::prompt::composite::prompt_fwd::<Self>(inputs, spec)
+    }
+
+    /// `aclnnIncreFlashAttentionV4`: `attentionOut` with the query's shape.
+    fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<FloatTensor<Self>> {
+        crate::incre::composite::incre_fwd::<Self>(inputs, spec)
+    }
+
+    /// `aclnnScatterPaKvCache`, functional: returns the updated caches. Validates everything
+    /// before writing; on error nothing was written.
+    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+        crate::scatter::composite::scatter_kv::<Self>(inputs, spec)
     }
 }

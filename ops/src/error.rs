@@ -14,6 +14,13 @@ pub enum AttnError {
     },
     /// A valid CANN feature this build does not implement.
     Unsupported(String),
+    /// The paged KV cache has too few free blocks for a request.
+    OutOfBlocks {
+        /// Blocks the request needs.
+        needed: usize,
+        /// Blocks free.
+        free: usize,
+    },
 }
 
 impl AttnError {
@@ -29,7 +36,7 @@ impl AttnError {
     pub fn param(&self) -> Option<&'static str> {
         match self {
             Self::Invalid { param, .. } => Some(param),
-            Self::Unsupported(_) => None,
+            Self::Unsupported(_) | Self::OutOfBlocks { .. } => None,
         }
     }
 }
@@ -39,6 +46,9 @@ impl fmt::Display for AttnError {
         match self {
             Self::Invalid { param, rule } => write!(f, "invalid {param}: {rule}"),
             Self::Unsupported(what) => write!(f, "unsupported: {what}"),
+            Self::OutOfBlocks { needed, free } => {
+                write!(f, "out of KV cache blocks: need {needed}, {free} free")
+            }
         }
     }
 }

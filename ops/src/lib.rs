@@ -3,23 +3,39 @@
 //! CPU kernels for `NdArray`, and a fused backward under `Autodiff`.
 //!
 //! Start with [`flash_attention_varlen`] (flash-attn shaped) or [`varlen_score`] (CANN shaped).
+//! Inference ops: [`prompt_flash_attention`] (PFA V1/V3), [`incre_flash_attention`] (IFA V4,
+//! contiguous / tensor-list / paged KV, int8 KV via antiquant), [`scatter_pa_kv_cache`]
+//! (`aclnnScatterPaKvCache`) and the [`PagedKvCache`] manager built on them. Under `Autodiff`
+//! these run forward-only (their outputs are constants).
 
 pub mod api;
 pub mod autodiff;
 pub mod backend;
 pub mod error;
 pub mod host;
+pub mod incre;
 pub mod ndarray;
+pub mod paged_cache;
+pub mod prompt;
+pub mod scatter;
 pub mod varlen;
 
 pub use api::{
-    flash_attention_varlen, flash_spec, varlen_score, varlen_score_grad, FlashAttnOptions,
-    VarlenAttention, VarlenAttentionGrads,
+    flash_attention_varlen, flash_spec, incre_flash_attention, prompt_flash_attention,
+    scatter_pa_kv_cache, varlen_score, varlen_score_grad, FlashAttnOptions, VarlenAttention,
+    VarlenAttentionGrads,
 };
-pub use backend::{AttentionBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs};
+pub use backend::{
+    AttentionBackend, IncreInputs, IncreKv, PromptInputs, ScatterInputs, ScatterOutputs,
+    VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+};
 pub use burn_ascend_kernels::varlen::{
     cumulative_from_lengths, lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode,
     VarlenAttrs,
 };
 pub use error::{AttnError, Result};
+pub use incre::{IfaLayout, IncreSpec};
+pub use paged_cache::{PagedKvCache, SeqId};
+pub use prompt::{PfaLayout, PromptSpec};
+pub use scatter::ScatterSpec;
 pub use varlen::{MaskSpec, PseSpec, VarlenSpec};

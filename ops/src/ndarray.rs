@@ -6,14 +6,23 @@ use burn::backend::ndarray::{
 };
 use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
 
 use burn_ascend_kernels::reference::varlen as reference;
 
+use burn::tensor::{DType, TensorMetadata};
+use burn_ascend_kernels::reference::incre::{incre_flash_attention, KvInput};
+use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
+
 use crate::backend::{
-    AttentionBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    AttentionBackend, IncreInputs, IncreKv, PromptInputs, ScatterInputs, ScatterOutputs,
+    VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
 use crate::error::Result;
 use crate::host::{from_vec, to_vec};
+use crate::incre::IncreSpec;
+use crate::prompt::PromptSpec;
+use crate::scatter::{scatter_host, ScatterSpec};
 use crate::varlen::composite::{bwd_shapes, shapes};
 use crate::varlen::VarlenSpec;
 
@@ -30,6 +39,122 @@ where
     fn varlen_bwd(inputs: VarlenGradInputs<Self>, spec: &VarlenSpec) -> Result<VarlenGrads<Self>> {
         cpu_varlen_bwd::<Self>(inputs, spec)
     }
+
+    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<FloatTensor<Self>> {
+        cpu_prompt_fwd::<Self>(inputs, spec)
+    }
+
+    fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<FloatTensor<Self>> {
+        cpu_incre_fwd::<Self>(inputs, spec)
+    }
+
+    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+        cpu_scatter_kv::<Self>(inputs, spec)
+    }
+}
+
+/// Prompt attention on host memory through the CPU reference, for any backend.
+pub fn cpu_prompt_fwd<B: Backend>(
+    inputs: PromptInputs<B>,
+    spec: &PromptSpec,
+) -> Result<FloatTensor<B>> {
+    let dims = spec.validate(&crate::prompt::composite::shapes(&inputs))?;
+    crate::prompt::composite::unsupported_on_burn(spec)?;
+    let device = B::float_device(&inputs.query);
+    let (q, k, v) = (
+        to_vec::<B>(inputs.query),
+        to_vec::<B>(inputs.key),
+        to_vec::<B>(inputs.value),
+    );
+    let out = prompt_flash_attention(&spec.args(&dims, &q, &k, &v));
+    let out = out.into_iter().map(|x| x as f32).collect();
+    Ok(from_vec::<B>(out, &dims.out_shape(), &device))
+}
+
+/// Incremental attention on host memory through the CPU reference, for any backend.
+pub fn cpu_incre_fwd<B: Backend>(
+    inputs: IncreInputs<B>,
+    spec: &IncreSpec,
+) -> Result<FloatTensor<B>> {
+    let dims = spec.validate(&crate::incre::composite::shapes(&inputs, spec))?;
+    if spec.post_quant.is_some() {
+        return Err(crate::error::AttnError::Unsupported(
+            "int8 attentionOut (quantScale2) on the Burn API: use the host path (burn-ascend run incre)"
+                .into(),
+        ));
+    }
+    let device = B::float_device(&inputs.query);
+    let q_shape = inputs.query.shape().to_vec();
+    let q = to_vec::<B>(inputs.query);
+    let out = match inputs.kv {
+        IncreKv::Contiguous { key, value } => {
+            let kv_seq = match &dims.kv {
+                crate::incre::KvDims::Contiguous { kv_seq } => *kv_seq,
+                _ => unreachable!("validated"),
+            };
+            let (k, v) = (to_vec::<B>(key), to_vec::<B>(value));
+            let kv = KvInput::Contiguous {
+                key: &k,
+                value: &v,
+                kv_seq,
+            };
+            incre_flash_attention(&spec.args(&dims, &q, kv))
+        }
+        IncreKv::List { key, value } => {
+            let k: Vec<Vec<f32>> = key.into_iter().map(to_vec::<B>).collect();
+            let v: Vec<Vec<f32>> = value.into_iter().map(to_vec::<B>).collect();
+            let (kr, vr): (Vec<&[f32]>, Vec<&[f32]>) = (
+                k.iter().map(Vec::as_slice).collect(),
+                v.iter().map(Vec::as_slice).collect(),
+            );
+            let kv = KvInput::TensorList {
+                key: &kr,
+                value: &vr,
+            };
+            incre_flash_attention(&spec.args(&dims, &q, kv))
+        }
+        IncreKv::Paged {
+            key_cache,
+            value_cache,
+        } => {
+            let (k, v) = (to_vec::<B>(key_cache), to_vec::<B>(value_cache));
+            incre_flash_attention(&spec.args(&dims, &q, spec.paged(&dims, &k, &v)))
+        }
+    };
+    let out = out.into_iter().map(|x| x as f32).collect();
+    Ok(from_vec::<B>(out, &q_shape, &device))
+}
+
+/// The cache scatter on host memory through the CPU reference (f32 caches; other dtypes take
+/// the composite so that PA_NZ's `32 / sizeof(dtype)` stays the caches').
+pub fn cpu_scatter_kv<B: Backend>(
+    inputs: ScatterInputs<B>,
+    spec: &ScatterSpec,
+) -> Result<ScatterOutputs<B>> {
+    let shapes = crate::scatter::composite::shapes(&inputs);
+    let dims = spec.validate(&shapes)?;
+    if shapes.dtypes.iter().flatten().any(|&d| d != DType::F32) {
+        return crate::scatter::composite::scatter_kv::<B>(inputs, spec);
+    }
+    let device = B::float_device(&inputs.key);
+    let kc_shape = shapes.key_cache.clone();
+    let key = to_vec::<B>(inputs.key);
+    let value = inputs.value.map(to_vec::<B>);
+    let mut kc = to_vec::<B>(inputs.key_cache);
+    let vc_shape = shapes.value_cache.clone();
+    let mut vc = inputs.value_cache.map(to_vec::<B>);
+    scatter_host(
+        spec,
+        &dims,
+        &key,
+        value.as_deref(),
+        &mut kc,
+        vc.as_deref_mut(),
+    )?;
+    Ok(ScatterOutputs {
+        key_cache: from_vec::<B>(kc, &kc_shape, &device),
+        value_cache: vc.map(|v| from_vec::<B>(v, &vc_shape.expect("present"), &device)),
+    })
 }
 
 /// The varlen forward on host memory through the CPU kernels, for any backend.

@@ -82,6 +82,78 @@ impl HostTensor {
         }
     }
 
+    /// An I32 tensor.
+    pub fn from_i32(values: &[i32], shape: Vec<usize>) -> Self {
+        Self {
+            dtype: Dtype::I32,
+            shape,
+            bytes: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
+    }
+
+    /// An I8 tensor.
+    pub fn from_i8(values: &[i8], shape: Vec<usize>) -> Self {
+        Self {
+            dtype: Dtype::I8,
+            shape,
+            bytes: values.iter().map(|&v| v as u8).collect(),
+        }
+    }
+
+    /// f64 values rounded (nearest-even) to a float dtype (F32, F16 or BF16).
+    pub fn from_f64_as(values: &[f64], shape: Vec<usize>, dtype: Dtype) -> Self {
+        fn enc<T: WireFloat>(v: &[f64], shape: Vec<usize>) -> HostTensor {
+            let t: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
+            HostTensor::from_values(&t, shape)
+        }
+        match dtype {
+            Dtype::F16 => enc::<f16>(values, shape),
+            Dtype::BF16 => enc::<bf16>(values, shape),
+            _ => enc::<f32>(values, shape),
+        }
+    }
+
+    /// I8 values.
+    pub fn i8_values(&self, name: &'static str) -> Result<Vec<i8>, AttnError> {
+        if self.dtype != Dtype::I8 {
+            return Err(AttnError::invalid(
+                name,
+                format!("dtype must be I8, got {:?}", self.dtype),
+            ));
+        }
+        Ok(self.bytes.iter().map(|&b| b as i8).collect())
+    }
+
+    /// Float or int8 values widened to f32 (int8 exactly).
+    pub fn f32_or_i8_values(&self, name: &'static str) -> Result<Vec<f32>, AttnError> {
+        match self.dtype {
+            Dtype::I8 => Ok(self.i8_values(name)?.into_iter().map(f32::from).collect()),
+            _ => self.f32_values(name),
+        }
+    }
+
+    /// A 0/1 mask: BOOL, INT8 or UINT8, every value 0 or 1.
+    pub fn mask01_values(&self, name: &'static str) -> Result<Vec<u8>, AttnError> {
+        match self.dtype {
+            Dtype::BOOL | Dtype::U8 | Dtype::I8 => {
+                if let Some(i) = self.bytes.iter().position(|&x| x > 1) {
+                    return Err(AttnError::invalid(
+                        name,
+                        format!(
+                            "values must be 0 or 1, element {i} is {}",
+                            self.bytes[i] as i8
+                        ),
+                    ));
+                }
+                Ok(self.bytes.clone())
+            }
+            other => Err(AttnError::invalid(
+                name,
+                format!("dtype must be BOOL, INT8 or UINT8, got {other:?}"),
+            )),
+        }
+    }
+
     /// A U8 or BOOL tensor.
     pub fn from_u8(values: Vec<u8>, shape: Vec<usize>, dtype: Dtype) -> Self {
         Self {
@@ -260,6 +332,46 @@ impl Bundle {
     /// A string attribute, or `default`.
     pub fn attr_str<'a>(&'a self, name: &str, default: &'a str) -> &'a str {
         self.metadata.get(name).map_or(default, String::as_str)
+    }
+
+    /// A required numeric attribute.
+    pub fn attr_required<T: std::str::FromStr>(&self, name: &'static str) -> Result<T, AttnError> {
+        let s = self
+            .metadata
+            .get(name)
+            .ok_or_else(|| AttnError::invalid(name, "required attribute is missing"))?;
+        s.trim()
+            .parse()
+            .map_err(|_| AttnError::invalid(name, format!("attribute '{s}' is not a valid number")))
+    }
+
+    /// An integer-list attribute (`"[a, b]"` or `"a,b"`), if present.
+    pub fn attr_list(&self, name: &'static str) -> Result<Option<Vec<i64>>, AttnError> {
+        let Some(s) = self.metadata.get(name) else {
+            return Ok(None);
+        };
+        let inner = s.trim().trim_start_matches('[').trim_end_matches(']');
+        if inner.trim().is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        inner
+            .split(',')
+            .map(|x| x.trim().parse::<i64>())
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+            .map_err(|_| AttnError::invalid(name, format!("must be a list of integers, got '{s}'")))
+    }
+
+    /// An optional INT64 tensor's values.
+    pub fn opt_i64(&self, name: &'static str) -> Result<Option<Vec<i64>>, AttnError> {
+        match self.tensors.get(name) {
+            None => Ok(None),
+            Some(t) if t.dtype != Dtype::I64 => Err(AttnError::invalid(
+                name,
+                format!("dtype must be INT64, got {:?}", t.dtype),
+            )),
+            Some(t) => Ok(Some(t.i64_values(name)?)),
+        }
     }
 
     /// A numeric attribute, or `default`; a value that does not parse is an error naming it.

@@ -6,7 +6,10 @@
 //! strings in the safetensors `__metadata__` under their aclnn names. Missing attributes take
 //! the docs' defaults.
 
+pub mod incre;
 pub mod io;
+pub mod prompt;
+pub mod scatter;
 pub mod varlen;
 
 use std::fmt;
@@ -99,7 +102,7 @@ impl From<AttnError> for CliError {
 }
 
 /// The ops `run` knows.
-pub const OPS: &[&str] = &["varlen-fwd", "varlen-bwd"];
+pub const OPS: &[&str] = &["varlen-fwd", "varlen-bwd", "prompt", "incre", "scatter"];
 
 /// Runs one op on a bundle of named tensors.
 pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliError> {
@@ -107,6 +110,9 @@ pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliErr
     match op {
         "varlen-fwd" => varlen::forward(input),
         "varlen-bwd" => varlen::backward(input),
+        "prompt" => prompt::prompt(input),
+        "incre" => incre::incre(input),
+        "scatter" => scatter::scatter(input),
         other => Err(CliError::Usage(format!(
             "unknown op '{other}' (ops: {})",
             OPS.join(", ")
@@ -124,9 +130,15 @@ pub fn run_files(op: &str, input: &Path, output: &Path, device: Device) -> Resul
 /// Usage text.
 pub const USAGE: &str =
     "burn-ascend run <op> <in.safetensors> <out.safetensors> [--device reference|cpu|sim|npu]
-  ops: varlen-fwd, varlen-bwd
-  inputs are named after the aclnn parameters (query, key, value, sink, attenMask, ...);
-  attributes are strings in the safetensors __metadata__ (scaleValue, keepProb, sparseMode, ...)";
+  ops: varlen-fwd, varlen-bwd, prompt, incre, scatter
+  inputs are named after the aclnn parameters (query, key, value, sink, attenMask, pseShift,
+  actualSeqLengths, actualSeqLengthsKv, blocktable, kvPaddingSize, antiquantScale,
+  antiquantOffset, quantScale2, quantOffset2, keyCache, valueCache, slotMapping, compressLens,
+  compressSeqOffset, seqLens, ...; incre's tensor-list form: key.0, key.1, ..., value.0, ...);
+  attributes are strings in the safetensors __metadata__ (numHeads, scaleValue, preTokens,
+  nextTokens, inputLayout, numKeyValueHeads, sparseMode, innerPrecise, blockSize, cacheMode,
+  scatterMode, strides, offsets, keepProb, ...)
+  outputs: attentionOut (prompt, incre), keyCache and valueCache (scatter)";
 
 /// Parses the process arguments (without the program name) and runs.
 pub fn main_with_args(args: &[String]) -> Result<(), CliError> {

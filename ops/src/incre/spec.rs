@@ -1,0 +1,804 @@
+//! The incremental (decode) op's parameters (named after `aclnnIncreFlashAttentionV4`) and
+//! their validation.
+//!
+//! Every rule of `kernels/src/reference/VALIDATION.md` (IFA section) that a host-side caller can
+//! break is checked here; each failure names the aclnn parameter. Element dtypes (f16/bf16 query,
+//! int8 KV, mask BOOL/INT8/UINT8 with 0/1 values, int32 blocktable) are checked where they are
+//! known: in the CLI. Whether the KV is int8 reaches the rules through
+//! [`IncreShapes::kv_int8`]. Ascend 310P limits are not applied.
+
+use std::sync::Arc;
+
+use burn_ascend_kernels::reference::incre::{
+    Antiquant, IfaLayout, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput, PagedLayout, PostQuant,
+};
+
+use crate::error::{ensure, AttnError, Result};
+use crate::prompt::{validate_post_quant, PostQuantSpec, MAX_GQA_RATIO};
+
+/// Largest batch (A2/A3).
+pub const IFA_MAX_BATCH: usize = 65_536;
+/// Largest tensor-list length.
+pub const IFA_MAX_LIST: usize = 256;
+/// Largest `numHeads`.
+pub const IFA_MAX_HEADS: usize = 256;
+/// Largest head dim.
+pub const IFA_MAX_HEAD_DIM: usize = 512;
+/// Largest `blockSize`.
+pub const IFA_MAX_BLOCK_SIZE: usize = 512;
+
+/// `attenMask` `(B, S)`, `(B, 1, S)` or `(B, 1, 1, S)`; non-zero = masked (score → −1e12).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncreMask {
+    /// Mask bytes.
+    pub data: Arc<[u8]>,
+    /// Its shape.
+    pub shape: Vec<usize>,
+}
+
+/// `pseShift` `(B|1, N, 1, S)`, values as f32.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncrePse {
+    /// Values.
+    pub data: Arc<[f32]>,
+    /// Its shape.
+    pub shape: Vec<usize>,
+}
+
+/// `blocktable` `(B, maxBlockNumPerSeq)`, int32 block ids.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockTable {
+    /// Block ids, row-major.
+    pub data: Arc<[i32]>,
+    /// `[B, maxBlockNumPerSeq]`.
+    pub shape: Vec<usize>,
+}
+
+/// `antiquantScale` / `antiquantOffset` (int8 KV): `x = (x_int8 + offset) · scale`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AntiquantSpec {
+    /// `antiquantScale` values.
+    pub scale: Arc<[f32]>,
+    /// `antiquantOffset` values (same shape), absent = 0.
+    pub offset: Option<Arc<[f32]>>,
+    /// The shape of both: `(2)` per tensor; `(2, Nkv, 1, D)` (BNSD), `(2, Nkv, D)` (BSND),
+    /// `(2, H)` (BSH) per channel.
+    pub shape: Vec<usize>,
+}
+
+/// Everything of the incremental op that is not query/key/value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncreSpec {
+    /// `numHeads`.
+    pub num_heads: usize,
+    /// `numKeyValueHeads` (0 = `numHeads`).
+    pub num_key_value_heads: usize,
+    /// `scaleValue`.
+    pub scale_value: f64,
+    /// `inputLayout`.
+    pub input_layout: IfaLayout,
+    /// `blockSize` (paged attention only).
+    pub block_size: usize,
+    /// `innerPrecise` (0 or 1).
+    pub inner_precise: i64,
+    /// `actualSeqLengths`: per-batch KV lengths, `(B)` or `(1)`.
+    pub actual_seq_lengths: Option<Vec<i64>>,
+    /// `attenMask`.
+    pub atten_mask: Option<IncreMask>,
+    /// `pseShift`.
+    pub pse_shift: Option<IncrePse>,
+    /// `kvPaddingSize` (negative = 0).
+    pub kv_padding_size: Option<i64>,
+    /// `blocktable`: page attention when present.
+    pub block_table: Option<BlockTable>,
+    /// `antiquantScale` / `antiquantOffset`.
+    pub antiquant: Option<AntiquantSpec>,
+    /// `quantScale2` / `quantOffset2` (int8 output).
+    pub post_quant: Option<PostQuantSpec>,
+}
+
+/// Shapes of the KV inputs in one of the three forms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IncreKvShapes {
+    /// One key and one value tensor in the input layout.
+    Contiguous {
+        /// `key`.
+        key: Vec<usize>,
+        /// `value`.
+        value: Vec<usize>,
+    },
+    /// Tensor lists (one tensor per batch, batch dim 1).
+    List {
+        /// `key[b]`.
+        key: Vec<Vec<usize>>,
+        /// `value[b]`.
+        value: Vec<Vec<usize>>,
+    },
+    /// Paged caches `(blocknum, blockSize, H)` or `(blocknum, Nkv, blockSize, D)`.
+    Paged {
+        /// The key cache.
+        key_cache: Vec<usize>,
+        /// The value cache.
+        value_cache: Vec<usize>,
+    },
+}
+
+/// Shapes of a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncreShapes {
+    /// `query`.
+    pub query: Vec<usize>,
+    /// `key` / `value`.
+    pub kv: IncreKvShapes,
+    /// Whether key/value are int8 (needs antiquant; blockSize multiple of 32).
+    pub kv_int8: bool,
+}
+
+/// Dimensions of the KV form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KvDims {
+    /// Contiguous with KV S.
+    Contiguous {
+        /// KV S.
+        kv_seq: usize,
+    },
+    /// Tensor list with each batch's S.
+    List {
+        /// `S_b`.
+        seqs: Vec<usize>,
+    },
+    /// Paged.
+    Paged {
+        /// Cache layout.
+        layout: PagedLayout,
+        /// blocknum.
+        num_blocks: usize,
+        /// maxBlockNumPerSeq.
+        max_blocks: usize,
+        /// blockSize.
+        block_size: usize,
+    },
+}
+
+/// A validated call's dimensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncreDims {
+    /// B.
+    pub batch: usize,
+    /// N.
+    pub num_heads: usize,
+    /// Nkv (resolved).
+    pub kv_heads: usize,
+    /// D.
+    pub head_dim: usize,
+    /// The KV form.
+    pub kv: KvDims,
+}
+
+impl IncreDims {
+    /// KV S of batch `b` (paged: maxBlockNumPerSeq·blockSize).
+    pub fn kv_s(&self, b: usize) -> usize {
+        match &self.kv {
+            KvDims::Contiguous { kv_seq } => *kv_seq,
+            KvDims::List { seqs } => seqs[b],
+            KvDims::Paged {
+                max_blocks,
+                block_size,
+                ..
+            } => max_blocks * block_size,
+        }
+    }
+
+    fn max_kv_s(&self) -> usize {
+        (0..self.batch).map(|b| self.kv_s(b)).max().unwrap_or(0)
+    }
+}
+
+/// Parses `inputLayout`.
+pub fn parse_ifa_layout(s: &str) -> Result<IfaLayout> {
+    Ok(match s {
+        "BSH" => IfaLayout::Bsh,
+        "BSND" => IfaLayout::Bsnd,
+        "BNSD" => IfaLayout::Bnsd,
+        other => {
+            return Err(AttnError::invalid(
+                "inputLayout",
+                format!("must be BSH, BSND or BNSD, got \"{other}\""),
+            ))
+        }
+    })
+}
+
+impl IncreSpec {
+    /// CANN's defaults: `Nkv = N`, no optional inputs, innerPrecise 1, blockSize 0.
+    pub fn new(num_heads: usize, scale_value: f64, input_layout: IfaLayout) -> Self {
+        Self {
+            num_heads,
+            num_key_value_heads: 0,
+            scale_value,
+            input_layout,
+            block_size: 0,
+            inner_precise: 1,
+            actual_seq_lengths: None,
+            atten_mask: None,
+            pse_shift: None,
+            kv_padding_size: None,
+            block_table: None,
+            antiquant: None,
+            post_quant: None,
+        }
+    }
+
+    /// `kvPaddingSize` with negatives as 0.
+    pub fn pad(&self) -> usize {
+        self.kv_padding_size.map_or(0, |p| p.max(0) as usize)
+    }
+
+    /// Valid KV window `[start, start + len)` of batch `b` (after validation).
+    pub fn window(&self, dims: &IncreDims, b: usize) -> (usize, usize) {
+        let kv_s = dims.kv_s(b);
+        let pad = self.pad();
+        let len = match &self.actual_seq_lengths {
+            None => kv_s.saturating_sub(pad),
+            Some(l) => (if l.len() == 1 { l[0] } else { l[b] }).max(0) as usize,
+        };
+        let start = match self.kv_padding_size {
+            None => 0,
+            Some(_) => kv_s - pad - len,
+        };
+        (start, len)
+    }
+
+    /// Checks a call and returns its dimensions.
+    pub fn validate(&self, s: &IncreShapes) -> Result<IncreDims> {
+        let layout = self.input_layout;
+        let n = self.num_heads;
+        ensure!(
+            (1..=IFA_MAX_HEADS).contains(&n),
+            "numHeads",
+            "must be in 1..={IFA_MAX_HEADS}, got {n}"
+        );
+        let q = &s.query;
+        let (qb, qn, d) = match (layout, q.as_slice()) {
+            (IfaLayout::Bnsd, &[b, qn, 1, d]) => (b, qn, d),
+            (IfaLayout::Bsnd, &[b, 1, qn, d]) => (b, qn, d),
+            (IfaLayout::Bsh, &[b, 1, h]) => {
+                ensure!(
+                    h % n == 0 && h > 0,
+                    "query",
+                    "H = {h} must be a positive multiple of numHeads {n}"
+                );
+                (b, n, h / n)
+            }
+            _ => {
+                return Err(AttnError::invalid(
+                    "query",
+                    format!(
+                        "shape must be (B,N,1,D) for BNSD, (B,1,N,D) for BSND or (B,1,H) for BSH (S = 1), got {q:?} for {layout:?}"
+                    ),
+                ))
+            }
+        };
+        ensure!(
+            qn == n,
+            "numHeads",
+            "must equal the query's N = {qn}, got {n}"
+        );
+        let nkv = if self.num_key_value_heads == 0 {
+            n
+        } else {
+            self.num_key_value_heads
+        };
+        ensure!(
+            n.is_multiple_of(nkv),
+            "numKeyValueHeads",
+            "numHeads {n} must be a multiple of numKeyValueHeads {nkv}"
+        );
+        ensure!(
+            n / nkv <= MAX_GQA_RATIO,
+            "numKeyValueHeads",
+            "numHeads / numKeyValueHeads must be <= {MAX_GQA_RATIO}, got {}",
+            n / nkv
+        );
+        ensure!(
+            (1..=IFA_MAX_HEAD_DIM).contains(&d),
+            "query",
+            "D must be in 1..={IFA_MAX_HEAD_DIM}, got {d}"
+        );
+        ensure!(
+            qb <= IFA_MAX_BATCH,
+            "query",
+            "B must be <= {IFA_MAX_BATCH}, got {qb}"
+        );
+        ensure!(
+            self.scale_value.is_finite(),
+            "scaleValue",
+            "must be finite, got {}",
+            self.scale_value
+        );
+        ensure!(
+            (0..=1).contains(&self.inner_precise),
+            "innerPrecise",
+            "must be 0 or 1, got {}",
+            self.inner_precise
+        );
+        let kv = self.validate_kv(s, qb, nkv, d)?;
+        let dims = IncreDims {
+            batch: qb,
+            num_heads: n,
+            kv_heads: nkv,
+            head_dim: d,
+            kv,
+        };
+        self.validate_lengths(&dims)?;
+        self.validate_mask_pse(&dims)?;
+        self.validate_antiquant(&dims, s.kv_int8)?;
+        if let Some(pq) = &self.post_quant {
+            validate_post_quant(pq, n * d)?;
+        }
+        Ok(dims)
+    }
+
+    /// `(B, S, Nkv, D)` of a contiguous-layout KV tensor.
+    fn kv_split(&self, t: &[usize], nkv: usize, name: &'static str) -> Result<[usize; 4]> {
+        Ok(match (self.input_layout, t) {
+            (IfaLayout::Bsh, &[b, s, h]) => {
+                ensure!(
+                    h % nkv == 0,
+                    name,
+                    "H = {h} must be a multiple of numKeyValueHeads {nkv}"
+                );
+                [b, s, nkv, h / nkv]
+            }
+            (IfaLayout::Bsnd, &[b, s, kn, d]) => [b, s, kn, d],
+            (IfaLayout::Bnsd, &[b, kn, s, d]) => [b, s, kn, d],
+            (layout, _) => {
+                return Err(AttnError::invalid(
+                    name,
+                    format!(
+                        "shape must be (B,S,H), (B,S,N,D) or (B,N,S,D) per inputLayout, got {t:?} for {layout:?}"
+                    ),
+                ))
+            }
+        })
+    }
+
+    fn check_kv_tensor(
+        &self,
+        t: &[usize],
+        nkv: usize,
+        d: usize,
+        name: &'static str,
+    ) -> Result<[usize; 4]> {
+        let [b, s, kn, kd] = self.kv_split(t, nkv, name)?;
+        ensure!(
+            kn == nkv,
+            "numKeyValueHeads",
+            "must equal the key's N = {kn} (0 means numHeads), got {}",
+            self.num_key_value_heads
+        );
+        ensure!(kd == d, name, "D must equal the query's D {d}, got {kd}");
+        Ok([b, s, kn, kd])
+    }
+
+    fn validate_kv(&self, s: &IncreShapes, batch: usize, nkv: usize, d: usize) -> Result<KvDims> {
+        let paged = matches!(s.kv, IncreKvShapes::Paged { .. });
+        ensure!(
+            self.block_table.is_some() == paged,
+            "blocktable",
+            "must be given exactly when key/value are paged caches ({})",
+            if paged {
+                "missing"
+            } else {
+                "given without paged caches"
+            }
+        );
+        match &s.kv {
+            IncreKvShapes::Contiguous { key, value } => {
+                let [kb, ks, _, _] = self.check_kv_tensor(key, nkv, d, "key")?;
+                ensure!(
+                    kb == batch,
+                    "key",
+                    "B must equal the query's B {batch}, got {kb}"
+                );
+                ensure!(
+                    value == key,
+                    "value",
+                    "shape must equal the key's {key:?}, got {value:?}"
+                );
+                Ok(KvDims::Contiguous { kv_seq: ks })
+            }
+            IncreKvShapes::List { key, value } => {
+                ensure!(
+                    key.len() == batch,
+                    "key",
+                    "tensor list must hold B = {batch} tensors, got {}",
+                    key.len()
+                );
+                ensure!(
+                    key.len() <= IFA_MAX_LIST,
+                    "key",
+                    "tensor list holds at most {IFA_MAX_LIST} tensors, got {}",
+                    key.len()
+                );
+                ensure!(
+                    value.len() == key.len(),
+                    "value",
+                    "tensor list must hold as many tensors as key ({}), got {}",
+                    key.len(),
+                    value.len()
+                );
+                let mut seqs = Vec::with_capacity(key.len());
+                let mut first: Option<Vec<usize>> = None;
+                for (b, (k, v)) in key.iter().zip(value).enumerate() {
+                    let [kb, ks, _, _] = self.check_kv_tensor(k, nkv, d, "key")?;
+                    ensure!(kb == 1, "key", "tensor {b}: batch dim must be 1, got {kb}");
+                    ensure!(
+                        v == k,
+                        "value",
+                        "tensor {b}: shape must equal the key's {k:?}, got {v:?}"
+                    );
+                    // All shapes equal except S: compare with S zeroed.
+                    let mut norm = k.clone();
+                    let s_axis = if self.input_layout == IfaLayout::Bnsd {
+                        2
+                    } else {
+                        1
+                    };
+                    norm[s_axis] = 0;
+                    match &first {
+                        None => first = Some(norm),
+                        Some(f) => ensure!(
+                            *f == norm,
+                            "key",
+                            "tensor {b}: shape {k:?} differs from tensor 0 in more than S"
+                        ),
+                    }
+                    seqs.push(ks);
+                }
+                Ok(KvDims::List { seqs })
+            }
+            IncreKvShapes::Paged {
+                key_cache,
+                value_cache,
+            } => {
+                ensure!(
+                    self.kv_padding_size.is_none(),
+                    "kvPaddingSize",
+                    "cannot be combined with page attention (blocktable)"
+                );
+                let bs = self.block_size;
+                let align = if s.kv_int8 { 32 } else { 16 };
+                ensure!(
+                    (1..=IFA_MAX_BLOCK_SIZE).contains(&bs) && bs.is_multiple_of(align),
+                    "blockSize",
+                    "paged attention needs 0 < blockSize <= {IFA_MAX_BLOCK_SIZE}, a multiple of {align} ({} KV), got {bs}",
+                    if s.kv_int8 { "int8" } else { "f16/bf16" }
+                );
+                let (layout, nb) = match *key_cache.as_slice() {
+                    [nb, cbs, h] => {
+                        ensure!(
+                            cbs == bs && h == nkv * d,
+                            "key",
+                            "paged cache (blocknum, blockSize, H) must be ({nb}, {bs}, {}), got {key_cache:?}",
+                            nkv * d
+                        );
+                        ensure!(
+                            h <= 65_536,
+                            "key",
+                            "paged cache (blocknum, blockSize, H) needs numKvHeads·headDim <= 64k, got {h}"
+                        );
+                        (PagedLayout::Bsh, nb)
+                    }
+                    [nb, kn, cbs, cd] => {
+                        ensure!(
+                            self.input_layout == IfaLayout::Bnsd,
+                            "key",
+                            "the (blocknum, KV_N, blockSize, D) cache needs inputLayout BNSD"
+                        );
+                        ensure!(
+                            kn == nkv && cbs == bs && cd == d,
+                            "key",
+                            "paged cache (blocknum, KV_N, blockSize, D) must be ({nb}, {nkv}, {bs}, {d}), got {key_cache:?}"
+                        );
+                        (PagedLayout::Bnsd, nb)
+                    }
+                    _ => {
+                        return Err(AttnError::invalid(
+                            "key",
+                            format!(
+                                "paged cache must be (blocknum, blockSize, H) or (blocknum, KV_N, blockSize, D), got {key_cache:?}"
+                            ),
+                        ))
+                    }
+                };
+                ensure!(
+                    value_cache == key_cache,
+                    "value",
+                    "paged cache shape must equal the key cache's {key_cache:?}, got {value_cache:?}"
+                );
+                let bt = self.block_table.as_ref().expect("checked above");
+                let &[tb, max_blocks] = bt.shape.as_slice() else {
+                    return Err(AttnError::invalid(
+                        "blocktable",
+                        format!("must be 2-D (B, maxBlockNumPerSeq), got {:?}", bt.shape),
+                    ));
+                };
+                ensure!(
+                    tb == batch,
+                    "blocktable",
+                    "dim 0 must be B = {batch}, got {tb}"
+                );
+                ensure!(
+                    bt.data.len() == tb * max_blocks,
+                    "blocktable",
+                    "has {} entries, shape {:?} needs {}",
+                    bt.data.len(),
+                    bt.shape,
+                    tb * max_blocks
+                );
+                ensure!(
+                    self.actual_seq_lengths.is_some(),
+                    "actualSeqLengths",
+                    "required with page attention (blocktable)"
+                );
+                Ok(KvDims::Paged {
+                    layout,
+                    num_blocks: nb,
+                    max_blocks,
+                    block_size: bs,
+                })
+            }
+        }
+    }
+
+    fn validate_lengths(&self, dims: &IncreDims) -> Result<()> {
+        let batch = dims.batch;
+        let pad = self.pad();
+        if let Some(l) = &self.actual_seq_lengths {
+            ensure!(
+                l.len() == 1 || l.len() == batch,
+                "actualSeqLengths",
+                "must have B = {batch} entries or 1, got {}",
+                l.len()
+            );
+        }
+        let mut needed_blocks = 0usize;
+        for b in 0..batch {
+            let kv_s = dims.kv_s(b);
+            if let Some(l) = &self.actual_seq_lengths {
+                let x = if l.len() == 1 { l[0] } else { l[b] };
+                ensure!(
+                    x >= 0 && x as u64 + pad as u64 <= kv_s as u64,
+                    "actualSeqLengths",
+                    "entry {b} = {x} must be in [0, KV S - kvPaddingSize] = [0, {}]",
+                    kv_s as i64 - pad as i64
+                );
+            } else {
+                ensure!(
+                    pad <= kv_s,
+                    "kvPaddingSize",
+                    "{pad} exceeds KV S = {kv_s} (window start < 0)"
+                );
+            }
+            if let KvDims::Paged {
+                num_blocks,
+                max_blocks,
+                block_size,
+                ..
+            } = &dims.kv
+            {
+                let (_, len) = self.window(dims, b);
+                let used = len.div_ceil(*block_size);
+                needed_blocks += used;
+                let bt = self.block_table.as_ref().expect("paged");
+                ensure!(
+                    used <= *max_blocks,
+                    "blocktable",
+                    "batch {b} needs {used} blocks, maxBlockNumPerSeq is {max_blocks}"
+                );
+                for i in 0..used {
+                    let id = bt.data[b * max_blocks + i];
+                    ensure!(
+                        id >= 0 && (id as usize) < *num_blocks,
+                        "blocktable",
+                        "[{b}][{i}] = {id} must be a block id in [0, {num_blocks})"
+                    );
+                }
+            }
+        }
+        if let KvDims::Paged { num_blocks, .. } = &dims.kv {
+            ensure!(
+                *num_blocks >= needed_blocks,
+                "key",
+                "blocknum {num_blocks} must be >= the blocks the lengths need ({needed_blocks})"
+            );
+        }
+        Ok(())
+    }
+
+    fn validate_mask_pse(&self, dims: &IncreDims) -> Result<()> {
+        let (batch, n) = (dims.batch, dims.num_heads);
+        let need = dims.max_kv_s();
+        if let Some(m) = &self.atten_mask {
+            let (mb, cols) = match *m.shape.as_slice() {
+                [b, s] | [b, 1, s] | [b, 1, 1, s] => (b, s),
+                _ => {
+                    return Err(AttnError::invalid(
+                        "attenMask",
+                        format!(
+                            "shape must be (B,S), (B,1,S) or (B,1,1,S), got {:?}",
+                            m.shape
+                        ),
+                    ))
+                }
+            };
+            ensure!(
+                mb == batch,
+                "attenMask",
+                "batch dim must be B = {batch}, got {mb}"
+            );
+            ensure!(
+                cols >= need,
+                "attenMask",
+                "S = {cols} must be >= KV S {need} (paged: maxBlockNumPerSeq·blockSize)"
+            );
+            ensure!(
+                m.data.len() == mb * cols,
+                "attenMask",
+                "has {} elements, shape {:?} needs {}",
+                m.data.len(),
+                m.shape,
+                mb * cols
+            );
+        }
+        if let Some(p) = &self.pse_shift {
+            let &[pb, pn, one, cols] = p.shape.as_slice() else {
+                return Err(AttnError::invalid(
+                    "pseShift",
+                    format!("shape must be (B|1, N, 1, S), got {:?}", p.shape),
+                ));
+            };
+            ensure!(
+                (pb == 1 || pb == batch) && pn == n && one == 1,
+                "pseShift",
+                "shape must be (B|1, N, 1, S) with B = {batch}, N = {n}, got {:?}",
+                p.shape
+            );
+            ensure!(
+                cols >= need,
+                "pseShift",
+                "S = {cols} must be >= KV S {need} (paged: maxBlockNumPerSeq·blockSize)"
+            );
+            ensure!(
+                p.data.len() == pb * pn * cols,
+                "pseShift",
+                "has {} values, shape {:?} needs {}",
+                p.data.len(),
+                p.shape,
+                pb * pn * cols
+            );
+        }
+        Ok(())
+    }
+
+    fn validate_antiquant(&self, dims: &IncreDims, kv_int8: bool) -> Result<()> {
+        let Some(aq) = &self.antiquant else {
+            ensure!(!kv_int8, "antiquantScale", "required with int8 key/value");
+            return Ok(());
+        };
+        ensure!(kv_int8, "antiquantScale", "only with int8 key/value");
+        let (nkv, d) = (dims.kv_heads, dims.head_dim);
+        let per_channel = match (self.input_layout, aq.shape.as_slice()) {
+            (_, [2]) => false,
+            (IfaLayout::Bnsd, &[2, a, 1, b]) if a == nkv && b == d => true,
+            (IfaLayout::Bsnd, &[2, a, b]) if a == nkv && b == d => true,
+            (IfaLayout::Bsh, &[2, h]) if h == nkv * d => true,
+            (layout, shape) => {
+                return Err(AttnError::invalid(
+                    "antiquantScale",
+                    format!(
+                        "shape must be (2) or per channel (2,{nkv},1,{d}) BNSD / (2,{nkv},{d}) BSND / (2,{}) BSH, got {shape:?} for {layout:?}",
+                        nkv * d
+                    ),
+                ))
+            }
+        };
+        let len = if per_channel { 2 * nkv * d } else { 2 };
+        ensure!(
+            aq.scale.len() == len,
+            "antiquantScale",
+            "has {} values, shape {:?} needs {len}",
+            aq.scale.len(),
+            aq.shape
+        );
+        if let Some(o) = &aq.offset {
+            ensure!(
+                o.len() == len,
+                "antiquantOffset",
+                "must have antiquantScale's shape {:?} ({len} values), got {}",
+                aq.shape,
+                o.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the antiquant is per channel (after validation).
+    pub fn antiquant_per_channel(&self) -> bool {
+        self.antiquant.as_ref().is_some_and(|a| a.shape.len() > 1)
+    }
+
+    /// The CPU reference's arguments for a validated call (f32 host buffers; int8 KV values
+    /// widened to f32 exactly).
+    pub fn args<'a>(
+        &'a self,
+        dims: &IncreDims,
+        query: &'a [f32],
+        kv: KvInput<'a, f32>,
+    ) -> IncreFlashAttentionArgs<'a, f32, f32> {
+        let mut a = IncreFlashAttentionArgs::new(
+            query,
+            kv,
+            self.input_layout,
+            dims.batch,
+            dims.num_heads,
+            dims.head_dim,
+            self.scale_value,
+        );
+        a.num_key_value_heads = dims.kv_heads;
+        a.inner_precise = self.inner_precise;
+        a.actual_seq_lengths = self.actual_seq_lengths.as_deref();
+        a.kv_padding_size = self.kv_padding_size;
+        a.atten_mask = self.atten_mask.as_ref().map(|m| IfaMask {
+            data: &m.data,
+            cols: *m.shape.last().expect("validated"),
+        });
+        a.pse_shift = self.pse_shift.as_ref().map(|p| IfaPse {
+            data: &p.data,
+            batched: p.shape[0] != 1,
+            cols: p.shape[3],
+        });
+        let per_channel = self.antiquant_per_channel();
+        a.antiquant = self.antiquant.as_ref().map(|q| Antiquant {
+            scale: &q.scale,
+            offset: q.offset.as_deref(),
+            per_channel,
+        });
+        a
+    }
+
+    /// The reference's paged KV input for validated caches.
+    pub fn paged<'a>(
+        &'a self,
+        dims: &IncreDims,
+        key_cache: &'a [f32],
+        value_cache: &'a [f32],
+    ) -> KvInput<'a, f32> {
+        let KvDims::Paged {
+            layout,
+            max_blocks,
+            block_size,
+            ..
+        } = dims.kv
+        else {
+            panic!("paged() on a non-paged call");
+        };
+        KvInput::Paged {
+            key_cache,
+            value_cache,
+            layout,
+            block_table: &self.block_table.as_ref().expect("paged").data,
+            max_blocks_per_seq: max_blocks,
+            block_size,
+        }
+    }
+
+    /// The reference's post-quant view of `quantScale2` / `quantOffset2`.
+    pub fn post_quant(&self) -> Option<PostQuant<'_>> {
+        self.post_quant.as_ref().map(|q| PostQuant {
+            scale: &q.scale,
+            offset: q.offset.as_deref(),
+        })
+    }
+}

@@ -1,0 +1,317 @@
+//! A paged KV cache manager on top of the three ops: a block allocator with a free list,
+//! per-sequence block tables, [`PagedKvCache::append`] (computes the slot mapping and runs the
+//! cache scatter), [`PagedKvCache::attend`] (decode through incremental attention on the paged
+//! cache, prefill through prompt attention on the gathered KV), [`PagedKvCache::fork`] (shares
+//! blocks, copy-on-write for a shared partly filled last block) and [`PagedKvCache::free`].
+//!
+//! The caches are `[num_blocks, block_size, Nkv, D]` (cacheMode Norm), which is IFA's paged
+//! `(blocknum, blockSize, H)` layout. Float caches only: int8 KV lives on host paths.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use burn::tensor::{Int, Tensor, TensorData};
+
+use crate::api::{incre_flash_attention, prompt_flash_attention, scatter_pa_kv_cache};
+use crate::backend::{AttentionBackend, IncreKv};
+use crate::error::{ensure, AttnError, Result};
+use crate::incre::{BlockTable, IfaLayout, IncreSpec};
+use crate::prompt::{PfaLayout, PromptMask, PromptSpec};
+use crate::scatter::ScatterSpec;
+
+/// A sequence's handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(pub u64);
+
+#[derive(Debug, Clone)]
+struct Seq {
+    blocks: Vec<usize>,
+    len: usize,
+}
+
+/// Paged KV cache for one attention layer.
+#[derive(Debug, Clone)]
+pub struct PagedKvCache<B: AttentionBackend> {
+    key_cache: Tensor<B, 4>,
+    value_cache: Tensor<B, 4>,
+    num_heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+    scale: f64,
+    free: Vec<usize>,
+    refs: Vec<usize>,
+    seqs: HashMap<SeqId, Seq>,
+    next: u64,
+}
+
+impl<B: AttentionBackend> PagedKvCache<B> {
+    /// Zeroed caches of `num_blocks` blocks of `block_size` tokens (a multiple of 16, at most
+    /// 512, as page attention requires), for `num_heads` query heads sharing `kv_heads` kv heads
+    /// of size `head_dim`; `scale` is the attention's `scaleValue`.
+    pub fn new(
+        num_blocks: usize,
+        block_size: usize,
+        num_heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        scale: f64,
+        device: &B::Device,
+    ) -> Result<Self> {
+        ensure!(num_blocks > 0, "num_blocks", "must be positive");
+        ensure!(
+            block_size > 0 && block_size <= 512 && block_size.is_multiple_of(16),
+            "blockSize",
+            "must be a positive multiple of 16 up to 512, got {block_size}"
+        );
+        ensure!(
+            kv_heads > 0 && num_heads.is_multiple_of(kv_heads),
+            "numKeyValueHeads",
+            "must divide numHeads {num_heads}, got {kv_heads}"
+        );
+        ensure!(head_dim > 0, "head_dim", "must be positive");
+        let shape = [num_blocks, block_size, kv_heads, head_dim];
+        Ok(Self {
+            key_cache: Tensor::zeros(shape, device),
+            value_cache: Tensor::zeros(shape, device),
+            num_heads,
+            kv_heads,
+            head_dim,
+            block_size,
+            scale,
+            free: (0..num_blocks).rev().collect(),
+            refs: vec![0; num_blocks],
+            seqs: HashMap::new(),
+            next: 0,
+        })
+    }
+
+    /// A new empty sequence.
+    pub fn add_sequence(&mut self) -> SeqId {
+        let id = SeqId(self.next);
+        self.next += 1;
+        self.seqs.insert(
+            id,
+            Seq {
+                blocks: Vec::new(),
+                len: 0,
+            },
+        );
+        id
+    }
+
+    fn seq(&self, id: SeqId) -> Result<&Seq> {
+        self.seqs
+            .get(&id)
+            .ok_or_else(|| AttnError::invalid("seq", format!("unknown sequence {id:?}")))
+    }
+
+    /// Free blocks.
+    pub fn free_blocks(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Tokens stored for `id`.
+    pub fn len(&self, id: SeqId) -> Result<usize> {
+        Ok(self.seq(id)?.len)
+    }
+
+    /// The block table of `id`.
+    pub fn block_table(&self, id: SeqId) -> Result<&[usize]> {
+        Ok(&self.seq(id)?.blocks)
+    }
+
+    /// The caches `[num_blocks, block_size, Nkv, D]`.
+    pub fn caches(&self) -> (&Tensor<B, 4>, &Tensor<B, 4>) {
+        (&self.key_cache, &self.value_cache)
+    }
+
+    /// Appends `T` tokens: key and value `[T, Nkv, D]`. Allocates blocks (copying a shared,
+    /// partly filled last block first); fails with [`AttnError::OutOfBlocks`] before changing
+    /// anything when too few are free.
+    pub fn append(&mut self, id: SeqId, key: Tensor<B, 3>, value: Tensor<B, 3>) -> Result<()> {
+        let [t, nkv, d] = key.dims();
+        ensure!(
+            nkv == self.kv_heads && d == self.head_dim,
+            "key",
+            "must be [T, {}, {}], got {:?}",
+            self.kv_heads,
+            self.head_dim,
+            key.dims()
+        );
+        ensure!(
+            value.dims() == key.dims(),
+            "value",
+            "must have the key's shape {:?}, got {:?}",
+            key.dims(),
+            value.dims()
+        );
+        let bs = self.block_size;
+        let seq = self.seq(id)?.clone();
+        let cow = seq.len % bs != 0 && self.refs[*seq.blocks.last().expect("len > 0")] > 1;
+        let needed = (seq.len + t).div_ceil(bs) - seq.blocks.len() + cow as usize;
+        if needed > self.free.len() {
+            return Err(AttnError::OutOfBlocks {
+                needed,
+                free: self.free.len(),
+            });
+        }
+        let mut blocks = seq.blocks;
+        if cow {
+            let old = blocks.pop().expect("len > 0");
+            let new = self.alloc();
+            self.refs[old] -= 1;
+            let copy = |c: Tensor<B, 4>| {
+                let src = c.clone().narrow(0, old, 1);
+                c.slice_assign([new..new + 1, 0..bs, 0..nkv, 0..d], src)
+            };
+            self.key_cache = copy(self.key_cache.clone());
+            self.value_cache = copy(self.value_cache.clone());
+            blocks.push(new);
+        }
+        while blocks.len() * bs < seq.len + t {
+            blocks.push(self.alloc());
+        }
+        let slots: Vec<i64> = (seq.len..seq.len + t)
+            .map(|p| (blocks[p / bs] * bs + p % bs) as i64)
+            .collect();
+        let (kc, vc) = scatter_pa_kv_cache(
+            key,
+            Some(value),
+            self.key_cache.clone(),
+            Some(self.value_cache.clone()),
+            &ScatterSpec::new(slots),
+        )?;
+        self.key_cache = kc;
+        self.value_cache = vc.expect("value cache");
+        self.seqs.insert(
+            id,
+            Seq {
+                blocks,
+                len: seq.len + t,
+            },
+        );
+        Ok(())
+    }
+
+    fn alloc(&mut self) -> usize {
+        let b = self.free.pop().expect("checked");
+        self.refs[b] = 1;
+        b
+    }
+
+    /// A new sequence sharing `id`'s blocks (no copy until one of them appends into a shared
+    /// partly filled block).
+    pub fn fork(&mut self, id: SeqId) -> Result<SeqId> {
+        let seq = self.seq(id)?.clone();
+        for &b in &seq.blocks {
+            self.refs[b] += 1;
+        }
+        let new = SeqId(self.next);
+        self.next += 1;
+        self.seqs.insert(new, seq);
+        Ok(new)
+    }
+
+    /// Drops `id`, returning blocks no other sequence uses to the free list.
+    pub fn free(&mut self, id: SeqId) -> Result<()> {
+        let seq = self
+            .seqs
+            .remove(&id)
+            .ok_or_else(|| AttnError::invalid("seq", format!("unknown sequence {id:?}")))?;
+        for b in seq.blocks {
+            self.refs[b] -= 1;
+            if self.refs[b] == 0 {
+                self.free.push(b);
+            }
+        }
+        Ok(())
+    }
+
+    /// Attention of `query` `[B, S, N, D]` (BSND: the last `S` tokens of each sequence, already
+    /// appended) over each sequence's cached KV. `S = 1` decodes through incremental attention
+    /// on the paged cache; `S > 1` runs prompt attention (causal, bottom-right aligned: sparse
+    /// mode 3) over the gathered KV. Returns `[B, S, N, D]`.
+    pub fn attend(&self, ids: &[SeqId], query: Tensor<B, 4>) -> Result<Tensor<B, 4>> {
+        let [b, s, n, d] = query.dims();
+        ensure!(
+            b == ids.len() && n == self.num_heads && d == self.head_dim,
+            "query",
+            "must be [{}, S, {}, {}], got {:?}",
+            ids.len(),
+            self.num_heads,
+            self.head_dim,
+            query.dims()
+        );
+        let seqs: Vec<&Seq> = ids.iter().map(|&i| self.seq(i)).collect::<Result<_>>()?;
+        for (i, sq) in seqs.iter().enumerate() {
+            ensure!(
+                sq.len >= s,
+                "query",
+                "sequence {i} holds {} tokens, fewer than the query's S = {s}",
+                sq.len
+            );
+        }
+        let lens: Vec<i64> = seqs.iter().map(|q| q.len as i64).collect();
+        let nkv_heads = if self.kv_heads == n { 0 } else { self.kv_heads };
+        if s == 1 {
+            let max_blocks = seqs
+                .iter()
+                .map(|q| q.blocks.len())
+                .max()
+                .unwrap_or(0)
+                .max(1);
+            let mut table = vec![0i32; b * max_blocks];
+            for (i, q) in seqs.iter().enumerate() {
+                for (j, &blk) in q.blocks.iter().enumerate() {
+                    table[i * max_blocks + j] = blk as i32;
+                }
+            }
+            let mut spec = IncreSpec::new(n, self.scale, IfaLayout::Bsnd);
+            spec.num_key_value_heads = nkv_heads;
+            spec.block_size = self.block_size;
+            spec.actual_seq_lengths = Some(lens);
+            spec.block_table = Some(BlockTable {
+                data: Arc::from(table),
+                shape: vec![b, max_blocks],
+            });
+            let [nb, bs, nkv, dh] = self.key_cache.dims();
+            let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
+            let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
+            return incre_flash_attention(query, IncreKv::paged(kc, vc), &spec);
+        }
+        // Prefill: gather each sequence's KV into [B, Skv_max, Nkv, D] (zero padded).
+        let max_len = seqs.iter().map(|q| q.len).max().unwrap_or(0);
+        let device = query.device();
+        let gather = |cache: &Tensor<B, 4>, q: &Seq| -> Tensor<B, 3> {
+            let [_, bs, nkv, dh] = cache.dims();
+            let ids: Vec<i64> = q.blocks.iter().map(|&x| x as i64).collect();
+            let idx =
+                Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [q.blocks.len()]), &device);
+            let rows = cache
+                .clone()
+                .select(0, idx)
+                .reshape([q.blocks.len() * bs, nkv, dh])
+                .narrow(0, 0, q.len);
+            if q.len < max_len {
+                Tensor::cat(
+                    vec![rows, Tensor::zeros([max_len - q.len, nkv, dh], &device)],
+                    0,
+                )
+            } else {
+                rows
+            }
+        };
+        let k = Tensor::stack::<4>(seqs.iter().map(|q| gather(&self.key_cache, q)).collect(), 0);
+        let v = Tensor::stack::<4>(
+            seqs.iter().map(|q| gather(&self.value_cache, q)).collect(),
+            0,
+        );
+        let mut spec = PromptSpec::new(n, self.scale, PfaLayout::Bsnd);
+        spec.num_key_value_heads = nkv_heads;
+        spec.actual_seq_lengths_kv = Some(lens);
+        spec.sparse_mode = 3;
+        spec.atten_mask = PromptMask::Compressed;
+        prompt_flash_attention(query, k, v, &spec)
+    }
+}

@@ -1,0 +1,780 @@
+//! The prompt op's parameters (named after `aclnnPromptFlashAttention` and
+//! `aclnnPromptFlashAttentionV3`) and their validation.
+//!
+//! Every rule of `kernels/src/reference/VALIDATION.md` (PFA section) that a host-side caller can
+//! break is checked here before any kernel runs; each failure names the aclnn parameter. Element
+//! dtype rules (f16/bf16/int8, mask BOOL/INT8/UINT8, 0/1 values) are checked where dtypes are
+//! known: in the CLI. Ascend 310P limits are not applied (Atlas A2/A3 rules only).
+
+use std::sync::Arc;
+
+use burn_ascend_kernels::reference::prompt::{
+    AttenMask, PfaLayout, PostQuant, PromptFlashAttentionArgs, PseShift, SparseMode,
+};
+
+use crate::error::{ensure, AttnError, Result};
+
+/// Largest batch (A2/A3).
+pub const PFA_MAX_BATCH: usize = 65_536;
+/// Largest batch when D is not 16-aligned (32 for int8).
+pub const PFA_MAX_BATCH_UNALIGNED: usize = 128;
+/// Largest `numHeads`.
+pub const PFA_MAX_HEADS: usize = 256;
+/// Largest head dim.
+pub const PFA_MAX_HEAD_DIM: usize = 512;
+/// Largest sequence length.
+pub const PFA_MAX_SEQ: usize = 20_971_520;
+/// Largest `numHeads / numKeyValueHeads`.
+pub const MAX_GQA_RATIO: usize = 64;
+/// Largest T of the TND layout.
+pub const PFA_TND_MAX_T: usize = 65_536;
+/// Side of the compressed mask of sparse modes 2, 3, 4.
+pub const PFA_COMPRESSED_MASK: [usize; 2] = [2048, 2048];
+/// `preTokens` default.
+pub const INT_MAX_TOKENS: i64 = 2_147_483_647;
+
+/// `attenMask`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum PromptMask {
+    /// Null: no masking; `sparseMode`, `preTokens`, `nextTokens` are ignored (spec §1/§5).
+    #[default]
+    None,
+    /// A full mask (sparse modes 0 and 1), non-zero = masked, shape `(Sq, Skv)`, `(1|B, Sq, Skv)`
+    /// or `(1|B, 1, Sq, Skv)`; batch b reads its top-left `actual` corner.
+    Dense {
+        /// Mask bytes.
+        data: Arc<[u8]>,
+        /// Its shape.
+        shape: Vec<usize>,
+    },
+    /// CANN's compressed 2048×2048 causal mask (sparse modes 2, 3, 4; content fixed by the mode).
+    Compressed,
+}
+
+/// `pseShift` `(B|1, N, Qs, KVs)` with `Qs ≥` query S and `KVs ≥` key S, values as f32.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptPse {
+    /// Values.
+    pub data: Arc<[f32]>,
+    /// Its shape.
+    pub shape: Vec<usize>,
+}
+
+/// `quantScale2` / `quantOffset2`: int8 `attentionOut` (host paths only: the CLI).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PostQuantSpec {
+    /// `quantScale2`: 1 value (per tensor) or `N·Dv` (per channel).
+    pub scale: Arc<[f32]>,
+    /// `quantOffset2`: same length as `scale`; absent means 0.
+    pub offset: Option<Arc<[f32]>>,
+}
+
+/// Everything of the prompt op that is not query/key/value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptSpec {
+    /// `numHeads`.
+    pub num_heads: usize,
+    /// `numKeyValueHeads` (0 = `numHeads`).
+    pub num_key_value_heads: usize,
+    /// `scaleValue`.
+    pub scale_value: f64,
+    /// `preTokens`.
+    pub pre_tokens: i64,
+    /// `nextTokens`.
+    pub next_tokens: i64,
+    /// `inputLayout`.
+    pub input_layout: PfaLayout,
+    /// `sparseMode` (0–4; V1 is 0).
+    pub sparse_mode: i64,
+    /// `innerPrecise` (0–3; the host paths always zero invalid rows).
+    pub inner_precise: i64,
+    /// `actualSeqLengths` (per batch; cumulative in TND).
+    pub actual_seq_lengths: Option<Vec<i64>>,
+    /// `actualSeqLengthsKv` (per batch; cumulative in TND).
+    pub actual_seq_lengths_kv: Option<Vec<i64>>,
+    /// `attenMask`.
+    pub atten_mask: PromptMask,
+    /// `pseShift`.
+    pub pse_shift: Option<PromptPse>,
+    /// `quantScale2` / `quantOffset2` (int8 output).
+    pub post_quant: Option<PostQuantSpec>,
+}
+
+/// Shapes of query, key and value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptShapes {
+    /// `query`.
+    pub query: Vec<usize>,
+    /// `key`.
+    pub key: Vec<usize>,
+    /// `value`.
+    pub value: Vec<usize>,
+}
+
+/// A validated call's dimensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptDims {
+    /// Layout.
+    pub layout: PfaLayout,
+    /// B (TND: the number of sequences).
+    pub batch: usize,
+    /// Query S (TND: T1).
+    pub q_seq: usize,
+    /// KV S (TND: T2).
+    pub kv_seq: usize,
+    /// N.
+    pub num_heads: usize,
+    /// Nkv (resolved, never 0).
+    pub kv_heads: usize,
+    /// D of query and key.
+    pub head_dim: usize,
+    /// D of value and output.
+    pub head_dim_v: usize,
+}
+
+impl PromptDims {
+    /// `attentionOut`'s shape: the query's, except BNSD_BSND → BSND.
+    pub fn out_shape(&self) -> Vec<usize> {
+        let (b, s, n, dv) = (self.batch, self.q_seq, self.num_heads, self.head_dim_v);
+        match self.layout {
+            PfaLayout::Bsh => vec![b, s, n * dv],
+            PfaLayout::Bsnd | PfaLayout::BnsdBsnd => vec![b, s, n, dv],
+            PfaLayout::Bnsd => vec![b, n, s, dv],
+            PfaLayout::Tnd => vec![s, n, dv],
+        }
+    }
+
+    /// Per-batch `(query offset, Sq_b, kv offset, Skv_b)` (offsets are token rows; TND only).
+    pub fn sequences(&self, spec: &PromptSpec) -> Vec<(usize, usize, usize, usize)> {
+        let tnd = self.layout == PfaLayout::Tnd;
+        (0..self.batch)
+            .map(|b| {
+                if tnd {
+                    let (qo, sq) = cum(spec.actual_seq_lengths.as_deref().unwrap_or(&[]), b);
+                    let (ko, skv) = cum(spec.actual_seq_lengths_kv.as_deref().unwrap_or(&[]), b);
+                    (qo, sq, ko, skv)
+                } else {
+                    let sq = per_batch(spec.actual_seq_lengths.as_deref(), b, self.q_seq);
+                    let skv = per_batch(spec.actual_seq_lengths_kv.as_deref(), b, self.kv_seq);
+                    (0, sq, 0, skv)
+                }
+            })
+            .collect()
+    }
+}
+
+fn cum(lens: &[i64], b: usize) -> (usize, usize) {
+    let end = lens[b].max(0) as usize;
+    let start = if b == 0 {
+        0
+    } else {
+        lens[b - 1].max(0) as usize
+    };
+    (start, end.saturating_sub(start))
+}
+
+fn per_batch(lens: Option<&[i64]>, b: usize, full: usize) -> usize {
+    match lens {
+        None => full,
+        Some(l) => (if l.len() == 1 { l[0] } else { l[b] }).clamp(0, full as i64) as usize,
+    }
+}
+
+/// Parses `inputLayout`.
+pub fn parse_pfa_layout(s: &str) -> Result<PfaLayout> {
+    Ok(match s {
+        "BSH" => PfaLayout::Bsh,
+        "BSND" => PfaLayout::Bsnd,
+        "BNSD" => PfaLayout::Bnsd,
+        "BNSD_BSND" => PfaLayout::BnsdBsnd,
+        "TND" => PfaLayout::Tnd,
+        other => {
+            return Err(AttnError::invalid(
+                "inputLayout",
+                format!("must be BSH, BSND, BNSD, BNSD_BSND or TND, got \"{other}\""),
+            ))
+        }
+    })
+}
+
+/// Checks `quantScale2` / `quantOffset2` against `channels` (= N·D of the output).
+pub(crate) fn validate_post_quant(q: &PostQuantSpec, channels: usize) -> Result<()> {
+    let n = q.scale.len();
+    ensure!(
+        n == 1 || n == channels,
+        "quantScale2",
+        "must hold 1 value (per tensor) or N·D = {channels} (per channel), got {n}"
+    );
+    ensure!(
+        q.scale.iter().all(|x| x.is_finite()),
+        "quantScale2",
+        "values must be finite"
+    );
+    if let Some(o) = &q.offset {
+        ensure!(
+            o.len() == n,
+            "quantOffset2",
+            "must have the shape of quantScale2 ({n} values), got {}",
+            o.len()
+        );
+    }
+    Ok(())
+}
+
+impl PromptSpec {
+    /// CANN's defaults: BSH-agnostic, `Nkv = N`, pre = 2147483647, next = 0, sparse 0, no
+    /// optional inputs.
+    pub fn new(num_heads: usize, scale_value: f64, input_layout: PfaLayout) -> Self {
+        Self {
+            num_heads,
+            num_key_value_heads: 0,
+            scale_value,
+            pre_tokens: INT_MAX_TOKENS,
+            next_tokens: 0,
+            input_layout,
+            sparse_mode: 0,
+            inner_precise: 1,
+            actual_seq_lengths: None,
+            actual_seq_lengths_kv: None,
+            atten_mask: PromptMask::None,
+            pse_shift: None,
+            post_quant: None,
+        }
+    }
+
+    /// The kernels' sparse mode (valid after [`PromptSpec::validate`]).
+    pub fn mode(&self) -> SparseMode {
+        SparseMode::from_i64(self.sparse_mode).unwrap_or(SparseMode::DefaultMask)
+    }
+
+    /// Checks a call and returns its dimensions.
+    pub fn validate(&self, s: &PromptShapes) -> Result<PromptDims> {
+        let layout = self.input_layout;
+        let n = self.num_heads;
+        ensure!(
+            (1..=PFA_MAX_HEADS).contains(&n),
+            "numHeads",
+            "must be in 1..={PFA_MAX_HEADS}, got {n}"
+        );
+        let nkv = if self.num_key_value_heads == 0 {
+            n
+        } else {
+            self.num_key_value_heads
+        };
+        ensure!(
+            n.is_multiple_of(nkv),
+            "numKeyValueHeads",
+            "numHeads {n} must be a multiple of numKeyValueHeads {nkv}"
+        );
+        ensure!(
+            n / nkv <= MAX_GQA_RATIO,
+            "numKeyValueHeads",
+            "numHeads / numKeyValueHeads must be <= {MAX_GQA_RATIO}, got {}",
+            n / nkv
+        );
+        let rank = match layout {
+            PfaLayout::Bsh | PfaLayout::Tnd => 3,
+            _ => 4,
+        };
+        for (name, shape) in [("query", &s.query), ("key", &s.key), ("value", &s.value)] {
+            ensure!(
+                shape.len() == rank,
+                name,
+                "must be rank {rank} for inputLayout {layout:?}, got shape {shape:?}"
+            );
+        }
+        let (q, k, v) = (&s.query, &s.key, &s.value);
+        // (batch, seq, heads, dim) of each tensor.
+        let split = |t: &[usize], heads: usize, name: &'static str| -> Result<[usize; 4]> {
+            Ok(match layout {
+                PfaLayout::Bsh => {
+                    ensure!(
+                        t[2].is_multiple_of(heads) && t[2] > 0,
+                        name,
+                        "H = {} must be a positive multiple of its head count {heads}",
+                        t[2]
+                    );
+                    [t[0], t[1], heads, t[2] / heads]
+                }
+                PfaLayout::Bsnd => [t[0], t[1], t[2], t[3]],
+                PfaLayout::Bnsd | PfaLayout::BnsdBsnd => [t[0], t[2], t[1], t[3]],
+                PfaLayout::Tnd => [1, t[0], t[1], t[2]],
+            })
+        };
+        let [qb, qs, qn, d] = split(q, n, "query")?;
+        ensure!(
+            qn == n,
+            "numHeads",
+            "must equal the query's N = {qn}, got {n}"
+        );
+        let [kb, ks, kn, dk] = split(k, nkv, "key")?;
+        let [vb, vs, vn, dv] = split(v, nkv, "value")?;
+        ensure!(
+            kn == nkv,
+            "numKeyValueHeads",
+            "must equal the key's N = {kn} (0 means numHeads = {n}), got {}",
+            self.num_key_value_heads
+        );
+        ensure!(
+            (1..=PFA_MAX_HEAD_DIM).contains(&d),
+            "query",
+            "D must be in 1..={PFA_MAX_HEAD_DIM}, got {d}"
+        );
+        ensure!(dk == d, "key", "D must equal the query's D {d}, got {dk}");
+        ensure!(
+            kb == qb || layout == PfaLayout::Tnd,
+            "key",
+            "B must equal the query's B {qb}, got {kb}"
+        );
+        ensure!(
+            [vb, vs, vn] == [kb, ks, kn] && (dv == dk || layout == PfaLayout::Tnd),
+            "value",
+            "shape must equal the key's {k:?}, got {v:?}"
+        );
+        ensure!(
+            qs <= PFA_MAX_SEQ && ks <= PFA_MAX_SEQ,
+            "query",
+            "S must be <= {PFA_MAX_SEQ}"
+        );
+        if matches!(layout, PfaLayout::Bsh | PfaLayout::Bsnd) {
+            ensure!(
+                n * d < 65_535,
+                "query",
+                "N·D must be < 65535 for BSH/BSND, got {}",
+                n * d
+            );
+        }
+        ensure!(
+            self.scale_value.is_finite(),
+            "scaleValue",
+            "must be finite, got {}",
+            self.scale_value
+        );
+        ensure!(
+            (0..=3).contains(&self.inner_precise),
+            "innerPrecise",
+            "must be 0, 1, 2 or 3, got {}",
+            self.inner_precise
+        );
+        ensure!(
+            (0..=4).contains(&self.sparse_mode),
+            "sparseMode",
+            "prompt attention supports 0-4 (5-8 are not supported), got {}",
+            self.sparse_mode
+        );
+
+        let batch = if layout == PfaLayout::Tnd {
+            self.validate_tnd(qs, ks, n, nkv, d, dv)?
+        } else {
+            qb
+        };
+        let max_b = if d % 16 == 0 {
+            PFA_MAX_BATCH
+        } else {
+            PFA_MAX_BATCH_UNALIGNED
+        };
+        ensure!(
+            batch <= max_b,
+            "query",
+            "B must be <= {max_b} (D = {d}), got {batch}"
+        );
+        let dims = PromptDims {
+            layout,
+            batch,
+            q_seq: qs,
+            kv_seq: ks,
+            num_heads: n,
+            kv_heads: nkv,
+            head_dim: d,
+            head_dim_v: dv,
+        };
+        if layout != PfaLayout::Tnd {
+            for (name, lens, full) in [
+                ("actualSeqLengths", &self.actual_seq_lengths, qs),
+                ("actualSeqLengthsKv", &self.actual_seq_lengths_kv, ks),
+            ] {
+                if let Some(l) = lens {
+                    ensure!(
+                        l.len() == 1 || l.len() >= batch,
+                        name,
+                        "must have 1 or at least B = {batch} entries, got {}",
+                        l.len()
+                    );
+                    let used = if l.len() == 1 { &l[..] } else { &l[..batch] };
+                    if let Some((b, x)) = used
+                        .iter()
+                        .enumerate()
+                        .find(|(_, &x)| x < 0 || x > full as i64)
+                    {
+                        return Err(AttnError::invalid(
+                            name,
+                            format!("entry {b} = {x} must be in [0, S = {full}]"),
+                        ));
+                    }
+                }
+            }
+        }
+        self.validate_mask(&dims)?;
+        self.validate_pse(&dims)?;
+        if let Some(pq) = &self.post_quant {
+            validate_post_quant(pq, n * dv)?;
+            self.validate_int8_rows(&dims)?;
+        }
+        Ok(dims)
+    }
+
+    fn validate_tnd(
+        &self,
+        t1: usize,
+        t2: usize,
+        n: usize,
+        nkv: usize,
+        d: usize,
+        dv: usize,
+    ) -> Result<usize> {
+        ensure!(
+            t1 <= PFA_TND_MAX_T && t2 <= PFA_TND_MAX_T,
+            "query",
+            "TND: T must be <= {PFA_TND_MAX_T}"
+        );
+        ensure!(
+            [8, 16, 32, 64, 128].contains(&n),
+            "numHeads",
+            "TND: must be 8, 16, 32, 64 or 128, got {n}"
+        );
+        ensure!(
+            nkv == n,
+            "numKeyValueHeads",
+            "TND: query, key and value must have the same N ({n}), got {nkv}"
+        );
+        ensure!(
+            d == 192,
+            "query",
+            "TND: D of query and key must be 192, got {d}"
+        );
+        ensure!(
+            dv == 128 || dv == 192,
+            "value",
+            "TND: D of value must be 128 or 192, got {dv}"
+        );
+        let masked = self.atten_mask != PromptMask::None;
+        ensure!(
+            (self.sparse_mode == 0 && !masked) || (self.sparse_mode == 3 && masked),
+            "sparseMode",
+            "TND takes sparseMode 0 without attenMask or 3 with it, got {} ({} mask)",
+            self.sparse_mode,
+            if masked { "with" } else { "without" }
+        );
+        ensure!(
+            self.pse_shift.is_none(),
+            "pseShift",
+            "not supported with TND"
+        );
+        ensure!(
+            self.post_quant.is_none(),
+            "quantScale2",
+            "int8 output is not supported with TND"
+        );
+        let q = tnd_lengths("actualSeqLengths", self.actual_seq_lengths.as_deref(), t1)?;
+        let kv = tnd_lengths(
+            "actualSeqLengthsKv",
+            self.actual_seq_lengths_kv.as_deref(),
+            t2,
+        )?;
+        ensure!(
+            q.len() == kv.len(),
+            "actualSeqLengthsKv",
+            "TND: must have one entry per sequence like actualSeqLengths ({}), got {}",
+            q.len(),
+            kv.len()
+        );
+        if self.sparse_mode == 3 {
+            for (b, (sq, skv)) in q.iter().zip(&kv).enumerate() {
+                ensure!(
+                    sq <= skv,
+                    "actualSeqLengths",
+                    "TND sparseMode 3 needs Sq <= Skv per sequence; sequence {b} has {sq} > {skv}"
+                );
+            }
+        }
+        Ok(q.len())
+    }
+
+    fn validate_mask(&self, dims: &PromptDims) -> Result<()> {
+        let mode = self.sparse_mode;
+        match &self.atten_mask {
+            PromptMask::None => {
+                ensure!(
+                    mode == 0,
+                    "attenMask",
+                    "required with sparseMode {mode} (full mask for 1, compressed 2048x2048 for 2-4)"
+                );
+                return Ok(());
+            }
+            PromptMask::Compressed => ensure!(
+                (2..=4).contains(&mode),
+                "attenMask",
+                "the compressed mask goes with sparseMode 2, 3 or 4, not {mode}"
+            ),
+            PromptMask::Dense { data, shape } => {
+                ensure!(
+                    mode <= 1,
+                    "attenMask",
+                    "sparseMode {mode} takes CANN's compressed 2048x2048 mask, not a full one"
+                );
+                let (mb, rows, cols) = match *shape.as_slice() {
+                    [r, c] => (1, r, c),
+                    [b, r, c] => (b, r, c),
+                    [b, 1, r, c] => (b, r, c),
+                    _ => {
+                        return Err(AttnError::invalid(
+                            "attenMask",
+                            format!(
+                            "shape must be (Sq,Skv), (1|B,Sq,Skv) or (1|B,1,Sq,Skv), got {shape:?}"
+                        ),
+                        ))
+                    }
+                };
+                ensure!(
+                    mb == 1 || mb == dims.batch,
+                    "attenMask",
+                    "batch dim must be 1 or B = {}, got {mb}",
+                    dims.batch
+                );
+                let seqs = dims.sequences(self);
+                let max_q = seqs.iter().map(|s| s.1).max().unwrap_or(0);
+                let max_kv = seqs.iter().map(|s| s.3).max().unwrap_or(0);
+                ensure!(
+                    rows >= max_q && cols >= max_kv,
+                    "attenMask",
+                    "[Sq, Skv] = [{rows}, {cols}] must cover the actual lengths [{max_q}, {max_kv}]"
+                );
+                ensure!(
+                    data.len() == mb * rows * cols,
+                    "attenMask",
+                    "has {} elements, shape {shape:?} needs {}",
+                    data.len(),
+                    mb * rows * cols
+                );
+            }
+        }
+        let (pre, next) = (self.pre_tokens, self.next_tokens);
+        if mode == 0 {
+            let seqs = dims.sequences(self);
+            let max_q = seqs.iter().map(|s| s.1).max().unwrap_or(0) as i64;
+            let max_kv = seqs.iter().map(|s| s.3).max().unwrap_or(0) as i64;
+            if next < 0 {
+                ensure!(
+                    pre >= -next && -next < max_kv.max(1),
+                    "nextTokens",
+                    "a negative nextTokens needs preTokens >= |nextTokens| and |nextTokens| < Skv ({max_kv}), got pre {pre} next {next}"
+                );
+            }
+            if pre < 0 {
+                ensure!(
+                    next >= -pre && -pre < max_q.max(1),
+                    "preTokens",
+                    "a negative preTokens needs nextTokens >= |preTokens| and |preTokens| < Sq ({max_q}), got pre {pre} next {next}"
+                );
+            }
+        }
+        if mode == 4 {
+            ensure!(
+                pre.saturating_add(next) >= 0,
+                "preTokens",
+                "band (sparseMode 4) needs preTokens and nextTokens to overlap (pre + next >= 0), got pre {pre} next {next}"
+            );
+        }
+        Ok(())
+    }
+
+    fn validate_pse(&self, dims: &PromptDims) -> Result<()> {
+        let Some(p) = &self.pse_shift else {
+            return Ok(());
+        };
+        let n = dims.num_heads;
+        let [pb, pn, rows, cols] = match *p.shape.as_slice() {
+            [a, b, c, d] => [a, b, c, d],
+            _ => {
+                return Err(AttnError::invalid(
+                    "pseShift",
+                    format!("shape must be (B|1, N, Qs, KVs), got {:?}", p.shape),
+                ))
+            }
+        };
+        ensure!(
+            (pb == 1 || pb == dims.batch) && pn == n,
+            "pseShift",
+            "shape must be (B|1, N, Qs, KVs) with B = {}, N = {n}, got {:?}",
+            dims.batch,
+            p.shape
+        );
+        ensure!(
+            rows >= dims.q_seq && cols >= dims.kv_seq,
+            "pseShift",
+            "[Qs, KVs] = [{rows}, {cols}] must be >= [query S, key S] = [{}, {}]",
+            dims.q_seq,
+            dims.kv_seq
+        );
+        ensure!(
+            p.data.len() == pb * pn * rows * cols,
+            "pseShift",
+            "has {} values, shape {:?} needs {}",
+            p.data.len(),
+            p.shape,
+            pb * pn * rows * cols
+        );
+        Ok(())
+    }
+
+    /// The int8-output rules of the V3 约束说明.
+    fn validate_int8_rows(&self, dims: &PromptDims) -> Result<()> {
+        let masked = self.atten_mask != PromptMask::None;
+        let (pre, next) = (self.pre_tokens, self.next_tokens);
+        ensure!(
+            !(masked && self.sparse_mode == 4 && (pre < 0 || next < 0)),
+            "quantScale2",
+            "int8 output is not supported with sparseMode 4 and negative preTokens/nextTokens"
+        );
+        let has_offset = self.post_quant.as_ref().is_some_and(|q| q.offset.is_some());
+        if !has_offset || !masked {
+            return Ok(());
+        }
+        for (b, &(_, sq, _, skv)) in dims.sequences(self).iter().enumerate() {
+            let (sq, skv) = (sq as i64, skv as i64);
+            let invalid = match self.sparse_mode {
+                0 => sq - skv - pre > 0 || next < 0,
+                3 => skv - sq < 0,
+                4 => pre < 0 || next + skv - sq < 0,
+                _ => false,
+            };
+            ensure!(
+                !invalid,
+                "quantOffset2",
+                "not supported when rows can be fully masked (sparseMode {}, batch {b}: Sq {sq}, Skv {skv}, pre {pre}, next {next})",
+                self.sparse_mode
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether score `(i, j)` of batch `b` is masked (`sq`, `skv`: the batch's actual lengths).
+    /// Same rule as the CPU reference.
+    pub fn masked(&self, b: usize, i: usize, j: usize, sq: usize, skv: usize) -> bool {
+        let (ii, jj) = (i as i128, j as i128);
+        let (sq, skv) = (sq as i128, skv as i128);
+        let (pre, next) = (self.pre_tokens as i128, self.next_tokens as i128);
+        let dense = |b: usize| match &self.atten_mask {
+            PromptMask::Dense { data, shape } => {
+                let (mb, rows, cols) = match *shape.as_slice() {
+                    [r, c] => (1, r, c),
+                    [b, r, c] | [b, _, r, c] => (b, r, c),
+                    _ => unreachable!("validated"),
+                };
+                let bb = if mb == 1 { 0 } else { b };
+                data[(bb * rows + i) * cols + j] != 0
+            }
+            _ => false,
+        };
+        match (&self.atten_mask, self.mode()) {
+            (PromptMask::None, _) => false,
+            (_, SparseMode::DefaultMask) => dense(b) || jj < ii - pre || jj > ii + next,
+            (_, SparseMode::AllMask) => dense(b),
+            (_, SparseMode::LeftUpCausal) => jj > ii,
+            (_, SparseMode::RightDownCausal) => jj > ii + skv - sq,
+            (_, SparseMode::Band) => jj < ii - (pre - skv + sq) || jj > ii + (next + skv - sq),
+        }
+    }
+
+    /// The CPU reference's arguments for a validated call (f32 host buffers in the layout).
+    pub fn args<'a>(
+        &'a self,
+        dims: &PromptDims,
+        query: &'a [f32],
+        key: &'a [f32],
+        value: &'a [f32],
+    ) -> PromptFlashAttentionArgs<'a, f32> {
+        let mut a = PromptFlashAttentionArgs::new(
+            query,
+            key,
+            value,
+            dims.layout,
+            dims.batch,
+            dims.q_seq,
+            dims.kv_seq,
+            dims.num_heads,
+            dims.head_dim,
+            self.scale_value,
+        );
+        a.head_dim_v = dims.head_dim_v;
+        a.num_key_value_heads = dims.kv_heads;
+        a.pre_tokens = self.pre_tokens;
+        a.next_tokens = self.next_tokens;
+        a.sparse_mode = self.mode();
+        a.inner_precise = self.inner_precise;
+        a.actual_seq_lengths = self.actual_seq_lengths.as_deref();
+        a.actual_seq_lengths_kv = self.actual_seq_lengths_kv.as_deref();
+        a.atten_mask = match &self.atten_mask {
+            PromptMask::None => None,
+            // Modes 2-4 never read the mask's contents.
+            PromptMask::Compressed => Some(AttenMask {
+                data: &[],
+                batched: false,
+                rows: 0,
+                cols: 0,
+            }),
+            PromptMask::Dense { data, shape } => {
+                let (mb, rows, cols) = match *shape.as_slice() {
+                    [r, c] => (1, r, c),
+                    [b, r, c] | [b, _, r, c] => (b, r, c),
+                    _ => unreachable!("validated"),
+                };
+                Some(AttenMask {
+                    data,
+                    batched: mb != 1,
+                    rows,
+                    cols,
+                })
+            }
+        };
+        a.pse_shift = self.pse_shift.as_ref().map(|p| PseShift {
+            data: &p.data,
+            batched: p.shape[0] != 1,
+            rows: p.shape[2],
+            cols: p.shape[3],
+        });
+        a
+    }
+
+    /// The reference's post-quant view of `quantScale2` / `quantOffset2`.
+    pub fn post_quant(&self) -> Option<PostQuant<'_>> {
+        self.post_quant.as_ref().map(|q| PostQuant {
+            scale: &q.scale,
+            offset: q.offset.as_deref(),
+        })
+    }
+}
+
+fn tnd_lengths(param: &'static str, cum: Option<&[i64]>, total: usize) -> Result<Vec<usize>> {
+    let Some(cum) = cum else {
+        return Err(AttnError::invalid(param, "required (cumulative) with TND"));
+    };
+    ensure!(!cum.is_empty(), param, "TND needs at least one sequence");
+    let mut prev = 0i64;
+    let mut lens = Vec::with_capacity(cum.len());
+    for &c in cum {
+        ensure!(
+            c >= prev,
+            param,
+            "TND lengths must be cumulative, non-negative and non-decreasing, got {cum:?}"
+        );
+        lens.push((c - prev) as usize);
+        prev = c;
+    }
+    ensure!(
+        prev as usize <= total,
+        param,
+        "must end at most at T = {total}, ends at {prev}"
+    );
+    Ok(lens)
+}
