@@ -1,0 +1,190 @@
+//! Tiled varlen flash-attention forward (online softmax), one rayon task per
+//! (sequence, kv head, query tile).
+
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+
+use super::gemm::{matmul, Mat};
+use super::tile::{exp, exp_sub_sum, row_max, store, Ctx, Kind, BK};
+use crate::reference::varlen::VarlenFwdOut;
+use crate::varlen::VarlenProblem;
+use crate::Element;
+
+/// Per-thread working memory of the forward (O(tile)).
+struct Bufs {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    s: Vec<f32>,
+    drop: Vec<f32>,
+    acc: Vec<f32>,
+    m: Vec<f32>,
+    l: Vec<f32>,
+}
+
+impl Bufs {
+    fn new(ctx: &Ctx) -> Self {
+        let rows = ctx.bq * ctx.g;
+        Self {
+            q: vec![0.0; rows * ctx.d],
+            k: vec![0.0; BK * ctx.d],
+            v: vec![0.0; BK * ctx.dv],
+            s: vec![0.0; rows * BK],
+            drop: vec![0.0; if ctx.dropout.is_some() { rows * BK } else { 0 }],
+            acc: vec![0.0; rows * ctx.dv],
+            m: vec![0.0; rows],
+            l: vec![0.0; rows],
+        }
+    }
+}
+
+/// Forward with the reference's signature and conventions
+/// ([`crate::reference::varlen::varlen_fwd`]): `attentionOut`, `softmaxMax`, `softmaxSum`.
+/// Preconditions: the problem and slice lengths were validated.
+pub fn varlen_fwd<T: Element>(p: &VarlenProblem, q: &[T], k: &[T], v: &[T]) -> VarlenFwdOut<T> {
+    let ctx = Ctx::new(p);
+    let dims = &p.dims;
+    let mut out = vec![T::from_f64(0.0); dims.t_q() * ctx.n * ctx.dv];
+    let mut smax = vec![0.0f32; dims.stats_len()];
+    let mut ssum = vec![0.0f32; dims.stats_len()];
+    {
+        let sinks = Mutex::new((&mut out[..], &mut smax[..], &mut ssum[..]));
+        ctx.query_tasks().into_par_iter().for_each_init(
+            || Bufs::new(&ctx),
+            |buf, (si, kvh, i0)| {
+                let rows = tile(&ctx, buf, q, k, v, si, kvh, i0);
+                let mut guard = sinks.lock().unwrap_or_else(|e| e.into_inner());
+                let (out, smax, ssum) = &mut *guard;
+                write_tile(&ctx, buf, si, kvh, i0, rows, out, smax, ssum);
+            },
+        );
+    }
+    VarlenFwdOut {
+        attention_out: out,
+        softmax_max: smax,
+        softmax_sum: ssum,
+    }
+}
+
+/// Computes one query tile into `buf.acc` (unnormalised), `buf.m`, `buf.l`; returns its rows
+/// (query tokens).
+#[allow(clippy::too_many_arguments)]
+fn tile<T: Element>(
+    ctx: &Ctx,
+    buf: &mut Bufs,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    si: usize,
+    kvh: usize,
+    i0: usize,
+) -> usize {
+    let s = &ctx.seqs[si];
+    let (d, dv, g) = (ctx.d, ctx.dv, ctx.g);
+    let rows = ctx.bq.min(s.sq - i0);
+    let i1 = i0 + rows;
+    let mm = rows * g;
+    ctx.load_q_rows(q, d, s, kvh, i0, rows, ctx.scale, &mut buf.q);
+    for r in 0..mm {
+        let h = ctx.head(kvh, r);
+        // The sink starts the online softmax: max = sink, sum = exp(sink − sink) = 1.
+        (buf.m[r], buf.l[r]) = match ctx.sink {
+            Some(sk) => (sk[h], 1.0),
+            None => (f32::NEG_INFINITY, 0.0),
+        };
+    }
+    buf.acc[..mm * dv].fill(0.0);
+    let elementwise = ctx.elementwise_scores();
+    for c0 in (0..s.skv).step_by(BK) {
+        let c1 = (c0 + BK).min(s.skv);
+        let (kind, a, e) = ctx.classify(s, i0, i1, c0, c1);
+        if kind == Kind::Skip {
+            continue;
+        }
+        let nc = e - a;
+        ctx.load_kv_rows(k, d, s, kvh, a, e, &mut buf.k);
+        ctx.load_kv_rows(v, dv, s, kvh, a, e, &mut buf.v);
+        matmul(
+            &mut buf.s,
+            BK,
+            Mat::row_major(&buf.q, mm, d, d),
+            Mat::row_major(&buf.k, nc, d, d).t(),
+            false,
+            1.0,
+        );
+        if elementwise || kind == Kind::Partial {
+            ctx.fix_scores(&mut buf.s, BK, s, kvh, i0, rows, a, nc, kind);
+        }
+        let dropout = ctx.dropout.is_some();
+        if dropout {
+            ctx.drop_factors(&mut buf.drop, BK, s, kvh, i0, rows, a, nc);
+        }
+        for r in 0..mm {
+            let row = &mut buf.s[r * BK..r * BK + nc];
+            let new_m = buf.m[r].max(row_max(row));
+            if new_m == f32::NEG_INFINITY {
+                // Nothing allowed so far (no sink): contributes nothing.
+                row.fill(0.0);
+                continue;
+            }
+            let alpha = exp(buf.m[r] - new_m);
+            let sum = exp_sub_sum(row, new_m);
+            buf.l[r] = buf.l[r] * alpha + sum;
+            buf.m[r] = new_m;
+            if alpha != 1.0 {
+                buf.acc[r * dv..(r + 1) * dv]
+                    .iter_mut()
+                    .for_each(|x| *x *= alpha);
+            }
+            if dropout {
+                // The sum above is pre-dropout; only P·V sees the mask.
+                row.iter_mut()
+                    .zip(&buf.drop[r * BK..r * BK + nc])
+                    .for_each(|(x, f)| *x *= f);
+            }
+        }
+        matmul(
+            &mut buf.acc,
+            dv,
+            Mat::row_major(&buf.s, mm, nc, BK),
+            Mat::row_major(&buf.v, nc, dv, dv),
+            true,
+            1.0,
+        );
+    }
+    rows
+}
+
+/// Normalises a finished tile and writes its rows and statistics.
+#[allow(clippy::too_many_arguments)]
+fn write_tile<T: Element>(
+    ctx: &Ctx,
+    buf: &Bufs,
+    si: usize,
+    kvh: usize,
+    i0: usize,
+    rows: usize,
+    out: &mut [T],
+    smax: &mut [f32],
+    ssum: &mut [f32],
+) {
+    let s = &ctx.seqs[si];
+    let (n, dv) = (ctx.n, ctx.dv);
+    for r in 0..rows * ctx.g {
+        let i = i0 + r / ctx.g;
+        let h = ctx.head(kvh, r);
+        let at = ctx.stat_index(s, h, i);
+        let (m, l) = (buf.m[r], buf.l[r]);
+        let (m_out, l_out) = if m == f32::NEG_INFINITY {
+            // Fully masked without a sink: out stays 0, CANN's invalid-row statistics.
+            (f32::MIN, f32::MAX)
+        } else {
+            let o = ((s.q0 + i) * n + h) * dv;
+            store(&buf.acc[r * dv..(r + 1) * dv], &mut out[o..o + dv], 1.0 / l);
+            (m, l)
+        };
+        smax[at..at + 8].fill(m_out);
+        ssum[at..at + 8].fill(l_out);
+    }
+}
