@@ -11,10 +11,14 @@ use crate::Element;
 
 /// Target rows (`tokens × G`) of a query tile.
 const TARGET_ROWS: usize = 128;
-/// Key columns of a kv tile.
-pub(crate) const BK: usize = 256;
+/// Key columns of a kv tile (forward, backward dQ pass).
+const BK: usize = 256;
 /// Key columns of a kv tile in the backward dK/dV pass (one task per kv tile).
-pub(crate) const BK_BWD: usize = 64;
+const BK_BWD: usize = 64;
+
+fn tune(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 
 /// One sequence's geometry and positional rule.
 #[derive(Debug, Clone)]
@@ -56,6 +60,10 @@ pub(crate) struct Ctx<'a, 'p> {
     pub seqs: Vec<Seq>,
     /// Query tokens per query tile.
     pub bq: usize,
+    /// Key columns per kv tile (forward, dQ pass).
+    pub bk: usize,
+    /// Key columns per kv tile of the dK/dV pass.
+    pub bk_bwd: usize,
     pub dense: Option<DenseMask<'p>>,
     /// `(mask, 1 / keepProb)` when dropout is active.
     pub dropout: Option<(&'p [u8], f32)>,
@@ -96,7 +104,9 @@ impl<'a, 'p> Ctx<'a, 'p> {
             dv: dims.value_dim,
             scale: p.attrs.scale as f32,
             seqs,
-            bq: (TARGET_ROWS / g).max(1),
+            bq: (tune("BQ_ROWS", TARGET_ROWS) / g).max(1),
+            bk: tune("BK", BK),
+            bk_bwd: tune("BK_BWD", BK_BWD),
             dense: p.dense_mask().copied(),
             dropout,
             sink: p.sink,
@@ -226,6 +236,34 @@ impl<'a, 'p> Ctx<'a, 'p> {
         nc: usize,
         kind: Kind,
     ) {
+        vectorized(FixScores {
+            ctx: self,
+            st,
+            ld,
+            s,
+            kvh,
+            i0,
+            rows,
+            c0,
+            nc,
+            kind,
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn fix_scores_impl(
+        &self,
+        st: &mut [f32],
+        ld: usize,
+        s: &Seq,
+        kvh: usize,
+        i0: usize,
+        rows: usize,
+        c0: usize,
+        nc: usize,
+        kind: Kind,
+    ) {
         let scale = self.scale;
         let outer_add_mul = self.p.attrs.pse_type == PseType::OuterAddMul;
         for r in 0..rows * self.g {
@@ -316,6 +354,29 @@ impl<'a, 'p> Ctx<'a, 'p> {
     }
 }
 
+struct FixScores<'c, 'a, 'p, 'x> {
+    ctx: &'c Ctx<'a, 'p>,
+    st: &'x mut [f32],
+    ld: usize,
+    s: &'x Seq,
+    kvh: usize,
+    i0: usize,
+    rows: usize,
+    c0: usize,
+    nc: usize,
+    kind: Kind,
+}
+
+impl SimdKernel for FixScores<'_, '_, '_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        self.ctx.fix_scores_impl(
+            self.st, self.ld, self.s, self.kvh, self.i0, self.rows, self.c0, self.nc, self.kind,
+        );
+    }
+}
+
 /// `dst = src · mul`, converted to f32.
 #[inline]
 fn load<T: Element>(src: &[T], dst: &mut [f32], mul: f32) {
@@ -346,9 +407,11 @@ pub(crate) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const C1: f32 = 0.693_359_4;
     const C2: f32 = -2.121_944_4e-4;
+    const MAGIC: f32 = 12_582_912.0; // 1.5·2^23
     let xc = x.clamp(-87.3, 88.7);
-    // Round to nearest via the 1.5·2^23 trick (vectorises, unlike `round`).
-    let n = (xc * LOG2E + 12_582_912.0) - 12_582_912.0;
+    // Round to nearest via the magic number: the low mantissa bits of `t` hold n.
+    let t = xc * LOG2E + MAGIC;
+    let n = t - MAGIC;
     let r = xc - n * C1 - n * C2;
     let mut y = 1.987_569_2e-4_f32;
     y = y * r + 1.398_2e-3;
@@ -357,7 +420,13 @@ pub(crate) fn exp(x: f32) -> f32 {
     y = y * r + 1.666_666_5e-1;
     y = y * r + 5.000_000_1e-1;
     y = y * r * r + r + 1.0;
-    let pow2 = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // 2^n: (bits(t) − bits(MAGIC)) = n, plus the exponent bias, shifted into place.
+    let pow2 = f32::from_bits(
+        t.to_bits()
+            .wrapping_sub(MAGIC.to_bits())
+            .wrapping_add(127)
+            << 23,
+    );
     if x < -87.3 {
         0.0
     } else {
@@ -365,8 +434,59 @@ pub(crate) fn exp(x: f32) -> f32 {
     }
 }
 
+/// An element-wise tile kernel: [`vectorized`] runs [`SimdKernel::run`] compiled for the best
+/// instruction set of this CPU. Implementations mark `run` `#[inline(always)]` and call only
+/// `#[inline(always)]` helpers in their loops, so the whole loop nest is compiled inside the
+/// target-feature function and vectorises at full width.
+pub(crate) trait SimdKernel {
+    type Output;
+    fn run(self) -> Self::Output;
+}
+
+struct Dispatch<K>(K);
+
+impl<K: SimdKernel> pulp::WithSimd for Dispatch<K> {
+    type Output = K::Output;
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) -> K::Output {
+        self.0.run()
+    }
+}
+
+/// Runs `k` compiled for AVX-512, AVX2+FMA or the baseline, chosen at run time (pulp's
+/// `Arch::dispatch`, which checks the CPU's features).
+#[inline(always)]
+pub(crate) fn vectorized<K: SimdKernel>(k: K) -> K::Output {
+    pulp::Arch::new().dispatch(Dispatch(k))
+}
+
+/// `x = exp(x − m) · inv_l` for the `rows` rows (leading dimension `ld`, `nc` columns) of a
+/// tile, one max / 1-over-sum per row: the recomputed probabilities of the backward.
+pub(crate) struct ProbRows<'a> {
+    pub s: &'a mut [f32],
+    pub m: &'a [f32],
+    pub inv_l: &'a [f32],
+    pub rows: usize,
+    pub nc: usize,
+    pub ld: usize,
+}
+
+impl SimdKernel for ProbRows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for r in 0..self.rows {
+            exp_sub_scale(
+                &mut self.s[r * self.ld..r * self.ld + self.nc],
+                self.m[r],
+                self.inv_l[r],
+            );
+        }
+    }
+}
+
 /// Maximum of a row (−∞ for an empty or fully masked row).
-#[inline]
+#[inline(always)]
 pub(crate) fn row_max(x: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -384,7 +504,7 @@ pub(crate) fn row_max(x: &[f32]) -> f32 {
 }
 
 /// `x = exp(x − m)`; returns the sum of the new values.
-#[inline]
+#[inline(always)]
 pub(crate) fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
     let mut acc = [0.0f32; LANES];
     let mut chunks = x.chunks_exact_mut(LANES);
@@ -403,7 +523,7 @@ pub(crate) fn exp_sub_sum(x: &mut [f32], m: f32) -> f32 {
 }
 
 /// `x = exp(x − m) · inv_l`.
-#[inline]
+#[inline(always)]
 pub(crate) fn exp_sub_scale(x: &mut [f32], m: f32, inv_l: f32) {
     for v in x.iter_mut() {
         *v = exp(*v - m) * inv_l;

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 
 use super::gemm::{matmul, Mat};
-use super::tile::{exp_sub_scale, store, Ctx, Kind, Seq, BK, BK_BWD};
+use super::tile::{store, vectorized, Ctx, Kind, ProbRows, Seq, SimdKernel};
 use crate::reference::varlen::VarlenGrads;
 use crate::varlen::VarlenProblem;
 use crate::Element;
@@ -38,7 +38,7 @@ struct Bufs {
 impl Bufs {
     fn new(ctx: &Ctx) -> Self {
         let rows = ctx.bq * ctx.g;
-        let cols = BK.max(BK_BWD);
+        let cols = ctx.bk.max(ctx.bk_bwd);
         let drop = if ctx.dropout.is_some() { rows * cols } else { 0 };
         Self {
             q: vec![0.0; rows * ctx.d],
@@ -106,7 +106,7 @@ pub fn varlen_bwd<T: Element>(
                 continue; // no query rows: dK = dV = 0
             }
             for kvh in 0..nkv {
-                for c0 in (0..s.skv).step_by(BK_BWD) {
+                for c0 in (0..s.skv).step_by(ctx.bk_bwd) {
                     tasks.push((si, kvh, c0));
                 }
             }
@@ -115,7 +115,7 @@ pub fn varlen_bwd<T: Element>(
             || Bufs::new(&ctx),
             |buf, (si, kvh, c0)| {
                 let s = &ctx.seqs[si];
-                let c1 = (c0 + BK_BWD).min(s.skv);
+                let c1 = (c0 + ctx.bk_bwd).min(s.skv);
                 dkdv_tile(&ctx, buf, &st, q, k, v, dy, s, kvh, c0, c1);
                 let mut guard = sinks.lock().unwrap_or_else(|e| e.into_inner());
                 let (dk, dvv) = &mut *guard;
@@ -240,9 +240,14 @@ fn probs_and_ds(
     if ctx.elementwise_scores() || kind == Kind::Partial {
         ctx.fix_scores(&mut buf.s, ld, s, kvh, i0, rows, a, nc, kind);
     }
-    for r in 0..mm {
-        exp_sub_scale(&mut buf.s[r * ld..r * ld + nc], buf.m[r], buf.inv_l[r]);
-    }
+    vectorized(ProbRows {
+        s: &mut buf.s,
+        m: &buf.m,
+        inv_l: &buf.inv_l,
+        rows: mm,
+        nc,
+        ld,
+    });
     matmul(
         &mut buf.dp,
         ld,
@@ -255,6 +260,34 @@ fn probs_and_ds(
     if dropout {
         ctx.drop_factors(&mut buf.drop, ld, s, kvh, i0, rows, a, nc);
     }
+    vectorized(DsRows {
+        buf,
+        mm,
+        nc,
+        ld,
+        dropout,
+    });
+}
+
+/// dS = P∘(dP∘factors − D) in place of dP and, with dropout, P∘factors into `buf.pd`.
+struct DsRows<'a> {
+    buf: &'a mut Bufs,
+    mm: usize,
+    nc: usize,
+    ld: usize,
+    dropout: bool,
+}
+
+impl SimdKernel for DsRows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        ds_rows(self.buf, self.mm, self.nc, self.ld, self.dropout);
+    }
+}
+
+#[inline(always)]
+fn ds_rows(buf: &mut Bufs, mm: usize, nc: usize, ld: usize, dropout: bool) {
     for r in 0..mm {
         let range = r * ld..r * ld + nc;
         let dl = buf.delta[r];
@@ -296,7 +329,7 @@ fn dkdv_tile<T: Element>(
     ctx.load_kv_rows(v, dv, s, kvh, c0, c1, &mut buf.v);
     buf.acc_a[..ncol * d].fill(0.0);
     buf.acc_b[..ncol * dv].fill(0.0);
-    let ld = BK_BWD;
+    let ld = ctx.bk_bwd;
     for i0 in (0..s.sq).step_by(ctx.bq) {
         let rows = ctx.bq.min(s.sq - i0);
         let (kind, a, e) = ctx.classify(s, i0, i0 + rows, c0, c1);
@@ -362,8 +395,8 @@ fn dq_tile<T: Element>(
         }
     }
     buf.acc_a[..mm * d].fill(0.0);
-    for c0 in (0..s.skv).step_by(BK) {
-        let c1 = (c0 + BK).min(s.skv);
+    for c0 in (0..s.skv).step_by(ctx.bk) {
+        let c1 = (c0 + ctx.bk).min(s.skv);
         let (kind, a, e) = ctx.classify(s, i0, i0 + rows, c0, c1);
         if kind == Kind::Skip {
             continue;
@@ -371,12 +404,12 @@ fn dq_tile<T: Element>(
         let nc = e - a;
         ctx.load_kv_rows(k, d, s, kvh, a, e, &mut buf.k);
         ctx.load_kv_rows(v, ctx.dv, s, kvh, a, e, &mut buf.v);
-        probs_and_ds(ctx, buf, s, kvh, i0, rows, a, nc, 0, kind, BK);
+        probs_and_ds(ctx, buf, s, kvh, i0, rows, a, nc, 0, kind, ctx.bk);
         // dQ/scale += dS · K
         matmul(
             &mut buf.acc_a,
             d,
-            Mat::row_major(&buf.dp, mm, nc, BK),
+            Mat::row_major(&buf.dp, mm, nc, ctx.bk),
             Mat::row_major(&buf.k, nc, d, d),
             true,
             1.0,

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 
 use super::gemm::{matmul, Mat};
-use super::tile::{exp, exp_sub_sum, row_max, store, Ctx, Kind, BK};
+use super::tile::{exp, exp_sub_sum, row_max, store, vectorized, Ctx, Kind, SimdKernel};
 use crate::reference::varlen::VarlenFwdOut;
 use crate::varlen::VarlenProblem;
 use crate::Element;
@@ -28,10 +28,10 @@ impl Bufs {
         let rows = ctx.bq * ctx.g;
         Self {
             q: vec![0.0; rows * ctx.d],
-            k: vec![0.0; BK * ctx.d],
-            v: vec![0.0; BK * ctx.dv],
-            s: vec![0.0; rows * BK],
-            drop: vec![0.0; if ctx.dropout.is_some() { rows * BK } else { 0 }],
+            k: vec![0.0; ctx.bk * ctx.d],
+            v: vec![0.0; ctx.bk * ctx.dv],
+            s: vec![0.0; rows * ctx.bk],
+            drop: vec![0.0; if ctx.dropout.is_some() { rows * ctx.bk } else { 0 }],
             acc: vec![0.0; rows * ctx.dv],
             m: vec![0.0; rows],
             l: vec![0.0; rows],
@@ -96,8 +96,9 @@ fn tile<T: Element>(
     }
     buf.acc[..mm * dv].fill(0.0);
     let elementwise = ctx.elementwise_scores();
-    for c0 in (0..s.skv).step_by(BK) {
-        let c1 = (c0 + BK).min(s.skv);
+    let bk = ctx.bk;
+    for c0 in (0..s.skv).step_by(bk) {
+        let c1 = (c0 + bk).min(s.skv);
         let (kind, a, e) = ctx.classify(s, i0, i1, c0, c1);
         if kind == Kind::Skip {
             continue;
@@ -107,53 +108,85 @@ fn tile<T: Element>(
         ctx.load_kv_rows(v, dv, s, kvh, a, e, &mut buf.v);
         matmul(
             &mut buf.s,
-            BK,
+            bk,
             Mat::row_major(&buf.q, mm, d, d),
             Mat::row_major(&buf.k, nc, d, d).t(),
             false,
             1.0,
         );
         if elementwise || kind == Kind::Partial {
-            ctx.fix_scores(&mut buf.s, BK, s, kvh, i0, rows, a, nc, kind);
+            ctx.fix_scores(&mut buf.s, bk, s, kvh, i0, rows, a, nc, kind);
         }
         let dropout = ctx.dropout.is_some();
         if dropout {
-            ctx.drop_factors(&mut buf.drop, BK, s, kvh, i0, rows, a, nc);
+            ctx.drop_factors(&mut buf.drop, bk, s, kvh, i0, rows, a, nc);
         }
-        for r in 0..mm {
-            let row = &mut buf.s[r * BK..r * BK + nc];
-            let new_m = buf.m[r].max(row_max(row));
-            if new_m == f32::NEG_INFINITY {
-                // Nothing allowed so far (no sink): contributes nothing.
-                row.fill(0.0);
-                continue;
-            }
-            let alpha = exp(buf.m[r] - new_m);
-            let sum = exp_sub_sum(row, new_m);
-            buf.l[r] = buf.l[r] * alpha + sum;
-            buf.m[r] = new_m;
-            if alpha != 1.0 {
-                buf.acc[r * dv..(r + 1) * dv]
-                    .iter_mut()
-                    .for_each(|x| *x *= alpha);
-            }
-            if dropout {
-                // The sum above is pre-dropout; only P·V sees the mask.
-                row.iter_mut()
-                    .zip(&buf.drop[r * BK..r * BK + nc])
-                    .for_each(|(x, f)| *x *= f);
-            }
-        }
+        vectorized(OnlineSoftmax {
+            buf,
+            ld: bk,
+            mm,
+            nc,
+            dv,
+            dropout,
+        });
         matmul(
             &mut buf.acc,
             dv,
-            Mat::row_major(&buf.s, mm, nc, BK),
+            Mat::row_major(&buf.s, mm, nc, bk),
             Mat::row_major(&buf.v, nc, dv, dv),
             true,
             1.0,
         );
     }
     rows
+}
+
+/// One online-softmax step over the scores of a kv tile in `buf.s` (`mm × nc`): updates the
+/// running max / sum per row, rescales the accumulator rows, and leaves in `buf.s` the
+/// unnormalised probabilities (times the dropout factors) for the P·V product.
+struct OnlineSoftmax<'a> {
+    buf: &'a mut Bufs,
+    ld: usize,
+    mm: usize,
+    nc: usize,
+    dv: usize,
+    dropout: bool,
+}
+
+impl SimdKernel for OnlineSoftmax<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        online_softmax(self.buf, self.ld, self.mm, self.nc, self.dv, self.dropout);
+    }
+}
+
+#[inline(always)]
+fn online_softmax(buf: &mut Bufs, ld: usize, mm: usize, nc: usize, dv: usize, dropout: bool) {
+    for r in 0..mm {
+        let row = &mut buf.s[r * ld..r * ld + nc];
+        let new_m = buf.m[r].max(row_max(row));
+        if new_m == f32::NEG_INFINITY {
+            // Nothing allowed so far (no sink): contributes nothing.
+            row.fill(0.0);
+            continue;
+        }
+        let alpha = exp(buf.m[r] - new_m);
+        let sum = exp_sub_sum(row, new_m);
+        buf.l[r] = buf.l[r] * alpha + sum;
+        buf.m[r] = new_m;
+        if alpha != 1.0 {
+            buf.acc[r * dv..(r + 1) * dv]
+                .iter_mut()
+                .for_each(|x| *x *= alpha);
+        }
+        if dropout {
+            // The sum above is pre-dropout; only P·V sees the mask.
+            row.iter_mut()
+                .zip(&buf.drop[r * ld..r * ld + nc])
+                .for_each(|(x, f)| *x *= f);
+        }
+    }
 }
 
 /// Normalises a finished tile and writes its rows and statistics.
