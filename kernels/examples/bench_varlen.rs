@@ -19,9 +19,7 @@
 use std::time::Instant;
 
 use burn_ascend_kernels::cpu;
-use burn_ascend_kernels::varlen::{
-    AttenMask, SparseMode, VarlenAttrs, VarlenDims, VarlenProblem,
-};
+use burn_ascend_kernels::varlen::{AttenMask, SparseMode, VarlenAttrs, VarlenDims, VarlenProblem};
 
 struct Lcg(u64);
 
@@ -195,7 +193,7 @@ fn main() {
         "sgemm 2048^3 f32: {sgemm_gflops:.1} GFLOP/s (before {sgemm_before:.1}, after \
          {sgemm_after:.1}); per CPU-second·thread: {sgemm_cpu_gflops:.1}"
     );
-    println!("copy {} MiB: {copy_gbps:.1} GB/s", len * 4 >> 20);
+    println!("copy {} MiB: {copy_gbps:.1} GB/s", (len * 4) >> 20);
     println!();
     println!(
         "| case | ms | GFLOP/s | fraction of sgemm | GFLOP/CPU-s | CPU-time fraction |\n\

@@ -109,7 +109,11 @@ fn check_with<T: Element>(c: &Case, tol: Tol, backward: bool) {
         &want.softmax_max,
         &want.softmax_sum,
     );
-    for (what, g, w) in [("dq", &gg.dq, &wg.dq), ("dk", &gg.dk, &wg.dk), ("dv", &gg.dv, &wg.dv)] {
+    for (what, g, w) in [
+        ("dq", &gg.dq, &wg.dq),
+        ("dk", &gg.dk, &wg.dk),
+        ("dv", &gg.dv, &wg.dv),
+    ] {
         let w = to_f64(&to_elem::<T>(w));
         if let Err(e) = check_close(what, &to_f64(g), &w, tol.abs, tol.rel) {
             panic!("backward of {ctx}: {e}");
@@ -353,6 +357,68 @@ fn compressed_modes_2_3_4_6_7_8() {
     }
 }
 
+/// Band-shaped masks on sequences longer than a forward kv tile (512 columns) and many query
+/// tiles, so whole tiles are skipped on both sides of the band, interior tiles are computed
+/// without masking and boundary tiles are masked per element (also across the prefix edge of
+/// mode 6 and the band sequence of modes 7 / 8).
+#[test]
+fn band_modes_skip_and_mask_whole_tiles() {
+    let mut rng = Rng::new(14);
+    type Config = (
+        SparseMode,
+        &'static [usize],
+        &'static [usize],
+        (i64, i64),
+        Option<&'static [i64]>,
+    );
+    let configs: [Config; 7] = [
+        (
+            SparseMode::RightDownCausal,
+            &[1100, 300],
+            &[1300, 300],
+            (INT_MAX, INT_MAX),
+            None,
+        ),
+        (SparseMode::Band, &[1200], &[1300], (200, 150), None),
+        (SparseMode::Band, &[1300], &[1200], (0, 600), None),
+        (
+            SparseMode::PrefixCompress,
+            &[900, 300],
+            &[1300, 400],
+            (INT_MAX, INT_MAX),
+            Some(&[700, 513]),
+        ),
+        (
+            SparseMode::RightDownCausalBand,
+            &[600, 1000],
+            &[600, 1100],
+            (1100, -40),
+            None,
+        ),
+        (
+            SparseMode::BandLeftUpCausal,
+            &[1000, 600],
+            &[1100, 700],
+            (1100, 300),
+            None,
+        ),
+        (SparseMode::DefaultMask, &[1200], &[1250], (300, 20), None),
+    ];
+    for (mode, sq, skv, (pre, next), prefix) in configs {
+        let mut c = Case::new(&mut rng, 2, 1, 8, 8, sq, skv)
+            .mode(mode)
+            .pre_next(pre, next)
+            .with_sink(&mut rng);
+        c = if mode == SparseMode::DefaultMask {
+            c.random_dense_mask(&mut rng, 1, 1, 0.05)
+        } else {
+            c.compressed()
+        };
+        c.prefix = prefix.map(<[i64]>::to_vec);
+        check(&c);
+    }
+}
+
 /// Rows with nothing to attend: mode 1 with all-ones mask rows, mode 4 with a band that misses
 /// rows, mode 0 with pre = −1. The exact conventions are checked by `stats_close` (special
 /// values exact) and the zero outputs by the comparison.
@@ -379,12 +445,8 @@ fn fully_masked_rows() {
         let c = maybe_sink(c, &mut rng, sink);
         check(&c);
         // Explicitly: row 0 has nothing (δ = −260, only j = i − 260).
-        let got = cpu::varlen_fwd::<f32>(
-            &c.problem(),
-            &to_elem(&c.q),
-            &to_elem(&c.k),
-            &to_elem(&c.v),
-        );
+        let got =
+            cpu::varlen_fwd::<f32>(&c.problem(), &to_elem(&c.q), &to_elem(&c.k), &to_elem(&c.v));
         let (m, l) = match &c.sink {
             Some(s) => (s[0], 1.0),
             None => (f32::MIN, f32::MAX),
@@ -553,17 +615,29 @@ fn f64_inputs() {
 fn backward_is_deterministic_across_thread_counts() {
     let mut rng = Rng::new(40);
     let cases = [
-        Case::new(&mut rng, 8, 2, 64, 64, &[300, 0, 517, 64], &[300, 5, 600, 64])
-            .mode(SparseMode::RightDownCausal)
-            .compressed()
-            .with_sink(&mut rng),
+        Case::new(
+            &mut rng,
+            8,
+            2,
+            64,
+            64,
+            &[300, 0, 517, 64],
+            &[300, 5, 600, 64],
+        )
+        .mode(SparseMode::RightDownCausal)
+        .compressed()
+        .with_sink(&mut rng),
         Case::new(&mut rng, 4, 4, 32, 16, &[260, 40], &[270, 300])
             .with_dropout(0.8, 1)
             .with_sink(&mut rng),
     ];
     for c in &cases {
         let p = c.problem();
-        let (q, k, v) = (to_elem::<f32>(&c.q), to_elem::<f32>(&c.k), to_elem::<f32>(&c.v));
+        let (q, k, v) = (
+            to_elem::<f32>(&c.q),
+            to_elem::<f32>(&c.k),
+            to_elem::<f32>(&c.v),
+        );
         let dy = to_elem::<f32>(&loss_weights(c, 5));
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()

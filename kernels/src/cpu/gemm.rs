@@ -68,7 +68,10 @@ impl<'a> Mat<'a> {
 pub fn matmul(dst: &mut [f32], ld: usize, lhs: Mat<'_>, rhs: Mat<'_>, accumulate: bool, beta: f32) {
     let (m, n, k) = (lhs.rows, rhs.cols, lhs.cols);
     assert_eq!(rhs.rows, k, "matmul: inner dimensions differ");
-    assert!(lhs.in_bounds() && rhs.in_bounds(), "matmul: operand out of bounds");
+    assert!(
+        lhs.in_bounds() && rhs.in_bounds(),
+        "matmul: operand out of bounds"
+    );
     if m == 0 || n == 0 {
         return;
     }

@@ -39,7 +39,11 @@ impl Bufs {
     fn new(ctx: &Ctx) -> Self {
         let rows = ctx.bq * ctx.g;
         let cols = ctx.bk.max(ctx.bk_bwd);
-        let drop = if ctx.dropout.is_some() { rows * cols } else { 0 };
+        let drop = if ctx.dropout.is_some() {
+            rows * cols
+        } else {
+            0
+        };
         Self {
             q: vec![0.0; rows * ctx.d],
             dout: vec![0.0; rows * ctx.dv],

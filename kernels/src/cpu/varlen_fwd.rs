@@ -31,7 +31,14 @@ impl Bufs {
             k: vec![0.0; ctx.bk * ctx.d],
             v: vec![0.0; ctx.bk * ctx.dv],
             s: vec![0.0; rows * ctx.bk],
-            drop: vec![0.0; if ctx.dropout.is_some() { rows * ctx.bk } else { 0 }],
+            drop: vec![
+                0.0;
+                if ctx.dropout.is_some() {
+                    rows * ctx.bk
+                } else {
+                    0
+                }
+            ],
             acc: vec![0.0; rows * ctx.dv],
             m: vec![0.0; rows],
             l: vec![0.0; rows],
