@@ -551,6 +551,43 @@ mod tests {
         assert_eq!(exp(0.0), 1.0);
     }
 
+    /// The baseline build of an element-wise kernel (what a CPU without AVX2 runs) gives
+    /// bitwise the same result as the dispatched one: Rust never contracts or reassociates
+    /// float operations, and the reductions use a fixed lane order.
+    #[test]
+    fn dispatch_matches_baseline() {
+        let run = |arch: Option<pulp::Arch>| {
+            let mut s: Vec<f32> = (0..3 * 37).map(|i| (i as f32 * 0.61).sin() * 9.0).collect();
+            s[5] = f32::NEG_INFINITY;
+            let m = [3.0f32, 1.5, 9.0];
+            let inv_l = [0.25f32, 1.0, 0.125];
+            let k = ProbRows {
+                s: &mut s,
+                m: &m,
+                inv_l: &inv_l,
+                rows: 3,
+                nc: 35,
+                ld: 37,
+            };
+            match arch {
+                Some(a) => a.dispatch(Dispatch(k)),
+                None => vectorized(k),
+            }
+            let mut row = s[..37].to_vec();
+            let sum = match arch {
+                Some(a) => a.dispatch(|| exp_sub_sum(&mut row, 2.0)),
+                None => exp_sub_sum(&mut row, 2.0),
+            };
+            (s, row, sum)
+        };
+        let base = run(Some(pulp::Arch::Scalar));
+        let best = run(None);
+        assert_eq!(base.0, best.0);
+        assert_eq!(base.1, best.1);
+        assert_eq!(base.2.to_bits(), best.2.to_bits());
+        assert_eq!(base.0[5], 0.0);
+    }
+
     #[test]
     fn row_primitives() {
         let mut x: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin()).collect();
