@@ -3,7 +3,11 @@
 //!
 //! ```text
 //! cargo run --release -p burn-ascend-kernels --example bench_varlen -- [--quick] [--json PATH]
+//!     [--filter SUBSTRING]
 //! ```
+//!
+//! `--filter` keeps the cases whose label (`full D=64`, `causal D=128`, …) contains the
+//! substring.
 //!
 //! - sgemm: 2048³ f32, row-major, split into one row band per rayon thread (each a
 //!   single-threaded `gemm` call, as the attention kernels use it); GFLOP/s = 2·n³ / time.
@@ -99,6 +103,10 @@ fn main() {
         .iter()
         .position(|a| a == "--json")
         .map(|i| args.get(i + 1).expect("--json needs a path").clone());
+    let filter = args
+        .iter()
+        .position(|a| a == "--filter")
+        .map(|i| args.get(i + 1).expect("--filter needs a substring").clone());
     let reps = if quick { 2 } else { 5 };
     let threads = rayon::current_num_threads();
     let mut rng = Lcg(42);
@@ -150,6 +158,9 @@ fn main() {
             let v = rng.vec(tokens * kv_heads * d);
             let dy = rng.vec(tokens * heads * d);
             let label = format!("{} D={d}", if causal { "causal" } else { "full" });
+            if filter.as_ref().is_some_and(|f| !label.contains(f.as_str())) {
+                continue;
+            }
 
             let t_fwd = best_of(reps, || cpu::varlen_fwd(&p, &q, &k, &v));
             let t_all = best_of(reps, || {

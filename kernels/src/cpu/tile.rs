@@ -9,11 +9,13 @@
 use crate::varlen::{DenseMask, Pse, PseType, SeqRule, VarlenProblem};
 use crate::Element;
 
-// Tile sizes, tuned with `examples/bench_varlen.rs` on a 2-core AVX-512 machine (D = 64/128,
-// G = 4): larger tiles amortise gemm's packing and the per-call overhead; a 256 × 512 f32 score
-// tile (512 KiB) still fits in L2.
+// Tile sizes, tuned with `examples/bench_varlen.rs` on a 2-core AVX-512 machine with 2 MiB of
+// L2 per core (D = 64/128, G = 4): larger tiles amortise gemm's packing, the K/V tile loads and
+// the per-call overhead (a 512 × 512 f32 score tile is 1 MiB). Boundary tiles are computed in
+// row chunks with their own column ranges (`CHUNK_ROWS` in the forward), so big query tiles do
+// not waste work on the diagonal of causal masks.
 /// Target rows (`tokens × G`) of a query tile.
-const TARGET_ROWS: usize = 256;
+const TARGET_ROWS: usize = 512;
 /// Key columns of a kv tile (forward, backward dQ pass).
 const BK: usize = 512;
 /// Key columns of a kv tile in the backward dK/dV pass (one task per kv tile).

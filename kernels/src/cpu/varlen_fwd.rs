@@ -21,7 +21,12 @@ struct Bufs {
     acc: Vec<f32>,
     m: Vec<f32>,
     l: Vec<f32>,
+    /// Row chunks of the current tile: (first row, end row, first column, end column).
+    chunks: Vec<(usize, usize, usize, usize)>,
 }
+
+/// Rows (`tokens × G`) of a chunk of a boundary tile that gets its own column range.
+const CHUNK_ROWS: usize = 128;
 
 impl Bufs {
     fn new(ctx: &Ctx) -> Self {
@@ -42,6 +47,7 @@ impl Bufs {
             acc: vec![0.0; rows * ctx.dv],
             m: vec![0.0; rows],
             l: vec![0.0; rows],
+            chunks: Vec::new(),
         }
     }
 }
@@ -113,14 +119,37 @@ fn tile<T: Element>(
         let nc = e - a;
         ctx.load_kv_rows(k, d, s, kvh, a, e, &mut buf.k);
         ctx.load_kv_rows(v, dv, s, kvh, a, e, &mut buf.v);
-        matmul(
-            &mut buf.s,
-            bk,
-            Mat::row_major(&buf.q, mm, d, d),
-            Mat::row_major(&buf.k, nc, d, d).t(),
-            false,
-            1.0,
-        );
+        // Row chunks and the columns each may attend: a boundary tile (e.g. the diagonal of a
+        // causal mask) computes only each chunk's hull, not the whole tile's.
+        let mut chunks = std::mem::take(&mut buf.chunks);
+        chunks.clear();
+        if kind == Kind::Partial {
+            let ct = (CHUNK_ROWS / g).max(1);
+            for ci0 in (i0..i1).step_by(ct) {
+                let ci1 = (ci0 + ct).min(i1);
+                let (ck, ca, ce) = ctx.classify(s, ci0, ci1, a, e);
+                let (lo, hi) = if ck == Kind::Skip {
+                    (0, 0)
+                } else {
+                    (ca - a, ce - a)
+                };
+                chunks.push(((ci0 - i0) * g, (ci1 - i0) * g, lo, hi));
+            }
+        } else {
+            chunks.push((0, mm, 0, nc));
+        }
+        // Scores outside a chunk's hull stay stale here; `fix_scores` masks them (−∞), since
+        // nothing there is allowed.
+        for &(r0, r1, lo, hi) in chunks.iter().filter(|c| c.3 > c.2) {
+            matmul(
+                &mut buf.s[r0 * bk + lo..],
+                bk,
+                Mat::row_major(&buf.q[r0 * d..], r1 - r0, d, d),
+                Mat::row_major(&buf.k[lo * d..], hi - lo, d, d).t(),
+                false,
+                1.0,
+            );
+        }
         if elementwise || kind == Kind::Partial {
             ctx.fix_scores(&mut buf.s, bk, s, kvh, i0, rows, a, nc, kind);
         }
@@ -136,14 +165,18 @@ fn tile<T: Element>(
             dv,
             dropout,
         });
-        matmul(
-            &mut buf.acc,
-            dv,
-            Mat::row_major(&buf.s, mm, nc, bk),
-            Mat::row_major(&buf.v, nc, dv, dv),
-            true,
-            1.0,
-        );
+        // P is exactly 0 outside each chunk's hull.
+        for &(r0, r1, lo, hi) in chunks.iter().filter(|c| c.3 > c.2) {
+            matmul(
+                &mut buf.acc[r0 * dv..],
+                dv,
+                Mat::row_major(&buf.s[r0 * bk + lo..], r1 - r0, hi - lo, bk),
+                Mat::row_major(&buf.v[lo * dv..], hi - lo, dv, dv),
+                true,
+                1.0,
+            );
+        }
+        buf.chunks = chunks;
     }
     rows
 }
