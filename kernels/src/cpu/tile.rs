@@ -92,6 +92,8 @@ impl<'a, 'p> Ctx<'a, 'p> {
             })
             .collect();
         let g = dims.group();
+        let max_sq = dims.seq_q.iter().copied().max().unwrap_or(0);
+        let max_skv = dims.seq_kv.iter().copied().max().unwrap_or(0);
         let dropout = match p.drop_mask {
             Some(m) if p.attrs.keep_prob < 1.0 => Some((m, (1.0 / p.attrs.keep_prob) as f32)),
             _ => None,
@@ -105,9 +107,10 @@ impl<'a, 'p> Ctx<'a, 'p> {
             dv: dims.value_dim,
             scale: p.attrs.scale as f32,
             seqs,
-            bq: (TARGET_ROWS / g).max(1),
-            bk: BK,
-            bk_bwd: BK_BWD,
+            // Tiles no larger than the longest sequence, so small problems allocate little.
+            bq: (TARGET_ROWS / g).clamp(1, max_sq.max(1)),
+            bk: BK.min(max_skv.max(1)),
+            bk_bwd: BK_BWD.min(max_skv.max(1)),
             dense: p.dense_mask().copied(),
             dropout,
             sink: p.sink,
