@@ -20,8 +20,14 @@
 //!   task reduces in a fixed order, and the per-task dsink partials are summed in task order,
 //!   so results are bitwise identical run to run and for any number of threads.
 //!
-//! Working memory is O(threads × tile): a few `rows × tile` f32 buffers per running task. No
-//! `Sq × Skv` buffer is ever allocated.
+//! Working memory is O(threads × tile): a few `rows × tile` f32 buffers per rayon job (at most
+//! a few MiB at the default 512 × 512 tiles), plus, in the backward, `D = dO·O` as `Tq·N` f32
+//! and one `G`-vector of dsink partials per query tile. No `Sq × Skv` buffer is ever allocated.
+//! Finished tiles are written to the outputs under a mutex (one short critical section per
+//! task); every output element has exactly one writer.
+//!
+//! Accuracy: f32 tiles and a polynomial `exp` (~1 ulp); against the f64-accumulating reference
+//! the tests hold 2e-5 abs + 1e-4 rel for outputs and gradients at D ≤ 128.
 //!
 //! All `unsafe` (the `gemm` crate's raw-pointer API) lives in [`gemm`].
 
