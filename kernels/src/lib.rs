@@ -10,6 +10,7 @@
 //! and return typed errors. The kernels index slices with bounds checks, so invalid input can
 //! at worst panic, never cause undefined behaviour.
 
+pub mod cpu;
 pub mod dropout;
 pub mod element;
 pub mod reference;

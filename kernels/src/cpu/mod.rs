@@ -1,0 +1,40 @@
+//! Fast CPU kernels: tiled flash attention with rayon and the `gemm` crate.
+//!
+//! [`varlen_fwd`] and [`varlen_bwd`] take exactly the arguments of
+//! [`crate::reference::varlen::varlen_fwd`] / [`crate::reference::varlen::varlen_bwd`] and
+//! return the same types with the same conventions (empty sequences, fully masked rows, sinks,
+//! both softmax layouts), so a caller can swap one for the other. They compute in f32; f16,
+//! bf16 and f64 inputs are converted to f32 tile by tile, outputs converted back on write.
+//!
+//! Structure (FlashAttention-2):
+//! - forward: one task per (sequence, kv head, query tile). A task stacks the query rows of
+//!   all `G = N / Nkv` heads sharing a kv head, so every K/V tile it loads serves the whole GQA
+//!   group; it walks the kv tiles with an online softmax (running max / sum per row, starting
+//!   from max = sink, sum = 1 when there is a sink). Tiles entirely outside the band / causal
+//!   region ([`crate::varlen::SeqRule::band_columns`]) are skipped, tiles entirely inside are
+//!   computed without any per-element work, and only boundary tiles (and every tile when a
+//!   dense mask, pse or dropout is present) are masked element by element.
+//! - backward: P is recomputed from the saved statistics. dK/dV are computed in one pass with a
+//!   task per (sequence, kv head, kv tile), dQ and dsink in a second pass with a task per
+//!   (sequence, kv head, query tile). Each output element is written by exactly one task, every
+//!   task reduces in a fixed order, and the per-task dsink partials are summed in task order,
+//!   so results are bitwise identical run to run and for any number of threads.
+//!
+//! Working memory is O(threads × tile): a few `rows × tile` f32 buffers per rayon job (at most
+//! a few MiB at the default 512 × 512 tiles), plus, in the backward, `D = dO·O` as `Tq·N` f32
+//! and one `G`-vector of dsink partials per query tile. No `Sq × Skv` buffer is ever allocated.
+//! Finished tiles are written to the outputs under a mutex (one short critical section per
+//! task); every output element has exactly one writer.
+//!
+//! Accuracy: f32 tiles and a polynomial `exp` (~1 ulp); against the f64-accumulating reference
+//! the tests hold 2e-5 abs + 1e-4 rel for outputs and gradients at D ≤ 128.
+//!
+//! All `unsafe` (the `gemm` crate's raw-pointer API) lives in [`gemm`].
+
+pub mod gemm;
+mod tile;
+mod varlen_bwd;
+mod varlen_fwd;
+
+pub use varlen_bwd::varlen_bwd;
+pub use varlen_fwd::varlen_fwd;
