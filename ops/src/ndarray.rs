@@ -1,4 +1,5 @@
-//! `NdArray` runs the CPU kernels (the reference, until the fast kernels land) on the tensors'
+//! `NdArray` runs the CPU kernels (the fast tiled varlen kernels; the reference for prompt,
+//! incremental attention and scatter) on the tensors'
 //! host memory instead of the composite.
 
 use burn::backend::ndarray::{
@@ -8,7 +9,7 @@ use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 
-use burn_ascend_kernels::reference::varlen as reference;
+use burn_ascend_kernels::cpu;
 
 use burn::tensor::{DType, TensorMetadata};
 use burn_ascend_kernels::reference::incre::{incre_flash_attention, KvInput};
@@ -167,7 +168,7 @@ pub fn cpu_varlen_fwd<B: Backend>(
     let sink = inputs.sink.map(to_vec::<B>);
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
     let p = spec.problem(dims, sink.as_deref());
-    let out = reference::varlen_fwd(
+    let out = cpu::varlen_fwd(
         &p,
         &to_vec::<B>(inputs.query),
         &to_vec::<B>(inputs.key),
@@ -204,7 +205,7 @@ pub fn cpu_varlen_bwd<B: Backend>(
         dims.value_dim,
     );
     let p = spec.problem(dims, sink.as_deref());
-    let g = reference::varlen_bwd(
+    let g = cpu::varlen_bwd(
         &p,
         &to_vec::<B>(fwd.query),
         &to_vec::<B>(fwd.key),

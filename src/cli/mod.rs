@@ -23,7 +23,8 @@ use io::Bundle;
 pub enum Device {
     /// The plain CPU reference (f64 accumulation).
     Reference,
-    /// The fast CPU kernels (currently the reference: the fast kernels have not landed).
+    /// The fast CPU kernels (tiled varlen kernels; prompt, incremental attention and scatter
+    /// run the reference).
     Cpu,
     /// The host simulation of the aclnn ABI (not built yet).
     Sim,
@@ -108,8 +109,8 @@ pub const OPS: &[&str] = &["varlen-fwd", "varlen-bwd", "prompt", "incre", "scatt
 pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliError> {
     device.ensure_available()?;
     match op {
-        "varlen-fwd" => varlen::forward(input),
-        "varlen-bwd" => varlen::backward(input),
+        "varlen-fwd" => varlen::forward(input, device),
+        "varlen-bwd" => varlen::backward(input, device),
         "prompt" => prompt::prompt(input),
         "incre" => incre::incre(input),
         "scatter" => scatter::scatter(input),

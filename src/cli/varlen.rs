@@ -5,7 +5,8 @@ use half::{bf16, f16};
 use safetensors::Dtype;
 
 use super::io::{rank3, Bundle, HostTensor, WireFloat};
-use super::CliError;
+use super::{CliError, Device};
+use crate::kernels::cpu;
 use crate::kernels::reference::varlen as reference;
 use crate::ops::varlen::{
     compressed_mask, MaskSpec, PseSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec,
@@ -136,11 +137,11 @@ fn sink_of(b: &Bundle, names: &[&str]) -> Result<Option<Vec<f32>>, AttnError> {
 
 /// Dispatches on the query dtype; key, value (and dy, attentionIn) must share it.
 macro_rules! by_dtype {
-    ($b:expr, $f:ident) => {
+    ($b:expr, $d:expr, $f:ident) => {
         match $b.required("query")?.dtype {
-            Dtype::F32 => $f::<f32>($b),
-            Dtype::F16 => $f::<f16>($b),
-            Dtype::BF16 => $f::<bf16>($b),
+            Dtype::F32 => $f::<f32>($b, $d),
+            Dtype::F16 => $f::<f16>($b, $d),
+            Dtype::BF16 => $f::<bf16>($b, $d),
             other => Err(AttnError::invalid(
                 "query",
                 format!("dtype must be F16, BF16 or F32, got {other:?}"),
@@ -151,20 +152,20 @@ macro_rules! by_dtype {
 }
 
 /// `varlen-fwd`.
-pub fn forward(b: &Bundle) -> Result<Bundle, CliError> {
-    by_dtype!(b, forward_typed)
+pub fn forward(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
+    by_dtype!(b, device, forward_typed)
 }
 
 /// `varlen-bwd`.
-pub fn backward(b: &Bundle) -> Result<Bundle, CliError> {
-    by_dtype!(b, backward_typed)
+pub fn backward(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
+    by_dtype!(b, device, backward_typed)
 }
 
 fn stats(v: &[f32], t: usize, n: usize) -> HostTensor {
     HostTensor::from_values(v, vec![t, n, 8])
 }
 
-fn forward_typed<T: WireFloat>(b: &Bundle) -> Result<Bundle, CliError> {
+fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     let (q, k, v) = (
         b.required("query")?,
         b.required("key")?,
@@ -185,7 +186,12 @@ fn forward_typed<T: WireFloat>(b: &Bundle) -> Result<Bundle, CliError> {
     let dims = spec.validate_fwd(&shapes)?;
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
     let p = spec.problem(dims, sink.as_deref());
-    let out = reference::varlen_fwd(
+    let fwd = if device == Device::Reference {
+        reference::varlen_fwd
+    } else {
+        cpu::varlen_fwd
+    };
+    let out = fwd(
         &p,
         &q.values::<T>("query")?,
         &k.values::<T>("key")?,
@@ -201,7 +207,7 @@ fn forward_typed<T: WireFloat>(b: &Bundle) -> Result<Bundle, CliError> {
     Ok(res)
 }
 
-fn backward_typed<T: WireFloat>(b: &Bundle) -> Result<Bundle, CliError> {
+fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     let get = |name: &'static str| -> Result<(&HostTensor, [usize; 3]), AttnError> {
         let t = b.required(name)?;
         Ok((t, rank3(t, name)?))
@@ -232,7 +238,12 @@ fn backward_typed<T: WireFloat>(b: &Bundle) -> Result<Bundle, CliError> {
         dims.head_dim,
     );
     let p = spec.problem(dims, sink.as_deref());
-    let g = reference::varlen_bwd(
+    let bwd = if device == Device::Reference {
+        reference::varlen_bwd
+    } else {
+        cpu::varlen_bwd
+    };
+    let g = bwd(
         &p,
         &q.values::<T>("query")?,
         &k.values::<T>("key")?,
