@@ -14,7 +14,7 @@ use burn_ascend_kernels::reference::incre::{
 };
 
 use crate::error::{ensure, AttnError, Result};
-use crate::prompt::{validate_post_quant, PostQuantSpec, MAX_GQA_RATIO};
+use crate::prompt::{resolve_kv_heads, validate_post_quant, PostQuantSpec};
 
 /// Largest batch (A2/A3).
 pub const IFA_MAX_BATCH: usize = 65_536;
@@ -284,22 +284,7 @@ impl IncreSpec {
             "numHeads",
             "must equal the query's N = {qn}, got {n}"
         );
-        let nkv = if self.num_key_value_heads == 0 {
-            n
-        } else {
-            self.num_key_value_heads
-        };
-        ensure!(
-            n.is_multiple_of(nkv),
-            "numKeyValueHeads",
-            "numHeads {n} must be a multiple of numKeyValueHeads {nkv}"
-        );
-        ensure!(
-            n / nkv <= MAX_GQA_RATIO,
-            "numKeyValueHeads",
-            "numHeads / numKeyValueHeads must be <= {MAX_GQA_RATIO}, got {}",
-            n / nkv
-        );
+        let nkv = resolve_kv_heads(n, self.num_key_value_heads)?;
         ensure!(
             (1..=IFA_MAX_HEAD_DIM).contains(&d),
             "query",

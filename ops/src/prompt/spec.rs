@@ -256,22 +256,7 @@ impl PromptSpec {
             "numHeads",
             "must be in 1..={PFA_MAX_HEADS}, got {n}"
         );
-        let nkv = if self.num_key_value_heads == 0 {
-            n
-        } else {
-            self.num_key_value_heads
-        };
-        ensure!(
-            n.is_multiple_of(nkv),
-            "numKeyValueHeads",
-            "numHeads {n} must be a multiple of numKeyValueHeads {nkv}"
-        );
-        ensure!(
-            n / nkv <= MAX_GQA_RATIO,
-            "numKeyValueHeads",
-            "numHeads / numKeyValueHeads must be <= {MAX_GQA_RATIO}, got {}",
-            n / nkv
-        );
+        let nkv = resolve_kv_heads(n, self.num_key_value_heads)?;
         let rank = match layout {
             PfaLayout::Bsh | PfaLayout::Tnd => 3,
             _ => 4,
@@ -777,4 +762,26 @@ fn tnd_lengths(param: &'static str, cum: Option<&[i64]>, total: usize) -> Result
         "must end at most at T = {total}, ends at {prev}"
     );
     Ok(lens)
+}
+
+/// `numKeyValueHeads` as PFA and IFA read it: 0 means `numHeads`; it must divide `numHeads`
+/// with a ratio of at most [`MAX_GQA_RATIO`].
+pub(crate) fn resolve_kv_heads(n: usize, num_key_value_heads: usize) -> Result<usize> {
+    let nkv = if num_key_value_heads == 0 {
+        n
+    } else {
+        num_key_value_heads
+    };
+    ensure!(
+        n.is_multiple_of(nkv),
+        "numKeyValueHeads",
+        "numHeads {n} must be a multiple of numKeyValueHeads {nkv}"
+    );
+    ensure!(
+        n / nkv <= MAX_GQA_RATIO,
+        "numKeyValueHeads",
+        "numHeads / numKeyValueHeads must be <= {MAX_GQA_RATIO}, got {}",
+        n / nkv
+    );
+    Ok(nkv)
 }
