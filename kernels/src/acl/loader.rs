@@ -86,8 +86,7 @@ fn load() -> Result<Loaded> {
             })
             .collect();
         return Err(AclError::NotFound(format!(
-            "Ascend CANN not found: looked for {} in {}; install CANN and source its set_env.sh, or set ASCEND_TOOLKIT_HOME",
-            LIBRARIES[0].0,
+            "Ascend CANN not found: tried {}; install CANN and source its set_env.sh, or set ASCEND_TOOLKIT_HOME",
             tried.join(", ")
         )));
     };
