@@ -256,6 +256,7 @@ impl Handles {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn args<'a>(
         &'a self,
         c: &Case,
