@@ -136,6 +136,10 @@ pub fn run_files(op: &str, input: &Path, output: &Path, device: Device) -> Resul
 pub const USAGE: &str =
     "burn-ascend run <op> <in.safetensors> <out.safetensors> [--device reference|cpu|sim|npu]
   ops: varlen-fwd, varlen-bwd, prompt, incre, scatter
+  devices: reference (f64 CPU reference), cpu (fast CPU kernels, default), sim (the aclnn
+  dispatch against a host simulation of the ACL ABI, not CANN), npu (CANN's aclnn, loaded at
+  run time from $ASCEND_TOOLKIT_HOME / $ASCEND_HOME_PATH / /usr/local/Ascend/ascend-toolkit/latest;
+  device $ASCEND_DEVICE_ID or 0)
   inputs are named after the aclnn parameters (query, key, value, sink, attenMask, pseShift,
   actualSeqLengths, actualSeqLengthsKv, blocktable, kvPaddingSize, antiquantScale,
   antiquantOffset, quantScale2, quantOffset2, keyCache, valueCache, slotMapping, compressLens,
