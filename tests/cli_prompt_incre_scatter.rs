@@ -23,6 +23,10 @@ use safetensors::Dtype;
 type B = NdArray;
 
 fn run(op: &str, input: &Bundle) -> (Option<Bundle>, i32, String) {
+    run_on(op, input, "cpu")
+}
+
+fn run_on(op: &str, input: &Bundle, device: &str) -> (Option<Bundle>, i32, String) {
     let dir = tempfile::tempdir().unwrap();
     let (inp, outp) = (
         dir.path().join("in.safetensors"),
@@ -33,6 +37,7 @@ fn run(op: &str, input: &Bundle) -> (Option<Bundle>, i32, String) {
         .args(["run", op])
         .arg(&inp)
         .arg(&outp)
+        .args(["--device", device])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
@@ -43,20 +48,33 @@ fn run(op: &str, input: &Bundle) -> (Option<Bundle>, i32, String) {
     (bundle, out.status.code().unwrap(), stderr)
 }
 
+/// Runs on the CPU and, through the Ascend dispatch layer, on its host simulation of the ACL
+/// ABI (`--device sim`): both must give the same bytes (the simulation runs the same reference
+/// kernels on the tensors it decodes from the aclTensor descriptors).
 fn ok(op: &str, input: &Bundle) -> Bundle {
     let (b, code, err) = run(op, input);
     assert_eq!(code, 0, "{err}");
-    b.unwrap()
+    let b = b.unwrap();
+    let (sim, code, err) = run_on(op, input, "sim");
+    assert_eq!(code, 0, "--device sim: {err}");
+    assert_eq!(
+        sim.unwrap(),
+        b,
+        "--device sim differs from --device cpu for {op}"
+    );
+    b
 }
 
 fn refused(op: &str, input: &Bundle, param: &str) {
-    let (_, code, err) = run(op, input);
-    assert_eq!(code, 2, "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(
-        err.contains(&format!("invalid {param}:")),
-        "names {param}: {err}"
-    );
+    for device in ["cpu", "sim"] {
+        let (_, code, err) = run_on(op, input, device);
+        assert_eq!(code, 2, "{device}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains(&format!("invalid {param}:")),
+            "{device} names {param}: {err}"
+        );
+    }
 }
 
 fn meta(b: &mut Bundle, kv: &[(&str, &str)]) {

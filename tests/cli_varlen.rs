@@ -109,7 +109,8 @@ fn varlen_fwd_and_bwd_round_trip_against_the_composite() {
     };
     let want = composite::varlen_fwd::<B>(inputs(), &c.spec).unwrap();
 
-    for device in ["reference", "cpu"] {
+    // `sim`: the Ascend dispatch layer against its host simulation of the ACL ABI.
+    for device in ["reference", "cpu", "sim"] {
         let (fwd, out) = run("varlen-fwd", &fwd_bundle(&c), device);
         assert!(
             out.status.success(),
@@ -272,9 +273,23 @@ fn bad_input_exits_non_zero_with_one_line_naming_the_parameter() {
         .1
         .contains("invalid attenMask: sparseMode 4 takes CANN's compressed mask"));
 
-    let (code, err) = refused(&fwd_bundle(&c), "npu");
+    // The same refusals through the dispatch layer: validation runs before any device call.
+    let mut b = fwd_bundle(&c);
+    b.metadata.insert("headNum".into(), "3".into());
+    let (code, err) = refused(&b, "sim");
     assert_eq!(code, 2);
-    assert!(err.contains("unsupported device 'npu'"), "{err}");
+    assert!(err.contains("invalid headNum"), "{err}");
+
+    // Without CANN, `--device npu` fails with one line naming every path it tried.
+    if burn_ascend::kernels::acl::loader::cann().is_err() {
+        let (code, err) = refused(&fwd_bundle(&c), "npu");
+        assert_eq!(code, 3, "{err}");
+        assert!(err.contains("Ascend CANN not found"), "{err}");
+        assert!(
+            err.contains("/usr/local/Ascend/ascend-toolkit/latest/lib64/libascendcl.so"),
+            "{err}"
+        );
+    }
 }
 
 #[test]

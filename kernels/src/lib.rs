@@ -4,12 +4,15 @@
 //!   every implementation (reference, fast CPU kernels, Ascend dispatch).
 //! - [`reference`]: the CPU reference — plain loops with f64 accumulation. It is the oracle every
 //!   other path is tested against, so it stays small and obviously correct.
+//! - [`acl`]: Ascend dispatch through aclnn (CANN loaded at run time) and a host simulation
+//!   of the ACL ABI that CI runs.
 //! - [`dropout`]: CANN's bit-packed dropout mask and a seeded generator for it.
 //!
 //! Nothing here validates: callers (the `burn-ascend-ops` crate) check every constraint first
 //! and return typed errors. The kernels index slices with bounds checks, so invalid input can
 //! at worst panic, never cause undefined behaviour.
 
+pub mod acl;
 pub mod cpu;
 pub mod dropout;
 pub mod element;

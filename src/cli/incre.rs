@@ -7,9 +7,12 @@
 
 use safetensors::Dtype;
 
+use super::device::{acl_dtype, arg, opt_arg, runtime, to_host};
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, post_quant, same_dtype};
-use super::CliError;
+use super::{CliError, Device};
+use crate::kernels::acl::host as acl;
+use crate::kernels::acl::DataType;
 use crate::kernels::reference::incre::{
     incre_flash_attention, incre_flash_attention_int8, KvInput,
 };
@@ -137,7 +140,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
 }
 
 /// `incre`.
-pub fn incre(b: &Bundle) -> Result<Bundle, CliError> {
+pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     for name in ["dequantScale1", "quantScale1", "dequantScale2"] {
         if b.tensors.contains_key(name) {
             return Err(AttnError::Unsupported(format!(
@@ -197,6 +200,9 @@ pub fn incre(b: &Bundle) -> Result<Bundle, CliError> {
         kv: kv_shapes,
         kv_int8: kdt == Dtype::I8,
     })?;
+    if device.is_acl() {
+        return acl_incre(b, device, &spec, q, &form);
+    }
     let qv = q.f32_values("query")?;
     let run = |kv: KvInput<'_, f32>| -> HostTensor {
         let a = spec.args(&dims, &qv, kv);
@@ -238,5 +244,57 @@ pub fn incre(b: &Bundle) -> Result<Bundle, CliError> {
     };
     let mut res = Bundle::default();
     res.insert("attentionOut", out);
+    Ok(res)
+}
+
+/// `--device sim|npu`: the validated call through `aclnnIncreFlashAttentionV4`.
+fn acl_incre(
+    b: &Bundle,
+    device: Device,
+    spec: &IncreSpec,
+    q: &HostTensor,
+    form: &KvForm<'_>,
+) -> Result<Bundle, CliError> {
+    let rt = runtime(device)?.expect("an aclnn device");
+    let kv = match form {
+        KvForm::One(k, v) => acl::IncreKv::One {
+            key: arg(k, "key")?,
+            value: arg(v, "value")?,
+        },
+        KvForm::List(k, v) => acl::IncreKv::List {
+            keys: k.iter().map(|t| arg(t, "key")).collect::<Result<_, _>>()?,
+            values: v
+                .iter()
+                .map(|t| arg(t, "value"))
+                .collect::<Result<_, _>>()?,
+        },
+    };
+    let x = acl::IncreInputs {
+        query: arg(q, "query")?,
+        kv,
+        pse_shift: opt_arg(b.optional(&["pseShift"]), "pseShift")?,
+        atten_mask: opt_arg(b.optional(&["attenMask"]), "attenMask")?,
+        actual_seq_lengths: spec.actual_seq_lengths.as_deref(),
+        quant_scale2: opt_arg(b.optional(&["quantScale2"]), "quantScale2")?,
+        quant_offset2: opt_arg(b.optional(&["quantOffset2"]), "quantOffset2")?,
+        antiquant_scale: opt_arg(b.optional(&["antiquantScale"]), "antiquantScale")?,
+        antiquant_offset: opt_arg(b.optional(&["antiquantOffset"]), "antiquantOffset")?,
+        blocktable: opt_arg(b.optional(&["blocktable"]), "blocktable")?,
+        kv_padding_size: spec.kv_padding_size,
+        num_heads: spec.num_heads as i64,
+        scale_value: spec.scale_value,
+        input_layout: b.attr_str("inputLayout", "BSH"),
+        num_key_value_heads: spec.num_key_value_heads as i64,
+        block_size: spec.block_size as i64,
+        inner_precise: spec.inner_precise,
+    };
+    let out_dtype = if spec.post_quant.is_some() {
+        DataType::Int8
+    } else {
+        acl_dtype(q.dtype, "query")?
+    };
+    let o = acl::incre(&rt, &x, out_dtype)?;
+    let mut res = Bundle::default();
+    res.insert("attentionOut", to_host(o));
     Ok(res)
 }

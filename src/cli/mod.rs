@@ -6,6 +6,7 @@
 //! strings in the safetensors `__metadata__` under their aclnn names. Missing attributes take
 //! the docs' defaults.
 
+pub mod device;
 pub mod incre;
 pub mod io;
 pub mod prompt;
@@ -26,9 +27,11 @@ pub enum Device {
     /// The fast CPU kernels (tiled varlen kernels; prompt, incremental attention and scatter
     /// run the reference).
     Cpu,
-    /// The host simulation of the aclnn ABI (not built yet).
+    /// Through the Ascend dispatch layer against its host simulation of the ACL ABI (not
+    /// CANN): the dispatch code path, checked on machines without an NPU.
     Sim,
-    /// A real Ascend NPU through CANN (not built yet).
+    /// A real Ascend NPU through CANN's aclnn, loaded at run time (device
+    /// `$ASCEND_DEVICE_ID`, else 0).
     Npu,
 }
 
@@ -48,19 +51,15 @@ impl Device {
         })
     }
 
-    /// Errors for devices that cannot run ops in this build.
+    /// Errors for devices that cannot run ops here: `npu` without CANN's libraries (one line
+    /// naming every path tried).
     pub fn ensure_available(self) -> Result<(), CliError> {
-        match self {
-            Self::Reference | Self::Cpu => Ok(()),
-            Self::Sim => Err(CliError::Attn(AttnError::Unsupported(
-                "unsupported device 'sim': the host simulation of the aclnn ABI is not built yet"
-                    .into(),
-            ))),
-            Self::Npu => Err(CliError::Attn(AttnError::Unsupported(
-                "unsupported device 'npu': the Ascend (aclnn) dispatch layer is not built yet"
-                    .into(),
-            ))),
-        }
+        device::probe(self)
+    }
+
+    /// Whether ops run through the aclnn dispatch layer (`sim`, `npu`).
+    pub fn is_acl(self) -> bool {
+        matches!(self, Self::Sim | Self::Npu)
     }
 }
 
@@ -73,6 +72,8 @@ pub enum CliError {
     Attn(AttnError),
     /// Reading or writing files failed (exit 1).
     Io(String),
+    /// The Ascend device (or its simulation) is unavailable or a call on it failed (exit 3).
+    Device(String),
 }
 
 impl CliError {
@@ -82,6 +83,7 @@ impl CliError {
             Self::Usage(_) => 64,
             Self::Attn(_) => 2,
             Self::Io(_) => 1,
+            Self::Device(_) => 3,
         }
     }
 }
@@ -92,6 +94,7 @@ impl fmt::Display for CliError {
             Self::Usage(m) => write!(f, "usage: {m}"),
             Self::Attn(e) => write!(f, "{e}"),
             Self::Io(m) => write!(f, "io: {m}"),
+            Self::Device(m) => write!(f, "device: {m}"),
         }
     }
 }
@@ -111,9 +114,9 @@ pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliErr
     match op {
         "varlen-fwd" => varlen::forward(input, device),
         "varlen-bwd" => varlen::backward(input, device),
-        "prompt" => prompt::prompt(input),
-        "incre" => incre::incre(input),
-        "scatter" => scatter::scatter(input),
+        "prompt" => prompt::prompt(input, device),
+        "incre" => incre::incre(input, device),
+        "scatter" => scatter::scatter(input, device),
         other => Err(CliError::Usage(format!(
             "unknown op '{other}' (ops: {})",
             OPS.join(", ")
@@ -123,6 +126,7 @@ pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliErr
 
 /// `run <op> <in> <out> [--device d]`.
 pub fn run_files(op: &str, input: &Path, output: &Path, device: Device) -> Result<(), CliError> {
+    device.ensure_available()?;
     let bundle = Bundle::read(input)?;
     let out = run_op(op, &bundle, device)?;
     out.write(output)
@@ -132,6 +136,10 @@ pub fn run_files(op: &str, input: &Path, output: &Path, device: Device) -> Resul
 pub const USAGE: &str =
     "burn-ascend run <op> <in.safetensors> <out.safetensors> [--device reference|cpu|sim|npu]
   ops: varlen-fwd, varlen-bwd, prompt, incre, scatter
+  devices: reference (f64 CPU reference), cpu (fast CPU kernels, default), sim (the aclnn
+  dispatch against a host simulation of the ACL ABI, not CANN), npu (CANN's aclnn, loaded at
+  run time from $ASCEND_TOOLKIT_HOME / $ASCEND_HOME_PATH / /usr/local/Ascend/ascend-toolkit/latest;
+  device $ASCEND_DEVICE_ID or 0)
   inputs are named after the aclnn parameters (query, key, value, sink, attenMask, pseShift,
   actualSeqLengths, actualSeqLengthsKv, blocktable, kvPaddingSize, antiquantScale,
   antiquantOffset, quantScale2, quantOffset2, keyCache, valueCache, slotMapping, compressLens,

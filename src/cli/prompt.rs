@@ -4,8 +4,11 @@
 
 use safetensors::Dtype;
 
+use super::device::{acl_dtype, arg, opt_arg, runtime, to_host};
 use super::io::{Bundle, HostTensor};
-use super::CliError;
+use super::{CliError, Device};
+use crate::kernels::acl::host as acl;
+use crate::kernels::acl::DataType;
 use crate::kernels::reference::prompt::{prompt_flash_attention, prompt_flash_attention_int8};
 use crate::ops::prompt::{
     parse_pfa_layout, PostQuantSpec, PromptMask, PromptPse, PromptShapes, PromptSpec,
@@ -133,7 +136,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<PromptSpec, AttnError> {
 }
 
 /// `prompt`.
-pub fn prompt(b: &Bundle) -> Result<Bundle, CliError> {
+pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     for name in ["deqScale1", "quantScale1", "deqScale2"] {
         if b.tensors.contains_key(name) {
             return Err(AttnError::Unsupported(format!(
@@ -163,6 +166,36 @@ pub fn prompt(b: &Bundle) -> Result<Bundle, CliError> {
             "attentionOut",
             HostTensor::from_f64_as(&[], q.shape.clone(), qdt),
         );
+        return Ok(res);
+    }
+    if device.is_acl() {
+        let rt = runtime(device)?.expect("an aclnn device");
+        let x = acl::PromptInputs {
+            query: arg(q, "query")?,
+            key: arg(k, "key")?,
+            value: arg(v, "value")?,
+            pse_shift: opt_arg(b.optional(&["pseShift"]), "pseShift")?,
+            atten_mask: opt_arg(b.optional(&["attenMask"]), "attenMask")?,
+            actual_seq_lengths: spec.actual_seq_lengths.as_deref(),
+            actual_seq_lengths_kv: spec.actual_seq_lengths_kv.as_deref(),
+            quant_scale2: opt_arg(b.optional(&["quantScale2"]), "quantScale2")?,
+            quant_offset2: opt_arg(b.optional(&["quantOffset2"]), "quantOffset2")?,
+            num_heads: spec.num_heads as i64,
+            scale_value: spec.scale_value,
+            pre_tokens: spec.pre_tokens,
+            next_tokens: spec.next_tokens,
+            input_layout: b.attr_str("inputLayout", "BSH"),
+            num_key_value_heads: spec.num_key_value_heads as i64,
+            sparse_mode: spec.sparse_mode,
+            inner_precise: spec.inner_precise,
+        };
+        let out_dtype = if spec.post_quant.is_some() {
+            DataType::Int8
+        } else {
+            acl_dtype(qdt, "query")?
+        };
+        let o = acl::prompt(&rt, &x, &dims.out_shape(), out_dtype)?;
+        res.insert("attentionOut", to_host(o));
         return Ok(res);
     }
     let (qv, kv, vv) = (

@@ -7,8 +7,11 @@ use burn::tensor::DType;
 use half::{bf16, f16};
 use safetensors::Dtype;
 
+use super::device::{arg, opt_arg, runtime, to_host};
 use super::io::{Bundle, HostTensor};
-use super::CliError;
+use super::{CliError, Device};
+use crate::kernels::acl::host as acl;
+use crate::kernels::reference::scatter::CacheMode;
 use crate::kernels::reference::scatter::RefElem;
 use crate::ops::scatter::{
     parse_cache_mode, scatter_checked, ScatterKind, ScatterShapes, ScatterSpec,
@@ -125,7 +128,7 @@ fn run<T: Wire>(
 }
 
 /// `scatter`.
-pub fn scatter(b: &Bundle) -> Result<Bundle, CliError> {
+pub fn scatter(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     let key = b.required("key")?;
     let key_cache = b.required("keyCache")?;
     let value = b.optional(&["value"]).filter(|t| !t.shape.is_empty());
@@ -143,6 +146,35 @@ pub fn scatter(b: &Bundle) -> Result<Bundle, CliError> {
             value_cache.and_then(|t| burn_dtype(t.dtype)),
         ],
     };
+    if device.is_acl() {
+        spec.validate(&shapes)?;
+        let rt = runtime(device)?.expect("an aclnn device");
+        let cache_mode = match spec.cache_mode {
+            CacheMode::PaNz => "PA_NZ",
+            _ => "Norm",
+        };
+        let x = acl::ScatterInputs {
+            key: arg(key, "key")?,
+            key_cache: arg(key_cache, "keyCache")?,
+            slot_mapping: arg(b.required("slotMapping")?, "slotMapping")?,
+            value: opt_arg(value, "value")?,
+            value_cache: opt_arg(value_cache, "valueCache")?,
+            compress_lens: opt_arg(b.optional(&["compressLens"]), "compressLens")?,
+            compress_seq_offset: opt_arg(b.optional(&["compressSeqOffset"]), "compressSeqOffset")?,
+            seq_lens: opt_arg(b.optional(&["seqLens"]), "seqLens")?,
+            cache_mode,
+            scatter_mode: b.attr_str("scatterMode", "None"),
+            strides: spec.strides.as_deref(),
+            offsets: spec.offsets.as_deref(),
+        };
+        let o = acl::scatter(&rt, &x)?;
+        let mut res = Bundle::default();
+        res.insert("keyCache", to_host(o.key_cache));
+        if let Some(vc) = o.value_cache {
+            res.insert("valueCache", to_host(vc));
+        }
+        return Ok(res);
+    }
     match key.dtype {
         Dtype::F32 => run::<f32>(&spec, &shapes, key, value, key_cache, value_cache),
         Dtype::F16 => run::<f16>(&spec, &shapes, key, value, key_cache, value_cache),

@@ -4,8 +4,10 @@
 use half::{bf16, f16};
 use safetensors::Dtype;
 
+use super::device::{arg, opt_arg, runtime, to_host};
 use super::io::{rank3, Bundle, HostTensor, WireFloat};
 use super::{CliError, Device};
+use crate::kernels::acl::host as acl;
 use crate::kernels::cpu;
 use crate::kernels::reference::varlen as reference;
 use crate::ops::varlen::{
@@ -185,6 +187,9 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
     let spec = spec_from(b, shapes.query, false)?;
     let dims = spec.validate_fwd(&shapes)?;
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
+    if device.is_acl() {
+        return acl_forward(b, device, &spec, n);
+    }
     let p = spec.problem(dims, sink.as_deref());
     let fwd = if device == Device::Reference {
         reference::varlen_fwd
@@ -237,6 +242,9 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
         dims.kv_head_num,
         dims.head_dim,
     );
+    if device.is_acl() {
+        return acl_backward(b, device, &spec, n);
+    }
     let p = spec.problem(dims, sink.as_deref());
     let bwd = if device == Device::Reference {
         reference::varlen_bwd
@@ -259,6 +267,86 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     res.insert("dv", HostTensor::from_values(&g.dv, vec![tkv, nkv, d]));
     if let Some(ds) = g.dsink {
         res.insert("dsink", HostTensor::from_values(&ds, vec![n]));
+    }
+    Ok(res)
+}
+
+/// The dispatch layer's inputs and attributes from a validated spec; tensors travel as the
+/// bundle holds them.
+fn acl_inputs<'a>(
+    b: &'a Bundle,
+    spec: &'a VarlenSpec,
+    sink: &[&str],
+) -> Result<(acl::VarlenInputs<'a>, acl::VarlenAttrs), CliError> {
+    let a = &spec.attrs;
+    let inputs = acl::VarlenInputs {
+        query: arg(b.required("query")?, "query")?,
+        key: arg(b.required("key")?, "key")?,
+        value: arg(b.required("value")?, "value")?,
+        real_shift: opt_arg(b.optional(&["realShift", "pseShift"]), "realShift")?,
+        drop_mask: opt_arg(b.optional(&["dropMask"]), "dropMask")?,
+        atten_mask: opt_arg(b.optional(&["attenMask"]), "attenMask")?,
+        sink: opt_arg(b.optional(sink), "sink")?,
+        prefix: spec.prefix.as_deref(),
+        actual_seq_q_len: &spec.actual_seq_q_len,
+        actual_seq_kv_len: &spec.actual_seq_kv_len,
+        q_start_idx: spec.q_start_idx,
+        kv_start_idx: spec.kv_start_idx,
+    };
+    let attrs = acl::VarlenAttrs {
+        scale_value: a.scale,
+        keep_prob: a.keep_prob,
+        pre_tokens: a.pre_tokens,
+        next_tokens: a.next_tokens,
+        head_num: 0, // set by the caller
+        input_layout: "TND".into(),
+        inner_precise: a.inner_precise,
+        sparse_mode: a.sparse_mode as i64,
+        pse_type: a.pse_type as i64,
+        softmax_layout: a.softmax_layout.as_attr().into(),
+    };
+    Ok((inputs, attrs))
+}
+
+fn acl_forward(
+    b: &Bundle,
+    device: Device,
+    spec: &VarlenSpec,
+    n: usize,
+) -> Result<Bundle, CliError> {
+    let rt = runtime(device)?.expect("an aclnn device");
+    let (x, mut attrs) = acl_inputs(b, spec, &["sink"])?;
+    attrs.head_num = n as i64;
+    let o = acl::varlen_fwd(&rt, &x, &attrs)?;
+    let mut res = Bundle::default();
+    res.insert("attentionOut", to_host(o.attention_out));
+    res.insert("softmaxMax", to_host(o.softmax_max));
+    res.insert("softmaxSum", to_host(o.softmax_sum));
+    Ok(res)
+}
+
+fn acl_backward(
+    b: &Bundle,
+    device: Device,
+    spec: &VarlenSpec,
+    n: usize,
+) -> Result<Bundle, CliError> {
+    let rt = runtime(device)?.expect("an aclnn device");
+    let (x, mut attrs) = acl_inputs(b, spec, &["sinkIn", "sink"])?;
+    attrs.head_num = n as i64;
+    let saved = acl::VarlenSaved {
+        dy: arg(b.required("dy")?, "dy")?,
+        attention_in: arg(b.required("attentionIn")?, "attentionIn")?,
+        softmax_max: arg(b.required("softmaxMax")?, "softmaxMax")?,
+        softmax_sum: arg(b.required("softmaxSum")?, "softmaxSum")?,
+    };
+    let g = acl::varlen_grad(&rt, &x, &saved, &attrs)?;
+    let mut res = Bundle::default();
+    res.insert("dq", to_host(g.dq));
+    res.insert("dk", to_host(g.dk));
+    res.insert("dv", to_host(g.dv));
+    if let Some(ds) = g.dsink {
+        res.insert("dsink", to_host(ds));
     }
     Ok(res)
 }

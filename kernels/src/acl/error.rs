@@ -1,0 +1,105 @@
+//! The dispatch layer's error: Burn-free, so the `ops` crate and the CLI convert it to their own.
+
+use std::fmt;
+
+/// Why an Ascend (or simulated) call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AclError {
+    /// CANN's libraries were not found or could not be opened; the message names every path
+    /// that was tried.
+    NotFound(String),
+    /// A runtime or aclnn call returned a non-zero status.
+    Status {
+        /// The C function that failed (e.g. `aclnnPromptFlashAttentionV3GetWorkspaceSize`).
+        call: String,
+        /// Its status code (161001 null argument, 161002 invalid argument, …).
+        status: i32,
+        /// `aclGetRecentErrMsg()` right after the failure (may be empty).
+        message: String,
+    },
+    /// The installed CANN (or the simulation) lacks what the call needs.
+    Unsupported(String),
+    /// The safe layer refused an argument before calling into C.
+    Invalid {
+        /// The argument.
+        param: String,
+        /// What was wrong.
+        rule: String,
+    },
+}
+
+impl AclError {
+    pub(crate) fn invalid(param: impl Into<String>, rule: impl Into<String>) -> Self {
+        Self::Invalid {
+            param: param.into(),
+            rule: rule.into(),
+        }
+    }
+
+    /// The aclnn / ACL status, if this error carries one.
+    pub fn status(&self) -> Option<i32> {
+        match self {
+            Self::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// The symbolic name of a status code, where it has one.
+pub fn status_name(status: i32) -> &'static str {
+    match status {
+        0 => "ACLNN_SUCCESS",
+        100_000 => "ACL_ERROR_INVALID_PARAM",
+        100_002 => "ACL_ERROR_REPEAT_INITIALIZE",
+        107_002 => "ACL_ERROR_RT_CONTEXT_NULL",
+        200_000 => "ACL_ERROR_BAD_ALLOC",
+        161_001 => "ACLNN_ERR_PARAM_NULLPTR",
+        161_002 => "ACLNN_ERR_PARAM_INVALID",
+        361_001 => "ACLNN_ERR_RUNTIME_ERROR",
+        561_000 => "ACLNN_ERR_INNER",
+        561_001 => "ACLNN_ERR_INNER_INFERSHAPE_ERROR",
+        561_002 => "ACLNN_ERR_INNER_TILING_ERROR",
+        561_003 => "ACLNN_ERR_INNER_FIND_KERNEL_ERROR",
+        561_107 => "ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND",
+        561_112 => "ACLNN_ERR_INNER_OPP_KERNEL_PKG_NOT_FOUND",
+        _ => "",
+    }
+}
+
+impl fmt::Display for AclError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotFound(m) => write!(f, "{m}"),
+            Self::Status {
+                call,
+                status,
+                message,
+            } => {
+                let name = status_name(*status);
+                write!(f, "{call} failed with status {status}")?;
+                if !name.is_empty() {
+                    write!(f, " ({name})")?;
+                }
+                // One line: CANN's messages may span several.
+                let msg = message.split_whitespace().collect::<Vec<_>>().join(" ");
+                if !msg.is_empty() {
+                    write!(f, ": {msg}")?;
+                }
+                if *status == 561_107 {
+                    write!(
+                        f,
+                        " (set ASCEND_OPP_PATH, e.g. by sourcing CANN's set_env.sh)"
+                    )?;
+                }
+                Ok(())
+            }
+            Self::Unsupported(m) => write!(f, "unsupported: {m}"),
+            Self::Invalid { param, rule } => write!(f, "invalid {param}: {rule}"),
+        }
+    }
+}
+
+impl std::error::Error for AclError {}
+
+/// Result alias of the dispatch layer.
+pub type Result<T, E = AclError> = std::result::Result<T, E>;

@@ -1,0 +1,500 @@
+//! The C ABI of ACL / aclnn as this crate calls it: opaque handle types, the enum values of
+//! `aclDataType` / `aclFormat`, status codes, and [`AclApi`], the table of `unsafe extern "C"`
+//! function pointers filled either from CANN's shared libraries ([`super::loader`]) or from the
+//! host simulation ([`super::sim`]).
+//!
+//! Prototypes are copied from the aclnn docs (`shared/seeds`, `shared/reference`) and the ACL
+//! runtime headers (`acl/acl_rt.h`, `aclnn/acl_meta.h`); enum values from spec §7. Every
+//! pointer argument below is exactly one C pointer and every integer has the C header's width,
+//! so the table is ABI-compatible with CANN on LP64 Linux (the only platform CANN ships for).
+
+use std::ffi::{c_char, c_int, c_void};
+
+/// `aclTensor` (opaque; created by `aclCreateTensor`).
+#[repr(C)]
+pub struct AclTensor {
+    _opaque: [u8; 0],
+}
+/// `aclIntArray` (opaque).
+#[repr(C)]
+pub struct AclIntArray {
+    _opaque: [u8; 0],
+}
+/// `aclTensorList` (opaque).
+#[repr(C)]
+pub struct AclTensorList {
+    _opaque: [u8; 0],
+}
+/// `aclOpExecutor` (opaque; produced by `…GetWorkspaceSize`, consumed by the launch).
+#[repr(C)]
+pub struct AclOpExecutor {
+    _opaque: [u8; 0],
+}
+/// `aclrtStream`.
+pub type AclrtStream = *mut c_void;
+/// `aclError` (runtime) and `aclnnStatus` (op API) are both `int32_t`.
+pub type AclStatus = c_int;
+
+/// `ACL_SUCCESS` / `ACLNN_SUCCESS`.
+pub const ACL_SUCCESS: AclStatus = 0;
+/// `ACL_ERROR_INVALID_PARAM` (runtime).
+pub const ACL_ERROR_INVALID_PARAM: AclStatus = 100_000;
+/// `ACL_ERROR_REPEAT_INITIALIZE`: `aclInit` called twice in one process (harmless).
+pub const ACL_ERROR_REPEAT_INITIALIZE: AclStatus = 100_002;
+/// `ACL_ERROR_BAD_ALLOC` (runtime).
+pub const ACL_ERROR_BAD_ALLOC: AclStatus = 200_000;
+/// `ACLNN_ERR_PARAM_NULLPTR`: a required argument is null.
+pub const ACLNN_ERR_PARAM_NULLPTR: AclStatus = 161_001;
+/// `ACLNN_ERR_PARAM_INVALID`: bad dtype, shape, attribute or call order.
+pub const ACLNN_ERR_PARAM_INVALID: AclStatus = 161_002;
+/// `ACLNN_ERR_RUNTIME_ERROR`.
+pub const ACLNN_ERR_RUNTIME_ERROR: AclStatus = 361_001;
+/// `ACLNN_ERR_INNER` (internal error).
+pub const ACLNN_ERR_INNER: AclStatus = 561_000;
+/// `ACLNN_ERR_INNER_TILING_ERROR` (ScatterPaKvCache reports a bad rank with it).
+pub const ACLNN_ERR_INNER_TILING_ERROR: AclStatus = 561_002;
+/// `ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND`: `ASCEND_OPP_PATH` is not set.
+pub const ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND: AclStatus = 561_107;
+
+/// `aclDataType` values (spec §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum DataType {
+    Float = 0,
+    Float16 = 1,
+    Int8 = 2,
+    Int32 = 3,
+    Uint8 = 4,
+    Int16 = 6,
+    Uint16 = 7,
+    Uint32 = 8,
+    Int64 = 9,
+    Uint64 = 10,
+    Double = 11,
+    Bool = 12,
+    Bf16 = 27,
+}
+
+impl DataType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Self::Int8 | Self::Uint8 | Self::Bool => 1,
+            Self::Float16 | Self::Bf16 | Self::Int16 | Self::Uint16 => 2,
+            Self::Float | Self::Int32 | Self::Uint32 => 4,
+            Self::Int64 | Self::Uint64 | Self::Double => 8,
+        }
+    }
+
+    /// The enum value as passed through the C ABI.
+    pub fn raw(self) -> i32 {
+        self as i32
+    }
+
+    /// Decodes a raw `aclDataType`; `None` for values this crate does not move.
+    pub fn from_raw(v: i32) -> Option<Self> {
+        Some(match v {
+            0 => Self::Float,
+            1 => Self::Float16,
+            2 => Self::Int8,
+            3 => Self::Int32,
+            4 => Self::Uint8,
+            6 => Self::Int16,
+            7 => Self::Uint16,
+            8 => Self::Uint32,
+            9 => Self::Int64,
+            10 => Self::Uint64,
+            11 => Self::Double,
+            12 => Self::Bool,
+            27 => Self::Bf16,
+            _ => return None,
+        })
+    }
+}
+
+/// `aclFormat` values used here (spec §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum Format {
+    Nchw = 0,
+    Nhwc = 1,
+    Nd = 2,
+    FractalNz = 29,
+}
+
+impl Format {
+    /// The enum value as passed through the C ABI.
+    pub fn raw(self) -> i32 {
+        self as i32
+    }
+
+    /// Decodes a raw `aclFormat`.
+    pub fn from_raw(v: i32) -> Option<Self> {
+        Some(match v {
+            0 => Self::Nchw,
+            1 => Self::Nhwc,
+            2 => Self::Nd,
+            29 => Self::FractalNz,
+            _ => return None,
+        })
+    }
+}
+
+/// `aclrtMemMallocPolicy::ACL_MEM_MALLOC_HUGE_FIRST`.
+pub const ACL_MEM_MALLOC_HUGE_FIRST: c_int = 0;
+/// `aclrtMemcpyKind::ACL_MEMCPY_HOST_TO_DEVICE`.
+pub const ACL_MEMCPY_HOST_TO_DEVICE: c_int = 1;
+/// `aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST`.
+pub const ACL_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+
+// ---- runtime (libascendcl.so) ----------------------------------------------------------------
+
+/// `aclError aclInit(const char *configPath)`.
+pub type AclInit = unsafe extern "C" fn(config_path: *const c_char) -> AclStatus;
+/// `aclError aclFinalize()`.
+pub type AclFinalize = unsafe extern "C" fn() -> AclStatus;
+/// `aclError aclrtSetDevice(int32_t)` / `aclrtResetDevice(int32_t)`.
+pub type AclrtDevice = unsafe extern "C" fn(device_id: i32) -> AclStatus;
+/// `aclError aclrtGetDeviceCount(uint32_t *count)`.
+pub type AclrtGetDeviceCount = unsafe extern "C" fn(count: *mut u32) -> AclStatus;
+/// `aclError aclrtCreateStream(aclrtStream *stream)`.
+pub type AclrtCreateStream = unsafe extern "C" fn(stream: *mut AclrtStream) -> AclStatus;
+/// `aclError aclrtDestroyStream(aclrtStream)` / `aclrtSynchronizeStream(aclrtStream)`.
+pub type AclrtStreamFn = unsafe extern "C" fn(stream: AclrtStream) -> AclStatus;
+/// `aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)`.
+pub type AclrtMalloc =
+    unsafe extern "C" fn(dev_ptr: *mut *mut c_void, size: usize, policy: c_int) -> AclStatus;
+/// `aclError aclrtFree(void *devPtr)`.
+pub type AclrtFree = unsafe extern "C" fn(dev_ptr: *mut c_void) -> AclStatus;
+/// `aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+/// aclrtMemcpyKind kind)`.
+pub type AclrtMemcpy = unsafe extern "C" fn(
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+) -> AclStatus;
+/// `const char *aclGetRecentErrMsg()`.
+pub type AclGetRecentErrMsg = unsafe extern "C" fn() -> *const c_char;
+
+// ---- nnopbase (libnnopbase.so) ---------------------------------------------------------------
+
+/// `aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum,
+/// aclDataType dataType, const int64_t *stride, int64_t offset, aclFormat format,
+/// const int64_t *storageDims, uint64_t storageDimsNum, void *tensorData)`.
+pub type AclCreateTensor = unsafe extern "C" fn(
+    view_dims: *const i64,
+    view_dims_num: u64,
+    data_type: i32,
+    stride: *const i64,
+    offset: i64,
+    format: i32,
+    storage_dims: *const i64,
+    storage_dims_num: u64,
+    tensor_data: *mut c_void,
+) -> *mut AclTensor;
+/// `aclnnStatus aclDestroyTensor(const aclTensor *)`.
+pub type AclDestroyTensor = unsafe extern "C" fn(tensor: *const AclTensor) -> AclStatus;
+/// `aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size)`.
+pub type AclCreateIntArray = unsafe extern "C" fn(value: *const i64, size: u64) -> *mut AclIntArray;
+/// `aclnnStatus aclDestroyIntArray(const aclIntArray *)`.
+pub type AclDestroyIntArray = unsafe extern "C" fn(array: *const AclIntArray) -> AclStatus;
+/// `aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size)`.
+pub type AclCreateTensorList =
+    unsafe extern "C" fn(value: *const *const AclTensor, size: u64) -> *mut AclTensorList;
+/// `aclnnStatus aclDestroyTensorList(const aclTensorList *)` — also destroys the tensors in it.
+pub type AclDestroyTensorList = unsafe extern "C" fn(list: *const AclTensorList) -> AclStatus;
+
+// ---- ops (libopapi.so / libopapi_transformer.so) ---------------------------------------------
+
+type T = *const AclTensor;
+type IA = *const AclIntArray;
+type TL = *const AclTensorList;
+type Ws = *mut u64;
+type Ex = *mut *mut AclOpExecutor;
+
+/// The launch stage shared by every aclnn op: `aclnnStatus aclnnX(void *workspace,
+/// uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)`.
+pub type AclnnLaunch = unsafe extern "C" fn(
+    workspace: *mut c_void,
+    workspace_size: u64,
+    executor: *mut AclOpExecutor,
+    stream: AclrtStream,
+) -> AclStatus;
+
+/// `aclnnFlashAttentionVarLenScoreV5GetWorkspaceSize` (aclnnFlashAttentionVarLenScoreV5.md).
+pub type VarlenFwdV5Ws = unsafe extern "C" fn(
+    query: T,
+    query_rope: T,
+    key: T,
+    key_rope: T,
+    value: T,
+    real_shift: T,
+    drop_mask: T,
+    padding_mask: T,
+    atten_mask: T,
+    sink: T,
+    prefix: IA,
+    actual_seq_q_len: IA,
+    actual_seq_kv_len: IA,
+    q_start_idx: IA,
+    kv_start_idx: IA,
+    scale_value: f64,
+    keep_prob: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    head_num: i64,
+    input_layout: *mut c_char,
+    inner_precise: i64,
+    sparse_mode: i64,
+    pse_type: i64,
+    softmax_out_layout: *mut c_char,
+    softmax_max_out: T,
+    softmax_sum_out: T,
+    softmax_out_out: T,
+    attention_out_out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnFlashAttentionVarLenScoreGetWorkspaceSize` (seed 003): no rope, sink, start indices,
+/// pseType or softmax layout.
+pub type VarlenFwdBaseWs = unsafe extern "C" fn(
+    query: T,
+    key: T,
+    value: T,
+    real_shift: T,
+    drop_mask: T,
+    padding_mask: T,
+    atten_mask: T,
+    prefix: IA,
+    actual_seq_q_len: IA,
+    actual_seq_kv_len: IA,
+    scale_value: f64,
+    keep_prob: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    head_num: i64,
+    input_layout: *mut c_char,
+    inner_precise: i64,
+    sparse_mode: i64,
+    softmax_max_out: T,
+    softmax_sum_out: T,
+    softmax_out_out: T,
+    attention_out_out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnFlashAttentionUnpaddingScoreGradV5GetWorkspaceSize` (seed 002).
+pub type VarlenGradV5Ws = unsafe extern "C" fn(
+    query: T,
+    query_rope: T,
+    key: T,
+    key_rope: T,
+    value: T,
+    dy: T,
+    pse_shift: T,
+    drop_mask: T,
+    padding_mask: T,
+    atten_mask: T,
+    softmax_max: T,
+    softmax_sum: T,
+    softmax_in: T,
+    attention_in: T,
+    sink_in: T,
+    prefix: IA,
+    actual_seq_q_len: IA,
+    actual_seq_kv_len: IA,
+    q_start_idx: IA,
+    kv_start_idx: IA,
+    scale_value: f64,
+    keep_prob: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    head_num: i64,
+    input_layout: *mut c_char,
+    inner_precise: i64,
+    sparse_mode: i64,
+    pse_type: i64,
+    softmax_in_layout: *mut c_char,
+    dq_out: T,
+    dq_rope_out: T,
+    dk_out: T,
+    dk_rope_out: T,
+    dv_out: T,
+    dpse_out: T,
+    dsink_out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnPromptFlashAttentionV3GetWorkspaceSize` (aclnnPromptFlashAttentionV3.md).
+pub type PfaV3Ws = unsafe extern "C" fn(
+    query: T,
+    key: T,
+    value: T,
+    pse_shift: T,
+    atten_mask: T,
+    actual_seq_lengths: IA,
+    actual_seq_lengths_kv: IA,
+    deq_scale1: T,
+    quant_scale1: T,
+    deq_scale2: T,
+    quant_scale2: T,
+    quant_offset2: T,
+    num_heads: i64,
+    scale_value: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    input_layout: *mut c_char,
+    num_key_value_heads: i64,
+    sparse_mode: i64,
+    inner_precise: i64,
+    attention_out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnPromptFlashAttentionGetWorkspaceSize` (seed 001, "V1").
+pub type PfaV1Ws = unsafe extern "C" fn(
+    query: T,
+    key: T,
+    value: T,
+    pse_shift: T,
+    atten_mask: T,
+    actual_seq_lengths: IA,
+    num_heads: i64,
+    scale_value: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    input_layout: *mut c_char,
+    num_key_value_heads: i64,
+    attention_out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnIncreFlashAttentionV4GetWorkspaceSize` (seed 000).
+pub type IfaV4Ws = unsafe extern "C" fn(
+    query: T,
+    key: TL,
+    value: TL,
+    pse_shift: T,
+    atten_mask: T,
+    actual_seq_lengths: IA,
+    dequant_scale1: T,
+    quant_scale1: T,
+    dequant_scale2: T,
+    quant_scale2: T,
+    quant_offset2: T,
+    antiquant_scale: T,
+    antiquant_offset: T,
+    blocktable: T,
+    kv_padding_size: T,
+    num_heads: i64,
+    scale_value: f64,
+    input_layout: *mut c_char,
+    num_key_value_heads: i64,
+    block_size: i64,
+    inner_precise: i64,
+    attention_out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnScatterPaKvCacheGetWorkspaceSize` (seed 004). The caches are in-place ("Ref").
+pub type ScatterPaKvCacheWs = unsafe extern "C" fn(
+    key: T,
+    key_cache_ref: T,
+    slot_mapping: T,
+    value: T,
+    value_cache_ref: T,
+    compress_lens: T,
+    compress_seq_offset: T,
+    seq_lens: T,
+    cache_mode: *mut c_char,
+    scatter_mode: *mut c_char,
+    strides: IA,
+    offsets: IA,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// One aclnn op: its `GetWorkspaceSize` stage and its launch stage.
+#[derive(Clone, Copy)]
+pub struct OpFns<W> {
+    /// `aclnnXGetWorkspaceSize`.
+    pub workspace: W,
+    /// `aclnnX`.
+    pub launch: AclnnLaunch,
+}
+
+/// Where a function table came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiKind {
+    /// CANN's own libraries, opened at run time.
+    Cann,
+    /// The host simulation of the ABI in this crate (not CANN).
+    Simulation,
+}
+
+/// The function table. Runtime and nnopbase entries are required; each op is optional (older
+/// or split CANN builds lack some) and its absence surfaces as an "unsupported" error when it
+/// is called.
+///
+/// Plain function pointers: `Send + Sync` and `Copy`. Calling any of them is `unsafe`; the safe
+/// wrappers live in [`super::tensor`], [`super::runtime`] and [`super::ops`].
+#[derive(Clone, Copy)]
+pub struct AclApi {
+    /// Where the table came from.
+    pub kind: ApiKind,
+    pub acl_init: AclInit,
+    pub acl_finalize: AclFinalize,
+    pub set_device: AclrtDevice,
+    pub reset_device: AclrtDevice,
+    pub get_device_count: AclrtGetDeviceCount,
+    pub create_stream: AclrtCreateStream,
+    pub destroy_stream: AclrtStreamFn,
+    pub synchronize_stream: AclrtStreamFn,
+    pub malloc: AclrtMalloc,
+    pub free: AclrtFree,
+    pub memcpy: AclrtMemcpy,
+    pub get_recent_err_msg: AclGetRecentErrMsg,
+    pub create_tensor: AclCreateTensor,
+    pub destroy_tensor: AclDestroyTensor,
+    pub create_int_array: AclCreateIntArray,
+    pub destroy_int_array: AclDestroyIntArray,
+    pub create_tensor_list: AclCreateTensorList,
+    pub destroy_tensor_list: AclDestroyTensorList,
+    /// `aclnnFlashAttentionVarLenScoreV5`.
+    pub varlen_fwd_v5: Option<OpFns<VarlenFwdV5Ws>>,
+    /// `aclnnFlashAttentionVarLenScore` (the no-sink fallback when V5 is absent).
+    pub varlen_fwd_base: Option<OpFns<VarlenFwdBaseWs>>,
+    /// `aclnnFlashAttentionUnpaddingScoreGradV5`.
+    pub varlen_grad_v5: Option<OpFns<VarlenGradV5Ws>>,
+    /// `aclnnPromptFlashAttentionV3`.
+    pub pfa_v3: Option<OpFns<PfaV3Ws>>,
+    /// `aclnnPromptFlashAttention` (V1; the fallback when V3 is absent).
+    pub pfa_v1: Option<OpFns<PfaV1Ws>>,
+    /// `aclnnIncreFlashAttentionV4`.
+    pub ifa_v4: Option<OpFns<IfaV4Ws>>,
+    /// `aclnnScatterPaKvCache`.
+    pub scatter_pa_kv_cache: Option<OpFns<ScatterPaKvCacheWs>>,
+}
+
+impl std::fmt::Debug for AclApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AclApi")
+            .field("kind", &self.kind)
+            .field("varlen_fwd_v5", &self.varlen_fwd_v5.is_some())
+            .field("varlen_fwd_base", &self.varlen_fwd_base.is_some())
+            .field("varlen_grad_v5", &self.varlen_grad_v5.is_some())
+            .field("pfa_v3", &self.pfa_v3.is_some())
+            .field("pfa_v1", &self.pfa_v1.is_some())
+            .field("ifa_v4", &self.ifa_v4.is_some())
+            .field("scatter_pa_kv_cache", &self.scatter_pa_kv_cache.is_some())
+            .finish()
+    }
+}

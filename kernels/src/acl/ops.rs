@@ -1,0 +1,544 @@
+//! One function per aclnn op, over handles. Every argument of the C prototype is a named field
+//! of the op's argument struct, passed in prototype order in exactly one place; the two-stage
+//! call (`GetWorkspaceSize` → workspace → launch) is [`two_stage`].
+//!
+//! Launches are asynchronous on the runtime's stream; callers synchronise before reading
+//! results ([`super::host`] does).
+
+use std::ffi::{c_char, CString};
+use std::ptr::{null, null_mut};
+
+use super::error::{AclError, Result};
+use super::ffi::*;
+use super::runtime::Runtime;
+use super::tensor::{check, IntArray, Tensor, TensorList};
+
+/// The two-stage call: `get_workspace(&mut size, &mut executor)`, then the cached workspace,
+/// then `launch(workspace, size, executor, stream)`. Errors name `op` (with the
+/// `GetWorkspaceSize` suffix for the first stage), carry the status and `aclGetRecentErrMsg()`.
+///
+/// If the workspace cannot be allocated after the first stage succeeded, the executor is
+/// leaked (aclnn has no API to release a non-repeatable executor before launch).
+pub fn two_stage(
+    rt: &Runtime,
+    op: &str,
+    launch: AclnnLaunch,
+    get_workspace: impl FnOnce(&mut u64, &mut *mut AclOpExecutor) -> AclStatus,
+) -> Result<()> {
+    let api = rt.api();
+    let mut size = 0u64;
+    let mut executor: *mut AclOpExecutor = null_mut();
+    let st = get_workspace(&mut size, &mut executor);
+    check(api, st, &format!("{op}GetWorkspaceSize"))?;
+    if executor.is_null() {
+        return Err(AclError::Status {
+            call: format!("{op}GetWorkspaceSize"),
+            status: ACLNN_ERR_INNER,
+            message: "returned success without an executor".into(),
+        });
+    }
+    let workspace = rt.workspace(size)?;
+    // SAFETY: `executor` was just produced by this op's first stage and is consumed exactly
+    // once here; `workspace` is null for size 0 or a live device buffer of at least `size`
+    // bytes that the runtime keeps until the stream has finished with it; the stream is live.
+    let st = unsafe { launch(workspace, size, executor, rt.stream().as_ptr()) };
+    check(api, st, op)
+}
+
+fn t(x: Option<&Tensor<'_>>) -> *const AclTensor {
+    x.map_or(null(), Tensor::as_ptr)
+}
+
+fn ia(x: Option<&IntArray>) -> *const AclIntArray {
+    x.map_or(null(), IntArray::as_ptr)
+}
+
+fn attr(param: &str, s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| AclError::invalid(param, "attribute string contains a NUL byte"))
+}
+
+/// aclnn declares attribute strings `char *` but does not write through them.
+fn cptr(s: &CString) -> *mut c_char {
+    s.as_ptr().cast_mut()
+}
+
+fn missing(op: &str) -> AclError {
+    let where_ = super::loader::cann_dir()
+        .map(|d| format!(" in {}", d.display()))
+        .unwrap_or_default();
+    AclError::Unsupported(format!("{op} is not available{where_}"))
+}
+
+/// Arguments of `aclnnFlashAttentionVarLenScoreV5`, in prototype order.
+pub struct VarlenFwdArgs<'a> {
+    pub query: &'a Tensor<'a>,
+    pub query_rope: Option<&'a Tensor<'a>>,
+    pub key: &'a Tensor<'a>,
+    pub key_rope: Option<&'a Tensor<'a>>,
+    pub value: &'a Tensor<'a>,
+    pub real_shift: Option<&'a Tensor<'a>>,
+    pub drop_mask: Option<&'a Tensor<'a>>,
+    pub padding_mask: Option<&'a Tensor<'a>>,
+    pub atten_mask: Option<&'a Tensor<'a>>,
+    pub sink: Option<&'a Tensor<'a>>,
+    pub prefix: Option<&'a IntArray>,
+    pub actual_seq_q_len: Option<&'a IntArray>,
+    pub actual_seq_kv_len: Option<&'a IntArray>,
+    pub q_start_idx: Option<&'a IntArray>,
+    pub kv_start_idx: Option<&'a IntArray>,
+    pub scale_value: f64,
+    pub keep_prob: f64,
+    pub pre_tokens: i64,
+    pub next_tokens: i64,
+    pub head_num: i64,
+    pub input_layout: &'a str,
+    pub inner_precise: i64,
+    pub sparse_mode: i64,
+    pub pse_type: i64,
+    pub softmax_out_layout: &'a str,
+    pub softmax_max: &'a Tensor<'a>,
+    pub softmax_sum: &'a Tensor<'a>,
+    pub softmax_out: Option<&'a Tensor<'a>>,
+    pub attention_out: &'a Tensor<'a>,
+}
+
+/// Varlen forward: `aclnnFlashAttentionVarLenScoreV5`, or `aclnnFlashAttentionVarLenScore`
+/// when V5 is absent and the call needs nothing only V5 has (sink, rope, start indices,
+/// pseType other than 1 with a pse, a softmax layout).
+pub fn varlen_fwd(rt: &Runtime, a: &VarlenFwdArgs<'_>) -> Result<()> {
+    let api = rt.api();
+    let layout = attr("inputLayout", a.input_layout)?;
+    let sm_layout = attr("softmaxOutLayout", a.softmax_out_layout)?;
+    if let Some(f) = api.varlen_fwd_v5 {
+        return two_stage(
+            rt,
+            "aclnnFlashAttentionVarLenScoreV5",
+            f.launch,
+            |ws, ex| {
+                // SAFETY: the arguments follow the V5 prototype in order; every handle is live
+                // for the call (borrowed by `a`), nulls only where the docs allow optional inputs,
+                // the strings are NUL-terminated and outlive the call, `ws`/`ex` are out-pointers.
+                unsafe {
+                    (f.workspace)(
+                        a.query.as_ptr(),
+                        t(a.query_rope),
+                        a.key.as_ptr(),
+                        t(a.key_rope),
+                        a.value.as_ptr(),
+                        t(a.real_shift),
+                        t(a.drop_mask),
+                        t(a.padding_mask),
+                        t(a.atten_mask),
+                        t(a.sink),
+                        ia(a.prefix),
+                        ia(a.actual_seq_q_len),
+                        ia(a.actual_seq_kv_len),
+                        ia(a.q_start_idx),
+                        ia(a.kv_start_idx),
+                        a.scale_value,
+                        a.keep_prob,
+                        a.pre_tokens,
+                        a.next_tokens,
+                        a.head_num,
+                        cptr(&layout),
+                        a.inner_precise,
+                        a.sparse_mode,
+                        a.pse_type,
+                        cptr(&sm_layout),
+                        a.softmax_max.as_ptr(),
+                        a.softmax_sum.as_ptr(),
+                        t(a.softmax_out),
+                        a.attention_out.as_ptr(),
+                        ws,
+                        ex,
+                    )
+                }
+            },
+        );
+    }
+    let Some(f) = api.varlen_fwd_base else {
+        return Err(missing(
+            "aclnnFlashAttentionVarLenScoreV5 (and aclnnFlashAttentionVarLenScore)",
+        ));
+    };
+    let mut needs_v5 = Vec::new();
+    if a.sink.is_some() {
+        needs_v5.push("sink");
+    }
+    if a.query_rope.is_some() || a.key_rope.is_some() {
+        needs_v5.push("queryRope/keyRope");
+    }
+    if a.q_start_idx.is_some() || a.kv_start_idx.is_some() {
+        needs_v5.push("qStartIdx/kvStartIdx");
+    }
+    if a.real_shift.is_some() && a.pse_type != 1 {
+        needs_v5.push("pseType other than 1");
+    }
+    if !a.softmax_out_layout.is_empty() {
+        needs_v5.push("softmaxOutLayout");
+    }
+    if !needs_v5.is_empty() {
+        return Err(AclError::Unsupported(format!(
+            "{} need aclnnFlashAttentionVarLenScoreV5, which this CANN lacks (only aclnnFlashAttentionVarLenScore is present)",
+            needs_v5.join(", ")
+        )));
+    }
+    two_stage(rt, "aclnnFlashAttentionVarLenScore", f.launch, |ws, ex| {
+        // SAFETY: as for V5, following the base prototype (seed 003) in order.
+        unsafe {
+            (f.workspace)(
+                a.query.as_ptr(),
+                a.key.as_ptr(),
+                a.value.as_ptr(),
+                t(a.real_shift),
+                t(a.drop_mask),
+                t(a.padding_mask),
+                t(a.atten_mask),
+                ia(a.prefix),
+                ia(a.actual_seq_q_len),
+                ia(a.actual_seq_kv_len),
+                a.scale_value,
+                a.keep_prob,
+                a.pre_tokens,
+                a.next_tokens,
+                a.head_num,
+                cptr(&layout),
+                a.inner_precise,
+                a.sparse_mode,
+                a.softmax_max.as_ptr(),
+                a.softmax_sum.as_ptr(),
+                t(a.softmax_out),
+                a.attention_out.as_ptr(),
+                ws,
+                ex,
+            )
+        }
+    })
+}
+
+/// Arguments of `aclnnFlashAttentionUnpaddingScoreGradV5`, in prototype order.
+pub struct VarlenGradArgs<'a> {
+    pub query: &'a Tensor<'a>,
+    pub query_rope: Option<&'a Tensor<'a>>,
+    pub key: &'a Tensor<'a>,
+    pub key_rope: Option<&'a Tensor<'a>>,
+    pub value: &'a Tensor<'a>,
+    pub dy: &'a Tensor<'a>,
+    pub pse_shift: Option<&'a Tensor<'a>>,
+    pub drop_mask: Option<&'a Tensor<'a>>,
+    pub padding_mask: Option<&'a Tensor<'a>>,
+    pub atten_mask: Option<&'a Tensor<'a>>,
+    pub softmax_max: Option<&'a Tensor<'a>>,
+    pub softmax_sum: Option<&'a Tensor<'a>>,
+    pub softmax_in: Option<&'a Tensor<'a>>,
+    pub attention_in: Option<&'a Tensor<'a>>,
+    pub sink_in: Option<&'a Tensor<'a>>,
+    pub prefix: Option<&'a IntArray>,
+    pub actual_seq_q_len: Option<&'a IntArray>,
+    pub actual_seq_kv_len: Option<&'a IntArray>,
+    pub q_start_idx: Option<&'a IntArray>,
+    pub kv_start_idx: Option<&'a IntArray>,
+    pub scale_value: f64,
+    pub keep_prob: f64,
+    pub pre_tokens: i64,
+    pub next_tokens: i64,
+    pub head_num: i64,
+    pub input_layout: &'a str,
+    pub inner_precise: i64,
+    pub sparse_mode: i64,
+    pub pse_type: i64,
+    pub softmax_in_layout: &'a str,
+    pub dq: &'a Tensor<'a>,
+    pub dq_rope: Option<&'a Tensor<'a>>,
+    pub dk: &'a Tensor<'a>,
+    pub dk_rope: Option<&'a Tensor<'a>>,
+    pub dv: &'a Tensor<'a>,
+    pub dpse: Option<&'a Tensor<'a>>,
+    pub dsink: Option<&'a Tensor<'a>>,
+}
+
+/// Varlen backward: `aclnnFlashAttentionUnpaddingScoreGradV5`.
+pub fn varlen_grad(rt: &Runtime, a: &VarlenGradArgs<'_>) -> Result<()> {
+    let f = rt
+        .api()
+        .varlen_grad_v5
+        .ok_or_else(|| missing("aclnnFlashAttentionUnpaddingScoreGradV5"))?;
+    let layout = attr("inputLayout", a.input_layout)?;
+    let sm_layout = attr("softmaxInLayout", a.softmax_in_layout)?;
+    two_stage(
+        rt,
+        "aclnnFlashAttentionUnpaddingScoreGradV5",
+        f.launch,
+        |ws, ex| {
+            // SAFETY: the arguments follow the prototype of seed 002 in order; handles are live
+            // for the call, nulls only for optional inputs/outputs, strings NUL-terminated.
+            unsafe {
+                (f.workspace)(
+                    a.query.as_ptr(),
+                    t(a.query_rope),
+                    a.key.as_ptr(),
+                    t(a.key_rope),
+                    a.value.as_ptr(),
+                    a.dy.as_ptr(),
+                    t(a.pse_shift),
+                    t(a.drop_mask),
+                    t(a.padding_mask),
+                    t(a.atten_mask),
+                    t(a.softmax_max),
+                    t(a.softmax_sum),
+                    t(a.softmax_in),
+                    t(a.attention_in),
+                    t(a.sink_in),
+                    ia(a.prefix),
+                    ia(a.actual_seq_q_len),
+                    ia(a.actual_seq_kv_len),
+                    ia(a.q_start_idx),
+                    ia(a.kv_start_idx),
+                    a.scale_value,
+                    a.keep_prob,
+                    a.pre_tokens,
+                    a.next_tokens,
+                    a.head_num,
+                    cptr(&layout),
+                    a.inner_precise,
+                    a.sparse_mode,
+                    a.pse_type,
+                    cptr(&sm_layout),
+                    a.dq.as_ptr(),
+                    t(a.dq_rope),
+                    a.dk.as_ptr(),
+                    t(a.dk_rope),
+                    a.dv.as_ptr(),
+                    t(a.dpse),
+                    t(a.dsink),
+                    ws,
+                    ex,
+                )
+            }
+        },
+    )
+}
+
+/// Arguments of `aclnnPromptFlashAttentionV3`, in prototype order.
+pub struct PromptArgs<'a> {
+    pub query: &'a Tensor<'a>,
+    pub key: &'a Tensor<'a>,
+    pub value: &'a Tensor<'a>,
+    pub pse_shift: Option<&'a Tensor<'a>>,
+    pub atten_mask: Option<&'a Tensor<'a>>,
+    pub actual_seq_lengths: Option<&'a IntArray>,
+    pub actual_seq_lengths_kv: Option<&'a IntArray>,
+    pub deq_scale1: Option<&'a Tensor<'a>>,
+    pub quant_scale1: Option<&'a Tensor<'a>>,
+    pub deq_scale2: Option<&'a Tensor<'a>>,
+    pub quant_scale2: Option<&'a Tensor<'a>>,
+    pub quant_offset2: Option<&'a Tensor<'a>>,
+    pub num_heads: i64,
+    pub scale_value: f64,
+    pub pre_tokens: i64,
+    pub next_tokens: i64,
+    pub input_layout: &'a str,
+    pub num_key_value_heads: i64,
+    pub sparse_mode: i64,
+    pub inner_precise: i64,
+    pub attention_out: &'a Tensor<'a>,
+}
+
+/// Prompt attention: `aclnnPromptFlashAttentionV3`, or `aclnnPromptFlashAttention` (V1) when
+/// V3 is absent and the call needs nothing only V3 has (KV lengths, quantisation, a sparse
+/// mode, innerPrecise other than 1).
+pub fn prompt(rt: &Runtime, a: &PromptArgs<'_>) -> Result<()> {
+    let api = rt.api();
+    let layout = attr("inputLayout", a.input_layout)?;
+    if let Some(f) = api.pfa_v3 {
+        return two_stage(rt, "aclnnPromptFlashAttentionV3", f.launch, |ws, ex| {
+            // SAFETY: the arguments follow the V3 prototype in order; handles live for the
+            // call, nulls only for optional inputs, the string NUL-terminated.
+            unsafe {
+                (f.workspace)(
+                    a.query.as_ptr(),
+                    a.key.as_ptr(),
+                    a.value.as_ptr(),
+                    t(a.pse_shift),
+                    t(a.atten_mask),
+                    ia(a.actual_seq_lengths),
+                    ia(a.actual_seq_lengths_kv),
+                    t(a.deq_scale1),
+                    t(a.quant_scale1),
+                    t(a.deq_scale2),
+                    t(a.quant_scale2),
+                    t(a.quant_offset2),
+                    a.num_heads,
+                    a.scale_value,
+                    a.pre_tokens,
+                    a.next_tokens,
+                    cptr(&layout),
+                    a.num_key_value_heads,
+                    a.sparse_mode,
+                    a.inner_precise,
+                    a.attention_out.as_ptr(),
+                    ws,
+                    ex,
+                )
+            }
+        });
+    }
+    let Some(f) = api.pfa_v1 else {
+        return Err(missing(
+            "aclnnPromptFlashAttentionV3 (and aclnnPromptFlashAttention)",
+        ));
+    };
+    let quant = [
+        a.deq_scale1,
+        a.quant_scale1,
+        a.deq_scale2,
+        a.quant_scale2,
+        a.quant_offset2,
+    ];
+    if a.actual_seq_lengths_kv.is_some()
+        || quant.iter().any(Option::is_some)
+        || a.sparse_mode != 0
+        || a.inner_precise != 1
+    {
+        return Err(AclError::Unsupported(
+            "actualSeqLengthsKv, quantisation, sparseMode != 0 and innerPrecise != 1 need aclnnPromptFlashAttentionV3, which this CANN lacks".into(),
+        ));
+    }
+    two_stage(rt, "aclnnPromptFlashAttention", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow the V1 prototype (seed 001) in order.
+        unsafe {
+            (f.workspace)(
+                a.query.as_ptr(),
+                a.key.as_ptr(),
+                a.value.as_ptr(),
+                t(a.pse_shift),
+                t(a.atten_mask),
+                ia(a.actual_seq_lengths),
+                a.num_heads,
+                a.scale_value,
+                a.pre_tokens,
+                a.next_tokens,
+                cptr(&layout),
+                a.num_key_value_heads,
+                a.attention_out.as_ptr(),
+                ws,
+                ex,
+            )
+        }
+    })
+}
+
+/// Arguments of `aclnnIncreFlashAttentionV4`, in prototype order.
+pub struct IncreArgs<'a> {
+    pub query: &'a Tensor<'a>,
+    pub key: &'a TensorList<'a>,
+    pub value: &'a TensorList<'a>,
+    pub pse_shift: Option<&'a Tensor<'a>>,
+    pub atten_mask: Option<&'a Tensor<'a>>,
+    pub actual_seq_lengths: Option<&'a IntArray>,
+    pub dequant_scale1: Option<&'a Tensor<'a>>,
+    pub quant_scale1: Option<&'a Tensor<'a>>,
+    pub dequant_scale2: Option<&'a Tensor<'a>>,
+    pub quant_scale2: Option<&'a Tensor<'a>>,
+    pub quant_offset2: Option<&'a Tensor<'a>>,
+    pub antiquant_scale: Option<&'a Tensor<'a>>,
+    pub antiquant_offset: Option<&'a Tensor<'a>>,
+    pub blocktable: Option<&'a Tensor<'a>>,
+    pub kv_padding_size: Option<&'a Tensor<'a>>,
+    pub num_heads: i64,
+    pub scale_value: f64,
+    pub input_layout: &'a str,
+    pub num_key_value_heads: i64,
+    pub block_size: i64,
+    pub inner_precise: i64,
+    pub attention_out: &'a Tensor<'a>,
+}
+
+/// Incremental attention: `aclnnIncreFlashAttentionV4`.
+pub fn incre(rt: &Runtime, a: &IncreArgs<'_>) -> Result<()> {
+    let f = rt
+        .api()
+        .ifa_v4
+        .ok_or_else(|| missing("aclnnIncreFlashAttentionV4"))?;
+    let layout = attr("inputLayout", a.input_layout)?;
+    two_stage(rt, "aclnnIncreFlashAttentionV4", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow the prototype of seed 000 in order; handles live for
+        // the call, nulls only for optional inputs, the string NUL-terminated.
+        unsafe {
+            (f.workspace)(
+                a.query.as_ptr(),
+                a.key.as_ptr(),
+                a.value.as_ptr(),
+                t(a.pse_shift),
+                t(a.atten_mask),
+                ia(a.actual_seq_lengths),
+                t(a.dequant_scale1),
+                t(a.quant_scale1),
+                t(a.dequant_scale2),
+                t(a.quant_scale2),
+                t(a.quant_offset2),
+                t(a.antiquant_scale),
+                t(a.antiquant_offset),
+                t(a.blocktable),
+                t(a.kv_padding_size),
+                a.num_heads,
+                a.scale_value,
+                cptr(&layout),
+                a.num_key_value_heads,
+                a.block_size,
+                a.inner_precise,
+                a.attention_out.as_ptr(),
+                ws,
+                ex,
+            )
+        }
+    })
+}
+
+/// Arguments of `aclnnScatterPaKvCache`, in prototype order. The caches are updated in place.
+pub struct ScatterArgs<'a> {
+    pub key: &'a Tensor<'a>,
+    pub key_cache: &'a Tensor<'a>,
+    pub slot_mapping: &'a Tensor<'a>,
+    pub value: Option<&'a Tensor<'a>>,
+    pub value_cache: Option<&'a Tensor<'a>>,
+    pub compress_lens: Option<&'a Tensor<'a>>,
+    pub compress_seq_offset: Option<&'a Tensor<'a>>,
+    pub seq_lens: Option<&'a Tensor<'a>>,
+    pub cache_mode: &'a str,
+    pub scatter_mode: &'a str,
+    pub strides: Option<&'a IntArray>,
+    pub offsets: Option<&'a IntArray>,
+}
+
+/// KV cache scatter: `aclnnScatterPaKvCache`.
+pub fn scatter(rt: &Runtime, a: &ScatterArgs<'_>) -> Result<()> {
+    let f = rt
+        .api()
+        .scatter_pa_kv_cache
+        .ok_or_else(|| missing("aclnnScatterPaKvCache"))?;
+    let cache_mode = attr("cacheMode", a.cache_mode)?;
+    let scatter_mode = attr("scatterMode", a.scatter_mode)?;
+    two_stage(rt, "aclnnScatterPaKvCache", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow the prototype of seed 004 in order; handles live for
+        // the call, nulls only for optional inputs, the strings NUL-terminated.
+        unsafe {
+            (f.workspace)(
+                a.key.as_ptr(),
+                a.key_cache.as_ptr(),
+                a.slot_mapping.as_ptr(),
+                t(a.value),
+                t(a.value_cache),
+                t(a.compress_lens),
+                t(a.compress_seq_offset),
+                t(a.seq_lens),
+                cptr(&cache_mode),
+                cptr(&scatter_mode),
+                ia(a.strides),
+                ia(a.offsets),
+                ws,
+                ex,
+            )
+        }
+    })
+}

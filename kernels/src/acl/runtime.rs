@@ -1,0 +1,172 @@
+//! A device context: the function table, the device, one stream and a caching workspace
+//! allocator. Works the same over CANN ([`Runtime::npu`]) and the host simulation
+//! ([`Runtime::sim`]).
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use super::error::{AclError, Result};
+use super::ffi::*;
+use super::tensor::{check, DeviceBuffer, DeviceTensor, Stream, TensorDesc};
+
+/// Device index for `--device npu`: `$ASCEND_DEVICE_ID`, else 0.
+pub fn default_device_id() -> Result<i32> {
+    match std::env::var("ASCEND_DEVICE_ID") {
+        Err(_) => Ok(0),
+        Ok(s) => s
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|&d| d >= 0)
+            .ok_or_else(|| {
+                AclError::invalid(
+                    "ASCEND_DEVICE_ID",
+                    format!("must be a non-negative device index, got {s:?}"),
+                )
+            }),
+    }
+}
+
+/// `aclInit` must run once per process per table; this remembers which tables were initialised.
+static INITIALISED: Mutex<Vec<ApiKind>> = Mutex::new(Vec::new());
+
+fn init_once(api: &'static AclApi) -> Result<()> {
+    let mut done = INITIALISED.lock().unwrap_or_else(|e| e.into_inner());
+    if done.contains(&api.kind) {
+        return Ok(());
+    }
+    // SAFETY: a null config path is documented as "no configuration file".
+    let st = unsafe { (api.acl_init)(std::ptr::null()) };
+    if st != ACL_SUCCESS && st != ACL_ERROR_REPEAT_INITIALIZE {
+        check(api, st, "aclInit")?;
+    }
+    done.push(api.kind);
+    // aclFinalize is never called: it is process-wide and other runtimes may still be alive;
+    // the driver releases everything at process exit.
+    Ok(())
+}
+
+/// One device, one stream, a workspace pool. `!Send`: see [`super::tensor`] on threads.
+pub struct Runtime {
+    api: &'static AclApi,
+    device: i32,
+    workspace: RefCell<Option<DeviceBuffer>>,
+    // `Some` until drop, which destroys it before resetting the device.
+    stream: Option<Stream>,
+}
+
+impl Runtime {
+    /// Opens CANN (see [`super::loader`]), initialises ACL and binds `device` to this thread.
+    pub fn npu(device: i32) -> Result<Self> {
+        let api = super::loader::cann()?;
+        Self::with_api(api, device)
+    }
+
+    /// The host simulation of the ABI (not CANN): device memory is host memory and each aclnn
+    /// op runs this crate's CPU kernels.
+    pub fn sim() -> Result<Self> {
+        Self::with_api(super::sim::api(), 0)
+    }
+
+    /// A runtime over any function table.
+    pub fn with_api(api: &'static AclApi, device: i32) -> Result<Self> {
+        init_once(api)?;
+        let mut count = 0u32;
+        // SAFETY: `count` is a valid out-pointer.
+        let st = unsafe { (api.get_device_count)(&mut count) };
+        check(api, st, "aclrtGetDeviceCount")?;
+        if device < 0 || device as u32 >= count {
+            return Err(AclError::invalid(
+                "device",
+                format!("device {device} does not exist ({count} visible)"),
+            ));
+        }
+        // SAFETY: plain integer argument, checked against the device count.
+        let st = unsafe { (api.set_device)(device) };
+        check(api, st, "aclrtSetDevice")?;
+        let stream = Stream::new(api)?;
+        Ok(Self {
+            api,
+            device,
+            workspace: RefCell::new(None),
+            stream: Some(stream),
+        })
+    }
+
+    /// The function table.
+    pub fn api(&self) -> &'static AclApi {
+        self.api
+    }
+
+    /// Whether this is CANN or the simulation.
+    pub fn kind(&self) -> ApiKind {
+        self.api.kind
+    }
+
+    /// The device index.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    /// The stream ops are launched on.
+    pub fn stream(&self) -> &Stream {
+        self.stream.as_ref().expect("present until drop")
+    }
+
+    /// Uploads a host tensor.
+    pub fn upload(&self, desc: TensorDesc, bytes: &[u8]) -> Result<DeviceTensor> {
+        DeviceTensor::upload(self.api, desc, bytes)
+    }
+
+    /// Allocates an output tensor, zero-filled (so a view that the op leaves untouched reads
+    /// back deterministically).
+    pub fn zeros(&self, desc: TensorDesc) -> Result<DeviceTensor> {
+        let bytes = vec![0u8; desc.storage_bytes()];
+        DeviceTensor::upload(self.api, desc, &bytes)
+    }
+
+    /// A workspace of at least `size` bytes: the cached one when it is big enough, else a new
+    /// one (the old is freed first). Returns null for `size == 0`, as aclnn expects.
+    ///
+    /// The pointer stays valid until the next call of this method or the runtime's drop; the
+    /// ops layer launches and synchronises before asking again.
+    pub fn workspace(&self, size: u64) -> Result<*mut c_void> {
+        if size == 0 {
+            return Ok(std::ptr::null_mut());
+        }
+        let size = usize::try_from(size)
+            .map_err(|_| AclError::invalid("workspace", "size overflows usize"))?;
+        let mut ws = self.workspace.borrow_mut();
+        if ws.as_ref().is_none_or(|b| b.len() < size) {
+            *ws = None;
+            // Round up so slowly growing requests do not reallocate every call.
+            *ws = Some(DeviceBuffer::alloc(self.api, size.next_power_of_two())?);
+        }
+        Ok(ws.as_ref().expect("set above").as_ptr())
+    }
+
+    /// Bytes held by the workspace cache.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace
+            .borrow()
+            .as_ref()
+            .map_or(0, DeviceBuffer::len)
+    }
+
+    /// Waits for the stream.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream().synchronize()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.workspace.get_mut().take();
+        self.stream.take();
+        // SAFETY: pairs with the `aclrtSetDevice` in `with_api` (ACL reference-counts devices
+        // per process, so other runtimes on the same device stay valid); nothing of this
+        // runtime remains on the device.
+        let _ = unsafe { (self.api.reset_device)(self.device) };
+    }
+}

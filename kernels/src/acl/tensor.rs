@@ -1,0 +1,550 @@
+//! The safe layer over nnopbase: tensor descriptors built and checked in **one place**
+//! ([`TensorDesc`]), and RAII handles for device buffers, tensors, int arrays, tensor lists and
+//! streams.
+//!
+//! # Threads (why nothing here is `Send` or `Sync`)
+//! ACL binds the current device context to the calling thread (`aclrtSetDevice` /
+//! `aclrtSetCurrentContext`); freeing a buffer or destroying a stream from a thread that never
+//! set the context fails or acts on the wrong context. nnopbase handles (`aclTensor`, …) are
+//! plain heap objects, but nothing documents them as thread-safe. Every handle therefore keeps
+//! its raw pointer, which makes it `!Send + !Sync`: a handle is created, used and dropped on the
+//! thread of the [`super::Runtime`] that made it. The function table itself ([`AclApi`], plain
+//! function pointers) is `Send + Sync`.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use super::error::{AclError, Result};
+use super::ffi::*;
+
+/// Most dimensions a descriptor may have (aclnn's limit).
+pub const MAX_RANK: usize = 8;
+
+/// An `aclTensor` descriptor: everything `aclCreateTensor` takes except the data pointer.
+/// Strides and offset are in **elements** (spec §7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorDesc {
+    /// View dimensions.
+    pub dims: Vec<i64>,
+    /// View strides, in elements.
+    pub strides: Vec<i64>,
+    /// Offset of element `[0, …, 0]` from the data pointer, in elements.
+    pub offset: i64,
+    /// Element type.
+    pub dtype: DataType,
+    /// Memory format.
+    pub format: Format,
+    /// Storage dimensions: the shape of the underlying allocation.
+    pub storage_dims: Vec<i64>,
+}
+
+/// Row-major strides of `dims`.
+pub fn contiguous_strides(dims: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1i64; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1].saturating_mul(dims[i + 1].max(1));
+    }
+    strides
+}
+
+fn to_i64(dims: &[usize]) -> Result<Vec<i64>> {
+    dims.iter()
+        .map(|&d| {
+            i64::try_from(d).map_err(|_| AclError::invalid("dims", "dimension overflows i64"))
+        })
+        .collect()
+}
+
+impl TensorDesc {
+    /// A contiguous row-major ND tensor; storage dims equal the view dims (as in CANN's samples).
+    pub fn contiguous(dims: &[usize], dtype: DataType) -> Result<Self> {
+        let dims = to_i64(dims)?;
+        let d = Self {
+            strides: contiguous_strides(&dims),
+            storage_dims: dims.clone(),
+            dims,
+            offset: 0,
+            dtype,
+            format: Format::Nd,
+        };
+        d.check()?;
+        Ok(d)
+    }
+
+    /// A strided ND view into a flat storage of `storage_elems` elements (the storage is
+    /// described as 1-D, as llama.cpp's CANN backend does).
+    pub fn strided(
+        dims: &[usize],
+        strides: &[usize],
+        offset: usize,
+        storage_elems: usize,
+        dtype: DataType,
+    ) -> Result<Self> {
+        let d = Self {
+            dims: to_i64(dims)?,
+            strides: to_i64(strides)?,
+            offset: i64::try_from(offset)
+                .map_err(|_| AclError::invalid("offset", "overflows i64"))?,
+            dtype,
+            format: Format::Nd,
+            storage_dims: vec![i64::try_from(storage_elems)
+                .map_err(|_| AclError::invalid("storage", "overflows i64"))?],
+        };
+        d.check()?;
+        Ok(d)
+    }
+
+    /// A PA_NZ KV cache `[num_blocks, N·D / last, block_size, last]` (`last = 32 / sizeof`),
+    /// which ScatterPaKvCache takes only in `ACL_FORMAT_FRACTAL_NZ`.
+    pub fn pa_nz_cache(dims: &[usize], dtype: DataType) -> Result<Self> {
+        if dims.len() != 4 || dims[3] * dtype.size() != 32 {
+            return Err(AclError::invalid(
+                "keyCache",
+                format!(
+                    "a PA_NZ cache is [num_blocks, N*D/last, block_size, last] with last*sizeof = 32 bytes, got {dims:?} of {dtype:?}"
+                ),
+            ));
+        }
+        let mut d = Self::contiguous(dims, dtype)?;
+        d.format = Format::FractalNz;
+        Ok(d)
+    }
+
+    /// Number of view elements.
+    pub fn numel(&self) -> usize {
+        self.dims.iter().map(|&d| d as usize).product()
+    }
+
+    /// Number of storage elements.
+    pub fn storage_numel(&self) -> usize {
+        self.storage_dims.iter().map(|&d| d as usize).product()
+    }
+
+    /// Bytes the data pointer must be valid for: the storage.
+    pub fn storage_bytes(&self) -> usize {
+        self.storage_numel() * self.dtype.size()
+    }
+
+    /// One past the largest element index the view addresses (0 for an empty view).
+    pub fn view_extent(&self) -> usize {
+        if self.numel() == 0 {
+            return 0;
+        }
+        let last: i64 = self
+            .dims
+            .iter()
+            .zip(&self.strides)
+            .map(|(&d, &s)| (d - 1) * s)
+            .sum();
+        (self.offset + last + 1) as usize
+    }
+
+    /// Checks the descriptor is self-consistent: ranks agree, nothing negative, the view lies
+    /// inside the storage, sizes do not overflow.
+    pub fn check(&self) -> Result<()> {
+        let bad = |rule: String| Err(AclError::invalid("tensor descriptor", rule));
+        if self.dims.len() > MAX_RANK || self.storage_dims.len() > MAX_RANK {
+            return bad(format!("rank must be <= {MAX_RANK}, got {:?}", self.dims));
+        }
+        if self.dims.len() != self.strides.len() {
+            return bad(format!(
+                "{} dims but {} strides",
+                self.dims.len(),
+                self.strides.len()
+            ));
+        }
+        if self
+            .dims
+            .iter()
+            .chain(&self.strides)
+            .chain(&self.storage_dims)
+            .any(|&x| x < 0)
+            || self.offset < 0
+        {
+            return bad(format!(
+                "negative dim, stride or offset: dims {:?} strides {:?} offset {}",
+                self.dims, self.strides, self.offset
+            ));
+        }
+        let fits = |v: &[i64]| {
+            v.iter()
+                .try_fold(self.dtype.size() as i64, |acc, &d| {
+                    acc.checked_mul(d.max(1))
+                })
+                .is_some()
+        };
+        let span = self
+            .dims
+            .iter()
+            .zip(&self.strides)
+            .try_fold(self.offset, |acc, (&d, &s)| {
+                acc.checked_add((d.max(1) - 1).checked_mul(s)?)
+            });
+        if !fits(&self.dims) || !fits(&self.storage_dims) || span.is_none() {
+            return bad("size overflows".into());
+        }
+        if self.view_extent() > self.storage_numel() {
+            return bad(format!(
+                "view (dims {:?}, strides {:?}, offset {}) reaches element {} but the storage {:?} has {}",
+                self.dims,
+                self.strides,
+                self.offset,
+                self.view_extent(),
+                self.storage_dims,
+                self.storage_numel()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Device memory from `aclrtMalloc`, freed on drop.
+pub struct DeviceBuffer {
+    api: &'static AclApi,
+    ptr: *mut c_void,
+    len: usize,
+}
+
+impl DeviceBuffer {
+    /// Allocates `len` bytes (at least 1, so every buffer has a distinct non-null address).
+    pub fn alloc(api: &'static AclApi, len: usize) -> Result<Self> {
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: `ptr` is a valid out-pointer; the size is a plain integer.
+        let st = unsafe { (api.malloc)(&mut ptr, len.max(1), ACL_MEM_MALLOC_HUGE_FIRST) };
+        check(api, st, "aclrtMalloc")?;
+        if ptr.is_null() {
+            return Err(status_error(api, ACL_ERROR_BAD_ALLOC, "aclrtMalloc"));
+        }
+        Ok(Self { api, ptr, len })
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds zero bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device address (for aclnn's workspace argument).
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+
+    /// Copies `src` to the start of the buffer.
+    pub fn write(&mut self, src: &[u8]) -> Result<()> {
+        if src.len() > self.len {
+            return Err(AclError::invalid(
+                "upload",
+                format!("{} bytes into a {}-byte buffer", src.len(), self.len),
+            ));
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `self.ptr` is a live device allocation of `self.len >= src.len()` bytes and
+        // `src` is a host slice of `src.len()` bytes.
+        let st = unsafe {
+            (self.api.memcpy)(
+                self.ptr,
+                self.len,
+                src.as_ptr().cast(),
+                src.len(),
+                ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        };
+        check(self.api, st, "aclrtMemcpy(host to device)")
+    }
+
+    /// Copies the first `dst.len()` bytes of the buffer to `dst`.
+    pub fn read(&self, dst: &mut [u8]) -> Result<()> {
+        if dst.len() > self.len {
+            return Err(AclError::invalid(
+                "download",
+                format!("{} bytes from a {}-byte buffer", dst.len(), self.len),
+            ));
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `dst` is a host slice of `dst.len()` bytes; `self.ptr` is a live device
+        // allocation of at least that many bytes.
+        let st = unsafe {
+            (self.api.memcpy)(
+                dst.as_mut_ptr().cast(),
+                dst.len(),
+                self.ptr,
+                dst.len(),
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            )
+        };
+        check(self.api, st, "aclrtMemcpy(device to host)")
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `aclrtMalloc` and is freed exactly once, here. A failure
+        // cannot be reported from drop; the memory is then leaked, which is safe.
+        let _ = unsafe { (self.api.free)(self.ptr) };
+    }
+}
+
+/// Device memory with a tensor descriptor: an uploaded input or an allocated output.
+pub struct DeviceTensor {
+    /// The memory.
+    pub buf: DeviceBuffer,
+    /// Its descriptor.
+    pub desc: TensorDesc,
+}
+
+impl DeviceTensor {
+    /// Allocates storage for `desc` (zero-filled on CANN only if the caller writes it).
+    pub fn alloc(api: &'static AclApi, desc: TensorDesc) -> Result<Self> {
+        desc.check()?;
+        Ok(Self {
+            buf: DeviceBuffer::alloc(api, desc.storage_bytes())?,
+            desc,
+        })
+    }
+
+    /// Uploads `bytes`, which must be exactly the storage of `desc`.
+    pub fn upload(api: &'static AclApi, desc: TensorDesc, bytes: &[u8]) -> Result<Self> {
+        if bytes.len() != desc.storage_bytes() {
+            return Err(AclError::invalid(
+                "upload",
+                format!(
+                    "{} bytes for a storage of {:?} {:?} ({} bytes)",
+                    bytes.len(),
+                    desc.storage_dims,
+                    desc.dtype,
+                    desc.storage_bytes()
+                ),
+            ));
+        }
+        let mut t = Self::alloc(api, desc)?;
+        t.buf.write(bytes)?;
+        Ok(t)
+    }
+
+    /// Reads the whole storage back.
+    pub fn download(&self) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.desc.storage_bytes()];
+        self.buf.read(&mut out)?;
+        Ok(out)
+    }
+
+    /// An `aclTensor` over this memory.
+    pub fn handle(&self) -> Result<Tensor<'_>> {
+        Tensor::new(&self.buf, &self.desc)
+    }
+}
+
+/// An `aclTensor`, borrowing the device memory it describes (so it cannot outlive it);
+/// destroyed on drop.
+pub struct Tensor<'b> {
+    api: &'static AclApi,
+    ptr: NonNull<AclTensor>,
+    _mem: PhantomData<&'b DeviceBuffer>,
+}
+
+impl<'b> Tensor<'b> {
+    /// Creates the descriptor over `buf`. This is the only place `aclCreateTensor` is called:
+    /// the descriptor is checked and its storage must fit in `buf`.
+    pub fn new(buf: &'b DeviceBuffer, desc: &TensorDesc) -> Result<Self> {
+        desc.check()?;
+        if desc.storage_bytes() > buf.len() {
+            return Err(AclError::invalid(
+                "tensor descriptor",
+                format!(
+                    "storage {:?} of {:?} needs {} bytes, the buffer has {}",
+                    desc.storage_dims,
+                    desc.dtype,
+                    desc.storage_bytes(),
+                    buf.len()
+                ),
+            ));
+        }
+        let api = buf.api;
+        // SAFETY: every array pointer is valid for the length passed with it (dims and strides
+        // have equal lengths, checked above); the data pointer is a live device allocation that
+        // covers the storage (checked above) and outlives the handle (lifetime `'b`).
+        let ptr = unsafe {
+            (api.create_tensor)(
+                desc.dims.as_ptr(),
+                desc.dims.len() as u64,
+                desc.dtype.raw(),
+                desc.strides.as_ptr(),
+                desc.offset,
+                desc.format.raw(),
+                desc.storage_dims.as_ptr(),
+                desc.storage_dims.len() as u64,
+                buf.ptr,
+            )
+        };
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateTensor"))?;
+        Ok(Self {
+            api,
+            ptr,
+            _mem: PhantomData,
+        })
+    }
+
+    /// The raw handle, for an aclnn argument.
+    pub fn as_ptr(&self) -> *const AclTensor {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for Tensor<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from `aclCreateTensor` and is destroyed exactly once (a
+        // tensor moved into a `TensorList` is forgotten instead, see there).
+        let _ = unsafe { (self.api.destroy_tensor)(self.ptr.as_ptr()) };
+    }
+}
+
+/// An `aclIntArray` (nnopbase copies the values), destroyed on drop.
+pub struct IntArray {
+    api: &'static AclApi,
+    ptr: NonNull<AclIntArray>,
+}
+
+impl IntArray {
+    /// Creates an int array holding a copy of `values`.
+    pub fn new(api: &'static AclApi, values: &[i64]) -> Result<Self> {
+        // SAFETY: `values` is valid for `values.len()` elements; nnopbase copies them.
+        let ptr = unsafe { (api.create_int_array)(values.as_ptr(), values.len() as u64) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateIntArray"))?;
+        Ok(Self { api, ptr })
+    }
+
+    /// The raw handle.
+    pub fn as_ptr(&self) -> *const AclIntArray {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for IntArray {
+    fn drop(&mut self) {
+        // SAFETY: created by `aclCreateIntArray`, destroyed once.
+        let _ = unsafe { (self.api.destroy_int_array)(self.ptr.as_ptr()) };
+    }
+}
+
+/// An `aclTensorList`. It **owns** its tensors: `aclDestroyTensorList` destroys them too, so
+/// the [`Tensor`] handles moved in are forgotten rather than dropped.
+pub struct TensorList<'b> {
+    api: &'static AclApi,
+    ptr: NonNull<AclTensorList>,
+    _mem: PhantomData<&'b DeviceBuffer>,
+}
+
+impl<'b> TensorList<'b> {
+    /// Creates a list taking ownership of `tensors`.
+    pub fn new(api: &'static AclApi, tensors: Vec<Tensor<'b>>) -> Result<Self> {
+        let raw: Vec<*const AclTensor> = tensors.iter().map(Tensor::as_ptr).collect();
+        // SAFETY: `raw` is valid for `raw.len()` live tensor handles.
+        let ptr = unsafe { (api.create_tensor_list)(raw.as_ptr(), raw.len() as u64) };
+        // On failure the tensors are still ours and drop normally.
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateTensorList"))?;
+        // The list now owns them (destroyed with it).
+        tensors.into_iter().for_each(std::mem::forget);
+        Ok(Self {
+            api,
+            ptr,
+            _mem: PhantomData,
+        })
+    }
+
+    /// The raw handle.
+    pub fn as_ptr(&self) -> *const AclTensorList {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for TensorList<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by `aclCreateTensorList`, destroyed once, with its tensors.
+        let _ = unsafe { (self.api.destroy_tensor_list)(self.ptr.as_ptr()) };
+    }
+}
+
+/// An `aclrtStream`, destroyed on drop.
+pub struct Stream {
+    api: &'static AclApi,
+    ptr: AclrtStream,
+}
+
+impl Stream {
+    /// Creates a stream on the current device.
+    pub fn new(api: &'static AclApi) -> Result<Self> {
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: `ptr` is a valid out-pointer.
+        let st = unsafe { (api.create_stream)(&mut ptr) };
+        check(api, st, "aclrtCreateStream")?;
+        Ok(Self { api, ptr })
+    }
+
+    /// The raw handle.
+    pub fn as_ptr(&self) -> AclrtStream {
+        self.ptr
+    }
+
+    /// Waits for everything queued on the stream.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the stream is live.
+        let st = unsafe { (self.api.synchronize_stream)(self.ptr) };
+        check(self.api, st, "aclrtSynchronizeStream")
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: created by `aclrtCreateStream`, destroyed once.
+        let _ = unsafe { (self.api.destroy_stream)(self.ptr) };
+    }
+}
+
+/// `aclGetRecentErrMsg()` as an owned string (empty when there is none).
+pub fn recent_error(api: &AclApi) -> String {
+    // SAFETY: takes no arguments; returns null or a NUL-terminated string owned by ACL that
+    // stays valid until the next ACL call on this thread, and it is copied at once.
+    unsafe {
+        let p = (api.get_recent_err_msg)();
+        if p.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    }
+}
+
+/// The error for a non-zero status of `call`, with ACL's recent message.
+pub fn status_error(api: &AclApi, status: AclStatus, call: &str) -> AclError {
+    AclError::Status {
+        call: call.to_string(),
+        status,
+        message: recent_error(api),
+    }
+}
+
+/// `Ok` for `ACL_SUCCESS`, else the status error of `call`.
+pub fn check(api: &AclApi, status: AclStatus, call: &str) -> Result<()> {
+    if status == ACL_SUCCESS {
+        Ok(())
+    } else {
+        Err(status_error(api, status, call))
+    }
+}
+
+fn null_error(api: &AclApi, call: &str) -> AclError {
+    AclError::Status {
+        call: call.to_string(),
+        status: ACLNN_ERR_PARAM_INVALID,
+        message: format!("returned null: {}", recent_error(api)),
+    }
+}

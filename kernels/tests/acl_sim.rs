@@ -1,0 +1,782 @@
+//! The Ascend dispatch layer against its host simulation of the ACL ABI (not CANN):
+//! descriptor building (a stride or parameter-order bug must show), the two-stage contract,
+//! status codes 161001 / 161002 with `aclGetRecentErrMsg`, and the V5 → base / PFA V3 → V1
+//! fallbacks.
+
+use std::ptr::{null, null_mut};
+
+use burn_ascend_kernels::acl::ffi::{
+    AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
+};
+use burn_ascend_kernels::acl::host::{self, HostArg, VarlenAttrs, VarlenInputs};
+use burn_ascend_kernels::acl::ops::{self, VarlenFwdArgs};
+use burn_ascend_kernels::acl::tensor::recent_error;
+use burn_ascend_kernels::acl::{sim, AclError, DataType, IntArray, Runtime, Tensor, TensorDesc};
+use burn_ascend_kernels::reference::varlen as reference;
+use burn_ascend_kernels::varlen::{VarlenAttrs as KAttrs, VarlenDims, VarlenProblem};
+
+fn rand(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
+        })
+        .collect()
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Two sequences (3 and 5 query tokens over 4 and 5 KV tokens), N = 4, Nkv = 2, D = Dv = 8.
+struct Case {
+    seq_q: Vec<usize>,
+    seq_kv: Vec<usize>,
+    n: usize,
+    nkv: usize,
+    d: usize,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    dy: Vec<f32>,
+    sink: Vec<f32>,
+    scale: f64,
+}
+
+impl Case {
+    fn new() -> Self {
+        let (seq_q, seq_kv) = (vec![3, 5], vec![4, 5]);
+        let (n, nkv, d) = (4, 2, 8);
+        let (tq, tkv) = (8, 9);
+        Self {
+            q: rand(1, tq * n * d),
+            k: rand(2, tkv * nkv * d),
+            v: rand(3, tkv * nkv * d),
+            dy: rand(4, tq * n * d),
+            sink: rand(5, n),
+            seq_q,
+            seq_kv,
+            n,
+            nkv,
+            d,
+            scale: 0.35,
+        }
+    }
+    fn tq(&self) -> usize {
+        self.seq_q.iter().sum()
+    }
+    fn tkv(&self) -> usize {
+        self.seq_kv.iter().sum()
+    }
+    fn cum(v: &[usize]) -> Vec<i64> {
+        v.iter()
+            .scan(0i64, |a, &x| {
+                *a += x as i64;
+                Some(*a)
+            })
+            .collect()
+    }
+    fn problem(&self, sink: bool) -> VarlenProblem<'_> {
+        let dims = VarlenDims {
+            head_num: self.n,
+            kv_head_num: self.nkv,
+            head_dim: self.d,
+            value_dim: self.d,
+            seq_q: self.seq_q.clone(),
+            seq_kv: self.seq_kv.clone(),
+        };
+        let mut p = VarlenProblem::new(dims, KAttrs::new(self.scale));
+        if sink {
+            p.sink = Some(&self.sink);
+        }
+        p
+    }
+    fn attrs(&self) -> VarlenAttrs {
+        VarlenAttrs {
+            scale_value: self.scale,
+            keep_prob: 1.0,
+            pre_tokens: 2_147_483_647,
+            next_tokens: 2_147_483_647,
+            head_num: self.n as i64,
+            input_layout: "TND".into(),
+            inner_precise: 0,
+            sparse_mode: 0,
+            pse_type: 1,
+            softmax_layout: String::new(),
+        }
+    }
+}
+
+#[test]
+fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
+    let c = Case::new();
+    let rt = Runtime::sim().unwrap();
+    let (qb, kb, vb, sb, dyb) = (
+        bytes(&c.q),
+        bytes(&c.k),
+        bytes(&c.v),
+        bytes(&c.sink),
+        bytes(&c.dy),
+    );
+    let (qd, kd, sd) = ([c.tq(), c.n, c.d], [c.tkv(), c.nkv, c.d], [c.n]);
+    let (cq, ckv) = (Case::cum(&c.seq_q), Case::cum(&c.seq_kv));
+    let x = VarlenInputs {
+        query: HostArg {
+            dtype: DataType::Float,
+            dims: &qd,
+            bytes: &qb,
+        },
+        key: HostArg {
+            dtype: DataType::Float,
+            dims: &kd,
+            bytes: &kb,
+        },
+        value: HostArg {
+            dtype: DataType::Float,
+            dims: &kd,
+            bytes: &vb,
+        },
+        real_shift: None,
+        drop_mask: None,
+        atten_mask: None,
+        sink: Some(HostArg {
+            dtype: DataType::Float,
+            dims: &sd,
+            bytes: &sb,
+        }),
+        prefix: None,
+        actual_seq_q_len: &cq,
+        actual_seq_kv_len: &ckv,
+        q_start_idx: None,
+        kv_start_idx: None,
+    };
+    let got = host::varlen_fwd(&rt, &x, &c.attrs()).unwrap();
+    let p = c.problem(true);
+    let want = reference::varlen_fwd(&p, &c.q, &c.k, &c.v);
+    assert_eq!(got.attention_out.dims, vec![c.tq(), c.n, c.d]);
+    assert!(max_diff(&floats(&got.attention_out.bytes), &want.attention_out) < 1e-5);
+    assert!(max_diff(&floats(&got.softmax_max.bytes), &want.softmax_max) < 1e-5);
+    assert!(max_diff(&floats(&got.softmax_sum.bytes), &want.softmax_sum) < 1e-4);
+
+    let saved = host::VarlenSaved {
+        dy: HostArg {
+            dtype: DataType::Float,
+            dims: &qd,
+            bytes: &dyb,
+        },
+        attention_in: HostArg {
+            dtype: DataType::Float,
+            dims: &qd,
+            bytes: &got.attention_out.bytes,
+        },
+        softmax_max: HostArg {
+            dtype: DataType::Float,
+            dims: &got.softmax_max.dims,
+            bytes: &got.softmax_max.bytes,
+        },
+        softmax_sum: HostArg {
+            dtype: DataType::Float,
+            dims: &got.softmax_sum.dims,
+            bytes: &got.softmax_sum.bytes,
+        },
+    };
+    let g = host::varlen_grad(&rt, &x, &saved, &c.attrs()).unwrap();
+    let wg = reference::varlen_bwd(
+        &p,
+        &c.q,
+        &c.k,
+        &c.v,
+        &c.dy,
+        &want.attention_out,
+        &want.softmax_max,
+        &want.softmax_sum,
+    );
+    assert!(max_diff(&floats(&g.dq.bytes), &wg.dq) < 1e-4);
+    assert!(max_diff(&floats(&g.dk.bytes), &wg.dk) < 1e-4);
+    assert!(max_diff(&floats(&g.dv.bytes), &wg.dv) < 1e-4);
+    let ds = g.dsink.expect("dsink with a sink");
+    assert!(max_diff(&floats(&ds.bytes), wg.dsink.as_ref().unwrap()) < 1e-4);
+}
+
+/// Everything for a handle-level varlen forward, so tests can tamper with one argument.
+struct Handles {
+    rt: Runtime,
+    q: burn_ascend_kernels::acl::DeviceTensor,
+    k: burn_ascend_kernels::acl::DeviceTensor,
+    v: burn_ascend_kernels::acl::DeviceTensor,
+    o: burn_ascend_kernels::acl::DeviceTensor,
+    smax: burn_ascend_kernels::acl::DeviceTensor,
+    ssum: burn_ascend_kernels::acl::DeviceTensor,
+    cq: IntArray,
+    ckv: IntArray,
+}
+
+impl Handles {
+    fn new(c: &Case) -> Self {
+        let rt = Runtime::sim().unwrap();
+        let up = |dims: &[usize], v: &[f32]| {
+            rt.upload(
+                TensorDesc::contiguous(dims, DataType::Float).unwrap(),
+                &bytes(v),
+            )
+            .unwrap()
+        };
+        let z = |dims: &[usize]| {
+            rt.zeros(TensorDesc::contiguous(dims, DataType::Float).unwrap())
+                .unwrap()
+        };
+        let api = rt.api();
+        Self {
+            q: up(&[c.tq(), c.n, c.d], &c.q),
+            k: up(&[c.tkv(), c.nkv, c.d], &c.k),
+            v: up(&[c.tkv(), c.nkv, c.d], &c.v),
+            o: z(&[c.tq(), c.n, c.d]),
+            smax: z(&[c.tq(), c.n, 8]),
+            ssum: z(&[c.tq(), c.n, 8]),
+            cq: IntArray::new(api, &Case::cum(&c.seq_q)).unwrap(),
+            ckv: IntArray::new(api, &Case::cum(&c.seq_kv)).unwrap(),
+            rt,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn args<'a>(
+        &'a self,
+        c: &Case,
+        q: &'a Tensor<'a>,
+        k: &'a Tensor<'a>,
+        v: &'a Tensor<'a>,
+        o: &'a Tensor<'a>,
+        m: &'a Tensor<'a>,
+        s: &'a Tensor<'a>,
+    ) -> VarlenFwdArgs<'a> {
+        VarlenFwdArgs {
+            query: q,
+            query_rope: None,
+            key: k,
+            key_rope: None,
+            value: v,
+            real_shift: None,
+            drop_mask: None,
+            padding_mask: None,
+            atten_mask: None,
+            sink: None,
+            prefix: None,
+            actual_seq_q_len: Some(&self.cq),
+            actual_seq_kv_len: Some(&self.ckv),
+            q_start_idx: None,
+            kv_start_idx: None,
+            scale_value: c.scale,
+            keep_prob: 1.0,
+            pre_tokens: 2_147_483_647,
+            next_tokens: 2_147_483_647,
+            head_num: c.n as i64,
+            input_layout: "TND",
+            inner_precise: 0,
+            sparse_mode: 0,
+            pse_type: 1,
+            softmax_out_layout: "",
+            softmax_max: m,
+            softmax_sum: s,
+            softmax_out: None,
+            attention_out: o,
+        }
+    }
+
+    fn out(&self) -> Vec<f32> {
+        floats(&self.o.download().unwrap())
+    }
+}
+
+#[test]
+fn a_transposed_stride_in_a_descriptor_is_caught() {
+    let c = Case::new();
+    let h = Handles::new(&c);
+    let want = reference::varlen_fwd(&c.problem(false), &c.q, &c.k, &c.v).attention_out;
+    let (k, v, o, m, s) = (
+        h.k.handle().unwrap(),
+        h.v.handle().unwrap(),
+        h.o.handle().unwrap(),
+        h.smax.handle().unwrap(),
+        h.ssum.handle().unwrap(),
+    );
+
+    // The right descriptor: contiguous [T, N, D].
+    let q = h.q.handle().unwrap();
+    ops::varlen_fwd(&h.rt, &h.args(&c, &q, &k, &v, &o, &m, &s)).unwrap();
+    h.rt.synchronize().unwrap();
+    assert!(
+        max_diff(&h.out(), &want) < 1e-5,
+        "correct strides reproduce the reference"
+    );
+
+    // The bug: N and D strides swapped (a "transposed" view of the same bytes). Still inside
+    // the storage, so nothing refuses it — but the simulation reads through the strides, so
+    // the result must differ from the reference.
+    let (t, n, d) = (c.tq(), c.n, c.d);
+    let bad =
+        TensorDesc::strided(&[t, n, d], &[n * d, 1, n], 0, t * n * d, DataType::Float).unwrap();
+    let qbad = Tensor::new(&h.q.buf, &bad).unwrap();
+    ops::varlen_fwd(&h.rt, &h.args(&c, &qbad, &k, &v, &o, &m, &s)).unwrap();
+    h.rt.synchronize().unwrap();
+    assert!(
+        max_diff(&h.out(), &want) > 1e-2,
+        "a transposed query stride must change the simulated result"
+    );
+
+    // A stride that walks past the storage is refused when the descriptor is built.
+    let err = TensorDesc::strided(
+        &[t, n, d],
+        &[n * d + 1, d, 1],
+        0,
+        t * n * d,
+        DataType::Float,
+    )
+    .unwrap_err();
+    assert!(matches!(err, AclError::Invalid { .. }), "{err}");
+    // And by the simulated aclCreateTensor if the check is bypassed (raw call).
+    let api = h.rt.api();
+    let (dims, strides, storage) = (
+        [t as i64, n as i64, d as i64],
+        [(n * d + 1) as i64, d as i64, 1],
+        [(t * n * d) as i64],
+    );
+    // SAFETY: arrays valid for the lengths passed; the data pointer is a live device buffer.
+    let p = unsafe {
+        (api.create_tensor)(
+            dims.as_ptr(),
+            3,
+            DataType::Float.raw(),
+            strides.as_ptr(),
+            0,
+            2,
+            storage.as_ptr(),
+            1,
+            h.q.buf.as_ptr(),
+        )
+    };
+    assert!(p.is_null());
+    assert!(
+        recent_error(api).contains("beyond storage"),
+        "{}",
+        recent_error(api)
+    );
+}
+
+#[test]
+fn swapped_key_and_value_arguments_are_caught() {
+    let c = Case::new();
+    let h = Handles::new(&c);
+    let want = reference::varlen_fwd(&c.problem(false), &c.q, &c.k, &c.v).attention_out;
+    let (q, k, v, o, m, s) = (
+        h.q.handle().unwrap(),
+        h.k.handle().unwrap(),
+        h.v.handle().unwrap(),
+        h.o.handle().unwrap(),
+        h.smax.handle().unwrap(),
+        h.ssum.handle().unwrap(),
+    );
+    // Same shapes (D = Dv), so only the values can tell: the result must differ.
+    ops::varlen_fwd(&h.rt, &h.args(&c, &q, &v, &k, &o, &m, &s)).unwrap();
+    h.rt.synchronize().unwrap();
+    assert!(max_diff(&h.out(), &want) > 1e-2);
+    // Query and key swapped: shapes differ (T, N), refused with 161002.
+    let err = ops::varlen_fwd(&h.rt, &h.args(&c, &k, &q, &v, &o, &m, &s)).unwrap_err();
+    assert_eq!(err.status(), Some(ACLNN_ERR_PARAM_INVALID), "{err}");
+    assert!(
+        err.to_string()
+            .contains("aclnnFlashAttentionVarLenScoreV5GetWorkspaceSize"),
+        "{err}"
+    );
+}
+
+#[test]
+fn null_required_arguments_give_161001_and_bad_dtypes_161002() {
+    let c = Case::new();
+    let h = Handles::new(&c);
+    let api = h.rt.api();
+    let f = api.varlen_fwd_v5.unwrap();
+    let (k, v, o, m, s) = (
+        h.k.handle().unwrap(),
+        h.v.handle().unwrap(),
+        h.o.handle().unwrap(),
+        h.smax.handle().unwrap(),
+        h.ssum.handle().unwrap(),
+    );
+    let layout = std::ffi::CString::new("TND").unwrap();
+    let empty = std::ffi::CString::new("").unwrap();
+    let call = |q: *const burn_ascend_kernels::acl::ffi::AclTensor| {
+        let (mut ws, mut ex) = (0u64, null_mut::<AclOpExecutor>());
+        // SAFETY: the V5 prototype; live handles or null; NUL-terminated strings.
+        unsafe {
+            (f.workspace)(
+                q,
+                null(),
+                k.as_ptr(),
+                null(),
+                v.as_ptr(),
+                null(),
+                null(),
+                null(),
+                null(),
+                null(),
+                null(),
+                h.cq.as_ptr(),
+                h.ckv.as_ptr(),
+                null(),
+                null(),
+                c.scale,
+                1.0,
+                65536,
+                65536,
+                c.n as i64,
+                layout.as_ptr().cast_mut(),
+                0,
+                0,
+                1,
+                empty.as_ptr().cast_mut(),
+                m.as_ptr(),
+                s.as_ptr(),
+                null(),
+                o.as_ptr(),
+                &mut ws,
+                &mut ex,
+            )
+        }
+    };
+    assert_eq!(call(null()), ACLNN_ERR_PARAM_NULLPTR);
+    assert!(
+        recent_error(api).contains("query is null"),
+        "{}",
+        recent_error(api)
+    );
+
+    // An INT32 query.
+    let ints =
+        h.rt.zeros(TensorDesc::contiguous(&[c.tq(), c.n, c.d], DataType::Int32).unwrap())
+            .unwrap();
+    let qi = ints.handle().unwrap();
+    assert_eq!(call(qi.as_ptr()), ACLNN_ERR_PARAM_INVALID);
+    assert!(recent_error(api).contains("dtype"), "{}", recent_error(api));
+
+    // Through the safe layer the error carries op, status and message on one line.
+    let err = ops::varlen_fwd(&h.rt, &h.args(&c, &qi, &k, &v, &o, &m, &s)).unwrap_err();
+    let line = err.to_string();
+    assert!(
+        line.contains("161002")
+            && line.contains("ACLNN_ERR_PARAM_INVALID")
+            && line.contains("[simulation]"),
+        "{line}"
+    );
+    assert_eq!(line.lines().count(), 1);
+}
+
+#[test]
+fn the_two_stage_order_and_workspace_size_are_enforced() {
+    let c = Case::new();
+    let h = Handles::new(&c);
+    let api = h.rt.api();
+    let f = api.varlen_fwd_v5.unwrap();
+    let (q, k, v, o, m, s) = (
+        h.q.handle().unwrap(),
+        h.k.handle().unwrap(),
+        h.v.handle().unwrap(),
+        h.o.handle().unwrap(),
+        h.smax.handle().unwrap(),
+        h.ssum.handle().unwrap(),
+    );
+    let layout = std::ffi::CString::new("TND").unwrap();
+    let empty = std::ffi::CString::new("").unwrap();
+    let first_stage = || {
+        let (mut ws, mut ex) = (0u64, null_mut::<AclOpExecutor>());
+        // SAFETY: as above.
+        let st = unsafe {
+            (f.workspace)(
+                q.as_ptr(),
+                null(),
+                k.as_ptr(),
+                null(),
+                v.as_ptr(),
+                null(),
+                null(),
+                null(),
+                null(),
+                null(),
+                null(),
+                h.cq.as_ptr(),
+                h.ckv.as_ptr(),
+                null(),
+                null(),
+                c.scale,
+                1.0,
+                65536,
+                65536,
+                c.n as i64,
+                layout.as_ptr().cast_mut(),
+                0,
+                0,
+                1,
+                empty.as_ptr().cast_mut(),
+                m.as_ptr(),
+                s.as_ptr(),
+                null(),
+                o.as_ptr(),
+                &mut ws,
+                &mut ex,
+            )
+        };
+        assert_eq!(st, 0, "{}", recent_error(api));
+        (ws, ex)
+    };
+    let stream = h.rt.stream().as_ptr();
+    let wsbuf = burn_ascend_kernels::acl::DeviceBuffer::alloc(api, 1 << 16).unwrap();
+
+    // Launch without a first stage.
+    // SAFETY: the launch prototype; a bogus executor is exactly what is being tested, and the
+    // simulation never dereferences executors.
+    let st = unsafe {
+        (f.launch)(
+            wsbuf.as_ptr(),
+            1 << 16,
+            0x1234 as *mut AclOpExecutor,
+            stream,
+        )
+    };
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID);
+    assert!(
+        recent_error(api).contains("was not produced by"),
+        "{}",
+        recent_error(api)
+    );
+
+    // A workspace smaller than asked for.
+    let (ws, ex) = first_stage();
+    assert!(ws > 0);
+    // SAFETY: as above.
+    let st = unsafe { (f.launch)(wsbuf.as_ptr(), ws - 1, ex, stream) };
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID);
+    assert!(
+        recent_error(api).contains("smaller than"),
+        "{}",
+        recent_error(api)
+    );
+
+    // Right order: runs; launching the same executor again is refused.
+    let (ws, ex) = first_stage();
+    // SAFETY: as above.
+    assert_eq!(unsafe { (f.launch)(wsbuf.as_ptr(), ws, ex, stream) }, 0);
+    // SAFETY: as above.
+    let st = unsafe { (f.launch)(wsbuf.as_ptr(), ws, ex, stream) };
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID);
+    assert!(
+        recent_error(api).contains("already launched"),
+        "{}",
+        recent_error(api)
+    );
+
+    // An executor handed to another op's launch.
+    let (ws, ex) = first_stage();
+    let other = api.scatter_pa_kv_cache.unwrap();
+    // SAFETY: as above.
+    let st = unsafe { (other.launch)(wsbuf.as_ptr(), ws, ex, stream) };
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID);
+    assert!(
+        recent_error(api).contains("belongs to"),
+        "{}",
+        recent_error(api)
+    );
+}
+
+#[test]
+fn missing_v5_falls_back_to_the_base_varlen_api_only_without_a_sink() {
+    let c = Case::new();
+    let rt = Runtime::with_api(sim::api_without(true, false), 0).unwrap();
+    assert!(rt.api().varlen_fwd_v5.is_none());
+    let (qb, kb, vb, sb) = (bytes(&c.q), bytes(&c.k), bytes(&c.v), bytes(&c.sink));
+    let (qd, kd, sd) = ([c.tq(), c.n, c.d], [c.tkv(), c.nkv, c.d], [c.n]);
+    let (cq, ckv) = (Case::cum(&c.seq_q), Case::cum(&c.seq_kv));
+    let mut x = VarlenInputs {
+        query: HostArg {
+            dtype: DataType::Float,
+            dims: &qd,
+            bytes: &qb,
+        },
+        key: HostArg {
+            dtype: DataType::Float,
+            dims: &kd,
+            bytes: &kb,
+        },
+        value: HostArg {
+            dtype: DataType::Float,
+            dims: &kd,
+            bytes: &vb,
+        },
+        real_shift: None,
+        drop_mask: None,
+        atten_mask: None,
+        sink: None,
+        prefix: None,
+        actual_seq_q_len: &cq,
+        actual_seq_kv_len: &ckv,
+        q_start_idx: None,
+        kv_start_idx: None,
+    };
+    let got = host::varlen_fwd(&rt, &x, &c.attrs()).unwrap();
+    let want = reference::varlen_fwd(&c.problem(false), &c.q, &c.k, &c.v);
+    assert!(max_diff(&floats(&got.attention_out.bytes), &want.attention_out) < 1e-5);
+
+    x.sink = Some(HostArg {
+        dtype: DataType::Float,
+        dims: &sd,
+        bytes: &sb,
+    });
+    let err = host::varlen_fwd(&rt, &x, &c.attrs()).unwrap_err();
+    assert!(matches!(err, AclError::Unsupported(_)), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("unsupported: sink need aclnnFlashAttentionVarLenScoreV5"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_pfa_v3_falls_back_to_v1_only_for_what_v1_has() {
+    let rt = Runtime::with_api(sim::api_without(false, true), 0).unwrap();
+    let (b, s, n, d) = (2usize, 3usize, 2usize, 8usize);
+    let (q, k, v) = (
+        rand(7, b * s * n * d),
+        rand(8, b * s * n * d),
+        rand(9, b * s * n * d),
+    );
+    let (qb, kb, vb) = (bytes(&q), bytes(&k), bytes(&v));
+    let dims = [b, s, n * d];
+    let arg = |bytes| HostArg {
+        dtype: DataType::Float,
+        dims: &dims,
+        bytes,
+    };
+    let mut x = host::PromptInputs {
+        query: arg(&qb),
+        key: arg(&kb),
+        value: arg(&vb),
+        pse_shift: None,
+        atten_mask: None,
+        actual_seq_lengths: None,
+        actual_seq_lengths_kv: None,
+        quant_scale2: None,
+        quant_offset2: None,
+        num_heads: n as i64,
+        scale_value: 0.3,
+        pre_tokens: 2_147_483_647,
+        next_tokens: 0,
+        input_layout: "BSH",
+        num_key_value_heads: 0,
+        sparse_mode: 0,
+        inner_precise: 1,
+    };
+    let got = host::prompt(&rt, &x, &dims, DataType::Float).unwrap();
+    let via_v3 = host::prompt(&Runtime::sim().unwrap(), &x, &dims, DataType::Float).unwrap();
+    assert_eq!(got, via_v3, "V1 and V3 agree on what both have");
+    x.sparse_mode = 2;
+    let err = host::prompt(&rt, &x, &dims, DataType::Float).unwrap_err();
+    assert!(matches!(err, AclError::Unsupported(_)), "{err}");
+}
+
+#[test]
+fn a_pa_nz_cache_described_as_nd_is_refused() {
+    let rt = Runtime::sim().unwrap();
+    // f16: last = 16; N·D = 32 → cache [nb = 2, 2, bs = 16, 16].
+    let (t, n, d) = (3usize, 2usize, 16usize);
+    let key = vec![0u8; t * n * d * 2];
+    let cache = vec![0u8; 2 * 2 * 16 * 16 * 2];
+    let slots: Vec<u8> = [0i32, 5, 17].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let (kd, cd, sd) = ([t, n, d], [2usize, 2, 16, 16], [t]);
+    let x = host::ScatterInputs {
+        key: HostArg {
+            dtype: DataType::Float16,
+            dims: &kd,
+            bytes: &key,
+        },
+        key_cache: HostArg {
+            dtype: DataType::Float16,
+            dims: &cd,
+            bytes: &cache,
+        },
+        slot_mapping: HostArg {
+            dtype: DataType::Int32,
+            dims: &sd,
+            bytes: &slots,
+        },
+        value: None,
+        value_cache: None,
+        compress_lens: None,
+        compress_seq_offset: None,
+        seq_lens: None,
+        cache_mode: "PA_NZ",
+        scatter_mode: "None",
+        strides: None,
+        offsets: None,
+    };
+    host::scatter(&rt, &x).expect("FRACTAL_NZ descriptor through the host layer");
+
+    // Handle level with an ND cache descriptor: refused.
+    let api = rt.api();
+    let up = |desc, b: &[u8]| rt.upload(desc, b).unwrap();
+    let kt = up(
+        TensorDesc::contiguous(&kd, DataType::Float16).unwrap(),
+        &key,
+    );
+    let ct = up(
+        TensorDesc::contiguous(&cd, DataType::Float16).unwrap(),
+        &cache,
+    );
+    let st = up(
+        TensorDesc::contiguous(&sd, DataType::Int32).unwrap(),
+        &slots,
+    );
+    let (kh, ch, sh) = (
+        kt.handle().unwrap(),
+        ct.handle().unwrap(),
+        st.handle().unwrap(),
+    );
+    let err = ops::scatter(
+        &rt,
+        &ops::ScatterArgs {
+            key: &kh,
+            key_cache: &ch,
+            slot_mapping: &sh,
+            value: None,
+            value_cache: None,
+            compress_lens: None,
+            compress_seq_offset: None,
+            seq_lens: None,
+            cache_mode: "PA_NZ",
+            scatter_mode: "None",
+            strides: None,
+            offsets: None,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.status(), Some(ACLNN_ERR_PARAM_INVALID), "{err}");
+    assert!(
+        recent_error(api).contains("FractalNz") || err.to_string().contains("FractalNz"),
+        "{err}"
+    );
+}
