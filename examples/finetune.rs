@@ -3,9 +3,10 @@
 //! from it through the paged KV cache.
 //!
 //! `cargo run --release --example finetune [-- --steps N --data PATH --device cpu --resume
-//!  --checkpoint HF_DIR --out DIR --batch-tokens N --seq-len N --lr X --seed N]`
+//!  --checkpoint HF_DIR --out DIR --batch-tokens N --seq-len N --lr X --seed N
+//!  --stop-after N --no-samples]`
 //!
-//! With no arguments: a ≈3.2 M-parameter byte-level model on the bundled Shakespeare text,
+//! With no arguments: a ≈2.9 M-parameter byte-level model on the bundled Shakespeare text,
 //! AdamW with warmup + cosine decay and gradient clipping, on CPU. Writes `runs/finetune/`:
 //! `config.json` + `model.safetensors` (Hugging Face names), Burn records of the model and
 //! the optimizer (`model.mpk`, `optim.mpk`, for `--resume`), `state.json`, `loss.csv` and
@@ -16,22 +17,16 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::backend::{Autodiff, NdArray};
-use burn::module::{AutodiffModule, Module};
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-use burn::grad_clipping::GradientClippingConfig;
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
-use burn_ascend::model::checkpoint::{load_hf, save_hf};
 use burn_ascend::model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
-use burn_ascend::model::schedule::WarmupCosine;
+use burn_ascend::model::train::{init_model, train, Init, TrainOptions};
 use burn_ascend::model::{
-    cross_entropy, sample, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
+    sample, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
-type Inner = NdArray;
-type B = Autodiff<Inner>;
+type B = Autodiff<NdArray>;
 
 struct Args {
     steps: usize,
@@ -45,6 +40,7 @@ struct Args {
     lr: f64,
     seed: u64,
     samples: bool,
+    stop_after: Option<usize>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -60,12 +56,14 @@ fn parse_args() -> Result<Args, String> {
         lr: 2e-3,
         seed: 42,
         samples: true,
+        stop_after: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
         let num = |v: String, name: &str| -> Result<f64, String> {
-            v.parse().map_err(|_| format!("{name} takes a number, got '{v}'"))
+            v.parse()
+                .map_err(|_| format!("{name} takes a number, got '{v}'"))
         };
         match flag.as_str() {
             "--steps" => a.steps = num(value("--steps")?, "--steps")? as usize,
@@ -81,6 +79,9 @@ fn parse_args() -> Result<Args, String> {
             "--lr" => a.lr = num(value("--lr")?, "--lr")?,
             "--seed" => a.seed = num(value("--seed")?, "--seed")? as u64,
             "--no-samples" => a.samples = false,
+            "--stop-after" => {
+                a.stop_after = Some(num(value("--stop-after")?, "--stop-after")? as usize)
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown flag '{other}'\n{USAGE}")),
         }
@@ -90,41 +91,9 @@ fn parse_args() -> Result<Args, String> {
 
 const USAGE: &str = "finetune [--steps N] [--device cpu|ascend|sim] [--data PATH(.txt|.jsonl)] \
 [--resume] [--checkpoint HF_DIR] [--out DIR] [--batch-tokens N] [--seq-len N] [--lr X] \
-[--seed N] [--no-samples]";
-
-/// What `--resume` needs besides the Burn records.
-#[derive(Debug, Default)]
-struct TrainState {
-    step: usize,
-    losses: Vec<f32>,
-    total_steps: usize,
-}
-
-impl TrainState {
-    fn save(&self, dir: &Path) -> std::io::Result<()> {
-        let v = serde_json::json!({
-            "step": self.step,
-            "total_steps": self.total_steps,
-            "losses": self.losses,
-        });
-        std::fs::write(dir.join("state.json"), v.to_string())
-    }
-
-    fn load(dir: &Path) -> Result<Self, String> {
-        let path = dir.join("state.json");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("--resume: {}: {e}", path.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-        Ok(Self {
-            step: v["step"].as_u64().unwrap_or(0) as usize,
-            total_steps: v["total_steps"].as_u64().unwrap_or(0) as usize,
-            losses: v["losses"]
-                .as_array()
-                .map(|a| a.iter().filter_map(|x| x.as_f64()).map(|x| x as f32).collect())
-                .unwrap_or_default(),
-        })
-    }
-}
+[--seed N] [--no-samples] [--stop-after N]
+  --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
+  up to it; --stop-after N stops early (an interrupted run that --resume completes).";
 
 fn main() {
     if let Err(e) = run() {
@@ -148,30 +117,21 @@ fn run() -> Result<(), String> {
     }
     let device = Default::default();
     B::seed(&device, args.seed);
-    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
 
-    // Tokenizer and model: resumed, from a Hugging Face checkpoint, or fresh.
-    let hf_dir = args.checkpoint.clone();
-    let tokenizer = match &hf_dir {
+    let tokenizer = match &args.checkpoint {
         Some(dir) if dir.join("tokenizer.json").exists() => {
             Tokenizer::from_file(&dir.join("tokenizer.json")).map_err(|e| e.to_string())?
         }
         _ => Tokenizer::Bytes,
     };
-    let mut state = TrainState::default();
-    let mut model: Transformer<B> = if args.resume {
-        state = TrainState::load(&args.out)?;
-        let config = burn_ascend::model::checkpoint::load_config(&args.out)
-            .map_err(|e| format!("--resume: {e}"))?;
-        Transformer::new(&config, &device)
-            .map_err(|e| e.to_string())?
-            .load_file(args.out.join("model"), &recorder, &device)
-            .map_err(|e| format!("--resume: {e}"))?
-    } else if let Some(dir) = &hf_dir {
-        load_hf(dir, &device).map_err(|e| e.to_string())?
+    let init = if args.resume {
+        Init::Resume
+    } else if let Some(dir) = &args.checkpoint {
+        Init::Checkpoint(dir.clone())
     } else {
-        Transformer::new(&ModelConfig::small_byte_model(), &device).map_err(|e| e.to_string())?
+        Init::Fresh(ModelConfig::small_byte_model())
     };
+    let (model, state) = init_model::<B>(&init, &args.out, &device).map_err(|e| e.to_string())?;
     let config = model.config.clone();
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(format!(
@@ -180,36 +140,18 @@ fn run() -> Result<(), String> {
             config.vocab_size
         ));
     }
-
     let docs = match &args.data {
         Some(p) => load_documents(p).map_err(|e| e.to_string())?,
         None => documents_from_text(BUNDLED_CORPUS),
     };
-    let mut packer = Packer::new(&docs, &tokenizer, args.batch_tokens, args.seq_len, args.seed)
-        .map_err(|e| e.to_string())?;
-    // Replay the batch stream so a resumed run sees the batches it would have seen.
-    for _ in 0..state.step {
-        packer.next_batch();
-    }
-    let total_steps = state.step + args.steps;
-    state.total_steps = total_steps;
-    let schedule = WarmupCosine {
-        peak: args.lr,
-        floor: args.lr / 10.0,
-        warmup: (total_steps / 20).max(1),
-        total: total_steps,
-    };
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(0.1)
-        .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
-        .init::<B, Transformer<B>>();
-    if args.resume {
-        let record = recorder
-            .load(args.out.join("optim"), &device)
-            .map_err(|e| format!("--resume: optimizer state: {e}"))?;
-        optim = optim.load_record(record);
-    }
-
+    let mut packer = Packer::new(
+        &docs,
+        &tokenizer,
+        args.batch_tokens,
+        args.seq_len,
+        args.seed,
+    )
+    .map_err(|e| e.to_string())?;
     println!(
         "finetune: {} parameters, {} documents ({} tokens), {} tokens per batch, steps {}..{}",
         config.num_params(),
@@ -217,9 +159,17 @@ fn run() -> Result<(), String> {
         packer.corpus_tokens(),
         args.batch_tokens,
         state.step,
-        total_steps
+        args.steps
     );
-    let bar = ProgressBar::new(args.steps as u64);
+    if state.step >= args.steps {
+        return Err(format!(
+            "the run in {} already did {} steps; pass a larger --steps to continue it",
+            args.out.display(),
+            state.step
+        ));
+    }
+    let todo = args.stop_after.unwrap_or(args.steps).min(args.steps) - state.step.min(args.steps);
+    let bar = ProgressBar::new(todo as u64);
     bar.set_style(
         ProgressStyle::with_template(
             "{bar:30} {pos}/{len} [{elapsed_precise} < {eta_precise}] {msg}",
@@ -228,49 +178,46 @@ fn run() -> Result<(), String> {
     );
     let started = Instant::now();
     let mut tokens_seen = 0usize;
-    let mut csv = String::new();
-    let first_run_step = state.step;
-    for step in state.step..total_steps {
-        let batch = packer.next_batch();
-        let t = batch.tokens.len();
-        let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.tokens, [t]), &device);
-        let targets =
-            Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [t]), &device);
-        let logits = model
-            .forward_packed(tokens, &batch.cu_seqlens)
-            .map_err(|e| e.to_string())?;
-        let loss = cross_entropy(logits, targets);
-        let loss_value: f32 = loss.clone().into_scalar();
-        if !loss_value.is_finite() {
-            return Err(format!("loss became {loss_value} at step {step}"));
-        }
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let lr = schedule.lr(step);
-        model = optim.step(lr, model, grads);
-        state.losses.push(loss_value);
-        state.step = step + 1;
-        tokens_seen += t;
-        let elapsed = started.elapsed().as_secs_f64();
-        csv.push_str(&format!("{step},{loss_value},{lr},{t}\n"));
+    let opts = TrainOptions {
+        total_steps: args.steps,
+        stop_after: args.stop_after,
+        lr: args.lr,
+        weight_decay: 0.1,
+        clip_norm: 1.0,
+        seed: args.seed,
+        out: args.out.clone(),
+        save_every: 100,
+    };
+    let (model, state) = train(model, state, args.resume, &mut packer, &opts, |r| {
+        tokens_seen += r.tokens;
         bar.set_message(format!(
-            "loss {loss_value:.3}  lr {lr:.2e}  {:.0} tok/s",
-            tokens_seen as f64 / elapsed.max(1e-9)
+            "loss {:.3}  lr {:.2e}  {:.0} tok/s",
+            r.loss,
+            r.lr,
+            tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9)
         ));
         bar.inc(1);
-        if (step + 1) % 100 == 0 && step + 1 < total_steps {
-            save(&model, &optim, &state, &args.out, &recorder, &csv, first_run_step)?;
-            csv.clear();
+        // Without a terminal the bar is hidden: print a line every 25 steps instead.
+        if bar.is_hidden() && (r.step % 25 == 0 || r.step + 1 == r.total_steps) {
+            println!(
+                "step {:4}/{}  loss {:.4}  lr {:.2e}  {:.0} tok/s",
+                r.step + 1,
+                r.total_steps,
+                r.loss,
+                r.lr,
+                tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9)
+            );
         }
-    }
+    })
+    .map_err(|e| e.to_string())?;
     bar.finish();
-    save(&model, &optim, &state, &args.out, &recorder, &csv, first_run_step)?;
     plot_losses(&state.losses, &args.out.join("loss.png"))?;
     println!(
-        "finetune: {:.0} tokens/s, checkpoint in {}",
+        "finetune: {:.0} tokens/s, checkpoint in {} (config.json, model.safetensors, model.mpk, \
+         optim.mpk, state.json, loss.csv, loss.png)",
         tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9),
         args.out.display()
     );
-
     if args.samples {
         print_samples(model.valid(), &tokenizer, args.seed)?;
     }
@@ -282,36 +229,6 @@ fn run() -> Result<(), String> {
         state.losses.len()
     );
     Ok(())
-}
-
-fn save<O: Optimizer<Transformer<B>, B>>(
-    model: &Transformer<B>,
-    optim: &O,
-    state: &TrainState,
-    dir: &Path,
-    recorder: &NamedMpkFileRecorder<FullPrecisionSettings>,
-    csv: &str,
-    first_run_step: usize,
-) -> Result<(), String> {
-    save_hf(&model.valid(), dir).map_err(|e| e.to_string())?;
-    model
-        .clone()
-        .save_file(dir.join("model"), recorder)
-        .map_err(|e| format!("saving model record: {e}"))?;
-    recorder
-        .record(optim.to_record(), dir.join("optim"))
-        .map_err(|e| format!("saving optimizer record: {e}"))?;
-    state.save(dir).map_err(|e| e.to_string())?;
-    // loss.csv: rewritten from the full curve on a fresh run's first save, appended after.
-    let path = dir.join("loss.csv");
-    let fresh = first_run_step == 0 && !csv.is_empty() && csv.starts_with("0,");
-    let mut text = if fresh || !path.exists() {
-        "step,loss,lr,tokens\n".to_string()
-    } else {
-        std::fs::read_to_string(&path).map_err(|e| e.to_string())?
-    };
-    text.push_str(csv);
-    std::fs::write(&path, text).map_err(|e| e.to_string())
 }
 
 /// The loss curve as a PNG (axis labels when a system font is found).
@@ -371,7 +288,11 @@ where
     let device = model.embed_tokens.weight.val().device();
     let mut gen = Generator::new(model, 64, 16, &device).map_err(|e| e.to_string())?;
     let mut rng = SplitMix(seed);
-    let prompts = ["ROMEO:\n", "First Citizen:\nWe are", "KING RICHARD II:\nNow"];
+    let prompts = [
+        "ROMEO:\n",
+        "First Citizen:\nWe are",
+        "KING RICHARD II:\nNow",
+    ];
     for (i, prompt) in prompts.iter().enumerate() {
         let sampling = if i == 0 {
             Sampling::Greedy

@@ -102,11 +102,16 @@ fn run() -> Result<(), String> {
         .collect();
     let longest = ids.iter().map(Vec::len).max().unwrap_or(0) + max_new + 1;
     let blocks_per_seq = longest.div_ceil(block_size);
-    let mut gen = Generator::new(model, blocks_per_seq * prompts.len() + 1, block_size, &device)
-        .map_err(|e| e.to_string())?;
+    let mut gen = Generator::new(
+        model,
+        blocks_per_seq * prompts.len() + 1,
+        block_size,
+        &device,
+    )
+    .map_err(|e| e.to_string())?;
     let mut rng = SplitMix(seed);
-    let run = generate_batch(&mut gen, &ids, max_new, &sampling, &mut rng)
-        .map_err(|e| e.to_string())?;
+    let run =
+        generate_batch(&mut gen, &ids, max_new, &sampling, &mut rng).map_err(|e| e.to_string())?;
     for (i, (p, g)) in prompts.iter().zip(&run.generated).enumerate() {
         println!(
             "--- sequence {} ({:?}, prompt {} tokens) ---\n{p}{}",

@@ -4,7 +4,9 @@
 use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn_ascend::model::data::SplitMix;
-use burn_ascend::model::{generate_batch, max_logit_gap, Generator, ModelConfig, Sampling, Transformer};
+use burn_ascend::model::{
+    generate_batch, max_logit_gap, Generator, ModelConfig, Sampling, Transformer,
+};
 
 fn tiny(sinks: bool, window: Option<usize>) -> ModelConfig {
     ModelConfig {
@@ -42,7 +44,10 @@ fn gap(cfg: ModelConfig, seed: u64) -> f32 {
     let prompts = vec![vec![1u32, 5, 9], vec![3u32; 21], vec![7u32]];
     let sampling = vec![
         Sampling::Greedy,
-        Sampling::TopP { top_p: 0.9, temperature: 1.0 },
+        Sampling::TopP {
+            top_p: 0.9,
+            temperature: 1.0,
+        },
         Sampling::Greedy,
     ];
     let run = generate_batch(&mut gen, &prompts, 12, &sampling, &mut SplitMix(seed)).unwrap();

@@ -300,7 +300,11 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                 "query",
                 "sequence {i} holds {} tokens, fewer than the query's S = {s}{}",
                 sq.len,
-                if first == 1 { " plus the sink slot" } else { "" }
+                if first == 1 {
+                    " plus the sink slot"
+                } else {
+                    ""
+                }
             );
         }
         let lens: Vec<i64> = seqs.iter().map(|q| q.len as i64).collect();

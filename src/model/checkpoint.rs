@@ -170,9 +170,10 @@ struct Weights(HashMap<String, HostF32>);
 
 impl Weights {
     fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, AttnError> {
-        let (data, got) = self.0.remove(name).ok_or_else(|| {
-            AttnError::invalid("checkpoint", format!("missing tensor '{name}'"))
-        })?;
+        let (data, got) = self
+            .0
+            .remove(name)
+            .ok_or_else(|| AttnError::invalid("checkpoint", format!("missing tensor '{name}'")))?;
         if got != shape {
             return Err(AttnError::invalid(
                 "checkpoint",
@@ -211,7 +212,10 @@ impl Weights {
             None
         };
         Ok(Linear {
-            weight: Param::from_tensor(Tensor::from_data(TensorData::new(w, [d_in, d_out]), device)),
+            weight: Param::from_tensor(Tensor::from_data(
+                TensorData::new(w, [d_in, d_out]),
+                device,
+            )),
             bias,
         })
     }

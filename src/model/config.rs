@@ -41,7 +41,7 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
-    /// The default small model of the `finetune` example (≈ 3.2 M parameters).
+    /// The default small model of the `finetune` example (≈ 2.9 M parameters).
     pub fn small_byte_model() -> Self {
         Self {
             vocab_size: 256,
@@ -79,7 +79,11 @@ impl ModelConfig {
         );
         let attn = h * n * d * 2
             + h * nkv * d * 2
-            + if self.attention_bias { n * d + 2 * nkv * d } else { 0 }
+            + if self.attention_bias {
+                n * d + 2 * nkv * d
+            } else {
+                0
+            }
             + if self.attention_sinks { n } else { 0 };
         let mlp = 3 * h * self.intermediate_size;
         let layer = attn + mlp + 2 * h;

@@ -28,7 +28,11 @@ pub fn load_documents(path: &Path) -> Result<Vec<String>, AttnError> {
         .map_err(|e| AttnError::invalid("--data", format!("{}: {e}", path.display())))?;
     if path.extension().is_some_and(|e| e == "jsonl") {
         let mut docs = Vec::new();
-        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
             let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
                 AttnError::invalid("--data", format!("line {}: not JSON: {e}", i + 1))
             })?;

@@ -100,9 +100,10 @@ impl<B: AttentionBackend> Generator<B> {
         let positions: Vec<usize> = (0..l).collect();
         let rope = Rope::new(&positions, c.head_dim, c.rope_theta, &device);
         let tokens: Vec<i64> = prompt.iter().map(|&t| t as i64).collect();
-        let mut x = self
-            .model
-            .embed(Tensor::<B, 1, Int>::from_data(TensorData::new(tokens, [l]), &device));
+        let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
+            TensorData::new(tokens, [l]),
+            &device,
+        ));
         for (layer, block) in self.model.layers.iter().enumerate() {
             let opts = self.options(layer);
             let h = block.input_layernorm.forward(x.clone());
@@ -137,7 +138,10 @@ impl<B: AttentionBackend> Generator<B> {
             ));
         }
         if let Some(&bad) = seqs.iter().find(|&&s| s >= self.seqs.len()) {
-            return Err(AttnError::invalid("seqs", format!("unknown sequence {bad}")));
+            return Err(AttnError::invalid(
+                "seqs",
+                format!("unknown sequence {bad}"),
+            ));
         }
         let c = self.model.config.clone();
         let (b, n, nkv, d) = (
@@ -150,9 +154,10 @@ impl<B: AttentionBackend> Generator<B> {
         let positions: Vec<usize> = seqs.iter().map(|&s| self.seqs[s].1).collect();
         let rope = Rope::new(&positions, d, c.rope_theta, &device);
         let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
-        let mut x = self
-            .model
-            .embed(Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [b]), &device));
+        let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
+            TensorData::new(ids, [b]),
+            &device,
+        ));
         for (layer, block) in self.model.layers.iter().enumerate() {
             let opts = self.options(layer);
             let h = block.input_layernorm.forward(x.clone());
@@ -191,10 +196,7 @@ impl<B: AttentionBackend> Generator<B> {
 }
 
 fn to_vec<B: burn::tensor::backend::Backend>(t: Tensor<B, 2>) -> Vec<f32> {
-    t.into_data()
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .expect("f32")
+    t.into_data().convert::<f32>().to_vec::<f32>().expect("f32")
 }
 
 /// How the next token is picked.
@@ -215,17 +217,19 @@ pub enum Sampling {
 /// Picks a token from `logits`.
 pub fn sample(logits: &[f32], sampling: Sampling, rng: &mut SplitMix) -> u32 {
     match sampling {
-        Sampling::Greedy => logits
-            .iter()
-            .enumerate()
-            .fold((0, f32::NEG_INFINITY), |best, (i, &l)| {
-                if l > best.1 {
-                    (i, l)
-                } else {
-                    best
-                }
-            })
-            .0 as u32,
+        Sampling::Greedy => {
+            logits
+                .iter()
+                .enumerate()
+                .fold((0, f32::NEG_INFINITY), |best, (i, &l)| {
+                    if l > best.1 {
+                        (i, l)
+                    } else {
+                        best
+                    }
+                })
+                .0 as u32
+        }
         Sampling::TopP { top_p, temperature } => {
             let t = temperature.max(1e-6);
             let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l)) as f64;
@@ -282,7 +286,11 @@ impl GenerationRun {
 
     /// Decode tokens per second (summed over sequences).
     pub fn decode_tokens_per_sec(&self) -> f64 {
-        let steps: usize = self.generated.iter().map(|g| g.len().saturating_sub(1)).sum();
+        let steps: usize = self
+            .generated
+            .iter()
+            .map(|g| g.len().saturating_sub(1))
+            .sum();
         steps as f64 / self.decode_secs.max(1e-9)
     }
 }

@@ -9,6 +9,7 @@ pub mod generate;
 pub mod rope;
 pub mod schedule;
 pub mod tokenizer;
+pub mod train;
 pub mod transformer;
 
 pub use config::ModelConfig;

@@ -19,9 +19,7 @@ impl Tokenizer {
     pub fn from_file(path: &Path) -> Result<Self, AttnError> {
         tokenizers::Tokenizer::from_file(path)
             .map(|t| Self::Hf(Box::new(t)))
-            .map_err(|e| {
-                AttnError::invalid("tokenizer.json", format!("{}: {e}", path.display()))
-            })
+            .map_err(|e| AttnError::invalid("tokenizer.json", format!("{}: {e}", path.display())))
     }
 
     /// Token ids of `text` (no special tokens added).

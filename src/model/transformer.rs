@@ -87,7 +87,11 @@ impl<B: Backend> Transformer<B> {
             c.num_key_value_heads,
             c.head_dim,
         );
-        let norm = || RmsNormConfig::new(h).with_epsilon(c.rms_norm_eps).init(device);
+        let norm = || {
+            RmsNormConfig::new(h)
+                .with_epsilon(c.rms_norm_eps)
+                .init(device)
+        };
         let layers = (0..c.num_hidden_layers)
             .map(|_| Block {
                 input_layernorm: norm(),
