@@ -45,7 +45,7 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
-        steps: 200,
+        steps: 300,
         device: "cpu".into(),
         data: None,
         resume: false,
@@ -281,10 +281,7 @@ fn print_samples<Bk: burn_ascend::AttentionBackend>(
     model: Transformer<Bk>,
     tokenizer: &Tokenizer,
     seed: u64,
-) -> Result<(), String>
-where
-    Bk: Backend,
-{
+) -> Result<(), String> {
     let device = model.embed_tokens.weight.val().device();
     let mut gen = Generator::new(model, 64, 16, &device).map_err(|e| e.to_string())?;
     let mut rng = SplitMix(seed);

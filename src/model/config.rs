@@ -64,7 +64,7 @@ impl ModelConfig {
     /// The window of layer `layer`, `None` for a full causal layer.
     pub fn layer_window(&self, layer: usize) -> Option<usize> {
         match self.sliding_window {
-            Some(w) if !self.alternate_sliding || layer % 2 == 0 => Some(w),
+            Some(w) if !self.alternate_sliding || layer.is_multiple_of(2) => Some(w),
             _ => None,
         }
     }
@@ -104,7 +104,10 @@ impl ModelConfig {
                 "vocab_size, hidden_size and num_hidden_layers must be positive".into(),
             );
         }
-        if self.num_key_value_heads == 0 || self.num_attention_heads % self.num_key_value_heads != 0
+        if self.num_key_value_heads == 0
+            || !self
+                .num_attention_heads
+                .is_multiple_of(self.num_key_value_heads)
         {
             return bad(
                 "num_key_value_heads",
@@ -114,7 +117,7 @@ impl ModelConfig {
                 ),
             );
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(
                 "head_dim",
                 format!("must be even (RoPE rotates pairs), got {}", self.head_dim),
