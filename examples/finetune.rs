@@ -53,7 +53,7 @@ fn parse_args() -> Result<Args, String> {
         out: PathBuf::from("runs/finetune"),
         batch_tokens: 1024,
         seq_len: 256,
-        lr: 2e-3,
+        lr: 3e-3,
         seed: 42,
         samples: true,
         stop_after: None,
