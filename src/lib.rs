@@ -20,6 +20,7 @@
 //! ```
 
 pub mod cli;
+pub mod model;
 
 pub use burn_ascend_kernels as kernels;
 pub use burn_ascend_ops as ops;

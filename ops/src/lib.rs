@@ -35,7 +35,7 @@ pub use burn_ascend_kernels::varlen::{
 };
 pub use error::{AttnError, Result};
 pub use incre::{IfaLayout, IncreSpec};
-pub use paged_cache::{PagedKvCache, SeqId};
+pub use paged_cache::{AttendOptions, PagedKvCache, SeqId};
 pub use prompt::{PfaLayout, PromptSpec};
 pub use scatter::ScatterSpec;
 pub use varlen::{MaskSpec, PseSpec, VarlenSpec};

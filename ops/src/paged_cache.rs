@@ -15,9 +15,38 @@ use burn::tensor::{Int, Tensor, TensorData};
 use crate::api::{incre_flash_attention, prompt_flash_attention, scatter_pa_kv_cache};
 use crate::backend::{AttentionBackend, IncreKv};
 use crate::error::{ensure, AttnError, Result};
-use crate::incre::{BlockTable, IfaLayout, IncreSpec};
-use crate::prompt::{PfaLayout, PromptMask, PromptSpec};
+use crate::incre::{BlockTable, IfaLayout, IncreMask, IncrePse, IncreSpec};
+use crate::prompt::{PfaLayout, PromptMask, PromptPse, PromptSpec};
 use crate::scatter::ScatterSpec;
+
+/// Options of [`PagedKvCache::attend_with`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttendOptions {
+    /// Sliding window `W`: the query at position `p` sees cached tokens `p − W ..= p`.
+    pub window: Option<usize>,
+    /// Learned per-head sinks (`[N]` logits). Neither prompt nor incremental attention takes
+    /// a sink, so it rides on a placeholder: token 0 of every sequence must hold a zero key
+    /// and zero value (append it first), and its score `scale·q·0 + pseShift` is set to the
+    /// sink logit. The softmax then has the extra `exp(sink)` term in its denominator and the
+    /// placeholder adds nothing to the output — exactly the varlen op's sink. The window never
+    /// masks the placeholder.
+    pub sink_slot_logits: Option<Vec<f32>>,
+}
+
+impl AttendOptions {
+    fn is_active(&self) -> bool {
+        self.window.is_some() || self.sink_slot_logits.is_some()
+    }
+
+    /// Whether cached token `t` is outside the window of the query at position `pos`
+    /// (`first` = 1 when token 0 is the sink placeholder, which is never masked).
+    fn masked(&self, t: usize, pos: usize, first: usize) -> bool {
+        if t < first {
+            return false;
+        }
+        self.window.is_some_and(|w| t + w < pos)
+    }
+}
 
 /// A sequence's handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -233,6 +262,18 @@ impl<B: AttentionBackend> PagedKvCache<B> {
     /// on the paged cache; `S > 1` runs prompt attention (causal, bottom-right aligned: sparse
     /// mode 3) over the gathered KV. Returns `[B, S, N, D]`.
     pub fn attend(&self, ids: &[SeqId], query: Tensor<B, 4>) -> Result<Tensor<B, 4>> {
+        self.attend_with(ids, query, &AttendOptions::default())
+    }
+
+    /// [`Self::attend`] with a sliding window and/or learned sinks (see [`AttendOptions`]):
+    /// both become CANN's own inputs, an `attenMask` and a `pseShift`, so decode still runs
+    /// incremental attention on the paged cache and prefill prompt attention.
+    pub fn attend_with(
+        &self,
+        ids: &[SeqId],
+        query: Tensor<B, 4>,
+        opts: &AttendOptions,
+    ) -> Result<Tensor<B, 4>> {
         let [b, s, n, d] = query.dims();
         ensure!(
             b == ids.len() && n == self.num_heads && d == self.head_dim,
@@ -243,13 +284,27 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             self.head_dim,
             query.dims()
         );
+        if let Some(sinks) = &opts.sink_slot_logits {
+            ensure!(
+                sinks.len() == n,
+                "sink_slot_logits",
+                "must hold one logit per query head ({n}), got {}",
+                sinks.len()
+            );
+        }
         let seqs: Vec<&Seq> = ids.iter().map(|&i| self.seq(i)).collect::<Result<_>>()?;
+        let first = usize::from(opts.sink_slot_logits.is_some());
         for (i, sq) in seqs.iter().enumerate() {
             ensure!(
-                sq.len >= s,
+                sq.len >= s + first,
                 "query",
-                "sequence {i} holds {} tokens, fewer than the query's S = {s}",
-                sq.len
+                "sequence {i} holds {} tokens, fewer than the query's S = {s}{}",
+                sq.len,
+                if first == 1 {
+                    " plus the sink slot"
+                } else {
+                    ""
+                }
             );
         }
         let lens: Vec<i64> = seqs.iter().map(|q| q.len as i64).collect();
@@ -275,6 +330,29 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                 data: Arc::from(table),
                 shape: vec![b, max_blocks],
             });
+            if opts.is_active() {
+                let cols = max_blocks * self.block_size;
+                let mut mask = vec![0u8; b * cols];
+                for (i, q) in seqs.iter().enumerate() {
+                    for (t, m) in mask[i * cols..(i + 1) * cols].iter_mut().enumerate() {
+                        *m = u8::from(opts.masked(t, q.len - 1, first));
+                    }
+                }
+                spec.atten_mask = Some(IncreMask {
+                    data: Arc::from(mask),
+                    shape: vec![b, cols],
+                });
+                if let Some(sinks) = &opts.sink_slot_logits {
+                    let mut pse = vec![0f32; n * cols];
+                    for (h, &logit) in sinks.iter().enumerate() {
+                        pse[h * cols] = logit;
+                    }
+                    spec.pse_shift = Some(IncrePse {
+                        data: Arc::from(pse),
+                        shape: vec![1, n, 1, cols],
+                    });
+                }
+            }
             let [nb, bs, nkv, dh] = self.key_cache.dims();
             let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
             let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
@@ -310,8 +388,44 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         let mut spec = PromptSpec::new(n, self.scale, PfaLayout::Bsnd);
         spec.num_key_value_heads = nkv_heads;
         spec.actual_seq_lengths_kv = Some(lens);
-        spec.sparse_mode = 3;
-        spec.atten_mask = PromptMask::Compressed;
+        if opts.is_active() {
+            // A dense mask (sparse mode 0): causal, bottom-right aligned, windowed, with the
+            // sink slot always visible; the sink logit enters as the slot's pseShift.
+            let mut mask = vec![0u8; b * s * max_len];
+            for (bi, q) in seqs.iter().enumerate() {
+                for i in 0..s {
+                    let pos = q.len - s + i;
+                    let row = &mut mask[(bi * s + i) * max_len..(bi * s + i + 1) * max_len];
+                    for (j, m) in row.iter_mut().enumerate() {
+                        *m = u8::from(j > pos || opts.masked(j, pos, first));
+                    }
+                }
+            }
+            spec.sparse_mode = 0;
+            // Mode 0 also applies pre/nextTokens (top-left aligned, next defaults to 0); the
+            // dense mask already says everything, so open the band fully.
+            spec.pre_tokens = crate::prompt::INT_MAX_TOKENS;
+            spec.next_tokens = crate::prompt::INT_MAX_TOKENS;
+            spec.atten_mask = PromptMask::Dense {
+                data: Arc::from(mask),
+                shape: vec![b, s, max_len],
+            };
+            if let Some(sinks) = &opts.sink_slot_logits {
+                let mut pse = vec![0f32; n * s * max_len];
+                for (h, &logit) in sinks.iter().enumerate() {
+                    for i in 0..s {
+                        pse[(h * s + i) * max_len] = logit;
+                    }
+                }
+                spec.pse_shift = Some(PromptPse {
+                    data: Arc::from(pse),
+                    shape: vec![1, n, s, max_len],
+                });
+            }
+        } else {
+            spec.sparse_mode = 3;
+            spec.atten_mask = PromptMask::Compressed;
+        }
         prompt_flash_attention(query, k, v, &spec)
     }
 }

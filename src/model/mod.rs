@@ -1,0 +1,19 @@
+//! A small decoder-only LLM built on this crate's ops: packed varlen training with learned
+//! sinks and sliding-window layers, Hugging Face style checkpoints, and generation through the
+//! paged KV cache. The `finetune` and `generate` examples drive it.
+
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod generate;
+pub mod rope;
+pub mod schedule;
+pub mod tokenizer;
+pub mod train;
+pub mod transformer;
+
+pub use config::ModelConfig;
+pub use data::{PackedBatch, Packer};
+pub use generate::{generate_batch, max_logit_gap, sample, GenerationRun, Generator, Sampling};
+pub use tokenizer::Tokenizer;
+pub use transformer::{cross_entropy, Transformer};
