@@ -107,7 +107,8 @@ impl Case {
         let n = nkv * g;
         let long = r.chance(0.12);
         let d = if long {
-            r.pick(&[8usize, 33, 64])
+            // D = 128 with several kv heads also splits chunks into sub-chunks.
+            r.pick(&[8usize, 33, 64, 128])
         } else {
             r.pick(&[1usize, 3, 8, 17, 64, 128])
         };
@@ -459,16 +460,17 @@ fn random_configurations_match_the_reference() {
     }
 }
 
-/// A long window spanning several chunks, with a mask that blanks a whole chunk and pse.
+/// A long window spanning several chunks (and sub-chunks: 4 kv heads × D = 128 in BSH split a
+/// chunk in two), with a mask that blanks a whole chunk, and pse.
 fn long_case() -> Case {
     let mut c = Case::random(7);
-    let (b, n, nkv, d, s) = (2usize, 8usize, 2usize, 64usize, 2000usize);
+    let (b, n, nkv, d, s) = (2usize, 8usize, 4usize, 128usize, 2000usize);
     let mut r = Rng::new(99);
     c.b = b;
     c.n = n;
     c.nkv = nkv;
     c.d = d;
-    c.scale = 0.125;
+    c.scale = 0.09;
     c.layout = IfaLayout::Bsh;
     c.form = Form::Contiguous { kv_seq: s };
     c.q = (0..b * n * d).map(|_| r.sym(1.0)).collect();

@@ -1,4 +1,5 @@
-//! `incre`: `aclnnIncreFlashAttentionV4` on a safetensors bundle, through the CPU reference.
+//! `incre`: `aclnnIncreFlashAttentionV4` on a safetensors bundle, through the CPU reference
+//! (`--device reference`) or the fast decode kernel (`--device cpu`).
 //!
 //! Key/value: `key` / `value` (contiguous), `key.0`, `key.1`, … / `value.0`, … (the tensor-list
 //! form), or with `blocktable` the paged caches `key` / `value`. int8 KV (with
@@ -9,7 +10,8 @@ use safetensors::Dtype;
 
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, post_quant, same_dtype};
-use super::CliError;
+use super::{CliError, Device};
+use crate::kernels::cpu;
 use crate::kernels::reference::incre::{
     incre_flash_attention, incre_flash_attention_int8, KvInput,
 };
@@ -136,8 +138,8 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
     Ok(spec)
 }
 
-/// `incre`.
-pub fn incre(b: &Bundle) -> Result<Bundle, CliError> {
+/// `incre` on `device` (`Reference`: the f64 reference; otherwise the fast CPU kernel).
+pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     for name in ["dequantScale1", "quantScale1", "dequantScale2"] {
         if b.tensors.contains_key(name) {
             return Err(AttnError::Unsupported(format!(
@@ -200,9 +202,22 @@ pub fn incre(b: &Bundle) -> Result<Bundle, CliError> {
     let qv = q.f32_values("query")?;
     let run = |kv: KvInput<'_, f32>| -> HostTensor {
         let a = spec.args(&dims, &qv, kv);
-        match spec.post_quant() {
-            Some(pq) => HostTensor::from_i8(&incre_flash_attention_int8(&a, &pq), q.shape.clone()),
-            None => HostTensor::from_f64_as(&incre_flash_attention(&a), q.shape.clone(), qdt),
+        let shape = q.shape.clone();
+        match (spec.post_quant(), device) {
+            (Some(pq), Device::Reference) => {
+                HostTensor::from_i8(&incre_flash_attention_int8(&a, &pq), shape)
+            }
+            (Some(pq), _) => HostTensor::from_i8(&cpu::incre_flash_attention_int8(&a, &pq), shape),
+            (None, Device::Reference) => {
+                HostTensor::from_f64_as(&incre_flash_attention(&a), shape, qdt)
+            }
+            (None, _) => {
+                let out: Vec<f64> = cpu::incre_flash_attention(&a)
+                    .into_iter()
+                    .map(f64::from)
+                    .collect();
+                HostTensor::from_f64_as(&out, shape, qdt)
+            }
         }
     };
     let out = match form {

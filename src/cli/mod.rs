@@ -6,6 +6,8 @@
 //! strings in the safetensors `__metadata__` under their aclnn names. Missing attributes take
 //! the docs' defaults.
 
+pub mod alloc_stats;
+pub mod bench;
 pub mod incre;
 pub mod io;
 pub mod prompt;
@@ -23,8 +25,8 @@ use io::Bundle;
 pub enum Device {
     /// The plain CPU reference (f64 accumulation).
     Reference,
-    /// The fast CPU kernels (tiled varlen kernels; prompt, incremental attention and scatter
-    /// run the reference).
+    /// The fast CPU kernels (tiled varlen kernels, the flash-decoding incremental attention;
+    /// prompt and scatter run the reference).
     Cpu,
     /// The host simulation of the aclnn ABI (not built yet).
     Sim,
@@ -112,7 +114,7 @@ pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliErr
         "varlen-fwd" => varlen::forward(input, device),
         "varlen-bwd" => varlen::backward(input, device),
         "prompt" => prompt::prompt(input),
-        "incre" => incre::incre(input),
+        "incre" => incre::incre(input, device),
         "scatter" => scatter::scatter(input),
         other => Err(CliError::Usage(format!(
             "unknown op '{other}' (ops: {})",
@@ -139,10 +141,14 @@ pub const USAGE: &str =
   attributes are strings in the safetensors __metadata__ (numHeads, scaleValue, preTokens,
   nextTokens, inputLayout, numKeyValueHeads, sparseMode, innerPrecise, blockSize, cacheMode,
   scatterMode, strides, offsets, keepProb, ...)
-  outputs: attentionOut (prompt, incre), keyCache and valueCache (scatter)";
+  outputs: attentionOut (prompt, incre), keyCache and valueCache (scatter)
+burn-ascend bench [--quick] [--json PATH]: throughput of the fast CPU kernels (bench --help)";
 
 /// Parses the process arguments (without the program name) and runs.
 pub fn main_with_args(args: &[String]) -> Result<(), CliError> {
+    if args.first().is_some_and(|a| a == "bench") {
+        return bench::main(&args[1..]);
+    }
     let mut positional = Vec::new();
     let mut device = Device::Cpu;
     let mut it = args.iter();

@@ -9,11 +9,17 @@
 //! Structure:
 //! - the valid window `[start, start + len)` of each batch is cut into chunks of [`CHUNK`]
 //!   tokens (a constant: the split never depends on the thread count). One rayon task per
-//!   (batch, kv head, chunk) loads the chunk's K and V rows once, converted to f32, and
-//!   computes for **all `G = N / Nkv` query heads of the group**: scores `S = Q'·Kᵀ` (`G × C`)
-//!   and `P·V` through the `gemm` crate, plus the chunk's softmax statistics (max, sum).
-//! - the partial results `(max, sum, acc)` of a (batch, head) are merged by log-sum-exp in
-//!   chunk order, so the output is bitwise identical for any number of threads.
+//!   (batch, kv heads, chunk) — all kv heads when a token's heads are adjacent in memory
+//!   (BSH / BSND, paged BSH), so the task reads whole contiguous token rows; one kv head for
+//!   the head-major layouts (BNSD, paged BNSD), whose per-head rows are contiguous.
+//! - a task walks its chunk in sub-chunks (up to 512 KiB of f32 K and as much V): the rows
+//!   are read once, converted to f32 (the antiquant offset added), and used by **all
+//!   `G = N / Nkv` query heads of each kv head**: scores `Q'·Kᵀ` (`G` dot products per K row,
+//!   accumulators in SIMD registers), an online softmax (running max / sum), and `P·V`
+//!   accumulated in registers, with explicit SIMD through `pulp` (AVX-512 / AVX2 / scalar
+//!   chosen at run time).
+//! - the partial results `(max, sum, acc)` of the chunks of a (batch, head) are merged by
+//!   log-sum-exp in chunk order, so the output is bitwise identical for any number of threads.
 //! - int8 (or any) KV with antiquant: `(x + offset)·scale` is fused into the work, never
 //!   materialised for the cache. The offset is added while a row is converted to f32 at load
 //!   (exact for int8 values and small offsets); the scale is folded algebraically:
@@ -21,31 +27,38 @@
 //!   task, and `Σ p_t (v_t + o)⊙s = s⊙Σ p_t (v_t + o)`, so the value scale is applied to the
 //!   merged output row. The cache is read exactly once.
 //!
-//! Working memory: per rayon job `2·C·D + G·C + G·D` f32 (K/V chunk rows, scores, scaled
-//! queries), plus the partial results, `B·N·(D + 2)` f32 per chunk of the longest window.
-//! Nothing proportional to the cache is allocated.
+//! Working memory, per rayon job: the K and V sub-chunks (≤ 2 × 512 KiB, or the whole chunk
+//! when smaller), scores for `G × sub` and the task's queries and accumulators (`nh·G × D`);
+//! plus the partial results, `B·N·(D + 2)` f32 per chunk of the longest window. Nothing
+//! proportional to the cache is allocated.
 //!
 //! Accuracy: f32 compute and the polynomial `exp` of the varlen kernels; against the
-//! f64-accumulating reference the tests hold 2e-5 abs + 1e-4 rel at D ≤ 256 for f32.
+//! f64-accumulating reference the tests hold 2e-5 abs + 1e-4 rel (D ≤ 128; f32, f16, bf16
+//! and int8 KV).
 
+use pulp::Simd;
 use rayon::prelude::*;
 
-use super::gemm::{matmul, Mat};
-use super::tile::{exp_sub_sum, row_max, vectorized, SimdKernel};
+use super::tile::{exp, exp_sub_sum, row_max, vectorized, SimdKernel};
 use crate::reference::incre::{
     IfaLayout, IncreFlashAttentionArgs, KvInput, PagedLayout, PostQuant, IFA_MASKED_SCORE,
 };
 use crate::Element;
 
-/// Tokens per chunk (one task). 512 rows of D = 128 f32 are 256 KiB per K or V chunk, which
-/// stays in a 1–2 MiB L2 together with the scores.
+/// Tokens per chunk (one task). The split depends only on the window, never on the thread
+/// count.
 pub const CHUNK: usize = 512;
 
-/// One task: tokens `[t0, t1)` of batch `b`, kv head `kvh`.
+/// Elements (`tokens × heads × D`) of K (and of V) a task converts at a time: 128 Ki f32 =
+/// 512 KiB each, so the K and V sub-chunks stay in L2 while every query head of the task
+/// reads them.
+const SUB_ELEMS: usize = 128 << 10;
+
+/// One task: tokens `[t0, t1)` of batch `b`, kv heads `[n0, n0 + nh)`.
 #[derive(Clone, Copy, Debug)]
 struct Task {
     b: usize,
-    kvh: usize,
+    n0: usize,
     t0: usize,
     t1: usize,
 }
@@ -57,40 +70,62 @@ struct Ctx<'x, 'a, Q, KV> {
     nkv: usize,
     g: usize,
     d: usize,
+    /// `D` rounded up to [`PAD`]: the row stride of the f32 working buffers, whose padding
+    /// columns stay 0, so the SIMD loops need no tails.
+    dp: usize,
     scale: f32,
+    /// kv heads per task: all of them when a token's heads are adjacent in memory (BSH / BSND
+    /// layouts, paged BSH), so a task reads whole contiguous token rows; 1 otherwise (BNSD,
+    /// paged BNSD: each head's tokens are contiguous).
+    nh: usize,
+    /// Tokens per converted sub-chunk.
+    sub: usize,
 }
 
-/// Per-thread working memory (O(chunk)).
+/// Row padding of the working buffers, in f32: a multiple of every SIMD width (16 lanes of
+/// AVX-512, 8 of AVX2, 1 scalar).
+const PAD: usize = 16;
+
+/// Per-thread working memory: O(sub-chunk), at most a few MiB.
 struct Bufs {
-    /// Scaled queries of the group, `G × D`.
+    /// Scaled queries of the task's heads, `nh·G × Dp`.
     q: Vec<f32>,
-    /// Antiquant offsets of this kv head's channels for K and V, `D` each (empty without an
+    /// Antiquant offsets of the task's channels for K and V, `nh·D` each (empty without an
     /// offset).
     koff: Vec<f32>,
     voff: Vec<f32>,
-    /// K rows of the chunk, `C × D`.
+    /// K rows of the sub-chunk, per head: `nh × sub × Dp`.
     k: Vec<f32>,
-    /// V rows of the chunk, `C × D`.
+    /// V rows, same shape.
     v: Vec<f32>,
-    /// Scores, then unnormalised probabilities, `G × C`.
+    /// Scores, then unnormalised probabilities, of one head's group: `G × sub`.
     s: Vec<f32>,
+    /// Unnormalised outputs of the task's heads, `nh·G × Dp`.
+    acc: Vec<f32>,
 }
 
 impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
     fn bufs(&self) -> Bufs {
+        let (nh, g, d, dp, sub) = (self.nh, self.g, self.d, self.dp, self.sub);
         Bufs {
-            q: vec![0.0; self.g * self.d],
-            koff: Vec::with_capacity(self.d),
-            voff: Vec::with_capacity(self.d),
-            k: vec![0.0; CHUNK * self.d],
-            v: vec![0.0; CHUNK * self.d],
-            s: vec![0.0; self.g * CHUNK],
+            q: vec![0.0; nh * g * dp],
+            koff: Vec::with_capacity(nh * d),
+            voff: Vec::with_capacity(nh * d),
+            k: vec![0.0; nh * sub * dp],
+            v: vec![0.0; nh * sub * dp],
+            s: vec![0.0; g * sub],
+            acc: vec![0.0; nh * g * dp],
         }
     }
 
-    /// Size of one task's partial result: `[max; G] [sum; G] [acc; G·D]`.
+    /// Query heads of a task.
+    fn rows(&self) -> usize {
+        self.nh * self.g
+    }
+
+    /// Size of one task's partial result: `[max; R] [sum; R] [acc; R·D]`, `R` = [`Self::rows`].
     fn slot(&self) -> usize {
-        self.g * (self.d + 2)
+        self.rows() * (self.d + 2)
     }
 
     /// The antiquant scale and offset of channel `c = n·D + d` for K (`kv = 0`) or V (`1`);
@@ -111,7 +146,8 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
     }
 
     /// Key and value buffers holding token `t` of batch `b`, kv head `n`, and the index of its
-    /// first element (D contiguous elements in every layout).
+    /// first element (`D` contiguous elements in every layout; `nh·D` from head `n0` when the
+    /// heads are adjacent).
     #[inline]
     fn row(&self, b: usize, n: usize, t: usize) -> (&[KV], &[KV], usize) {
         let (nkv, d) = (self.nkv, self.d);
@@ -143,77 +179,98 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
         }
     }
 
-    /// Runs one chunk task and writes its partial result into `slot`.
+    /// Runs one chunk task and writes its partial result into `slot`: an online softmax over
+    /// sub-chunks, each converted once and used by every query head of the task.
     fn task(&self, buf: &mut Bufs, t: Task, slot: &mut [f32]) {
-        let (n, g, d) = (self.n, self.g, self.d);
-        let nt = t.t1 - t.t0;
-        // Queries of the group, times the softmax scale and the key antiquant scale.
-        for gi in 0..g {
-            let h = t.kvh * g + gi;
+        let (n, g, d, dp, nh, sub) = (self.n, self.g, self.d, self.dp, self.nh, self.sub);
+        let rows = self.rows();
+        // Queries, times the softmax scale and the key antiquant scale (query head
+        // h = n0·G + r belongs to kv head h / G).
+        for r in 0..rows {
+            let h = t.n0 * g + r;
             let src = &self.a.query[(t.b * n + h) * d..(t.b * n + h + 1) * d];
-            for (di, (dst, x)) in buf.q[gi * d..(gi + 1) * d].iter_mut().zip(src).enumerate() {
-                let (s, _) = self.antiquant(0, t.kvh * d + di);
-                *dst = x.to_f64() as f32 * self.scale * s;
+            for (di, (dst, x)) in buf.q[r * dp..r * dp + d].iter_mut().zip(src).enumerate() {
+                *dst = x.to_f64() as f32 * self.scale * self.antiquant(0, (h / g) * d + di).0;
             }
         }
         buf.koff.clear();
         buf.voff.clear();
         if self.a.antiquant.is_some_and(|aq| aq.offset.is_some()) {
-            for di in 0..d {
-                buf.koff.push(self.antiquant(0, t.kvh * d + di).1);
-                buf.voff.push(self.antiquant(1, t.kvh * d + di).1);
+            for c in t.n0 * d..(t.n0 + nh) * d {
+                buf.koff.push(self.antiquant(0, c).1);
+                buf.voff.push(self.antiquant(1, c).1);
             }
         }
-        vectorized(LoadRows {
-            ctx: self,
-            buf: &mut *buf,
-            t,
-        });
-        matmul(
-            &mut buf.s,
-            CHUNK,
-            Mat::row_major(&buf.q, g, d, d),
-            Mat::row_major(&buf.k, nt, d, d).t(),
-            false,
-            1.0,
-        );
-        self.fix_scores(buf, t);
-        let (stats, acc) = slot.split_at_mut(2 * g);
-        let (maxes, sums) = stats.split_at_mut(g);
-        vectorized(ChunkSoftmax {
-            s: &mut buf.s,
-            maxes,
-            sums,
-            nt,
-        });
-        matmul(
-            acc,
-            d,
-            Mat::row_major(&buf.s, g, nt, CHUNK),
-            Mat::row_major(&buf.v, nt, d, d),
-            false,
-            1.0,
-        );
+        let (stats, acc_out) = slot.split_at_mut(2 * rows);
+        let (maxes, sums) = stats.split_at_mut(rows);
+        maxes.fill(f32::NEG_INFINITY);
+        sums.fill(0.0);
+        buf.acc.fill(0.0);
+        for s0 in (t.t0..t.t1).step_by(sub) {
+            let s1 = (s0 + sub).min(t.t1);
+            let ns = s1 - s0;
+            vectorized(LoadRows {
+                ctx: self,
+                buf: &mut *buf,
+                b: t.b,
+                n0: t.n0,
+                s0,
+                s1,
+            });
+            for hn in 0..nh {
+                let kh = &buf.k[hn * sub * dp..(hn * sub + ns) * dp];
+                let vh = &buf.v[hn * sub * dp..(hn * sub + ns) * dp];
+                let acc = &mut buf.acc[hn * g * dp..(hn + 1) * g * dp];
+                pulp::Arch::new().dispatch(Scores {
+                    q: &buf.q[hn * g * dp..(hn + 1) * g * dp],
+                    k: kh,
+                    dp,
+                    ns,
+                    s: &mut buf.s,
+                    ld: sub,
+                });
+                self.fix_scores(&mut buf.s, t.b, (t.n0 + hn) * g, s0, ns);
+                vectorized(OnlineSoftmax {
+                    s: &mut buf.s,
+                    ld: sub,
+                    ns,
+                    maxes: &mut maxes[hn * g..(hn + 1) * g],
+                    sums: &mut sums[hn * g..(hn + 1) * g],
+                    acc: &mut *acc,
+                    dp,
+                });
+                pulp::Arch::new().dispatch(Pv {
+                    p: &buf.s,
+                    ld: sub,
+                    v: vh,
+                    dp,
+                    ns,
+                    acc,
+                });
+            }
+        }
+        for (dst, src) in acc_out.chunks_exact_mut(d).zip(buf.acc.chunks_exact(dp)) {
+            dst.copy_from_slice(&src[..d]);
+        }
     }
 
-    /// Adds the pse to the products and replaces masked scores with −1e12 (the reference's
-    /// order: a masked score ignores the pse).
-    fn fix_scores(&self, buf: &mut Bufs, t: Task) {
-        let (n, g) = (self.n, self.g);
-        let nt = t.t1 - t.t0;
-        for gi in 0..g {
-            let h = t.kvh * g + gi;
-            let row = &mut buf.s[gi * CHUNK..gi * CHUNK + nt];
+    /// Adds the pse to the `G × ns` products of query heads `[h0, h0 + G)` (leading dimension
+    /// `sub`, tokens from `s0`) and replaces masked scores with −1e12 (the reference's order:
+    /// a masked score ignores the pse).
+    fn fix_scores(&self, s: &mut [f32], b: usize, h0: usize, s0: usize, ns: usize) {
+        for gi in 0..self.g {
+            let h = h0 + gi;
+            let row = &mut s[gi * self.sub..gi * self.sub + ns];
             if let Some(p) = self.a.pse_shift {
-                let bb = if p.batched { t.b } else { 0 };
-                let start = (bb * n + h) * p.cols + t.t0;
-                for (x, v) in row.iter_mut().zip(&p.data[start..start + nt]) {
+                let bb = if p.batched { b } else { 0 };
+                let start = (bb * self.n + h) * p.cols + s0;
+                for (x, v) in row.iter_mut().zip(&p.data[start..start + ns]) {
                     *x += v.to_f64() as f32;
                 }
             }
             if let Some(m) = self.a.atten_mask {
-                let start = t.b * m.cols + t.t0;
-                for (x, &mk) in row.iter_mut().zip(&m.data[start..start + nt]) {
+                let start = b * m.cols + s0;
+                for (x, &mk) in row.iter_mut().zip(&m.data[start..start + ns]) {
                     if mk != 0 {
                         *x = IFA_MASKED_SCORE as f32;
                     }
@@ -223,32 +280,39 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
     }
 }
 
-/// Loads a chunk's K and V rows as f32, plus the antiquant offsets (the scales are folded
-/// elsewhere), compiled for the CPU's best instruction set.
+/// Converts tokens `[s0, s1)` of kv heads `[n0, n0 + nh)` of K and V to f32 into the
+/// per-head buffers (row stride `Dp`), adding the antiquant offsets (the scales are folded
+/// elsewhere). Each token's `nh·D` elements are read in one contiguous run. Compiled for the
+/// CPU's best instruction set.
 struct LoadRows<'c, 'x, 'a, 'b, Q, KV> {
     ctx: &'c Ctx<'x, 'a, Q, KV>,
     buf: &'b mut Bufs,
-    t: Task,
+    b: usize,
+    n0: usize,
+    s0: usize,
+    s1: usize,
 }
 
 impl<Q: Element, KV: Element> SimdKernel for LoadRows<'_, '_, '_, '_, Q, KV> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let d = self.ctx.d;
-        let t = self.t;
-        for (j, tok) in (t.t0..t.t1).enumerate() {
-            let (k, v, at) = self.ctx.row(t.b, t.kvh, tok);
-            let (kd, vd) = (
-                &mut self.buf.k[j * d..(j + 1) * d],
-                &mut self.buf.v[j * d..(j + 1) * d],
-            );
-            if self.buf.koff.is_empty() {
-                convert(&k[at..at + d], kd);
-                convert(&v[at..at + d], vd);
-            } else {
-                convert_add(&k[at..at + d], &self.buf.koff, kd);
-                convert_add(&v[at..at + d], &self.buf.voff, vd);
+        let (d, dp, nh, sub) = (self.ctx.d, self.ctx.dp, self.ctx.nh, self.ctx.sub);
+        let buf = self.buf;
+        for (j, tok) in (self.s0..self.s1).enumerate() {
+            let (k, v, at) = self.ctx.row(self.b, self.n0, tok);
+            let (k, v) = (&k[at..at + nh * d], &v[at..at + nh * d]);
+            for hn in 0..nh {
+                let dst = (hn * sub + j) * dp;
+                let (kd, vd) = (&mut buf.k[dst..dst + d], &mut buf.v[dst..dst + d]);
+                let (ks, vs) = (&k[hn * d..(hn + 1) * d], &v[hn * d..(hn + 1) * d]);
+                if buf.koff.is_empty() {
+                    convert(ks, kd);
+                    convert(vs, vd);
+                } else {
+                    convert_add(ks, &buf.koff[hn * d..(hn + 1) * d], kd);
+                    convert_add(vs, &buf.voff[hn * d..(hn + 1) * d], vd);
+                }
             }
         }
     }
@@ -268,24 +332,161 @@ fn convert_add<T: Element>(src: &[T], add: &[f32], dst: &mut [f32]) {
     }
 }
 
-/// Per row of the `G × nt` scores (leading dimension [`CHUNK`]): the max, then
-/// `p = exp(s − max)` in place and the sum of `p`.
-struct ChunkSoftmax<'a> {
+/// `s[r][j] = q[r]·k[j]` for the query rows (`q`: `rows × Dp`) and the `ns` rows of `k`
+/// (`ns × Dp`), `s` with leading dimension `ld`. Explicit SIMD (pulp picks the instruction
+/// set at run time); the lane order of the dot products is fixed for a given CPU.
+struct Scores<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    dp: usize,
+    ns: usize,
     s: &'a mut [f32],
-    maxes: &'a mut [f32],
-    sums: &'a mut [f32],
-    nt: usize,
+    ld: usize,
 }
 
-impl SimdKernel for ChunkSoftmax<'_> {
+impl pulp::WithSimd for Scores<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let nb = self.dp / S::F32_LANES;
+        let rows = self.q.len() / self.dp;
+        let (q, _) = S::as_simd_f32s(self.q);
+        let (k, _) = S::as_simd_f32s(&self.k[..self.ns * self.dp]);
+        // Query rows in groups of 8 / 4 / 2 / 1, each group reading every K row once.
+        let mut r0 = 0;
+        while r0 < rows {
+            let qr = &q[r0 * nb..];
+            let s = &mut self.s[r0 * self.ld..];
+            r0 += match rows - r0 {
+                8.. => scores_rows::<S, 8>(simd, qr, k, nb, s, self.ld),
+                4.. => scores_rows::<S, 4>(simd, qr, k, nb, s, self.ld),
+                2.. => scores_rows::<S, 2>(simd, qr, k, nb, s, self.ld),
+                _ => scores_rows::<S, 1>(simd, qr, k, nb, s, self.ld),
+            };
+        }
+    }
+}
+
+/// [`Scores`] for `R` query rows; returns `R`. The `R` accumulators stay in registers while
+/// a K row streams past once.
+#[inline(always)]
+fn scores_rows<S: Simd, const R: usize>(
+    simd: S,
+    q: &[S::f32s],
+    k: &[S::f32s],
+    nb: usize,
+    s: &mut [f32],
+    ld: usize,
+) -> usize {
+    let q: [&[S::f32s]; R] = std::array::from_fn(|r| &q[r * nb..(r + 1) * nb]);
+    for (j, krow) in k.chunks_exact(nb).enumerate() {
+        let mut acc = [simd.splat_f32s(0.0); R];
+        for (c, &kx) in krow.iter().enumerate() {
+            for r in 0..R {
+                acc[r] = simd.mul_add_e_f32s(q[r][c], kx, acc[r]);
+            }
+        }
+        for (r, &a) in acc.iter().enumerate() {
+            s[r * ld + j] = simd.reduce_sum_f32s(a);
+        }
+    }
+    R
+}
+
+/// `acc[r] += Σ_j p[r][j]·v[j]` for the rows of `acc` (`rows × Dp`), `p` with leading
+/// dimension `ld`, `v`: `ns × Dp`. Explicit SIMD; each vector of the accumulator rows stays
+/// in registers while the `ns` rows of `v` stream past.
+struct Pv<'a> {
+    p: &'a [f32],
+    ld: usize,
+    v: &'a [f32],
+    dp: usize,
+    ns: usize,
+    acc: &'a mut [f32],
+}
+
+impl pulp::WithSimd for Pv<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let nb = self.dp / S::F32_LANES;
+        let rows = self.acc.len() / self.dp;
+        let (v, _) = S::as_simd_f32s(&self.v[..self.ns * self.dp]);
+        let (acc, _) = S::as_mut_simd_f32s(self.acc);
+        let mut r0 = 0;
+        while r0 < rows {
+            let p = &self.p[r0 * self.ld..];
+            let a = &mut acc[r0 * nb..];
+            r0 += match rows - r0 {
+                8.. => pv_rows::<S, 8>(simd, p, self.ld, v, nb, self.ns, a),
+                4.. => pv_rows::<S, 4>(simd, p, self.ld, v, nb, self.ns, a),
+                2.. => pv_rows::<S, 2>(simd, p, self.ld, v, nb, self.ns, a),
+                _ => pv_rows::<S, 1>(simd, p, self.ld, v, nb, self.ns, a),
+            };
+        }
+    }
+}
+
+/// [`Pv`] for `R` rows; returns `R`.
+#[inline(always)]
+fn pv_rows<S: Simd, const R: usize>(
+    simd: S,
+    p: &[f32],
+    ld: usize,
+    v: &[S::f32s],
+    nb: usize,
+    ns: usize,
+    acc: &mut [S::f32s],
+) -> usize {
+    let p: [&[f32]; R] = std::array::from_fn(|r| &p[r * ld..r * ld + ns]);
+    for c in 0..nb {
+        let mut a: [S::f32s; R] = std::array::from_fn(|r| acc[r * nb + c]);
+        for j in 0..ns {
+            let vx = v[j * nb + c];
+            for r in 0..R {
+                a[r] = simd.mul_add_e_f32s(simd.splat_f32s(p[r][j]), vx, a[r]);
+            }
+        }
+        for (r, &x) in a.iter().enumerate() {
+            acc[r * nb + c] = x;
+        }
+    }
+    R
+}
+
+/// One online-softmax step for the rows of scores (leading dimension `ld`, `ns` columns):
+/// updates the running max / sum, rescales the accumulator rows (stride `dp`) and turns the
+/// scores into the unnormalised probabilities `exp(s − max)` for [`Pv`].
+struct OnlineSoftmax<'a> {
+    s: &'a mut [f32],
+    ld: usize,
+    ns: usize,
+    maxes: &'a mut [f32],
+    sums: &'a mut [f32],
+    acc: &'a mut [f32],
+    dp: usize,
+}
+
+impl SimdKernel for OnlineSoftmax<'_> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        for (r, (m, l)) in self.maxes.iter_mut().zip(self.sums.iter_mut()).enumerate() {
-            let row = &mut self.s[r * CHUNK..r * CHUNK + self.nt];
-            // Scores are finite (masked ones are −1e12), so the max is finite for nt ≥ 1.
-            *m = row_max(row);
-            *l = exp_sub_sum(row, *m);
+        let (ld, ns, dp) = (self.ld, self.ns, self.dp);
+        let stats = self.maxes.iter_mut().zip(self.sums.iter_mut());
+        for (r, (m, l)) in stats.enumerate() {
+            let row = &mut self.s[r * ld..r * ld + ns];
+            // Scores are finite (masked ones are −1e12), so the new max is finite.
+            let new_m = m.max(row_max(row));
+            // exp(−∞) = 0 on the first step.
+            let alpha = exp(*m - new_m);
+            let sum = exp_sub_sum(row, new_m);
+            *l = *l * alpha + sum;
+            *m = new_m;
+            if alpha != 1.0 {
+                self.acc[r * dp..(r + 1) * dp]
+                    .iter_mut()
+                    .for_each(|x| *x *= alpha);
+            }
         }
     }
 }
@@ -299,68 +500,82 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> 
     } else {
         a.num_key_value_heads
     };
+    let d = a.head_dim;
+    let mut out = vec![0.0f32; a.batch * n * d];
+    if d == 0 || out.is_empty() {
+        return out;
+    }
+    let token_major = match a.kv {
+        KvInput::Contiguous { .. } | KvInput::TensorList { .. } => {
+            a.input_layout != IfaLayout::Bnsd
+        }
+        KvInput::Paged { layout, .. } => layout == PagedLayout::Bsh,
+    };
+    let nh = if token_major { nkv } else { 1 };
     let ctx = Ctx {
         a,
         n,
         nkv,
         g: n / nkv,
-        d: a.head_dim,
+        d,
+        dp: d.next_multiple_of(PAD),
         scale: a.scale as f32,
+        nh,
+        sub: (SUB_ELEMS / (nh * d.next_multiple_of(PAD))).clamp(1, CHUNK),
     };
-    let (g, d) = (ctx.g, ctx.d);
-    let mut out = vec![0.0f32; a.batch * n * d];
-    if d == 0 || out.is_empty() {
-        return out;
-    }
-    // Tasks in (batch, kv head, chunk) order; `groups[b·Nkv + kvh]` = its first task and count.
+    let (rows, slot) = (ctx.rows(), ctx.slot());
+    // Tasks in (batch, head range, chunk) order; `groups[b·(Nkv / nh) + i]` = the first task
+    // and task count of head range i of batch b.
+    let per_b = nkv / nh;
     let mut tasks = Vec::new();
-    let mut groups = vec![(0usize, 0usize); a.batch * nkv];
+    let mut groups = vec![(0usize, 0usize); a.batch * per_b];
     for b in 0..a.batch {
         let (start, len) = a.window(b);
-        for kvh in 0..nkv {
+        for i in 0..per_b {
             let first = tasks.len();
             for t0 in (start..start + len).step_by(CHUNK) {
                 tasks.push(Task {
                     b,
-                    kvh,
+                    n0: i * nh,
                     t0,
                     t1: (t0 + CHUNK).min(start + len),
                 });
             }
-            groups[b * nkv + kvh] = (first, tasks.len() - first);
+            groups[b * per_b + i] = (first, tasks.len() - first);
         }
     }
-    let slot = ctx.slot();
     let mut partials = vec![0.0f32; tasks.len() * slot];
     partials
         .par_chunks_mut(slot)
         .zip(tasks.par_iter())
         .for_each_init(|| ctx.bufs(), |buf, (dst, &t)| ctx.task(buf, t, dst));
 
-    // Merge each (batch, kv head)'s chunks, in chunk order, then apply the value antiquant.
-    out.par_chunks_mut(nkv.max(1) * g * d)
+    // Merge each head range's chunks in chunk order, then apply the value antiquant scale.
+    out.par_chunks_mut(n * d)
         .enumerate()
         .for_each(|(b, out_b)| {
-            for kvh in 0..nkv {
-                let (first, count) = groups[b * nkv + kvh];
+            for i in 0..per_b {
+                let (first, count) = groups[b * per_b + i];
                 if count == 0 {
                     continue; // empty window: zero rows
                 }
                 let parts = &partials[first * slot..(first + count) * slot];
-                for gi in 0..g {
-                    let dst = &mut out_b[(kvh * g + gi) * d..(kvh * g + gi + 1) * d];
+                for r in 0..rows {
+                    let h = i * rows + r;
+                    let dst = &mut out_b[h * d..(h + 1) * d];
                     let m = parts
                         .chunks_exact(slot)
-                        .map(|p| p[gi])
+                        .map(|p| p[r])
                         .fold(f32::NEG_INFINITY, f32::max);
                     let mut l = 0.0f32;
                     for p in parts.chunks_exact(slot) {
-                        let w = (p[gi] - m).exp();
-                        l += p[g + gi] * w;
-                        let acc = &p[2 * g + gi * d..2 * g + (gi + 1) * d];
+                        let w = (p[r] - m).exp();
+                        l += p[rows + r] * w;
+                        let acc = &p[2 * rows + r * d..2 * rows + (r + 1) * d];
                         dst.iter_mut().zip(acc).for_each(|(o, x)| *o += w * x);
                     }
                     let inv_l = 1.0 / l;
+                    let kvh = h / ctx.g;
                     for (di, o) in dst.iter_mut().enumerate() {
                         *o *= inv_l * ctx.antiquant(1, kvh * d + di).0;
                     }

@@ -46,3 +46,9 @@ mod varlen_fwd;
 pub use decode::{incre_flash_attention, incre_flash_attention_as, incre_flash_attention_int8};
 pub use varlen_bwd::varlen_bwd;
 pub use varlen_fwd::varlen_fwd;
+
+/// Threads the kernels run on: those of the current rayon pool (the global one unless called
+/// inside `ThreadPool::install`; `RAYON_NUM_THREADS` sets it).
+pub fn threads() -> usize {
+    rayon::current_num_threads()
+}
