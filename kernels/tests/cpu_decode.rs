@@ -366,7 +366,9 @@ fn close(got: &[f32], want: &[f64]) -> Result<(), String> {
     }
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let g = g as f64;
-        if !((g - w).abs() <= ABS + REL * w.abs()) {
+        // Written so that NaN fails too.
+        let ok = (g - w).abs() <= ABS + REL * w.abs();
+        if !ok {
             return Err(format!("index {i}: got {g:e}, reference {w:e}"));
         }
     }

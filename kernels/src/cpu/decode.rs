@@ -36,6 +36,8 @@
 //! f64-accumulating reference the tests hold 2e-5 abs + 1e-4 rel (D ≤ 128; f32, f16, bf16
 //! and int8 KV).
 
+use std::sync::Mutex;
+
 use pulp::Simd;
 use rayon::prelude::*;
 
@@ -379,7 +381,29 @@ fn scores_rows<S: Simd, const R: usize>(
     ld: usize,
 ) -> usize {
     let q: [&[S::f32s]; R] = std::array::from_fn(|r| &q[r * nb..(r + 1) * nb]);
-    for (j, krow) in k.chunks_exact(nb).enumerate() {
+    // Two K rows at a time: 2·R independent FMA chains hide the FMA latency, and each query
+    // vector is loaded once for both.
+    let mut pairs = k.chunks_exact(2 * nb);
+    let mut j = 0;
+    for k2 in &mut pairs {
+        let (k0, k1) = k2.split_at(nb);
+        let mut a0 = [simd.splat_f32s(0.0); R];
+        let mut a1 = [simd.splat_f32s(0.0); R];
+        for c in 0..nb {
+            let (x0, x1) = (k0[c], k1[c]);
+            for r in 0..R {
+                let qv = q[r][c];
+                a0[r] = simd.mul_add_e_f32s(qv, x0, a0[r]);
+                a1[r] = simd.mul_add_e_f32s(qv, x1, a1[r]);
+            }
+        }
+        for r in 0..R {
+            s[r * ld + j] = simd.reduce_sum_f32s(a0[r]);
+            s[r * ld + j + 1] = simd.reduce_sum_f32s(a1[r]);
+        }
+        j += 2;
+    }
+    for krow in pairs.remainder().chunks_exact(nb) {
         let mut acc = [simd.splat_f32s(0.0); R];
         for (c, &kx) in krow.iter().enumerate() {
             for r in 0..R {
@@ -440,15 +464,27 @@ fn pv_rows<S: Simd, const R: usize>(
 ) -> usize {
     let p: [&[f32]; R] = std::array::from_fn(|r| &p[r * ld..r * ld + ns]);
     for c in 0..nb {
-        let mut a: [S::f32s; R] = std::array::from_fn(|r| acc[r * nb + c]);
-        for j in 0..ns {
-            let vx = v[j * nb + c];
+        // Even and odd tokens in separate accumulators (2·R independent FMA chains), added
+        // at the end: a fixed order.
+        let mut a0: [S::f32s; R] = std::array::from_fn(|r| acc[r * nb + c]);
+        let mut a1 = [simd.splat_f32s(0.0); R];
+        let mut j = 0;
+        while j + 1 < ns {
+            let (v0, v1) = (v[j * nb + c], v[(j + 1) * nb + c]);
             for r in 0..R {
-                a[r] = simd.mul_add_e_f32s(simd.splat_f32s(p[r][j]), vx, a[r]);
+                a0[r] = simd.mul_add_e_f32s(simd.splat_f32s(p[r][j]), v0, a0[r]);
+                a1[r] = simd.mul_add_e_f32s(simd.splat_f32s(p[r][j + 1]), v1, a1[r]);
+            }
+            j += 2;
+        }
+        if j < ns {
+            let v0 = v[j * nb + c];
+            for r in 0..R {
+                a0[r] = simd.mul_add_e_f32s(simd.splat_f32s(p[r][j]), v0, a0[r]);
             }
         }
-        for (r, &x) in a.iter().enumerate() {
-            acc[r * nb + c] = x;
+        for r in 0..R {
+            acc[r * nb + c] = simd.add_f32s(a0[r], a1[r]);
         }
     }
     R
@@ -545,10 +581,25 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> 
         }
     }
     let mut partials = vec![0.0f32; tasks.len() * slot];
+    // One set of working buffers per pool thread, allocated once per call (rayon's
+    // `for_each_init` would allocate one per split job, and fresh MiB-sized buffers cost page
+    // faults). Each pool thread only ever locks its own entry.
+    let pool: Vec<Mutex<Option<Bufs>>> = (0..rayon::current_num_threads())
+        .map(|_| Mutex::new(None))
+        .collect();
     partials
         .par_chunks_mut(slot)
         .zip(tasks.par_iter())
-        .for_each_init(|| ctx.bufs(), |buf, (dst, &t)| ctx.task(buf, t, dst));
+        .for_each(|(dst, &t)| {
+            let mine = rayon::current_thread_index().and_then(|i| pool.get(i));
+            match mine {
+                Some(m) => {
+                    let mut guard = m.lock().unwrap_or_else(|e| e.into_inner());
+                    ctx.task(guard.get_or_insert_with(|| ctx.bufs()), t, dst);
+                }
+                None => ctx.task(&mut ctx.bufs(), t, dst),
+            }
+        });
 
     // Merge each head range's chunks in chunk order, then apply the value antiquant scale.
     out.par_chunks_mut(n * d)
