@@ -104,6 +104,8 @@ struct Bufs {
     s: Vec<f32>,
     /// Unnormalised outputs of the task's heads, `nh·G × Dp`.
     acc: Vec<f32>,
+    /// Probabilities transposed for [`Pv`], `G × sub`.
+    pt: Vec<f32>,
 }
 
 impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
@@ -117,6 +119,7 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
             v: vec![0.0; nh * sub * dp],
             s: vec![0.0; g * sub],
             acc: vec![0.0; nh * g * dp],
+            pt: vec![0.0; g * sub],
         }
     }
 
@@ -248,6 +251,7 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
                     dp,
                     ns,
                     acc,
+                    pt: &mut buf.pt,
                 });
             }
         }
@@ -419,7 +423,8 @@ fn scores_rows<S: Simd, const R: usize>(
 
 /// `acc[r] += Σ_j p[r][j]·v[j]` for the rows of `acc` (`rows × Dp`), `p` with leading
 /// dimension `ld`, `v`: `ns × Dp`. Explicit SIMD; each vector of the accumulator rows stays
-/// in registers while the `ns` rows of `v` stream past.
+/// in registers while the `ns` rows of `v` stream past. `pt` (≥ `rows × ns`) is scratch for
+/// `p` transposed per row group, so the inner loop reads both operands sequentially.
 struct Pv<'a> {
     p: &'a [f32],
     ld: usize,
@@ -427,60 +432,72 @@ struct Pv<'a> {
     dp: usize,
     ns: usize,
     acc: &'a mut [f32],
+    pt: &'a mut [f32],
 }
 
 impl pulp::WithSimd for Pv<'_> {
     type Output = ();
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
+        let (ns, ld) = (self.ns, self.ld);
         let nb = self.dp / S::F32_LANES;
         let rows = self.acc.len() / self.dp;
-        let (v, _) = S::as_simd_f32s(&self.v[..self.ns * self.dp]);
+        let (v, _) = S::as_simd_f32s(&self.v[..ns * self.dp]);
         let (acc, _) = S::as_mut_simd_f32s(self.acc);
         let mut r0 = 0;
         while r0 < rows {
-            let p = &self.p[r0 * self.ld..];
+            let p = &self.p[r0 * ld..];
             let a = &mut acc[r0 * nb..];
+            let pt = &mut self.pt[r0 * ns..];
             r0 += match rows - r0 {
-                8.. => pv_rows::<S, 8>(simd, p, self.ld, v, nb, self.ns, a),
-                4.. => pv_rows::<S, 4>(simd, p, self.ld, v, nb, self.ns, a),
-                2.. => pv_rows::<S, 2>(simd, p, self.ld, v, nb, self.ns, a),
-                _ => pv_rows::<S, 1>(simd, p, self.ld, v, nb, self.ns, a),
+                8.. => pv_rows::<S, 8>(simd, p, ld, pt, v, nb, ns, a),
+                4.. => pv_rows::<S, 4>(simd, p, ld, pt, v, nb, ns, a),
+                2.. => pv_rows::<S, 2>(simd, p, ld, pt, v, nb, ns, a),
+                _ => pv_rows::<S, 1>(simd, p, ld, pt, v, nb, ns, a),
             };
         }
     }
 }
 
 /// [`Pv`] for `R` rows; returns `R`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn pv_rows<S: Simd, const R: usize>(
     simd: S,
     p: &[f32],
     ld: usize,
+    pt: &mut [f32],
     v: &[S::f32s],
     nb: usize,
     ns: usize,
     acc: &mut [S::f32s],
 ) -> usize {
-    let p: [&[f32]; R] = std::array::from_fn(|r| &p[r * ld..r * ld + ns]);
+    // pt[j·R + r] = p[r][j].
+    let pt = &mut pt[..ns * R];
+    for (r, row) in p.chunks(ld).take(R).enumerate() {
+        for (j, &x) in row[..ns].iter().enumerate() {
+            pt[j * R + r] = x;
+        }
+    }
+    let pt = &*pt;
+    let (v_pairs, pt_pairs) = (v.chunks_exact(2 * nb), pt.chunks_exact(2 * R));
+    let (v_last, pt_last) = (v_pairs.remainder(), pt_pairs.remainder());
     for c in 0..nb {
         // Even and odd tokens in separate accumulators (2·R independent FMA chains), added
         // at the end: a fixed order.
         let mut a0: [S::f32s; R] = std::array::from_fn(|r| acc[r * nb + c]);
         let mut a1 = [simd.splat_f32s(0.0); R];
-        let mut j = 0;
-        while j + 1 < ns {
-            let (v0, v1) = (v[j * nb + c], v[(j + 1) * nb + c]);
+        for (vv, pp) in v.chunks_exact(2 * nb).zip(pt.chunks_exact(2 * R)) {
+            let (v0, v1) = (vv[c], vv[nb + c]);
             for r in 0..R {
-                a0[r] = simd.mul_add_e_f32s(simd.splat_f32s(p[r][j]), v0, a0[r]);
-                a1[r] = simd.mul_add_e_f32s(simd.splat_f32s(p[r][j + 1]), v1, a1[r]);
+                a0[r] = simd.mul_add_e_f32s(simd.splat_f32s(pp[r]), v0, a0[r]);
+                a1[r] = simd.mul_add_e_f32s(simd.splat_f32s(pp[R + r]), v1, a1[r]);
             }
-            j += 2;
         }
-        if j < ns {
-            let v0 = v[j * nb + c];
+        if !pt_last.is_empty() {
+            let v0 = v_last[c];
             for r in 0..R {
-                a0[r] = simd.mul_add_e_f32s(simd.splat_f32s(p[r][j]), v0, a0[r]);
+                a0[r] = simd.mul_add_e_f32s(simd.splat_f32s(pt_last[r]), v0, a0[r]);
             }
         }
         for r in 0..R {
