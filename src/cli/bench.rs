@@ -5,8 +5,10 @@
 //! - `sgemm_gflops`: a 2048³ f32 row-major GEMM through the `gemm` crate, split into one row
 //!   band per thread (how the attention kernels use it), measured before and after the cases;
 //!   the better figure is reported. GFLOP/s = 2·n³ / time.
-//! - `copy_gbps`: `copy_from_slice` of a 256 MiB f32 buffer (64 MiB with `--quick`), counting
-//!   **read + write**: 2 × buffer bytes / time.
+//! - `copy_gbps`: a copy of a 256 MiB f32 buffer (64 MiB with `--quick`), counting
+//!   **read + write**: 2 × buffer bytes / time; the better of a one-thread `copy_from_slice`
+//!   and the same split over all threads (both printed), with the caches flushed before each
+//!   repetition.
 //! - varlen cases: forward (`varlen-fwd`) and forward + backward (`varlen-fwdbwd`), full and
 //!   causal (sparse mode 3, compressed mask), D = 64 and 128, 4096 packed tokens as
 //!   [512, 1024, 2048, 512], N = 8, Nkv = 2, with sinks, f32. FLOPs: 4·D per unmasked
@@ -15,8 +17,9 @@
 //! - decode cases: incremental attention over a paged cache (BSH layout, block 128, blocks
 //!   shuffled), B = 8, KV length 4096, N = 32, Nkv = 8, D = 128, f32 and int8 KV (per-channel
 //!   antiquant with offset). FLOPs 4·Skv·D per head; bandwidth = bytes of K + V read / time,
-//!   reported as a fraction of `copy_gbps`. `tokens` is the number of cached tokens read
-//!   (B × KV length).
+//!   reported as a fraction of `copy_gbps`; timed with the caches flushed before each
+//!   repetition (the int8 cache, 64 MiB, would otherwise sit in a large L3). `tokens` is the
+//!   number of cached tokens read (B × KV length).
 //! - `speedup_vs_composite`: composite time / fast time on the same inputs, the composite
 //!   being `burn_ascend_ops::varlen::composite` (forward; forward then backward) and
 //!   `burn_ascend_ops::incre::composite` on `NdArray`.
@@ -178,6 +181,24 @@ struct Timing {
 fn time<R>(
     reps: usize,
     warm_up: bool,
+    f: impl FnMut() -> Result<R, CliError>,
+) -> Result<Timing, CliError> {
+    time_with(reps, warm_up, None, f)
+}
+
+/// [`time`] with the caches flushed before each timed repetition (memory-bound cases).
+fn time_cold<R>(
+    reps: usize,
+    flusher: &mut Flusher,
+    f: impl FnMut() -> Result<R, CliError>,
+) -> Result<Timing, CliError> {
+    time_with(reps, true, Some(flusher), f)
+}
+
+fn time_with<R>(
+    reps: usize,
+    warm_up: bool,
+    mut flusher: Option<&mut Flusher>,
     mut f: impl FnMut() -> Result<R, CliError>,
 ) -> Result<Timing, CliError> {
     if warm_up {
@@ -186,6 +207,9 @@ fn time<R>(
     let threads = cpu::threads() as f64;
     let (mut wall, mut cpu) = (f64::INFINITY, None::<f64>);
     for _ in 0..reps.max(1) {
+        if let Some(fl) = flusher.as_deref_mut() {
+            fl.flush();
+        }
         let c0 = cpu_seconds();
         let t = Instant::now();
         std::hint::black_box(f()?);
@@ -196,6 +220,28 @@ fn time<R>(
         }
     }
     Ok(Timing { wall, cpu })
+}
+
+/// Evicts the caches by writing through a buffer larger than the last-level cache (this
+/// kind of machine reports a 480 MiB L3), so memory-bound measurements (copy, decode) read
+/// DRAM rather than a cache left warm by the previous repetition.
+struct Flusher {
+    buf: Vec<u8>,
+}
+
+impl Flusher {
+    fn new(bytes: usize) -> Self {
+        Self {
+            buf: vec![1; bytes],
+        }
+    }
+
+    fn flush(&mut self) {
+        for x in self.buf.iter_mut() {
+            *x = x.wrapping_add(1);
+        }
+        std::hint::black_box(&self.buf);
+    }
 }
 
 /// One more call of `f`: its result and its peak extra heap bytes.
@@ -258,6 +304,8 @@ struct Plan {
     composite_warm_up: bool,
     sgemm_n: usize,
     copy_len: usize,
+    /// Bytes written to evict the caches before a cold repetition.
+    flush_bytes: usize,
     seqs: Vec<usize>,
     heads: usize,
     kv_heads: usize,
@@ -291,6 +339,7 @@ impl Plan {
             composite_warm_up,
             sgemm_n: 2048,
             copy_len,
+            flush_bytes: 512 << 20,
             seqs: vec![512, 1024, 2048, 512],
             heads: 8,
             kv_heads: 2,
@@ -306,6 +355,7 @@ impl Plan {
                 composite_warm_up: false,
                 sgemm_n: 64,
                 copy_len: 1 << 16,
+                flush_bytes: 1 << 20,
                 seqs: vec![8, 24],
                 heads: 4,
                 kv_heads: 2,
@@ -515,7 +565,12 @@ fn decode_args<'a, T: Element>(
 }
 
 /// The decode case with f32 (`int8 = false`) or int8 KV.
-fn decode_case(plan: &Plan, int8: bool, rng: &mut Lcg) -> Result<CaseResult, CliError> {
+fn decode_case(
+    plan: &Plan,
+    int8: bool,
+    rng: &mut Lcg,
+    flusher: &mut Flusher,
+) -> Result<CaseResult, CliError> {
     let DecodeShape {
         batch,
         kv_len,
@@ -626,7 +681,8 @@ fn decode_case(plan: &Plan, int8: bool, rng: &mut Lcg) -> Result<CaseResult, Cli
         head_dim: d,
         flops: decode_flops(batch, kv_len, heads, d),
         bytes: Some(decode_bytes(batch, kv_len, kv_heads, d, elem)),
-        fast: time(plan.reps, true, fast)?,
+        // Cold caches: the KV read is what is measured.
+        fast: time_cold(plan.reps, flusher, fast)?,
         composite: time(plan.composite_reps, plan.composite_warm_up, comp)?,
         peak: None,
         composite_peak: None,
@@ -637,6 +693,16 @@ fn decode_case(plan: &Plan, int8: bool, rng: &mut Lcg) -> Result<CaseResult, Cli
     (r.peak, r.composite_peak) = (peak, composite_peak);
     r.max_diff = max_abs_diff(&a, &nd_vec(b));
     Ok(r)
+}
+
+/// `dst = src` with `threads` scoped threads, one contiguous part each.
+fn parallel_copy(src: &[f32], dst: &mut [f32], threads: usize) {
+    let part = src.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|scope| {
+        for (d, s) in dst.chunks_mut(part).zip(src.chunks(part)) {
+            scope.spawn(move || d.copy_from_slice(s));
+        }
+    });
 }
 
 /// Human-readable bytes.
@@ -660,15 +726,23 @@ pub fn main(args: &[String]) -> Result<(), CliError> {
     let sgemm_reps = plan.reps.min(3);
     let sgemm_before = sgemm(plan.sgemm_n, sgemm_reps, &mut rng)?;
 
-    let copy = {
+    let mut flusher = Flusher::new(plan.flush_bytes);
+    let (copy_1, copy_n) = {
         let src = rng.vec(plan.copy_len);
         let mut dst = vec![0.0f32; plan.copy_len];
-        let t = time(plan.reps.max(3), true, || {
+        let one = time_cold(plan.reps.max(3), &mut flusher, || {
             std::hint::black_box(&mut dst[..]).copy_from_slice(std::hint::black_box(&src[..]));
             Ok(())
         })?;
-        2.0 * (plan.copy_len * 4) as f64 / t.wall / 1e9
+        let all = time_cold(plan.reps.max(3), &mut flusher, || {
+            parallel_copy(&src, &mut dst, threads);
+            Ok(())
+        })?;
+        let gbps = |t: Timing| 2.0 * (plan.copy_len * 4) as f64 / t.wall / 1e9;
+        (gbps(one), gbps(all))
     };
+    // The better of a one-thread and an all-thread copy: the machine's copy bandwidth.
+    let copy = copy_1.max(copy_n);
 
     let mut results = Vec::new();
     for causal in [false, true] {
@@ -679,7 +753,7 @@ pub fn main(args: &[String]) -> Result<(), CliError> {
     for int8 in [false, true] {
         let name = format!("decode {} KV", if int8 { "int8" } else { "f32" });
         if keep(&name) {
-            results.push(decode_case(&plan, int8, &mut rng)?);
+            results.push(decode_case(&plan, int8, &mut rng, &mut flusher)?);
         }
     }
     let sgemm_after = sgemm(plan.sgemm_n, sgemm_reps, &mut rng)?;
@@ -696,7 +770,8 @@ pub fn main(args: &[String]) -> Result<(), CliError> {
         n = plan.sgemm_n
     );
     println!(
-        "copy {} MiB: {copy:.1} GB/s (read + write bytes)",
+        "copy {} MiB (caches flushed, read + write bytes): {copy:.1} GB/s (1 thread {copy_1:.1}, \
+         {threads} threads {copy_n:.1})",
         (plan.copy_len * 4) >> 20
     );
     println!();
