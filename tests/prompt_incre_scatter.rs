@@ -245,7 +245,8 @@ fn prompt_composite_and_ndarray_match_the_reference() {
         );
         close(c.name, &to_vec::<B>(comp), &want, ATOL, RTOL).unwrap();
         let nd = <B as AttentionBackend>::prompt_fwd(prompt_inputs(&c), &c.spec).unwrap();
-        assert_eq!(to_vec::<B>(nd), want, "{}: ndarray", c.name);
+        // NdArray runs the fast decode kernel (f32): within the composite's tolerance.
+        close(c.name, &to_vec::<B>(nd), &want, ATOL, RTOL).unwrap();
     }
 }
 
@@ -1034,7 +1035,8 @@ fn incre_composite_and_ndarray_match_the_reference() {
         );
         close(c.name, &to_vec::<B>(comp), &want, ATOL, RTOL).unwrap();
         let nd = <B as AttentionBackend>::incre_fwd(incre_inputs(&c, &h), &c.spec).unwrap();
-        assert_eq!(to_vec::<B>(nd), want, "{}: ndarray", c.name);
+        // NdArray runs the fast decode kernel (f32): within the composite's tolerance.
+        close(c.name, &to_vec::<B>(nd), &want, ATOL, RTOL).unwrap();
     }
 }
 
@@ -1082,7 +1084,7 @@ fn incre_api_under_autodiff_is_forward_only() {
     .unwrap();
     assert!(!out.is_require_grad());
     let got: Vec<f32> = out.into_data().to_vec().unwrap();
-    assert_eq!(got, incre_ref(&c, &h));
+    close(c.name, &got, &incre_ref(&c, &h), ATOL, RTOL).unwrap();
 }
 
 #[test]

@@ -1,6 +1,6 @@
-//! `NdArray` runs the CPU kernels (the fast tiled varlen kernels; the reference for prompt,
-//! incremental attention and scatter) on the tensors'
-//! host memory instead of the composite.
+//! `NdArray` runs the CPU kernels (the fast tiled varlen kernels and the flash-decoding
+//! incremental attention; the reference for prompt and scatter) on the tensors' host memory
+//! instead of the composite.
 
 use burn::backend::ndarray::{
     FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
@@ -12,7 +12,7 @@ use burn::tensor::ops::FloatTensor;
 use burn_ascend_kernels::cpu;
 
 use burn::tensor::{DType, TensorMetadata};
-use burn_ascend_kernels::reference::incre::{incre_flash_attention, KvInput};
+use burn_ascend_kernels::reference::incre::KvInput;
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
 use crate::backend::{
@@ -72,7 +72,8 @@ pub fn cpu_prompt_fwd<B: Backend>(
     Ok(from_vec::<B>(out, &dims.out_shape(), &device))
 }
 
-/// Incremental attention on host memory through the CPU reference, for any backend.
+/// Incremental attention on host memory through the fast CPU decode kernel
+/// ([`cpu::incre_flash_attention`]), for any backend.
 pub fn cpu_incre_fwd<B: Backend>(
     inputs: IncreInputs<B>,
     spec: &IncreSpec,
@@ -99,7 +100,7 @@ pub fn cpu_incre_fwd<B: Backend>(
                 value: &v,
                 kv_seq,
             };
-            incre_flash_attention(&spec.args(&dims, &q, kv))
+            cpu::incre_flash_attention(&spec.args(&dims, &q, kv))
         }
         IncreKv::List { key, value } => {
             let k: Vec<Vec<f32>> = key.into_iter().map(to_vec::<B>).collect();
@@ -112,17 +113,16 @@ pub fn cpu_incre_fwd<B: Backend>(
                 key: &kr,
                 value: &vr,
             };
-            incre_flash_attention(&spec.args(&dims, &q, kv))
+            cpu::incre_flash_attention(&spec.args(&dims, &q, kv))
         }
         IncreKv::Paged {
             key_cache,
             value_cache,
         } => {
             let (k, v) = (to_vec::<B>(key_cache), to_vec::<B>(value_cache));
-            incre_flash_attention(&spec.args(&dims, &q, spec.paged(&dims, &k, &v)))
+            cpu::incre_flash_attention(&spec.args(&dims, &q, spec.paged(&dims, &k, &v)))
         }
     };
-    let out = out.into_iter().map(|x| x as f32).collect();
     Ok(from_vec::<B>(out, &q_shape, &device))
 }
 

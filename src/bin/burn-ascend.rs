@@ -1,4 +1,11 @@
-//! `burn-ascend`: replay CANN attention ops on safetensors dumps (see `burn_ascend::cli`).
+//! `burn-ascend`: replay CANN attention ops on safetensors dumps and benchmark the CPU kernels
+//! (see `burn_ascend::cli`).
+
+/// Counts live and peak heap bytes for `burn-ascend bench`'s memory figures (a thin wrapper
+/// over the system allocator: see `burn_ascend::cli::alloc_stats`).
+#[global_allocator]
+static GLOBAL: burn_ascend::cli::alloc_stats::CountingAlloc =
+    burn_ascend::cli::alloc_stats::CountingAlloc;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

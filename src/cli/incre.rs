@@ -1,4 +1,5 @@
-//! `incre`: `aclnnIncreFlashAttentionV4` on a safetensors bundle, through the CPU reference.
+//! `incre`: `aclnnIncreFlashAttentionV4` on a safetensors bundle, through the CPU reference
+//! (`--device reference`) or the fast decode kernel (`--device cpu`).
 //!
 //! Key/value: `key` / `value` (contiguous), `key.0`, `key.1`, … / `value.0`, … (the tensor-list
 //! form), or with `blocktable` the paged caches `key` / `value`. int8 KV (with
@@ -13,6 +14,7 @@ use super::prompt::{float_dtype, post_quant, same_dtype};
 use super::{CliError, Device};
 use crate::kernels::acl::host as acl;
 use crate::kernels::acl::DataType;
+use crate::kernels::cpu;
 use crate::kernels::reference::incre::{
     incre_flash_attention, incre_flash_attention_int8, KvInput,
 };
@@ -139,7 +141,8 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
     Ok(spec)
 }
 
-/// `incre`.
+/// `incre` on `device` (`Reference`: the f64 reference; `Cpu`: the fast CPU kernel; `Sim` /
+/// `Npu`: through the aclnn dispatch layer).
 pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     for name in ["dequantScale1", "quantScale1", "dequantScale2"] {
         if b.tensors.contains_key(name) {
@@ -206,9 +209,22 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     let qv = q.f32_values("query")?;
     let run = |kv: KvInput<'_, f32>| -> HostTensor {
         let a = spec.args(&dims, &qv, kv);
-        match spec.post_quant() {
-            Some(pq) => HostTensor::from_i8(&incre_flash_attention_int8(&a, &pq), q.shape.clone()),
-            None => HostTensor::from_f64_as(&incre_flash_attention(&a), q.shape.clone(), qdt),
+        let shape = q.shape.clone();
+        match (spec.post_quant(), device) {
+            (Some(pq), Device::Reference) => {
+                HostTensor::from_i8(&incre_flash_attention_int8(&a, &pq), shape)
+            }
+            (Some(pq), _) => HostTensor::from_i8(&cpu::incre_flash_attention_int8(&a, &pq), shape),
+            (None, Device::Reference) => {
+                HostTensor::from_f64_as(&incre_flash_attention(&a), shape, qdt)
+            }
+            (None, _) => {
+                let out: Vec<f64> = cpu::incre_flash_attention(&a)
+                    .into_iter()
+                    .map(f64::from)
+                    .collect();
+                HostTensor::from_f64_as(&out, shape, qdt)
+            }
         }
     };
     let out = match form {

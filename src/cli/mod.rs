@@ -6,6 +6,8 @@
 //! strings in the safetensors `__metadata__` under their aclnn names. Missing attributes take
 //! the docs' defaults.
 
+pub mod alloc_stats;
+pub mod bench;
 pub mod device;
 pub mod incre;
 pub mod io;
@@ -24,8 +26,8 @@ use io::Bundle;
 pub enum Device {
     /// The plain CPU reference (f64 accumulation).
     Reference,
-    /// The fast CPU kernels (tiled varlen kernels; prompt, incremental attention and scatter
-    /// run the reference).
+    /// The fast CPU kernels (tiled varlen kernels, the flash-decoding incremental attention;
+    /// prompt and scatter run the reference).
     Cpu,
     /// Through the Ascend dispatch layer against its host simulation of the ACL ABI (not
     /// CANN): the dispatch code path, checked on machines without an NPU.
@@ -147,10 +149,14 @@ pub const USAGE: &str =
   attributes are strings in the safetensors __metadata__ (numHeads, scaleValue, preTokens,
   nextTokens, inputLayout, numKeyValueHeads, sparseMode, innerPrecise, blockSize, cacheMode,
   scatterMode, strides, offsets, keepProb, ...)
-  outputs: attentionOut (prompt, incre), keyCache and valueCache (scatter)";
+  outputs: attentionOut (prompt, incre), keyCache and valueCache (scatter)
+burn-ascend bench [--quick] [--json PATH]: throughput of the fast CPU kernels (bench --help)";
 
 /// Parses the process arguments (without the program name) and runs.
 pub fn main_with_args(args: &[String]) -> Result<(), CliError> {
+    if args.first().is_some_and(|a| a == "bench") {
+        return bench::main(&args[1..]);
+    }
     let mut positional = Vec::new();
     let mut device = Device::Cpu;
     let mut it = args.iter();

@@ -29,12 +29,26 @@
 //! Accuracy: f32 tiles and a polynomial `exp` (~1 ulp); against the f64-accumulating reference
 //! the tests hold 2e-5 abs + 1e-4 rel for outputs and gradients at D ≤ 128.
 //!
+//! [`incre_flash_attention`] (with `_as` / `_int8` variants) is the decode kernel: the
+//! arguments and semantics of [`crate::reference::incre`], computed by flash-decoding (KV
+//! window split into fixed chunks processed in parallel for all query heads of a GQA group,
+//! merged by log-sum-exp in a fixed order, int8 antiquant folded into the load). See
+//! [`decode`].
+//!
 //! All `unsafe` (the `gemm` crate's raw-pointer API) lives in [`gemm`].
 
+pub mod decode;
 pub mod gemm;
 mod tile;
 mod varlen_bwd;
 mod varlen_fwd;
 
+pub use decode::{incre_flash_attention, incre_flash_attention_as, incre_flash_attention_int8};
 pub use varlen_bwd::varlen_bwd;
 pub use varlen_fwd::varlen_fwd;
+
+/// Threads the kernels run on: those of the current rayon pool (the global one unless called
+/// inside `ThreadPool::install`; `RAYON_NUM_THREADS` sets it).
+pub fn threads() -> usize {
+    rayon::current_num_threads()
+}

@@ -9,8 +9,8 @@
 use crate::varlen::{DenseMask, Pse, PseType, SeqRule, VarlenProblem};
 use crate::Element;
 
-// Tile sizes, tuned with `examples/bench_varlen.rs` on a 2-core AVX-512 machine with 2 MiB of
-// L2 per core (D = 64/128, G = 4): larger tiles amortise gemm's packing, the K/V tile loads and
+// Tile sizes, tuned with `burn-ascend bench` on a 2-core AVX-512 machine with 2 MiB of L2
+// per core (D = 64/128, G = 4): larger tiles amortise gemm's packing, the K/V tile loads and
 // the per-call overhead (a 512 × 512 f32 score tile is 1 MiB). Boundary tiles are computed in
 // row chunks with their own column ranges (`CHUNK_ROWS` in the forward), so big query tiles do
 // not waste work on the diagonal of causal masks.

@@ -1,0 +1,690 @@
+//! Fast incremental attention (decode: query S = 1) — flash-decoding over the KV window.
+//!
+//! Takes exactly the arguments of [`crate::reference::incre`] ([`IncreFlashAttentionArgs`])
+//! and follows its semantics (window with left padding, the mask *replacing* scores with
+//! −1e12 so a fully masked row is the uniform average of V over the window, `len = 0` → zero
+//! row, pse, GQA, antiquant), for every KV form: contiguous (BSH / BSND / BNSD), tensor list
+//! and paged (BSH / BNSD caches).
+//!
+//! Structure:
+//! - the valid window `[start, start + len)` of each batch is cut into chunks of [`CHUNK`]
+//!   tokens (a constant: the split never depends on the thread count). One rayon task per
+//!   (batch, kv heads, chunk) — all kv heads when a token's heads are adjacent in memory
+//!   (BSH / BSND, paged BSH), so the task reads whole contiguous token rows; one kv head for
+//!   the head-major layouts (BNSD, paged BNSD), whose per-head rows are contiguous.
+//! - a task walks its chunk in sub-chunks (up to 512 KiB of f32 K and as much V): the rows
+//!   are read once, converted to f32 (the antiquant offset added), and used by **all
+//!   `G = N / Nkv` query heads of each kv head**: scores `Q'·Kᵀ` (`G` dot products per K row,
+//!   accumulators in SIMD registers), an online softmax (running max / sum), and `P·V`
+//!   accumulated in registers, with explicit SIMD through `pulp` (AVX-512 / AVX2 / scalar
+//!   chosen at run time).
+//! - the partial results `(max, sum, acc)` of the chunks of a (batch, head) are merged by
+//!   log-sum-exp in chunk order, so the output is bitwise identical for any number of threads.
+//! - int8 (or any) KV with antiquant: `(x + offset)·scale` is fused into the work, never
+//!   materialised for the cache. The offset is added while a row is converted to f32 at load
+//!   (exact for int8 values and small offsets); the scale is folded algebraically:
+//!   `q·((k + o)⊙s) = (q⊙s)·(k + o)`, so the key scale is multiplied into the query once per
+//!   task, and `Σ p_t (v_t + o)⊙s = s⊙Σ p_t (v_t + o)`, so the value scale is applied to the
+//!   merged output row. The cache is read exactly once.
+//!
+//! Working memory, per rayon job: the K and V sub-chunks (≤ 2 × 512 KiB, or the whole chunk
+//! when smaller), scores for `G × sub` and the task's queries and accumulators (`nh·G × D`);
+//! plus the partial results, `B·N·(D + 2)` f32 per chunk of the longest window. Nothing
+//! proportional to the cache is allocated.
+//!
+//! Accuracy: f32 compute and the polynomial `exp` of the varlen kernels; against the
+//! f64-accumulating reference the tests hold 2e-5 abs + 1e-4 rel (D ≤ 128; f32, f16, bf16
+//! and int8 KV).
+
+use std::sync::Mutex;
+
+use pulp::Simd;
+use rayon::prelude::*;
+
+use super::tile::{exp, exp_sub_sum, row_max, vectorized, SimdKernel};
+use crate::reference::incre::{
+    IfaLayout, IncreFlashAttentionArgs, KvInput, PagedLayout, PostQuant, IFA_MASKED_SCORE,
+};
+use crate::Element;
+
+/// Tokens per chunk (one task). The split depends only on the window, never on the thread
+/// count.
+pub const CHUNK: usize = 512;
+
+/// Elements (`tokens × heads × D`) of K (and of V) a task converts at a time: 128 Ki f32 =
+/// 512 KiB each, so the K and V sub-chunks stay in L2 while every query head of the task
+/// reads them.
+const SUB_ELEMS: usize = 128 << 10;
+
+/// One task: tokens `[t0, t1)` of batch `b`, kv heads `[n0, n0 + nh)`.
+#[derive(Clone, Copy, Debug)]
+struct Task {
+    b: usize,
+    n0: usize,
+    t0: usize,
+    t1: usize,
+}
+
+/// Per-call constants.
+struct Ctx<'x, 'a, Q, KV> {
+    a: &'x IncreFlashAttentionArgs<'a, Q, KV>,
+    n: usize,
+    nkv: usize,
+    g: usize,
+    d: usize,
+    /// `D` rounded up to [`PAD`]: the row stride of the f32 working buffers, whose padding
+    /// columns stay 0, so the SIMD loops need no tails.
+    dp: usize,
+    scale: f32,
+    /// kv heads per task: all of them when a token's heads are adjacent in memory (BSH / BSND
+    /// layouts, paged BSH), so a task reads whole contiguous token rows; 1 otherwise (BNSD,
+    /// paged BNSD: each head's tokens are contiguous).
+    nh: usize,
+    /// Tokens per converted sub-chunk.
+    sub: usize,
+}
+
+/// Row padding of the working buffers, in f32: a multiple of every SIMD width (16 lanes of
+/// AVX-512, 8 of AVX2, 1 scalar).
+const PAD: usize = 16;
+
+/// Per-thread working memory: O(sub-chunk), at most a few MiB.
+struct Bufs {
+    /// Scaled queries of the task's heads, `nh·G × Dp`.
+    q: Vec<f32>,
+    /// Antiquant offsets of the task's channels for K and V, `nh·D` each (empty without an
+    /// offset).
+    koff: Vec<f32>,
+    voff: Vec<f32>,
+    /// K rows of the sub-chunk, per head: `nh × sub × Dp`.
+    k: Vec<f32>,
+    /// V rows, same shape.
+    v: Vec<f32>,
+    /// Scores, then unnormalised probabilities, of one head's group: `G × sub`.
+    s: Vec<f32>,
+    /// Unnormalised outputs of the task's heads, `nh·G × Dp`.
+    acc: Vec<f32>,
+    /// Probabilities transposed for [`Pv`], `G × sub`.
+    pt: Vec<f32>,
+}
+
+impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
+    fn bufs(&self) -> Bufs {
+        let (nh, g, d, dp, sub) = (self.nh, self.g, self.d, self.dp, self.sub);
+        Bufs {
+            q: vec![0.0; nh * g * dp],
+            koff: Vec::with_capacity(nh * d),
+            voff: Vec::with_capacity(nh * d),
+            k: vec![0.0; nh * sub * dp],
+            v: vec![0.0; nh * sub * dp],
+            s: vec![0.0; g * sub],
+            acc: vec![0.0; nh * g * dp],
+            pt: vec![0.0; g * sub],
+        }
+    }
+
+    /// Query heads of a task.
+    fn rows(&self) -> usize {
+        self.nh * self.g
+    }
+
+    /// Size of one task's partial result: `[max; R] [sum; R] [acc; R·D]`, `R` = [`Self::rows`].
+    fn slot(&self) -> usize {
+        self.rows() * (self.d + 2)
+    }
+
+    /// The antiquant scale and offset of channel `c = n·D + d` for K (`kv = 0`) or V (`1`);
+    /// `(1, 0)` without antiquant.
+    #[inline]
+    fn antiquant(&self, kv: usize, c: usize) -> (f32, f32) {
+        match self.a.antiquant {
+            None => (1.0, 0.0),
+            Some(aq) => {
+                let idx = if aq.per_channel {
+                    kv * self.nkv * self.d + c
+                } else {
+                    kv
+                };
+                (aq.scale[idx], aq.offset.map_or(0.0, |o| o[idx]))
+            }
+        }
+    }
+
+    /// Key and value buffers holding token `t` of batch `b`, kv head `n`, and the index of its
+    /// first element (`D` contiguous elements in every layout; `nh·D` from head `n0` when the
+    /// heads are adjacent).
+    #[inline]
+    fn row(&self, b: usize, n: usize, t: usize) -> (&[KV], &[KV], usize) {
+        let (nkv, d) = (self.nkv, self.d);
+        let contiguous = |bb: usize, s: usize| match self.a.input_layout {
+            IfaLayout::Bsh | IfaLayout::Bsnd => ((bb * s + t) * nkv + n) * d,
+            IfaLayout::Bnsd => ((bb * nkv + n) * s + t) * d,
+        };
+        match self.a.kv {
+            KvInput::Contiguous { key, value, kv_seq } => (key, value, contiguous(b, kv_seq)),
+            KvInput::TensorList { key, value } => (key[b], value[b], contiguous(0, self.a.kv_s(b))),
+            KvInput::Paged {
+                key_cache,
+                value_cache,
+                layout,
+                block_table,
+                max_blocks_per_seq,
+                block_size,
+            } => {
+                let id = block_table[b * max_blocks_per_seq + t / block_size];
+                let blk = usize::try_from(id)
+                    .expect("IFA precondition violated: negative block id for a valid token");
+                let off = t % block_size;
+                let idx = match layout {
+                    PagedLayout::Bsh => (blk * block_size + off) * nkv * d + n * d,
+                    PagedLayout::Bnsd => ((blk * nkv + n) * block_size + off) * d,
+                };
+                (key_cache, value_cache, idx)
+            }
+        }
+    }
+
+    /// Runs one chunk task and writes its partial result into `slot`: an online softmax over
+    /// sub-chunks, each converted once and used by every query head of the task.
+    fn task(&self, buf: &mut Bufs, t: Task, slot: &mut [f32]) {
+        let (n, g, d, dp, nh, sub) = (self.n, self.g, self.d, self.dp, self.nh, self.sub);
+        let rows = self.rows();
+        // Queries, times the softmax scale and the key antiquant scale (query head
+        // h = n0·G + r belongs to kv head h / G).
+        for r in 0..rows {
+            let h = t.n0 * g + r;
+            let src = &self.a.query[(t.b * n + h) * d..(t.b * n + h + 1) * d];
+            for (di, (dst, x)) in buf.q[r * dp..r * dp + d].iter_mut().zip(src).enumerate() {
+                *dst = x.to_f64() as f32 * self.scale * self.antiquant(0, (h / g) * d + di).0;
+            }
+        }
+        buf.koff.clear();
+        buf.voff.clear();
+        if self.a.antiquant.is_some_and(|aq| aq.offset.is_some()) {
+            for c in t.n0 * d..(t.n0 + nh) * d {
+                buf.koff.push(self.antiquant(0, c).1);
+                buf.voff.push(self.antiquant(1, c).1);
+            }
+        }
+        let (stats, acc_out) = slot.split_at_mut(2 * rows);
+        let (maxes, sums) = stats.split_at_mut(rows);
+        maxes.fill(f32::NEG_INFINITY);
+        sums.fill(0.0);
+        buf.acc.fill(0.0);
+        for s0 in (t.t0..t.t1).step_by(sub) {
+            let s1 = (s0 + sub).min(t.t1);
+            let ns = s1 - s0;
+            vectorized(LoadRows {
+                ctx: self,
+                buf: &mut *buf,
+                b: t.b,
+                n0: t.n0,
+                s0,
+                s1,
+            });
+            for hn in 0..nh {
+                let kh = &buf.k[hn * sub * dp..(hn * sub + ns) * dp];
+                let vh = &buf.v[hn * sub * dp..(hn * sub + ns) * dp];
+                let acc = &mut buf.acc[hn * g * dp..(hn + 1) * g * dp];
+                pulp::Arch::new().dispatch(Scores {
+                    q: &buf.q[hn * g * dp..(hn + 1) * g * dp],
+                    k: kh,
+                    dp,
+                    ns,
+                    s: &mut buf.s,
+                    ld: sub,
+                });
+                self.fix_scores(&mut buf.s, t.b, (t.n0 + hn) * g, s0, ns);
+                vectorized(OnlineSoftmax {
+                    s: &mut buf.s,
+                    ld: sub,
+                    ns,
+                    maxes: &mut maxes[hn * g..(hn + 1) * g],
+                    sums: &mut sums[hn * g..(hn + 1) * g],
+                    acc: &mut *acc,
+                    dp,
+                });
+                pulp::Arch::new().dispatch(Pv {
+                    p: &buf.s,
+                    ld: sub,
+                    v: vh,
+                    dp,
+                    ns,
+                    acc,
+                    pt: &mut buf.pt,
+                });
+            }
+        }
+        for (dst, src) in acc_out.chunks_exact_mut(d).zip(buf.acc.chunks_exact(dp)) {
+            dst.copy_from_slice(&src[..d]);
+        }
+    }
+
+    /// Adds the pse to the `G × ns` products of query heads `[h0, h0 + G)` (leading dimension
+    /// `sub`, tokens from `s0`) and replaces masked scores with −1e12 (the reference's order:
+    /// a masked score ignores the pse).
+    fn fix_scores(&self, s: &mut [f32], b: usize, h0: usize, s0: usize, ns: usize) {
+        for gi in 0..self.g {
+            let h = h0 + gi;
+            let row = &mut s[gi * self.sub..gi * self.sub + ns];
+            if let Some(p) = self.a.pse_shift {
+                let bb = if p.batched { b } else { 0 };
+                let start = (bb * self.n + h) * p.cols + s0;
+                for (x, v) in row.iter_mut().zip(&p.data[start..start + ns]) {
+                    *x += v.to_f64() as f32;
+                }
+            }
+            if let Some(m) = self.a.atten_mask {
+                let start = b * m.cols + s0;
+                for (x, &mk) in row.iter_mut().zip(&m.data[start..start + ns]) {
+                    if mk != 0 {
+                        *x = IFA_MASKED_SCORE as f32;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Converts tokens `[s0, s1)` of kv heads `[n0, n0 + nh)` of K and V to f32 into the
+/// per-head buffers (row stride `Dp`), adding the antiquant offsets (the scales are folded
+/// elsewhere). Each token's `nh·D` elements are read in one contiguous run. Compiled for the
+/// CPU's best instruction set.
+struct LoadRows<'c, 'x, 'a, 'b, Q, KV> {
+    ctx: &'c Ctx<'x, 'a, Q, KV>,
+    buf: &'b mut Bufs,
+    b: usize,
+    n0: usize,
+    s0: usize,
+    s1: usize,
+}
+
+impl<Q: Element, KV: Element> SimdKernel for LoadRows<'_, '_, '_, '_, Q, KV> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (d, dp, nh, sub) = (self.ctx.d, self.ctx.dp, self.ctx.nh, self.ctx.sub);
+        let buf = self.buf;
+        for (j, tok) in (self.s0..self.s1).enumerate() {
+            let (k, v, at) = self.ctx.row(self.b, self.n0, tok);
+            let (k, v) = (&k[at..at + nh * d], &v[at..at + nh * d]);
+            for hn in 0..nh {
+                let dst = (hn * sub + j) * dp;
+                let (kd, vd) = (&mut buf.k[dst..dst + d], &mut buf.v[dst..dst + d]);
+                let (ks, vs) = (&k[hn * d..(hn + 1) * d], &v[hn * d..(hn + 1) * d]);
+                if buf.koff.is_empty() {
+                    convert(ks, kd);
+                    convert(vs, vd);
+                } else {
+                    convert_add(ks, &buf.koff[hn * d..(hn + 1) * d], kd);
+                    convert_add(vs, &buf.voff[hn * d..(hn + 1) * d], vd);
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn convert<T: Element>(src: &[T], dst: &mut [f32]) {
+    for (y, x) in dst.iter_mut().zip(src) {
+        *y = x.to_f64() as f32;
+    }
+}
+
+#[inline(always)]
+fn convert_add<T: Element>(src: &[T], add: &[f32], dst: &mut [f32]) {
+    for ((y, x), o) in dst.iter_mut().zip(src).zip(add) {
+        *y = x.to_f64() as f32 + o;
+    }
+}
+
+/// `s[r][j] = q[r]·k[j]` for the query rows (`q`: `rows × Dp`) and the `ns` rows of `k`
+/// (`ns × Dp`), `s` with leading dimension `ld`. Explicit SIMD (pulp picks the instruction
+/// set at run time); the lane order of the dot products is fixed for a given CPU.
+struct Scores<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    dp: usize,
+    ns: usize,
+    s: &'a mut [f32],
+    ld: usize,
+}
+
+impl pulp::WithSimd for Scores<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let nb = self.dp / S::F32_LANES;
+        let rows = self.q.len() / self.dp;
+        let (q, _) = S::as_simd_f32s(self.q);
+        let (k, _) = S::as_simd_f32s(&self.k[..self.ns * self.dp]);
+        // Query rows in groups of 8 / 4 / 2 / 1, each group reading every K row once.
+        let mut r0 = 0;
+        while r0 < rows {
+            let qr = &q[r0 * nb..];
+            let s = &mut self.s[r0 * self.ld..];
+            r0 += match rows - r0 {
+                8.. => scores_rows::<S, 8>(simd, qr, k, nb, s, self.ld),
+                4.. => scores_rows::<S, 4>(simd, qr, k, nb, s, self.ld),
+                2.. => scores_rows::<S, 2>(simd, qr, k, nb, s, self.ld),
+                _ => scores_rows::<S, 1>(simd, qr, k, nb, s, self.ld),
+            };
+        }
+    }
+}
+
+/// [`Scores`] for `R` query rows; returns `R`. The `R` accumulators stay in registers while
+/// a K row streams past once.
+#[inline(always)]
+fn scores_rows<S: Simd, const R: usize>(
+    simd: S,
+    q: &[S::f32s],
+    k: &[S::f32s],
+    nb: usize,
+    s: &mut [f32],
+    ld: usize,
+) -> usize {
+    let q: [&[S::f32s]; R] = std::array::from_fn(|r| &q[r * nb..(r + 1) * nb]);
+    // Two K rows at a time: 2·R independent FMA chains hide the FMA latency, and each query
+    // vector is loaded once for both.
+    let mut pairs = k.chunks_exact(2 * nb);
+    let mut j = 0;
+    for k2 in &mut pairs {
+        let (k0, k1) = k2.split_at(nb);
+        let mut a0 = [simd.splat_f32s(0.0); R];
+        let mut a1 = [simd.splat_f32s(0.0); R];
+        for c in 0..nb {
+            let (x0, x1) = (k0[c], k1[c]);
+            for r in 0..R {
+                let qv = q[r][c];
+                a0[r] = simd.mul_add_e_f32s(qv, x0, a0[r]);
+                a1[r] = simd.mul_add_e_f32s(qv, x1, a1[r]);
+            }
+        }
+        for r in 0..R {
+            s[r * ld + j] = simd.reduce_sum_f32s(a0[r]);
+            s[r * ld + j + 1] = simd.reduce_sum_f32s(a1[r]);
+        }
+        j += 2;
+    }
+    for krow in pairs.remainder().chunks_exact(nb) {
+        let mut acc = [simd.splat_f32s(0.0); R];
+        for (c, &kx) in krow.iter().enumerate() {
+            for r in 0..R {
+                acc[r] = simd.mul_add_e_f32s(q[r][c], kx, acc[r]);
+            }
+        }
+        for (r, &a) in acc.iter().enumerate() {
+            s[r * ld + j] = simd.reduce_sum_f32s(a);
+        }
+    }
+    R
+}
+
+/// `acc[r] += Σ_j p[r][j]·v[j]` for the rows of `acc` (`rows × Dp`), `p` with leading
+/// dimension `ld`, `v`: `ns × Dp`. Explicit SIMD; each vector of the accumulator rows stays
+/// in registers while the `ns` rows of `v` stream past. `pt` (≥ `rows × ns`) is scratch for
+/// `p` transposed per row group, so the inner loop reads both operands sequentially.
+struct Pv<'a> {
+    p: &'a [f32],
+    ld: usize,
+    v: &'a [f32],
+    dp: usize,
+    ns: usize,
+    acc: &'a mut [f32],
+    pt: &'a mut [f32],
+}
+
+impl pulp::WithSimd for Pv<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let (ns, ld) = (self.ns, self.ld);
+        let nb = self.dp / S::F32_LANES;
+        let rows = self.acc.len() / self.dp;
+        let (v, _) = S::as_simd_f32s(&self.v[..ns * self.dp]);
+        let (acc, _) = S::as_mut_simd_f32s(self.acc);
+        let mut r0 = 0;
+        while r0 < rows {
+            let p = &self.p[r0 * ld..];
+            let a = &mut acc[r0 * nb..];
+            let pt = &mut self.pt[r0 * ns..];
+            r0 += match rows - r0 {
+                8.. => pv_rows::<S, 8>(simd, p, ld, pt, v, nb, ns, a),
+                4.. => pv_rows::<S, 4>(simd, p, ld, pt, v, nb, ns, a),
+                2.. => pv_rows::<S, 2>(simd, p, ld, pt, v, nb, ns, a),
+                _ => pv_rows::<S, 1>(simd, p, ld, pt, v, nb, ns, a),
+            };
+        }
+    }
+}
+
+/// [`Pv`] for `R` rows; returns `R`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn pv_rows<S: Simd, const R: usize>(
+    simd: S,
+    p: &[f32],
+    ld: usize,
+    pt: &mut [f32],
+    v: &[S::f32s],
+    nb: usize,
+    ns: usize,
+    acc: &mut [S::f32s],
+) -> usize {
+    // pt[j·R + r] = p[r][j].
+    let pt = &mut pt[..ns * R];
+    for (r, row) in p.chunks(ld).take(R).enumerate() {
+        for (j, &x) in row[..ns].iter().enumerate() {
+            pt[j * R + r] = x;
+        }
+    }
+    let pt = &*pt;
+    let (v_pairs, pt_pairs) = (v.chunks_exact(2 * nb), pt.chunks_exact(2 * R));
+    let (v_last, pt_last) = (v_pairs.remainder(), pt_pairs.remainder());
+    for c in 0..nb {
+        // Even and odd tokens in separate accumulators (2·R independent FMA chains), added
+        // at the end: a fixed order.
+        let mut a0: [S::f32s; R] = std::array::from_fn(|r| acc[r * nb + c]);
+        let mut a1 = [simd.splat_f32s(0.0); R];
+        for (vv, pp) in v.chunks_exact(2 * nb).zip(pt.chunks_exact(2 * R)) {
+            let (v0, v1) = (vv[c], vv[nb + c]);
+            for r in 0..R {
+                a0[r] = simd.mul_add_e_f32s(simd.splat_f32s(pp[r]), v0, a0[r]);
+                a1[r] = simd.mul_add_e_f32s(simd.splat_f32s(pp[R + r]), v1, a1[r]);
+            }
+        }
+        if !pt_last.is_empty() {
+            let v0 = v_last[c];
+            for r in 0..R {
+                a0[r] = simd.mul_add_e_f32s(simd.splat_f32s(pt_last[r]), v0, a0[r]);
+            }
+        }
+        for r in 0..R {
+            acc[r * nb + c] = simd.add_f32s(a0[r], a1[r]);
+        }
+    }
+    R
+}
+
+/// One online-softmax step for the rows of scores (leading dimension `ld`, `ns` columns):
+/// updates the running max / sum, rescales the accumulator rows (stride `dp`) and turns the
+/// scores into the unnormalised probabilities `exp(s − max)` for [`Pv`].
+struct OnlineSoftmax<'a> {
+    s: &'a mut [f32],
+    ld: usize,
+    ns: usize,
+    maxes: &'a mut [f32],
+    sums: &'a mut [f32],
+    acc: &'a mut [f32],
+    dp: usize,
+}
+
+impl SimdKernel for OnlineSoftmax<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (ld, ns, dp) = (self.ld, self.ns, self.dp);
+        let stats = self.maxes.iter_mut().zip(self.sums.iter_mut());
+        for (r, (m, l)) in stats.enumerate() {
+            let row = &mut self.s[r * ld..r * ld + ns];
+            // Scores are finite (masked ones are −1e12), so the new max is finite.
+            let new_m = m.max(row_max(row));
+            // exp(−∞) = 0 on the first step.
+            let alpha = exp(*m - new_m);
+            let sum = exp_sub_sum(row, new_m);
+            *l = *l * alpha + sum;
+            *m = new_m;
+            if alpha != 1.0 {
+                self.acc[r * dp..(r + 1) * dp]
+                    .iter_mut()
+                    .for_each(|x| *x *= alpha);
+            }
+        }
+    }
+}
+
+/// The whole computation: the normalised output in f32, `B·N·D` (`(b·N + h)·D + d`),
+/// zero rows for empty windows.
+fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> {
+    let n = a.num_heads;
+    let nkv = if a.num_key_value_heads == 0 {
+        n
+    } else {
+        a.num_key_value_heads
+    };
+    let d = a.head_dim;
+    let mut out = vec![0.0f32; a.batch * n * d];
+    if d == 0 || out.is_empty() {
+        return out;
+    }
+    let token_major = match a.kv {
+        KvInput::Contiguous { .. } | KvInput::TensorList { .. } => {
+            a.input_layout != IfaLayout::Bnsd
+        }
+        KvInput::Paged { layout, .. } => layout == PagedLayout::Bsh,
+    };
+    let nh = if token_major { nkv } else { 1 };
+    let ctx = Ctx {
+        a,
+        n,
+        nkv,
+        g: n / nkv,
+        d,
+        dp: d.next_multiple_of(PAD),
+        scale: a.scale as f32,
+        nh,
+        sub: (SUB_ELEMS / (nh * d.next_multiple_of(PAD))).clamp(1, CHUNK),
+    };
+    let (rows, slot) = (ctx.rows(), ctx.slot());
+    // Tasks in (batch, head range, chunk) order; `groups[b·(Nkv / nh) + i]` = the first task
+    // and task count of head range i of batch b.
+    let per_b = nkv / nh;
+    let mut tasks = Vec::new();
+    let mut groups = vec![(0usize, 0usize); a.batch * per_b];
+    for b in 0..a.batch {
+        let (start, len) = a.window(b);
+        for i in 0..per_b {
+            let first = tasks.len();
+            for t0 in (start..start + len).step_by(CHUNK) {
+                tasks.push(Task {
+                    b,
+                    n0: i * nh,
+                    t0,
+                    t1: (t0 + CHUNK).min(start + len),
+                });
+            }
+            groups[b * per_b + i] = (first, tasks.len() - first);
+        }
+    }
+    let mut partials = vec![0.0f32; tasks.len() * slot];
+    // One set of working buffers per pool thread, allocated once per call (rayon's
+    // `for_each_init` would allocate one per split job, and fresh MiB-sized buffers cost page
+    // faults). Each pool thread only ever locks its own entry.
+    let pool: Vec<Mutex<Option<Bufs>>> = (0..rayon::current_num_threads())
+        .map(|_| Mutex::new(None))
+        .collect();
+    partials
+        .par_chunks_mut(slot)
+        .zip(tasks.par_iter())
+        .for_each(|(dst, &t)| {
+            let mine = rayon::current_thread_index().and_then(|i| pool.get(i));
+            match mine {
+                Some(m) => {
+                    let mut guard = m.lock().unwrap_or_else(|e| e.into_inner());
+                    ctx.task(guard.get_or_insert_with(|| ctx.bufs()), t, dst);
+                }
+                None => ctx.task(&mut ctx.bufs(), t, dst),
+            }
+        });
+
+    // Merge each head range's chunks in chunk order, then apply the value antiquant scale.
+    out.par_chunks_mut(n * d)
+        .enumerate()
+        .for_each(|(b, out_b)| {
+            for i in 0..per_b {
+                let (first, count) = groups[b * per_b + i];
+                if count == 0 {
+                    continue; // empty window: zero rows
+                }
+                let parts = &partials[first * slot..(first + count) * slot];
+                for r in 0..rows {
+                    let h = i * rows + r;
+                    let dst = &mut out_b[h * d..(h + 1) * d];
+                    let m = parts
+                        .chunks_exact(slot)
+                        .map(|p| p[r])
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    let mut l = 0.0f32;
+                    for p in parts.chunks_exact(slot) {
+                        let w = (p[r] - m).exp();
+                        l += p[rows + r] * w;
+                        let acc = &p[2 * rows + r * d..2 * rows + (r + 1) * d];
+                        dst.iter_mut().zip(acc).for_each(|(o, x)| *o += w * x);
+                    }
+                    let inv_l = 1.0 / l;
+                    let kvh = h / ctx.g;
+                    for (di, o) in dst.iter_mut().enumerate() {
+                        *o *= inv_l * ctx.antiquant(1, kvh * d + di).0;
+                    }
+                }
+            }
+        });
+    out
+}
+
+/// Incremental attention with the reference's arguments and semantics
+/// ([`crate::reference::incre::incre_flash_attention`]); the output in f32, `B·N·D` elements
+/// (`(b·N + h)·D + d`, valid for all layouts).
+///
+/// Preconditions: those of [`IncreFlashAttentionArgs`] (the caller validates); violating them
+/// may panic (slice bounds), never cause undefined behaviour.
+pub fn incre_flash_attention<Q: Element, KV: Element>(
+    a: &IncreFlashAttentionArgs<Q, KV>,
+) -> Vec<f32> {
+    run(a)
+}
+
+/// [`incre_flash_attention`] rounded (nearest-even) to `O`.
+pub fn incre_flash_attention_as<Q: Element, KV: Element, O: Element>(
+    a: &IncreFlashAttentionArgs<Q, KV>,
+) -> Vec<O> {
+    run(a).into_iter().map(|x| O::from_f64(x as f64)).collect()
+}
+
+/// int8 output through `quantScale2` / `quantOffset2` with the reference's rounding
+/// ([`PostQuant::quantize`]). Zero rows (`len = 0`) quantise as `offset`.
+pub fn incre_flash_attention_int8<Q: Element, KV: Element>(
+    a: &IncreFlashAttentionArgs<Q, KV>,
+    quant: &PostQuant,
+) -> Vec<i8> {
+    let (n, d) = (a.num_heads, a.head_dim);
+    run(a)
+        .into_iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let h = (i / d.max(1)) % n.max(1);
+            quant.quantize(x as f64, h * d + i % d.max(1))
+        })
+        .collect()
+}
