@@ -5,7 +5,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use burn_ascend_kernels::acl::{AclError, DataType, DeviceBuffer, TensorDesc};
+use burn_ascend_kernels::acl::{
+    AclError, DataType, DeviceBuffer, Tensor as AclTensorHandle, TensorDesc,
+};
 use burn_backend::{DType, Shape, TensorData, TensorMetadata};
 
 use crate::device::{runtime, try_runtime, AscendDevice};
@@ -208,6 +210,11 @@ impl AscendTensor {
         let storage_elems = self.storage.buffer().len() / self.dtype.size();
         TensorDesc::strided(&self.shape, &self.strides, self.offset, storage_elems, dt)
             .unwrap_or_else(|e| panic!("{op}: {e}"))
+    }
+
+    /// An `aclTensor` over this view, described by `desc` (from [`Self::desc`]).
+    pub(crate) fn handle<'a>(&'a self, desc: &TensorDesc, op: &str) -> AclTensorHandle<'a> {
+        AclTensorHandle::new(self.storage.buffer(), desc).unwrap_or_else(|e| fail(op, e))
     }
 
     pub(crate) fn acl_dtype(&self, op: &str) -> DataType {

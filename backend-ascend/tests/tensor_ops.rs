@@ -152,3 +152,33 @@ fn fallback_calls_are_counted() {
     let _ = a.cos().into_data();
     assert!(fallback_count("float_cos") > before);
 }
+
+#[test]
+fn matmul_and_binary_ops_take_the_device_path() {
+    let names = [
+        "float_matmul",
+        "float_add",
+        "float_sub",
+        "float_mul",
+        "float_div",
+    ];
+    let before: Vec<u64> = names.iter().map(|n| fallback_count(n)).collect();
+    let (a, n) = both([3, 2, 4], 11);
+    let (b, m) = both([4, 5], 12);
+    // broadcast batch, a transposed (strided) operand
+    close(
+        a.clone().matmul(b.clone().unsqueeze::<3>()),
+        n.clone().matmul(m.clone().unsqueeze::<3>()),
+    );
+    close(
+        a.clone().swap_dims(1, 2).matmul(a.clone()),
+        n.clone().swap_dims(1, 2).matmul(n.clone()),
+    );
+    let (c, o) = both([1, 2, 4], 13);
+    close(a.clone() + c.clone(), n.clone() + o.clone());
+    close(a.clone() - c.clone(), n.clone() - o.clone());
+    close(a.clone() * c.clone(), n.clone() * o.clone());
+    close(c.clone() / (a.clone() + 3.0), o.clone() / (n.clone() + 3.0));
+    let after: Vec<u64> = names.iter().map(|n| fallback_count(n)).collect();
+    assert_eq!(before, after, "no host fallback for {names:?}");
+}

@@ -7,6 +7,7 @@ pub(crate) mod base;
 pub(crate) mod bool_tensor;
 pub(crate) mod int_tensor;
 pub(crate) mod module;
+pub(crate) mod native;
 pub(crate) mod qtensor;
 pub(crate) mod tensor;
 pub(crate) mod transaction;

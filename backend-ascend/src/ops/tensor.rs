@@ -9,6 +9,7 @@ use burn_backend::{
 };
 
 use super::base;
+use super::native::{self, Binary};
 use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
@@ -61,6 +62,47 @@ impl FloatTensorOps<Self> for Ascend {
             }
         }
     }
+
+    fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::matmul(&lhs, &rhs).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_matmul");
+            let (lhs, rhs) = (cx.arg(lhs), cx.arg(rhs));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_matmul(lhs, rhs))
+        })
+    }
+
+    fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::binary(Binary::Add, &lhs, &rhs).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_add");
+            let (lhs, rhs) = (cx.arg(lhs), cx.arg(rhs));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_add(lhs, rhs))
+        })
+    }
+
+    fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::binary(Binary::Sub, &lhs, &rhs).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_sub");
+            let (lhs, rhs) = (cx.arg(lhs), cx.arg(rhs));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_sub(lhs, rhs))
+        })
+    }
+
+    fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::binary(Binary::Mul, &lhs, &rhs).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_mul");
+            let (lhs, rhs) = (cx.arg(lhs), cx.arg(rhs));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_mul(lhs, rhs))
+        })
+    }
+
+    fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::binary(Binary::Div, &lhs, &rhs).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_div");
+            let (lhs, rhs) = (cx.arg(lhs), cx.arg(rhs));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_div(lhs, rhs))
+        })
+    }
+
     // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
     fn float_random(
         shape: Shape,
@@ -87,24 +129,10 @@ impl FloatTensorOps<Self> for Ascend {
         ))
     }
 
-    fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_add");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_add(lhs, rhs))
-    }
-
     fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         let mut cx = Fallback::new("float_add_scalar");
         let lhs = cx.arg(lhs);
         cx.ret(<Host as FloatTensorOps<Host>>::float_add_scalar(lhs, rhs))
-    }
-
-    fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_sub");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_sub(lhs, rhs))
     }
 
     fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
@@ -113,24 +141,10 @@ impl FloatTensorOps<Self> for Ascend {
         cx.ret(<Host as FloatTensorOps<Host>>::float_sub_scalar(lhs, rhs))
     }
 
-    fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_mul");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_mul(lhs, rhs))
-    }
-
     fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         let mut cx = Fallback::new("float_mul_scalar");
         let lhs = cx.arg(lhs);
         cx.ret(<Host as FloatTensorOps<Host>>::float_mul_scalar(lhs, rhs))
-    }
-
-    fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_div");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_div(lhs, rhs))
     }
 
     fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
@@ -152,13 +166,6 @@ impl FloatTensorOps<Self> for Ascend {
         cx.ret(<Host as FloatTensorOps<Host>>::float_remainder_scalar(
             lhs, rhs,
         ))
-    }
-
-    fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_matmul");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_matmul(lhs, rhs))
     }
 
     fn float_cross(

@@ -189,6 +189,8 @@ fn resolve(libs: &[Library], dir: &Path) -> Result<AclApi> {
         destroy_int_array: req!("aclDestroyIntArray", AclDestroyIntArray),
         create_tensor_list: req!("aclCreateTensorList", AclCreateTensorList),
         destroy_tensor_list: req!("aclDestroyTensorList", AclDestroyTensorList),
+        create_scalar: req!("aclCreateScalar", AclCreateScalar),
+        destroy_scalar: req!("aclDestroyScalar", AclDestroyScalar),
         varlen_fwd_v5: op!("aclnnFlashAttentionVarLenScoreV5", VarlenFwdV5Ws),
         varlen_fwd_base: op!("aclnnFlashAttentionVarLenScore", VarlenFwdBaseWs),
         varlen_grad_v5: op!("aclnnFlashAttentionUnpaddingScoreGradV5", VarlenGradV5Ws),
@@ -196,5 +198,10 @@ fn resolve(libs: &[Library], dir: &Path) -> Result<AclApi> {
         pfa_v1: op!("aclnnPromptFlashAttention", PfaV1Ws),
         ifa_v4: op!("aclnnIncreFlashAttentionV4", IfaV4Ws),
         scatter_pa_kv_cache: op!("aclnnScatterPaKvCache", ScatterPaKvCacheWs),
+        add: op!("aclnnAdd", BinaryAlphaWs),
+        sub: op!("aclnnSub", BinaryAlphaWs),
+        mul: op!("aclnnMul", BinaryWs),
+        div: op!("aclnnDiv", BinaryWs),
+        matmul: op!("aclnnMatmul", MatmulWs),
     })
 }

@@ -11,7 +11,7 @@ use std::ptr::{null, null_mut};
 use super::error::{AclError, Result};
 use super::ffi::*;
 use super::runtime::Runtime;
-use super::tensor::{check, IntArray, Tensor, TensorList};
+use super::tensor::{check, IntArray, Scalar, Tensor, TensorList};
 
 /// The two-stage call: `get_workspace(&mut size, &mut executor)`, then the cached workspace,
 /// then `launch(workspace, size, executor, stream)`. Errors name `op` (with the
@@ -540,5 +540,69 @@ pub fn scatter(rt: &Runtime, a: &ScatterArgs<'_>) -> Result<()> {
                 ex,
             )
         }
+    })
+}
+
+/// `out = self + alpha·other` (`aclnnAdd`), broadcasting.
+pub fn add(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    b: &Tensor<'_>,
+    alpha: &Scalar,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let f = rt.api().add.ok_or_else(|| missing("aclnnAdd"))?;
+    two_stage(rt, "aclnnAdd", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnAddGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self - alpha·other` (`aclnnSub`), broadcasting.
+pub fn sub(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    b: &Tensor<'_>,
+    alpha: &Scalar,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let f = rt.api().sub.ok_or_else(|| missing("aclnnSub"))?;
+    two_stage(rt, "aclnnSub", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnSubGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self * other` (`aclnnMul`), broadcasting.
+pub fn mul(rt: &Runtime, a: &Tensor<'_>, b: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
+    let f = rt.api().mul.ok_or_else(|| missing("aclnnMul"))?;
+    two_stage(rt, "aclnnMul", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnMulGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self / other` (`aclnnDiv`), broadcasting.
+pub fn div(rt: &Runtime, a: &Tensor<'_>, b: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
+    let f = rt.api().div.ok_or_else(|| missing("aclnnDiv"))?;
+    two_stage(rt, "aclnnDiv", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnDivGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self @ mat2` (`aclnnMatmul`), batch dims broadcast. `cube_math_type`: 0 keeps the
+/// dtype, 1 allows fp32→fp16, 2 fp32→hf32, 3 fp16/bf16 in fp32 (aclnn's `cubeMathType`).
+pub fn matmul(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    b: &Tensor<'_>,
+    out: &Tensor<'_>,
+    cube_math_type: i8,
+) -> Result<()> {
+    let f = rt.api().matmul.ok_or_else(|| missing("aclnnMatmul"))?;
+    two_stage(rt, "aclnnMatmul", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnMatmulGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), cube_math_type, ws, ex) }
     })
 }

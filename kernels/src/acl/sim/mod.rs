@@ -16,6 +16,10 @@
 //!   its storage (161002) — checks CANN itself does not make, which catch stride bugs;
 //! - each failure leaves a message for `aclGetRecentErrMsg`.
 //!
+//! The elementwise and matmul ops the Burn backend calls (`aclnnAdd`, `aclnnSub`, `aclnnMul`,
+//! `aclnnDiv`, `aclnnMatmul`, with `aclCreateScalar` for `alpha`) are simulated in `math`
+//! with the same validation; unlike CANN they do not promote mixed dtypes (161002).
+//!
 //! It does not model: layouts other than TND for varlen, rope, padding masks, int8 Q/K/V
 //! (full quantisation), NHSD / 4-D scatter; those return 161002 with an "unsupported in the
 //! simulation" message. A kernel panic becomes 561000 (`ACLNN_ERR_INNER`), never an unwind
@@ -24,6 +28,7 @@
 //! [`set_compute`] turns the kernels off (everything else still runs) so the host overhead of a
 //! dispatched call can be measured ([`super::bench`]).
 
+mod math;
 mod ops;
 mod state;
 
@@ -51,6 +56,8 @@ static API: AclApi = AclApi {
     destroy_int_array: state::destroy_int_array,
     create_tensor_list: state::create_tensor_list,
     destroy_tensor_list: state::destroy_tensor_list,
+    create_scalar: math::create_scalar,
+    destroy_scalar: math::destroy_scalar,
     varlen_fwd_v5: Some(OpFns {
         workspace: ops::varlen_fwd_v5_ws,
         launch: ops::varlen_fwd_v5_launch,
@@ -78,6 +85,26 @@ static API: AclApi = AclApi {
     scatter_pa_kv_cache: Some(OpFns {
         workspace: ops::scatter_ws,
         launch: ops::scatter_launch,
+    }),
+    add: Some(OpFns {
+        workspace: math::add_ws,
+        launch: math::add_launch,
+    }),
+    sub: Some(OpFns {
+        workspace: math::sub_ws,
+        launch: math::sub_launch,
+    }),
+    mul: Some(OpFns {
+        workspace: math::mul_ws,
+        launch: math::mul_launch,
+    }),
+    div: Some(OpFns {
+        workspace: math::div_ws,
+        launch: math::div_launch,
+    }),
+    matmul: Some(OpFns {
+        workspace: math::matmul_ws,
+        launch: math::matmul_launch,
     }),
 };
 
