@@ -182,3 +182,35 @@ fn matmul_and_binary_ops_take_the_device_path() {
     let after: Vec<u64> = names.iter().map(|n| fallback_count(n)).collect();
     assert_eq!(before, after, "no host fallback for {names:?}");
 }
+
+#[test]
+fn scalar_unary_and_reduction_ops_take_the_device_path() {
+    let names = [
+        "float_add_scalar",
+        "float_sub_scalar",
+        "float_mul_scalar",
+        "float_exp",
+        "float_log",
+        "float_sqrt",
+        "float_abs",
+        "float_tanh",
+        "float_sum_dim",
+        "float_mean_dim",
+        "float_sum",
+    ];
+    let before: Vec<u64> = names.iter().map(|n| fallback_count(n)).collect();
+    let (a, n) = both([3, 4, 5], 21);
+    let (at, nt) = (a.clone().swap_dims(0, 2), n.clone().swap_dims(0, 2));
+    close(at.clone() + 1.5, nt.clone() + 1.5);
+    close(at.clone() - 0.25, nt.clone() - 0.25);
+    close(at.clone() * -3.0, nt.clone() * -3.0);
+    close(at.clone().exp(), nt.clone().exp());
+    close(at.clone().abs().log(), nt.clone().abs().log());
+    close(at.clone().abs().sqrt(), nt.clone().abs().sqrt());
+    close(at.clone().tanh(), nt.clone().tanh());
+    close(at.clone().sum_dim(1), nt.clone().sum_dim(1));
+    close(at.clone().mean_dim(0), nt.clone().mean_dim(0));
+    close(at.clone().sum(), nt.clone().sum());
+    let after: Vec<u64> = names.iter().map(|n| fallback_count(n)).collect();
+    assert_eq!(before, after, "no host fallback for {names:?}");
+}

@@ -1,10 +1,13 @@
 //! Float ops that run aclnn kernels: elementwise add/sub/mul/div (`aclnnAdd`, `aclnnSub`,
-//! `aclnnMul`, `aclnnDiv`, broadcasting) and matmul (`aclnnMatmul`, batch dims broadcast).
+//! `aclnnMul`, `aclnnDiv`, broadcasting), matmul (`aclnnMatmul`, batch dims broadcast),
+//! add/sub/mul by a scalar (`aclnnAdds`, `aclnnMuls`), exp/log/sqrt/abs/tanh and sum/mean
+//! over dims (`aclnnReduceSum`, `aclnnMean`).
 //! Operands are passed as their views (strides, offset, stride 0 for broadcast dims): no copy.
 //! Calls the device path does not take (dtypes other than f32/f16/bf16, mixed dtypes, rank < 2
 //! for matmul, rank > 8) return `None` and the caller runs the counted host fallback.
 
-use burn_ascend_kernels::acl::{ops, Scalar};
+use burn_ascend_kernels::acl::ops::{self, Unary};
+use burn_ascend_kernels::acl::{IntArray, Scalar};
 use burn_backend::{Shape, TensorMetadata};
 
 use crate::device::runtime;
@@ -141,5 +144,77 @@ pub(crate) fn matmul(lhs: &AscendTensor, rhs: &AscendTensor) -> Option<AscendTen
         ops::matmul(&rt, &a, &b, &o, 0).unwrap_or_else(|e| fail(NAME, e));
     }
     rt.synchronize().unwrap_or_else(|e| fail(NAME, e));
+    Some(out)
+}
+
+/// A unary float op on the device, or `None` for non-float dtypes.
+pub(crate) fn unary(op: Unary, t: &AscendTensor) -> Option<AscendTensor> {
+    if !is_acl_float(t.dtype) || t.shape.num_dims() > 8 {
+        return None;
+    }
+    let name = op.name();
+    let device = t.device();
+    let rt = runtime(&device);
+    let out = AscendTensor::alloc(t.shape.clone(), t.dtype, &device);
+    {
+        let (ad, od) = (t.desc(name), out.desc(name));
+        let (a, o) = (t.handle(&ad, name), out.handle(&od, name));
+        ops::unary(&rt, op, &a, &o).unwrap_or_else(|e| fail(name, e));
+    }
+    rt.synchronize().unwrap_or_else(|e| fail(name, e));
+    Some(out)
+}
+
+/// `t + alpha·s` (`aclnnAdds`) or `t · s` (`aclnnMuls`, `alpha = None`) on the device.
+pub(crate) fn scalar(t: &AscendTensor, s: f32, alpha: Option<f32>) -> Option<AscendTensor> {
+    if !is_acl_float(t.dtype) || t.shape.num_dims() > 8 {
+        return None;
+    }
+    let name = if alpha.is_some() {
+        "aclnnAdds"
+    } else {
+        "aclnnMuls"
+    };
+    let device = t.device();
+    let rt = runtime(&device);
+    let out = AscendTensor::alloc(t.shape.clone(), t.dtype, &device);
+    {
+        let (ad, od) = (t.desc(name), out.desc(name));
+        let (a, o) = (t.handle(&ad, name), out.handle(&od, name));
+        let sc = |v| Scalar::f32(rt.api(), v).unwrap_or_else(|e| fail(name, e));
+        let other = sc(s);
+        match alpha {
+            Some(al) => ops::adds(&rt, &a, &other, &sc(al), &o),
+            None => ops::muls(&rt, &a, &other, &o),
+        }
+        .unwrap_or_else(|e| fail(name, e));
+    }
+    rt.synchronize().unwrap_or_else(|e| fail(name, e));
+    Some(out)
+}
+
+/// Sum or mean over `dims`, keeping them as size 1 (Burn's `sum_dim`/`mean_dim`; `sum` passes
+/// every dim and reshapes to `[1]`).
+pub(crate) fn reduce(t: &AscendTensor, dims: &[usize], mean: bool) -> Option<AscendTensor> {
+    if !is_acl_float(t.dtype) || t.shape.num_dims() > 8 {
+        return None;
+    }
+    let name = if mean { "aclnnMean" } else { "aclnnReduceSum" };
+    let device = t.device();
+    let rt = runtime(&device);
+    let mut shape: Vec<usize> = t.shape.iter().copied().collect();
+    for &d in dims {
+        shape[d] = 1;
+    }
+    let out = AscendTensor::alloc(Shape::from(shape), t.dtype, &device);
+    {
+        let (ad, od) = (t.desc(name), out.desc(name));
+        let (a, o) = (t.handle(&ad, name), out.handle(&od, name));
+        let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let dims = IntArray::new(rt.api(), &dims).unwrap_or_else(|e| fail(name, e));
+        let dt = t.acl_dtype(name);
+        ops::reduce(&rt, mean, &a, &dims, true, dt, &o).unwrap_or_else(|e| fail(name, e));
+    }
+    rt.synchronize().unwrap_or_else(|e| fail(name, e));
     Some(out)
 }

@@ -14,6 +14,7 @@ use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
 use crate::Ascend;
+use burn_ascend_kernels::acl::ops::Unary;
 
 impl FloatTensorOps<Self> for Ascend {
     fn float_from_data(data: TensorData, device: &AscendDevice) -> FloatTensor<Self> {
@@ -103,6 +104,98 @@ impl FloatTensorOps<Self> for Ascend {
         })
     }
 
+    fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        native::scalar(&lhs, rhs.elem::<f32>(), Some(1.0)).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_add_scalar");
+            let lhs = cx.arg(lhs);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_add_scalar(lhs, rhs))
+        })
+    }
+
+    fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        native::scalar(&lhs, rhs.elem::<f32>(), Some(-1.0)).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_sub_scalar");
+            let lhs = cx.arg(lhs);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_sub_scalar(lhs, rhs))
+        })
+    }
+
+    fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        native::scalar(&lhs, rhs.elem::<f32>(), None).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_mul_scalar");
+            let lhs = cx.arg(lhs);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_mul_scalar(lhs, rhs))
+        })
+    }
+
+    fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::unary(Unary::Exp, &tensor).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_exp");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_exp(tensor))
+        })
+    }
+
+    fn float_log(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::unary(Unary::Log, &tensor).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_log");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_log(tensor))
+        })
+    }
+
+    fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::unary(Unary::Sqrt, &tensor).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_sqrt");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_sqrt(tensor))
+        })
+    }
+
+    fn float_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::unary(Unary::Abs, &tensor).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_abs");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_abs(tensor))
+        })
+    }
+
+    fn float_tanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::unary(Unary::Tanh, &tensor).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_tanh");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_tanh(tensor))
+        })
+    }
+
+    fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        native::reduce(&tensor, &[dim], false).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_sum_dim");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_sum_dim(tensor, dim))
+        })
+    }
+
+    fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        native::reduce(&tensor, &[dim], true).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_mean_dim");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_mean_dim(tensor, dim))
+        })
+    }
+
+    fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let all: Vec<usize> = (0..tensor.shape.num_dims()).collect();
+        match native::reduce(&tensor, &all, false) {
+            Some(t) => base::reshape(t, Shape::new([1])),
+            None => {
+                let mut cx = Fallback::new("float_sum");
+                let tensor = cx.arg(tensor);
+                cx.ret(<Host as FloatTensorOps<Host>>::float_sum(tensor))
+            }
+        }
+    }
+
     // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
     fn float_random(
         shape: Shape,
@@ -127,24 +220,6 @@ impl FloatTensorOps<Self> for Ascend {
         cx.ret(<Host as FloatTensorOps<Host>>::float_into_int(
             tensor, out_dtype,
         ))
-    }
-
-    fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_add_scalar");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_add_scalar(lhs, rhs))
-    }
-
-    fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_sub_scalar");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_sub_scalar(lhs, rhs))
-    }
-
-    fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_mul_scalar");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_mul_scalar(lhs, rhs))
     }
 
     fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
@@ -412,24 +487,6 @@ impl FloatTensorOps<Self> for Ascend {
         ))
     }
 
-    fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_sum");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_sum(tensor))
-    }
-
-    fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_sum_dim");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_sum_dim(tensor, dim))
-    }
-
-    fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_mean_dim");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_mean_dim(tensor, dim))
-    }
-
     fn float_cumsum(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         let mut cx = Fallback::new("float_cumsum");
         let tensor = cx.arg(tensor);
@@ -461,18 +518,6 @@ impl FloatTensorOps<Self> for Ascend {
         cx.ret(<Host as FloatTensorOps<Host>>::float_cast(tensor, dtype))
     }
 
-    fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_exp");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_exp(tensor))
-    }
-
-    fn float_log(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_log");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_log(tensor))
-    }
-
     fn float_log1p(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         let mut cx = Fallback::new("float_log1p");
         let tensor = cx.arg(tensor);
@@ -492,18 +537,6 @@ impl FloatTensorOps<Self> for Ascend {
         cx.ret(<Host as FloatTensorOps<Host>>::float_powf_scalar_impl(
             tensor, value,
         ))
-    }
-
-    fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_sqrt");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_sqrt(tensor))
-    }
-
-    fn float_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_abs");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_abs(tensor))
     }
 
     fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -534,12 +567,6 @@ impl FloatTensorOps<Self> for Ascend {
         let mut cx = Fallback::new("float_sinh");
         let tensor = cx.arg(tensor);
         cx.ret(<Host as FloatTensorOps<Host>>::float_sinh(tensor))
-    }
-
-    fn float_tanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_tanh");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_tanh(tensor))
     }
 
     fn float_acos(tensor: FloatTensor<Self>) -> FloatTensor<Self> {

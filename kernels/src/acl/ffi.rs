@@ -462,6 +462,44 @@ pub type MatmulWs = unsafe extern "C" fn(
     executor: Ex,
 ) -> AclStatus;
 
+/// A unary elementwise op, e.g. `aclnnExpGetWorkspaceSize(const aclTensor *self,
+/// aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)`.
+pub type UnaryWs =
+    unsafe extern "C" fn(self_: T, out: T, workspace_size: Ws, executor: Ex) -> AclStatus;
+
+/// `aclnnAddsGetWorkspaceSize` / `aclnnSubsGetWorkspaceSize`: `(const aclTensor *self,
+/// const aclScalar *other, const aclScalar *alpha, aclTensor *out, …)`.
+pub type ScalarAlphaWs = unsafe extern "C" fn(
+    self_: T,
+    other: *const AclScalar,
+    alpha: *const AclScalar,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnMulsGetWorkspaceSize` / `aclnnDivsGetWorkspaceSize`: `(const aclTensor *self,
+/// const aclScalar *other, aclTensor *out, …)`.
+pub type ScalarWs = unsafe extern "C" fn(
+    self_: T,
+    other: *const AclScalar,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnReduceSumGetWorkspaceSize` / `aclnnMeanGetWorkspaceSize`: `(const aclTensor *self,
+/// const aclIntArray *dim, bool keepDim, aclDataType dtype, aclTensor *out, …)`.
+pub type ReduceWs = unsafe extern "C" fn(
+    self_: T,
+    dim: IA,
+    keep_dim: bool,
+    dtype: i32,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
 /// One aclnn op: its `GetWorkspaceSize` stage and its launch stage.
 #[derive(Clone, Copy)]
 pub struct OpFns<W> {
@@ -534,6 +572,24 @@ pub struct AclApi {
     pub div: Option<OpFns<BinaryWs>>,
     /// `aclnnMatmul`.
     pub matmul: Option<OpFns<MatmulWs>>,
+    /// `aclnnAdds`.
+    pub adds: Option<OpFns<ScalarAlphaWs>>,
+    /// `aclnnMuls`.
+    pub muls: Option<OpFns<ScalarWs>>,
+    /// `aclnnExp`.
+    pub exp: Option<OpFns<UnaryWs>>,
+    /// `aclnnLog`.
+    pub log: Option<OpFns<UnaryWs>>,
+    /// `aclnnSqrt`.
+    pub sqrt: Option<OpFns<UnaryWs>>,
+    /// `aclnnAbs`.
+    pub abs: Option<OpFns<UnaryWs>>,
+    /// `aclnnTanh`.
+    pub tanh: Option<OpFns<UnaryWs>>,
+    /// `aclnnReduceSum`.
+    pub reduce_sum: Option<OpFns<ReduceWs>>,
+    /// `aclnnMean`.
+    pub mean: Option<OpFns<ReduceWs>>,
 }
 
 impl std::fmt::Debug for AclApi {
@@ -552,6 +608,15 @@ impl std::fmt::Debug for AclApi {
             .field("mul", &self.mul.is_some())
             .field("div", &self.div.is_some())
             .field("matmul", &self.matmul.is_some())
+            .field("adds", &self.adds.is_some())
+            .field("muls", &self.muls.is_some())
+            .field("exp", &self.exp.is_some())
+            .field("log", &self.log.is_some())
+            .field("sqrt", &self.sqrt.is_some())
+            .field("abs", &self.abs.is_some())
+            .field("tanh", &self.tanh.is_some())
+            .field("reduce_sum", &self.reduce_sum.is_some())
+            .field("mean", &self.mean.is_some())
             .finish()
     }
 }

@@ -203,5 +203,14 @@ fn resolve(libs: &[Library], dir: &Path) -> Result<AclApi> {
         mul: op!("aclnnMul", BinaryWs),
         div: op!("aclnnDiv", BinaryWs),
         matmul: op!("aclnnMatmul", MatmulWs),
+        adds: op!("aclnnAdds", ScalarAlphaWs),
+        muls: op!("aclnnMuls", ScalarWs),
+        exp: op!("aclnnExp", UnaryWs),
+        log: op!("aclnnLog", UnaryWs),
+        sqrt: op!("aclnnSqrt", UnaryWs),
+        abs: op!("aclnnAbs", UnaryWs),
+        tanh: op!("aclnnTanh", UnaryWs),
+        reduce_sum: op!("aclnnReduceSum", ReduceWs),
+        mean: op!("aclnnMean", ReduceWs),
     })
 }

@@ -393,6 +393,231 @@ pub(super) unsafe extern "C" fn matmul_ws(
     })
 }
 
+// ---- scalar, unary, reductions ------------------------------------------------------------
+
+fn unary_ws(
+    op: &'static str,
+    f: fn(f32) -> f32,
+    self_: T,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    let a = required(self_, "self")?;
+    let o = required(out, "out")?;
+    float_dtype(&a, op, "self")?;
+    float_dtype(&o, op, "out")?;
+    if a.dtype != o.dtype {
+        return invalid(format!(
+            "{op}: self {:?} and out {:?} must have one dtype",
+            a.dtype, o.dtype
+        ));
+    }
+    if a.dims != o.dims {
+        return invalid(format!("{op}: out must be {:?}, got {:?}", a.dims, o.dims));
+    }
+    let job = move || -> SimResult<()> {
+        let v: Vec<f32> = floats(&a, "self")?.into_iter().map(f).collect();
+        o.write("out", &encode(&v, o.dtype))
+    };
+    // SAFETY: the out-pointers come from the caller per the prototype.
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+}
+
+macro_rules! unary {
+    ($ws:ident, $launch:ident, $op:literal, $f:expr) => {
+        pub(super) unsafe extern "C" fn $ws(
+            self_: T,
+            out: T,
+            ws: *mut u64,
+            ex: *mut *mut AclOpExecutor,
+        ) -> AclStatus {
+            guard(|| unary_ws($op, $f, self_, out, ws, ex))
+        }
+        launcher!($launch, $op);
+    };
+}
+
+/// `self ∘ other` with a scalar `other` (`aclnnAdds`: `self + alpha·other`, `aclnnMuls`).
+fn scalar_ws(
+    op: &'static str,
+    self_: T,
+    other: f64,
+    alpha: Option<f64>,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    let a = required(self_, "self")?;
+    let o = required(out, "out")?;
+    float_dtype(&a, op, "self")?;
+    if a.dtype != o.dtype || a.dims != o.dims {
+        return invalid(format!(
+            "{op}: out must be {:?} {:?}, got {:?} {:?}",
+            a.dtype, a.dims, o.dtype, o.dims
+        ));
+    }
+    let (s, alpha) = (other as f32, alpha.map(|x| x as f32));
+    let job = move || -> SimResult<()> {
+        let v: Vec<f32> = floats(&a, "self")?
+            .into_iter()
+            .map(|x| match alpha {
+                Some(al) => x + al * s,
+                None => x * s,
+            })
+            .collect();
+        o.write("out", &encode(&v, o.dtype))
+    };
+    // SAFETY: the out-pointers come from the caller per the prototype.
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+}
+
+pub(super) unsafe extern "C" fn adds_ws(
+    self_: T,
+    other: *const AclScalar,
+    alpha: *const AclScalar,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| {
+        let other = scalar(other, "aclnnAdds: other")?;
+        let alpha = scalar(alpha, "aclnnAdds: alpha")?;
+        scalar_ws("aclnnAdds", self_, other, Some(alpha), out, ws, ex)
+    })
+}
+
+pub(super) unsafe extern "C" fn muls_ws(
+    self_: T,
+    other: *const AclScalar,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| {
+        let other = scalar(other, "aclnnMuls: other")?;
+        scalar_ws("aclnnMuls", self_, other, None, out, ws, ex)
+    })
+}
+
+/// Sum or mean over `dim` (an int array; negative dims count from the end).
+#[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
+fn reduce_ws(
+    op: &'static str,
+    mean: bool,
+    self_: T,
+    dim: *const AclIntArray,
+    keep_dim: bool,
+    dtype: i32,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    let a = required(self_, "self")?;
+    let o = required(out, "out")?;
+    let Some(dims) = state::int_array(dim, "dim")? else {
+        return Err(SimErr(
+            ACLNN_ERR_PARAM_NULLPTR,
+            format!("{op}: dim is null"),
+        ));
+    };
+    float_dtype(&a, op, "self")?;
+    if DataType::from_raw(dtype) != Some(o.dtype) || o.dtype != a.dtype {
+        return invalid(format!(
+            "{op}: dtype {dtype} and out {:?} must be the input's dtype {:?} in the simulation",
+            o.dtype, a.dtype
+        ));
+    }
+    let rank = a.dims.len() as i64;
+    let mut axes = Vec::new();
+    for &d in &dims {
+        let d = if d < 0 { d + rank } else { d };
+        if !(0..rank).contains(&d) || axes.contains(&(d as usize)) {
+            return invalid(format!(
+                "{op}: dim {dims:?} out of range or repeated for rank {rank}"
+            ));
+        }
+        axes.push(d as usize);
+    }
+    let kept: Vec<usize> = a
+        .dims
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &n)| match (axes.contains(&i), keep_dim) {
+            (true, true) => Some(1),
+            (true, false) => None,
+            (false, _) => Some(n),
+        })
+        .collect();
+    if o.dims != kept {
+        return invalid(format!("{op}: out must be {kept:?}, got {:?}", o.dims));
+    }
+    let job = move || -> SimResult<()> {
+        let x = floats(&a, "self")?;
+        let outer: Vec<usize> = a
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| if axes.contains(&i) { 1 } else { n })
+            .collect();
+        let map = broadcast_index(&a.dims, &outer);
+        let m: usize = axes.iter().map(|&i| a.dims[i]).product();
+        let mut acc = vec![0f64; outer.iter().product()];
+        for (k, &j) in map.iter().enumerate() {
+            acc[j] += f64::from(x[k]);
+        }
+        let v: Vec<f32> = acc
+            .into_iter()
+            .map(|s| {
+                if mean {
+                    (s / m as f64) as f32
+                } else {
+                    s as f32
+                }
+            })
+            .collect();
+        o.write("out", &encode(&v, o.dtype))
+    };
+    // SAFETY: the out-pointers come from the caller per the prototype.
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+}
+
+pub(super) unsafe extern "C" fn reduce_sum_ws(
+    self_: T,
+    dim: *const AclIntArray,
+    keep_dim: bool,
+    dtype: i32,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| {
+        reduce_ws(
+            "aclnnReduceSum",
+            false,
+            self_,
+            dim,
+            keep_dim,
+            dtype,
+            out,
+            ws,
+            ex,
+        )
+    })
+}
+
+pub(super) unsafe extern "C" fn mean_ws(
+    self_: T,
+    dim: *const AclIntArray,
+    keep_dim: bool,
+    dtype: i32,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| reduce_ws("aclnnMean", true, self_, dim, keep_dim, dtype, out, ws, ex))
+}
+
 macro_rules! launcher {
     ($name:ident, $op:literal) => {
         pub(super) unsafe extern "C" fn $name(
@@ -411,3 +636,12 @@ launcher!(sub_launch, "aclnnSub");
 launcher!(mul_launch, "aclnnMul");
 launcher!(div_launch, "aclnnDiv");
 launcher!(matmul_launch, "aclnnMatmul");
+launcher!(adds_launch, "aclnnAdds");
+launcher!(muls_launch, "aclnnMuls");
+launcher!(reduce_sum_launch, "aclnnReduceSum");
+launcher!(mean_launch, "aclnnMean");
+unary!(exp_ws, exp_launch, "aclnnExp", f32::exp);
+unary!(log_ws, log_launch, "aclnnLog", f32::ln);
+unary!(sqrt_ws, sqrt_launch, "aclnnSqrt", f32::sqrt);
+unary!(abs_ws, abs_launch, "aclnnAbs", f32::abs);
+unary!(tanh_ws, tanh_launch, "aclnnTanh", f32::tanh);

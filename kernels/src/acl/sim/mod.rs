@@ -17,7 +17,8 @@
 //! - each failure leaves a message for `aclGetRecentErrMsg`.
 //!
 //! The elementwise and matmul ops the Burn backend calls (`aclnnAdd`, `aclnnSub`, `aclnnMul`,
-//! `aclnnDiv`, `aclnnMatmul`, with `aclCreateScalar` for `alpha`) are simulated in `math`
+//! `aclnnDiv`, `aclnnMatmul`, `aclnnAdds`, `aclnnMuls`, `aclnnExp/Log/Sqrt/Abs/Tanh`,
+//! `aclnnReduceSum`, `aclnnMean`, with `aclCreateScalar` for scalars) are simulated in `math`
 //! with the same validation; unlike CANN they do not promote mixed dtypes (161002).
 //!
 //! It does not model: layouts other than TND for varlen, rope, padding masks, int8 Q/K/V
@@ -105,6 +106,42 @@ static API: AclApi = AclApi {
     matmul: Some(OpFns {
         workspace: math::matmul_ws,
         launch: math::matmul_launch,
+    }),
+    adds: Some(OpFns {
+        workspace: math::adds_ws,
+        launch: math::adds_launch,
+    }),
+    muls: Some(OpFns {
+        workspace: math::muls_ws,
+        launch: math::muls_launch,
+    }),
+    exp: Some(OpFns {
+        workspace: math::exp_ws,
+        launch: math::exp_launch,
+    }),
+    log: Some(OpFns {
+        workspace: math::log_ws,
+        launch: math::log_launch,
+    }),
+    sqrt: Some(OpFns {
+        workspace: math::sqrt_ws,
+        launch: math::sqrt_launch,
+    }),
+    abs: Some(OpFns {
+        workspace: math::abs_ws,
+        launch: math::abs_launch,
+    }),
+    tanh: Some(OpFns {
+        workspace: math::tanh_ws,
+        launch: math::tanh_launch,
+    }),
+    reduce_sum: Some(OpFns {
+        workspace: math::reduce_sum_ws,
+        launch: math::reduce_sum_launch,
+    }),
+    mean: Some(OpFns {
+        workspace: math::mean_ws,
+        launch: math::mean_launch,
     }),
 };
 
