@@ -36,7 +36,10 @@ fn device_selection_from_the_environment_and_ids() {
     assert_eq!(AscendDevice::sim().kind, AscendKind::Simulation);
     let d = AscendDevice::npu(2);
     assert_eq!(AscendDevice::from_id(d.to_id()), d);
-    assert_eq!(AscendDevice::from_id(AscendDevice::sim().id()), AscendDevice::sim());
+    assert_eq!(
+        AscendDevice::from_id(AscendDevice::sim().id()),
+        AscendDevice::sim()
+    );
 }
 
 #[test]
@@ -50,9 +53,7 @@ fn a_missing_npu_is_a_clear_error() {
 
 #[test]
 fn real_npu_runs_the_native_ops() {
-    let d = AscendDevice::npu(
-        burn_ascend_kernels::acl::default_device_id().unwrap_or(0) as u32,
-    );
+    let d = AscendDevice::npu(burn_ascend_kernels::acl::default_device_id().unwrap_or(0) as u32);
     if let Err(why) = is_available(&d) {
         eprintln!("skipped: no Ascend NPU here ({why})");
         return;
