@@ -1,1 +1,26 @@
+//! The Ascend Burn backend: `type B = Autodiff<Ascend>` trains an ordinary Burn model with its
+//! tensors in NPU memory (or in the host simulation of CANN's ABI, [`AscendDevice::sim`]).
+//!
+//! Layout as `burn-tch`: [`backend`] (the backend type), [`device`], [`element`], [`tensor`]
+//! (the primitive: device buffer, shape, element strides, offset, dtype), `ops/` (one file
+//! per op trait). Native ops call aclnn through `burn_ascend_kernels::acl`; everything else
+//! runs through the counted host [`fallback`]. The attention ops of this project run natively
+//! through [`burn_ascend_ops::AttentionBackend`] ([`attention`]).
+//!
+//! `unsafe` lives only in [`tensor`] (`Send`/`Sync` of the device storage, with its
+//! justification); aclnn calls go through the kernels crate's safe wrappers.
 
+pub mod attention;
+pub mod backend;
+pub mod device;
+pub mod element;
+pub mod fallback;
+mod ops;
+pub mod qtensor;
+pub mod tensor;
+
+pub use backend::Ascend;
+pub use device::{is_available, AscendDevice, AscendKind};
+pub use fallback::{fallback_count, fallback_counts};
+pub use qtensor::AscendQTensor;
+pub use tensor::AscendTensor;

@@ -30,6 +30,11 @@ pub struct AclTensorList {
 pub struct AclOpExecutor {
     _opaque: [u8; 0],
 }
+/// `aclScalar` (opaque; created by `aclCreateScalar`).
+#[repr(C)]
+pub struct AclScalar {
+    _opaque: [u8; 0],
+}
 /// `aclrtStream`.
 pub type AclrtStream = *mut c_void;
 /// `aclError` (runtime) and `aclnnStatus` (op API) are both `int32_t`.
@@ -205,6 +210,12 @@ pub type AclCreateTensorList =
     unsafe extern "C" fn(value: *const *const AclTensor, size: u64) -> *mut AclTensorList;
 /// `aclnnStatus aclDestroyTensorList(const aclTensorList *)` — also destroys the tensors in it.
 pub type AclDestroyTensorList = unsafe extern "C" fn(list: *const AclTensorList) -> AclStatus;
+
+/// `aclScalar *aclCreateScalar(void *value, aclDataType dataType)` (nnopbase copies the value).
+pub type AclCreateScalar =
+    unsafe extern "C" fn(value: *mut c_void, data_type: i32) -> *mut AclScalar;
+/// `aclnnStatus aclDestroyScalar(const aclScalar *scalar)`.
+pub type AclDestroyScalar = unsafe extern "C" fn(scalar: *const AclScalar) -> AclStatus;
 
 // ---- ops (libopapi.so / libopapi_transformer.so) ---------------------------------------------
 
@@ -422,6 +433,73 @@ pub type ScatterPaKvCacheWs = unsafe extern "C" fn(
     executor: Ex,
 ) -> AclStatus;
 
+/// `aclnnAddGetWorkspaceSize` / `aclnnSubGetWorkspaceSize`: `(const aclTensor *self,
+/// const aclTensor *other, const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize,
+/// aclOpExecutor **executor)`; `out = self ± alpha·other`, broadcasting.
+pub type BinaryAlphaWs = unsafe extern "C" fn(
+    self_: T,
+    other: T,
+    alpha: *const AclScalar,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnMulGetWorkspaceSize` / `aclnnDivGetWorkspaceSize`: `(const aclTensor *self,
+/// const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)`.
+pub type BinaryWs =
+    unsafe extern "C" fn(self_: T, other: T, out: T, workspace_size: Ws, executor: Ex) -> AclStatus;
+
+/// `aclnnMatmulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out,
+/// int8_t cubeMathType, uint64_t *workspaceSize, aclOpExecutor **executor)`; batch dims
+/// broadcast.
+pub type MatmulWs = unsafe extern "C" fn(
+    self_: T,
+    mat2: T,
+    out: T,
+    cube_math_type: i8,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// A unary elementwise op, e.g. `aclnnExpGetWorkspaceSize(const aclTensor *self,
+/// aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)`.
+pub type UnaryWs =
+    unsafe extern "C" fn(self_: T, out: T, workspace_size: Ws, executor: Ex) -> AclStatus;
+
+/// `aclnnAddsGetWorkspaceSize` / `aclnnSubsGetWorkspaceSize`: `(const aclTensor *self,
+/// const aclScalar *other, const aclScalar *alpha, aclTensor *out, …)`.
+pub type ScalarAlphaWs = unsafe extern "C" fn(
+    self_: T,
+    other: *const AclScalar,
+    alpha: *const AclScalar,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnMulsGetWorkspaceSize` / `aclnnDivsGetWorkspaceSize`: `(const aclTensor *self,
+/// const aclScalar *other, aclTensor *out, …)`.
+pub type ScalarWs = unsafe extern "C" fn(
+    self_: T,
+    other: *const AclScalar,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnReduceSumGetWorkspaceSize` / `aclnnMeanGetWorkspaceSize`: `(const aclTensor *self,
+/// const aclIntArray *dim, bool keepDim, aclDataType dtype, aclTensor *out, …)`.
+pub type ReduceWs = unsafe extern "C" fn(
+    self_: T,
+    dim: IA,
+    keep_dim: bool,
+    dtype: i32,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
 /// One aclnn op: its `GetWorkspaceSize` stage and its launch stage.
 #[derive(Clone, Copy)]
 pub struct OpFns<W> {
@@ -468,6 +546,8 @@ pub struct AclApi {
     pub destroy_int_array: AclDestroyIntArray,
     pub create_tensor_list: AclCreateTensorList,
     pub destroy_tensor_list: AclDestroyTensorList,
+    pub create_scalar: AclCreateScalar,
+    pub destroy_scalar: AclDestroyScalar,
     /// `aclnnFlashAttentionVarLenScoreV5`.
     pub varlen_fwd_v5: Option<OpFns<VarlenFwdV5Ws>>,
     /// `aclnnFlashAttentionVarLenScore` (the no-sink fallback when V5 is absent).
@@ -482,6 +562,34 @@ pub struct AclApi {
     pub ifa_v4: Option<OpFns<IfaV4Ws>>,
     /// `aclnnScatterPaKvCache`.
     pub scatter_pa_kv_cache: Option<OpFns<ScatterPaKvCacheWs>>,
+    /// `aclnnAdd`.
+    pub add: Option<OpFns<BinaryAlphaWs>>,
+    /// `aclnnSub`.
+    pub sub: Option<OpFns<BinaryAlphaWs>>,
+    /// `aclnnMul`.
+    pub mul: Option<OpFns<BinaryWs>>,
+    /// `aclnnDiv`.
+    pub div: Option<OpFns<BinaryWs>>,
+    /// `aclnnMatmul`.
+    pub matmul: Option<OpFns<MatmulWs>>,
+    /// `aclnnAdds`.
+    pub adds: Option<OpFns<ScalarAlphaWs>>,
+    /// `aclnnMuls`.
+    pub muls: Option<OpFns<ScalarWs>>,
+    /// `aclnnExp`.
+    pub exp: Option<OpFns<UnaryWs>>,
+    /// `aclnnLog`.
+    pub log: Option<OpFns<UnaryWs>>,
+    /// `aclnnSqrt`.
+    pub sqrt: Option<OpFns<UnaryWs>>,
+    /// `aclnnAbs`.
+    pub abs: Option<OpFns<UnaryWs>>,
+    /// `aclnnTanh`.
+    pub tanh: Option<OpFns<UnaryWs>>,
+    /// `aclnnReduceSum`.
+    pub reduce_sum: Option<OpFns<ReduceWs>>,
+    /// `aclnnMean`.
+    pub mean: Option<OpFns<ReduceWs>>,
 }
 
 impl std::fmt::Debug for AclApi {
@@ -495,6 +603,20 @@ impl std::fmt::Debug for AclApi {
             .field("pfa_v1", &self.pfa_v1.is_some())
             .field("ifa_v4", &self.ifa_v4.is_some())
             .field("scatter_pa_kv_cache", &self.scatter_pa_kv_cache.is_some())
+            .field("add", &self.add.is_some())
+            .field("sub", &self.sub.is_some())
+            .field("mul", &self.mul.is_some())
+            .field("div", &self.div.is_some())
+            .field("matmul", &self.matmul.is_some())
+            .field("adds", &self.adds.is_some())
+            .field("muls", &self.muls.is_some())
+            .field("exp", &self.exp.is_some())
+            .field("log", &self.log.is_some())
+            .field("sqrt", &self.sqrt.is_some())
+            .field("abs", &self.abs.is_some())
+            .field("tanh", &self.tanh.is_some())
+            .field("reduce_sum", &self.reduce_sum.is_some())
+            .field("mean", &self.mean.is_some())
             .finish()
     }
 }

@@ -31,5 +31,7 @@ pub mod tensor;
 
 pub use error::{status_name, AclError, Result};
 pub use ffi::{AclApi, ApiKind, DataType, Format};
-pub use runtime::{default_device_id, Runtime};
-pub use tensor::{DeviceBuffer, DeviceTensor, IntArray, Stream, Tensor, TensorDesc, TensorList};
+pub use runtime::{default_device_id, device_count, Runtime};
+pub use tensor::{
+    DeviceBuffer, DeviceTensor, IntArray, Scalar, Stream, Tensor, TensorDesc, TensorList,
+};

@@ -11,7 +11,7 @@ use std::ptr::{null, null_mut};
 use super::error::{AclError, Result};
 use super::ffi::*;
 use super::runtime::Runtime;
-use super::tensor::{check, IntArray, Tensor, TensorList};
+use super::tensor::{check, IntArray, Scalar, Tensor, TensorList};
 
 /// The two-stage call: `get_workspace(&mut size, &mut executor)`, then the cached workspace,
 /// then `launch(workspace, size, executor, stream)`. Errors name `op` (with the
@@ -536,6 +536,175 @@ pub fn scatter(rt: &Runtime, a: &ScatterArgs<'_>) -> Result<()> {
                 cptr(&scatter_mode),
                 ia(a.strides),
                 ia(a.offsets),
+                ws,
+                ex,
+            )
+        }
+    })
+}
+
+/// `out = self + alpha·other` (`aclnnAdd`), broadcasting.
+pub fn add(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    b: &Tensor<'_>,
+    alpha: &Scalar,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let f = rt.api().add.ok_or_else(|| missing("aclnnAdd"))?;
+    two_stage(rt, "aclnnAdd", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnAddGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self - alpha·other` (`aclnnSub`), broadcasting.
+pub fn sub(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    b: &Tensor<'_>,
+    alpha: &Scalar,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let f = rt.api().sub.ok_or_else(|| missing("aclnnSub"))?;
+    two_stage(rt, "aclnnSub", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnSubGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self * other` (`aclnnMul`), broadcasting.
+pub fn mul(rt: &Runtime, a: &Tensor<'_>, b: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
+    let f = rt.api().mul.ok_or_else(|| missing("aclnnMul"))?;
+    two_stage(rt, "aclnnMul", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnMulGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self / other` (`aclnnDiv`), broadcasting.
+pub fn div(rt: &Runtime, a: &Tensor<'_>, b: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
+    let f = rt.api().div.ok_or_else(|| missing("aclnnDiv"))?;
+    two_stage(rt, "aclnnDiv", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnDivGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self @ mat2` (`aclnnMatmul`), batch dims broadcast. `cube_math_type`: 0 keeps the
+/// dtype, 1 allows fp32→fp16, 2 fp32→hf32, 3 fp16/bf16 in fp32 (aclnn's `cubeMathType`).
+pub fn matmul(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    b: &Tensor<'_>,
+    out: &Tensor<'_>,
+    cube_math_type: i8,
+) -> Result<()> {
+    let f = rt.api().matmul.ok_or_else(|| missing("aclnnMatmul"))?;
+    two_stage(rt, "aclnnMatmul", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnMatmulGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), cube_math_type, ws, ex) }
+    })
+}
+
+/// `out = self + alpha·other` with a scalar `other` (`aclnnAdds`).
+pub fn adds(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    other: &Scalar,
+    alpha: &Scalar,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let f = rt.api().adds.ok_or_else(|| missing("aclnnAdds"))?;
+    two_stage(rt, "aclnnAdds", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnAddsGetWorkspaceSize's prototype; handles are live.
+        unsafe {
+            (f.workspace)(
+                a.as_ptr(),
+                other.as_ptr(),
+                alpha.as_ptr(),
+                out.as_ptr(),
+                ws,
+                ex,
+            )
+        }
+    })
+}
+
+/// `out = self · other` with a scalar `other` (`aclnnMuls`).
+pub fn muls(rt: &Runtime, a: &Tensor<'_>, other: &Scalar, out: &Tensor<'_>) -> Result<()> {
+    let f = rt.api().muls.ok_or_else(|| missing("aclnnMuls"))?;
+    two_stage(rt, "aclnnMuls", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnMulsGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), other.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// The unary elementwise ops wired here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unary {
+    Exp,
+    Log,
+    Sqrt,
+    Abs,
+    Tanh,
+}
+
+impl Unary {
+    /// The aclnn op name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exp => "aclnnExp",
+            Self::Log => "aclnnLog",
+            Self::Sqrt => "aclnnSqrt",
+            Self::Abs => "aclnnAbs",
+            Self::Tanh => "aclnnTanh",
+        }
+    }
+}
+
+/// `out = op(self)` elementwise.
+pub fn unary(rt: &Runtime, op: Unary, a: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
+    let api = rt.api();
+    let f = match op {
+        Unary::Exp => api.exp,
+        Unary::Log => api.log,
+        Unary::Sqrt => api.sqrt,
+        Unary::Abs => api.abs,
+        Unary::Tanh => api.tanh,
+    }
+    .ok_or_else(|| missing(op.name()))?;
+    two_stage(rt, op.name(), f.launch, |ws, ex| {
+        // SAFETY: the arguments follow the unary prototype `(self, out, ws, executor)`.
+        unsafe { (f.workspace)(a.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// Sum (`aclnnReduceSum`) or mean (`aclnnMean`) over `dims`, in `dtype`.
+pub fn reduce(
+    rt: &Runtime,
+    mean: bool,
+    a: &Tensor<'_>,
+    dims: &IntArray,
+    keep_dim: bool,
+    dtype: DataType,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let (name, f) = if mean {
+        ("aclnnMean", rt.api().mean)
+    } else {
+        ("aclnnReduceSum", rt.api().reduce_sum)
+    };
+    let f = f.ok_or_else(|| missing(name))?;
+    two_stage(rt, name, f.launch, |ws, ex| {
+        // SAFETY: the arguments follow the reduce prototype; handles are live.
+        unsafe {
+            (f.workspace)(
+                a.as_ptr(),
+                dims.as_ptr(),
+                keep_dim,
+                dtype.raw(),
+                out.as_ptr(),
                 ws,
                 ex,
             )

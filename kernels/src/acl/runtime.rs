@@ -28,6 +28,16 @@ pub fn default_device_id() -> Result<i32> {
     }
 }
 
+/// Number of devices `api` sees (`aclrtGetDeviceCount`), initialising ACL first.
+pub fn device_count(api: &'static AclApi) -> Result<u32> {
+    init_once(api)?;
+    let mut count = 0u32;
+    // SAFETY: `count` is a valid out-pointer.
+    let st = unsafe { (api.get_device_count)(&mut count) };
+    check(api, st, "aclrtGetDeviceCount")?;
+    Ok(count)
+}
+
 /// `aclInit` must run once per process per table; this remembers which tables were initialised.
 static INITIALISED: Mutex<Vec<ApiKind>> = Mutex::new(Vec::new());
 

@@ -473,6 +473,36 @@ impl Drop for TensorList<'_> {
     }
 }
 
+/// An `aclScalar` (nnopbase copies the value), destroyed on drop.
+pub struct Scalar {
+    api: &'static AclApi,
+    ptr: NonNull<AclScalar>,
+}
+
+impl Scalar {
+    /// A FLOAT scalar.
+    pub fn f32(api: &'static AclApi, value: f32) -> Result<Self> {
+        let mut v = value;
+        // SAFETY: `v` is one FLOAT element, valid for the call; nnopbase copies it.
+        let ptr =
+            unsafe { (api.create_scalar)((&mut v as *mut f32).cast(), DataType::Float.raw()) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateScalar"))?;
+        Ok(Self { api, ptr })
+    }
+
+    /// The raw handle.
+    pub fn as_ptr(&self) -> *const AclScalar {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for Scalar {
+    fn drop(&mut self) {
+        // SAFETY: created by `aclCreateScalar`, destroyed once.
+        let _ = unsafe { (self.api.destroy_scalar)(self.ptr.as_ptr()) };
+    }
+}
+
 /// An `aclrtStream`, destroyed on drop.
 pub struct Stream {
     api: &'static AclApi,

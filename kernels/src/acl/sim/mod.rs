@@ -16,6 +16,11 @@
 //!   its storage (161002) — checks CANN itself does not make, which catch stride bugs;
 //! - each failure leaves a message for `aclGetRecentErrMsg`.
 //!
+//! The elementwise and matmul ops the Burn backend calls (`aclnnAdd`, `aclnnSub`, `aclnnMul`,
+//! `aclnnDiv`, `aclnnMatmul`, `aclnnAdds`, `aclnnMuls`, `aclnnExp/Log/Sqrt/Abs/Tanh`,
+//! `aclnnReduceSum`, `aclnnMean`, with `aclCreateScalar` for scalars) are simulated in `math`
+//! with the same validation; unlike CANN they do not promote mixed dtypes (161002).
+//!
 //! It does not model: layouts other than TND for varlen, rope, padding masks, int8 Q/K/V
 //! (full quantisation), NHSD / 4-D scatter; those return 161002 with an "unsupported in the
 //! simulation" message. A kernel panic becomes 561000 (`ACLNN_ERR_INNER`), never an unwind
@@ -24,6 +29,7 @@
 //! [`set_compute`] turns the kernels off (everything else still runs) so the host overhead of a
 //! dispatched call can be measured ([`super::bench`]).
 
+mod math;
 mod ops;
 mod state;
 
@@ -51,6 +57,8 @@ static API: AclApi = AclApi {
     destroy_int_array: state::destroy_int_array,
     create_tensor_list: state::create_tensor_list,
     destroy_tensor_list: state::destroy_tensor_list,
+    create_scalar: math::create_scalar,
+    destroy_scalar: math::destroy_scalar,
     varlen_fwd_v5: Some(OpFns {
         workspace: ops::varlen_fwd_v5_ws,
         launch: ops::varlen_fwd_v5_launch,
@@ -78,6 +86,62 @@ static API: AclApi = AclApi {
     scatter_pa_kv_cache: Some(OpFns {
         workspace: ops::scatter_ws,
         launch: ops::scatter_launch,
+    }),
+    add: Some(OpFns {
+        workspace: math::add_ws,
+        launch: math::add_launch,
+    }),
+    sub: Some(OpFns {
+        workspace: math::sub_ws,
+        launch: math::sub_launch,
+    }),
+    mul: Some(OpFns {
+        workspace: math::mul_ws,
+        launch: math::mul_launch,
+    }),
+    div: Some(OpFns {
+        workspace: math::div_ws,
+        launch: math::div_launch,
+    }),
+    matmul: Some(OpFns {
+        workspace: math::matmul_ws,
+        launch: math::matmul_launch,
+    }),
+    adds: Some(OpFns {
+        workspace: math::adds_ws,
+        launch: math::adds_launch,
+    }),
+    muls: Some(OpFns {
+        workspace: math::muls_ws,
+        launch: math::muls_launch,
+    }),
+    exp: Some(OpFns {
+        workspace: math::exp_ws,
+        launch: math::exp_launch,
+    }),
+    log: Some(OpFns {
+        workspace: math::log_ws,
+        launch: math::log_launch,
+    }),
+    sqrt: Some(OpFns {
+        workspace: math::sqrt_ws,
+        launch: math::sqrt_launch,
+    }),
+    abs: Some(OpFns {
+        workspace: math::abs_ws,
+        launch: math::abs_launch,
+    }),
+    tanh: Some(OpFns {
+        workspace: math::tanh_ws,
+        launch: math::tanh_launch,
+    }),
+    reduce_sum: Some(OpFns {
+        workspace: math::reduce_sum_ws,
+        launch: math::reduce_sum_launch,
+    }),
+    mean: Some(OpFns {
+        workspace: math::mean_ws,
+        launch: math::mean_launch,
     }),
 };
 

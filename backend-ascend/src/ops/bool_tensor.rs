@@ -1,0 +1,245 @@
+//! BoolTensorOps: data movement and views native, the rest host fallbacks.
+
+#![allow(unused_imports)]
+
+use burn_backend::ops::BoolTensorOps;
+use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
+use burn_backend::{
+    BoolDType, Distribution, ExecutionError, FloatDType, IntDType, Scalar, Shape, Slice, TensorData,
+};
+
+use super::base;
+use crate::device::AscendDevice;
+use crate::fallback::{Fallback, Host};
+use crate::tensor::AscendTensor;
+use crate::Ascend;
+
+impl BoolTensorOps<Self> for Ascend {
+    fn bool_from_data(data: TensorData, device: &AscendDevice) -> BoolTensor<Self> {
+        AscendTensor::from_data(data, device)
+    }
+
+    async fn bool_into_data(tensor: BoolTensor<Self>) -> Result<TensorData, ExecutionError> {
+        Ok(tensor.to_data())
+    }
+
+    fn bool_device(tensor: &BoolTensor<Self>) -> AscendDevice {
+        tensor.device()
+    }
+
+    fn bool_to_device(tensor: BoolTensor<Self>, device: &AscendDevice) -> BoolTensor<Self> {
+        base::to_device(tensor, device)
+    }
+
+    fn bool_empty(shape: Shape, device: &AscendDevice, dtype: BoolDType) -> BoolTensor<Self> {
+        AscendTensor::zeros(shape, dtype.into(), device)
+    }
+
+    fn bool_reshape(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> {
+        base::reshape(tensor, shape)
+    }
+
+    fn bool_swap_dims(tensor: BoolTensor<Self>, dim1: usize, dim2: usize) -> BoolTensor<Self> {
+        base::swap_dims(tensor, dim1, dim2)
+    }
+
+    fn bool_permute(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> {
+        base::permute(tensor, axes)
+    }
+
+    fn bool_expand(tensor: BoolTensor<Self>, shape: Shape) -> BoolTensor<Self> {
+        base::expand(tensor, shape)
+    }
+
+    fn bool_slice(tensor: BoolTensor<Self>, slices: &[Slice]) -> BoolTensor<Self> {
+        match base::slice_view(&tensor, slices) {
+            Some(v) => v,
+            None => {
+                let mut cx = Fallback::new("bool_slice");
+                let tensor = cx.arg(tensor);
+                cx.ret(<Host as BoolTensorOps<Host>>::bool_slice(tensor, slices))
+            }
+        }
+    }
+    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
+    fn bool_zeros(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_zeros");
+        let device = cx.device(device);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_zeros(
+            shape, device, dtype,
+        ))
+    }
+
+    fn bool_ones(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_ones");
+        let device = cx.device(device);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_ones(
+            shape, device, dtype,
+        ))
+    }
+
+    fn bool_into_int(tensor: BoolTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bool_into_int");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_into_int(
+            tensor, out_dtype,
+        ))
+    }
+
+    fn bool_into_float(tensor: BoolTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("bool_into_float");
+        let tensor = cx.arg(tensor);
+        let out_dtype = cx.float_dtype(out_dtype);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_into_float(
+            tensor, out_dtype,
+        ))
+    }
+
+    fn bool_slice_assign(
+        tensor: BoolTensor<Self>,
+        slices: &[Slice],
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_slice_assign");
+        let tensor = cx.arg(tensor);
+        let value = cx.arg(value);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_slice_assign(
+            tensor, slices, value,
+        ))
+    }
+
+    fn bool_mask_where(
+        tensor: BoolTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_mask_where");
+        let tensor = cx.arg(tensor);
+        let mask = cx.arg(mask);
+        let value = cx.arg(value);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_mask_where(
+            tensor, mask, value,
+        ))
+    }
+
+    fn bool_mask_fill(
+        tensor: BoolTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_mask_fill");
+        let tensor = cx.arg(tensor);
+        let mask = cx.arg(mask);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_mask_fill(
+            tensor, mask, value,
+        ))
+    }
+
+    fn bool_gather(
+        dim: usize,
+        tensor: BoolTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_gather");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_gather(
+            dim, tensor, indices,
+        ))
+    }
+
+    fn bool_scatter_or(
+        dim: usize,
+        tensor: BoolTensor<Self>,
+        indices: IntTensor<Self>,
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_scatter_or");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        let value = cx.arg(value);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_scatter_or(
+            dim, tensor, indices, value,
+        ))
+    }
+
+    fn bool_select(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_select");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_select(
+            tensor, dim, indices,
+        ))
+    }
+
+    fn bool_select_or(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_select_or");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        let value = cx.arg(value);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_select_or(
+            tensor, dim, indices, value,
+        ))
+    }
+
+    fn bool_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_equal(lhs, rhs))
+    }
+
+    fn bool_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_equal_elem(lhs, rhs))
+    }
+
+    fn bool_not(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_not");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_not(tensor))
+    }
+
+    fn bool_and(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_and");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_and(lhs, rhs))
+    }
+
+    fn bool_or(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_or");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_or(lhs, rhs))
+    }
+
+    fn bool_flip(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_flip");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_flip(tensor, axes))
+    }
+
+    fn bool_unfold(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("bool_unfold");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_unfold(
+            tensor, dim, size, step,
+        ))
+    }
+}

@@ -1,0 +1,548 @@
+//! IntTensorOps: data movement and views native, the rest host fallbacks.
+
+#![allow(unused_imports)]
+
+use burn_backend::ops::IntTensorOps;
+use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
+use burn_backend::{
+    BoolDType, Distribution, ExecutionError, FloatDType, IntDType, Scalar, Shape, Slice, TensorData,
+};
+
+use super::base;
+use crate::device::AscendDevice;
+use crate::fallback::{Fallback, Host};
+use crate::tensor::AscendTensor;
+use crate::Ascend;
+
+impl IntTensorOps<Self> for Ascend {
+    fn int_from_data(data: TensorData, device: &AscendDevice) -> IntTensor<Self> {
+        AscendTensor::from_data(data, device)
+    }
+
+    async fn int_into_data(tensor: IntTensor<Self>) -> Result<TensorData, ExecutionError> {
+        Ok(tensor.to_data())
+    }
+
+    fn int_device(tensor: &IntTensor<Self>) -> AscendDevice {
+        tensor.device()
+    }
+
+    fn int_to_device(tensor: IntTensor<Self>, device: &AscendDevice) -> IntTensor<Self> {
+        base::to_device(tensor, device)
+    }
+
+    fn int_empty(shape: Shape, device: &AscendDevice, dtype: IntDType) -> IntTensor<Self> {
+        AscendTensor::zeros(shape, dtype.into(), device)
+    }
+
+    fn int_reshape(tensor: IntTensor<Self>, shape: Shape) -> IntTensor<Self> {
+        base::reshape(tensor, shape)
+    }
+
+    fn int_swap_dims(tensor: IntTensor<Self>, dim1: usize, dim2: usize) -> IntTensor<Self> {
+        base::swap_dims(tensor, dim1, dim2)
+    }
+
+    fn int_permute(tensor: IntTensor<Self>, axes: &[usize]) -> IntTensor<Self> {
+        base::permute(tensor, axes)
+    }
+
+    fn int_expand(tensor: IntTensor<Self>, shape: Shape) -> IntTensor<Self> {
+        base::expand(tensor, shape)
+    }
+
+    fn int_slice(tensor: IntTensor<Self>, slices: &[Slice]) -> IntTensor<Self> {
+        match base::slice_view(&tensor, slices) {
+            Some(v) => v,
+            None => {
+                let mut cx = Fallback::new("int_slice");
+                let tensor = cx.arg(tensor);
+                cx.ret(<Host as IntTensorOps<Host>>::int_slice(tensor, slices))
+            }
+        }
+    }
+    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
+    fn int_slice_assign(
+        tensor: IntTensor<Self>,
+        slices: &[Slice],
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_slice_assign");
+        let tensor = cx.arg(tensor);
+        let value = cx.arg(value);
+        cx.ret(<Host as IntTensorOps<Host>>::int_slice_assign(
+            tensor, slices, value,
+        ))
+    }
+
+    fn int_into_float(tensor: IntTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("int_into_float");
+        let tensor = cx.arg(tensor);
+        let out_dtype = cx.float_dtype(out_dtype);
+        cx.ret(<Host as IntTensorOps<Host>>::int_into_float(
+            tensor, out_dtype,
+        ))
+    }
+
+    fn int_mask_where(
+        tensor: IntTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_mask_where");
+        let tensor = cx.arg(tensor);
+        let mask = cx.arg(mask);
+        let value = cx.arg(value);
+        cx.ret(<Host as IntTensorOps<Host>>::int_mask_where(
+            tensor, mask, value,
+        ))
+    }
+
+    fn int_mask_fill(
+        tensor: IntTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_mask_fill");
+        let tensor = cx.arg(tensor);
+        let mask = cx.arg(mask);
+        cx.ret(<Host as IntTensorOps<Host>>::int_mask_fill(
+            tensor, mask, value,
+        ))
+    }
+
+    fn int_gather(
+        dim: usize,
+        tensor: IntTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_gather");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        cx.ret(<Host as IntTensorOps<Host>>::int_gather(
+            dim, tensor, indices,
+        ))
+    }
+
+    fn int_scatter_add(
+        dim: usize,
+        tensor: IntTensor<Self>,
+        indices: IntTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_scatter_add");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        let value = cx.arg(value);
+        cx.ret(<Host as IntTensorOps<Host>>::int_scatter_add(
+            dim, tensor, indices, value,
+        ))
+    }
+
+    fn int_select(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_select");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        cx.ret(<Host as IntTensorOps<Host>>::int_select(
+            tensor, dim, indices,
+        ))
+    }
+
+    fn int_select_add(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_select_add");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        let value = cx.arg(value);
+        cx.ret(<Host as IntTensorOps<Host>>::int_select_add(
+            tensor, dim, indices, value,
+        ))
+    }
+
+    fn int_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("int_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_equal(lhs, rhs, out_dtype))
+    }
+
+    fn int_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("int_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("int_greater");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("int_greater_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("int_greater_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("int_greater_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_lower(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("int_lower");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower(lhs, rhs, out_dtype))
+    }
+
+    fn int_lower_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("int_lower_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_lower_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("int_lower_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_lower_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("int_lower_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_add(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_add");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_add(lhs, rhs))
+    }
+
+    fn int_add_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_add_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_add_scalar(lhs, rhs))
+    }
+
+    fn int_sub(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_sub");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_sub(lhs, rhs))
+    }
+
+    fn int_sub_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_sub_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_sub_scalar(lhs, rhs))
+    }
+
+    fn int_mul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_mul");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_mul(lhs, rhs))
+    }
+
+    fn int_mul_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_mul_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_mul_scalar(lhs, rhs))
+    }
+
+    fn int_div(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_div");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_div(lhs, rhs))
+    }
+
+    fn int_div_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_div_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_div_scalar(lhs, rhs))
+    }
+
+    fn int_remainder(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_remainder");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_remainder(lhs, rhs))
+    }
+
+    fn int_remainder_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_remainder_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_remainder_scalar(lhs, rhs))
+    }
+
+    fn int_matmul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_matmul");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_matmul(lhs, rhs))
+    }
+
+    fn int_sum(tensor: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_sum");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_sum(tensor))
+    }
+
+    fn int_sum_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_sum_dim");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_sum_dim(tensor, dim))
+    }
+
+    fn int_prod(tensor: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_prod");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_prod(tensor))
+    }
+
+    fn int_prod_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_prod_dim");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_prod_dim(tensor, dim))
+    }
+
+    fn int_mean_dim(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_mean_dim");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_mean_dim(tensor, dim))
+    }
+
+    fn int_cumsum(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_cumsum");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_cumsum(tensor, dim))
+    }
+
+    fn int_cumprod(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_cumprod");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_cumprod(tensor, dim))
+    }
+
+    fn int_cummin(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_cummin");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_cummin(tensor, dim))
+    }
+
+    fn int_cummax(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_cummax");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_cummax(tensor, dim))
+    }
+
+    fn int_argmax(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_argmax");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_argmax(tensor, dim))
+    }
+
+    fn int_argtopk(tensor: IntTensor<Self>, dim: usize, k: usize) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_argtopk");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_argtopk(tensor, dim, k))
+    }
+
+    fn int_argmin(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_argmin");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_argmin(tensor, dim))
+    }
+
+    fn int_abs(tensor: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_abs");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_abs(tensor))
+    }
+
+    fn int_flip(tensor: IntTensor<Self>, axes: &[usize]) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_flip");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_flip(tensor, axes))
+    }
+
+    fn int_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+        dtype: IntDType,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_random");
+        let device = cx.device(device);
+        cx.ret(<Host as IntTensorOps<Host>>::int_random(
+            shape,
+            distribution,
+            device,
+            dtype,
+        ))
+    }
+
+    fn bitwise_and(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_and");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_and(lhs, rhs))
+    }
+
+    fn bitwise_and_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_and_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_and_scalar(lhs, rhs))
+    }
+
+    fn bitwise_or(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_or");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_or(lhs, rhs))
+    }
+
+    fn bitwise_or_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_or_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_or_scalar(lhs, rhs))
+    }
+
+    fn bitwise_xor(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_xor");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_xor(lhs, rhs))
+    }
+
+    fn bitwise_xor_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_xor_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_xor_scalar(lhs, rhs))
+    }
+
+    fn bitwise_not(tensor: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_not");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_not(tensor))
+    }
+
+    fn bitwise_left_shift(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_left_shift");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_left_shift(lhs, rhs))
+    }
+
+    fn bitwise_left_shift_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_left_shift_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_left_shift_scalar(
+            lhs, rhs,
+        ))
+    }
+
+    fn bitwise_right_shift(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_right_shift");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_right_shift(lhs, rhs))
+    }
+
+    fn bitwise_right_shift_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        let mut cx = Fallback::new("bitwise_right_shift_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::bitwise_right_shift_scalar(
+            lhs, rhs,
+        ))
+    }
+
+    fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_cast");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_cast(tensor, dtype))
+    }
+
+    fn int_unfold(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_unfold");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_unfold(
+            tensor, dim, size, step,
+        ))
+    }
+}

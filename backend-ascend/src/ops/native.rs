@@ -1,0 +1,220 @@
+//! Float ops that run aclnn kernels: elementwise add/sub/mul/div (`aclnnAdd`, `aclnnSub`,
+//! `aclnnMul`, `aclnnDiv`, broadcasting), matmul (`aclnnMatmul`, batch dims broadcast),
+//! add/sub/mul by a scalar (`aclnnAdds`, `aclnnMuls`), exp/log/sqrt/abs/tanh and sum/mean
+//! over dims (`aclnnReduceSum`, `aclnnMean`).
+//! Operands are passed as their views (strides, offset, stride 0 for broadcast dims): no copy.
+//! Calls the device path does not take (dtypes other than f32/f16/bf16, mixed dtypes, rank < 2
+//! for matmul, rank > 8) return `None` and the caller runs the counted host fallback.
+
+use burn_ascend_kernels::acl::ops::{self, Unary};
+use burn_ascend_kernels::acl::{IntArray, Scalar};
+use burn_backend::{Shape, TensorMetadata};
+
+use crate::device::runtime;
+use crate::element::is_acl_float;
+use crate::tensor::{fail, AscendTensor};
+
+/// An elementwise binary op.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl Binary {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Add => "aclnnAdd",
+            Self::Sub => "aclnnSub",
+            Self::Mul => "aclnnMul",
+            Self::Div => "aclnnDiv",
+        }
+    }
+}
+
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let r = a.len().max(b.len());
+    (0..r)
+        .map(|i| {
+            let x = if i + a.len() >= r {
+                a[i + a.len() - r]
+            } else {
+                1
+            };
+            let y = if i + b.len() >= r {
+                b[i + b.len() - r]
+            } else {
+                1
+            };
+            match (x, y) {
+                _ if x == y => Some(x),
+                (1, y) => Some(y),
+                (x, 1) => Some(x),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn eligible(a: &AscendTensor, b: &AscendTensor) -> bool {
+    is_acl_float(a.dtype)
+        && a.dtype == b.dtype
+        && a.shape.num_dims() <= 8
+        && b.shape.num_dims() <= 8
+}
+
+fn check_devices(op: &str, a: &AscendTensor, b: &AscendTensor) {
+    if a.device() != b.device() {
+        panic!(
+            "{op}: tensors on different devices ({} and {}); move them with `to_device` first",
+            a.device(),
+            b.device()
+        );
+    }
+}
+
+/// `lhs ∘ rhs` on the device, or `None` (see the module docs).
+pub(crate) fn binary(op: Binary, lhs: &AscendTensor, rhs: &AscendTensor) -> Option<AscendTensor> {
+    check_devices(op.name(), lhs, rhs);
+    if !eligible(lhs, rhs) {
+        return None;
+    }
+    let shape = broadcast(&lhs.shape, &rhs.shape)?;
+    let device = lhs.device();
+    let rt = runtime(&device);
+    let out = AscendTensor::alloc(Shape::from(shape), lhs.dtype, &device);
+    let name = op.name();
+    {
+        let (ad, bd, od) = (lhs.desc(name), rhs.desc(name), out.desc(name));
+        let (a, b, o) = (
+            lhs.handle(&ad, name),
+            rhs.handle(&bd, name),
+            out.handle(&od, name),
+        );
+        let res = match op {
+            Binary::Add | Binary::Sub => {
+                let one = Scalar::f32(rt.api(), 1.0).unwrap_or_else(|e| fail(name, e));
+                if matches!(op, Binary::Add) {
+                    ops::add(&rt, &a, &b, &one, &o)
+                } else {
+                    ops::sub(&rt, &a, &b, &one, &o)
+                }
+            }
+            Binary::Mul => ops::mul(&rt, &a, &b, &o),
+            Binary::Div => ops::div(&rt, &a, &b, &o),
+        };
+        res.unwrap_or_else(|e| fail(name, e));
+    }
+    rt.synchronize().unwrap_or_else(|e| fail(name, e));
+    Some(out)
+}
+
+/// `lhs @ rhs` on the device, or `None` (see the module docs).
+pub(crate) fn matmul(lhs: &AscendTensor, rhs: &AscendTensor) -> Option<AscendTensor> {
+    const NAME: &str = "aclnnMatmul";
+    check_devices(NAME, lhs, rhs);
+    let (ra, rb) = (lhs.shape.num_dims(), rhs.shape.num_dims());
+    if !eligible(lhs, rhs) || ra < 2 || rb < 2 {
+        return None;
+    }
+    let (m, k) = (lhs.shape[ra - 2], lhs.shape[ra - 1]);
+    let (k2, n) = (rhs.shape[rb - 2], rhs.shape[rb - 1]);
+    assert_eq!(
+        k,
+        k2,
+        "matmul: inner dims differ: {:?} @ {:?}",
+        lhs.shape(),
+        rhs.shape()
+    );
+    let mut shape = broadcast(&lhs.shape[..ra - 2], &rhs.shape[..rb - 2])?;
+    shape.extend([m, n]);
+    let device = lhs.device();
+    let rt = runtime(&device);
+    let out = AscendTensor::alloc(Shape::from(shape), lhs.dtype, &device);
+    {
+        let (ad, bd, od) = (lhs.desc(NAME), rhs.desc(NAME), out.desc(NAME));
+        let (a, b, o) = (
+            lhs.handle(&ad, NAME),
+            rhs.handle(&bd, NAME),
+            out.handle(&od, NAME),
+        );
+        // cubeMathType 0 (KEEP_DTYPE): no silent down-conversion of f32.
+        ops::matmul(&rt, &a, &b, &o, 0).unwrap_or_else(|e| fail(NAME, e));
+    }
+    rt.synchronize().unwrap_or_else(|e| fail(NAME, e));
+    Some(out)
+}
+
+/// A unary float op on the device, or `None` for non-float dtypes.
+pub(crate) fn unary(op: Unary, t: &AscendTensor) -> Option<AscendTensor> {
+    if !is_acl_float(t.dtype) || t.shape.num_dims() > 8 {
+        return None;
+    }
+    let name = op.name();
+    let device = t.device();
+    let rt = runtime(&device);
+    let out = AscendTensor::alloc(t.shape.clone(), t.dtype, &device);
+    {
+        let (ad, od) = (t.desc(name), out.desc(name));
+        let (a, o) = (t.handle(&ad, name), out.handle(&od, name));
+        ops::unary(&rt, op, &a, &o).unwrap_or_else(|e| fail(name, e));
+    }
+    rt.synchronize().unwrap_or_else(|e| fail(name, e));
+    Some(out)
+}
+
+/// `t + alpha·s` (`aclnnAdds`) or `t · s` (`aclnnMuls`, `alpha = None`) on the device.
+pub(crate) fn scalar(t: &AscendTensor, s: f32, alpha: Option<f32>) -> Option<AscendTensor> {
+    if !is_acl_float(t.dtype) || t.shape.num_dims() > 8 {
+        return None;
+    }
+    let name = if alpha.is_some() {
+        "aclnnAdds"
+    } else {
+        "aclnnMuls"
+    };
+    let device = t.device();
+    let rt = runtime(&device);
+    let out = AscendTensor::alloc(t.shape.clone(), t.dtype, &device);
+    {
+        let (ad, od) = (t.desc(name), out.desc(name));
+        let (a, o) = (t.handle(&ad, name), out.handle(&od, name));
+        let sc = |v| Scalar::f32(rt.api(), v).unwrap_or_else(|e| fail(name, e));
+        let other = sc(s);
+        match alpha {
+            Some(al) => ops::adds(&rt, &a, &other, &sc(al), &o),
+            None => ops::muls(&rt, &a, &other, &o),
+        }
+        .unwrap_or_else(|e| fail(name, e));
+    }
+    rt.synchronize().unwrap_or_else(|e| fail(name, e));
+    Some(out)
+}
+
+/// Sum or mean over `dims`, keeping them as size 1 (Burn's `sum_dim`/`mean_dim`; `sum` passes
+/// every dim and reshapes to `[1]`).
+pub(crate) fn reduce(t: &AscendTensor, dims: &[usize], mean: bool) -> Option<AscendTensor> {
+    if !is_acl_float(t.dtype) || t.shape.num_dims() > 8 {
+        return None;
+    }
+    let name = if mean { "aclnnMean" } else { "aclnnReduceSum" };
+    let device = t.device();
+    let rt = runtime(&device);
+    let mut shape: Vec<usize> = t.shape.iter().copied().collect();
+    for &d in dims {
+        shape[d] = 1;
+    }
+    let out = AscendTensor::alloc(Shape::from(shape), t.dtype, &device);
+    {
+        let (ad, od) = (t.desc(name), out.desc(name));
+        let (a, o) = (t.handle(&ad, name), out.handle(&od, name));
+        let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let dims = IntArray::new(rt.api(), &dims).unwrap_or_else(|e| fail(name, e));
+        let dt = t.acl_dtype(name);
+        ops::reduce(&rt, mean, &a, &dims, true, dt, &o).unwrap_or_else(|e| fail(name, e));
+    }
+    rt.synchronize().unwrap_or_else(|e| fail(name, e));
+    Some(out)
+}

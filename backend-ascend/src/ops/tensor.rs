@@ -1,0 +1,686 @@
+//! FloatTensorOps: data movement and views native, the rest host fallbacks.
+
+#![allow(unused_imports)]
+
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
+use burn_backend::{
+    BoolDType, Distribution, ExecutionError, FloatDType, IntDType, Scalar, Shape, Slice, TensorData,
+};
+
+use super::base;
+use super::native::{self, Binary};
+use crate::device::AscendDevice;
+use crate::fallback::{Fallback, Host};
+use crate::tensor::AscendTensor;
+use crate::Ascend;
+use burn_ascend_kernels::acl::ops::Unary;
+
+impl FloatTensorOps<Self> for Ascend {
+    fn float_from_data(data: TensorData, device: &AscendDevice) -> FloatTensor<Self> {
+        AscendTensor::from_data(data, device)
+    }
+
+    async fn float_into_data(tensor: FloatTensor<Self>) -> Result<TensorData, ExecutionError> {
+        Ok(tensor.to_data())
+    }
+
+    fn float_device(tensor: &FloatTensor<Self>) -> AscendDevice {
+        tensor.device()
+    }
+
+    fn float_to_device(tensor: FloatTensor<Self>, device: &AscendDevice) -> FloatTensor<Self> {
+        base::to_device(tensor, device)
+    }
+
+    fn float_empty(shape: Shape, device: &AscendDevice, dtype: FloatDType) -> FloatTensor<Self> {
+        AscendTensor::zeros(shape, dtype.into(), device)
+    }
+
+    fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
+        base::reshape(tensor, shape)
+    }
+
+    fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> {
+        base::swap_dims(tensor, dim1, dim2)
+    }
+
+    fn float_permute(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
+        base::permute(tensor, axes)
+    }
+
+    fn float_expand(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
+        base::expand(tensor, shape)
+    }
+
+    fn float_slice(tensor: FloatTensor<Self>, slices: &[Slice]) -> FloatTensor<Self> {
+        match base::slice_view(&tensor, slices) {
+            Some(v) => v,
+            None => {
+                let mut cx = Fallback::new("float_slice");
+                let tensor = cx.arg(tensor);
+                cx.ret(<Host as FloatTensorOps<Host>>::float_slice(tensor, slices))
+            }
+        }
+    }
+
+    fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::matmul(&lhs, &rhs).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_matmul");
+            let (lhs, rhs) = (cx.arg(lhs), cx.arg(rhs));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_matmul(lhs, rhs))
+        })
+    }
+
+    fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::binary(Binary::Add, &lhs, &rhs).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_add");
+            let (lhs, rhs) = (cx.arg(lhs), cx.arg(rhs));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_add(lhs, rhs))
+        })
+    }
+
+    fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::binary(Binary::Sub, &lhs, &rhs).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_sub");
+            let (lhs, rhs) = (cx.arg(lhs), cx.arg(rhs));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_sub(lhs, rhs))
+        })
+    }
+
+    fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::binary(Binary::Mul, &lhs, &rhs).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_mul");
+            let (lhs, rhs) = (cx.arg(lhs), cx.arg(rhs));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_mul(lhs, rhs))
+        })
+    }
+
+    fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::binary(Binary::Div, &lhs, &rhs).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_div");
+            let (lhs, rhs) = (cx.arg(lhs), cx.arg(rhs));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_div(lhs, rhs))
+        })
+    }
+
+    fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        native::scalar(&lhs, rhs.elem::<f32>(), Some(1.0)).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_add_scalar");
+            let lhs = cx.arg(lhs);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_add_scalar(lhs, rhs))
+        })
+    }
+
+    fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        native::scalar(&lhs, rhs.elem::<f32>(), Some(-1.0)).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_sub_scalar");
+            let lhs = cx.arg(lhs);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_sub_scalar(lhs, rhs))
+        })
+    }
+
+    fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        native::scalar(&lhs, rhs.elem::<f32>(), None).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_mul_scalar");
+            let lhs = cx.arg(lhs);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_mul_scalar(lhs, rhs))
+        })
+    }
+
+    fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::unary(Unary::Exp, &tensor).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_exp");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_exp(tensor))
+        })
+    }
+
+    fn float_log(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::unary(Unary::Log, &tensor).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_log");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_log(tensor))
+        })
+    }
+
+    fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::unary(Unary::Sqrt, &tensor).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_sqrt");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_sqrt(tensor))
+        })
+    }
+
+    fn float_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::unary(Unary::Abs, &tensor).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_abs");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_abs(tensor))
+        })
+    }
+
+    fn float_tanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        native::unary(Unary::Tanh, &tensor).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_tanh");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_tanh(tensor))
+        })
+    }
+
+    fn float_sum_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        native::reduce(&tensor, &[dim], false).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_sum_dim");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_sum_dim(tensor, dim))
+        })
+    }
+
+    fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        native::reduce(&tensor, &[dim], true).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_mean_dim");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_mean_dim(tensor, dim))
+        })
+    }
+
+    fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let all: Vec<usize> = (0..tensor.shape.num_dims()).collect();
+        match native::reduce(&tensor, &all, false) {
+            Some(t) => base::reshape(t, Shape::new([1])),
+            None => {
+                let mut cx = Fallback::new("float_sum");
+                let tensor = cx.arg(tensor);
+                cx.ret(<Host as FloatTensorOps<Host>>::float_sum(tensor))
+            }
+        }
+    }
+
+    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
+    fn float_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_random");
+        let device = cx.device(device);
+        let dtype = cx.float_dtype(dtype);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_random(
+            shape,
+            distribution,
+            device,
+            dtype,
+        ))
+    }
+
+    fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
+        let mut cx = Fallback::new("float_into_int");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_into_int(
+            tensor, out_dtype,
+        ))
+    }
+
+    fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_div_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_div_scalar(lhs, rhs))
+    }
+
+    fn float_remainder(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_remainder");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_remainder(lhs, rhs))
+    }
+
+    fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_remainder_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_remainder_scalar(
+            lhs, rhs,
+        ))
+    }
+
+    fn float_cross(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        dim: usize,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_cross");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_cross(lhs, rhs, dim))
+    }
+
+    fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_recip");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_recip(tensor))
+    }
+
+    fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_flip");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_flip(tensor, axes))
+    }
+
+    fn float_gather(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_gather");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_gather(
+            dim, tensor, indices,
+        ))
+    }
+
+    fn float_scatter_add(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_scatter_add");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        let value = cx.arg(value);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_scatter_add(
+            dim, tensor, indices, value,
+        ))
+    }
+
+    fn float_select(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_select");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_select(
+            tensor, dim, indices,
+        ))
+    }
+
+    fn float_select_add(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_select_add");
+        let tensor = cx.arg(tensor);
+        let indices = cx.arg(indices);
+        let value = cx.arg(value);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_select_add(
+            tensor, dim, indices, value,
+        ))
+    }
+
+    fn float_slice_assign(
+        tensor: FloatTensor<Self>,
+        slices: &[Slice],
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_slice_assign");
+        let tensor = cx.arg(tensor);
+        let value = cx.arg(value);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_slice_assign(
+            tensor, slices, value,
+        ))
+    }
+
+    fn float_mask_where(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_mask_where");
+        let tensor = cx.arg(tensor);
+        let mask = cx.arg(mask);
+        let value = cx.arg(value);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_mask_where(
+            tensor, mask, value,
+        ))
+    }
+
+    fn float_mask_fill(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_mask_fill");
+        let tensor = cx.arg(tensor);
+        let mask = cx.arg(mask);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_mask_fill(
+            tensor, mask, value,
+        ))
+    }
+
+    fn float_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("float_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("float_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_greater(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("float_greater");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_greater(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_greater_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("float_greater_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_greater_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_greater_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("float_greater_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_greater_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_greater_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("float_greater_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_greater_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_lower(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("float_lower");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_lower(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_lower_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("float_lower_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_lower_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_lower_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("float_lower_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_lower_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_lower_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        let mut cx = Fallback::new("float_lower_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_lower_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_cumsum(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_cumsum");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_cumsum(tensor, dim))
+    }
+
+    fn float_cumprod(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_cumprod");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_cumprod(tensor, dim))
+    }
+
+    fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_cummin");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_cummin(tensor, dim))
+    }
+
+    fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_cummax");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_cummax(tensor, dim))
+    }
+
+    fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_cast");
+        let tensor = cx.arg(tensor);
+        let dtype = cx.float_dtype(dtype);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_cast(tensor, dtype))
+    }
+
+    fn float_log1p(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_log1p");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_log1p(tensor))
+    }
+
+    fn float_powf(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_powf");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_powf(lhs, rhs))
+    }
+
+    fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_powf_scalar_impl");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_powf_scalar_impl(
+            tensor, value,
+        ))
+    }
+
+    fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_cos");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_cos(tensor))
+    }
+
+    fn float_sin(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_sin");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_sin(tensor))
+    }
+
+    fn float_tan(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_tan");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_tan(tensor))
+    }
+
+    fn float_cosh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_cosh");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_cosh(tensor))
+    }
+
+    fn float_sinh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_sinh");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_sinh(tensor))
+    }
+
+    fn float_acos(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_acos");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_acos(tensor))
+    }
+
+    fn float_acosh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_acosh");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_acosh(tensor))
+    }
+
+    fn float_asin(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_asin");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_asin(tensor))
+    }
+
+    fn float_asinh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_asinh");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_asinh(tensor))
+    }
+
+    fn float_atan(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_atan");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_atan(tensor))
+    }
+
+    fn float_atanh(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_atanh");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_atanh(tensor))
+    }
+
+    fn float_atan2(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_atan2");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_atan2(lhs, rhs))
+    }
+
+    fn float_round(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_round");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_round(tensor))
+    }
+
+    fn float_floor(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_floor");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_floor(tensor))
+    }
+
+    fn float_ceil(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_ceil");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_ceil(tensor))
+    }
+
+    fn float_trunc(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_trunc");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_trunc(tensor))
+    }
+
+    fn float_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_erf");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_erf(tensor))
+    }
+
+    fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
+        let mut cx = Fallback::new("float_argmax");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_argmax(
+            tensor, dim, out_dtype,
+        ))
+    }
+
+    fn float_argtopk(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        k: usize,
+        out_dtype: IntDType,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("float_argtopk");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_argtopk(
+            tensor, dim, k, out_dtype,
+        ))
+    }
+
+    fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
+        let mut cx = Fallback::new("float_argmin");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_argmin(
+            tensor, dim, out_dtype,
+        ))
+    }
+
+    fn float_unfold(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_unfold");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_unfold(
+            tensor, dim, size, step,
+        ))
+    }
+}

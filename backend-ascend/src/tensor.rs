@@ -1,0 +1,270 @@
+//! The tensor primitive: a reference-counted device allocation, a shape, element strides, an
+//! element offset and a dtype. `reshape` (of a contiguous tensor), `permute`/`swap_dims`,
+//! `expand` and positive-step `slice` are views over the same allocation (no copy).
+
+use std::fmt;
+use std::sync::Arc;
+
+use burn_ascend_kernels::acl::{
+    AclError, DataType, DeviceBuffer, Tensor as AclTensorHandle, TensorDesc,
+};
+use burn_backend::{DType, Shape, TensorData, TensorMetadata};
+
+use crate::device::{runtime, try_runtime, AscendDevice};
+use crate::element::acl_dtype;
+
+/// Device memory owned by tensors (shared by views).
+pub(crate) struct Storage {
+    buf: Option<DeviceBuffer>,
+    device: AscendDevice,
+}
+
+// SAFETY: `DeviceBuffer` is `!Send`/`!Sync` only because ACL binds the device context to a
+// thread (see `burn_ascend_kernels::acl::tensor`). Every use of a `Storage` — allocation,
+// memcpy, aclnn launches over it and the free in `Drop` — first goes through
+// `device::runtime`/`try_runtime`, which binds this storage's device to the calling thread
+// (`aclrtSetDevice`), so the calls act on the right context whatever the thread. The buffer is
+// only written when freshly allocated (before it is shared); afterwards it is read (memcpy
+// device-to-host, aclnn inputs), and ACL's memcpy and the simulation's registry (a mutex) allow
+// concurrent reads.
+unsafe impl Send for Storage {}
+// SAFETY: see `Send` above: shared access only reads.
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    /// Allocates `bytes` on `device` and fills it from `init` (whole buffer) if given.
+    pub(crate) fn new(device: &AscendDevice, bytes: usize, init: Option<&[u8]>) -> Self {
+        let rt = runtime(device);
+        let mut buf = DeviceBuffer::alloc(rt.api(), bytes)
+            .unwrap_or_else(|e| panic!("Ascend alloc of {bytes} bytes on {device}: {e}"));
+        if let Some(src) = init {
+            buf.write(src)
+                .unwrap_or_else(|e| panic!("Ascend upload to {device}: {e}"));
+        }
+        Self {
+            buf: Some(buf),
+            device: *device,
+        }
+    }
+
+    pub(crate) fn buffer(&self) -> &DeviceBuffer {
+        self.buf.as_ref().expect("present until drop")
+    }
+
+    pub(crate) fn device(&self) -> &AscendDevice {
+        &self.device
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        // Bind the device to this thread before `aclrtFree`; if that is impossible (thread
+        // exit) the buffer is leaked rather than freed on the wrong context.
+        match try_runtime(&self.device) {
+            Ok(_) => drop(self.buf.take()),
+            Err(_) => std::mem::forget(self.buf.take()),
+        }
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Storage({} bytes on {})",
+            self.buf.as_ref().map_or(0, DeviceBuffer::len),
+            self.device
+        )
+    }
+}
+
+/// The float, int and bool tensor primitive of [`crate::Ascend`].
+#[derive(Clone, Debug)]
+pub struct AscendTensor {
+    pub(crate) storage: Arc<Storage>,
+    pub(crate) shape: Shape,
+    /// Element strides (0 for broadcast dimensions).
+    pub(crate) strides: Vec<usize>,
+    /// Element offset of index `[0, …, 0]`.
+    pub(crate) offset: usize,
+    pub(crate) dtype: DType,
+}
+
+/// Row-major strides.
+pub(crate) fn contiguous_strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1].max(1);
+    }
+    s
+}
+
+impl TensorMetadata for AscendTensor {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn shape(&self) -> Shape {
+        self.shape.clone()
+    }
+}
+
+impl AscendTensor {
+    /// The device the tensor lives on.
+    pub fn device(&self) -> AscendDevice {
+        *self.storage.device()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.num_elements()
+    }
+
+    /// Whether the view is row-major contiguous from its offset (size-1 dims ignored).
+    pub fn is_contiguous(&self) -> bool {
+        let want = contiguous_strides(&self.shape);
+        self.shape
+            .iter()
+            .zip(self.strides.iter().zip(&want))
+            .all(|(&d, (&s, &w))| d == 1 || s == w)
+    }
+
+    /// Uploads `data` (any non-quantized dtype) to `device`.
+    pub fn from_data(data: TensorData, device: &AscendDevice) -> Self {
+        if matches!(data.dtype, DType::QFloat(_)) {
+            panic!("unsupported: quantized TensorData as a float/int/bool Ascend tensor (use the quantized tensor ops)");
+        }
+        let shape = data.shape.clone();
+        let dtype = data.dtype;
+        let bytes = data.as_bytes();
+        let storage = Storage::new(device, bytes.len(), Some(bytes));
+        Self {
+            storage: Arc::new(storage),
+            strides: contiguous_strides(&shape),
+            shape,
+            offset: 0,
+            dtype,
+        }
+    }
+
+    /// A zero-filled contiguous tensor.
+    pub fn zeros(shape: Shape, dtype: DType, device: &AscendDevice) -> Self {
+        let bytes = shape.num_elements() * dtype.size();
+        Self::from_data(
+            TensorData::from_bytes_vec(vec![0u8; bytes], shape, dtype),
+            device,
+        )
+    }
+
+    /// A new contiguous tensor over a fresh (uninitialised on CANN, zero on the simulation)
+    /// allocation: an aclnn output.
+    pub(crate) fn alloc(shape: Shape, dtype: DType, device: &AscendDevice) -> Self {
+        let bytes = shape.num_elements() * dtype.size();
+        Self {
+            storage: Arc::new(Storage::new(device, bytes, None)),
+            strides: contiguous_strides(&shape),
+            shape,
+            offset: 0,
+            dtype,
+        }
+    }
+
+    /// One past the last element the view reads (0 when empty).
+    fn extent(&self) -> usize {
+        if self.numel() == 0 {
+            return 0;
+        }
+        self.offset
+            + self
+                .shape
+                .iter()
+                .zip(&self.strides)
+                .map(|(&d, &s)| (d - 1) * s)
+                .sum::<usize>()
+            + 1
+    }
+
+    /// Downloads the tensor (device to host) as contiguous `TensorData`.
+    pub fn to_data(&self) -> TensorData {
+        let esz = self.dtype.size();
+        let mut raw = vec![0u8; self.extent() * esz];
+        let device = self.device();
+        let _rt = runtime(&device);
+        self.storage
+            .buffer()
+            .read(&mut raw)
+            .unwrap_or_else(|e| panic!("Ascend download from {device}: {e}"));
+        let bytes = if self.is_contiguous() {
+            raw.drain(..self.offset * esz);
+            raw.truncate(self.numel() * esz);
+            raw
+        } else {
+            gather(&raw, &self.shape, &self.strides, self.offset, esz)
+        };
+        TensorData::from_bytes_vec(bytes, self.shape.clone(), self.dtype)
+    }
+
+    /// The aclnn descriptor of this view (element strides and offset over a 1-D storage).
+    pub(crate) fn desc(&self, op: &str) -> TensorDesc {
+        let dt = self.acl_dtype(op);
+        let storage_elems = self.storage.buffer().len() / self.dtype.size();
+        TensorDesc::strided(&self.shape, &self.strides, self.offset, storage_elems, dt)
+            .unwrap_or_else(|e| panic!("{op}: {e}"))
+    }
+
+    /// An `aclTensor` over this view, described by `desc` (from [`Self::desc`]).
+    pub(crate) fn handle<'a>(&'a self, desc: &TensorDesc, op: &str) -> AclTensorHandle<'a> {
+        AclTensorHandle::new(self.storage.buffer(), desc).unwrap_or_else(|e| fail(op, e))
+    }
+
+    pub(crate) fn acl_dtype(&self, op: &str) -> DataType {
+        acl_dtype(self.dtype).unwrap_or_else(|| {
+            panic!(
+                "unsupported: {op} on dtype {:?} (no aclDataType)",
+                self.dtype
+            )
+        })
+    }
+
+    /// A view with new shape/strides/offset over the same storage.
+    pub(crate) fn view(&self, shape: Shape, strides: Vec<usize>, offset: usize) -> Self {
+        Self {
+            storage: self.storage.clone(),
+            shape,
+            strides,
+            offset,
+            dtype: self.dtype,
+        }
+    }
+}
+
+/// Copies a strided view out of `raw` into row-major order.
+fn gather(raw: &[u8], shape: &[usize], strides: &[usize], offset: usize, esz: usize) -> Vec<u8> {
+    let n: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(n * esz);
+    if n == 0 {
+        return out;
+    }
+    let rank = shape.len();
+    let mut idx = vec![0usize; rank];
+    let mut pos = offset;
+    for _ in 0..n {
+        out.extend_from_slice(&raw[pos * esz..(pos + 1) * esz]);
+        for d in (0..rank).rev() {
+            idx[d] += 1;
+            pos += strides[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            pos -= strides[d] * shape[d];
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+/// Turns a dispatch error into the panic message Burn's infallible op signatures require: the
+/// op, the status and CANN's message.
+pub(crate) fn fail(op: &str, e: AclError) -> ! {
+    panic!("Ascend {op} failed: {e}")
+}

@@ -1,0 +1,647 @@
+//! Simulated `aclScalar` handles and the elementwise / matmul aclnn ops the Burn backend calls:
+//! `aclnnAdd`, `aclnnSub` (`out = self ± alpha·other`), `aclnnMul`, `aclnnDiv` and
+//! `aclnnMatmul`. Validation as CANN: a null required tensor → 161001; a dtype outside
+//! FLOAT/FLOAT16/BFLOAT16, mixed dtypes (CANN would promote; the simulation refuses), shapes
+//! that do not broadcast or an `out` of the wrong shape → 161002. Inputs are read through their
+//! views (strides, offset; stride 0 for broadcast), computed in f32 and rounded once to `out`.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use half::{bf16, f16};
+
+use super::state::{self, guard, invalid, new_executor, required, SimErr, SimResult, SimTensor};
+use crate::acl::ffi::*;
+
+const SIM_WORKSPACE: u64 = 4096;
+
+type T = *const AclTensor;
+
+// ---- aclScalar ------------------------------------------------------------------------------
+
+static SCALARS: Mutex<Option<HashMap<usize, f64>>> = Mutex::new(None);
+static NEXT_SCALAR: AtomicUsize = AtomicUsize::new(0x5C_0000);
+
+fn scalars() -> std::sync::MutexGuard<'static, Option<HashMap<usize, f64>>> {
+    SCALARS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(super) unsafe extern "C" fn create_scalar(
+    value: *mut c_void,
+    data_type: i32,
+) -> *mut AclScalar {
+    let mut id = 0usize;
+    let st = guard(|| {
+        if value.is_null() {
+            return Err(SimErr(
+                ACLNN_ERR_PARAM_NULLPTR,
+                "aclCreateScalar: value is null".into(),
+            ));
+        }
+        let p = value.cast_const().cast::<u8>();
+        let dt = DataType::from_raw(data_type);
+        // SAFETY: aclCreateScalar's contract: `value` points to one element of `dataType`; the
+        // bytes are copied out unaligned.
+        let v = unsafe {
+            match dt {
+                Some(DataType::Float) => f64::from(p.cast::<f32>().read_unaligned()),
+                Some(DataType::Double) => p.cast::<f64>().read_unaligned(),
+                Some(DataType::Float16) => f64::from(p.cast::<f16>().read_unaligned()),
+                Some(DataType::Bf16) => f64::from(p.cast::<bf16>().read_unaligned()),
+                Some(DataType::Int32) => f64::from(p.cast::<i32>().read_unaligned()),
+                Some(DataType::Int64) => p.cast::<i64>().read_unaligned() as f64,
+                _ => {
+                    return invalid(format!(
+                        "aclCreateScalar: dataType {data_type} is not simulated"
+                    ))
+                }
+            }
+        };
+        id = NEXT_SCALAR.fetch_add(16, Ordering::Relaxed);
+        scalars().get_or_insert_with(HashMap::new).insert(id, v);
+        Ok(())
+    });
+    if st == ACL_SUCCESS {
+        id as *mut AclScalar
+    } else {
+        std::ptr::null_mut()
+    }
+}
+
+pub(super) unsafe extern "C" fn destroy_scalar(scalar: *const AclScalar) -> AclStatus {
+    guard(|| {
+        match scalars()
+            .as_mut()
+            .and_then(|m| m.remove(&(scalar as usize)))
+        {
+            Some(_) => Ok(()),
+            None => invalid(format!(
+                "aclDestroyScalar: {scalar:p} is not a live aclScalar"
+            )),
+        }
+    })
+}
+
+fn scalar(p: *const AclScalar, name: &str) -> SimResult<f64> {
+    if p.is_null() {
+        return Err(SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{name} is null")));
+    }
+    scalars()
+        .as_ref()
+        .and_then(|m| m.get(&(p as usize)).copied())
+        .ok_or_else(|| {
+            SimErr(
+                ACLNN_ERR_PARAM_INVALID,
+                format!("{name}: {p:p} is not a live aclScalar"),
+            )
+        })
+}
+
+// ---- decoding ---------------------------------------------------------------------------------
+
+fn float_dtype(t: &SimTensor, op: &str, name: &str) -> SimResult<()> {
+    match t.dtype {
+        DataType::Float | DataType::Float16 | DataType::Bf16 => Ok(()),
+        other => invalid(format!(
+            "{op}: {name} dtype must be FLOAT, FLOAT16 or BFLOAT16, got {other:?}"
+        )),
+    }
+}
+
+fn floats(t: &SimTensor, name: &str) -> SimResult<Vec<f32>> {
+    let b = t.read(name)?;
+    Ok(match t.dtype {
+        DataType::Float => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        DataType::Float16 => b
+            .chunks_exact(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        DataType::Bf16 => b
+            .chunks_exact(2)
+            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        other => return invalid(format!("{name}: not a float dtype ({other:?})")),
+    })
+}
+
+fn encode(v: &[f32], dtype: DataType) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() * dtype.size());
+    for &x in v {
+        match dtype {
+            DataType::Float16 => out.extend_from_slice(&f16::from_f32(x).to_le_bytes()),
+            DataType::Bf16 => out.extend_from_slice(&bf16::from_f32(x).to_le_bytes()),
+            _ => out.extend_from_slice(&x.to_le_bytes()),
+        }
+    }
+    out
+}
+
+/// Numpy broadcasting of two shapes; `None` when they do not broadcast.
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let r = a.len().max(b.len());
+    (0..r)
+        .map(|i| {
+            let x = if i + a.len() >= r {
+                a[i + a.len() - r]
+            } else {
+                1
+            };
+            let y = if i + b.len() >= r {
+                b[i + b.len() - r]
+            } else {
+                1
+            };
+            match (x, y) {
+                _ if x == y => Some(x),
+                (1, y) => Some(y),
+                (x, 1) => Some(x),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Row-major index map from `out` dims into a (right-aligned, broadcast) operand of `dims`.
+fn broadcast_index(out: &[usize], dims: &[usize]) -> Vec<usize> {
+    let n: usize = out.iter().product();
+    let r = out.len();
+    let lead = r - dims.len();
+    let mut strides = vec![0usize; r];
+    let mut s = 1;
+    for i in (0..dims.len()).rev() {
+        strides[lead + i] = if dims[i] == 1 { 0 } else { s };
+        s *= dims[i];
+    }
+    let mut idx = vec![0usize; r];
+    let mut res = Vec::with_capacity(n);
+    let mut pos = 0usize;
+    for _ in 0..n {
+        res.push(pos);
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            pos += strides[d];
+            if idx[d] < out[d] {
+                break;
+            }
+            pos -= strides[d] * out[d];
+            idx[d] = 0;
+        }
+    }
+    res
+}
+
+// ---- elementwise ------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+#[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
+fn binary_ws(
+    op: &'static str,
+    kind: Bin,
+    self_: T,
+    other: T,
+    alpha: Option<f64>,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    let a = required(self_, "self")?;
+    let b = required(other, "other")?;
+    let o = required(out, "out")?;
+    for (t, n) in [(&a, "self"), (&b, "other"), (&o, "out")] {
+        float_dtype(t, op, n)?;
+    }
+    if a.dtype != b.dtype || a.dtype != o.dtype {
+        return invalid(format!(
+            "{op}: self {:?}, other {:?} and out {:?} must have one dtype (the simulation does not promote)",
+            a.dtype, b.dtype, o.dtype
+        ));
+    }
+    let Some(shape) = broadcast(&a.dims, &b.dims) else {
+        return invalid(format!(
+            "{op}: self {:?} and other {:?} do not broadcast",
+            a.dims, b.dims
+        ));
+    };
+    if o.dims != shape {
+        return invalid(format!(
+            "{op}: out must be the broadcast shape {shape:?}, got {:?}",
+            o.dims
+        ));
+    }
+    let alpha = alpha.unwrap_or(1.0) as f32;
+    let job = move || -> SimResult<()> {
+        let (x, y) = (floats(&a, "self")?, floats(&b, "other")?);
+        let (ia, ib) = (
+            broadcast_index(&shape, &a.dims),
+            broadcast_index(&shape, &b.dims),
+        );
+        let v: Vec<f32> = ia
+            .iter()
+            .zip(&ib)
+            .map(|(&i, &j)| match kind {
+                Bin::Add => x[i] + alpha * y[j],
+                Bin::Sub => x[i] - alpha * y[j],
+                Bin::Mul => x[i] * y[j],
+                Bin::Div => x[i] / y[j],
+            })
+            .collect();
+        o.write("out", &encode(&v, o.dtype))
+    };
+    // SAFETY: the out-pointers come from the caller per the prototype.
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+}
+
+pub(super) unsafe extern "C" fn add_ws(
+    self_: T,
+    other: T,
+    alpha: *const AclScalar,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| {
+        let alpha = scalar(alpha, "aclnnAdd: alpha")?;
+        binary_ws("aclnnAdd", Bin::Add, self_, other, Some(alpha), out, ws, ex)
+    })
+}
+
+pub(super) unsafe extern "C" fn sub_ws(
+    self_: T,
+    other: T,
+    alpha: *const AclScalar,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| {
+        let alpha = scalar(alpha, "aclnnSub: alpha")?;
+        binary_ws("aclnnSub", Bin::Sub, self_, other, Some(alpha), out, ws, ex)
+    })
+}
+
+pub(super) unsafe extern "C" fn mul_ws(
+    self_: T,
+    other: T,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| binary_ws("aclnnMul", Bin::Mul, self_, other, None, out, ws, ex))
+}
+
+pub(super) unsafe extern "C" fn div_ws(
+    self_: T,
+    other: T,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| binary_ws("aclnnDiv", Bin::Div, self_, other, None, out, ws, ex))
+}
+
+// ---- matmul -----------------------------------------------------------------------------------
+
+pub(super) unsafe extern "C" fn matmul_ws(
+    self_: T,
+    mat2: T,
+    out: T,
+    cube_math_type: i8,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = "aclnnMatmul";
+    guard(|| {
+        let a = required(self_, "self")?;
+        let b = required(mat2, "mat2")?;
+        let o = required(out, "out")?;
+        for (t, n) in [(&a, "self"), (&b, "mat2"), (&o, "out")] {
+            float_dtype(t, OP, n)?;
+        }
+        if a.dtype != b.dtype || a.dtype != o.dtype {
+            return invalid(format!(
+                "{OP}: self {:?}, mat2 {:?} and out {:?} must have one dtype",
+                a.dtype, b.dtype, o.dtype
+            ));
+        }
+        if !(0..=3).contains(&cube_math_type) {
+            return invalid(format!(
+                "{OP}: cubeMathType must be 0..=3, got {cube_math_type}"
+            ));
+        }
+        let (ra, rb) = (a.dims.len(), b.dims.len());
+        if ra < 2 || rb < 2 {
+            return invalid(format!(
+                "{OP}: the simulation takes rank >= 2 operands, got {:?} and {:?}",
+                a.dims, b.dims
+            ));
+        }
+        let (m, k) = (a.dims[ra - 2], a.dims[ra - 1]);
+        let (k2, n) = (b.dims[rb - 2], b.dims[rb - 1]);
+        if k != k2 {
+            return invalid(format!(
+                "{OP}: self {:?} and mat2 {:?}: inner dims {k} and {k2} differ",
+                a.dims, b.dims
+            ));
+        }
+        let Some(batch) = broadcast(&a.dims[..ra - 2], &b.dims[..rb - 2]) else {
+            return invalid(format!(
+                "{OP}: batch dims of {:?} and {:?} do not broadcast",
+                a.dims, b.dims
+            ));
+        };
+        let mut want = batch.clone();
+        want.extend([m, n]);
+        if o.dims != want {
+            return invalid(format!("{OP}: out must be {want:?}, got {:?}", o.dims));
+        }
+        let job = move || -> SimResult<()> {
+            let (x, y) = (floats(&a, "self")?, floats(&b, "mat2")?);
+            let ia = broadcast_index(&batch, &a.dims[..ra - 2]);
+            let ib = broadcast_index(&batch, &b.dims[..rb - 2]);
+            let mut v = vec![0f32; ia.len() * m * n];
+            for (bi, (&pa, &pb)) in ia.iter().zip(&ib).enumerate() {
+                let (xa, yb) = (
+                    &x[pa * m * k..(pa + 1) * m * k],
+                    &y[pb * k * n..(pb + 1) * k * n],
+                );
+                let ob = &mut v[bi * m * n..(bi + 1) * m * n];
+                for i in 0..m {
+                    for p in 0..k {
+                        let s = xa[i * k + p];
+                        for j in 0..n {
+                            ob[i * n + j] += s * yb[p * n + j];
+                        }
+                    }
+                }
+            }
+            o.write("out", &encode(&v, o.dtype))
+        };
+        // SAFETY: the out-pointers come from the caller per the prototype.
+        unsafe { new_executor(OP, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    })
+}
+
+// ---- scalar, unary, reductions ------------------------------------------------------------
+
+fn unary_ws(
+    op: &'static str,
+    f: fn(f32) -> f32,
+    self_: T,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    let a = required(self_, "self")?;
+    let o = required(out, "out")?;
+    float_dtype(&a, op, "self")?;
+    float_dtype(&o, op, "out")?;
+    if a.dtype != o.dtype {
+        return invalid(format!(
+            "{op}: self {:?} and out {:?} must have one dtype",
+            a.dtype, o.dtype
+        ));
+    }
+    if a.dims != o.dims {
+        return invalid(format!("{op}: out must be {:?}, got {:?}", a.dims, o.dims));
+    }
+    let job = move || -> SimResult<()> {
+        let v: Vec<f32> = floats(&a, "self")?.into_iter().map(f).collect();
+        o.write("out", &encode(&v, o.dtype))
+    };
+    // SAFETY: the out-pointers come from the caller per the prototype.
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+}
+
+macro_rules! unary {
+    ($ws:ident, $launch:ident, $op:literal, $f:expr) => {
+        pub(super) unsafe extern "C" fn $ws(
+            self_: T,
+            out: T,
+            ws: *mut u64,
+            ex: *mut *mut AclOpExecutor,
+        ) -> AclStatus {
+            guard(|| unary_ws($op, $f, self_, out, ws, ex))
+        }
+        launcher!($launch, $op);
+    };
+}
+
+/// `self ∘ other` with a scalar `other` (`aclnnAdds`: `self + alpha·other`, `aclnnMuls`).
+fn scalar_ws(
+    op: &'static str,
+    self_: T,
+    other: f64,
+    alpha: Option<f64>,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    let a = required(self_, "self")?;
+    let o = required(out, "out")?;
+    float_dtype(&a, op, "self")?;
+    if a.dtype != o.dtype || a.dims != o.dims {
+        return invalid(format!(
+            "{op}: out must be {:?} {:?}, got {:?} {:?}",
+            a.dtype, a.dims, o.dtype, o.dims
+        ));
+    }
+    let (s, alpha) = (other as f32, alpha.map(|x| x as f32));
+    let job = move || -> SimResult<()> {
+        let v: Vec<f32> = floats(&a, "self")?
+            .into_iter()
+            .map(|x| match alpha {
+                Some(al) => x + al * s,
+                None => x * s,
+            })
+            .collect();
+        o.write("out", &encode(&v, o.dtype))
+    };
+    // SAFETY: the out-pointers come from the caller per the prototype.
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+}
+
+pub(super) unsafe extern "C" fn adds_ws(
+    self_: T,
+    other: *const AclScalar,
+    alpha: *const AclScalar,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| {
+        let other = scalar(other, "aclnnAdds: other")?;
+        let alpha = scalar(alpha, "aclnnAdds: alpha")?;
+        scalar_ws("aclnnAdds", self_, other, Some(alpha), out, ws, ex)
+    })
+}
+
+pub(super) unsafe extern "C" fn muls_ws(
+    self_: T,
+    other: *const AclScalar,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| {
+        let other = scalar(other, "aclnnMuls: other")?;
+        scalar_ws("aclnnMuls", self_, other, None, out, ws, ex)
+    })
+}
+
+/// Sum or mean over `dim` (an int array; negative dims count from the end).
+#[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
+fn reduce_ws(
+    op: &'static str,
+    mean: bool,
+    self_: T,
+    dim: *const AclIntArray,
+    keep_dim: bool,
+    dtype: i32,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    let a = required(self_, "self")?;
+    let o = required(out, "out")?;
+    let Some(dims) = state::int_array(dim, "dim")? else {
+        return Err(SimErr(
+            ACLNN_ERR_PARAM_NULLPTR,
+            format!("{op}: dim is null"),
+        ));
+    };
+    float_dtype(&a, op, "self")?;
+    if DataType::from_raw(dtype) != Some(o.dtype) || o.dtype != a.dtype {
+        return invalid(format!(
+            "{op}: dtype {dtype} and out {:?} must be the input's dtype {:?} in the simulation",
+            o.dtype, a.dtype
+        ));
+    }
+    let rank = a.dims.len() as i64;
+    let mut axes = Vec::new();
+    for &d in &dims {
+        let d = if d < 0 { d + rank } else { d };
+        if !(0..rank).contains(&d) || axes.contains(&(d as usize)) {
+            return invalid(format!(
+                "{op}: dim {dims:?} out of range or repeated for rank {rank}"
+            ));
+        }
+        axes.push(d as usize);
+    }
+    let kept: Vec<usize> = a
+        .dims
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &n)| match (axes.contains(&i), keep_dim) {
+            (true, true) => Some(1),
+            (true, false) => None,
+            (false, _) => Some(n),
+        })
+        .collect();
+    if o.dims != kept {
+        return invalid(format!("{op}: out must be {kept:?}, got {:?}", o.dims));
+    }
+    let job = move || -> SimResult<()> {
+        let x = floats(&a, "self")?;
+        let outer: Vec<usize> = a
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| if axes.contains(&i) { 1 } else { n })
+            .collect();
+        let map = broadcast_index(&a.dims, &outer);
+        let m: usize = axes.iter().map(|&i| a.dims[i]).product();
+        let mut acc = vec![0f64; outer.iter().product()];
+        for (k, &j) in map.iter().enumerate() {
+            acc[j] += f64::from(x[k]);
+        }
+        let v: Vec<f32> = acc
+            .into_iter()
+            .map(|s| {
+                if mean {
+                    (s / m as f64) as f32
+                } else {
+                    s as f32
+                }
+            })
+            .collect();
+        o.write("out", &encode(&v, o.dtype))
+    };
+    // SAFETY: the out-pointers come from the caller per the prototype.
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+}
+
+pub(super) unsafe extern "C" fn reduce_sum_ws(
+    self_: T,
+    dim: *const AclIntArray,
+    keep_dim: bool,
+    dtype: i32,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| {
+        reduce_ws(
+            "aclnnReduceSum",
+            false,
+            self_,
+            dim,
+            keep_dim,
+            dtype,
+            out,
+            ws,
+            ex,
+        )
+    })
+}
+
+pub(super) unsafe extern "C" fn mean_ws(
+    self_: T,
+    dim: *const AclIntArray,
+    keep_dim: bool,
+    dtype: i32,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| reduce_ws("aclnnMean", true, self_, dim, keep_dim, dtype, out, ws, ex))
+}
+
+macro_rules! launcher {
+    ($name:ident, $op:literal) => {
+        pub(super) unsafe extern "C" fn $name(
+            ws: *mut c_void,
+            size: u64,
+            ex: *mut AclOpExecutor,
+            stream: AclrtStream,
+        ) -> AclStatus {
+            state::launch($op, ws, size, ex, stream)
+        }
+    };
+}
+
+launcher!(add_launch, "aclnnAdd");
+launcher!(sub_launch, "aclnnSub");
+launcher!(mul_launch, "aclnnMul");
+launcher!(div_launch, "aclnnDiv");
+launcher!(matmul_launch, "aclnnMatmul");
+launcher!(adds_launch, "aclnnAdds");
+launcher!(muls_launch, "aclnnMuls");
+launcher!(reduce_sum_launch, "aclnnReduceSum");
+launcher!(mean_launch, "aclnnMean");
+unary!(exp_ws, exp_launch, "aclnnExp", f32::exp);
+unary!(log_ws, log_launch, "aclnnLog", f32::ln);
+unary!(sqrt_ws, sqrt_launch, "aclnnSqrt", f32::sqrt);
+unary!(abs_ws, abs_launch, "aclnnAbs", f32::abs);
+unary!(tanh_ws, tanh_launch, "aclnnTanh", f32::tanh);
