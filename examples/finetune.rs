@@ -10,7 +10,8 @@
 //! AdamW with warmup + cosine decay and gradient clipping, on CPU. Writes `runs/finetune/`:
 //! `config.json` + `model.safetensors` (Hugging Face names), Burn records of the model and
 //! the optimizer (`model.mpk`, `optim.mpk`, for `--resume`), `state.json`, `loss.csv` and
-//! `loss.png`. The last line is `finetune: loss <first> -> <last> over <steps> steps` (first
+//! `loss.png`. `--device sim` trains `Autodiff<Ascend>` on the host simulation of the ACL ABI,
+//! `--device ascend` on a real NPU. The last line is `finetune: loss <first> -> <last> over <steps> steps` (first
 //! step's loss, mean of the last ten steps).
 
 use std::path::{Path, PathBuf};
@@ -18,15 +19,15 @@ use std::time::Instant;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::AutodiffBackend;
+use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
 use burn_ascend::model::train::{init_model, train, Init, TrainOptions};
 use burn_ascend::model::{
     sample, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
 };
+use burn_ascend::AttentionBackend;
 use indicatif::{ProgressBar, ProgressStyle};
-
-type B = Autodiff<NdArray>;
 
 struct Args {
     steps: usize,
@@ -105,17 +106,28 @@ fn main() {
 fn run() -> Result<(), String> {
     let args = parse_args()?;
     match args.device.as_str() {
-        "cpu" => {}
-        "ascend" | "sim" => {
-            return Err(format!(
-                "unsupported: --device {} needs the Ascend Burn backend, which is not built yet \
-                 (the attention ops alone run through aclnn via `burn-ascend run --device sim|npu`)",
-                args.device
-            ))
+        "cpu" => run_on::<Autodiff<NdArray>>(args, Default::default()),
+        // The Ascend backend on the host simulation of the ACL ABI (not CANN; slow: most
+        // ops run through its counted host fallback).
+        "sim" => run_on::<Autodiff<Ascend>>(args, AscendDevice::sim()),
+        "ascend" => {
+            let index =
+                burn_ascend::kernels::acl::default_device_id().map_err(|e| e.to_string())?;
+            let device = AscendDevice::npu(index as u32);
+            is_available(&device)?;
+            run_on::<Autodiff<Ascend>>(args, device)
         }
-        other => return Err(format!("unknown device '{other}' (cpu, ascend, sim)")),
+        other => Err(format!("unknown device '{other}' (cpu, ascend, sim)")),
     }
-    let device = Default::default();
+}
+
+fn run_on<B: AutodiffBackend + AttentionBackend>(
+    args: Args,
+    device: B::Device,
+) -> Result<(), String>
+where
+    B::InnerBackend: AttentionBackend,
+{
     B::seed(&device, args.seed);
 
     let tokenizer = match &args.checkpoint {

@@ -22,6 +22,7 @@
 pub mod cli;
 pub mod model;
 
+pub use burn_ascend_backend as backend;
 pub use burn_ascend_kernels as kernels;
 pub use burn_ascend_ops as ops;
 pub use burn_ascend_ops::*;
