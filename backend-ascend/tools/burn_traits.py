@@ -4,7 +4,7 @@ def strip_comments(s):
     s=re.sub(r'//[^\n]*','',s)
     s=re.sub(r'/\*.*?\*/','',s,flags=re.S)
     return s
-def parse(path, trait):
+def parse(path, trait, bodies=False):
     s=strip_comments(open(path).read())
     m=re.search(r'pub trait '+trait+r'\b[^{]*\{',s)
     i=m.end(); depth=1; out=[]
@@ -23,7 +23,13 @@ def parse(path, trait):
                 elif p==0 and b==0 and c in ';{':break
                 j+=1
             sig=' '.join(s[i:j].split())
-            out.append((sig, c==';'))
+            body=None
+            if c=='{':
+                k=j+1; d=1
+                while d:
+                    d+={'{':1,'}':-1}.get(s[k],0); k+=1
+                body=' '.join(s[j:k].split())
+            out.append((sig, c==';', body) if bodies else (sig, c==';'))
             i=j
             continue
         i+=1

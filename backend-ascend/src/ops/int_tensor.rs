@@ -139,6 +139,28 @@ impl IntTensorOps<Self> for Ascend {
         ))
     }
 
+    fn int_scatter_nd(
+        _data: IntTensor<Self>,
+        indices: IntTensor<Self>,
+        values: IntTensor<Self>,
+        reduction: burn_backend::tensor::IndexingUpdateOp,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_scatter_nd");
+        let _data = cx.arg(_data);
+        let indices = cx.arg(indices);
+        let values = cx.arg(values);
+        cx.ret(<Host as IntTensorOps<Host>>::int_scatter_nd(
+            _data, indices, values, reduction,
+        ))
+    }
+
+    fn int_gather_nd(data: IntTensor<Self>, indices: IntTensor<Self>) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_gather_nd");
+        let data = cx.arg(data);
+        let indices = cx.arg(indices);
+        cx.ret(<Host as IntTensorOps<Host>>::int_gather_nd(data, indices))
+    }
+
     fn int_select(
         tensor: IntTensor<Self>,
         dim: usize,

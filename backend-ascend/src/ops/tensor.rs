@@ -294,6 +294,30 @@ impl FloatTensorOps<Self> for Ascend {
         ))
     }
 
+    fn float_scatter_nd(
+        _data: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        values: FloatTensor<Self>,
+        reduction: burn_backend::tensor::IndexingUpdateOp,
+    ) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_scatter_nd");
+        let _data = cx.arg(_data);
+        let indices = cx.arg(indices);
+        let values = cx.arg(values);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_scatter_nd(
+            _data, indices, values, reduction,
+        ))
+    }
+
+    fn float_gather_nd(data: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_gather_nd");
+        let data = cx.arg(data);
+        let indices = cx.arg(indices);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_gather_nd(
+            data, indices,
+        ))
+    }
+
     fn float_select(
         tensor: FloatTensor<Self>,
         dim: usize,
@@ -485,6 +509,18 @@ impl FloatTensorOps<Self> for Ascend {
         cx.ret(<Host as FloatTensorOps<Host>>::float_lower_equal_elem(
             lhs, rhs, out_dtype,
         ))
+    }
+
+    fn float_prod(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_prod");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_prod(tensor))
+    }
+
+    fn float_prod_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        let mut cx = Fallback::new("float_prod_dim");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_prod_dim(tensor, dim))
     }
 
     fn float_cumsum(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
