@@ -20,12 +20,14 @@
 //!   chosen at run time).
 //! - the partial results `(max, sum, acc)` of the chunks of a (batch, head) are merged by
 //!   log-sum-exp in chunk order, so the output is bitwise identical for any number of threads.
-//! - int8 (or any) KV with antiquant: `(x + offset)·scale` is fused into the work, never
-//!   materialised for the cache. The offset is added while a row is converted to f32 at load
-//!   (exact for int8 values and small offsets); the scale is folded algebraically:
-//!   `q·((k + o)⊙s) = (q⊙s)·(k + o)`, so the key scale is multiplied into the query once per
-//!   task, and `Σ p_t (v_t + o)⊙s = s⊙Σ p_t (v_t + o)`, so the value scale is applied to the
-//!   merged output row. The cache is read exactly once.
+//! - int8 (or any) KV with antiquant: `(x + offset)·scale` is folded into the work, never
+//!   materialised, and the cache is read exactly once, converted to f32 at load. With
+//!   `k̂ = (k + o_k)⊙s_k`, `q·k̂ = (q⊙s_k)·k + (q⊙s_k)·o_k`: the key scale is multiplied into
+//!   the query once per task, and the offset term is the same for every token of a row, so it
+//!   cancels in the softmax (masked scores are replaced, not shifted, and a fully masked row is
+//!   uniform either way) and is not computed. With `v̂ = (v + o_v)⊙s_v` and probabilities
+//!   summing to 1, `Σ p_t v̂_t = s_v⊙(Σ p_t v_t + o_v)`: the value offset and scale are applied
+//!   to the merged output row.
 //!
 //! Working memory, per rayon job: the K and V sub-chunks (≤ 2 × 512 KiB, or the whole chunk
 //! when smaller), scores for `G × sub` and the task's queries and accumulators (`nh·G × D`);
@@ -92,10 +94,6 @@ const PAD: usize = 16;
 struct Bufs {
     /// Scaled queries of the task's heads, `nh·G × Dp`.
     q: Vec<f32>,
-    /// Antiquant offsets of the task's channels for K and V, `nh·D` each (empty without an
-    /// offset).
-    koff: Vec<f32>,
-    voff: Vec<f32>,
     /// K rows of the sub-chunk, per head: `nh × sub × Dp`.
     k: Vec<f32>,
     /// V rows, same shape.
@@ -110,11 +108,9 @@ struct Bufs {
 
 impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
     fn bufs(&self) -> Bufs {
-        let (nh, g, d, dp, sub) = (self.nh, self.g, self.d, self.dp, self.sub);
+        let (nh, g, dp, sub) = (self.nh, self.g, self.dp, self.sub);
         Bufs {
             q: vec![0.0; nh * g * dp],
-            koff: Vec::with_capacity(nh * d),
-            voff: Vec::with_capacity(nh * d),
             k: vec![0.0; nh * sub * dp],
             v: vec![0.0; nh * sub * dp],
             s: vec![0.0; g * sub],
@@ -198,14 +194,6 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
                 *dst = x.to_f64() as f32 * self.scale * self.antiquant(0, (h / g) * d + di).0;
             }
         }
-        buf.koff.clear();
-        buf.voff.clear();
-        if self.a.antiquant.is_some_and(|aq| aq.offset.is_some()) {
-            for c in t.n0 * d..(t.n0 + nh) * d {
-                buf.koff.push(self.antiquant(0, c).1);
-                buf.voff.push(self.antiquant(1, c).1);
-            }
-        }
         let (stats, acc_out) = slot.split_at_mut(2 * rows);
         let (maxes, sums) = stats.split_at_mut(rows);
         maxes.fill(f32::NEG_INFINITY);
@@ -287,8 +275,7 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
 }
 
 /// Converts tokens `[s0, s1)` of kv heads `[n0, n0 + nh)` of K and V to f32 into the
-/// per-head buffers (row stride `Dp`), adding the antiquant offsets (the scales are folded
-/// elsewhere). Each token's `nh·D` elements are read in one contiguous run. Compiled for the
+/// per-head buffers (row stride `Dp`), raw (the antiquant is folded elsewhere). Each token's `nh·D` elements are read in one contiguous run. Compiled for the
 /// CPU's best instruction set.
 struct LoadRows<'c, 'x, 'a, 'b, Q, KV> {
     ctx: &'c Ctx<'x, 'a, Q, KV>,
@@ -312,13 +299,8 @@ impl<Q: Element, KV: Element> SimdKernel for LoadRows<'_, '_, '_, '_, Q, KV> {
                 let dst = (hn * sub + j) * dp;
                 let (kd, vd) = (&mut buf.k[dst..dst + d], &mut buf.v[dst..dst + d]);
                 let (ks, vs) = (&k[hn * d..(hn + 1) * d], &v[hn * d..(hn + 1) * d]);
-                if buf.koff.is_empty() {
-                    convert(ks, kd);
-                    convert(vs, vd);
-                } else {
-                    convert_add(ks, &buf.koff[hn * d..(hn + 1) * d], kd);
-                    convert_add(vs, &buf.voff[hn * d..(hn + 1) * d], vd);
-                }
+                convert(ks, kd);
+                convert(vs, vd);
             }
         }
     }
@@ -328,13 +310,6 @@ impl<Q: Element, KV: Element> SimdKernel for LoadRows<'_, '_, '_, '_, Q, KV> {
 fn convert<T: Element>(src: &[T], dst: &mut [f32]) {
     for (y, x) in dst.iter_mut().zip(src) {
         *y = x.to_f64() as f32;
-    }
-}
-
-#[inline(always)]
-fn convert_add<T: Element>(src: &[T], add: &[f32], dst: &mut [f32]) {
-    for ((y, x), o) in dst.iter_mut().zip(src).zip(add) {
-        *y = x.to_f64() as f32 + o;
     }
 }
 
@@ -645,7 +620,8 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> 
                     let inv_l = 1.0 / l;
                     let kvh = h / ctx.g;
                     for (di, o) in dst.iter_mut().enumerate() {
-                        *o *= inv_l * ctx.antiquant(1, kvh * d + di).0;
+                        let (scale, offset) = ctx.antiquant(1, kvh * d + di);
+                        *o = (*o * inv_l + offset) * scale;
                     }
                 }
             }
