@@ -90,18 +90,49 @@ struct Ctx<'x, 'a, Q, KV> {
 /// AVX-512, 8 of AVX2, 1 scalar).
 const PAD: usize = 16;
 
+/// A zeroed f32 buffer whose first element is 64-byte aligned (a cache line), so the SIMD
+/// loads and stores of its `Dp`-strided rows never straddle two lines.
+struct Aligned {
+    data: Vec<f32>,
+    off: usize,
+    len: usize,
+}
+
+impl Aligned {
+    fn zeroed(len: usize) -> Self {
+        let data = vec![0.0f32; len + 16];
+        // At most 15 elements; `min` only guards the documented "may fail" case of
+        // `align_offset` (then the buffer is merely unaligned).
+        let off = data.as_ptr().align_offset(64).min(16);
+        Self { data, off, len }
+    }
+}
+
+impl std::ops::Deref for Aligned {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        &self.data[self.off..self.off + self.len]
+    }
+}
+
+impl std::ops::DerefMut for Aligned {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        &mut self.data[self.off..self.off + self.len]
+    }
+}
+
 /// Per-thread working memory: O(sub-chunk), at most a few MiB.
 struct Bufs {
     /// Scaled queries of the task's heads, `nh·G × Dp`.
-    q: Vec<f32>,
+    q: Aligned,
     /// K rows of the sub-chunk, per head: `nh × sub × Dp`.
-    k: Vec<f32>,
+    k: Aligned,
     /// V rows, same shape.
-    v: Vec<f32>,
+    v: Aligned,
     /// Scores, then unnormalised probabilities, of one head's group: `G × sub`.
     s: Vec<f32>,
     /// Unnormalised outputs of the task's heads, `nh·G × Dp`.
-    acc: Vec<f32>,
+    acc: Aligned,
     /// Probabilities transposed for [`Pv`], `G × sub`.
     pt: Vec<f32>,
 }
@@ -110,11 +141,11 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
     fn bufs(&self) -> Bufs {
         let (nh, g, dp, sub) = (self.nh, self.g, self.dp, self.sub);
         Bufs {
-            q: vec![0.0; nh * g * dp],
-            k: vec![0.0; nh * sub * dp],
-            v: vec![0.0; nh * sub * dp],
+            q: Aligned::zeroed(nh * g * dp),
+            k: Aligned::zeroed(nh * sub * dp),
+            v: Aligned::zeroed(nh * sub * dp),
             s: vec![0.0; g * sub],
-            acc: vec![0.0; nh * g * dp],
+            acc: Aligned::zeroed(nh * g * dp),
             pt: vec![0.0; g * sub],
         }
     }
