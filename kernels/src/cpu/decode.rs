@@ -29,7 +29,8 @@
 //!   summing to 1, `Σ p_t v̂_t = s_v⊙(Σ p_t v_t + o_v)`: the value offset and scale are applied
 //!   to the merged output row.
 //!
-//! Working memory, per rayon job: the K and V sub-chunks (≤ 2 × 512 KiB, or the whole chunk
+//! Working memory, per thread (kept in a thread-local cache for the next call of the same
+//! shape): the K and V sub-chunks (≤ 2 × 512 KiB, or the whole chunk
 //! when smaller), scores for `G × sub` and the task's queries and accumulators (`nh·G × D`);
 //! plus the partial results, `B·N·(D + 2)` f32 per chunk of the longest window. Nothing
 //! proportional to the cache is allocated.
@@ -37,8 +38,6 @@
 //! Accuracy: f32 compute and the polynomial `exp` of the varlen kernels; against the
 //! f64-accumulating reference the tests hold 2e-5 abs + 1e-4 rel (D ≤ 128; f32, f16, bf16
 //! and int8 KV).
-
-use std::sync::Mutex;
 
 use pulp::Simd;
 use rayon::prelude::*;
@@ -110,12 +109,14 @@ impl Aligned {
 
 impl std::ops::Deref for Aligned {
     type Target = [f32];
+    #[inline(always)]
     fn deref(&self) -> &[f32] {
         &self.data[self.off..self.off + self.len]
     }
 }
 
 impl std::ops::DerefMut for Aligned {
+    #[inline(always)]
     fn deref_mut(&mut self) -> &mut [f32] {
         &mut self.data[self.off..self.off + self.len]
     }
@@ -135,6 +136,15 @@ struct Bufs {
     acc: Aligned,
     /// Probabilities transposed for [`Pv`], `G × sub`.
     pt: Vec<f32>,
+    /// The `(nh, G, Dp, sub)` the buffers are sized for.
+    shape: (usize, usize, usize, usize),
+}
+
+thread_local! {
+    /// Each thread's working buffers, kept for the next call with the same shape: a decode
+    /// loop calls the kernel once per generated token, and fresh MiB-sized buffers would cost
+    /// page faults every time. At most a few MiB per thread.
+    static SCRATCH: std::cell::RefCell<Option<Bufs>> = const { std::cell::RefCell::new(None) };
 }
 
 impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
@@ -147,7 +157,22 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
             s: vec![0.0; g * sub],
             acc: Aligned::zeroed(nh * g * dp),
             pt: vec![0.0; g * sub],
+            shape: (nh, g, dp, sub),
         }
+    }
+
+    /// Runs `t` with this thread's cached buffers (reallocated when the shape changed: the
+    /// padding columns must be zero, and only fresh buffers guarantee that).
+    fn task_with_scratch(&self, t: Task, slot: &mut [f32]) {
+        SCRATCH.with(|cell| {
+            let mut cached = cell.borrow_mut();
+            let shape = (self.nh, self.g, self.dp, self.sub);
+            let buf = match &mut *cached {
+                Some(b) if b.shape == shape => b,
+                other => other.insert(self.bufs()),
+            };
+            self.task(buf, t, slot);
+        });
     }
 
     /// Query heads of a task.
@@ -322,13 +347,13 @@ impl<Q: Element, KV: Element> SimdKernel for LoadRows<'_, '_, '_, '_, Q, KV> {
     #[inline(always)]
     fn run(self) {
         let (d, dp, nh, sub) = (self.ctx.d, self.ctx.dp, self.ctx.nh, self.ctx.sub);
-        let buf = self.buf;
+        let (kbuf, vbuf): (&mut [f32], &mut [f32]) = (&mut self.buf.k, &mut self.buf.v);
         for (j, tok) in (self.s0..self.s1).enumerate() {
             let (k, v, at) = self.ctx.row(self.b, self.n0, tok);
             let (k, v) = (&k[at..at + nh * d], &v[at..at + nh * d]);
             for hn in 0..nh {
                 let dst = (hn * sub + j) * dp;
-                let (kd, vd) = (&mut buf.k[dst..dst + d], &mut buf.v[dst..dst + d]);
+                let (kd, vd) = (&mut kbuf[dst..dst + d], &mut vbuf[dst..dst + d]);
                 let (ks, vs) = (&k[hn * d..(hn + 1) * d], &v[hn * d..(hn + 1) * d]);
                 convert(ks, kd);
                 convert(vs, vd);
@@ -604,25 +629,10 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> 
         }
     }
     let mut partials = vec![0.0f32; tasks.len() * slot];
-    // One set of working buffers per pool thread, allocated once per call (rayon's
-    // `for_each_init` would allocate one per split job, and fresh MiB-sized buffers cost page
-    // faults). Each pool thread only ever locks its own entry.
-    let pool: Vec<Mutex<Option<Bufs>>> = (0..rayon::current_num_threads())
-        .map(|_| Mutex::new(None))
-        .collect();
     partials
         .par_chunks_mut(slot)
         .zip(tasks.par_iter())
-        .for_each(|(dst, &t)| {
-            let mine = rayon::current_thread_index().and_then(|i| pool.get(i));
-            match mine {
-                Some(m) => {
-                    let mut guard = m.lock().unwrap_or_else(|e| e.into_inner());
-                    ctx.task(guard.get_or_insert_with(|| ctx.bufs()), t, dst);
-                }
-                None => ctx.task(&mut ctx.bufs(), t, dst),
-            }
-        });
+        .for_each(|(dst, &t)| ctx.task_with_scratch(t, dst));
 
     // Merge each head range's chunks in chunk order, then apply the value antiquant scale.
     out.par_chunks_mut(n * d)
