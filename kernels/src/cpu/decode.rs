@@ -136,7 +136,9 @@ struct Bufs {
     acc: Aligned,
     /// Probabilities transposed for [`Pv`], `G × sub`.
     pt: Vec<f32>,
-    /// The `(nh, G, Dp, sub)` the buffers are sized for.
+    /// The `(nh, G, D, sub)` the buffers were made for. `D` itself (not only `Dp`): the
+    /// padding columns `[D, Dp)` of `q`, `k` and `v` are never written, so they stay zero
+    /// only while `D` does not change.
     shape: (usize, usize, usize, usize),
 }
 
@@ -157,16 +159,16 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
             s: vec![0.0; g * sub],
             acc: Aligned::zeroed(nh * g * dp),
             pt: vec![0.0; g * sub],
-            shape: (nh, g, dp, sub),
+            shape: (nh, g, self.d, sub),
         }
     }
 
-    /// Runs `t` with this thread's cached buffers (reallocated when the shape changed: the
-    /// padding columns must be zero, and only fresh buffers guarantee that).
+    /// Runs `t` with this thread's cached buffers (reallocated when the shape changed, so the
+    /// padding columns are zero).
     fn task_with_scratch(&self, t: Task, slot: &mut [f32]) {
         SCRATCH.with(|cell| {
             let mut cached = cell.borrow_mut();
-            let shape = (self.nh, self.g, self.dp, self.sub);
+            let shape = (self.nh, self.g, self.d, self.sub);
             let buf = match &mut *cached {
                 Some(b) if b.shape == shape => b,
                 other => other.insert(self.bufs()),
