@@ -13,7 +13,7 @@
 //!   (BSH / BSND, paged BSH), so the task reads whole contiguous token rows; one kv head for
 //!   the head-major layouts (BNSD, paged BNSD), whose per-head rows are contiguous.
 //! - a task walks its chunk in sub-chunks (up to 512 KiB of f32 K and as much V): the rows
-//!   are read once, converted to f32 (the antiquant offset added), and used by **all
+//!   are read once, converted to f32 (raw values: see antiquant below), and used by **all
 //!   `G = N / Nkv` query heads of each kv head**: scores `Q'·Kᵀ` (`G` dot products per K row,
 //!   accumulators in SIMD registers), an online softmax (running max / sum), and `P·V`
 //!   accumulated in registers, with explicit SIMD through `pulp` (AVX-512 / AVX2 / scalar
@@ -30,10 +30,10 @@
 //!   to the merged output row.
 //!
 //! Working memory, per thread (kept in a thread-local cache for the next call of the same
-//! shape): the K and V sub-chunks (≤ 2 × 512 KiB, or the whole chunk
-//! when smaller), scores for `G × sub` and the task's queries and accumulators (`nh·G × D`);
-//! plus the partial results, `B·N·(D + 2)` f32 per chunk of the longest window. Nothing
-//! proportional to the cache is allocated.
+//! shape): the K and V sub-chunks (≤ 2 × 512 KiB, or the whole chunk when smaller), scores
+//! for `G × sub` and the task's queries and accumulators (`nh·G × D`); plus the partial
+//! results, `B·N·(D + 2)` f32 per chunk of the longest window. Nothing proportional to the
+//! cache is allocated.
 //!
 //! Accuracy: f32 compute and the polynomial `exp` of the varlen kernels; against the
 //! f64-accumulating reference the tests hold 2e-5 abs + 1e-4 rel (D ≤ 128; f32, f16, bf16
