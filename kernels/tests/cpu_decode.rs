@@ -647,3 +647,40 @@ fn bitwise_identical_for_any_thread_count() {
         }
     }
 }
+
+/// The kernel keeps its working buffers per thread between calls; a call with another head
+/// dim of the same padded width (D = 8, then D = 1: both padded to 16) must not see the
+/// previous call's values in the padding.
+#[test]
+fn reused_scratch_does_not_leak_between_calls() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a thread pool");
+    pool.install(|| {
+        for d in [8usize, 1, 16, 3, 8] {
+            let (s, n) = (5usize, 2usize);
+            let q: Vec<f32> = (0..n * d).map(|i| (i as f32 * 0.7).sin() * 3.0).collect();
+            let k: Vec<f32> = (0..s * n * d)
+                .map(|i| (i as f32 * 0.3).cos() * 2.0)
+                .collect();
+            let v: Vec<f32> = (0..s * n * d).map(|i| (i as f32 * 0.9).sin()).collect();
+            let a = IncreFlashAttentionArgs::new(
+                &q,
+                KvInput::Contiguous {
+                    key: &k,
+                    value: &v,
+                    kv_seq: s,
+                },
+                IfaLayout::Bnsd,
+                1,
+                n,
+                d,
+                0.5,
+            );
+            let got = cpu::incre_flash_attention(&a);
+            close(&got, &reference::incre_flash_attention(&a))
+                .unwrap_or_else(|e| panic!("D = {d}: {e}"));
+        }
+    });
+}

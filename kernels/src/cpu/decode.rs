@@ -13,7 +13,7 @@
 //!   (BSH / BSND, paged BSH), so the task reads whole contiguous token rows; one kv head for
 //!   the head-major layouts (BNSD, paged BNSD), whose per-head rows are contiguous.
 //! - a task walks its chunk in sub-chunks (up to 512 KiB of f32 K and as much V): the rows
-//!   are read once, converted to f32 (the antiquant offset added), and used by **all
+//!   are read once, converted to f32 (raw values: see antiquant below), and used by **all
 //!   `G = N / Nkv` query heads of each kv head**: scores `Q'·Kᵀ` (`G` dot products per K row,
 //!   accumulators in SIMD registers), an online softmax (running max / sum), and `P·V`
 //!   accumulated in registers, with explicit SIMD through `pulp` (AVX-512 / AVX2 / scalar
@@ -29,16 +29,15 @@
 //!   summing to 1, `Σ p_t v̂_t = s_v⊙(Σ p_t v_t + o_v)`: the value offset and scale are applied
 //!   to the merged output row.
 //!
-//! Working memory, per rayon job: the K and V sub-chunks (≤ 2 × 512 KiB, or the whole chunk
-//! when smaller), scores for `G × sub` and the task's queries and accumulators (`nh·G × D`);
-//! plus the partial results, `B·N·(D + 2)` f32 per chunk of the longest window. Nothing
-//! proportional to the cache is allocated.
+//! Working memory, per thread (kept in a thread-local cache for the next call of the same
+//! shape): the K and V sub-chunks (≤ 2 × 512 KiB, or the whole chunk when smaller), scores
+//! for `G × sub` and the task's queries and accumulators (`nh·G × D`); plus the partial
+//! results, `B·N·(D + 2)` f32 per chunk of the longest window. Nothing proportional to the
+//! cache is allocated.
 //!
 //! Accuracy: f32 compute and the polynomial `exp` of the varlen kernels; against the
 //! f64-accumulating reference the tests hold 2e-5 abs + 1e-4 rel (D ≤ 128; f32, f16, bf16
 //! and int8 KV).
-
-use std::sync::Mutex;
 
 use pulp::Simd;
 use rayon::prelude::*;
@@ -90,33 +89,92 @@ struct Ctx<'x, 'a, Q, KV> {
 /// AVX-512, 8 of AVX2, 1 scalar).
 const PAD: usize = 16;
 
+/// A zeroed f32 buffer whose first element is 64-byte aligned (a cache line), so the SIMD
+/// loads and stores of its `Dp`-strided rows never straddle two lines.
+struct Aligned {
+    data: Vec<f32>,
+    off: usize,
+    len: usize,
+}
+
+impl Aligned {
+    fn zeroed(len: usize) -> Self {
+        let data = vec![0.0f32; len + 16];
+        // At most 15 elements; `min` only guards the documented "may fail" case of
+        // `align_offset` (then the buffer is merely unaligned).
+        let off = data.as_ptr().align_offset(64).min(16);
+        Self { data, off, len }
+    }
+}
+
+impl std::ops::Deref for Aligned {
+    type Target = [f32];
+    #[inline(always)]
+    fn deref(&self) -> &[f32] {
+        &self.data[self.off..self.off + self.len]
+    }
+}
+
+impl std::ops::DerefMut for Aligned {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [f32] {
+        &mut self.data[self.off..self.off + self.len]
+    }
+}
+
 /// Per-thread working memory: O(sub-chunk), at most a few MiB.
 struct Bufs {
     /// Scaled queries of the task's heads, `nh·G × Dp`.
-    q: Vec<f32>,
+    q: Aligned,
     /// K rows of the sub-chunk, per head: `nh × sub × Dp`.
-    k: Vec<f32>,
+    k: Aligned,
     /// V rows, same shape.
-    v: Vec<f32>,
+    v: Aligned,
     /// Scores, then unnormalised probabilities, of one head's group: `G × sub`.
     s: Vec<f32>,
     /// Unnormalised outputs of the task's heads, `nh·G × Dp`.
-    acc: Vec<f32>,
+    acc: Aligned,
     /// Probabilities transposed for [`Pv`], `G × sub`.
     pt: Vec<f32>,
+    /// The `(nh, G, D, sub)` the buffers were made for. `D` itself (not only `Dp`): the
+    /// padding columns `[D, Dp)` of `q`, `k` and `v` are never written, so they stay zero
+    /// only while `D` does not change.
+    shape: (usize, usize, usize, usize),
+}
+
+thread_local! {
+    /// Each thread's working buffers, kept for the next call with the same shape: a decode
+    /// loop calls the kernel once per generated token, and fresh MiB-sized buffers would cost
+    /// page faults every time. At most a few MiB per thread.
+    static SCRATCH: std::cell::RefCell<Option<Bufs>> = const { std::cell::RefCell::new(None) };
 }
 
 impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
     fn bufs(&self) -> Bufs {
         let (nh, g, dp, sub) = (self.nh, self.g, self.dp, self.sub);
         Bufs {
-            q: vec![0.0; nh * g * dp],
-            k: vec![0.0; nh * sub * dp],
-            v: vec![0.0; nh * sub * dp],
+            q: Aligned::zeroed(nh * g * dp),
+            k: Aligned::zeroed(nh * sub * dp),
+            v: Aligned::zeroed(nh * sub * dp),
             s: vec![0.0; g * sub],
-            acc: vec![0.0; nh * g * dp],
+            acc: Aligned::zeroed(nh * g * dp),
             pt: vec![0.0; g * sub],
+            shape: (nh, g, self.d, sub),
         }
+    }
+
+    /// Runs `t` with this thread's cached buffers (reallocated when the shape changed, so the
+    /// padding columns are zero).
+    fn task_with_scratch(&self, t: Task, slot: &mut [f32]) {
+        SCRATCH.with(|cell| {
+            let mut cached = cell.borrow_mut();
+            let shape = (self.nh, self.g, self.d, self.sub);
+            let buf = match &mut *cached {
+                Some(b) if b.shape == shape => b,
+                other => other.insert(self.bufs()),
+            };
+            self.task(buf, t, slot);
+        });
     }
 
     /// Query heads of a task.
@@ -291,13 +349,13 @@ impl<Q: Element, KV: Element> SimdKernel for LoadRows<'_, '_, '_, '_, Q, KV> {
     #[inline(always)]
     fn run(self) {
         let (d, dp, nh, sub) = (self.ctx.d, self.ctx.dp, self.ctx.nh, self.ctx.sub);
-        let buf = self.buf;
+        let (kbuf, vbuf): (&mut [f32], &mut [f32]) = (&mut self.buf.k, &mut self.buf.v);
         for (j, tok) in (self.s0..self.s1).enumerate() {
             let (k, v, at) = self.ctx.row(self.b, self.n0, tok);
             let (k, v) = (&k[at..at + nh * d], &v[at..at + nh * d]);
             for hn in 0..nh {
                 let dst = (hn * sub + j) * dp;
-                let (kd, vd) = (&mut buf.k[dst..dst + d], &mut buf.v[dst..dst + d]);
+                let (kd, vd) = (&mut kbuf[dst..dst + d], &mut vbuf[dst..dst + d]);
                 let (ks, vs) = (&k[hn * d..(hn + 1) * d], &v[hn * d..(hn + 1) * d]);
                 convert(ks, kd);
                 convert(vs, vd);
@@ -573,25 +631,10 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> 
         }
     }
     let mut partials = vec![0.0f32; tasks.len() * slot];
-    // One set of working buffers per pool thread, allocated once per call (rayon's
-    // `for_each_init` would allocate one per split job, and fresh MiB-sized buffers cost page
-    // faults). Each pool thread only ever locks its own entry.
-    let pool: Vec<Mutex<Option<Bufs>>> = (0..rayon::current_num_threads())
-        .map(|_| Mutex::new(None))
-        .collect();
     partials
         .par_chunks_mut(slot)
         .zip(tasks.par_iter())
-        .for_each(|(dst, &t)| {
-            let mine = rayon::current_thread_index().and_then(|i| pool.get(i));
-            match mine {
-                Some(m) => {
-                    let mut guard = m.lock().unwrap_or_else(|e| e.into_inner());
-                    ctx.task(guard.get_or_insert_with(|| ctx.bufs()), t, dst);
-                }
-                None => ctx.task(&mut ctx.bufs(), t, dst),
-            }
-        });
+        .for_each(|(dst, &t)| ctx.task_with_scratch(t, dst));
 
     // Merge each head range's chunks in chunk order, then apply the value antiquant scale.
     out.par_chunks_mut(n * d)

@@ -32,7 +32,7 @@
 //! [`incre_flash_attention`] (with `_as` / `_int8` variants) is the decode kernel: the
 //! arguments and semantics of [`crate::reference::incre`], computed by flash-decoding (KV
 //! window split into fixed chunks processed in parallel for all query heads of a GQA group,
-//! merged by log-sum-exp in a fixed order, int8 antiquant folded into the load). See
+//! merged by log-sum-exp in a fixed order, int8 antiquant folded in: no dequantised copy). See
 //! [`decode`].
 //!
 //! All `unsafe` (the `gemm` crate's raw-pointer API) lives in [`gemm`].
