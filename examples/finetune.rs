@@ -24,7 +24,7 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
 use burn_ascend::model::train::{init_model, train, Init, TrainOptions};
 use burn_ascend::model::{
-    sample, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
+    generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
 };
 use burn_ascend::AttentionBackend;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -288,7 +288,7 @@ fn plot_losses(losses: &[f32], path: &Path) -> Result<(), String> {
     root.present().map_err(|e| err(&e))
 }
 
-/// Continues a few prompts through the paged KV cache, greedy and nucleus sampling.
+/// Continues a few prompts together through the paged KV cache, greedy and nucleus sampling.
 fn print_samples<Bk: burn_ascend::AttentionBackend>(
     model: Transformer<Bk>,
     tokenizer: &Tokenizer,
@@ -296,36 +296,29 @@ fn print_samples<Bk: burn_ascend::AttentionBackend>(
 ) -> Result<(), String> {
     let device = model.embed_tokens.weight.val().device();
     let mut gen = Generator::new(model, 64, 16, &device).map_err(|e| e.to_string())?;
-    let mut rng = SplitMix(seed);
     let prompts = [
         "ROMEO:\n",
         "First Citizen:\nWe are",
         "KING RICHARD II:\nNow",
     ];
-    for (i, prompt) in prompts.iter().enumerate() {
-        let sampling = if i == 0 {
-            Sampling::Greedy
-        } else {
-            Sampling::TopP {
-                top_p: 0.9,
-                temperature: 0.8,
-            }
-        };
-        let ids = tokenizer.encode(prompt).map_err(|e| e.to_string())?;
-        let (seq, mut logits) = gen.add(&ids).map_err(|e| e.to_string())?;
-        let mut out = Vec::new();
-        for _ in 0..120 {
-            let next = sample(&logits, sampling, &mut rng);
-            out.push(next);
-            logits = gen
-                .step(&[seq], &[next])
-                .map_err(|e| e.to_string())?
-                .remove(0);
-        }
+    let ids: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| tokenizer.encode(p))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let nucleus = Sampling::TopP {
+        top_p: 0.9,
+        temperature: 0.8,
+    };
+    let sampling = [Sampling::Greedy, nucleus, nucleus];
+    let run = generate_batch(&mut gen, &ids, 120, &sampling, &mut SplitMix(seed))
+        .map_err(|e| e.to_string())?;
+    for (i, (prompt, out)) in prompts.iter().zip(&run.generated).enumerate() {
         println!(
-            "--- sample {} ({sampling:?}) ---\n{prompt}{}",
+            "--- sample {} ({:?}) ---\n{prompt}{}",
             i + 1,
-            tokenizer.decode(&out)
+            sampling[i],
+            tokenizer.decode(out)
         );
     }
     gen.clear().map_err(|e| e.to_string())

@@ -398,3 +398,66 @@ fn resumed_run_continues_the_loss_curve_exactly() {
     let csv = std::fs::read_to_string(b.path().join("loss.csv")).unwrap();
     assert_eq!(csv.lines().count(), 7, "header + 6 steps:\n{csv}");
 }
+
+#[test]
+fn bad_checkpoints_data_and_cache_options_get_typed_errors() {
+    let device = Default::default();
+    // config: a zero size.
+    let mut c = tiny(false, None, false, false);
+    c.hidden_size = 0;
+    let e = Transformer::<NdArray>::new(&c, &device).unwrap_err();
+    assert!(e.to_string().contains("invalid config"), "{e}");
+    // checkpoint: a tensor the config asks for is missing, or has the wrong shape.
+    let dir = tempfile::tempdir().unwrap();
+    save_hf(
+        &Transformer::<NdArray>::new(&tiny(false, None, false, false), &device).unwrap(),
+        dir.path(),
+    )
+    .unwrap();
+    let cfg_path = dir.path().join("config.json");
+    let original = std::fs::read_to_string(&cfg_path).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&original).unwrap();
+    v["attention_sinks"] = serde_json::json!(true);
+    std::fs::write(&cfg_path, v.to_string()).unwrap();
+    let e = load_hf::<NdArray>(dir.path(), &device).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("missing tensor 'model.layers.0.self_attn.sinks'"),
+        "{e}"
+    );
+    let mut v: serde_json::Value = serde_json::from_str(&original).unwrap();
+    v["intermediate_size"] = serde_json::json!(41);
+    std::fs::write(&cfg_path, v.to_string()).unwrap();
+    let e = load_hf::<NdArray>(dir.path(), &device).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("'model.layers.0.mlp.gate_proj.weight' must be [41, 32], got [40, 32]"),
+        "{e}"
+    );
+    // data: JSONL without a "text" string; no document of two tokens.
+    let jsonl = dir.path().join("d.jsonl");
+    std::fs::write(&jsonl, "{\"text\": \"ok\"}\n{\"body\": 1}\n").unwrap();
+    let e = burn_ascend::model::data::load_documents(&jsonl).unwrap_err();
+    assert!(e.to_string().contains("invalid --data: line 2"), "{e}");
+    let e = Packer::new(&["x".to_string()], &Tokenizer::Bytes, 64, 16, 1).unwrap_err();
+    assert!(e.to_string().contains("invalid --data"), "{e}");
+    // paged cache: one sink logit per query head.
+    let mut cache =
+        burn_ascend::PagedKvCache::<NdArray>::new(4, 16, 4, 2, 8, 0.35, &device).unwrap();
+    let id = cache.add_sequence();
+    let kv = Tensor::<NdArray, 3>::zeros([2, 2, 8], &device);
+    cache.append(id, kv.clone(), kv).unwrap();
+    let opts = burn_ascend::AttendOptions {
+        window: None,
+        sink_slot_logits: Some(vec![0.0; 3]),
+    };
+    let e = cache
+        .attend_with(&[id], Tensor::zeros([1, 1, 4, 8], &device), &opts)
+        .unwrap_err();
+    assert!(e.to_string().contains("invalid sink_slot_logits"), "{e}");
+    // generation: an empty prompt.
+    let m = Transformer::<NdArray>::new(&tiny(true, None, false, false), &device).unwrap();
+    let mut gen = burn_ascend::model::Generator::new(m, 8, 16, &device).unwrap();
+    let e = gen.add(&[]).unwrap_err();
+    assert!(e.to_string().contains("invalid prompt"), "{e}");
+}

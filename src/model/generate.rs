@@ -144,12 +144,7 @@ impl<B: AttentionBackend> Generator<B> {
             ));
         }
         let c = self.model.config.clone();
-        let (b, n, nkv, d) = (
-            seqs.len(),
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            c.head_dim,
-        );
+        let (b, n, d) = (seqs.len(), c.num_attention_heads, c.head_dim);
         let device = self.model.embed_tokens.weight.val().device();
         let positions: Vec<usize> = seqs.iter().map(|&s| self.seqs[s].1).collect();
         let rope = Rope::new(&positions, d, c.rope_theta, &device);
@@ -178,7 +173,6 @@ impl<B: AttentionBackend> Generator<B> {
         for &s in seqs {
             self.seqs[s].1 += 1;
         }
-        let _ = nkv;
         let logits = to_vec(self.model.head(x));
         let v = c.vocab_size;
         Ok(logits.chunks(v).map(<[f32]>::to_vec).collect())
