@@ -6,8 +6,11 @@
 //!   `Autodiff<Ascend>` the ops crate's fused backward calls [`AttentionBackend::varlen_bwd`]
 //!   here. An external pse, dropout or a non-f32 sink are not wired to the device yet: those
 //!   calls take the CPU kernels through the counted host fallback (`varlen_fwd` / `varlen_bwd`).
-//! - prompt, incremental attention and the KV cache scatter take the CPU reference through the
-//!   counted host fallback (`prompt_fwd`, `incre_fwd`, `scatter_kv`).
+//! - prompt, incremental attention and the KV cache scatter run natively
+//!   (`aclnnPromptFlashAttentionV3`, `aclnnIncreFlashAttentionV4` over contiguous, listed or
+//!   paged KV, `aclnnScatterPaKvCache` in place on an unshared cache): [`prompt`], [`incre`],
+//!   [`scatter`]. int8 KV (antiquant), integer dtypes and NHSD caches take the counted host
+//!   fallback (`incre_fwd`, `prompt_fwd`, `scatter_kv`).
 //!
 //! Shapes and attributes are validated by the ops crate's spec first (typed [`AttnError`]s);
 //! a failing aclnn call then panics with the call, its status and CANN's message.
@@ -19,9 +22,7 @@ use burn_ascend_ops::backend::{
 };
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::incre::IncreSpec;
-use burn_ascend_ops::ndarray::{
-    cpu_incre_fwd, cpu_prompt_fwd, cpu_scatter_kv, cpu_varlen_bwd, cpu_varlen_fwd,
-};
+use burn_ascend_ops::ndarray::{cpu_varlen_bwd, cpu_varlen_fwd};
 use burn_ascend_ops::prompt::PromptSpec;
 use burn_ascend_ops::scatter::ScatterSpec;
 use burn_ascend_ops::varlen::composite::{bwd_shapes, shapes};
@@ -34,6 +35,10 @@ use crate::element::is_acl_float;
 use crate::fallback::count;
 use crate::tensor::{fail, AscendTensor};
 use crate::Ascend;
+
+mod incre;
+mod prompt;
+mod scatter;
 
 /// Device-side extras of a varlen call (mask), owned for the duration of the call.
 struct Extras {
@@ -63,25 +68,44 @@ fn native_ok(spec: &VarlenSpec, qkv: &[&AscendTensor], sink: Option<&AscendTenso
 }
 
 fn extras(spec: &VarlenSpec, device: &AscendDevice) -> Extras {
-    let upload = |bytes: Vec<u8>, dims: Vec<usize>| {
-        AscendTensor::from_data(
-            burn_backend::TensorData::from_bytes_vec(bytes, Shape::from(dims), DType::U8),
-            device,
-        )
-    };
     let mask = match &spec.atten_mask {
         MaskSpec::None => None,
-        MaskSpec::Dense { data, shape } => Some(upload(data.to_vec(), shape.clone())),
-        MaskSpec::Compressed => {
-            compressed_mask(spec.attrs.sparse_mode).map(|(m, shape)| upload(m, shape.to_vec()))
-        }
+        MaskSpec::Dense { data, shape } => Some(upload(data.to_vec(), shape, DType::U8, device)),
+        MaskSpec::Compressed => compressed_mask(spec.attrs.sparse_mode)
+            .map(|(m, shape)| upload(m, &shape, DType::U8, device)),
     };
     Extras { mask }
 }
 
-fn handle<'a>(rt: &Runtime, t: &'a AscendTensor, desc: &TensorDesc, op: &str) -> Tensor<'a> {
-    let _ = rt;
+fn handle<'a>(t: &'a AscendTensor, desc: &TensorDesc, op: &str) -> Tensor<'a> {
     Tensor::new(t.storage.buffer(), desc).unwrap_or_else(|e| fail(op, e))
+}
+
+fn opt_handle<'a>(
+    t: Option<&'a AscendTensor>,
+    desc: Option<&TensorDesc>,
+    op: &str,
+) -> Option<Tensor<'a>> {
+    t.zip(desc).map(|(t, d)| handle(t, d, op))
+}
+
+/// Uploads host bytes of `dtype` as a contiguous `dims` tensor (an op's host-side input).
+fn upload(bytes: Vec<u8>, dims: &[usize], dtype: DType, device: &AscendDevice) -> AscendTensor {
+    AscendTensor::from_data(
+        burn_backend::TensorData::from_bytes_vec(bytes, Shape::from(dims.to_vec()), dtype),
+        device,
+    )
+}
+
+/// Uploads f32 values converted to the float `dtype` of the call.
+fn upload_float(v: &[f32], dims: &[usize], dtype: DType, device: &AscendDevice) -> AscendTensor {
+    let data = burn_backend::TensorData::new(v.to_vec(), Shape::from(dims.to_vec()));
+    AscendTensor::from_data(data.convert_dtype(dtype), device)
+}
+
+fn upload_i64(v: &[i64], dims: &[usize], device: &AscendDevice) -> AscendTensor {
+    let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    upload(bytes, dims, DType::I64, device)
 }
 
 fn ints(rt: &Runtime, v: &[i64], op: &str) -> IntArray {
@@ -122,25 +146,25 @@ impl AttentionBackend for Ascend {
             let d = |x: &AscendTensor| x.desc(FWD);
             let (qd, kd, vd) = (d(&inputs.query), d(&inputs.key), d(&inputs.value));
             let (od, maxd, sumd, smd) = (d(&out), d(&smax), d(&ssum), d(&sm_out));
-            let q = handle(&rt, &inputs.query, &qd, FWD);
-            let k = handle(&rt, &inputs.key, &kd, FWD);
-            let v = handle(&rt, &inputs.value, &vd, FWD);
+            let q = handle(&inputs.query, &qd, FWD);
+            let k = handle(&inputs.key, &kd, FWD);
+            let v = handle(&inputs.value, &vd, FWD);
             let sink_d = inputs.sink.as_ref().map(d);
             let sink = inputs
                 .sink
                 .as_ref()
                 .zip(sink_d.as_ref())
-                .map(|(s, sd)| handle(&rt, s, sd, FWD));
+                .map(|(s, sd)| handle(s, sd, FWD));
             let mask_d = ex.mask.as_ref().map(d);
             let mask = ex
                 .mask
                 .as_ref()
                 .zip(mask_d.as_ref())
-                .map(|(m, md)| handle(&rt, m, md, FWD));
-            let o = handle(&rt, &out, &od, FWD);
-            let mx = handle(&rt, &smax, &maxd, FWD);
-            let sm = handle(&rt, &ssum, &sumd, FWD);
-            let so = handle(&rt, &sm_out, &smd, FWD);
+                .map(|(m, md)| handle(m, md, FWD));
+            let o = handle(&out, &od, FWD);
+            let mx = handle(&smax, &maxd, FWD);
+            let sm = handle(&ssum, &sumd, FWD);
+            let so = handle(&sm_out, &smd, FWD);
             let prefix = spec.prefix.as_ref().map(|p| ints(&rt, p, FWD));
             let cum_q = ints(&rt, &spec.actual_seq_q_len, FWD);
             let cum_kv = ints(&rt, &spec.actual_seq_kv_len, FWD);
@@ -245,33 +269,33 @@ impl AttentionBackend for Ascend {
             .iter()
             .map(|t| ds(t))
             .collect();
-            let q = handle(&rt, &f.query, &descs[0], BWD);
-            let k = handle(&rt, &f.key, &descs[1], BWD);
-            let v = handle(&rt, &f.value, &descs[2], BWD);
-            let dy = handle(&rt, &inputs.dy, &descs[3], BWD);
-            let smax = handle(&rt, &inputs.softmax_max, &descs[4], BWD);
-            let ssum = handle(&rt, &inputs.softmax_sum, &descs[5], BWD);
-            let att = handle(&rt, &inputs.attention_in, &descs[6], BWD);
-            let dqh = handle(&rt, &dq, &descs[7], BWD);
-            let dkh = handle(&rt, &dk, &descs[8], BWD);
-            let dvh = handle(&rt, &dv, &descs[9], BWD);
+            let q = handle(&f.query, &descs[0], BWD);
+            let k = handle(&f.key, &descs[1], BWD);
+            let v = handle(&f.value, &descs[2], BWD);
+            let dy = handle(&inputs.dy, &descs[3], BWD);
+            let smax = handle(&inputs.softmax_max, &descs[4], BWD);
+            let ssum = handle(&inputs.softmax_sum, &descs[5], BWD);
+            let att = handle(&inputs.attention_in, &descs[6], BWD);
+            let dqh = handle(&dq, &descs[7], BWD);
+            let dkh = handle(&dk, &descs[8], BWD);
+            let dvh = handle(&dv, &descs[9], BWD);
             let sink_d = f.sink.as_ref().map(ds);
             let sink = f
                 .sink
                 .as_ref()
                 .zip(sink_d.as_ref())
-                .map(|(s, sd)| handle(&rt, s, sd, BWD));
+                .map(|(s, sd)| handle(s, sd, BWD));
             let dsink_d = dsink.as_ref().map(ds);
             let dsink_h = dsink
                 .as_ref()
                 .zip(dsink_d.as_ref())
-                .map(|(s, sd)| handle(&rt, s, sd, BWD));
+                .map(|(s, sd)| handle(s, sd, BWD));
             let mask_d = ex.mask.as_ref().map(ds);
             let mask = ex
                 .mask
                 .as_ref()
                 .zip(mask_d.as_ref())
-                .map(|(m, md)| handle(&rt, m, md, BWD));
+                .map(|(m, md)| handle(m, md, BWD));
             let prefix = spec.prefix.as_ref().map(|p| ints(&rt, p, BWD));
             let cum_q = ints(&rt, &spec.actual_seq_q_len, BWD);
             let cum_kv = ints(&rt, &spec.actual_seq_kv_len, BWD);
@@ -327,18 +351,14 @@ impl AttentionBackend for Ascend {
     }
 
     fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<AscendTensor> {
-        same_device("prompt_fwd", &[&inputs.query, &inputs.key, &inputs.value])?;
-        count("prompt_fwd");
-        cpu_prompt_fwd::<Self>(inputs, spec)
+        prompt::prompt_fwd(inputs, spec)
     }
 
     fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<AscendTensor> {
-        count("incre_fwd");
-        cpu_incre_fwd::<Self>(inputs, spec)
+        incre::incre_fwd(inputs, spec)
     }
 
     fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
-        count("scatter_kv");
-        cpu_scatter_kv::<Self>(inputs, spec)
+        scatter::scatter_kv(inputs, spec)
     }
 }

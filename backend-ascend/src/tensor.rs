@@ -115,6 +115,12 @@ impl AscendTensor {
         *self.storage.device()
     }
 
+    /// The device address of the buffer under this view: equal for views of one allocation
+    /// (an identity check, e.g. that an op worked in place).
+    pub fn storage_ptr(&self) -> usize {
+        self.storage.buffer().as_ptr() as usize
+    }
+
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.shape.num_elements()

@@ -17,7 +17,7 @@ use crate::backend::{AttentionBackend, IncreKv};
 use crate::error::{ensure, AttnError, Result};
 use crate::incre::{BlockTable, IfaLayout, IncreMask, IncrePse, IncreSpec};
 use crate::prompt::{PfaLayout, PromptMask, PromptPse, PromptSpec};
-use crate::scatter::ScatterSpec;
+use crate::scatter::{ScatterShapes, ScatterSpec};
 
 /// Options of [`PagedKvCache::attend_with`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -204,13 +204,29 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         let slots: Vec<i64> = (seq.len..seq.len + t)
             .map(|p| (blocks[p / bs] * bs + p % bs) as i64)
             .collect();
-        let (kc, vc) = scatter_pa_kv_cache(
-            key,
-            Some(value),
-            self.key_cache.clone(),
-            Some(self.value_cache.clone()),
-            &ScatterSpec::new(slots),
-        )?;
+        let spec = ScatterSpec::new(slots);
+        // Validate first, then move the caches into the op (leaving empty placeholders) so no
+        // second handle keeps their buffers alive: a backend can then update them where they
+        // lie (Ascend does) instead of copying the whole cache for every token.
+        let cache_dims = self.key_cache.dims().to_vec();
+        let dt = Some(key.dtype());
+        spec.validate(&ScatterShapes {
+            key: key.dims().to_vec(),
+            value: Some(value.dims().to_vec()),
+            key_cache: cache_dims.clone(),
+            value_cache: Some(cache_dims),
+            dtypes: [
+                dt,
+                Some(value.dtype()),
+                Some(self.key_cache.dtype()),
+                Some(self.value_cache.dtype()),
+            ],
+        })?;
+        let device = self.key_cache.device();
+        let empty = || Tensor::<B, 4>::empty([0, bs, nkv, d], &device);
+        let kc = std::mem::replace(&mut self.key_cache, empty());
+        let vc = std::mem::replace(&mut self.value_cache, empty());
+        let (kc, vc) = scatter_pa_kv_cache(key, Some(value), kc, Some(vc), &spec)?;
         self.key_cache = kc;
         self.value_cache = vc.expect("value cache");
         self.seqs.insert(

@@ -1,0 +1,195 @@
+//! Prompt attention, incremental attention over the paged cache and the KV cache scatter on
+//! `Ascend` (simulation) against `NdArray`, through the paged cache manager the generator uses
+//! (prefill, appends, batched decode, a sliding window and sinks riding on `attenMask` /
+//! `pseShift`), with the device path asserted (no host fallback); and the scatter's
+//! functional contract: an unshared cache is updated where it lies, a shared one is copied
+//! first so the other handle never sees the write.
+
+use burn::backend::NdArray;
+use burn::tensor::{Tensor, TensorData, Tolerance};
+use burn_ascend_backend::{fallback_count, Ascend, AscendDevice};
+use burn_ascend_ops::{
+    incre_flash_attention, scatter_pa_kv_cache, AttendOptions, AttentionBackend, IfaLayout,
+    IncreKv, IncreSpec, PagedKvCache, ScatterSpec,
+};
+
+const N: usize = 4;
+const NKV: usize = 2;
+const D: usize = 8;
+const BS: usize = 16;
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let x = (i as u32)
+                .wrapping_mul(2654435761)
+                .wrapping_add(seed.wrapping_mul(40503));
+            ((x >> 7) % 2000) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn t<B: AttentionBackend, const K: usize>(
+    v: Vec<f32>,
+    s: [usize; K],
+    dev: &B::Device,
+) -> Tensor<B, K> {
+    Tensor::from_data(TensorData::new(v, s), dev)
+}
+
+fn counts() -> [u64; 3] {
+    ["prompt_fwd", "incre_fwd", "scatter_kv"].map(fallback_count)
+}
+
+/// Two sequences with a sink placeholder: prefill 6 and 20 tokens (prompt attention), two
+/// decode steps with appends (scatter + paged incremental attention), window 5 and sinks.
+fn serve<B: AttentionBackend>(dev: &B::Device) -> Vec<Vec<f32>> {
+    let scale = 1.0 / (D as f64).sqrt();
+    let mut cache = PagedKvCache::<B>::new(16, BS, N, NKV, D, scale, dev).unwrap();
+    let opts = AttendOptions {
+        window: Some(5),
+        sink_slot_logits: Some(vec![0.3, -0.2, 0.8, 0.0]),
+    };
+    let ids = [cache.add_sequence(), cache.add_sequence()];
+    let mut outs = Vec::new();
+    for (i, (&id, len)) in ids.iter().zip([6usize, 20]).enumerate() {
+        let zero = || t::<B, 3>(vec![0.0; NKV * D], [1, NKV, D], dev);
+        cache.append(id, zero(), zero()).unwrap();
+        let k = t::<B, 3>(values(len * NKV * D, 10 + i as u32), [len, NKV, D], dev);
+        let v = t::<B, 3>(values(len * NKV * D, 20 + i as u32), [len, NKV, D], dev);
+        cache.append(id, k, v).unwrap();
+        let q = t::<B, 4>(values(len * N * D, 30 + i as u32), [1, len, N, D], dev);
+        let o = cache.attend_with(&[id], q, &opts).unwrap();
+        outs.push(o.into_data().to_vec::<f32>().unwrap());
+    }
+    for step in 0..2u32 {
+        for (i, &id) in ids.iter().enumerate() {
+            let s = 40 + 10 * step + i as u32;
+            let k = t::<B, 3>(values(NKV * D, s), [1, NKV, D], dev);
+            let v = t::<B, 3>(values(NKV * D, s + 1), [1, NKV, D], dev);
+            cache.append(id, k, v).unwrap();
+        }
+        let q = t::<B, 4>(values(2 * N * D, 60 + step), [2, 1, N, D], dev);
+        let o = cache.attend_with(&ids, q, &opts).unwrap();
+        outs.push(o.into_data().to_vec::<f32>().unwrap());
+    }
+    outs
+}
+
+#[test]
+fn paged_serving_matches_ndarray_on_the_device_path() {
+    let before = counts();
+    let got = serve::<Ascend>(&AscendDevice::sim());
+    let after = counts();
+    let want = serve::<NdArray>(&Default::default());
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (g, w) = (
+            TensorData::new(g.clone(), [g.len()]),
+            TensorData::new(w.clone(), [w.len()]),
+        );
+        eprintln!("output {i}");
+        g.assert_approx_eq::<f32>(&w, Tolerance::rel_abs(1e-4, 1e-5));
+    }
+    assert_eq!(after, before, "prompt/incre/scatter fell back to the host");
+}
+
+#[test]
+fn incremental_attention_contiguous_and_list_forms_match_ndarray() {
+    fn run<B: AttentionBackend>(dev: &B::Device) -> Vec<f32> {
+        let (b, s) = (2, 7);
+        let q = t::<B, 4>(values(b * N * D, 1), [b, 1, N, D], dev);
+        let k = t::<B, 4>(values(b * s * NKV * D, 2), [b, s, NKV, D], dev);
+        let v = t::<B, 4>(values(b * s * NKV * D, 3), [b, s, NKV, D], dev);
+        let mut spec = IncreSpec::new(N, 0.35, IfaLayout::Bsnd);
+        spec.num_key_value_heads = NKV;
+        spec.actual_seq_lengths = Some(vec![5, 7]);
+        let a = incre_flash_attention(q.clone(), IncreKv::contiguous(k.clone(), v.clone()), &spec)
+            .unwrap();
+        // the list form: one batch-1 tensor per batch
+        let part = |x: &Tensor<B, 4>, i: usize| x.clone().narrow(0, i, 1).into_primitive().tensor();
+        let list = IncreKv::List {
+            key: (0..b).map(|i| part(&k, i)).collect(),
+            value: (0..b).map(|i| part(&v, i)).collect(),
+        };
+        spec.actual_seq_lengths = None;
+        let l = incre_flash_attention(q, list, &spec).unwrap();
+        [a, l]
+            .into_iter()
+            .flat_map(|x| x.into_data().to_vec::<f32>().unwrap())
+            .collect()
+    }
+    let before = counts();
+    let got = run::<Ascend>(&AscendDevice::sim());
+    assert_eq!(counts(), before, "incre_fwd fell back to the host");
+    let want = run::<NdArray>(&Default::default());
+    TensorData::new(got.clone(), [got.len()]).assert_approx_eq::<f32>(
+        &TensorData::new(want, [got.len()]),
+        Tolerance::rel_abs(1e-4, 1e-5),
+    );
+}
+
+#[test]
+fn scatter_writes_in_place_only_when_the_cache_is_unshared() {
+    let dev = AscendDevice::sim();
+    let shape = [3, BS, NKV, D];
+    let cache = || t::<Ascend, 4>(values(3 * BS * NKV * D, 7), shape, &dev);
+    let key = t::<Ascend, 3>(values(2 * NKV * D, 8), [2, NKV, D], &dev);
+    let spec = ScatterSpec::new(vec![5, 0]);
+    // slot 5 = block 0, offset 5; slot 0 = block 0, offset 0 (written in slot order)
+    let expect = |old: Vec<f32>| {
+        let mut e = old;
+        let kv = values(2 * NKV * D, 8);
+        let row = NKV * D;
+        e[5 * row..6 * row].copy_from_slice(&kv[..row]);
+        e[..row].copy_from_slice(&kv[row..]);
+        e
+    };
+    let old = values(3 * BS * NKV * D, 7);
+
+    // shared: the clone keeps its values
+    let kc = cache();
+    let keep = kc.clone();
+    let before = counts();
+    let (new, _) = scatter_pa_kv_cache(key.clone(), None, kc, None, &spec).unwrap();
+    assert_eq!(counts(), before);
+    assert_eq!(keep.into_data().to_vec::<f32>().unwrap(), old);
+    assert_eq!(
+        new.into_data().to_vec::<f32>().unwrap(),
+        expect(old.clone())
+    );
+
+    // unshared: updated where it lies (same device buffer)
+    let kc = cache();
+    let ptr = kc.clone().into_primitive().tensor().storage_ptr();
+    let (new, _) = scatter_pa_kv_cache(key, None, kc, None, &spec).unwrap();
+    let prim = new.into_primitive().tensor();
+    assert_eq!(
+        prim.storage_ptr(),
+        ptr,
+        "an unshared cache must not be copied"
+    );
+    let got = Tensor::<Ascend, 4>::from_primitive(burn::tensor::TensorPrimitive::Float(prim));
+    assert_eq!(got.into_data().to_vec::<f32>().unwrap(), expect(old));
+}
+
+#[test]
+fn paged_cache_appends_without_copying_the_cache() {
+    let dev = AscendDevice::sim();
+    let mut cache = PagedKvCache::<Ascend>::new(4, BS, N, NKV, D, 0.3, &dev).unwrap();
+    let id = cache.add_sequence();
+    let ptrs = |c: &PagedKvCache<Ascend>| {
+        let (k, v) = c.caches();
+        [k, v].map(|x| x.clone().into_primitive().tensor().storage_ptr())
+    };
+    let first = ptrs(&cache);
+    for i in 0..3u32 {
+        let k = t::<Ascend, 3>(values(NKV * D, i), [1, NKV, D], &dev);
+        let v = t::<Ascend, 3>(values(NKV * D, i + 9), [1, NKV, D], &dev);
+        cache.append(id, k, v).unwrap();
+        assert_eq!(ptrs(&cache), first, "append {i} copied the cache");
+    }
+    let (k, _) = cache.caches();
+    let row = &k.clone().into_data().to_vec::<f32>().unwrap()[2 * NKV * D..3 * NKV * D];
+    assert_eq!(row, &values(NKV * D, 2)[..]);
+}
