@@ -4,22 +4,27 @@
 //! `pseShift`).
 //!
 //! `cargo run --release --example generate [-- --checkpoint DIR --max-new N --top-p P
-//!  --temperature T --seed N --block-size N --check]`
+//!  --temperature T --seed N --block-size N --device cpu|sim|ascend --check]`
 //!
 //! Loads `runs/finetune` (written by the `finetune` example) unless `--checkpoint` names
 //! another folder (ours or a Hugging Face Llama / Qwen2 one, with `tokenizer.json` when it
 //! has one). `--check` recomputes every full sequence in one packed varlen forward and prints
-//! `generate: cached vs full max |Δlogit| <x>`; it fails above 1e-3.
+//! `generate: cached vs full max |Δlogit| <x>`; it fails above 1e-3. `--device sim` serves on
+//! the `Ascend` backend over the host simulation of the ACL ABI (prompt attention, the cache
+//! scatter and paged incremental attention dispatched as aclnn calls), `--device ascend` on a
+//! real NPU.
 
 use std::path::PathBuf;
 
 use burn::backend::NdArray;
+use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::model::checkpoint::load_hf;
 use burn_ascend::model::data::SplitMix;
 use burn_ascend::model::{generate_batch, max_logit_gap, Generator, Sampling, Tokenizer};
+use burn_ascend::AttentionBackend;
 
 const USAGE: &str = "generate [--checkpoint DIR] [--max-new N] [--top-p P] [--temperature T] \
-[--seed N] [--block-size N] [--check]";
+[--seed N] [--block-size N] [--device cpu|sim|ascend] [--check]";
 
 /// Largest cached-vs-full logit difference `--check` accepts (f32 accumulation over a few
 /// layers; the two paths sum in different orders).
@@ -32,10 +37,21 @@ fn main() {
     }
 }
 
+struct Args {
+    dir: PathBuf,
+    max_new: usize,
+    top_p: f64,
+    temperature: f64,
+    seed: u64,
+    block_size: usize,
+    check: bool,
+}
+
 fn run() -> Result<(), String> {
     let mut dir = PathBuf::from("runs/finetune");
     let (mut max_new, mut top_p, mut temperature, mut seed, mut block_size, mut check) =
         (80usize, 0.9f64, 0.8f64, 1u64, 16usize, false);
+    let mut device = String::from("cpu");
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
@@ -62,6 +78,7 @@ fn run() -> Result<(), String> {
                 let v = value()?;
                 block_size = v.parse().map_err(|_| bad(&v))?
             }
+            "--device" => device = value()?,
             "--check" => check = true,
             _ => return Err(format!("unknown flag '{flag}'\n{USAGE}")),
         }
@@ -73,8 +90,42 @@ fn run() -> Result<(), String> {
             dir.display()
         ));
     }
-    let device = Default::default();
-    let model = load_hf::<NdArray>(&dir, &device).map_err(|e| e.to_string())?;
+    let args = Args {
+        dir,
+        max_new,
+        top_p,
+        temperature,
+        seed,
+        block_size,
+        check,
+    };
+    match device.as_str() {
+        "cpu" => run_on::<NdArray>(args, Default::default()),
+        "sim" => run_on::<Ascend>(args, AscendDevice::sim()),
+        "ascend" => {
+            let index =
+                burn_ascend::kernels::acl::default_device_id().map_err(|e| e.to_string())?;
+            let device = AscendDevice::npu(index as u32);
+            is_available(&device)?;
+            run_on::<Ascend>(args, device)
+        }
+        other => Err(format!(
+            "unknown device '{other}' (cpu, sim, ascend)\n{USAGE}"
+        )),
+    }
+}
+
+fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), String> {
+    let Args {
+        dir,
+        max_new,
+        top_p,
+        temperature,
+        seed,
+        block_size,
+        check,
+    } = args;
+    let model = load_hf::<B>(&dir, &device).map_err(|e| e.to_string())?;
     let tokenizer = if dir.join("tokenizer.json").exists() {
         Tokenizer::from_file(&dir.join("tokenizer.json")).map_err(|e| e.to_string())?
     } else {
