@@ -116,16 +116,9 @@ fn run() -> Result<(), String> {
 }
 
 fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), String> {
-    let Args {
-        dir,
-        max_new,
-        top_p,
-        temperature,
-        seed,
-        block_size,
-        check,
-    } = args;
-    let model = load_hf::<B>(&dir, &device).map_err(|e| e.to_string())?;
+    let (dir, max_new, block_size) = (&args.dir, args.max_new, args.block_size);
+    let (top_p, temperature) = (args.top_p, args.temperature);
+    let model = load_hf::<B>(dir, &device).map_err(|e| e.to_string())?;
     let tokenizer = if dir.join("tokenizer.json").exists() {
         Tokenizer::from_file(&dir.join("tokenizer.json")).map_err(|e| e.to_string())?
     } else {
@@ -160,7 +153,7 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
         &device,
     )
     .map_err(|e| e.to_string())?;
-    let mut rng = SplitMix(seed);
+    let mut rng = SplitMix(args.seed);
     let run =
         generate_batch(&mut gen, &ids, max_new, &sampling, &mut rng).map_err(|e| e.to_string())?;
     for (i, (p, g)) in prompts.iter().zip(&run.generated).enumerate() {
@@ -178,7 +171,7 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
         run.decode_tokens_per_sec(),
         prompts.len()
     );
-    if check {
+    if args.check {
         let gap = max_logit_gap(gen.model(), &run).map_err(|e| e.to_string())?;
         println!("generate: cached vs full max |Δlogit| {gap:.3e}");
         if gap.is_nan() || gap > CHECK_TOLERANCE {
