@@ -114,6 +114,14 @@ pub(crate) fn select_add(
         || !is_index(indices)
         || indices.shape.num_dims() != 1
         || value.shape.num_dims() != t.shape.num_dims()
+        || (0..t.shape.num_dims()).any(|d| {
+            let want = if d == dim {
+                indices.numel()
+            } else {
+                t.shape[d]
+            };
+            value.shape[d] != want
+        })
     {
         return None;
     }
@@ -145,7 +153,13 @@ pub(crate) fn select_add(
 pub(crate) fn gather(dim: usize, t: &AscendTensor, indices: &AscendTensor) -> Option<AscendTensor> {
     const NAME: &str = "aclnnGather";
     check_devices(NAME, t, indices);
-    if !movable(t) || !is_index(indices) || indices.shape.num_dims() != t.shape.num_dims() {
+    let r = t.shape.num_dims();
+    // aclnnGather: index of self's rank, no larger than self off `dim`.
+    if !movable(t)
+        || !is_index(indices)
+        || indices.shape.num_dims() != r
+        || (0..r).any(|d| d != dim && indices.shape[d] > t.shape[d])
+    {
         return None;
     }
     let device = t.device();
@@ -185,6 +199,10 @@ pub(crate) fn scatter_add(
         || !is_index(indices)
         || indices.shape.num_dims() != r
         || value.shape.num_dims() != r
+        // aclnnScatterAdd: index no larger than src, nor than self off `dim`.
+        || (0..r).any(|d| {
+            indices.shape[d] > value.shape[d] || (d != dim && indices.shape[d] > t.shape[d])
+        })
     {
         return None;
     }
@@ -223,8 +241,12 @@ pub(crate) fn cat(tensors: &[AscendTensor], dim: usize) -> Option<AscendTensor> 
     for t in tensors {
         check_devices(NAME, first, t);
     }
+    let r = first.shape.num_dims();
     if tensors.iter().any(|t| {
-        !movable(t) || t.dtype != first.dtype || t.shape.num_dims() != first.shape.num_dims()
+        !movable(t)
+            || t.dtype != first.dtype
+            || t.shape.num_dims() != r
+            || (0..r).any(|d| d != dim && t.shape[d] != first.shape[d])
     }) {
         return None;
     }
