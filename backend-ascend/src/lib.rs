@@ -7,14 +7,19 @@
 //! runs through the counted host [`fallback`]. The attention ops of this project run natively
 //! through [`burn_ascend_ops::AttentionBackend`] ([`attention`]).
 //!
-//! `unsafe` lives only in [`tensor`] (`Send`/`Sync` of the device storage, with its
-//! justification); aclnn calls go through the kernels crate's safe wrappers.
+//! Device memory comes from a caching pool per device ([`memory`]: size classes, reuse,
+//! [`empty_cache`], [`memory_stats`]).
+//!
+//! `unsafe` lives only in the storage modules [`tensor`] and [`memory`] (`Send`/`Sync` of the
+//! device storage and of cached blocks, with their justification); aclnn calls go through the
+//! kernels crate's safe wrappers.
 
 pub mod attention;
 pub mod backend;
 pub mod device;
 pub mod element;
 pub mod fallback;
+pub mod memory;
 mod ops;
 pub mod qtensor;
 pub mod tensor;
@@ -22,5 +27,6 @@ pub mod tensor;
 pub use backend::Ascend;
 pub use device::{is_available, AscendDevice, AscendKind};
 pub use fallback::{fallback_count, fallback_counts};
+pub use memory::{empty_cache, memory_stats, reset_peak_stats, MemoryStats};
 pub use qtensor::AscendQTensor;
 pub use tensor::AscendTensor;

@@ -10,45 +10,64 @@ use burn_ascend_kernels::acl::{
 };
 use burn_backend::{DType, Shape, TensorData, TensorMetadata};
 
-use crate::device::{runtime, try_runtime, AscendDevice};
+use crate::device::{runtime, AscendDevice};
 use crate::element::acl_dtype;
 
-/// Device memory owned by tensors (shared by views).
+/// Device memory owned by tensors (shared by views): a block of the device's caching pool
+/// ([`crate::memory`]), returned to it on drop.
 pub(crate) struct Storage {
     buf: Option<DeviceBuffer>,
+    /// Bytes requested (the block may be larger: its size class).
+    len: usize,
     device: AscendDevice,
 }
 
 // SAFETY: `DeviceBuffer` is `!Send`/`!Sync` only because ACL binds the device context to a
 // thread (see `burn_ascend_kernels::acl::tensor`). Every use of a `Storage` — allocation,
-// memcpy, aclnn launches over it and the free in `Drop` — first goes through
+// memcpy, aclnn launches over it and the release in `Drop` — first goes through
 // `device::runtime`/`try_runtime`, which binds this storage's device to the calling thread
 // (`aclrtSetDevice`), so the calls act on the right context whatever the thread. The buffer is
-// only written when freshly allocated (before it is shared); afterwards it is read (memcpy
-// device-to-host, aclnn inputs), and ACL's memcpy and the simulation's registry (a mutex) allow
-// concurrent reads.
+// only written while its storage is not yet shared (a fresh allocation: its upload, or the
+// aclnn op producing it, before the op returns); afterwards it is read (memcpy
+// device-to-host, aclnn inputs), and ACL's memcpy and the simulation's registry (a mutex)
+// allow concurrent reads.
 unsafe impl Send for Storage {}
 // SAFETY: see `Send` above: shared access only reads.
 unsafe impl Sync for Storage {}
 
 impl Storage {
-    /// Allocates `bytes` on `device` and fills it from `init` (whole buffer) if given.
+    /// Allocates `bytes` on `device` from its pool and fills it from `init` (whole buffer) if
+    /// given; `op` names the allocation in an out-of-memory panic.
     pub(crate) fn new(device: &AscendDevice, bytes: usize, init: Option<&[u8]>) -> Self {
-        let rt = runtime(device);
-        let mut buf = DeviceBuffer::alloc(rt.api(), bytes)
-            .unwrap_or_else(|e| panic!("Ascend alloc of {bytes} bytes on {device}: {e}"));
+        Self::new_for("tensor allocation", device, bytes, init)
+    }
+
+    /// As [`Self::new`], naming the op that allocates.
+    pub(crate) fn new_for(
+        op: &str,
+        device: &AscendDevice,
+        bytes: usize,
+        init: Option<&[u8]>,
+    ) -> Self {
+        let mut buf = crate::memory::allocate(device, bytes, op, init.is_none());
         if let Some(src) = init {
             buf.write(src)
                 .unwrap_or_else(|e| panic!("Ascend upload to {device}: {e}"));
         }
         Self {
             buf: Some(buf),
+            len: bytes,
             device: *device,
         }
     }
 
     pub(crate) fn buffer(&self) -> &DeviceBuffer {
         self.buf.as_ref().expect("present until drop")
+    }
+
+    /// Bytes requested for this storage (its descriptors' storage size).
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
     pub(crate) fn device(&self) -> &AscendDevice {
@@ -58,23 +77,17 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        // Bind the device to this thread before `aclrtFree`; if that is impossible (thread
-        // exit) the buffer is leaked rather than freed on the wrong context.
-        match try_runtime(&self.device) {
-            Ok(_) => drop(self.buf.take()),
-            Err(_) => std::mem::forget(self.buf.take()),
+        // Every op over this storage synchronised its stream before returning, so no kernel
+        // still uses the block: it goes back to the pool for reuse (see `crate::memory`).
+        if let Some(buf) = self.buf.take() {
+            crate::memory::release(&self.device, buf);
         }
     }
 }
 
 impl fmt::Debug for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Storage({} bytes on {})",
-            self.buf.as_ref().map_or(0, DeviceBuffer::len),
-            self.device
-        )
+        write!(f, "Storage({} bytes on {})", self.len, self.device)
     }
 }
 
@@ -165,9 +178,14 @@ impl AscendTensor {
     /// A new contiguous tensor over a fresh (uninitialised on CANN, zero on the simulation)
     /// allocation: an aclnn output.
     pub(crate) fn alloc(shape: Shape, dtype: DType, device: &AscendDevice) -> Self {
+        Self::alloc_for("aclnn output", shape, dtype, device)
+    }
+
+    /// As [`Self::alloc`], naming the op in an out-of-memory panic.
+    pub(crate) fn alloc_for(op: &str, shape: Shape, dtype: DType, device: &AscendDevice) -> Self {
         let bytes = shape.num_elements() * dtype.size();
         Self {
-            storage: Arc::new(Storage::new(device, bytes, None)),
+            storage: Arc::new(Storage::new_for(op, device, bytes, None)),
             strides: contiguous_strides(&shape),
             shape,
             offset: 0,
@@ -213,7 +231,7 @@ impl AscendTensor {
     /// The aclnn descriptor of this view (element strides and offset over a 1-D storage).
     pub(crate) fn desc(&self, op: &str) -> TensorDesc {
         let dt = self.acl_dtype(op);
-        let storage_elems = self.storage.buffer().len() / self.dtype.size();
+        let storage_elems = self.storage.len() / self.dtype.size();
         TensorDesc::strided(&self.shape, &self.strides, self.offset, storage_elems, dt)
             .unwrap_or_else(|e| panic!("{op}: {e}"))
     }

@@ -16,11 +16,15 @@ pub(crate) fn to_device(t: AscendTensor, device: &AscendDevice) -> AscendTensor 
     AscendTensor::from_data(t.to_data(), device)
 }
 
-/// A contiguous copy of a strided view. No aclnn copy op is wired yet: this goes through the
-/// host and is counted as the fallback `contiguous`.
+/// A contiguous copy of a strided view: `aclnnInplaceCopy` from the view into a fresh tensor
+/// (`native_index::contiguous`); dtypes without an `aclDataType` or rank > 8 go through the
+/// host, counted as the fallback `contiguous`.
 pub(crate) fn contiguous(t: AscendTensor) -> AscendTensor {
     if t.is_contiguous() {
         return t;
+    }
+    if let Some(c) = super::native_index::contiguous(&t) {
+        return c;
     }
     count("contiguous");
     let device = t.device();

@@ -9,6 +9,7 @@ use burn_backend::{
 };
 
 use super::base;
+use super::native_index;
 use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
@@ -61,6 +62,76 @@ impl BoolTensorOps<Self> for Ascend {
             }
         }
     }
+    // ---- indexing and layout: native (ops/native_index.rs), host fallback otherwise ----
+
+    fn bool_select(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> BoolTensor<Self> {
+        native_index::select(&tensor, dim, &indices).unwrap_or_else(|| {
+            let mut cx = Fallback::new("bool_select");
+            let (tensor, indices) = (cx.arg(tensor), cx.arg(indices));
+            cx.ret(<Host as BoolTensorOps<Host>>::bool_select(
+                tensor, dim, indices,
+            ))
+        })
+    }
+
+    fn bool_gather(
+        dim: usize,
+        tensor: BoolTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> BoolTensor<Self> {
+        native_index::gather(dim, &tensor, &indices).unwrap_or_else(|| {
+            let mut cx = Fallback::new("bool_gather");
+            let (tensor, indices) = (cx.arg(tensor), cx.arg(indices));
+            cx.ret(<Host as BoolTensorOps<Host>>::bool_gather(
+                dim, tensor, indices,
+            ))
+        })
+    }
+
+    fn bool_slice_assign(
+        tensor: BoolTensor<Self>,
+        slices: &[Slice],
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
+        native_index::slice_assign(&tensor, slices, &value).unwrap_or_else(|| {
+            let mut cx = Fallback::new("bool_slice_assign");
+            let (tensor, value) = (cx.arg(tensor), cx.arg(value));
+            cx.ret(<Host as BoolTensorOps<Host>>::bool_slice_assign(
+                tensor, slices, value,
+            ))
+        })
+    }
+
+    fn bool_cat(tensors: Vec<BoolTensor<Self>>, dim: usize) -> BoolTensor<Self> {
+        native_index::cat(&tensors, dim).unwrap_or_else(|| {
+            let mut cx = Fallback::new("bool_cat");
+            let tensors = cx.arg(tensors);
+            cx.ret(<Host as BoolTensorOps<Host>>::bool_cat(tensors, dim))
+        })
+    }
+
+    fn bool_repeat_dim(tensor: BoolTensor<Self>, dim: usize, times: usize) -> BoolTensor<Self> {
+        native_index::repeat_dim(&tensor, dim, times).unwrap_or_else(|| {
+            let mut cx = Fallback::new("bool_repeat_dim");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as BoolTensorOps<Host>>::bool_repeat_dim(
+                tensor, dim, times,
+            ))
+        })
+    }
+
+    fn bool_flip(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> {
+        native_index::flip(&tensor, axes).unwrap_or_else(|| {
+            let mut cx = Fallback::new("bool_flip");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as BoolTensorOps<Host>>::bool_flip(tensor, axes))
+        })
+    }
+
     // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
     fn bool_zeros(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
         let mut cx = Fallback::new("bool_zeros");
@@ -95,19 +166,6 @@ impl BoolTensorOps<Self> for Ascend {
         ))
     }
 
-    fn bool_slice_assign(
-        tensor: BoolTensor<Self>,
-        slices: &[Slice],
-        value: BoolTensor<Self>,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("bool_slice_assign");
-        let tensor = cx.arg(tensor);
-        let value = cx.arg(value);
-        cx.ret(<Host as BoolTensorOps<Host>>::bool_slice_assign(
-            tensor, slices, value,
-        ))
-    }
-
     fn bool_mask_where(
         tensor: BoolTensor<Self>,
         mask: BoolTensor<Self>,
@@ -135,19 +193,6 @@ impl BoolTensorOps<Self> for Ascend {
         ))
     }
 
-    fn bool_gather(
-        dim: usize,
-        tensor: BoolTensor<Self>,
-        indices: IntTensor<Self>,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("bool_gather");
-        let tensor = cx.arg(tensor);
-        let indices = cx.arg(indices);
-        cx.ret(<Host as BoolTensorOps<Host>>::bool_gather(
-            dim, tensor, indices,
-        ))
-    }
-
     fn bool_scatter_or(
         dim: usize,
         tensor: BoolTensor<Self>,
@@ -160,19 +205,6 @@ impl BoolTensorOps<Self> for Ascend {
         let value = cx.arg(value);
         cx.ret(<Host as BoolTensorOps<Host>>::bool_scatter_or(
             dim, tensor, indices, value,
-        ))
-    }
-
-    fn bool_select(
-        tensor: BoolTensor<Self>,
-        dim: usize,
-        indices: IntTensor<Self>,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("bool_select");
-        let tensor = cx.arg(tensor);
-        let indices = cx.arg(indices);
-        cx.ret(<Host as BoolTensorOps<Host>>::bool_select(
-            tensor, dim, indices,
         ))
     }
 
@@ -222,12 +254,6 @@ impl BoolTensorOps<Self> for Ascend {
         let lhs = cx.arg(lhs);
         let rhs = cx.arg(rhs);
         cx.ret(<Host as BoolTensorOps<Host>>::bool_or(lhs, rhs))
-    }
-
-    fn bool_flip(tensor: BoolTensor<Self>, axes: &[usize]) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("bool_flip");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as BoolTensorOps<Host>>::bool_flip(tensor, axes))
     }
 
     fn bool_unfold(

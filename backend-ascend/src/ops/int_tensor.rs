@@ -9,6 +9,7 @@ use burn_backend::{
 };
 
 use super::base;
+use super::native_index;
 use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
@@ -61,20 +62,92 @@ impl IntTensorOps<Self> for Ascend {
             }
         }
     }
-    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
+    // ---- indexing and layout: native (ops/native_index.rs), host fallback otherwise ----
+
+    fn int_select(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        native_index::select(&tensor, dim, &indices).unwrap_or_else(|| {
+            let mut cx = Fallback::new("int_select");
+            let (tensor, indices) = (cx.arg(tensor), cx.arg(indices));
+            cx.ret(<Host as IntTensorOps<Host>>::int_select(
+                tensor, dim, indices,
+            ))
+        })
+    }
+
+    fn int_gather(
+        dim: usize,
+        tensor: IntTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        native_index::gather(dim, &tensor, &indices).unwrap_or_else(|| {
+            let mut cx = Fallback::new("int_gather");
+            let (tensor, indices) = (cx.arg(tensor), cx.arg(indices));
+            cx.ret(<Host as IntTensorOps<Host>>::int_gather(
+                dim, tensor, indices,
+            ))
+        })
+    }
+
     fn int_slice_assign(
         tensor: IntTensor<Self>,
         slices: &[Slice],
         value: IntTensor<Self>,
     ) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_slice_assign");
-        let tensor = cx.arg(tensor);
-        let value = cx.arg(value);
-        cx.ret(<Host as IntTensorOps<Host>>::int_slice_assign(
-            tensor, slices, value,
-        ))
+        native_index::slice_assign(&tensor, slices, &value).unwrap_or_else(|| {
+            let mut cx = Fallback::new("int_slice_assign");
+            let (tensor, value) = (cx.arg(tensor), cx.arg(value));
+            cx.ret(<Host as IntTensorOps<Host>>::int_slice_assign(
+                tensor, slices, value,
+            ))
+        })
     }
 
+    fn int_cat(tensors: Vec<IntTensor<Self>>, dim: usize) -> IntTensor<Self> {
+        native_index::cat(&tensors, dim).unwrap_or_else(|| {
+            let mut cx = Fallback::new("int_cat");
+            let tensors = cx.arg(tensors);
+            cx.ret(<Host as IntTensorOps<Host>>::int_cat(tensors, dim))
+        })
+    }
+
+    fn int_repeat_dim(tensor: IntTensor<Self>, dim: usize, times: usize) -> IntTensor<Self> {
+        native_index::repeat_dim(&tensor, dim, times).unwrap_or_else(|| {
+            let mut cx = Fallback::new("int_repeat_dim");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as IntTensorOps<Host>>::int_repeat_dim(
+                tensor, dim, times,
+            ))
+        })
+    }
+
+    fn int_flip(tensor: IntTensor<Self>, axes: &[usize]) -> IntTensor<Self> {
+        native_index::flip(&tensor, axes).unwrap_or_else(|| {
+            let mut cx = Fallback::new("int_flip");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as IntTensorOps<Host>>::int_flip(tensor, axes))
+        })
+    }
+
+    fn int_scatter_add(
+        dim: usize,
+        tensor: IntTensor<Self>,
+        indices: IntTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        native_index::scatter_add(dim, &tensor, &indices, &value).unwrap_or_else(|| {
+            let mut cx = Fallback::new("int_scatter_add");
+            let (tensor, indices, value) = (cx.arg(tensor), cx.arg(indices), cx.arg(value));
+            cx.ret(<Host as IntTensorOps<Host>>::int_scatter_add(
+                dim, tensor, indices, value,
+            ))
+        })
+    }
+
+    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
     fn int_into_float(tensor: IntTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
         let mut cx = Fallback::new("int_into_float");
         let tensor = cx.arg(tensor);
@@ -111,34 +184,6 @@ impl IntTensorOps<Self> for Ascend {
         ))
     }
 
-    fn int_gather(
-        dim: usize,
-        tensor: IntTensor<Self>,
-        indices: IntTensor<Self>,
-    ) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_gather");
-        let tensor = cx.arg(tensor);
-        let indices = cx.arg(indices);
-        cx.ret(<Host as IntTensorOps<Host>>::int_gather(
-            dim, tensor, indices,
-        ))
-    }
-
-    fn int_scatter_add(
-        dim: usize,
-        tensor: IntTensor<Self>,
-        indices: IntTensor<Self>,
-        value: IntTensor<Self>,
-    ) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_scatter_add");
-        let tensor = cx.arg(tensor);
-        let indices = cx.arg(indices);
-        let value = cx.arg(value);
-        cx.ret(<Host as IntTensorOps<Host>>::int_scatter_add(
-            dim, tensor, indices, value,
-        ))
-    }
-
     fn int_scatter_nd(
         _data: IntTensor<Self>,
         indices: IntTensor<Self>,
@@ -159,19 +204,6 @@ impl IntTensorOps<Self> for Ascend {
         let data = cx.arg(data);
         let indices = cx.arg(indices);
         cx.ret(<Host as IntTensorOps<Host>>::int_gather_nd(data, indices))
-    }
-
-    fn int_select(
-        tensor: IntTensor<Self>,
-        dim: usize,
-        indices: IntTensor<Self>,
-    ) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_select");
-        let tensor = cx.arg(tensor);
-        let indices = cx.arg(indices);
-        cx.ret(<Host as IntTensorOps<Host>>::int_select(
-            tensor, dim, indices,
-        ))
     }
 
     fn int_select_add(
@@ -450,12 +482,6 @@ impl IntTensorOps<Self> for Ascend {
         let mut cx = Fallback::new("int_abs");
         let tensor = cx.arg(tensor);
         cx.ret(<Host as IntTensorOps<Host>>::int_abs(tensor))
-    }
-
-    fn int_flip(tensor: IntTensor<Self>, axes: &[usize]) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_flip");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as IntTensorOps<Host>>::int_flip(tensor, axes))
     }
 
     fn int_random(

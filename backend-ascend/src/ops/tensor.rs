@@ -10,6 +10,7 @@ use burn_backend::{
 
 use super::base;
 use super::native::{self, Binary};
+use super::native_index;
 use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
@@ -196,6 +197,106 @@ impl FloatTensorOps<Self> for Ascend {
         }
     }
 
+    // ---- indexing and layout: native (ops/native_index.rs), host fallback otherwise ----
+
+    fn float_select(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        native_index::select(&tensor, dim, &indices).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_select");
+            let (tensor, indices) = (cx.arg(tensor), cx.arg(indices));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_select(
+                tensor, dim, indices,
+            ))
+        })
+    }
+
+    fn float_gather(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        native_index::gather(dim, &tensor, &indices).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_gather");
+            let (tensor, indices) = (cx.arg(tensor), cx.arg(indices));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_gather(
+                dim, tensor, indices,
+            ))
+        })
+    }
+
+    fn float_slice_assign(
+        tensor: FloatTensor<Self>,
+        slices: &[Slice],
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        native_index::slice_assign(&tensor, slices, &value).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_slice_assign");
+            let (tensor, value) = (cx.arg(tensor), cx.arg(value));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_slice_assign(
+                tensor, slices, value,
+            ))
+        })
+    }
+
+    fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
+        native_index::cat(&tensors, dim).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_cat");
+            let tensors = cx.arg(tensors);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_cat(tensors, dim))
+        })
+    }
+
+    fn float_repeat_dim(tensor: FloatTensor<Self>, dim: usize, times: usize) -> FloatTensor<Self> {
+        native_index::repeat_dim(&tensor, dim, times).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_repeat_dim");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_repeat_dim(
+                tensor, dim, times,
+            ))
+        })
+    }
+
+    fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
+        native_index::flip(&tensor, axes).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_flip");
+            let tensor = cx.arg(tensor);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_flip(tensor, axes))
+        })
+    }
+
+    fn float_select_add(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        native_index::select_add(&tensor, dim, &indices, &value).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_select_add");
+            let (tensor, indices, value) = (cx.arg(tensor), cx.arg(indices), cx.arg(value));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_select_add(
+                tensor, dim, indices, value,
+            ))
+        })
+    }
+
+    fn float_scatter_add(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        native_index::scatter_add(dim, &tensor, &indices, &value).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_scatter_add");
+            let (tensor, indices, value) = (cx.arg(tensor), cx.arg(indices), cx.arg(value));
+            cx.ret(<Host as FloatTensorOps<Host>>::float_scatter_add(
+                dim, tensor, indices, value,
+            ))
+        })
+    }
+
     // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
     fn float_random(
         shape: Shape,
@@ -260,40 +361,6 @@ impl FloatTensorOps<Self> for Ascend {
         cx.ret(<Host as FloatTensorOps<Host>>::float_recip(tensor))
     }
 
-    fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_flip");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_flip(tensor, axes))
-    }
-
-    fn float_gather(
-        dim: usize,
-        tensor: FloatTensor<Self>,
-        indices: IntTensor<Self>,
-    ) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_gather");
-        let tensor = cx.arg(tensor);
-        let indices = cx.arg(indices);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_gather(
-            dim, tensor, indices,
-        ))
-    }
-
-    fn float_scatter_add(
-        dim: usize,
-        tensor: FloatTensor<Self>,
-        indices: IntTensor<Self>,
-        value: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_scatter_add");
-        let tensor = cx.arg(tensor);
-        let indices = cx.arg(indices);
-        let value = cx.arg(value);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_scatter_add(
-            dim, tensor, indices, value,
-        ))
-    }
-
     fn float_scatter_nd(
         _data: FloatTensor<Self>,
         indices: IntTensor<Self>,
@@ -315,47 +382,6 @@ impl FloatTensorOps<Self> for Ascend {
         let indices = cx.arg(indices);
         cx.ret(<Host as FloatTensorOps<Host>>::float_gather_nd(
             data, indices,
-        ))
-    }
-
-    fn float_select(
-        tensor: FloatTensor<Self>,
-        dim: usize,
-        indices: IntTensor<Self>,
-    ) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_select");
-        let tensor = cx.arg(tensor);
-        let indices = cx.arg(indices);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_select(
-            tensor, dim, indices,
-        ))
-    }
-
-    fn float_select_add(
-        tensor: FloatTensor<Self>,
-        dim: usize,
-        indices: IntTensor<Self>,
-        value: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_select_add");
-        let tensor = cx.arg(tensor);
-        let indices = cx.arg(indices);
-        let value = cx.arg(value);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_select_add(
-            tensor, dim, indices, value,
-        ))
-    }
-
-    fn float_slice_assign(
-        tensor: FloatTensor<Self>,
-        slices: &[Slice],
-        value: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_slice_assign");
-        let tensor = cx.arg(tensor);
-        let value = cx.arg(value);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_slice_assign(
-            tensor, slices, value,
         ))
     }
 

@@ -53,6 +53,7 @@ pub fn status_name(status: i32) -> &'static str {
         100_002 => "ACL_ERROR_REPEAT_INITIALIZE",
         107_002 => "ACL_ERROR_RT_CONTEXT_NULL",
         200_000 => "ACL_ERROR_BAD_ALLOC",
+        207_001 => "ACL_ERROR_RT_MEMORY_ALLOCATION",
         161_001 => "ACLNN_ERR_PARAM_NULLPTR",
         161_002 => "ACLNN_ERR_PARAM_INVALID",
         361_001 => "ACLNN_ERR_RUNTIME_ERROR",

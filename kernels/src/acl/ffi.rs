@@ -48,6 +48,8 @@ pub const ACL_ERROR_INVALID_PARAM: AclStatus = 100_000;
 pub const ACL_ERROR_REPEAT_INITIALIZE: AclStatus = 100_002;
 /// `ACL_ERROR_BAD_ALLOC` (runtime).
 pub const ACL_ERROR_BAD_ALLOC: AclStatus = 200_000;
+/// `ACL_ERROR_RT_MEMORY_ALLOCATION`: `aclrtMalloc` found no device memory.
+pub const ACL_ERROR_RT_MEMORY_ALLOCATION: AclStatus = 207_001;
 /// `ACLNN_ERR_PARAM_NULLPTR`: a required argument is null.
 pub const ACLNN_ERR_PARAM_NULLPTR: AclStatus = 161_001;
 /// `ACLNN_ERR_PARAM_INVALID`: bad dtype, shape, attribute or call order.
@@ -500,6 +502,111 @@ pub type ReduceWs = unsafe extern "C" fn(
     executor: Ex,
 ) -> AclStatus;
 
+// ---- indexing and layout ops (`LayoutOps`) ---------------------------------------------------
+
+/// `aclnnIndexSelectGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index,
+/// aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)` and
+/// `aclnnGatherGetWorkspaceSize(const aclTensor *self, const int64_t dim, const aclTensor *index,
+/// aclTensor *out, …)` (aclnn_index_select.h, aclnn_gather.h).
+pub type IndexDimWs = unsafe extern "C" fn(
+    self_: T,
+    dim: i64,
+    index: T,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnIndexAddGetWorkspaceSize(const aclTensor *self, const int64_t dim,
+/// const aclTensor *index, const aclTensor *source, const aclScalar *alpha, aclTensor *out,
+/// uint64_t *workspaceSize, aclOpExecutor **executor)` (aclnn_index_add.h).
+pub type IndexAddWs = unsafe extern "C" fn(
+    self_: T,
+    dim: i64,
+    index: T,
+    source: T,
+    alpha: *const AclScalar,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnScatterAddGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index,
+/// const aclTensor *src, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)`
+/// (aclnn_scatter_add.h).
+pub type ScatterAddWs = unsafe extern "C" fn(
+    self_: T,
+    dim: i64,
+    index: T,
+    src: T,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnCatGetWorkspaceSize(const aclTensorList *tensors, int64_t dim, aclTensor *out,
+/// uint64_t *workspaceSize, aclOpExecutor **executor)` (aclnn_cat.h).
+pub type CatWs = unsafe extern "C" fn(
+    tensors: TL,
+    dim: i64,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnInplaceCopyGetWorkspaceSize(aclTensor *selfRef, const aclTensor *src,
+/// uint64_t *workspaceSize, aclOpExecutor **executor)` (aclnn_copy.h): `selfRef` (any view,
+/// strided) receives `src`, broadcast to its shape.
+pub type InplaceCopyWs =
+    unsafe extern "C" fn(self_ref: T, src: T, workspace_size: Ws, executor: Ex) -> AclStatus;
+
+/// `aclnnRepeatGetWorkspaceSize(const aclTensor *self, const aclIntArray *repeats,
+/// aclTensor *out, …)` and `aclnnFlipGetWorkspaceSize(const aclTensor *self,
+/// const aclIntArray *dims, aclTensor *out, …)` (aclnn_repeat.h, aclnn_flip.h).
+pub type TensorIntArrayWs = unsafe extern "C" fn(
+    self_: T,
+    array: IA,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// The indexing and layout ops (each optional, like every op of [`AclApi`]).
+#[derive(Clone, Copy)]
+pub struct LayoutOps {
+    /// `aclnnIndexSelect`.
+    pub index_select: Option<OpFns<IndexDimWs>>,
+    /// `aclnnGather`.
+    pub gather: Option<OpFns<IndexDimWs>>,
+    /// `aclnnIndexAdd`.
+    pub index_add: Option<OpFns<IndexAddWs>>,
+    /// `aclnnScatterAdd`.
+    pub scatter_add: Option<OpFns<ScatterAddWs>>,
+    /// `aclnnCat`.
+    pub cat: Option<OpFns<CatWs>>,
+    /// `aclnnInplaceCopy`.
+    pub inplace_copy: Option<OpFns<InplaceCopyWs>>,
+    /// `aclnnRepeat`.
+    pub repeat: Option<OpFns<TensorIntArrayWs>>,
+    /// `aclnnFlip`.
+    pub flip: Option<OpFns<TensorIntArrayWs>>,
+}
+
+impl std::fmt::Debug for LayoutOps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LayoutOps")
+            .field("index_select", &self.index_select.is_some())
+            .field("gather", &self.gather.is_some())
+            .field("index_add", &self.index_add.is_some())
+            .field("scatter_add", &self.scatter_add.is_some())
+            .field("cat", &self.cat.is_some())
+            .field("inplace_copy", &self.inplace_copy.is_some())
+            .field("repeat", &self.repeat.is_some())
+            .field("flip", &self.flip.is_some())
+            .finish()
+    }
+}
+
 /// One aclnn op: its `GetWorkspaceSize` stage and its launch stage.
 #[derive(Clone, Copy)]
 pub struct OpFns<W> {
@@ -590,6 +697,8 @@ pub struct AclApi {
     pub reduce_sum: Option<OpFns<ReduceWs>>,
     /// `aclnnMean`.
     pub mean: Option<OpFns<ReduceWs>>,
+    /// The indexing and layout ops.
+    pub layout: LayoutOps,
 }
 
 impl std::fmt::Debug for AclApi {
@@ -617,6 +726,7 @@ impl std::fmt::Debug for AclApi {
             .field("tanh", &self.tanh.is_some())
             .field("reduce_sum", &self.reduce_sum.is_some())
             .field("mean", &self.mean.is_some())
+            .field("layout", &self.layout)
             .finish()
     }
 }

@@ -212,5 +212,15 @@ fn resolve(libs: &[Library], dir: &Path) -> Result<AclApi> {
         tanh: op!("aclnnTanh", UnaryWs),
         reduce_sum: op!("aclnnReduceSum", ReduceWs),
         mean: op!("aclnnMean", ReduceWs),
+        layout: LayoutOps {
+            index_select: op!("aclnnIndexSelect", IndexDimWs),
+            gather: op!("aclnnGather", IndexDimWs),
+            index_add: op!("aclnnIndexAdd", IndexAddWs),
+            scatter_add: op!("aclnnScatterAdd", ScatterAddWs),
+            cat: op!("aclnnCat", CatWs),
+            inplace_copy: op!("aclnnInplaceCopy", InplaceCopyWs),
+            repeat: op!("aclnnRepeat", TensorIntArrayWs),
+            flip: op!("aclnnFlip", TensorIntArrayWs),
+        },
     })
 }

@@ -711,3 +711,139 @@ pub fn reduce(
         }
     })
 }
+
+// ---- indexing and layout ----------------------------------------------------------------------
+
+fn layout_op<W: Copy>(f: Option<OpFns<W>>, name: &str) -> Result<OpFns<W>> {
+    f.ok_or_else(|| missing(name))
+}
+
+/// `out = self.index_select(dim, index)` (`aclnnIndexSelect`); `index` is 0-D/1-D INT32/INT64.
+pub fn index_select(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    dim: i64,
+    index: &Tensor<'_>,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let f = layout_op(rt.api().layout.index_select, "aclnnIndexSelect")?;
+    two_stage(rt, "aclnnIndexSelect", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnIndexSelectGetWorkspaceSize's prototype; handles
+        // are live for the call.
+        unsafe { (f.workspace)(a.as_ptr(), dim, index.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self.gather(dim, index)` (`aclnnGather`); `out` has `index`'s shape.
+pub fn gather(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    dim: i64,
+    index: &Tensor<'_>,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let f = layout_op(rt.api().layout.gather, "aclnnGather")?;
+    two_stage(rt, "aclnnGather", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnGatherGetWorkspaceSize's prototype; handles are
+        // live for the call.
+        unsafe { (f.workspace)(a.as_ptr(), dim, index.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self` with `alpha·source` added at `index` along `dim` (`aclnnIndexAdd`).
+pub fn index_add(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    dim: i64,
+    index: &Tensor<'_>,
+    source: &Tensor<'_>,
+    alpha: &Scalar,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let f = layout_op(rt.api().layout.index_add, "aclnnIndexAdd")?;
+    two_stage(rt, "aclnnIndexAdd", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnIndexAddGetWorkspaceSize's prototype; handles are
+        // live for the call.
+        unsafe {
+            (f.workspace)(
+                a.as_ptr(),
+                dim,
+                index.as_ptr(),
+                source.as_ptr(),
+                alpha.as_ptr(),
+                out.as_ptr(),
+                ws,
+                ex,
+            )
+        }
+    })
+}
+
+/// `out = self` with `src` scattered and summed at `index` along `dim` (`aclnnScatterAdd`).
+/// `src` and `out` must be contiguous (aclnnScatterAdd.md).
+pub fn scatter_add(
+    rt: &Runtime,
+    a: &Tensor<'_>,
+    dim: i64,
+    index: &Tensor<'_>,
+    src: &Tensor<'_>,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let f = layout_op(rt.api().layout.scatter_add, "aclnnScatterAdd")?;
+    two_stage(rt, "aclnnScatterAdd", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnScatterAddGetWorkspaceSize's prototype; handles
+        // are live for the call.
+        unsafe {
+            (f.workspace)(
+                a.as_ptr(),
+                dim,
+                index.as_ptr(),
+                src.as_ptr(),
+                out.as_ptr(),
+                ws,
+                ex,
+            )
+        }
+    })
+}
+
+/// `out = cat(tensors, dim)` (`aclnnCat`).
+pub fn cat(rt: &Runtime, tensors: &TensorList<'_>, dim: i64, out: &Tensor<'_>) -> Result<()> {
+    let f = layout_op(rt.api().layout.cat, "aclnnCat")?;
+    two_stage(rt, "aclnnCat", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnCatGetWorkspaceSize's prototype; the list and
+        // `out` are live for the call.
+        unsafe { (f.workspace)(tensors.as_ptr(), dim, out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `self_ref ← src` (`aclnnInplaceCopy`): `self_ref` may be any (strided) view; `src`
+/// broadcasts to its shape.
+pub fn inplace_copy(rt: &Runtime, self_ref: &Tensor<'_>, src: &Tensor<'_>) -> Result<()> {
+    let f = layout_op(rt.api().layout.inplace_copy, "aclnnInplaceCopy")?;
+    two_stage(rt, "aclnnInplaceCopy", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnInplaceCopyGetWorkspaceSize's prototype; handles
+        // are live for the call.
+        unsafe { (f.workspace)(self_ref.as_ptr(), src.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self.repeat(repeats)` (`aclnnRepeat`, torch's `repeat`: tile per dim).
+pub fn repeat(rt: &Runtime, a: &Tensor<'_>, repeats: &IntArray, out: &Tensor<'_>) -> Result<()> {
+    let f = layout_op(rt.api().layout.repeat, "aclnnRepeat")?;
+    two_stage(rt, "aclnnRepeat", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnRepeatGetWorkspaceSize's prototype; handles are
+        // live for the call.
+        unsafe { (f.workspace)(a.as_ptr(), repeats.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
+/// `out = self.flip(dims)` (`aclnnFlip`).
+pub fn flip(rt: &Runtime, a: &Tensor<'_>, dims: &IntArray, out: &Tensor<'_>) -> Result<()> {
+    let f = layout_op(rt.api().layout.flip, "aclnnFlip")?;
+    two_stage(rt, "aclnnFlip", f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnFlipGetWorkspaceSize's prototype; handles are
+        // live for the call.
+        unsafe { (f.workspace)(a.as_ptr(), dims.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}

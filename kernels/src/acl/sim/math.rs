@@ -84,7 +84,7 @@ pub(super) unsafe extern "C" fn destroy_scalar(scalar: *const AclScalar) -> AclS
     })
 }
 
-fn scalar(p: *const AclScalar, name: &str) -> SimResult<f64> {
+pub(super) fn scalar(p: *const AclScalar, name: &str) -> SimResult<f64> {
     if p.is_null() {
         return Err(SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{name} is null")));
     }

@@ -29,11 +29,12 @@
 //! [`set_compute`] turns the kernels off (everything else still runs) so the host overhead of a
 //! dispatched call can be measured ([`super::bench`]).
 
+mod index;
 mod math;
 mod ops;
 mod state;
 
-pub use state::{live_handles, set_compute, LiveHandles};
+pub use state::{live_handles, memory_in_use, set_compute, set_memory_limit, LiveHandles};
 
 use super::ffi::{AclApi, ApiKind, OpFns};
 
@@ -143,6 +144,7 @@ static API: AclApi = AclApi {
         workspace: math::mean_ws,
         launch: math::mean_launch,
     }),
+    layout: index::LAYOUT,
 };
 
 /// The simulation's function table.

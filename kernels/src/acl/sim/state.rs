@@ -137,6 +137,30 @@ pub(super) fn device_range_ok(addr: usize, len: usize) -> bool {
     find(&lock(&MEM), addr, len).is_some()
 }
 
+/// `None` until first read: then `$BURN_ASCEND_SIM_MEMORY_LIMIT` (bytes) or unlimited.
+static LIMIT: Mutex<Option<Option<usize>>> = Mutex::new(None);
+
+fn memory_limit() -> Option<usize> {
+    *lock(&LIMIT).get_or_insert_with(|| {
+        std::env::var("BURN_ASCEND_SIM_MEMORY_LIMIT")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// Caps the simulated device memory (process-wide) at `limit` bytes of live allocations
+/// (`None`: unlimited). Beyond it `aclrtMalloc` fails with 207001
+/// (`ACL_ERROR_RT_MEMORY_ALLOCATION`), as CANN does when the NPU's memory is exhausted. The
+/// initial limit is `$BURN_ASCEND_SIM_MEMORY_LIMIT` (bytes) when set.
+pub fn set_memory_limit(limit: Option<usize>) {
+    *lock(&LIMIT) = Some(limit);
+}
+
+/// Bytes of simulated device memory allocated now (process-wide).
+pub fn memory_in_use() -> usize {
+    lock(&MEM).values().map(|b| b.len()).sum()
+}
+
 pub(super) unsafe extern "C" fn malloc(
     dev_ptr: *mut *mut c_void,
     size: usize,
@@ -155,9 +179,22 @@ pub(super) unsafe extern "C" fn malloc(
                 "aclrtMalloc: size is 0".into(),
             ));
         }
+        let mut mem = lock(&MEM);
+        if let Some(limit) = memory_limit() {
+            let live: usize = mem.values().map(|b| b.len()).sum();
+            if live.saturating_add(size) > limit {
+                return Err(SimErr(
+                    ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    format!(
+                        "aclrtMalloc: out of device memory: {size} bytes requested, {live} of the simulated {limit} bytes in use"
+                    ),
+                ));
+            }
+        }
         let buf = vec![0u8; size].into_boxed_slice();
         let addr = buf.as_ptr() as usize;
-        lock(&MEM).insert(addr, buf);
+        mem.insert(addr, buf);
+        drop(mem);
         // SAFETY: `dev_ptr` is non-null and, per aclrtMalloc's contract, points to writable
         // storage for one pointer.
         unsafe { *dev_ptr = addr as *mut c_void };

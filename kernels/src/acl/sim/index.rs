@@ -1,0 +1,789 @@
+//! Simulated indexing and layout ops: `aclnnIndexSelect`, `aclnnGather`, `aclnnIndexAdd`,
+//! `aclnnScatterAdd`, `aclnnCat`, `aclnnInplaceCopy`, `aclnnRepeat` and `aclnnFlip`.
+//!
+//! Validation as CANN's first stage (aclnn_index_select.md, aclnnGather.md, aclnnIndexAdd.md,
+//! aclnnScatterAdd.md, aclnnCat.md, aclnnInplaceCopy.md, aclnnRepeat.md, aclnnFlip.md):
+//! a null required tensor, tensor list, scalar or int array → 161001; an index dtype other
+//! than INT32/INT64, mixed data dtypes (CANN would promote or cast; the simulation refuses),
+//! a `dim` out of range, a wrong index rank or an `out` of the wrong shape → 161002.
+//! An index **value** out of range is not known before the kernel runs: CANN fails at run time
+//! (an AI Core exception); the simulation reports it at launch as 361001
+//! (`ACLNN_ERR_RUNTIME_ERROR`) naming the index, and writes nothing.
+//!
+//! Inputs are read through their views (strides, offset, stride 0 for broadcast); copies move
+//! element bytes, so every dtype of [`DataType`] is accepted by the copy ops. The adds
+//! (`aclnnIndexAdd`, `aclnnScatterAdd`) compute FLOAT/FLOAT16/BFLOAT16 in f32 (rounded once to
+//! `out`) and INT32/INT64 in i64 (wrapping), **accumulating duplicate indices in index order**
+//! — deterministic, unlike CANN's default (non-deterministic) IndexAdd.
+
+use std::ffi::c_void;
+
+use super::math::scalar;
+use super::state::{self, guard, invalid, new_executor, required, SimErr, SimResult, SimTensor};
+use crate::acl::ffi::*;
+
+const SIM_WORKSPACE: u64 = 1024;
+
+type T = *const AclTensor;
+
+/// The table entries of this module.
+pub(super) const LAYOUT: LayoutOps = LayoutOps {
+    index_select: Some(OpFns {
+        workspace: index_select_ws,
+        launch: index_select_launch,
+    }),
+    gather: Some(OpFns {
+        workspace: gather_ws,
+        launch: gather_launch,
+    }),
+    index_add: Some(OpFns {
+        workspace: index_add_ws,
+        launch: index_add_launch,
+    }),
+    scatter_add: Some(OpFns {
+        workspace: scatter_add_ws,
+        launch: scatter_add_launch,
+    }),
+    cat: Some(OpFns {
+        workspace: cat_ws,
+        launch: cat_launch,
+    }),
+    inplace_copy: Some(OpFns {
+        workspace: inplace_copy_ws,
+        launch: inplace_copy_launch,
+    }),
+    repeat: Some(OpFns {
+        workspace: repeat_ws,
+        launch: repeat_launch,
+    }),
+    flip: Some(OpFns {
+        workspace: flip_ws,
+        launch: flip_launch,
+    }),
+};
+
+// ---- helpers --------------------------------------------------------------------------------
+
+fn strides_of(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// `dim` in `[-rank, rank)` → `[0, rank)`; 161002 otherwise (rank 0 is not simulated).
+fn norm_dim(op: &str, dim: i64, rank: usize) -> SimResult<usize> {
+    if rank == 0 {
+        return invalid(format!("{op}: 0-d self is unsupported in the simulation"));
+    }
+    let r = rank as i64;
+    if !(-r..r).contains(&dim) {
+        return invalid(format!("{op}: dim {dim} is out of range [-{r}, {r})"));
+    }
+    Ok(if dim < 0 { dim + r } else { dim } as usize)
+}
+
+fn rank_ok(op: &str, t: &SimTensor, name: &str) -> SimResult<()> {
+    if t.dims.len() > 8 {
+        return invalid(format!("{op}: {name} has rank {} > 8", t.dims.len()));
+    }
+    Ok(())
+}
+
+fn index_dtype(op: &str, t: &SimTensor) -> SimResult<()> {
+    match t.dtype {
+        DataType::Int32 | DataType::Int64 => Ok(()),
+        other => invalid(format!(
+            "{op}: index dtype must be INT32 or INT64, got {other:?}"
+        )),
+    }
+}
+
+fn same_dtype(op: &str, a: &SimTensor, an: &str, b: &SimTensor, bn: &str) -> SimResult<()> {
+    if a.dtype != b.dtype {
+        return invalid(format!(
+            "{op}: {an} {:?} and {bn} {:?} must have one dtype (the simulation does not promote or cast)",
+            a.dtype, b.dtype
+        ));
+    }
+    Ok(())
+}
+
+fn out_shape(op: &str, o: &SimTensor, want: &[usize]) -> SimResult<()> {
+    if o.dims != want {
+        return invalid(format!("{op}: out must be {want:?}, got {:?}", o.dims));
+    }
+    Ok(())
+}
+
+/// The index values (read through the view).
+fn index_values(t: &SimTensor) -> SimResult<Vec<i64>> {
+    let b = t.read("index")?;
+    Ok(match t.dtype {
+        DataType::Int32 => b
+            .chunks_exact(4)
+            .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+        _ => b
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect(),
+    })
+}
+
+/// Checks every index against `[0, bound)`: the run-time failure of CANN, at launch here.
+fn check_range(op: &str, idx: &[i64], bound: usize) -> SimResult<()> {
+    if let Some((k, v)) = idx
+        .iter()
+        .enumerate()
+        .find(|(_, &v)| v < 0 || v as u64 >= bound as u64)
+    {
+        return Err(SimErr(
+            ACLNN_ERR_RUNTIME_ERROR,
+            format!(
+                "{op}: index[{k}] = {v} is out of range [0, {bound}) (CANN fails at run time; nothing was written)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Values of an add op: floats in f32, ints in i64.
+enum Vals {
+    F(Vec<f32>),
+    I(Vec<i64>),
+}
+
+fn add_dtype(op: &str, t: &SimTensor) -> SimResult<()> {
+    match t.dtype {
+        DataType::Float
+        | DataType::Float16
+        | DataType::Bf16
+        | DataType::Int32
+        | DataType::Int64 => Ok(()),
+        other => invalid(format!(
+            "{op}: dtype {other:?} is unsupported in the simulation (FLOAT, FLOAT16, BFLOAT16, INT32, INT64)"
+        )),
+    }
+}
+
+fn decode(dtype: DataType, b: &[u8]) -> Vals {
+    match dtype {
+        DataType::Float => Vals::F(
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        DataType::Float16 => Vals::F(
+            b.chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+        ),
+        DataType::Bf16 => Vals::F(
+            b.chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+        ),
+        DataType::Int32 => Vals::I(
+            b.chunks_exact(4)
+                .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect(),
+        ),
+        _ => Vals::I(
+            b.chunks_exact(8)
+                .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect(),
+        ),
+    }
+}
+
+fn encode(v: &Vals, dtype: DataType) -> Vec<u8> {
+    let mut out = Vec::new();
+    match v {
+        Vals::F(v) => {
+            for &x in v {
+                match dtype {
+                    DataType::Float16 => {
+                        out.extend_from_slice(&half::f16::from_f32(x).to_le_bytes())
+                    }
+                    DataType::Bf16 => out.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes()),
+                    _ => out.extend_from_slice(&x.to_le_bytes()),
+                }
+            }
+        }
+        Vals::I(v) => {
+            for &x in v {
+                match dtype {
+                    DataType::Int32 => out.extend_from_slice(&(x as i32).to_le_bytes()),
+                    _ => out.extend_from_slice(&x.to_le_bytes()),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `acc[to] += alpha · src[from]` for each pair, in order.
+fn accumulate(acc: &mut Vals, src: &Vals, alpha: f64, pairs: impl Iterator<Item = (usize, usize)>) {
+    match (acc, src) {
+        (Vals::F(a), Vals::F(s)) => {
+            let al = alpha as f32;
+            for (to, from) in pairs {
+                a[to] += al * s[from];
+            }
+        }
+        (Vals::I(a), Vals::I(s)) => {
+            let al = alpha as i64;
+            for (to, from) in pairs {
+                a[to] = a[to].wrapping_add(al.wrapping_mul(s[from]));
+            }
+        }
+        _ => unreachable!("self and source share one dtype (checked in the first stage)"),
+    }
+}
+
+/// Copies element `src[from]` to `dst[to]` for each pair (elements of `es` bytes).
+fn copy_elems(dst: &mut [u8], src: &[u8], es: usize, pairs: impl Iterator<Item = (usize, usize)>) {
+    for (to, from) in pairs {
+        dst[to * es..(to + 1) * es].copy_from_slice(&src[from * es..(from + 1) * es]);
+    }
+}
+
+/// Row-major multi-indices of `dims`, as an iterator of flat positions with their index.
+fn for_each_index(dims: &[usize], mut f: impl FnMut(usize, &[usize])) {
+    let n: usize = dims.iter().product();
+    let mut idx = vec![0usize; dims.len()];
+    for p in 0..n {
+        f(p, &idx);
+        for d in (0..dims.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < dims[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+fn flat(idx: &[usize], strides: &[usize]) -> usize {
+    idx.iter().zip(strides).map(|(i, s)| i * s).sum()
+}
+
+fn submit(
+    op: &'static str,
+    job: impl FnOnce() -> SimResult<()> + Send + 'static,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    // SAFETY: the out-pointers come from the caller per the op's prototype.
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+}
+
+// ---- aclnnIndexSelect -------------------------------------------------------------------------
+
+pub(super) unsafe extern "C" fn index_select_ws(
+    self_: T,
+    dim: i64,
+    index: T,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = "aclnnIndexSelect";
+    guard(|| {
+        let a = required(self_, "self")?;
+        let i = required(index, "index")?;
+        let o = required(out, "out")?;
+        rank_ok(OP, &a, "self")?;
+        index_dtype(OP, &i)?;
+        same_dtype(OP, &a, "self", &o, "out")?;
+        let d = norm_dim(OP, dim, a.dims.len())?;
+        if i.dims.len() > 1 {
+            return invalid(format!("{OP}: index must be 0-D or 1-D, got {:?}", i.dims));
+        }
+        let mut want = a.dims.clone();
+        want[d] = i.numel();
+        out_shape(OP, &o, &want)?;
+        submit(
+            OP,
+            move || {
+                let idx = index_values(&i)?;
+                check_range(OP, &idx, a.dims[d])?;
+                let x = a.read("self")?;
+                let es = a.dtype.size();
+                let inner: usize = a.dims[d + 1..].iter().product();
+                let outer: usize = a.dims[..d].iter().product();
+                let (n_in, n_out) = (a.dims[d], idx.len());
+                let mut y = vec![0u8; o.numel() * es];
+                let pairs = (0..outer).flat_map(|p| {
+                    let idx = &idx;
+                    (0..n_out).flat_map(move |k| {
+                        (0..inner).map(move |q| {
+                            (
+                                (p * n_out + k) * inner + q,
+                                (p * n_in + idx[k] as usize) * inner + q,
+                            )
+                        })
+                    })
+                });
+                copy_elems(&mut y, &x, es, pairs);
+                o.write("out", &y)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+// ---- aclnnGather ------------------------------------------------------------------------------
+
+pub(super) unsafe extern "C" fn gather_ws(
+    self_: T,
+    dim: i64,
+    index: T,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = "aclnnGather";
+    guard(|| {
+        let a = required(self_, "self")?;
+        let i = required(index, "index")?;
+        let o = required(out, "out")?;
+        rank_ok(OP, &a, "self")?;
+        index_dtype(OP, &i)?;
+        same_dtype(OP, &a, "self", &o, "out")?;
+        let d = norm_dim(OP, dim, a.dims.len())?;
+        if i.dims.len() != a.dims.len()
+            || (0..a.dims.len()).any(|k| k != d && i.dims[k] > a.dims[k])
+        {
+            return invalid(format!(
+                "{OP}: index {:?} must have the rank of self {:?} and no larger size off dim {d}",
+                i.dims, a.dims
+            ));
+        }
+        out_shape(OP, &o, &i.dims)?;
+        submit(
+            OP,
+            move || {
+                let idx = index_values(&i)?;
+                check_range(OP, &idx, a.dims[d])?;
+                let x = a.read("self")?;
+                let es = a.dtype.size();
+                let sa = strides_of(&a.dims);
+                let mut y = vec![0u8; o.numel() * es];
+                let mut pairs = Vec::with_capacity(idx.len());
+                let mut src = vec![0usize; a.dims.len()];
+                for_each_index(&i.dims, |p, ix| {
+                    src.copy_from_slice(ix);
+                    src[d] = idx[p] as usize;
+                    pairs.push((p, flat(&src, &sa)));
+                });
+                copy_elems(&mut y, &x, es, pairs.into_iter());
+                o.write("out", &y)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+// ---- aclnnIndexAdd ----------------------------------------------------------------------------
+
+#[allow(clippy::too_many_arguments)] // the C prototype
+pub(super) unsafe extern "C" fn index_add_ws(
+    self_: T,
+    dim: i64,
+    index: T,
+    source: T,
+    alpha: *const AclScalar,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = "aclnnIndexAdd";
+    guard(|| {
+        let a = required(self_, "self")?;
+        let i = required(index, "index")?;
+        let s = required(source, "source")?;
+        let o = required(out, "out")?;
+        let alpha = scalar(alpha, "aclnnIndexAdd: alpha")?;
+        rank_ok(OP, &a, "self")?;
+        index_dtype(OP, &i)?;
+        add_dtype(OP, &a)?;
+        same_dtype(OP, &a, "self", &s, "source")?;
+        same_dtype(OP, &a, "self", &o, "out")?;
+        let d = norm_dim(OP, dim, a.dims.len())?;
+        if i.dims.len() > 1 {
+            return invalid(format!("{OP}: index must be 0-D or 1-D, got {:?}", i.dims));
+        }
+        let mut want_src = a.dims.clone();
+        want_src[d] = i.numel();
+        if s.dims != want_src {
+            return invalid(format!(
+                "{OP}: source must be {want_src:?} (self {:?} with dim {d} the index length), got {:?}",
+                a.dims, s.dims
+            ));
+        }
+        out_shape(OP, &o, &a.dims)?;
+        submit(
+            OP,
+            move || {
+                let idx = index_values(&i)?;
+                check_range(OP, &idx, a.dims[d])?;
+                let mut acc = decode(a.dtype, &a.read("self")?);
+                let src = decode(s.dtype, &s.read("source")?);
+                let inner: usize = a.dims[d + 1..].iter().product();
+                let outer: usize = a.dims[..d].iter().product();
+                let (n_self, n_idx) = (a.dims[d], idx.len());
+                // Index order within each (outer, inner) position: duplicates accumulate in order.
+                let pairs = (0..outer).flat_map(|p| {
+                    let idx = &idx;
+                    (0..n_idx).flat_map(move |k| {
+                        (0..inner).map(move |q| {
+                            (
+                                (p * n_self + idx[k] as usize) * inner + q,
+                                (p * n_idx + k) * inner + q,
+                            )
+                        })
+                    })
+                });
+                accumulate(&mut acc, &src, alpha, pairs);
+                o.write("out", &encode(&acc, o.dtype))
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+// ---- aclnnScatterAdd --------------------------------------------------------------------------
+
+fn is_contiguous(t: &SimTensor) -> bool {
+    let want = strides_of(&t.dims);
+    t.dims
+        .iter()
+        .zip(t.strides.iter().zip(&want))
+        .all(|(&d, (&s, &w))| d == 1 || s == w)
+}
+
+pub(super) unsafe extern "C" fn scatter_add_ws(
+    self_: T,
+    dim: i64,
+    index: T,
+    src: T,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = "aclnnScatterAdd";
+    guard(|| {
+        let a = required(self_, "self")?;
+        let i = required(index, "index")?;
+        let s = required(src, "src")?;
+        let o = required(out, "out")?;
+        rank_ok(OP, &a, "self")?;
+        index_dtype(OP, &i)?;
+        add_dtype(OP, &a)?;
+        same_dtype(OP, &a, "self", &s, "src")?;
+        same_dtype(OP, &a, "self", &o, "out")?;
+        let d = norm_dim(OP, dim, a.dims.len())?;
+        let r = a.dims.len();
+        if i.dims.len() != r
+            || s.dims.len() != r
+            || (0..r).any(|k| i.dims[k] > s.dims[k] || (k != d && i.dims[k] > a.dims[k]))
+        {
+            return invalid(format!(
+                "{OP}: index {:?} must have the rank of self {:?} and src {:?}, be no larger than src and, off dim {d}, than self",
+                i.dims, a.dims, s.dims
+            ));
+        }
+        // aclnnScatterAdd.md: src and out do not take non-contiguous tensors.
+        for (t, n) in [(&s, "src"), (&o, "out")] {
+            if !is_contiguous(t) {
+                return invalid(format!(
+                    "{OP}: {n} must be contiguous (dims {:?}, strides {:?})",
+                    t.dims, t.strides
+                ));
+            }
+        }
+        out_shape(OP, &o, &a.dims)?;
+        submit(
+            OP,
+            move || {
+                let idx = index_values(&i)?;
+                check_range(OP, &idx, a.dims[d])?;
+                let mut acc = decode(a.dtype, &a.read("self")?);
+                let sv = decode(s.dtype, &s.read("src")?);
+                let (sa, ss) = (strides_of(&a.dims), strides_of(&s.dims));
+                let mut pairs = Vec::with_capacity(idx.len());
+                let mut to = vec![0usize; r];
+                for_each_index(&i.dims, |p, ix| {
+                    to.copy_from_slice(ix);
+                    to[d] = idx[p] as usize;
+                    pairs.push((flat(&to, &sa), flat(ix, &ss)));
+                });
+                accumulate(&mut acc, &sv, 1.0, pairs.into_iter());
+                o.write("out", &encode(&acc, o.dtype))
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+// ---- aclnnCat ---------------------------------------------------------------------------------
+
+pub(super) unsafe extern "C" fn cat_ws(
+    tensors: *const AclTensorList,
+    dim: i64,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = "aclnnCat";
+    guard(|| {
+        let Some(ts) = state::tensor_list(tensors, "tensors")? else {
+            return Err(SimErr(
+                ACLNN_ERR_PARAM_NULLPTR,
+                format!("{OP}: tensors is null"),
+            ));
+        };
+        let o = required(out, "out")?;
+        let Some(first) = ts.first() else {
+            return invalid(format!("{OP}: tensors is empty"));
+        };
+        rank_ok(OP, first, "tensors[0]")?;
+        let d = norm_dim(OP, dim, first.dims.len())?;
+        let mut want = first.dims.clone();
+        want[d] = 0;
+        for (k, t) in ts.iter().enumerate() {
+            same_dtype(OP, t, &format!("tensors[{k}]"), &o, "out")?;
+            let agree = t.dims.len() == first.dims.len()
+                && (0..t.dims.len()).all(|j| j == d || t.dims[j] == first.dims[j]);
+            if !agree {
+                return invalid(format!(
+                    "{OP}: tensors[{k}] {:?} must match tensors[0] {:?} off dim {d}",
+                    t.dims, first.dims
+                ));
+            }
+            want[d] += t.dims[d];
+        }
+        out_shape(OP, &o, &want)?;
+        submit(
+            OP,
+            move || {
+                let es = o.dtype.size();
+                let outer: usize = want[..d].iter().product();
+                let inner: usize = want[d + 1..].iter().product();
+                let row = want[d] * inner;
+                let mut y = vec![0u8; o.numel() * es];
+                let mut at = 0usize;
+                for (k, t) in ts.iter().enumerate() {
+                    let x = t.read(&format!("tensors[{k}]"))?;
+                    let block = t.dims[d] * inner;
+                    for p in 0..outer {
+                        let dst = (p * row + at) * es;
+                        y[dst..dst + block * es]
+                            .copy_from_slice(&x[p * block * es..(p + 1) * block * es]);
+                    }
+                    at += block;
+                }
+                o.write("out", &y)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+// ---- aclnnInplaceCopy -------------------------------------------------------------------------
+
+pub(super) unsafe extern "C" fn inplace_copy_ws(
+    self_ref: T,
+    src: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = "aclnnInplaceCopy";
+    guard(|| {
+        let dst = required(self_ref, "selfRef")?;
+        let s = required(src, "src")?;
+        rank_ok(OP, &dst, "selfRef")?;
+        rank_ok(OP, &s, "src")?;
+        same_dtype(OP, &dst, "selfRef", &s, "src")?;
+        // src broadcasts to selfRef (right-aligned; size 1 or equal).
+        let r = dst.dims.len();
+        let ok = s.dims.len() <= r
+            && s.dims.iter().enumerate().all(|(k, &n)| {
+                let m = dst.dims[r - s.dims.len() + k];
+                n == m || n == 1
+            });
+        if !ok {
+            return invalid(format!(
+                "{OP}: src {:?} does not broadcast to selfRef {:?}",
+                s.dims, dst.dims
+            ));
+        }
+        submit(
+            OP,
+            move || {
+                let es = s.dtype.size();
+                let x = s.read("src")?;
+                let lead = r - s.dims.len();
+                let ss = strides_of(&s.dims);
+                let mut y = vec![0u8; dst.numel() * es];
+                let mut pairs = Vec::with_capacity(dst.numel());
+                for_each_index(&dst.dims, |p, ix| {
+                    let from: usize = s
+                        .dims
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &n)| if n == 1 { 0 } else { ix[lead + k] * ss[k] })
+                        .sum();
+                    pairs.push((p, from));
+                });
+                copy_elems(&mut y, &x, es, pairs.into_iter());
+                dst.write("selfRef", &y)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+// ---- aclnnRepeat / aclnnFlip ------------------------------------------------------------------
+
+fn int_array_required(p: *const AclIntArray, op: &str, name: &str) -> SimResult<Vec<i64>> {
+    state::int_array(p, name)?
+        .ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{op}: {name} is null")))
+}
+
+pub(super) unsafe extern "C" fn repeat_ws(
+    self_: T,
+    repeats: *const AclIntArray,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = "aclnnRepeat";
+    guard(|| {
+        let a = required(self_, "self")?;
+        let o = required(out, "out")?;
+        let reps = int_array_required(repeats, OP, "repeats")?;
+        rank_ok(OP, &a, "self")?;
+        same_dtype(OP, &a, "self", &o, "out")?;
+        if reps.len() < a.dims.len() || reps.len() > 8 || reps.iter().any(|&x| x < 0) {
+            return invalid(format!(
+                "{OP}: repeats {reps:?} must be non-negative, at least as long as self's rank {} and at most 8",
+                a.dims.len()
+            ));
+        }
+        let lead = reps.len() - a.dims.len();
+        let want: Vec<usize> = (0..reps.len())
+            .map(|k| {
+                let base = if k < lead { 1 } else { a.dims[k - lead] };
+                base * reps[k] as usize
+            })
+            .collect();
+        out_shape(OP, &o, &want)?;
+        submit(
+            OP,
+            move || {
+                let es = a.dtype.size();
+                let x = a.read("self")?;
+                let sa = strides_of(&a.dims);
+                let mut y = vec![0u8; o.numel() * es];
+                let mut pairs = Vec::with_capacity(o.numel());
+                for_each_index(&want, |p, ix| {
+                    let from: usize = (0..a.dims.len())
+                        .map(|k| (ix[lead + k] % a.dims[k]) * sa[k])
+                        .sum();
+                    pairs.push((p, from));
+                });
+                copy_elems(&mut y, &x, es, pairs.into_iter());
+                o.write("out", &y)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+pub(super) unsafe extern "C" fn flip_ws(
+    self_: T,
+    dims: *const AclIntArray,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = "aclnnFlip";
+    guard(|| {
+        let a = required(self_, "self")?;
+        let o = required(out, "out")?;
+        let dims = int_array_required(dims, OP, "dims")?;
+        rank_ok(OP, &a, "self")?;
+        same_dtype(OP, &a, "self", &o, "out")?;
+        let mut axes = Vec::new();
+        for &d in &dims {
+            let d = norm_dim(OP, d, a.dims.len())?;
+            if axes.contains(&d) {
+                return invalid(format!("{OP}: dims {dims:?} repeat dim {d}"));
+            }
+            axes.push(d);
+        }
+        out_shape(OP, &o, &a.dims)?;
+        submit(
+            OP,
+            move || {
+                let es = a.dtype.size();
+                let x = a.read("self")?;
+                let sa = strides_of(&a.dims);
+                let mut y = vec![0u8; o.numel() * es];
+                let mut pairs = Vec::with_capacity(o.numel());
+                for_each_index(&a.dims, |p, ix| {
+                    let from: usize = ix
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &i)| {
+                            let i = if axes.contains(&k) {
+                                a.dims[k] - 1 - i
+                            } else {
+                                i
+                            };
+                            i * sa[k]
+                        })
+                        .sum();
+                    pairs.push((p, from));
+                });
+                copy_elems(&mut y, &x, es, pairs.into_iter());
+                o.write("out", &y)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+macro_rules! launcher {
+    ($name:ident, $op:literal) => {
+        pub(super) unsafe extern "C" fn $name(
+            ws: *mut c_void,
+            size: u64,
+            ex: *mut AclOpExecutor,
+            stream: AclrtStream,
+        ) -> AclStatus {
+            state::launch($op, ws, size, ex, stream)
+        }
+    };
+}
+
+launcher!(index_select_launch, "aclnnIndexSelect");
+launcher!(gather_launch, "aclnnGather");
+launcher!(index_add_launch, "aclnnIndexAdd");
+launcher!(scatter_add_launch, "aclnnScatterAdd");
+launcher!(cat_launch, "aclnnCat");
+launcher!(inplace_copy_launch, "aclnnInplaceCopy");
+launcher!(repeat_launch, "aclnnRepeat");
+launcher!(flip_launch, "aclnnFlip");
