@@ -18,22 +18,25 @@ use super::{handle, ints, opt_handle, same_device, upload_i64};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
+use crate::ops::native_index;
 use crate::tensor::{fail, AscendTensor};
 use crate::Ascend;
 
 const OP: &str = "aclnnScatterPaKvCache";
 
 /// `cache` itself when its buffer is unshared and it covers it contiguously from offset 0,
-/// else a contiguous copy in a fresh buffer.
+/// else a contiguous copy in a fresh buffer (`aclnnInplaceCopy` on the device).
 fn owned(mut cache: AscendTensor) -> AscendTensor {
     let whole = cache.offset == 0
         && cache.is_contiguous()
-        && cache.storage.buffer().len() == cache.numel() * cache.dtype.size();
+        && cache.storage.len() == cache.numel() * cache.dtype.size();
     if whole && Arc::get_mut(&mut cache.storage).is_some() {
         return cache;
     }
-    let device = cache.device();
-    AscendTensor::from_data(cache.to_data(), &device)
+    native_index::contiguous(&cache).unwrap_or_else(|| {
+        let device = cache.device();
+        AscendTensor::from_data(cache.to_data(), &device)
+    })
 }
 
 fn cache_desc(t: &AscendTensor, mode: CacheMode) -> TensorDesc {
