@@ -10,6 +10,9 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
+mod elementwise;
+pub use elementwise::*;
+
 /// `aclTensor` (opaque; created by `aclCreateTensor`).
 #[repr(C)]
 pub struct AclTensor {
@@ -590,6 +593,8 @@ pub struct AclApi {
     pub reduce_sum: Option<OpFns<ReduceWs>>,
     /// `aclnnMean`.
     pub mean: Option<OpFns<ReduceWs>>,
+    /// Comparisons, masks, casts, max/min, activations, random fills ([`ElementwiseApi`]).
+    pub elementwise: ElementwiseApi,
 }
 
 impl std::fmt::Debug for AclApi {
@@ -617,6 +622,7 @@ impl std::fmt::Debug for AclApi {
             .field("tanh", &self.tanh.is_some())
             .field("reduce_sum", &self.reduce_sum.is_some())
             .field("mean", &self.mean.is_some())
+            .field("elementwise", &self.elementwise)
             .finish()
     }
 }

@@ -15,7 +15,7 @@ use half::{bf16, f16};
 use super::state::{self, guard, invalid, new_executor, required, SimErr, SimResult, SimTensor};
 use crate::acl::ffi::*;
 
-const SIM_WORKSPACE: u64 = 4096;
+pub(super) const SIM_WORKSPACE: u64 = 4096;
 
 type T = *const AclTensor;
 
@@ -84,7 +84,7 @@ pub(super) unsafe extern "C" fn destroy_scalar(scalar: *const AclScalar) -> AclS
     })
 }
 
-fn scalar(p: *const AclScalar, name: &str) -> SimResult<f64> {
+pub(super) fn scalar(p: *const AclScalar, name: &str) -> SimResult<f64> {
     if p.is_null() {
         return Err(SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{name} is null")));
     }
@@ -142,7 +142,7 @@ fn encode(v: &[f32], dtype: DataType) -> Vec<u8> {
 }
 
 /// Numpy broadcasting of two shapes; `None` when they do not broadcast.
-fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+pub(super) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let r = a.len().max(b.len());
     (0..r)
         .map(|i| {
@@ -167,7 +167,7 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 }
 
 /// Row-major index map from `out` dims into a (right-aligned, broadcast) operand of `dims`.
-fn broadcast_index(out: &[usize], dims: &[usize]) -> Vec<usize> {
+pub(super) fn broadcast_index(out: &[usize], dims: &[usize]) -> Vec<usize> {
     let n: usize = out.iter().product();
     let r = out.len();
     let lead = r - dims.len();

@@ -29,6 +29,7 @@
 //! [`set_compute`] turns the kernels off (everything else still runs) so the host overhead of a
 //! dispatched call can be measured ([`super::bench`]).
 
+mod elementwise;
 mod math;
 mod ops;
 mod state;
@@ -143,6 +144,7 @@ static API: AclApi = AclApi {
         workspace: math::mean_ws,
         launch: math::mean_launch,
     }),
+    elementwise: elementwise::API,
 };
 
 /// The simulation's function table.
