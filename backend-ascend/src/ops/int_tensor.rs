@@ -9,10 +9,12 @@ use burn_backend::{
 };
 
 use super::base;
+use super::native_elementwise as ne;
 use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
 use crate::Ascend;
+use burn_ascend_kernels::acl::ops::Compare;
 
 impl IntTensorOps<Self> for Ascend {
     fn int_from_data(data: TensorData, device: &AscendDevice) -> IntTensor<Self> {
@@ -61,26 +63,178 @@ impl IntTensorOps<Self> for Ascend {
             }
         }
     }
-    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
-    fn int_slice_assign(
-        tensor: IntTensor<Self>,
-        slices: &[Slice],
-        value: IntTensor<Self>,
-    ) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_slice_assign");
-        let tensor = cx.arg(tensor);
-        let value = cx.arg(value);
-        cx.ret(<Host as IntTensorOps<Host>>::int_slice_assign(
-            tensor, slices, value,
+
+    fn int_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Eq, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_equal(lhs, rhs, out_dtype))
+    }
+
+    fn int_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Eq, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_equal_elem(
+            lhs, rhs, out_dtype,
         ))
     }
 
-    fn int_into_float(tensor: IntTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("int_into_float");
-        let tensor = cx.arg(tensor);
-        let out_dtype = cx.float_dtype(out_dtype);
-        cx.ret(<Host as IntTensorOps<Host>>::int_into_float(
-            tensor, out_dtype,
+    fn int_not_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Ne, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_not_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_not_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_not_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Ne, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_not_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_not_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Gt, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_greater");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Gt, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_greater_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Ge, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_greater_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Ge, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_greater_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_lower(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Lt, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_lower");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower(lhs, rhs, out_dtype))
+    }
+
+    fn int_lower_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Lt, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_lower_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_lower_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Le, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_lower_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_lower_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Le, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_lower_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower_equal_elem(
+            lhs, rhs, out_dtype,
         ))
     }
 
@@ -89,6 +243,9 @@ impl IntTensorOps<Self> for Ascend {
         mask: BoolTensor<Self>,
         value: IntTensor<Self>,
     ) -> IntTensor<Self> {
+        if let Some(t) = ne::mask_where(&tensor, &mask, &value) {
+            return t;
+        }
         let mut cx = Fallback::new("int_mask_where");
         let tensor = cx.arg(tensor);
         let mask = cx.arg(mask);
@@ -103,11 +260,48 @@ impl IntTensorOps<Self> for Ascend {
         mask: BoolTensor<Self>,
         value: Scalar,
     ) -> IntTensor<Self> {
+        if let Some(t) = ne::mask_fill(&tensor, &mask, value) {
+            return t;
+        }
         let mut cx = Fallback::new("int_mask_fill");
         let tensor = cx.arg(tensor);
         let mask = cx.arg(mask);
         cx.ret(<Host as IntTensorOps<Host>>::int_mask_fill(
             tensor, mask, value,
+        ))
+    }
+
+    fn int_into_float(tensor: IntTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
+        if let Some(t) = ne::cast(&tensor, out_dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_into_float");
+        let tensor = cx.arg(tensor);
+        let out_dtype = cx.float_dtype(out_dtype);
+        cx.ret(<Host as IntTensorOps<Host>>::int_into_float(
+            tensor, out_dtype,
+        ))
+    }
+
+    fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> {
+        if let Some(t) = ne::cast(&tensor, dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_cast");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_cast(tensor, dtype))
+    }
+    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
+    fn int_slice_assign(
+        tensor: IntTensor<Self>,
+        slices: &[Slice],
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
+        let mut cx = Fallback::new("int_slice_assign");
+        let tensor = cx.arg(tensor);
+        let value = cx.arg(value);
+        cx.ret(<Host as IntTensorOps<Host>>::int_slice_assign(
+            tensor, slices, value,
         ))
     }
 
@@ -186,119 +380,6 @@ impl IntTensorOps<Self> for Ascend {
         let value = cx.arg(value);
         cx.ret(<Host as IntTensorOps<Host>>::int_select_add(
             tensor, dim, indices, value,
-        ))
-    }
-
-    fn int_equal(
-        lhs: IntTensor<Self>,
-        rhs: IntTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_equal");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_equal(lhs, rhs, out_dtype))
-    }
-
-    fn int_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_equal_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_equal_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_greater(
-        lhs: IntTensor<Self>,
-        rhs: IntTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_greater");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_greater(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_greater_elem(
-        lhs: IntTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_greater_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_greater_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_greater_equal(
-        lhs: IntTensor<Self>,
-        rhs: IntTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_greater_equal");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_greater_equal(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_greater_equal_elem(
-        lhs: IntTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_greater_equal_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_greater_equal_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_lower(
-        lhs: IntTensor<Self>,
-        rhs: IntTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_lower");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_lower(lhs, rhs, out_dtype))
-    }
-
-    fn int_lower_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_lower_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_lower_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_lower_equal(
-        lhs: IntTensor<Self>,
-        rhs: IntTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_lower_equal");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_lower_equal(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_lower_equal_elem(
-        lhs: IntTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_lower_equal_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_lower_equal_elem(
-            lhs, rhs, out_dtype,
         ))
     }
 
@@ -547,12 +628,6 @@ impl IntTensorOps<Self> for Ascend {
         cx.ret(<Host as IntTensorOps<Host>>::bitwise_right_shift_scalar(
             lhs, rhs,
         ))
-    }
-
-    fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_cast");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as IntTensorOps<Host>>::int_cast(tensor, dtype))
     }
 
     fn int_unfold(
