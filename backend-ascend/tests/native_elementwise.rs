@@ -186,8 +186,8 @@ fn int_comparisons_masks_and_casts() {
         );
         let (ma, mn) = (at.clone().greater_elem(0), nt.clone().greater_elem(0));
         same(
-            at.clone().mask_where(ma.clone(), at.clone() * 0 - 7),
-            nt.clone().mask_where(mn.clone(), nt.clone() * 0 - 7),
+            at.clone().mask_where(ma.clone(), at.clone() * 2 - 7),
+            nt.clone().mask_where(mn.clone(), nt.clone() * 2 - 7),
         );
         same(
             at.clone().mask_fill(ma.clone(), 99),

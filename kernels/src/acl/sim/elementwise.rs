@@ -903,13 +903,8 @@ unary!(
     relu_l,
     "aclnnRelu",
     FLOAT_INT,
-    |x: f64| if x > 0.0 {
-        x
-    } else if x.is_nan() {
-        x
-    } else {
-        0.0
-    }
+    // NaN stays NaN
+    |x: f64| if x > 0.0 || x.is_nan() { x } else { 0.0 }
 );
 unary!(sigmoid_ws, sigmoid_l, "aclnnSigmoid", FLOATS, |x: f64| 1.0
     / (1.0 + (-x).exp()));
