@@ -201,6 +201,31 @@ fn int_comparisons_masks_and_casts() {
 }
 
 #[test]
+fn int_add_sub_mul_and_scalar_forms() {
+    let names = [
+        "int_add",
+        "int_sub",
+        "int_mul",
+        "int_add_scalar",
+        "int_sub_scalar",
+        "int_mul_scalar",
+    ];
+    native(&names, || {
+        let (a, n) = both_int([3, 5], 12);
+        let (b, m) = both_int([1, 5], 13);
+        let (at, nt) = (a.clone().transpose(), n.clone().transpose());
+        same(a.clone() + b.clone(), n.clone() + m.clone());
+        same(a.clone() - b.clone(), n.clone() - m.clone());
+        same(a.clone() * b.clone(), n.clone() * m.clone());
+        same(at.clone() + 7, nt.clone() + 7);
+        same(at.clone() - 7, nt.clone() - 7);
+        same(at.clone() * -3, nt.clone() * -3);
+        let (c, d) = (a.clone().cast(DType::I32), n.clone().cast(DType::I32));
+        same(c.clone() * c.clone() + 1, d.clone() * d.clone() + 1);
+    });
+}
+
+#[test]
 fn float_masks_and_bool_logic() {
     let names = [
         "float_mask_where",

@@ -605,3 +605,56 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     let err = ops::compare_tensor(&rt, Compare::Lt, &ah, &bh, &boh).unwrap_err();
     assert_eq!(err.status(), Some(ACLNN_ERR_PARAM_INVALID), "{err}");
 }
+
+#[test]
+fn int_add_sub_mul_and_scalar_forms_are_exact() {
+    let rt = Runtime::sim().unwrap();
+    let big = 1i64 << 60;
+    let a = up_i64(&rt, &[2, 2], &[1, -2, big, 7]);
+    let b = up_i64(&rt, &[2], &[10, 3]);
+    let o = zeros(&rt, &[2, 2], DataType::Int64);
+    let (ah, bh, oh) = (
+        a.handle().unwrap(),
+        b.handle().unwrap(),
+        o.handle().unwrap(),
+    );
+    let two = Scalar::i64(rt.api(), 2).unwrap();
+    ops::add(&rt, &ah, &bh, &two, &oh).unwrap();
+    assert_eq!(i64s(&o.download().unwrap()), [21, 4, big + 20, 13]);
+    ops::sub(&rt, &ah, &bh, &two, &oh).unwrap();
+    assert_eq!(i64s(&o.download().unwrap()), [-19, -8, big - 20, 1]);
+    ops::mul(&rt, &ah, &bh, &oh).unwrap();
+    assert_eq!(
+        i64s(&o.download().unwrap()),
+        [10, -6, big.wrapping_mul(10), 21]
+    );
+    let s = Scalar::i64(rt.api(), -3).unwrap();
+    let one = Scalar::i64(rt.api(), 1).unwrap();
+    ops::adds(&rt, &ah, &s, &one, &oh).unwrap();
+    assert_eq!(i64s(&o.download().unwrap()), [-2, -5, big - 3, 4]);
+    ops::muls(&rt, &ah, &s, &oh).unwrap();
+    assert_eq!(
+        i64s(&o.download().unwrap()),
+        [-3, 6, big.wrapping_mul(-3), -21]
+    );
+    // int32
+    let c: Vec<u8> = [5i32, -6].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let c = up_raw(&rt, &[2], DataType::Int32, &c);
+    let co = zeros(&rt, &[2], DataType::Int32);
+    let (ch, coh) = (c.handle().unwrap(), co.handle().unwrap());
+    ops::mul(&rt, &ch, &ch, &coh).unwrap();
+    let got: Vec<i32> = co
+        .download()
+        .unwrap()
+        .chunks_exact(4)
+        .map(|x| i32::from_le_bytes(x.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, [25, 36]);
+    // a fractional alpha or mixed int widths are refused
+    let half = Scalar::f32(rt.api(), 0.5).unwrap();
+    let e = ops::add(&rt, &ah, &bh, &half, &oh).unwrap_err();
+    assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
+    assert!(e.to_string().contains("not integral"), "{e}");
+    let e = ops::mul(&rt, &ah, &ch, &oh).unwrap_err();
+    assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
+}

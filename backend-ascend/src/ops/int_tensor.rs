@@ -291,6 +291,63 @@ impl IntTensorOps<Self> for Ascend {
         let tensor = cx.arg(tensor);
         cx.ret(<Host as IntTensorOps<Host>>::int_cast(tensor, dtype))
     }
+
+    fn int_add(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        if let Some(t) = ne::int_binary(ne::IntBinary::Add, &lhs, &rhs) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_add");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_add(lhs, rhs))
+    }
+
+    fn int_sub(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        if let Some(t) = ne::int_binary(ne::IntBinary::Sub, &lhs, &rhs) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_sub");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_sub(lhs, rhs))
+    }
+
+    fn int_mul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        if let Some(t) = ne::int_binary(ne::IntBinary::Mul, &lhs, &rhs) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_mul");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_mul(lhs, rhs))
+    }
+
+    fn int_add_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        if let Some(t) = ne::int_scalar(&lhs, rhs, Some(1)) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_add_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_add_scalar(lhs, rhs))
+    }
+
+    fn int_sub_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        if let Some(t) = ne::int_scalar(&lhs, rhs, Some(-1)) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_sub_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_sub_scalar(lhs, rhs))
+    }
+
+    fn int_mul_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        if let Some(t) = ne::int_scalar(&lhs, rhs, None) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_mul_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_mul_scalar(lhs, rhs))
+    }
     // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
     fn int_slice_assign(
         tensor: IntTensor<Self>,
@@ -381,45 +438,6 @@ impl IntTensorOps<Self> for Ascend {
         cx.ret(<Host as IntTensorOps<Host>>::int_select_add(
             tensor, dim, indices, value,
         ))
-    }
-
-    fn int_add(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_add");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_add(lhs, rhs))
-    }
-
-    fn int_add_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_add_scalar");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_add_scalar(lhs, rhs))
-    }
-
-    fn int_sub(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_sub");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_sub(lhs, rhs))
-    }
-
-    fn int_sub_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_sub_scalar");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_sub_scalar(lhs, rhs))
-    }
-
-    fn int_mul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_mul");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_mul(lhs, rhs))
-    }
-
-    fn int_mul_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_mul_scalar");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_mul_scalar(lhs, rhs))
     }
 
     fn int_div(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {

@@ -464,3 +464,85 @@ pub(crate) fn random(
     });
     Some(o)
 }
+
+// ---- int arithmetic ------------------------------------------------------------------------------
+
+fn int_dtype(d: DType) -> bool {
+    matches!(d, DType::I64 | DType::I32)
+}
+
+/// An int elementwise op on the device: `aclnnAdd`/`aclnnSub` (alpha 1) and `aclnnMul` with
+/// INT64/INT32 operands of one dtype, broadcasting (wrapping on overflow, as NdArray in release).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum IntBinary {
+    Add,
+    Sub,
+    Mul,
+}
+
+/// `lhs ∘ rhs` for i64/i32 tensors of one dtype, or `None`.
+pub(crate) fn int_binary(
+    op: IntBinary,
+    lhs: &AscendTensor,
+    rhs: &AscendTensor,
+) -> Option<AscendTensor> {
+    let name = match op {
+        IntBinary::Add => "aclnnAdd",
+        IntBinary::Sub => "aclnnSub",
+        IntBinary::Mul => "aclnnMul",
+    };
+    check_devices(name, lhs, rhs);
+    if lhs.dtype != rhs.dtype || !int_dtype(lhs.dtype) || !rank_ok(lhs) || !rank_ok(rhs) {
+        return None;
+    }
+    let shape = broadcast(&lhs.shape, &rhs.shape)?;
+    let device = lhs.device();
+    let o = AscendTensor::alloc(Shape::from(shape), lhs.dtype, &device);
+    run(name, &device, |rt| {
+        let (ad, bd, od) = (lhs.desc(name), rhs.desc(name), o.desc(name));
+        let (a, b, oh) = (
+            lhs.handle(&ad, name),
+            rhs.handle(&bd, name),
+            o.handle(&od, name),
+        );
+        // An integral alpha: CANN refuses a float alpha for integer operands.
+        let one = Scalar::i64(rt.api(), 1).unwrap_or_else(|e| fail(name, e));
+        match op {
+            IntBinary::Add => ops::add(rt, &a, &b, &one, &oh),
+            IntBinary::Sub => ops::sub(rt, &a, &b, &one, &oh),
+            IntBinary::Mul => ops::mul(rt, &a, &b, &oh),
+        }
+        .unwrap_or_else(|e| fail(name, e));
+    });
+    Some(o)
+}
+
+/// `t + alpha·s` (`aclnnAdds`, `alpha` Some) or `t · s` (`aclnnMuls`) for an i64/i32 tensor.
+pub(crate) fn int_scalar(
+    t: &AscendTensor,
+    s: BurnScalar,
+    alpha: Option<i64>,
+) -> Option<AscendTensor> {
+    let name = if alpha.is_some() {
+        "aclnnAdds"
+    } else {
+        "aclnnMuls"
+    };
+    if !int_dtype(t.dtype) || !rank_ok(t) {
+        return None;
+    }
+    let device = t.device();
+    let o = AscendTensor::alloc(t.shape.clone(), t.dtype, &device);
+    run(name, &device, |rt| {
+        let (ad, od) = (t.desc(name), o.desc(name));
+        let (a, oh) = (t.handle(&ad, name), o.handle(&od, name));
+        let sc = |v| Scalar::i64(rt.api(), v).unwrap_or_else(|e| fail(name, e));
+        let other = sc(s.elem::<i64>());
+        match alpha {
+            Some(al) => ops::adds(rt, &a, &other, &sc(al), &oh),
+            None => ops::muls(rt, &a, &other, &oh),
+        }
+        .unwrap_or_else(|e| fail(name, e));
+    });
+    Some(o)
+}

@@ -210,6 +210,115 @@ fn groups(dims: &[usize], axes: &[usize]) -> Vec<Vec<usize>> {
     g
 }
 
+// ---- int arithmetic (the int path of `aclnnAdd`/`Sub`/`Mul`/`Adds`/`Muls` in `math`) --------
+
+/// The view's INT32/INT64 elements, exactly.
+fn ints(t: &SimTensor, name: &str) -> SimResult<Vec<i64>> {
+    let b = t.read(name)?;
+    Ok(match t.dtype {
+        DataType::Int32 => b
+            .chunks_exact(4)
+            .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+        _ => b
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
+    })
+}
+
+fn encode_ints(v: &[i64], dtype: DataType) -> Vec<u8> {
+    match dtype {
+        DataType::Int32 => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
+        _ => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+    }
+}
+
+fn integral(op: &str, name: &str, x: f64) -> SimResult<i64> {
+    if x.fract() == 0.0 && x.is_finite() {
+        Ok(x as i64)
+    } else {
+        invalid(format!(
+            "{op}: {name} {x} is not integral for integer operands (the simulation does not promote)"
+        ))
+    }
+}
+
+/// `out = self + alpha·other` (`alpha` Some; Sub passes `-alpha`) or `self · other` (`mul`) for
+/// INT32/INT64 operands of one dtype, wrapping, broadcasting.
+#[allow(clippy::too_many_arguments)] // the C prototype's operands plus the op name and kind
+pub(super) fn int_binary(
+    op: &'static str,
+    mul: bool,
+    a: SimTensor,
+    b: SimTensor,
+    o: SimTensor,
+    alpha: Option<f64>,
+    ws: Ws,
+    ex: Ex,
+) -> SimResult<()> {
+    same_dtype(op, &[(&a, "self"), (&b, "other"), (&o, "out")])?;
+    let shape = broadcast2(op, &a, "self", &b, "other")?;
+    shape_is(op, "out", &o, &shape)?;
+    let alpha = integral(op, "alpha", alpha.unwrap_or(1.0))?;
+    submit(
+        op,
+        move || {
+            let (x, y) = (ints(&a, "self")?, ints(&b, "other")?);
+            let (ia, ib) = (
+                broadcast_index(&shape, &a.dims),
+                broadcast_index(&shape, &b.dims),
+            );
+            let v: Vec<i64> = ia
+                .iter()
+                .zip(&ib)
+                .map(|(&i, &j)| {
+                    if mul {
+                        x[i].wrapping_mul(y[j])
+                    } else {
+                        x[i].wrapping_add(alpha.wrapping_mul(y[j]))
+                    }
+                })
+                .collect();
+            o.write("out", &encode_ints(&v, o.dtype))
+        },
+        ws,
+        ex,
+    )
+}
+
+/// `out = self + alpha·other` (`alpha` Some) or `self · other` with a scalar `other`, for
+/// INT32/INT64 `self`.
+pub(super) fn int_scalar(
+    op: &'static str,
+    a: SimTensor,
+    other: f64,
+    alpha: Option<f64>,
+    o: SimTensor,
+    ws: Ws,
+    ex: Ex,
+) -> SimResult<()> {
+    same_dtype(op, &[(&a, "self"), (&o, "out")])?;
+    shape_is(op, "out", &o, &a.dims)?;
+    let s = integral(op, "other", other)?;
+    let alpha = alpha.map(|al| integral(op, "alpha", al)).transpose()?;
+    submit(
+        op,
+        move || {
+            let v: Vec<i64> = ints(&a, "self")?
+                .into_iter()
+                .map(|x| match alpha {
+                    Some(al) => x.wrapping_add(al.wrapping_mul(s)),
+                    None => x.wrapping_mul(s),
+                })
+                .collect();
+            o.write("out", &encode_ints(&v, o.dtype))
+        },
+        ws,
+        ex,
+    )
+}
+
 // ---- comparisons ------------------------------------------------------------------------------
 
 #[derive(Clone, Copy)]
