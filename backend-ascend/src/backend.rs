@@ -38,7 +38,9 @@ impl Backend for Ascend {
     }
 
     fn seed(_device: &AscendDevice, seed: u64) {
-        // Random fills run through the host fallback (NdArray's generator).
+        // Float random fills run on the device (`aclnnInplaceUniform`/`Normal`/`Bernoulli`,
+        // keyed on this seed); the rest (int fills, f64) through the host fallback.
+        crate::ops::native_elementwise::seed(seed);
         <Host as Backend>::seed(&burn_ndarray::NdArrayDevice::Cpu, seed);
     }
 

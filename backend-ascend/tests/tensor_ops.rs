@@ -138,19 +138,19 @@ fn half_precision_round_trips_through_the_fallback() {
     let d = data(&[3, 4], 9);
     let a: Tensor<A, 2> = Tensor::from_data(d.clone(), (&dev(), burn::tensor::DType::F16));
     let n: Tensor<N, 2> = Tensor::from_data(d, &Default::default());
-    let out = a.cos();
+    let out = a.tan();
     assert_eq!(out.dtype(), burn::tensor::DType::F16);
     out.into_data()
         .convert_dtype(burn::tensor::DType::F32)
-        .assert_approx_eq::<f32>(&n.cos().into_data(), Tolerance::rel_abs(2e-3, 2e-3));
+        .assert_approx_eq::<f32>(&n.tan().into_data(), Tolerance::rel_abs(2e-3, 2e-3));
 }
 
 #[test]
 fn fallback_calls_are_counted() {
-    let before = fallback_count("float_cos");
+    let before = fallback_count("float_tan");
     let (a, _) = both([2, 2], 10);
-    let _ = a.cos().into_data();
-    assert!(fallback_count("float_cos") > before);
+    let _ = a.tan().into_data();
+    assert!(fallback_count("float_tan") > before);
 }
 
 #[test]

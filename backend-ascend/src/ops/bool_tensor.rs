@@ -9,11 +9,14 @@ use burn_backend::{
 };
 
 use super::base;
+use super::native_elementwise as ne;
 use super::native_index;
 use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
 use crate::Ascend;
+use burn_ascend_kernels::acl::ops::Compare;
+use burn_backend::BoolStore;
 
 impl BoolTensorOps<Self> for Ascend {
     fn bool_from_data(data: TensorData, device: &AscendDevice) -> BoolTensor<Self> {
@@ -132,6 +135,67 @@ impl BoolTensorOps<Self> for Ascend {
         })
     }
 
+    fn bool_not(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
+        if let Some(t) = ne::bool_not(&tensor) {
+            return t;
+        }
+        let mut cx = Fallback::new("bool_not");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_not(tensor))
+    }
+
+    fn bool_and(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
+        if let Some(t) = ne::bool_logical(true, &lhs, &rhs) {
+            return t;
+        }
+        let mut cx = Fallback::new("bool_and");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_and(lhs, rhs))
+    }
+
+    fn bool_or(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
+        if let Some(t) = ne::bool_logical(false, &lhs, &rhs) {
+            return t;
+        }
+        let mut cx = Fallback::new("bool_or");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_or(lhs, rhs))
+    }
+
+    fn bool_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Eq, &lhs, &rhs, BoolStore::Native) {
+            return t;
+        }
+        let mut cx = Fallback::new("bool_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_equal(lhs, rhs))
+    }
+
+    fn bool_into_int(tensor: BoolTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
+        if let Some(t) = ne::cast(&tensor, out_dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("bool_into_int");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_into_int(
+            tensor, out_dtype,
+        ))
+    }
+
+    fn bool_into_float(tensor: BoolTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
+        if let Some(t) = ne::cast(&tensor, out_dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("bool_into_float");
+        let tensor = cx.arg(tensor);
+        let out_dtype = cx.float_dtype(out_dtype);
+        cx.ret(<Host as BoolTensorOps<Host>>::bool_into_float(
+            tensor, out_dtype,
+        ))
+    }
     // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
     fn bool_zeros(shape: Shape, device: &Device<Self>, dtype: BoolDType) -> BoolTensor<Self> {
         let mut cx = Fallback::new("bool_zeros");
@@ -146,23 +210,6 @@ impl BoolTensorOps<Self> for Ascend {
         let device = cx.device(device);
         cx.ret(<Host as BoolTensorOps<Host>>::bool_ones(
             shape, device, dtype,
-        ))
-    }
-
-    fn bool_into_int(tensor: BoolTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
-        let mut cx = Fallback::new("bool_into_int");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as BoolTensorOps<Host>>::bool_into_int(
-            tensor, out_dtype,
-        ))
-    }
-
-    fn bool_into_float(tensor: BoolTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("bool_into_float");
-        let tensor = cx.arg(tensor);
-        let out_dtype = cx.float_dtype(out_dtype);
-        cx.ret(<Host as BoolTensorOps<Host>>::bool_into_float(
-            tensor, out_dtype,
         ))
     }
 
@@ -223,37 +270,10 @@ impl BoolTensorOps<Self> for Ascend {
         ))
     }
 
-    fn bool_equal(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("bool_equal");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as BoolTensorOps<Host>>::bool_equal(lhs, rhs))
-    }
-
     fn bool_equal_elem(lhs: BoolTensor<Self>, rhs: Scalar) -> BoolTensor<Self> {
         let mut cx = Fallback::new("bool_equal_elem");
         let lhs = cx.arg(lhs);
         cx.ret(<Host as BoolTensorOps<Host>>::bool_equal_elem(lhs, rhs))
-    }
-
-    fn bool_not(tensor: BoolTensor<Self>) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("bool_not");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as BoolTensorOps<Host>>::bool_not(tensor))
-    }
-
-    fn bool_and(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("bool_and");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as BoolTensorOps<Host>>::bool_and(lhs, rhs))
-    }
-
-    fn bool_or(lhs: BoolTensor<Self>, rhs: BoolTensor<Self>) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("bool_or");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as BoolTensorOps<Host>>::bool_or(lhs, rhs))
     }
 
     fn bool_unfold(

@@ -9,11 +9,13 @@ use burn_backend::{
 };
 
 use super::base;
+use super::native_elementwise as ne;
 use super::native_index;
 use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
 use crate::Ascend;
+use burn_ascend_kernels::acl::ops::Compare;
 
 impl IntTensorOps<Self> for Ascend {
     fn int_from_data(data: TensorData, device: &AscendDevice) -> IntTensor<Self> {
@@ -147,13 +149,177 @@ impl IntTensorOps<Self> for Ascend {
         })
     }
 
-    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
-    fn int_into_float(tensor: IntTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("int_into_float");
-        let tensor = cx.arg(tensor);
-        let out_dtype = cx.float_dtype(out_dtype);
-        cx.ret(<Host as IntTensorOps<Host>>::int_into_float(
-            tensor, out_dtype,
+    fn int_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Eq, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_equal(lhs, rhs, out_dtype))
+    }
+
+    fn int_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Eq, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_not_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Ne, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_not_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_not_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_not_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Ne, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_not_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_not_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Gt, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_greater");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Gt, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_greater_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Ge, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_greater_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_greater_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Ge, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_greater_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_greater_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_lower(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Lt, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_lower");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower(lhs, rhs, out_dtype))
+    }
+
+    fn int_lower_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Lt, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_lower_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_lower_equal(
+        lhs: IntTensor<Self>,
+        rhs: IntTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Le, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_lower_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn int_lower_equal_elem(
+        lhs: IntTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Le, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_lower_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_lower_equal_elem(
+            lhs, rhs, out_dtype,
         ))
     }
 
@@ -162,6 +328,9 @@ impl IntTensorOps<Self> for Ascend {
         mask: BoolTensor<Self>,
         value: IntTensor<Self>,
     ) -> IntTensor<Self> {
+        if let Some(t) = ne::mask_where(&tensor, &mask, &value) {
+            return t;
+        }
         let mut cx = Fallback::new("int_mask_where");
         let tensor = cx.arg(tensor);
         let mask = cx.arg(mask);
@@ -176,6 +345,9 @@ impl IntTensorOps<Self> for Ascend {
         mask: BoolTensor<Self>,
         value: Scalar,
     ) -> IntTensor<Self> {
+        if let Some(t) = ne::mask_fill(&tensor, &mask, value) {
+            return t;
+        }
         let mut cx = Fallback::new("int_mask_fill");
         let tensor = cx.arg(tensor);
         let mask = cx.arg(mask);
@@ -184,6 +356,84 @@ impl IntTensorOps<Self> for Ascend {
         ))
     }
 
+    fn int_into_float(tensor: IntTensor<Self>, out_dtype: FloatDType) -> FloatTensor<Self> {
+        if let Some(t) = ne::cast(&tensor, out_dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_into_float");
+        let tensor = cx.arg(tensor);
+        let out_dtype = cx.float_dtype(out_dtype);
+        cx.ret(<Host as IntTensorOps<Host>>::int_into_float(
+            tensor, out_dtype,
+        ))
+    }
+
+    fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> {
+        if let Some(t) = ne::cast(&tensor, dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_cast");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as IntTensorOps<Host>>::int_cast(tensor, dtype))
+    }
+
+    fn int_add(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        if let Some(t) = ne::int_binary(ne::IntBinary::Add, &lhs, &rhs) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_add");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_add(lhs, rhs))
+    }
+
+    fn int_sub(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        if let Some(t) = ne::int_binary(ne::IntBinary::Sub, &lhs, &rhs) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_sub");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_sub(lhs, rhs))
+    }
+
+    fn int_mul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
+        if let Some(t) = ne::int_binary(ne::IntBinary::Mul, &lhs, &rhs) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_mul");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_mul(lhs, rhs))
+    }
+
+    fn int_add_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        if let Some(t) = ne::int_scalar(&lhs, rhs, Some(1)) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_add_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_add_scalar(lhs, rhs))
+    }
+
+    fn int_sub_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        if let Some(t) = ne::int_scalar(&lhs, rhs, Some(-1)) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_sub_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_sub_scalar(lhs, rhs))
+    }
+
+    fn int_mul_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
+        if let Some(t) = ne::int_scalar(&lhs, rhs, None) {
+            return t;
+        }
+        let mut cx = Fallback::new("int_mul_scalar");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as IntTensorOps<Host>>::int_mul_scalar(lhs, rhs))
+    }
+    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
     fn int_scatter_nd(
         _data: IntTensor<Self>,
         indices: IntTensor<Self>,
@@ -219,158 +469,6 @@ impl IntTensorOps<Self> for Ascend {
         cx.ret(<Host as IntTensorOps<Host>>::int_select_add(
             tensor, dim, indices, value,
         ))
-    }
-
-    fn int_equal(
-        lhs: IntTensor<Self>,
-        rhs: IntTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_equal");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_equal(lhs, rhs, out_dtype))
-    }
-
-    fn int_equal_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_equal_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_equal_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_greater(
-        lhs: IntTensor<Self>,
-        rhs: IntTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_greater");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_greater(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_greater_elem(
-        lhs: IntTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_greater_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_greater_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_greater_equal(
-        lhs: IntTensor<Self>,
-        rhs: IntTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_greater_equal");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_greater_equal(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_greater_equal_elem(
-        lhs: IntTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_greater_equal_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_greater_equal_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_lower(
-        lhs: IntTensor<Self>,
-        rhs: IntTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_lower");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_lower(lhs, rhs, out_dtype))
-    }
-
-    fn int_lower_elem(lhs: IntTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_lower_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_lower_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_lower_equal(
-        lhs: IntTensor<Self>,
-        rhs: IntTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_lower_equal");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_lower_equal(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_lower_equal_elem(
-        lhs: IntTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("int_lower_equal_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_lower_equal_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn int_add(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_add");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_add(lhs, rhs))
-    }
-
-    fn int_add_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_add_scalar");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_add_scalar(lhs, rhs))
-    }
-
-    fn int_sub(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_sub");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_sub(lhs, rhs))
-    }
-
-    fn int_sub_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_sub_scalar");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_sub_scalar(lhs, rhs))
-    }
-
-    fn int_mul(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_mul");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_mul(lhs, rhs))
-    }
-
-    fn int_mul_scalar(lhs: IntTensor<Self>, rhs: Scalar) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_mul_scalar");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as IntTensorOps<Host>>::int_mul_scalar(lhs, rhs))
     }
 
     fn int_div(lhs: IntTensor<Self>, rhs: IntTensor<Self>) -> IntTensor<Self> {
@@ -573,12 +671,6 @@ impl IntTensorOps<Self> for Ascend {
         cx.ret(<Host as IntTensorOps<Host>>::bitwise_right_shift_scalar(
             lhs, rhs,
         ))
-    }
-
-    fn int_cast(tensor: IntTensor<Self>, dtype: IntDType) -> IntTensor<Self> {
-        let mut cx = Fallback::new("int_cast");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as IntTensorOps<Host>>::int_cast(tensor, dtype))
     }
 
     fn int_unfold(

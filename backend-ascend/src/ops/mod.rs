@@ -8,6 +8,7 @@ pub(crate) mod bool_tensor;
 pub(crate) mod int_tensor;
 pub(crate) mod module;
 pub(crate) mod native;
+pub(crate) mod native_elementwise;
 pub(crate) mod native_index;
 pub(crate) mod qtensor;
 pub(crate) mod tensor;

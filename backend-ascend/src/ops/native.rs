@@ -34,7 +34,7 @@ impl Binary {
     }
 }
 
-fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let r = a.len().max(b.len());
     (0..r)
         .map(|i| {
@@ -65,7 +65,7 @@ fn eligible(a: &AscendTensor, b: &AscendTensor) -> bool {
         && b.shape.num_dims() <= 8
 }
 
-fn check_devices(op: &str, a: &AscendTensor, b: &AscendTensor) {
+pub(crate) fn check_devices(op: &str, a: &AscendTensor, b: &AscendTensor) {
     if a.device() != b.device() {
         panic!(
             "{op}: tensors on different devices ({} and {}); move them with `to_device` first",

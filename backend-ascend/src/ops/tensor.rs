@@ -10,11 +10,13 @@ use burn_backend::{
 
 use super::base;
 use super::native::{self, Binary};
+use super::native_elementwise as ne;
 use super::native_index;
 use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
 use crate::Ascend;
+use burn_ascend_kernels::acl::ops::Compare;
 use burn_ascend_kernels::acl::ops::Unary;
 
 impl FloatTensorOps<Self> for Ascend {
@@ -297,13 +299,432 @@ impl FloatTensorOps<Self> for Ascend {
         })
     }
 
-    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
+    fn float_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Eq, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Eq, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_not_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Ne, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_not_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_not_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_not_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Ne, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_not_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_not_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_greater(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Gt, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_greater");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_greater(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_greater_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Gt, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_greater_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_greater_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_greater_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Ge, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_greater_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_greater_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_greater_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Ge, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_greater_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_greater_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_lower(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Lt, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_lower");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_lower(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_lower_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Lt, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_lower_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_lower_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_lower_equal(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare(Compare::Le, &lhs, &rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_lower_equal");
+        let lhs = cx.arg(lhs);
+        let rhs = cx.arg(rhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_lower_equal(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_lower_equal_elem(
+        lhs: FloatTensor<Self>,
+        rhs: Scalar,
+        out_dtype: BoolDType,
+    ) -> BoolTensor<Self> {
+        if let Some(t) = ne::compare_scalar(Compare::Le, &lhs, rhs, out_dtype) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_lower_equal_elem");
+        let lhs = cx.arg(lhs);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_lower_equal_elem(
+            lhs, rhs, out_dtype,
+        ))
+    }
+
+    fn float_mask_where(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        if let Some(t) = ne::mask_where(&tensor, &mask, &value) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_mask_where");
+        let tensor = cx.arg(tensor);
+        let mask = cx.arg(mask);
+        let value = cx.arg(value);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_mask_where(
+            tensor, mask, value,
+        ))
+    }
+
+    fn float_mask_fill(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> FloatTensor<Self> {
+        if let Some(t) = ne::mask_fill(&tensor, &mask, value) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_mask_fill");
+        let tensor = cx.arg(tensor);
+        let mask = cx.arg(mask);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_mask_fill(
+            tensor, mask, value,
+        ))
+    }
+
+    fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        if let Some(t) = ne::cast(&tensor, dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_cast");
+        let tensor = cx.arg(tensor);
+        let dtype = cx.float_dtype(dtype);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_cast(tensor, dtype))
+    }
+
+    fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
+        if let Some(t) = ne::cast(&tensor, out_dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_into_int");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_into_int(
+            tensor, out_dtype,
+        ))
+    }
+
+    fn float_max(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        if let Some(t) = ne::amax_all(&tensor, true) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_max");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_max(tensor))
+    }
+
+    fn float_min(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        if let Some(t) = ne::amax_all(&tensor, false) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_min");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_min(tensor))
+    }
+
+    fn float_max_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        if let Some(t) = ne::amax(&tensor, &[dim], true) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_max_dim");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_max_dim(tensor, dim))
+    }
+
+    fn float_min_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        if let Some(t) = ne::amax(&tensor, &[dim], false) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_min_dim");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_min_dim(tensor, dim))
+    }
+
+    fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
+        if let Some(t) = ne::arg(&tensor, dim, true, out_dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_argmax");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_argmax(
+            tensor, dim, out_dtype,
+        ))
+    }
+
+    fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
+        if let Some(t) = ne::arg(&tensor, dim, false, out_dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_argmin");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_argmin(
+            tensor, dim, out_dtype,
+        ))
+    }
+
+    fn float_max_dim_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices_dtype: IntDType,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        if let Some(t) = ne::with_indices(&tensor, dim, true, indices_dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_max_dim_with_indices");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_max_dim_with_indices(
+            tensor,
+            dim,
+            indices_dtype,
+        ))
+    }
+
+    fn float_min_dim_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices_dtype: IntDType,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        if let Some(t) = ne::with_indices(&tensor, dim, false, indices_dtype.into()) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_min_dim_with_indices");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_min_dim_with_indices(
+            tensor,
+            dim,
+            indices_dtype,
+        ))
+    }
+
+    fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        if let Some(t) = native::unary(Unary::Neg, &tensor) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_neg");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_neg(tensor))
+    }
+
+    fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        if let Some(t) = native::unary(Unary::Reciprocal, &tensor) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_recip");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_recip(tensor))
+    }
+
+    fn float_sin(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        if let Some(t) = native::unary(Unary::Sin, &tensor) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_sin");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_sin(tensor))
+    }
+
+    fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        if let Some(t) = native::unary(Unary::Cos, &tensor) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_cos");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_cos(tensor))
+    }
+
+    fn float_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        if let Some(t) = native::unary(Unary::Erf, &tensor) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_erf");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_erf(tensor))
+    }
+
+    fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> {
+        if let Some(t) = ne::powf_scalar(&tensor, value) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_powf_scalar_impl");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_powf_scalar_impl(
+            tensor, value,
+        ))
+    }
+
+    fn float_clamp(tensor: FloatTensor<Self>, min: Scalar, max: Scalar) -> FloatTensor<Self> {
+        if let Some(t) = ne::clamp(&tensor, Some(min), Some(max)) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_clamp");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_clamp(
+            tensor, min, max,
+        ))
+    }
+
+    fn float_clamp_min(tensor: FloatTensor<Self>, min: Scalar) -> FloatTensor<Self> {
+        if let Some(t) = ne::clamp(&tensor, Some(min), None) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_clamp_min");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_clamp_min(tensor, min))
+    }
+
+    fn float_clamp_max(tensor: FloatTensor<Self>, max: Scalar) -> FloatTensor<Self> {
+        if let Some(t) = ne::clamp(&tensor, None, Some(max)) {
+            return t;
+        }
+        let mut cx = Fallback::new("float_clamp_max");
+        let tensor = cx.arg(tensor);
+        cx.ret(<Host as FloatTensorOps<Host>>::float_clamp_max(tensor, max))
+    }
+
     fn float_random(
         shape: Shape,
         distribution: Distribution,
         device: &Device<Self>,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
+        if let Some(t) = ne::random(shape.clone(), distribution, device, dtype.into()) {
+            return t;
+        }
         let mut cx = Fallback::new("float_random");
         let device = cx.device(device);
         let dtype = cx.float_dtype(dtype);
@@ -314,15 +735,7 @@ impl FloatTensorOps<Self> for Ascend {
             dtype,
         ))
     }
-
-    fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self> {
-        let mut cx = Fallback::new("float_into_int");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_into_int(
-            tensor, out_dtype,
-        ))
-    }
-
+    // ---- GENERATED host fallbacks (tools/gen_fallbacks.py): do not edit below ----
     fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         let mut cx = Fallback::new("float_div_scalar");
         let lhs = cx.arg(lhs);
@@ -355,12 +768,6 @@ impl FloatTensorOps<Self> for Ascend {
         cx.ret(<Host as FloatTensorOps<Host>>::float_cross(lhs, rhs, dim))
     }
 
-    fn float_recip(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_recip");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_recip(tensor))
-    }
-
     fn float_scatter_nd(
         _data: FloatTensor<Self>,
         indices: IntTensor<Self>,
@@ -382,158 +789,6 @@ impl FloatTensorOps<Self> for Ascend {
         let indices = cx.arg(indices);
         cx.ret(<Host as FloatTensorOps<Host>>::float_gather_nd(
             data, indices,
-        ))
-    }
-
-    fn float_mask_where(
-        tensor: FloatTensor<Self>,
-        mask: BoolTensor<Self>,
-        value: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_mask_where");
-        let tensor = cx.arg(tensor);
-        let mask = cx.arg(mask);
-        let value = cx.arg(value);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_mask_where(
-            tensor, mask, value,
-        ))
-    }
-
-    fn float_mask_fill(
-        tensor: FloatTensor<Self>,
-        mask: BoolTensor<Self>,
-        value: Scalar,
-    ) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_mask_fill");
-        let tensor = cx.arg(tensor);
-        let mask = cx.arg(mask);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_mask_fill(
-            tensor, mask, value,
-        ))
-    }
-
-    fn float_equal(
-        lhs: FloatTensor<Self>,
-        rhs: FloatTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("float_equal");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_equal(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn float_equal_elem(
-        lhs: FloatTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("float_equal_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_equal_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn float_greater(
-        lhs: FloatTensor<Self>,
-        rhs: FloatTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("float_greater");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_greater(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn float_greater_elem(
-        lhs: FloatTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("float_greater_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_greater_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn float_greater_equal(
-        lhs: FloatTensor<Self>,
-        rhs: FloatTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("float_greater_equal");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_greater_equal(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn float_greater_equal_elem(
-        lhs: FloatTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("float_greater_equal_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_greater_equal_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn float_lower(
-        lhs: FloatTensor<Self>,
-        rhs: FloatTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("float_lower");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_lower(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn float_lower_elem(
-        lhs: FloatTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("float_lower_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_lower_elem(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn float_lower_equal(
-        lhs: FloatTensor<Self>,
-        rhs: FloatTensor<Self>,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("float_lower_equal");
-        let lhs = cx.arg(lhs);
-        let rhs = cx.arg(rhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_lower_equal(
-            lhs, rhs, out_dtype,
-        ))
-    }
-
-    fn float_lower_equal_elem(
-        lhs: FloatTensor<Self>,
-        rhs: Scalar,
-        out_dtype: BoolDType,
-    ) -> BoolTensor<Self> {
-        let mut cx = Fallback::new("float_lower_equal_elem");
-        let lhs = cx.arg(lhs);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_lower_equal_elem(
-            lhs, rhs, out_dtype,
         ))
     }
 
@@ -573,13 +828,6 @@ impl FloatTensorOps<Self> for Ascend {
         cx.ret(<Host as FloatTensorOps<Host>>::float_cummax(tensor, dim))
     }
 
-    fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_cast");
-        let tensor = cx.arg(tensor);
-        let dtype = cx.float_dtype(dtype);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_cast(tensor, dtype))
-    }
-
     fn float_log1p(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         let mut cx = Fallback::new("float_log1p");
         let tensor = cx.arg(tensor);
@@ -591,26 +839,6 @@ impl FloatTensorOps<Self> for Ascend {
         let lhs = cx.arg(lhs);
         let rhs = cx.arg(rhs);
         cx.ret(<Host as FloatTensorOps<Host>>::float_powf(lhs, rhs))
-    }
-
-    fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_powf_scalar_impl");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_powf_scalar_impl(
-            tensor, value,
-        ))
-    }
-
-    fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_cos");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_cos(tensor))
-    }
-
-    fn float_sin(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_sin");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_sin(tensor))
     }
 
     fn float_tan(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -698,20 +926,6 @@ impl FloatTensorOps<Self> for Ascend {
         cx.ret(<Host as FloatTensorOps<Host>>::float_trunc(tensor))
     }
 
-    fn float_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let mut cx = Fallback::new("float_erf");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_erf(tensor))
-    }
-
-    fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
-        let mut cx = Fallback::new("float_argmax");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_argmax(
-            tensor, dim, out_dtype,
-        ))
-    }
-
     fn float_argtopk(
         tensor: FloatTensor<Self>,
         dim: usize,
@@ -722,14 +936,6 @@ impl FloatTensorOps<Self> for Ascend {
         let tensor = cx.arg(tensor);
         cx.ret(<Host as FloatTensorOps<Host>>::float_argtopk(
             tensor, dim, k, out_dtype,
-        ))
-    }
-
-    fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self> {
-        let mut cx = Fallback::new("float_argmin");
-        let tensor = cx.arg(tensor);
-        cx.ret(<Host as FloatTensorOps<Host>>::float_argmin(
-            tensor, dim, out_dtype,
         ))
     }
 

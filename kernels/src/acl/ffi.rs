@@ -10,6 +10,9 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
+mod elementwise;
+pub use elementwise::*;
+
 /// `aclTensor` (opaque; created by `aclCreateTensor`).
 #[repr(C)]
 pub struct AclTensor {
@@ -699,6 +702,8 @@ pub struct AclApi {
     pub mean: Option<OpFns<ReduceWs>>,
     /// The indexing and layout ops.
     pub layout: LayoutOps,
+    /// Comparisons, masks, casts, max/min, activations, random fills ([`ElementwiseApi`]).
+    pub elementwise: ElementwiseApi,
 }
 
 impl std::fmt::Debug for AclApi {
@@ -727,6 +732,7 @@ impl std::fmt::Debug for AclApi {
             .field("reduce_sum", &self.reduce_sum.is_some())
             .field("mean", &self.mean.is_some())
             .field("layout", &self.layout)
+            .field("elementwise", &self.elementwise)
             .finish()
     }
 }

@@ -16,7 +16,8 @@
 //! - [`host`]: host buffers in, host buffers out — what the CLI's `--device sim|npu` calls;
 //! - [`bench`]: the host overhead of one dispatched call.
 //!
-//! `unsafe` is confined to `loader`, `tensor`, `runtime`, `ops` and `sim/state` + `sim/ops`
+//! `unsafe` is confined to `loader`, `tensor`, `runtime`, `ops` and `sim/state` + `sim/ops` +
+//! `sim/math` + `sim/elementwise`
 //! (the `extern "C"` side), each block with a `// SAFETY:` line.
 
 pub mod bench;

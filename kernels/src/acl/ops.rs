@@ -13,6 +13,9 @@ use super::ffi::*;
 use super::runtime::Runtime;
 use super::tensor::{check, IntArray, Scalar, Tensor, TensorList};
 
+mod elementwise;
+pub use elementwise::*;
+
 /// The two-stage call: `get_workspace(&mut size, &mut executor)`, then the cached workspace,
 /// then `launch(workspace, size, executor, stream)`. Errors name `op` (with the
 /// `GetWorkspaceSize` suffix for the first stage), carry the status and `aclGetRecentErrMsg()`.
@@ -648,6 +651,13 @@ pub enum Unary {
     Sqrt,
     Abs,
     Tanh,
+    Relu,
+    Sigmoid,
+    Neg,
+    Reciprocal,
+    Sin,
+    Cos,
+    Erf,
 }
 
 impl Unary {
@@ -659,6 +669,13 @@ impl Unary {
             Self::Sqrt => "aclnnSqrt",
             Self::Abs => "aclnnAbs",
             Self::Tanh => "aclnnTanh",
+            Self::Relu => "aclnnRelu",
+            Self::Sigmoid => "aclnnSigmoid",
+            Self::Neg => "aclnnNeg",
+            Self::Reciprocal => "aclnnReciprocal",
+            Self::Sin => "aclnnSin",
+            Self::Cos => "aclnnCos",
+            Self::Erf => "aclnnErf",
         }
     }
 }
@@ -672,6 +689,13 @@ pub fn unary(rt: &Runtime, op: Unary, a: &Tensor<'_>, out: &Tensor<'_>) -> Resul
         Unary::Sqrt => api.sqrt,
         Unary::Abs => api.abs,
         Unary::Tanh => api.tanh,
+        Unary::Relu => api.elementwise.relu,
+        Unary::Sigmoid => api.elementwise.sigmoid,
+        Unary::Neg => api.elementwise.neg,
+        Unary::Reciprocal => api.elementwise.reciprocal,
+        Unary::Sin => api.elementwise.sin,
+        Unary::Cos => api.elementwise.cos,
+        Unary::Erf => api.elementwise.erf,
     }
     .ok_or_else(|| missing(op.name()))?;
     two_stage(rt, op.name(), f.launch, |ws, ex| {

@@ -490,6 +490,26 @@ impl Scalar {
         Ok(Self { api, ptr })
     }
 
+    /// A DOUBLE scalar.
+    pub fn f64(api: &'static AclApi, value: f64) -> Result<Self> {
+        let mut v = value;
+        // SAFETY: `v` is one DOUBLE element, valid for the call; nnopbase copies it.
+        let ptr =
+            unsafe { (api.create_scalar)((&mut v as *mut f64).cast(), DataType::Double.raw()) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateScalar"))?;
+        Ok(Self { api, ptr })
+    }
+
+    /// An INT64 scalar.
+    pub fn i64(api: &'static AclApi, value: i64) -> Result<Self> {
+        let mut v = value;
+        // SAFETY: `v` is one INT64 element, valid for the call; nnopbase copies it.
+        let ptr =
+            unsafe { (api.create_scalar)((&mut v as *mut i64).cast(), DataType::Int64.raw()) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateScalar"))?;
+        Ok(Self { api, ptr })
+    }
+
     /// The raw handle.
     pub fn as_ptr(&self) -> *const AclScalar {
         self.ptr.as_ptr()

@@ -4,6 +4,8 @@
 //! FLOAT/FLOAT16/BFLOAT16, mixed dtypes (CANN would promote; the simulation refuses), shapes
 //! that do not broadcast or an `out` of the wrong shape → 161002. Inputs are read through their
 //! views (strides, offset; stride 0 for broadcast), computed in f32 and rounded once to `out`.
+//! `aclnnAdd`/`Sub`/`Mul`/`Adds`/`Muls` also take INT32/INT64 operands of one dtype (exact,
+//! wrapping, integral alpha and scalar; `elementwise::int_binary`/`int_scalar`).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -15,7 +17,7 @@ use half::{bf16, f16};
 use super::state::{self, guard, invalid, new_executor, required, SimErr, SimResult, SimTensor};
 use crate::acl::ffi::*;
 
-const SIM_WORKSPACE: u64 = 4096;
+pub(super) const SIM_WORKSPACE: u64 = 4096;
 
 type T = *const AclTensor;
 
@@ -142,7 +144,7 @@ fn encode(v: &[f32], dtype: DataType) -> Vec<u8> {
 }
 
 /// Numpy broadcasting of two shapes; `None` when they do not broadcast.
-fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+pub(super) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let r = a.len().max(b.len());
     (0..r)
         .map(|i| {
@@ -167,7 +169,7 @@ fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 }
 
 /// Row-major index map from `out` dims into a (right-aligned, broadcast) operand of `dims`.
-fn broadcast_index(out: &[usize], dims: &[usize]) -> Vec<usize> {
+pub(super) fn broadcast_index(out: &[usize], dims: &[usize]) -> Vec<usize> {
     let n: usize = out.iter().product();
     let r = out.len();
     let lead = r - dims.len();
@@ -219,6 +221,11 @@ fn binary_ws(
     let a = required(self_, "self")?;
     let b = required(other, "other")?;
     let o = required(out, "out")?;
+    if matches!(a.dtype, DataType::Int32 | DataType::Int64) && !matches!(kind, Bin::Div) {
+        let mul = matches!(kind, Bin::Mul);
+        let alpha = alpha.map(|al| if matches!(kind, Bin::Sub) { -al } else { al });
+        return super::elementwise::int_binary(op, mul, a, b, o, alpha, ws, ex);
+    }
     for (t, n) in [(&a, "self"), (&b, "other"), (&o, "out")] {
         float_dtype(t, op, n)?;
     }
@@ -450,6 +457,9 @@ fn scalar_ws(
 ) -> SimResult<()> {
     let a = required(self_, "self")?;
     let o = required(out, "out")?;
+    if matches!(a.dtype, DataType::Int32 | DataType::Int64) {
+        return super::elementwise::int_scalar(op, a, other, alpha, o, ws, ex);
+    }
     float_dtype(&a, op, "self")?;
     if a.dtype != o.dtype || a.dims != o.dims {
         return invalid(format!(

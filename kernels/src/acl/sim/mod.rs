@@ -19,7 +19,9 @@
 //! The elementwise and matmul ops the Burn backend calls (`aclnnAdd`, `aclnnSub`, `aclnnMul`,
 //! `aclnnDiv`, `aclnnMatmul`, `aclnnAdds`, `aclnnMuls`, `aclnnExp/Log/Sqrt/Abs/Tanh`,
 //! `aclnnReduceSum`, `aclnnMean`, with `aclCreateScalar` for scalars) are simulated in `math`
-//! with the same validation; unlike CANN they do not promote mixed dtypes (161002).
+//! with the same validation; unlike CANN they do not promote mixed dtypes (161002). The
+//! comparisons, `aclnnSWhere`, masked fill, copy, logic, cast, Amax/Amin/ArgMax/ArgMin/MaxDim/
+//! MinDim, activations, pow/clamp and random fills are in `elementwise`, validated the same way.
 //!
 //! It does not model: layouts other than TND for varlen, rope, padding masks, int8 Q/K/V
 //! (full quantisation), NHSD / 4-D scatter; those return 161002 with an "unsupported in the
@@ -29,6 +31,7 @@
 //! [`set_compute`] turns the kernels off (everything else still runs) so the host overhead of a
 //! dispatched call can be measured ([`super::bench`]).
 
+mod elementwise;
 mod index;
 mod math;
 mod ops;
@@ -145,6 +148,7 @@ static API: AclApi = AclApi {
         launch: math::mean_launch,
     }),
     layout: index::LAYOUT,
+    elementwise: elementwise::API,
 };
 
 /// The simulation's function table.
