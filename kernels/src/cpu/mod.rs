@@ -38,6 +38,8 @@
 //! All `unsafe` (the `gemm` crate's raw-pointer API) lives in [`gemm`].
 
 pub mod decode;
+#[cfg(target_arch = "x86_64")]
+mod decode_avx512;
 pub mod gemm;
 mod tile;
 mod varlen_bwd;
