@@ -18,10 +18,18 @@
 //!   accumulators in SIMD registers), an online softmax (running max / sum), and `P·V`
 //!   accumulated in registers, with explicit SIMD through `pulp` (AVX-512 / AVX2 / scalar
 //!   chosen at run time).
+//! - int8 / f16 / bf16 KV on CPUs with AVX-512 (F, BW, VL; detected at run time): the
+//!   scores and `P·V` loops read the cache rows **in place** and widen each element in
+//!   registers (`decode_avx512`); nothing is staged, and the next sub-chunk's rows
+//!   are prefetched into L2 while the current one is computed. Scores are computed 16 at a
+//!   time (`R` query rows × `16 / R` keys) and reduced together by a shuffle tree; `P·V` runs
+//!   in column blocks that keep `R × blocks` accumulators in registers. f32 / f64 KV and other
+//!   CPUs take the staged path above.
 //! - the partial results `(max, sum, acc)` of the chunks of a (batch, head) are merged by
 //!   log-sum-exp in chunk order, so the output is bitwise identical for any number of threads.
 //! - int8 (or any) KV with antiquant: `(x + offset)·scale` is folded into the work, never
-//!   materialised, and the cache is read exactly once, converted to f32 at load. With
+//!   materialised, and the cache is read exactly once, converted to f32 at load (or in
+//!   registers on the in-place path). With
 //!   `k̂ = (k + o_k)⊙s_k`, `q·k̂ = (q⊙s_k)·k + (q⊙s_k)·o_k`: the key scale is multiplied into
 //!   the query once per task, and the offset term is the same for every token of a row, so it
 //!   cancels in the softmax (masked scores are replaced, not shifted, and a fully masked row is
@@ -360,8 +368,6 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
                 let id = TypeId::of::<KV>();
                 if id == TypeId::of::<i8>() {
                     self.sub_in_place::<i8>(cpu, buf, t, s0, s1, maxes, sums);
-                } else if id == TypeId::of::<f32>() {
-                    self.sub_in_place::<f32>(cpu, buf, t, s0, s1, maxes, sums);
                 } else if id == TypeId::of::<half::f16>() {
                     self.sub_in_place::<F16Bits>(cpu, buf, t, s0, s1, maxes, sums);
                 } else {
@@ -777,9 +783,11 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
     let fused = {
         use std::any::TypeId;
         let id = TypeId::of::<KV>();
+        // Not f32 (nor f64): reading f32 rows in place was slower than converting them
+        // (measured on the bench's paged decode); the narrow types gain 2× (int8) to 7×
+        // (f16 / bf16).
         let supported = [
             TypeId::of::<i8>(),
-            TypeId::of::<f32>(),
             TypeId::of::<half::f16>(),
             TypeId::of::<half::bf16>(),
         ]

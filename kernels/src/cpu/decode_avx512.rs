@@ -1,7 +1,7 @@
 //! AVX-512 inner loops of the decode kernel that read the KV cache **in place**: each K / V
 //! element is widened to f32 in registers (int8: `vpmovsxbd` + `vcvtdq2ps`; f16: `vcvtph2ps`;
-//! bf16: a 16-bit shift; f32: a plain load) right where the dot products use it, so nothing is
-//! staged in memory and an int8 cache costs one byte of memory traffic per element. The rows
+//! bf16: a 16-bit shift) right where the dot products use it, so nothing is staged in memory
+//! and an int8 cache costs one byte of memory traffic per element. The rows
 //! of the next sub-chunk are prefetched into L2 while the current one is computed, so the
 //! memory reads overlap the arithmetic.
 //!
@@ -45,22 +45,6 @@ pub(super) trait Widen: Copy + 'static {
 #[inline(always)]
 fn mask(n: usize) -> __mmask16 {
     ((1u32 << n) - 1) as __mmask16
-}
-
-impl Widen for f32 {
-    type Src = f32;
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    unsafe fn load16(p: *const f32) -> __m512 {
-        // SAFETY: the caller guarantees 16 readable f32 at `p`.
-        unsafe { _mm512_loadu_ps(p) }
-    }
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    unsafe fn load_part(p: *const f32, n: usize) -> __m512 {
-        // SAFETY: masked load: only the `n` readable lanes are accessed.
-        unsafe { _mm512_maskz_loadu_ps(mask(n), p) }
-    }
 }
 
 impl Widen for i8 {
