@@ -268,12 +268,14 @@ unsafe fn scores_rows<T: Widen, const R: usize, const TT: usize>(
         // SAFETY (all loads below): K rows checked by the caller, `q` rows of `dp ≥ d`.
         let mut rowp = [kp; TT];
         for (t, r) in rowp.iter_mut().enumerate() {
+            // SAFETY: `offs[j + t] + d ≤ kv.len()` (checked by `scores`).
             *r = unsafe { kp.add(offs[j + t]) };
         }
         let mut acc = [_mm512_setzero_ps(); 16];
         for c in 0..nfull {
             let mut qv = [_mm512_setzero_ps(); R];
             for (r, x) in qv.iter_mut().enumerate() {
+                // SAFETY: query row `r < R` holds `dp ≥ 16·⌈d / 16⌉` f32.
                 *x = unsafe { _mm512_loadu_ps(qp.add(r * dp + c * 16)) };
             }
             for (t, &rp) in rowp.iter().enumerate() {
@@ -291,6 +293,7 @@ unsafe fn scores_rows<T: Widen, const R: usize, const TT: usize>(
             let c = nfull;
             let mut qv = [_mm512_setzero_ps(); R];
             for (r, x) in qv.iter_mut().enumerate() {
+                // SAFETY: query row `r < R` holds `dp ≥ 16·⌈d / 16⌉` f32.
                 *x = unsafe { _mm512_loadu_ps(qp.add(r * dp + c * 16)) };
             }
             for (t, &rp) in rowp.iter().enumerate() {
@@ -316,18 +319,23 @@ unsafe fn scores_rows<T: Widen, const R: usize, const TT: usize>(
     }
     // Remaining keys one at a time.
     while j < ns {
+        // SAFETY: `offs[j] + d ≤ kv.len()` (checked by `scores`).
         let rowp = unsafe { kp.add(offs[j]) };
         let mut acc = [_mm512_setzero_ps(); R];
         for c in 0..nfull {
+            // SAFETY: `c < nfull`: 16 elements of the row.
             let kx = unsafe { T::load16(rowp.add(c * 16)) };
             for (r, a) in acc.iter_mut().enumerate() {
+                // SAFETY: query row `r < R` holds `dp ≥ 16·⌈d / 16⌉` f32.
                 let qv = unsafe { _mm512_loadu_ps(qp.add(r * dp + c * 16)) };
                 *a = _mm512_fmadd_ps(qv, kx, *a);
             }
         }
         if tail != 0 {
+            // SAFETY: the row's last `tail` elements.
             let kx = unsafe { T::load_part(rowp.add(nfull * 16), tail) };
             for (r, a) in acc.iter_mut().enumerate() {
+                // SAFETY: query row `r < R` holds `dp ≥ 16·⌈d / 16⌉` f32.
                 let qv = unsafe { _mm512_loadu_ps(qp.add(r * dp + nfull * 16)) };
                 *a = _mm512_fmadd_ps(qv, kx, *a);
             }
@@ -463,6 +471,8 @@ unsafe fn pv_block<T: Widen, const R: usize, const CB: usize>(
         let rp = unsafe { kp.add(o + c0 * 16) };
         let mut x = [_mm512_setzero_ps(); CB];
         for (v, xv) in x.iter_mut().enumerate() {
+            // SAFETY: vector `v` of the block lies within the row; the last one is masked to
+            // its `last_n` elements when the row ends there.
             *xv = unsafe {
                 if v + 1 < CB || last_n == 16 {
                     T::load16(rp.add(v * 16))
