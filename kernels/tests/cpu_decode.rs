@@ -376,30 +376,45 @@ fn close(got: &[f32], want: &[f64]) -> Result<(), String> {
 }
 
 fn check<Q: Element, KV: Element>(c: &Case, what: &str) {
+    check_path::<Q, KV>(c, what, false);
+}
+
+/// [`check`] on the default path (`portable = false`: the AVX-512 in-place loops where the
+/// CPU has them) or the portable one (what CPUs without AVX-512 run).
+fn check_path<Q: Element, KV: Element>(c: &Case, what: &str, portable: bool) {
     let (got, want) = with_args::<Q, KV, _>(c, |a| {
         (
-            cpu::incre_flash_attention(a),
+            if portable {
+                cpu::decode::incre_flash_attention_portable(a)
+            } else {
+                cpu::incre_flash_attention(a)
+            },
             reference::incre_flash_attention(a),
         )
     });
     if let Err(e) = close(&got, &want) {
-        panic!("{what}: {e}\ncase: {c:?}");
+        panic!("{what} (portable: {portable}): {e}\ncase: {c:?}");
     }
 }
 
 /// Runs the case in the dtype combination chosen by the seed.
 fn check_seed(seed: u64) -> &'static str {
+    check_seed_path(seed, false)
+}
+
+fn check_seed_path(seed: u64, portable: bool) -> &'static str {
     let c = Case::random(seed);
     let combo = seed % 4;
+    let p = portable;
     match (c.int_kv, combo) {
-        (true, 0) => check::<f32, f32>(&c, "f32 query, int8-valued f32 KV"),
-        (true, 1) => check::<f16, i8>(&c, "f16 query, int8 KV"),
-        (true, 2) => check::<bf16, i8>(&c, "bf16 query, int8 KV"),
-        (true, _) => check::<f32, i8>(&c, "f32 query, int8 KV"),
-        (false, 0) => check::<f16, f16>(&c, "f16"),
-        (false, 1) => check::<bf16, bf16>(&c, "bf16"),
-        (false, 2) => check::<f64, f64>(&c, "f64"),
-        (false, _) => check::<f32, f32>(&c, "f32"),
+        (true, 0) => check_path::<f32, f32>(&c, "f32 query, int8-valued f32 KV", p),
+        (true, 1) => check_path::<f16, i8>(&c, "f16 query, int8 KV", p),
+        (true, 2) => check_path::<bf16, i8>(&c, "bf16 query, int8 KV", p),
+        (true, _) => check_path::<f32, i8>(&c, "f32 query, int8 KV", p),
+        (false, 0) => check_path::<f16, f16>(&c, "f16", p),
+        (false, 1) => check_path::<bf16, bf16>(&c, "bf16", p),
+        (false, 2) => check_path::<f64, f64>(&c, "f64", p),
+        (false, _) => check_path::<f32, f32>(&c, "f32", p),
     }
     if c.int_kv {
         "int8"
@@ -459,6 +474,82 @@ fn random_configurations_match_the_reference() {
             stats.get(key).copied().unwrap_or(0) >= 5,
             "{key} rarely covered: {stats:?}"
         );
+    }
+}
+
+/// The portable path (pulp; what CPUs without AVX-512 run, and f32 / f64 KV everywhere)
+/// against the reference on the same random configurations: on an AVX-512 machine the
+/// default path of int8 / f16 / bf16 KV is the in-place one, so this keeps the other tested.
+#[test]
+fn portable_path_matches_the_reference() {
+    for seed in 0..400u64 {
+        check_seed_path(seed, true);
+    }
+}
+
+/// Shapes at the edges of the in-place loops' blocking: D around multiples of 16 (masked row
+/// tails), GQA groups of 1–8 and 12 query heads (row groups 8 / 4 / 2 / 1), window lengths
+/// that leave remainders after the 16-score groups and the token pairs, int8 KV with
+/// per-channel and per-tensor antiquant (with and without offset), f16 and bf16 KV; both
+/// paths against the reference.
+#[test]
+fn in_place_edge_shapes_match_the_reference() {
+    let mut r = Rng::new(4242);
+    let mut cases = 0;
+    for &d in &[1usize, 5, 15, 16, 17, 31, 48, 100, 130] {
+        for &g in &[1usize, 3, 5, 6, 7, 8, 12] {
+            let s = r.pick(&[1usize, 2, 3, 17, 31, 300]);
+            let nkv = 1 + r.below(2);
+            let kind = cases % 5;
+            let mut c = Case::random(cases as u64);
+            let n = nkv * g;
+            let int_kv = kind < 3;
+            let val = |r: &mut Rng| {
+                if int_kv {
+                    r.below(256) as f64 - 128.0
+                } else {
+                    r.sym(1.0)
+                }
+            };
+            c.b = 2;
+            c.n = n;
+            c.nkv = nkv;
+            c.d = d;
+            c.scale = 1.0 / (d as f64).sqrt();
+            c.layout = if cases % 2 == 0 {
+                IfaLayout::Bsh
+            } else {
+                IfaLayout::Bnsd
+            };
+            c.form = Form::Contiguous { kv_seq: s };
+            c.q = (0..2 * n * d).map(|_| r.sym(1.0)).collect();
+            c.k = (0..2 * s * nkv * d).map(|_| val(&mut r)).collect();
+            c.v = (0..2 * s * nkv * d).map(|_| val(&mut r)).collect();
+            c.lens = Some(vec![s as i64, (s as i64 - 1).max(0)]);
+            c.pad = None;
+            c.mask = None;
+            c.pse = None;
+            c.int_kv = int_kv;
+            c.aq = int_kv.then(|| {
+                // kind 0: per channel with offset, 1: per tensor with offset, 2: per channel.
+                let per_channel = kind != 1;
+                let ch = if per_channel { 2 * nkv * d } else { 2 };
+                let scale = (0..ch)
+                    .map(|_| (0.005 + 0.03 * r.uniform()) as f32)
+                    .collect();
+                let offset = (kind != 2).then(|| (0..ch).map(|_| r.sym(8.0) as f32).collect());
+                (scale, offset, per_channel)
+            });
+            for portable in [false, true] {
+                match kind {
+                    0 | 1 => check_path::<f32, i8>(&c, "int8 KV", portable),
+                    2 => check_path::<bf16, i8>(&c, "bf16 query, int8 KV", portable),
+                    3 => check_path::<f16, f16>(&c, "f16", portable),
+                    _ => check_path::<bf16, bf16>(&c, "bf16", portable),
+                }
+            }
+            cases += 1;
+        }
     }
 }
 

@@ -18,10 +18,18 @@
 //!   accumulators in SIMD registers), an online softmax (running max / sum), and `P·V`
 //!   accumulated in registers, with explicit SIMD through `pulp` (AVX-512 / AVX2 / scalar
 //!   chosen at run time).
+//! - int8 / f16 / bf16 KV on CPUs with AVX-512 (F, BW, VL; detected at run time): the
+//!   scores and `P·V` loops read the cache rows **in place** and widen each element in
+//!   registers (`decode_avx512`); nothing is staged, and the next sub-chunk's rows
+//!   are prefetched into L2 while the current one is computed. Scores are computed 16 at a
+//!   time (`R` query rows × `16 / R` keys) and reduced together by a shuffle tree; `P·V` runs
+//!   in column blocks that keep `R × blocks` accumulators in registers. f32 / f64 KV and other
+//!   CPUs take the staged path above.
 //! - the partial results `(max, sum, acc)` of the chunks of a (batch, head) are merged by
 //!   log-sum-exp in chunk order, so the output is bitwise identical for any number of threads.
 //! - int8 (or any) KV with antiquant: `(x + offset)·scale` is folded into the work, never
-//!   materialised, and the cache is read exactly once, converted to f32 at load. With
+//!   materialised, and the cache is read exactly once, converted to f32 at load (or in
+//!   registers on the in-place path). With
 //!   `k̂ = (k + o_k)⊙s_k`, `q·k̂ = (q⊙s_k)·k + (q⊙s_k)·o_k`: the key scale is multiplied into
 //!   the query once per task, and the offset term is the same for every token of a row, so it
 //!   cancels in the softmax (masked scores are replaced, not shifted, and a fully masked row is
@@ -42,6 +50,8 @@
 use pulp::Simd;
 use rayon::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
+use super::decode_avx512::{self as fused, Avx512, Bf16Bits, F16Bits, Widen};
 use super::tile::{exp, exp_sub_sum, row_max, vectorized, SimdKernel};
 use crate::reference::incre::{
     IfaLayout, IncreFlashAttentionArgs, KvInput, PagedLayout, PostQuant, IFA_MASKED_SCORE,
@@ -57,6 +67,12 @@ pub const CHUNK: usize = 512;
 /// reads them.
 const SUB_ELEMS: usize = 128 << 10;
 
+/// Bytes of K (and of V) per sub-chunk on the in-place (AVX-512) path, whose next sub-chunk
+/// is prefetched meanwhile: 64 KiB (64 tokens of the bench's int8 cache, 8 kv heads × 128)
+/// took ~25 % less CPU time than 256 KiB on the paged bench case, 16–32 KiB no better.
+#[cfg(target_arch = "x86_64")]
+const FUSED_SUB_BYTES: usize = 64 << 10;
+
 /// One task: tokens `[t0, t1)` of batch `b`, kv heads `[n0, n0 + nh)`.
 #[derive(Clone, Copy, Debug)]
 struct Task {
@@ -64,6 +80,8 @@ struct Task {
     n0: usize,
     t0: usize,
     t1: usize,
+    /// End of the batch's window (the next sub-chunk to prefetch stops there).
+    end: usize,
 }
 
 /// Per-call constants.
@@ -81,8 +99,13 @@ struct Ctx<'x, 'a, Q, KV> {
     /// layouts, paged BSH), so a task reads whole contiguous token rows; 1 otherwise (BNSD,
     /// paged BNSD: each head's tokens are contiguous).
     nh: usize,
-    /// Tokens per converted sub-chunk.
+    /// Tokens per sub-chunk.
     sub: usize,
+    /// The key antiquant scale of each channel `n·D + d` (1 without antiquant).
+    kscale: Vec<f32>,
+    /// The in-place AVX-512 loops, when the CPU has them and `KV` is one of their types.
+    #[cfg(target_arch = "x86_64")]
+    fused: Option<Avx512>,
 }
 
 /// Row padding of the working buffers, in f32: a multiple of every SIMD width (16 lanes of
@@ -136,10 +159,14 @@ struct Bufs {
     acc: Aligned,
     /// Probabilities transposed for [`Pv`], `G × sub`.
     pt: Vec<f32>,
-    /// The `(nh, G, D, sub)` the buffers were made for. `D` itself (not only `Dp`): the
-    /// padding columns `[D, Dp)` of `q`, `k` and `v` are never written, so they stay zero
-    /// only while `D` does not change.
-    shape: (usize, usize, usize, usize),
+    /// In-place path: offsets of the sub-chunk's rows in the K / V buffers.
+    offs: Vec<usize>,
+    /// In-place path: offsets of the next sub-chunk's rows (prefetched).
+    next: Vec<usize>,
+    /// The `(nh, G, D, sub, in place)` the buffers were made for. `D` itself (not only
+    /// `Dp`): the padding columns `[D, Dp)` of `q`, `k` and `v` are never written, so they
+    /// stay zero only while `D` does not change.
+    shape: (usize, usize, usize, usize, bool),
 }
 
 thread_local! {
@@ -150,16 +177,32 @@ thread_local! {
 }
 
 impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
+    /// Whether the in-place AVX-512 loops run.
+    fn in_place(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self.fused.is_some();
+        #[cfg(not(target_arch = "x86_64"))]
+        return false;
+    }
+
+    fn shape(&self) -> (usize, usize, usize, usize, bool) {
+        (self.nh, self.g, self.d, self.sub, self.in_place())
+    }
+
     fn bufs(&self) -> Bufs {
         let (nh, g, dp, sub) = (self.nh, self.g, self.dp, self.sub);
+        // The in-place path stages no K / V rows.
+        let staged = if self.in_place() { 0 } else { nh * sub * dp };
         Bufs {
             q: Aligned::zeroed(nh * g * dp),
-            k: Aligned::zeroed(nh * sub * dp),
-            v: Aligned::zeroed(nh * sub * dp),
+            k: Aligned::zeroed(staged),
+            v: Aligned::zeroed(staged),
             s: vec![0.0; g * sub],
             acc: Aligned::zeroed(nh * g * dp),
             pt: vec![0.0; g * sub],
-            shape: (nh, g, self.d, sub),
+            offs: Vec::with_capacity(sub),
+            next: Vec::with_capacity(sub),
+            shape: self.shape(),
         }
     }
 
@@ -168,7 +211,7 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
     fn task_with_scratch(&self, t: Task, slot: &mut [f32]) {
         SCRATCH.with(|cell| {
             let mut cached = cell.borrow_mut();
-            let shape = (self.nh, self.g, self.d, self.sub);
+            let shape = self.shape();
             let buf = match &mut *cached {
                 Some(b) if b.shape == shape => b,
                 other => other.insert(self.bufs()),
@@ -209,31 +252,88 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
     /// heads are adjacent).
     #[inline]
     fn row(&self, b: usize, n: usize, t: usize) -> (&[KV], &[KV], usize) {
+        let (k, v) = self.kv_bufs(b);
+        (k, v, self.row_at(b, n, t))
+    }
+
+    /// The key and value buffers of batch `b`.
+    #[inline]
+    fn kv_bufs(&self, b: usize) -> (&[KV], &[KV]) {
+        match self.a.kv {
+            KvInput::Contiguous { key, value, .. } => (key, value),
+            KvInput::TensorList { key, value } => (key[b], value[b]),
+            KvInput::Paged {
+                key_cache,
+                value_cache,
+                ..
+            } => (key_cache, value_cache),
+        }
+    }
+
+    /// [`Self::row_at`] of tokens `[t0, t1)` into `out` (cleared first): one block-table
+    /// look-up per block, a fixed stride within it.
+    #[cfg(target_arch = "x86_64")]
+    fn rows_at(&self, b: usize, n: usize, t0: usize, t1: usize, out: &mut Vec<usize>) {
+        out.clear();
+        let (block, stride) = match self.a.kv {
+            KvInput::Paged {
+                layout, block_size, ..
+            } => (
+                block_size,
+                match layout {
+                    PagedLayout::Bsh => self.nkv * self.d,
+                    PagedLayout::Bnsd => self.d,
+                },
+            ),
+            _ => (
+                usize::MAX,
+                match self.a.input_layout {
+                    IfaLayout::Bsh | IfaLayout::Bsnd => self.nkv * self.d,
+                    IfaLayout::Bnsd => self.d,
+                },
+            ),
+        };
+        let mut tok = t0;
+        while tok < t1 {
+            // Tokens up to the end of `tok`'s block are `stride` apart.
+            let end = if block == usize::MAX {
+                t1
+            } else {
+                (tok - tok % block + block).min(t1)
+            };
+            let first = self.row_at(b, n, tok);
+            out.extend((0..end - tok).map(|i| first + i * stride));
+            tok = end;
+        }
+    }
+
+    /// Index of the first element of token `t`, kv head `n` of batch `b` in
+    /// [`Self::kv_bufs`]`(b)`.
+    #[inline]
+    fn row_at(&self, b: usize, n: usize, t: usize) -> usize {
         let (nkv, d) = (self.nkv, self.d);
         let contiguous = |bb: usize, s: usize| match self.a.input_layout {
             IfaLayout::Bsh | IfaLayout::Bsnd => ((bb * s + t) * nkv + n) * d,
             IfaLayout::Bnsd => ((bb * nkv + n) * s + t) * d,
         };
         match self.a.kv {
-            KvInput::Contiguous { key, value, kv_seq } => (key, value, contiguous(b, kv_seq)),
-            KvInput::TensorList { key, value } => (key[b], value[b], contiguous(0, self.a.kv_s(b))),
+            KvInput::Contiguous { kv_seq, .. } => contiguous(b, kv_seq),
+            KvInput::TensorList { .. } => contiguous(0, self.a.kv_s(b)),
             KvInput::Paged {
-                key_cache,
-                value_cache,
                 layout,
                 block_table,
                 max_blocks_per_seq,
                 block_size,
+                ..
             } => {
                 let id = block_table[b * max_blocks_per_seq + t / block_size];
                 let blk = usize::try_from(id)
                     .expect("IFA precondition violated: negative block id for a valid token");
                 let off = t % block_size;
-                let idx = match layout {
+                match layout {
                     PagedLayout::Bsh => (blk * block_size + off) * nkv * d + n * d,
                     PagedLayout::Bnsd => ((blk * nkv + n) * block_size + off) * d,
-                };
-                (key_cache, value_cache, idx)
+                }
             }
         }
     }
@@ -248,8 +348,10 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
         for r in 0..rows {
             let h = t.n0 * g + r;
             let src = &self.a.query[(t.b * n + h) * d..(t.b * n + h + 1) * d];
-            for (di, (dst, x)) in buf.q[r * dp..r * dp + d].iter_mut().zip(src).enumerate() {
-                *dst = x.to_f64() as f32 * self.scale * self.antiquant(0, (h / g) * d + di).0;
+            let kscale = &self.kscale[(h / g) * d..(h / g + 1) * d];
+            let dst = &mut buf.q[r * dp..r * dp + d];
+            for ((dst, x), ks) in dst.iter_mut().zip(src).zip(kscale) {
+                *dst = x.to_f64() as f32 * self.scale * ks;
             }
         }
         let (stats, acc_out) = slot.split_at_mut(2 * rows);
@@ -260,6 +362,20 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
         for s0 in (t.t0..t.t1).step_by(sub) {
             let s1 = (s0 + sub).min(t.t1);
             let ns = s1 - s0;
+            #[cfg(target_arch = "x86_64")]
+            if let Some(cpu) = self.fused {
+                use std::any::TypeId;
+                let (maxes, sums) = (&mut *maxes, &mut *sums);
+                let id = TypeId::of::<KV>();
+                if id == TypeId::of::<i8>() {
+                    self.sub_in_place::<i8>(cpu, buf, t, s0, s1, maxes, sums);
+                } else if id == TypeId::of::<half::f16>() {
+                    self.sub_in_place::<F16Bits>(cpu, buf, t, s0, s1, maxes, sums);
+                } else {
+                    self.sub_in_place::<Bf16Bits>(cpu, buf, t, s0, s1, maxes, sums);
+                }
+                continue;
+            }
             vectorized(LoadRows {
                 ctx: self,
                 buf: &mut *buf,
@@ -306,10 +422,73 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
         }
     }
 
+    /// One sub-chunk `[s0, s1)` of task `t` on the in-place path: scores and `P·V` read the
+    /// K / V rows where they are (as `W`, the widening view of `KV`), while the next
+    /// sub-chunk's rows are prefetched.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    fn sub_in_place<W: Widen>(
+        &self,
+        cpu: Avx512,
+        buf: &mut Bufs,
+        t: Task,
+        s0: usize,
+        s1: usize,
+        maxes: &mut [f32],
+        sums: &mut [f32],
+    ) {
+        let (g, d, dp, nh, sub) = (self.g, self.d, self.dp, self.nh, self.sub);
+        let (k, v) = self.kv_bufs(t.b);
+        let (Some(k), Some(v)) = (fused::as_widen::<KV, W>(k), fused::as_widen::<KV, W>(v)) else {
+            unreachable!("the in-place path is only chosen for its element types");
+        };
+        self.rows_at(t.b, t.n0, s0, s1, &mut buf.offs);
+        self.rows_at(t.b, t.n0, s1, (s1 + sub).min(t.end), &mut buf.next);
+        let ns = s1 - s0;
+        for hn in 0..nh {
+            let acc = &mut buf.acc[hn * g * dp..(hn + 1) * g * dp];
+            fused::scores(
+                cpu,
+                &buf.q[hn * g * dp..(hn + 1) * g * dp],
+                dp,
+                d,
+                &k[hn * d..],
+                &buf.offs,
+                &mut buf.s,
+                sub,
+                &buf.next,
+            );
+            self.fix_scores(&mut buf.s, t.b, (t.n0 + hn) * g, s0, ns);
+            vectorized(OnlineSoftmax {
+                s: &mut buf.s,
+                ld: sub,
+                ns,
+                maxes: &mut maxes[hn * g..(hn + 1) * g],
+                sums: &mut sums[hn * g..(hn + 1) * g],
+                acc: &mut *acc,
+                dp,
+            });
+            fused::pv(
+                cpu,
+                &buf.s,
+                sub,
+                &v[hn * d..],
+                &buf.offs,
+                d,
+                acc,
+                dp,
+                &buf.next,
+            );
+        }
+    }
+
     /// Adds the pse to the `G × ns` products of query heads `[h0, h0 + G)` (leading dimension
     /// `sub`, tokens from `s0`) and replaces masked scores with −1e12 (the reference's order:
     /// a masked score ignores the pse).
     fn fix_scores(&self, s: &mut [f32], b: usize, h0: usize, s0: usize, ns: usize) {
+        if self.a.pse_shift.is_none() && self.a.atten_mask.is_none() {
+            return;
+        }
         for gi in 0..self.g {
             let h = h0 + gi;
             let row = &mut s[gi * self.sub..gi * self.sub + ns];
@@ -579,7 +758,10 @@ impl SimdKernel for OnlineSoftmax<'_> {
 
 /// The whole computation: the normalised output in f32, `B·N·D` (`(b·N + h)·D + d`),
 /// zero rows for empty windows.
-fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> {
+///
+/// `in_place`: use the AVX-512 in-place loops when the CPU has them (false: the portable path
+/// that other CPUs take, for tests).
+fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bool) -> Vec<f32> {
     let n = a.num_heads;
     let nkv = if a.num_key_value_heads == 0 {
         n
@@ -598,6 +780,35 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> 
         KvInput::Paged { layout, .. } => layout == PagedLayout::Bsh,
     };
     let nh = if token_major { nkv } else { 1 };
+    #[cfg(target_arch = "x86_64")]
+    let fused = {
+        use std::any::TypeId;
+        let id = TypeId::of::<KV>();
+        // Not f32 (nor f64): reading f32 rows in place was slower than converting them
+        // (measured on the bench's paged decode); the narrow types gain 2× (int8) to 7×
+        // (f16 / bf16).
+        let supported = [
+            TypeId::of::<i8>(),
+            TypeId::of::<half::f16>(),
+            TypeId::of::<half::bf16>(),
+        ]
+        .contains(&id);
+        if in_place && supported {
+            Avx512::detect()
+        } else {
+            None
+        }
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = in_place;
+    #[cfg(target_arch = "x86_64")]
+    let sub = if fused.is_some() {
+        FUSED_SUB_BYTES / (nh * d * std::mem::size_of::<KV>())
+    } else {
+        SUB_ELEMS / (nh * d.next_multiple_of(PAD))
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let sub = SUB_ELEMS / (nh * d.next_multiple_of(PAD));
     let ctx = Ctx {
         a,
         n,
@@ -607,8 +818,13 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> 
         dp: d.next_multiple_of(PAD),
         scale: a.scale as f32,
         nh,
-        sub: (SUB_ELEMS / (nh * d.next_multiple_of(PAD))).clamp(1, CHUNK),
+        sub: sub.clamp(1, CHUNK),
+        kscale: Vec::new(),
+        #[cfg(target_arch = "x86_64")]
+        fused,
     };
+    let mut ctx = ctx;
+    ctx.kscale = (0..nkv * d).map(|c| ctx.antiquant(0, c).0).collect();
     let (rows, slot) = (ctx.rows(), ctx.slot());
     // Tasks in (batch, head range, chunk) order; `groups[b·(Nkv / nh) + i]` = the first task
     // and task count of head range i of batch b.
@@ -625,6 +841,7 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> 
                     n0: i * nh,
                     t0,
                     t1: (t0 + CHUNK).min(start + len),
+                    end: start + len,
                 });
             }
             groups[b * per_b + i] = (first, tasks.len() - first);
@@ -681,14 +898,26 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>) -> Vec<f32> 
 pub fn incre_flash_attention<Q: Element, KV: Element>(
     a: &IncreFlashAttentionArgs<Q, KV>,
 ) -> Vec<f32> {
-    run(a)
+    run(a, true)
+}
+
+/// [`incre_flash_attention`] on the portable path (the one CPUs without AVX-512 take), for
+/// tests; same semantics, possibly different rounding.
+#[doc(hidden)]
+pub fn incre_flash_attention_portable<Q: Element, KV: Element>(
+    a: &IncreFlashAttentionArgs<Q, KV>,
+) -> Vec<f32> {
+    run(a, false)
 }
 
 /// [`incre_flash_attention`] rounded (nearest-even) to `O`.
 pub fn incre_flash_attention_as<Q: Element, KV: Element, O: Element>(
     a: &IncreFlashAttentionArgs<Q, KV>,
 ) -> Vec<O> {
-    run(a).into_iter().map(|x| O::from_f64(x as f64)).collect()
+    run(a, true)
+        .into_iter()
+        .map(|x| O::from_f64(x as f64))
+        .collect()
 }
 
 /// int8 output through `quantScale2` / `quantOffset2` with the reference's rounding
@@ -698,7 +927,7 @@ pub fn incre_flash_attention_int8<Q: Element, KV: Element>(
     quant: &PostQuant,
 ) -> Vec<i8> {
     let (n, d) = (a.num_heads, a.head_dim);
-    run(a)
+    run(a, true)
         .into_iter()
         .enumerate()
         .map(|(i, x)| {

@@ -35,9 +35,14 @@
 //! merged by log-sum-exp in a fixed order, int8 antiquant folded in: no dequantised copy). See
 //! [`decode`].
 //!
-//! All `unsafe` (the `gemm` crate's raw-pointer API) lives in [`gemm`].
+//! All `unsafe` lives in [`gemm`] (the `gemm` crate's raw-pointer API) and in the decode
+//! kernel's AVX-512 loops (`decode_avx512`: `std::arch` intrinsics behind run-time feature
+//! detection, every row offset checked before the loops), plus two `TypeId`-checked slice
+//! casts (`KV` → its widening view in the decode, `T = f32` → `f32` in the varlen forward).
 
 pub mod decode;
+#[cfg(target_arch = "x86_64")]
+mod decode_avx512;
 pub mod gemm;
 mod tile;
 mod varlen_bwd;

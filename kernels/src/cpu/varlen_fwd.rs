@@ -110,6 +110,8 @@ fn tile<T: Element>(
     buf.acc[..mm * dv].fill(0.0);
     let elementwise = ctx.elementwise_scores();
     let bk = ctx.bk;
+    // The K / V tile buffers, out of `buf` while the loop borrows them (put back below).
+    let (mut kbuf, mut vbuf) = (std::mem::take(&mut buf.k), std::mem::take(&mut buf.v));
     for c0 in (0..s.skv).step_by(bk) {
         let c1 = (c0 + bk).min(s.skv);
         let (kind, a, e) = ctx.classify(s, i0, i1, c0, c1);
@@ -117,8 +119,22 @@ fn tile<T: Element>(
             continue;
         }
         let nc = e - a;
-        ctx.load_kv_rows(k, d, s, kvh, a, e, &mut buf.k);
-        ctx.load_kv_rows(v, dv, s, kvh, a, e, &mut buf.v);
+        // f32 K / V are read in place by gemm (which packs its operands anyway): row `j` of
+        // the tile at `kv_at + j·Nkv·width`; other types are converted into the tile buffers.
+        let kv_at = (s.kv0 + a) * ctx.nkv + kvh;
+        let (ks, kstride, vs, vstride) = match (as_f32(k), as_f32(v)) {
+            (Some(k32), Some(v32)) => (
+                &k32[kv_at * d..],
+                ctx.nkv * d,
+                &v32[kv_at * dv..],
+                ctx.nkv * dv,
+            ),
+            _ => {
+                ctx.load_kv_rows(k, d, s, kvh, a, e, &mut kbuf);
+                ctx.load_kv_rows(v, dv, s, kvh, a, e, &mut vbuf);
+                (&kbuf[..], d, &vbuf[..], dv)
+            }
+        };
         // Row chunks and the columns each may attend: a boundary tile (e.g. the diagonal of a
         // causal mask) computes only each chunk's hull, not the whole tile's.
         let mut chunks = std::mem::take(&mut buf.chunks);
@@ -145,7 +161,7 @@ fn tile<T: Element>(
                 &mut buf.s[r0 * bk + lo..],
                 bk,
                 Mat::row_major(&buf.q[r0 * d..], r1 - r0, d, d),
-                Mat::row_major(&buf.k[lo * d..], hi - lo, d, d).t(),
+                Mat::row_major(&ks[lo * kstride..], hi - lo, d, kstride).t(),
                 false,
                 1.0,
             );
@@ -171,14 +187,23 @@ fn tile<T: Element>(
                 &mut buf.acc[r0 * dv..],
                 dv,
                 Mat::row_major(&buf.s[r0 * bk + lo..], r1 - r0, hi - lo, bk),
-                Mat::row_major(&buf.v[lo * dv..], hi - lo, dv, dv),
+                Mat::row_major(&vs[lo * vstride..], hi - lo, dv, vstride),
                 true,
                 1.0,
             );
         }
         buf.chunks = chunks;
     }
+    (buf.k, buf.v) = (kbuf, vbuf);
     rows
+}
+
+/// `x` as `&[f32]` when `T` is `f32`.
+fn as_f32<T: Element>(x: &[T]) -> Option<&[f32]> {
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()).then(|| {
+        // SAFETY: `T` is `f32` (same TypeId), so this is the same slice with its own type.
+        unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()) }
+    })
 }
 
 /// One online-softmax step over the scores of a kv tile in `buf.s` (`mm × nc`): updates the
