@@ -42,10 +42,6 @@ fn f32s(v: Vec<f64>) -> Vec<f32> {
     v.into_iter().map(|x| x as f32).collect()
 }
 
-fn dev() -> burn::backend::ndarray::NdArrayDevice {
-    Default::default()
-}
-
 // ---------------------------------------------------------------- prompt
 
 #[derive(Clone)]
@@ -1791,16 +1787,20 @@ fn scatter_ref(c: &SCase) -> (Vec<f32>, Option<Vec<f32>>) {
 }
 
 fn scatter_inputs(c: &SCase) -> ScatterInputs<B> {
-    let d = dev();
+    scatter_inputs_on::<B>(c)
+}
+
+fn scatter_inputs_on<Bk: burn::tensor::backend::Backend>(c: &SCase) -> ScatterInputs<Bk> {
+    let d = Default::default();
     let (kc, vc) = c.caches();
     ScatterInputs {
-        key: from_vec::<B>(c.key.clone(), &c.key_shape, &d),
+        key: from_vec::<Bk>(c.key.clone(), &c.key_shape, &d),
         value: c
             .value
             .as_ref()
-            .map(|(v, s)| from_vec::<B>(v.clone(), s, &d)),
-        key_cache: from_vec::<B>(kc, &c.kc_shape, &d),
-        value_cache: vc.map(|v| from_vec::<B>(v, c.vc_shape.as_ref().unwrap(), &d)),
+            .map(|(v, s)| from_vec::<Bk>(v.clone(), s, &d)),
+        key_cache: from_vec::<Bk>(kc, &c.kc_shape, &d),
+        value_cache: vc.map(|v| from_vec::<Bk>(v, c.vc_shape.as_ref().unwrap(), &d)),
     }
 }
 
@@ -2247,4 +2247,39 @@ fn scatter_every_rule_names_its_parameter() {
     ));
     let _ = sref::nz_last_dim::<f32>();
     let _ = Arc::<[u8]>::from(vec![]);
+}
+
+/// Every prompt, incremental (masks, pse, padding, lists, paged caches, int8 antiquant) and
+/// scatter case above on the `Ascend` backend over the host simulation of the ACL ABI, against
+/// the same references, each call dispatched as an aclnn op (the host fallback never runs).
+#[test]
+fn ascend_simulation_matches_the_references_without_fallback() {
+    use burn_ascend::backend::{fallback_count, Ascend};
+    type A = Ascend;
+    let ops = ["prompt_fwd", "incre_fwd", "scatter_kv"];
+    let before = ops.map(fallback_count);
+    for c in prompt_cases() {
+        let want = prompt_ref(&c);
+        let got =
+            <A as AttentionBackend>::prompt_fwd(prompt_inputs::<A>(&c), &c.spec).expect(c.name);
+        close(c.name, &to_vec::<A>(got), &want, ATOL, RTOL).unwrap();
+    }
+    for (mut c, form) in incre_cases() {
+        let h = host_kv(&mut c, &form);
+        let want = incre_ref(&c, &h);
+        let got =
+            <A as AttentionBackend>::incre_fwd(incre_inputs::<A>(&c, &h), &c.spec).expect(c.name);
+        close(c.name, &to_vec::<A>(got), &want, ATOL, RTOL).unwrap();
+    }
+    for c in scatter_cases() {
+        let (kc, vc) = scatter_ref(&c);
+        let got =
+            <A as AttentionBackend>::scatter_kv(scatter_inputs_on::<A>(&c), &c.spec).expect(c.name);
+        close(c.name, &to_vec::<A>(got.key_cache), &kc, 1e-6, 1e-6).unwrap();
+        match (got.value_cache.map(to_vec::<A>), vc) {
+            (Some(g), Some(w)) => close(c.name, &g, &w, 1e-6, 1e-6).unwrap(),
+            (g, w) => assert_eq!(g.is_some(), w.is_some(), "{}: value cache", c.name),
+        }
+    }
+    assert_eq!(ops.map(fallback_count), before, "a serving op fell back");
 }

@@ -9,8 +9,8 @@
 //! - prompt, incremental attention and the KV cache scatter run natively
 //!   (`aclnnPromptFlashAttentionV3`, `aclnnIncreFlashAttentionV4` over contiguous, listed or
 //!   paged KV, `aclnnScatterPaKvCache` in place on an unshared cache): [`prompt`], [`incre`],
-//!   [`scatter`]. int8 KV (antiquant), integer dtypes and NHSD caches take the counted host
-//!   fallback (`incre_fwd`, `prompt_fwd`, `scatter_kv`).
+//!   [`scatter`]; int8 KV (antiquant) is cast to INT8 on the device first. Integer dtypes and
+//!   NHSD caches take the counted host fallback (`incre_fwd`, `prompt_fwd`, `scatter_kv`).
 //!
 //! Shapes and attributes are validated by the ops crate's spec first (typed [`AttnError`]s);
 //! a failing aclnn call then panics with the call, its status and CANN's message.

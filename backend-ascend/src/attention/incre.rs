@@ -2,9 +2,11 @@
 //! KV, the tensor-list form or the paged caches with their block table. The spec's host-side
 //! inputs (mask, pse, block table, `kvPaddingSize`) are uploaded for the call.
 //!
-//! int8 KV reaches the Burn API as float tensors holding the int8 values; the device op wants
-//! INT8 tensors, so calls with `antiquant` take the counted host fallback (the fast CPU decode
-//! kernel).
+//! int8 KV reaches the Burn API as float tensors holding the int8 values (exact); with
+//! `antiquant` the key and value are cast to INT8 on the device (`aclnnCast`) and the scale /
+//! offset uploaded in the query's dtype, so the op runs its own dequantisation. The cast reads
+//! the KV once more per call: a cache kept in int8 Burn tensors would avoid it, but Burn's
+//! float-tensor API for this op does not carry one.
 
 use burn_ascend_kernels::acl::{ops, Runtime, TensorDesc, TensorList};
 use burn_ascend_ops::backend::{IncreInputs, IncreKv};
@@ -19,6 +21,7 @@ use super::{handle, ints, opt_handle, same_device, upload, upload_float};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
+use crate::ops::native_elementwise;
 use crate::tensor::{fail, AscendTensor};
 use crate::Ascend;
 
@@ -59,10 +62,39 @@ pub(super) fn incre_fwd(inputs: IncreInputs<Ascend>, spec: &IncreSpec) -> Result
     all.extend(keys.iter().chain(&values).copied());
     let device = same_device("incre_fwd", &all)?;
     let dtype = q.dtype;
-    if spec.antiquant.is_some() || !is_acl_float(dtype) || all.iter().any(|t| t.dtype != dtype) {
+    if !is_acl_float(dtype) || all.iter().any(|t| t.dtype != dtype) {
         count("incre_fwd");
         return cpu_incre_fwd::<Ascend>(inputs, spec);
     }
+    let int8 = |ts: &[&AscendTensor]| -> Option<Vec<AscendTensor>> {
+        ts.iter()
+            .map(|t| native_elementwise::cast(t, DType::I8))
+            .collect()
+    };
+    let (keys_i8, values_i8) = match &spec.antiquant {
+        None => (Vec::new(), Vec::new()),
+        Some(_) => match (int8(&keys), int8(&values)) {
+            (Some(k), Some(v)) => (k, v),
+            _ => {
+                count("incre_fwd");
+                return cpu_incre_fwd::<Ascend>(inputs, spec);
+            }
+        },
+    };
+    let (keys, values): (Vec<&AscendTensor>, Vec<&AscendTensor>) = if spec.antiquant.is_some() {
+        (keys_i8.iter().collect(), values_i8.iter().collect())
+    } else {
+        (keys, values)
+    };
+    let aq_scale = spec
+        .antiquant
+        .as_ref()
+        .map(|a| upload_float(&a.scale, &a.shape, dtype, &device));
+    let aq_offset = spec.antiquant.as_ref().and_then(|a| {
+        a.offset
+            .as_ref()
+            .map(|o| upload_float(o, &a.shape, dtype, &device))
+    });
     let rt = runtime(&device);
     let out = AscendTensor::alloc(Shape::from(q.shape.to_vec()), dtype, &device);
     let mask = spec
@@ -87,6 +119,7 @@ pub(super) fn incre_fwd(inputs: IncreInputs<Ascend>, spec: &IncreSpec) -> Result
         let vds: Vec<_> = values.iter().map(|t| d(t)).collect();
         let (mask_d, pse_d) = (mask.as_ref().map(d), pse.as_ref().map(d));
         let (table_d, pad_d) = (table.as_ref().map(d), pad.as_ref().map(d));
+        let (aqs_d, aqo_d) = (aq_scale.as_ref().map(d), aq_offset.as_ref().map(d));
         let qh = handle(q, &qd, OP);
         let oh = handle(&out, &od, OP);
         let (kl, vl) = (list(&rt, &keys, &kds), list(&rt, &values, &vds));
@@ -94,6 +127,8 @@ pub(super) fn incre_fwd(inputs: IncreInputs<Ascend>, spec: &IncreSpec) -> Result
         let pse_h = opt_handle(pse.as_ref(), pse_d.as_ref(), OP);
         let table_h = opt_handle(table.as_ref(), table_d.as_ref(), OP);
         let pad_h = opt_handle(pad.as_ref(), pad_d.as_ref(), OP);
+        let aqs_h = opt_handle(aq_scale.as_ref(), aqs_d.as_ref(), OP);
+        let aqo_h = opt_handle(aq_offset.as_ref(), aqo_d.as_ref(), OP);
         let asl = spec.actual_seq_lengths.as_ref().map(|s| ints(&rt, s, OP));
         ops::incre(
             &rt,
@@ -109,8 +144,8 @@ pub(super) fn incre_fwd(inputs: IncreInputs<Ascend>, spec: &IncreSpec) -> Result
                 dequant_scale2: None,
                 quant_scale2: None,
                 quant_offset2: None,
-                antiquant_scale: None,
-                antiquant_offset: None,
+                antiquant_scale: aqs_h.as_ref(),
+                antiquant_offset: aqo_h.as_ref(),
                 blocktable: table_h.as_ref(),
                 kv_padding_size: pad_h.as_ref(),
                 num_heads: spec.num_heads as i64,
