@@ -188,3 +188,50 @@ fn running_out_of_blocks_is_a_typed_error_that_changes_nothing() {
         Some("blockSize")
     );
 }
+
+/// A key of another dtype is refused before anything changes: no block is taken, a shared
+/// block's count is not touched (so a later append still copies it on write), the caches stay.
+#[test]
+fn a_wrong_dtype_append_is_refused_before_any_block_changes() {
+    let mut rng = Rng(4);
+    let mut cache = PagedKvCache::<B>::new(4, BS, N, NKV, D, scale(), &Default::default()).unwrap();
+    let a = cache.add_sequence();
+    let ka = rng.vec(5 * NKV * D);
+    cache
+        .append(
+            a,
+            t3(ka.clone(), [5, NKV, D]),
+            t3(rng.vec(5 * NKV * D), [5, NKV, D]),
+        )
+        .unwrap();
+    let b = cache.fork(a).unwrap();
+    let free = cache.free_blocks();
+    let f64s = |n: usize| -> Tensor<B, 3> {
+        t3(vec![1.0; n * NKV * D], [n, NKV, D]).cast(burn::tensor::FloatDType::F64)
+    };
+    let err = cache.append(b, f64s(1), f64s(1)).unwrap_err();
+    assert_eq!(err.param(), Some("key"), "{err}");
+    assert_eq!(cache.free_blocks(), free);
+    assert_eq!(cache.len(b).unwrap(), 5);
+    assert_eq!(cache.caches().0.dims(), [4, BS, NKV, D]);
+    // the shared partial block is still copied on write: a's token 5 is not b's
+    cache
+        .append(
+            b,
+            t3(vec![9.0; NKV * D], [1, NKV, D]),
+            t3(vec![9.0; NKV * D], [1, NKV, D]),
+        )
+        .unwrap();
+    assert_eq!(cache.free_blocks(), free - 1);
+    let a_block = cache.block_table(a).unwrap()[0];
+    let k = vals(cache.caches().0.clone());
+    let row = (a_block * BS + 5) * NKV * D;
+    assert!(
+        k[row..row + NKV * D].iter().all(|&x| x == 0.0),
+        "b's append wrote into a's block"
+    );
+    assert_eq!(
+        &k[a_block * BS * NKV * D..(a_block * BS + 5) * NKV * D],
+        &ka[..]
+    );
+}

@@ -1,8 +1,8 @@
 //! The caching device-memory pool: one per [`AscendDevice`], a simplified PyTorch CUDA caching
 //! allocator.
 //!
-//! - **Size classes.** A request is rounded up to a multiple of 512 B up to 1 MiB, and to the
-//!   next power of two above; each class has a free list.
+//! - **Size classes.** A request is rounded up to a multiple of 512 B up to 1 MiB, and to a
+//!   multiple of 2 MiB above; each class has a free list.
 //! - **Reuse.** A tensor's storage returns its block to its class's free list on drop; the next
 //!   request of that class pops it (a *hit*) instead of calling `aclrtMalloc` (a *miss*).
 //! - **Release.** Cached blocks go back to the device (`aclrtFree`) only when an allocation
@@ -32,10 +32,14 @@ use burn_ascend_kernels::acl::{AclError, ApiKind, DeviceBuffer};
 
 use crate::device::{runtime, try_runtime, AscendDevice};
 
-/// Requests up to this size are rounded to [`SMALL_GRANULE`]; larger ones to a power of two.
+/// Requests up to this size are rounded to [`SMALL_GRANULE`]; larger ones to [`LARGE_GRANULE`].
 pub const SMALL_LIMIT: usize = 1 << 20;
 /// The rounding of small requests.
 pub const SMALL_GRANULE: usize = 512;
+/// The rounding of large requests: a multiple of 2 MiB (as PyTorch's caching allocator), so a
+/// block is never more than 2 MiB larger than asked — a power of two would reserve up to
+/// twice a large KV cache.
+pub const LARGE_GRANULE: usize = 2 << 20;
 
 /// The block size a request of `bytes` gets.
 pub fn size_class(bytes: usize) -> usize {
@@ -43,7 +47,7 @@ pub fn size_class(bytes: usize) -> usize {
     if bytes <= SMALL_LIMIT {
         bytes.div_ceil(SMALL_GRANULE) * SMALL_GRANULE
     } else {
-        bytes.next_power_of_two()
+        bytes.div_ceil(LARGE_GRANULE) * LARGE_GRANULE
     }
 }
 

@@ -27,8 +27,9 @@ pub(crate) struct Storage {
 // memcpy, aclnn launches over it and the release in `Drop` — first goes through
 // `device::runtime`/`try_runtime`, which binds this storage's device to the calling thread
 // (`aclrtSetDevice`), so the calls act on the right context whatever the thread. The buffer is
-// only written while its storage is not yet shared (a fresh allocation: its upload, or the
-// aclnn op producing it, before the op returns); afterwards it is read (memcpy
+// only written while its storage is not shared (a fresh allocation: its upload, or the aclnn
+// op producing it, before the op returns; or an owner holding the only `Arc`, proven by
+// `Arc::get_mut`, as the in-place KV cache scatter does); otherwise it is read (memcpy
 // device-to-host, aclnn inputs), and ACL's memcpy and the simulation's registry (a mutex)
 // allow concurrent reads.
 unsafe impl Send for Storage {}

@@ -32,7 +32,7 @@ fn tensor(n: usize) -> Tensor<Ascend, 1> {
 const MIB: usize = 1 << 20;
 
 #[test]
-fn size_classes_round_to_512_bytes_then_powers_of_two() {
+fn size_classes_round_to_512_bytes_then_2_mib() {
     assert_eq!(SMALL_GRANULE, 512);
     assert_eq!(SMALL_LIMIT, MIB);
     assert_eq!(size_class(0), 512);
@@ -42,6 +42,9 @@ fn size_classes_round_to_512_bytes_then_powers_of_two() {
     assert_eq!(size_class(MIB), MIB);
     assert_eq!(size_class(MIB + 1), 2 * MIB);
     assert_eq!(size_class(3 * MIB), 4 * MIB);
+    assert_eq!(size_class(5 * MIB), 6 * MIB);
+    // a 40 GiB KV cache reserves 40 GiB + at most 2 MiB, not 64 GiB
+    assert_eq!(size_class((40 << 30) + 1), (40 << 30) + 2 * MIB);
 }
 
 #[test]

@@ -175,6 +175,42 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             key.dims(),
             value.dims()
         );
+        // Everything the scatter checks is checked here, before any block is allocated or the
+        // caches are moved into the op below (leaving empty placeholders there, so that no
+        // second handle keeps their buffers alive and a backend can update them where they lie
+        // — Ascend does — instead of copying the whole cache per token): slots 0..T stand for
+        // the real ones, which are distinct and in range by construction. (More tokens than
+        // the cache holds fail below with `OutOfBlocks` before anything changes.)
+        let cache_dims = self.key_cache.dims().to_vec();
+        let capacity = cache_dims[0] * cache_dims[1];
+        let probe = ScatterSpec::new((0..t.min(capacity) as i64).collect());
+        let probe_tokens = t.min(capacity);
+        probe.validate(&ScatterShapes {
+            key: vec![probe_tokens, nkv, d],
+            value: Some(vec![probe_tokens, nkv, d]),
+            key_cache: cache_dims.clone(),
+            value_cache: Some(cache_dims),
+            dtypes: [
+                Some(key.dtype()),
+                Some(value.dtype()),
+                Some(self.key_cache.dtype()),
+                Some(self.value_cache.dtype()),
+            ],
+        })?;
+        let device = self.key_cache.device();
+        ensure!(
+            key.device() == device && value.device() == device,
+            "key",
+            "must be on the cache's device {device:?}"
+        );
+        ensure!(
+            key.dtype() == self.key_cache.dtype() && value.dtype() == self.key_cache.dtype(),
+            "key",
+            "dtype must be the cache's {:?}, got {:?} / {:?}",
+            self.key_cache.dtype(),
+            key.dtype(),
+            value.dtype()
+        );
         let bs = self.block_size;
         let seq = self.seq(id)?.clone();
         let cow = seq.len % bs != 0 && self.refs[*seq.blocks.last().expect("len > 0")] > 1;
@@ -205,24 +241,6 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             .map(|p| (blocks[p / bs] * bs + p % bs) as i64)
             .collect();
         let spec = ScatterSpec::new(slots);
-        // Validate first, then move the caches into the op (leaving empty placeholders) so no
-        // second handle keeps their buffers alive: a backend can then update them where they
-        // lie (Ascend does) instead of copying the whole cache for every token.
-        let cache_dims = self.key_cache.dims().to_vec();
-        let dt = Some(key.dtype());
-        spec.validate(&ScatterShapes {
-            key: key.dims().to_vec(),
-            value: Some(value.dims().to_vec()),
-            key_cache: cache_dims.clone(),
-            value_cache: Some(cache_dims),
-            dtypes: [
-                dt,
-                Some(value.dtype()),
-                Some(self.key_cache.dtype()),
-                Some(self.value_cache.dtype()),
-            ],
-        })?;
-        let device = self.key_cache.device();
         let empty = || Tensor::<B, 4>::empty([0, bs, nkv, d], &device);
         let kc = std::mem::replace(&mut self.key_cache, empty());
         let vc = std::mem::replace(&mut self.value_cache, empty());

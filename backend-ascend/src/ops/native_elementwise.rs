@@ -37,9 +37,23 @@ fn rank_ok(t: &AscendTensor) -> bool {
     t.shape.num_dims() <= 8
 }
 
-/// A dtype aclnn's comparison / select / cast kernels take (floats, ints, native bool).
+/// A dtype aclnn's comparison / select / cast kernels take: f32, f16, bf16, f64, i8, i16,
+/// i32, i64, u8 and native bool. Wider unsigned ints (u16/u32/u64) have an aclDataType but are
+/// not in these kernels' dtype lists: they take the host fallback rather than a 161002.
 fn acl_ok(d: DType) -> bool {
-    acl_dtype(d).is_some()
+    matches!(
+        d,
+        DType::F32
+            | DType::F16
+            | DType::BF16
+            | DType::F64
+            | DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::Bool(BoolStore::Native)
+    )
 }
 
 /// A float or int dtype (not bool) with an aclDataType.
@@ -240,7 +254,7 @@ pub(crate) fn bool_logical(
 /// `to` (tensors are immutable).
 pub(crate) fn cast(t: &AscendTensor, to: DType) -> Option<AscendTensor> {
     const NAME: &str = "aclnnCast";
-    if !acl_ok(t.dtype) || !rank_ok(t) {
+    if !acl_ok(t.dtype) || !acl_ok(to) || !rank_ok(t) {
         return None;
     }
     let dt = acl_dtype(to)?;
