@@ -448,12 +448,14 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR, "{msg}");
     assert!(msg.contains("self is null"), "{msg}");
     // shapes that do not broadcast
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let (st, msg) = status_and_message(api, unsafe {
         eq(ah.as_ptr(), bh.as_ptr(), boh.as_ptr(), &mut ws, &mut ex)
     });
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
     assert!(msg.contains("do not broadcast"), "{msg}");
     // out must be BOOL
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let (st, msg) = status_and_message(api, unsafe {
         eq(ah.as_ptr(), ah.as_ptr(), foh.as_ptr(), &mut ws, &mut ex)
     });
@@ -461,11 +463,13 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     assert!(msg.contains("out dtype"), "{msg}");
     // a null scalar
     let gts = e.gt_scalar.unwrap().workspace;
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe { gts(ah.as_ptr(), null(), boh.as_ptr(), &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
 
     // SWhere: null condition; a float condition
     let sw = e.s_where.unwrap().workspace;
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe {
         sw(
             null(),
@@ -477,6 +481,7 @@ fn null_and_bad_arguments_are_refused_like_cann() {
         )
     };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let (st, msg) = status_and_message(api, unsafe {
         sw(
             ah.as_ptr(),
@@ -495,6 +500,7 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     let bm = zeros(&rt, &[4], DataType::Bool);
     let bmh = bm.handle().unwrap();
     let v = Scalar::f32(api, 1.0).unwrap();
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let (st, msg) = status_and_message(api, unsafe {
         mf(foh.as_ptr(), bmh.as_ptr(), v.as_ptr(), &mut ws, &mut ex)
     });
@@ -503,6 +509,7 @@ fn null_and_bad_arguments_are_refused_like_cann() {
 
     // cast: dtype argument differs from out's dtype
     let cast = e.cast.unwrap().workspace;
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let (st, msg) = status_and_message(api, unsafe {
         cast(
             ah.as_ptr(),
@@ -519,6 +526,7 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     let v2 = zeros(&rt, &[2, 1], DataType::Float);
     let i2 = zeros(&rt, &[2, 1], DataType::Int64);
     let (v2h, i2h) = (v2.handle().unwrap(), i2.handle().unwrap());
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let (st, msg) = status_and_message(api, unsafe {
         md(
             ah.as_ptr(),
@@ -532,6 +540,7 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     });
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
     assert!(msg.contains("out of range"), "{msg}");
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let (st, msg) = status_and_message(api, unsafe {
         md(
             ah.as_ptr(),
@@ -545,13 +554,16 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     });
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
     assert!(msg.contains("indices dtype"), "{msg}");
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe { md(ah.as_ptr(), 1, true, v2h.as_ptr(), null(), &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
     // Amax: a null dim array; out of the wrong shape
     let am = e.amax.unwrap().workspace;
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe { am(ah.as_ptr(), null(), true, v2h.as_ptr(), &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
     let d0 = IntArray::new(api, &[0]).unwrap();
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let (st, msg) = status_and_message(api, unsafe {
         am(
             ah.as_ptr(),
@@ -569,9 +581,11 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     let ints = zeros(&rt, &[2, 3], DataType::Int64);
     let ih = ints.handle().unwrap();
     let sin = e.sin.unwrap().workspace;
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe { sin(ih.as_ptr(), ih.as_ptr(), &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID);
     let gelu = e.gelu_v2.unwrap().workspace;
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let (st, msg) = status_and_message(api, unsafe {
         gelu(ah.as_ptr(), 2, foh.as_ptr(), &mut ws, &mut ex)
     });
@@ -579,21 +593,25 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     assert!(msg.contains("approximate"), "{msg}");
     // clamp with neither bound
     let clamp = e.clamp.unwrap().workspace;
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe { clamp(ah.as_ptr(), null(), null(), foh.as_ptr(), &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
     let err = ops::clamp(&rt, &ah, None, None, &foh).unwrap_err();
     assert!(err.to_string().contains("at least one"), "{err}");
     // random: from > to; std < 0; prob > 1; a null selfRef
     let uni = e.inplace_uniform.unwrap().workspace;
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe { uni(foh.as_ptr(), 2.0, 1.0, 0, 0, &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID);
     let st = unsafe { uni(null(), 0.0, 1.0, 0, 0, &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
     let nor = e.inplace_normal.unwrap().workspace;
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe { nor(foh.as_ptr(), 0.0, -1.0, 0, 0, &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID);
     let ber = e.inplace_bernoulli.unwrap().workspace;
     let p = Scalar::f64(api, 1.5).unwrap();
+    // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe { ber(foh.as_ptr(), p.as_ptr(), 0, 0, &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID);
     // the safe wrappers surface the status
