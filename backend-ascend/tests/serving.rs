@@ -193,3 +193,24 @@ fn paged_cache_appends_without_copying_the_cache() {
     let row = &k.clone().into_data().to_vec::<f32>().unwrap()[2 * NKV * D..3 * NKV * D];
     assert_eq!(row, &values(NKV * D, 2)[..]);
 }
+
+/// A key on another device is refused with a typed error naming `key`, before any block is
+/// taken or the caches are moved into the scatter.
+#[test]
+fn an_append_from_another_device_is_a_typed_error_that_changes_nothing() {
+    use burn_ascend_backend::AscendKind;
+    let dev = AscendDevice::sim();
+    let other = AscendDevice {
+        kind: AscendKind::Simulation,
+        index: 1,
+    };
+    let mut cache = PagedKvCache::<Ascend>::new(2, BS, N, NKV, D, 0.3, &dev).unwrap();
+    let id = cache.add_sequence();
+    let free = cache.free_blocks();
+    let k = t::<Ascend, 3>(values(NKV * D, 1), [1, NKV, D], &other);
+    let err = cache.append(id, k.clone(), k).unwrap_err();
+    assert_eq!(err.param(), Some("key"), "{err}");
+    assert_eq!(cache.free_blocks(), free);
+    assert_eq!(cache.len(id).unwrap(), 0);
+    assert_eq!(cache.caches().0.dims(), [2, BS, NKV, D]);
+}

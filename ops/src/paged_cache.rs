@@ -183,9 +183,8 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         // the cache holds fail below with `OutOfBlocks` before anything changes.)
         let cache_dims = self.key_cache.dims().to_vec();
         let capacity = cache_dims[0] * cache_dims[1];
-        let probe = ScatterSpec::new((0..t.min(capacity) as i64).collect());
         let probe_tokens = t.min(capacity);
-        probe.validate(&ScatterShapes {
+        ScatterSpec::new((0..probe_tokens as i64).collect()).validate(&ScatterShapes {
             key: vec![probe_tokens, nkv, d],
             value: Some(vec![probe_tokens, nkv, d]),
             key_cache: cache_dims.clone(),

@@ -66,26 +66,21 @@ pub(super) fn incre_fwd(inputs: IncreInputs<Ascend>, spec: &IncreSpec) -> Result
         count("incre_fwd");
         return cpu_incre_fwd::<Ascend>(inputs, spec);
     }
-    let int8 = |ts: &[&AscendTensor]| -> Option<Vec<AscendTensor>> {
+    // int8 KV (antiquant) goes to the op as INT8, cast on the device; other KV as it is.
+    let device_kv = |ts: &[&AscendTensor]| -> Option<Vec<AscendTensor>> {
         ts.iter()
-            .map(|t| native_elementwise::cast(t, DType::I8))
+            .map(|&t| match spec.antiquant {
+                Some(_) => native_elementwise::cast(t, DType::I8),
+                None => Some(t.clone()),
+            })
             .collect()
     };
-    let (keys_i8, values_i8) = match &spec.antiquant {
-        None => (Vec::new(), Vec::new()),
-        Some(_) => match (int8(&keys), int8(&values)) {
-            (Some(k), Some(v)) => (k, v),
-            _ => {
-                count("incre_fwd");
-                return cpu_incre_fwd::<Ascend>(inputs, spec);
-            }
-        },
+    let (Some(keys), Some(values)) = (device_kv(&keys), device_kv(&values)) else {
+        count("incre_fwd");
+        return cpu_incre_fwd::<Ascend>(inputs, spec);
     };
-    let (keys, values): (Vec<&AscendTensor>, Vec<&AscendTensor>) = if spec.antiquant.is_some() {
-        (keys_i8.iter().collect(), values_i8.iter().collect())
-    } else {
-        (keys, values)
-    };
+    let (keys, values): (Vec<&AscendTensor>, Vec<&AscendTensor>) =
+        (keys.iter().collect(), values.iter().collect());
     let aq_scale = spec
         .antiquant
         .as_ref()

@@ -7,10 +7,10 @@
 //! for matmul, rank > 8) return `None` and the caller runs the counted host fallback.
 
 use burn_ascend_kernels::acl::ops::{self, Unary};
-use burn_ascend_kernels::acl::{IntArray, Scalar};
+use burn_ascend_kernels::acl::{IntArray, Runtime, Scalar};
 use burn_backend::{Shape, TensorMetadata};
 
-use crate::device::runtime;
+use crate::device::{runtime, AscendDevice};
 use crate::element::is_acl_float;
 use crate::tensor::{fail, AscendTensor};
 
@@ -56,6 +56,14 @@ pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
             }
         })
         .collect()
+}
+
+/// Gets `device`'s runtime, runs the launches in `f`, then synchronises the stream (the memory
+/// pool's cross-thread reuse relies on it); an error becomes the op's panic.
+pub(crate) fn run(name: &str, device: &AscendDevice, f: impl FnOnce(&Runtime)) {
+    let rt = runtime(device);
+    f(&rt);
+    rt.synchronize().unwrap_or_else(|e| fail(name, e));
 }
 
 fn eligible(a: &AscendTensor, b: &AscendTensor) -> bool {

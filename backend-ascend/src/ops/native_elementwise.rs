@@ -26,8 +26,8 @@ use burn_ascend_kernels::acl::{IntArray, Runtime, Scalar};
 use burn_backend::{BoolStore, DType, Distribution, Scalar as BurnScalar, Shape};
 
 use super::base;
-use super::native::{broadcast, check_devices};
-use crate::device::{runtime, AscendDevice};
+use super::native::{broadcast, check_devices, run};
+use crate::device::AscendDevice;
 use crate::element::{acl_dtype, is_acl_float};
 use crate::tensor::{fail, AscendTensor};
 
@@ -59,13 +59,6 @@ fn acl_ok(d: DType) -> bool {
 /// A float or int dtype (not bool) with an aclDataType.
 fn real(d: DType) -> bool {
     acl_ok(d) && !matches!(d, DType::Bool(_))
-}
-
-/// Gets the runtime, runs the launches in `f`, synchronises; errors become the op's panic.
-fn run(name: &str, device: &AscendDevice, f: impl FnOnce(&Runtime)) {
-    let rt = runtime(device);
-    f(&rt);
-    rt.synchronize().unwrap_or_else(|e| fail(name, e));
 }
 
 /// The aclScalar for `s` in the arithmetic of a tensor of dtype `d`: f32 for f32/f16/bf16

@@ -13,11 +13,11 @@
 //! which is what lets the memory pool reuse blocks at once (`crate::memory`).
 
 use burn_ascend_kernels::acl::ops;
-use burn_ascend_kernels::acl::{IntArray, Runtime, Scalar, TensorList};
+use burn_ascend_kernels::acl::{IntArray, Scalar, TensorList};
 use burn_backend::{DType, Shape, Slice};
 
 use super::base;
-use crate::device::{runtime, AscendDevice};
+use super::native::run;
 use crate::element::{acl_dtype, is_acl_float};
 use crate::tensor::{fail, AscendTensor};
 
@@ -38,13 +38,6 @@ fn movable(t: &AscendTensor) -> bool {
 
 fn is_index(t: &AscendTensor) -> bool {
     matches!(t.dtype, DType::I64 | DType::I32)
-}
-
-/// Runs `f` on `device`'s runtime, then synchronises (the pool relies on it).
-fn run(name: &str, device: &AscendDevice, f: impl FnOnce(&Runtime)) {
-    let rt = runtime(device);
-    f(&rt);
-    rt.synchronize().unwrap_or_else(|e| fail(name, e));
 }
 
 /// `dst ← src` (`aclnnInplaceCopy`), `dst` a view of a fresh, unshared output; `src`
