@@ -176,6 +176,13 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Option<Bufs>> = const { std::cell::RefCell::new(None) };
 }
 
+thread_local! {
+    /// The calling thread's buffer of chunk partial results, kept for its next call: about
+    /// 1 MiB at the bench's decode shape, which a fresh allocation (above malloc's mmap
+    /// threshold) could page-fault in again on every generated token.
+    static PARTIALS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
     /// Whether the in-place AVX-512 loops run.
     fn in_place(&self) -> bool {
@@ -445,6 +452,11 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
         self.rows_at(t.b, t.n0, s0, s1, &mut buf.offs);
         self.rows_at(t.b, t.n0, s1, (s1 + sub).min(t.end), &mut buf.next);
         let ns = s1 - s0;
+        let rows = fused::Rows::new(&buf.offs);
+        // The next sub-chunk's rows (all `nh` heads of a token: `nh·D` elements from each
+        // offset), a share per kv head: K during its scores, V during its `P·V`.
+        let m = buf.next.len();
+        let share = |hn: usize| &buf.next[hn * m / nh..(hn + 1) * m / nh];
         for hn in 0..nh {
             let acc = &mut buf.acc[hn * g * dp..(hn + 1) * g * dp];
             fused::scores(
@@ -453,10 +465,10 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
                 dp,
                 d,
                 &k[hn * d..],
-                &buf.offs,
+                rows,
                 &mut buf.s,
                 sub,
-                &buf.next,
+                fused::Prefetch::new(k, share(hn), nh * d),
             );
             self.fix_scores(&mut buf.s, t.b, (t.n0 + hn) * g, s0, ns);
             vectorized(OnlineSoftmax {
@@ -473,11 +485,11 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
                 &buf.s,
                 sub,
                 &v[hn * d..],
-                &buf.offs,
+                rows,
                 d,
                 acc,
                 dp,
-                &buf.next,
+                fused::Prefetch::new(v, share(hn), nh * d),
             );
         }
     }
@@ -847,7 +859,9 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
             groups[b * per_b + i] = (first, tasks.len() - first);
         }
     }
-    let mut partials = vec![0.0f32; tasks.len() * slot];
+    // Every task writes its whole slot, so a reused buffer needs no clearing.
+    let mut partials = PARTIALS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    partials.resize(tasks.len() * slot, 0.0);
     partials
         .par_chunks_mut(slot)
         .zip(tasks.par_iter())
@@ -886,6 +900,7 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
                 }
             }
         });
+    PARTIALS.with(|p| *p.borrow_mut() = partials);
     out
 }
 

@@ -1,9 +1,9 @@
 //! AVX-512 inner loops of the decode kernel that read the KV cache **in place**: each K / V
 //! element is widened to f32 in registers (int8: `vpmovsxbd` + `vcvtdq2ps`; f16: `vcvtph2ps`;
 //! bf16: a 16-bit shift) right where the dot products use it, so nothing is staged in memory
-//! and an int8 cache costs one byte of memory traffic per element. The rows
-//! of the next sub-chunk are prefetched into L2 while the current one is computed, so the
-//! memory reads overlap the arithmetic.
+//! and an int8 cache costs one byte of memory traffic per element. The next sub-chunk's
+//! rows are prefetched into L2 while the current one is computed, in ascending address order
+//! and spread over the loops (see [`Prefetch`]), so the memory reads overlap the arithmetic.
 //!
 //! Only compiled for x86-64; [`Avx512::detect`] checks the CPU at run time (AVX-512 F, BW and
 //! VL: the masked narrow loads of the row tails need BW + VL), and the callers fall back to the
@@ -125,18 +125,130 @@ pub(super) fn as_widen<KV: 'static, W: Widen>(x: &[KV]) -> Option<&[W]> {
     same.then(|| unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<W>(), x.len()) })
 }
 
-/// Checks that `d` elements from every offset in `offs` lie inside `kv`.
-fn check_rows<T>(kv: &[T], offs: &[usize], d: usize) {
-    let max = offs.iter().copied().max().unwrap_or(0);
-    assert!(
-        max.checked_add(d).is_some_and(|e| e <= kv.len()),
-        "decode: KV row outside its buffer"
-    );
+/// The element offsets of a sub-chunk's K / V rows, with their maximum computed once, so the
+/// loops that read `d` elements at each offset check them against a buffer in O(1) (the
+/// scores and `P·V` of every kv head of a sub-chunk read the same rows).
+#[derive(Clone, Copy)]
+pub(super) struct Rows<'a> {
+    offs: &'a [usize],
+    max: usize,
+}
+
+impl<'a> Rows<'a> {
+    pub fn new(offs: &'a [usize]) -> Self {
+        let max = offs.iter().copied().max().unwrap_or(0);
+        Self { offs, max }
+    }
+
+    /// Checks that `d` elements from every offset lie inside `kv`.
+    fn check<T>(&self, kv: &[T], d: usize) {
+        assert!(
+            self.offs.is_empty() || self.max.checked_add(d).is_some_and(|e| e <= kv.len()),
+            "decode: KV row outside its buffer"
+        );
+    }
+}
+
+/// Cache lines to prefetch into L2 while a loop runs: `row_bytes` bytes from each of `rows`,
+/// in ascending address order, spread evenly over the loop's keys (a burst would hold the
+/// line fill buffers and stall the arithmetic behind it). Each kv head's pass prefetches a
+/// share of the next sub-chunk's whole token rows, not its own head's slice of them: this
+/// took the bench's warm int8 decode from 3.9 to 3.6 ms. A hint: nothing is read, any
+/// address is fine.
+#[derive(Clone, Copy)]
+pub(super) struct Prefetch<'a> {
+    base: *const u8,
+    /// Element offsets.
+    rows: &'a [usize],
+    row_bytes: usize,
+    /// Bytes per element.
+    sz: usize,
+}
+
+impl<'a> Prefetch<'a> {
+    /// `row_elems` elements of `buf` from each element offset in `rows`.
+    pub fn new<T>(buf: &[T], rows: &'a [usize], row_elems: usize) -> Self {
+        let sz = std::mem::size_of::<T>();
+        Self {
+            base: buf.as_ptr().cast(),
+            rows,
+            row_bytes: row_elems * sz,
+            sz,
+        }
+    }
+
+    pub fn none() -> Self {
+        Self {
+            base: std::ptr::null(),
+            rows: &[],
+            row_bytes: 0,
+            sz: 1,
+        }
+    }
+
+    /// Lines per row: one more when the rows may straddle a line boundary (judged by the
+    /// first row; a hint may miss a line).
+    fn per_row(&self) -> usize {
+        let first = self
+            .rows
+            .first()
+            .map_or(0, |&o| self.base as usize + o * self.sz);
+        let aligned = first % 64 == 0 && self.row_bytes % 64 == 0;
+        self.row_bytes.div_ceil(64) + usize::from(!aligned)
+    }
+}
+
+/// Position in a [`Prefetch`]: the next line to prefetch.
+struct PrefetchCursor<'a> {
+    pf: Prefetch<'a>,
+    per_row: usize,
+    row: usize,
+    line: usize,
+    done: usize,
+    total: usize,
+}
+
+impl<'a> PrefetchCursor<'a> {
+    fn new(pf: Prefetch<'a>) -> Self {
+        let per_row = pf.per_row();
+        Self {
+            pf,
+            per_row,
+            row: 0,
+            line: 0,
+            done: 0,
+            total: pf.rows.len() * per_row,
+        }
+    }
+
+    /// Prefetches lines until `done = total · j / n` (the share of `j` of `n` loop steps).
+    #[inline(always)]
+    fn advance(&mut self, j: usize, n: usize) {
+        let target = if j >= n {
+            self.total
+        } else {
+            self.total * j / n
+        };
+        while self.done < target {
+            let row = self
+                .pf
+                .base
+                .wrapping_add(self.pf.rows[self.row] * self.pf.sz);
+            let at = (self.line * 64).min(self.pf.row_bytes.saturating_sub(1));
+            prefetch_line(row.wrapping_add(at));
+            self.done += 1;
+            self.line += 1;
+            if self.line == self.per_row {
+                self.line = 0;
+                self.row += 1;
+            }
+        }
+    }
 }
 
 /// `s[r·ld + j] = q[r]·k_j` for the query rows `q` (`rows × dp`, zero beyond `d`) and the
-/// keys `k_j = kv[offs[j]..offs[j] + d]`, widened in registers. While computing, the `d`
-/// elements at each offset of `next` (the next sub-chunk's rows) are prefetched into L2.
+/// keys `k_j = kv[offs[j]..offs[j] + d]`, widened in registers. While computing, the lines of
+/// `pf` (a share of the next sub-chunk) are prefetched into L2.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn scores<T: Widen>(
     cpu: Avx512,
@@ -144,31 +256,31 @@ pub(super) fn scores<T: Widen>(
     dp: usize,
     d: usize,
     kv: &[T],
-    offs: &[usize],
+    offs: Rows<'_>,
     s: &mut [f32],
     ld: usize,
-    next: &[usize],
+    pf: Prefetch<'_>,
 ) {
     let _ = cpu;
     let rows = q.len() / dp;
-    let ns = offs.len();
+    let ns = offs.offs.len();
     assert!(d <= dp && dp.is_multiple_of(16) && q.len() == rows * dp);
     assert!(ns <= ld && (rows == 0 || s.len() >= (rows - 1) * ld + ns));
-    check_rows(kv, offs, d);
-    check_rows(kv, next, d);
+    offs.check(kv, d);
+    let offs = offs.offs;
     let mut r0 = 0;
     while r0 < rows {
         let (q, s) = (&q[r0 * dp..], &mut s[r0 * ld..]);
-        // Prefetch the next rows once, during the first row group.
-        let next = if r0 == 0 { next } else { &[] };
+        // Prefetch once, during the first row group.
+        let pf = if r0 == 0 { pf } else { Prefetch::none() };
         // SAFETY: `cpu` proves the features; the rows of `q` and `s` the group touches are in
-        // bounds (checked above), and so is every K row (`check_rows`).
+        // bounds (checked above), and so is every K row (`Rows::check`).
         r0 += unsafe {
             match rows - r0 {
-                8.. => scores_rows::<T, 8, 2>(q, dp, d, kv, offs, s, ld, next),
-                4.. => scores_rows::<T, 4, 4>(q, dp, d, kv, offs, s, ld, next),
-                2.. => scores_rows::<T, 2, 8>(q, dp, d, kv, offs, s, ld, next),
-                _ => scores_rows::<T, 1, 16>(q, dp, d, kv, offs, s, ld, next),
+                8.. => scores_rows::<T, 8, 2>(q, dp, d, kv, offs, s, ld, pf),
+                4.. => scores_rows::<T, 4, 4>(q, dp, d, kv, offs, s, ld, pf),
+                2.. => scores_rows::<T, 2, 8>(q, dp, d, kv, offs, s, ld, pf),
+                _ => scores_rows::<T, 1, 16>(q, dp, d, kv, offs, s, ld, pf),
             }
         };
     }
@@ -180,20 +292,6 @@ fn prefetch_line(p: *const u8) {
     // SAFETY: `prefetcht1` only hints the cache; it reads nothing architecturally and never
     // faults, so any address is fine (SSE, always present on x86-64).
     unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) };
-}
-
-/// Prefetches (into L2) the `bytes` bytes from `p`.
-#[inline(always)]
-fn prefetch_row(p: *const u8, bytes: usize) {
-    let mut b = 0;
-    while b < bytes {
-        prefetch_line(p.wrapping_add(b));
-        b += 64;
-    }
-    if bytes > 0 {
-        // The last line (the row need not start on a line boundary).
-        prefetch_line(p.wrapping_add(bytes - 1));
-    }
 }
 
 /// Sum of each of 16 vectors: lane `i` of the result is the sum of the lanes of `v[i']`, with
@@ -243,7 +341,7 @@ fn reduce16(v: [__m512; 16]) -> __m512 {
 ///
 /// # Safety
 /// AVX-512 F / BW / VL; `q` holds `R` rows of `dp ≥ d` f32, `s` rows `r·ld + j` for
-/// `r < R`, `j < offs.len()`; every `offs[j] + d` and `next[j] + d` is within `kv`.
+/// `r < R`, `j < offs.len()`; every `offs[j] + d` is within `kv`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
@@ -255,14 +353,14 @@ unsafe fn scores_rows<T: Widen, const R: usize, const TT: usize>(
     offs: &[usize],
     s: &mut [f32],
     ld: usize,
-    next: &[usize],
+    pf: Prefetch<'_>,
 ) -> usize {
     const { assert!(R * TT == 16) };
     let (nfull, tail) = (d / 16, d % 16);
     let qp = q.as_ptr();
     let kp = kv.as_ptr();
-    let sz = std::mem::size_of::<T>();
     let ns = offs.len();
+    let mut pf = PrefetchCursor::new(pf);
     let mut j = 0;
     while j + TT <= ns {
         // SAFETY (all loads below): K rows checked by the caller, `q` rows of `dp ≥ d`.
@@ -312,10 +410,8 @@ unsafe fn scores_rows<T: Widen, const R: usize, const TT: usize>(
         for r in 0..R {
             s[r * ld + j..r * ld + j + TT].copy_from_slice(&out[r * TT..(r + 1) * TT]);
         }
-        for &o in &next[j.min(next.len())..(j + TT).min(next.len())] {
-            prefetch_row(kp.wrapping_add(o).cast(), d * sz);
-        }
         j += TT;
+        pf.advance(j, ns);
     }
     // Remaining keys one at a time.
     while j < ns {
@@ -343,44 +439,40 @@ unsafe fn scores_rows<T: Widen, const R: usize, const TT: usize>(
         for (r, a) in acc.iter().enumerate() {
             s[r * ld + j] = _mm512_reduce_add_ps(*a);
         }
-        if let Some(&o) = next.get(j) {
-            prefetch_row(kp.wrapping_add(o).cast(), d * sz);
-        }
         j += 1;
+        pf.advance(j, ns);
     }
-    // Next rows beyond this sub-chunk's length.
-    for &o in &next[ns.min(next.len())..] {
-        prefetch_row(kp.wrapping_add(o).cast(), d * sz);
-    }
+    // All of it, also when there were no keys.
+    pf.advance(ns, ns);
     R
 }
 
 /// `acc[r] += Σ_j p[r·ld + j]·v_j` for the accumulator rows `acc` (`rows × dp`) and the
-/// values `v_j = kv[offs[j]..offs[j] + d]`, widened in registers. While computing, the rows at
-/// the offsets of `next` are prefetched into L2.
+/// values `v_j = kv[offs[j]..offs[j] + d]`, widened in registers. While computing, the lines
+/// of `pf` are prefetched into L2.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pv<T: Widen>(
     cpu: Avx512,
     p: &[f32],
     ld: usize,
     kv: &[T],
-    offs: &[usize],
+    offs: Rows<'_>,
     d: usize,
     acc: &mut [f32],
     dp: usize,
-    next: &[usize],
+    pf: Prefetch<'_>,
 ) {
     let _ = cpu;
     let rows = acc.len() / dp;
-    let ns = offs.len();
+    let ns = offs.offs.len();
     assert!(d <= dp && dp.is_multiple_of(16) && acc.len() == rows * dp);
     assert!(ns <= ld && (rows == 0 || p.len() >= (rows - 1) * ld + ns));
-    check_rows(kv, offs, d);
-    check_rows(kv, next, d);
+    offs.check(kv, d);
+    let offs = offs.offs;
     let mut r0 = 0;
     while r0 < rows {
         let (p, a) = (&p[r0 * ld..], &mut acc[r0 * dp..]);
-        let next = if r0 == 0 { next } else { &[] };
+        let next = if r0 == 0 { pf } else { Prefetch::none() };
         // SAFETY: `cpu` proves the features; bounds checked above.
         r0 += unsafe {
             match rows - r0 {
@@ -399,7 +491,7 @@ pub(super) fn pv<T: Widen>(
 ///
 /// # Safety
 /// AVX-512 F / BW / VL; `acc` holds `R` rows of `dp ≥ d` f32, `p` rows `r·ld + j` for
-/// `r < R`, `j < offs.len()`; every `offs[j] + d` and `next[j] + d` is within `kv`.
+/// `r < R`, `j < offs.len()`; every `offs[j] + d` is within `kv`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
@@ -411,14 +503,14 @@ unsafe fn pv_rows<T: Widen, const R: usize>(
     d: usize,
     acc: &mut [f32],
     dp: usize,
-    next: &[usize],
+    next: Prefetch<'_>,
 ) -> usize {
     let nb = d.div_ceil(16);
     let widest = if R >= 2 { 16 / R } else { 8 };
     let mut c = 0;
     while c < nb {
-        // The next rows are prefetched during the first block.
-        let pf = if c == 0 { next } else { &[] };
+        // The prefetches are issued during the first block.
+        let pf = if c == 0 { next } else { Prefetch::none() };
         let rest = (nb - c).min(widest);
         // SAFETY: forwarded from the caller; blocks stay within the `nb` vectors of a row.
         c += unsafe {
@@ -449,13 +541,13 @@ unsafe fn pv_block<T: Widen, const R: usize, const CB: usize>(
     c0: usize,
     acc: &mut [f32],
     dp: usize,
-    next: &[usize],
+    pf: Prefetch<'_>,
 ) -> usize {
     let kp = kv.as_ptr();
     let pp = p.as_ptr();
     let ap = acc.as_mut_ptr();
-    let sz = std::mem::size_of::<T>();
     let ns = offs.len();
+    let mut pf = PrefetchCursor::new(pf);
     // Elements of the block's last vector (< 16 only for the row's tail).
     let last_n = (d - (c0 + CB - 1) * 16).min(16);
     let mut a = [[_mm512_setzero_ps(); CB]; R];
@@ -488,13 +580,9 @@ unsafe fn pv_block<T: Widen, const R: usize, const CB: usize>(
                 *av = _mm512_fmadd_ps(pb, xv, *av);
             }
         }
-        if let Some(&o) = next.get(j) {
-            prefetch_row(kp.wrapping_add(o).cast(), d * sz);
-        }
+        pf.advance(j + 1, ns);
     }
-    for &o in &next[ns.min(next.len())..] {
-        prefetch_row(kp.wrapping_add(o).cast(), d * sz);
-    }
+    pf.advance(ns, ns);
     for (r, ar) in a.iter().enumerate() {
         for (v, &x) in ar.iter().enumerate() {
             // SAFETY: as for the loads above.
