@@ -193,7 +193,7 @@ impl<'a> Prefetch<'a> {
             .rows
             .first()
             .map_or(0, |&o| self.base as usize + o * self.sz);
-        let aligned = first % 64 == 0 && self.row_bytes % 64 == 0;
+        let aligned = first.is_multiple_of(64) && self.row_bytes.is_multiple_of(64);
         self.row_bytes.div_ceil(64) + usize::from(!aligned)
     }
 }
