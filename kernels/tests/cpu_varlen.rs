@@ -178,8 +178,8 @@ fn value_dim_smaller_than_head_dim() {
     }
 }
 
-/// Sequences spanning several query tiles (128 / G tokens) and kv tiles (256 forward / dQ,
-/// 64 dK/dV) with ragged tails, and an empty one in between.
+/// Sequences spanning several query tiles (512 / G tokens) and kv tiles (512 forward, 128
+/// backward) with ragged tails, and an empty one in between.
 #[test]
 fn long_sequences_span_tiles() {
     let mut rng = Rng::new(3);
@@ -419,6 +419,29 @@ fn band_modes_skip_and_mask_whole_tiles() {
     }
 }
 
+/// Key sequences longer than the backward's four span groups cover in one round (4 × 1024
+/// columns), so a group adds several spans' dQ into its buffer: full, bottom-right causal and
+/// a band that leaves whole spans unseen by some query tiles; GQA and a sink.
+#[test]
+fn kv_longer_than_one_span_per_group() {
+    let mut rng = Rng::new(15);
+    let configs: [(SparseMode, (i64, i64)); 3] = [
+        (SparseMode::DefaultMask, (INT_MAX, INT_MAX)),
+        (SparseMode::RightDownCausal, (INT_MAX, INT_MAX)),
+        (SparseMode::Band, (900, -300)),
+    ];
+    for (mode, (pre, next)) in configs {
+        let mut c = Case::new(&mut rng, 4, 2, 16, 16, &[400, 90], &[4700, 2100])
+            .mode(mode)
+            .pre_next(pre, next)
+            .with_sink(&mut rng);
+        if mode != SparseMode::DefaultMask {
+            c = c.compressed();
+        }
+        check(&c);
+    }
+}
+
 /// Rows with nothing to attend: mode 1 with all-ones mask rows, mode 4 with a band that misses
 /// rows, mode 0 with pre = −1. The exact conventions are checked by `stats_close` (special
 /// values exact) and the zero outputs by the comparison.
@@ -630,6 +653,8 @@ fn backward_is_deterministic_across_thread_counts() {
         Case::new(&mut rng, 4, 4, 32, 16, &[260, 40], &[270, 300])
             .with_dropout(0.8, 1)
             .with_sink(&mut rng),
+        // More kv spans than span groups: several spans per group buffer.
+        Case::new(&mut rng, 4, 1, 16, 16, &[300], &[4500]).with_sink(&mut rng),
     ];
     for c in &cases {
         let p = c.problem();

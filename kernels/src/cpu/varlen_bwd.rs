@@ -1,7 +1,8 @@
 //! Tiled varlen flash-attention backward (FlashAttention-2: P recomputed from the saved
-//! statistics). Two passes, each writing disjoint outputs in a fixed reduction order:
-//! dK/dV with one task per (sequence, kv head, kv tile), then dQ and the dsink partials with
-//! one task per (sequence, kv head, query tile).
+//! statistics), deterministic. One task per (sequence, kv head, group of kv spans) computes
+//! dK / dV of its spans and their dQ contributions into a buffer of its own (five GEMMs per
+//! tile pair, S and dP computed once); the group buffers are added in a fixed order, and the
+//! dsink partials come from the saved statistics alone.
 
 use std::sync::Mutex;
 
@@ -15,11 +16,13 @@ use crate::Element;
 
 /// Per-thread working memory of the backward (O(tile)).
 struct Bufs {
+    /// Scaled Q and dO of a query tile (`M × D`).
     q: Vec<f32>,
     dout: Vec<f32>,
+    /// K and V rows of a span.
     k: Vec<f32>,
     v: Vec<f32>,
-    /// Scores, then P.
+    /// Scores, then P (`M × bk_bwd`).
     s: Vec<f32>,
     /// dP, then dS.
     dp: Vec<f32>,
@@ -30,7 +33,7 @@ struct Bufs {
     m: Vec<f32>,
     inv_l: Vec<f32>,
     delta: Vec<f32>,
-    /// dK (or dQ) and dV accumulators.
+    /// dK and dV accumulators of a span.
     acc_a: Vec<f32>,
     acc_b: Vec<f32>,
 }
@@ -38,7 +41,9 @@ struct Bufs {
 impl Bufs {
     fn new(ctx: &Ctx) -> Self {
         let rows = ctx.bq * ctx.g;
-        let cols = ctx.bk.max(ctx.bk_bwd);
+        let cols = ctx.bk_bwd;
+        // Rows of a span (no more than the longest sequence has).
+        let span = SPAN.min(ctx.seqs.iter().map(|s| s.skv).max().unwrap_or(0));
         let drop = if ctx.dropout.is_some() {
             rows * cols
         } else {
@@ -47,8 +52,8 @@ impl Bufs {
         Self {
             q: vec![0.0; rows * ctx.d],
             dout: vec![0.0; rows * ctx.dv],
-            k: vec![0.0; cols * ctx.d],
-            v: vec![0.0; cols * ctx.dv],
+            k: vec![0.0; span * ctx.d],
+            v: vec![0.0; span * ctx.dv],
             s: vec![0.0; rows * cols],
             dp: vec![0.0; rows * cols],
             drop: vec![0.0; drop],
@@ -56,17 +61,34 @@ impl Bufs {
             m: vec![0.0; rows],
             inv_l: vec![0.0; rows],
             delta: vec![0.0; rows],
-            acc_a: vec![0.0; rows.max(cols) * ctx.d],
-            acc_b: vec![0.0; cols * ctx.dv],
+            acc_a: vec![0.0; span * ctx.d],
+            acc_b: vec![0.0; span * ctx.dv],
         }
     }
 }
+
+/// Key columns of a *span*: the kv rows one task owns (dK / dV) while it loops over every
+/// query tile that sees them. A constant, so the work split never depends on the thread count.
+/// 1024 against 512 / 2048: 5–10 % less time on the bench's backward at D = 64 and 128 (the
+/// query side of a tile is loaded once per span; K, V, dK, dV of a span at D = 128 are 2 MiB).
+const SPAN: usize = 1024;
+
+/// Span groups per (sequence, kv head): group `gi` takes spans `gi, gi + GROUPS, …` in order
+/// and accumulates their dQ contributions into its own buffer, so dQ needs no racing
+/// accumulation; the groups' buffers are added in group order at the end. Caps the dQ
+/// buffers at `GROUPS ×` the size of dQ (O(T), whatever the sequence length).
+const GROUPS: usize = 4;
 
 /// Backward with the reference's signature and conventions
 /// ([`crate::reference::varlen::varlen_bwd`]). `attention_in` is the forward output, `dy` its
 /// gradient, `softmax_max` / `softmax_sum` the forward statistics in the problem's layout.
 ///
-/// Deterministic: bitwise-identical results for any number of rayon threads.
+/// One pass, five GEMMs per (query tile, kv tile): S = Q·Kᵀ, dP = dO·Vᵀ, dV += Pᵀ·dO,
+/// dK += dSᵀ·Q and dQ += dS·K. One task per (sequence, kv head, span group); see [`GROUPS`].
+///
+/// Deterministic: bitwise-identical results for any number of rayon threads (every sum has a
+/// fixed order: tasks write disjoint rows, and the per-group dQ buffers are added in group
+/// order).
 #[allow(clippy::too_many_arguments)]
 pub fn varlen_bwd<T: Element>(
     p: &VarlenProblem,
@@ -80,7 +102,7 @@ pub fn varlen_bwd<T: Element>(
 ) -> VarlenGrads<T> {
     let ctx = Ctx::new(p);
     let dims = &p.dims;
-    let (n, nkv, d, dv) = (ctx.n, ctx.nkv, ctx.d, ctx.dv);
+    let (n, nkv, g, d, dv) = (ctx.n, ctx.nkv, ctx.g, ctx.d, ctx.dv);
     // D = dO·O per (token, head), f64-accumulated.
     let mut delta = vec![0.0f32; dims.t_q() * n];
     delta.par_chunks_mut(n).enumerate().for_each(|(t, row)| {
@@ -99,77 +121,135 @@ pub fn varlen_bwd<T: Element>(
         delta: &delta,
     };
 
-    // Pass 1: dK, dV.
+    // dQ/scale buffers: for each sequence, group and kv head, `Sq × G × D` f32 (the rows of
+    // a query tile are contiguous there).
+    let groups = |s: &Seq| {
+        if s.sq == 0 {
+            0
+        } else {
+            s.skv.div_ceil(SPAN).min(GROUPS)
+        }
+    };
+    let part_len = |s: &Seq| s.sq * g * d;
+    let total: usize = ctx.seqs.iter().map(|s| groups(s) * nkv * part_len(s)).sum();
+    let mut parts = vec![0.0f32; total];
     let mut dk = vec![T::from_f64(0.0); dims.t_kv() * nkv * d];
     let mut dvv = vec![T::from_f64(0.0); dims.t_kv() * nkv * dv];
     {
-        let sinks = Mutex::new((&mut dk[..], &mut dvv[..]));
+        // Tasks in (sequence, group, kv head) order, each with its own dQ buffer.
         let mut tasks = Vec::new();
+        let mut rest = &mut parts[..];
         for (si, s) in ctx.seqs.iter().enumerate() {
-            if s.sq == 0 {
-                continue; // no query rows: dK = dV = 0
-            }
-            for kvh in 0..nkv {
-                for c0 in (0..s.skv).step_by(ctx.bk_bwd) {
-                    tasks.push((si, kvh, c0));
+            for gi in 0..groups(s) {
+                for kvh in 0..nkv {
+                    let (mine, tail) = rest.split_at_mut(part_len(s));
+                    rest = tail;
+                    tasks.push((si, gi, kvh, mine));
                 }
             }
         }
+        let sinks = Mutex::new((&mut dk[..], &mut dvv[..]));
         tasks.into_par_iter().for_each_init(
             || Bufs::new(&ctx),
-            |buf, (si, kvh, c0)| {
+            |buf, (si, gi, kvh, dq_part)| {
                 let s = &ctx.seqs[si];
-                let c1 = (c0 + ctx.bk_bwd).min(s.skv);
-                dkdv_tile(&ctx, buf, &st, q, k, v, dy, s, kvh, c0, c1);
-                let mut guard = sinks.lock().unwrap_or_else(|e| e.into_inner());
-                let (dk, dvv) = &mut *guard;
-                for (jj, j) in (c0..c1).enumerate() {
-                    let row = (s.kv0 + j) * nkv + kvh;
-                    store(
-                        &buf.acc_a[jj * d..(jj + 1) * d],
-                        &mut dk[row * d..(row + 1) * d],
-                        1.0,
+                let ngroups = groups(s);
+                // Query tiles whose dQ rows hold a value yet: the first GEMM into a tile
+                // overwrites instead of adding. The buffer is zeroed (tiles no span reaches
+                // stay 0) but its pages are fresh: a read first would map the shared zero
+                // page and the write after it fault again, with a TLB shootdown across the
+                // threads per 4 KiB page — 40 % of the backward's time at D = 128 before.
+                let mut written = vec![false; s.sq.div_ceil(ctx.bq)];
+                for c0 in (gi * SPAN..s.skv).step_by(ngroups * SPAN) {
+                    let c1 = (c0 + SPAN).min(s.skv);
+                    span_task(
+                        &ctx,
+                        buf,
+                        &st,
+                        (q, k, v, dy),
+                        s,
+                        kvh,
+                        (c0, c1),
+                        dq_part,
+                        &mut written,
                     );
-                    store(
-                        &buf.acc_b[jj * dv..(jj + 1) * dv],
-                        &mut dvv[row * dv..(row + 1) * dv],
-                        1.0,
-                    );
+                    let mut guard = sinks.lock().unwrap_or_else(|e| e.into_inner());
+                    let (dk, dvv) = &mut *guard;
+                    for (jj, j) in (c0..c1).enumerate() {
+                        let row = (s.kv0 + j) * nkv + kvh;
+                        store(
+                            &buf.acc_a[jj * d..(jj + 1) * d],
+                            &mut dk[row * d..(row + 1) * d],
+                            1.0,
+                        );
+                        store(
+                            &buf.acc_b[jj * dv..(jj + 1) * dv],
+                            &mut dvv[row * dv..(row + 1) * dv],
+                            1.0,
+                        );
+                    }
                 }
             },
         );
     }
 
-    // Pass 2: dQ and the dsink partials (one per task, reduced below in task order).
+    // dQ = scale · Σ_groups (in group order).
     let mut dq = vec![T::from_f64(0.0); dims.t_q() * n * d];
-    let partials: Vec<(usize, Vec<f64>)> = {
-        let sink = Mutex::new(&mut dq[..]);
-        ctx.query_tasks()
-            .into_par_iter()
-            .map_init(
-                || Bufs::new(&ctx),
-                |buf, (si, kvh, i0)| {
-                    let s = &ctx.seqs[si];
-                    let (rows, part) = dq_tile(&ctx, buf, &st, q, k, v, dy, s, kvh, i0);
-                    let mut dq = sink.lock().unwrap_or_else(|e| e.into_inner());
-                    for r in 0..rows * ctx.g {
-                        let row = (s.q0 + i0 + r / ctx.g) * n + ctx.head(kvh, r);
-                        store(
-                            &buf.acc_a[r * d..(r + 1) * d],
-                            &mut dq[row * d..(row + 1) * d],
-                            ctx.scale,
-                        );
+    {
+        let mut offs = Vec::with_capacity(ctx.seqs.len());
+        let mut at = 0;
+        for s in &ctx.seqs {
+            offs.push(at);
+            at += groups(s) * nkv * part_len(s);
+        }
+        let parts = &parts;
+        dq.par_chunks_mut(n * d).enumerate().for_each(|(t, dq_t)| {
+            // The sequence holding query token `t`.
+            let si = ctx.seqs.partition_point(|s| s.q0 + s.sq <= t);
+            let Some(s) = ctx.seqs.get(si) else {
+                return;
+            };
+            let i = t - s.q0;
+            let ng = groups(s);
+            let mut row = vec![0.0f32; d];
+            for h in 0..n {
+                let (kvh, gg) = (h / g, h % g);
+                row.fill(0.0);
+                for gi in 0..ng {
+                    let start = offs[si] + (gi * nkv + kvh) * part_len(s) + (i * g + gg) * d;
+                    for (x, y) in row.iter_mut().zip(&parts[start..start + d]) {
+                        *x += y;
                     }
-                    (kvh, part)
-                },
-            )
-            .collect()
-    };
-    let dsink = ctx.sink.map(|_| {
+                }
+                store(&row, &mut dq_t[h * d..(h + 1) * d], ctx.scale);
+            }
+        });
+    }
+
+    // dsink_h = −Σ_i exp(sink_h − m_i) / l_i · D_i: partials per query tile, added in task
+    // order.
+    let dsink = ctx.sink.map(|sink| {
+        let partials: Vec<(usize, Vec<f64>)> = ctx
+            .query_tasks()
+            .into_par_iter()
+            .map(|(si, kvh, i0)| {
+                let s = &ctx.seqs[si];
+                let rows = ctx.bq.min(s.sq - i0);
+                let mut part = vec![0.0f64; g];
+                for r in 0..rows * g {
+                    let i = i0 + r / g;
+                    let h = ctx.head(kvh, r);
+                    let at = ctx.stat_index(s, h, i);
+                    let pi = (sink[h] as f64 - st.max[at] as f64).exp() * (1.0 / st.sum[at]) as f64;
+                    part[r % g] -= pi * st.delta[(s.q0 + i) * n + h] as f64;
+                }
+                (kvh, part)
+            })
+            .collect();
         let mut acc = vec![0.0f64; n];
         for (kvh, part) in &partials {
             for (gi, x) in part.iter().enumerate() {
-                acc[kvh * ctx.g + gi] += x;
+                acc[kvh * g + gi] += x;
             }
         }
         acc.into_iter().map(|x| x as f32).collect()
@@ -311,23 +391,23 @@ fn ds_rows(buf: &mut Bufs, mm: usize, nc: usize, ld: usize, dropout: bool) {
     }
 }
 
-/// dK (unscaled by `scale`: q is pre-scaled) into `buf.acc_a`, dV into `buf.acc_b`, for kv
-/// rows `[c0, c1)` of kv head `kvh`.
+/// One span (kv rows `[c0, c1)` of kv head `kvh`): dK (unscaled by `scale`: q is pre-scaled)
+/// into `buf.acc_a`, dV into `buf.acc_b`, and dQ/scale added into `dq_part` (the task's
+/// buffer, `Sq × G × D`; written, not added, where `written[query tile]` is false),
+/// looping over the query tiles that see the span.
 #[allow(clippy::too_many_arguments)]
-fn dkdv_tile<T: Element>(
+fn span_task<T: Element>(
     ctx: &Ctx,
     buf: &mut Bufs,
     st: &Stats,
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    dy: &[T],
+    (q, k, v, dy): (&[T], &[T], &[T], &[T]),
     s: &Seq,
     kvh: usize,
-    c0: usize,
-    c1: usize,
+    (c0, c1): (usize, usize),
+    dq_part: &mut [f32],
+    written: &mut [bool],
 ) {
-    let (d, dv) = (ctx.d, ctx.dv);
+    let (d, dv, g) = (ctx.d, ctx.dv, ctx.g);
     let ncol = c1 - c0;
     ctx.load_kv_rows(k, d, s, kvh, c0, c1, &mut buf.k);
     ctx.load_kv_rows(v, dv, s, kvh, c0, c1, &mut buf.v);
@@ -336,88 +416,54 @@ fn dkdv_tile<T: Element>(
     let ld = ctx.bk_bwd;
     for i0 in (0..s.sq).step_by(ctx.bq) {
         let rows = ctx.bq.min(s.sq - i0);
-        let (kind, a, e) = ctx.classify(s, i0, i0 + rows, c0, c1);
-        if kind == Kind::Skip {
+        if ctx.classify(s, i0, i0 + rows, c0, c1).0 == Kind::Skip {
             continue;
         }
-        let (nc, off) = (e - a, a - c0);
-        let mm = rows * ctx.g;
+        let mm = rows * g;
         load_query_side(ctx, buf, st, q, dy, s, kvh, i0, rows);
-        probs_and_ds(ctx, buf, s, kvh, i0, rows, a, nc, off, kind, ld);
-        let pd = if ctx.dropout.is_some() {
-            &buf.pd
-        } else {
-            &buf.s
-        };
-        // dV += (P∘drop)ᵀ · dO
-        matmul(
-            &mut buf.acc_b[off * dv..],
-            dv,
-            Mat::row_major(pd, mm, nc, ld).t(),
-            Mat::row_major(&buf.dout, mm, dv, dv),
-            true,
-            1.0,
-        );
-        // dK += dSᵀ · (scale·Q)
-        matmul(
-            &mut buf.acc_a[off * d..],
-            d,
-            Mat::row_major(&buf.dp, mm, nc, ld).t(),
-            Mat::row_major(&buf.q, mm, d, d),
-            true,
-            1.0,
-        );
-    }
-}
-
-/// dQ / scale into `buf.acc_a` for a query tile; returns its rows and the tile's dsink
-/// partials (one per head of the group, zeros without a sink).
-#[allow(clippy::too_many_arguments)]
-fn dq_tile<T: Element>(
-    ctx: &Ctx,
-    buf: &mut Bufs,
-    st: &Stats,
-    q: &[T],
-    k: &[T],
-    v: &[T],
-    dy: &[T],
-    s: &Seq,
-    kvh: usize,
-    i0: usize,
-) -> (usize, Vec<f64>) {
-    let d = ctx.d;
-    let rows = ctx.bq.min(s.sq - i0);
-    let mm = rows * ctx.g;
-    load_query_side(ctx, buf, st, q, dy, s, kvh, i0, rows);
-    let mut part = vec![0.0f64; ctx.g];
-    if let Some(sink) = ctx.sink {
-        // dsink_h −= exp(sink_h − m_i) / l_i · D_i
-        for r in 0..mm {
-            let h = ctx.head(kvh, r);
-            let pi = (sink[h] as f64 - buf.m[r] as f64).exp() * buf.inv_l[r] as f64;
-            part[r % ctx.g] -= pi * buf.delta[r] as f64;
+        let dq_rows = &mut dq_part[i0 * g * d..(i0 * g + mm) * d];
+        let written = &mut written[i0 / ctx.bq];
+        for t0 in (c0..c1).step_by(ld) {
+            let t1 = (t0 + ld).min(c1);
+            let (kind, a, e) = ctx.classify(s, i0, i0 + rows, t0, t1);
+            if kind == Kind::Skip {
+                continue;
+            }
+            let (nc, off) = (e - a, a - c0);
+            probs_and_ds(ctx, buf, s, kvh, i0, rows, a, nc, off, kind, ld);
+            let pd = if ctx.dropout.is_some() {
+                &buf.pd
+            } else {
+                &buf.s
+            };
+            // dV += (P∘drop)ᵀ · dO
+            matmul(
+                &mut buf.acc_b[off * dv..],
+                dv,
+                Mat::row_major(pd, mm, nc, ld).t(),
+                Mat::row_major(&buf.dout, mm, dv, dv),
+                true,
+                1.0,
+            );
+            // dK += dSᵀ · (scale·Q)
+            matmul(
+                &mut buf.acc_a[off * d..],
+                d,
+                Mat::row_major(&buf.dp, mm, nc, ld).t(),
+                Mat::row_major(&buf.q, mm, d, d),
+                true,
+                1.0,
+            );
+            // dQ/scale += dS · K
+            matmul(
+                dq_rows,
+                d,
+                Mat::row_major(&buf.dp, mm, nc, ld),
+                Mat::row_major(&buf.k[off * d..], nc, d, d),
+                *written,
+                1.0,
+            );
+            *written = true;
         }
     }
-    buf.acc_a[..mm * d].fill(0.0);
-    for c0 in (0..s.skv).step_by(ctx.bk) {
-        let c1 = (c0 + ctx.bk).min(s.skv);
-        let (kind, a, e) = ctx.classify(s, i0, i0 + rows, c0, c1);
-        if kind == Kind::Skip {
-            continue;
-        }
-        let nc = e - a;
-        ctx.load_kv_rows(k, d, s, kvh, a, e, &mut buf.k);
-        ctx.load_kv_rows(v, ctx.dv, s, kvh, a, e, &mut buf.v);
-        probs_and_ds(ctx, buf, s, kvh, i0, rows, a, nc, 0, kind, ctx.bk);
-        // dQ/scale += dS · K
-        matmul(
-            &mut buf.acc_a,
-            d,
-            Mat::row_major(&buf.dp, mm, nc, ctx.bk),
-            Mat::row_major(&buf.k, nc, d, d),
-            true,
-            1.0,
-        );
-    }
-    (rows, part)
 }
