@@ -871,6 +871,10 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
     out.par_chunks_mut(n * d)
         .enumerate()
         .for_each(|(b, out_b)| {
+            // Each output row is summed here and written once: `out`'s fresh pages are
+            // first touched by a write (a read first would map the zero page, and the write
+            // after it fault again with a TLB shootdown).
+            let mut row = vec![0.0f32; d];
             for i in 0..per_b {
                 let (first, count) = groups[b * per_b + i];
                 if count == 0 {
@@ -885,17 +889,18 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
                         .map(|p| p[r])
                         .fold(f32::NEG_INFINITY, f32::max);
                     let mut l = 0.0f32;
+                    row.fill(0.0);
                     for p in parts.chunks_exact(slot) {
                         let w = (p[r] - m).exp();
                         l += p[rows + r] * w;
                         let acc = &p[2 * rows + r * d..2 * rows + (r + 1) * d];
-                        dst.iter_mut().zip(acc).for_each(|(o, x)| *o += w * x);
+                        row.iter_mut().zip(acc).for_each(|(o, x)| *o += w * x);
                     }
                     let inv_l = 1.0 / l;
                     let kvh = h / ctx.g;
-                    for (di, o) in dst.iter_mut().enumerate() {
+                    for (di, (o, x)) in dst.iter_mut().zip(&row).enumerate() {
                         let (scale, offset) = ctx.antiquant(1, kvh * d + di);
-                        *o = (*o * inv_l + offset) * scale;
+                        *o = (x * inv_l + offset) * scale;
                     }
                 }
             }
