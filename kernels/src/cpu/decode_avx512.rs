@@ -198,50 +198,66 @@ impl<'a> Prefetch<'a> {
     }
 }
 
-/// Position in a [`Prefetch`]: the next line to prefetch.
+/// Position in a [`Prefetch`] spread over `steps` loop steps: after `k` steps,
+/// `⌊total · k / steps⌋` lines are prefetched (kept without a division per step: `err`
+/// gains `total` per step and pays `steps` per line).
 struct PrefetchCursor<'a> {
     pf: Prefetch<'a>,
     per_row: usize,
     row: usize,
     line: usize,
-    done: usize,
-    total: usize,
+    left: usize,
+    steps: usize,
+    err: usize,
 }
 
 impl<'a> PrefetchCursor<'a> {
-    fn new(pf: Prefetch<'a>) -> Self {
+    fn new(pf: Prefetch<'a>, steps: usize) -> Self {
         let per_row = pf.per_row();
         Self {
             pf,
             per_row,
             row: 0,
             line: 0,
-            done: 0,
-            total: pf.rows.len() * per_row,
+            left: pf.rows.len() * per_row,
+            steps: steps.max(1),
+            err: 0,
         }
     }
 
-    /// Prefetches lines until `done = total · j / n` (the share of `j` of `n` loop steps).
+    /// `k` more loop steps done.
     #[inline(always)]
-    fn advance(&mut self, j: usize, n: usize) {
-        let target = if j >= n {
-            self.total
-        } else {
-            self.total * j / n
-        };
-        while self.done < target {
-            let row = self
-                .pf
-                .base
-                .wrapping_add(self.pf.rows[self.row] * self.pf.sz);
-            let at = (self.line * 64).min(self.pf.row_bytes.saturating_sub(1));
-            prefetch_line(row.wrapping_add(at));
-            self.done += 1;
-            self.line += 1;
-            if self.line == self.per_row {
-                self.line = 0;
-                self.row += 1;
-            }
+    fn step(&mut self, k: usize) {
+        if self.left == 0 {
+            return;
+        }
+        self.err += k * (self.pf.rows.len() * self.per_row);
+        while self.err >= self.steps && self.left > 0 {
+            self.err -= self.steps;
+            self.one();
+        }
+    }
+
+    /// The lines not prefetched yet.
+    fn finish(&mut self) {
+        while self.left > 0 {
+            self.one();
+        }
+    }
+
+    #[inline(always)]
+    fn one(&mut self) {
+        let row = self
+            .pf
+            .base
+            .wrapping_add(self.pf.rows[self.row] * self.pf.sz);
+        let at = (self.line * 64).min(self.pf.row_bytes.saturating_sub(1));
+        prefetch_line(row.wrapping_add(at));
+        self.left -= 1;
+        self.line += 1;
+        if self.line == self.per_row {
+            self.line = 0;
+            self.row += 1;
         }
     }
 }
@@ -360,7 +376,7 @@ unsafe fn scores_rows<T: Widen, const R: usize, const TT: usize>(
     let qp = q.as_ptr();
     let kp = kv.as_ptr();
     let ns = offs.len();
-    let mut pf = PrefetchCursor::new(pf);
+    let mut pf = PrefetchCursor::new(pf, ns);
     let mut j = 0;
     while j + TT <= ns {
         // SAFETY (all loads below): K rows checked by the caller, `q` rows of `dp ≥ d`.
@@ -411,7 +427,7 @@ unsafe fn scores_rows<T: Widen, const R: usize, const TT: usize>(
             s[r * ld + j..r * ld + j + TT].copy_from_slice(&out[r * TT..(r + 1) * TT]);
         }
         j += TT;
-        pf.advance(j, ns);
+        pf.step(TT);
     }
     // Remaining keys one at a time.
     while j < ns {
@@ -440,10 +456,10 @@ unsafe fn scores_rows<T: Widen, const R: usize, const TT: usize>(
             s[r * ld + j] = _mm512_reduce_add_ps(*a);
         }
         j += 1;
-        pf.advance(j, ns);
+        pf.step(1);
     }
     // All of it, also when there were no keys.
-    pf.advance(ns, ns);
+    pf.finish();
     R
 }
 
@@ -507,11 +523,13 @@ unsafe fn pv_rows<T: Widen, const R: usize>(
 ) -> usize {
     let nb = d.div_ceil(16);
     let widest = if R >= 2 { 16 / R } else { 8 };
+    // The prefetches are spread over all the blocks (`nb·ns` vector-key steps), so the line
+    // fill buffers are neither saturated during one block nor idle during the others.
+    let mut pf = PrefetchCursor::new(next, nb * offs.len());
     let mut c = 0;
     while c < nb {
-        // The prefetches are issued during the first block.
-        let pf = if c == 0 { next } else { Prefetch::none() };
         let rest = (nb - c).min(widest);
+        let pf = &mut pf;
         // SAFETY: forwarded from the caller; blocks stay within the `nb` vectors of a row.
         c += unsafe {
             match rest {
@@ -522,6 +540,7 @@ unsafe fn pv_rows<T: Widen, const R: usize>(
             }
         };
     }
+    pf.finish();
     R
 }
 
@@ -541,13 +560,11 @@ unsafe fn pv_block<T: Widen, const R: usize, const CB: usize>(
     c0: usize,
     acc: &mut [f32],
     dp: usize,
-    pf: Prefetch<'_>,
+    pf: &mut PrefetchCursor<'_>,
 ) -> usize {
     let kp = kv.as_ptr();
     let pp = p.as_ptr();
     let ap = acc.as_mut_ptr();
-    let ns = offs.len();
-    let mut pf = PrefetchCursor::new(pf);
     // Elements of the block's last vector (< 16 only for the row's tail).
     let last_n = (d - (c0 + CB - 1) * 16).min(16);
     let mut a = [[_mm512_setzero_ps(); CB]; R];
@@ -580,9 +597,8 @@ unsafe fn pv_block<T: Widen, const R: usize, const CB: usize>(
                 *av = _mm512_fmadd_ps(pb, xv, *av);
             }
         }
-        pf.advance(j + 1, ns);
+        pf.step(CB);
     }
-    pf.advance(ns, ns);
     for (r, ar) in a.iter().enumerate() {
         for (v, &x) in ar.iter().enumerate() {
             // SAFETY: as for the loads above.
