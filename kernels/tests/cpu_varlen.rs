@@ -419,7 +419,7 @@ fn band_modes_skip_and_mask_whole_tiles() {
     }
 }
 
-/// Key sequences longer than the backward's four span groups cover in one round (4 × 1024
+/// Key sequences longer than the backward's two span groups cover in one round (2 × 1024
 /// columns), so a group adds several spans' dQ into its buffer: full, bottom-right causal and
 /// a band that leaves whole spans unseen by some query tiles; GQA and a sink.
 #[test]
