@@ -16,9 +16,9 @@ use crate::Element;
 // not waste work on the diagonal of causal masks.
 /// Target rows (`tokens × G`) of a query tile.
 const TARGET_ROWS: usize = 512;
-/// Key columns of a kv tile (forward, backward dQ pass).
+/// Key columns of a kv tile (forward).
 const BK: usize = 512;
-/// Key columns of a kv tile in the backward dK/dV pass (one task per kv tile).
+/// Key columns of a kv tile in the backward (within a span: `varlen_bwd::SPAN`).
 const BK_BWD: usize = 128;
 
 /// One sequence's geometry and positional rule.
@@ -61,9 +61,9 @@ pub(crate) struct Ctx<'a, 'p> {
     pub seqs: Vec<Seq>,
     /// Query tokens per query tile.
     pub bq: usize,
-    /// Key columns per kv tile (forward, dQ pass).
+    /// Key columns per kv tile (forward).
     pub bk: usize,
-    /// Key columns per kv tile of the dK/dV pass.
+    /// Key columns per kv tile of the backward.
     pub bk_bwd: usize,
     pub dense: Option<DenseMask<'p>>,
     /// `(mask, 1 / keepProb)` when dropout is active.

@@ -86,7 +86,7 @@ const GROUPS: usize = 2;
 /// gradient, `softmax_max` / `softmax_sum` the forward statistics in the problem's layout.
 ///
 /// One pass, five GEMMs per (query tile, kv tile): S = Q·Kᵀ, dP = dO·Vᵀ, dV += Pᵀ·dO,
-/// dK += dSᵀ·Q and dQ += dS·K. One task per (sequence, kv head, span group); see [`GROUPS`].
+/// dK += dSᵀ·Q and dQ += dS·K. One task per (sequence, kv head, group of kv spans), see the module docs of `cpu`.
 ///
 /// Deterministic: bitwise-identical results for any number of rayon threads (every sum has a
 /// fixed order: tasks write disjoint rows, and the per-group dQ buffers are added in group
