@@ -205,27 +205,29 @@ pub fn varlen_bwd<T: Element>(
             at += groups(s) * nkv * part_len(s);
         }
         let parts = &parts;
-        dq.par_chunks_mut(n * d).enumerate().for_each(|(t, dq_t)| {
-            // The sequence holding query token `t`.
-            let si = ctx.seqs.partition_point(|s| s.q0 + s.sq <= t);
-            let Some(s) = ctx.seqs.get(si) else {
-                return;
-            };
-            let i = t - s.q0;
-            let ng = groups(s);
-            let mut row = vec![0.0f32; d];
-            for h in 0..n {
-                let (kvh, gg) = (h / g, h % g);
-                row.fill(0.0);
-                for gi in 0..ng {
-                    let start = offs[si] + (gi * nkv + kvh) * part_len(s) + (i * g + gg) * d;
-                    for (x, y) in row.iter_mut().zip(&parts[start..start + d]) {
-                        *x += y;
+        dq.par_chunks_mut(n * d).enumerate().for_each_init(
+            || vec![0.0f32; d],
+            |row, (t, dq_t)| {
+                // The sequence holding query token `t`.
+                let si = ctx.seqs.partition_point(|s| s.q0 + s.sq <= t);
+                let Some(s) = ctx.seqs.get(si) else {
+                    return;
+                };
+                let i = t - s.q0;
+                let ng = groups(s);
+                for h in 0..n {
+                    let (kvh, gg) = (h / g, h % g);
+                    row.fill(0.0);
+                    for gi in 0..ng {
+                        let start = offs[si] + (gi * nkv + kvh) * part_len(s) + (i * g + gg) * d;
+                        for (x, y) in row.iter_mut().zip(&parts[start..start + d]) {
+                            *x += y;
+                        }
                     }
+                    store(row, &mut dq_t[h * d..(h + 1) * d], ctx.scale);
                 }
-                store(&row, &mut dq_t[h * d..(h + 1) * d], ctx.scale);
-            }
-        });
+            },
+        );
     }
 
     // dsink_h = −Σ_i exp(sink_h − m_i) / l_i · D_i: partials per query tile, added in task
