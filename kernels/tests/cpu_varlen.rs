@@ -419,9 +419,10 @@ fn band_modes_skip_and_mask_whole_tiles() {
     }
 }
 
-/// Key sequences longer than the backward's two span groups cover in one round (2 × 1024
+/// Key sequences longer than the backward's span groups cover in one round (up to 4 × 1024
 /// columns), so a group adds several spans' dQ into its buffer: full, bottom-right causal and
-/// a band that leaves whole spans unseen by some query tiles; GQA and a sink.
+/// a band that leaves whole spans unseen by some query tiles; GQA and a sink; then dense mask,
+/// dropout, dense pse and ALiBi on spans that start after column 0.
 #[test]
 fn kv_longer_than_one_span_per_group() {
     let mut rng = Rng::new(15);
@@ -440,6 +441,51 @@ fn kv_longer_than_one_span_per_group() {
         }
         check(&c);
     }
+    // Per-element work on tiles of a span that starts after column 0: a dense mask, dropout,
+    // a dense pse and ALiBi.
+    let c = Case::new(&mut rng, 2, 1, 16, 16, &[200], &[3300])
+        .random_dense_mask(&mut rng, 1, 1, 0.1)
+        .with_dropout(0.85, 3)
+        .with_sink(&mut rng);
+    check(&c);
+    let c = Case::new(&mut rng, 2, 2, 16, 16, &[150], &[2600])
+        .with_dense_pse(&mut rng, PseType::OuterMulAdd)
+        .with_sink(&mut rng);
+    check(&c);
+    let c = Case::new(&mut rng, 4, 1, 16, 16, &[120, 40], &[3100, 1500])
+        .mode(SparseMode::RightDownCausal)
+        .compressed()
+        .with_alibi(&mut rng, PseType::InnerMulAdd, true, 3, -2)
+        .with_sink(&mut rng);
+    check(&c);
+}
+
+/// D = 0 (which the ops layer refuses, but the kernels take): empty outputs, zero dsink, no
+/// panic.
+#[test]
+fn zero_head_dim_gives_empty_gradients() {
+    let mut rng = Rng::new(16);
+    let c = Case::new(&mut rng, 4, 2, 0, 0, &[30, 1100], &[40, 1200]).with_sink(&mut rng);
+    let p = c.problem();
+    let (q, k, v) = (
+        to_elem::<f32>(&c.q),
+        to_elem::<f32>(&c.k),
+        to_elem::<f32>(&c.v),
+    );
+    let f = cpu::varlen_fwd::<f32>(&p, &q, &k, &v);
+    assert!(f.attention_out.is_empty());
+    let g = cpu::varlen_bwd::<f32>(
+        &p,
+        &q,
+        &k,
+        &v,
+        &f.attention_out,
+        &f.attention_out,
+        &f.softmax_max,
+        &f.softmax_sum,
+    );
+    assert!(g.dq.is_empty() && g.dk.is_empty() && g.dv.is_empty());
+    assert_eq!(g.dsink, Some(vec![0.0; 4]));
 }
 
 /// Rows with nothing to attend: mode 1 with all-ones mask rows, mode 4 with a band that misses

@@ -40,8 +40,8 @@
 //! Working memory, per thread (kept in a thread-local cache for the next call of the same
 //! shape): the K and V sub-chunks (≤ 2 × 512 KiB, or the whole chunk when smaller), scores
 //! for `G × sub` and the task's queries and accumulators (`nh·G × D`); plus the partial
-//! results, `B·N·(D + 2)` f32 per chunk of the longest window. Nothing proportional to the
-//! cache is allocated.
+//! results, `B·N·(D + 2)` f32 per chunk of the longest window, in a buffer the calling thread
+//! keeps for its next call (up to 16 MiB). Nothing proportional to the cache is allocated.
 //!
 //! Accuracy: f32 compute and the polynomial `exp` of the varlen kernels; against the
 //! f64-accumulating reference the tests hold 2e-5 abs + 1e-4 rel (D ≤ 128; f32, f16, bf16
@@ -175,6 +175,9 @@ thread_local! {
     /// page faults every time. At most a few MiB per thread.
     static SCRATCH: std::cell::RefCell<Option<Bufs>> = const { std::cell::RefCell::new(None) };
 }
+
+/// The largest partial-results buffer (f32 elements, 16 MiB) a thread keeps between calls.
+const PARTIALS_KEEP: usize = 4 << 20;
 
 thread_local! {
     /// The calling thread's buffer of chunk partial results, kept for its next call: about
@@ -905,7 +908,11 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
                 }
             }
         });
-    PARTIALS.with(|p| *p.borrow_mut() = partials);
+    // Kept for the next call unless unusually large (a one-off huge batch should not pin
+    // its buffer to the thread).
+    if partials.capacity() <= PARTIALS_KEEP {
+        PARTIALS.with(|p| *p.borrow_mut() = partials);
+    }
     out
 }
 

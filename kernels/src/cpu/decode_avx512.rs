@@ -228,31 +228,41 @@ impl<'a> PrefetchCursor<'a> {
     /// `k` more loop steps done.
     #[inline(always)]
     fn step(&mut self, k: usize) {
+        self.step_with(k, prefetch_line);
+    }
+
+    /// The lines not prefetched yet.
+    fn finish(&mut self) {
+        self.finish_with(prefetch_line);
+    }
+
+    /// [`Self::step`], handing each line's address to `f`.
+    #[inline(always)]
+    fn step_with(&mut self, k: usize, mut f: impl FnMut(*const u8)) {
         if self.left == 0 {
             return;
         }
         self.err += k * (self.pf.rows.len() * self.per_row);
         while self.err >= self.steps && self.left > 0 {
             self.err -= self.steps;
-            self.one();
+            self.one(&mut f);
         }
     }
 
-    /// The lines not prefetched yet.
-    fn finish(&mut self) {
+    fn finish_with(&mut self, mut f: impl FnMut(*const u8)) {
         while self.left > 0 {
-            self.one();
+            self.one(&mut f);
         }
     }
 
     #[inline(always)]
-    fn one(&mut self) {
+    fn one(&mut self, f: &mut impl FnMut(*const u8)) {
         let row = self
             .pf
             .base
             .wrapping_add(self.pf.rows[self.row] * self.pf.sz);
         let at = (self.line * 64).min(self.pf.row_bytes.saturating_sub(1));
-        prefetch_line(row.wrapping_add(at));
+        f(row.wrapping_add(at));
         self.left -= 1;
         self.line += 1;
         if self.line == self.per_row {
@@ -623,6 +633,53 @@ mod tests {
         // SAFETY: `out` holds 16 f32.
         unsafe { _mm512_storeu_ps(out.as_mut_ptr(), reduce16(vv)) };
         out
+    }
+
+    /// The cursor hands out lines covering every byte of every row, in row order and
+    /// ascending within a row, paced by the steps (never ahead of `⌊total · k / steps⌋` after
+    /// `k` steps), whatever the step sizes; `finish` hands out the rest.
+    #[test]
+    fn prefetch_cursor_covers_every_row_in_order_at_its_pace() {
+        let buf = vec![0u16; 4096];
+        let base = buf.as_ptr() as usize;
+        // Aligned and unaligned rows (u16 elements: 2 bytes each).
+        for (rows, row_elems) in [
+            (vec![0usize, 512, 1024, 64], 64usize),
+            (vec![3, 700, 1500], 50),
+            (vec![], 32),
+        ] {
+            let pf = Prefetch::new(&buf, &rows, row_elems);
+            for (steps, sizes) in [
+                (64usize, vec![4usize; 16]),
+                (40, vec![1, 7, 3, 13, 2]),
+                (5, vec![]),
+            ] {
+                let mut cur = PrefetchCursor::new(pf, steps);
+                let total = cur.left;
+                let mut got = Vec::new();
+                let mut done = 0;
+                for k in sizes {
+                    cur.step_with(k, |p| got.push(p as usize));
+                    done += k;
+                    assert!(got.len() <= total * done / steps, "ahead of its pace");
+                }
+                cur.finish_with(|p| got.push(p as usize));
+                assert_eq!(got.len(), total);
+                // Every byte of every row lies in a handed-out line.
+                let lines: std::collections::BTreeSet<usize> = got.iter().map(|a| a / 64).collect();
+                for &r in &rows {
+                    for byte in base + r * 2..base + (r + row_elems) * 2 {
+                        assert!(lines.contains(&(byte / 64)), "row {r}: byte not covered");
+                    }
+                }
+                // Row order, ascending within a row.
+                let mut sorted = got.clone();
+                sorted.sort_unstable();
+                if rows.windows(2).all(|w| w[0] < w[1]) {
+                    assert_eq!(got, sorted);
+                }
+            }
+        }
     }
 
     #[test]

@@ -16,18 +16,20 @@
 //!   dense mask, pse or dropout is present) are masked element by element.
 //! - backward: P is recomputed from the saved statistics, in one pass with five GEMMs per
 //!   (query tile, kv tile): S, dP, dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K. The key columns of
-//!   a sequence are cut into spans of 1024 (a constant), dealt round-robin to two span groups
-//!   per (sequence, kv head); one task per group owns dK / dV of its spans and adds their dQ
-//!   contributions into its own f32 buffer, and the groups' buffers are added in group order.
-//!   Every output element is written by exactly one task, every task reduces in a fixed order,
-//!   and the dsink partials (per query tile, from the saved statistics) are summed in task
-//!   order, so results are bitwise identical run to run and for any number of threads.
+//!   a sequence are cut into spans of 1024 (a constant), dealt round-robin to 2–4 span groups
+//!   per (sequence, kv head) (a function of the problem's size, not of the thread count); one
+//!   task per (sequence, group, kv head) owns dK / dV of its spans and adds their dQ
+//!   contributions into its own f32 buffer, and the groups' buffers are added in group order
+//!   into dQ. Every dK / dV element has one writer, every sum has a fixed order, and the
+//!   dsink partials (per query tile, from the saved statistics) are summed in task order, so
+//!   results are bitwise identical run to run and for any number of threads.
 //!
 //! Working memory: a few `rows × tile` f32 buffers per rayon job (at most a few MiB at the
-//! default tiles); in the backward also `D = dO·O` as `Tq·N` f32 and the span groups' dQ
-//! accumulators, at most two f32 copies of dQ (O(T), like FlashAttention-2's f32 `dq_accum`).
-//! No `Sq × Skv` buffer is ever allocated. Finished tiles are written to the outputs under a
-//! mutex (one short critical section per task); every output element has exactly one writer.
+//! default tiles; the backward's hold K, V, dK, dV of a span: 2 MiB at D = 128); in the
+//! backward also `D = dO·O` as `Tq·N` f32 and the span groups' dQ accumulators, at most four
+//! f32 copies of dQ (O(T), like FlashAttention-2's f32 `dq_accum`). No `Sq × Skv` buffer is
+//! ever allocated. Finished forward tiles, and a backward task's dK / dV rows after each span,
+//! are written to the outputs under a mutex (one short critical section each).
 //!
 //! Accuracy: f32 tiles and a polynomial `exp` (~1 ulp); against the f64-accumulating reference
 //! the tests hold 2e-5 abs + 1e-4 rel for outputs and gradients at D ≤ 128.

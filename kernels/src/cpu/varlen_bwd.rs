@@ -14,7 +14,7 @@ use crate::reference::varlen::VarlenGrads;
 use crate::varlen::VarlenProblem;
 use crate::Element;
 
-/// Per-thread working memory of the backward (O(tile)).
+/// Working memory of a backward rayon job: tile buffers and the K, V, dK, dV of a span.
 struct Bufs {
     /// Scaled Q and dO of a query tile (`M × D`).
     q: Vec<f32>,
@@ -73,13 +73,17 @@ impl Bufs {
 /// query side of a tile is loaded once per span; K, V, dK, dV of a span at D = 128 are 2 MiB).
 const SPAN: usize = 1024;
 
-/// Span groups per (sequence, kv head): group `gi` takes spans `gi, gi + GROUPS, …` in order
+/// Span groups per (sequence, kv head): group `gi` takes spans `gi, gi + groups, …` in order
 /// and accumulates their dQ contributions into its own f32 buffer (like FlashAttention-2's
 /// f32 `dq_accum`), so dQ needs no racing accumulation; the groups' buffers are added in
-/// group order at the end. The buffers are at most `GROUPS ×` the size of dQ in f32: O(T),
-/// whatever the sequence length. 2 against 4: the same time on the bench and on one 8192-token
-/// sequence (2 threads), half the memory.
-const GROUPS: usize = 2;
+/// group order at the end. The buffers are at most `MAX_GROUPS ×` the size of dQ in f32:
+/// O(T), whatever the sequence length. The count per sequence aims at [`TARGET_TASKS`] tasks
+/// in all (at least 2 groups): on the bench (4 sequences × 2 kv heads) that is 2, which took
+/// the same time as 4 there and on one 8192-token sequence (2 threads), with half the memory.
+const MAX_GROUPS: usize = 4;
+
+/// Tasks the span groups aim at (for machines with more cores than the 2 tuned on).
+const TARGET_TASKS: usize = 16;
 
 /// Backward with the reference's signature and conventions
 /// ([`crate::reference::varlen::varlen_bwd`]). `attention_in` is the forward output, `dy` its
@@ -105,6 +109,17 @@ pub fn varlen_bwd<T: Element>(
     let ctx = Ctx::new(p);
     let dims = &p.dims;
     let (n, nkv, g, d, dv) = (ctx.n, ctx.nkv, ctx.g, ctx.d, ctx.dv);
+    if n == 0 || d == 0 {
+        // Nothing to differentiate (empty heads, or D = 0 where dO·O = 0): zero gradients,
+        // without chunking by an empty row below.
+        let zero = T::from_f64(0.0);
+        return VarlenGrads {
+            dq: vec![zero; dims.t_q() * n * d],
+            dk: vec![zero; dims.t_kv() * nkv * d],
+            dv: vec![zero; dims.t_kv() * nkv * dv],
+            dsink: ctx.sink.map(|_| vec![0.0; n]),
+        };
+    }
     // D = dO·O per (token, head), f64-accumulated.
     let mut delta = vec![0.0f32; dims.t_q() * n];
     delta.par_chunks_mut(n).enumerate().for_each(|(t, row)| {
@@ -123,15 +138,20 @@ pub fn varlen_bwd<T: Element>(
         delta: &delta,
     };
 
-    // dQ/scale buffers: for each sequence, group and kv head, `Sq × G × D` f32 (the rows of
-    // a query tile are contiguous there).
+    // Span groups per (sequence, kv head): enough for about `TARGET_TASKS` tasks in all
+    // (more when there are few sequences and kv heads), at least 2, at most `MAX_GROUPS`, never
+    // more than the sequence has spans. A function of the problem, not of the thread count.
+    let pairs = nkv * ctx.seqs.iter().filter(|s| s.sq > 0 && s.skv > 0).count();
+    let max_groups = TARGET_TASKS.div_ceil(pairs.max(1)).clamp(2, MAX_GROUPS);
     let groups = |s: &Seq| {
         if s.sq == 0 {
             0
         } else {
-            s.skv.div_ceil(SPAN).min(GROUPS)
+            s.skv.div_ceil(SPAN).min(max_groups)
         }
     };
+    // dQ/scale buffers: for each sequence, group and kv head, `Sq × G × D` f32 (the rows of
+    // a query tile are contiguous there).
     let part_len = |s: &Seq| s.sq * g * d;
     let total: usize = ctx.seqs.iter().map(|s| groups(s) * nkv * part_len(s)).sum();
     let mut parts = vec![0.0f32; total];
