@@ -750,3 +750,57 @@ fn backward_is_deterministic_across_thread_counts() {
         }
     }
 }
+
+/// The forward keeps its tile buffers per thread for the next call of the same shape: what a
+/// previous call left in them (other data, masks, sinks, dropout) must not change a result.
+/// Each problem is run on a fresh one-thread pool (empty buffers), and again on one pool right
+/// after a differently masked problem of the same buffer shape; the bits must match.
+#[test]
+fn forward_reused_buffers_do_not_leak_between_calls() {
+    let mut rng = Rng::new(41);
+    let pairs = [
+        (
+            Case::new(&mut rng, 4, 2, 32, 32, &[200, 64], &[200, 64]).with_sink(&mut rng),
+            Case::new(&mut rng, 4, 2, 32, 32, &[64, 200], &[90, 200])
+                .mode(SparseMode::RightDownCausal)
+                .compressed(),
+        ),
+        (
+            Case::new(&mut rng, 4, 1, 16, 16, &[150], &[150]).with_dropout(0.9, 3),
+            Case::new(&mut rng, 4, 1, 16, 16, &[150, 7], &[150, 40])
+                .with_dropout(0.7, 5)
+                .mode(SparseMode::LeftUpCausal)
+                .compressed()
+                .with_sink(&mut rng),
+        ),
+    ];
+    let fwd = |c: &Case| {
+        let p = c.problem();
+        let (q, k, v) = (
+            to_elem::<f32>(&c.q),
+            to_elem::<f32>(&c.k),
+            to_elem::<f32>(&c.v),
+        );
+        let f = cpu::varlen_fwd::<f32>(&p, &q, &k, &v);
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        (
+            bits(&f.attention_out),
+            bits(&f.softmax_max),
+            bits(&f.softmax_sum),
+        )
+    };
+    let pool = || {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap()
+    };
+    for (a, b) in &pairs {
+        let fresh_a = pool().install(|| fwd(a));
+        let fresh_b = pool().install(|| fwd(b));
+        let shared = pool();
+        assert_eq!(shared.install(|| fwd(a)), fresh_a);
+        assert_eq!(shared.install(|| fwd(b)), fresh_b, "b after a");
+        assert_eq!(shared.install(|| fwd(a)), fresh_a, "a after b");
+    }
+}

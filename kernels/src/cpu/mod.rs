@@ -25,7 +25,8 @@
 //!   results are bitwise identical run to run and for any number of threads.
 //!
 //! Working memory: a few `rows × tile` f32 buffers per rayon job (at most a few MiB at the
-//! default tiles; the backward's hold K, V, dK, dV of a span: 2 MiB at D = 128); in the
+//! default tiles; the backward's hold K, V, dK, dV of a span: 2 MiB at D = 128; the forward's,
+//! 1–3 MiB, are kept per thread for the next call of the same shape, up to 16 MiB); in the
 //! backward also `D = dO·O` as `Tq·N` f32 and the span groups' dQ accumulators, at most four
 //! f32 copies of dQ (O(T), like FlashAttention-2's f32 `dq_accum`). No `Sq × Skv` buffer is
 //! ever allocated. Finished forward tiles, and a backward task's dK / dV rows after each span,
