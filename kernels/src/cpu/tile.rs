@@ -302,12 +302,15 @@ impl<'a, 'p> Ctx<'a, 'p> {
                 }
             }
             if kind == Kind::Partial {
+                // Allowed: the prefix `[0, pre)` and the band `[lo, hi)`; the rest of the row's
+                // columns are masked, as (at most) two runs.
                 let (lo, hi) = s.rule.band_columns(i, s.skv);
                 let pre = s.prefix;
-                for (jj, x) in row.iter_mut().enumerate() {
-                    let j = c0 + jj;
-                    if !(j < pre || (lo <= j && j < hi)) {
-                        *x = f32::NEG_INFINITY;
+                let end = c0 + nc;
+                let local = |a: usize, b: usize| (a.clamp(c0, end) - c0, b.clamp(c0, end) - c0);
+                for (a, b) in [local(pre, lo), local(pre.max(hi), end)] {
+                    if a < b {
+                        row[a..b].fill(f32::NEG_INFINITY);
                     }
                 }
                 if let Some(m) = &self.dense {
