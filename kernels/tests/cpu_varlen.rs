@@ -136,6 +136,15 @@ fn check_with<T: Element>(c: &Case, tol: Tol, backward: bool) {
     }
 }
 
+/// A case's q, k, v as f32.
+fn qkv_f32(c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    (
+        to_elem::<f32>(&c.q),
+        to_elem::<f32>(&c.k),
+        to_elem::<f32>(&c.v),
+    )
+}
+
 fn check(c: &Case) {
     check_with::<f32>(c, F32_TOL, true);
 }
@@ -467,11 +476,7 @@ fn zero_head_dim_gives_empty_gradients() {
     let mut rng = Rng::new(16);
     let c = Case::new(&mut rng, 4, 2, 0, 0, &[30, 1100], &[40, 1200]).with_sink(&mut rng);
     let p = c.problem();
-    let (q, k, v) = (
-        to_elem::<f32>(&c.q),
-        to_elem::<f32>(&c.k),
-        to_elem::<f32>(&c.v),
-    );
+    let (q, k, v) = qkv_f32(&c);
     let f = cpu::varlen_fwd::<f32>(&p, &q, &k, &v);
     assert!(f.attention_out.is_empty());
     let g = cpu::varlen_bwd::<f32>(
@@ -704,11 +709,7 @@ fn backward_is_deterministic_across_thread_counts() {
     ];
     for c in &cases {
         let p = c.problem();
-        let (q, k, v) = (
-            to_elem::<f32>(&c.q),
-            to_elem::<f32>(&c.k),
-            to_elem::<f32>(&c.v),
-        );
+        let (q, k, v) = qkv_f32(c);
         let dy = to_elem::<f32>(&loss_weights(c, 5));
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()
@@ -776,11 +777,7 @@ fn forward_reused_buffers_do_not_leak_between_calls() {
     ];
     let fwd = |c: &Case| {
         let p = c.problem();
-        let (q, k, v) = (
-            to_elem::<f32>(&c.q),
-            to_elem::<f32>(&c.k),
-            to_elem::<f32>(&c.v),
-        );
+        let (q, k, v) = qkv_f32(c);
         let f = cpu::varlen_fwd::<f32>(&p, &q, &k, &v);
         let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         (

@@ -392,44 +392,37 @@ impl SimdKernel for FixScores<'_, '_, '_, '_> {
 /// loop ran at the baseline's 4 lanes, ~4 % of the forward).
 #[inline]
 fn load<T: Element>(src: &[T], dst: &mut [f32], mul: f32) {
-    vectorized(Load { src, dst, mul });
-}
-
-struct Load<'a, T> {
-    src: &'a [T],
-    dst: &'a mut [f32],
-    mul: f32,
-}
-
-impl<T: Element> SimdKernel for Load<'_, T> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        for (d, x) in self.dst.iter_mut().zip(self.src) {
-            *d = x.to_f64() as f32 * self.mul;
-        }
-    }
+    vectorized(Map {
+        src,
+        dst,
+        f: |x: T| x.to_f64() as f32 * mul,
+    });
 }
 
 /// Writes an f32 row as `T`, times `mul` (compiled for the CPU's vector width, like
 /// [`load`]).
 #[inline]
 pub(crate) fn store<T: Element>(src: &[f32], dst: &mut [T], mul: f32) {
-    vectorized(Store { src, dst, mul });
+    vectorized(Map {
+        src,
+        dst,
+        f: |x: f32| T::from_f64((x * mul) as f64),
+    });
 }
 
-struct Store<'a, T> {
-    src: &'a [f32],
-    dst: &'a mut [T],
-    mul: f32,
+/// `dst[i] = f(src[i])`.
+struct Map<'a, S, D, F> {
+    src: &'a [S],
+    dst: &'a mut [D],
+    f: F,
 }
 
-impl<T: Element> SimdKernel for Store<'_, T> {
+impl<S: Copy, D, F: Fn(S) -> D> SimdKernel for Map<'_, S, D, F> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        for (d, x) in self.dst.iter_mut().zip(self.src) {
-            *d = T::from_f64((x * self.mul) as f64);
+        for (d, &x) in self.dst.iter_mut().zip(self.src) {
+            *d = (self.f)(x);
         }
     }
 }
