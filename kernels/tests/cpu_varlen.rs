@@ -753,9 +753,11 @@ fn backward_is_deterministic_across_thread_counts() {
 }
 
 /// The forward keeps its tile buffers per thread for the next call of the same shape: what a
-/// previous call left in them (other data, masks, sinks, dropout) must not change a result.
-/// Each problem is run on a fresh one-thread pool (empty buffers), and again on one pool right
-/// after a differently masked problem of the same buffer shape; the bits must match.
+/// previous call left in them (other data, masks, sinks, dropout) must not change a result,
+/// and a call of another shape (here: with vs. without dropout) must not get them. Each
+/// problem is run on a fresh one-thread pool (empty buffers), and again on one pool right
+/// after the other problem of its pair; the bits must match, in f32 (K / V read in place)
+/// and f16 (K / V converted into the kept tile buffers).
 #[test]
 fn forward_reused_buffers_do_not_leak_between_calls() {
     let mut rng = Rng::new(41);
@@ -774,30 +776,70 @@ fn forward_reused_buffers_do_not_leak_between_calls() {
                 .compressed()
                 .with_sink(&mut rng),
         ),
-    ];
-    let fwd = |c: &Case| {
-        let p = c.problem();
-        let (q, k, v) = qkv_f32(c);
-        let f = cpu::varlen_fwd::<f32>(&p, &q, &k, &v);
-        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        // Same sizes, without and with dropout: different buffer shapes.
         (
-            bits(&f.attention_out),
-            bits(&f.softmax_max),
-            bits(&f.softmax_sum),
+            Case::new(&mut rng, 4, 2, 32, 32, &[120], &[130]),
+            Case::new(&mut rng, 4, 2, 32, 32, &[120], &[130]).with_dropout(0.8, 9),
+        ),
+    ];
+    fn fwd<T: Element>(c: &Case) -> (Vec<u64>, Vec<u32>, Vec<u32>) {
+        let p = c.problem();
+        let (q, k, v) = (to_elem::<T>(&c.q), to_elem::<T>(&c.k), to_elem::<T>(&c.v));
+        let f = cpu::varlen_fwd::<T>(&p, &q, &k, &v);
+        let stat_bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        (
+            f.attention_out
+                .iter()
+                .map(|x| x.to_f64().to_bits())
+                .collect(),
+            stat_bits(&f.softmax_max),
+            stat_bits(&f.softmax_sum),
         )
-    };
-    let pool = || {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap()
-    };
-    for (a, b) in &pairs {
-        let fresh_a = pool().install(|| fwd(a));
-        let fresh_b = pool().install(|| fwd(b));
-        let shared = pool();
-        assert_eq!(shared.install(|| fwd(a)), fresh_a);
-        assert_eq!(shared.install(|| fwd(b)), fresh_b, "b after a");
-        assert_eq!(shared.install(|| fwd(a)), fresh_a, "a after b");
     }
+    fn check_pairs<T: Element>(pairs: &[(Case, Case)]) {
+        let pool = || {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .unwrap()
+        };
+        for (a, b) in pairs {
+            let fresh_a = pool().install(|| fwd::<T>(a));
+            let fresh_b = pool().install(|| fwd::<T>(b));
+            let shared = pool();
+            assert_eq!(shared.install(|| fwd::<T>(a)), fresh_a);
+            assert_eq!(shared.install(|| fwd::<T>(b)), fresh_b, "b after a");
+            assert_eq!(shared.install(|| fwd::<T>(a)), fresh_a, "a after b");
+        }
+    }
+    check_pairs::<f32>(&pairs);
+    check_pairs::<f16>(&pairs);
+}
+
+/// A forward that panics (here: a precondition broken, K too short, the panic caught as the
+/// ACL simulation does) must not leave broken tile buffers behind for the thread's next call.
+#[test]
+fn forward_after_a_caught_panic_is_unaffected() {
+    let mut rng = Rng::new(42);
+    let c = Case::new(&mut rng, 4, 2, 32, 32, &[150, 40], &[160, 40]).with_sink(&mut rng);
+    let p = c.problem();
+    let (q, k, v) = (
+        to_elem::<f16>(&c.q),
+        to_elem::<f16>(&c.k),
+        to_elem::<f16>(&c.v),
+    );
+    let run = || {
+        let out = cpu::varlen_fwd::<f16>(&p, &q, &k, &v).attention_out;
+        out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let want = pool.install(run);
+    let short_k = &k[..k.len() / 2];
+    let broken =
+        pool.install(|| std::panic::catch_unwind(|| cpu::varlen_fwd::<f16>(&p, &q, short_k, &v)));
+    assert!(broken.is_err(), "the short K should have panicked");
+    assert_eq!(pool.install(run), want);
 }

@@ -3,8 +3,9 @@
 //! on `NdArray`, with peak heap use.
 //!
 //! - `sgemm_gflops`: a 2048³ f32 row-major GEMM through the `gemm` crate, split into one row
-//!   band per thread (how the attention kernels use it), measured before and after the cases;
-//!   the better figure is reported. GFLOP/s = 2·n³ / time.
+//!   band per thread (how the attention kernels use it), measured before the cases, between
+//!   the varlen and the decode cases, and after them; the best figure is reported.
+//!   GFLOP/s = 2·n³ / time.
 //! - `copy_gbps`: a copy of a 256 MiB f32 buffer (64 MiB with `--quick`), counting
 //!   **read + write**: 2 × buffer bytes / time; the better of a one-thread `copy_from_slice`
 //!   and the same split over all threads (both printed), with the caches flushed before each
@@ -26,11 +27,13 @@
 //! - `peak_extra_bytes` / `composite_peak_extra_bytes`: the highest heap level during one call
 //!   minus the level before it (inputs excluded, outputs included), from the counting global
 //!   allocator of the `burn-ascend` binary ([`super::alloc_stats`]); `null` where no counting
-//!   allocator is installed.
+//!   allocator is installed. Measured after the timed repetitions, so buffers a kernel keeps
+//!   per thread between calls (the forward's tiles, the decode's scratch) are not in it.
 //!
 //! Times are the best of 10 repetitions after a warm-up (the composite: 2; `--quick`: 3, the
 //! composite once without warm-up) — the best, so that a shared machine's quiet moments are
-//! what is reported. The table also shows a CPU-time fraction (from
+//! what is reported. The fast kernels' repetitions run in two groups, each after a warm-up,
+//! before and after the composite's timing. The table also shows a CPU-time fraction (from
 //! `/proc/self/task/*/schedstat`), which varies less than wall time on a shared machine.
 
 use std::path::PathBuf;
@@ -192,9 +195,9 @@ impl Timing {
     }
 }
 
-/// The fast kernel's `reps` repetitions in two groups, one before and one after `between`
-/// (the composite's timing, seconds long), caches flushed before each when `flusher` is
-/// given. On a shared machine a burst of other processes' load then spoils at most one group
+/// The fast kernel's `reps` repetitions in two groups, each after a warm-up run, one before
+/// and one after `between` (the composite's timing, seconds long), caches flushed before each
+/// repetition when `flusher` is given. On a shared machine a burst of other processes' load then spoils at most one group
 /// of the best-of. Returns the fast timing and `between`'s result.
 fn time_around<R, B>(
     reps: usize,
@@ -205,7 +208,8 @@ fn time_around<R, B>(
     let first = time_with(reps.div_ceil(2), true, flusher.as_deref_mut(), &mut fast)?;
     let b = between()?;
     let fast = if reps >= 2 {
-        first.best(time_with(reps / 2, false, flusher, &mut fast)?)
+        // Warmed up again: `between` ran for seconds in between.
+        first.best(time_with(reps / 2, true, flusher, &mut fast)?)
     } else {
         first
     };

@@ -28,8 +28,9 @@ struct Bufs {
 }
 
 thread_local! {
-    /// Each thread's buffers, kept for the next task and the next call of the same shape: a
-    /// fresh set per rayon job (1–3 MiB, zeroed) cost 2–3 % of the forward in `memset` alone.
+    /// Each thread's buffers, kept for the next task and the next call of the same shape (up
+    /// to [`KEEP_BYTES`]): a fresh set per rayon job (1–3 MiB, zeroed) cost 2–3 % of the
+    /// forward in `memset` alone.
     static SCRATCH: std::cell::RefCell<Option<Bufs>> = const { std::cell::RefCell::new(None) };
 }
 
@@ -55,23 +56,22 @@ impl Bufs {
     }
 
     /// Runs `f` with this thread's cached buffers for `ctx` (made anew when the shape
-    /// differs; a fresh set when the cache is in use, which nothing here does).
+    /// differs). The buffers are out of the cache while `f` runs and go back only when it
+    /// returns: a panic in `f` (caught further up, e.g. by the ACL simulation) cannot leave a
+    /// half-taken set behind for the next call.
     fn with<R>(ctx: &Ctx, f: impl FnOnce(&mut Bufs) -> R) -> R {
-        SCRATCH.with(|cell| {
-            let Ok(mut cached) = cell.try_borrow_mut() else {
-                return f(&mut Bufs::new(ctx));
-            };
-            let shape = Self::shape(ctx);
-            let buf = match &mut *cached {
-                Some(b) if b.shape == shape => b,
-                other => other.insert(Bufs::new(ctx)),
-            };
-            let r = f(buf);
-            if buf.bytes() > KEEP_BYTES {
-                *cached = None;
-            }
-            r
-        })
+        let shape = Self::shape(ctx);
+        let cached = SCRATCH.with(|cell| cell.borrow_mut().take());
+        let mut buf = match cached {
+            Some(b) if b.shape == shape => b,
+            _ => Bufs::new(ctx),
+        };
+        let r = f(&mut buf);
+        // Kept unless unusually large (then each task allocates its own).
+        if buf.bytes() <= KEEP_BYTES {
+            SCRATCH.with(|cell| *cell.borrow_mut() = Some(buf));
+        }
+        r
     }
 
     fn new(ctx: &Ctx) -> Self {
