@@ -197,8 +197,9 @@ impl Timing {
 
 /// The fast kernel's `reps` repetitions in two groups, each after a warm-up run, one before
 /// and one after `between` (the composite's timing, seconds long), caches flushed before each
-/// repetition when `flusher` is given. On a shared machine a burst of other processes' load then spoils at most one group
-/// of the best-of. Returns the fast timing and `between`'s result.
+/// repetition when `flusher` is given. On a shared machine a burst of other processes' load
+/// then spoils at most one group of the best-of. Returns the fast timing and `between`'s
+/// result.
 fn time_around<R, B>(
     reps: usize,
     mut flusher: Option<&mut Flusher>,
