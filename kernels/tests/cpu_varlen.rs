@@ -136,13 +136,17 @@ fn check_with<T: Element>(c: &Case, tol: Tol, backward: bool) {
     }
 }
 
-/// A case's q, k, v as f32.
-fn qkv_f32(c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    (
-        to_elem::<f32>(&c.q),
-        to_elem::<f32>(&c.k),
-        to_elem::<f32>(&c.v),
-    )
+/// A case's q, k, v as `T`.
+fn qkv<T: Element>(c: &Case) -> (Vec<T>, Vec<T>, Vec<T>) {
+    (to_elem::<T>(&c.q), to_elem::<T>(&c.k), to_elem::<T>(&c.v))
+}
+
+/// A rayon pool of one thread (fresh thread-local buffers).
+fn one_thread_pool() -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap()
 }
 
 fn check(c: &Case) {
@@ -476,7 +480,7 @@ fn zero_head_dim_gives_empty_gradients() {
     let mut rng = Rng::new(16);
     let c = Case::new(&mut rng, 4, 2, 0, 0, &[30, 1100], &[40, 1200]).with_sink(&mut rng);
     let p = c.problem();
-    let (q, k, v) = qkv_f32(&c);
+    let (q, k, v) = qkv::<f32>(&c);
     let f = cpu::varlen_fwd::<f32>(&p, &q, &k, &v);
     assert!(f.attention_out.is_empty());
     let g = cpu::varlen_bwd::<f32>(
@@ -709,7 +713,7 @@ fn backward_is_deterministic_across_thread_counts() {
     ];
     for c in &cases {
         let p = c.problem();
-        let (q, k, v) = qkv_f32(c);
+        let (q, k, v) = qkv::<f32>(c);
         let dy = to_elem::<f32>(&loss_weights(c, 5));
         let run = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new()
@@ -784,7 +788,7 @@ fn forward_reused_buffers_do_not_leak_between_calls() {
     ];
     fn fwd<T: Element>(c: &Case) -> (Vec<u64>, Vec<u32>, Vec<u32>) {
         let p = c.problem();
-        let (q, k, v) = (to_elem::<T>(&c.q), to_elem::<T>(&c.k), to_elem::<T>(&c.v));
+        let (q, k, v) = qkv::<T>(c);
         let f = cpu::varlen_fwd::<T>(&p, &q, &k, &v);
         let stat_bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         (
@@ -797,16 +801,10 @@ fn forward_reused_buffers_do_not_leak_between_calls() {
         )
     }
     fn check_pairs<T: Element>(pairs: &[(Case, Case)]) {
-        let pool = || {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(1)
-                .build()
-                .unwrap()
-        };
         for (a, b) in pairs {
-            let fresh_a = pool().install(|| fwd::<T>(a));
-            let fresh_b = pool().install(|| fwd::<T>(b));
-            let shared = pool();
+            let fresh_a = one_thread_pool().install(|| fwd::<T>(a));
+            let fresh_b = one_thread_pool().install(|| fwd::<T>(b));
+            let shared = one_thread_pool();
             assert_eq!(shared.install(|| fwd::<T>(a)), fresh_a);
             assert_eq!(shared.install(|| fwd::<T>(b)), fresh_b, "b after a");
             assert_eq!(shared.install(|| fwd::<T>(a)), fresh_a, "a after b");
@@ -823,19 +821,12 @@ fn forward_after_a_caught_panic_is_unaffected() {
     let mut rng = Rng::new(42);
     let c = Case::new(&mut rng, 4, 2, 32, 32, &[150, 40], &[160, 40]).with_sink(&mut rng);
     let p = c.problem();
-    let (q, k, v) = (
-        to_elem::<f16>(&c.q),
-        to_elem::<f16>(&c.k),
-        to_elem::<f16>(&c.v),
-    );
+    let (q, k, v) = qkv::<f16>(&c);
     let run = || {
         let out = cpu::varlen_fwd::<f16>(&p, &q, &k, &v).attention_out;
         out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
     };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
+    let pool = one_thread_pool();
     let want = pool.install(run);
     let short_k = &k[..k.len() / 2];
     let broken =
