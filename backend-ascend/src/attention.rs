@@ -4,8 +4,9 @@
 //!   `aclnnFlashAttentionVarLenScoreV5` / `aclnnFlashAttentionUnpaddingScoreGradV5` as they
 //!   are (strided views included), outputs are allocated on the device. Under
 //!   `Autodiff<Ascend>` the ops crate's fused backward calls [`AttentionBackend::varlen_bwd`]
-//!   here. An external pse, dropout or a non-f32 sink are not wired to the device yet: those
-//!   calls take the CPU kernels through the counted host fallback (`varlen_fwd` / `varlen_bwd`).
+//!   here. pse (dense or ALiBi slopes), dropout and masks travel in the spec and are uploaded by
+//!   the call builder ([`aclnn`]); a non-f32 sink or mixed dtypes take the CPU kernels through
+//!   the counted host fallback (`varlen_fwd` / `varlen_bwd`).
 //! - prompt, incremental attention and the KV cache scatter run natively
 //!   (`aclnnPromptFlashAttentionV3`, `aclnnIncreFlashAttentionV4` over contiguous, listed or
 //!   paged KV, `aclnnScatterPaKvCache` in place on an unshared cache): [`prompt`], [`incre`],
@@ -15,7 +16,7 @@
 //! Shapes and attributes are validated by the ops crate's spec first (typed [`AttnError`]s);
 //! a failing aclnn call then panics with the call, its status and CANN's message.
 
-use burn_ascend_kernels::acl::{ops, IntArray, Runtime, Tensor, TensorDesc};
+use burn_ascend_kernels::acl::{Tensor, TensorDesc};
 use burn_ascend_ops::backend::{
     AttentionBackend, IncreInputs, PromptInputs, ScatterInputs, ScatterOutputs, VarlenGradInputs,
     VarlenGrads, VarlenInputs, VarlenOutputs,
@@ -26,8 +27,7 @@ use burn_ascend_ops::ndarray::{cpu_varlen_bwd, cpu_varlen_fwd};
 use burn_ascend_ops::prompt::PromptSpec;
 use burn_ascend_ops::scatter::ScatterSpec;
 use burn_ascend_ops::varlen::composite::{bwd_shapes, shapes};
-use burn_ascend_ops::varlen::{compressed_mask, MaskSpec, PseSpec, VarlenSpec};
-use burn_ascend_ops::SparseMode;
+use burn_ascend_ops::varlen::VarlenSpec;
 use burn_backend::{DType, Shape};
 
 use crate::device::{runtime, AscendDevice};
@@ -36,14 +36,10 @@ use crate::fallback::count;
 use crate::tensor::{fail, AscendTensor};
 use crate::Ascend;
 
+pub mod aclnn;
 mod incre;
 mod prompt;
 mod scatter;
-
-/// Device-side extras of a varlen call (mask), owned for the duration of the call.
-struct Extras {
-    mask: Option<AscendTensor>,
-}
 
 fn same_device(op: &str, ts: &[&AscendTensor]) -> Result<AscendDevice> {
     let d = ts[0].device();
@@ -57,71 +53,32 @@ fn same_device(op: &str, ts: &[&AscendTensor]) -> Result<AscendDevice> {
 }
 
 /// Whether the device path takes this call (else the host fallback runs the CPU kernels).
-fn native_ok(spec: &VarlenSpec, qkv: &[&AscendTensor], sink: Option<&AscendTensor>) -> bool {
+fn native_ok(qkv: &[&AscendTensor], sink: Option<&AscendTensor>) -> bool {
     let dt = qkv[0].dtype;
     is_acl_float(dt)
         && qkv.iter().all(|t| t.dtype == dt)
         && sink.is_none_or(|s| s.dtype == DType::F32)
-        && spec.pse == PseSpec::None
-        && spec.drop_mask.is_none()
-        && spec.attrs.keep_prob == 1.0
-}
-
-fn extras(spec: &VarlenSpec, device: &AscendDevice) -> Extras {
-    let mask = match &spec.atten_mask {
-        MaskSpec::None => None,
-        MaskSpec::Dense { data, shape } => Some(upload(data.to_vec(), shape, DType::U8, device)),
-        MaskSpec::Compressed => compressed_mask(spec.attrs.sparse_mode)
-            .map(|(m, shape)| upload(m, &shape, DType::U8, device)),
-    };
-    Extras { mask }
 }
 
 fn handle<'a>(t: &'a AscendTensor, desc: &TensorDesc, op: &str) -> Tensor<'a> {
     Tensor::new(t.storage.buffer(), desc).unwrap_or_else(|e| fail(op, e))
 }
 
-fn opt_handle<'a>(
-    t: Option<&'a AscendTensor>,
-    desc: Option<&TensorDesc>,
-    op: &str,
-) -> Option<Tensor<'a>> {
-    t.zip(desc).map(|(t, d)| handle(t, d, op))
+/// Handles of `ts` (described as the views they are), in order.
+fn handles<'a>(ts: &[&'a AscendTensor], descs: &'a [TensorDesc], op: &str) -> Vec<Tensor<'a>> {
+    ts.iter()
+        .zip(descs)
+        .map(|(t, d)| handle(t, d, op))
+        .collect()
 }
 
-/// Uploads host bytes of `dtype` as a contiguous `dims` tensor (an op's host-side input).
-fn upload(bytes: Vec<u8>, dims: &[usize], dtype: DType, device: &AscendDevice) -> AscendTensor {
-    AscendTensor::from_data(
-        burn_backend::TensorData::from_bytes_vec(bytes, Shape::from(dims.to_vec()), dtype),
-        device,
-    )
+fn descs(ts: &[&AscendTensor], op: &str) -> Vec<TensorDesc> {
+    ts.iter().map(|t| t.desc(op)).collect()
 }
 
-/// Uploads f32 values converted to the float `dtype` of the call.
-fn upload_float(v: &[f32], dims: &[usize], dtype: DType, device: &AscendDevice) -> AscendTensor {
-    let data = burn_backend::TensorData::new(v.to_vec(), Shape::from(dims.to_vec()));
-    AscendTensor::from_data(data.convert_dtype(dtype), device)
-}
-
-fn upload_i64(v: &[i64], dims: &[usize], device: &AscendDevice) -> AscendTensor {
-    let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    upload(bytes, dims, DType::I64, device)
-}
-
-fn ints(rt: &Runtime, v: &[i64], op: &str) -> IntArray {
-    IntArray::new(rt.api(), v).unwrap_or_else(|e| fail(op, e))
-}
-
-const FWD: &str = "aclnnFlashAttentionVarLenScoreV5";
-const BWD: &str = "aclnnFlashAttentionUnpaddingScoreGradV5";
-
-fn layout(spec: &VarlenSpec) -> &'static str {
-    spec.attrs.softmax_layout.as_attr()
-}
-
-fn sparse(mode: SparseMode) -> i64 {
-    mode as i64
-}
+/// Labels of the varlen calls in error messages.
+const FWD: &str = "varlen_fwd";
+const BWD: &str = "varlen_bwd";
 
 impl AttentionBackend for Ascend {
     fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
@@ -129,85 +86,51 @@ impl AttentionBackend for Ascend {
         let mut all = vec![&inputs.query, &inputs.key, &inputs.value];
         all.extend(inputs.sink.as_ref());
         let device = same_device("varlen_fwd", &all)?;
-        if !native_ok(spec, &all[..3], inputs.sink.as_ref()) {
+        if !native_ok(&all[..3], inputs.sink.as_ref()) {
             count("varlen_fwd");
             return cpu_varlen_fwd::<Self>(inputs, spec);
         }
         let rt = runtime(&device);
         let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
         let dtype = inputs.query.dtype;
-        let out = AscendTensor::alloc(Shape::from(vec![t, n, dv]), dtype, &device);
-        let smax = AscendTensor::alloc(Shape::from(vec![t, n, 8]), DType::F32, &device);
-        let ssum = AscendTensor::alloc(Shape::from(vec![t, n, 8]), DType::F32, &device);
-        // softmaxOutOut is reserved: an empty tensor, as torch_npu passes.
-        let sm_out = AscendTensor::alloc(Shape::from(vec![0]), dtype, &device);
-        let ex = extras(spec, &device);
+        let alloc = |s: Vec<usize>, dt| AscendTensor::alloc(Shape::from(s), dt, &device);
+        let out = alloc(vec![t, n, dv], dtype);
+        let smax = alloc(vec![t, n, 8], DType::F32);
+        let ssum = alloc(vec![t, n, 8], DType::F32);
         {
-            let d = |x: &AscendTensor| x.desc(FWD);
-            let (qd, kd, vd) = (d(&inputs.query), d(&inputs.key), d(&inputs.value));
-            let (od, maxd, sumd, smd) = (d(&out), d(&smax), d(&ssum), d(&sm_out));
-            let q = handle(&inputs.query, &qd, FWD);
-            let k = handle(&inputs.key, &kd, FWD);
-            let v = handle(&inputs.value, &vd, FWD);
-            let sink_d = inputs.sink.as_ref().map(d);
+            let ts = [
+                &inputs.query,
+                &inputs.key,
+                &inputs.value,
+                &out,
+                &smax,
+                &ssum,
+            ];
+            let ds = descs(&ts, FWD);
+            let h = handles(&ts, &ds, FWD);
+            let sink_d = inputs.sink.as_ref().map(|s| s.desc(FWD));
             let sink = inputs
                 .sink
                 .as_ref()
                 .zip(sink_d.as_ref())
-                .map(|(s, sd)| handle(s, sd, FWD));
-            let mask_d = ex.mask.as_ref().map(d);
-            let mask = ex
-                .mask
-                .as_ref()
-                .zip(mask_d.as_ref())
-                .map(|(m, md)| handle(m, md, FWD));
-            let o = handle(&out, &od, FWD);
-            let mx = handle(&smax, &maxd, FWD);
-            let sm = handle(&ssum, &sumd, FWD);
-            let so = handle(&sm_out, &smd, FWD);
-            let prefix = spec.prefix.as_ref().map(|p| ints(&rt, p, FWD));
-            let cum_q = ints(&rt, &spec.actual_seq_q_len, FWD);
-            let cum_kv = ints(&rt, &spec.actual_seq_kv_len, FWD);
-            let q_start = spec.q_start_idx.map(|x| ints(&rt, &[x], FWD));
-            let kv_start = spec.kv_start_idx.map(|x| ints(&rt, &[x], FWD));
-            let a = &spec.attrs;
-            ops::varlen_fwd(
+                .map(|(s, d)| handle(s, d, FWD));
+            aclnn::varlen_fwd(
                 &rt,
-                &ops::VarlenFwdArgs {
-                    query: &q,
-                    query_rope: None,
-                    key: &k,
-                    key_rope: None,
-                    value: &v,
-                    real_shift: None,
-                    drop_mask: None,
-                    padding_mask: None,
-                    atten_mask: mask.as_ref(),
+                spec,
+                n,
+                &aclnn::VarlenFwdTensors {
+                    dtype: inputs.query.acl_dtype(FWD),
+                    query: &h[0],
+                    key: &h[1],
+                    value: &h[2],
                     sink: sink.as_ref(),
-                    prefix: prefix.as_ref(),
-                    actual_seq_q_len: Some(&cum_q),
-                    actual_seq_kv_len: Some(&cum_kv),
-                    q_start_idx: q_start.as_ref(),
-                    kv_start_idx: kv_start.as_ref(),
-                    scale_value: a.scale,
-                    keep_prob: a.keep_prob,
-                    pre_tokens: a.pre_tokens,
-                    next_tokens: a.next_tokens,
-                    head_num: n as i64,
-                    input_layout: "TND",
-                    inner_precise: a.inner_precise,
-                    sparse_mode: sparse(a.sparse_mode),
-                    pse_type: a.pse_type as i64,
-                    softmax_out_layout: layout(spec),
-                    softmax_max: &mx,
-                    softmax_sum: &sm,
-                    softmax_out: Some(&so),
-                    attention_out: &o,
+                    attention_out: &h[3],
+                    softmax_max: &h[4],
+                    softmax_sum: &h[5],
                 },
             )
             .unwrap_or_else(|e| fail("varlen_fwd", e));
         }
-        rt.synchronize().unwrap_or_else(|e| fail("varlen_fwd", e));
         Ok(VarlenOutputs {
             attention_out: out,
             softmax_max: smax,
@@ -232,7 +155,7 @@ impl AttentionBackend for Ascend {
         let stats_f32 = [&inputs.softmax_max, &inputs.softmax_sum]
             .iter()
             .all(|t| t.dtype == DType::F32);
-        if !native_ok(spec, &all[..5], f.sink.as_ref()) || !stats_f32 {
+        if !native_ok(&all[..5], f.sink.as_ref()) || !stats_f32 {
             count("varlen_bwd");
             return cpu_varlen_bwd::<Self>(inputs, spec);
         }
@@ -251,10 +174,8 @@ impl AttentionBackend for Ascend {
         let dk = alloc(vec![tkv, nkv, d], dtype);
         let dv = alloc(vec![tkv, nkv, dvd], dtype);
         let dsink = f.sink.as_ref().map(|_| alloc(vec![n], DType::F32));
-        let ex = extras(spec, &device);
         {
-            let ds = |x: &AscendTensor| x.desc(BWD);
-            let descs: Vec<TensorDesc> = [
+            let ts = [
                 &f.query,
                 &f.key,
                 &f.value,
@@ -265,88 +186,39 @@ impl AttentionBackend for Ascend {
                 &dq,
                 &dk,
                 &dv,
-            ]
-            .iter()
-            .map(|t| ds(t))
-            .collect();
-            let q = handle(&f.query, &descs[0], BWD);
-            let k = handle(&f.key, &descs[1], BWD);
-            let v = handle(&f.value, &descs[2], BWD);
-            let dy = handle(&inputs.dy, &descs[3], BWD);
-            let smax = handle(&inputs.softmax_max, &descs[4], BWD);
-            let ssum = handle(&inputs.softmax_sum, &descs[5], BWD);
-            let att = handle(&inputs.attention_in, &descs[6], BWD);
-            let dqh = handle(&dq, &descs[7], BWD);
-            let dkh = handle(&dk, &descs[8], BWD);
-            let dvh = handle(&dv, &descs[9], BWD);
-            let sink_d = f.sink.as_ref().map(ds);
-            let sink = f
-                .sink
-                .as_ref()
-                .zip(sink_d.as_ref())
-                .map(|(s, sd)| handle(s, sd, BWD));
-            let dsink_d = dsink.as_ref().map(ds);
-            let dsink_h = dsink
-                .as_ref()
-                .zip(dsink_d.as_ref())
-                .map(|(s, sd)| handle(s, sd, BWD));
-            let mask_d = ex.mask.as_ref().map(ds);
-            let mask = ex
-                .mask
-                .as_ref()
-                .zip(mask_d.as_ref())
-                .map(|(m, md)| handle(m, md, BWD));
-            let prefix = spec.prefix.as_ref().map(|p| ints(&rt, p, BWD));
-            let cum_q = ints(&rt, &spec.actual_seq_q_len, BWD);
-            let cum_kv = ints(&rt, &spec.actual_seq_kv_len, BWD);
-            let q_start = spec.q_start_idx.map(|x| ints(&rt, &[x], BWD));
-            let kv_start = spec.kv_start_idx.map(|x| ints(&rt, &[x], BWD));
-            let a = &spec.attrs;
-            ops::varlen_grad(
+            ];
+            let ds = descs(&ts, BWD);
+            let h = handles(&ts, &ds, BWD);
+            let opt = [f.sink.as_ref(), dsink.as_ref()];
+            let opt_d: Vec<Option<TensorDesc>> =
+                opt.iter().map(|t| t.map(|t| t.desc(BWD))).collect();
+            let opt_h: Vec<Option<Tensor<'_>>> = opt
+                .iter()
+                .zip(&opt_d)
+                .map(|(t, d)| t.zip(d.as_ref()).map(|(t, d)| handle(t, d, BWD)))
+                .collect();
+            aclnn::varlen_grad(
                 &rt,
-                &ops::VarlenGradArgs {
-                    query: &q,
-                    query_rope: None,
-                    key: &k,
-                    key_rope: None,
-                    value: &v,
-                    dy: &dy,
-                    pse_shift: None,
-                    drop_mask: None,
-                    padding_mask: None,
-                    atten_mask: mask.as_ref(),
-                    softmax_max: Some(&smax),
-                    softmax_sum: Some(&ssum),
-                    softmax_in: None,
-                    attention_in: Some(&att),
-                    sink_in: sink.as_ref(),
-                    prefix: prefix.as_ref(),
-                    actual_seq_q_len: Some(&cum_q),
-                    actual_seq_kv_len: Some(&cum_kv),
-                    q_start_idx: q_start.as_ref(),
-                    kv_start_idx: kv_start.as_ref(),
-                    scale_value: a.scale,
-                    keep_prob: a.keep_prob,
-                    pre_tokens: a.pre_tokens,
-                    next_tokens: a.next_tokens,
-                    head_num: n as i64,
-                    input_layout: "TND",
-                    inner_precise: a.inner_precise,
-                    sparse_mode: sparse(a.sparse_mode),
-                    pse_type: a.pse_type as i64,
-                    softmax_in_layout: layout(spec),
-                    dq: &dqh,
-                    dq_rope: None,
-                    dk: &dkh,
-                    dk_rope: None,
-                    dv: &dvh,
-                    dpse: None,
-                    dsink: dsink_h.as_ref(),
+                spec,
+                n,
+                &aclnn::VarlenGradTensors {
+                    dtype: f.query.acl_dtype(BWD),
+                    query: &h[0],
+                    key: &h[1],
+                    value: &h[2],
+                    dy: &h[3],
+                    softmax_max: &h[4],
+                    softmax_sum: &h[5],
+                    attention_in: &h[6],
+                    sink: opt_h[0].as_ref(),
+                    dq: &h[7],
+                    dk: &h[8],
+                    dv: &h[9],
+                    dsink: opt_h[1].as_ref(),
                 },
             )
             .unwrap_or_else(|e| fail("varlen_bwd", e));
         }
-        rt.synchronize().unwrap_or_else(|e| fail("varlen_bwd", e));
         Ok(VarlenGrads { dq, dk, dv, dsink })
     }
 

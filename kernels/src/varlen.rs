@@ -42,6 +42,11 @@ impl SparseMode {
         })
     }
 
+    /// CANN's integer (`sparseMode`).
+    pub fn as_attr(self) -> i64 {
+        self as i64
+    }
+
     /// Whether the mode takes CANN's compressed mask (2048×2048, or 3072×2048 for mode 6)
     /// rather than an explicit one.
     pub fn takes_compressed_mask(self) -> bool {
@@ -63,6 +68,11 @@ pub enum PseType {
 }
 
 impl PseType {
+    /// CANN's integer (`pseType`).
+    pub fn as_attr(self) -> i64 {
+        self as i64
+    }
+
     /// The type for CANN's integer.
     pub fn from_i64(v: i64) -> Option<Self> {
         Some(match v {

@@ -3,7 +3,8 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Shape, TensorData, TensorMetadata};
+use burn::tensor::{BoolStore, DType, Shape, TensorData, TensorMetadata};
+use burn_ascend_contract::DataType;
 
 /// The tensor's values as f32, row-major.
 pub fn to_vec<B: Backend>(t: FloatTensor<B>) -> Vec<f32> {
@@ -25,4 +26,25 @@ pub fn from_vec<B: Backend>(
 /// The shape of a rank-`D` tensor.
 pub fn dims<B: Backend, const D: usize>(t: &FloatTensor<B>) -> [usize; D] {
     t.shape().dims::<D>()
+}
+
+/// The `aclDataType` of a Burn dtype (the contract's element vocabulary); `None` for dtypes
+/// aclnn has no type for (quantized, `Flex32`, non-native bool stores).
+pub fn acl_dtype(dtype: DType) -> Option<DataType> {
+    Some(match dtype {
+        DType::F64 => DataType::Double,
+        DType::F32 => DataType::Float,
+        DType::F16 => DataType::Float16,
+        DType::BF16 => DataType::Bf16,
+        DType::I64 => DataType::Int64,
+        DType::I32 => DataType::Int32,
+        DType::I16 => DataType::Int16,
+        DType::I8 => DataType::Int8,
+        DType::U64 => DataType::Uint64,
+        DType::U32 => DataType::Uint32,
+        DType::U16 => DataType::Uint16,
+        DType::U8 => DataType::Uint8,
+        DType::Bool(BoolStore::Native) => DataType::Bool,
+        _ => return None,
+    })
 }

@@ -11,7 +11,7 @@
 pub mod api;
 pub mod autodiff;
 pub mod backend;
-pub mod error;
+pub use burn_ascend_contract::error;
 pub mod host;
 pub mod incre;
 pub mod ndarray;

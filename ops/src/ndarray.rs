@@ -11,7 +11,7 @@ use burn::tensor::ops::FloatTensor;
 
 use burn_ascend_kernels::cpu;
 
-use burn::tensor::{DType, TensorMetadata};
+use burn::tensor::TensorMetadata;
 use burn_ascend_kernels::reference::incre::KvInput;
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
@@ -26,6 +26,7 @@ use crate::prompt::PromptSpec;
 use crate::scatter::{scatter_host, ScatterSpec};
 use crate::varlen::composite::{bwd_shapes, shapes};
 use crate::varlen::VarlenSpec;
+use burn_ascend_contract::DataType;
 
 impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> AttentionBackend
     for NdArray<E, I, Q>
@@ -134,7 +135,12 @@ pub fn cpu_scatter_kv<B: Backend>(
 ) -> Result<ScatterOutputs<B>> {
     let shapes = crate::scatter::composite::shapes(&inputs);
     let dims = spec.validate(&shapes)?;
-    if shapes.dtypes.iter().flatten().any(|&d| d != DType::F32) {
+    if shapes
+        .dtypes
+        .iter()
+        .flatten()
+        .any(|&d| d != DataType::Float)
+    {
         return crate::scatter::composite::scatter_kv::<B>(inputs, spec);
     }
     let device = B::float_device(&inputs.key);

@@ -15,6 +15,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use crate::api::{incre_flash_attention, prompt_flash_attention, scatter_pa_kv_cache};
 use crate::backend::{AttentionBackend, IncreKv};
 use crate::error::{ensure, AttnError, Result};
+use crate::host::acl_dtype;
 use crate::incre::{BlockTable, IfaLayout, IncreMask, IncrePse, IncreSpec};
 use crate::prompt::{PfaLayout, PromptMask, PromptPse, PromptSpec};
 use crate::scatter::{ScatterShapes, ScatterSpec};
@@ -190,10 +191,10 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             key_cache: cache_dims.clone(),
             value_cache: Some(cache_dims),
             dtypes: [
-                Some(key.dtype()),
-                Some(value.dtype()),
-                Some(self.key_cache.dtype()),
-                Some(self.value_cache.dtype()),
+                acl_dtype(key.dtype()),
+                acl_dtype(value.dtype()),
+                acl_dtype(self.key_cache.dtype()),
+                acl_dtype(self.value_cache.dtype()),
             ],
         })?;
         let device = self.key_cache.device();

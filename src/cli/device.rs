@@ -1,13 +1,13 @@
-//! `--device sim|npu`: the bridge from bundles to the Ascend dispatch layer
-//! (`burn_ascend_kernels::acl`). `npu` opens CANN at run time (device `$ASCEND_DEVICE_ID`, else
-//! 0); `sim` runs the same dispatch code against the host simulation of the ACL ABI (not CANN).
+//! `--device sim|npu`: the bridge from bundles to the aclnn call builders the `Ascend` backend
+//! itself uses ([`crate::backend::attention::aclnn`]): the bundle's tensors are uploaded as they
+//! are, the outputs downloaded. `npu` opens CANN at run time (device `$ASCEND_DEVICE_ID`, else
+//! 0); `sim` runs the same calls against the host simulation of the ACL ABI (not CANN).
 
 use safetensors::Dtype;
 
 use super::io::HostTensor;
 use super::{CliError, Device};
-use crate::kernels::acl::host::{HostArg, HostOut};
-use crate::kernels::acl::{self, AclError, DataType, Runtime};
+use crate::kernels::acl::{self, AclError, DataType, DeviceTensor, Runtime, TensorDesc};
 use crate::AttnError;
 
 impl From<AclError> for CliError {
@@ -80,28 +80,36 @@ fn st_dtype(d: DataType) -> Dtype {
     }
 }
 
-/// A bundle tensor as a dispatch input (bytes as they are).
-pub fn arg<'a>(t: &'a HostTensor, name: &'static str) -> Result<HostArg<'a>, AttnError> {
-    Ok(HostArg {
-        dtype: acl_dtype(t.dtype, name)?,
-        dims: &t.shape,
-        bytes: &t.bytes,
+/// A bundle tensor on the device, bytes as they are.
+pub fn upload(rt: &Runtime, t: &HostTensor, name: &'static str) -> Result<DeviceTensor, CliError> {
+    let desc = TensorDesc::contiguous(&t.shape, acl_dtype(t.dtype, name)?)?;
+    Ok(rt.upload(desc, &t.bytes)?)
+}
+
+/// An optional bundle tensor on the device.
+pub fn upload_opt(
+    rt: &Runtime,
+    t: Option<&HostTensor>,
+    name: &'static str,
+) -> Result<Option<DeviceTensor>, CliError> {
+    t.map(|t| upload(rt, t, name)).transpose()
+}
+
+/// A zero-filled contiguous output on the device.
+pub fn output(rt: &Runtime, dims: &[usize], dtype: DataType) -> Result<DeviceTensor, CliError> {
+    Ok(rt.zeros(TensorDesc::contiguous(dims, dtype)?)?)
+}
+
+/// A device tensor as a bundle tensor.
+pub fn download(t: &DeviceTensor) -> Result<HostTensor, CliError> {
+    Ok(HostTensor {
+        dtype: st_dtype(t.desc.dtype),
+        shape: t.desc.dims.iter().map(|&d| d as usize).collect(),
+        bytes: t.download()?,
     })
 }
 
-/// An optional bundle tensor as a dispatch input.
-pub fn opt_arg<'a>(
-    t: Option<&'a HostTensor>,
-    name: &'static str,
-) -> Result<Option<HostArg<'a>>, AttnError> {
-    t.map(|t| arg(t, name)).transpose()
-}
-
-/// A dispatch output as a bundle tensor.
-pub fn to_host(o: HostOut) -> HostTensor {
-    HostTensor {
-        dtype: st_dtype(o.dtype),
-        shape: o.dims,
-        bytes: o.bytes,
-    }
+/// The opened runtime of an aclnn device.
+pub fn acl_runtime(device: Device) -> Result<Runtime, CliError> {
+    runtime(device)?.ok_or_else(|| CliError::Device(format!("{device:?} is not an aclnn device")))
 }

@@ -8,12 +8,12 @@
 
 use safetensors::Dtype;
 
-use super::device::{acl_dtype, arg, opt_arg, runtime, to_host};
+use super::device::{acl_runtime, download, output, upload};
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, post_quant, same_dtype};
 use super::{CliError, Device};
-use crate::kernels::acl::host as acl;
-use crate::kernels::acl::DataType;
+use crate::backend::attention::aclnn;
+use crate::kernels::acl::{DataType, DeviceTensor, Runtime, TensorList};
 use crate::kernels::cpu;
 use crate::kernels::reference::incre::{
     incre_flash_attention, incre_flash_attention_int8, KvInput,
@@ -204,7 +204,7 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         kv_int8: kdt == Dtype::I8,
     })?;
     if device.is_acl() {
-        return acl_incre(b, device, &spec, q, &form);
+        return acl_incre(device, &spec, q, &form);
     }
     let qv = q.f32_values("query")?;
     let run = |kv: KvInput<'_, f32>| -> HostTensor {
@@ -263,54 +263,52 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     Ok(res)
 }
 
-/// `--device sim|npu`: the validated call through `aclnnIncreFlashAttentionV4`.
+fn list<'a>(rt: &Runtime, ts: &'a [DeviceTensor]) -> Result<TensorList<'a>, CliError> {
+    let hs = ts
+        .iter()
+        .map(DeviceTensor::handle)
+        .collect::<Result<_, _>>()?;
+    Ok(TensorList::new(rt.api(), hs)?)
+}
+
+/// `--device sim|npu`: the validated call through the backend's own call builder.
 fn acl_incre(
-    b: &Bundle,
     device: Device,
     spec: &IncreSpec,
     q: &HostTensor,
     form: &KvForm<'_>,
 ) -> Result<Bundle, CliError> {
-    let rt = runtime(device)?.expect("an aclnn device");
-    let kv = match form {
-        KvForm::One(k, v) => acl::IncreKv::One {
-            key: arg(k, "key")?,
-            value: arg(v, "value")?,
-        },
-        KvForm::List(k, v) => acl::IncreKv::List {
-            keys: k.iter().map(|t| arg(t, "key")).collect::<Result<_, _>>()?,
-            values: v
-                .iter()
-                .map(|t| arg(t, "value"))
-                .collect::<Result<_, _>>()?,
-        },
+    let rt = acl_runtime(device)?;
+    let (keys, values): (Vec<&HostTensor>, Vec<&HostTensor>) = match form {
+        KvForm::One(k, v) => (vec![*k], vec![*v]),
+        KvForm::List(k, v) => (k.to_vec(), v.to_vec()),
     };
-    let x = acl::IncreInputs {
-        query: arg(q, "query")?,
-        kv,
-        pse_shift: opt_arg(b.optional(&["pseShift"]), "pseShift")?,
-        atten_mask: opt_arg(b.optional(&["attenMask"]), "attenMask")?,
-        actual_seq_lengths: spec.actual_seq_lengths.as_deref(),
-        quant_scale2: opt_arg(b.optional(&["quantScale2"]), "quantScale2")?,
-        quant_offset2: opt_arg(b.optional(&["quantOffset2"]), "quantOffset2")?,
-        antiquant_scale: opt_arg(b.optional(&["antiquantScale"]), "antiquantScale")?,
-        antiquant_offset: opt_arg(b.optional(&["antiquantOffset"]), "antiquantOffset")?,
-        blocktable: opt_arg(b.optional(&["blocktable"]), "blocktable")?,
-        kv_padding_size: spec.kv_padding_size,
-        num_heads: spec.num_heads as i64,
-        scale_value: spec.scale_value,
-        input_layout: b.attr_str("inputLayout", "BSH"),
-        num_key_value_heads: spec.num_key_value_heads as i64,
-        block_size: spec.block_size as i64,
-        inner_precise: spec.inner_precise,
+    let up = |ts: &[&HostTensor], name| -> Result<Vec<DeviceTensor>, CliError> {
+        ts.iter().map(|t| upload(&rt, t, name)).collect()
     };
+    let (keys, values) = (up(&keys, "key")?, up(&values, "value")?);
+    let qd = upload(&rt, q, "query")?;
+    let dtype = qd.desc.dtype;
     let out_dtype = if spec.post_quant.is_some() {
         DataType::Int8
     } else {
-        acl_dtype(q.dtype, "query")?
+        dtype
     };
-    let o = acl::incre(&rt, &x, out_dtype)?;
+    let o = output(&rt, &q.shape, out_dtype)?;
+    {
+        aclnn::incre(
+            &rt,
+            spec,
+            &aclnn::IncreTensors {
+                dtype,
+                query: &qd.handle()?,
+                key: &list(&rt, &keys)?,
+                value: &list(&rt, &values)?,
+                attention_out: &o.handle()?,
+            },
+        )?;
+    }
     let mut res = Bundle::default();
-    res.insert("attentionOut", to_host(o));
+    res.insert("attentionOut", download(&o)?);
     Ok(res)
 }

@@ -4,10 +4,10 @@
 
 use safetensors::Dtype;
 
-use super::device::{acl_dtype, arg, opt_arg, runtime, to_host};
+use super::device::{acl_runtime, download, output, upload};
 use super::io::{Bundle, HostTensor};
 use super::{CliError, Device};
-use crate::kernels::acl::host as acl;
+use crate::backend::attention::aclnn;
 use crate::kernels::acl::DataType;
 use crate::kernels::reference::prompt::{prompt_flash_attention, prompt_flash_attention_int8};
 use crate::ops::prompt::{
@@ -169,33 +169,31 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         return Ok(res);
     }
     if device.is_acl() {
-        let rt = runtime(device)?.expect("an aclnn device");
-        let x = acl::PromptInputs {
-            query: arg(q, "query")?,
-            key: arg(k, "key")?,
-            value: arg(v, "value")?,
-            pse_shift: opt_arg(b.optional(&["pseShift"]), "pseShift")?,
-            atten_mask: opt_arg(b.optional(&["attenMask"]), "attenMask")?,
-            actual_seq_lengths: spec.actual_seq_lengths.as_deref(),
-            actual_seq_lengths_kv: spec.actual_seq_lengths_kv.as_deref(),
-            quant_scale2: opt_arg(b.optional(&["quantScale2"]), "quantScale2")?,
-            quant_offset2: opt_arg(b.optional(&["quantOffset2"]), "quantOffset2")?,
-            num_heads: spec.num_heads as i64,
-            scale_value: spec.scale_value,
-            pre_tokens: spec.pre_tokens,
-            next_tokens: spec.next_tokens,
-            input_layout: b.attr_str("inputLayout", "BSH"),
-            num_key_value_heads: spec.num_key_value_heads as i64,
-            sparse_mode: spec.sparse_mode,
-            inner_precise: spec.inner_precise,
-        };
+        let rt = acl_runtime(device)?;
+        let (qd, kd, vd) = (
+            upload(&rt, q, "query")?,
+            upload(&rt, k, "key")?,
+            upload(&rt, v, "value")?,
+        );
+        let dtype = qd.desc.dtype;
         let out_dtype = if spec.post_quant.is_some() {
             DataType::Int8
         } else {
-            acl_dtype(qdt, "query")?
+            dtype
         };
-        let o = acl::prompt(&rt, &x, &dims.out_shape(), out_dtype)?;
-        res.insert("attentionOut", to_host(o));
+        let o = output(&rt, &dims.out_shape(), out_dtype)?;
+        aclnn::prompt(
+            &rt,
+            &spec,
+            &aclnn::PromptTensors {
+                dtype,
+                query: &qd.handle()?,
+                key: &kd.handle()?,
+                value: &vd.handle()?,
+                attention_out: &o.handle()?,
+            },
+        )?;
+        res.insert("attentionOut", download(&o)?);
         return Ok(res);
     }
     let (qv, kv, vv) = (

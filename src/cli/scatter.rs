@@ -3,15 +3,14 @@
 //! updated `keyCache` (and `valueCache`) with the input caches' dtype and shape. The element
 //! type is kept (f16/bf16/int8/f32) so PA_NZ's `32 / sizeof(dtype)` is the caches'.
 
-use burn::tensor::DType;
 use half::{bf16, f16};
 use safetensors::Dtype;
 
-use super::device::{arg, opt_arg, runtime, to_host};
+use super::device::{acl_dtype, acl_runtime, download, upload, upload_opt};
 use super::io::{Bundle, HostTensor};
 use super::{CliError, Device};
-use crate::kernels::acl::host as acl;
-use crate::kernels::reference::scatter::CacheMode;
+use crate::backend::attention::aclnn;
+use crate::kernels::acl::DeviceTensor;
 use crate::kernels::reference::scatter::RefElem;
 use crate::ops::scatter::{
     parse_cache_mode, scatter_checked, ScatterKind, ScatterShapes, ScatterSpec,
@@ -55,20 +54,6 @@ fn encode<T: Wire>(v: &[T], like: &HostTensor) -> HostTensor {
         shape: like.shape.clone(),
         bytes,
     }
-}
-
-fn burn_dtype(d: Dtype) -> Option<DType> {
-    Some(match d {
-        Dtype::F32 => DType::F32,
-        Dtype::F16 => DType::F16,
-        Dtype::BF16 => DType::BF16,
-        Dtype::I8 => DType::I8,
-        Dtype::F64 => DType::F64,
-        Dtype::I32 => DType::I32,
-        Dtype::I64 => DType::I64,
-        Dtype::U8 => DType::U8,
-        _ => return None,
-    })
 }
 
 /// Index tensors: INT32 or INT64, all the same dtype as slotMapping.
@@ -140,38 +125,41 @@ pub fn scatter(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         key_cache: key_cache.shape.clone(),
         value_cache: value_cache.map(|t| t.shape.clone()),
         dtypes: [
-            burn_dtype(key.dtype),
-            value.and_then(|t| burn_dtype(t.dtype)),
-            burn_dtype(key_cache.dtype),
-            value_cache.and_then(|t| burn_dtype(t.dtype)),
+            acl_dtype(key.dtype, "key").ok(),
+            value.and_then(|t| acl_dtype(t.dtype, "value").ok()),
+            acl_dtype(key_cache.dtype, "keyCache").ok(),
+            value_cache.and_then(|t| acl_dtype(t.dtype, "valueCache").ok()),
         ],
     };
     if device.is_acl() {
         spec.validate(&shapes)?;
-        let rt = runtime(device)?.expect("an aclnn device");
-        let cache_mode = match spec.cache_mode {
-            CacheMode::PaNz => "PA_NZ",
-            _ => "Norm",
+        let rt = acl_runtime(device)?;
+        let cache = |t: &HostTensor, name| -> Result<DeviceTensor, CliError> {
+            let desc = aclnn::cache_desc(spec.cache_mode, &t.shape, acl_dtype(t.dtype, name)?)?;
+            Ok(rt.upload(desc, &t.bytes)?)
         };
-        let x = acl::ScatterInputs {
-            key: arg(key, "key")?,
-            key_cache: arg(key_cache, "keyCache")?,
-            slot_mapping: arg(b.required("slotMapping")?, "slotMapping")?,
-            value: opt_arg(value, "value")?,
-            value_cache: opt_arg(value_cache, "valueCache")?,
-            compress_lens: opt_arg(b.optional(&["compressLens"]), "compressLens")?,
-            compress_seq_offset: opt_arg(b.optional(&["compressSeqOffset"]), "compressSeqOffset")?,
-            seq_lens: opt_arg(b.optional(&["seqLens"]), "seqLens")?,
-            cache_mode,
-            scatter_mode: b.attr_str("scatterMode", "None"),
-            strides: spec.strides.as_deref(),
-            offsets: spec.offsets.as_deref(),
-        };
-        let o = acl::scatter(&rt, &x)?;
+        let kd = upload(&rt, key, "key")?;
+        let vd = upload_opt(&rt, value, "value")?;
+        let kc = cache(key_cache, "keyCache")?;
+        let vc = value_cache.map(|t| cache(t, "valueCache")).transpose()?;
+        {
+            let vh = vd.as_ref().map(DeviceTensor::handle).transpose()?;
+            let vch = vc.as_ref().map(DeviceTensor::handle).transpose()?;
+            aclnn::scatter(
+                &rt,
+                &spec,
+                &aclnn::ScatterTensors {
+                    key: &kd.handle()?,
+                    key_cache: &kc.handle()?,
+                    value: vh.as_ref(),
+                    value_cache: vch.as_ref(),
+                },
+            )?;
+        }
         let mut res = Bundle::default();
-        res.insert("keyCache", to_host(o.key_cache));
-        if let Some(vc) = o.value_cache {
-            res.insert("valueCache", to_host(vc));
+        res.insert("keyCache", download(&kc)?);
+        if let Some(vc) = &vc {
+            res.insert("valueCache", download(vc)?);
         }
         return Ok(res);
     }

@@ -4,10 +4,11 @@
 use half::{bf16, f16};
 use safetensors::Dtype;
 
-use super::device::{arg, opt_arg, runtime, to_host};
+use super::device::{acl_runtime, download, output, upload, upload_opt};
 use super::io::{rank3, Bundle, HostTensor, WireFloat};
 use super::{CliError, Device};
-use crate::kernels::acl::host as acl;
+use crate::backend::attention::aclnn;
+use crate::kernels::acl::{DataType, DeviceTensor};
 use crate::kernels::cpu;
 use crate::kernels::reference::varlen as reference;
 use crate::ops::varlen::{
@@ -271,82 +272,103 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     Ok(res)
 }
 
-/// The dispatch layer's inputs and attributes from a validated spec; tensors travel as the
-/// bundle holds them.
-fn acl_inputs<'a>(
-    b: &'a Bundle,
-    spec: &'a VarlenSpec,
-    sink: &[&str],
-) -> Result<(acl::VarlenInputs<'a>, acl::VarlenAttrs), CliError> {
-    let a = &spec.attrs;
-    let inputs = acl::VarlenInputs {
-        query: arg(b.required("query")?, "query")?,
-        key: arg(b.required("key")?, "key")?,
-        value: arg(b.required("value")?, "value")?,
-        real_shift: opt_arg(b.optional(&["realShift", "pseShift"]), "realShift")?,
-        drop_mask: opt_arg(b.optional(&["dropMask"]), "dropMask")?,
-        atten_mask: opt_arg(b.optional(&["attenMask"]), "attenMask")?,
-        sink: opt_arg(b.optional(sink), "sink")?,
-        prefix: spec.prefix.as_deref(),
-        actual_seq_q_len: &spec.actual_seq_q_len,
-        actual_seq_kv_len: &spec.actual_seq_kv_len,
-        q_start_idx: spec.q_start_idx,
-        kv_start_idx: spec.kv_start_idx,
-    };
-    let attrs = acl::VarlenAttrs {
-        scale_value: a.scale,
-        keep_prob: a.keep_prob,
-        pre_tokens: a.pre_tokens,
-        next_tokens: a.next_tokens,
-        head_num: 0, // set by the caller
-        input_layout: "TND".into(),
-        inner_precise: a.inner_precise,
-        sparse_mode: a.sparse_mode as i64,
-        pse_type: a.pse_type as i64,
-        softmax_layout: a.softmax_layout.as_attr().into(),
-    };
-    Ok((inputs, attrs))
-}
-
+/// `--device sim|npu`: the validated forward through the backend's own call builder.
 fn acl_forward(
     b: &Bundle,
     device: Device,
     spec: &VarlenSpec,
     n: usize,
 ) -> Result<Bundle, CliError> {
-    let rt = runtime(device)?.expect("an aclnn device");
-    let (x, mut attrs) = acl_inputs(b, spec, &["sink"])?;
-    attrs.head_num = n as i64;
-    let o = acl::varlen_fwd(&rt, &x, &attrs)?;
+    let rt = acl_runtime(device)?;
+    let q = upload(&rt, b.required("query")?, "query")?;
+    let k = upload(&rt, b.required("key")?, "key")?;
+    let v = upload(&rt, b.required("value")?, "value")?;
+    let sink = upload_opt(&rt, b.optional(&["sink"]), "sink")?;
+    let dtype = q.desc.dtype;
+    let [t, _, dv] = [q.desc.dims[0] as usize, n, v.desc.dims[2] as usize];
+    let o = output(&rt, &[t, n, dv], dtype)?;
+    let smax = output(&rt, &[t, n, 8], DataType::Float)?;
+    let ssum = output(&rt, &[t, n, 8], DataType::Float)?;
+    {
+        let sink = sink.as_ref().map(DeviceTensor::handle).transpose()?;
+        aclnn::varlen_fwd(
+            &rt,
+            spec,
+            n,
+            &aclnn::VarlenFwdTensors {
+                dtype,
+                query: &q.handle()?,
+                key: &k.handle()?,
+                value: &v.handle()?,
+                sink: sink.as_ref(),
+                attention_out: &o.handle()?,
+                softmax_max: &smax.handle()?,
+                softmax_sum: &ssum.handle()?,
+            },
+        )?;
+    }
     let mut res = Bundle::default();
-    res.insert("attentionOut", to_host(o.attention_out));
-    res.insert("softmaxMax", to_host(o.softmax_max));
-    res.insert("softmaxSum", to_host(o.softmax_sum));
+    res.insert("attentionOut", download(&o)?);
+    res.insert("softmaxMax", download(&smax)?);
+    res.insert("softmaxSum", download(&ssum)?);
     Ok(res)
 }
 
+/// `--device sim|npu`: the validated backward through the backend's own call builder.
 fn acl_backward(
     b: &Bundle,
     device: Device,
     spec: &VarlenSpec,
     n: usize,
 ) -> Result<Bundle, CliError> {
-    let rt = runtime(device)?.expect("an aclnn device");
-    let (x, mut attrs) = acl_inputs(b, spec, &["sinkIn", "sink"])?;
-    attrs.head_num = n as i64;
-    let saved = acl::VarlenSaved {
-        dy: arg(b.required("dy")?, "dy")?,
-        attention_in: arg(b.required("attentionIn")?, "attentionIn")?,
-        softmax_max: arg(b.required("softmaxMax")?, "softmaxMax")?,
-        softmax_sum: arg(b.required("softmaxSum")?, "softmaxSum")?,
+    let rt = acl_runtime(device)?;
+    let up = |name: &'static str| -> Result<DeviceTensor, CliError> {
+        upload(&rt, b.required(name)?, name)
     };
-    let g = acl::varlen_grad(&rt, &x, &saved, &attrs)?;
+    let (q, k, v) = (up("query")?, up("key")?, up("value")?);
+    let (dy, o) = (up("dy")?, up("attentionIn")?);
+    let (smax, ssum) = (up("softmaxMax")?, up("softmaxSum")?);
+    let sink = upload_opt(&rt, b.optional(&["sinkIn", "sink"]), "sinkIn")?;
+    let dtype = q.desc.dtype;
+    let dims =
+        |t: &DeviceTensor| -> Vec<usize> { t.desc.dims.iter().map(|&d| d as usize).collect() };
+    let dq = output(&rt, &dims(&q), dtype)?;
+    let dk = output(&rt, &dims(&k), dtype)?;
+    let dv = output(&rt, &dims(&v), dtype)?;
+    let dsink = sink
+        .as_ref()
+        .map(|_| output(&rt, &[n], DataType::Float))
+        .transpose()?;
+    {
+        let sink_h = sink.as_ref().map(DeviceTensor::handle).transpose()?;
+        let dsink_h = dsink.as_ref().map(DeviceTensor::handle).transpose()?;
+        aclnn::varlen_grad(
+            &rt,
+            spec,
+            n,
+            &aclnn::VarlenGradTensors {
+                dtype,
+                query: &q.handle()?,
+                key: &k.handle()?,
+                value: &v.handle()?,
+                dy: &dy.handle()?,
+                softmax_max: &smax.handle()?,
+                softmax_sum: &ssum.handle()?,
+                attention_in: &o.handle()?,
+                sink: sink_h.as_ref(),
+                dq: &dq.handle()?,
+                dk: &dk.handle()?,
+                dv: &dv.handle()?,
+                dsink: dsink_h.as_ref(),
+            },
+        )?;
+    }
     let mut res = Bundle::default();
-    res.insert("dq", to_host(g.dq));
-    res.insert("dk", to_host(g.dk));
-    res.insert("dv", to_host(g.dv));
-    if let Some(ds) = g.dsink {
-        res.insert("dsink", to_host(ds));
+    res.insert("dq", download(&dq)?);
+    res.insert("dk", download(&dk)?);
+    res.insert("dv", download(&dv)?);
+    if let Some(ds) = &dsink {
+        res.insert("dsink", download(ds)?);
     }
     Ok(res)
 }

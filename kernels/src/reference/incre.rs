@@ -39,6 +39,24 @@ pub enum IfaLayout {
     Bnsd,
 }
 
+impl IfaLayout {
+    /// The `inputLayout` attribute string.
+    pub fn as_attr(self) -> &'static str {
+        match self {
+            Self::Bsh => "BSH",
+            Self::Bsnd => "BSND",
+            Self::Bnsd => "BNSD",
+        }
+    }
+
+    /// The layout of an `inputLayout` string; `None` for strings IFA does not take.
+    pub fn from_attr(s: &str) -> Option<Self> {
+        [Self::Bsh, Self::Bsnd, Self::Bnsd]
+            .into_iter()
+            .find(|l| l.as_attr() == s)
+    }
+}
+
 /// Paged KV cache layouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PagedLayout {

@@ -41,6 +41,26 @@ pub enum PfaLayout {
     Tnd,
 }
 
+impl PfaLayout {
+    /// The `inputLayout` attribute string.
+    pub fn as_attr(self) -> &'static str {
+        match self {
+            Self::Bsh => "BSH",
+            Self::Bsnd => "BSND",
+            Self::Bnsd => "BNSD",
+            Self::BnsdBsnd => "BNSD_BSND",
+            Self::Tnd => "TND",
+        }
+    }
+
+    /// The layout of an `inputLayout` string; `None` for strings PFA does not take.
+    pub fn from_attr(s: &str) -> Option<Self> {
+        [Self::Bsh, Self::Bsnd, Self::Bnsd, Self::BnsdBsnd, Self::Tnd]
+            .into_iter()
+            .find(|l| l.as_attr() == s)
+    }
+}
+
 /// `sparseMode` values PFA V3 supports (5–8 are "暂不支持"). V1 behaves as `DefaultMask`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SparseMode {

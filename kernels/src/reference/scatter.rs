@@ -46,6 +46,28 @@ pub enum CacheMode {
     Nhsd,
 }
 
+impl CacheMode {
+    /// The `cacheMode` attribute string, `None` for NHSD (no aclnn string is confirmed for it,
+    /// so it never reaches aclnn: the backend runs it on the host).
+    pub fn as_attr(self) -> Option<&'static str> {
+        match self {
+            Self::Norm => Some("Norm"),
+            Self::PaNz => Some("PA_NZ"),
+            Self::Nhsd => None,
+        }
+    }
+
+    /// The mode of a `cacheMode` string (empty = `Norm`, as a null attribute).
+    pub fn from_attr(s: &str) -> Option<Self> {
+        match s {
+            "" => Some(Self::Norm),
+            s => [Self::Norm, Self::PaNz]
+                .into_iter()
+                .find(|m| m.as_attr() == Some(s)),
+        }
+    }
+}
+
 /// `scatterMode` for the non-compressed entry point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScatterMode {

@@ -13,6 +13,7 @@ use burn_ascend_kernels::reference::scatter::{
 
 use crate::backend::{ScatterInputs, ScatterOutputs};
 use crate::error::{AttnError, Result};
+use crate::host::acl_dtype;
 use crate::prompt::composite::{unwrap, wrap};
 use crate::scatter::{ScatterDims, ScatterShapes, ScatterSpec};
 
@@ -25,10 +26,10 @@ pub fn shapes<B: Backend>(i: &ScatterInputs<B>) -> ScatterShapes {
         key_cache: d(&i.key_cache),
         value_cache: i.value_cache.as_ref().map(d),
         dtypes: [
-            Some(i.key.dtype()),
-            i.value.as_ref().map(|t| t.dtype()),
-            Some(i.key_cache.dtype()),
-            i.value_cache.as_ref().map(|t| t.dtype()),
+            acl_dtype(i.key.dtype()),
+            i.value.as_ref().and_then(|t| acl_dtype(t.dtype())),
+            acl_dtype(i.key_cache.dtype()),
+            i.value_cache.as_ref().and_then(|t| acl_dtype(t.dtype())),
         ],
     }
 }

@@ -1,10 +1,7 @@
-//! KV cache scatter: `aclnnScatterPaKvCache`.
+//! KV cache scatter: `aclnnScatterPaKvCache`. The parameters and their validation are the
+//! contract's ([`burn_ascend_contract::scatter`]); the composite Burn path is here.
 
 pub mod composite;
-mod spec;
 
-pub use burn_ascend_kernels::reference::scatter::{CacheMode, CompressMode};
+pub use burn_ascend_contract::scatter::*;
 pub use composite::{scatter_checked, scatter_host};
-pub use spec::{
-    parse_cache_mode, CompressedWrite, ScatterDims, ScatterKind, ScatterShapes, ScatterSpec,
-};

@@ -9,10 +9,12 @@
 use std::sync::Arc;
 
 use burn_ascend_kernels::reference::prompt::{
-    AttenMask, PfaLayout, PostQuant, PromptFlashAttentionArgs, PseShift, SparseMode,
+    AttenMask, PostQuant, PromptFlashAttentionArgs, PseShift, SparseMode,
 };
 
 use crate::error::{ensure, AttnError, Result};
+
+pub use burn_ascend_kernels::reference::prompt::{PfaLayout, SparseMode as PfaSparseMode};
 
 /// Largest batch (A2/A3).
 pub const PFA_MAX_BATCH: usize = 65_536;
@@ -182,18 +184,11 @@ fn per_batch(lens: Option<&[i64]>, b: usize, full: usize) -> usize {
 
 /// Parses `inputLayout`.
 pub fn parse_pfa_layout(s: &str) -> Result<PfaLayout> {
-    Ok(match s {
-        "BSH" => PfaLayout::Bsh,
-        "BSND" => PfaLayout::Bsnd,
-        "BNSD" => PfaLayout::Bnsd,
-        "BNSD_BSND" => PfaLayout::BnsdBsnd,
-        "TND" => PfaLayout::Tnd,
-        other => {
-            return Err(AttnError::invalid(
-                "inputLayout",
-                format!("must be BSH, BSND, BNSD, BNSD_BSND or TND, got \"{other}\""),
-            ))
-        }
+    PfaLayout::from_attr(s).ok_or_else(|| {
+        AttnError::invalid(
+            "inputLayout",
+            format!("must be BSH, BSND, BNSD, BNSD_BSND or TND, got \"{s}\""),
+        )
     })
 }
 

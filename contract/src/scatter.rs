@@ -7,10 +7,12 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use burn::tensor::DType;
-use burn_ascend_kernels::reference::scatter::{CacheMode, CompressMode, ScatterMode};
+use crate::DataType;
+use burn_ascend_kernels::reference::scatter::ScatterMode;
 
 use crate::error::{ensure, AttnError, Result};
+
+pub use burn_ascend_kernels::reference::scatter::{CacheMode, CompressMode};
 
 /// `scatterMode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,20 +30,34 @@ pub enum ScatterKind {
 }
 
 impl ScatterKind {
+    /// The `scatterMode` attribute string.
+    pub fn as_attr(self) -> &'static str {
+        match self {
+            Self::None => "None",
+            Self::Nct => "Nct",
+            Self::Alibi => "Alibi",
+            Self::Rope => "Rope",
+            Self::Omni => "Omni",
+        }
+    }
+
+    /// The mode of a `scatterMode` string (empty = `None`, as a null attribute).
+    pub fn from_attr(s: &str) -> Option<Self> {
+        match s {
+            "" => Some(Self::None),
+            s => [Self::None, Self::Nct, Self::Alibi, Self::Rope, Self::Omni]
+                .into_iter()
+                .find(|m| m.as_attr() == s),
+        }
+    }
+
     /// Parses `scatterMode` (empty = None).
     pub fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "" | "None" => Self::None,
-            "Nct" => Self::Nct,
-            "Alibi" => Self::Alibi,
-            "Rope" => Self::Rope,
-            "Omni" => Self::Omni,
-            other => {
-                return Err(AttnError::invalid(
-                    "scatterMode",
-                    format!("must be None, Nct, Alibi, Rope or Omni, got \"{other}\""),
-                ))
-            }
+        Self::from_attr(s).ok_or_else(|| {
+            AttnError::invalid(
+                "scatterMode",
+                format!("must be None, Nct, Alibi, Rope or Omni, got \"{s}\""),
+            )
         })
     }
 
@@ -58,14 +74,9 @@ impl ScatterKind {
 
 /// Parses `cacheMode` (empty = Norm).
 pub fn parse_cache_mode(s: &str) -> Result<CacheMode> {
-    match s {
-        "" | "Norm" => Ok(CacheMode::Norm),
-        "PA_NZ" => Ok(CacheMode::PaNz),
-        other => Err(AttnError::invalid(
-            "cacheMode",
-            format!("must be Norm or PA_NZ, got \"{other}\""),
-        )),
-    }
+    CacheMode::from_attr(s).ok_or_else(|| {
+        AttnError::invalid("cacheMode", format!("must be Norm or PA_NZ, got \"{s}\""))
+    })
 }
 
 /// Everything of the scatter that is not key/value/caches. Index arrays are host data
@@ -104,7 +115,7 @@ pub struct ScatterShapes {
     /// `valueCacheRef`, absent (or rank 0) for key-only.
     pub value_cache: Option<Vec<usize>>,
     /// dtypes of key, value, keyCache, valueCache.
-    pub dtypes: [Option<DType>; 4],
+    pub dtypes: [Option<DataType>; 4],
 }
 
 /// A validated scatter's dimensions.
@@ -166,7 +177,10 @@ impl ScatterSpec {
         let [kd, vd, kcd, vcd] = s.dtypes;
         let kd = kd.ok_or_else(|| AttnError::invalid("key", "dtype unknown"))?;
         ensure!(
-            matches!(kd, DType::F16 | DType::BF16 | DType::I8 | DType::F32),
+            matches!(
+                kd,
+                DataType::Float16 | DataType::Bf16 | DataType::Int8 | DataType::Float
+            ),
             "key",
             "dtype must be FLOAT16, BFLOAT16 or INT8 (FLOAT32 on the host), got {kd:?}"
         );

@@ -10,11 +10,13 @@
 use std::sync::Arc;
 
 use burn_ascend_kernels::reference::incre::{
-    Antiquant, IfaLayout, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput, PagedLayout, PostQuant,
+    Antiquant, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput, PostQuant,
 };
 
 use crate::error::{ensure, AttnError, Result};
+
 use crate::prompt::{resolve_kv_heads, validate_post_quant, PostQuantSpec};
+pub use burn_ascend_kernels::reference::incre::{IfaLayout, PagedLayout, IFA_MASKED_SCORE};
 
 /// Largest batch (A2/A3).
 pub const IFA_MAX_BATCH: usize = 65_536;
@@ -196,16 +198,11 @@ impl IncreDims {
 
 /// Parses `inputLayout`.
 pub fn parse_ifa_layout(s: &str) -> Result<IfaLayout> {
-    Ok(match s {
-        "BSH" => IfaLayout::Bsh,
-        "BSND" => IfaLayout::Bsnd,
-        "BNSD" => IfaLayout::Bnsd,
-        other => {
-            return Err(AttnError::invalid(
-                "inputLayout",
-                format!("must be BSH, BSND or BNSD, got \"{other}\""),
-            ))
-        }
+    IfaLayout::from_attr(s).ok_or_else(|| {
+        AttnError::invalid(
+            "inputLayout",
+            format!("must be BSH, BSND or BNSD, got \"{s}\""),
+        )
     })
 }
 

@@ -59,6 +59,7 @@ impl std::error::Error for AttnError {}
 pub type Result<T, E = AttnError> = std::result::Result<T, E>;
 
 /// `Err(AttnError::invalid(param, format!(...)))` unless `cond`.
+#[macro_export]
 macro_rules! ensure {
     ($cond:expr, $param:expr, $($fmt:tt)+) => {
         if !$cond {
@@ -66,4 +67,4 @@ macro_rules! ensure {
         }
     };
 }
-pub(crate) use ensure;
+pub use crate::ensure;

@@ -1,0 +1,496 @@
+//! One aclnn call builder per attention op: the validated contract spec plus the device tensors
+//! in, one aclnn call out. Each builder owns everything the spec carries as host data (masks,
+//! pse, dropout bits, block tables, scales, index tensors, the `aclIntArray`s), the attribute
+//! strings (from the contract's `as_attr`), the empty reserved outputs torch_npu passes, and —
+//! through [`burn_ascend_kernels::acl::ops`] — the version fallback.
+//!
+//! Both callers go through here: the `Ascend` backend (its tensors as strided views) and the
+//! op-replay CLI's `--device sim|npu` (the bundle's tensors uploaded as they are), so the CLI's
+//! and the NPU tests' calls are the backend's own.
+//!
+//! Nothing here knows Burn. Each builder synchronises the stream before it returns: the
+//! uploads it owns must outlive the launch.
+
+use half::{bf16, f16};
+
+use burn_ascend_contract::incre::IncreSpec;
+use burn_ascend_contract::prompt::{PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
+use burn_ascend_contract::scatter::{CacheMode, ScatterSpec};
+use burn_ascend_contract::varlen::{compressed_mask, MaskSpec, PseSpec, VarlenSpec};
+use burn_ascend_kernels::acl::{
+    ops, AclError, DataType, DeviceTensor, IntArray, Result, Runtime, Tensor, TensorDesc,
+    TensorList,
+};
+
+/// `inputLayout` of the varlen ops: packed sequences only.
+const TND: &str = "TND";
+
+fn upload(rt: &Runtime, bytes: &[u8], dims: &[usize], dtype: DataType) -> Result<DeviceTensor> {
+    rt.upload(TensorDesc::contiguous(dims, dtype)?, bytes)
+}
+
+/// f32 host values as a tensor of the float `dtype` (the op's own: pse, antiquant scales).
+fn upload_float(rt: &Runtime, v: &[f32], dims: &[usize], dtype: DataType) -> Result<DeviceTensor> {
+    let bytes: Vec<u8> = match dtype {
+        DataType::Float => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        DataType::Float16 => v
+            .iter()
+            .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+            .collect(),
+        DataType::Bf16 => v
+            .iter()
+            .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
+            .collect(),
+        other => {
+            return Err(AclError::Invalid {
+                param: "dtype".into(),
+                rule: format!("float input in {other:?}: must be FLOAT, FLOAT16 or BFLOAT16"),
+            })
+        }
+    };
+    upload(rt, &bytes, dims, dtype)
+}
+
+fn upload_i64(rt: &Runtime, v: &[i64], dims: &[usize]) -> Result<DeviceTensor> {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    upload(rt, &bytes, dims, DataType::Int64)
+}
+
+fn handle(t: &Option<DeviceTensor>) -> Result<Option<Tensor<'_>>> {
+    t.as_ref().map(DeviceTensor::handle).transpose()
+}
+
+fn ints(rt: &Runtime, v: Option<&[i64]>) -> Result<Option<IntArray>> {
+    v.map(|v| IntArray::new(rt.api(), v)).transpose()
+}
+
+/// An empty tensor for an output the call does not use (as torch_npu passes).
+fn empty(rt: &Runtime, dtype: DataType) -> Result<DeviceTensor> {
+    rt.zeros(TensorDesc::contiguous(&[0], dtype)?)
+}
+
+/// The varlen inputs the spec carries as host data, on the device.
+struct VarlenExtras {
+    atten_mask: Option<DeviceTensor>,
+    real_shift: Option<DeviceTensor>,
+    drop_mask: Option<DeviceTensor>,
+}
+
+fn varlen_extras(rt: &Runtime, spec: &VarlenSpec, dtype: DataType) -> Result<VarlenExtras> {
+    let atten_mask = match &spec.atten_mask {
+        MaskSpec::None => None,
+        MaskSpec::Dense { data, shape } => Some(upload(rt, data, shape, DataType::Uint8)?),
+        MaskSpec::Compressed => compressed_mask(spec.attrs.sparse_mode)
+            .map(|(m, shape)| upload(rt, &m, &shape, DataType::Uint8))
+            .transpose()?,
+    };
+    let real_shift = match &spec.pse {
+        PseSpec::None => None,
+        // pseType 0/1: a bias in the query's dtype.
+        PseSpec::Dense { data, shape } => Some(upload_float(rt, data, shape, dtype)?),
+        // pseType 2/3: the slopes, FLOAT.
+        PseSpec::Alibi { slopes, shape } => Some(upload_float(rt, slopes, shape, DataType::Float)?),
+    };
+    let drop_mask = spec
+        .drop_mask
+        .as_ref()
+        .map(|m| upload(rt, m, &[m.len()], DataType::Uint8))
+        .transpose()?;
+    Ok(VarlenExtras {
+        atten_mask,
+        real_shift,
+        drop_mask,
+    })
+}
+
+/// The device tensors of a varlen forward.
+pub struct VarlenFwdTensors<'a> {
+    /// The query's (and output's) float dtype.
+    pub dtype: DataType,
+    pub query: &'a Tensor<'a>,
+    pub key: &'a Tensor<'a>,
+    pub value: &'a Tensor<'a>,
+    /// FLOAT `[N]`.
+    pub sink: Option<&'a Tensor<'a>>,
+    pub attention_out: &'a Tensor<'a>,
+    pub softmax_max: &'a Tensor<'a>,
+    pub softmax_sum: &'a Tensor<'a>,
+}
+
+/// `aclnnFlashAttentionVarLenScoreV5` (or the base op) for a validated spec; `head_num` is the
+/// query's N.
+pub fn varlen_fwd(
+    rt: &Runtime,
+    spec: &VarlenSpec,
+    head_num: usize,
+    x: &VarlenFwdTensors<'_>,
+) -> Result<()> {
+    let ex = varlen_extras(rt, spec, x.dtype)?;
+    // softmaxOutOut is reserved ("预留参数，暂未使用"): an empty tensor, as torch_npu passes.
+    let softmax_out = empty(rt, x.dtype)?;
+    {
+        let (mask, pse, drop) = (
+            handle(&ex.atten_mask)?,
+            handle(&ex.real_shift)?,
+            handle(&ex.drop_mask)?,
+        );
+        let softmax_out = softmax_out.handle()?;
+        let prefix = ints(rt, spec.prefix.as_deref())?;
+        let cum_q = IntArray::new(rt.api(), &spec.actual_seq_q_len)?;
+        let cum_kv = IntArray::new(rt.api(), &spec.actual_seq_kv_len)?;
+        let q_start = ints(rt, spec.q_start_idx.as_ref().map(std::slice::from_ref))?;
+        let kv_start = ints(rt, spec.kv_start_idx.as_ref().map(std::slice::from_ref))?;
+        let a = &spec.attrs;
+        ops::varlen_fwd(
+            rt,
+            &ops::VarlenFwdArgs {
+                query: x.query,
+                query_rope: None,
+                key: x.key,
+                key_rope: None,
+                value: x.value,
+                real_shift: pse.as_ref(),
+                drop_mask: drop.as_ref(),
+                padding_mask: None,
+                atten_mask: mask.as_ref(),
+                sink: x.sink,
+                prefix: prefix.as_ref(),
+                actual_seq_q_len: Some(&cum_q),
+                actual_seq_kv_len: Some(&cum_kv),
+                q_start_idx: q_start.as_ref(),
+                kv_start_idx: kv_start.as_ref(),
+                scale_value: a.scale,
+                keep_prob: a.keep_prob,
+                pre_tokens: a.pre_tokens,
+                next_tokens: a.next_tokens,
+                head_num: head_num as i64,
+                input_layout: TND,
+                inner_precise: a.inner_precise,
+                sparse_mode: a.sparse_mode.as_attr(),
+                pse_type: a.pse_type.as_attr(),
+                softmax_out_layout: a.softmax_layout.as_attr(),
+                softmax_max: x.softmax_max,
+                softmax_sum: x.softmax_sum,
+                softmax_out: Some(&softmax_out),
+                attention_out: x.attention_out,
+            },
+        )?;
+    }
+    rt.synchronize()
+}
+
+/// The device tensors of a varlen backward.
+pub struct VarlenGradTensors<'a> {
+    /// The query's (and gradients') float dtype.
+    pub dtype: DataType,
+    pub query: &'a Tensor<'a>,
+    pub key: &'a Tensor<'a>,
+    pub value: &'a Tensor<'a>,
+    pub dy: &'a Tensor<'a>,
+    pub softmax_max: &'a Tensor<'a>,
+    pub softmax_sum: &'a Tensor<'a>,
+    pub attention_in: &'a Tensor<'a>,
+    /// `sinkIn`, FLOAT `[N]`.
+    pub sink: Option<&'a Tensor<'a>>,
+    pub dq: &'a Tensor<'a>,
+    pub dk: &'a Tensor<'a>,
+    pub dv: &'a Tensor<'a>,
+    /// FLOAT `[N]`, with a sink.
+    pub dsink: Option<&'a Tensor<'a>>,
+}
+
+/// `aclnnFlashAttentionUnpaddingScoreGradV5` (or the base op) for a validated spec.
+pub fn varlen_grad(
+    rt: &Runtime,
+    spec: &VarlenSpec,
+    head_num: usize,
+    x: &VarlenGradTensors<'_>,
+) -> Result<()> {
+    let ex = varlen_extras(rt, spec, x.dtype)?;
+    // Unused outputs (no rope, no pse gradient): empty tensors, as torch_npu passes.
+    let unused = empty(rt, x.dtype)?;
+    {
+        let (mask, pse, drop) = (
+            handle(&ex.atten_mask)?,
+            handle(&ex.real_shift)?,
+            handle(&ex.drop_mask)?,
+        );
+        let (dq_rope, dk_rope, dpse) = (unused.handle()?, unused.handle()?, unused.handle()?);
+        let prefix = ints(rt, spec.prefix.as_deref())?;
+        let cum_q = IntArray::new(rt.api(), &spec.actual_seq_q_len)?;
+        let cum_kv = IntArray::new(rt.api(), &spec.actual_seq_kv_len)?;
+        let q_start = ints(rt, spec.q_start_idx.as_ref().map(std::slice::from_ref))?;
+        let kv_start = ints(rt, spec.kv_start_idx.as_ref().map(std::slice::from_ref))?;
+        let a = &spec.attrs;
+        ops::varlen_grad(
+            rt,
+            &ops::VarlenGradArgs {
+                query: x.query,
+                query_rope: None,
+                key: x.key,
+                key_rope: None,
+                value: x.value,
+                dy: x.dy,
+                pse_shift: pse.as_ref(),
+                drop_mask: drop.as_ref(),
+                padding_mask: None,
+                atten_mask: mask.as_ref(),
+                softmax_max: Some(x.softmax_max),
+                softmax_sum: Some(x.softmax_sum),
+                softmax_in: None,
+                attention_in: Some(x.attention_in),
+                sink_in: x.sink,
+                prefix: prefix.as_ref(),
+                actual_seq_q_len: Some(&cum_q),
+                actual_seq_kv_len: Some(&cum_kv),
+                q_start_idx: q_start.as_ref(),
+                kv_start_idx: kv_start.as_ref(),
+                scale_value: a.scale,
+                keep_prob: a.keep_prob,
+                pre_tokens: a.pre_tokens,
+                next_tokens: a.next_tokens,
+                head_num: head_num as i64,
+                input_layout: TND,
+                inner_precise: a.inner_precise,
+                sparse_mode: a.sparse_mode.as_attr(),
+                pse_type: a.pse_type.as_attr(),
+                softmax_in_layout: a.softmax_layout.as_attr(),
+                dq: x.dq,
+                dq_rope: Some(&dq_rope),
+                dk: x.dk,
+                dk_rope: Some(&dk_rope),
+                dv: x.dv,
+                dpse: Some(&dpse),
+                dsink: x.dsink,
+            },
+        )?;
+    }
+    rt.synchronize()
+}
+
+/// `quantScale2` / `quantOffset2` (int8 output) on the device, FLOAT `[len]`.
+fn post_quant(
+    rt: &Runtime,
+    q: Option<&burn_ascend_contract::prompt::PostQuantSpec>,
+) -> Result<(Option<DeviceTensor>, Option<DeviceTensor>)> {
+    let Some(q) = q else {
+        return Ok((None, None));
+    };
+    let scale = upload_float(rt, &q.scale, &[q.scale.len()], DataType::Float)?;
+    let offset = q
+        .offset
+        .as_ref()
+        .map(|o| upload_float(rt, o, &[o.len()], DataType::Float))
+        .transpose()?;
+    Ok((Some(scale), offset))
+}
+
+/// The device tensors of a prompt attention call.
+pub struct PromptTensors<'a> {
+    /// The query's float dtype (pse is uploaded in it).
+    pub dtype: DataType,
+    pub query: &'a Tensor<'a>,
+    pub key: &'a Tensor<'a>,
+    pub value: &'a Tensor<'a>,
+    /// The query's dtype, or INT8 with `quantScale2`.
+    pub attention_out: &'a Tensor<'a>,
+}
+
+/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec.
+pub fn prompt(rt: &Runtime, spec: &PromptSpec, x: &PromptTensors<'_>) -> Result<()> {
+    let mask = match &spec.atten_mask {
+        PromptMask::None => None,
+        PromptMask::Dense { data, shape } => Some(upload(rt, data, shape, DataType::Uint8)?),
+        PromptMask::Compressed => {
+            let [rows, cols] = PFA_COMPRESSED_MASK;
+            let m: Vec<u8> = (0..rows * cols)
+                .map(|x| u8::from(x % cols > x / cols))
+                .collect();
+            Some(upload(rt, &m, &PFA_COMPRESSED_MASK, DataType::Uint8)?)
+        }
+    };
+    let pse = spec
+        .pse_shift
+        .as_ref()
+        .map(|p| upload_float(rt, &p.data, &p.shape, x.dtype))
+        .transpose()?;
+    let (qs2, qo2) = post_quant(rt, spec.post_quant.as_ref())?;
+    {
+        let (mask, pse) = (handle(&mask)?, handle(&pse)?);
+        let (qs2, qo2) = (handle(&qs2)?, handle(&qo2)?);
+        let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
+        let asl_kv = ints(rt, spec.actual_seq_lengths_kv.as_deref())?;
+        ops::prompt(
+            rt,
+            &ops::PromptArgs {
+                query: x.query,
+                key: x.key,
+                value: x.value,
+                pse_shift: pse.as_ref(),
+                atten_mask: mask.as_ref(),
+                actual_seq_lengths: asl.as_ref(),
+                actual_seq_lengths_kv: asl_kv.as_ref(),
+                deq_scale1: None,
+                quant_scale1: None,
+                deq_scale2: None,
+                quant_scale2: qs2.as_ref(),
+                quant_offset2: qo2.as_ref(),
+                num_heads: spec.num_heads as i64,
+                scale_value: spec.scale_value,
+                pre_tokens: spec.pre_tokens,
+                next_tokens: spec.next_tokens,
+                input_layout: spec.input_layout.as_attr(),
+                num_key_value_heads: spec.num_key_value_heads as i64,
+                sparse_mode: spec.sparse_mode,
+                inner_precise: spec.inner_precise,
+                attention_out: x.attention_out,
+            },
+        )?;
+    }
+    rt.synchronize()
+}
+
+/// The device tensors of an incremental attention call.
+pub struct IncreTensors<'a> {
+    /// The query's float dtype (pse and antiquant scales are uploaded in it).
+    pub dtype: DataType,
+    pub query: &'a Tensor<'a>,
+    /// One tensor (contiguous, or the paged cache with a block table) or one per batch.
+    pub key: &'a TensorList<'a>,
+    pub value: &'a TensorList<'a>,
+    /// The query's dtype, or INT8 with `quantScale2`.
+    pub attention_out: &'a Tensor<'a>,
+}
+
+/// `aclnnIncreFlashAttentionV4` for a validated spec.
+pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()> {
+    let mask = spec
+        .atten_mask
+        .as_ref()
+        .map(|m| upload(rt, &m.data, &m.shape, DataType::Uint8))
+        .transpose()?;
+    let pse = spec
+        .pse_shift
+        .as_ref()
+        .map(|p| upload_float(rt, &p.data, &p.shape, x.dtype))
+        .transpose()?;
+    let (aq_scale, aq_offset) = match &spec.antiquant {
+        None => (None, None),
+        Some(a) => (
+            Some(upload_float(rt, &a.scale, &a.shape, x.dtype)?),
+            a.offset
+                .as_ref()
+                .map(|o| upload_float(rt, o, &a.shape, x.dtype))
+                .transpose()?,
+        ),
+    };
+    let table = spec
+        .block_table
+        .as_ref()
+        .map(|t| {
+            let bytes: Vec<u8> = t.data.iter().flat_map(|x| x.to_le_bytes()).collect();
+            upload(rt, &bytes, &t.shape, DataType::Int32)
+        })
+        .transpose()?;
+    // kvPaddingSize is an INT64 tensor of one element.
+    let pad = spec
+        .kv_padding_size
+        .map(|p| upload_i64(rt, &[p], &[1]))
+        .transpose()?;
+    let (qs2, qo2) = post_quant(rt, spec.post_quant.as_ref())?;
+    {
+        let (mask, pse) = (handle(&mask)?, handle(&pse)?);
+        let (aqs, aqo) = (handle(&aq_scale)?, handle(&aq_offset)?);
+        let (table, pad) = (handle(&table)?, handle(&pad)?);
+        let (qs2, qo2) = (handle(&qs2)?, handle(&qo2)?);
+        let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
+        ops::incre(
+            rt,
+            &ops::IncreArgs {
+                query: x.query,
+                key: x.key,
+                value: x.value,
+                pse_shift: pse.as_ref(),
+                atten_mask: mask.as_ref(),
+                actual_seq_lengths: asl.as_ref(),
+                dequant_scale1: None,
+                quant_scale1: None,
+                dequant_scale2: None,
+                quant_scale2: qs2.as_ref(),
+                quant_offset2: qo2.as_ref(),
+                antiquant_scale: aqs.as_ref(),
+                antiquant_offset: aqo.as_ref(),
+                blocktable: table.as_ref(),
+                kv_padding_size: pad.as_ref(),
+                num_heads: spec.num_heads as i64,
+                scale_value: spec.scale_value,
+                input_layout: spec.input_layout.as_attr(),
+                num_key_value_heads: spec.num_key_value_heads as i64,
+                block_size: spec.block_size as i64,
+                inner_precise: spec.inner_precise,
+                attention_out: x.attention_out,
+            },
+        )?;
+    }
+    rt.synchronize()
+}
+
+/// The descriptor of a cache of `dims` for `mode`: PA_NZ caches as `ACL_FORMAT_FRACTAL_NZ`
+/// over their physical shape, the others ND.
+pub fn cache_desc(mode: CacheMode, dims: &[usize], dtype: DataType) -> Result<TensorDesc> {
+    match mode {
+        CacheMode::PaNz => TensorDesc::pa_nz_cache(dims, dtype),
+        CacheMode::Norm | CacheMode::Nhsd => TensorDesc::contiguous(dims, dtype),
+    }
+}
+
+/// The device tensors of a cache scatter; the caches are updated in place.
+pub struct ScatterTensors<'a> {
+    pub key: &'a Tensor<'a>,
+    /// Described with [`cache_desc`].
+    pub key_cache: &'a Tensor<'a>,
+    pub value: Option<&'a Tensor<'a>>,
+    pub value_cache: Option<&'a Tensor<'a>>,
+}
+
+/// `aclnnScatterPaKvCache` for a validated spec.
+pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterTensors<'_>) -> Result<()> {
+    let cache_mode = spec.cache_mode.as_attr().ok_or_else(|| {
+        AclError::Unsupported("cacheMode NHSD has no confirmed aclnn attribute".into())
+    })?;
+    let slots = upload_i64(rt, &spec.slot_mapping, &spec.slot_mapping_shape)?;
+    let vec1 = |v: &Option<Vec<i64>>| {
+        v.as_ref()
+            .map(|v| upload_i64(rt, v, &[v.len()]))
+            .transpose()
+    };
+    let (clens, cso, seq_lens) = (
+        vec1(&spec.compress_lens)?,
+        vec1(&spec.compress_seq_offset)?,
+        vec1(&spec.seq_lens)?,
+    );
+    {
+        let slots = slots.handle()?;
+        let (clens, cso, seq_lens) = (handle(&clens)?, handle(&cso)?, handle(&seq_lens)?);
+        let strides = ints(rt, spec.strides.as_deref())?;
+        let offsets = ints(rt, spec.offsets.as_deref())?;
+        ops::scatter(
+            rt,
+            &ops::ScatterArgs {
+                key: x.key,
+                key_cache: x.key_cache,
+                slot_mapping: &slots,
+                value: x.value,
+                value_cache: x.value_cache,
+                compress_lens: clens.as_ref(),
+                compress_seq_offset: cso.as_ref(),
+                seq_lens: seq_lens.as_ref(),
+                cache_mode,
+                scatter_mode: spec.scatter_mode.as_attr(),
+                strides: strides.as_ref(),
+                offsets: offsets.as_ref(),
+            },
+        )?;
+    }
+    rt.synchronize()
+}
