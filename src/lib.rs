@@ -19,7 +19,12 @@
 //! assert_eq!(out.dims(), [8, 4, 8]);
 //! ```
 
+// Not part of the public API: the op-replay CLI's internals (for the `burn-ascend` binary)
+// and the example LLM (for `examples/` and the tests). Public only because binaries, examples
+// and integration tests are separate crates.
+#[doc(hidden)]
 pub mod cli;
+#[doc(hidden)]
 pub mod model;
 
 pub use burn_ascend_backend as backend;
