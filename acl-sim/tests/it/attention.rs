@@ -5,13 +5,14 @@
 
 use std::ptr::{null, null_mut};
 
+use burn_ascend_acl_sim as sim;
 use burn_ascend_kernels::acl::ffi::{
     AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
 };
 use burn_ascend_kernels::acl::host::{self, HostArg, VarlenAttrs, VarlenInputs};
 use burn_ascend_kernels::acl::ops::{self, VarlenFwdArgs};
 use burn_ascend_kernels::acl::tensor::recent_error;
-use burn_ascend_kernels::acl::{sim, AclError, DataType, IntArray, Runtime, Tensor, TensorDesc};
+use burn_ascend_kernels::acl::{AclError, DataType, IntArray, Runtime, Tensor, TensorDesc};
 use burn_ascend_kernels::reference::varlen as reference;
 use burn_ascend_kernels::varlen::{VarlenAttrs as KAttrs, VarlenDims, VarlenProblem};
 
@@ -127,7 +128,7 @@ impl Case {
 #[test]
 fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
     let c = Case::new();
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let (qb, kb, vb, sb, dyb) = (
         bytes(&c.q),
         bytes(&c.k),
@@ -230,7 +231,7 @@ struct Handles {
 
 impl Handles {
     fn new(c: &Case) -> Self {
-        let rt = Runtime::sim().unwrap();
+        let rt = burn_ascend_acl_sim::runtime().unwrap();
         let up = |dims: &[usize], v: &[f32]| {
             rt.upload(
                 TensorDesc::contiguous(dims, DataType::Float).unwrap(),
@@ -692,7 +693,13 @@ fn missing_pfa_v3_falls_back_to_v1_only_for_what_v1_has() {
         inner_precise: 1,
     };
     let got = host::prompt(&rt, &x, &dims, DataType::Float).unwrap();
-    let via_v3 = host::prompt(&Runtime::sim().unwrap(), &x, &dims, DataType::Float).unwrap();
+    let via_v3 = host::prompt(
+        &burn_ascend_acl_sim::runtime().unwrap(),
+        &x,
+        &dims,
+        DataType::Float,
+    )
+    .unwrap();
     assert_eq!(got, via_v3, "V1 and V3 agree on what both have");
     x.sparse_mode = 2;
     let err = host::prompt(&rt, &x, &dims, DataType::Float).unwrap_err();
@@ -701,7 +708,7 @@ fn missing_pfa_v3_falls_back_to_v1_only_for_what_v1_has() {
 
 #[test]
 fn a_pa_nz_cache_described_as_nd_is_refused() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     // f16: last = 16; N·D = 32 → cache [nb = 2, 2, bs = 16, 16].
     let (t, n, d) = (3usize, 2usize, 16usize);
     let key = vec![0u8; t * n * d * 2];

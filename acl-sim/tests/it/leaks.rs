@@ -1,14 +1,44 @@
 //! Every handle the dispatch layer creates is destroyed again (RAII), checked on the host
-//! simulation's registries. Its own test binary: the counts are process-wide.
+//! simulation's registries. The counts are process-wide and the other tests of this binary
+//! run beside it, so the check runs alone in a child process of this binary
+//! ([`in_own_process`]).
 
+use burn_ascend_acl_sim as sim;
 use burn_ascend_kernels::acl::host::{self, HostArg, IncreInputs, IncreKv};
-use burn_ascend_kernels::acl::{sim, DataType, Runtime};
+use burn_ascend_kernels::acl::DataType;
+
+/// Set in the child process that runs a test alone.
+const CHILD: &str = "BURN_ASCEND_SIM_TEST_ALONE";
+
+/// In the test process: re-runs test `name` of this binary alone in a child process, checks it
+/// passed and returns `false`. In that child: returns `true` (run the test's body).
+fn in_own_process(name: &str) -> bool {
+    if std::env::var_os(CHILD).is_some() {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{name} in its own process:\n{log}");
+    assert!(log.contains("1 passed"), "{name} did not run:\n{log}");
+    false
+}
 
 #[test]
 fn dispatch_leaves_no_live_handles_behind() {
+    if !in_own_process("leaks::dispatch_leaves_no_live_handles_behind") {
+        return;
+    }
     let before = sim::live_handles();
     {
-        let rt = Runtime::sim().unwrap();
+        let rt = burn_ascend_acl_sim::runtime().unwrap();
         // Incremental attention with the tensor-list form: lists own their tensors.
         let (b, n, d, s) = (2usize, 2usize, 8usize, 3usize);
         let q = vec![0u8; b * n * d * 4];
