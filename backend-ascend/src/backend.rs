@@ -72,7 +72,7 @@ impl Backend for Ascend {
 
     fn device_count(type_id: u16) -> usize {
         match type_id {
-            0 => 1,
+            0 => usize::from(cfg!(feature = "sim")),
             _ => acl::loader::cann()
                 .and_then(acl::device_count)
                 .map_or(0, |n| n as usize),

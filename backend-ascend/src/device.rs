@@ -12,8 +12,10 @@ use burn_backend::{DeviceId, DeviceOps};
 /// Where an [`AscendDevice`]'s aclnn calls go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AscendKind {
-    /// The host simulation of the ACL ABI in `burn-ascend-kernels` (**not CANN**): device memory
-    /// is host memory and each aclnn op runs the CPU kernels. One device (index 0).
+    /// The host simulation of the ACL ABI, crate `burn-ascend-acl-sim` (**not CANN**): device
+    /// memory is host memory and each aclnn op runs the CPU kernels. One device (index 0).
+    /// Needs this crate's `sim` feature; without it, opening the device fails with an error
+    /// saying so.
     Simulation,
     /// A real NPU through CANN's libraries, opened at run time.
     Npu,
@@ -21,8 +23,9 @@ pub enum AscendKind {
 
 /// An Ascend device: [`AscendDevice::sim`] or [`AscendDevice::npu`].
 ///
-/// `AscendDevice::default()` reads `$BURN_ASCEND_DEVICE`: `sim` (the default when unset),
-/// `npu` (device `$ASCEND_DEVICE_ID`, else 0) or `npu:N`.
+/// `AscendDevice::default()` reads `$BURN_ASCEND_DEVICE`: `sim`, `npu` (device
+/// `$ASCEND_DEVICE_ID`, else 0) or `npu:N`. Unset, it is `sim` with the `sim` feature and `npu`
+/// without it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AscendDevice {
     /// CANN or the simulation.
@@ -32,7 +35,7 @@ pub struct AscendDevice {
 }
 
 impl AscendDevice {
-    /// The host simulation (not CANN).
+    /// The host simulation (not CANN). Opening it needs the `sim` feature.
     pub const fn sim() -> Self {
         Self {
             kind: AscendKind::Simulation,
@@ -52,11 +55,17 @@ impl AscendDevice {
     pub fn from_env() -> Result<Self, String> {
         let v = std::env::var("BURN_ASCEND_DEVICE").unwrap_or_default();
         let v = v.trim();
-        match v {
-            "" | "sim" => Ok(Self::sim()),
-            "npu" => burn_ascend_kernels::acl::default_device_id()
+        let npu = || {
+            burn_ascend_kernels::acl::default_device_id()
                 .map(|d| Self::npu(d as u32))
-                .map_err(|e| e.to_string()),
+                .map_err(|e| e.to_string())
+        };
+        match v {
+            "" if cfg!(feature = "sim") => Ok(Self::sim()),
+            "" => npu(),
+            "sim" if cfg!(feature = "sim") => Ok(Self::sim()),
+            "sim" => Err(SIM_MISSING.to_string()),
+            "npu" => npu(),
             _ => match v.strip_prefix("npu:").map(str::parse::<u32>) {
                 Some(Ok(i)) => Ok(Self::npu(i)),
                 _ => Err(format!(
@@ -113,10 +122,25 @@ thread_local! {
     static RUNTIMES: RefCell<HashMap<AscendDevice, Rc<Runtime>>> = RefCell::new(HashMap::new());
 }
 
+/// Why the simulation cannot be opened in a build without the `sim` feature.
+const SIM_MISSING: &str = "the host simulation of the ACL ABI is not compiled in: enable the `sim` feature of burn-ascend-backend (or burn-ascend)";
+
+/// A runtime over the host simulation.
+#[cfg(feature = "sim")]
+fn sim_runtime() -> Result<Runtime, String> {
+    burn_ascend_acl_sim::runtime().map_err(|e| e.to_string())
+}
+
+/// Without the `sim` feature: the error saying so.
+#[cfg(not(feature = "sim"))]
+fn sim_runtime() -> Result<Runtime, String> {
+    Err(SIM_MISSING.to_string())
+}
+
 fn open(device: &AscendDevice) -> Result<Runtime, String> {
     let rt = match device.kind {
-        AscendKind::Simulation => Runtime::sim(),
-        AscendKind::Npu => Runtime::npu(device.index as i32),
+        AscendKind::Simulation => sim_runtime(),
+        AscendKind::Npu => Runtime::npu(device.index as i32).map_err(|e| e.to_string()),
     };
     rt.map_err(|e| format!("cannot open Ascend device {device}: {e}"))
 }

@@ -10,9 +10,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
 use burn::tensor::{Tensor, TensorData};
+use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::memory::{size_class, SMALL_GRANULE, SMALL_LIMIT};
 use burn_ascend_backend::{empty_cache, memory_stats, reset_peak_stats, Ascend, AscendDevice};
-use burn_ascend_kernels::acl::sim;
 
 static LOCK: Mutex<()> = Mutex::new(());
 

@@ -4,8 +4,8 @@
 //!   every implementation (reference, fast CPU kernels, Ascend dispatch).
 //! - [`reference`]: the CPU reference — plain loops with f64 accumulation. It is the oracle every
 //!   other path is tested against, so it stays small and obviously correct.
-//! - [`acl`]: Ascend dispatch through aclnn (CANN loaded at run time) and a host simulation
-//!   of the ACL ABI that CI runs.
+//! - [`acl`]: Ascend dispatch through aclnn (CANN loaded at run time); the host simulation of
+//!   the ACL ABI that CI runs is the crate `burn-ascend-acl-sim`.
 //! - [`dropout`]: CANN's bit-packed dropout mask and a seeded generator for it.
 //!
 //! Nothing here validates: callers (the `burn-ascend-ops` crate) check every constraint first

@@ -23,9 +23,23 @@ impl From<AclError> for CliError {
 pub fn runtime(device: Device) -> Result<Option<Runtime>, CliError> {
     Ok(match device {
         Device::Reference | Device::Cpu => None,
-        Device::Sim => Some(Runtime::sim()?),
+        Device::Sim => Some(sim_runtime()?),
         Device::Npu => Some(Runtime::npu(acl::default_device_id()?)?),
     })
+}
+
+/// A runtime over the host simulation (crate `burn-ascend-acl-sim`).
+#[cfg(feature = "sim")]
+fn sim_runtime() -> Result<Runtime, CliError> {
+    Ok(burn_ascend_acl_sim::runtime()?)
+}
+
+/// Without the `sim` feature: the error saying so.
+#[cfg(not(feature = "sim"))]
+fn sim_runtime() -> Result<Runtime, CliError> {
+    Err(CliError::Device(
+        "--device sim: the host simulation of the ACL ABI is not compiled in (build burn-ascend with its `sim` feature)".into(),
+    ))
 }
 
 /// Checks an aclnn device can be used, without opening a runtime: for `npu`, that CANN's

@@ -1,7 +1,9 @@
 //! The C ABI of ACL / aclnn as this crate calls it: opaque handle types, the enum values of
-//! `aclDataType` / `aclFormat`, status codes, and [`AclApi`], the table of `unsafe extern "C"`
-//! function pointers filled either from CANN's shared libraries ([`super::loader`]) or from the
-//! host simulation ([`super::sim`]).
+//! `aclDataType` / `aclFormat`, status codes, the prototypes, and [`AclApi`], the table of
+//! `unsafe extern "C"` function pointers filled either from CANN's shared libraries
+//! ([`super::loader`]) or from the host simulation (crate `burn-ascend-acl-sim`). Which
+//! function has which prototype is listed once, in [`table`]; [`AclApi`] and [`names`] are
+//! generated from it.
 //!
 //! Prototypes are copied from the aclnn docs (`shared/seeds`, `shared/reference`) and the ACL
 //! runtime headers (`acl/acl_rt.h`, `aclnn/acl_meta.h`); enum values from spec §7. Every
@@ -11,6 +13,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 mod elementwise;
+pub mod table;
 pub use elementwise::*;
 
 /// `aclTensor` (opaque; created by `aclCreateTensor`).
@@ -505,7 +508,7 @@ pub type ReduceWs = unsafe extern "C" fn(
     executor: Ex,
 ) -> AclStatus;
 
-// ---- indexing and layout ops (`LayoutOps`) ---------------------------------------------------
+// ---- indexing and layout ops --------------------------------------------------------------------
 
 /// `aclnnIndexSelectGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index,
 /// aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)` and
@@ -574,42 +577,6 @@ pub type TensorIntArrayWs = unsafe extern "C" fn(
     executor: Ex,
 ) -> AclStatus;
 
-/// The indexing and layout ops (each optional, like every op of [`AclApi`]).
-#[derive(Clone, Copy)]
-pub struct LayoutOps {
-    /// `aclnnIndexSelect`.
-    pub index_select: Option<OpFns<IndexDimWs>>,
-    /// `aclnnGather`.
-    pub gather: Option<OpFns<IndexDimWs>>,
-    /// `aclnnIndexAdd`.
-    pub index_add: Option<OpFns<IndexAddWs>>,
-    /// `aclnnScatterAdd`.
-    pub scatter_add: Option<OpFns<ScatterAddWs>>,
-    /// `aclnnCat`.
-    pub cat: Option<OpFns<CatWs>>,
-    /// `aclnnInplaceCopy`.
-    pub inplace_copy: Option<OpFns<InplaceCopyWs>>,
-    /// `aclnnRepeat`.
-    pub repeat: Option<OpFns<TensorIntArrayWs>>,
-    /// `aclnnFlip`.
-    pub flip: Option<OpFns<TensorIntArrayWs>>,
-}
-
-impl std::fmt::Debug for LayoutOps {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LayoutOps")
-            .field("index_select", &self.index_select.is_some())
-            .field("gather", &self.gather.is_some())
-            .field("index_add", &self.index_add.is_some())
-            .field("scatter_add", &self.scatter_add.is_some())
-            .field("cat", &self.cat.is_some())
-            .field("inplace_copy", &self.inplace_copy.is_some())
-            .field("repeat", &self.repeat.is_some())
-            .field("flip", &self.flip.is_some())
-            .finish()
-    }
-}
-
 /// One aclnn op: its `GetWorkspaceSize` stage and its launch stage.
 #[derive(Clone, Copy)]
 pub struct OpFns<W> {
@@ -624,115 +591,76 @@ pub struct OpFns<W> {
 pub enum ApiKind {
     /// CANN's own libraries, opened at run time.
     Cann,
-    /// The host simulation of the ABI in this crate (not CANN).
+    /// The host simulation of the ABI (crate `burn-ascend-acl-sim`; not CANN).
     Simulation,
 }
 
-/// The function table. Runtime and nnopbase entries are required; each op is optional (older
-/// or split CANN builds lack some) and its absence surfaces as an "unsupported" error when it
-/// is called.
-///
-/// Plain function pointers: `Send + Sync` and `Copy`. Calling any of them is `unsafe`; the safe
-/// wrappers live in [`super::tensor`], [`super::runtime`] and [`super::ops`].
-#[derive(Clone, Copy)]
-pub struct AclApi {
-    /// Where the table came from.
-    pub kind: ApiKind,
-    pub acl_init: AclInit,
-    pub acl_finalize: AclFinalize,
-    pub set_device: AclrtDevice,
-    pub reset_device: AclrtDevice,
-    pub get_device_count: AclrtGetDeviceCount,
-    pub create_stream: AclrtCreateStream,
-    pub destroy_stream: AclrtStreamFn,
-    pub synchronize_stream: AclrtStreamFn,
-    pub malloc: AclrtMalloc,
-    pub free: AclrtFree,
-    pub memcpy: AclrtMemcpy,
-    pub get_recent_err_msg: AclGetRecentErrMsg,
-    pub create_tensor: AclCreateTensor,
-    pub destroy_tensor: AclDestroyTensor,
-    pub create_int_array: AclCreateIntArray,
-    pub destroy_int_array: AclDestroyIntArray,
-    pub create_tensor_list: AclCreateTensorList,
-    pub destroy_tensor_list: AclDestroyTensorList,
-    pub create_scalar: AclCreateScalar,
-    pub destroy_scalar: AclDestroyScalar,
-    /// `aclnnFlashAttentionVarLenScoreV5`.
-    pub varlen_fwd_v5: Option<OpFns<VarlenFwdV5Ws>>,
-    /// `aclnnFlashAttentionVarLenScore` (the no-sink fallback when V5 is absent).
-    pub varlen_fwd_base: Option<OpFns<VarlenFwdBaseWs>>,
-    /// `aclnnFlashAttentionUnpaddingScoreGradV5`.
-    pub varlen_grad_v5: Option<OpFns<VarlenGradV5Ws>>,
-    /// `aclnnPromptFlashAttentionV3`.
-    pub pfa_v3: Option<OpFns<PfaV3Ws>>,
-    /// `aclnnPromptFlashAttention` (V1; the fallback when V3 is absent).
-    pub pfa_v1: Option<OpFns<PfaV1Ws>>,
-    /// `aclnnIncreFlashAttentionV4`.
-    pub ifa_v4: Option<OpFns<IfaV4Ws>>,
-    /// `aclnnScatterPaKvCache`.
-    pub scatter_pa_kv_cache: Option<OpFns<ScatterPaKvCacheWs>>,
-    /// `aclnnAdd`.
-    pub add: Option<OpFns<BinaryAlphaWs>>,
-    /// `aclnnSub`.
-    pub sub: Option<OpFns<BinaryAlphaWs>>,
-    /// `aclnnMul`.
-    pub mul: Option<OpFns<BinaryWs>>,
-    /// `aclnnDiv`.
-    pub div: Option<OpFns<BinaryWs>>,
-    /// `aclnnMatmul`.
-    pub matmul: Option<OpFns<MatmulWs>>,
-    /// `aclnnAdds`.
-    pub adds: Option<OpFns<ScalarAlphaWs>>,
-    /// `aclnnMuls`.
-    pub muls: Option<OpFns<ScalarWs>>,
-    /// `aclnnExp`.
-    pub exp: Option<OpFns<UnaryWs>>,
-    /// `aclnnLog`.
-    pub log: Option<OpFns<UnaryWs>>,
-    /// `aclnnSqrt`.
-    pub sqrt: Option<OpFns<UnaryWs>>,
-    /// `aclnnAbs`.
-    pub abs: Option<OpFns<UnaryWs>>,
-    /// `aclnnTanh`.
-    pub tanh: Option<OpFns<UnaryWs>>,
-    /// `aclnnReduceSum`.
-    pub reduce_sum: Option<OpFns<ReduceWs>>,
-    /// `aclnnMean`.
-    pub mean: Option<OpFns<ReduceWs>>,
-    /// The indexing and layout ops.
-    pub layout: LayoutOps,
-    /// Comparisons, masks, casts, max/min, activations, random fills ([`ElementwiseApi`]).
-    pub elementwise: ElementwiseApi,
+/// Generates [`AclApi`], [`names`] and [`AclApi::presence`] from the table.
+macro_rules! declare_api {
+    (
+        runtime { $($rf:ident: $rc:ident($rt:ty)),* }
+        ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
+    ) => {
+        /// The function table, one field per entry of [`table`](crate::acl_api_table). Runtime
+        /// and nnopbase entries are required; each op is optional (older or split CANN builds
+        /// lack some) and its absence surfaces as an "unsupported" error when it is called.
+        ///
+        /// Plain function pointers: `Send + Sync` and `Copy`. Calling any of them is `unsafe`;
+        /// the safe wrappers live in [`super::tensor`], [`super::runtime`] and [`super::ops`].
+        #[derive(Clone, Copy)]
+        pub struct AclApi {
+            /// Where the table came from.
+            pub kind: ApiKind,
+            $(
+                #[doc = concat!("`", stringify!($rc), "`.")]
+                pub $rf: $rt,
+            )*
+            $(
+                #[doc = concat!("`", stringify!($c), "`.")]
+                $(#[$a])*
+                pub $f: Option<OpFns<$w>>,
+            )*
+        }
+
+        /// The C name of every entry of [`AclApi`], by field (`names::add` is `"aclnnAdd"`,
+        /// `names::malloc` is `"aclrtMalloc"`): what error messages and the simulation use, so
+        /// each name is written once, in the table.
+        #[allow(non_upper_case_globals)]
+        pub mod names {
+            $(
+                #[doc = concat!("`", stringify!($rc), "`.")]
+                pub const $rf: &str = stringify!($rc);
+            )*
+            $(
+                #[doc = concat!("`", stringify!($c), "`.")]
+                pub const $f: &str = stringify!($c);
+            )*
+        }
+
+        impl AclApi {
+            /// The C name of every aclnn op of the table, in table order.
+            pub const OPS: &'static [&'static str] = &[$(stringify!($c)),*];
+
+            /// `(aclnn name, present)` for each op of the table, in table order.
+            pub fn presence(&self) -> Vec<(&'static str, bool)> {
+                vec![$((stringify!($c), self.$f.is_some())),*]
+            }
+        }
+    };
 }
+
+crate::acl_api_table!(declare_api);
 
 impl std::fmt::Debug for AclApi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (present, absent): (Vec<_>, Vec<_>) =
+            self.presence().into_iter().partition(|&(_, p)| p);
+        let names =
+            |v: Vec<(&'static str, bool)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
         f.debug_struct("AclApi")
             .field("kind", &self.kind)
-            .field("varlen_fwd_v5", &self.varlen_fwd_v5.is_some())
-            .field("varlen_fwd_base", &self.varlen_fwd_base.is_some())
-            .field("varlen_grad_v5", &self.varlen_grad_v5.is_some())
-            .field("pfa_v3", &self.pfa_v3.is_some())
-            .field("pfa_v1", &self.pfa_v1.is_some())
-            .field("ifa_v4", &self.ifa_v4.is_some())
-            .field("scatter_pa_kv_cache", &self.scatter_pa_kv_cache.is_some())
-            .field("add", &self.add.is_some())
-            .field("sub", &self.sub.is_some())
-            .field("mul", &self.mul.is_some())
-            .field("div", &self.div.is_some())
-            .field("matmul", &self.matmul.is_some())
-            .field("adds", &self.adds.is_some())
-            .field("muls", &self.muls.is_some())
-            .field("exp", &self.exp.is_some())
-            .field("log", &self.log.is_some())
-            .field("sqrt", &self.sqrt.is_some())
-            .field("abs", &self.abs.is_some())
-            .field("tanh", &self.tanh.is_some())
-            .field("reduce_sum", &self.reduce_sum.is_some())
-            .field("mean", &self.mean.is_some())
-            .field("layout", &self.layout)
-            .field("elementwise", &self.elementwise)
+            .field("present", &names(present))
+            .field("absent", &names(absent))
             .finish()
     }
 }

@@ -147,124 +147,37 @@ fn resolve(libs: &[Library], dir: &Path) -> Result<AclApi> {
                 .join(", ")
         ))
     };
-    macro_rules! req {
-        ($name:literal, $ty:ty) => {{
-            // SAFETY: `$ty` is written from the prototype of `$name` in `ffi`.
-            unsafe { find::<$ty>(libs, $name) }.ok_or_else(|| missing($name))?
-        }};
-    }
-    macro_rules! op {
-        ($name:literal, $ty:ty) => {{
-            // SAFETY: `$ty` is written from the prototype of `$name`GetWorkspaceSize and
-            // `AclnnLaunch` is the launch prototype shared by every aclnn op.
-            let (ws, launch) = unsafe {
-                (
-                    find::<$ty>(libs, concat!($name, "GetWorkspaceSize")),
-                    find::<AclnnLaunch>(libs, $name),
-                )
-            };
-            match (ws, launch) {
-                (Some(workspace), Some(launch)) => Some(OpFns { workspace, launch }),
-                _ => None,
+    // Every entry of the table: required runtime functions, optional ops (both stages or none).
+    macro_rules! resolve_table {
+        (
+            runtime { $($rf:ident: $rc:ident($rt:ty)),* }
+            ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
+        ) => {
+            AclApi {
+                kind: ApiKind::Cann,
+                $(
+                    // SAFETY: `$rt` is written from the prototype of `$rc` in `ffi`.
+                    $rf: unsafe { find::<$rt>(libs, stringify!($rc)) }
+                        .ok_or_else(|| missing(stringify!($rc)))?,
+                )*
+                $(
+                    $f: {
+                        // SAFETY: `$w` is written from the prototype of `$c`GetWorkspaceSize and
+                        // `AclnnLaunch` is the launch prototype shared by every aclnn op.
+                        let (ws, launch) = unsafe {
+                            (
+                                find::<$w>(libs, concat!(stringify!($c), "GetWorkspaceSize")),
+                                find::<AclnnLaunch>(libs, stringify!($c)),
+                            )
+                        };
+                        match (ws, launch) {
+                            (Some(workspace), Some(launch)) => Some(OpFns { workspace, launch }),
+                            _ => None,
+                        }
+                    },
+                )*
             }
-        }};
+        };
     }
-    Ok(AclApi {
-        kind: ApiKind::Cann,
-        acl_init: req!("aclInit", AclInit),
-        acl_finalize: req!("aclFinalize", AclFinalize),
-        set_device: req!("aclrtSetDevice", AclrtDevice),
-        reset_device: req!("aclrtResetDevice", AclrtDevice),
-        get_device_count: req!("aclrtGetDeviceCount", AclrtGetDeviceCount),
-        create_stream: req!("aclrtCreateStream", AclrtCreateStream),
-        destroy_stream: req!("aclrtDestroyStream", AclrtStreamFn),
-        synchronize_stream: req!("aclrtSynchronizeStream", AclrtStreamFn),
-        malloc: req!("aclrtMalloc", AclrtMalloc),
-        free: req!("aclrtFree", AclrtFree),
-        memcpy: req!("aclrtMemcpy", AclrtMemcpy),
-        get_recent_err_msg: req!("aclGetRecentErrMsg", AclGetRecentErrMsg),
-        create_tensor: req!("aclCreateTensor", AclCreateTensor),
-        destroy_tensor: req!("aclDestroyTensor", AclDestroyTensor),
-        create_int_array: req!("aclCreateIntArray", AclCreateIntArray),
-        destroy_int_array: req!("aclDestroyIntArray", AclDestroyIntArray),
-        create_tensor_list: req!("aclCreateTensorList", AclCreateTensorList),
-        destroy_tensor_list: req!("aclDestroyTensorList", AclDestroyTensorList),
-        create_scalar: req!("aclCreateScalar", AclCreateScalar),
-        destroy_scalar: req!("aclDestroyScalar", AclDestroyScalar),
-        varlen_fwd_v5: op!("aclnnFlashAttentionVarLenScoreV5", VarlenFwdV5Ws),
-        varlen_fwd_base: op!("aclnnFlashAttentionVarLenScore", VarlenFwdBaseWs),
-        varlen_grad_v5: op!("aclnnFlashAttentionUnpaddingScoreGradV5", VarlenGradV5Ws),
-        pfa_v3: op!("aclnnPromptFlashAttentionV3", PfaV3Ws),
-        pfa_v1: op!("aclnnPromptFlashAttention", PfaV1Ws),
-        ifa_v4: op!("aclnnIncreFlashAttentionV4", IfaV4Ws),
-        scatter_pa_kv_cache: op!("aclnnScatterPaKvCache", ScatterPaKvCacheWs),
-        add: op!("aclnnAdd", BinaryAlphaWs),
-        sub: op!("aclnnSub", BinaryAlphaWs),
-        mul: op!("aclnnMul", BinaryWs),
-        div: op!("aclnnDiv", BinaryWs),
-        matmul: op!("aclnnMatmul", MatmulWs),
-        adds: op!("aclnnAdds", ScalarAlphaWs),
-        muls: op!("aclnnMuls", ScalarWs),
-        exp: op!("aclnnExp", UnaryWs),
-        log: op!("aclnnLog", UnaryWs),
-        sqrt: op!("aclnnSqrt", UnaryWs),
-        abs: op!("aclnnAbs", UnaryWs),
-        tanh: op!("aclnnTanh", UnaryWs),
-        reduce_sum: op!("aclnnReduceSum", ReduceWs),
-        mean: op!("aclnnMean", ReduceWs),
-        layout: LayoutOps {
-            index_select: op!("aclnnIndexSelect", IndexDimWs),
-            gather: op!("aclnnGather", IndexDimWs),
-            index_add: op!("aclnnIndexAdd", IndexAddWs),
-            scatter_add: op!("aclnnScatterAdd", ScatterAddWs),
-            cat: op!("aclnnCat", CatWs),
-            inplace_copy: op!("aclnnInplaceCopy", InplaceCopyWs),
-            repeat: op!("aclnnRepeat", TensorIntArrayWs),
-            flip: op!("aclnnFlip", TensorIntArrayWs),
-        },
-        elementwise: ElementwiseApi {
-            eq_tensor: op!("aclnnEqTensor", BinaryWs),
-            ne_tensor: op!("aclnnNeTensor", BinaryWs),
-            gt_tensor: op!("aclnnGtTensor", BinaryWs),
-            ge_tensor: op!("aclnnGeTensor", BinaryWs),
-            lt_tensor: op!("aclnnLtTensor", BinaryWs),
-            le_tensor: op!("aclnnLeTensor", BinaryWs),
-            eq_scalar: op!("aclnnEqScalar", ScalarWs),
-            ne_scalar: op!("aclnnNeScalar", ScalarWs),
-            gt_scalar: op!("aclnnGtScalar", ScalarWs),
-            ge_scalar: op!("aclnnGeScalar", ScalarWs),
-            lt_scalar: op!("aclnnLtScalar", ScalarWs),
-            le_scalar: op!("aclnnLeScalar", ScalarWs),
-            s_where: op!("aclnnSWhere", SWhereWs),
-            inplace_masked_fill_scalar: op!(
-                "aclnnInplaceMaskedFillScalar",
-                InplaceMaskedFillScalarWs
-            ),
-            logical_not: op!("aclnnLogicalNot", UnaryWs),
-            logical_and: op!("aclnnLogicalAnd", BinaryWs),
-            logical_or: op!("aclnnLogicalOr", BinaryWs),
-            cast: op!("aclnnCast", CastWs),
-            max_dim: op!("aclnnMaxDim", DimWithIndicesWs),
-            min_dim: op!("aclnnMinDim", DimWithIndicesWs),
-            arg_max: op!("aclnnArgMax", ArgWs),
-            arg_min: op!("aclnnArgMin", ArgWs),
-            amax: op!("aclnnAmax", AmaxWs),
-            amin: op!("aclnnAmin", AmaxWs),
-            relu: op!("aclnnRelu", UnaryWs),
-            gelu_v2: op!("aclnnGeluV2", GeluV2Ws),
-            sigmoid: op!("aclnnSigmoid", UnaryWs),
-            neg: op!("aclnnNeg", UnaryWs),
-            reciprocal: op!("aclnnReciprocal", UnaryWs),
-            sin: op!("aclnnSin", UnaryWs),
-            cos: op!("aclnnCos", UnaryWs),
-            erf: op!("aclnnErf", UnaryWs),
-            pow_tensor_scalar: op!("aclnnPowTensorScalar", ScalarWs),
-            clamp: op!("aclnnClamp", ClampWs),
-            clamp_min: op!("aclnnClampMin", ScalarWs),
-            clamp_max: op!("aclnnClampMax", ScalarWs),
-            inplace_uniform: op!("aclnnInplaceUniform", InplaceUniformWs),
-            inplace_normal: op!("aclnnInplaceNormal", InplaceNormalWs),
-            inplace_bernoulli: op!("aclnnInplaceBernoulli", InplaceBernoulliWs),
-        },
-    })
+    Ok(crate::acl_api_table!(resolve_table))
 }

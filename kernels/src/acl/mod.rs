@@ -3,35 +3,41 @@
 //!
 //! Layers, bottom up:
 //! - [`ffi`]: the C ABI — opaque handles, `aclDataType` / `aclFormat` values, status codes,
-//!   and [`AclApi`], a table of `unsafe extern "C"` function pointers;
+//!   the prototypes, and [`AclApi`], a table of `unsafe extern "C"` function pointers. Every
+//!   ACL function and aclnn op is listed once, in [`ffi::table`] ([`acl_api_table!`]): the
+//!   table's fields, the C names ([`ffi::names`]), the loader's symbol lookup, the availability
+//!   list ([`AclApi::presence`]) and the simulation's registration are generated from it;
 //! - [`loader`]: finds the toolkit (`$ASCEND_TOOLKIT_HOME`, `$ASCEND_HOME_PATH`,
 //!   `/usr/local/Ascend/ascend-toolkit/latest`; `lib64/`), opens `libascendcl.so`,
 //!   `libnnopbase.so`, `libopapi.so` (+ `libopapi_transformer.so` where present) and resolves
 //!   the table; without CANN it fails with one line naming every path tried;
-//! - [`sim`]: **a host simulation of the same ABI (not CANN)**, the second way to fill the
-//!   table, which CI runs;
 //! - [`tensor`]: descriptor building in one place ([`TensorDesc`]) and RAII handles;
 //! - [`runtime`]: device, stream, caching workspace allocator;
-//! - [`ops`]: one function per aclnn op over handles, the two-stage call in [`ops::two_stage`];
-//! - [`host`]: host buffers in, host buffers out — what the CLI's `--device sim|npu` calls;
-//! - [`bench`]: the host overhead of one dispatched call.
+//! - [`ops`]: one function per aclnn op over handles, the two-stage call in [`ops::two_stage`].
 //!
-//! `unsafe` is confined to `loader`, `tensor`, `runtime`, `ops` and `sim/state` + `sim/ops` +
-//! `sim/math` + `sim/elementwise`
-//! (the `extern "C"` side), each block with a `// SAFETY:` line.
+//! The attention ops' call builders (validated contract spec + device tensors → one aclnn
+//! call) sit above this layer, in `burn_ascend_backend::attention::aclnn`, shared by the
+//! `Ascend` backend and the CLI.
+//!
+//! The second way to fill the table, **a host simulation of the same ABI (not CANN)** that CI
+//! runs, is its own crate, `burn-ascend-acl-sim` (`acl-sim/`): `burn_ascend_acl_sim::runtime()`
+//! gives a [`Runtime`] over it, and its `bench` measures the host overhead of one dispatched
+//! call.
+//!
+//! `unsafe` is confined to `loader`, `tensor`, `runtime` and `ops` (the calls through the
+//! table), each block with a `// SAFETY:` line.
+//!
+//! [`acl_api_table!`]: crate::acl_api_table
 
-pub mod bench;
 mod error;
 pub mod ffi;
-pub mod host;
 pub mod loader;
 pub mod ops;
 pub mod runtime;
-pub mod sim;
 pub mod tensor;
 
 pub use error::{status_name, AclError, Result};
-pub use ffi::{AclApi, ApiKind, DataType, Format};
+pub use ffi::{names, AclApi, ApiKind, DataType, Format};
 pub use runtime::{default_device_id, device_count, Runtime};
 pub use tensor::{
     DeviceBuffer, DeviceTensor, IntArray, Scalar, Stream, Tensor, TensorDesc, TensorList,

@@ -13,7 +13,6 @@ use super::ffi::*;
 use super::runtime::Runtime;
 use super::tensor::{check, IntArray, Scalar, Tensor, TensorList};
 
-mod elementwise;
 pub use elementwise::*;
 
 /// The two-stage call: `get_workspace(&mut size, &mut executor)`, then the cached workspace,
@@ -72,6 +71,20 @@ fn missing(op: &str) -> AclError {
     AclError::Unsupported(format!("{op} is not available{where_}"))
 }
 
+/// An op's entry of the table, or the "not available" error naming it.
+fn entry<W: Copy>(f: Option<OpFns<W>>, name: &str) -> Result<OpFns<W>> {
+    f.ok_or_else(|| missing(name))
+}
+
+/// `op!(rt, field)`: `(C name, entry)` of the table's op `field` in `rt`'s API, or the "not
+/// available" error naming it.
+macro_rules! op {
+    ($rt:expr, $field:ident) => {
+        $crate::acl::ops::entry($rt.api().$field, $crate::acl::ffi::names::$field)
+            .map(|f| ($crate::acl::ffi::names::$field, f))
+    };
+}
+
 /// Arguments of `aclnnFlashAttentionVarLenScoreV5`, in prototype order.
 pub struct VarlenFwdArgs<'a> {
     pub query: &'a Tensor<'a>,
@@ -113,56 +126,53 @@ pub fn varlen_fwd(rt: &Runtime, a: &VarlenFwdArgs<'_>) -> Result<()> {
     let layout = attr("inputLayout", a.input_layout)?;
     let sm_layout = attr("softmaxOutLayout", a.softmax_out_layout)?;
     if let Some(f) = api.varlen_fwd_v5 {
-        return two_stage(
-            rt,
-            "aclnnFlashAttentionVarLenScoreV5",
-            f.launch,
-            |ws, ex| {
-                // SAFETY: the arguments follow the V5 prototype in order; every handle is live
-                // for the call (borrowed by `a`), nulls only where the docs allow optional inputs,
-                // the strings are NUL-terminated and outlive the call, `ws`/`ex` are out-pointers.
-                unsafe {
-                    (f.workspace)(
-                        a.query.as_ptr(),
-                        t(a.query_rope),
-                        a.key.as_ptr(),
-                        t(a.key_rope),
-                        a.value.as_ptr(),
-                        t(a.real_shift),
-                        t(a.drop_mask),
-                        t(a.padding_mask),
-                        t(a.atten_mask),
-                        t(a.sink),
-                        ia(a.prefix),
-                        ia(a.actual_seq_q_len),
-                        ia(a.actual_seq_kv_len),
-                        ia(a.q_start_idx),
-                        ia(a.kv_start_idx),
-                        a.scale_value,
-                        a.keep_prob,
-                        a.pre_tokens,
-                        a.next_tokens,
-                        a.head_num,
-                        cptr(&layout),
-                        a.inner_precise,
-                        a.sparse_mode,
-                        a.pse_type,
-                        cptr(&sm_layout),
-                        a.softmax_max.as_ptr(),
-                        a.softmax_sum.as_ptr(),
-                        t(a.softmax_out),
-                        a.attention_out.as_ptr(),
-                        ws,
-                        ex,
-                    )
-                }
-            },
-        );
+        return two_stage(rt, names::varlen_fwd_v5, f.launch, |ws, ex| {
+            // SAFETY: the arguments follow the V5 prototype in order; every handle is live
+            // for the call (borrowed by `a`), nulls only where the docs allow optional inputs,
+            // the strings are NUL-terminated and outlive the call, `ws`/`ex` are out-pointers.
+            unsafe {
+                (f.workspace)(
+                    a.query.as_ptr(),
+                    t(a.query_rope),
+                    a.key.as_ptr(),
+                    t(a.key_rope),
+                    a.value.as_ptr(),
+                    t(a.real_shift),
+                    t(a.drop_mask),
+                    t(a.padding_mask),
+                    t(a.atten_mask),
+                    t(a.sink),
+                    ia(a.prefix),
+                    ia(a.actual_seq_q_len),
+                    ia(a.actual_seq_kv_len),
+                    ia(a.q_start_idx),
+                    ia(a.kv_start_idx),
+                    a.scale_value,
+                    a.keep_prob,
+                    a.pre_tokens,
+                    a.next_tokens,
+                    a.head_num,
+                    cptr(&layout),
+                    a.inner_precise,
+                    a.sparse_mode,
+                    a.pse_type,
+                    cptr(&sm_layout),
+                    a.softmax_max.as_ptr(),
+                    a.softmax_sum.as_ptr(),
+                    t(a.softmax_out),
+                    a.attention_out.as_ptr(),
+                    ws,
+                    ex,
+                )
+            }
+        });
     }
     let Some(f) = api.varlen_fwd_base else {
-        return Err(missing(
-            "aclnnFlashAttentionVarLenScoreV5 (and aclnnFlashAttentionVarLenScore)",
-        ));
+        return Err(missing(&format!(
+            "{} (and {})",
+            names::varlen_fwd_v5,
+            names::varlen_fwd_base
+        )));
     };
     let mut needs_v5 = Vec::new();
     if a.sink.is_some() {
@@ -182,11 +192,13 @@ pub fn varlen_fwd(rt: &Runtime, a: &VarlenFwdArgs<'_>) -> Result<()> {
     }
     if !needs_v5.is_empty() {
         return Err(AclError::Unsupported(format!(
-            "{} need aclnnFlashAttentionVarLenScoreV5, which this CANN lacks (only aclnnFlashAttentionVarLenScore is present)",
-            needs_v5.join(", ")
+            "{} need {}, which this CANN lacks (only {} is present)",
+            needs_v5.join(", "),
+            names::varlen_fwd_v5,
+            names::varlen_fwd_base
         )));
     }
-    two_stage(rt, "aclnnFlashAttentionVarLenScore", f.launch, |ws, ex| {
+    two_stage(rt, names::varlen_fwd_base, f.launch, |ws, ex| {
         // SAFETY: as for V5, following the base prototype (seed 003) in order.
         unsafe {
             (f.workspace)(
@@ -262,64 +274,56 @@ pub struct VarlenGradArgs<'a> {
 
 /// Varlen backward: `aclnnFlashAttentionUnpaddingScoreGradV5`.
 pub fn varlen_grad(rt: &Runtime, a: &VarlenGradArgs<'_>) -> Result<()> {
-    let f = rt
-        .api()
-        .varlen_grad_v5
-        .ok_or_else(|| missing("aclnnFlashAttentionUnpaddingScoreGradV5"))?;
+    let (name, f) = op!(rt, varlen_grad_v5)?;
     let layout = attr("inputLayout", a.input_layout)?;
     let sm_layout = attr("softmaxInLayout", a.softmax_in_layout)?;
-    two_stage(
-        rt,
-        "aclnnFlashAttentionUnpaddingScoreGradV5",
-        f.launch,
-        |ws, ex| {
-            // SAFETY: the arguments follow the prototype of seed 002 in order; handles are live
-            // for the call, nulls only for optional inputs/outputs, strings NUL-terminated.
-            unsafe {
-                (f.workspace)(
-                    a.query.as_ptr(),
-                    t(a.query_rope),
-                    a.key.as_ptr(),
-                    t(a.key_rope),
-                    a.value.as_ptr(),
-                    a.dy.as_ptr(),
-                    t(a.pse_shift),
-                    t(a.drop_mask),
-                    t(a.padding_mask),
-                    t(a.atten_mask),
-                    t(a.softmax_max),
-                    t(a.softmax_sum),
-                    t(a.softmax_in),
-                    t(a.attention_in),
-                    t(a.sink_in),
-                    ia(a.prefix),
-                    ia(a.actual_seq_q_len),
-                    ia(a.actual_seq_kv_len),
-                    ia(a.q_start_idx),
-                    ia(a.kv_start_idx),
-                    a.scale_value,
-                    a.keep_prob,
-                    a.pre_tokens,
-                    a.next_tokens,
-                    a.head_num,
-                    cptr(&layout),
-                    a.inner_precise,
-                    a.sparse_mode,
-                    a.pse_type,
-                    cptr(&sm_layout),
-                    a.dq.as_ptr(),
-                    t(a.dq_rope),
-                    a.dk.as_ptr(),
-                    t(a.dk_rope),
-                    a.dv.as_ptr(),
-                    t(a.dpse),
-                    t(a.dsink),
-                    ws,
-                    ex,
-                )
-            }
-        },
-    )
+    two_stage(rt, name, f.launch, |ws, ex| {
+        // SAFETY: the arguments follow the prototype of seed 002 in order; handles are live
+        // for the call, nulls only for optional inputs/outputs, strings NUL-terminated.
+        unsafe {
+            (f.workspace)(
+                a.query.as_ptr(),
+                t(a.query_rope),
+                a.key.as_ptr(),
+                t(a.key_rope),
+                a.value.as_ptr(),
+                a.dy.as_ptr(),
+                t(a.pse_shift),
+                t(a.drop_mask),
+                t(a.padding_mask),
+                t(a.atten_mask),
+                t(a.softmax_max),
+                t(a.softmax_sum),
+                t(a.softmax_in),
+                t(a.attention_in),
+                t(a.sink_in),
+                ia(a.prefix),
+                ia(a.actual_seq_q_len),
+                ia(a.actual_seq_kv_len),
+                ia(a.q_start_idx),
+                ia(a.kv_start_idx),
+                a.scale_value,
+                a.keep_prob,
+                a.pre_tokens,
+                a.next_tokens,
+                a.head_num,
+                cptr(&layout),
+                a.inner_precise,
+                a.sparse_mode,
+                a.pse_type,
+                cptr(&sm_layout),
+                a.dq.as_ptr(),
+                t(a.dq_rope),
+                a.dk.as_ptr(),
+                t(a.dk_rope),
+                a.dv.as_ptr(),
+                t(a.dpse),
+                t(a.dsink),
+                ws,
+                ex,
+            )
+        }
+    })
 }
 
 /// Arguments of `aclnnPromptFlashAttentionV3`, in prototype order.
@@ -354,7 +358,7 @@ pub fn prompt(rt: &Runtime, a: &PromptArgs<'_>) -> Result<()> {
     let api = rt.api();
     let layout = attr("inputLayout", a.input_layout)?;
     if let Some(f) = api.pfa_v3 {
-        return two_stage(rt, "aclnnPromptFlashAttentionV3", f.launch, |ws, ex| {
+        return two_stage(rt, names::pfa_v3, f.launch, |ws, ex| {
             // SAFETY: the arguments follow the V3 prototype in order; handles live for the
             // call, nulls only for optional inputs, the string NUL-terminated.
             unsafe {
@@ -387,9 +391,11 @@ pub fn prompt(rt: &Runtime, a: &PromptArgs<'_>) -> Result<()> {
         });
     }
     let Some(f) = api.pfa_v1 else {
-        return Err(missing(
-            "aclnnPromptFlashAttentionV3 (and aclnnPromptFlashAttention)",
-        ));
+        return Err(missing(&format!(
+            "{} (and {})",
+            names::pfa_v3,
+            names::pfa_v1
+        )));
     };
     let quant = [
         a.deq_scale1,
@@ -403,11 +409,12 @@ pub fn prompt(rt: &Runtime, a: &PromptArgs<'_>) -> Result<()> {
         || a.sparse_mode != 0
         || a.inner_precise != 1
     {
-        return Err(AclError::Unsupported(
-            "actualSeqLengthsKv, quantisation, sparseMode != 0 and innerPrecise != 1 need aclnnPromptFlashAttentionV3, which this CANN lacks".into(),
-        ));
+        return Err(AclError::Unsupported(format!(
+            "actualSeqLengthsKv, quantisation, sparseMode != 0 and innerPrecise != 1 need {}, which this CANN lacks",
+            names::pfa_v3
+        )));
     }
-    two_stage(rt, "aclnnPromptFlashAttention", f.launch, |ws, ex| {
+    two_stage(rt, names::pfa_v1, f.launch, |ws, ex| {
         // SAFETY: the arguments follow the V1 prototype (seed 001) in order.
         unsafe {
             (f.workspace)(
@@ -459,12 +466,9 @@ pub struct IncreArgs<'a> {
 
 /// Incremental attention: `aclnnIncreFlashAttentionV4`.
 pub fn incre(rt: &Runtime, a: &IncreArgs<'_>) -> Result<()> {
-    let f = rt
-        .api()
-        .ifa_v4
-        .ok_or_else(|| missing("aclnnIncreFlashAttentionV4"))?;
+    let (name, f) = op!(rt, ifa_v4)?;
     let layout = attr("inputLayout", a.input_layout)?;
-    two_stage(rt, "aclnnIncreFlashAttentionV4", f.launch, |ws, ex| {
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow the prototype of seed 000 in order; handles live for
         // the call, nulls only for optional inputs, the string NUL-terminated.
         unsafe {
@@ -516,13 +520,10 @@ pub struct ScatterArgs<'a> {
 
 /// KV cache scatter: `aclnnScatterPaKvCache`.
 pub fn scatter(rt: &Runtime, a: &ScatterArgs<'_>) -> Result<()> {
-    let f = rt
-        .api()
-        .scatter_pa_kv_cache
-        .ok_or_else(|| missing("aclnnScatterPaKvCache"))?;
+    let (name, f) = op!(rt, scatter_pa_kv_cache)?;
     let cache_mode = attr("cacheMode", a.cache_mode)?;
     let scatter_mode = attr("scatterMode", a.scatter_mode)?;
-    two_stage(rt, "aclnnScatterPaKvCache", f.launch, |ws, ex| {
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow the prototype of seed 004 in order; handles live for
         // the call, nulls only for optional inputs, the strings NUL-terminated.
         unsafe {
@@ -554,8 +555,8 @@ pub fn add(
     alpha: &Scalar,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let f = rt.api().add.ok_or_else(|| missing("aclnnAdd"))?;
-    two_stage(rt, "aclnnAdd", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, add)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnAddGetWorkspaceSize's prototype; handles are live.
         unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr(), ws, ex) }
     })
@@ -569,8 +570,8 @@ pub fn sub(
     alpha: &Scalar,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let f = rt.api().sub.ok_or_else(|| missing("aclnnSub"))?;
-    two_stage(rt, "aclnnSub", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, sub)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnSubGetWorkspaceSize's prototype; handles are live.
         unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr(), ws, ex) }
     })
@@ -578,8 +579,8 @@ pub fn sub(
 
 /// `out = self * other` (`aclnnMul`), broadcasting.
 pub fn mul(rt: &Runtime, a: &Tensor<'_>, b: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
-    let f = rt.api().mul.ok_or_else(|| missing("aclnnMul"))?;
-    two_stage(rt, "aclnnMul", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, mul)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnMulGetWorkspaceSize's prototype; handles are live.
         unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), ws, ex) }
     })
@@ -587,8 +588,8 @@ pub fn mul(rt: &Runtime, a: &Tensor<'_>, b: &Tensor<'_>, out: &Tensor<'_>) -> Re
 
 /// `out = self / other` (`aclnnDiv`), broadcasting.
 pub fn div(rt: &Runtime, a: &Tensor<'_>, b: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
-    let f = rt.api().div.ok_or_else(|| missing("aclnnDiv"))?;
-    two_stage(rt, "aclnnDiv", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, div)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnDivGetWorkspaceSize's prototype; handles are live.
         unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), ws, ex) }
     })
@@ -603,8 +604,8 @@ pub fn matmul(
     out: &Tensor<'_>,
     cube_math_type: i8,
 ) -> Result<()> {
-    let f = rt.api().matmul.ok_or_else(|| missing("aclnnMatmul"))?;
-    two_stage(rt, "aclnnMatmul", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, matmul)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnMatmulGetWorkspaceSize's prototype; handles are live.
         unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), cube_math_type, ws, ex) }
     })
@@ -618,8 +619,8 @@ pub fn adds(
     alpha: &Scalar,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let f = rt.api().adds.ok_or_else(|| missing("aclnnAdds"))?;
-    two_stage(rt, "aclnnAdds", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, adds)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnAddsGetWorkspaceSize's prototype; handles are live.
         unsafe {
             (f.workspace)(
@@ -636,68 +637,62 @@ pub fn adds(
 
 /// `out = self · other` with a scalar `other` (`aclnnMuls`).
 pub fn muls(rt: &Runtime, a: &Tensor<'_>, other: &Scalar, out: &Tensor<'_>) -> Result<()> {
-    let f = rt.api().muls.ok_or_else(|| missing("aclnnMuls"))?;
-    two_stage(rt, "aclnnMuls", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, muls)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnMulsGetWorkspaceSize's prototype; handles are live.
         unsafe { (f.workspace)(a.as_ptr(), other.as_ptr(), out.as_ptr(), ws, ex) }
     })
 }
 
-/// The unary elementwise ops wired here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unary {
-    Exp,
-    Log,
-    Sqrt,
-    Abs,
-    Tanh,
-    Relu,
-    Sigmoid,
-    Neg,
-    Reciprocal,
-    Sin,
-    Cos,
-    Erf,
+/// An enum of ops sharing one prototype, each variant naming its table field: the enum,
+/// `name()` (the C name) and `entry(api)` (the table entry).
+macro_rules! op_enum {
+    ($(#[$m:meta])* $vis:vis enum $name:ident($w:ty) { $($v:ident => $f:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        $vis enum $name {
+            $($v),*
+        }
+
+        impl $name {
+            /// The aclnn op name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$v => names::$f),*
+                }
+            }
+
+            /// The op's entry of `api` (`None` where absent).
+            fn entry(self, api: &AclApi) -> Option<OpFns<$w>> {
+                match self {
+                    $(Self::$v => api.$f),*
+                }
+            }
+        }
+    };
 }
 
-impl Unary {
-    /// The aclnn op name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Exp => "aclnnExp",
-            Self::Log => "aclnnLog",
-            Self::Sqrt => "aclnnSqrt",
-            Self::Abs => "aclnnAbs",
-            Self::Tanh => "aclnnTanh",
-            Self::Relu => "aclnnRelu",
-            Self::Sigmoid => "aclnnSigmoid",
-            Self::Neg => "aclnnNeg",
-            Self::Reciprocal => "aclnnReciprocal",
-            Self::Sin => "aclnnSin",
-            Self::Cos => "aclnnCos",
-            Self::Erf => "aclnnErf",
-        }
+op_enum! {
+    /// The unary elementwise ops wired here.
+    pub enum Unary(UnaryWs) {
+        Exp => exp,
+        Log => log,
+        Sqrt => sqrt,
+        Abs => abs,
+        Tanh => tanh,
+        Relu => relu,
+        Sigmoid => sigmoid,
+        Neg => neg,
+        Reciprocal => reciprocal,
+        Sin => sin,
+        Cos => cos,
+        Erf => erf,
     }
 }
 
 /// `out = op(self)` elementwise.
 pub fn unary(rt: &Runtime, op: Unary, a: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
-    let api = rt.api();
-    let f = match op {
-        Unary::Exp => api.exp,
-        Unary::Log => api.log,
-        Unary::Sqrt => api.sqrt,
-        Unary::Abs => api.abs,
-        Unary::Tanh => api.tanh,
-        Unary::Relu => api.elementwise.relu,
-        Unary::Sigmoid => api.elementwise.sigmoid,
-        Unary::Neg => api.elementwise.neg,
-        Unary::Reciprocal => api.elementwise.reciprocal,
-        Unary::Sin => api.elementwise.sin,
-        Unary::Cos => api.elementwise.cos,
-        Unary::Erf => api.elementwise.erf,
-    }
-    .ok_or_else(|| missing(op.name()))?;
+    let f = entry(op.entry(rt.api()), op.name())?;
     two_stage(rt, op.name(), f.launch, |ws, ex| {
         // SAFETY: the arguments follow the unary prototype `(self, out, ws, executor)`.
         unsafe { (f.workspace)(a.as_ptr(), out.as_ptr(), ws, ex) }
@@ -715,11 +710,10 @@ pub fn reduce(
     out: &Tensor<'_>,
 ) -> Result<()> {
     let (name, f) = if mean {
-        ("aclnnMean", rt.api().mean)
+        op!(rt, mean)?
     } else {
-        ("aclnnReduceSum", rt.api().reduce_sum)
+        op!(rt, reduce_sum)?
     };
-    let f = f.ok_or_else(|| missing(name))?;
     two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow the reduce prototype; handles are live.
         unsafe {
@@ -738,10 +732,6 @@ pub fn reduce(
 
 // ---- indexing and layout ----------------------------------------------------------------------
 
-fn layout_op<W: Copy>(f: Option<OpFns<W>>, name: &str) -> Result<OpFns<W>> {
-    f.ok_or_else(|| missing(name))
-}
-
 /// `out = self.index_select(dim, index)` (`aclnnIndexSelect`); `index` is 0-D/1-D INT32/INT64.
 pub fn index_select(
     rt: &Runtime,
@@ -750,8 +740,8 @@ pub fn index_select(
     index: &Tensor<'_>,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let f = layout_op(rt.api().layout.index_select, "aclnnIndexSelect")?;
-    two_stage(rt, "aclnnIndexSelect", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, index_select)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnIndexSelectGetWorkspaceSize's prototype; handles
         // are live for the call.
         unsafe { (f.workspace)(a.as_ptr(), dim, index.as_ptr(), out.as_ptr(), ws, ex) }
@@ -766,8 +756,8 @@ pub fn gather(
     index: &Tensor<'_>,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let f = layout_op(rt.api().layout.gather, "aclnnGather")?;
-    two_stage(rt, "aclnnGather", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, gather)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnGatherGetWorkspaceSize's prototype; handles are
         // live for the call.
         unsafe { (f.workspace)(a.as_ptr(), dim, index.as_ptr(), out.as_ptr(), ws, ex) }
@@ -784,8 +774,8 @@ pub fn index_add(
     alpha: &Scalar,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let f = layout_op(rt.api().layout.index_add, "aclnnIndexAdd")?;
-    two_stage(rt, "aclnnIndexAdd", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, index_add)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnIndexAddGetWorkspaceSize's prototype; handles are
         // live for the call.
         unsafe {
@@ -813,8 +803,8 @@ pub fn scatter_add(
     src: &Tensor<'_>,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let f = layout_op(rt.api().layout.scatter_add, "aclnnScatterAdd")?;
-    two_stage(rt, "aclnnScatterAdd", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, scatter_add)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnScatterAddGetWorkspaceSize's prototype; handles
         // are live for the call.
         unsafe {
@@ -833,8 +823,8 @@ pub fn scatter_add(
 
 /// `out = cat(tensors, dim)` (`aclnnCat`).
 pub fn cat(rt: &Runtime, tensors: &TensorList<'_>, dim: i64, out: &Tensor<'_>) -> Result<()> {
-    let f = layout_op(rt.api().layout.cat, "aclnnCat")?;
-    two_stage(rt, "aclnnCat", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, cat)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnCatGetWorkspaceSize's prototype; the list and
         // `out` are live for the call.
         unsafe { (f.workspace)(tensors.as_ptr(), dim, out.as_ptr(), ws, ex) }
@@ -844,8 +834,8 @@ pub fn cat(rt: &Runtime, tensors: &TensorList<'_>, dim: i64, out: &Tensor<'_>) -
 /// `self_ref ← src` (`aclnnInplaceCopy`): `self_ref` may be any (strided) view; `src`
 /// broadcasts to its shape.
 pub fn inplace_copy(rt: &Runtime, self_ref: &Tensor<'_>, src: &Tensor<'_>) -> Result<()> {
-    let f = layout_op(rt.api().layout.inplace_copy, "aclnnInplaceCopy")?;
-    two_stage(rt, "aclnnInplaceCopy", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, inplace_copy)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnInplaceCopyGetWorkspaceSize's prototype; handles
         // are live for the call.
         unsafe { (f.workspace)(self_ref.as_ptr(), src.as_ptr(), ws, ex) }
@@ -854,8 +844,8 @@ pub fn inplace_copy(rt: &Runtime, self_ref: &Tensor<'_>, src: &Tensor<'_>) -> Re
 
 /// `out = self.repeat(repeats)` (`aclnnRepeat`, torch's `repeat`: tile per dim).
 pub fn repeat(rt: &Runtime, a: &Tensor<'_>, repeats: &IntArray, out: &Tensor<'_>) -> Result<()> {
-    let f = layout_op(rt.api().layout.repeat, "aclnnRepeat")?;
-    two_stage(rt, "aclnnRepeat", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, repeat)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnRepeatGetWorkspaceSize's prototype; handles are
         // live for the call.
         unsafe { (f.workspace)(a.as_ptr(), repeats.as_ptr(), out.as_ptr(), ws, ex) }
@@ -864,10 +854,13 @@ pub fn repeat(rt: &Runtime, a: &Tensor<'_>, repeats: &IntArray, out: &Tensor<'_>
 
 /// `out = self.flip(dims)` (`aclnnFlip`).
 pub fn flip(rt: &Runtime, a: &Tensor<'_>, dims: &IntArray, out: &Tensor<'_>) -> Result<()> {
-    let f = layout_op(rt.api().layout.flip, "aclnnFlip")?;
-    two_stage(rt, "aclnnFlip", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, flip)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnFlipGetWorkspaceSize's prototype; handles are
         // live for the call.
         unsafe { (f.workspace)(a.as_ptr(), dims.as_ptr(), out.as_ptr(), ws, ex) }
     })
 }
+
+// Declared last: it uses the `op!` and `op_enum!` macros above.
+mod elementwise;

@@ -1,6 +1,7 @@
 //! A device context: the function table, the device, one stream and a caching workspace
-//! allocator. Works the same over CANN ([`Runtime::npu`]) and the host simulation
-//! ([`Runtime::sim`]).
+//! allocator. Works the same over CANN ([`Runtime::npu`]) and any other table
+//! ([`Runtime::with_api`]; the host simulation, crate `burn-ascend-acl-sim`, builds its
+//! runtime so).
 
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -34,7 +35,7 @@ pub fn device_count(api: &'static AclApi) -> Result<u32> {
     let mut count = 0u32;
     // SAFETY: `count` is a valid out-pointer.
     let st = unsafe { (api.get_device_count)(&mut count) };
-    check(api, st, "aclrtGetDeviceCount")?;
+    check(api, st, names::get_device_count)?;
     Ok(count)
 }
 
@@ -49,7 +50,7 @@ fn init_once(api: &'static AclApi) -> Result<()> {
     // SAFETY: a null config path is documented as "no configuration file".
     let st = unsafe { (api.acl_init)(std::ptr::null()) };
     if st != ACL_SUCCESS && st != ACL_ERROR_REPEAT_INITIALIZE {
-        check(api, st, "aclInit")?;
+        check(api, st, names::acl_init)?;
     }
     done.push(api.kind);
     // aclFinalize is never called: it is process-wide and other runtimes may still be alive;
@@ -73,19 +74,13 @@ impl Runtime {
         Self::with_api(api, device)
     }
 
-    /// The host simulation of the ABI (not CANN): device memory is host memory and each aclnn
-    /// op runs this crate's CPU kernels.
-    pub fn sim() -> Result<Self> {
-        Self::with_api(super::sim::api(), 0)
-    }
-
     /// A runtime over any function table.
     pub fn with_api(api: &'static AclApi, device: i32) -> Result<Self> {
         init_once(api)?;
         let mut count = 0u32;
         // SAFETY: `count` is a valid out-pointer.
         let st = unsafe { (api.get_device_count)(&mut count) };
-        check(api, st, "aclrtGetDeviceCount")?;
+        check(api, st, names::get_device_count)?;
         if device < 0 || device as u32 >= count {
             return Err(AclError::invalid(
                 "device",
@@ -94,7 +89,7 @@ impl Runtime {
         }
         // SAFETY: plain integer argument, checked against the device count.
         let st = unsafe { (api.set_device)(device) };
-        check(api, st, "aclrtSetDevice")?;
+        check(api, st, names::set_device)?;
         let stream = Stream::new(api)?;
         Ok(Self {
             api,

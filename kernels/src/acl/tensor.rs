@@ -212,9 +212,9 @@ impl DeviceBuffer {
         let mut ptr = std::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer; the size is a plain integer.
         let st = unsafe { (api.malloc)(&mut ptr, len.max(1), ACL_MEM_MALLOC_HUGE_FIRST) };
-        check(api, st, "aclrtMalloc")?;
+        check(api, st, names::malloc)?;
         if ptr.is_null() {
-            return Err(status_error(api, ACL_ERROR_BAD_ALLOC, "aclrtMalloc"));
+            return Err(status_error(api, ACL_ERROR_BAD_ALLOC, names::malloc));
         }
         Ok(Self { api, ptr, len })
     }
@@ -256,7 +256,7 @@ impl DeviceBuffer {
                 ACL_MEMCPY_HOST_TO_DEVICE,
             )
         };
-        check(self.api, st, "aclrtMemcpy(host to device)")
+        check(self.api, st, &format!("{}(host to device)", names::memcpy))
     }
 
     /// Copies the first `dst.len()` bytes of the buffer to `dst`.
@@ -281,7 +281,7 @@ impl DeviceBuffer {
                 ACL_MEMCPY_DEVICE_TO_HOST,
             )
         };
-        check(self.api, st, "aclrtMemcpy(device to host)")
+        check(self.api, st, &format!("{}(device to host)", names::memcpy))
     }
 }
 
@@ -385,7 +385,7 @@ impl<'b> Tensor<'b> {
                 buf.ptr,
             )
         };
-        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateTensor"))?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, names::create_tensor))?;
         Ok(Self {
             api,
             ptr,
@@ -418,7 +418,7 @@ impl IntArray {
     pub fn new(api: &'static AclApi, values: &[i64]) -> Result<Self> {
         // SAFETY: `values` is valid for `values.len()` elements; nnopbase copies them.
         let ptr = unsafe { (api.create_int_array)(values.as_ptr(), values.len() as u64) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateIntArray"))?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, names::create_int_array))?;
         Ok(Self { api, ptr })
     }
 
@@ -450,7 +450,7 @@ impl<'b> TensorList<'b> {
         // SAFETY: `raw` is valid for `raw.len()` live tensor handles.
         let ptr = unsafe { (api.create_tensor_list)(raw.as_ptr(), raw.len() as u64) };
         // On failure the tensors are still ours and drop normally.
-        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateTensorList"))?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, names::create_tensor_list))?;
         // The list now owns them (destroyed with it).
         tensors.into_iter().for_each(std::mem::forget);
         Ok(Self {
@@ -486,7 +486,7 @@ impl Scalar {
         // SAFETY: `v` is one FLOAT element, valid for the call; nnopbase copies it.
         let ptr =
             unsafe { (api.create_scalar)((&mut v as *mut f32).cast(), DataType::Float.raw()) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateScalar"))?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, names::create_scalar))?;
         Ok(Self { api, ptr })
     }
 
@@ -496,7 +496,7 @@ impl Scalar {
         // SAFETY: `v` is one DOUBLE element, valid for the call; nnopbase copies it.
         let ptr =
             unsafe { (api.create_scalar)((&mut v as *mut f64).cast(), DataType::Double.raw()) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateScalar"))?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, names::create_scalar))?;
         Ok(Self { api, ptr })
     }
 
@@ -506,7 +506,7 @@ impl Scalar {
         // SAFETY: `v` is one INT64 element, valid for the call; nnopbase copies it.
         let ptr =
             unsafe { (api.create_scalar)((&mut v as *mut i64).cast(), DataType::Int64.raw()) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, "aclCreateScalar"))?;
+        let ptr = NonNull::new(ptr).ok_or_else(|| null_error(api, names::create_scalar))?;
         Ok(Self { api, ptr })
     }
 
@@ -535,7 +535,7 @@ impl Stream {
         let mut ptr = std::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer.
         let st = unsafe { (api.create_stream)(&mut ptr) };
-        check(api, st, "aclrtCreateStream")?;
+        check(api, st, names::create_stream)?;
         Ok(Self { api, ptr })
     }
 
@@ -548,7 +548,7 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the stream is live.
         let st = unsafe { (self.api.synchronize_stream)(self.ptr) };
-        check(self.api, st, "aclrtSynchronizeStream")
+        check(self.api, st, names::synchronize_stream)
     }
 }
 

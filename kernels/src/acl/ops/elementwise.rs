@@ -4,11 +4,35 @@
 //! [`two_stage`]. The unary ones (`aclnnRelu`, `aclnnSigmoid`, `aclnnNeg`, `aclnnReciprocal`,
 //! `aclnnSin`, `aclnnCos`, `aclnnErf`) are variants of [`super::Unary`].
 
-use super::{missing, two_stage};
+use super::{entry, two_stage};
 use crate::acl::error::Result;
-use crate::acl::ffi::{DataType, OpFns, ScalarWs};
+use crate::acl::ffi::{names, AclApi, BinaryWs, DataType, OpFns, ScalarWs};
 use crate::acl::runtime::Runtime;
 use crate::acl::tensor::{IntArray, Scalar, Tensor};
+
+op_enum! {
+    /// [`Compare`]'s tensor-tensor ops.
+    enum CompareTensor(BinaryWs) {
+        Eq => eq_tensor,
+        Ne => ne_tensor,
+        Gt => gt_tensor,
+        Ge => ge_tensor,
+        Lt => lt_tensor,
+        Le => le_tensor,
+    }
+}
+
+op_enum! {
+    /// [`Compare`]'s tensor-scalar ops.
+    enum CompareScalar(ScalarWs) {
+        Eq => eq_scalar,
+        Ne => ne_scalar,
+        Gt => gt_scalar,
+        Ge => ge_scalar,
+        Lt => lt_scalar,
+        Le => le_scalar,
+    }
+}
 
 /// An elementwise comparison (`aclnnXxTensor` / `aclnnXxScalar`), out BOOL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,28 +46,36 @@ pub enum Compare {
 }
 
 impl Compare {
+    fn tensor(self) -> CompareTensor {
+        match self {
+            Self::Eq => CompareTensor::Eq,
+            Self::Ne => CompareTensor::Ne,
+            Self::Gt => CompareTensor::Gt,
+            Self::Ge => CompareTensor::Ge,
+            Self::Lt => CompareTensor::Lt,
+            Self::Le => CompareTensor::Le,
+        }
+    }
+
+    fn scalar(self) -> CompareScalar {
+        match self {
+            Self::Eq => CompareScalar::Eq,
+            Self::Ne => CompareScalar::Ne,
+            Self::Gt => CompareScalar::Gt,
+            Self::Ge => CompareScalar::Ge,
+            Self::Lt => CompareScalar::Lt,
+            Self::Le => CompareScalar::Le,
+        }
+    }
+
     /// The tensor-tensor op's name.
     pub fn tensor_name(self) -> &'static str {
-        match self {
-            Self::Eq => "aclnnEqTensor",
-            Self::Ne => "aclnnNeTensor",
-            Self::Gt => "aclnnGtTensor",
-            Self::Ge => "aclnnGeTensor",
-            Self::Lt => "aclnnLtTensor",
-            Self::Le => "aclnnLeTensor",
-        }
+        self.tensor().name()
     }
 
     /// The tensor-scalar op's name.
     pub fn scalar_name(self) -> &'static str {
-        match self {
-            Self::Eq => "aclnnEqScalar",
-            Self::Ne => "aclnnNeScalar",
-            Self::Gt => "aclnnGtScalar",
-            Self::Ge => "aclnnGeScalar",
-            Self::Lt => "aclnnLtScalar",
-            Self::Le => "aclnnLeScalar",
-        }
+        self.scalar().name()
     }
 }
 
@@ -55,16 +87,7 @@ pub fn compare_tensor(
     b: &Tensor<'_>,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let e = &rt.api().elementwise;
-    let f = match op {
-        Compare::Eq => e.eq_tensor,
-        Compare::Ne => e.ne_tensor,
-        Compare::Gt => e.gt_tensor,
-        Compare::Ge => e.ge_tensor,
-        Compare::Lt => e.lt_tensor,
-        Compare::Le => e.le_tensor,
-    }
-    .ok_or_else(|| missing(op.tensor_name()))?;
+    let f = entry(op.tensor().entry(rt.api()), op.tensor_name())?;
     two_stage(rt, op.tensor_name(), f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(self, other, out, workspaceSize, executor)`; handles
         // are live for the call.
@@ -80,15 +103,7 @@ pub fn compare_scalar(
     other: &Scalar,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let e = &rt.api().elementwise;
-    let f = match op {
-        Compare::Eq => e.eq_scalar,
-        Compare::Ne => e.ne_scalar,
-        Compare::Gt => e.gt_scalar,
-        Compare::Ge => e.ge_scalar,
-        Compare::Lt => e.lt_scalar,
-        Compare::Le => e.le_scalar,
-    };
+    let f = op.scalar().entry(rt.api());
     scalar_op(rt, op.scalar_name(), f, a, other, out)
 }
 
@@ -100,7 +115,7 @@ fn scalar_op(
     s: &Scalar,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let f = f.ok_or_else(|| missing(name))?;
+    let f = entry(f, name)?;
     two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(self, const aclScalar *, out, workspaceSize,
         // executor)`; handles are live for the call.
@@ -116,12 +131,8 @@ pub fn s_where(
     b: &Tensor<'_>,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let f = rt
-        .api()
-        .elementwise
-        .s_where
-        .ok_or_else(|| missing("aclnnSWhere"))?;
-    two_stage(rt, "aclnnSWhere", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, s_where)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow aclnnSWhereGetWorkspaceSize's prototype; handles live.
         unsafe {
             (f.workspace)(
@@ -143,13 +154,8 @@ pub fn inplace_masked_fill_scalar(
     mask: &Tensor<'_>,
     value: &Scalar,
 ) -> Result<()> {
-    const NAME: &str = "aclnnInplaceMaskedFillScalar";
-    let f = rt
-        .api()
-        .elementwise
-        .inplace_masked_fill_scalar
-        .ok_or_else(|| missing(NAME))?;
-    two_stage(rt, NAME, f.launch, |ws, ex| {
+    let (name, f) = op!(rt, inplace_masked_fill_scalar)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow the prototype `(selfRef, mask, value, ws, executor)`;
         // handles are live; `self_ref` is a fresh output the caller owns.
         unsafe { (f.workspace)(self_ref.as_ptr(), mask.as_ptr(), value.as_ptr(), ws, ex) }
@@ -158,12 +164,8 @@ pub fn inplace_masked_fill_scalar(
 
 /// `out = !self` (`aclnnLogicalNot`), out BOOL.
 pub fn logical_not(rt: &Runtime, a: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
-    let f = rt
-        .api()
-        .elementwise
-        .logical_not
-        .ok_or_else(|| missing("aclnnLogicalNot"))?;
-    two_stage(rt, "aclnnLogicalNot", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, logical_not)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(self, out, ws, executor)`; handles are live.
         unsafe { (f.workspace)(a.as_ptr(), out.as_ptr(), ws, ex) }
     })
@@ -177,13 +179,11 @@ pub fn logical(
     b: &Tensor<'_>,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let e = &rt.api().elementwise;
     let (name, f) = if and {
-        ("aclnnLogicalAnd", e.logical_and)
+        op!(rt, logical_and)?
     } else {
-        ("aclnnLogicalOr", e.logical_or)
+        op!(rt, logical_or)?
     };
-    let f = f.ok_or_else(|| missing(name))?;
     two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(self, other, out, ws, executor)`; handles are live.
         unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), ws, ex) }
@@ -192,12 +192,8 @@ pub fn logical(
 
 /// `out = (dtype) self` (`aclnnCast`); `dtype` is `out`'s.
 pub fn cast(rt: &Runtime, a: &Tensor<'_>, dtype: DataType, out: &Tensor<'_>) -> Result<()> {
-    let f = rt
-        .api()
-        .elementwise
-        .cast
-        .ok_or_else(|| missing("aclnnCast"))?;
-    two_stage(rt, "aclnnCast", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, cast)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(self, aclDataType dtype, out, ws, executor)`.
         unsafe { (f.workspace)(a.as_ptr(), dtype.raw(), out.as_ptr(), ws, ex) }
     })
@@ -213,13 +209,11 @@ pub fn dim_with_indices(
     out: &Tensor<'_>,
     indices: &Tensor<'_>,
 ) -> Result<()> {
-    let e = &rt.api().elementwise;
     let (name, f) = if max {
-        ("aclnnMaxDim", e.max_dim)
+        op!(rt, max_dim)?
     } else {
-        ("aclnnMinDim", e.min_dim)
+        op!(rt, min_dim)?
     };
-    let f = f.ok_or_else(|| missing(name))?;
     two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(self, dim, keepdim, out, indices, ws, executor)`.
         unsafe {
@@ -245,13 +239,11 @@ pub fn arg(
     keepdim: bool,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let e = &rt.api().elementwise;
     let (name, f) = if max {
-        ("aclnnArgMax", e.arg_max)
+        op!(rt, arg_max)?
     } else {
-        ("aclnnArgMin", e.arg_min)
+        op!(rt, arg_min)?
     };
-    let f = f.ok_or_else(|| missing(name))?;
     two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(self, dim, keepdim, out, ws, executor)`.
         unsafe { (f.workspace)(a.as_ptr(), dim, keepdim, out.as_ptr(), ws, ex) }
@@ -267,13 +259,7 @@ pub fn amax(
     keep_dim: bool,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let e = &rt.api().elementwise;
-    let (name, f) = if max {
-        ("aclnnAmax", e.amax)
-    } else {
-        ("aclnnAmin", e.amin)
-    };
-    let f = f.ok_or_else(|| missing(name))?;
+    let (name, f) = if max { op!(rt, amax)? } else { op!(rt, amin)? };
     two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(self, dim, keepDim, out, ws, executor)`.
         unsafe { (f.workspace)(a.as_ptr(), dims.as_ptr(), keep_dim, out.as_ptr(), ws, ex) }
@@ -282,12 +268,8 @@ pub fn amax(
 
 /// GeLU (`aclnnGeluV2`): `approximate` 0 = exact (erf), 1 = tanh.
 pub fn gelu_v2(rt: &Runtime, x: &Tensor<'_>, approximate: i64, y: &Tensor<'_>) -> Result<()> {
-    let f = rt
-        .api()
-        .elementwise
-        .gelu_v2
-        .ok_or_else(|| missing("aclnnGeluV2"))?;
-    two_stage(rt, "aclnnGeluV2", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, gelu_v2)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(x, approximate, y, ws, executor)`.
         unsafe { (f.workspace)(x.as_ptr(), approximate, y.as_ptr(), ws, ex) }
     })
@@ -300,8 +282,8 @@ pub fn pow_tensor_scalar(
     exponent: &Scalar,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let f = rt.api().elementwise.pow_tensor_scalar;
-    scalar_op(rt, "aclnnPowTensorScalar", f, a, exponent, out)
+    let f = rt.api().pow_tensor_scalar;
+    scalar_op(rt, names::pow_tensor_scalar, f, a, exponent, out)
 }
 
 /// Clamp to `[min, max]` (`aclnnClamp`), to `[min, ∞)` (`aclnnClampMin`, `max = None`) or to
@@ -313,18 +295,18 @@ pub fn clamp(
     max: Option<&Scalar>,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let e = &rt.api().elementwise;
+    let e = rt.api();
     match (min, max) {
         (Some(lo), Some(hi)) => {
-            let f = e.clamp.ok_or_else(|| missing("aclnnClamp"))?;
-            two_stage(rt, "aclnnClamp", f.launch, |ws, ex| {
+            let (name, f) = op!(rt, clamp)?;
+            two_stage(rt, name, f.launch, |ws, ex| {
                 // SAFETY: the arguments follow `(self, clipValueMin, clipValueMax, out, ws,
                 // executor)`; handles are live.
                 unsafe { (f.workspace)(a.as_ptr(), lo.as_ptr(), hi.as_ptr(), out.as_ptr(), ws, ex) }
             })
         }
-        (Some(lo), None) => scalar_op(rt, "aclnnClampMin", e.clamp_min, a, lo, out),
-        (None, Some(hi)) => scalar_op(rt, "aclnnClampMax", e.clamp_max, a, hi, out),
+        (Some(lo), None) => scalar_op(rt, names::clamp_min, e.clamp_min, a, lo, out),
+        (None, Some(hi)) => scalar_op(rt, names::clamp_max, e.clamp_max, a, hi, out),
         (None, None) => Err(crate::acl::AclError::invalid(
             "clamp",
             "at least one of min and max is required",
@@ -341,12 +323,8 @@ pub fn inplace_uniform(
     seed: u64,
     offset: u64,
 ) -> Result<()> {
-    let f = rt
-        .api()
-        .elementwise
-        .inplace_uniform
-        .ok_or_else(|| missing("aclnnInplaceUniform"))?;
-    two_stage(rt, "aclnnInplaceUniform", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, inplace_uniform)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(selfRef, from, to, seed, offset, ws, executor)`.
         unsafe { (f.workspace)(self_ref.as_ptr(), from, to, seed, offset, ws, ex) }
     })
@@ -361,12 +339,8 @@ pub fn inplace_normal(
     seed: i64,
     offset: i64,
 ) -> Result<()> {
-    let f = rt
-        .api()
-        .elementwise
-        .inplace_normal
-        .ok_or_else(|| missing("aclnnInplaceNormal"))?;
-    two_stage(rt, "aclnnInplaceNormal", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, inplace_normal)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(selfRef, mean, std, seed, offset, ws, executor)`.
         unsafe { (f.workspace)(self_ref.as_ptr(), mean, std, seed, offset, ws, ex) }
     })
@@ -380,12 +354,8 @@ pub fn inplace_bernoulli(
     seed: i64,
     offset: i64,
 ) -> Result<()> {
-    let f = rt
-        .api()
-        .elementwise
-        .inplace_bernoulli
-        .ok_or_else(|| missing("aclnnInplaceBernoulli"))?;
-    two_stage(rt, "aclnnInplaceBernoulli", f.launch, |ws, ex| {
+    let (name, f) = op!(rt, inplace_bernoulli)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
         // SAFETY: the arguments follow `(selfRef, prob, seed, offset, ws, executor)`.
         unsafe { (f.workspace)(self_ref.as_ptr(), prob.as_ptr(), seed, offset, ws, ex) }
     })

@@ -1,4 +1,4 @@
-//! Simulated `aclScalar` handles and the elementwise / matmul aclnn ops the Burn backend calls:
+//! The elementwise / matmul aclnn ops the Burn backend calls:
 //! `aclnnAdd`, `aclnnSub` (`out = self ± alpha·other`), `aclnnMul`, `aclnnDiv` and
 //! `aclnnMatmul`. Validation as CANN: a null required tensor → 161001; a dtype outside
 //! FLOAT/FLOAT16/BFLOAT16, mixed dtypes (CANN would promote; the simulation refuses), shapes
@@ -7,99 +7,15 @@
 //! `aclnnAdd`/`Sub`/`Mul`/`Adds`/`Muls` also take INT32/INT64 operands of one dtype (exact,
 //! wrapping, integral alpha and scalar; `elementwise::int_binary`/`int_scalar`).
 
-use std::collections::HashMap;
-use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-
+use burn_ascend_kernels::acl::ffi::*;
 use half::{bf16, f16};
 
-use super::state::{self, guard, invalid, new_executor, required, SimErr, SimResult, SimTensor};
-use crate::acl::ffi::*;
+use crate::state::SimTensor;
+use crate::state::{self, guard, invalid, new_executor, required, scalar, SimErr, SimResult};
 
-pub(super) const SIM_WORKSPACE: u64 = 4096;
+pub(crate) const SIM_WORKSPACE: u64 = 4096;
 
 type T = *const AclTensor;
-
-// ---- aclScalar ------------------------------------------------------------------------------
-
-static SCALARS: Mutex<Option<HashMap<usize, f64>>> = Mutex::new(None);
-static NEXT_SCALAR: AtomicUsize = AtomicUsize::new(0x5C_0000);
-
-fn scalars() -> std::sync::MutexGuard<'static, Option<HashMap<usize, f64>>> {
-    SCALARS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-pub(super) unsafe extern "C" fn create_scalar(
-    value: *mut c_void,
-    data_type: i32,
-) -> *mut AclScalar {
-    let mut id = 0usize;
-    let st = guard(|| {
-        if value.is_null() {
-            return Err(SimErr(
-                ACLNN_ERR_PARAM_NULLPTR,
-                "aclCreateScalar: value is null".into(),
-            ));
-        }
-        let p = value.cast_const().cast::<u8>();
-        let dt = DataType::from_raw(data_type);
-        // SAFETY: aclCreateScalar's contract: `value` points to one element of `dataType`; the
-        // bytes are copied out unaligned.
-        let v = unsafe {
-            match dt {
-                Some(DataType::Float) => f64::from(p.cast::<f32>().read_unaligned()),
-                Some(DataType::Double) => p.cast::<f64>().read_unaligned(),
-                Some(DataType::Float16) => f64::from(p.cast::<f16>().read_unaligned()),
-                Some(DataType::Bf16) => f64::from(p.cast::<bf16>().read_unaligned()),
-                Some(DataType::Int32) => f64::from(p.cast::<i32>().read_unaligned()),
-                Some(DataType::Int64) => p.cast::<i64>().read_unaligned() as f64,
-                _ => {
-                    return invalid(format!(
-                        "aclCreateScalar: dataType {data_type} is not simulated"
-                    ))
-                }
-            }
-        };
-        id = NEXT_SCALAR.fetch_add(16, Ordering::Relaxed);
-        scalars().get_or_insert_with(HashMap::new).insert(id, v);
-        Ok(())
-    });
-    if st == ACL_SUCCESS {
-        id as *mut AclScalar
-    } else {
-        std::ptr::null_mut()
-    }
-}
-
-pub(super) unsafe extern "C" fn destroy_scalar(scalar: *const AclScalar) -> AclStatus {
-    guard(|| {
-        match scalars()
-            .as_mut()
-            .and_then(|m| m.remove(&(scalar as usize)))
-        {
-            Some(_) => Ok(()),
-            None => invalid(format!(
-                "aclDestroyScalar: {scalar:p} is not a live aclScalar"
-            )),
-        }
-    })
-}
-
-pub(super) fn scalar(p: *const AclScalar, name: &str) -> SimResult<f64> {
-    if p.is_null() {
-        return Err(SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{name} is null")));
-    }
-    scalars()
-        .as_ref()
-        .and_then(|m| m.get(&(p as usize)).copied())
-        .ok_or_else(|| {
-            SimErr(
-                ACLNN_ERR_PARAM_INVALID,
-                format!("{name}: {p:p} is not a live aclScalar"),
-            )
-        })
-}
 
 // ---- decoding ---------------------------------------------------------------------------------
 
@@ -144,7 +60,7 @@ fn encode(v: &[f32], dtype: DataType) -> Vec<u8> {
 }
 
 /// Numpy broadcasting of two shapes; `None` when they do not broadcast.
-pub(super) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let r = a.len().max(b.len());
     (0..r)
         .map(|i| {
@@ -169,7 +85,7 @@ pub(super) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 }
 
 /// Row-major index map from `out` dims into a (right-aligned, broadcast) operand of `dims`.
-pub(super) fn broadcast_index(out: &[usize], dims: &[usize]) -> Vec<usize> {
+pub(crate) fn broadcast_index(out: &[usize], dims: &[usize]) -> Vec<usize> {
     let n: usize = out.iter().product();
     let r = out.len();
     let lead = r - dims.len();
@@ -224,7 +140,7 @@ fn binary_ws(
     if matches!(a.dtype, DataType::Int32 | DataType::Int64) && !matches!(kind, Bin::Div) {
         let mul = matches!(kind, Bin::Mul);
         let alpha = alpha.map(|al| if matches!(kind, Bin::Sub) { -al } else { al });
-        return super::elementwise::int_binary(op, mul, a, b, o, alpha, ws, ex);
+        return crate::elementwise::int_binary(op, mul, a, b, o, alpha, ws, ex);
     }
     for (t, n) in [(&a, "self"), (&b, "other"), (&o, "out")] {
         float_dtype(t, op, n)?;
@@ -270,7 +186,7 @@ fn binary_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(super) unsafe extern "C" fn add_ws(
+pub(crate) unsafe extern "C" fn add(
     self_: T,
     other: T,
     alpha: *const AclScalar,
@@ -279,12 +195,12 @@ pub(super) unsafe extern "C" fn add_ws(
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
     guard(|| {
-        let alpha = scalar(alpha, "aclnnAdd: alpha")?;
-        binary_ws("aclnnAdd", Bin::Add, self_, other, Some(alpha), out, ws, ex)
+        let alpha = scalar(alpha, &format!("{}: alpha", names::add))?;
+        binary_ws(names::add, Bin::Add, self_, other, Some(alpha), out, ws, ex)
     })
 }
 
-pub(super) unsafe extern "C" fn sub_ws(
+pub(crate) unsafe extern "C" fn sub(
     self_: T,
     other: T,
     alpha: *const AclScalar,
@@ -293,34 +209,34 @@ pub(super) unsafe extern "C" fn sub_ws(
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
     guard(|| {
-        let alpha = scalar(alpha, "aclnnSub: alpha")?;
-        binary_ws("aclnnSub", Bin::Sub, self_, other, Some(alpha), out, ws, ex)
+        let alpha = scalar(alpha, &format!("{}: alpha", names::sub))?;
+        binary_ws(names::sub, Bin::Sub, self_, other, Some(alpha), out, ws, ex)
     })
 }
 
-pub(super) unsafe extern "C" fn mul_ws(
+pub(crate) unsafe extern "C" fn mul(
     self_: T,
     other: T,
     out: T,
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    guard(|| binary_ws("aclnnMul", Bin::Mul, self_, other, None, out, ws, ex))
+    guard(|| binary_ws(names::mul, Bin::Mul, self_, other, None, out, ws, ex))
 }
 
-pub(super) unsafe extern "C" fn div_ws(
+pub(crate) unsafe extern "C" fn div(
     self_: T,
     other: T,
     out: T,
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    guard(|| binary_ws("aclnnDiv", Bin::Div, self_, other, None, out, ws, ex))
+    guard(|| binary_ws(names::div, Bin::Div, self_, other, None, out, ws, ex))
 }
 
 // ---- matmul -----------------------------------------------------------------------------------
 
-pub(super) unsafe extern "C" fn matmul_ws(
+pub(crate) unsafe extern "C" fn matmul(
     self_: T,
     mat2: T,
     out: T,
@@ -328,7 +244,7 @@ pub(super) unsafe extern "C" fn matmul_ws(
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    const OP: &str = "aclnnMatmul";
+    const OP: &str = names::matmul;
     guard(|| {
         let a = required(self_, "self")?;
         let b = required(mat2, "mat2")?;
@@ -431,17 +347,17 @@ fn unary_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
+/// `aclnn<Op>`'s first stage, named by its table field, computing `$f` per element.
 macro_rules! unary {
-    ($ws:ident, $launch:ident, $op:literal, $f:expr) => {
-        pub(super) unsafe extern "C" fn $ws(
+    ($field:ident, $f:expr) => {
+        pub(crate) unsafe extern "C" fn $field(
             self_: T,
             out: T,
             ws: *mut u64,
             ex: *mut *mut AclOpExecutor,
         ) -> AclStatus {
-            guard(|| unary_ws($op, $f, self_, out, ws, ex))
+            guard(|| unary_ws(names::$field, $f, self_, out, ws, ex))
         }
-        launcher!($launch, $op);
     };
 }
 
@@ -458,7 +374,7 @@ fn scalar_ws(
     let a = required(self_, "self")?;
     let o = required(out, "out")?;
     if matches!(a.dtype, DataType::Int32 | DataType::Int64) {
-        return super::elementwise::int_scalar(op, a, other, alpha, o, ws, ex);
+        return crate::elementwise::int_scalar(op, a, other, alpha, o, ws, ex);
     }
     float_dtype(&a, op, "self")?;
     if a.dtype != o.dtype || a.dims != o.dims {
@@ -482,7 +398,7 @@ fn scalar_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(super) unsafe extern "C" fn adds_ws(
+pub(crate) unsafe extern "C" fn adds(
     self_: T,
     other: *const AclScalar,
     alpha: *const AclScalar,
@@ -491,13 +407,13 @@ pub(super) unsafe extern "C" fn adds_ws(
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
     guard(|| {
-        let other = scalar(other, "aclnnAdds: other")?;
-        let alpha = scalar(alpha, "aclnnAdds: alpha")?;
-        scalar_ws("aclnnAdds", self_, other, Some(alpha), out, ws, ex)
+        let other = scalar(other, &format!("{}: other", names::adds))?;
+        let alpha = scalar(alpha, &format!("{}: alpha", names::adds))?;
+        scalar_ws(names::adds, self_, other, Some(alpha), out, ws, ex)
     })
 }
 
-pub(super) unsafe extern "C" fn muls_ws(
+pub(crate) unsafe extern "C" fn muls(
     self_: T,
     other: *const AclScalar,
     out: T,
@@ -505,8 +421,8 @@ pub(super) unsafe extern "C" fn muls_ws(
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
     guard(|| {
-        let other = scalar(other, "aclnnMuls: other")?;
-        scalar_ws("aclnnMuls", self_, other, None, out, ws, ex)
+        let other = scalar(other, &format!("{}: other", names::muls))?;
+        scalar_ws(names::muls, self_, other, None, out, ws, ex)
     })
 }
 
@@ -592,7 +508,7 @@ fn reduce_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(super) unsafe extern "C" fn reduce_sum_ws(
+pub(crate) unsafe extern "C" fn reduce_sum(
     self_: T,
     dim: *const AclIntArray,
     keep_dim: bool,
@@ -603,7 +519,7 @@ pub(super) unsafe extern "C" fn reduce_sum_ws(
 ) -> AclStatus {
     guard(|| {
         reduce_ws(
-            "aclnnReduceSum",
+            names::reduce_sum,
             false,
             self_,
             dim,
@@ -616,7 +532,7 @@ pub(super) unsafe extern "C" fn reduce_sum_ws(
     })
 }
 
-pub(super) unsafe extern "C" fn mean_ws(
+pub(crate) unsafe extern "C" fn mean(
     self_: T,
     dim: *const AclIntArray,
     keep_dim: bool,
@@ -625,33 +541,11 @@ pub(super) unsafe extern "C" fn mean_ws(
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    guard(|| reduce_ws("aclnnMean", true, self_, dim, keep_dim, dtype, out, ws, ex))
+    guard(|| reduce_ws(names::mean, true, self_, dim, keep_dim, dtype, out, ws, ex))
 }
 
-macro_rules! launcher {
-    ($name:ident, $op:literal) => {
-        pub(super) unsafe extern "C" fn $name(
-            ws: *mut c_void,
-            size: u64,
-            ex: *mut AclOpExecutor,
-            stream: AclrtStream,
-        ) -> AclStatus {
-            state::launch($op, ws, size, ex, stream)
-        }
-    };
-}
-
-launcher!(add_launch, "aclnnAdd");
-launcher!(sub_launch, "aclnnSub");
-launcher!(mul_launch, "aclnnMul");
-launcher!(div_launch, "aclnnDiv");
-launcher!(matmul_launch, "aclnnMatmul");
-launcher!(adds_launch, "aclnnAdds");
-launcher!(muls_launch, "aclnnMuls");
-launcher!(reduce_sum_launch, "aclnnReduceSum");
-launcher!(mean_launch, "aclnnMean");
-unary!(exp_ws, exp_launch, "aclnnExp", f32::exp);
-unary!(log_ws, log_launch, "aclnnLog", f32::ln);
-unary!(sqrt_ws, sqrt_launch, "aclnnSqrt", f32::sqrt);
-unary!(abs_ws, abs_launch, "aclnnAbs", f32::abs);
-unary!(tanh_ws, tanh_launch, "aclnnTanh", f32::tanh);
+unary!(exp, f32::exp);
+unary!(log, f32::ln);
+unary!(sqrt, f32::sqrt);
+unary!(abs, f32::abs);
+unary!(tanh, f32::tanh);

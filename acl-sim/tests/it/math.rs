@@ -30,7 +30,7 @@ fn up(rt: &Runtime, dims: &[usize], v: &[f32]) -> DeviceTensor {
 
 #[test]
 fn add_sub_mul_div_broadcast_and_read_strided_views() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let a = up(&rt, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
     let b = up(&rt, &[3], &[10., 20., 30.]);
     let out = rt
@@ -78,7 +78,7 @@ fn add_sub_mul_div_broadcast_and_read_strided_views() {
 
 #[test]
 fn matmul_with_broadcast_batch() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let a = up(
         &rt,
         &[2, 2, 3],
@@ -105,7 +105,7 @@ fn matmul_with_broadcast_batch() {
 
 #[test]
 fn null_and_bad_dtype_or_shape_are_refused_like_cann() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let api = rt.api();
     let a = up(&rt, &[2, 3], &[0.; 6]);
     let out = rt

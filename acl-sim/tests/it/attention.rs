@@ -5,13 +5,19 @@
 
 use std::ptr::{null, null_mut};
 
+use burn_ascend_acl_sim as sim;
+use burn_ascend_backend::attention::aclnn;
+use burn_ascend_contract::prompt::{PfaLayout, PromptSpec};
+use burn_ascend_contract::scatter::{CacheMode, ScatterSpec};
+use burn_ascend_contract::varlen::VarlenSpec;
 use burn_ascend_kernels::acl::ffi::{
     AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
 };
-use burn_ascend_kernels::acl::host::{self, HostArg, VarlenAttrs, VarlenInputs};
 use burn_ascend_kernels::acl::ops::{self, VarlenFwdArgs};
 use burn_ascend_kernels::acl::tensor::recent_error;
-use burn_ascend_kernels::acl::{sim, AclError, DataType, IntArray, Runtime, Tensor, TensorDesc};
+use burn_ascend_kernels::acl::{
+    AclError, DataType, DeviceTensor, IntArray, Runtime, Tensor, TensorDesc,
+};
 use burn_ascend_kernels::reference::varlen as reference;
 use burn_ascend_kernels::varlen::{VarlenAttrs as KAttrs, VarlenDims, VarlenProblem};
 
@@ -43,6 +49,58 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
+}
+
+fn up(rt: &Runtime, dims: &[usize], v: &[f32]) -> DeviceTensor {
+    rt.upload(
+        TensorDesc::contiguous(dims, DataType::Float).unwrap(),
+        &bytes(v),
+    )
+    .unwrap()
+}
+
+fn zeros(rt: &Runtime, dims: &[usize]) -> DeviceTensor {
+    rt.zeros(TensorDesc::contiguous(dims, DataType::Float).unwrap())
+        .unwrap()
+}
+
+/// The varlen forward of `c` through the backend's call builder: (out, max, sum).
+fn varlen_fwd(
+    rt: &Runtime,
+    c: &Case,
+    sink: bool,
+) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>), AclError> {
+    let (q, k, v) = (
+        up(rt, &[c.tq(), c.n, c.d], &c.q),
+        up(rt, &[c.tkv(), c.nkv, c.d], &c.k),
+        up(rt, &[c.tkv(), c.nkv, c.d], &c.v),
+    );
+    let s = sink.then(|| up(rt, &[c.n], &c.sink));
+    let (o, m, su) = (
+        zeros(rt, &[c.tq(), c.n, c.d]),
+        zeros(rt, &[c.tq(), c.n, 8]),
+        zeros(rt, &[c.tq(), c.n, 8]),
+    );
+    {
+        let sh = s.as_ref().map(|s| s.handle().unwrap());
+        aclnn::varlen_fwd(
+            rt,
+            &c.spec(),
+            c.n,
+            &aclnn::VarlenFwdTensors {
+                dtype: DataType::Float,
+                query: &q.handle()?,
+                key: &k.handle()?,
+                value: &v.handle()?,
+                sink: sh.as_ref(),
+                attention_out: &o.handle()?,
+                softmax_max: &m.handle()?,
+                softmax_sum: &su.handle()?,
+            },
+        )?;
+    }
+    let down = |t: &DeviceTensor| floats(&t.download().unwrap());
+    Ok((down(&o), down(&m), down(&su)))
 }
 
 /// Two sequences (3 and 5 query tokens over 4 and 5 KV tokens), N = 4, Nkv = 2, D = Dv = 8.
@@ -108,96 +166,71 @@ impl Case {
         }
         p
     }
-    fn attrs(&self) -> VarlenAttrs {
-        VarlenAttrs {
-            scale_value: self.scale,
-            keep_prob: 1.0,
-            pre_tokens: 2_147_483_647,
-            next_tokens: 2_147_483_647,
-            head_num: self.n as i64,
-            input_layout: "TND".into(),
-            inner_precise: 0,
-            sparse_mode: 0,
-            pse_type: 1,
-            softmax_layout: String::new(),
-        }
+    fn spec(&self) -> VarlenSpec {
+        VarlenSpec::new(
+            Case::cum(&self.seq_q),
+            Case::cum(&self.seq_kv),
+            self.n,
+            self.scale,
+        )
     }
 }
 
 #[test]
 fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
     let c = Case::new();
-    let rt = Runtime::sim().unwrap();
-    let (qb, kb, vb, sb, dyb) = (
-        bytes(&c.q),
-        bytes(&c.k),
-        bytes(&c.v),
-        bytes(&c.sink),
-        bytes(&c.dy),
-    );
-    let (qd, kd, sd) = ([c.tq(), c.n, c.d], [c.tkv(), c.nkv, c.d], [c.n]);
-    let (cq, ckv) = (Case::cum(&c.seq_q), Case::cum(&c.seq_kv));
-    let x = VarlenInputs {
-        query: HostArg {
-            dtype: DataType::Float,
-            dims: &qd,
-            bytes: &qb,
-        },
-        key: HostArg {
-            dtype: DataType::Float,
-            dims: &kd,
-            bytes: &kb,
-        },
-        value: HostArg {
-            dtype: DataType::Float,
-            dims: &kd,
-            bytes: &vb,
-        },
-        real_shift: None,
-        drop_mask: None,
-        atten_mask: None,
-        sink: Some(HostArg {
-            dtype: DataType::Float,
-            dims: &sd,
-            bytes: &sb,
-        }),
-        prefix: None,
-        actual_seq_q_len: &cq,
-        actual_seq_kv_len: &ckv,
-        q_start_idx: None,
-        kv_start_idx: None,
-    };
-    let got = host::varlen_fwd(&rt, &x, &c.attrs()).unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
+    let (out, smax, ssum) = varlen_fwd(&rt, &c, true).unwrap();
     let p = c.problem(true);
     let want = reference::varlen_fwd(&p, &c.q, &c.k, &c.v);
-    assert_eq!(got.attention_out.dims, vec![c.tq(), c.n, c.d]);
-    assert!(max_diff(&floats(&got.attention_out.bytes), &want.attention_out) < 1e-5);
-    assert!(max_diff(&floats(&got.softmax_max.bytes), &want.softmax_max) < 1e-5);
-    assert!(max_diff(&floats(&got.softmax_sum.bytes), &want.softmax_sum) < 1e-4);
+    assert_eq!(out.len(), c.tq() * c.n * c.d);
+    assert!(max_diff(&out, &want.attention_out) < 1e-5);
+    assert!(max_diff(&smax, &want.softmax_max) < 1e-5);
+    assert!(max_diff(&ssum, &want.softmax_sum) < 1e-4);
 
-    let saved = host::VarlenSaved {
-        dy: HostArg {
-            dtype: DataType::Float,
-            dims: &qd,
-            bytes: &dyb,
-        },
-        attention_in: HostArg {
-            dtype: DataType::Float,
-            dims: &qd,
-            bytes: &got.attention_out.bytes,
-        },
-        softmax_max: HostArg {
-            dtype: DataType::Float,
-            dims: &got.softmax_max.dims,
-            bytes: &got.softmax_max.bytes,
-        },
-        softmax_sum: HostArg {
-            dtype: DataType::Float,
-            dims: &got.softmax_sum.dims,
-            bytes: &got.softmax_sum.bytes,
-        },
-    };
-    let g = host::varlen_grad(&rt, &x, &saved, &c.attrs()).unwrap();
+    let (qd, kd) = ([c.tq(), c.n, c.d], [c.tkv(), c.nkv, c.d]);
+    let ts = [
+        up(&rt, &qd, &c.q),
+        up(&rt, &kd, &c.k),
+        up(&rt, &kd, &c.v),
+        up(&rt, &qd, &c.dy),
+        up(&rt, &[c.tq(), c.n, 8], &smax),
+        up(&rt, &[c.tq(), c.n, 8], &ssum),
+        up(&rt, &qd, &out),
+        up(&rt, &[c.n], &c.sink),
+    ];
+    let gs = [
+        zeros(&rt, &qd),
+        zeros(&rt, &kd),
+        zeros(&rt, &kd),
+        zeros(&rt, &[c.n]),
+    ];
+    {
+        let h: Vec<Tensor<'_>> = ts.iter().map(|t| t.handle().unwrap()).collect();
+        let g: Vec<Tensor<'_>> = gs.iter().map(|t| t.handle().unwrap()).collect();
+        aclnn::varlen_grad(
+            &rt,
+            &c.spec(),
+            c.n,
+            &aclnn::VarlenGradTensors {
+                dtype: DataType::Float,
+                query: &h[0],
+                key: &h[1],
+                value: &h[2],
+                dy: &h[3],
+                softmax_max: &h[4],
+                softmax_sum: &h[5],
+                attention_in: &h[6],
+                sink: Some(&h[7]),
+                dq: &g[0],
+                dk: &g[1],
+                dv: &g[2],
+                dsink: Some(&g[3]),
+            },
+        )
+        .unwrap();
+    }
+    let [dq, dk, dv, ds] = gs.map(|t| floats(&t.download().unwrap()));
     let wg = reference::varlen_bwd(
         &p,
         &c.q,
@@ -208,11 +241,10 @@ fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
         &want.softmax_max,
         &want.softmax_sum,
     );
-    assert!(max_diff(&floats(&g.dq.bytes), &wg.dq) < 1e-4);
-    assert!(max_diff(&floats(&g.dk.bytes), &wg.dk) < 1e-4);
-    assert!(max_diff(&floats(&g.dv.bytes), &wg.dv) < 1e-4);
-    let ds = g.dsink.expect("dsink with a sink");
-    assert!(max_diff(&floats(&ds.bytes), wg.dsink.as_ref().unwrap()) < 1e-4);
+    assert!(max_diff(&dq, &wg.dq) < 1e-4);
+    assert!(max_diff(&dk, &wg.dk) < 1e-4);
+    assert!(max_diff(&dv, &wg.dv) < 1e-4);
+    assert!(max_diff(&ds, wg.dsink.as_ref().expect("dsink with a sink")) < 1e-4);
 }
 
 /// Everything for a handle-level varlen forward, so tests can tamper with one argument.
@@ -230,7 +262,7 @@ struct Handles {
 
 impl Handles {
     fn new(c: &Case) -> Self {
-        let rt = Runtime::sim().unwrap();
+        let rt = burn_ascend_acl_sim::runtime().unwrap();
         let up = |dims: &[usize], v: &[f32]| {
             rt.upload(
                 TensorDesc::contiguous(dims, DataType::Float).unwrap(),
@@ -609,45 +641,11 @@ fn missing_v5_falls_back_to_the_base_varlen_api_only_without_a_sink() {
     let c = Case::new();
     let rt = Runtime::with_api(sim::api_without(true, false), 0).unwrap();
     assert!(rt.api().varlen_fwd_v5.is_none());
-    let (qb, kb, vb, sb) = (bytes(&c.q), bytes(&c.k), bytes(&c.v), bytes(&c.sink));
-    let (qd, kd, sd) = ([c.tq(), c.n, c.d], [c.tkv(), c.nkv, c.d], [c.n]);
-    let (cq, ckv) = (Case::cum(&c.seq_q), Case::cum(&c.seq_kv));
-    let mut x = VarlenInputs {
-        query: HostArg {
-            dtype: DataType::Float,
-            dims: &qd,
-            bytes: &qb,
-        },
-        key: HostArg {
-            dtype: DataType::Float,
-            dims: &kd,
-            bytes: &kb,
-        },
-        value: HostArg {
-            dtype: DataType::Float,
-            dims: &kd,
-            bytes: &vb,
-        },
-        real_shift: None,
-        drop_mask: None,
-        atten_mask: None,
-        sink: None,
-        prefix: None,
-        actual_seq_q_len: &cq,
-        actual_seq_kv_len: &ckv,
-        q_start_idx: None,
-        kv_start_idx: None,
-    };
-    let got = host::varlen_fwd(&rt, &x, &c.attrs()).unwrap();
+    let (out, _, _) = varlen_fwd(&rt, &c, false).unwrap();
     let want = reference::varlen_fwd(&c.problem(false), &c.q, &c.k, &c.v);
-    assert!(max_diff(&floats(&got.attention_out.bytes), &want.attention_out) < 1e-5);
+    assert!(max_diff(&out, &want.attention_out) < 1e-5);
 
-    x.sink = Some(HostArg {
-        dtype: DataType::Float,
-        dims: &sd,
-        bytes: &sb,
-    });
-    let err = host::varlen_fwd(&rt, &x, &c.attrs()).unwrap_err();
+    let err = varlen_fwd(&rt, &c, true).unwrap_err();
     assert!(matches!(err, AclError::Unsupported(_)), "{err}");
     assert!(
         err.to_string()
@@ -665,76 +663,68 @@ fn missing_pfa_v3_falls_back_to_v1_only_for_what_v1_has() {
         rand(8, b * s * n * d),
         rand(9, b * s * n * d),
     );
-    let (qb, kb, vb) = (bytes(&q), bytes(&k), bytes(&v));
     let dims = [b, s, n * d];
-    let arg = |bytes| HostArg {
-        dtype: DataType::Float,
-        dims: &dims,
-        bytes,
+    let prompt = |rt: &Runtime, spec: &PromptSpec| -> Result<Vec<f32>, AclError> {
+        let (qt, kt, vt, o) = (
+            up(rt, &dims, &q),
+            up(rt, &dims, &k),
+            up(rt, &dims, &v),
+            zeros(rt, &dims),
+        );
+        aclnn::prompt(
+            rt,
+            spec,
+            &aclnn::PromptTensors {
+                dtype: DataType::Float,
+                query: &qt.handle()?,
+                key: &kt.handle()?,
+                value: &vt.handle()?,
+                attention_out: &o.handle()?,
+            },
+        )?;
+        Ok(floats(&o.download()?))
     };
-    let mut x = host::PromptInputs {
-        query: arg(&qb),
-        key: arg(&kb),
-        value: arg(&vb),
-        pse_shift: None,
-        atten_mask: None,
-        actual_seq_lengths: None,
-        actual_seq_lengths_kv: None,
-        quant_scale2: None,
-        quant_offset2: None,
-        num_heads: n as i64,
-        scale_value: 0.3,
-        pre_tokens: 2_147_483_647,
-        next_tokens: 0,
-        input_layout: "BSH",
-        num_key_value_heads: 0,
-        sparse_mode: 0,
-        inner_precise: 1,
-    };
-    let got = host::prompt(&rt, &x, &dims, DataType::Float).unwrap();
-    let via_v3 = host::prompt(&Runtime::sim().unwrap(), &x, &dims, DataType::Float).unwrap();
+    let mut spec = PromptSpec::new(n, 0.3, PfaLayout::Bsh);
+    let got = prompt(&rt, &spec).unwrap();
+    let via_v3 = prompt(&burn_ascend_acl_sim::runtime().unwrap(), &spec).unwrap();
     assert_eq!(got, via_v3, "V1 and V3 agree on what both have");
-    x.sparse_mode = 2;
-    let err = host::prompt(&rt, &x, &dims, DataType::Float).unwrap_err();
+    spec.sparse_mode = 2;
+    let err = prompt(&rt, &spec).unwrap_err();
     assert!(matches!(err, AclError::Unsupported(_)), "{err}");
 }
 
 #[test]
 fn a_pa_nz_cache_described_as_nd_is_refused() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     // f16: last = 16; N·D = 32 → cache [nb = 2, 2, bs = 16, 16].
     let (t, n, d) = (3usize, 2usize, 16usize);
     let key = vec![0u8; t * n * d * 2];
     let cache = vec![0u8; 2 * 2 * 16 * 16 * 2];
     let slots: Vec<u8> = [0i32, 5, 17].iter().flat_map(|x| x.to_le_bytes()).collect();
     let (kd, cd, sd) = ([t, n, d], [2usize, 2, 16, 16], [t]);
-    let x = host::ScatterInputs {
-        key: HostArg {
-            dtype: DataType::Float16,
-            dims: &kd,
-            bytes: &key,
-        },
-        key_cache: HostArg {
-            dtype: DataType::Float16,
-            dims: &cd,
-            bytes: &cache,
-        },
-        slot_mapping: HostArg {
-            dtype: DataType::Int32,
-            dims: &sd,
-            bytes: &slots,
-        },
-        value: None,
-        value_cache: None,
-        compress_lens: None,
-        compress_seq_offset: None,
-        seq_lens: None,
-        cache_mode: "PA_NZ",
-        scatter_mode: "None",
-        strides: None,
-        offsets: None,
-    };
-    host::scatter(&rt, &x).expect("FRACTAL_NZ descriptor through the host layer");
+    {
+        let kt = rt
+            .upload(
+                TensorDesc::contiguous(&kd, DataType::Float16).unwrap(),
+                &key,
+            )
+            .unwrap();
+        let nz = aclnn::cache_desc(CacheMode::PaNz, &cd, DataType::Float16).unwrap();
+        let ct = rt.upload(nz, &cache).unwrap();
+        let mut spec = ScatterSpec::new(vec![0, 5, 17]);
+        spec.cache_mode = CacheMode::PaNz;
+        aclnn::scatter(
+            &rt,
+            &spec,
+            &aclnn::ScatterTensors {
+                key: &kt.handle().unwrap(),
+                key_cache: &ct.handle().unwrap(),
+                value: None,
+                value_cache: None,
+            },
+        )
+        .expect("FRACTAL_NZ descriptor through the call builder");
+    }
 
     // Handle level with an ND cache descriptor: refused.
     let api = rt.api();

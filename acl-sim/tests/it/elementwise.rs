@@ -71,7 +71,7 @@ const B: [f32; 3] = [1.0, 0.0, 3.5];
 
 #[test]
 fn comparisons_broadcast_through_views_and_scalars() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let a = up(&rt, &[2, 3], &A);
     let b = up(&rt, &[3], &B);
     let out = zeros(&rt, &[2, 3], DataType::Bool);
@@ -136,7 +136,7 @@ fn comparisons_broadcast_through_views_and_scalars() {
 
 #[test]
 fn select_masked_fill_copy_and_logic() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let a = up(&rt, &[2, 3], &A);
     let b = up(&rt, &[3], &B);
     let cond = up_bool(&rt, &[2, 1], &[true, false]);
@@ -186,7 +186,7 @@ fn select_masked_fill_copy_and_logic() {
 
 #[test]
 fn casts_round_once_to_the_target() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let v = [1.1f32, -2.7, 65504.0, 1e-8, 0.333_333_34, -0.0];
     let a = up(&rt, &[6], &v);
     let ah = a.handle().unwrap();
@@ -233,7 +233,7 @@ fn casts_round_once_to_the_target() {
 
 #[test]
 fn max_min_reductions_with_and_without_indices() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     // [[1, -2, 3], [0.5, 0, -0.5]] read transposed as [3, 2]
     let a = up(&rt, &[2, 3], &A);
     let ah = a.handle().unwrap();
@@ -293,7 +293,7 @@ fn erf_ref(x: f64) -> f64 {
 
 #[test]
 fn unary_math_activations_pow_and_clamp() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let v: Vec<f32> = (0..12).map(|i| i as f32 * 0.5 - 2.75).collect();
     let a = up(&rt, &[3, 4], &v);
     let o = zeros(&rt, &[3, 4], DataType::Float);
@@ -369,7 +369,7 @@ fn moments(v: &[f32]) -> (f64, f64) {
 #[test]
 fn random_fills_have_the_right_moments_and_are_keyed_on_seed_and_offset() {
     const N: usize = 200_000;
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let t = zeros(&rt, &[N], DataType::Float);
     let th = t.handle().unwrap();
 
@@ -425,9 +425,9 @@ fn status_and_message(
 
 #[test]
 fn null_and_bad_arguments_are_refused_like_cann() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let api = rt.api();
-    let e = &api.elementwise;
+    let e = api;
     let a = up(&rt, &[2, 3], &A);
     let b = up(&rt, &[4], &[0.0; 4]);
     let bo = zeros(&rt, &[2, 3], DataType::Bool);
@@ -621,7 +621,7 @@ fn null_and_bad_arguments_are_refused_like_cann() {
 
 #[test]
 fn int_add_sub_mul_and_scalar_forms_are_exact() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let big = 1i64 << 60;
     let a = up_i64(&rt, &[2, 2], &[1, -2, big, 7]);
     let b = up_i64(&rt, &[2], &[10, 3]);

@@ -4,7 +4,8 @@
 //! synchronisation — everything the dispatch layer does on the host, nothing of the kernel.
 //!
 //! Two figures:
-//! - `per_call_us`: every call builds its descriptors afresh (what [`super::host`] does);
+//! - `per_call_us`: every call builds its descriptors afresh (what
+//!   `burn_ascend_kernels::acl::host` does);
 //! - `reused_descriptors_us`: descriptors and int arrays built once and reused across calls
 //!   (CANN allows reusing `aclTensor`s; the executor is single-use unless made repeatable with
 //!   `aclSetAclOpExecutorRepeatable`, which this layer does not use), so only the two stages
@@ -16,11 +17,8 @@
 
 use std::time::Instant;
 
-use super::error::Result;
-use super::ffi::DataType;
-use super::ops::{varlen_fwd, VarlenFwdArgs};
-use super::runtime::Runtime;
-use super::tensor::{IntArray, TensorDesc};
+use burn_ascend_kernels::acl::ops::{varlen_fwd, VarlenFwdArgs};
+use burn_ascend_kernels::acl::{DataType, IntArray, Result, Tensor, TensorDesc};
 
 /// Host overhead of one varlen forward dispatch, in µs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,7 +34,7 @@ pub struct HostOverhead {
 /// Measures [`HostOverhead`] on the simulation over `iterations` calls (after a warm-up) of a
 /// small varlen forward (2 sequences, N = 4, Nkv = 2, D = 64, with a sink).
 pub fn host_overhead(iterations: usize) -> Result<HostOverhead> {
-    let rt = Runtime::sim()?;
+    let rt = crate::runtime()?;
     let api = rt.api();
     let (t, n, nkv, d) = (16usize, 4usize, 2usize, 64usize);
     let z = |dims: &[usize], dt: DataType| rt.zeros(TensorDesc::contiguous(dims, dt)?);
@@ -49,7 +47,7 @@ pub fn host_overhead(iterations: usize) -> Result<HostOverhead> {
     let ssum = z(&[t, n, 8], DataType::Float)?;
     let cum = [7i64, 16];
 
-    super::sim::set_compute(false);
+    crate::set_compute(false);
     let result = (|| {
         let one_call = || -> Result<()> {
             let (qh, kh, vh, sh) = (q.handle()?, k.handle()?, v.handle()?, sink.handle()?);
@@ -85,7 +83,7 @@ pub fn host_overhead(iterations: usize) -> Result<HostOverhead> {
             iterations,
         })
     })();
-    super::sim::set_compute(true);
+    crate::set_compute(true);
     result
 }
 
@@ -96,13 +94,13 @@ pub fn host_overhead_us() -> Result<f64> {
 
 #[allow(clippy::too_many_arguments)]
 fn args<'a>(
-    q: &'a super::Tensor<'a>,
-    k: &'a super::Tensor<'a>,
-    v: &'a super::Tensor<'a>,
-    sink: &'a super::Tensor<'a>,
-    o: &'a super::Tensor<'a>,
-    smax: &'a super::Tensor<'a>,
-    ssum: &'a super::Tensor<'a>,
+    q: &'a Tensor<'a>,
+    k: &'a Tensor<'a>,
+    v: &'a Tensor<'a>,
+    sink: &'a Tensor<'a>,
+    o: &'a Tensor<'a>,
+    smax: &'a Tensor<'a>,
+    ssum: &'a Tensor<'a>,
     cq: &'a IntArray,
     ck: &'a IntArray,
     n: usize,

@@ -16,51 +16,14 @@
 //! `out`) and INT32/INT64 in i64 (wrapping), **accumulating duplicate indices in index order**
 //! — deterministic, unlike CANN's default (non-deterministic) IndexAdd.
 
-use std::ffi::c_void;
+use burn_ascend_kernels::acl::ffi::*;
 
-use super::math::scalar;
-use super::state::{self, guard, invalid, new_executor, required, SimErr, SimResult, SimTensor};
-use crate::acl::ffi::*;
+use crate::state::SimTensor;
+use crate::state::{self, guard, invalid, new_executor, required, scalar, SimErr, SimResult};
 
 const SIM_WORKSPACE: u64 = 1024;
 
 type T = *const AclTensor;
-
-/// The table entries of this module.
-pub(super) const LAYOUT: LayoutOps = LayoutOps {
-    index_select: Some(OpFns {
-        workspace: index_select_ws,
-        launch: index_select_launch,
-    }),
-    gather: Some(OpFns {
-        workspace: gather_ws,
-        launch: gather_launch,
-    }),
-    index_add: Some(OpFns {
-        workspace: index_add_ws,
-        launch: index_add_launch,
-    }),
-    scatter_add: Some(OpFns {
-        workspace: scatter_add_ws,
-        launch: scatter_add_launch,
-    }),
-    cat: Some(OpFns {
-        workspace: cat_ws,
-        launch: cat_launch,
-    }),
-    inplace_copy: Some(OpFns {
-        workspace: inplace_copy_ws,
-        launch: inplace_copy_launch,
-    }),
-    repeat: Some(OpFns {
-        workspace: repeat_ws,
-        launch: repeat_launch,
-    }),
-    flip: Some(OpFns {
-        workspace: flip_ws,
-        launch: flip_launch,
-    }),
-};
 
 // ---- helpers --------------------------------------------------------------------------------
 
@@ -282,7 +245,7 @@ fn submit(
 
 // ---- aclnnIndexSelect -------------------------------------------------------------------------
 
-pub(super) unsafe extern "C" fn index_select_ws(
+pub(crate) unsafe extern "C" fn index_select(
     self_: T,
     dim: i64,
     index: T,
@@ -290,7 +253,7 @@ pub(super) unsafe extern "C" fn index_select_ws(
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    const OP: &str = "aclnnIndexSelect";
+    const OP: &str = names::index_select;
     guard(|| {
         let a = required(self_, "self")?;
         let i = required(index, "index")?;
@@ -338,7 +301,7 @@ pub(super) unsafe extern "C" fn index_select_ws(
 
 // ---- aclnnGather ------------------------------------------------------------------------------
 
-pub(super) unsafe extern "C" fn gather_ws(
+pub(crate) unsafe extern "C" fn gather(
     self_: T,
     dim: i64,
     index: T,
@@ -346,7 +309,7 @@ pub(super) unsafe extern "C" fn gather_ws(
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    const OP: &str = "aclnnGather";
+    const OP: &str = names::gather;
     guard(|| {
         let a = required(self_, "self")?;
         let i = required(index, "index")?;
@@ -392,7 +355,7 @@ pub(super) unsafe extern "C" fn gather_ws(
 // ---- aclnnIndexAdd ----------------------------------------------------------------------------
 
 #[allow(clippy::too_many_arguments)] // the C prototype
-pub(super) unsafe extern "C" fn index_add_ws(
+pub(crate) unsafe extern "C" fn index_add(
     self_: T,
     dim: i64,
     index: T,
@@ -402,13 +365,13 @@ pub(super) unsafe extern "C" fn index_add_ws(
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    const OP: &str = "aclnnIndexAdd";
+    const OP: &str = names::index_add;
     guard(|| {
         let a = required(self_, "self")?;
         let i = required(index, "index")?;
         let s = required(source, "source")?;
         let o = required(out, "out")?;
-        let alpha = scalar(alpha, "aclnnIndexAdd: alpha")?;
+        let alpha = scalar(alpha, &format!("{OP}: alpha"))?;
         rank_ok(OP, &a, "self")?;
         index_dtype(OP, &i)?;
         add_dtype(OP, &a)?;
@@ -468,7 +431,7 @@ fn is_contiguous(t: &SimTensor) -> bool {
         .all(|(&d, (&s, &w))| d == 1 || s == w)
 }
 
-pub(super) unsafe extern "C" fn scatter_add_ws(
+pub(crate) unsafe extern "C" fn scatter_add(
     self_: T,
     dim: i64,
     index: T,
@@ -477,7 +440,7 @@ pub(super) unsafe extern "C" fn scatter_add_ws(
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    const OP: &str = "aclnnScatterAdd";
+    const OP: &str = names::scatter_add;
     guard(|| {
         let a = required(self_, "self")?;
         let i = required(index, "index")?;
@@ -535,14 +498,14 @@ pub(super) unsafe extern "C" fn scatter_add_ws(
 
 // ---- aclnnCat ---------------------------------------------------------------------------------
 
-pub(super) unsafe extern "C" fn cat_ws(
+pub(crate) unsafe extern "C" fn cat(
     tensors: *const AclTensorList,
     dim: i64,
     out: T,
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    const OP: &str = "aclnnCat";
+    const OP: &str = names::cat;
     guard(|| {
         let Some(ts) = state::tensor_list(tensors, "tensors")? else {
             return Err(SimErr(
@@ -600,13 +563,13 @@ pub(super) unsafe extern "C" fn cat_ws(
 
 // ---- aclnnInplaceCopy -------------------------------------------------------------------------
 
-pub(super) unsafe extern "C" fn inplace_copy_ws(
+pub(crate) unsafe extern "C" fn inplace_copy(
     self_ref: T,
     src: T,
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    const OP: &str = "aclnnInplaceCopy";
+    const OP: &str = names::inplace_copy;
     guard(|| {
         let dst = required(self_ref, "selfRef")?;
         let s = required(src, "src")?;
@@ -660,14 +623,14 @@ fn int_array_required(p: *const AclIntArray, op: &str, name: &str) -> SimResult<
         .ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{op}: {name} is null")))
 }
 
-pub(super) unsafe extern "C" fn repeat_ws(
+pub(crate) unsafe extern "C" fn repeat(
     self_: T,
     repeats: *const AclIntArray,
     out: T,
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    const OP: &str = "aclnnRepeat";
+    const OP: &str = names::repeat;
     guard(|| {
         let a = required(self_, "self")?;
         let o = required(out, "out")?;
@@ -711,14 +674,14 @@ pub(super) unsafe extern "C" fn repeat_ws(
     })
 }
 
-pub(super) unsafe extern "C" fn flip_ws(
+pub(crate) unsafe extern "C" fn flip(
     self_: T,
     dims: *const AclIntArray,
     out: T,
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> AclStatus {
-    const OP: &str = "aclnnFlip";
+    const OP: &str = names::flip;
     guard(|| {
         let a = required(self_, "self")?;
         let o = required(out, "out")?;
@@ -765,25 +728,3 @@ pub(super) unsafe extern "C" fn flip_ws(
         )
     })
 }
-
-macro_rules! launcher {
-    ($name:ident, $op:literal) => {
-        pub(super) unsafe extern "C" fn $name(
-            ws: *mut c_void,
-            size: u64,
-            ex: *mut AclOpExecutor,
-            stream: AclrtStream,
-        ) -> AclStatus {
-            state::launch($op, ws, size, ex, stream)
-        }
-    };
-}
-
-launcher!(index_select_launch, "aclnnIndexSelect");
-launcher!(gather_launch, "aclnnGather");
-launcher!(index_add_launch, "aclnnIndexAdd");
-launcher!(scatter_add_launch, "aclnnScatterAdd");
-launcher!(cat_launch, "aclnnCat");
-launcher!(inplace_copy_launch, "aclnnInplaceCopy");
-launcher!(repeat_launch, "aclnnRepeat");
-launcher!(flip_launch, "aclnnFlip");

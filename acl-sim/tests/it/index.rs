@@ -48,7 +48,7 @@ fn seq(n: usize) -> Vec<f32> {
 
 #[test]
 fn index_select_i64_and_i32_through_a_transposed_view() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let a = up(&rt, &[3, 4], &seq(12));
     let idx = up_i64(&rt, &[3], &[2, 0, 2]);
     let out = zeros(&rt, &[3, 4], DataType::Float);
@@ -78,7 +78,7 @@ fn index_select_i64_and_i32_through_a_transposed_view() {
 
 #[test]
 fn gather_and_scatter_add_match_the_host() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let a = up(&rt, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
     let idx = up_i64(&rt, &[2, 2], &[2, 0, 1, 1]);
     let out = zeros(&rt, &[2, 2], DataType::Float);
@@ -119,7 +119,7 @@ fn gather_and_scatter_add_match_the_host() {
 
 #[test]
 fn index_add_accumulates_duplicates_in_order_with_alpha_in_f32_and_f16() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let a = up(&rt, &[4, 2], &seq(8));
     let idx = up_i64(&rt, &[3], &[3, 1, 3]);
     let src = up(&rt, &[3, 2], &[1., 2., 10., 20., 100., 200.]);
@@ -176,7 +176,7 @@ fn index_add_accumulates_duplicates_in_order_with_alpha_in_f32_and_f16() {
 
 #[test]
 fn cat_of_views_inplace_copy_into_a_strided_view_repeat_and_flip() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let api = rt.api();
     let a = up(&rt, &[2, 2], &[1., 2., 3., 4.]);
     let b = up(&rt, &[2, 3], &seq(6));
@@ -232,7 +232,7 @@ fn cat_of_views_inplace_copy_into_a_strided_view_repeat_and_flip() {
 
 #[test]
 fn an_index_out_of_range_fails_at_launch_and_writes_nothing() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let a = up(&rt, &[3, 2], &seq(6));
     let out = up(&rt, &[2, 2], &[7.; 4]);
     for bad in [3i64, -1] {
@@ -277,7 +277,7 @@ fn an_index_out_of_range_fails_at_launch_and_writes_nothing() {
 
 #[test]
 fn null_and_bad_dtype_dim_or_shape_are_refused_like_cann() {
-    let rt = Runtime::sim().unwrap();
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
     let api = rt.api();
     let a = up(&rt, &[3, 2], &seq(6));
     let idx = up_i64(&rt, &[2], &[0, 1]);
@@ -293,7 +293,7 @@ fn null_and_bad_dtype_dim_or_shape_are_refused_like_cann() {
         out.handle().unwrap(),
         wrong.handle().unwrap(),
     );
-    let sel = api.layout.index_select.unwrap();
+    let sel = api.index_select.unwrap();
     let call = |x, dim, i, o| {
         let (mut ws, mut ex) = (0u64, null_mut::<AclOpExecutor>());
         // SAFETY: aclnnIndexSelectGetWorkspaceSize's prototype; live handles or null.
@@ -328,7 +328,7 @@ fn null_and_bad_dtype_dim_or_shape_are_refused_like_cann() {
     );
 
     // IndexAdd: null alpha → 161001; source of the wrong shape → 161002
-    let add = api.layout.index_add.unwrap();
+    let add = api.index_add.unwrap();
     let src = up(&rt, &[2, 2], &[0.; 4]);
     let (mut ws, mut ex) = (0u64, null_mut::<AclOpExecutor>());
     // SAFETY: aclnnIndexAddGetWorkspaceSize's prototype; live handles, a null alpha.
@@ -351,11 +351,11 @@ fn null_and_bad_dtype_dim_or_shape_are_refused_like_cann() {
     assert!(e.to_string().contains("source must be"), "{e}");
 
     // Cat: null list → 161001; Repeat: null repeats → 161001, too short → 161002
-    let cat = api.layout.cat.unwrap();
+    let cat = api.cat.unwrap();
     // SAFETY: aclnnCatGetWorkspaceSize's prototype; a null list.
     let st = unsafe { (cat.workspace)(null(), 0, o_, &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
-    let rep = api.layout.repeat.unwrap();
+    let rep = api.repeat.unwrap();
     // SAFETY: aclnnRepeatGetWorkspaceSize's prototype; a null int array.
     let st = unsafe { (rep.workspace)(a_, null(), o_, &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);

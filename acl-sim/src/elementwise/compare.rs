@@ -1,0 +1,313 @@
+//! Simulated comparisons (`aclnnEqTensor` … `aclnnLeScalar`), `aclnnSWhere`, the in-place
+//! masked fill, logic and `aclnnCast`.
+
+use burn_ascend_kernels::acl::ffi::*;
+
+use super::*;
+use crate::state::{guard, required, scalar};
+
+#[derive(Clone, Copy)]
+enum Cmp {
+    Eq,
+    Ne,
+    Gt,
+    Ge,
+    Lt,
+    Le,
+}
+
+impl Cmp {
+    fn apply(self, a: f64, b: f64) -> bool {
+        match self {
+            Self::Eq => a == b,
+            Self::Ne => a != b,
+            Self::Gt => a > b,
+            Self::Ge => a >= b,
+            Self::Lt => a < b,
+            Self::Le => a <= b,
+        }
+    }
+}
+
+fn compare_tensor(
+    op: &'static str,
+    c: Cmp,
+    self_: T,
+    other: T,
+    out: T,
+    ws: Ws,
+    ex: Ex,
+) -> SimResult<()> {
+    let a = required(self_, "self")?;
+    let b = required(other, "other")?;
+    let o = required(out, "out")?;
+    dtype_in(&a, op, "self", NUMERIC)?;
+    dtype_in(&b, op, "other", NUMERIC)?;
+    same_dtype(op, &[(&a, "self"), (&b, "other")])?;
+    dtype_in(&o, op, "out", &[DataType::Bool])?;
+    let shape = broadcast2(op, &a, "self", &b, "other")?;
+    shape_is(op, "out", &o, &shape)?;
+    submit(
+        op,
+        move || {
+            let (x, y) = (
+                values_as(&a, "self", &shape)?,
+                values_as(&b, "other", &shape)?,
+            );
+            let v: Vec<f64> = x
+                .iter()
+                .zip(&y)
+                .map(|(&p, &q)| f64::from(u8::from(c.apply(p, q))))
+                .collect();
+            o.write("out", &encode(&v, DataType::Bool))
+        },
+        ws,
+        ex,
+    )
+}
+
+fn compare_scalar(
+    op: &'static str,
+    c: Cmp,
+    self_: T,
+    other: S,
+    out: T,
+    ws: Ws,
+    ex: Ex,
+) -> SimResult<()> {
+    let a = required(self_, "self")?;
+    let s = scalar(other, &format!("{op}: other"))?;
+    let o = required(out, "out")?;
+    dtype_in(&a, op, "self", NUMERIC)?;
+    dtype_in(&o, op, "out", &[DataType::Bool])?;
+    shape_is(op, "out", &o, &a.dims)?;
+    submit(
+        op,
+        move || {
+            let v: Vec<f64> = values(&a, "self")?
+                .into_iter()
+                .map(|p| f64::from(u8::from(c.apply(p, s))))
+                .collect();
+            o.write("out", &encode(&v, DataType::Bool))
+        },
+        ws,
+        ex,
+    )
+}
+
+/// The first stages of a comparison's tensor and scalar ops, named by their table fields.
+macro_rules! compare {
+    ($t:ident, $s:ident, $c:expr) => {
+        pub(crate) unsafe extern "C" fn $t(
+            self_: T,
+            other: T,
+            out: T,
+            ws: Ws,
+            ex: Ex,
+        ) -> AclStatus {
+            guard(|| compare_tensor(names::$t, $c, self_, other, out, ws, ex))
+        }
+        pub(crate) unsafe extern "C" fn $s(
+            self_: T,
+            other: S,
+            out: T,
+            ws: Ws,
+            ex: Ex,
+        ) -> AclStatus {
+            guard(|| compare_scalar(names::$s, $c, self_, other, out, ws, ex))
+        }
+    };
+}
+
+compare!(eq_tensor, eq_scalar, Cmp::Eq);
+compare!(ne_tensor, ne_scalar, Cmp::Ne);
+compare!(gt_tensor, gt_scalar, Cmp::Gt);
+compare!(ge_tensor, ge_scalar, Cmp::Ge);
+compare!(lt_tensor, lt_scalar, Cmp::Lt);
+compare!(le_tensor, le_scalar, Cmp::Le);
+
+// ---- masks, copy, logic -----------------------------------------------------------------------
+
+pub(crate) unsafe extern "C" fn s_where(
+    condition: T,
+    self_: T,
+    other: T,
+    out: T,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::s_where;
+    guard(|| {
+        let c = required(condition, "condition")?;
+        let a = required(self_, "self")?;
+        let b = required(other, "other")?;
+        let o = required(out, "out")?;
+        dtype_in(&c, OP, "condition", &[DataType::Bool, DataType::Uint8])?;
+        dtype_in(&a, OP, "self", NUMERIC)?;
+        same_dtype(OP, &[(&a, "self"), (&b, "other"), (&o, "out")])?;
+        let ab = broadcast2(OP, &a, "self", &b, "other")?;
+        let Some(shape) = broadcast(&c.dims, &ab) else {
+            return invalid(format!(
+                "{OP}: condition {:?} does not broadcast with {ab:?}",
+                c.dims
+            ));
+        };
+        shape_is(OP, "out", &o, &shape)?;
+        submit(
+            OP,
+            move || {
+                let m = values_as(&c, "condition", &shape)?;
+                let x = values_as(&a, "self", &shape)?;
+                let y = values_as(&b, "other", &shape)?;
+                let v: Vec<f64> = (0..m.len())
+                    .map(|i| if m[i] != 0.0 { x[i] } else { y[i] })
+                    .collect();
+                o.write("out", &encode(&v, o.dtype))
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+pub(crate) unsafe extern "C" fn inplace_masked_fill_scalar(
+    self_ref: T,
+    mask: T,
+    value: S,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::inplace_masked_fill_scalar;
+    guard(|| {
+        let a = required(self_ref, "selfRef")?;
+        let m = required(mask, "mask")?;
+        let v = scalar(value, &format!("{OP}: value"))?;
+        dtype_in(&a, OP, "selfRef", NUMERIC)?;
+        dtype_in(&m, OP, "mask", &[DataType::Bool])?;
+        if broadcast(&a.dims, &m.dims).as_deref() != Some(&a.dims[..]) {
+            return invalid(format!(
+                "{OP}: mask {:?} must broadcast to selfRef {:?}",
+                m.dims, a.dims
+            ));
+        }
+        submit(
+            OP,
+            move || {
+                let mask = values_as(&m, "mask", &a.dims)?;
+                let mut x = values(&a, "selfRef")?;
+                for (xi, &mi) in x.iter_mut().zip(&mask) {
+                    if mi != 0.0 {
+                        *xi = v;
+                    }
+                }
+                a.write("selfRef", &encode(&x, a.dtype))
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+pub(crate) unsafe extern "C" fn logical_not(self_: T, out: T, ws: Ws, ex: Ex) -> AclStatus {
+    const OP: &str = names::logical_not;
+    guard(|| {
+        let a = required(self_, "self")?;
+        let o = required(out, "out")?;
+        dtype_in(&a, OP, "self", NUMERIC)?;
+        dtype_in(&o, OP, "out", &[DataType::Bool])?;
+        shape_is(OP, "out", &o, &a.dims)?;
+        submit(
+            OP,
+            move || {
+                let v: Vec<f64> = values(&a, "self")?
+                    .into_iter()
+                    .map(|x| f64::from(u8::from(x == 0.0)))
+                    .collect();
+                o.write("out", &encode(&v, DataType::Bool))
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+fn logical(
+    op: &'static str,
+    and: bool,
+    self_: T,
+    other: T,
+    out: T,
+    ws: Ws,
+    ex: Ex,
+) -> SimResult<()> {
+    let a = required(self_, "self")?;
+    let b = required(other, "other")?;
+    let o = required(out, "out")?;
+    dtype_in(&a, op, "self", NUMERIC)?;
+    dtype_in(&b, op, "other", NUMERIC)?;
+    dtype_in(&o, op, "out", &[DataType::Bool])?;
+    let shape = broadcast2(op, &a, "self", &b, "other")?;
+    shape_is(op, "out", &o, &shape)?;
+    submit(
+        op,
+        move || {
+            let (x, y) = (
+                values_as(&a, "self", &shape)?,
+                values_as(&b, "other", &shape)?,
+            );
+            let v: Vec<f64> = x
+                .iter()
+                .zip(&y)
+                .map(|(&p, &q)| {
+                    let (p, q) = (p != 0.0, q != 0.0);
+                    f64::from(u8::from(if and { p && q } else { p || q }))
+                })
+                .collect();
+            o.write("out", &encode(&v, DataType::Bool))
+        },
+        ws,
+        ex,
+    )
+}
+
+pub(crate) unsafe extern "C" fn logical_and(
+    self_: T,
+    other: T,
+    out: T,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    guard(|| logical(names::logical_and, true, self_, other, out, ws, ex))
+}
+pub(crate) unsafe extern "C" fn logical_or(
+    self_: T,
+    other: T,
+    out: T,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    guard(|| logical(names::logical_or, false, self_, other, out, ws, ex))
+}
+
+pub(crate) unsafe extern "C" fn cast(self_: T, dtype: i32, out: T, ws: Ws, ex: Ex) -> AclStatus {
+    const OP: &str = names::cast;
+    guard(|| {
+        let a = required(self_, "self")?;
+        let o = required(out, "out")?;
+        dtype_in(&a, OP, "self", NUMERIC)?;
+        dtype_in(&o, OP, "out", NUMERIC)?;
+        if DataType::from_raw(dtype) != Some(o.dtype) {
+            return invalid(format!(
+                "{OP}: dtype {dtype} must be out's dtype {:?}",
+                o.dtype
+            ));
+        }
+        shape_is(OP, "out", &o, &a.dims)?;
+        submit(
+            OP,
+            move || o.write("out", &encode(&values(&a, "self")?, o.dtype)),
+            ws,
+            ex,
+        )
+    })
+}

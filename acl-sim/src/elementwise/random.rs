@@ -1,0 +1,119 @@
+//! Simulated random fills (`aclnnInplaceUniform`, `aclnnInplaceNormal`,
+//! `aclnnInplaceBernoulli`): a counter-based generator keyed on `(seed, offset + element
+//! index)` (SplitMix64 of the pair), so a call is a pure function of its arguments.
+
+use burn_ascend_kernels::acl::ffi::*;
+
+use super::*;
+use crate::state::{guard, required, scalar};
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A uniform draw in `[0, 1)` for `(seed, counter)` (53 random bits).
+fn uniform01(seed: u64, counter: u64) -> f64 {
+    let h = splitmix(splitmix(seed) ^ counter.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+fn fill(
+    op: &'static str,
+    self_ref: T,
+    allowed: &[DataType],
+    f: impl Fn(u64) -> f64 + Send + 'static,
+    ws: Ws,
+    ex: Ex,
+) -> SimResult<()> {
+    let a = required(self_ref, "selfRef")?;
+    dtype_in(&a, op, "selfRef", allowed)?;
+    submit(
+        op,
+        move || {
+            let v: Vec<f64> = (0..a.numel() as u64).map(&f).collect();
+            a.write("selfRef", &encode(&v, a.dtype))
+        },
+        ws,
+        ex,
+    )
+}
+
+#[allow(clippy::too_many_arguments)] // the C prototype
+pub(crate) unsafe extern "C" fn inplace_uniform(
+    self_ref: T,
+    from: f64,
+    to: f64,
+    seed: u64,
+    offset: u64,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::inplace_uniform;
+    guard(|| {
+        if !(from.is_finite() && to.is_finite() && from <= to) {
+            return invalid(format!("{OP}: need finite from <= to, got [{from}, {to})"));
+        }
+        let f = move |i: u64| {
+            let x = from + (to - from) * uniform01(seed, offset.wrapping_add(i));
+            // Rounding can reach `to`; keep the interval half-open.
+            if x >= to && to > from {
+                from.max(to - (to - from) * f64::EPSILON)
+            } else {
+                x
+            }
+        };
+        fill(OP, self_ref, FLOATS, f, ws, ex)
+    })
+}
+
+pub(crate) unsafe extern "C" fn inplace_normal(
+    self_ref: T,
+    mean: f32,
+    std: f32,
+    seed: i64,
+    offset: i64,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::inplace_normal;
+    guard(|| {
+        if !(std >= 0.0 && std.is_finite() && mean.is_finite()) {
+            return invalid(format!(
+                "{OP}: need finite mean and std >= 0, got mean {mean}, std {std}"
+            ));
+        }
+        let (mean, std, seed, offset) =
+            (f64::from(mean), f64::from(std), seed as u64, offset as u64);
+        let f = move |i: u64| {
+            // Box–Muller on two draws per element.
+            let c = offset.wrapping_add(i).wrapping_mul(2);
+            let u1 = 1.0 - uniform01(seed, c); // (0, 1]
+            let u2 = uniform01(seed, c.wrapping_add(1));
+            mean + std * (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+        };
+        fill(OP, self_ref, FLOATS, f, ws, ex)
+    })
+}
+
+pub(crate) unsafe extern "C" fn inplace_bernoulli(
+    self_ref: T,
+    prob: S,
+    seed: i64,
+    offset: i64,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::inplace_bernoulli;
+    guard(|| {
+        let p = scalar(prob, &format!("{OP}: prob"))?;
+        if !(0.0..=1.0).contains(&p) {
+            return invalid(format!("{OP}: prob must be in [0, 1], got {p}"));
+        }
+        let (seed, offset) = (seed as u64, offset as u64);
+        let f = move |i: u64| f64::from(u8::from(uniform01(seed, offset.wrapping_add(i)) < p));
+        fill(OP, self_ref, REAL, f, ws, ex)
+    })
+}

@@ -1,0 +1,152 @@
+//! **A host simulation of the ACL / aclnn C ABI — not CANN.**
+//!
+//! [`api`] is an [`AclApi`] of `burn-ascend-kernels` whose entries are `extern "C"` functions
+//! of this crate: "device" memory is host memory, streams are synchronous, nnopbase handles are
+//! boxed Rust values, and each aclnn op decodes the descriptors it was handed (dims, strides,
+//! offset, dtype, format, storage) and runs the kernels crate's CPU kernels. It exists so CI,
+//! which has no NPU, exercises the dispatch code path byte for byte: a wrong argument order,
+//! stride or dtype in `burn_ascend_kernels::acl::ops` / `acl::host` changes the simulated
+//! result or is refused. [`runtime`] opens a `Runtime` over it.
+//!
+//! What it enforces, as CANN does (status codes of `aclnn_return_code.md`):
+//! - null required argument → 161001 (`ACLNN_ERR_PARAM_NULLPTR`);
+//! - bad dtype / shape / format / attribute → 161002 (`ACLNN_ERR_PARAM_INVALID`);
+//! - two-stage order: a launch needs an executor from the same op's `GetWorkspaceSize`, used
+//!   once (161002 otherwise), and a workspace of at least the size asked for (161002);
+//! - every tensor's storage must lie inside one live device allocation, and the view inside
+//!   its storage (161002) — checks CANN itself does not make, which catch stride bugs;
+//! - each failure leaves a message for `aclGetRecentErrMsg`.
+//!
+//! The registration is generated from the kernels crate's one table of ops
+//! (`burn_ascend_kernels::acl_api_table!`): every op listed there must have a first stage here,
+//! a function named by its table field (e.g. `sin`), re-exported by `registry`; the launch
+//! stages are generated ([`state::launch`] under the op's name). One module per family, as
+//! `burn_ascend_kernels::reference`:
+//! - `state`: runtime, streams, executors; `state::memory` (device memory), `state::handles`
+//!   (tensors, int arrays, tensor lists, scalars);
+//! - `varlen`, `prompt`, `incre`, `scatter`: the attention ops (decoding helpers in `wire`);
+//! - `math`: `aclnnAdd`, `aclnnSub`, `aclnnMul`, `aclnnDiv`, `aclnnMatmul`, `aclnnAdds`,
+//!   `aclnnMuls`, `aclnnExp/Log/Sqrt/Abs/Tanh`, `aclnnReduceSum`, `aclnnMean`; unlike CANN they
+//!   do not promote mixed dtypes (161002);
+//! - `elementwise`: comparisons, `aclnnSWhere`, masked fill, logic, cast (`compare`),
+//!   Amax/Amin/ArgMax/ArgMin/MaxDim/MinDim (`reduce`), activations and pow/clamp (`unary`),
+//!   random fills (`random`), validated the same way;
+//! - `index`: the indexing and layout ops.
+//!
+//! It does not model: layouts other than TND for varlen, rope, padding masks, int8 Q/K/V
+//! (full quantisation), NHSD / 4-D scatter; those return 161002 with an "unsupported in the
+//! simulation" message. A kernel panic becomes 561000 (`ACLNN_ERR_INNER`), never an unwind
+//! across the C boundary.
+//!
+//! [`set_compute`] turns the kernels off (everything else still runs) so the host overhead of a
+//! dispatched call can be measured ([`bench`]).
+//!
+//! `unsafe` is confined to the `extern "C"` side: `state` (+ `state::memory`,
+//! `state::handles`) and the first stages of the op modules, each block with a `// SAFETY:`
+//! line.
+
+pub mod bench;
+mod elementwise;
+mod incre;
+mod index;
+mod math;
+mod prompt;
+mod scatter;
+mod state;
+mod varlen;
+mod wire;
+
+pub use state::{live_handles, memory_in_use, set_compute, set_memory_limit, LiveHandles};
+
+use std::ffi::c_void;
+
+use burn_ascend_kernels::acl::ffi::{AclOpExecutor, AclStatus, AclrtStream, OpFns};
+use burn_ascend_kernels::acl::{AclApi, ApiKind, Result, Runtime};
+
+/// Every entry of the table by its field name: the runtime and nnopbase functions and each
+/// op's first stage.
+mod registry {
+    pub(crate) use crate::elementwise::*;
+    pub(crate) use crate::incre::ifa_v4;
+    pub(crate) use crate::index::{
+        cat, flip, gather, index_add, index_select, inplace_copy, repeat, scatter_add,
+    };
+    pub(crate) use crate::math::{
+        abs, add, adds, div, exp, log, matmul, mean, mul, muls, reduce_sum, sqrt, sub, tanh,
+    };
+    pub(crate) use crate::prompt::{pfa_v1, pfa_v3};
+    pub(crate) use crate::scatter::scatter_pa_kv_cache;
+    pub(crate) use crate::state::handles::{
+        create_int_array, create_scalar, create_tensor, create_tensor_list, destroy_int_array,
+        destroy_scalar, destroy_tensor, destroy_tensor_list,
+    };
+    pub(crate) use crate::state::memory::{free, malloc, memcpy};
+    pub(crate) use crate::state::{
+        acl_finalize, acl_init, create_stream, destroy_stream, get_device_count,
+        get_recent_err_msg, reset_device, set_device, synchronize_stream,
+    };
+    pub(crate) use crate::varlen::{varlen_fwd_base, varlen_fwd_v5, varlen_grad_v5};
+}
+
+/// The simulation's table from the kernels crate's op table: each runtime entry from
+/// [`registry`], each op's first stage from [`registry`] and its launch stage generated here.
+macro_rules! register {
+    (
+        runtime { $($rf:ident: $rc:ident($rt:ty)),* }
+        ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
+    ) => {
+        /// The launch stage of every op: [`state::launch`] under the op's C name.
+        mod launch {
+            use super::*;
+            $(
+                pub(crate) unsafe extern "C" fn $f(
+                    ws: *mut c_void,
+                    size: u64,
+                    ex: *mut AclOpExecutor,
+                    stream: AclrtStream,
+                ) -> AclStatus {
+                    state::launch(stringify!($c), ws, size, ex, stream)
+                }
+            )*
+        }
+
+        static API: AclApi = AclApi {
+            kind: ApiKind::Simulation,
+            $($rf: registry::$rf,)*
+            $($f: Some(OpFns { workspace: registry::$f, launch: launch::$f }),)*
+        };
+    };
+}
+
+burn_ascend_kernels::acl_api_table!(register);
+
+/// The simulation's function table.
+pub fn api() -> &'static AclApi {
+    &API
+}
+
+/// A runtime over the simulation (its one device, 0): device memory is host memory and each
+/// aclnn op runs the kernels crate's CPU kernels.
+pub fn runtime() -> Result<Runtime> {
+    Runtime::with_api(api(), 0)
+}
+
+/// The simulation's table with some ops removed, to exercise the loader's fallbacks (V5 → base
+/// varlen, PFA V3 → V1) the way an older CANN would present them.
+pub fn api_without(varlen_v5: bool, pfa_v3: bool) -> &'static AclApi {
+    static VARIANTS: std::sync::OnceLock<[AclApi; 4]> = std::sync::OnceLock::new();
+    let v = VARIANTS.get_or_init(|| {
+        let mk = |drop_v5: bool, drop_v3: bool| AclApi {
+            varlen_fwd_v5: if drop_v5 { None } else { API.varlen_fwd_v5 },
+            pfa_v3: if drop_v3 { None } else { API.pfa_v3 },
+            ..API
+        };
+        [
+            mk(false, false),
+            mk(true, false),
+            mk(false, true),
+            mk(true, true),
+        ]
+    });
+    &v[varlen_v5 as usize + 2 * pfa_v3 as usize]
+}

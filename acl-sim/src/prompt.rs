@@ -1,0 +1,504 @@
+//! Simulated prompt attention: `aclnnPromptFlashAttentionV3` and its V1
+//! `aclnnPromptFlashAttention` (no KV lengths, quantisation, sparse mode or innerPrecise), on
+//! the CPU reference (`burn_ascend_kernels::reference::prompt`), with int8 post-quantisation.
+
+use std::ffi::c_char;
+
+use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_kernels::reference::prompt::{
+    self as pfa, PfaLayout, PromptFlashAttentionArgs, PseShift,
+};
+use burn_ascend_kernels::varlen::lengths_from_cumulative;
+
+use crate::state::{
+    self, c_str, int_array, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
+};
+use crate::wire::{
+    check_dims, check_rank, encode, encode_f64, floats, mask01, unsupported, IA, SIM_WORKSPACE, T,
+};
+
+struct PromptCall {
+    q: SimTensor,
+    k: SimTensor,
+    v: SimTensor,
+    pse: Option<SimTensor>,
+    mask: Option<SimTensor>,
+    asl: Option<Vec<i64>>,
+    asl_kv: Option<Vec<i64>>,
+    quant_scale2: Option<SimTensor>,
+    quant_offset2: Option<SimTensor>,
+    layout: PfaLayout,
+    batch: usize,
+    q_seq: usize,
+    kv_seq: usize,
+    n: usize,
+    nkv: usize,
+    d: usize,
+    dv: usize,
+    scale: f64,
+    pre: i64,
+    next: i64,
+    sparse: i64,
+    inner_precise: i64,
+    out: SimTensor,
+}
+
+impl PromptCall {
+    fn run(&self) -> SimResult<()> {
+        let (q, k, v) = (
+            floats(&self.q, "query")?,
+            floats(&self.k, "key")?,
+            floats(&self.v, "value")?,
+        );
+        let mut a = PromptFlashAttentionArgs::new(
+            &q[..],
+            &k[..],
+            &v[..],
+            self.layout,
+            self.batch,
+            self.q_seq,
+            self.kv_seq,
+            self.n,
+            self.d,
+            self.scale,
+        );
+        a.head_dim_v = self.dv;
+        a.num_key_value_heads = self.nkv;
+        a.pre_tokens = self.pre;
+        a.next_tokens = self.next;
+        a.sparse_mode =
+            pfa::SparseMode::from_i64(self.sparse).unwrap_or(pfa::SparseMode::DefaultMask);
+        a.inner_precise = self.inner_precise;
+        a.actual_seq_lengths = self.asl.as_deref();
+        a.actual_seq_lengths_kv = self.asl_kv.as_deref();
+        let mask = match &self.mask {
+            Some(m) if !(2..=4).contains(&self.sparse) => {
+                Some((mask01(m, "attenMask")?, m.dims.clone()))
+            }
+            _ => None,
+        };
+        a.atten_mask = match (&self.mask, &mask) {
+            (None, _) => None,
+            // Modes 2-4 never read the mask's contents.
+            (Some(_), None) => Some(pfa::AttenMask {
+                data: &[],
+                batched: false,
+                rows: 0,
+                cols: 0,
+            }),
+            (Some(_), Some((data, shape))) => {
+                let (mb, rows, cols) = match *shape.as_slice() {
+                    [r, c] => (1, r, c),
+                    [b, r, c] | [b, _, r, c] => (b, r, c),
+                    _ => unreachable!("checked in the first stage"),
+                };
+                Some(pfa::AttenMask {
+                    data,
+                    batched: mb != 1,
+                    rows,
+                    cols,
+                })
+            }
+        };
+        let pse = self
+            .pse
+            .as_ref()
+            .map(|p| floats(p, "pseShift"))
+            .transpose()?;
+        if let (Some(data), Some(p)) = (&pse, &self.pse) {
+            a.pse_shift = Some(PseShift {
+                data,
+                batched: p.dims[0] != 1,
+                rows: p.dims[2],
+                cols: p.dims[3],
+            });
+        }
+        let bytes = match &self.quant_scale2 {
+            Some(s) => {
+                let scale = floats(s, "quantScale2")?;
+                let offset = self
+                    .quant_offset2
+                    .as_ref()
+                    .map(|o| floats(o, "quantOffset2"))
+                    .transpose()?;
+                let pq = pfa::PostQuant {
+                    scale: &scale,
+                    offset: offset.as_deref(),
+                };
+                encode(&pfa::prompt_flash_attention_int8(&a, &pq))
+            }
+            None => encode_f64(
+                &pfa::prompt_flash_attention(&a),
+                self.out.dtype,
+                "attentionOut",
+            )?,
+        };
+        self.out.write("attentionOut", &bytes)
+    }
+}
+
+fn parse_pfa_layout(s: &str) -> SimResult<PfaLayout> {
+    Ok(match s {
+        "BSH" => PfaLayout::Bsh,
+        "BSND" => PfaLayout::Bsnd,
+        "BNSD" => PfaLayout::Bnsd,
+        "BNSD_BSND" => PfaLayout::BnsdBsnd,
+        "TND" => PfaLayout::Tnd,
+        other => {
+            return invalid(format!(
+                "inputLayout \"{other}\" is not BSH, BSND, BNSD, BNSD_BSND or TND"
+            ))
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decode_prompt(
+    query: T,
+    key: T,
+    value: T,
+    pse_shift: T,
+    atten_mask: T,
+    asl: IA,
+    asl_kv: IA,
+    quant_scale2: T,
+    quant_offset2: T,
+    num_heads: i64,
+    scale: f64,
+    pre: i64,
+    next: i64,
+    layout: Option<String>,
+    num_kv_heads: i64,
+    sparse: i64,
+    inner_precise: i64,
+    attention_out: T,
+) -> SimResult<PromptCall> {
+    let q = required(query, "query")?;
+    let k = required(key, "key")?;
+    let v = required(value, "value")?;
+    let out = required(attention_out, "attentionOut")?;
+    let layout = parse_pfa_layout(
+        &layout.ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, "inputLayout is null".into()))?,
+    )?;
+    for (t, name) in [(&q, "query"), (&k, "key"), (&v, "value")] {
+        if !matches!(
+            t.dtype,
+            DataType::Float | DataType::Float16 | DataType::Bf16
+        ) {
+            return invalid(format!(
+                "{name}: dtype must be FLOAT16, BFLOAT16 or FLOAT, got {:?}",
+                t.dtype
+            ));
+        }
+        if t.dtype != q.dtype {
+            return invalid(format!("{name}: dtype must equal the query's"));
+        }
+    }
+    if num_heads <= 0 || num_kv_heads < 0 {
+        return invalid(format!(
+            "numHeads {num_heads} / numKeyValueHeads {num_kv_heads} out of range"
+        ));
+    }
+    let n = num_heads as usize;
+    let nkv = if num_kv_heads == 0 {
+        n
+    } else {
+        num_kv_heads as usize
+    };
+    if !n.is_multiple_of(nkv) {
+        return invalid(format!(
+            "numHeads {n} must be a multiple of numKeyValueHeads {nkv}"
+        ));
+    }
+    let rank = match layout {
+        PfaLayout::Bsh | PfaLayout::Tnd => 3,
+        _ => 4,
+    };
+    let split = |t: &SimTensor, heads: usize, name: &str| -> SimResult<[usize; 4]> {
+        check_rank(t, name, rank)?;
+        let s = &t.dims;
+        Ok(match layout {
+            PfaLayout::Bsh => {
+                if s[2] == 0 || !s[2].is_multiple_of(heads) {
+                    return invalid(format!(
+                        "{name}: H = {} is not a positive multiple of {heads}",
+                        s[2]
+                    ));
+                }
+                [s[0], s[1], heads, s[2] / heads]
+            }
+            PfaLayout::Bsnd => [s[0], s[1], s[2], s[3]],
+            PfaLayout::Bnsd | PfaLayout::BnsdBsnd => [s[0], s[2], s[1], s[3]],
+            PfaLayout::Tnd => [1, s[0], s[1], s[2]],
+        })
+    };
+    let [qb, qs, qn, d] = split(&q, n, "query")?;
+    let [kb, ks, kn, dk] = split(&k, nkv, "key")?;
+    let [vb, vs, vn, dv] = split(&v, nkv, "value")?;
+    let tnd = layout == PfaLayout::Tnd;
+    if qn != n
+        || kn != nkv
+        || dk != d
+        || [vb, vs, vn] != [kb, ks, kn]
+        || (!tnd && (kb != qb || dv != d))
+    {
+        return invalid(format!(
+            "query {:?}, key {:?}, value {:?} do not agree with numHeads {n}, numKeyValueHeads {nkv} and inputLayout {layout:?}",
+            q.dims, k.dims, v.dims
+        ));
+    }
+    let asl = int_array(asl, "actualSeqLengths")?;
+    let asl_kv = int_array(asl_kv, "actualSeqLengthsKv")?;
+    let batch = if tnd {
+        match (&asl, &asl_kv) {
+            (Some(a), Some(b)) if a.len() == b.len() && !a.is_empty() => a.len(),
+            _ => return Err(SimErr(ACLNN_ERR_PARAM_NULLPTR, "actualSeqLengths and actualSeqLengthsKv are required (cumulative, same length) with TND".into())),
+        }
+    } else {
+        for (name, l, full) in [
+            ("actualSeqLengths", &asl, qs),
+            ("actualSeqLengthsKv", &asl_kv, ks),
+        ] {
+            if let Some(l) = l {
+                let used = if l.len() == 1 {
+                    &l[..]
+                } else {
+                    &l[..qb.min(l.len())]
+                };
+                if !(l.len() == 1 || l.len() >= qb)
+                    || used.iter().any(|&x| x < 0 || x > full as i64)
+                {
+                    return invalid(format!(
+                        "{name}: {l:?} must have 1 or B entries in [0, {full}]"
+                    ));
+                }
+            }
+        }
+        qb
+    };
+    if tnd {
+        for (name, l, total) in [
+            ("actualSeqLengths", &asl, qs),
+            ("actualSeqLengthsKv", &asl_kv, ks),
+        ] {
+            let l = l.as_ref().expect("checked");
+            if lengths_from_cumulative(l).is_none() || l.last().is_some_and(|&x| x as usize > total)
+            {
+                return invalid(format!(
+                    "{name}: {l:?} must be cumulative and end at most at T = {total}"
+                ));
+            }
+        }
+    }
+    if !(0..=4).contains(&sparse) {
+        return invalid(format!(
+            "sparseMode {sparse}: prompt attention supports 0-4"
+        ));
+    }
+    let mask = tensor(atten_mask, "attenMask")?;
+    if let Some(m) = &mask {
+        if !matches!(m.dtype, DataType::Bool | DataType::Int8 | DataType::Uint8) {
+            return invalid(format!(
+                "attenMask: dtype must be BOOL, INT8 or UINT8, got {:?}",
+                m.dtype
+            ));
+        }
+        if !(2..=4).contains(&sparse) {
+            let ok = match m.dims.as_slice() {
+                [r, c] => *r >= qs && *c >= ks,
+                [b, r, c] | [b, 1, r, c] => (*b == 1 || *b == batch) && *r >= qs && *c >= ks,
+                _ => false,
+            };
+            if !ok {
+                return invalid(format!("attenMask: shape {:?} must be (Sq, Skv), (B|1, Sq, Skv) or (B|1, 1, Sq, Skv) covering Sq = {qs}, Skv = {ks}", m.dims));
+            }
+        }
+    }
+    let pse = tensor(pse_shift, "pseShift")?;
+    if let Some(p) = &pse {
+        let ok = p.dims.len() == 4
+            && (p.dims[0] == 1 || p.dims[0] == batch)
+            && p.dims[1] == n
+            && p.dims[2] >= qs
+            && p.dims[3] >= ks;
+        if !ok {
+            return invalid(format!(
+                "pseShift: shape {:?} must be (B|1, N, >=Sq, >=Skv)",
+                p.dims
+            ));
+        }
+    }
+    let quant_scale2 = tensor(quant_scale2, "quantScale2")?;
+    let quant_offset2 = tensor(quant_offset2, "quantOffset2")?;
+    if quant_offset2.is_some() && quant_scale2.is_none() {
+        return invalid("quantOffset2 needs quantScale2");
+    }
+    let out_dims = match layout {
+        PfaLayout::Bsh => vec![batch, qs, n * dv],
+        PfaLayout::Bsnd | PfaLayout::BnsdBsnd => vec![batch, qs, n, dv],
+        PfaLayout::Bnsd => vec![batch, n, qs, dv],
+        PfaLayout::Tnd => vec![qs, n, dv],
+    };
+    check_dims(&out, "attentionOut", &out_dims)?;
+    let want_dt = if quant_scale2.is_some() {
+        DataType::Int8
+    } else {
+        q.dtype
+    };
+    if out.dtype != want_dt {
+        return invalid(format!(
+            "attentionOut: dtype must be {want_dt:?}, got {:?}",
+            out.dtype
+        ));
+    }
+    Ok(PromptCall {
+        q,
+        k,
+        v,
+        pse,
+        mask,
+        asl,
+        asl_kv,
+        quant_scale2,
+        quant_offset2,
+        layout,
+        batch,
+        q_seq: qs,
+        kv_seq: ks,
+        n,
+        nkv,
+        d,
+        dv,
+        scale,
+        pre,
+        next,
+        sparse,
+        inner_precise,
+        out,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn pfa_v3(
+    query: T,
+    key: T,
+    value: T,
+    pse_shift: T,
+    atten_mask: T,
+    actual_seq_lengths: IA,
+    actual_seq_lengths_kv: IA,
+    deq_scale1: T,
+    quant_scale1: T,
+    deq_scale2: T,
+    quant_scale2: T,
+    quant_offset2: T,
+    num_heads: i64,
+    scale_value: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    input_layout: *mut c_char,
+    num_key_value_heads: i64,
+    sparse_mode: i64,
+    inner_precise: i64,
+    attention_out: T,
+    workspace_size: *mut u64,
+    executor: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = names::pfa_v3;
+    state::guard(|| {
+        if !deq_scale1.is_null() || !quant_scale1.is_null() || !deq_scale2.is_null() {
+            return unsupported("int8 query (deqScale1 / quantScale1 / deqScale2)");
+        }
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        let call = decode_prompt(
+            query,
+            key,
+            value,
+            pse_shift,
+            atten_mask,
+            actual_seq_lengths,
+            actual_seq_lengths_kv,
+            quant_scale2,
+            quant_offset2,
+            num_heads,
+            scale_value,
+            pre_tokens,
+            next_tokens,
+            layout,
+            num_key_value_heads,
+            sparse_mode,
+            inner_precise,
+            attention_out,
+        )?;
+        // SAFETY: the out-pointers come from the caller per the prototype.
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(move || call.run()),
+                workspace_size,
+                executor,
+            )
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn pfa_v1(
+    query: T,
+    key: T,
+    value: T,
+    pse_shift: T,
+    atten_mask: T,
+    actual_seq_lengths: IA,
+    num_heads: i64,
+    scale_value: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    input_layout: *mut c_char,
+    num_key_value_heads: i64,
+    attention_out: T,
+    workspace_size: *mut u64,
+    executor: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = names::pfa_v1;
+    state::guard(|| {
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        // V1: no KV lengths, no quantisation, sparse mode 0, innerPrecise 1.
+        let call = decode_prompt(
+            query,
+            key,
+            value,
+            pse_shift,
+            atten_mask,
+            actual_seq_lengths,
+            std::ptr::null(),
+            std::ptr::null(),
+            std::ptr::null(),
+            num_heads,
+            scale_value,
+            pre_tokens,
+            next_tokens,
+            layout,
+            num_key_value_heads,
+            0,
+            1,
+            attention_out,
+        )?;
+        if call.layout == PfaLayout::Tnd {
+            return invalid("inputLayout TND needs aclnnPromptFlashAttentionV3");
+        }
+        // SAFETY: the out-pointers come from the caller per the prototype.
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(move || call.run()),
+                workspace_size,
+                executor,
+            )
+        }
+    })
+}

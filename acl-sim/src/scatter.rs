@@ -1,0 +1,294 @@
+//! Simulated KV-cache scatter: `aclnnScatterPaKvCache` (Norm / PA_NZ caches, None / Nct and
+//! the compressed Alibi / Rope / Omni modes), on the CPU reference
+//! (`burn_ascend_kernels::reference::scatter`). The caches are updated in place.
+
+use std::ffi::c_char;
+
+use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_kernels::reference::scatter::{
+    check_compressed_scatter, check_scatter, scatter_pa_kv_cache as reference_scatter,
+    scatter_pa_kv_cache_compressed, CacheMode, CompressMode, CompressedScatterArgs,
+    ScatterArgs as RefScatterArgs, ScatterMode,
+};
+use half::{bf16, f16};
+
+use crate::state::{
+    self, c_str, int_array, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
+};
+use crate::wire::{encode, ints, typed, unsupported, Wire, IA, SIM_WORKSPACE, T};
+
+struct ScatterCall {
+    key: SimTensor,
+    key_cache: SimTensor,
+    slots: SimTensor,
+    value: Option<SimTensor>,
+    value_cache: Option<SimTensor>,
+    compress_lens: Option<SimTensor>,
+    compress_seq_offset: Option<SimTensor>,
+    seq_lens: Option<SimTensor>,
+    cache_mode: CacheMode,
+    compress: Option<CompressMode>,
+    nct: Option<([usize; 2], [usize; 2])>,
+    num_tokens: usize,
+    num_heads: usize,
+    dk: usize,
+    dv: usize,
+    num_blocks: usize,
+    block_size: usize,
+}
+
+impl ScatterCall {
+    fn run(&self) -> SimResult<()> {
+        match self.key.dtype {
+            DataType::Float => self.run_typed::<f32>(),
+            DataType::Float16 => self.run_typed::<f16>(),
+            DataType::Bf16 => self.run_typed::<bf16>(),
+            _ => self.run_typed::<i8>(),
+        }
+    }
+
+    fn run_typed<W: Wire>(&self) -> SimResult<()> {
+        let key = typed::<W>(&self.key, "key")?;
+        let value = self
+            .value
+            .as_ref()
+            .map(|t| typed::<W>(t, "value"))
+            .transpose()?;
+        let mut kc = typed::<W>(&self.key_cache, "keyCacheRef")?;
+        let mut vc = self
+            .value_cache
+            .as_ref()
+            .map(|t| typed::<W>(t, "valueCacheRef"))
+            .transpose()?;
+        let slots = ints(&self.slots, "slotMapping")?;
+        let vlen = vc.as_ref().map(Vec::len);
+        let fail = |e: String| SimErr(ACLNN_ERR_PARAM_INVALID, format!("slotMapping: {e}"));
+        if let Some(mode) = self.compress {
+            let get =
+                |t: &Option<SimTensor>, name: &str| t.as_ref().map(|t| ints(t, name)).transpose();
+            let clens = get(&self.compress_lens, "compressLens")?.unwrap_or_default();
+            let seq_lens = get(&self.seq_lens, "seqLens")?.unwrap_or_default();
+            let offs = get(&self.compress_seq_offset, "compressSeqOffset")?;
+            let a = CompressedScatterArgs {
+                key: &key,
+                value: value.as_deref(),
+                slot_mapping: &slots,
+                compress_lens: &clens,
+                seq_lens: &seq_lens,
+                compress_seq_offset: offs.as_deref(),
+                num_heads: self.num_heads,
+                k_head_size: self.dk,
+                v_head_size: self.dv,
+                num_blocks: self.num_blocks,
+                block_size: self.block_size,
+                mode,
+            };
+            check_compressed_scatter(&a, kc.len(), vlen).map_err(fail)?;
+            scatter_pa_kv_cache_compressed(&a, &mut kc, vc.as_deref_mut());
+        } else {
+            let a = RefScatterArgs {
+                key: &key,
+                value: value.as_deref(),
+                slot_mapping: &slots,
+                num_tokens: self.num_tokens,
+                num_heads: self.num_heads,
+                k_head_size: self.dk,
+                v_head_size: self.dv,
+                num_blocks: self.num_blocks,
+                block_size: self.block_size,
+                cache_mode: self.cache_mode,
+                scatter_mode: match self.nct {
+                    Some((strides, offsets)) => ScatterMode::Nct { strides, offsets },
+                    None => ScatterMode::None,
+                },
+            };
+            check_scatter(&a, kc.len(), vlen).map_err(fail)?;
+            reference_scatter(&a, &mut kc, vc.as_deref_mut());
+        }
+        self.key_cache.write("keyCacheRef", &encode(&kc))?;
+        if let (Some(t), Some(vc)) = (&self.value_cache, &vc) {
+            t.write("valueCacheRef", &encode(vc))?;
+        }
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
+    key: T,
+    key_cache_ref: T,
+    slot_mapping: T,
+    value: T,
+    value_cache_ref: T,
+    compress_lens: T,
+    compress_seq_offset: T,
+    seq_lens: T,
+    cache_mode: *mut c_char,
+    scatter_mode: *mut c_char,
+    strides: IA,
+    offsets: IA,
+    workspace_size: *mut u64,
+    executor: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = names::scatter_pa_kv_cache;
+    state::guard(|| {
+        let key = required(key, "key")?;
+        let key_cache = required(key_cache_ref, "keyCacheRef")?;
+        let slots = required(slot_mapping, "slotMapping")?;
+        // Scenario 6: value and valueCache empty.
+        let nonempty = |t: Option<SimTensor>| t.filter(|t| !t.dims.is_empty() && t.numel() > 0);
+        let value = nonempty(tensor(value, "value")?);
+        let value_cache = nonempty(tensor(value_cache_ref, "valueCacheRef")?);
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        let (cm, sm) = unsafe {
+            (
+                c_str(cache_mode, "cacheMode")?,
+                c_str(scatter_mode, "scatterMode")?,
+            )
+        };
+        let cache_mode = match cm.as_deref().unwrap_or("Norm") {
+            "" | "Norm" => CacheMode::Norm,
+            "PA_NZ" => CacheMode::PaNz,
+            other => return invalid(format!("cacheMode \"{other}\" is not Norm or PA_NZ")),
+        };
+        let (nct, compress) = match sm.as_deref().unwrap_or("None") {
+            "" | "None" => (false, None),
+            "Nct" => (true, None),
+            "Alibi" => (false, Some(CompressMode::Alibi)),
+            "Rope" => (false, Some(CompressMode::Rope)),
+            "Omni" => (false, Some(CompressMode::Omni)),
+            other => {
+                return invalid(format!(
+                    "scatterMode \"{other}\" is not None, Nct, Alibi, Rope or Omni"
+                ))
+            }
+        };
+        let kd = key.dtype;
+        if !matches!(
+            kd,
+            DataType::Float | DataType::Float16 | DataType::Bf16 | DataType::Int8
+        ) {
+            return unsupported(&format!(
+                "key dtype {kd:?} (the simulation moves FLOAT16, BFLOAT16, INT8 and FLOAT)"
+            ));
+        }
+        if key_cache.dtype != kd || value.iter().chain(&value_cache).any(|t| t.dtype != kd) {
+            return invalid("keyCacheRef, value, valueCacheRef: dtype must equal key's");
+        }
+        if value.is_some() != value_cache.is_some() {
+            return invalid("value and valueCacheRef must both be given or both be empty");
+        }
+        if !matches!(slots.dtype, DataType::Int32 | DataType::Int64) || slots.dims.len() != 1 {
+            return invalid(format!(
+                "slotMapping: must be 1-D INT32 or INT64, got {:?} {:?}",
+                slots.dtype, slots.dims
+            ));
+        }
+        let want_format = if cache_mode == CacheMode::PaNz {
+            Format::FractalNz
+        } else {
+            Format::Nd
+        };
+        for t in std::iter::once(&key_cache).chain(&value_cache) {
+            if t.format != want_format {
+                return invalid(format!(
+                    "cache format must be {want_format:?} with cacheMode {cache_mode:?}, got {:?}",
+                    t.format
+                ));
+            }
+        }
+        if key.dims.len() != 3 {
+            return Err(SimErr(
+                ACLNN_ERR_INNER_TILING_ERROR,
+                format!("key: must be rank 3, got {:?}", key.dims),
+            ));
+        }
+        if key_cache.dims.len() != 4 || value_cache.as_ref().is_some_and(|c| c.dims.len() != 4) {
+            return Err(SimErr(
+                ACLNN_ERR_INNER_TILING_ERROR,
+                "caches must be rank 4".into(),
+            ));
+        }
+        let kc = key_cache.dims.clone();
+        let last = 32 / kd.size();
+        let (n, dk) = (key.dims[1], key.dims[2]);
+        let (num_blocks, block_size, cn, cdk) = match cache_mode {
+            CacheMode::Norm if compress.is_some() => (kc[0], kc[1], n, kc[3]),
+            CacheMode::Norm => (kc[0], kc[1], kc[2], kc[3]),
+            _ => {
+                if kc[3] != last || kc[1] * last != n * dk {
+                    return invalid(format!(
+                        "keyCacheRef: PA_NZ cache must be [nb, N·D/{last}, bs, {last}], got {kc:?}"
+                    ));
+                }
+                (kc[0], kc[2], n, dk)
+            }
+        };
+        if !nct && (cn != n || cdk != dk) {
+            return invalid(format!(
+                "keyCacheRef {kc:?} does not match key {:?}",
+                key.dims
+            ));
+        }
+        let dv = match (&value, &value_cache) {
+            (Some(v), Some(vc)) => match cache_mode {
+                CacheMode::Norm => vc.dims[3],
+                _ => v.dims.get(2).copied().unwrap_or(0),
+            },
+            _ => 0,
+        };
+        let two = |p: IA, name: &str| -> SimResult<Option<[usize; 2]>> {
+            match int_array(p, name)? {
+                None => Ok(None),
+                Some(v) if v.len() == 2 && v.iter().all(|&x| x >= 0) => {
+                    Ok(Some([v[0] as usize, v[1] as usize]))
+                }
+                Some(v) => invalid(format!(
+                    "{name}: must hold 2 non-negative values, got {v:?}"
+                )),
+            }
+        };
+        let nct = if nct {
+            match (two(strides, "strides")?, two(offsets, "offsets")?) {
+                (Some(s), Some(o)) => Some((s, o)),
+                _ => {
+                    return Err(SimErr(
+                        ACLNN_ERR_PARAM_NULLPTR,
+                        "strides and offsets are required with scatterMode Nct".into(),
+                    ))
+                }
+            }
+        } else {
+            None
+        };
+        let call = ScatterCall {
+            num_tokens: slots.dims[0],
+            key,
+            key_cache,
+            slots,
+            value,
+            value_cache,
+            compress_lens: tensor(compress_lens, "compressLens")?,
+            compress_seq_offset: tensor(compress_seq_offset, "compressSeqOffset")?,
+            seq_lens: tensor(seq_lens, "seqLens")?,
+            cache_mode,
+            compress,
+            nct,
+            num_heads: cn,
+            dk: cdk,
+            dv,
+            num_blocks,
+            block_size,
+        };
+        // SAFETY: the out-pointers come from the caller per the prototype.
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(move || call.run()),
+                workspace_size,
+                executor,
+            )
+        }
+    })
+}

@@ -1,0 +1,308 @@
+//! The simulated runtime and nnopbase: device memory ([`memory`]: host allocations tracked by
+//! address), streams, tensor / int-array / tensor-list / scalar handles ([`handles`]),
+//! executors and the recent error message.
+//!
+//! Handles are opaque ids (never dereferenced): the C side only passes them back. Device
+//! memory is `Box<[u8]>` owned by a registry keyed by address, so the simulation reads and
+//! writes it through safe slices; only host pointers handed in by `aclrtMemcpy` are
+//! dereferenced raw.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_char, c_void, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use burn_ascend_kernels::acl::ffi::*;
+
+pub(crate) mod handles;
+pub(crate) mod memory;
+
+pub(crate) use handles::{c_str, int_array, required, scalar, tensor, tensor_list, SimTensor};
+pub(crate) use memory::{device_range_ok, read_device, with_device_mut};
+pub use memory::{memory_in_use, set_memory_limit};
+
+/// A simulated failure: status and message.
+#[derive(Debug)]
+pub(crate) struct SimErr(pub AclStatus, pub String);
+
+pub(crate) type SimResult<T> = Result<T, SimErr>;
+
+pub(crate) fn invalid<T>(msg: impl Into<String>) -> SimResult<T> {
+    Err(SimErr(ACLNN_ERR_PARAM_INVALID, msg.into()))
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// Runs `f`, turning its error or a panic into a status and a recent-error message.
+pub(crate) fn guard(f: impl FnOnce() -> SimResult<()>) -> AclStatus {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => ACL_SUCCESS,
+        Ok(Err(SimErr(st, msg))) => {
+            set_error(&format!("[simulation] {msg}"));
+            st
+        }
+        Err(p) => {
+            let what = p
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("panic");
+            set_error(&format!("[simulation] internal error: {what}"));
+            ACLNN_ERR_INNER
+        }
+    }
+}
+
+/// As [`guard`] for functions returning a handle (null on failure).
+fn guard_ptr<T>(f: impl FnOnce() -> SimResult<usize>) -> *mut T {
+    let mut out = 0usize;
+    let st = guard(|| {
+        out = f()?;
+        Ok(())
+    });
+    if st == ACL_SUCCESS {
+        out as *mut T
+    } else {
+        std::ptr::null_mut()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(0x5100);
+
+/// A fresh opaque handle value (non-null, never dereferenced).
+fn next_id() -> usize {
+    NEXT_ID.fetch_add(16, Ordering::Relaxed)
+}
+
+thread_local! {
+    static COMPUTE: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Turns the simulated kernels on or off **for the calling thread** (launches run
+/// synchronously on the caller's thread). Off, launches still validate and consume executors
+/// but write nothing: what remains is the host-side cost of a dispatch.
+pub fn set_compute(on: bool) {
+    COMPUTE.with(|c| c.set(on));
+}
+
+pub(crate) fn compute_enabled() -> bool {
+    COMPUTE.with(|c| c.get())
+}
+
+// ---- runtime -----------------------------------------------------------------------------
+
+pub(crate) unsafe extern "C" fn acl_init(_config: *const c_char) -> AclStatus {
+    ACL_SUCCESS
+}
+
+pub(crate) unsafe extern "C" fn acl_finalize() -> AclStatus {
+    ACL_SUCCESS
+}
+
+pub(crate) unsafe extern "C" fn set_device(device: i32) -> AclStatus {
+    guard(|| {
+        if device != 0 {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("aclrtSetDevice: the simulation has one device (0), got {device}"),
+            ));
+        }
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn reset_device(device: i32) -> AclStatus {
+    // SAFETY: same contract, plain integer.
+    unsafe { set_device(device) }
+}
+
+pub(crate) unsafe extern "C" fn get_device_count(count: *mut u32) -> AclStatus {
+    guard(|| {
+        if count.is_null() {
+            return Err(SimErr(ACL_ERROR_INVALID_PARAM, "count is null".into()));
+        }
+        // SAFETY: non-null out-pointer per the prototype.
+        unsafe { *count = 1 };
+        Ok(())
+    })
+}
+
+static STREAMS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+pub(crate) unsafe extern "C" fn create_stream(stream: *mut AclrtStream) -> AclStatus {
+    guard(|| {
+        if stream.is_null() {
+            return Err(SimErr(ACL_ERROR_INVALID_PARAM, "stream is null".into()));
+        }
+        let id = next_id();
+        lock(&STREAMS).get_or_insert_with(HashSet::new).insert(id);
+        // SAFETY: non-null out-pointer per the prototype.
+        unsafe { *stream = id as AclrtStream };
+        Ok(())
+    })
+}
+
+pub(crate) fn stream_ok(stream: AclrtStream) -> bool {
+    stream.is_null()
+        || lock(&STREAMS)
+            .as_ref()
+            .is_some_and(|s| s.contains(&(stream as usize)))
+}
+
+pub(crate) unsafe extern "C" fn destroy_stream(stream: AclrtStream) -> AclStatus {
+    guard(|| {
+        if lock(&STREAMS)
+            .as_mut()
+            .is_some_and(|s| s.remove(&(stream as usize)))
+        {
+            Ok(())
+        } else {
+            Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("aclrtDestroyStream: {stream:p} is not a live stream"),
+            ))
+        }
+    })
+}
+
+pub(crate) unsafe extern "C" fn synchronize_stream(stream: AclrtStream) -> AclStatus {
+    guard(|| {
+        if stream_ok(stream) {
+            Ok(()) // launches run synchronously
+        } else {
+            Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("aclrtSynchronizeStream: {stream:p} is not a live stream"),
+            ))
+        }
+    })
+}
+
+pub(crate) unsafe extern "C" fn get_recent_err_msg() -> *const c_char {
+    // The pointer stays valid until the next failure on this thread replaces the string.
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+// ---- executors ---------------------------------------------------------------------------
+
+type Job = Box<dyn FnOnce() -> SimResult<()> + Send>;
+
+struct Executor {
+    op: &'static str,
+    workspace: u64,
+    job: Job,
+}
+
+static EXECUTORS: Mutex<Option<HashMap<usize, Executor>>> = Mutex::new(None);
+
+/// The first stage's tail: records an executor for `op` needing `workspace` bytes and writes
+/// the out-parameters.
+///
+/// # Safety
+/// Non-null `ws` / `ex` must be writable out-pointers.
+pub(crate) unsafe fn new_executor(
+    op: &'static str,
+    workspace: u64,
+    job: Job,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    if ws.is_null() || ex.is_null() {
+        return Err(SimErr(
+            ACLNN_ERR_PARAM_NULLPTR,
+            format!("{op}GetWorkspaceSize: workspaceSize or executor out-pointer is null"),
+        ));
+    }
+    let id = next_id();
+    lock(&EXECUTORS)
+        .get_or_insert_with(HashMap::new)
+        .insert(id, Executor { op, workspace, job });
+    // SAFETY: the caller's contract (checked non-null above).
+    unsafe {
+        *ws = workspace;
+        *ex = id as *mut AclOpExecutor;
+    }
+    Ok(())
+}
+
+/// The second stage of every simulated op: checks the two-stage order, the workspace and the
+/// stream, then runs the job (unless compute is off).
+pub(crate) fn launch(
+    op: &'static str,
+    workspace: *mut c_void,
+    size: u64,
+    executor: *mut AclOpExecutor,
+    stream: AclrtStream,
+) -> AclStatus {
+    guard(|| {
+        let Some(e) = lock(&EXECUTORS)
+            .as_mut()
+            .and_then(|m| m.remove(&(executor as usize)))
+        else {
+            return invalid(format!(
+                "{op}: executor {executor:p} was not produced by {op}GetWorkspaceSize or was already launched (call GetWorkspaceSize, then launch once)"
+            ));
+        };
+        if e.op != op {
+            return invalid(format!(
+                "{op}: executor belongs to {}GetWorkspaceSize",
+                e.op
+            ));
+        }
+        if size < e.workspace {
+            return invalid(format!(
+                "{op}: workspaceSize {size} is smaller than the {} bytes GetWorkspaceSize asked for",
+                e.workspace
+            ));
+        }
+        if e.workspace > 0 && !device_range_ok(workspace as usize, e.workspace as usize) {
+            return invalid(format!(
+                "{op}: workspace {workspace:p} is not a device allocation of {} bytes",
+                e.workspace
+            ));
+        }
+        if !stream_ok(stream) {
+            return invalid(format!("{op}: {stream:p} is not a live stream"));
+        }
+        if compute_enabled() {
+            (e.job)()?;
+        }
+        Ok(())
+    })
+}
+
+/// Counts of live simulated objects (for leak tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LiveHandles {
+    pub allocations: usize,
+    pub tensors: usize,
+    pub int_arrays: usize,
+    pub tensor_lists: usize,
+    pub executors: usize,
+    pub streams: usize,
+}
+
+/// The live simulated objects right now (process-wide).
+pub fn live_handles() -> LiveHandles {
+    LiveHandles {
+        allocations: lock(&memory::MEM).len(),
+        tensors: lock(&handles::TENSORS).as_ref().map_or(0, HashMap::len),
+        int_arrays: lock(&handles::INT_ARRAYS).as_ref().map_or(0, HashMap::len),
+        tensor_lists: lock(&handles::LISTS).as_ref().map_or(0, HashMap::len),
+        executors: lock(&EXECUTORS).as_ref().map_or(0, HashMap::len),
+        streams: lock(&STREAMS).as_ref().map_or(0, HashSet::len),
+    }
+}

@@ -1,0 +1,766 @@
+//! Simulated varlen flash attention: `aclnnFlashAttentionVarLenScoreV5`, its no-sink base
+//! `aclnnFlashAttentionVarLenScore` and the fused backward
+//! `aclnnFlashAttentionUnpaddingScoreGradV5`, TND only, on this workspace's fast CPU kernels
+//! (`burn_ascend_kernels::cpu`).
+//!
+//! As every simulated op, each first stage (the function named by the op's table field)
+//! decodes and checks every argument it was handed (161001 for a null required one, 161002
+//! for a bad dtype / shape / format / attribute) and records an executor whose job reads the
+//! device memory at launch, runs the CPU kernel and writes the outputs through their
+//! descriptors; the second stage is [`crate::state::launch`].
+
+use std::ffi::c_char;
+
+use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_kernels::varlen::{
+    lengths_from_cumulative, AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode,
+    VarlenAttrs, VarlenDims, VarlenProblem,
+};
+use half::{bf16, f16};
+
+use crate::state::{
+    self, c_str, int_array, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
+};
+use crate::wire::{
+    check_dims, check_rank, encode, floats, mask01, typed, unsupported, Wire, IA, SIM_WORKSPACE, T,
+};
+
+/// The decoded inputs and attributes shared by varlen forward and backward.
+struct Varlen {
+    q: SimTensor,
+    k: SimTensor,
+    v: SimTensor,
+    pse: Option<SimTensor>,
+    drop: Option<SimTensor>,
+    mask: Option<SimTensor>,
+    mask_compressed: bool,
+    sink: Option<SimTensor>,
+    prefix: Option<Vec<i64>>,
+    q_start: i64,
+    kv_start: i64,
+    dims: VarlenDims,
+    attrs: VarlenAttrs,
+}
+
+/// Host copies of the optional inputs, borrowed by the problem.
+struct VarlenData {
+    mask: Vec<u8>,
+    pse: Vec<f32>,
+    drop: Option<Vec<u8>>,
+    sink: Option<Vec<f32>>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decode_varlen(
+    query: T,
+    key: T,
+    value: T,
+    real_shift: T,
+    drop_mask: T,
+    padding_mask: T,
+    atten_mask: T,
+    sink: T,
+    prefix: IA,
+    seq_q: IA,
+    seq_kv: IA,
+    q_start: IA,
+    kv_start: IA,
+    scale: f64,
+    keep_prob: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    head_num: i64,
+    layout: Option<String>,
+    inner_precise: i64,
+    sparse_mode: i64,
+    pse_type: i64,
+    softmax_layout: Option<String>,
+) -> SimResult<Varlen> {
+    let q = required(query, "query")?;
+    let k = required(key, "key")?;
+    let v = required(value, "value")?;
+    if tensor(padding_mask, "paddingMask")?.is_some() {
+        return unsupported("paddingMask (reserved by CANN)");
+    }
+    let layout =
+        layout.ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, "inputLayout is null".into()))?;
+    if layout != "TND" {
+        return invalid(format!(
+            "inputLayout: varlen takes \"TND\", got \"{layout}\""
+        ));
+    }
+    for (t, name) in [(&q, "query"), (&k, "key"), (&v, "value")] {
+        check_rank(t, name, 3)?;
+        if !matches!(
+            t.dtype,
+            DataType::Float | DataType::Float16 | DataType::Bf16
+        ) {
+            return invalid(format!(
+                "{name}: dtype must be FLOAT16, BFLOAT16 or FLOAT, got {:?}",
+                t.dtype
+            ));
+        }
+        if t.format != Format::Nd {
+            return invalid(format!("{name}: format must be ND, got {:?}", t.format));
+        }
+    }
+    if k.dtype != q.dtype || v.dtype != q.dtype {
+        return invalid("key, value: dtype must equal the query's");
+    }
+    let (tq, n, d) = (q.dims[0], q.dims[1], q.dims[2]);
+    let (tkv, nkv, dk) = (k.dims[0], k.dims[1], k.dims[2]);
+    if head_num != n as i64 {
+        return invalid(format!("headNum {head_num} must equal the query's N {n}"));
+    }
+    if nkv == 0 || !n.is_multiple_of(nkv) || dk != d || v.dims[0] != tkv || v.dims[1] != nkv {
+        return invalid(format!(
+            "key {:?} / value {:?} do not fit query {:?} (N a multiple of Nkv, same D, same T and Nkv)",
+            k.dims, v.dims, q.dims
+        ));
+    }
+    let seq = |p: IA, name: &str, total: usize| -> SimResult<Vec<usize>> {
+        let c = int_array(p, name)?.ok_or_else(|| {
+            SimErr(
+                ACLNN_ERR_PARAM_NULLPTR,
+                format!("{name} is null (required with TND)"),
+            )
+        })?;
+        let lens = lengths_from_cumulative(&c)
+            .filter(|l| !l.is_empty())
+            .ok_or_else(|| {
+                SimErr(
+                    ACLNN_ERR_PARAM_INVALID,
+                    format!("{name}: must be cumulative and non-decreasing, got {c:?}"),
+                )
+            })?;
+        if c.last().copied() != Some(total as i64) {
+            return invalid(format!("{name}: must end at T = {total}, got {c:?}"));
+        }
+        Ok(lens)
+    };
+    let sq = seq(seq_q, "actualSeqQLen", tq)?;
+    let skv = seq(seq_kv, "actualSeqKvLen", tkv)?;
+    if sq.len() != skv.len() {
+        return invalid("actualSeqQLen and actualSeqKvLen must have one entry per sequence each");
+    }
+    let mut attrs = VarlenAttrs::new(scale);
+    attrs.keep_prob = keep_prob;
+    attrs.pre_tokens = pre_tokens;
+    attrs.next_tokens = next_tokens;
+    attrs.inner_precise = inner_precise;
+    attrs.sparse_mode = SparseMode::from_i64(sparse_mode).ok_or_else(|| {
+        SimErr(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("sparseMode {sparse_mode} is not 0-4 or 6-8"),
+        )
+    })?;
+    attrs.pse_type = PseType::from_i64(pse_type).ok_or_else(|| {
+        SimErr(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("pseType {pse_type} is not 0-3"),
+        )
+    })?;
+    let sl = softmax_layout.unwrap_or_default();
+    attrs.softmax_layout = SoftmaxLayout::from_attr(&sl).ok_or_else(|| {
+        SimErr(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("softmax layout \"{sl}\" is not \"\" or \"same_as_input\""),
+        )
+    })?;
+    if !(scale.is_finite() && keep_prob > 0.0 && keep_prob <= 1.0) {
+        return invalid(format!(
+            "scaleValue {scale} / keepProb {keep_prob} out of range"
+        ));
+    }
+    let dims = VarlenDims {
+        head_num: n,
+        kv_head_num: nkv,
+        head_dim: d,
+        value_dim: v.dims[2],
+        seq_q: sq,
+        seq_kv: skv,
+    };
+    let mask = tensor(atten_mask, "attenMask")?;
+    let mask_compressed = mask.is_some() && attrs.sparse_mode.takes_compressed_mask();
+    if let Some(m) = &mask {
+        if !matches!(m.dtype, DataType::Bool | DataType::Uint8) {
+            return invalid(format!(
+                "attenMask: dtype must be BOOL or UINT8, got {:?}",
+                m.dtype
+            ));
+        }
+        if !mask_compressed {
+            let (mut rows, mut cols) = (0, 0);
+            let ok = match m.dims.as_slice() {
+                [r, c] => {
+                    (rows, cols) = (*r, *c);
+                    true
+                }
+                [b, h, r, c] => {
+                    (rows, cols) = (*r, *c);
+                    (*b == 1 || *b == dims.batch()) && (*h == 1 || *h == n)
+                }
+                _ => false,
+            };
+            let max_q = dims.seq_q.iter().copied().max().unwrap_or(0);
+            let max_kv = dims.seq_kv.iter().copied().max().unwrap_or(0);
+            if !ok || rows < max_q || cols < max_kv {
+                return invalid(format!("attenMask: shape {:?} must be [Sq, Skv] or [B|1, N|1, Sq, Skv] covering the longest sequence", m.dims));
+            }
+        }
+    }
+    let pse = tensor(real_shift, "realShift")?;
+    if let Some(p) = &pse {
+        let want = match attrs.pse_type {
+            PseType::InnerMulAdd | PseType::InnerMulAddSqrt => {
+                if p.numel() != n && p.numel() != n * dims.batch() {
+                    return invalid(format!(
+                        "realShift: alibi slopes must be [N] or [B, N], got {:?}",
+                        p.dims
+                    ));
+                }
+                p.numel()
+            }
+            _ => (0..dims.batch())
+                .map(|b| n * dims.seq_q[b] * dims.seq_kv[b])
+                .sum(),
+        };
+        if p.numel() != want {
+            return invalid(format!(
+                "realShift: needs {want} elements (N·Sq·Skv per sequence), got {:?}",
+                p.dims
+            ));
+        }
+    }
+    let drop = tensor(drop_mask, "dropMask")?;
+    if let Some(m) = &drop {
+        let bits: usize = (0..dims.batch())
+            .map(|b| n * dims.seq_q[b] * dims.seq_kv[b])
+            .sum();
+        if m.dtype != DataType::Uint8 || m.numel() * 8 < bits {
+            return invalid(format!(
+                "dropMask: UINT8 with {} bits needed, got {:?} {:?}",
+                bits, m.dtype, m.dims
+            ));
+        }
+    }
+    let sink = tensor(sink, "sink")?;
+    if let Some(s) = &sink {
+        if s.dtype != DataType::Float || s.dims != [n] {
+            return invalid(format!(
+                "sink: must be FLOAT [headNum = {n}], got {:?} {:?}",
+                s.dtype, s.dims
+            ));
+        }
+    }
+    let prefix = int_array(prefix, "prefix")?;
+    if attrs.sparse_mode == SparseMode::PrefixCompress
+        && mask.is_some()
+        && prefix.as_ref().is_none_or(|p| p.len() < dims.batch())
+    {
+        return invalid("prefix: sparseMode 6 needs one entry per sequence");
+    }
+    let start = |p: IA, name: &str| -> SimResult<i64> {
+        Ok(int_array(p, name)?
+            .and_then(|v| v.first().copied())
+            .unwrap_or(0))
+    };
+    Ok(Varlen {
+        q_start: start(q_start, "qStartIdx")?,
+        kv_start: start(kv_start, "kvStartIdx")?,
+        q,
+        k,
+        v,
+        pse,
+        drop,
+        mask,
+        mask_compressed,
+        sink,
+        prefix,
+        dims,
+        attrs,
+    })
+}
+
+impl Varlen {
+    fn data(&self) -> SimResult<VarlenData> {
+        Ok(VarlenData {
+            mask: match (&self.mask, self.mask_compressed) {
+                (Some(m), false) => mask01(m, "attenMask")?,
+                _ => Vec::new(),
+            },
+            pse: match &self.pse {
+                Some(p) => floats(p, "realShift")?,
+                None => Vec::new(),
+            },
+            drop: self.drop.as_ref().map(|m| m.read("dropMask")).transpose()?,
+            sink: self
+                .sink
+                .as_ref()
+                .map(|s| typed::<f32>(s, "sink"))
+                .transpose()?,
+        })
+    }
+
+    fn problem<'a>(&'a self, data: &'a VarlenData) -> VarlenProblem<'a> {
+        let atten_mask = match (&self.mask, self.mask_compressed) {
+            (None, _) => AttenMask::None,
+            (Some(_), true) => AttenMask::Compressed,
+            (Some(m), false) => {
+                let (batch, heads, rows, cols) = match *m.dims.as_slice() {
+                    [r, c] => (1, 1, r, c),
+                    [b, h, r, c] => (b, h, r, c),
+                    _ => unreachable!("checked in the first stage"),
+                };
+                AttenMask::Dense(DenseMask {
+                    data: &data.mask,
+                    batch,
+                    heads,
+                    rows,
+                    cols,
+                })
+            }
+        };
+        let pse = match (&self.pse, self.attrs.pse_type) {
+            (None, _) => Pse::None,
+            (Some(_), PseType::InnerMulAdd | PseType::InnerMulAddSqrt) => Pse::Alibi {
+                slopes: &data.pse,
+                per_batch: data.pse.len() != self.dims.head_num,
+            },
+            (Some(_), _) => Pse::Dense(&data.pse),
+        };
+        VarlenProblem {
+            dims: self.dims.clone(),
+            attrs: self.attrs.clone(),
+            atten_mask,
+            pse,
+            drop_mask: data.drop.as_deref(),
+            prefix: self.prefix.as_deref(),
+            q_start_idx: self.q_start,
+            kv_start_idx: self.kv_start,
+            sink: data.sink.as_deref(),
+        }
+    }
+}
+
+struct VarlenFwdCall {
+    x: Varlen,
+    softmax_max: SimTensor,
+    softmax_sum: SimTensor,
+    out: SimTensor,
+}
+
+impl VarlenFwdCall {
+    fn check(&self) -> SimResult<()> {
+        let d = &self.x.dims;
+        let (t, n) = (d.t_q(), d.head_num);
+        check_dims(&self.out, "attentionOut", &[t, n, d.value_dim])?;
+        if self.out.dtype != self.x.q.dtype {
+            return invalid("attentionOut: dtype must equal the query's");
+        }
+        for (s, name) in [
+            (&self.softmax_max, "softmaxMax"),
+            (&self.softmax_sum, "softmaxSum"),
+        ] {
+            check_dims(s, name, &[t, n, 8])?;
+            if s.dtype != DataType::Float {
+                return invalid(format!("{name}: dtype must be FLOAT"));
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&self) -> SimResult<()> {
+        match self.x.q.dtype {
+            DataType::Float16 => self.run_typed::<f16>(),
+            DataType::Bf16 => self.run_typed::<bf16>(),
+            _ => self.run_typed::<f32>(),
+        }
+    }
+
+    fn run_typed<W: Wire>(&self) -> SimResult<()> {
+        let data = self.x.data()?;
+        let p = self.x.problem(&data);
+        let (q, k, v) = (
+            typed::<W>(&self.x.q, "query")?,
+            typed::<W>(&self.x.k, "key")?,
+            typed::<W>(&self.x.v, "value")?,
+        );
+        let o = burn_ascend_kernels::cpu::varlen_fwd(&p, &q, &k, &v);
+        self.out.write("attentionOut", &encode(&o.attention_out))?;
+        self.softmax_max
+            .write("softmaxMax", &encode(&o.softmax_max))?;
+        self.softmax_sum
+            .write("softmaxSum", &encode(&o.softmax_sum))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn varlen_fwd_v5(
+    query: T,
+    query_rope: T,
+    key: T,
+    key_rope: T,
+    value: T,
+    real_shift: T,
+    drop_mask: T,
+    padding_mask: T,
+    atten_mask: T,
+    sink: T,
+    prefix: IA,
+    actual_seq_q_len: IA,
+    actual_seq_kv_len: IA,
+    q_start_idx: IA,
+    kv_start_idx: IA,
+    scale_value: f64,
+    keep_prob: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    head_num: i64,
+    input_layout: *mut c_char,
+    inner_precise: i64,
+    sparse_mode: i64,
+    pse_type: i64,
+    softmax_out_layout: *mut c_char,
+    softmax_max_out: T,
+    softmax_sum_out: T,
+    _softmax_out_out: T,
+    attention_out_out: T,
+    workspace_size: *mut u64,
+    executor: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = names::varlen_fwd_v5;
+    state::guard(|| {
+        if !query_rope.is_null() || !key_rope.is_null() {
+            return unsupported("queryRope / keyRope");
+        }
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        let (layout, sm_layout) = unsafe {
+            (
+                c_str(input_layout, "inputLayout")?,
+                c_str(softmax_out_layout, "softmaxOutLayout")?,
+            )
+        };
+        let x = decode_varlen(
+            query,
+            key,
+            value,
+            real_shift,
+            drop_mask,
+            padding_mask,
+            atten_mask,
+            sink,
+            prefix,
+            actual_seq_q_len,
+            actual_seq_kv_len,
+            q_start_idx,
+            kv_start_idx,
+            scale_value,
+            keep_prob,
+            pre_tokens,
+            next_tokens,
+            head_num,
+            layout,
+            inner_precise,
+            sparse_mode,
+            pse_type,
+            sm_layout,
+        )?;
+        let call = VarlenFwdCall {
+            x,
+            softmax_max: required(softmax_max_out, "softmaxMaxOut")?,
+            softmax_sum: required(softmax_sum_out, "softmaxSumOut")?,
+            out: required(attention_out_out, "attentionOutOut")?,
+        };
+        call.check()?;
+        // SAFETY: the out-pointers come from the caller per the prototype.
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(move || call.run()),
+                workspace_size,
+                executor,
+            )
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn varlen_fwd_base(
+    query: T,
+    key: T,
+    value: T,
+    real_shift: T,
+    drop_mask: T,
+    padding_mask: T,
+    atten_mask: T,
+    prefix: IA,
+    actual_seq_q_len: IA,
+    actual_seq_kv_len: IA,
+    scale_value: f64,
+    keep_prob: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    head_num: i64,
+    input_layout: *mut c_char,
+    inner_precise: i64,
+    sparse_mode: i64,
+    softmax_max_out: T,
+    softmax_sum_out: T,
+    _softmax_out_out: T,
+    attention_out_out: T,
+    workspace_size: *mut u64,
+    executor: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = names::varlen_fwd_base;
+    state::guard(|| {
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        // The base API has no sink, start indices or softmax layout; pse is pseType 1.
+        let x = decode_varlen(
+            query,
+            key,
+            value,
+            real_shift,
+            drop_mask,
+            padding_mask,
+            atten_mask,
+            std::ptr::null(),
+            prefix,
+            actual_seq_q_len,
+            actual_seq_kv_len,
+            std::ptr::null(),
+            std::ptr::null(),
+            scale_value,
+            keep_prob,
+            pre_tokens,
+            next_tokens,
+            head_num,
+            layout,
+            inner_precise,
+            sparse_mode,
+            1,
+            None,
+        )?;
+        let call = VarlenFwdCall {
+            x,
+            softmax_max: required(softmax_max_out, "softmaxMaxOut")?,
+            softmax_sum: required(softmax_sum_out, "softmaxSumOut")?,
+            out: required(attention_out_out, "attentionOutOut")?,
+        };
+        call.check()?;
+        // SAFETY: the out-pointers come from the caller per the prototype.
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(move || call.run()),
+                workspace_size,
+                executor,
+            )
+        }
+    })
+}
+
+struct VarlenGradCall {
+    x: Varlen,
+    dy: SimTensor,
+    softmax_max: SimTensor,
+    softmax_sum: SimTensor,
+    attention_in: SimTensor,
+    dq: SimTensor,
+    dk: SimTensor,
+    dv: SimTensor,
+    dsink: Option<SimTensor>,
+}
+
+impl VarlenGradCall {
+    fn check(&self) -> SimResult<()> {
+        let d = &self.x.dims;
+        let (tq, n) = (d.t_q(), d.head_num);
+        let qdt = self.x.q.dtype;
+        for (t, name, want) in [
+            (&self.dy, "dy", vec![tq, n, d.value_dim]),
+            (&self.attention_in, "attentionIn", vec![tq, n, d.value_dim]),
+            (&self.dq, "dqOut", self.x.q.dims.clone()),
+            (&self.dk, "dkOut", self.x.k.dims.clone()),
+            (&self.dv, "dvOut", self.x.v.dims.clone()),
+        ] {
+            check_dims(t, name, &want)?;
+            if t.dtype != qdt {
+                return invalid(format!(
+                    "{name}: dtype must equal the query's {qdt:?}, got {:?}",
+                    t.dtype
+                ));
+            }
+        }
+        for (s, name) in [
+            (&self.softmax_max, "softmaxMax"),
+            (&self.softmax_sum, "softmaxSum"),
+        ] {
+            check_dims(s, name, &[tq, n, 8])?;
+            if s.dtype != DataType::Float {
+                return invalid(format!("{name}: dtype must be FLOAT"));
+            }
+        }
+        match (&self.x.sink, &self.dsink) {
+            (Some(_), None) => Err(SimErr(
+                ACLNN_ERR_PARAM_NULLPTR,
+                "dsinkOut is null but sinkIn is given".into(),
+            )),
+            (Some(_), Some(ds)) if ds.dims != [n] || ds.dtype != DataType::Float => {
+                invalid(format!(
+                    "dsinkOut: must be FLOAT [{n}], got {:?} {:?}",
+                    ds.dtype, ds.dims
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn run(&self) -> SimResult<()> {
+        match self.x.q.dtype {
+            DataType::Float16 => self.run_typed::<f16>(),
+            DataType::Bf16 => self.run_typed::<bf16>(),
+            _ => self.run_typed::<f32>(),
+        }
+    }
+
+    fn run_typed<W: Wire>(&self) -> SimResult<()> {
+        let data = self.x.data()?;
+        let p = self.x.problem(&data);
+        let g = burn_ascend_kernels::cpu::varlen_bwd(
+            &p,
+            &typed::<W>(&self.x.q, "query")?,
+            &typed::<W>(&self.x.k, "key")?,
+            &typed::<W>(&self.x.v, "value")?,
+            &typed::<W>(&self.dy, "dy")?,
+            &typed::<W>(&self.attention_in, "attentionIn")?,
+            &typed::<f32>(&self.softmax_max, "softmaxMax")?,
+            &typed::<f32>(&self.softmax_sum, "softmaxSum")?,
+        );
+        self.dq.write("dqOut", &encode(&g.dq))?;
+        self.dk.write("dkOut", &encode(&g.dk))?;
+        self.dv.write("dvOut", &encode(&g.dv))?;
+        if let (Some(t), Some(ds)) = (&self.dsink, &g.dsink) {
+            t.write("dsinkOut", &encode(ds))?;
+        }
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn varlen_grad_v5(
+    query: T,
+    query_rope: T,
+    key: T,
+    key_rope: T,
+    value: T,
+    dy: T,
+    pse_shift: T,
+    drop_mask: T,
+    padding_mask: T,
+    atten_mask: T,
+    softmax_max: T,
+    softmax_sum: T,
+    softmax_in: T,
+    attention_in: T,
+    sink_in: T,
+    prefix: IA,
+    actual_seq_q_len: IA,
+    actual_seq_kv_len: IA,
+    q_start_idx: IA,
+    kv_start_idx: IA,
+    scale_value: f64,
+    keep_prob: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    head_num: i64,
+    input_layout: *mut c_char,
+    inner_precise: i64,
+    sparse_mode: i64,
+    pse_type: i64,
+    softmax_in_layout: *mut c_char,
+    dq_out: T,
+    _dq_rope_out: T,
+    dk_out: T,
+    _dk_rope_out: T,
+    dv_out: T,
+    _dpse_out: T,
+    dsink_out: T,
+    workspace_size: *mut u64,
+    executor: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    const OP: &str = names::varlen_grad_v5;
+    state::guard(|| {
+        if !query_rope.is_null() || !key_rope.is_null() {
+            return unsupported("queryRope / keyRope");
+        }
+        if !softmax_in.is_null() {
+            return unsupported("softmaxIn (reserved by CANN)");
+        }
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        let (layout, sm_layout) = unsafe {
+            (
+                c_str(input_layout, "inputLayout")?,
+                c_str(softmax_in_layout, "softmaxInLayout")?,
+            )
+        };
+        let x = decode_varlen(
+            query,
+            key,
+            value,
+            pse_shift,
+            drop_mask,
+            padding_mask,
+            atten_mask,
+            sink_in,
+            prefix,
+            actual_seq_q_len,
+            actual_seq_kv_len,
+            q_start_idx,
+            kv_start_idx,
+            scale_value,
+            keep_prob,
+            pre_tokens,
+            next_tokens,
+            head_num,
+            layout,
+            inner_precise,
+            sparse_mode,
+            pse_type,
+            sm_layout,
+        )?;
+        let need = |p: T, name: &str| -> SimResult<SimTensor> {
+            tensor(p, name)?.ok_or_else(|| {
+                SimErr(
+                    ACLNN_ERR_PARAM_NULLPTR,
+                    format!("{name} is null (the simulation recomputes from it)"),
+                )
+            })
+        };
+        let call = VarlenGradCall {
+            dy: required(dy, "dy")?,
+            softmax_max: need(softmax_max, "softmaxMax")?,
+            softmax_sum: need(softmax_sum, "softmaxSum")?,
+            attention_in: need(attention_in, "attentionIn")?,
+            dq: required(dq_out, "dqOut")?,
+            dk: required(dk_out, "dkOut")?,
+            dv: required(dv_out, "dvOut")?,
+            dsink: tensor(dsink_out, "dsinkOut")?,
+            x,
+        };
+        call.check()?;
+        // SAFETY: the out-pointers come from the caller per the prototype.
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(move || call.run()),
+                workspace_size,
+                executor,
+            )
+        }
+    })
+}

@@ -1,0 +1,152 @@
+//! Element decoding shared by the simulated attention ops: typed reads of a tensor's view
+//! (FLOAT / FLOAT16 / BFLOAT16 / INT8, INT32 / INT64 indices, masks), encodings of results and
+//! shape checks.
+
+use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_kernels::Element;
+use half::{bf16, f16};
+
+use crate::state::{invalid, SimResult, SimTensor};
+
+/// The workspace every simulated op asks for, so the two-stage contract (allocate at least
+/// this much, pass it back) is exercised.
+pub(crate) const SIM_WORKSPACE: u64 = 4096;
+
+pub(crate) type T = *const AclTensor;
+pub(crate) type IA = *const AclIntArray;
+pub(crate) type TL = *const AclTensorList;
+
+/// An element moved as little-endian bytes.
+pub(crate) trait Wire: Element {
+    const DTYPE: DataType;
+    fn get(b: &[u8]) -> Self;
+    fn put(self, out: &mut Vec<u8>);
+}
+
+macro_rules! wire {
+    ($t:ty, $d:expr, $n:expr) => {
+        impl Wire for $t {
+            const DTYPE: DataType = $d;
+            fn get(b: &[u8]) -> Self {
+                <$t>::from_le_bytes(b.try_into().expect("element size"))
+            }
+            fn put(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    };
+}
+wire!(f32, DataType::Float, 4);
+wire!(f16, DataType::Float16, 2);
+wire!(bf16, DataType::Bf16, 2);
+wire!(i8, DataType::Int8, 1);
+
+pub(crate) fn typed<W: Wire>(t: &SimTensor, name: &str) -> SimResult<Vec<W>> {
+    if t.dtype != W::DTYPE {
+        return invalid(format!(
+            "{name}: expected {:?}, got {:?}",
+            W::DTYPE,
+            t.dtype
+        ));
+    }
+    Ok(t.read(name)?
+        .chunks_exact(W::DTYPE.size())
+        .map(W::get)
+        .collect())
+}
+
+pub(crate) fn encode<W: Wire>(v: &[W]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() * W::DTYPE.size());
+    v.iter().for_each(|x| x.put(&mut out));
+    out
+}
+
+/// A float tensor (FLOAT, FLOAT16, BFLOAT16) widened to f32 (exact).
+pub(crate) fn floats(t: &SimTensor, name: &str) -> SimResult<Vec<f32>> {
+    Ok(match t.dtype {
+        DataType::Float => typed::<f32>(t, name)?,
+        DataType::Float16 => typed::<f16>(t, name)?.into_iter().map(f32::from).collect(),
+        DataType::Bf16 => typed::<bf16>(t, name)?.into_iter().map(f32::from).collect(),
+        other => {
+            return invalid(format!(
+                "{name}: dtype must be FLOAT16, BFLOAT16 or FLOAT, got {other:?}"
+            ))
+        }
+    })
+}
+
+/// Float or INT8 values widened to f32 (exact).
+pub(crate) fn floats_or_i8(t: &SimTensor, name: &str) -> SimResult<Vec<f32>> {
+    if t.dtype == DataType::Int8 {
+        Ok(typed::<i8>(t, name)?.into_iter().map(f32::from).collect())
+    } else {
+        floats(t, name)
+    }
+}
+
+/// An INT32 / INT64 tensor widened to i64.
+pub(crate) fn ints(t: &SimTensor, name: &str) -> SimResult<Vec<i64>> {
+    let b = t.read(name)?;
+    Ok(match t.dtype {
+        DataType::Int32 => b
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().expect("4")) as i64)
+            .collect(),
+        DataType::Int64 => b
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("8")))
+            .collect(),
+        other => {
+            return invalid(format!(
+                "{name}: dtype must be INT32 or INT64, got {other:?}"
+            ))
+        }
+    })
+}
+
+/// A mask (BOOL, UINT8, INT8) as 0/1 bytes.
+pub(crate) fn mask01(t: &SimTensor, name: &str) -> SimResult<Vec<u8>> {
+    match t.dtype {
+        DataType::Bool | DataType::Uint8 | DataType::Int8 => {
+            Ok(t.read(name)?.into_iter().map(|x| (x != 0) as u8).collect())
+        }
+        other => invalid(format!(
+            "{name}: dtype must be BOOL, UINT8 or INT8, got {other:?}"
+        )),
+    }
+}
+
+/// f64 results rounded once to a float output dtype.
+pub(crate) fn encode_f64(v: &[f64], dtype: DataType, name: &str) -> SimResult<Vec<u8>> {
+    Ok(match dtype {
+        DataType::Float => encode(&v.iter().map(|&x| f32::from_f64(x)).collect::<Vec<_>>()),
+        DataType::Float16 => encode(&v.iter().map(|&x| f16::from_f64(x)).collect::<Vec<_>>()),
+        DataType::Bf16 => encode(&v.iter().map(|&x| bf16::from_f64(x)).collect::<Vec<_>>()),
+        other => {
+            return invalid(format!(
+                "{name}: dtype must be FLOAT16, BFLOAT16 or FLOAT, got {other:?}"
+            ))
+        }
+    })
+}
+
+pub(crate) fn check_dims(t: &SimTensor, name: &str, want: &[usize]) -> SimResult<()> {
+    if t.dims != want {
+        return invalid(format!("{name}: shape must be {want:?}, got {:?}", t.dims));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_rank(t: &SimTensor, name: &str, rank: usize) -> SimResult<()> {
+    if t.dims.len() != rank {
+        return invalid(format!(
+            "{name}: must be rank {rank}, got shape {:?}",
+            t.dims
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn unsupported<R>(what: &str) -> SimResult<R> {
+    invalid(format!("unsupported in the simulation: {what}"))
+}

@@ -1,0 +1,77 @@
+//! Every handle the dispatch layer creates is destroyed again (RAII), checked on the host
+//! simulation's registries. The counts are process-wide and the other tests of this binary
+//! run beside it, so the check runs alone in a child process of this binary
+//! ([`in_own_process`]).
+
+use burn_ascend_acl_sim as sim;
+use burn_ascend_backend::attention::aclnn;
+use burn_ascend_contract::incre::{IfaLayout, IncreSpec};
+use burn_ascend_kernels::acl::{AclError, DataType, Runtime, TensorDesc, TensorList};
+
+/// Set in the child process that runs a test alone.
+const CHILD: &str = "BURN_ASCEND_SIM_TEST_ALONE";
+
+/// In the test process: re-runs test `name` of this binary alone in a child process, checks it
+/// passed and returns `false`. In that child: returns `true` (run the test's body).
+fn in_own_process(name: &str) -> bool {
+    if std::env::var_os(CHILD).is_some() {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{name} in its own process:\n{log}");
+    assert!(log.contains("1 passed"), "{name} did not run:\n{log}");
+    false
+}
+
+#[test]
+fn dispatch_leaves_no_live_handles_behind() {
+    if !in_own_process("leaks::dispatch_leaves_no_live_handles_behind") {
+        return;
+    }
+    let before = sim::live_handles();
+    {
+        let rt = burn_ascend_acl_sim::runtime().unwrap();
+        // Incremental attention with the tensor-list form: lists own their tensors.
+        let (b, n, d, s) = (2usize, 2usize, 8usize, 3usize);
+        let incre = |rt: &Runtime, spec: &IncreSpec| -> Result<(), AclError> {
+            let f32s = |dims: &[usize]| {
+                rt.zeros(TensorDesc::contiguous(dims, DataType::Float).unwrap())
+                    .unwrap()
+            };
+            let (q, o) = (f32s(&[b, 1, n * d]), f32s(&[b, 1, n * d]));
+            let kv = [f32s(&[1, s, n * d]), f32s(&[1, s, n * d])];
+            let list =
+                || TensorList::new(rt.api(), kv.iter().map(|t| t.handle().unwrap()).collect());
+            let (kl, vl) = (list()?, list()?);
+            let launched = aclnn::incre(
+                rt,
+                spec,
+                &aclnn::IncreTensors {
+                    dtype: DataType::Float,
+                    query: &q.handle()?,
+                    key: &kl,
+                    value: &vl,
+                    attention_out: &o.handle()?,
+                },
+            );
+            launched
+        };
+        let mut spec = IncreSpec::new(n, 0.5, IfaLayout::Bsh);
+        spec.kv_padding_size = Some(0);
+        incre(&rt, &spec).unwrap();
+        // A failing call must not leak either.
+        spec.num_heads = 3;
+        assert!(incre(&rt, &spec).is_err());
+        assert!(rt.workspace_bytes() > 0, "the workspace is cached");
+    }
+    assert_eq!(sim::live_handles(), before);
+}

@@ -1,0 +1,10 @@
+//! The host simulation of the ACL ABI and the dispatch layer over it, in one test binary (one
+//! module per former test file).
+
+mod attention;
+mod elementwise;
+mod host_overhead;
+mod index;
+mod leaks;
+mod loader;
+mod math;
