@@ -6,6 +6,7 @@
 //! Calls the device path does not take (dtypes other than f32/f16/bf16, mixed dtypes, rank < 2
 //! for matmul, rank > 8) return `None` and the caller runs the counted host fallback.
 
+use burn_ascend_kernels::acl::names;
 use burn_ascend_kernels::acl::ops::{self, Unary};
 use burn_ascend_kernels::acl::{IntArray, Runtime, Scalar};
 use burn_backend::{Shape, TensorMetadata};
@@ -26,10 +27,10 @@ pub(crate) enum Binary {
 impl Binary {
     fn name(self) -> &'static str {
         match self {
-            Self::Add => "aclnnAdd",
-            Self::Sub => "aclnnSub",
-            Self::Mul => "aclnnMul",
-            Self::Div => "aclnnDiv",
+            Self::Add => names::add,
+            Self::Sub => names::sub,
+            Self::Mul => names::mul,
+            Self::Div => names::div,
         }
     }
 }
@@ -121,7 +122,7 @@ pub(crate) fn binary(op: Binary, lhs: &AscendTensor, rhs: &AscendTensor) -> Opti
 
 /// `lhs @ rhs` on the device, or `None` (see the module docs).
 pub(crate) fn matmul(lhs: &AscendTensor, rhs: &AscendTensor) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnMatmul";
+    const NAME: &str = names::matmul;
     check_devices(NAME, lhs, rhs);
     let (ra, rb) = (lhs.shape.num_dims(), rhs.shape.num_dims());
     if !eligible(lhs, rhs) || ra < 2 || rb < 2 {
@@ -179,9 +180,9 @@ pub(crate) fn scalar(t: &AscendTensor, s: f32, alpha: Option<f32>) -> Option<Asc
         return None;
     }
     let name = if alpha.is_some() {
-        "aclnnAdds"
+        names::adds
     } else {
-        "aclnnMuls"
+        names::muls
     };
     let device = t.device();
     let rt = runtime(&device);
@@ -207,7 +208,7 @@ pub(crate) fn reduce(t: &AscendTensor, dims: &[usize], mean: bool) -> Option<Asc
     if !is_acl_float(t.dtype) || t.shape.num_dims() > 8 {
         return None;
     }
-    let name = if mean { "aclnnMean" } else { "aclnnReduceSum" };
+    let name = if mean { names::mean } else { names::reduce_sum };
     let device = t.device();
     let rt = runtime(&device);
     let mut shape: Vec<usize> = t.shape.iter().copied().collect();

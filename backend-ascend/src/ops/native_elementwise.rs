@@ -19,6 +19,7 @@
 //! path does not apply (a dtype with no aclDataType or outside the op's list, a non-native bool
 //! store, rank > 8, shapes that do not broadcast) and the caller runs the counted host fallback.
 
+use burn_ascend_kernels::acl::names;
 use std::sync::Mutex;
 
 use burn_ascend_kernels::acl::ops::{self, Compare};
@@ -136,7 +137,7 @@ pub(crate) fn mask_where(
     mask: &AscendTensor,
     value: &AscendTensor,
 ) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnSWhere";
+    const NAME: &str = names::s_where;
     check_devices(NAME, tensor, mask);
     check_devices(NAME, tensor, value);
     if mask.dtype != BOOL
@@ -173,7 +174,7 @@ pub(crate) fn mask_fill(
     mask: &AscendTensor,
     value: BurnScalar,
 ) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnInplaceMaskedFillScalar";
+    const NAME: &str = names::inplace_masked_fill_scalar;
     check_devices(NAME, tensor, mask);
     if mask.dtype != BOOL || !real(tensor.dtype) || !rank_ok(tensor) || !rank_ok(mask) {
         return None;
@@ -188,7 +189,7 @@ pub(crate) fn mask_fill(
             mask.handle(&md, NAME),
             o.handle(&od, NAME),
         );
-        ops::inplace_copy(rt, &oh, &t).unwrap_or_else(|e| fail("aclnnInplaceCopy", e));
+        ops::inplace_copy(rt, &oh, &t).unwrap_or_else(|e| fail(names::inplace_copy, e));
         let v = scalar_for(rt, NAME, tensor.dtype, value);
         ops::inplace_masked_fill_scalar(rt, &oh, &m, &v).unwrap_or_else(|e| fail(NAME, e));
     });
@@ -197,7 +198,7 @@ pub(crate) fn mask_fill(
 
 /// `!t` for a native bool tensor, or `None`.
 pub(crate) fn bool_not(t: &AscendTensor) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnLogicalNot";
+    const NAME: &str = names::logical_not;
     if t.dtype != BOOL || !rank_ok(t) {
         return None;
     }
@@ -218,9 +219,9 @@ pub(crate) fn bool_logical(
     rhs: &AscendTensor,
 ) -> Option<AscendTensor> {
     let name = if and {
-        "aclnnLogicalAnd"
+        names::logical_and
     } else {
-        "aclnnLogicalOr"
+        names::logical_or
     };
     check_devices(name, lhs, rhs);
     if lhs.dtype != BOOL || rhs.dtype != BOOL || !rank_ok(lhs) || !rank_ok(rhs) {
@@ -246,7 +247,7 @@ pub(crate) fn bool_logical(
 /// `t` converted to `to` (`aclnnCast`), or `None`. The same tensor when the dtype already is
 /// `to` (tensors are immutable).
 pub(crate) fn cast(t: &AscendTensor, to: DType) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnCast";
+    const NAME: &str = names::cast;
     if !acl_ok(t.dtype) || !acl_ok(to) || !rank_ok(t) {
         return None;
     }
@@ -268,7 +269,7 @@ pub(crate) fn cast(t: &AscendTensor, to: DType) -> Option<AscendTensor> {
 
 /// Max (`max`) or min of `t` over `dims`, kept as size 1 (`aclnnAmax`/`aclnnAmin`), or `None`.
 pub(crate) fn amax(t: &AscendTensor, dims: &[usize], max: bool) -> Option<AscendTensor> {
-    let name = if max { "aclnnAmax" } else { "aclnnAmin" };
+    let name = if max { names::amax } else { names::amin };
     if !real(t.dtype) || !rank_ok(t) || t.shape.num_dims() == 0 || t.numel() == 0 {
         return None;
     }
@@ -300,7 +301,7 @@ fn index_dtype(d: DType) -> bool {
 
 /// Index of the max (`max`) or min along `dim`, kept as size 1 (`aclnnArgMax`/`ArgMin`).
 pub(crate) fn arg(t: &AscendTensor, dim: usize, max: bool, out: DType) -> Option<AscendTensor> {
-    let name = if max { "aclnnArgMax" } else { "aclnnArgMin" };
+    let name = if max { names::arg_max } else { names::arg_min };
     if !is_acl_float(t.dtype) || !index_dtype(out) || !rank_ok(t) || t.numel() == 0 {
         return None;
     }
@@ -323,7 +324,7 @@ pub(crate) fn with_indices(
     max: bool,
     index: DType,
 ) -> Option<(AscendTensor, AscendTensor)> {
-    let name = if max { "aclnnMaxDim" } else { "aclnnMinDim" };
+    let name = if max { names::max_dim } else { names::min_dim };
     if !real(t.dtype) || !index_dtype(index) || !rank_ok(t) || t.numel() == 0 {
         return None;
     }
@@ -349,7 +350,7 @@ pub(crate) fn with_indices(
 
 /// GeLU, exact (erf) form (`aclnnGeluV2`, approximate 0), or `None`.
 pub(crate) fn gelu(t: &AscendTensor) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnGeluV2";
+    const NAME: &str = names::gelu_v2;
     if !is_acl_float(t.dtype) || !rank_ok(t) {
         return None;
     }
@@ -365,7 +366,7 @@ pub(crate) fn gelu(t: &AscendTensor) -> Option<AscendTensor> {
 
 /// `t ^ exponent` (`aclnnPowTensorScalar`), or `None`.
 pub(crate) fn powf_scalar(t: &AscendTensor, exponent: BurnScalar) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnPowTensorScalar";
+    const NAME: &str = names::pow_tensor_scalar;
     if !is_acl_float(t.dtype) || !rank_ok(t) {
         return None;
     }
@@ -387,9 +388,9 @@ pub(crate) fn clamp(
     max: Option<BurnScalar>,
 ) -> Option<AscendTensor> {
     let name = match (min.is_some(), max.is_some()) {
-        (true, true) => "aclnnClamp",
-        (true, false) => "aclnnClampMin",
-        (false, true) => "aclnnClampMax",
+        (true, true) => names::clamp,
+        (true, false) => names::clamp_min,
+        (false, true) => names::clamp_max,
         (false, false) => return None,
     };
     if !is_acl_float(t.dtype) || !rank_ok(t) {
@@ -449,9 +450,9 @@ pub(crate) fn random(
     }
     let (s, off) = next_key(o.numel() as u64);
     let name = match distribution {
-        Distribution::Default | Distribution::Uniform(..) => "aclnnInplaceUniform",
-        Distribution::Normal(..) => "aclnnInplaceNormal",
-        Distribution::Bernoulli(_) => "aclnnInplaceBernoulli",
+        Distribution::Default | Distribution::Uniform(..) => names::inplace_uniform,
+        Distribution::Normal(..) => names::inplace_normal,
+        Distribution::Bernoulli(_) => names::inplace_bernoulli,
     };
     run(name, device, |rt| {
         let od = o.desc(name);
@@ -494,9 +495,9 @@ pub(crate) fn int_binary(
     rhs: &AscendTensor,
 ) -> Option<AscendTensor> {
     let name = match op {
-        IntBinary::Add => "aclnnAdd",
-        IntBinary::Sub => "aclnnSub",
-        IntBinary::Mul => "aclnnMul",
+        IntBinary::Add => names::add,
+        IntBinary::Sub => names::sub,
+        IntBinary::Mul => names::mul,
     };
     check_devices(name, lhs, rhs);
     if lhs.dtype != rhs.dtype || !int_dtype(lhs.dtype) || !rank_ok(lhs) || !rank_ok(rhs) {
@@ -531,9 +532,9 @@ pub(crate) fn int_scalar(
     alpha: Option<i64>,
 ) -> Option<AscendTensor> {
     let name = if alpha.is_some() {
-        "aclnnAdds"
+        names::adds
     } else {
-        "aclnnMuls"
+        names::muls
     };
     if !int_dtype(t.dtype) || !rank_ok(t) {
         return None;

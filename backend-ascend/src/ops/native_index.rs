@@ -12,6 +12,7 @@
 //! caller runs the counted host fallback. Every op synchronises its stream before returning,
 //! which is what lets the memory pool reuse blocks at once (`crate::memory`).
 
+use burn_ascend_kernels::acl::names;
 use burn_ascend_kernels::acl::ops;
 use burn_ascend_kernels::acl::{IntArray, Scalar, TensorList};
 use burn_backend::{DType, Shape, Slice};
@@ -43,7 +44,7 @@ fn is_index(t: &AscendTensor) -> bool {
 /// `dst ← src` (`aclnnInplaceCopy`), `dst` a view of a fresh, unshared output; `src`
 /// broadcasts to `dst`'s shape.
 fn copy_into(dst: &AscendTensor, src: &AscendTensor) {
-    const NAME: &str = "aclnnInplaceCopy";
+    const NAME: &str = names::inplace_copy;
     if dst.numel() == 0 {
         return;
     }
@@ -59,14 +60,14 @@ pub(crate) fn contiguous(t: &AscendTensor) -> Option<AscendTensor> {
     if !movable(t) {
         return None;
     }
-    let out = AscendTensor::alloc_for("aclnnInplaceCopy", t.shape.clone(), t.dtype, &t.device());
+    let out = AscendTensor::alloc_for(names::inplace_copy, t.shape.clone(), t.dtype, &t.device());
     copy_into(&out, t);
     Some(out)
 }
 
 /// `tensor.select(dim, indices)` (`aclnnIndexSelect`), or `None`.
 pub(crate) fn select(t: &AscendTensor, dim: usize, indices: &AscendTensor) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnIndexSelect";
+    const NAME: &str = names::index_select;
     check_devices(NAME, t, indices);
     if !movable(t) || !is_index(indices) || indices.shape.num_dims() != 1 {
         return None;
@@ -98,7 +99,7 @@ pub(crate) fn select_add(
     indices: &AscendTensor,
     value: &AscendTensor,
 ) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnIndexAdd";
+    const NAME: &str = names::index_add;
     check_devices(NAME, t, indices);
     check_devices(NAME, t, value);
     if !is_acl_float(t.dtype)
@@ -144,7 +145,7 @@ pub(crate) fn select_add(
 
 /// `tensor.gather(dim, indices)` (`aclnnGather`; the output has the indices' shape), or `None`.
 pub(crate) fn gather(dim: usize, t: &AscendTensor, indices: &AscendTensor) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnGather";
+    const NAME: &str = names::gather;
     check_devices(NAME, t, indices);
     let r = t.shape.num_dims();
     // aclnnGather: index of self's rank, no larger than self off `dim`.
@@ -181,7 +182,7 @@ pub(crate) fn scatter_add(
     indices: &AscendTensor,
     value: &AscendTensor,
 ) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnScatterAdd";
+    const NAME: &str = names::scatter_add;
     check_devices(NAME, t, indices);
     check_devices(NAME, t, value);
     let addable = is_acl_float(t.dtype) || matches!(t.dtype, DType::I32 | DType::I64);
@@ -229,7 +230,7 @@ pub(crate) fn scatter_add(
 
 /// `cat(tensors, dim)` (`aclnnCat` over an `aclTensorList` of the inputs' views), or `None`.
 pub(crate) fn cat(tensors: &[AscendTensor], dim: usize) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnCat";
+    const NAME: &str = names::cat;
     let first = tensors.first()?;
     for t in tensors {
         check_devices(NAME, first, t);
@@ -273,7 +274,7 @@ pub(crate) fn slice_assign(
     slices: &[Slice],
     value: &AscendTensor,
 ) -> Option<AscendTensor> {
-    check_devices("aclnnInplaceCopy", t, value);
+    check_devices(names::inplace_copy, t, value);
     if !movable(t) || t.dtype != value.dtype || slices.iter().any(|s| s.step <= 0) {
         return None;
     }
@@ -289,7 +290,7 @@ pub(crate) fn slice_assign(
 
 /// `tensor.repeat_dim(dim, times)` (`aclnnRepeat` with 1 on every other dim), or `None`.
 pub(crate) fn repeat_dim(t: &AscendTensor, dim: usize, times: usize) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnRepeat";
+    const NAME: &str = names::repeat;
     if !movable(t) {
         return None;
     }
@@ -313,7 +314,7 @@ pub(crate) fn repeat_dim(t: &AscendTensor, dim: usize, times: usize) -> Option<A
 
 /// `tensor.flip(axes)` (`aclnnFlip`), or `None`.
 pub(crate) fn flip(t: &AscendTensor, axes: &[usize]) -> Option<AscendTensor> {
-    const NAME: &str = "aclnnFlip";
+    const NAME: &str = names::flip;
     if !movable(t) {
         return None;
     }
