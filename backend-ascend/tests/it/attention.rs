@@ -69,6 +69,7 @@ fn varlen_case<B: AttentionBackend>(dev: &B::Device) -> Vec<Tensor<B, 3>> {
 
 #[test]
 fn varlen_forward_and_backward_match_ndarray_natively() {
+    let _lock = crate::exclusive();
     let before = (fallback_count("varlen_fwd"), fallback_count("varlen_bwd"));
     let a = varlen_case::<Ascend>(&AscendDevice::sim());
     let n = varlen_case::<NdArray>(&Default::default());
@@ -158,6 +159,7 @@ use burn::tensor::ElementConversion;
 
 #[test]
 fn training_on_autodiff_ascend_matches_autodiff_ndarray_step_by_step() {
+    let _lock = crate::exclusive();
     let before = fallback_count("varlen_bwd");
     let (la, pa) = train::<Autodiff<Ascend>>(&AscendDevice::sim());
     let (ln, pn) = train::<Autodiff<NdArray>>(&Default::default());

@@ -1,6 +1,6 @@
-//! Dtypes the native kernels do not take go through the counted host fallback — in a test
-//! binary of its own, so that the fallback counts it moves are not read by the native-path
-//! tests running in parallel.
+//! Dtypes the native kernels do not take go through the counted host fallback. The test reads
+//! the counts it moves, so it holds [`crate::exclusive`] (as the native-path tests that read
+//! counts do): no other device test runs meanwhile.
 
 use burn::tensor::{Tensor, TensorData};
 use burn_ascend_backend::{fallback_count, Ascend, AscendDevice};
@@ -9,6 +9,7 @@ use burn_ascend_backend::{fallback_count, Ascend, AscendDevice};
 /// they take the counted host fallback (not a 161002 panic) and give NdArray's answers.
 #[test]
 fn wide_unsigned_ints_take_the_host_fallback() {
+    let _lock = crate::exclusive();
     use burn::tensor::{Int, IntDType};
     let dev = AscendDevice::sim();
     let t = Tensor::<Ascend, 1, Int>::from_data(TensorData::new(vec![1i64, 5, 3], [3]), &dev);

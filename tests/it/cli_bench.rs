@@ -1,11 +1,13 @@
 //! `burn-ascend bench`: the JSON report's shape on the tiny `--smoke` case set (every code
 //! path of the bench, in well under a second; no timing is asserted).
+//!
+//! The smoke run goes through the `burn-ascend` binary, whose counting `#[global_allocator]`
+//! measures the peak-memory figures: in a process of its own, so the other tests' allocations
+//! and frees in this binary do not move them.
 
-use burn_ascend::cli::{self, alloc_stats::CountingAlloc, CliError};
+use std::process::Command;
 
-/// As in the `burn-ascend` binary, so the peak-memory figures are measured.
-#[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
+use burn_ascend::cli::{self, CliError};
 
 fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -16,7 +18,15 @@ fn smoke_run_writes_the_issue_s_json_keys() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("bench.json");
     let path_s = path.to_str().expect("utf-8 path");
-    cli::main_with_args(&args(&["bench", "--smoke", "--json", path_s])).expect("bench runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_burn-ascend"))
+        .args(["bench", "--smoke", "--json", path_s])
+        .output()
+        .expect("the binary runs");
+    assert!(
+        out.status.success(),
+        "bench runs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("the report")).expect("json");
 

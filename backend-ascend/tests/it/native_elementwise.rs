@@ -90,6 +90,7 @@ fn native<R>(names: &[&str], f: impl FnOnce() -> R) -> R {
 
 #[test]
 fn float_comparisons_broadcast_and_read_views() {
+    let _lock = crate::exclusive();
     let names = [
         "float_equal",
         "float_not_equal",
@@ -148,6 +149,7 @@ fn float_comparisons_broadcast_and_read_views() {
 
 #[test]
 fn int_comparisons_masks_and_casts() {
+    let _lock = crate::exclusive();
     let names = [
         "int_equal",
         "int_greater",
@@ -202,6 +204,7 @@ fn int_comparisons_masks_and_casts() {
 
 #[test]
 fn int_add_sub_mul_and_scalar_forms() {
+    let _lock = crate::exclusive();
     let names = [
         "int_add",
         "int_sub",
@@ -227,6 +230,7 @@ fn int_add_sub_mul_and_scalar_forms() {
 
 #[test]
 fn float_masks_and_bool_logic() {
+    let _lock = crate::exclusive();
     let names = [
         "float_mask_where",
         "float_mask_fill",
@@ -291,6 +295,7 @@ fn float_masks_and_bool_logic() {
 
 #[test]
 fn float_casts_between_f32_f16_bf16() {
+    let _lock = crate::exclusive();
     native(&["float_cast"], || {
         let (a, n) = both([3, 7], 8);
         let h = a.clone().transpose().cast(DType::F16);
@@ -309,6 +314,7 @@ fn float_casts_between_f32_f16_bf16() {
 
 #[test]
 fn max_min_and_arg_reductions() {
+    let _lock = crate::exclusive();
     let names = [
         "float_max",
         "float_min",
@@ -356,6 +362,7 @@ fn max_min_and_arg_reductions() {
 
 #[test]
 fn activations_and_unary_math() {
+    let _lock = crate::exclusive();
     let names = [
         "relu",
         "gelu",
@@ -412,6 +419,7 @@ fn activations_and_unary_math() {
 
 #[test]
 fn activation_gradients_match_ndarray() {
+    let _lock = crate::exclusive();
     type AD = Autodiff<A>;
     type ND = Autodiff<N>;
     let d = data(&[3, 5], 11);
@@ -447,6 +455,7 @@ fn moments(v: &[f32]) -> (f64, f64) {
 /// One test for the moments and the seeding: the generator state is process-wide.
 #[test]
 fn random_fills_run_on_the_device_with_the_right_moments_and_replay_a_seed() {
+    let _lock = crate::exclusive();
     const N: usize = 100_000;
     native(&["float_random"], || {
         let u: Tensor<A, 1> = Tensor::random([N], Distribution::Uniform(-2.0, 4.0), &dev());

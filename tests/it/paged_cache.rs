@@ -2,8 +2,7 @@
 //! contiguous KV; fork shares blocks (copy-on-write); free returns them; running out of blocks
 //! is a typed error that changes nothing.
 
-mod common;
-
+use crate::common::{close, Rng};
 use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData};
 use burn_ascend::ops::incre::{IfaLayout, IncreSpec};
@@ -11,7 +10,6 @@ use burn_ascend::ops::prompt::{PfaLayout, PromptMask, PromptSpec};
 use burn_ascend::{
     incre_flash_attention, prompt_flash_attention, AttnError, IncreKv, PagedKvCache,
 };
-use common::{close, Rng};
 
 type B = NdArray;
 const N: usize = 4;
@@ -39,10 +37,10 @@ fn prefill_and_decode_match_contiguous_attention() {
     let (a, b) = (cache.add_sequence(), cache.add_sequence());
     // Sequence a: 20 tokens, b: 35 tokens (three blocks).
     let (la, lb) = (20, 35);
-    let ka = rng.vec(la * NKV * D);
-    let va = rng.vec(la * NKV * D);
-    let kb = rng.vec(lb * NKV * D);
-    let vb = rng.vec(lb * NKV * D);
+    let ka = rng.vec_f32(la * NKV * D, 1.0);
+    let va = rng.vec_f32(la * NKV * D, 1.0);
+    let kb = rng.vec_f32(lb * NKV * D, 1.0);
+    let vb = rng.vec_f32(lb * NKV * D, 1.0);
     cache
         .append(
             a,
@@ -60,7 +58,7 @@ fn prefill_and_decode_match_contiguous_attention() {
     assert_eq!(cache.free_blocks(), 8 - 2 - 3);
 
     // Decode: one query token each, against contiguous BSND KV padded to 35.
-    let q = rng.vec(2 * N * D);
+    let q = rng.vec_f32(2 * N * D, 1.0);
     let got = vals(cache.attend(&[a, b], t4(q.clone(), [2, 1, N, D])).unwrap());
     let pad = |k: &[f32], l: usize| {
         let mut x = k.to_vec();
@@ -87,7 +85,7 @@ fn prefill_and_decode_match_contiguous_attention() {
     close("decode", &got, &want, 1e-6, 1e-5).unwrap();
 
     // Prefill-style attend of the last 3 tokens of each sequence: causal, bottom-right.
-    let q = rng.vec(2 * 3 * N * D);
+    let q = rng.vec_f32(2 * 3 * N * D, 1.0);
     let got = vals(cache.attend(&[a, b], t4(q.clone(), [2, 3, N, D])).unwrap());
     let mut spec = PromptSpec::new(N, scale(), PfaLayout::Bsnd);
     spec.num_key_value_heads = NKV;
@@ -115,8 +113,8 @@ fn fork_shares_blocks_and_copies_on_write_free_returns_them() {
     cache
         .append(
             a,
-            t3(rng.vec(l * NKV * D), [l, NKV, D]),
-            t3(rng.vec(l * NKV * D), [l, NKV, D]),
+            t3(rng.vec_f32(l * NKV * D, 1.0), [l, NKV, D]),
+            t3(rng.vec_f32(l * NKV * D, 1.0), [l, NKV, D]),
         )
         .unwrap();
     assert_eq!(cache.free_blocks(), 4);
@@ -125,13 +123,13 @@ fn fork_shares_blocks_and_copies_on_write_free_returns_them() {
     assert_eq!(cache.block_table(f).unwrap(), cache.block_table(a).unwrap());
 
     // Both see the same history: decode with the same query gives the same result.
-    let q = rng.vec(N * D);
+    let q = rng.vec_f32(N * D, 1.0);
     let qa = vals(cache.attend(&[a], t4(q.clone(), [1, 1, N, D])).unwrap());
     let qf = vals(cache.attend(&[f], t4(q.clone(), [1, 1, N, D])).unwrap());
     assert_eq!(qa, qf);
 
     // Appending to the fork copies the shared partly filled block only.
-    let kx = rng.vec(NKV * D);
+    let kx = rng.vec_f32(NKV * D, 1.0);
     cache
         .append(f, t3(kx.clone(), [1, NKV, D]), t3(kx.clone(), [1, NKV, D]))
         .unwrap();
@@ -166,16 +164,16 @@ fn running_out_of_blocks_is_a_typed_error_that_changes_nothing() {
     cache
         .append(
             a,
-            t3(rng.vec(20 * NKV * D), [20, NKV, D]),
-            t3(rng.vec(20 * NKV * D), [20, NKV, D]),
+            t3(rng.vec_f32(20 * NKV * D, 1.0), [20, NKV, D]),
+            t3(rng.vec_f32(20 * NKV * D, 1.0), [20, NKV, D]),
         )
         .unwrap();
     let before = vals(cache.caches().0.clone());
     let err = cache
         .append(
             a,
-            t3(rng.vec(13 * NKV * D), [13, NKV, D]),
-            t3(rng.vec(13 * NKV * D), [13, NKV, D]),
+            t3(rng.vec_f32(13 * NKV * D, 1.0), [13, NKV, D]),
+            t3(rng.vec_f32(13 * NKV * D, 1.0), [13, NKV, D]),
         )
         .unwrap_err();
     assert_eq!(err, AttnError::OutOfBlocks { needed: 1, free: 0 });
@@ -196,12 +194,12 @@ fn a_wrong_dtype_append_is_refused_before_any_block_changes() {
     let mut rng = Rng(4);
     let mut cache = PagedKvCache::<B>::new(4, BS, N, NKV, D, scale(), &Default::default()).unwrap();
     let a = cache.add_sequence();
-    let ka = rng.vec(5 * NKV * D);
+    let ka = rng.vec_f32(5 * NKV * D, 1.0);
     cache
         .append(
             a,
             t3(ka.clone(), [5, NKV, D]),
-            t3(rng.vec(5 * NKV * D), [5, NKV, D]),
+            t3(rng.vec_f32(5 * NKV * D, 1.0), [5, NKV, D]),
         )
         .unwrap();
     let b = cache.fork(a).unwrap();

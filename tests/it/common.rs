@@ -1,31 +1,15 @@
-//! Shared test helpers: a deterministic generator and small varlen cases.
-#![allow(dead_code)]
+//! Shared test helpers: small varlen cases; the splitmix64 [`Rng`] and the tolerance check
+//! [`close`] come from `burn-ascend-test-support`.
 
 use std::sync::Arc;
 
 use burn_ascend::kernels::dropout;
 use burn_ascend::ops::varlen::{MaskSpec, PseSpec, VarlenSpec};
 use burn_ascend::{cumulative_from_lengths, PseType, SoftmaxLayout, SparseMode};
-
-/// splitmix64: reproducible inputs without a rand dependency.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-    }
-    pub fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.uniform() as f32).collect()
-    }
-}
+/// `|got − exp| ≤ atol + rtol·|exp|` elementwise (in the slices' type; NaN fails), else a
+/// message naming the worst element.
+pub use burn_ascend_test_support::check_close as close;
+pub use burn_ascend_test_support::Rng;
 
 /// One varlen problem: shapes, data and the CANN spec.
 #[derive(Clone)]
@@ -71,10 +55,18 @@ impl Case {
             nkv,
             d,
             dv: d,
-            q: rng.vec(tq * n * d).iter().map(|x| x * 2.0).collect(),
-            k: rng.vec(tkv * nkv * d).iter().map(|x| x * 2.0).collect(),
-            v: rng.vec(tkv * nkv * d),
-            dy: rng.vec(tq * n * d),
+            q: rng
+                .vec_f32(tq * n * d, 1.0)
+                .iter()
+                .map(|x| x * 2.0)
+                .collect(),
+            k: rng
+                .vec_f32(tkv * nkv * d, 1.0)
+                .iter()
+                .map(|x| x * 2.0)
+                .collect(),
+            v: rng.vec_f32(tkv * nkv * d, 1.0),
+            dy: rng.vec_f32(tq * n * d, 1.0),
             sink: None,
             spec,
         }
@@ -87,7 +79,7 @@ impl Case {
     }
     pub fn with_sink(mut self) -> Self {
         let mut rng = Rng(99);
-        self.sink = Some((0..self.n).map(|_| rng.uniform() as f32 * 1.5).collect());
+        self.sink = Some((0..self.n).map(|_| rng.sym(1.0) as f32 * 1.5).collect());
         self
     }
     pub fn mode(mut self, mode: SparseMode, pre: i64, next: i64) -> Self {
@@ -107,7 +99,7 @@ impl Case {
         let mut rng = Rng(5);
         // keep the diagonal-ish column 0 visible so rows are rarely fully masked
         let data: Vec<u8> = (0..rows * cols)
-            .map(|e| (e % cols != 0 && rng.uniform() > 0.3) as u8)
+            .map(|e| (e % cols != 0 && rng.sym(1.0) > 0.3) as u8)
             .collect();
         MaskSpec::Dense {
             data: Arc::from(data),
@@ -129,7 +121,7 @@ impl Case {
             .sum();
         self.spec.attrs.pse_type = pse_type;
         self.spec.pse = PseSpec::Dense {
-            data: Rng(3).vec(total).into(),
+            data: Rng(3).vec_f32(total, 1.0).into(),
             shape: vec![total],
         };
         self
@@ -211,18 +203,4 @@ pub fn cases() -> Vec<Case> {
             .with_sink()
             .mode(SparseMode::Band, 0, 0),
     ]
-}
-
-/// `|a − b| ≤ atol + rtol·|b|` elementwise, else a message naming the first mismatch.
-pub fn close(name: &str, a: &[f32], b: &[f32], atol: f32, rtol: f32) -> Result<(), String> {
-    if a.len() != b.len() {
-        return Err(format!("{name}: length {} vs {}", a.len(), b.len()));
-    }
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        let within = (x - y).abs() <= atol + rtol * y.abs(); // false for NaN
-        if !within {
-            return Err(format!("{name}[{i}]: {x} vs {y}"));
-        }
-    }
-    Ok(())
 }

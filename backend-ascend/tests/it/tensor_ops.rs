@@ -41,6 +41,7 @@ fn close<const D: usize, B1: Backend, B2: Backend>(a: Tensor<B1, D>, b: Tensor<B
 
 #[test]
 fn round_trip_and_views() {
+    let _lock = crate::shared();
     let (a, n) = both([2, 3, 4], 1);
     assert_eq!(a.to_data(), n.to_data());
     // zero-copy views read back correctly
@@ -64,6 +65,7 @@ fn round_trip_and_views() {
 
 #[test]
 fn arithmetic_matmul_reductions() {
+    let _lock = crate::shared();
     let (a, n) = both([2, 3, 4], 3);
     let (b, m) = both([2, 4, 5], 4);
     close(a.clone().matmul(b.clone()), n.clone().matmul(m.clone()));
@@ -98,6 +100,7 @@ fn arithmetic_matmul_reductions() {
 
 #[test]
 fn gather_select_cat_masks() {
+    let _lock = crate::shared();
     let (a, n) = both([4, 3], 7);
     let idx = TensorData::new(vec![3i64, 0, 2], [3]);
     let ia: Tensor<A, 1, Int> = Tensor::from_data(idx.clone(), &dev());
@@ -135,6 +138,7 @@ fn gather_select_cat_masks() {
 
 #[test]
 fn half_precision_round_trips_through_the_fallback() {
+    let _lock = crate::shared();
     let d = data(&[3, 4], 9);
     let a: Tensor<A, 2> = Tensor::from_data(d.clone(), (&dev(), burn::tensor::DType::F16));
     let n: Tensor<N, 2> = Tensor::from_data(d, &Default::default());
@@ -147,6 +151,7 @@ fn half_precision_round_trips_through_the_fallback() {
 
 #[test]
 fn fallback_calls_are_counted() {
+    let _lock = crate::shared();
     let before = fallback_count("float_tan");
     let (a, _) = both([2, 2], 10);
     let _ = a.tan().into_data();
@@ -155,6 +160,7 @@ fn fallback_calls_are_counted() {
 
 #[test]
 fn matmul_and_binary_ops_take_the_device_path() {
+    let _lock = crate::exclusive();
     let names = [
         "float_matmul",
         "float_add",
@@ -185,6 +191,7 @@ fn matmul_and_binary_ops_take_the_device_path() {
 
 #[test]
 fn scalar_unary_and_reduction_ops_take_the_device_path() {
+    let _lock = crate::exclusive();
     let names = [
         "float_add_scalar",
         "float_sub_scalar",

@@ -15,6 +15,7 @@ fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
 
 #[test]
 fn mixed_devices_are_rejected_with_both_names() {
+    let _lock = crate::shared();
     let msg = panic_message(|| {
         let mut cx = Fallback::new("float_remainder");
         cx.on(AscendDevice::sim());
@@ -44,6 +45,7 @@ fn device_selection_from_the_environment_and_ids() {
 
 #[test]
 fn a_missing_npu_is_a_clear_error() {
+    let _lock = crate::shared();
     let d = AscendDevice::npu(0);
     match is_available(&d) {
         Ok(()) => eprintln!("an NPU is present: see real_npu_runs_the_native_ops"),
@@ -53,6 +55,7 @@ fn a_missing_npu_is_a_clear_error() {
 
 #[test]
 fn real_npu_runs_the_native_ops() {
+    let _lock = crate::shared();
     let d = AscendDevice::npu(burn_ascend_kernels::acl::default_device_id().unwrap_or(0) as u32);
     if let Err(why) = is_available(&d) {
         eprintln!("skipped: no Ascend NPU here ({why})");

@@ -6,11 +6,9 @@
 //!
 //! Problems are small (T ≤ 12, N ≤ 4, D ≤ 5): the whole file runs in well under a second.
 
-mod common;
-
+use crate::common::*;
 use burn_ascend_kernels::reference::varlen::{varlen_bwd, varlen_fwd};
 use burn_ascend_kernels::varlen::{PseType, SoftmaxLayout, SparseMode};
-use common::*;
 
 #[test]
 fn gradcheck_mha_gqa_mqa() {

@@ -2,16 +2,14 @@
 //! checked against the composite Burn path (an implementation independent of the CLI's
 //! reference kernel), plus bad input that must exit non-zero with one line naming the parameter.
 
-mod common;
-
 use std::process::Command;
 
+use crate::common::{close, Case};
 use burn::backend::NdArray;
 use burn_ascend::cli::io::{Bundle, HostTensor};
 use burn_ascend::ops::host::{from_vec, to_vec};
 use burn_ascend::ops::varlen::composite;
 use burn_ascend::{VarlenGradInputs, VarlenInputs};
-use common::{close, Case};
 use safetensors::Dtype;
 
 type B = NdArray;

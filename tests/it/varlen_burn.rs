@@ -2,8 +2,7 @@
 //! `Autodiff<NdArray>` with the fused backward under both checkpointing strategies — against
 //! the CPU reference, on every case of `common::cases()`.
 
-mod common;
-
+use crate::common::{cases, close, Case};
 use burn::backend::autodiff::checkpoint::strategy::{
     BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
 };
@@ -14,7 +13,6 @@ use burn_ascend::ops::autodiff::test_hooks::CORRUPT_DSINK;
 use burn_ascend::ops::host::{from_vec, to_vec};
 use burn_ascend::ops::varlen::{composite, VarlenShapes};
 use burn_ascend::{varlen_score, VarlenGradInputs, VarlenInputs};
-use common::{cases, close, Case};
 
 type B = NdArray;
 

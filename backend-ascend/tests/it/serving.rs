@@ -78,6 +78,7 @@ fn serve<B: AttentionBackend>(dev: &B::Device) -> Vec<Vec<f32>> {
 
 #[test]
 fn paged_serving_matches_ndarray_on_the_device_path() {
+    let _lock = crate::exclusive();
     let before = counts();
     let got = serve::<Ascend>(&AscendDevice::sim());
     let after = counts();
@@ -96,6 +97,7 @@ fn paged_serving_matches_ndarray_on_the_device_path() {
 
 #[test]
 fn incremental_attention_contiguous_and_list_forms_match_ndarray() {
+    let _lock = crate::exclusive();
     fn run<B: AttentionBackend>(dev: &B::Device) -> Vec<f32> {
         let (b, s) = (2, 7);
         let q = t::<B, 4>(values(b * N * D, 1), [b, 1, N, D], dev);
@@ -131,6 +133,7 @@ fn incremental_attention_contiguous_and_list_forms_match_ndarray() {
 
 #[test]
 fn scatter_writes_in_place_only_when_the_cache_is_unshared() {
+    let _lock = crate::exclusive();
     let dev = AscendDevice::sim();
     let shape = [3, BS, NKV, D];
     let cache = || t::<Ascend, 4>(values(3 * BS * NKV * D, 7), shape, &dev);
@@ -175,6 +178,7 @@ fn scatter_writes_in_place_only_when_the_cache_is_unshared() {
 
 #[test]
 fn paged_cache_appends_without_copying_the_cache() {
+    let _lock = crate::shared();
     let dev = AscendDevice::sim();
     let mut cache = PagedKvCache::<Ascend>::new(4, BS, N, NKV, D, 0.3, &dev).unwrap();
     let id = cache.add_sequence();
@@ -198,6 +202,7 @@ fn paged_cache_appends_without_copying_the_cache() {
 /// taken or the caches are moved into the scatter.
 #[test]
 fn an_append_from_another_device_is_a_typed_error_that_changes_nothing() {
+    let _lock = crate::shared();
     use burn_ascend_backend::AscendKind;
     let dev = AscendDevice::sim();
     let other = AscendDevice {

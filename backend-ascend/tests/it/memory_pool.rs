@@ -3,22 +3,15 @@
 //! emptied and the allocation retried; a second failure panics naming the op, the bytes and
 //! the status) under a simulated device-memory limit.
 //!
-//! The pool and the simulated memory are process-wide, so the tests of this binary run one at
-//! a time (`LOCK`), and no other test binary shares the process.
+//! The pool and the simulated memory are process-wide, so each test that reads them holds
+//! [`crate::exclusive`]: no other test runs anything on a device meanwhile.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Mutex;
 
 use burn::tensor::{Tensor, TensorData};
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::memory::{size_class, SMALL_GRANULE, SMALL_LIMIT};
 use burn_ascend_backend::{empty_cache, memory_stats, reset_peak_stats, Ascend, AscendDevice};
-
-static LOCK: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn dev() -> AscendDevice {
     AscendDevice::sim()
@@ -49,7 +42,7 @@ fn size_classes_round_to_512_bytes_then_2_mib() {
 
 #[test]
 fn a_freed_block_is_reused_and_the_numbers_add_up() {
-    let _g = serial();
+    let _lock = crate::exclusive();
     let _ = tensor(1); // the runtime and pool exist
     let s0 = memory_stats(&dev());
     let t = tensor(1000); // 4000 B → a 4096 B block
@@ -81,7 +74,7 @@ fn a_freed_block_is_reused_and_the_numbers_add_up() {
 
 #[test]
 fn peaks_reserved_and_empty_cache() {
-    let _g = serial();
+    let _lock = crate::exclusive();
     let _ = tensor(1);
     empty_cache(&dev());
     reset_peak_stats(&dev());
@@ -125,7 +118,7 @@ impl Drop for Unlimit {
 
 #[test]
 fn out_of_memory_retries_after_emptying_the_cache_then_panics_clearly() {
-    let _g = serial();
+    let _lock = crate::exclusive();
     let _ = tensor(1);
     empty_cache(&dev());
     let _u = Unlimit;

@@ -2,10 +2,9 @@
 //! bundles, checked against the composite Burn path (independent of the CLI's reference
 //! kernel), plus bad input: exit 2 and one stderr line naming the parameter.
 
-mod common;
-
 use std::process::Command;
 
+use crate::common::{close, Rng};
 use burn::backend::NdArray;
 use burn_ascend::cli::io::{Bundle, HostTensor};
 use burn_ascend::kernels::reference::incre::incre_flash_attention_int8;
@@ -16,7 +15,6 @@ use burn_ascend::ops::incre::{
 use burn_ascend::ops::prompt::{composite as pcomp, PfaLayout, PromptMask, PromptSpec};
 use burn_ascend::ops::scatter::{composite as scomp, ScatterSpec};
 use burn_ascend::{IncreInputs, IncreKv, PromptInputs, ScatterInputs};
-use common::{close, Rng};
 use half::f16;
 use safetensors::Dtype;
 
@@ -89,9 +87,9 @@ fn meta(b: &mut Bundle, kv: &[(&str, &str)]) {
 
 fn prompt_bundle(rng: &mut Rng) -> (Bundle, PromptSpec, [Vec<f32>; 3]) {
     let (b, s, skv, n, nkv, d) = (2, 3, 5, 4, 2, 8);
-    let q = rng.vec(b * s * n * d);
-    let k = rng.vec(b * skv * nkv * d);
-    let v = rng.vec(b * skv * nkv * d);
+    let q = rng.vec_f32(b * s * n * d, 1.0);
+    let k = rng.vec_f32(b * skv * nkv * d, 1.0);
+    let v = rng.vec_f32(b * skv * nkv * d, 1.0);
     let mask: Vec<u8> = (0..s * skv).map(|e| (e % 5 == 3) as u8).collect();
     let mut x = Bundle::default();
     x.insert("query", HostTensor::from_values(&q, vec![b, s, n, d]));
@@ -211,9 +209,9 @@ fn prompt_bad_inputs_name_the_parameter() {
 fn incre_round_trips_contiguous_list_and_paged_int8() {
     let mut rng = Rng(3);
     let (b, n, nkv, s, d) = (2, 4, 2, 32, 8);
-    let q = rng.vec(b * n * d);
-    let k = rng.vec(b * nkv * s * d);
-    let v = rng.vec(b * nkv * s * d);
+    let q = rng.vec_f32(b * n * d, 1.0);
+    let k = rng.vec_f32(b * nkv * s * d, 1.0);
+    let v = rng.vec_f32(b * nkv * s * d, 1.0);
     let mut x = Bundle::default();
     x.insert("query", HostTensor::from_values(&q, vec![b, n, 1, d]));
     x.insert("key", HostTensor::from_values(&k, vec![b, nkv, s, d]));
@@ -380,8 +378,8 @@ fn incre_round_trips_contiguous_list_and_paged_int8() {
 fn scatter_round_trip_and_refused_writes_nothing() {
     let mut rng = Rng(4);
     let (t, n, d, nb, bs) = (4, 2, 8, 3, 16);
-    let key = rng.vec(t * n * d);
-    let value = rng.vec(t * n * d);
+    let key = rng.vec_f32(t * n * d, 1.0);
+    let value = rng.vec_f32(t * n * d, 1.0);
     let kc = vec![0.5f32; nb * bs * n * d];
     let slots = [17i32, -1, 0, 40];
     let mut x = Bundle::default();

@@ -6,12 +6,10 @@
 //! Tolerances: f64 outputs `1e-12 + 1e-12·|exp|` (same math, different summation order);
 //! f32 statistics 4 ulps relative, special values (0, −FLT_MAX, +FLT_MAX) exact.
 
-mod common;
-
+use crate::common::*;
 use burn_ascend_kernels::reference::varlen::varlen_fwd;
 use burn_ascend_kernels::varlen::{PseType, SoftmaxLayout, SparseMode};
 use burn_ascend_kernels::Element;
-use common::*;
 use half::{bf16, f16};
 
 const ALL_MODES: [SparseMode; 8] = [

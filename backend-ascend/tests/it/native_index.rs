@@ -99,6 +99,7 @@ fn close<const D: usize>(a: Tensor<A, D>, n: Tensor<N, D>, tol: f64) {
 
 #[test]
 fn select_with_i64_and_i32_indices_on_views_and_f16() {
+    let _lock = crate::exclusive();
     native(&["float_select", "int_select", "bool_select"], || {
         let (a, n) = both([5, 4], 1);
         for dt in [DType::I64, DType::I32] {
@@ -144,6 +145,7 @@ fn select_with_i64_and_i32_indices_on_views_and_f16() {
 
 #[test]
 fn select_add_accumulates_duplicates_like_ndarray() {
+    let _lock = crate::exclusive();
     native(&["float_select_add"], || {
         let (t, tn) = both([6, 3], 2);
         let (v, vn) = both([5, 3], 3);
@@ -186,6 +188,7 @@ fn select_add_accumulates_duplicates_like_ndarray() {
 
 #[test]
 fn gather_and_scatter_add_on_views() {
+    let _lock = crate::exclusive();
     native(
         &[
             "float_gather",
@@ -247,6 +250,7 @@ fn gather_and_scatter_add_on_views() {
 
 #[test]
 fn cat_of_views_for_float_int_bool() {
+    let _lock = crate::exclusive();
     native(&["float_cat", "int_cat", "bool_cat"], || {
         let (a, n) = both([2, 3], 7);
         let (b, bn) = both([3, 2], 8);
@@ -294,6 +298,7 @@ fn cat_of_views_for_float_int_bool() {
 
 #[test]
 fn slice_assign_and_contiguous_copies() {
+    let _lock = crate::exclusive();
     native(
         &[
             "float_slice_assign",
@@ -344,6 +349,7 @@ fn slice_assign_and_contiguous_copies() {
 
 #[test]
 fn repeat_dim_and_flip() {
+    let _lock = crate::exclusive();
     native(&["float_flip", "int_flip", "bool_flip"], || {
         let (a, n) = both([2, 3], 12);
         exact(a.clone().repeat_dim(0, 3), n.clone().repeat_dim(0, 3));
@@ -432,6 +438,7 @@ fn train<B: burn::tensor::backend::AutodiffBackend>(
 
 #[test]
 fn embedding_linear_training_matches_ndarray_with_native_select_and_select_add() {
+    let _lock = crate::exclusive();
     let (la, pa) = native(&["float_select", "float_select_add"], || {
         train::<Autodiff<Ascend>>(&dev())
     });

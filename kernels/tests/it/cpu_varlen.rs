@@ -14,13 +14,11 @@
 //!   reference result rounded to T is what is compared.
 //! - f64: compute is f32, so the f32 tolerance.
 
-mod common;
-
+use crate::common::*;
 use burn_ascend_kernels::cpu;
 use burn_ascend_kernels::reference::varlen as reference;
 use burn_ascend_kernels::varlen::{PseType, SoftmaxLayout, SparseMode};
 use burn_ascend_kernels::Element;
-use common::*;
 use half::{bf16, f16};
 
 #[derive(Clone, Copy, Debug)]

@@ -1,6 +1,7 @@
-//! Shared pieces of the varlen test suite: a splitmix64 PRNG, an owned description of a test
-//! problem ([`Case`]), an *independent* forward written from the spec
-//! (`/work/shared/spec/ascend-ops-semantics.md` §1–4) and comparison helpers.
+//! Shared pieces of the varlen test suite: an owned description of a test problem ([`Case`]),
+//! an *independent* forward written from the spec (`/work/shared/spec/ascend-ops-semantics.md`
+//! §1–4) and comparison helpers; the splitmix64 [`Rng`] and [`check_close`] come from
+//! `burn-ascend-test-support`.
 //!
 //! The independent forward ([`spec_fwd`], [`spec_masked`], [`spec_stat_index`]) deliberately
 //! calls nothing from `burn_ascend_kernels` (no `VarlenProblem::rule` / `allowed` /
@@ -10,58 +11,16 @@
 //! materialises the whole masked score row with the sink appended as one more column. (The
 //! [`Case`] builder does use `dropout::generate_mask` to *create* masks.)
 
-// Each test binary uses a different subset of these helpers.
-#![allow(dead_code)]
-
 use burn_ascend_kernels::reference::varlen::{varlen_bwd, varlen_fwd, VarlenFwdOut};
 use burn_ascend_kernels::varlen::{
     AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode, VarlenAttrs, VarlenDims,
     VarlenProblem,
 };
 use burn_ascend_kernels::Element;
+pub use burn_ascend_test_support::{assert_close, check_close, Rng};
 
 /// CANN's default pre/next tokens (`INT_MAX`).
 pub const INT_MAX: i64 = 2_147_483_647;
-
-// ---------------------------------------------------------------------------------------------
-// PRNG
-// ---------------------------------------------------------------------------------------------
-
-/// splitmix64: tiny, deterministic, platform independent.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in [-a, a).
-    pub fn sym(&mut self, a: f64) -> f64 {
-        a * (2.0 * self.uniform() - 1.0)
-    }
-
-    pub fn vec(&mut self, len: usize, a: f64) -> Vec<f64> {
-        (0..len).map(|_| self.sym(a)).collect()
-    }
-
-    /// Uniform integer in [0, n).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Owned problem description
@@ -491,36 +450,6 @@ pub fn spec_fwd(c: &Case, q: &[f64], k: &[f64], v: &[f64], sink: Option<&[f64]>)
 // ---------------------------------------------------------------------------------------------
 // Comparisons
 // ---------------------------------------------------------------------------------------------
-
-/// `Err` naming the worst element unless `|got − exp| ≤ abs + rel·|exp|` everywhere.
-pub fn check_close(what: &str, got: &[f64], exp: &[f64], abs: f64, rel: f64) -> Result<(), String> {
-    if got.len() != exp.len() {
-        return Err(format!("{what}: length {} != {}", got.len(), exp.len()));
-    }
-    let mut worst: Option<(usize, f64)> = None;
-    for (idx, (&g, &e)) in got.iter().zip(exp).enumerate() {
-        let excess = (g - e).abs() - (abs + rel * e.abs());
-        let bad = excess > 0.0 || excess.is_nan();
-        if bad && worst.is_none_or(|(_, w)| excess > w || excess.is_nan()) {
-            worst = Some((idx, excess));
-        }
-    }
-    match worst {
-        None => Ok(()),
-        Some((idx, _)) => Err(format!(
-            "{what}[{idx}]: got {:e}, expected {:e} (|diff| {:e}, tol {abs:e} + {rel:e}·|exp|)",
-            got[idx],
-            exp[idx],
-            (got[idx] - exp[idx]).abs()
-        )),
-    }
-}
-
-pub fn assert_close(what: &str, got: &[f64], exp: &[f64], abs: f64, rel: f64) {
-    if let Err(e) = check_close(what, got, exp, abs, rel) {
-        panic!("{e}");
-    }
-}
 
 /// Statistics: the special values (0, −FLT_MAX, +FLT_MAX) must match exactly, everything else
 /// to 4 f32 ulps (`rel` 2^-21; both sides round an f64 to f32, the f64 sums may differ in order).

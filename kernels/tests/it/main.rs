@@ -1,0 +1,12 @@
+//! burn-ascend-kernels' integration tests, one binary: a module per suite. (The `acl_*` suites
+//! are separate binaries.)
+//!
+//! Process-wide state: none of these suites changes any. The kernels' scratch buffers are
+//! thread-local, and the tests that depend on the thread count build local rayon pools.
+
+mod common;
+
+mod cpu_decode;
+mod cpu_varlen;
+mod varlen_forward;
+mod varlen_gradcheck;

@@ -1,0 +1,3 @@
+//! burn-ascend-ops' integration tests, one binary: a module per suite.
+
+mod varlen_validation;

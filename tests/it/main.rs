@@ -1,0 +1,20 @@
+//! burn-ascend's integration tests, one binary: a module per suite.
+//!
+//! The suites share one process. What is process-wide: the backend's fallback counters (read
+//! only by `model_generate` and `prompt_incre_scatter::ascend_sim`, which assert that the
+//! serving ops never fall back, and no test here makes them fall back), Burn's global random
+//! generator (no test depends on its sequence: models compared across runs start from one
+//! saved checkpoint) and the CLI binary's counting allocator (the bench's memory figures are
+//! measured in that binary's own process, see `cli_bench`).
+
+mod common;
+
+mod cli_bench;
+mod cli_prompt_incre_scatter;
+mod cli_varlen;
+mod model_generate;
+mod model_train;
+mod npu;
+mod paged_cache;
+mod prompt_incre_scatter;
+mod varlen_burn;

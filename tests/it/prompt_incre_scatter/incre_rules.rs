@@ -1,0 +1,569 @@
+//! Incremental attention: every validation rule names its parameter.
+
+use super::incre::*;
+use super::*;
+
+#[test]
+fn incre_every_rule_names_its_parameter() {
+    type Mutate = Box<dyn Fn(&mut IncreSpec, &mut IncreShapes)>;
+    let base = || {
+        let c = icase("base", IfaLayout::Bnsd, 2, 4, 2, 32, 8, 50);
+        let shapes = IncreShapes {
+            query: c.q_shape.clone(),
+            kv: IncreKvShapes::Contiguous {
+                key: vec![2, 2, 32, 8],
+                value: vec![2, 2, 32, 8],
+            },
+            kv_int8: false,
+        };
+        (c.spec, shapes)
+    };
+    let paged = |s: &mut IncreSpec, sh: &mut IncreShapes| {
+        s.block_size = 16;
+        s.actual_seq_lengths = Some(vec![20, 5]);
+        s.block_table = Some(BlockTable {
+            data: vec![0, 1, 2, 3].into(),
+            shape: vec![2, 2],
+        });
+        sh.kv = IncreKvShapes::Paged {
+            key_cache: vec![4, 16, 16],
+            value_cache: vec![4, 16, 16],
+        };
+    };
+    let list = |sh: &mut IncreShapes| {
+        sh.kv = IncreKvShapes::List {
+            key: vec![vec![1, 2, 32, 8]; 2],
+            value: vec![vec![1, 2, 32, 8]; 2],
+        }
+    };
+    let cases: Vec<(&str, Mutate, &str)> = vec![
+        ("heads 0", Box::new(|s, _| s.num_heads = 0), "numHeads"),
+        (
+            "heads mismatch",
+            Box::new(|s, _| s.num_heads = 2),
+            "numHeads",
+        ),
+        (
+            "query S",
+            Box::new(|_, sh| sh.query = vec![2, 4, 2, 8]),
+            "query",
+        ),
+        (
+            "query D",
+            Box::new(|_, sh| sh.query = vec![2, 4, 1, 513]),
+            "query",
+        ),
+        (
+            "bsh H",
+            Box::new(|s, sh| {
+                s.input_layout = IfaLayout::Bsh;
+                sh.query = vec![2, 1, 30];
+            }),
+            "query",
+        ),
+        (
+            "nkv divides",
+            Box::new(|s, _| s.num_key_value_heads = 3),
+            "numKeyValueHeads",
+        ),
+        (
+            "nkv vs key",
+            Box::new(|s, _| s.num_key_value_heads = 4),
+            "numKeyValueHeads",
+        ),
+        (
+            "scale",
+            Box::new(|s, _| s.scale_value = f64::INFINITY),
+            "scaleValue",
+        ),
+        (
+            "innerPrecise",
+            Box::new(|s, _| s.inner_precise = 2),
+            "innerPrecise",
+        ),
+        (
+            "key rank",
+            Box::new(|_, sh| {
+                sh.kv = IncreKvShapes::Contiguous {
+                    key: vec![2, 32, 16],
+                    value: vec![2, 32, 16],
+                }
+            }),
+            "key",
+        ),
+        (
+            "key B",
+            Box::new(|_, sh| {
+                sh.kv = IncreKvShapes::Contiguous {
+                    key: vec![1, 2, 32, 8],
+                    value: vec![1, 2, 32, 8],
+                }
+            }),
+            "key",
+        ),
+        (
+            "key D",
+            Box::new(|_, sh| {
+                sh.kv = IncreKvShapes::Contiguous {
+                    key: vec![2, 2, 32, 4],
+                    value: vec![2, 2, 32, 4],
+                }
+            }),
+            "key",
+        ),
+        (
+            "value shape",
+            Box::new(|_, sh| {
+                sh.kv = IncreKvShapes::Contiguous {
+                    key: vec![2, 2, 32, 8],
+                    value: vec![2, 2, 31, 8],
+                }
+            }),
+            "value",
+        ),
+        (
+            "list len",
+            Box::new(|_, sh| {
+                sh.kv = IncreKvShapes::List {
+                    key: vec![vec![1, 2, 32, 8]],
+                    value: vec![vec![1, 2, 32, 8]],
+                }
+            }),
+            "key",
+        ),
+        (
+            "list batch",
+            Box::new(|_, sh| {
+                sh.kv = IncreKvShapes::List {
+                    key: vec![vec![2, 2, 32, 8]; 2],
+                    value: vec![vec![2, 2, 32, 8]; 2],
+                }
+            }),
+            "key",
+        ),
+        (
+            "list value",
+            Box::new(move |_, sh| {
+                list(sh);
+                if let IncreKvShapes::List { value, .. } = &mut sh.kv {
+                    value[1][2] = 5;
+                }
+            }),
+            "value",
+        ),
+        (
+            "list only S differs",
+            Box::new(move |s, sh| {
+                s.num_key_value_heads = 0;
+                s.num_heads = 4;
+                sh.kv = IncreKvShapes::List {
+                    key: vec![vec![1, 4, 32, 8], vec![1, 2, 32, 8]],
+                    value: vec![vec![1, 4, 32, 8], vec![1, 2, 32, 8]],
+                };
+            }),
+            "numKeyValueHeads",
+        ),
+        (
+            "list value count",
+            Box::new(|_, sh| {
+                sh.kv = IncreKvShapes::List {
+                    key: vec![vec![1, 2, 32, 8]; 2],
+                    value: vec![vec![1, 2, 32, 8]],
+                }
+            }),
+            "value",
+        ),
+        (
+            "blocktable without pages",
+            Box::new(|s, _| {
+                s.block_table = Some(BlockTable {
+                    data: vec![0].into(),
+                    shape: vec![1, 1],
+                })
+            }),
+            "blocktable",
+        ),
+        (
+            "pages without blocktable",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.block_table = None;
+            }),
+            "blocktable",
+        ),
+        (
+            "blockSize 0",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.block_size = 0;
+            }),
+            "blockSize",
+        ),
+        (
+            "blockSize unaligned",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.block_size = 24;
+            }),
+            "blockSize",
+        ),
+        (
+            "blockSize int8",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                sh.kv_int8 = true;
+                s.antiquant = Some(AntiquantSpec {
+                    scale: vec![1.0, 1.0].into(),
+                    offset: None,
+                    shape: vec![2],
+                });
+            }),
+            "blockSize",
+        ),
+        (
+            "blockSize > 512",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.block_size = 528;
+            }),
+            "blockSize",
+        ),
+        (
+            "cache shape",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                sh.kv = IncreKvShapes::Paged {
+                    key_cache: vec![4, 16, 8],
+                    value_cache: vec![4, 16, 8],
+                };
+            }),
+            "key",
+        ),
+        (
+            "cache rank",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                sh.kv = IncreKvShapes::Paged {
+                    key_cache: vec![4, 256],
+                    value_cache: vec![4, 256],
+                };
+            }),
+            "key",
+        ),
+        (
+            "nz cache needs BNSD",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.input_layout = IfaLayout::Bsnd;
+                sh.query = vec![2, 1, 4, 8];
+                sh.kv = IncreKvShapes::Paged {
+                    key_cache: vec![4, 2, 16, 8],
+                    value_cache: vec![4, 2, 16, 8],
+                };
+            }),
+            "key",
+        ),
+        (
+            "value cache",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                sh.kv = IncreKvShapes::Paged {
+                    key_cache: vec![4, 16, 16],
+                    value_cache: vec![5, 16, 16],
+                };
+            }),
+            "value",
+        ),
+        (
+            "blocktable rank",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.block_table = Some(BlockTable {
+                    data: vec![0, 1, 2, 3].into(),
+                    shape: vec![4],
+                });
+            }),
+            "blocktable",
+        ),
+        (
+            "blocktable B",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.block_table = Some(BlockTable {
+                    data: vec![0, 1, 2, 3].into(),
+                    shape: vec![1, 4],
+                });
+            }),
+            "blocktable",
+        ),
+        (
+            "blocktable data",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.block_table = Some(BlockTable {
+                    data: vec![0, 1, 2].into(),
+                    shape: vec![2, 2],
+                });
+            }),
+            "blocktable",
+        ),
+        (
+            "blocktable id",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.block_table = Some(BlockTable {
+                    data: vec![0, 9, 2, 3].into(),
+                    shape: vec![2, 2],
+                });
+            }),
+            "blocktable",
+        ),
+        (
+            "blocktable too few",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.block_table = Some(BlockTable {
+                    data: vec![0, 1].into(),
+                    shape: vec![2, 1],
+                });
+            }),
+            "actualSeqLengths",
+        ),
+        (
+            "blocknum",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                sh.kv = IncreKvShapes::Paged {
+                    key_cache: vec![2, 16, 16],
+                    value_cache: vec![2, 16, 16],
+                };
+                s.block_table = Some(BlockTable {
+                    data: vec![0, 1, 0, 1].into(),
+                    shape: vec![2, 2],
+                });
+                s.actual_seq_lengths = Some(vec![20, 17]);
+            }),
+            "key",
+        ),
+        (
+            "paged no lengths",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.actual_seq_lengths = None;
+            }),
+            "actualSeqLengths",
+        ),
+        (
+            "paged + padding",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.kv_padding_size = Some(1);
+            }),
+            "kvPaddingSize",
+        ),
+        (
+            "lengths count",
+            Box::new(|s, _| s.actual_seq_lengths = Some(vec![1, 2, 3])),
+            "actualSeqLengths",
+        ),
+        (
+            "length > S",
+            Box::new(|s, _| s.actual_seq_lengths = Some(vec![33])),
+            "actualSeqLengths",
+        ),
+        (
+            "length < 0",
+            Box::new(|s, _| s.actual_seq_lengths = Some(vec![-1, 3])),
+            "actualSeqLengths",
+        ),
+        (
+            "padding window",
+            Box::new(|s, _| {
+                s.actual_seq_lengths = Some(vec![30]);
+                s.kv_padding_size = Some(3);
+            }),
+            "actualSeqLengths",
+        ),
+        (
+            "padding alone",
+            Box::new(|s, _| s.kv_padding_size = Some(40)),
+            "kvPaddingSize",
+        ),
+        (
+            "mask shape",
+            Box::new(|s, _| {
+                s.atten_mask = Some(IncreMask {
+                    data: vec![0; 64].into(),
+                    shape: vec![2, 2, 32],
+                })
+            }),
+            "attenMask",
+        ),
+        (
+            "mask batch",
+            Box::new(|s, _| {
+                s.atten_mask = Some(IncreMask {
+                    data: vec![0; 32].into(),
+                    shape: vec![1, 32],
+                })
+            }),
+            "attenMask",
+        ),
+        (
+            "mask short",
+            Box::new(|s, _| {
+                s.atten_mask = Some(IncreMask {
+                    data: vec![0; 62].into(),
+                    shape: vec![2, 31],
+                })
+            }),
+            "attenMask",
+        ),
+        (
+            "mask data",
+            Box::new(|s, _| {
+                s.atten_mask = Some(IncreMask {
+                    data: vec![0; 63].into(),
+                    shape: vec![2, 32],
+                })
+            }),
+            "attenMask",
+        ),
+        (
+            "mask paged short",
+            Box::new(move |s, sh| {
+                paged(s, sh);
+                s.atten_mask = Some(IncreMask {
+                    data: vec![0; 40].into(),
+                    shape: vec![2, 20],
+                });
+            }),
+            "attenMask",
+        ),
+        (
+            "pse rank",
+            Box::new(|s, _| {
+                s.pse_shift = Some(IncrePse {
+                    data: vec![0.0; 128].into(),
+                    shape: vec![4, 32],
+                })
+            }),
+            "pseShift",
+        ),
+        (
+            "pse heads",
+            Box::new(|s, _| {
+                s.pse_shift = Some(IncrePse {
+                    data: vec![0.0; 64].into(),
+                    shape: vec![1, 2, 1, 32],
+                })
+            }),
+            "pseShift",
+        ),
+        (
+            "pse short",
+            Box::new(|s, _| {
+                s.pse_shift = Some(IncrePse {
+                    data: vec![0.0; 124].into(),
+                    shape: vec![1, 4, 1, 31],
+                })
+            }),
+            "pseShift",
+        ),
+        (
+            "pse data",
+            Box::new(|s, _| {
+                s.pse_shift = Some(IncrePse {
+                    data: vec![0.0; 127].into(),
+                    shape: vec![1, 4, 1, 32],
+                })
+            }),
+            "pseShift",
+        ),
+        (
+            "int8 without antiquant",
+            Box::new(|_, sh| sh.kv_int8 = true),
+            "antiquantScale",
+        ),
+        (
+            "antiquant on float",
+            Box::new(|s, _| {
+                s.antiquant = Some(AntiquantSpec {
+                    scale: vec![1.0, 1.0].into(),
+                    offset: None,
+                    shape: vec![2],
+                })
+            }),
+            "antiquantScale",
+        ),
+        (
+            "antiquant shape",
+            Box::new(|s, sh| {
+                sh.kv_int8 = true;
+                s.antiquant = Some(AntiquantSpec {
+                    scale: vec![1.0; 32].into(),
+                    offset: None,
+                    shape: vec![2, 2, 8],
+                });
+            }),
+            "antiquantScale",
+        ),
+        (
+            "antiquant len",
+            Box::new(|s, sh| {
+                sh.kv_int8 = true;
+                s.antiquant = Some(AntiquantSpec {
+                    scale: vec![1.0; 3].into(),
+                    offset: None,
+                    shape: vec![2],
+                });
+            }),
+            "antiquantScale",
+        ),
+        (
+            "antiquant offset",
+            Box::new(|s, sh| {
+                sh.kv_int8 = true;
+                s.antiquant = Some(AntiquantSpec {
+                    scale: vec![1.0; 2].into(),
+                    offset: Some(vec![0.0].into()),
+                    shape: vec![2],
+                });
+            }),
+            "antiquantOffset",
+        ),
+        (
+            "quant scale",
+            Box::new(|s, _| {
+                s.post_quant = Some(PostQuantSpec {
+                    scale: vec![1.0; 5].into(),
+                    offset: None,
+                })
+            }),
+            "quantScale2",
+        ),
+        (
+            "quant offset",
+            Box::new(|s, _| {
+                s.post_quant = Some(PostQuantSpec {
+                    scale: vec![1.0; 32].into(),
+                    offset: Some(vec![0.0].into()),
+                })
+            }),
+            "quantOffset2",
+        ),
+    ];
+    let (s, sh) = base();
+    s.validate(&sh).expect("base is valid");
+    let (mut s, mut sh) = base();
+    paged(&mut s, &mut sh);
+    s.validate(&sh).expect("paged base is valid");
+    let (s, mut sh) = base();
+    list(&mut sh);
+    s.validate(&sh).expect("list base is valid");
+    for (name, mutate, param) in cases {
+        let (mut s, mut sh) = base();
+        mutate(&mut s, &mut sh);
+        expect_param(name, s.validate(&sh), param);
+    }
+}
