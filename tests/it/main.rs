@@ -17,4 +17,5 @@ mod model_train;
 mod npu;
 mod paged_cache;
 mod prompt_incre_scatter;
+mod suite;
 mod varlen_burn;

@@ -1,23 +1,27 @@
-//! The Burn paths of the varlen op — the composite (any backend), `NdArray` (CPU kernels) and
-//! `Autodiff<NdArray>` with the fused backward under both checkpointing strategies — against
-//! the CPU reference, on every case of `common::cases()`.
+//! The Burn paths of the varlen op beyond the backend-generic suite (`suite.rs`):
+//! `Autodiff<NdArray>` with the fused backward under both checkpointing strategies against
+//! the CPU reference, on every case of `common::cases()`, the NdArray fast-kernel check and
+//! the corrupted-backward mutation.
 
 use crate::common::{cases, close, Case};
 use burn::backend::autodiff::checkpoint::strategy::{
     BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
 };
 use burn::backend::{Autodiff, NdArray};
+use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use burn_ascend::kernels::reference::varlen as reference;
 use burn_ascend::ops::autodiff::test_hooks::CORRUPT_DSINK;
-use burn_ascend::ops::host::{from_vec, to_vec};
-use burn_ascend::ops::varlen::{composite, VarlenShapes};
-use burn_ascend::{varlen_score, VarlenGradInputs, VarlenInputs};
+use burn_ascend::ops::host::from_vec;
+use burn_ascend::ops::varlen::VarlenShapes;
+use burn_ascend::{varlen_score, VarlenInputs};
 
 type B = NdArray;
 
 /// Reference forward and backward in f32, as the kernels crate computes them.
-fn reference_run(c: &Case) -> (reference::VarlenFwdOut<f32>, reference::VarlenGrads<f32>) {
+pub(crate) fn reference_run(
+    c: &Case,
+) -> (reference::VarlenFwdOut<f32>, reference::VarlenGrads<f32>) {
     let shapes = VarlenShapes {
         query: [c.tq(), c.n, c.d],
         key: [c.tkv(), c.nkv, c.d],
@@ -40,73 +44,19 @@ fn reference_run(c: &Case) -> (reference::VarlenFwdOut<f32>, reference::VarlenGr
     (fwd, bwd)
 }
 
-fn inputs(c: &Case) -> VarlenInputs<B> {
-    let dev = Default::default();
+pub(crate) fn inputs_on<Bk: Backend>(c: &Case, dev: &Bk::Device) -> VarlenInputs<Bk> {
     VarlenInputs {
-        query: from_vec::<B>(c.q.clone(), &[c.tq(), c.n, c.d], &dev),
-        key: from_vec::<B>(c.k.clone(), &[c.tkv(), c.nkv, c.d], &dev),
-        value: from_vec::<B>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], &dev),
-        sink: c.sink.clone().map(|s| from_vec::<B>(s, &[c.n], &dev)),
+        query: from_vec::<Bk>(c.q.clone(), &[c.tq(), c.n, c.d], dev),
+        key: from_vec::<Bk>(c.k.clone(), &[c.tkv(), c.nkv, c.d], dev),
+        value: from_vec::<Bk>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], dev),
+        sink: c.sink.clone().map(|s| from_vec::<Bk>(s, &[c.n], dev)),
     }
 }
 
 // Tolerances: both sides compute in f32 (the reference accumulates in f64), so 1e-5 absolute
 // plus 1e-4 relative covers rounding of O(1) values; stats FLT_MAX/−FLT_MAX compare exactly.
-const ATOL: f32 = 1e-5;
-const RTOL: f32 = 1e-4;
-
-#[test]
-fn composite_matches_reference_forward_and_backward() {
-    for c in cases() {
-        let (rf, rb) = reference_run(&c);
-        let out = composite::varlen_fwd::<B>(inputs(&c), &c.spec).expect(&c.name);
-        let name = |s: &str| format!("{}:{s}", c.name);
-        close(
-            &name("out"),
-            &to_vec::<B>(out.attention_out.clone()),
-            &rf.attention_out,
-            ATOL,
-            RTOL,
-        )
-        .unwrap();
-        close(
-            &name("max"),
-            &to_vec::<B>(out.softmax_max.clone()),
-            &rf.softmax_max,
-            ATOL,
-            RTOL,
-        )
-        .unwrap();
-        close(
-            &name("sum"),
-            &to_vec::<B>(out.softmax_sum.clone()),
-            &rf.softmax_sum,
-            ATOL,
-            RTOL,
-        )
-        .unwrap();
-
-        let dev = Default::default();
-        let g = composite::varlen_bwd::<B>(
-            VarlenGradInputs {
-                inputs: inputs(&c),
-                dy: from_vec::<B>(c.dy.clone(), &[c.tq(), c.n, c.dv], &dev),
-                attention_in: out.attention_out,
-                softmax_max: out.softmax_max,
-                softmax_sum: out.softmax_sum,
-            },
-            &c.spec,
-        )
-        .expect(&c.name);
-        close(&name("dq"), &to_vec::<B>(g.dq), &rb.dq, ATOL, RTOL).unwrap();
-        close(&name("dk"), &to_vec::<B>(g.dk), &rb.dk, ATOL, RTOL).unwrap();
-        close(&name("dv"), &to_vec::<B>(g.dv), &rb.dv, ATOL, RTOL).unwrap();
-        assert_eq!(g.dsink.is_some(), c.sink.is_some(), "{}", c.name);
-        if let (Some(a), Some(b)) = (g.dsink, &rb.dsink) {
-            close(&name("dsink"), &to_vec::<B>(a), b, ATOL, RTOL).unwrap();
-        }
-    }
-}
+pub(crate) const ATOL: f32 = 1e-5;
+pub(crate) const RTOL: f32 = 1e-4;
 
 /// Gradients of `Σ out ∘ dy` through `Autodiff<NdArray, C>`: (dq, dk, dv, dsink).
 fn autodiff_grads<C: CheckpointStrategy>(

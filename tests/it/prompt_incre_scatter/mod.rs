@@ -2,12 +2,11 @@
 //! composite (any backend), `NdArray` (CPU kernels) and `Autodiff<NdArray>` (forward-only) —
 //! against the CPU reference, plus one test per validation rule checking the parameter named.
 
-mod ascend_sim;
-mod incre;
+pub(crate) mod incre;
 mod incre_rules;
-mod prompt;
+pub(crate) mod prompt;
 mod prompt_rules;
-mod scatter;
+pub(crate) mod scatter;
 mod scatter_rules;
 
 use std::sync::Arc;
@@ -41,8 +40,8 @@ type AD = Autodiff<NdArray>;
 // Tolerances: the composite computes in f32 against the reference's f64 accumulation; 1e-5
 // absolute plus 1e-4 relative covers rounding of O(1) values. The NdArray path is the
 // reference rounded to f32, so it must match exactly.
-const ATOL: f32 = 1e-5;
-const RTOL: f32 = 1e-4;
+pub(crate) const ATOL: f32 = 1e-5;
+pub(crate) const RTOL: f32 = 1e-4;
 
 fn f32s(v: Vec<f64>) -> Vec<f32> {
     v.into_iter().map(|x| x as f32).collect()

@@ -3,18 +3,18 @@
 
 use super::*;
 
-pub(super) struct SCase {
-    pub(super) name: &'static str,
-    pub(super) spec: ScatterSpec,
-    pub(super) key: Vec<f32>,
-    pub(super) key_shape: Vec<usize>,
-    pub(super) value: Option<(Vec<f32>, Vec<usize>)>,
-    pub(super) kc_shape: Vec<usize>,
-    pub(super) vc_shape: Option<Vec<usize>>,
+pub(crate) struct SCase {
+    pub(crate) name: &'static str,
+    pub(crate) spec: ScatterSpec,
+    pub(crate) key: Vec<f32>,
+    pub(crate) key_shape: Vec<usize>,
+    pub(crate) value: Option<(Vec<f32>, Vec<usize>)>,
+    pub(crate) kc_shape: Vec<usize>,
+    pub(crate) vc_shape: Option<Vec<usize>>,
 }
 
 impl SCase {
-    pub(super) fn shapes(&self) -> ScatterShapes {
+    pub(crate) fn shapes(&self) -> ScatterShapes {
         ScatterShapes {
             key: self.key_shape.clone(),
             value: self.value.as_ref().map(|v| v.1.clone()),
@@ -28,7 +28,7 @@ impl SCase {
             ],
         }
     }
-    pub(super) fn caches(&self) -> (Vec<f32>, Option<Vec<f32>>) {
+    pub(crate) fn caches(&self) -> (Vec<f32>, Option<Vec<f32>>) {
         let n = |s: &Vec<usize>| s.iter().product::<usize>();
         (
             vec![-7.0; n(&self.kc_shape)],
@@ -37,7 +37,7 @@ impl SCase {
     }
 }
 
-pub(super) fn scatter_cases() -> Vec<SCase> {
+pub(crate) fn scatter_cases() -> Vec<SCase> {
     let mut rng = Rng(60);
     let (t, n, dk, dv, nb, bs) = (5, 2, 4, 8, 3, 4);
     let key = rng.vec_f32(t * n * dk, 1.0);
@@ -125,7 +125,7 @@ pub(super) fn scatter_cases() -> Vec<SCase> {
     v
 }
 
-pub(super) fn scatter_ref(c: &SCase) -> (Vec<f32>, Option<Vec<f32>>) {
+pub(crate) fn scatter_ref(c: &SCase) -> (Vec<f32>, Option<Vec<f32>>) {
     let (mut kc, mut vc) = c.caches();
     scatter_checked(
         &c.spec,
@@ -139,23 +139,23 @@ pub(super) fn scatter_ref(c: &SCase) -> (Vec<f32>, Option<Vec<f32>>) {
     (kc, vc)
 }
 
-pub(super) fn scatter_inputs(c: &SCase) -> ScatterInputs<B> {
-    scatter_inputs_on::<B>(c)
+pub(crate) fn scatter_inputs(c: &SCase) -> ScatterInputs<B> {
+    scatter_inputs_on::<B>(c, &Default::default())
 }
 
-pub(super) fn scatter_inputs_on<Bk: burn::tensor::backend::Backend>(
+pub(crate) fn scatter_inputs_on<Bk: burn::tensor::backend::Backend>(
     c: &SCase,
+    d: &Bk::Device,
 ) -> ScatterInputs<Bk> {
-    let d = Default::default();
     let (kc, vc) = c.caches();
     ScatterInputs {
-        key: from_vec::<Bk>(c.key.clone(), &c.key_shape, &d),
+        key: from_vec::<Bk>(c.key.clone(), &c.key_shape, d),
         value: c
             .value
             .as_ref()
-            .map(|(v, s)| from_vec::<Bk>(v.clone(), s, &d)),
-        key_cache: from_vec::<Bk>(kc, &c.kc_shape, &d),
-        value_cache: vc.map(|v| from_vec::<Bk>(v, c.vc_shape.as_ref().unwrap(), &d)),
+            .map(|(v, s)| from_vec::<Bk>(v.clone(), s, d)),
+        key_cache: from_vec::<Bk>(kc, &c.kc_shape, d),
+        value_cache: vc.map(|v| from_vec::<Bk>(v, c.vc_shape.as_ref().unwrap(), d)),
     }
 }
 
