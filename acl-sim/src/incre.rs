@@ -164,7 +164,7 @@ impl IncreCall {
                     .as_ref()
                     .map(|o| floats(o, "quantOffset2"))
                     .transpose()?;
-                let pq = ifa::PostQuant {
+                let pq = ifa::IfaPostQuant {
                     scale: &scale,
                     offset: offset.as_deref(),
                 };

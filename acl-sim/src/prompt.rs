@@ -67,7 +67,7 @@ impl PromptCall {
         a.pre_tokens = self.pre;
         a.next_tokens = self.next;
         a.sparse_mode =
-            pfa::SparseMode::from_i64(self.sparse).unwrap_or(pfa::SparseMode::DefaultMask);
+            pfa::PfaSparseMode::from_attr(self.sparse).unwrap_or(pfa::PfaSparseMode::DefaultMask);
         a.inner_precise = self.inner_precise;
         a.actual_seq_lengths = self.asl.as_deref();
         a.actual_seq_lengths_kv = self.asl_kv.as_deref();
@@ -80,7 +80,7 @@ impl PromptCall {
         a.atten_mask = match (&self.mask, &mask) {
             (None, _) => None,
             // Modes 2-4 never read the mask's contents.
-            (Some(_), None) => Some(pfa::AttenMask {
+            (Some(_), None) => Some(pfa::PfaMask {
                 data: &[],
                 batched: false,
                 rows: 0,
@@ -92,7 +92,7 @@ impl PromptCall {
                     [b, r, c] | [b, _, r, c] => (b, r, c),
                     _ => unreachable!("checked in the first stage"),
                 };
-                Some(pfa::AttenMask {
+                Some(pfa::PfaMask {
                     data,
                     batched: mb != 1,
                     rows,
@@ -121,7 +121,7 @@ impl PromptCall {
                     .as_ref()
                     .map(|o| floats(o, "quantOffset2"))
                     .transpose()?;
-                let pq = pfa::PostQuant {
+                let pq = pfa::PfaPostQuant {
                     scale: &scale,
                     offset: offset.as_deref(),
                 };

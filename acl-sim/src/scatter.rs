@@ -8,7 +8,7 @@ use burn_ascend_kernels::acl::ffi::*;
 use burn_ascend_kernels::reference::scatter::{
     check_compressed_scatter, check_scatter, scatter_pa_kv_cache as reference_scatter,
     scatter_pa_kv_cache_compressed, CacheMode, CompressMode, CompressedScatterArgs,
-    ScatterArgs as RefScatterArgs, ScatterMode,
+    PlainScatterArgs as RefScatterArgs, ScatterMode,
 };
 use half::{bf16, f16};
 

@@ -148,13 +148,13 @@ fn decode_varlen(
     attrs.pre_tokens = pre_tokens;
     attrs.next_tokens = next_tokens;
     attrs.inner_precise = inner_precise;
-    attrs.sparse_mode = SparseMode::from_i64(sparse_mode).ok_or_else(|| {
+    attrs.sparse_mode = SparseMode::from_attr(sparse_mode).ok_or_else(|| {
         SimErr(
             ACLNN_ERR_PARAM_INVALID,
             format!("sparseMode {sparse_mode} is not 0-4 or 6-8"),
         )
     })?;
-    attrs.pse_type = PseType::from_i64(pse_type).ok_or_else(|| {
+    attrs.pse_type = PseType::from_attr(pse_type).ok_or_else(|| {
         SimErr(
             ACLNN_ERR_PARAM_INVALID,
             format!("pseType {pse_type} is not 0-3"),

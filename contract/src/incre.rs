@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use burn_ascend_kernels::reference::incre::{
-    Antiquant, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput, PostQuant,
+    Antiquant, IfaMask, IfaPostQuant, IfaPse, IncreFlashAttentionArgs, KvInput,
 };
 
 use crate::error::{ensure, AttnError, Result};
@@ -777,8 +777,8 @@ impl IncreSpec {
     }
 
     /// The reference's post-quant view of `quantScale2` / `quantOffset2`.
-    pub fn post_quant(&self) -> Option<PostQuant<'_>> {
-        self.post_quant.as_ref().map(|q| PostQuant {
+    pub fn post_quant(&self) -> Option<IfaPostQuant<'_>> {
+        self.post_quant.as_ref().map(|q| IfaPostQuant {
             scale: &q.scale,
             offset: q.offset.as_deref(),
         })

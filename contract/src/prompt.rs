@@ -9,12 +9,12 @@
 use std::sync::Arc;
 
 use burn_ascend_kernels::reference::prompt::{
-    AttenMask, PostQuant, PromptFlashAttentionArgs, PseShift, SparseMode,
+    PfaMask, PfaPostQuant, PromptFlashAttentionArgs, PseShift,
 };
 
 use crate::error::{ensure, AttnError, Result};
 
-pub use burn_ascend_kernels::reference::prompt::{PfaLayout, SparseMode as PfaSparseMode};
+pub use burn_ascend_kernels::reference::prompt::{PfaLayout, PfaSparseMode};
 
 /// Largest batch (A2/A3).
 pub const PFA_MAX_BATCH: usize = 65_536;
@@ -238,8 +238,8 @@ impl PromptSpec {
     }
 
     /// The kernels' sparse mode (valid after [`PromptSpec::validate`]).
-    pub fn mode(&self) -> SparseMode {
-        SparseMode::from_i64(self.sparse_mode).unwrap_or(SparseMode::DefaultMask)
+    pub fn mode(&self) -> PfaSparseMode {
+        PfaSparseMode::from_attr(self.sparse_mode).unwrap_or(PfaSparseMode::DefaultMask)
     }
 
     /// Checks a call and returns its dimensions.
@@ -658,11 +658,11 @@ impl PromptSpec {
         };
         match (&self.atten_mask, self.mode()) {
             (PromptMask::None, _) => false,
-            (_, SparseMode::DefaultMask) => dense(b) || jj < ii - pre || jj > ii + next,
-            (_, SparseMode::AllMask) => dense(b),
-            (_, SparseMode::LeftUpCausal) => jj > ii,
-            (_, SparseMode::RightDownCausal) => jj > ii + skv - sq,
-            (_, SparseMode::Band) => jj < ii - (pre - skv + sq) || jj > ii + (next + skv - sq),
+            (_, PfaSparseMode::DefaultMask) => dense(b) || jj < ii - pre || jj > ii + next,
+            (_, PfaSparseMode::AllMask) => dense(b),
+            (_, PfaSparseMode::LeftUpCausal) => jj > ii,
+            (_, PfaSparseMode::RightDownCausal) => jj > ii + skv - sq,
+            (_, PfaSparseMode::Band) => jj < ii - (pre - skv + sq) || jj > ii + (next + skv - sq),
         }
     }
 
@@ -697,7 +697,7 @@ impl PromptSpec {
         a.atten_mask = match &self.atten_mask {
             PromptMask::None => None,
             // Modes 2-4 never read the mask's contents.
-            PromptMask::Compressed => Some(AttenMask {
+            PromptMask::Compressed => Some(PfaMask {
                 data: &[],
                 batched: false,
                 rows: 0,
@@ -709,7 +709,7 @@ impl PromptSpec {
                     [b, r, c] | [b, _, r, c] => (b, r, c),
                     _ => unreachable!("validated"),
                 };
-                Some(AttenMask {
+                Some(PfaMask {
                     data,
                     batched: mb != 1,
                     rows,
@@ -727,8 +727,8 @@ impl PromptSpec {
     }
 
     /// The reference's post-quant view of `quantScale2` / `quantOffset2`.
-    pub fn post_quant(&self) -> Option<PostQuant<'_>> {
-        self.post_quant.as_ref().map(|q| PostQuant {
+    pub fn post_quant(&self) -> Option<PfaPostQuant<'_>> {
+        self.post_quant.as_ref().map(|q| PfaPostQuant {
             scale: &q.scale,
             offset: q.offset.as_deref(),
         })

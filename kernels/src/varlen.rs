@@ -28,7 +28,7 @@ pub enum SparseMode {
 
 impl SparseMode {
     /// The mode for CANN's integer, or `None` for values varlen does not take (5, 9, …).
-    pub fn from_i64(v: i64) -> Option<Self> {
+    pub fn from_attr(v: i64) -> Option<Self> {
         Some(match v {
             0 => Self::DefaultMask,
             1 => Self::AllMask,
@@ -74,7 +74,7 @@ impl PseType {
     }
 
     /// The type for CANN's integer.
-    pub fn from_i64(v: i64) -> Option<Self> {
+    pub fn from_attr(v: i64) -> Option<Self> {
         Some(match v {
             0 => Self::OuterMulAdd,
             1 => Self::OuterAddMul,

@@ -40,14 +40,14 @@ fn spec_from(b: &Bundle, query: [usize; 3], backward: bool) -> Result<VarlenSpec
     a.next_tokens = b.attr("nextTokens", 2_147_483_647)?;
     a.inner_precise = b.attr("innerPrecise", 0)?;
     let mode: i64 = b.attr("sparseMode", 0)?;
-    a.sparse_mode = SparseMode::from_i64(mode).ok_or_else(|| {
+    a.sparse_mode = SparseMode::from_attr(mode).ok_or_else(|| {
         AttnError::invalid(
             "sparseMode",
             format!("must be 0-4 or 6-8 for varlen, got {mode}"),
         )
     })?;
     let pse_type: i64 = b.attr("pseType", 1)?;
-    a.pse_type = PseType::from_i64(pse_type)
+    a.pse_type = PseType::from_attr(pse_type)
         .ok_or_else(|| AttnError::invalid("pseType", format!("must be 0-3, got {pse_type}")))?;
     let (layout_name, layout_attr) = if backward {
         ("softmaxInLayout", b.attr_str("softmaxInLayout", ""))

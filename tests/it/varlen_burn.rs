@@ -21,7 +21,7 @@ type B = NdArray;
 /// Reference forward and backward in f32, as the kernels crate computes them.
 pub(crate) fn reference_run(
     c: &Case,
-) -> (reference::VarlenFwdOut<f32>, reference::VarlenGrads<f32>) {
+) -> (reference::VarlenFwdOut<f32>, reference::VarlenBwdOut<f32>) {
     let shapes = VarlenShapes {
         query: [c.tq(), c.n, c.d],
         key: [c.tkv(), c.nkv, c.d],

@@ -54,7 +54,7 @@ use rayon::prelude::*;
 use super::decode_avx512::{self as fused, Avx512, Bf16Bits, F16Bits, Widen};
 use super::tile::{exp, exp_sub_sum, row_max, vectorized, SimdKernel};
 use crate::reference::incre::{
-    IfaLayout, IncreFlashAttentionArgs, KvInput, PagedLayout, PostQuant, IFA_MASKED_SCORE,
+    IfaLayout, IfaPostQuant, IncreFlashAttentionArgs, KvInput, PagedLayout, IFA_MASKED_SCORE,
 };
 use crate::Element;
 
@@ -948,10 +948,10 @@ pub fn incre_flash_attention_as<Q: Element, KV: Element, O: Element>(
 }
 
 /// int8 output through `quantScale2` / `quantOffset2` with the reference's rounding
-/// ([`PostQuant::quantize`]). Zero rows (`len = 0`) quantise as `offset`.
+/// ([`IfaPostQuant::quantize`]). Zero rows (`len = 0`) quantise as `offset`.
 pub fn incre_flash_attention_int8<Q: Element, KV: Element>(
     a: &IncreFlashAttentionArgs<Q, KV>,
-    quant: &PostQuant,
+    quant: &IfaPostQuant,
 ) -> Vec<i8> {
     let (n, d) = (a.num_heads, a.head_dim);
     run(a, true)

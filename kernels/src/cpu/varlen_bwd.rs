@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::gemm::{matmul, Mat};
 use super::tile::{store, vectorized, Ctx, Kind, ProbRows, Seq, SimdKernel};
-use crate::reference::varlen::VarlenGrads;
+use crate::reference::varlen::VarlenBwdOut;
 use crate::varlen::VarlenProblem;
 use crate::Element;
 
@@ -105,7 +105,7 @@ pub fn varlen_bwd<T: Element>(
     attention_in: &[T],
     softmax_max: &[f32],
     softmax_sum: &[f32],
-) -> VarlenGrads<T> {
+) -> VarlenBwdOut<T> {
     let ctx = Ctx::new(p);
     let dims = &p.dims;
     let (n, nkv, g, d, dv) = (ctx.n, ctx.nkv, ctx.g, ctx.d, ctx.dv);
@@ -113,7 +113,7 @@ pub fn varlen_bwd<T: Element>(
         // Nothing to differentiate (empty heads, or D = 0 where dO·O = 0): zero gradients,
         // without chunking by an empty row below.
         let zero = T::from_f64(0.0);
-        return VarlenGrads {
+        return VarlenBwdOut {
             dq: vec![zero; dims.t_q() * n * d],
             dk: vec![zero; dims.t_kv() * nkv * d],
             dv: vec![zero; dims.t_kv() * nkv * dv],
@@ -278,7 +278,7 @@ pub fn varlen_bwd<T: Element>(
         }
         acc.into_iter().map(|x| x as f32).collect()
     });
-    VarlenGrads {
+    VarlenBwdOut {
         dq,
         dk,
         dv: dvv,

@@ -143,12 +143,12 @@ impl Antiquant<'_> {
 /// "(D·N), N为numKeyValueHeads" but the 约束说明 say the product equals H for BSH output, i.e.
 /// query heads — the reference follows the latter, UNCONFIRMED). `offset` absent → 0.
 #[derive(Clone, Copy, Debug)]
-pub struct PostQuant<'a> {
+pub struct IfaPostQuant<'a> {
     pub scale: &'a [f32],
     pub offset: Option<&'a [f32]>,
 }
 
-impl PostQuant<'_> {
+impl IfaPostQuant<'_> {
     /// `y = x·scale + offset` → f16 (round-nearest-even) → int8 (round-nearest-even,
     /// saturating). Same rule as the PFA reference; source: ops-transformer `vf_post_quant.h`
     /// (`Cast<half, float, CAST_RINT>` then `Cast<int8, half, CAST_RINT>`); saturation is
@@ -388,11 +388,11 @@ pub fn incre_flash_attention_as<Q: RefElem, KV: RefElem, O: RefElem>(
         .collect()
 }
 
-/// int8 output through `quantScale2` / `quantOffset2` (see [`PostQuant::quantize`]).
+/// int8 output through `quantScale2` / `quantOffset2` (see [`IfaPostQuant::quantize`]).
 /// Zero rows (`len_b == 0`) quantise as `offset`.
 pub fn incre_flash_attention_int8<Q: RefElem, KV: RefElem>(
     a: &IncreFlashAttentionArgs<Q, KV>,
-    quant: &PostQuant,
+    quant: &IfaPostQuant,
 ) -> Vec<i8> {
     let mut out = vec![0i8; a.batch * a.num_heads * a.head_dim];
     run(a, |i, ch, v| out[i] = quant.quantize(v, ch));
@@ -774,12 +774,12 @@ mod tests {
         let a =
             IncreFlashAttentionArgs::new(&q, contiguous(&k, &v, 2), IfaLayout::Bnsd, 1, 1, 1, 0.5);
         // 16.2246 · 2 − 1 = 31.449 → 31; 16.2246 · 10 = 162.2 → saturates to 127.
-        let p = PostQuant {
+        let p = IfaPostQuant {
             scale: &[2.0],
             offset: Some(&[-1.0]),
         };
         assert_eq!(incre_flash_attention_int8(&a, &p), vec![31]);
-        let p = PostQuant {
+        let p = IfaPostQuant {
             scale: &[10.0],
             offset: None,
         };

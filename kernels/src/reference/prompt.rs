@@ -63,7 +63,7 @@ impl PfaLayout {
 
 /// `sparseMode` values PFA V3 supports (5–8 are "暂不支持"). V1 behaves as `DefaultMask`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SparseMode {
+pub enum PfaSparseMode {
     /// 0: `attenMask[i,j]` OR outside `i − pre ≤ j ≤ i + next`.
     DefaultMask,
     /// 1: `attenMask[i,j]` only.
@@ -77,9 +77,14 @@ pub enum SparseMode {
     Band,
 }
 
-impl SparseMode {
+impl PfaSparseMode {
+    /// CANN's integer (`sparseMode`).
+    pub fn as_attr(self) -> i64 {
+        self as i64
+    }
+
     /// Maps the aclnn integer; `None` for unsupported values (5..=8 and anything else).
-    pub fn from_i64(v: i64) -> Option<Self> {
+    pub fn from_attr(v: i64) -> Option<Self> {
         match v {
             0 => Some(Self::DefaultMask),
             1 => Some(Self::AllMask),
@@ -101,14 +106,14 @@ impl SparseMode {
 /// Preconditions: `data.len() >= (batched ? B : 1)·rows·cols`; `rows >= max Sq_b`,
 /// `cols >= max Skv_b` (only read for sparse modes 0 and 1).
 #[derive(Clone, Copy, Debug)]
-pub struct AttenMask<'a> {
+pub struct PfaMask<'a> {
     pub data: &'a [u8],
     pub batched: bool,
     pub rows: usize,
     pub cols: usize,
 }
 
-impl AttenMask<'_> {
+impl PfaMask<'_> {
     fn masked(&self, b: usize, i: usize, j: usize) -> bool {
         let bb = if self.batched { b } else { 0 };
         self.data[(bb * self.rows + i) * self.cols + j] != 0
@@ -134,12 +139,12 @@ pub struct PseShift<'a, T> {
 /// `[1,1,H]`, `[N,D]`, `[1,N,1,D]`, `[1,1,N,D]` all flatten to index `h·D + d`).
 /// `offset`, if present, has the same length as `scale`; absent means 0.
 #[derive(Clone, Copy, Debug)]
-pub struct PostQuant<'a> {
+pub struct PfaPostQuant<'a> {
     pub scale: &'a [f32],
     pub offset: Option<&'a [f32]>,
 }
 
-impl PostQuant<'_> {
+impl PfaPostQuant<'_> {
     /// `y = x·scale + offset`, then cast to f16 (round-to-nearest-even) and f16 → int8
     /// (round-to-nearest-even), as in the ops-transformer post-quant vector code
     /// (`vf_post_quant.h`: `Muls`, `Adds`, `Cast<half, float, CAST_RINT>`,
@@ -183,7 +188,7 @@ impl PostQuant<'_> {
 /// - TND: both are present, cumulative, non-decreasing, non-negative, of length exactly `B`,
 ///   last values `<= T1` / `<= T2`; `pse_shift` is `None`;
 /// - `head_dim_v == head_dim` except in TND (docs: Q_D = K_D = 192, V_D ∈ {128, 192});
-/// - mask/pse shapes as documented on [`AttenMask`] / [`PseShift`];
+/// - mask/pse shapes as documented on [`PfaMask`] / [`PseShift`];
 /// - with `atten_mask == None` the sparse mode and pre/next are ignored (no masking at all,
 ///   spec §1/§5); the docs require a (compressed) mask for sparse modes 2, 3, 4.
 #[derive(Clone, Copy, Debug)]
@@ -202,13 +207,13 @@ pub struct PromptFlashAttentionArgs<'a, T> {
     pub scale: f64,
     pub pre_tokens: i64,
     pub next_tokens: i64,
-    pub sparse_mode: SparseMode,
+    pub sparse_mode: PfaSparseMode,
     /// Device precision selection; no effect on the reference (invalid rows are always zero).
     pub inner_precise: i64,
     pub actual_seq_lengths: Option<&'a [i64]>,
     pub actual_seq_lengths_kv: Option<&'a [i64]>,
     pub pse_shift: Option<PseShift<'a, T>>,
-    pub atten_mask: Option<AttenMask<'a>>,
+    pub atten_mask: Option<PfaMask<'a>>,
 }
 
 impl<'a, T: RefElem> PromptFlashAttentionArgs<'a, T> {
@@ -243,7 +248,7 @@ impl<'a, T: RefElem> PromptFlashAttentionArgs<'a, T> {
             scale,
             pre_tokens: 2_147_483_647,
             next_tokens: 0,
-            sparse_mode: SparseMode::DefaultMask,
+            sparse_mode: PfaSparseMode::DefaultMask,
             inner_precise: 0,
             actual_seq_lengths: None,
             actual_seq_lengths_kv: None,
@@ -335,13 +340,13 @@ fn run<T: RefElem>(a: &PromptFlashAttentionArgs<T>, mut emit: impl FnMut(usize, 
             let (sq, skv) = (sq as i128, skv as i128);
             let (pre, next) = (a.pre_tokens as i128, a.next_tokens as i128);
             match a.sparse_mode {
-                SparseMode::DefaultMask => {
+                PfaSparseMode::DefaultMask => {
                     mask.masked(b, i as usize, j as usize) || j < i - pre || j > i + next
                 }
-                SparseMode::AllMask => mask.masked(b, i as usize, j as usize),
-                SparseMode::LeftUpCausal => j > i,
-                SparseMode::RightDownCausal => j > i + skv - sq,
-                SparseMode::Band => {
+                PfaSparseMode::AllMask => mask.masked(b, i as usize, j as usize),
+                PfaSparseMode::LeftUpCausal => j > i,
+                PfaSparseMode::RightDownCausal => j > i + skv - sq,
+                PfaSparseMode::Band => {
                     let pre_lu = pre - skv + sq;
                     let next_lu = next + skv - sq;
                     j < i - pre_lu || j > i + next_lu
@@ -409,13 +414,13 @@ pub fn prompt_flash_attention_as<T: RefElem, O: RefElem>(
         .collect()
 }
 
-/// int8 output through `quantScale2` / `quantOffset2` (see [`PostQuant::quantize`]).
+/// int8 output through `quantScale2` / `quantOffset2` (see [`PfaPostQuant::quantize`]).
 /// Rows that the reference zeroes (past the actual length, fully masked, empty KV) quantise
 /// as `0·scale + offset`; the docs reject int8 output with a non-null quantOffset2 when such
 /// rows can occur (约束说明, last item), so only offset-free calls can observe them.
 pub fn prompt_flash_attention_int8<T: RefElem>(
     a: &PromptFlashAttentionArgs<T>,
-    quant: &PostQuant,
+    quant: &PfaPostQuant,
 ) -> Vec<i8> {
     let mut out = vec![0i8; a.output_len()];
     run(a, |idx, ch, v| out[idx] = quant.quantize(v, ch));
@@ -543,7 +548,7 @@ mod tests {
         let k = rand_vec(11, b * n * skv * d);
         let v = rand_vec(12, b * n * skv * d);
         let mask: Vec<u8> = (0..sq * skv).map(|x| (x % 3 == 0) as u8).collect();
-        let m = AttenMask {
+        let m = PfaMask {
             data: &mask,
             batched: false,
             rows: sq,
@@ -552,7 +557,7 @@ mod tests {
         let mut a =
             PromptFlashAttentionArgs::new(&q, &k, &v, PfaLayout::Bnsd, b, sq, skv, n, d, 0.7);
         a.atten_mask = Some(m);
-        a.sparse_mode = SparseMode::AllMask;
+        a.sparse_mode = PfaSparseMode::AllMask;
         let bnsd = prompt_flash_attention(&a);
         let expect_bsnd = bnsd_to_bsnd(&bnsd, b, n, sq, d);
 
@@ -632,8 +637,8 @@ mod tests {
         let mut a = PromptFlashAttentionArgs::new(&q, &k, &v, PfaLayout::Tnd, 1, 2, 3, n, d, 1.0);
         a.actual_seq_lengths = Some(&cq);
         a.actual_seq_lengths_kv = Some(&ckv);
-        a.sparse_mode = SparseMode::RightDownCausal;
-        a.atten_mask = Some(AttenMask {
+        a.sparse_mode = PfaSparseMode::RightDownCausal;
+        a.atten_mask = Some(PfaMask {
             data: &mask,
             batched: false,
             rows: 2,
@@ -661,7 +666,7 @@ mod tests {
         let k = rand_vec(31, n * skv * d);
         let v = rand_vec(32, n * skv * d);
         let compressed = vec![0u8; 2048 * 2048];
-        let dummy = AttenMask {
+        let dummy = PfaMask {
             data: &compressed,
             batched: false,
             rows: 2048,
@@ -671,8 +676,8 @@ mod tests {
             PromptFlashAttentionArgs::new(&q, &k, &v, PfaLayout::Bnsd, 1, sq, skv, n, d, 0.3);
         let run_explicit = |m: &[u8]| {
             let mut a = base;
-            a.sparse_mode = SparseMode::AllMask;
-            a.atten_mask = Some(AttenMask {
+            a.sparse_mode = PfaSparseMode::AllMask;
+            a.atten_mask = Some(PfaMask {
                 data: m,
                 batched: false,
                 rows: sq,
@@ -681,28 +686,28 @@ mod tests {
             prompt_flash_attention(&a)
         };
         let delta = skv as i64 - sq as i64;
-        let cases: Vec<(SparseMode, i64, i64, Vec<u8>)> = vec![
+        let cases: Vec<(PfaSparseMode, i64, i64, Vec<u8>)> = vec![
             (
-                SparseMode::LeftUpCausal,
+                PfaSparseMode::LeftUpCausal,
                 0,
                 0,
                 explicit(sq, skv, |i, j| j > i),
             ),
             (
-                SparseMode::RightDownCausal,
+                PfaSparseMode::RightDownCausal,
                 0,
                 0,
                 explicit(sq, skv, |i, j| j > i + delta),
             ),
             // band from the bottom-right: valid iff δ − pre ≤ j − i ≤ δ + next
             (
-                SparseMode::Band,
+                PfaSparseMode::Band,
                 1,
                 0,
                 explicit(sq, skv, |i, j| j - i < delta - 1 || j - i > delta),
             ),
             (
-                SparseMode::Band,
+                PfaSparseMode::Band,
                 2,
                 -1,
                 explicit(sq, skv, |i, j| j - i < delta - 2 || j - i > delta - 1),
@@ -721,7 +726,7 @@ mod tests {
         let mut a = base;
         a.pre_tokens = 1;
         a.next_tokens = 2;
-        a.atten_mask = Some(AttenMask {
+        a.atten_mask = Some(PfaMask {
             data: &user,
             batched: false,
             rows: sq,
@@ -741,8 +746,8 @@ mod tests {
         let dummy = [0u8; 9];
         let mut a =
             PromptFlashAttentionArgs::new(&q, &k, &v, PfaLayout::Bnsd, 1, sq, skv, n, d, 1.0);
-        a.sparse_mode = SparseMode::RightDownCausal;
-        a.atten_mask = Some(AttenMask {
+        a.sparse_mode = PfaSparseMode::RightDownCausal;
+        a.atten_mask = Some(PfaMask {
             data: &dummy,
             batched: false,
             rows: 3,
@@ -860,7 +865,7 @@ mod tests {
 
     #[test]
     fn int8_post_quant_rounding_and_saturation() {
-        let pt = PostQuant {
+        let pt = PfaPostQuant {
             scale: &[1.0],
             offset: None,
         };
@@ -875,7 +880,7 @@ mod tests {
                                               // round would give 3.
         assert_eq!(pt.quantize(2.5009765625, 0), 2);
         // Per-channel scale/offset: channel = h·Dv + d.
-        let pc = PostQuant {
+        let pc = PfaPostQuant {
             scale: &[1.0, 2.0, 10.0, 0.5],
             offset: Some(&[0.0, 1.0, -3.0, 0.0]),
         };
@@ -885,7 +890,7 @@ mod tests {
         // End to end: q = [1], k = [1, 2], v = [10, 20], scale 0.5 → 16.2246 → ·2 − 1 = 31.45 → 31.
         let (q, k, v) = ([1.0f32], [1.0f32, 2.0], [10.0f32, 20.0]);
         let a = PromptFlashAttentionArgs::new(&q, &k, &v, PfaLayout::Bnsd, 1, 1, 2, 1, 1, 0.5);
-        let p = PostQuant {
+        let p = PfaPostQuant {
             scale: &[2.0],
             offset: Some(&[-1.0]),
         };
@@ -893,9 +898,12 @@ mod tests {
     }
 
     #[test]
-    fn sparse_mode_from_i64() {
-        assert_eq!(SparseMode::from_i64(3), Some(SparseMode::RightDownCausal));
-        assert_eq!(SparseMode::from_i64(5), None);
-        assert_eq!(SparseMode::from_i64(-1), None);
+    fn sparse_mode_from_attr() {
+        assert_eq!(
+            PfaSparseMode::from_attr(3),
+            Some(PfaSparseMode::RightDownCausal)
+        );
+        assert_eq!(PfaSparseMode::from_attr(5), None);
+        assert_eq!(PfaSparseMode::from_attr(-1), None);
     }
 }

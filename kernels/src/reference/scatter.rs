@@ -97,7 +97,7 @@ pub fn nz_last_dim<T>() -> usize {
 /// - Nct only with Norm; strides > 0;
 /// - slots `< nb·bs`, unique among the non-negative ones; negative slots are skipped.
 #[derive(Clone, Copy, Debug)]
-pub struct ScatterArgs<'a, T, I> {
+pub struct PlainScatterArgs<'a, T, I> {
     pub key: &'a [T],
     pub value: Option<&'a [T]>,
     pub slot_mapping: &'a [I],
@@ -111,7 +111,7 @@ pub struct ScatterArgs<'a, T, I> {
     pub scatter_mode: ScatterMode,
 }
 
-impl<T, I: SlotIndex> ScatterArgs<'_, T, I> {
+impl<T, I: SlotIndex> PlainScatterArgs<'_, T, I> {
     /// Start of token `t`'s `N·D` elements in key (`which = 0`) or value (`which = 1`).
     fn src_start(&self, which: usize, t: usize, d: usize) -> usize {
         match self.scatter_mode {
@@ -134,7 +134,7 @@ impl<T, I: SlotIndex> ScatterArgs<'_, T, I> {
 
 /// Validates everything [`scatter_pa_kv_cache`] reads or writes. Pure.
 pub fn check_scatter<T, I: SlotIndex>(
-    a: &ScatterArgs<T, I>,
+    a: &PlainScatterArgs<T, I>,
     key_cache_len: usize,
     value_cache_len: Option<usize>,
 ) -> Result<(), String> {
@@ -207,7 +207,7 @@ pub fn check_scatter<T, I: SlotIndex>(
 /// Writes key (and value) tokens into the caches. Tokens with a negative or out-of-range slot
 /// are skipped. Assumes [`check_scatter`] passed (otherwise it may panic, never UB).
 pub fn scatter_pa_kv_cache<T: Copy, I: SlotIndex>(
-    a: &ScatterArgs<T, I>,
+    a: &PlainScatterArgs<T, I>,
     key_cache: &mut [T],
     value_cache: Option<&mut [T]>,
 ) {
@@ -500,8 +500,8 @@ mod tests {
         value: Option<&'a [f32]>,
         slots: &'a [i32],
         mode: CacheMode,
-    ) -> ScatterArgs<'a, f32, i32> {
-        ScatterArgs {
+    ) -> PlainScatterArgs<'a, f32, i32> {
+        PlainScatterArgs {
             key,
             value,
             slot_mapping: slots,
@@ -558,7 +558,7 @@ mod tests {
         assert_eq!(nz_last_dim::<i8>(), 32);
         let key: Vec<f16> = (0..32).map(|i| f16::from_f32(i as f32)).collect();
         let slots = [1i64];
-        let a = ScatterArgs {
+        let a = PlainScatterArgs {
             key: &key,
             value: None,
             slot_mapping: &slots[..],

@@ -29,7 +29,7 @@ pub struct VarlenFwdOut<T> {
 /// Backward outputs: `dq [Tq, N, D]`, `dk [Tkv, Nkv, D]`, `dv [Tkv, Nkv, Dv]`, and `dsink [N]`
 /// when the problem has a sink.
 #[derive(Debug, Clone, PartialEq)]
-pub struct VarlenGrads<T> {
+pub struct VarlenBwdOut<T> {
     /// `dqOut`.
     pub dq: Vec<T>,
     /// `dkOut`.
@@ -169,7 +169,7 @@ pub fn varlen_bwd<T: Element>(
     attention_in: &[T],
     softmax_max: &[f32],
     softmax_sum: &[f32],
-) -> VarlenGrads<T> {
+) -> VarlenBwdOut<T> {
     let dims = &p.dims;
     let (n, nkv, dd, dv) = (
         dims.head_num,
@@ -231,7 +231,7 @@ pub fn varlen_bwd<T: Element>(
         }
     }
     let cast = |v: Vec<f64>| v.into_iter().map(T::from_f64).collect();
-    VarlenGrads {
+    VarlenBwdOut {
         dq: cast(dq),
         dk: cast(dk),
         dv: cast(dvv),

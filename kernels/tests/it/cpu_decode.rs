@@ -15,8 +15,8 @@
 
 use burn_ascend_kernels::cpu;
 use burn_ascend_kernels::reference::incre::{
-    self as reference, Antiquant, IfaLayout, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput,
-    PagedLayout, PostQuant,
+    self as reference, Antiquant, IfaLayout, IfaMask, IfaPostQuant, IfaPse,
+    IncreFlashAttentionArgs, KvInput, PagedLayout,
 };
 use burn_ascend_kernels::Element;
 use burn_ascend_test_support::{check_close, Rng};
@@ -612,7 +612,7 @@ fn zero_length_windows_give_zero_rows_and_int8_offsets() {
     );
     a.actual_seq_lengths = Some(&lens);
     assert_eq!(cpu::incre_flash_attention(&a), vec![10.0, 0.0]);
-    let pq = PostQuant {
+    let pq = IfaPostQuant {
         scale: &[2.0],
         offset: Some(&[-3.0]),
     };
@@ -641,7 +641,7 @@ fn narrow_and_int8_outputs_match_the_rounded_reference() {
             );
         }
         let per_channel: Vec<f32> = (0..c.n * c.d).map(|i| 4.0 + (i % 7) as f32).collect();
-        let pq = PostQuant {
+        let pq = IfaPostQuant {
             scale: &per_channel,
             offset: None,
         };

@@ -8,7 +8,7 @@ use burn::tensor::{Tensor, TensorMetadata};
 
 use burn_ascend_kernels::reference::scatter::{
     check_compressed_scatter, check_scatter, scatter_pa_kv_cache, scatter_pa_kv_cache_compressed,
-    CacheMode, CompressedScatterArgs, RefElem, ScatterArgs,
+    CacheMode, CompressedScatterArgs, PlainScatterArgs, RefElem,
 };
 
 use crate::backend::{ScatterInputs, ScatterOutputs};
@@ -155,7 +155,7 @@ pub fn scatter_host<T: RefElem>(
         check_compressed_scatter(&a, key_cache.len(), vlen).map_err(guard)?;
         scatter_pa_kv_cache_compressed(&a, key_cache, value_cache);
     } else {
-        let a = ScatterArgs {
+        let a = PlainScatterArgs {
             key,
             value,
             slot_mapping: &spec.slot_mapping[..],
