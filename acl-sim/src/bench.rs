@@ -5,7 +5,7 @@
 //!
 //! Two figures:
 //! - `per_call_us`: every call builds its descriptors afresh (what
-//!   `burn_ascend_kernels::acl::host` does);
+//!   the call builders do);
 //! - `reused_descriptors_us`: descriptors and int arrays built once and reused across calls
 //!   (CANN allows reusing `aclTensor`s; the executor is single-use unless made repeatable with
 //!   `aclSetAclOpExecutorRepeatable`, which this layer does not use), so only the two stages

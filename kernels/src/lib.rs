@@ -8,7 +8,8 @@
 //!   the ACL ABI that CI runs is the crate `burn-ascend-acl-sim`.
 //! - [`dropout`]: CANN's bit-packed dropout mask and a seeded generator for it.
 //!
-//! Nothing here validates: callers (the `burn-ascend-ops` crate) check every constraint first
+//! Nothing here validates: callers (the `burn-ascend-contract` crate's specs) check every
+//! constraint first
 //! and return typed errors. The kernels index slices with bounds checks, so invalid input can
 //! at worst panic, never cause undefined behaviour.
 

@@ -1,7 +1,7 @@
 //! burn-ascend's integration tests, one binary: a module per suite.
 //!
 //! The suites share one process. What is process-wide: the backend's fallback counters (read
-//! only by `model_generate` and `prompt_incre_scatter::ascend_sim`, which assert that the
+//! only by `model_generate` and `suite`, which assert that the
 //! serving ops never fall back, and no test here makes them fall back), Burn's global random
 //! generator (no test depends on its sequence: models compared across runs start from one
 //! saved checkpoint) and the CLI binary's counting allocator (the bench's memory figures are

@@ -64,12 +64,11 @@ fn zeros(rt: &Runtime, dims: &[usize]) -> DeviceTensor {
         .unwrap()
 }
 
-/// The varlen forward of `c` through the backend's call builder: (out, max, sum).
-fn varlen_fwd(
-    rt: &Runtime,
-    c: &Case,
-    sink: bool,
-) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>), AclError> {
+/// attentionOut, softmaxMax, softmaxSum.
+type FwdOut = (Vec<f32>, Vec<f32>, Vec<f32>);
+
+/// The varlen forward of `c` through the backend's call builder.
+fn varlen_fwd(rt: &Runtime, c: &Case, sink: bool) -> Result<FwdOut, AclError> {
     let (q, k, v) = (
         up(rt, &[c.tq(), c.n, c.d], &c.q),
         up(rt, &[c.tkv(), c.nkv, c.d], &c.k),

@@ -3,7 +3,7 @@
 //! call (`GetWorkspaceSize` → workspace → launch) is [`two_stage`].
 //!
 //! Launches are asynchronous on the runtime's stream; callers synchronise before reading
-//! results ([`super::host`] does).
+//! results (the attention call builders in `burn_ascend_backend::attention::aclnn` do).
 
 use std::ffi::{c_char, CString};
 use std::ptr::{null, null_mut};

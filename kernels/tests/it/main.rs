@@ -1,5 +1,5 @@
-//! burn-ascend-kernels' integration tests, one binary: a module per suite. (The `acl_*` suites
-//! are separate binaries.)
+//! burn-ascend-kernels' integration tests, one binary: a module per suite. (The simulated
+//! aclnn ops are tested in `acl-sim/tests/it`.)
 //!
 //! Process-wide state: none of these suites changes any. The kernels' scratch buffers are
 //! thread-local, and the tests that depend on the thread count build local rayon pools.
