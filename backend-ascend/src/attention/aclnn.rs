@@ -69,11 +69,16 @@ fn empty(rt: &Runtime, dtype: DataType) -> Result<DeviceTensor> {
     rt.zeros(TensorDesc::contiguous(&[0], dtype)?)
 }
 
-/// The varlen inputs the spec carries as host data, on the device.
+/// The varlen inputs the spec carries as host data, on the device, and its int arrays.
 struct VarlenExtras {
     atten_mask: Option<DeviceTensor>,
     real_shift: Option<DeviceTensor>,
     drop_mask: Option<DeviceTensor>,
+    prefix: Option<IntArray>,
+    cum_q: IntArray,
+    cum_kv: IntArray,
+    q_start: Option<IntArray>,
+    kv_start: Option<IntArray>,
 }
 
 fn varlen_extras(rt: &Runtime, spec: &VarlenSpec, dtype: DataType) -> Result<VarlenExtras> {
@@ -100,6 +105,11 @@ fn varlen_extras(rt: &Runtime, spec: &VarlenSpec, dtype: DataType) -> Result<Var
         atten_mask,
         real_shift,
         drop_mask,
+        prefix: ints(rt, spec.prefix.as_deref())?,
+        cum_q: IntArray::new(rt.api(), &spec.actual_seq_q_len)?,
+        cum_kv: IntArray::new(rt.api(), &spec.actual_seq_kv_len)?,
+        q_start: ints(rt, spec.q_start_idx.as_ref().map(std::slice::from_ref))?,
+        kv_start: ints(rt, spec.kv_start_idx.as_ref().map(std::slice::from_ref))?,
     })
 }
 
@@ -135,11 +145,6 @@ pub fn varlen_fwd(
             handle(&ex.drop_mask)?,
         );
         let softmax_out = softmax_out.handle()?;
-        let prefix = ints(rt, spec.prefix.as_deref())?;
-        let cum_q = IntArray::new(rt.api(), &spec.actual_seq_q_len)?;
-        let cum_kv = IntArray::new(rt.api(), &spec.actual_seq_kv_len)?;
-        let q_start = ints(rt, spec.q_start_idx.as_ref().map(std::slice::from_ref))?;
-        let kv_start = ints(rt, spec.kv_start_idx.as_ref().map(std::slice::from_ref))?;
         let a = &spec.attrs;
         ops::varlen_fwd(
             rt,
@@ -154,11 +159,11 @@ pub fn varlen_fwd(
                 padding_mask: None,
                 atten_mask: mask.as_ref(),
                 sink: x.sink,
-                prefix: prefix.as_ref(),
-                actual_seq_q_len: Some(&cum_q),
-                actual_seq_kv_len: Some(&cum_kv),
-                q_start_idx: q_start.as_ref(),
-                kv_start_idx: kv_start.as_ref(),
+                prefix: ex.prefix.as_ref(),
+                actual_seq_q_len: Some(&ex.cum_q),
+                actual_seq_kv_len: Some(&ex.cum_kv),
+                q_start_idx: ex.q_start.as_ref(),
+                kv_start_idx: ex.kv_start.as_ref(),
                 scale_value: a.scale,
                 keep_prob: a.keep_prob,
                 pre_tokens: a.pre_tokens,
@@ -216,11 +221,6 @@ pub fn varlen_grad(
             handle(&ex.drop_mask)?,
         );
         let (dq_rope, dk_rope, dpse) = (unused.handle()?, unused.handle()?, unused.handle()?);
-        let prefix = ints(rt, spec.prefix.as_deref())?;
-        let cum_q = IntArray::new(rt.api(), &spec.actual_seq_q_len)?;
-        let cum_kv = IntArray::new(rt.api(), &spec.actual_seq_kv_len)?;
-        let q_start = ints(rt, spec.q_start_idx.as_ref().map(std::slice::from_ref))?;
-        let kv_start = ints(rt, spec.kv_start_idx.as_ref().map(std::slice::from_ref))?;
         let a = &spec.attrs;
         ops::varlen_grad(
             rt,
@@ -240,11 +240,11 @@ pub fn varlen_grad(
                 softmax_in: None,
                 attention_in: Some(x.attention_in),
                 sink_in: x.sink,
-                prefix: prefix.as_ref(),
-                actual_seq_q_len: Some(&cum_q),
-                actual_seq_kv_len: Some(&cum_kv),
-                q_start_idx: q_start.as_ref(),
-                kv_start_idx: kv_start.as_ref(),
+                prefix: ex.prefix.as_ref(),
+                actual_seq_q_len: Some(&ex.cum_q),
+                actual_seq_kv_len: Some(&ex.cum_kv),
+                q_start_idx: ex.q_start.as_ref(),
+                kv_start_idx: ex.kv_start.as_ref(),
                 scale_value: a.scale,
                 keep_prob: a.keep_prob,
                 pre_tokens: a.pre_tokens,
