@@ -221,11 +221,8 @@ pub(crate) unsafe extern "C" fn ifa_v4(
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
         let layout = unsafe { c_str(input_layout, "inputLayout")? }
             .ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, "inputLayout is null".into()))?;
-        let layout = match layout.as_str() {
-            "BSH" => IfaLayout::Bsh,
-            "BSND" => IfaLayout::Bsnd,
-            "BNSD" => IfaLayout::Bnsd,
-            other => return invalid(format!("inputLayout \"{other}\" is not BSH, BSND or BNSD")),
+        let Some(layout) = IfaLayout::from_attr(&layout) else {
+            return invalid(format!("inputLayout \"{layout}\" is not BSH, BSND or BNSD"));
         };
         if !matches!(
             q.dtype,

@@ -138,18 +138,12 @@ impl PromptCall {
 }
 
 fn parse_pfa_layout(s: &str) -> SimResult<PfaLayout> {
-    Ok(match s {
-        "BSH" => PfaLayout::Bsh,
-        "BSND" => PfaLayout::Bsnd,
-        "BNSD" => PfaLayout::Bnsd,
-        "BNSD_BSND" => PfaLayout::BnsdBsnd,
-        "TND" => PfaLayout::Tnd,
-        other => {
-            return invalid(format!(
-                "inputLayout \"{other}\" is not BSH, BSND, BNSD, BNSD_BSND or TND"
-            ))
-        }
-    })
+    match PfaLayout::from_attr(s) {
+        Some(l) => Ok(l),
+        None => invalid(format!(
+            "inputLayout \"{s}\" is not BSH, BSND, BNSD, BNSD_BSND or TND"
+        )),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -4,6 +4,7 @@
 
 use std::ffi::c_char;
 
+use burn_ascend_contract::scatter::ScatterKind;
 use burn_ascend_kernels::acl::ffi::*;
 use burn_ascend_kernels::reference::scatter::{
     check_compressed_scatter, check_scatter, scatter_pa_kv_cache as reference_scatter,
@@ -146,23 +147,17 @@ pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
                 c_str(scatter_mode, "scatterMode")?,
             )
         };
-        let cache_mode = match cm.as_deref().unwrap_or("Norm") {
-            "" | "Norm" => CacheMode::Norm,
-            "PA_NZ" => CacheMode::PaNz,
-            other => return invalid(format!("cacheMode \"{other}\" is not Norm or PA_NZ")),
+        // A null attribute reads as the empty string: Norm / None.
+        let (cm, sm) = (cm.unwrap_or_default(), sm.unwrap_or_default());
+        let Some(cache_mode) = CacheMode::from_attr(&cm) else {
+            return invalid(format!("cacheMode \"{cm}\" is not Norm or PA_NZ"));
         };
-        let (nct, compress) = match sm.as_deref().unwrap_or("None") {
-            "" | "None" => (false, None),
-            "Nct" => (true, None),
-            "Alibi" => (false, Some(CompressMode::Alibi)),
-            "Rope" => (false, Some(CompressMode::Rope)),
-            "Omni" => (false, Some(CompressMode::Omni)),
-            other => {
-                return invalid(format!(
-                    "scatterMode \"{other}\" is not None, Nct, Alibi, Rope or Omni"
-                ))
-            }
+        let Some(kind) = ScatterKind::from_attr(&sm) else {
+            return invalid(format!(
+                "scatterMode \"{sm}\" is not None, Nct, Alibi, Rope or Omni"
+            ));
         };
+        let (nct, compress) = (kind == ScatterKind::Nct, kind.compressed());
         let kd = key.dtype;
         if !matches!(
             kd,

@@ -14,7 +14,7 @@ use std::ffi::c_char;
 use burn_ascend_kernels::acl::ffi::*;
 use burn_ascend_kernels::varlen::{
     lengths_from_cumulative, AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode,
-    VarlenAttrs, VarlenDims, VarlenProblem,
+    VarlenAttrs, VarlenDims, VarlenProblem, VARLEN_LAYOUT,
 };
 use half::{bf16, f16};
 
@@ -84,7 +84,7 @@ fn decode_varlen(
     }
     let layout =
         layout.ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, "inputLayout is null".into()))?;
-    if layout != "TND" {
+    if layout != VARLEN_LAYOUT {
         return invalid(format!(
             "inputLayout: varlen takes \"TND\", got \"{layout}\""
         ));

@@ -14,6 +14,8 @@ use burn_ascend_kernels::varlen::{
 
 use crate::error::{ensure, AttnError, Result};
 
+pub use burn_ascend_kernels::varlen::VARLEN_LAYOUT;
+
 /// Largest head dim `aclnnFlashAttentionVarLenScoreV5` and its grad take (the older
 /// `aclnnFlashAttentionVarLenScore` takes 512).
 pub const MAX_HEAD_DIM: usize = 768;

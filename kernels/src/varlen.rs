@@ -5,6 +5,9 @@
 //! implementation — the reference, the fast CPU kernels, the Ascend dispatch — asks
 //! [`VarlenProblem::rule`] which positions a sequence may attend to.
 
+/// `inputLayout` of the varlen ops: packed sequences (`"TND"`) only.
+pub const VARLEN_LAYOUT: &str = "TND";
+
 /// CANN's `sparseMode` (spec §1). Mode 5 (uncompressed prefix) does not exist for varlen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SparseMode {

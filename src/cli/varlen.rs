@@ -11,6 +11,7 @@ use crate::backend::attention::aclnn;
 use crate::kernels::acl::{DataType, DeviceTensor};
 use crate::kernels::cpu;
 use crate::kernels::reference::varlen as reference;
+use crate::ops::varlen::VARLEN_LAYOUT;
 use crate::ops::varlen::{
     compressed_mask, MaskSpec, PseSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec,
 };
@@ -19,8 +20,8 @@ use crate::{AttnError, PseType, SoftmaxLayout, SparseMode};
 /// Builds the spec from the bundle's tensors and attributes. `backward` selects the names that
 /// differ (`softmaxInLayout`, `sinkIn`).
 fn spec_from(b: &Bundle, query: [usize; 3], backward: bool) -> Result<VarlenSpec, AttnError> {
-    let layout = b.attr_str("inputLayout", "TND");
-    if layout != "TND" {
+    let layout = b.attr_str("inputLayout", VARLEN_LAYOUT);
+    if layout != VARLEN_LAYOUT {
         return Err(AttnError::invalid(
             "inputLayout",
             format!("varlen takes only \"TND\", got \"{layout}\""),

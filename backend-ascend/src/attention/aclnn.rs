@@ -16,14 +16,11 @@ use half::{bf16, f16};
 use burn_ascend_contract::incre::IncreSpec;
 use burn_ascend_contract::prompt::{PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
 use burn_ascend_contract::scatter::{CacheMode, ScatterSpec};
-use burn_ascend_contract::varlen::{compressed_mask, MaskSpec, PseSpec, VarlenSpec};
+use burn_ascend_contract::varlen::{compressed_mask, MaskSpec, PseSpec, VarlenSpec, VARLEN_LAYOUT};
 use burn_ascend_kernels::acl::{
     ops, AclError, DataType, DeviceTensor, IntArray, Result, Runtime, Tensor, TensorDesc,
     TensorList,
 };
-
-/// `inputLayout` of the varlen ops: packed sequences only.
-const TND: &str = "TND";
 
 fn upload(rt: &Runtime, bytes: &[u8], dims: &[usize], dtype: DataType) -> Result<DeviceTensor> {
     rt.upload(TensorDesc::contiguous(dims, dtype)?, bytes)
@@ -169,7 +166,7 @@ pub fn varlen_fwd(
                 pre_tokens: a.pre_tokens,
                 next_tokens: a.next_tokens,
                 head_num: head_num as i64,
-                input_layout: TND,
+                input_layout: VARLEN_LAYOUT,
                 inner_precise: a.inner_precise,
                 sparse_mode: a.sparse_mode.as_attr(),
                 pse_type: a.pse_type.as_attr(),
@@ -250,7 +247,7 @@ pub fn varlen_grad(
                 pre_tokens: a.pre_tokens,
                 next_tokens: a.next_tokens,
                 head_num: head_num as i64,
-                input_layout: TND,
+                input_layout: VARLEN_LAYOUT,
                 inner_precise: a.inner_precise,
                 sparse_mode: a.sparse_mode.as_attr(),
                 pse_type: a.pse_type.as_attr(),
