@@ -20,11 +20,52 @@ fn uniform01(seed: u64, counter: u64) -> f64 {
     (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
+/// `x` rounded once to the float element type `dtype`.
+fn round_to(x: f64, dtype: DataType) -> f64 {
+    match dtype {
+        DataType::Float => f64::from(x as f32),
+        DataType::Float16 => f16::from_f64(x).to_f64(),
+        DataType::Bf16 => bf16::from_f64(x).to_f64(),
+        _ => x,
+    }
+}
+
+/// The largest value of the float element type `dtype` strictly below `to`.
+fn largest_below(to: f64, dtype: DataType) -> f64 {
+    let r = round_to(to, dtype);
+    if r < to {
+        return r;
+    }
+    match dtype {
+        DataType::Float => f64::from((r as f32).next_down()),
+        DataType::Float16 => step_down_16(r, true),
+        DataType::Bf16 => step_down_16(r, false),
+        _ => r.next_down(),
+    }
+}
+
+/// One step down in f16 (`half_precision`) or bf16 from the representable value `r`.
+fn step_down_16(r: f64, half_precision: bool) -> f64 {
+    let (bits, to_f64): (u16, fn(u16) -> f64) = if half_precision {
+        (f16::from_f64(r).to_bits(), |b| f16::from_bits(b).to_f64())
+    } else {
+        (bf16::from_f64(r).to_bits(), |b| bf16::from_bits(b).to_f64())
+    };
+    let next = if r > 0.0 {
+        bits - 1
+    } else if r == 0.0 {
+        0x8001 // the smallest negative subnormal
+    } else {
+        bits + 1
+    };
+    to_f64(next)
+}
+
 fn fill(
     op: &'static str,
     self_ref: T,
     allowed: &[DataType],
-    f: impl Fn(u64) -> f64 + Send + 'static,
+    f: impl Fn(u64, DataType) -> f64 + Send + 'static,
     ws: Ws,
     ex: Ex,
 ) -> SimResult<()> {
@@ -33,7 +74,7 @@ fn fill(
     submit(
         op,
         move || {
-            let v: Vec<f64> = (0..a.numel() as u64).map(&f).collect();
+            let v: Vec<f64> = (0..a.numel() as u64).map(|i| f(i, a.dtype)).collect();
             a.write("selfRef", &encode(&v, a.dtype))
         },
         ws,
@@ -56,11 +97,15 @@ pub(crate) unsafe extern "C" fn inplace_uniform(
         if !(from.is_finite() && to.is_finite() && from <= to) {
             return invalid(format!("{OP}: need finite from <= to, got [{from}, {to})"));
         }
-        let f = move |i: u64| {
-            let x = from + (to - from) * uniform01(seed, offset.wrapping_add(i));
-            // Rounding can reach `to`; keep the interval half-open.
+        let f = move |i: u64, dtype: DataType| {
+            let x = round_to(
+                from + (to - from) * uniform01(seed, offset.wrapping_add(i)),
+                dtype,
+            );
+            // Rounding to the element type can reach `to` (an f64 draw just below 4.0 is 4.0 in
+            // f32); keep the interval half-open in the element type.
             if x >= to && to > from {
-                from.max(to - (to - from) * f64::EPSILON)
+                from.max(largest_below(to, dtype))
             } else {
                 x
             }
@@ -87,7 +132,7 @@ pub(crate) unsafe extern "C" fn inplace_normal(
         }
         let (mean, std, seed, offset) =
             (f64::from(mean), f64::from(std), seed as u64, offset as u64);
-        let f = move |i: u64| {
+        let f = move |i: u64, _: DataType| {
             // Box–Muller on two draws per element.
             let c = offset.wrapping_add(i).wrapping_mul(2);
             let u1 = 1.0 - uniform01(seed, c); // (0, 1]
@@ -113,7 +158,35 @@ pub(crate) unsafe extern "C" fn inplace_bernoulli(
             return invalid(format!("{OP}: prob must be in [0, 1], got {p}"));
         }
         let (seed, offset) = (seed as u64, offset as u64);
-        let f = move |i: u64| f64::from(u8::from(uniform01(seed, offset.wrapping_add(i)) < p));
+        let f = move |i: u64, _: DataType| {
+            f64::from(u8::from(uniform01(seed, offset.wrapping_add(i)) < p))
+        };
         fill(OP, self_ref, REAL, f, ws, ex)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn largest_below_is_the_representable_neighbour_under_the_bound() {
+        assert_eq!(
+            largest_below(4.0, DataType::Float),
+            f64::from(4.0f32.next_down())
+        );
+        assert_eq!(largest_below(4.0, DataType::Float16), 4.0 - 1.0 / 512.0);
+        assert_eq!(largest_below(4.0, DataType::Bf16), 4.0 - 1.0 / 64.0);
+        assert_eq!(largest_below(-2.0, DataType::Float16), -2.0 - 1.0 / 512.0);
+        // f32(0.1) lies above 0.1, so the answer is one step below it.
+        assert!(largest_below(0.1, DataType::Float) < 0.1);
+        assert!(round_to(largest_below(0.1, DataType::Float), DataType::Float) < 0.1);
+    }
+
+    #[test]
+    fn an_f64_draw_that_rounds_up_to_the_bound_stays_below_it_in_f32() {
+        let x = round_to(4.0 - 1e-12, DataType::Float);
+        assert_eq!(x, 4.0, "the premise: f32 rounding reaches the bound");
+        assert!(largest_below(4.0, DataType::Float) < 4.0);
+    }
 }
