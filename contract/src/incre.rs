@@ -226,22 +226,54 @@ impl IncreSpec {
         }
     }
 
-    /// `kvPaddingSize` with negatives as 0.
-    pub fn pad(&self) -> usize {
-        self.kv_padding_size.map_or(0, |p| p.max(0) as usize)
+    /// The left padding the kernel applies: `kvPaddingSize` (negative as 0) only when key and
+    /// value are one batch-continuous tensor (a single tensor, or a list whose one tensor holds
+    /// all B = 1 batches), `actualSeqLengths` is given and no block table is used. Otherwise
+    /// CANN ignores `kvPaddingSize` without an error (`incre_flash_attention_tiling_check.cpp`,
+    /// `CheckSupportKVLeftPadding`; `batchContinuousFlag_ = (B == key.dim0)` in
+    /// `incre_flash_attention_tiling.cpp`), and so do the reference, the CPU kernels and the
+    /// simulation. The Burn-level API refuses those combinations instead
+    /// ([`Self::check_left_padding_applies`]).
+    pub fn left_padding(&self, dims: &IncreDims) -> Option<usize> {
+        let pad = self.kv_padding_size?;
+        let batch_continuous = match &dims.kv {
+            KvDims::Contiguous { .. } => true,
+            KvDims::List { seqs } => seqs.len() == 1,
+            KvDims::Paged { .. } => false,
+        };
+        (batch_continuous && self.actual_seq_lengths.is_some()).then_some(pad.max(0) as usize)
+    }
+
+    /// A typed error where `kvPaddingSize` is given but CANN would ignore it (see
+    /// [`Self::left_padding`]): the Burn-level API never drops a user's input silently.
+    pub fn check_left_padding_applies(&self, dims: &IncreDims) -> Result<()> {
+        if self.kv_padding_size.is_none() || self.left_padding(dims).is_some() {
+            return Ok(());
+        }
+        let why = match &dims.kv {
+            KvDims::Paged { .. } => "page attention (blocktable) is used",
+            KvDims::List { .. } => "key/value are a tensor list of more than one tensor",
+            KvDims::Contiguous { .. } => "actualSeqLengths is not given",
+        };
+        Err(AttnError::invalid(
+            "kvPaddingSize",
+            format!(
+                "CANN ignores left padding when {why} (it needs one key/value tensor, \
+                 actualSeqLengths and no blocktable); refused rather than silently ignored"
+            ),
+        ))
     }
 
     /// Valid KV window `[start, start + len)` of batch `b` (after validation).
     pub fn window(&self, dims: &IncreDims, b: usize) -> (usize, usize) {
         let kv_s = dims.kv_s(b);
-        let pad = self.pad();
         let len = match &self.actual_seq_lengths {
-            None => kv_s.saturating_sub(pad),
+            None => kv_s,
             Some(l) => (if l.len() == 1 { l[0] } else { l[b] }).max(0) as usize,
         };
-        let start = match self.kv_padding_size {
+        let start = match self.left_padding(dims) {
             None => 0,
-            Some(_) => kv_s - pad - len,
+            Some(pad) => kv_s - pad - len,
         };
         (start, len)
     }
@@ -444,11 +476,6 @@ impl IncreSpec {
                 key_cache,
                 value_cache,
             } => {
-                ensure!(
-                    self.kv_padding_size.is_none(),
-                    "kvPaddingSize",
-                    "cannot be combined with page attention (blocktable)"
-                );
                 let bs = self.block_size;
                 let align = if s.kv_int8 { 32 } else { 16 };
                 ensure!(
@@ -536,7 +563,7 @@ impl IncreSpec {
 
     fn validate_lengths(&self, dims: &IncreDims) -> Result<()> {
         let batch = dims.batch;
-        let pad = self.pad();
+        let pad = self.left_padding(dims).unwrap_or(0);
         if let Some(l) = &self.actual_seq_lengths {
             ensure!(
                 l.len() == 1 || l.len() == batch,
@@ -550,17 +577,15 @@ impl IncreSpec {
             let kv_s = dims.kv_s(b);
             if let Some(l) = &self.actual_seq_lengths {
                 let x = if l.len() == 1 { l[0] } else { l[b] };
+                // With left padding the window start KV_S − pad − len must not be negative:
+                // the docs call it invalid; the kernel skips the batch and leaves its output
+                // unwritten (`ComputeKVPaddingBeginOffset` in
+                // `arch32/incre_flash_attention_split_Bbn2s2_Us2.h`), so it is an error here.
                 ensure!(
                     x >= 0 && x as u64 + pad as u64 <= kv_s as u64,
                     "actualSeqLengths",
                     "entry {b} = {x} must be in [0, KV S - kvPaddingSize] = [0, {}]",
                     kv_s as i64 - pad as i64
-                );
-            } else {
-                ensure!(
-                    pad <= kv_s,
-                    "kvPaddingSize",
-                    "{pad} exceeds KV S = {kv_s} (window start < 0)"
                 );
             }
             if let KvDims::Paged {

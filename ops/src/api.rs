@@ -292,18 +292,24 @@ impl<B: Backend> IncreKv<B> {
 
 /// `aclnnIncreFlashAttentionV4`: query `(B,N,1,D)`, `(B,1,N,D)` or `(B,1,H)`; returns
 /// `attentionOut` with the query's shape. Forward-only under `Autodiff`.
+///
+/// Unlike CANN, which ignores `kvPaddingSize` with a tensor list of several tensors, without
+/// `actualSeqLengths` or with a block table, this refuses those combinations with a typed
+/// error ([`IncreSpec::check_left_padding_applies`]).
 pub fn incre_flash_attention<B: AttentionBackend, const D: usize>(
     query: Tensor<B, D>,
     kv: IncreKv<B>,
     spec: &IncreSpec,
 ) -> Result<Tensor<B, D>> {
-    Ok(tensor(B::incre_fwd(
-        IncreInputs {
-            query: prim(query),
-            kv,
-        },
-        spec,
-    )?))
+    let inputs = IncreInputs {
+        query: prim(query),
+        kv,
+    };
+    if spec.kv_padding_size.is_some() {
+        let dims = spec.validate(&crate::incre::composite::shapes(&inputs, spec))?;
+        spec.check_left_padding_applies(&dims)?;
+    }
+    Ok(tensor(B::incre_fwd(inputs, spec)?))
 }
 
 /// `aclnnScatterPaKvCache`, functional: key `[T, N, Dk]` (and value `[T, N, Dv]`) into the

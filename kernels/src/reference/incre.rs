@@ -179,9 +179,9 @@ impl IfaPostQuant<'_> {
 ///   value[b].len()`, a multiple of `Nkv·D`;
 /// - Paged: `actual_seq_lengths` present; `block_table.len() >= B·max_blocks_per_seq`;
 ///   every block id used by a valid token is in `[0, blocknum)`; caches long enough;
-///   `kv_padding_size` is `None`;
 /// - `actual_seq_lengths`: absent, length 1 (broadcast) or length `>= B`; `len_b` in
-///   `[0, KV_S(b) − pad]` (values are not clamped: a window start below 0 panics);
+///   `[0, KV_S(b) − pad]` with `pad` the applied [`Self::left_padding`] (values are not
+///   clamped: a window start below 0 panics);
 /// - mask / pse `cols` cover every valid `t`; pse `data.len() >= (B|1)·N·cols`;
 /// - antiquant: required for int8 KV (otherwise raw int8 values are used as-is); lengths as in
 ///   [`Antiquant`].
@@ -199,7 +199,7 @@ pub struct IncreFlashAttentionArgs<'a, Q, KV> {
     pub atten_mask: Option<IfaMask<'a>>,
     pub actual_seq_lengths: Option<&'a [i64]>,
     pub antiquant: Option<Antiquant<'a>>,
-    /// `kvPaddingSize`; negative behaves as 0. Only with Contiguous / TensorList KV.
+    /// `kvPaddingSize`; negative behaves as 0. Applied only as [`Self::left_padding`] says.
     pub kv_padding_size: Option<i64>,
     /// Device precision selection; no effect on the reference.
     pub inner_precise: i64,
@@ -302,17 +302,30 @@ impl<'a, Q: RefElem, KV: RefElem> IncreFlashAttentionArgs<'a, Q, KV> {
         }
     }
 
+    /// The left padding the kernel applies: `kvPaddingSize` (negative → 0) only with one
+    /// batch-continuous K/V tensor (Contiguous, or a one-tensor list with B = 1) and
+    /// `actual_seq_lengths`; otherwise CANN ignores it without an error
+    /// (`incre_flash_attention_tiling_check.cpp`, `CheckSupportKVLeftPadding`).
+    pub fn left_padding(&self) -> Option<i64> {
+        let pad = self.kv_padding_size?;
+        let batch_continuous = match self.kv {
+            KvInput::Contiguous { .. } => true,
+            KvInput::TensorList { key, .. } => key.len() == 1,
+            KvInput::Paged { .. } => false,
+        };
+        (batch_continuous && self.actual_seq_lengths.is_some()).then_some(pad.max(0))
+    }
+
     /// Valid absolute token window `[start, start + len)` of batch `b`.
     pub fn window(&self, b: usize) -> (usize, usize) {
         let kv_s = self.kv_s(b) as i64;
-        let pad = self.kv_padding_size.map_or(0, |p| p.max(0));
         let len = match self.actual_seq_lengths {
-            None => kv_s - pad,
+            None => kv_s,
             Some(l) => (if l.len() == 1 { l[0] } else { l[b] }).max(0),
         };
-        let start = match self.kv_padding_size {
+        let start = match self.left_padding() {
             None => 0,
-            Some(_) => kv_s - pad - len,
+            Some(pad) => kv_s - pad - len,
         };
         assert!(
             start >= 0 && len >= 0,
@@ -670,6 +683,82 @@ mod tests {
             .iter()
             .zip(&padded)
             .any(|(x, y)| (x - y).abs() > 1e-6));
+    }
+
+    #[test]
+    fn left_padding_is_ignored_without_lengths_with_several_list_tensors_and_when_paged() {
+        let (b, n, d, s) = (2, 1, 2, 6);
+        let lens = [3i64, 5];
+        let q = rand_vec(33, b * n * d);
+        let k = rand_vec(34, b * s * d);
+        let v = rand_vec(35, b * s * d);
+        // Contiguous without actualSeqLengths: the whole KV S, padding or not.
+        let mut a =
+            IncreFlashAttentionArgs::new(&q, contiguous(&k, &v, s), IfaLayout::Bsh, b, n, d, 0.5);
+        let plain = incre_flash_attention(&a);
+        a.kv_padding_size = Some(2);
+        assert_eq!(a.left_padding(), None);
+        assert_eq!(a.window(1), (0, s));
+        assert_close(&incre_flash_attention(&a), &plain, 0.0);
+        // A list of two tensors with lengths: windows start at 0.
+        let (k0, k1) = k.split_at(s * d);
+        let (v0, v1) = v.split_at(s * d);
+        let (kl, vl) = ([k0, k1], [v0, v1]);
+        let mut l = IncreFlashAttentionArgs::new(
+            &q,
+            KvInput::TensorList {
+                key: &kl,
+                value: &vl,
+            },
+            IfaLayout::Bsh,
+            b,
+            n,
+            d,
+            0.5,
+        );
+        l.actual_seq_lengths = Some(&lens);
+        let unpadded = incre_flash_attention(&l);
+        l.kv_padding_size = Some(1);
+        assert_eq!(l.window(0), (0, 3));
+        assert_close(&incre_flash_attention(&l), &unpadded, 0.0);
+        // A one-tensor list with B = 1 is batch-continuous: the padding applies.
+        let (kl1, vl1) = ([k0], [v0]);
+        let mut one = IncreFlashAttentionArgs::new(
+            &q[..d],
+            KvInput::TensorList {
+                key: &kl1,
+                value: &vl1,
+            },
+            IfaLayout::Bsh,
+            1,
+            n,
+            d,
+            0.5,
+        );
+        one.actual_seq_lengths = Some(&lens[..1]);
+        one.kv_padding_size = Some(1);
+        assert_eq!(one.window(0), (2, 3));
+        // Paged: ignored.
+        let table = [0i32, 1];
+        let mut p = IncreFlashAttentionArgs::new(
+            &q,
+            KvInput::Paged {
+                key_cache: &k,
+                value_cache: &v,
+                layout: PagedLayout::Bsh,
+                block_table: &table,
+                max_blocks_per_seq: 1,
+                block_size: s,
+            },
+            IfaLayout::Bsh,
+            b,
+            n,
+            d,
+            0.5,
+        );
+        p.actual_seq_lengths = Some(&lens);
+        p.kv_padding_size = Some(1);
+        assert_eq!((p.left_padding(), p.window(1)), (None, (0, 5)));
     }
 
     #[test]

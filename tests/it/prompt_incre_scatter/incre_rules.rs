@@ -354,14 +354,6 @@ fn incre_every_rule_names_its_parameter() {
             "actualSeqLengths",
         ),
         (
-            "paged + padding",
-            Box::new(move |s, sh| {
-                paged(s, sh);
-                s.kv_padding_size = Some(1);
-            }),
-            "kvPaddingSize",
-        ),
-        (
             "lengths count",
             Box::new(|s, _| s.actual_seq_lengths = Some(vec![1, 2, 3])),
             "actualSeqLengths",
@@ -383,11 +375,6 @@ fn incre_every_rule_names_its_parameter() {
                 s.kv_padding_size = Some(3);
             }),
             "actualSeqLengths",
-        ),
-        (
-            "padding alone",
-            Box::new(|s, _| s.kv_padding_size = Some(40)),
-            "kvPaddingSize",
         ),
         (
             "mask shape",
@@ -566,4 +553,88 @@ fn incre_every_rule_names_its_parameter() {
         mutate(&mut s, &mut sh);
         expect_param(name, s.validate(&sh), param);
     }
+}
+
+/// CANN applies `kvPaddingSize` only with one batch-continuous K/V tensor, `actualSeqLengths`
+/// and no block table, and otherwise ignores it without an error
+/// (`incre_flash_attention_tiling_check.cpp`, `CheckSupportKVLeftPadding`): the contract does
+/// the same (the CLI replays CANN), the Burn API refuses.
+#[test]
+fn kv_padding_that_cann_ignores_is_ignored_by_the_contract_and_refused_by_the_burn_api() {
+    let c = icase("pad", IfaLayout::Bnsd, 2, 4, 2, 32, 8, 51);
+    let contiguous = IncreKvShapes::Contiguous {
+        key: vec![2, 2, 32, 8],
+        value: vec![2, 2, 32, 8],
+    };
+    let shapes = |kv: IncreKvShapes| IncreShapes {
+        query: c.q_shape.clone(),
+        kv,
+        kv_int8: false,
+    };
+    // Applied: contiguous with lengths.
+    let mut s = c.spec.clone();
+    s.actual_seq_lengths = Some(vec![20, 5]);
+    s.kv_padding_size = Some(3);
+    let dims = s.validate(&shapes(contiguous.clone())).unwrap();
+    assert_eq!(
+        (s.left_padding(&dims), s.window(&dims, 1)),
+        (Some(3), (24, 5))
+    );
+    s.check_left_padding_applies(&dims).unwrap();
+    // Ignored: no lengths (a padding larger than S is then no error either).
+    let mut s = c.spec.clone();
+    s.kv_padding_size = Some(40);
+    let dims = s.validate(&shapes(contiguous.clone())).unwrap();
+    assert_eq!((s.left_padding(&dims), s.window(&dims, 0)), (None, (0, 32)));
+    expect_param(
+        "no lengths",
+        s.check_left_padding_applies(&dims),
+        "kvPaddingSize",
+    );
+    // Ignored: a list of two tensors.
+    let mut s = c.spec.clone();
+    s.actual_seq_lengths = Some(vec![20, 5]);
+    s.kv_padding_size = Some(3);
+    let list = IncreKvShapes::List {
+        key: vec![vec![1, 2, 32, 8]; 2],
+        value: vec![vec![1, 2, 32, 8]; 2],
+    };
+    let dims = s.validate(&shapes(list)).unwrap();
+    assert_eq!(s.window(&dims, 0), (0, 20));
+    expect_param("list", s.check_left_padding_applies(&dims), "kvPaddingSize");
+    // Ignored: paged.
+    s.block_size = 16;
+    s.block_table = Some(BlockTable {
+        data: vec![0, 1, 2, 3].into(),
+        shape: vec![2, 2],
+    });
+    let paged = IncreKvShapes::Paged {
+        key_cache: vec![4, 16, 16],
+        value_cache: vec![4, 16, 16],
+    };
+    let dims = s.validate(&shapes(paged)).unwrap();
+    assert_eq!(s.window(&dims, 1), (0, 5));
+    expect_param(
+        "paged",
+        s.check_left_padding_applies(&dims),
+        "kvPaddingSize",
+    );
+
+    // The functional API refuses what CANN would ignore, and runs what it applies.
+    let d = Default::default();
+    let h = super::incre::host_kv(&mut c.clone(), &super::incre::Form::Contiguous);
+    let t = |x: &Vec<f32>, shape: Vec<usize>| {
+        Tensor::<B, 4>::from_data(TensorData::new(x.clone(), shape), &d)
+    };
+    let ks = vec![c.b, c.nkv, c.s, c.d];
+    let kv = || IncreKv::contiguous(t(&h.k[0], ks.clone()), t(&h.v[0], ks.clone()));
+    let mut ignored = c.spec.clone();
+    ignored.kv_padding_size = Some(1);
+    expect_param(
+        "api without lengths",
+        incre_api(t(&c.q, c.q_shape.clone()), kv(), &ignored).map(|o| o.dims()),
+        "kvPaddingSize",
+    );
+    ignored.actual_seq_lengths = Some(vec![20, 5]);
+    incre_api(t(&c.q, c.q_shape.clone()), kv(), &ignored).expect("applied padding runs");
 }
