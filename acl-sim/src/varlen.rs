@@ -13,7 +13,7 @@ use std::ffi::c_char;
 
 use burn_ascend_kernels::acl::ffi::*;
 use burn_ascend_kernels::varlen::{
-    lengths_from_cumulative, AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode,
+    lengths_from_varlen_cumulative, AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode,
     VarlenAttrs, VarlenDims, VarlenProblem, VARLEN_LAYOUT,
 };
 use half::{bf16, f16};
@@ -125,15 +125,15 @@ fn decode_varlen(
                 format!("{name} is null (required with TND)"),
             )
         })?;
-        let lens = lengths_from_cumulative(&c)
-            .filter(|l| !l.is_empty())
+        let (lens, end) = lengths_from_varlen_cumulative(&c)
+            .filter(|(l, _)| !l.is_empty())
             .ok_or_else(|| {
                 SimErr(
                     ACLNN_ERR_PARAM_INVALID,
                     format!("{name}: must be cumulative and non-decreasing, got {c:?}"),
                 )
             })?;
-        if c.last().copied() != Some(total as i64) {
+        if end != total as i64 {
             return invalid(format!("{name}: must end at T = {total}, got {c:?}"));
         }
         Ok(lens)

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use burn_ascend_kernels::dropout;
 use burn_ascend_kernels::varlen::{
-    cumulative_from_lengths, lengths_from_cumulative, AttenMask, DenseMask, Pse, PseType,
-    SparseMode, VarlenAttrs, VarlenDims, VarlenProblem,
+    cumulative_from_lengths, lengths_from_cumulative, lengths_from_varlen_cumulative, AttenMask,
+    DenseMask, Pse, PseType, SparseMode, VarlenAttrs, VarlenDims, VarlenProblem,
 };
 
 use crate::error::{ensure, AttnError, Result};
@@ -568,13 +568,15 @@ impl VarlenSpec {
 
 fn cumulative(param: &'static str, cum: &[i64], total: usize, tensor: &str) -> Result<Vec<usize>> {
     ensure!(!cum.is_empty(), param, "needs at least one sequence");
-    let lens = lengths_from_cumulative(cum).ok_or_else(|| {
+    let (lens, last) = lengths_from_varlen_cumulative(cum).ok_or_else(|| {
         AttnError::invalid(
             param,
-            format!("cumulative lengths must be non-negative and non-decreasing, got {cum:?}"),
+            format!(
+                "cumulative lengths must be non-negative and non-decreasing (a tail of zeros \
+                 is allowed), got {cum:?}"
+            ),
         )
     })?;
-    let last = *cum.last().expect("non-empty");
     ensure!(
         last == total as i64,
         param,

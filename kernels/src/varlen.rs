@@ -226,6 +226,25 @@ fn exclusive_prefix_sum(v: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// The varlen ops' (`actualSeqQLen` / `actualSeqKvLen`) reading of cumulative lengths:
+/// [`lengths_from_cumulative`], plus CANN's trailing-zero form: `[2, 5, 9, 0, 0]` is five
+/// sequences of lengths `[2, 3, 4, 0, 0]` ending at 9 (padded arrays, as graph-captured callers
+/// pass them). The arch32 tiling (`flash_attention_score_tiling_general.cpp`,
+/// `GetActualSeqLenData`) turns every step `≤ 0` into length 0; only a tail of zeros after the
+/// last real entry keeps the per-sequence offsets consistent with the packed T, so only that
+/// form is accepted. Returns the lengths and the end (the largest entry), or `None`.
+pub fn lengths_from_varlen_cumulative(cumulative: &[i64]) -> Option<(Vec<usize>, i64)> {
+    let real = cumulative
+        .iter()
+        .rposition(|&c| c != 0)
+        .map_or(0, |last| last + 1);
+    let (head, tail) = cumulative.split_at(real);
+    debug_assert!(tail.iter().all(|&c| c == 0));
+    let mut lens = lengths_from_cumulative(head)?;
+    lens.resize(cumulative.len(), 0);
+    Some((lens, head.last().copied().unwrap_or(0)))
+}
+
 /// Converts CANN's cumulative lengths (`[2,4,4,6,8]` for `[2,2,0,2,2]`) to lengths.
 /// Returns `None` if they decrease or start below zero.
 pub fn lengths_from_cumulative(cumulative: &[i64]) -> Option<Vec<usize>> {
@@ -516,6 +535,18 @@ mod tests {
         assert_eq!(lens, vec![2, 2, 0, 2, 2]);
         assert_eq!(cumulative_from_lengths(&lens), vec![2, 4, 4, 6, 8]);
         assert_eq!(lengths_from_cumulative(&[2, 1]), None);
+        assert_eq!(lengths_from_cumulative(&[2, 5, 9, 0, 0]), None);
+        assert_eq!(
+            lengths_from_varlen_cumulative(&[2, 5, 9, 0, 0]),
+            Some((vec![2, 3, 4, 0, 0], 9))
+        );
+        assert_eq!(
+            lengths_from_varlen_cumulative(&[0, 0]),
+            Some((vec![0, 0], 0))
+        );
+        // A zero that is not in the tail is a decrease.
+        assert_eq!(lengths_from_varlen_cumulative(&[2, 0, 9]), None);
+        assert_eq!(lengths_from_varlen_cumulative(&[2, 5, 3, 0]), None);
         assert_eq!(lengths_from_cumulative(&[-1]), None);
     }
 

@@ -145,6 +145,19 @@ impl Case {
         self.spec.prefix = Some(prefix);
         self
     }
+    /// CANN's trailing-zero form of the cumulative lengths: the repeated tail of empty
+    /// sequences written as zeros (`[3, 5, 5, 5]` → `[3, 5, 0, 0]`).
+    pub fn trailing_zero_cumulative(mut self) -> Self {
+        for cum in [
+            &mut self.spec.actual_seq_q_len,
+            &mut self.spec.actual_seq_kv_len,
+        ] {
+            let end = *cum.last().expect("a sequence");
+            let first = cum.iter().position(|&c| c == end).expect("present");
+            cum[first + 1..].fill(0);
+        }
+        self
+    }
 }
 
 /// A spread of cases: MHA/GQA/MQA, every sparse mode, empty sequences, dropout, pse, sinks.
@@ -183,6 +196,9 @@ pub fn cases() -> Vec<Case> {
             .with_sink()
             .mode(SparseMode::BandLeftUpCausal, 4, 1),
         Case::new("empty_sequences", &[2, 0, 3, 2], &[2, 3, 0, 2], 2, 1, 4, 11).with_sink(),
+        Case::new("trailing_zero_cum_lens", &[3, 2, 0, 0], &[4, 3, 0, 0], 2, 1, 4, 19)
+            .with_sink()
+            .trailing_zero_cumulative(),
         Case::new("dropout_sink", &[3, 4], &[3, 4], 2, 2, 4, 12)
             .with_sink()
             .dropout(0.7),
