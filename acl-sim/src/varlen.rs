@@ -190,22 +190,44 @@ fn decode_varlen(
             ));
         }
         if !mask_compressed {
-            let (mut rows, mut cols) = (0, 0);
-            let ok = match m.dims.as_slice() {
-                [r, c] => {
-                    (rows, cols) = (*r, *c);
-                    true
-                }
-                [b, h, r, c] => {
-                    (rows, cols) = (*r, *c);
-                    (*b == 1 || *b == dims.batch()) && (*h == 1 || *h == n)
-                }
-                _ => false,
-            };
+            // The arch32 tiling's attenMaskShapeType branch (`flash_attention_score_tiling_
+            // general.cpp`): exactly [maxSq, maxSkv], [1, 1, ..], [B, 1, ..] or [B, N, ..].
+            let batch = dims.batch();
             let max_q = dims.seq_q.iter().copied().max().unwrap_or(0);
             let max_kv = dims.seq_kv.iter().copied().max().unwrap_or(0);
-            if !ok || rows < max_q || cols < max_kv {
-                return invalid(format!("attenMask: shape {:?} must be [Sq, Skv] or [B|1, N|1, Sq, Skv] covering the longest sequence", m.dims));
+            let per_batch = match m.dims.as_slice() {
+                [r, c] if (*r, *c) == (max_q, max_kv) => Some(false),
+                [b, h, r, c] if (*r, *c) == (max_q, max_kv) => match (*b, *h) {
+                    (1, 1) => Some(false),
+                    (b, 1) if b == batch => Some(true),
+                    (b, h) if b == batch && h == n => Some(true),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some(per_batch) = per_batch else {
+                return invalid(format!(
+                    "attenMask: shape {:?} must be [maxSq, maxSkv] = [{max_q}, {max_kv}], \
+                     [1, 1, maxSq, maxSkv], [B, 1, maxSq, maxSkv] or [B, N, maxSq, maxSkv]",
+                    m.dims
+                ));
+            };
+            // The real kernel reads a per-batch mask at packed offsets Σ Sq·Skv with the
+            // mask's row stride (`ComputeOffsetForNoCompress`); the simulation does not
+            // reproduce that reading and refuses where it differs from the top-left one.
+            if per_batch
+                && batch > 1
+                && dims
+                    .seq_q
+                    .iter()
+                    .zip(&dims.seq_kv)
+                    .any(|(&q, &k)| (q, k) != (max_q, max_kv))
+            {
+                return invalid(format!(
+                    "attenMask: a per-batch mask {:?} with sequences shorter than the longest \
+                     is read at packed offsets by the kernel (not simulated)",
+                    m.dims
+                ));
             }
         }
     }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use burn_ascend_kernels::dropout;
 use burn_ascend_kernels::varlen::{
-    cumulative_from_lengths, lengths_from_cumulative, lengths_from_varlen_cumulative, AttenMask,
-    DenseMask, Pse, PseType, SparseMode, VarlenAttrs, VarlenDims, VarlenProblem,
+    cumulative_from_lengths, lengths_from_varlen_cumulative, AttenMask, DenseMask, Pse, PseType,
+    SparseMode, VarlenAttrs, VarlenDims, VarlenProblem,
 };
 
 use crate::error::{ensure, AttnError, Result};
@@ -36,8 +36,10 @@ pub enum MaskSpec {
     /// Null: full attention, sparseMode/preTokens/nextTokens ignored (CANN's rule).
     #[default]
     None,
-    /// An explicit mask (modes 0 and 1), 1 = masked, shape `[Sq, Skv]`, `[1, 1, Sq, Skv]`,
-    /// `[B, 1, Sq, Skv]` or `[B, N, Sq, Skv]`; sequence b reads its top-left corner.
+    /// An explicit mask (modes 0 and 1), 1 = masked, shape `[maxSq, maxSkv]`,
+    /// `[1, 1, maxSq, maxSkv]`, `[B, 1, maxSq, maxSkv]` or `[B, N, maxSq, maxSkv]` (the
+    /// per-batch forms only when every sequence has the longest lengths); sequence b reads its
+    /// top-left corner.
     Dense {
         /// Mask bytes (non-zero = masked).
         data: Arc<[u8]>,
@@ -320,13 +322,24 @@ impl VarlenSpec {
                     "sparseMode {} takes CANN's compressed mask (2048x2048, 3072x2048 for mode 6), not an explicit one",
                     mode as i64
                 );
+                // The arch32 tiling accepts exactly [maxSq, maxSkv], [1, 1, maxSq, maxSkv],
+                // [B, 1, maxSq, maxSkv] and [B, N, maxSq, maxSkv] in TND
+                // (`flash_attention_score_tiling_general.cpp`, the attenMaskShapeType branch).
+                // The kernel reads the shared forms as the top-left [Sq_b, Skv_b] corner with
+                // the row stride maxSkv, but the per-batch forms at the *packed* offset
+                // Σ_{b'<b} Sq_b'·Skv_b' with the mask's row stride
+                // (`flash_attention_score_s1s2_bn2gs1.h`, `ComputeOffsetForNoCompress`, and
+                // `flash_attention_var_len_score.h`): the two readings agree only when every
+                // sequence has the longest lengths, so per-batch masks are refused otherwise.
+                let max_q = dims.seq_q.iter().copied().max().unwrap_or(0);
+                let max_kv = dims.seq_kv.iter().copied().max().unwrap_or(0);
                 let (b, h, rows, cols) = match *shape.as_slice() {
                     [r, c] => (1, 1, r, c),
                     [b, h, r, c] => (b, h, r, c),
                     _ => {
                         return Err(AttnError::invalid(
                             "attenMask",
-                            format!("shape must be [Sq,Skv] or [B|1, N|1, Sq, Skv], got {shape:?}"),
+                            format!("shape must be [maxSq, maxSkv] or [B|1, N|1, maxSq, maxSkv], got {shape:?}"),
                         ))
                     }
                 };
@@ -341,13 +354,35 @@ impl VarlenSpec {
                     "head dim must be 1 or N = {}, got {h}",
                     dims.head_num
                 );
-                let max_q = dims.seq_q.iter().copied().max().unwrap_or(0);
-                let max_kv = dims.seq_kv.iter().copied().max().unwrap_or(0);
                 ensure!(
-                    rows >= max_q && cols >= max_kv,
+                    !(b == 1 && h > 1 && batch > 1),
                     "attenMask",
-                    "[Sq, Skv] = [{rows}, {cols}] must cover the longest sequence [{max_q}, {max_kv}]"
+                    "a per-head mask must also be per batch: [B, N, maxSq, maxSkv], got {shape:?}"
                 );
+                ensure!(
+                    rows == max_q && cols == max_kv,
+                    "attenMask",
+                    "[Sq, Skv] = [{rows}, {cols}] must be the longest sequence's [maxSq, maxSkv] = [{max_q}, {max_kv}] in TND"
+                );
+                if b == batch && batch > 1 {
+                    let uneven = dims
+                        .seq_q
+                        .iter()
+                        .zip(&dims.seq_kv)
+                        .position(|(&q, &k)| (q, k) != (max_q, max_kv));
+                    if let Some(s) = uneven {
+                        return Err(AttnError::invalid(
+                            "attenMask",
+                            format!(
+                                "a per-batch mask {shape:?} needs every sequence to have the longest lengths \
+                                 [{max_q}, {max_kv}] in TND (sequence {s} has [{}, {}]): CANN's kernel reads it \
+                                 at packed per-sequence offsets with the mask's row stride, which disagrees with \
+                                 the top-left reading otherwise; pass one [maxSq, maxSkv] mask for all sequences",
+                                dims.seq_q[s], dims.seq_kv[s]
+                            ),
+                        ));
+                    }
+                }
                 ensure!(
                     data.len() == b * h * rows * cols,
                     "attenMask",

@@ -196,9 +196,17 @@ pub fn cases() -> Vec<Case> {
             .with_sink()
             .mode(SparseMode::BandLeftUpCausal, 4, 1),
         Case::new("empty_sequences", &[2, 0, 3, 2], &[2, 3, 0, 2], 2, 1, 4, 11).with_sink(),
-        Case::new("trailing_zero_cum_lens", &[3, 2, 0, 0], &[4, 3, 0, 0], 2, 1, 4, 19)
-            .with_sink()
-            .trailing_zero_cumulative(),
+        Case::new(
+            "trailing_zero_cum_lens",
+            &[3, 2, 0, 0],
+            &[4, 3, 0, 0],
+            2,
+            1,
+            4,
+            19,
+        )
+        .with_sink()
+        .trailing_zero_cumulative(),
         Case::new("dropout_sink", &[3, 4], &[3, 4], 2, 2, 4, 12)
             .with_sink()
             .dropout(0.7),

@@ -411,6 +411,50 @@ fn a_transposed_stride_in_a_descriptor_is_caught() {
     );
 }
 
+/// The simulation takes exactly the dense mask shapes CANN's TND tiling takes, and refuses a
+/// per-batch mask over sequences shorter than the longest (the kernel's packed reading).
+#[test]
+fn dense_masks_in_tnd_take_the_tiling_shapes_only() {
+    let c = Case::new(); // lengths [3, 5] / [4, 5]: maxSq 5, maxSkv 5
+    let h = Handles::new(&c);
+    let (q, k, v, o, m, s) = (
+        h.q.handle().unwrap(),
+        h.k.handle().unwrap(),
+        h.v.handle().unwrap(),
+        h.o.handle().unwrap(),
+        h.smax.handle().unwrap(),
+        h.ssum.handle().unwrap(),
+    );
+    let call = |dims: &[usize]| {
+        let n: usize = dims.iter().product();
+        let mask =
+            h.rt.upload(
+                TensorDesc::contiguous(dims, DataType::Uint8).unwrap(),
+                &vec![0u8; n],
+            )
+            .unwrap();
+        let mh = mask.handle().unwrap();
+        let mut a = h.args(&c, &q, &k, &v, &o, &m, &s);
+        a.atten_mask = Some(&mh);
+        let r = ops::varlen_fwd(&h.rt, &a).and_then(|()| h.rt.synchronize());
+        r.map_err(|e| e.status())
+    };
+    assert_eq!(call(&[5, 5]), Ok(()));
+    assert_eq!(call(&[1, 1, 5, 5]), Ok(()));
+    for bad in [
+        // larger than the longest sequence; per head but shared by the batches; per batch
+        // while sequence 0 is shorter; rank 5
+        vec![6, 5],
+        vec![5, 6],
+        vec![1, 4, 5, 5],
+        vec![2, 1, 5, 5],
+        vec![2, 4, 5, 5],
+        vec![1, 1, 1, 5, 5],
+    ] {
+        assert_eq!(call(&bad), Err(Some(ACLNN_ERR_PARAM_INVALID)), "{bad:?}");
+    }
+}
+
 #[test]
 fn swapped_key_and_value_arguments_are_caught() {
     let c = Case::new();

@@ -61,6 +61,28 @@ fn dense(s: &mut VarlenSpec, shape: Vec<usize>) {
     };
 }
 
+/// In TND the kernel reads a per-batch mask at packed per-sequence offsets: accepted when every
+/// sequence has the longest lengths (both readings agree), like the shared forms always are.
+#[test]
+fn dense_masks_in_tnd_are_accepted_where_the_kernel_reads_them_top_left() {
+    let (mut spec, shapes) = base();
+    for shape in [vec![3, 4], vec![1, 1, 3, 4]] {
+        dense(&mut spec, shape);
+        spec.validate_fwd(&shapes).unwrap();
+    }
+    let mut even = VarlenSpec::from_lengths(&[3, 3], &[4, 4], 4, 0.35);
+    let even_shapes = VarlenShapes {
+        query: [6, 4, 8],
+        key: [8, 2, 8],
+        value: [8, 2, 8],
+        sink: None,
+    };
+    for shape in [vec![2, 1, 3, 4], vec![2, 4, 3, 4]] {
+        dense(&mut even, shape);
+        even.validate_fwd(&even_shapes).unwrap();
+    }
+}
+
 #[test]
 fn the_base_case_is_valid() {
     let (spec, shapes) = base();
@@ -156,6 +178,26 @@ fn every_forward_rule_names_its_parameter() {
             dense(s, vec![2, 2, 3, 4])
         }),
         ("attenMask", "mask too small", |s, _| dense(s, vec![3, 3])),
+        (
+            "attenMask",
+            "mask larger than the longest sequence",
+            |s, _| dense(s, vec![4, 4]),
+        ),
+        (
+            "attenMask",
+            "per-batch mask with unequal sequences",
+            |s, _| dense(s, vec![2, 1, 3, 4]),
+        ),
+        (
+            "attenMask",
+            "per-batch per-head mask with unequal sequences",
+            |s, _| dense(s, vec![2, 4, 3, 4]),
+        ),
+        (
+            "attenMask",
+            "per-head mask shared by the batches",
+            |s, _| dense(s, vec![1, 4, 3, 4]),
+        ),
         ("attenMask", "mask data length", |s, _| {
             s.atten_mask = MaskSpec::Dense {
                 data: Arc::from(vec![0u8; 11]),
