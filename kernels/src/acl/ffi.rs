@@ -225,7 +225,7 @@ pub type AclCreateScalar =
 /// `aclnnStatus aclDestroyScalar(const aclScalar *scalar)`.
 pub type AclDestroyScalar = unsafe extern "C" fn(scalar: *const AclScalar) -> AclStatus;
 
-// ---- ops (libopapi.so / libopapi_transformer.so) ---------------------------------------------
+// ---- ops (libopapi.so / libopapi_*.so) ---------------------------------------------------------
 
 type T = *const AclTensor;
 type IA = *const AclIntArray;

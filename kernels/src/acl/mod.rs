@@ -9,8 +9,9 @@
 //!   list ([`AclApi::presence`]) and the simulation's registration are generated from it;
 //! - [`loader`]: finds the toolkit (`$ASCEND_TOOLKIT_HOME`, `$ASCEND_HOME_PATH`,
 //!   `/usr/local/Ascend/ascend-toolkit/latest`; `lib64/`), opens `libascendcl.so`,
-//!   `libnnopbase.so`, `libopapi.so` (+ `libopapi_transformer.so` where present) and resolves
-//!   the table; without CANN it fails with one line naming every path tried;
+//!   `libnnopbase.so` and the op libraries in torch_npu's order (custom packages, every
+//!   `libopapi_*.so`, `libopapi.so`, `libaclnn_*.so`) and resolves the table; without CANN it
+//!   fails with one line naming every path tried;
 //! - [`tensor`]: descriptor building in one place ([`TensorDesc`]) and RAII handles;
 //! - [`runtime`]: device, stream, caching workspace allocator;
 //! - [`ops`]: one function per aclnn op over handles, the two-stage call in [`ops::two_stage`].

@@ -55,7 +55,7 @@ macro_rules! acl_api_table {
                 destroy_scalar: aclDestroyScalar(AclDestroyScalar),
             }
             ops {
-                // ---- attention (libopapi.so / libopapi_transformer.so)
+                // ---- attention (libopapi.so / libopapi_transformer.so in split builds)
                 varlen_fwd_v5: aclnnFlashAttentionVarLenScoreV5(VarlenFwdV5Ws),
                 /// The no-sink fallback when V5 is absent.
                 varlen_fwd_base: aclnnFlashAttentionVarLenScore(VarlenFwdBaseWs),
