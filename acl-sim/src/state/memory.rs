@@ -117,13 +117,29 @@ pub(crate) unsafe extern "C" fn malloc(
 }
 
 pub(crate) unsafe extern "C" fn free(dev_ptr: *mut c_void) -> AclStatus {
-    guard(|| match lock(&MEM).remove(&(dev_ptr as usize)) {
+    guard(|| {
+        let len = lock(&MEM).get(&(dev_ptr as usize)).map_or(0, |b| b.len());
+        if let Some(stream) = super::pending_workspace_stream(dev_ptr as usize, len) {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!(
+                    "aclrtFree: {dev_ptr:p} is the workspace of a launch on stream {stream:#x} that \
+                     was not synchronised yet (on an NPU the kernel may still be using it)"
+                ),
+            ));
+        }
+        free_now(dev_ptr)
+    })
+}
+
+fn free_now(dev_ptr: *mut c_void) -> SimResult<()> {
+    match lock(&MEM).remove(&(dev_ptr as usize)) {
         Some(_) => Ok(()),
         None => Err(SimErr(
             ACL_ERROR_INVALID_PARAM,
             format!("aclrtFree: {dev_ptr:p} is not a live device allocation"),
         )),
-    })
+    }
 }
 
 pub(crate) unsafe extern "C" fn memcpy(

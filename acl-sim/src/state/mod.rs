@@ -168,6 +168,8 @@ pub(crate) unsafe extern "C" fn destroy_stream(stream: AclrtStream) -> AclStatus
             .as_mut()
             .is_some_and(|s| s.remove(&(stream as usize)))
         {
+            // aclrtDestroyStream waits for the stream's tasks.
+            forget_pending(stream);
             Ok(())
         } else {
             Err(SimErr(
@@ -178,9 +180,29 @@ pub(crate) unsafe extern "C" fn destroy_stream(stream: AclrtStream) -> AclStatus
     })
 }
 
+/// Workspaces handed to launches since their stream was last synchronised:
+/// `(stream, address, bytes)`. A real NPU runs launches asynchronously, so until the stream is
+/// synchronised the kernel may still be using its workspace; the simulation (whose launches
+/// run synchronously) refuses to free such memory so that a caller that would corrupt a
+/// running kernel on hardware fails here (`aclrtFree` in [`memory`]).
+static PENDING_WORKSPACES: Mutex<Vec<(usize, usize, usize)>> = Mutex::new(Vec::new());
+
+/// The stream whose unsynchronised launch uses `[addr, addr + len)` as its workspace.
+pub(crate) fn pending_workspace_stream(addr: usize, len: usize) -> Option<usize> {
+    lock(&PENDING_WORKSPACES)
+        .iter()
+        .find(|&&(_, a, n)| addr < a + n && a < addr + len.max(1))
+        .map(|&(s, _, _)| s)
+}
+
+fn forget_pending(stream: AclrtStream) {
+    lock(&PENDING_WORKSPACES).retain(|&(s, _, _)| s != stream as usize);
+}
+
 pub(crate) unsafe extern "C" fn synchronize_stream(stream: AclrtStream) -> AclStatus {
     guard(|| {
         if stream_ok(stream) {
+            forget_pending(stream);
             Ok(()) // launches run synchronously
         } else {
             Err(SimErr(
@@ -276,6 +298,9 @@ pub(crate) fn launch(
         }
         if !stream_ok(stream) {
             return invalid(format!("{op}: {stream:p} is not a live stream"));
+        }
+        if e.workspace > 0 {
+            lock(&PENDING_WORKSPACES).push((stream as usize, workspace as usize, size as usize));
         }
         if compute_enabled() {
             (e.job)()?;

@@ -75,3 +75,75 @@ fn dispatch_leaves_no_live_handles_behind() {
     }
     assert_eq!(sim::live_handles(), before);
 }
+
+/// Launches are asynchronous on an NPU: a workspace replaced by a larger one may still be in use
+/// by a queued kernel, so the runtime frees it only after synchronising the stream (the
+/// simulation refuses to free a workspace whose launch was not synchronised yet).
+#[test]
+fn a_replaced_workspace_is_freed_only_after_the_stream_is_synchronised() {
+    if !in_own_process("leaks::a_replaced_workspace_is_freed_only_after_the_stream_is_synchronised")
+    {
+        return;
+    }
+    use burn_ascend_kernels::acl::ops;
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
+    let f32s = |dims: &[usize]| {
+        rt.zeros(TensorDesc::contiguous(dims, DataType::Float).unwrap())
+            .unwrap()
+    };
+    let (a, out) = (f32s(&[4]), f32s(&[4]));
+    // One launch (the simulation asks for a 4 KiB workspace), not synchronised.
+    ops::mul(
+        &rt,
+        &a.handle().unwrap(),
+        &a.handle().unwrap(),
+        &out.handle().unwrap(),
+    )
+    .unwrap();
+    let small = rt.workspace_bytes();
+    assert!(small > 0);
+    let before = sim::memory_in_use();
+    // A larger request replaces the cached workspace while that launch may still run.
+    rt.workspace(1 << 20).unwrap();
+    assert_eq!(
+        sim::memory_in_use(),
+        before + (1 << 20),
+        "the old workspace must stay allocated until the stream is synchronised"
+    );
+    rt.synchronize().unwrap();
+    assert_eq!(
+        sim::memory_in_use(),
+        before + (1 << 20) - small,
+        "synchronising frees the retired workspace"
+    );
+    assert_eq!(rt.workspace_bytes(), 1 << 20);
+}
+
+/// The simulation's own check: freeing a workspace whose launch was not synchronised fails.
+#[test]
+fn the_simulation_refuses_to_free_a_workspace_of_an_unsynchronised_launch() {
+    if !in_own_process(
+        "leaks::the_simulation_refuses_to_free_a_workspace_of_an_unsynchronised_launch",
+    ) {
+        return;
+    }
+    use burn_ascend_kernels::acl::ffi::ACL_SUCCESS;
+    use burn_ascend_kernels::acl::ops;
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
+    let t = rt
+        .zeros(TensorDesc::contiguous(&[4], DataType::Float).unwrap())
+        .unwrap();
+    ops::mul(
+        &rt,
+        &t.handle().unwrap(),
+        &t.handle().unwrap(),
+        &t.handle().unwrap(),
+    )
+    .unwrap();
+    let ws = rt.workspace(1).unwrap();
+    // SAFETY: `ws` is the runtime's live workspace; the call is expected to refuse.
+    let st = unsafe { (rt.api().free)(ws) };
+    assert_ne!(st, ACL_SUCCESS);
+    rt.synchronize().unwrap();
+    drop(rt); // frees the workspace normally after synchronising
+}

@@ -63,6 +63,9 @@ pub struct Runtime {
     api: &'static AclApi,
     device: i32,
     workspace: RefCell<Option<DeviceBuffer>>,
+    /// Workspaces replaced by a larger one while a launch on the stream may still use them
+    /// (launches are asynchronous on an NPU): freed only after the stream is synchronised.
+    retired: RefCell<Vec<DeviceBuffer>>,
     // `Some` until drop, which destroys it before resetting the device.
     stream: Option<Stream>,
 }
@@ -95,6 +98,7 @@ impl Runtime {
             api,
             device,
             workspace: RefCell::new(None),
+            retired: RefCell::new(Vec::new()),
             stream: Some(stream),
         })
     }
@@ -132,10 +136,12 @@ impl Runtime {
     }
 
     /// A workspace of at least `size` bytes: the cached one when it is big enough, else a new
-    /// one (the old is freed first). Returns null for `size == 0`, as aclnn expects.
+    /// one. Returns null for `size == 0`, as aclnn expects.
     ///
-    /// The pointer stays valid until the next call of this method or the runtime's drop; the
-    /// ops layer launches and synchronises before asking again.
+    /// A launch on the stream may still be using the old workspace when a larger one is needed
+    /// (launches are asynchronous), so the old one is retired, not freed: it is freed by the
+    /// next successful [`Self::synchronize`] or the runtime's drop (which synchronises first).
+    /// Every pointer returned therefore stays valid until the stream has finished with it.
     pub fn workspace(&self, size: u64) -> Result<*mut c_void> {
         if size == 0 {
             return Ok(std::ptr::null_mut());
@@ -144,29 +150,46 @@ impl Runtime {
             .map_err(|_| AclError::invalid("workspace", "size overflows usize"))?;
         let mut ws = self.workspace.borrow_mut();
         if ws.as_ref().is_none_or(|b| b.len() < size) {
-            *ws = None;
             // Round up so slowly growing requests do not reallocate every call.
-            *ws = Some(DeviceBuffer::alloc(self.api, size.next_power_of_two())?);
+            let grown = DeviceBuffer::alloc(self.api, size.next_power_of_two())?;
+            if let Some(old) = ws.replace(grown) {
+                self.retired.borrow_mut().push(old);
+            }
         }
         Ok(ws.as_ref().expect("set above").as_ptr())
     }
 
-    /// Bytes held by the workspace cache.
+    /// Bytes held by the workspace cache, retired workspaces awaiting a synchronisation
+    /// included.
     pub fn workspace_bytes(&self) -> usize {
-        self.workspace
+        let current = self
+            .workspace
             .borrow()
             .as_ref()
-            .map_or(0, DeviceBuffer::len)
+            .map_or(0, DeviceBuffer::len);
+        current
+            + self
+                .retired
+                .borrow()
+                .iter()
+                .map(DeviceBuffer::len)
+                .sum::<usize>()
     }
 
-    /// Waits for the stream.
+    /// Waits for the stream, then frees the workspaces retired while it ran.
     pub fn synchronize(&self) -> Result<()> {
-        self.stream().synchronize()
+        self.stream().synchronize()?;
+        self.retired.borrow_mut().clear();
+        Ok(())
     }
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
+        // The stream's launches may still use the workspaces: wait before freeing them (an
+        // error here cannot be reported; the memory is then freed anyway at device reset).
+        let _ = self.stream().synchronize();
+        self.retired.get_mut().clear();
         self.workspace.get_mut().take();
         self.stream.take();
         // SAFETY: pairs with the `aclrtSetDevice` in `with_api` (ACL reference-counts devices
