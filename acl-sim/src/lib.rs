@@ -173,6 +173,6 @@ pub fn api_without_ops(missing: &[&str]) -> &'static AclApi {
     key.dedup();
     let mut guard = VARIANTS.lock().unwrap_or_else(|e| e.into_inner());
     let map = guard.get_or_insert_with(HashMap::new);
-    *map.entry(key)
+    map.entry(key)
         .or_insert_with(|| Box::leak(Box::new(table_without(missing))))
 }

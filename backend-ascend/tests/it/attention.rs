@@ -206,7 +206,7 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
         fn run<B: AttentionBackend>(
             dev: &B::Device,
             spec: &VarlenSpec,
-            (q, k, v, dy, sink): (&[f32], &[f32], &[f32], &[f32], &[f32]),
+            [q, k, v, dy, sink]: [&[f32]; 5],
             shape: [usize; 3],
         ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
             let ten = |x: &[f32]| t::<B, 3>(x.to_vec(), shape, dev);
@@ -223,7 +223,7 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
             )
         }
         let shape = [tq, n, d];
-        let inputs = (&qv[..], &kv[..], &vv[..], &dyv[..], &sinkv[..]);
+        let inputs = [&qv[..], &kv[..], &vv[..], &dyv[..], &sinkv[..]];
         let (_, _, _, ascend) = run::<Ascend>(&AscendDevice::sim(), &spec, inputs, shape);
         let (out, smax, ssum, want) = run::<NdArray>(&Default::default(), &spec, inputs, shape);
         let close = |got: &[f32]| {
@@ -296,5 +296,99 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
             past,
             "raw kernel dsink {raw:?} vs CPU {want:?}"
         );
+    }
+}
+
+/// dpse of an external pse (pseType 0: dS, pseType 1: scale·dS) on `Ascend` — computed on the
+/// device, since no arch32 grad kernel writes `dpseOut` — and by the composite, against the
+/// CPU kernels (checked against finite differences in the kernels crate); |Δ| ≤ 1e-5 + 1e-4·|x|.
+#[test]
+fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_types() {
+    use burn_ascend_kernels::varlen::PseType;
+    use burn_ascend_ops::varlen::composite;
+    use burn_ascend_ops::{PseSpec, VarlenSpec};
+
+    let _lock = crate::exclusive();
+    let (n, nkv, d) = (4usize, 2usize, 8usize);
+    let (sq, skv) = ([3usize, 5, 2], [4usize, 5, 3]);
+    let (tq, tkv) = (10usize, 12usize);
+    let total: usize = sq.iter().zip(&skv).map(|(a, b)| n * a * b).sum();
+    for pse_type in [PseType::OuterMulAdd, PseType::OuterAddMul] {
+        let mut spec = VarlenSpec::from_lengths(&sq, &skv, n, 0.35);
+        spec.attrs.pse_type = pse_type;
+        spec.pse = PseSpec::Dense {
+            data: values(total, 21, 1.0).into(),
+            shape: vec![total],
+        };
+        fn grads<B: AttentionBackend>(
+            dev: &B::Device,
+            spec: &VarlenSpec,
+            shapes: ([usize; 3], [usize; 3]),
+        ) -> Vec<f32> {
+            let (qs, ks) = shapes;
+            let len = |s: [usize; 3]| s.iter().product::<usize>();
+            let q = t::<B, 3>(values(len(qs), 22, 1.0), qs, dev);
+            let k = t::<B, 3>(values(len(ks), 23, 1.0), ks, dev);
+            let v = t::<B, 3>(values(len(ks), 24, 1.0), ks, dev);
+            let sink = t::<B, 1>(values(qs[1], 25, 0.5), [qs[1]], dev);
+            let dy = t::<B, 3>(values(len(qs), 26, 1.0), qs, dev);
+            let fwd =
+                varlen_score(q.clone(), k.clone(), v.clone(), Some(sink.clone()), spec).unwrap();
+            let g = varlen_score_grad(q, k, v, Some(sink), &fwd, dy, spec).unwrap();
+            g.dpse
+                .expect("dpse for an external pse")
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        }
+        let shapes = ([tq, n, d], [tkv, nkv, d]);
+        let want = grads::<NdArray>(&Default::default(), &spec, shapes);
+        let ascend = grads::<Ascend>(&AscendDevice::sim(), &spec, shapes);
+        // The composite on NdArray, called directly (NdArray itself runs the CPU kernels).
+        let comp = {
+            use burn_ascend_ops::backend::{VarlenGradInputs, VarlenInputs};
+            type B = NdArray;
+            let dev = Default::default();
+            let len = |s: [usize; 3]| s.iter().product::<usize>();
+            let p = |x: Tensor<B, 3>| x.into_primitive().tensor();
+            let (qs, ks) = shapes;
+            let inputs = VarlenInputs::<B> {
+                query: p(t::<B, 3>(values(len(qs), 22, 1.0), qs, &dev)),
+                key: p(t::<B, 3>(values(len(ks), 23, 1.0), ks, &dev)),
+                value: p(t::<B, 3>(values(len(ks), 24, 1.0), ks, &dev)),
+                sink: Some(
+                    t::<B, 1>(values(n, 25, 0.5), [n], &dev)
+                        .into_primitive()
+                        .tensor(),
+                ),
+            };
+            let fwd = composite::varlen_fwd::<B>(inputs.clone(), &spec).unwrap();
+            let g = composite::varlen_bwd::<B>(
+                VarlenGradInputs {
+                    inputs,
+                    dy: p(t::<B, 3>(values(len(qs), 26, 1.0), qs, &dev)),
+                    attention_in: fwd.attention_out,
+                    softmax_max: fwd.softmax_max,
+                    softmax_sum: fwd.softmax_sum,
+                },
+                &spec,
+            )
+            .unwrap();
+            Tensor::<B, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(g.dpse.unwrap()))
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        assert_eq!(want.len(), total);
+        assert!(want.iter().any(|x| x.abs() > 1e-2), "dpse is not trivial");
+        for (what, got) in [("ascend", &ascend), ("composite", &comp)] {
+            assert_eq!(got.len(), total, "{what}");
+            for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 + 1e-4 * w.abs(),
+                    "{what} dpse[{e}] = {g}, CPU {w} ({pse_type:?})"
+                );
+            }
+        }
     }
 }
