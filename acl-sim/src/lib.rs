@@ -57,7 +57,9 @@ mod state;
 mod varlen;
 mod wire;
 
-pub use state::{live_handles, memory_in_use, set_compute, set_memory_limit, LiveHandles};
+pub use state::{
+    launches, live_handles, memory_in_use, set_compute, set_memory_limit, LiveHandles,
+};
 
 use std::ffi::c_void;
 
@@ -86,7 +88,9 @@ mod registry {
         acl_finalize, acl_init, create_stream, destroy_stream, get_device_count,
         get_recent_err_msg, reset_device, set_device, synchronize_stream,
     };
-    pub(crate) use crate::varlen::{varlen_fwd_base, varlen_fwd_v5, varlen_grad_v5};
+    pub(crate) use crate::varlen::{
+        varlen_fwd_base, varlen_fwd_v5, varlen_grad_base, varlen_grad_v5,
+    };
 }
 
 /// The simulation's table from the kernels crate's op table: each runtime entry from
@@ -116,6 +120,18 @@ macro_rules! register {
             $($rf: registry::$rf,)*
             $($f: Some(OpFns { workspace: registry::$f, launch: launch::$f }),)*
         };
+
+        /// The table without the ops whose C names are in `missing`.
+        fn table_without(missing: &[&str]) -> AclApi {
+            #[allow(unused_mut)]
+            let mut api = AclApi { ..API };
+            $(
+                if missing.contains(&stringify!($c)) {
+                    api.$f = None;
+                }
+            )*
+            api
+        }
     };
 }
 
@@ -135,19 +151,28 @@ pub fn runtime() -> Result<Runtime> {
 /// The simulation's table with some ops removed, to exercise the loader's fallbacks (V5 → base
 /// varlen, PFA V3 → V1) the way an older CANN would present them.
 pub fn api_without(varlen_v5: bool, pfa_v3: bool) -> &'static AclApi {
-    static VARIANTS: std::sync::OnceLock<[AclApi; 4]> = std::sync::OnceLock::new();
-    let v = VARIANTS.get_or_init(|| {
-        let mk = |drop_v5: bool, drop_v3: bool| AclApi {
-            varlen_fwd_v5: if drop_v5 { None } else { API.varlen_fwd_v5 },
-            pfa_v3: if drop_v3 { None } else { API.pfa_v3 },
-            ..API
-        };
-        [
-            mk(false, false),
-            mk(true, false),
-            mk(false, true),
-            mk(true, true),
-        ]
-    });
-    &v[varlen_v5 as usize + 2 * pfa_v3 as usize]
+    let mut missing = Vec::new();
+    if varlen_v5 {
+        missing.push(burn_ascend_kernels::acl::ffi::names::varlen_fwd_v5);
+    }
+    if pfa_v3 {
+        missing.push(burn_ascend_kernels::acl::ffi::names::pfa_v3);
+    }
+    api_without_ops(&missing)
+}
+
+/// The simulation's table without the ops whose C names are listed (e.g.
+/// `aclnnFlashAttentionUnpaddingScoreGrad`), as a CANN build lacking them presents itself.
+/// One table per distinct list, kept for the process (tests ask for a handful).
+pub fn api_without_ops(missing: &[&str]) -> &'static AclApi {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static VARIANTS: Mutex<Option<HashMap<Vec<String>, &'static AclApi>>> = Mutex::new(None);
+    let mut key: Vec<String> = missing.iter().map(|s| s.to_string()).collect();
+    key.sort();
+    key.dedup();
+    let mut guard = VARIANTS.lock().unwrap_or_else(|e| e.into_inner());
+    let map = guard.get_or_insert_with(HashMap::new);
+    map.entry(key)
+        .or_insert_with(|| Box::leak(Box::new(table_without(missing))))
 }

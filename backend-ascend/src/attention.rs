@@ -1,8 +1,11 @@
 //! The attention ops of this project on Ascend (`burn_ascend_ops::AttentionBackend`).
 //!
 //! - varlen forward and backward run natively: the device tensors are handed to
-//!   `aclnnFlashAttentionVarLenScoreV5` / `aclnnFlashAttentionUnpaddingScoreGradV5` as they
-//!   are (strided views included), outputs are allocated on the device. Under
+//!   `aclnnFlashAttentionVarLenScore` / `aclnnFlashAttentionUnpaddingScoreGrad` (the `V5` ops
+//!   with a sink, as torch_npu chooses) as they are (strided views included), outputs are
+//!   allocated on the device. The backward's dsink and dpse are computed on the device with
+//!   the backend's own tensor ops (CANN's dsink is wrong past a size threshold, and no arch32
+//!   kernel writes dpse). Under
 //!   `Autodiff<Ascend>` the ops crate's fused backward calls [`AttentionBackend::varlen_bwd`]
 //!   here. pse (dense or ALiBi slopes), dropout and masks travel in the spec and are uploaded by
 //!   the call builder ([`aclnn`]); a non-f32 sink or mixed dtypes take the CPU kernels through
@@ -17,6 +20,7 @@
 //! a failing aclnn call then panics with the call, its status and CANN's message.
 
 use burn_ascend_kernels::acl::{Tensor, TensorDesc};
+use burn_ascend_kernels::reference::varlen::dpse_factor;
 use burn_ascend_ops::backend::{
     AttentionBackend, IncreInputs, PromptInputs, ScatterInputs, ScatterOutputs, VarlenGradInputs,
     VarlenGrads, VarlenInputs, VarlenOutputs,
@@ -26,7 +30,7 @@ use burn_ascend_ops::incre::IncreSpec;
 use burn_ascend_ops::ndarray::{cpu_varlen_bwd, cpu_varlen_fwd};
 use burn_ascend_ops::prompt::PromptSpec;
 use burn_ascend_ops::scatter::ScatterSpec;
-use burn_ascend_ops::varlen::composite::{bwd_shapes, shapes};
+use burn_ascend_ops::varlen::composite::{self, bwd_shapes, dsink_from_stats, shapes};
 use burn_ascend_ops::varlen::VarlenSpec;
 use burn_backend::{DType, Shape};
 
@@ -219,7 +223,40 @@ impl AttentionBackend for Ascend {
             )
             .unwrap_or_else(|e| fail("varlen_bwd", e));
         }
-        Ok(VarlenGrads { dq, dk, dv, dsink })
+        // dsink: CANN's post step keeps only the last chunk of its partial sums once
+        // `B·s1Pad·s2Pad/baseMN·4 > 2·postUbBaseSize` (`flash_attention_score_grad_post.h`
+        // ~1029–1077; the simulation reproduces it), and its partial-sum slots may collide
+        // between sequences of different block counts (`…_s1s2_bn2gs1s2_sab.h` ~3799–3815).
+        // So the kernel's dsink is replaced, always, by one computed here on the device from
+        // the statistics: O(T·N·Dv) element-wise work and reductions, nothing next to the
+        // O(T·S·D) backward, and no threshold to get wrong.
+        let p = spec.problem(dims, None);
+        drop(dsink); // the kernel's, written by the call above
+        let dsink = f.sink.as_ref().map(|sink| {
+            dsink_from_stats::<Self>(
+                &p,
+                inputs.dy.clone(),
+                inputs.attention_in.clone(),
+                inputs.softmax_max.clone(),
+                inputs.softmax_sum.clone(),
+                sink.clone(),
+            )
+        });
+        // dpse: no arch32 grad kernel writes dpseOut (spec Appendix), so a dense pse's
+        // gradient is recomputed here on the device with the composite's Burn ops (P per
+        // sequence from the statistics, dS = P∘(dP − rowsum(dO∘O)), times the pseType's
+        // factor): O(N·Sq·Skv) per sequence, the size of the pse itself.
+        let dpse = match dpse_factor(&p) {
+            Some(_) => composite::varlen_bwd::<Self>(inputs, spec)?.dpse,
+            None => None,
+        };
+        Ok(VarlenGrads {
+            dq,
+            dk,
+            dv,
+            dpse,
+            dsink,
+        })
     }
 
     fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<AscendTensor> {

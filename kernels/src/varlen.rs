@@ -500,6 +500,14 @@ impl<'a> VarlenProblem<'a> {
         }
     }
 
+    /// Elements of a dense pse, `pseTotalLen = Σ_b N·Sq_b·Skv_b`.
+    pub fn pse_total_len(&self) -> usize {
+        let n = self.dims.head_num;
+        (0..self.dims.batch())
+            .map(|b| n * self.dims.seq_q[b] * self.dims.seq_kv[b])
+            .sum()
+    }
+
     /// Start of each sequence's block in a dense pse (`Σ_{b'<b} N·Sq_b'·Skv_b'`).
     pub fn pse_offsets(&self) -> Vec<usize> {
         let n = self.dims.head_num;

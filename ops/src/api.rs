@@ -52,6 +52,9 @@ pub struct VarlenAttentionGrads<B: Backend> {
     pub dk: Tensor<B, 3>,
     /// `dv` `[Tkv, Nkv, D]`.
     pub dv: Tensor<B, 3>,
+    /// `dpse` `[pseTotalLen]` (laid out as the spec's pse), when the spec has an external pse
+    /// (pseType 0/1); ALiBi slopes are not differentiated.
+    pub dpse: Option<Tensor<B, 1>>,
     /// `dsink` `[N]`, when a sink was given.
     pub dsink: Option<Tensor<B, 1>>,
 }
@@ -111,6 +114,7 @@ pub fn varlen_score_grad<B: AttentionBackend>(
         dq: tensor(g.dq),
         dk: tensor(g.dk),
         dv: tensor(g.dv),
+        dpse: g.dpse.map(tensor),
         dsink: g.dsink.map(tensor),
     })
 }

@@ -201,6 +201,7 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
             dq: c(g.dq),
             dk: c(g.dk),
             dv: c(g.dv),
+            dpse: g.dpse.map(c),
             dsink: g.dsink.map(c),
         })
     }

@@ -60,6 +60,10 @@ pub struct VarlenGrads<B: Backend> {
     pub dk: FloatTensor<B>,
     /// `dvOut`.
     pub dv: FloatTensor<B>,
+    /// `dpseOut`, `[pseTotalLen]` (laid out as the pse), when the spec has an external pse
+    /// (pseType 0/1): dS for pseType 0, scale·dS for pseType 1. ALiBi slopes (pseType 2/3)
+    /// are not differentiated.
+    pub dpse: Option<FloatTensor<B>>,
     /// `dsinkOut`, when a sink was given.
     pub dsink: Option<FloatTensor<B>>,
 }

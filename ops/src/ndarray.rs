@@ -225,6 +225,10 @@ pub fn cpu_varlen_bwd<B: Backend>(
         dq: from_vec::<B>(g.dq, &[tq, n, d], &device),
         dk: from_vec::<B>(g.dk, &[tkv, nkv, d], &device),
         dv: from_vec::<B>(g.dv, &[tkv, nkv, dv], &device),
+        dpse: g.dpse.map(|x| {
+            let len = x.len();
+            from_vec::<B>(x, &[len], &device)
+        }),
         dsink: g.dsink.map(|s| from_vec::<B>(s, &[n], &device)),
     })
 }

@@ -267,6 +267,11 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     res.insert("dq", HostTensor::from_values(&g.dq, vec![tq, n, d]));
     res.insert("dk", HostTensor::from_values(&g.dk, vec![tkv, nkv, d]));
     res.insert("dv", HostTensor::from_values(&g.dv, vec![tkv, nkv, d]));
+    if let Some(dp) = g.dpse {
+        // An external pse's gradient, laid out as the pse (`[pseTotalLen]`).
+        let len = dp.len();
+        res.insert("dpse", HostTensor::from_values(&dp, vec![len]));
+    }
     if let Some(ds) = g.dsink {
         res.insert("dsink", HostTensor::from_values(&ds, vec![n]));
     }
@@ -364,6 +369,10 @@ fn acl_backward(
             },
         )?;
     }
+    // The op as CANN runs it: no `dpse` (no arch32 grad kernel writes `dpseOut`, spec
+    // Appendix), and the kernel's own `dsink` (wrong past its post-chunk threshold, which the
+    // simulation reproduces). The `Ascend` backend computes both itself; the host devices
+    // (`cpu`, `reference`) give the right ones.
     let mut res = Bundle::default();
     res.insert("dq", download(&dq)?);
     res.insert("dk", download(&dk)?);

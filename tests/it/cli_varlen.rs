@@ -305,3 +305,99 @@ fn usage_errors() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("burn-ascend run <op>"));
 }
+
+/// `varlen-bwd` with an external pse (pseType 1, `realShift` `[pseTotalLen]`) writes `dpse`
+/// on the host devices, equal to the composite's (1e-5 abs + 1e-4 rel); `--device sim` replays
+/// the op as CANN runs it, whose kernels write no dpse, so it gives none.
+#[test]
+fn varlen_bwd_writes_dpse_for_an_external_pse_on_host_devices() {
+    // No empty sequence: CANN takes no pse then.
+    let mut c = Case::new("cli_pse", &[3, 5, 2], &[4, 5, 2], 4, 2, 5, 22)
+        .with_sink()
+        .mode(burn_ascend::SparseMode::Band, 2, 1);
+    let total: usize = c
+        .spec
+        .actual_seq_q_len
+        .iter()
+        .zip(&c.spec.actual_seq_kv_len)
+        .scan((0i64, 0i64), |prev, (&q, &k)| {
+            let l = ((q - prev.0) * (k - prev.1)) as usize;
+            *prev = (q, k);
+            Some(l)
+        })
+        .sum::<usize>()
+        * c.n;
+    let pse: Vec<f32> = (0..total)
+        .map(|i| ((i * 37) % 11) as f32 / 11.0 - 0.5)
+        .collect();
+    c.spec.attrs.pse_type = burn_ascend::PseType::OuterAddMul;
+    c.spec.pse = burn_ascend::PseSpec::Dense {
+        data: pse.clone().into(),
+        shape: vec![total],
+    };
+    let dev = Default::default();
+    let inputs = || VarlenInputs::<B> {
+        query: from_vec::<B>(c.q.clone(), &[c.tq(), c.n, c.d], &dev),
+        key: from_vec::<B>(c.k.clone(), &[c.tkv(), c.nkv, c.d], &dev),
+        value: from_vec::<B>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], &dev),
+        sink: c.sink.clone().map(|s| from_vec::<B>(s, &[c.n], &dev)),
+    };
+    let want_fwd = composite::varlen_fwd::<B>(inputs(), &c.spec).unwrap();
+    let want = composite::varlen_bwd::<B>(
+        VarlenGradInputs {
+            inputs: inputs(),
+            dy: from_vec::<B>(c.dy.clone(), &[c.tq(), c.n, c.dv], &dev),
+            attention_in: want_fwd.attention_out.clone(),
+            softmax_max: want_fwd.softmax_max.clone(),
+            softmax_sum: want_fwd.softmax_sum.clone(),
+        },
+        &c.spec,
+    )
+    .unwrap();
+    let want = to_vec::<B>(want.dpse.expect("composite dpse"));
+    assert!(want.iter().any(|x| x.abs() > 1e-2), "dpse is not trivial");
+    let mut b = fwd_bundle(&c);
+    b.metadata.insert("pseType".into(), "1".into());
+    b.metadata.remove("softmaxOutLayout");
+    b.metadata.remove("softmaxInLayout");
+    b.insert("realShift", HostTensor::from_values(&pse, vec![total]));
+    b.tensors.remove("sink");
+    b.insert(
+        "sinkIn",
+        HostTensor::from_values(c.sink.as_ref().unwrap(), vec![c.n]),
+    );
+    b.insert(
+        "dy",
+        HostTensor::from_values(&c.dy, vec![c.tq(), c.n, c.dv]),
+    );
+    b.insert(
+        "attentionIn",
+        HostTensor::from_values(
+            &to_vec::<B>(want_fwd.attention_out),
+            vec![c.tq(), c.n, c.dv],
+        ),
+    );
+    for (name, t) in [
+        ("softmaxMax", want_fwd.softmax_max),
+        ("softmaxSum", want_fwd.softmax_sum),
+    ] {
+        b.insert(
+            name,
+            HostTensor::from_values(&to_vec::<B>(t), vec![c.tq(), c.n, 8]),
+        );
+    }
+    for device in ["reference", "cpu", "sim"] {
+        let (bwd, out) = run("varlen-bwd", &b, device);
+        assert!(
+            out.status.success(),
+            "{device}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if device == "sim" {
+            assert!(!bwd.tensors.contains_key("dpse"), "CANN writes no dpse");
+            continue;
+        }
+        assert_eq!(bwd.tensors["dpse"].shape, vec![total], "{device}");
+        close("dpse", &f32s(&bwd, "dpse"), &want, 1e-5, 1e-4).unwrap();
+    }
+}

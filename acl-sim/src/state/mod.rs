@@ -102,6 +102,18 @@ pub(crate) fn compute_enabled() -> bool {
     COMPUTE.with(|c| c.get())
 }
 
+thread_local! {
+    /// Successful launches per op C name, on the calling thread (launches run on it).
+    static LAUNCHES: std::cell::RefCell<HashMap<&'static str, usize>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
+/// How many times `op` (its C name, e.g. `aclnnFlashAttentionUnpaddingScoreGrad`) was launched
+/// successfully on the calling thread, so tests can tell which entry point a call took.
+pub fn launches(op: &str) -> usize {
+    LAUNCHES.with(|l| l.borrow().get(op).copied().unwrap_or(0))
+}
+
 // ---- runtime -----------------------------------------------------------------------------
 
 pub(crate) unsafe extern "C" fn acl_init(_config: *const c_char) -> AclStatus {
@@ -305,6 +317,7 @@ pub(crate) fn launch(
         if compute_enabled() {
             (e.job)()?;
         }
+        LAUNCHES.with(|l| *l.borrow_mut().entry(op).or_insert(0) += 1);
         Ok(())
     })
 }

@@ -477,8 +477,8 @@ fn swapped_key_and_value_arguments_are_caught() {
     assert_eq!(err.status(), Some(ACLNN_ERR_PARAM_INVALID), "{err}");
     assert!(
         err.to_string()
-            .contains("aclnnFlashAttentionVarLenScoreV5GetWorkspaceSize"),
-        "{err}"
+            .contains("aclnnFlashAttentionVarLenScoreGetWorkspaceSize"),
+        "no sink: the base op, as torch_npu calls it: {err}"
     );
 }
 
@@ -812,4 +812,135 @@ fn a_pa_nz_cache_described_as_nd_is_refused() {
         recent_error(api).contains("FractalNz") || err.to_string().contains("FractalNz"),
         "{err}"
     );
+}
+
+/// The varlen backward of `c` (after its own forward) through the backend's call builder:
+/// dq, dk, dv and (with a sink) dsink.
+fn varlen_grad(rt: &Runtime, c: &Case, sink: bool) -> Result<Vec<Vec<f32>>, AclError> {
+    let (out, smax, ssum) = varlen_fwd(rt, c, sink)?;
+    let (qd, kd) = ([c.tq(), c.n, c.d], [c.tkv(), c.nkv, c.d]);
+    let ts = [
+        up(rt, &qd, &c.q),
+        up(rt, &kd, &c.k),
+        up(rt, &kd, &c.v),
+        up(rt, &qd, &c.dy),
+        up(rt, &[c.tq(), c.n, 8], &smax),
+        up(rt, &[c.tq(), c.n, 8], &ssum),
+        up(rt, &qd, &out),
+        up(rt, &[c.n], &c.sink),
+    ];
+    let gs = [
+        zeros(rt, &qd),
+        zeros(rt, &kd),
+        zeros(rt, &kd),
+        zeros(rt, &[c.n]),
+    ];
+    {
+        let h: Vec<Tensor<'_>> = ts.iter().map(|t| t.handle().unwrap()).collect();
+        let g: Vec<Tensor<'_>> = gs.iter().map(|t| t.handle().unwrap()).collect();
+        aclnn::varlen_grad(
+            rt,
+            &c.spec(),
+            c.n,
+            &aclnn::VarlenGradTensors {
+                dtype: DataType::Float,
+                query: &h[0],
+                key: &h[1],
+                value: &h[2],
+                dy: &h[3],
+                softmax_max: &h[4],
+                softmax_sum: &h[5],
+                attention_in: &h[6],
+                sink: sink.then_some(&h[7]),
+                dq: &g[0],
+                dk: &g[1],
+                dv: &g[2],
+                dsink: sink.then_some(&g[3]),
+            },
+        )?;
+    }
+    let n = if sink { 4 } else { 3 };
+    Ok(gs[..n]
+        .iter()
+        .map(|t| floats(&t.download().unwrap()))
+        .collect())
+}
+
+const FWD_BASE: &str = "aclnnFlashAttentionVarLenScore";
+const FWD_V5: &str = "aclnnFlashAttentionVarLenScoreV5";
+const GRAD_BASE: &str = "aclnnFlashAttentionUnpaddingScoreGrad";
+const GRAD_V5: &str = "aclnnFlashAttentionUnpaddingScoreGradV5";
+
+/// Launches of the four varlen entry points on this thread so far.
+fn varlen_launches() -> [usize; 4] {
+    [FWD_BASE, FWD_V5, GRAD_BASE, GRAD_V5].map(sim::launches)
+}
+
+fn launched_since(before: [usize; 4]) -> [usize; 4] {
+    let now = varlen_launches();
+    [0, 1, 2, 3].map(|i| now[i] - before[i])
+}
+
+/// As torch_npu (op-plugin `FlashAttentionKernelNpuOpApi.cpp` ~1177–1197, 1523, 1556): the
+/// base ops without a sink, the V5 ops only with one; both give the reference's numbers.
+#[test]
+fn without_a_sink_the_base_varlen_ops_run_and_with_one_the_v5_ops() {
+    let c = Case::new();
+    let rt = sim::runtime().unwrap();
+    for sink in [false, true] {
+        let before = varlen_launches();
+        let g = varlen_grad(&rt, &c, sink).unwrap();
+        let want = if sink { [0, 1, 0, 1] } else { [1, 0, 1, 0] };
+        assert_eq!(launched_since(before), want, "sink {sink}");
+        let p = c.problem(sink);
+        let f = reference::varlen_fwd(&p, &c.q, &c.k, &c.v);
+        let w = reference::varlen_bwd(
+            &p,
+            &c.q,
+            &c.k,
+            &c.v,
+            &c.dy,
+            &f.attention_out,
+            &f.softmax_max,
+            &f.softmax_sum,
+        );
+        assert!(max_diff(&g[0], &w.dq) < 1e-4 && max_diff(&g[2], &w.dv) < 1e-4);
+        if sink {
+            assert!(max_diff(&g[3], w.dsink.as_ref().unwrap()) < 1e-4);
+        }
+    }
+}
+
+/// Fallbacks both ways by what the loader found: no base ops → V5 runs a no-sink call; no V5
+/// backward → a sink is an "unsupported" error naming it, while no-sink calls still run.
+#[test]
+fn missing_varlen_entry_points_fall_back_both_ways_and_a_sink_without_v5_is_unsupported() {
+    let c = Case::new();
+    let no_base = sim::api_without_ops(&[FWD_BASE, GRAD_BASE]);
+    assert!(no_base.varlen_fwd_base.is_none() && no_base.varlen_grad_base.is_none());
+    let rt = Runtime::with_api(no_base, 0).unwrap();
+    let before = varlen_launches();
+    varlen_grad(&rt, &c, false).unwrap();
+    assert_eq!(launched_since(before), [0, 1, 0, 1]);
+
+    let rt = Runtime::with_api(sim::api_without_ops(&[GRAD_V5]), 0).unwrap();
+    let before = varlen_launches();
+    varlen_grad(&rt, &c, false).unwrap();
+    assert_eq!(launched_since(before), [1, 0, 1, 0]);
+    let err = varlen_grad(&rt, &c, true).unwrap_err();
+    assert!(matches!(err, AclError::Unsupported(_)), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("unsupported: sink need aclnnFlashAttentionUnpaddingScoreGradV5"),
+        "{err}"
+    );
+
+    let rt = Runtime::with_api(
+        sim::api_without_ops(&[FWD_V5, GRAD_V5, FWD_BASE, GRAD_BASE]),
+        0,
+    )
+    .unwrap();
+    let err = varlen_fwd(&rt, &c, false).unwrap_err();
+    assert!(matches!(err, AclError::Unsupported(_)), "{err}");
+    assert!(err.to_string().contains("is not available"), "{err}");
 }

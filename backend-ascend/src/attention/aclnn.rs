@@ -78,7 +78,30 @@ struct VarlenExtras {
     kv_start: Option<IntArray>,
 }
 
-fn varlen_extras(rt: &Runtime, spec: &VarlenSpec, dtype: DataType) -> Result<VarlenExtras> {
+/// The shape a dense TND pse (`[pseTotalLen]` in the spec) is described with, per op — the
+/// forward and the backward tilings disagree:
+/// - forward: `flash_attention_score/op_host/arch32/flash_attention_score_tiling_general.cpp`
+///   classifies the pse by dim 0 alone (`AnalyzeOptionalInput` ~1524–1527: `N·Σ Sq·Skv` is
+///   the per-sequence `[N, Sq, Skv]` layout) but every template's `SetPseAlibiParams` (~3876)
+///   refuses fewer than 2 dims and reads dim −2 = 1024 as the compressed ALiBi pse: so
+///   `[pseTotalLen, 1, 1]` (dim −2 is 1, never 1024; a flat `[pseTotalLen]` would be refused);
+/// - backward: `flash_attention_score_grad/op_host/arch32/…_s1s2_bn2gs1s2_sab.cpp`
+///   (`ProcessPseInfo` ~528) and `…_s1s2_bn2gs1s2.cpp` (~465) take a TND outer pse only 1-D:
+///   `[pseTotalLen]` — and `dpseOut` gets the same shape (torch_npu passes a pse-shaped one).
+fn dense_pse_dims(total: usize, grad: bool) -> Vec<usize> {
+    if grad {
+        vec![total]
+    } else {
+        vec![total, 1, 1]
+    }
+}
+
+fn varlen_extras(
+    rt: &Runtime,
+    spec: &VarlenSpec,
+    dtype: DataType,
+    grad: bool,
+) -> Result<VarlenExtras> {
     let atten_mask = match &spec.atten_mask {
         MaskSpec::None => None,
         MaskSpec::Dense { data, shape } => Some(upload(rt, data, shape, DataType::Uint8)?),
@@ -89,7 +112,10 @@ fn varlen_extras(rt: &Runtime, spec: &VarlenSpec, dtype: DataType) -> Result<Var
     let real_shift = match &spec.pse {
         PseSpec::None => None,
         // pseType 0/1: a bias in the query's dtype.
-        PseSpec::Dense { data, shape } => Some(upload_float(rt, data, shape, dtype)?),
+        PseSpec::Dense { data, shape } => {
+            let total = shape.iter().product();
+            Some(upload_float(rt, data, &dense_pse_dims(total, grad), dtype)?)
+        }
         // pseType 2/3: the slopes, FLOAT.
         PseSpec::Alibi { slopes, shape } => Some(upload_float(rt, slopes, shape, DataType::Float)?),
     };
@@ -124,15 +150,15 @@ pub struct VarlenFwdTensors<'a> {
     pub softmax_sum: &'a Tensor<'a>,
 }
 
-/// `aclnnFlashAttentionVarLenScoreV5` (or the base op) for a validated spec; `head_num` is the
-/// query's N.
+/// `aclnnFlashAttentionVarLenScore` without a sink, `…V5` with one (the choice and the
+/// fallbacks are `ops::varlen_fwd`'s) for a validated spec; `head_num` is the query's N.
 pub fn varlen_fwd(
     rt: &Runtime,
     spec: &VarlenSpec,
     head_num: usize,
     x: &VarlenFwdTensors<'_>,
 ) -> Result<()> {
-    let ex = varlen_extras(rt, spec, x.dtype)?;
+    let ex = varlen_extras(rt, spec, x.dtype, false)?;
     // softmaxOutOut is reserved ("预留参数，暂未使用"): an empty tensor, as torch_npu passes.
     let softmax_out = empty(rt, x.dtype)?;
     {
@@ -201,23 +227,35 @@ pub struct VarlenGradTensors<'a> {
     pub dsink: Option<&'a Tensor<'a>>,
 }
 
-/// `aclnnFlashAttentionUnpaddingScoreGradV5` (or the base op) for a validated spec.
+/// `aclnnFlashAttentionUnpaddingScoreGrad` without a sink, `…GradV5` with one (the choice and
+/// the fallbacks are `ops::varlen_grad`'s) for a validated spec.
 pub fn varlen_grad(
     rt: &Runtime,
     spec: &VarlenSpec,
     head_num: usize,
     x: &VarlenGradTensors<'_>,
 ) -> Result<()> {
-    let ex = varlen_extras(rt, spec, x.dtype)?;
-    // Unused outputs (no rope, no pse gradient): empty tensors, as torch_npu passes.
+    let ex = varlen_extras(rt, spec, x.dtype, true)?;
+    // Unused outputs (no rope): empty tensors, as torch_npu passes. `dpseOut` has the pse's
+    // shape ([0] without one), as torch_npu allocates it (op-plugin
+    // `FlashAttentionKernelNpuOpApi.cpp` ~1119–1123): the op view-copies its pse-shaped dpse
+    // into it. No arch32 grad kernel writes dpse (spec Appendix), so its content is not read:
+    // the backend computes dpse itself (`burn_ascend_backend::attention`).
     let unused = empty(rt, x.dtype)?;
+    let dpse_out = match &ex.real_shift {
+        Some(pse) => {
+            let dims: Vec<usize> = pse.desc.dims.iter().map(|&d| d as usize).collect();
+            rt.zeros(TensorDesc::contiguous(&dims, x.dtype)?)?
+        }
+        None => empty(rt, x.dtype)?,
+    };
     {
         let (mask, pse, drop) = (
             handle(&ex.atten_mask)?,
             handle(&ex.real_shift)?,
             handle(&ex.drop_mask)?,
         );
-        let (dq_rope, dk_rope, dpse) = (unused.handle()?, unused.handle()?, unused.handle()?);
+        let (dq_rope, dk_rope, dpse) = (unused.handle()?, unused.handle()?, dpse_out.handle()?);
         let a = &spec.attrs;
         ops::varlen_grad(
             rt,

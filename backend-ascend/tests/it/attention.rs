@@ -176,3 +176,219 @@ fn training_on_autodiff_ascend_matches_autodiff_ndarray_step_by_step() {
     // the fused backward ran on the device path
     assert_eq!(fallback_count("varlen_bwd"), before);
 }
+
+/// CANN's dsink post step (`flash_attention_score_grad_post.h` ~1029–1077) keeps only the
+/// last chunk of its partial sums once `B·s1Pad·s2Pad/8192·4 > 2·postUbBaseSize` (62 720
+/// bytes at D = 8 in f32): 4000 sequences of 2 tokens give 4000·256·256/8192 = 32 000
+/// partials per head, past the 31 360 of one chunk; 3900 sequences (31 200) stay below. The
+/// simulated kernel reproduces the defect, and the backend's dsink (computed on the device
+/// from the statistics) matches the CPU kernels' above and below the threshold
+/// (|Δ| ≤ 1e-5 + 1e-4·|x|).
+#[test]
+fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_wrong() {
+    use burn_ascend_backend::attention::aclnn;
+    use burn_ascend_kernels::acl::{DataType, TensorDesc};
+    use burn_ascend_ops::VarlenSpec;
+
+    let _lock = crate::exclusive();
+    let (n, d, len) = (2usize, 8usize, 2usize);
+    for (batch, past) in [(4000usize, true), (3900, false)] {
+        let tq = batch * len;
+        let cu: Vec<i64> = (1..=batch as i64).map(|b| b * len as i64).collect();
+        let spec = VarlenSpec::new(cu.clone(), cu, n, 0.35);
+        let (qv, kv, vv, dyv) = (
+            values(tq * n * d, 11, 1.0),
+            values(tq * n * d, 12, 1.0),
+            values(tq * n * d, 13, 1.0),
+            values(tq * n * d, 14, 1.0),
+        );
+        let sinkv = vec![0.3f32, -0.4];
+        fn run<B: AttentionBackend>(
+            dev: &B::Device,
+            spec: &VarlenSpec,
+            [q, k, v, dy, sink]: [&[f32]; 5],
+            shape: [usize; 3],
+        ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+            let ten = |x: &[f32]| t::<B, 3>(x.to_vec(), shape, dev);
+            let sink = t::<B, 1>(sink.to_vec(), [sink.len()], dev);
+            let fwd = varlen_score(ten(q), ten(k), ten(v), Some(sink.clone()), spec).unwrap();
+            let g =
+                varlen_score_grad(ten(q), ten(k), ten(v), Some(sink), &fwd, ten(dy), spec).unwrap();
+            let f = |x: Tensor<B, 3>| x.into_data().to_vec::<f32>().unwrap();
+            (
+                f(fwd.attention_out),
+                f(fwd.softmax_max),
+                f(fwd.softmax_sum),
+                g.dsink.unwrap().into_data().to_vec::<f32>().unwrap(),
+            )
+        }
+        let shape = [tq, n, d];
+        let inputs = [&qv[..], &kv[..], &vv[..], &dyv[..], &sinkv[..]];
+        let (_, _, _, ascend) = run::<Ascend>(&AscendDevice::sim(), &spec, inputs, shape);
+        let (out, smax, ssum, want) = run::<NdArray>(&Default::default(), &spec, inputs, shape);
+        let close = |got: &[f32]| {
+            got.iter()
+                .zip(&want)
+                .all(|(g, w)| (g - w).abs() <= 1e-5 + 1e-4 * w.abs())
+        };
+        assert!(
+            want.iter().all(|w| w.abs() > 1e-2),
+            "dsink is not trivial: {want:?}"
+        );
+        assert!(close(&ascend), "backend dsink {ascend:?} vs CPU {want:?}");
+
+        // The raw simulated kernel, fed the same forward.
+        let rt = burn_ascend_acl_sim::runtime().unwrap();
+        let up = |v: &[f32], dims: &[usize]| {
+            let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            rt.upload(TensorDesc::contiguous(dims, DataType::Float).unwrap(), &b)
+                .unwrap()
+        };
+        let ts = [
+            up(&qv, &shape),
+            up(&kv, &shape),
+            up(&vv, &shape),
+            up(&dyv, &shape),
+            up(&smax, &[tq, n, 8]),
+            up(&ssum, &[tq, n, 8]),
+            up(&out, &shape),
+            up(&sinkv, &[n]),
+        ];
+        let gs = [
+            up(&vec![0.0; tq * n * d], &shape),
+            up(&vec![0.0; tq * n * d], &shape),
+            up(&vec![0.0; tq * n * d], &shape),
+            up(&[0.0; 2], &[n]),
+        ];
+        {
+            let h: Vec<_> = ts.iter().map(|t| t.handle().unwrap()).collect();
+            let g: Vec<_> = gs.iter().map(|t| t.handle().unwrap()).collect();
+            aclnn::varlen_grad(
+                &rt,
+                &spec,
+                n,
+                &aclnn::VarlenGradTensors {
+                    dtype: DataType::Float,
+                    query: &h[0],
+                    key: &h[1],
+                    value: &h[2],
+                    dy: &h[3],
+                    softmax_max: &h[4],
+                    softmax_sum: &h[5],
+                    attention_in: &h[6],
+                    sink: Some(&h[7]),
+                    dq: &g[0],
+                    dk: &g[1],
+                    dv: &g[2],
+                    dsink: Some(&g[3]),
+                },
+            )
+            .unwrap();
+        }
+        let raw: Vec<f32> = gs[3]
+            .download()
+            .unwrap()
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(
+            !close(&raw),
+            past,
+            "raw kernel dsink {raw:?} vs CPU {want:?}"
+        );
+    }
+}
+
+/// dpse of an external pse (pseType 0: dS, pseType 1: scale·dS) on `Ascend` — computed on the
+/// device, since no arch32 grad kernel writes `dpseOut` — and by the composite, against the
+/// CPU kernels (checked against finite differences in the kernels crate); |Δ| ≤ 1e-5 + 1e-4·|x|.
+#[test]
+fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_types() {
+    use burn_ascend_kernels::varlen::PseType;
+    use burn_ascend_ops::varlen::composite;
+    use burn_ascend_ops::{PseSpec, VarlenSpec};
+
+    let _lock = crate::exclusive();
+    let (n, nkv, d) = (4usize, 2usize, 8usize);
+    let (sq, skv) = ([3usize, 5, 2], [4usize, 5, 3]);
+    let (tq, tkv) = (10usize, 12usize);
+    let total: usize = sq.iter().zip(&skv).map(|(a, b)| n * a * b).sum();
+    for pse_type in [PseType::OuterMulAdd, PseType::OuterAddMul] {
+        let mut spec = VarlenSpec::from_lengths(&sq, &skv, n, 0.35);
+        spec.attrs.pse_type = pse_type;
+        spec.pse = PseSpec::Dense {
+            data: values(total, 21, 1.0).into(),
+            shape: vec![total],
+        };
+        fn grads<B: AttentionBackend>(
+            dev: &B::Device,
+            spec: &VarlenSpec,
+            shapes: ([usize; 3], [usize; 3]),
+        ) -> Vec<f32> {
+            let (qs, ks) = shapes;
+            let len = |s: [usize; 3]| s.iter().product::<usize>();
+            let q = t::<B, 3>(values(len(qs), 22, 1.0), qs, dev);
+            let k = t::<B, 3>(values(len(ks), 23, 1.0), ks, dev);
+            let v = t::<B, 3>(values(len(ks), 24, 1.0), ks, dev);
+            let sink = t::<B, 1>(values(qs[1], 25, 0.5), [qs[1]], dev);
+            let dy = t::<B, 3>(values(len(qs), 26, 1.0), qs, dev);
+            let fwd =
+                varlen_score(q.clone(), k.clone(), v.clone(), Some(sink.clone()), spec).unwrap();
+            let g = varlen_score_grad(q, k, v, Some(sink), &fwd, dy, spec).unwrap();
+            g.dpse
+                .expect("dpse for an external pse")
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        }
+        let shapes = ([tq, n, d], [tkv, nkv, d]);
+        let want = grads::<NdArray>(&Default::default(), &spec, shapes);
+        let ascend = grads::<Ascend>(&AscendDevice::sim(), &spec, shapes);
+        // The composite on NdArray, called directly (NdArray itself runs the CPU kernels).
+        let comp = {
+            use burn_ascend_ops::backend::{VarlenGradInputs, VarlenInputs};
+            type B = NdArray;
+            let dev = Default::default();
+            let len = |s: [usize; 3]| s.iter().product::<usize>();
+            let p = |x: Tensor<B, 3>| x.into_primitive().tensor();
+            let (qs, ks) = shapes;
+            let inputs = VarlenInputs::<B> {
+                query: p(t::<B, 3>(values(len(qs), 22, 1.0), qs, &dev)),
+                key: p(t::<B, 3>(values(len(ks), 23, 1.0), ks, &dev)),
+                value: p(t::<B, 3>(values(len(ks), 24, 1.0), ks, &dev)),
+                sink: Some(
+                    t::<B, 1>(values(n, 25, 0.5), [n], &dev)
+                        .into_primitive()
+                        .tensor(),
+                ),
+            };
+            let fwd = composite::varlen_fwd::<B>(inputs.clone(), &spec).unwrap();
+            let g = composite::varlen_bwd::<B>(
+                VarlenGradInputs {
+                    inputs,
+                    dy: p(t::<B, 3>(values(len(qs), 26, 1.0), qs, &dev)),
+                    attention_in: fwd.attention_out,
+                    softmax_max: fwd.softmax_max,
+                    softmax_sum: fwd.softmax_sum,
+                },
+                &spec,
+            )
+            .unwrap();
+            Tensor::<B, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(g.dpse.unwrap()))
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        assert_eq!(want.len(), total);
+        assert!(want.iter().any(|x| x.abs() > 1e-2), "dpse is not trivial");
+        for (what, got) in [("ascend", &ascend), ("composite", &comp)] {
+            assert_eq!(got.len(), total, "{what}");
+            for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 + 1e-4 * w.abs(),
+                    "{what} dpse[{e}] = {g}, CPU {w} ({pse_type:?})"
+                );
+            }
+        }
+    }
+}

@@ -349,6 +349,41 @@ pub type VarlenGradV5Ws = unsafe extern "C" fn(
     executor: Ex,
 ) -> AclStatus;
 
+/// `aclnnFlashAttentionUnpaddingScoreGradGetWorkspaceSize` (ops-transformer
+/// `flash_attention_score_grad/op_api/aclnn_flash_attention_score_grad.h`): the no-sink
+/// backward torch_npu calls (op-plugin `FlashAttentionKernelNpuOpApi.cpp`).
+pub type VarlenGradBaseWs = unsafe extern "C" fn(
+    query: T,
+    key: T,
+    value: T,
+    dy: T,
+    pse_shift: T,
+    drop_mask: T,
+    padding_mask: T,
+    atten_mask: T,
+    softmax_max: T,
+    softmax_sum: T,
+    softmax_in: T,
+    attention_in: T,
+    prefix: IA,
+    actual_seq_q_len: IA,
+    actual_seq_kv_len: IA,
+    scale_value: f64,
+    keep_prob: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    head_num: i64,
+    input_layout: *mut c_char,
+    inner_precise: i64,
+    sparse_mode: i64,
+    dq_out: T,
+    dk_out: T,
+    dv_out: T,
+    dpse_out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
 /// `aclnnPromptFlashAttentionV3GetWorkspaceSize` (aclnnPromptFlashAttentionV3.md).
 pub type PfaV3Ws = unsafe extern "C" fn(
     query: T,

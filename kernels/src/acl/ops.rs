@@ -85,7 +85,8 @@ macro_rules! op {
     };
 }
 
-/// Arguments of `aclnnFlashAttentionVarLenScoreV5`, in prototype order.
+/// Arguments of `aclnnFlashAttentionVarLenScoreV5` (the base op takes the subset it has), in
+/// prototype order.
 pub struct VarlenFwdArgs<'a> {
     pub query: &'a Tensor<'a>,
     pub query_rope: Option<&'a Tensor<'a>>,
@@ -118,100 +119,137 @@ pub struct VarlenFwdArgs<'a> {
     pub attention_out: &'a Tensor<'a>,
 }
 
-/// Varlen forward: `aclnnFlashAttentionVarLenScoreV5`, or `aclnnFlashAttentionVarLenScore`
-/// when V5 is absent and the call needs nothing only V5 has (sink, rope, start indices,
-/// pseType other than 1 with a pse, a softmax layout).
+/// What of a varlen call only the V5 entry points take (empty: the base op can run it).
+fn varlen_needs_v5(
+    sink: bool,
+    rope: bool,
+    start_idx: bool,
+    pse_type_not_1: bool,
+    softmax_layout: bool,
+) -> Vec<&'static str> {
+    [
+        (sink, "sink"),
+        (rope, "queryRope/keyRope"),
+        (start_idx, "qStartIdx/kvStartIdx"),
+        (pse_type_not_1, "pseType other than 1"),
+        (softmax_layout, "a softmax layout"),
+    ]
+    .into_iter()
+    .filter_map(|(on, what)| on.then_some(what))
+    .collect()
+}
+
+/// Which entry point a varlen call takes, as torch_npu chooses (op-plugin
+/// `FlashAttentionKernelNpuOpApi.cpp`, `npu_fusion_attention` / `_backward`: the V5 ops only
+/// with a sink, the base ops otherwise), falling back both ways by what the loader found:
+/// the base op when the call needs nothing only V5 has and the base op is present, else V5;
+/// no V5 for a call that needs it is an "unsupported" error naming what needs it.
+enum VarlenEntry<B, V> {
+    Base(B),
+    V5(V),
+}
+
+fn varlen_entry<B, V>(
+    needs_v5: &[&str],
+    base: Option<B>,
+    v5: Option<V>,
+    (base_name, v5_name): (&str, &str),
+) -> Result<VarlenEntry<B, V>> {
+    match (needs_v5.is_empty(), base, v5) {
+        (true, Some(b), _) => Ok(VarlenEntry::Base(b)),
+        (_, _, Some(v)) => Ok(VarlenEntry::V5(v)),
+        (true, None, None) => Err(missing(&format!("{v5_name} (and {base_name})"))),
+        (false, Some(_), None) => Err(AclError::Unsupported(format!(
+            "{} need {v5_name}, which this CANN lacks (only {base_name} is present)",
+            needs_v5.join(", ")
+        ))),
+        (false, None, None) => Err(missing(&format!(
+            "{v5_name} (needed for {})",
+            needs_v5.join(", ")
+        ))),
+    }
+}
+
+/// Varlen forward: `aclnnFlashAttentionVarLenScore` when the call needs nothing only V5 has
+/// (no sink, rope, start indices, pseType other than 1 with a pse, softmax layout), else
+/// `aclnnFlashAttentionVarLenScoreV5`; see [`varlen_entry`] for the fallbacks.
 pub fn varlen_fwd(rt: &Runtime, a: &VarlenFwdArgs<'_>) -> Result<()> {
     let api = rt.api();
     let layout = attr("inputLayout", a.input_layout)?;
     let sm_layout = attr("softmaxOutLayout", a.softmax_out_layout)?;
-    if let Some(f) = api.varlen_fwd_v5 {
-        return two_stage(rt, names::varlen_fwd_v5, f.launch, |ws, ex| {
-            // SAFETY: the arguments follow the V5 prototype in order; every handle is live
-            // for the call (borrowed by `a`), nulls only where the docs allow optional inputs,
-            // the strings are NUL-terminated and outlive the call, `ws`/`ex` are out-pointers.
-            unsafe {
-                (f.workspace)(
-                    a.query.as_ptr(),
-                    t(a.query_rope),
-                    a.key.as_ptr(),
-                    t(a.key_rope),
-                    a.value.as_ptr(),
-                    t(a.real_shift),
-                    t(a.drop_mask),
-                    t(a.padding_mask),
-                    t(a.atten_mask),
-                    t(a.sink),
-                    ia(a.prefix),
-                    ia(a.actual_seq_q_len),
-                    ia(a.actual_seq_kv_len),
-                    ia(a.q_start_idx),
-                    ia(a.kv_start_idx),
-                    a.scale_value,
-                    a.keep_prob,
-                    a.pre_tokens,
-                    a.next_tokens,
-                    a.head_num,
-                    cptr(&layout),
-                    a.inner_precise,
-                    a.sparse_mode,
-                    a.pse_type,
-                    cptr(&sm_layout),
-                    a.softmax_max.as_ptr(),
-                    a.softmax_sum.as_ptr(),
-                    t(a.softmax_out),
-                    a.attention_out.as_ptr(),
-                    ws,
-                    ex,
-                )
-            }
-        });
-    }
-    let Some(f) = api.varlen_fwd_base else {
-        return Err(missing(&format!(
-            "{} (and {})",
-            names::varlen_fwd_v5,
-            names::varlen_fwd_base
-        )));
+    let needs = varlen_needs_v5(
+        a.sink.is_some(),
+        a.query_rope.is_some() || a.key_rope.is_some(),
+        a.q_start_idx.is_some() || a.kv_start_idx.is_some(),
+        a.real_shift.is_some() && a.pse_type != 1,
+        !a.softmax_out_layout.is_empty(),
+    );
+    let entry = varlen_entry(
+        &needs,
+        api.varlen_fwd_base,
+        api.varlen_fwd_v5,
+        (names::varlen_fwd_base, names::varlen_fwd_v5),
+    )?;
+    let f = match entry {
+        VarlenEntry::V5(f) => f,
+        VarlenEntry::Base(f) => {
+            return two_stage(rt, names::varlen_fwd_base, f.launch, |ws, ex| {
+                // SAFETY: the arguments follow the base prototype (seed 003) in order; every
+                // handle is live for the call (borrowed by `a`), nulls only where the docs
+                // allow optional inputs, the string is NUL-terminated and outlives the call,
+                // `ws`/`ex` are out-pointers.
+                unsafe {
+                    (f.workspace)(
+                        a.query.as_ptr(),
+                        a.key.as_ptr(),
+                        a.value.as_ptr(),
+                        t(a.real_shift),
+                        t(a.drop_mask),
+                        t(a.padding_mask),
+                        t(a.atten_mask),
+                        ia(a.prefix),
+                        ia(a.actual_seq_q_len),
+                        ia(a.actual_seq_kv_len),
+                        a.scale_value,
+                        a.keep_prob,
+                        a.pre_tokens,
+                        a.next_tokens,
+                        a.head_num,
+                        cptr(&layout),
+                        a.inner_precise,
+                        a.sparse_mode,
+                        a.softmax_max.as_ptr(),
+                        a.softmax_sum.as_ptr(),
+                        t(a.softmax_out),
+                        a.attention_out.as_ptr(),
+                        ws,
+                        ex,
+                    )
+                }
+            });
+        }
     };
-    let mut needs_v5 = Vec::new();
-    if a.sink.is_some() {
-        needs_v5.push("sink");
-    }
-    if a.query_rope.is_some() || a.key_rope.is_some() {
-        needs_v5.push("queryRope/keyRope");
-    }
-    if a.q_start_idx.is_some() || a.kv_start_idx.is_some() {
-        needs_v5.push("qStartIdx/kvStartIdx");
-    }
-    if a.real_shift.is_some() && a.pse_type != 1 {
-        needs_v5.push("pseType other than 1");
-    }
-    if !a.softmax_out_layout.is_empty() {
-        needs_v5.push("softmaxOutLayout");
-    }
-    if !needs_v5.is_empty() {
-        return Err(AclError::Unsupported(format!(
-            "{} need {}, which this CANN lacks (only {} is present)",
-            needs_v5.join(", "),
-            names::varlen_fwd_v5,
-            names::varlen_fwd_base
-        )));
-    }
-    two_stage(rt, names::varlen_fwd_base, f.launch, |ws, ex| {
-        // SAFETY: as for V5, following the base prototype (seed 003) in order.
+    two_stage(rt, names::varlen_fwd_v5, f.launch, |ws, ex| {
+        // SAFETY: the arguments follow the V5 prototype in order; every handle is live
+        // for the call (borrowed by `a`), nulls only where the docs allow optional inputs,
+        // the strings are NUL-terminated and outlive the call, `ws`/`ex` are out-pointers.
         unsafe {
             (f.workspace)(
                 a.query.as_ptr(),
+                t(a.query_rope),
                 a.key.as_ptr(),
+                t(a.key_rope),
                 a.value.as_ptr(),
                 t(a.real_shift),
                 t(a.drop_mask),
                 t(a.padding_mask),
                 t(a.atten_mask),
+                t(a.sink),
                 ia(a.prefix),
                 ia(a.actual_seq_q_len),
                 ia(a.actual_seq_kv_len),
+                ia(a.q_start_idx),
+                ia(a.kv_start_idx),
                 a.scale_value,
                 a.keep_prob,
                 a.pre_tokens,
@@ -220,6 +258,8 @@ pub fn varlen_fwd(rt: &Runtime, a: &VarlenFwdArgs<'_>) -> Result<()> {
                 cptr(&layout),
                 a.inner_precise,
                 a.sparse_mode,
+                a.pse_type,
+                cptr(&sm_layout),
                 a.softmax_max.as_ptr(),
                 a.softmax_sum.as_ptr(),
                 t(a.softmax_out),
@@ -231,7 +271,8 @@ pub fn varlen_fwd(rt: &Runtime, a: &VarlenFwdArgs<'_>) -> Result<()> {
     })
 }
 
-/// Arguments of `aclnnFlashAttentionUnpaddingScoreGradV5`, in prototype order.
+/// Arguments of `aclnnFlashAttentionUnpaddingScoreGradV5` (the base op takes the subset it
+/// has), in prototype order.
 pub struct VarlenGradArgs<'a> {
     pub query: &'a Tensor<'a>,
     pub query_rope: Option<&'a Tensor<'a>>,
@@ -272,12 +313,70 @@ pub struct VarlenGradArgs<'a> {
     pub dsink: Option<&'a Tensor<'a>>,
 }
 
-/// Varlen backward: `aclnnFlashAttentionUnpaddingScoreGradV5`.
+/// Varlen backward: `aclnnFlashAttentionUnpaddingScoreGrad` when the call needs nothing only
+/// V5 has (as for [`varlen_fwd`]), else `aclnnFlashAttentionUnpaddingScoreGradV5`; see
+/// [`varlen_entry`] for the fallbacks.
 pub fn varlen_grad(rt: &Runtime, a: &VarlenGradArgs<'_>) -> Result<()> {
-    let (name, f) = op!(rt, varlen_grad_v5)?;
+    let api = rt.api();
     let layout = attr("inputLayout", a.input_layout)?;
     let sm_layout = attr("softmaxInLayout", a.softmax_in_layout)?;
-    two_stage(rt, name, f.launch, |ws, ex| {
+    let needs = varlen_needs_v5(
+        a.sink_in.is_some(),
+        a.query_rope.is_some() || a.key_rope.is_some(),
+        a.q_start_idx.is_some() || a.kv_start_idx.is_some(),
+        a.pse_shift.is_some() && a.pse_type != 1,
+        !a.softmax_in_layout.is_empty(),
+    );
+    let entry = varlen_entry(
+        &needs,
+        api.varlen_grad_base,
+        api.varlen_grad_v5,
+        (names::varlen_grad_base, names::varlen_grad_v5),
+    )?;
+    let f = match entry {
+        VarlenEntry::V5(f) => f,
+        VarlenEntry::Base(f) => {
+            return two_stage(rt, names::varlen_grad_base, f.launch, |ws, ex| {
+                // SAFETY: the arguments follow the base prototype
+                // (`aclnn_flash_attention_score_grad.h`) in order; handles are live for the
+                // call, nulls only for optional inputs, the string NUL-terminated.
+                unsafe {
+                    (f.workspace)(
+                        a.query.as_ptr(),
+                        a.key.as_ptr(),
+                        a.value.as_ptr(),
+                        a.dy.as_ptr(),
+                        t(a.pse_shift),
+                        t(a.drop_mask),
+                        t(a.padding_mask),
+                        t(a.atten_mask),
+                        t(a.softmax_max),
+                        t(a.softmax_sum),
+                        t(a.softmax_in),
+                        t(a.attention_in),
+                        ia(a.prefix),
+                        ia(a.actual_seq_q_len),
+                        ia(a.actual_seq_kv_len),
+                        a.scale_value,
+                        a.keep_prob,
+                        a.pre_tokens,
+                        a.next_tokens,
+                        a.head_num,
+                        cptr(&layout),
+                        a.inner_precise,
+                        a.sparse_mode,
+                        a.dq.as_ptr(),
+                        a.dk.as_ptr(),
+                        a.dv.as_ptr(),
+                        t(a.dpse),
+                        ws,
+                        ex,
+                    )
+                }
+            });
+        }
+    };
+    two_stage(rt, names::varlen_grad_v5, f.launch, |ws, ex| {
         // SAFETY: the arguments follow the prototype of seed 002 in order; handles are live
         // for the call, nulls only for optional inputs/outputs, strings NUL-terminated.
         unsafe {

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::gemm::{matmul, Mat};
 use super::tile::{store, vectorized, Ctx, Kind, ProbRows, Seq, SimdKernel};
-use crate::reference::varlen::VarlenBwdOut;
+use crate::reference::varlen::{dpse_factor, VarlenBwdOut};
 use crate::varlen::VarlenProblem;
 use crate::Element;
 
@@ -117,6 +117,7 @@ pub fn varlen_bwd<T: Element>(
             dq: vec![zero; dims.t_q() * n * d],
             dk: vec![zero; dims.t_kv() * nkv * d],
             dv: vec![zero; dims.t_kv() * nkv * dv],
+            dpse: dpse_factor(p).map(|_| vec![zero; p.pse_total_len()]),
             dsink: ctx.sink.map(|_| vec![0.0; n]),
         };
     }
@@ -157,7 +158,13 @@ pub fn varlen_bwd<T: Element>(
     let mut parts = vec![0.0f32; total];
     let mut dk = vec![T::from_f64(0.0); dims.t_kv() * nkv * d];
     let mut dvv = vec![T::from_f64(0.0); dims.t_kv() * nkv * dv];
+    // dpse (dense pse only): each (sequence, head, row, column) is one task's, written once
+    // from the tile's dS under a lock (a copy per tile, next to five GEMMs).
+    let dpse_mul = dpse_factor(p).map(|f| f as f32);
+    let mut dpse = dpse_mul.map(|_| vec![T::from_f64(0.0); p.pse_total_len()]);
     {
+        let dpse_out = dpse.as_deref_mut().map(Mutex::new);
+        let dpse_out = dpse_out.as_ref().zip(dpse_mul);
         // Tasks in (sequence, group, kv head) order, each with its own dQ buffer.
         let mut tasks = Vec::new();
         let mut rest = &mut parts[..];
@@ -194,6 +201,7 @@ pub fn varlen_bwd<T: Element>(
                         (c0, c1),
                         dq_part,
                         &mut written,
+                        dpse_out,
                     );
                     let mut guard = sinks.lock().unwrap_or_else(|e| e.into_inner());
                     let (dk, dvv) = &mut *guard;
@@ -282,6 +290,7 @@ pub fn varlen_bwd<T: Element>(
         dq,
         dk,
         dv: dvv,
+        dpse,
         dsink,
     }
 }
@@ -418,7 +427,8 @@ fn ds_rows(buf: &mut Bufs, mm: usize, nc: usize, ld: usize, dropout: bool) {
 /// One span (kv rows `[c0, c1)` of kv head `kvh`): dK (unscaled by `scale`: q is pre-scaled)
 /// into `buf.acc_a`, dV into `buf.acc_b`, and dQ/scale added into `dq_part` (the task's
 /// buffer, `Sq × G × D`; written, not added, where `written[query tile]` is false),
-/// looping over the query tiles that see the span.
+/// looping over the query tiles that see the span; with `dpse`, the tiles' dS times the
+/// pse factor into it.
 #[allow(clippy::too_many_arguments)]
 fn span_task<T: Element>(
     ctx: &Ctx,
@@ -430,6 +440,7 @@ fn span_task<T: Element>(
     (c0, c1): (usize, usize),
     dq_part: &mut [f32],
     written: &mut [bool],
+    dpse: Option<(&Mutex<&mut [T]>, f32)>,
 ) {
     let (d, dv, g) = (ctx.d, ctx.dv, ctx.g);
     let ncol = c1 - c0;
@@ -455,6 +466,18 @@ fn span_task<T: Element>(
             }
             let (nc, off) = (e - a, a - c0);
             probs_and_ds(ctx, buf, s, kvh, i0, rows, a, nc, off, kind, ld);
+            if let Some((out, mul)) = dpse {
+                let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+                for r in 0..mm {
+                    let (i, h) = (i0 + r / g, ctx.head(kvh, r));
+                    let start = s.pse0 + (h * s.sq + i) * s.skv + a;
+                    store(
+                        &buf.dp[r * ld..r * ld + nc],
+                        &mut out[start..start + nc],
+                        mul,
+                    );
+                }
+            }
             let pd = if ctx.dropout.is_some() {
                 &buf.pd
             } else {

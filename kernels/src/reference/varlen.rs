@@ -11,7 +11,7 @@
 //!   handling), so the recomputed P is 0 and the row's gradients are 0;
 //! - every column masked, with a sink: max = sink, sum = 1, out = 0.
 
-use crate::varlen::VarlenProblem;
+use crate::varlen::{Pse, PseType, VarlenProblem};
 use crate::Element;
 
 /// Forward outputs: `attentionOut [Tq, N, Dv]`, `softmaxMax` and `softmaxSum` (`T·N·8` f32 in
@@ -26,8 +26,8 @@ pub struct VarlenFwdOut<T> {
     pub softmax_sum: Vec<f32>,
 }
 
-/// Backward outputs: `dq [Tq, N, D]`, `dk [Tkv, Nkv, D]`, `dv [Tkv, Nkv, Dv]`, and `dsink [N]`
-/// when the problem has a sink.
+/// Backward outputs: `dq [Tq, N, D]`, `dk [Tkv, Nkv, D]`, `dv [Tkv, Nkv, Dv]`, `dpse
+/// [pseTotalLen]` when the problem has an external pse, and `dsink [N]` when it has a sink.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VarlenBwdOut<T> {
     /// `dqOut`.
@@ -36,8 +36,25 @@ pub struct VarlenBwdOut<T> {
     pub dk: Vec<T>,
     /// `dvOut`.
     pub dv: Vec<T>,
+    /// `dpseOut` for a dense pse (pseType 0/1), laid out as the pse: per sequence b,
+    /// `[N, Sq_b, Skv_b]`. With dS = ∂L/∂s (s the score): pseType 0 adds the pse after the
+    /// scaling (`s = scale·qk + pse`), so dpse = dS; pseType 1 adds it before
+    /// (`s = scale·(qk + pse)`), so dpse = scale·dS. Masked positions get 0. ALiBi slopes
+    /// (pseType 2/3) are not differentiated (`None`): they parametrise a generated bias and
+    /// CANN has no output for them.
+    pub dpse: Option<Vec<T>>,
     /// `dsinkOut`.
     pub dsink: Option<Vec<f32>>,
+}
+
+/// The factor from dS (the gradient of the score) to dpse, for a dense pse; `None` when the
+/// problem has no differentiable pse.
+pub fn dpse_factor(p: &VarlenProblem) -> Option<f64> {
+    match (p.pse, p.attrs.pse_type) {
+        (Pse::Dense(_), PseType::OuterAddMul) => Some(p.attrs.scale),
+        (Pse::Dense(_), _) => Some(1.0),
+        _ => None,
+    }
 }
 
 /// Everything about one (sequence, head) pair the loops need.
@@ -182,6 +199,8 @@ pub fn varlen_bwd<T: Element>(
     let mut dk = vec![0.0f64; dims.t_kv() * nkv * dd];
     let mut dvv = vec![0.0f64; dims.t_kv() * nkv * dv];
     let mut dsink = vec![0.0f64; n];
+    let dpse_factor = dpse_factor(p);
+    let mut dpse = vec![0.0f64; dpse_factor.map_or(0, |_| p.pse_total_len())];
     for blk in blocks(p) {
         if blk.skv == 0 {
             continue;
@@ -217,6 +236,9 @@ pub fn varlen_bwd<T: Element>(
                     .map(|(a, b)| a.to_f64() * b.to_f64())
                     .sum();
                 let ds = pij * (dp * drop - d_i);
+                if let Some(f) = dpse_factor {
+                    dpse[blk.pse0 + (blk.h * blk.sq + i) * blk.skv + j] = f * ds;
+                }
                 for (x, g) in dvv[kv_row * dv..][..dv].iter_mut().zip(dyi) {
                     *x += pij * drop * g.to_f64();
                 }
@@ -235,6 +257,7 @@ pub fn varlen_bwd<T: Element>(
         dq: cast(dq),
         dk: cast(dk),
         dv: cast(dvv),
+        dpse: dpse_factor.map(|_| cast(dpse)),
         dsink: p
             .sink
             .map(|_| dsink.into_iter().map(|x| x as f32).collect()),

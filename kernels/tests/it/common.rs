@@ -510,6 +510,33 @@ pub struct Grads {
     pub dk: Vec<f64>,
     pub dv: Vec<f64>,
     pub dsink: Option<Vec<f64>>,
+    /// For a dense pse (pseType 0/1).
+    pub dpse: Option<Vec<f64>>,
+}
+
+/// Central finite differences of the loss w.r.t. every element of a dense (f32) pse, with the
+/// step actually taken in f32 (`FD_SINK_STEP` nominal); `None` without a dense pse.
+pub fn numeric_dpse(c: &Case, w: &[f64]) -> Option<Vec<f64>> {
+    let PseSpec::Dense(pse) = &c.pse else {
+        return None;
+    };
+    let loss_with = |ps: &[f32]| -> f64 {
+        let mut p = c.problem();
+        p.pse = Pse::Dense(ps);
+        let out = varlen_fwd::<f64>(&p, &c.q, &c.k, &c.v).attention_out;
+        out.iter().zip(w).map(|(o, w)| o * w).sum()
+    };
+    Some(
+        (0..pse.len())
+            .map(|e| {
+                let (mut pp, mut pm) = (pse.clone(), pse.clone());
+                pp[e] += FD_SINK_STEP;
+                pm[e] -= FD_SINK_STEP;
+                let step = pp[e] as f64 - pm[e] as f64;
+                (loss_with(&pp) - loss_with(&pm)) / step
+            })
+            .collect(),
+    )
 }
 
 /// Finite-difference step for q, k, v (f64).
@@ -566,6 +593,7 @@ pub fn numeric_grads(c: &Case, w: &[f64]) -> Grads {
         dk: fd(1),
         dv: fd(2),
         dsink,
+        dpse: numeric_dpse(c, w),
     }
 }
 
@@ -588,6 +616,7 @@ pub fn analytic_grads(c: &Case, w: &[f64]) -> Grads {
         dk: g.dk,
         dv: g.dv,
         dsink: g.dsink.map(|s| s.into_iter().map(|x| x as f64).collect()),
+        dpse: g.dpse,
     }
 }
 
@@ -602,15 +631,22 @@ pub fn compare_grads(fd: &Grads, an: &Grads) -> Result<(), String> {
     check("dq", &fd.dq, &an.dq);
     check("dk", &fd.dk, &an.dk);
     check("dv", &fd.dv, &an.dv);
-    match (&fd.dsink, &an.dsink) {
-        (Some(f), Some(a)) => check("dsink", f, a),
-        (None, None) => {}
-        (f, a) => errors.push(format!(
-            "dsink presence differs: fd {:?}, analytic {:?}",
-            f.is_some(),
-            a.is_some()
-        )),
+    let mut presence = Vec::new();
+    for (name, f, a) in [
+        ("dsink", &fd.dsink, &an.dsink),
+        ("dpse", &fd.dpse, &an.dpse),
+    ] {
+        match (f, a) {
+            (Some(f), Some(a)) => check(name, f, a),
+            (None, None) => {}
+            (f, a) => presence.push(format!(
+                "{name} presence differs: fd {:?}, analytic {:?}",
+                f.is_some(),
+                a.is_some()
+            )),
+        }
     }
+    errors.extend(presence);
     if errors.is_empty() {
         Ok(())
     } else {
@@ -656,6 +692,12 @@ pub fn gradcheck_with(c: &Case, seed: u64, require_dqk: bool) -> (Grads, Grads) 
         assert!(
             max_abs(s) > 1e-3,
             "dsink is trivially ~0: the check proves nothing"
+        );
+    }
+    if let Some(s) = &fd.dpse {
+        assert!(
+            max_abs(s) > 1e-3,
+            "dpse is trivially ~0: the check proves nothing"
         );
     }
     (fd, an)

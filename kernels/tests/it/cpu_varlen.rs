@@ -117,6 +117,16 @@ fn check_with<T: Element>(c: &Case, tol: Tol, backward: bool) {
             panic!("backward of {ctx}: {e}");
         }
     }
+    match (&gg.dpse, &wg.dpse) {
+        (Some(g), Some(w)) => {
+            let w = to_f64(&to_elem::<T>(w));
+            if let Err(e) = check_close("dpse", &to_f64(g), &w, tol.abs, tol.rel) {
+                panic!("backward of {ctx}: {e}");
+            }
+        }
+        (None, None) => {}
+        _ => panic!("dpse presence differs for {ctx}"),
+    }
     match (&gg.dsink, &wg.dsink) {
         (Some(g), Some(w)) => {
             let (g, w): (Vec<f64>, Vec<f64>) = (

@@ -314,6 +314,68 @@ fn gradcheck_same_as_input_layout() {
     }
 }
 
+/// dpse of an external pse: dS for pseType 0 (added after the scaling), scale·dS for pseType 1
+/// (added before), 0 where masked; the check rejects the other type's factor. ALiBi slopes
+/// (pseType 2/3) get no dpse.
+#[test]
+fn dpse_of_outer_pse_types_matches_finite_differences_and_the_type_factor() {
+    let mut rng = Rng::new(114);
+    for pse_type in [PseType::OuterMulAdd, PseType::OuterAddMul] {
+        let c = Case::new(&mut rng, 4, 2, 3, 3, &[3, 2, 4], &[4, 3, 2])
+            .mode(SparseMode::Band)
+            .pre_next(1, 0)
+            .compressed()
+            .with_dense_pse(&mut rng, pse_type)
+            .with_sink(&mut rng);
+        assert!(
+            (c.attrs.scale - 1.0).abs() > 0.1,
+            "the factor must be visible"
+        );
+        let w = loss_weights(&c, 19);
+        let fd = numeric_grads(&c, &w);
+        let an = analytic_grads(&c, &w);
+        compare_grads(&fd, &an).expect("dpse matches finite differences");
+        // Masked positions (outside the band) have no gradient, on both sides.
+        let p = c.problem();
+        let (dpse, fd_dpse) = (an.dpse.as_ref().unwrap(), fd.dpse.as_ref().unwrap());
+        let (mut e, mut masked) = (0, 0);
+        for b in 0..c.dims.batch() {
+            let rule = p.rule(b);
+            for h in 0..c.dims.head_num {
+                for i in 0..c.dims.seq_q[b] {
+                    for j in 0..c.dims.seq_kv[b] {
+                        if !p.allowed(&rule, b, h, i, j) {
+                            assert_eq!(dpse[e], 0.0);
+                            assert!(fd_dpse[e].abs() < 1e-9);
+                            masked += 1;
+                        }
+                        e += 1;
+                    }
+                }
+            }
+        }
+        assert!(masked > 0 && e == dpse.len());
+        let mut bad = an.clone();
+        let wrong = match pse_type {
+            PseType::OuterAddMul => 1.0 / c.attrs.scale,
+            _ => c.attrs.scale,
+        };
+        bad.dpse
+            .as_mut()
+            .unwrap()
+            .iter_mut()
+            .for_each(|x| *x *= wrong);
+        let err = compare_grads(&fd, &bad).expect_err("the other type's factor must fail");
+        assert!(err.contains("dpse") && !err.contains("dq"), "{err}");
+    }
+    let c = Case::new(&mut rng, 2, 1, 3, 3, &[3, 2], &[3, 2])
+        .mode(SparseMode::RightDownCausal)
+        .compressed()
+        .with_alibi(&mut rng, PseType::InnerMulAdd, false, 0, 0);
+    let (fd, an) = gradcheck(&c, 20);
+    assert!(fd.dpse.is_none() && an.dpse.is_none());
+}
+
 /// The checker can fail: corrupted copies of a correct analytic result are rejected.
 #[test]
 fn corrupted_backward_fails_check() {
@@ -376,6 +438,7 @@ fn corrupted_backward_fails_check() {
         dk: g.dk,
         dv: g.dv,
         dsink: g.dsink.map(|s| s.into_iter().map(f64::from).collect()),
+        dpse: g.dpse,
     };
     compare_grads(&fd, &bad).expect_err("a backward without dropout must fail");
 
@@ -398,6 +461,7 @@ fn corrupted_backward_fails_check() {
         dk: g.dk,
         dv: g.dv,
         dsink: g.dsink.map(|s| s.into_iter().map(f64::from).collect()),
+        dpse: g.dpse,
     };
     compare_grads(&fd, &bad).expect_err("P without the sink must fail");
 }

@@ -6,6 +6,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Bool, Tensor, TensorData, TensorPrimitive};
 
+use burn_ascend_kernels::reference::varlen::dpse_factor;
 use burn_ascend_kernels::varlen::{Pse, PseType, SoftmaxLayout, VarlenProblem};
 
 use crate::backend::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs};
@@ -257,6 +258,8 @@ pub fn varlen_bwd<B: Backend>(
     let sink = fwd.sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
     let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
     let mut dsink = Tensor::<B, 1>::zeros([n], &device);
+    let dpse_factor = dpse_factor(&p);
+    let mut dpses = Vec::new();
     for seq in sequences(&p) {
         let (sq, skv) = (seq.sq, seq.skv);
         if sq == 0 || skv == 0 {
@@ -287,6 +290,9 @@ pub fn varlen_bwd<B: Backend>(
             p_drop = p_drop * drop.clone();
         }
         let ds = pr * (dp - d_row.clone());
+        if let Some(f) = dpse_factor {
+            dpses.push(ds.clone().mul_scalar(f).reshape([n * sq * skv]));
+        }
         let scale = p.attrs.scale;
         dqs.push(ds.clone().matmul(kb).mul_scalar(scale).swap_dims(0, 1));
         dks.push(group_sum(
@@ -304,6 +310,70 @@ pub fn varlen_bwd<B: Backend>(
         dq: unwrap(cat_or_empty(dqs, [tq, n, d], &device)),
         dk: unwrap(cat_or_empty(dks, [tkv, nkv, d], &device)),
         dv: unwrap(cat_or_empty(dvs, [tkv, nkv, d], &device)),
+        dpse: dpse_factor.map(|_| unwrap(cat_flat(dpses, &device))),
         dsink: has_sink.then(|| unwrap(dsink)),
     })
+}
+
+fn cat_flat<B: Backend>(parts: Vec<Tensor<B, 1>>, device: &B::Device) -> Tensor<B, 1> {
+    if parts.is_empty() {
+        Tensor::<B, 1>::zeros([0], device)
+    } else {
+        Tensor::cat(parts, 0)
+    }
+}
+
+/// dsink from the forward's statistics, its output and dy alone, with `B`'s own tensor ops
+/// (on `Ascend`: aclnn ops on the device): `dsink_h = −Σ_t p_sink(t, h)·D(t, h)` with
+/// `p_sink = exp(sink_h − max)/sum` and `D = Σ_d dO∘O`. Rows of sequences with Skv = 0
+/// (sum 0) contribute nothing. O(T·N·Dv): one product, three reductions, one gather of the
+/// statistics into token-major order.
+pub fn dsink_from_stats<B: Backend>(
+    p: &VarlenProblem,
+    dy: FloatTensor<B>,
+    attention_in: FloatTensor<B>,
+    softmax_max: FloatTensor<B>,
+    softmax_sum: FloatTensor<B>,
+    sink: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let (t, n) = (p.dims.t_q(), p.dims.head_num);
+    let (dy, o): (T3<B>, T3<B>) = (wrap(dy), wrap(attention_in));
+    let device = dy.device();
+    if t == 0 || n == 0 {
+        return unwrap(Tensor::<B, 1>::zeros([n], &device));
+    }
+    let d_row = (dy * o).sum_dim(2).reshape([t * n]);
+    // Token-major position t·N + h → the stats row holding it (the first of its 8 copies).
+    let mut index = vec![0i64; t * n];
+    for (b, q0) in p.dims.q_offsets().into_iter().enumerate() {
+        let sq = p.dims.seq_q[b];
+        for i in 0..sq {
+            for h in 0..n {
+                index[(q0 + i) * n + h] =
+                    (p.attrs.softmax_layout.stat_index(q0, sq, n, h, i) / 8) as i64;
+            }
+        }
+    }
+    let index =
+        Tensor::<B, 1, burn::tensor::Int>::from_data(TensorData::new(index, [t * n]), &device);
+    let first = |x: FloatTensor<B>| {
+        wrap::<B, 3>(x)
+            .slice([0..t, 0..n, 0..1])
+            .reshape([t * n])
+            .select(0, index.clone())
+    };
+    let (m, l) = (first(softmax_max), first(softmax_sum));
+    let empty = l.clone().equal_elem(0.0);
+    let sink = wrap::<B, 1>(sink)
+        .reshape([1, n])
+        .expand([t, n])
+        .reshape([t * n]);
+    let p_sink = ((sink - m).exp() / l.mask_fill(empty.clone(), 1.0)).mask_fill(empty, 0.0);
+    unwrap(
+        (p_sink * d_row)
+            .reshape([t, n])
+            .sum_dim(0)
+            .reshape([n])
+            .neg(),
+    )
 }

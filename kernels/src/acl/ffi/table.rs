@@ -57,9 +57,11 @@ macro_rules! acl_api_table {
             ops {
                 // ---- attention (libopapi.so / libopapi_transformer.so in split builds)
                 varlen_fwd_v5: aclnnFlashAttentionVarLenScoreV5(VarlenFwdV5Ws),
-                /// The no-sink fallback when V5 is absent.
+                /// The no-sink forward (torch_npu's choice without a sink).
                 varlen_fwd_base: aclnnFlashAttentionVarLenScore(VarlenFwdBaseWs),
                 varlen_grad_v5: aclnnFlashAttentionUnpaddingScoreGradV5(VarlenGradV5Ws),
+                /// The no-sink backward (torch_npu's choice without a sink).
+                varlen_grad_base: aclnnFlashAttentionUnpaddingScoreGrad(VarlenGradBaseWs),
                 pfa_v3: aclnnPromptFlashAttentionV3(PfaV3Ws),
                 /// V1; the fallback when V3 is absent.
                 pfa_v1: aclnnPromptFlashAttention(PfaV1Ws),
