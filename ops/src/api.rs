@@ -85,6 +85,35 @@ pub fn varlen_score<B: AttentionBackend>(
     })
 }
 
+/// [`varlen_score`] with a differentiable external pse (`realShift`, pseType 0 or 1): `pse` is
+/// the flat `[pseTotalLen]` tensor (per sequence `[N, Sq_b, Skv_b]`, concatenated) and takes
+/// the place of the spec's pse. Under `Autodiff`, `pse` receives `dpse` from the same fused
+/// backward as query, key, value and sink.
+pub fn varlen_score_with_pse<B: AttentionBackend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    sink: Option<Tensor<B, 1>>,
+    pse: Tensor<B, 1>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttention<B>> {
+    let out = B::varlen_fwd_with_pse(
+        VarlenInputs {
+            query: prim(query),
+            key: prim(key),
+            value: prim(value),
+            sink: sink.map(prim),
+        },
+        prim(pse),
+        spec,
+    )?;
+    Ok(VarlenAttention {
+        attention_out: tensor(out.attention_out),
+        softmax_max: tensor(out.softmax_max),
+        softmax_sum: tensor(out.softmax_sum),
+    })
+}
+
 /// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`.
 pub fn varlen_score_grad<B: AttentionBackend>(
     query: Tensor<B, 3>,

@@ -1,5 +1,6 @@
 //! `Autodiff<B, C>`: the varlen forward is one graph node whose backward calls the inner
-//! backend's fused `varlen_bwd` (dq, dk, dv, dsink at once). Prompt attention, incremental
+//! backend's fused `varlen_bwd` (dq, dk, dv, dsink and, for a pse given as a tensor, dpse at
+//! once). Prompt attention, incremental
 //! attention and the cache scatter are inference ops: under `Autodiff` they run forward-only on
 //! the inner backend and their outputs are constants (no gradient reaches their inputs).
 //!
@@ -37,7 +38,8 @@ pub mod test_hooks {
 #[derive(Debug)]
 struct VarlenBackward;
 
-/// Saved for the backward: checkpointed q, k, v, (sink), the outputs, and the spec.
+/// Saved for the backward: checkpointed q, k, v, (sink), the outputs, the spec (with the pse
+/// read into it), and whether the pse is a tracked tensor (the fifth parent).
 #[derive(Debug, Clone)]
 struct VarlenState<B: AttentionBackend> {
     query: NodeId,
@@ -46,14 +48,15 @@ struct VarlenState<B: AttentionBackend> {
     sink: Option<NodeId>,
     outputs: VarlenOutputs<B>,
     spec: VarlenSpec,
+    pse_tracked: bool,
 }
 
-impl<B: AttentionBackend> Backward<B, 4> for VarlenBackward {
+impl<B: AttentionBackend> Backward<B, 5> for VarlenBackward {
     type State = VarlenState<B>;
 
     fn backward(
         self,
-        ops: Ops<Self::State, 4>,
+        ops: Ops<Self::State, 5>,
         grads: &mut Gradients,
         checkpointer: &mut Checkpointer,
     ) {
@@ -84,12 +87,15 @@ impl<B: AttentionBackend> Backward<B, 4> for VarlenBackward {
                 }),
             ..g
         };
-        let [pq, pk, pv, ps] = ops.parents;
+        let [pq, pk, pv, ps, pp] = ops.parents;
+        // A pse read from the spec's host data has no node: its dpse goes nowhere.
+        let dpse = g.dpse.filter(|_| s.pse_tracked);
         for (parent, grad) in [
             (pq, Some(g.dq)),
             (pk, Some(g.dk)),
             (pv, Some(g.dv)),
             (ps, g.dsink),
+            (pp, dpse),
         ] {
             if let (Some(node), Some(grad)) = (parent, grad) {
                 grads.register::<B>(node.id, grad);
@@ -98,77 +104,106 @@ impl<B: AttentionBackend> Backward<B, 4> for VarlenBackward {
     }
 }
 
+/// The varlen forward as one graph node with parents q, k, v, sink and pse (an absent sink or
+/// pse is an untracked placeholder parent that never receives a gradient).
+fn varlen_node<B: AttentionBackend, C: CheckpointStrategy>(
+    inputs: VarlenInputs<Autodiff<B, C>>,
+    pse: Option<FloatTensor<Autodiff<B, C>>>,
+    spec: &VarlenSpec,
+) -> Result<VarlenOutputs<Autodiff<B, C>>> {
+    let VarlenInputs {
+        query,
+        key,
+        value,
+        sink,
+    } = inputs;
+    let pse_tracked = pse.is_some();
+    let (pse_node, spec) = match pse {
+        Some(p) => (
+            p.node.clone(),
+            crate::backend::spec_with_pse::<B>(p.primitive, spec)?,
+        ),
+        None => (query.node.clone(), spec.clone()),
+    };
+    // Without a sink the fourth parent is an untracked constant, so it gets no gradient.
+    let sink_node = match &sink {
+        Some(s) => s.node.clone(),
+        None => query.node.clone(),
+    };
+    let nodes = [
+        query.node.clone(),
+        key.node.clone(),
+        value.node.clone(),
+        sink_node,
+        pse_node,
+    ];
+    let prep = VarlenBackward
+        .prepare::<C>(nodes)
+        .compute_bound()
+        .stateful();
+    let inner = |query: FloatTensor<Autodiff<B, C>>,
+                 key: FloatTensor<Autodiff<B, C>>,
+                 value: FloatTensor<Autodiff<B, C>>,
+                 sink: Option<FloatTensor<Autodiff<B, C>>>| {
+        B::varlen_fwd(
+            VarlenInputs {
+                query: query.primitive,
+                key: key.primitive,
+                value: value.primitive,
+                sink: sink.map(|s| s.primitive),
+            },
+            &spec,
+        )
+    };
+    let constant = <Autodiff<B, C> as AutodiffBackend>::from_inner;
+    match prep {
+        OpsKind::Tracked(mut prep) => {
+            let ids = (
+                prep.checkpoint(&query),
+                prep.checkpoint(&key),
+                prep.checkpoint(&value),
+            );
+            let sink_id = sink.as_ref().map(|s| prep.checkpoint(s));
+            let out = inner(query, key, value, sink)?;
+            let state = VarlenState {
+                query: ids.0,
+                key: ids.1,
+                value: ids.2,
+                sink: sink_id,
+                outputs: out.clone(),
+                spec: spec.clone(),
+                pse_tracked,
+            };
+            Ok(VarlenOutputs {
+                attention_out: prep.finish(state, out.attention_out),
+                // The statistics are constants: gradients flow through attentionOut only.
+                softmax_max: constant(out.softmax_max),
+                softmax_sum: constant(out.softmax_sum),
+            })
+        }
+        OpsKind::UnTracked(prep) => {
+            let out = inner(query, key, value, sink)?;
+            Ok(VarlenOutputs {
+                attention_out: prep.finish(out.attention_out),
+                softmax_max: constant(out.softmax_max),
+                softmax_sum: constant(out.softmax_sum),
+            })
+        }
+    }
+}
+
 impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B, C> {
     fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
-        let VarlenInputs {
-            query,
-            key,
-            value,
-            sink,
-        } = inputs;
-        // Without a sink the fourth parent is an untracked constant, so it gets no gradient.
-        let sink_node = match &sink {
-            Some(s) => s.node.clone(),
-            None => query.node.clone(),
-        };
-        let nodes = [
-            query.node.clone(),
-            key.node.clone(),
-            value.node.clone(),
-            sink_node,
-        ];
-        let prep = VarlenBackward
-            .prepare::<C>(nodes)
-            .compute_bound()
-            .stateful();
-        let inner = |query: FloatTensor<Self>,
-                     key: FloatTensor<Self>,
-                     value: FloatTensor<Self>,
-                     sink: Option<FloatTensor<Self>>| {
-            B::varlen_fwd(
-                VarlenInputs {
-                    query: query.primitive,
-                    key: key.primitive,
-                    value: value.primitive,
-                    sink: sink.map(|s| s.primitive),
-                },
-                spec,
-            )
-        };
-        let constant = <Self as AutodiffBackend>::from_inner;
-        match prep {
-            OpsKind::Tracked(mut prep) => {
-                let ids = (
-                    prep.checkpoint(&query),
-                    prep.checkpoint(&key),
-                    prep.checkpoint(&value),
-                );
-                let sink_id = sink.as_ref().map(|s| prep.checkpoint(s));
-                let out = inner(query, key, value, sink)?;
-                let state = VarlenState {
-                    query: ids.0,
-                    key: ids.1,
-                    value: ids.2,
-                    sink: sink_id,
-                    outputs: out.clone(),
-                    spec: spec.clone(),
-                };
-                Ok(VarlenOutputs {
-                    attention_out: prep.finish(state, out.attention_out),
-                    // The statistics are constants: gradients flow through attentionOut only.
-                    softmax_max: constant(out.softmax_max),
-                    softmax_sum: constant(out.softmax_sum),
-                })
-            }
-            OpsKind::UnTracked(prep) => {
-                let out = inner(query, key, value, sink)?;
-                Ok(VarlenOutputs {
-                    attention_out: prep.finish(out.attention_out),
-                    softmax_max: constant(out.softmax_max),
-                    softmax_sum: constant(out.softmax_sum),
-                })
-            }
-        }
+        varlen_node::<B, C>(inputs, None, spec)
+    }
+
+    /// The pse becomes the node's fifth parent and receives `dpse`.
+    fn varlen_fwd_with_pse(
+        inputs: VarlenInputs<Self>,
+        pse: FloatTensor<Self>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenOutputs<Self>> {
+        varlen_node::<B, C>(inputs, Some(pse), spec)
     }
 
     /// No double backward: runs on the inner backend and returns constants.

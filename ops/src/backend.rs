@@ -138,11 +138,50 @@ pub struct ScatterOutputs<B: Backend> {
     pub value_cache: Option<FloatTensor<B>>,
 }
 
+/// `spec` with the external pse `pse` (a rank-1 tensor `[pseTotalLen]`) read into it.
+pub fn spec_with_pse<B: Backend>(pse: FloatTensor<B>, spec: &VarlenSpec) -> Result<VarlenSpec> {
+    let shape = burn::tensor::TensorMetadata::shape(&pse).to_vec();
+    crate::error::ensure!(
+        shape.len() == 1,
+        "realShift",
+        "a differentiable pse is the flat [pseTotalLen] tensor, got shape {shape:?}"
+    );
+    crate::error::ensure!(
+        matches!(
+            spec.attrs.pse_type,
+            crate::PseType::OuterMulAdd | crate::PseType::OuterAddMul
+        ),
+        "pseType",
+        "a pse tensor is an external pse (pseType 0 or 1), got {}",
+        spec.attrs.pse_type.as_attr()
+    );
+    let mut spec = spec.clone();
+    spec.pse = crate::varlen::PseSpec::Dense {
+        data: crate::host::to_vec::<B>(pse).into(),
+        shape,
+    };
+    Ok(spec)
+}
+
 /// CANN's attention operators as a Burn backend extension.
 pub trait AttentionBackend: Backend {
     /// `aclnnFlashAttentionVarLenScoreV5`.
     fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
         composite::varlen_fwd::<Self>(inputs, spec)
+    }
+
+    /// The varlen forward with an external pse `[pseTotalLen]` (pseType 0 or 1) given as a
+    /// tensor: it takes the place of the spec's pse. The default reads it to the host into
+    /// the spec (CANN takes the pse as an input tensor; the call builders upload the spec's),
+    /// so the result is [`Self::varlen_fwd`]'s; `Autodiff` overrides it so that the pse
+    /// receives `dpse` from the fused backward.
+    fn varlen_fwd_with_pse(
+        inputs: VarlenInputs<Self>,
+        pse: FloatTensor<Self>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenOutputs<Self>> {
+        let spec = spec_with_pse::<Self>(pse, spec)?;
+        Self::varlen_fwd(inputs, &spec)
     }
 
     /// `aclnnFlashAttentionUnpaddingScoreGradV5`.

@@ -22,8 +22,8 @@ pub mod varlen;
 
 pub use api::{
     flash_attention_varlen, flash_spec, incre_flash_attention, prompt_flash_attention,
-    scatter_pa_kv_cache, varlen_score, varlen_score_grad, FlashAttnOptions, VarlenAttention,
-    VarlenAttentionGrads,
+    scatter_pa_kv_cache, varlen_score, varlen_score_grad, varlen_score_with_pse, FlashAttnOptions,
+    VarlenAttention, VarlenAttentionGrads,
 };
 pub use backend::{
     AttentionBackend, IncreInputs, IncreKv, PromptInputs, ScatterInputs, ScatterOutputs,

@@ -13,8 +13,9 @@ use burn::tensor::{Tensor, TensorData};
 use burn_ascend::kernels::reference::varlen as reference;
 use burn_ascend::ops::autodiff::test_hooks::CORRUPT_DSINK;
 use burn_ascend::ops::host::from_vec;
+use burn_ascend::ops::varlen::PseSpec;
 use burn_ascend::ops::varlen::VarlenShapes;
-use burn_ascend::{varlen_score, VarlenInputs};
+use burn_ascend::{varlen_score, varlen_score_with_pse, VarlenInputs};
 
 type B = NdArray;
 
@@ -116,6 +117,95 @@ fn autodiff_fused_backward_matches_reference_without_checkpointing() {
 #[test]
 fn autodiff_fused_backward_matches_reference_with_balanced_checkpointing() {
     check_autodiff::<BalancedCheckpointing>();
+}
+
+/// A pse given as a tensor is differentiable under `Autodiff`: it receives the fused
+/// backward's `dpse` (checked against the f64-accumulating reference's, itself checked by
+/// finite differences in the kernels crate), and q, k, v, sink get the same gradients as with
+/// the pse in the spec.
+fn check_autodiff_pse<C: CheckpointStrategy>() {
+    type AD<C> = Autodiff<NdArray, C>;
+    let dense: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| matches!(c.spec.pse, PseSpec::Dense { .. }))
+        .collect();
+    assert!(dense.len() >= 2, "the cases cover pseType 0 and 1");
+    for c in dense {
+        let (_, rb) = reference_run(&c);
+        let PseSpec::Dense { data, .. } = &c.spec.pse else {
+            unreachable!()
+        };
+        let dev = Default::default();
+        let t3 = |v: &Vec<f32>, s: [usize; 3]| {
+            Tensor::<AD<C>, 3>::from_data(TensorData::new(v.clone(), s), &dev).require_grad()
+        };
+        let (q, k, v) = (
+            t3(&c.q, [c.tq(), c.n, c.d]),
+            t3(&c.k, [c.tkv(), c.nkv, c.d]),
+            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
+        );
+        let sink = c.sink.as_ref().map(|s| {
+            Tensor::<AD<C>, 1>::from_data(TensorData::new(s.clone(), [c.n]), &dev).require_grad()
+        });
+        let pse = Tensor::<AD<C>, 1>::from_data(TensorData::new(data.to_vec(), [data.len()]), &dev)
+            .require_grad();
+        // The spec's own pse is replaced by the tensor: a spec without one gives the same.
+        let mut spec = c.spec.clone();
+        spec.pse = PseSpec::None;
+        let dy =
+            Tensor::<AD<C>, 3>::from_data(TensorData::new(c.dy.clone(), [c.tq(), c.n, c.dv]), &dev);
+        let out = varlen_score_with_pse(q.clone(), k, v, sink, pse.clone(), &spec).expect(&c.name);
+        let grads = (out.attention_out * dy).sum().backward();
+        let got = pse.grad(&grads).expect("pse is differentiable");
+        let want = rb.dpse.as_ref().expect("reference dpse");
+        close(
+            &format!("{}:dpse", c.name),
+            &got.into_data().to_vec::<f32>().unwrap(),
+            want,
+            ATOL,
+            RTOL,
+        )
+        .unwrap();
+        let dq = q.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap();
+        close(&format!("{}:dq", c.name), &dq, &rb.dq, ATOL, RTOL).unwrap();
+    }
+}
+
+#[test]
+fn a_pse_tensor_gets_dpse_under_autodiff_without_checkpointing() {
+    check_autodiff_pse::<NoCheckpointing>();
+}
+
+#[test]
+fn a_pse_tensor_gets_dpse_under_autodiff_with_balanced_checkpointing() {
+    check_autodiff_pse::<BalancedCheckpointing>();
+}
+
+#[test]
+fn a_pse_tensor_of_the_wrong_rank_or_pse_type_is_a_typed_error() {
+    let c = cases().into_iter().find(|c| c.name == "pse_type0").unwrap();
+    let dev = Default::default();
+    let t3 = |v: &Vec<f32>, s: [usize; 3]| {
+        Tensor::<B, 3>::from_data(TensorData::new(v.clone(), s), &dev)
+    };
+    let run = |pse: Tensor<B, 1>, spec: &burn_ascend::ops::varlen::VarlenSpec| {
+        varlen_score_with_pse(
+            t3(&c.q, [c.tq(), c.n, c.d]),
+            t3(&c.k, [c.tkv(), c.nkv, c.d]),
+            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
+            None,
+            pse,
+            spec,
+        )
+        .map(|o| o.attention_out.dims())
+    };
+    let short = Tensor::<B, 1>::zeros([3], &dev);
+    let e = run(short, &c.spec).unwrap_err();
+    assert_eq!(e.param(), Some("realShift"), "{e}");
+    let mut alibi = c.spec.clone();
+    alibi.attrs.pse_type = burn_ascend::PseType::InnerMulAdd;
+    let e = run(Tensor::<B, 1>::zeros([3], &dev), &alibi).unwrap_err();
+    assert_eq!(e.param(), Some("pseType"), "{e}");
 }
 
 #[test]
