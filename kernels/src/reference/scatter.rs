@@ -381,7 +381,7 @@ pub fn compressed_ranges_ok(mode: CompressMode, len: i64, c: i64, o: i64) -> Res
             "compressSeqOffset {o} exceeds the sequence's length {len}"
         )),
         _ if c > len - o => Err(format!(
-            "compressSeqOffset {o} + compressLens {c} exceeds the sequence's length {len}"
+            "compressLens {c} after compressSeqOffset {o} exceeds the sequence's length {len}"
         )),
         _ => Ok(()),
     }
@@ -960,7 +960,11 @@ mod tests {
     fn rope_windows_past_the_sequence_are_refused() {
         let key = tokens(4);
         for (clens, offs, what) in [
-            ([3, 0], [2, 0], "+ compressLens 3 exceeds"),
+            (
+                [3, 0],
+                [2, 0],
+                "compressLens 3 after compressSeqOffset 2 exceeds",
+            ),
             ([1, 0], [5, 0], "compressSeqOffset 5 exceeds"),
             ([i32::MAX, 0], [1, 0], "exceeds"),
         ] {

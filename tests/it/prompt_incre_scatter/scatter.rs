@@ -73,19 +73,21 @@ pub(crate) fn scatter_cases() -> Vec<SCase> {
         kc_shape: vec![nb, bs, n, dk],
         vc_shape: None,
     });
+    // Nct: the key / value storages are [rows, N, D]; token t starts at t·strides[0] +
+    // offsets[w] in both (the kernel never reads strides[1], here 40).
     let mut s = ScatterSpec::new(slots.clone());
     s.scatter_mode = ScatterKind::Nct;
-    s.strides = Some(vec![12, 20]);
+    s.strides = Some(vec![24, 40]);
     s.offsets = Some(vec![3, 1]);
-    let kst = rng.vec_f32(4 * 12 + 3 + n * dk, 1.0);
-    let vst = rng.vec_f32(4 * 20 + 1 + n * dv, 1.0);
-    let (kl, vl) = (kst.len(), vst.len());
+    let (krows, vrows) = (14, 8); // 4·24 + 3 + 8 = 107 ≤ 14·8; 4·24 + 1 + 16 = 113 ≤ 8·16
+    let kst = rng.vec_f32(krows * n * dk, 1.0);
+    let vst = rng.vec_f32(vrows * n * dv, 1.0);
     v.push(SCase {
         name: "nct",
         spec: s,
         key: kst,
-        key_shape: vec![1, 1, kl],
-        value: Some((vst, vec![1, 1, vl])),
+        key_shape: vec![krows, n, dk],
+        value: Some((vst, vec![vrows, n, dv])),
         kc_shape: vec![nb, bs, n, dk],
         vc_shape: Some(vec![nb, bs, n, dv]),
     });
