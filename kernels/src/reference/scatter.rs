@@ -929,9 +929,29 @@ mod tests {
     }
 
     #[test]
-    fn rope_mean_is_summed_in_f32_and_rounded_to_the_cache_type() {
-        // f16: 2049 is not representable (f16 spacing 2 above 2048); the mean of
-        // (2048, 2050) = 2049 in f32 rounds to even: 2048.
+    fn rope_mean_is_summed_in_f32_in_sequence_order_as_the_kernel_does() {
+        // ComputeAvg adds the window's rows in f32, in order: 1e8 + 1 rounds back to 1e8
+        // (f32 spacing 8 there), so the mean of (1e8, 1, −1e8) is 0, not 1/3.
+        let key = [1e8f32, 1.0, -1e8];
+        let a = CompressedScatterArgs {
+            key: &key,
+            value: None,
+            slot_mapping: &[0i32][..],
+            compress_lens: &[3],
+            seq_lens: &[3],
+            compress_seq_offset: Some(&[0]),
+            num_heads: 1,
+            k_head_size: 1,
+            v_head_size: 1,
+            num_blocks: 1,
+            block_size: 4,
+            mode: CompressMode::Rope,
+        };
+        let mut kc = vec![-1.0f32; 4];
+        check_compressed_scatter(&a, kc.len(), None).unwrap();
+        scatter_pa_kv_cache_compressed(&a, &mut kc, None);
+        assert_eq!(kc[0], 0.0);
+        // f16: the f32 mean 2049 of (2048, 2050) rounds to even, 2048.
         let key: Vec<f16> = [2048.0f32, 2050.0]
             .iter()
             .map(|&x| f16::from_f32(x))

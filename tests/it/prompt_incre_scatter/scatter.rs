@@ -277,3 +277,24 @@ fn scatter_failed_validation_leaves_the_cache_bit_for_bit_unchanged() {
         "slotMapping",
     );
 }
+
+#[test]
+fn scatter_of_zero_tokens_leaves_the_caches_unchanged_on_every_path() {
+    // CANN's tiling refuses numTokens = 0 (the simulation does too): the Ascend backend must
+    // not call it, so every path agrees on a no-op.
+    use burn_ascend::backend::{Ascend, AscendDevice};
+    let mut c = scatter_cases().remove(0);
+    c.spec = ScatterSpec::new(vec![]);
+    c.key = vec![];
+    c.key_shape = vec![0, 2, 4];
+    c.value = Some((vec![], vec![0, 2, 8]));
+    let (kc0, vc0) = c.caches();
+    let dev = AscendDevice::sim();
+    let got =
+        <Ascend as AttentionBackend>::scatter_kv(scatter_inputs_on::<Ascend>(&c, &dev), &c.spec)
+            .expect("zero tokens on the simulation");
+    assert_eq!(to_vec::<Ascend>(got.key_cache), kc0);
+    assert_eq!(got.value_cache.map(to_vec::<Ascend>), vc0);
+    let nd = <B as AttentionBackend>::scatter_kv(scatter_inputs(&c), &c.spec).unwrap();
+    assert_eq!(to_vec::<B>(nd.key_cache), kc0);
+}
