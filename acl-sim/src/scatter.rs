@@ -1,6 +1,12 @@
 //! Simulated KV-cache scatter: `aclnnScatterPaKvCache` (Norm / PA_NZ caches, None / Nct and
 //! the compressed Alibi / Rope / Omni modes), on the CPU reference
 //! (`burn_ascend_kernels::reference::scatter`). The caches are updated in place.
+//!
+//! The first stage refuses what CANN's op_host refuses or what would make the kernel read or
+//! write out of range (ops-transformer `attention/scatter_pa_kv_cache`; there is no
+//! hand-written op_api: `op_host/CMakeLists.txt` generates it from `scatter_pa_kv_cache_def.cpp`,
+//! whose `strides` / `offsets` are OPTIONAL ListInt attributes defaulting to `[1, 1]` /
+//! `[0, 0]`, so null arrays are accepted outside Nct).
 
 use std::ffi::c_char;
 
@@ -14,7 +20,8 @@ use burn_ascend_kernels::reference::scatter::{
 use half::{bf16, f16};
 
 use crate::state::{
-    self, c_str, int_array, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
+    self, c_str, int_array, invalid, new_executor, read_device, required, tensor, SimErr,
+    SimResult, SimTensor,
 };
 use crate::wire::{encode, ints, typed, unsupported, Wire, IA, SIM_WORKSPACE, T};
 
@@ -49,11 +56,20 @@ impl ScatterCall {
     }
 
     fn run_typed<W: Wire>(&self) -> SimResult<()> {
-        let key = typed::<W>(&self.key, "key")?;
+        // Nct: the kernel addresses the source from its base with its own strides
+        // (`t·strideK_ + offset`), not through the descriptor's view strides.
+        let source = |t: &SimTensor, name: &str| {
+            if self.nct.is_some() {
+                storage_from_view::<W>(t, name)
+            } else {
+                typed::<W>(t, name)
+            }
+        };
+        let key = source(&self.key, "key")?;
         let value = self
             .value
             .as_ref()
-            .map(|t| typed::<W>(t, "value"))
+            .map(|t| source(t, "value"))
             .transpose()?;
         let mut kc = typed::<W>(&self.key_cache, "keyCacheRef")?;
         let mut vc = self
@@ -112,6 +128,18 @@ impl ScatterCall {
         }
         Ok(())
     }
+}
+
+/// The elements of `t`'s storage from its view's first element on.
+fn storage_from_view<W: Wire>(t: &SimTensor, name: &str) -> SimResult<Vec<W>> {
+    let es = t.dtype.size();
+    let bytes = read_device(t.data, t.storage_dims.iter().product::<usize>() * es, name)?;
+    Ok(bytes
+        .get(t.offset * es..)
+        .unwrap_or_default()
+        .chunks_exact(es)
+        .map(W::get)
+        .collect())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -179,15 +207,16 @@ pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
                 slots.dtype, slots.dims
             ));
         }
-        let want_format = if cache_mode == CacheMode::PaNz {
-            Format::FractalNz
-        } else {
-            Format::Nd
-        };
+        // Every cache is ND, PA_NZ included: `scatter_pa_kv_cache_def.cpp` declares FORMAT_ND
+        // only for key_cache / value_cache, every shipped binary
+        // (`op_host/config/ascend910b/scatter_pa_kv_cache_binary.json`) is ND, the tiling reads
+        // the origin (view) shape `[nb, N·D/last, bs, last]` and the NZ kernel
+        // (`scatter_pa_kv_cache_normal_nz_fully_load.h`) addresses it as that contiguous array;
+        // the docs' PA_NZ example passes ACL_FORMAT_ND.
         for t in std::iter::once(&key_cache).chain(&value_cache) {
-            if t.format != want_format {
+            if t.format != Format::Nd {
                 return invalid(format!(
-                    "cache format must be {want_format:?} with cacheMode {cache_mode:?}, got {:?}",
+                    "cache format must be Nd (the op declares only ND), got {:?}",
                     t.format
                 ));
             }
@@ -219,10 +248,42 @@ pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
                 (kc[0], kc[2], n, dk)
             }
         };
-        if !nct && (cn != n || cdk != dk) {
+        // The tiling takes N and D from the key (Nct: the view `[T, N, D]` over the storage).
+        if cn != n || cdk != dk {
             return invalid(format!(
                 "keyCacheRef {kc:?} does not match key {:?}",
                 key.dims
+            ));
+        }
+        let tiling = |msg: String| Err(SimErr(ACLNN_ERR_INNER_TILING_ERROR, msg));
+        // scatter_pa_kv_cache_tiling.cpp, CheckInputDimUpdate: numTokens is the key's dim 0.
+        let num_tokens = key.dims[0];
+        if num_tokens == 0 {
+            return tiling("numTokens (key dim 0) is 0".into());
+        }
+        if num_blocks
+            .checked_mul(block_size)
+            .is_none_or(|m| m < num_tokens)
+        {
+            return tiling(format!(
+                "numBlocks·blockSize = {num_blocks}·{block_size} is smaller than numTokens {num_tokens}"
+            ));
+        }
+        // CheckInputDimNumUpdate: "dim0 and dim1 of key and value should be same".
+        if let Some(v) = &value {
+            if v.dims.len() != 3 || v.dims[..2] != key.dims[..2] {
+                return tiling(format!(
+                    "value {:?}: dims 0 and 1 must be the key's {:?}",
+                    v.dims,
+                    &key.dims[..2]
+                ));
+            }
+        }
+        // The non-compressed kernels read slotMapping[i] for every i < numTokens.
+        if compress.is_none() && slots.dims[0] != num_tokens {
+            return invalid(format!(
+                "slotMapping: {} entries for the key's {num_tokens} tokens",
+                slots.dims[0]
             ));
         }
         let dv = match (&value, &value_cache) {
@@ -243,6 +304,8 @@ pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
                 )),
             }
         };
+        // Nct: the tiling reads `strides->GetData()[0..2]` / `offsets->GetData()[0..2]` without a
+        // null or length check (GetShapeAttrsInfo), so a null or short array faults on CANN.
         let nct = if nct {
             match (two(strides, "strides")?, two(offsets, "offsets")?) {
                 (Some(s), Some(o)) => Some((s, o)),
@@ -257,7 +320,7 @@ pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
             None
         };
         let call = ScatterCall {
-            num_tokens: slots.dims[0],
+            num_tokens,
             key,
             key_cache,
             slots,

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::DataType;
-use burn_ascend_kernels::reference::scatter::ScatterMode;
+use burn_ascend_kernels::reference::scatter::{compressed_plan, compressed_ranges_ok, ScatterMode};
 
 use crate::error::{ensure, AttnError, Result};
 
@@ -142,6 +142,22 @@ pub struct ScatterDims {
 }
 
 impl ScatterDims {
+    /// First element of token `t` of key (`which = 0`) or value (`which = 1`) in its source
+    /// tensor. Nct strides both by `strides[0]`: the kernel never reads the value stride
+    /// (ops-transformer `scatter_pa_kv_cache_nd.h`, `startV = t·strideK_ + offsetV_`).
+    /// In range for every `t < num_tokens` once [`ScatterSpec::validate`] passed.
+    pub fn source_start(&self, which: usize, t: usize) -> usize {
+        let d = if which == 0 {
+            self.k_head_size
+        } else {
+            self.v_head_size
+        };
+        match self.nct {
+            None => t * self.num_heads * d,
+            Some((strides, offsets)) => t * strides[0] + offsets[which],
+        }
+    }
+
     /// The reference's non-compressed scatter mode.
     pub fn scatter_mode(&self) -> ScatterMode {
         match self.nct {
@@ -154,6 +170,31 @@ impl ScatterDims {
 /// One compressed write: `(batch, head, slot, from, to)` — the mean of sequence positions
 /// `[from, to)` of head `head` goes to `slot`.
 pub type CompressedWrite = (usize, usize, usize, usize, usize);
+
+/// The element count of `shape`, refused when the product of its non-zero dims overflows
+/// (so `[0, 2^40, 2^40]` is refused too, not read as 0 elements).
+fn checked_numel(name: &'static str, shape: &[usize]) -> Result<usize> {
+    let nonzero = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    ensure!(
+        nonzero.is_some(),
+        name,
+        "shape {shape:?} has more elements than usize holds"
+    );
+    Ok(if shape.contains(&0) {
+        0
+    } else {
+        nonzero.unwrap_or(0)
+    })
+}
+
+/// `a · b`, or a typed error naming `name` when it overflows.
+fn mul(name: &'static str, what: &str, a: usize, b: usize) -> Result<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| AttnError::invalid(name, format!("{what} = {a}·{b} overflows")))
+}
 
 impl ScatterSpec {
     /// A Norm / None scatter with the given slots (1-D).
@@ -232,6 +273,15 @@ impl ScatterSpec {
                 "must be rank 4, got shape {vc:?}"
             );
         }
+        // Every product below is of dims that fit together.
+        checked_numel("key", &s.key)?;
+        checked_numel("keyCache", kc)?;
+        if let Some(v) = value {
+            checked_numel("value", v)?;
+        }
+        if let Some(vc) = value_cache {
+            checked_numel("valueCache", vc)?;
+        }
         let elem = kd.size();
         let nz_last = 32 / elem;
         if let Some(mode) = self.scatter_mode.compressed() {
@@ -267,11 +317,11 @@ impl ScatterSpec {
                     "PA_NZ cache last dim must be 32 / sizeof(dtype) = {nz_last}, got {kc:?}"
                 );
                 let (kn, kdk) = if nct { (0, 0) } else { (s.key[1], s.key[2]) };
+                let nd = mul("key", "N·D", kn, kdk)?;
                 ensure!(
-                    a1 * nz_last == kn * kdk,
+                    a1.checked_mul(nz_last) == Some(nd),
                     "keyCache",
-                    "PA_NZ cache must be [nb, N·D/{nz_last}, bs, {nz_last}] with N·D = {}, got {kc:?}",
-                    kn * kdk
+                    "PA_NZ cache must be [nb, N·D/{nz_last}, bs, {nz_last}] with N·D = {nd}, got {kc:?}"
                 );
                 (a2, kn, kdk)
             }
@@ -282,6 +332,13 @@ impl ScatterSpec {
             "dims must be positive, got {kc:?}"
         );
         let t = self.slot_mapping.len();
+        let max = mul("keyCache", "num_blocks·block_size", nb, bs)?;
+        // scatter_pa_kv_cache_tiling.cpp (CheckInputDimUpdate): numBlocks·blockSize >= numTokens.
+        ensure!(
+            max >= t,
+            "keyCache",
+            "num_blocks·block_size = {max} must hold the {t} tokens"
+        );
         ensure!(
             self.slot_mapping_shape.as_slice() == [t],
             "slotMapping",
@@ -290,6 +347,16 @@ impl ScatterSpec {
         );
         let mut strides_offsets = None;
         if nct {
+            // The Nct key is its token storage, rank 3 `[rows, N, Dk]`: CANN's tiling takes N
+            // and Dk from the key's dims 1 and 2 (scatter_pa_kv_cache_tiling.cpp,
+            // CheckInputDimUpdate), so they must be the cache's. The backend describes it to
+            // aclnn as the view `[T, N, Dk]` with row stride `strides[0]`.
+            ensure!(
+                s.key[1] == n && s.key[2] == dk,
+                "key",
+                "Nct key storage must be [rows, N, Dk] with the cache's N, Dk = [{n}, {dk}], got {:?}",
+                s.key
+            );
             let two = |name: &'static str, v: &Option<Vec<i64>>, min: i64| -> Result<[usize; 2]> {
                 let Some(v) = v else {
                     return Err(AttnError::invalid(name, "required with scatterMode Nct"));
@@ -320,11 +387,12 @@ impl ScatterSpec {
                 s.key[2]
             );
         }
+        let ndk = mul("key", "N·Dk", n, dk)?;
         ensure!(
-            (n * dk * elem) % 32 == 0 || self.cache_mode == CacheMode::Norm,
+            ndk.checked_mul(elem).is_some_and(|b| b % 32 == 0)
+                || self.cache_mode == CacheMode::Norm,
             "key",
-            "PA_NZ needs N·D·sizeof(dtype) to be a multiple of 32, got {}",
-            n * dk * elem
+            "PA_NZ needs N·D·sizeof(dtype) to be a multiple of 32, got {ndk}·{elem}"
         );
         let mut dv = 0;
         if let (Some(v), Some(vc)) = (value, value_cache) {
@@ -348,22 +416,32 @@ impl ScatterSpec {
                     vc[3]
                 }
                 _ => {
+                    let ndv = mul("value", "N·Dv", v[1], v[2])?;
                     ensure!(
                         vc[0] == nb
                             && vc[2] == bs
                             && vc[3] == nz_last
-                            && vc[1] * nz_last == v[1] * v[2],
+                            && vc[1].checked_mul(nz_last) == Some(ndv),
                         "valueCache",
                         "PA_NZ cache must be [{nb}, N·Dv/{nz_last}, {bs}, {nz_last}], got {vc:?}"
                     );
                     ensure!(
-                        (n * v[2] * elem) % 32 == 0,
+                        mul("value", "N·Dv", n, v[2])?
+                            .checked_mul(elem)
+                            .is_some_and(|b| b % 32 == 0),
                         "value",
                         "PA_NZ needs N·D·sizeof(dtype) to be a multiple of 32"
                     );
                     v[2]
                 }
             };
+            if nct {
+                ensure!(
+                    v[1] == n && v[2] == dv,
+                    "value",
+                    "Nct value storage must be [rows, N, Dv] with the cache's N, Dv = [{n}, {dv}], got {v:?}"
+                );
+            }
             ensure!(dv > 0, "valueCache", "head size must be positive");
             if !nct {
                 ensure!(
@@ -392,17 +470,24 @@ impl ScatterSpec {
                     parts.push(("value", v, 1, dv));
                 }
                 for (name, shape, w, d) in parts {
-                    let need = (t - 1) * strides[w] + offsets[w] + n * d;
-                    let have: usize = shape.iter().product();
+                    // Both are strided by strides[0] (see ScatterDims::source_start).
+                    let need = (t - 1)
+                        .checked_mul(strides[0])
+                        .and_then(|x| x.checked_add(offsets[w]))
+                        .and_then(|x| x.checked_add(n.checked_mul(d)?));
+                    let have = checked_numel(name, shape)?;
                     ensure!(
-                        have >= need,
+                        need.is_some_and(|need| have >= need),
                         name,
-                        "Nct storage has {have} elements, (T-1)·stride + offset + N·D needs {need}"
+                        "Nct storage has {have} elements, (T−1)·strides[0] + offsets[{w}] + N·D = ({t}−1)·{} + {} + {n}·{d} needs {}",
+                        strides[0],
+                        offsets[w],
+                        need.map_or("more than usize holds".to_string(), |x| x.to_string())
                     );
                 }
             }
         }
-        let max = (nb * bs) as i64;
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
         let mut seen = HashSet::new();
         for (i, &slot) in self.slot_mapping.iter().enumerate() {
             if slot < 0 {
@@ -438,11 +523,18 @@ impl ScatterSpec {
         let (t, n, dk) = (s.key[0], s.key[1], s.key[2]);
         let kc = &s.key_cache;
         ensure!(
-            kc[2] == 1 && kc[3] == dk && kc[0] > 0 && kc[1] > 0,
+            kc[2] == 1 && kc[3] == dk && kc[0] > 0 && kc[1] > 0 && n > 0 && dk > 0,
             "keyCache",
-            "compressed cache must be [nb, bs, 1, {dk}], got {kc:?}"
+            "compressed cache must be [nb, bs, 1, {dk}] with positive dims (key N = {n}), got {kc:?}"
         );
         let (nb, bs) = (kc[0], kc[1]);
+        let max = mul("keyCache", "num_blocks·block_size", nb, bs)?;
+        // scatter_pa_kv_cache_tiling.cpp (CheckInputDimUpdate): numBlocks·blockSize >= numTokens.
+        ensure!(
+            max >= t,
+            "keyCache",
+            "num_blocks·block_size = {max} must hold the key's {t} tokens"
+        );
         let mut dv = 0;
         if let (Some(v), Some(vc)) = (value, value_cache) {
             ensure!(
@@ -464,17 +556,18 @@ impl ScatterSpec {
             ));
         };
         let batch = seq_lens.len();
-        let bn = batch * n;
+        let bn = mul("seqLens", "B·N", batch, n)?;
         ensure!(
             seq_lens.iter().all(|&x| x >= 0),
             "seqLens",
             "must be non-negative, got {seq_lens:?}"
         );
-        let total: i64 = seq_lens.iter().sum();
+        let total = seq_lens.iter().try_fold(0i64, |acc, &x| acc.checked_add(x));
         ensure!(
-            total == t as i64,
+            total == i64::try_from(t).ok(),
             "seqLens",
-            "must sum to the key's token count {t}, sums to {total}"
+            "must sum to the key's token count {t}, sums to {}",
+            total.map_or("more than i64 holds".to_string(), |x| x.to_string())
         );
         ensure!(
             self.slot_mapping.len() == bn,
@@ -513,6 +606,23 @@ impl ScatterSpec {
                 "needs B·N = {bn} non-negative entries, got {o:?}"
             ),
         }
+        // Every window inside its sequence, before any loop over a length (the kernel's uint32
+        // arithmetic would wrap otherwise; see the reference's CompressMode).
+        for (i, &c) in clens.iter().enumerate() {
+            let len = seq_lens[i / n];
+            let o = self.compress_seq_offset.as_ref().map_or(0, |x| x[i]);
+            if let Err(e) = compressed_ranges_ok(mode, len, c, o) {
+                let name = if e.starts_with("compressSeqOffset") {
+                    "compressSeqOffset"
+                } else {
+                    "compressLens"
+                };
+                return Err(AttnError::invalid(
+                    name,
+                    format!("(batch {}, head {}): {e}", i / n, i % n),
+                ));
+            }
+        }
         let dims = ScatterDims {
             num_tokens: t,
             num_heads: n,
@@ -524,7 +634,6 @@ impl ScatterSpec {
             nct: None,
             has_value: value.is_some(),
         };
-        let max = nb * bs;
         let mut seen = HashSet::new();
         for (b, h, slot, _, _) in self.compressed_writes(&dims) {
             ensure!(
@@ -542,44 +651,26 @@ impl ScatterSpec {
     }
 
     /// The writes of a compressed scatter, in the kernel's order (see the reference's
-    /// `CompressMode` docs). Negative start slots skip their `(b, h)`.
+    /// `CompressMode` docs: Omni discards its window, Rope averages it; without a window the
+    /// sequence is copied contiguously). Negative start slots skip their `(b, h)`. Bounded by
+    /// `Σ seqLens · N` writes once [`Self::validate`] passed.
     pub fn compressed_writes(&self, dims: &ScatterDims) -> Vec<CompressedWrite> {
         let n = dims.num_heads;
+        let Some(mode) = self.scatter_mode.compressed() else {
+            return Vec::new();
+        };
         let seq_lens = self.seq_lens.as_deref().unwrap_or(&[]);
         let clens = self.compress_lens.as_deref().unwrap_or(&[]);
         let mut w = Vec::new();
         for (b, &len) in seq_lens.iter().enumerate() {
             for h in 0..n {
                 let i = b * n + h;
-                let s0 = self.slot_mapping[i];
-                let c = clens[i].max(0);
-                if s0 < 0 {
-                    continue;
-                }
-                let mut push = |slot: i64, from: i64, to: i64| {
-                    w.push((b, h, slot as usize, from as usize, to as usize))
-                };
-                if self.scatter_mode == ScatterKind::Alibi {
-                    for k in 0..c {
-                        let p = len - c + k;
-                        if p >= 0 {
-                            push(s0 + k, p, p + 1);
-                        }
-                    }
-                } else {
-                    let o = self.compress_seq_offset.as_ref().map_or(0, |x| x[i]).max(0);
-                    for p in 0..o.min(len) {
-                        push(s0 + p, p, p + 1);
-                    }
-                    let end = (o + c).min(len);
-                    if end > o {
-                        push(s0 + o, o, end);
-                    }
-                    for k in 0..(len - c - o).max(0) {
-                        let p = o + c + k;
-                        push(s0 + o + 1 + k, p, p + 1);
-                    }
-                }
+                let o = self.compress_seq_offset.as_ref().map_or(0, |x| x[i]);
+                w.extend(
+                    compressed_plan(mode, self.slot_mapping[i], len, clens[i], o)
+                        .into_iter()
+                        .map(|x| (b, h, x.slot as usize, x.from, x.to)),
+                );
             }
         }
         w

@@ -6,7 +6,7 @@
 use half::{bf16, f16};
 use safetensors::Dtype;
 
-use super::device::{acl_dtype, acl_runtime, download, upload, upload_opt};
+use super::device::{acl_dtype, acl_runtime, download, upload};
 use super::io::{Bundle, HostTensor};
 use super::{CliError, Device};
 use crate::backend::attention::aclnn;
@@ -132,14 +132,33 @@ pub fn scatter(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         ],
     };
     if device.is_acl() {
-        spec.validate(&shapes)?;
+        let dims = spec.validate(&shapes)?;
+        if dims.num_tokens == 0 {
+            // Nothing to write; CANN's tiling refuses numTokens = 0, the host paths succeed.
+            let mut res = Bundle::default();
+            res.insert("keyCache", key_cache.clone());
+            if let Some(vc) = value_cache {
+                res.insert("valueCache", vc.clone());
+            }
+            return Ok(res);
+        }
         let rt = acl_runtime(device)?;
+        // Nct sources travel as their storage, described as the view [T, N, D] strided by
+        // strides[0] (aclnn::nct_source_desc).
+        let source = |t: &HostTensor, name, which| -> Result<DeviceTensor, CliError> {
+            if spec.scatter_mode != ScatterKind::Nct {
+                return upload(&rt, t, name);
+            }
+            let elems = t.shape.iter().product();
+            let desc = aclnn::nct_source_desc(&dims, which, 0, elems, acl_dtype(t.dtype, name)?)?;
+            Ok(rt.upload(desc, &t.bytes)?)
+        };
         let cache = |t: &HostTensor, name| -> Result<DeviceTensor, CliError> {
             let desc = aclnn::cache_desc(spec.cache_mode, &t.shape, acl_dtype(t.dtype, name)?)?;
             Ok(rt.upload(desc, &t.bytes)?)
         };
-        let kd = upload(&rt, key, "key")?;
-        let vd = upload_opt(&rt, value, "value")?;
+        let kd = source(key, "key", 0)?;
+        let vd = value.map(|t| source(t, "value", 1)).transpose()?;
         let kc = cache(key_cache, "keyCache")?;
         let vc = value_cache.map(|t| cache(t, "valueCache")).transpose()?;
         {

@@ -8,7 +8,7 @@ use std::ptr::{null, null_mut};
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::attention::aclnn;
 use burn_ascend_contract::prompt::{PfaLayout, PromptSpec};
-use burn_ascend_contract::scatter::{CacheMode, ScatterSpec};
+use burn_ascend_contract::scatter::{CacheMode, ScatterKind, ScatterSpec};
 use burn_ascend_contract::varlen::VarlenSpec;
 use burn_ascend_kernels::acl::ffi::{
     AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
@@ -16,7 +16,7 @@ use burn_ascend_kernels::acl::ffi::{
 use burn_ascend_kernels::acl::ops::{self, VarlenFwdArgs};
 use burn_ascend_kernels::acl::tensor::recent_error;
 use burn_ascend_kernels::acl::{
-    AclError, DataType, DeviceTensor, IntArray, Runtime, Tensor, TensorDesc,
+    AclError, DataType, DeviceTensor, Format, IntArray, Runtime, Tensor, TensorDesc,
 };
 use burn_ascend_kernels::reference::varlen as reference;
 use burn_ascend_kernels::varlen::{VarlenAttrs as KAttrs, VarlenDims, VarlenProblem};
@@ -737,14 +737,18 @@ fn missing_pfa_v3_falls_back_to_v1_only_for_what_v1_has() {
 }
 
 #[test]
-fn a_pa_nz_cache_described_as_nd_is_refused() {
+fn a_pa_nz_cache_goes_as_nd_and_a_fractal_nz_descriptor_is_refused() {
     let rt = burn_ascend_acl_sim::runtime().unwrap();
     // f16: last = 16; N·D = 32 → cache [nb = 2, 2, bs = 16, 16].
     let (t, n, d) = (3usize, 2usize, 16usize);
-    let key = vec![0u8; t * n * d * 2];
+    let key: Vec<u8> = (0..t * n * d)
+        .flat_map(|i| half::f16::from_f32(i as f32 + 1.0).to_le_bytes())
+        .collect();
     let cache = vec![0u8; 2 * 2 * 16 * 16 * 2];
     let slots: Vec<u8> = [0i32, 5, 17].iter().flat_map(|x| x.to_le_bytes()).collect();
     let (kd, cd, sd) = ([t, n, d], [2usize, 2, 16, 16], [t]);
+    let nz = aclnn::cache_desc(CacheMode::PaNz, &cd, DataType::Float16).unwrap();
+    assert_eq!(nz.format, Format::Nd, "PA_NZ caches are described as ND");
     {
         let kt = rt
             .upload(
@@ -752,8 +756,7 @@ fn a_pa_nz_cache_described_as_nd_is_refused() {
                 &key,
             )
             .unwrap();
-        let nz = aclnn::cache_desc(CacheMode::PaNz, &cd, DataType::Float16).unwrap();
-        let ct = rt.upload(nz, &cache).unwrap();
+        let ct = rt.upload(nz.clone(), &cache).unwrap();
         let mut spec = ScatterSpec::new(vec![0, 5, 17]);
         spec.cache_mode = CacheMode::PaNz;
         aclnn::scatter(
@@ -766,20 +769,28 @@ fn a_pa_nz_cache_described_as_nd_is_refused() {
                 value_cache: None,
             },
         )
-        .expect("FRACTAL_NZ descriptor through the call builder");
+        .expect("ND PA_NZ descriptor through the call builder");
+        // Slot 17 = block 1, offset 1: key token 2's element e at [1, e / 16, 1, e % 16].
+        let got = ct.download().unwrap();
+        let at = |i: usize| half::f16::from_le_bytes([got[2 * i], got[2 * i + 1]]).to_f32();
+        assert_eq!(
+            at(((2 + 1) * 16 + 1) * 16 + 3),
+            (2 * 32 + 16 + 3 + 1) as f32
+        );
     }
 
-    // Handle level with an ND cache descriptor: refused.
+    // Handle level with a FRACTAL_NZ cache descriptor: refused (the op declares only ND).
     let api = rt.api();
     let up = |desc, b: &[u8]| rt.upload(desc, b).unwrap();
     let kt = up(
         TensorDesc::contiguous(&kd, DataType::Float16).unwrap(),
         &key,
     );
-    let ct = up(
-        TensorDesc::contiguous(&cd, DataType::Float16).unwrap(),
-        &cache,
-    );
+    let fractal = TensorDesc {
+        format: Format::FractalNz,
+        ..nz
+    };
+    let ct = up(fractal, &cache);
     let st = up(
         TensorDesc::contiguous(&sd, DataType::Int32).unwrap(),
         &slots,
@@ -943,4 +954,78 @@ fn missing_varlen_entry_points_fall_back_both_ways_and_a_sink_without_v5_is_unsu
     let err = varlen_fwd(&rt, &c, false).unwrap_err();
     assert!(matches!(err, AclError::Unsupported(_)), "{err}");
     assert!(err.to_string().contains("is not available"), "{err}");
+}
+
+#[test]
+fn the_call_builder_passes_strides_and_offsets_as_torch_npu_does() {
+    // Never null: [1, 1] / [0, 0] outside Nct (op-plugin ScatterPaKvCacheNpuOpApi.cpp), the
+    // spec's with Nct.
+    let mut spec = ScatterSpec::new(vec![0]);
+    assert_eq!(aclnn::scatter_strides_offsets(&spec), ([1, 1], [0, 0]));
+    spec.strides = Some(vec![7, 9]);
+    spec.offsets = Some(vec![2, 3]);
+    assert_eq!(aclnn::scatter_strides_offsets(&spec), ([1, 1], [0, 0]));
+    spec.scatter_mode = ScatterKind::Nct;
+    assert_eq!(aclnn::scatter_strides_offsets(&spec), ([7, 9], [2, 3]));
+}
+
+/// A Norm f32 scatter at handle level: key `[t, 1, 8]`, cache `[2, 4, 1, 8]`.
+fn norm_scatter(
+    rt: &Runtime,
+    key_dims: &[usize],
+    slots: &[i32],
+    scatter_mode: &str,
+    strides: Option<&[i64]>,
+) -> Result<(), AclError> {
+    let key = vec![1.0f32; key_dims.iter().product()];
+    let kt = up(rt, key_dims, &key);
+    let ct = zeros(rt, &[2, 4, 1, 8]);
+    let sb: Vec<u8> = slots.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let st = rt
+        .upload(
+            TensorDesc::contiguous(&[slots.len()], DataType::Int32).unwrap(),
+            &sb,
+        )
+        .unwrap();
+    let strides = strides.map(|s| IntArray::new(rt.api(), s).unwrap());
+    let offsets = strides
+        .as_ref()
+        .map(|_| IntArray::new(rt.api(), &[0, 0]).unwrap());
+    let (kh, ch, sh) = (kt.handle()?, ct.handle()?, st.handle()?);
+    ops::scatter(
+        rt,
+        &ops::ScatterArgs {
+            key: &kh,
+            key_cache: &ch,
+            slot_mapping: &sh,
+            value: None,
+            value_cache: None,
+            compress_lens: None,
+            compress_seq_offset: None,
+            seq_lens: None,
+            cache_mode: "Norm",
+            scatter_mode,
+            strides: strides.as_ref(),
+            offsets: offsets.as_ref(),
+        },
+    )
+}
+
+#[test]
+fn the_simulated_scatter_refuses_what_the_tiling_refuses() {
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
+    norm_scatter(&rt, &[2, 1, 8], &[0, 5], "None", None).expect("valid, null arrays outside Nct");
+    // numTokens (key dim 0) = 0.
+    let err = norm_scatter(&rt, &[0, 1, 8], &[], "None", None).unwrap_err();
+    assert!(err.to_string().contains("numTokens"), "{err}");
+    // numBlocks·blockSize = 8 < 9 tokens.
+    let err = norm_scatter(&rt, &[9, 1, 8], &[-1; 9], "None", None).unwrap_err();
+    assert!(err.to_string().contains("numBlocks"), "{err}");
+    // Fewer slots than key tokens: the kernel would read slotMapping past its end.
+    let err = norm_scatter(&rt, &[3, 1, 8], &[0, 1], "None", None).unwrap_err();
+    assert_eq!(err.status(), Some(ACLNN_ERR_PARAM_INVALID), "{err}");
+    // Nct without strides: the tiling dereferences them unchecked.
+    let err = norm_scatter(&rt, &[2, 1, 8], &[0, 5], "Nct", None).unwrap_err();
+    assert_eq!(err.status(), Some(ACLNN_ERR_PARAM_NULLPTR), "{err}");
+    norm_scatter(&rt, &[2, 1, 8], &[0, 5], "Nct", Some(&[8, 1])).expect("Nct with strides");
 }

@@ -15,7 +15,7 @@ use half::{bf16, f16};
 
 use burn_ascend_contract::incre::IncreSpec;
 use burn_ascend_contract::prompt::{PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
-use burn_ascend_contract::scatter::{CacheMode, ScatterSpec};
+use burn_ascend_contract::scatter::{CacheMode, ScatterDims, ScatterKind, ScatterSpec};
 use burn_ascend_contract::varlen::{compressed_mask, MaskSpec, PseSpec, VarlenSpec, VARLEN_LAYOUT};
 use burn_ascend_kernels::acl::{
     ops, AclError, DataType, DeviceTensor, IntArray, Result, Runtime, Tensor, TensorDesc,
@@ -470,13 +470,57 @@ pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()>
     rt.synchronize()
 }
 
-/// The descriptor of a cache of `dims` for `mode`: PA_NZ caches as `ACL_FORMAT_FRACTAL_NZ`
-/// over their physical shape, the others ND.
+/// The descriptor of a cache of `dims` for `mode`: contiguous ND for every mode, PA_NZ caches
+/// over `[nb, N·D/last, bs, last]` (why not FRACTAL_NZ: [`TensorDesc::pa_nz_cache`]).
 pub fn cache_desc(mode: CacheMode, dims: &[usize], dtype: DataType) -> Result<TensorDesc> {
     match mode {
         CacheMode::PaNz => TensorDesc::pa_nz_cache(dims, dtype),
         CacheMode::Norm | CacheMode::Nhsd => TensorDesc::contiguous(dims, dtype),
     }
+}
+
+/// The descriptor of an Nct source (key `which = 0`, value `1`) whose storage, from element
+/// `offset` of a buffer of `storage_elems`, is the validated `[rows, N, D]` array: the view
+/// `[T, N, D]` with row stride `strides[0]`. CANN's tiling takes numTokens, N and D from the
+/// key's dims (`scatter_pa_kv_cache_tiling.cpp`, `CheckInputDimUpdate`) and the kernel reads
+/// token `t` at `t·strides[0] + offsets[which]` from the base (`scatter_pa_kv_cache_nd.h`).
+pub fn nct_source_desc(
+    dims: &ScatterDims,
+    which: usize,
+    offset: usize,
+    storage_elems: usize,
+    dtype: DataType,
+) -> Result<TensorDesc> {
+    let Some((strides, _)) = dims.nct else {
+        return Err(AclError::Invalid {
+            param: "scatterMode".into(),
+            rule: "an Nct source descriptor needs scatterMode Nct".into(),
+        });
+    };
+    let d = if which == 0 {
+        dims.k_head_size
+    } else {
+        dims.v_head_size
+    };
+    TensorDesc::strided(
+        &[dims.num_tokens, dims.num_heads, d],
+        &[strides[0], d, 1],
+        offset,
+        storage_elems,
+        dtype,
+    )
+}
+
+/// The `strides` / `offsets` arrays passed to aclnnScatterPaKvCache: the spec's with Nct, else
+/// `[1, 1]` / `[0, 0]` — never null, as torch_npu does (op-plugin
+/// `op_plugin/ops/opapi/ScatterPaKvCacheNpuOpApi.cpp`, `strides_size = {1, 1}`,
+/// `offsets_size = {0, 0}`) and as the op definition's defaults are.
+pub fn scatter_strides_offsets(spec: &ScatterSpec) -> ([i64; 2], [i64; 2]) {
+    let two = |v: &Option<Vec<i64>>, default: [i64; 2]| match v.as_deref() {
+        Some(&[a, b]) if spec.scatter_mode == ScatterKind::Nct => [a, b],
+        _ => default,
+    };
+    (two(&spec.strides, [1, 1]), two(&spec.offsets, [0, 0]))
 }
 
 /// The device tensors of a cache scatter; the caches are updated in place.
@@ -507,8 +551,9 @@ pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterTensors<'_>) -> Resu
     {
         let slots = slots.handle()?;
         let (clens, cso, seq_lens) = (handle(&clens)?, handle(&cso)?, handle(&seq_lens)?);
-        let strides = ints(rt, spec.strides.as_deref())?;
-        let offsets = ints(rt, spec.offsets.as_deref())?;
+        let (strides, offsets) = scatter_strides_offsets(spec);
+        let strides = IntArray::new(rt.api(), &strides)?;
+        let offsets = IntArray::new(rt.api(), &offsets)?;
         ops::scatter(
             rt,
             &ops::ScatterArgs {
@@ -522,8 +567,8 @@ pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterTensors<'_>) -> Resu
                 seq_lens: seq_lens.as_ref(),
                 cache_mode,
                 scatter_mode: spec.scatter_mode.as_attr(),
-                strides: strides.as_ref(),
-                offsets: offsets.as_ref(),
+                strides: Some(&strides),
+                offsets: Some(&offsets),
             },
         )?;
     }

@@ -12,7 +12,7 @@ use burn_ascend_ops::backend::{ScatterInputs, ScatterOutputs};
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::ndarray::cpu_scatter_kv;
 use burn_ascend_ops::scatter::composite::shapes;
-use burn_ascend_ops::scatter::{CacheMode, ScatterSpec};
+use burn_ascend_ops::scatter::{CacheMode, ScatterDims, ScatterKind, ScatterSpec};
 
 use super::{aclnn, handle, same_device};
 use crate::device::runtime;
@@ -40,6 +40,33 @@ fn owned(mut cache: AscendTensor) -> AscendTensor {
     })
 }
 
+/// `t` itself when contiguous, else a contiguous copy.
+fn contiguous(t: AscendTensor) -> AscendTensor {
+    if t.is_contiguous() {
+        return t;
+    }
+    native_index::contiguous(&t).unwrap_or_else(|| {
+        let device = t.device();
+        AscendTensor::from_data(t.to_data(), &device)
+    })
+}
+
+/// The descriptor of key (`which = 0`) / value: its view, or with Nct the view `[T, N, D]`
+/// strided by `strides[0]` over its storage ([`aclnn::nct_source_desc`]).
+fn source_desc(
+    t: &AscendTensor,
+    spec: &ScatterSpec,
+    dims: &ScatterDims,
+    which: usize,
+) -> TensorDesc {
+    if spec.scatter_mode != ScatterKind::Nct {
+        return t.desc(OP);
+    }
+    let elems = t.storage.len() / t.dtype.size();
+    aclnn::nct_source_desc(dims, which, t.offset, elems, t.acl_dtype(OP))
+        .unwrap_or_else(|e| fail(OP, e))
+}
+
 fn cache_desc(t: &AscendTensor, mode: CacheMode) -> TensorDesc {
     match mode {
         CacheMode::PaNz => {
@@ -54,7 +81,7 @@ pub(super) fn scatter_kv(
     spec: &ScatterSpec,
 ) -> Result<ScatterOutputs<Ascend>> {
     let shapes = shapes(&inputs);
-    spec.validate(&shapes)?;
+    let dims = spec.validate(&shapes)?;
     let mut all = vec![&inputs.key, &inputs.key_cache];
     all.extend(inputs.value.as_ref());
     all.extend(inputs.value_cache.as_ref());
@@ -74,12 +101,25 @@ pub(super) fn scatter_kv(
         key_cache,
         value_cache,
     } = inputs;
+    // No token: nothing to write. CANN's tiling refuses numTokens = 0
+    // (scatter_pa_kv_cache_tiling.cpp, CheckInputDimUpdate), every other path succeeds.
+    if dims.num_tokens == 0 {
+        return Ok(ScatterOutputs {
+            key_cache,
+            value_cache,
+        });
+    }
+    // Nct reads the sources' storage from their first element on, in row-major order.
+    let nct = spec.scatter_mode == ScatterKind::Nct;
+    let key = if nct { contiguous(key) } else { key };
+    let value = if nct { value.map(contiguous) } else { value };
     // Everything is validated: from here on nothing fails before the write.
     let key_cache = owned(key_cache);
     let value_cache = value_cache.map(owned);
     let rt = runtime(&device);
     {
-        let (kd, vd) = (key.desc(OP), value.as_ref().map(|v| v.desc(OP)));
+        let kd = source_desc(&key, spec, &dims, 0);
+        let vd = value.as_ref().map(|v| source_desc(v, spec, &dims, 1));
         let kcd = cache_desc(&key_cache, spec.cache_mode);
         let vcd = value_cache.as_ref().map(|c| cache_desc(c, spec.cache_mode));
         let vh = value

@@ -96,7 +96,22 @@ impl TensorDesc {
     }
 
     /// A PA_NZ KV cache `[num_blocks, N·D / last, block_size, last]` (`last = 32 / sizeof`),
-    /// which ScatterPaKvCache takes only in `ACL_FORMAT_FRACTAL_NZ`.
+    /// described as a contiguous **ND** tensor over that shape, as the docs' example
+    /// (`docs/aclnnScatterPaKvCache.md`, `examples/test_aclnn_scatter_pa_kv_cache.cpp`) does.
+    ///
+    /// Why not `ACL_FORMAT_FRACTAL_NZ` with torch_npu's physical storage shape: in
+    /// ops-transformer `attention/scatter_pa_kv_cache`, the op definition
+    /// (`op_host/scatter_pa_kv_cache_def.cpp`) declares FORMAT_ND only for `key_cache` /
+    /// `value_cache` and every shipped binary (`op_host/config/*/scatter_pa_kv_cache_binary.json`)
+    /// is ND; the tiling reads only the origin (view) shape (`scatter_pa_kv_cache_tiling.cpp`,
+    /// `GetOriginShape`), and the NZ kernel (`scatter_pa_kv_cache_normal_nz_fully_load.h`)
+    /// addresses the buffer as the contiguous `[nb, N·D/last, bs, last]` array. torch_npu's
+    /// op-plugin passes format 29 only because its caller format-cast the cache
+    /// (`ConvertType` in `op_plugin/utils/op_api_common.cpp` forwards `npu_format_` and
+    /// `storage_sizes_`; `test/test_custom_ops/test_scatter_pa_kv_cache.py`, skipped); that
+    /// storage shape (`[nb, c, ⌈last/16⌉, ⌈bs/16⌉, 16, 16]`) pads `block_size` to 16 and so
+    /// would not even describe our buffer for other block sizes. Hardware confirms which
+    /// formats the binary selection accepts (the selftest's FRACTAL_NZ probe).
     pub fn pa_nz_cache(dims: &[usize], dtype: DataType) -> Result<Self> {
         if dims.len() != 4 || dims[3] * dtype.size() != 32 {
             return Err(AclError::invalid(
@@ -106,9 +121,7 @@ impl TensorDesc {
                 ),
             ));
         }
-        let mut d = Self::contiguous(dims, dtype)?;
-        d.format = Format::FractalNz;
-        Ok(d)
+        Self::contiguous(dims, dtype)
     }
 
     /// Number of view elements.

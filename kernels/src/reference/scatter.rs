@@ -74,7 +74,11 @@ pub enum ScatterMode {
     /// `"None"` / null: key is `[T, N, Dk]` contiguous.
     None,
     /// `"Nct"`: key token `t` is the `N·Dk` contiguous elements starting at
-    /// `t·strides[0] + offsets[0]`; value uses `strides[1]` / `offsets[1]`. Norm only.
+    /// `t·strides[0] + offsets[0]`, value token `t` the `N·Dv` starting at
+    /// `t·strides[0] + offsets[1]`: the kernel never reads `strides[1]`
+    /// (ops-transformer `scatter_pa_kv_cache_nd.h`, `ProcessKVEqual` / `ProcessKVUnequalIncrement`
+    /// use `strideK_` for both, and `scatter_pa_kv_cache_base.h` `CopyToCache<NCT>` starts every
+    /// source at `strideK_ · t` over `src[offsetK_ | offsetV_]`). Norm only.
     Nct {
         strides: [usize; 2],
         offsets: [usize; 2],
@@ -112,11 +116,14 @@ pub struct PlainScatterArgs<'a, T, I> {
 }
 
 impl<T, I: SlotIndex> PlainScatterArgs<'_, T, I> {
-    /// Start of token `t`'s `N·D` elements in key (`which = 0`) or value (`which = 1`).
-    fn src_start(&self, which: usize, t: usize, d: usize) -> usize {
+    /// Start of token `t`'s `N·D` elements in key (`which = 0`) or value (`which = 1`), `None`
+    /// when it overflows. Nct strides both by `strides[0]` (see [`ScatterMode::Nct`]).
+    fn src_start(&self, which: usize, t: usize, d: usize) -> Option<usize> {
         match self.scatter_mode {
-            ScatterMode::None => t * self.num_heads * d,
-            ScatterMode::Nct { strides, offsets } => t * strides[which] + offsets[which],
+            ScatterMode::None => t.checked_mul(self.num_heads)?.checked_mul(d),
+            ScatterMode::Nct { strides, offsets } => {
+                t.checked_mul(strides[0])?.checked_add(offsets[which])
+            }
         }
     }
 
@@ -138,7 +145,12 @@ pub fn check_scatter<T, I: SlotIndex>(
     key_cache_len: usize,
     value_cache_len: Option<usize>,
 ) -> Result<(), String> {
-    let max = a.num_blocks * a.block_size;
+    // Every size below is computed with checked arithmetic: the dimensions are user input.
+    let overflow = |what: &str| format!("{what} overflows usize");
+    let max = a
+        .num_blocks
+        .checked_mul(a.block_size)
+        .ok_or_else(|| overflow("num_blocks·block_size"))?;
     if a.slot_mapping.len() != a.num_tokens {
         return Err(format!(
             "slotMapping has {} entries, expected num_tokens = {}",
@@ -160,11 +172,13 @@ pub fn check_scatter<T, I: SlotIndex>(
         parts.push((1, v.len(), a.v_head_size, vc, "value"));
     }
     for (which, src_len, d, cache_len, name) in parts {
-        let nd = a.num_heads * d;
-        if cache_len != max * nd {
+        let nd = a.num_heads.checked_mul(d).ok_or_else(|| overflow("N·D"))?;
+        let want = max
+            .checked_mul(nd)
+            .ok_or_else(|| overflow("num_blocks·block_size·N·D"))?;
+        if cache_len != want {
             return Err(format!(
-                "{name} cache has {cache_len} elements, expected {}",
-                max * nd
+                "{name} cache has {cache_len} elements, expected {want}"
             ));
         }
         if a.cache_mode == CacheMode::PaNz && !nd.is_multiple_of(nz_last_dim::<T>()) {
@@ -177,12 +191,16 @@ pub fn check_scatter<T, I: SlotIndex>(
             if a.cache_mode != CacheMode::Norm {
                 return Err("Nct scatter mode requires cacheMode Norm".into());
             }
-            if strides[which] == 0 {
-                return Err(format!("Nct: {name} stride must be > 0"));
+            // Only the key stride is read, for value tokens too.
+            if strides[0] == 0 {
+                return Err("Nct: the key stride strides[0] must be > 0".into());
             }
         }
         if a.num_tokens > 0 {
-            let need = a.src_start(which, a.num_tokens - 1, d) + nd;
+            let need = a
+                .src_start(which, a.num_tokens - 1, d)
+                .and_then(|s| s.checked_add(nd))
+                .ok_or_else(|| overflow(&format!("{name}: (T−1)·strides[0] + offset + N·D")))?;
             if src_len < need {
                 return Err(format!("{name} has {src_len} elements, needs {need}"));
             }
@@ -223,7 +241,7 @@ pub fn scatter_pa_kv_cache<T: Copy, I: SlotIndex>(
             if s < 0 || s >= max {
                 continue;
             }
-            let start = a.src_start(which, t, d);
+            let start = a.src_start(which, t, d).expect("checked by check_scatter");
             for e in 0..a.num_heads * d {
                 cache[a.dst(s as usize, e, d, last)] = src[start + e];
             }
@@ -232,23 +250,27 @@ pub fn scatter_pa_kv_cache<T: Copy, I: SlotIndex>(
 }
 
 /// `scatterMode` of the compressed entry point (cache `[nb, bs, 1, D]`, one slot = `D`
-/// elements).
+/// elements). The data movement follows the ops-transformer kernels (named per mode), which
+/// differ from the older spec text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompressMode {
     /// For `(b, h)`: the last `c = compressLens[b·N + h]` tokens of sequence `b`, head `h`,
-    /// go to slots `slot[b·N + h] + k`, `k = 0..c` (position `seqLen_b − c + k`; positions < 0
-    /// are skipped, as in the kernel).
+    /// go to slots `slot[b·N + h] + k`, `k = 0..c` (`scatter_pa_kv_cache_compress_alibi.h`).
+    /// `c ≤ seqLens[b]` is required: the kernel reads the last `c` rows before the sequence's
+    /// end without a bound, so a larger `c` would read the previous sequence's tokens.
     Alibi,
     /// For `(b, h)` with `o = compressSeqOffset[b·N + h]`, `w = compressLens[b·N + h]`,
-    /// `L = seqLens[b]`, `s0 = slot[b·N + h]`:
-    /// positions `[0, min(o, L))` → slots `s0 + p`; the mean of positions `[o, min(o + w, L))`
-    /// → slot `s0 + o` (not written if that window is empty); positions `[o + w, L)` → slots
-    /// `s0 + o + 1 + k`. Spec: "partially UNCONFIRMED". The ops-transformer kernel's third
-    /// step appears to re-read from position 0; the reference implements the documented
-    /// intent (the tokens after the window).
+    /// `L = seqLens[b]`, `s0 = slot[b·N + h]` (`scatter_pa_kv_cache_compress_rope.h`,
+    /// `Compress4Rope`, and `scatter_pa_kv_cache_base.h` `ParamSet`):
+    /// - `w = 0` or `o = L` (`offsetIdx = seqLen`, `headWin = 0`): the whole sequence is copied
+    ///   contiguously, position `p` → slot `s0 + p`, no gap;
+    /// - otherwise (`o + w ≤ L`): PART A positions `[0, o)` → slots `s0 + p`; PART B the mean of
+    ///   positions `[o, o + w)` (summed in f32 in order, divided by `w` in f32, rounded to the
+    ///   element type) → slot `s0 + o`; PART C positions `[o + w, L)` → slots `s0 + o + 1 + k`.
     Rope,
-    /// Same data movement as `Rope` in the reference (UNCONFIRMED: the spec does not
-    /// distinguish them).
+    /// As `Rope`, but the window's tokens are **discarded**, not averaged (PART B only zeroes
+    /// the window when `o = L`; `ComputeAvg` is commented out), and PART C goes to
+    /// `s0 + o + k` (`scatter_pa_kv_cache_compress_omni.h`, `Compress4Rope` / `Copy2Cache<false>`).
     Omni,
 }
 
@@ -258,9 +280,10 @@ pub enum CompressMode {
 ///
 /// Preconditions (checked by [`check_compressed_scatter`]): `slot_mapping`, `compress_lens`
 /// (and `compress_seq_offset` for Rope/Omni) have `B·N` entries, `seq_lens` has `B`, all
-/// lengths/offsets non-negative, `Σ seqLens == num_tokens`; caches have `nb·bs·Dk` (`Dv`)
-/// elements; every written slot is `< nb·bs` and written once; start slots are non-negative
-/// (a negative start slot skips that `(b, h)`: UNCONFIRMED, the kernel does not check it).
+/// lengths/offsets non-negative, `Σ seqLens == num_tokens`; Alibi `compressLens ≤ seqLens`;
+/// Rope/Omni with a window (`w > 0`, `o ≠ L`) `o + w ≤ L`, and `o ≤ L`; caches have `nb·bs·Dk`
+/// (`Dv`) elements; every written slot is `< nb·bs` and written once; a negative start slot
+/// skips that `(b, h)` (UNCONFIRMED: the kernel does not check it).
 #[derive(Clone, Copy, Debug)]
 pub struct CompressedScatterArgs<'a, T, I> {
     pub key: &'a [T],
@@ -279,10 +302,89 @@ pub struct CompressedScatterArgs<'a, T, I> {
 
 /// One planned write: target slot, and the source positions (within the sequence) whose mean
 /// is written (a single position for a plain copy).
-struct Write {
-    slot: i64,
-    from: usize,
-    to: usize,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompressedWrite {
+    /// Target slot.
+    pub slot: i64,
+    /// First source position (within the sequence).
+    pub from: usize,
+    /// One past the last source position.
+    pub to: usize,
+}
+
+/// The writes of one `(b, h)` of a compressed scatter, in the kernel's order, for a start slot
+/// `s0`, sequence length `len`, window `c` and offset `o` (ignored by Alibi). Preconditions
+/// (checked by [`compressed_ranges_ok`]): all non-negative, Alibi `c ≤ len`, Rope/Omni
+/// `o ≤ len` and `o + c ≤ len` when the window is effective. The number of writes is at
+/// most `len`.
+pub fn compressed_plan(
+    mode: CompressMode,
+    s0: i64,
+    len: i64,
+    c: i64,
+    o: i64,
+) -> Vec<CompressedWrite> {
+    let one = |slot: i64, p: i64| CompressedWrite {
+        slot,
+        from: p as usize,
+        to: p as usize + 1,
+    };
+    if s0 < 0 {
+        return Vec::new();
+    }
+    match mode {
+        CompressMode::Alibi => (0..c).map(|k| one(s0 + k, len - c + k)).collect(),
+        CompressMode::Rope | CompressMode::Omni => {
+            // ParamSet: `offsetIdx = headWin == 0 ? seqLen : offset`; Compress4Rope:
+            // `headWin = offsetIdx == seqLen ? 0 : headWin`.
+            let (o, w) = if c == 0 || o == len { (len, 0) } else { (o, c) };
+            let mut out: Vec<CompressedWrite> = (0..o).map(|p| one(s0 + p, p)).collect();
+            if w > 0 {
+                let tail = if mode == CompressMode::Rope {
+                    out.push(CompressedWrite {
+                        slot: s0 + o,
+                        from: o as usize,
+                        to: (o + w) as usize,
+                    });
+                    s0 + o + 1
+                } else {
+                    s0 + o
+                };
+                out.extend(
+                    (o + w..len)
+                        .enumerate()
+                        .map(|(k, p)| one(tail + k as i64, p)),
+                );
+            }
+            out
+        }
+    }
+}
+
+/// Whether `(len, c, o)` of one `(b, h)` is inside what the kernel reads: all non-negative,
+/// Alibi `c ≤ len`; Rope/Omni with an effective window (`c > 0`, `o ≠ len`) `o + c ≤ len`
+/// (the kernel's `uint32 seqLen − offsetIdx − headWin` would wrap), and `o ≤ len` (PART A
+/// copies `o` rows). `Err` names the violated bound.
+pub fn compressed_ranges_ok(mode: CompressMode, len: i64, c: i64, o: i64) -> Result<(), String> {
+    if len < 0 || c < 0 || o < 0 {
+        return Err(format!(
+            "seqLens ({len}), compressLens ({c}) and compressSeqOffset ({o}) must be non-negative"
+        ));
+    }
+    match mode {
+        CompressMode::Alibi if c > len => Err(format!(
+            "compressLens {c} exceeds the sequence's length {len}"
+        )),
+        CompressMode::Alibi => Ok(()),
+        _ if c == 0 || o == len => Ok(()),
+        _ if o > len => Err(format!(
+            "compressSeqOffset {o} exceeds the sequence's length {len}"
+        )),
+        _ if c > len - o => Err(format!(
+            "compressLens {c} after compressSeqOffset {o} exceeds the sequence's length {len}"
+        )),
+        _ => Ok(()),
+    }
 }
 
 impl<T, I: SlotIndex> CompressedScatterArgs<'_, T, I> {
@@ -291,56 +393,16 @@ impl<T, I: SlotIndex> CompressedScatterArgs<'_, T, I> {
     }
 
     /// Writes for `(b, h)`, in the order the kernel performs them.
-    fn plan(&self, b: usize, h: usize) -> Vec<Write> {
+    fn plan(&self, b: usize, h: usize) -> Vec<CompressedWrite> {
         let i = b * self.num_heads + h;
-        let s0 = self.slot_mapping[i].to_i64();
-        let len = self.seq_lens[b].to_i64().max(0);
-        let c = self.compress_lens[i].to_i64().max(0);
-        let mut w = Vec::new();
-        if s0 < 0 {
-            return w;
-        }
-        match self.mode {
-            CompressMode::Alibi => {
-                for k in 0..c {
-                    let p = len - c + k;
-                    if p >= 0 {
-                        w.push(Write {
-                            slot: s0 + k,
-                            from: p as usize,
-                            to: p as usize + 1,
-                        });
-                    }
-                }
-            }
-            CompressMode::Rope | CompressMode::Omni => {
-                let o = self.compress_seq_offset.map_or(0, |x| x[i].to_i64()).max(0);
-                for p in 0..o.min(len) {
-                    w.push(Write {
-                        slot: s0 + p,
-                        from: p as usize,
-                        to: p as usize + 1,
-                    });
-                }
-                let end = (o + c).min(len);
-                if end > o {
-                    w.push(Write {
-                        slot: s0 + o,
-                        from: o as usize,
-                        to: end as usize,
-                    });
-                }
-                for k in 0..(len - c - o).max(0) {
-                    let p = o + c + k;
-                    w.push(Write {
-                        slot: s0 + o + 1 + k,
-                        from: p as usize,
-                        to: p as usize + 1,
-                    });
-                }
-            }
-        }
-        w
+        let o = self.compress_seq_offset.map_or(0, |x| x[i].to_i64());
+        compressed_plan(
+            self.mode,
+            self.slot_mapping[i].to_i64(),
+            self.seq_lens[b].to_i64(),
+            self.compress_lens[i].to_i64(),
+            o,
+        )
     }
 
     fn seq_start(&self, b: usize) -> usize {
@@ -351,69 +413,92 @@ impl<T, I: SlotIndex> CompressedScatterArgs<'_, T, I> {
     }
 }
 
-/// Validates everything [`scatter_pa_kv_cache_compressed`] reads or writes. Pure.
+/// Validates everything [`scatter_pa_kv_cache_compressed`] reads or writes. Pure. Ranges are
+/// checked before any loop over a length, and sizes with checked arithmetic, so the work is
+/// bounded by the tensors' sizes whatever the index values.
 pub fn check_compressed_scatter<T, I: SlotIndex>(
     a: &CompressedScatterArgs<T, I>,
     key_cache_len: usize,
     value_cache_len: Option<usize>,
 ) -> Result<(), String> {
-    let bn = a.batch() * a.num_heads;
-    let max = (a.num_blocks * a.block_size) as i64;
+    let overflow = |what: &str| format!("{what} overflows");
     if a.num_heads == 0 || a.k_head_size == 0 || a.block_size == 0 {
         return Err("num_heads, k_head_size and block_size must be positive".into());
     }
+    let bn = a
+        .batch()
+        .checked_mul(a.num_heads)
+        .ok_or_else(|| overflow("batch·num_heads"))?;
+    let max = a
+        .num_blocks
+        .checked_mul(a.block_size)
+        .ok_or_else(|| overflow("num_blocks·block_size"))?;
     if a.slot_mapping.len() != bn || a.compress_lens.len() != bn {
         return Err(format!(
             "slotMapping and compressLens need batch·num_heads = {bn} entries"
         ));
     }
-    match (a.mode, a.compress_seq_offset) {
-        (CompressMode::Alibi, _) => {}
-        (_, Some(o)) if o.len() == bn => {
-            if o.iter().any(|x| x.to_i64() < 0) {
-                return Err("compressSeqOffset must be non-negative".into());
-            }
-        }
+    let offsets = match (a.mode, a.compress_seq_offset) {
+        (CompressMode::Alibi, _) => None,
+        (_, Some(o)) if o.len() == bn => Some(o),
         _ => {
             return Err(format!(
                 "Rope/Omni need compressSeqOffset with {bn} entries"
             ))
         }
-    }
-    if a.seq_lens
-        .iter()
-        .chain(a.compress_lens)
-        .any(|x| x.to_i64() < 0)
-    {
-        return Err("seqLens and compressLens must be non-negative".into());
-    }
-    let tokens: i64 = a.seq_lens.iter().map(|x| x.to_i64()).sum();
+    };
     if a.value.is_some() != value_cache_len.is_some() {
         return Err("value and valueCache must both be present or both be empty".into());
+    }
+    // Σ seqLens in checked i64 (each term is checked non-negative first).
+    let mut tokens: usize = 0;
+    for (b, l) in a.seq_lens.iter().enumerate() {
+        let l = l.to_i64();
+        let l = usize::try_from(l).map_err(|_| format!("seqLens[{b}] = {l} is negative"))?;
+        tokens = tokens.checked_add(l).ok_or_else(|| overflow("Σ seqLens"))?;
+    }
+    for b in 0..a.batch() {
+        for h in 0..a.num_heads {
+            let i = b * a.num_heads + h;
+            let o = offsets.map_or(0, |x| x[i].to_i64());
+            compressed_ranges_ok(
+                a.mode,
+                a.seq_lens[b].to_i64(),
+                a.compress_lens[i].to_i64(),
+                o,
+            )
+            .map_err(|e| format!("(b {b}, h {h}): {e}"))?;
+        }
     }
     let mut parts = vec![(a.key.len(), a.k_head_size, key_cache_len, "key")];
     if let (Some(v), Some(vc)) = (a.value, value_cache_len) {
         parts.push((v.len(), a.v_head_size, vc, "value"));
     }
     for (len, d, cache_len, name) in parts {
-        if len as i64 != tokens * (a.num_heads * d) as i64 {
+        let want = tokens
+            .checked_mul(a.num_heads)
+            .and_then(|x| x.checked_mul(d))
+            .ok_or_else(|| overflow("Σ seqLens · N · D"))?;
+        if len != want {
             return Err(format!(
-                "{name} has {len} elements, expected Σ seqLens · N · D = {}",
-                tokens * (a.num_heads * d) as i64
+                "{name} has {len} elements, expected Σ seqLens · N · D = {want}"
             ));
         }
-        if cache_len as i64 != max * d as i64 {
+        let want = max
+            .checked_mul(d)
+            .ok_or_else(|| overflow("num_blocks·block_size·D"))?;
+        if cache_len != want {
             return Err(format!(
-                "{name} cache has {cache_len} elements, expected {}",
-                max * d as i64
+                "{name} cache has {cache_len} elements, expected {want}"
             ));
         }
     }
+    // Every length is now bounded by the key's size: at most Σ seqLens · N writes.
     let mut seen = std::collections::HashSet::new();
     for b in 0..a.batch() {
         for h in 0..a.num_heads {
             for w in a.plan(b, h) {
-                if w.slot >= max {
+                if w.slot >= max as i64 {
                     return Err(format!("(b {b}, h {h}) writes slot {} >= {max}", w.slot));
                 }
                 if !seen.insert(w.slot) {
@@ -426,9 +511,9 @@ pub fn check_compressed_scatter<T, I: SlotIndex>(
 }
 
 /// Writes compressed key (and value) into `[nb, bs, 1, D]` caches. Writes to slots
-/// `>= nb·bs` are skipped (as in the kernel). Assumes [`check_compressed_scatter`] passed.
-/// The Rope/Omni mean is computed in f64 and rounded nearest-even to `T` (the kernel
-/// accumulates in f32 for floating types, UNCONFIRMED for integer types).
+/// `>= nb·bs` are skipped. Assumes [`check_compressed_scatter`] passed. The Rope mean is the
+/// kernel's (`ComputeAvg`): summed in f32 in sequence order, divided by the window in f32,
+/// rounded to `T` (nearest-even, `CAST_RINT`).
 pub fn scatter_pa_kv_cache_compressed<T: RefElem, I: SlotIndex>(
     a: &CompressedScatterArgs<T, I>,
     key_cache: &mut [T],
@@ -448,13 +533,13 @@ pub fn scatter_pa_kv_cache_compressed<T: RefElem, I: SlotIndex>(
                     if w.slot < 0 || w.slot >= max {
                         continue;
                     }
-                    let count = (w.to - w.from) as f64;
                     for e in 0..d {
                         let el = |p: usize| src[((base + p) * n + h) * d + e];
                         cache[w.slot as usize * d + e] = if w.to - w.from == 1 {
                             el(w.from)
                         } else {
-                            T::from_f64((w.from..w.to).map(|p| el(p).to_f64()).sum::<f64>() / count)
+                            let sum = (w.from..w.to).fold(0.0f32, |s, p| s + el(p).to_f64() as f32);
+                            T::from_f64((sum / (w.to - w.from) as f32) as f64)
                         };
                     }
                 }
@@ -613,6 +698,72 @@ mod tests {
     }
 
     #[test]
+    fn nct_value_tokens_are_strided_by_the_key_stride() {
+        // strides = [20, 999]: the kernel reads value token t at t·20 + offsets[1]
+        // (scatter_pa_kv_cache_nd.h: startV = t·strideK_ + offsetV_); strides[1] is never read.
+        let slots = [3i32, 9];
+        let (stride, ko, vo) = (20usize, 0usize, 4usize);
+        let mut store = vec![-9.0f32; stride * 2 + 16 + vo];
+        for t in 0..2 {
+            for e in 0..8 {
+                store[t * stride + ko + e] = (t * 100 + e) as f32;
+            }
+        }
+        let mut vstore = vec![-9.0f32; stride + vo + 16];
+        for t in 0..2 {
+            for e in 0..16 {
+                vstore[t * stride + vo + e] = (1000 + t * 100 + e) as f32;
+            }
+        }
+        let mut a = args(&store, Some(&vstore), &slots, CacheMode::Norm);
+        a.scatter_mode = ScatterMode::Nct {
+            strides: [stride, 999],
+            offsets: [ko, vo],
+        };
+        let (mut kc, mut vc) = (vec![0.0f32; 12 * 8], vec![0.0f32; 12 * 16]);
+        check_scatter(&a, kc.len(), Some(vc.len())).unwrap();
+        scatter_pa_kv_cache(&a, &mut kc, Some(&mut vc));
+        for (t, &s) in slots.iter().enumerate() {
+            let want: Vec<f32> = (0..16).map(|e| (1000 + t * 100 + e) as f32).collect();
+            assert_eq!(
+                read_slot(&vc, CacheMode::Norm, s as usize, 2, 8, 4, 8),
+                want
+            );
+        }
+    }
+
+    #[test]
+    fn plain_checks_refuse_overflowing_sizes_without_panicking() {
+        let key = seq(3 * 8, 1.0);
+        let mut a = args(&key, None, &[0, 1, 2], CacheMode::Norm);
+        // (T−1)·stride + offset + N·D overflows usize: refused, not wrapped into a pass.
+        a.scatter_mode = ScatterMode::Nct {
+            strides: [usize::MAX / 2 + 1, 1],
+            offsets: [0, 0],
+        };
+        let e = check_scatter(&a, 12 * 8, None).unwrap_err();
+        assert!(e.contains("overflows"), "{e}");
+        a.scatter_mode = ScatterMode::Nct {
+            strides: [8, 1],
+            offsets: [usize::MAX - 4, 0],
+        };
+        assert!(check_scatter(&a, 12 * 8, None)
+            .unwrap_err()
+            .contains("overflows"));
+        // num_blocks·block_size and N·D overflow.
+        let mut a = args(&key, None, &[0, 1, 2], CacheMode::Norm);
+        a.num_blocks = usize::MAX;
+        assert!(check_scatter(&a, 12 * 8, None)
+            .unwrap_err()
+            .contains("overflows"));
+        let mut a = args(&key, None, &[0, 1, 2], CacheMode::Norm);
+        a.num_heads = usize::MAX;
+        assert!(check_scatter(&a, 12 * 8, None)
+            .unwrap_err()
+            .contains("overflows"));
+    }
+
+    #[test]
     fn check_rejects_bad_slots_and_shapes() {
         let key = seq(3 * 8, 1.0);
         let kc_len = 12 * 8;
@@ -688,7 +839,7 @@ mod tests {
         let key = tokens(7);
         let seq_lens = [4, 3];
         let slots = [0, 4, 8, 11];
-        let clens = [2, 1, 3, 5]; // (1, 1) asks for 5 > 3: positions −2, −1 are skipped.
+        let clens = [2, 1, 3, 2];
         let a = compressed(&key, &slots, &clens, &seq_lens, None, CompressMode::Alibi);
         let mut kc = vec![-1.0f32; 16];
         check_compressed_scatter(&a, kc.len(), None).unwrap();
@@ -699,31 +850,184 @@ mod tests {
         assert_eq!(&kc[4..6], &[31.0, -1.0]);
         // (1,0): positions 0, 1, 2 of batch 1 = tokens 4, 5, 6 → slots 8, 9, 10.
         assert_eq!(&kc[8..11], &[40.0, 50.0, 60.0]);
-        // (1,1): k = 0, 1 skipped (negative positions, slots 11, 12 untouched);
-        // k = 2, 3, 4 → positions 0, 1, 2 → slots 13, 14, 15.
-        assert_eq!(&kc[11..16], &[-1.0, -1.0, 41.0, 51.0, 61.0]);
+        // (1,1): positions 1, 2 → slots 11, 12.
+        assert_eq!(&kc[11..14], &[51.0, 61.0, -1.0]);
+        // More than the sequence holds: the kernel would read the previous sequence's rows.
+        let clens = [2, 1, 3, 5];
+        let a = compressed(&key, &slots, &clens, &seq_lens, None, CompressMode::Alibi);
+        let e = check_compressed_scatter(&a, 16, None).unwrap_err();
+        assert!(e.contains("compressLens 5 exceeds"), "{e}");
     }
 
     #[test]
-    fn rope_copies_prefix_means_window_copies_rest() {
+    fn rope_copies_prefix_means_window_copies_rest_after_a_gap_free_slot() {
         // One batch, N = 2, L = 6, head 0: offset 2, window 3 → slots s0+0, s0+1 ← p0, p1;
-        // s0+2 ← mean(p2, p3, p4); s0+3 ← p5. Head 1: offset 0, window 2 → mean(p0, p1), then p2..p5.
+        // s0+2 ← mean(p2, p3, p4); s0+3 ← p5. Head 1: offset 0, window 2 → mean(p0, p1), then
+        // p2..p5.
         let key = tokens(6);
         let seq_lens = [6];
         let slots = [0, 8];
         let clens = [3, 2];
         let offs = [2, 0];
-        for mode in [CompressMode::Rope, CompressMode::Omni] {
-            let a = compressed(&key, &slots, &clens, &seq_lens, Some(&offs), mode);
-            let mut kc = vec![-1.0f32; 16];
-            check_compressed_scatter(&a, kc.len(), None).unwrap();
-            scatter_pa_kv_cache_compressed(&a, &mut kc, None);
-            assert_eq!(&kc[0..5], &[0.0, 10.0, 30.0, 50.0, -1.0]);
-            assert_eq!(&kc[8..14], &[6.0, 21.0, 31.0, 41.0, 51.0, -1.0]);
-        }
+        let a = compressed(
+            &key,
+            &slots,
+            &clens,
+            &seq_lens,
+            Some(&offs),
+            CompressMode::Rope,
+        );
+        let mut kc = vec![-1.0f32; 16];
+        check_compressed_scatter(&a, kc.len(), None).unwrap();
+        scatter_pa_kv_cache_compressed(&a, &mut kc, None);
+        assert_eq!(&kc[0..5], &[0.0, 10.0, 30.0, 50.0, -1.0]);
+        assert_eq!(&kc[8..14], &[6.0, 21.0, 31.0, 41.0, 51.0, -1.0]);
         // Rope without compressSeqOffset is rejected.
         let a = compressed(&key, &slots, &clens, &seq_lens, None, CompressMode::Rope);
         assert!(check_compressed_scatter(&a, 16, None).is_err());
+    }
+
+    #[test]
+    fn omni_discards_the_window_and_writes_the_tail_from_slot_plus_offset() {
+        // scatter_pa_kv_cache_compress_omni.h: PART A copies [0, o), PART B discards the window,
+        // PART C copies [o + w, L) to s0 + o + k.
+        let key = tokens(6);
+        let a = compressed(
+            &key,
+            &[0, 8],
+            &[3, 2],
+            &[6],
+            Some(&[2, 0]),
+            CompressMode::Omni,
+        );
+        let mut kc = vec![-1.0f32; 16];
+        check_compressed_scatter(&a, kc.len(), None).unwrap();
+        scatter_pa_kv_cache_compressed(&a, &mut kc, None);
+        // Head 0: p0, p1 → 0, 1; window p2..p4 discarded; p5 → 2.
+        assert_eq!(&kc[0..4], &[0.0, 10.0, 50.0, -1.0]);
+        // Head 1: window p0, p1 discarded; p2..p5 → 8..11.
+        assert_eq!(&kc[8..13], &[21.0, 31.0, 41.0, 51.0, -1.0]);
+    }
+
+    #[test]
+    fn rope_and_omni_without_a_window_copy_the_whole_sequence_contiguously() {
+        // compressLens = 0 (and offset = L with a window): ParamSet sets offsetIdx = seqLen,
+        // PART A copies everything to s0 .. s0 + L − 1, no gap at s0 + o.
+        let key = tokens(4);
+        for mode in [CompressMode::Rope, CompressMode::Omni] {
+            let a = compressed(&key, &[0, 8], &[0, 3], &[4], Some(&[2, 4]), mode);
+            let mut kc = vec![-1.0f32; 16];
+            check_compressed_scatter(&a, kc.len(), None).unwrap();
+            scatter_pa_kv_cache_compressed(&a, &mut kc, None);
+            assert_eq!(&kc[0..5], &[0.0, 10.0, 20.0, 30.0, -1.0], "{mode:?} head 0");
+            assert_eq!(
+                &kc[8..13],
+                &[1.0, 11.0, 21.0, 31.0, -1.0],
+                "{mode:?} head 1"
+            );
+        }
+    }
+
+    #[test]
+    fn rope_mean_is_summed_in_f32_in_sequence_order_as_the_kernel_does() {
+        // ComputeAvg adds the window's rows in f32, in order: 1e8 + 1 rounds back to 1e8
+        // (f32 spacing 8 there), so the mean of (1e8, 1, −1e8) is 0, not 1/3.
+        let key = [1e8f32, 1.0, -1e8];
+        let a = CompressedScatterArgs {
+            key: &key,
+            value: None,
+            slot_mapping: &[0i32][..],
+            compress_lens: &[3],
+            seq_lens: &[3],
+            compress_seq_offset: Some(&[0]),
+            num_heads: 1,
+            k_head_size: 1,
+            v_head_size: 1,
+            num_blocks: 1,
+            block_size: 4,
+            mode: CompressMode::Rope,
+        };
+        let mut kc = vec![-1.0f32; 4];
+        check_compressed_scatter(&a, kc.len(), None).unwrap();
+        scatter_pa_kv_cache_compressed(&a, &mut kc, None);
+        assert_eq!(kc[0], 0.0);
+        // f16: the f32 mean 2049 of (2048, 2050) rounds to even, 2048.
+        let key: Vec<f16> = [2048.0f32, 2050.0]
+            .iter()
+            .map(|&x| f16::from_f32(x))
+            .collect();
+        let a = CompressedScatterArgs {
+            key: &key,
+            value: None,
+            slot_mapping: &[0i32][..],
+            compress_lens: &[2],
+            seq_lens: &[2],
+            compress_seq_offset: Some(&[0]),
+            num_heads: 1,
+            k_head_size: 1,
+            v_head_size: 1,
+            num_blocks: 1,
+            block_size: 4,
+            mode: CompressMode::Rope,
+        };
+        let mut kc = vec![f16::ZERO; 4];
+        check_compressed_scatter(&a, kc.len(), None).unwrap();
+        scatter_pa_kv_cache_compressed(&a, &mut kc, None);
+        assert_eq!(kc[0], f16::from_f32(2048.0));
+    }
+
+    #[test]
+    fn rope_windows_past_the_sequence_are_refused() {
+        let key = tokens(4);
+        for (clens, offs, what) in [
+            (
+                [3, 0],
+                [2, 0],
+                "compressLens 3 after compressSeqOffset 2 exceeds",
+            ),
+            ([1, 0], [5, 0], "compressSeqOffset 5 exceeds"),
+            ([i32::MAX, 0], [1, 0], "exceeds"),
+        ] {
+            let a = compressed(&key, &[0, 8], &clens, &[4], Some(&offs), CompressMode::Omni);
+            let e = check_compressed_scatter(&a, 16, None).unwrap_err();
+            assert!(e.contains(what), "{clens:?} {offs:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn huge_lengths_are_refused_without_overflow_or_unbounded_work() {
+        let key = [0.0f32; 8];
+        let big = [i64::MAX, i64::MAX];
+        let a = CompressedScatterArgs {
+            key: &key,
+            value: None,
+            slot_mapping: &[0i64, 8][..],
+            compress_lens: &[i64::MAX, 0],
+            seq_lens: &big[..1],
+            compress_seq_offset: None,
+            num_heads: 2,
+            k_head_size: 1,
+            v_head_size: 1,
+            num_blocks: 2,
+            block_size: 8,
+            mode: CompressMode::Alibi,
+        };
+        // Σ seqLens = i64::MAX ≠ the key's 4 tokens: refused, no loop of i64::MAX steps.
+        assert!(check_compressed_scatter(&a, 16, None).is_err());
+        let a = CompressedScatterArgs {
+            seq_lens: &big[..],
+            slot_mapping: &[0i64, 4, 8, 12],
+            compress_lens: &[0, 0, 0, 0],
+            ..a
+        };
+        assert!(check_compressed_scatter(&a, 16, None).is_err());
+        let a = CompressedScatterArgs {
+            num_blocks: usize::MAX,
+            ..a
+        };
+        assert!(check_compressed_scatter(&a, 16, None)
+            .unwrap_err()
+            .contains("overflows"));
     }
 
     #[test]

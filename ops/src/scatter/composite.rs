@@ -1,4 +1,4 @@
-//! The composite scatter: one `slice_assign` per written token (Rope/Omni windows reduced with
+//! The composite scatter: one `slice_assign` per written token (Rope windows reduced with
 //! `mean_dim`), on any backend. Validation runs first, so a refused call returns before any
 //! tensor operation.
 
@@ -82,10 +82,7 @@ fn scatter_one<B: Backend>(
             continue;
         }
         let s = slot as usize;
-        let start = match dims.nct {
-            None => t * nd,
-            Some((strides, offsets)) => t * strides[which] + offsets[which],
-        };
+        let start = dims.source_start(which, t);
         let row = src.clone().narrow(0, start, nd);
         let (blk, off) = (s / bs, s % bs);
         c = match spec.cache_mode {

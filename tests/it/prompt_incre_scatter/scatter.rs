@@ -73,19 +73,21 @@ pub(crate) fn scatter_cases() -> Vec<SCase> {
         kc_shape: vec![nb, bs, n, dk],
         vc_shape: None,
     });
+    // Nct: the key / value storages are [rows, N, D]; token t starts at t·strides[0] +
+    // offsets[w] in both (the kernel never reads strides[1], here 40).
     let mut s = ScatterSpec::new(slots.clone());
     s.scatter_mode = ScatterKind::Nct;
-    s.strides = Some(vec![12, 20]);
+    s.strides = Some(vec![24, 40]);
     s.offsets = Some(vec![3, 1]);
-    let kst = rng.vec_f32(4 * 12 + 3 + n * dk, 1.0);
-    let vst = rng.vec_f32(4 * 20 + 1 + n * dv, 1.0);
-    let (kl, vl) = (kst.len(), vst.len());
+    let (krows, vrows) = (14, 8); // 4·24 + 3 + 8 = 107 ≤ 14·8; 4·24 + 1 + 16 = 113 ≤ 8·16
+    let kst = rng.vec_f32(krows * n * dk, 1.0);
+    let vst = rng.vec_f32(vrows * n * dv, 1.0);
     v.push(SCase {
         name: "nct",
         spec: s,
         key: kst,
-        key_shape: vec![1, 1, kl],
-        value: Some((vst, vec![1, 1, vl])),
+        key_shape: vec![krows, n, dk],
+        value: Some((vst, vec![vrows, n, dv])),
         kc_shape: vec![nb, bs, n, dk],
         vc_shape: Some(vec![nb, bs, n, dv]),
     });
@@ -274,4 +276,25 @@ fn scatter_failed_validation_leaves_the_cache_bit_for_bit_unchanged() {
         <B as AttentionBackend>::scatter_kv(scatter_inputs(&c2), &c2.spec).map(|_| ()),
         "slotMapping",
     );
+}
+
+#[test]
+fn scatter_of_zero_tokens_leaves_the_caches_unchanged_on_every_path() {
+    // CANN's tiling refuses numTokens = 0 (the simulation does too): the Ascend backend must
+    // not call it, so every path agrees on a no-op.
+    use burn_ascend::backend::{Ascend, AscendDevice};
+    let mut c = scatter_cases().remove(0);
+    c.spec = ScatterSpec::new(vec![]);
+    c.key = vec![];
+    c.key_shape = vec![0, 2, 4];
+    c.value = Some((vec![], vec![0, 2, 8]));
+    let (kc0, vc0) = c.caches();
+    let dev = AscendDevice::sim();
+    let got =
+        <Ascend as AttentionBackend>::scatter_kv(scatter_inputs_on::<Ascend>(&c, &dev), &c.spec)
+            .expect("zero tokens on the simulation");
+    assert_eq!(to_vec::<Ascend>(got.key_cache), kc0);
+    assert_eq!(got.value_cache.map(to_vec::<Ascend>), vc0);
+    let nd = <B as AttentionBackend>::scatter_kv(scatter_inputs(&c), &c.spec).unwrap();
+    assert_eq!(to_vec::<B>(nd.key_cache), kc0);
 }

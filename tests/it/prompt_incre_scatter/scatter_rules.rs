@@ -7,7 +7,7 @@ use super::*;
 fn scatter_every_rule_names_its_parameter() {
     type Mutate = Box<dyn Fn(&mut ScatterSpec, &mut ScatterShapes)>;
     let cases_ = scatter_cases();
-    let (norm, nz, alibi, rope) = (&cases_[0], &cases_[1], &cases_[4], &cases_[5]);
+    let (norm, nz, nct, alibi, rope) = (&cases_[0], &cases_[1], &cases_[3], &cases_[4], &cases_[5]);
     let cases: Vec<(&str, &SCase, Mutate, &str)> = vec![
         (
             "key dtype",
@@ -217,6 +217,99 @@ fn scatter_every_rule_names_its_parameter() {
                 p.offsets = Some(vec![0, 0]);
             }),
             "key",
+        ),
+        (
+            "nct key N·D",
+            nct,
+            Box::new(|_, s| s.key = vec![56, 1, 16]),
+            "key",
+        ),
+        (
+            "nct value N·D",
+            nct,
+            Box::new(|_, s| s.value = Some(vec![16, 1, 16])),
+            "value",
+        ),
+        (
+            "nct value storage strided by strides[0]",
+            nct,
+            Box::new(|p, s| {
+                p.strides = Some(vec![30, 1]);
+                s.key = vec![17, 2, 4]; // 4·30 + 3 + 8 = 131 ≤ 136
+            }),
+            "value",
+        ),
+        (
+            "nct stride overflow",
+            nct,
+            Box::new(|p, _| p.strides = Some(vec![i64::MAX, 1])),
+            "key",
+        ),
+        (
+            "nct offset overflow",
+            nct,
+            Box::new(|p, _| p.offsets = Some(vec![i64::MAX, 1])),
+            "key",
+        ),
+        (
+            "key dims overflow",
+            norm,
+            Box::new(|_, s| s.key = vec![0, 1 << 40, 1 << 40]),
+            "key",
+        ),
+        (
+            "cache dims overflow",
+            norm,
+            Box::new(|_, s| s.key_cache = vec![1 << 40, 1 << 40, 2, 4]),
+            "keyCache",
+        ),
+        (
+            "cache holds the tokens",
+            norm,
+            Box::new(|_, s| {
+                s.key_cache = vec![1, 4, 2, 4];
+                s.value_cache = Some(vec![1, 4, 2, 8]);
+            }),
+            "keyCache",
+        ),
+        (
+            "seqLens sum overflow",
+            alibi,
+            Box::new(|p, _| p.seq_lens = Some(vec![i64::MAX, 2])),
+            "seqLens",
+        ),
+        (
+            "compressLens i64::MAX",
+            alibi,
+            Box::new(|p, _| p.compress_lens = Some(vec![i64::MAX, 1, 3, 2])),
+            "compressLens",
+        ),
+        (
+            "alibi window beyond the sequence",
+            alibi,
+            Box::new(|p, _| p.compress_lens = Some(vec![5, 1, 3, 2])),
+            "compressLens",
+        ),
+        (
+            "rope offset beyond the sequence",
+            rope,
+            Box::new(|p, _| p.compress_seq_offset = Some(vec![5, 0, 0, 1])),
+            "compressSeqOffset",
+        ),
+        (
+            "rope window beyond the sequence",
+            rope,
+            Box::new(|p, _| p.compress_lens = Some(vec![4, 3, 1, 2])),
+            "compressLens",
+        ),
+        (
+            "omni window i64::MAX",
+            rope,
+            Box::new(|p, _| {
+                p.scatter_mode = ScatterKind::Omni;
+                p.compress_lens = Some(vec![i64::MAX, 3, 1, 2]);
+            }),
+            "compressLens",
         ),
         (
             "compressed nz",
