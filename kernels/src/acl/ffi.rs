@@ -9,6 +9,8 @@
 //! runtime headers (`acl/acl_rt.h`, `aclnn/acl_meta.h`); enum values from spec §7. Every
 //! pointer argument below is exactly one C pointer and every integer has the C header's width,
 //! so the table is ABI-compatible with CANN on LP64 Linux (the only platform CANN ships for).
+//! `tools/abi-check/run.sh` checks every prototype, enum value and status code here against
+//! CANN's real headers.
 
 use std::ffi::{c_char, c_int, c_void};
 
