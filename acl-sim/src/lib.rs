@@ -86,7 +86,7 @@ mod registry {
     pub(crate) use crate::state::memory::{free, malloc, memcpy};
     pub(crate) use crate::state::{
         acl_finalize, acl_init, create_stream, destroy_stream, get_device_count,
-        get_recent_err_msg, reset_device, set_device, synchronize_stream,
+        get_recent_err_msg, get_version, reset_device, set_device, synchronize_stream,
     };
     pub(crate) use crate::varlen::{
         varlen_fwd_base, varlen_fwd_v5, varlen_grad_base, varlen_grad_v5,

@@ -13,6 +13,7 @@ pub mod incre;
 pub mod io;
 pub mod prompt;
 pub mod scatter;
+pub mod selftest;
 pub mod varlen;
 
 use std::fmt;
@@ -76,6 +77,8 @@ pub enum CliError {
     Io(String),
     /// The Ascend device (or its simulation) is unavailable or a call on it failed (exit 3).
     Device(String),
+    /// `selftest` ran and some case failed (exit 4): the one-line summary.
+    Selftest(String),
 }
 
 impl CliError {
@@ -86,6 +89,7 @@ impl CliError {
             Self::Attn(_) => 2,
             Self::Io(_) => 1,
             Self::Device(_) => 3,
+            Self::Selftest(_) => 4,
         }
     }
 }
@@ -97,6 +101,7 @@ impl fmt::Display for CliError {
             Self::Attn(e) => write!(f, "{e}"),
             Self::Io(m) => write!(f, "io: {m}"),
             Self::Device(m) => write!(f, "device: {m}"),
+            Self::Selftest(m) => write!(f, "selftest failed: {m}"),
         }
     }
 }
@@ -150,12 +155,17 @@ pub const USAGE: &str =
   nextTokens, inputLayout, numKeyValueHeads, sparseMode, innerPrecise, blockSize, cacheMode,
   scatterMode, strides, offsets, keepProb, ...)
   outputs: attentionOut (prompt, incre), keyCache and valueCache (scatter)
-burn-ascend bench [--quick] [--json PATH]: throughput of the fast CPU kernels (bench --help)";
+burn-ascend bench [--quick] [--json PATH]: throughput of the fast CPU kernels (bench --help)
+burn-ascend selftest [--device npu|sim] [--report PATH]: the acceptance run on an Atlas NPU
+  (every op against the CPU reference, hardware probes, PATH.md + PATH.json; selftest --help)";
 
 /// Parses the process arguments (without the program name) and runs.
 pub fn main_with_args(args: &[String]) -> Result<(), CliError> {
     if args.first().is_some_and(|a| a == "bench") {
         return bench::main(&args[1..]);
+    }
+    if args.first().is_some_and(|a| a == "selftest") {
+        return selftest::main(&args[1..]);
     }
     let mut positional = Vec::new();
     let mut device = Device::Cpu;

@@ -11,6 +11,7 @@ mod common;
 
 mod cli_bench;
 mod cli_prompt_incre_scatter;
+mod cli_selftest;
 mod cli_varlen;
 mod model_generate;
 mod model_train;

@@ -225,6 +225,34 @@ pub(crate) unsafe extern "C" fn synchronize_stream(stream: AclrtStream) -> AclSt
     })
 }
 
+/// The ACL interface version the simulation reports: 0.0.0, which no CANN release has, so a
+/// report can never mistake the simulation for a CANN install.
+pub const SIM_ACL_VERSION: (i32, i32, i32) = (0, 0, 0);
+
+pub(crate) unsafe extern "C" fn get_version(
+    major: *mut i32,
+    minor: *mut i32,
+    patch: *mut i32,
+) -> AclStatus {
+    guard(|| {
+        if major.is_null() || minor.is_null() || patch.is_null() {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                "aclrtGetVersion: majorVersion, minorVersion and patchVersion must not be null"
+                    .into(),
+            ));
+        }
+        let (a, b, c) = SIM_ACL_VERSION;
+        // SAFETY: non-null out-pointers per the prototype.
+        unsafe {
+            *major = a;
+            *minor = b;
+            *patch = c;
+        }
+        Ok(())
+    })
+}
+
 pub(crate) unsafe extern "C" fn get_recent_err_msg() -> *const c_char {
     // The pointer stays valid until the next failure on this thread replaces the string.
     LAST_ERROR.with(|e| e.borrow().as_ptr())

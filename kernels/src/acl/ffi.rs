@@ -192,6 +192,10 @@ pub type AclrtMemcpy = unsafe extern "C" fn(
 ) -> AclStatus;
 /// `const char *aclGetRecentErrMsg()`.
 pub type AclGetRecentErrMsg = unsafe extern "C" fn() -> *const c_char;
+/// `aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion,
+/// int32_t *patchVersion)` (`acl/acl_rt.h`): the ACL interface version, not the CANN package's.
+pub type AclrtGetVersion =
+    unsafe extern "C" fn(major: *mut i32, minor: *mut i32, patch: *mut i32) -> AclStatus;
 
 // ---- nnopbase (libnnopbase.so) ---------------------------------------------------------------
 

@@ -145,6 +145,18 @@ pub fn loaded_libraries() -> &'static [PathBuf] {
         .map_or(&[], |l| l.paths.as_slice())
 }
 
+/// Whether CANN's loaded libraries export the symbol `name` (`None` when CANN is not loaded).
+/// For reports (`burn-ascend selftest` lists which op versions exist): nothing is called
+/// through it.
+pub fn exports(name: &str) -> Option<bool> {
+    let loaded = CANN.get()?.as_ref().ok()?;
+    Some(loaded._libs.iter().any(|l| {
+        // SAFETY: the symbol is only looked up, as an opaque address that is never
+        // dereferenced or called; the library stays loaded.
+        unsafe { l.get::<*const std::ffi::c_void>(name.as_bytes()) }.is_ok()
+    }))
+}
+
 fn load() -> Result<Loaded> {
     let candidates = toolkit_candidates();
     let Some((_, root)) = candidates

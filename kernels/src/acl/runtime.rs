@@ -176,6 +176,16 @@ impl Runtime {
                 .sum::<usize>()
     }
 
+    /// The ACL interface version (`aclrtGetVersion`: major, minor, patch). Not the CANN
+    /// package version, which CANN ships in its install-info files.
+    pub fn acl_version(&self) -> Result<(i32, i32, i32)> {
+        let (mut major, mut minor, mut patch) = (0i32, 0i32, 0i32);
+        // SAFETY: three valid out-pointers, as the prototype takes.
+        let st = unsafe { (self.api.get_version)(&mut major, &mut minor, &mut patch) };
+        check(self.api, st, names::get_version)?;
+        Ok((major, minor, patch))
+    }
+
     /// Waits for the stream, then frees the workspaces retired while it ran.
     pub fn synchronize(&self) -> Result<()> {
         self.stream().synchronize()?;

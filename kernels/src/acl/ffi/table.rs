@@ -44,6 +44,7 @@ macro_rules! acl_api_table {
                 free: aclrtFree(AclrtFree),
                 memcpy: aclrtMemcpy(AclrtMemcpy),
                 get_recent_err_msg: aclGetRecentErrMsg(AclGetRecentErrMsg),
+                get_version: aclrtGetVersion(AclrtGetVersion),
                 // ---- nnopbase (libnnopbase.so)
                 create_tensor: aclCreateTensor(AclCreateTensor),
                 destroy_tensor: aclDestroyTensor(AclDestroyTensor),
