@@ -10,7 +10,7 @@ use crate::backend::attention::aclnn;
 use crate::cli::device::{acl_dtype, acl_runtime, download, upload, upload_opt};
 use crate::cli::io::{Bundle, HostTensor};
 use crate::cli::{run_op, CliError, Device};
-use crate::kernels::acl::{loader, DeviceTensor, TensorDesc};
+use crate::kernels::acl::{loader, DeviceTensor, Format, TensorDesc};
 use crate::ops::scatter::{CacheMode, ScatterShapes, ScatterSpec};
 
 /// What the device is.
@@ -321,8 +321,10 @@ fn dsink_result(device: Device) -> String {
     }
 }
 
-/// A PA_NZ scatter with the caches described as `ACL_FORMAT_FRACTAL_NZ` (29) over their
-/// physical shape, against the reference.
+/// A PA_NZ scatter with the caches described as `ACL_FORMAT_FRACTAL_NZ` (29) over the same
+/// `[nb, N·D/last, bs, last]` buffer, against the reference. The project passes PA_NZ caches as
+/// ND (see `TensorDesc::pa_nz_cache`); this asks the hardware whether format 29 is accepted
+/// too (the simulation refuses it, as the op definition declares ND only).
 fn fractal_nz_probe(device: Device) -> String {
     let Some((_, b)) = scatter_bundles(Dtype::F16)
         .into_iter()
@@ -355,7 +357,8 @@ fn fractal_nz_probe(device: Device) -> String {
         })?;
         let rt = acl_runtime(device)?;
         let nz = |t: &HostTensor, name| -> Result<DeviceTensor, CliError> {
-            let desc = TensorDesc::pa_nz_cache(&t.shape, acl_dtype(t.dtype, name)?)?;
+            let mut desc = TensorDesc::pa_nz_cache(&t.shape, acl_dtype(t.dtype, name)?)?;
+            desc.format = Format::FractalNz;
             Ok(rt.upload(desc, &t.bytes)?)
         };
         let (kd, vd) = (upload(&rt, k, "key")?, upload_opt(&rt, Some(v), "value")?);
