@@ -14,7 +14,7 @@ use std::ffi::c_char;
 use burn_ascend_kernels::acl::ffi::*;
 use burn_ascend_kernels::varlen::{
     lengths_from_varlen_cumulative, AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode,
-    VarlenAttrs, VarlenDims, VarlenProblem, VARLEN_LAYOUT,
+    VarlenAttrs, VarlenDims, VarlenProblem, ALIBI_COMPRESSED_ROWS, VARLEN_LAYOUT,
 };
 use half::{bf16, f16};
 
@@ -244,6 +244,7 @@ fn decode_varlen(
                 }
                 p.numel()
             }
+            _ if alibi_compressed_dims(&p.dims, n, &dims) => p.numel(),
             _ => (0..dims.batch())
                 .map(|b| n * dims.seq_q[b] * dims.seq_kv[b])
                 .sum(),
@@ -254,7 +255,13 @@ fn decode_varlen(
                 p.dims
             ));
         }
-        if matches!(attrs.pse_type, PseType::OuterMulAdd | PseType::OuterAddMul) {
+        if alibi_compressed_dims(&p.dims, n, &dims) {
+            if dims.seq_q != dims.seq_kv {
+                return invalid(
+                    "realShift: the ALiBi-compressed pse needs Sq = Skv in every sequence",
+                );
+            }
+        } else if matches!(attrs.pse_type, PseType::OuterMulAdd | PseType::OuterAddMul) {
             check_dense_pse_dims(&p.dims, want, pass)?;
         }
     }
@@ -306,6 +313,14 @@ fn decode_varlen(
         dims,
         attrs,
     })
+}
+
+/// Whether a pse of `pse_dims` is the ALiBi-compressed `[1|B, N, 1024, maxSkv]` form, as the
+/// TND tiling classifies a 4-D pse (`flash_attention_score_tiling_general.cpp`, pseShapeType).
+fn alibi_compressed_dims(pse_dims: &[usize], n: usize, dims: &VarlenDims) -> bool {
+    let max_kv = dims.seq_kv.iter().copied().max().unwrap_or(0);
+    matches!(*pse_dims, [b, h, ALIBI_COMPRESSED_ROWS, s2]
+        if (b == 1 || b == dims.batch()) && h == n && s2 == max_kv)
 }
 
 /// Which op decodes the arguments: the forward and the backward tiling want a dense TND pse
@@ -392,6 +407,11 @@ impl Varlen {
             (Some(_), PseType::InnerMulAdd | PseType::InnerMulAddSqrt) => Pse::Alibi {
                 slopes: &data.pse,
                 per_batch: data.pse.len() != self.dims.head_num,
+            },
+            (Some(p), _) if p.dims.len() == 4 => Pse::AlibiCompressed {
+                data: &data.pse,
+                batches: p.dims[0],
+                s2: p.dims[3],
             },
             (Some(_), _) => Pse::Dense(&data.pse),
         };

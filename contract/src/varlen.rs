@@ -9,7 +9,7 @@ use std::sync::Arc;
 use burn_ascend_kernels::dropout;
 use burn_ascend_kernels::varlen::{
     cumulative_from_lengths, lengths_from_varlen_cumulative, AttenMask, DenseMask, Pse, PseType,
-    SparseMode, VarlenAttrs, VarlenDims, VarlenProblem,
+    SparseMode, VarlenAttrs, VarlenDims, VarlenProblem, ALIBI_COMPRESSED_ROWS,
 };
 
 use crate::error::{ensure, AttnError, Result};
@@ -57,7 +57,9 @@ pub enum PseSpec {
     /// Null.
     #[default]
     None,
-    /// External pse (pseType 0 or 1), shape `[pseTotalLen]` = per sequence `[N, Sq_b, Skv_b]`.
+    /// External pse (pseType 0 or 1), shape `[pseTotalLen]` = per sequence `[N, Sq_b, Skv_b]`,
+    /// or the ALiBi-compressed `[1|B, N, 1024, maxSkv]` (the last 1024 rows of a Toeplitz ALiBi
+    /// bias; Sq = Skv and a causal mode; not differentiated).
     Dense {
         /// Values (converted to f32).
         data: Arc<[f32]>,
@@ -519,9 +521,7 @@ impl VarlenSpec {
                     .map(|(q, k)| n * q * k)
                     .sum();
                 if shape.len() == 4 {
-                    return Err(AttnError::Unsupported(format!(
-                        "realShift shape {shape:?}: the 1024-row compressed ALiBi pse [B|1, N, 1024, Skv]; pass the flat [pseTotalLen] form"
-                    )));
+                    return self.validate_alibi_compressed(dims, data, shape);
                 }
                 ensure!(
                     shape.as_slice() == [total],
@@ -558,6 +558,91 @@ impl VarlenSpec {
         Ok(())
     }
 
+    /// The ALiBi-compressed external pse `[Bp, N, 1024, S2]` (seeds 002/003): the last 1024 rows
+    /// of a Toeplitz ALiBi bias. The arch32 TND tiling classifies a 4-D pse with dims
+    /// `[1|B, N, 1024, maxSkv]` as this form (`flash_attention_score_tiling_general.cpp`, the
+    /// pseShapeType branch) and the kernel reads it along diagonals at block-dependent
+    /// positions (`common/include/kernel/pse.h`, `PseAlibiComputeOffset`), so it must be
+    /// constant along its diagonals; the docs require Sq = Skv per sequence and a
+    /// lower-triangular mask (modes 2 and 3, or mode 0 with a mask, preTokens ≥ max Sq and
+    /// nextTokens = 0).
+    fn validate_alibi_compressed(
+        &self,
+        dims: &VarlenDims,
+        data: &[f32],
+        shape: &[usize],
+    ) -> Result<()> {
+        let (n, batch) = (dims.head_num, dims.batch());
+        let max_kv = dims.seq_kv.iter().copied().max().unwrap_or(0);
+        let max_q = dims.seq_q.iter().copied().max().unwrap_or(0);
+        ensure!(
+            (shape[0] == 1 || shape[0] == batch)
+                && shape[1] == n
+                && shape[2] == ALIBI_COMPRESSED_ROWS
+                && shape[3] == max_kv,
+            "realShift",
+            "a 4-D pse is the ALiBi-compressed [1|B, N, 1024, maxSkv] = [1|{batch}, {n}, 1024, {max_kv}], got {shape:?}"
+        );
+        let numel = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .filter(|&x| x == data.len());
+        ensure!(
+            numel.is_some(),
+            "realShift",
+            "has {} values, shape {shape:?} needs their product",
+            data.len()
+        );
+        ensure!(
+            dims.seq_q == dims.seq_kv,
+            "realShift",
+            "the ALiBi-compressed pse needs Sq = Skv in every sequence"
+        );
+        let a = &self.attrs;
+        let causal = match a.sparse_mode {
+            SparseMode::LeftUpCausal | SparseMode::RightDownCausal => {
+                self.atten_mask == MaskSpec::Compressed
+            }
+            SparseMode::DefaultMask => {
+                self.atten_mask != MaskSpec::None
+                    && a.pre_tokens >= max_q as i64
+                    && a.next_tokens == 0
+            }
+            _ => false,
+        };
+        ensure!(
+            causal,
+            "sparseMode",
+            "the ALiBi-compressed pse needs a lower-triangular mask: sparseMode 2 or 3 with the compressed mask, or 0 with a mask, preTokens >= max Sq ({max_q}) and nextTokens = 0; got mode {}, preTokens {}, nextTokens {}",
+            a.sparse_mode.as_attr(),
+            a.pre_tokens,
+            a.next_tokens
+        );
+        // Constant along every diagonal: C[p, q] == C[p + 1, q + 1].
+        let (rows, cols) = (ALIBI_COMPRESSED_ROWS, max_kv);
+        for (slab, c) in data.chunks_exact(rows * cols.max(1)).enumerate() {
+            for p in 0..rows - 1 {
+                for q in 0..cols.saturating_sub(1) {
+                    if c[p * cols + q].to_bits() != c[(p + 1) * cols + q + 1].to_bits() {
+                        return Err(AttnError::invalid(
+                            "realShift",
+                            format!(
+                                "the ALiBi-compressed pse must be constant along its diagonals (the kernel reads \
+                                 each diagonal at a block-dependent position); [{}, {}, {p}, {q}] differs from \
+                                 [.., {}, {}]",
+                                slab / n,
+                                slab % n,
+                                p + 1,
+                                q + 1
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The kernels' view of a validated call. `dims` must come from `validate_*` on this spec.
     pub fn problem<'a>(&'a self, dims: VarlenDims, sink: Option<&'a [f32]>) -> VarlenProblem<'a> {
         let n = dims.head_num;
@@ -581,6 +666,11 @@ impl VarlenSpec {
         };
         let pse = match &self.pse {
             PseSpec::None => Pse::None,
+            PseSpec::Dense { data, shape } if shape.len() == 4 => Pse::AlibiCompressed {
+                data,
+                batches: shape[0],
+                s2: shape[3],
+            },
             PseSpec::Dense { data, .. } => Pse::Dense(data),
             PseSpec::Alibi { slopes, .. } => Pse::Alibi {
                 slopes,

@@ -325,6 +325,54 @@ pub enum Pse<'a> {
         /// Whether they are `[B, N]` (else `[N]`).
         per_batch: bool,
     },
+    /// The ALiBi-compressed external pse `[Bp, N, 1024, S2]` (pseType 0 or 1): the last 1024
+    /// rows of a Toeplitz `[S2, S2]` bias, S2 the longest KV length; see
+    /// [`VarlenProblem::pse_value`] for the kernel's reading.
+    AlibiCompressed {
+        /// The values, row-major `[Bp, N, 1024, S2]`.
+        data: &'a [f32],
+        /// Bp (1 or B).
+        batches: usize,
+        /// S2.
+        s2: usize,
+    },
+}
+
+/// Rows of CANN's ALiBi-compressed pse.
+pub const ALIBI_COMPRESSED_ROWS: usize = 1024;
+
+/// Element (i, j) of sequence b, head h of an ALiBi-compressed pse `C = [Bp, N, 1024, S2]`, as
+/// the arch32 kernel reads it in TND (`common/include/kernel/pse.h`, `PseAlibiComputeOffset`,
+/// the `LAYOUT_TND` branch): with `threshold = S2 − 1024` and `d = (i − j) − threshold`, a block
+/// starting at (row, column) reads `C[b % Bp, h, m + r, k + c]` from `(m, k) = (d, 0)` when
+/// `d ≥ 0`, else `(0, −d)`. Within a block the position therefore depends on where the block
+/// starts, and only a `C` that is constant along its diagonals (the last rows of a Toeplitz
+/// ALiBi bias, which validation requires) gives one answer: the diagonal `p − q = d`, read here
+/// at its first element. Only the lower triangle (`i ≥ j`) is read (`NeedPseAlibiCompute`);
+/// the upper one is masked by the causal modes this pse requires, and gives 0 here.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn alibi_compressed_value(
+    data: &[f32],
+    batches: usize,
+    s2: usize,
+    heads: usize,
+    b: usize,
+    h: usize,
+    i: usize,
+    j: usize,
+) -> f64 {
+    if i < j {
+        return 0.0;
+    }
+    let d = (i - j) as i64 - (s2 as i64 - ALIBI_COMPRESSED_ROWS as i64);
+    let (p, q) = if d >= 0 {
+        (d as usize, 0)
+    } else {
+        (0, d.unsigned_abs() as usize)
+    };
+    let base = ((b % batches) * heads + h) * ALIBI_COMPRESSED_ROWS * s2;
+    data[base + p * s2 + q] as f64
 }
 
 /// Which key columns a query row of one sequence may attend, before any explicit mask:
@@ -487,6 +535,9 @@ impl<'a> VarlenProblem<'a> {
                     PseType::InnerMulAddSqrt => -slope * dist.sqrt(),
                     _ => -slope * dist,
                 }
+            }
+            Pse::AlibiCompressed { data, batches, s2 } => {
+                alibi_compressed_value(data, batches, s2, self.dims.head_num, b, h, i, j)
             }
         }
     }

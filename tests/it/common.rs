@@ -145,6 +145,40 @@ impl Case {
         self.spec.prefix = Some(prefix);
         self
     }
+    /// The ALiBi-compressed pse `[Bp, N, 1024, S2]` (the last 1024 rows of the Toeplitz bias
+    /// `f_h(i − j)`, S2 = the longest KV length), with the causal mode 3 it needs (Sq = Skv).
+    pub fn pse_alibi_compressed(mut self, pse_type: PseType, per_batch: bool) -> Self {
+        let (c, shape) = alibi_compressed(&self, per_batch);
+        self.spec.attrs.pse_type = pse_type;
+        self.spec.pse = PseSpec::Dense {
+            data: c.into(),
+            shape,
+        };
+        self.mode(SparseMode::RightDownCausal, 0, 0)
+    }
+    /// The flat `[pseTotalLen]` pse equal to [`Self::pse_alibi_compressed`]'s on the lower
+    /// triangle (the upper one is masked).
+    pub fn alibi_dense_equivalent(&self) -> Vec<f32> {
+        let PseSpec::Dense { shape, .. } = &self.spec.pse else {
+            panic!("{}: no compressed pse", self.name)
+        };
+        let bp = shape[0];
+        let mut out = Vec::new();
+        for (b, (&sq, &skv)) in self.seq_q.iter().zip(&self.seq_kv).enumerate() {
+            for h in 0..self.n {
+                for i in 0..sq {
+                    for j in 0..skv {
+                        out.push(if i >= j {
+                            alibi_f(b % bp, h, i - j)
+                        } else {
+                            0.0
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
     /// CANN's trailing-zero form of the cumulative lengths: the repeated tail of empty
     /// sequences written as zeros (`[3, 5, 5, 5]` → `[3, 5, 0, 0]`).
     pub fn trailing_zero_cumulative(mut self) -> Self {
@@ -161,6 +195,36 @@ impl Case {
 }
 
 /// A spread of cases: MHA/GQA/MQA, every sparse mode, empty sequences, dropout, pse, sinks.
+/// The Toeplitz bias of the compressed-pse cases: head- and batch-dependent, not just ALiBi's
+/// `−slope·d`, so a wrong row, column, head or batch reading shows.
+pub fn alibi_f(b: usize, h: usize, d: usize) -> f32 {
+    -(0.5f32.powi(h as i32 + 1)) * d as f32 + 0.1 * ((d * 7 + h * 3 + b * 5) % 11) as f32
+}
+
+/// `C[b, h, p, q] = f_{b,h}(p − q + S2 − 1024)` (the rows above the diagonal hold the same
+/// Toeplitz continuation at negative distances, never read).
+pub fn alibi_compressed(c: &Case, per_batch: bool) -> (Vec<f32>, Vec<usize>) {
+    const ROWS: usize = 1024;
+    let s2 = *c.seq_kv.iter().max().unwrap();
+    let bp = if per_batch { c.seq_q.len() } else { 1 };
+    let mut out = Vec::with_capacity(bp * c.n * ROWS * s2);
+    for b in 0..bp {
+        for h in 0..c.n {
+            for p in 0..ROWS {
+                for q in 0..s2 {
+                    let d = p as i64 - q as i64 + s2 as i64 - ROWS as i64;
+                    out.push(if d >= 0 {
+                        alibi_f(b, h, d as usize)
+                    } else {
+                        -1.0 - d as f32
+                    });
+                }
+            }
+        }
+    }
+    (out, vec![bp, c.n, ROWS, s2])
+}
+
 pub fn cases() -> Vec<Case> {
     vec![
         Case::new("mha_full", &[3, 5], &[3, 5], 2, 2, 4, 1),
@@ -196,6 +260,19 @@ pub fn cases() -> Vec<Case> {
             .with_sink()
             .mode(SparseMode::BandLeftUpCausal, 4, 1),
         Case::new("empty_sequences", &[2, 0, 3, 2], &[2, 3, 0, 2], 2, 1, 4, 11).with_sink(),
+        Case::new("alibi_compressed_type1_sink", &[5, 3], &[5, 3], 2, 1, 4, 20)
+            .with_sink()
+            .pse_alibi_compressed(PseType::OuterAddMul, true),
+        Case::new(
+            "alibi_compressed_type0_shared",
+            &[4, 6],
+            &[4, 6],
+            2,
+            2,
+            4,
+            21,
+        )
+        .pse_alibi_compressed(PseType::OuterMulAdd, false),
         Case::new(
             "trailing_zero_cum_lens",
             &[3, 2, 0, 0],

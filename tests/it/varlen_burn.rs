@@ -15,7 +15,7 @@ use burn_ascend::ops::autodiff::test_hooks::CORRUPT_DSINK;
 use burn_ascend::ops::host::from_vec;
 use burn_ascend::ops::varlen::PseSpec;
 use burn_ascend::ops::varlen::VarlenShapes;
-use burn_ascend::{varlen_score, varlen_score_with_pse, VarlenInputs};
+use burn_ascend::{varlen_score, varlen_score_with_pse, AttentionBackend, VarlenInputs};
 
 type B = NdArray;
 
@@ -127,7 +127,7 @@ fn check_autodiff_pse<C: CheckpointStrategy>() {
     type AD<C> = Autodiff<NdArray, C>;
     let dense: Vec<Case> = cases()
         .into_iter()
-        .filter(|c| matches!(c.spec.pse, PseSpec::Dense { .. }))
+        .filter(|c| matches!(&c.spec.pse, PseSpec::Dense { shape, .. } if shape.len() == 1))
         .collect();
     assert!(dense.len() >= 2, "the cases cover pseType 0 and 1");
     for c in dense {
@@ -206,6 +206,108 @@ fn a_pse_tensor_of_the_wrong_rank_or_pse_type_is_a_typed_error() {
     alibi.attrs.pse_type = burn_ascend::PseType::InnerMulAdd;
     let e = run(Tensor::<B, 1>::zeros([3], &dev), &alibi).unwrap_err();
     assert_eq!(e.param(), Some("pseType"), "{e}");
+}
+
+/// The ALiBi-compressed pse gives what the flat pse it compresses gives (the forward and every
+/// gradient, reference and NdArray), including a sequence longer than its 1024 rows; and
+/// its rules are typed errors.
+#[test]
+fn the_alibi_compressed_pse_equals_the_dense_pse_it_compresses() {
+    let mut all: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| c.name.starts_with("alibi_compressed"))
+        .collect();
+    assert_eq!(all.len(), 2);
+    all.push(
+        Case::new(
+            "alibi_compressed_long",
+            &[1100, 40],
+            &[1100, 40],
+            1,
+            1,
+            4,
+            22,
+        )
+        .pse_alibi_compressed(burn_ascend::PseType::OuterAddMul, false),
+    );
+    for c in all {
+        let (cf, cb) = reference_run(&c);
+        let mut dense = c.clone();
+        let total = c.alibi_dense_equivalent();
+        dense.spec.pse = PseSpec::Dense {
+            shape: vec![total.len()],
+            data: total.into(),
+        };
+        let (df, db) = reference_run(&dense);
+        let name = |s: &str| format!("{}:{s}", c.name);
+        close(
+            &name("out"),
+            &cf.attention_out,
+            &df.attention_out,
+            1e-6,
+            1e-5,
+        )
+        .unwrap();
+        close(&name("dq"), &cb.dq, &db.dq, 1e-6, 1e-5).unwrap();
+        close(&name("dk"), &cb.dk, &db.dk, 1e-6, 1e-5).unwrap();
+        close(&name("dv"), &cb.dv, &db.dv, 1e-6, 1e-5).unwrap();
+        assert!(
+            cb.dpse.is_none(),
+            "the compressed pse is not differentiated"
+        );
+        // NdArray (the fast CPU kernels) on the compressed form.
+        let dev = Default::default();
+        let fwd = B::varlen_fwd(inputs_on::<B>(&c, &dev), &c.spec).expect(&c.name);
+        let got = burn_ascend::ops::host::to_vec::<B>(fwd.attention_out);
+        close(&name("ndarray out"), &got, &cf.attention_out, ATOL, RTOL).unwrap();
+    }
+
+    // Rules: Sq = Skv, a causal mode, the shape, constant diagonals.
+    let c = cases()
+        .into_iter()
+        .find(|c| c.name == "alibi_compressed_type0_shared")
+        .unwrap();
+    let shapes = VarlenShapes {
+        query: [c.tq(), c.n, c.d],
+        key: [c.tkv(), c.nkv, c.d],
+        value: [c.tkv(), c.nkv, c.dv],
+        sink: None,
+    };
+    c.spec.validate_fwd(&shapes).unwrap();
+    let expect = |what: &str, spec: &burn_ascend::ops::varlen::VarlenSpec, param: &str| {
+        let e = spec.validate_fwd(&shapes).unwrap_err();
+        assert_eq!(e.param(), Some(param), "{what}: {e}");
+    };
+    let mut band = c.spec.clone();
+    band.attrs.sparse_mode = burn_ascend::SparseMode::Band;
+    expect("band mode", &band, "sparseMode");
+    let PseSpec::Dense { data, shape } = &c.spec.pse else {
+        unreachable!()
+    };
+    let mut wrong_s2 = c.spec.clone();
+    wrong_s2.pse = PseSpec::Dense {
+        data: data[..data.len() / 6 * 5].into(),
+        shape: vec![1, 2, 1024, 5],
+    };
+    expect("S2 not the longest KV", &wrong_s2, "realShift");
+    let mut bumpy = data.to_vec();
+    bumpy[3 * shape[3] + 1] += 1.0;
+    let mut not_toeplitz = c.spec.clone();
+    not_toeplitz.pse = PseSpec::Dense {
+        data: bumpy.into(),
+        shape: shape.clone(),
+    };
+    expect("not constant along a diagonal", &not_toeplitz, "realShift");
+    let mut unequal = Case::new("u", &[4, 5], &[4, 6], 2, 2, 4, 23);
+    unequal = unequal.pse_alibi_compressed(burn_ascend::PseType::OuterMulAdd, false);
+    let ushapes = VarlenShapes {
+        query: [9, 2, 4],
+        key: [10, 2, 4],
+        value: [10, 2, 4],
+        sink: None,
+    };
+    let e = unequal.spec.validate_fwd(&ushapes).unwrap_err();
+    assert_eq!(e.param(), Some("realShift"), "Sq != Skv: {e}");
 }
 
 #[test]

@@ -112,6 +112,10 @@ fn varlen_extras(
     let real_shift = match &spec.pse {
         PseSpec::None => None,
         // pseType 0/1: a bias in the query's dtype.
+        // The ALiBi-compressed [1|B, N, 1024, maxSkv] form goes as it is, to both ops.
+        PseSpec::Dense { data, shape } if shape.len() == 4 => {
+            Some(upload_float(rt, data, shape, dtype)?)
+        }
         PseSpec::Dense { data, shape } => {
             let total = shape.iter().product();
             Some(upload_float(rt, data, &dense_pse_dims(total, grad), dtype)?)

@@ -300,6 +300,13 @@ impl<'a, 'p> Ctx<'a, 'p> {
                         *x += (-(slope as f64) * dist) as f32;
                     }
                 }
+                Pse::AlibiCompressed { .. } => {
+                    // One read per element from the compressed tensor (no materialised bias).
+                    for (jj, x) in row.iter_mut().enumerate() {
+                        let v = self.p.pse_value(0, s.b, h, i, c0 + jj) as f32;
+                        *x += if outer_add_mul { scale * v } else { v };
+                    }
+                }
             }
             if kind == Kind::Partial {
                 // Allowed: the prefix `[0, pre)` and the band `[lo, hi)`; the rest of the row's

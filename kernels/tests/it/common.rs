@@ -52,6 +52,12 @@ pub enum PseSpec {
         slopes: Vec<f32>,
         per_batch: bool,
     },
+    /// ALiBi-compressed `[Bp, N, 1024, S2]`.
+    AlibiCompressed {
+        data: Vec<f32>,
+        batches: usize,
+        s2: usize,
+    },
 }
 
 /// A whole test problem, owning every buffer.
@@ -205,6 +211,33 @@ impl Case {
         self
     }
 
+    /// An ALiBi-compressed pse: `C[b, h, p, q] = g_{b,h}(p − q)` with random per-diagonal
+    /// values (constant along diagonals, as the kernel requires).
+    pub fn with_alibi_compressed(
+        mut self,
+        rng: &mut Rng,
+        pse_type: PseType,
+        batches: usize,
+    ) -> Self {
+        const ROWS: usize = 1024;
+        let s2 = self.dims.seq_kv.iter().copied().max().unwrap();
+        let n = self.dims.head_num;
+        let diag: Vec<f32> = (0..batches * n * (ROWS + s2))
+            .map(|_| rng.uniform() as f32 - 0.5)
+            .collect();
+        let mut data = Vec::with_capacity(batches * n * ROWS * s2);
+        for bh in 0..batches * n {
+            for p in 0..ROWS {
+                for q in 0..s2 {
+                    data.push(diag[bh * (ROWS + s2) + p + s2 - q]);
+                }
+            }
+        }
+        self.pse = PseSpec::AlibiCompressed { data, batches, s2 };
+        self.attrs.pse_type = pse_type;
+        self
+    }
+
     pub fn layout(mut self, layout: SoftmaxLayout) -> Self {
         self.attrs.softmax_layout = layout;
         self
@@ -236,6 +269,11 @@ impl Case {
             PseSpec::Alibi { slopes, per_batch } => Pse::Alibi {
                 slopes,
                 per_batch: *per_batch,
+            },
+            PseSpec::AlibiCompressed { data, batches, s2 } => Pse::AlibiCompressed {
+                data,
+                batches: *batches,
+                s2: *s2,
             },
         };
         p.drop_mask = self.drop_mask.as_deref();
@@ -393,6 +431,20 @@ pub fn spec_fwd(c: &Case, q: &[f64], k: &[f64], v: &[f64], sink: Option<&[f64]>)
                                     2 => -slope * delta,
                                     3 => -slope * delta.sqrt(),
                                     t => panic!("alibi with pseType {t}"),
+                                }
+                            }
+                            // Independently of the kernels' reading (the diagonal's first
+                            // element), read the diagonal p − q = (i − j) − (S2 − 1024) at its
+                            // last element: equal for a Toeplitz C. Upper triangle: 0.
+                            PseSpec::AlibiCompressed { data, batches, s2 } => {
+                                if i < j {
+                                    0.0
+                                } else {
+                                    let d = (i - j) as i64 - (*s2 as i64 - 1024);
+                                    let p = (d + *s2 as i64 - 1).min(1023);
+                                    let q = (p - d) as usize;
+                                    let slab = ((b % batches) * n + h) * 1024 * s2;
+                                    data[slab + p as usize * s2 + q] as f64
                                 }
                             }
                         };

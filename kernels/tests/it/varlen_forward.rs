@@ -726,6 +726,25 @@ fn dense_pse_types_0_and_1() {
     assert_ne!(outs[0], outs[1]);
 }
 
+/// The ALiBi-compressed pse against the independent forward, which reads each diagonal at its
+/// other end; includes a sequence longer than the 1024 compressed rows.
+#[test]
+fn alibi_compressed_pse_against_the_independent_forward() {
+    let mut rng = Rng::new(52);
+    for (pse_type, batches, lens) in [
+        (PseType::OuterAddMul, 2, vec![3usize, 5]),
+        (PseType::OuterMulAdd, 1, vec![6, 2]),
+        (PseType::OuterAddMul, 1, vec![1030, 7]),
+    ] {
+        let c = Case::new(&mut rng, 2, 1, 2, 2, &lens, &lens)
+            .mode(SparseMode::RightDownCausal)
+            .compressed()
+            .with_alibi_compressed(&mut rng, pse_type, batches)
+            .with_sink(&mut rng);
+        check_fwd_f64(&c);
+    }
+}
+
 #[test]
 fn alibi_types_2_and_3() {
     let mut rng = Rng::new(52);

@@ -249,6 +249,22 @@ fn gradcheck_pse_types() {
     }
 }
 
+/// The ALiBi-compressed pse (Sq = Skv, causal modes 2 and 3): gradients by finite differences.
+#[test]
+fn gradcheck_alibi_compressed_pse() {
+    let mut rng = Rng::new(115);
+    for (pse_type, batches, mode) in [
+        (PseType::OuterAddMul, 1, SparseMode::RightDownCausal),
+        (PseType::OuterMulAdd, 2, SparseMode::LeftUpCausal),
+    ] {
+        let c = Case::new(&mut rng, 2, 1, 3, 3, &[3, 4], &[3, 4])
+            .mode(mode)
+            .with_alibi_compressed(&mut rng, pse_type, batches)
+            .with_sink(&mut rng);
+        gradcheck(&c, 15);
+    }
+}
+
 /// Fully masked rows (out ≡ 0): zero gradient from those rows, with and without a sink.
 #[test]
 fn gradcheck_fully_masked_rows() {
