@@ -333,17 +333,31 @@ fn every_forward_rule_names_its_parameter() {
     }
 }
 
+/// The ALiBi-compressed pse needs Sq = Skv in every sequence and a causal mode: on the base
+/// case (unequal lengths, no mask) it is a typed error, then the mode is named.
 #[test]
-fn the_compressed_alibi_pse_is_unsupported_not_wrong() {
+fn the_compressed_alibi_pse_needs_equal_lengths_and_a_causal_mode() {
     let (mut spec, shapes) = base();
     spec.pse = PseSpec::Dense {
         data: Arc::from(vec![0f32; 4 * 1024 * 4]),
         shape: vec![1, 4, 1024, 4],
     };
-    match spec.validate_fwd(&shapes) {
-        Err(AttnError::Unsupported(m)) => assert!(m.contains("1024"), "{m}"),
-        other => panic!("expected Unsupported, got {other:?}"),
-    }
+    expect("realShift", "unequal lengths", spec.validate_fwd(&shapes));
+    let mut equal = VarlenSpec::from_lengths(&[2, 4], &[2, 4], 4, 0.35);
+    equal.pse = spec.pse.clone();
+    let eq_shapes = VarlenShapes {
+        query: [6, 4, 8],
+        key: [6, 2, 8],
+        value: [6, 2, 8],
+        sink: Some(4),
+    };
+    expect(
+        "sparseMode",
+        "no causal mask",
+        equal.validate_fwd(&eq_shapes),
+    );
+    compressed(&mut equal, SparseMode::RightDownCausal);
+    equal.validate_fwd(&eq_shapes).unwrap();
 }
 
 #[test]
