@@ -309,6 +309,14 @@ impl IncreSpec {
                 ))
             }
         };
+        // CANN's IFA tiling refuses an empty query (no early return in the aclnn layer):
+        // `IFATiling::CheckBaseInputsNull` in
+        // `attention/incre_flash_attention/op_host/incre_flash_attention_tiling_check.cpp`.
+        ensure!(
+            qb > 0 && d > 0,
+            "query",
+            "must not be empty (B and D > 0; CANN's IFA tiling refuses an empty query), got {q:?}"
+        );
         ensure!(
             qn == n,
             "numHeads",
