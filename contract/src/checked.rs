@@ -10,11 +10,17 @@ pub(crate) fn product(name: &'static str, what: &str, factors: &[usize]) -> Resu
     factors
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| AttnError::invalid(name, format!("{what} = {factors:?} multiplied overflows")))
+        .ok_or_else(|| {
+            AttnError::invalid(name, format!("{what} = {factors:?} multiplied overflows"))
+        })
 }
 
 /// `Σ terms`, or a typed error naming `name` when it overflows `usize`.
-pub(crate) fn sum(name: &'static str, what: &str, terms: impl IntoIterator<Item = usize>) -> Result<usize> {
+pub(crate) fn sum(
+    name: &'static str,
+    what: &str,
+    terms: impl IntoIterator<Item = usize>,
+) -> Result<usize> {
     terms
         .into_iter()
         .try_fold(0usize, |acc, x| acc.checked_add(x))

@@ -558,7 +558,11 @@ impl IncreSpec {
                 );
                 // The KV S of the paged form (maxBlockNumPerSeq·blockSize) is used unchecked
                 // once validated: bound it here (a batch-0 table may have any width).
-                checked::product("blocktable", "maxBlockNumPerSeq·blockSize", &[max_blocks, bs])?;
+                checked::product(
+                    "blocktable",
+                    "maxBlockNumPerSeq·blockSize",
+                    &[max_blocks, bs],
+                )?;
                 ensure!(
                     self.actual_seq_lengths.is_some(),
                     "actualSeqLengths",

@@ -285,44 +285,57 @@ fn zz_probe() {
     // prompt S=0
     let mut b = prompt_bundle();
     let mut t = b.tensors["query"].clone();
-    t.shape[1] = 0; t.bytes.clear();
+    t.shape[1] = 0;
+    t.bytes.clear();
     b.insert("query", t);
     show("prompt", &b, "s0");
     // prompt Skv = 0
     let mut b = prompt_bundle();
     for name in ["key", "value"] {
         let mut t = b.tensors[name].clone();
-        t.shape[1] = 0; t.bytes.clear();
+        t.shape[1] = 0;
+        t.bytes.clear();
         b.insert(name, t);
     }
     show("prompt", &b, "skv0");
     // prompt mask covering actualSeqLengths but not S
     let mut b = prompt_bundle();
     b.insert("actualSeqLengths", HostTensor::from_i64(&[2, 2], vec![2]));
-    b.insert("attenMask", HostTensor::from_u8(vec![0; 2 * 4], vec![2, 4], Dtype::BOOL));
+    b.insert(
+        "attenMask",
+        HostTensor::from_u8(vec![0; 2 * 4], vec![2, 4], Dtype::BOOL),
+    );
     show("prompt", &b, "mask_s_short");
     let mut b = prompt_bundle();
     b.insert("actualSeqLengthsKv", HostTensor::from_i64(&[2, 2], vec![2]));
-    b.insert("attenMask", HostTensor::from_u8(vec![0; 3 * 2], vec![3, 2], Dtype::BOOL));
+    b.insert(
+        "attenMask",
+        HostTensor::from_u8(vec![0; 3 * 2], vec![3, 2], Dtype::BOOL),
+    );
     show("prompt", &b, "mask_skv_short");
     // incre batch 0
     let mut b = incre_bundle();
     for name in ["query", "key", "value"] {
         let mut t = b.tensors[name].clone();
-        t.shape[0] = 0; t.bytes.clear();
+        t.shape[0] = 0;
+        t.bytes.clear();
         b.insert(name, t);
     }
     show("incre", &b, "batch0");
     let mut b = incre_bundle();
     for name in ["key", "value"] {
         let mut t = b.tensors[name].clone();
-        t.shape[2] = 0; t.bytes.clear();
+        t.shape[2] = 0;
+        t.bytes.clear();
         b.insert(name, t);
     }
     show("incre", &b, "skv0");
     let mut b = incre_bundle();
     b.insert("actualSeqLengths", HostTensor::from_i64(&[2, 3], vec![2]));
-    b.insert("attenMask", HostTensor::from_u8(vec![0; 2*3], vec![2, 1, 3], Dtype::BOOL));
+    b.insert(
+        "attenMask",
+        HostTensor::from_u8(vec![0; 2 * 3], vec![2, 1, 3], Dtype::BOOL),
+    );
     show("incre", &b, "mask_short");
     let mut b = incre_bundle();
     b.insert("actualSeqLengths", HostTensor::from_i64(&[0, 0], vec![2]));
@@ -331,7 +344,8 @@ fn zz_probe() {
     let mut b = varlen_bundle();
     for name in ["query", "key", "value"] {
         let mut t = b.tensors[name].clone();
-        t.shape[0] = 0; t.bytes.clear();
+        t.shape[0] = 0;
+        t.bytes.clear();
         b.insert(name, t);
     }
     b.insert("actualSeqQLen", HostTensor::from_i64(&[0, 0], vec![2]));
@@ -342,13 +356,17 @@ fn zz_probe() {
     b.insert("actualSeqKvLen", HostTensor::from_i64(&[], vec![0]));
     show("varlen-fwd", &b, "batch0");
     let mut b = varlen_bundle();
-    b.insert("attenMask", HostTensor::from_u8(vec![0; 3*3], vec![3, 3], Dtype::BOOL));
+    b.insert(
+        "attenMask",
+        HostTensor::from_u8(vec![0; 3 * 3], vec![3, 3], Dtype::BOOL),
+    );
     show("varlen-fwd", &b, "mask_short");
     // scatter zero tokens
     let mut b = scatter_bundle();
     for name in ["key", "value"] {
         let mut t = b.tensors[name].clone();
-        t.shape[0] = 0; t.bytes.clear();
+        t.shape[0] = 0;
+        t.bytes.clear();
         b.insert(name, t);
     }
     b.insert("slotMapping", HostTensor::from_i32(&[], vec![0]));
@@ -356,7 +374,8 @@ fn zz_probe() {
     let mut b = scatter_bundle();
     for name in ["keyCache", "valueCache"] {
         let mut t = b.tensors[name].clone();
-        t.shape[0] = 0; t.bytes.clear();
+        t.shape[0] = 0;
+        t.bytes.clear();
         b.insert(name, t);
     }
     show("scatter", &b, "nb0");
@@ -368,7 +387,10 @@ fn zz_probe() {
     meta(&mut b, &[("keepProb", "5e-324")]);
     show("varlen-fwd", &b, "keep5e-324");
     let mut b = varlen_bundle();
-    meta(&mut b, &[("preTokens", "-9223372036854775808"), ("sparseMode", "4")]);
+    meta(
+        &mut b,
+        &[("preTokens", "-9223372036854775808"), ("sparseMode", "4")],
+    );
     show("varlen-fwd", &b, "preMin");
     let mut b = prompt_bundle();
     meta(&mut b, &[("nextTokens", "-9223372036854775808")]);

@@ -62,7 +62,9 @@ fn install_quiet_hook() {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             if GUARD_DEPTH.with(|d| d.get()) > 0 {
-                let at = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()));
                 CAUGHT_AT.with(|c| *c.borrow_mut() = at);
             } else {
                 previous(info);
@@ -431,7 +433,11 @@ mod tests {
     #[test]
     fn a_panic_caught_by_guard_prints_nothing_and_keeps_its_message() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "state::tests::guard_child_process", "--nocapture"])
+            .args([
+                "--exact",
+                "state::tests::guard_child_process",
+                "--nocapture",
+            ])
             .env(CHILD, "1")
             .output()
             .unwrap();
@@ -444,8 +450,14 @@ mod tests {
             stdout.contains(&format!("STATUS {ACLNN_ERR_INNER} MESSAGE [simulation] internal error: kernel index out of range (at ")),
             "{stdout}"
         );
-        assert!(!stderr.contains("panicked"), "the caught panic was printed: {stderr}");
-        assert!(!stdout.contains("panicked"), "the caught panic was printed: {stdout}");
+        assert!(
+            !stderr.contains("panicked"),
+            "the caught panic was printed: {stderr}"
+        );
+        assert!(
+            !stdout.contains("panicked"),
+            "the caught panic was printed: {stdout}"
+        );
     }
 
     #[test]
