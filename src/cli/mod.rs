@@ -150,9 +150,6 @@ pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliErr
 
 /// `run <op> <in> <out> [--device d]`.
 pub fn run_files(op: &str, input: &Path, output: &Path, device: Device) -> Result<(), CliError> {
-    if names::of(op).is_none() {
-        return run_op(op, &Bundle::default(), device).map(drop);
-    }
     let bundle = Bundle::read(input)?;
     let out = run_op(op, &bundle, device)?;
     out.write(output)
