@@ -197,7 +197,7 @@ impl OpNames {
     pub fn check(&self, op: &str, b: &Bundle) -> Result<(), CliError> {
         // Tensors are a BTreeMap (sorted); sort the metadata keys too so the error names the
         // same key on every run and every device.
-        for name in b.tensors.keys().filter(|n| !self.is_tensor(n)) {
+        if let Some(name) = b.tensors.keys().find(|n| !self.is_tensor(n)) {
             let hint = if self.attributes.contains(&name.as_str()) {
                 format!(" — `{name}` is an attribute: put it in the __metadata__")
             } else {
@@ -207,10 +207,8 @@ impl OpNames {
         }
         let mut keys: Vec<&String> = b.metadata.keys().collect();
         keys.sort();
-        for name in keys {
-            if self.attributes.contains(&name.as_str()) || CONTAINER_KEYS.contains(&name.as_str()) {
-                continue;
-            }
+        let known = |k: &str| self.attributes.contains(&k) || CONTAINER_KEYS.contains(&k);
+        if let Some(name) = keys.into_iter().find(|k| !known(k)) {
             let hint = if self.is_tensor(name) {
                 format!(" — `{name}` is a tensor: store it as one, not in the __metadata__")
             } else {
