@@ -342,3 +342,34 @@ fn extreme_attributes_are_refused_on_every_device() {
     );
     refused_everywhere("varlen-fwd", &b, "invalid preTokens:");
 }
+
+#[test]
+fn empty_shapes_whose_other_dims_multiply_past_usize_are_refused_not_crashed() {
+    let huge = 1usize << 40;
+    for (op, b) in [
+        ("varlen-fwd", varlen_bundle()),
+        ("prompt", prompt_bundle()),
+        ("incre", incre_bundle()),
+        ("scatter", scatter_bundle()),
+    ] {
+        for name in ["query", "key", "keyCache"] {
+            let Some(t) = b.tensors.get(name) else {
+                continue;
+            };
+            let mut bad = b.clone();
+            let mut shape = vec![0usize; t.shape.len()];
+            shape[1..].iter_mut().for_each(|d| *d = huge);
+            bad.insert(
+                name,
+                HostTensor {
+                    dtype: t.dtype,
+                    shape,
+                    bytes: Vec::new(),
+                },
+            );
+            let (code, err) = run_on(op, &bad, "reference");
+            assert_eq!(code, 2, "{op} {name}: {err}");
+            refused_everywhere(op, &bad, "invalid ");
+        }
+    }
+}
