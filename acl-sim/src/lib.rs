@@ -137,6 +137,11 @@ macro_rules! register {
 
 burn_ascend_kernels::acl_api_table!(register);
 
+/// Runs `f` under the guard every simulated entry point runs under; returns the status and
+/// the recent-error message. For the guard's tests only.
+#[doc(hidden)]
+pub use state::guarded_for_tests;
+
 /// The simulation's function table.
 pub fn api() -> &'static AclApi {
     &API

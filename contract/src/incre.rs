@@ -13,6 +13,7 @@ use burn_ascend_kernels::reference::incre::{
     Antiquant, IfaMask, IfaPostQuant, IfaPse, IncreFlashAttentionArgs, KvInput,
 };
 
+use crate::checked;
 use crate::error::{ensure, AttnError, Result};
 
 use crate::prompt::{resolve_kv_heads, validate_post_quant, PostQuantSpec};
@@ -308,6 +309,14 @@ impl IncreSpec {
                 ))
             }
         };
+        // CANN's IFA tiling refuses an empty query (no early return in the aclnn layer):
+        // `IFATiling::CheckBaseInputsNull` in
+        // `attention/incre_flash_attention/op_host/incre_flash_attention_tiling_check.cpp`.
+        ensure!(
+            qb > 0 && d > 0,
+            "query",
+            "must not be empty (B and D > 0; CANN's IFA tiling refuses an empty query), got {q:?}"
+        );
         ensure!(
             qn == n,
             "numHeads",
@@ -330,6 +339,7 @@ impl IncreSpec {
             "must be finite, got {}",
             self.scale_value
         );
+        checked::finite_f32("scaleValue", self.scale_value)?;
         ensure!(
             (0..=1).contains(&self.inner_precise),
             "innerPrecise",
@@ -348,7 +358,7 @@ impl IncreSpec {
         self.validate_mask_pse(&dims)?;
         self.validate_antiquant(&dims, s.kv_int8)?;
         if let Some(pq) = &self.post_quant {
-            validate_post_quant(pq, n * d)?;
+            validate_post_quant(pq, checked::product("query", "N·D", &[n, d])?)?;
         }
         Ok(dims)
     }
@@ -487,10 +497,10 @@ impl IncreSpec {
                 let (layout, nb) = match *key_cache.as_slice() {
                     [nb, cbs, h] => {
                         ensure!(
-                            cbs == bs && h == nkv * d,
+                            cbs == bs && nkv.checked_mul(d) == Some(h),
                             "key",
                             "paged cache (blocknum, blockSize, H) must be ({nb}, {bs}, {}), got {key_cache:?}",
-                            nkv * d
+                            nkv.saturating_mul(d)
                         );
                         ensure!(
                             h <= 65_536,
@@ -538,14 +548,21 @@ impl IncreSpec {
                     "blocktable",
                     "dim 0 must be B = {batch}, got {tb}"
                 );
+                let need = checked::product("blocktable", "its entry count", &[tb, max_blocks])?;
                 ensure!(
-                    bt.data.len() == tb * max_blocks,
+                    bt.data.len() == need,
                     "blocktable",
-                    "has {} entries, shape {:?} needs {}",
+                    "has {} entries, shape {:?} needs {need}",
                     bt.data.len(),
-                    bt.shape,
-                    tb * max_blocks
+                    bt.shape
                 );
+                // The KV S of the paged form (maxBlockNumPerSeq·blockSize) is used unchecked
+                // once validated: bound it here (a batch-0 table may have any width).
+                checked::product(
+                    "blocktable",
+                    "maxBlockNumPerSeq·blockSize",
+                    &[max_blocks, bs],
+                )?;
                 ensure!(
                     self.actual_seq_lengths.is_some(),
                     "actualSeqLengths",
@@ -650,13 +667,13 @@ impl IncreSpec {
                 "attenMask",
                 "S = {cols} must be >= KV S {need} (paged: maxBlockNumPerSeq·blockSize)"
             );
+            let need_len = checked::product("attenMask", "its element count", &[mb, cols])?;
             ensure!(
-                m.data.len() == mb * cols,
+                m.data.len() == need_len,
                 "attenMask",
-                "has {} elements, shape {:?} needs {}",
+                "has {} elements, shape {:?} needs {need_len}",
                 m.data.len(),
-                m.shape,
-                mb * cols
+                m.shape
             );
         }
         if let Some(p) = &self.pse_shift {
@@ -677,13 +694,13 @@ impl IncreSpec {
                 "pseShift",
                 "S = {cols} must be >= KV S {need} (paged: maxBlockNumPerSeq·blockSize)"
             );
+            let need_len = checked::product("pseShift", "its element count", &[pb, pn, cols])?;
             ensure!(
-                p.data.len() == pb * pn * cols,
+                p.data.len() == need_len,
                 "pseShift",
-                "has {} values, shape {:?} needs {}",
+                "has {} values, shape {:?} needs {need_len}",
                 p.data.len(),
-                p.shape,
-                pb * pn * cols
+                p.shape
             );
         }
         Ok(())
@@ -700,18 +717,22 @@ impl IncreSpec {
             (_, [2]) => false,
             (IfaLayout::Bnsd, &[2, a, 1, b]) if a == nkv && b == d => true,
             (IfaLayout::Bsnd, &[2, a, b]) if a == nkv && b == d => true,
-            (IfaLayout::Bsh, &[2, h]) if h == nkv * d => true,
+            (IfaLayout::Bsh, &[2, h]) if nkv.checked_mul(d) == Some(h) => true,
             (layout, shape) => {
                 return Err(AttnError::invalid(
                     "antiquantScale",
                     format!(
                         "shape must be (2) or per channel (2,{nkv},1,{d}) BNSD / (2,{nkv},{d}) BSND / (2,{}) BSH, got {shape:?} for {layout:?}",
-                        nkv * d
+                        nkv.saturating_mul(d)
                     ),
                 ))
             }
         };
-        let len = if per_channel { 2 * nkv * d } else { 2 };
+        let len = if per_channel {
+            checked::product("antiquantScale", "its element count", &[2, nkv, d])?
+        } else {
+            2
+        };
         ensure!(
             aq.scale.len() == len,
             "antiquantScale",

@@ -11,6 +11,7 @@
 //! Element types are `aclDataType`s ([`DataType`]), so nothing here depends on a tensor
 //! library.
 
+mod checked;
 pub mod error;
 pub mod incre;
 pub mod prompt;

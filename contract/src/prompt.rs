@@ -12,6 +12,7 @@ use burn_ascend_kernels::reference::prompt::{
     PfaMask, PfaPostQuant, PromptFlashAttentionArgs, PseShift,
 };
 
+use crate::checked;
 use crate::error::{ensure, AttnError, Result};
 
 pub use burn_ascend_kernels::reference::prompt::{PfaLayout, PfaSparseMode};
@@ -317,11 +318,11 @@ impl PromptSpec {
             "S must be <= {PFA_MAX_SEQ}"
         );
         if matches!(layout, PfaLayout::Bsh | PfaLayout::Bsnd) {
+            let nd = checked::product("query", "N·D", &[n, d])?;
             ensure!(
-                n * d < 65_535,
+                nd < 65_535,
                 "query",
-                "N·D must be < 65535 for BSH/BSND, got {}",
-                n * d
+                "N·D must be < 65535 for BSH/BSND, got {nd}"
             );
         }
         ensure!(
@@ -330,6 +331,7 @@ impl PromptSpec {
             "must be finite, got {}",
             self.scale_value
         );
+        checked::finite_f32("scaleValue", self.scale_value)?;
         ensure!(
             (0..=3).contains(&self.inner_precise),
             "innerPrecise",
@@ -397,7 +399,7 @@ impl PromptSpec {
         self.validate_mask(&dims)?;
         self.validate_pse(&dims)?;
         if let Some(pq) = &self.post_quant {
-            validate_post_quant(pq, n * dv)?;
+            validate_post_quant(pq, checked::product("query", "N·Dv", &[n, dv])?)?;
             self.validate_int8_rows(&dims)?;
         }
         Ok(dims)
@@ -521,28 +523,39 @@ impl PromptSpec {
                     "batch dim must be 1 or B = {}, got {mb}",
                     dims.batch
                 );
-                let seqs = dims.sequences(self);
-                let max_q = seqs.iter().map(|s| s.1).max().unwrap_or(0);
-                let max_kv = seqs.iter().map(|s| s.3).max().unwrap_or(0);
+                // The mask covers the query's and key's S, not only the actual lengths:
+                // `CheckAttenMaskShape` in
+                // `attention/prompt_flash_attention/op_host/prompt_flash_attention_tiling.cpp`
+                // compares it with the shapes' S (TND: the longest sequences).
+                let (need_q, need_kv) = if dims.layout == PfaLayout::Tnd {
+                    let seqs = dims.sequences(self);
+                    (
+                        seqs.iter().map(|s| s.1).max().unwrap_or(0),
+                        seqs.iter().map(|s| s.3).max().unwrap_or(0),
+                    )
+                } else {
+                    (dims.q_seq, dims.kv_seq)
+                };
                 ensure!(
-                    rows >= max_q && cols >= max_kv,
+                    rows >= need_q && cols >= need_kv,
                     "attenMask",
-                    "[Sq, Skv] = [{rows}, {cols}] must cover the actual lengths [{max_q}, {max_kv}]"
+                    "[Sq, Skv] = [{rows}, {cols}] must cover the query's and key's S [{need_q}, {need_kv}]"
                 );
+                let need = checked::product("attenMask", "its element count", &[mb, rows, cols])?;
                 ensure!(
-                    data.len() == mb * rows * cols,
+                    data.len() == need,
                     "attenMask",
-                    "has {} elements, shape {shape:?} needs {}",
-                    data.len(),
-                    mb * rows * cols
+                    "has {} elements, shape {shape:?} needs {need}",
+                    data.len()
                 );
             }
         }
-        let (pre, next) = (self.pre_tokens, self.next_tokens);
+        // i128: preTokens / nextTokens = i64::MIN must not wrap when negated.
+        let (pre, next) = (i128::from(self.pre_tokens), i128::from(self.next_tokens));
         if mode == 0 {
             let seqs = dims.sequences(self);
-            let max_q = seqs.iter().map(|s| s.1).max().unwrap_or(0) as i64;
-            let max_kv = seqs.iter().map(|s| s.3).max().unwrap_or(0) as i64;
+            let max_q = seqs.iter().map(|s| s.1).max().unwrap_or(0) as i128;
+            let max_kv = seqs.iter().map(|s| s.3).max().unwrap_or(0) as i128;
             if next < 0 {
                 ensure!(
                     pre >= -next && -next < max_kv.max(1),
@@ -560,7 +573,7 @@ impl PromptSpec {
         }
         if mode == 4 {
             ensure!(
-                pre.saturating_add(next) >= 0,
+                pre + next >= 0,
                 "preTokens",
                 "band (sparseMode 4) needs preTokens and nextTokens to overlap (pre + next >= 0), got pre {pre} next {next}"
             );
@@ -596,13 +609,13 @@ impl PromptSpec {
             dims.q_seq,
             dims.kv_seq
         );
+        let need = checked::product("pseShift", "its element count", &[pb, pn, rows, cols])?;
         ensure!(
-            p.data.len() == pb * pn * rows * cols,
+            p.data.len() == need,
             "pseShift",
-            "has {} values, shape {:?} needs {}",
+            "has {} values, shape {:?} needs {need}",
             p.data.len(),
-            p.shape,
-            pb * pn * rows * cols
+            p.shape
         );
         Ok(())
     }
@@ -610,7 +623,8 @@ impl PromptSpec {
     /// The int8-output rules of the V3 约束说明.
     fn validate_int8_rows(&self, dims: &PromptDims) -> Result<()> {
         let masked = self.atten_mask != PromptMask::None;
-        let (pre, next) = (self.pre_tokens, self.next_tokens);
+        // i128: sums of user preTokens / nextTokens and lengths must not wrap.
+        let (pre, next) = (i128::from(self.pre_tokens), i128::from(self.next_tokens));
         ensure!(
             !(masked && self.sparse_mode == 4 && (pre < 0 || next < 0)),
             "quantScale2",
@@ -621,7 +635,7 @@ impl PromptSpec {
             return Ok(());
         }
         for (b, &(_, sq, _, skv)) in dims.sequences(self).iter().enumerate() {
-            let (sq, skv) = (sq as i64, skv as i64);
+            let (sq, skv) = (sq as i128, skv as i128);
             let invalid = match self.sparse_mode {
                 0 => sq - skv - pre > 0 || next < 0,
                 3 => skv - sq < 0,

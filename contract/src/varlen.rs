@@ -12,6 +12,7 @@ use burn_ascend_kernels::varlen::{
     SparseMode, VarlenAttrs, VarlenDims, VarlenProblem, ALIBI_COMPRESSED_ROWS,
 };
 
+use crate::checked;
 use crate::error::{ensure, AttnError, Result};
 
 pub use burn_ascend_kernels::varlen::VARLEN_LAYOUT;
@@ -271,6 +272,15 @@ impl VarlenSpec {
             "must be in (0, 1], got {}",
             a.keep_prob
         );
+        // The kernel reads keepProb as f32 and scales kept scores by 1/keepProb in f32: both
+        // must be finite and keepProb non-zero there (5e-324 is 0 as an f32).
+        let keep = checked::finite_f32("keepProb", a.keep_prob)?;
+        ensure!(
+            keep > 0.0 && (1.0 / keep).is_finite(),
+            "keepProb",
+            "must be > 0 with a finite 1/keepProb as the f32 the device computes in, got {} (f32: {keep})",
+            a.keep_prob
+        );
         ensure!(
             (0..=2).contains(&a.inner_precise),
             "innerPrecise",
@@ -283,6 +293,7 @@ impl VarlenSpec {
             "must be finite, got {}",
             a.scale
         );
+        checked::finite_f32("scaleValue", a.scale)?;
         if let Some(len) = s.sink {
             ensure!(len == n, "sink", "length must equal headNum {n}, got {len}");
         }
@@ -296,6 +307,15 @@ impl VarlenSpec {
             seq_kv,
         };
         if a.keep_prob < 1.0 {
+            // N·Σ Sq_b·Skv_b checked first: dropout::mask_bits multiplies unchecked.
+            let per_seq = dims
+                .seq_q
+                .iter()
+                .zip(&dims.seq_kv)
+                .map(|(&q, &k)| checked::product("dropMask", "Sq_b·Skv_b", &[q, k]))
+                .collect::<Result<Vec<_>>>()?;
+            let pairs = checked::sum("dropMask", "Σ Sq_b·Skv_b", per_seq)?;
+            checked::product("dropMask", "N·Σ Sq_b·Skv_b bits", &[n, pairs])?;
             let need = dropout::mask_bytes(dropout::mask_bits(n, &dims.seq_q, &dims.seq_kv));
             match &self.drop_mask {
                 None => return Err(AttnError::invalid("dropMask", "required when keepProb < 1")),
@@ -385,12 +405,12 @@ impl VarlenSpec {
                         ));
                     }
                 }
+                let need = checked::product("attenMask", "its element count", &[b, h, rows, cols])?;
                 ensure!(
-                    data.len() == b * h * rows * cols,
+                    data.len() == need,
                     "attenMask",
-                    "has {} elements, shape {shape:?} needs {}",
-                    data.len(),
-                    b * h * rows * cols
+                    "has {} elements, shape {shape:?} needs {need}",
+                    data.len()
                 );
             }
             MaskSpec::Compressed => {
@@ -470,8 +490,49 @@ impl VarlenSpec {
                     }
                 }
             }
-            SparseMode::DefaultMask | SparseMode::AllMask | SparseMode::LeftUpCausal => {}
+            SparseMode::DefaultMask => self.validate_default_band(dims)?,
+            SparseMode::AllMask | SparseMode::LeftUpCausal => {}
         }
+        Ok(())
+    }
+
+    /// sparseMode 0 with a mask: preTokens / nextTokens as CANN's varlen tiling checks them
+    /// (`attention/flash_attention_score/op_host/arch32/flash_attention_score_tiling_general.cpp`,
+    /// `FlashAttentionVarLenScoreTiling::GetSparseInfo` → `SparseNoMaskModeCheck`): unless the
+    /// band is causal (pre >= maxSq, next = 0) or covers everything (pre >= maxSq, next >=
+    /// maxSkv), a negative nextTokens, a row with nothing to attend (Skv_b + pre < Sq_b) or an
+    /// empty band (pre < 0 and next < |pre|) is refused, as prompt and varlen mode 4 refuse
+    /// an empty band. Computed in i128: pre / next = i64::MIN must not wrap when negated.
+    fn validate_default_band(&self, dims: &VarlenDims) -> Result<()> {
+        let (pre, next) = (
+            i128::from(self.attrs.pre_tokens),
+            i128::from(self.attrs.next_tokens),
+        );
+        let max_q = dims.seq_q.iter().copied().max().unwrap_or(0) as i128;
+        let max_kv = dims.seq_kv.iter().copied().max().unwrap_or(0) as i128;
+        if pre >= max_q && (next == 0 || next >= max_kv) {
+            return Ok(());
+        }
+        ensure!(
+            next >= 0,
+            "nextTokens",
+            "sparseMode 0 with a mask needs nextTokens >= 0 unless the band is causal or full (CANN's varlen tiling: no valid data block), got {next}"
+        );
+        for (b, (&sq, &skv)) in dims.seq_q.iter().zip(&dims.seq_kv).enumerate() {
+            if sq == 0 || skv == 0 {
+                continue;
+            }
+            ensure!(
+                skv as i128 + pre >= sq as i128,
+                "preTokens",
+                "sparseMode 0 with a mask: sequence {b} (Sq {sq}, Skv {skv}) has rows with nothing to attend (Skv + preTokens < Sq), preTokens {pre}"
+            );
+        }
+        ensure!(
+            pre >= 0 || next >= -pre,
+            "preTokens",
+            "sparseMode 0 with a mask needs preTokens and nextTokens to overlap (pre + next >= 0), got pre {pre} next {next}"
+        );
         Ok(())
     }
 
@@ -514,12 +575,13 @@ impl VarlenSpec {
                     "an external realShift goes with pseType 0 or 1, got {}",
                     pse_type as i64
                 );
-                let total: usize = dims
+                let per_seq = dims
                     .seq_q
                     .iter()
                     .zip(&dims.seq_kv)
-                    .map(|(q, k)| n * q * k)
-                    .sum();
+                    .map(|(&q, &k)| checked::product("realShift", "N·Sq_b·Skv_b", &[n, q, k]))
+                    .collect::<Result<Vec<_>>>()?;
+                let total = checked::sum("realShift", "pseTotalLen = Σ N·Sq_b·Skv_b", per_seq)?;
                 if shape.len() == 4 {
                     return self.validate_alibi_compressed(dims, data, shape);
                 }
@@ -548,7 +610,7 @@ impl VarlenSpec {
                     "ALiBi slopes must be [N] = [{n}] or [B, N] = [{batch}, {n}], got {shape:?}"
                 );
                 ensure!(
-                    slopes.len() == shape.iter().product::<usize>(),
+                    slopes.len() == checked::product("realShift", "its element count", shape)?,
                     "realShift",
                     "has {} values for shape {shape:?}",
                     slopes.len()

@@ -163,9 +163,17 @@ impl HostTensor {
         }
     }
 
-    /// Number of elements.
+    /// Number of elements: 0 when a dim is 0, even if the others multiply past `usize`
+    /// (`[0, 2^40, 2^40]` is a legal empty safetensors shape), saturating otherwise (the
+    /// bytes already bound the product of a non-empty shape).
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .unwrap_or(usize::MAX)
     }
 
     /// Whether it has no elements.

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod device;
 pub mod incre;
 pub mod io;
+pub mod names;
 pub mod prompt;
 pub mod scatter;
 pub mod selftest;
@@ -79,6 +80,9 @@ pub enum CliError {
     Device(String),
     /// `selftest` ran and some case failed (exit 4): the one-line summary.
     Selftest(String),
+    /// A tensor or attribute the op does not read (exit 2, as any refused input): the message
+    /// names the closest known name.
+    Unknown(String),
 }
 
 impl CliError {
@@ -86,7 +90,7 @@ impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::Usage(_) => 64,
-            Self::Attn(_) => 2,
+            Self::Attn(_) | Self::Unknown(_) => 2,
             Self::Io(_) => 1,
             Self::Device(_) => 3,
             Self::Selftest(_) => 4,
@@ -102,6 +106,7 @@ impl fmt::Display for CliError {
             Self::Io(m) => write!(f, "io: {m}"),
             Self::Device(m) => write!(f, "device: {m}"),
             Self::Selftest(m) => write!(f, "selftest failed: {m}"),
+            Self::Unknown(m) => write!(f, "{m}"),
         }
     }
 }
@@ -116,8 +121,20 @@ impl From<AttnError> for CliError {
 pub const OPS: &[&str] = &["varlen-fwd", "varlen-bwd", "prompt", "incre", "scatter"];
 
 /// Runs one op on a bundle of named tensors.
+///
+/// The input is validated the same way for every device before anything is dispatched: the
+/// names first ([`names`]), then the op's contract and the host-side checks of the values; only
+/// then is the device opened (for `npu`, CANN loaded), so a bad input exits 2 with the same
+/// line on `reference`, `cpu`, `sim` and `npu`.
 pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliError> {
-    device.ensure_available()?;
+    let Some(names) = names::of(op) else {
+        return Err(CliError::Usage(format!(
+            "unknown op '{other}' (ops: {})",
+            OPS.join(", "),
+            other = op
+        )));
+    };
+    names.check(op, input)?;
     match op {
         "varlen-fwd" => varlen::forward(input, device),
         "varlen-bwd" => varlen::backward(input, device),
@@ -133,7 +150,6 @@ pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliErr
 
 /// `run <op> <in> <out> [--device d]`.
 pub fn run_files(op: &str, input: &Path, output: &Path, device: Device) -> Result<(), CliError> {
-    device.ensure_available()?;
     let bundle = Bundle::read(input)?;
     let out = run_op(op, &bundle, device)?;
     out.write(output)

@@ -131,16 +131,21 @@ pub fn scatter(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             value_cache.and_then(|t| acl_dtype(t.dtype, "valueCache").ok()),
         ],
     };
+    // The host scatter is the validation every device gets before dispatch: it checks the
+    // contract and the values (slots in range and unique, compressed lengths) on copies of
+    // the caches, so `sim` and `npu` refuse exactly what `cpu` refuses, with the same line.
+    let host = match key.dtype {
+        Dtype::F32 => run::<f32>(&spec, &shapes, key, value, key_cache, value_cache),
+        Dtype::F16 => run::<f16>(&spec, &shapes, key, value, key_cache, value_cache),
+        Dtype::BF16 => run::<bf16>(&spec, &shapes, key, value, key_cache, value_cache),
+        Dtype::I8 => run::<i8>(&spec, &shapes, key, value, key_cache, value_cache),
+        other => Err(AttnError::invalid("key", format!("unsupported dtype {other:?}")).into()),
+    }?;
     if device.is_acl() {
         let dims = spec.validate(&shapes)?;
         if dims.num_tokens == 0 {
             // Nothing to write; CANN's tiling refuses numTokens = 0, the host paths succeed.
-            let mut res = Bundle::default();
-            res.insert("keyCache", key_cache.clone());
-            if let Some(vc) = value_cache {
-                res.insert("valueCache", vc.clone());
-            }
-            return Ok(res);
+            return Ok(host);
         }
         let rt = acl_runtime(device)?;
         // Nct sources travel as their storage, described as the view [T, N, D] strided by
@@ -182,11 +187,5 @@ pub fn scatter(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         }
         return Ok(res);
     }
-    match key.dtype {
-        Dtype::F32 => run::<f32>(&spec, &shapes, key, value, key_cache, value_cache),
-        Dtype::F16 => run::<f16>(&spec, &shapes, key, value, key_cache, value_cache),
-        Dtype::BF16 => run::<bf16>(&spec, &shapes, key, value, key_cache, value_cache),
-        Dtype::I8 => run::<i8>(&spec, &shapes, key, value, key_cache, value_cache),
-        other => Err(AttnError::invalid("key", format!("unsupported dtype {other:?}")).into()),
-    }
+    Ok(host)
 }

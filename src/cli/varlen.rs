@@ -50,11 +50,26 @@ fn spec_from(b: &Bundle, query: [usize; 3], backward: bool) -> Result<VarlenSpec
     let pse_type: i64 = b.attr("pseType", 1)?;
     a.pse_type = PseType::from_attr(pse_type)
         .ok_or_else(|| AttnError::invalid("pseType", format!("must be 0-3, got {pse_type}")))?;
-    let (layout_name, layout_attr) = if backward {
-        ("softmaxInLayout", b.attr_str("softmaxInLayout", ""))
+    let ((layout_name, other_name), layout_attr) = if backward {
+        let names = ("softmaxInLayout", "softmaxOutLayout");
+        (names, b.attr_str("softmaxInLayout", ""))
     } else {
-        ("softmaxOutLayout", b.attr_str("softmaxOutLayout", ""))
+        let names = ("softmaxOutLayout", "softmaxInLayout");
+        (names, b.attr_str("softmaxOutLayout", ""))
     };
+    // The other direction's layout may travel in the same bundle (a dumped training step); it
+    // describes the same softmaxMax/softmaxSum, so it must agree (this one's value or its
+    // default "") rather than be ignored.
+    if let Some(other) = b.metadata.get(other_name) {
+        if other != layout_attr {
+            return Err(AttnError::invalid(
+                layout_name,
+                format!(
+                    "\"{layout_attr}\" disagrees with {other_name} \"{other}\" in the same bundle"
+                ),
+            ));
+        }
+    }
     a.softmax_layout = SoftmaxLayout::from_attr(layout_attr).ok_or_else(|| {
         AttnError::invalid(
             layout_name,
@@ -189,6 +204,12 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
     let spec = spec_from(b, shapes.query, false)?;
     let dims = spec.validate_fwd(&shapes)?;
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
+    // Decoded on every device: the dtype checks are host validation `sim` and `npu` need too.
+    let (qv, kv, vv) = (
+        q.values::<T>("query")?,
+        k.values::<T>("key")?,
+        v.values::<T>("value")?,
+    );
     if device.is_acl() {
         return acl_forward(b, device, &spec, n);
     }
@@ -198,12 +219,7 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
     } else {
         cpu::varlen_fwd
     };
-    let out = fwd(
-        &p,
-        &q.values::<T>("query")?,
-        &k.values::<T>("key")?,
-        &v.values::<T>("value")?,
-    );
+    let out = fwd(&p, &qv, &kv, &vv);
     let mut res = Bundle::default();
     res.insert(
         "attentionOut",
@@ -244,6 +260,17 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
         dims.kv_head_num,
         dims.head_dim,
     );
+    // Decoded on every device: the dtype checks are host validation `sim` and `npu` need too.
+    let (qv, kv, vv) = (
+        q.values::<T>("query")?,
+        k.values::<T>("key")?,
+        v.values::<T>("value")?,
+    );
+    let (dyv, ov) = (dy.values::<T>("dy")?, o.values::<T>("attentionIn")?);
+    let (smaxv, ssumv) = (
+        smax.values::<f32>("softmaxMax")?,
+        ssum.values::<f32>("softmaxSum")?,
+    );
     if device.is_acl() {
         return acl_backward(b, device, &spec, n);
     }
@@ -253,16 +280,7 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     } else {
         cpu::varlen_bwd
     };
-    let g = bwd(
-        &p,
-        &q.values::<T>("query")?,
-        &k.values::<T>("key")?,
-        &v.values::<T>("value")?,
-        &dy.values::<T>("dy")?,
-        &o.values::<T>("attentionIn")?,
-        &smax.values::<f32>("softmaxMax")?,
-        &ssum.values::<f32>("softmaxSum")?,
-    );
+    let g = bwd(&p, &qv, &kv, &vv, &dyv, &ov, &smaxv, &ssumv);
     let mut res = Bundle::default();
     res.insert("dq", HostTensor::from_values(&g.dq, vec![tq, n, d]));
     res.insert("dk", HostTensor::from_values(&g.dk, vec![tkv, nkv, d]));

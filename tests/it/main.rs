@@ -9,6 +9,7 @@
 
 mod common;
 
+mod cli_bad_input;
 mod cli_bench;
 mod cli_prompt_incre_scatter;
 mod cli_selftest;

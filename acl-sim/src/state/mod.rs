@@ -42,9 +42,45 @@ fn set_error(msg: &str) {
     LAST_ERROR.with(|e| *e.borrow_mut() = c);
 }
 
-/// Runs `f`, turning its error or a panic into a status and a recent-error message.
+thread_local! {
+    /// How many [`guard`]s the calling thread is inside: while > 0 a panic is caught and
+    /// reported as a status, so the process-wide hook must not print it.
+    static GUARD_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Where the last panic caught inside a [`guard`] happened (the quiet hook records it so
+    /// the error message keeps it).
+    static CAUGHT_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Installs, once per process, a panic hook that stays quiet for panics a [`guard`] will
+/// catch (recording their location) and defers to the previous hook for every other panic:
+/// a caught kernel panic must not print a backtrace before the caller's one-line error.
+/// Per-thread by depth, not a hook swap, so concurrent callers cannot restore each other's
+/// hooks.
+fn install_quiet_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if GUARD_DEPTH.with(|d| d.get()) > 0 {
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()));
+                CAUGHT_AT.with(|c| *c.borrow_mut() = at);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Runs `f`, turning its error or a panic into a status and a recent-error message; a panic
+/// prints nothing (see [`install_quiet_hook`]), its message and location go into the error.
 pub(crate) fn guard(f: impl FnOnce() -> SimResult<()>) -> AclStatus {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    install_quiet_hook();
+    GUARD_DEPTH.with(|d| d.set(d.get() + 1));
+    let result = catch_unwind(AssertUnwindSafe(f));
+    GUARD_DEPTH.with(|d| d.set(d.get() - 1));
+    match result {
         Ok(Ok(())) => ACL_SUCCESS,
         Ok(Err(SimErr(st, msg))) => {
             set_error(&format!("[simulation] {msg}"));
@@ -56,7 +92,10 @@ pub(crate) fn guard(f: impl FnOnce() -> SimResult<()>) -> AclStatus {
                 .map(String::as_str)
                 .or_else(|| p.downcast_ref::<&str>().copied())
                 .unwrap_or("panic");
-            set_error(&format!("[simulation] internal error: {what}"));
+            let at = CAUGHT_AT
+                .with(|c| c.borrow_mut().take())
+                .map_or_else(String::new, |at| format!(" (at {at})"));
+            set_error(&format!("[simulation] internal error: {what}{at}"));
             ACLNN_ERR_INNER
         }
     }
@@ -371,4 +410,15 @@ pub fn live_handles() -> LiveHandles {
         executors: lock(&EXECUTORS).as_ref().map_or(0, HashMap::len),
         streams: lock(&STREAMS).as_ref().map_or(0, HashSet::len),
     }
+}
+
+/// Runs `f` under [`guard`] and returns the status and the recent-error message: the hook
+/// the guard's own tests call (a panic must become a status and a message, quietly).
+pub fn guarded_for_tests(f: impl FnOnce()) -> (AclStatus, String) {
+    let st = guard(|| {
+        f();
+        Ok(())
+    });
+    let msg = LAST_ERROR.with(|e| e.borrow().to_string_lossy().into_owned());
+    (st, msg)
 }

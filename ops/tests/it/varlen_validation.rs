@@ -450,3 +450,106 @@ fn causal_and_window_map_onto_cann_modes() {
     assert_eq!(full.atten_mask, MaskSpec::None);
     assert!((full.attrs.scale - 1.0 / 8f64.sqrt()).abs() < 1e-15);
 }
+
+#[test]
+fn extreme_tokens_and_f32_overflowing_attributes_are_typed_errors() {
+    let dense = |spec: &mut VarlenSpec| {
+        // [maxSq, maxSkv] = [3, 4]
+        spec.atten_mask = MaskSpec::Dense {
+            data: vec![0u8; 12].into(),
+            shape: vec![3, 4],
+        };
+    };
+    let (mut spec, shapes) = base();
+    spec.attrs.scale = 1e300;
+    expect("scaleValue", "scale 1e300", spec.validate_fwd(&shapes));
+    let (mut spec, shapes) = base();
+    spec.attrs.keep_prob = 5e-324;
+    expect("keepProb", "keepProb 5e-324", spec.validate_fwd(&shapes));
+    let (mut spec, shapes) = base();
+    spec.attrs.keep_prob = 1e-39; // a subnormal f32: 1/keepProb is inf in f32
+    expect("keepProb", "keepProb 1e-39", spec.validate_fwd(&shapes));
+
+    // i64::MIN tokens: no wrap, no panic, a typed error naming the attribute.
+    let (mut spec, shapes) = base();
+    dense(&mut spec);
+    spec.attrs.next_tokens = i64::MIN;
+    spec.attrs.pre_tokens = 0;
+    expect("nextTokens", "next i64::MIN", spec.validate_fwd(&shapes));
+    let (mut spec, shapes) = base();
+    dense(&mut spec);
+    spec.attrs.pre_tokens = i64::MIN;
+    spec.attrs.next_tokens = 0;
+    expect("preTokens", "pre i64::MIN", spec.validate_fwd(&shapes));
+    let (mut spec, shapes) = base();
+    spec.attrs.sparse_mode = SparseMode::Band;
+    spec.atten_mask = MaskSpec::Compressed;
+    spec.attrs.pre_tokens = i64::MIN;
+    spec.attrs.next_tokens = i64::MIN;
+    expect("preTokens", "band i64::MIN", spec.validate_fwd(&shapes));
+}
+
+#[test]
+fn mode_0_with_a_mask_refuses_an_empty_band_as_cann_varlen_tiling_does() {
+    // flash_attention_score_tiling_general.cpp, SparseNoMaskModeCheck: prompt and varlen
+    // mode 4 refuse pre + next < 0 too.
+    let dense = |spec: &mut VarlenSpec| {
+        spec.atten_mask = MaskSpec::Dense {
+            data: vec![0u8; 12].into(),
+            shape: vec![3, 4],
+        };
+    };
+    let (mut spec, shapes) = base();
+    dense(&mut spec);
+    spec.attrs.pre_tokens = -2;
+    spec.attrs.next_tokens = 1;
+    expect("preTokens", "empty band", spec.validate_fwd(&shapes));
+    let (mut spec, shapes) = base();
+    dense(&mut spec);
+    spec.attrs.pre_tokens = 5;
+    spec.attrs.next_tokens = -1;
+    expect("nextTokens", "negative next", spec.validate_fwd(&shapes));
+    // A band that leaves rows with nothing to attend (Skv + pre < Sq): sequence 0 has
+    // Sq 2, Skv 3, so pre = -2 leaves row 1... with next 3: 3 - 2 = 1 < 2.
+    let (mut spec, shapes) = base();
+    dense(&mut spec);
+    spec.attrs.pre_tokens = -2;
+    spec.attrs.next_tokens = 3;
+    expect(
+        "preTokens",
+        "rows with nothing to attend",
+        spec.validate_fwd(&shapes),
+    );
+    // Causal, full and overlapping bands are accepted.
+    for (pre, next) in [(3, 0), (3, 4), (1, 1), (0, 0), (-1, 2)] {
+        let (mut spec, shapes) = base();
+        dense(&mut spec);
+        spec.attrs.pre_tokens = pre;
+        spec.attrs.next_tokens = next;
+        spec.validate_fwd(&shapes)
+            .unwrap_or_else(|e| panic!("pre {pre} next {next}: {e}"));
+    }
+}
+
+#[test]
+fn products_of_huge_lengths_are_typed_errors_not_overflows() {
+    // T = 2^40 with N·D elements never allocated: N·Sq·Skv overflows usize.
+    let t = 1usize << 40;
+    let mut spec = VarlenSpec::from_lengths(&[t], &[t], 4, 0.35);
+    let shapes = VarlenShapes {
+        query: [t, 4, 8],
+        key: [t, 2, 8],
+        value: [t, 2, 8],
+        sink: None,
+    };
+    spec.attrs.keep_prob = 0.5;
+    spec.drop_mask = Some(Arc::from(Vec::new()));
+    expect("dropMask", "N·Sq·Skv bits", spec.validate_fwd(&shapes));
+    let mut spec = VarlenSpec::from_lengths(&[t], &[t], 4, 0.35);
+    spec.attrs.pse_type = PseType::OuterAddMul;
+    spec.pse = PseSpec::Dense {
+        data: Arc::from(Vec::new()),
+        shape: vec![0],
+    };
+    expect("realShift", "pseTotalLen", spec.validate_fwd(&shapes));
+}

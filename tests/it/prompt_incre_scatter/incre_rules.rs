@@ -638,3 +638,48 @@ fn kv_padding_that_cann_ignores_is_ignored_by_the_contract_and_refused_by_the_bu
     ignored.actual_seq_lengths = Some(vec![20, 5]);
     incre_api(t(&c.q, c.q_shape.clone()), kv(), &ignored).expect("applied padding runs");
 }
+
+#[test]
+fn an_empty_query_huge_tables_and_f32_overflowing_scales_are_typed_errors() {
+    let base = || {
+        let c = icase("base", IfaLayout::Bnsd, 2, 4, 2, 32, 8, 50);
+        let shapes = IncreShapes {
+            query: c.q_shape.clone(),
+            kv: IncreKvShapes::Contiguous {
+                key: vec![2, 2, 32, 8],
+                value: vec![2, 2, 32, 8],
+            },
+            kv_int8: false,
+        };
+        (c.spec, shapes)
+    };
+    let (spec, shapes) = base();
+    spec.validate(&shapes).expect("base is valid");
+
+    let (mut spec, shapes) = base();
+    spec.scale_value = 1e300;
+    expect_param("scale 1e300", spec.validate(&shapes), "scaleValue");
+
+    // Batch 0: CANN's IFA tiling refuses an empty query; every device must agree.
+    let (spec, mut shapes) = base();
+    shapes.query[0] = 0;
+    shapes.kv = IncreKvShapes::Contiguous {
+        key: vec![0, 2, 32, 8],
+        value: vec![0, 2, 32, 8],
+    };
+    expect_param("batch 0", spec.validate(&shapes), "query");
+
+    // A block table whose width times blockSize overflows: a typed error, not a wrap.
+    let (mut spec, mut shapes) = base();
+    spec.block_size = 16;
+    spec.actual_seq_lengths = Some(vec![20, 5]);
+    spec.block_table = Some(BlockTable {
+        data: vec![].into(),
+        shape: vec![2, usize::MAX / 8],
+    });
+    shapes.kv = IncreKvShapes::Paged {
+        key_cache: vec![4, 16, 16],
+        value_cache: vec![4, 16, 16],
+    };
+    expect_param("huge table", spec.validate(&shapes), "blocktable");
+}

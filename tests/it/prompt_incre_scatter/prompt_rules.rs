@@ -416,3 +416,69 @@ fn prompt_every_rule_names_its_parameter() {
         "numHeads",
     );
 }
+
+#[test]
+fn extreme_tokens_f32_overflowing_scales_and_short_masks_are_typed_errors() {
+    let base = || pcase("base", PfaLayout::Bsnd, 2, 3, 4, 4, 2, 16, 40);
+    let dense = |c: &mut PCase, rows: usize, cols: usize| {
+        c.spec.atten_mask = PromptMask::Dense {
+            data: vec![0u8; rows * cols].into(),
+            shape: vec![rows, cols],
+        };
+    };
+    // preTokens / nextTokens = i64::MIN: the mode-0 rules negate them (no wrap, no panic).
+    let mut c = base();
+    dense(&mut c, 3, 4);
+    c.spec.next_tokens = i64::MIN;
+    expect_param("next i64::MIN", c.spec.validate(&c.shapes), "nextTokens");
+    let mut c = base();
+    dense(&mut c, 3, 4);
+    c.spec.pre_tokens = i64::MIN;
+    c.spec.next_tokens = i64::MAX;
+    expect_param("pre i64::MIN", c.spec.validate(&c.shapes), "preTokens");
+    let mut c = base();
+    c.spec.sparse_mode = 4;
+    c.spec.atten_mask = PromptMask::Compressed;
+    c.spec.pre_tokens = i64::MIN;
+    c.spec.next_tokens = i64::MIN;
+    expect_param(
+        "band both i64::MIN",
+        c.spec.validate(&c.shapes),
+        "preTokens",
+    );
+    // The int8-output rules add them to lengths.
+    let mut c = base();
+    dense(&mut c, 3, 4);
+    c.spec.pre_tokens = i64::MIN;
+    c.spec.next_tokens = i64::MAX;
+    c.spec.post_quant = Some(PostQuantSpec {
+        scale: vec![1.0].into(),
+        offset: Some(vec![0.0].into()),
+    });
+    assert!(c.spec.validate(&c.shapes).is_err());
+
+    // A finite f64 that is infinite as the f32 the device computes in.
+    let mut c = base();
+    c.spec.scale_value = 1e300;
+    expect_param("scale 1e300", c.spec.validate(&c.shapes), "scaleValue");
+    let mut c = base();
+    c.spec.scale_value = f64::from(f32::MAX);
+    c.spec
+        .validate(&c.shapes)
+        .expect("f32::MAX is representable");
+
+    // A mask that covers actualSeqLengths but not the query's S (CheckAttenMaskShape).
+    let mut c = base();
+    c.spec.actual_seq_lengths = Some(vec![2, 2]);
+    dense(&mut c, 2, 4);
+    expect_param("mask rows < S", c.spec.validate(&c.shapes), "attenMask");
+    let mut c = base();
+    c.spec.actual_seq_lengths_kv = Some(vec![2, 2]);
+    dense(&mut c, 3, 2);
+    expect_param("mask cols < Skv", c.spec.validate(&c.shapes), "attenMask");
+    let mut c = base();
+    dense(&mut c, 3, 4);
+    c.spec
+        .validate(&c.shapes)
+        .expect("a mask covering S is valid");
+}
