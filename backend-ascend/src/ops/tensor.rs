@@ -187,6 +187,20 @@ impl FloatTensorOps<Self> for Ascend {
         })
     }
 
+    /// One `aclnnMean` over every dim, not Burn's default `sum / n`: the device accumulates in
+    /// f32, so the mean of f16 values whose sum exceeds f16's range stays finite.
+    fn float_mean(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let all: Vec<usize> = (0..tensor.shape.num_dims()).collect();
+        match native::reduce(&tensor, &all, true) {
+            Some(t) => base::reshape(t, Shape::new([1])),
+            None => {
+                let mut cx = Fallback::new("float_mean");
+                let tensor = cx.arg(tensor);
+                cx.ret(<Host as FloatTensorOps<Host>>::float_mean(tensor))
+            }
+        }
+    }
+
     fn float_sum(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         let all: Vec<usize> = (0..tensor.shape.num_dims()).collect();
         match native::reduce(&tensor, &all, false) {

@@ -509,3 +509,24 @@ fn random_fills_run_on_the_device_with_the_right_moments_and_replay_a_seed() {
         assert_ne!(draw().0, first.0);
     });
 }
+
+/// `mean` is one device reduction accumulating in f32: the mean of f16 values whose sum
+/// overflows f16 (4096 · 100 > 65504) is 100, not Burn's default `sum / n` = inf.
+#[test]
+fn the_mean_of_f16_values_whose_sum_overflows_f16_is_finite() {
+    let _lock = crate::exclusive();
+    native(&["float_mean", "float_sum"], || {
+        let x: Tensor<A, 2> = Tensor::from_data(
+            TensorData::new(vec![100.0f32; 4096], [64, 64]),
+            (&dev(), DType::F16),
+        );
+        assert_eq!(x.dtype(), DType::F16);
+        let m = x
+            .mean()
+            .into_data()
+            .convert_dtype(DType::F32)
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(m, vec![100.0]);
+    });
+}
