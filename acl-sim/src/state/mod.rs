@@ -16,9 +16,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use burn_ascend_kernels::acl::ffi::*;
 
+pub(crate) mod faults;
 pub(crate) mod handles;
 pub(crate) mod memory;
 
+pub use faults::{clear_faults, faults_fired, inject_fault, Fault, SIM_STREAM_FAULT_STATUS};
 pub(crate) use handles::{c_str, int_array, required, scalar, tensor, tensor_list, SimTensor};
 pub(crate) use memory::{device_range_ok, read_device, with_device_mut};
 pub use memory::{memory_in_use, set_memory_limit};
@@ -214,7 +216,11 @@ fn forget_pending(stream: AclrtStream) {
 pub(crate) unsafe extern "C" fn synchronize_stream(stream: AclrtStream) -> AclStatus {
     guard(|| {
         if stream_ok(stream) {
+            // The stream's tasks are over either way (a failed task ends the wait too).
             forget_pending(stream);
+            if let Some((st, msg)) = faults::sync_fault() {
+                return Err(SimErr(st, msg));
+            }
             Ok(()) // launches run synchronously
         } else {
             Err(SimErr(
@@ -338,6 +344,9 @@ pub(crate) fn launch(
         }
         if !stream_ok(stream) {
             return invalid(format!("{op}: {stream:p} is not a live stream"));
+        }
+        if let Some((st, msg)) = faults::launch_fault(op) {
+            return Err(SimErr(st, msg));
         }
         if e.workspace > 0 {
             lock(&PENDING_WORKSPACES).push((stream as usize, workspace as usize, size as usize));

@@ -3,6 +3,7 @@
 
 mod attention;
 mod elementwise;
+mod faults;
 mod host_overhead;
 mod index;
 mod leaks;
