@@ -9,6 +9,7 @@
 
 mod common;
 
+mod campaign;
 mod campaign_soak;
 mod cli_bench;
 mod cli_prompt_incre_scatter;
