@@ -85,55 +85,69 @@ fn count_down(slot: &mut Option<usize>) -> bool {
     }
 }
 
+// The checks below run in every `aclrtMalloc` / launch / synchronisation, including those a
+// thread-local runtime makes while the thread's locals are destroyed: `try_with` (no fault
+// then) instead of `with`, which would panic there — outside any `catch_unwind`, so an abort.
+
 pub(crate) fn malloc_fault(size: usize) -> Option<(AclStatus, String)> {
-    ARMED.with(|a| {
-        let mut a = a.borrow_mut();
-        count_down(&mut a.malloc).then(|| {
-            a.fired += 1;
-            (
-                ACL_ERROR_RT_MEMORY_ALLOCATION,
-                format!(
+    ARMED
+        .try_with(|a| {
+            let mut a = a.borrow_mut();
+            count_down(&mut a.malloc).then(|| {
+                a.fired += 1;
+                (
+                    ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    format!(
                     "aclrtMalloc: out of device memory ({size} bytes requested; injected fault)"
                 ),
-            )
+                )
+            })
         })
-    })
+        .ok()
+        .flatten()
 }
 
 pub(crate) fn launch_fault(op: &str) -> Option<(AclStatus, String)> {
-    ARMED.with(|a| {
-        let mut a = a.borrow_mut();
-        let hit = match &mut a.launch {
-            Some((want, n)) if want.as_deref().is_none_or(|w| w == op) => {
-                if *n == 0 {
-                    a.launch = None;
-                    true
-                } else {
-                    *n -= 1;
-                    false
+    ARMED
+        .try_with(|a| {
+            let mut a = a.borrow_mut();
+            let hit = match &mut a.launch {
+                Some((want, n)) if want.as_deref().is_none_or(|w| w == op) => {
+                    if *n == 0 {
+                        a.launch = None;
+                        true
+                    } else {
+                        *n -= 1;
+                        false
+                    }
                 }
-            }
-            _ => false,
-        };
-        hit.then(|| {
-            a.fired += 1;
-            (
-                ACLNN_ERR_RUNTIME_ERROR,
-                format!("{op}: the kernel failed at execute (injected fault)"),
-            )
+                _ => false,
+            };
+            hit.then(|| {
+                a.fired += 1;
+                (
+                    ACLNN_ERR_RUNTIME_ERROR,
+                    format!("{op}: the kernel failed at execute (injected fault)"),
+                )
+            })
         })
-    })
+        .ok()
+        .flatten()
 }
 
 pub(crate) fn sync_fault() -> Option<(AclStatus, String)> {
-    ARMED.with(|a| {
-        let mut a = a.borrow_mut();
-        count_down(&mut a.sync).then(|| {
-            a.fired += 1;
-            (
-                SIM_STREAM_FAULT_STATUS,
-                "aclrtSynchronizeStream: a task on the stream failed (injected fault)".to_string(),
-            )
+    ARMED
+        .try_with(|a| {
+            let mut a = a.borrow_mut();
+            count_down(&mut a.sync).then(|| {
+                a.fired += 1;
+                (
+                    SIM_STREAM_FAULT_STATUS,
+                    "aclrtSynchronizeStream: a task on the stream failed (injected fault)"
+                        .to_string(),
+                )
+            })
         })
-    })
+        .ok()
+        .flatten()
 }

@@ -41,7 +41,9 @@ thread_local! {
 
 fn set_error(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    // `try_with`: a call failing while the thread's locals are destroyed (a thread-local
+    // runtime dropped at thread exit) runs outside `catch_unwind`; `with` would panic there.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
 }
 
 /// Runs `f`, turning its error or a panic into a status and a recent-error message.
