@@ -164,3 +164,60 @@ fn an_allocation_failing_inside_an_op_is_retried_or_reported_with_its_status_and
         assert!(exercised > 0, "{op}: no allocation was exercised");
     }
 }
+
+#[test]
+fn a_failed_device_append_returns_its_blocks_and_the_paged_cache_then_refuses_instead_of_serving_empty_caches(
+) {
+    let _lock = crate::exclusive();
+    let (n, d, bs, blocks) = (2, 8, 16, 4);
+    let mut cache =
+        burn_ascend_ops::PagedKvCache::<Ascend>::new(blocks, bs, n, n, d, 0.3, &dev()).unwrap();
+    let (a, b) = (cache.add_sequence(), cache.add_sequence());
+    cache
+        .append(
+            a,
+            t::<3>(20 * n * d, [20, n, d]),
+            t::<3>(20 * n * d, [20, n, d]),
+        )
+        .unwrap();
+    // b shares a's partly filled second block: its append copies it first (copy-on-write).
+    let b = {
+        cache.free(b).unwrap();
+        cache.fork(a).unwrap()
+    };
+    let free_before = cache.free_blocks();
+    sim::inject_fault(sim::Fault::Launch {
+        op: Some("aclnnScatterPaKvCache".into()),
+        after: 0,
+    });
+    let got = catch_unwind(AssertUnwindSafe(|| {
+        cache.append(
+            b,
+            t::<3>(17 * n * d, [17, n, d]),
+            t::<3>(17 * n * d, [17, n, d]),
+        )
+    }));
+    sim::clear_faults();
+    let err = got.expect("no panic").expect_err("the scatter failed");
+    assert!(matches!(err, AttnError::Device { .. }), "{err}");
+    assert_eq!(
+        cache.free_blocks(),
+        free_before,
+        "the failed append's blocks are returned"
+    );
+    // The caches went into the failed call: later calls say so instead of serving zeros.
+    let q = t::<4>(n * d, [1, 1, n, d]);
+    let again = cache.attend(&[a], q).unwrap_err();
+    assert!(again.to_string().contains("lost"), "{again}");
+    let again = cache
+        .append(a, t::<3>(n * d, [1, n, d]), t::<3>(n * d, [1, n, d]))
+        .unwrap_err();
+    assert!(again.to_string().contains("lost"), "{again}");
+    cache.free(a).unwrap();
+    cache.free(b).unwrap();
+    assert_eq!(
+        cache.free_blocks(),
+        blocks,
+        "every block is free at the end"
+    );
+}
