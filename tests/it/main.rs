@@ -10,6 +10,7 @@
 mod common;
 
 mod campaign;
+mod campaign_api;
 mod campaign_soak;
 mod cli_bench;
 mod cli_prompt_incre_scatter;
