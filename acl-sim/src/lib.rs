@@ -39,6 +39,9 @@
 //! simulation" message. A kernel panic becomes 561000 (`ACLNN_ERR_INNER`), never an unwind
 //! across the C boundary.
 //!
+//! [`inject_fault`] makes the calling thread's next `aclrtMalloc` (207001), a chosen aclnn
+//! launch (361001 at execute) or `aclrtSynchronizeStream` (507015) fail, for error-path tests.
+//!
 //! [`set_compute`] turns the kernels off (everything else still runs) so the host overhead of a
 //! dispatched call can be measured ([`bench`]).
 //!
@@ -58,7 +61,8 @@ mod varlen;
 mod wire;
 
 pub use state::{
-    launches, live_handles, memory_in_use, set_compute, set_memory_limit, LiveHandles,
+    clear_faults, faults_fired, inject_fault, launches, live_handles, memory_in_use, set_compute,
+    set_memory_limit, Fault, LiveHandles, SIM_STREAM_FAULT_STATUS,
 };
 
 use std::ffi::c_void;

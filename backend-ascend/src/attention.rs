@@ -17,7 +17,9 @@
 //!   NHSD caches take the counted host fallback (`incre_fwd`, `prompt_fwd`, `scatter_kv`).
 //!
 //! Shapes and attributes are validated by the ops crate's spec first (typed [`AttnError`]s);
-//! a failing aclnn call then panics with the call, its status and CANN's message.
+//! a failing aclnn launch (or its stream synchronisation) then returns [`AttnError::Device`]
+//! naming the op, the call and its status; other device failures (allocating a Burn tensor)
+//! panic with the call, its status and CANN's message, as Burn's tensor API cannot return one.
 
 use burn_ascend_kernels::acl::{Tensor, TensorDesc};
 use burn_ascend_kernels::reference::varlen::dpse_factor;
@@ -37,7 +39,7 @@ use burn_backend::{DType, Shape};
 use crate::device::{runtime, AscendDevice};
 use crate::element::is_acl_float;
 use crate::fallback::count;
-use crate::tensor::{fail, AscendTensor};
+use crate::tensor::{device_error, fail, AscendTensor};
 use crate::Ascend;
 
 pub mod aclnn;
@@ -133,7 +135,7 @@ impl AttentionBackend for Ascend {
                     softmax_sum: &h[5],
                 },
             )
-            .unwrap_or_else(|e| fail("varlen_fwd", e));
+            .map_err(|e| device_error("varlen_fwd", e))?;
         }
         Ok(VarlenOutputs {
             attention_out: out,
@@ -221,7 +223,7 @@ impl AttentionBackend for Ascend {
                     dsink: opt_h[1].as_ref(),
                 },
             )
-            .unwrap_or_else(|e| fail("varlen_bwd", e));
+            .map_err(|e| device_error("varlen_bwd", e))?;
         }
         // dsink: CANN's post step keeps only the last chunk of its partial sums once
         // `B·s1Pad·s2Pad/baseMN·4 > 2·postUbBaseSize` (`flash_attention_score_grad_post.h`

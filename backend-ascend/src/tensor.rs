@@ -290,6 +290,25 @@ fn gather(raw: &[u8], shape: &[usize], strides: &[usize], offset: usize, esz: us
 
 /// Turns a dispatch error into the panic message Burn's infallible op signatures require: the
 /// op, the status and CANN's message.
+/// A failed aclnn / runtime call of attention op `op` (valid input, failing device) as the typed
+/// error the attention ops return.
+pub(crate) fn device_error(op: &str, e: AclError) -> burn_ascend_ops::error::AttnError {
+    let (call, status, message) = match e {
+        AclError::Status {
+            call,
+            status,
+            message,
+        } => (call, Some(status), message),
+        other => (String::new(), None, other.to_string()),
+    };
+    burn_ascend_ops::error::AttnError::Device {
+        op: op.to_string(),
+        call,
+        status,
+        message,
+    }
+}
+
 pub(crate) fn fail(op: &str, e: AclError) -> ! {
     panic!("Ascend {op} failed: {e}")
 }

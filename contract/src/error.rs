@@ -21,6 +21,18 @@ pub enum AttnError {
         /// Blocks free.
         free: usize,
     },
+    /// The input was valid but the device failed the call: a runtime or aclnn status (device
+    /// memory exhausted, a kernel fault at execute, a stream error).
+    Device {
+        /// The op that failed (`prompt_flash_attention`, …).
+        op: String,
+        /// The C function that returned the status (`aclrtMalloc`, `aclnnScatterPaKvCache`, …).
+        call: String,
+        /// Its status, when it returned one.
+        status: Option<i32>,
+        /// The device's message (`aclGetRecentErrMsg`).
+        message: String,
+    },
 }
 
 impl AttnError {
@@ -36,7 +48,7 @@ impl AttnError {
     pub fn param(&self) -> Option<&'static str> {
         match self {
             Self::Invalid { param, .. } => Some(param),
-            Self::Unsupported(_) | Self::OutOfBlocks { .. } => None,
+            Self::Unsupported(_) | Self::OutOfBlocks { .. } | Self::Device { .. } => None,
         }
     }
 }
@@ -48,6 +60,22 @@ impl fmt::Display for AttnError {
             Self::Unsupported(what) => write!(f, "unsupported: {what}"),
             Self::OutOfBlocks { needed, free } => {
                 write!(f, "out of KV cache blocks: need {needed}, {free} free")
+            }
+            Self::Device {
+                op,
+                call,
+                status,
+                message,
+            } => {
+                write!(f, "device: {op}: {call} failed")?;
+                if let Some(st) = status {
+                    write!(f, " with status {st}")?;
+                }
+                if message.is_empty() {
+                    Ok(())
+                } else {
+                    write!(f, ": {message}")
+                }
             }
         }
     }

@@ -73,6 +73,10 @@ pub struct PagedKvCache<B: AttentionBackend> {
     refs: Vec<usize>,
     seqs: HashMap<SeqId, Seq>,
     next: u64,
+    /// Set when a device call failed after the caches were handed to it (the scatter consumes
+    /// them so that a device can update them in place): their contents are gone, so every
+    /// later append or attend refuses with this error instead of running on empty caches.
+    lost: Option<AttnError>,
 }
 
 impl<B: AttentionBackend> PagedKvCache<B> {
@@ -113,6 +117,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             refs: vec![0; num_blocks],
             seqs: HashMap::new(),
             next: 0,
+            lost: None,
         })
     }
 
@@ -160,6 +165,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
     /// partly filled last block first); fails with [`AttnError::OutOfBlocks`] before changing
     /// anything when too few are free.
     pub fn append(&mut self, id: SeqId, key: Tensor<B, 3>, value: Tensor<B, 3>) -> Result<()> {
+        self.ensure_intact()?;
         let [t, nkv, d] = key.dims();
         ensure!(
             nkv == self.kv_heads && d == self.head_dim,
@@ -244,7 +250,32 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         let empty = || Tensor::<B, 4>::empty([0, bs, nkv, d], &device);
         let kc = std::mem::replace(&mut self.key_cache, empty());
         let vc = std::mem::replace(&mut self.value_cache, empty());
-        let (kc, vc) = scatter_pa_kv_cache(key, Some(value), kc, Some(vc), &spec)?;
+        let (kc, vc) = match scatter_pa_kv_cache(key, Some(value), kc, Some(vc), &spec) {
+            Ok(caches) => caches,
+            Err(e) => {
+                // Validated above, so this is the device failing (AttnError::Device): the
+                // caches went into the call and are lost. Return this append's blocks and
+                // refuse from now on.
+                let keep = self.seqs[&id].blocks.len() - usize::from(cow);
+                for &b in &blocks[keep..] {
+                    self.refs[b] -= 1;
+                    if self.refs[b] == 0 {
+                        self.free.push(b);
+                    }
+                }
+                if cow {
+                    let old = *self.seqs[&id].blocks.last().expect("len > 0");
+                    self.refs[old] += 1;
+                }
+                self.lost = Some(AttnError::Device {
+                    op: "PagedKvCache".into(),
+                    call: "scatter_pa_kv_cache".into(),
+                    status: None,
+                    message: format!("the caches were lost when an append failed: {e}"),
+                });
+                return Err(e);
+            }
+        };
         self.key_cache = kc;
         self.value_cache = vc.expect("value cache");
         self.seqs.insert(
@@ -255,6 +286,13 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             },
         );
         Ok(())
+    }
+
+    fn ensure_intact(&self) -> Result<()> {
+        match &self.lost {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
     }
 
     fn alloc(&mut self) -> usize {
@@ -308,6 +346,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         query: Tensor<B, 4>,
         opts: &AttendOptions,
     ) -> Result<Tensor<B, 4>> {
+        self.ensure_intact()?;
         let [b, s, n, d] = query.dims();
         ensure!(
             b == ids.len() && n == self.num_heads && d == self.head_dim,

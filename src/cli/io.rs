@@ -115,6 +115,7 @@ impl HostTensor {
 
     /// I8 values.
     pub fn i8_values(&self, name: &'static str) -> Result<Vec<i8>, AttnError> {
+        self.check_bytes(name)?;
         if self.dtype != Dtype::I8 {
             return Err(AttnError::invalid(
                 name,
@@ -134,6 +135,7 @@ impl HostTensor {
 
     /// A 0/1 mask: BOOL, INT8 or UINT8, every value 0 or 1.
     pub fn mask01_values(&self, name: &'static str) -> Result<Vec<u8>, AttnError> {
+        self.check_bytes(name)?;
         match self.dtype {
             Dtype::BOOL | Dtype::U8 | Dtype::I8 => {
                 if let Some(i) = self.bytes.iter().position(|&x| x > 1) {
@@ -181,8 +183,30 @@ impl HostTensor {
         self.len() == 0
     }
 
+    /// The bytes must hold exactly the shape's elements: a file's tensors are checked when
+    /// read (`Bundle::from_bytes`), this also covers bundles built in memory, before any
+    /// value reaches a kernel.
+    fn check_bytes(&self, name: &'static str) -> Result<(), AttnError> {
+        let need = self.len().checked_mul(self.dtype.bitsize() / 8);
+        if need == Some(self.bytes.len()) {
+            Ok(())
+        } else {
+            Err(AttnError::invalid(
+                name,
+                format!(
+                    "holds {} bytes, its shape {:?} of {:?} needs {}",
+                    self.bytes.len(),
+                    self.shape,
+                    self.dtype,
+                    need.map_or("more than usize".into(), |n| n.to_string())
+                ),
+            ))
+        }
+    }
+
     /// The values as `T` (the dtype must be `T`'s).
     pub fn values<T: WireFloat>(&self, name: &'static str) -> Result<Vec<T>, AttnError> {
+        self.check_bytes(name)?;
         if self.dtype != T::DTYPE {
             return Err(AttnError::invalid(
                 name,
@@ -198,6 +222,7 @@ impl HostTensor {
 
     /// Float values (F32, F16, BF16 or F64) widened to f32.
     pub fn f32_values(&self, name: &'static str) -> Result<Vec<f32>, AttnError> {
+        self.check_bytes(name)?;
         let conv = |x: f64| x as f32;
         Ok(match self.dtype {
             Dtype::F32 => self.values::<f32>(name)?,
@@ -227,6 +252,7 @@ impl HostTensor {
 
     /// Integer values (I64 or I32).
     pub fn i64_values(&self, name: &'static str) -> Result<Vec<i64>, AttnError> {
+        self.check_bytes(name)?;
         Ok(match self.dtype {
             Dtype::I64 => self
                 .bytes
@@ -249,6 +275,7 @@ impl HostTensor {
 
     /// Mask bytes (BOOL or U8; non-zero = set).
     pub fn mask_values(&self, name: &'static str) -> Result<Vec<u8>, AttnError> {
+        self.check_bytes(name)?;
         match self.dtype {
             Dtype::BOOL | Dtype::U8 => Ok(self.bytes.clone()),
             other => Err(AttnError::invalid(

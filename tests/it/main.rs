@@ -9,6 +9,9 @@
 
 mod common;
 
+mod campaign;
+mod campaign_api;
+mod campaign_soak;
 mod cli_bad_input;
 mod cli_bench;
 mod cli_prompt_incre_scatter;

@@ -93,6 +93,9 @@ pub(crate) unsafe extern "C" fn malloc(
                 "aclrtMalloc: size is 0".into(),
             ));
         }
+        if let Some((st, msg)) = super::faults::malloc_fault(size) {
+            return Err(SimErr(st, msg));
+        }
         let mut mem = lock(&MEM);
         if let Some(limit) = memory_limit() {
             let live: usize = mem.values().map(|b| b.len()).sum();

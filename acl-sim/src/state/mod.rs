@@ -16,9 +16,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use burn_ascend_kernels::acl::ffi::*;
 
+pub(crate) mod faults;
 pub(crate) mod handles;
 pub(crate) mod memory;
 
+pub use faults::{clear_faults, faults_fired, inject_fault, Fault, SIM_STREAM_FAULT_STATUS};
 pub(crate) use handles::{c_str, int_array, required, scalar, tensor, tensor_list, SimTensor};
 pub(crate) use memory::{device_range_ok, read_device, with_device_mut};
 pub use memory::{memory_in_use, set_memory_limit};
@@ -39,7 +41,9 @@ thread_local! {
 
 fn set_error(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    // `try_with`: a call failing while the thread's locals are destroyed (a thread-local
+    // runtime dropped at thread exit) runs outside `catch_unwind`; `with` would panic there.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
 }
 
 thread_local! {
@@ -253,7 +257,11 @@ fn forget_pending(stream: AclrtStream) {
 pub(crate) unsafe extern "C" fn synchronize_stream(stream: AclrtStream) -> AclStatus {
     guard(|| {
         if stream_ok(stream) {
+            // The stream's tasks are over either way (a failed task ends the wait too).
             forget_pending(stream);
+            if let Some((st, msg)) = faults::sync_fault() {
+                return Err(SimErr(st, msg));
+            }
             Ok(()) // launches run synchronously
         } else {
             Err(SimErr(
@@ -377,6 +385,9 @@ pub(crate) fn launch(
         }
         if !stream_ok(stream) {
             return invalid(format!("{op}: {stream:p} is not a live stream"));
+        }
+        if let Some((st, msg)) = faults::launch_fault(op) {
+            return Err(SimErr(st, msg));
         }
         if e.workspace > 0 {
             lock(&PENDING_WORKSPACES).push((stream as usize, workspace as usize, size as usize));

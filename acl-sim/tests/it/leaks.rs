@@ -13,7 +13,7 @@ const CHILD: &str = "BURN_ASCEND_SIM_TEST_ALONE";
 
 /// In the test process: re-runs test `name` of this binary alone in a child process, checks it
 /// passed and returns `false`. In that child: returns `true` (run the test's body).
-fn in_own_process(name: &str) -> bool {
+pub(crate) fn in_own_process(name: &str) -> bool {
     if std::env::var_os(CHILD).is_some() {
         return true;
     }

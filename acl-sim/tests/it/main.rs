@@ -3,6 +3,7 @@
 
 mod attention;
 mod elementwise;
+mod faults;
 mod guard;
 mod host_overhead;
 mod index;

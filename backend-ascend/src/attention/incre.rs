@@ -21,7 +21,7 @@ use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
 use crate::ops::native_elementwise;
-use crate::tensor::{fail, AscendTensor};
+use crate::tensor::{device_error, fail, AscendTensor};
 use crate::Ascend;
 
 /// Label of the call in error messages.
@@ -92,7 +92,7 @@ pub(super) fn incre_fwd(inputs: IncreInputs<Ascend>, spec: &IncreSpec) -> Result
                 attention_out: &handle(&out, &od, OP),
             },
         )
-        .unwrap_or_else(|e| fail(OP, e));
+        .map_err(|e| device_error(OP, e))?;
     }
     Ok(out)
 }

@@ -13,7 +13,7 @@ use super::{aclnn, descs, handles, same_device};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
-use crate::tensor::{fail, AscendTensor};
+use crate::tensor::{device_error, AscendTensor};
 use crate::Ascend;
 
 /// Label of the call in error messages.
@@ -52,7 +52,7 @@ pub(super) fn prompt_fwd(inputs: PromptInputs<Ascend>, spec: &PromptSpec) -> Res
                 attention_out: &h[3],
             },
         )
-        .unwrap_or_else(|e| fail(OP, e));
+        .map_err(|e| device_error(OP, e))?;
     }
     Ok(out)
 }

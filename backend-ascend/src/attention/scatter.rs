@@ -19,7 +19,7 @@ use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
 use crate::ops::native_index;
-use crate::tensor::{fail, AscendTensor};
+use crate::tensor::{device_error, fail, AscendTensor};
 use crate::Ascend;
 
 /// Label of the call in error messages.
@@ -140,7 +140,7 @@ pub(super) fn scatter_kv(
                 value_cache: vch.as_ref(),
             },
         )
-        .unwrap_or_else(|e| fail(OP, e));
+        .map_err(|e| device_error(OP, e))?;
     }
     Ok(ScatterOutputs {
         key_cache,

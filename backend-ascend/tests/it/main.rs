@@ -13,6 +13,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 mod attention;
 mod devices;
 mod fallback_dtypes;
+mod faults;
 mod memory_pool;
 mod native_elementwise;
 mod native_index;
