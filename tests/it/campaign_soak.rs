@@ -200,15 +200,6 @@ fn a_random_serving_soak_keeps_every_block_accounted_for_and_every_sequence_inta
                 let chosen: Vec<SeqId> =
                     (0..count).map(|_| ready[rng.below(ready.len())]).collect();
                 let s = if rng.chance(0.5) { 1 } else { 2 + rng.below(3) };
-                // Known bug, filtered here (found by this soak, reported; the rule lives in
-                // contract/src/incre.rs, not this campaign's to change): decode refuses a batch
-                // whose block tables together list more blocks than the cache has
-                // ("invalid key: blocknum 12 must be >= the blocks the lengths need (13)"),
-                // although forked sequences share blocks, so the distinct blocks fit.
-                let listed: usize = chosen.iter().map(|i| model[i].len().div_ceil(BS)).sum();
-                if s == 1 && listed > BLOCKS {
-                    continue;
-                }
                 let q = rng.vec_f32(count * s * N * D, 1.0);
                 let query = Tensor::<B, 4>::from_data(
                     TensorData::new(q.clone(), [count, s, N, D]),

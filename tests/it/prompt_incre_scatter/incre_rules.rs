@@ -330,22 +330,6 @@ fn incre_every_rule_names_its_parameter() {
             "actualSeqLengths",
         ),
         (
-            "blocknum",
-            Box::new(move |s, sh| {
-                paged(s, sh);
-                sh.kv = IncreKvShapes::Paged {
-                    key_cache: vec![2, 16, 16],
-                    value_cache: vec![2, 16, 16],
-                };
-                s.block_table = Some(BlockTable {
-                    data: vec![0, 1, 0, 1].into(),
-                    shape: vec![2, 2],
-                });
-                s.actual_seq_lengths = Some(vec![20, 17]);
-            }),
-            "key",
-        ),
-        (
             "paged no lengths",
             Box::new(move |s, sh| {
                 paged(s, sh);
@@ -682,4 +666,34 @@ fn an_empty_query_huge_tables_and_f32_overflowing_scales_are_typed_errors() {
         value_cache: vec![4, 16, 16],
     };
     expect_param("huge table", spec.validate(&shapes), "blocktable");
+}
+
+/// Block tables may share blocks (forks, prefix caching): the docs ask blocknum to cover the
+/// sum of every batch's blocks, but the tiling does not check it, so the contract checks only
+/// that each id a token uses is a block of the cache.
+#[test]
+fn block_tables_that_share_blocks_are_accepted_and_ids_outside_the_cache_are_not() {
+    let c = icase("shared", IfaLayout::Bnsd, 2, 4, 2, 32, 8, 52);
+    let mut s = c.spec.clone();
+    s.block_size = 16;
+    s.actual_seq_lengths = Some(vec![20, 17]);
+    s.block_table = Some(BlockTable {
+        data: vec![0, 1, 0, 1].into(),
+        shape: vec![2, 2],
+    });
+    let shapes = IncreShapes {
+        query: c.q_shape.clone(),
+        kv: IncreKvShapes::Paged {
+            key_cache: vec![2, 16, 16],
+            value_cache: vec![2, 16, 16],
+        },
+        kv_int8: false,
+    };
+    s.validate(&shapes)
+        .expect("two sequences sharing both blocks");
+    s.block_table = Some(BlockTable {
+        data: vec![0, 1, 0, 2].into(),
+        shape: vec![2, 2],
+    });
+    expect_param("id 2 of 2 blocks", s.validate(&shapes), "blocktable");
 }
