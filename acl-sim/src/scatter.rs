@@ -195,6 +195,17 @@ pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
                 "key dtype {kd:?} (the simulation moves FLOAT16, BFLOAT16, INT8 and FLOAT)"
             ));
         }
+        // `op_kernel/scatter_pa_kv_cache.cpp` has no INT8 tiling key for Nct, Rope or Omni.
+        if kd == DataType::Int8
+            && matches!(
+                kind,
+                ScatterKind::Nct | ScatterKind::Rope | ScatterKind::Omni
+            )
+        {
+            return invalid(format!(
+                "scatterMode {sm}: no INT8 kernel (FLOAT16 / BFLOAT16 only)"
+            ));
+        }
         if key_cache.dtype != kd || value.iter().chain(&value_cache).any(|t| t.dtype != kd) {
             return invalid("keyCacheRef, value, valueCacheRef: dtype must equal key's");
         }

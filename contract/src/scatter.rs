@@ -225,6 +225,18 @@ impl ScatterSpec {
             "key",
             "dtype must be FLOAT16, BFLOAT16 or INT8 (FLOAT32 on the host), got {kd:?}"
         );
+        // `op_kernel/scatter_pa_kv_cache.cpp` instantiates the Nct (strided), Rope and Omni
+        // kernels for FLOAT16 / BFLOAT16 only: an INT8 call has no tiling key to run.
+        ensure!(
+            !(kd == DataType::Int8
+                && matches!(
+                    self.scatter_mode,
+                    ScatterKind::Nct | ScatterKind::Rope | ScatterKind::Omni
+                )),
+            "scatterMode",
+            "{} has no INT8 kernel in CANN (FLOAT16 / BFLOAT16 only)",
+            self.scatter_mode.as_attr()
+        );
         ensure!(
             s.key.len() == 3 || s.key.len() == 4,
             "key",

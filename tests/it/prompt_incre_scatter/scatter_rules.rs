@@ -24,6 +24,18 @@ fn scatter_every_rule_names_its_parameter() {
         ),
         ("key rank", norm, Box::new(|_, s| s.key = vec![5, 8]), "key"),
         (
+            "int8 Nct",
+            nct,
+            Box::new(|_, s| s.dtypes = [Some(DataType::Int8); 4]),
+            "scatterMode",
+        ),
+        (
+            "int8 Rope",
+            rope,
+            Box::new(|_, s| s.dtypes = [Some(DataType::Int8); 4]),
+            "scatterMode",
+        ),
+        (
             "value without cache",
             norm,
             Box::new(|_, s| s.value_cache = None),
