@@ -10,6 +10,11 @@
 //!   **read + write**: 2 × buffer bytes / time; the better of a one-thread `copy_from_slice`
 //!   and the same split over all threads (both printed), with the caches flushed before each
 //!   repetition.
+//! - `read_gbps`: a multi-threaded sum over the same buffer, caches flushed before each
+//!   repetition, counting **read** bytes only: buffer bytes / time. Decode reads its caches and
+//!   writes almost nothing, so `fraction_of_read_bandwidth` (decode GB/s / `read_gbps`) is its
+//!   honest denominator; against `copy_gbps` (read + write) a decode at full read bandwidth
+//!   would score about 0.5.
 //! - varlen cases: forward (`varlen-fwd`) and forward + backward (`varlen-fwdbwd`), full and
 //!   causal (sparse mode 3, compressed mask), D = 64 and 128, 4096 packed tokens as
 //!   [512, 1024, 2048, 512], N = 8, Nkv = 2, with sinks, f32. FLOPs: 4·D per unmasked
@@ -18,7 +23,7 @@
 //! - decode cases: incremental attention over a paged cache (BSH layout, block 128, blocks
 //!   shuffled), B = 8, KV length 4096, N = 32, Nkv = 8, D = 128, f32 and int8 KV (per-channel
 //!   antiquant with offset). FLOPs 4·Skv·D per head; bandwidth = bytes of K + V read / time,
-//!   reported as a fraction of `copy_gbps`; timed with the caches flushed before each
+//!   reported as fractions of `read_gbps` and of `copy_gbps`; timed with the caches flushed before each
 //!   repetition (the int8 cache, 64 MiB, would otherwise sit in a large L3). `tokens` is the
 //!   number of cached tokens read (B × KV length).
 //! - `speedup_vs_composite`: composite time / fast time on the same inputs, the composite
@@ -317,7 +322,7 @@ impl CaseResult {
     fn gbps(&self) -> Option<f64> {
         self.bytes.map(|b| b / self.fast.wall / 1e9)
     }
-    fn json(&self, sgemm: f64, copy: f64) -> Value {
+    fn json(&self, sgemm: f64, copy: f64, read: f64) -> Value {
         json!({
             "name": self.name,
             "kind": self.kind,
@@ -329,6 +334,7 @@ impl CaseResult {
             "gflops": self.gflops(),
             "fraction_of_sgemm": self.gflops() / sgemm,
             "fraction_of_copy_bandwidth": self.gbps().map(|g| g / copy),
+            "fraction_of_read_bandwidth": self.gbps().map(|g| g / read),
             "speedup_vs_composite": self.composite.wall / self.fast.wall,
             "peak_extra_bytes": self.peak,
             "composite_peak_extra_bytes": self.composite_peak,
@@ -749,6 +755,31 @@ fn parallel_copy(src: &[f32], dst: &mut [f32], threads: usize) {
     });
 }
 
+/// The sum of `src` with `threads` scoped threads, one contiguous part each; 16 independent
+/// accumulators per thread so the loop vectorises (a read-bandwidth probe, not a numeric sum).
+fn parallel_sum(src: &[f32], threads: usize) -> f32 {
+    let part = src.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = src
+            .chunks(part)
+            .map(|s| {
+                scope.spawn(move || {
+                    let mut acc = [0.0f32; 16];
+                    let blocks = s.chunks_exact(16);
+                    let tail: f32 = blocks.remainder().iter().sum();
+                    for b in blocks {
+                        for (a, x) in acc.iter_mut().zip(b) {
+                            *a += x;
+                        }
+                    }
+                    acc.iter().sum::<f32>() + tail
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+    })
+}
+
 /// Human-readable bytes.
 fn mib(b: Option<usize>) -> String {
     b.map_or("n/a".into(), |b| {
@@ -773,7 +804,7 @@ pub fn main(args: &[String]) -> Result<(), CliError> {
     let sgemm_before = sgemm(plan.sgemm_n, sgemm_reps, &mut rng)?;
 
     let mut flusher = Flusher::new(plan.flush_bytes);
-    let (copy_1, copy_n) = {
+    let (copy_1, copy_n, read_gbps) = {
         let src = rng.vec(plan.copy_len);
         let mut dst = vec![0.0f32; plan.copy_len];
         let one = time_cold(plan.reps.max(3), &mut flusher, || {
@@ -784,8 +815,13 @@ pub fn main(args: &[String]) -> Result<(), CliError> {
             parallel_copy(&src, &mut dst, threads);
             Ok(())
         })?;
+        let read = time_cold(plan.reps.max(3), &mut flusher, || {
+            std::hint::black_box(parallel_sum(std::hint::black_box(&src[..]), threads));
+            Ok(())
+        })?;
         let gbps = |t: Timing| 2.0 * (plan.copy_len * 4) as f64 / t.wall / 1e9;
-        (gbps(one), gbps(all))
+        let read_gbps = (plan.copy_len * 4) as f64 / read.wall / 1e9;
+        (gbps(one), gbps(all), read_gbps)
     };
     // The better of a one-thread and an all-thread copy: the machine's copy bandwidth.
     let copy = copy_1.max(copy_n);
@@ -826,23 +862,28 @@ pub fn main(args: &[String]) -> Result<(), CliError> {
          {threads} threads {copy_n:.1})",
         (plan.copy_len * 4) >> 20
     );
+    println!(
+        "read {} MiB (caches flushed, {threads} threads summing, read bytes): {read_gbps:.1} GB/s",
+        (plan.copy_len * 4) >> 20
+    );
     println!();
     println!(
-        "| case | ms | GFLOP/s | × sgemm | GB/s | × copy | composite ms | speedup | peak extra | \
+        "| case | ms | GFLOP/s | × sgemm | GB/s | × read | × copy | composite ms | speedup | peak extra | \
          composite peak extra | max abs diff | CPU-time × sgemm |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &results {
         let cpu_frac = r.fast.cpu.zip(sgemm_cpu).map_or("n/a".into(), |(c, s)| {
             format!("{:.3}", r.flops / c / 1e9 / s)
         });
         println!(
-            "| {} | {:.1} | {:.1} | {:.3} | {} | {} | {:.0} | {:.1}× | {} | {} | {:.1e} | {} |",
+            "| {} | {:.1} | {:.1} | {:.3} | {} | {} | {} | {:.0} | {:.1}× | {} | {} | {:.1e} | {} |",
             r.name,
             r.fast.wall * 1e3,
             r.gflops(),
             r.gflops() / sgemm_gflops,
             r.gbps().map_or("—".into(), |g| format!("{g:.1}")),
+            r.gbps().map_or("—".into(), |g| format!("{:.3}", g / read_gbps)),
             r.gbps().map_or("—".into(), |g| format!("{:.3}", g / copy)),
             r.composite.wall * 1e3,
             r.composite.wall / r.fast.wall,
@@ -856,7 +897,11 @@ pub fn main(args: &[String]) -> Result<(), CliError> {
         let doc = json!({
             "sgemm_gflops": sgemm_gflops,
             "copy_gbps": copy,
-            "cases": results.iter().map(|r| r.json(sgemm_gflops, copy)).collect::<Vec<_>>(),
+            "read_gbps": read_gbps,
+            "cases": results
+                .iter()
+                .map(|r| r.json(sgemm_gflops, copy, read_gbps))
+                .collect::<Vec<_>>(),
         });
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| CliError::Io(format!("serialising the bench results: {e}")))?;
@@ -891,6 +936,15 @@ mod tests {
         // f32 K + V of B = 8, 4096 tokens, Nkv = 8, D = 128: 256 MiB; int8: 64 MiB.
         assert_eq!(decode_bytes(8, 4096, 8, 128, 4), (256u64 << 20) as f64);
         assert_eq!(decode_bytes(8, 4096, 8, 128, 1), (64u64 << 20) as f64);
+    }
+
+    #[test]
+    fn the_read_probe_sums_every_element() {
+        let v: Vec<f32> = (0..1000).map(|i| (i % 7) as f32).collect();
+        let want: f32 = v.iter().sum();
+        for threads in [1, 3, 8] {
+            assert_eq!(parallel_sum(&v, threads), want);
+        }
     }
 
     #[test]
