@@ -36,9 +36,10 @@ fn smoke_run_writes_the_issue_s_json_keys() {
         .keys()
         .map(String::as_str)
         .collect();
-    assert_eq!(top, ["cases", "copy_gbps", "sgemm_gflops"]);
+    assert_eq!(top, ["cases", "copy_gbps", "read_gbps", "sgemm_gflops"]);
     assert!(doc["sgemm_gflops"].as_f64().is_some_and(|x| x > 0.0));
     assert!(doc["copy_gbps"].as_f64().is_some_and(|x| x > 0.0));
+    assert!(doc["read_gbps"].as_f64().is_some_and(|x| x > 0.0));
 
     let cases = doc["cases"].as_array().expect("cases");
     let kinds: Vec<&str> = cases
@@ -68,6 +69,7 @@ fn smoke_run_writes_the_issue_s_json_keys() {
         "gflops",
         "fraction_of_sgemm",
         "fraction_of_copy_bandwidth",
+        "fraction_of_read_bandwidth",
         "speedup_vs_composite",
         "peak_extra_bytes",
         "composite_peak_extra_bytes",
@@ -89,13 +91,9 @@ fn smoke_run_writes_the_issue_s_json_keys() {
             assert!(c[k].as_u64().is_some_and(|x| x > 0), "{k} in {c}");
         }
         let decode = c["kind"] == "decode";
-        assert_eq!(
-            c["fraction_of_copy_bandwidth"]
-                .as_f64()
-                .is_some_and(|x| x > 0.0),
-            decode,
-            "{c}"
-        );
+        for k in ["fraction_of_copy_bandwidth", "fraction_of_read_bandwidth"] {
+            assert_eq!(c[k].as_f64().is_some_and(|x| x > 0.0), decode, "{k} in {c}");
+        }
         assert_eq!(
             c["causal"].as_bool(),
             Some(c["name"].as_str().unwrap().contains("causal"))
