@@ -94,48 +94,8 @@ fn varlen_fwd() -> Bundle {
     let c = Case::new("campaign", &[3, 5, 0, 2], &[4, 5, 2, 2], 4, 2, 8, 21)
         .with_sink()
         .mode(burn_ascend::SparseMode::Band, 2, 1);
-    let mut b = Bundle::default();
-    b.insert(
-        "query",
-        HostTensor::from_values(&c.q, vec![c.tq(), c.n, c.d]),
-    );
-    b.insert(
-        "key",
-        HostTensor::from_values(&c.k, vec![c.tkv(), c.nkv, c.d]),
-    );
-    b.insert(
-        "value",
-        HostTensor::from_values(&c.v, vec![c.tkv(), c.nkv, c.dv]),
-    );
-    b.insert(
-        "sink",
-        HostTensor::from_values(c.sink.as_ref().unwrap(), vec![c.n]),
-    );
-    let (mask, shape) =
-        burn_ascend::ops::varlen::compressed_mask(c.spec.attrs.sparse_mode).unwrap();
-    b.insert(
-        "attenMask",
-        HostTensor::from_u8(mask, shape.to_vec(), Dtype::BOOL),
-    );
-    let a = c.spec.actual_seq_q_len.clone();
-    b.insert("actualSeqQLen", HostTensor::from_i64(&a, vec![a.len()]));
-    let a = c.spec.actual_seq_kv_len.clone();
-    b.insert("actualSeqKvLen", HostTensor::from_i64(&a, vec![a.len()]));
-    let scale = c.spec.attrs.scale.to_string();
-    meta(
-        &mut b,
-        &[
-            ("scaleValue", &scale),
-            ("preTokens", "2"),
-            ("nextTokens", "1"),
-            ("headNum", "4"),
-            ("inputLayout", "TND"),
-            ("sparseMode", "4"),
-            ("softmaxOutLayout", "same_as_input"),
-            ("softmaxInLayout", "same_as_input"),
-        ],
-    );
-    b
+    // The CLI tests' forward bundle (sparse mode 4, preTokens 2, nextTokens 1, sink, TND).
+    crate::cli_varlen::fwd_bundle(&c)
 }
 
 /// The backward's input: the forward's bundle, its outputs and a `dy`.

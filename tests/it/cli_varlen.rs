@@ -25,7 +25,7 @@ fn case() -> Case {
         .mode(burn_ascend::SparseMode::Band, 2, 1)
 }
 
-fn fwd_bundle(c: &Case) -> Bundle {
+pub(crate) fn fwd_bundle(c: &Case) -> Bundle {
     let mut b = Bundle::default();
     b.insert(
         "query",
