@@ -392,12 +392,22 @@ pub(crate) fn launch(
         if e.workspace > 0 {
             lock(&PENDING_WORKSPACES).push((stream as usize, workspace as usize, size as usize));
         }
-        if compute_enabled() {
-            (e.job)()?;
-        }
+        enqueue(stream, op, e.job)?;
         LAUNCHES.with(|l| *l.borrow_mut().entry(op).or_insert(0) += 1);
         Ok(())
     })
+}
+
+/// Puts `job` on `stream` as a task named `what` (an aclnn op, a memcpy, a collective): every
+/// piece of device work goes through here, so the stream's ordering rules apply to all of
+/// it. The caller has validated the stream and everything a launch checks synchronously.
+/// (The streams run their tasks on the calling thread, at once; with compute off a task
+/// writes nothing.)
+pub(crate) fn enqueue(_stream: AclrtStream, _what: &'static str, job: Job) -> SimResult<()> {
+    if compute_enabled() {
+        job()?;
+    }
+    Ok(())
 }
 
 /// Counts of live simulated objects (for leak tests).
