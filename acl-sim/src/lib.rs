@@ -62,7 +62,8 @@ mod wire;
 
 pub use state::{
     clear_faults, faults_fired, inject_fault, launches, live_handles, memory_in_use, set_compute,
-    set_memory_limit, Fault, LiveHandles, SIM_STREAM_FAULT_STATUS,
+    set_memory_limit, set_stream_delay, Fault, LiveHandles, SIM_HAZARD_STATUS,
+    SIM_STREAM_FAULT_STATUS,
 };
 
 use std::ffi::c_void;
@@ -87,7 +88,9 @@ mod registry {
         create_int_array, create_scalar, create_tensor, create_tensor_list, destroy_int_array,
         destroy_scalar, destroy_tensor, destroy_tensor_list,
     };
-    pub(crate) use crate::state::memory::{free, malloc, memcpy};
+    pub(crate) use crate::state::memory::{
+        free, free_host, malloc, malloc_host, memcpy, memcpy_async, memset_async,
+    };
     pub(crate) use crate::state::{
         acl_finalize, acl_init, create_stream, destroy_stream, get_device_count,
         get_recent_err_msg, get_version, reset_device, set_device, synchronize_stream,

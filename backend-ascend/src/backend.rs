@@ -37,6 +37,15 @@ impl Backend for Ascend {
         format!("ascend<{device}>")
     }
 
+    fn sync(device: &AscendDevice) -> Result<(), burn_backend::ExecutionError> {
+        // Ops are queued on the device's stream; this is the wait for all of them.
+        crate::device::try_runtime(device)
+            .and_then(|rt| rt.synchronize().map_err(|e| e.to_string()))
+            .map_err(|reason| burn_backend::ExecutionError::WithContext {
+                reason: format!("Ascend {device}: {reason}"),
+            })
+    }
+
     fn seed(_device: &AscendDevice, seed: u64) {
         // Float random fills run on the device (`aclnnInplaceUniform`/`Normal`/`Bernoulli`,
         // keyed on this seed); the rest (int fills, f64) through the host fallback.

@@ -1,10 +1,11 @@
 //! [`AscendDevice`]: which function table (CANN or the host simulation) and which device index,
-//! and the per-thread [`Runtime`] (device context, stream, workspace cache) of each device.
+//! and the [`Runtime`] (device context, stream, workspace cache) each device has, shared by all
+//! threads.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use burn_ascend_kernels::acl::Runtime;
 use burn_backend::{DeviceId, DeviceOps};
@@ -115,11 +116,18 @@ impl burn_backend::Device for AscendDevice {
 
 impl DeviceOps for AscendDevice {}
 
+/// One runtime per device, **shared by every thread** (one stream per device): ACL binds a
+/// device's context per thread, so each thread binds it once (`aclrtSetDevice`, see
+/// [`BOUND`]) before its first call; launches from all threads go to the device's one stream in
+/// the order they are issued (the runtime's launch lock), so a tensor one thread produced is
+/// ready for any op another thread queues after receiving it, and a block freed by any thread
+/// is reusable at once by later work (the pool's stream-ordered reuse, `crate::memory`).
+/// Opened on first use, kept for the process.
+static RUNTIMES: Mutex<Option<HashMap<AscendDevice, Arc<Runtime>>>> = Mutex::new(None);
+
 thread_local! {
-    /// One runtime per device per thread: ACL binds the device context to the calling thread
-    /// (`aclrtSetDevice`), so every thread that touches a device gets its own runtime (its own
-    /// stream and workspace), created on first use. Dropped at thread exit.
-    static RUNTIMES: RefCell<HashMap<AscendDevice, Rc<Runtime>>> = RefCell::new(HashMap::new());
+    /// The devices this thread has bound (`aclrtSetDevice`).
+    static BOUND: RefCell<HashSet<AscendDevice>> = RefCell::new(HashSet::new());
 }
 
 /// Why the simulation cannot be opened in a build without the `sim` feature.
@@ -145,23 +153,53 @@ fn open(device: &AscendDevice) -> Result<Runtime, String> {
     rt.map_err(|e| format!("cannot open Ascend device {device}: {e}"))
 }
 
-/// The calling thread's runtime for `device`, created (and the device bound to the thread) on
-/// first use.
-pub(crate) fn try_runtime(device: &AscendDevice) -> Result<Rc<Runtime>, String> {
-    let cached = RUNTIMES
-        .try_with(|m| m.borrow().get(device).cloned())
+/// The runtime of `device`, opened on first use, with the device bound to the calling
+/// thread.
+pub(crate) fn try_runtime(device: &AscendDevice) -> Result<Arc<Runtime>, String> {
+    let rt = {
+        let mut g = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
+        let map = g.get_or_insert_with(HashMap::new);
+        match map.get(device) {
+            Some(rt) => rt.clone(),
+            None => {
+                // Opening binds the device to this thread.
+                let rt = Arc::new(open(device)?);
+                map.insert(*device, rt.clone());
+                let _ = BOUND.try_with(|b| b.borrow_mut().insert(*device));
+                return Ok(rt);
+            }
+        }
+    };
+    let bound = BOUND
+        .try_with(|b| b.borrow().contains(device))
         .map_err(|_| "thread is exiting".to_string())?;
-    if let Some(rt) = cached {
-        return Ok(rt);
+    if !bound {
+        rt.bind_current_thread()
+            .map_err(|e| format!("cannot bind Ascend device {device} to this thread: {e}"))?;
+        let _ = BOUND.try_with(|b| b.borrow_mut().insert(*device));
     }
-    let rt = Rc::new(open(device)?);
-    let _ = RUNTIMES.try_with(|m| m.borrow_mut().insert(*device, rt.clone()));
     Ok(rt)
 }
 
 /// As [`try_runtime`], panicking with the device and the reason (no device, CANN not found…).
-pub(crate) fn runtime(device: &AscendDevice) -> Rc<Runtime> {
+pub(crate) fn runtime(device: &AscendDevice) -> Arc<Runtime> {
     try_runtime(device).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits until everything queued on `device` has run (its stream synchronised), panicking with
+/// the failure a queued task reported. `Backend::sync`.
+pub fn synchronize(device: &AscendDevice) {
+    runtime(device)
+        .synchronize()
+        .unwrap_or_else(|e| panic!("Ascend {device}: a queued operation failed: {e}"));
+}
+
+/// What `device`'s runtime did so far: aclnn launches and queued copies, synchronisations, and
+/// bytes copied each way (all threads together).
+pub fn device_counters(device: &AscendDevice) -> burn_ascend_kernels::acl::RuntimeCounters {
+    try_runtime(device)
+        .map(|rt| rt.counters())
+        .unwrap_or_default()
 }
 
 /// Whether `device` can be opened on this machine (a real NPU needs CANN and the device).

@@ -25,7 +25,7 @@ pub mod qtensor;
 pub mod tensor;
 
 pub use backend::Ascend;
-pub use device::{is_available, AscendDevice, AscendKind};
+pub use device::{device_counters, is_available, synchronize, AscendDevice, AscendKind};
 pub use fallback::{fallback_count, fallback_counts};
 pub use memory::{empty_cache, memory_stats, reset_peak_stats, MemoryStats};
 pub use qtensor::AscendQTensor;

@@ -12,14 +12,17 @@
 //!   (`reserved` = allocated + cached), their peaks, hits, misses, device allocations and
 //!   frees, and OOM retries.
 //!
-//! # Why reuse is safe (and when it would not be)
-//! Every native op synchronises its stream before it returns (see `ops/native*.rs`), so when a
-//! storage is dropped no queued kernel can still read or write its block, whichever thread's
-//! stream the kernel ran on. A block freed on one thread may therefore be handed to another
-//! thread's stream at once. **If the per-op synchronisation is ever dropped** (asynchronous
-//! launches), a freed block must instead carry the stream(s) that used it and be reused only
-//! by the same stream, or after an event recorded on those streams has completed (PyTorch's
-//! `recordStream` / stream-ordered reuse) — that is the place to add it: [`Pool::release`].
+//! # Stream-ordered reuse (why a freed block is reusable at once)
+//! Ops are queued on the device's stream and return before they run. A device has **one**
+//! stream, shared by every thread (`crate::device`), and launches enter it in the order the
+//! host issues them. A tensor's storage is dropped after every op that uses it was queued, so
+//! any later use of its block — by whichever thread — is queued after them and runs after
+//! them: the block goes back to its free list at once, without waiting (PyTorch's allocator
+//! with a single stream; with several streams a block would carry the streams that used it and
+//! an event, `recordStream`). What the host itself touches is different: uploads into a block
+//! are queued copies (`DeviceBuffer::write`), reads wait for the stream
+//! (`DeviceBuffer::read`), and a block leaves the pool for the device (`aclrtFree`) only in
+//! stream order, after a synchronisation ([`empty_cache`], the OOM retry).
 //!
 //! On the simulation, a reused block handed out without initial data is zero-filled, so
 //! `AscendTensor::alloc` keeps reading back zeros there (on CANN it is uninitialised).
@@ -154,21 +157,21 @@ pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str, clear: boo
         }
         b
     });
-    if let Some(CachedBlock(mut buf)) = cached {
+    if let Some(CachedBlock(buf)) = cached {
         if clear && rt.kind() == ApiKind::Simulation {
             // Keep the simulation's fresh allocations reading zero (see the module docs).
-            buf.write(&vec![0u8; class]).unwrap_or_else(|e| {
+            buf.fill_zero().unwrap_or_else(|e| {
                 panic!("Ascend {op}: clearing a reused block on {device}: {e}")
             });
         }
         return buf;
     }
-    let buf = match DeviceBuffer::alloc(rt.api(), class) {
+    let buf = match rt.alloc(class) {
         Ok(b) => b,
         Err(e) if is_oom(&e) => {
             let released = empty_cache(device);
             with_pool(device, |p| p.stats.oom_retries += 1);
-            DeviceBuffer::alloc(rt.api(), class).unwrap_or_else(|e2| {
+            rt.alloc(class).unwrap_or_else(|e2| {
                 let s = memory_stats(device);
                 panic!(
                     "Ascend out of device memory on {device}: {op} needs {bytes} bytes (block of {class}); {e2}. \
@@ -194,14 +197,19 @@ pub(crate) fn release(device: &AscendDevice, block: DeviceBuffer) {
 }
 
 /// Frees every cached (unused) block of `device` back to the device; returns the bytes
-/// released. Memory held by live tensors is untouched.
+/// released. Memory held by live tensors is untouched. Queued work may still use a cached
+/// block (its tensor was dropped after queuing it), so the blocks' frees are stream-ordered
+/// and this waits for the stream to carry them out.
 pub fn empty_cache(device: &AscendDevice) -> usize {
     let blocks = with_pool(device, Pool::drain);
     let bytes = blocks.iter().map(|b| b.0.len()).sum();
     // `aclrtFree` needs the device bound on this thread; if that is impossible (thread exit)
     // the blocks are leaked rather than freed on the wrong context.
     match try_runtime(device) {
-        Ok(_) => drop(blocks),
+        Ok(rt) => {
+            drop(blocks);
+            let _ = rt.synchronize();
+        }
         Err(_) => blocks.into_iter().for_each(|b| std::mem::forget(b.0)),
     }
     bytes

@@ -10,7 +10,7 @@ use burn_ascend_kernels::acl::{
 };
 use burn_backend::{DType, Shape, TensorData, TensorMetadata};
 
-use crate::device::{runtime, AscendDevice};
+use crate::device::AscendDevice;
 use crate::element::acl_dtype;
 
 /// Device memory owned by tensors (shared by views): a block of the device's caching pool
@@ -27,11 +27,11 @@ pub(crate) struct Storage {
 // memcpy, aclnn launches over it and the release in `Drop` — first goes through
 // `device::runtime`/`try_runtime`, which binds this storage's device to the calling thread
 // (`aclrtSetDevice`), so the calls act on the right context whatever the thread. The buffer is
-// only written while its storage is not shared (a fresh allocation: its upload, or the aclnn
-// op producing it, before the op returns; or an owner holding the only `Arc`, proven by
-// `Arc::get_mut`, as the in-place KV cache scatter does); otherwise it is read (memcpy
-// device-to-host, aclnn inputs), and ACL's memcpy and the simulation's registry (a mutex)
-// allow concurrent reads.
+// only written while its storage is not shared (a fresh allocation: its queued upload, or the
+// aclnn op producing it, queued before the op returns; or an owner holding the only `Arc`,
+// proven by `Arc::get_mut`, as the in-place KV cache scatter does); otherwise it is read
+// (memcpy device-to-host after the stream has finished, aclnn inputs), and every queued use is
+// ordered on the device's one stream.
 unsafe impl Send for Storage {}
 // SAFETY: see `Send` above: shared access only reads.
 unsafe impl Sync for Storage {}
@@ -78,8 +78,9 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        // Every op over this storage synchronised its stream before returning, so no kernel
-        // still uses the block: it goes back to the pool for reuse (see `crate::memory`).
+        // Every op over this storage was queued before this drop, so whatever uses the block
+        // next is queued after them on the device's one stream: it goes back to the pool for
+        // reuse at once (stream-ordered reuse, see `crate::memory`).
         if let Some(buf) = self.buf.take() {
             crate::memory::release(&self.device, buf);
         }
@@ -209,16 +210,24 @@ impl AscendTensor {
             + 1
     }
 
-    /// Downloads the tensor (device to host) as contiguous `TensorData`.
+    /// Downloads the tensor (device to host) as contiguous `TensorData`, panicking if a
+    /// queued operation failed (see [`Self::try_to_data`]).
     pub fn to_data(&self) -> TensorData {
+        self.try_to_data().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Downloads the tensor (device to host) as contiguous `TensorData`. The read waits for
+    /// the device's stream, so a failure of any operation queued before it (a kernel fault,
+    /// which an NPU reports at the next synchronisation) is this call's error.
+    pub fn try_to_data(&self) -> Result<TensorData, String> {
         let esz = self.dtype.size();
         let mut raw = vec![0u8; self.extent() * esz];
         let device = self.device();
-        let _rt = runtime(&device);
+        let _rt = crate::device::try_runtime(&device)?;
         self.storage
             .buffer()
             .read(&mut raw)
-            .unwrap_or_else(|e| panic!("Ascend download from {device}: {e}"));
+            .map_err(|e| format!("Ascend download from {device}: {e}"))?;
         let bytes = if self.is_contiguous() {
             raw.drain(..self.offset * esz);
             raw.truncate(self.numel() * esz);
@@ -226,7 +235,11 @@ impl AscendTensor {
         } else {
             gather(&raw, &self.shape, &self.strides, self.offset, esz)
         };
-        TensorData::from_bytes_vec(bytes, self.shape.clone(), self.dtype)
+        Ok(TensorData::from_bytes_vec(
+            bytes,
+            self.shape.clone(),
+            self.dtype,
+        ))
     }
 
     /// The aclnn descriptor of this view (element strides and offset over a 1-D storage).

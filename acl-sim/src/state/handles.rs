@@ -333,6 +333,9 @@ pub(crate) fn tensor(p: *const AclTensor, name: &str) -> SimResult<Option<SimTen
     match t {
         Some(t) => {
             t.check_memory(name)?;
+            if t.numel() > 0 {
+                super::note_touched(t.data, t.storage_bytes());
+            }
             Ok(Some(t))
         }
         None => invalid(format!("{name}: {p:p} is not a live aclTensor")),

@@ -121,28 +121,222 @@ pub(crate) unsafe extern "C" fn malloc(
 
 pub(crate) unsafe extern "C" fn free(dev_ptr: *mut c_void) -> AclStatus {
     guard(|| {
-        let len = lock(&MEM).get(&(dev_ptr as usize)).map_or(0, |b| b.len());
-        if let Some(stream) = super::pending_workspace_stream(dev_ptr as usize, len) {
+        let addr = dev_ptr as usize;
+        let Some(len) = lock(&MEM).get(&addr).map(|b| b.len()) else {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
-                format!(
-                    "aclrtFree: {dev_ptr:p} is the workspace of a launch on stream {stream:#x} that \
-                     was not synchronised yet (on an NPU the kernel may still be using it)"
-                ),
+                format!("aclrtFree: {dev_ptr:p} is not a live device allocation"),
             ));
+        };
+        if super::streams::quarantine_if_in_flight(addr, len, false, "aclrtFree") {
+            return Ok(());
         }
-        free_now(dev_ptr)
+        free_now(addr)
     })
 }
 
-fn free_now(dev_ptr: *mut c_void) -> SimResult<()> {
-    match lock(&MEM).remove(&(dev_ptr as usize)) {
+pub(crate) fn free_now(addr: usize) -> SimResult<()> {
+    match lock(&MEM).remove(&addr) {
         Some(_) => Ok(()),
         None => Err(SimErr(
             ACL_ERROR_INVALID_PARAM,
-            format!("aclrtFree: {dev_ptr:p} is not a live device allocation"),
+            format!("aclrtFree: {addr:#x} is not a live device allocation"),
         )),
     }
+}
+
+/// Page-locked host memory (`aclrtMallocHost`), by address: the only host memory
+/// `aclrtMemcpyAsync` takes.
+static HOST_MEM: Mutex<BTreeMap<usize, Box<[u8]>>> = Mutex::new(BTreeMap::new());
+
+pub(crate) unsafe extern "C" fn malloc_host(host_ptr: *mut *mut c_void, size: usize) -> AclStatus {
+    guard(|| {
+        if host_ptr.is_null() || size == 0 {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("aclrtMallocHost: hostPtr is null or size is 0 (size {size})"),
+            ));
+        }
+        let buf = vec![0u8; size].into_boxed_slice();
+        let addr = buf.as_ptr() as usize;
+        lock(&HOST_MEM).insert(addr, buf);
+        // SAFETY: non-null out-pointer per the prototype.
+        unsafe { *host_ptr = addr as *mut c_void };
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn free_host(host_ptr: *mut c_void) -> AclStatus {
+    guard(|| {
+        let addr = host_ptr as usize;
+        let Some(len) = lock(&HOST_MEM).get(&addr).map(|b| b.len()) else {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("aclrtFreeHost: {host_ptr:p} is not from aclrtMallocHost"),
+            ));
+        };
+        if super::streams::quarantine_if_in_flight(addr, len, true, "aclrtFreeHost") {
+            return Ok(());
+        }
+        free_host_now(addr)
+    })
+}
+
+pub(crate) fn free_host_now(addr: usize) -> SimResult<()> {
+    lock(&HOST_MEM).remove(&addr).map(|_| ()).ok_or_else(|| {
+        SimErr(
+            ACL_ERROR_INVALID_PARAM,
+            format!("aclrtFreeHost: {addr:#x} is not live"),
+        )
+    })
+}
+
+/// Whether `[addr, addr + len)` lies inside one `aclrtMallocHost` allocation.
+fn host_range_ok(addr: usize, len: usize) -> bool {
+    find(&lock(&HOST_MEM), addr, len).is_some()
+}
+
+fn with_host<R>(addr: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> SimResult<R> {
+    let mut mem = lock(&HOST_MEM);
+    let Some((start, off)) = find(&mem, addr, len) else {
+        return invalid(format!(
+            "aclrtMemcpyAsync: {len} bytes of host memory at {addr:#x} are no longer allocated"
+        ));
+    };
+    let buf = mem.get_mut(&start).expect("found");
+    Ok(f(&mut buf[off..off + len]))
+}
+
+/// `aclrtMemcpyAsync`: validated now, copied when the stream gets to it. Host memory must come
+/// from `aclrtMallocHost` (CANN's asynchronous copies need page-locked memory).
+pub(crate) unsafe extern "C" fn memcpy_async(
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+    stream: AclrtStream,
+) -> AclStatus {
+    guard(|| {
+        let err = |m: String| {
+            Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("aclrtMemcpyAsync: {m}"),
+            ))
+        };
+        if count > dest_max {
+            return err(format!("count {count} > destMax {dest_max}"));
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        if dst.is_null() || src.is_null() {
+            return err("null pointer".into());
+        }
+        if !super::stream_ok(stream) {
+            return err(format!("{stream:p} is not a live stream"));
+        }
+        let (d, s) = (dst as usize, src as usize);
+        let host_ok = |a: usize, what: &str| -> SimResult<()> {
+            if host_range_ok(a, count) {
+                Ok(())
+            } else {
+                err(format!(
+                    "the {what} ({count} bytes at {a:#x}) is not page-locked host memory from aclrtMallocHost"
+                ))
+            }
+        };
+        let dev_ok = |a: usize, what: &str| -> SimResult<()> {
+            if device_range_ok(a, count) {
+                Ok(())
+            } else {
+                err(format!(
+                    "the {what} ({count} bytes at {a:#x}) is not inside one device allocation"
+                ))
+            }
+        };
+        let job: super::Job = match kind {
+            ACL_MEMCPY_HOST_TO_DEVICE => {
+                host_ok(s, "source")?;
+                dev_ok(d, "destination")?;
+                Box::new(move || {
+                    let bytes = with_host(s, count, |h| h.to_vec())?;
+                    with_device_mut(d, count, "aclrtMemcpyAsync destination", |x| {
+                        x.copy_from_slice(&bytes)
+                    })
+                })
+            }
+            ACL_MEMCPY_DEVICE_TO_HOST => {
+                dev_ok(s, "source")?;
+                host_ok(d, "destination")?;
+                Box::new(move || {
+                    let bytes = read_device(s, count, "aclrtMemcpyAsync source")?;
+                    with_host(d, count, |h| h.copy_from_slice(&bytes))
+                })
+            }
+            3 => {
+                dev_ok(s, "source")?;
+                dev_ok(d, "destination")?;
+                Box::new(move || {
+                    let bytes = read_device(s, count, "aclrtMemcpyAsync source")?;
+                    with_device_mut(d, count, "aclrtMemcpyAsync destination", |x| {
+                        x.copy_from_slice(&bytes)
+                    })
+                })
+            }
+            other => {
+                return err(format!(
+                    "kind {other} is not modelled (host-to-device 1, device-to-host 2, device-to-device 3)"
+                ))
+            }
+        };
+        super::streams::enqueue(
+            stream,
+            "aclrtMemcpyAsync",
+            vec![(s, s + count), (d, d + count)],
+            job,
+            true,
+        )
+    })
+}
+
+/// `aclrtMemsetAsync`: sets `count` bytes to the low byte of `value` when the stream gets to it.
+pub(crate) unsafe extern "C" fn memset_async(
+    dev_ptr: *mut c_void,
+    max_count: usize,
+    value: i32,
+    count: usize,
+    stream: AclrtStream,
+) -> AclStatus {
+    guard(|| {
+        if count > max_count {
+            return invalid(format!(
+                "aclrtMemsetAsync: count {count} > maxCount {max_count}"
+            ));
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let d = dev_ptr as usize;
+        if !device_range_ok(d, count) {
+            return invalid(format!(
+                "aclrtMemsetAsync: {count} bytes at {d:#x} are not inside one device allocation"
+            ));
+        }
+        if !super::stream_ok(stream) {
+            return invalid(format!("aclrtMemsetAsync: {stream:p} is not a live stream"));
+        }
+        let byte = value as u8;
+        super::streams::enqueue(
+            stream,
+            "aclrtMemsetAsync",
+            vec![(d, d + count)],
+            Box::new(move || {
+                with_device_mut(d, count, "aclrtMemsetAsync destination", |x| x.fill(byte))
+            }),
+            true,
+        )
+    })
 }
 
 pub(crate) unsafe extern "C" fn memcpy(
@@ -163,8 +357,10 @@ pub(crate) unsafe extern "C" fn memcpy(
         if dst.is_null() || src.is_null() {
             return err("null pointer".into());
         }
+        let (d, s) = (dst as usize, src as usize);
         match kind {
             ACL_MEMCPY_HOST_TO_DEVICE => {
+                super::streams::check_host_access((d, d + count), "aclrtMemcpy(host to device)")?;
                 // SAFETY: aclrtMemcpy's contract: `src` is host memory readable for `count`
                 // bytes. It is not device memory (which the simulation owns), so it cannot
                 // alias the destination slice below.
@@ -174,14 +370,17 @@ pub(crate) unsafe extern "C" fn memcpy(
                 })
             }
             ACL_MEMCPY_DEVICE_TO_HOST => {
-                let bytes = read_device(src as usize, count, "aclrtMemcpy source")?;
+                super::streams::check_host_access((s, s + count), "aclrtMemcpy(device to host)")?;
+                let bytes = read_device(s, count, "aclrtMemcpy source")?;
                 // SAFETY: aclrtMemcpy's contract: `dst` is host memory writable for
                 // `dest_max >= count` bytes; `bytes` is a fresh copy, so no overlap.
                 unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.cast::<u8>(), count) };
                 Ok(())
             }
             3 => {
-                let bytes = read_device(src as usize, count, "aclrtMemcpy source")?;
+                super::streams::check_host_access((s, s + count), "aclrtMemcpy(device to device)")?;
+                super::streams::check_host_access((d, d + count), "aclrtMemcpy(device to device)")?;
+                let bytes = read_device(s, count, "aclrtMemcpy source")?;
                 with_device_mut(dst as usize, count, "aclrtMemcpy destination", |d| {
                     d.copy_from_slice(&bytes)
                 })

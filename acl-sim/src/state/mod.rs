@@ -8,7 +8,7 @@
 //! dereferenced raw.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,11 +19,13 @@ use burn_ascend_kernels::acl::ffi::*;
 pub(crate) mod faults;
 pub(crate) mod handles;
 pub(crate) mod memory;
+pub(crate) mod streams;
 
 pub use faults::{clear_faults, faults_fired, inject_fault, Fault, SIM_STREAM_FAULT_STATUS};
 pub(crate) use handles::{c_str, int_array, required, scalar, tensor, tensor_list, SimTensor};
 pub(crate) use memory::{device_range_ok, read_device, with_device_mut};
 pub use memory::{memory_in_use, set_memory_limit};
+pub use streams::{set_stream_delay, SIM_HAZARD_STATUS};
 
 /// A simulated failure: status and message.
 #[derive(Debug)]
@@ -77,19 +79,16 @@ fn install_quiet_hook() {
     });
 }
 
-/// Runs `f`, turning its error or a panic into a status and a recent-error message; a panic
-/// prints nothing (see [`install_quiet_hook`]), its message and location go into the error.
-pub(crate) fn guard(f: impl FnOnce() -> SimResult<()>) -> AclStatus {
+/// Runs `f`, turning a panic into an internal error (561000) carrying its message and
+/// location; the panic prints nothing (see [`install_quiet_hook`]). Used by [`guard`] and by
+/// the streams' workers, which run the tasks.
+pub(crate) fn catch(f: impl FnOnce() -> SimResult<()>) -> SimResult<()> {
     install_quiet_hook();
     GUARD_DEPTH.with(|d| d.set(d.get() + 1));
     let result = catch_unwind(AssertUnwindSafe(f));
     GUARD_DEPTH.with(|d| d.set(d.get() - 1));
     match result {
-        Ok(Ok(())) => ACL_SUCCESS,
-        Ok(Err(SimErr(st, msg))) => {
-            set_error(&format!("[simulation] {msg}"));
-            st
-        }
+        Ok(r) => r,
         Err(p) => {
             let what = p
                 .downcast_ref::<String>()
@@ -99,10 +98,45 @@ pub(crate) fn guard(f: impl FnOnce() -> SimResult<()>) -> AclStatus {
             let at = CAUGHT_AT
                 .with(|c| c.borrow_mut().take())
                 .map_or_else(String::new, |at| format!(" (at {at})"));
-            set_error(&format!("[simulation] internal error: {what}{at}"));
-            ACLNN_ERR_INNER
+            Err(SimErr(
+                ACLNN_ERR_INNER,
+                format!("internal error: {what}{at}"),
+            ))
         }
     }
+}
+
+/// Runs `f`, turning its error or a panic into a status and a recent-error message; a panic
+/// prints nothing (see [`install_quiet_hook`]), its message and location go into the error.
+pub(crate) fn guard(f: impl FnOnce() -> SimResult<()>) -> AclStatus {
+    match catch(f) {
+        Ok(()) => ACL_SUCCESS,
+        Err(SimErr(st, msg)) => {
+            // What a failed first stage decoded belongs to no executor.
+            let _ = TOUCHED.try_with(|t| t.borrow_mut().clear());
+            set_error(&format!("[simulation] {msg}"));
+            st
+        }
+    }
+}
+
+thread_local! {
+    /// The device ranges of the `aclTensor`s decoded on this thread since the last executor
+    /// was made: the memory the next executor's launch touches (see [`streams`]).
+    static TOUCHED: RefCell<Vec<streams::Span>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Records that the call being simulated touches `[addr, addr + len)`.
+pub(crate) fn note_touched(addr: usize, len: usize) {
+    if len > 0 {
+        let _ = TOUCHED.try_with(|t| t.borrow_mut().push((addr, addr + len)));
+    }
+}
+
+fn take_touched() -> Vec<streams::Span> {
+    TOUCHED
+        .try_with(|t| std::mem::take(&mut *t.borrow_mut()))
+        .unwrap_or_default()
 }
 
 /// As [`guard`] for functions returning a handle (null on failure).
@@ -134,8 +168,8 @@ thread_local! {
     static COMPUTE: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
 }
 
-/// Turns the simulated kernels on or off **for the calling thread** (launches run
-/// synchronously on the caller's thread). Off, launches still validate and consume executors
+/// Turns the simulated kernels on or off for the launches **the calling thread** queues (each
+/// task remembers the setting it was queued under). Off, launches still validate and consume executors
 /// but write nothing: what remains is the host-side cost of a dispatch.
 pub fn set_compute(on: bool) {
     COMPUTE.with(|c| c.set(on));
@@ -195,15 +229,12 @@ pub(crate) unsafe extern "C" fn get_device_count(count: *mut u32) -> AclStatus {
     })
 }
 
-static STREAMS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
-
 pub(crate) unsafe extern "C" fn create_stream(stream: *mut AclrtStream) -> AclStatus {
     guard(|| {
         if stream.is_null() {
             return Err(SimErr(ACL_ERROR_INVALID_PARAM, "stream is null".into()));
         }
-        let id = next_id();
-        lock(&STREAMS).get_or_insert_with(HashSet::new).insert(id);
+        let id = streams::create();
         // SAFETY: non-null out-pointer per the prototype.
         unsafe { *stream = id as AclrtStream };
         Ok(())
@@ -211,64 +242,21 @@ pub(crate) unsafe extern "C" fn create_stream(stream: *mut AclrtStream) -> AclSt
 }
 
 pub(crate) fn stream_ok(stream: AclrtStream) -> bool {
-    stream.is_null()
-        || lock(&STREAMS)
-            .as_ref()
-            .is_some_and(|s| s.contains(&(stream as usize)))
+    streams::get(stream).is_some()
 }
 
 pub(crate) unsafe extern "C" fn destroy_stream(stream: AclrtStream) -> AclStatus {
-    guard(|| {
-        if lock(&STREAMS)
-            .as_mut()
-            .is_some_and(|s| s.remove(&(stream as usize)))
-        {
-            // aclrtDestroyStream waits for the stream's tasks.
-            forget_pending(stream);
-            Ok(())
-        } else {
-            Err(SimErr(
-                ACL_ERROR_INVALID_PARAM,
-                format!("aclrtDestroyStream: {stream:p} is not a live stream"),
-            ))
-        }
-    })
-}
-
-/// Workspaces handed to launches since their stream was last synchronised:
-/// `(stream, address, bytes)`. A real NPU runs launches asynchronously, so until the stream is
-/// synchronised the kernel may still be using its workspace; the simulation (whose launches
-/// run synchronously) refuses to free such memory so that a caller that would corrupt a
-/// running kernel on hardware fails here (`aclrtFree` in [`memory`]).
-static PENDING_WORKSPACES: Mutex<Vec<(usize, usize, usize)>> = Mutex::new(Vec::new());
-
-/// The stream whose unsynchronised launch uses `[addr, addr + len)` as its workspace.
-pub(crate) fn pending_workspace_stream(addr: usize, len: usize) -> Option<usize> {
-    lock(&PENDING_WORKSPACES)
-        .iter()
-        .find(|&&(_, a, n)| addr < a + n && a < addr + len.max(1))
-        .map(|&(s, _, _)| s)
-}
-
-fn forget_pending(stream: AclrtStream) {
-    lock(&PENDING_WORKSPACES).retain(|&(s, _, _)| s != stream as usize);
+    guard(|| streams::destroy(stream))
 }
 
 pub(crate) unsafe extern "C" fn synchronize_stream(stream: AclrtStream) -> AclStatus {
     guard(|| {
-        if stream_ok(stream) {
-            // The stream's tasks are over either way (a failed task ends the wait too).
-            forget_pending(stream);
-            if let Some((st, msg)) = faults::sync_fault() {
-                return Err(SimErr(st, msg));
-            }
-            Ok(()) // launches run synchronously
-        } else {
-            Err(SimErr(
-                ACL_ERROR_INVALID_PARAM,
-                format!("aclrtSynchronizeStream: {stream:p} is not a live stream"),
-            ))
+        // The stream's tasks are over either way (a failed task ends the wait too).
+        streams::synchronize(stream)?;
+        if let Some((st, msg)) = faults::sync_fault() {
+            return Err(SimErr(st, msg));
         }
+        Ok(())
     })
 }
 
@@ -307,12 +295,14 @@ pub(crate) unsafe extern "C" fn get_recent_err_msg() -> *const c_char {
 
 // ---- executors ---------------------------------------------------------------------------
 
-type Job = Box<dyn FnOnce() -> SimResult<()> + Send>;
+pub(crate) type Job = Box<dyn FnOnce() -> SimResult<()> + Send>;
 
 struct Executor {
     op: &'static str,
     workspace: u64,
     job: Job,
+    /// The device ranges of the tensors the first stage decoded.
+    spans: Vec<streams::Span>,
 }
 
 static EXECUTORS: Mutex<Option<HashMap<usize, Executor>>> = Mutex::new(None);
@@ -336,9 +326,15 @@ pub(crate) unsafe fn new_executor(
         ));
     }
     let id = next_id();
-    lock(&EXECUTORS)
-        .get_or_insert_with(HashMap::new)
-        .insert(id, Executor { op, workspace, job });
+    lock(&EXECUTORS).get_or_insert_with(HashMap::new).insert(
+        id,
+        Executor {
+            op,
+            workspace,
+            job,
+            spans: take_touched(),
+        },
+    );
     // SAFETY: the caller's contract (checked non-null above).
     unsafe {
         *ws = workspace;
@@ -389,25 +385,24 @@ pub(crate) fn launch(
         if let Some((st, msg)) = faults::launch_fault(op) {
             return Err(SimErr(st, msg));
         }
+        let mut spans = e.spans;
         if e.workspace > 0 {
-            lock(&PENDING_WORKSPACES).push((stream as usize, workspace as usize, size as usize));
+            spans.push((workspace as usize, workspace as usize + size as usize));
         }
-        enqueue(stream, op, e.job)?;
+        streams::enqueue(stream, op, spans, e.job, compute_enabled())?;
         LAUNCHES.with(|l| *l.borrow_mut().entry(op).or_insert(0) += 1);
         Ok(())
     })
 }
 
-/// Puts `job` on `stream` as a task named `what` (an aclnn op, a memcpy, a collective): every
-/// piece of device work goes through here, so the stream's ordering rules apply to all of
-/// it. The caller has validated the stream and everything a launch checks synchronously.
-/// (The streams run their tasks on the calling thread, at once; with compute off a task
-/// writes nothing.)
-pub(crate) fn enqueue(_stream: AclrtStream, _what: &'static str, job: Job) -> SimResult<()> {
-    if compute_enabled() {
-        job()?;
-    }
-    Ok(())
+/// Puts `job` on `stream` as a task named `what` (an aclnn op, a memcpy, a collective),
+/// touching the tensors decoded on this thread since the last executor (see [`streams`]):
+/// every piece of device work goes through here or [`streams::enqueue`], so the stream's
+/// ordering rules apply to all of it. The job runs later, on the stream's worker; its failure
+/// is reported by the stream's next synchronisation.
+#[allow(dead_code)] // the collectives queue through it
+pub(crate) fn enqueue(stream: AclrtStream, what: &'static str, job: Job) -> SimResult<()> {
+    streams::enqueue(stream, what, take_touched(), job, compute_enabled())
 }
 
 /// Counts of live simulated objects (for leak tests).
@@ -429,7 +424,7 @@ pub fn live_handles() -> LiveHandles {
         int_arrays: lock(&handles::INT_ARRAYS).as_ref().map_or(0, HashMap::len),
         tensor_lists: lock(&handles::LISTS).as_ref().map_or(0, HashMap::len),
         executors: lock(&EXECUTORS).as_ref().map_or(0, HashMap::len),
-        streams: lock(&STREAMS).as_ref().map_or(0, HashSet::len),
+        streams: streams::live_count(),
     }
 }
 

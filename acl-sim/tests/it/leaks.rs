@@ -104,7 +104,7 @@ fn a_replaced_workspace_is_freed_only_after_the_stream_is_synchronised() {
     assert!(small > 0);
     let before = sim::memory_in_use();
     // A larger request replaces the cached workspace while that launch may still run.
-    rt.workspace(1 << 20).unwrap();
+    rt.with_workspace(1 << 20, |_| Ok(())).unwrap();
     assert_eq!(
         sim::memory_in_use(),
         before + (1 << 20),
@@ -119,20 +119,24 @@ fn a_replaced_workspace_is_freed_only_after_the_stream_is_synchronised() {
     assert_eq!(rt.workspace_bytes(), 1 << 20);
 }
 
-/// The simulation's own check: freeing a workspace whose launch was not synchronised fails.
+/// The simulation's own check: memory freed while a queued launch still uses it is kept until
+/// the stream is synchronised, and that synchronisation reports the hazard.
 #[test]
-fn the_simulation_refuses_to_free_a_workspace_of_an_unsynchronised_launch() {
+fn freeing_memory_an_unsynchronised_launch_uses_is_reported_at_the_next_synchronisation() {
     if !in_own_process(
-        "leaks::the_simulation_refuses_to_free_a_workspace_of_an_unsynchronised_launch",
+        "leaks::freeing_memory_an_unsynchronised_launch_uses_is_reported_at_the_next_synchronisation",
     ) {
         return;
     }
-    use burn_ascend_kernels::acl::ffi::ACL_SUCCESS;
     use burn_ascend_kernels::acl::ops;
+    use burn_ascend_kernels::acl::DeviceTensor;
     let rt = burn_ascend_acl_sim::runtime().unwrap();
-    let t = rt
-        .zeros(TensorDesc::contiguous(&[4], DataType::Float).unwrap())
-        .unwrap();
+    // Not stream-ordered: its drop frees at once.
+    let t = DeviceTensor::alloc(
+        rt.api(),
+        TensorDesc::contiguous(&[4], DataType::Float).unwrap(),
+    )
+    .unwrap();
     ops::mul(
         &rt,
         &t.handle().unwrap(),
@@ -140,10 +144,21 @@ fn the_simulation_refuses_to_free_a_workspace_of_an_unsynchronised_launch() {
         &t.handle().unwrap(),
     )
     .unwrap();
-    let ws = rt.workspace(1).unwrap();
-    // SAFETY: `ws` is the runtime's live workspace; the call is expected to refuse.
-    let st = unsafe { (rt.api().free)(ws) };
-    assert_ne!(st, ACL_SUCCESS);
+    let before = sim::memory_in_use();
+    drop(t);
+    assert_eq!(
+        sim::memory_in_use(),
+        before,
+        "the simulation keeps memory a queued launch uses"
+    );
+    let err = rt.synchronize().unwrap_err().to_string();
+    assert!(
+        err.contains("hazard") && err.contains("aclnnMul") && err.contains("aclrtFree"),
+        "{err}"
+    );
+    assert!(
+        sim::memory_in_use() < before,
+        "freed after the synchronisation"
+    );
     rt.synchronize().unwrap();
-    drop(rt); // frees the workspace normally after synchronising
 }

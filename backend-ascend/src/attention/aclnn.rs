@@ -8,8 +8,9 @@
 //! op-replay CLI's `--device sim|npu` (the bundle's tensors uploaded as they are), so the CLI's
 //! and the NPU tests' calls are the backend's own.
 //!
-//! Nothing here knows Burn. Each builder synchronises the stream before it returns: the
-//! uploads it owns must outlive the launch.
+//! Nothing here knows Burn. Each builder queues its call and returns without waiting: the
+//! uploads it owns are stream-ordered (`Runtime::upload`), so dropping them at the end frees
+//! them only after the stream's next synchronisation.
 
 use half::{bf16, f16};
 
@@ -208,7 +209,7 @@ pub fn varlen_fwd(
             },
         )?;
     }
-    rt.synchronize()
+    Ok(())
 }
 
 /// The device tensors of a varlen backward.
@@ -304,7 +305,7 @@ pub fn varlen_grad(
             },
         )?;
     }
-    rt.synchronize()
+    Ok(())
 }
 
 /// `quantScale2` / `quantOffset2` (int8 output) on the device, FLOAT `[len]`.
@@ -386,7 +387,7 @@ pub fn prompt(rt: &Runtime, spec: &PromptSpec, x: &PromptTensors<'_>) -> Result<
             },
         )?;
     }
-    rt.synchronize()
+    Ok(())
 }
 
 /// The device tensors of an incremental attention call.
@@ -471,7 +472,7 @@ pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()>
             },
         )?;
     }
-    rt.synchronize()
+    Ok(())
 }
 
 /// The descriptor of a cache of `dims` for `mode`: contiguous ND for every mode, PA_NZ caches
@@ -576,5 +577,5 @@ pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterTensors<'_>) -> Resu
             },
         )?;
     }
-    rt.synchronize()
+    Ok(())
 }

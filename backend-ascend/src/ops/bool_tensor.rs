@@ -24,7 +24,9 @@ impl BoolTensorOps<Self> for Ascend {
     }
 
     async fn bool_into_data(tensor: BoolTensor<Self>) -> Result<TensorData, ExecutionError> {
-        Ok(tensor.to_data())
+        tensor
+            .try_to_data()
+            .map_err(|reason| ExecutionError::WithContext { reason })
     }
 
     fn bool_device(tensor: &BoolTensor<Self>) -> AscendDevice {

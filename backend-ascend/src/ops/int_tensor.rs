@@ -23,7 +23,9 @@ impl IntTensorOps<Self> for Ascend {
     }
 
     async fn int_into_data(tensor: IntTensor<Self>) -> Result<TensorData, ExecutionError> {
-        Ok(tensor.to_data())
+        tensor
+            .try_to_data()
+            .map_err(|reason| ExecutionError::WithContext { reason })
     }
 
     fn int_device(tensor: &IntTensor<Self>) -> AscendDevice {

@@ -59,12 +59,11 @@ pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
-/// Gets `device`'s runtime, runs the launches in `f`, then synchronises the stream (the memory
-/// pool's cross-thread reuse relies on it); an error becomes the op's panic.
-pub(crate) fn run(name: &str, device: &AscendDevice, f: impl FnOnce(&Runtime)) {
+/// Gets `device`'s runtime and queues the launches in `f` on its stream (no wait: a failure of
+/// the kernel itself surfaces at the next synchronisation); an error becomes the op's panic.
+pub(crate) fn run(_name: &str, device: &AscendDevice, f: impl FnOnce(&Runtime)) {
     let rt = runtime(device);
     f(&rt);
-    rt.synchronize().unwrap_or_else(|e| fail(name, e));
 }
 
 fn eligible(a: &AscendTensor, b: &AscendTensor) -> bool {
@@ -116,7 +115,6 @@ pub(crate) fn binary(op: Binary, lhs: &AscendTensor, rhs: &AscendTensor) -> Opti
         };
         res.unwrap_or_else(|e| fail(name, e));
     }
-    rt.synchronize().unwrap_or_else(|e| fail(name, e));
     Some(out)
 }
 
@@ -152,7 +150,6 @@ pub(crate) fn matmul(lhs: &AscendTensor, rhs: &AscendTensor) -> Option<AscendTen
         // cubeMathType 0 (KEEP_DTYPE): no silent down-conversion of f32.
         ops::matmul(&rt, &a, &b, &o, 0).unwrap_or_else(|e| fail(NAME, e));
     }
-    rt.synchronize().unwrap_or_else(|e| fail(NAME, e));
     Some(out)
 }
 
@@ -170,7 +167,6 @@ pub(crate) fn unary(op: Unary, t: &AscendTensor) -> Option<AscendTensor> {
         let (a, o) = (t.handle(&ad, name), out.handle(&od, name));
         ops::unary(&rt, op, &a, &o).unwrap_or_else(|e| fail(name, e));
     }
-    rt.synchronize().unwrap_or_else(|e| fail(name, e));
     Some(out)
 }
 
@@ -198,7 +194,6 @@ pub(crate) fn scalar(t: &AscendTensor, s: f32, alpha: Option<f32>) -> Option<Asc
         }
         .unwrap_or_else(|e| fail(name, e));
     }
-    rt.synchronize().unwrap_or_else(|e| fail(name, e));
     Some(out)
 }
 
@@ -224,6 +219,5 @@ pub(crate) fn reduce(t: &AscendTensor, dims: &[usize], mean: bool) -> Option<Asc
         let dt = t.acl_dtype(name);
         ops::reduce(&rt, mean, &a, &dims, true, dt, &o).unwrap_or_else(|e| fail(name, e));
     }
-    rt.synchronize().unwrap_or_else(|e| fail(name, e));
     Some(out)
 }

@@ -25,7 +25,9 @@ impl FloatTensorOps<Self> for Ascend {
     }
 
     async fn float_into_data(tensor: FloatTensor<Self>) -> Result<TensorData, ExecutionError> {
-        Ok(tensor.to_data())
+        tensor
+            .try_to_data()
+            .map_err(|reason| ExecutionError::WithContext { reason })
     }
 
     fn float_device(tensor: &FloatTensor<Self>) -> AscendDevice {

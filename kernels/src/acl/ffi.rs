@@ -161,6 +161,8 @@ pub const ACL_MEM_MALLOC_HUGE_FIRST: c_int = 0;
 pub const ACL_MEMCPY_HOST_TO_DEVICE: c_int = 1;
 /// `aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_HOST`.
 pub const ACL_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+/// `aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_DEVICE`.
+pub const ACL_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
 
 // ---- runtime (libascendcl.so) ----------------------------------------------------------------
 
@@ -192,6 +194,31 @@ pub type AclrtMemcpy = unsafe extern "C" fn(
 ) -> AclStatus;
 /// `const char *aclGetRecentErrMsg()`.
 pub type AclGetRecentErrMsg = unsafe extern "C" fn() -> *const c_char;
+/// `aclError aclrtMallocHost(void **hostPtr, size_t size)`: page-locked host memory, which the
+/// host side of `aclrtMemcpyAsync` needs.
+pub type AclrtMallocHost =
+    unsafe extern "C" fn(host_ptr: *mut *mut c_void, size: usize) -> AclStatus;
+/// `aclError aclrtFreeHost(void *hostPtr)`.
+pub type AclrtFreeHost = unsafe extern "C" fn(host_ptr: *mut c_void) -> AclStatus;
+/// `aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
+/// aclrtMemcpyKind kind, aclrtStream stream)`.
+pub type AclrtMemcpyAsync = unsafe extern "C" fn(
+    dst: *mut c_void,
+    dest_max: usize,
+    src: *const c_void,
+    count: usize,
+    kind: c_int,
+    stream: AclrtStream,
+) -> AclStatus;
+/// `aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
+/// aclrtStream stream)`.
+pub type AclrtMemsetAsync = unsafe extern "C" fn(
+    dev_ptr: *mut c_void,
+    max_count: usize,
+    value: i32,
+    count: usize,
+    stream: AclrtStream,
+) -> AclStatus;
 /// `aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion,
 /// int32_t *patchVersion)` (`acl/acl_rt.h`): the ACL interface version, not the CANN package's.
 pub type AclrtGetVersion =

@@ -39,7 +39,30 @@ pub mod tensor;
 
 pub use error::{status_name, AclError, Result};
 pub use ffi::{names, AclApi, ApiKind, DataType, Format};
-pub use runtime::{default_device_id, device_count, Runtime};
+pub use runtime::{default_device_id, device_count, Runtime, RuntimeCounters, StreamOrder};
 pub use tensor::{
     DeviceBuffer, DeviceTensor, IntArray, Scalar, Stream, Tensor, TensorDesc, TensorList,
 };
+
+/// Mutation switches that remove a required piece of the asynchronous protocol, so tests can
+/// prove that the simulation catches its absence (feature `test-hooks`; without it every
+/// switch is off and compiled out).
+pub mod test_hooks {
+    #[cfg(feature = "test-hooks")]
+    static READ_WAIT_DROPPED: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    /// Makes [`super::DeviceBuffer::read`] skip its wait for the stream (process-wide): a
+    /// read then races the queued writer, which the simulation must report.
+    #[cfg(feature = "test-hooks")]
+    pub fn drop_read_wait(dropped: bool) {
+        READ_WAIT_DROPPED.store(dropped, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub(crate) fn read_wait_dropped() -> bool {
+        #[cfg(feature = "test-hooks")]
+        return READ_WAIT_DROPPED.load(std::sync::atomic::Ordering::SeqCst);
+        #[cfg(not(feature = "test-hooks"))]
+        false
+    }
+}

@@ -39,12 +39,14 @@ pub fn two_stage(
             message: "returned success without an executor".into(),
         });
     }
-    let workspace = rt.workspace(size)?;
-    // SAFETY: `executor` was just produced by this op's first stage and is consumed exactly
-    // once here; `workspace` is null for size 0 or a live device buffer of at least `size`
-    // bytes that the runtime keeps until the stream has finished with it; the stream is live.
-    let st = unsafe { launch(workspace, size, executor, rt.stream().as_ptr()) };
-    check(api, st, op)
+    rt.with_workspace(size, |workspace| {
+        // SAFETY: `executor` was just produced by this op's first stage and is consumed
+        // exactly once here; `workspace` is null for size 0 or a live device buffer of at
+        // least `size` bytes that the runtime keeps until the stream has finished with it;
+        // the stream is live.
+        let st = unsafe { launch(workspace, size, executor, rt.stream().as_ptr()) };
+        check(api, st, op)
+    })
 }
 
 fn t(x: Option<&Tensor<'_>>) -> *const AclTensor {

@@ -1,11 +1,11 @@
-//! A device context: the function table, the device, one stream and a caching workspace
-//! allocator. Works the same over CANN ([`Runtime::npu`]) and any other table
+//! A device context: the function table, the device, one stream with its stream-ordered
+//! lifetimes ([`StreamOrder`]) and a caching workspace allocator. Works the same over CANN ([`Runtime::npu`]) and any other table
 //! ([`Runtime::with_api`]; the host simulation, crate `burn-ascend-acl-sim`, builds its
 //! runtime so).
 
-use std::cell::RefCell;
 use std::ffi::c_void;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::error::{AclError, Result};
 use super::ffi::*;
@@ -58,17 +58,189 @@ fn init_once(api: &'static AclApi) -> Result<()> {
     Ok(())
 }
 
-/// One device, one stream, a workspace pool. `!Send`: see [`super::tensor`] on threads.
+/// What a [`Runtime`] did since it was opened ([`Runtime::counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuntimeCounters {
+    /// aclnn launches (second stages) and asynchronous copies / memsets queued on the stream.
+    pub launches: u64,
+    /// Stream synchronisations (every wait of the host for the device).
+    pub synchronizations: u64,
+    /// Bytes copied host to device.
+    pub h2d_bytes: u64,
+    /// Bytes copied device to host.
+    pub d2h_bytes: u64,
+}
+
+#[derive(Default)]
+struct Deferred {
+    /// Device allocations to free once the stream has finished with them.
+    device: Vec<usize>,
+    /// Page-locked staging buffers (host side of queued copies) to free likewise.
+    host: Vec<usize>,
+    host_bytes: usize,
+}
+
+/// Staging held for queued copies beyond which an upload first synchronises (bounds the
+/// page-locked memory a long burst of uploads, e.g. a checkpoint load, can pin).
+const MAX_PENDING_STAGING: usize = 256 << 20;
+
+/// A stream and everything whose lifetime is **stream-ordered**: device memory dropped while
+/// a queued task may still use it is freed only after the stream's next synchronisation, and
+/// so is the page-locked staging of every queued upload. Shared (`Arc`) by the [`Runtime`] and
+/// every [`DeviceBuffer`] allocated through it, so a buffer outliving its runtime still frees
+/// safely.
+pub struct StreamOrder {
+    api: &'static AclApi,
+    stream: Stream,
+    deferred: Mutex<Deferred>,
+    launches: AtomicU64,
+    syncs: AtomicU64,
+    h2d: AtomicU64,
+    d2h: AtomicU64,
+}
+
+// SAFETY: `Stream` is `!Send`/`!Sync` only because it holds the raw `aclrtStream`. A stream
+// belongs to its device's context, which every thread that calls `aclrtSetDevice` on that
+// device shares ([`Runtime::bind_current_thread`] is called before any use from a new thread),
+// and ACL's stream calls (launch, copy, synchronise, destroy) may be made from any such thread.
+// The deferred lists are behind a mutex; the counters are atomics.
+unsafe impl Send for StreamOrder {}
+// SAFETY: see `Send` above.
+unsafe impl Sync for StreamOrder {}
+
+impl StreamOrder {
+    fn lock(&self) -> MutexGuard<'_, Deferred> {
+        self.deferred.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The function table.
+    pub fn api(&self) -> &'static AclApi {
+        self.api
+    }
+
+    /// The stream.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Waits for the stream, then frees what was deferred **before** the wait began (what is
+    /// deferred meanwhile by another thread may belong to a task queued after it).
+    pub fn synchronize(&self) -> Result<()> {
+        let snapshot = std::mem::take(&mut *self.lock());
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        let result = self.stream.synchronize();
+        // The stream's tasks are over either way (a failed task ends the wait too).
+        for p in snapshot.device {
+            // SAFETY: from `aclrtMalloc`, deferred exactly once by `DeviceBuffer::drop`; the
+            // stream has finished every task queued before the deferral.
+            let _ = unsafe { (self.api.free)(p as *mut c_void) };
+        }
+        for p in snapshot.host {
+            // SAFETY: from `aclrtMallocHost` in `upload`, deferred once; its copy is done.
+            let _ = unsafe { (self.api.free_host)(p as *mut c_void) };
+        }
+        result
+    }
+
+    pub(crate) fn defer_free(&self, ptr: *mut c_void) {
+        self.lock().device.push(ptr as usize);
+    }
+
+    pub(crate) fn note_launch(&self) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn note_d2h(&self, bytes: usize) {
+        self.d2h.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Queues a copy of `src` to the device address `dst` (capacity `dst_len`): `src` goes to
+    /// a page-locked staging buffer, freed after the next synchronisation; the host does not
+    /// wait.
+    pub(crate) fn upload(&self, dst: *mut c_void, dst_len: usize, src: &[u8]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        if self.lock().host_bytes + src.len() > MAX_PENDING_STAGING {
+            self.synchronize()?;
+        }
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `host` is a valid out-pointer; the size is a plain integer.
+        let st = unsafe { (self.api.malloc_host)(&mut host, src.len()) };
+        check(self.api, st, names::malloc_host)?;
+        // SAFETY: `host` is a fresh page-locked allocation of `src.len()` bytes, not aliased.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), host.cast::<u8>(), src.len()) };
+        // SAFETY: `dst` is a live device allocation of `dst_len >= src.len()` bytes (the
+        // caller's contract), `host` holds `src.len()` bytes and stays allocated until the
+        // copy is done (deferred below), the stream is live.
+        let st = unsafe {
+            (self.api.memcpy_async)(
+                dst,
+                dst_len,
+                host,
+                src.len(),
+                ACL_MEMCPY_HOST_TO_DEVICE,
+                self.stream.as_ptr(),
+            )
+        };
+        {
+            let mut d = self.lock();
+            d.host.push(host as usize);
+            d.host_bytes += src.len();
+        }
+        check(self.api, st, names::memcpy_async)?;
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        self.h2d.fetch_add(src.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Queues setting `len` bytes at `dst` to `value`.
+    pub(crate) fn memset(&self, dst: *mut c_void, len: usize, value: u8) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: `dst` is a live device allocation of at least `len` bytes (the caller's
+        // contract); the stream is live.
+        let st = unsafe {
+            (self.api.memset_async)(dst, len, i32::from(value), len, self.stream.as_ptr())
+        };
+        check(self.api, st, names::memset_async)?;
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn counters(&self) -> RuntimeCounters {
+        RuntimeCounters {
+            launches: self.launches.load(Ordering::Relaxed),
+            synchronizations: self.syncs.load(Ordering::Relaxed),
+            h2d_bytes: self.h2d.load(Ordering::Relaxed),
+            d2h_bytes: self.d2h.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One device, one stream, a workspace pool; **asynchronous**: launches and uploads are queued
+/// on the stream and return; the host waits only in [`Self::synchronize`] and in reads of
+/// device memory ([`DeviceBuffer::read`] synchronises first).
+///
+/// `Send + Sync`: one runtime per device may serve every thread of the process (each binds the
+/// device first, [`Self::bind_current_thread`]); launches are serialised by the workspace lock,
+/// so their stream order is the order the host issued them in.
 pub struct Runtime {
     api: &'static AclApi,
     device: i32,
-    workspace: RefCell<Option<DeviceBuffer>>,
-    /// Workspaces replaced by a larger one while a launch on the stream may still use them
-    /// (launches are asynchronous on an NPU): freed only after the stream is synchronised.
-    retired: RefCell<Vec<DeviceBuffer>>,
-    // `Some` until drop, which destroys it before resetting the device.
-    stream: Option<Stream>,
+    /// The cached workspace, stream-ordered (a replaced one is freed after the next
+    /// synchronisation); its lock is held across each two-stage call.
+    workspace: Mutex<Option<DeviceBuffer>>,
+    order: Arc<StreamOrder>,
 }
+
+// SAFETY: the `!Send` parts are the workspace `DeviceBuffer` (behind a mutex, used only while
+// launching) and the stream order (see its impls); both belong to the device's context, which
+// every thread binds before use (`bind_current_thread`). The table is plain function pointers.
+unsafe impl Send for Runtime {}
+// SAFETY: see `Send` above; every shared mutable part is behind a mutex or atomic.
+unsafe impl Sync for Runtime {}
 
 impl Runtime {
     /// Opens CANN (see [`super::loader`]), initialises ACL and binds `device` to this thread.
@@ -97,10 +269,25 @@ impl Runtime {
         Ok(Self {
             api,
             device,
-            workspace: RefCell::new(None),
-            retired: RefCell::new(Vec::new()),
-            stream: Some(stream),
+            workspace: Mutex::new(None),
+            order: Arc::new(StreamOrder {
+                api,
+                stream,
+                deferred: Mutex::new(Deferred::default()),
+                launches: AtomicU64::new(0),
+                syncs: AtomicU64::new(0),
+                h2d: AtomicU64::new(0),
+                d2h: AtomicU64::new(0),
+            }),
         })
+    }
+
+    /// Binds this runtime's device to the calling thread (`aclrtSetDevice`): every thread
+    /// other than the one that opened the runtime calls it once before using the runtime.
+    pub fn bind_current_thread(&self) -> Result<()> {
+        // SAFETY: plain integer argument, a device this runtime was opened on.
+        let st = unsafe { (self.api.set_device)(self.device) };
+        check(self.api, st, names::set_device)
     }
 
     /// The function table.
@@ -120,60 +307,89 @@ impl Runtime {
 
     /// The stream ops are launched on.
     pub fn stream(&self) -> &Stream {
-        self.stream.as_ref().expect("present until drop")
+        self.order.stream()
     }
 
-    /// Uploads a host tensor.
+    /// The stream and its stream-ordered lifetimes.
+    pub fn order(&self) -> &Arc<StreamOrder> {
+        &self.order
+    }
+
+    /// Launches, synchronisations and copied bytes so far.
+    pub fn counters(&self) -> RuntimeCounters {
+        self.order.counters()
+    }
+
+    /// Allocates `len` bytes whose free is stream-ordered (see [`StreamOrder`]).
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer> {
+        DeviceBuffer::alloc_ordered(&self.order, len)
+    }
+
+    /// Uploads a host tensor: a stream-ordered buffer, filled by a queued copy.
     pub fn upload(&self, desc: TensorDesc, bytes: &[u8]) -> Result<DeviceTensor> {
-        DeviceTensor::upload(self.api, desc, bytes)
+        if bytes.len() != desc.storage_bytes() {
+            return Err(AclError::invalid(
+                "upload",
+                format!(
+                    "{} bytes for a storage of {:?} {:?} ({} bytes)",
+                    bytes.len(),
+                    desc.storage_dims,
+                    desc.dtype,
+                    desc.storage_bytes()
+                ),
+            ));
+        }
+        desc.check()?;
+        let mut buf = self.alloc(desc.storage_bytes())?;
+        buf.write(bytes)?;
+        Ok(DeviceTensor { buf, desc })
     }
 
-    /// Allocates an output tensor, zero-filled (so a view that the op leaves untouched reads
-    /// back deterministically).
+    /// Allocates an output tensor, zero-filled by a queued memset (so a view that the op
+    /// leaves untouched reads back deterministically).
     pub fn zeros(&self, desc: TensorDesc) -> Result<DeviceTensor> {
-        let bytes = vec![0u8; desc.storage_bytes()];
-        DeviceTensor::upload(self.api, desc, &bytes)
+        desc.check()?;
+        let buf = self.alloc(desc.storage_bytes())?;
+        buf.fill_zero()?;
+        Ok(DeviceTensor { buf, desc })
     }
 
-    /// A workspace of at least `size` bytes: the cached one when it is big enough, else a new
-    /// one. Returns null for `size == 0`, as aclnn expects.
-    ///
-    /// A launch on the stream may still be using the old workspace when a larger one is needed
-    /// (launches are asynchronous), so the old one is retired, not freed: it is freed by the
-    /// next successful [`Self::synchronize`] or the runtime's drop (which synchronises first).
-    /// Every pointer returned therefore stays valid until the stream has finished with it.
-    pub fn workspace(&self, size: u64) -> Result<*mut c_void> {
+    /// Runs `launch` with a workspace of at least `size` bytes (null for 0, as aclnn expects):
+    /// the cached one when big enough, else a new one — the old one is stream-ordered, freed
+    /// after the next synchronisation, since a queued launch may still use it. The lock held
+    /// meanwhile serialises launches on the stream.
+    pub fn with_workspace<R>(
+        &self,
+        size: u64,
+        launch: impl FnOnce(*mut c_void) -> Result<R>,
+    ) -> Result<R> {
+        let mut ws = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
         if size == 0 {
-            return Ok(std::ptr::null_mut());
+            return launch(std::ptr::null_mut());
         }
         let size = usize::try_from(size)
             .map_err(|_| AclError::invalid("workspace", "size overflows usize"))?;
-        let mut ws = self.workspace.borrow_mut();
         if ws.as_ref().is_none_or(|b| b.len() < size) {
             // Round up so slowly growing requests do not reallocate every call.
-            let grown = DeviceBuffer::alloc(self.api, size.next_power_of_two())?;
-            if let Some(old) = ws.replace(grown) {
-                self.retired.borrow_mut().push(old);
-            }
+            let grown = self.alloc(size.next_power_of_two())?;
+            // The old one's drop defers its free to the next synchronisation.
+            ws.replace(grown);
         }
-        Ok(ws.as_ref().expect("set above").as_ptr())
+        let ptr = ws.as_ref().expect("set above").as_ptr();
+        let r = launch(ptr);
+        if r.is_ok() {
+            self.order.note_launch();
+        }
+        r
     }
 
-    /// Bytes held by the workspace cache, retired workspaces awaiting a synchronisation
-    /// included.
+    /// Bytes held by the workspace cache (workspaces replaced but not yet freed excluded).
     pub fn workspace_bytes(&self) -> usize {
-        let current = self
-            .workspace
-            .borrow()
+        self.workspace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map_or(0, DeviceBuffer::len);
-        current
-            + self
-                .retired
-                .borrow()
-                .iter()
-                .map(DeviceBuffer::len)
-                .sum::<usize>()
+            .map_or(0, DeviceBuffer::len)
     }
 
     /// The ACL interface version (`aclrtGetVersion`: major, minor, patch). Not the CANN
@@ -186,25 +402,24 @@ impl Runtime {
         Ok((major, minor, patch))
     }
 
-    /// Waits for the stream, then frees the workspaces retired while it ran.
+    /// Waits for the stream, then frees what was released while it ran (see [`StreamOrder`]).
     pub fn synchronize(&self) -> Result<()> {
-        self.stream().synchronize()?;
-        self.retired.borrow_mut().clear();
-        Ok(())
+        self.order.synchronize()
     }
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        // The stream's launches may still use the workspaces: wait before freeing them (an
-        // error here cannot be reported; the memory is then freed anyway at device reset).
-        let _ = self.stream().synchronize();
-        self.retired.get_mut().clear();
-        self.workspace.get_mut().take();
-        self.stream.take();
+        // Queued launches may still use the workspace and deferred buffers: wait, then free
+        // them (an error here cannot be reported; the memory is then freed at device reset).
+        self.workspace
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let _ = self.order.synchronize();
         // SAFETY: pairs with the `aclrtSetDevice` in `with_api` (ACL reference-counts devices
-        // per process, so other runtimes on the same device stay valid); nothing of this
-        // runtime remains on the device.
+        // per process, so other runtimes on the same device stay valid). The stream is
+        // destroyed with the last buffer allocated through this runtime.
         let _ = unsafe { (self.api.reset_device)(self.device) };
     }
 }

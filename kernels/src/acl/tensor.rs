@@ -15,8 +15,11 @@ use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
+use std::sync::Arc;
+
 use super::error::{AclError, Result};
 use super::ffi::*;
+use super::runtime::StreamOrder;
 
 /// Most dimensions a descriptor may have (aclnn's limit).
 pub const MAX_RANK: usize = 8;
@@ -212,15 +215,20 @@ impl TensorDesc {
     }
 }
 
-/// Device memory from `aclrtMalloc`, freed on drop.
+/// Device memory from `aclrtMalloc`, freed on drop — at once, or, for a buffer allocated
+/// through a runtime ([`Self::alloc_ordered`], [`super::Runtime::alloc`]), **stream-ordered**:
+/// after the stream's next synchronisation, since a queued task may still use it. Such a
+/// buffer's [`Self::write`] is a queued copy and its [`Self::read`] waits for the stream first.
 pub struct DeviceBuffer {
     api: &'static AclApi,
     ptr: *mut c_void,
     len: usize,
+    order: Option<Arc<StreamOrder>>,
 }
 
 impl DeviceBuffer {
-    /// Allocates `len` bytes (at least 1, so every buffer has a distinct non-null address).
+    /// Allocates `len` bytes (at least 1, so every buffer has a distinct non-null address),
+    /// with no stream: written and read synchronously, freed at once on drop.
     pub fn alloc(api: &'static AclApi, len: usize) -> Result<Self> {
         let mut ptr = std::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer; the size is a plain integer.
@@ -229,7 +237,19 @@ impl DeviceBuffer {
         if ptr.is_null() {
             return Err(status_error(api, ACL_ERROR_BAD_ALLOC, names::malloc));
         }
-        Ok(Self { api, ptr, len })
+        Ok(Self {
+            api,
+            ptr,
+            len,
+            order: None,
+        })
+    }
+
+    /// Allocates `len` bytes used in `order`'s stream order (see the type's docs).
+    pub fn alloc_ordered(order: &Arc<StreamOrder>, len: usize) -> Result<Self> {
+        let mut b = Self::alloc(order.api(), len)?;
+        b.order = Some(order.clone());
+        Ok(b)
     }
 
     /// Size in bytes.
@@ -247,7 +267,8 @@ impl DeviceBuffer {
         self.ptr
     }
 
-    /// Copies `src` to the start of the buffer.
+    /// Copies `src` to the start of the buffer: queued on the stream for a stream-ordered
+    /// buffer (the host does not wait), else a synchronous copy.
     pub fn write(&mut self, src: &[u8]) -> Result<()> {
         if src.len() > self.len {
             return Err(AclError::invalid(
@@ -257,6 +278,9 @@ impl DeviceBuffer {
         }
         if src.is_empty() {
             return Ok(());
+        }
+        if let Some(order) = &self.order {
+            return order.upload(self.ptr, self.len, src);
         }
         // SAFETY: `self.ptr` is a live device allocation of `self.len >= src.len()` bytes and
         // `src` is a host slice of `src.len()` bytes.
@@ -272,7 +296,30 @@ impl DeviceBuffer {
         check(self.api, st, &format!("{}(host to device)", names::memcpy))
     }
 
-    /// Copies the first `dst.len()` bytes of the buffer to `dst`.
+    /// Zeroes the whole buffer: a queued memset for a stream-ordered buffer, else a
+    /// synchronous copy of zeros.
+    pub fn fill_zero(&self) -> Result<()> {
+        match &self.order {
+            Some(order) => order.memset(self.ptr, self.len, 0),
+            None => {
+                let zeros = vec![0u8; self.len];
+                // SAFETY: as in `write`: a live allocation of `self.len` bytes.
+                let st = unsafe {
+                    (self.api.memcpy)(
+                        self.ptr,
+                        self.len,
+                        zeros.as_ptr().cast(),
+                        self.len,
+                        ACL_MEMCPY_HOST_TO_DEVICE,
+                    )
+                };
+                check(self.api, st, &format!("{}(host to device)", names::memcpy))
+            }
+        }
+    }
+
+    /// Copies the first `dst.len()` bytes of the buffer to `dst`, after waiting for the stream
+    /// when the buffer is stream-ordered (its last writer may still be queued).
     pub fn read(&self, dst: &mut [u8]) -> Result<()> {
         if dst.len() > self.len {
             return Err(AclError::invalid(
@@ -282,6 +329,12 @@ impl DeviceBuffer {
         }
         if dst.is_empty() {
             return Ok(());
+        }
+        if let Some(order) = &self.order {
+            if !super::test_hooks::read_wait_dropped() {
+                order.synchronize()?;
+            }
+            order.note_d2h(dst.len());
         }
         // SAFETY: `dst` is a host slice of `dst.len()` bytes; `self.ptr` is a live device
         // allocation of at least that many bytes.
@@ -300,6 +353,11 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        if let Some(order) = self.order.take() {
+            // A queued task may still use the buffer: freed after the next synchronisation.
+            order.defer_free(self.ptr);
+            return;
+        }
         // SAFETY: `ptr` came from `aclrtMalloc` and is freed exactly once, here. A failure
         // cannot be reported from drop; the memory is then leaked, which is safe.
         let _ = unsafe { (self.api.free)(self.ptr) };

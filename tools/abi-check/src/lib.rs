@@ -267,6 +267,10 @@ pub fn ffi_constants() -> Vec<(&'static str, i64)> {
         c("ACL_MEM_MALLOC_HUGE_FIRST", ffi::ACL_MEM_MALLOC_HUGE_FIRST),
         c("ACL_MEMCPY_HOST_TO_DEVICE", ffi::ACL_MEMCPY_HOST_TO_DEVICE),
         c("ACL_MEMCPY_DEVICE_TO_HOST", ffi::ACL_MEMCPY_DEVICE_TO_HOST),
+        c(
+            "ACL_MEMCPY_DEVICE_TO_DEVICE",
+            ffi::ACL_MEMCPY_DEVICE_TO_DEVICE,
+        ),
     ]
 }
 

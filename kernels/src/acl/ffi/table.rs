@@ -43,6 +43,10 @@ macro_rules! acl_api_table {
                 malloc: aclrtMalloc(AclrtMalloc),
                 free: aclrtFree(AclrtFree),
                 memcpy: aclrtMemcpy(AclrtMemcpy),
+                malloc_host: aclrtMallocHost(AclrtMallocHost),
+                free_host: aclrtFreeHost(AclrtFreeHost),
+                memcpy_async: aclrtMemcpyAsync(AclrtMemcpyAsync),
+                memset_async: aclrtMemsetAsync(AclrtMemsetAsync),
                 get_recent_err_msg: aclGetRecentErrMsg(AclGetRecentErrMsg),
                 get_version: aclrtGetVersion(AclrtGetVersion),
                 // ---- nnopbase (libnnopbase.so)
