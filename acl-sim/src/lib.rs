@@ -80,7 +80,7 @@ mod registry {
         cat, flip, gather, index_add, index_select, inplace_copy, repeat, scatter_add,
     };
     pub(crate) use crate::math::{
-        abs, add, adds, div, exp, log, matmul, mean, mul, muls, reduce_sum, sqrt, sub, tanh,
+        abs, add, adds, div, divs, exp, log, matmul, mean, mul, muls, reduce_sum, sqrt, sub, tanh,
     };
     pub(crate) use crate::prompt::{pfa_v1, pfa_v3};
     pub(crate) use crate::scatter::scatter_pa_kv_cache;

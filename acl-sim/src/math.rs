@@ -361,7 +361,8 @@ macro_rules! unary {
     };
 }
 
-/// `self ∘ other` with a scalar `other` (`aclnnAdds`: `self + alpha·other`, `aclnnMuls`).
+/// `self ∘ other` with a scalar `other` (`aclnnAdds`: `self + alpha·other`, `aclnnMuls`,
+/// `aclnnDivs`: `self / other`, a true division in f32 as the kernel computes it).
 fn scalar_ws(
     op: &'static str,
     self_: T,
@@ -373,7 +374,15 @@ fn scalar_ws(
 ) -> SimResult<()> {
     let a = required(self_, "self")?;
     let o = required(out, "out")?;
+    let divide = op == names::divs;
     if matches!(a.dtype, DataType::Int32 | DataType::Int64) {
+        if divide {
+            // CANN promotes integer operands of Divs to float; not modelled here.
+            return invalid(format!(
+                "{op}: integer self ({:?}) is unsupported in the simulation",
+                a.dtype
+            ));
+        }
         return crate::elementwise::int_scalar(op, a, other, alpha, o, ws, ex);
     }
     float_dtype(&a, op, "self")?;
@@ -389,6 +398,7 @@ fn scalar_ws(
             .into_iter()
             .map(|x| match alpha {
                 Some(al) => x + al * s,
+                None if divide => x / s,
                 None => x * s,
             })
             .collect();
@@ -423,6 +433,19 @@ pub(crate) unsafe extern "C" fn muls(
     guard(|| {
         let other = scalar(other, &format!("{}: other", names::muls))?;
         scalar_ws(names::muls, self_, other, None, out, ws, ex)
+    })
+}
+
+pub(crate) unsafe extern "C" fn divs(
+    self_: T,
+    other: *const AclScalar,
+    out: T,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    guard(|| {
+        let other = scalar(other, &format!("{}: other", names::divs))?;
+        scalar_ws(names::divs, self_, other, None, out, ws, ex)
     })
 }
 

@@ -303,9 +303,11 @@ pub(crate) fn in_flight(span: Span) -> Option<(usize, &'static str)> {
         .unwrap_or_default();
     for (id, s) in streams {
         let q = lock(&s.queue);
+        // The latest such task: the one the access races last.
         if let Some(f) = q
             .in_flight
             .iter()
+            .rev()
             .find(|f| f.spans.iter().any(|a| overlaps(*a, span)))
         {
             return Some((id, f.what));

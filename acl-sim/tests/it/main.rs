@@ -10,3 +10,4 @@ mod index;
 mod leaks;
 mod loader;
 mod math;
+mod streams;

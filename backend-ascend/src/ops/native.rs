@@ -197,6 +197,24 @@ pub(crate) fn scalar(t: &AscendTensor, s: f32, alpha: Option<f32>) -> Option<Asc
     Some(out)
 }
 
+/// `t / s` on the device (`aclnnDivs`: a true division, so `x / 3` is not `x · (1/3)`).
+pub(crate) fn div_scalar(t: &AscendTensor, s: f32) -> Option<AscendTensor> {
+    if !is_acl_float(t.dtype) || t.shape.num_dims() > 8 {
+        return None;
+    }
+    let name = names::divs;
+    let device = t.device();
+    let rt = runtime(&device);
+    let out = AscendTensor::alloc(t.shape.clone(), t.dtype, &device);
+    {
+        let (ad, od) = (t.desc(name), out.desc(name));
+        let (a, o) = (t.handle(&ad, name), out.handle(&od, name));
+        let other = Scalar::f32(rt.api(), s).unwrap_or_else(|e| fail(name, e));
+        ops::divs(&rt, &a, &other, &o).unwrap_or_else(|e| fail(name, e));
+    }
+    Some(out)
+}
+
 /// Sum or mean over `dims`, keeping them as size 1 (Burn's `sum_dim`/`mean_dim`; `sum` passes
 /// every dim and reshapes to `[1]`).
 pub(crate) fn reduce(t: &AscendTensor, dims: &[usize], mean: bool) -> Option<AscendTensor> {

@@ -133,6 +133,14 @@ impl FloatTensorOps<Self> for Ascend {
         })
     }
 
+    fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        native::div_scalar(&lhs, rhs.elem::<f32>()).unwrap_or_else(|| {
+            let mut cx = Fallback::new("float_div_scalar");
+            let lhs = cx.arg(lhs);
+            cx.ret(<Host as FloatTensorOps<Host>>::float_div_scalar(lhs, rhs))
+        })
+    }
+
     fn float_exp(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         native::unary(Unary::Exp, &tensor).unwrap_or_else(|| {
             let mut cx = Fallback::new("float_exp");

@@ -10,6 +10,7 @@
 
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+mod asynchrony;
 mod attention;
 mod devices;
 mod fallback_dtypes;

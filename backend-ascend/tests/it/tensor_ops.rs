@@ -196,6 +196,7 @@ fn scalar_unary_and_reduction_ops_take_the_device_path() {
         "float_add_scalar",
         "float_sub_scalar",
         "float_mul_scalar",
+        "float_div_scalar",
         "float_exp",
         "float_log",
         "float_sqrt",
@@ -211,6 +212,11 @@ fn scalar_unary_and_reduction_ops_take_the_device_path() {
     close(at.clone() + 1.5, nt.clone() + 1.5);
     close(at.clone() - 0.25, nt.clone() - 0.25);
     close(at.clone() * -3.0, nt.clone() * -3.0);
+    // a true division, bit for bit (not a multiplication by 1/3)
+    assert_eq!(
+        (at.clone() / 3.0).into_data().to_vec::<f32>().unwrap(),
+        (nt.clone() / 3.0).into_data().to_vec::<f32>().unwrap()
+    );
     close(at.clone().exp(), nt.clone().exp());
     close(at.clone().abs().log(), nt.clone().abs().log());
     close(at.clone().abs().sqrt(), nt.clone().abs().sqrt());

@@ -745,6 +745,15 @@ pub fn muls(rt: &Runtime, a: &Tensor<'_>, other: &Scalar, out: &Tensor<'_>) -> R
     })
 }
 
+/// `out = self / other` with a scalar `other` (`aclnnDivs`).
+pub fn divs(rt: &Runtime, a: &Tensor<'_>, other: &Scalar, out: &Tensor<'_>) -> Result<()> {
+    let (name, f) = op!(rt, divs)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnDivsGetWorkspaceSize's prototype; handles are live.
+        unsafe { (f.workspace)(a.as_ptr(), other.as_ptr(), out.as_ptr(), ws, ex) }
+    })
+}
+
 /// An enum of ops sharing one prototype, each variant naming its table field: the enum,
 /// `name()` (the C name) and `entry(api)` (the table entry).
 macro_rules! op_enum {

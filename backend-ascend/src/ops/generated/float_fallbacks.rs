@@ -6,12 +6,6 @@
 /// macro as its last item; paths resolve there (`ops/tensor.rs`'s imports).
 macro_rules! float_fallbacks {
     () => {
-        fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-            let mut cx = Fallback::new("float_div_scalar");
-            let lhs = cx.arg(lhs);
-            cx.ret(<Host as FloatTensorOps<Host>>::float_div_scalar(lhs, rhs))
-        }
-
         fn float_remainder(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
             let mut cx = Fallback::new("float_remainder");
             let lhs = cx.arg(lhs);

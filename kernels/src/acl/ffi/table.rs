@@ -80,6 +80,7 @@ macro_rules! acl_api_table {
                 matmul: aclnnMatmul(MatmulWs),
                 adds: aclnnAdds(ScalarAlphaWs),
                 muls: aclnnMuls(ScalarWs),
+                divs: aclnnDivs(ScalarWs),
                 exp: aclnnExp(UnaryWs),
                 log: aclnnLog(UnaryWs),
                 sqrt: aclnnSqrt(UnaryWs),
