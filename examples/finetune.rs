@@ -4,15 +4,17 @@
 //!
 //! `cargo run --release --example finetune [-- --steps N --data PATH --device cpu --resume
 //!  --checkpoint HF_DIR --out DIR --batch-tokens N --seq-len N --lr X --seed N
-//!  --stop-after N --no-samples]`
+//!  --stop-after N --no-samples --profile]`
 //!
 //! With no arguments: a ≈2.9 M-parameter byte-level model on the bundled Shakespeare text,
 //! AdamW with warmup + cosine decay and gradient clipping, on CPU. Writes `runs/finetune/`:
 //! `config.json` + `model.safetensors` (Hugging Face names), Burn records of the model and
 //! the optimizer (`model.mpk`, `optim.mpk`, for `--resume`), `state.json`, `loss.csv` and
 //! `loss.png`. `--device sim` trains `Autodiff<Ascend>` on the host simulation of the ACL ABI,
-//! `--device ascend` on a real NPU. The last line is `finetune: loss <first> -> <last> over <steps> steps` (first
-//! step's loss, mean of the last ten steps).
+//! `--device ascend` on a real NPU. On CPU the last line is `finetune: loss <first> -> <last>
+//! over <steps> steps` (first step's loss, mean of the last ten steps); on `sim` / `ascend` it
+//! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
+//! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,6 +24,7 @@ use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
+use burn_ascend::model::dispatch::{self, DispatchCounts};
 use burn_ascend::model::train::{init_model, train, Init, TrainOptions};
 use burn_ascend::model::{
     generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
@@ -42,6 +45,7 @@ struct Args {
     seed: u64,
     samples: bool,
     stop_after: Option<usize>,
+    profile: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -58,6 +62,7 @@ fn parse_args() -> Result<Args, String> {
         seed: 42,
         samples: true,
         stop_after: None,
+        profile: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -80,6 +85,7 @@ fn parse_args() -> Result<Args, String> {
             "--lr" => a.lr = num(value("--lr")?, "--lr")?,
             "--seed" => a.seed = num(value("--seed")?, "--seed")? as u64,
             "--no-samples" => a.samples = false,
+            "--profile" => a.profile = true,
             "--stop-after" => {
                 a.stop_after = Some(num(value("--stop-after")?, "--stop-after")? as usize)
             }
@@ -92,7 +98,8 @@ fn parse_args() -> Result<Args, String> {
 
 const USAGE: &str = "finetune [--steps N] [--device cpu|ascend|sim] [--data PATH(.txt|.jsonl)] \
 [--resume] [--checkpoint HF_DIR] [--out DIR] [--batch-tokens N] [--seq-len N] [--lr X] \
-[--seed N] [--no-samples] [--stop-after N]
+[--seed N] [--no-samples] [--stop-after N] [--profile]
+  --profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
   --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
   up to it; --stop-after N stops early (an interrupted run that --resume completes).";
 
@@ -106,24 +113,27 @@ fn main() {
 fn run() -> Result<(), String> {
     let args = parse_args()?;
     match args.device.as_str() {
-        "cpu" => run_on::<Autodiff<NdArray>>(args, Default::default()),
+        "cpu" => run_on::<Autodiff<NdArray>>(args, Default::default(), None),
         // The Ascend backend on the host simulation of the ACL ABI (not CANN; slow: most
         // ops run through its counted host fallback).
-        "sim" => run_on::<Autodiff<Ascend>>(args, AscendDevice::sim()),
+        "sim" => run_on::<Autodiff<Ascend>>(args, AscendDevice::sim(), Some(AscendDevice::sim())),
         "ascend" => {
             let index =
                 burn_ascend::kernels::acl::default_device_id().map_err(|e| e.to_string())?;
             let device = AscendDevice::npu(index as u32);
             is_available(&device)?;
-            run_on::<Autodiff<Ascend>>(args, device)
+            run_on::<Autodiff<Ascend>>(args, device, Some(device))
         }
         other => Err(format!("unknown device '{other}' (cpu, ascend, sim)")),
     }
 }
 
+/// `ascend`: the same device as `device` when it is an `Ascend` one, for the dispatch counters
+/// (launches, synchronisations, host fallbacks per step) and `--profile`.
 fn run_on<B: AutodiffBackend + AttentionBackend>(
     args: Args,
     device: B::Device,
+    ascend: Option<AscendDevice>,
 ) -> Result<(), String>
 where
     B::InnerBackend: AttentionBackend,
@@ -200,7 +210,27 @@ where
         out: args.out.clone(),
         save_every: 100,
     };
+    if args.profile && ascend.is_some() {
+        dispatch::start_profile();
+    }
+    // Counts after each step; a step's delta spans a checkpoint save when one ran before it
+    // (every `save_every` steps), and such steps are left out of the means.
+    let mut last_counts = ascend.as_ref().map(DispatchCounts::now);
+    let mut step_counts: Vec<DispatchCounts> = Vec::new();
+    let last_step = args.stop_after.unwrap_or(args.steps).min(args.steps);
+    let mut profile = None;
     let (model, state) = train(model, state, args.resume, &mut packer, &opts, |r| {
+        if let (Some(dev), Some(last)) = (ascend.as_ref(), last_counts.as_mut()) {
+            let now = DispatchCounts::now(dev);
+            if r.step == 0 || r.step % opts.save_every.max(1) != 0 {
+                step_counts.push(now.since(*last));
+            }
+            *last = now;
+            if args.profile && r.step + 1 == last_step {
+                // Before the final checkpoint save, which is not a training step.
+                profile = Some(dispatch::stop_profile(dev));
+            }
+        }
         tokens_seen += r.tokens;
         bar.set_message(format!(
             "loss {:.3}  lr {:.2e}  {:.0} tok/s",
@@ -223,6 +253,7 @@ where
     })
     .map_err(|e| e.to_string())?;
     bar.finish();
+    let profile = profile.map(|p| dispatch::format_profile(&p, step_counts.len()));
     plot_losses(&state.losses, &args.out.join("loss.png"))?;
     println!(
         "finetune: {:.0} tokens/s, checkpoint in {} (config.json, model.safetensors, model.mpk, \
@@ -240,6 +271,26 @@ where
         "finetune: loss {first:.4} -> {last:.4} over {} steps",
         state.losses.len()
     );
+    if let Some(table) = profile {
+        print!("{table}");
+    }
+    if ascend.is_some() {
+        let mean = DispatchCounts::mean(&step_counts);
+        let by_op: Vec<String> = burn_ascend::backend::fallback_counts()
+            .iter()
+            .map(|(op, n)| format!("{op} ×{n}"))
+            .collect();
+        println!(
+            "{}; host fallbacks in the whole run: {}",
+            mean.detail(),
+            if by_op.is_empty() {
+                "none".to_string()
+            } else {
+                by_op.join(", ")
+            }
+        );
+        println!("{}", mean.line());
+    }
     Ok(())
 }
 

@@ -44,7 +44,8 @@ struct IncreCall {
     quant_offset2: Option<SimTensor>,
     antiquant_scale: Option<SimTensor>,
     antiquant_offset: Option<SimTensor>,
-    kv_padding: Option<i64>,
+    /// One INT64, read by the kernel (so when the launch runs).
+    kv_padding: Option<SimTensor>,
     layout: IfaLayout,
     batch: usize,
     n: usize,
@@ -115,7 +116,11 @@ impl IncreCall {
         a.num_key_value_heads = self.nkv;
         a.inner_precise = self.inner_precise;
         a.actual_seq_lengths = self.asl.as_deref();
-        a.kv_padding_size = self.kv_padding;
+        a.kv_padding_size = self
+            .kv_padding
+            .as_ref()
+            .map(|t| ints(t, "kvPaddingSize").map(|v| v[0]))
+            .transpose()?;
         let mask = self
             .mask
             .as_ref()
@@ -366,9 +371,6 @@ pub(crate) unsafe extern "C" fn ifa_v4(
                 Some(t)
             }
         };
-        let kv_padding = kv_padding
-            .map(|t| ints(&t, "kvPaddingSize").map(|v| v[0]))
-            .transpose()?;
         let mask = tensor(atten_mask, "attenMask")?;
         if let Some(m) = &mask {
             if !matches!(m.dtype, DataType::Bool | DataType::Int8 | DataType::Uint8)

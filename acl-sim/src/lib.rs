@@ -61,9 +61,9 @@ mod varlen;
 mod wire;
 
 pub use state::{
-    clear_faults, faults_fired, inject_fault, launches, live_handles, memory_in_use, set_compute,
-    set_memory_limit, set_stream_delay, Fault, LiveHandles, SIM_HAZARD_STATUS,
-    SIM_STREAM_FAULT_STATUS,
+    clear_faults, device_time, faults_fired, inject_fault, launches, live_handles, memory_in_use,
+    reset_device_time, set_compute, set_memory_limit, set_stream_delay, Fault, LiveHandles,
+    SIM_HAZARD_STATUS, SIM_STREAM_FAULT_STATUS,
 };
 
 use std::ffi::c_void;
@@ -147,7 +147,7 @@ burn_ascend_kernels::acl_api_table!(register);
 /// Runs `f` under the guard every simulated entry point runs under; returns the status and
 /// the recent-error message. For the guard's tests only.
 #[doc(hidden)]
-pub use state::guarded_for_tests;
+pub use state::{first_stage_read_for_tests, guarded_for_tests};
 
 /// The simulation's function table.
 pub fn api() -> &'static AclApi {

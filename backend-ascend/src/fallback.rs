@@ -73,6 +73,19 @@ pub struct Fallback {
     device: Option<AscendDevice>,
     float: Option<DType>,
     explicit_float: bool,
+    /// When the call started, while the dispatch profile is on (recorded on drop).
+    started: Option<std::time::Instant>,
+}
+
+impl Drop for Fallback {
+    fn drop(&mut self) {
+        if let Some(t) = self.started {
+            burn_ascend_kernels::acl::profile::record(
+                &format!("host fallback {}", self.op),
+                t.elapsed(),
+            );
+        }
+    }
 }
 
 impl Fallback {
@@ -84,6 +97,7 @@ impl Fallback {
             device: None,
             float: None,
             explicit_float: false,
+            started: burn_ascend_kernels::acl::profile::enabled().then(std::time::Instant::now),
         }
     }
 

@@ -170,11 +170,13 @@ impl AscendTensor {
 
     /// A zero-filled contiguous tensor.
     pub fn zeros(shape: Shape, dtype: DType, device: &AscendDevice) -> Self {
-        let bytes = shape.num_elements() * dtype.size();
-        Self::from_data(
-            TensorData::from_bytes_vec(vec![0u8; bytes], shape, dtype),
-            device,
-        )
+        // A queued memset on the device: nothing crosses from the host.
+        let t = Self::alloc_for("zeros", shape, dtype, device);
+        t.storage
+            .buffer()
+            .fill_zero()
+            .unwrap_or_else(|e| panic!("Ascend zeros on {device}: {e}"));
+        t
     }
 
     /// A new contiguous tensor over a fresh (uninitialised on CANN, zero on the simulation)

@@ -208,6 +208,26 @@ pub(crate) unsafe extern "C" fn inplace_masked_fill_scalar(
     })
 }
 
+pub(crate) unsafe extern "C" fn inplace_fill_scalar(
+    self_ref: T,
+    value: S,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::inplace_fill_scalar;
+    guard(|| {
+        let a = required(self_ref, "selfRef")?;
+        let v = scalar(value, &format!("{OP}: value"))?;
+        dtype_in(&a, OP, "selfRef", NUMERIC)?;
+        submit(
+            OP,
+            move || a.write("selfRef", &encode(&vec![v; a.numel()], a.dtype)),
+            ws,
+            ex,
+        )
+    })
+}
+
 pub(crate) unsafe extern "C" fn logical_not(self_: T, out: T, ws: Ws, ex: Ex) -> AclStatus {
     const OP: &str = names::logical_not;
     guard(|| {

@@ -23,7 +23,7 @@ mod reduce;
 mod unary;
 
 pub(crate) use compare::{
-    cast, eq_scalar, eq_tensor, ge_scalar, ge_tensor, gt_scalar, gt_tensor,
+    cast, eq_scalar, eq_tensor, ge_scalar, ge_tensor, gt_scalar, gt_tensor, inplace_fill_scalar,
     inplace_masked_fill_scalar, le_scalar, le_tensor, logical_and, logical_not, logical_or,
     lt_scalar, lt_tensor, ne_scalar, ne_tensor, s_where,
 };

@@ -83,6 +83,7 @@ impl SimTensor {
 
     /// The view's elements, gathered into row-major order, as little-endian bytes.
     pub fn read(&self, name: &str) -> SimResult<Vec<u8>> {
+        first_stage_cannot_touch(name)?;
         if self.numel() == 0 {
             return Ok(Vec::new());
         }
@@ -97,6 +98,7 @@ impl SimTensor {
 
     /// Writes row-major elements (little-endian bytes) through the view.
     pub fn write(&self, name: &str, bytes: &[u8]) -> SimResult<()> {
+        first_stage_cannot_touch(name)?;
         let es = self.dtype.size();
         if bytes.len() != self.numel() * es {
             return Err(SimErr(
@@ -475,4 +477,22 @@ pub(crate) fn scalar(p: *const AclScalar, name: &str) -> SimResult<f64> {
                 format!("{name}: {p:p} is not a live aclScalar"),
             )
         })
+}
+
+/// CANN's first stage (`…GetWorkspaceSize`, the tiling) sees a tensor's shape, dtype and
+/// address, never its data: the data is read by the kernel when the launch runs, after the
+/// queued work before it. A simulated op that read (or wrote) data in its first stage would
+/// see memory that queued uploads have not filled yet, racily; so the simulation refuses it
+/// deterministically, and only the stream's worker touches tensor data.
+fn first_stage_cannot_touch(name: &str) -> SimResult<()> {
+    if super::streams::on_worker() {
+        return Ok(());
+    }
+    Err(SimErr(
+        ACLNN_ERR_INNER,
+        format!(
+            "simulation: {name}: tensor data touched outside a launch (CANN's first stage sees \
+             shapes and dtypes only; the kernel reads the data when the launch runs)"
+        ),
+    ))
 }

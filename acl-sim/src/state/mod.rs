@@ -25,7 +25,7 @@ pub use faults::{clear_faults, faults_fired, inject_fault, Fault, SIM_STREAM_FAU
 pub(crate) use handles::{c_str, int_array, required, scalar, tensor, tensor_list, SimTensor};
 pub(crate) use memory::{device_range_ok, read_device, with_device_mut};
 pub use memory::{memory_in_use, set_memory_limit};
-pub use streams::{set_stream_delay, SIM_HAZARD_STATUS};
+pub use streams::{device_time, reset_device_time, set_stream_delay, SIM_HAZARD_STATUS};
 
 /// A simulated failure: status and message.
 #[derive(Debug)]
@@ -434,6 +434,17 @@ pub fn guarded_for_tests(f: impl FnOnce()) -> (AclStatus, String) {
     let st = guard(|| {
         f();
         Ok(())
+    });
+    let msg = LAST_ERROR.with(|e| e.borrow().to_string_lossy().into_owned());
+    (st, msg)
+}
+
+/// Reads the data of the `aclTensor` `t` the way a first stage would (outside any launch) and
+/// returns the status and message: the hook that proves the simulation refuses it.
+pub fn first_stage_read_for_tests(t: *const AclTensor) -> (AclStatus, String) {
+    let st = guard(|| {
+        let t = required(t as _, "self")?;
+        t.read("self").map(drop)
     });
     let msg = LAST_ERROR.with(|e| e.borrow().to_string_lossy().into_owned());
     (st, msg)

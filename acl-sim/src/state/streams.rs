@@ -107,6 +107,35 @@ fn stream_delay() -> Duration {
     Duration::from_nanos(ns)
 }
 
+/// Time the workers spent running each kind of task: `(calls, time)` by task name.
+static DEVICE_TIME: Mutex<Option<HashMap<&'static str, (u64, Duration)>>> = Mutex::new(None);
+
+fn note_device_time(what: &'static str, t: Duration) {
+    let mut g = lock(&DEVICE_TIME);
+    let e = g.get_or_insert_with(HashMap::new).entry(what).or_default();
+    e.0 += 1;
+    e.1 += t;
+}
+
+/// The simulated device's time per task name (an aclnn op's C name, `aclrtMemcpyAsync`, …):
+/// `(name, tasks run, time the stream workers spent running them)`, since the last
+/// [`reset_device_time`]. The simulation's stand-in for a device profile: CPU time of the
+/// simulated kernels, not NPU time.
+pub fn device_time() -> Vec<(&'static str, u64, Duration)> {
+    let mut v: Vec<_> = lock(&DEVICE_TIME)
+        .iter()
+        .flatten()
+        .map(|(k, &(n, d))| (*k, n, d))
+        .collect();
+    v.sort_by_key(|e| std::cmp::Reverse(e.2));
+    v
+}
+
+/// Clears [`device_time`].
+pub fn reset_device_time() {
+    *lock(&DEVICE_TIME) = None;
+}
+
 fn spawn(id: usize) -> Arc<SimStream> {
     let s = Arc::new(SimStream {
         queue: Mutex::new(Queue::default()),
@@ -120,7 +149,19 @@ fn spawn(id: usize) -> Arc<SimStream> {
     s
 }
 
+thread_local! {
+    /// This thread is a stream's worker (the only place a simulated kernel runs).
+    static ON_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is a stream's worker, i.e. runs a queued task: a tensor's data
+/// may be read or written only there (`SimTensor::read` / `write`), never in a first stage.
+pub(crate) fn on_worker() -> bool {
+    ON_WORKER.with(std::cell::Cell::get)
+}
+
 fn worker(s: &SimStream) {
+    ON_WORKER.with(|w| w.set(true));
     loop {
         let task = {
             let mut q = lock(&s.queue);
@@ -138,11 +179,13 @@ fn worker(s: &SimStream) {
         if !task.delay.is_zero() {
             std::thread::sleep(task.delay);
         }
+        let ran = std::time::Instant::now();
         let result = if task.compute {
             catch(task.job)
         } else {
             Ok(())
         };
+        note_device_time(task.what, ran.elapsed());
         let mut q = lock(&s.queue);
         q.running = false;
         if let Err(SimErr(st, msg)) = result {

@@ -75,6 +75,19 @@ fn a_host_read_of_a_queued_result_before_the_stream_is_synchronised_is_a_hazard(
 }
 
 #[test]
+fn a_simulated_op_may_not_read_tensor_data_in_its_first_stage() {
+    // CANN's tiling sees shapes only; a first-stage read would race the queued upload (the
+    // IFA kvPaddingSize read did, until it moved into the launch).
+    let rt = sim::runtime().unwrap();
+    let a = up(&rt, &[1., 2., 3.]);
+    rt.synchronize().unwrap();
+    let h = a.handle().unwrap();
+    let (st, msg) = sim::first_stage_read_for_tests(h.as_ptr());
+    assert_eq!(st, burn_ascend_kernels::acl::ffi::ACLNN_ERR_INNER, "{msg}");
+    assert!(msg.contains("outside a launch"), "{msg}");
+}
+
+#[test]
 fn a_slow_stream_runs_its_tasks_in_order_after_the_call_returned() {
     sim::set_stream_delay(Duration::from_millis(20));
     let rt = sim::runtime().unwrap();

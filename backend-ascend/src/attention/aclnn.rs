@@ -12,6 +12,8 @@
 //! uploads it owns are stream-ordered (`Runtime::upload`), so dropping them at the end frees
 //! them only after the stream's next synchronisation.
 
+use std::sync::Arc;
+
 use half::{bf16, f16};
 
 use burn_ascend_contract::incre::IncreSpec;
@@ -54,8 +56,36 @@ fn upload_i64(rt: &Runtime, v: &[i64], dims: &[usize]) -> Result<DeviceTensor> {
     upload(rt, &bytes, dims, DataType::Int64)
 }
 
-fn handle(t: &Option<DeviceTensor>) -> Result<Option<Tensor<'_>>> {
-    t.as_ref().map(DeviceTensor::handle).transpose()
+fn handle<T: AsRef<DeviceTensor>>(t: &Option<T>) -> Result<Option<Tensor<'_>>> {
+    t.as_ref().map(|t| t.as_ref().handle()).transpose()
+}
+
+/// A device input uploaded for this call, or a runtime constant shared by every call.
+enum Held {
+    Own(DeviceTensor),
+    Shared(Arc<DeviceTensor>),
+}
+
+impl AsRef<DeviceTensor> for Held {
+    fn as_ref(&self) -> &DeviceTensor {
+        match self {
+            Held::Own(t) => t,
+            Held::Shared(t) => t,
+        }
+    }
+}
+
+/// A constant `UINT8` mask cached on the runtime under `key` (CANN's compressed masks are
+/// 2048×2048 and the same for every call).
+fn constant_mask(
+    rt: &Runtime,
+    key: &str,
+    make: impl FnOnce() -> (Vec<u8>, Vec<usize>),
+) -> Result<Arc<DeviceTensor>> {
+    rt.constant(key, || {
+        let (bytes, dims) = make();
+        Ok((TensorDesc::contiguous(&dims, DataType::Uint8)?, bytes))
+    })
 }
 
 fn ints(rt: &Runtime, v: Option<&[i64]>) -> Result<Option<IntArray>> {
@@ -69,7 +99,7 @@ fn empty(rt: &Runtime, dtype: DataType) -> Result<DeviceTensor> {
 
 /// The varlen inputs the spec carries as host data, on the device, and its int arrays.
 struct VarlenExtras {
-    atten_mask: Option<DeviceTensor>,
+    atten_mask: Option<Held>,
     real_shift: Option<DeviceTensor>,
     drop_mask: Option<DeviceTensor>,
     prefix: Option<IntArray>,
@@ -105,9 +135,14 @@ fn varlen_extras(
 ) -> Result<VarlenExtras> {
     let atten_mask = match &spec.atten_mask {
         MaskSpec::None => None,
-        MaskSpec::Dense { data, shape } => Some(upload(rt, data, shape, DataType::Uint8)?),
+        MaskSpec::Dense { data, shape } => {
+            Some(Held::Own(upload(rt, data, shape, DataType::Uint8)?))
+        }
         MaskSpec::Compressed => compressed_mask(spec.attrs.sparse_mode)
-            .map(|(m, shape)| upload(rt, &m, &shape, DataType::Uint8))
+            .map(|(m, shape)| {
+                let key = format!("varlen compressed mask {:?}", spec.attrs.sparse_mode);
+                constant_mask(rt, &key, || (m, shape.to_vec())).map(Held::Shared)
+            })
             .transpose()?,
     };
     let real_shift = match &spec.pse {
@@ -340,14 +375,20 @@ pub struct PromptTensors<'a> {
 pub fn prompt(rt: &Runtime, spec: &PromptSpec, x: &PromptTensors<'_>) -> Result<()> {
     let mask = match &spec.atten_mask {
         PromptMask::None => None,
-        PromptMask::Dense { data, shape } => Some(upload(rt, data, shape, DataType::Uint8)?),
-        PromptMask::Compressed => {
-            let [rows, cols] = PFA_COMPRESSED_MASK;
-            let m: Vec<u8> = (0..rows * cols)
-                .map(|x| u8::from(x % cols > x / cols))
-                .collect();
-            Some(upload(rt, &m, &PFA_COMPRESSED_MASK, DataType::Uint8)?)
+        PromptMask::Dense { data, shape } => {
+            Some(Held::Own(upload(rt, data, shape, DataType::Uint8)?))
         }
+        PromptMask::Compressed => Some(Held::Shared(constant_mask(
+            rt,
+            "prompt compressed mask",
+            || {
+                let [rows, cols] = PFA_COMPRESSED_MASK;
+                let m: Vec<u8> = (0..rows * cols)
+                    .map(|x| u8::from(x % cols > x / cols))
+                    .collect();
+                (m, PFA_COMPRESSED_MASK.to_vec())
+            },
+        )?)),
     };
     let pse = spec
         .pse_shift

@@ -40,6 +40,29 @@ impl IntTensorOps<Self> for Ascend {
         AscendTensor::zeros(shape, dtype.into(), device)
     }
 
+    fn int_zeros(shape: Shape, device: &AscendDevice, dtype: IntDType) -> IntTensor<Self> {
+        AscendTensor::zeros(shape, dtype.into(), device)
+    }
+
+    fn int_ones(shape: Shape, device: &AscendDevice, dtype: IntDType) -> IntTensor<Self> {
+        Self::int_full(shape, 1i64.into(), device, dtype)
+    }
+
+    fn int_full(
+        shape: Shape,
+        fill_value: Scalar,
+        device: &AscendDevice,
+        dtype: IntDType,
+    ) -> IntTensor<Self> {
+        super::native_elementwise::full(shape.clone(), fill_value, dtype.into(), device)
+            .unwrap_or_else(|| {
+                AscendTensor::from_data(
+                    TensorData::full_dtype(shape, fill_value, dtype.into()),
+                    device,
+                )
+            })
+    }
+
     fn int_reshape(tensor: IntTensor<Self>, shape: Shape) -> IntTensor<Self> {
         base::reshape(tensor, shape)
     }

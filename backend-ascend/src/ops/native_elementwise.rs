@@ -196,6 +196,31 @@ pub(crate) fn mask_fill(
     Some(o)
 }
 
+/// A new tensor of `shape` filled with `value` on the device (`aclnnInplaceFillScalar`; no
+/// upload), for the dtypes the fill takes, or `None` (the caller uploads instead).
+pub(crate) fn full(
+    shape: Shape,
+    value: BurnScalar,
+    dtype: DType,
+    device: &AscendDevice,
+) -> Option<AscendTensor> {
+    const NAME: &str = names::inplace_fill_scalar;
+    if !real(dtype) || shape.num_dims() > 8 || shape.num_dims() == 0 {
+        return None;
+    }
+    let o = AscendTensor::alloc_for(NAME, shape, dtype, device);
+    if o.numel() == 0 {
+        return Some(o);
+    }
+    run(NAME, device, |rt| {
+        let od = o.desc(NAME);
+        let oh = o.handle(&od, NAME);
+        let v = scalar_for(rt, NAME, dtype, value);
+        ops::inplace_fill_scalar(rt, &oh, &v).unwrap_or_else(|e| fail(NAME, e));
+    });
+    Some(o)
+}
+
 /// `!t` for a native bool tensor, or `None`.
 pub(crate) fn bool_not(t: &AscendTensor) -> Option<AscendTensor> {
     const NAME: &str = names::logical_not;

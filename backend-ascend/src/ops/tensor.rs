@@ -42,6 +42,29 @@ impl FloatTensorOps<Self> for Ascend {
         AscendTensor::zeros(shape, dtype.into(), device)
     }
 
+    fn float_zeros(shape: Shape, device: &AscendDevice, dtype: FloatDType) -> FloatTensor<Self> {
+        AscendTensor::zeros(shape, dtype.into(), device)
+    }
+
+    fn float_ones(shape: Shape, device: &AscendDevice, dtype: FloatDType) -> FloatTensor<Self> {
+        Self::float_full(shape, 1.0f64.into(), device, dtype)
+    }
+
+    fn float_full(
+        shape: Shape,
+        fill_value: Scalar,
+        device: &AscendDevice,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        super::native_elementwise::full(shape.clone(), fill_value, dtype.into(), device)
+            .unwrap_or_else(|| {
+                AscendTensor::from_data(
+                    TensorData::full_dtype(shape, fill_value, dtype.into()),
+                    device,
+                )
+            })
+    }
+
     fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
         base::reshape(tensor, shape)
     }

@@ -34,6 +34,7 @@ mod error;
 pub mod ffi;
 pub mod loader;
 pub mod ops;
+pub mod profile;
 pub mod runtime;
 pub mod tensor;
 

@@ -27,6 +27,15 @@ pub fn two_stage(
     launch: AclnnLaunch,
     get_workspace: impl FnOnce(&mut u64, &mut *mut AclOpExecutor) -> AclStatus,
 ) -> Result<()> {
+    super::profile::timed(op, || two_stage_untimed(rt, op, launch, get_workspace))
+}
+
+fn two_stage_untimed(
+    rt: &Runtime,
+    op: &str,
+    launch: AclnnLaunch,
+    get_workspace: impl FnOnce(&mut u64, &mut *mut AclOpExecutor) -> AclStatus,
+) -> Result<()> {
     let api = rt.api();
     let mut size = 0u64;
     let mut executor: *mut AclOpExecutor = null_mut();

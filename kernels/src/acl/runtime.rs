@@ -3,6 +3,7 @@
 //! ([`Runtime::with_api`]; the host simulation, crate `burn-ascend-acl-sim`, builds its
 //! runtime so).
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -128,7 +129,7 @@ impl StreamOrder {
     pub fn synchronize(&self) -> Result<()> {
         let snapshot = std::mem::take(&mut *self.lock());
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        let result = self.stream.synchronize();
+        let result = super::profile::timed(names::synchronize_stream, || self.stream.synchronize());
         // The stream's tasks are over either way (a failed task ends the wait too).
         for p in snapshot.device {
             // SAFETY: from `aclrtMalloc`, deferred exactly once by `DeviceBuffer::drop`; the
@@ -161,6 +162,12 @@ impl StreamOrder {
         if src.is_empty() {
             return Ok(());
         }
+        super::profile::timed("aclrtMemcpyAsync(host to device)", || {
+            self.upload_untimed(dst, dst_len, src)
+        })
+    }
+
+    fn upload_untimed(&self, dst: *mut c_void, dst_len: usize, src: &[u8]) -> Result<()> {
         if self.lock().host_bytes + src.len() > MAX_PENDING_STAGING {
             self.synchronize()?;
         }
@@ -232,11 +239,14 @@ pub struct Runtime {
     /// The cached workspace, stream-ordered (a replaced one is freed after the next
     /// synchronisation); its lock is held across each two-stage call.
     workspace: Mutex<Option<DeviceBuffer>>,
+    /// Constant inputs uploaded once per runtime ([`Self::constant`]).
+    constants: Mutex<HashMap<String, Arc<DeviceTensor>>>,
     order: Arc<StreamOrder>,
 }
 
 // SAFETY: the `!Send` parts are the workspace `DeviceBuffer` (behind a mutex, used only while
-// launching) and the stream order (see its impls); both belong to the device's context, which
+// launching), the constants (device tensors behind a mutex, only ever launch inputs: read by
+// the device, never written, freed stream-ordered with the runtime) and the stream order (see its impls); both belong to the device's context, which
 // every thread binds before use (`bind_current_thread`). The table is plain function pointers.
 unsafe impl Send for Runtime {}
 // SAFETY: see `Send` above; every shared mutable part is behind a mutex or atomic.
@@ -270,6 +280,7 @@ impl Runtime {
             api,
             device,
             workspace: Mutex::new(None),
+            constants: Mutex::new(HashMap::new()),
             order: Arc::new(StreamOrder {
                 api,
                 stream,
@@ -343,6 +354,26 @@ impl Runtime {
         let mut buf = self.alloc(desc.storage_bytes())?;
         buf.write(bytes)?;
         Ok(DeviceTensor { buf, desc })
+    }
+
+    /// A constant input (e.g. CANN's 2048×2048 compressed attention mask) uploaded on first use
+    /// and kept on the device for the runtime's life, under `key`: `make` gives its descriptor
+    /// and bytes. Saves re-uploading megabytes per call.
+    pub fn constant(
+        &self,
+        key: &str,
+        make: impl FnOnce() -> Result<(TensorDesc, Vec<u8>)>,
+    ) -> Result<Arc<DeviceTensor>> {
+        let mut c = self.constants.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = c.get(key) {
+            return Ok(t.clone());
+        }
+        let (desc, bytes) = make()?;
+        // Shared across threads as the runtime is (see its `Send` / `Sync`): only read.
+        #[allow(clippy::arc_with_non_send_sync)]
+        let t = Arc::new(self.upload(desc, &bytes)?);
+        c.insert(key.to_string(), t.clone());
+        Ok(t)
     }
 
     /// Allocates an output tensor, zero-filled by a queued memset (so a view that the op

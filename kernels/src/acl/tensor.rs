@@ -414,6 +414,12 @@ impl DeviceTensor {
     }
 }
 
+impl AsRef<DeviceTensor> for DeviceTensor {
+    fn as_ref(&self) -> &DeviceTensor {
+        self
+    }
+}
+
 /// An `aclTensor`, borrowing the device memory it describes (so it cannot outlive it);
 /// destroyed on drop.
 pub struct Tensor<'b> {

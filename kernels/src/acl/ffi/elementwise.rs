@@ -32,6 +32,14 @@ pub type InplaceMaskedFillScalarWs = unsafe extern "C" fn(
     executor: Ex,
 ) -> AclStatus;
 
+/// `aclnnInplaceFillScalarGetWorkspaceSize(aclTensor *selfRef, const aclScalar *value, …)`.
+pub type InplaceFillScalarWs = unsafe extern "C" fn(
+    self_ref: T,
+    value: *const AclScalar,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
 /// `aclnnCastGetWorkspaceSize(const aclTensor *self, const aclDataType dtype, aclTensor *out,
 /// …)`.
 pub type CastWs = unsafe extern "C" fn(

@@ -113,6 +113,7 @@ macro_rules! acl_api_table {
                 s_where: aclnnSWhere(SWhereWs),
                 /// CANN has no out-of-place `aclnnMaskedFillScalar`.
                 inplace_masked_fill_scalar: aclnnInplaceMaskedFillScalar(InplaceMaskedFillScalarWs),
+                inplace_fill_scalar: aclnnInplaceFillScalar(InplaceFillScalarWs),
                 logical_not: aclnnLogicalNot(UnaryWs),
                 logical_and: aclnnLogicalAnd(BinaryWs),
                 logical_or: aclnnLogicalOr(BinaryWs),

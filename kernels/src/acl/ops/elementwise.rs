@@ -162,6 +162,16 @@ pub fn inplace_masked_fill_scalar(
     })
 }
 
+/// `self_ref[..] = value` in place (`aclnnInplaceFillScalar`).
+pub fn inplace_fill_scalar(rt: &Runtime, self_ref: &Tensor<'_>, value: &Scalar) -> Result<()> {
+    let (name, f) = op!(rt, inplace_fill_scalar)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
+        // SAFETY: the arguments follow the prototype `(selfRef, value, ws, executor)`; handles
+        // are live; `self_ref` is a fresh output the caller owns.
+        unsafe { (f.workspace)(self_ref.as_ptr(), value.as_ptr(), ws, ex) }
+    })
+}
+
 /// `out = !self` (`aclnnLogicalNot`), out BOOL.
 pub fn logical_not(rt: &Runtime, a: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
     let (name, f) = op!(rt, logical_not)?;
