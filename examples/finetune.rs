@@ -22,6 +22,7 @@ use std::time::Instant;
 use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::FloatDType;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
 use burn_ascend::model::dispatch::{self, DispatchCounts};
@@ -46,6 +47,8 @@ struct Args {
     samples: bool,
     stop_after: Option<usize>,
     profile: bool,
+    /// Mixed precision's compute dtype (`--dtype bf16|f16`; `None`: f32 throughout).
+    dtype: Option<FloatDType>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -63,6 +66,7 @@ fn parse_args() -> Result<Args, String> {
         samples: true,
         stop_after: None,
         profile: false,
+        dtype: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -86,6 +90,16 @@ fn parse_args() -> Result<Args, String> {
             "--seed" => a.seed = num(value("--seed")?, "--seed")? as u64,
             "--no-samples" => a.samples = false,
             "--profile" => a.profile = true,
+            "--dtype" => {
+                a.dtype = match value("--dtype")?.as_str() {
+                    "f32" => None,
+                    "bf16" => Some(FloatDType::BF16),
+                    "f16" => Some(FloatDType::F16),
+                    other => {
+                        return Err(format!("--dtype must be f32, bf16 or f16, got '{other}'"))
+                    }
+                }
+            }
             "--stop-after" => {
                 a.stop_after = Some(num(value("--stop-after")?, "--stop-after")? as usize)
             }
@@ -98,7 +112,9 @@ fn parse_args() -> Result<Args, String> {
 
 const USAGE: &str = "finetune [--steps N] [--device cpu|ascend|sim] [--data PATH(.txt|.jsonl)] \
 [--resume] [--checkpoint HF_DIR] [--out DIR] [--batch-tokens N] [--seq-len N] [--lr X] \
-[--seed N] [--no-samples] [--stop-after N] [--profile]
+[--seed N] [--no-samples] [--stop-after N] [--profile] [--dtype f32|bf16|f16]
+  --dtype bf16|f16 (sim, ascend): mixed precision, f32 master weights and optimizer state,
+    the blocks, attention and output head computing in that dtype
   --profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
   --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
   up to it; --stop-after N stops early (an interrupted run that --resume completes).";
@@ -113,9 +129,12 @@ fn main() {
 fn run() -> Result<(), String> {
     let args = parse_args()?;
     match args.device.as_str() {
+        "cpu" if args.dtype.is_some() => {
+            Err("--dtype bf16|f16 needs --device sim|ascend (NdArray computes in f32 only)".into())
+        }
         "cpu" => run_on::<Autodiff<NdArray>>(args, Default::default(), None),
-        // The Ascend backend on the host simulation of the ACL ABI (not CANN; slow: most
-        // ops run through its counted host fallback).
+        // The Ascend backend on the host simulation of the ACL ABI (not CANN; slow: its
+        // kernels are the CPU reference's).
         "sim" => run_on::<Autodiff<Ascend>>(args, AscendDevice::sim(), Some(AscendDevice::sim())),
         "ascend" => {
             let index =
@@ -154,6 +173,7 @@ where
         Init::Fresh(ModelConfig::small_byte_model())
     };
     let (model, state) = init_model::<B>(&init, &args.out, &device).map_err(|e| e.to_string())?;
+    let model = model.with_compute_dtype(args.dtype);
     let config = model.config.clone();
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(format!(

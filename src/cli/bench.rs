@@ -35,6 +35,10 @@
 //!   allocator is installed. Measured after the timed repetitions, so buffers a kernel keeps
 //!   per thread between calls (the forward's tiles, the decode's scratch) are not in it.
 //!
+//! - `dispatch`: the host side of the `Ascend` backend's dispatch, `host_us_per_launch` and
+//!   the `finetune` model's `launches_per_step` (with syncs and host fallbacks), measured on
+//!   the simulation with its kernels off ([`super::bench_dispatch`]); `null` when filtered out.
+//!
 //! Times are the best of 10 repetitions after a warm-up (the composite: 2; `--quick`: 3, the
 //! composite once without warm-up) — the best, so that a shared machine's quiet moments are
 //! what is reported. The fast kernels' repetitions run in two groups, each after a warm-up,
@@ -356,6 +360,8 @@ struct Plan {
     kv_heads: usize,
     head_dims: Vec<usize>,
     decode: DecodeShape,
+    /// Native launches per timed batch of the dispatch figures.
+    dispatch_launches: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -390,6 +396,7 @@ impl Plan {
             kv_heads: 2,
             head_dims: vec![64, 128],
             decode,
+            dispatch_launches: 20_000,
         };
         match size {
             Size::Full => full_cases(10, 2, true, 64 << 20),
@@ -413,6 +420,7 @@ impl Plan {
                     kv_heads: 2,
                     head_dim: 8,
                 },
+                dispatch_launches: 200,
             },
         }
     }
@@ -840,6 +848,11 @@ pub fn main(args: &[String]) -> Result<(), CliError> {
         }
     }
     let sgemm_after = sgemm(plan.sgemm_n, sgemm_reps, &mut rng)?;
+    let dispatch = if keep("dispatch") {
+        Some(super::bench_dispatch::measure(plan.dispatch_launches)?)
+    } else {
+        None
+    };
     let n3 = 2.0 * (plan.sgemm_n as f64).powi(3);
     let best = |t: Timing| (n3 / t.wall / 1e9, t.cpu.map(|c| n3 / c / 1e9));
     let (before, before_cpu) = best(sgemm_before);
@@ -893,8 +906,16 @@ pub fn main(args: &[String]) -> Result<(), CliError> {
             cpu_frac,
         );
     }
+    if let Some(d) = &dispatch {
+        println!(
+            "\ndispatch (Ascend on the simulation, kernels off): {:.2} host µs per launch; \
+             finetune step: {} launches, {} syncs, {} host fallbacks",
+            d.host_us_per_launch, d.launches_per_step, d.syncs_per_step, d.fallbacks_per_step
+        );
+    }
     if let Some(path) = &opts.json {
         let doc = json!({
+            "dispatch": dispatch.map(|d| d.json()),
             "sgemm_gflops": sgemm_gflops,
             "copy_gbps": copy,
             "read_gbps": read_gbps,

@@ -8,6 +8,7 @@
 
 pub mod alloc_stats;
 pub mod bench;
+pub mod bench_dispatch;
 pub mod device;
 pub mod incre;
 pub mod io;

@@ -293,5 +293,6 @@ pub fn load_hf<B: Backend>(dir: &Path, device: &B::Device) -> Result<Transformer
         norm,
         lm_head,
         config,
+        compute_dtype: None,
     })
 }

@@ -38,8 +38,9 @@ impl<B: Backend> Rope<B> {
     pub fn apply(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [t, h, d] = x.dims();
         let half = d / 2;
-        let cos = self.cos.clone().expand([t, h, half]);
-        let sin = self.sin.clone().expand([t, h, half]);
+        // In `x`'s dtype (mixed precision computes RoPE in the low one, as Hugging Face does).
+        let cos = self.cos.clone().cast(x.dtype()).expand([t, h, half]);
+        let sin = self.sin.clone().cast(x.dtype()).expand([t, h, half]);
         let x1 = x.clone().narrow(2, 0, half);
         let x2 = x.narrow(2, half, half);
         Tensor::cat(

@@ -11,7 +11,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm, RmsNormConfig};
 use burn::tensor::activation::{log_softmax, silu, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 
 use super::config::ModelConfig;
 use super::rope::Rope;
@@ -70,6 +70,22 @@ pub struct Transformer<B: Backend> {
     /// Hyper-parameters (not a parameter).
     #[module(skip)]
     pub config: ModelConfig,
+    /// Mixed precision: the dtype the blocks' projections, attention and MLP and the output
+    /// head compute in (`None`: the parameters' own). See [`Self::with_compute_dtype`].
+    #[module(skip)]
+    pub compute_dtype: Option<FloatDType>,
+}
+
+/// `x · Wᵀ + b` of `l` in `x`'s dtype: the weights are cast to it when they differ (mixed
+/// precision: f32 master weights, low-precision compute; the cast's backward brings the
+/// gradient back to f32).
+fn proj<B: Backend, const D: usize>(l: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
+    let dt = x.dtype();
+    burn::tensor::module::linear(
+        x,
+        l.weight.val().cast(dt),
+        l.bias.as_ref().map(|b| b.val().cast(dt)),
+    )
 }
 
 fn linear<B: Backend>(i: usize, o: usize, bias: bool, device: &B::Device) -> Linear<B> {
@@ -118,7 +134,27 @@ impl<B: Backend> Transformer<B> {
             norm: norm(),
             lm_head: (!c.tie_word_embeddings).then(|| linear(h, c.vocab_size, false, device)),
             config: c.clone(),
+            compute_dtype: None,
         })
+    }
+
+    /// Mixed precision, as torch's autocast does it for a decoder: the parameters (and so the
+    /// optimizer's state and the gradients it sees) stay in their dtype, f32 for the master
+    /// weights; each block's input is cast to `dtype` after its RMSNorm, so the projections,
+    /// RoPE, attention and the MLP compute in `dtype` on weights cast per step, and the block's
+    /// output is cast back before the residual add. The residual stream, the norms, the
+    /// logits and the loss stay in the parameters' dtype.
+    pub fn with_compute_dtype(mut self, dtype: Option<FloatDType>) -> Self {
+        self.compute_dtype = dtype;
+        self
+    }
+
+    /// `x` in the compute dtype.
+    fn low<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        match self.compute_dtype {
+            Some(dt) => x.cast(dt),
+            None => x,
+        }
     }
 
     /// Token embeddings of `tokens [T]` → `[T, hidden]`.
@@ -131,11 +167,16 @@ impl<B: Backend> Transformer<B> {
 
     /// Final norm and output head: `[T, hidden]` → logits `[T, V]`.
     pub fn head(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.norm.forward(x);
-        match &self.lm_head {
-            Some(head) => head.forward(x),
-            None => x.matmul(self.embed_tokens.weight.val().transpose()),
-        }
+        let dt = x.dtype();
+        let x = self.low(self.norm.forward(x));
+        let logits = match &self.lm_head {
+            Some(head) => proj(head, x),
+            None => {
+                let w = self.embed_tokens.weight.val().cast(x.dtype());
+                x.matmul(w.transpose())
+            }
+        };
+        logits.cast(dt)
     }
 }
 
@@ -166,15 +207,16 @@ impl<B: AttentionBackend> Transformer<B> {
             &device,
         );
         let mut x = self.embed(tokens);
+        let dt = x.dtype();
         for (i, layer) in self.layers.iter().enumerate() {
             let window = self.config.layer_window(i);
-            let h = layer.input_layernorm.forward(x.clone());
+            let h = self.low(layer.input_layernorm.forward(x.clone()));
             let a = layer
                 .self_attn
                 .forward_packed(h, &rope, cu_seqlens, window, &self.config)?;
-            x = x + a;
-            let h = layer.post_attention_layernorm.forward(x.clone());
-            x = x + layer.mlp.forward(h);
+            x = x + a.cast(dt);
+            let h = self.low(layer.post_attention_layernorm.forward(x.clone()));
+            x = x + layer.mlp.forward(h).cast(dt);
         }
         Ok(self.head(x))
     }
@@ -208,8 +250,8 @@ impl<B: Backend> Transformer<B> {
 impl<B: Backend> Mlp<B> {
     /// SwiGLU.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let g = silu(self.gate_proj.forward(x.clone()));
-        self.down_proj.forward(g * self.up_proj.forward(x))
+        let g = silu(proj(&self.gate_proj, x.clone()));
+        proj(&self.down_proj, g * proj(&self.up_proj, x))
     }
 }
 
@@ -223,16 +265,16 @@ impl<B: Backend> Attention<B> {
     ) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
         let t = x.dims()[0];
         let (n, nkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-        let q = self.q_proj.forward(x.clone()).reshape([t, n, d]);
-        let k = self.k_proj.forward(x.clone()).reshape([t, nkv, d]);
-        let v = self.v_proj.forward(x).reshape([t, nkv, d]);
+        let q = proj(&self.q_proj, x.clone()).reshape([t, n, d]);
+        let k = proj(&self.k_proj, x.clone()).reshape([t, nkv, d]);
+        let v = proj(&self.v_proj, x).reshape([t, nkv, d]);
         (rope.apply(q), rope.apply(k), v)
     }
 
     /// The output projection of attention output `[T, N, D]`.
     pub fn out(&self, o: Tensor<B, 3>) -> Tensor<B, 2> {
         let [t, n, d] = o.dims();
-        self.o_proj.forward(o.reshape([t, n * d]))
+        proj(&self.o_proj, o.reshape([t, n * d]))
     }
 
     fn forward_padded(

@@ -461,3 +461,59 @@ fn bad_checkpoints_data_and_cache_options_get_typed_errors() {
     let e = gen.add(&[]).unwrap_err();
     assert!(e.to_string().contains("invalid prompt"), "{e}");
 }
+
+#[test]
+fn bf16_mixed_precision_on_ascend_tracks_the_f32_run_and_keeps_f32_master_weights() {
+    use burn::tensor::{DType, FloatDType};
+    use burn_ascend::backend::{Ascend, AscendDevice};
+    type A = Autodiff<Ascend>;
+    let device = AscendDevice::sim();
+    let docs = documents_from_text(&burn_ascend::model::data::BUNDLED_CORPUS[..20_000]);
+    let start = tempfile::tempdir().unwrap();
+    let cfg = tiny(true, Some(8), false, false);
+    save_hf(
+        &with_sinks(Transformer::<NdArray>::new(&cfg, &Default::default()).unwrap()),
+        start.path(),
+    )
+    .unwrap();
+    let run = |dtype: Option<FloatDType>| {
+        let out = tempfile::tempdir().unwrap();
+        let init = Init::Checkpoint(start.path().into());
+        let (model, state) = init_model::<A>(&init, out.path(), &device).unwrap();
+        let model = model.with_compute_dtype(dtype);
+        let mut packer = Packer::new(&docs, &Tokenizer::Bytes, 96, 32, 11).unwrap();
+        let opts = TrainOptions {
+            total_steps: 6,
+            stop_after: None,
+            lr: 3e-3,
+            weight_decay: 0.1,
+            clip_norm: 1.0,
+            seed: 11,
+            out: out.path().into(),
+            save_every: 100,
+        };
+        train(model, state, false, &mut packer, &opts, |_| {}).unwrap()
+    };
+    let (_, full) = run(None);
+    let (mixed, half) = run(Some(FloatDType::BF16));
+    // The bound: within 2 % of the f32 run at every step.
+    for (s, (a, b)) in full.losses.iter().zip(&half.losses).enumerate() {
+        assert!((a - b).abs() <= 0.02 * a, "step {s}: f32 {a} vs bf16 {b}");
+    }
+    // bf16 did compute: the curves are not identical.
+    assert!(
+        max_diff(&full.losses, &half.losses) > 0.0,
+        "{:?}",
+        half.losses
+    );
+    assert!(half.losses[5] < half.losses[0], "{:?}", half.losses);
+    // Master weights, sinks included (their gradient comes out of the bf16 attention), are
+    // still f32 after six optimizer steps.
+    let layer = &mixed.layers[0];
+    assert_eq!(layer.self_attn.q_proj.weight.val().dtype(), DType::F32);
+    assert_eq!(layer.mlp.down_proj.weight.val().dtype(), DType::F32);
+    assert_eq!(
+        layer.self_attn.sinks.as_ref().unwrap().val().dtype(),
+        DType::F32
+    );
+}

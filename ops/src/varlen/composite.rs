@@ -342,7 +342,11 @@ pub fn dsink_from_stats<B: Backend>(
     if t == 0 || n == 0 {
         return unwrap(Tensor::<B, 1>::zeros([n], &device));
     }
-    let d_row = (dy * o).sum_dim(2).reshape([t * n]);
+    // In f32 whatever the activations' dtype (as CANN's post step reduces dsink), and returned
+    // in the sink's dtype: a bf16 `dy · o` summed over D and then over every token would lose
+    // the gradient's low bits, and a mixed-precision model keeps its sinks in f32.
+    let f32 = burn::tensor::FloatDType::F32;
+    let d_row = (dy.cast(f32) * o.cast(f32)).sum_dim(2).reshape([t * n]);
     // Token-major position t·N + h → the stats row holding it (the first of its 8 copies).
     let mut index = vec![0i64; t * n];
     for (b, q0) in p.dims.q_offsets().into_iter().enumerate() {
@@ -368,12 +372,15 @@ pub fn dsink_from_stats<B: Backend>(
         .reshape([1, n])
         .expand([t, n])
         .reshape([t * n]);
-    let p_sink = ((sink - m).exp() / l.mask_fill(empty.clone(), 1.0)).mask_fill(empty, 0.0);
+    let sink_dtype = sink.dtype();
+    let p_sink = ((sink.cast(f32) - m.cast(f32)).exp() / l.cast(f32).mask_fill(empty.clone(), 1.0))
+        .mask_fill(empty, 0.0);
     unwrap(
         (p_sink * d_row)
             .reshape([t, n])
             .sum_dim(0)
             .reshape([n])
-            .neg(),
+            .neg()
+            .cast(sink_dtype),
     )
 }
