@@ -7,12 +7,12 @@
 //! runs through the counted host [`fallback`]. The attention ops of this project run natively
 //! through [`burn_ascend_ops::AttentionBackend`] ([`attention`]).
 //!
-//! Device memory comes from a caching pool per device ([`memory`]: size classes, reuse,
-//! [`empty_cache`], [`memory_stats`]).
+//! Device memory comes from a caching pool per device ([`memory`]: segments split into blocks
+//! and merged again, [`empty_cache`], [`memory_stats`]).
 //!
 //! `unsafe` lives only in the storage modules [`tensor`] and [`memory`] (`Send`/`Sync` of the
-//! device storage and of cached blocks, with their justification); aclnn calls go through the
-//! kernels crate's safe wrappers.
+//! device storage and of segments, and the blocks' views of their segments, with their
+//! justification); aclnn calls go through the kernels crate's safe wrappers.
 
 pub mod attention;
 pub mod backend;

@@ -1,33 +1,55 @@
 //! The caching device-memory pool: one per [`AscendDevice`], a simplified PyTorch CUDA caching
-//! allocator.
+//! allocator (`c10/cuda/CUDACachingAllocator.cpp`) with segments, splitting and coalescing.
 //!
-//! - **Size classes.** A request is rounded up to a multiple of 512 B up to 1 MiB, and to a
-//!   multiple of 2 MiB above; each class has a free list.
-//! - **Reuse.** A tensor's storage returns its block to its class's free list on drop; the next
-//!   request of that class pops it (a *hit*) instead of calling `aclrtMalloc` (a *miss*).
-//! - **Release.** Cached blocks go back to the device (`aclrtFree`) only when an allocation
-//!   fails for lack of memory (the cache is emptied and the allocation retried once) and on an
-//!   explicit [`empty_cache`].
-//! - **Stats.** [`memory_stats`]: bytes handed out (`allocated`), held from the device
-//!   (`reserved` = allocated + cached), their peaks, hits, misses, device allocations and
-//!   frees, and OOM retries.
+//! - **Sizes.** A request is rounded up to a multiple of 512 B up to 1 MiB ([`SMALL_LIMIT`]),
+//!   and to a multiple of 2 MiB above ([`size_class`]).
+//! - **Segments and blocks.** Device allocations (`aclrtMalloc`) are *segments*; a *block* is
+//!   a byte range of a segment, at an offset that is a multiple of 512 B (CANN wants 32 B).
+//!   Small requests (≤ 1 MiB) come from small segments of [`SMALL_SEGMENT`] (2 MiB); a large
+//!   request that no cached block serves gets a segment of its own rounded size. The two kinds
+//!   never share segments, so small activations do not pin large segments.
+//! - **Best fit and splitting.** A request takes the smallest free block of its kind (small or
+//!   large) that is at least its rounded size — a *hit* — instead of calling `aclrtMalloc` — a
+//!   *miss*. When the rest is worth keeping it is split off as a free block of its own: at
+//!   least 512 B in a small segment, more than 1 MiB in a large one (PyTorch's rules); else the
+//!   request gets the whole block.
+//! - **Coalescing.** A tensor's storage returns its block on drop; the block is merged with
+//!   the free blocks beside it in its segment, so a segment whose blocks are all freed is one
+//!   free block again, and adjacent freed blocks serve a request of their combined size.
+//! - **Release.** Segments go back to the device (`aclrtFree`) only when they are entirely
+//!   free, and only when an allocation fails for lack of memory (such segments are released
+//!   and the allocation retried once) and on an explicit [`empty_cache`]. A segment with a live
+//!   block stays.
+//! - **Stats.** [`memory_stats`]: bytes of blocks held by live tensors (`allocated`), bytes of
+//!   segments held from the device (`reserved` = allocated + cached), their peaks, the largest
+//!   free block, the number of segments, hits, misses, device frees and OOM retries.
+//!
+//! Not modelled from PyTorch: its 20 MiB segments for large requests under 10 MiB (a large
+//! segment here is the request's own rounded size, so a tight device-memory limit is not
+//! overshot by up to 18 MiB), `max_split_size`, expandable segments, and per-stream pools.
 //!
 //! # Stream-ordered reuse (why a freed block is reusable at once)
 //! Ops are queued on the device's stream and return before they run. A device has **one**
 //! stream, shared by every thread (`crate::device`), and launches enter it in the order the
 //! host issues them. A tensor's storage is dropped after every op that uses it was queued, so
-//! any later use of its block — by whichever thread — is queued after them and runs after
-//! them: the block goes back to its free list at once, without waiting (PyTorch's allocator
-//! with a single stream; with several streams a block would carry the streams that used it and
-//! an event, `recordStream`). What the host itself touches is different: uploads into a block
-//! are queued copies (`DeviceBuffer::write`), reads wait for the stream
-//! (`DeviceBuffer::read`), and a block leaves the pool for the device (`aclrtFree`) only in
-//! stream order, after a synchronisation ([`empty_cache`], the OOM retry).
+//! any later use of its block — or of any block split from or merged with it, by whichever
+//! thread — is queued after them and runs after them: the block goes back to the free blocks at
+//! once, without waiting (PyTorch's allocator with a single stream; with several streams a
+//! block would carry the streams that used it and an event, `recordStream`). What the host
+//! itself touches is different: uploads into a block are queued copies
+//! (`DeviceBuffer::write`), reads wait for the stream (`DeviceBuffer::read`), and a segment
+//! leaves the pool for the device (`aclrtFree`) only in stream order, after a synchronisation
+//! ([`empty_cache`], the OOM retry).
+//!
+//! A block is handed out as a `DeviceBuffer::sub_range` view of its segment: its own address
+//! and length (what descriptors, uploads and reads see), freeing nothing on drop. The pool
+//! owns the segments' buffers and frees a segment only when none of its blocks is held.
 //!
 //! On the simulation, a reused block handed out without initial data is zero-filled, so
-//! `AscendTensor::alloc` keeps reading back zeros there (on CANN it is uninitialised).
+//! `AscendTensor::alloc` keeps reading back zeros there (on CANN it is uninitialised); a block
+//! of a fresh segment is zero already.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use burn_ascend_kernels::acl::ffi::{ACL_ERROR_BAD_ALLOC, ACL_ERROR_RT_MEMORY_ALLOCATION};
@@ -35,16 +57,20 @@ use burn_ascend_kernels::acl::{AclError, ApiKind, DeviceBuffer};
 
 use crate::device::{runtime, try_runtime, AscendDevice};
 
-/// Requests up to this size are rounded to [`SMALL_GRANULE`]; larger ones to [`LARGE_GRANULE`].
+/// Requests up to this size are rounded to [`SMALL_GRANULE`] and served from small segments;
+/// larger ones are rounded to [`LARGE_GRANULE`] and served from large segments.
 pub const SMALL_LIMIT: usize = 1 << 20;
-/// The rounding of small requests.
+/// The rounding of small requests, and the alignment of every block's offset in its segment.
 pub const SMALL_GRANULE: usize = 512;
 /// The rounding of large requests: a multiple of 2 MiB (as PyTorch's caching allocator), so a
 /// block is never more than 2 MiB larger than asked — a power of two would reserve up to
 /// twice a large KV cache.
 pub const LARGE_GRANULE: usize = 2 << 20;
+/// The size of a small segment (PyTorch's `kSmallBuffer`): small blocks are split from it.
+pub const SMALL_SEGMENT: usize = 2 << 20;
 
-/// The block size a request of `bytes` gets.
+/// The block size a request of `bytes` gets (at least; a block whose remainder is too small to
+/// split off is handed out whole).
 pub fn size_class(bytes: usize) -> usize {
     let bytes = bytes.max(1);
     if bytes <= SMALL_LIMIT {
@@ -54,15 +80,29 @@ pub fn size_class(bytes: usize) -> usize {
     }
 }
 
+/// Whether a free block of `kind` with `remainder` bytes left over is split (PyTorch's
+/// `should_split`): at least 512 B in a small segment, more than 1 MiB in a large one.
+fn should_split(small: bool, remainder: usize) -> bool {
+    if small {
+        remainder >= SMALL_GRANULE
+    } else {
+        remainder > SMALL_LIMIT
+    }
+}
+
 /// A device's pool counters ([`memory_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemoryStats {
-    /// Bytes in blocks held by live tensors (size-class bytes).
+    /// Bytes in blocks held by live tensors (rounded sizes).
     pub allocated_bytes: usize,
-    /// Bytes held from the device: allocated plus cached free blocks.
+    /// Bytes of segments held from the device: allocated plus cached.
     pub reserved_bytes: usize,
-    /// Bytes in cached free blocks.
+    /// Bytes in free blocks (`reserved_bytes - allocated_bytes`).
     pub cached_bytes: usize,
+    /// The largest free block: the largest request (rounded) served without `aclrtMalloc`.
+    pub largest_free_block_bytes: usize,
+    /// Segments held from the device.
+    pub segments: usize,
     /// Highest `allocated_bytes` so far (reset by [`reset_peak_stats`]).
     pub peak_allocated_bytes: usize,
     /// Highest `reserved_bytes` so far (reset by [`reset_peak_stats`]).
@@ -77,18 +117,46 @@ pub struct MemoryStats {
     pub oom_retries: u64,
 }
 
-/// `DeviceBuffer` is `!Send` because ACL binds device contexts to threads; the pool binds
-/// the block's device on the calling thread (`device::runtime`) before every `aclrtFree`, as
-/// `Storage` does.
-struct CachedBlock(DeviceBuffer);
+/// A block of a segment: its length and whether it is free.
+#[derive(Clone, Copy)]
+struct Block {
+    len: usize,
+    free: bool,
+}
 
-// SAFETY: see the type's docs: a cached block is only freed after `try_runtime(device)` has
-// bound its device to the freeing thread, and it is not accessed otherwise while cached.
-unsafe impl Send for CachedBlock {}
+/// A device allocation and its blocks by offset (they tile it: each starts where the previous
+/// ends; no two free blocks are adjacent).
+///
+/// `DeviceBuffer` is `!Send` because ACL binds device contexts to threads; the pool binds the
+/// segment's device on the calling thread (`device::runtime`) before every `aclrtFree`, as
+/// `Storage` does.
+struct Segment {
+    buf: DeviceBuffer,
+    small: bool,
+    blocks: BTreeMap<usize, Block>,
+}
+
+// SAFETY: see the type's docs: a segment's buffer is only freed after `try_runtime(device)`
+// has bound its device to the freeing thread; while in the pool it is only read for its
+// address and length and for `DeviceBuffer::sub_range` views, which the thread using them
+// binds the device for (`Storage`).
+unsafe impl Send for Segment {}
+
+impl Segment {
+    fn entirely_free(&self) -> bool {
+        self.blocks.len() == 1 && self.blocks.values().all(|b| b.free)
+    }
+}
 
 #[derive(Default)]
 struct Pool {
-    free: BTreeMap<usize, Vec<CachedBlock>>,
+    /// By device address of the segment's start.
+    segments: BTreeMap<usize, Segment>,
+    /// Free blocks of small segments, as (length, device address): best fit is the first at
+    /// or above a length.
+    free_small: BTreeSet<(usize, usize)>,
+    /// Free blocks of large segments, as `free_small`.
+    free_large: BTreeSet<(usize, usize)>,
     stats: MemoryStats,
 }
 
@@ -99,26 +167,155 @@ impl Pool {
         s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
     }
 
-    /// Takes a block back into the cache. This is where stream-ordered reuse would record the
-    /// streams still using the block, were launches not synchronised (see the module docs).
-    fn release(&mut self, block: DeviceBuffer) {
-        let class = block.len();
-        self.stats.allocated_bytes -= class;
-        self.stats.cached_bytes += class;
-        self.free.entry(class).or_default().push(CachedBlock(block));
+    fn free_set(&mut self, small: bool) -> &mut BTreeSet<(usize, usize)> {
+        if small {
+            &mut self.free_small
+        } else {
+            &mut self.free_large
+        }
     }
 
-    /// Removes every cached block (the caller frees them with the device bound).
-    fn drain(&mut self) -> Vec<CachedBlock> {
-        let blocks: Vec<CachedBlock> = std::mem::take(&mut self.free)
-            .into_values()
-            .flatten()
+    /// Marks `len` bytes at `offset` of the segment at `base` (the start of a free block)
+    /// allocated, splitting off the rest of the block when worth it; returns the bytes taken
+    /// and a view of them.
+    fn carve(&mut self, base: usize, offset: usize, class: usize) -> Option<(usize, DeviceBuffer)> {
+        let seg = self.segments.get_mut(&base)?;
+        let small = seg.small;
+        let block = *seg.blocks.get(&offset)?;
+        debug_assert!(block.free && block.len >= class);
+        let rest = block.len - class;
+        let split = should_split(small, rest);
+        let taken = if split { class } else { block.len };
+        // SAFETY: the view lies inside the segment (`sub_range` checks it), and the pool keeps
+        // the segment's buffer until every block of it is free again, i.e. until this view has
+        // come back through `release`; its `aclrtFree` is then stream-ordered after all work
+        // queued over the view.
+        let view = unsafe { DeviceBuffer::sub_range(&seg.buf, offset, taken) }.ok()?;
+        seg.blocks.insert(
+            offset,
+            Block {
+                len: taken,
+                free: false,
+            },
+        );
+        if split {
+            seg.blocks.insert(
+                offset + class,
+                Block {
+                    len: rest,
+                    free: true,
+                },
+            );
+            self.free_set(small).insert((rest, base + offset + class));
+        }
+        self.stats.allocated_bytes += taken;
+        self.note_peaks();
+        Some((taken, view))
+    }
+
+    /// The best-fit free block of `kind` for a request of `class` bytes, taken (a hit).
+    fn take_free(&mut self, small: bool, class: usize) -> Option<DeviceBuffer> {
+        let &(len, addr) = self.free_set(small).range((class, 0)..).next()?;
+        self.free_set(small).remove(&(len, addr));
+        let (&base, _) = self.segments.range(..=addr).next_back()?;
+        let (_, view) = self.carve(base, addr - base, class)?;
+        self.stats.hits += 1;
+        Some(view)
+    }
+
+    /// Adds a fresh segment and takes its first `class` bytes.
+    fn add_segment(&mut self, buf: DeviceBuffer, small: bool, class: usize) -> DeviceBuffer {
+        let base = buf.as_ptr() as usize;
+        let len = buf.len();
+        let mut blocks = BTreeMap::new();
+        blocks.insert(0, Block { len, free: true });
+        self.segments.insert(base, Segment { buf, small, blocks });
+        self.stats.reserved_bytes += len;
+        match self.carve(base, 0, class) {
+            Some((_, view)) => view,
+            // Unreachable: the segment was just inserted with one free block of `len >= class`
+            // bytes. Hand it out whole rather than panic.
+            None => {
+                let seg = self.segments.remove(&base).expect("just inserted");
+                self.stats.reserved_bytes -= len;
+                seg.buf
+            }
+        }
+    }
+
+    /// Takes a block back, merging it with its free neighbours. A buffer that is not a block
+    /// of this pool (none is) is dropped, which frees it if it owns its memory.
+    fn release(&mut self, block: DeviceBuffer) {
+        let addr = block.as_ptr() as usize;
+        let Some((&base, seg)) = self.segments.range_mut(..=addr).next_back() else {
+            debug_assert!(false, "released a block of no segment");
+            return;
+        };
+        let mut offset = addr - base;
+        let small = seg.small;
+        let Some(b) = seg.blocks.get_mut(&offset).filter(|b| !b.free) else {
+            debug_assert!(false, "released a block the pool does not hold");
+            return;
+        };
+        b.free = true;
+        let mut len = b.len;
+        self.stats.allocated_bytes -= len;
+        let mut unindex = Vec::new();
+        // the next block
+        if let Some(next) = seg.blocks.get(&(offset + len)).copied() {
+            if next.free {
+                seg.blocks.remove(&(offset + len));
+                unindex.push((next.len, base + offset + len));
+                len += next.len;
+            }
+        }
+        // the previous block
+        if let Some((&prev_off, &prev)) = seg.blocks.range(..offset).next_back() {
+            if prev.free && prev_off + prev.len == offset {
+                seg.blocks.remove(&offset);
+                unindex.push((prev.len, base + prev_off));
+                offset = prev_off;
+                len += prev.len;
+            }
+        }
+        seg.blocks.insert(offset, Block { len, free: true });
+        let set = self.free_set(small);
+        for k in unindex {
+            set.remove(&k);
+        }
+        set.insert((len, base + offset));
+        drop(block);
+    }
+
+    /// Removes every entirely free segment (the caller frees them with the device bound).
+    fn drain(&mut self) -> Vec<Segment> {
+        let bases: Vec<usize> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.entirely_free())
+            .map(|(&b, _)| b)
             .collect();
-        let bytes: usize = blocks.iter().map(|b| b.0.len()).sum();
-        self.stats.cached_bytes -= bytes;
-        self.stats.reserved_bytes -= bytes;
-        self.stats.device_frees += blocks.len() as u64;
-        blocks
+        let mut out = Vec::with_capacity(bases.len());
+        for base in bases {
+            if let Some(seg) = self.segments.remove(&base) {
+                let len = seg.buf.len();
+                self.free_set(seg.small).remove(&(len, base));
+                self.stats.reserved_bytes -= len;
+                self.stats.device_frees += 1;
+                out.push(seg);
+            }
+        }
+        out
+    }
+
+    fn snapshot(&self) -> MemoryStats {
+        let largest = |s: &BTreeSet<(usize, usize)>| s.last().map_or(0, |&(len, _)| len);
+        MemoryStats {
+            cached_bytes: self.stats.reserved_bytes - self.stats.allocated_bytes,
+            largest_free_block_bytes: largest(&self.free_small).max(largest(&self.free_large)),
+            segments: self.segments.len(),
+            ..self.stats
+        }
     }
 }
 
@@ -139,25 +336,22 @@ fn is_oom(e: &AclError) -> bool {
 }
 
 /// A block of at least `bytes` bytes on `device` (the calling thread's runtime bound), from
-/// the cache or the device. Out of memory, the cache is emptied and the allocation retried
-/// once; a second failure panics naming `op`, the bytes and the status. `clear`: the caller
-/// will not write the block, so a reused one is zeroed on the simulation.
+/// a cached free block or a new segment. Out of memory, the entirely free segments are
+/// released and the allocation retried once; a second failure panics naming `op`, the bytes
+/// and the status. `clear`: the caller will not write the block, so a reused one is zeroed on
+/// the simulation.
 pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str, clear: bool) -> DeviceBuffer {
     let class = size_class(bytes);
+    let small = class <= SMALL_LIMIT;
     let rt = runtime(device);
     let cached = with_pool(device, |p| {
-        let b = p.free.get_mut(&class).and_then(Vec::pop);
-        if b.is_some() {
-            p.stats.hits += 1;
-            p.stats.cached_bytes -= class;
-            p.stats.allocated_bytes += class;
-            p.note_peaks();
-        } else {
+        let b = p.take_free(small, class);
+        if b.is_none() {
             p.stats.misses += 1;
         }
         b
     });
-    if let Some(CachedBlock(buf)) = cached {
+    if let Some(buf) = cached {
         if clear && rt.kind() == ApiKind::Simulation {
             // Keep the simulation's fresh allocations reading zero (see the module docs).
             buf.fill_zero().unwrap_or_else(|e| {
@@ -166,15 +360,16 @@ pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str, clear: boo
         }
         return buf;
     }
-    let buf = match rt.alloc(class) {
+    let segment = if small { SMALL_SEGMENT } else { class };
+    let buf = match rt.alloc(segment) {
         Ok(b) => b,
         Err(e) if is_oom(&e) => {
             let released = empty_cache(device);
             with_pool(device, |p| p.stats.oom_retries += 1);
-            rt.alloc(class).unwrap_or_else(|e2| {
+            rt.alloc(segment).unwrap_or_else(|e2| {
                 let s = memory_stats(device);
                 panic!(
-                    "Ascend out of device memory on {device}: {op} needs {bytes} bytes (block of {class}); {e2}. \
+                    "Ascend out of device memory on {device}: {op} needs {bytes} bytes (block of {class}, segment of {segment}); {e2}. \
                      Retried after releasing {released} cached bytes; {} bytes are held by live tensors \
                      (first failure: {e})",
                     s.allocated_bytes
@@ -183,41 +378,36 @@ pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str, clear: boo
         }
         Err(e) => panic!("Ascend alloc of {bytes} bytes for {op} on {device}: {e}"),
     };
-    with_pool(device, |p| {
-        p.stats.allocated_bytes += class;
-        p.stats.reserved_bytes += class;
-        p.note_peaks();
-    });
-    buf
+    with_pool(device, |p| p.add_segment(buf, small, class))
 }
 
-/// Returns a block to its device's cache (from `Storage`'s drop).
+/// Returns a block to its device's pool (from `Storage`'s drop).
 pub(crate) fn release(device: &AscendDevice, block: DeviceBuffer) {
     with_pool(device, |p| p.release(block));
 }
 
-/// Frees every cached (unused) block of `device` back to the device; returns the bytes
-/// released. Memory held by live tensors is untouched. Queued work may still use a cached
-/// block (its tensor was dropped after queuing it), so the blocks' frees are stream-ordered
-/// and this waits for the stream to carry them out.
+/// Frees every entirely free segment of `device` back to the device; returns the bytes
+/// released. Segments with a block held by a live tensor are untouched. Queued work may still
+/// use a free segment (its tensors were dropped after queuing it), so the frees are
+/// stream-ordered and this waits for the stream to carry them out.
 pub fn empty_cache(device: &AscendDevice) -> usize {
-    let blocks = with_pool(device, Pool::drain);
-    let bytes = blocks.iter().map(|b| b.0.len()).sum();
+    let segments = with_pool(device, Pool::drain);
+    let bytes = segments.iter().map(|s| s.buf.len()).sum();
     // `aclrtFree` needs the device bound on this thread; if that is impossible (thread exit)
-    // the blocks are leaked rather than freed on the wrong context.
+    // the segments are leaked rather than freed on the wrong context.
     match try_runtime(device) {
         Ok(rt) => {
-            drop(blocks);
+            drop(segments);
             let _ = rt.synchronize();
         }
-        Err(_) => blocks.into_iter().for_each(|b| std::mem::forget(b.0)),
+        Err(_) => segments.into_iter().for_each(|s| std::mem::forget(s.buf)),
     }
     bytes
 }
 
 /// The pool counters of `device` (all zero before its first allocation).
 pub fn memory_stats(device: &AscendDevice) -> MemoryStats {
-    with_pool(device, |p| p.stats)
+    with_pool(device, |p| p.snapshot())
 }
 
 /// Resets the peaks of `device` to the current values.

@@ -17,7 +17,8 @@ use crate::element::acl_dtype;
 /// ([`crate::memory`]), returned to it on drop.
 pub(crate) struct Storage {
     buf: Option<DeviceBuffer>,
-    /// Bytes requested (the block may be larger: its size class).
+    /// Bytes requested (the block may be larger: the rounded size, or a whole free block whose
+    /// rest was too small to split off).
     len: usize,
     device: AscendDevice,
 }

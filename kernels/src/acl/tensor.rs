@@ -219,11 +219,16 @@ impl TensorDesc {
 /// through a runtime ([`Self::alloc_ordered`], [`super::Runtime::alloc`]), **stream-ordered**:
 /// after the stream's next synchronisation, since a queued task may still use it. Such a
 /// buffer's [`Self::write`] is a queued copy and its [`Self::read`] waits for the stream first.
+///
+/// A buffer may also be a **view** of a byte range of another one ([`Self::sub_range`], a
+/// caching pool's block of a segment): it reads and writes only its range and frees nothing.
 pub struct DeviceBuffer {
     api: &'static AclApi,
     ptr: *mut c_void,
     len: usize,
     order: Option<Arc<StreamOrder>>,
+    /// Whether dropping the buffer frees `ptr` (false for a [`Self::sub_range`] view).
+    owned: bool,
 }
 
 impl DeviceBuffer {
@@ -242,7 +247,43 @@ impl DeviceBuffer {
             ptr,
             len,
             order: None,
+            owned: true,
         })
+    }
+
+    /// A view of `len` bytes of `segment` from byte `offset`: same runtime and stream order,
+    /// its own address and length (what [`Self::as_ptr`], [`Self::len`], reads, writes and
+    /// descriptors see), and a drop that frees nothing. An error if the range is not inside
+    /// `segment`.
+    ///
+    /// # Safety
+    /// The caller keeps `segment` alive (not dropped, so not freed) for as long as the view or
+    /// any work queued over it may use the memory: with a stream-ordered segment, dropping it
+    /// after the view is enough, since its free waits for the stream.
+    pub unsafe fn sub_range(segment: &DeviceBuffer, offset: usize, len: usize) -> Result<Self> {
+        if offset.checked_add(len).is_none_or(|end| end > segment.len) {
+            return Err(AclError::invalid(
+                "sub_range",
+                format!(
+                    "{len} bytes at offset {offset} of a {}-byte buffer",
+                    segment.len
+                ),
+            ));
+        }
+        Ok(Self {
+            api: segment.api,
+            // Plain address arithmetic inside the segment (checked above); never dereferenced
+            // on the host.
+            ptr: segment.ptr.cast::<u8>().wrapping_add(offset).cast(),
+            len,
+            order: segment.order.clone(),
+            owned: false,
+        })
+    }
+
+    /// Whether this buffer is a [`Self::sub_range`] view (its drop frees nothing).
+    pub fn is_view(&self) -> bool {
+        !self.owned
     }
 
     /// Allocates `len` bytes used in `order`'s stream order (see the type's docs).
@@ -353,6 +394,10 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        if !self.owned {
+            // A view: its segment's owner frees the memory.
+            return;
+        }
         if let Some(order) = self.order.take() {
             // A queued task may still use the buffer: freed after the next synchronisation.
             order.defer_free(self.ptr);
