@@ -8,6 +8,8 @@ use burn_ascend::ops::fia::{
 };
 
 type Mutate = Box<dyn Fn(&mut FCase)>;
+/// (what, base case, mutation, the parameter the error names).
+type Rule = (&'static str, fn() -> FCase, Mutate, &'static str);
 
 fn case(name: &str) -> FCase {
     fia_cases()
@@ -34,7 +36,7 @@ fn per_token() -> FCase {
 
 #[test]
 fn fia_every_rule_names_its_parameter() {
-    let cases: Vec<(&str, fn() -> FCase, Mutate, &str)> = vec![
+    let cases: Vec<Rule> = vec![
         (
             "heads 0",
             prefill,
