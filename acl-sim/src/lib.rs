@@ -51,6 +51,7 @@
 
 pub mod bench;
 mod elementwise;
+mod fia;
 mod incre;
 mod index;
 mod math;
@@ -75,6 +76,7 @@ use burn_ascend_kernels::acl::{AclApi, ApiKind, Result, Runtime};
 /// op's first stage.
 mod registry {
     pub(crate) use crate::elementwise::*;
+    pub(crate) use crate::fia::{fia_base, fia_v4};
     pub(crate) use crate::incre::ifa_v4;
     pub(crate) use crate::index::{
         cat, flip, gather, index_add, index_select, inplace_copy, repeat, scatter_add,

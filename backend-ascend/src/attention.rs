@@ -43,6 +43,7 @@ use crate::tensor::{device_error, fail, AscendTensor};
 use crate::Ascend;
 
 pub mod aclnn;
+pub mod fia;
 mod incre;
 mod prompt;
 mod scatter;
@@ -271,5 +272,12 @@ impl AttentionBackend for Ascend {
 
     fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
         scatter::scatter_kv(inputs, spec)
+    }
+
+    fn fia_fwd(
+        inputs: burn_ascend_ops::backend::FiaInputs<Self>,
+        spec: &burn_ascend_ops::fia::FiaSpec,
+    ) -> Result<burn_ascend_ops::backend::FiaOutputs<Self>> {
+        fia::fia_fwd(inputs, spec)
     }
 }

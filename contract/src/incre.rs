@@ -494,75 +494,16 @@ impl IncreSpec {
                     "paged attention needs 0 < blockSize <= {IFA_MAX_BLOCK_SIZE}, a multiple of {align} ({} KV), got {bs}",
                     if s.kv_int8 { "int8" } else { "f16/bf16" }
                 );
-                let (layout, nb) = match *key_cache.as_slice() {
-                    [nb, cbs, h] => {
-                        ensure!(
-                            cbs == bs && nkv.checked_mul(d) == Some(h),
-                            "key",
-                            "paged cache (blocknum, blockSize, H) must be ({nb}, {bs}, {}), got {key_cache:?}",
-                            nkv.saturating_mul(d)
-                        );
-                        ensure!(
-                            h <= 65_536,
-                            "key",
-                            "paged cache (blocknum, blockSize, H) needs numKvHeads·headDim <= 64k, got {h}"
-                        );
-                        (PagedLayout::Bsh, nb)
-                    }
-                    [nb, kn, cbs, cd] => {
-                        ensure!(
-                            self.input_layout == IfaLayout::Bnsd,
-                            "key",
-                            "the (blocknum, KV_N, blockSize, D) cache needs inputLayout BNSD"
-                        );
-                        ensure!(
-                            kn == nkv && cbs == bs && cd == d,
-                            "key",
-                            "paged cache (blocknum, KV_N, blockSize, D) must be ({nb}, {nkv}, {bs}, {d}), got {key_cache:?}"
-                        );
-                        (PagedLayout::Bnsd, nb)
-                    }
-                    _ => {
-                        return Err(AttnError::invalid(
-                            "key",
-                            format!(
-                                "paged cache must be (blocknum, blockSize, H) or (blocknum, KV_N, blockSize, D), got {key_cache:?}"
-                            ),
-                        ))
-                    }
-                };
-                ensure!(
-                    value_cache == key_cache,
-                    "value",
-                    "paged cache shape must equal the key cache's {key_cache:?}, got {value_cache:?}"
-                );
-                let bt = self.block_table.as_ref().expect("checked above");
-                let &[tb, max_blocks] = bt.shape.as_slice() else {
-                    return Err(AttnError::invalid(
-                        "blocktable",
-                        format!("must be 2-D (B, maxBlockNumPerSeq), got {:?}", bt.shape),
-                    ));
-                };
-                ensure!(
-                    tb == batch,
-                    "blocktable",
-                    "dim 0 must be B = {batch}, got {tb}"
-                );
-                let need = checked::product("blocktable", "its entry count", &[tb, max_blocks])?;
-                ensure!(
-                    bt.data.len() == need,
-                    "blocktable",
-                    "has {} entries, shape {:?} needs {need}",
-                    bt.data.len(),
-                    bt.shape
-                );
-                // The KV S of the paged form (maxBlockNumPerSeq·blockSize) is used unchecked
-                // once validated: bound it here (a batch-0 table may have any width).
-                checked::product(
-                    "blocktable",
-                    "maxBlockNumPerSeq·blockSize",
-                    &[max_blocks, bs],
+                let (layout, nb) = paged_caches(
+                    key_cache,
+                    value_cache,
+                    nkv,
+                    d,
+                    bs,
+                    self.input_layout == IfaLayout::Bnsd,
                 )?;
+                let bt = self.block_table.as_ref().expect("checked above");
+                let max_blocks = block_table_width(bt, batch, bs)?;
                 ensure!(
                     self.actual_seq_lengths.is_some(),
                     "actualSeqLengths",
@@ -826,4 +767,94 @@ impl IncreSpec {
             offset: q.offset.as_deref(),
         })
     }
+}
+
+/// The paged caches' layout and blocknum: `(blocknum, blockSize, H)` or (when `bnsd_ok`, i.e.
+/// the query layout is BNSD) `(blocknum, KV_N, blockSize, D)`; key and value caches equal.
+/// Shared by IFA and FIA.
+pub(crate) fn paged_caches(
+    key_cache: &[usize],
+    value_cache: &[usize],
+    nkv: usize,
+    d: usize,
+    bs: usize,
+    bnsd_ok: bool,
+) -> Result<(PagedLayout, usize)> {
+    let (layout, nb) = match *key_cache {
+        [nb, cbs, h] => {
+            ensure!(
+                cbs == bs && nkv.checked_mul(d) == Some(h),
+                "key",
+                "paged cache (blocknum, blockSize, H) must be ({nb}, {bs}, {}), got {key_cache:?}",
+                nkv.saturating_mul(d)
+            );
+            ensure!(
+                h <= 65_536,
+                "key",
+                "paged cache (blocknum, blockSize, H) needs numKvHeads·headDim <= 64k, got {h}"
+            );
+            (PagedLayout::Bsh, nb)
+        }
+        [nb, kn, cbs, cd] => {
+            ensure!(
+                bnsd_ok,
+                "key",
+                "the (blocknum, KV_N, blockSize, D) cache needs inputLayout BNSD"
+            );
+            ensure!(
+                kn == nkv && cbs == bs && cd == d,
+                "key",
+                "paged cache (blocknum, KV_N, blockSize, D) must be ({nb}, {nkv}, {bs}, {d}), got {key_cache:?}"
+            );
+            (PagedLayout::Bnsd, nb)
+        }
+        _ => {
+            return Err(AttnError::invalid(
+                "key",
+                format!(
+                    "paged cache must be (blocknum, blockSize, H) or (blocknum, KV_N, blockSize, D), got {key_cache:?}"
+                ),
+            ))
+        }
+    };
+    ensure!(
+        value_cache == key_cache,
+        "value",
+        "paged cache shape must equal the key cache's {key_cache:?}, got {value_cache:?}"
+    );
+    Ok((layout, nb))
+}
+
+/// Checks a block table `(B, maxBlockNumPerSeq)` (IFA's `blocktable`, FIA's `blockTable`) and
+/// returns maxBlockNumPerSeq.
+pub(crate) fn block_table_width(bt: &BlockTable, batch: usize, bs: usize) -> Result<usize> {
+    block_table_width_named(bt, batch, bs, "blocktable")
+}
+
+/// [`block_table_width`] with the parameter's name.
+pub(crate) fn block_table_width_named(
+    bt: &BlockTable,
+    batch: usize,
+    bs: usize,
+    param: &'static str,
+) -> Result<usize> {
+    let &[tb, max_blocks] = bt.shape.as_slice() else {
+        return Err(AttnError::invalid(
+            param,
+            format!("must be 2-D (B, maxBlockNumPerSeq), got {:?}", bt.shape),
+        ));
+    };
+    ensure!(tb == batch, param, "dim 0 must be B = {batch}, got {tb}");
+    let need = checked::product(param, "its entry count", &[tb, max_blocks])?;
+    ensure!(
+        bt.data.len() == need,
+        param,
+        "has {} entries, shape {:?} needs {need}",
+        bt.data.len(),
+        bt.shape
+    );
+    // The KV S of the paged form (maxBlockNumPerSeq·blockSize) is used unchecked once
+    // validated: bound it here (a batch-0 table may have any width).
+    checked::product(param, "maxBlockNumPerSeq·blockSize", &[max_blocks, bs])?;
+    Ok(max_blocks)
 }

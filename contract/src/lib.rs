@@ -13,6 +13,7 @@
 
 mod checked;
 pub mod error;
+pub mod fia;
 pub mod incre;
 pub mod prompt;
 pub mod scatter;

@@ -749,7 +749,11 @@ impl PromptSpec {
     }
 }
 
-fn tnd_lengths(param: &'static str, cum: Option<&[i64]>, total: usize) -> Result<Vec<usize>> {
+pub(crate) fn tnd_lengths(
+    param: &'static str,
+    cum: Option<&[i64]>,
+    total: usize,
+) -> Result<Vec<usize>> {
     let Some(cum) = cum else {
         return Err(AttnError::invalid(param, "required (cumulative) with TND"));
     };

@@ -1,6 +1,6 @@
 //! The functional API on plain `Tensor<B, D>`: the CANN-shaped ops ([`varlen_score`],
 //! [`varlen_score_grad`], [`prompt_flash_attention`], [`incre_flash_attention`],
-//! [`scatter_pa_kv_cache`]) and the flash-attn-shaped front door ([`flash_attention_varlen`]).
+//! [`scatter_pa_kv_cache`], [`fused_infer_attention`]) and the flash-attn-shaped front door ([`flash_attention_varlen`]).
 //!
 //! Prompt attention, incremental attention and the scatter are inference ops: under `Autodiff`
 //! they run forward-only and return constants. Host-only features (int8 `attentionOut` via
@@ -15,10 +15,11 @@ use burn_ascend_kernels::dropout;
 use burn_ascend_kernels::varlen::{lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode};
 
 use crate::backend::{
-    AttentionBackend, IncreInputs, IncreKv, PromptInputs, ScatterInputs, VarlenGradInputs,
-    VarlenInputs,
+    AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
+    ScatterInputs, VarlenGradInputs, VarlenInputs,
 };
 use crate::error::{ensure, AttnError, Result};
+use crate::fia::FiaSpec;
 use crate::incre::IncreSpec;
 use crate::prompt::PromptSpec;
 use crate::scatter::ScatterSpec;
@@ -364,4 +365,64 @@ pub fn scatter_pa_kv_cache<B: AttentionBackend>(
         spec,
     )?;
     Ok((tensor(out.key_cache), out.value_cache.map(tensor)))
+}
+
+impl<B: Backend> FiaKv<B> {
+    /// Key/value in the input layout.
+    pub fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
+        Self::Contiguous {
+            key: prim(key),
+            value: prim(value),
+        }
+    }
+
+    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
+    /// (`K = 4`); the spec carries the `blockTable`.
+    pub fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
+        Self::Paged {
+            key_cache: prim(key_cache),
+            value_cache: prim(value_cache),
+        }
+    }
+}
+
+/// `aclnnFusedInferAttentionScoreV4` (FIA): prefill (query S > 1) and decode (S = 1) in one op
+/// with GQA, paged KV, masks (sparse modes 0–4 with pre/next tokens), pseShift, left padding,
+/// int8 KV (antiquant), a learnable sink and the softmax LSE. Returns `attentionOut` (the
+/// query's rank `D`; D of value) and, with `spec.softmax_lse_flag`, `softmaxLse` of rank `L`:
+/// `[B, N, Q_S, 1]` (`L = 4`) or, for TND, `[T, N, 1]` (`L = 3`); f32 values, `+inf` for rows
+/// with nothing to attend. A different `L` is a typed error naming `softmaxLseFlag`.
+/// Forward-only under `Autodiff`.
+pub fn fused_infer_attention<B: AttentionBackend, const D: usize, const L: usize>(
+    query: Tensor<B, D>,
+    kv: FiaKv<B>,
+    spec: &FiaSpec,
+) -> Result<(Tensor<B, D>, Option<Tensor<B, L>>)> {
+    let FiaOutputs {
+        attention_out,
+        softmax_lse,
+    } = B::fia_fwd(
+        FiaInputs {
+            query: prim(query),
+            kv,
+        },
+        spec,
+    )?;
+    let lse = match softmax_lse {
+        Some(l) => {
+            let rank = burn::tensor::TensorMetadata::shape(&l).num_dims();
+            if rank != L {
+                return Err(crate::error::AttnError::invalid(
+                    "softmaxLseFlag",
+                    format!(
+                        "softmaxLse is rank {rank} for inputLayout {}, asked for rank {L}",
+                        spec.input_layout.as_attr()
+                    ),
+                ));
+            }
+            Some(tensor(l))
+        }
+        None => None,
+    };
+    Ok((tensor(attention_out), lse))
 }

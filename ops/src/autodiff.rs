@@ -1,7 +1,7 @@
 //! `Autodiff<B, C>`: the varlen forward is one graph node whose backward calls the inner
 //! backend's fused `varlen_bwd` (dq, dk, dv, dsink and, for a pse given as a tensor, dpse at
 //! once). Prompt attention, incremental
-//! attention and the cache scatter are inference ops: under `Autodiff` they run forward-only on
+//! attention, fused inference attention (FIA) and the cache scatter are inference ops: under `Autodiff` they run forward-only on
 //! the inner backend and their outputs are constants (no gradient reaches their inputs).
 //!
 //! This impl lives in the crate that defines [`AttentionBackend`] because Rust's orphan rule
@@ -16,10 +16,11 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
 
 use crate::backend::{
-    AttentionBackend, IncreInputs, IncreKv, PromptInputs, ScatterInputs, ScatterOutputs,
-    VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
+    ScatterInputs, ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
 use crate::error::Result;
+use crate::fia::FiaSpec;
 use crate::incre::IncreSpec;
 use crate::prompt::PromptSpec;
 use crate::scatter::ScatterSpec;
@@ -284,6 +285,37 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
             spec,
         )?;
         Ok(<Self as AutodiffBackend>::from_inner(out))
+    }
+
+    /// Forward-only (constant outputs), like [`AttentionBackend::prompt_fwd`]: FIA has no
+    /// backward in CANN.
+    fn fia_fwd(inputs: FiaInputs<Self>, spec: &FiaSpec) -> Result<FiaOutputs<Self>> {
+        let i = <Self as AutodiffBackend>::inner;
+        let c = <Self as AutodiffBackend>::from_inner;
+        let kv = match inputs.kv {
+            FiaKv::Contiguous { key, value } => FiaKv::Contiguous {
+                key: i(key),
+                value: i(value),
+            },
+            FiaKv::Paged {
+                key_cache,
+                value_cache,
+            } => FiaKv::Paged {
+                key_cache: i(key_cache),
+                value_cache: i(value_cache),
+            },
+        };
+        let out = B::fia_fwd(
+            FiaInputs {
+                query: i(inputs.query),
+                kv,
+            },
+            spec,
+        )?;
+        Ok(FiaOutputs {
+            attention_out: c(out.attention_out),
+            softmax_lse: out.softmax_lse.map(c),
+        })
     }
 
     /// Forward-only: the updated caches are constants.

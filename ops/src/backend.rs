@@ -7,6 +7,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 
 use crate::error::Result;
+use crate::fia::FiaSpec;
 use crate::incre::IncreSpec;
 use crate::prompt::PromptSpec;
 use crate::scatter::ScatterSpec;
@@ -116,6 +117,46 @@ pub struct IncreInputs<B: Backend> {
     pub kv: IncreKv<B>,
 }
 
+/// Key/value of fused inference attention: one tensor each in the input layout, or paged
+/// caches (the spec's `blockTable`). int8 KV travels as float tensors holding the int8 values,
+/// dequantised with the spec's antiquant. (CANN's tensor-list form is not supported.)
+#[derive(Debug, Clone)]
+pub enum FiaKv<B: Backend> {
+    /// `key` / `value` in `inputLayout` (TND: `[T2, Nkv, D]`).
+    Contiguous {
+        /// `key`.
+        key: FloatTensor<B>,
+        /// `value`.
+        value: FloatTensor<B>,
+    },
+    /// Caches `(blocknum, blockSize, H)` or `(blocknum, Nkv, blockSize, D)`.
+    Paged {
+        /// The key cache.
+        key_cache: FloatTensor<B>,
+        /// The value cache.
+        value_cache: FloatTensor<B>,
+    },
+}
+
+/// Inputs of fused inference attention.
+#[derive(Debug, Clone)]
+pub struct FiaInputs<B: Backend> {
+    /// `query` in `inputLayout`.
+    pub query: FloatTensor<B>,
+    /// `key` / `value`.
+    pub kv: FiaKv<B>,
+}
+
+/// Outputs of fused inference attention.
+#[derive(Debug, Clone)]
+pub struct FiaOutputs<B: Backend> {
+    /// `attentionOut`: the query's shape with value's D (BNSD_BSND → BSND).
+    pub attention_out: FloatTensor<B>,
+    /// `softmaxLse` `[B, N, Q_S, 1]` (TND `[T, N, 1]`) when `softmaxLseFlag` is set; `+inf`
+    /// marks rows with nothing to attend.
+    pub softmax_lse: Option<FloatTensor<B>>,
+}
+
 /// Inputs of the cache scatter.
 #[derive(Debug, Clone)]
 pub struct ScatterInputs<B: Backend> {
@@ -198,6 +239,12 @@ pub trait AttentionBackend: Backend {
     /// `aclnnIncreFlashAttentionV4`: `attentionOut` with the query's shape.
     fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<FloatTensor<Self>> {
         crate::incre::composite::incre_fwd::<Self>(inputs, spec)
+    }
+
+    /// `aclnnFusedInferAttentionScoreV4`: `attentionOut` and, with `softmaxLseFlag`,
+    /// `softmaxLse`. An inference op (forward-only under `Autodiff`).
+    fn fia_fwd(inputs: FiaInputs<Self>, spec: &FiaSpec) -> Result<FiaOutputs<Self>> {
+        crate::fia::composite::fia_fwd::<Self>(inputs, spec)
     }
 
     /// `aclnnScatterPaKvCache`, functional: returns the updated caches. Validates everything

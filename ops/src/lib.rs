@@ -5,13 +5,15 @@
 //! Start with [`flash_attention_varlen`] (flash-attn shaped) or [`varlen_score`] (CANN shaped).
 //! Inference ops: [`prompt_flash_attention`] (PFA V1/V3), [`incre_flash_attention`] (IFA V4,
 //! contiguous / tensor-list / paged KV, int8 KV via antiquant), [`scatter_pa_kv_cache`]
-//! (`aclnnScatterPaKvCache`) and the [`PagedKvCache`] manager built on them. Under `Autodiff`
+//! (`aclnnScatterPaKvCache`), [`fused_infer_attention`] (FIA V4: prefill and decode with a
+//! learnable sink and the softmax LSE) and the [`PagedKvCache`] manager built on them. Under `Autodiff`
 //! these run forward-only (their outputs are constants).
 
 pub mod api;
 pub mod autodiff;
 pub mod backend;
 pub use burn_ascend_contract::error;
+pub mod fia;
 pub mod host;
 pub mod incre;
 pub mod ndarray;
@@ -21,19 +23,20 @@ pub mod scatter;
 pub mod varlen;
 
 pub use api::{
-    flash_attention_varlen, flash_spec, incre_flash_attention, prompt_flash_attention,
-    scatter_pa_kv_cache, varlen_score, varlen_score_grad, varlen_score_with_pse, FlashAttnOptions,
-    VarlenAttention, VarlenAttentionGrads,
+    flash_attention_varlen, flash_spec, fused_infer_attention, incre_flash_attention,
+    prompt_flash_attention, scatter_pa_kv_cache, varlen_score, varlen_score_grad,
+    varlen_score_with_pse, FlashAttnOptions, VarlenAttention, VarlenAttentionGrads,
 };
 pub use backend::{
-    AttentionBackend, IncreInputs, IncreKv, PromptInputs, ScatterInputs, ScatterOutputs,
-    VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
+    ScatterInputs, ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
 pub use burn_ascend_kernels::varlen::{
     cumulative_from_lengths, lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode,
     VarlenAttrs,
 };
 pub use error::{AttnError, Result};
+pub use fia::FiaSpec;
 pub use incre::{IfaLayout, IncreSpec};
 pub use paged_cache::{AttendOptions, PagedKvCache, SeqId};
 pub use prompt::{PfaLayout, PromptSpec};

@@ -16,10 +16,11 @@ use burn_ascend_kernels::reference::incre::KvInput;
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
 use crate::backend::{
-    AttentionBackend, IncreInputs, IncreKv, PromptInputs, ScatterInputs, ScatterOutputs,
-    VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
+    ScatterInputs, ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
 use crate::error::Result;
+use crate::fia::FiaSpec;
 use crate::host::{from_vec, to_vec};
 use crate::incre::IncreSpec;
 use crate::prompt::PromptSpec;
@@ -48,6 +49,10 @@ where
 
     fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<FloatTensor<Self>> {
         cpu_incre_fwd::<Self>(inputs, spec)
+    }
+
+    fn fia_fwd(inputs: FiaInputs<Self>, spec: &FiaSpec) -> Result<FiaOutputs<Self>> {
+        cpu_fia_fwd::<Self>(inputs, spec)
     }
 
     fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
@@ -129,6 +134,32 @@ pub fn cpu_incre_fwd<B: Backend>(
 
 /// The cache scatter on host memory through the CPU reference (f32 caches; other dtypes take
 /// the composite so that PA_NZ's `32 / sizeof(dtype)` stays the caches').
+/// FIA on the host: the f64 CPU reference (`reference::fia`), rounded to f32. No fast kernel
+/// yet: the varlen forward and the paged decode kernels cover only parts of FIA (no pse or
+/// antiquant in the varlen kernel, no sink or LSE in the decode kernel), so this path favours
+/// one exact implementation of every field over speed.
+pub fn cpu_fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOutputs<B>> {
+    let dims = spec.validate(&crate::fia::composite::shapes(&inputs, spec))?;
+    let device = B::float_device(&inputs.query);
+    let q = to_vec::<B>(inputs.query);
+    let (k, v) = match inputs.kv {
+        FiaKv::Contiguous { key, value } => (to_vec::<B>(key), to_vec::<B>(value)),
+        FiaKv::Paged {
+            key_cache,
+            value_cache,
+        } => (to_vec::<B>(key_cache), to_vec::<B>(value_cache)),
+    };
+    let out =
+        burn_ascend_kernels::reference::fia::fused_infer_attention(&spec.args(&dims, &q, &k, &v));
+    let attention_out = out.attention_out.into_iter().map(|x| x as f32).collect();
+    Ok(FiaOutputs {
+        attention_out: from_vec::<B>(attention_out, &dims.out_shape(), &device),
+        softmax_lse: spec
+            .softmax_lse_flag
+            .then(|| from_vec::<B>(out.softmax_lse, &dims.lse_shape(), &device)),
+    })
+}
+
 pub fn cpu_scatter_kv<B: Backend>(
     inputs: ScatterInputs<B>,
     spec: &ScatterSpec,

@@ -10,6 +10,7 @@ pub mod alloc_stats;
 pub mod bench;
 pub mod bench_dispatch;
 pub mod device;
+pub mod fia;
 pub mod incre;
 pub mod io;
 pub mod names;
@@ -119,7 +120,14 @@ impl From<AttnError> for CliError {
 }
 
 /// The ops `run` knows.
-pub const OPS: &[&str] = &["varlen-fwd", "varlen-bwd", "prompt", "incre", "scatter"];
+pub const OPS: &[&str] = &[
+    "varlen-fwd",
+    "varlen-bwd",
+    "prompt",
+    "incre",
+    "fia",
+    "scatter",
+];
 
 /// Runs one op on a bundle of named tensors.
 ///
@@ -141,6 +149,7 @@ pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliErr
         "varlen-bwd" => varlen::backward(input, device),
         "prompt" => prompt::prompt(input, device),
         "incre" => incre::incre(input, device),
+        "fia" => fia::fia(input, device),
         "scatter" => scatter::scatter(input, device),
         other => Err(CliError::Usage(format!(
             "unknown op '{other}' (ops: {})",
@@ -159,7 +168,7 @@ pub fn run_files(op: &str, input: &Path, output: &Path, device: Device) -> Resul
 /// Usage text.
 pub const USAGE: &str =
     "burn-ascend run <op> <in.safetensors> <out.safetensors> [--device reference|cpu|sim|npu]
-  ops: varlen-fwd, varlen-bwd, prompt, incre, scatter
+  ops: varlen-fwd, varlen-bwd, prompt, incre, fia, scatter
   devices: reference (f64 CPU reference), cpu (fast CPU kernels, default), sim (the aclnn
   dispatch against a host simulation of the ACL ABI, not CANN), npu (CANN's aclnn, loaded at
   run time from $ASCEND_TOOLKIT_HOME / $ASCEND_HOME_PATH / /usr/local/Ascend/ascend-toolkit/latest;
@@ -167,11 +176,12 @@ pub const USAGE: &str =
   inputs are named after the aclnn parameters (query, key, value, sink, attenMask, pseShift,
   actualSeqLengths, actualSeqLengthsKv, blocktable, kvPaddingSize, antiquantScale,
   antiquantOffset, quantScale2, quantOffset2, keyCache, valueCache, slotMapping, compressLens,
-  compressSeqOffset, seqLens, ...; incre's tensor-list form: key.0, key.1, ..., value.0, ...);
+  compressSeqOffset, seqLens, ...; incre's tensor-list form: key.0, key.1, ..., value.0, ...; fia: blockTable,
+  queryPaddingSize, keyAntiquantScale, valueAntiquantScale, learnableSink, ...);
   attributes are strings in the safetensors __metadata__ (numHeads, scaleValue, preTokens,
   nextTokens, inputLayout, numKeyValueHeads, sparseMode, innerPrecise, blockSize, cacheMode,
-  scatterMode, strides, offsets, keepProb, ...)
-  outputs: attentionOut (prompt, incre), keyCache and valueCache (scatter)
+  scatterMode, strides, offsets, keepProb, softmaxLseFlag (true/false), ...)
+  outputs: attentionOut (prompt, incre, fia), softmaxLse (fia with softmaxLseFlag), keyCache and valueCache (scatter)
 burn-ascend bench [--quick] [--json PATH]: throughput of the fast CPU kernels (bench --help)
 burn-ascend selftest [--device npu|sim] [--report PATH]: the acceptance run on an Atlas NPU
   (every op against the CPU reference, hardware probes, PATH.md + PATH.json; selftest --help)";

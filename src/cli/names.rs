@@ -154,6 +154,58 @@ pub const INCRE: OpNames = OpNames {
     ],
 };
 
+/// `fia`: `aclnnFusedInferAttentionScoreV4`. The inputs left out (quantisation, shared
+/// prefix, rope) are known so that they get their "unsupported" error rather than "unknown".
+pub const FIA: OpNames = OpNames {
+    tensors: &[
+        "query",
+        "key",
+        "value",
+        "pseShift",
+        "attenMask",
+        "actualSeqLengths",
+        "actualSeqLengthsKv",
+        "blockTable",
+        "queryPaddingSize",
+        "kvPaddingSize",
+        "antiquantScale",
+        "antiquantOffset",
+        "keyAntiquantScale",
+        "keyAntiquantOffset",
+        "valueAntiquantScale",
+        "valueAntiquantOffset",
+        "learnableSink",
+        "deqScale1",
+        "quantScale1",
+        "deqScale2",
+        "quantScale2",
+        "quantOffset2",
+        "keySharedPrefix",
+        "valueSharedPrefix",
+        "actualSharedPrefixLen",
+        "queryRope",
+        "keyRope",
+        "keyRopeAntiquantScale",
+        "dequantScaleQuery",
+    ],
+    tensor_lists: &[],
+    attributes: &[
+        "numHeads",
+        "scaleValue",
+        "preTokens",
+        "nextTokens",
+        "inputLayout",
+        "numKeyValueHeads",
+        "sparseMode",
+        "innerPrecise",
+        "blockSize",
+        "antiquantMode",
+        "softmaxLseFlag",
+        "keyAntiquantMode",
+        "valueAntiquantMode",
+    ],
+};
+
 /// `scatter`: `aclnnScatterPaKvCache`.
 pub const SCATTER: OpNames = OpNames {
     tensors: &[
@@ -177,6 +229,7 @@ pub fn of(op: &str) -> Option<OpNames> {
         "varlen-bwd" => VARLEN_BWD,
         "prompt" => PROMPT,
         "incre" => INCRE,
+        "fia" => FIA,
         "scatter" => SCATTER,
         _ => return None,
     })

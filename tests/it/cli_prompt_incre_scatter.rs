@@ -24,7 +24,7 @@ fn run(op: &str, input: &Bundle) -> (Option<Bundle>, i32, String) {
     run_on(op, input, "cpu")
 }
 
-fn run_on(op: &str, input: &Bundle, device: &str) -> (Option<Bundle>, i32, String) {
+pub(crate) fn run_on(op: &str, input: &Bundle, device: &str) -> (Option<Bundle>, i32, String) {
     let dir = tempfile::tempdir().unwrap();
     let (inp, outp) = (
         dir.path().join("in.safetensors"),
@@ -48,7 +48,7 @@ fn run_on(op: &str, input: &Bundle, device: &str) -> (Option<Bundle>, i32, Strin
 
 /// Runs on the CPU and, through the Ascend dispatch layer, on its host simulation of the ACL
 /// ABI (`--device sim`), which must give `--device reference`'s bytes.
-fn ok(op: &str, input: &Bundle) -> Bundle {
+pub(crate) fn ok(op: &str, input: &Bundle) -> Bundle {
     let (b, code, err) = run(op, input);
     assert_eq!(code, 0, "{err}");
     let b = b.unwrap();
@@ -67,7 +67,7 @@ fn ok(op: &str, input: &Bundle) -> Bundle {
     b
 }
 
-fn refused(op: &str, input: &Bundle, param: &str) {
+pub(crate) fn refused(op: &str, input: &Bundle, param: &str) {
     for device in ["cpu", "sim"] {
         let (_, code, err) = run_on(op, input, device);
         assert_eq!(code, 2, "{device}: {err}");
@@ -79,7 +79,7 @@ fn refused(op: &str, input: &Bundle, param: &str) {
     }
 }
 
-fn meta(b: &mut Bundle, kv: &[(&str, &str)]) {
+pub(crate) fn meta(b: &mut Bundle, kv: &[(&str, &str)]) {
     for (k, v) in kv {
         b.metadata.insert(k.to_string(), v.to_string());
     }

@@ -14,6 +14,7 @@ mod campaign_api;
 mod campaign_soak;
 mod cli_bad_input;
 mod cli_bench;
+mod cli_fia;
 mod cli_prompt_incre_scatter;
 mod cli_selftest;
 mod cli_varlen;

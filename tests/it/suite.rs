@@ -12,10 +12,11 @@
 use burn::backend::{Autodiff, NdArray};
 use burn_ascend::backend::{fallback_count, is_available, Ascend, AscendDevice};
 use burn_ascend::ops::host::{from_vec, to_vec};
-use burn_ascend::ops::{incre, prompt, scatter, varlen};
+use burn_ascend::ops::{fia, incre, prompt, scatter, varlen};
 use burn_ascend::{AttentionBackend, VarlenGradInputs};
 
 use crate::common::{cases, close};
+use crate::prompt_incre_scatter::fia::{fia_cases, fia_inputs_on, fia_ref, lse_close};
 use crate::prompt_incre_scatter::incre::{host_kv, incre_cases, incre_inputs_on, incre_ref};
 use crate::prompt_incre_scatter::prompt::{prompt_cases, prompt_inputs_on, prompt_ref};
 use crate::prompt_incre_scatter::scatter::{scatter_cases, scatter_inputs_on, scatter_ref};
@@ -148,19 +149,54 @@ fn scatter_suite<B: AttentionBackend>(dev: &B::Device, path: Path) {
     }
 }
 
+/// Fused inference attention on every case (prefill and decode, GQA, paged KV, masks, pse,
+/// left padding, int8 KV, sink, LSE).
+fn fia_suite<B: AttentionBackend>(dev: &B::Device, path: Path) {
+    for c in fia_cases() {
+        let (want, want_lse) = fia_ref(&c);
+        let got = match path {
+            Path::Composite => fia::composite::fia_fwd::<B>(fia_inputs_on(&c, dev), &c.spec),
+            Path::Native => B::fia_fwd(fia_inputs_on(&c, dev), &c.spec),
+        }
+        .expect(c.name);
+        let dims = c.spec.validate(&c.shapes).unwrap();
+        assert_eq!(
+            burn::tensor::TensorMetadata::shape(&got.attention_out).to_vec(),
+            dims.out_shape(),
+            "{path:?}:{}: shape",
+            c.name
+        );
+        close(c.name, &to_vec::<B>(got.attention_out), &want, ATOL, RTOL).unwrap();
+        match got.softmax_lse {
+            Some(l) => {
+                assert_eq!(
+                    burn::tensor::TensorMetadata::shape(&l).to_vec(),
+                    dims.lse_shape(),
+                    "{path:?}:{}: LSE shape",
+                    c.name
+                );
+                lse_close(c.name, &to_vec::<B>(l), &want_lse);
+            }
+            None => assert!(!c.spec.softmax_lse_flag, "{}: LSE missing", c.name),
+        }
+    }
+}
+
 fn attention_suite<B: AttentionBackend>(dev: &B::Device, path: Path) {
     varlen_suite::<B>(dev, path);
     prompt_suite::<B>(dev, path);
     incre_suite::<B>(dev, path);
+    fia_suite::<B>(dev, path);
     scatter_suite::<B>(dev, path);
 }
 
 /// The ops' host-fallback counters of the `Ascend` backend.
-const OPS: [&str; 5] = [
+const OPS: [&str; 6] = [
     "varlen_fwd",
     "varlen_bwd",
     "prompt_fwd",
     "incre_fwd",
+    "fia_fwd",
     "scatter_kv",
 ];
 

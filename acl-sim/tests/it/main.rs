@@ -4,6 +4,7 @@
 mod attention;
 mod elementwise;
 mod faults;
+mod fia;
 mod guard;
 mod host_overhead;
 mod index;

@@ -25,12 +25,22 @@ use burn_ascend_kernels::acl::{
     TensorList,
 };
 
-fn upload(rt: &Runtime, bytes: &[u8], dims: &[usize], dtype: DataType) -> Result<DeviceTensor> {
+pub(super) fn upload(
+    rt: &Runtime,
+    bytes: &[u8],
+    dims: &[usize],
+    dtype: DataType,
+) -> Result<DeviceTensor> {
     rt.upload(TensorDesc::contiguous(dims, dtype)?, bytes)
 }
 
 /// f32 host values as a tensor of the float `dtype` (the op's own: pse, antiquant scales).
-fn upload_float(rt: &Runtime, v: &[f32], dims: &[usize], dtype: DataType) -> Result<DeviceTensor> {
+pub(super) fn upload_float(
+    rt: &Runtime,
+    v: &[f32],
+    dims: &[usize],
+    dtype: DataType,
+) -> Result<DeviceTensor> {
     let bytes: Vec<u8> = match dtype {
         DataType::Float => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         DataType::Float16 => v
@@ -51,7 +61,7 @@ fn upload_float(rt: &Runtime, v: &[f32], dims: &[usize], dtype: DataType) -> Res
     upload(rt, &bytes, dims, dtype)
 }
 
-fn upload_i64(rt: &Runtime, v: &[i64], dims: &[usize]) -> Result<DeviceTensor> {
+pub(super) fn upload_i64(rt: &Runtime, v: &[i64], dims: &[usize]) -> Result<DeviceTensor> {
     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
     upload(rt, &bytes, dims, DataType::Int64)
 }
@@ -60,8 +70,13 @@ fn handle<T: AsRef<DeviceTensor>>(t: &Option<T>) -> Result<Option<Tensor<'_>>> {
     t.as_ref().map(|t| t.as_ref().handle()).transpose()
 }
 
+/// [`handle`] for the sibling call builders.
+pub(super) fn handle_of<T: AsRef<DeviceTensor>>(t: &Option<T>) -> Result<Option<Tensor<'_>>> {
+    handle(t)
+}
+
 /// A device input uploaded for this call, or a runtime constant shared by every call.
-enum Held {
+pub(super) enum Held {
     Own(DeviceTensor),
     Shared(Arc<DeviceTensor>),
 }
@@ -77,7 +92,7 @@ impl AsRef<DeviceTensor> for Held {
 
 /// A constant `UINT8` mask cached on the runtime under `key` (CANN's compressed masks are
 /// 2048×2048 and the same for every call).
-fn constant_mask(
+pub(super) fn constant_mask(
     rt: &Runtime,
     key: &str,
     make: impl FnOnce() -> (Vec<u8>, Vec<usize>),
@@ -88,7 +103,7 @@ fn constant_mask(
     })
 }
 
-fn ints(rt: &Runtime, v: Option<&[i64]>) -> Result<Option<IntArray>> {
+pub(super) fn ints(rt: &Runtime, v: Option<&[i64]>) -> Result<Option<IntArray>> {
     v.map(|v| IntArray::new(rt.api(), v)).transpose()
 }
 

@@ -983,3 +983,5 @@ pub fn flip(rt: &Runtime, a: &Tensor<'_>, dims: &IntArray, out: &Tensor<'_>) -> 
 
 // Declared last: it uses the `op!` and `op_enum!` macros above.
 mod elementwise;
+mod fia;
+pub use fia::*;

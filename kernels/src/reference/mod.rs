@@ -3,6 +3,7 @@
 //! Every faster path (the fast CPU kernels, the composite Burn path, the Ascend dispatch) is
 //! tested against these functions, so they follow the spec line by line and nothing else.
 
+pub mod fia;
 pub mod incre;
 pub mod prompt;
 pub mod scatter;

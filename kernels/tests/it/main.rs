@@ -8,5 +8,6 @@ mod common;
 
 mod cpu_decode;
 mod cpu_varlen;
+mod fia_reference;
 mod varlen_forward;
 mod varlen_gradcheck;

@@ -2,6 +2,8 @@
 //! composite (any backend), `NdArray` (CPU kernels) and `Autodiff<NdArray>` (forward-only) —
 //! against the CPU reference, plus one test per validation rule checking the parameter named.
 
+pub(crate) mod fia;
+mod fia_rules;
 pub(crate) mod incre;
 mod incre_rules;
 pub(crate) mod prompt;

@@ -71,6 +71,9 @@ macro_rules! acl_api_table {
                 /// V1; the fallback when V3 is absent.
                 pfa_v1: aclnnPromptFlashAttention(PfaV1Ws),
                 ifa_v4: aclnnIncreFlashAttentionV4(IfaV4Ws),
+                fia_v4: aclnnFusedInferAttentionScoreV4(FiaV4Ws),
+                /// The base FIA; the fallback when V4 is absent (no sink, no separate K/V antiquant).
+                fia_base: aclnnFusedInferAttentionScore(FiaWs),
                 scatter_pa_kv_cache: aclnnScatterPaKvCache(ScatterPaKvCacheWs),
                 // ---- arithmetic, matmul, unary math, reductions
                 add: aclnnAdd(BinaryAlphaWs),

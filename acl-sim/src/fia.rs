@@ -1,0 +1,555 @@
+//! Simulated fused inference attention: `aclnnFusedInferAttentionScoreV4` and the base
+//! `aclnnFusedInferAttentionScore`, on the CPU reference (`burn_ascend_kernels::reference::fia`).
+//!
+//! The first stage reads shapes, dtypes, attributes and the host int arrays only: it builds the
+//! contract's [`FiaSpec`] with zero placeholders for the contents of the tensor inputs (mask,
+//! pse, block table, antiquant, sink, padding sizes) and runs its validation, so every rule on
+//! shapes is checked before the executor exists. The launch reads the contents, validates the
+//! spec again with them (block ids, padding values) and runs the reference.
+
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use burn_ascend_contract::fia::{parse_fia_layout, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant};
+use burn_ascend_contract::incre::{AntiquantSpec, BlockTable};
+use burn_ascend_contract::prompt::{PromptMask, PromptPse};
+use burn_ascend_contract::AttnError;
+use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_kernels::reference::fia::fused_infer_attention;
+
+use crate::state::{
+    self, c_str, int_array, invalid, new_executor, required, tensor, tensor_list, SimErr,
+    SimResult, SimTensor,
+};
+use crate::wire::{
+    check_dims, encode, encode_f64, floats, floats_or_i8, ints, mask01, unsupported, IA,
+    SIM_WORKSPACE, T, TL,
+};
+
+fn contract(e: AttnError) -> SimErr {
+    match e {
+        AttnError::Unsupported(what) => SimErr(
+            ACLNN_ERR_PARAM_INVALID,
+            format!("unsupported in the simulation: {what}"),
+        ),
+        e => SimErr(ACLNN_ERR_PARAM_INVALID, e.to_string()),
+    }
+}
+
+/// The tensor inputs whose contents the launch reads.
+struct FiaTensors {
+    q: SimTensor,
+    k: SimTensor,
+    v: SimTensor,
+    mask: Option<SimTensor>,
+    pse: Option<SimTensor>,
+    table: Option<SimTensor>,
+    query_padding: Option<SimTensor>,
+    kv_padding: Option<SimTensor>,
+    antiquant: [Option<SimTensor>; 2],
+    key_antiquant: [Option<SimTensor>; 2],
+    value_antiquant: [Option<SimTensor>; 2],
+    sink: Option<SimTensor>,
+    out: SimTensor,
+    lse: Option<SimTensor>,
+}
+
+fn zeros<X: Default + Clone>(t: &SimTensor) -> Arc<[X]> {
+    vec![X::default(); t.numel()].into()
+}
+
+/// The spec with each tensor input's contents from `read` (placeholders in the first stage).
+fn fill(base: &FiaSpec, t: &FiaTensors, real: bool) -> SimResult<FiaSpec> {
+    let mut s = base.clone();
+    let fl = |x: &SimTensor, name: &str| -> SimResult<Arc<[f32]>> {
+        if real {
+            Ok(floats(x, name)?.into())
+        } else {
+            Ok(zeros(x))
+        }
+    };
+    let one = |x: &Option<SimTensor>, name: &str| -> SimResult<Option<i64>> {
+        match x {
+            None => Ok(None),
+            Some(x) if real => Ok(Some(*ints(x, name)?.first().unwrap_or(&0))),
+            Some(_) => Ok(Some(0)),
+        }
+    };
+    if let Some(m) = &t.mask {
+        if let PromptMask::Dense { .. } = s.atten_mask {
+            s.atten_mask = PromptMask::Dense {
+                data: if real {
+                    mask01(m, "attenMask")?.into()
+                } else {
+                    zeros(m)
+                },
+                shape: m.dims.clone(),
+            };
+        }
+    }
+    if let Some(p) = &t.pse {
+        s.pse_shift = Some(PromptPse {
+            data: fl(p, "pseShift")?,
+            shape: p.dims.clone(),
+        });
+    }
+    if let Some(b) = &t.table {
+        s.block_table = Some(BlockTable {
+            data: if real {
+                ints(b, "blockTable")?
+                    .into_iter()
+                    .map(|x| x as i32)
+                    .collect::<Vec<_>>()
+                    .into()
+            } else {
+                zeros(b)
+            },
+            shape: b.dims.clone(),
+        });
+    }
+    s.query_padding_size = one(&t.query_padding, "queryPaddingSize")?;
+    s.kv_padding_size = one(&t.kv_padding, "kvPaddingSize")?;
+    if let [Some(sc), off] = &t.antiquant {
+        s.antiquant = Some(AntiquantSpec {
+            scale: fl(sc, "antiquantScale")?,
+            offset: off.as_ref().map(|o| fl(o, "antiquantOffset")).transpose()?,
+            shape: sc.dims.clone(),
+        });
+    }
+    for (which, pair, names) in [
+        (
+            0,
+            &t.key_antiquant,
+            ["keyAntiquantScale", "keyAntiquantOffset"],
+        ),
+        (
+            1,
+            &t.value_antiquant,
+            ["valueAntiquantScale", "valueAntiquantOffset"],
+        ),
+    ] {
+        if let [Some(sc), off] = pair {
+            let q = Some(KvAntiquant {
+                scale: fl(sc, names[0])?,
+                offset: off.as_ref().map(|o| fl(o, names[1])).transpose()?,
+                shape: sc.dims.clone(),
+            });
+            if which == 0 {
+                s.key_antiquant = q;
+            } else {
+                s.value_antiquant = q;
+            }
+        }
+    }
+    if let Some(x) = &t.sink {
+        s.learnable_sink = Some(fl(x, "learnableSink")?);
+    }
+    Ok(s)
+}
+
+struct FiaCall {
+    spec: FiaSpec,
+    shapes: FiaShapes,
+    t: FiaTensors,
+}
+
+impl FiaCall {
+    fn run(&self) -> SimResult<()> {
+        let spec = fill(&self.spec, &self.t, true)?;
+        let dims = spec.validate(&self.shapes).map_err(contract)?;
+        let q = floats(&self.t.q, "query")?;
+        let k = floats_or_i8(&self.t.k, "key")?;
+        let v = floats_or_i8(&self.t.v, "value")?;
+        let out = fused_infer_attention(&spec.args(&dims, &q, &k, &v));
+        self.t.out.write(
+            "attentionOut",
+            &encode_f64(&out.attention_out, self.t.out.dtype, "attentionOut")?,
+        )?;
+        if let Some(l) = &self.t.lse {
+            if spec.softmax_lse_flag {
+                l.write("softmaxLse", &encode(&out.softmax_lse))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn kv_one(p: TL, name: &str) -> SimResult<SimTensor> {
+    let list = tensor_list(p, name)?
+        .ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{name} is null")))?;
+    match <[SimTensor; 1]>::try_from(list) {
+        Ok([t]) => Ok(t),
+        Err(l) => unsupported(&format!(
+            "{name}: a tensor list of {} tensors (one tensor per batch); pass one tensor",
+            l.len()
+        )),
+    }
+}
+
+fn dtype_in(t: &SimTensor, name: &str, ok: &[DataType]) -> SimResult<()> {
+    if ok.contains(&t.dtype) {
+        Ok(())
+    } else {
+        invalid(format!(
+            "{name}: dtype must be one of {ok:?}, got {:?}",
+            t.dtype
+        ))
+    }
+}
+
+/// The first stage shared by V4 and the base op.
+#[allow(clippy::too_many_arguments)]
+fn decode(
+    op: &'static str,
+    t: FiaTensors,
+    asl: IA,
+    asl_kv: IA,
+    num_heads: i64,
+    scale_value: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    layout: Option<String>,
+    num_key_value_heads: i64,
+    sparse_mode: i64,
+    inner_precise: i64,
+    block_size: i64,
+    antiquant_mode: i64,
+    softmax_lse_flag: bool,
+    key_antiquant_mode: i64,
+    value_antiquant_mode: i64,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    let layout = parse_fia_layout(
+        &layout.ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, "inputLayout is null".into()))?,
+    )
+    .map_err(contract)?;
+    let floats_dt = [DataType::Float, DataType::Float16, DataType::Bf16];
+    dtype_in(&t.q, "query", &floats_dt)?;
+    let int8 = t.k.dtype == DataType::Int8;
+    for (x, name) in [(&t.k, "key"), (&t.v, "value")] {
+        if (x.dtype != t.q.dtype && x.dtype != DataType::Int8) || x.dtype != t.k.dtype {
+            return invalid(format!(
+                "{name}: dtype must be the query's or INT8 (both alike), got {:?}",
+                x.dtype
+            ));
+        }
+    }
+    if let Some(m) = &t.mask {
+        dtype_in(
+            m,
+            "attenMask",
+            &[DataType::Bool, DataType::Int8, DataType::Uint8],
+        )?;
+    }
+    for (x, name) in [(&t.pse, "pseShift"), (&t.sink, "learnableSink")] {
+        if let Some(x) = x {
+            if x.dtype != t.q.dtype {
+                return invalid(format!(
+                    "{name}: dtype must be the query's {:?}, got {:?}",
+                    t.q.dtype, x.dtype
+                ));
+            }
+        }
+    }
+    if let Some(b) = &t.table {
+        dtype_in(b, "blockTable", &[DataType::Int32])?;
+    }
+    for (x, name) in [
+        (&t.query_padding, "queryPaddingSize"),
+        (&t.kv_padding, "kvPaddingSize"),
+    ] {
+        if let Some(x) = x {
+            dtype_in(x, name, &[DataType::Int64])?;
+            check_dims(x, name, &[1])?;
+        }
+    }
+    dtype_in(&t.out, "attentionOut", &[t.q.dtype])?;
+    if num_heads <= 0 || num_key_value_heads < 0 || block_size < 0 {
+        return invalid("numHeads, numKeyValueHeads, blockSize out of range");
+    }
+    let mut spec = FiaSpec::new(num_heads as usize, scale_value, layout);
+    spec.num_key_value_heads = num_key_value_heads as usize;
+    spec.pre_tokens = pre_tokens;
+    spec.next_tokens = next_tokens;
+    spec.sparse_mode = sparse_mode;
+    spec.inner_precise = inner_precise;
+    spec.block_size = block_size as usize;
+    spec.antiquant_mode = antiquant_mode;
+    spec.softmax_lse_flag = softmax_lse_flag;
+    spec.key_antiquant_mode = key_antiquant_mode;
+    spec.value_antiquant_mode = value_antiquant_mode;
+    spec.actual_seq_lengths = int_array(asl, "actualSeqLengths")?;
+    spec.actual_seq_lengths_kv = int_array(asl_kv, "actualSeqLengthsKv")?;
+    spec.atten_mask = match &t.mask {
+        None => PromptMask::None,
+        Some(m) if (2..=4).contains(&sparse_mode) => {
+            let ok = matches!(
+                m.dims.as_slice(),
+                [2048, 2048] | [1, 2048, 2048] | [1, 1, 2048, 2048]
+            );
+            if !ok {
+                return invalid(format!(
+                    "attenMask: sparseMode {sparse_mode} takes the (2048, 2048) compressed mask, got {:?}",
+                    m.dims
+                ));
+            }
+            PromptMask::Compressed
+        }
+        Some(m) => PromptMask::Dense {
+            data: zeros(m),
+            shape: m.dims.clone(),
+        },
+    };
+    let kv = if t.table.is_some() {
+        FiaKvShapes::Paged {
+            key_cache: t.k.dims.clone(),
+            value_cache: t.v.dims.clone(),
+        }
+    } else {
+        FiaKvShapes::Contiguous {
+            key: t.k.dims.clone(),
+            value: t.v.dims.clone(),
+        }
+    };
+    let shapes = FiaShapes {
+        query: t.q.dims.clone(),
+        kv,
+        kv_int8: int8,
+    };
+    let placeholder = fill(&spec, &t, false)?;
+    let dims = placeholder.validate(&shapes).map_err(contract)?;
+    check_dims(&t.out, "attentionOut", &dims.out_shape())?;
+    match (&t.lse, softmax_lse_flag) {
+        (Some(l), true) => {
+            dtype_in(l, "softmaxLse", &[DataType::Float])?;
+            check_dims(l, "softmaxLse", &dims.lse_shape())?;
+        }
+        (None, true) => {
+            return Err(SimErr(
+                ACLNN_ERR_PARAM_NULLPTR,
+                "softmaxLse is null but softmaxLseFlag is true".into(),
+            ))
+        }
+        _ => {}
+    }
+    let call = FiaCall { spec, shapes, t };
+    // SAFETY: the out-pointers come from the caller per the prototype.
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(move || call.run()), ws, ex) }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn fia_v4(
+    query: T,
+    key: TL,
+    value: TL,
+    pse_shift: T,
+    atten_mask: T,
+    actual_seq_lengths: IA,
+    actual_seq_lengths_kv: IA,
+    deq_scale1: T,
+    quant_scale1: T,
+    deq_scale2: T,
+    quant_scale2: T,
+    quant_offset2: T,
+    antiquant_scale: T,
+    antiquant_offset: T,
+    block_table: T,
+    query_padding_size: T,
+    kv_padding_size: T,
+    key_antiquant_scale: T,
+    key_antiquant_offset: T,
+    value_antiquant_scale: T,
+    value_antiquant_offset: T,
+    key_shared_prefix: T,
+    value_shared_prefix: T,
+    actual_shared_prefix_len: IA,
+    query_rope: T,
+    key_rope: T,
+    key_rope_antiquant_scale: T,
+    dequant_scale_query: T,
+    learnable_sink: T,
+    num_heads: i64,
+    scale_value: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    input_layout: *mut c_char,
+    num_key_value_heads: i64,
+    sparse_mode: i64,
+    inner_precise: i64,
+    block_size: i64,
+    antiquant_mode: i64,
+    softmax_lse_flag: bool,
+    key_antiquant_mode: i64,
+    value_antiquant_mode: i64,
+    query_quant_mode: i64,
+    attention_out: T,
+    softmax_lse: T,
+    workspace_size: *mut u64,
+    executor: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    state::guard(|| {
+        if [deq_scale1, quant_scale1, deq_scale2, dequant_scale_query]
+            .iter()
+            .any(|p| !p.is_null())
+            || query_quant_mode != 0
+        {
+            return unsupported(
+                "full quantisation (deqScale1 / quantScale1 / deqScale2 / dequantScaleQuery)",
+            );
+        }
+        if !quant_scale2.is_null() || !quant_offset2.is_null() {
+            return unsupported("int8 attentionOut (quantScale2 / quantOffset2)");
+        }
+        if !key_shared_prefix.is_null()
+            || !value_shared_prefix.is_null()
+            || !actual_shared_prefix_len.is_null()
+        {
+            return unsupported("shared prefix (keySharedPrefix / valueSharedPrefix)");
+        }
+        if !query_rope.is_null() || !key_rope.is_null() || !key_rope_antiquant_scale.is_null() {
+            return unsupported("rope split (queryRope / keyRope)");
+        }
+        let t = FiaTensors {
+            q: required(query, "query")?,
+            k: kv_one(key, "key")?,
+            v: kv_one(value, "value")?,
+            mask: tensor(atten_mask, "attenMask")?,
+            pse: tensor(pse_shift, "pseShift")?,
+            table: tensor(block_table, "blockTable")?,
+            query_padding: tensor(query_padding_size, "queryPaddingSize")?,
+            kv_padding: tensor(kv_padding_size, "kvPaddingSize")?,
+            antiquant: [
+                tensor(antiquant_scale, "antiquantScale")?,
+                tensor(antiquant_offset, "antiquantOffset")?,
+            ],
+            key_antiquant: [
+                tensor(key_antiquant_scale, "keyAntiquantScale")?,
+                tensor(key_antiquant_offset, "keyAntiquantOffset")?,
+            ],
+            value_antiquant: [
+                tensor(value_antiquant_scale, "valueAntiquantScale")?,
+                tensor(value_antiquant_offset, "valueAntiquantOffset")?,
+            ],
+            sink: tensor(learnable_sink, "learnableSink")?,
+            out: required(attention_out, "attentionOut")?,
+            lse: tensor(softmax_lse, "softmaxLse")?,
+        };
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        decode(
+            names::fia_v4,
+            t,
+            actual_seq_lengths,
+            actual_seq_lengths_kv,
+            num_heads,
+            scale_value,
+            pre_tokens,
+            next_tokens,
+            layout,
+            num_key_value_heads,
+            sparse_mode,
+            inner_precise,
+            block_size,
+            antiquant_mode,
+            softmax_lse_flag,
+            key_antiquant_mode,
+            value_antiquant_mode,
+            workspace_size,
+            executor,
+        )
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe extern "C" fn fia_base(
+    query: T,
+    key: TL,
+    value: TL,
+    pse_shift: T,
+    atten_mask: T,
+    actual_seq_lengths: IA,
+    actual_seq_lengths_kv: IA,
+    deq_scale1: T,
+    quant_scale1: T,
+    deq_scale2: T,
+    quant_scale2: T,
+    quant_offset2: T,
+    antiquant_scale: T,
+    antiquant_offset: T,
+    block_table: T,
+    query_padding_size: T,
+    kv_padding_size: T,
+    num_heads: i64,
+    scale_value: f64,
+    pre_tokens: i64,
+    next_tokens: i64,
+    input_layout: *mut c_char,
+    num_key_value_heads: i64,
+    sparse_mode: i64,
+    inner_precise: i64,
+    block_size: i64,
+    antiquant_mode: i64,
+    softmax_lse_flag: bool,
+    attention_out: T,
+    softmax_lse: T,
+    workspace_size: *mut u64,
+    executor: *mut *mut AclOpExecutor,
+) -> AclStatus {
+    state::guard(|| {
+        if [
+            deq_scale1,
+            quant_scale1,
+            deq_scale2,
+            quant_scale2,
+            quant_offset2,
+        ]
+        .iter()
+        .any(|p| !p.is_null())
+        {
+            return unsupported("quantisation (deqScale1 / quantScale1 / deqScale2 / quantScale2)");
+        }
+        let t = FiaTensors {
+            q: required(query, "query")?,
+            k: kv_one(key, "key")?,
+            v: kv_one(value, "value")?,
+            mask: tensor(atten_mask, "attenMask")?,
+            pse: tensor(pse_shift, "pseShift")?,
+            table: tensor(block_table, "blockTable")?,
+            query_padding: tensor(query_padding_size, "queryPaddingSize")?,
+            kv_padding: tensor(kv_padding_size, "kvPaddingSize")?,
+            antiquant: [
+                tensor(antiquant_scale, "antiquantScale")?,
+                tensor(antiquant_offset, "antiquantOffset")?,
+            ],
+            key_antiquant: [None, None],
+            value_antiquant: [None, None],
+            sink: None,
+            out: required(attention_out, "attentionOut")?,
+            lse: tensor(softmax_lse, "softmaxLse")?,
+        };
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        decode(
+            names::fia_base,
+            t,
+            actual_seq_lengths,
+            actual_seq_lengths_kv,
+            num_heads,
+            scale_value,
+            pre_tokens,
+            next_tokens,
+            layout,
+            num_key_value_heads,
+            sparse_mode,
+            inner_precise,
+            block_size,
+            antiquant_mode,
+            softmax_lse_flag,
+            0,
+            0,
+            workspace_size,
+            executor,
+        )
+    })
+}

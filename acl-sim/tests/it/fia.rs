@@ -1,0 +1,128 @@
+//! The simulated `aclnnFusedInferAttentionScoreV4` through the call builder: V4 against the
+//! reference, the base-op fallback only for what the base op has, and the first stage's typed
+//! refusals.
+
+use std::sync::Arc;
+
+use burn_ascend_acl_sim as sim;
+use burn_ascend_backend::attention::fia::{fused_infer_attention, FiaTensors};
+use burn_ascend_contract::fia::{FiaKvShapes, FiaShapes, FiaSpec, PfaLayout};
+use burn_ascend_kernels::acl::ffi::names;
+use burn_ascend_kernels::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc, TensorList};
+use burn_ascend_kernels::reference::fia::fused_infer_attention as reference;
+
+fn rand(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
+        })
+        .collect()
+}
+
+fn up(rt: &Runtime, dims: &[usize], v: &[f32]) -> DeviceTensor {
+    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    rt.upload(TensorDesc::contiguous(dims, DataType::Float).unwrap(), &b)
+        .unwrap()
+}
+
+/// BSND, B 2, Q_S 3, KV_S 5, N 2, D 64: `(attentionOut, softmaxLse)` through the call builder.
+fn run(rt: &Runtime, spec: &FiaSpec) -> Result<(Vec<f32>, Vec<f32>), AclError> {
+    let (qd, kd) = ([2usize, 3, 2, 64], [2usize, 5, 2, 64]);
+    let (q, k, v) = (rand(1, 768), rand(2, 1280), rand(3, 1280));
+    let (qt, kt, vt) = (up(rt, &qd, &q), up(rt, &kd, &k), up(rt, &kd, &v));
+    let o = rt.zeros(TensorDesc::contiguous(&qd, DataType::Float)?)?;
+    let l = rt.zeros(TensorDesc::contiguous(&[2, 2, 3, 1], DataType::Float)?)?;
+    {
+        let (kl, vl) = (
+            TensorList::new(rt.api(), vec![kt.handle()?])?,
+            TensorList::new(rt.api(), vec![vt.handle()?])?,
+        );
+        let lh = l.handle()?;
+        fused_infer_attention(
+            rt,
+            spec,
+            &FiaTensors {
+                dtype: DataType::Float,
+                query: &qt.handle()?,
+                key: &kl,
+                value: &vl,
+                attention_out: &o.handle()?,
+                softmax_lse: spec.softmax_lse_flag.then_some(&lh),
+            },
+        )?;
+    }
+    let f = |t: &DeviceTensor| -> Result<Vec<f32>, AclError> {
+        Ok(t.download()?
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect())
+    };
+    let want = {
+        let shapes = FiaShapes {
+            query: qd.to_vec(),
+            kv: FiaKvShapes::Contiguous {
+                key: kd.to_vec(),
+                value: kd.to_vec(),
+            },
+            kv_int8: false,
+        };
+        let dims = spec.validate(&shapes).unwrap();
+        reference(&spec.args(&dims, &q, &k, &v))
+    };
+    let (got, lse) = (f(&o)?, f(&l)?);
+    let exp: Vec<f32> = want.attention_out.iter().map(|&x| x as f32).collect();
+    assert_eq!(got, exp, "the simulation runs the reference");
+    if spec.softmax_lse_flag {
+        assert_eq!(lse, want.softmax_lse);
+    }
+    Ok((got, lse))
+}
+
+fn spec() -> FiaSpec {
+    let mut s = FiaSpec::new(2, 0.125, PfaLayout::Bsnd);
+    s.softmax_lse_flag = true;
+    s
+}
+
+#[test]
+fn fia_v4_runs_the_reference_with_a_sink_and_the_lse() {
+    let rt = sim::runtime().unwrap();
+    let mut s = spec();
+    s.learnable_sink = Some(Arc::from(vec![0.5f32, -1.0]));
+    run(&rt, &s).unwrap();
+}
+
+#[test]
+fn without_v4_the_base_fia_runs_only_what_it_has() {
+    let rt = Runtime::with_api(sim::api_without_ops(&[names::fia_v4]), 0).unwrap();
+    let via_base = run(&rt, &spec()).unwrap();
+    let via_v4 = run(&sim::runtime().unwrap(), &spec()).unwrap();
+    assert_eq!(
+        via_base, via_v4,
+        "V4 and the base op agree on what both have"
+    );
+    let mut s = spec();
+    s.learnable_sink = Some(Arc::from(vec![0.5f32, -1.0]));
+    let err = run(&rt, &s).unwrap_err();
+    assert!(
+        matches!(&err, AclError::Unsupported(m) if m.contains("learnableSink")),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_first_stage_refuses_a_bad_call_naming_the_parameter() {
+    let rt = sim::runtime().unwrap();
+    let mut s = spec();
+    s.num_key_value_heads = 3;
+    let err = run(&rt, &s).unwrap_err().to_string();
+    assert!(err.contains("numKeyValueHeads"), "{err}");
+    let mut s = spec();
+    s.learnable_sink = Some(Arc::from(vec![0.5f32]));
+    let err = run(&rt, &s).unwrap_err().to_string();
+    assert!(err.contains("learnableSink"), "{err}");
+}

@@ -1,0 +1,230 @@
+//! Fused inference attention on the device: `aclnnFusedInferAttentionScoreV4` (the base
+//! `aclnnFusedInferAttentionScore` when V4 is absent and the call has no sink and no separate
+//! K/V antiquant) over the query and a one-tensor KV list (contiguous, or the paged caches with
+//! their block table). The spec's host-side inputs (mask, pse, block table, padding sizes,
+//! antiquant scales, sink) are uploaded for the call: the sink and the per-channel scales in
+//! the query's dtype (CANN's `learnableSink` is FLOAT16/BFLOAT16), the per-token scales as
+//! FLOAT. int8 KV is cast to INT8 on the device as in `incre.rs`.
+
+use burn_ascend_contract::fia::{FiaAntiquantMode, FiaSpec};
+use burn_ascend_contract::prompt::{PromptMask, PFA_COMPRESSED_MASK};
+use burn_ascend_kernels::acl::ffi::DataType;
+use burn_ascend_kernels::acl::{ops, Result as AclResult, Runtime, Tensor, TensorList};
+use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
+use burn_ascend_ops::error::Result;
+use burn_ascend_ops::fia::composite::shapes;
+use burn_ascend_ops::ndarray::cpu_fia_fwd;
+use burn_backend::{DType, Shape};
+
+use super::aclnn::{constant_mask, handle_of, ints, upload, upload_float, upload_i64, Held};
+use super::{handle, same_device};
+use crate::device::runtime;
+use crate::element::is_acl_float;
+use crate::fallback::count;
+use crate::ops::native_elementwise;
+use crate::tensor::{device_error, fail, AscendTensor};
+use crate::Ascend;
+
+/// Label of the call in error messages.
+const OP: &str = "fia_fwd";
+
+/// The device tensors of a fused inference attention call.
+pub struct FiaTensors<'a> {
+    /// The query's float dtype (pse, sink and per-channel scales are uploaded in it).
+    pub dtype: DataType,
+    pub query: &'a Tensor<'a>,
+    /// One tensor: the KV in the layout, or the paged cache.
+    pub key: &'a TensorList<'a>,
+    pub value: &'a TensorList<'a>,
+    pub attention_out: &'a Tensor<'a>,
+    /// `softmaxLse` (FLOAT) when `softmaxLseFlag`.
+    pub softmax_lse: Option<&'a Tensor<'a>>,
+}
+
+/// `aclnnFusedInferAttentionScoreV4` (or the base op) for a validated spec.
+pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -> AclResult<()> {
+    let mask = match &spec.atten_mask {
+        PromptMask::None => None,
+        PromptMask::Dense { data, shape } => {
+            Some(Held::Own(upload(rt, data, shape, DataType::Uint8)?))
+        }
+        PromptMask::Compressed => Some(Held::Shared(constant_mask(
+            rt,
+            "prompt compressed mask",
+            || {
+                let [rows, cols] = PFA_COMPRESSED_MASK;
+                let m: Vec<u8> = (0..rows * cols)
+                    .map(|x| u8::from(x % cols > x / cols))
+                    .collect();
+                (m, PFA_COMPRESSED_MASK.to_vec())
+            },
+        )?)),
+    };
+    let pse = spec
+        .pse_shift
+        .as_ref()
+        .map(|p| upload_float(rt, &p.data, &p.shape, x.dtype))
+        .transpose()?;
+    let table = spec
+        .block_table
+        .as_ref()
+        .map(|t| {
+            let bytes: Vec<u8> = t.data.iter().flat_map(|x| x.to_le_bytes()).collect();
+            upload(rt, &bytes, &t.shape, DataType::Int32)
+        })
+        .transpose()?;
+    let qpad = spec
+        .query_padding_size
+        .map(|p| upload_i64(rt, &[p], &[1]))
+        .transpose()?;
+    let kvpad = spec
+        .kv_padding_size
+        .map(|p| upload_i64(rt, &[p], &[1]))
+        .transpose()?;
+    let (aqs, aqo) = match &spec.antiquant {
+        None => (None, None),
+        Some(a) => (
+            Some(upload_float(rt, &a.scale, &a.shape, x.dtype)?),
+            a.offset
+                .as_ref()
+                .map(|o| upload_float(rt, o, &a.shape, x.dtype))
+                .transpose()?,
+        ),
+    };
+    let sep = |q: &Option<burn_ascend_contract::fia::KvAntiquant>, mode: i64| -> AclResult<_> {
+        let Some(q) = q else { return Ok((None, None)) };
+        let dt = match FiaAntiquantMode::from_attr("antiquantMode", mode) {
+            Ok(FiaAntiquantMode::PerToken) => DataType::Float,
+            _ => x.dtype,
+        };
+        Ok((
+            Some(upload_float(rt, &q.scale, &q.shape, dt)?),
+            q.offset
+                .as_ref()
+                .map(|o| upload_float(rt, o, &q.shape, dt))
+                .transpose()?,
+        ))
+    };
+    let (kqs, kqo) = sep(&spec.key_antiquant, spec.key_antiquant_mode)?;
+    let (vqs, vqo) = sep(&spec.value_antiquant, spec.value_antiquant_mode)?;
+    let sink = spec
+        .learnable_sink
+        .as_ref()
+        .map(|s| upload_float(rt, s, &[s.len()], x.dtype))
+        .transpose()?;
+    let (mask, pse, table) = (handle_of(&mask)?, handle_of(&pse)?, handle_of(&table)?);
+    let (qpad, kvpad, sink) = (handle_of(&qpad)?, handle_of(&kvpad)?, handle_of(&sink)?);
+    let (aqs, aqo) = (handle_of(&aqs)?, handle_of(&aqo)?);
+    let (kqs, kqo, vqs, vqo) = (
+        handle_of(&kqs)?,
+        handle_of(&kqo)?,
+        handle_of(&vqs)?,
+        handle_of(&vqo)?,
+    );
+    let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
+    let asl_kv = ints(rt, spec.actual_seq_lengths_kv.as_deref())?;
+    ops::fused_infer_attention_score_v4(
+        rt,
+        &ops::FiaArgs {
+            query: x.query,
+            key: x.key,
+            value: x.value,
+            pse_shift: pse.as_ref(),
+            atten_mask: mask.as_ref(),
+            actual_seq_lengths: asl.as_ref(),
+            actual_seq_lengths_kv: asl_kv.as_ref(),
+            antiquant_scale: aqs.as_ref(),
+            antiquant_offset: aqo.as_ref(),
+            block_table: table.as_ref(),
+            query_padding_size: qpad.as_ref(),
+            kv_padding_size: kvpad.as_ref(),
+            key_antiquant_scale: kqs.as_ref(),
+            key_antiquant_offset: kqo.as_ref(),
+            value_antiquant_scale: vqs.as_ref(),
+            value_antiquant_offset: vqo.as_ref(),
+            learnable_sink: sink.as_ref(),
+            num_heads: spec.num_heads as i64,
+            scale_value: spec.scale_value,
+            pre_tokens: spec.pre_tokens,
+            next_tokens: spec.next_tokens,
+            input_layout: spec.input_layout.as_attr(),
+            num_key_value_heads: spec.num_key_value_heads as i64,
+            sparse_mode: spec.sparse_mode,
+            inner_precise: spec.inner_precise,
+            block_size: spec.block_size as i64,
+            antiquant_mode: spec.antiquant_mode,
+            softmax_lse_flag: spec.softmax_lse_flag,
+            key_antiquant_mode: spec.key_antiquant_mode,
+            value_antiquant_mode: spec.value_antiquant_mode,
+            attention_out: x.attention_out,
+            softmax_lse: x.softmax_lse,
+        },
+    )
+}
+
+fn list<'a>(
+    rt: &Runtime,
+    t: &'a AscendTensor,
+    d: &burn_ascend_kernels::acl::TensorDesc,
+) -> TensorList<'a> {
+    TensorList::new(rt.api(), vec![handle(t, d, OP)]).unwrap_or_else(|e| fail(OP, e))
+}
+
+pub(super) fn fia_fwd(inputs: FiaInputs<Ascend>, spec: &FiaSpec) -> Result<FiaOutputs<Ascend>> {
+    let dims = spec.validate(&shapes(&inputs, spec))?;
+    let (k, v) = match &inputs.kv {
+        FiaKv::Contiguous { key, value } => (key, value),
+        FiaKv::Paged {
+            key_cache,
+            value_cache,
+        } => (key_cache, value_cache),
+    };
+    let q = &inputs.query;
+    let device = same_device(OP, &[q, k, v])?;
+    let dtype = q.dtype;
+    if !is_acl_float(dtype) || k.dtype != dtype || v.dtype != dtype {
+        count(OP);
+        return cpu_fia_fwd::<Ascend>(inputs, spec);
+    }
+    // int8 KV (antiquant) goes to the op as INT8, cast on the device.
+    let cast = |t: &AscendTensor| match spec.quantised() {
+        true => native_elementwise::cast(t, DType::I8),
+        false => Some(t.clone()),
+    };
+    let (Some(k), Some(v)) = (cast(k), cast(v)) else {
+        count(OP);
+        return cpu_fia_fwd::<Ascend>(inputs, spec);
+    };
+    let rt = runtime(&device);
+    let out = AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device);
+    let lse = spec
+        .softmax_lse_flag
+        .then(|| AscendTensor::alloc(Shape::from(dims.lse_shape()), DType::F32, &device));
+    {
+        let d = |x: &AscendTensor| x.desc(OP);
+        let (qd, od, kd, vd) = (d(q), d(&out), d(&k), d(&v));
+        let ld = lse.as_ref().map(d);
+        let (kl, vl) = (list(&rt, &k, &kd), list(&rt, &v, &vd));
+        let lh = match (&lse, &ld) {
+            (Some(l), Some(desc)) => Some(handle(l, desc, OP)),
+            _ => None,
+        };
+        fused_infer_attention(
+            &rt,
+            spec,
+            &FiaTensors {
+                dtype: q.acl_dtype(OP),
+                query: &handle(q, &qd, OP),
+                key: &kl,
+                value: &vl,
+                attention_out: &handle(&out, &od, OP),
+                softmax_lse: lh.as_ref(),
+            },
+        )
+        .map_err(|e| device_error(OP, e))?;
+    }
+    Ok(FiaOutputs {
+        attention_out: out,
+        softmax_lse: lse,
+    })
+}

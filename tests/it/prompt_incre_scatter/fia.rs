@@ -1,0 +1,431 @@
+//! Fused inference attention (FIA V4): the cases, their reference, and the Burn paths against
+//! it (the suite in `suite.rs` runs them on every backend).
+
+use super::prompt::layout_shape;
+use super::*;
+use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
+use burn_ascend::ops::fia::{
+    composite as fcomp, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant, PagedLayout,
+};
+use burn_ascend::{fused_infer_attention, FiaInputs, FiaKv};
+
+#[derive(Clone)]
+pub(crate) struct FCase {
+    pub(crate) name: &'static str,
+    pub(crate) spec: FiaSpec,
+    pub(crate) shapes: FiaShapes,
+    pub(crate) q: Vec<f32>,
+    /// Key (or the key cache).
+    pub(crate) k: Vec<f32>,
+    /// Value (or the value cache).
+    pub(crate) v: Vec<f32>,
+}
+
+fn numel(s: &[usize]) -> usize {
+    s.iter().product()
+}
+
+/// A contiguous case in `l`: B, Q_S, KV_S, N, Nkv, D (value D = D).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fcase(
+    name: &'static str,
+    l: PfaLayout,
+    (b, sq, skv): (usize, usize, usize),
+    (n, nkv, d): (usize, usize, usize),
+    seed: u64,
+) -> FCase {
+    let mut rng = Rng(seed);
+    let mut spec = FiaSpec::new(n, 1.0 / (d as f64).sqrt(), l);
+    spec.num_key_value_heads = if nkv == n { 0 } else { nkv };
+    let (qs, ks) = (
+        layout_shape(l, b, sq, n, d),
+        layout_shape(l, b, skv, nkv, d),
+    );
+    FCase {
+        name,
+        q: rng.vec_f32(numel(&qs), 2.0),
+        k: rng.vec_f32(numel(&ks), 2.0),
+        v: rng.vec_f32(numel(&ks), 1.0),
+        spec,
+        shapes: FiaShapes {
+            query: qs,
+            kv: FiaKvShapes::Contiguous {
+                key: ks.clone(),
+                value: ks,
+            },
+            kv_int8: false,
+        },
+    }
+}
+
+/// Turns a contiguous BSND/BSH/BNSD case into paged caches (blocks of each batch in reverse
+/// order, `layout` the cache layout) with `actualSeqLengthsKv = lens`.
+pub(crate) fn paged(mut c: FCase, bs: usize, layout: PagedLayout, lens: &[i64]) -> FCase {
+    let spec = &mut c.spec;
+    let FiaKvShapes::Contiguous { key, .. } = &c.shapes.kv else {
+        panic!("contiguous")
+    };
+    let nkv = if spec.num_key_value_heads == 0 {
+        spec.num_heads
+    } else {
+        spec.num_key_value_heads
+    };
+    let (b, skv, d) = match spec.input_layout {
+        PfaLayout::Bsh => (key[0], key[1], key[2] / nkv),
+        PfaLayout::Bsnd => (key[0], key[1], key[3]),
+        _ => (key[0], key[2], key[3]),
+    };
+    let at = |bb: usize, t: usize, h: usize, e: usize| match spec.input_layout {
+        PfaLayout::Bnsd | PfaLayout::BnsdBsnd => ((bb * nkv + h) * skv + t) * d + e,
+        _ => ((bb * skv + t) * nkv + h) * d + e,
+    };
+    let per = skv / bs;
+    let nb = b * per;
+    let table: Vec<i32> = (0..nb as i32).rev().collect();
+    let mut kc = vec![0.0f32; nb * bs * nkv * d];
+    let mut vc = kc.clone();
+    for bb in 0..b {
+        for t in 0..skv {
+            let blk = table[bb * per + t / bs] as usize;
+            for h in 0..nkv {
+                for e in 0..d {
+                    let dst = match layout {
+                        PagedLayout::Bsh => ((blk * bs + t % bs) * nkv + h) * d + e,
+                        PagedLayout::Bnsd => ((blk * nkv + h) * bs + t % bs) * d + e,
+                    };
+                    kc[dst] = c.k[at(bb, t, h, e)];
+                    vc[dst] = c.v[at(bb, t, h, e)];
+                }
+            }
+        }
+    }
+    let cache = match layout {
+        PagedLayout::Bsh => vec![nb, bs, nkv * d],
+        PagedLayout::Bnsd => vec![nb, nkv, bs, d],
+    };
+    spec.block_size = bs;
+    spec.block_table = Some(BlockTable {
+        data: table.into(),
+        shape: vec![b, per],
+    });
+    spec.actual_seq_lengths_kv = Some(lens.to_vec());
+    c.k = kc;
+    c.v = vc;
+    c.shapes.kv = FiaKvShapes::Paged {
+        key_cache: cache.clone(),
+        value_cache: cache,
+    };
+    c
+}
+
+fn sink(n: usize, seed: u64) -> Option<Arc<[f32]>> {
+    Some(Rng(seed).vec_f32(n, 2.0).into())
+}
+
+pub(crate) fn fia_cases() -> Vec<FCase> {
+    let mut v = Vec::new();
+
+    let mut c = fcase(
+        "bsnd_prefill_gqa_band_sink",
+        PfaLayout::Bsnd,
+        (2, 5, 7),
+        (4, 2, 64),
+        1,
+    );
+    c.spec.sparse_mode = 4;
+    c.spec.pre_tokens = 2;
+    c.spec.next_tokens = 0;
+    c.spec.atten_mask = PromptMask::Compressed;
+    c.spec.actual_seq_lengths = Some(vec![5, 3]);
+    c.spec.actual_seq_lengths_kv = Some(vec![7, 4]);
+    c.spec.softmax_lse_flag = true;
+    c.spec.learnable_sink = sink(4, 2);
+    v.push(c);
+
+    let mut c = fcase(
+        "bnsd_prefill_dense_mask_pse",
+        PfaLayout::Bnsd,
+        (2, 4, 6),
+        (2, 2, 16),
+        3,
+    );
+    c.spec.pre_tokens = 2;
+    c.spec.next_tokens = 1;
+    c.spec.atten_mask = super::prompt::dense_mask(4, 6, 4);
+    c.spec.pse_shift = Some(PromptPse {
+        data: Rng(5).vec_f32(2 * 2 * 4 * 6, 1.0).into(),
+        shape: vec![2, 2, 4, 6],
+    });
+    c.spec.softmax_lse_flag = true;
+    v.push(c);
+
+    let c = fcase(
+        "bsh_decode_paged_sink",
+        PfaLayout::Bsh,
+        (3, 1, 32),
+        (4, 1, 64),
+        6,
+    );
+    let mut c = paged(c, 16, PagedLayout::Bsh, &[32, 17, 1]);
+    c.spec.learnable_sink = sink(4, 7);
+    c.spec.softmax_lse_flag = true;
+    v.push(c);
+
+    let mut c = fcase(
+        "bnsd_decode_int8_per_token",
+        PfaLayout::Bnsd,
+        (2, 1, 8),
+        (2, 1, 16),
+        8,
+    );
+    let mut rng = Rng(9);
+    c.k =
+        c.k.iter()
+            .map(|_| (rng.below(255) as f32) - 127.0)
+            .collect();
+    c.v =
+        c.v.iter()
+            .map(|_| (rng.below(255) as f32) - 127.0)
+            .collect();
+    c.shapes.kv_int8 = true;
+    c.spec.key_antiquant_mode = 1;
+    c.spec.value_antiquant_mode = 1;
+    for which in [&mut c.spec.key_antiquant, &mut c.spec.value_antiquant] {
+        *which = Some(KvAntiquant {
+            scale: rng.vec_f32(2 * 8, 0.02).into(),
+            offset: Some(rng.vec_f32(2 * 8, 2.0).into()),
+            shape: vec![1, 2, 8],
+        });
+    }
+    c.spec.atten_mask = PromptMask::Dense {
+        data: vec![0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1].into(),
+        shape: vec![2, 8],
+    };
+    v.push(c);
+
+    let mut c = fcase(
+        "tnd_causal_sink_lse",
+        PfaLayout::Tnd,
+        (1, 8, 10),
+        (4, 4, 64),
+        10,
+    );
+    c.spec.actual_seq_lengths = Some(vec![3, 4, 8]);
+    c.spec.actual_seq_lengths_kv = Some(vec![4, 6, 10]);
+    c.spec.sparse_mode = 3;
+    c.spec.atten_mask = PromptMask::Compressed;
+    c.spec.learnable_sink = sink(4, 11);
+    c.spec.softmax_lse_flag = true;
+    v.push(c);
+
+    let mut c = fcase(
+        "bsnd_left_padding",
+        PfaLayout::Bsnd,
+        (2, 5, 6),
+        (2, 2, 16),
+        12,
+    );
+    c.spec.actual_seq_lengths = Some(vec![3, 4]);
+    c.spec.actual_seq_lengths_kv = Some(vec![4, 5]);
+    c.spec.query_padding_size = Some(1);
+    c.spec.kv_padding_size = Some(1);
+    c.spec.sparse_mode = 1;
+    c.spec.atten_mask = super::prompt::dense_mask(5, 6, 13);
+    c.spec.softmax_lse_flag = true;
+    v.push(c);
+
+    let mut c = fcase(
+        "bnsd_prefill_paged_int8_per_channel",
+        PfaLayout::Bnsd,
+        (2, 3, 32),
+        (4, 2, 64),
+        14,
+    );
+    let mut rng = Rng(15);
+    c.k =
+        c.k.iter()
+            .map(|_| (rng.below(255) as f32) - 127.0)
+            .collect();
+    c.v =
+        c.v.iter()
+            .map(|_| (rng.below(255) as f32) - 127.0)
+            .collect();
+    let mut c = paged(c, 32, PagedLayout::Bnsd, &[30, 9]);
+    c.shapes.kv_int8 = true;
+    c.spec.antiquant = Some(AntiquantSpec {
+        scale: rng.vec_f32(2 * 2 * 64, 0.02).into(),
+        offset: Some(rng.vec_f32(2 * 2 * 64, 2.0).into()),
+        shape: vec![2, 2, 1, 64],
+    });
+    c.spec.sparse_mode = 3;
+    c.spec.atten_mask = PromptMask::Compressed;
+    v.push(c);
+    v
+}
+
+/// The reference's `(attentionOut, softmaxLse)` as f32.
+pub(crate) fn fia_ref(c: &FCase) -> (Vec<f32>, Vec<f32>) {
+    let dims = c.spec.validate(&c.shapes).expect(c.name);
+    let out = fia_reference(&c.spec.args(&dims, &c.q, &c.k, &c.v));
+    (f32s(out.attention_out), out.softmax_lse)
+}
+
+pub(crate) fn fia_inputs_on<Bk: burn::tensor::backend::Backend>(
+    c: &FCase,
+    d: &Bk::Device,
+) -> FiaInputs<Bk> {
+    let kv = match &c.shapes.kv {
+        FiaKvShapes::Contiguous { key, value } => FiaKv::Contiguous {
+            key: from_vec::<Bk>(c.k.clone(), key, d),
+            value: from_vec::<Bk>(c.v.clone(), value, d),
+        },
+        FiaKvShapes::Paged {
+            key_cache,
+            value_cache,
+        } => FiaKv::Paged {
+            key_cache: from_vec::<Bk>(c.k.clone(), key_cache, d),
+            value_cache: from_vec::<Bk>(c.v.clone(), value_cache, d),
+        },
+    };
+    FiaInputs {
+        query: from_vec::<Bk>(c.q.clone(), &c.shapes.query, d),
+        kv,
+    }
+}
+
+/// LSE comparison: `+inf` exactly where the reference has it, else close.
+pub(crate) fn lse_close(name: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{name}: LSE length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        if w.is_infinite() {
+            assert_eq!(g, w, "{name}: LSE {i}");
+        } else {
+            assert!(
+                (g - w).abs() <= ATOL + RTOL * w.abs(),
+                "{name}: LSE {i}: {g} vs {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_fia_case_computes_something_and_is_valid() {
+    for c in fia_cases() {
+        let (out, _) = fia_ref(&c);
+        assert!(out.iter().any(|&x| x != 0.0), "{}", c.name);
+    }
+}
+
+#[test]
+fn fia_without_a_sink_on_the_composite_equals_prompt_attention_for_prefill() {
+    // The same data through PFA V3 and FIA on the composite path.
+    let c = fcase("bsnd", PfaLayout::Bsnd, (2, 4, 6), (4, 2, 16), 21);
+    let mut p = PromptSpec::new(4, c.spec.scale_value, PfaLayout::Bsnd);
+    p.num_key_value_heads = 2;
+    p.sparse_mode = 3;
+    p.atten_mask = PromptMask::Compressed;
+    let mut f = c.spec.clone();
+    f.sparse_mode = 3;
+    f.atten_mask = PromptMask::Compressed;
+    let q = from_vec::<B>(c.q.clone(), &c.shapes.query, &Default::default());
+    let FiaKvShapes::Contiguous { key, value } = &c.shapes.kv else {
+        unreachable!()
+    };
+    let k = from_vec::<B>(c.k.clone(), key, &Default::default());
+    let v = from_vec::<B>(c.v.clone(), value, &Default::default());
+    let pfa = pcomp::prompt_fwd::<B>(
+        PromptInputs {
+            query: q.clone(),
+            key: k.clone(),
+            value: v.clone(),
+        },
+        &p,
+    )
+    .unwrap();
+    let fia = fcomp::fia_fwd::<B>(
+        FiaInputs {
+            query: q,
+            kv: FiaKv::Contiguous { key: k, value: v },
+        },
+        &f,
+    )
+    .unwrap();
+    close(
+        "pfa vs fia",
+        &to_vec::<B>(fia.attention_out),
+        &to_vec::<B>(pfa),
+        1e-6,
+        1e-5,
+    )
+    .unwrap();
+    assert!(fia.softmax_lse.is_none(), "no LSE without softmaxLseFlag");
+}
+
+#[test]
+fn the_functional_api_returns_the_lse_with_the_rank_asked_for() {
+    let c = fia_cases().remove(0);
+    let dev = Default::default();
+    let q = Tensor::<B, 4>::from_data(TensorData::new(c.q.clone(), c.shapes.query.clone()), &dev);
+    let FiaKvShapes::Contiguous { key, value } = &c.shapes.kv else {
+        unreachable!()
+    };
+    let kv = || {
+        FiaKv::contiguous(
+            Tensor::<B, 4>::from_data(TensorData::new(c.k.clone(), key.clone()), &dev),
+            Tensor::<B, 4>::from_data(TensorData::new(c.v.clone(), value.clone()), &dev),
+        )
+    };
+    let (out, lse) = fused_infer_attention::<B, 4, 4>(q.clone(), kv(), &c.spec).unwrap();
+    let (want_out, want_lse) = fia_ref(&c);
+    close(
+        c.name,
+        &out.into_data().to_vec::<f32>().unwrap(),
+        &want_out,
+        0.0,
+        0.0,
+    )
+    .unwrap();
+    let lse = lse.expect("softmaxLseFlag");
+    assert_eq!(lse.dims(), [2, 4, 5, 1]);
+    lse_close(c.name, &lse.into_data().to_vec::<f32>().unwrap(), &want_lse);
+    let wrong = fused_infer_attention::<B, 4, 3>(q, kv(), &c.spec);
+    expect_param("lse rank", wrong.map(|_| ()), "softmaxLseFlag");
+}
+
+#[test]
+fn fia_under_autodiff_is_forward_only_and_gives_no_gradient_to_its_inputs() {
+    let c = fia_cases().remove(0);
+    let dev = Default::default();
+    let q = Tensor::<AD, 4>::from_data(TensorData::new(c.q.clone(), c.shapes.query.clone()), &dev)
+        .require_grad();
+    let FiaKvShapes::Contiguous { key, value } = &c.shapes.kv else {
+        unreachable!()
+    };
+    let k =
+        Tensor::<AD, 4>::from_data(TensorData::new(c.k.clone(), key.clone()), &dev).require_grad();
+    let v = Tensor::<AD, 4>::from_data(TensorData::new(c.v.clone(), value.clone()), &dev);
+    let (out, _) =
+        fused_infer_attention::<AD, 4, 4>(q.clone(), FiaKv::contiguous(k.clone(), v), &c.spec)
+            .unwrap();
+    let (want, _) = fia_ref(&c);
+    close(
+        c.name,
+        &out.clone().into_data().to_vec::<f32>().unwrap(),
+        &want,
+        0.0,
+        0.0,
+    )
+    .unwrap();
+    // The output is a constant: a loss on it alone reaches neither q nor k.
+    let grads = (out.sum() + q.clone().sum() * 0.0).backward();
+    let gq = q
+        .grad(&grads)
+        .expect("q is in the graph through the 0·sum term");
+    assert!(gq
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .all(|&x| x == 0.0));
+    assert!(k.grad(&grads).is_none(), "no gradient reaches key");
+}
