@@ -111,7 +111,7 @@ impl Rng {
     }
 }
 
-fn meta(b: &mut Bundle, kv: &[(&str, String)]) {
+pub(super) fn meta(b: &mut Bundle, kv: &[(&str, String)]) {
     for (k, v) in kv {
         b.metadata.insert(k.to_string(), v.clone());
     }

@@ -22,6 +22,7 @@
 //! by itself, so a report from an Atlas can never silently be a simulation run.
 
 mod attention;
+mod fia;
 mod native;
 mod probes;
 mod report;
@@ -138,6 +139,7 @@ pub fn run(device: Device, inject_error: bool) -> Result<Report, CliError> {
         eprintln!("  library {l}");
     }
     let mut cases = attention::run_all(device, inject_error);
+    cases.extend(fia::run_all(device));
     cases.extend(native::run_all(device));
     for c in &cases {
         if c.status != Status::Pass {
