@@ -386,9 +386,10 @@ pub struct PromptTensors<'a> {
     pub attention_out: &'a Tensor<'a>,
 }
 
-/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec.
-pub fn prompt(rt: &Runtime, spec: &PromptSpec, x: &PromptTensors<'_>) -> Result<()> {
-    let mask = match &spec.atten_mask {
+/// The device form of a PFA / FIA `attenMask`: a dense mask uploaded for the call, or CANN's
+/// compressed 2048×2048 mask (1 strictly above the diagonal), a runtime constant.
+pub(super) fn prompt_mask(rt: &Runtime, mask: &PromptMask) -> Result<Option<Held>> {
+    Ok(match mask {
         PromptMask::None => None,
         PromptMask::Dense { data, shape } => {
             Some(Held::Own(upload(rt, data, shape, DataType::Uint8)?))
@@ -404,7 +405,12 @@ pub fn prompt(rt: &Runtime, spec: &PromptSpec, x: &PromptTensors<'_>) -> Result<
                 (m, PFA_COMPRESSED_MASK.to_vec())
             },
         )?)),
-    };
+    })
+}
+
+/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec.
+pub fn prompt(rt: &Runtime, spec: &PromptSpec, x: &PromptTensors<'_>) -> Result<()> {
+    let mask = prompt_mask(rt, &spec.atten_mask)?;
     let pse = spec
         .pse_shift
         .as_ref()

@@ -7,7 +7,6 @@
 //! FLOAT. int8 KV is cast to INT8 on the device as in `incre.rs`.
 
 use burn_ascend_contract::fia::{FiaAntiquantMode, FiaSpec};
-use burn_ascend_contract::prompt::{PromptMask, PFA_COMPRESSED_MASK};
 use burn_ascend_kernels::acl::ffi::DataType;
 use burn_ascend_kernels::acl::{ops, Result as AclResult, Runtime, Tensor, TensorList};
 use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
@@ -16,7 +15,7 @@ use burn_ascend_ops::fia::composite::shapes;
 use burn_ascend_ops::ndarray::cpu_fia_fwd;
 use burn_backend::{DType, Shape};
 
-use super::aclnn::{constant_mask, handle_of, ints, upload, upload_float, upload_i64, Held};
+use super::aclnn::{handle_of, ints, prompt_mask, upload, upload_float, upload_i64};
 use super::{handle, same_device};
 use crate::device::runtime;
 use crate::element::is_acl_float;
@@ -43,23 +42,7 @@ pub struct FiaTensors<'a> {
 
 /// `aclnnFusedInferAttentionScoreV4` (or the base op) for a validated spec.
 pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -> AclResult<()> {
-    let mask = match &spec.atten_mask {
-        PromptMask::None => None,
-        PromptMask::Dense { data, shape } => {
-            Some(Held::Own(upload(rt, data, shape, DataType::Uint8)?))
-        }
-        PromptMask::Compressed => Some(Held::Shared(constant_mask(
-            rt,
-            "prompt compressed mask",
-            || {
-                let [rows, cols] = PFA_COMPRESSED_MASK;
-                let m: Vec<u8> = (0..rows * cols)
-                    .map(|x| u8::from(x % cols > x / cols))
-                    .collect();
-                (m, PFA_COMPRESSED_MASK.to_vec())
-            },
-        )?)),
-    };
+    let mask = prompt_mask(rt, &spec.atten_mask)?;
     let pse = spec
         .pse_shift
         .as_ref()
