@@ -166,7 +166,8 @@ impl PromptDims {
     }
 }
 
-fn cum(lens: &[i64], b: usize) -> (usize, usize) {
+/// Batch `b`'s `(start, length)` in cumulative TND lengths (negative values as 0).
+pub(crate) fn cum(lens: &[i64], b: usize) -> (usize, usize) {
     let end = lens[b].max(0) as usize;
     let start = if b == 0 {
         0
@@ -176,7 +177,8 @@ fn cum(lens: &[i64], b: usize) -> (usize, usize) {
     (start, end.saturating_sub(start))
 }
 
-fn per_batch(lens: Option<&[i64]>, b: usize, full: usize) -> usize {
+/// Batch `b`'s actual length (one value for every batch, or one per batch), within `full`.
+pub(crate) fn per_batch(lens: Option<&[i64]>, b: usize, full: usize) -> usize {
     match lens {
         None => full,
         Some(l) => (if l.len() == 1 { l[0] } else { l[b] }).clamp(0, full as i64) as usize,

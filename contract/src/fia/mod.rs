@@ -27,7 +27,9 @@ use std::sync::Arc;
 use crate::checked;
 use crate::error::{ensure, AttnError, Result};
 use crate::incre::{block_table_width_named, paged_caches, AntiquantSpec, BlockTable};
-use crate::prompt::{resolve_kv_heads, tnd_lengths, PromptMask, PromptPse, INT_MAX_TOKENS};
+use crate::prompt::{
+    cum, per_batch, resolve_kv_heads, tnd_lengths, PromptMask, PromptPse, INT_MAX_TOKENS,
+};
 
 mod args;
 mod quant;
@@ -266,23 +268,6 @@ impl FiaDims {
                 (q0, sq, k0, skv)
             })
             .collect()
-    }
-}
-
-fn cum(lens: &[i64], b: usize) -> (usize, usize) {
-    let end = lens[b].max(0) as usize;
-    let start = if b == 0 {
-        0
-    } else {
-        lens[b - 1].max(0) as usize
-    };
-    (start, end.saturating_sub(start))
-}
-
-fn per_batch(lens: Option<&[i64]>, b: usize, full: usize) -> usize {
-    match lens {
-        None => full,
-        Some(l) => (if l.len() == 1 { l[0] } else { l[b] }).clamp(0, full as i64) as usize,
     }
 }
 

@@ -6,12 +6,13 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Bool, Int, Tensor, TensorData, TensorMetadata};
+use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata};
 
-use burn_ascend_contract::fia::{FiaDims, FiaKvShapes, FiaShapes, FiaSpec, PagedLayout, PfaLayout};
+use burn_ascend_contract::fia::{FiaDims, FiaKvShapes, FiaShapes, FiaSpec, PfaLayout};
 
 use crate::backend::{FiaInputs, FiaKv, FiaOutputs};
 use crate::error::Result;
+use crate::incre::composite::paged_rows;
 use crate::prompt::composite::{expand_gqa, unwrap, wrap};
 
 type T3<B> = Tensor<B, 3>;
@@ -58,42 +59,6 @@ fn bnsd<B: Backend>(t: FloatTensor<B>, layout: PfaLayout, heads: usize) -> T4<B>
             let t: T3<B> = wrap(t);
             let [s, n, d] = t.dims();
             t.swap_dims(0, 1).reshape([1, n, s, d])
-        }
-    }
-}
-
-/// `[Nkv, len, D]`: tokens `0..len` of batch `b` from a paged cache.
-fn paged_rows<B: Backend>(
-    cache: &FloatTensor<B>,
-    layout: PagedLayout,
-    ids: &[i32],
-    len: usize,
-    nkv: usize,
-) -> T3<B> {
-    let device = B::float_device(cache);
-    let idx = Tensor::<B, 1, Int>::from_data(
-        TensorData::new(
-            ids.iter().map(|&x| x as i64).collect::<Vec<_>>(),
-            [ids.len()],
-        ),
-        &device,
-    );
-    match layout {
-        PagedLayout::Bsh => {
-            let c: T3<B> = wrap(cache.clone());
-            let [_, bs, h] = c.dims();
-            c.select(0, idx)
-                .reshape([ids.len() * bs, nkv, h / nkv])
-                .narrow(0, 0, len)
-                .swap_dims(0, 1)
-        }
-        PagedLayout::Bnsd => {
-            let c: T4<B> = wrap(cache.clone());
-            let [_, n, bs, d] = c.dims();
-            c.select(0, idx)
-                .swap_dims(0, 1)
-                .reshape([n, ids.len() * bs, d])
-                .narrow(1, 0, len)
         }
     }
 }

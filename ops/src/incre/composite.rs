@@ -68,7 +68,7 @@ fn heads_major<B: Backend>(t: &FloatTensor<B>, layout: IfaLayout, b: usize, nkv:
 }
 
 /// `[Nkv, len, D]`: the first `len` tokens of batch `b` from a paged cache.
-fn paged_rows<B: Backend>(
+pub(crate) fn paged_rows<B: Backend>(
     cache: &FloatTensor<B>,
     layout: PagedLayout,
     ids: &[i32],
