@@ -166,6 +166,38 @@ impl PromptDims {
     }
 }
 
+/// The `attenMask` / `sparseMode` pairing PFA and FIA share: no mask only with mode 0, the
+/// compressed 2048×2048 mask with modes 2–4, a full mask with 0 or 1. `Ok(false)`: no mask,
+/// nothing more to check.
+pub(crate) fn mask_fits_mode(mask: &PromptMask, mode: i64) -> Result<bool> {
+    match mask {
+        PromptMask::None => {
+            ensure!(
+                mode == 0,
+                "attenMask",
+                "required with sparseMode {mode} (full mask for 1, compressed 2048x2048 for 2-4)"
+            );
+            Ok(false)
+        }
+        PromptMask::Compressed => {
+            ensure!(
+                (2..=4).contains(&mode),
+                "attenMask",
+                "the compressed mask goes with sparseMode 2, 3 or 4, not {mode}"
+            );
+            Ok(true)
+        }
+        PromptMask::Dense { .. } => {
+            ensure!(
+                mode <= 1,
+                "attenMask",
+                "sparseMode {mode} takes CANN's compressed 2048x2048 mask, not a full one"
+            );
+            Ok(true)
+        }
+    }
+}
+
 /// Batch `b`'s `(start, length)` in cumulative TND lengths (negative values as 0).
 pub(crate) fn cum(lens: &[i64], b: usize) -> (usize, usize) {
     let end = lens[b].max(0) as usize;
@@ -486,26 +518,12 @@ impl PromptSpec {
 
     fn validate_mask(&self, dims: &PromptDims) -> Result<()> {
         let mode = self.sparse_mode;
+        if !mask_fits_mode(&self.atten_mask, mode)? {
+            return Ok(());
+        }
         match &self.atten_mask {
-            PromptMask::None => {
-                ensure!(
-                    mode == 0,
-                    "attenMask",
-                    "required with sparseMode {mode} (full mask for 1, compressed 2048x2048 for 2-4)"
-                );
-                return Ok(());
-            }
-            PromptMask::Compressed => ensure!(
-                (2..=4).contains(&mode),
-                "attenMask",
-                "the compressed mask goes with sparseMode 2, 3 or 4, not {mode}"
-            ),
+            PromptMask::None | PromptMask::Compressed => {}
             PromptMask::Dense { data, shape } => {
-                ensure!(
-                    mode <= 1,
-                    "attenMask",
-                    "sparseMode {mode} takes CANN's compressed 2048x2048 mask, not a full one"
-                );
                 let (mb, rows, cols) = match *shape.as_slice() {
                     [r, c] => (1, r, c),
                     [b, r, c] => (b, r, c),

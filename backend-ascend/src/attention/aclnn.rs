@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
-use burn_ascend_contract::incre::IncreSpec;
+use burn_ascend_contract::incre::{BlockTable, IncreSpec};
 use burn_ascend_contract::prompt::{PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
 use burn_ascend_contract::scatter::{CacheMode, ScatterDims, ScatterKind, ScatterSpec};
 use burn_ascend_contract::varlen::{compressed_mask, MaskSpec, PseSpec, VarlenSpec, VARLEN_LAYOUT};
@@ -59,6 +59,12 @@ pub(super) fn upload_float(
         }
     };
     upload(rt, &bytes, dims, dtype)
+}
+
+/// A `blockTable` on the device: INT32, as IFA and FIA take it.
+pub(super) fn upload_block_table(rt: &Runtime, t: &BlockTable) -> Result<DeviceTensor> {
+    let bytes: Vec<u8> = t.data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    upload(rt, &bytes, &t.shape, DataType::Int32)
 }
 
 pub(super) fn upload_i64(rt: &Runtime, v: &[i64], dims: &[usize]) -> Result<DeviceTensor> {
@@ -489,10 +495,7 @@ pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()>
     let table = spec
         .block_table
         .as_ref()
-        .map(|t| {
-            let bytes: Vec<u8> = t.data.iter().flat_map(|x| x.to_le_bytes()).collect();
-            upload(rt, &bytes, &t.shape, DataType::Int32)
-        })
+        .map(|t| upload_block_table(rt, t))
         .transpose()?;
     // kvPaddingSize is an INT64 tensor of one element.
     let pad = spec

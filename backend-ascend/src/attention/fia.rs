@@ -15,7 +15,7 @@ use burn_ascend_ops::fia::composite::shapes;
 use burn_ascend_ops::ndarray::cpu_fia_fwd;
 use burn_backend::{DType, Shape};
 
-use super::aclnn::{handle_of, ints, prompt_mask, upload, upload_float, upload_i64};
+use super::aclnn::{handle_of, ints, prompt_mask, upload_block_table, upload_float, upload_i64};
 use super::{handle, same_device};
 use crate::device::runtime;
 use crate::element::is_acl_float;
@@ -51,10 +51,7 @@ pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -
     let table = spec
         .block_table
         .as_ref()
-        .map(|t| {
-            let bytes: Vec<u8> = t.data.iter().flat_map(|x| x.to_le_bytes()).collect();
-            upload(rt, &bytes, &t.shape, DataType::Int32)
-        })
+        .map(|t| upload_block_table(rt, t))
         .transpose()?;
     let qpad = spec
         .query_padding_size

@@ -28,7 +28,8 @@ use crate::checked;
 use crate::error::{ensure, AttnError, Result};
 use crate::incre::{block_table_width_named, paged_caches, AntiquantSpec, BlockTable};
 use crate::prompt::{
-    cum, per_batch, resolve_kv_heads, tnd_lengths, PromptMask, PromptPse, INT_MAX_TOKENS,
+    cum, mask_fits_mode, per_batch, resolve_kv_heads, tnd_lengths, PromptMask, PromptPse,
+    INT_MAX_TOKENS,
 };
 
 mod args;
@@ -721,26 +722,12 @@ impl FiaSpec {
 
     fn validate_mask(&self, dims: &FiaDims) -> Result<()> {
         let mode = self.sparse_mode;
+        if !mask_fits_mode(&self.atten_mask, mode)? {
+            return Ok(());
+        }
         match &self.atten_mask {
-            PromptMask::None => {
-                ensure!(
-                    mode == 0,
-                    "attenMask",
-                    "required with sparseMode {mode} (full mask for 1, compressed 2048x2048 for 2-4)"
-                );
-                return Ok(());
-            }
-            PromptMask::Compressed => ensure!(
-                (2..=4).contains(&mode),
-                "attenMask",
-                "the compressed mask goes with sparseMode 2, 3 or 4, not {mode}"
-            ),
+            PromptMask::None | PromptMask::Compressed => {}
             PromptMask::Dense { data, shape } => {
-                ensure!(
-                    mode <= 1,
-                    "attenMask",
-                    "sparseMode {mode} takes CANN's compressed 2048x2048 mask, not a full one"
-                );
                 let (mb, rows, cols) = self.mask_dims(dims).ok_or_else(|| {
                     AttnError::invalid(
                         "attenMask",
