@@ -6,7 +6,7 @@
 //!  --checkpoint HF_DIR --out DIR --batch-tokens N --seq-len N --lr X --seed N
 //!  --stop-after N --no-samples --profile]`
 //!
-//! With no arguments: a ≈2.9 M-parameter byte-level model on the bundled Shakespeare text,
+//! With no arguments: a ≈3.0 M-parameter byte-level model on the bundled Shakespeare text,
 //! AdamW with warmup + cosine decay and gradient clipping, on CPU. Writes `runs/finetune/`:
 //! `config.json` + `model.safetensors` (Hugging Face names), Burn records of the model and
 //! the optimizer (`model.mpk`, `optim.mpk`, for `--resume`), `state.json`, `loss.csv` and

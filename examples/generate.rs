@@ -1,10 +1,15 @@
-//! Serve several prompts at once through the paged KV cache: each prompt is prefilled with
-//! prompt attention, then all sequences decode together with incremental attention on the
-//! paged cache (sliding-window layers through `attenMask`, sinks through a placeholder token's
-//! `pseShift`).
+//! Serve several prompts at once through the paged KV cache: each prompt is prefilled, then all
+//! sequences decode together on the paged cache. A model with sinks or sliding windows runs
+//! fused inference attention (`aclnnFusedInferAttentionScoreV4`: sinks as its
+//! `learnableSink`, windows as masks) for both; one whose sinks FIA cannot take (head dim not
+//! 64 or 128, or a CANN without V4) runs prompt / incremental attention with the sinks on a
+//! placeholder token's `pseShift`. The run prints which (`generate: attention …`).
 //!
 //! `cargo run --release --example generate [-- --checkpoint DIR --max-new N --top-p P
-//!  --temperature T --seed N --block-size N --device cpu|sim|ascend --check]`
+//!  --temperature T --seed N --block-size N --device cpu|sim|ascend --check
+//!  --attend-path fused|prompt-incre]`
+//!
+//! `--attend-path` forces one of the two paths (to compare them).
 //!
 //! Loads `runs/finetune` (written by the `finetune` example) unless `--checkpoint` names
 //! another folder (ours or a Hugging Face Llama / Qwen2 one, with `tokenizer.json` when it
@@ -21,10 +26,10 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::model::checkpoint::load_hf;
 use burn_ascend::model::data::SplitMix;
 use burn_ascend::model::{generate_batch, max_logit_gap, Generator, Sampling, Tokenizer};
-use burn_ascend::AttentionBackend;
+use burn_ascend::{AttendPath, AttentionBackend};
 
 const USAGE: &str = "generate [--checkpoint DIR] [--max-new N] [--top-p P] [--temperature T] \
-[--seed N] [--block-size N] [--device cpu|sim|ascend] [--check]";
+[--seed N] [--block-size N] [--device cpu|sim|ascend] [--check] [--attend-path fused|prompt-incre]";
 
 /// Largest cached-vs-full logit difference `--check` accepts (f32 accumulation over a few
 /// layers; the two paths sum in different orders).
@@ -45,6 +50,7 @@ struct Args {
     seed: u64,
     block_size: usize,
     check: bool,
+    path: Option<AttendPath>,
 }
 
 fn run() -> Result<(), String> {
@@ -52,6 +58,7 @@ fn run() -> Result<(), String> {
     let (mut max_new, mut top_p, mut temperature, mut seed, mut block_size, mut check) =
         (80usize, 0.9f64, 0.8f64, 1u64, 16usize, false);
     let mut device = String::from("cpu");
+    let mut path = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
@@ -80,6 +87,13 @@ fn run() -> Result<(), String> {
             }
             "--device" => device = value()?,
             "--check" => check = true,
+            "--attend-path" => {
+                path = Some(match value()?.as_str() {
+                    "fused" => AttendPath::Fused,
+                    "prompt-incre" => AttendPath::PromptIncre,
+                    v => return Err(bad(v)),
+                })
+            }
             _ => return Err(format!("unknown flag '{flag}'\n{USAGE}")),
         }
     }
@@ -98,6 +112,7 @@ fn run() -> Result<(), String> {
         seed,
         block_size,
         check,
+        path,
     };
     match device.as_str() {
         "cpu" => run_on::<NdArray>(args, Default::default()),
@@ -153,6 +168,19 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
         &device,
     )
     .map_err(|e| e.to_string())?;
+    if let Some(path) = args.path {
+        gen = gen.with_attend_path(path).map_err(|e| e.to_string())?;
+    }
+    let c = &gen.model().config;
+    let (sinks, windows) = (c.attention_sinks, c.sliding_window.is_some());
+    println!(
+        "generate: attention {}",
+        match (sinks || windows, gen.attend_path()) {
+            (false, _) => "prompt (prefill) / incremental (decode)",
+            (true, AttendPath::Fused) => "fused inference attention V4 (prefill and decode)",
+            (true, AttendPath::PromptIncre) => "prompt / incremental, sinks on a placeholder token",
+        }
+    );
     let mut rng = SplitMix(args.seed);
     let run =
         generate_batch(&mut gen, &ids, max_new, &sampling, &mut rng).map_err(|e| e.to_string())?;

@@ -280,4 +280,8 @@ impl AttentionBackend for Ascend {
     ) -> Result<burn_ascend_ops::backend::FiaOutputs<Self>> {
         fia::fia_fwd(inputs, spec)
     }
+
+    fn fia_sink_available(device: &AscendDevice) -> bool {
+        crate::device::try_runtime(device).is_ok_and(|rt| rt.api().fia_v4.is_some())
+    }
 }

@@ -287,6 +287,10 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
         Ok(<Self as AutodiffBackend>::from_inner(out))
     }
 
+    fn fia_sink_available(device: &Self::Device) -> bool {
+        B::fia_sink_available(device)
+    }
+
     /// Forward-only (constant outputs), like [`AttentionBackend::prompt_fwd`]: FIA has no
     /// backward in CANN.
     fn fia_fwd(inputs: FiaInputs<Self>, spec: &FiaSpec) -> Result<FiaOutputs<Self>> {

@@ -247,6 +247,14 @@ pub trait AttentionBackend: Backend {
         crate::fia::composite::fia_fwd::<Self>(inputs, spec)
     }
 
+    /// Whether FIA takes a `learnableSink` on `device` (`aclnnFusedInferAttentionScoreV4`):
+    /// serving falls back to the placeholder-token path
+    /// ([`crate::AttendPath::PromptIncre`]) where it does not. Every backend's composite does;
+    /// an Ascend device only on a CANN that exports V4.
+    fn fia_sink_available(_device: &Self::Device) -> bool {
+        true
+    }
+
     /// `aclnnScatterPaKvCache`, functional: returns the updated caches. Validates everything
     /// before writing; on error nothing was written.
     fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {

@@ -38,7 +38,7 @@ pub use burn_ascend_kernels::varlen::{
 pub use error::{AttnError, Result};
 pub use fia::FiaSpec;
 pub use incre::{IfaLayout, IncreSpec};
-pub use paged_cache::{AttendOptions, PagedKvCache, SeqId};
+pub use paged_cache::{AttendOptions, AttendPath, PagedKvCache, SeqId};
 pub use prompt::{PfaLayout, PromptSpec};
 pub use scatter::ScatterSpec;
 pub use varlen::{MaskSpec, PseSpec, VarlenSpec};

@@ -132,12 +132,8 @@ pub fn cpu_incre_fwd<B: Backend>(
     Ok(from_vec::<B>(out, &q_shape, &device))
 }
 
-/// The cache scatter on host memory through the CPU reference (f32 caches; other dtypes take
-/// the composite so that PA_NZ's `32 / sizeof(dtype)` stays the caches').
-/// FIA on the host: the f64 CPU reference (`reference::fia`), rounded to f32. No fast kernel
-/// yet: the varlen forward and the paged decode kernels cover only parts of FIA (no pse or
-/// antiquant in the varlen kernel, no sink or LSE in the decode kernel), so this path favours
-/// one exact implementation of every field over speed.
+/// FIA on the host: decode on the flash-decoding kernel, prefill on the tiled varlen forward,
+/// the f64 reference for the fields neither models ([`cpu::fia`]).
 pub fn cpu_fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOutputs<B>> {
     let dims = spec.validate(&crate::fia::composite::shapes(&inputs, spec))?;
     let device = B::float_device(&inputs.query);
@@ -149,17 +145,17 @@ pub fn cpu_fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<F
             value_cache,
         } => (to_vec::<B>(key_cache), to_vec::<B>(value_cache)),
     };
-    let out =
-        burn_ascend_kernels::reference::fia::fused_infer_attention(&spec.args(&dims, &q, &k, &v));
-    let attention_out = out.attention_out.into_iter().map(|x| x as f32).collect();
+    let out = cpu::fia::fused_infer_attention(&spec.args(&dims, &q, &k, &v));
     Ok(FiaOutputs {
-        attention_out: from_vec::<B>(attention_out, &dims.out_shape(), &device),
+        attention_out: from_vec::<B>(out.attention_out, &dims.out_shape(), &device),
         softmax_lse: spec
             .softmax_lse_flag
             .then(|| from_vec::<B>(out.softmax_lse, &dims.lse_shape(), &device)),
     })
 }
 
+/// The cache scatter on host memory through the CPU reference (f32 caches; other dtypes take
+/// the composite so that PA_NZ's `32 / sizeof(dtype)` stays the caches').
 pub fn cpu_scatter_kv<B: Backend>(
     inputs: ScatterInputs<B>,
     spec: &ScatterSpec,

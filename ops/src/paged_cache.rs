@@ -1,8 +1,11 @@
-//! A paged KV cache manager on top of the three ops: a block allocator with a free list,
-//! per-sequence block tables, [`PagedKvCache::append`] (computes the slot mapping and runs the
-//! cache scatter), [`PagedKvCache::attend`] (decode through incremental attention on the paged
-//! cache, prefill through prompt attention on the gathered KV), [`PagedKvCache::fork`] (shares
-//! blocks, copy-on-write for a shared partly filled last block) and [`PagedKvCache::free`].
+//! A paged KV cache manager on top of the ops: a block allocator with a free list, per-sequence
+//! block tables, [`PagedKvCache::append`] (computes the slot mapping and runs the cache
+//! scatter), [`PagedKvCache::attend`] (decode through incremental attention on the paged cache,
+//! prefill through prompt attention on the gathered KV), [`PagedKvCache::attend_with`] (sliding
+//! windows and learned sinks through fused inference attention on the paged caches, or the
+//! prompt / incremental pair with a placeholder token for the sinks), [`PagedKvCache::fork`]
+//! (shares blocks, copy-on-write for a shared partly filled last block) and
+//! [`PagedKvCache::free`].
 //!
 //! The caches are `[num_blocks, block_size, Nkv, D]` (cacheMode Norm), which is IFA's paged
 //! `(blocknum, blockSize, H)` layout. Float caches only: int8 KV lives on host paths.
@@ -12,9 +15,12 @@ use std::sync::Arc;
 
 use burn::tensor::{Int, Tensor, TensorData};
 
-use crate::api::{incre_flash_attention, prompt_flash_attention, scatter_pa_kv_cache};
-use crate::backend::{AttentionBackend, IncreKv};
+use crate::api::{
+    fused_infer_attention, incre_flash_attention, prompt_flash_attention, scatter_pa_kv_cache,
+};
+use crate::backend::{AttentionBackend, FiaKv, IncreKv};
 use crate::error::{ensure, AttnError, Result};
+use crate::fia::FiaSpec;
 use crate::host::acl_dtype;
 use crate::incre::{BlockTable, IfaLayout, IncreMask, IncrePse, IncreSpec};
 use crate::prompt::{PfaLayout, PromptMask, PromptPse, PromptSpec};
@@ -25,18 +31,45 @@ use crate::scatter::{ScatterShapes, ScatterSpec};
 pub struct AttendOptions {
     /// Sliding window `W`: the query at position `p` sees cached tokens `p − W ..= p`.
     pub window: Option<usize>,
-    /// Learned per-head sinks (`[N]` logits). Neither prompt nor incremental attention takes
-    /// a sink, so it rides on a placeholder: token 0 of every sequence must hold a zero key
-    /// and zero value (append it first), and its score `scale·q·0 + pseShift` is set to the
-    /// sink logit. The softmax then has the extra `exp(sink)` term in its denominator and the
-    /// placeholder adds nothing to the output — exactly the varlen op's sink. The window never
-    /// masks the placeholder.
-    pub sink_slot_logits: Option<Vec<f32>>,
+    /// Learned per-head sinks (`[N]` logits): one more term `exp(sink_h)` in every row's
+    /// softmax denominator, with no value — the varlen op's sink. How they reach the op is
+    /// [`Self::path`]'s choice.
+    pub sinks: Option<Vec<f32>>,
+    /// Which operators run a call with a window or sinks.
+    pub path: AttendPath,
+}
+
+/// Which aclnn operators [`PagedKvCache::attend_with`] runs when a window or sinks are given
+/// (without either, prefill is prompt attention and decode incremental attention, as
+/// [`PagedKvCache::attend`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AttendPath {
+    /// `aclnnFusedInferAttentionScoreV4` for prefill and decode, on the paged caches: sinks as
+    /// its `learnableSink` (CANN takes them for head dims 64 and 128 only), windows as band
+    /// mode 4 (prefill) or a `(B, KV_S)` `attenMask` (decode, where FIA's band modes have no
+    /// effect). What serving on Atlas runs.
+    #[default]
+    Fused,
+    /// Prompt attention (prefill, on the gathered KV) and incremental attention (decode, on
+    /// the paged caches), neither of which takes a sink: the window becomes a dense
+    /// `attenMask`, and each sink rides on a placeholder — token 0 of every sequence must hold
+    /// a zero key and zero value (append it first), and its score `scale·q·0 + pseShift` is set
+    /// to the sink logit, so the softmax gains exactly the `exp(sink)` term and the placeholder
+    /// adds nothing to the output. The window never masks the placeholder. For head dims FIA's
+    /// sink does not take, and a CANN without FIA V4.
+    PromptIncre,
 }
 
 impl AttendOptions {
     fn is_active(&self) -> bool {
-        self.window.is_some() || self.sink_slot_logits.is_some()
+        self.window.is_some() || self.sinks.is_some()
+    }
+
+    /// The sinks that ride on the placeholder token (the [`AttendPath::PromptIncre`] path).
+    fn placeholder_sinks(&self) -> Option<&Vec<f32>> {
+        self.sinks
+            .as_ref()
+            .filter(|_| self.path == AttendPath::PromptIncre)
     }
 
     /// Whether cached token `t` is outside the window of the query at position `pos`
@@ -338,8 +371,9 @@ impl<B: AttentionBackend> PagedKvCache<B> {
     }
 
     /// [`Self::attend`] with a sliding window and/or learned sinks (see [`AttendOptions`]):
-    /// both become CANN's own inputs, an `attenMask` and a `pseShift`, so decode still runs
-    /// incremental attention on the paged cache and prefill prompt attention.
+    /// fused inference attention on the paged caches for prefill and decode (the default
+    /// [`AttendPath::Fused`]), or prompt / incremental attention with a placeholder token for
+    /// the sinks ([`AttendPath::PromptIncre`]).
     pub fn attend_with(
         &self,
         ids: &[SeqId],
@@ -357,16 +391,16 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             self.head_dim,
             query.dims()
         );
-        if let Some(sinks) = &opts.sink_slot_logits {
+        if let Some(sinks) = &opts.sinks {
             ensure!(
                 sinks.len() == n,
-                "sink_slot_logits",
+                "sinks",
                 "must hold one logit per query head ({n}), got {}",
                 sinks.len()
             );
         }
         let seqs: Vec<&Seq> = ids.iter().map(|&i| self.seq(i)).collect::<Result<_>>()?;
-        let first = usize::from(opts.sink_slot_logits.is_some());
+        let first = usize::from(opts.placeholder_sinks().is_some());
         for (i, sq) in seqs.iter().enumerate() {
             ensure!(
                 sq.len >= s + first,
@@ -382,27 +416,16 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         }
         let lens: Vec<i64> = seqs.iter().map(|q| q.len as i64).collect();
         let nkv_heads = if self.kv_heads == n { 0 } else { self.kv_heads };
+        if opts.is_active() && opts.path == AttendPath::Fused {
+            return self.attend_fused(&seqs, query, opts);
+        }
         if s == 1 {
-            let max_blocks = seqs
-                .iter()
-                .map(|q| q.blocks.len())
-                .max()
-                .unwrap_or(0)
-                .max(1);
-            let mut table = vec![0i32; b * max_blocks];
-            for (i, q) in seqs.iter().enumerate() {
-                for (j, &blk) in q.blocks.iter().enumerate() {
-                    table[i * max_blocks + j] = blk as i32;
-                }
-            }
+            let (table, max_blocks) = Self::table_of(&seqs);
             let mut spec = IncreSpec::new(n, self.scale, IfaLayout::Bsnd);
             spec.num_key_value_heads = nkv_heads;
             spec.block_size = self.block_size;
             spec.actual_seq_lengths = Some(lens);
-            spec.block_table = Some(BlockTable {
-                data: Arc::from(table),
-                shape: vec![b, max_blocks],
-            });
+            spec.block_table = Some(table);
             if opts.is_active() {
                 let cols = max_blocks * self.block_size;
                 let mut mask = vec![0u8; b * cols];
@@ -415,7 +438,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                     data: Arc::from(mask),
                     shape: vec![b, cols],
                 });
-                if let Some(sinks) = &opts.sink_slot_logits {
+                if let Some(sinks) = opts.placeholder_sinks() {
                     let mut pse = vec![0f32; n * cols];
                     for (h, &logit) in sinks.iter().enumerate() {
                         pse[h * cols] = logit;
@@ -483,7 +506,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                 data: Arc::from(mask),
                 shape: vec![b, s, max_len],
             };
-            if let Some(sinks) = &opts.sink_slot_logits {
+            if let Some(sinks) = opts.placeholder_sinks() {
                 let mut pse = vec![0f32; n * s * max_len];
                 for (h, &logit) in sinks.iter().enumerate() {
                     for i in 0..s {
@@ -500,5 +523,78 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             spec.atten_mask = PromptMask::Compressed;
         }
         prompt_flash_attention(query, k, v, &spec)
+    }
+    /// The block table `[B, max blocks]` of `seqs` (unused entries 0) and its width.
+    fn table_of(seqs: &[&Seq]) -> (BlockTable, usize) {
+        let b = seqs.len();
+        let max_blocks = seqs
+            .iter()
+            .map(|q| q.blocks.len())
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let mut table = vec![0i32; b * max_blocks];
+        for (i, q) in seqs.iter().enumerate() {
+            for (j, &blk) in q.blocks.iter().enumerate() {
+                table[i * max_blocks + j] = blk as i32;
+            }
+        }
+        let table = BlockTable {
+            data: Arc::from(table),
+            shape: vec![b, max_blocks],
+        };
+        (table, max_blocks)
+    }
+
+    /// [`AttendPath::Fused`]: FIA over the paged caches, prefill and decode alike (query BSND,
+    /// caches as `(blocknum, blockSize, H)`), with the sinks as `learnableSink`. A prefill
+    /// window is band mode 4 from the bottom-right corner (`preTokens = W`, `nextTokens = 0`:
+    /// query `i` of a sequence of `Skv` tokens sees `p − W ..= p`, `p = Skv − S + i`), without
+    /// a window causal mode 3; both take CANN's compressed mask. Decode has FIA's band modes
+    /// without effect, so a window is a dense `(B, KV_S)` mask (mode 0).
+    fn attend_fused(
+        &self,
+        seqs: &[&Seq],
+        query: Tensor<B, 4>,
+        opts: &AttendOptions,
+    ) -> Result<Tensor<B, 4>> {
+        let [b, s, n, _] = query.dims();
+        let (table, max_blocks) = Self::table_of(seqs);
+        let mut spec = FiaSpec::new(n, self.scale, PfaLayout::Bsnd);
+        spec.num_key_value_heads = if self.kv_heads == n { 0 } else { self.kv_heads };
+        spec.block_size = self.block_size;
+        spec.block_table = Some(table);
+        spec.actual_seq_lengths_kv = Some(seqs.iter().map(|q| q.len as i64).collect());
+        spec.learnable_sink = opts.sinks.as_deref().map(Arc::from);
+        if s == 1 {
+            if let Some(w) = opts.window {
+                let cols = max_blocks * self.block_size;
+                let mut mask = vec![0u8; b * cols];
+                for (i, q) in seqs.iter().enumerate() {
+                    for (t, m) in mask[i * cols..(i + 1) * cols].iter_mut().enumerate() {
+                        *m = u8::from(t + w < q.len - 1);
+                    }
+                }
+                spec.atten_mask = PromptMask::Dense {
+                    data: Arc::from(mask),
+                    shape: vec![b, cols],
+                };
+            }
+        } else {
+            spec.atten_mask = PromptMask::Compressed;
+            match opts.window {
+                Some(w) => {
+                    spec.sparse_mode = 4;
+                    spec.pre_tokens = w as i64;
+                    spec.next_tokens = 0;
+                }
+                None => spec.sparse_mode = 3,
+            }
+        }
+        let [nb, bs, nkv, dh] = self.key_cache.dims();
+        let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
+        let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
+        let (out, _) = fused_infer_attention::<B, 4, 4>(query, FiaKv::paged(kc, vc), &spec)?;
+        Ok(out)
     }
 }

@@ -41,16 +41,18 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
-    /// The default small model of the `finetune` example (≈ 2.9 M parameters).
+    /// The default small model of the `finetune` example (≈ 3.0 M parameters).
     pub fn small_byte_model() -> Self {
         Self {
             vocab_size: 256,
             hidden_size: 256,
             intermediate_size: 688,
             num_hidden_layers: 4,
-            num_attention_heads: 8,
+            // Head size 64, as gpt-oss: CANN's FIA takes a learnableSink for head dims 64
+            // and 128 only, so serving this model runs FIA natively.
+            num_attention_heads: 4,
             num_key_value_heads: 2,
-            head_dim: 32,
+            head_dim: 64,
             sliding_window: Some(64),
             alternate_sliding: true,
             attention_sinks: true,

@@ -1,15 +1,19 @@
 //! Generation through the paged KV cache: one [`PagedKvCache`] per layer; a prompt is
 //! prefilled with prompt attention (its keys and values scattered into the cache first), then
 //! every step decodes one token per sequence with incremental attention on the paged cache.
-//! Sliding-window layers pass their window as an `attenMask`; sinks ride on a zero
-//! placeholder token whose `pseShift` is the sink logit (see [`AttendOptions`]).
+//! A model with sinks or sliding windows runs fused inference attention
+//! (`aclnnFusedInferAttentionScoreV4`) on the paged caches for both, the sinks as its
+//! `learnableSink` ([`AttendPath::Fused`]); where CANN's FIA cannot take the sinks (head dims
+//! other than 64 and 128, or a CANN without V4) the sinks ride on a zero placeholder token
+//! whose `pseShift` is the sink logit, through prompt / incremental attention
+//! ([`AttendPath::PromptIncre`]). [`Generator::attend_path`] says which one a generator runs.
 
 use burn::tensor::{Int, Tensor, TensorData};
 
 use super::data::SplitMix;
 use super::rope::Rope;
 use super::transformer::Transformer;
-use crate::{AttendOptions, AttentionBackend, AttnError, PagedKvCache, SeqId};
+use crate::{AttendOptions, AttendPath, AttentionBackend, AttnError, PagedKvCache, SeqId};
 
 /// A model with its per-layer paged caches and the sequences being generated.
 #[derive(Debug)]
@@ -18,6 +22,8 @@ pub struct Generator<B: AttentionBackend> {
     caches: Vec<PagedKvCache<B>>,
     /// Per sequence: its id in each layer's cache and its token count (without the sink slot).
     seqs: Vec<(Vec<SeqId>, usize)>,
+    /// How windows and sinks reach the attention ops.
+    path: AttendPath,
 }
 
 impl<B: AttentionBackend> Generator<B> {
@@ -43,11 +49,42 @@ impl<B: AttentionBackend> Generator<B> {
                 )
             })
             .collect::<Result<_, _>>()?;
+        // CANN's FIA takes a learnableSink for head dims 64 and 128 only, and pages of
+        // other head dims in prefill only in multiples of 128 tokens.
+        let fia_dim = matches!(c.head_dim, 64 | 128);
+        let fused = B::fia_sink_available(device)
+            && (fia_dim || (!c.attention_sinks && block_size.is_multiple_of(128)));
         Ok(Self {
             model,
             caches,
             seqs: Vec::new(),
+            path: if fused {
+                AttendPath::Fused
+            } else {
+                AttendPath::PromptIncre
+            },
         })
+    }
+
+    /// How windows and sinks reach the attention ops: [`AttendPath::Fused`] unless the model
+    /// has sinks FIA cannot take (head dim not 64 or 128), its head dim needs pages of a
+    /// multiple of 128 tokens in FIA's prefill and `block_size` is not one, or the device has
+    /// no FIA V4.
+    pub fn attend_path(&self) -> AttendPath {
+        self.path
+    }
+
+    /// Forces `path` (to compare the two, or to serve on a CANN whose FIA misbehaves). Only
+    /// before the first sequence: the placeholder path lays the caches out differently.
+    pub fn with_attend_path(mut self, path: AttendPath) -> Result<Self, AttnError> {
+        if !self.seqs.is_empty() {
+            return Err(AttnError::invalid(
+                "path",
+                "can only change before the first sequence is added",
+            ));
+        }
+        self.path = path;
+        Ok(self)
     }
 
     /// The model.
@@ -69,7 +106,8 @@ impl<B: AttentionBackend> Generator<B> {
         let attn = &self.model.layers[layer].self_attn;
         AttendOptions {
             window: self.model.config.layer_window(layer),
-            sink_slot_logits: attn.sinks.as_ref().map(|s| {
+            path: self.path,
+            sinks: attn.sinks.as_ref().map(|s| {
                 s.val()
                     .into_data()
                     .convert::<f32>()
@@ -90,7 +128,9 @@ impl<B: AttentionBackend> Generator<B> {
         let mut ids = Vec::with_capacity(self.caches.len());
         for (layer, cache) in self.caches.iter_mut().enumerate() {
             let id = cache.add_sequence();
-            if self.model.layers[layer].self_attn.sinks.is_some() {
+            if self.path == AttendPath::PromptIncre
+                && self.model.layers[layer].self_attn.sinks.is_some()
+            {
                 let zero = Tensor::<B, 3>::zeros([1, c.num_key_value_heads, c.head_dim], &device);
                 cache.append(id, zero.clone(), zero)?;
             }

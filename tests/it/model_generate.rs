@@ -7,8 +7,14 @@ use burn_ascend::model::data::SplitMix;
 use burn_ascend::model::{
     generate_batch, max_logit_gap, Generator, ModelConfig, Sampling, Transformer,
 };
+use burn_ascend::AttendPath;
 
 fn tiny(sinks: bool, window: Option<usize>) -> ModelConfig {
+    tiny_d(sinks, window, 8)
+}
+
+/// `tiny` with head dim `d` (64 and 128 are the ones FIA's learnableSink takes).
+fn tiny_d(sinks: bool, window: Option<usize>, head_dim: usize) -> ModelConfig {
     ModelConfig {
         vocab_size: 64,
         hidden_size: 32,
@@ -16,7 +22,7 @@ fn tiny(sinks: bool, window: Option<usize>) -> ModelConfig {
         num_hidden_layers: 2,
         num_attention_heads: 4,
         num_key_value_heads: 2,
-        head_dim: 8,
+        head_dim,
         sliding_window: window,
         alternate_sliding: true,
         attention_sinks: sinks,
@@ -28,6 +34,12 @@ fn tiny(sinks: bool, window: Option<usize>) -> ModelConfig {
 }
 
 fn gap(cfg: ModelConfig, seed: u64) -> f32 {
+    gap_on(cfg, seed, None, 16)
+}
+
+/// The largest cached-vs-full logit gap with pages of `block_size` tokens; `path`: the attend
+/// path the generator must have picked (asserted).
+fn gap_on(cfg: ModelConfig, seed: u64, path: Option<AttendPath>, block_size: usize) -> f32 {
     let device = Default::default();
     NdArray::<f32>::seed(&device, seed);
     let mut model = Transformer::<NdArray>::new(&cfg, &device).unwrap();
@@ -40,7 +52,10 @@ fn gap(cfg: ModelConfig, seed: u64) -> f32 {
             ));
         }
     }
-    let mut gen = Generator::new(model, 64, 16, &device).unwrap();
+    let mut gen = Generator::new(model, 64, block_size, &device).unwrap();
+    if let Some(p) = path {
+        assert_eq!(gen.attend_path(), p);
+    }
     let prompts = vec![vec![1u32, 5, 9], vec![3u32; 21], vec![7u32]];
     let sampling = vec![
         Sampling::Greedy,
@@ -75,50 +90,71 @@ fn cached_decoding_equals_full_recompute_window() {
 
 #[test]
 fn cached_decoding_equals_full_recompute_sinks_and_window() {
-    let g = gap(tiny(true, Some(5)), 4);
+    // Head dim 8: FIA's learnableSink does not take it, so the sinks ride on a placeholder.
+    let g = gap_on(tiny(true, Some(5)), 4, Some(AttendPath::PromptIncre), 16);
+    assert!(g < 1e-4, "gap {g}");
+}
+
+#[test]
+fn cached_decoding_through_fused_inference_attention_equals_full_recompute() {
+    for (sinks, window, seed) in [(true, Some(5), 6), (true, None, 7), (false, Some(3), 8)] {
+        let g = gap_on(tiny_d(sinks, window, 64), seed, Some(AttendPath::Fused), 16);
+        assert!(g < 1e-4, "sinks {sinks} window {window:?}: gap {g}");
+    }
+    // A window-only model of another head dim runs FIA on pages of 128 tokens (CANN's rule
+    // for its prefill), and prompt / incremental attention on smaller ones.
+    let g = gap_on(tiny(false, Some(4)), 9, Some(AttendPath::Fused), 128);
+    assert!(g < 1e-4, "gap {g}");
+    let g = gap_on(tiny(false, Some(4)), 9, Some(AttendPath::PromptIncre), 16);
     assert!(g < 1e-4, "gap {g}");
 }
 
 /// The same checkpoint served on the `Ascend` backend (host simulation of the ACL ABI: prompt
-/// attention, the cache scatter and paged incremental attention as aclnn calls) generates the
-/// same greedy tokens as on NdArray, with logits within 1e-4, and no attention op falls back.
+/// attention, the cache scatter and paged incremental attention as aclnn calls — or FIA for
+/// head dim 64) generates the same greedy tokens as on NdArray, with logits within 1e-4, and
+/// no attention op falls back.
 #[test]
 fn serving_on_the_ascend_simulation_matches_ndarray() {
     use burn_ascend::backend::{fallback_count, Ascend, AscendDevice};
     use burn_ascend::model::checkpoint::{load_hf, save_hf};
 
-    let cfg = tiny(true, Some(4));
-    let device = Default::default();
-    NdArray::<f32>::seed(&device, 5);
-    let model = Transformer::<NdArray>::new(&cfg, &device).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    save_hf(&model, dir.path()).unwrap();
-    let prompts = vec![vec![1u32, 5, 9, 2, 7], vec![3u32; 9]];
-    let sampling = vec![Sampling::Greedy; 2];
+    for (cfg, path) in [
+        (tiny(true, Some(4)), AttendPath::PromptIncre),
+        (tiny_d(true, Some(4), 64), AttendPath::Fused),
+    ] {
+        let device = Default::default();
+        NdArray::<f32>::seed(&device, 5);
+        let model = Transformer::<NdArray>::new(&cfg, &device).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        save_hf(&model, dir.path()).unwrap();
+        let prompts = vec![vec![1u32, 5, 9, 2, 7], vec![3u32; 9]];
+        let sampling = vec![Sampling::Greedy; 2];
 
-    let mut gen = Generator::new(model, 16, 16, &device).unwrap();
-    let want = generate_batch(&mut gen, &prompts, 8, &sampling, &mut SplitMix(1)).unwrap();
+        let mut gen = Generator::new(model, 16, 16, &device).unwrap();
+        let want = generate_batch(&mut gen, &prompts, 8, &sampling, &mut SplitMix(1)).unwrap();
 
-    let sim = AscendDevice::sim();
-    let ops = ["prompt_fwd", "incre_fwd", "scatter_kv"];
-    let before = ops.map(fallback_count);
-    let model = load_hf::<Ascend>(dir.path(), &sim).unwrap();
-    let mut gen = Generator::new(model, 16, 16, &sim).unwrap();
-    let got = generate_batch(&mut gen, &prompts, 8, &sampling, &mut SplitMix(1)).unwrap();
-    assert_eq!(ops.map(fallback_count), before, "an attention op fell back");
+        let sim = AscendDevice::sim();
+        let ops = ["prompt_fwd", "incre_fwd", "fia_fwd", "scatter_kv"];
+        let before = ops.map(fallback_count);
+        let model = load_hf::<Ascend>(dir.path(), &sim).unwrap();
+        let mut gen = Generator::new(model, 16, 16, &sim).unwrap();
+        assert_eq!(gen.attend_path(), path);
+        let got = generate_batch(&mut gen, &prompts, 8, &sampling, &mut SplitMix(1)).unwrap();
+        assert_eq!(ops.map(fallback_count), before, "an attention op fell back");
 
-    assert_eq!(got.generated, want.generated);
-    for (g, w) in got
-        .logits
-        .iter()
-        .flatten()
-        .zip(want.logits.iter().flatten())
-    {
-        let gap = g
+        assert_eq!(got.generated, want.generated);
+        for (g, w) in got
+            .logits
             .iter()
-            .zip(w)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
-        assert!(gap < 1e-4, "logits differ by {gap}");
+            .flatten()
+            .zip(want.logits.iter().flatten())
+        {
+            let gap = g
+                .iter()
+                .zip(w)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(gap < 1e-4, "logits differ by {gap}");
+        }
     }
 }

@@ -449,12 +449,22 @@ fn bad_checkpoints_data_and_cache_options_get_typed_errors() {
     cache.append(id, kv.clone(), kv).unwrap();
     let opts = burn_ascend::AttendOptions {
         window: None,
-        sink_slot_logits: Some(vec![0.0; 3]),
+        sinks: Some(vec![0.0; 3]),
+        path: burn_ascend::AttendPath::PromptIncre,
     };
     let e = cache
         .attend_with(&[id], Tensor::zeros([1, 1, 4, 8], &device), &opts)
         .unwrap_err();
-    assert!(e.to_string().contains("invalid sink_slot_logits"), "{e}");
+    assert!(e.to_string().contains("invalid sinks"), "{e}");
+    // FIA's learnableSink needs head dim 64 or 128 (CANN's rule), named as such.
+    let opts = burn_ascend::AttendOptions {
+        sinks: Some(vec![0.0; 4]),
+        ..Default::default()
+    };
+    let e = cache
+        .attend_with(&[id], Tensor::zeros([1, 1, 4, 8], &device), &opts)
+        .unwrap_err();
+    assert!(e.to_string().contains("learnableSink"), "{e}");
     // generation: an empty prompt.
     let m = Transformer::<NdArray>::new(&tiny(true, None, false, false), &device).unwrap();
     let mut gen = burn_ascend::model::Generator::new(m, 8, 16, &device).unwrap();

@@ -1,7 +1,9 @@
 //! Prompt attention, incremental attention over the paged cache and the KV cache scatter on
 //! `Ascend` (simulation) against `NdArray`, through the paged cache manager the generator uses
-//! (prefill, appends, batched decode, a sliding window and sinks riding on `attenMask` /
-//! `pseShift`), with the device path asserted (no host fallback); and the scatter's
+//! (prefill, appends, batched decode, a sliding window and sinks: through FIA's `learnableSink`
+//! and masks, and riding on prompt / incremental attention's `attenMask` / `pseShift`), with
+//! the device path asserted (no host fallback), the two paths against each other; and the
+//! scatter's
 //! functional contract: an unshared cache is updated where it lies, a shared one is copied
 //! first so the other handle never sees the write.
 
@@ -9,8 +11,8 @@ use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_ascend_backend::{fallback_count, Ascend, AscendDevice};
 use burn_ascend_ops::{
-    incre_flash_attention, scatter_pa_kv_cache, AttendOptions, AttentionBackend, IfaLayout,
-    IncreKv, IncreSpec, PagedKvCache, ScatterSpec,
+    incre_flash_attention, scatter_pa_kv_cache, AttendOptions, AttendPath, AttentionBackend,
+    IfaLayout, IncreKv, IncreSpec, PagedKvCache, ScatterSpec,
 };
 
 const N: usize = 4;
@@ -37,54 +39,52 @@ fn t<B: AttentionBackend, const K: usize>(
     Tensor::from_data(TensorData::new(v, s), dev)
 }
 
-fn counts() -> [u64; 3] {
-    ["prompt_fwd", "incre_fwd", "scatter_kv"].map(fallback_count)
+fn counts() -> [u64; 4] {
+    ["prompt_fwd", "incre_fwd", "fia_fwd", "scatter_kv"].map(fallback_count)
 }
 
-/// Two sequences with a sink placeholder: prefill 6 and 20 tokens (prompt attention), two
-/// decode steps with appends (scatter + paged incremental attention), window 5 and sinks.
-fn serve<B: AttentionBackend>(dev: &B::Device) -> Vec<Vec<f32>> {
-    let scale = 1.0 / (D as f64).sqrt();
-    let mut cache = PagedKvCache::<B>::new(16, BS, N, NKV, D, scale, dev).unwrap();
+/// Two sequences: prefill 6 and 20 tokens, two decode steps with appends (scatter + paged
+/// attention), window 5 and sinks, on `path` with head dim `d` (the placeholder path appends
+/// the sink slot first).
+fn serve<B: AttentionBackend>(dev: &B::Device, path: AttendPath, d: usize) -> Vec<Vec<f32>> {
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut cache = PagedKvCache::<B>::new(16, BS, N, NKV, d, scale, dev).unwrap();
     let opts = AttendOptions {
         window: Some(5),
-        sink_slot_logits: Some(vec![0.3, -0.2, 0.8, 0.0]),
+        sinks: Some(vec![0.3, -0.2, 0.8, 0.0]),
+        path,
     };
     let ids = [cache.add_sequence(), cache.add_sequence()];
     let mut outs = Vec::new();
     for (i, (&id, len)) in ids.iter().zip([6usize, 20]).enumerate() {
-        let zero = || t::<B, 3>(vec![0.0; NKV * D], [1, NKV, D], dev);
-        cache.append(id, zero(), zero()).unwrap();
-        let k = t::<B, 3>(values(len * NKV * D, 10 + i as u32), [len, NKV, D], dev);
-        let v = t::<B, 3>(values(len * NKV * D, 20 + i as u32), [len, NKV, D], dev);
+        if path == AttendPath::PromptIncre {
+            let zero = || t::<B, 3>(vec![0.0; NKV * d], [1, NKV, d], dev);
+            cache.append(id, zero(), zero()).unwrap();
+        }
+        let k = t::<B, 3>(values(len * NKV * d, 10 + i as u32), [len, NKV, d], dev);
+        let v = t::<B, 3>(values(len * NKV * d, 20 + i as u32), [len, NKV, d], dev);
         cache.append(id, k, v).unwrap();
-        let q = t::<B, 4>(values(len * N * D, 30 + i as u32), [1, len, N, D], dev);
+        let q = t::<B, 4>(values(len * N * d, 30 + i as u32), [1, len, N, d], dev);
         let o = cache.attend_with(&[id], q, &opts).unwrap();
         outs.push(o.into_data().to_vec::<f32>().unwrap());
     }
     for step in 0..2u32 {
         for (i, &id) in ids.iter().enumerate() {
             let s = 40 + 10 * step + i as u32;
-            let k = t::<B, 3>(values(NKV * D, s), [1, NKV, D], dev);
-            let v = t::<B, 3>(values(NKV * D, s + 1), [1, NKV, D], dev);
+            let k = t::<B, 3>(values(NKV * d, s), [1, NKV, d], dev);
+            let v = t::<B, 3>(values(NKV * d, s + 1), [1, NKV, d], dev);
             cache.append(id, k, v).unwrap();
         }
-        let q = t::<B, 4>(values(2 * N * D, 60 + step), [2, 1, N, D], dev);
+        let q = t::<B, 4>(values(2 * N * d, 60 + step), [2, 1, N, d], dev);
         let o = cache.attend_with(&ids, q, &opts).unwrap();
         outs.push(o.into_data().to_vec::<f32>().unwrap());
     }
     outs
 }
 
-#[test]
-fn paged_serving_matches_ndarray_on_the_device_path() {
-    let _lock = crate::exclusive();
-    let before = counts();
-    let got = serve::<Ascend>(&AscendDevice::sim());
-    let after = counts();
-    let want = serve::<NdArray>(&Default::default());
+fn assert_outputs_close(got: &[Vec<f32>], want: &[Vec<f32>]) {
     assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let (g, w) = (
             TensorData::new(g.clone(), [g.len()]),
             TensorData::new(w.clone(), [w.len()]),
@@ -92,7 +92,31 @@ fn paged_serving_matches_ndarray_on_the_device_path() {
         eprintln!("output {i}");
         g.assert_approx_eq::<f32>(&w, Tolerance::rel_abs(1e-4, 1e-5));
     }
-    assert_eq!(after, before, "prompt/incre/scatter fell back to the host");
+}
+
+#[test]
+fn paged_serving_matches_ndarray_on_the_device_path() {
+    let _lock = crate::exclusive();
+    for (path, d) in [(AttendPath::PromptIncre, D), (AttendPath::Fused, 64)] {
+        eprintln!("{path:?}, head dim {d}");
+        let before = counts();
+        let got = serve::<Ascend>(&AscendDevice::sim(), path, d);
+        let after = counts();
+        let want = serve::<NdArray>(&Default::default(), path, d);
+        assert_outputs_close(&got, &want);
+        assert_eq!(after, before, "an attention op fell back to the host");
+    }
+}
+
+/// The two ways of serving sinks and windows — FIA's `learnableSink` with band / dense masks,
+/// and prompt / incremental attention with the sink on a placeholder token's `pseShift` — are
+/// different operators with different masks; they must give the same outputs.
+#[test]
+fn fused_serving_equals_the_placeholder_path() {
+    let dev = Default::default();
+    let fused = serve::<NdArray>(&dev, AttendPath::Fused, 64);
+    let placeholder = serve::<NdArray>(&dev, AttendPath::PromptIncre, 64);
+    assert_outputs_close(&fused, &placeholder);
 }
 
 #[test]

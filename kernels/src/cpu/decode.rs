@@ -772,11 +772,22 @@ impl SimdKernel for OnlineSoftmax<'_> {
 }
 
 /// The whole computation: the normalised output in f32, `B·N·D` (`(b·N + h)·D + d`),
-/// zero rows for empty windows.
+/// zero rows for empty windows, and the log-sum-exp of each row's scores, `B·N` (`b·N + h`;
+/// `+inf` for an empty window).
+///
+/// `sink`: one raw logit per query head (`[N]`), one more term of every row's softmax
+/// denominator with no value (FIA's `learnableSink`); it enters the merge of the chunks as
+/// one more partial result `(max = sink, sum = 1, acc = 0)`, so it costs nothing per token.
+/// The LSE's scores are those the kernel computes: without the key antiquant offset's
+/// per-row constant (see the module docs), which the caller adds when it needs the true LSE.
 ///
 /// `in_place`: use the AVX-512 in-place loops when the CPU has them (false: the portable path
 /// that other CPUs take, for tests).
-fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bool) -> Vec<f32> {
+fn run<Q: Element, KV: Element>(
+    a: &IncreFlashAttentionArgs<Q, KV>,
+    sink: Option<&[f32]>,
+    in_place: bool,
+) -> (Vec<f32>, Vec<f32>) {
     let n = a.num_heads;
     let nkv = if a.num_key_value_heads == 0 {
         n
@@ -785,8 +796,9 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
     };
     let d = a.head_dim;
     let mut out = vec![0.0f32; a.batch * n * d];
+    let mut lse = vec![f32::INFINITY; a.batch * n];
     if d == 0 || out.is_empty() {
-        return out;
+        return (out, lse);
     }
     let token_major = match a.kv {
         KvInput::Contiguous { .. } | KvInput::TensorList { .. } => {
@@ -872,8 +884,9 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
 
     // Merge each head range's chunks in chunk order, then apply the value antiquant scale.
     out.par_chunks_mut(n * d)
+        .zip(lse.par_chunks_mut(n))
         .enumerate()
-        .for_each(|(b, out_b)| {
+        .for_each(|(b, (out_b, lse_b))| {
             // Each output row is summed here and written once: `out`'s fresh pages are
             // first touched by a write (a read first would map the zero page, and the write
             // after it fault again with a TLB shootdown).
@@ -887,11 +900,12 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
                 for r in 0..rows {
                     let h = i * rows + r;
                     let dst = &mut out_b[h * d..(h + 1) * d];
+                    let sink_h = sink.map(|s| s[h]);
                     let m = parts
                         .chunks_exact(slot)
                         .map(|p| p[r])
-                        .fold(f32::NEG_INFINITY, f32::max);
-                    let mut l = 0.0f32;
+                        .fold(sink_h.unwrap_or(f32::NEG_INFINITY), f32::max);
+                    let mut l = sink_h.map_or(0.0, |s| (s - m).exp());
                     row.fill(0.0);
                     for p in parts.chunks_exact(slot) {
                         let w = (p[r] - m).exp();
@@ -900,6 +914,7 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
                         row.iter_mut().zip(acc).for_each(|(o, x)| *o += w * x);
                     }
                     let inv_l = 1.0 / l;
+                    lse_b[h] = m + l.ln();
                     let kvh = h / ctx.g;
                     for (di, (o, x)) in dst.iter_mut().zip(&row).enumerate() {
                         let (scale, offset) = ctx.antiquant(1, kvh * d + di);
@@ -913,7 +928,7 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
     if partials.capacity() <= PARTIALS_KEEP {
         PARTIALS.with(|p| *p.borrow_mut() = partials);
     }
-    out
+    (out, lse)
 }
 
 /// Incremental attention with the reference's arguments and semantics
@@ -925,7 +940,18 @@ fn run<Q: Element, KV: Element>(a: &IncreFlashAttentionArgs<Q, KV>, in_place: bo
 pub fn incre_flash_attention<Q: Element, KV: Element>(
     a: &IncreFlashAttentionArgs<Q, KV>,
 ) -> Vec<f32> {
-    run(a, true)
+    run(a, None, true).0
+}
+
+/// [`incre_flash_attention`] with a learnable sink (`[N]` raw logits, FIA's `learnableSink`)
+/// in every row's softmax denominator, also returning the rows' log-sum-exp (`B·N`, `+inf`
+/// for an empty window). The LSE leaves out the key antiquant offset's per-row constant
+/// `scale·Σ_d q_d·s_d·o_d` (it cancels in the softmax); with a key offset the caller adds it.
+pub fn incre_flash_attention_with_sink<Q: Element, KV: Element>(
+    a: &IncreFlashAttentionArgs<Q, KV>,
+    sink: Option<&[f32]>,
+) -> (Vec<f32>, Vec<f32>) {
+    run(a, sink, true)
 }
 
 /// [`incre_flash_attention`] on the portable path (the one CPUs without AVX-512 take), for
@@ -934,14 +960,15 @@ pub fn incre_flash_attention<Q: Element, KV: Element>(
 pub fn incre_flash_attention_portable<Q: Element, KV: Element>(
     a: &IncreFlashAttentionArgs<Q, KV>,
 ) -> Vec<f32> {
-    run(a, false)
+    run(a, None, false).0
 }
 
 /// [`incre_flash_attention`] rounded (nearest-even) to `O`.
 pub fn incre_flash_attention_as<Q: Element, KV: Element, O: Element>(
     a: &IncreFlashAttentionArgs<Q, KV>,
 ) -> Vec<O> {
-    run(a, true)
+    run(a, None, true)
+        .0
         .into_iter()
         .map(|x| O::from_f64(x as f64))
         .collect()
@@ -954,7 +981,8 @@ pub fn incre_flash_attention_int8<Q: Element, KV: Element>(
     quant: &IfaPostQuant,
 ) -> Vec<i8> {
     let (n, d) = (a.num_heads, a.head_dim);
-    run(a, true)
+    run(a, None, true)
+        .0
         .into_iter()
         .enumerate()
         .map(|(i, x)| {

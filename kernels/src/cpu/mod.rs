@@ -41,6 +41,10 @@
 //! merged by log-sum-exp in a fixed order, int8 antiquant folded in: no dequantised copy). See
 //! [`decode`].
 //!
+//! [`fia::fused_infer_attention`] runs FIA's decode on the decode kernel (the learnable sink
+//! enters its chunk merge) and its prefill on the varlen forward (packed to TND), the
+//! reference for the fields neither models.
+//!
 //! All `unsafe` lives in [`gemm`] (the `gemm` crate's raw-pointer API) and in the decode
 //! kernel's AVX-512 loops (`decode_avx512`: `std::arch` intrinsics behind run-time feature
 //! detection, every row offset checked before the loops), plus two `TypeId`-checked slice
@@ -49,12 +53,16 @@
 pub mod decode;
 #[cfg(target_arch = "x86_64")]
 mod decode_avx512;
+pub mod fia;
 pub mod gemm;
 mod tile;
 mod varlen_bwd;
 mod varlen_fwd;
 
-pub use decode::{incre_flash_attention, incre_flash_attention_as, incre_flash_attention_int8};
+pub use decode::{
+    incre_flash_attention, incre_flash_attention_as, incre_flash_attention_int8,
+    incre_flash_attention_with_sink,
+};
 pub use varlen_bwd::varlen_bwd;
 pub use varlen_fwd::varlen_fwd;
 

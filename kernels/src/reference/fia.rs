@@ -120,7 +120,7 @@ pub struct FiaOut {
     pub softmax_lse: Vec<f32>,
 }
 
-fn len_at(lens: Option<&[i64]>, b: usize, full: usize) -> usize {
+pub(crate) fn len_at(lens: Option<&[i64]>, b: usize, full: usize) -> usize {
     match lens {
         None => full,
         Some(l) => (if l.len() == 1 { l[0] } else { l[b] }).clamp(0, full as i64) as usize,
@@ -138,7 +138,7 @@ fn cum_at(lens: &[i64], b: usize) -> (usize, usize) {
 }
 
 impl<T: Element> FiaArgs<'_, T> {
-    fn nkv(&self) -> usize {
+    pub(crate) fn nkv(&self) -> usize {
         if self.num_key_value_heads == 0 {
             self.num_heads
         } else {
@@ -146,16 +146,16 @@ impl<T: Element> FiaArgs<'_, T> {
         }
     }
 
-    fn tnd(&self) -> bool {
+    pub(crate) fn tnd(&self) -> bool {
         self.input_layout == PfaLayout::Tnd
     }
 
-    fn decode(&self) -> bool {
+    pub(crate) fn decode(&self) -> bool {
         !self.tnd() && self.q_seq == 1
     }
 
     /// KV S of the tensors (paged: the block table's reach).
-    fn kv_extent(&self) -> usize {
+    pub(crate) fn kv_extent(&self) -> usize {
         match self.kv {
             FiaKv::Contiguous { .. } => self.kv_seq,
             FiaKv::Paged {
@@ -168,7 +168,7 @@ impl<T: Element> FiaArgs<'_, T> {
 
     /// `(q_start, sq, kv_start, skv)`: absolute first row/column and actual lengths of batch b
     /// (TND: token offsets).
-    fn sequence(&self, b: usize) -> (usize, usize, usize, usize) {
+    pub(crate) fn sequence(&self, b: usize) -> (usize, usize, usize, usize) {
         let paged = matches!(self.kv, FiaKv::Paged { .. });
         let (q0, sq) = if self.tnd() {
             cum_at(self.actual_seq_lengths.unwrap_or(&[]), b)
@@ -285,7 +285,7 @@ impl<T: Element> FiaArgs<'_, T> {
         }
     }
 
-    fn out_index(&self, b: usize, row: usize, h: usize, d: usize) -> usize {
+    pub(crate) fn out_index(&self, b: usize, row: usize, h: usize, d: usize) -> usize {
         let (n, dv) = (self.num_heads, self.head_dim_v);
         match self.input_layout {
             PfaLayout::Bsh | PfaLayout::Bsnd | PfaLayout::BnsdBsnd => {
@@ -296,7 +296,7 @@ impl<T: Element> FiaArgs<'_, T> {
         }
     }
 
-    fn lse_index(&self, b: usize, row: usize, h: usize) -> usize {
+    pub(crate) fn lse_index(&self, b: usize, row: usize, h: usize) -> usize {
         if self.tnd() {
             row * self.num_heads + h
         } else {
