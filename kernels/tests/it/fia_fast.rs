@@ -8,6 +8,7 @@
 //! to attend) required at the same places.
 
 use crate::common::{assert_close, Rng};
+use crate::fia_reference::fia;
 use burn_ascend_kernels::cpu::fia::{fused_infer_attention, FiaPath};
 use burn_ascend_kernels::reference::fia::{
     fused_infer_attention as reference, FiaArgs, FiaDequant, FiaDequantIndex, FiaKv,
@@ -17,41 +18,6 @@ use burn_ascend_kernels::reference::prompt::{PfaLayout, PfaMask, PfaSparseMode, 
 
 const ABS: f64 = 2e-5;
 const REL: f64 = 1e-4;
-
-#[allow(clippy::too_many_arguments)]
-fn fia<'a>(
-    q: &'a [f32],
-    kv: FiaKv<'a, f32>,
-    layout: PfaLayout,
-    (batch, qs, ks): (usize, usize, usize),
-    (n, nkv, d, dv): (usize, usize, usize, usize),
-) -> FiaArgs<'a, f32> {
-    FiaArgs {
-        query: q,
-        kv,
-        input_layout: layout,
-        batch,
-        q_seq: qs,
-        kv_seq: ks,
-        num_heads: n,
-        num_key_value_heads: nkv,
-        head_dim: d,
-        head_dim_v: dv,
-        scale: 1.0 / (d as f64).sqrt(),
-        pre_tokens: 2_147_483_647,
-        next_tokens: 2_147_483_647,
-        sparse_mode: PfaSparseMode::DefaultMask,
-        atten_mask: None,
-        pse_shift: None,
-        actual_seq_lengths: None,
-        actual_seq_lengths_kv: None,
-        query_padding_size: None,
-        kv_padding_size: None,
-        key_antiquant: None,
-        value_antiquant: None,
-        learnable_sink: None,
-    }
-}
 
 /// Runs both and compares; returns the fast path taken.
 fn check(what: &str, a: &FiaArgs<f32>) -> FiaPath {
@@ -411,14 +377,16 @@ fn fields_the_kernels_do_not_model_take_the_reference_and_still_agree() {
     let k = rng.vec_f32(b * ks * n * d, 1.0);
     let v = rng.vec_f32(b * ks * n * d, 1.0);
     let pse = rng.vec_f32(b * n * ks, 1.0);
-    // pseShift.
-    let mut f = fia(
-        &q,
-        FiaKv::Contiguous { key: &k, value: &v },
-        PfaLayout::Bsnd,
-        (b, 1, ks),
-        (n, n, d, d),
-    );
+    let decode = || {
+        fia(
+            &q,
+            FiaKv::Contiguous { key: &k, value: &v },
+            PfaLayout::Bsnd,
+            (b, 1, ks),
+            (n, n, d, d),
+        )
+    };
+    let mut f = decode();
     f.pse_shift = Some(PseShift {
         data: &pse,
         batched: true,
@@ -430,13 +398,7 @@ fn fields_the_kernels_do_not_model_take_the_reference_and_still_agree() {
     // the decode kernel (IFA's semantics) would average V uniformly.
     let mut mask = vec![0u8; b * ks];
     mask[..ks].iter_mut().for_each(|m| *m = 1);
-    let mut f = fia(
-        &q,
-        FiaKv::Contiguous { key: &k, value: &v },
-        PfaLayout::Bsnd,
-        (b, 1, ks),
-        (n, n, d, d),
-    );
+    let mut f = decode();
     f.atten_mask = Some(PfaMask {
         data: &mask,
         batched: true,

@@ -22,14 +22,15 @@ use burn_ascend_kernels::varlen::SparseMode;
 
 const TOL: f64 = 1e-12;
 
+/// An FIA call with no optional input and CANN's defaults (also the fast path's tests').
 #[allow(clippy::too_many_arguments)]
-fn fia<'a>(
-    q: &'a [f64],
-    kv: FiaKv<'a, f64>,
+pub(crate) fn fia<'a, T>(
+    q: &'a [T],
+    kv: FiaKv<'a, T>,
     layout: PfaLayout,
     (batch, qs, ks): (usize, usize, usize),
     (n, nkv, d, dv): (usize, usize, usize, usize),
-) -> FiaArgs<'a, f64> {
+) -> FiaArgs<'a, T> {
     FiaArgs {
         query: q,
         kv,
