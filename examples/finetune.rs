@@ -23,10 +23,16 @@ use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::FloatDType;
+use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
+use burn_ascend::model::ddp::{
+    materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
+};
 use burn_ascend::model::dispatch::{self, DispatchCounts};
-use burn_ascend::model::train::{init_model, train, Init, TrainOptions};
+use burn_ascend::model::train::{
+    init_model, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
+};
 use burn_ascend::model::{
     generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
 };
@@ -49,6 +55,10 @@ struct Args {
     profile: bool,
     /// Mixed precision's compute dtype (`--dtype bf16|f16`; `None`: f32 throughout).
     dtype: Option<FloatDType>,
+    /// Data-parallel ranks in this process (`--devices N`, one thread per device).
+    devices: usize,
+    /// `--check-ddp`: also train the first steps' global batches on one device and compare.
+    check_ddp: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -67,6 +77,8 @@ fn parse_args() -> Result<Args, String> {
         stop_after: None,
         profile: false,
         dtype: None,
+        devices: 1,
+        check_ddp: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -100,6 +112,8 @@ fn parse_args() -> Result<Args, String> {
                     }
                 }
             }
+            "--devices" => a.devices = num(value("--devices")?, "--devices")? as usize,
+            "--check-ddp" => a.check_ddp = true,
             "--stop-after" => {
                 a.stop_after = Some(num(value("--stop-after")?, "--stop-after")? as usize)
             }
@@ -112,9 +126,17 @@ fn parse_args() -> Result<Args, String> {
 
 const USAGE: &str = "finetune [--steps N] [--device cpu|ascend|sim] [--data PATH(.txt|.jsonl)] \
 [--resume] [--checkpoint HF_DIR] [--out DIR] [--batch-tokens N] [--seq-len N] [--lr X] \
-[--seed N] [--no-samples] [--stop-after N] [--profile] [--dtype f32|bf16|f16]
+[--seed N] [--no-samples] [--stop-after N] [--profile] [--dtype f32|bf16|f16] [--devices N] \
+[--check-ddp]
   --dtype bf16|f16 (sim, ascend): mixed precision, f32 master weights and optimizer state,
     the blocks, attention and output head computing in that dtype
+  --devices N (sim, ascend): data-parallel training on devices 0..N (one thread each, HCCL
+    all-reduce of the gradients; on sim the simulation's HCCL, not CANN's); each rank trains on
+    its own batches (the global batch is N × --batch-tokens). Launched by torchrun (RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set) with --device ascend, this process is
+    one rank on device LOCAL_RANK instead
+  --check-ddp (with --devices N): also trains the first 3 global batches on one device and ends
+    with `finetune: data-parallel <N> devices, max |Δloss| vs 1 device <x>`
   --profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
   --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
   up to it; --stop-after N stops early (an interrupted run that --resume completes).";
@@ -128,22 +150,223 @@ fn main() {
 
 fn run() -> Result<(), String> {
     let args = parse_args()?;
+    let resume = args.resume;
+    let launch = burn_ascend::kernels::hccl::LaunchEnv::from_env().map_err(|e| e.to_string())?;
+    if args.devices == 0 {
+        return Err("--devices must be at least 1".into());
+    }
+    if args.check_ddp && args.devices < 2 {
+        return Err("--check-ddp needs --devices N with N >= 2".into());
+    }
+    if args.check_ddp && args.resume {
+        return Err("--check-ddp compares a fresh run; it cannot be combined with --resume".into());
+    }
     match args.device.as_str() {
         "cpu" if args.dtype.is_some() => {
             Err("--dtype bf16|f16 needs --device sim|ascend (NdArray computes in f32 only)".into())
         }
-        "cpu" => run_on::<Autodiff<NdArray>>(args, Default::default(), None),
+        "cpu" if args.devices > 1 => {
+            Err("--devices N needs --device sim|ascend (data parallelism runs over HCCL)".into())
+        }
+        "cpu" => run_on::<Autodiff<NdArray>>(args, Default::default(), None, single_device(resume)),
         // The Ascend backend on the host simulation of the ACL ABI (not CANN; slow: its
         // kernels are the CPU reference's).
-        "sim" => run_on::<Autodiff<Ascend>>(args, AscendDevice::sim(), Some(AscendDevice::sim())),
+        "sim" if launch.is_some() => Err(
+            "unsupported: one process per rank (RANK / WORLD_SIZE set) needs --device ascend: \
+             the simulation's HCCL joins ranks within one process (use --devices N)"
+                .into(),
+        ),
+        "sim" if args.devices > 1 => {
+            burn_ascend::backend::collective::simulate_devices(args.devices as u32);
+            let device = AscendDevice::sim();
+            let gap = std::rc::Rc::new(std::cell::Cell::new(None));
+            let trainer = data_parallel(&args, device, gap.clone());
+            let n = args.devices;
+            run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer)?;
+            print_ddp(n, gap.get());
+            Ok(())
+        }
+        "sim" => run_on::<Autodiff<Ascend>>(
+            args,
+            AscendDevice::sim(),
+            Some(AscendDevice::sim()),
+            single_device(resume),
+        ),
         "ascend" => {
+            if let Some(env) = launch {
+                let device = AscendDevice::npu(env.local_rank);
+                is_available(&device)?;
+                let trainer = one_rank_of_launch(&args, env);
+                return run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer);
+            }
             let index =
                 burn_ascend::kernels::acl::default_device_id().map_err(|e| e.to_string())?;
             let device = AscendDevice::npu(index as u32);
             is_available(&device)?;
-            run_on::<Autodiff<Ascend>>(args, device, Some(device))
+            if args.devices > 1 {
+                let gap = std::rc::Rc::new(std::cell::Cell::new(None));
+                let trainer = data_parallel(&args, device, gap.clone());
+                let n = args.devices;
+                run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer)?;
+                print_ddp(n, gap.get());
+                return Ok(());
+            }
+            run_on::<Autodiff<Ascend>>(args, device, Some(device), single_device(resume))
         }
         other => Err(format!("unknown device '{other}' (cpu, ascend, sim)")),
+    }
+}
+
+/// How `run_on` trains: the model and state it built, the packer, the options and the
+/// per-step callback in; the trained model and state out.
+type Trainer<'a, B> = Box<
+    dyn FnOnce(
+            Transformer<B>,
+            TrainState,
+            &mut Packer,
+            &TrainOptions,
+            &mut dyn FnMut(&StepReport),
+        ) -> Result<(Transformer<B>, TrainState), String>
+        + 'a,
+>;
+
+fn single_device<'a, B: AutodiffBackend + AttentionBackend>(resume: bool) -> Trainer<'a, B> {
+    Box::new(move |model, state, packer, opts, on_step| {
+        train(model, state, resume, packer, opts, on_step).map_err(|e| e.to_string())
+    })
+}
+
+fn print_ddp(n: usize, gap: Option<f32>) {
+    if let Some(gap) = gap {
+        println!("finetune: data-parallel {n} devices, max |Δloss| vs 1 device {gap:.3e}");
+    }
+}
+
+/// `--devices N`: ranks on devices `first.index .. first.index + N` of `first`'s kind, one
+/// thread each; rank 0 is the model `run_on` built (on `first`), the others are initialised
+/// on their own devices (with their own seeds: the broadcast from rank 0 makes them equal).
+/// With `--check-ddp`, the first 3 global batches are then trained on `first` alone from
+/// rank 0's initial weights and the largest loss difference goes to `gap`.
+fn data_parallel<'a>(
+    args: &Args,
+    first: AscendDevice,
+    gap: std::rc::Rc<std::cell::Cell<Option<f32>>>,
+) -> Trainer<'a, Autodiff<Ascend>> {
+    let (n, check, seed, dtype, out, resume) = (
+        args.devices,
+        args.check_ddp,
+        args.seed,
+        args.dtype,
+        args.out.clone(),
+        args.resume,
+    );
+    let init = init_of(args);
+    Box::new(move |model0, state, packer, opts, on_step| {
+        let err = |e: burn_ascend::AttnError| e.to_string();
+        materialize(&model0);
+        let reference = check.then(|| model0.clone());
+        let mut models = vec![model0];
+        for i in 1..n {
+            let device = AscendDevice {
+                kind: first.kind,
+                index: first.index + i as u32,
+            };
+            is_available(&device)?;
+            <Autodiff<Ascend> as burn::tensor::backend::Backend>::seed(
+                &device,
+                seed.wrapping_add(i as u64),
+            );
+            let (m, _) = init_model::<Autodiff<Ascend>>(&init, &out, &device).map_err(err)?;
+            models.push(m.with_compute_dtype(dtype));
+        }
+        let run = train_data_parallel(
+            models,
+            state,
+            resume,
+            packer,
+            opts,
+            DEFAULT_BUCKET_BYTES,
+            on_step,
+        )
+        .map_err(err)?;
+        let s = run.stats;
+        if let Some(per_step) = s.gradient_all_reduces.checked_div(s.steps) {
+            println!(
+                "finetune: data-parallel over {n} devices (HCCL{}): {} all-reduce(s) of {:.1} MiB of gradients per step, buckets of {} MiB",
+                if first.kind == burn_ascend::backend::AscendKind::Simulation { ", simulated" } else { "" },
+                per_step,
+                s.gradient_bytes as f64 / s.steps as f64 / (1 << 20) as f64,
+                DEFAULT_BUCKET_BYTES >> 20
+            );
+        }
+        if let Some(reference) = reference {
+            let k = run.state.losses.len().min(3);
+            let tmp = out.join(".check-ddp-1-device");
+            let ref_opts = TrainOptions {
+                stop_after: Some(k),
+                out: tmp.clone(),
+                ..opts.clone()
+            };
+            let mut p = packer.clone();
+            let (_, single) = train_with(
+                reference,
+                TrainState::default(),
+                false,
+                &mut Batches::global(&mut p, n),
+                &ref_opts,
+                None,
+                |_| {},
+            )
+            .map_err(err)?;
+            let _ = std::fs::remove_dir_all(&tmp);
+            gap.set(Some(
+                run.state.losses[..k]
+                    .iter()
+                    .zip(&single.losses)
+                    .fold(0f32, |m, (a, b)| m.max((a - b).abs())),
+            ));
+        }
+        Ok((run.model, run.state))
+    })
+}
+
+/// One rank of a torchrun-style launch (one process per NPU): the communicator from the
+/// root-info rendezvous, this rank's batches, checkpoints from rank 0 only.
+fn one_rank_of_launch<'a>(
+    args: &Args,
+    env: burn_ascend::kernels::hccl::LaunchEnv,
+) -> Trainer<'a, Autodiff<Ascend>> {
+    let resume = args.resume;
+    Box::new(move |model, state, packer, opts, on_step| {
+        let group = ProcessGroup::from_launch(&env, burn_ascend::backend::AscendKind::Npu)
+            .map_err(|e| e.to_string())?;
+        let mut sync = DataParallel::new(group, DEFAULT_BUCKET_BYTES);
+        let mut batches = Batches::rank(packer, env.rank as usize, env.world_size as usize);
+        let rank0 = env.rank == 0;
+        train_with(
+            model,
+            state,
+            resume,
+            &mut batches,
+            opts,
+            Some(&mut sync),
+            |r| {
+                if rank0 {
+                    on_step(r)
+                }
+            },
+        )
+        .map_err(|e| e.to_string())
+    })
+}
+
+fn init_of(args: &Args) -> Init {
+    if args.resume {
+        Init::Resume
+    } else if let Some(dir) = &args.checkpoint {
+        Init::Checkpoint(dir.clone())
+    } else {
+        Init::Fresh(ModelConfig::small_byte_model())
     }
 }
 
@@ -153,6 +376,7 @@ fn run_on<B: AutodiffBackend + AttentionBackend>(
     args: Args,
     device: B::Device,
     ascend: Option<AscendDevice>,
+    trainer: Trainer<'_, B>,
 ) -> Result<(), String>
 where
     B::InnerBackend: AttentionBackend,
@@ -165,13 +389,7 @@ where
         }
         _ => Tokenizer::Bytes,
     };
-    let init = if args.resume {
-        Init::Resume
-    } else if let Some(dir) = &args.checkpoint {
-        Init::Checkpoint(dir.clone())
-    } else {
-        Init::Fresh(ModelConfig::small_byte_model())
-    };
+    let init = init_of(&args);
     let (model, state) = init_model::<B>(&init, &args.out, &device).map_err(|e| e.to_string())?;
     let model = model.with_compute_dtype(args.dtype);
     let config = model.config.clone();
@@ -239,10 +457,10 @@ where
     let mut step_counts: Vec<DispatchCounts> = Vec::new();
     let last_step = args.stop_after.unwrap_or(args.steps).min(args.steps);
     let mut profile = None;
-    let (model, state) = train(model, state, args.resume, &mut packer, &opts, |r| {
+    let (model, state) = trainer(model, state, &mut packer, &opts, &mut |r: &StepReport| {
         if let (Some(dev), Some(last)) = (ascend.as_ref(), last_counts.as_mut()) {
             let now = DispatchCounts::now(dev);
-            if r.step == 0 || r.step % opts.save_every.max(1) != 0 {
+            if r.step == 0 || !r.step.is_multiple_of(opts.save_every.max(1)) {
                 step_counts.push(now.since(*last));
             }
             *last = now;
@@ -260,7 +478,7 @@ where
         ));
         bar.inc(1);
         // Without a terminal the bar is hidden: print a line every 25 steps instead.
-        if bar.is_hidden() && (r.step % 25 == 0 || r.step + 1 == r.total_steps) {
+        if bar.is_hidden() && (r.step.is_multiple_of(25) || r.step + 1 == r.total_steps) {
             println!(
                 "step {:4}/{}  loss {:.4}  lr {:.2e}  {:.0} tok/s",
                 r.step + 1,
@@ -270,8 +488,7 @@ where
                 tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9)
             );
         }
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     bar.finish();
     let profile = profile.map(|p| dispatch::format_profile(&p, step_counts.len()));
     plot_losses(&state.losses, &args.out.join("loss.png"))?;

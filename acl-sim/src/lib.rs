@@ -39,6 +39,12 @@
 //! simulation" message. A kernel panic becomes 561000 (`ACLNN_ERR_INNER`), never an unwind
 //! across the C boundary.
 //!
+//! Devices: one (index 0) unless [`set_device_count`] or `$BURN_ASCEND_SIM_DEVICES` asks for
+//! more; each has its own streams (one worker thread each), and all share one host memory
+//! pool. [`hccl_api`] is a **simulated HCCL (not CANN's)** over them: communicators in one
+//! process and collectives queued on the device streams, reduced in rank order (module
+//! `hccl`).
+//!
 //! [`inject_fault`] makes the calling thread's next `aclrtMalloc` (207001), a chosen aclnn
 //! launch (361001 at execute) or `aclrtSynchronizeStream` (507015) fail, for error-path tests.
 //!
@@ -52,6 +58,7 @@
 pub mod bench;
 mod elementwise;
 mod fia;
+mod hccl;
 mod incre;
 mod index;
 mod math;
@@ -61,10 +68,11 @@ mod state;
 mod varlen;
 mod wire;
 
+pub use hccl::{hccl_api, live_communicators, set_connect_timeout, set_exec_timeout};
 pub use state::{
-    clear_faults, device_time, faults_fired, inject_fault, launches, live_handles, memory_in_use,
-    reset_device_time, set_compute, set_memory_limit, set_stream_delay, Fault, LiveHandles,
-    SIM_HAZARD_STATUS, SIM_STREAM_FAULT_STATUS,
+    clear_faults, device_count, device_time, faults_fired, inject_fault, launches, live_handles,
+    memory_in_use, reset_device_time, set_compute, set_device_count, set_memory_limit,
+    set_stream_delay, Fault, LiveHandles, SIM_HAZARD_STATUS, SIM_STREAM_FAULT_STATUS,
 };
 
 use std::ffi::c_void;
@@ -156,10 +164,16 @@ pub fn api() -> &'static AclApi {
     &API
 }
 
-/// A runtime over the simulation (its one device, 0): device memory is host memory and each
-/// aclnn op runs the kernels crate's CPU kernels.
+/// A runtime over the simulation's device 0: device memory is host memory and each aclnn op
+/// runs the kernels crate's CPU kernels.
 pub fn runtime() -> Result<Runtime> {
     Runtime::with_api(api(), 0)
+}
+
+/// A runtime over simulated device `device` (`0..device_count()`; see [`set_device_count`]),
+/// with its own stream.
+pub fn runtime_on(device: i32) -> Result<Runtime> {
+    Runtime::with_api(api(), device)
 }
 
 /// The simulation's table with some ops removed, to exercise the loader's fallbacks (V5 → base

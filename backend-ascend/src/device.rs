@@ -2,8 +2,8 @@
 //! and the [`Runtime`] (device context, stream, workspace cache) each device has, shared by all
 //! threads.
 
-use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -14,7 +14,8 @@ use burn_backend::{DeviceId, DeviceOps};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AscendKind {
     /// The host simulation of the ACL ABI, crate `burn-ascend-acl-sim` (**not CANN**): device
-    /// memory is host memory and each aclnn op runs the CPU kernels. One device (index 0).
+    /// memory is host memory and each aclnn op runs the CPU kernels. Device 0, and `1..N`
+    /// when the simulation is asked for N devices (`collective::simulate_devices`).
     /// Needs this crate's `sim` feature; without it, opening the device fails with an error
     /// saying so.
     Simulation,
@@ -117,8 +118,8 @@ impl burn_backend::Device for AscendDevice {
 impl DeviceOps for AscendDevice {}
 
 /// One runtime per device, **shared by every thread** (one stream per device): ACL binds a
-/// device's context per thread, so each thread binds it once (`aclrtSetDevice`, see
-/// [`BOUND`]) before its first call; launches from all threads go to the device's one stream in
+/// device's context per thread, so each thread binds it (`aclrtSetDevice`, see [`BOUND`])
+/// before its first call and again whenever it comes back from another device; launches from all threads go to the device's one stream in
 /// the order they are issued (the runtime's launch lock), so a tensor one thread produced is
 /// ready for any op another thread queues after receiving it, and a block freed by any thread
 /// is reusable at once by later work (the pool's stream-ordered reuse, `crate::memory`).
@@ -126,8 +127,10 @@ impl DeviceOps for AscendDevice {}
 static RUNTIMES: Mutex<Option<HashMap<AscendDevice, Arc<Runtime>>>> = Mutex::new(None);
 
 thread_local! {
-    /// The devices this thread has bound (`aclrtSetDevice`).
-    static BOUND: RefCell<HashSet<AscendDevice>> = RefCell::new(HashSet::new());
+    /// The device whose context is current on this thread (`aclrtSetDevice`). ACL keeps one
+    /// current context per thread, so a thread that uses a second device (data parallelism
+    /// sets replicas up from one thread) binds it again when it switches back.
+    static BOUND: Cell<Option<AscendDevice>> = const { Cell::new(None) };
 }
 
 /// Why the simulation cannot be opened in a build without the `sim` feature.
@@ -135,19 +138,19 @@ const SIM_MISSING: &str = "the host simulation of the ACL ABI is not compiled in
 
 /// A runtime over the host simulation.
 #[cfg(feature = "sim")]
-fn sim_runtime() -> Result<Runtime, String> {
-    burn_ascend_acl_sim::runtime().map_err(|e| e.to_string())
+fn sim_runtime(index: u32) -> Result<Runtime, String> {
+    burn_ascend_acl_sim::runtime_on(index as i32).map_err(|e| e.to_string())
 }
 
 /// Without the `sim` feature: the error saying so.
 #[cfg(not(feature = "sim"))]
-fn sim_runtime() -> Result<Runtime, String> {
+fn sim_runtime(_index: u32) -> Result<Runtime, String> {
     Err(SIM_MISSING.to_string())
 }
 
 fn open(device: &AscendDevice) -> Result<Runtime, String> {
     let rt = match device.kind {
-        AscendKind::Simulation => sim_runtime(),
+        AscendKind::Simulation => sim_runtime(device.index),
         AscendKind::Npu => Runtime::npu(device.index as i32).map_err(|e| e.to_string()),
     };
     rt.map_err(|e| format!("cannot open Ascend device {device}: {e}"))
@@ -165,18 +168,18 @@ pub(crate) fn try_runtime(device: &AscendDevice) -> Result<Arc<Runtime>, String>
                 // Opening binds the device to this thread.
                 let rt = Arc::new(open(device)?);
                 map.insert(*device, rt.clone());
-                let _ = BOUND.try_with(|b| b.borrow_mut().insert(*device));
+                let _ = BOUND.try_with(|b| b.set(Some(*device)));
                 return Ok(rt);
             }
         }
     };
     let bound = BOUND
-        .try_with(|b| b.borrow().contains(device))
+        .try_with(|b| b.get() == Some(*device))
         .map_err(|_| "thread is exiting".to_string())?;
     if !bound {
         rt.bind_current_thread()
             .map_err(|e| format!("cannot bind Ascend device {device} to this thread: {e}"))?;
-        let _ = BOUND.try_with(|b| b.borrow_mut().insert(*device));
+        let _ = BOUND.try_with(|b| b.set(Some(*device)));
     }
     Ok(rt)
 }

@@ -16,6 +16,7 @@
 
 pub mod attention;
 pub mod backend;
+pub mod collective;
 pub mod device;
 pub mod element;
 pub mod fallback;

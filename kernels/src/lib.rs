@@ -6,6 +6,7 @@
 //!   other path is tested against, so it stays small and obviously correct.
 //! - [`acl`]: Ascend dispatch through aclnn (CANN loaded at run time); the host simulation of
 //!   the ACL ABI that CI runs is the crate `burn-ascend-acl-sim`.
+//! - [`hccl`]: HCCL collectives (CANN loaded at run time) for data-parallel training.
 //! - [`dropout`]: CANN's bit-packed dropout mask and a seeded generator for it.
 //!
 //! Nothing here validates: callers (the `burn-ascend-contract` crate's specs) check every
@@ -17,6 +18,7 @@ pub mod acl;
 pub mod cpu;
 pub mod dropout;
 pub mod element;
+pub mod hccl;
 pub mod reference;
 pub mod varlen;
 

@@ -5,6 +5,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod data;
+pub mod ddp;
 pub mod dispatch;
 pub mod generate;
 pub mod rope;

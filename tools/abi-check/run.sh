@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The ABI check (issue 15): every FFI declaration of kernels/src/acl/ffi*.rs (the ACL runtime,
 # nnopbase and both stages of every aclnn op of acl_api_table!, plus every enum value and
-# status code the project uses) against CANN's real headers, by a compiler.
+# status code the project uses) and of kernels/src/hccl/ffi.rs (hccl_api_table!, HCCL's enums,
+# result codes and HcclRootInfo's size; issue 19) against CANN's real headers, by a compiler.
 #
 #   tools/abi-check/run.sh [--keep] [--no-self-check]
 #
 # 1. fetches the headers into a temporary directory (they are under CANN's own licence: never
-#    committed): the ACL headers from the torch-npu wheel on PyPI (torch_npu/include/acl), the
+#    committed): the ACL and HCCL headers from the torch-npu wheel on PyPI (torch_npu/include/acl,
+#    torch_npu/include/third_party/hccl/inc/hccl: HcclBarrier and HcclGetErrorString are
+#    declared from 2.6.0.post5 on; 2.6.0's trimmed hccl.h lacks them), the
 #    nnopbase headers (aclnn/acl_meta.h, aclnn/aclnn_base.h, opdev/op_errno.h) from
 #    hicann/opbase, and each op's aclnn_*.h from hicann/ops-math, hicann/ops-nn and
 #    cannmirror/ops-transformer (found by the declaration of <op>GetWorkspaceSize; an op whose
@@ -89,10 +92,20 @@ python3 - "$wheel" "$work/tnpu" <<'PY'
 import sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
 z.extractall(sys.argv[2], [n for n in z.namelist()
-    if n.startswith("torch_npu/include/acl/") or n == "torch_npu/version.py"])
+    if n.startswith(("torch_npu/include/acl/", "torch_npu/include/third_party/hccl/",
+                     "torch_npu/include/third_party/acl/")) or n == "torch_npu/version.py"])
 PY
 [ -f "$work/tnpu/torch_npu/include/acl/acl.h" ] || die "$wheel has no torch_npu/include/acl/acl.h"
 cp -r "$work/tnpu/torch_npu/include/acl" "$inc/acl"
+# HCCL's headers (hccl.h includes third_party/acl/inc/acl/acl.h, the same ACL headers).
+[ -f "$work/tnpu/torch_npu/include/third_party/hccl/inc/hccl/hccl.h" ] ||
+  die "$wheel has no torch_npu/include/third_party/hccl/inc/hccl/hccl.h"
+cp -r "$work/tnpu/torch_npu/include/third_party" "$inc/third_party"
+# One set of ACL headers: hccl.h's include of third_party/acl/inc/acl/acl.h goes to the
+# acl/acl.h checked above (wheels that ship both copies would otherwise mix two versions).
+rm -rf "$inc/third_party/acl"
+mkdir -p "$inc/third_party/acl/inc/acl"
+echo '#include "acl/acl.h"' >"$inc/third_party/acl/inc/acl/acl.h"
 tnpu_version=$(sed -n "s/^__version__ = '\(.*\)'/\1/p" "$work/tnpu/torch_npu/version.py")
 tnpu_git=$(sed -n "s/^git_version = '\(.*\)'/\1/p" "$work/tnpu/torch_npu/version.py")
 echo "   $(basename "$wheel")"
@@ -169,6 +182,7 @@ echo "== aclnn op headers"
 prelude=$work/prelude.h
 {
   echo '#include "acl/acl.h"'
+  echo '#include "third_party/hccl/inc/hccl/hccl.h"'
   echo '#include "aclnn/acl_meta.h"'
   echo '#include "aclnn/aclnn_base.h"'
   echo '#include "opdev/op_errno.h"'
@@ -310,7 +324,7 @@ fi
 
 # ---- 4. report ---------------------------------------------------------------------------------
 echo "== passed against"
-echo "   torch-npu $tnpu_version (git $tnpu_git): ACL headers"
+echo "   torch-npu $tnpu_version (git $tnpu_git): ACL and HCCL headers"
 for r in $repos; do echo "   $r $(repo_version "$r")"; done
 if [ ${#doc_only[@]} -gt 0 ]; then
   echo "   checked against documented prototypes (header generated at build time):"

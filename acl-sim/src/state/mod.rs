@@ -153,14 +153,14 @@ fn guard_ptr<T>(f: impl FnOnce() -> SimResult<usize>) -> *mut T {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0x5100);
 
 /// A fresh opaque handle value (non-null, never dereferenced).
-fn next_id() -> usize {
+pub(crate) fn next_id() -> usize {
     NEXT_ID.fetch_add(16, Ordering::Relaxed)
 }
 
@@ -201,21 +201,66 @@ pub(crate) unsafe extern "C" fn acl_finalize() -> AclStatus {
     ACL_SUCCESS
 }
 
+/// Simulated devices: `u32::MAX` until first read, then `$BURN_ASCEND_SIM_DEVICES` or 1.
+static DEVICES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
+
+/// Makes the simulation report `count` devices (`aclrtGetDeviceCount`; indices
+/// `0..count`, at least 1), each with its own streams. The initial value is
+/// `$BURN_ASCEND_SIM_DEVICES`, else 1. Devices share one host memory pool (and
+/// [`set_memory_limit`]'s one cap).
+pub fn set_device_count(count: u32) {
+    DEVICES.store(count.max(1), Ordering::SeqCst);
+}
+
+/// The number of simulated devices (see [`set_device_count`]).
+pub fn device_count() -> u32 {
+    let n = DEVICES.load(Ordering::SeqCst);
+    if n != u32::MAX {
+        return n;
+    }
+    let n = std::env::var("BURN_ASCEND_SIM_DEVICES")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(1);
+    let _ = DEVICES.compare_exchange(u32::MAX, n, Ordering::SeqCst, Ordering::SeqCst);
+    DEVICES.load(Ordering::SeqCst)
+}
+
+thread_local! {
+    /// The device `aclrtSetDevice` bound to this thread (HCCL's collectives check it).
+    static CURRENT_DEVICE: std::cell::Cell<Option<i32>> = const { std::cell::Cell::new(None) };
+}
+
+/// The device bound to the calling thread (0 when none was: ACL's default context).
+pub(crate) fn current_device() -> i32 {
+    CURRENT_DEVICE.with(|d| d.get()).unwrap_or(0)
+}
+
+fn check_device(call: &str, device: i32) -> SimResult<()> {
+    let count = device_count();
+    if device < 0 || device as u32 >= count {
+        return Err(SimErr(
+            ACL_ERROR_INVALID_PARAM,
+            format!(
+                "{call}: the simulation has {count} device(s) (0..{count}; set_device_count or \
+                 BURN_ASCEND_SIM_DEVICES), got {device}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) unsafe extern "C" fn set_device(device: i32) -> AclStatus {
     guard(|| {
-        if device != 0 {
-            return Err(SimErr(
-                ACL_ERROR_INVALID_PARAM,
-                format!("aclrtSetDevice: the simulation has one device (0), got {device}"),
-            ));
-        }
+        check_device("aclrtSetDevice", device)?;
+        CURRENT_DEVICE.with(|d| d.set(Some(device)));
         Ok(())
     })
 }
 
 pub(crate) unsafe extern "C" fn reset_device(device: i32) -> AclStatus {
-    // SAFETY: same contract, plain integer.
-    unsafe { set_device(device) }
+    guard(|| check_device("aclrtResetDevice", device))
 }
 
 pub(crate) unsafe extern "C" fn get_device_count(count: *mut u32) -> AclStatus {
@@ -224,7 +269,7 @@ pub(crate) unsafe extern "C" fn get_device_count(count: *mut u32) -> AclStatus {
             return Err(SimErr(ACL_ERROR_INVALID_PARAM, "count is null".into()));
         }
         // SAFETY: non-null out-pointer per the prototype.
-        unsafe { *count = 1 };
+        unsafe { *count = device_count() };
         Ok(())
     })
 }
@@ -400,7 +445,6 @@ pub(crate) fn launch(
 /// every piece of device work goes through here or [`streams::enqueue`], so the stream's
 /// ordering rules apply to all of it. The job runs later, on the stream's worker; its failure
 /// is reported by the stream's next synchronisation.
-#[allow(dead_code)] // the collectives queue through it
 pub(crate) fn enqueue(stream: AclrtStream, what: &'static str, job: Job) -> SimResult<()> {
     streams::enqueue(stream, what, take_touched(), job, compute_enabled())
 }

@@ -6,6 +6,7 @@ mod elementwise;
 mod faults;
 mod fia;
 mod guard;
+mod hccl;
 mod host_overhead;
 mod index;
 mod leaks;

@@ -229,6 +229,8 @@ fn an_append_from_another_device_is_a_typed_error_that_changes_nothing() {
     let _lock = crate::shared();
     use burn_ascend_backend::AscendKind;
     let dev = AscendDevice::sim();
+    // A second simulated device (the simulation has one unless asked for more).
+    burn_ascend_backend::collective::simulate_devices(2);
     let other = AscendDevice {
         kind: AscendKind::Simulation,
         index: 1,

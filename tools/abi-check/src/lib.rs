@@ -38,6 +38,9 @@ use burn_ascend_kernels::acl::ffi::{
     self, AclIntArray, AclOpExecutor, AclScalar, AclTensor, AclTensorList, DataType, Format,
 };
 use burn_ascend_kernels::acl::status_name;
+use burn_ascend_kernels::hccl::ffi::{
+    result_name as hccl_result_name, HcclDataType, HcclRootInfo, ReduceOp, HCCL_ROOT_INFO_BYTES,
+};
 
 /// A Rust type of the FFI spelled as the C++ type it stands for, east-const (`T const *`) so
 /// that pointer levels compose by appending.
@@ -65,6 +68,7 @@ c_types! {
     () => "void", c_void => "void",
     AclTensor => "aclTensor", AclIntArray => "aclIntArray", AclTensorList => "aclTensorList",
     AclScalar => "aclScalar", AclOpExecutor => "aclOpExecutor",
+    HcclRootInfo => "HcclRootInfo",
 }
 
 impl<T: CType> CType for *const T {
@@ -124,6 +128,8 @@ pub enum Group {
     Runtime,
     /// One stage of the aclnn op named here.
     Op(&'static str),
+    /// HCCL (`hccl_api_table!`, `hccl/hccl.h`).
+    Hccl,
 }
 
 /// One C function as the Rust side declares it.
@@ -183,12 +189,60 @@ macro_rules! collect_functions {
                     Group::Op(stringify!($c)),
                 ),
             ]),*];
-            runtime.into_iter().chain(ops.into_iter().flatten()).collect()
+            runtime
+                .into_iter()
+                .chain(ops.into_iter().flatten())
+                .chain(hccl_functions())
+                .collect()
         }
     };
 }
 
 burn_ascend_kernels::acl_api_table!(collect_functions);
+
+macro_rules! collect_hccl {
+    (fns { $($f:ident: $c:ident($t:ty)),* }) => {
+        /// Every HCCL function of [`burn_ascend_kernels::hccl_api_table!`], in table order.
+        pub fn hccl_functions() -> Vec<Function> {
+            vec![$(Function::of::<$t>(stringify!($c), stringify!($t), Group::Hccl)),*]
+        }
+    };
+}
+
+burn_ascend_kernels::hccl_api_table!(collect_hccl);
+
+/// `HcclDataType`'s C enumerator for each variant.
+pub fn hccl_data_type_c_name(t: HcclDataType) -> &'static str {
+    match t {
+        HcclDataType::Int8 => "HCCL_DATA_TYPE_INT8",
+        HcclDataType::Int16 => "HCCL_DATA_TYPE_INT16",
+        HcclDataType::Int32 => "HCCL_DATA_TYPE_INT32",
+        HcclDataType::Fp16 => "HCCL_DATA_TYPE_FP16",
+        HcclDataType::Fp32 => "HCCL_DATA_TYPE_FP32",
+        HcclDataType::Int64 => "HCCL_DATA_TYPE_INT64",
+        HcclDataType::Uint64 => "HCCL_DATA_TYPE_UINT64",
+        HcclDataType::Uint8 => "HCCL_DATA_TYPE_UINT8",
+        HcclDataType::Uint16 => "HCCL_DATA_TYPE_UINT16",
+        HcclDataType::Uint32 => "HCCL_DATA_TYPE_UINT32",
+        HcclDataType::Fp64 => "HCCL_DATA_TYPE_FP64",
+        HcclDataType::Bfp16 => "HCCL_DATA_TYPE_BFP16",
+    }
+}
+
+/// `HcclReduceOp`'s C enumerator for each variant.
+pub fn hccl_reduce_op_c_name(op: ReduceOp) -> &'static str {
+    match op {
+        ReduceOp::Sum => "HCCL_REDUCE_SUM",
+        ReduceOp::Prod => "HCCL_REDUCE_PROD",
+        ReduceOp::Max => "HCCL_REDUCE_MAX",
+        ReduceOp::Min => "HCCL_REDUCE_MIN",
+    }
+}
+
+/// The structs passed by pointer whose size the Rust side fixes: `(C name, Rust size)`.
+pub fn struct_sizes() -> Vec<(&'static str, usize)> {
+    vec![("HcclRootInfo", std::mem::size_of::<HcclRootInfo>())]
+}
 
 /// The aclnn ops of the table, in table order.
 pub fn ops() -> Vec<&'static str> {
@@ -280,6 +334,9 @@ pub const ENUMS_PASSED_AS_I32: &[&str] = &[
     "aclFormat",
     "aclrtMemMallocPolicy",
     "aclrtMemcpyKind",
+    "HcclResult",
+    "HcclDataType",
+    "HcclReduceOp",
 ];
 
 /// Every enum value and status code the Rust side uses: [`ffi_constants`], every
@@ -308,6 +365,35 @@ pub fn constants() -> Vec<Constant> {
                 c_name: format_c_name(f).to_string(),
                 value: i64::from(f.raw()),
                 source: "kernels/src/acl/ffi.rs Format",
+            });
+        }
+    }
+    all.push(Constant {
+        c_name: "HCCL_ROOT_INFO_BYTES".into(),
+        value: HCCL_ROOT_INFO_BYTES as i64,
+        source: "kernels/src/hccl/ffi.rs",
+    });
+    for raw in 0..=255 {
+        if let Some(t) = HcclDataType::from_raw(raw) {
+            all.push(Constant {
+                c_name: hccl_data_type_c_name(t).to_string(),
+                value: i64::from(t.raw()),
+                source: "kernels/src/hccl/ffi.rs HcclDataType",
+            });
+        }
+        if let Some(op) = ReduceOp::from_raw(raw) {
+            all.push(Constant {
+                c_name: hccl_reduce_op_c_name(op).to_string(),
+                value: i64::from(op.raw()),
+                source: "kernels/src/hccl/ffi.rs ReduceOp",
+            });
+        }
+        let name = hccl_result_name(raw);
+        if !name.is_empty() {
+            all.push(Constant {
+                c_name: name.to_string(),
+                value: i64::from(raw),
+                source: "kernels/src/hccl/ffi.rs result_name",
             });
         }
     }
@@ -390,6 +476,7 @@ impl Mutation {
             "aclnnFlashAttentionVarLenScoreV5GetWorkspaceSize:17:int32_t",
             "aclnnInplaceUniformGetWorkspaceSize:3:int64_t",
             "aclnnInplaceNormalGetWorkspaceSize:1:double",
+            "HcclAllReduce:2:uint32_t",
         ]
         .iter()
         .map(|s| Mutation::parse(s).expect("a well-formed built-in mutation"))
@@ -417,6 +504,9 @@ pub fn self_declarations(functions: &[Function], constants: &[Constant]) -> Stri
          typedef struct aclTensorList aclTensorList;\ntypedef struct aclScalar aclScalar;\n\
          typedef struct aclOpExecutor aclOpExecutor;\n",
     );
+    for (name, size) in struct_sizes() {
+        let _ = writeln!(s, "struct {name} {{ char internal[{size}]; }};");
+    }
     for e in ENUMS_PASSED_AS_I32 {
         let _ = writeln!(s, "enum {e} {{ {e}_PLACEHOLDER = 0 }};");
     }
@@ -526,6 +616,13 @@ pub fn check_source(
         let _ = writeln!(
             s,
             "static_assert(sizeof({e}) == sizeof(int32_t), \"{e} is not 4 bytes; Rust passes it as i32\");"
+        );
+    }
+    s.push_str("\n// ---- structs passed by pointer\n");
+    for (name, size) in struct_sizes() {
+        let _ = writeln!(
+            s,
+            "static_assert(sizeof({name}) == {size}, \"{name}: Rust's struct has {size} bytes\");"
         );
     }
     s.push_str("\n// ---- enum values and status codes\n");
@@ -683,7 +780,9 @@ mod tests {
             );
         }
         let runtime = fns.iter().filter(|f| f.group == Group::Runtime).count();
-        assert_eq!(fns.len(), 2 * ops().len() + runtime);
+        let hccl = fns.iter().filter(|f| f.group == Group::Hccl).count();
+        assert_eq!(hccl, burn_ascend_kernels::hccl::HcclApi::FUNCTIONS.len());
+        assert_eq!(fns.len(), 2 * ops().len() + runtime + hccl);
     }
 
     #[test]

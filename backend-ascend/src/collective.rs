@@ -1,0 +1,223 @@
+//! Data-parallel collectives over HCCL for `Ascend` tensors: a [`ProcessGroup`] is one rank of
+//! an HCCL communicator bound to its [`AscendDevice`], and its collectives run **on that
+//! device's stream**, queued like any other op (the host does not wait; what is queued after a
+//! collective sees its result).
+//!
+//! - [`ProcessGroup::local`]: one process driving N local devices (`HcclCommInitAll`); each
+//!   group is then used on its own thread.
+//! - [`ProcessGroup::from_launch`]: one process per device, from torchrun's variables
+//!   ([`LaunchEnv`]): rank 0's `HcclGetRootInfo`, shared over the TCP rendezvous, then
+//!   `HcclCommInitRootInfo`.
+//!
+//! On [`AscendDevice::sim`]-kind devices the communicators are the simulation's HCCL (not
+//! CANN's; `burn_ascend_acl_sim::hccl_api`), over simulated devices `0..N` ([`simulate_devices`]).
+
+use burn_ascend_kernels::acl::AclApi;
+use burn_ascend_kernels::hccl::{
+    launch, root_info, Communicator, HcclApi, HcclDataType, HcclError, LaunchEnv, ReduceOp,
+};
+
+use crate::device::{try_runtime, AscendDevice, AscendKind};
+use crate::tensor::AscendTensor;
+
+/// Makes the simulation report at least `n` devices, so `AscendDevice { kind: Simulation,
+/// index }` opens for every index below `n`.
+#[cfg(feature = "sim")]
+pub fn simulate_devices(n: u32) {
+    if burn_ascend_acl_sim::device_count() < n {
+        burn_ascend_acl_sim::set_device_count(n);
+    }
+}
+
+fn tables(kind: AscendKind) -> Result<(&'static HcclApi, &'static AclApi), HcclError> {
+    match kind {
+        #[cfg(feature = "sim")]
+        AscendKind::Simulation => Ok((burn_ascend_acl_sim::hccl_api(), burn_ascend_acl_sim::api())),
+        #[cfg(not(feature = "sim"))]
+        AscendKind::Simulation => Err(HcclError::Unsupported(
+            "the host simulation (and its HCCL) is not compiled in: enable the `sim` feature"
+                .into(),
+        )),
+        AscendKind::Npu => {
+            let hccl = burn_ascend_kernels::hccl::loader::hccl()?;
+            let acl = burn_ascend_kernels::acl::loader::cann()?;
+            Ok((hccl, acl))
+        }
+    }
+}
+
+fn open(device: &AscendDevice) -> Result<(), HcclError> {
+    try_runtime(device)
+        .map(drop)
+        .map_err(|e| dev_err(device, e))
+}
+
+/// One rank of a communicator, on its device. `Send`: made on one thread, used on its rank's.
+#[derive(Debug)]
+pub struct ProcessGroup {
+    comm: Communicator,
+    device: AscendDevice,
+}
+
+impl ProcessGroup {
+    /// `HcclCommInitAll` over `devices` (rank `i` on `devices[i]`, all of one kind), for one
+    /// process driving them all.
+    pub fn local(devices: &[AscendDevice]) -> Result<Vec<Self>, HcclError> {
+        let Some(first) = devices.first() else {
+            return Err(HcclError::Invalid {
+                param: "devices".into(),
+                rule: "needs at least one device".into(),
+            });
+        };
+        if let Some(d) = devices.iter().find(|d| d.kind != first.kind) {
+            return Err(HcclError::Invalid {
+                param: "devices".into(),
+                rule: format!("all ranks must be of one kind: {first} and {d}"),
+            });
+        }
+        for d in devices {
+            open(d)?;
+        }
+        let (hccl, acl) = tables(first.kind)?;
+        let ids: Vec<i32> = devices.iter().map(|d| d.index as i32).collect();
+        let comms = Communicator::init_all(hccl, acl, &ids)?;
+        Ok(comms
+            .into_iter()
+            .zip(devices)
+            .map(|(comm, &device)| Self { comm, device })
+            .collect())
+    }
+
+    /// One process per device: this process is rank `env.rank` on device `env.local_rank` of
+    /// `kind`. Rank 0 gets the root info and serves it over the rendezvous; every rank then
+    /// joins with `HcclCommInitRootInfo`. Waits up to `HCCL_CONNECT_TIMEOUT`.
+    pub fn from_launch(env: &LaunchEnv, kind: AscendKind) -> Result<Self, HcclError> {
+        let device = AscendDevice {
+            kind,
+            index: env.local_rank,
+        };
+        open(&device)?;
+        let (hccl, acl) = tables(kind)?;
+        let mine = if env.rank == 0 {
+            Some(root_info(hccl, acl)?)
+        } else {
+            None
+        };
+        let info = launch::exchange_root_info(env, mine.as_ref(), launch::connect_timeout()?)?;
+        let comm = Communicator::init_root_info(
+            hccl,
+            acl,
+            env.world_size,
+            &info,
+            env.rank,
+            device.index as i32,
+        )?;
+        Ok(Self { comm, device })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.comm.rank() as usize
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.comm.size() as usize
+    }
+
+    /// This rank's device.
+    pub fn device(&self) -> AscendDevice {
+        self.device
+    }
+
+    /// A contiguous tensor owning its storage alone, so a collective may write it in place:
+    /// `t` itself when it already is one, else a device copy.
+    fn exclusive(&self, t: AscendTensor, call: &str) -> Result<AscendTensor, HcclError> {
+        if t.device() != self.device {
+            return Err(HcclError::Invalid {
+                param: "tensor".into(),
+                rule: format!(
+                    "{call} on rank {} needs a tensor on {}, got one on {}",
+                    self.rank(),
+                    self.device,
+                    t.device()
+                ),
+            });
+        }
+        let whole = t.is_contiguous()
+            && t.offset == 0
+            && t.numel() * t.dtype.size() == t.storage.len()
+            && std::sync::Arc::strong_count(&t.storage) == 1;
+        if whole {
+            return Ok(t);
+        }
+        crate::ops::native_index::contiguous(&t)
+            .ok_or_else(|| HcclError::Unsupported(format!("{call} of a {:?} tensor", t.dtype)))
+    }
+
+    fn hccl_dtype(t: &AscendTensor, call: &str) -> Result<HcclDataType, HcclError> {
+        burn_ascend_kernels::acl::DataType::from_raw(t.acl_dtype(call).raw())
+            .and_then(HcclDataType::from_acl)
+            .ok_or_else(|| HcclError::Unsupported(format!("{call} of a {:?} tensor", t.dtype)))
+    }
+
+    /// The element-wise sum over all ranks of `t` (queued on the device stream; every rank
+    /// must call it, in the same order as its other collectives, with the same shape and
+    /// dtype).
+    pub fn all_reduce_sum(&self, t: AscendTensor) -> Result<AscendTensor, HcclError> {
+        const CALL: &str = "HcclAllReduce";
+        let t = self.exclusive(t, CALL)?;
+        let dtype = Self::hccl_dtype(&t, CALL)?;
+        let rt = try_runtime(&self.device).map_err(|e| dev_err(&self.device, e))?;
+        self.comm.all_reduce(
+            &rt,
+            t.storage.buffer(),
+            t.storage.buffer(),
+            t.numel(),
+            dtype,
+            ReduceOp::Sum,
+        )?;
+        Ok(t)
+    }
+
+    /// Rank `root`'s `t` on every rank (queued on the device stream; see
+    /// [`Self::all_reduce_sum`]).
+    pub fn broadcast(&self, t: AscendTensor, root: usize) -> Result<AscendTensor, HcclError> {
+        const CALL: &str = "HcclBroadcast";
+        let t = self.exclusive(t, CALL)?;
+        let dtype = Self::hccl_dtype(&t, CALL)?;
+        let rt = try_runtime(&self.device).map_err(|e| dev_err(&self.device, e))?;
+        let root = u32::try_from(root).unwrap_or(u32::MAX);
+        self.comm
+            .broadcast(&rt, t.storage.buffer(), t.numel(), dtype, root)?;
+        Ok(t)
+    }
+
+    /// `HcclBarrier` on the device stream.
+    pub fn barrier(&self) -> Result<(), HcclError> {
+        let rt = try_runtime(&self.device).map_err(|e| dev_err(&self.device, e))?;
+        self.comm.barrier(&rt)
+    }
+
+    /// Waits for the device stream: a failed queued collective (a peer's mismatch, a timeout,
+    /// a rank that left) becomes this rank's typed error, `call` naming what was waited for.
+    pub fn synchronize(&self, call: &str) -> Result<(), HcclError> {
+        let rt = try_runtime(&self.device).map_err(|e| dev_err(&self.device, e))?;
+        self.comm.synchronize(&rt, call)
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // Collectives still queued on the stream use the communicator: let them finish before
+        // it is destroyed (their failure, if any, was this rank's to report earlier).
+        let _ = self.synchronize("HcclCommDestroy");
+    }
+}
+
+fn dev_err(device: &AscendDevice, e: String) -> HcclError {
+    HcclError::Invalid {
+        param: "device".into(),
+        rule: format!("{device} cannot be opened: {e}"),
+    }
+}
