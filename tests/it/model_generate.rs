@@ -158,3 +158,15 @@ fn serving_on_the_ascend_simulation_matches_ndarray() {
         }
     }
 }
+
+#[test]
+fn the_attend_path_can_only_change_before_the_first_sequence() {
+    let device = Default::default();
+    let model = Transformer::<NdArray>::new(&tiny_d(true, Some(4), 64), &device).unwrap();
+    let gen = Generator::new(model, 8, 16, &device).unwrap();
+    let mut gen = gen.with_attend_path(AttendPath::PromptIncre).unwrap();
+    assert_eq!(gen.attend_path(), AttendPath::PromptIncre);
+    gen.add(&[1, 2, 3]).unwrap();
+    let e = gen.with_attend_path(AttendPath::Fused).unwrap_err();
+    assert!(e.to_string().contains("invalid path"), "{e}");
+}
