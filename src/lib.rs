@@ -1,6 +1,7 @@
 //! burn-ascend: CANN's attention operators for Burn — varlen flash attention with learned
 //! sinks (forward and fused backward), on every Burn backend, with a CPU reference and an
-//! op-replay CLI. See the README for the feature table.
+//! `Ascend` backend that runs them through aclnn. See the README for the feature table; the
+//! op-replay CLI and the example model are the crates `burn-ascend-cli` and `burn-ascend-model`.
 //!
 //! ```
 //! use burn::backend::NdArray;
@@ -19,15 +20,8 @@
 //! assert_eq!(out.dims(), [8, 4, 8]);
 //! ```
 
-// Not part of the public API: the op-replay CLI's internals (for the `burn-ascend` binary)
-// and the example LLM (for `examples/` and the tests). Public only because binaries, examples
-// and integration tests are separate crates.
-#[doc(hidden)]
-pub mod cli;
-#[doc(hidden)]
-pub mod model;
-
 pub use burn_ascend_backend as backend;
+pub use burn_ascend_cann as cann;
 pub use burn_ascend_kernels as kernels;
 pub use burn_ascend_ops as ops;
 pub use burn_ascend_ops::*;

@@ -17,8 +17,8 @@
 
 use std::time::Instant;
 
-use burn_ascend_kernels::acl::ops::{varlen_fwd, VarlenFwdArgs};
-use burn_ascend_kernels::acl::{DataType, IntArray, Result, Tensor, TensorDesc};
+use burn_ascend_cann::acl::ops::{varlen_fwd, VarlenFwdArgs};
+use burn_ascend_cann::acl::{DataType, IntArray, Result, Tensor, TensorDesc};
 
 /// Host overhead of one varlen forward dispatch, in µs.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -10,11 +10,11 @@
 use std::ffi::c_char;
 use std::sync::Arc;
 
+use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::fia::{parse_fia_layout, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant};
 use burn_ascend_contract::incre::{AntiquantSpec, BlockTable};
 use burn_ascend_contract::prompt::{PromptMask, PromptPse};
 use burn_ascend_contract::AttnError;
-use burn_ascend_kernels::acl::ffi::*;
 use burn_ascend_kernels::reference::fia::fused_infer_attention;
 
 use crate::state::{

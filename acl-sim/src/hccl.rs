@@ -32,8 +32,8 @@ use std::ffi::{c_char, c_void};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use burn_ascend_kernels::acl::ffi::AclrtStream;
-use burn_ascend_kernels::hccl::ffi::*;
+use burn_ascend_cann::acl::ffi::AclrtStream;
+use burn_ascend_cann::hccl::ffi::*;
 use half::{bf16, f16};
 
 use crate::state::{
@@ -792,13 +792,13 @@ pub(crate) unsafe extern "C" fn barrier(comm: HcclComm, stream: AclrtStream) -> 
 macro_rules! register_hccl {
     (fns { $($f:ident: $c:ident($t:ty)),* }) => {
         static HCCL_API: HcclApi = HcclApi {
-            kind: burn_ascend_kernels::acl::ApiKind::Simulation,
+            kind: burn_ascend_cann::acl::ApiKind::Simulation,
             $($f: $f,)*
         };
     };
 }
 
-burn_ascend_kernels::hccl_api_table!(register_hccl);
+burn_ascend_cann::hccl_api_table!(register_hccl);
 
 /// The simulated HCCL's function table (**not CANN's HCCL**).
 pub fn hccl_api() -> &'static HcclApi {

@@ -16,7 +16,7 @@
 //! `out`) and INT32/INT64 in i64 (wrapping), **accumulating duplicate indices in index order**
 //! — deterministic, unlike CANN's default (non-deterministic) IndexAdd.
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 
 use crate::state::SimTensor;
 use crate::state::{self, guard, invalid, new_executor, required, scalar, SimErr, SimResult};

@@ -5,7 +5,7 @@
 //! boxed Rust values, and each aclnn op decodes the descriptors it was handed (dims, strides,
 //! offset, dtype, format, storage) and runs the kernels crate's CPU kernels. It exists so CI,
 //! which has no NPU, exercises the dispatch code path byte for byte: a wrong argument order,
-//! stride or dtype in `burn_ascend_kernels::acl::ops` or in the backend's call builders
+//! stride or dtype in `burn_ascend_cann::acl::ops` or in the backend's call builders
 //! (`burn_ascend_backend::attention::aclnn`) changes the simulated
 //! result or is refused. [`runtime`] opens a `Runtime` over it.
 //!
@@ -19,7 +19,7 @@
 //! - each failure leaves a message for `aclGetRecentErrMsg`.
 //!
 //! The registration is generated from the kernels crate's one table of ops
-//! (`burn_ascend_kernels::acl_api_table!`): every op listed there must have a first stage here,
+//! (`burn_ascend_cann::acl_api_table!`): every op listed there must have a first stage here,
 //! a function named by its table field (e.g. `sin`), re-exported by `registry`; the launch
 //! stages are generated ([`state::launch`] under the op's name). One module per family, as
 //! `burn_ascend_kernels::reference`:
@@ -77,8 +77,8 @@ pub use state::{
 
 use std::ffi::c_void;
 
-use burn_ascend_kernels::acl::ffi::{AclOpExecutor, AclStatus, AclrtStream, OpFns};
-use burn_ascend_kernels::acl::{AclApi, ApiKind, Result, Runtime};
+use burn_ascend_cann::acl::ffi::{AclOpExecutor, AclStatus, AclrtStream, OpFns};
+use burn_ascend_cann::acl::{AclApi, ApiKind, Result, Runtime};
 
 /// Every entry of the table by its field name: the runtime and nnopbase functions and each
 /// op's first stage.
@@ -152,12 +152,19 @@ macro_rules! register {
     };
 }
 
-burn_ascend_kernels::acl_api_table!(register);
+burn_ascend_cann::acl_api_table!(register);
 
 /// Runs `f` under the guard every simulated entry point runs under; returns the status and
 /// the recent-error message. For the guard's tests only.
 #[doc(hidden)]
 pub use state::{first_stage_read_for_tests, guarded_for_tests};
+
+/// The uniform draw's bound helpers, for the integration tests (the library has no unit tests:
+/// `test = false`, so tests inside it would never be built).
+#[doc(hidden)]
+pub mod random_bounds_for_tests {
+    pub use crate::elementwise::random::{largest_below, round_to};
+}
 
 /// The simulation's function table.
 pub fn api() -> &'static AclApi {
@@ -181,10 +188,10 @@ pub fn runtime_on(device: i32) -> Result<Runtime> {
 pub fn api_without(varlen_v5: bool, pfa_v3: bool) -> &'static AclApi {
     let mut missing = Vec::new();
     if varlen_v5 {
-        missing.push(burn_ascend_kernels::acl::ffi::names::varlen_fwd_v5);
+        missing.push(burn_ascend_cann::acl::ffi::names::varlen_fwd_v5);
     }
     if pfa_v3 {
-        missing.push(burn_ascend_kernels::acl::ffi::names::pfa_v3);
+        missing.push(burn_ascend_cann::acl::ffi::names::pfa_v3);
     }
     api_without_ops(&missing)
 }

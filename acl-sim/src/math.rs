@@ -7,7 +7,7 @@
 //! `aclnnAdd`/`Sub`/`Mul`/`Adds`/`Muls` also take INT32/INT64 operands of one dtype (exact,
 //! wrapping, integral alpha and scalar; `elementwise::int_binary`/`int_scalar`).
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 use half::{bf16, f16};
 
 use crate::state::SimTensor;

@@ -4,7 +4,7 @@
 
 use std::ffi::c_char;
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_kernels::reference::prompt::{
     self as pfa, PfaLayout, PromptFlashAttentionArgs, PseShift,
 };

@@ -10,8 +10,8 @@
 
 use std::ffi::c_char;
 
+use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::scatter::ScatterKind;
-use burn_ascend_kernels::acl::ffi::*;
 use burn_ascend_kernels::reference::scatter::{
     check_compressed_scatter, check_scatter, scatter_pa_kv_cache as reference_scatter,
     scatter_pa_kv_cache_compressed, CacheMode, CompressMode, CompressedScatterArgs,

@@ -2,7 +2,7 @@
 //! (FLOAT / FLOAT16 / BFLOAT16 / INT8, INT32 / INT64 indices, masks), encodings of results and
 //! shape checks.
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_kernels::Element;
 use half::{bf16, f16};
 

@@ -21,7 +21,7 @@
 //! naming the op, the call and its status; other device failures (allocating a Burn tensor)
 //! panic with the call, its status and CANN's message, as Burn's tensor API cannot return one.
 
-use burn_ascend_kernels::acl::{Tensor, TensorDesc};
+use burn_ascend_cann::acl::{Tensor, TensorDesc};
 use burn_ascend_kernels::reference::varlen::dpse_factor;
 use burn_ascend_ops::backend::{
     AttentionBackend, IncreInputs, PromptInputs, ScatterInputs, ScatterOutputs, VarlenGradInputs,

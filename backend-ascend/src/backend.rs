@@ -1,6 +1,6 @@
 //! The [`Ascend`] backend type.
 
-use burn_ascend_kernels::acl;
+use burn_ascend_cann::acl;
 use burn_backend::quantization::{QuantLevel, QuantMode, QuantScheme, QuantStore, QuantValue};
 use burn_backend::{Backend, BackendTypes, BoolStore, DType, DTypeUsage, DTypeUsageSet};
 

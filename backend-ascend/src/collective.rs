@@ -12,8 +12,8 @@
 //! On [`AscendDevice::sim`]-kind devices the communicators are the simulation's HCCL (not
 //! CANN's; `burn_ascend_acl_sim::hccl_api`), over simulated devices `0..N` ([`simulate_devices`]).
 
-use burn_ascend_kernels::acl::AclApi;
-use burn_ascend_kernels::hccl::{
+use burn_ascend_cann::acl::AclApi;
+use burn_ascend_cann::hccl::{
     launch, root_info, Communicator, HcclApi, HcclDataType, HcclError, LaunchEnv, ReduceOp,
 };
 
@@ -39,8 +39,8 @@ fn tables(kind: AscendKind) -> Result<(&'static HcclApi, &'static AclApi), HcclE
                 .into(),
         )),
         AscendKind::Npu => {
-            let hccl = burn_ascend_kernels::hccl::loader::hccl()?;
-            let acl = burn_ascend_kernels::acl::loader::cann()?;
+            let hccl = burn_ascend_cann::hccl::loader::hccl()?;
+            let acl = burn_ascend_cann::acl::loader::cann()?;
             Ok((hccl, acl))
         }
     }
@@ -156,7 +156,7 @@ impl ProcessGroup {
     }
 
     fn hccl_dtype(t: &AscendTensor, call: &str) -> Result<HcclDataType, HcclError> {
-        burn_ascend_kernels::acl::DataType::from_raw(t.acl_dtype(call).raw())
+        burn_ascend_cann::acl::DataType::from_raw(t.acl_dtype(call).raw())
             .and_then(HcclDataType::from_acl)
             .ok_or_else(|| HcclError::Unsupported(format!("{call} of a {:?} tensor", t.dtype)))
     }

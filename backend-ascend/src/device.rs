@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use burn_ascend_kernels::acl::Runtime;
+use burn_ascend_cann::acl::Runtime;
 use burn_backend::{DeviceId, DeviceOps};
 
 /// Where an [`AscendDevice`]'s aclnn calls go.
@@ -58,7 +58,7 @@ impl AscendDevice {
         let v = std::env::var("BURN_ASCEND_DEVICE").unwrap_or_default();
         let v = v.trim();
         let npu = || {
-            burn_ascend_kernels::acl::default_device_id()
+            burn_ascend_cann::acl::default_device_id()
                 .map(|d| Self::npu(d as u32))
                 .map_err(|e| e.to_string())
         };
@@ -199,7 +199,7 @@ pub fn synchronize(device: &AscendDevice) {
 
 /// What `device`'s runtime did so far: aclnn launches and queued copies, synchronisations, and
 /// bytes copied each way (all threads together).
-pub fn device_counters(device: &AscendDevice) -> burn_ascend_kernels::acl::RuntimeCounters {
+pub fn device_counters(device: &AscendDevice) -> burn_ascend_cann::acl::RuntimeCounters {
     try_runtime(device)
         .map(|rt| rt.counters())
         .unwrap_or_default()

@@ -80,7 +80,7 @@ pub struct Fallback {
 impl Drop for Fallback {
     fn drop(&mut self) {
         if let Some(t) = self.started {
-            burn_ascend_kernels::acl::profile::record(
+            burn_ascend_cann::acl::profile::record(
                 &format!("host fallback {}", self.op),
                 t.elapsed(),
             );
@@ -97,7 +97,7 @@ impl Fallback {
             device: None,
             float: None,
             explicit_float: false,
-            started: burn_ascend_kernels::acl::profile::enabled().then(std::time::Instant::now),
+            started: burn_ascend_cann::acl::profile::enabled().then(std::time::Instant::now),
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! Layout as `burn-tch`: [`backend`] (the backend type), [`device`], [`element`], [`tensor`]
 //! (the primitive: device buffer, shape, element strides, offset, dtype), `ops/` (one file
-//! per op trait). Native ops call aclnn through `burn_ascend_kernels::acl`; everything else
+//! per op trait). Native ops call aclnn through `burn_ascend_cann::acl`; everything else
 //! runs through the counted host [`fallback`]. The attention ops of this project run natively
 //! through [`burn_ascend_ops::AttentionBackend`] ([`attention`]).
 //!

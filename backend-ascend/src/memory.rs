@@ -52,8 +52,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
-use burn_ascend_kernels::acl::ffi::{ACL_ERROR_BAD_ALLOC, ACL_ERROR_RT_MEMORY_ALLOCATION};
-use burn_ascend_kernels::acl::{AclError, ApiKind, DeviceBuffer};
+use burn_ascend_cann::acl::ffi::{ACL_ERROR_BAD_ALLOC, ACL_ERROR_RT_MEMORY_ALLOCATION};
+use burn_ascend_cann::acl::{AclError, ApiKind, DeviceBuffer};
 
 use crate::device::{runtime, try_runtime, AscendDevice};
 

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use burn_ascend_kernels::acl::{
+use burn_ascend_cann::acl::{
     AclError, DataType, DeviceBuffer, Tensor as AclTensorHandle, TensorDesc,
 };
 use burn_backend::{DType, Shape, TensorData, TensorMetadata};
@@ -24,7 +24,7 @@ pub(crate) struct Storage {
 }
 
 // SAFETY: `DeviceBuffer` is `!Send`/`!Sync` only because ACL binds the device context to a
-// thread (see `burn_ascend_kernels::acl::tensor`). Every use of a `Storage` — allocation,
+// thread (see `burn_ascend_cann::acl::tensor`). Every use of a `Storage` — allocation,
 // memcpy, aclnn launches over it and the release in `Drop` — first goes through
 // `device::runtime`/`try_runtime`, which binds this storage's device to the calling thread
 // (`aclrtSetDevice`), so the calls act on the right context whatever the thread. The buffer is

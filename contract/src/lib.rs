@@ -12,6 +12,7 @@
 //! library.
 
 mod checked;
+pub mod dtype;
 pub mod error;
 pub mod fia;
 pub mod incre;
@@ -19,5 +20,5 @@ pub mod prompt;
 pub mod scatter;
 pub mod varlen;
 
-pub use burn_ascend_kernels::acl::DataType;
+pub use dtype::DataType;
 pub use error::{AttnError, Result};

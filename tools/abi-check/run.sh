@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The ABI check (issue 15): every FFI declaration of kernels/src/acl/ffi*.rs (the ACL runtime,
+# The ABI check (issue 15): every FFI declaration of cann/src/acl/ffi*.rs (the ACL runtime,
 # nnopbase and both stages of every aclnn op of acl_api_table!, plus every enum value and
-# status code the project uses) and of kernels/src/hccl/ffi.rs (hccl_api_table!, HCCL's enums,
+# status code the project uses) and of cann/src/hccl/ffi.rs (hccl_api_table!, HCCL's enums,
 # result codes and HcclRootInfo's size; issue 19) against CANN's real headers, by a compiler.
 #
 #   tools/abi-check/run.sh [--keep] [--no-self-check]

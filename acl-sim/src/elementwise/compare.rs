@@ -1,7 +1,7 @@
 //! Simulated comparisons (`aclnnEqTensor` … `aclnnLeScalar`), `aclnnSWhere`, the in-place
 //! masked fill, logic and `aclnnCast`.
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 
 use super::*;
 use crate::state::{guard, required, scalar};

@@ -11,14 +11,14 @@
 //! `(seed, offset + element index)` (SplitMix64 of the pair), so a call is a pure function of
 //! its arguments, as CANN's Philox kernels are; the values differ from CANN's.
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 use half::{bf16, f16};
 
 use crate::math::{broadcast, broadcast_index, SIM_WORKSPACE};
 use crate::state::{invalid, new_executor, SimErr, SimResult, SimTensor};
 
 mod compare;
-mod random;
+pub(crate) mod random;
 mod reduce;
 mod unary;
 

@@ -2,7 +2,7 @@
 //! `aclnnInplaceBernoulli`): a counter-based generator keyed on `(seed, offset + element
 //! index)` (SplitMix64 of the pair), so a call is a pure function of its arguments.
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 
 use super::*;
 use crate::state::{guard, required, scalar};
@@ -21,7 +21,7 @@ fn uniform01(seed: u64, counter: u64) -> f64 {
 }
 
 /// `x` rounded once to the float element type `dtype`.
-fn round_to(x: f64, dtype: DataType) -> f64 {
+pub fn round_to(x: f64, dtype: DataType) -> f64 {
     match dtype {
         DataType::Float => f64::from(x as f32),
         DataType::Float16 => f16::from_f64(x).to_f64(),
@@ -31,7 +31,7 @@ fn round_to(x: f64, dtype: DataType) -> f64 {
 }
 
 /// The largest value of the float element type `dtype` strictly below `to`.
-fn largest_below(to: f64, dtype: DataType) -> f64 {
+pub fn largest_below(to: f64, dtype: DataType) -> f64 {
     let r = round_to(to, dtype);
     if r < to {
         return r;
@@ -163,30 +163,4 @@ pub(crate) unsafe extern "C" fn inplace_bernoulli(
         };
         fill(OP, self_ref, REAL, f, ws, ex)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn largest_below_is_the_representable_neighbour_under_the_bound() {
-        assert_eq!(
-            largest_below(4.0, DataType::Float),
-            f64::from(4.0f32.next_down())
-        );
-        assert_eq!(largest_below(4.0, DataType::Float16), 4.0 - 1.0 / 512.0);
-        assert_eq!(largest_below(4.0, DataType::Bf16), 4.0 - 1.0 / 64.0);
-        assert_eq!(largest_below(-2.0, DataType::Float16), -2.0 - 1.0 / 512.0);
-        // f32(0.1) lies above 0.1, so the answer is one step below it.
-        assert!(largest_below(0.1, DataType::Float) < 0.1);
-        assert!(round_to(largest_below(0.1, DataType::Float), DataType::Float) < 0.1);
-    }
-
-    #[test]
-    fn an_f64_draw_that_rounds_up_to_the_bound_stays_below_it_in_f32() {
-        let x = round_to(4.0 - 1e-12, DataType::Float);
-        assert_eq!(x, 4.0, "the premise: f32 rounding reaches the bound");
-        assert!(largest_below(4.0, DataType::Float) < 4.0);
-    }
 }

@@ -1,7 +1,7 @@
 //! Simulated max / min: `aclnnMaxDim` / `aclnnMinDim` (values and indices), `aclnnArgMax` /
 //! `aclnnArgMin` and `aclnnAmax` / `aclnnAmin`.
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 
 use super::*;
 use crate::state::{self, guard, required};

@@ -2,7 +2,7 @@
 //! `aclnnReciprocal`, `aclnnSin`, `aclnnCos`, `aclnnErf`, `aclnnGeluV2`) and pow / clamp by
 //! scalars.
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 
 use super::*;
 use crate::state::{guard, required, scalar};

@@ -6,7 +6,7 @@
 
 use std::cell::RefCell;
 
-use burn_ascend_kernels::acl::ffi::{
+use burn_ascend_cann::acl::ffi::{
     AclStatus, ACLNN_ERR_RUNTIME_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION,
 };
 

@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 use half::{bf16, f16};
 
 use super::{device_range_ok, guard, guard_ptr, invalid, lock, next_id, read_device};

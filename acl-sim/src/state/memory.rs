@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 
 use super::{guard, invalid, lock, SimErr, SimResult};
 

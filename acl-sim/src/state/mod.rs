@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 
 pub(crate) mod faults;
 pub(crate) mod handles;

@@ -11,7 +11,7 @@
 
 use std::ffi::c_char;
 
-use burn_ascend_kernels::acl::ffi::*;
+use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_kernels::varlen::{
     lengths_from_varlen_cumulative, AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode,
     VarlenAttrs, VarlenDims, VarlenProblem, ALIBI_COMPRESSED_ROWS, VARLEN_LAYOUT,

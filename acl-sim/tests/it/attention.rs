@@ -7,17 +7,15 @@ use std::ptr::{null, null_mut};
 
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::attention::aclnn;
+use burn_ascend_cann::acl::ffi::{AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR};
+use burn_ascend_cann::acl::ops::{self, VarlenFwdArgs};
+use burn_ascend_cann::acl::tensor::recent_error;
+use burn_ascend_cann::acl::{
+    AclError, DataType, DeviceTensor, Format, IntArray, Runtime, Tensor, TensorDesc,
+};
 use burn_ascend_contract::prompt::{PfaLayout, PromptSpec};
 use burn_ascend_contract::scatter::{CacheMode, ScatterKind, ScatterSpec};
 use burn_ascend_contract::varlen::VarlenSpec;
-use burn_ascend_kernels::acl::ffi::{
-    AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
-};
-use burn_ascend_kernels::acl::ops::{self, VarlenFwdArgs};
-use burn_ascend_kernels::acl::tensor::recent_error;
-use burn_ascend_kernels::acl::{
-    AclError, DataType, DeviceTensor, Format, IntArray, Runtime, Tensor, TensorDesc,
-};
 use burn_ascend_kernels::reference::varlen as reference;
 use burn_ascend_kernels::varlen::{VarlenAttrs as KAttrs, VarlenDims, VarlenProblem};
 
@@ -249,12 +247,12 @@ fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
 /// Everything for a handle-level varlen forward, so tests can tamper with one argument.
 struct Handles {
     rt: Runtime,
-    q: burn_ascend_kernels::acl::DeviceTensor,
-    k: burn_ascend_kernels::acl::DeviceTensor,
-    v: burn_ascend_kernels::acl::DeviceTensor,
-    o: burn_ascend_kernels::acl::DeviceTensor,
-    smax: burn_ascend_kernels::acl::DeviceTensor,
-    ssum: burn_ascend_kernels::acl::DeviceTensor,
+    q: burn_ascend_cann::acl::DeviceTensor,
+    k: burn_ascend_cann::acl::DeviceTensor,
+    v: burn_ascend_cann::acl::DeviceTensor,
+    o: burn_ascend_cann::acl::DeviceTensor,
+    smax: burn_ascend_cann::acl::DeviceTensor,
+    ssum: burn_ascend_cann::acl::DeviceTensor,
     cq: IntArray,
     ckv: IntArray,
 }
@@ -497,7 +495,7 @@ fn null_required_arguments_give_161001_and_bad_dtypes_161002() {
     );
     let layout = std::ffi::CString::new("TND").unwrap();
     let empty = std::ffi::CString::new("").unwrap();
-    let call = |q: *const burn_ascend_kernels::acl::ffi::AclTensor| {
+    let call = |q: *const burn_ascend_cann::acl::ffi::AclTensor| {
         let (mut ws, mut ex) = (0u64, null_mut::<AclOpExecutor>());
         // SAFETY: the V5 prototype; live handles or null; NUL-terminated strings.
         unsafe {
@@ -621,7 +619,7 @@ fn the_two_stage_order_and_workspace_size_are_enforced() {
         (ws, ex)
     };
     let stream = h.rt.stream().as_ptr();
-    let wsbuf = burn_ascend_kernels::acl::DeviceBuffer::alloc(api, 1 << 16).unwrap();
+    let wsbuf = burn_ascend_cann::acl::DeviceBuffer::alloc(api, 1 << 16).unwrap();
 
     // Launch without a first stage.
     // SAFETY: the launch prototype; a bogus executor is exactly what is being tested, and the

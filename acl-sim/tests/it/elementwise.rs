@@ -6,12 +6,12 @@
 
 use std::ptr::{null, null_mut};
 
-use burn_ascend_kernels::acl::ffi::{
+use burn_ascend_cann::acl::ffi::{
     AclOpExecutor, AclStatus, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
 };
-use burn_ascend_kernels::acl::ops::{self, Compare, Unary};
-use burn_ascend_kernels::acl::tensor::recent_error;
-use burn_ascend_kernels::acl::{
+use burn_ascend_cann::acl::ops::{self, Compare, Unary};
+use burn_ascend_cann::acl::tensor::recent_error;
+use burn_ascend_cann::acl::{
     DataType, DeviceTensor, IntArray, Runtime, Scalar, Tensor, TensorDesc,
 };
 use half::{bf16, f16};
@@ -417,7 +417,7 @@ fn random_fills_have_the_right_moments_and_are_keyed_on_seed_and_offset() {
 }
 
 fn status_and_message(
-    api: &'static burn_ascend_kernels::acl::AclApi,
+    api: &'static burn_ascend_cann::acl::AclApi,
     st: AclStatus,
 ) -> (AclStatus, String) {
     (st, recent_error(api))

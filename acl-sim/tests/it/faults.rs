@@ -6,9 +6,9 @@
 
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::attention::aclnn;
+use burn_ascend_cann::acl::ffi::{ACLNN_ERR_RUNTIME_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION};
+use burn_ascend_cann::acl::{AclError, DataType, Runtime, TensorDesc};
 use burn_ascend_contract::incre::{IfaLayout, IncreSpec};
-use burn_ascend_kernels::acl::ffi::{ACLNN_ERR_RUNTIME_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION};
-use burn_ascend_kernels::acl::{AclError, DataType, Runtime, TensorDesc};
 
 use crate::leaks::in_own_process;
 
@@ -32,8 +32,8 @@ fn incre_once() -> Result<Vec<u8>, AclError> {
     let o = rt.zeros(TensorDesc::contiguous(&[b, 1, n * d], DataType::Float)?)?;
     let mut spec = IncreSpec::new(n, 0.5, IfaLayout::Bsh);
     spec.actual_seq_lengths = Some(vec![3, 2]);
-    let kl = burn_ascend_kernels::acl::TensorList::new(rt.api(), vec![k.handle()?])?;
-    let vl = burn_ascend_kernels::acl::TensorList::new(rt.api(), vec![v.handle()?])?;
+    let kl = burn_ascend_cann::acl::TensorList::new(rt.api(), vec![k.handle()?])?;
+    let vl = burn_ascend_cann::acl::TensorList::new(rt.api(), vec![v.handle()?])?;
     aclnn::incre(
         &rt,
         &spec,
@@ -73,7 +73,7 @@ fn every_failing_allocation_of_a_call_reaches_the_caller_as_207001_and_leaks_not
         sim::clear_faults();
         // Known gap (reported, not fixed here): when the *workspace* allocation fails, the
         // executor `GetWorkspaceSize` produced is never launched and stays live — on CANN too
-        // (`two_stage` in kernels/src/acl/ops.rs would need `aclDestroyAclOpExecutor`, which
+        // (`two_stage` in cann/src/acl/ops.rs would need `aclDestroyAclOpExecutor`, which
         // the ABI table does not declare). Everything else must be back at its baseline.
         let now = sim::LiveHandles {
             executors: baseline.executors,

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::attention::fia::{fused_infer_attention, FiaTensors};
+use burn_ascend_cann::acl::ffi::names;
+use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc, TensorList};
 use burn_ascend_contract::fia::{FiaKvShapes, FiaShapes, FiaSpec, PfaLayout};
-use burn_ascend_kernels::acl::ffi::names;
-use burn_ascend_kernels::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc, TensorList};
 use burn_ascend_kernels::reference::fia::fused_infer_attention as reference;
 
 fn rand(seed: u64, n: usize) -> Vec<f32> {

@@ -3,7 +3,7 @@
 //! the caller's one-line error).
 
 use burn_ascend_acl_sim::guarded_for_tests;
-use burn_ascend_kernels::acl::ffi::ACLNN_ERR_INNER;
+use burn_ascend_cann::acl::ffi::ACLNN_ERR_INNER;
 
 /// Set in the child process the test starts: run the panicking guard, print the outcome.
 const CHILD: &str = "BURN_ASCEND_SIM_GUARD_CHILD";

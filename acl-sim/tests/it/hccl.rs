@@ -7,9 +7,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use burn_ascend_acl_sim as sim;
-use burn_ascend_kernels::acl::{DataType, DeviceTensor, Runtime, TensorDesc};
-use burn_ascend_kernels::hccl::ffi::{HCCL_E_PARA, HCCL_E_PTR, HCCL_E_REMOTE, HCCL_E_TIMEOUT};
-use burn_ascend_kernels::hccl::{
+use burn_ascend_cann::acl::{DataType, DeviceTensor, Runtime, TensorDesc};
+use burn_ascend_cann::hccl::ffi::{HCCL_E_PARA, HCCL_E_PTR, HCCL_E_REMOTE, HCCL_E_TIMEOUT};
+use burn_ascend_cann::hccl::{
     launch, root_info, Communicator, HcclDataType, HcclError, LaunchEnv, ReduceOp,
 };
 

@@ -5,11 +5,11 @@
 
 use std::ptr::{null, null_mut};
 
-use burn_ascend_kernels::acl::ffi::{
+use burn_ascend_cann::acl::ffi::{
     AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_RUNTIME_ERROR,
 };
-use burn_ascend_kernels::acl::tensor::recent_error;
-use burn_ascend_kernels::acl::{
+use burn_ascend_cann::acl::tensor::recent_error;
+use burn_ascend_cann::acl::{
     ops, DataType, DeviceTensor, IntArray, Runtime, Scalar, Tensor, TensorDesc, TensorList,
 };
 use half::f16;
@@ -237,7 +237,7 @@ fn an_index_out_of_range_fails_the_next_synchronisation_and_writes_nothing() {
     let rt = burn_ascend_acl_sim::runtime().unwrap();
     let a = up(&rt, &[3, 2], &seq(6));
     let out = up(&rt, &[2, 2], &[7.; 4]);
-    let runtime_error = |e: burn_ascend_kernels::acl::AclError, op: &str| {
+    let runtime_error = |e: burn_ascend_cann::acl::AclError, op: &str| {
         assert_eq!(e.status(), Some(ACLNN_ERR_RUNTIME_ERROR), "{e}");
         let msg = e.to_string();
         assert!(msg.contains("aclrtSynchronizeStream"), "{msg}");

@@ -5,8 +5,8 @@
 
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::attention::aclnn;
+use burn_ascend_cann::acl::{AclError, DataType, Runtime, TensorDesc, TensorList};
 use burn_ascend_contract::incre::{IfaLayout, IncreSpec};
-use burn_ascend_kernels::acl::{AclError, DataType, Runtime, TensorDesc, TensorList};
 
 /// Set in the child process that runs a test alone.
 const CHILD: &str = "BURN_ASCEND_SIM_TEST_ALONE";
@@ -85,7 +85,7 @@ fn a_replaced_workspace_is_freed_only_after_the_stream_is_synchronised() {
     {
         return;
     }
-    use burn_ascend_kernels::acl::ops;
+    use burn_ascend_cann::acl::ops;
     let rt = burn_ascend_acl_sim::runtime().unwrap();
     let f32s = |dims: &[usize]| {
         rt.zeros(TensorDesc::contiguous(dims, DataType::Float).unwrap())
@@ -128,8 +128,8 @@ fn freeing_memory_an_unsynchronised_launch_uses_is_reported_at_the_next_synchron
     ) {
         return;
     }
-    use burn_ascend_kernels::acl::ops;
-    use burn_ascend_kernels::acl::DeviceTensor;
+    use burn_ascend_cann::acl::ops;
+    use burn_ascend_cann::acl::DeviceTensor;
     let rt = burn_ascend_acl_sim::runtime().unwrap();
     // Not stream-ordered: its drop frees at once.
     let t = DeviceTensor::alloc(

@@ -12,4 +12,5 @@ mod index;
 mod leaks;
 mod loader;
 mod math;
+mod random_bounds;
 mod streams;

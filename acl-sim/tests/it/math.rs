@@ -4,11 +4,9 @@
 
 use std::ptr::{null, null_mut};
 
-use burn_ascend_kernels::acl::ffi::{
-    AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
-};
-use burn_ascend_kernels::acl::tensor::recent_error;
-use burn_ascend_kernels::acl::{ops, DataType, DeviceTensor, Runtime, Scalar, Tensor, TensorDesc};
+use burn_ascend_cann::acl::ffi::{AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR};
+use burn_ascend_cann::acl::tensor::recent_error;
+use burn_ascend_cann::acl::{ops, DataType, DeviceTensor, Runtime, Scalar, Tensor, TensorDesc};
 
 fn bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()

@@ -6,11 +6,11 @@ use std::ffi::c_void;
 use std::time::Duration;
 
 use burn_ascend_acl_sim as sim;
-use burn_ascend_kernels::acl::ffi::{
+use burn_ascend_cann::acl::ffi::{
     ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_SUCCESS,
 };
-use burn_ascend_kernels::acl::tensor::recent_error;
-use burn_ascend_kernels::acl::{ops, DataType, DeviceTensor, Runtime, TensorDesc};
+use burn_ascend_cann::acl::tensor::recent_error;
+use burn_ascend_cann::acl::{ops, DataType, DeviceTensor, Runtime, TensorDesc};
 
 fn floats(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
@@ -83,7 +83,7 @@ fn a_simulated_op_may_not_read_tensor_data_in_its_first_stage() {
     rt.synchronize().unwrap();
     let h = a.handle().unwrap();
     let (st, msg) = sim::first_stage_read_for_tests(h.as_ptr());
-    assert_eq!(st, burn_ascend_kernels::acl::ffi::ACLNN_ERR_INNER, "{msg}");
+    assert_eq!(st, burn_ascend_cann::acl::ffi::ACLNN_ERR_INNER, "{msg}");
     assert!(msg.contains("outside a launch"), "{msg}");
 }
 

@@ -2,7 +2,7 @@
 //! in, one aclnn call out. Each builder owns everything the spec carries as host data (masks,
 //! pse, dropout bits, block tables, scales, index tensors, the `aclIntArray`s), the attribute
 //! strings (from the contract's `as_attr`), the empty reserved outputs torch_npu passes, and —
-//! through [`burn_ascend_kernels::acl::ops`] — the version fallback.
+//! through [`burn_ascend_cann::acl::ops`] — the version fallback.
 //!
 //! Both callers go through here: the `Ascend` backend (its tensors as strided views) and the
 //! op-replay CLI's `--device sim|npu` (the bundle's tensors uploaded as they are), so the CLI's
@@ -16,14 +16,14 @@ use std::sync::Arc;
 
 use half::{bf16, f16};
 
+use burn_ascend_cann::acl::{
+    ops, AclError, DataType, DeviceTensor, IntArray, Result, Runtime, Tensor, TensorDesc,
+    TensorList,
+};
 use burn_ascend_contract::incre::{BlockTable, IncreSpec};
 use burn_ascend_contract::prompt::{PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
 use burn_ascend_contract::scatter::{CacheMode, ScatterDims, ScatterKind, ScatterSpec};
 use burn_ascend_contract::varlen::{compressed_mask, MaskSpec, PseSpec, VarlenSpec, VARLEN_LAYOUT};
-use burn_ascend_kernels::acl::{
-    ops, AclError, DataType, DeviceTensor, IntArray, Result, Runtime, Tensor, TensorDesc,
-    TensorList,
-};
 
 pub(super) fn upload(
     rt: &Runtime,

@@ -6,9 +6,9 @@
 //! the query's dtype (CANN's `learnableSink` is FLOAT16/BFLOAT16), the per-token scales as
 //! FLOAT. int8 KV is cast to INT8 on the device as in `incre.rs`.
 
+use burn_ascend_cann::acl::ffi::DataType;
+use burn_ascend_cann::acl::{ops, Result as AclResult, Runtime, Tensor, TensorList};
 use burn_ascend_contract::fia::{FiaAntiquantMode, FiaSpec};
-use burn_ascend_kernels::acl::ffi::DataType;
-use burn_ascend_kernels::acl::{ops, Result as AclResult, Runtime, Tensor, TensorList};
 use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::fia::composite::shapes;
@@ -145,7 +145,7 @@ pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -
 fn list<'a>(
     rt: &Runtime,
     t: &'a AscendTensor,
-    d: &burn_ascend_kernels::acl::TensorDesc,
+    d: &burn_ascend_cann::acl::TensorDesc,
 ) -> TensorList<'a> {
     TensorList::new(rt.api(), vec![handle(t, d, OP)]).unwrap_or_else(|e| fail(OP, e))
 }

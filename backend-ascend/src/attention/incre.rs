@@ -8,7 +8,7 @@
 //! the KV once more per call: a cache kept in int8 Burn tensors would avoid it, but Burn's
 //! float-tensor API for this op does not carry one.
 
-use burn_ascend_kernels::acl::{Runtime, TensorDesc, TensorList};
+use burn_ascend_cann::acl::{Runtime, TensorDesc, TensorList};
 use burn_ascend_ops::backend::{IncreInputs, IncreKv};
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::incre::composite::shapes;

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use burn_ascend_kernels::acl::TensorDesc;
+use burn_ascend_cann::acl::TensorDesc;
 use burn_ascend_ops::backend::{ScatterInputs, ScatterOutputs};
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::ndarray::cpu_scatter_kv;

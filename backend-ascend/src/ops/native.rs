@@ -6,9 +6,9 @@
 //! Calls the device path does not take (dtypes other than f32/f16/bf16, mixed dtypes, rank < 2
 //! for matmul, rank > 8) return `None` and the caller runs the counted host fallback.
 
-use burn_ascend_kernels::acl::names;
-use burn_ascend_kernels::acl::ops::{self, Unary};
-use burn_ascend_kernels::acl::{IntArray, Runtime, Scalar};
+use burn_ascend_cann::acl::names;
+use burn_ascend_cann::acl::ops::{self, Unary};
+use burn_ascend_cann::acl::{IntArray, Runtime, Scalar};
 use burn_backend::{Shape, TensorMetadata};
 
 use crate::device::{runtime, AscendDevice};

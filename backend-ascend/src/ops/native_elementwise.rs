@@ -19,11 +19,11 @@
 //! path does not apply (a dtype with no aclDataType or outside the op's list, a non-native bool
 //! store, rank > 8, shapes that do not broadcast) and the caller runs the counted host fallback.
 
-use burn_ascend_kernels::acl::names;
+use burn_ascend_cann::acl::names;
 use std::sync::Mutex;
 
-use burn_ascend_kernels::acl::ops::{self, Compare};
-use burn_ascend_kernels::acl::{IntArray, Runtime, Scalar};
+use burn_ascend_cann::acl::ops::{self, Compare};
+use burn_ascend_cann::acl::{IntArray, Runtime, Scalar};
 use burn_backend::{BoolStore, DType, Distribution, Scalar as BurnScalar, Shape};
 
 use super::base;

@@ -12,9 +12,9 @@
 //! caller runs the counted host fallback. Every op synchronises its stream before returning,
 //! which is what lets the memory pool reuse blocks at once (`crate::memory`).
 
-use burn_ascend_kernels::acl::names;
-use burn_ascend_kernels::acl::ops;
-use burn_ascend_kernels::acl::{IntArray, Scalar, TensorList};
+use burn_ascend_cann::acl::names;
+use burn_ascend_cann::acl::ops;
+use burn_ascend_cann::acl::{IntArray, Scalar, TensorList};
 use burn_backend::{DType, Shape, Slice};
 
 use super::base;

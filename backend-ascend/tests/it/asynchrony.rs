@@ -10,7 +10,7 @@ use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::{device_counters, fallback_counts, Ascend, AscendDevice};
-use burn_ascend_kernels::acl::test_hooks;
+use burn_ascend_cann::acl::test_hooks;
 
 fn dev() -> AscendDevice {
     AscendDevice::sim()

@@ -187,7 +187,7 @@ fn training_on_autodiff_ascend_matches_autodiff_ndarray_step_by_step() {
 #[test]
 fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_wrong() {
     use burn_ascend_backend::attention::aclnn;
-    use burn_ascend_kernels::acl::{DataType, TensorDesc};
+    use burn_ascend_cann::acl::{DataType, TensorDesc};
     use burn_ascend_ops::VarlenSpec;
 
     let _lock = crate::exclusive();

@@ -56,7 +56,7 @@ fn a_missing_npu_is_a_clear_error() {
 #[test]
 fn real_npu_runs_the_native_ops() {
     let _lock = crate::shared();
-    let d = AscendDevice::npu(burn_ascend_kernels::acl::default_device_id().unwrap_or(0) as u32);
+    let d = AscendDevice::npu(burn_ascend_cann::acl::default_device_id().unwrap_or(0) as u32);
     if let Err(why) = is_available(&d) {
         eprintln!("skipped: no Ascend NPU here ({why})");
         return;

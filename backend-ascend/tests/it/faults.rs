@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use burn::tensor::{Tensor, TensorData};
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::{empty_cache, memory_stats, Ascend, AscendDevice};
-use burn_ascend_kernels::acl::ffi::{ACLNN_ERR_RUNTIME_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION};
+use burn_ascend_cann::acl::ffi::{ACLNN_ERR_RUNTIME_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION};
 use burn_ascend_ops::prompt::{PfaLayout, PromptSpec};
 use burn_ascend_ops::{
     incre_flash_attention, prompt_flash_attention, scatter_pa_kv_cache, AttnError, IfaLayout,

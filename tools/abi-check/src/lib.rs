@@ -1,7 +1,7 @@
 //! The ABI check of burn-ascend's FFI declarations against CANN's real headers (issue 15).
 //!
 //! **What is compared.** The Rust side is read from the one machine-readable source there is,
-//! the table [`burn_ascend_kernels::acl_api_table!`]: this crate calls it with its own callback
+//! the table [`burn_ascend_cann::acl_api_table!`]: this crate calls it with its own callback
 //! ([`functions`]), so every runtime / nnopbase function and both stages of every aclnn op are
 //! listed without a second list that could drift. Each prototype is turned into C++ types by
 //! the *compiler's* view of the Rust type ([`CType`], [`CFn`]: `*const *const AclTensor` becomes
@@ -34,11 +34,11 @@
 use std::ffi::c_void;
 use std::fmt::Write as _;
 
-use burn_ascend_kernels::acl::ffi::{
+use burn_ascend_cann::acl::ffi::{
     self, AclIntArray, AclOpExecutor, AclScalar, AclTensor, AclTensorList, DataType, Format,
 };
-use burn_ascend_kernels::acl::status_name;
-use burn_ascend_kernels::hccl::ffi::{
+use burn_ascend_cann::acl::status_name;
+use burn_ascend_cann::hccl::ffi::{
     result_name as hccl_result_name, HcclDataType, HcclRootInfo, ReduceOp, HCCL_ROOT_INFO_BYTES,
 };
 
@@ -137,7 +137,7 @@ pub enum Group {
 pub struct Function {
     /// The C symbol (`aclnnAddGetWorkspaceSize`, `aclnnAdd`, `aclrtMalloc`).
     pub c_name: String,
-    /// The Rust prototype's name in `kernels/src/acl/ffi*.rs` (`BinaryAlphaWs`).
+    /// The Rust prototype's name in `cann/src/acl/ffi*.rs` (`BinaryAlphaWs`).
     pub rust_type: String,
     /// Where in the table.
     pub group: Group,
@@ -171,7 +171,7 @@ macro_rules! collect_functions {
         runtime { $($rf:ident: $rc:ident($rt:ty)),* }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
     ) => {
-        /// Every C function of [`burn_ascend_kernels::acl_api_table!`], in table order: the
+        /// Every C function of [`burn_ascend_cann::acl_api_table!`], in table order: the
         /// runtime and nnopbase entries, then per aclnn op its `GetWorkspaceSize` stage and
         /// its launch ([`ffi::AclnnLaunch`]).
         pub fn functions() -> Vec<Function> {
@@ -198,18 +198,18 @@ macro_rules! collect_functions {
     };
 }
 
-burn_ascend_kernels::acl_api_table!(collect_functions);
+burn_ascend_cann::acl_api_table!(collect_functions);
 
 macro_rules! collect_hccl {
     (fns { $($f:ident: $c:ident($t:ty)),* }) => {
-        /// Every HCCL function of [`burn_ascend_kernels::hccl_api_table!`], in table order.
+        /// Every HCCL function of [`burn_ascend_cann::hccl_api_table!`], in table order.
         pub fn hccl_functions() -> Vec<Function> {
             vec![$(Function::of::<$t>(stringify!($c), stringify!($t), Group::Hccl)),*]
         }
     };
 }
 
-burn_ascend_kernels::hccl_api_table!(collect_hccl);
+burn_ascend_cann::hccl_api_table!(collect_hccl);
 
 /// `HcclDataType`'s C enumerator for each variant.
 pub fn hccl_data_type_c_name(t: HcclDataType) -> &'static str {
@@ -290,7 +290,7 @@ pub fn format_c_name(f: Format) -> &'static str {
     }
 }
 
-/// The constants of `kernels/src/acl/ffi.rs`, by their C names (a test checks this list
+/// The constants of `cann/src/acl/ffi.rs`, by their C names (a test checks this list
 /// against the file's `pub const`s).
 pub fn ffi_constants() -> Vec<(&'static str, i64)> {
     let c = |name, v: i32| (name, i64::from(v));
@@ -349,7 +349,7 @@ pub fn constants() -> Vec<Constant> {
         .map(|(c_name, value)| Constant {
             c_name: c_name.to_string(),
             value,
-            source: "kernels/src/acl/ffi.rs",
+            source: "cann/src/acl/ffi.rs",
         })
         .collect();
     for raw in 0..=255 {
@@ -357,35 +357,35 @@ pub fn constants() -> Vec<Constant> {
             all.push(Constant {
                 c_name: data_type_c_name(t).to_string(),
                 value: i64::from(t.raw()),
-                source: "kernels/src/acl/ffi.rs DataType",
+                source: "contract/src/dtype.rs DataType",
             });
         }
         if let Some(f) = Format::from_raw(raw) {
             all.push(Constant {
                 c_name: format_c_name(f).to_string(),
                 value: i64::from(f.raw()),
-                source: "kernels/src/acl/ffi.rs Format",
+                source: "cann/src/acl/ffi.rs Format",
             });
         }
     }
     all.push(Constant {
         c_name: "HCCL_ROOT_INFO_BYTES".into(),
         value: HCCL_ROOT_INFO_BYTES as i64,
-        source: "kernels/src/hccl/ffi.rs",
+        source: "cann/src/hccl/ffi.rs",
     });
     for raw in 0..=255 {
         if let Some(t) = HcclDataType::from_raw(raw) {
             all.push(Constant {
                 c_name: hccl_data_type_c_name(t).to_string(),
                 value: i64::from(t.raw()),
-                source: "kernels/src/hccl/ffi.rs HcclDataType",
+                source: "cann/src/hccl/ffi.rs HcclDataType",
             });
         }
         if let Some(op) = ReduceOp::from_raw(raw) {
             all.push(Constant {
                 c_name: hccl_reduce_op_c_name(op).to_string(),
                 value: i64::from(op.raw()),
-                source: "kernels/src/hccl/ffi.rs ReduceOp",
+                source: "cann/src/hccl/ffi.rs ReduceOp",
             });
         }
         let name = hccl_result_name(raw);
@@ -393,7 +393,7 @@ pub fn constants() -> Vec<Constant> {
             all.push(Constant {
                 c_name: name.to_string(),
                 value: i64::from(raw),
-                source: "kernels/src/hccl/ffi.rs result_name",
+                source: "cann/src/hccl/ffi.rs result_name",
             });
         }
     }
@@ -403,7 +403,7 @@ pub fn constants() -> Vec<Constant> {
             all.push(Constant {
                 c_name: name.to_string(),
                 value: i64::from(code),
-                source: "kernels/src/acl/error.rs status_name",
+                source: "cann/src/acl/error.rs status_name",
             });
         }
     }
@@ -582,7 +582,7 @@ pub fn check_source(
 ) -> String {
     let mut s = String::from(
         "// Generated by tools/abi-check (burn-ascend): the Rust FFI declarations of\n\
-         // kernels/src/acl/ffi*.rs (acl_api_table!) against CANN's headers. Do not edit.\n",
+         // cann/src/acl/ffi*.rs (acl_api_table!) against CANN's headers. Do not edit.\n",
     );
     match prelude {
         Prelude::Headers(text) => s.push_str(text),
@@ -752,7 +752,7 @@ mod tests {
         )
         .expect_err("a wrong status code was not caught");
         assert!(
-            e.contains("ACLNN_ERR_PARAM_NULLPTR: kernels/src/acl/ffi.rs says 161002"),
+            e.contains("ACLNN_ERR_PARAM_NULLPTR: cann/src/acl/ffi.rs says 161002"),
             "{e}"
         );
     }
@@ -781,7 +781,7 @@ mod tests {
         }
         let runtime = fns.iter().filter(|f| f.group == Group::Runtime).count();
         let hccl = fns.iter().filter(|f| f.group == Group::Hccl).count();
-        assert_eq!(hccl, burn_ascend_kernels::hccl::HcclApi::FUNCTIONS.len());
+        assert_eq!(hccl, burn_ascend_cann::hccl::HcclApi::FUNCTIONS.len());
         assert_eq!(fns.len(), 2 * ops().len() + runtime + hccl);
     }
 
@@ -819,7 +819,7 @@ mod tests {
 
     #[test]
     fn every_constant_of_ffi_rs_is_checked() {
-        let text = std::fs::read_to_string(repo_file("kernels/src/acl/ffi.rs")).unwrap();
+        let text = std::fs::read_to_string(repo_file("cann/src/acl/ffi.rs")).unwrap();
         let listed: Vec<&str> = ffi_constants().iter().map(|(n, _)| *n).collect();
         let declared: Vec<&str> = text
             .lines()

@@ -1,0 +1,612 @@
+//! Fine-tune a small gpt-oss / Llama style transformer on packed variable-length batches with
+//! learned attention sinks and alternating sliding-window / full causal layers, then sample
+//! from it through the paged KV cache.
+//!
+//! `cargo run --release --example finetune [-- --steps N --data PATH --device cpu --resume
+//!  --checkpoint HF_DIR --out DIR --batch-tokens N --seq-len N --lr X --seed N
+//!  --stop-after N --no-samples --profile]`
+//!
+//! With no arguments: a ≈3.0 M-parameter byte-level model on the bundled Shakespeare text,
+//! AdamW with warmup + cosine decay and gradient clipping, on CPU. Writes `runs/finetune/`:
+//! `config.json` + `model.safetensors` (Hugging Face names), Burn records of the model and
+//! the optimizer (`model.mpk`, `optim.mpk`, for `--resume`), `state.json`, `loss.csv` and
+//! `loss.png`. `--device sim` trains `Autodiff<Ascend>` on the host simulation of the ACL ABI,
+//! `--device ascend` on a real NPU. On CPU the last line is `finetune: loss <first> -> <last>
+//! over <steps> steps` (first step's loss, mean of the last ten steps); on `sim` / `ascend` it
+//! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
+//! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::module::AutodiffModule;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::FloatDType;
+use burn_ascend::backend::collective::ProcessGroup;
+use burn_ascend::backend::{is_available, Ascend, AscendDevice};
+use burn_ascend::AttentionBackend;
+use burn_ascend_model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
+use burn_ascend_model::ddp::{
+    materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
+};
+use burn_ascend_model::dispatch::{self, DispatchCounts};
+use burn_ascend_model::train::{
+    init_model, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
+};
+use burn_ascend_model::{
+    generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+
+struct Args {
+    steps: usize,
+    device: String,
+    data: Option<PathBuf>,
+    resume: bool,
+    checkpoint: Option<PathBuf>,
+    out: PathBuf,
+    batch_tokens: usize,
+    seq_len: usize,
+    lr: f64,
+    seed: u64,
+    samples: bool,
+    stop_after: Option<usize>,
+    profile: bool,
+    /// Mixed precision's compute dtype (`--dtype bf16|f16`; `None`: f32 throughout).
+    dtype: Option<FloatDType>,
+    /// Data-parallel ranks in this process (`--devices N`, one thread per device).
+    devices: usize,
+    /// `--check-ddp`: also train the first steps' global batches on one device and compare.
+    check_ddp: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        steps: 300,
+        device: "cpu".into(),
+        data: None,
+        resume: false,
+        checkpoint: None,
+        out: PathBuf::from("runs/finetune"),
+        batch_tokens: 1024,
+        seq_len: 256,
+        lr: 3e-3,
+        seed: 42,
+        samples: true,
+        stop_after: None,
+        profile: false,
+        dtype: None,
+        devices: 1,
+        check_ddp: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        let num = |v: String, name: &str| -> Result<f64, String> {
+            v.parse()
+                .map_err(|_| format!("{name} takes a number, got '{v}'"))
+        };
+        match flag.as_str() {
+            "--steps" => a.steps = num(value("--steps")?, "--steps")? as usize,
+            "--device" => a.device = value("--device")?,
+            "--data" => a.data = Some(value("--data")?.into()),
+            "--resume" => a.resume = true,
+            "--checkpoint" => a.checkpoint = Some(value("--checkpoint")?.into()),
+            "--out" => a.out = value("--out")?.into(),
+            "--batch-tokens" => {
+                a.batch_tokens = num(value("--batch-tokens")?, "--batch-tokens")? as usize
+            }
+            "--seq-len" => a.seq_len = num(value("--seq-len")?, "--seq-len")? as usize,
+            "--lr" => a.lr = num(value("--lr")?, "--lr")?,
+            "--seed" => a.seed = num(value("--seed")?, "--seed")? as u64,
+            "--no-samples" => a.samples = false,
+            "--profile" => a.profile = true,
+            "--dtype" => {
+                a.dtype = match value("--dtype")?.as_str() {
+                    "f32" => None,
+                    "bf16" => Some(FloatDType::BF16),
+                    "f16" => Some(FloatDType::F16),
+                    other => {
+                        return Err(format!("--dtype must be f32, bf16 or f16, got '{other}'"))
+                    }
+                }
+            }
+            "--devices" => a.devices = num(value("--devices")?, "--devices")? as usize,
+            "--check-ddp" => a.check_ddp = true,
+            "--stop-after" => {
+                a.stop_after = Some(num(value("--stop-after")?, "--stop-after")? as usize)
+            }
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown flag '{other}'\n{USAGE}")),
+        }
+    }
+    Ok(a)
+}
+
+const USAGE: &str = "finetune [--steps N] [--device cpu|ascend|sim] [--data PATH(.txt|.jsonl)] \
+[--resume] [--checkpoint HF_DIR] [--out DIR] [--batch-tokens N] [--seq-len N] [--lr X] \
+[--seed N] [--no-samples] [--stop-after N] [--profile] [--dtype f32|bf16|f16] [--devices N] \
+[--check-ddp]
+  --dtype bf16|f16 (sim, ascend): mixed precision, f32 master weights and optimizer state,
+    the blocks, attention and output head computing in that dtype
+  --devices N (sim, ascend): data-parallel training on devices 0..N (one thread each, HCCL
+    all-reduce of the gradients; on sim the simulation's HCCL, not CANN's); each rank trains on
+    its own batches (the global batch is N × --batch-tokens). Launched by torchrun (RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set) with --device ascend, this process is
+    one rank on device LOCAL_RANK instead
+  --check-ddp (with --devices N): also trains the first 3 global batches on one device and ends
+    with `finetune: data-parallel <N> devices, max |Δloss| vs 1 device <x>`
+  --profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
+  --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
+  up to it; --stop-after N stops early (an interrupted run that --resume completes).";
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("finetune: {e}");
+        std::process::exit(2);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let resume = args.resume;
+    let launch = burn_ascend_cann::hccl::LaunchEnv::from_env().map_err(|e| e.to_string())?;
+    if args.devices == 0 {
+        return Err("--devices must be at least 1".into());
+    }
+    if args.check_ddp && args.devices < 2 {
+        return Err("--check-ddp needs --devices N with N >= 2".into());
+    }
+    if args.check_ddp && args.resume {
+        return Err("--check-ddp compares a fresh run; it cannot be combined with --resume".into());
+    }
+    match args.device.as_str() {
+        "cpu" if args.dtype.is_some() => {
+            Err("--dtype bf16|f16 needs --device sim|ascend (NdArray computes in f32 only)".into())
+        }
+        "cpu" if args.devices > 1 => {
+            Err("--devices N needs --device sim|ascend (data parallelism runs over HCCL)".into())
+        }
+        "cpu" => run_on::<Autodiff<NdArray>>(args, Default::default(), None, single_device(resume)),
+        // The Ascend backend on the host simulation of the ACL ABI (not CANN; slow: its
+        // kernels are the CPU reference's).
+        "sim" if launch.is_some() => Err(
+            "unsupported: one process per rank (RANK / WORLD_SIZE set) needs --device ascend: \
+             the simulation's HCCL joins ranks within one process (use --devices N)"
+                .into(),
+        ),
+        "sim" if args.devices > 1 => {
+            burn_ascend::backend::collective::simulate_devices(args.devices as u32);
+            let device = AscendDevice::sim();
+            let gap = std::rc::Rc::new(std::cell::Cell::new(None));
+            let trainer = data_parallel(&args, device, gap.clone());
+            let n = args.devices;
+            run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer)?;
+            print_ddp(n, gap.get());
+            Ok(())
+        }
+        "sim" => run_on::<Autodiff<Ascend>>(
+            args,
+            AscendDevice::sim(),
+            Some(AscendDevice::sim()),
+            single_device(resume),
+        ),
+        "ascend" => {
+            if let Some(env) = launch {
+                let device = AscendDevice::npu(env.local_rank);
+                is_available(&device)?;
+                let trainer = one_rank_of_launch(&args, env);
+                return run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer);
+            }
+            let index = burn_ascend_cann::acl::default_device_id().map_err(|e| e.to_string())?;
+            let device = AscendDevice::npu(index as u32);
+            is_available(&device)?;
+            if args.devices > 1 {
+                let gap = std::rc::Rc::new(std::cell::Cell::new(None));
+                let trainer = data_parallel(&args, device, gap.clone());
+                let n = args.devices;
+                run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer)?;
+                print_ddp(n, gap.get());
+                return Ok(());
+            }
+            run_on::<Autodiff<Ascend>>(args, device, Some(device), single_device(resume))
+        }
+        other => Err(format!("unknown device '{other}' (cpu, ascend, sim)")),
+    }
+}
+
+/// How `run_on` trains: the model and state it built, the packer, the options and the
+/// per-step callback in; the trained model and state out.
+type Trainer<'a, B> = Box<
+    dyn FnOnce(
+            Transformer<B>,
+            TrainState,
+            &mut Packer,
+            &TrainOptions,
+            &mut dyn FnMut(&StepReport),
+        ) -> Result<(Transformer<B>, TrainState), String>
+        + 'a,
+>;
+
+fn single_device<'a, B: AutodiffBackend + AttentionBackend>(resume: bool) -> Trainer<'a, B> {
+    Box::new(move |model, state, packer, opts, on_step| {
+        train(model, state, resume, packer, opts, on_step).map_err(|e| e.to_string())
+    })
+}
+
+fn print_ddp(n: usize, gap: Option<f32>) {
+    if let Some(gap) = gap {
+        println!("finetune: data-parallel {n} devices, max |Δloss| vs 1 device {gap:.3e}");
+    }
+}
+
+/// `--devices N`: ranks on devices `first.index .. first.index + N` of `first`'s kind, one
+/// thread each; rank 0 is the model `run_on` built (on `first`), the others are initialised
+/// on their own devices (with their own seeds: the broadcast from rank 0 makes them equal).
+/// With `--check-ddp`, the first 3 global batches are then trained on `first` alone from
+/// rank 0's initial weights and the largest loss difference goes to `gap`.
+fn data_parallel<'a>(
+    args: &Args,
+    first: AscendDevice,
+    gap: std::rc::Rc<std::cell::Cell<Option<f32>>>,
+) -> Trainer<'a, Autodiff<Ascend>> {
+    let (n, check, seed, dtype, out, resume) = (
+        args.devices,
+        args.check_ddp,
+        args.seed,
+        args.dtype,
+        args.out.clone(),
+        args.resume,
+    );
+    let init = init_of(args);
+    Box::new(move |model0, state, packer, opts, on_step| {
+        let err = |e: burn_ascend::AttnError| e.to_string();
+        materialize(&model0);
+        let reference = check.then(|| model0.clone());
+        let mut models = vec![model0];
+        for i in 1..n {
+            let device = AscendDevice {
+                kind: first.kind,
+                index: first.index + i as u32,
+            };
+            is_available(&device)?;
+            <Autodiff<Ascend> as burn::tensor::backend::Backend>::seed(
+                &device,
+                seed.wrapping_add(i as u64),
+            );
+            let (m, _) = init_model::<Autodiff<Ascend>>(&init, &out, &device).map_err(err)?;
+            models.push(m.with_compute_dtype(dtype));
+        }
+        let run = train_data_parallel(
+            models,
+            state,
+            resume,
+            packer,
+            opts,
+            DEFAULT_BUCKET_BYTES,
+            on_step,
+        )
+        .map_err(err)?;
+        let s = run.stats;
+        if let Some(per_step) = s.gradient_all_reduces.checked_div(s.steps) {
+            println!(
+                "finetune: data-parallel over {n} devices (HCCL{}): {} all-reduce(s) of {:.1} MiB of gradients per step, buckets of {} MiB",
+                if first.kind == burn_ascend::backend::AscendKind::Simulation { ", simulated" } else { "" },
+                per_step,
+                s.gradient_bytes as f64 / s.steps as f64 / (1 << 20) as f64,
+                DEFAULT_BUCKET_BYTES >> 20
+            );
+        }
+        if let Some(reference) = reference {
+            let k = run.state.losses.len().min(3);
+            let tmp = out.join(".check-ddp-1-device");
+            let ref_opts = TrainOptions {
+                stop_after: Some(k),
+                out: tmp.clone(),
+                ..opts.clone()
+            };
+            let mut p = packer.clone();
+            let (_, single) = train_with(
+                reference,
+                TrainState::default(),
+                false,
+                &mut Batches::global(&mut p, n),
+                &ref_opts,
+                None,
+                |_| {},
+            )
+            .map_err(err)?;
+            let _ = std::fs::remove_dir_all(&tmp);
+            gap.set(Some(
+                run.state.losses[..k]
+                    .iter()
+                    .zip(&single.losses)
+                    .fold(0f32, |m, (a, b)| m.max((a - b).abs())),
+            ));
+        }
+        Ok((run.model, run.state))
+    })
+}
+
+/// One rank of a torchrun-style launch (one process per NPU): the communicator from the
+/// root-info rendezvous, this rank's batches, checkpoints from rank 0 only.
+fn one_rank_of_launch<'a>(
+    args: &Args,
+    env: burn_ascend_cann::hccl::LaunchEnv,
+) -> Trainer<'a, Autodiff<Ascend>> {
+    let resume = args.resume;
+    Box::new(move |model, state, packer, opts, on_step| {
+        let group = ProcessGroup::from_launch(&env, burn_ascend::backend::AscendKind::Npu)
+            .map_err(|e| e.to_string())?;
+        let mut sync = DataParallel::new(group, DEFAULT_BUCKET_BYTES);
+        let mut batches = Batches::rank(packer, env.rank as usize, env.world_size as usize);
+        let rank0 = env.rank == 0;
+        train_with(
+            model,
+            state,
+            resume,
+            &mut batches,
+            opts,
+            Some(&mut sync),
+            |r| {
+                if rank0 {
+                    on_step(r)
+                }
+            },
+        )
+        .map_err(|e| e.to_string())
+    })
+}
+
+fn init_of(args: &Args) -> Init {
+    if args.resume {
+        Init::Resume
+    } else if let Some(dir) = &args.checkpoint {
+        Init::Checkpoint(dir.clone())
+    } else {
+        Init::Fresh(ModelConfig::small_byte_model())
+    }
+}
+
+/// `ascend`: the same device as `device` when it is an `Ascend` one, for the dispatch counters
+/// (launches, synchronisations, host fallbacks per step) and `--profile`.
+fn run_on<B: AutodiffBackend + AttentionBackend>(
+    args: Args,
+    device: B::Device,
+    ascend: Option<AscendDevice>,
+    trainer: Trainer<'_, B>,
+) -> Result<(), String>
+where
+    B::InnerBackend: AttentionBackend,
+{
+    B::seed(&device, args.seed);
+
+    let tokenizer = match &args.checkpoint {
+        Some(dir) if dir.join("tokenizer.json").exists() => {
+            Tokenizer::from_file(&dir.join("tokenizer.json")).map_err(|e| e.to_string())?
+        }
+        _ => Tokenizer::Bytes,
+    };
+    let init = init_of(&args);
+    let (model, state) = init_model::<B>(&init, &args.out, &device).map_err(|e| e.to_string())?;
+    let model = model.with_compute_dtype(args.dtype);
+    let config = model.config.clone();
+    if tokenizer.vocab_size() > config.vocab_size {
+        return Err(format!(
+            "tokenizer has {} tokens but the model's vocab_size is {}",
+            tokenizer.vocab_size(),
+            config.vocab_size
+        ));
+    }
+    let docs = match &args.data {
+        Some(p) => load_documents(p).map_err(|e| e.to_string())?,
+        None => documents_from_text(BUNDLED_CORPUS),
+    };
+    let mut packer = Packer::new(
+        &docs,
+        &tokenizer,
+        args.batch_tokens,
+        args.seq_len,
+        args.seed,
+    )
+    .map_err(|e| e.to_string())?;
+    println!(
+        "finetune: {} parameters, {} documents ({} tokens), {} tokens per batch, steps {}..{}",
+        config.num_params(),
+        docs.len(),
+        packer.corpus_tokens(),
+        args.batch_tokens,
+        state.step,
+        args.steps
+    );
+    if state.step >= args.steps {
+        return Err(format!(
+            "the run in {} already did {} steps; pass a larger --steps to continue it",
+            args.out.display(),
+            state.step
+        ));
+    }
+    let todo = args.stop_after.unwrap_or(args.steps).min(args.steps) - state.step.min(args.steps);
+    let bar = ProgressBar::new(todo as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} [{elapsed_precise} < {eta_precise}] {msg}",
+        )
+        .expect("template"),
+    );
+    let started = Instant::now();
+    let mut tokens_seen = 0usize;
+    let opts = TrainOptions {
+        total_steps: args.steps,
+        stop_after: args.stop_after,
+        lr: args.lr,
+        weight_decay: 0.1,
+        clip_norm: 1.0,
+        seed: args.seed,
+        out: args.out.clone(),
+        save_every: 100,
+    };
+    if args.profile && ascend.is_some() {
+        dispatch::start_profile();
+    }
+    // Counts after each step; a step's delta spans a checkpoint save when one ran before it
+    // (every `save_every` steps), and such steps are left out of the means.
+    let mut last_counts = ascend.as_ref().map(DispatchCounts::now);
+    let mut step_counts: Vec<DispatchCounts> = Vec::new();
+    let last_step = args.stop_after.unwrap_or(args.steps).min(args.steps);
+    let mut profile = None;
+    let (model, state) = trainer(model, state, &mut packer, &opts, &mut |r: &StepReport| {
+        if let (Some(dev), Some(last)) = (ascend.as_ref(), last_counts.as_mut()) {
+            let now = DispatchCounts::now(dev);
+            if r.step == 0 || !r.step.is_multiple_of(opts.save_every.max(1)) {
+                step_counts.push(now.since(*last));
+            }
+            *last = now;
+            if args.profile && r.step + 1 == last_step {
+                // Before the final checkpoint save, which is not a training step.
+                profile = Some(dispatch::stop_profile(dev));
+            }
+        }
+        tokens_seen += r.tokens;
+        bar.set_message(format!(
+            "loss {:.3}  lr {:.2e}  {:.0} tok/s",
+            r.loss,
+            r.lr,
+            tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9)
+        ));
+        bar.inc(1);
+        // Without a terminal the bar is hidden: print a line every 25 steps instead.
+        if bar.is_hidden() && (r.step.is_multiple_of(25) || r.step + 1 == r.total_steps) {
+            println!(
+                "step {:4}/{}  loss {:.4}  lr {:.2e}  {:.0} tok/s",
+                r.step + 1,
+                r.total_steps,
+                r.loss,
+                r.lr,
+                tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9)
+            );
+        }
+    })?;
+    bar.finish();
+    let profile = profile.map(|p| dispatch::format_profile(&p, step_counts.len()));
+    plot_losses(&state.losses, &args.out.join("loss.png"))?;
+    println!(
+        "finetune: {:.0} tokens/s, checkpoint in {} (config.json, model.safetensors, model.mpk, \
+         optim.mpk, state.json, loss.csv, loss.png)",
+        tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9),
+        args.out.display()
+    );
+    if args.samples {
+        print_samples(model.valid(), &tokenizer, args.seed)?;
+    }
+    let first = state.losses.first().copied().unwrap_or(f32::NAN);
+    let tail = &state.losses[state.losses.len().saturating_sub(10)..];
+    let last = tail.iter().sum::<f32>() / tail.len().max(1) as f32;
+    println!(
+        "finetune: loss {first:.4} -> {last:.4} over {} steps",
+        state.losses.len()
+    );
+    if let Some(table) = profile {
+        print!("{table}");
+    }
+    if ascend.is_some() {
+        let mean = DispatchCounts::mean(&step_counts);
+        let by_op: Vec<String> = burn_ascend::backend::fallback_counts()
+            .iter()
+            .map(|(op, n)| format!("{op} ×{n}"))
+            .collect();
+        println!(
+            "{}; host fallbacks in the whole run: {}",
+            mean.detail(),
+            if by_op.is_empty() {
+                "none".to_string()
+            } else {
+                by_op.join(", ")
+            }
+        );
+        println!("{}", mean.line());
+    }
+    Ok(())
+}
+
+/// The loss curve as a PNG (axis labels when a system font is found).
+fn plot_losses(losses: &[f32], path: &Path) -> Result<(), String> {
+    use plotters::prelude::*;
+    let font = [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+        "/System/Library/Fonts/Supplemental/Arial.ttf",
+    ]
+    .iter()
+    .find_map(|p| std::fs::read(p).ok())
+    .is_some_and(|bytes| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, Box::leak(bytes.into()))
+            .is_ok()
+    });
+    let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let max = losses.iter().copied().fold(0.0f32, f32::max).max(1e-3);
+    let mut builder = ChartBuilder::on(&root);
+    builder.margin(20);
+    if font {
+        builder
+            .caption("finetune: training loss", ("sans-serif", 24))
+            .x_label_area_size(40)
+            .y_label_area_size(50);
+    }
+    let mut chart = builder
+        .build_cartesian_2d(0..losses.len().max(1), 0f32..max * 1.05)
+        .map_err(|e| err(&e))?;
+    let mut mesh = chart.configure_mesh();
+    if font {
+        mesh.x_desc("step").y_desc("loss (nats/token)");
+    } else {
+        mesh.disable_x_axis().disable_y_axis();
+    }
+    mesh.draw().map_err(|e| err(&e))?;
+    chart
+        .draw_series(LineSeries::new(
+            losses.iter().enumerate().map(|(i, &l)| (i, l)),
+            &BLUE,
+        ))
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}
+
+/// Continues a few prompts together through the paged KV cache, greedy and nucleus sampling.
+fn print_samples<Bk: burn_ascend::AttentionBackend>(
+    model: Transformer<Bk>,
+    tokenizer: &Tokenizer,
+    seed: u64,
+) -> Result<(), String> {
+    let device = model.embed_tokens.weight.val().device();
+    let mut gen = Generator::new(model, 64, 16, &device).map_err(|e| e.to_string())?;
+    let prompts = [
+        "ROMEO:\n",
+        "First Citizen:\nWe are",
+        "KING RICHARD II:\nNow",
+    ];
+    let ids: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| tokenizer.encode(p))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let nucleus = Sampling::TopP {
+        top_p: 0.9,
+        temperature: 0.8,
+    };
+    let sampling = [Sampling::Greedy, nucleus, nucleus];
+    let run = generate_batch(&mut gen, &ids, 120, &sampling, &mut SplitMix(seed))
+        .map_err(|e| e.to_string())?;
+    for (i, (prompt, out)) in prompts.iter().zip(&run.generated).enumerate() {
+        println!(
+            "--- sample {} ({:?}) ---\n{prompt}{}",
+            i + 1,
+            sampling[i],
+            tokenizer.decode(out)
+        );
+    }
+    gen.clear().map_err(|e| e.to_string())
+}

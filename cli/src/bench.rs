@@ -1,0 +1,984 @@
+//! `burn-ascend bench [--quick] [--json PATH] [--filter SUBSTRING]`: throughput of the fast
+//! CPU kernels against a same-run sgemm and memory copy, and against the composite Burn path
+//! on `NdArray`, with peak heap use.
+//!
+//! - `sgemm_gflops`: a 2048³ f32 row-major GEMM through the `gemm` crate, split into one row
+//!   band per thread (how the attention kernels use it), measured before the cases, between
+//!   the varlen and the decode cases, and after them; the best figure is reported.
+//!   GFLOP/s = 2·n³ / time.
+//! - `copy_gbps`: a copy of a 256 MiB f32 buffer (64 MiB with `--quick`), counting
+//!   **read + write**: 2 × buffer bytes / time; the better of a one-thread `copy_from_slice`
+//!   and the same split over all threads (both printed), with the caches flushed before each
+//!   repetition.
+//! - `read_gbps`: a multi-threaded sum over the same buffer, caches flushed before each
+//!   repetition, counting **read** bytes only: buffer bytes / time. Decode reads its caches and
+//!   writes almost nothing, so `fraction_of_read_bandwidth` (decode GB/s / `read_gbps`) is its
+//!   honest denominator; against `copy_gbps` (read + write) a decode at full read bandwidth
+//!   would score about 0.5.
+//! - varlen cases: forward (`varlen-fwd`) and forward + backward (`varlen-fwdbwd`), full and
+//!   causal (sparse mode 3, compressed mask), D = 64 and 128, 4096 packed tokens as
+//!   [512, 1024, 2048, 512], N = 8, Nkv = 2, with sinks, f32. FLOPs: 4·D per unmasked
+//!   (query, key) pair per head forward (4·Sq·Skv·D when full), backward 2.5× that, so
+//!   forward + backward counts 3.5×.
+//! - decode cases: incremental attention over a paged cache (BSH layout, block 128, blocks
+//!   shuffled), B = 8, KV length 4096, N = 32, Nkv = 8, D = 128, f32 and int8 KV (per-channel
+//!   antiquant with offset). FLOPs 4·Skv·D per head; bandwidth = bytes of K + V read / time,
+//!   reported as fractions of `read_gbps` and of `copy_gbps`; timed with the caches flushed before each
+//!   repetition (the int8 cache, 64 MiB, would otherwise sit in a large L3). `tokens` is the
+//!   number of cached tokens read (B × KV length).
+//! - `speedup_vs_composite`: composite time / fast time on the same inputs, the composite
+//!   being `burn_ascend_ops::varlen::composite` (forward; forward then backward) and
+//!   `burn_ascend_ops::incre::composite` on `NdArray`.
+//! - `peak_extra_bytes` / `composite_peak_extra_bytes`: the highest heap level during one call
+//!   minus the level before it (inputs excluded, outputs included), from the counting global
+//!   allocator of the `burn-ascend` binary ([`super::alloc_stats`]); `null` where no counting
+//!   allocator is installed. Measured after the timed repetitions, so buffers a kernel keeps
+//!   per thread between calls (the forward's tiles, the decode's scratch) are not in it.
+//!
+//! - `dispatch`: the host side of the `Ascend` backend's dispatch, `host_us_per_launch` and
+//!   the `finetune` model's `launches_per_step` (with syncs and host fallbacks), measured on
+//!   the simulation with its kernels off ([`super::bench_dispatch`]); `null` when filtered out.
+//!
+//! Times are the best of 10 repetitions after a warm-up (the composite: 2; `--quick`: 3, the
+//! composite once without warm-up) — the best, so that a shared machine's quiet moments are
+//! what is reported. The fast kernels' repetitions run in two groups, each after a warm-up,
+//! before and after the composite's timing. The table also shows a CPU-time fraction (from
+//! `/proc/self/task/*/schedstat`), which varies less than wall time on a shared machine.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use burn::backend::NdArray;
+use burn::tensor::ops::FloatTensor;
+use serde_json::{json, Value};
+
+use super::alloc_stats::peak_extra;
+use super::CliError;
+use burn_ascend::kernels::cpu;
+use burn_ascend::kernels::reference::incre::{
+    Antiquant, IncreFlashAttentionArgs, KvInput, PagedLayout,
+};
+use burn_ascend::kernels::Element;
+use burn_ascend::ops::backend::{IncreInputs, IncreKv, VarlenGradInputs, VarlenInputs};
+use burn_ascend::ops::host::from_vec;
+use burn_ascend::ops::incre::{AntiquantSpec, BlockTable, IfaLayout, IncreKvShapes, IncreShapes};
+use burn_ascend::ops::varlen::{MaskSpec, VarlenShapes, VarlenSpec};
+use burn_ascend::ops::{IncreSpec, SparseMode};
+
+/// Usage of `bench`.
+pub const USAGE: &str = "burn-ascend bench [--quick] [--json PATH] [--filter SUBSTRING]
+  times the fast CPU kernels (varlen forward / forward+backward, paged decode) against a
+  same-run 2048^3 sgemm, a same-run memory copy and the composite Burn path on NdArray;
+  --quick: fewer repetitions (under 2 minutes on 2 cores); --json: also write the results;
+  --filter: only the cases whose name contains SUBSTRING";
+
+/// How much to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Size {
+    Full,
+    Quick,
+    /// Tiny shapes, one repetition: exercises every code path in a test in a second.
+    Smoke,
+}
+
+#[derive(Debug, Clone)]
+struct Options {
+    size: Size,
+    json: Option<PathBuf>,
+    filter: Option<String>,
+}
+
+fn parse(args: &[String]) -> Result<Options, CliError> {
+    let mut o = Options {
+        size: Size::Full,
+        json: None,
+        filter: None,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => o.size = Size::Quick,
+            "--smoke" => o.size = Size::Smoke,
+            "--json" => {
+                let p = it
+                    .next()
+                    .ok_or_else(|| CliError::Usage(format!("--json needs a path\n{USAGE}")))?;
+                o.json = Some(PathBuf::from(p));
+            }
+            "--filter" => {
+                let f = it
+                    .next()
+                    .ok_or_else(|| CliError::Usage(format!("--filter needs a value\n{USAGE}")))?;
+                o.filter = Some(f.clone());
+            }
+            "-h" | "--help" => return Err(CliError::Usage(USAGE.into())),
+            other => {
+                return Err(CliError::Usage(format!(
+                    "unknown bench argument '{other}'\n{USAGE}"
+                )))
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// Forward FLOPs of varlen attention: 4·D per unmasked (query, key) pair per head; `causal`
+/// is the lower triangle with the diagonal of square sequences.
+pub fn varlen_fwd_flops(seqs: &[usize], heads: usize, head_dim: usize, causal: bool) -> f64 {
+    let pairs: usize = seqs
+        .iter()
+        .map(|&s| if causal { s * (s + 1) / 2 } else { s * s })
+        .sum();
+    4.0 * pairs as f64 * head_dim as f64 * heads as f64
+}
+
+/// Forward + backward FLOPs: the backward counts 2.5× the forward.
+pub fn varlen_fwdbwd_flops(seqs: &[usize], heads: usize, head_dim: usize, causal: bool) -> f64 {
+    3.5 * varlen_fwd_flops(seqs, heads, head_dim, causal)
+}
+
+/// Decode FLOPs: 4·Skv·D per head and batch.
+pub fn decode_flops(batch: usize, kv_len: usize, heads: usize, head_dim: usize) -> f64 {
+    4.0 * (batch * kv_len * heads * head_dim) as f64
+}
+
+/// Bytes of K and V a decode call reads.
+pub fn decode_bytes(
+    batch: usize,
+    kv_len: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    elem_bytes: usize,
+) -> f64 {
+    2.0 * (batch * kv_len * kv_heads * head_dim * elem_bytes) as f64
+}
+
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+    /// Uniform in [−1, 1).
+    fn vec(&mut self, len: usize) -> Vec<f32> {
+        (0..len)
+            .map(|_| (self.next() as f32 / (1u64 << 31) as f32) * 2.0 - 1.0)
+            .collect()
+    }
+    fn i8s(&mut self, len: usize) -> Vec<i8> {
+        (0..len).map(|_| (self.next() % 256) as i64 as i8).collect()
+    }
+}
+
+/// CPU time (seconds) consumed so far by all threads of this process (Linux; `None`
+/// elsewhere).
+fn cpu_seconds() -> Option<f64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total as f64 * 1e-9)
+}
+
+/// Best wall time and best CPU time per thread of `reps` runs (after one warm-up run when
+/// `warm_up`).
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    wall: f64,
+    cpu: Option<f64>,
+}
+
+impl Timing {
+    /// The better of two timings of the same thing.
+    fn best(self, other: Timing) -> Timing {
+        Timing {
+            wall: self.wall.min(other.wall),
+            cpu: match (self.cpu, other.cpu) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+}
+
+/// The fast kernel's `reps` repetitions in two groups, each after a warm-up run, one before
+/// and one after `between` (the composite's timing, seconds long), caches flushed before each
+/// repetition when `flusher` is given. On a shared machine a burst of other processes' load
+/// then spoils at most one group of the best-of. Returns the fast timing and `between`'s
+/// result.
+fn time_around<R, B>(
+    reps: usize,
+    mut flusher: Option<&mut Flusher>,
+    mut fast: impl FnMut() -> Result<R, CliError>,
+    between: impl FnOnce() -> Result<B, CliError>,
+) -> Result<(Timing, B), CliError> {
+    let first = time_with(reps.div_ceil(2), true, flusher.as_deref_mut(), &mut fast)?;
+    let b = between()?;
+    let fast = if reps >= 2 {
+        // Warmed up again: `between` ran for seconds in between.
+        first.best(time_with(reps / 2, true, flusher, &mut fast)?)
+    } else {
+        first
+    };
+    Ok((fast, b))
+}
+
+fn time<R>(
+    reps: usize,
+    warm_up: bool,
+    f: impl FnMut() -> Result<R, CliError>,
+) -> Result<Timing, CliError> {
+    time_with(reps, warm_up, None, f)
+}
+
+/// [`time`] with the caches flushed before each timed repetition (memory-bound cases).
+fn time_cold<R>(
+    reps: usize,
+    flusher: &mut Flusher,
+    f: impl FnMut() -> Result<R, CliError>,
+) -> Result<Timing, CliError> {
+    time_with(reps, true, Some(flusher), f)
+}
+
+fn time_with<R>(
+    reps: usize,
+    warm_up: bool,
+    mut flusher: Option<&mut Flusher>,
+    mut f: impl FnMut() -> Result<R, CliError>,
+) -> Result<Timing, CliError> {
+    if warm_up {
+        std::hint::black_box(f()?);
+    }
+    let threads = cpu::threads() as f64;
+    let (mut wall, mut cpu) = (f64::INFINITY, None::<f64>);
+    for _ in 0..reps.max(1) {
+        if let Some(fl) = flusher.as_deref_mut() {
+            fl.flush();
+        }
+        let c0 = cpu_seconds();
+        let t = Instant::now();
+        std::hint::black_box(f()?);
+        wall = wall.min(t.elapsed().as_secs_f64());
+        if let (Some(c0), Some(c1)) = (c0, cpu_seconds()) {
+            let per_thread = (c1 - c0) / threads;
+            cpu = Some(cpu.map_or(per_thread, |c| c.min(per_thread)));
+        }
+    }
+    Ok(Timing { wall, cpu })
+}
+
+/// Evicts the caches by writing through a buffer larger than the last-level cache (this
+/// kind of machine reports a 480 MiB L3), so memory-bound measurements (copy, decode) read
+/// DRAM rather than a cache left warm by the previous repetition.
+struct Flusher {
+    buf: Vec<u8>,
+}
+
+impl Flusher {
+    fn new(bytes: usize) -> Self {
+        Self {
+            buf: vec![1; bytes],
+        }
+    }
+
+    fn flush(&mut self) {
+        for x in self.buf.iter_mut() {
+            *x = x.wrapping_add(1);
+        }
+        std::hint::black_box(&self.buf);
+    }
+}
+
+/// One more call of `f`: its result and its peak extra heap bytes.
+fn peak_of<R>(f: impl FnOnce() -> Result<R, CliError>) -> Result<(R, Option<usize>), CliError> {
+    let (r, peak) = peak_extra(f);
+    Ok((r?, peak))
+}
+
+/// One measured case.
+#[derive(Debug, Clone)]
+struct CaseResult {
+    name: String,
+    kind: &'static str,
+    causal: bool,
+    tokens: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    flops: f64,
+    /// Bytes of K + V read (decode only).
+    bytes: Option<f64>,
+    fast: Timing,
+    composite: Timing,
+    peak: Option<usize>,
+    composite_peak: Option<usize>,
+    /// max |fast − composite| over the outputs compared.
+    max_diff: f64,
+}
+
+impl CaseResult {
+    fn gflops(&self) -> f64 {
+        self.flops / self.fast.wall / 1e9
+    }
+    fn gbps(&self) -> Option<f64> {
+        self.bytes.map(|b| b / self.fast.wall / 1e9)
+    }
+    fn json(&self, sgemm: f64, copy: f64, read: f64) -> Value {
+        json!({
+            "name": self.name,
+            "kind": self.kind,
+            "causal": self.causal,
+            "tokens": self.tokens,
+            "heads": self.heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "gflops": self.gflops(),
+            "fraction_of_sgemm": self.gflops() / sgemm,
+            "fraction_of_copy_bandwidth": self.gbps().map(|g| g / copy),
+            "fraction_of_read_bandwidth": self.gbps().map(|g| g / read),
+            "speedup_vs_composite": self.composite.wall / self.fast.wall,
+            "peak_extra_bytes": self.peak,
+            "composite_peak_extra_bytes": self.composite_peak,
+        })
+    }
+}
+
+/// Run parameters of a size.
+struct Plan {
+    reps: usize,
+    composite_reps: usize,
+    composite_warm_up: bool,
+    sgemm_n: usize,
+    copy_len: usize,
+    /// Bytes written to evict the caches before a cold repetition.
+    flush_bytes: usize,
+    seqs: Vec<usize>,
+    heads: usize,
+    kv_heads: usize,
+    head_dims: Vec<usize>,
+    decode: DecodeShape,
+    /// Native launches per timed batch of the dispatch figures.
+    dispatch_launches: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct DecodeShape {
+    batch: usize,
+    kv_len: usize,
+    block: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Plan {
+    fn of(size: Size) -> Self {
+        let decode = DecodeShape {
+            batch: 8,
+            kv_len: 4096,
+            block: 128,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+        };
+        let full_cases = |reps, composite_reps, composite_warm_up, copy_len| Plan {
+            reps,
+            composite_reps,
+            composite_warm_up,
+            sgemm_n: 2048,
+            copy_len,
+            flush_bytes: 512 << 20,
+            seqs: vec![512, 1024, 2048, 512],
+            heads: 8,
+            kv_heads: 2,
+            head_dims: vec![64, 128],
+            decode,
+            dispatch_launches: 20_000,
+        };
+        match size {
+            Size::Full => full_cases(10, 2, true, 64 << 20),
+            Size::Quick => full_cases(3, 1, false, 16 << 20),
+            Size::Smoke => Plan {
+                reps: 1,
+                composite_reps: 1,
+                composite_warm_up: false,
+                sgemm_n: 64,
+                copy_len: 1 << 16,
+                flush_bytes: 1 << 20,
+                seqs: vec![8, 24],
+                heads: 4,
+                kv_heads: 2,
+                head_dims: vec![8],
+                decode: DecodeShape {
+                    batch: 2,
+                    kv_len: 64,
+                    block: 32,
+                    heads: 4,
+                    kv_heads: 2,
+                    head_dim: 8,
+                },
+                dispatch_launches: 200,
+            },
+        }
+    }
+}
+
+fn sgemm(n: usize, reps: usize, rng: &mut Lcg) -> Result<Timing, CliError> {
+    let (a, b) = (rng.vec(n * n), rng.vec(n * n));
+    let mut c = vec![0.0f32; n * n];
+    let threads = cpu::threads();
+    time(reps, true, || {
+        cpu::gemm::sgemm(n, n, n, &a, &b, &mut c, threads);
+        Ok(())
+    })
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() as f64)
+        .fold(0.0, f64::max)
+}
+
+type Nd = NdArray<f32>;
+
+fn nd_vec(t: FloatTensor<Nd>) -> Vec<f32> {
+    burn_ascend::ops::host::to_vec::<Nd>(t)
+}
+
+/// The four varlen cases (fwd, fwd+bwd) × (full, causal) of one head dim.
+fn varlen_cases(
+    plan: &Plan,
+    causal: bool,
+    d: usize,
+    rng: &mut Lcg,
+    keep: &dyn Fn(&str) -> bool,
+) -> Result<Vec<CaseResult>, CliError> {
+    let (seqs, heads, kv_heads) = (&plan.seqs, plan.heads, plan.kv_heads);
+    let label = format!("{} D={d}", if causal { "causal" } else { "full" });
+    let names = [
+        format!("varlen-fwd {label}"),
+        format!("varlen-fwdbwd {label}"),
+    ];
+    if !names.iter().any(|n| keep(n)) {
+        return Ok(Vec::new());
+    }
+    let t: usize = seqs.iter().sum();
+    let mut spec = VarlenSpec::from_lengths(seqs, seqs, heads, 1.0 / (d as f64).sqrt());
+    if causal {
+        spec.atten_mask = MaskSpec::Compressed;
+        spec.attrs.sparse_mode = SparseMode::RightDownCausal;
+    }
+    let sink: Vec<f32> = (0..heads).map(|h| h as f32 * 0.25 - 1.0).collect();
+    let (q, k, v, dy) = (
+        rng.vec(t * heads * d),
+        rng.vec(t * kv_heads * d),
+        rng.vec(t * kv_heads * d),
+        rng.vec(t * heads * d),
+    );
+    let dims = spec.validate_fwd(&VarlenShapes {
+        query: [t, heads, d],
+        key: [t, kv_heads, d],
+        value: [t, kv_heads, d],
+        sink: Some(heads),
+    })?;
+    let p = spec.problem(dims, Some(&sink));
+
+    // The composite on NdArray, on the same values.
+    let device = Default::default();
+    let inputs = VarlenInputs::<Nd> {
+        query: from_vec::<Nd>(q.clone(), &[t, heads, d], &device),
+        key: from_vec::<Nd>(k.clone(), &[t, kv_heads, d], &device),
+        value: from_vec::<Nd>(v.clone(), &[t, kv_heads, d], &device),
+        sink: Some(from_vec::<Nd>(sink.clone(), &[heads], &device)),
+    };
+    let dy_t = from_vec::<Nd>(dy.clone(), &[t, heads, d], &device);
+    let comp_fwd = || {
+        burn_ascend::ops::varlen::composite::varlen_fwd::<Nd>(inputs.clone(), &spec)
+            .map_err(CliError::from)
+    };
+    let comp_fwdbwd = || -> Result<_, CliError> {
+        let f = comp_fwd()?;
+        Ok(burn_ascend::ops::varlen::composite::varlen_bwd::<Nd>(
+            VarlenGradInputs {
+                inputs: inputs.clone(),
+                dy: dy_t.clone(),
+                attention_in: f.attention_out,
+                softmax_max: f.softmax_max,
+                softmax_sum: f.softmax_sum,
+            },
+            &spec,
+        )?)
+    };
+    let fast_fwd = || Ok(cpu::varlen_fwd(&p, &q, &k, &v));
+    let fast_fwdbwd = || {
+        let f = cpu::varlen_fwd(&p, &q, &k, &v);
+        Ok(cpu::varlen_bwd(
+            &p,
+            &q,
+            &k,
+            &v,
+            &dy,
+            &f.attention_out,
+            &f.softmax_max,
+            &f.softmax_sum,
+        ))
+    };
+
+    let mut out = Vec::new();
+    let flops = varlen_fwd_flops(seqs, heads, d, causal);
+    let base = |name: &str, kind, flops| CaseResult {
+        name: name.to_string(),
+        kind,
+        causal,
+        tokens: t,
+        heads,
+        kv_heads,
+        head_dim: d,
+        flops,
+        bytes: None,
+        fast: Timing {
+            wall: f64::NAN,
+            cpu: None,
+        },
+        composite: Timing {
+            wall: f64::NAN,
+            cpu: None,
+        },
+        peak: None,
+        composite_peak: None,
+        max_diff: f64::NAN,
+    };
+    if keep(&names[0]) {
+        let mut r = base(&names[0], "varlen-fwd", flops);
+        (r.fast, r.composite) = time_around(plan.reps, None, fast_fwd, || {
+            time(plan.composite_reps, plan.composite_warm_up, comp_fwd)
+        })?;
+        let (a, peak) = peak_of(fast_fwd)?;
+        let (b, composite_peak) = peak_of(comp_fwd)?;
+        (r.peak, r.composite_peak) = (peak, composite_peak);
+        r.max_diff = max_abs_diff(&a.attention_out, &nd_vec(b.attention_out));
+        out.push(r);
+    }
+    if keep(&names[1]) {
+        let mut r = base(&names[1], "varlen-fwdbwd", 3.5 * flops);
+        (r.fast, r.composite) = time_around(plan.reps, None, fast_fwdbwd, || {
+            time(plan.composite_reps, plan.composite_warm_up, comp_fwdbwd)
+        })?;
+        let (a, peak) = peak_of(fast_fwdbwd)?;
+        let (b, composite_peak) = peak_of(comp_fwdbwd)?;
+        (r.peak, r.composite_peak) = (peak, composite_peak);
+        r.max_diff = max_abs_diff(&a.dq, &nd_vec(b.dq))
+            .max(max_abs_diff(&a.dk, &nd_vec(b.dk)))
+            .max(max_abs_diff(&a.dv, &nd_vec(b.dv)));
+        out.push(r);
+    }
+    Ok(out)
+}
+
+fn paged<'a, T: Element>(
+    k: &'a [T],
+    v: &'a [T],
+    table: &'a [i32],
+    maxb: usize,
+    block: usize,
+) -> KvInput<'a, T> {
+    KvInput::Paged {
+        key_cache: k,
+        value_cache: v,
+        layout: PagedLayout::Bsh,
+        block_table: table,
+        max_blocks_per_seq: maxb,
+        block_size: block,
+    }
+}
+
+/// The kernel arguments of the decode case (what `IncreSpec::args` builds, for any KV type).
+fn decode_args<'a, T: Element>(
+    q: &'a [f32],
+    kv: KvInput<'a, T>,
+    s: DecodeShape,
+    lens: &'a [i64],
+    antiquant: Option<Antiquant<'a>>,
+) -> IncreFlashAttentionArgs<'a, f32, T> {
+    let mut a = IncreFlashAttentionArgs::new(
+        q,
+        kv,
+        IfaLayout::Bsh,
+        s.batch,
+        s.heads,
+        s.head_dim,
+        1.0 / (s.head_dim as f64).sqrt(),
+    );
+    a.num_key_value_heads = s.kv_heads;
+    a.actual_seq_lengths = Some(lens);
+    a.antiquant = antiquant;
+    a
+}
+
+/// The decode case with f32 (`int8 = false`) or int8 KV.
+fn decode_case(
+    plan: &Plan,
+    int8: bool,
+    rng: &mut Lcg,
+    flusher: &mut Flusher,
+) -> Result<CaseResult, CliError> {
+    let DecodeShape {
+        batch,
+        kv_len,
+        block,
+        heads,
+        kv_heads,
+        head_dim: d,
+    } = plan.decode;
+    let maxb = kv_len.div_ceil(block);
+    let nblocks = batch * maxb;
+    // Each sequence's blocks scattered over the cache (a shuffled assignment).
+    let mut ids: Vec<i32> = (0..nblocks as i32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+    }
+    let h = kv_heads * d;
+    let cache_len = nblocks * block * h;
+    let q = rng.vec(batch * heads * d);
+    let (k8, v8) = if int8 {
+        (rng.i8s(cache_len), rng.i8s(cache_len))
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    // f32 caches: the data itself (f32 case) or the int8 values as f32 (the composite's input
+    // in the int8 case: the Burn API carries int8 KV as float tensors).
+    let (kf, vf): (Vec<f32>, Vec<f32>) = if int8 {
+        (
+            k8.iter().map(|&x| f32::from(x)).collect(),
+            v8.iter().map(|&x| f32::from(x)).collect(),
+        )
+    } else {
+        (rng.vec(cache_len), rng.vec(cache_len))
+    };
+    let aq_scale: Vec<f32> = rng.vec(2 * h).iter().map(|x| 0.01 + 0.005 * x).collect();
+    let aq_offset: Vec<f32> = rng.vec(2 * h).iter().map(|x| (4.0 * x).round()).collect();
+    let lens = vec![kv_len as i64; batch];
+
+    // Same scale as `decode_args`.
+    let mut spec = IncreSpec::new(heads, 1.0 / (d as f64).sqrt(), IfaLayout::Bsh);
+    spec.num_key_value_heads = kv_heads;
+    spec.block_size = block;
+    spec.actual_seq_lengths = Some(lens.clone());
+    spec.block_table = Some(BlockTable {
+        data: ids.clone().into(),
+        shape: vec![batch, maxb],
+    });
+    if int8 {
+        spec.antiquant = Some(AntiquantSpec {
+            scale: aq_scale.clone().into(),
+            offset: Some(aq_offset.clone().into()),
+            shape: vec![2, h],
+        });
+    }
+    spec.validate(&IncreShapes {
+        query: vec![batch, 1, heads * d],
+        kv: IncreKvShapes::Paged {
+            key_cache: vec![nblocks, block, h],
+            value_cache: vec![nblocks, block, h],
+        },
+        kv_int8: int8,
+    })?;
+    let aq = int8.then_some(Antiquant {
+        scale: &aq_scale,
+        offset: Some(&aq_offset),
+        per_channel: true,
+    });
+    let table = &ids[..];
+    let args8 = decode_args(
+        &q,
+        paged(&k8, &v8, table, maxb, block),
+        plan.decode,
+        &lens,
+        aq,
+    );
+    let args32 = decode_args(
+        &q,
+        paged(&kf, &vf, table, maxb, block),
+        plan.decode,
+        &lens,
+        aq,
+    );
+    let fast = || {
+        Ok(if int8 {
+            cpu::incre_flash_attention(&args8)
+        } else {
+            cpu::incre_flash_attention(&args32)
+        })
+    };
+    let device = Default::default();
+    let inputs = IncreInputs::<Nd> {
+        query: from_vec::<Nd>(q.clone(), &[batch, 1, heads * d], &device),
+        kv: IncreKv::Paged {
+            key_cache: from_vec::<Nd>(kf.clone(), &[nblocks, block, h], &device),
+            value_cache: from_vec::<Nd>(vf.clone(), &[nblocks, block, h], &device),
+        },
+    };
+    let comp = || {
+        burn_ascend::ops::incre::composite::incre_fwd::<Nd>(inputs.clone(), &spec)
+            .map_err(CliError::from)
+    };
+    let elem = if int8 { 1 } else { 4 };
+    // Cold caches: the KV read is what is measured.
+    let (fast_timing, composite) = time_around(plan.reps, Some(flusher), fast, || {
+        time(plan.composite_reps, plan.composite_warm_up, comp)
+    })?;
+    let mut r = CaseResult {
+        name: format!("decode {} KV", if int8 { "int8" } else { "f32" }),
+        kind: "decode",
+        causal: false,
+        tokens: batch * kv_len,
+        heads,
+        kv_heads,
+        head_dim: d,
+        flops: decode_flops(batch, kv_len, heads, d),
+        bytes: Some(decode_bytes(batch, kv_len, kv_heads, d, elem)),
+        fast: fast_timing,
+        composite,
+        peak: None,
+        composite_peak: None,
+        max_diff: f64::NAN,
+    };
+    let (a, peak) = peak_of(fast)?;
+    let (b, composite_peak) = peak_of(comp)?;
+    (r.peak, r.composite_peak) = (peak, composite_peak);
+    r.max_diff = max_abs_diff(&a, &nd_vec(b));
+    Ok(r)
+}
+
+/// `dst = src` with `threads` scoped threads, one contiguous part each.
+fn parallel_copy(src: &[f32], dst: &mut [f32], threads: usize) {
+    let part = src.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|scope| {
+        for (d, s) in dst.chunks_mut(part).zip(src.chunks(part)) {
+            scope.spawn(move || d.copy_from_slice(s));
+        }
+    });
+}
+
+/// The sum of `src` with `threads` scoped threads, one contiguous part each; 16 independent
+/// accumulators per thread so the loop vectorises (a read-bandwidth probe, not a numeric sum).
+fn parallel_sum(src: &[f32], threads: usize) -> f32 {
+    let part = src.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = src
+            .chunks(part)
+            .map(|s| {
+                scope.spawn(move || {
+                    let mut acc = [0.0f32; 16];
+                    let blocks = s.chunks_exact(16);
+                    let tail: f32 = blocks.remainder().iter().sum();
+                    for b in blocks {
+                        for (a, x) in acc.iter_mut().zip(b) {
+                            *a += x;
+                        }
+                    }
+                    acc.iter().sum::<f32>() + tail
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+    })
+}
+
+/// Human-readable bytes.
+fn mib(b: Option<usize>) -> String {
+    b.map_or("n/a".into(), |b| {
+        format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+    })
+}
+
+/// Runs the bench with command-line `args` (after `bench`).
+pub fn main(args: &[String]) -> Result<(), CliError> {
+    let opts = parse(args)?;
+    let plan = Plan::of(opts.size);
+    let keep = |name: &str| {
+        opts.filter
+            .as_ref()
+            .is_none_or(|f| name.contains(f.as_str()))
+    };
+    let threads = cpu::threads();
+    let mut rng = Lcg(42);
+    // As many repetitions as the cases get: the best of them is the denominator, and a
+    // depressed sgemm would inflate every fraction.
+    let sgemm_reps = plan.reps;
+    let sgemm_before = sgemm(plan.sgemm_n, sgemm_reps, &mut rng)?;
+
+    let mut flusher = Flusher::new(plan.flush_bytes);
+    let (copy_1, copy_n, read_gbps) = {
+        let src = rng.vec(plan.copy_len);
+        let mut dst = vec![0.0f32; plan.copy_len];
+        let one = time_cold(plan.reps.max(3), &mut flusher, || {
+            std::hint::black_box(&mut dst[..]).copy_from_slice(std::hint::black_box(&src[..]));
+            Ok(())
+        })?;
+        let all = time_cold(plan.reps.max(3), &mut flusher, || {
+            parallel_copy(&src, &mut dst, threads);
+            Ok(())
+        })?;
+        let read = time_cold(plan.reps.max(3), &mut flusher, || {
+            std::hint::black_box(parallel_sum(std::hint::black_box(&src[..]), threads));
+            Ok(())
+        })?;
+        let gbps = |t: Timing| 2.0 * (plan.copy_len * 4) as f64 / t.wall / 1e9;
+        let read_gbps = (plan.copy_len * 4) as f64 / read.wall / 1e9;
+        (gbps(one), gbps(all), read_gbps)
+    };
+    // The better of a one-thread and an all-thread copy: the machine's copy bandwidth.
+    let copy = copy_1.max(copy_n);
+
+    let mut results = Vec::new();
+    for causal in [false, true] {
+        for &d in &plan.head_dims {
+            results.extend(varlen_cases(&plan, causal, d, &mut rng, &keep)?);
+        }
+    }
+    let sgemm_middle = sgemm(plan.sgemm_n, sgemm_reps, &mut rng)?;
+    for int8 in [false, true] {
+        let name = format!("decode {} KV", if int8 { "int8" } else { "f32" });
+        if keep(&name) {
+            results.push(decode_case(&plan, int8, &mut rng, &mut flusher)?);
+        }
+    }
+    let sgemm_after = sgemm(plan.sgemm_n, sgemm_reps, &mut rng)?;
+    let dispatch = if keep("dispatch") {
+        Some(super::bench_dispatch::measure(plan.dispatch_launches)?)
+    } else {
+        None
+    };
+    let n3 = 2.0 * (plan.sgemm_n as f64).powi(3);
+    let best = |t: Timing| (n3 / t.wall / 1e9, t.cpu.map(|c| n3 / c / 1e9));
+    let (before, before_cpu) = best(sgemm_before);
+    let (middle, middle_cpu) = best(sgemm_middle);
+    let (after, after_cpu) = best(sgemm_after);
+    let sgemm_gflops = before.max(middle).max(after);
+    let sgemm_cpu = before_cpu
+        .zip(middle_cpu)
+        .zip(after_cpu)
+        .map(|((a, b), c)| a.max(b).max(c));
+
+    println!("threads: {threads}");
+    println!(
+        "sgemm {n}^3 f32: {sgemm_gflops:.1} GFLOP/s (before {before:.1}, middle {middle:.1}, \
+         after {after:.1})",
+        n = plan.sgemm_n
+    );
+    println!(
+        "copy {} MiB (caches flushed, read + write bytes): {copy:.1} GB/s (1 thread {copy_1:.1}, \
+         {threads} threads {copy_n:.1})",
+        (plan.copy_len * 4) >> 20
+    );
+    println!(
+        "read {} MiB (caches flushed, {threads} threads summing, read bytes): {read_gbps:.1} GB/s",
+        (plan.copy_len * 4) >> 20
+    );
+    println!();
+    println!(
+        "| case | ms | GFLOP/s | × sgemm | GB/s | × read | × copy | composite ms | speedup | peak extra | \
+         composite peak extra | max abs diff | CPU-time × sgemm |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in &results {
+        let cpu_frac = r.fast.cpu.zip(sgemm_cpu).map_or("n/a".into(), |(c, s)| {
+            format!("{:.3}", r.flops / c / 1e9 / s)
+        });
+        println!(
+            "| {} | {:.1} | {:.1} | {:.3} | {} | {} | {} | {:.0} | {:.1}× | {} | {} | {:.1e} | {} |",
+            r.name,
+            r.fast.wall * 1e3,
+            r.gflops(),
+            r.gflops() / sgemm_gflops,
+            r.gbps().map_or("—".into(), |g| format!("{g:.1}")),
+            r.gbps().map_or("—".into(), |g| format!("{:.3}", g / read_gbps)),
+            r.gbps().map_or("—".into(), |g| format!("{:.3}", g / copy)),
+            r.composite.wall * 1e3,
+            r.composite.wall / r.fast.wall,
+            mib(r.peak),
+            mib(r.composite_peak),
+            r.max_diff,
+            cpu_frac,
+        );
+    }
+    if let Some(d) = &dispatch {
+        println!(
+            "\ndispatch (Ascend on the simulation, kernels off): {:.2} host µs per launch; \
+             finetune step: {} launches, {} syncs, {} host fallbacks",
+            d.host_us_per_launch, d.launches_per_step, d.syncs_per_step, d.fallbacks_per_step
+        );
+    }
+    if let Some(path) = &opts.json {
+        let doc = json!({
+            "dispatch": dispatch.map(|d| d.json()),
+            "sgemm_gflops": sgemm_gflops,
+            "copy_gbps": copy,
+            "read_gbps": read_gbps,
+            "cases": results
+                .iter()
+                .map(|r| r.json(sgemm_gflops, copy, read_gbps))
+                .collect::<Vec<_>>(),
+        });
+        let text = serde_json::to_string_pretty(&doc)
+            .map_err(|e| CliError::Io(format!("serialising the bench results: {e}")))?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| CliError::Io(format!("writing {}: {e}", path.display())))?;
+        println!("\nwrote {}", path.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flop_and_byte_counts() {
+        // Full: 4·S²·D per head; causal: the lower triangle with the diagonal.
+        assert_eq!(varlen_fwd_flops(&[2], 1, 1, false), 16.0);
+        assert_eq!(varlen_fwd_flops(&[2], 1, 1, true), 12.0);
+        assert_eq!(
+            varlen_fwd_flops(&[512, 1024, 2048, 512], 8, 64, false),
+            4.0 * (512.0 * 512.0 * 2.0 + 1024.0 * 1024.0 + 2048.0 * 2048.0) * 64.0 * 8.0
+        );
+        assert_eq!(
+            varlen_fwdbwd_flops(&[3, 1], 2, 4, true),
+            3.5 * 4.0 * (6.0 + 1.0) * 4.0 * 2.0
+        );
+        assert_eq!(
+            decode_flops(8, 4096, 32, 128),
+            4.0 * 8.0 * 4096.0 * 32.0 * 128.0
+        );
+        // f32 K + V of B = 8, 4096 tokens, Nkv = 8, D = 128: 256 MiB; int8: 64 MiB.
+        assert_eq!(decode_bytes(8, 4096, 8, 128, 4), (256u64 << 20) as f64);
+        assert_eq!(decode_bytes(8, 4096, 8, 128, 1), (64u64 << 20) as f64);
+    }
+
+    #[test]
+    fn the_read_probe_sums_every_element() {
+        let v: Vec<f32> = (0..1000).map(|i| (i % 7) as f32).collect();
+        let want: f32 = v.iter().sum();
+        for threads in [1, 3, 8] {
+            assert_eq!(parallel_sum(&v, threads), want);
+        }
+    }
+
+    #[test]
+    fn arguments() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let o = parse(&a(&["--quick", "--json", "x.json", "--filter", "decode"])).unwrap();
+        assert_eq!(o.size, Size::Quick);
+        assert_eq!(o.json, Some(PathBuf::from("x.json")));
+        assert_eq!(o.filter.as_deref(), Some("decode"));
+        assert!(matches!(parse(&a(&["--json"])), Err(CliError::Usage(_))));
+        assert!(matches!(parse(&a(&["--fast"])), Err(CliError::Usage(_))));
+    }
+}

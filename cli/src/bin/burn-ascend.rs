@@ -1,0 +1,16 @@
+//! `burn-ascend`: replay CANN attention ops on safetensors dumps and benchmark the CPU kernels
+//! (see `burn_ascend::cli`).
+
+/// Counts live and peak heap bytes for `burn-ascend bench`'s memory figures (a thin wrapper
+/// over the system allocator: see `burn_ascend_cli::alloc_stats`).
+#[global_allocator]
+static GLOBAL: burn_ascend_cli::alloc_stats::CountingAlloc =
+    burn_ascend_cli::alloc_stats::CountingAlloc;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = burn_ascend_cli::main_with_args(&args) {
+        eprintln!("error: {e}");
+        std::process::exit(e.exit_code());
+    }
+}

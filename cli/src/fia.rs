@@ -1,0 +1,300 @@
+//! `fia`: `aclnnFusedInferAttentionScoreV4` on a safetensors bundle. `reference` and `cpu` run
+//! the f64 CPU reference (no fast FIA kernel yet), `sim` / `npu` the aclnn call builder. Float
+//! inputs are widened to f32 exactly; `attentionOut` is rounded once to the query's dtype;
+//! `softmaxLse` (with `softmaxLseFlag = true`) is FLOAT32.
+
+use safetensors::Dtype;
+
+use super::device::{acl_runtime, download, output, upload};
+use super::io::{Bundle, HostTensor};
+use super::prompt::{float_dtype, same_dtype};
+use super::{CliError, Device};
+use burn_ascend::backend::attention::fia::{fused_infer_attention, FiaTensors};
+use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
+use burn_ascend::ops::fia::{parse_fia_layout, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant};
+use burn_ascend::ops::incre::{AntiquantSpec, BlockTable};
+use burn_ascend::ops::prompt::{PromptMask, PromptPse, INT_MAX_TOKENS, PFA_COMPRESSED_MASK};
+use burn_ascend::AttnError;
+use burn_ascend_cann::acl::{DataType, TensorList};
+
+/// Inputs the CLI knows but does not run: their own `unsupported` error, not "unknown".
+pub(crate) const LEFT_OUT: [&str; 12] = [
+    "deqScale1",
+    "quantScale1",
+    "deqScale2",
+    "quantScale2",
+    "quantOffset2",
+    "keySharedPrefix",
+    "valueSharedPrefix",
+    "actualSharedPrefixLen",
+    "queryRope",
+    "keyRope",
+    "keyRopeAntiquantScale",
+    "dequantScaleQuery",
+];
+
+fn one_i64(b: &Bundle, name: &'static str) -> Result<Option<i64>, AttnError> {
+    match b.opt_i64(name)? {
+        None => Ok(None),
+        Some(v) if v.len() == 1 => Ok(Some(v[0])),
+        Some(v) => Err(AttnError::invalid(
+            name,
+            format!("must hold one value, got {}", v.len()),
+        )),
+    }
+}
+
+fn scale_pair(
+    b: &Bundle,
+    [scale, offset]: [&'static str; 2],
+) -> Result<Option<(HostTensor, Option<HostTensor>)>, AttnError> {
+    let Some(s) = b.optional(&[scale]) else {
+        if b.optional(&[offset]).is_some() {
+            return Err(AttnError::invalid(offset, format!("needs {scale}")));
+        }
+        return Ok(None);
+    };
+    if !matches!(s.dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32) {
+        return Err(AttnError::invalid(
+            scale,
+            format!(
+                "dtype must be FLOAT16, BFLOAT16 or FLOAT32, got {:?}",
+                s.dtype
+            ),
+        ));
+    }
+    let o = b.optional(&[offset]).cloned();
+    if let Some(o) = &o {
+        if o.dtype != s.dtype || o.shape != s.shape {
+            return Err(AttnError::invalid(
+                offset,
+                format!(
+                    "must have {scale}'s dtype and shape ({:?} {:?})",
+                    s.dtype, s.shape
+                ),
+            ));
+        }
+    }
+    Ok(Some((s.clone(), o)))
+}
+
+fn spec_from(b: &Bundle, qdt: Dtype) -> Result<FiaSpec, AttnError> {
+    let layout = parse_fia_layout(b.attr_str("inputLayout", "BSH"))?;
+    let mut spec = FiaSpec::new(
+        b.attr_required("numHeads")?,
+        b.attr("scaleValue", 1.0)?,
+        layout,
+    );
+    spec.num_key_value_heads = b.attr("numKeyValueHeads", 0)?;
+    spec.pre_tokens = b.attr("preTokens", INT_MAX_TOKENS)?;
+    spec.next_tokens = b.attr("nextTokens", INT_MAX_TOKENS)?;
+    spec.sparse_mode = b.attr("sparseMode", 0)?;
+    spec.inner_precise = b.attr("innerPrecise", 0)?;
+    spec.block_size = b.attr("blockSize", 0)?;
+    spec.antiquant_mode = b.attr("antiquantMode", 0)?;
+    spec.key_antiquant_mode = b.attr("keyAntiquantMode", 0)?;
+    spec.value_antiquant_mode = b.attr("valueAntiquantMode", 0)?;
+    spec.softmax_lse_flag = match b.attr_str("softmaxLseFlag", "false") {
+        "true" => true,
+        "false" => false,
+        other => {
+            return Err(AttnError::invalid(
+                "softmaxLseFlag",
+                format!("must be true or false, got '{other}'"),
+            ))
+        }
+    };
+    spec.actual_seq_lengths = b.opt_i64("actualSeqLengths")?;
+    spec.actual_seq_lengths_kv = b.opt_i64("actualSeqLengthsKv")?;
+    spec.query_padding_size = one_i64(b, "queryPaddingSize")?;
+    spec.kv_padding_size = one_i64(b, "kvPaddingSize")?;
+    if let Some(m) = b.optional(&["attenMask"]) {
+        let data = m.mask01_values("attenMask")?;
+        spec.atten_mask = if (2..=4).contains(&spec.sparse_mode) {
+            let side = PFA_COMPRESSED_MASK[0];
+            let ok = m.shape.iter().product::<usize>() == side * side
+                && m.shape.ends_with(&PFA_COMPRESSED_MASK)
+                && m.shape.iter().rev().skip(2).all(|&d| d == 1)
+                && data
+                    .iter()
+                    .enumerate()
+                    .all(|(e, &x)| x == (e % side > e / side) as u8);
+            if !ok {
+                return Err(AttnError::invalid(
+                    "attenMask",
+                    format!(
+                        "sparseMode {} takes CANN's compressed mask (2048, 2048) (1 strictly above the diagonal), got shape {:?} with other content",
+                        spec.sparse_mode, m.shape
+                    ),
+                ));
+            }
+            PromptMask::Compressed
+        } else {
+            PromptMask::Dense {
+                data: data.into(),
+                shape: m.shape.clone(),
+            }
+        };
+    }
+    if let Some(p) = b.optional(&["pseShift"]) {
+        same_dtype(p, "pseShift", qdt)?;
+        spec.pse_shift = Some(PromptPse {
+            data: p.f32_values("pseShift")?.into(),
+            shape: p.shape.clone(),
+        });
+    }
+    if let Some(t) = b.optional(&["blockTable"]) {
+        if t.dtype != Dtype::I32 {
+            return Err(AttnError::invalid(
+                "blockTable",
+                format!("dtype must be INT32, got {:?}", t.dtype),
+            ));
+        }
+        let ids: Vec<i32> = t
+            .i64_values("blockTable")?
+            .into_iter()
+            .map(|x| x as i32)
+            .collect();
+        spec.block_table = Some(BlockTable {
+            data: ids.into(),
+            shape: t.shape.clone(),
+        });
+    }
+    if let Some((s, o)) = scale_pair(b, ["antiquantScale", "antiquantOffset"])? {
+        spec.antiquant = Some(AntiquantSpec {
+            scale: s.f32_values("antiquantScale")?.into(),
+            offset: o
+                .map(|o| o.f32_values("antiquantOffset"))
+                .transpose()?
+                .map(Into::into),
+            shape: s.shape.clone(),
+        });
+    }
+    for (which, names) in [
+        (0, ["keyAntiquantScale", "keyAntiquantOffset"]),
+        (1, ["valueAntiquantScale", "valueAntiquantOffset"]),
+    ] {
+        if let Some((s, o)) = scale_pair(b, names)? {
+            let q = Some(KvAntiquant {
+                scale: s.f32_values(names[0])?.into(),
+                offset: o
+                    .map(|o| o.f32_values(names[1]))
+                    .transpose()?
+                    .map(Into::into),
+                shape: s.shape.clone(),
+            });
+            if which == 0 {
+                spec.key_antiquant = q;
+            } else {
+                spec.value_antiquant = q;
+            }
+        }
+    }
+    if let Some(s) = b.optional(&["learnableSink"]) {
+        // CANN takes the sink in the query's dtype (FLOAT16/BFLOAT16).
+        same_dtype(s, "learnableSink", qdt)?;
+        spec.learnable_sink = Some(s.f32_values("learnableSink")?.into());
+    }
+    Ok(spec)
+}
+
+/// `fia`.
+pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
+    for name in LEFT_OUT {
+        if b.tensors.contains_key(name) {
+            return Err(AttnError::Unsupported(format!(
+                "{name}: full quantisation, int8 output, shared prefix and rope split are not modelled for fia"
+            ))
+            .into());
+        }
+    }
+    let (q, k, v) = (
+        b.required("query")?,
+        b.required("key")?,
+        b.required("value")?,
+    );
+    let qdt = float_dtype(q, "query")?;
+    for (t, name) in [(k, "key"), (v, "value")] {
+        if t.dtype != k.dtype || !(t.dtype == qdt || t.dtype == Dtype::I8) {
+            return Err(AttnError::invalid(
+                name,
+                format!(
+                    "dtype must be the query's {qdt:?} or INT8 (key and value alike), got {:?}",
+                    t.dtype
+                ),
+            )
+            .into());
+        }
+    }
+    let spec = spec_from(b, qdt)?;
+    let kv = if spec.block_table.is_some() {
+        FiaKvShapes::Paged {
+            key_cache: k.shape.clone(),
+            value_cache: v.shape.clone(),
+        }
+    } else {
+        FiaKvShapes::Contiguous {
+            key: k.shape.clone(),
+            value: v.shape.clone(),
+        }
+    };
+    let dims = spec.validate(&FiaShapes {
+        query: q.shape.clone(),
+        kv,
+        kv_int8: k.dtype == Dtype::I8,
+    })?;
+    let mut res = Bundle::default();
+    if device.is_acl() {
+        let rt = acl_runtime(device)?;
+        let (qd, kd, vd) = (
+            upload(&rt, q, "query")?,
+            upload(&rt, k, "key")?,
+            upload(&rt, v, "value")?,
+        );
+        let dtype = qd.desc.dtype;
+        let o = output(&rt, &dims.out_shape(), dtype)?;
+        let lse = spec
+            .softmax_lse_flag
+            .then(|| output(&rt, &dims.lse_shape(), DataType::Float))
+            .transpose()?;
+        {
+            let kl = TensorList::new(rt.api(), vec![kd.handle()?])?;
+            let vl = TensorList::new(rt.api(), vec![vd.handle()?])?;
+            let lh = lse.as_ref().map(|l| l.handle()).transpose()?;
+            fused_infer_attention(
+                &rt,
+                &spec,
+                &FiaTensors {
+                    dtype,
+                    query: &qd.handle()?,
+                    key: &kl,
+                    value: &vl,
+                    attention_out: &o.handle()?,
+                    softmax_lse: lh.as_ref(),
+                },
+            )?;
+        }
+        res.insert("attentionOut", download(&o)?);
+        if let Some(l) = &lse {
+            res.insert("softmaxLse", download(l)?);
+        }
+        return Ok(res);
+    }
+    let (qv, kv, vv) = (
+        q.f32_values("query")?,
+        k.f32_or_i8_values("key")?,
+        v.f32_or_i8_values("value")?,
+    );
+    let out = fia_reference(&spec.args(&dims, &qv, &kv, &vv));
+    res.insert(
+        "attentionOut",
+        HostTensor::from_f64_as(&out.attention_out, dims.out_shape(), qdt),
+    );
+    if spec.softmax_lse_flag {
+        res.insert(
+            "softmaxLse",
+            HostTensor::from_values(&out.softmax_lse, dims.lse_shape()),
+        );
+    }
+    Ok(res)
+}

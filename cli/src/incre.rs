@@ -1,0 +1,314 @@
+//! `incre`: `aclnnIncreFlashAttentionV4` on a safetensors bundle, through the CPU reference
+//! (`--device reference`) or the fast decode kernel (`--device cpu`).
+//!
+//! Key/value: `key` / `value` (contiguous), `key.0`, `key.1`, … / `value.0`, … (the tensor-list
+//! form), or with `blocktable` the paged caches `key` / `value`. int8 KV (with
+//! `antiquantScale`) is widened to f32 exactly; the output is rounded once to the query's dtype
+//! or quantised to int8 with `quantScale2` / `quantOffset2`.
+
+use safetensors::Dtype;
+
+use super::device::{acl_runtime, download, output, upload};
+use super::io::{Bundle, HostTensor};
+use super::prompt::{float_dtype, post_quant, same_dtype};
+use super::{CliError, Device};
+use burn_ascend::backend::attention::aclnn;
+use burn_ascend::kernels::cpu;
+use burn_ascend::kernels::reference::incre::{
+    incre_flash_attention, incre_flash_attention_int8, KvInput,
+};
+use burn_ascend::ops::incre::{
+    parse_ifa_layout, AntiquantSpec, BlockTable, IncreKvShapes, IncreMask, IncrePse, IncreShapes,
+    IncreSpec, KvDims,
+};
+use burn_ascend::AttnError;
+use burn_ascend_cann::acl::{DataType, DeviceTensor, Runtime, TensorList};
+
+enum KvForm<'a> {
+    One(&'a HostTensor, &'a HostTensor),
+    List(Vec<&'a HostTensor>, Vec<&'a HostTensor>),
+}
+
+fn kv_form(b: &Bundle) -> Result<KvForm<'_>, AttnError> {
+    if let (Some(k), Some(v)) = (b.tensors.get("key"), b.tensors.get("value")) {
+        return Ok(KvForm::One(k, v));
+    }
+    let list = |prefix: &str| -> Vec<&HostTensor> {
+        (0..)
+            .map_while(|i| b.tensors.get(&format!("{prefix}.{i}")))
+            .collect()
+    };
+    let (k, v) = (list("key"), list("value"));
+    if k.is_empty() {
+        return Err(AttnError::invalid(
+            "key",
+            "required tensor is missing (key, or the list key.0, key.1, …)",
+        ));
+    }
+    if v.is_empty() {
+        return Err(AttnError::invalid("value", "required tensor is missing"));
+    }
+    Ok(KvForm::List(k, v))
+}
+
+fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
+    let layout = parse_ifa_layout(b.attr_str("inputLayout", "BSH"))?;
+    let mut spec = IncreSpec::new(
+        b.attr_required("numHeads")?,
+        b.attr("scaleValue", 1.0)?,
+        layout,
+    );
+    spec.num_key_value_heads = b.attr("numKeyValueHeads", 0)?;
+    spec.block_size = b.attr("blockSize", 0)?;
+    spec.inner_precise = b.attr("innerPrecise", 1)?;
+    spec.actual_seq_lengths = b.opt_i64("actualSeqLengths")?;
+    if let Some(m) = b.optional(&["attenMask"]) {
+        spec.atten_mask = Some(IncreMask {
+            data: m.mask01_values("attenMask")?.into(),
+            shape: m.shape.clone(),
+        });
+    }
+    if let Some(p) = b.optional(&["pseShift"]) {
+        same_dtype(p, "pseShift", qdt)?;
+        spec.pse_shift = Some(IncrePse {
+            data: p.f32_values("pseShift")?.into(),
+            shape: p.shape.clone(),
+        });
+    }
+    if let Some(p) = b.opt_i64("kvPaddingSize")? {
+        if p.len() != 1 {
+            return Err(AttnError::invalid(
+                "kvPaddingSize",
+                format!("must hold one value, got {}", p.len()),
+            ));
+        }
+        spec.kv_padding_size = Some(p[0]);
+    }
+    if let Some(t) = b.optional(&["blocktable"]) {
+        if t.dtype != Dtype::I32 {
+            return Err(AttnError::invalid(
+                "blocktable",
+                format!("dtype must be INT32, got {:?}", t.dtype),
+            ));
+        }
+        let ids: Vec<i32> = t
+            .i64_values("blocktable")?
+            .into_iter()
+            .map(|x| x as i32)
+            .collect();
+        spec.block_table = Some(BlockTable {
+            data: ids.into(),
+            shape: t.shape.clone(),
+        });
+    }
+    if let Some(s) = b.optional(&["antiquantScale"]) {
+        if !(s.dtype == qdt || s.dtype == Dtype::F32) {
+            return Err(AttnError::invalid(
+                "antiquantScale",
+                format!(
+                    "dtype must be the query's {qdt:?} or FLOAT32, got {:?}",
+                    s.dtype
+                ),
+            ));
+        }
+        let offset = match b.optional(&["antiquantOffset"]) {
+            None => None,
+            Some(o) => {
+                if o.dtype != s.dtype || o.shape != s.shape {
+                    return Err(AttnError::invalid(
+                        "antiquantOffset",
+                        format!(
+                            "must have antiquantScale's dtype and shape ({:?} {:?}), got {:?} {:?}",
+                            s.dtype, s.shape, o.dtype, o.shape
+                        ),
+                    ));
+                }
+                Some(o.f32_values("antiquantOffset")?.into())
+            }
+        };
+        spec.antiquant = Some(AntiquantSpec {
+            scale: s.f32_values("antiquantScale")?.into(),
+            offset,
+            shape: s.shape.clone(),
+        });
+    } else if b.optional(&["antiquantOffset"]).is_some() {
+        return Err(AttnError::invalid(
+            "antiquantOffset",
+            "needs antiquantScale",
+        ));
+    }
+    spec.post_quant = post_quant(b, qdt)?;
+    Ok(spec)
+}
+
+/// `incre` on `device` (`Reference`: the f64 reference; `Cpu`: the fast CPU kernel; `Sim` /
+/// `Npu`: through the aclnn dispatch layer).
+pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
+    for name in ["dequantScale1", "quantScale1", "dequantScale2"] {
+        if b.tensors.contains_key(name) {
+            return Err(AttnError::Unsupported(format!(
+                "{name}: full int8 quantisation (int8 query) is not modelled"
+            ))
+            .into());
+        }
+    }
+    let q = b.required("query")?;
+    let qdt = float_dtype(q, "query")?;
+    let form = kv_form(b)?;
+    let all: Vec<(&HostTensor, &'static str)> = match &form {
+        KvForm::One(k, v) => vec![(*k, "key"), (*v, "value")],
+        KvForm::List(k, v) => k
+            .iter()
+            .map(|t| (*t, "key"))
+            .chain(v.iter().map(|t| (*t, "value")))
+            .collect(),
+    };
+    let kdt = all[0].0.dtype;
+    for &(t, name) in &all {
+        if t.dtype != kdt || !(t.dtype == qdt || t.dtype == Dtype::I8) {
+            return Err(AttnError::invalid(
+                name,
+                format!(
+                    "dtype must be the query's {qdt:?} or INT8, the same for all of key/value, got {:?}",
+                    t.dtype
+                ),
+            )
+            .into());
+        }
+    }
+    let spec = spec_from(b, qdt)?;
+    let kv_shapes = match (&form, spec.block_table.is_some()) {
+        (KvForm::One(k, v), true) => IncreKvShapes::Paged {
+            key_cache: k.shape.clone(),
+            value_cache: v.shape.clone(),
+        },
+        (KvForm::One(k, v), false) => IncreKvShapes::Contiguous {
+            key: k.shape.clone(),
+            value: v.shape.clone(),
+        },
+        (KvForm::List(k, v), false) => IncreKvShapes::List {
+            key: k.iter().map(|t| t.shape.clone()).collect(),
+            value: v.iter().map(|t| t.shape.clone()).collect(),
+        },
+        (KvForm::List(..), true) => {
+            return Err(AttnError::invalid(
+                "blocktable",
+                "page attention takes one key and one value cache, not tensor lists",
+            )
+            .into())
+        }
+    };
+    let dims = spec.validate(&IncreShapes {
+        query: q.shape.clone(),
+        kv: kv_shapes,
+        kv_int8: kdt == Dtype::I8,
+    })?;
+    if device.is_acl() {
+        return acl_incre(device, &spec, q, &form);
+    }
+    let qv = q.f32_values("query")?;
+    let run = |kv: KvInput<'_, f32>| -> HostTensor {
+        let a = spec.args(&dims, &qv, kv);
+        let shape = q.shape.clone();
+        match (spec.post_quant(), device) {
+            (Some(pq), Device::Reference) => {
+                HostTensor::from_i8(&incre_flash_attention_int8(&a, &pq), shape)
+            }
+            (Some(pq), _) => HostTensor::from_i8(&cpu::incre_flash_attention_int8(&a, &pq), shape),
+            (None, Device::Reference) => {
+                HostTensor::from_f64_as(&incre_flash_attention(&a), shape, qdt)
+            }
+            (None, _) => {
+                let out: Vec<f64> = cpu::incre_flash_attention(&a)
+                    .into_iter()
+                    .map(f64::from)
+                    .collect();
+                HostTensor::from_f64_as(&out, shape, qdt)
+            }
+        }
+    };
+    let out = match form {
+        KvForm::One(k, v) => {
+            let (kv_, vv) = (k.f32_or_i8_values("key")?, v.f32_or_i8_values("value")?);
+            match dims.kv {
+                KvDims::Contiguous { kv_seq } => run(KvInput::Contiguous {
+                    key: &kv_,
+                    value: &vv,
+                    kv_seq,
+                }),
+                _ => run(spec.paged(&dims, &kv_, &vv)),
+            }
+        }
+        KvForm::List(k, v) => {
+            let kl: Vec<Vec<f32>> = k
+                .iter()
+                .map(|t| t.f32_or_i8_values("key"))
+                .collect::<Result<_, _>>()?;
+            let vl: Vec<Vec<f32>> = v
+                .iter()
+                .map(|t| t.f32_or_i8_values("value"))
+                .collect::<Result<_, _>>()?;
+            let (kr, vr): (Vec<&[f32]>, Vec<&[f32]>) = (
+                kl.iter().map(Vec::as_slice).collect(),
+                vl.iter().map(Vec::as_slice).collect(),
+            );
+            run(KvInput::TensorList {
+                key: &kr,
+                value: &vr,
+            })
+        }
+    };
+    let mut res = Bundle::default();
+    res.insert("attentionOut", out);
+    Ok(res)
+}
+
+fn list<'a>(rt: &Runtime, ts: &'a [DeviceTensor]) -> Result<TensorList<'a>, CliError> {
+    let hs = ts
+        .iter()
+        .map(DeviceTensor::handle)
+        .collect::<Result<_, _>>()?;
+    Ok(TensorList::new(rt.api(), hs)?)
+}
+
+/// `--device sim|npu`: the validated call through the backend's own call builder.
+fn acl_incre(
+    device: Device,
+    spec: &IncreSpec,
+    q: &HostTensor,
+    form: &KvForm<'_>,
+) -> Result<Bundle, CliError> {
+    let rt = acl_runtime(device)?;
+    let (keys, values): (Vec<&HostTensor>, Vec<&HostTensor>) = match form {
+        KvForm::One(k, v) => (vec![*k], vec![*v]),
+        KvForm::List(k, v) => (k.to_vec(), v.to_vec()),
+    };
+    let up = |ts: &[&HostTensor], name| -> Result<Vec<DeviceTensor>, CliError> {
+        ts.iter().map(|t| upload(&rt, t, name)).collect()
+    };
+    let (keys, values) = (up(&keys, "key")?, up(&values, "value")?);
+    let qd = upload(&rt, q, "query")?;
+    let dtype = qd.desc.dtype;
+    let out_dtype = if spec.post_quant.is_some() {
+        DataType::Int8
+    } else {
+        dtype
+    };
+    let o = output(&rt, &q.shape, out_dtype)?;
+    {
+        aclnn::incre(
+            &rt,
+            spec,
+            &aclnn::IncreTensors {
+                dtype,
+                query: &qd.handle()?,
+                key: &list(&rt, &keys)?,
+                value: &list(&rt, &values)?,
+                attention_out: &o.handle()?,
+            },
+        )?;
+    }
+    let mut res = Bundle::default();
+    res.insert("attentionOut", download(&o)?);
+    Ok(res)
+}

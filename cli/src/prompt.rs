@@ -1,0 +1,213 @@
+//! `prompt`: `aclnnPromptFlashAttentionV3` (and V1) on a safetensors bundle, through the CPU
+//! reference. Float inputs are widened to f32 exactly; the output is rounded once from f64 to the
+//! query's dtype, or quantised to int8 with `quantScale2` / `quantOffset2`.
+
+use safetensors::Dtype;
+
+use super::device::{acl_runtime, download, output, upload};
+use super::io::{Bundle, HostTensor};
+use super::{CliError, Device};
+use burn_ascend::backend::attention::aclnn;
+use burn_ascend::kernels::reference::prompt::{
+    prompt_flash_attention, prompt_flash_attention_int8,
+};
+use burn_ascend::ops::prompt::{
+    parse_pfa_layout, PostQuantSpec, PromptMask, PromptPse, PromptShapes, PromptSpec,
+    INT_MAX_TOKENS, PFA_COMPRESSED_MASK,
+};
+use burn_ascend::AttnError;
+use burn_ascend_cann::acl::DataType;
+
+/// Checks a float input's dtype (F16, BF16 or F32); int8 Q/K/V is not modelled.
+pub(crate) fn float_dtype(t: &HostTensor, name: &'static str) -> Result<Dtype, AttnError> {
+    match t.dtype {
+        Dtype::F16 | Dtype::BF16 | Dtype::F32 => Ok(t.dtype),
+        Dtype::I8 => Err(AttnError::Unsupported(format!(
+            "int8 {name} (full quantisation with deqScale1/quantScale1/deqScale2) is not modelled"
+        ))),
+        other => Err(AttnError::invalid(
+            name,
+            format!("dtype must be FLOAT16 or BFLOAT16 (FLOAT32 on the host), got {other:?}"),
+        )),
+    }
+}
+
+/// `quantScale2` / `quantOffset2`: FLOAT32, or BFLOAT16 with a BF16 query; same dtype/shape.
+pub(crate) fn post_quant(b: &Bundle, query: Dtype) -> Result<Option<PostQuantSpec>, AttnError> {
+    let Some(s) = b.optional(&["quantScale2"]) else {
+        if b.optional(&["quantOffset2"]).is_some() {
+            return Err(AttnError::invalid("quantOffset2", "needs quantScale2"));
+        }
+        return Ok(None);
+    };
+    if !(s.dtype == Dtype::F32 || (s.dtype == Dtype::BF16 && query == Dtype::BF16)) {
+        return Err(AttnError::invalid(
+            "quantScale2",
+            format!(
+                "dtype must be FLOAT32 (BFLOAT16 only with a BF16 query), got {:?}",
+                s.dtype
+            ),
+        ));
+    }
+    let offset = match b.optional(&["quantOffset2"]) {
+        None => None,
+        Some(o) => {
+            if o.dtype != s.dtype || o.shape != s.shape {
+                return Err(AttnError::invalid(
+                    "quantOffset2",
+                    format!(
+                        "must have quantScale2's dtype and shape ({:?} {:?}), got {:?} {:?}",
+                        s.dtype, s.shape, o.dtype, o.shape
+                    ),
+                ));
+            }
+            Some(o.f32_values("quantOffset2")?.into())
+        }
+    };
+    Ok(Some(PostQuantSpec {
+        scale: s.f32_values("quantScale2")?.into(),
+        offset,
+    }))
+}
+
+/// Same dtype as the query, or an error naming `name`.
+pub(crate) fn same_dtype(
+    t: &HostTensor,
+    name: &'static str,
+    query: Dtype,
+) -> Result<(), AttnError> {
+    if t.dtype != query {
+        return Err(AttnError::invalid(
+            name,
+            format!("dtype must equal the query's {query:?}, got {:?}", t.dtype),
+        ));
+    }
+    Ok(())
+}
+
+fn spec_from(b: &Bundle, qdt: Dtype) -> Result<PromptSpec, AttnError> {
+    let layout = parse_pfa_layout(b.attr_str("inputLayout", "BSH"))?;
+    let mut spec = PromptSpec::new(
+        b.attr_required("numHeads")?,
+        b.attr("scaleValue", 1.0)?,
+        layout,
+    );
+    spec.num_key_value_heads = b.attr("numKeyValueHeads", 0)?;
+    spec.pre_tokens = b.attr("preTokens", INT_MAX_TOKENS)?;
+    spec.next_tokens = b.attr("nextTokens", 0)?;
+    spec.sparse_mode = b.attr("sparseMode", 0)?;
+    spec.inner_precise = b.attr("innerPrecise", 1)?;
+    spec.actual_seq_lengths = b.opt_i64("actualSeqLengths")?;
+    spec.actual_seq_lengths_kv = b.opt_i64("actualSeqLengthsKv")?;
+    if let Some(m) = b.optional(&["attenMask"]) {
+        let data = m.mask01_values("attenMask")?;
+        spec.atten_mask = if (2..=4).contains(&spec.sparse_mode) {
+            // The device reads CANN's fixed compressed mask: refuse anything else.
+            let side = PFA_COMPRESSED_MASK[0];
+            let ok = m.shape == PFA_COMPRESSED_MASK
+                && data
+                    .iter()
+                    .enumerate()
+                    .all(|(e, &x)| x == (e % side > e / side) as u8);
+            if !ok {
+                return Err(AttnError::invalid(
+                    "attenMask",
+                    format!(
+                        "sparseMode {} takes CANN's compressed mask {PFA_COMPRESSED_MASK:?} (1 strictly above the diagonal), got shape {:?} with other content",
+                        spec.sparse_mode, m.shape
+                    ),
+                ));
+            }
+            PromptMask::Compressed
+        } else {
+            PromptMask::Dense {
+                data: data.into(),
+                shape: m.shape.clone(),
+            }
+        };
+    }
+    if let Some(p) = b.optional(&["pseShift"]) {
+        same_dtype(p, "pseShift", qdt)?;
+        spec.pse_shift = Some(PromptPse {
+            data: p.f32_values("pseShift")?.into(),
+            shape: p.shape.clone(),
+        });
+    }
+    spec.post_quant = post_quant(b, qdt)?;
+    Ok(spec)
+}
+
+/// `prompt`.
+pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
+    for name in ["deqScale1", "quantScale1", "deqScale2"] {
+        if b.tensors.contains_key(name) {
+            return Err(AttnError::Unsupported(format!(
+                "{name}: full int8 quantisation (int8 query) is not modelled"
+            ))
+            .into());
+        }
+    }
+    let (q, k, v) = (
+        b.required("query")?,
+        b.required("key")?,
+        b.required("value")?,
+    );
+    let qdt = float_dtype(q, "query")?;
+    same_dtype(k, "key", qdt)?;
+    same_dtype(v, "value", qdt)?;
+    let spec = spec_from(b, qdt)?;
+    let dims = spec.validate(&PromptShapes {
+        query: q.shape.clone(),
+        key: k.shape.clone(),
+        value: v.shape.clone(),
+    })?;
+    let mut res = Bundle::default();
+    if q.is_empty() {
+        // CANN returns at once for an empty query.
+        res.insert(
+            "attentionOut",
+            HostTensor::from_f64_as(&[], q.shape.clone(), qdt),
+        );
+        return Ok(res);
+    }
+    if device.is_acl() {
+        let rt = acl_runtime(device)?;
+        let (qd, kd, vd) = (
+            upload(&rt, q, "query")?,
+            upload(&rt, k, "key")?,
+            upload(&rt, v, "value")?,
+        );
+        let dtype = qd.desc.dtype;
+        let out_dtype = if spec.post_quant.is_some() {
+            DataType::Int8
+        } else {
+            dtype
+        };
+        let o = output(&rt, &dims.out_shape(), out_dtype)?;
+        aclnn::prompt(
+            &rt,
+            &spec,
+            &aclnn::PromptTensors {
+                dtype,
+                query: &qd.handle()?,
+                key: &kd.handle()?,
+                value: &vd.handle()?,
+                attention_out: &o.handle()?,
+            },
+        )?;
+        res.insert("attentionOut", download(&o)?);
+        return Ok(res);
+    }
+    let (qv, kv, vv) = (
+        q.f32_values("query")?,
+        k.f32_values("key")?,
+        v.f32_values("value")?,
+    );
+    let a = spec.args(&dims, &qv, &kv, &vv);
+    let out = match spec.post_quant() {
+        Some(pq) => HostTensor::from_i8(&prompt_flash_attention_int8(&a, &pq), dims.out_shape()),
+        None => HostTensor::from_f64_as(&prompt_flash_attention(&a), dims.out_shape(), qdt),
+    };
+    res.insert("attentionOut", out);
+    Ok(res)
+}

@@ -1,0 +1,169 @@
+//! `burn-ascend selftest [--device npu|sim] [--report PATH]`: the acceptance run for a machine
+//! with an Atlas A2/A3 NPU.
+//!
+//! It prints what CANN was found (package and ACL versions, libraries, which aclnn entry points
+//! resolved), then runs a fixed suite of small cases on the device against the CPU reference:
+//! every attention op of the CLI (varlen forward and backward with and without a sink, prompt,
+//! incremental contiguous and paged, the cache scatter in each of its modes), each through the
+//! same bundle path as `burn-ascend run` (so the calls are the backend's own call builders), and
+//! a representative set of the `Ascend` backend's native Burn ops against `NdArray`. Each case
+//! states its tolerance; each is timed. Then it runs the probes only hardware can answer
+//! ([`probes`]). It writes `PATH.md` and `PATH.json` (default `selftest-report.{md,json}`) and
+//! exits 0 only when every case passed; probes inform, they never fail the run.
+//!
+//! **Tolerances.** A case passes when, for every output tensor, `max |got − ref| ≤ rel ·
+//! max(1, max |ref|)`, with `rel` per dtype and per kind of op (`attention::Tolerance`): the reference
+//! runs on the same rounded inputs, so `rel` bounds the device's own rounding and summation
+//! order, not the inputs' rounding. Integer and copy results (scatter, index ops, int8) must be
+//! exact. The JSON's `max_abs_err` / `tol` are those of the output tensor closest to failing.
+//!
+//! **Device choice.** Without `--device`, the NPU when CANN loads and a device opens; otherwise
+//! it stops with the reason and points at `--device sim`: it never falls back to the simulation
+//! by itself, so a report from an Atlas can never silently be a simulation run.
+
+mod attention;
+mod fia;
+mod native;
+mod probes;
+mod report;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::{CliError, Device};
+pub use report::{CaseResult, Probe, Report, Status};
+
+/// Usage of the subcommand.
+pub const USAGE: &str = "burn-ascend selftest [--device npu|sim] [--report PATH]
+  runs every attention op and a set of the Ascend backend's native ops on a fixed suite of
+  small cases against the CPU reference (f32, f16, bf16 where the op takes them), times each,
+  runs the hardware probes (dropout bit order, dsink above CANN's chunk threshold, the entry
+  points present, FRACTAL_NZ caches) and writes PATH.md and PATH.json (default
+  selftest-report); exit 0 only when every case passes
+  --device npu   CANN's aclnn on the NPU ($ASCEND_DEVICE_ID, else 0); the default when one opens
+  --device sim   the host simulation of the ACL ABI (not CANN): checks this build without an NPU";
+
+/// Parsed command line.
+#[derive(Debug)]
+struct Options {
+    device: Option<Device>,
+    report: PathBuf,
+    /// Hidden: perturbs one device result so the run must fail (proves the exit status).
+    inject_error: bool,
+}
+
+fn parse(args: &[String]) -> Result<Options, CliError> {
+    let mut o = Options {
+        device: None,
+        report: PathBuf::from("selftest-report"),
+        inject_error: false,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| CliError::Usage(format!("{flag} needs a value\n{USAGE}")))
+        };
+        match a.as_str() {
+            "--device" => o.device = Some(device_arg(&value("--device")?)?),
+            s if s.starts_with("--device=") => o.device = Some(device_arg(&s[9..])?),
+            "--report" => o.report = PathBuf::from(value("--report")?),
+            s if s.starts_with("--report=") => o.report = PathBuf::from(&s[9..]),
+            "--inject-error" => o.inject_error = true,
+            "-h" | "--help" => return Err(CliError::Usage(USAGE.into())),
+            other => {
+                return Err(CliError::Usage(format!(
+                    "unknown selftest argument '{other}'\n{USAGE}"
+                )))
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// `--device`: only the aclnn devices; the host devices have nothing to check against.
+fn device_arg(s: &str) -> Result<Device, CliError> {
+    match Device::parse(s)? {
+        d @ (Device::Npu | Device::Sim) => Ok(d),
+        other => Err(CliError::Usage(format!(
+            "selftest runs on an aclnn device (npu or sim), not {other:?}\n{USAGE}"
+        ))),
+    }
+}
+
+/// The NPU when CANN loads and device `$ASCEND_DEVICE_ID` (else 0) opens; else the reason,
+/// never the simulation.
+fn default_device() -> Result<Device, CliError> {
+    let id = burn_ascend_cann::acl::default_device_id()?;
+    match burn_ascend_cann::acl::Runtime::npu(id) {
+        Ok(_) => Ok(Device::Npu),
+        Err(e) => Err(CliError::Device(format!(
+            "selftest: no usable NPU ({e}); on a machine without one, `burn-ascend selftest --device sim` checks this build against the host simulation (not CANN)"
+        ))),
+    }
+}
+
+/// `selftest …` (arguments after the subcommand).
+pub fn main(args: &[String]) -> Result<(), CliError> {
+    let o = parse(args)?;
+    let device = match o.device {
+        Some(d) => d,
+        None => default_device()?,
+    };
+    device.ensure_available()?;
+    let report = run(device, o.inject_error)?;
+    let (md, json) = report.paths(&o.report);
+    report.write(&md, &json)?;
+    println!("{}", report.summary());
+    println!("report: {} and {}", md.display(), json.display());
+    let failed = report.failed();
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(CliError::Selftest(format!(
+            "{failed} of {} cases failed (first: {}); see {}",
+            report.cases.len(),
+            report.first_failure().unwrap_or_default(),
+            md.display()
+        )))
+    }
+}
+
+/// Runs the whole selftest on `device` (printing progress to stderr) and returns the report.
+pub fn run(device: Device, inject_error: bool) -> Result<Report, CliError> {
+    let start = Instant::now();
+    let env = probes::environment(device)?;
+    eprintln!("selftest on {}: CANN {}", env.device, env.cann_version);
+    for l in &env.libraries {
+        eprintln!("  library {l}");
+    }
+    let mut cases = attention::run_all(device, inject_error);
+    cases.extend(fia::run_all(device));
+    cases.extend(native::run_all(device));
+    for c in &cases {
+        if c.status != Status::Pass {
+            eprintln!(
+                "  FAIL {} {} {}: {}",
+                c.op,
+                c.name,
+                c.dtype,
+                c.note.as_deref().unwrap_or("")
+            );
+        }
+    }
+    let probes = probes::run_all(device, &env);
+    for p in &probes {
+        eprintln!("  probe {}: {}", p.name, p.result);
+    }
+    Ok(Report {
+        device: env.device,
+        cann_version: env.cann_version,
+        acl_version: env.acl_version,
+        libraries: env.libraries,
+        entry_points: env.entry_points,
+        cases,
+        probes,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}

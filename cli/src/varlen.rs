@@ -1,0 +1,402 @@
+//! `varlen-fwd` / `varlen-bwd`: `aclnnFlashAttentionVarLenScoreV5` and
+//! `aclnnFlashAttentionUnpaddingScoreGradV5` on a safetensors bundle.
+
+use half::{bf16, f16};
+use safetensors::Dtype;
+
+use super::device::{acl_runtime, download, output, upload, upload_opt};
+use super::io::{rank3, Bundle, HostTensor, WireFloat};
+use super::{CliError, Device};
+use burn_ascend::backend::attention::aclnn;
+use burn_ascend::kernels::cpu;
+use burn_ascend::kernels::reference::varlen as reference;
+use burn_ascend::ops::varlen::VARLEN_LAYOUT;
+use burn_ascend::ops::varlen::{
+    compressed_mask, MaskSpec, PseSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec,
+};
+use burn_ascend::{AttnError, PseType, SoftmaxLayout, SparseMode};
+use burn_ascend_cann::acl::{DataType, DeviceTensor};
+
+/// Builds the spec from the bundle's tensors and attributes. `backward` selects the names that
+/// differ (`softmaxInLayout`, `sinkIn`).
+fn spec_from(b: &Bundle, query: [usize; 3], backward: bool) -> Result<VarlenSpec, AttnError> {
+    let layout = b.attr_str("inputLayout", VARLEN_LAYOUT);
+    if layout != VARLEN_LAYOUT {
+        return Err(AttnError::invalid(
+            "inputLayout",
+            format!("varlen takes only \"TND\", got \"{layout}\""),
+        ));
+    }
+    let seq = |name: &'static str| b.required(name)?.i64_values(name);
+    // scaleValue has no default in aclnn; torch_npu's npu_fusion_attention defaults it to 1.0.
+    let mut spec = VarlenSpec::new(
+        seq("actualSeqQLen")?,
+        seq("actualSeqKvLen")?,
+        b.attr("headNum", query[1])?,
+        b.attr("scaleValue", 1.0)?,
+    );
+    let a = &mut spec.attrs;
+    a.keep_prob = b.attr("keepProb", 1.0)?;
+    a.pre_tokens = b.attr("preTokens", 2_147_483_647)?;
+    a.next_tokens = b.attr("nextTokens", 2_147_483_647)?;
+    a.inner_precise = b.attr("innerPrecise", 0)?;
+    let mode: i64 = b.attr("sparseMode", 0)?;
+    a.sparse_mode = SparseMode::from_attr(mode).ok_or_else(|| {
+        AttnError::invalid(
+            "sparseMode",
+            format!("must be 0-4 or 6-8 for varlen, got {mode}"),
+        )
+    })?;
+    let pse_type: i64 = b.attr("pseType", 1)?;
+    a.pse_type = PseType::from_attr(pse_type)
+        .ok_or_else(|| AttnError::invalid("pseType", format!("must be 0-3, got {pse_type}")))?;
+    let ((layout_name, other_name), layout_attr) = if backward {
+        let names = ("softmaxInLayout", "softmaxOutLayout");
+        (names, b.attr_str("softmaxInLayout", ""))
+    } else {
+        let names = ("softmaxOutLayout", "softmaxInLayout");
+        (names, b.attr_str("softmaxOutLayout", ""))
+    };
+    // The other direction's layout may travel in the same bundle (a dumped training step); it
+    // describes the same softmaxMax/softmaxSum, so it must agree (this one's value or its
+    // default "") rather than be ignored.
+    if let Some(other) = b.metadata.get(other_name) {
+        if other != layout_attr {
+            return Err(AttnError::invalid(
+                layout_name,
+                format!(
+                    "\"{layout_attr}\" disagrees with {other_name} \"{other}\" in the same bundle"
+                ),
+            ));
+        }
+    }
+    a.softmax_layout = SoftmaxLayout::from_attr(layout_attr).ok_or_else(|| {
+        AttnError::invalid(
+            layout_name,
+            format!("must be \"\" or \"same_as_input\", got \"{layout_attr}\""),
+        )
+    })?;
+
+    if let Some(m) = b.optional(&["attenMask"]) {
+        let data = m.mask_values("attenMask")?;
+        spec.atten_mask = match compressed_mask(spec.attrs.sparse_mode) {
+            // Modes 2-8: the device reads CANN's fixed compressed mask; anything else would
+            // silently give wrong results there, so it is refused here.
+            Some((expected, shape)) => {
+                if m.shape != shape
+                    || data
+                        .iter()
+                        .map(|&x| (x != 0) as u8)
+                        .ne(expected.iter().copied())
+                {
+                    return Err(AttnError::invalid(
+                        "attenMask",
+                        format!("sparseMode {mode} takes CANN's compressed mask {shape:?} (1 strictly above the diagonal), got shape {:?} with other content", m.shape),
+                    ));
+                }
+                MaskSpec::Compressed
+            }
+            None => MaskSpec::Dense {
+                data: data.into(),
+                shape: m.shape.clone(),
+            },
+        };
+    }
+    if let Some(p) = b.optional(&["realShift", "pseShift"]) {
+        let values = p.f32_values("realShift")?;
+        spec.pse = match spec.attrs.pse_type {
+            PseType::InnerMulAdd | PseType::InnerMulAddSqrt => PseSpec::Alibi {
+                slopes: values.into(),
+                shape: p.shape.clone(),
+            },
+            _ => PseSpec::Dense {
+                data: values.into(),
+                shape: p.shape.clone(),
+            },
+        };
+    }
+    if let Some(m) = b.optional(&["dropMask"]) {
+        spec.drop_mask = Some(m.mask_values("dropMask")?.into());
+    }
+    if let Some(p) = b.optional(&["prefix"]) {
+        spec.prefix = Some(p.i64_values("prefix")?);
+    }
+    let scalar = |name: &'static str| -> Result<Option<i64>, AttnError> {
+        match b.optional(&[name]) {
+            None => Ok(None),
+            Some(t) => match t.i64_values(name)?.as_slice() {
+                [] => Ok(None),
+                [v] => Ok(Some(*v)),
+                v => Err(AttnError::invalid(
+                    name,
+                    format!("must hold one value, got {}", v.len()),
+                )),
+            },
+        }
+    };
+    spec.q_start_idx = scalar("qStartIdx")?;
+    spec.kv_start_idx = scalar("kvStartIdx")?;
+    Ok(spec)
+}
+
+fn sink_of(b: &Bundle, names: &[&str]) -> Result<Option<Vec<f32>>, AttnError> {
+    match b.optional(names) {
+        None => Ok(None),
+        Some(t) => {
+            if t.dtype != Dtype::F32 || t.shape.len() != 1 {
+                return Err(AttnError::invalid(
+                    "sink",
+                    format!("must be F32 [headNum], got {:?} {:?}", t.dtype, t.shape),
+                ));
+            }
+            Ok(Some(t.values::<f32>("sink")?))
+        }
+    }
+}
+
+/// Dispatches on the query dtype; key, value (and dy, attentionIn) must share it.
+macro_rules! by_dtype {
+    ($b:expr, $d:expr, $f:ident) => {
+        match $b.required("query")?.dtype {
+            Dtype::F32 => $f::<f32>($b, $d),
+            Dtype::F16 => $f::<f16>($b, $d),
+            Dtype::BF16 => $f::<bf16>($b, $d),
+            other => Err(AttnError::invalid(
+                "query",
+                format!("dtype must be F16, BF16 or F32, got {other:?}"),
+            )
+            .into()),
+        }
+    };
+}
+
+/// `varlen-fwd`.
+pub fn forward(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
+    by_dtype!(b, device, forward_typed)
+}
+
+/// `varlen-bwd`.
+pub fn backward(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
+    by_dtype!(b, device, backward_typed)
+}
+
+fn stats(v: &[f32], t: usize, n: usize) -> HostTensor {
+    HostTensor::from_values(v, vec![t, n, 8])
+}
+
+fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
+    let (q, k, v) = (
+        b.required("query")?,
+        b.required("key")?,
+        b.required("value")?,
+    );
+    let shapes = VarlenShapes {
+        query: rank3(q, "query")?,
+        key: rank3(k, "key")?,
+        value: rank3(v, "value")?,
+        sink: None,
+    };
+    let sink = sink_of(b, &["sink"])?;
+    let shapes = VarlenShapes {
+        sink: sink.as_ref().map(Vec::len),
+        ..shapes
+    };
+    let spec = spec_from(b, shapes.query, false)?;
+    let dims = spec.validate_fwd(&shapes)?;
+    let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
+    // Decoded on every device: the dtype checks are host validation `sim` and `npu` need too.
+    let (qv, kv, vv) = (
+        q.values::<T>("query")?,
+        k.values::<T>("key")?,
+        v.values::<T>("value")?,
+    );
+    if device.is_acl() {
+        return acl_forward(b, device, &spec, n);
+    }
+    let p = spec.problem(dims, sink.as_deref());
+    let fwd = if device == Device::Reference {
+        reference::varlen_fwd
+    } else {
+        cpu::varlen_fwd
+    };
+    let out = fwd(&p, &qv, &kv, &vv);
+    let mut res = Bundle::default();
+    res.insert(
+        "attentionOut",
+        HostTensor::from_values(&out.attention_out, vec![t, n, dv]),
+    );
+    res.insert("softmaxMax", stats(&out.softmax_max, t, n));
+    res.insert("softmaxSum", stats(&out.softmax_sum, t, n));
+    Ok(res)
+}
+
+fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
+    let get = |name: &'static str| -> Result<(&HostTensor, [usize; 3]), AttnError> {
+        let t = b.required(name)?;
+        Ok((t, rank3(t, name)?))
+    };
+    let ((q, qs), (k, ks), (v, vs)) = (get("query")?, get("key")?, get("value")?);
+    let ((dy, dys), (o, os)) = (get("dy")?, get("attentionIn")?);
+    let ((smax, ms), (ssum, ss)) = (get("softmaxMax")?, get("softmaxSum")?);
+    let sink = sink_of(b, &["sinkIn", "sink"])?;
+    let shapes = VarlenShapes {
+        query: qs,
+        key: ks,
+        value: vs,
+        sink: sink.as_ref().map(Vec::len),
+    };
+    let bwd = VarlenBwdShapes {
+        dy: dys,
+        attention_in: os,
+        softmax_max: ms,
+        softmax_sum: ss,
+    };
+    let spec = spec_from(b, qs, true)?;
+    let dims = spec.validate_bwd(&shapes, &bwd)?;
+    let (tq, tkv, n, nkv, d) = (
+        dims.t_q(),
+        dims.t_kv(),
+        dims.head_num,
+        dims.kv_head_num,
+        dims.head_dim,
+    );
+    // Decoded on every device: the dtype checks are host validation `sim` and `npu` need too.
+    let (qv, kv, vv) = (
+        q.values::<T>("query")?,
+        k.values::<T>("key")?,
+        v.values::<T>("value")?,
+    );
+    let (dyv, ov) = (dy.values::<T>("dy")?, o.values::<T>("attentionIn")?);
+    let (smaxv, ssumv) = (
+        smax.values::<f32>("softmaxMax")?,
+        ssum.values::<f32>("softmaxSum")?,
+    );
+    if device.is_acl() {
+        return acl_backward(b, device, &spec, n);
+    }
+    let p = spec.problem(dims, sink.as_deref());
+    let bwd = if device == Device::Reference {
+        reference::varlen_bwd
+    } else {
+        cpu::varlen_bwd
+    };
+    let g = bwd(&p, &qv, &kv, &vv, &dyv, &ov, &smaxv, &ssumv);
+    let mut res = Bundle::default();
+    res.insert("dq", HostTensor::from_values(&g.dq, vec![tq, n, d]));
+    res.insert("dk", HostTensor::from_values(&g.dk, vec![tkv, nkv, d]));
+    res.insert("dv", HostTensor::from_values(&g.dv, vec![tkv, nkv, d]));
+    if let Some(dp) = g.dpse {
+        // An external pse's gradient, laid out as the pse (`[pseTotalLen]`).
+        let len = dp.len();
+        res.insert("dpse", HostTensor::from_values(&dp, vec![len]));
+    }
+    if let Some(ds) = g.dsink {
+        res.insert("dsink", HostTensor::from_values(&ds, vec![n]));
+    }
+    Ok(res)
+}
+
+/// `--device sim|npu`: the validated forward through the backend's own call builder.
+fn acl_forward(
+    b: &Bundle,
+    device: Device,
+    spec: &VarlenSpec,
+    n: usize,
+) -> Result<Bundle, CliError> {
+    let rt = acl_runtime(device)?;
+    let q = upload(&rt, b.required("query")?, "query")?;
+    let k = upload(&rt, b.required("key")?, "key")?;
+    let v = upload(&rt, b.required("value")?, "value")?;
+    let sink = upload_opt(&rt, b.optional(&["sink"]), "sink")?;
+    let dtype = q.desc.dtype;
+    let [t, _, dv] = [q.desc.dims[0] as usize, n, v.desc.dims[2] as usize];
+    let o = output(&rt, &[t, n, dv], dtype)?;
+    let smax = output(&rt, &[t, n, 8], DataType::Float)?;
+    let ssum = output(&rt, &[t, n, 8], DataType::Float)?;
+    {
+        let sink = sink.as_ref().map(DeviceTensor::handle).transpose()?;
+        aclnn::varlen_fwd(
+            &rt,
+            spec,
+            n,
+            &aclnn::VarlenFwdTensors {
+                dtype,
+                query: &q.handle()?,
+                key: &k.handle()?,
+                value: &v.handle()?,
+                sink: sink.as_ref(),
+                attention_out: &o.handle()?,
+                softmax_max: &smax.handle()?,
+                softmax_sum: &ssum.handle()?,
+            },
+        )?;
+    }
+    let mut res = Bundle::default();
+    res.insert("attentionOut", download(&o)?);
+    res.insert("softmaxMax", download(&smax)?);
+    res.insert("softmaxSum", download(&ssum)?);
+    Ok(res)
+}
+
+/// `--device sim|npu`: the validated backward through the backend's own call builder.
+fn acl_backward(
+    b: &Bundle,
+    device: Device,
+    spec: &VarlenSpec,
+    n: usize,
+) -> Result<Bundle, CliError> {
+    let rt = acl_runtime(device)?;
+    let up = |name: &'static str| -> Result<DeviceTensor, CliError> {
+        upload(&rt, b.required(name)?, name)
+    };
+    let (q, k, v) = (up("query")?, up("key")?, up("value")?);
+    let (dy, o) = (up("dy")?, up("attentionIn")?);
+    let (smax, ssum) = (up("softmaxMax")?, up("softmaxSum")?);
+    let sink = upload_opt(&rt, b.optional(&["sinkIn", "sink"]), "sinkIn")?;
+    let dtype = q.desc.dtype;
+    let dims =
+        |t: &DeviceTensor| -> Vec<usize> { t.desc.dims.iter().map(|&d| d as usize).collect() };
+    let dq = output(&rt, &dims(&q), dtype)?;
+    let dk = output(&rt, &dims(&k), dtype)?;
+    let dv = output(&rt, &dims(&v), dtype)?;
+    let dsink = sink
+        .as_ref()
+        .map(|_| output(&rt, &[n], DataType::Float))
+        .transpose()?;
+    {
+        let sink_h = sink.as_ref().map(DeviceTensor::handle).transpose()?;
+        let dsink_h = dsink.as_ref().map(DeviceTensor::handle).transpose()?;
+        aclnn::varlen_grad(
+            &rt,
+            spec,
+            n,
+            &aclnn::VarlenGradTensors {
+                dtype,
+                query: &q.handle()?,
+                key: &k.handle()?,
+                value: &v.handle()?,
+                dy: &dy.handle()?,
+                softmax_max: &smax.handle()?,
+                softmax_sum: &ssum.handle()?,
+                attention_in: &o.handle()?,
+                sink: sink_h.as_ref(),
+                dq: &dq.handle()?,
+                dk: &dk.handle()?,
+                dv: &dv.handle()?,
+                dsink: dsink_h.as_ref(),
+            },
+        )?;
+    }
+    // The op as CANN runs it: no `dpse` (no arch32 grad kernel writes `dpseOut`, spec
+    // Appendix), and the kernel's own `dsink` (wrong past its post-chunk threshold, which the
+    // simulation reproduces). The `Ascend` backend computes both itself; the host devices
+    // (`cpu`, `reference`) give the right ones.
+    let mut res = Bundle::default();
+    res.insert("dq", download(&dq)?);
+    res.insert("dk", download(&dk)?);
+    res.insert("dv", download(&dv)?);
+    if let Some(ds) = &dsink {
+        res.insert("dsink", download(ds)?);
+    }
+    Ok(res)
+}

@@ -1,0 +1,199 @@
+//! CLI round trips for `burn-ascend run fia` on aclnn-named safetensors bundles: every FIA case
+//! of the Burn suite written as a bundle, run on `cpu`, `reference` and `sim` (the simulation
+//! must give the reference's bytes), checked against the composite Burn path (independent of
+//! the CLI's reference); bad input exits 2 with one stderr line naming the parameter, and the
+//! V4 inputs left out are `unsupported`.
+
+use burn::backend::NdArray;
+use burn_ascend::ops::fia::{composite as fcomp, FiaKvShapes};
+use burn_ascend::ops::host::to_vec;
+use burn_ascend::ops::prompt::PromptMask;
+use burn_ascend_cli::io::{Bundle, HostTensor};
+use safetensors::Dtype;
+
+use crate::cli_prompt_incre_scatter::{meta, ok, refused, run_on};
+use crate::common::close;
+use crate::prompt_incre_scatter::fia::{fia_cases, fia_inputs_on, lse_close, FCase};
+
+type B = NdArray;
+
+fn f32t(v: &[f32], shape: &[usize]) -> HostTensor {
+    HostTensor::from_values(v, shape.to_vec())
+}
+
+/// A case as a bundle under the aclnn names.
+fn bundle(c: &FCase) -> Bundle {
+    let s = &c.spec;
+    let mut b = Bundle::default();
+    let (ks, vs) = match &c.shapes.kv {
+        FiaKvShapes::Contiguous { key, value } => (key.clone(), value.clone()),
+        FiaKvShapes::Paged {
+            key_cache,
+            value_cache,
+        } => (key_cache.clone(), value_cache.clone()),
+    };
+    b.insert("query", f32t(&c.q, &c.shapes.query));
+    if c.shapes.kv_int8 {
+        let i8s = |v: &[f32]| v.iter().map(|&x| x as i8).collect::<Vec<_>>();
+        b.insert("key", HostTensor::from_i8(&i8s(&c.k), ks));
+        b.insert("value", HostTensor::from_i8(&i8s(&c.v), vs));
+    } else {
+        b.insert("key", f32t(&c.k, &ks));
+        b.insert("value", f32t(&c.v, &vs));
+    }
+    match &s.atten_mask {
+        PromptMask::None => {}
+        PromptMask::Dense { data, shape } => b.insert(
+            "attenMask",
+            HostTensor::from_u8(data.to_vec(), shape.clone(), Dtype::BOOL),
+        ),
+        PromptMask::Compressed => {
+            let m: Vec<u8> = (0..2048 * 2048)
+                .map(|e| u8::from(e % 2048 > e / 2048))
+                .collect();
+            b.insert(
+                "attenMask",
+                HostTensor::from_u8(m, vec![2048, 2048], Dtype::BOOL),
+            );
+        }
+    }
+    if let Some(p) = &s.pse_shift {
+        b.insert("pseShift", f32t(&p.data, &p.shape));
+    }
+    for (name, l) in [
+        ("actualSeqLengths", &s.actual_seq_lengths),
+        ("actualSeqLengthsKv", &s.actual_seq_lengths_kv),
+    ] {
+        if let Some(l) = l {
+            b.insert(name, HostTensor::from_i64(l, vec![l.len()]));
+        }
+    }
+    for (name, p) in [
+        ("queryPaddingSize", s.query_padding_size),
+        ("kvPaddingSize", s.kv_padding_size),
+    ] {
+        if let Some(p) = p {
+            b.insert(name, HostTensor::from_i64(&[p], vec![1]));
+        }
+    }
+    if let Some(t) = &s.block_table {
+        b.insert("blockTable", HostTensor::from_i32(&t.data, t.shape.clone()));
+    }
+    if let Some(a) = &s.antiquant {
+        b.insert("antiquantScale", f32t(&a.scale, &a.shape));
+        if let Some(o) = &a.offset {
+            b.insert("antiquantOffset", f32t(o, &a.shape));
+        }
+    }
+    for (names, q) in [
+        (
+            ["keyAntiquantScale", "keyAntiquantOffset"],
+            &s.key_antiquant,
+        ),
+        (
+            ["valueAntiquantScale", "valueAntiquantOffset"],
+            &s.value_antiquant,
+        ),
+    ] {
+        if let Some(q) = q {
+            b.insert(names[0], f32t(&q.scale, &q.shape));
+            if let Some(o) = &q.offset {
+                b.insert(names[1], f32t(o, &q.shape));
+            }
+        }
+    }
+    if let Some(x) = &s.learnable_sink {
+        b.insert("learnableSink", f32t(x, &[x.len()]));
+    }
+    let n = |x: i64| x.to_string();
+    meta(
+        &mut b,
+        &[
+            ("numHeads", &s.num_heads.to_string()),
+            ("scaleValue", &format!("{:?}", s.scale_value)),
+            ("preTokens", &n(s.pre_tokens)),
+            ("nextTokens", &n(s.next_tokens)),
+            ("inputLayout", s.input_layout.as_attr()),
+            ("numKeyValueHeads", &s.num_key_value_heads.to_string()),
+            ("sparseMode", &n(s.sparse_mode)),
+            ("innerPrecise", &n(s.inner_precise)),
+            ("blockSize", &s.block_size.to_string()),
+            ("antiquantMode", &n(s.antiquant_mode)),
+            (
+                "softmaxLseFlag",
+                if s.softmax_lse_flag { "true" } else { "false" },
+            ),
+            ("keyAntiquantMode", &n(s.key_antiquant_mode)),
+            ("valueAntiquantMode", &n(s.value_antiquant_mode)),
+        ],
+    );
+    b
+}
+
+#[test]
+fn fia_round_trips_every_case_on_cpu_reference_and_sim_against_the_composite() {
+    for c in fia_cases() {
+        let out = ok("fia", &bundle(&c));
+        let want = fcomp::fia_fwd::<B>(fia_inputs_on(&c, &Default::default()), &c.spec)
+            .unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        let got = out.tensors["attentionOut"]
+            .f32_values("attentionOut")
+            .unwrap();
+        close(c.name, &got, &to_vec::<B>(want.attention_out), 1e-5, 1e-4).unwrap();
+        match (out.tensors.get("softmaxLse"), want.softmax_lse) {
+            (Some(l), Some(w)) => {
+                assert_eq!(l.dtype, Dtype::F32, "{}: softmaxLse is f32", c.name);
+                lse_close(
+                    c.name,
+                    &l.f32_values("softmaxLse").unwrap(),
+                    &to_vec::<B>(w),
+                );
+            }
+            (None, None) => {}
+            (l, w) => panic!("{}: softmaxLse {} vs {}", c.name, l.is_some(), w.is_some()),
+        }
+    }
+}
+
+#[test]
+fn fia_bad_inputs_name_the_parameter_and_left_out_inputs_are_unsupported() {
+    let cases = fia_cases();
+    let x = bundle(&cases[0]);
+    let mut b = x.clone();
+    meta(&mut b, &[("numHeads", "8")]);
+    refused("fia", &b, "numHeads");
+    let mut b = x.clone();
+    meta(&mut b, &[("softmaxLseFlag", "yes")]);
+    refused("fia", &b, "softmaxLseFlag");
+    let mut b = x.clone();
+    b.insert("learnableSink", f32t(&[0.0; 3], &[3]));
+    refused("fia", &b, "learnableSink");
+    let mut b = x.clone();
+    b.insert(
+        "attenMask",
+        HostTensor::from_u8(vec![0; 35], vec![5, 7], Dtype::BOOL),
+    );
+    refused("fia", &b, "attenMask");
+    let paged = bundle(&cases[2]);
+    let mut b = paged.clone();
+    meta(&mut b, &[("blockSize", "8")]);
+    refused("fia", &b, "blockSize");
+    let mut b = paged;
+    b.tensors.remove("actualSeqLengthsKv");
+    refused("fia", &b, "actualSeqLengthsKv");
+    for (name, t) in [
+        ("queryRope", f32t(&[0.0], &[1])),
+        ("keySharedPrefix", f32t(&[0.0], &[1])),
+    ] {
+        let mut b = x.clone();
+        b.insert(name, t);
+        let (_, code, err) = run_on("fia", &b, "sim");
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("unsupported"), "{name}: {err}");
+    }
+    let mut b = x;
+    meta(&mut b, &[("sparseMode", "9")]);
+    let (_, code, err) = run_on("fia", &b, "cpu");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unsupported: sparseMode 9"), "{err}");
+}

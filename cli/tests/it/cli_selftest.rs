@@ -1,0 +1,190 @@
+//! `burn-ascend selftest`: on the host simulation it passes and writes the report's JSON schema;
+//! a failing case (the hidden `--inject-error`) makes the exit status non-zero and is named;
+//! without an NPU and without `--device` it refuses rather than silently simulating.
+//!
+//! Through the binary, as a user runs it.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn selftest(args: &[&str], envs: &[(&str, &Path)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_burn-ascend"));
+    c.arg("selftest").args(args);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.output().expect("the binary runs")
+}
+
+fn report(base: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(base.with_extension("json")).expect("PATH.json written");
+    serde_json::from_str(&text).expect("valid json")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn selftest_on_the_simulation_passes_every_case_and_writes_the_report_schema() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let base = dir.path().join("report");
+    let out = selftest(
+        &["--device", "sim", "--report", base.to_str().expect("utf-8")],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "selftest --device sim: {}",
+        stderr(&out)
+    );
+    assert!(base.with_extension("md").is_file(), "PATH.md written");
+    let doc = report(&base);
+    assert!(doc["device"].as_str().is_some_and(|d| d.starts_with("sim")));
+    assert!(doc["cann_version"].is_string());
+    // aclrtGetVersion through the function table: the simulation reports 0.0.0, no CANN's.
+    assert_eq!(doc["acl_version"], "0.0.0");
+    assert_eq!(doc["passed"], true);
+
+    let cases = doc["cases"].as_array().expect("cases");
+    for c in cases {
+        for key in ["op", "name", "dtype", "status"] {
+            assert!(c[key].is_string(), "case {c} lacks {key}");
+        }
+        for key in ["max_abs_err", "tol", "ms"] {
+            assert!(c[key].is_number(), "case {c} lacks a number {key}");
+        }
+        assert_eq!(c["status"], "pass", "{c}");
+        assert!(c["max_abs_err"].as_f64() <= c["tol"].as_f64(), "{c}");
+    }
+    let ops: BTreeSet<&str> = cases.iter().map(|c| c["op"].as_str().unwrap()).collect();
+    for op in [
+        "varlen-fwd",
+        "varlen-bwd",
+        "prompt",
+        "incre",
+        "scatter",
+        "matmul",
+        "softmax",
+        "add",
+        "unary",
+        "reduce",
+        "select",
+        "gather",
+        "cat",
+        "cast",
+        "random",
+    ] {
+        assert!(ops.contains(op), "no {op} case in {ops:?}");
+    }
+    let has = |op: &str, name: &str, dtype: &str| {
+        cases
+            .iter()
+            .any(|c| c["op"] == op && c["name"] == name && c["dtype"] == dtype)
+    };
+    for dtype in ["f32", "f16", "bf16"] {
+        assert!(has("varlen-fwd", "gqa_no_sink", dtype), "{dtype}");
+        assert!(has("varlen-bwd", "causal_sink", dtype), "{dtype}");
+        assert!(has("matmul", "batched_2x8x32_by_32x16", dtype), "{dtype}");
+    }
+    for name in ["paged_bsh_gqa", "contiguous_bnsd_mask"] {
+        assert!(has("incre", name, "bf16"), "{name}");
+    }
+    for name in [
+        "norm_key_value",
+        "pa_nz_key_value",
+        "nct",
+        "alibi",
+        "rope",
+        "omni",
+    ] {
+        assert!(has("scatter", name, "f16"), "{name}");
+    }
+
+    let probes: Vec<(&str, &str)> = doc["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["result"].as_str().unwrap()))
+        .collect();
+    let probe = |prefix: &str| {
+        probes
+            .iter()
+            .find(|(n, _)| n.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no probe {prefix} in {probes:?}"))
+            .1
+    };
+    // The simulation models what this project assumes: LSB-first dropout bits, a correct
+    // dsink on a small problem, FRACTAL_NZ caches refused.
+    assert!(probe("dropout bit order").starts_with("LSB-first"));
+    assert!(probe("dsink").starts_with("correct"));
+    // The simulation follows the op definition (ND caches only).
+    assert!(
+        probe("FRACTAL_NZ").starts_with("refused"),
+        "{}",
+        probe("FRACTAL_NZ")
+    );
+    assert!(probe("attention entry points").contains("aclnnFlashAttentionVarLenScoreV5"));
+}
+
+#[test]
+fn selftest_with_a_failing_case_exits_non_zero_and_names_it() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let base = dir.path().join("report");
+    let out = selftest(
+        &[
+            "--device",
+            "sim",
+            "--report",
+            base.to_str().expect("utf-8"),
+            "--inject-error",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("selftest failed: 1 of") && err.contains("varlen-fwd gqa_no_sink f32"),
+        "{err}"
+    );
+    let doc = report(&base);
+    assert_eq!(doc["passed"], false);
+    let failed: Vec<&serde_json::Value> = doc["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .filter(|c| c["status"] != "pass")
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["op"], "varlen-fwd");
+    assert!(failed[0]["max_abs_err"].as_f64() > failed[0]["tol"].as_f64());
+}
+
+#[test]
+fn selftest_without_an_npu_refuses_instead_of_simulating() {
+    let default = Path::new(burn_ascend_cann::acl::loader::DEFAULT_TOOLKIT);
+    if default.join("lib64/libascendcl.so").exists() {
+        eprintln!("skipped: CANN is installed at {}", default.display());
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let base = dir.path().join("report");
+    let no_cann = dir.path().join("no-cann");
+    let out = selftest(
+        &["--report", base.to_str().expect("utf-8")],
+        &[
+            ("ASCEND_TOOLKIT_HOME", &no_cann),
+            ("ASCEND_HOME_PATH", &no_cann),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--device sim"), "{}", stderr(&out));
+    assert!(
+        !base.with_extension("json").exists(),
+        "no report of a run that did not happen"
+    );
+
+    let out = selftest(&["--device", "cpu"], &[]);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+}

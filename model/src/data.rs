@@ -1,0 +1,192 @@
+//! Training data: documents from a text file (split at blank lines) or JSONL (`"text"` field),
+//! tokenized and packed into batches of variable-length sequences without padding, with the
+//! flash-attn style cumulative lengths the varlen op takes.
+
+use std::path::Path;
+
+use super::tokenizer::Tokenizer;
+use burn_ascend::AttnError;
+
+/// The bundled corpus: the opening 330 KB of Shakespeare's plays (public domain; the
+/// "tinyshakespeare" selection of karpathy/char-rnn).
+pub const BUNDLED_CORPUS: &str = include_str!("../data/shakespeare.txt");
+
+/// Splits text into documents at blank lines; each keeps a trailing blank line so the model
+/// learns where a speech ends.
+pub fn documents_from_text(text: &str) -> Vec<String> {
+    text.split("\n\n")
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| format!("{d}\n\n"))
+        .collect()
+}
+
+/// Documents of a text file, or of a JSONL file (one object per line with a `"text"` string)
+/// when the name ends in `.jsonl`.
+pub fn load_documents(path: &Path) -> Result<Vec<String>, AttnError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| AttnError::invalid("--data", format!("{}: {e}", path.display())))?;
+    if path.extension().is_some_and(|e| e == "jsonl") {
+        let mut docs = Vec::new();
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+                AttnError::invalid("--data", format!("line {}: not JSON: {e}", i + 1))
+            })?;
+            let t = v["text"].as_str().ok_or_else(|| {
+                AttnError::invalid("--data", format!("line {}: needs a \"text\" string", i + 1))
+            })?;
+            docs.push(t.to_string());
+        }
+        Ok(docs)
+    } else {
+        Ok(documents_from_text(&text))
+    }
+}
+
+/// One packed batch: `tokens[i]` predicts `targets[i]`; sequences are delimited by
+/// `cu_seqlens` (B + 1 entries from 0).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackedBatch {
+    /// Input ids.
+    pub tokens: Vec<i64>,
+    /// Next-token ids.
+    pub targets: Vec<i64>,
+    /// Cumulative sequence lengths.
+    pub cu_seqlens: Vec<i64>,
+}
+
+impl PackedBatch {
+    /// Sequence lengths.
+    pub fn lengths(&self) -> Vec<usize> {
+        self.cu_seqlens
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+            .collect()
+    }
+}
+
+/// splitmix64, so batches are reproducible from a seed (resume replays them).
+#[derive(Debug, Clone)]
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, n)` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Packs tokenized documents into batches of about `batch_tokens` tokens, each sequence at
+/// most `max_seq_len` long: a document longer than that contributes a random window. The
+/// document order is reshuffled every epoch; the stream is a function of the seed.
+#[derive(Debug, Clone)]
+pub struct Packer {
+    docs: Vec<Vec<u32>>,
+    order: Vec<usize>,
+    cursor: usize,
+    rng: SplitMix,
+    /// Token budget of one batch.
+    pub batch_tokens: usize,
+    /// Longest sequence.
+    pub max_seq_len: usize,
+}
+
+impl Packer {
+    /// Tokenizes `docs`; documents shorter than two tokens are dropped.
+    pub fn new(
+        docs: &[String],
+        tokenizer: &Tokenizer,
+        batch_tokens: usize,
+        max_seq_len: usize,
+        seed: u64,
+    ) -> Result<Self, AttnError> {
+        let mut tokenized = Vec::with_capacity(docs.len());
+        for d in docs {
+            let ids = tokenizer.encode(d)?;
+            if ids.len() >= 2 {
+                tokenized.push(ids);
+            }
+        }
+        if tokenized.is_empty() {
+            return Err(AttnError::invalid(
+                "--data",
+                "holds no document of two or more tokens",
+            ));
+        }
+        if batch_tokens == 0 || max_seq_len == 0 {
+            return Err(AttnError::invalid(
+                "batch_tokens",
+                "batch size and sequence length must be positive",
+            ));
+        }
+        let mut p = Self {
+            order: Vec::new(),
+            docs: tokenized,
+            cursor: 0,
+            rng: SplitMix(seed),
+            batch_tokens,
+            max_seq_len,
+        };
+        p.shuffle();
+        Ok(p)
+    }
+
+    /// Number of tokens over all documents.
+    pub fn corpus_tokens(&self) -> usize {
+        self.docs.iter().map(Vec::len).sum()
+    }
+
+    fn shuffle(&mut self) {
+        self.order = (0..self.docs.len()).collect();
+        for i in (1..self.order.len()).rev() {
+            let j = self.rng.below(i + 1);
+            self.order.swap(i, j);
+        }
+        self.cursor = 0;
+    }
+
+    /// The next batch.
+    pub fn next_batch(&mut self) -> PackedBatch {
+        let mut batch = PackedBatch {
+            tokens: Vec::with_capacity(self.batch_tokens),
+            targets: Vec::with_capacity(self.batch_tokens),
+            cu_seqlens: vec![0],
+        };
+        while batch.tokens.len() < self.batch_tokens {
+            if self.cursor == self.order.len() {
+                self.shuffle();
+            }
+            let doc = &self.docs[self.order[self.cursor]];
+            self.cursor += 1;
+            let room = self.batch_tokens - batch.tokens.len();
+            let len = (doc.len() - 1).min(self.max_seq_len).min(room);
+            let start = self.rng.below(doc.len() - len);
+            batch
+                .tokens
+                .extend(doc[start..start + len].iter().map(|&t| t as i64));
+            batch
+                .targets
+                .extend(doc[start + 1..start + len + 1].iter().map(|&t| t as i64));
+            batch.cu_seqlens.push(batch.tokens.len() as i64);
+        }
+        batch
+    }
+}

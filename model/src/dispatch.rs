@@ -1,0 +1,177 @@
+//! What a training step costs the host on an `Ascend` device: launches, synchronisations and
+//! host fallbacks per step (the `finetune` counters line), and the `--profile` table of the
+//! dispatch per op.
+
+use std::time::Duration;
+
+use burn_ascend::backend::{device_counters, fallback_counts, AscendDevice, AscendKind};
+use burn_ascend_cann::acl::profile;
+
+/// Launches, synchronisations and host fallbacks of a device so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DispatchCounts {
+    /// aclnn launches and queued copies / memsets.
+    pub launches: f64,
+    /// Waits of the host for the device.
+    pub syncs: f64,
+    /// Ops run through the host fallback (all ops, all devices).
+    pub fallbacks: f64,
+    /// Bytes copied host to device.
+    pub h2d_bytes: f64,
+    /// Bytes copied device to host.
+    pub d2h_bytes: f64,
+}
+
+impl DispatchCounts {
+    /// The counts of `device` now.
+    pub fn now(device: &AscendDevice) -> Self {
+        let c = device_counters(device);
+        Self {
+            launches: c.launches as f64,
+            syncs: c.synchronizations as f64,
+            fallbacks: fallback_counts().values().sum::<u64>() as f64,
+            h2d_bytes: c.h2d_bytes as f64,
+            d2h_bytes: c.d2h_bytes as f64,
+        }
+    }
+
+    /// `self − earlier`.
+    pub fn since(self, earlier: Self) -> Self {
+        Self {
+            launches: self.launches - earlier.launches,
+            syncs: self.syncs - earlier.syncs,
+            fallbacks: self.fallbacks - earlier.fallbacks,
+            h2d_bytes: self.h2d_bytes - earlier.h2d_bytes,
+            d2h_bytes: self.d2h_bytes - earlier.d2h_bytes,
+        }
+    }
+
+    /// The mean of `steps` (zero for none).
+    pub fn mean(steps: &[Self]) -> Self {
+        let n = steps.len().max(1) as f64;
+        let sum = steps.iter().fold(Self::default(), |a, s| Self {
+            launches: a.launches + s.launches,
+            syncs: a.syncs + s.syncs,
+            fallbacks: a.fallbacks + s.fallbacks,
+            h2d_bytes: a.h2d_bytes + s.h2d_bytes,
+            d2h_bytes: a.d2h_bytes + s.d2h_bytes,
+        });
+        Self {
+            launches: sum.launches / n,
+            syncs: sum.syncs / n,
+            fallbacks: sum.fallbacks / n,
+            h2d_bytes: sum.h2d_bytes / n,
+            d2h_bytes: sum.d2h_bytes / n,
+        }
+    }
+
+    /// Host fallbacks by op and bytes copied each way, per step: the details behind [`Self::line`].
+    pub fn detail(&self) -> String {
+        format!(
+            "finetune: per step {:.1} KiB host to device, {:.1} KiB device to host",
+            self.h2d_bytes / 1024.0,
+            self.d2h_bytes / 1024.0
+        )
+    }
+
+    /// `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host fallbacks per
+    /// step` (means, to one decimal).
+    pub fn line(&self) -> String {
+        let r = |x: f64| (x * 10.0).round() / 10.0;
+        format!(
+            "finetune: device {} launches, {} syncs, {} host fallbacks per step",
+            r(self.launches),
+            r(self.syncs),
+            r(self.fallbacks)
+        )
+    }
+}
+
+/// The simulation's time running each task (none on an NPU: CANN reports device time only
+/// through its profiler).
+fn device_time(device: &AscendDevice) -> Vec<(String, Duration)> {
+    #[cfg(feature = "sim")]
+    if device.kind == AscendKind::Simulation {
+        return burn_ascend_acl_sim::device_time()
+            .into_iter()
+            .map(|(k, _, d)| (k.to_string(), d))
+            .collect();
+    }
+    let _ = device;
+    Vec::new()
+}
+
+/// Starts the dispatch profile (clearing what an earlier one recorded).
+pub fn start_profile() {
+    profile::reset();
+    #[cfg(feature = "sim")]
+    burn_ascend_acl_sim::reset_device_time();
+    profile::set_enabled(true);
+}
+
+/// A stopped profile: host side per op, and the device's time per task where it reports it.
+#[derive(Debug, Clone, Default)]
+pub struct Profile {
+    host: Vec<(String, u64, Duration)>,
+    device: Vec<(String, Duration)>,
+    sim: bool,
+}
+
+/// Stops the profile after the last profiled step: waits for the work the step queued (so the
+/// device's time includes it; this wait is not profiled) and takes both tables.
+pub fn stop_profile(device: &AscendDevice) -> Profile {
+    profile::set_enabled(false);
+    burn_ascend::backend::synchronize(device);
+    Profile {
+        host: profile::snapshot(),
+        device: device_time(device),
+        sim: device.kind == AscendKind::Simulation,
+    }
+}
+
+/// Formats a profile over `steps` steps: per op (aclnn op, queued copy, synchronisation, host
+/// fallback) the calls per step, host µs per call, host ms per step and device ms per step (the
+/// simulation's kernel time on `sim`; `—` where the device does not report it).
+pub fn format_profile(p: &Profile, steps: usize) -> String {
+    let steps = steps.max(1) as f64;
+    let dev = &p.device;
+    let mut out = format!(
+        "{:<48} {:>10} {:>12} {:>12} {:>12}\n",
+        "op", "calls/step", "host µs/call", "host ms/step", "device ms/step"
+    );
+    let mut total = (0.0, 0.0);
+    for (what, calls, host) in p.host.iter().cloned() {
+        // `aclrtMemcpyAsync(host to device)` is the device's `aclrtMemcpyAsync` task.
+        let task = what.split('(').next().unwrap_or(&what);
+        let device_ms = dev
+            .iter()
+            .find(|(k, _)| k == task)
+            .map(|(_, d)| d.as_secs_f64() * 1e3 / steps);
+        total.0 += host.as_secs_f64() * 1e3 / steps;
+        total.1 += device_ms.unwrap_or(0.0);
+        out.push_str(&format!(
+            "{:<48} {:>10.1} {:>12.1} {:>12.2} {:>12}\n",
+            what,
+            calls as f64 / steps,
+            host.as_secs_f64() * 1e6 / calls.max(1) as f64,
+            host.as_secs_f64() * 1e3 / steps,
+            device_ms.map_or("—".to_string(), |d| format!("{d:.2}")),
+        ));
+    }
+    let device_total = if dev.is_empty() {
+        "—".to_string()
+    } else {
+        format!("{:.2}", total.1)
+    };
+    out.push_str(&format!(
+        "{:<48} {:>10} {:>12} {:>12.2} {:>12}\n",
+        "total", "", "", total.0, device_total
+    ));
+    if p.sim {
+        out.push_str(
+            "(sim: device ms is the simulation's CPU time running the kernels, not NPU time; \
+             the synchronisation's host time is the wait for them)\n",
+        );
+    }
+    out
+}

@@ -1,0 +1,54 @@
+//! Tokenizers: bytes (vocabulary 256, nothing to download) or a Hugging Face `tokenizer.json`
+//! through the `tokenizers` crate for checkpoints that bring their own.
+
+use std::path::Path;
+
+use burn_ascend::AttnError;
+
+/// Text ↔ token ids.
+#[derive(Debug, Clone)]
+pub enum Tokenizer {
+    /// One token per UTF-8 byte.
+    Bytes,
+    /// A Hugging Face tokenizer.
+    Hf(Box<tokenizers::Tokenizer>),
+}
+
+impl Tokenizer {
+    /// Loads `tokenizer.json`.
+    pub fn from_file(path: &Path) -> Result<Self, AttnError> {
+        tokenizers::Tokenizer::from_file(path)
+            .map(|t| Self::Hf(Box::new(t)))
+            .map_err(|e| AttnError::invalid("tokenizer.json", format!("{}: {e}", path.display())))
+    }
+
+    /// Token ids of `text` (no special tokens added).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, AttnError> {
+        match self {
+            Self::Bytes => Ok(text.bytes().map(u32::from).collect()),
+            Self::Hf(t) => t
+                .encode(text, false)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| AttnError::invalid("text", format!("tokenizer failed: {e}"))),
+        }
+    }
+
+    /// Text of `ids` (bytes that are not valid UTF-8 become U+FFFD).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        match self {
+            Self::Bytes => {
+                let bytes: Vec<u8> = ids.iter().map(|&i| i.min(255) as u8).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+            Self::Hf(t) => t.decode(ids, false).unwrap_or_default(),
+        }
+    }
+
+    /// Vocabulary size the ids fall in.
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Self::Bytes => 256,
+            Self::Hf(t) => t.get_vocab_size(true),
+        }
+    }
+}

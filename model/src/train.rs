@@ -1,0 +1,352 @@
+//! The training loop of the `finetune` example, reusable and testable: packed varlen batches,
+//! AdamW with warmup + cosine decay and gradient-norm clipping, checkpoints that `--resume`
+//! continues exactly (model and optimizer as Burn records, the step and loss curve in
+//! `state.json`, the batch stream replayed from its seed).
+
+use std::path::{Path, PathBuf};
+
+use burn::grad_clipping::GradientClippingConfig;
+use burn::module::{AutodiffModule, Module};
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+
+use super::checkpoint::{load_config, load_hf, save_hf};
+use super::config::ModelConfig;
+use super::data::{PackedBatch, Packer};
+use super::ddp::{concat_batches, GradientSync};
+use super::schedule::WarmupCosine;
+use super::transformer::{cross_entropy, Transformer};
+use burn_ascend::{AttentionBackend, AttnError};
+
+/// Where the model starts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Init {
+    /// Random weights of this shape.
+    Fresh(ModelConfig),
+    /// A Hugging Face style checkpoint folder.
+    Checkpoint(PathBuf),
+    /// Continue the run saved in the output folder.
+    Resume,
+}
+
+/// Training settings.
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    /// Length of the whole run: the learning-rate schedule spans it and a resumed run
+    /// continues up to it.
+    pub total_steps: usize,
+    /// Stop after this step count even if `total_steps` is further (an interrupted run;
+    /// `--resume` continues it exactly).
+    pub stop_after: Option<usize>,
+    /// Peak learning rate (warmup over the first 5 % of steps, cosine to a tenth).
+    pub lr: f64,
+    /// AdamW's decoupled weight decay.
+    pub weight_decay: f32,
+    /// Global gradient-norm clip.
+    pub clip_norm: f32,
+    /// Seed of the initial weights and the batch stream.
+    pub seed: u64,
+    /// Output folder: checkpoint, records, `state.json`, `loss.csv`.
+    pub out: PathBuf,
+    /// Save every this many steps (and at the end).
+    pub save_every: usize,
+}
+
+/// One finished step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepReport {
+    /// 0-based step over the whole run (resumed steps included).
+    pub step: usize,
+    /// Steps of the whole run when this call ends.
+    pub total_steps: usize,
+    /// Mean next-token cross-entropy of the batch (nats per token).
+    pub loss: f32,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Tokens in the batch.
+    pub tokens: usize,
+}
+
+/// The loss curve of the whole run (resumed steps first).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrainState {
+    /// Steps done.
+    pub step: usize,
+    /// Per-step losses.
+    pub losses: Vec<f32>,
+    /// Data-parallel ranks the run trained on (0 or 1: one device); `--resume` needs the same.
+    pub devices: usize,
+}
+
+impl TrainState {
+    fn save(&self, dir: &Path) -> Result<(), AttnError> {
+        let v = serde_json::json!({
+            "step": self.step,
+            "losses": self.losses,
+            "devices": self.devices.max(1),
+        });
+        let path = dir.join("state.json");
+        std::fs::write(&path, v.to_string()).map_err(|e| io(&path, e))
+    }
+
+    /// Reads `state.json`.
+    pub fn load(dir: &Path) -> Result<Self, AttnError> {
+        let path = dir.join("state.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| io(&path, e))?;
+        let losses: Vec<f32> = v["losses"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_f64())
+                    .map(|x| x as f32)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let step = v["step"].as_u64().unwrap_or(0) as usize;
+        if losses.len() != step {
+            return Err(io(&path, "step and loss count disagree"));
+        }
+        let devices = v["devices"].as_u64().unwrap_or(1) as usize;
+        Ok(Self {
+            step,
+            losses,
+            devices,
+        })
+    }
+}
+
+fn io(path: &Path, e: impl std::fmt::Display) -> AttnError {
+    AttnError::invalid("checkpoint", format!("{}: {e}", path.display()))
+}
+
+/// Builds the model of `init` on `device`, with the resumed state when resuming.
+pub fn init_model<B: AutodiffBackend + AttentionBackend>(
+    init: &Init,
+    out: &Path,
+    device: &B::Device,
+) -> Result<(Transformer<B>, TrainState), AttnError> {
+    Ok(match init {
+        Init::Fresh(config) => (Transformer::new(config, device)?, TrainState::default()),
+        Init::Checkpoint(dir) => (load_hf(dir, device)?, TrainState::default()),
+        Init::Resume => {
+            let config = load_config(out)?;
+            let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+            let model = Transformer::new(&config, device)?
+                .load_file(out.join("model"), &recorder, device)
+                .map_err(|e| io(&out.join("model.mpk"), e))?;
+            (model, TrainState::load(out)?)
+        }
+    })
+}
+
+/// Where a run's batches come from: the packer's stream, one batch per step on one device;
+/// with data parallelism over `size` ranks, each step takes `size` batches of the stream,
+/// rank `r` training on the `r`-th ([`Batches::rank`]) and a single device checking the run
+/// on all of them at once ([`Batches::global`]).
+pub struct Batches<'a> {
+    packer: &'a mut Packer,
+    rank: Option<usize>,
+    size: usize,
+}
+
+impl<'a> Batches<'a> {
+    /// One batch per step.
+    pub fn single(packer: &'a mut Packer) -> Self {
+        Self {
+            packer,
+            rank: None,
+            size: 1,
+        }
+    }
+
+    /// Rank `rank`'s batch of each step of `size` ranks.
+    pub fn rank(packer: &'a mut Packer, rank: usize, size: usize) -> Self {
+        Self {
+            packer,
+            rank: Some(rank),
+            size: size.max(1),
+        }
+    }
+
+    /// The whole global batch of each step of `size` ranks, as one batch.
+    pub fn global(packer: &'a mut Packer, size: usize) -> Self {
+        Self {
+            packer,
+            rank: None,
+            size: size.max(1),
+        }
+    }
+
+    /// The next step's batch.
+    pub fn next_batch(&mut self) -> PackedBatch {
+        let parts: Vec<PackedBatch> = (0..self.size).map(|_| self.packer.next_batch()).collect();
+        match self.rank {
+            Some(r) => parts.into_iter().nth(r).expect("rank < size"),
+            None if parts.len() == 1 => parts.into_iter().next().expect("one"),
+            None => concat_batches(&parts),
+        }
+    }
+}
+
+/// Trains `model` on `packer`'s batches from `state.step` up to `opts.total_steps` (or
+/// `opts.stop_after`), calling `on_step` after each step. Saves to `opts.out` every `save_every` steps and at the end.
+/// Returns the trained model and the whole run's loss curve.
+pub fn train<B: AutodiffBackend + AttentionBackend>(
+    model: Transformer<B>,
+    state: TrainState,
+    resume_optimizer: bool,
+    packer: &mut Packer,
+    opts: &TrainOptions,
+    on_step: impl FnMut(&StepReport),
+) -> Result<(Transformer<B>, TrainState), AttnError> {
+    train_with(
+        model,
+        state,
+        resume_optimizer,
+        &mut Batches::single(packer),
+        opts,
+        None,
+        on_step,
+    )
+}
+
+/// [`train`] over any [`Batches`], as one rank of data-parallel training when `sync` is
+/// given: rank 0's parameters are broadcast first, the reported loss is the mean over ranks,
+/// the gradients are averaged before each optimizer step, and only rank 0 writes checkpoints.
+pub fn train_with<B: AutodiffBackend + AttentionBackend>(
+    mut model: Transformer<B>,
+    mut state: TrainState,
+    resume_optimizer: bool,
+    batches: &mut Batches<'_>,
+    opts: &TrainOptions,
+    mut sync: Option<&mut dyn GradientSync<B>>,
+    mut on_step: impl FnMut(&StepReport),
+) -> Result<(Transformer<B>, TrainState), AttnError> {
+    let device = model.embed_tokens.weight.val().device();
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    let ranks = sync.as_deref().map_or(1, |s| s.size());
+    let writer = sync.as_deref().is_none_or(|s| s.rank() == 0);
+    if state.step > 0 && state.devices.max(1) != ranks {
+        return Err(AttnError::invalid(
+            "--devices",
+            format!(
+                "the run in {} trained on {} device(s); resume it with the same number, got {ranks}",
+                opts.out.display(),
+                state.devices.max(1)
+            ),
+        ));
+    }
+    state.devices = ranks;
+    // Replay the batch stream so a resumed run sees the batches it would have seen.
+    for _ in 0..state.step {
+        batches.next_batch();
+    }
+    let total_steps = opts.total_steps;
+    let end = opts.stop_after.unwrap_or(total_steps).min(total_steps);
+    let schedule = WarmupCosine {
+        peak: opts.lr,
+        floor: opts.lr / 10.0,
+        warmup: (total_steps / 20).max(1),
+        total: total_steps,
+    };
+    let mut optim = AdamWConfig::new()
+        .with_weight_decay(opts.weight_decay)
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(opts.clip_norm)))
+        .init::<B, Transformer<B>>();
+    if resume_optimizer {
+        let path = opts.out.join("optim");
+        let record = recorder
+            .load(path.clone(), &device)
+            .map_err(|e| io(&path, e))?;
+        optim = optim.load_record(record);
+    }
+    if writer {
+        std::fs::create_dir_all(&opts.out).map_err(|e| io(&opts.out, e))?;
+    }
+    if let Some(s) = sync.as_deref_mut() {
+        model = s.broadcast_model(model)?;
+    }
+    for step in state.step..end {
+        let batch = batches.next_batch();
+        let t = batch.tokens.len();
+        let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.tokens, [t]), &device);
+        let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [t]), &device);
+        let logits = model.forward_packed(tokens, &batch.cu_seqlens)?;
+        let loss = cross_entropy(logits, targets);
+        let loss_value: f32 = match sync.as_deref_mut() {
+            Some(s) => s.average_loss(loss.clone())?,
+            None => loss.clone().into_scalar().elem(),
+        };
+        if !loss_value.is_finite() {
+            return Err(AttnError::invalid(
+                "lr",
+                format!("the loss became {loss_value} at step {step}; lower the learning rate"),
+            ));
+        }
+        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+        if let Some(s) = sync.as_deref_mut() {
+            grads = s.average_gradients(&model, grads)?;
+        }
+        let lr = schedule.lr(step);
+        model = optim.step(lr, model, grads);
+        state.losses.push(loss_value);
+        state.step = step + 1;
+        on_step(&StepReport {
+            step,
+            total_steps,
+            loss: loss_value,
+            lr,
+            tokens: t * ranks,
+        });
+        let checkpoint = state.step == end || state.step.is_multiple_of(opts.save_every.max(1));
+        if let (Some(s), true) = (sync.as_deref_mut(), checkpoint) {
+            s.wait()?;
+        }
+        if writer && checkpoint {
+            save(&model, &optim, &state, &opts.out, &recorder)?;
+        }
+    }
+    Ok((model, state))
+}
+
+fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transformer<B>, B>>(
+    model: &Transformer<B>,
+    optim: &O,
+    state: &TrainState,
+    dir: &Path,
+    recorder: &NamedMpkFileRecorder<FullPrecisionSettings>,
+) -> Result<(), AttnError> {
+    // Everything is written into a scratch folder first, then each file is renamed into place
+    // (atomic per file), `state.json` last: a run killed while saving leaves the previous
+    // checkpoint's `state.json`, never a half-written file.
+    let tmp = dir.join(".checkpoint-partial");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
+    save_hf(&model.valid(), &tmp)?;
+    model
+        .clone()
+        .save_file(tmp.join("model"), recorder)
+        .map_err(|e| io(&tmp.join("model.mpk"), e))?;
+    recorder
+        .record(optim.to_record(), tmp.join("optim"))
+        .map_err(|e| io(&tmp.join("optim.mpk"), e))?;
+    let mut csv = String::from("step,loss\n");
+    for (i, l) in state.losses.iter().enumerate() {
+        csv.push_str(&format!("{i},{l}\n"));
+    }
+    let path = tmp.join("loss.csv");
+    std::fs::write(&path, csv).map_err(|e| io(&path, e))?;
+    state.save(&tmp)?;
+    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(&tmp)
+        .map_err(|e| io(&tmp, e))?
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        .collect();
+    names.sort_by_key(|n| (n == "state.json", n.clone()));
+    for name in names {
+        std::fs::rename(tmp.join(&name), dir.join(&name)).map_err(|e| io(&dir.join(&name), e))?;
+    }
+    std::fs::remove_dir(&tmp).map_err(|e| io(&tmp, e))
+}

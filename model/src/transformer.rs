@@ -1,0 +1,370 @@
+//! The decoder: token embedding, pre-norm blocks of RMSNorm → GQA attention with learned sinks
+//! (sliding-window or full causal) → RMSNorm → SwiGLU MLP, a final RMSNorm and the output head.
+//!
+//! Training runs on packed batches: `tokens [T]` holding several sequences back to back,
+//! delimited by flash-attn style `cu_seqlens`, through this crate's varlen op (one fused
+//! backward under `Autodiff`). [`Transformer::forward_padded`] runs the same model on a padded
+//! `[B, S]` batch through attention composed of plain Burn ops; the two must agree, which the
+//! tests check on gradients.
+
+use burn::module::{Module, Param};
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm, RmsNormConfig};
+use burn::tensor::activation::{log_softmax, silu, softmax};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
+
+use super::config::ModelConfig;
+use super::rope::Rope;
+use burn_ascend::{flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions};
+
+/// Grouped-query attention with optional learned per-head sinks.
+#[derive(Module, Debug)]
+pub struct Attention<B: Backend> {
+    /// `[hidden, N·D]`.
+    pub q_proj: Linear<B>,
+    /// `[hidden, Nkv·D]`.
+    pub k_proj: Linear<B>,
+    /// `[hidden, Nkv·D]`.
+    pub v_proj: Linear<B>,
+    /// `[N·D, hidden]`.
+    pub o_proj: Linear<B>,
+    /// Sink logits `[N]` (unscaled; an extra term `exp(sink)` in each softmax denominator).
+    pub sinks: Option<Param<Tensor<B, 1>>>,
+}
+
+/// SwiGLU: `down(silu(gate(x)) · up(x))`.
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    /// `[hidden, inter]`.
+    pub gate_proj: Linear<B>,
+    /// `[hidden, inter]`.
+    pub up_proj: Linear<B>,
+    /// `[inter, hidden]`.
+    pub down_proj: Linear<B>,
+}
+
+/// One pre-norm decoder block.
+#[derive(Module, Debug)]
+pub struct Block<B: Backend> {
+    /// Norm before attention.
+    pub input_layernorm: RmsNorm<B>,
+    /// Attention.
+    pub self_attn: Attention<B>,
+    /// Norm before the MLP.
+    pub post_attention_layernorm: RmsNorm<B>,
+    /// MLP.
+    pub mlp: Mlp<B>,
+}
+
+/// The decoder-only transformer.
+#[derive(Module, Debug)]
+pub struct Transformer<B: Backend> {
+    /// `[V, hidden]`.
+    pub embed_tokens: Embedding<B>,
+    /// The blocks.
+    pub layers: Vec<Block<B>>,
+    /// Final norm.
+    pub norm: RmsNorm<B>,
+    /// Output head `[hidden, V]`; `None` when tied to the embedding.
+    pub lm_head: Option<Linear<B>>,
+    /// Hyper-parameters (not a parameter).
+    #[module(skip)]
+    pub config: ModelConfig,
+    /// Mixed precision: the dtype the blocks' projections, attention and MLP and the output
+    /// head compute in (`None`: the parameters' own). See [`Self::with_compute_dtype`].
+    #[module(skip)]
+    pub compute_dtype: Option<FloatDType>,
+}
+
+/// `x · Wᵀ + b` of `l` in `x`'s dtype: the weights are cast to it when they differ (mixed
+/// precision: f32 master weights, low-precision compute; the cast's backward brings the
+/// gradient back to f32).
+fn proj<B: Backend, const D: usize>(l: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
+    let dt = x.dtype();
+    burn::tensor::module::linear(
+        x,
+        l.weight.val().cast(dt),
+        l.bias.as_ref().map(|b| b.val().cast(dt)),
+    )
+}
+
+fn linear<B: Backend>(i: usize, o: usize, bias: bool, device: &B::Device) -> Linear<B> {
+    LinearConfig::new(i, o).with_bias(bias).init(device)
+}
+
+impl<B: Backend> Transformer<B> {
+    /// A randomly initialised model.
+    pub fn new(config: &ModelConfig, device: &B::Device) -> Result<Self, AttnError> {
+        config.validate()?;
+        let c = config;
+        let (h, n, nkv, d) = (
+            c.hidden_size,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.head_dim,
+        );
+        let norm = || {
+            RmsNormConfig::new(h)
+                .with_epsilon(c.rms_norm_eps)
+                .init(device)
+        };
+        let layers = (0..c.num_hidden_layers)
+            .map(|_| Block {
+                input_layernorm: norm(),
+                self_attn: Attention {
+                    q_proj: linear(h, n * d, c.attention_bias, device),
+                    k_proj: linear(h, nkv * d, c.attention_bias, device),
+                    v_proj: linear(h, nkv * d, c.attention_bias, device),
+                    o_proj: linear(n * d, h, false, device),
+                    sinks: c
+                        .attention_sinks
+                        .then(|| Param::from_tensor(Tensor::zeros([n], device))),
+                },
+                post_attention_layernorm: norm(),
+                mlp: Mlp {
+                    gate_proj: linear(h, c.intermediate_size, false, device),
+                    up_proj: linear(h, c.intermediate_size, false, device),
+                    down_proj: linear(c.intermediate_size, h, false, device),
+                },
+            })
+            .collect();
+        Ok(Self {
+            embed_tokens: EmbeddingConfig::new(c.vocab_size, h).init(device),
+            layers,
+            norm: norm(),
+            lm_head: (!c.tie_word_embeddings).then(|| linear(h, c.vocab_size, false, device)),
+            config: c.clone(),
+            compute_dtype: None,
+        })
+    }
+
+    /// Mixed precision, as torch's autocast does it for a decoder: the parameters (and so the
+    /// optimizer's state and the gradients it sees) stay in their dtype, f32 for the master
+    /// weights; each block's input is cast to `dtype` after its RMSNorm, so the projections,
+    /// RoPE, attention and the MLP compute in `dtype` on weights cast per step, and the block's
+    /// output is cast back before the residual add. The residual stream, the norms, the
+    /// logits and the loss stay in the parameters' dtype.
+    pub fn with_compute_dtype(mut self, dtype: Option<FloatDType>) -> Self {
+        self.compute_dtype = dtype;
+        self
+    }
+
+    /// `x` in the compute dtype.
+    fn low<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        match self.compute_dtype {
+            Some(dt) => x.cast(dt),
+            None => x,
+        }
+    }
+
+    /// Token embeddings of `tokens [T]` → `[T, hidden]`.
+    pub fn embed(&self, tokens: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+        let t = tokens.dims()[0];
+        self.embed_tokens
+            .forward(tokens.reshape([1, t]))
+            .reshape([t, self.config.hidden_size])
+    }
+
+    /// Final norm and output head: `[T, hidden]` → logits `[T, V]`.
+    pub fn head(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let dt = x.dtype();
+        let x = self.low(self.norm.forward(x));
+        let logits = match &self.lm_head {
+            Some(head) => proj(head, x),
+            None => {
+                let w = self.embed_tokens.weight.val().cast(x.dtype());
+                x.matmul(w.transpose())
+            }
+        };
+        logits.cast(dt)
+    }
+}
+
+impl<B: AttentionBackend> Transformer<B> {
+    /// Logits `[T, V]` of packed sequences `tokens [T]` delimited by `cu_seqlens` (B + 1
+    /// entries from 0): each sequence attends only to itself, positions restart at 0.
+    pub fn forward_packed(
+        &self,
+        tokens: Tensor<B, 1, Int>,
+        cu_seqlens: &[i64],
+    ) -> Result<Tensor<B, 2>, AttnError> {
+        let device = tokens.device();
+        let positions = packed_positions(cu_seqlens);
+        let t = tokens.dims()[0];
+        if positions.len() != t {
+            return Err(AttnError::invalid(
+                "cu_seqlens",
+                format!(
+                    "must end at the token count {t}, ends at {:?}",
+                    cu_seqlens.last()
+                ),
+            ));
+        }
+        let rope = Rope::new(
+            &positions,
+            self.config.head_dim,
+            self.config.rope_theta,
+            &device,
+        );
+        let mut x = self.embed(tokens);
+        let dt = x.dtype();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let window = self.config.layer_window(i);
+            let h = self.low(layer.input_layernorm.forward(x.clone()));
+            let a = layer
+                .self_attn
+                .forward_packed(h, &rope, cu_seqlens, window, &self.config)?;
+            x = x + a.cast(dt);
+            let h = self.low(layer.post_attention_layernorm.forward(x.clone()));
+            x = x + layer.mlp.forward(h).cast(dt);
+        }
+        Ok(self.head(x))
+    }
+}
+
+impl<B: Backend> Transformer<B> {
+    /// Logits `[B, S, V]` of a padded batch `tokens [B, S]` whose row `b` holds `lengths[b]`
+    /// real tokens, attention composed of Burn ops (matmul, mask, softmax with the sink as an
+    /// extra column). Rows past a length produce unspecified logits.
+    pub fn forward_padded(&self, tokens: Tensor<B, 2, Int>, lengths: &[usize]) -> Tensor<B, 3> {
+        let [b, s] = tokens.dims();
+        let device = tokens.device();
+        let c = &self.config;
+        let positions: Vec<usize> = (0..b).flat_map(|_| 0..s).collect();
+        let rope = Rope::new(&positions, c.head_dim, c.rope_theta, &device);
+        let mut x = self
+            .embed(tokens.reshape([b * s]))
+            .reshape([b, s, c.hidden_size]);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let mask = padded_mask::<B>(lengths, s, c.layer_window(i), &device);
+            let h = layer.input_layernorm.forward(x.clone());
+            x = x + layer.self_attn.forward_padded(h, &rope, mask, c);
+            let h = layer.post_attention_layernorm.forward(x.clone());
+            x = x + layer.mlp.forward(h);
+        }
+        self.head(x.reshape([b * s, c.hidden_size]))
+            .reshape([b, s, c.vocab_size])
+    }
+}
+
+impl<B: Backend> Mlp<B> {
+    /// SwiGLU.
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let g = silu(proj(&self.gate_proj, x.clone()));
+        proj(&self.down_proj, g * proj(&self.up_proj, x))
+    }
+}
+
+impl<B: Backend> Attention<B> {
+    /// Projections of `x [T, hidden]` with RoPE applied: `q [T, N, D]`, `k, v [T, Nkv, D]`.
+    pub fn qkv(
+        &self,
+        x: Tensor<B, 2>,
+        rope: &Rope<B>,
+        c: &ModelConfig,
+    ) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
+        let t = x.dims()[0];
+        let (n, nkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let q = proj(&self.q_proj, x.clone()).reshape([t, n, d]);
+        let k = proj(&self.k_proj, x.clone()).reshape([t, nkv, d]);
+        let v = proj(&self.v_proj, x).reshape([t, nkv, d]);
+        (rope.apply(q), rope.apply(k), v)
+    }
+
+    /// The output projection of attention output `[T, N, D]`.
+    pub fn out(&self, o: Tensor<B, 3>) -> Tensor<B, 2> {
+        let [t, n, d] = o.dims();
+        proj(&self.o_proj, o.reshape([t, n * d]))
+    }
+
+    fn forward_padded(
+        &self,
+        x: Tensor<B, 3>,
+        rope: &Rope<B>,
+        mask: Tensor<B, 3, Bool>,
+        c: &ModelConfig,
+    ) -> Tensor<B, 3> {
+        let [b, s, h] = x.dims();
+        let (n, nkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let (q, k, v) = self.qkv(x.reshape([b * s, h]), rope, c);
+        let q = q.reshape([b, s, n, d]).swap_dims(1, 2); // [B, N, S, D]
+        let group = n / nkv;
+        // GQA: repeat each kv head for its `group` query heads.
+        let expand = |t: Tensor<B, 3>| {
+            t.reshape([b, s, nkv, 1, d])
+                .expand([b, s, nkv, group, d])
+                .reshape([b, s, n, d])
+                .swap_dims(1, 2)
+        };
+        let (k, v) = (expand(k), expand(v));
+        let scale = 1.0 / (d as f64).sqrt();
+        let scores = q.matmul(k.swap_dims(2, 3)) * scale; // [B, N, S, S]
+        let scores = scores.mask_fill(mask.unsqueeze_dim::<4>(1).expand([b, n, s, s]), -1e30);
+        let p = match &self.sinks {
+            Some(sinks) => {
+                let col = sinks.val().reshape([1, n, 1, 1]).expand([b, n, s, 1]);
+                softmax(Tensor::cat(vec![scores, col], 3), 3).narrow(3, 0, s)
+            }
+            None => softmax(scores, 3),
+        };
+        let o = p.matmul(v).swap_dims(1, 2).reshape([b * s, n, d]);
+        self.out(o).reshape([b, s, h])
+    }
+}
+
+impl<B: AttentionBackend> Attention<B> {
+    fn forward_packed(
+        &self,
+        x: Tensor<B, 2>,
+        rope: &Rope<B>,
+        cu_seqlens: &[i64],
+        window: Option<usize>,
+        c: &ModelConfig,
+    ) -> Result<Tensor<B, 2>, AttnError> {
+        let (q, k, v) = self.qkv(x, rope, c);
+        let opts = FlashAttnOptions {
+            causal: true,
+            window: window.map(|w| (w as i64, 0)),
+            sinks: self.sinks.as_ref().map(|s| s.val()),
+            ..Default::default()
+        };
+        let o = flash_attention_varlen(q, k, v, cu_seqlens, cu_seqlens, opts)?;
+        Ok(self.out(o))
+    }
+}
+
+/// Position of each packed token within its sequence.
+pub fn packed_positions(cu_seqlens: &[i64]) -> Vec<usize> {
+    cu_seqlens
+        .windows(2)
+        .flat_map(|w| 0..(w[1] - w[0]).max(0) as usize)
+        .collect()
+}
+
+/// `[B, S, S]` mask (true = masked) of causal attention within each row's length, limited to
+/// the `window` tokens before the query when given.
+fn padded_mask<B: Backend>(
+    lengths: &[usize],
+    s: usize,
+    window: Option<usize>,
+    device: &B::Device,
+) -> Tensor<B, 3, Bool> {
+    let mut m = Vec::with_capacity(lengths.len() * s * s);
+    for &len in lengths {
+        for i in 0..s {
+            for j in 0..s {
+                let outside = j > i || j >= len || window.is_some_and(|w| j + w < i);
+                // Padding query rows keep their own diagonal so no row is fully masked.
+                m.push(outside && !(i >= len && i == j));
+            }
+        }
+    }
+    Tensor::from_data(TensorData::new(m, [lengths.len(), s, s]), device)
+}
+
+/// Mean next-token cross-entropy of `logits [T, V]` against `targets [T]`.
+pub fn cross_entropy<B: Backend>(logits: Tensor<B, 2>, targets: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    let t = targets.dims()[0];
+    let logp = log_softmax(logits, 1);
+    logp.gather(1, targets.reshape([t, 1])).mean().neg()
+}
