@@ -11,9 +11,9 @@ use crate::tensor::AscendTensor;
 
 /// Burn on Huawei Ascend NPUs (or on the host simulation of CANN's ABI).
 ///
-/// Tensors live in device memory ([`AscendTensor`]); the ops listed as native in the README
-/// run aclnn kernels; every other op runs through the counted host fallback
-/// ([`crate::fallback_counts`]). Float dtypes f32/f16/bf16, int i64/i32, bool.
+/// Tensors live in device memory ([`AscendTensor`]); the ops listed as native in
+/// `docs/ascend-backend.md` run aclnn kernels; every other op runs through the counted host
+/// fallback ([`crate::fallback_counts`]). Float dtypes f32/f16/bf16, int i64/i32, bool.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct Ascend;
 
