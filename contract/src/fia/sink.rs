@@ -124,8 +124,9 @@ impl FiaSpec {
         let masked = self.atten_mask != PromptMask::None;
         let mha = dims.kv_heads == dims.num_heads;
         let heads_ok = if mha {
-            !(query == DataType::Bf16 && self.inner_precise == 1)
-                && !(self.sparse_mode == 0 && masked)
+            let bf16_precise = query == DataType::Bf16 && self.inner_precise == 1;
+            let mode0_masked = self.sparse_mode == 0 && masked;
+            !bf16_precise && !mode0_masked
         } else {
             self.inner_precise == 0
         };
@@ -210,12 +211,12 @@ impl FiaSpec {
         let path = self.learnable_sink_path(dims, query, sink, release);
         let (want, why) = match path {
             FiaSinkPath::FloatQuery => (DataType::Float, "the query's"),
-            FiaSinkPath::SplitFuse => (query, "the query's (CheckFAILearnableSink)"),
+            FiaSinkPath::SplitFuse => (query, "the query's: CheckFAILearnableSink"),
             FiaSinkPath::FiaV3 if release == CannRelease::V8_5 => (
                 DataType::Bf16,
-                "BFLOAT16 (the op definition lists only BFLOAT16; the kernels read bf16)",
+                "the op definition lists only BFLOAT16; the kernels read bf16",
             ),
-            FiaSinkPath::FiaV3 => (DataType::Bf16, "BFLOAT16 (FIA v3 on A2/A3 reads bf16)"),
+            FiaSinkPath::FiaV3 => (DataType::Bf16, "FIA v3 on A2/A3 reads bf16"),
         };
         if sink == want {
             return Ok(path);
@@ -223,7 +224,7 @@ impl FiaSpec {
         Err(AttnError::invalid(
             "learnableSink",
             format!(
-                "dtype must be {why} = {} on {} with {} ({} query, inputLayout {}, D {}), got {}",
+                "dtype must be {} ({why}) on {} with {} ({} query, inputLayout {}, D {}), got {}",
                 dtype_name(want),
                 path.name(),
                 release.name(),
