@@ -5,13 +5,15 @@
 
 use safetensors::Dtype;
 
-use super::device::{acl_runtime, download, output, upload};
+use super::device::{acl_dtype, acl_runtime, download, output, upload};
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, same_dtype};
 use super::{CliError, Device};
-use burn_ascend::backend::attention::fia::{fused_infer_attention, FiaTensors};
+use burn_ascend::backend::attention::fia::{cann_release, fused_infer_attention, FiaTensors};
 use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
-use burn_ascend::ops::fia::{parse_fia_layout, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant};
+use burn_ascend::ops::fia::{
+    parse_fia_layout, CannRelease, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant,
+};
 use burn_ascend::ops::incre::{AntiquantSpec, BlockTable};
 use burn_ascend::ops::prompt::{PromptMask, PromptPse, INT_MAX_TOKENS, PFA_COMPRESSED_MASK};
 use burn_ascend::AttnError;
@@ -191,8 +193,9 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<FiaSpec, AttnError> {
         }
     }
     if let Some(s) = b.optional(&["learnableSink"]) {
-        // CANN takes the sink in the query's dtype (FLOAT16/BFLOAT16).
-        same_dtype(s, "learnableSink", qdt)?;
+        // Its dtype is checked once the path is known (`fia`): it follows the path and the
+        // CANN release, not the query (issue 30).
+        float_dtype(s, "learnableSink")?;
         spec.learnable_sink = Some(s.f32_values("learnableSink")?.into());
     }
     Ok(spec)
@@ -243,9 +246,23 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         kv,
         kv_int8: k.dtype == Dtype::I8,
     })?;
+    // The bundle's sink is sent as it is: refused here as CANN (the device's release, else the
+    // one the contract models) refuses it.
+    let sink_dtype = match b.optional(&["learnableSink"]) {
+        Some(s) => acl_dtype(s.dtype, "learnableSink")?,
+        None => acl_dtype(qdt, "query")?,
+    };
     let mut res = Bundle::default();
     if device.is_acl() {
         let rt = acl_runtime(device)?;
+        if spec.learnable_sink.is_some() {
+            spec.check_learnable_sink_dtype(
+                &dims,
+                acl_dtype(qdt, "query")?,
+                sink_dtype,
+                cann_release(&rt),
+            )?;
+        }
         let (qd, kd, vd) = (
             upload(&rt, q, "query")?,
             upload(&rt, k, "key")?,
@@ -266,6 +283,7 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
                 &spec,
                 &FiaTensors {
                     dtype,
+                    sink_dtype,
                     query: &qd.handle()?,
                     key: &kl,
                     value: &vl,
@@ -279,6 +297,14 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             res.insert("softmaxLse", download(l)?);
         }
         return Ok(res);
+    }
+    if spec.learnable_sink.is_some() {
+        spec.check_learnable_sink_dtype(
+            &dims,
+            acl_dtype(qdt, "query")?,
+            sink_dtype,
+            CannRelease::MODELLED,
+        )?;
     }
     let (qv, kv, vv) = (
         q.f32_values("query")?,

@@ -107,6 +107,8 @@ impl<B: AttentionBackend> Generator<B> {
         AttendOptions {
             window: self.model.config.layer_window(layer),
             path: self.path,
+            // Exact f32 values of the sink in whatever dtype the model keeps it; the backend
+            // sends them in the dtype FIA's path reads on the device's CANN (issue 30).
             sinks: attn.sinks.as_ref().map(|s| {
                 s.val()
                     .into_data()
