@@ -105,7 +105,9 @@ impl<B: AttentionBackend> Generator<B> {
     fn options(&self, layer: usize) -> AttendOptions {
         let attn = &self.model.layers[layer].self_attn;
         AttendOptions {
-            window: self.model.config.layer_window(layer),
+            // The cache's window counts the tokens before the query (it sees `p − W ..= p`);
+            // the model's counts keys including the query, transformers' semantics.
+            window: self.model.config.layer_window(layer).map(|w| w - 1),
             path: self.path,
             sinks: attn.sinks.as_ref().map(|s| {
                 s.val()
@@ -138,7 +140,7 @@ impl<B: AttentionBackend> Generator<B> {
         }
         let l = prompt.len();
         let positions: Vec<usize> = (0..l).collect();
-        let rope = Rope::new(&positions, c.head_dim, c.rope_theta, &device);
+        let rope = Rope::new(&positions, &c, &device);
         let tokens: Vec<i64> = prompt.iter().map(|&t| t as i64).collect();
         let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
             TensorData::new(tokens, [l]),
@@ -187,7 +189,7 @@ impl<B: AttentionBackend> Generator<B> {
         let (b, n, d) = (seqs.len(), c.num_attention_heads, c.head_dim);
         let device = self.model.embed_tokens.weight.val().device();
         let positions: Vec<usize> = seqs.iter().map(|&s| self.seqs[s].1).collect();
-        let rope = Rope::new(&positions, d, c.rope_theta, &device);
+        let rope = Rope::new(&positions, &c, &device);
         let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
         let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
             TensorData::new(ids, [b]),
