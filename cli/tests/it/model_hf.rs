@@ -14,8 +14,9 @@
 //!   [`BF16_LOGITS`]. Ours is mixed precision
 //!   (f32 master weights and residual stream, bf16 projections / attention / MLP) while
 //!   transformers' `model.to(bfloat16)` keeps everything in bf16, so the two bf16 runs differ
-//!   by about as much as each differs from f32 (the manifest's `bf16_vs_f32.max_abs`, 0.07 to
-//!   0.14).
+//!   by about as much as each differs from f32: the bound is twice the case's
+//!   `bf16_vs_f32.max_abs` in the manifest (0.07 to 0.14, so 0.13 to 0.28; measured gaps
+//!   0.08 to 0.16).
 //! - loss: [`LOSS`] (measured: at most 5e-7); gradients: [`GRADS`] relative to the largest
 //!   element of each tensor (measured: at most 3.4e-6).
 
@@ -37,8 +38,9 @@ use safetensors::{Dtype, SafeTensors};
 
 /// f32 logits against transformers' f32 logits.
 const F32_LOGITS: f32 = 2e-5;
-/// bf16 (mixed precision) logits against transformers' bf16 logits.
-const BF16_LOGITS: f32 = 0.3;
+/// bf16 (mixed precision) logits against transformers' bf16 logits: this many times the
+/// case's own `bf16_vs_f32.max_abs` in the manifest (transformers' bf16 against its f32).
+const BF16_LOGITS_OVER_HF_BF16_GAP: f32 = 2.0;
 /// The training step's loss.
 const LOSS: f32 = 5e-6;
 /// Each gradient tensor, relative to its largest element.
@@ -188,8 +190,15 @@ fn bf16_logits_track_transformers_bf16(case: &str) {
     let m = load::<Ascend>(case, "config.json", &device).with_compute_dtype(Some(FloatDType::BF16));
     let g = max_gap(&packed_logits(&m, &e), &e.logits_bf16);
     let g32 = max_gap(&packed_logits(&m, &e), &e.logits);
-    eprintln!("{case} bf16 Ascend sim: gap to transformers' bf16 {g:.3}, to its f32 {g32:.3}");
-    assert!(g <= BF16_LOGITS, "{case}: bf16 logits gap {g}");
+    let hf_gap = read_json(&Path::new(FIXTURES).join("manifest.json"))["cases"][case]["bf16_vs_f32"]
+        ["max_abs"]
+        .as_f64()
+        .unwrap() as f32;
+    let tol = BF16_LOGITS_OVER_HF_BF16_GAP * hf_gap;
+    eprintln!(
+        "{case} bf16 Ascend sim: gap to transformers' bf16 {g:.3} (bound {tol:.3}), to its f32 {g32:.3}"
+    );
+    assert!(g <= tol, "{case}: bf16 logits gap {g} over {tol}");
 }
 
 fn greedy_equals_transformers<Bk: AttentionBackend>(case: &str, device: &Bk::Device) {
@@ -592,4 +601,66 @@ fn a_tensor_the_config_has_no_place_for_is_refused() {
         .unwrap_err()
         .to_string();
     assert_refused(&e, "tensor model.layers.0.self_attn.");
+}
+
+// ---- fine-tuning -----------------------------------------------------------------------
+
+#[test]
+fn finetuning_a_pretrained_fixture_starts_at_its_pretrained_loss_and_lowers_it() {
+    use burn_ascend_model::data::{documents_from_text, BUNDLED_CORPUS};
+    use burn_ascend_model::train::{init_model, train, Init, TrainOptions};
+    use burn_ascend_model::{Packer, Tokenizer};
+    type A = Autodiff<NdArray>;
+    // Byte-level text within the fixtures' 96-token vocabulary: upper case ASCII below 96.
+    let text: String = BUNDLED_CORPUS[..20_000]
+        .to_uppercase()
+        .chars()
+        .filter(|c| c.is_ascii() && (*c as u32) < 96)
+        .collect();
+    let docs = documents_from_text(&text);
+    let packer = || Packer::new(&docs, &Tokenizer::Bytes, 96, 32, 5).unwrap();
+    let device = Default::default();
+    let out = tempfile::tempdir().unwrap();
+    let (model, state) =
+        init_model::<A>(&Init::Checkpoint(case_dir("qwen3")), out.path(), &device).unwrap();
+    // The first batch's loss under the pretrained weights and under fresh ones, computed
+    // outside the training loop.
+    let batch = packer().next_batch();
+    let loss_of = |m: &Transformer<A>| {
+        let t = batch.tokens.len();
+        let tokens =
+            Tensor::<A, 1, Int>::from_data(TensorData::new(batch.tokens.clone(), [t]), &device);
+        let targets =
+            Tensor::<A, 1, Int>::from_data(TensorData::new(batch.targets.clone(), [t]), &device);
+        host(cross_entropy(
+            m.forward_packed(tokens, &batch.cu_seqlens).unwrap(),
+            targets,
+        ))[0]
+    };
+    let pretrained = loss_of(&model);
+    let fresh = loss_of(&Transformer::<A>::new(&model.config, &device).unwrap());
+    let opts = TrainOptions {
+        total_steps: 12,
+        stop_after: None,
+        lr: 1e-2,
+        weight_decay: 0.0,
+        clip_norm: 1.0,
+        seed: 5,
+        out: out.path().into(),
+        save_every: 100,
+    };
+    let (_, run) = train(model, state, false, &mut packer(), &opts, |_| {}).unwrap();
+    let l = &run.losses;
+    eprintln!("finetune from qwen3: pretrained {pretrained}, fresh {fresh}, run {l:?}");
+    assert!(
+        (l[0] - pretrained).abs() <= 1e-5,
+        "{} vs {pretrained}",
+        l[0]
+    );
+    assert!(
+        (l[0] - fresh).abs() > 1e-2,
+        "{} vs a fresh model's {fresh}",
+        l[0]
+    );
+    assert!(l[l.len() - 1] < l[0] - 0.5, "{l:?}");
 }
