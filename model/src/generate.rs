@@ -340,6 +340,21 @@ pub fn generate_batch<B: AttentionBackend>(
     sampling: &[Sampling],
     rng: &mut SplitMix,
 ) -> Result<GenerationRun, AttnError> {
+    generate_batch_until(gen, prompts, max_new, sampling, rng, &[])
+}
+
+/// [`generate_batch`] where a sequence stops after emitting one of `stop` (its end-of-sequence
+/// tokens, see [`crate::checkpoint::eos_token_ids`]): the stop token is the last of its
+/// `generated`, and later steps decode only the sequences still running. With no stop token
+/// it draws from `rng` exactly as [`generate_batch`].
+pub fn generate_batch_until<B: AttentionBackend>(
+    gen: &mut Generator<B>,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    sampling: &[Sampling],
+    rng: &mut SplitMix,
+    stop: &[u32],
+) -> Result<GenerationRun, AttnError> {
     if sampling.len() != prompts.len() {
         return Err(AttnError::invalid(
             "sampling",
@@ -360,19 +375,33 @@ pub fn generate_batch<B: AttentionBackend>(
     run.prefill_secs = start.elapsed().as_secs_f64();
     let start = std::time::Instant::now();
     run.generated = vec![Vec::new(); prompts.len()];
+    // Indices (into `prompts`) of the sequences still generating.
+    let mut running: Vec<usize> = (0..prompts.len()).collect();
     for step in 0..max_new {
-        let next: Vec<u32> = (0..prompts.len())
-            .map(|i| sample(run.logits[i].last().expect("prefilled"), sampling[i], rng))
+        let next: Vec<u32> = running
+            .iter()
+            .map(|&i| sample(run.logits[i].last().expect("prefilled"), sampling[i], rng))
             .collect();
-        for (g, &t) in run.generated.iter_mut().zip(&next) {
-            g.push(t);
+        for (&i, &t) in running.iter().zip(&next) {
+            run.generated[i].push(t);
         }
         if step + 1 == max_new {
             break;
         }
-        for (i, l) in gen.step(&seqs, &next)?.into_iter().enumerate() {
-            run.logits[i].push(l);
+        let (cont, tokens): (Vec<usize>, Vec<u32>) = running
+            .iter()
+            .zip(&next)
+            .filter(|(_, t)| !stop.contains(t))
+            .map(|(&i, &t)| (i, t))
+            .unzip();
+        if cont.is_empty() {
+            break;
         }
+        let ids: Vec<usize> = cont.iter().map(|&i| seqs[i]).collect();
+        for (k, l) in gen.step(&ids, &tokens)?.into_iter().enumerate() {
+            run.logits[cont[k]].push(l);
+        }
+        running = cont;
     }
     run.decode_secs = start.elapsed().as_secs_f64();
     Ok(run)

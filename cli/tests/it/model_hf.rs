@@ -664,3 +664,52 @@ fn finetuning_a_pretrained_fixture_starts_at_its_pretrained_loss_and_lowers_it()
     );
     assert!(l[l.len() - 1] < l[0] - 0.5, "{l:?}");
 }
+
+#[test]
+fn generation_stops_at_the_checkpoints_end_of_sequence_token() {
+    use burn_ascend_model::checkpoint::eos_token_ids;
+    use burn_ascend_model::generate_batch_until;
+    let e = expected("llama");
+    // The fixture's config has `eos_token_id: null`: no stop token, generation runs to its
+    // length. A copy whose generation_config.json names greedy[0][3] stops there.
+    assert!(eos_token_ids(&case_dir("llama")).unwrap().is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let eos = e.greedy[0][3];
+    std::fs::write(
+        dir.path().join("generation_config.json"),
+        serde_json::json!({"eos_token_id": [eos, 100_000]}).to_string(),
+    )
+    .unwrap();
+    let stop = eos_token_ids(dir.path()).unwrap();
+    assert_eq!(stop, vec![eos, 100_000]);
+    let device = Default::default();
+    let mut gen = Generator::new(
+        load::<NdArray>("llama", "config.json", &device),
+        16,
+        16,
+        &device,
+    )
+    .unwrap();
+    let prompts: Vec<Vec<u32>> = e
+        .input_ids
+        .chunks(e.seq)
+        .map(|r| r.iter().map(|&t| t as u32).collect())
+        .collect();
+    let new = e.greedy[0].len();
+    let sampling = vec![Sampling::Greedy; prompts.len()];
+    let run =
+        generate_batch_until(&mut gen, &prompts, new, &sampling, &mut SplitMix(0), &stop).unwrap();
+    // Each sequence is transformers' greedy continuation cut after its first stop token.
+    for (got, want) in run.generated.iter().zip(&e.greedy) {
+        let cut = want
+            .iter()
+            .position(|t| stop.contains(t))
+            .map_or(want.len(), |p| p + 1);
+        assert_eq!(got, &want[..cut]);
+        assert_eq!(run.logits[0].len(), run.generated[0].len());
+    }
+    assert_eq!(run.generated[0].len(), 4);
+    // The cached logits still equal a full recomputation of what was generated.
+    let gap = burn_ascend_model::max_logit_gap(gen.model(), &run).unwrap();
+    assert!(gap < 1e-4, "{gap}");
+}
