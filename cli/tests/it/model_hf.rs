@@ -700,13 +700,17 @@ fn generation_stops_at_the_checkpoints_end_of_sequence_token() {
     let run =
         generate_batch_until(&mut gen, &prompts, new, &sampling, &mut SplitMix(0), &stop).unwrap();
     // Each sequence is transformers' greedy continuation cut after its first stop token.
-    for (got, want) in run.generated.iter().zip(&e.greedy) {
+    for (i, (got, want)) in run.generated.iter().zip(&e.greedy).enumerate() {
         let cut = want
             .iter()
             .position(|t| stop.contains(t))
             .map_or(want.len(), |p| p + 1);
         assert_eq!(got, &want[..cut]);
-        assert_eq!(run.logits[0].len(), run.generated[0].len());
+        assert_eq!(
+            run.logits[i].len(),
+            got.len(),
+            "one logits row per generated token"
+        );
     }
     assert_eq!(run.generated[0].len(), 4);
     // The cached logits still equal a full recomputation of what was generated.
