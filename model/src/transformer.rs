@@ -1,5 +1,7 @@
 //! The decoder: token embedding, pre-norm blocks of RMSNorm → GQA attention with learned sinks
-//! (sliding-window or full causal) → RMSNorm → SwiGLU MLP, a final RMSNorm and the output head.
+//! (sliding-window or full causal per layer) → RMSNorm → SwiGLU MLP, a final RMSNorm and the
+//! output head — with the switches Hugging Face's Llama-family checkpoints need: q/k/v and o
+//! biases, MLP biases, Qwen3's q/k RMSNorm before RoPE, tied embeddings (see `config.rs`).
 //!
 //! Training runs on packed batches: `tokens [T]` holding several sequences back to back,
 //! delimited by flash-attn style `cu_seqlens`, through this crate's varlen op (one fused
