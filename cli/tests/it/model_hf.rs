@@ -3,7 +3,8 @@
 //! 5.24, see its `manifest.json`) hold, per tiny random checkpoint, transformers' own logits
 //! (f32, and bf16 with the whole model cast), greedy continuations, one step's loss and
 //! gradients; each is loaded here with its transformers 5 `config.json` and with the Hub's
-//! older form `config.hub.json` and compared per token. Then one test per config key that
+//! older form `config.hub.json` and compared per token, on `NdArray` and on `Ascend` (the
+//! simulation of the ACL ABI). Then one test per config key that
 //! changes the arithmetic and is not supported: it is refused naming the key.
 //!
 //! Tolerances (absolute, per logit / per gradient element):
@@ -24,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use burn::backend::{Autodiff, NdArray};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
@@ -224,10 +225,13 @@ fn greedy_equals_transformers<Bk: AttentionBackend>(case: &str, device: &Bk::Dev
     }
 }
 
-fn training_step_matches(case: &str) {
-    type A = Autodiff<NdArray>;
+fn training_step_matches<A: AutodiffBackend + AttentionBackend>(
+    case: &str,
+    device: &A::Device,
+    backend: &str,
+) {
     let e = expected(case);
-    let device = Default::default();
+    let device = device.clone();
     let m = load::<A>(case, "config.json", &device);
     let (tokens, cu) = packed::<A>(&e, &device);
     let logits = m.forward_packed(tokens, &cu).unwrap();
@@ -245,7 +249,7 @@ fn training_step_matches(case: &str) {
     let grads = GradientsParams::from_grads(loss.backward(), &m);
     let ours = named_grads(&m, &grads);
     let dl = (loss_value - e.loss).abs();
-    eprintln!("{case} training step: loss gap {dl:.2e}");
+    eprintln!("{case} training step on {backend}: loss gap {dl:.2e}");
     assert!(dl <= LOSS, "{case}: loss {loss_value} vs {}", e.loss);
     let names: Vec<&String> = ours.iter().map(|(n, _)| n).collect();
     let mut want: Vec<&String> = e.grads.iter().map(|(n, _)| n).collect();
@@ -264,7 +268,9 @@ fn training_step_matches(case: &str) {
             "{case}: grad of {name} off by {rel} of its max"
         );
     }
-    eprintln!("{case} training step: worst gradient gap {worst:.2e} of the tensor's max");
+    eprintln!(
+        "{case} training step on {backend}: worst gradient gap {worst:.2e} of the tensor's max"
+    );
 }
 
 /// A test module per fixture case, its tests reading as sentences.
@@ -295,8 +301,29 @@ macro_rules! hf_case {
             }
 
             #[test]
+            fn greedy_continuations_equal_transformers_on_ascend_simulation() {
+                super::greedy_equals_transformers::<burn_ascend::backend::Ascend>(
+                    stringify!($case),
+                    &burn_ascend::backend::AscendDevice::sim(),
+                );
+            }
+
+            #[test]
             fn one_training_step_has_transformers_loss_and_gradients() {
-                super::training_step_matches(stringify!($case));
+                super::training_step_matches::<burn::backend::Autodiff<burn::backend::NdArray>>(
+                    stringify!($case),
+                    &Default::default(),
+                    "NdArray",
+                );
+            }
+
+            #[test]
+            fn one_training_step_has_transformers_loss_and_gradients_on_ascend_simulation() {
+                super::training_step_matches::<burn::backend::Autodiff<burn_ascend::backend::Ascend>>(
+                    stringify!($case),
+                    &burn_ascend::backend::AscendDevice::sim(),
+                    "Ascend sim",
+                );
             }
         }
     };
@@ -312,13 +339,6 @@ hf_case!(qwen2);
 hf_case!(qwen2_window);
 hf_case!(qwen3);
 hf_case!(mistral);
-
-#[test]
-fn greedy_continuations_equal_transformers_on_ascend_simulation_for_windows_and_qk_norm() {
-    for case in ["llama", "qwen2_window", "qwen3", "mistral"] {
-        greedy_equals_transformers::<Ascend>(case, &AscendDevice::sim());
-    }
-}
 
 // ---- config parsing --------------------------------------------------------------------
 
