@@ -167,6 +167,15 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
         .map(|p| tokenizer.encode(p))
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
+    // A byte-level prompt for a checkpoint with a smaller vocabulary (and no tokenizer.json)
+    // would index past the embedding.
+    let vocab = model.config.vocab_size;
+    if let Some(&bad) = ids.iter().flatten().find(|&&t| t as usize >= vocab) {
+        return Err(format!(
+            "prompt token {bad} is outside the model's vocab_size {vocab} (does the checkpoint \
+             need its tokenizer.json?)"
+        ));
+    }
     let sampling: Vec<Sampling> = (0..prompts.len())
         .map(|i| {
             if args.greedy || i % 2 == 0 {
