@@ -105,7 +105,9 @@ impl<B: AttentionBackend> Generator<B> {
     fn options(&self, layer: usize) -> AttendOptions {
         let attn = &self.model.layers[layer].self_attn;
         AttendOptions {
-            window: self.model.config.layer_window(layer),
+            // The cache's window counts the tokens before the query (it sees `p − W ..= p`);
+            // the model's counts keys including the query, transformers' semantics.
+            window: self.model.config.layer_window(layer).map(|w| w - 1),
             path: self.path,
             // Exact f32 values of the sink in whatever dtype the model keeps it; the backend
             // sends them in the dtype FIA's path reads on the device's CANN (issue 30).
@@ -140,7 +142,7 @@ impl<B: AttentionBackend> Generator<B> {
         }
         let l = prompt.len();
         let positions: Vec<usize> = (0..l).collect();
-        let rope = Rope::new(&positions, c.head_dim, c.rope_theta, &device);
+        let rope = Rope::new(&positions, &c, &device);
         let tokens: Vec<i64> = prompt.iter().map(|&t| t as i64).collect();
         let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
             TensorData::new(tokens, [l]),
@@ -189,7 +191,7 @@ impl<B: AttentionBackend> Generator<B> {
         let (b, n, d) = (seqs.len(), c.num_attention_heads, c.head_dim);
         let device = self.model.embed_tokens.weight.val().device();
         let positions: Vec<usize> = seqs.iter().map(|&s| self.seqs[s].1).collect();
-        let rope = Rope::new(&positions, d, c.rope_theta, &device);
+        let rope = Rope::new(&positions, &c, &device);
         let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
         let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
             TensorData::new(ids, [b]),
@@ -340,6 +342,21 @@ pub fn generate_batch<B: AttentionBackend>(
     sampling: &[Sampling],
     rng: &mut SplitMix,
 ) -> Result<GenerationRun, AttnError> {
+    generate_batch_until(gen, prompts, max_new, sampling, rng, &[])
+}
+
+/// [`generate_batch`] where a sequence stops after emitting one of `stop` (its end-of-sequence
+/// tokens, see [`crate::checkpoint::eos_token_ids`]): the stop token is the last of its
+/// `generated`, and later steps decode only the sequences still running. With no stop token
+/// it draws from `rng` exactly as [`generate_batch`].
+pub fn generate_batch_until<B: AttentionBackend>(
+    gen: &mut Generator<B>,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    sampling: &[Sampling],
+    rng: &mut SplitMix,
+    stop: &[u32],
+) -> Result<GenerationRun, AttnError> {
     if sampling.len() != prompts.len() {
         return Err(AttnError::invalid(
             "sampling",
@@ -360,19 +377,33 @@ pub fn generate_batch<B: AttentionBackend>(
     run.prefill_secs = start.elapsed().as_secs_f64();
     let start = std::time::Instant::now();
     run.generated = vec![Vec::new(); prompts.len()];
+    // Indices (into `prompts`) of the sequences still generating.
+    let mut running: Vec<usize> = (0..prompts.len()).collect();
     for step in 0..max_new {
-        let next: Vec<u32> = (0..prompts.len())
-            .map(|i| sample(run.logits[i].last().expect("prefilled"), sampling[i], rng))
+        let next: Vec<u32> = running
+            .iter()
+            .map(|&i| sample(run.logits[i].last().expect("prefilled"), sampling[i], rng))
             .collect();
-        for (g, &t) in run.generated.iter_mut().zip(&next) {
-            g.push(t);
+        for (&i, &t) in running.iter().zip(&next) {
+            run.generated[i].push(t);
         }
         if step + 1 == max_new {
             break;
         }
-        for (i, l) in gen.step(&seqs, &next)?.into_iter().enumerate() {
-            run.logits[i].push(l);
+        let (cont, tokens): (Vec<usize>, Vec<u32>) = running
+            .iter()
+            .zip(&next)
+            .filter(|(_, t)| !stop.contains(t))
+            .map(|(&i, &t)| (i, t))
+            .unzip();
+        if cont.is_empty() {
+            break;
         }
+        let ids: Vec<usize> = cont.iter().map(|&i| seqs[i]).collect();
+        for (k, l) in gen.step(&ids, &tokens)?.into_iter().enumerate() {
+            run.logits[cont[k]].push(l);
+        }
+        running = cont;
     }
     run.decode_secs = start.elapsed().as_secs_f64();
     Ok(run)
