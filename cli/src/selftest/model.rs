@@ -300,7 +300,8 @@ fn train_steps(device: AscendDevice) -> Check {
             (Some(&f), Some(&l)) if state.losses.len() == STEPS => (f, l),
             _ => return Ok(Err(format!("{} losses, want {STEPS}", state.losses.len()))),
         };
-        if !(last < first) {
+        // NaN compares as not lower: a diverged run fails too.
+        if last.partial_cmp(&first) != Some(std::cmp::Ordering::Less) {
             return Ok(Err(format!(
                 "the loss did not go down over {STEPS} steps: {first} → {last}"
             )));
