@@ -306,16 +306,18 @@ impl OnBackend for Incre {
             ts.into_iter().map(|t| primitive::<B>(t, dev)).collect()
         };
         let (mut key, mut value) = (prims(self.key), prims(self.value));
-        let kv = match (self.list, self.paged, key.pop(), value.pop()) {
-            (false, true, Some(key_cache), Some(value_cache)) => IncreKv::Paged {
-                key_cache,
-                value_cache,
-            },
-            (false, false, Some(key), Some(value)) => IncreKv::Contiguous { key, value },
-            (_, _, k, v) => IncreKv::List {
-                key: key.into_iter().chain(k).collect(),
-                value: value.into_iter().chain(v).collect(),
-            },
+        let kv = if self.list {
+            IncreKv::List { key, value }
+        } else {
+            let (key, value) = (key.swap_remove(0), value.swap_remove(0));
+            if self.paged {
+                IncreKv::Paged {
+                    key_cache: key,
+                    value_cache: value,
+                }
+            } else {
+                IncreKv::Contiguous { key, value }
+            }
         };
         let out = if self.query.shape.len() == 3 {
             let q = tensor::<B, 3>(self.query, dev);
