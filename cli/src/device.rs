@@ -26,15 +26,6 @@ impl From<AclError> for CliError {
     }
 }
 
-/// Opens the runtime of an aclnn device (`None` for the host devices).
-pub fn runtime(device: Device) -> Result<Option<Runtime>, CliError> {
-    Ok(match device {
-        Device::Reference | Device::Cpu => None,
-        Device::Sim => Some(sim_runtime()?),
-        Device::Npu => Some(Runtime::npu(acl::default_device_id()?)?),
-    })
-}
-
 /// A runtime over the host simulation (crate `burn-ascend-acl-sim`).
 #[cfg(feature = "sim")]
 fn sim_runtime() -> Result<Runtime, CliError> {
@@ -130,9 +121,16 @@ pub fn download(t: &DeviceTensor) -> Result<HostTensor, CliError> {
     })
 }
 
-/// The opened runtime of an aclnn device.
+/// The opened runtime of an aclnn device (`sim`, `npu`), for the calls the Burn API cannot
+/// carry (int8 outputs and caches) and the probes.
 pub fn acl_runtime(device: Device) -> Result<Runtime, CliError> {
-    runtime(device)?.ok_or_else(|| CliError::Device(format!("{device:?} is not an aclnn device")))
+    match device {
+        Device::Sim => sim_runtime(),
+        Device::Npu => Ok(Runtime::npu(acl::default_device_id()?)?),
+        other => Err(CliError::Device(format!(
+            "{other:?} is not an aclnn device"
+        ))),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
