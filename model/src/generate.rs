@@ -8,7 +8,7 @@
 //! whose `pseShift` is the sink logit, through prompt / incremental attention
 //! ([`AttendPath::PromptIncre`]). [`Generator::attend_path`] says which one a generator runs.
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 
 use super::data::SplitMix;
 use super::rope::Rope;
@@ -24,6 +24,10 @@ pub struct Generator<B: AttentionBackend> {
     seqs: Vec<(Vec<SeqId>, usize)>,
     /// How windows and sinks reach the attention ops.
     path: AttendPath,
+    /// The dtype the caches hold and attention computes in (`None`: the model's). CANN's
+    /// attention ops take F16 / BF16 queries, not F32, so a model served on an NPU keeps its
+    /// projections where they are and attends in half precision.
+    attention_dtype: Option<FloatDType>,
 }
 
 impl<B: AttentionBackend> Generator<B> {
@@ -63,7 +67,36 @@ impl<B: AttentionBackend> Generator<B> {
             } else {
                 AttendPath::PromptIncre
             },
+            attention_dtype: None,
         })
+    }
+
+    /// Keys, values and queries in `dtype` in the caches and the attention ops (F16 / BF16
+    /// serving), the attention's output cast back to the model's dtype; only before the first
+    /// sequence. FIA then gets the sinks in the dtype its path reads on the device's CANN
+    /// release (issue 30): BF16 for every layout with an F16 or BF16 query on CANN <= 8.5.
+    pub fn with_attention_dtype(mut self, dtype: FloatDType) -> Result<Self, AttnError> {
+        if !self.seqs.is_empty() {
+            return Err(AttnError::invalid(
+                "dtype",
+                "the attention dtype can only change before the first sequence is added",
+            ));
+        }
+        self.caches = self
+            .caches
+            .into_iter()
+            .map(|c| c.with_dtype(dtype.into()))
+            .collect::<Result<_, _>>()?;
+        self.attention_dtype = Some(dtype);
+        Ok(self)
+    }
+
+    /// `x` in the attention dtype.
+    fn to_attention<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        match self.attention_dtype {
+            Some(dt) => x.cast(dt),
+            None => x,
+        }
     }
 
     /// How windows and sinks reach the attention ops: [`AttendPath::Fused`] unless the model
@@ -136,6 +169,10 @@ impl<B: AttentionBackend> Generator<B> {
                 && self.model.layers[layer].self_attn.sinks.is_some()
             {
                 let zero = Tensor::<B, 3>::zeros([1, c.num_key_value_heads, c.head_dim], &device);
+                let zero = match self.attention_dtype {
+                    Some(dt) => zero.cast(dt),
+                    None => zero,
+                };
                 cache.append(id, zero.clone(), zero)?;
             }
             ids.push(id);
@@ -152,12 +189,20 @@ impl<B: AttentionBackend> Generator<B> {
             let opts = self.options(layer);
             let h = block.input_layernorm.forward(x.clone());
             let (q, k, v) = block.self_attn.qkv(h, &rope, &c);
+            let dt = q.dtype();
+            let (q, k, v) = (
+                self.to_attention(q),
+                self.to_attention(k),
+                self.to_attention(v),
+            );
             self.caches[layer].append(ids[layer], k, v)?;
-            let o = self.caches[layer].attend_with(
-                &ids[layer..=layer],
-                q.reshape([1, l, c.num_attention_heads, c.head_dim]),
-                &opts,
-            )?;
+            let o = self.caches[layer]
+                .attend_with(
+                    &ids[layer..=layer],
+                    q.reshape([1, l, c.num_attention_heads, c.head_dim]),
+                    &opts,
+                )?
+                .cast(dt);
             x = x + block
                 .self_attn
                 .out(o.reshape([l, c.num_attention_heads, c.head_dim]));
@@ -201,6 +246,12 @@ impl<B: AttentionBackend> Generator<B> {
             let opts = self.options(layer);
             let h = block.input_layernorm.forward(x.clone());
             let (q, k, v) = block.self_attn.qkv(h, &rope, &c);
+            let dt = q.dtype();
+            let (q, k, v) = (
+                self.to_attention(q),
+                self.to_attention(k),
+                self.to_attention(v),
+            );
             let layer_ids: Vec<SeqId> = seqs.iter().map(|&s| self.seqs[s].0[layer]).collect();
             for (i, &id) in layer_ids.iter().enumerate() {
                 self.caches[layer].append(
@@ -209,7 +260,9 @@ impl<B: AttentionBackend> Generator<B> {
                     v.clone().narrow(0, i, 1),
                 )?;
             }
-            let o = self.caches[layer].attend_with(&layer_ids, q.reshape([b, 1, n, d]), &opts)?;
+            let o = self.caches[layer]
+                .attend_with(&layer_ids, q.reshape([b, 1, n, d]), &opts)?
+                .cast(dt);
             x = x + block.self_attn.out(o.reshape([b, n, d]));
             let h = block.post_attention_layernorm.forward(x.clone());
             x = x + block.mlp.forward(h);

@@ -178,3 +178,62 @@ fn the_attend_path_can_only_change_before_the_first_sequence() {
     let e = gen.with_attend_path(AttendPath::Fused).unwrap_err();
     assert!(e.to_string().contains("invalid path"), "{e}");
 }
+
+#[test]
+fn f16_and_bf16_serving_through_fia_sends_a_bf16_sink_and_tracks_the_f32_logits() {
+    use burn::tensor::FloatDType;
+    use burn_ascend::backend::{fallback_count, Ascend, AscendDevice};
+    use burn_ascend_cann::acl::DataType;
+
+    let cfg = tiny_d(true, Some(5), 64);
+    let sim = AscendDevice::sim();
+    let prompts = vec![vec![1u32, 5, 9, 2, 7], vec![3u32; 9]];
+    let sampling = vec![Sampling::Greedy; 2];
+    let run = |dtype: Option<FloatDType>| {
+        Ascend::seed(&sim, 5);
+        let model = Transformer::<Ascend>::new(&cfg, &sim).unwrap();
+        let mut gen = Generator::new(model, 16, 16, &sim).unwrap();
+        if let Some(dt) = dtype {
+            gen = gen.with_attention_dtype(dt).unwrap();
+        }
+        assert_eq!(gen.attend_path(), AttendPath::Fused);
+        generate_batch(&mut gen, &prompts, 6, &sampling, &mut SplitMix(1)).unwrap()
+    };
+    let want = run(None);
+    assert_eq!(
+        burn_ascend_acl_sim::last_learnable_sink_dtype(),
+        Some(DataType::Float),
+        "an f32 query keeps the simulation's f32 sink"
+    );
+    let ops = ["prompt_fwd", "incre_fwd", "fia_fwd", "scatter_kv"];
+    // Half precision over 6 decode steps of a random model: the logits (of order 1) stay
+    // within 5e-2 of the f32 run's (bf16 keeps 8 bits of mantissa, f16 11).
+    for (dt, sink, bound) in [
+        (FloatDType::BF16, DataType::Bf16, 5e-2),
+        (FloatDType::F16, DataType::Bf16, 1e-2),
+    ] {
+        let before = ops.map(fallback_count);
+        let got = run(Some(dt));
+        assert_eq!(ops.map(fallback_count), before, "an attention op fell back");
+        // CANN <= 8.5 (the contract's modelled release): every layout takes a BF16 sink only.
+        assert_eq!(burn_ascend_acl_sim::last_learnable_sink_dtype(), Some(sink));
+        // Step by step while both runs generated the same tokens (after a different token
+        // the contexts differ); the first step of each prompt is always compared.
+        for (seq, (gl, wl)) in got.logits.iter().zip(&want.logits).enumerate() {
+            for (step, (g, w)) in gl.iter().zip(wl).enumerate() {
+                let gap = g
+                    .iter()
+                    .zip(w)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                assert!(
+                    gap < bound,
+                    "{dt:?}: prompt {seq} step {step}: logits differ from f32 by {gap}"
+                );
+                if got.generated[seq][step] != want.generated[seq][step] {
+                    break;
+                }
+            }
+        }
+    }
+}
