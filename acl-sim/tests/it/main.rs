@@ -2,6 +2,7 @@
 //! module per former test file).
 
 mod attention;
+mod attention_fallbacks;
 mod elementwise;
 mod faults;
 mod fia;

@@ -11,4 +11,5 @@ mod cpu_varlen;
 mod fia_fast;
 mod fia_reference;
 mod varlen_forward;
+mod varlen_forward_features;
 mod varlen_gradcheck;
