@@ -392,3 +392,97 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
         }
     }
 }
+
+/// Burn's own `ModuleOps::attention` (the op `burn::tensor::module::attention` calls) on
+/// `Ascend`: NdArray's answer for a boolean mask with a fully masked row, an additive bias,
+/// causal masking of a cross-attention shape, a custom scale and a softcap — with no host
+/// round trip, neither for the op as a whole nor for any op of Burn's composite.
+#[test]
+fn burns_module_attention_runs_on_the_device_and_matches_ndarray() {
+    use burn::tensor::module::attention;
+    use burn::tensor::ops::AttentionModuleOptions;
+    use burn::tensor::Bool;
+
+    let (b, h, sq, sk, d, dv) = (2, 3, 4, 6, 8, 5);
+    let sim = AscendDevice::sim();
+    let nd = Default::default();
+    // Masks position (b, h, i, j) when (i + 2j + h) % 5 == 0; row (0, 0, 1) is masked whole.
+    let mask: Vec<bool> = (0..b * h * sq * sk)
+        .map(|x| {
+            let (j, i, hh, bb) = (
+                x % sk,
+                (x / sk) % sq,
+                (x / (sk * sq)) % h,
+                x / (sk * sq * h),
+            );
+            (bb == 0 && hh == 0 && i == 1) || (i + 2 * j + hh) % 5 == 0
+        })
+        .collect();
+    let watched = [
+        "attention",
+        "float_matmul",
+        "float_transpose",
+        "float_mul_scalar",
+        "float_div_scalar",
+        "float_tanh",
+        "float_mask_fill",
+        "float_add",
+        "float_max_dim",
+        "float_clamp_min",
+        "float_sub",
+        "float_exp",
+        "float_sum_dim",
+        "float_div",
+        "int_arange",
+        "int_reshape",
+        "int_add_scalar",
+        "int_lower",
+        "bool_reshape",
+        "bool_expand",
+    ];
+    for (causal, scale, softcap, bias) in [
+        (false, None, None, false),
+        (true, Some(0.3), None, true),
+        (true, None, Some(2.0), true),
+    ] {
+        let options = AttentionModuleOptions {
+            scale,
+            softcap,
+            is_causal: causal,
+        };
+        let run = |dev_a: &AscendDevice| {
+            let q = t::<Ascend, 4>(values(b * h * sq * d, 1, 1.0), [b, h, sq, d], dev_a);
+            let k = t::<Ascend, 4>(values(b * h * sk * d, 2, 1.0), [b, h, sk, d], dev_a);
+            let v = t::<Ascend, 4>(values(b * h * sk * dv, 3, 1.0), [b, h, sk, dv], dev_a);
+            let m = Tensor::<Ascend, 4, Bool>::from_data(
+                TensorData::new(mask.clone(), [b, h, sq, sk]),
+                dev_a,
+            );
+            let bias = bias
+                .then(|| t::<Ascend, 4>(values(b * h * sq * sk, 4, 0.5), [b, h, sq, sk], dev_a));
+            attention(q, k, v, Some(m), bias, options)
+        };
+        let before = watched.map(fallback_count);
+        let got = run(&sim);
+        let got_data = got.into_data();
+        assert_eq!(
+            watched.map(fallback_count),
+            before,
+            "an op of the attention went through the host (causal {causal}, scale {scale:?}, softcap {softcap:?})"
+        );
+        let q = t::<NdArray, 4>(values(b * h * sq * d, 1, 1.0), [b, h, sq, d], &nd);
+        let k = t::<NdArray, 4>(values(b * h * sk * d, 2, 1.0), [b, h, sk, d], &nd);
+        let v = t::<NdArray, 4>(values(b * h * sk * dv, 3, 1.0), [b, h, sk, dv], &nd);
+        let m = Tensor::<NdArray, 4, Bool>::from_data(
+            TensorData::new(mask.clone(), [b, h, sq, sk]),
+            &nd,
+        );
+        let bias_nd =
+            bias.then(|| t::<NdArray, 4>(values(b * h * sq * sk, 4, 0.5), [b, h, sq, sk], &nd));
+        let want = attention(q, k, v, Some(m), bias_nd, options).into_data();
+        got_data.assert_approx_eq::<f32>(&want, Tolerance::rel_abs(1e-5, 1e-6));
+        // The fully masked row gives zeros (Burn's NaN-safe softmax), not NaN.
+        let row: Vec<f32> = got_data.to_vec::<f32>().unwrap()[dv..2 * dv].to_vec();
+        assert!(row.iter().all(|x| *x == 0.0), "masked row {row:?}");
+    }
+}

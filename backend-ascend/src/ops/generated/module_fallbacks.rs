@@ -269,25 +269,6 @@ macro_rules! module_fallbacks {
             ))
         }
 
-        fn attention(
-            query: FloatTensor<Self>,
-            key: FloatTensor<Self>,
-            value: FloatTensor<Self>,
-            mask: Option<BoolTensor<Self>>,
-            attn_bias: Option<FloatTensor<Self>>,
-            options: AttentionModuleOptions,
-        ) -> FloatTensor<Self> {
-            let mut cx = Fallback::new("attention");
-            let query = cx.arg(query);
-            let key = cx.arg(key);
-            let value = cx.arg(value);
-            let mask = cx.arg(mask);
-            let attn_bias = cx.arg(attn_bias);
-            cx.ret(<Host as ModuleOps<Host>>::attention(
-                query, key, value, mask, attn_bias, options,
-            ))
-        }
-
         fn rfft(
             signal: FloatTensor<Self>,
             dim: usize,
