@@ -108,6 +108,10 @@ pub struct MoeConfig {
     /// The checkpoint stores the experts in MXFP4 (`quantization_config.quant_method mxfp4`),
     /// dequantized on load.
     pub mxfp4: bool,
+    /// `output_router_logits`: transformers then adds `router_aux_loss_coef` × the router's
+    /// load-balancing loss to the training loss. Inference ignores it (the logits are the
+    /// same); training refuses it (not implemented).
+    pub output_router_logits: bool,
 }
 
 /// A decoder-only transformer in the style of gpt-oss / Llama / Qwen.
@@ -375,6 +379,7 @@ impl ModelConfig {
             o.insert("num_experts_per_tok".into(), json!(m.num_experts_per_tok));
             o.insert("swiglu_limit".into(), json!(m.swiglu_limit));
             o.insert("swiglu_alpha".into(), json!(m.swiglu_alpha));
+            o.insert("output_router_logits".into(), json!(m.output_router_logits));
         }
         v
     }
@@ -654,6 +659,7 @@ impl RawConfig {
                 "num_experts_per_tok",
                 "swiglu_limit",
                 "swiglu_alpha",
+                "output_router_logits",
             ],
             // LlamaConfig: attention_bias (q/k/v/o), mlp_bias, pretraining_tp.
             Family::Llama => &["attention_bias", "mlp_bias", "pretraining_tp"],
@@ -722,14 +728,6 @@ impl RawConfig {
                 )));
             }
             mxfp4 = true;
-        }
-        if self.output_router_logits == Some(true) {
-            // GptOssForCausalLM then adds router_aux_loss_coef × the load-balancing loss to
-            // the training loss; not implemented.
-            return Err(unsupported(
-                "output_router_logits true (the router's auxiliary load-balancing loss is not implemented)"
-                    .into(),
-            ));
         }
         match self.hidden_act.as_deref() {
             // transformers' ACT2FN: "silu" and "swish" are both nn.SiLU. Missing: every
@@ -926,6 +924,7 @@ impl RawConfig {
                     swiglu_limit: self.swiglu_limit.unwrap_or(7.0),
                     swiglu_alpha: self.swiglu_alpha.unwrap_or(1.702),
                     mxfp4,
+                    output_router_logits: self.output_router_logits.unwrap_or(false),
                 })
             }
             Family::Ours => match (self.num_local_experts, self.num_experts_per_tok) {
@@ -936,6 +935,7 @@ impl RawConfig {
                     swiglu_limit: self.swiglu_limit.unwrap_or(7.0),
                     swiglu_alpha: self.swiglu_alpha.unwrap_or(1.702),
                     mxfp4: false,
+                    output_router_logits: self.output_router_logits.unwrap_or(false),
                 }),
                 _ => {
                     return Err(AttnError::invalid(

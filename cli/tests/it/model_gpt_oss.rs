@@ -468,6 +468,7 @@ fn gpt_oss_configs_read_as_transformers_reads_them() {
             swiglu_limit: 7.0,
             swiglu_alpha: 1.702,
             mxfp4: false,
+            output_router_logits: false,
         })
     );
     assert!(c.attention_sinks && c.attention_bias && c.attention_output_bias);
@@ -543,11 +544,42 @@ fn assert_refused(msg: &str, key: &str) {
 }
 
 #[test]
-fn output_router_logits_is_refused_as_the_auxiliary_loss_is_not_implemented() {
-    assert_refused(
-        &gpt_oss_refusal(|v| v["output_router_logits"] = true.into()),
-        "output_router_logits",
-    );
+fn output_router_logits_is_refused_when_training_as_the_auxiliary_loss_is_not_implemented() {
+    use burn_ascend_model::data::documents_from_text;
+    use burn_ascend_model::train::{train, TrainOptions, TrainState};
+    use burn_ascend_model::{Packer, Tokenizer};
+    let mut v = read_json(&case_dir("gpt_oss").join("config.json"));
+    v["output_router_logits"] = true.into();
+    let c = config_of(&v).unwrap();
+    let device = Default::default();
+    // Inference: the same logits, the flag only adds a loss term in training.
+    let m = burn_ascend_model::checkpoint::load_weights::<Autodiff<NdArray>>(
+        &case_dir("gpt_oss"),
+        c,
+        &device,
+    )
+    .unwrap();
+    let (ids, [b, s], want) = expected("gpt_oss", "logits");
+    let cu: Vec<i64> = (0..=b).map(|i| (i * s) as i64).collect();
+    let tokens =
+        Tensor::<Autodiff<NdArray>, 1, Int>::from_data(TensorData::new(ids, [b * s]), &device);
+    let got = to_f64(m.forward_packed(tokens, &cu).unwrap());
+    assert!(max_gap(&got, &want) <= 2e-5);
+    let dir = tempfile::tempdir().unwrap();
+    let docs = documents_from_text("SOME TEXT TO PACK INTO A BATCH OR TWO");
+    let mut packer = Packer::new(&docs, &Tokenizer::Bytes, 16, 8, 1).unwrap();
+    let opts = TrainOptions {
+        total_steps: 1,
+        stop_after: None,
+        lr: 1e-3,
+        weight_decay: 0.0,
+        clip_norm: 1.0,
+        seed: 1,
+        out: dir.path().into(),
+        save_every: 1,
+    };
+    let e = train(m, TrainState::default(), false, &mut packer, &opts, |_| {}).unwrap_err();
+    assert_refused(&e.to_string(), "output_router_logits");
 }
 
 #[test]
