@@ -590,7 +590,8 @@ impl RawConfig {
         let model_type = self.model_type.clone().ok_or_else(|| {
             AttnError::invalid(
                 "config.json",
-                "needs 'model_type' (llama, qwen2, qwen3, mistral or burn-ascend)".to_string(),
+                "needs 'model_type' (llama, qwen2, qwen3, mistral, gpt_oss or burn-ascend)"
+                    .to_string(),
             )
         })?;
         let family = match model_type.as_str() {
