@@ -2,6 +2,9 @@
 //! tensor names (`model.layers.{i}.self_attn.q_proj.weight`, …, gpt-oss's
 //! `model.layers.{i}.self_attn.sinks`), linear weights stored `[out, in]` as PyTorch does
 //! (Burn's `Linear` keeps `[in, out]`, so they are transposed on the way in and out).
+//! gpt-oss's experts: `mlp.router.{weight,bias}` and `mlp.experts.{gate_up_proj,down_proj}[_bias]`,
+//! f32/bf16 or MXFP4 (`*_blocks` / `*_scales`, dequantized on load when the config's
+//! `quantization_config` says mxfp4).
 //! Loads f32, f16 and bf16 files, sharded or not (`model.safetensors` or `model-*-of-*.safetensors`).
 
 use std::collections::HashMap;
@@ -16,7 +19,8 @@ use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 
 use super::config::ModelConfig;
-use super::transformer::Transformer;
+use super::mxfp4;
+use super::transformer::{Ffn, Transformer};
 use burn_ascend::AttnError;
 
 fn io_err(path: &Path, e: impl std::fmt::Display) -> AttnError {
@@ -56,6 +60,8 @@ enum ParamRef<'a, B: Backend> {
     Matrix(&'a Param<Tensor<B, 2>>),
     /// A `Linear` weight `[in, out]`, transposed in the file.
     LinearWeight(&'a Param<Tensor<B, 2>>),
+    /// A rank-3 tensor kept as the file has it (gpt-oss's fused expert weights).
+    Tensor3(&'a Param<Tensor<B, 3>>),
 }
 
 /// Calls `f` on every parameter with its Hugging Face name.
@@ -73,9 +79,32 @@ fn walk<B: Backend>(model: &Transformer<B>, mut f: impl FnMut(String, ParamRef<'
         linear(&mut f, format!("{p}.self_attn.k_proj"), &a.k_proj);
         linear(&mut f, format!("{p}.self_attn.v_proj"), &a.v_proj);
         linear(&mut f, format!("{p}.self_attn.o_proj"), &a.o_proj);
-        linear(&mut f, format!("{p}.mlp.gate_proj"), &layer.mlp.gate_proj);
-        linear(&mut f, format!("{p}.mlp.up_proj"), &layer.mlp.up_proj);
-        linear(&mut f, format!("{p}.mlp.down_proj"), &layer.mlp.down_proj);
+        match &layer.mlp {
+            Ffn::Dense(m) => {
+                linear(&mut f, format!("{p}.mlp.gate_proj"), &m.gate_proj);
+                linear(&mut f, format!("{p}.mlp.up_proj"), &m.up_proj);
+                linear(&mut f, format!("{p}.mlp.down_proj"), &m.down_proj);
+            }
+            // GptOssMLP's names: `mlp.router.{weight,bias}` (nn.Linear layout) and
+            // `mlp.experts.{gate_up_proj,down_proj}[_bias]` (kept as the file has them).
+            Ffn::Experts(m) => {
+                linear(&mut f, format!("{p}.mlp.router"), &m.router);
+                let e = format!("{p}.mlp.experts");
+                f(
+                    format!("{e}.gate_up_proj"),
+                    ParamRef::Tensor3(&m.gate_up_proj),
+                );
+                f(
+                    format!("{e}.gate_up_proj_bias"),
+                    ParamRef::Matrix(&m.gate_up_proj_bias),
+                );
+                f(format!("{e}.down_proj"), ParamRef::Tensor3(&m.down_proj));
+                f(
+                    format!("{e}.down_proj_bias"),
+                    ParamRef::Matrix(&m.down_proj_bias),
+                );
+            }
+        }
     }
     if let Some(head) = &model.lm_head {
         linear(&mut f, "lm_head".into(), head);
@@ -125,6 +154,7 @@ pub fn named_weights<B: Backend>(model: &Transformer<B>) -> Vec<(String, HostF32
             ParamRef::Vector(v) => host(v.val()),
             ParamRef::Matrix(m) => host(m.val()),
             ParamRef::LinearWeight(w) => transpose(host(w.val())),
+            ParamRef::Tensor3(t) => host(t.val()),
         };
         out.push((name, t));
     });
@@ -146,6 +176,7 @@ pub fn named_grads<B: AutodiffBackend>(
             ParamRef::LinearWeight(w) => grads
                 .get::<B::InnerBackend, 2>(w.id)
                 .map(|g| transpose(host(g))),
+            ParamRef::Tensor3(t) => grads.get::<B::InnerBackend, 3>(t.id).map(host),
         };
         if let Some(g) = g {
             out.push((name, g));
@@ -219,8 +250,9 @@ pub fn eos_token_ids(dir: &Path) -> Result<Vec<u32>, AttnError> {
     })
 }
 
-/// Every tensor of the weight files in `dir`, as f32.
-fn read_tensors(dir: &Path) -> Result<HashMap<String, HostF32>, AttnError> {
+/// Every tensor of the weight files in `dir`, as f32; with `mxfp4`, each u8 pair
+/// `<name>_blocks` / `<name>_scales` is dequantized into `<name>` (see [`mxfp4::dequantize`]).
+fn read_tensors(dir: &Path, mxfp4: bool) -> Result<HashMap<String, HostF32>, AttnError> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| io_err(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -244,6 +276,7 @@ fn read_tensors(dir: &Path) -> Result<HashMap<String, HostF32>, AttnError> {
         ));
     }
     let mut out = HashMap::new();
+    let mut bytes_of: HashMap<String, (Vec<u8>, Vec<usize>)> = HashMap::new();
     for path in files {
         let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
         let st = SafeTensors::deserialize(&bytes).map_err(|e| io_err(&path, e))?;
@@ -262,6 +295,10 @@ fn read_tensors(dir: &Path) -> Result<HashMap<String, HostF32>, AttnError> {
                     .chunks_exact(2)
                     .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
                     .collect(),
+                Dtype::U8 if mxfp4 => {
+                    bytes_of.insert(name, (raw.to_vec(), view.shape().to_vec()));
+                    continue;
+                }
                 other => {
                     return Err(AttnError::Unsupported(format!(
                         "tensor {name} has dtype {other:?} (f32, f16, bf16)"
@@ -270,6 +307,31 @@ fn read_tensors(dir: &Path) -> Result<HashMap<String, HostF32>, AttnError> {
             };
             out.insert(name, (data, view.shape().to_vec()));
         }
+    }
+    let mut names: Vec<String> = bytes_of.keys().cloned().collect();
+    names.sort();
+    for name in names {
+        let Some(base) = name.strip_suffix("_blocks") else {
+            continue;
+        };
+        let scales_name = format!("{base}_scales");
+        let (Some((blocks, bshape)), Some((scales, sshape))) =
+            (bytes_of.remove(&name), bytes_of.remove(&scales_name))
+        else {
+            return Err(AttnError::invalid(
+                "checkpoint",
+                format!("tensor '{name}' has no '{scales_name}' beside it"),
+            ));
+        };
+        out.insert(
+            base.to_string(),
+            mxfp4::dequantize(base, &blocks, &bshape, &scales, &sshape)?,
+        );
+    }
+    if let Some(name) = bytes_of.keys().min() {
+        return Err(AttnError::Unsupported(format!(
+            "tensor {name} has dtype U8 outside an MXFP4 _blocks / _scales pair"
+        )));
     }
     Ok(out)
 }
@@ -355,7 +417,8 @@ pub fn load_weights<B: Backend>(
     config: ModelConfig,
     device: &B::Device,
 ) -> Result<Transformer<B>, AttnError> {
-    let mut w = Weights(read_tensors(dir)?);
+    let mxfp4 = config.moe.as_ref().is_some_and(|m| m.mxfp4);
+    let mut w = Weights(read_tensors(dir, mxfp4)?);
     let template = Transformer::<B>::new(&config, device)?;
     let c = &config;
     let (h, n, nkv, d, inter) = (
@@ -397,11 +460,25 @@ pub fn load_weights<B: Backend>(
         if let Some(norm) = a.k_norm.take() {
             a.k_norm = Some(w.norm(&format!("{p}.self_attn.k_norm.weight"), norm, d, device)?);
         }
-        let m = &mut layer.mlp;
-        let mb = c.mlp_bias;
-        m.gate_proj = w.linear(&format!("{p}.mlp.gate_proj"), h, inter, mb, device)?;
-        m.up_proj = w.linear(&format!("{p}.mlp.up_proj"), h, inter, mb, device)?;
-        m.down_proj = w.linear(&format!("{p}.mlp.down_proj"), inter, h, mb, device)?;
+        match &mut layer.mlp {
+            Ffn::Dense(m) => {
+                let mb = c.mlp_bias;
+                m.gate_proj = w.linear(&format!("{p}.mlp.gate_proj"), h, inter, mb, device)?;
+                m.up_proj = w.linear(&format!("{p}.mlp.up_proj"), h, inter, mb, device)?;
+                m.down_proj = w.linear(&format!("{p}.mlp.down_proj"), inter, h, mb, device)?;
+            }
+            Ffn::Experts(m) => {
+                let ne = m.num_experts();
+                let e = format!("{p}.mlp.experts");
+                m.router = w.linear(&format!("{p}.mlp.router"), h, ne, true, device)?;
+                m.gate_up_proj =
+                    w.param(&format!("{e}.gate_up_proj"), [ne, h, 2 * inter], device)?;
+                m.gate_up_proj_bias =
+                    w.param(&format!("{e}.gate_up_proj_bias"), [ne, 2 * inter], device)?;
+                m.down_proj = w.param(&format!("{e}.down_proj"), [ne, inter, h], device)?;
+                m.down_proj_bias = w.param(&format!("{e}.down_proj_bias"), [ne, h], device)?;
+            }
+        }
         layers.push(layer);
     }
     let mut embed = template.embed_tokens;

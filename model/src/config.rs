@@ -1,7 +1,7 @@
 //! The model's hyper-parameters, saved as `config.json` next to the weights.
 //!
 //! Reads our own format (`model_type: "burn-ascend"`) and Hugging Face `config.json` files of
-//! the `llama`, `qwen2`, `qwen3` and `mistral` model types, in the Hub's older form (top-level
+//! the `llama`, `qwen2`, `qwen3`, `mistral` and `gpt_oss` model types, in the Hub's older form (top-level
 //! `rope_theta`, `rope_scaling`) and in transformers 5's (`rope_parameters` holding
 //! `rope_theta` and `rope_type`), the way transformers 5 reads them:
 //!
@@ -93,6 +93,27 @@ pub enum RopeScaling {
     },
 }
 
+/// gpt-oss's mixture-of-experts MLP (`GptOssConfig`'s expert keys), in place of SwiGLU on
+/// every layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    /// `num_local_experts`.
+    pub num_local_experts: usize,
+    /// `num_experts_per_tok` (top-k).
+    pub num_experts_per_tok: usize,
+    /// `swiglu_limit`: the gate is clamped from above at it, the up projection to ±it.
+    pub swiglu_limit: f64,
+    /// `swiglu_alpha`: `glu = gate · σ(alpha · gate)`.
+    pub swiglu_alpha: f64,
+    /// The checkpoint stores the experts in MXFP4 (`quantization_config.quant_method mxfp4`),
+    /// dequantized on load.
+    pub mxfp4: bool,
+    /// `output_router_logits`: transformers then adds `router_aux_loss_coef` × the router's
+    /// load-balancing loss to the training loss. Inference ignores it (the logits are the
+    /// same); training refuses it (not implemented).
+    pub output_router_logits: bool,
+}
+
 /// A decoder-only transformer in the style of gpt-oss / Llama / Qwen.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -100,7 +121,7 @@ pub struct ModelConfig {
     pub vocab_size: usize,
     /// Model width.
     pub hidden_size: usize,
-    /// SwiGLU inner width.
+    /// SwiGLU inner width (per expert with [`Self::moe`]).
     pub intermediate_size: usize,
     /// Number of decoder layers.
     pub num_hidden_layers: usize,
@@ -137,6 +158,8 @@ pub struct ModelConfig {
     /// Attention dropout probability of the checkpoint; inference ignores it (as transformers
     /// in eval mode), training refuses a non-zero one (not implemented).
     pub attention_dropout: f64,
+    /// gpt-oss: a mixture of experts replaces every layer's SwiGLU MLP.
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
@@ -166,6 +189,7 @@ impl ModelConfig {
             rms_norm_eps: 1e-5,
             tie_word_embeddings: false,
             attention_dropout: 0.0,
+            moe: None,
         }
     }
 
@@ -196,12 +220,21 @@ impl ModelConfig {
             + if self.attention_output_bias { h } else { 0 }
             + if self.qk_norm { 2 * d } else { 0 }
             + if self.attention_sinks { n } else { 0 };
-        let mlp = 3 * h * self.intermediate_size
-            + if self.mlp_bias {
-                2 * self.intermediate_size + h
-            } else {
-                0
-            };
+        let mlp = match &self.moe {
+            // Router weight and bias; per expert gate_up [H, 2I] + bias, down [I, H] + bias.
+            Some(m) => {
+                let i = self.intermediate_size;
+                m.num_local_experts * (h + 1 + 3 * h * i + 2 * i + h)
+            }
+            None => {
+                3 * h * self.intermediate_size
+                    + if self.mlp_bias {
+                        2 * self.intermediate_size + h
+                    } else {
+                        0
+                    }
+            }
+        };
         let layer = attn + mlp + 2 * h;
         let head = if self.tie_word_embeddings {
             0
@@ -255,6 +288,17 @@ impl ModelConfig {
                 "must be at least 1 (the query itself)".into(),
             );
         }
+        if let Some(m) = &self.moe {
+            if m.num_experts_per_tok == 0 || m.num_experts_per_tok > m.num_local_experts {
+                return bad(
+                    "num_experts_per_tok",
+                    format!(
+                        "must be 1 ..= num_local_experts = {}, got {}",
+                        m.num_local_experts, m.num_experts_per_tok
+                    ),
+                );
+            }
+        }
         Ok(())
     }
 
@@ -306,7 +350,7 @@ impl ModelConfig {
                 rope.insert("truncate".into(), json!(truncate));
             }
         }
-        json!({
+        let mut v = json!({
             "architectures": ["BurnAscendForCausalLM"],
             "model_type": "burn-ascend",
             "vocab_size": self.vocab_size,
@@ -327,7 +371,17 @@ impl ModelConfig {
             "rms_norm_eps": self.rms_norm_eps,
             "tie_word_embeddings": self.tie_word_embeddings,
             "attention_dropout": self.attention_dropout,
-        })
+        });
+        if let Some(m) = &self.moe {
+            // Saved weights are f32 (dequantized): no quantization_config.
+            let o = v.as_object_mut().expect("object");
+            o.insert("num_local_experts".into(), json!(m.num_local_experts));
+            o.insert("num_experts_per_tok".into(), json!(m.num_experts_per_tok));
+            o.insert("swiglu_limit".into(), json!(m.swiglu_limit));
+            o.insert("swiglu_alpha".into(), json!(m.swiglu_alpha));
+            o.insert("output_router_logits".into(), json!(m.output_router_logits));
+        }
+        v
     }
 
     /// Parses our `config.json` or a Hugging Face one (see the module's documentation).
@@ -430,6 +484,18 @@ struct RawConfig {
     quantization_config: Option<Option<Value>>,
     attention_sinks: Option<bool>,
     alternate_sliding: Option<bool>,
+    num_local_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
+    /// openai/gpt-oss-* configs' own name of `num_experts_per_tok`; transformers keeps it as
+    /// an inert attribute.
+    experts_per_token: Option<usize>,
+    /// openai/gpt-oss-* configs' name of the YaRN `original_max_position_embeddings`; inert in
+    /// transformers (the rope dict carries it).
+    initial_context_length: Option<Value>,
+    swiglu_limit: Option<f64>,
+    swiglu_alpha: Option<f64>,
+    router_aux_loss_coef: Option<f64>,
+    output_router_logits: Option<bool>,
     /// Every other key: metadata or refused.
     #[serde(flatten)]
     rest: BTreeMap<String, Value>,
@@ -512,6 +578,7 @@ enum Family {
     Qwen2,
     Qwen3,
     Mistral,
+    GptOss,
 }
 
 impl RawConfig {
@@ -523,7 +590,8 @@ impl RawConfig {
         let model_type = self.model_type.clone().ok_or_else(|| {
             AttnError::invalid(
                 "config.json",
-                "needs 'model_type' (llama, qwen2, qwen3, mistral or burn-ascend)".to_string(),
+                "needs 'model_type' (llama, qwen2, qwen3, mistral, gpt_oss or burn-ascend)"
+                    .to_string(),
             )
         })?;
         let family = match model_type.as_str() {
@@ -532,14 +600,10 @@ impl RawConfig {
             "qwen2" => Family::Qwen2,
             "qwen3" => Family::Qwen3,
             "mistral" => Family::Mistral,
-            "gpt_oss" => {
-                return Err(unsupported(
-                    "model_type gpt_oss (mixture of experts)".to_string(),
-                ))
-            }
+            "gpt_oss" => Family::GptOss,
             other => {
                 return Err(unsupported(format!(
-                    "model_type {other} (llama, qwen2, qwen3, mistral, burn-ascend)"
+                    "model_type {other} (llama, qwen2, qwen3, mistral, gpt_oss, burn-ascend)"
                 )))
             }
         };
@@ -570,6 +634,17 @@ impl RawConfig {
             ("qk_norm", self.qk_norm.is_some()),
             ("attention_sinks", self.attention_sinks.is_some()),
             ("alternate_sliding", self.alternate_sliding.is_some()),
+            ("num_local_experts", self.num_local_experts.is_some()),
+            ("num_experts_per_tok", self.num_experts_per_tok.is_some()),
+            ("experts_per_token", self.experts_per_token.is_some()),
+            (
+                "initial_context_length",
+                self.initial_context_length.is_some(),
+            ),
+            ("swiglu_limit", self.swiglu_limit.is_some()),
+            ("swiglu_alpha", self.swiglu_alpha.is_some()),
+            ("router_aux_loss_coef", self.router_aux_loss_coef.is_some()),
+            ("output_router_logits", self.output_router_logits.is_some()),
         ];
         let allowed: &[&str] = match family {
             Family::Ours => &[
@@ -581,6 +656,11 @@ impl RawConfig {
                 "qk_norm",
                 "attention_sinks",
                 "alternate_sliding",
+                "num_local_experts",
+                "num_experts_per_tok",
+                "swiglu_limit",
+                "swiglu_alpha",
+                "output_router_logits",
             ],
             // LlamaConfig: attention_bias (q/k/v/o), mlp_bias, pretraining_tp.
             Family::Llama => &["attention_bias", "mlp_bias", "pretraining_tp"],
@@ -603,6 +683,21 @@ impl RawConfig {
             // MistralConfig has `sliding_window` only; it warns on `layer_types` and its
             // model ignores them, which we refuse rather than mirror.
             Family::Mistral => &["sliding_window"],
+            // GptOssConfig (configuration_gpt_oss.py), plus the two keys openai/gpt-oss-*
+            // configs carry that transformers keeps as inert attributes.
+            Family::GptOss => &[
+                "sliding_window",
+                "layer_types",
+                "attention_bias",
+                "num_local_experts",
+                "num_experts_per_tok",
+                "experts_per_token",
+                "initial_context_length",
+                "swiglu_limit",
+                "swiglu_alpha",
+                "router_aux_loss_coef",
+                "output_router_logits",
+            ],
         };
         if let Some((k, _)) = foreign.iter().find(|(k, set)| *set && !allowed.contains(k)) {
             return Err(unsupported(format!(
@@ -610,10 +705,30 @@ impl RawConfig {
             )));
         }
 
-        if let Some(Some(_)) = &self.quantization_config {
-            return Err(unsupported(
-                "quantization_config (quantized checkpoints are not dequantized here)".into(),
-            ));
+        let mut mxfp4 = false;
+        if let Some(Some(q)) = &self.quantization_config {
+            // gpt-oss's MXFP4 experts (Mxfp4Config) are dequantized on load, as transformers
+            // does on a machine without its triton kernels; any other quantization is refused.
+            let method = q.get("quant_method").and_then(Value::as_str);
+            if family != Family::GptOss || method != Some("mxfp4") {
+                return Err(unsupported(format!(
+                    "quantization_config (quant_method {}: only gpt_oss's mxfp4 experts are dequantized here)",
+                    method.unwrap_or("missing")
+                )));
+            }
+            // Mxfp4Config's keys: which modules stay unquantized (the file's dtypes say it
+            // too; only `*_blocks` / `*_scales` pairs are dequantized) and whether to
+            // dequantize (we always do). Anything else may change the arithmetic.
+            let known = ["quant_method", "modules_to_not_convert", "dequantize"];
+            if let Some(k) = q
+                .as_object()
+                .and_then(|o| o.keys().find(|k| !known.contains(&k.as_str())))
+            {
+                return Err(unsupported(format!(
+                    "quantization_config.{k} (an MXFP4 key this loader does not know)"
+                )));
+            }
+            mxfp4 = true;
         }
         match self.hidden_act.as_deref() {
             // transformers' ACT2FN: "silu" and "swish" are both nn.SiLU. Missing: every
@@ -664,7 +779,7 @@ impl RawConfig {
             None => match family {
                 Family::Ours | Family::Llama => num_attention_heads,
                 Family::Qwen2 | Family::Qwen3 => 32,
-                Family::Mistral => 8,
+                Family::Mistral | Family::GptOss => 8,
             },
         };
         // head_dim: null or missing is hidden / heads, except Qwen3 whose class default is 128
@@ -672,10 +787,14 @@ impl RawConfig {
         let head_dim = match (self.head_dim, family) {
             (Some(Some(d)), _) => d,
             (None, Family::Qwen3) => 128,
+            // GptOssConfig: head_dim 64 (derived only when null).
+            (None, Family::GptOss) => 64,
             _ => hidden_size / num_attention_heads,
         };
-        // Every family's class default is 1e-6.
-        let rms_norm_eps = self.rms_norm_eps.unwrap_or(1e-6);
+        // Every family's class default is 1e-6, gpt-oss's 1e-5.
+        let rms_norm_eps =
+            self.rms_norm_eps
+                .unwrap_or(if family == Family::GptOss { 1e-5 } else { 1e-6 });
         let tie_word_embeddings = self.tie_word_embeddings.unwrap_or(false);
         let attention_dropout = self.attention_dropout.flatten().unwrap_or(0.0);
 
@@ -690,6 +809,11 @@ impl RawConfig {
             ),
             Family::Llama | Family::Qwen3 => {
                 let b = self.attention_bias.unwrap_or(false);
+                (b, b)
+            }
+            // GptOssAttention: `bias=config.attention_bias` on q/k/v and o, default true.
+            Family::GptOss => {
+                let b = self.attention_bias.unwrap_or(true);
                 (b, b)
             }
             Family::Qwen2 => (true, false),
@@ -769,8 +893,61 @@ impl RawConfig {
                     LayerType::all(LayerType::Sliding, num_hidden_layers),
                 )
             }
+            // GptOssConfig: sliding_window 128; layer_types default to sliding on even layers
+            // (`(i + 1) % 2`), full on odd ones.
+            Family::GptOss => (
+                self.sliding_window.unwrap_or(Some(128)),
+                self.layer_types
+                    .flatten()
+                    .unwrap_or_else(|| LayerType::alternating(num_hidden_layers)),
+            ),
         };
-        let attention_sinks = family == Family::Ours && self.attention_sinks.unwrap_or(false);
+        // gpt-oss always has learned sinks (GptOssAttention.sinks).
+        let attention_sinks = match family {
+            Family::Ours => self.attention_sinks.unwrap_or(false),
+            Family::GptOss => true,
+            _ => false,
+        };
+        let moe = match family {
+            // GptOssConfig's defaults: 128 experts, top 4, limit 7, alpha 1.702.
+            Family::GptOss => {
+                let per_tok = self.num_experts_per_tok.unwrap_or(4);
+                if let Some(e) = self.experts_per_token {
+                    if e != per_tok {
+                        return Err(unsupported(format!(
+                            "experts_per_token {e} differing from num_experts_per_tok {per_tok} (transformers reads only the latter)"
+                        )));
+                    }
+                }
+                Some(MoeConfig {
+                    num_local_experts: self.num_local_experts.unwrap_or(128),
+                    num_experts_per_tok: per_tok,
+                    swiglu_limit: self.swiglu_limit.unwrap_or(7.0),
+                    swiglu_alpha: self.swiglu_alpha.unwrap_or(1.702),
+                    mxfp4,
+                    output_router_logits: self.output_router_logits.unwrap_or(false),
+                })
+            }
+            Family::Ours => match (self.num_local_experts, self.num_experts_per_tok) {
+                (None, None) => None,
+                (Some(e), Some(k)) => Some(MoeConfig {
+                    num_local_experts: e,
+                    num_experts_per_tok: k,
+                    swiglu_limit: self.swiglu_limit.unwrap_or(7.0),
+                    swiglu_alpha: self.swiglu_alpha.unwrap_or(1.702),
+                    mxfp4: false,
+                    output_router_logits: self.output_router_logits.unwrap_or(false),
+                }),
+                _ => {
+                    return Err(AttnError::invalid(
+                        "config.json",
+                        "needs both 'num_local_experts' and 'num_experts_per_tok' or neither"
+                            .to_string(),
+                    ))
+                }
+            },
+            _ => None,
+        };
 
         Ok(ModelConfig {
             vocab_size,
@@ -792,6 +969,7 @@ impl RawConfig {
             rms_norm_eps,
             tie_word_embeddings,
             attention_dropout,
+            moe,
         })
     }
 
@@ -814,6 +992,16 @@ impl RawConfig {
         };
         let r: RawRope = match &dict {
             Some(d) => typed(d, key)?,
+            // GptOssConfig.__post_init__'s rope dict when none is given.
+            None if family == Family::GptOss => RawRope {
+                rope_type: Some("yarn".into()),
+                factor: Some(32.0),
+                beta_fast: Some(Some(32.0)),
+                beta_slow: Some(Some(1.0)),
+                truncate: Some(false),
+                original_max_position_embeddings: Some(4096.0),
+                ..RawRope::default()
+            },
             None => RawRope::default(),
         };
         if let Some(p) = r.partial_rotary_factor {
@@ -823,7 +1011,13 @@ impl RawConfig {
                 )));
             }
         }
-        let theta = r.rope_theta.or(self.rope_theta).unwrap_or(10_000.0);
+        // GptOssConfig.default_theta is 150 000; the other families' 10 000.
+        let default_theta = if family == Family::GptOss {
+            150_000.0
+        } else {
+            10_000.0
+        };
+        let theta = r.rope_theta.or(self.rope_theta).unwrap_or(default_theta);
         let rope_type = r
             .rope_type
             .clone()
@@ -834,7 +1028,7 @@ impl RawConfig {
             match family {
                 Family::Llama => Some(2048.0),
                 Family::Qwen2 | Family::Qwen3 => Some(32768.0),
-                Family::Mistral => Some(131072.0),
+                Family::Mistral | Family::GptOss => Some(131072.0),
                 Family::Ours => None,
             },
         );

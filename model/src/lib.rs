@@ -8,6 +8,8 @@ pub mod data;
 pub mod ddp;
 pub mod dispatch;
 pub mod generate;
+pub mod moe;
+pub mod mxfp4;
 pub mod rope;
 pub mod schedule;
 pub mod tokenizer;

@@ -233,6 +233,19 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
             model.config.attention_dropout
         )));
     }
+    if model
+        .config
+        .moe
+        .as_ref()
+        .is_some_and(|m| m.output_router_logits)
+    {
+        // GptOssForCausalLM adds router_aux_loss_coef × the router's load-balancing loss to
+        // the training loss when output_router_logits; ours has no such term.
+        return Err(AttnError::Unsupported(
+            "output_router_logits true in training (the router's auxiliary load-balancing loss is not implemented)"
+                .into(),
+        ));
+    }
     let device = model.embed_tokens.weight.val().device();
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
     let ranks = sync.as_deref().map_or(1, |s| s.size());

@@ -1,6 +1,6 @@
 //! The decoder: token embedding, pre-norm blocks of RMSNorm → GQA attention with learned sinks
 //! (sliding-window or full causal per layer) → RMSNorm → SwiGLU MLP, a final RMSNorm and the
-//! output head — with the switches Hugging Face's Llama-family checkpoints need: q/k/v and o
+//! output head (gpt-oss: a mixture of experts in place of SwiGLU, see `moe.rs`) — with the switches Hugging Face's Llama-family checkpoints need: q/k/v and o
 //! biases, MLP biases, Qwen3's q/k RMSNorm before RoPE, tied embeddings (see `config.rs`).
 //!
 //! Training runs on packed batches: `tokens [T]` holding several sequences back to back,
@@ -16,6 +16,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 
 use super::config::ModelConfig;
+use super::moe::Moe;
 use super::rope::Rope;
 use burn_ascend::{flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions};
 
@@ -49,6 +50,41 @@ pub struct Mlp<B: Backend> {
     pub down_proj: Linear<B>,
 }
 
+/// A block's feed-forward part: SwiGLU, or gpt-oss's mixture of experts.
+#[derive(Module, Debug)]
+pub enum Ffn<B: Backend> {
+    /// The dense SwiGLU MLP (Llama, Qwen, Mistral, ours).
+    Dense(Mlp<B>),
+    /// gpt-oss's routed experts (`GptOssMLP`).
+    Experts(Moe<B>),
+}
+
+impl<B: Backend> Ffn<B> {
+    /// The dense MLP, if this is one.
+    pub fn dense(&self) -> Option<&Mlp<B>> {
+        match self {
+            Self::Dense(m) => Some(m),
+            Self::Experts(_) => None,
+        }
+    }
+
+    /// The experts, if this is a mixture.
+    pub fn experts(&self) -> Option<&Moe<B>> {
+        match self {
+            Self::Experts(m) => Some(m),
+            Self::Dense(_) => None,
+        }
+    }
+
+    /// `x [T, hidden]` → `[T, hidden]`.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        match self {
+            Self::Dense(m) => m.forward(x),
+            Self::Experts(m) => m.forward(x),
+        }
+    }
+}
+
 /// One pre-norm decoder block.
 #[derive(Module, Debug)]
 pub struct Block<B: Backend> {
@@ -58,8 +94,8 @@ pub struct Block<B: Backend> {
     pub self_attn: Attention<B>,
     /// Norm before the MLP.
     pub post_attention_layernorm: RmsNorm<B>,
-    /// MLP.
-    pub mlp: Mlp<B>,
+    /// MLP: SwiGLU, or experts for gpt-oss.
+    pub mlp: Ffn<B>,
 }
 
 /// The decoder-only transformer.
@@ -130,10 +166,13 @@ impl<B: Backend> Transformer<B> {
                     k_norm: c.qk_norm.then(|| norm_of(d)),
                 },
                 post_attention_layernorm: norm(),
-                mlp: Mlp {
-                    gate_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
-                    up_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
-                    down_proj: linear(c.intermediate_size, h, c.mlp_bias, device),
+                mlp: match &c.moe {
+                    Some(m) => Ffn::Experts(Moe::new(h, c.intermediate_size, m, device)),
+                    None => Ffn::Dense(Mlp {
+                        gate_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
+                        up_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
+                        down_proj: linear(c.intermediate_size, h, c.mlp_bias, device),
+                    }),
                 },
             })
             .collect();
@@ -197,6 +236,18 @@ impl<B: AttentionBackend> Transformer<B> {
         tokens: Tensor<B, 1, Int>,
         cu_seqlens: &[i64],
     ) -> Result<Tensor<B, 2>, AttnError> {
+        self.forward_packed_observed(tokens, cu_seqlens, |_, _| {})
+    }
+
+    /// [`Self::forward_packed`], handing `observe` each layer's MLP input `[T, hidden]` (in
+    /// the compute dtype) with the layer's index: what gpt-oss's router sees, so tests can
+    /// tell which tokens a low-precision run routes to other experts than an f32 one.
+    pub fn forward_packed_observed(
+        &self,
+        tokens: Tensor<B, 1, Int>,
+        cu_seqlens: &[i64],
+        mut observe: impl FnMut(usize, &Tensor<B, 2>),
+    ) -> Result<Tensor<B, 2>, AttnError> {
         let device = tokens.device();
         let positions = packed_positions(cu_seqlens);
         let t = tokens.dims()[0];
@@ -220,6 +271,7 @@ impl<B: AttentionBackend> Transformer<B> {
                 .forward_packed(h, &rope, cu_seqlens, window, &self.config)?;
             x = x + a.cast(dt);
             let h = self.low(layer.post_attention_layernorm.forward(x.clone()));
+            observe(i, &h);
             x = x + layer.mlp.forward(h).cast(dt);
         }
         Ok(self.head(x))
@@ -244,7 +296,8 @@ impl<B: Backend> Transformer<B> {
             let h = layer.input_layernorm.forward(x.clone());
             x = x + layer.self_attn.forward_padded(h, &rope, mask, c);
             let h = layer.post_attention_layernorm.forward(x.clone());
-            x = x + layer.mlp.forward(h);
+            let h = h.reshape([b * s, c.hidden_size]);
+            x = x + layer.mlp.forward(h).reshape([b, s, c.hidden_size]);
         }
         self.head(x.reshape([b * s, c.hidden_size]))
             .reshape([b, s, c.vocab_size])

@@ -76,6 +76,7 @@ fn train_config() -> ModelConfig {
         rms_norm_eps: 1e-5,
         tie_word_embeddings: false,
         attention_dropout: 0.0,
+        moe: None,
     }
 }
 

@@ -51,6 +51,7 @@ fn cfg() -> ModelConfig {
         rms_norm_eps: 1e-5,
         tie_word_embeddings: false,
         attention_dropout: 0.0,
+        moe: None,
     }
 }
 

@@ -38,6 +38,7 @@ fn tiny_d(sinks: bool, window: Option<usize>, head_dim: usize) -> ModelConfig {
         rms_norm_eps: 1e-5,
         tie_word_embeddings: false,
         attention_dropout: 0.0,
+        moe: None,
     }
 }
 

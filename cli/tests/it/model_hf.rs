@@ -10,16 +10,19 @@
 //! Tolerances (absolute, per logit / per gradient element):
 //! - f32 logits, NdArray and Ascend (simulation): [`F32_LOGITS`]; the two differ from
 //!   transformers only in summation order and in f32 rounding of RoPE's tables (measured:
-//!   at most 5e-6 on every case, both config forms, both backends).
+//!   at most 5e-6 on every dense case, 6.3e-6 on gpt_oss / gpt_oss_mxfp4, both config forms,
+//!   both backends).
 //! - bf16 compute (on the `Ascend` simulation) against transformers' bf16 logits:
 //!   [`BF16_LOGITS`]. Ours is mixed precision
 //!   (f32 master weights and residual stream, bf16 projections / attention / MLP) while
 //!   transformers' `model.to(bfloat16)` keeps everything in bf16, so the two bf16 runs differ
 //!   by about as much as each differs from f32: the bound is twice the case's
 //!   `bf16_vs_f32.max_abs` in the manifest (0.07 to 0.14, so 0.13 to 0.28; measured gaps
-//!   0.08 to 0.16).
+//!   0.08 to 0.20). gpt-oss's top-k routing is discontinuous: see
+//!   [`bf16_logits_track_transformers_bf16`] for the tokens held out.
 //! - loss: [`LOSS`] (measured: at most 5e-7); gradients: [`GRADS`] relative to the largest
-//!   element of each tensor (measured: at most 3.4e-6).
+//!   element of each tensor (measured: at most 3.4e-6 on the dense cases, 9.3e-6 on gpt_oss,
+//!   1.1e-5 on gpt_oss_mxfp4 with respect to the dequantized experts).
 
 use std::path::{Path, PathBuf};
 
@@ -184,20 +187,103 @@ fn logits_match_in_f32_on_ascend(case: &str) {
     }
 }
 
+/// Per layer, the experts each token is routed to (`[T·k]`) and the router's margin at the
+/// token: its k-th largest logit minus its (k+1)-th, in f32. Empty for a dense model.
+fn routing<Bk: AttentionBackend>(m: &Transformer<Bk>, e: &Expected) -> Vec<(Vec<i64>, Vec<f32>)> {
+    let device = m.embed_tokens.weight.val().device();
+    let (tokens, cu) = packed::<Bk>(e, &device);
+    let mut out = Vec::new();
+    m.forward_packed_observed(tokens, &cu, |i, h| {
+        let Some(moe) = m.layers[i].mlp.experts() else {
+            return;
+        };
+        let logits = host(moe.router_logits(h.clone()));
+        let n = moe.num_experts();
+        let k = moe.top_k;
+        let margins = logits
+            .chunks(n)
+            .map(|row| {
+                let mut r = row.to_vec();
+                r.sort_by(|a, b| b.total_cmp(a));
+                r[k - 1] - r[k]
+            })
+            .collect();
+        out.push((moe.route(h.clone()).indices, margins));
+    })
+    .unwrap();
+    out
+}
+
+/// Bound of a bf16 run's router margin under which the top-k may flip against f32: the
+/// routers' logits are of order 1 and bf16 keeps 8 significant bits, so the inputs and
+/// weights each carry about 2^-8 relative error; 0.05 is several times the observed shift.
+const ROUTING_FLIP_MARGIN: f32 = 0.05;
+
 /// On the `Ascend` simulation: NdArray has no bf16 tensors.
+///
+/// gpt-oss routes each token to its top-k experts, a discontinuous choice: where a token's
+/// k-th and (k+1)-th router logits (nearly) tie, bf16 rounding may pick another expert than
+/// f32 does, and that token's logits then differ by the other expert's contribution, not by
+/// rounding. Ours (mixed precision) and transformers' (everything bf16) round differently, so
+/// they may flip on different tokens: such a token is held out of the bound when our f32
+/// run's router margin is under [`ROUTING_FLIP_MARGIN`] at the first layer where it changes
+/// experts (its later layers see another input), and at most one token in 24 may be; every
+/// other token is held to the bound. (gpt_oss: token 21 flips in layer 1 at a margin of
+/// 0.014; transformers' own bf16 run flips none.)
 fn bf16_logits_track_transformers_bf16(case: &str) {
     let e = expected(case);
     let device = AscendDevice::sim();
-    let m = load::<Ascend>(case, "config.json", &device).with_compute_dtype(Some(FloatDType::BF16));
-    let g = max_gap(&packed_logits(&m, &e), &e.logits_bf16);
-    let g32 = max_gap(&packed_logits(&m, &e), &e.logits);
+    let m32 = load::<Ascend>(case, "config.json", &device);
+    let r32 = routing(&m32, &e);
+    let m = m32.with_compute_dtype(Some(FloatDType::BF16));
+    let r16 = routing(&m, &e);
+    let v = e.logits.len() / (e.batch * e.seq);
+    let mut flipped = vec![false; e.batch * e.seq];
+    for (layer, ((i32s, margins), (i16s, _))) in r32.iter().zip(&r16).enumerate() {
+        let k = i32s.len() / flipped.len();
+        for (t, f) in flipped.iter_mut().enumerate() {
+            let mut a = i32s[t * k..(t + 1) * k].to_vec();
+            let mut b = i16s[t * k..(t + 1) * k].to_vec();
+            a.sort();
+            b.sort();
+            // Only a token's first change is a near tie of f32's router: from there on its
+            // hidden state differs and so may its later choices.
+            if a != b && !*f {
+                eprintln!(
+                    "{case} bf16: token {t} routed to {b:?} in layer {layer} (f32: {a:?}, router margin {:.4})",
+                    margins[t]
+                );
+                assert!(
+                    margins[t] < ROUTING_FLIP_MARGIN,
+                    "{case}: token {t} changes experts in layer {layer} with a router margin of {}",
+                    margins[t]
+                );
+                *f = true;
+            }
+        }
+    }
+    let flips = flipped.iter().filter(|f| **f).count();
+    assert!(
+        flips * 24 <= flipped.len(),
+        "{case}: {flips} tokens change experts in bf16"
+    );
+    let logits = packed_logits(&m, &e);
+    let kept = |l: &[f32]| -> Vec<f32> {
+        l.chunks(v)
+            .zip(&flipped)
+            .filter(|(_, f)| !**f)
+            .flat_map(|(row, _)| row.to_vec())
+            .collect()
+    };
+    let g = max_gap(&kept(&logits), &kept(&e.logits_bf16));
+    let g32 = max_gap(&kept(&logits), &kept(&e.logits));
     let hf_gap = read_json(&Path::new(FIXTURES).join("manifest.json"))["cases"][case]["bf16_vs_f32"]
         ["max_abs"]
         .as_f64()
         .unwrap() as f32;
     let tol = BF16_LOGITS_OVER_HF_BF16_GAP * hf_gap;
     eprintln!(
-        "{case} bf16 Ascend sim: gap to transformers' bf16 {g:.3} (bound {tol:.3}), to its f32 {g32:.3}"
+        "{case} bf16 Ascend sim: gap to transformers' bf16 {g:.3} (bound {tol:.3}), to its f32 {g32:.3}, {flips} tokens held out"
     );
     assert!(g <= tol, "{case}: bf16 logits gap {g} over {tol}");
 }
@@ -339,6 +425,8 @@ hf_case!(qwen2);
 hf_case!(qwen2_window);
 hf_case!(qwen3);
 hf_case!(mistral);
+hf_case!(gpt_oss);
+hf_case!(gpt_oss_mxfp4);
 
 // ---- config parsing --------------------------------------------------------------------
 
@@ -532,17 +620,6 @@ fn pretraining_tp_above_one_is_refused() {
         &refusal(|v| v["pretraining_tp"] = 2.into()),
         "pretraining_tp",
     );
-}
-
-#[test]
-fn gpt_oss_model_type_is_refused_as_a_mixture_of_experts() {
-    let msg = refusal(|v| v["model_type"] = "gpt_oss".into());
-    assert_eq!(msg, "unsupported: model_type gpt_oss (mixture of experts)");
-    // The fixture's own config, as transformers wrote it.
-    let e = ModelConfig::from_json(&read_json(&case_dir("gpt_oss").join("config.json")))
-        .unwrap_err()
-        .to_string();
-    assert_refused(&e, "model_type gpt_oss");
 }
 
 #[test]

@@ -39,6 +39,7 @@ fn tiny(sinks: bool, window: Option<usize>, bias: bool, tied: bool) -> ModelConf
         rms_norm_eps: 1e-5,
         tie_word_embeddings: tied,
         attention_dropout: 0.0,
+        moe: None,
     }
 }
 
@@ -139,7 +140,10 @@ fn packed_equals_padded(cfg: ModelConfig, seed: u64) {
         check(&format!("{i}.k_proj"), &l.self_attn.k_proj.weight);
         check(&format!("{i}.v_proj"), &l.self_attn.v_proj.weight);
         check(&format!("{i}.o_proj"), &l.self_attn.o_proj.weight);
-        check(&format!("{i}.gate_proj"), &l.mlp.gate_proj.weight);
+        check(
+            &format!("{i}.gate_proj"),
+            &l.mlp.dense().unwrap().gate_proj.weight,
+        );
     }
     assert_eq!(checked, 1 + 5 * cfg.num_hidden_layers);
     for (i, l) in model.layers.iter().enumerate() {
@@ -529,7 +533,10 @@ fn bf16_mixed_precision_on_ascend_tracks_the_f32_run_and_keeps_f32_master_weight
     // still f32 after six optimizer steps.
     let layer = &mixed.layers[0];
     assert_eq!(layer.self_attn.q_proj.weight.val().dtype(), DType::F32);
-    assert_eq!(layer.mlp.down_proj.weight.val().dtype(), DType::F32);
+    assert_eq!(
+        layer.mlp.dense().unwrap().down_proj.weight.val().dtype(),
+        DType::F32
+    );
     assert_eq!(
         layer.self_attn.sinks.as_ref().unwrap().val().dtype(),
         DType::F32

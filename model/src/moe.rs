@@ -1,0 +1,213 @@
+//! gpt-oss's mixture-of-experts MLP as transformers computes it (`GptOssTopKRouter`,
+//! `GptOssExperts` in `transformers/models/gpt_oss/modeling_gpt_oss.py`, 5.24):
+//!
+//! - router logits `x Wᵀ + b` over `E` experts, the top `k` per token (`torch.topk`), and the
+//!   routing weights a softmax over the *selected* logits only;
+//! - per expert, the tokens routed to it: `gate_up = x_e @ W_gu + b_gu` with the fused
+//!   `[H, 2I]` weight (`x @ W`, not `nn.Linear`'s `W ᵀ`), gate = even columns clamped from
+//!   above at `swiglu_limit`, up = odd columns clamped to `±swiglu_limit`,
+//!   `glu = gate · σ(gate · swiglu_alpha)`, `out = ((up + 1) · glu) @ W_down + b_down`;
+//! - each expert's output times the token's routing weight, summed per token (`index_add_` in
+//!   expert order, here `select_assign` with [`IndexingUpdateOp::Add`]).
+//!
+//! Everything is plain Burn ops, so it runs (forward and backward under `Autodiff`) on any
+//! backend. On `Ascend` that means the backend's native ops per expert: dispatching the experts
+//! as one aclnn grouped matmul (`npu_grouped_matmul` and the MoE routing kernels) is not done
+//! here.
+
+use burn::module::{Module, Param};
+use burn::nn::Linear;
+use burn::tensor::activation::{sigmoid, softmax};
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Distribution, IndexingUpdateOp, Int, Tensor, TensorData};
+
+use crate::config::MoeConfig;
+
+/// The MoE block of one gpt-oss layer, parameters in transformers' layout.
+#[derive(Module, Debug)]
+pub struct Moe<B: Backend> {
+    /// The router: weight `[hidden, E]` (Burn's `Linear` layout; `[E, hidden]` in the file)
+    /// and bias `[E]`.
+    pub router: Linear<B>,
+    /// `[E, hidden, 2·I]`, used as `x @ W`; gate in the even columns, up in the odd ones.
+    pub gate_up_proj: Param<Tensor<B, 3>>,
+    /// `[E, 2·I]`.
+    pub gate_up_proj_bias: Param<Tensor<B, 2>>,
+    /// `[E, I, hidden]`, used as `x @ W`.
+    pub down_proj: Param<Tensor<B, 3>>,
+    /// `[E, hidden]`.
+    pub down_proj_bias: Param<Tensor<B, 2>>,
+    /// Experts per token (`num_experts_per_tok`).
+    #[module(skip)]
+    pub top_k: usize,
+    /// `swiglu_limit`.
+    #[module(skip)]
+    pub limit: f64,
+    /// `swiglu_alpha`.
+    #[module(skip)]
+    pub alpha: f64,
+}
+
+/// The routing of a batch of tokens: which experts each token goes to and with what weight.
+pub struct Routing<B: Backend> {
+    /// Expert indices `[T·k]`, row-major `[T, k]`, best first (as `torch.topk` orders them).
+    pub indices: Vec<i64>,
+    /// Routing weights `[T, k]`: softmax over the selected router logits (differentiable
+    /// through them).
+    pub weights: Tensor<B, 2>,
+}
+
+impl<B: Backend> Moe<B> {
+    /// A randomly initialised block (normal, std 0.02, as `GptOssPreTrainedModel` initialises
+    /// experts and router).
+    pub fn new(hidden: usize, intermediate: usize, c: &MoeConfig, device: &B::Device) -> Self {
+        let e = c.num_local_experts;
+        let normal = Distribution::Normal(0.0, 0.02);
+        let router_weight = Tensor::random([hidden, e], normal, device);
+        Self {
+            router: Linear {
+                weight: Param::from_tensor(router_weight),
+                bias: Some(Param::from_tensor(Tensor::zeros([e], device))),
+            },
+            gate_up_proj: Param::from_tensor(Tensor::random(
+                [e, hidden, 2 * intermediate],
+                normal,
+                device,
+            )),
+            gate_up_proj_bias: Param::from_tensor(Tensor::zeros([e, 2 * intermediate], device)),
+            down_proj: Param::from_tensor(Tensor::random(
+                [e, intermediate, hidden],
+                normal,
+                device,
+            )),
+            down_proj_bias: Param::from_tensor(Tensor::zeros([e, hidden], device)),
+            top_k: c.num_experts_per_tok,
+            limit: c.swiglu_limit,
+            alpha: c.swiglu_alpha,
+        }
+    }
+
+    /// Number of experts.
+    pub fn num_experts(&self) -> usize {
+        self.gate_up_proj.dims()[0]
+    }
+
+    /// The router's logits `[T, E]` of `x [T, hidden]`, in `x`'s dtype.
+    pub fn router_logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let dt = x.dtype();
+        burn::tensor::module::linear(
+            x,
+            self.router.weight.val().cast(dt),
+            self.router.bias.as_ref().map(|b| b.val().cast(dt)),
+        )
+    }
+
+    /// `GptOssTopKRouter.forward`: top-k of the router logits and a softmax over the selected
+    /// ones. The selection is read to the host (the per-expert token lists must be there
+    /// anyway to select the tokens), ordered as `torch.topk` orders it: descending, ties to the
+    /// lower expert index; the weights are gathered from the logits so their gradient flows
+    /// back into the router through the selected logits only, as torch's `topk` backward does.
+    pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
+        let logits = self.router_logits(x);
+        let [t, e] = logits.dims();
+        let k = self.top_k;
+        let host: Vec<f32> = logits
+            .clone()
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .expect("f32 after convert");
+        let mut indices = Vec::with_capacity(t * k);
+        let mut order: Vec<usize> = Vec::with_capacity(e);
+        for row in host.chunks_exact(e.max(1)) {
+            order.clear();
+            order.extend(0..e);
+            order.sort_by(|&a, &b| {
+                row[b]
+                    .partial_cmp(&row[a])
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(a.cmp(&b))
+            });
+            indices.extend(order[..k].iter().map(|&j| j as i64));
+        }
+        let device = logits.device();
+        let idx = Tensor::<B, 2, Int>::from_data(TensorData::new(indices.clone(), [t, k]), &device);
+        let weights = softmax(logits.gather(1, idx), 1);
+        Routing { indices, weights }
+    }
+
+    /// The block's output `[T, hidden]` for `x [T, hidden]`, in `x`'s dtype (the parameters
+    /// are cast to it, as the rest of the model does under mixed precision).
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [t, h] = x.dims();
+        let routing = self.route(x.clone());
+        let dt = x.dtype();
+        let device = x.device();
+        let k = self.top_k;
+        let [e, _, i2] = self.gate_up_proj.dims();
+        let inter = i2 / 2;
+        let weights = routing.weights.reshape([t * k]);
+        let mut out = Tensor::<B, 2>::zeros([t, h], &device).cast(dt);
+        for expert in 0..e {
+            // Tokens routed to `expert` and the flat index of their routing weight; each
+            // token at most once (top-k picks distinct experts).
+            let (tokens, slots): (Vec<i64>, Vec<i64>) = routing
+                .indices
+                .iter()
+                .enumerate()
+                .filter(|(_, &j)| j == expert as i64)
+                .map(|(s, _)| ((s / k) as i64, s as i64))
+                .unzip();
+            let n = tokens.len();
+            if n == 0 {
+                continue;
+            }
+            let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(tokens, [n]), &device);
+            let slots = Tensor::<B, 1, Int>::from_data(TensorData::new(slots, [n]), &device);
+            let xs = x.clone().select(0, tokens.clone());
+            let w_gu = self
+                .gate_up_proj
+                .val()
+                .narrow(0, expert, 1)
+                .reshape([h, i2])
+                .cast(dt);
+            let b_gu = self.gate_up_proj_bias.val().narrow(0, expert, 1).cast(dt);
+            let gate_up = (xs.matmul(w_gu) + b_gu).reshape([n, inter, 2]);
+            // `gate_up[..., ::2]`, `gate_up[..., 1::2]`: interleaved, not halves.
+            let gate = gate_up
+                .clone()
+                .narrow(2, 0, 1)
+                .reshape([n, inter])
+                .clamp_max(self.limit);
+            let up = gate_up
+                .narrow(2, 1, 1)
+                .reshape([n, inter])
+                .clamp(-self.limit, self.limit);
+            let glu = gate.clone() * sigmoid_in_dtype(gate * self.alpha);
+            let w_down = self
+                .down_proj
+                .val()
+                .narrow(0, expert, 1)
+                .reshape([inter, h])
+                .cast(dt);
+            let b_down = self.down_proj_bias.val().narrow(0, expert, 1).cast(dt);
+            let y = ((up + 1.0) * glu).matmul(w_down) + b_down;
+            let y = y * weights.clone().select(0, slots).reshape([n, 1]);
+            out = out.select_assign(0, tokens, y, IndexingUpdateOp::Add);
+        }
+        out
+    }
+}
+
+/// `σ(z)` in `z`'s dtype. Burn's default `sigmoid` (burn-backend 0.21,
+/// `ActivationOps::sigmoid`) computes in f32 whatever the dtype, which is what f32 / bf16 want
+/// but would leave f64 (the finite-difference checks) with f32's precision; f64 takes
+/// `1 / (1 + e^−z)` directly, `z` clamped to ±700 so `e^−z` stays finite (σ′ is below 1e-300
+/// out there).
+fn sigmoid_in_dtype<B: Backend, const D: usize>(z: Tensor<B, D>) -> Tensor<B, D> {
+    if z.dtype() == DType::F64 {
+        (z.clamp(-700.0, 700.0).neg().exp() + 1.0).recip()
+    } else {
+        sigmoid(z)
+    }
+}
