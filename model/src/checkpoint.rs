@@ -120,8 +120,11 @@ pub fn save_hf<B: Backend>(model: &Transformer<B>, dir: &Path) -> Result<(), Att
 pub fn load_config(dir: &Path) -> Result<ModelConfig, AttnError> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| io_err(&path, e))?;
-    ModelConfig::from_json(&v)
+    // Parsed straight from the text, so that a value of the wrong type is named by the file,
+    // line and column; what the config's rules refuse names the key.
+    let file: crate::config::HfConfigJson =
+        serde_json::from_str(&text).map_err(|e| io_err(&path, e))?;
+    ModelConfig::from_file(file)
 }
 
 /// Every tensor of every `*.safetensors` file in `dir`, as f32.

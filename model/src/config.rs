@@ -2,12 +2,15 @@
 //! format and Hugging Face Llama / Qwen2 `config.json` files (same key names, ours adds the
 //! sink and window keys).
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use burn_ascend::AttnError;
 
-/// A decoder-only transformer in the style of gpt-oss / Llama.
-#[derive(Debug, Clone, PartialEq)]
+/// A decoder-only transformer in the style of gpt-oss / Llama. Serialised under these names
+/// (Hugging Face's, plus ours for the sinks and windows) into our `config.json`
+/// ([`ModelConfig::to_json`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelConfig {
     /// Vocabulary size (256 for the byte-level tokenizer).
     pub vocab_size: usize,
@@ -130,41 +133,34 @@ impl ModelConfig {
 
     /// `config.json` in Hugging Face's key names plus ours.
     pub fn to_json(&self) -> Value {
-        json!({
-            "architectures": ["BurnAscendForCausalLM"],
-            "model_type": "burn-ascend",
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size,
-            "num_hidden_layers": self.num_hidden_layers,
-            "num_attention_heads": self.num_attention_heads,
-            "num_key_value_heads": self.num_key_value_heads,
-            "head_dim": self.head_dim,
-            "sliding_window": self.sliding_window,
-            "alternate_sliding": self.alternate_sliding,
-            "attention_sinks": self.attention_sinks,
-            "attention_bias": self.attention_bias,
-            "rope_theta": self.rope_theta,
-            "rms_norm_eps": self.rms_norm_eps,
-            "tie_word_embeddings": self.tie_word_embeddings,
+        serde_json::to_value(OurConfigJson {
+            architectures: ["BurnAscendForCausalLM"],
+            model_type: OURS,
+            config: self,
         })
+        .expect("a config of numbers and booleans serialises")
     }
 
     /// Parses our `config.json` or a Hugging Face Llama / Qwen2 one. Qwen2 has q/k/v biases
     /// and, unless `use_sliding_window`, no window; Llama neither.
     pub fn from_json(v: &Value) -> Result<Self, AttnError> {
-        let model_type = v["model_type"].as_str().unwrap_or("llama");
-        let usize_key = |k: &'static str| -> Result<usize, AttnError> {
-            v[k].as_u64()
-                .map(|x| x as usize)
-                .ok_or_else(|| AttnError::invalid("config.json", format!("needs integer '{k}'")))
+        let file = HfConfigJson::deserialize(v)
+            .map_err(|e| AttnError::invalid("config.json", e.to_string()))?;
+        Self::from_file(file)
+    }
+
+    /// The config of a parsed `config.json` (see [`ModelConfig::from_json`]).
+    pub(crate) fn from_file(v: HfConfigJson) -> Result<Self, AttnError> {
+        let model_type = v.model_type.as_deref().unwrap_or("llama");
+        let required = |x: Option<usize>, k: &'static str| {
+            x.ok_or_else(|| AttnError::invalid("config.json", format!("needs integer '{k}'")))
         };
-        let heads = usize_key("num_attention_heads")?;
-        let hidden = usize_key("hidden_size")?;
-        let ours = model_type == "burn-ascend";
+        let heads = required(v.num_attention_heads, "num_attention_heads")?;
+        let hidden = required(v.hidden_size, "hidden_size")?;
+        let ours = model_type == OURS;
         let qwen = model_type.starts_with("qwen2");
-        let window = if ours || v["use_sliding_window"].as_bool().unwrap_or(false) {
-            v["sliding_window"].as_u64().map(|x| x as usize)
+        let window = if ours || v.use_sliding_window.unwrap_or(false) {
+            v.sliding_window
         } else {
             None
         };
@@ -173,32 +169,70 @@ impl ModelConfig {
                 "unsupported: model_type '{model_type}' (llama, qwen2, mistral, burn-ascend)"
             )));
         }
-        if v.get("rope_scaling").is_some_and(|r| !r.is_null()) {
+        if v.rope_scaling.as_ref().is_some_and(|r| !r.is_null()) {
             return Err(AttnError::Unsupported(
                 "unsupported: rope_scaling in config.json (plain RoPE only)".into(),
             ));
         }
         let cfg = Self {
-            vocab_size: usize_key("vocab_size")?,
+            vocab_size: required(v.vocab_size, "vocab_size")?,
             hidden_size: hidden,
-            intermediate_size: usize_key("intermediate_size")?,
-            num_hidden_layers: usize_key("num_hidden_layers")?,
+            intermediate_size: required(v.intermediate_size, "intermediate_size")?,
+            num_hidden_layers: required(v.num_hidden_layers, "num_hidden_layers")?,
             num_attention_heads: heads,
-            num_key_value_heads: v["num_key_value_heads"]
-                .as_u64()
-                .map_or(heads, |x| x as usize),
-            head_dim: v["head_dim"]
-                .as_u64()
-                .map_or(hidden / heads.max(1), |x| x as usize),
+            num_key_value_heads: v.num_key_value_heads.unwrap_or(heads),
+            head_dim: v.head_dim.unwrap_or(hidden / heads.max(1)),
             sliding_window: window,
-            alternate_sliding: ours && v["alternate_sliding"].as_bool().unwrap_or(false),
-            attention_sinks: ours && v["attention_sinks"].as_bool().unwrap_or(false),
-            attention_bias: v["attention_bias"].as_bool().unwrap_or(qwen),
-            rope_theta: v["rope_theta"].as_f64().unwrap_or(10_000.0),
-            rms_norm_eps: v["rms_norm_eps"].as_f64().unwrap_or(1e-6),
-            tie_word_embeddings: v["tie_word_embeddings"].as_bool().unwrap_or(false),
+            alternate_sliding: ours && v.alternate_sliding.unwrap_or(false),
+            attention_sinks: ours && v.attention_sinks.unwrap_or(false),
+            attention_bias: v.attention_bias.unwrap_or(qwen),
+            rope_theta: v.rope_theta.unwrap_or(10_000.0),
+            rms_norm_eps: v.rms_norm_eps.unwrap_or(1e-6),
+            tie_word_embeddings: v.tie_word_embeddings.unwrap_or(false),
         };
         cfg.validate()?;
         Ok(cfg)
     }
+}
+
+/// Our `model_type`.
+const OURS: &str = "burn-ascend";
+
+/// Our `config.json`: the config under its own names, after the two keys `transformers`
+/// reads first.
+#[derive(Serialize)]
+struct OurConfigJson<'a> {
+    architectures: [&'static str; 1],
+    model_type: &'static str,
+    #[serde(flatten)]
+    config: &'a ModelConfig,
+}
+
+/// The keys of a `config.json` (ours or a Hugging Face Llama / Qwen2 / Mistral one) that are
+/// read; every one may be absent or `null` (the rules for which are required, and the defaults
+/// by `model_type`, are [`ModelConfig::from_json`]'s). Other keys (`architectures`,
+/// `torch_dtype`, `bos_token_id`, …) are ignored, as `transformers` writes many.
+#[derive(Deserialize)]
+pub(crate) struct HfConfigJson {
+    model_type: Option<String>,
+    vocab_size: Option<usize>,
+    hidden_size: Option<usize>,
+    intermediate_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    /// Honoured for ours, and for Qwen2 / others only with `use_sliding_window`.
+    sliding_window: Option<usize>,
+    use_sliding_window: Option<bool>,
+    /// Ours only.
+    alternate_sliding: Option<bool>,
+    /// Ours only.
+    attention_sinks: Option<bool>,
+    attention_bias: Option<bool>,
+    rope_theta: Option<f64>,
+    rms_norm_eps: Option<f64>,
+    tie_word_embeddings: Option<bool>,
+    /// Refused unless `null`: plain RoPE only.
+    rope_scaling: Option<Value>,
 }
