@@ -16,7 +16,7 @@
 //! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
 //! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use burn::backend::{Autodiff, NdArray};

@@ -28,16 +28,19 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Replay an aclnn op on tensors dumped to safetensors: `burn-ascend run <op>
-    /// <in.safetensors> <out.safetensors> [--device reference|cpu|sim|npu]`.
+    /// Replay an aclnn op on tensors dumped to safetensors.
+    ///
+    /// Tensors are named after the aclnn parameters without the `Optional` suffix; attributes
+    /// are strings in the safetensors `__metadata__` under their aclnn names. Missing
+    /// attributes take the docs' defaults.
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
-    /// Throughput of the fast CPU kernels (varlen forward / forward+backward, paged decode)
-    /// against a same-run 2048^3 sgemm, a same-run memory copy and the composite Burn path on
-    /// NdArray.
+    /// Throughput of the fast CPU kernels.
+    ///
+    /// Times the fast CPU kernels (varlen forward / forward+backward, paged decode) against a
+    /// same-run 2048^3 sgemm, a same-run memory copy and the composite Burn path on NdArray.
     Bench(BenchArgs),
-    /// The acceptance run on an Atlas NPU: every attention op and a set of the Ascend
-    /// backend's native ops against the CPU reference, the hardware probes, PATH.md + PATH.json.
+    /// The acceptance run on an Atlas NPU.
     #[command(after_help = SELFTEST_HELP)]
     Selftest(SelftestArgs),
 }

@@ -90,3 +90,44 @@ fn status_details(status: i32, message: &str) -> String {
 
 /// Result alias of the dispatch layer.
 pub type Result<T, E = AclError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::AclError;
+
+    // The messages as the hand-written `Display` wrote them before thiserror: callers and
+    // tests match on them.
+    #[test]
+    fn messages_are_one_line_with_the_status_name_and_the_opp_hint() {
+        let e = AclError::Status {
+            call: "aclnnFooGetWorkspaceSize".into(),
+            status: 161_002,
+            message: "EZ9999: bad\n   shape  [2]".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "aclnnFooGetWorkspaceSize failed with status 161002 (ACLNN_ERR_PARAM_INVALID): EZ9999: bad shape [2]"
+        );
+        let e = AclError::Status {
+            call: "aclnnFoo".into(),
+            status: 561_107,
+            message: String::new(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "aclnnFoo failed with status 561107 (ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND) (set ASCEND_OPP_PATH, e.g. by sourcing CANN's set_env.sh)"
+        );
+        let e = AclError::Status {
+            call: "aclrtMalloc".into(),
+            status: 12,
+            message: " ".into(),
+        };
+        assert_eq!(e.to_string(), "aclrtMalloc failed with status 12");
+        assert_eq!(AclError::NotFound("x".into()).to_string(), "x");
+        assert_eq!(
+            AclError::Unsupported("x".into()).to_string(),
+            "unsupported: x"
+        );
+        assert_eq!(AclError::invalid("p", "r").to_string(), "invalid p: r");
+    }
+}

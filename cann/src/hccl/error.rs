@@ -100,3 +100,46 @@ impl From<AclError> for HcclError {
         Self::Device(e)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::HcclError;
+    use crate::acl::AclError;
+
+    // The messages as the hand-written `Display` wrote them before thiserror: callers and
+    // tests match on them.
+    #[test]
+    fn messages_name_the_call_the_rank_and_the_status() {
+        let e = HcclError::Status {
+            call: "HcclAllReduce".into(),
+            rank: Some(1),
+            status: 1,
+            message: "bad\n  count".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "HcclAllReduce on rank 1 failed with status 1 (HCCL_E_PARA): bad count"
+        );
+        // A stream's ACL status: ACL's name for it.
+        let e = HcclError::Status {
+            call: "HcclAllReduce".into(),
+            rank: None,
+            status: 207_001,
+            message: String::new(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "HcclAllReduce failed with status 207001 (ACL_ERROR_RT_MEMORY_ALLOCATION)"
+        );
+        let acl = AclError::NotFound("no libascendcl.so".into());
+        assert_eq!(
+            HcclError::from(acl).to_string(),
+            "device: no libascendcl.so"
+        );
+        assert_eq!(
+            HcclError::Rendezvous("x".into()).to_string(),
+            "rendezvous: x"
+        );
+        assert_eq!(HcclError::invalid("p", "r").to_string(), "invalid p: r");
+    }
+}

@@ -255,3 +255,35 @@ fn config_json_refuses_rope_scaling_and_values_of_the_wrong_type_and_ignores_unk
     let e = with("model_type", serde_json::json!("gpt2")).unwrap_err();
     assert!(e.to_string().contains("model_type 'gpt2'"), "{e}");
 }
+
+// The op errors' messages as the hand-written `Display` wrote them before thiserror.
+#[test]
+fn attention_errors_keep_their_wording() {
+    use burn_ascend::AttnError;
+    let device = |status, message: &str| AttnError::Device {
+        op: "prompt_flash_attention".into(),
+        call: "aclrtMalloc".into(),
+        status,
+        message: message.into(),
+    };
+    assert_eq!(
+        device(Some(207_001), "out of memory").to_string(),
+        "device: prompt_flash_attention: aclrtMalloc failed with status 207001: out of memory"
+    );
+    assert_eq!(
+        device(None, "").to_string(),
+        "device: prompt_flash_attention: aclrtMalloc failed"
+    );
+    assert_eq!(
+        AttnError::invalid("keepProb", "must be in (0, 1], got 0").to_string(),
+        "invalid keepProb: must be in (0, 1], got 0"
+    );
+    assert_eq!(
+        AttnError::OutOfBlocks { needed: 3, free: 1 }.to_string(),
+        "out of KV cache blocks: need 3, 1 free"
+    );
+    assert_eq!(
+        AttnError::Unsupported("x".into()).to_string(),
+        "unsupported: x"
+    );
+}
