@@ -6,12 +6,19 @@
 //! pse, block table, antiquant, sink, padding sizes) and runs its validation, so every rule on
 //! shapes is checked before the executor exists. The launch reads the contents, validates the
 //! spec again with them (block ids, padding values) and runs the reference.
+//!
+//! `learnableSink`'s dtype is checked as the CANN release the simulation pretends to be
+//! ([`set_fia_release`], per thread; the contract's [`CannRelease::MODELLED`] by default) takes
+//! it: BFLOAT16 on FIA v3, the query's on 9.x's TND split-fuse path (issue 30).
 
+use std::cell::Cell;
 use std::ffi::c_char;
 use std::sync::Arc;
 
 use burn_ascend_cann::acl::ffi::*;
-use burn_ascend_contract::fia::{parse_fia_layout, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant};
+use burn_ascend_contract::fia::{
+    parse_fia_layout, CannRelease, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant,
+};
 use burn_ascend_contract::incre::{AntiquantSpec, BlockTable};
 use burn_ascend_contract::prompt::{PromptMask, PromptPse};
 use burn_ascend_contract::AttnError;
@@ -25,6 +32,31 @@ use crate::wire::{
     check_dims, encode, encode_f64, floats, floats_or_i8, ints, mask01, unsupported, IA,
     SIM_WORKSPACE, T, TL,
 };
+
+thread_local! {
+    /// The CANN release this thread's simulated FIA pretends to be (None: the contract's).
+    static RELEASE: Cell<Option<CannRelease>> = const { Cell::new(None) };
+    /// The dtype of the last `learnableSink` a first stage on this thread accepted.
+    static LAST_SINK_DTYPE: Cell<Option<DataType>> = const { Cell::new(None) };
+}
+
+/// The CANN release whose `learnableSink` dtype rule the simulated FIA enforces on this thread:
+/// [`CannRelease::MODELLED`] unless [`set_fia_release`] changed it.
+pub fn fia_release() -> CannRelease {
+    RELEASE.with(Cell::get).unwrap_or(CannRelease::MODELLED)
+}
+
+/// Makes this thread's simulated FIA take `learnableSink` as CANN `release` does (`None`: back
+/// to [`CannRelease::MODELLED`]). Per thread, so parallel tests do not see each other's.
+pub fn set_fia_release(release: Option<CannRelease>) {
+    RELEASE.with(|c| c.set(release));
+}
+
+/// The dtype of the last `learnableSink` a first stage on this thread accepted (what a caller
+/// sent), for tests.
+pub fn last_learnable_sink_dtype() -> Option<DataType> {
+    LAST_SINK_DTYPE.with(Cell::get)
+}
 
 fn contract(e: AttnError) -> SimErr {
     match e {
@@ -242,14 +274,12 @@ fn decode(
             &[DataType::Bool, DataType::Int8, DataType::Uint8],
         )?;
     }
-    for (x, name) in [(&t.pse, "pseShift"), (&t.sink, "learnableSink")] {
-        if let Some(x) = x {
-            if x.dtype != t.q.dtype {
-                return invalid(format!(
-                    "{name}: dtype must be the query's {:?}, got {:?}",
-                    t.q.dtype, x.dtype
-                ));
-            }
+    if let Some(x) = &t.pse {
+        if x.dtype != t.q.dtype {
+            return invalid(format!(
+                "pseShift: dtype must be the query's {:?}, got {:?}",
+                t.q.dtype, x.dtype
+            ));
         }
     }
     if let Some(b) = &t.table {
@@ -319,6 +349,13 @@ fn decode(
     };
     let placeholder = fill(&spec, &t, false)?;
     let dims = placeholder.validate(&shapes).map_err(contract)?;
+    if let Some(x) = &t.sink {
+        // The sink's dtype follows the path and the release, not the query (issue 30).
+        placeholder
+            .check_learnable_sink_dtype(&dims, t.q.dtype, x.dtype, fia_release())
+            .map_err(contract)?;
+        LAST_SINK_DTYPE.with(|c| c.set(Some(x.dtype)));
+    }
     check_dims(&t.out, "attentionOut", &dims.out_shape())?;
     match (&t.lse, softmax_lse_flag) {
         (Some(l), true) => {

@@ -68,11 +68,13 @@ mod state;
 mod varlen;
 mod wire;
 
+pub use fia::{fia_release, last_learnable_sink_dtype, set_fia_release};
 pub use hccl::{hccl_api, live_communicators, set_connect_timeout, set_exec_timeout};
 pub use state::{
     clear_faults, device_count, device_time, faults_fired, inject_fault, launches, live_handles,
     memory_in_use, reset_device_time, set_compute, set_device_count, set_memory_limit,
-    set_stream_delay, Fault, LiveHandles, SIM_HAZARD_STATUS, SIM_STREAM_FAULT_STATUS,
+    set_stream_delay, Fault, LiveHandles, SIM_ACL_VERSION, SIM_HAZARD_STATUS,
+    SIM_STREAM_FAULT_STATUS,
 };
 
 use std::ffi::c_void;

@@ -5,15 +5,20 @@
 //! 64 or 128, or a CANN without V4) runs prompt / incremental attention with the sinks on a
 //! placeholder token's `pseShift`. The run prints which (`generate: attention …`).
 //!
-//! `cargo run --release --example generate [-- --checkpoint DIR --max-new N --top-p P
-//!  --temperature T --seed N --block-size N --device cpu|sim|ascend --check
-//!  --attend-path fused|prompt-incre]`
+//! `cargo run --release --example generate [-- --checkpoint DIR --prompt TEXT… --greedy
+//!  --max-new N --top-p P --temperature T --seed N --block-size N --device cpu|sim|ascend
+//!  --check --attend-path fused|prompt-incre]`
+//!
+//! `--prompt` (repeatable) replaces the built-in prompts; `--greedy` decodes every prompt
+//! greedily (otherwise even prompts are greedy, odd ones top-p). A sequence stops at the
+//! checkpoint's end-of-sequence token (`eos_token_id` of `generation_config.json`, else of
+//! `config.json`, as transformers' `generate`).
 //!
 //! `--attend-path` forces one of the two paths (to compare them).
 //!
 //! Loads `runs/finetune` (written by the `finetune` example) unless `--checkpoint` names
-//! another folder (ours or a Hugging Face Llama / Qwen2 one, with `tokenizer.json` when it
-//! has one). `--check` recomputes every full sequence in one packed varlen forward and prints
+//! another folder (ours or a Hugging Face `llama`, `qwen2`, `qwen3` or `mistral` one, with
+//! `tokenizer.json` when it has one). `--check` recomputes every full sequence in one packed varlen forward and prints
 //! `generate: cached vs full max |Δlogit| <x>`; it fails above 1e-3. `--device sim` serves on
 //! the `Ascend` backend over the host simulation of the ACL ABI (prompt attention, the cache
 //! scatter and paged incremental attention dispatched as aclnn calls), `--device ascend` on a
@@ -24,9 +29,9 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::{AttendPath, AttentionBackend};
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ExampleDevice, GenerateArgs as Args};
-use burn_ascend_model::checkpoint::load_hf;
+use burn_ascend_model::checkpoint::{eos_token_ids, load_hf};
 use burn_ascend_model::data::SplitMix;
-use burn_ascend_model::{generate_batch, max_logit_gap, Generator, Sampling, Tokenizer};
+use burn_ascend_model::{generate_batch_until, max_logit_gap, Generator, Sampling, Tokenizer};
 use clap::Parser;
 
 /// Largest cached-vs-full logit difference `--check` accepts (f32 accumulation over a few
@@ -70,20 +75,35 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
     } else {
         Tokenizer::Bytes
     };
-    let prompts = [
+    let builtin = [
         "ROMEO:\n",
         "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\n",
         "KING RICHARD II:\nOld John of Gaunt, time-honour'd Lancaster,\n",
         "MENENIUS:\nWhy, masters, my good friends, mine honest neighbours,\nWill you undo yourselves?\n\nFirst Citizen:\n",
     ];
+    let prompts: Vec<String> = if args.prompts.is_empty() {
+        builtin.iter().map(|p| p.to_string()).collect()
+    } else {
+        args.prompts.clone()
+    };
+    let stop = eos_token_ids(dir).map_err(|e| e.to_string())?;
     let ids: Vec<Vec<u32>> = prompts
         .iter()
         .map(|p| tokenizer.encode(p))
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
+    // A byte-level prompt for a checkpoint with a smaller vocabulary (and no tokenizer.json)
+    // would index past the embedding.
+    let vocab = model.config.vocab_size;
+    if let Some(&bad) = ids.iter().flatten().find(|&&t| t as usize >= vocab) {
+        return Err(format!(
+            "prompt token {bad} is outside the model's vocab_size {vocab} (does the checkpoint \
+             need its tokenizer.json?)"
+        ));
+    }
     let sampling: Vec<Sampling> = (0..prompts.len())
         .map(|i| {
-            if i % 2 == 0 {
+            if args.greedy || i % 2 == 0 {
                 Sampling::Greedy
             } else {
                 Sampling::TopP { top_p, temperature }
@@ -105,25 +125,33 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
             .map_err(|e| e.to_string())?;
     }
     let c = &gen.model().config;
-    let (sinks, windows) = (c.attention_sinks, c.sliding_window.is_some());
+    let windows = (0..c.num_hidden_layers).any(|l| c.layer_window(l).is_some());
+    let sinks = c.attention_sinks;
     println!(
         "generate: attention {}",
         match (sinks || windows, gen.attend_path()) {
             (false, _) => "prompt (prefill) / incremental (decode)",
             (true, AttendPath::Fused) => "fused inference attention V4 (prefill and decode)",
-            (true, AttendPath::PromptIncre) => "prompt / incremental, sinks on a placeholder token",
+            (true, AttendPath::PromptIncre) if sinks => {
+                "prompt / incremental, sinks on a placeholder token"
+            }
+            (true, AttendPath::PromptIncre) => "prompt / incremental, windows as masks",
         }
     );
     let mut rng = SplitMix(args.seed);
-    let run =
-        generate_batch(&mut gen, &ids, max_new, &sampling, &mut rng).map_err(|e| e.to_string())?;
+    let run = generate_batch_until(&mut gen, &ids, max_new, &sampling, &mut rng, &stop)
+        .map_err(|e| e.to_string())?;
     for (i, (p, g)) in prompts.iter().zip(&run.generated).enumerate() {
         println!(
             "--- sequence {} ({:?}, prompt {} tokens) ---\n{p}{}",
             i + 1,
             sampling[i],
             ids[i].len(),
-            tokenizer.decode(g)
+            // Without its end-of-sequence token, which transformers' decode would also skip.
+            tokenizer.decode(match g.last() {
+                Some(t) if stop.contains(t) => &g[..g.len() - 1],
+                _ => g,
+            })
         );
     }
     println!(

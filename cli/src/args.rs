@@ -304,9 +304,15 @@ impl From<AttendPathArg> for burn_ascend::AttendPath {
     about = "Serve several prompts at once through the paged KV cache"
 )]
 pub struct GenerateArgs {
-    /// The checkpoint folder (ours, or a Hugging Face Llama / Qwen2 one).
+    /// The checkpoint folder (ours, or a Hugging Face llama, qwen2, qwen3 or mistral one).
     #[arg(long, value_name = "DIR", default_value = "runs/finetune")]
     pub checkpoint: PathBuf,
+    /// A prompt (repeatable); replaces the built-in prompts.
+    #[arg(long = "prompt", value_name = "TEXT")]
+    pub prompts: Vec<String>,
+    /// Decode every prompt greedily (otherwise even prompts are greedy, odd ones top-p).
+    #[arg(long)]
+    pub greedy: bool,
     /// Tokens to generate per prompt.
     #[arg(
         long,

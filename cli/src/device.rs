@@ -1,13 +1,20 @@
-//! `--device sim|npu`: the bridge from bundles to the aclnn call builders the `Ascend` backend
-//! itself uses ([`burn_ascend::backend::attention::aclnn`]): the bundle's tensors are uploaded as they
-//! are, the outputs downloaded. `npu` opens CANN at run time (device `$ASCEND_DEVICE_ID`, else
-//! 0); `sim` runs the same calls against the host simulation of the ACL ABI (not CANN).
+//! Devices of `burn-ascend run`: the one road ([`on_backend`]: bundle tensors → Burn tensors
+//! on `NdArray` or `Ascend` → the public ops API → bundle) and, for the int8 outputs and caches
+//! Burn's float tensors cannot carry, the bridge to the aclnn call builders the `Ascend`
+//! backend itself uses ([`burn_ascend::backend::attention::aclnn`]; also the probes'). `npu`
+//! opens CANN at run time (device `$ASCEND_DEVICE_ID`, else 0); `sim` runs the same calls
+//! against the host simulation of the ACL ABI (not CANN).
 
+use burn::backend::NdArray;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Shape, Tensor, TensorData, TensorPrimitive};
 use safetensors::Dtype;
 
-use super::io::HostTensor;
+use super::io::{Bundle, HostTensor};
 use super::{CliError, Device};
-use burn_ascend::AttnError;
+use burn_ascend::backend::{Ascend, AscendDevice};
+use burn_ascend::{AttentionBackend, AttnError};
 use burn_ascend_cann::acl::{self, AclError, DataType, DeviceTensor, Runtime, TensorDesc};
 
 impl From<AclError> for CliError {
@@ -17,15 +24,6 @@ impl From<AclError> for CliError {
             other => CliError::Device(other.to_string()),
         }
     }
-}
-
-/// Opens the runtime of an aclnn device (`None` for the host devices).
-pub fn runtime(device: Device) -> Result<Option<Runtime>, CliError> {
-    Ok(match device {
-        Device::Reference | Device::Cpu => None,
-        Device::Sim => Some(sim_runtime()?),
-        Device::Npu => Some(Runtime::npu(acl::default_device_id()?)?),
-    })
 }
 
 /// A runtime over the host simulation (crate `burn-ascend-acl-sim`).
@@ -123,7 +121,124 @@ pub fn download(t: &DeviceTensor) -> Result<HostTensor, CliError> {
     })
 }
 
-/// The opened runtime of an aclnn device.
+/// The opened runtime of an aclnn device (`sim`, `npu`), for the calls the Burn API cannot
+/// carry (int8 outputs and caches) and the probes.
 pub fn acl_runtime(device: Device) -> Result<Runtime, CliError> {
-    runtime(device)?.ok_or_else(|| CliError::Device(format!("{device:?} is not an aclnn device")))
+    match device {
+        Device::Sim => sim_runtime(),
+        Device::Npu => Ok(Runtime::npu(acl::default_device_id()?)?),
+        other => Err(CliError::Device(format!(
+            "{other:?} is not an aclnn device"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The one road: `cpu`, `sim` and `npu` build Burn tensors on `NdArray` or `Ascend` and call the
+// public ops API (`burn_ascend::varlen_score`, …), so the CLI and `selftest` run exactly what
+// users train and serve on. Only `--device reference` calls the f64 reference directly.
+
+/// An op body generic over the backend: [`on_backend`] runs it on `NdArray` (`cpu`) or on
+/// `Ascend` (`sim`, `npu`). (A trait rather than a closure: the body is generic over `B`.)
+pub trait OnBackend {
+    /// Runs the op on `device` of backend `B`.
+    fn run<B: AttentionBackend>(self, device: &B::Device) -> Result<Bundle, CliError>;
+}
+
+/// The `Ascend` device of `sim` / `npu` (`npu`: `$ASCEND_DEVICE_ID`, else 0), opened: CANN's
+/// libraries load (else one line naming every path tried) and the device opens.
+pub fn ascend_device(device: Device) -> Result<AscendDevice, CliError> {
+    let dev = match device {
+        Device::Sim => AscendDevice::sim(),
+        Device::Npu => {
+            probe(device)?;
+            AscendDevice::npu(acl::default_device_id()?.max(0) as u32)
+        }
+        other => {
+            return Err(CliError::Device(format!(
+                "{other:?} is not an Ascend device"
+            )))
+        }
+    };
+    burn_ascend::backend::is_available(&dev).map_err(CliError::Device)?;
+    Ok(dev)
+}
+
+/// Runs `op` on the backend of `device`: `NdArray` for `cpu`, `Ascend` for `sim` / `npu`.
+/// Callers validate the bundle first, so a refused input never opens a device.
+pub fn on_backend<O: OnBackend>(device: Device, op: O) -> Result<Bundle, CliError> {
+    match device {
+        Device::Cpu => op.run::<NdArray>(&Default::default()),
+        Device::Sim | Device::Npu => op.run::<Ascend>(&ascend_device(device)?),
+        Device::Reference => Err(CliError::Device(
+            "--device reference runs the f64 reference, not a Burn backend".into(),
+        )),
+    }
+}
+
+/// The Burn dtype of a float wire dtype (F32, F16, BF16).
+fn burn_dtype(d: Dtype) -> DType {
+    match d {
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        _ => DType::F32,
+    }
+}
+
+/// A bundle tensor's values as `dtype` (a float wire dtype): floats and int8 widened to f32
+/// exactly, then rounded once to `dtype` (exact for a tensor already in `dtype`, and for int8
+/// KV, which travels to the API as floats holding the int8 values). Decoded before any device
+/// opens: a tensor shorter than its shape is refused the same way on every device.
+pub fn data(t: &HostTensor, name: &'static str, dtype: Dtype) -> Result<TensorData, AttnError> {
+    let v = t.f32_or_i8_values(name)?;
+    Ok(TensorData::new(v, Shape::from(t.shape.clone())).convert_dtype(burn_dtype(dtype)))
+}
+
+/// [`data`] of an optional tensor.
+pub fn data_opt(
+    t: Option<&HostTensor>,
+    name: &'static str,
+    dtype: Dtype,
+) -> Result<Option<TensorData>, AttnError> {
+    t.map(|t| data(t, name, dtype)).transpose()
+}
+
+/// A Burn tensor on `device` from decoded values, in their dtype where the backend holds it
+/// (`Ascend`: f16, bf16, f32) and in f32 otherwise (`NdArray` has no half types: its kernels
+/// compute in f32 and [`host`] rounds the result back to the wire dtype).
+pub fn tensor<B: Backend, const D: usize>(data: TensorData, device: &B::Device) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(primitive::<B>(data, device)))
+}
+
+/// [`tensor`] as a primitive, for the inputs the API takes as primitives (KV forms, caches).
+pub fn primitive<B: Backend>(data: TensorData, device: &B::Device) -> FloatTensor<B> {
+    let data = if B::supports_dtype(device, data.dtype) {
+        data
+    } else {
+        data.convert_dtype(DType::F32)
+    };
+    B::float_from_data(data, device)
+}
+
+/// [`host`] of a primitive.
+pub fn host_primitive<B: Backend>(t: FloatTensor<B>, dtype: Dtype) -> HostTensor {
+    let data = burn::tensor::try_read_sync(B::float_into_data(t))
+        .expect("the Burn backends of the CLI read synchronously")
+        .unwrap_or_else(|e| panic!("reading a result back to the host failed: {e:?}"));
+    wire(data, dtype)
+}
+
+fn wire(data: TensorData, dtype: Dtype) -> HostTensor {
+    let data = data.convert_dtype(burn_dtype(dtype));
+    HostTensor {
+        dtype,
+        shape: data.shape.to_vec(),
+        bytes: data.into_bytes().to_vec(),
+    }
+}
+
+/// A Burn tensor read back as a bundle tensor of the float wire dtype `dtype` (rounded once
+/// when the backend computed in a wider type).
+pub fn host<B: Backend, const D: usize>(t: Tensor<B, D>, dtype: Dtype) -> HostTensor {
+    wire(t.into_data(), dtype)
 }

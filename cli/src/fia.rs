@@ -1,21 +1,23 @@
-//! `fia`: `aclnnFusedInferAttentionScoreV4` on a safetensors bundle. `reference` and `cpu` run
-//! the f64 CPU reference (no fast FIA kernel yet), `sim` / `npu` the aclnn call builder. Float
-//! inputs are widened to f32 exactly; `attentionOut` is rounded once to the query's dtype;
-//! `softmaxLse` (with `softmaxLseFlag = true`) is FLOAT32.
+//! `fia`: `aclnnFusedInferAttentionScoreV4` on a safetensors bundle: the f64 reference
+//! (`--device reference`), else the public ops API on `NdArray` (`cpu`) or `Ascend` (`sim`,
+//! `npu`). `attentionOut` is in the query's dtype; `softmaxLse` (with `softmaxLseFlag = true`)
+//! is FLOAT32.
 
+use burn::tensor::TensorData;
 use safetensors::Dtype;
 
-use super::device::{acl_runtime, download, output, upload};
+use super::device::{acl_dtype, acl_runtime, data, host, on_backend, primitive, tensor, OnBackend};
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, same_dtype};
 use super::{CliError, Device};
-use burn_ascend::backend::attention::fia::{fused_infer_attention, FiaTensors};
+use burn_ascend::backend::attention::fia::cann_release;
 use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
-use burn_ascend::ops::fia::{parse_fia_layout, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant};
+use burn_ascend::ops::fia::{
+    parse_fia_layout, CannRelease, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant,
+};
 use burn_ascend::ops::incre::{AntiquantSpec, BlockTable};
 use burn_ascend::ops::prompt::{PromptMask, PromptPse, INT_MAX_TOKENS, PFA_COMPRESSED_MASK};
-use burn_ascend::AttnError;
-use burn_ascend_cann::acl::{DataType, TensorList};
+use burn_ascend::{fused_infer_attention, AttentionBackend, AttnError, FiaKv};
 
 /// Inputs the CLI knows but does not run: their own `unsupported` error, not "unknown".
 pub(crate) const LEFT_OUT: [&str; 12] = [
@@ -191,8 +193,9 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<FiaSpec, AttnError> {
         }
     }
     if let Some(s) = b.optional(&["learnableSink"]) {
-        // CANN takes the sink in the query's dtype (FLOAT16/BFLOAT16).
-        same_dtype(s, "learnableSink", qdt)?;
+        // Its dtype is checked once the path is known (`fia`): it follows the path and the
+        // CANN release, not the query (issue 30).
+        float_dtype(s, "learnableSink")?;
         spec.learnable_sink = Some(s.f32_values("learnableSink")?.into());
     }
     Ok(spec)
@@ -243,43 +246,39 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         kv,
         kv_int8: k.dtype == Dtype::I8,
     })?;
-    let mut res = Bundle::default();
-    if device.is_acl() {
-        let rt = acl_runtime(device)?;
-        let (qd, kd, vd) = (
-            upload(&rt, q, "query")?,
-            upload(&rt, k, "key")?,
-            upload(&rt, v, "value")?,
-        );
-        let dtype = qd.desc.dtype;
-        let o = output(&rt, &dims.out_shape(), dtype)?;
-        let lse = spec
-            .softmax_lse_flag
-            .then(|| output(&rt, &dims.lse_shape(), DataType::Float))
-            .transpose()?;
-        {
-            let kl = TensorList::new(rt.api(), vec![kd.handle()?])?;
-            let vl = TensorList::new(rt.api(), vec![vd.handle()?])?;
-            let lh = lse.as_ref().map(|l| l.handle()).transpose()?;
-            fused_infer_attention(
-                &rt,
-                &spec,
-                &FiaTensors {
-                    dtype,
-                    query: &qd.handle()?,
-                    key: &kl,
-                    value: &vl,
-                    attention_out: &o.handle()?,
-                    softmax_lse: lh.as_ref(),
-                },
-            )?;
-        }
-        res.insert("attentionOut", download(&o)?);
-        if let Some(l) = &lse {
-            res.insert("softmaxLse", download(l)?);
-        }
-        return Ok(res);
+    // The bundle's sink dtype is checked as CANN checks it (issue 30): against the release the
+    // device reports on `sim` / `npu`, against the one the contract models on `reference` and
+    // `cpu`. The backend then sends the sink in the dtype the chosen path reads.
+    if spec.learnable_sink.is_some() {
+        let sink_dtype = match b.optional(&["learnableSink"]) {
+            Some(s) => acl_dtype(s.dtype, "learnableSink")?,
+            None => acl_dtype(qdt, "query")?,
+        };
+        let release = if device.is_acl() {
+            cann_release(&acl_runtime(device)?)
+        } else {
+            CannRelease::MODELLED
+        };
+        spec.check_learnable_sink_dtype(&dims, acl_dtype(qdt, "query")?, sink_dtype, release)?;
     }
+    if device != Device::Reference {
+        // int8 KV travels to the API as floats (in the query's dtype) holding the int8 values.
+        return on_backend(
+            device,
+            Fia {
+                paged: spec.block_table.is_some(),
+                lse_rank: dims.lse_shape().len(),
+                spec,
+                dtype: qdt,
+                qkv: [
+                    data(q, "query", qdt)?,
+                    data(k, "key", qdt)?,
+                    data(v, "value", qdt)?,
+                ],
+            },
+        );
+    }
+    let mut res = Bundle::default();
     let (qv, kv, vv) = (
         q.f32_values("query")?,
         k.f32_or_i8_values("key")?,
@@ -297,4 +296,49 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         );
     }
     Ok(res)
+}
+
+/// The validated fused inference attention on a Burn backend ([`fused_infer_attention`]).
+struct Fia {
+    spec: FiaSpec,
+    dtype: Dtype,
+    paged: bool,
+    /// `softmaxLse`'s rank: 3 for TND, else 4.
+    lse_rank: usize,
+    qkv: [TensorData; 3],
+}
+
+impl Fia {
+    fn call<B: AttentionBackend, const D: usize, const L: usize>(
+        self,
+        dev: &B::Device,
+    ) -> Result<Bundle, CliError> {
+        let [q, k, v] = self.qkv;
+        let (k, v) = (primitive::<B>(k, dev), primitive::<B>(v, dev));
+        let kv = if self.paged {
+            FiaKv::Paged {
+                key_cache: k,
+                value_cache: v,
+            }
+        } else {
+            FiaKv::Contiguous { key: k, value: v }
+        };
+        let (out, lse) = fused_infer_attention::<B, D, L>(tensor(q, dev), kv, &self.spec)?;
+        let mut res = Bundle::default();
+        res.insert("attentionOut", host(out, self.dtype));
+        if let Some(l) = lse {
+            res.insert("softmaxLse", host(l, Dtype::F32));
+        }
+        Ok(res)
+    }
+}
+
+impl OnBackend for Fia {
+    fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
+        match (self.qkv[0].shape.len(), self.lse_rank) {
+            (3, 3) => self.call::<B, 3, 3>(dev),
+            (3, _) => self.call::<B, 3, 4>(dev),
+            _ => self.call::<B, 4, 4>(dev),
+        }
+    }
 }

@@ -1,19 +1,23 @@
-//! `incre`: `aclnnIncreFlashAttentionV4` on a safetensors bundle, through the CPU reference
-//! (`--device reference`) or the fast decode kernel (`--device cpu`).
+//! `incre`: `aclnnIncreFlashAttentionV4` on a safetensors bundle: the f64 reference
+//! (`--device reference`), else the public ops API on `NdArray` (`cpu`, the fast decode
+//! kernel) or `Ascend` (`sim`, `npu`).
 //!
 //! Key/value: `key` / `value` (contiguous), `key.0`, `key.1`, … / `value.0`, … (the tensor-list
 //! form), or with `blocktable` the paged caches `key` / `value`. int8 KV (with
 //! `antiquantScale`) is widened to f32 exactly; the output is rounded once to the query's dtype
 //! or quantised to int8 with `quantScale2` / `quantOffset2`.
 
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorData;
 use safetensors::Dtype;
 
-use super::device::{acl_runtime, download, output, upload};
+use super::device::{
+    acl_runtime, data, download, host, on_backend, output, primitive, tensor, upload, OnBackend,
+};
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, post_quant, same_dtype};
 use super::{CliError, Device};
 use burn_ascend::backend::attention::aclnn;
-use burn_ascend::kernels::cpu;
 use burn_ascend::kernels::reference::incre::{
     incre_flash_attention, incre_flash_attention_int8, KvInput,
 };
@@ -21,7 +25,7 @@ use burn_ascend::ops::incre::{
     parse_ifa_layout, AntiquantSpec, BlockTable, IncreKvShapes, IncreMask, IncrePse, IncreShapes,
     IncreSpec, KvDims,
 };
-use burn_ascend::AttnError;
+use burn_ascend::{AttentionBackend, AttnError, IncreKv};
 use burn_ascend_cann::acl::{DataType, DeviceTensor, Runtime, TensorList};
 
 enum KvForm<'a> {
@@ -141,8 +145,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
     Ok(spec)
 }
 
-/// `incre` on `device` (`Reference`: the f64 reference; `Cpu`: the fast CPU kernel; `Sim` /
-/// `Npu`: through the aclnn dispatch layer).
+/// `incre` on `device`.
 pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     for name in ["dequantScale1", "quantScale1", "dequantScale2"] {
         if b.tensors.contains_key(name) {
@@ -203,28 +206,41 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         kv: kv_shapes,
         kv_int8: kdt == Dtype::I8,
     })?;
-    if device.is_acl() {
-        return acl_incre(device, &spec, q, &form);
+    if spec.post_quant.is_some() {
+        // int8 attentionOut (quantScale2): a Burn float tensor cannot hold it, so the public
+        // API refuses it; the host devices run the reference, `sim` / `npu` CANN's int8 path.
+        if device.is_acl() {
+            return int8_on_device(device, &spec, q, &form);
+        }
+    } else if device != Device::Reference {
+        // int8 KV travels to the API as floats (in the query's dtype) holding the int8 values.
+        let kv = |ts: &[&HostTensor], name| -> Result<Vec<TensorData>, AttnError> {
+            ts.iter().map(|t| data(t, name, qdt)).collect()
+        };
+        let (key, value) = match &form {
+            KvForm::One(k, v) => (kv(&[k], "key")?, kv(&[v], "value")?),
+            KvForm::List(k, v) => (kv(k, "key")?, kv(v, "value")?),
+        };
+        return on_backend(
+            device,
+            Incre {
+                list: matches!(form, KvForm::List(..)),
+                paged: spec.block_table.is_some(),
+                spec,
+                dtype: qdt,
+                query: data(q, "query", qdt)?,
+                key,
+                value,
+            },
+        );
     }
     let qv = q.f32_values("query")?;
     let run = |kv: KvInput<'_, f32>| -> HostTensor {
         let a = spec.args(&dims, &qv, kv);
         let shape = q.shape.clone();
-        match (spec.post_quant(), device) {
-            (Some(pq), Device::Reference) => {
-                HostTensor::from_i8(&incre_flash_attention_int8(&a, &pq), shape)
-            }
-            (Some(pq), _) => HostTensor::from_i8(&cpu::incre_flash_attention_int8(&a, &pq), shape),
-            (None, Device::Reference) => {
-                HostTensor::from_f64_as(&incre_flash_attention(&a), shape, qdt)
-            }
-            (None, _) => {
-                let out: Vec<f64> = cpu::incre_flash_attention(&a)
-                    .into_iter()
-                    .map(f64::from)
-                    .collect();
-                HostTensor::from_f64_as(&out, shape, qdt)
-            }
+        match spec.post_quant() {
+            Some(pq) => HostTensor::from_i8(&incre_flash_attention_int8(&a, &pq), shape),
+            None => HostTensor::from_f64_as(&incre_flash_attention(&a), shape, qdt),
         }
     };
     let out = match form {
@@ -271,8 +287,60 @@ fn list<'a>(rt: &Runtime, ts: &'a [DeviceTensor]) -> Result<TensorList<'a>, CliE
     Ok(TensorList::new(rt.api(), hs)?)
 }
 
-/// `--device sim|npu`: the validated call through the backend's own call builder.
-fn acl_incre(
+/// The validated incremental attention on a Burn backend
+/// ([`burn_ascend::incre_flash_attention`]).
+struct Incre {
+    spec: IncreSpec,
+    dtype: Dtype,
+    /// The tensor-list form (`key.0`, …), else one tensor each (paged with a block table).
+    list: bool,
+    paged: bool,
+    query: TensorData,
+    key: Vec<TensorData>,
+    value: Vec<TensorData>,
+}
+
+impl OnBackend for Incre {
+    fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
+        let prims = |ts: Vec<TensorData>| -> Vec<FloatTensor<B>> {
+            ts.into_iter().map(|t| primitive::<B>(t, dev)).collect()
+        };
+        let (mut key, mut value) = (prims(self.key), prims(self.value));
+        let kv = if self.list {
+            IncreKv::List { key, value }
+        } else {
+            let (key, value) = (key.swap_remove(0), value.swap_remove(0));
+            if self.paged {
+                IncreKv::Paged {
+                    key_cache: key,
+                    value_cache: value,
+                }
+            } else {
+                IncreKv::Contiguous { key, value }
+            }
+        };
+        let out = if self.query.shape.len() == 3 {
+            let q = tensor::<B, 3>(self.query, dev);
+            host(
+                burn_ascend::incre_flash_attention(q, kv, &self.spec)?,
+                self.dtype,
+            )
+        } else {
+            let q = tensor::<B, 4>(self.query, dev);
+            host(
+                burn_ascend::incre_flash_attention(q, kv, &self.spec)?,
+                self.dtype,
+            )
+        };
+        let mut res = Bundle::default();
+        res.insert("attentionOut", out);
+        Ok(res)
+    }
+}
+
+/// int8 `attentionOut` on `sim` / `npu` through the backend's call builder (the one output the
+/// Burn API cannot carry).
+fn int8_on_device(
     device: Device,
     spec: &IncreSpec,
     q: &HostTensor,
@@ -288,26 +356,18 @@ fn acl_incre(
     };
     let (keys, values) = (up(&keys, "key")?, up(&values, "value")?);
     let qd = upload(&rt, q, "query")?;
-    let dtype = qd.desc.dtype;
-    let out_dtype = if spec.post_quant.is_some() {
-        DataType::Int8
-    } else {
-        dtype
-    };
-    let o = output(&rt, &q.shape, out_dtype)?;
-    {
-        aclnn::incre(
-            &rt,
-            spec,
-            &aclnn::IncreTensors {
-                dtype,
-                query: &qd.handle()?,
-                key: &list(&rt, &keys)?,
-                value: &list(&rt, &values)?,
-                attention_out: &o.handle()?,
-            },
-        )?;
-    }
+    let o = output(&rt, &q.shape, DataType::Int8)?;
+    aclnn::incre(
+        &rt,
+        spec,
+        &aclnn::IncreTensors {
+            dtype: qd.desc.dtype,
+            query: &qd.handle()?,
+            key: &list(&rt, &keys)?,
+            value: &list(&rt, &values)?,
+            attention_out: &o.handle()?,
+        },
+    )?;
     let mut res = Bundle::default();
     res.insert("attentionOut", download(&o)?);
     Ok(res)

@@ -32,14 +32,13 @@ use io::Bundle;
 pub enum Device {
     /// The plain CPU reference (f64 accumulation).
     Reference,
-    /// The fast CPU kernels (tiled varlen kernels, the flash-decoding incremental attention;
-    /// prompt and scatter run the reference).
+    /// The public ops API on Burn's `NdArray` (its fast CPU kernels).
     Cpu,
-    /// Through the Ascend dispatch layer against its host simulation of the ACL ABI (not
-    /// CANN): the dispatch code path, checked on machines without an NPU.
+    /// The public ops API on the `Ascend` backend against its host simulation of the ACL ABI
+    /// (not CANN): the backend's code path, checked on machines without an NPU.
     Sim,
-    /// A real Ascend NPU through CANN's aclnn, loaded at run time (device
-    /// `$ASCEND_DEVICE_ID`, else 0).
+    /// The public ops API on the `Ascend` backend on a real NPU through CANN's aclnn, loaded
+    /// at run time (device `$ASCEND_DEVICE_ID`, else 0).
     Npu,
 }
 

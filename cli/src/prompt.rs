@@ -1,10 +1,15 @@
-//! `prompt`: `aclnnPromptFlashAttentionV3` (and V1) on a safetensors bundle, through the CPU
-//! reference. Float inputs are widened to f32 exactly; the output is rounded once from f64 to the
-//! query's dtype, or quantised to int8 with `quantScale2` / `quantOffset2`.
+//! `prompt`: `aclnnPromptFlashAttentionV3` (and V1) on a safetensors bundle: the f64 reference
+//! (`--device reference`), else the public ops API on `NdArray` (`cpu`) or `Ascend` (`sim`,
+//! `npu`). The output is in the query's dtype, or int8 with `quantScale2` / `quantOffset2`
+//! (the reference on the host devices, CANN's int8 output on `sim` / `npu`: Burn's float
+//! tensors cannot carry it).
 
+use burn::tensor::TensorData;
 use safetensors::Dtype;
 
-use super::device::{acl_runtime, download, output, upload};
+use super::device::{
+    acl_runtime, data, download, host, on_backend, output, tensor, upload, OnBackend,
+};
 use super::io::{Bundle, HostTensor};
 use super::{CliError, Device};
 use burn_ascend::backend::attention::aclnn;
@@ -12,10 +17,10 @@ use burn_ascend::kernels::reference::prompt::{
     prompt_flash_attention, prompt_flash_attention_int8,
 };
 use burn_ascend::ops::prompt::{
-    parse_pfa_layout, PostQuantSpec, PromptMask, PromptPse, PromptShapes, PromptSpec,
+    parse_pfa_layout, PostQuantSpec, PromptDims, PromptMask, PromptPse, PromptShapes, PromptSpec,
     INT_MAX_TOKENS, PFA_COMPRESSED_MASK,
 };
-use burn_ascend::AttnError;
+use burn_ascend::{AttentionBackend, AttnError};
 use burn_ascend_cann::acl::DataType;
 
 /// Checks a float input's dtype (F16, BF16 or F32); int8 Q/K/V is not modelled.
@@ -170,33 +175,26 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         );
         return Ok(res);
     }
-    if device.is_acl() {
-        let rt = acl_runtime(device)?;
-        let (qd, kd, vd) = (
-            upload(&rt, q, "query")?,
-            upload(&rt, k, "key")?,
-            upload(&rt, v, "value")?,
-        );
-        let dtype = qd.desc.dtype;
-        let out_dtype = if spec.post_quant.is_some() {
-            DataType::Int8
-        } else {
-            dtype
-        };
-        let o = output(&rt, &dims.out_shape(), out_dtype)?;
-        aclnn::prompt(
-            &rt,
-            &spec,
-            &aclnn::PromptTensors {
-                dtype,
-                query: &qd.handle()?,
-                key: &kd.handle()?,
-                value: &vd.handle()?,
-                attention_out: &o.handle()?,
+    if spec.post_quant.is_some() {
+        // int8 attentionOut (quantScale2): a Burn float tensor cannot hold it, so the public
+        // API refuses it; the host devices run the reference, `sim` / `npu` CANN's int8 path.
+        if device.is_acl() {
+            return int8_on_device(device, &spec, &dims, q, k, v);
+        }
+    } else if device != Device::Reference {
+        return on_backend(
+            device,
+            Prompt {
+                spec,
+                dtype: qdt,
+                rank: q.shape.len(),
+                qkv: [
+                    data(q, "query", qdt)?,
+                    data(k, "key", qdt)?,
+                    data(v, "value", qdt)?,
+                ],
             },
-        )?;
-        res.insert("attentionOut", download(&o)?);
-        return Ok(res);
+        );
     }
     let (qv, kv, vv) = (
         q.f32_values("query")?,
@@ -209,5 +207,70 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         None => HostTensor::from_f64_as(&prompt_flash_attention(&a), dims.out_shape(), qdt),
     };
     res.insert("attentionOut", out);
+    Ok(res)
+}
+
+/// The validated prompt attention on a Burn backend
+/// ([`burn_ascend::prompt_flash_attention`]).
+struct Prompt {
+    spec: PromptSpec,
+    dtype: Dtype,
+    /// 3 (BSH, TND) or 4: the validated layout's rank.
+    rank: usize,
+    qkv: [TensorData; 3],
+}
+
+impl OnBackend for Prompt {
+    fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
+        let [q, k, v] = self.qkv;
+        let out = if self.rank == 3 {
+            let t = |d| tensor::<B, 3>(d, dev);
+            host(
+                burn_ascend::prompt_flash_attention(t(q), t(k), t(v), &self.spec)?,
+                self.dtype,
+            )
+        } else {
+            let t = |d| tensor::<B, 4>(d, dev);
+            host(
+                burn_ascend::prompt_flash_attention(t(q), t(k), t(v), &self.spec)?,
+                self.dtype,
+            )
+        };
+        let mut res = Bundle::default();
+        res.insert("attentionOut", out);
+        Ok(res)
+    }
+}
+
+/// int8 `attentionOut` on `sim` / `npu` through the backend's call builder (the one output the
+/// Burn API cannot carry).
+fn int8_on_device(
+    device: Device,
+    spec: &PromptSpec,
+    dims: &PromptDims,
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+) -> Result<Bundle, CliError> {
+    let rt = acl_runtime(device)?;
+    let (qd, kd, vd) = (
+        upload(&rt, q, "query")?,
+        upload(&rt, k, "key")?,
+        upload(&rt, v, "value")?,
+    );
+    let o = output(&rt, &dims.out_shape(), DataType::Int8)?;
+    aclnn::prompt(
+        &rt,
+        spec,
+        &aclnn::PromptTensors {
+            dtype: qd.desc.dtype,
+            query: &qd.handle()?,
+            key: &kd.handle()?,
+            value: &vd.handle()?,
+            attention_out: &o.handle()?,
+        },
+    )?;
+    let mut res = Bundle::default();
+    res.insert("attentionOut", download(&o)?);
     Ok(res)
 }

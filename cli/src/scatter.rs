@@ -2,19 +2,27 @@
 //! `keyCache`, `valueCache`, `slotMapping` and the compressed-mode index tensors; writes the
 //! updated `keyCache` (and `valueCache`) with the input caches' dtype and shape. The element
 //! type is kept (f16/bf16/int8/f32) so PA_NZ's `32 / sizeof(dtype)` is the caches'.
+//!
+//! The host scatter validates every call (values included) and is `reference`'s answer; `cpu`
+//! (f32 caches) and `sim` / `npu` (float caches) then run the public ops API on `NdArray` /
+//! `Ascend`.
 
+use burn::tensor::TensorData;
 use half::{bf16, f16};
 use safetensors::Dtype;
 
-use super::device::{acl_dtype, acl_runtime, download, upload};
+use super::device::{
+    acl_dtype, acl_runtime, data, download, host_primitive, on_backend, primitive, upload,
+    OnBackend,
+};
 use super::io::{Bundle, HostTensor};
 use super::{CliError, Device};
 use burn_ascend::backend::attention::aclnn;
 use burn_ascend::kernels::reference::scatter::RefElem;
 use burn_ascend::ops::scatter::{
-    parse_cache_mode, scatter_checked, ScatterKind, ScatterShapes, ScatterSpec,
+    parse_cache_mode, scatter_checked, ScatterDims, ScatterKind, ScatterShapes, ScatterSpec,
 };
-use burn_ascend::AttnError;
+use burn_ascend::{AttentionBackend, AttnError, ScatterInputs};
 use burn_ascend_cann::acl::DeviceTensor;
 
 /// An element that travels as little-endian bytes.
@@ -141,51 +149,112 @@ pub fn scatter(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         Dtype::I8 => run::<i8>(&spec, &shapes, key, value, key_cache, value_cache),
         other => Err(AttnError::invalid("key", format!("unsupported dtype {other:?}")).into()),
     }?;
-    if device.is_acl() {
-        let dims = spec.validate(&shapes)?;
-        if dims.num_tokens == 0 {
-            // Nothing to write; CANN's tiling refuses numTokens = 0, the host paths succeed.
-            return Ok(host);
-        }
-        let rt = acl_runtime(device)?;
-        // Nct sources travel as their storage, described as the view [T, N, D] strided by
-        // strides[0] (aclnn::nct_source_desc).
-        let source = |t: &HostTensor, name, which| -> Result<DeviceTensor, CliError> {
-            if spec.scatter_mode != ScatterKind::Nct {
-                return upload(&rt, t, name);
-            }
-            let elems = t.shape.iter().product();
-            let desc = aclnn::nct_source_desc(&dims, which, 0, elems, acl_dtype(t.dtype, name)?)?;
-            Ok(rt.upload(desc, &t.bytes)?)
-        };
-        let cache = |t: &HostTensor, name| -> Result<DeviceTensor, CliError> {
-            let desc = aclnn::cache_desc(spec.cache_mode, &t.shape, acl_dtype(t.dtype, name)?)?;
-            Ok(rt.upload(desc, &t.bytes)?)
-        };
-        let kd = source(key, "key", 0)?;
-        let vd = value.map(|t| source(t, "value", 1)).transpose()?;
-        let kc = cache(key_cache, "keyCache")?;
-        let vc = value_cache.map(|t| cache(t, "valueCache")).transpose()?;
-        {
-            let vh = vd.as_ref().map(DeviceTensor::handle).transpose()?;
-            let vch = vc.as_ref().map(DeviceTensor::handle).transpose()?;
-            aclnn::scatter(
-                &rt,
-                &spec,
-                &aclnn::ScatterTensors {
-                    key: &kd.handle()?,
-                    key_cache: &kc.handle()?,
-                    value: vh.as_ref(),
-                    value_cache: vch.as_ref(),
+    let dims = spec.validate(&shapes)?;
+    match (device, key.dtype) {
+        (Device::Reference, _) => Ok(host),
+        // Nothing to write; CANN's tiling refuses numTokens = 0, the host paths succeed.
+        _ if dims.num_tokens == 0 => Ok(host),
+        // NdArray holds no f16 / bf16 / int8 (nor keeps PA_NZ's `32 / sizeof(dtype)`): the
+        // host scatter above is the answer.
+        (Device::Cpu, d) if d != Dtype::F32 => Ok(host),
+        // int8 caches: a Burn float tensor cannot hold them; CANN's own int8 scatter.
+        (_, Dtype::I8) => int8_on_device(device, &spec, &dims, key, value, key_cache, value_cache),
+        (_, dtype) => {
+            let d = |t: &HostTensor, name| data(t, name, dtype);
+            on_backend(
+                device,
+                Scatter {
+                    spec,
+                    dtype,
+                    key: d(key, "key")?,
+                    value: value.map(|t| d(t, "value")).transpose()?,
+                    key_cache: d(key_cache, "keyCache")?,
+                    value_cache: value_cache.map(|t| d(t, "valueCache")).transpose()?,
                 },
-            )?;
+            )
         }
-        let mut res = Bundle::default();
-        res.insert("keyCache", download(&kc)?);
-        if let Some(vc) = &vc {
-            res.insert("valueCache", download(vc)?);
-        }
-        return Ok(res);
     }
-    Ok(host)
+}
+
+/// The validated scatter on a Burn backend (the API's `scatter_kv`, rank-free: an Nct source
+/// is the strided storage).
+struct Scatter {
+    spec: ScatterSpec,
+    dtype: Dtype,
+    key: TensorData,
+    value: Option<TensorData>,
+    key_cache: TensorData,
+    value_cache: Option<TensorData>,
+}
+
+impl OnBackend for Scatter {
+    fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
+        let p = |t| primitive::<B>(t, dev);
+        let out = B::scatter_kv(
+            ScatterInputs {
+                key: p(self.key),
+                value: self.value.map(p),
+                key_cache: p(self.key_cache),
+                value_cache: self.value_cache.map(p),
+            },
+            &self.spec,
+        )?;
+        let mut res = Bundle::default();
+        res.insert("keyCache", host_primitive::<B>(out.key_cache, self.dtype));
+        if let Some(vc) = out.value_cache {
+            res.insert("valueCache", host_primitive::<B>(vc, self.dtype));
+        }
+        Ok(res)
+    }
+}
+
+/// int8 caches on `sim` / `npu` through the backend's call builder.
+fn int8_on_device(
+    device: Device,
+    spec: &ScatterSpec,
+    dims: &ScatterDims,
+    key: &HostTensor,
+    value: Option<&HostTensor>,
+    key_cache: &HostTensor,
+    value_cache: Option<&HostTensor>,
+) -> Result<Bundle, CliError> {
+    let rt = acl_runtime(device)?;
+    // Nct sources travel as their storage, described as the view [T, N, D] strided by
+    // strides[0] (aclnn::nct_source_desc).
+    let source = |t: &HostTensor, name, which| -> Result<DeviceTensor, CliError> {
+        if spec.scatter_mode != ScatterKind::Nct {
+            return upload(&rt, t, name);
+        }
+        let elems = t.shape.iter().product();
+        let desc = aclnn::nct_source_desc(dims, which, 0, elems, acl_dtype(t.dtype, name)?)?;
+        Ok(rt.upload(desc, &t.bytes)?)
+    };
+    let cache = |t: &HostTensor, name| -> Result<DeviceTensor, CliError> {
+        let desc = aclnn::cache_desc(spec.cache_mode, &t.shape, acl_dtype(t.dtype, name)?)?;
+        Ok(rt.upload(desc, &t.bytes)?)
+    };
+    let kd = source(key, "key", 0)?;
+    let vd = value.map(|t| source(t, "value", 1)).transpose()?;
+    let kc = cache(key_cache, "keyCache")?;
+    let vc = value_cache.map(|t| cache(t, "valueCache")).transpose()?;
+    {
+        let vh = vd.as_ref().map(DeviceTensor::handle).transpose()?;
+        let vch = vc.as_ref().map(DeviceTensor::handle).transpose()?;
+        aclnn::scatter(
+            &rt,
+            spec,
+            &aclnn::ScatterTensors {
+                key: &kd.handle()?,
+                key_cache: &kc.handle()?,
+                value: vh.as_ref(),
+                value_cache: vch.as_ref(),
+            },
+        )?;
+    }
+    let mut res = Bundle::default();
+    res.insert("keyCache", download(&kc)?);
+    if let Some(vc) = &vc {
+        res.insert("valueCache", download(vc)?);
+    }
+    Ok(res)
 }

@@ -1,21 +1,25 @@
 //! `varlen-fwd` / `varlen-bwd`: `aclnnFlashAttentionVarLenScoreV5` and
-//! `aclnnFlashAttentionUnpaddingScoreGradV5` on a safetensors bundle.
+//! `aclnnFlashAttentionUnpaddingScoreGradV5` on a safetensors bundle: the f64 reference
+//! (`--device reference`), else the public ops API on `NdArray` (`cpu`) or `Ascend` (`sim`,
+//! `npu`).
 
 use half::{bf16, f16};
 use safetensors::Dtype;
 
-use super::device::{acl_runtime, download, output, upload, upload_opt};
+use burn::tensor::TensorData;
+
+use super::device::{data, data_opt, host, on_backend, tensor, OnBackend};
 use super::io::{rank3, Bundle, HostTensor, WireFloat};
 use super::{CliError, Device};
-use burn_ascend::backend::attention::aclnn;
-use burn_ascend::kernels::cpu;
 use burn_ascend::kernels::reference::varlen as reference;
 use burn_ascend::ops::varlen::VARLEN_LAYOUT;
 use burn_ascend::ops::varlen::{
     compressed_mask, MaskSpec, PseSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec,
 };
-use burn_ascend::{AttnError, PseType, SoftmaxLayout, SparseMode};
-use burn_ascend_cann::acl::{DataType, DeviceTensor};
+use burn_ascend::{
+    varlen_score, varlen_score_grad, AttentionBackend, AttnError, PseType, SoftmaxLayout,
+    SparseMode, VarlenAttention,
+};
 
 /// Builds the spec from the bundle's tensors and attributes. `backward` selects the names that
 /// differ (`softmaxInLayout`, `sinkIn`).
@@ -204,22 +208,30 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
     let spec = spec_from(b, shapes.query, false)?;
     let dims = spec.validate_fwd(&shapes)?;
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
-    // Decoded on every device: the dtype checks are host validation `sim` and `npu` need too.
+    // Decoded on every device: the dtype checks are host validation every device needs.
     let (qv, kv, vv) = (
         q.values::<T>("query")?,
         k.values::<T>("key")?,
         v.values::<T>("value")?,
     );
-    if device.is_acl() {
-        return acl_forward(b, device, &spec, n);
+    if device != Device::Reference {
+        let dt = T::DTYPE;
+        return on_backend(
+            device,
+            Forward {
+                spec,
+                dtype: dt,
+                qkv: [
+                    data(q, "query", dt)?,
+                    data(k, "key", dt)?,
+                    data(v, "value", dt)?,
+                ],
+                sink: data_opt(b.optional(&["sink"]), "sink", Dtype::F32)?,
+            },
+        );
     }
     let p = spec.problem(dims, sink.as_deref());
-    let fwd = if device == Device::Reference {
-        reference::varlen_fwd
-    } else {
-        cpu::varlen_fwd
-    };
-    let out = fwd(&p, &qv, &kv, &vv);
+    let out = reference::varlen_fwd(&p, &qv, &kv, &vv);
     let mut res = Bundle::default();
     res.insert(
         "attentionOut",
@@ -228,6 +240,33 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
     res.insert("softmaxMax", stats(&out.softmax_max, t, n));
     res.insert("softmaxSum", stats(&out.softmax_sum, t, n));
     Ok(res)
+}
+
+/// The validated forward on a Burn backend ([`burn_ascend::varlen_score`]).
+struct Forward {
+    spec: VarlenSpec,
+    /// The inputs' (and `attentionOut`'s) wire dtype.
+    dtype: Dtype,
+    qkv: [TensorData; 3],
+    sink: Option<TensorData>,
+}
+
+impl OnBackend for Forward {
+    fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
+        let [q, k, v] = self.qkv;
+        let out = varlen_score::<B>(
+            tensor(q, dev),
+            tensor(k, dev),
+            tensor(v, dev),
+            self.sink.map(|s| tensor(s, dev)),
+            &self.spec,
+        )?;
+        let mut res = Bundle::default();
+        res.insert("attentionOut", host(out.attention_out, self.dtype));
+        res.insert("softmaxMax", host(out.softmax_max, Dtype::F32));
+        res.insert("softmaxSum", host(out.softmax_sum, Dtype::F32));
+        Ok(res)
+    }
 }
 
 fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
@@ -260,7 +299,7 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
         dims.kv_head_num,
         dims.head_dim,
     );
-    // Decoded on every device: the dtype checks are host validation `sim` and `npu` need too.
+    // Decoded on every device: the dtype checks are host validation every device needs.
     let (qv, kv, vv) = (
         q.values::<T>("query")?,
         k.values::<T>("key")?,
@@ -271,16 +310,30 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
         smax.values::<f32>("softmaxMax")?,
         ssum.values::<f32>("softmaxSum")?,
     );
-    if device.is_acl() {
-        return acl_backward(b, device, &spec, n);
+    if device != Device::Reference {
+        let dt = T::DTYPE;
+        return on_backend(
+            device,
+            Backward {
+                spec,
+                dtype: dt,
+                qkv: [
+                    data(q, "query", dt)?,
+                    data(k, "key", dt)?,
+                    data(v, "value", dt)?,
+                ],
+                dy: data(dy, "dy", dt)?,
+                forward: [
+                    data(o, "attentionIn", dt)?,
+                    data(smax, "softmaxMax", Dtype::F32)?,
+                    data(ssum, "softmaxSum", Dtype::F32)?,
+                ],
+                sink: data_opt(b.optional(&["sinkIn", "sink"]), "sinkIn", Dtype::F32)?,
+            },
+        );
     }
     let p = spec.problem(dims, sink.as_deref());
-    let bwd = if device == Device::Reference {
-        reference::varlen_bwd
-    } else {
-        cpu::varlen_bwd
-    };
-    let g = bwd(&p, &qv, &kv, &vv, &dyv, &ov, &smaxv, &ssumv);
+    let g = reference::varlen_bwd(&p, &qv, &kv, &vv, &dyv, &ov, &smaxv, &ssumv);
     let mut res = Bundle::default();
     res.insert("dq", HostTensor::from_values(&g.dq, vec![tq, n, d]));
     res.insert("dk", HostTensor::from_values(&g.dk, vec![tkv, nkv, d]));
@@ -296,107 +349,47 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     Ok(res)
 }
 
-/// `--device sim|npu`: the validated forward through the backend's own call builder.
-fn acl_forward(
-    b: &Bundle,
-    device: Device,
-    spec: &VarlenSpec,
-    n: usize,
-) -> Result<Bundle, CliError> {
-    let rt = acl_runtime(device)?;
-    let q = upload(&rt, b.required("query")?, "query")?;
-    let k = upload(&rt, b.required("key")?, "key")?;
-    let v = upload(&rt, b.required("value")?, "value")?;
-    let sink = upload_opt(&rt, b.optional(&["sink"]), "sink")?;
-    let dtype = q.desc.dtype;
-    let [t, _, dv] = [q.desc.dims[0] as usize, n, v.desc.dims[2] as usize];
-    let o = output(&rt, &[t, n, dv], dtype)?;
-    let smax = output(&rt, &[t, n, 8], DataType::Float)?;
-    let ssum = output(&rt, &[t, n, 8], DataType::Float)?;
-    {
-        let sink = sink.as_ref().map(DeviceTensor::handle).transpose()?;
-        aclnn::varlen_fwd(
-            &rt,
-            spec,
-            n,
-            &aclnn::VarlenFwdTensors {
-                dtype,
-                query: &q.handle()?,
-                key: &k.handle()?,
-                value: &v.handle()?,
-                sink: sink.as_ref(),
-                attention_out: &o.handle()?,
-                softmax_max: &smax.handle()?,
-                softmax_sum: &ssum.handle()?,
-            },
-        )?;
-    }
-    let mut res = Bundle::default();
-    res.insert("attentionOut", download(&o)?);
-    res.insert("softmaxMax", download(&smax)?);
-    res.insert("softmaxSum", download(&ssum)?);
-    Ok(res)
+/// The validated backward on a Burn backend ([`burn_ascend::varlen_score_grad`]). On `Ascend`
+/// the backend replaces CANN's dsink (wrong past its post-chunk threshold) and computes dpse
+/// (no arch32 grad kernel writes it), so every device gives the gradients users train on.
+struct Backward {
+    spec: VarlenSpec,
+    dtype: Dtype,
+    qkv: [TensorData; 3],
+    dy: TensorData,
+    /// `attentionIn`, `softmaxMax`, `softmaxSum`.
+    forward: [TensorData; 3],
+    sink: Option<TensorData>,
 }
 
-/// `--device sim|npu`: the validated backward through the backend's own call builder.
-fn acl_backward(
-    b: &Bundle,
-    device: Device,
-    spec: &VarlenSpec,
-    n: usize,
-) -> Result<Bundle, CliError> {
-    let rt = acl_runtime(device)?;
-    let up = |name: &'static str| -> Result<DeviceTensor, CliError> {
-        upload(&rt, b.required(name)?, name)
-    };
-    let (q, k, v) = (up("query")?, up("key")?, up("value")?);
-    let (dy, o) = (up("dy")?, up("attentionIn")?);
-    let (smax, ssum) = (up("softmaxMax")?, up("softmaxSum")?);
-    let sink = upload_opt(&rt, b.optional(&["sinkIn", "sink"]), "sinkIn")?;
-    let dtype = q.desc.dtype;
-    let dims =
-        |t: &DeviceTensor| -> Vec<usize> { t.desc.dims.iter().map(|&d| d as usize).collect() };
-    let dq = output(&rt, &dims(&q), dtype)?;
-    let dk = output(&rt, &dims(&k), dtype)?;
-    let dv = output(&rt, &dims(&v), dtype)?;
-    let dsink = sink
-        .as_ref()
-        .map(|_| output(&rt, &[n], DataType::Float))
-        .transpose()?;
-    {
-        let sink_h = sink.as_ref().map(DeviceTensor::handle).transpose()?;
-        let dsink_h = dsink.as_ref().map(DeviceTensor::handle).transpose()?;
-        aclnn::varlen_grad(
-            &rt,
-            spec,
-            n,
-            &aclnn::VarlenGradTensors {
-                dtype,
-                query: &q.handle()?,
-                key: &k.handle()?,
-                value: &v.handle()?,
-                dy: &dy.handle()?,
-                softmax_max: &smax.handle()?,
-                softmax_sum: &ssum.handle()?,
-                attention_in: &o.handle()?,
-                sink: sink_h.as_ref(),
-                dq: &dq.handle()?,
-                dk: &dk.handle()?,
-                dv: &dv.handle()?,
-                dsink: dsink_h.as_ref(),
-            },
+impl OnBackend for Backward {
+    fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
+        let [q, k, v] = self.qkv;
+        let [o, smax, ssum] = self.forward;
+        let forward = VarlenAttention::<B> {
+            attention_out: tensor(o, dev),
+            softmax_max: tensor(smax, dev),
+            softmax_sum: tensor(ssum, dev),
+        };
+        let g = varlen_score_grad::<B>(
+            tensor(q, dev),
+            tensor(k, dev),
+            tensor(v, dev),
+            self.sink.map(|s| tensor(s, dev)),
+            &forward,
+            tensor(self.dy, dev),
+            &self.spec,
         )?;
+        let mut res = Bundle::default();
+        res.insert("dq", host(g.dq, self.dtype));
+        res.insert("dk", host(g.dk, self.dtype));
+        res.insert("dv", host(g.dv, self.dtype));
+        if let Some(dp) = g.dpse {
+            res.insert("dpse", host(dp, Dtype::F32));
+        }
+        if let Some(ds) = g.dsink {
+            res.insert("dsink", host(ds, Dtype::F32));
+        }
+        Ok(res)
     }
-    // The op as CANN runs it: no `dpse` (no arch32 grad kernel writes `dpseOut`, spec
-    // Appendix), and the kernel's own `dsink` (wrong past its post-chunk threshold, which the
-    // simulation reproduces). The `Ascend` backend computes both itself; the host devices
-    // (`cpu`, `reference`) give the right ones.
-    let mut res = Bundle::default();
-    res.insert("dq", download(&dq)?);
-    res.insert("dk", download(&dk)?);
-    res.insert("dv", download(&dv)?);
-    if let Some(ds) = &dsink {
-        res.insert("dsink", download(ds)?);
-    }
-    Ok(res)
 }

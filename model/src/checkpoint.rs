@@ -2,14 +2,15 @@
 //! tensor names (`model.layers.{i}.self_attn.q_proj.weight`, …, gpt-oss's
 //! `model.layers.{i}.self_attn.sinks`), linear weights stored `[out, in]` as PyTorch does
 //! (Burn's `Linear` keeps `[in, out]`, so they are transposed on the way in and out).
-//! Loads f32, f16 and bf16 files, sharded or not (every `*.safetensors` in the folder).
+//! Loads f32, f16 and bf16 files, sharded or not (`model.safetensors` or `model-*-of-*.safetensors`).
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use burn::module::Param;
 use burn::nn::{Linear, RmsNorm};
-use burn::tensor::backend::Backend;
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
@@ -46,48 +47,110 @@ fn transpose((data, shape): HostF32) -> HostF32 {
     (out, vec![c, r])
 }
 
-/// All weights under their Hugging Face names.
-pub fn named_weights<B: Backend>(model: &Transformer<B>) -> Vec<(String, HostF32)> {
-    let mut out = Vec::new();
-    let mut linear = |name: String, l: &Linear<B>| {
-        out.push((format!("{name}.weight"), transpose(host(l.weight.val()))));
+/// A parameter of the model as the walker hands it out: rank 1 or rank 2, and whether it is
+/// a linear weight (stored transposed, `[out, in]`, in Hugging Face's files).
+enum ParamRef<'a, B: Backend> {
+    /// A vector (bias, norm weight, sinks).
+    Vector(&'a Param<Tensor<B, 1>>),
+    /// A matrix kept as Burn keeps it (embedding `[V, hidden]`).
+    Matrix(&'a Param<Tensor<B, 2>>),
+    /// A `Linear` weight `[in, out]`, transposed in the file.
+    LinearWeight(&'a Param<Tensor<B, 2>>),
+}
+
+/// Calls `f` on every parameter with its Hugging Face name.
+fn walk<B: Backend>(model: &Transformer<B>, mut f: impl FnMut(String, ParamRef<'_, B>)) {
+    let linear = |f: &mut dyn FnMut(String, ParamRef<'_, B>), name: String, l: &Linear<B>| {
+        f(format!("{name}.weight"), ParamRef::LinearWeight(&l.weight));
         if let Some(b) = &l.bias {
-            out.push((format!("{name}.bias"), host(b.val())));
+            f(format!("{name}.bias"), ParamRef::Vector(b));
         }
     };
     for (i, layer) in model.layers.iter().enumerate() {
         let p = format!("model.layers.{i}");
         let a = &layer.self_attn;
-        linear(format!("{p}.self_attn.q_proj"), &a.q_proj);
-        linear(format!("{p}.self_attn.k_proj"), &a.k_proj);
-        linear(format!("{p}.self_attn.v_proj"), &a.v_proj);
-        linear(format!("{p}.self_attn.o_proj"), &a.o_proj);
-        linear(format!("{p}.mlp.gate_proj"), &layer.mlp.gate_proj);
-        linear(format!("{p}.mlp.up_proj"), &layer.mlp.up_proj);
-        linear(format!("{p}.mlp.down_proj"), &layer.mlp.down_proj);
+        linear(&mut f, format!("{p}.self_attn.q_proj"), &a.q_proj);
+        linear(&mut f, format!("{p}.self_attn.k_proj"), &a.k_proj);
+        linear(&mut f, format!("{p}.self_attn.v_proj"), &a.v_proj);
+        linear(&mut f, format!("{p}.self_attn.o_proj"), &a.o_proj);
+        linear(&mut f, format!("{p}.mlp.gate_proj"), &layer.mlp.gate_proj);
+        linear(&mut f, format!("{p}.mlp.up_proj"), &layer.mlp.up_proj);
+        linear(&mut f, format!("{p}.mlp.down_proj"), &layer.mlp.down_proj);
     }
     if let Some(head) = &model.lm_head {
-        linear("lm_head".into(), head);
+        linear(&mut f, "lm_head".into(), head);
     }
-    out.push((
+    f(
         "model.embed_tokens.weight".into(),
-        host(model.embed_tokens.weight.val()),
-    ));
-    out.push(("model.norm.weight".into(), host(model.norm.gamma.val())));
+        ParamRef::Matrix(&model.embed_tokens.weight),
+    );
+    f(
+        "model.norm.weight".into(),
+        ParamRef::Vector(&model.norm.gamma),
+    );
     for (i, layer) in model.layers.iter().enumerate() {
         let p = format!("model.layers.{i}");
-        out.push((
+        f(
             format!("{p}.input_layernorm.weight"),
-            host(layer.input_layernorm.gamma.val()),
-        ));
-        out.push((
+            ParamRef::Vector(&layer.input_layernorm.gamma),
+        );
+        f(
             format!("{p}.post_attention_layernorm.weight"),
-            host(layer.post_attention_layernorm.gamma.val()),
-        ));
-        if let Some(s) = &layer.self_attn.sinks {
-            out.push((format!("{p}.self_attn.sinks"), host(s.val())));
+            ParamRef::Vector(&layer.post_attention_layernorm.gamma),
+        );
+        let a = &layer.self_attn;
+        if let Some(s) = &a.sinks {
+            f(format!("{p}.self_attn.sinks"), ParamRef::Vector(s));
+        }
+        if let Some(n) = &a.q_norm {
+            f(
+                format!("{p}.self_attn.q_norm.weight"),
+                ParamRef::Vector(&n.gamma),
+            );
+        }
+        if let Some(n) = &a.k_norm {
+            f(
+                format!("{p}.self_attn.k_norm.weight"),
+                ParamRef::Vector(&n.gamma),
+            );
         }
     }
+}
+
+/// All weights under their Hugging Face names.
+pub fn named_weights<B: Backend>(model: &Transformer<B>) -> Vec<(String, HostF32)> {
+    let mut out = Vec::new();
+    walk(model, |name, p| {
+        let t = match p {
+            ParamRef::Vector(v) => host(v.val()),
+            ParamRef::Matrix(m) => host(m.val()),
+            ParamRef::LinearWeight(w) => transpose(host(w.val())),
+        };
+        out.push((name, t));
+    });
+    out
+}
+
+/// The gradients in `grads` of every parameter of `model`, under the parameters' Hugging Face
+/// names and in their file layout (linear weights `[out, in]`), so they compare directly with
+/// PyTorch's `param.grad`. Parameters without a gradient are left out.
+pub fn named_grads<B: AutodiffBackend>(
+    model: &Transformer<B>,
+    grads: &GradientsParams,
+) -> Vec<(String, HostF32)> {
+    let mut out = Vec::new();
+    walk(model, |name, p| {
+        let g = match p {
+            ParamRef::Vector(v) => grads.get::<B::InnerBackend, 1>(v.id).map(host),
+            ParamRef::Matrix(m) => grads.get::<B::InnerBackend, 2>(m.id).map(host),
+            ParamRef::LinearWeight(w) => grads
+                .get::<B::InnerBackend, 2>(w.id)
+                .map(|g| transpose(host(g))),
+        };
+        if let Some(g) = g {
+            out.push((name, g));
+        }
+    });
     out
 }
 
@@ -120,23 +183,65 @@ pub fn save_hf<B: Backend>(model: &Transformer<B>, dir: &Path) -> Result<(), Att
 pub fn load_config(dir: &Path) -> Result<ModelConfig, AttnError> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
-    // Parsed straight from the text, so that a value of the wrong type is named by the file,
-    // line and column; what the config's rules refuse names the key.
-    let file: crate::config::HfConfigJson =
-        serde_json::from_str(&text).map_err(|e| io_err(&path, e))?;
-    ModelConfig::from_file(file)
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| io_err(&path, e))?;
+    ModelConfig::from_json(&v)
 }
 
-/// Every tensor of every `*.safetensors` file in `dir`, as f32.
+/// The end-of-sequence token ids of a checkpoint, as transformers' `generate` takes them:
+/// `eos_token_id` of `generation_config.json` when the folder has one, else of `config.json`;
+/// an id, a list of ids, or null / missing (none: generation runs to its length).
+pub fn eos_token_ids(dir: &Path) -> Result<Vec<u32>, AttnError> {
+    #[derive(serde::Deserialize)]
+    struct Eos {
+        #[serde(default)]
+        eos_token_id: Option<OneOrMany>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(u32),
+        Many(Vec<u32>),
+    }
+    let generation = dir.join("generation_config.json");
+    let path = if generation.exists() {
+        generation
+    } else {
+        dir.join("config.json")
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| io_err(&path, e))?;
+    let eos: Eos =
+        serde_json::from_value(v).map_err(|e| io_err(&path, format!("key 'eos_token_id': {e}")))?;
+    Ok(match eos.eos_token_id {
+        None => Vec::new(),
+        Some(OneOrMany::One(id)) => vec![id],
+        Some(OneOrMany::Many(ids)) => ids,
+    })
+}
+
+/// Every tensor of the weight files in `dir`, as f32.
 fn read_tensors(dir: &Path) -> Result<HashMap<String, HostF32>, AttnError> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| io_err(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        // transformers' file names: `model.safetensors`, or shards
+        // `model-00001-of-00002.safetensors`; other safetensors files in the folder (a
+        // training state, test expectations) are not weights.
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n == "model.safetensors"
+                    || (n.starts_with("model-")
+                        && n.ends_with(".safetensors")
+                        && n.contains("-of-"))
+            })
+        })
         .collect();
     files.sort();
     if files.is_empty() {
-        return Err(io_err(dir, "no *.safetensors file"));
+        return Err(io_err(
+            dir,
+            "no model.safetensors (or model-*-of-*.safetensors shards)",
+        ));
     }
     let mut out = HashMap::new();
     for path in files {
@@ -159,7 +264,7 @@ fn read_tensors(dir: &Path) -> Result<HashMap<String, HostF32>, AttnError> {
                     .collect(),
                 other => {
                     return Err(AttnError::Unsupported(format!(
-                        "unsupported: tensor {name} has dtype {other:?} (f32, f16, bf16)"
+                        "tensor {name} has dtype {other:?} (f32, f16, bf16)"
                     )))
                 }
             };
@@ -240,7 +345,16 @@ impl Weights {
 /// Loads `config.json` and the safetensors weights of a checkpoint folder (ours, or a Hugging
 /// Face Llama / Qwen2 one).
 pub fn load_hf<B: Backend>(dir: &Path, device: &B::Device) -> Result<Transformer<B>, AttnError> {
-    let config = load_config(dir)?;
+    load_weights(dir, load_config(dir)?, device)
+}
+
+/// Loads the safetensors weights of a checkpoint folder into the model `config` describes
+/// (parsed by the caller, e.g. from another `config.json` form of the same checkpoint).
+pub fn load_weights<B: Backend>(
+    dir: &Path,
+    config: ModelConfig,
+    device: &B::Device,
+) -> Result<Transformer<B>, AttnError> {
     let mut w = Weights(read_tensors(dir)?);
     let template = Transformer::<B>::new(&config, device)?;
     let c = &config;
@@ -272,24 +386,48 @@ pub fn load_hf<B: Backend>(dir: &Path, device: &B::Device) -> Result<Transformer
         a.q_proj = w.linear(&format!("{p}.self_attn.q_proj"), h, n * d, bias, device)?;
         a.k_proj = w.linear(&format!("{p}.self_attn.k_proj"), h, nkv * d, bias, device)?;
         a.v_proj = w.linear(&format!("{p}.self_attn.v_proj"), h, nkv * d, bias, device)?;
-        a.o_proj = w.linear(&format!("{p}.self_attn.o_proj"), n * d, h, false, device)?;
+        let o_bias = c.attention_output_bias;
+        a.o_proj = w.linear(&format!("{p}.self_attn.o_proj"), n * d, h, o_bias, device)?;
         if c.attention_sinks {
             a.sinks = Some(w.param(&format!("{p}.self_attn.sinks"), [n], device)?);
         }
+        if let Some(norm) = a.q_norm.take() {
+            a.q_norm = Some(w.norm(&format!("{p}.self_attn.q_norm.weight"), norm, d, device)?);
+        }
+        if let Some(norm) = a.k_norm.take() {
+            a.k_norm = Some(w.norm(&format!("{p}.self_attn.k_norm.weight"), norm, d, device)?);
+        }
         let m = &mut layer.mlp;
-        m.gate_proj = w.linear(&format!("{p}.mlp.gate_proj"), h, inter, false, device)?;
-        m.up_proj = w.linear(&format!("{p}.mlp.up_proj"), h, inter, false, device)?;
-        m.down_proj = w.linear(&format!("{p}.mlp.down_proj"), inter, h, false, device)?;
+        let mb = c.mlp_bias;
+        m.gate_proj = w.linear(&format!("{p}.mlp.gate_proj"), h, inter, mb, device)?;
+        m.up_proj = w.linear(&format!("{p}.mlp.up_proj"), h, inter, mb, device)?;
+        m.down_proj = w.linear(&format!("{p}.mlp.down_proj"), inter, h, mb, device)?;
         layers.push(layer);
     }
     let mut embed = template.embed_tokens;
     embed.weight = w.param("model.embed_tokens.weight", [c.vocab_size, h], device)?;
     let norm = w.norm("model.norm.weight", template.norm, h, device)?;
     let lm_head = if c.tie_word_embeddings {
+        // transformers ties `lm_head.weight` to the embedding; a file may still hold a copy.
+        w.0.remove("lm_head.weight");
         None
     } else {
         Some(w.linear("lm_head", h, c.vocab_size, false, device)?)
     };
+    // A tensor the architecture has no place for means the config describes another model
+    // (a bias, a norm, experts…): refuse it rather than compute without it. RoPE's cached
+    // `inv_freq` buffers (older Llama files) are recomputed from the config.
+    let mut left: Vec<&String> =
+        w.0.keys()
+            .filter(|k| !k.ends_with("rotary_emb.inv_freq"))
+            .collect();
+    left.sort();
+    if let Some(name) = left.first() {
+        return Err(AttnError::Unsupported(format!(
+            "tensor {name} (not part of the architecture config.json describes; {} such tensors)",
+            left.len()
+        )));
+    }
     Ok(Transformer {
         embed_tokens: embed,
         layers,

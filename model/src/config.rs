@@ -1,16 +1,100 @@
-//! The model's hyper-parameters, saved as `config.json` next to the weights. Reads our own
-//! format and Hugging Face Llama / Qwen2 `config.json` files (same key names, ours adds the
-//! sink and window keys).
+//! The model's hyper-parameters, saved as `config.json` next to the weights.
+//!
+//! Reads our own format (`model_type: "burn-ascend"`) and Hugging Face `config.json` files of
+//! the `llama`, `qwen2`, `qwen3` and `mistral` model types, in the Hub's older form (top-level
+//! `rope_theta`, `rope_scaling`) and in transformers 5's (`rope_parameters` holding
+//! `rope_theta` and `rope_type`), the way transformers 5 reads them:
+//!
+//! - defaults are those of transformers' config classes (`models/*/configuration_*.py`,
+//!   e.g. Qwen3's `head_dim = 128`, Mistral's `sliding_window = 4096`), used only where a key
+//!   is missing;
+//! - every key that changes the arithmetic is either honoured or refused with
+//!   [`AttnError::Unsupported`], whose message reads `unsupported: <key> …`; keys that are
+//!   only metadata (`torch_dtype`, token ids, `use_cache`, …) are listed in [`METADATA_KEYS`]
+//!   and a key in neither list is refused too, so nothing is silently ignored;
+//! - a key of the wrong type or shape is an [`AttnError::Invalid`] naming the key.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
 use burn_ascend::AttnError;
 
-/// A decoder-only transformer in the style of gpt-oss / Llama. Serialised under these names
-/// (Hugging Face's, plus ours for the sinks and windows) into our `config.json`
-/// ([`ModelConfig::to_json`]).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Attention kind of one layer, transformers' `layer_types` entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LayerType {
+    /// Full causal attention.
+    #[serde(rename = "full_attention")]
+    Full,
+    /// Sliding-window causal attention (the config's `sliding_window`).
+    #[serde(rename = "sliding_attention")]
+    Sliding,
+}
+
+impl LayerType {
+    /// `n` layers alternating sliding (even layers, from layer 0) and full, as gpt-oss.
+    pub fn alternating(n: usize) -> Vec<Self> {
+        (0..n)
+            .map(|i| {
+                if i % 2 == 0 {
+                    Self::Sliding
+                } else {
+                    Self::Full
+                }
+            })
+            .collect()
+    }
+
+    /// `n` layers of one kind.
+    pub fn all(kind: Self, n: usize) -> Vec<Self> {
+        vec![kind; n]
+    }
+}
+
+/// How RoPE's inverse frequencies are derived from `rope_theta`: transformers'
+/// `ROPE_INIT_FUNCTIONS` (`modeling_rope_utils.py`) for the types we implement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// `_compute_default_rope_parameters`: `1 / θ^(2i/D)`.
+    Default,
+    /// `_compute_linear_scaling_rope_parameters`: the default frequencies divided by `factor`.
+    Linear {
+        /// Position interpolation factor.
+        factor: f64,
+    },
+    /// `_compute_llama3_parameters` (Llama 3.1+).
+    Llama3 {
+        /// `factor` (8 in Llama 3.1).
+        factor: f64,
+        /// `low_freq_factor` (1).
+        low_freq_factor: f64,
+        /// `high_freq_factor` (4).
+        high_freq_factor: f64,
+        /// `original_max_position_embeddings` (8192).
+        original_max_position_embeddings: f64,
+    },
+    /// `_compute_yarn_parameters`, with its attention factor scaling cos and sin.
+    Yarn {
+        /// `factor`.
+        factor: f64,
+        /// `original_max_position_embeddings` (transformers 5 defaults it to
+        /// `max_position_embeddings`).
+        original_max_position_embeddings: f64,
+        /// `beta_fast` (32).
+        beta_fast: f64,
+        /// `beta_slow` (1).
+        beta_slow: f64,
+        /// The attention factor: `attention_factor` when given, else `get_mscale(factor)`
+        /// (or the `mscale / mscale_all_dim` ratio), resolved at parse time.
+        attention_factor: f64,
+        /// `truncate` (true): floor / ceil the correction range (gpt-oss sets false).
+        truncate: bool,
+    },
+}
+
+/// A decoder-only transformer in the style of gpt-oss / Llama / Qwen.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
     /// Vocabulary size (256 for the byte-level tokenizer).
     pub vocab_size: usize,
@@ -26,21 +110,33 @@ pub struct ModelConfig {
     pub num_key_value_heads: usize,
     /// Head size.
     pub head_dim: usize,
-    /// Sliding-window size `W` (a query sees itself and the `W` tokens before it) of the
-    /// layers that use it; `None` makes every layer full causal.
+    /// Sliding-window size `W` of the layers whose [`Self::layer_types`] entry slides, with
+    /// transformers' semantics: a query sees `W` keys including itself (positions
+    /// `i − W + 1 ..= i`). `None`: the sliding layers attend fully, as in transformers.
     pub sliding_window: Option<usize>,
-    /// Which layers slide: even layers when `true` (gpt-oss alternates sliding and full).
-    pub alternate_sliding: bool,
-    /// Learned per-head attention sinks (gpt-oss); Llama / Qwen2 checkpoints have none.
+    /// Per layer: full or sliding attention (`num_hidden_layers` entries).
+    pub layer_types: Vec<LayerType>,
+    /// Learned per-head attention sinks (gpt-oss); Llama / Qwen / Mistral have none.
     pub attention_sinks: bool,
-    /// Bias on the q/k/v projections (Qwen2).
+    /// Bias on the q/k/v projections (Qwen2; Llama / Qwen3 with `attention_bias`).
     pub attention_bias: bool,
+    /// Bias on the output projection (Llama / Qwen3 with `attention_bias`; not Qwen2).
+    pub attention_output_bias: bool,
+    /// Biases on the MLP's three projections (Llama's `mlp_bias`).
+    pub mlp_bias: bool,
+    /// Per-head RMSNorm of q and k over `head_dim` before RoPE (Qwen3's `q_norm` / `k_norm`).
+    pub qk_norm: bool,
     /// RoPE base.
     pub rope_theta: f64,
+    /// RoPE frequency scaling.
+    pub rope_scaling: RopeScaling,
     /// RMSNorm epsilon.
     pub rms_norm_eps: f64,
     /// Output head shares the embedding matrix.
     pub tie_word_embeddings: bool,
+    /// Attention dropout probability of the checkpoint; inference ignores it (as transformers
+    /// in eval mode), training refuses a non-zero one (not implemented).
+    pub attention_dropout: f64,
 }
 
 impl ModelConfig {
@@ -56,20 +152,28 @@ impl ModelConfig {
             num_attention_heads: 4,
             num_key_value_heads: 2,
             head_dim: 64,
+            // 64 keys including the query, alternating with full layers, as gpt-oss does
+            // with 128.
             sliding_window: Some(64),
-            alternate_sliding: true,
+            layer_types: LayerType::alternating(4),
             attention_sinks: true,
             attention_bias: false,
+            attention_output_bias: false,
+            mlp_bias: false,
+            qk_norm: false,
             rope_theta: 10_000.0,
+            rope_scaling: RopeScaling::Default,
             rms_norm_eps: 1e-5,
             tie_word_embeddings: false,
+            attention_dropout: 0.0,
         }
     }
 
-    /// The window of layer `layer`, `None` for a full causal layer.
+    /// The window of layer `layer` in keys including the query (transformers' `W`), `None`
+    /// for a full causal layer.
     pub fn layer_window(&self, layer: usize) -> Option<usize> {
-        match self.sliding_window {
-            Some(w) if !self.alternate_sliding || layer.is_multiple_of(2) => Some(w),
+        match self.layer_types.get(layer) {
+            Some(LayerType::Sliding) => self.sliding_window,
             _ => None,
         }
     }
@@ -89,8 +193,15 @@ impl ModelConfig {
             } else {
                 0
             }
+            + if self.attention_output_bias { h } else { 0 }
+            + if self.qk_norm { 2 * d } else { 0 }
             + if self.attention_sinks { n } else { 0 };
-        let mlp = 3 * h * self.intermediate_size;
+        let mlp = 3 * h * self.intermediate_size
+            + if self.mlp_bias {
+                2 * self.intermediate_size + h
+            } else {
+                0
+            };
         let layer = attn + mlp + 2 * h;
         let head = if self.tie_word_embeddings {
             0
@@ -128,111 +239,714 @@ impl ModelConfig {
                 format!("must be even (RoPE rotates pairs), got {}", self.head_dim),
             );
         }
+        if self.layer_types.len() != self.num_hidden_layers {
+            return bad(
+                "layer_types",
+                format!(
+                    "needs one entry per layer ({}), got {}",
+                    self.num_hidden_layers,
+                    self.layer_types.len()
+                ),
+            );
+        }
+        if self.sliding_window == Some(0) {
+            return bad(
+                "sliding_window",
+                "must be at least 1 (the query itself)".into(),
+            );
+        }
         Ok(())
     }
 
-    /// `config.json` in Hugging Face's key names plus ours.
+    /// `config.json` in our format: Hugging Face's key names (transformers 5's
+    /// `rope_parameters`, `layer_types`) plus ours.
     pub fn to_json(&self) -> Value {
-        serde_json::to_value(OurConfigJson {
-            architectures: ["BurnAscendForCausalLM"],
-            model_type: OURS,
-            config: self,
+        let mut rope = Map::new();
+        rope.insert("rope_theta".into(), json!(self.rope_theta));
+        match &self.rope_scaling {
+            RopeScaling::Default => {
+                rope.insert("rope_type".into(), json!("default"));
+            }
+            RopeScaling::Linear { factor } => {
+                rope.insert("rope_type".into(), json!("linear"));
+                rope.insert("factor".into(), json!(factor));
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                rope.insert("rope_type".into(), json!("llama3"));
+                rope.insert("factor".into(), json!(factor));
+                rope.insert("low_freq_factor".into(), json!(low_freq_factor));
+                rope.insert("high_freq_factor".into(), json!(high_freq_factor));
+                rope.insert(
+                    "original_max_position_embeddings".into(),
+                    json!(original_max_position_embeddings),
+                );
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+                truncate,
+            } => {
+                rope.insert("rope_type".into(), json!("yarn"));
+                rope.insert("factor".into(), json!(factor));
+                rope.insert(
+                    "original_max_position_embeddings".into(),
+                    json!(original_max_position_embeddings),
+                );
+                rope.insert("beta_fast".into(), json!(beta_fast));
+                rope.insert("beta_slow".into(), json!(beta_slow));
+                rope.insert("attention_factor".into(), json!(attention_factor));
+                rope.insert("truncate".into(), json!(truncate));
+            }
+        }
+        json!({
+            "architectures": ["BurnAscendForCausalLM"],
+            "model_type": "burn-ascend",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "sliding_window": self.sliding_window,
+            "layer_types": self.layer_types,
+            "attention_sinks": self.attention_sinks,
+            "attention_bias": self.attention_bias,
+            "attention_output_bias": self.attention_output_bias,
+            "mlp_bias": self.mlp_bias,
+            "qk_norm": self.qk_norm,
+            "rope_parameters": rope,
+            "rms_norm_eps": self.rms_norm_eps,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_dropout": self.attention_dropout,
         })
-        .expect("a config of numbers and booleans serialises")
     }
 
-    /// Parses our `config.json` or a Hugging Face Llama / Qwen2 one. Qwen2 has q/k/v biases
-    /// and, unless `use_sliding_window`, no window; Llama neither.
+    /// Parses our `config.json` or a Hugging Face one (see the module's documentation).
     pub fn from_json(v: &Value) -> Result<Self, AttnError> {
-        let file = HfConfigJson::deserialize(v)
-            .map_err(|e| AttnError::invalid("config.json", e.to_string()))?;
-        Self::from_file(file)
-    }
-
-    /// The config of a parsed `config.json` (see [`ModelConfig::from_json`]).
-    pub(crate) fn from_file(v: HfConfigJson) -> Result<Self, AttnError> {
-        let model_type = v.model_type.as_deref().unwrap_or("llama");
-        let required = |x: Option<usize>, k: &'static str| {
-            x.ok_or_else(|| AttnError::invalid("config.json", format!("needs integer '{k}'")))
-        };
-        let heads = required(v.num_attention_heads, "num_attention_heads")?;
-        let hidden = required(v.hidden_size, "hidden_size")?;
-        let ours = model_type == OURS;
-        let qwen = model_type.starts_with("qwen2");
-        let window = if ours || v.use_sliding_window.unwrap_or(false) {
-            v.sliding_window
-        } else {
-            None
-        };
-        if !ours && !matches!(model_type, "llama" | "qwen2" | "mistral") {
-            return Err(AttnError::Unsupported(format!(
-                "unsupported: model_type '{model_type}' (llama, qwen2, mistral, burn-ascend)"
-            )));
-        }
-        if v.rope_scaling.as_ref().is_some_and(|r| !r.is_null()) {
-            return Err(AttnError::Unsupported(
-                "unsupported: rope_scaling in config.json (plain RoPE only)".into(),
-            ));
-        }
-        let cfg = Self {
-            vocab_size: required(v.vocab_size, "vocab_size")?,
-            hidden_size: hidden,
-            intermediate_size: required(v.intermediate_size, "intermediate_size")?,
-            num_hidden_layers: required(v.num_hidden_layers, "num_hidden_layers")?,
-            num_attention_heads: heads,
-            num_key_value_heads: v.num_key_value_heads.unwrap_or(heads),
-            head_dim: v.head_dim.unwrap_or(hidden / heads.max(1)),
-            sliding_window: window,
-            alternate_sliding: ours && v.alternate_sliding.unwrap_or(false),
-            attention_sinks: ours && v.attention_sinks.unwrap_or(false),
-            attention_bias: v.attention_bias.unwrap_or(qwen),
-            rope_theta: v.rope_theta.unwrap_or(10_000.0),
-            rms_norm_eps: v.rms_norm_eps.unwrap_or(1e-6),
-            tie_word_embeddings: v.tie_word_embeddings.unwrap_or(false),
-        };
+        let map = v.as_object().ok_or_else(|| {
+            AttnError::invalid("config.json", "must be a JSON object".to_string())
+        })?;
+        let raw = RawConfig::parse(map)?;
+        let cfg = raw.interpret()?;
         cfg.validate()?;
         Ok(cfg)
     }
 }
 
-/// Our `model_type`.
-const OURS: &str = "burn-ascend";
+/// Keys that do not change the arithmetic of a forward or backward pass: identification,
+/// storage dtype (weights are converted on load; the compute dtype is the caller's choice),
+/// token ids and generation defaults (generation's concern, not the logits'), and
+/// initialisation (a checkpoint brings its weights).
+pub const METADATA_KEYS: &[&str] = &[
+    "architectures",
+    "model_type",
+    "transformers_version",
+    "_name_or_path",
+    "name_or_path",
+    "torch_dtype",
+    "dtype",
+    "use_cache",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "sep_token_id",
+    "decoder_start_token_id",
+    "initializer_range",
+    "max_position_embeddings",
+    "tokenizer_class",
+    "is_decoder",
+    "is_encoder_decoder",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "use_return_dict",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "finetuning_task",
+    "task_specific_params",
+    "prefix",
+    "torchscript",
+    "tie_encoder_decoder",
+    "max_length",
+    "min_length",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "num_beams",
+    "repetition_penalty",
+];
 
-/// Our `config.json`: the config under its own names, after the two keys `transformers`
-/// reads first.
-#[derive(Serialize)]
-struct OurConfigJson<'a> {
-    architectures: [&'static str; 1],
-    model_type: &'static str,
-    #[serde(flatten)]
-    config: &'a ModelConfig,
-}
-
-/// The keys of a `config.json` (ours or a Hugging Face Llama / Qwen2 / Mistral one) that are
-/// read; every one may be absent or `null` (the rules for which are required, and the defaults
-/// by `model_type`, are [`ModelConfig::from_json`]'s). Other keys (`architectures`,
-/// `torch_dtype`, `bos_token_id`, …) are ignored, as `transformers` writes many.
-#[derive(Deserialize)]
-pub(crate) struct HfConfigJson {
+/// The keys of `config.json` this loader knows, typed. Every field is optional: which ones a
+/// model type needs, and their defaults, are [`RawConfig::interpret`]'s concern. `Option<
+/// Option<T>>` fields tell a missing key (outer `None`) from an explicit `null`.
+#[derive(Debug, Default, Deserialize)]
+struct RawConfig {
     model_type: Option<String>,
     vocab_size: Option<usize>,
     hidden_size: Option<usize>,
     intermediate_size: Option<usize>,
     num_hidden_layers: Option<usize>,
     num_attention_heads: Option<usize>,
-    num_key_value_heads: Option<usize>,
-    head_dim: Option<usize>,
-    /// Honoured for ours, and for Qwen2 / others only with `use_sliding_window`.
-    sliding_window: Option<usize>,
-    use_sliding_window: Option<bool>,
-    /// Ours only.
-    alternate_sliding: Option<bool>,
-    /// Ours only.
-    attention_sinks: Option<bool>,
-    attention_bias: Option<bool>,
-    rope_theta: Option<f64>,
+    #[serde(default, deserialize_with = "explicit")]
+    num_key_value_heads: Option<Option<usize>>,
+    #[serde(default, deserialize_with = "explicit")]
+    head_dim: Option<Option<usize>>,
+    hidden_act: Option<String>,
+    max_position_embeddings: Option<usize>,
     rms_norm_eps: Option<f64>,
     tie_word_embeddings: Option<bool>,
-    /// Refused unless `null`: plain RoPE only.
-    rope_scaling: Option<Value>,
+    rope_theta: Option<f64>,
+    #[serde(default, deserialize_with = "explicit")]
+    rope_scaling: Option<Option<Map<String, Value>>>,
+    #[serde(default, deserialize_with = "explicit")]
+    rope_parameters: Option<Option<Map<String, Value>>>,
+    partial_rotary_factor: Option<f64>,
+    attention_bias: Option<bool>,
+    attention_output_bias: Option<bool>,
+    mlp_bias: Option<bool>,
+    qk_norm: Option<bool>,
+    #[serde(default, deserialize_with = "explicit")]
+    attention_dropout: Option<Option<f64>>,
+    use_sliding_window: Option<bool>,
+    #[serde(default, deserialize_with = "explicit")]
+    sliding_window: Option<Option<usize>>,
+    max_window_layers: Option<usize>,
+    #[serde(default, deserialize_with = "explicit")]
+    layer_types: Option<Option<Vec<LayerType>>>,
+    #[serde(default, deserialize_with = "explicit")]
+    pretraining_tp: Option<Option<usize>>,
+    #[serde(default, deserialize_with = "explicit")]
+    quantization_config: Option<Option<Value>>,
+    attention_sinks: Option<bool>,
+    alternate_sliding: Option<bool>,
+    /// Every other key: metadata or refused.
+    #[serde(flatten)]
+    rest: BTreeMap<String, Value>,
+}
+
+/// `Some(value)` for a present key, `null` included (`Some(None)`).
+fn explicit<'de, T, D>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    T: Deserialize<'de>,
+    D: serde::Deserializer<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// The typed keys of a RoPE dict (`rope_parameters` / `rope_scaling`), transformers'
+/// `RopeParameters`.
+#[derive(Debug, Default, Deserialize)]
+struct RawRope {
+    rope_type: Option<String>,
+    /// The Hub's legacy name of `rope_type`.
+    #[serde(rename = "type")]
+    legacy_type: Option<String>,
+    rope_theta: Option<f64>,
+    factor: Option<f64>,
+    low_freq_factor: Option<f64>,
+    high_freq_factor: Option<f64>,
+    original_max_position_embeddings: Option<f64>,
+    #[serde(default, deserialize_with = "explicit")]
+    attention_factor: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "explicit")]
+    beta_fast: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "explicit")]
+    beta_slow: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "explicit")]
+    mscale: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "explicit")]
+    mscale_all_dim: Option<Option<f64>>,
+    truncate: Option<bool>,
+    partial_rotary_factor: Option<f64>,
+    #[serde(flatten)]
+    rest: BTreeMap<String, Value>,
+}
+
+/// Deserializes `map` into `T`; on failure finds the key whose value has the wrong type or
+/// shape (serde's message alone does not name it) by deserializing one key at a time.
+fn typed<T: serde::de::DeserializeOwned + Default>(
+    map: &Map<String, Value>,
+    prefix: &str,
+) -> Result<T, AttnError> {
+    serde_json::from_value(Value::Object(map.clone())).map_err(|e| {
+        let key = map.iter().find_map(|(k, v)| {
+            let one = Map::from_iter([(k.clone(), v.clone())]);
+            serde_json::from_value::<T>(Value::Object(one))
+                .err()
+                .map(|e| (k.clone(), e))
+        });
+        match key {
+            Some((k, e)) => AttnError::invalid("config.json", format!("key '{prefix}{k}': {e}")),
+            None => AttnError::invalid("config.json", e.to_string()),
+        }
+    })
+}
+
+fn unsupported(what: String) -> AttnError {
+    AttnError::Unsupported(what)
+}
+
+fn missing(key: &str, model_type: &str) -> AttnError {
+    AttnError::invalid(
+        "config.json",
+        format!("needs '{key}' (model_type {model_type}: transformers has no default for it here)"),
+    )
+}
+
+/// The model families this loader reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Ours,
+    Llama,
+    Qwen2,
+    Qwen3,
+    Mistral,
+}
+
+impl RawConfig {
+    fn parse(map: &Map<String, Value>) -> Result<Self, AttnError> {
+        typed(map, "")
+    }
+
+    fn interpret(self) -> Result<ModelConfig, AttnError> {
+        let model_type = self.model_type.clone().ok_or_else(|| {
+            AttnError::invalid(
+                "config.json",
+                "needs 'model_type' (llama, qwen2, qwen3, mistral or burn-ascend)".to_string(),
+            )
+        })?;
+        let family = match model_type.as_str() {
+            "burn-ascend" => Family::Ours,
+            "llama" => Family::Llama,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            "mistral" => Family::Mistral,
+            "gpt_oss" => {
+                return Err(unsupported(
+                    "model_type gpt_oss (mixture of experts)".to_string(),
+                ))
+            }
+            other => {
+                return Err(unsupported(format!(
+                    "model_type {other} (llama, qwen2, qwen3, mistral, burn-ascend)"
+                )))
+            }
+        };
+        // Unknown keys: refused unless metadata, so none changes the arithmetic unseen.
+        if let Some(k) = self
+            .rest
+            .keys()
+            .find(|k| !METADATA_KEYS.contains(&k.as_str()))
+        {
+            return Err(unsupported(format!(
+                "{k} (a config.json key this loader does not know; it may change the arithmetic)"
+            )));
+        }
+        // Keys each family's transformers config class does not have, refused rather than
+        // guessed at (transformers would keep them as inert attributes).
+        let foreign: &[(&str, bool)] = &[
+            ("use_sliding_window", self.use_sliding_window.is_some()),
+            ("max_window_layers", self.max_window_layers.is_some()),
+            ("layer_types", self.layer_types.is_some()),
+            ("sliding_window", self.sliding_window.is_some()),
+            ("attention_bias", self.attention_bias.is_some()),
+            ("mlp_bias", self.mlp_bias.is_some()),
+            ("pretraining_tp", self.pretraining_tp.is_some()),
+            (
+                "attention_output_bias",
+                self.attention_output_bias.is_some(),
+            ),
+            ("qk_norm", self.qk_norm.is_some()),
+            ("attention_sinks", self.attention_sinks.is_some()),
+            ("alternate_sliding", self.alternate_sliding.is_some()),
+        ];
+        let allowed: &[&str] = match family {
+            Family::Ours => &[
+                "layer_types",
+                "sliding_window",
+                "attention_bias",
+                "mlp_bias",
+                "attention_output_bias",
+                "qk_norm",
+                "attention_sinks",
+                "alternate_sliding",
+            ],
+            // LlamaConfig: attention_bias (q/k/v/o), mlp_bias, pretraining_tp.
+            Family::Llama => &["attention_bias", "mlp_bias", "pretraining_tp"],
+            // Qwen2Config: the biases are fixed (q/k/v yes, o no); `attention_bias` is not a
+            // Qwen2 key, so Qwen2 ignores one and so do we.
+            Family::Qwen2 => &[
+                "use_sliding_window",
+                "sliding_window",
+                "max_window_layers",
+                "layer_types",
+                "attention_bias",
+            ],
+            Family::Qwen3 => &[
+                "use_sliding_window",
+                "sliding_window",
+                "max_window_layers",
+                "layer_types",
+                "attention_bias",
+            ],
+            // MistralConfig has `sliding_window` only; it warns on `layer_types` and its
+            // model ignores them, which we refuse rather than mirror.
+            Family::Mistral => &["sliding_window"],
+        };
+        if let Some((k, _)) = foreign.iter().find(|(k, set)| *set && !allowed.contains(k)) {
+            return Err(unsupported(format!(
+                "{k} for model_type {model_type} (not a key of its transformers config)"
+            )));
+        }
+
+        if let Some(Some(_)) = &self.quantization_config {
+            return Err(unsupported(
+                "quantization_config (quantized checkpoints are not dequantized here)".into(),
+            ));
+        }
+        match self.hidden_act.as_deref() {
+            // transformers' ACT2FN: "silu" and "swish" are both nn.SiLU. Missing: every
+            // family here defaults to "silu".
+            None | Some("silu") | Some("swish") => {}
+            Some(other) => {
+                return Err(unsupported(format!(
+                    "hidden_act {other} (SwiGLU with silu only)"
+                )))
+            }
+        }
+        if let Some(Some(tp)) = self.pretraining_tp {
+            // Llama's pretraining_tp > 1 split the MLP matmuls into slices to reproduce the
+            // pretraining rounding; 1 (what Llama 2 configs carry) is a no-op.
+            if tp != 1 {
+                return Err(unsupported(format!(
+                    "pretraining_tp {tp} (only 1, unsliced matmuls)"
+                )));
+            }
+        }
+        if let Some(p) = self.partial_rotary_factor {
+            if p != 1.0 {
+                return Err(unsupported(format!(
+                    "partial_rotary_factor {p} (RoPE over the whole head only)"
+                )));
+            }
+        }
+
+        let name = model_type.as_str();
+        let need = |v: Option<usize>, key: &str| v.ok_or_else(|| missing(key, name));
+        let vocab_size = need(self.vocab_size, "vocab_size")?;
+        let hidden_size = need(self.hidden_size, "hidden_size")?;
+        let intermediate_size = need(self.intermediate_size, "intermediate_size")?;
+        let num_hidden_layers = need(self.num_hidden_layers, "num_hidden_layers")?;
+        let num_attention_heads = need(self.num_attention_heads, "num_attention_heads")?;
+        if num_attention_heads == 0 {
+            return Err(AttnError::invalid(
+                "num_attention_heads",
+                "must be positive".to_string(),
+            ));
+        }
+        // num_key_value_heads: null means "as many as the query heads" in every config class;
+        // a missing key is the class default: None (→ heads) for Llama, 32 for Qwen2 / Qwen3,
+        // 8 for Mistral.
+        let num_key_value_heads = match self.num_key_value_heads {
+            Some(Some(n)) => n,
+            Some(None) => num_attention_heads,
+            None => match family {
+                Family::Ours | Family::Llama => num_attention_heads,
+                Family::Qwen2 | Family::Qwen3 => 32,
+                Family::Mistral => 8,
+            },
+        };
+        // head_dim: null or missing is hidden / heads, except Qwen3 whose class default is 128
+        // (Qwen2 has no head_dim key at all and always derives it).
+        let head_dim = match (self.head_dim, family) {
+            (Some(Some(d)), _) => d,
+            (None, Family::Qwen3) => 128,
+            _ => hidden_size / num_attention_heads,
+        };
+        // Every family's class default is 1e-6.
+        let rms_norm_eps = self.rms_norm_eps.unwrap_or(1e-6);
+        let tie_word_embeddings = self.tie_word_embeddings.unwrap_or(false);
+        let attention_dropout = self.attention_dropout.flatten().unwrap_or(0.0);
+
+        let (rope_theta, rope_scaling) = self.rope(family, name)?;
+
+        // Biases: Llama and Qwen3 put `attention_bias` on q/k/v and o; Qwen2 always has q/k/v
+        // biases and no o bias; Mistral none (modeling_*.py's `*Attention.__init__`).
+        let (attention_bias, attention_output_bias) = match family {
+            Family::Ours => (
+                self.attention_bias.unwrap_or(false),
+                self.attention_output_bias.unwrap_or(false),
+            ),
+            Family::Llama | Family::Qwen3 => {
+                let b = self.attention_bias.unwrap_or(false);
+                (b, b)
+            }
+            Family::Qwen2 => (true, false),
+            Family::Mistral => (false, false),
+        };
+        let mlp_bias = self.mlp_bias.unwrap_or(false);
+        let qk_norm = match family {
+            Family::Ours => self.qk_norm.unwrap_or(false),
+            Family::Qwen3 => true,
+            _ => false,
+        };
+
+        let (sliding_window, layer_types) = match family {
+            Family::Ours => {
+                match (self.alternate_sliding, self.layer_types.flatten()) {
+                    (Some(_), Some(_)) => {
+                        return Err(AttnError::invalid(
+                            "config.json",
+                            "has both 'alternate_sliding' (the old format) and 'layer_types'"
+                                .to_string(),
+                        ))
+                    }
+                    // The old format (before per-layer windows): its window `W` meant "the
+                    // query and the W tokens before it", W + 1 keys; it is read as W + 1 keys
+                    // in transformers' semantics so old checkpoints compute exactly what they
+                    // did. Its layers slid on even layers when `alternate_sliding`, else all.
+                    (Some(alternate), None) => {
+                        let w = self.sliding_window.flatten().map(|w| w + 1);
+                        let types = if alternate {
+                            LayerType::alternating(num_hidden_layers)
+                        } else {
+                            LayerType::all(LayerType::Sliding, num_hidden_layers)
+                        };
+                        (w, types)
+                    }
+                    (None, Some(types)) => (self.sliding_window.flatten(), types),
+                    (None, None) => (
+                        self.sliding_window.flatten(),
+                        LayerType::all(LayerType::Full, num_hidden_layers),
+                    ),
+                }
+            }
+            Family::Llama => (None, LayerType::all(LayerType::Full, num_hidden_layers)),
+            // Qwen2Config / Qwen3Config.__post_init__: sliding_window := None unless
+            // use_sliding_window (default false); class default window 4096; layer_types when
+            // given, else sliding for layers i >= max_window_layers (default 28) when a
+            // window is set.
+            Family::Qwen2 | Family::Qwen3 => {
+                let window = if self.use_sliding_window.unwrap_or(false) {
+                    self.sliding_window.unwrap_or(Some(4096))
+                } else {
+                    None
+                };
+                let types = match self.layer_types.flatten() {
+                    Some(t) => t,
+                    None => {
+                        let from = self.max_window_layers.unwrap_or(28);
+                        (0..num_hidden_layers)
+                            .map(|i| {
+                                if window.is_some() && i >= from {
+                                    LayerType::Sliding
+                                } else {
+                                    LayerType::Full
+                                }
+                            })
+                            .collect()
+                    }
+                };
+                (window, types)
+            }
+            // MistralConfig: sliding_window defaults to 4096 and applies to every layer
+            // (MistralAttention passes `config.sliding_window` on all of them).
+            Family::Mistral => {
+                let window = self.sliding_window.unwrap_or(Some(4096));
+                (
+                    window,
+                    LayerType::all(LayerType::Sliding, num_hidden_layers),
+                )
+            }
+        };
+        let attention_sinks = family == Family::Ours && self.attention_sinks.unwrap_or(false);
+
+        Ok(ModelConfig {
+            vocab_size,
+            hidden_size,
+            intermediate_size,
+            num_hidden_layers,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            sliding_window,
+            layer_types,
+            attention_sinks,
+            attention_bias,
+            attention_output_bias,
+            mlp_bias,
+            qk_norm,
+            rope_theta,
+            rope_scaling,
+            rms_norm_eps,
+            tie_word_embeddings,
+            attention_dropout,
+        })
+    }
+
+    /// RoPE's base and scaling as transformers 5 standardizes them
+    /// (`RotaryEmbeddingConfigMixin.convert_rope_params_to_dict` / `standardize_rope_params`):
+    /// the dict is `rope_scaling or rope_parameters`; `rope_theta` defaults to the top-level
+    /// `rope_theta`, else 10 000 (`default_theta` of every family here); `rope_type` to the
+    /// legacy `type`, else "default"; for llama3 and yarn `original_max_position_embeddings`
+    /// to `max_position_embeddings`.
+    fn rope(&self, family: Family, name: &str) -> Result<(f64, RopeScaling), AttnError> {
+        let dict = match (&self.rope_scaling, &self.rope_parameters) {
+            (Some(Some(d)), _) => Some(d.clone()),
+            (_, Some(Some(d))) => Some(d.clone()),
+            _ => None,
+        };
+        let key = if matches!(self.rope_scaling, Some(Some(_))) {
+            "rope_scaling."
+        } else {
+            "rope_parameters."
+        };
+        let r: RawRope = match &dict {
+            Some(d) => typed(d, key)?,
+            None => RawRope::default(),
+        };
+        if let Some(p) = r.partial_rotary_factor {
+            if p != 1.0 {
+                return Err(unsupported(format!(
+                    "partial_rotary_factor {p} (RoPE over the whole head only)"
+                )));
+            }
+        }
+        let theta = r.rope_theta.or(self.rope_theta).unwrap_or(10_000.0);
+        let rope_type = r
+            .rope_type
+            .clone()
+            .or(r.legacy_type.clone())
+            .unwrap_or_else(|| "default".into());
+        let max_pos = self.max_position_embeddings.map(|m| m as f64).or(
+            // The class defaults of max_position_embeddings.
+            match family {
+                Family::Llama => Some(2048.0),
+                Family::Qwen2 | Family::Qwen3 => Some(32768.0),
+                Family::Mistral => Some(131072.0),
+                Family::Ours => None,
+            },
+        );
+        let need = |v: Option<f64>, k: &str| {
+            v.ok_or_else(|| {
+                AttnError::invalid(
+                    "config.json",
+                    format!("rope_type {rope_type} needs '{key}{k}' (model_type {name})"),
+                )
+            })
+        };
+        let scaling = match rope_type.as_str() {
+            "default" => RopeScaling::Default,
+            "linear" => RopeScaling::Linear {
+                factor: need(r.factor, "factor")?,
+            },
+            "llama3" => RopeScaling::Llama3 {
+                factor: need(r.factor, "factor")?,
+                low_freq_factor: need(r.low_freq_factor, "low_freq_factor")?,
+                high_freq_factor: need(r.high_freq_factor, "high_freq_factor")?,
+                original_max_position_embeddings: need(
+                    r.original_max_position_embeddings.or(max_pos),
+                    "original_max_position_embeddings",
+                )?,
+            },
+            "yarn" => {
+                let factor = need(r.factor, "factor")?;
+                // _compute_yarn_parameters' get_mscale and its attention-factor default.
+                let get_mscale = |scale: f64, mscale: f64| {
+                    if scale <= 1.0 {
+                        1.0
+                    } else {
+                        0.1 * mscale * scale.ln() + 1.0
+                    }
+                };
+                let attention_factor = match r.attention_factor.flatten() {
+                    Some(a) => a,
+                    None => match (r.mscale.flatten(), r.mscale_all_dim.flatten()) {
+                        // `if mscale and mscale_all_dim`: both truthy.
+                        (Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+                            get_mscale(factor, m) / get_mscale(factor, all)
+                        }
+                        _ => get_mscale(factor, 1.0),
+                    },
+                };
+                RopeScaling::Yarn {
+                    factor,
+                    original_max_position_embeddings: need(
+                        r.original_max_position_embeddings.or(max_pos),
+                        "original_max_position_embeddings",
+                    )?,
+                    // `rope_parameters_dict.get("beta_fast") or 32`: null or 0 is 32.
+                    beta_fast: r.beta_fast.flatten().filter(|b| *b != 0.0).unwrap_or(32.0),
+                    beta_slow: r.beta_slow.flatten().filter(|b| *b != 0.0).unwrap_or(1.0),
+                    attention_factor,
+                    truncate: r.truncate.unwrap_or(true),
+                }
+            }
+            other => {
+                return Err(unsupported(format!(
+                    "rope_type {other} (default, linear, llama3, yarn)"
+                )))
+            }
+        };
+        // Checked after the type, so an unsupported type is named rather than its keys.
+        if let Some(k) = r.rest.keys().next() {
+            return Err(unsupported(format!(
+                "{key}{k} (a RoPE key this loader does not know)"
+            )));
+        }
+        // Keys the chosen type does not read would be ignored by transformers too, but a
+        // mistyped key should not pass unseen: refuse them.
+        let used: &[(&str, bool)] = &[
+            ("factor", r.factor.is_some()),
+            ("low_freq_factor", r.low_freq_factor.is_some()),
+            ("high_freq_factor", r.high_freq_factor.is_some()),
+            (
+                "original_max_position_embeddings",
+                r.original_max_position_embeddings.is_some(),
+            ),
+            ("attention_factor", r.attention_factor.is_some()),
+            ("beta_fast", r.beta_fast.is_some()),
+            ("beta_slow", r.beta_slow.is_some()),
+            ("mscale", r.mscale.is_some()),
+            ("mscale_all_dim", r.mscale_all_dim.is_some()),
+            ("truncate", r.truncate.is_some()),
+        ];
+        let reads: &[&str] = match &scaling {
+            RopeScaling::Default => &[],
+            RopeScaling::Linear { .. } => &["factor"],
+            RopeScaling::Llama3 { .. } => &[
+                "factor",
+                "low_freq_factor",
+                "high_freq_factor",
+                "original_max_position_embeddings",
+            ],
+            RopeScaling::Yarn { .. } => &[
+                "factor",
+                "original_max_position_embeddings",
+                "attention_factor",
+                "beta_fast",
+                "beta_slow",
+                "mscale",
+                "mscale_all_dim",
+                "truncate",
+            ],
+        };
+        if let Some((k, _)) = used.iter().find(|(k, set)| *set && !reads.contains(k)) {
+            return Err(unsupported(format!(
+                "{key}{k} with rope_type {rope_type} (that type does not read it)"
+            )));
+        }
+        Ok((theta, scaling))
+    }
 }

@@ -8,7 +8,7 @@
 //! whose `pseShift` is the sink logit, through prompt / incremental attention
 //! ([`AttendPath::PromptIncre`]). [`Generator::attend_path`] says which one a generator runs.
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 
 use super::data::SplitMix;
 use super::rope::Rope;
@@ -24,6 +24,10 @@ pub struct Generator<B: AttentionBackend> {
     seqs: Vec<(Vec<SeqId>, usize)>,
     /// How windows and sinks reach the attention ops.
     path: AttendPath,
+    /// The dtype the caches hold and attention computes in (`None`: the model's). CANN's
+    /// attention ops take F16 / BF16 queries, not F32, so a model served on an NPU keeps its
+    /// projections where they are and attends in half precision.
+    attention_dtype: Option<FloatDType>,
 }
 
 impl<B: AttentionBackend> Generator<B> {
@@ -63,7 +67,36 @@ impl<B: AttentionBackend> Generator<B> {
             } else {
                 AttendPath::PromptIncre
             },
+            attention_dtype: None,
         })
+    }
+
+    /// Keys, values and queries in `dtype` in the caches and the attention ops (F16 / BF16
+    /// serving), the attention's output cast back to the model's dtype; only before the first
+    /// sequence. FIA then gets the sinks in the dtype its path reads on the device's CANN
+    /// release (issue 30): BF16 for every layout with an F16 or BF16 query on CANN <= 8.5.
+    pub fn with_attention_dtype(mut self, dtype: FloatDType) -> Result<Self, AttnError> {
+        if !self.seqs.is_empty() {
+            return Err(AttnError::invalid(
+                "dtype",
+                "the attention dtype can only change before the first sequence is added",
+            ));
+        }
+        self.caches = self
+            .caches
+            .into_iter()
+            .map(|c| c.with_dtype(dtype.into()))
+            .collect::<Result<_, _>>()?;
+        self.attention_dtype = Some(dtype);
+        Ok(self)
+    }
+
+    /// `x` in the attention dtype.
+    fn to_attention<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        match self.attention_dtype {
+            Some(dt) => x.cast(dt),
+            None => x,
+        }
     }
 
     /// How windows and sinks reach the attention ops: [`AttendPath::Fused`] unless the model
@@ -105,8 +138,12 @@ impl<B: AttentionBackend> Generator<B> {
     fn options(&self, layer: usize) -> AttendOptions {
         let attn = &self.model.layers[layer].self_attn;
         AttendOptions {
-            window: self.model.config.layer_window(layer),
+            // The cache's window counts the tokens before the query (it sees `p − W ..= p`);
+            // the model's counts keys including the query, transformers' semantics.
+            window: self.model.config.layer_window(layer).map(|w| w - 1),
             path: self.path,
+            // Exact f32 values of the sink in whatever dtype the model keeps it; the backend
+            // sends them in the dtype FIA's path reads on the device's CANN (issue 30).
             sinks: attn.sinks.as_ref().map(|s| {
                 s.val()
                     .into_data()
@@ -132,13 +169,17 @@ impl<B: AttentionBackend> Generator<B> {
                 && self.model.layers[layer].self_attn.sinks.is_some()
             {
                 let zero = Tensor::<B, 3>::zeros([1, c.num_key_value_heads, c.head_dim], &device);
+                let zero = match self.attention_dtype {
+                    Some(dt) => zero.cast(dt),
+                    None => zero,
+                };
                 cache.append(id, zero.clone(), zero)?;
             }
             ids.push(id);
         }
         let l = prompt.len();
         let positions: Vec<usize> = (0..l).collect();
-        let rope = Rope::new(&positions, c.head_dim, c.rope_theta, &device);
+        let rope = Rope::new(&positions, &c, &device);
         let tokens: Vec<i64> = prompt.iter().map(|&t| t as i64).collect();
         let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
             TensorData::new(tokens, [l]),
@@ -148,12 +189,20 @@ impl<B: AttentionBackend> Generator<B> {
             let opts = self.options(layer);
             let h = block.input_layernorm.forward(x.clone());
             let (q, k, v) = block.self_attn.qkv(h, &rope, &c);
+            let dt = q.dtype();
+            let (q, k, v) = (
+                self.to_attention(q),
+                self.to_attention(k),
+                self.to_attention(v),
+            );
             self.caches[layer].append(ids[layer], k, v)?;
-            let o = self.caches[layer].attend_with(
-                &ids[layer..=layer],
-                q.reshape([1, l, c.num_attention_heads, c.head_dim]),
-                &opts,
-            )?;
+            let o = self.caches[layer]
+                .attend_with(
+                    &ids[layer..=layer],
+                    q.reshape([1, l, c.num_attention_heads, c.head_dim]),
+                    &opts,
+                )?
+                .cast(dt);
             x = x + block
                 .self_attn
                 .out(o.reshape([l, c.num_attention_heads, c.head_dim]));
@@ -187,7 +236,7 @@ impl<B: AttentionBackend> Generator<B> {
         let (b, n, d) = (seqs.len(), c.num_attention_heads, c.head_dim);
         let device = self.model.embed_tokens.weight.val().device();
         let positions: Vec<usize> = seqs.iter().map(|&s| self.seqs[s].1).collect();
-        let rope = Rope::new(&positions, d, c.rope_theta, &device);
+        let rope = Rope::new(&positions, &c, &device);
         let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
         let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
             TensorData::new(ids, [b]),
@@ -197,6 +246,12 @@ impl<B: AttentionBackend> Generator<B> {
             let opts = self.options(layer);
             let h = block.input_layernorm.forward(x.clone());
             let (q, k, v) = block.self_attn.qkv(h, &rope, &c);
+            let dt = q.dtype();
+            let (q, k, v) = (
+                self.to_attention(q),
+                self.to_attention(k),
+                self.to_attention(v),
+            );
             let layer_ids: Vec<SeqId> = seqs.iter().map(|&s| self.seqs[s].0[layer]).collect();
             for (i, &id) in layer_ids.iter().enumerate() {
                 self.caches[layer].append(
@@ -205,7 +260,9 @@ impl<B: AttentionBackend> Generator<B> {
                     v.clone().narrow(0, i, 1),
                 )?;
             }
-            let o = self.caches[layer].attend_with(&layer_ids, q.reshape([b, 1, n, d]), &opts)?;
+            let o = self.caches[layer]
+                .attend_with(&layer_ids, q.reshape([b, 1, n, d]), &opts)?
+                .cast(dt);
             x = x + block.self_attn.out(o.reshape([b, n, d]));
             let h = block.post_attention_layernorm.forward(x.clone());
             x = x + block.mlp.forward(h);
@@ -338,6 +395,21 @@ pub fn generate_batch<B: AttentionBackend>(
     sampling: &[Sampling],
     rng: &mut SplitMix,
 ) -> Result<GenerationRun, AttnError> {
+    generate_batch_until(gen, prompts, max_new, sampling, rng, &[])
+}
+
+/// [`generate_batch`] where a sequence stops after emitting one of `stop` (its end-of-sequence
+/// tokens, see [`crate::checkpoint::eos_token_ids`]): the stop token is the last of its
+/// `generated`, and later steps decode only the sequences still running. With no stop token
+/// it draws from `rng` exactly as [`generate_batch`].
+pub fn generate_batch_until<B: AttentionBackend>(
+    gen: &mut Generator<B>,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    sampling: &[Sampling],
+    rng: &mut SplitMix,
+    stop: &[u32],
+) -> Result<GenerationRun, AttnError> {
     if sampling.len() != prompts.len() {
         return Err(AttnError::invalid(
             "sampling",
@@ -358,19 +430,33 @@ pub fn generate_batch<B: AttentionBackend>(
     run.prefill_secs = start.elapsed().as_secs_f64();
     let start = std::time::Instant::now();
     run.generated = vec![Vec::new(); prompts.len()];
+    // Indices (into `prompts`) of the sequences still generating.
+    let mut running: Vec<usize> = (0..prompts.len()).collect();
     for step in 0..max_new {
-        let next: Vec<u32> = (0..prompts.len())
-            .map(|i| sample(run.logits[i].last().expect("prefilled"), sampling[i], rng))
+        let next: Vec<u32> = running
+            .iter()
+            .map(|&i| sample(run.logits[i].last().expect("prefilled"), sampling[i], rng))
             .collect();
-        for (g, &t) in run.generated.iter_mut().zip(&next) {
-            g.push(t);
+        for (&i, &t) in running.iter().zip(&next) {
+            run.generated[i].push(t);
         }
         if step + 1 == max_new {
             break;
         }
-        for (i, l) in gen.step(&seqs, &next)?.into_iter().enumerate() {
-            run.logits[i].push(l);
+        let (cont, tokens): (Vec<usize>, Vec<u32>) = running
+            .iter()
+            .zip(&next)
+            .filter(|(_, t)| !stop.contains(t))
+            .map(|(&i, &t)| (i, t))
+            .unzip();
+        if cont.is_empty() {
+            break;
         }
+        let ids: Vec<usize> = cont.iter().map(|&i| seqs[i]).collect();
+        for (k, l) in gen.step(&ids, &tokens)?.into_iter().enumerate() {
+            run.logits[cont[k]].push(l);
+        }
+        running = cont;
     }
     run.decode_secs = start.elapsed().as_secs_f64();
     Ok(run)

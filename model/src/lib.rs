@@ -16,6 +16,8 @@ pub mod transformer;
 
 pub use config::ModelConfig;
 pub use data::{PackedBatch, Packer};
-pub use generate::{generate_batch, max_logit_gap, sample, GenerationRun, Generator, Sampling};
+pub use generate::{
+    generate_batch, generate_batch_until, max_logit_gap, sample, GenerationRun, Generator, Sampling,
+};
 pub use tokenizer::Tokenizer;
 pub use transformer::{cross_entropy, Transformer};

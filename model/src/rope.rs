@@ -1,10 +1,94 @@
 //! Rotary position embedding in Hugging Face Llama's convention ("rotate half": dimension `i`
-//! pairs with `i + D/2`), so Llama / Qwen2 checkpoints load unchanged. Positions are explicit,
-//! one per token, because packed sequences restart at 0 and cached decoding continues at the
-//! cache length.
+//! pairs with `i + D/2`), so Llama / Qwen / Mistral checkpoints load unchanged. Positions are
+//! explicit, one per token, because packed sequences restart at 0 and cached decoding
+//! continues at the cache length.
+//!
+//! The inverse frequencies follow transformers' `modeling_rope_utils.py`
+//! (`_compute_default_rope_parameters`, `_compute_linear_scaling_rope_parameters`,
+//! `_compute_llama3_parameters`, `_compute_yarn_parameters`), in f32 as torch computes them;
+//! the attention factor they return scales cos and sin (`LlamaRotaryEmbedding.forward`:
+//! `cos = emb.cos() * self.attention_scaling`), so q·k gains its square.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
+
+use super::config::{ModelConfig, RopeScaling};
+
+/// Per rotated pair `i < D/2`, the inverse frequency, and the attention factor, as
+/// transformers' RoPE init functions return them.
+pub fn inv_freq(head_dim: usize, theta: f64, scaling: &RopeScaling) -> (Vec<f32>, f64) {
+    let dim = head_dim;
+    let half = dim / 2;
+    // `base ** (torch.arange(0, dim, 2).float() / dim)` in f32.
+    let pos_freq = |i: usize| (theta.powf(((2 * i) as f32 / dim as f32) as f64)) as f32;
+    let default: Vec<f32> = (0..half).map(|i| 1.0 / pos_freq(i)).collect();
+    match *scaling {
+        RopeScaling::Default => (default, 1.0),
+        RopeScaling::Linear { factor } => {
+            (default.iter().map(|f| f / factor as f32).collect(), 1.0)
+        }
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings: old,
+        } => {
+            let low_wavelen = old / low_freq_factor;
+            let high_wavelen = old / high_freq_factor;
+            let f = default
+                .iter()
+                .map(|&inv| {
+                    let wavelen = 2.0 * std::f64::consts::PI / inv as f64;
+                    if wavelen < high_wavelen {
+                        inv
+                    } else if wavelen > low_wavelen {
+                        (inv as f64 / factor) as f32
+                    } else {
+                        let smooth = (old / wavelen - low_freq_factor)
+                            / (high_freq_factor - low_freq_factor);
+                        ((1.0 - smooth) * inv as f64 / factor + smooth * inv as f64) as f32
+                    }
+                })
+                .collect();
+            (f, 1.0)
+        }
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings: orig,
+            beta_fast,
+            beta_slow,
+            attention_factor,
+            truncate,
+        } => {
+            let d = dim as f64;
+            let correction_dim = |rot: f64| {
+                (d * (orig / (rot * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * theta.ln())
+            };
+            let (mut low, mut high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+            if truncate {
+                low = low.floor();
+                high = high.ceil();
+            }
+            let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+            if low == high {
+                high += 0.001; // transformers' "prevent singularity"
+            }
+            let f = (0..half)
+                .map(|i| {
+                    let p = pos_freq(i);
+                    let extrapolation = 1.0 / p;
+                    let interpolation = 1.0 / (factor as f32 * p);
+                    let ramp =
+                        ((i as f32 - low as f32) / (high as f32 - low as f32)).clamp(0.0, 1.0);
+                    let extrapolation_factor = 1.0 - ramp;
+                    interpolation * (1.0 - extrapolation_factor)
+                        + extrapolation * extrapolation_factor
+                })
+                .collect();
+            (f, attention_factor)
+        }
+    }
+}
 
 /// Cos/sin tables for a list of token positions.
 #[derive(Debug, Clone)]
@@ -14,17 +98,18 @@ pub struct Rope<B: Backend> {
 }
 
 impl<B: Backend> Rope<B> {
-    /// Tables `[T, 1, D/2]` for `positions` (length T), head size `head_dim`, base `theta`.
-    pub fn new(positions: &[usize], head_dim: usize, theta: f64, device: &B::Device) -> Self {
-        let half = head_dim / 2;
+    /// Tables `[T, 1, D/2]` for `positions` (length T) of the model `config`.
+    pub fn new(positions: &[usize], config: &ModelConfig, device: &B::Device) -> Self {
+        let (freqs, scale) = inv_freq(config.head_dim, config.rope_theta, &config.rope_scaling);
+        let half = freqs.len();
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
         for &p in positions {
-            for i in 0..half {
-                let inv_freq = theta.powf(-((2 * i) as f64) / head_dim as f64);
-                let angle = p as f64 * inv_freq;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
+            for &f in &freqs {
+                // `inv_freq @ position_ids` in f32, then cos / sin, times the attention factor.
+                let angle = (p as f32 * f) as f64;
+                cos.push((angle.cos() * scale) as f32);
+                sin.push((angle.sin() * scale) as f32);
             }
         }
         let shape = [positions.len(), 1, half];

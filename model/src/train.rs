@@ -219,6 +219,14 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
     mut sync: Option<&mut dyn GradientSync<B>>,
     mut on_step: impl FnMut(&StepReport),
 ) -> Result<(Transformer<B>, TrainState), AttnError> {
+    if model.config.attention_dropout > 0.0 {
+        // transformers applies it to the attention probabilities in training; our attention
+        // ops run without it, so training would silently compute another objective.
+        return Err(AttnError::Unsupported(format!(
+            "attention_dropout {} in training (only 0)",
+            model.config.attention_dropout
+        )));
+    }
     let device = model.embed_tokens.weight.val().device();
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
     let ranks = sync.as_deref().map_or(1, |s| s.size());

@@ -1,5 +1,7 @@
 //! The decoder: token embedding, pre-norm blocks of RMSNorm → GQA attention with learned sinks
-//! (sliding-window or full causal) → RMSNorm → SwiGLU MLP, a final RMSNorm and the output head.
+//! (sliding-window or full causal per layer) → RMSNorm → SwiGLU MLP, a final RMSNorm and the
+//! output head — with the switches Hugging Face's Llama-family checkpoints need: q/k/v and o
+//! biases, MLP biases, Qwen3's q/k RMSNorm before RoPE, tied embeddings (see `config.rs`).
 //!
 //! Training runs on packed batches: `tokens [T]` holding several sequences back to back,
 //! delimited by flash-attn style `cu_seqlens`, through this crate's varlen op (one fused
@@ -30,6 +32,10 @@ pub struct Attention<B: Backend> {
     pub o_proj: Linear<B>,
     /// Sink logits `[N]` (unscaled; an extra term `exp(sink)` in each softmax denominator).
     pub sinks: Option<Param<Tensor<B, 1>>>,
+    /// Qwen3's per-head RMSNorm of q over `head_dim`, before RoPE.
+    pub q_norm: Option<RmsNorm<B>>,
+    /// Qwen3's per-head RMSNorm of k over `head_dim`, before RoPE.
+    pub k_norm: Option<RmsNorm<B>>,
 }
 
 /// SwiGLU: `down(silu(gate(x)) · up(x))`.
@@ -103,11 +109,12 @@ impl<B: Backend> Transformer<B> {
             c.num_key_value_heads,
             c.head_dim,
         );
-        let norm = || {
-            RmsNormConfig::new(h)
+        let norm_of = |size: usize| {
+            RmsNormConfig::new(size)
                 .with_epsilon(c.rms_norm_eps)
                 .init(device)
         };
+        let norm = || norm_of(h);
         let layers = (0..c.num_hidden_layers)
             .map(|_| Block {
                 input_layernorm: norm(),
@@ -115,16 +122,18 @@ impl<B: Backend> Transformer<B> {
                     q_proj: linear(h, n * d, c.attention_bias, device),
                     k_proj: linear(h, nkv * d, c.attention_bias, device),
                     v_proj: linear(h, nkv * d, c.attention_bias, device),
-                    o_proj: linear(n * d, h, false, device),
+                    o_proj: linear(n * d, h, c.attention_output_bias, device),
                     sinks: c
                         .attention_sinks
                         .then(|| Param::from_tensor(Tensor::zeros([n], device))),
+                    q_norm: c.qk_norm.then(|| norm_of(d)),
+                    k_norm: c.qk_norm.then(|| norm_of(d)),
                 },
                 post_attention_layernorm: norm(),
                 mlp: Mlp {
-                    gate_proj: linear(h, c.intermediate_size, false, device),
-                    up_proj: linear(h, c.intermediate_size, false, device),
-                    down_proj: linear(c.intermediate_size, h, false, device),
+                    gate_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
+                    up_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
+                    down_proj: linear(c.intermediate_size, h, c.mlp_bias, device),
                 },
             })
             .collect();
@@ -200,12 +209,7 @@ impl<B: AttentionBackend> Transformer<B> {
                 ),
             ));
         }
-        let rope = Rope::new(
-            &positions,
-            self.config.head_dim,
-            self.config.rope_theta,
-            &device,
-        );
+        let rope = Rope::new(&positions, &self.config, &device);
         let mut x = self.embed(tokens);
         let dt = x.dtype();
         for (i, layer) in self.layers.iter().enumerate() {
@@ -231,7 +235,7 @@ impl<B: Backend> Transformer<B> {
         let device = tokens.device();
         let c = &self.config;
         let positions: Vec<usize> = (0..b).flat_map(|_| 0..s).collect();
-        let rope = Rope::new(&positions, c.head_dim, c.rope_theta, &device);
+        let rope = Rope::new(&positions, c, &device);
         let mut x = self
             .embed(tokens.reshape([b * s]))
             .reshape([b, s, c.hidden_size]);
@@ -268,6 +272,14 @@ impl<B: Backend> Attention<B> {
         let q = proj(&self.q_proj, x.clone()).reshape([t, n, d]);
         let k = proj(&self.k_proj, x.clone()).reshape([t, nkv, d]);
         let v = proj(&self.v_proj, x).reshape([t, nkv, d]);
+        let q = match &self.q_norm {
+            Some(norm) => rms_norm_as_hf(norm, q),
+            None => q,
+        };
+        let k = match &self.k_norm {
+            Some(norm) => rms_norm_as_hf(norm, k),
+            None => k,
+        };
         (rope.apply(q), rope.apply(k), v)
     }
 
@@ -324,13 +336,28 @@ impl<B: AttentionBackend> Attention<B> {
         let (q, k, v) = self.qkv(x, rope, c);
         let opts = FlashAttnOptions {
             causal: true,
-            window: window.map(|w| (w as i64, 0)),
+            // `w` keys including the query: `w − 1` to its left.
+            window: window.map(|w| (w as i64 - 1, 0)),
             sinks: self.sinks.as_ref().map(|s| s.val()),
             ..Default::default()
         };
         let o = flash_attention_varlen(q, k, v, cu_seqlens, cu_seqlens, opts)?;
         Ok(self.out(o))
     }
+}
+
+/// RMSNorm as transformers computes it (`LlamaRMSNorm` / `Qwen3RMSNorm`): in f32, the
+/// normalised value cast back to `x`'s dtype, then times the weight cast to it. Used on q and
+/// k, which are in the compute dtype under mixed precision while the norm's weight stays f32.
+fn rms_norm_as_hf<B: Backend, const D: usize>(norm: &RmsNorm<B>, x: Tensor<B, D>) -> Tensor<B, D> {
+    let dt = x.dtype();
+    let x32 = x.cast(FloatDType::F32);
+    let var = x32.clone().powf_scalar(2.0).mean_dim(D - 1);
+    let normed = (x32 / (var + norm.epsilon).sqrt()).cast(dt);
+    let dims = normed.dims();
+    let mut shape = [1usize; D];
+    shape[D - 1] = dims[D - 1];
+    normed * norm.gamma.val().cast(dt).reshape(shape).expand(dims)
 }
 
 /// Position of each packed token within its sequence.
@@ -342,7 +369,8 @@ pub fn packed_positions(cu_seqlens: &[i64]) -> Vec<usize> {
 }
 
 /// `[B, S, S]` mask (true = masked) of causal attention within each row's length, limited to
-/// the `window` tokens before the query when given.
+/// `window` keys including the query when given (transformers' sliding window: key `j` is
+/// visible to query `i` iff `i − W < j ≤ i`).
 fn padded_mask<B: Backend>(
     lengths: &[usize],
     s: usize,
@@ -353,7 +381,7 @@ fn padded_mask<B: Backend>(
     for &len in lengths {
         for i in 0..s {
             for j in 0..s {
-                let outside = j > i || j >= len || window.is_some_and(|w| j + w < i);
+                let outside = j > i || j >= len || window.is_some_and(|w| j + w <= i);
                 // Padding query rows keep their own diagonal so no row is fully masked.
                 m.push(outside && !(i >= len && i == j));
             }

@@ -154,6 +154,19 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         })
     }
 
+    /// The caches in `dtype` (the model's: F16 / BF16 serving), before the first sequence. FIA
+    /// then gets its `learnableSink` in the dtype its path reads, whatever this one (issue 30).
+    pub fn with_dtype(mut self, dtype: burn::tensor::DType) -> Result<Self> {
+        ensure!(
+            self.seqs.is_empty(),
+            "dtype",
+            "the caches' dtype can only change before the first sequence"
+        );
+        self.key_cache = self.key_cache.cast(dtype);
+        self.value_cache = self.value_cache.cast(dtype);
+        Ok(self)
+    }
+
     /// A new empty sequence.
     pub fn add_sequence(&mut self) -> SeqId {
         let id = SeqId(self.next);

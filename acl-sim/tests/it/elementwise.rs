@@ -441,10 +441,11 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     let (mut ws, mut ex) = (0u64, null_mut::<AclOpExecutor>());
 
     let eq = e.eq_tensor.unwrap().workspace;
-    // SAFETY (all calls below): each op's GetWorkspaceSize prototype; live handles or null.
-    let (st, msg) = status_and_message(api, unsafe {
-        eq(null(), ah.as_ptr(), boh.as_ptr(), &mut ws, &mut ex)
-    });
+    let (st, msg) = status_and_message(
+        api,
+        // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
+        unsafe { eq(null(), ah.as_ptr(), boh.as_ptr(), &mut ws, &mut ex) },
+    );
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR, "{msg}");
     assert!(msg.contains("self is null"), "{msg}");
     // shapes that do not broadcast
@@ -603,6 +604,7 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe { uni(foh.as_ptr(), 2.0, 1.0, 0, 0, &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID);
+    // SAFETY: the op's GetWorkspaceSize prototype; a null selfRef is what is tested.
     let st = unsafe { uni(null(), 0.0, 1.0, 0, 0, &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
     let nor = e.inplace_normal.unwrap().workspace;

@@ -47,6 +47,7 @@ fn run(rt: &Runtime, spec: &FiaSpec) -> Result<(Vec<f32>, Vec<f32>), AclError> {
             spec,
             &FiaTensors {
                 dtype: DataType::Float,
+                sink_dtype: DataType::Float,
                 query: &qt.handle()?,
                 key: &kl,
                 value: &vl,

@@ -10,6 +10,14 @@ fn host_overhead_of_one_dispatched_call() {
         h.iterations, h.per_call_us, h.reused_descriptors_us
     );
     assert!(h.per_call_us.is_finite() && h.per_call_us > 0.0);
-    // A loose bound (unoptimised builds, shared CI cores); the goal is <= 20 µs in release.
-    assert!(h.per_call_us < 2000.0, "{h:?}");
+    // The goal is <= 20 µs per call in release. The bound allows 3x that in release, and in
+    // the test profile (the simulation at opt-level 2, the bindings and the contract at 1,
+    // beside the other tests on CI's 2 cores) 300 µs: measured 41-98 µs there on a loaded
+    // 2-core machine (2026-11-27), so a call that got 5x slower fails it.
+    let bound_us = if cfg!(debug_assertions) { 300.0 } else { 60.0 };
+    assert!(
+        h.per_call_us < bound_us,
+        "host overhead {:.1} µs per call exceeds {bound_us} µs: {h:?}",
+        h.per_call_us
+    );
 }

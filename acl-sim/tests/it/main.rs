@@ -5,6 +5,7 @@ mod attention;
 mod elementwise;
 mod faults;
 mod fia;
+mod fia_sink;
 mod guard;
 mod hccl;
 mod host_overhead;

@@ -2,13 +2,19 @@
 //! `aclnnFusedInferAttentionScore` when V4 is absent and the call has no sink and no separate
 //! K/V antiquant) over the query and a one-tensor KV list (contiguous, or the paged caches with
 //! their block table). The spec's host-side inputs (mask, pse, block table, padding sizes,
-//! antiquant scales, sink) are uploaded for the call: the sink and the per-channel scales in
-//! the query's dtype (CANN's `learnableSink` is FLOAT16/BFLOAT16), the per-token scales as
-//! FLOAT. int8 KV is cast to INT8 on the device as in `incre.rs`.
+//! antiquant scales, sink) are uploaded for the call: the per-channel scales in the query's
+//! dtype, the per-token scales as FLOAT, and the sink in the dtype the path the call takes
+//! reads on the installed CANN release ([`FiaSpec::learnable_sink_dtype`], issue 30: BFLOAT16
+//! on FIA v3 whatever the query, the query's on 9.x's TND split-fuse path) — the model's sink,
+//! in whatever dtype its parameters have, arrives as exact f32 values and is converted once,
+//! at its upload. int8 KV is cast to INT8 on the device as in `incre.rs`.
+
+use std::path::Path;
+use std::sync::OnceLock;
 
 use burn_ascend_cann::acl::ffi::DataType;
-use burn_ascend_cann::acl::{ops, Result as AclResult, Runtime, Tensor, TensorList};
-use burn_ascend_contract::fia::{FiaAntiquantMode, FiaSpec};
+use burn_ascend_cann::acl::{loader, ops, Result as AclResult, Runtime, Tensor, TensorList};
+use burn_ascend_contract::fia::{CannRelease, FiaAntiquantMode, FiaSpec};
 use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::fia::composite::shapes;
@@ -27,10 +33,47 @@ use crate::Ascend;
 /// Label of the call in error messages.
 const OP: &str = "fia_fwd";
 
+/// The release of the CANN installed under `lib64` (where CANN was loaded from): the ops
+/// package's `version=` (`ascend_ops_install.info`, the one that ships FIA), else the
+/// toolkit's, as `selftest` reads them.
+fn release_of_install(lib64: &Path) -> Option<CannRelease> {
+    let root = lib64.parent()?;
+    let arch = root.join(format!("{}-linux", std::env::consts::ARCH));
+    ["ascend_ops_install.info", "ascend_toolkit_install.info"]
+        .iter()
+        .find_map(|f| {
+            let text = std::fs::read_to_string(arch.join(f)).ok()?;
+            let v = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("version="))?;
+            CannRelease::from_package_version(v)
+        })
+}
+
+/// The CANN release whose FIA `learnableSink` rule applies on `rt`: on the simulation (ACL
+/// version 0.0.0, which no CANN has) the release it pretends to be; on CANN the installed
+/// package's; unknown, 8.5's rule (BFLOAT16 always), which every release takes outside 9.x's
+/// TND split-fuse path.
+pub fn cann_release(rt: &Runtime) -> CannRelease {
+    #[cfg(feature = "sim")]
+    if rt.acl_version().ok() == Some(burn_ascend_acl_sim::SIM_ACL_VERSION) {
+        return burn_ascend_acl_sim::fia_release();
+    }
+    #[cfg(not(feature = "sim"))]
+    let _ = rt;
+    static INSTALLED: OnceLock<Option<CannRelease>> = OnceLock::new();
+    INSTALLED
+        .get_or_init(|| loader::cann_dir().and_then(release_of_install))
+        .unwrap_or(CannRelease::V8_5)
+}
+
 /// The device tensors of a fused inference attention call.
 pub struct FiaTensors<'a> {
-    /// The query's float dtype (pse, sink and per-channel scales are uploaded in it).
+    /// The query's float dtype (pse and per-channel scales are uploaded in it).
     pub dtype: DataType,
+    /// The dtype `learnableSink` is uploaded in: the one the call's path reads
+    /// ([`FiaSpec::learnable_sink_dtype`] for [`cann_release`]), or a replayed call's own.
+    pub sink_dtype: DataType,
     pub query: &'a Tensor<'a>,
     /// One tensor: the KV in the layout, or the paged cache.
     pub key: &'a TensorList<'a>,
@@ -90,7 +133,7 @@ pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -
     let sink = spec
         .learnable_sink
         .as_ref()
-        .map(|s| upload_float(rt, s, &[s.len()], x.dtype))
+        .map(|s| upload_float(rt, s, &[s.len()], x.sink_dtype))
         .transpose()?;
     let (mask, pse, table) = (handle_of(&mask)?, handle_of(&pse)?, handle_of(&table)?);
     let (qpad, kvpad, sink) = (handle_of(&qpad)?, handle_of(&kvpad)?, handle_of(&sink)?);
@@ -176,6 +219,12 @@ pub(super) fn fia_fwd(inputs: FiaInputs<Ascend>, spec: &FiaSpec) -> Result<FiaOu
         return cpu_fia_fwd::<Ascend>(inputs, spec);
     };
     let rt = runtime(&device);
+    let acl_dtype = q.acl_dtype(OP);
+    // The sink goes in the dtype the path reads on this CANN, whatever the model keeps it in.
+    let sink_dtype = match spec.learnable_sink {
+        Some(_) => spec.learnable_sink_dtype(&dims, acl_dtype, cann_release(&rt))?,
+        None => acl_dtype,
+    };
     let out = AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device);
     let lse = spec
         .softmax_lse_flag
@@ -193,7 +242,8 @@ pub(super) fn fia_fwd(inputs: FiaInputs<Ascend>, spec: &FiaSpec) -> Result<FiaOu
             &rt,
             spec,
             &FiaTensors {
-                dtype: q.acl_dtype(OP),
+                dtype: acl_dtype,
+                sink_dtype,
                 query: &handle(q, &qd, OP),
                 key: &kl,
                 value: &vl,

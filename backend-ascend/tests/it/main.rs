@@ -15,6 +15,7 @@ mod attention;
 mod devices;
 mod fallback_dtypes;
 mod faults;
+mod fia_sink;
 mod memory_pool;
 mod native_elementwise;
 mod native_index;

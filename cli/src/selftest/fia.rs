@@ -1,13 +1,18 @@
 //! Fused inference attention (`aclnnFusedInferAttentionScoreV4`) cases of the selftest: the
 //! shapes serving runs — a prefill with a learnable sink and causal mask, a paged decode with a
-//! sink, and packed TND sequences — each with `softmaxLse`, in f16 and bf16.
+//! sink, and packed TND sequences — each with `softmaxLse`, in f16 and bf16 — and the probe of
+//! which `learnableSink` dtypes the installed CANN takes with an F16 query.
 
 use safetensors::Dtype;
 
-use super::attention::{bundle_case, meta, Rng, Tolerance, HALVES};
+use super::attention::{bundle_case, guarded, meta, Rng, Tolerance, HALVES};
 use super::report::CaseResult;
+use crate::device::{acl_runtime, download, output, upload};
 use crate::io::{Bundle, HostTensor};
-use crate::Device;
+use crate::{CliError, Device};
+use burn_ascend::backend::attention::fia::{cann_release, fused_infer_attention, FiaTensors};
+use burn_ascend::ops::fia::{FiaKvShapes, FiaShapes, FiaSpec, PfaLayout};
+use burn_ascend_cann::acl::{DataType, TensorList};
 
 /// CANN's compressed causal mask: 2048 × 2048, 1 strictly above the diagonal.
 fn compressed_mask() -> HostTensor {
@@ -24,7 +29,9 @@ fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
         let n = shape.iter().product();
         HostTensor::from_f64_as(&rng.vec(n), shape, dtype)
     };
-    let sink = |rng: &mut Rng, n: usize| HostTensor::from_f64_as(&rng.vec(n), vec![n], dtype);
+    // BFLOAT16 whatever the query: what FIA v3 reads on every release (issue 30), and these
+    // cases never take 9.x's split-fuse path (the TND one has head dim 64 and a BF16 sink).
+    let sink = |rng: &mut Rng, n: usize| HostTensor::from_f64_as(&rng.vec(n), vec![n], Dtype::BF16);
 
     // Prefill: BSH, GQA 4/2, D 64, causal from the bottom right (mode 3) over Skv > Sq, sink.
     let (b_, sq, skv, n, nkv, d) = (2usize, 5usize, 7usize, 4usize, 2usize, 64usize);
@@ -123,4 +130,119 @@ pub fn run_all(device: Device) -> Vec<CaseResult> {
         }
     }
     out
+}
+
+/// One F16 call (MHA, N 2, D 128, 4 query and 4 KV tokens, no mask) in `layout` with a
+/// `learnableSink` sent in `sink`, straight through the call builder (the contract's dtype
+/// check is skipped: the device answers). `Ok` when it ran and its output is finite.
+fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), CliError> {
+    let (n, d, s) = (2usize, 128usize, 4usize);
+    let shape = match layout {
+        PfaLayout::Tnd => vec![s, n, d],
+        _ => vec![1, n, s, d],
+    };
+    let mut rng = Rng::new(53);
+    let mut t = || HostTensor::from_f64_as(&rng.vec(s * n * d), shape.clone(), Dtype::F16);
+    let (q, k, v) = (t(), t(), t());
+    let mut spec = FiaSpec::new(n, 1.0 / (d as f64).sqrt(), layout);
+    spec.learnable_sink = Some(vec![0.5f32, -1.0].into());
+    if layout == PfaLayout::Tnd {
+        spec.actual_seq_lengths = Some(vec![s as i64]);
+        spec.actual_seq_lengths_kv = Some(vec![s as i64]);
+    }
+    let dims = spec.validate(&FiaShapes {
+        query: shape.clone(),
+        kv: FiaKvShapes::Contiguous {
+            key: shape.clone(),
+            value: shape.clone(),
+        },
+        kv_int8: false,
+    })?;
+    let rt = acl_runtime(device)?;
+    let (qd, kd, vd) = (
+        upload(&rt, &q, "query")?,
+        upload(&rt, &k, "key")?,
+        upload(&rt, &v, "value")?,
+    );
+    let o = output(&rt, &dims.out_shape(), DataType::Float16)?;
+    {
+        let kl = TensorList::new(rt.api(), vec![kd.handle()?])?;
+        let vl = TensorList::new(rt.api(), vec![vd.handle()?])?;
+        fused_infer_attention(
+            &rt,
+            &spec,
+            &FiaTensors {
+                dtype: DataType::Float16,
+                sink_dtype: sink,
+                query: &qd.handle()?,
+                key: &kl,
+                value: &vl,
+                attention_out: &o.handle()?,
+                softmax_lse: None,
+            },
+        )?;
+    }
+    let out = download(&o)?.f32_values("attentionOut")?;
+    if out.iter().all(|x| x.is_finite()) {
+        Ok(())
+    } else {
+        Err(CliError::Device("attentionOut is not finite".into()))
+    }
+}
+
+/// An error's first line, for a one-line report.
+fn first_line(e: &str) -> &str {
+    e.lines().next().unwrap_or("")
+}
+
+/// Which `learnableSink` dtypes FIA takes with an F16 query (head dim 128, MHA, sparse mode 0)
+/// in BNSD and in TND, against what the contract's table says for the release `cann_release`
+/// reads (on the simulation: the release it pretends to be). CANN <= 8.5 takes BF16 only;
+/// 9.x takes BF16 in BNSD (FIA v3) and F16 in TND (the split-fuse path).
+pub fn sink_dtype_probe(device: Device) -> String {
+    let release = match acl_runtime(device) {
+        Ok(rt) => cann_release(&rt),
+        Err(e) => return format!("could not open the device: {e}"),
+    };
+    let mut parts = Vec::new();
+    let mut agree = true;
+    for (layout, lname) in [(PfaLayout::Bnsd, "BNSD"), (PfaLayout::Tnd, "TND")] {
+        for (sink, sname) in [(DataType::Bf16, "BF16"), (DataType::Float16, "F16")] {
+            let got = guarded(|| sink_call(device, layout, sink));
+            // The table's answer for this call on `release`.
+            let mut spec = FiaSpec::new(2, 1.0, layout);
+            let shape = match layout {
+                PfaLayout::Tnd => vec![4, 2, 128],
+                _ => vec![1, 2, 4, 128],
+            };
+            if layout == PfaLayout::Tnd {
+                spec.actual_seq_lengths = Some(vec![4]);
+                spec.actual_seq_lengths_kv = Some(vec![4]);
+            }
+            let want = spec
+                .validate(&FiaShapes {
+                    query: shape.clone(),
+                    kv: FiaKvShapes::Contiguous {
+                        key: shape.clone(),
+                        value: shape,
+                    },
+                    kv_int8: false,
+                })
+                .map(|dims| {
+                    spec.check_learnable_sink_dtype(&dims, DataType::Float16, sink, release)
+                });
+            let predicted = matches!(want, Ok(Ok(_)));
+            agree &= predicted == got.is_ok();
+            parts.push(match got {
+                Ok(()) => format!("{lname} {sname} sink accepted"),
+                Err(e) => format!("{lname} {sname} sink refused ({})", first_line(&e)),
+            });
+        }
+    }
+    format!(
+        "F16 query, D 128: {}; {} the table of {}",
+        parts.join(", "),
+        if agree { "as" } else { "NOT as" },
+        release.name()
+    )
 }

@@ -5,8 +5,10 @@
 //! resolved), then runs a fixed suite of small cases on the device against the CPU reference:
 //! every attention op of the CLI (varlen forward and backward with and without a sink, prompt,
 //! incremental contiguous and paged, the cache scatter in each of its modes), each through the
-//! same bundle path as `burn-ascend run` (so the calls are the backend's own call builders), and
-//! a representative set of the `Ascend` backend's native Burn ops against `NdArray`. Each case
+//! same bundle path as `burn-ascend run` (so through the public ops API on the `Ascend`
+//! backend, the path users train on), a representative set of the `Ascend` backend's native
+//! Burn ops against `NdArray`, and end-to-end cases on the example model ([`model`]: a training
+//! step's gradients and 20 steps on `Autodiff<Ascend>`, FIA serving, a data-parallel step). Each case
 //! states its tolerance; each is timed. Then it runs the probes only hardware can answer
 //! ([`probes`]). It writes `PATH.md` and `PATH.json` (default `selftest-report.{md,json}`) and
 //! exits 0 only when every case passed; probes inform, they never fail the run.
@@ -23,6 +25,7 @@
 
 mod attention;
 mod fia;
+mod model;
 mod native;
 mod probes;
 mod report;
@@ -81,6 +84,8 @@ pub fn run(device: Device, inject_error: bool) -> Result<Report, CliError> {
     let mut cases = attention::run_all(device, inject_error);
     cases.extend(fia::run_all(device));
     cases.extend(native::run_all(device));
+    let (model_cases, model_probes) = model::run_all(device);
+    cases.extend(model_cases);
     for c in &cases {
         if c.status != Status::Pass {
             eprintln!(
@@ -92,7 +97,8 @@ pub fn run(device: Device, inject_error: bool) -> Result<Report, CliError> {
             );
         }
     }
-    let probes = probes::run_all(device, &env);
+    let mut probes = probes::run_all(device, &env);
+    probes.extend(model_probes);
     for p in &probes {
         eprintln!("  probe {}: {}", p.name, p.result);
     }

@@ -425,5 +425,9 @@ pub fn run_all(device: Device, env: &Environment) -> Vec<super::Probe> {
             "FRACTAL_NZ (format 29) caches in aclnnScatterPaKvCache",
             fractal_nz_probe(device),
         ),
+        probe(
+            "learnableSink dtypes FIA takes with an F16 query (BNSD, TND)",
+            super::fia::sink_dtype_probe(device),
+        ),
     ]
 }

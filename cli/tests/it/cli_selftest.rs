@@ -101,6 +101,24 @@ fn selftest_on_the_simulation_passes_every_case_and_writes_the_report_schema() {
     ] {
         assert!(has("scatter", name, "f16"), "{name}");
     }
+    // The end-to-end cases on the example model, on the backend users train on: a training
+    // step's every gradient against NdArray, 20 steps lowering the loss (max_abs_err is the
+    // last loss, tol the first), FIA serving against NdArray's tokens, and a data-parallel step
+    // on two simulated devices against one.
+    for name in [
+        "train_step_gradients",
+        "train_20_steps",
+        "fia_serving_tokens",
+        "data_parallel_2_vs_1",
+    ] {
+        assert!(has("model", name, "f32"), "no model case {name}");
+    }
+    // The whole run stays short enough for CI (the model cases included).
+    assert!(
+        doc["seconds"].as_f64().is_some_and(|s| s < 60.0),
+        "selftest took {} s",
+        doc["seconds"]
+    );
 
     let probes: Vec<(&str, &str)> = doc["probes"]
         .as_array()

@@ -21,6 +21,7 @@ mod cli_selftest;
 mod cli_varlen;
 mod model_ddp;
 mod model_generate;
+mod model_hf;
 mod model_train;
 mod npu;
 mod paged_cache;

@@ -12,6 +12,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend::backend::collective::{simulate_devices, ProcessGroup};
 use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
+use burn_ascend_model::config::{LayerType, RopeScaling};
 use burn_ascend_model::data::documents_from_text;
 use burn_ascend_model::ddp::{
     concat_batches, materialize, test_hooks, train_data_parallel, DataParallel, GradientSync,
@@ -36,13 +37,20 @@ fn cfg() -> ModelConfig {
         num_attention_heads: 4,
         num_key_value_heads: 2,
         head_dim: 8,
-        sliding_window: Some(8),
-        alternate_sliding: true,
+        // 9 keys including the query: the 8 tokens before it, as before the window semantics
+        // changed.
+        sliding_window: Some(9),
+        layer_types: LayerType::alternating(2),
         attention_sinks: true,
         attention_bias: false,
+        attention_output_bias: false,
+        mlp_bias: false,
+        qk_norm: false,
         rope_theta: 10_000.0,
+        rope_scaling: RopeScaling::Default,
         rms_norm_eps: 1e-5,
         tie_word_embeddings: false,
+        attention_dropout: 0.0,
     }
 }
 

@@ -9,6 +9,7 @@ use burn::module::{AutodiffModule, Module, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend_model::checkpoint::{load_hf, save_hf};
+use burn_ascend_model::config::{LayerType, RopeScaling};
 use burn_ascend_model::data::{documents_from_text, SplitMix};
 use burn_ascend_model::train::{init_model, train, Init, TrainOptions};
 use burn_ascend_model::{cross_entropy, ModelConfig, Packer, Tokenizer, Transformer};
@@ -24,13 +25,20 @@ fn tiny(sinks: bool, window: Option<usize>, bias: bool, tied: bool) -> ModelConf
         num_attention_heads: 4,
         num_key_value_heads: 2,
         head_dim: 8,
+        // Windows count keys including the query (transformers' `W`); the callers pass one
+        // more than before the semantics changed, so every number here is unchanged.
         sliding_window: window,
-        alternate_sliding: true,
+        layer_types: LayerType::alternating(2),
         attention_sinks: sinks,
         attention_bias: bias,
+        attention_output_bias: false,
+        mlp_bias: false,
+        qk_norm: false,
         rope_theta: 10_000.0,
+        rope_scaling: RopeScaling::Default,
         rms_norm_eps: 1e-5,
         tie_word_embeddings: tied,
+        attention_dropout: 0.0,
     }
 }
 
@@ -149,7 +157,7 @@ fn packed_equals_padded(cfg: ModelConfig, seed: u64) {
 
 #[test]
 fn packed_gradients_equal_padded_composite_with_sinks_and_window() {
-    packed_equals_padded(tiny(true, Some(3), false, false), 1);
+    packed_equals_padded(tiny(true, Some(4), false, false), 1);
 }
 
 #[test]
@@ -161,7 +169,7 @@ fn packed_gradients_equal_padded_composite_plain_tied_bias() {
 fn parameter_count_matches_the_module() {
     for cfg in [
         ModelConfig::small_byte_model(),
-        tiny(true, Some(3), true, true),
+        tiny(true, Some(4), true, true),
         tiny(false, None, false, false),
     ] {
         let m = Transformer::<NdArray>::new(&cfg, &Default::default()).unwrap();
@@ -198,7 +206,7 @@ fn our_checkpoint_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let device = Default::default();
     let m = with_sinks(
-        Transformer::<NdArray>::new(&tiny(true, Some(4), true, false), &device).unwrap(),
+        Transformer::<NdArray>::new(&tiny(true, Some(5), true, false), &device).unwrap(),
     );
     save_hf(&m, dir.path()).unwrap();
     let back = load_hf::<NdArray>(dir.path(), &device).unwrap();
@@ -352,7 +360,7 @@ fn resumed_run_continues_the_loss_curve_exactly() {
     // Both runs start from one saved initialisation: Burn's global RNG is shared with tests
     // running in parallel, so seeding it would not make two fresh models equal.
     let start = tempfile::tempdir().unwrap();
-    let cfg = tiny(true, Some(8), false, false);
+    let cfg = tiny(true, Some(9), false, false);
     save_hf(
         &with_sinks(Transformer::<NdArray>::new(&cfg, &device).unwrap()),
         start.path(),
@@ -480,7 +488,7 @@ fn bf16_mixed_precision_on_ascend_tracks_the_f32_run_and_keeps_f32_master_weight
     let device = AscendDevice::sim();
     let docs = documents_from_text(&burn_ascend_model::data::BUNDLED_CORPUS[..20_000]);
     let start = tempfile::tempdir().unwrap();
-    let cfg = tiny(true, Some(8), false, false);
+    let cfg = tiny(true, Some(9), false, false);
     save_hf(
         &with_sinks(Transformer::<NdArray>::new(&cfg, &Default::default()).unwrap()),
         start.path(),

@@ -34,6 +34,9 @@ use crate::prompt::{
 
 mod args;
 mod quant;
+mod sink;
+
+pub use sink::{CannRelease, FiaSinkPath};
 
 pub use burn_ascend_kernels::reference::fia::FiaOut;
 pub use burn_ascend_kernels::reference::incre::PagedLayout;
@@ -145,9 +148,10 @@ pub struct FiaSpec {
     /// `valueAntiquantScale` / `valueAntiquantOffset`.
     pub value_antiquant: Option<KvAntiquant>,
     /// `learnableSink` `[N]`: one raw logit per query head, not scaled by `scaleValue`, only in
-    /// the softmax denominator. CANN takes it in the query's dtype (FLOAT16/BFLOAT16, the doc's
-    /// parameter table and the kernels, not f32 as issue 18 said); here its values are f32 and
-    /// the Ascend call builder uploads them in the query's dtype.
+    /// the softmax denominator. Its values here are f32 (exact for any float parameter); the
+    /// dtype CANN reads it in depends on the path and the release, not on the query (issue 30):
+    /// [`FiaSpec::learnable_sink_dtype`] says which, [`FiaSpec::check_learnable_sink_dtype`]
+    /// refuses the others, and the Ascend call builder uploads it so.
     pub learnable_sink: Option<Arc<[f32]>>,
 }
 

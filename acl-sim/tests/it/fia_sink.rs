@@ -1,0 +1,277 @@
+//! `learnableSink`'s dtype on the simulated FIA (issue 30): the simulation takes the sink as the
+//! CANN release it pretends to be does — BFLOAT16 on FIA v3 whatever the query, the query's on
+//! 9.x's TND split-fuse path — and refuses the rest in the first stage, naming
+//! `learnableSink`, the path and the release. The expected answers are written out here from
+//! CANN's sources (see `contract/src/fia/sink.rs`), not computed by the contract.
+
+use burn_ascend_acl_sim as sim;
+use burn_ascend_backend::attention::fia::{fused_infer_attention, FiaTensors};
+use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc, TensorList};
+use burn_ascend_contract::fia::{CannRelease, FiaSpec, PfaLayout};
+use burn_ascend_contract::incre::BlockTable;
+
+use DataType::{Bf16, Float, Float16};
+
+/// A call's shape: layout, heads, D of query/key and of value, and a paged TND cache's block
+/// size (0: contiguous).
+#[derive(Clone, Copy)]
+struct Case {
+    layout: PfaLayout,
+    n: usize,
+    nkv: usize,
+    d: usize,
+    dv: usize,
+    block: usize,
+    inner_precise: i64,
+}
+
+const fn case(layout: PfaLayout, d: usize) -> Case {
+    Case {
+        layout,
+        n: 2,
+        nkv: 2,
+        d,
+        dv: d,
+        block: 0,
+        inner_precise: 0,
+    }
+}
+
+fn zeros(rt: &Runtime, dims: &[usize], dt: DataType) -> DeviceTensor {
+    rt.zeros(TensorDesc::contiguous(dims, dt).unwrap()).unwrap()
+}
+
+/// One call (4 query and 4 KV tokens, zeros) with a query of `q` and a sink sent in `sink`, on
+/// the simulation pretending to be `release`.
+fn call(release: CannRelease, c: Case, q: DataType, sink: DataType) -> Result<(), AclError> {
+    sim::set_fia_release(Some(release));
+    let rt = sim::runtime().unwrap();
+    let s = 4usize;
+    let shape = |heads: usize, d: usize| match c.layout {
+        PfaLayout::Bsh => vec![1, s, heads * d],
+        PfaLayout::Bsnd => vec![1, s, heads, d],
+        PfaLayout::Bnsd | PfaLayout::BnsdBsnd => vec![1, heads, s, d],
+        PfaLayout::Tnd => vec![s, heads, d],
+    };
+    let mut spec = FiaSpec::new(c.n, 0.125, c.layout);
+    spec.num_key_value_heads = c.nkv;
+    spec.inner_precise = c.inner_precise;
+    spec.learnable_sink = Some(vec![0.5f32; c.n].into());
+    let (kd, vd) = if c.block > 0 {
+        spec.block_size = c.block;
+        spec.block_table = Some(BlockTable {
+            data: vec![0i32].into(),
+            shape: vec![1, 1],
+        });
+        (
+            vec![1, c.block, c.nkv * c.d],
+            vec![1, c.block, c.nkv * c.dv],
+        )
+    } else {
+        (shape(c.nkv, c.d), shape(c.nkv, c.dv))
+    };
+    if c.layout == PfaLayout::Tnd {
+        spec.actual_seq_lengths = Some(vec![s as i64]);
+        spec.actual_seq_lengths_kv = Some(vec![s as i64]);
+    } else if c.block > 0 {
+        spec.actual_seq_lengths_kv = Some(vec![s as i64]);
+    }
+    let out_shape = match c.layout {
+        PfaLayout::BnsdBsnd => vec![1, s, c.n, c.dv],
+        _ => shape(c.n, c.dv),
+    };
+    let (qt, kt, vt) = (
+        zeros(&rt, &shape(c.n, c.d), q),
+        zeros(&rt, &kd, q),
+        zeros(&rt, &vd, q),
+    );
+    let o = zeros(&rt, &out_shape, q);
+    let r = {
+        let kl = TensorList::new(rt.api(), vec![kt.handle()?])?;
+        let vl = TensorList::new(rt.api(), vec![vt.handle()?])?;
+        fused_infer_attention(
+            &rt,
+            &spec,
+            &FiaTensors {
+                dtype: q,
+                sink_dtype: sink,
+                query: &qt.handle()?,
+                key: &kl,
+                value: &vl,
+                attention_out: &o.handle()?,
+                softmax_lse: None,
+            },
+        )
+    };
+    rt.synchronize()?;
+    sim::set_fia_release(None);
+    r
+}
+
+/// Asserts `call` was refused in the first stage naming `learnableSink`, `path` and `release`.
+fn assert_refused(r: Result<(), AclError>, path: &str, release: &str, what: &str) {
+    match r {
+        Err(AclError::Status { call, message, .. }) => {
+            assert!(call.ends_with("GetWorkspaceSize"), "{what}: {call}");
+            for want in ["learnableSink", path, release] {
+                assert!(message.contains(want), "{what}: {message:?} lacks {want:?}");
+            }
+        }
+        other => panic!("{what}: expected a first-stage refusal, got {other:?}"),
+    }
+}
+
+const LAYOUTS: [PfaLayout; 4] = [
+    PfaLayout::Bsh,
+    PfaLayout::Bsnd,
+    PfaLayout::Bnsd,
+    PfaLayout::BnsdBsnd,
+];
+
+#[test]
+fn outside_tnd_every_release_takes_a_bf16_sink_and_refuses_an_f16_one_whatever_the_query() {
+    for release in [CannRelease::V8_5, CannRelease::V9] {
+        for layout in LAYOUTS {
+            for q in [Float16, Bf16] {
+                let what = format!("{release:?} {layout:?} {q:?} query");
+                call(release, case(layout, 128), q, Bf16)
+                    .unwrap_or_else(|e| panic!("{what}, BF16 sink: {e}"));
+                assert_refused(
+                    call(release, case(layout, 128), q, Float16),
+                    "FIA v3",
+                    release.name(),
+                    &format!("{what}, F16 sink"),
+                );
+                assert_refused(
+                    call(release, case(layout, 64), q, Float),
+                    "FIA v3",
+                    release.name(),
+                    &format!("{what}, FLOAT sink"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn cann_8_5_takes_only_a_bf16_sink_in_tnd_too() {
+    for c in [case(PfaLayout::Tnd, 64), case(PfaLayout::Tnd, 128)] {
+        for q in [Float16, Bf16] {
+            call(CannRelease::V8_5, c, q, Bf16).unwrap();
+            assert_refused(
+                call(CannRelease::V8_5, c, q, Float16),
+                "FIA v3",
+                "CANN <= 8.5",
+                &format!("D {} {q:?} query", c.d),
+            );
+        }
+    }
+}
+
+#[test]
+fn cann_9_tnd_split_fuse_takes_the_sink_in_the_query_dtype() {
+    let gqa = Case {
+        n: 4,
+        ..case(PfaLayout::Tnd, 128)
+    };
+    let paged = Case {
+        block: 512,
+        ..case(PfaLayout::Tnd, 128)
+    };
+    for c in [case(PfaLayout::Tnd, 128), gqa, paged] {
+        let what = format!("N {} Nkv {} block {}", c.n, c.nkv, c.block);
+        call(CannRelease::V9, c, Float16, Float16).unwrap_or_else(|e| panic!("{what}: {e}"));
+        call(CannRelease::V9, c, Bf16, Bf16).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_refused(
+            call(CannRelease::V9, c, Float16, Bf16),
+            "split-fuse",
+            "CANN 9.x",
+            &what,
+        );
+        assert_refused(
+            call(CannRelease::V9, c, Bf16, Float16),
+            "split-fuse",
+            "CANN 9.x",
+            &what,
+        );
+    }
+}
+
+#[test]
+fn cann_9_sends_a_bf16_sink_with_head_dim_64_to_fia_v3_and_an_f16_one_to_split_fuse() {
+    let c = case(PfaLayout::Tnd, 64);
+    // F16 query: BF16 → FIA v3 (accepted), F16 → split-fuse (the query's: accepted).
+    call(CannRelease::V9, c, Float16, Bf16).unwrap();
+    call(CannRelease::V9, c, Float16, Float16).unwrap();
+    // BF16 query: BF16 → FIA v3; F16 → split-fuse, which wants BF16.
+    call(CannRelease::V9, c, Bf16, Bf16).unwrap();
+    assert_refused(
+        call(CannRelease::V9, c, Bf16, Float16),
+        "split-fuse",
+        "CANN 9.x",
+        "D 64 BF16 query",
+    );
+}
+
+#[test]
+fn cann_9_tnd_outside_split_fuse_is_fia_v3_and_takes_only_bf16() {
+    // Unequal head dims, a page over 512 tokens, BF16 MHA with innerPrecise 1: FIA v3.
+    let cases = [
+        Case {
+            dv: 128,
+            ..case(PfaLayout::Tnd, 192)
+        },
+        Case {
+            block: 1024,
+            ..case(PfaLayout::Tnd, 128)
+        },
+    ];
+    for c in cases {
+        for q in [Float16, Bf16] {
+            let what = format!("D {}/{} block {} {q:?}", c.d, c.dv, c.block);
+            call(CannRelease::V9, c, q, Bf16).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_refused(
+                call(CannRelease::V9, c, q, Float16),
+                "FIA v3",
+                "CANN 9.x",
+                &what,
+            );
+        }
+    }
+    let precise = Case {
+        inner_precise: 1,
+        ..case(PfaLayout::Tnd, 128)
+    };
+    call(CannRelease::V9, precise, Bf16, Bf16).unwrap();
+    assert_refused(
+        call(CannRelease::V9, precise, Bf16, Float16),
+        "FIA v3",
+        "CANN 9.x",
+        "BF16 innerPrecise 1",
+    );
+}
+
+#[test]
+fn the_simulation_models_the_contracts_release_unless_told_otherwise() {
+    assert_eq!(sim::fia_release(), CannRelease::MODELLED);
+    sim::set_fia_release(Some(CannRelease::V9));
+    assert_eq!(sim::fia_release(), CannRelease::V9);
+    sim::set_fia_release(None);
+    assert_eq!(sim::fia_release(), CannRelease::MODELLED);
+}
+
+#[test]
+fn package_versions_map_to_the_sink_rule_of_their_release() {
+    for (v, want) in [
+        ("8.5.0", CannRelease::V8_5),
+        ("8.3.RC1", CannRelease::V8_5),
+        ("8.0.RC3.alpha002", CannRelease::V8_5),
+        ("9.0.0-beta.1", CannRelease::V8_5),
+        ("9.0.0-beta.2", CannRelease::V9),
+        ("9.0.0", CannRelease::V9),
+        ("9.1.0", CannRelease::V9),
+    ] {
+        assert_eq!(CannRelease::from_package_version(v), Some(want), "{v}");
+    }
+    assert_eq!(CannRelease::from_package_version("latest"), None);
+}
