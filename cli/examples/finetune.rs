@@ -16,16 +16,17 @@
 //! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
 //! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::FloatDType;
 use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
+// The command line (clap; in the library so that the tests parse it): `--help` for the flags.
+use burn_ascend_cli::args::{ExampleDevice, FinetuneArgs as Args};
 use burn_ascend_model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
 use burn_ascend_model::ddp::{
     materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
@@ -37,109 +38,8 @@ use burn_ascend_model::train::{
 use burn_ascend_model::{
     generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
 };
+use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-
-struct Args {
-    steps: usize,
-    device: String,
-    data: Option<PathBuf>,
-    resume: bool,
-    checkpoint: Option<PathBuf>,
-    out: PathBuf,
-    batch_tokens: usize,
-    seq_len: usize,
-    lr: f64,
-    seed: u64,
-    samples: bool,
-    stop_after: Option<usize>,
-    profile: bool,
-    /// Mixed precision's compute dtype (`--dtype bf16|f16`; `None`: f32 throughout).
-    dtype: Option<FloatDType>,
-    /// Data-parallel ranks in this process (`--devices N`, one thread per device).
-    devices: usize,
-    /// `--check-ddp`: also train the first steps' global batches on one device and compare.
-    check_ddp: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        steps: 300,
-        device: "cpu".into(),
-        data: None,
-        resume: false,
-        checkpoint: None,
-        out: PathBuf::from("runs/finetune"),
-        batch_tokens: 1024,
-        seq_len: 256,
-        lr: 3e-3,
-        seed: 42,
-        samples: true,
-        stop_after: None,
-        profile: false,
-        dtype: None,
-        devices: 1,
-        check_ddp: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        let num = |v: String, name: &str| -> Result<f64, String> {
-            v.parse()
-                .map_err(|_| format!("{name} takes a number, got '{v}'"))
-        };
-        match flag.as_str() {
-            "--steps" => a.steps = num(value("--steps")?, "--steps")? as usize,
-            "--device" => a.device = value("--device")?,
-            "--data" => a.data = Some(value("--data")?.into()),
-            "--resume" => a.resume = true,
-            "--checkpoint" => a.checkpoint = Some(value("--checkpoint")?.into()),
-            "--out" => a.out = value("--out")?.into(),
-            "--batch-tokens" => {
-                a.batch_tokens = num(value("--batch-tokens")?, "--batch-tokens")? as usize
-            }
-            "--seq-len" => a.seq_len = num(value("--seq-len")?, "--seq-len")? as usize,
-            "--lr" => a.lr = num(value("--lr")?, "--lr")?,
-            "--seed" => a.seed = num(value("--seed")?, "--seed")? as u64,
-            "--no-samples" => a.samples = false,
-            "--profile" => a.profile = true,
-            "--dtype" => {
-                a.dtype = match value("--dtype")?.as_str() {
-                    "f32" => None,
-                    "bf16" => Some(FloatDType::BF16),
-                    "f16" => Some(FloatDType::F16),
-                    other => {
-                        return Err(format!("--dtype must be f32, bf16 or f16, got '{other}'"))
-                    }
-                }
-            }
-            "--devices" => a.devices = num(value("--devices")?, "--devices")? as usize,
-            "--check-ddp" => a.check_ddp = true,
-            "--stop-after" => {
-                a.stop_after = Some(num(value("--stop-after")?, "--stop-after")? as usize)
-            }
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown flag '{other}'\n{USAGE}")),
-        }
-    }
-    Ok(a)
-}
-
-const USAGE: &str = "finetune [--steps N] [--device cpu|ascend|sim] [--data PATH(.txt|.jsonl)] \
-[--resume] [--checkpoint HF_DIR] [--out DIR] [--batch-tokens N] [--seq-len N] [--lr X] \
-[--seed N] [--no-samples] [--stop-after N] [--profile] [--dtype f32|bf16|f16] [--devices N] \
-[--check-ddp]
-  --dtype bf16|f16 (sim, ascend): mixed precision, f32 master weights and optimizer state,
-    the blocks, attention and output head computing in that dtype
-  --devices N (sim, ascend): data-parallel training on devices 0..N (one thread each, HCCL
-    all-reduce of the gradients; on sim the simulation's HCCL, not CANN's); each rank trains on
-    its own batches (the global batch is N × --batch-tokens). Launched by torchrun (RANK,
-    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set) with --device ascend, this process is
-    one rank on device LOCAL_RANK instead
-  --check-ddp (with --devices N): also trains the first 3 global batches on one device and ends
-    with `finetune: data-parallel <N> devices, max |Δloss| vs 1 device <x>`
-  --profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
-  --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
-  up to it; --stop-after N stops early (an interrupted run that --resume completes).";
 
 fn main() {
     if let Err(e) = run() {
@@ -149,7 +49,7 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
-    let args = parse_args()?;
+    let args = Args::parse();
     let resume = args.resume;
     let launch = burn_ascend_cann::hccl::LaunchEnv::from_env().map_err(|e| e.to_string())?;
     if args.devices == 0 {
@@ -161,22 +61,24 @@ fn run() -> Result<(), String> {
     if args.check_ddp && args.resume {
         return Err("--check-ddp compares a fresh run; it cannot be combined with --resume".into());
     }
-    match args.device.as_str() {
-        "cpu" if args.dtype.is_some() => {
+    match args.device {
+        ExampleDevice::Cpu if args.dtype.float_dtype().is_some() => {
             Err("--dtype bf16|f16 needs --device sim|ascend (NdArray computes in f32 only)".into())
         }
-        "cpu" if args.devices > 1 => {
+        ExampleDevice::Cpu if args.devices > 1 => {
             Err("--devices N needs --device sim|ascend (data parallelism runs over HCCL)".into())
         }
-        "cpu" => run_on::<Autodiff<NdArray>>(args, Default::default(), None, single_device(resume)),
+        ExampleDevice::Cpu => {
+            run_on::<Autodiff<NdArray>>(args, Default::default(), None, single_device(resume))
+        }
         // The Ascend backend on the host simulation of the ACL ABI (not CANN; slow: its
         // kernels are the CPU reference's).
-        "sim" if launch.is_some() => Err(
+        ExampleDevice::Sim if launch.is_some() => Err(
             "unsupported: one process per rank (RANK / WORLD_SIZE set) needs --device ascend: \
              the simulation's HCCL joins ranks within one process (use --devices N)"
                 .into(),
         ),
-        "sim" if args.devices > 1 => {
+        ExampleDevice::Sim if args.devices > 1 => {
             burn_ascend::backend::collective::simulate_devices(args.devices as u32);
             let device = AscendDevice::sim();
             let gap = std::rc::Rc::new(std::cell::Cell::new(None));
@@ -186,13 +88,13 @@ fn run() -> Result<(), String> {
             print_ddp(n, gap.get());
             Ok(())
         }
-        "sim" => run_on::<Autodiff<Ascend>>(
+        ExampleDevice::Sim => run_on::<Autodiff<Ascend>>(
             args,
             AscendDevice::sim(),
             Some(AscendDevice::sim()),
             single_device(resume),
         ),
-        "ascend" => {
+        ExampleDevice::Ascend => {
             if let Some(env) = launch {
                 let device = AscendDevice::npu(env.local_rank);
                 is_available(&device)?;
@@ -212,7 +114,6 @@ fn run() -> Result<(), String> {
             }
             run_on::<Autodiff<Ascend>>(args, device, Some(device), single_device(resume))
         }
-        other => Err(format!("unknown device '{other}' (cpu, ascend, sim)")),
     }
 }
 
@@ -255,7 +156,7 @@ fn data_parallel<'a>(
         args.devices,
         args.check_ddp,
         args.seed,
-        args.dtype,
+        args.dtype.float_dtype(),
         args.out.clone(),
         args.resume,
     );
@@ -390,7 +291,7 @@ where
     };
     let init = init_of(&args);
     let (model, state) = init_model::<B>(&init, &args.out, &device).map_err(|e| e.to_string())?;
-    let model = model.with_compute_dtype(args.dtype);
+    let model = model.with_compute_dtype(args.dtype.float_dtype());
     let config = model.config.clone();
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(format!(
@@ -497,7 +398,7 @@ where
         tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9),
         args.out.display()
     );
-    if args.samples {
+    if !args.no_samples {
         print_samples(model.valid(), &tokenizer, args.seed)?;
     }
     let first = state.losses.first().copied().unwrap_or(f32::NAN);

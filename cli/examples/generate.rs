@@ -24,17 +24,15 @@
 //! scatter and paged incremental attention dispatched as aclnn calls), `--device ascend` on a
 //! real NPU.
 
-use std::path::PathBuf;
-
 use burn::backend::NdArray;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::{AttendPath, AttentionBackend};
+// The command line (clap; in the library so that the tests parse it): `--help` for the flags.
+use burn_ascend_cli::args::{ExampleDevice, GenerateArgs as Args};
 use burn_ascend_model::checkpoint::{eos_token_ids, load_hf};
 use burn_ascend_model::data::SplitMix;
 use burn_ascend_model::{generate_batch_until, max_logit_gap, Generator, Sampling, Tokenizer};
-
-const USAGE: &str = "generate [--checkpoint DIR] [--prompt TEXT]… [--greedy] [--max-new N] \
-[--top-p P] [--temperature T] [--seed N] [--block-size N] [--device cpu|sim|ascend] [--check] [--attend-path fused|prompt-incre]";
+use clap::Parser;
 
 /// Largest cached-vs-full logit difference `--check` accepts (f32 accumulation over a few
 /// layers; the two paths sum in different orders).
@@ -47,102 +45,29 @@ fn main() {
     }
 }
 
-struct Args {
-    dir: PathBuf,
-    max_new: usize,
-    top_p: f64,
-    temperature: f64,
-    seed: u64,
-    block_size: usize,
-    check: bool,
-    path: Option<AttendPath>,
-    prompts: Vec<String>,
-    greedy: bool,
-}
-
 fn run() -> Result<(), String> {
-    let mut dir = PathBuf::from("runs/finetune");
-    let (mut max_new, mut top_p, mut temperature, mut seed, mut block_size, mut check) =
-        (80usize, 0.9f64, 0.8f64, 1u64, 16usize, false);
-    let mut device = String::from("cpu");
-    let mut path = None;
-    let (mut prompts, mut greedy) = (Vec::new(), false);
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
-        let bad = |v: &str| format!("bad value '{v}'\n{USAGE}");
-        match flag.as_str() {
-            "--checkpoint" => dir = value()?.into(),
-            "--prompt" => prompts.push(value()?),
-            "--greedy" => greedy = true,
-            "--max-new" => {
-                let v = value()?;
-                max_new = v.parse().map_err(|_| bad(&v))?
-            }
-            "--top-p" => {
-                let v = value()?;
-                top_p = v.parse().map_err(|_| bad(&v))?
-            }
-            "--temperature" => {
-                let v = value()?;
-                temperature = v.parse().map_err(|_| bad(&v))?
-            }
-            "--seed" => {
-                let v = value()?;
-                seed = v.parse().map_err(|_| bad(&v))?
-            }
-            "--block-size" => {
-                let v = value()?;
-                block_size = v.parse().map_err(|_| bad(&v))?
-            }
-            "--device" => device = value()?,
-            "--check" => check = true,
-            "--attend-path" => {
-                path = Some(match value()?.as_str() {
-                    "fused" => AttendPath::Fused,
-                    "prompt-incre" => AttendPath::PromptIncre,
-                    v => return Err(bad(v)),
-                })
-            }
-            _ => return Err(format!("unknown flag '{flag}'\n{USAGE}")),
-        }
-    }
-    if !dir.join("config.json").exists() {
+    let args = Args::parse();
+    if !args.checkpoint.join("config.json").exists() {
         return Err(format!(
             "no checkpoint in {} (run `cargo run --release --example finetune` first, or pass \
              --checkpoint DIR)",
-            dir.display()
+            args.checkpoint.display()
         ));
     }
-    let args = Args {
-        dir,
-        max_new,
-        top_p,
-        temperature,
-        seed,
-        block_size,
-        check,
-        path,
-        prompts,
-        greedy,
-    };
-    match device.as_str() {
-        "cpu" => run_on::<NdArray>(args, Default::default()),
-        "sim" => run_on::<Ascend>(args, AscendDevice::sim()),
-        "ascend" => {
+    match args.device {
+        ExampleDevice::Cpu => run_on::<NdArray>(args, Default::default()),
+        ExampleDevice::Sim => run_on::<Ascend>(args, AscendDevice::sim()),
+        ExampleDevice::Ascend => {
             let index = burn_ascend_cann::acl::default_device_id().map_err(|e| e.to_string())?;
             let device = AscendDevice::npu(index as u32);
             is_available(&device)?;
             run_on::<Ascend>(args, device)
         }
-        other => Err(format!(
-            "unknown device '{other}' (cpu, sim, ascend)\n{USAGE}"
-        )),
     }
 }
 
 fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), String> {
-    let (dir, max_new, block_size) = (&args.dir, args.max_new, args.block_size);
+    let (dir, max_new, block_size) = (&args.checkpoint, args.max_new, args.block_size);
     let (top_p, temperature) = (args.top_p, args.temperature);
     let model = load_hf::<B>(dir, &device).map_err(|e| e.to_string())?;
     let tokenizer = if dir.join("tokenizer.json").exists() {
@@ -194,8 +119,10 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
         &device,
     )
     .map_err(|e| e.to_string())?;
-    if let Some(path) = args.path {
-        gen = gen.with_attend_path(path).map_err(|e| e.to_string())?;
+    if let Some(path) = args.attend_path {
+        gen = gen
+            .with_attend_path(path.into())
+            .map_err(|e| e.to_string())?;
     }
     let c = &gen.model().config;
     let windows = (0..c.num_hidden_layers).any(|l| c.layer_window(l).is_some());

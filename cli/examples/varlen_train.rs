@@ -13,6 +13,9 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
 use burn_ascend::{flash_attention_varlen, AttentionBackend, FlashAttnOptions};
+// The command line (clap; in the library so that the tests parse it).
+use burn_ascend_cli::args::VarlenTrainArgs;
+use clap::Parser;
 
 const HIDDEN: usize = 32;
 const HEADS: usize = 4;
@@ -73,11 +76,7 @@ fn batch<B: Backend>(step: usize, device: &B::Device) -> (Tensor<B, 2>, Vec<i64>
 
 fn main() {
     type B = Autodiff<NdArray>;
-    let steps: usize = std::env::args()
-        .skip_while(|a| a != "--steps")
-        .nth(1)
-        .map(|s| s.parse().expect("--steps takes a number"))
-        .unwrap_or(300);
+    let steps = VarlenTrainArgs::parse().steps;
     let device = Default::default();
     B::seed(&device, 7);
     let teacher = SinkAttention::<NdArray>::new(&device, 0.0);

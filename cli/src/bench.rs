@@ -45,14 +45,14 @@
 //! before and after the composite's timing. The table also shows a CPU-time fraction (from
 //! `/proc/self/task/*/schedstat`), which varies less than wall time on a shared machine.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::backend::NdArray;
 use burn::tensor::ops::FloatTensor;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::alloc_stats::peak_extra;
+use super::args::BenchArgs;
 use super::CliError;
 use burn_ascend::kernels::cpu;
 use burn_ascend::kernels::reference::incre::{
@@ -65,13 +65,6 @@ use burn_ascend::ops::incre::{AntiquantSpec, BlockTable, IfaLayout, IncreKvShape
 use burn_ascend::ops::varlen::{MaskSpec, VarlenShapes, VarlenSpec};
 use burn_ascend::ops::{IncreSpec, SparseMode};
 
-/// Usage of `bench`.
-pub const USAGE: &str = "burn-ascend bench [--quick] [--json PATH] [--filter SUBSTRING]
-  times the fast CPU kernels (varlen forward / forward+backward, paged decode) against a
-  same-run 2048^3 sgemm, a same-run memory copy and the composite Burn path on NdArray;
-  --quick: fewer repetitions (under 2 minutes on 2 cores); --json: also write the results;
-  --filter: only the cases whose name contains SUBSTRING";
-
 /// How much to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Size {
@@ -81,45 +74,16 @@ enum Size {
     Smoke,
 }
 
-#[derive(Debug, Clone)]
-struct Options {
-    size: Size,
-    json: Option<PathBuf>,
-    filter: Option<String>,
-}
-
-fn parse(args: &[String]) -> Result<Options, CliError> {
-    let mut o = Options {
-        size: Size::Full,
-        json: None,
-        filter: None,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => o.size = Size::Quick,
-            "--smoke" => o.size = Size::Smoke,
-            "--json" => {
-                let p = it
-                    .next()
-                    .ok_or_else(|| CliError::Usage(format!("--json needs a path\n{USAGE}")))?;
-                o.json = Some(PathBuf::from(p));
-            }
-            "--filter" => {
-                let f = it
-                    .next()
-                    .ok_or_else(|| CliError::Usage(format!("--filter needs a value\n{USAGE}")))?;
-                o.filter = Some(f.clone());
-            }
-            "-h" | "--help" => return Err(CliError::Usage(USAGE.into())),
-            other => {
-                return Err(CliError::Usage(format!(
-                    "unknown bench argument '{other}'\n{USAGE}"
-                )))
-            }
+impl Size {
+    fn of(args: &BenchArgs) -> Self {
+        if args.smoke {
+            Self::Smoke
+        } else if args.quick {
+            Self::Quick
+        } else {
+            Self::Full
         }
     }
-    Ok(o)
 }
 
 /// Forward FLOPs of varlen attention: 4·D per unmasked (query, key) pair per head; `causal`
@@ -328,24 +292,59 @@ impl CaseResult {
     fn gbps(&self) -> Option<f64> {
         self.bytes.map(|b| b / self.fast.wall / 1e9)
     }
-    fn json(&self, sgemm: f64, copy: f64, read: f64) -> Value {
-        json!({
-            "name": self.name,
-            "kind": self.kind,
-            "causal": self.causal,
-            "tokens": self.tokens,
-            "heads": self.heads,
-            "kv_heads": self.kv_heads,
-            "head_dim": self.head_dim,
-            "gflops": self.gflops(),
-            "fraction_of_sgemm": self.gflops() / sgemm,
-            "fraction_of_copy_bandwidth": self.gbps().map(|g| g / copy),
-            "fraction_of_read_bandwidth": self.gbps().map(|g| g / read),
-            "speedup_vs_composite": self.composite.wall / self.fast.wall,
-            "peak_extra_bytes": self.peak,
-            "composite_peak_extra_bytes": self.composite_peak,
-        })
+    /// The case's entry in the JSON's `cases`, its fractions against this run's sgemm, copy
+    /// and read figures.
+    fn json(&self, sgemm: f64, copy: f64, read: f64) -> CaseJson<'_> {
+        CaseJson {
+            name: &self.name,
+            kind: self.kind,
+            causal: self.causal,
+            tokens: self.tokens,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            gflops: self.gflops(),
+            fraction_of_sgemm: self.gflops() / sgemm,
+            fraction_of_copy_bandwidth: self.gbps().map(|g| g / copy),
+            fraction_of_read_bandwidth: self.gbps().map(|g| g / read),
+            speedup_vs_composite: self.composite.wall / self.fast.wall,
+            peak_extra_bytes: self.peak,
+            composite_peak_extra_bytes: self.composite_peak,
+        }
     }
+}
+
+/// The `--json` document. serde_json writes a non-finite float as `null`.
+#[derive(Debug, Serialize)]
+struct BenchJson<'a> {
+    /// `null` when filtered out.
+    dispatch: Option<super::bench_dispatch::Dispatch>,
+    sgemm_gflops: f64,
+    copy_gbps: f64,
+    read_gbps: f64,
+    cases: Vec<CaseJson<'a>>,
+}
+
+/// One case of the `--json` document (the module's documentation says what each figure is).
+#[derive(Debug, Serialize)]
+struct CaseJson<'a> {
+    name: &'a str,
+    kind: &'static str,
+    causal: bool,
+    tokens: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    gflops: f64,
+    fraction_of_sgemm: f64,
+    /// `null` for the varlen cases (decode only).
+    fraction_of_copy_bandwidth: Option<f64>,
+    /// `null` for the varlen cases (decode only).
+    fraction_of_read_bandwidth: Option<f64>,
+    speedup_vs_composite: f64,
+    /// `null` without a counting allocator.
+    peak_extra_bytes: Option<usize>,
+    composite_peak_extra_bytes: Option<usize>,
 }
 
 /// Run parameters of a size.
@@ -798,10 +797,9 @@ fn mib(b: Option<usize>) -> String {
     })
 }
 
-/// Runs the bench with command-line `args` (after `bench`).
-pub fn main(args: &[String]) -> Result<(), CliError> {
-    let opts = parse(args)?;
-    let plan = Plan::of(opts.size);
+/// Runs the bench, its command line parsed.
+pub fn main(opts: &BenchArgs) -> Result<(), CliError> {
+    let plan = Plan::of(Size::of(opts));
     let keep = |name: &str| {
         opts.filter
             .as_ref()
@@ -917,16 +915,16 @@ pub fn main(args: &[String]) -> Result<(), CliError> {
         );
     }
     if let Some(path) = &opts.json {
-        let doc = json!({
-            "dispatch": dispatch.map(|d| d.json()),
-            "sgemm_gflops": sgemm_gflops,
-            "copy_gbps": copy,
-            "read_gbps": read_gbps,
-            "cases": results
+        let doc = BenchJson {
+            dispatch,
+            sgemm_gflops,
+            copy_gbps: copy,
+            read_gbps,
+            cases: results
                 .iter()
                 .map(|r| r.json(sgemm_gflops, copy, read_gbps))
-                .collect::<Vec<_>>(),
-        });
+                .collect(),
+        };
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| CliError::Io(format!("serialising the bench results: {e}")))?;
         std::fs::write(path, text + "\n")
@@ -969,16 +967,5 @@ mod tests {
         for threads in [1, 3, 8] {
             assert_eq!(parallel_sum(&v, threads), want);
         }
-    }
-
-    #[test]
-    fn arguments() {
-        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let o = parse(&a(&["--quick", "--json", "x.json", "--filter", "decode"])).unwrap();
-        assert_eq!(o.size, Size::Quick);
-        assert_eq!(o.json, Some(PathBuf::from("x.json")));
-        assert_eq!(o.filter.as_deref(), Some("decode"));
-        assert!(matches!(parse(&a(&["--json"])), Err(CliError::Usage(_))));
-        assert!(matches!(parse(&a(&["--fast"])), Err(CliError::Usage(_))));
     }
 }

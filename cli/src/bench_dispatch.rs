@@ -15,12 +15,11 @@
 
 use std::time::Instant;
 
-use serde_json::{json, Value};
-
 use super::CliError;
 
-/// The dispatch figures, or `None` without the simulation (the `sim` feature).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The dispatch figures, or `None` without the simulation (the `sim` feature); serialised as
+/// the bench JSON's `dispatch` object, under these names.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Dispatch {
     /// Host µs per native launch, compute excluded.
     pub host_us_per_launch: f64,
@@ -30,18 +29,6 @@ pub struct Dispatch {
     pub syncs_per_step: f64,
     /// Host fallbacks in one training step.
     pub fallbacks_per_step: f64,
-}
-
-impl Dispatch {
-    /// The JSON object of the report's `dispatch` key.
-    pub fn json(&self) -> Value {
-        json!({
-            "host_us_per_launch": self.host_us_per_launch,
-            "launches_per_step": self.launches_per_step,
-            "syncs_per_step": self.syncs_per_step,
-            "fallbacks_per_step": self.fallbacks_per_step,
-        })
-    }
 }
 
 /// Measures the dispatch figures with `launches` adds per batch.

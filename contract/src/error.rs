@@ -1,11 +1,10 @@
 //! Typed errors: every rule a caller can break names the parameter (by its aclnn name) and the rule.
 
-use std::fmt;
-
 /// Why an attention op refused its input or could not run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AttnError {
     /// A parameter broke a documented constraint.
+    #[error("invalid {param}: {rule}")]
     Invalid {
         /// The aclnn parameter name (`query`, `actualSeqQLen`, `keepProb`, …).
         param: &'static str,
@@ -13,8 +12,10 @@ pub enum AttnError {
         rule: String,
     },
     /// A valid CANN feature this build does not implement.
+    #[error("unsupported: {0}")]
     Unsupported(String),
     /// The paged KV cache has too few free blocks for a request.
+    #[error("out of KV cache blocks: need {needed}, {free} free")]
     OutOfBlocks {
         /// Blocks the request needs.
         needed: usize,
@@ -23,6 +24,7 @@ pub enum AttnError {
     },
     /// The input was valid but the device failed the call: a runtime or aclnn status (device
     /// memory exhausted, a kernel fault at execute, a stream error).
+    #[error("device: {op}: {call} failed{}{}", with_status(*.status), after_colon(.message))]
     Device {
         /// The op that failed (`prompt_flash_attention`, …).
         op: String,
@@ -53,35 +55,19 @@ impl AttnError {
     }
 }
 
-impl fmt::Display for AttnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Invalid { param, rule } => write!(f, "invalid {param}: {rule}"),
-            Self::Unsupported(what) => write!(f, "unsupported: {what}"),
-            Self::OutOfBlocks { needed, free } => {
-                write!(f, "out of KV cache blocks: need {needed}, {free} free")
-            }
-            Self::Device {
-                op,
-                call,
-                status,
-                message,
-            } => {
-                write!(f, "device: {op}: {call} failed")?;
-                if let Some(st) = status {
-                    write!(f, " with status {st}")?;
-                }
-                if message.is_empty() {
-                    Ok(())
-                } else {
-                    write!(f, ": {message}")
-                }
-            }
-        }
-    }
+/// ` with status N` when the device returned a status; nothing otherwise.
+fn with_status(status: Option<i32>) -> String {
+    status.map_or_else(String::new, |st| format!(" with status {st}"))
 }
 
-impl std::error::Error for AttnError {}
+/// `: message` when the device said something; nothing otherwise (no dangling colon).
+fn after_colon(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    }
+}
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = AttnError> = std::result::Result<T, E>;

@@ -21,6 +21,12 @@ pub fn documents_from_text(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// A line of a JSONL corpus; other keys (`id`, `meta`, …) are ignored.
+#[derive(serde::Deserialize)]
+struct JsonlDocument {
+    text: String,
+}
+
 /// Documents of a text file, or of a JSONL file (one object per line with a `"text"` string)
 /// when the name ends in `.jsonl`.
 pub fn load_documents(path: &Path) -> Result<Vec<String>, AttnError> {
@@ -33,13 +39,16 @@ pub fn load_documents(path: &Path) -> Result<Vec<String>, AttnError> {
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
         {
-            let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
-                AttnError::invalid("--data", format!("line {}: not JSON: {e}", i + 1))
+            let doc: JsonlDocument = serde_json::from_str(line).map_err(|e| {
+                AttnError::invalid(
+                    "--data",
+                    format!(
+                        "line {}: needs an object with a \"text\" string: {e}",
+                        i + 1
+                    ),
+                )
             })?;
-            let t = v["text"].as_str().ok_or_else(|| {
-                AttnError::invalid("--data", format!("line {}: needs a \"text\" string", i + 1))
-            })?;
-            docs.push(t.to_string());
+            docs.push(doc.text);
         }
         Ok(docs)
     } else {

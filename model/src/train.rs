@@ -69,52 +69,46 @@ pub struct StepReport {
     pub tokens: usize,
 }
 
-/// The loss curve of the whole run (resumed steps first).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The loss curve of the whole run (resumed steps first); `state.json` under these names.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TrainState {
     /// Steps done.
     pub step: usize,
     /// Per-step losses.
     pub losses: Vec<f32>,
     /// Data-parallel ranks the run trained on (0 or 1: one device); `--resume` needs the same.
+    /// Absent from the files of runs older than data parallelism: one device.
+    #[serde(default = "one_device")]
     pub devices: usize,
+}
+
+fn one_device() -> usize {
+    1
 }
 
 impl TrainState {
     fn save(&self, dir: &Path) -> Result<(), AttnError> {
-        let v = serde_json::json!({
-            "step": self.step,
-            "losses": self.losses,
-            "devices": self.devices.max(1),
-        });
         let path = dir.join("state.json");
-        std::fs::write(&path, v.to_string()).map_err(|e| io(&path, e))
+        let state = Self {
+            devices: self.devices.max(1),
+            ..self.clone()
+        };
+        // A NaN loss would be written as `null`, which `load` refuses: the run cannot resume
+        // from a diverged state.
+        let text = serde_json::to_string(&state).map_err(|e| io(&path, e))?;
+        std::fs::write(&path, text).map_err(|e| io(&path, e))
     }
 
-    /// Reads `state.json`.
+    /// Reads `state.json`; a file of another shape (`[]`, a missing key, a loss that is not a
+    /// number) is refused with its path, never taken for a fresh run.
     pub fn load(dir: &Path) -> Result<Self, AttnError> {
         let path = dir.join("state.json");
         let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| io(&path, e))?;
-        let losses: Vec<f32> = v["losses"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_f64())
-                    .map(|x| x as f32)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let step = v["step"].as_u64().unwrap_or(0) as usize;
-        if losses.len() != step {
+        let state: Self = serde_json::from_str(&text).map_err(|e| io(&path, e))?;
+        if state.losses.len() != state.step {
             return Err(io(&path, "step and loss count disagree"));
         }
-        let devices = v["devices"].as_u64().unwrap_or(1) as usize;
-        Ok(Self {
-            step,
-            losses,
-            devices,
-        })
+        Ok(state)
     }
 }
 

@@ -1,14 +1,14 @@
 //! The dispatch layer's error: Burn-free, so the `ops` crate and the CLI convert it to their own.
 
-use std::fmt;
-
 /// Why an Ascend (or simulated) call failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AclError {
     /// CANN's libraries were not found or could not be opened; the message names every path
     /// that was tried.
+    #[error("{0}")]
     NotFound(String),
     /// A runtime or aclnn call returned a non-zero status.
+    #[error("{call} failed with status {status}{}", status_details(*.status, .message))]
     Status {
         /// The C function that failed (e.g. `aclnnPromptFlashAttentionV3GetWorkspaceSize`).
         call: String,
@@ -18,8 +18,10 @@ pub enum AclError {
         message: String,
     },
     /// The installed CANN (or the simulation) lacks what the call needs.
+    #[error("unsupported: {0}")]
     Unsupported(String),
     /// The safe layer refused an argument before calling into C.
+    #[error("invalid {param}: {rule}")]
     Invalid {
         /// The argument.
         param: String,
@@ -67,40 +69,65 @@ pub fn status_name(status: i32) -> &'static str {
     }
 }
 
-impl fmt::Display for AclError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NotFound(m) => write!(f, "{m}"),
-            Self::Status {
-                call,
-                status,
-                message,
-            } => {
-                let name = status_name(*status);
-                write!(f, "{call} failed with status {status}")?;
-                if !name.is_empty() {
-                    write!(f, " ({name})")?;
-                }
-                // One line: CANN's messages may span several.
-                let msg = message.split_whitespace().collect::<Vec<_>>().join(" ");
-                if !msg.is_empty() {
-                    write!(f, ": {msg}")?;
-                }
-                if *status == 561_107 {
-                    write!(
-                        f,
-                        " (set ASCEND_OPP_PATH, e.g. by sourcing CANN's set_env.sh)"
-                    )?;
-                }
-                Ok(())
-            }
-            Self::Unsupported(m) => write!(f, "unsupported: {m}"),
-            Self::Invalid { param, rule } => write!(f, "invalid {param}: {rule}"),
-        }
+/// What follows `<call> failed with status N`: the status's symbolic name, CANN's message on
+/// one line (its messages may span several), and for a missing operator package the variable
+/// that fixes it.
+fn status_details(status: i32, message: &str) -> String {
+    let mut s = String::new();
+    let name = status_name(status);
+    if !name.is_empty() {
+        s.push_str(&format!(" ({name})"));
     }
+    let msg = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    if !msg.is_empty() {
+        s.push_str(&format!(": {msg}"));
+    }
+    if status == 561_107 {
+        s.push_str(" (set ASCEND_OPP_PATH, e.g. by sourcing CANN's set_env.sh)");
+    }
+    s
 }
-
-impl std::error::Error for AclError {}
 
 /// Result alias of the dispatch layer.
 pub type Result<T, E = AclError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::AclError;
+
+    // The messages as the hand-written `Display` wrote them before thiserror: callers and
+    // tests match on them.
+    #[test]
+    fn messages_are_one_line_with_the_status_name_and_the_opp_hint() {
+        let e = AclError::Status {
+            call: "aclnnFooGetWorkspaceSize".into(),
+            status: 161_002,
+            message: "EZ9999: bad\n   shape  [2]".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "aclnnFooGetWorkspaceSize failed with status 161002 (ACLNN_ERR_PARAM_INVALID): EZ9999: bad shape [2]"
+        );
+        let e = AclError::Status {
+            call: "aclnnFoo".into(),
+            status: 561_107,
+            message: String::new(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "aclnnFoo failed with status 561107 (ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND) (set ASCEND_OPP_PATH, e.g. by sourcing CANN's set_env.sh)"
+        );
+        let e = AclError::Status {
+            call: "aclrtMalloc".into(),
+            status: 12,
+            message: " ".into(),
+        };
+        assert_eq!(e.to_string(), "aclrtMalloc failed with status 12");
+        assert_eq!(AclError::NotFound("x".into()).to_string(), "x");
+        assert_eq!(
+            AclError::Unsupported("x".into()).to_string(),
+            "unsupported: x"
+        );
+        assert_eq!(AclError::invalid("p", "r").to_string(), "invalid p: r");
+    }
+}

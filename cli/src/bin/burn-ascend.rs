@@ -1,5 +1,5 @@
 //! `burn-ascend`: replay CANN attention ops on safetensors dumps and benchmark the CPU kernels
-//! (see `burn_ascend::cli`).
+//! (see `burn_ascend_cli`).
 
 /// Counts live and peak heap bytes for `burn-ascend bench`'s memory figures (a thin wrapper
 /// over the system allocator: see `burn_ascend_cli::alloc_stats`).
@@ -9,8 +9,14 @@ static GLOBAL: burn_ascend_cli::alloc_stats::CountingAlloc =
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Err(e) = burn_ascend_cli::main_with_args(&args) {
-        eprintln!("error: {e}");
-        std::process::exit(e.exit_code());
+    match burn_ascend_cli::main_with_args(&args) {
+        Ok(()) => {}
+        // clap prints its own: help and version to stdout (exit 0), a usage error to stderr
+        // (exit 2).
+        Err(burn_ascend_cli::CliError::Usage(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(e.exit_code());
+        }
     }
 }

@@ -30,70 +30,11 @@ mod native;
 mod probes;
 mod report;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
+use super::args::SelftestArgs;
 use super::{CliError, Device};
 pub use report::{CaseResult, Probe, Report, Status};
-
-/// Usage of the subcommand.
-pub const USAGE: &str = "burn-ascend selftest [--device npu|sim] [--report PATH]
-  runs every attention op and a set of the Ascend backend's native ops on a fixed suite of
-  small cases against the CPU reference (f32, f16, bf16 where the op takes them), times each,
-  runs the hardware probes (dropout bit order, dsink above CANN's chunk threshold, the entry
-  points present, FRACTAL_NZ caches) and writes PATH.md and PATH.json (default
-  selftest-report); exit 0 only when every case passes
-  --device npu   CANN's aclnn on the NPU ($ASCEND_DEVICE_ID, else 0); the default when one opens
-  --device sim   the host simulation of the ACL ABI (not CANN): checks this build without an NPU";
-
-/// Parsed command line.
-#[derive(Debug)]
-struct Options {
-    device: Option<Device>,
-    report: PathBuf,
-    /// Hidden: perturbs one device result so the run must fail (proves the exit status).
-    inject_error: bool,
-}
-
-fn parse(args: &[String]) -> Result<Options, CliError> {
-    let mut o = Options {
-        device: None,
-        report: PathBuf::from("selftest-report"),
-        inject_error: false,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |flag: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| CliError::Usage(format!("{flag} needs a value\n{USAGE}")))
-        };
-        match a.as_str() {
-            "--device" => o.device = Some(device_arg(&value("--device")?)?),
-            s if s.starts_with("--device=") => o.device = Some(device_arg(&s[9..])?),
-            "--report" => o.report = PathBuf::from(value("--report")?),
-            s if s.starts_with("--report=") => o.report = PathBuf::from(&s[9..]),
-            "--inject-error" => o.inject_error = true,
-            "-h" | "--help" => return Err(CliError::Usage(USAGE.into())),
-            other => {
-                return Err(CliError::Usage(format!(
-                    "unknown selftest argument '{other}'\n{USAGE}"
-                )))
-            }
-        }
-    }
-    Ok(o)
-}
-
-/// `--device`: only the aclnn devices; the host devices have nothing to check against.
-fn device_arg(s: &str) -> Result<Device, CliError> {
-    match Device::parse(s)? {
-        d @ (Device::Npu | Device::Sim) => Ok(d),
-        other => Err(CliError::Usage(format!(
-            "selftest runs on an aclnn device (npu or sim), not {other:?}\n{USAGE}"
-        ))),
-    }
-}
 
 /// The NPU when CANN loads and device `$ASCEND_DEVICE_ID` (else 0) opens; else the reason,
 /// never the simulation.
@@ -107,11 +48,10 @@ fn default_device() -> Result<Device, CliError> {
     }
 }
 
-/// `selftest …` (arguments after the subcommand).
-pub fn main(args: &[String]) -> Result<(), CliError> {
-    let o = parse(args)?;
+/// `selftest …`, its command line parsed.
+pub fn main(o: &SelftestArgs) -> Result<(), CliError> {
     let device = match o.device {
-        Some(d) => d,
+        Some(d) => d.into(),
         None => default_device()?,
     };
     device.ensure_available()?;

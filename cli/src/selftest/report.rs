@@ -3,12 +3,13 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::CliError;
 
-/// A case's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A case's outcome (`"pass"` / `"fail"` in the JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Within tolerance.
     Pass,
@@ -16,17 +17,10 @@ pub enum Status {
     Fail,
 }
 
-impl Status {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Pass => "pass",
-            Self::Fail => "fail",
-        }
-    }
-}
-
-/// One case: an op on one input in one dtype, against the CPU reference.
-#[derive(Debug, Clone)]
+/// One case: an op on one input in one dtype, against the CPU reference. Serialised as an
+/// entry of the JSON's `cases`, under these names (serde_json writes a non-finite float as
+/// `null`, which JSON cannot hold otherwise).
+#[derive(Debug, Clone, Serialize)]
 pub struct CaseResult {
     /// The op (`varlen-fwd`, `matmul`, …).
     pub op: String,
@@ -45,8 +39,8 @@ pub struct CaseResult {
     pub note: Option<String>,
 }
 
-/// A probe's finding.
-#[derive(Debug, Clone)]
+/// A probe's finding (an entry of the JSON's `probes`).
+#[derive(Debug, Clone, Serialize)]
 pub struct Probe {
     pub name: String,
     pub result: String,
@@ -71,13 +65,26 @@ pub struct Report {
     pub seconds: f64,
 }
 
-/// A float as JSON (`null` for NaN / infinity, which JSON cannot hold).
-fn num(x: f64) -> Value {
-    if x.is_finite() {
-        json!(x)
-    } else {
-        Value::Null
-    }
+/// The JSON document: the report's fields, `passed`, and the entry points as objects.
+#[derive(Debug, Serialize)]
+struct ReportJson<'a> {
+    device: &'a str,
+    cann_version: &'a str,
+    acl_version: &'a str,
+    libraries: &'a [String],
+    entry_points: Vec<EntryPoint<'a>>,
+    /// Whether every case passed.
+    passed: bool,
+    seconds: f64,
+    cases: &'a [CaseResult],
+    probes: &'a [Probe],
+}
+
+/// An aclnn op of the function table and whether it resolved.
+#[derive(Debug, Serialize)]
+struct EntryPoint<'a> {
+    name: &'a str,
+    present: bool,
 }
 
 fn fmt_err(x: f64) -> String {
@@ -140,32 +147,26 @@ impl Report {
     }
 
     /// The JSON document: `{device, cann_version, cases:[{op, name, dtype, status,
-    /// max_abs_err, tol, ms}], probes:[{name, result}]}` plus the environment fields.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "device": self.device,
-            "cann_version": self.cann_version,
-            "acl_version": self.acl_version,
-            "libraries": self.libraries,
-            "entry_points": self.entry_points.iter()
-                .map(|(n, p)| json!({"name": n, "present": p}))
-                .collect::<Vec<_>>(),
-            "passed": self.failed() == 0,
-            "seconds": num(self.seconds),
-            "cases": self.cases.iter().map(|c| json!({
-                "op": c.op,
-                "name": c.name,
-                "dtype": c.dtype,
-                "status": c.status.as_str(),
-                "max_abs_err": num(c.max_abs_err),
-                "tol": num(c.tol),
-                "ms": num(c.ms),
-                "note": c.note,
-            })).collect::<Vec<_>>(),
-            "probes": self.probes.iter()
-                .map(|p| json!({"name": p.name, "result": p.result}))
-                .collect::<Vec<_>>(),
-        })
+    /// max_abs_err, tol, ms, note}], probes:[{name, result}]}` plus the environment fields.
+    fn to_json(&self) -> ReportJson<'_> {
+        ReportJson {
+            device: &self.device,
+            cann_version: &self.cann_version,
+            acl_version: &self.acl_version,
+            libraries: &self.libraries,
+            entry_points: self
+                .entry_points
+                .iter()
+                .map(|(name, present)| EntryPoint {
+                    name,
+                    present: *present,
+                })
+                .collect(),
+            passed: self.failed() == 0,
+            seconds: self.seconds,
+            cases: &self.cases,
+            probes: &self.probes,
+        }
     }
 
     /// The Markdown report, to attach to an issue.

@@ -138,7 +138,7 @@ fn bad_bench_arguments_are_usage_errors() {
         &["bench", "--filter"],
     ] {
         match cli::main_with_args(&args(bad)) {
-            Err(e @ CliError::Usage(_)) => assert_eq!(e.exit_code(), 64),
+            Err(e @ CliError::Usage(_)) => assert_eq!(e.exit_code(), 2),
             other => panic!("{bad:?}: {other:?}"),
         }
     }

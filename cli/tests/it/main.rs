@@ -12,6 +12,7 @@ mod common;
 mod campaign;
 mod campaign_api;
 mod campaign_soak;
+mod cli_args;
 mod cli_bad_input;
 mod cli_bench;
 mod cli_fia;

@@ -1,0 +1,382 @@
+//! The command lines of the `burn-ascend` binary and of the examples, declared for clap.
+//!
+//! They live in the library, not in each `main`, so that the tests parse them as functions
+//! (`try_parse_from`) without building or running the binaries. clap gives every one the same
+//! behaviour: `--help` (on any subcommand) prints to stdout and exits 0; a usage error prints
+//! one message naming the flag to stderr and exits 2; integers are parsed as integers, so
+//! `--steps -1` or `--steps 2.5` is refused rather than truncated.
+
+use std::path::PathBuf;
+
+use burn::tensor::FloatDType;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::Device;
+
+/// `burn-ascend`: the op replay, the CPU kernel bench and the acceptance run.
+#[derive(Debug, Parser)]
+#[command(
+    name = "burn-ascend",
+    version,
+    about = "Replay CANN's attention ops on safetensors dumps, time the fast CPU kernels, run the acceptance selftest on an Atlas NPU"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Replay an aclnn op on tensors dumped to safetensors.
+    ///
+    /// Tensors are named after the aclnn parameters without the `Optional` suffix; attributes
+    /// are strings in the safetensors `__metadata__` under their aclnn names. Missing
+    /// attributes take the docs' defaults.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+    /// Throughput of the fast CPU kernels.
+    ///
+    /// Times the fast CPU kernels (varlen forward / forward+backward, paged decode) against a
+    /// same-run 2048^3 sgemm, a same-run memory copy and the composite Burn path on NdArray.
+    Bench(BenchArgs),
+    /// The acceptance run on an Atlas NPU.
+    #[command(after_help = SELFTEST_HELP)]
+    Selftest(SelftestArgs),
+}
+
+/// What `run --help` adds after the flags: the names the bundle's tensors and attributes take.
+const RUN_HELP: &str = "\
+ops: varlen-fwd, varlen-bwd, prompt, incre, fia, scatter
+devices: reference (f64 CPU reference), cpu (fast CPU kernels, default), sim (the aclnn
+dispatch against a host simulation of the ACL ABI, not CANN), npu (CANN's aclnn, loaded at
+run time from $ASCEND_TOOLKIT_HOME / $ASCEND_HOME_PATH / /usr/local/Ascend/ascend-toolkit/latest;
+device $ASCEND_DEVICE_ID or 0)
+inputs are named after the aclnn parameters (query, key, value, sink, attenMask, pseShift,
+actualSeqLengths, actualSeqLengthsKv, blocktable, kvPaddingSize, antiquantScale,
+antiquantOffset, quantScale2, quantOffset2, keyCache, valueCache, slotMapping, compressLens,
+compressSeqOffset, seqLens, ...; incre's tensor-list form: key.0, key.1, ..., value.0, ...; fia: blockTable,
+queryPaddingSize, keyAntiquantScale, valueAntiquantScale, learnableSink, ...);
+attributes are strings in the safetensors __metadata__ (numHeads, scaleValue, preTokens,
+nextTokens, inputLayout, numKeyValueHeads, sparseMode, innerPrecise, blockSize, cacheMode,
+scatterMode, strides, offsets, keepProb, softmaxLseFlag (true/false), ...)
+outputs: attentionOut (prompt, incre, fia), softmaxLse (fia with softmaxLseFlag), keyCache and valueCache (scatter)
+exit status: 0 done, 1 files, 2 refused input or command line, 3 device unavailable";
+
+/// What `selftest --help` adds after the flags.
+const SELFTEST_HELP: &str = "\
+runs every attention op and a set of the Ascend backend's native ops on a fixed suite of
+small cases against the CPU reference (f32, f16, bf16 where the op takes them), times each,
+runs the hardware probes (dropout bit order, dsink above CANN's chunk threshold, the entry
+points present, FRACTAL_NZ caches) and writes PATH.md and PATH.json (default
+selftest-report); exit 0 only when every case passes, 4 when one fails, 3 without an NPU";
+
+/// `burn-ascend run <op> <in> <out> [--device d]`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The op: varlen-fwd, varlen-bwd, prompt, incre, fia or scatter.
+    // A string, not a value enum: the input is read first, so a missing file is an io error
+    // (exit 1) whatever the op; an unknown op is then refused by `run_op` (exit 2).
+    pub op: String,
+    /// The input bundle (safetensors).
+    #[arg(value_name = "in.safetensors")]
+    pub input: PathBuf,
+    /// Where the outputs are written (safetensors).
+    #[arg(value_name = "out.safetensors")]
+    pub output: PathBuf,
+    /// Where the op runs.
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
+}
+
+/// `burn-ascend bench [--quick] [--json PATH] [--filter SUBSTRING]`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Fewer repetitions (under 2 minutes on 2 cores).
+    #[arg(long)]
+    pub quick: bool,
+    /// Tiny shapes, one repetition: every code path in a test in a second.
+    #[arg(long, hide = true)]
+    pub smoke: bool,
+    /// Also write the results to PATH as JSON.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Only the cases whose name contains SUBSTRING.
+    #[arg(long, value_name = "SUBSTRING")]
+    pub filter: Option<String>,
+}
+
+/// `burn-ascend selftest [--device npu|sim] [--report PATH]`.
+#[derive(Debug, Args)]
+pub struct SelftestArgs {
+    /// The device; without it, the NPU when one opens (never the simulation by itself).
+    #[arg(long, value_enum)]
+    pub device: Option<SelftestDevice>,
+    /// Where the report goes: PATH.md and PATH.json.
+    #[arg(long, value_name = "PATH", default_value = "selftest-report")]
+    pub report: PathBuf,
+    /// Perturbs one device result so the run must fail (proves the exit status).
+    #[arg(long, hide = true)]
+    pub inject_error: bool,
+}
+
+/// `selftest --device`: only the aclnn devices; the host devices have nothing to check
+/// against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SelftestDevice {
+    /// CANN's aclnn on the NPU ($ASCEND_DEVICE_ID, else 0); the default when one opens.
+    Npu,
+    /// The host simulation of the ACL ABI (not CANN): checks this build without an NPU.
+    Sim,
+}
+
+impl From<SelftestDevice> for Device {
+    fn from(d: SelftestDevice) -> Self {
+        match d {
+            SelftestDevice::Npu => Device::Npu,
+            SelftestDevice::Sim => Device::Sim,
+        }
+    }
+}
+
+/// Where the examples train or serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExampleDevice {
+    /// `NdArray` on the CPU.
+    Cpu,
+    /// The `Ascend` backend on the host simulation of the ACL ABI (not CANN; slow: its
+    /// kernels are the CPU reference's).
+    Sim,
+    /// The `Ascend` backend on a real NPU.
+    Ascend,
+}
+
+/// `finetune --dtype`: mixed precision's compute dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ComputeDtype {
+    /// f32 throughout.
+    F32,
+    /// bf16 compute, f32 master weights and optimizer state.
+    Bf16,
+    /// f16 compute, f32 master weights and optimizer state.
+    F16,
+}
+
+impl ComputeDtype {
+    /// The model's compute dtype: `None` for f32 throughout.
+    pub fn float_dtype(self) -> Option<FloatDType> {
+        match self {
+            Self::F32 => None,
+            Self::Bf16 => Some(FloatDType::BF16),
+            Self::F16 => Some(FloatDType::F16),
+        }
+    }
+}
+
+/// The `finetune` example.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "finetune",
+    about = "Fine-tune a small gpt-oss / Llama style transformer on packed variable-length batches, then sample from it",
+    after_help = FINETUNE_HELP
+)]
+pub struct FinetuneArgs {
+    /// The whole run's length (the schedule spans it).
+    // `allow_negative_numbers` on every integer: `-1` reaches the integer parser and is refused
+    // as an invalid value of the flag, not mistaken for an unknown flag.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 300,
+        allow_negative_numbers = true
+    )]
+    pub steps: usize,
+    /// Where to train.
+    #[arg(long, value_enum, default_value_t = ExampleDevice::Cpu)]
+    pub device: ExampleDevice,
+    /// The corpus (.txt or .jsonl); the bundled Shakespeare without it.
+    #[arg(long, value_name = "PATH")]
+    pub data: Option<PathBuf>,
+    /// Continue the run in --out up to --steps.
+    #[arg(long)]
+    pub resume: bool,
+    /// Start from a Hugging Face checkpoint folder.
+    #[arg(long, value_name = "HF_DIR")]
+    pub checkpoint: Option<PathBuf>,
+    /// Output folder.
+    #[arg(long, value_name = "DIR", default_value = "runs/finetune")]
+    pub out: PathBuf,
+    /// Tokens per batch (per rank).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1024,
+        allow_negative_numbers = true
+    )]
+    pub batch_tokens: usize,
+    /// Longest packed sequence.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 256,
+        allow_negative_numbers = true
+    )]
+    pub seq_len: usize,
+    /// Peak learning rate.
+    #[arg(
+        long,
+        value_name = "X",
+        default_value_t = 3e-3,
+        allow_negative_numbers = true
+    )]
+    pub lr: f64,
+    /// Seed of the initialisation, the batches and the samples.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 42,
+        allow_negative_numbers = true
+    )]
+    pub seed: u64,
+    /// Skip sampling after training.
+    #[arg(long)]
+    pub no_samples: bool,
+    /// Stop after step N (an interrupted run that --resume completes).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub stop_after: Option<usize>,
+    /// (sim, ascend) A per-op table of the dispatch (calls, host µs, device ms) per step.
+    #[arg(long)]
+    pub profile: bool,
+    /// (sim, ascend) Mixed precision: f32 master weights and optimizer state, the blocks,
+    /// attention and output head computing in this dtype.
+    #[arg(long, value_enum, default_value_t = ComputeDtype::F32)]
+    pub dtype: ComputeDtype,
+    /// (sim, ascend) Data-parallel training on devices 0..N.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub devices: usize,
+    /// (with --devices N) Also train the first 3 global batches on one device and compare.
+    #[arg(long)]
+    pub check_ddp: bool,
+}
+
+/// What `finetune --help` adds after the flags.
+const FINETUNE_HELP: &str = "\
+--dtype bf16|f16 (sim, ascend): mixed precision, f32 master weights and optimizer state,
+  the blocks, attention and output head computing in that dtype
+--devices N (sim, ascend): data-parallel training on devices 0..N (one thread each, HCCL
+  all-reduce of the gradients; on sim the simulation's HCCL, not CANN's); each rank trains on
+  its own batches (the global batch is N × --batch-tokens). Launched by torchrun (RANK,
+  WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set) with --device ascend, this process is
+  one rank on device LOCAL_RANK instead
+--check-ddp (with --devices N): also trains the first 3 global batches on one device and ends
+  with `finetune: data-parallel <N> devices, max |Δloss| vs 1 device <x>`
+--profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
+--steps is the whole run's length (the schedule spans it); --resume continues the run in --out
+  up to it; --stop-after N stops early (an interrupted run that --resume completes).";
+
+/// `generate --attend-path`: which attention path serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AttendPathArg {
+    /// Fused inference attention (sinks as its learnableSink, windows as masks).
+    Fused,
+    /// Prompt / incremental attention, sinks on a placeholder token's pseShift.
+    PromptIncre,
+}
+
+impl From<AttendPathArg> for burn_ascend::AttendPath {
+    fn from(p: AttendPathArg) -> Self {
+        match p {
+            AttendPathArg::Fused => Self::Fused,
+            AttendPathArg::PromptIncre => Self::PromptIncre,
+        }
+    }
+}
+
+/// The `generate` example.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "generate",
+    about = "Serve several prompts at once through the paged KV cache"
+)]
+pub struct GenerateArgs {
+    /// The checkpoint folder (ours, or a Hugging Face llama, qwen2, qwen3 or mistral one).
+    #[arg(long, value_name = "DIR", default_value = "runs/finetune")]
+    pub checkpoint: PathBuf,
+    /// A prompt (repeatable); replaces the built-in prompts.
+    #[arg(long = "prompt", value_name = "TEXT")]
+    pub prompts: Vec<String>,
+    /// Decode every prompt greedily (otherwise even prompts are greedy, odd ones top-p).
+    #[arg(long)]
+    pub greedy: bool,
+    /// Tokens to generate per prompt.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 80,
+        allow_negative_numbers = true
+    )]
+    pub max_new: usize,
+    /// Nucleus sampling's probability mass.
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 0.9,
+        allow_negative_numbers = true
+    )]
+    pub top_p: f64,
+    /// Sampling temperature.
+    #[arg(
+        long,
+        value_name = "T",
+        default_value_t = 0.8,
+        allow_negative_numbers = true
+    )]
+    pub temperature: f64,
+    /// Sampling seed.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub seed: u64,
+    /// Tokens per KV cache block.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        allow_negative_numbers = true
+    )]
+    pub block_size: usize,
+    /// Where to serve.
+    #[arg(long, value_enum, default_value_t = ExampleDevice::Cpu)]
+    pub device: ExampleDevice,
+    /// Recompute every full sequence in one packed varlen forward and compare the logits.
+    #[arg(long)]
+    pub check: bool,
+    /// Force one of the two attention paths (to compare them).
+    #[arg(long, value_enum)]
+    pub attend_path: Option<AttendPathArg>,
+}
+
+/// The `varlen_train` example.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "varlen_train",
+    about = "Train a small attention layer with learned sinks on packed variable-length sequences"
+)]
+pub struct VarlenTrainArgs {
+    /// Training steps.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 300,
+        allow_negative_numbers = true
+    )]
+    pub steps: usize,
+}
