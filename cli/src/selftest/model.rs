@@ -5,8 +5,9 @@
 //! - `train_step_gradients`: one training step's gradients, every parameter (sinks included),
 //!   within [`GRAD_REL`] of each parameter's largest NdArray gradient;
 //! - `train_20_steps`: 20 AdamW steps on the device must lower the loss;
-//! - `fia_serving_tokens`: greedy serving through fused inference attention generates
-//!   NdArray's tokens, logits within [`LOGIT_TOL`];
+//! - `fia_serving_tokens`: greedy serving through fused inference attention in BF16 (as on an
+//!   Atlas) tracks NdArray's f32 serving, logits within [`BF16_LOGIT_TOL`] while the tokens
+//!   agree;
 //! - `data_parallel_2_vs_1`: one data-parallel step on two devices (rank 0's averaged
 //!   gradients) against one device on the global batch, within [`GRAD_REL`]; with fewer than
 //!   two devices visible it is skipped, the reason reported as a probe.
@@ -21,7 +22,7 @@ use burn::backend::{Autodiff, NdArray};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
 use burn_ascend::{AttendPath, AttentionBackend, AttnError};
@@ -46,8 +47,10 @@ use crate::{CliError, Device};
 /// magnitude over what the simulation shows while a wrong kernel is off by O(1).
 pub const GRAD_REL: f64 = 1e-3;
 
-/// Logits of the served tokens: `max |Δ|` (f32 logits of O(1..10)).
-pub const LOGIT_TOL: f64 = 1e-3;
+/// Logits of the served tokens, BF16 attention against NdArray's f32: `max |Δ|` (logits of
+/// O(1..10); BF16 keeps 8 bits of mantissa, so its rounding of q, k, v and the attention
+/// output moves them by a few 1e-3 to 1e-2, while a wrong kernel moves them by O(1)).
+pub const BF16_LOGIT_TOL: f64 = 5e-2;
 
 /// Steps of the loss case.
 const STEPS: usize = 20;
@@ -329,7 +332,10 @@ fn fia_serving(device: AscendDevice) -> Check {
         let host = Default::default();
         let mut gen = Generator::new(load_hf::<NdArray>(&dir.0, &host)?, 16, 16, &host)?;
         let want = generate_batch(&mut gen, &prompts, 8, &sampling, &mut SplitMix(1))?;
-        let mut gen = Generator::new(load_hf::<Ascend>(&dir.0, &device)?, 16, 16, &device)?;
+        // Attention in BF16, as a model is served on an Atlas: CANN's attention ops take no F32
+        // query, and FIA then reads its learnableSink in BF16 (issue 30).
+        let mut gen = Generator::new(load_hf::<Ascend>(&dir.0, &device)?, 16, 16, &device)?
+            .with_attention_dtype(FloatDType::BF16)?;
         if gen.attend_path() != AttendPath::Fused {
             return Ok(Err(format!(
                 "the device serves through {:?}, not FIA (no aclnnFusedInferAttentionScoreV4?)",
@@ -337,20 +343,23 @@ fn fia_serving(device: AscendDevice) -> Check {
             )));
         }
         let got = generate_batch(&mut gen, &prompts, 8, &sampling, &mut SplitMix(1))?;
-        if got.generated != want.generated {
-            return Ok(Err(format!(
-                "tokens {:?}, NdArray's {:?}",
-                got.generated, want.generated
-            )));
+        // Step by step while the tokens agree (a different token changes the context): the
+        // first step of each prompt is always compared.
+        let mut gap = 0.0f64;
+        for (seq, (gl, wl)) in got.logits.iter().zip(&want.logits).enumerate() {
+            for (step, (g, w)) in gl.iter().zip(wl).enumerate() {
+                let step_gap = g
+                    .iter()
+                    .zip(w)
+                    .map(|(a, b)| f64::from((a - b).abs()))
+                    .fold(0.0, f64::max);
+                gap = gap.max(step_gap);
+                if got.generated[seq][step] != want.generated[seq][step] {
+                    break;
+                }
+            }
         }
-        let gap = got
-            .logits
-            .iter()
-            .flatten()
-            .zip(want.logits.iter().flatten())
-            .flat_map(|(g, w)| g.iter().zip(w).map(|(a, b)| f64::from((a - b).abs())))
-            .fold(0.0, f64::max);
-        Ok(Ok((gap, LOGIT_TOL)))
+        Ok(Ok((gap, BF16_LOGIT_TOL)))
     };
     guarded(run)?
 }
