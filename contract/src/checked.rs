@@ -36,7 +36,21 @@ pub(crate) fn finite_f32(name: &'static str, value: f64) -> Result<f32> {
     } else {
         Err(AttnError::invalid(
             name,
-            format!("must be finite as the f32 the device computes in, got {value} (f32: {v})"),
+            format!(
+                "must be finite as the f32 the device computes in, got {} (f32: {v})",
+                num(value)
+            ),
         ))
+    }
+}
+
+/// `x` for an error message: plain decimal for ordinary magnitudes (`0`, `0.5`, `1.5`), the
+/// exponent form far from them, so `1e-300` or `1e300` is not printed as 300 digits.
+pub fn num(x: f64) -> String {
+    let a = x.abs();
+    if x == 0.0 || !x.is_finite() || (1e-4..1e15).contains(&a) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
     }
 }

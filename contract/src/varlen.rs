@@ -270,7 +270,7 @@ impl VarlenSpec {
             a.keep_prob > 0.0 && a.keep_prob <= 1.0,
             "keepProb",
             "must be in (0, 1], got {}",
-            a.keep_prob
+            checked::num(a.keep_prob)
         );
         // The kernel reads keepProb as f32 and scales kept scores by 1/keepProb in f32: both
         // must be finite and keepProb non-zero there (5e-324 is 0 as an f32).
@@ -279,7 +279,7 @@ impl VarlenSpec {
             keep > 0.0 && (1.0 / keep).is_finite(),
             "keepProb",
             "must be > 0 with a finite 1/keepProb as the f32 the device computes in, got {} (f32: {keep})",
-            a.keep_prob
+            checked::num(a.keep_prob)
         );
         ensure!(
             (0..=2).contains(&a.inner_precise),

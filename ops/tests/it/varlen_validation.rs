@@ -553,3 +553,26 @@ fn products_of_huge_lengths_are_typed_errors_not_overflows() {
     };
     expect("realShift", "pseTotalLen", spec.validate_fwd(&shapes));
 }
+
+#[test]
+fn extreme_attribute_values_are_printed_in_exponent_form_not_as_300_digits() {
+    let (mut spec, shapes) = base();
+    spec.attrs.keep_prob = 1e-300;
+    let e = spec.validate_fwd(&shapes).unwrap_err().to_string();
+    assert!(e.starts_with("invalid keepProb:"), "{e}");
+    assert!(e.contains("got 1e-300"), "{e}");
+    assert!(e.len() < 160, "{} characters: {e}", e.len());
+    let (mut spec, shapes) = base();
+    spec.attrs.scale = 1e300;
+    let e = spec.validate_fwd(&shapes).unwrap_err().to_string();
+    assert!(
+        e.starts_with("invalid scaleValue:") && e.contains("got 1e300"),
+        "{e}"
+    );
+    assert!(e.len() < 160, "{} characters: {e}", e.len());
+    // Ordinary values keep their plain form.
+    let (mut spec, shapes) = base();
+    spec.attrs.keep_prob = 1.5;
+    let e = spec.validate_fwd(&shapes).unwrap_err().to_string();
+    assert!(e.contains("got 1.5"), "{e}");
+}
