@@ -225,6 +225,7 @@ pub struct FinetuneArgs {
     /// Peak learning rate.
     #[arg(
         long,
+        value_parser = positive_finite,
         value_name = "X",
         default_value_t = 3e-3,
         allow_negative_numbers = true
@@ -324,6 +325,7 @@ pub struct GenerateArgs {
     /// Nucleus sampling's probability mass.
     #[arg(
         long,
+        value_parser = probability,
         value_name = "P",
         default_value_t = 0.9,
         allow_negative_numbers = true
@@ -332,6 +334,7 @@ pub struct GenerateArgs {
     /// Sampling temperature.
     #[arg(
         long,
+        value_parser = positive_finite,
         value_name = "T",
         default_value_t = 0.8,
         allow_negative_numbers = true
@@ -348,6 +351,7 @@ pub struct GenerateArgs {
     /// Tokens per KV cache block.
     #[arg(
         long,
+        value_parser = at_least_one,
         value_name = "N",
         default_value_t = 16,
         allow_negative_numbers = true
@@ -379,4 +383,35 @@ pub struct VarlenTrainArgs {
         allow_negative_numbers = true
     )]
     pub steps: usize,
+}
+
+/// A finite number above 0 (`--lr`, `--temperature`): a negative learning rate climbs the
+/// loss, a NaN one poisons every weight, a zero temperature divides by zero.
+fn positive_finite(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x.is_finite() && x > 0.0 {
+        Ok(x)
+    } else {
+        Err(format!("must be a finite number above 0, got {s}"))
+    }
+}
+
+/// A probability mass in (0, 1] (`--top-p`).
+fn probability(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x > 0.0 && x <= 1.0 {
+        Ok(x)
+    } else {
+        Err(format!("must be in (0, 1], got {s}"))
+    }
+}
+
+/// A whole number of at least 1 (`--block-size`: a page of 0 tokens holds nothing).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("{e}"))?;
+    if n >= 1 {
+        Ok(n)
+    } else {
+        Err("must be at least 1, got 0".into())
+    }
 }

@@ -263,3 +263,26 @@ fn attention_errors_keep_their_wording() {
         "unsupported: x"
     );
 }
+
+#[test]
+fn out_of_range_learning_rates_sampling_values_and_block_sizes_are_refused_naming_the_flag() {
+    for bad in ["-0.1", "0", "nan", "inf"] {
+        let e = refused::<FinetuneArgs>(&["finetune", "--lr", bad]);
+        assert!(e.contains("--lr"), "--lr {bad}: {e}");
+    }
+    for (flag, bad) in [
+        ("--top-p", "-1"),
+        ("--top-p", "1.5"),
+        ("--top-p", "nan"),
+        ("--temperature", "nan"),
+        ("--temperature", "-1"),
+        ("--temperature", "0"),
+        ("--block-size", "0"),
+    ] {
+        let e = refused::<GenerateArgs>(&["generate", flag, bad]);
+        assert!(e.contains(flag), "{flag} {bad}: {e}");
+    }
+    let a =
+        GenerateArgs::try_parse_from(["generate", "--top-p", "1", "--temperature", "0.5"]).unwrap();
+    assert_eq!((a.top_p, a.temperature), (1.0, 0.5));
+}
