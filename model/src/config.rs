@@ -282,6 +282,20 @@ impl ModelConfig {
                 ),
             );
         }
+        // RMSNorm divides by sqrt(mean(x²) + eps) and RoPE raises theta to fractional powers:
+        // a non-positive or non-finite value gives NaN or inf on the first token.
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
+            return bad(
+                "rms_norm_eps",
+                format!("must be a finite number above 0, got {}", self.rms_norm_eps),
+            );
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return bad(
+                "rope_theta",
+                format!("must be a finite number above 0, got {}", self.rope_theta),
+            );
+        }
         if self.sliding_window == Some(0) {
             return bad(
                 "sliding_window",

@@ -814,3 +814,15 @@ fn generation_stops_at_the_checkpoints_end_of_sequence_token() {
     let gap = burn_ascend_model::max_logit_gap(gen.model(), &run).unwrap();
     assert!(gap < 1e-4, "{gap}");
 }
+
+#[test]
+fn a_non_positive_or_non_finite_norm_epsilon_or_rope_base_is_refused_naming_the_key() {
+    for eps in [-1e-6, 0.0] {
+        let e = refusal(|v| v["rms_norm_eps"] = eps.into());
+        assert!(e.starts_with("invalid rms_norm_eps:"), "{eps}: {e}");
+    }
+    for theta in [-10_000.0, 0.0] {
+        let e = refusal(|v| v["rope_parameters"]["rope_theta"] = theta.into());
+        assert!(e.starts_with("invalid rope_theta:"), "{theta}: {e}");
+    }
+}
