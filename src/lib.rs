@@ -22,6 +22,7 @@
 
 pub use burn_ascend_backend as backend;
 pub use burn_ascend_cann as cann;
+pub use burn_ascend_contract as contract;
 pub use burn_ascend_kernels as kernels;
 pub use burn_ascend_ops as ops;
 pub use burn_ascend_ops::*;

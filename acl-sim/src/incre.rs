@@ -5,10 +5,10 @@
 use std::ffi::c_char;
 
 use burn_ascend_cann::acl::ffi::*;
-use burn_ascend_kernels::reference::incre::{
-    self as ifa, Antiquant, IfaLayout, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput,
-    PagedLayout,
+use burn_ascend_contract::incre::{
+    Antiquant, IfaLayout, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput, PagedLayout,
 };
+use burn_ascend_kernels::reference::incre::{self as ifa};
 
 use crate::state::{
     self, c_str, int_array, invalid, new_executor, required, tensor, tensor_list, SimErr,
@@ -169,7 +169,7 @@ impl IncreCall {
                     .as_ref()
                     .map(|o| floats(o, "quantOffset2"))
                     .transpose()?;
-                let pq = ifa::IfaPostQuant {
+                let pq = burn_ascend_contract::incre::IfaPostQuant {
                     scale: &scale,
                     offset: offset.as_deref(),
                 };

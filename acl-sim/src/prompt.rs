@@ -5,10 +5,9 @@
 use std::ffi::c_char;
 
 use burn_ascend_cann::acl::ffi::*;
-use burn_ascend_kernels::reference::prompt::{
-    self as pfa, PfaLayout, PromptFlashAttentionArgs, PseShift,
-};
-use burn_ascend_kernels::varlen::lengths_from_cumulative;
+use burn_ascend_contract::prompt::{PfaLayout, PromptFlashAttentionArgs, PseShift};
+use burn_ascend_contract::varlen::lengths_from_cumulative;
+use burn_ascend_kernels::reference::prompt::{self as pfa};
 
 use crate::state::{
     self, c_str, int_array, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
@@ -66,8 +65,8 @@ impl PromptCall {
         a.num_key_value_heads = self.nkv;
         a.pre_tokens = self.pre;
         a.next_tokens = self.next;
-        a.sparse_mode =
-            pfa::PfaSparseMode::from_attr(self.sparse).unwrap_or(pfa::PfaSparseMode::DefaultMask);
+        a.sparse_mode = burn_ascend_contract::prompt::PfaSparseMode::from_attr(self.sparse)
+            .unwrap_or(burn_ascend_contract::prompt::PfaSparseMode::DefaultMask);
         a.inner_precise = self.inner_precise;
         a.actual_seq_lengths = self.asl.as_deref();
         a.actual_seq_lengths_kv = self.asl_kv.as_deref();
@@ -80,7 +79,7 @@ impl PromptCall {
         a.atten_mask = match (&self.mask, &mask) {
             (None, _) => None,
             // Modes 2-4 never read the mask's contents.
-            (Some(_), None) => Some(pfa::PfaMask {
+            (Some(_), None) => Some(burn_ascend_contract::prompt::PfaMask {
                 data: &[],
                 batched: false,
                 rows: 0,
@@ -92,7 +91,7 @@ impl PromptCall {
                     [b, r, c] | [b, _, r, c] => (b, r, c),
                     _ => unreachable!("checked in the first stage"),
                 };
-                Some(pfa::PfaMask {
+                Some(burn_ascend_contract::prompt::PfaMask {
                     data,
                     batched: mb != 1,
                     rows,
@@ -121,7 +120,7 @@ impl PromptCall {
                     .as_ref()
                     .map(|o| floats(o, "quantOffset2"))
                     .transpose()?;
-                let pq = pfa::PfaPostQuant {
+                let pq = burn_ascend_contract::prompt::PfaPostQuant {
                     scale: &scale,
                     offset: offset.as_deref(),
                 };

@@ -12,10 +12,12 @@ use std::ffi::c_char;
 
 use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::scatter::ScatterKind;
-use burn_ascend_kernels::reference::scatter::{
-    check_compressed_scatter, check_scatter, scatter_pa_kv_cache as reference_scatter,
-    scatter_pa_kv_cache_compressed, CacheMode, CompressMode, CompressedScatterArgs,
+use burn_ascend_contract::scatter::{
+    check_compressed_scatter, check_scatter, CacheMode, CompressMode, CompressedScatterArgs,
     PlainScatterArgs as RefScatterArgs, ScatterMode,
+};
+use burn_ascend_kernels::reference::scatter::{
+    scatter_pa_kv_cache as reference_scatter, scatter_pa_kv_cache_compressed,
 };
 use half::{bf16, f16};
 

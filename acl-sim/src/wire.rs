@@ -3,7 +3,7 @@
 //! shape checks.
 
 use burn_ascend_cann::acl::ffi::*;
-use burn_ascend_kernels::Element;
+use burn_ascend_contract::Element;
 use half::{bf16, f16};
 
 use crate::state::{invalid, SimResult, SimTensor};

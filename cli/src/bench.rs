@@ -54,11 +54,9 @@ use serde::Serialize;
 use super::alloc_stats::peak_extra;
 use super::args::BenchArgs;
 use super::CliError;
+use burn_ascend::contract::incre::{Antiquant, IncreFlashAttentionArgs, KvInput, PagedLayout};
+use burn_ascend::contract::Element;
 use burn_ascend::kernels::cpu;
-use burn_ascend::kernels::reference::incre::{
-    Antiquant, IncreFlashAttentionArgs, KvInput, PagedLayout,
-};
-use burn_ascend::kernels::Element;
 use burn_ascend::ops::backend::{IncreInputs, IncreKv, VarlenGradInputs, VarlenInputs};
 use burn_ascend::ops::host::from_vec;
 use burn_ascend::ops::incre::{AntiquantSpec, BlockTable, IfaLayout, IncreKvShapes, IncreShapes};

@@ -18,9 +18,8 @@ use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, post_quant, same_dtype};
 use super::{CliError, Device};
 use burn_ascend::backend::attention::aclnn;
-use burn_ascend::kernels::reference::incre::{
-    incre_flash_attention, incre_flash_attention_int8, KvInput,
-};
+use burn_ascend::contract::incre::KvInput;
+use burn_ascend::kernels::reference::incre::{incre_flash_attention, incre_flash_attention_int8};
 use burn_ascend::ops::incre::{
     parse_ifa_layout, AntiquantSpec, BlockTable, IncreKvShapes, IncreMask, IncrePse, IncreShapes,
     IncreSpec, KvDims,

@@ -7,7 +7,7 @@ use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 
 use super::CliError;
-use burn_ascend::kernels::Element;
+use burn_ascend::contract::Element;
 use burn_ascend::AttnError;
 
 /// One tensor as raw little-endian bytes.

@@ -8,11 +8,16 @@
 //! op-replay CLI, and the simulation. Each enum converts to and from its aclnn attribute in
 //! exactly one place (`as_attr` / `from_attr`).
 //!
-//! Element types are `aclDataType`s ([`DataType`]), so nothing here depends on a tensor
-//! library.
+//! Each op's `problem` module is its plain-data description — layouts, modes, the argument
+//! struct of one call over host slices, the addressing and masking rules — which the f64
+//! reference and the fast CPU kernels (`burn-ascend-kernels`) compute from. Element types are
+//! `aclDataType`s ([`DataType`]) and host elements implement [`Element`]: this crate depends on
+//! no tensor library, on no CANN binding and on no other crate of the project.
 
 mod checked;
+pub mod dropout;
 pub mod dtype;
+pub mod element;
 pub mod error;
 pub mod fia;
 pub mod incre;
@@ -21,4 +26,5 @@ pub mod scatter;
 pub mod varlen;
 
 pub use dtype::DataType;
+pub use element::Element;
 pub use error::{AttnError, Result};

@@ -1,11 +1,11 @@
 //! Burn-free compute for burn-ascend: the f64 CPU reference and the fast CPU kernels. CANN's
 //! bindings are the crate `burn-ascend-cann`.
 //!
-//! - [`varlen`]: the plain-data description of a varlen (TND) flash-attention problem, shared by
-//!   every implementation (reference, fast CPU kernels, Ascend dispatch).
 //! - [`reference`]: the CPU reference — plain loops with f64 accumulation. It is the oracle every
 //!   other path is tested against, so it stays small and obviously correct.
-//! - [`dropout`]: CANN's bit-packed dropout mask and a seeded generator for it.
+//!
+//! What they compute from — each op's problem description, layouts and modes, the element trait
+//! and the dropout mask format — is the op vocabulary of `burn-ascend-contract`.
 //!
 //! Nothing here validates: callers (the `burn-ascend-contract` crate's specs) check every
 //! constraint first
@@ -13,9 +13,7 @@
 //! at worst panic, never cause undefined behaviour.
 
 pub mod cpu;
-pub mod dropout;
-pub mod element;
 pub mod reference;
-pub mod varlen;
 
-pub use element::Element;
+// The element trait is the contract's; the kernels name it `crate::Element`.
+use burn_ascend_contract::Element;

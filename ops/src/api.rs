@@ -11,8 +11,8 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 
-use burn_ascend_kernels::dropout;
-use burn_ascend_kernels::varlen::{lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode};
+use burn_ascend_contract::dropout;
+use burn_ascend_contract::varlen::{lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode};
 
 use crate::backend::{
     AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,

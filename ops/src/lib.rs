@@ -31,7 +31,7 @@ pub use backend::{
     AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
     ScatterInputs, ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
-pub use burn_ascend_kernels::varlen::{
+pub use burn_ascend_contract::varlen::{
     cumulative_from_lengths, lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode,
     VarlenAttrs,
 };

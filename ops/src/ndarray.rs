@@ -12,7 +12,7 @@ use burn::tensor::ops::FloatTensor;
 use burn_ascend_kernels::cpu;
 
 use burn::tensor::TensorMetadata;
-use burn_ascend_kernels::reference::incre::KvInput;
+use burn_ascend_contract::incre::KvInput;
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
 use crate::backend::{

@@ -12,7 +12,7 @@
 use std::ffi::c_char;
 
 use burn_ascend_cann::acl::ffi::*;
-use burn_ascend_kernels::varlen::{
+use burn_ascend_contract::varlen::{
     lengths_from_varlen_cumulative, AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode,
     VarlenAttrs, VarlenDims, VarlenProblem, ALIBI_COMPRESSED_ROWS, VARLEN_LAYOUT,
 };

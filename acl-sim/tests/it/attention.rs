@@ -13,8 +13,8 @@ use burn_ascend_cann::acl::{
     AclError, DataType, DeviceTensor, IntArray, Runtime, Tensor, TensorDesc,
 };
 use burn_ascend_contract::varlen::VarlenSpec;
+use burn_ascend_contract::varlen::{VarlenAttrs as KAttrs, VarlenDims, VarlenProblem};
 use burn_ascend_kernels::reference::varlen as reference;
-use burn_ascend_kernels::varlen::{VarlenAttrs as KAttrs, VarlenDims, VarlenProblem};
 
 pub(crate) fn rand(seed: u64, n: usize) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

@@ -304,7 +304,7 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
 /// CPU kernels (checked against finite differences in the kernels crate); |Δ| ≤ 1e-5 + 1e-4·|x|.
 #[test]
 fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_types() {
-    use burn_ascend_kernels::varlen::PseType;
+    use burn_ascend_contract::varlen::PseType;
     use burn_ascend_ops::varlen::composite;
     use burn_ascend_ops::{PseSpec, VarlenSpec};
 

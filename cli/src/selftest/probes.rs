@@ -187,7 +187,7 @@ fn entry_points_probe(device: Device, env: &Environment) -> String {
 
 /// One query row over 8 keys with equal scores, one mask byte with only bit 0 set, keepProb
 /// 0.5 and value row j = j + 1: the output is 0.25 when bit 0 keeps element 0 (LSB first, what
-/// `kernels/src/dropout.rs` assumes) and 2.0 when it keeps element 7 (MSB first).
+/// `contract/src/dropout.rs` assumes) and 2.0 when it keeps element 7 (MSB first).
 fn dropout_probe(device: Device) -> String {
     let d = 64usize;
     let mut b = Bundle::default();
@@ -228,9 +228,9 @@ fn dropout_probe(device: Device) -> String {
     };
     let mean = vals.iter().map(|&x| f64::from(x)).sum::<f64>() / vals.len().max(1) as f64;
     if (mean - 0.25).abs() < 0.02 {
-        format!("LSB-first (output {mean:.4}: bit 0 keeps element 0, as kernels/src/dropout.rs assumes)")
+        format!("LSB-first (output {mean:.4}: bit 0 keeps element 0, as contract/src/dropout.rs assumes)")
     } else if (mean - 2.0).abs() < 0.05 {
-        format!("MSB-first (output {mean:.4}: bit 7 keeps element 0): kernels/src/dropout.rs assumes LSB-first and must change")
+        format!("MSB-first (output {mean:.4}: bit 7 keeps element 0): contract/src/dropout.rs assumes LSB-first and must change")
     } else {
         format!("neither (output {mean:.4}; LSB-first predicts 0.25, MSB-first 2.0)")
     }

@@ -349,7 +349,7 @@ fn incre_round_trips_contiguous_list_and_paged_int8() {
             kv_int8: true,
         })
         .unwrap();
-    let pq = burn_ascend::kernels::reference::incre::IfaPostQuant {
+    let pq = burn_ascend::contract::incre::IfaPostQuant {
         scale: &[4.0],
         offset: Some(&[1.0]),
     };

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use burn_ascend::kernels::dropout;
+use burn_ascend::contract::dropout;
 use burn_ascend::ops::varlen::{MaskSpec, PseSpec, VarlenSpec};
 use burn_ascend::{cumulative_from_lengths, PseType, SoftmaxLayout, SparseMode};
 /// `|got − exp| ≤ atol + rtol·|exp|` elementwise (in the slices' type; NaN fails), else a

@@ -1,7 +1,7 @@
 //! FIA's mask rule and the CPU reference's arguments.
 
-use burn_ascend_kernels::reference::fia::{FiaArgs, FiaDequant, FiaDequantIndex, FiaKv};
-use burn_ascend_kernels::reference::prompt::{PfaMask, PseShift};
+use crate::fia::problem::{FiaArgs, FiaDequant, FiaDequantIndex, FiaKv};
+use crate::prompt::problem::{PfaMask, PseShift};
 
 use super::{FiaDims, FiaSpec, PfaSparseMode};
 use crate::prompt::PromptMask;

@@ -22,6 +22,9 @@
 //! mode 9 (tree mask), and the layouts NTD, NTD_TND, BSH_BNSD, BSND_BNSD, *_NBSD. The checks are
 //! Atlas A2/A3's; element dtypes are checked where they are known (the CLI, the simulation).
 
+pub mod problem;
+pub use problem::*;
+
 use std::sync::Arc;
 
 use crate::checked;
@@ -38,9 +41,8 @@ mod sink;
 
 pub use sink::{CannRelease, FiaSinkPath};
 
-pub use burn_ascend_kernels::reference::fia::FiaOut;
-pub use burn_ascend_kernels::reference::incre::PagedLayout;
-pub use burn_ascend_kernels::reference::prompt::{PfaLayout, PfaSparseMode};
+pub use crate::incre::PagedLayout;
+pub use crate::prompt::{PfaLayout, PfaSparseMode};
 
 /// Largest batch.
 pub const FIA_MAX_BATCH: usize = 65_536;

@@ -53,10 +53,10 @@ use rayon::prelude::*;
 #[cfg(target_arch = "x86_64")]
 use super::decode_avx512::{self as fused, Avx512, Bf16Bits, F16Bits, Widen};
 use super::tile::{exp, exp_sub_sum, row_max, vectorized, SimdKernel};
-use crate::reference::incre::{
+use crate::Element;
+use burn_ascend_contract::incre::{
     IfaLayout, IfaPostQuant, IncreFlashAttentionArgs, KvInput, PagedLayout, IFA_MASKED_SCORE,
 };
-use crate::Element;
 
 /// Tokens per chunk (one task). The split depends only on the window, never on the thread
 /// count.

@@ -16,15 +16,15 @@
 //! The semantics are the reference's (see its module docs); the tests compare the two on every
 //! path.
 
-use crate::reference::fia::{len_at, FiaArgs, FiaDequant, FiaDequantIndex, FiaKv};
-use crate::reference::incre::{
+use crate::Element;
+use burn_ascend_contract::fia::{len_at, FiaArgs, FiaDequant, FiaDequantIndex, FiaKv};
+use burn_ascend_contract::incre::{
     Antiquant, IfaLayout, IfaMask, IncreFlashAttentionArgs, KvInput, PagedLayout,
 };
-use crate::reference::prompt::{PfaLayout, PfaSparseMode};
-use crate::varlen::{
+use burn_ascend_contract::prompt::{PfaLayout, PfaSparseMode};
+use burn_ascend_contract::varlen::{
     AttenMask, DenseMask, SoftmaxLayout, SparseMode, VarlenAttrs, VarlenDims, VarlenProblem,
 };
-use crate::Element;
 
 /// Which implementation computed a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 //!   all `G = N / Nkv` heads sharing a kv head, so every K/V tile it loads serves the whole GQA
 //!   group; it walks the kv tiles with an online softmax (running max / sum per row, starting
 //!   from max = sink, sum = 1 when there is a sink). Tiles entirely outside the band / causal
-//!   region ([`crate::varlen::SeqRule::band_columns`]) are skipped, tiles entirely inside are
+//!   region ([`burn_ascend_contract::varlen::SeqRule::band_columns`]) are skipped, tiles entirely inside are
 //!   computed without any per-element work, and only boundary tiles (and every tile when a
 //!   dense mask, pse or dropout is present) are masked element by element.
 //! - backward: P is recomputed from the saved statistics, in one pass with five GEMMs per

@@ -6,8 +6,8 @@
 //! heads of one kv head, stacked as `M = rows·G` rows in token-major order (row `r` is token
 //! `i0 + r / G`, head `kvh·G + r % G`). A *kv tile* is up to `bk` consecutive key columns.
 
-use crate::varlen::{DenseMask, Pse, PseType, SeqRule, VarlenProblem};
 use crate::Element;
+use burn_ascend_contract::varlen::{DenseMask, Pse, PseType, SeqRule, VarlenProblem};
 
 // Tile sizes, tuned with `burn-ascend bench` on a 2-core AVX-512 machine with 2 MiB of L2
 // per core (D = 64/128, G = 4): larger tiles amortise gemm's packing, the K/V tile loads and
@@ -353,7 +353,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
             let h = self.head(kvh, r);
             let e0 = s.pse0 + (h * s.sq + i) * s.skv + c0;
             for (jj, x) in dst[r * ld..r * ld + nc].iter_mut().enumerate() {
-                *x = if crate::dropout::kept(mask, e0 + jj) {
+                *x = if burn_ascend_contract::dropout::kept(mask, e0 + jj) {
                     inv_keep
                 } else {
                     0.0

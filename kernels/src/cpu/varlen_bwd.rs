@@ -11,8 +11,8 @@ use rayon::prelude::*;
 use super::gemm::{matmul, Mat};
 use super::tile::{store, vectorized, Ctx, Kind, ProbRows, Seq, SimdKernel};
 use crate::reference::varlen::{dpse_factor, VarlenBwdOut};
-use crate::varlen::VarlenProblem;
 use crate::Element;
+use burn_ascend_contract::varlen::VarlenProblem;
 
 /// Working memory of a backward rayon job: tile buffers and the K, V, dK, dV of a span.
 struct Bufs {

@@ -8,8 +8,8 @@ use rayon::prelude::*;
 use super::gemm::{matmul, Mat};
 use super::tile::{exp, exp_sub_sum, row_max, store, vectorized, Ctx, Kind, SimdKernel};
 use crate::reference::varlen::VarlenFwdOut;
-use crate::varlen::VarlenProblem;
 use crate::Element;
+use burn_ascend_contract::varlen::VarlenProblem;
 
 /// Per-thread working memory of the forward (O(tile)).
 struct Bufs {

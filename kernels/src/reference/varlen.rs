@@ -11,8 +11,8 @@
 //!   handling), so the recomputed P is 0 and the row's gradients are 0;
 //! - every column masked, with a sink: max = sink, sum = 1, out = 0.
 
-use crate::varlen::{Pse, PseType, VarlenProblem};
 use crate::Element;
+use burn_ascend_contract::varlen::{Pse, PseType, VarlenProblem};
 
 /// Forward outputs: `attentionOut [Tq, N, Dv]`, `softmaxMax` and `softmaxSum` (`T·N·8` f32 in
 /// the problem's softmax layout).

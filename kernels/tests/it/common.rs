@@ -11,12 +11,12 @@
 //! materialises the whole masked score row with the sink appended as one more column. (The
 //! [`Case`] builder does use `dropout::generate_mask` to *create* masks.)
 
-use burn_ascend_kernels::reference::varlen::{varlen_bwd, varlen_fwd, VarlenFwdOut};
-use burn_ascend_kernels::varlen::{
+use burn_ascend_contract::varlen::{
     AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode, VarlenAttrs, VarlenDims,
     VarlenProblem,
 };
-use burn_ascend_kernels::Element;
+use burn_ascend_contract::Element;
+use burn_ascend_kernels::reference::varlen::{varlen_bwd, varlen_fwd, VarlenFwdOut};
 pub use burn_ascend_test_support::{assert_close, check_close, Rng};
 
 /// CANN's default pre/next tokens (`INT_MAX`).
@@ -169,13 +169,13 @@ impl Case {
 
     /// Dropout with a mask from `dropout::generate_mask`.
     pub fn with_dropout(mut self, keep_prob: f64, seed: u64) -> Self {
-        let bits = burn_ascend_kernels::dropout::mask_bits(
+        let bits = burn_ascend_contract::dropout::mask_bits(
             self.dims.head_num,
             &self.dims.seq_q,
             &self.dims.seq_kv,
         );
         self.attrs.keep_prob = keep_prob;
-        self.drop_mask = Some(burn_ascend_kernels::dropout::generate_mask(
+        self.drop_mask = Some(burn_ascend_contract::dropout::generate_mask(
             bits, keep_prob, seed,
         ));
         self

@@ -13,12 +13,13 @@
 //! Paged caches hold NaN in every slot no valid token uses (and the block table −1 in every
 //! unused entry), so reading outside the window poisons the result.
 
-use burn_ascend_kernels::cpu;
-use burn_ascend_kernels::reference::incre::{
-    self as reference, Antiquant, IfaLayout, IfaMask, IfaPostQuant, IfaPse,
-    IncreFlashAttentionArgs, KvInput, PagedLayout,
+use burn_ascend_contract::incre::{
+    Antiquant, IfaLayout, IfaMask, IfaPostQuant, IfaPse, IncreFlashAttentionArgs, KvInput,
+    PagedLayout,
 };
-use burn_ascend_kernels::Element;
+use burn_ascend_contract::Element;
+use burn_ascend_kernels::cpu;
+use burn_ascend_kernels::reference::incre::{self as reference};
 use burn_ascend_test_support::{check_close, Rng};
 use half::{bf16, f16};
 

@@ -15,10 +15,10 @@
 //! - f64: compute is f32, so the f32 tolerance.
 
 use crate::common::*;
+use burn_ascend_contract::varlen::{PseType, SoftmaxLayout, SparseMode};
+use burn_ascend_contract::Element;
 use burn_ascend_kernels::cpu;
 use burn_ascend_kernels::reference::varlen as reference;
-use burn_ascend_kernels::varlen::{PseType, SoftmaxLayout, SparseMode};
-use burn_ascend_kernels::Element;
 use half::{bf16, f16};
 
 #[derive(Clone, Copy, Debug)]

@@ -9,12 +9,11 @@
 
 use crate::common::{assert_close, Rng};
 use crate::fia_reference::fia;
+use burn_ascend_contract::fia::{FiaArgs, FiaDequant, FiaDequantIndex, FiaKv};
+use burn_ascend_contract::incre::PagedLayout;
+use burn_ascend_contract::prompt::{PfaLayout, PfaMask, PfaSparseMode, PseShift};
 use burn_ascend_kernels::cpu::fia::{fused_infer_attention, FiaPath};
-use burn_ascend_kernels::reference::fia::{
-    fused_infer_attention as reference, FiaArgs, FiaDequant, FiaDequantIndex, FiaKv,
-};
-use burn_ascend_kernels::reference::incre::PagedLayout;
-use burn_ascend_kernels::reference::prompt::{PfaLayout, PfaMask, PfaSparseMode, PseShift};
+use burn_ascend_kernels::reference::fia::fused_infer_attention as reference;
 
 const ABS: f64 = 2e-5;
 const REL: f64 = 1e-4;

@@ -7,18 +7,18 @@
 //! `softmaxLse` is f32: 2 ulps relative.
 
 use crate::common::{assert_close, Case, Rng};
-use burn_ascend_kernels::reference::fia::{
-    fused_infer_attention, FiaArgs, FiaDequant, FiaDequantIndex, FiaKv,
+use burn_ascend_contract::fia::{FiaArgs, FiaDequant, FiaDequantIndex, FiaKv};
+use burn_ascend_contract::incre::{
+    Antiquant, IfaLayout, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput, PagedLayout,
 };
-use burn_ascend_kernels::reference::incre::{
-    incre_flash_attention, Antiquant, IfaLayout, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput,
-    PagedLayout,
+use burn_ascend_contract::prompt::{
+    PfaLayout, PfaMask, PfaSparseMode, PromptFlashAttentionArgs, PseShift,
 };
-use burn_ascend_kernels::reference::prompt::{
-    prompt_flash_attention, PfaLayout, PfaMask, PfaSparseMode, PromptFlashAttentionArgs, PseShift,
-};
+use burn_ascend_contract::varlen::SparseMode;
+use burn_ascend_kernels::reference::fia::fused_infer_attention;
+use burn_ascend_kernels::reference::incre::incre_flash_attention;
+use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 use burn_ascend_kernels::reference::varlen::varlen_fwd;
-use burn_ascend_kernels::varlen::SparseMode;
 
 const TOL: f64 = 1e-12;
 

@@ -7,8 +7,8 @@
 //! f32 statistics 4 ulps relative, special values (0, −FLT_MAX, +FLT_MAX) exact.
 
 use crate::common::*;
+use burn_ascend_contract::varlen::{SoftmaxLayout, SparseMode};
 use burn_ascend_kernels::reference::varlen::varlen_fwd;
-use burn_ascend_kernels::varlen::{SoftmaxLayout, SparseMode};
 
 const ALL_MODES: [SparseMode; 8] = [
     SparseMode::DefaultMask,
@@ -344,8 +344,8 @@ fn compressed_mode_pictures_by_hand() {
 #[test]
 fn mode7_doc_example_pictures() {
     let mut rng = Rng::new(16);
-    let seq_q = burn_ascend_kernels::varlen::lengths_from_cumulative(&[3, 5]).unwrap();
-    let seq_kv = burn_ascend_kernels::varlen::lengths_from_cumulative(&[3, 9]).unwrap();
+    let seq_q = burn_ascend_contract::varlen::lengths_from_cumulative(&[3, 5]).unwrap();
+    let seq_kv = burn_ascend_contract::varlen::lengths_from_cumulative(&[3, 9]).unwrap();
     assert_eq!(
         (seq_q.as_slice(), seq_kv.as_slice()),
         (&[3, 2][..], &[3, 6][..])
@@ -360,8 +360,8 @@ fn mode7_doc_example_pictures() {
     ];
     assert_pictures(&mut card1, &card1_pictures);
 
-    let seq_q = burn_ascend_kernels::varlen::lengths_from_cumulative(&[2, 7, 11]).unwrap();
-    let seq_kv = burn_ascend_kernels::varlen::lengths_from_cumulative(&[6, 11, 15]).unwrap();
+    let seq_q = burn_ascend_contract::varlen::lengths_from_cumulative(&[2, 7, 11]).unwrap();
+    let seq_kv = burn_ascend_contract::varlen::lengths_from_cumulative(&[6, 11, 15]).unwrap();
     let mut card2 = Case::new(&mut rng, 2, 1, 6, 6, &seq_q, &seq_kv)
         .mode(SparseMode::RightDownCausal)
         .compressed();
@@ -399,7 +399,7 @@ fn mode7_doc_example_pictures() {
 #[test]
 fn mode8_doc_example_pictures() {
     let mut rng = Rng::new(17);
-    let lens = burn_ascend_kernels::varlen::lengths_from_cumulative;
+    let lens = burn_ascend_contract::varlen::lengths_from_cumulative;
     let mut card1 = Case::new(
         &mut rng,
         2,

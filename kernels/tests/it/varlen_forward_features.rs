@@ -6,9 +6,9 @@
 //! f32 statistics 4 ulps relative, special values (0, −FLT_MAX, +FLT_MAX) exact.
 
 use crate::common::*;
+use burn_ascend_contract::varlen::{PseType, SoftmaxLayout, SparseMode};
+use burn_ascend_contract::Element;
 use burn_ascend_kernels::reference::varlen::varlen_fwd;
-use burn_ascend_kernels::varlen::{PseType, SoftmaxLayout, SparseMode};
-use burn_ascend_kernels::Element;
 use half::{bf16, f16};
 
 /// The sink enters the denominator only: out_sink = out_plain · l_plain / l_sink, and a sink of

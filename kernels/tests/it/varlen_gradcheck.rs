@@ -7,8 +7,8 @@
 //! Problems are small (T ≤ 12, N ≤ 4, D ≤ 5): the whole file runs in well under a second.
 
 use crate::common::*;
+use burn_ascend_contract::varlen::{PseType, SoftmaxLayout, SparseMode};
 use burn_ascend_kernels::reference::varlen::{varlen_bwd, varlen_fwd};
-use burn_ascend_kernels::varlen::{PseType, SoftmaxLayout, SparseMode};
 
 #[test]
 fn gradcheck_mha_gqa_mqa() {

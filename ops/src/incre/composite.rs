@@ -6,7 +6,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Bool, Int, Tensor, TensorData, TensorMetadata};
 
-use burn_ascend_kernels::reference::incre::{IfaLayout, PagedLayout, IFA_MASKED_SCORE};
+use burn_ascend_contract::incre::{IfaLayout, PagedLayout, IFA_MASKED_SCORE};
 
 use crate::backend::{IncreInputs, IncreKv};
 use crate::error::{AttnError, Result};

@@ -6,7 +6,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata, TensorPrimitive};
 
-use burn_ascend_kernels::reference::prompt::PfaLayout;
+use burn_ascend_contract::prompt::PfaLayout;
 
 use crate::backend::PromptInputs;
 use crate::error::{AttnError, Result};

@@ -6,9 +6,11 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorMetadata};
 
+use burn_ascend_contract::scatter::{
+    check_compressed_scatter, check_scatter, CacheMode, CompressedScatterArgs, PlainScatterArgs,
+};
 use burn_ascend_kernels::reference::scatter::{
-    check_compressed_scatter, check_scatter, scatter_pa_kv_cache, scatter_pa_kv_cache_compressed,
-    CacheMode, CompressedScatterArgs, PlainScatterArgs, RefElem,
+    scatter_pa_kv_cache, scatter_pa_kv_cache_compressed, RefElem,
 };
 
 use crate::backend::{ScatterInputs, ScatterOutputs};

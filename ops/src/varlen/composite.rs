@@ -6,8 +6,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Bool, Tensor, TensorData, TensorPrimitive};
 
+use burn_ascend_contract::varlen::{Pse, PseType, SoftmaxLayout, VarlenProblem};
 use burn_ascend_kernels::reference::varlen::dpse_factor;
-use burn_ascend_kernels::varlen::{Pse, PseType, SoftmaxLayout, VarlenProblem};
 
 use crate::backend::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs};
 use crate::error::Result;

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use crate::common::{close, Rng};
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData};
-use burn_ascend::kernels::reference::incre::{incre_flash_attention, KvInput};
+use burn_ascend::contract::incre::KvInput;
+use burn_ascend::kernels::reference::incre::incre_flash_attention;
 use burn_ascend::kernels::reference::prompt::prompt_flash_attention;
-use burn_ascend::kernels::reference::scatter as sref;
 use burn_ascend::ops::host::{from_vec, to_vec};
 use burn_ascend::ops::incre::{
     composite as icomp, AntiquantSpec, BlockTable, IfaLayout, IncreKvShapes, IncreMask, IncrePse,

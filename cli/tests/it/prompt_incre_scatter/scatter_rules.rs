@@ -432,6 +432,5 @@ fn scatter_every_rule_names_its_parameter() {
         p.validate(&alibi.shapes()),
         Err(AttnError::Unsupported(_))
     ));
-    let _ = sref::nz_last_dim::<f32>();
     let _ = Arc::<[u8]>::from(vec![]);
 }

@@ -7,17 +7,15 @@
 //! known: in the CLI. Whether the KV is int8 reaches the rules through
 //! [`IncreShapes::kv_int8`]. Ascend 310P limits are not applied.
 
-use std::sync::Arc;
+pub mod problem;
+pub use problem::*;
 
-use burn_ascend_kernels::reference::incre::{
-    Antiquant, IfaMask, IfaPostQuant, IfaPse, IncreFlashAttentionArgs, KvInput,
-};
+use std::sync::Arc;
 
 use crate::checked;
 use crate::error::{ensure, AttnError, Result};
 
 use crate::prompt::{resolve_kv_heads, validate_post_quant, PostQuantSpec};
-pub use burn_ascend_kernels::reference::incre::{IfaLayout, PagedLayout, IFA_MASKED_SCORE};
 
 /// Largest batch (A2/A3).
 pub const IFA_MAX_BATCH: usize = 65_536;

@@ -4,18 +4,15 @@
 //! Every constraint of the two CANN docs' parameter tables and 约束说明 sections is checked
 //! here, before any kernel runs; each failure names the aclnn parameter and the rule.
 
+pub mod problem;
+pub use problem::*;
+
 use std::sync::Arc;
 
-use burn_ascend_kernels::dropout;
-use burn_ascend_kernels::varlen::{
-    cumulative_from_lengths, lengths_from_varlen_cumulative, AttenMask, DenseMask, Pse, PseType,
-    SparseMode, VarlenAttrs, VarlenDims, VarlenProblem, ALIBI_COMPRESSED_ROWS,
-};
+use crate::dropout;
 
 use crate::checked;
 use crate::error::{ensure, AttnError, Result};
-
-pub use burn_ascend_kernels::varlen::VARLEN_LAYOUT;
 
 /// Largest head dim `aclnnFlashAttentionVarLenScoreV5` and its grad take (the older
 /// `aclnnFlashAttentionVarLenScore` takes 512).

@@ -4,15 +4,15 @@
 //! anything is written, so a refused call leaves the caches untouched. Scenario 3 (4-D key,
 //! Ascend 950 only) is [`AttnError::Unsupported`].
 
+pub mod problem;
+pub use problem::*;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::DataType;
-use burn_ascend_kernels::reference::scatter::{compressed_plan, compressed_ranges_ok, ScatterMode};
 
 use crate::error::{ensure, AttnError, Result};
-
-pub use burn_ascend_kernels::reference::scatter::{CacheMode, CompressMode};
 
 /// `scatterMode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,16 +6,13 @@
 //! dtype rules (f16/bf16/int8, mask BOOL/INT8/UINT8, 0/1 values) are checked where dtypes are
 //! known: in the CLI. Ascend 310P limits are not applied (Atlas A2/A3 rules only).
 
-use std::sync::Arc;
+pub mod problem;
+pub use problem::*;
 
-use burn_ascend_kernels::reference::prompt::{
-    PfaMask, PfaPostQuant, PromptFlashAttentionArgs, PseShift,
-};
+use std::sync::Arc;
 
 use crate::checked;
 use crate::error::{ensure, AttnError, Result};
-
-pub use burn_ascend_kernels::reference::prompt::{PfaLayout, PfaSparseMode};
 
 /// Largest batch (A2/A3).
 pub const PFA_MAX_BATCH: usize = 65_536;
