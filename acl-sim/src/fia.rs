@@ -173,9 +173,6 @@ fn fill(base: &FiaSpec, t: &FiaTensors, real: bool) -> SimResult<FiaSpec> {
             }
         }
     }
-    if let Some(x) = &t.sink {
-        s.learnable_sink = Some(fl(x, "learnableSink")?);
-    }
     Ok(s)
 }
 
@@ -192,7 +189,13 @@ impl FiaCall {
         let q = floats(&self.t.q, "query")?;
         let k = floats_or_i8(&self.t.k, "key")?;
         let v = floats_or_i8(&self.t.v, "value")?;
-        let out = fused_infer_attention(&spec.args(&dims, &q, &k, &v));
+        let sink = self
+            .t
+            .sink
+            .as_ref()
+            .map(|x| floats(x, "learnableSink"))
+            .transpose()?;
+        let out = fused_infer_attention(&spec.args(&dims, &q, &k, &v, sink.as_deref()));
         self.t.out.write(
             "attentionOut",
             &encode_f64(&out.attention_out, self.t.out.dtype, "attentionOut")?,
@@ -346,6 +349,7 @@ fn decode(
         query: t.q.dims.clone(),
         kv,
         kv_int8: int8,
+        learnable_sink: t.sink.as_ref().map(|x| x.dims.clone()),
     };
     let placeholder = fill(&spec, &t, false)?;
     let dims = placeholder.validate(&shapes).map_err(contract)?;

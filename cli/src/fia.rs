@@ -13,7 +13,8 @@ use super::{CliError, Device};
 use burn_ascend::backend::attention::fia::cann_release;
 use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
 use burn_ascend::ops::fia::{
-    parse_fia_layout, CannRelease, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant,
+    check_learnable_sink_values, parse_fia_layout, CannRelease, FiaKvShapes, FiaShapes, FiaSpec,
+    KvAntiquant,
 };
 use burn_ascend::ops::incre::{AntiquantSpec, BlockTable};
 use burn_ascend::ops::prompt::{PromptMask, PromptPse, INT_MAX_TOKENS, PFA_COMPRESSED_MASK};
@@ -192,12 +193,6 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<FiaSpec, AttnError> {
             }
         }
     }
-    if let Some(s) = b.optional(&["learnableSink"]) {
-        // Its dtype is checked once the path is known (`fia`): it follows the path and the
-        // CANN release, not the query (issue 30).
-        float_dtype(s, "learnableSink")?;
-        spec.learnable_sink = Some(s.f32_values("learnableSink")?.into());
-    }
     Ok(spec)
 }
 
@@ -230,6 +225,18 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         }
     }
     let spec = spec_from(b, qdt)?;
+    // `learnableSink` is a tensor input like the query. Its dtype is checked once the path is
+    // known (below): it follows the path and the CANN release, not the query (issue 30).
+    let sink = b.optional(&["learnableSink"]);
+    let sink_values = match sink {
+        Some(s) => {
+            float_dtype(s, "learnableSink")?;
+            let values = s.f32_values("learnableSink")?;
+            check_learnable_sink_values(&values)?;
+            Some(values)
+        }
+        None => None,
+    };
     let kv = if spec.block_table.is_some() {
         FiaKvShapes::Paged {
             key_cache: k.shape.clone(),
@@ -245,15 +252,13 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         query: q.shape.clone(),
         kv,
         kv_int8: k.dtype == Dtype::I8,
+        learnable_sink: sink.map(|s| s.shape.clone()),
     })?;
     // The bundle's sink dtype is checked as CANN checks it (issue 30): against the release the
     // device reports on `sim` / `npu`, against the one the contract models on `reference` and
     // `cpu`. The backend then sends the sink in the dtype the chosen path reads.
-    if spec.learnable_sink.is_some() {
-        let sink_dtype = match b.optional(&["learnableSink"]) {
-            Some(s) => acl_dtype(s.dtype, "learnableSink")?,
-            None => acl_dtype(qdt, "query")?,
-        };
+    if let Some(s) = sink {
+        let sink_dtype = acl_dtype(s.dtype, "learnableSink")?;
         let release = if device.is_acl() {
             cann_release(&acl_runtime(device)?)
         } else {
@@ -275,6 +280,10 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
                     data(k, "key", qdt)?,
                     data(v, "value", qdt)?,
                 ],
+                // Its f32 values: the backend sends them in the dtype the path reads.
+                sink: sink
+                    .map(|s| data(s, "learnableSink", Dtype::F32))
+                    .transpose()?,
             },
         );
     }
@@ -284,7 +293,7 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         k.f32_or_i8_values("key")?,
         v.f32_or_i8_values("value")?,
     );
-    let out = fia_reference(&spec.args(&dims, &qv, &kv, &vv));
+    let out = fia_reference(&spec.args(&dims, &qv, &kv, &vv, sink_values.as_deref()));
     res.insert(
         "attentionOut",
         HostTensor::from_f64_as(&out.attention_out, dims.out_shape(), qdt),
@@ -306,6 +315,8 @@ struct Fia {
     /// `softmaxLse`'s rank: 3 for TND, else 4.
     lse_rank: usize,
     qkv: [TensorData; 3],
+    /// `learnableSink`, when the call has one.
+    sink: Option<TensorData>,
 }
 
 impl Fia {
@@ -323,7 +334,8 @@ impl Fia {
         } else {
             FiaKv::Contiguous { key: k, value: v }
         };
-        let (out, lse) = fused_infer_attention::<B, D, L>(tensor(q, dev), kv, &self.spec)?;
+        let sink = self.sink.map(|s| tensor(s, dev));
+        let (out, lse) = fused_infer_attention::<B, D, L>(tensor(q, dev), kv, sink, &self.spec)?;
         let mut res = Bundle::default();
         res.insert("attentionOut", host(out, self.dtype));
         if let Some(l) = lse {

@@ -135,22 +135,17 @@ impl<B: AttentionBackend> Generator<B> {
         self.seqs.is_empty()
     }
 
-    fn options(&self, layer: usize) -> AttendOptions {
+    fn options(&self, layer: usize) -> AttendOptions<B> {
         let attn = &self.model.layers[layer].self_attn;
         AttendOptions {
             // The cache's window counts the tokens before the query (it sees `p − W ..= p`);
             // the model's counts keys including the query, transformers' semantics.
             window: self.model.config.layer_window(layer).map(|w| w - 1),
             path: self.path,
-            // Exact f32 values of the sink in whatever dtype the model keeps it; the backend
-            // sends them in the dtype FIA's path reads on the device's CANN (issue 30).
-            sinks: attn.sinks.as_ref().map(|s| {
-                s.val()
-                    .into_data()
-                    .convert::<f32>()
-                    .to_vec::<f32>()
-                    .expect("f32")
-            }),
+            // The parameter's tensor, on the model's device: the backend casts it there to the
+            // dtype FIA's path reads on the device's CANN (issue 30), with no host round trip
+            // per layer and decode step (issue 25).
+            sinks: attn.sinks.as_ref().map(|s| s.val()),
         }
     }
 

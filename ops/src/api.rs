@@ -388,7 +388,7 @@ impl<B: Backend> FiaKv<B> {
 
 /// `aclnnFusedInferAttentionScoreV4` (FIA): prefill (query S > 1) and decode (S = 1) in one op
 /// with GQA, paged KV, masks (sparse modes 0–4 with pre/next tokens), pseShift, left padding,
-/// int8 KV (antiquant), a learnable sink and the softmax LSE. Returns `attentionOut` (the
+/// int8 KV (antiquant), a learnable sink (`learnable_sink`, `[N]`) and the softmax LSE. Returns `attentionOut` (the
 /// query's rank `D`; D of value) and, with `spec.softmax_lse_flag`, `softmaxLse` of rank `L`:
 /// `[B, N, Q_S, 1]` (`L = 4`) or, for TND, `[T, N, 1]` (`L = 3`); f32 values, `+inf` for rows
 /// with nothing to attend. A different `L` is a typed error naming `softmaxLseFlag`.
@@ -396,6 +396,7 @@ impl<B: Backend> FiaKv<B> {
 pub fn fused_infer_attention<B: AttentionBackend, const D: usize, const L: usize>(
     query: Tensor<B, D>,
     kv: FiaKv<B>,
+    learnable_sink: Option<Tensor<B, 1>>,
     spec: &FiaSpec,
 ) -> Result<(Tensor<B, D>, Option<Tensor<B, L>>)> {
     let FiaOutputs {
@@ -405,6 +406,7 @@ pub fn fused_infer_attention<B: AttentionBackend, const D: usize, const L: usize
         FiaInputs {
             query: prim(query),
             kv,
+            learnable_sink: learnable_sink.map(prim),
         },
         spec,
     )?;

@@ -313,6 +313,7 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
             FiaInputs {
                 query: i(inputs.query),
                 kv,
+                learnable_sink: inputs.learnable_sink.map(i),
             },
             spec,
         )?;

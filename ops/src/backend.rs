@@ -145,6 +145,9 @@ pub struct FiaInputs<B: Backend> {
     pub query: FloatTensor<B>,
     /// `key` / `value`.
     pub kv: FiaKv<B>,
+    /// `learnableSink` `[N]`, a tensor like the query: a model's trained sinks reach the op
+    /// from its device, never through the host.
+    pub learnable_sink: Option<FloatTensor<B>>,
 }
 
 /// Outputs of fused inference attention.

@@ -145,7 +145,8 @@ pub fn cpu_fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<F
             value_cache,
         } => (to_vec::<B>(key_cache), to_vec::<B>(value_cache)),
     };
-    let out = cpu::fia::fused_infer_attention(&spec.args(&dims, &q, &k, &v));
+    let sink = inputs.learnable_sink.map(to_vec::<B>);
+    let out = cpu::fia::fused_infer_attention(&spec.args(&dims, &q, &k, &v, sink.as_deref()));
     Ok(FiaOutputs {
         attention_out: from_vec::<B>(out.attention_out, &dims.out_shape(), &device),
         softmax_lse: spec

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::api::{
@@ -27,16 +28,27 @@ use crate::prompt::{PfaLayout, PromptMask, PromptPse, PromptSpec};
 use crate::scatter::{ScatterShapes, ScatterSpec};
 
 /// Options of [`PagedKvCache::attend_with`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct AttendOptions {
+#[derive(Debug, Clone)]
+pub struct AttendOptions<B: Backend> {
     /// Sliding window `W`: the query at position `p` sees cached tokens `p − W ..= p`.
     pub window: Option<usize>,
     /// Learned per-head sinks (`[N]` logits): one more term `exp(sink_h)` in every row's
-    /// softmax denominator, with no value — the varlen op's sink. How they reach the op is
-    /// [`Self::path`]'s choice.
-    pub sinks: Option<Vec<f32>>,
+    /// softmax denominator, with no value — the varlen op's sink. A tensor on the cache's
+    /// device: [`AttendPath::Fused`] hands it to FIA as is; only the placeholder path
+    /// ([`AttendPath::PromptIncre`]), whose sinks ride in a host `pseShift`, reads it back.
+    pub sinks: Option<Tensor<B, 1>>,
     /// Which operators run a call with a window or sinks.
     pub path: AttendPath,
+}
+
+impl<B: Backend> Default for AttendOptions<B> {
+    fn default() -> Self {
+        Self {
+            window: None,
+            sinks: None,
+            path: AttendPath::default(),
+        }
+    }
 }
 
 /// Which aclnn operators [`PagedKvCache::attend_with`] runs when a window or sinks are given
@@ -60,16 +72,22 @@ pub enum AttendPath {
     PromptIncre,
 }
 
-impl AttendOptions {
+impl<B: Backend> AttendOptions<B> {
     fn is_active(&self) -> bool {
         self.window.is_some() || self.sinks.is_some()
     }
 
-    /// The sinks that ride on the placeholder token (the [`AttendPath::PromptIncre`] path).
-    fn placeholder_sinks(&self) -> Option<&Vec<f32>> {
+    /// Whether the sinks ride on the placeholder token (the [`AttendPath::PromptIncre`] path).
+    fn has_placeholder_sinks(&self) -> bool {
+        self.sinks.is_some() && self.path == AttendPath::PromptIncre
+    }
+
+    /// The placeholder path's sink logits, read back to the host for its `pseShift`.
+    fn placeholder_sink_values(&self) -> Option<Vec<f32>> {
         self.sinks
-            .as_ref()
+            .clone()
             .filter(|_| self.path == AttendPath::PromptIncre)
+            .map(|t| crate::host::to_vec::<B>(t.into_primitive().tensor()))
     }
 
     /// Whether cached token `t` is outside the window of the query at position `pos`
@@ -391,7 +409,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         &self,
         ids: &[SeqId],
         query: Tensor<B, 4>,
-        opts: &AttendOptions,
+        opts: &AttendOptions<B>,
     ) -> Result<Tensor<B, 4>> {
         self.ensure_intact()?;
         let [b, s, n, d] = query.dims();
@@ -406,14 +424,14 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         );
         if let Some(sinks) = &opts.sinks {
             ensure!(
-                sinks.len() == n,
+                sinks.dims() == [n],
                 "sinks",
-                "must hold one logit per query head ({n}), got {}",
-                sinks.len()
+                "must hold one logit per query head ({n}), got shape {:?}",
+                sinks.dims()
             );
         }
         let seqs: Vec<&Seq> = ids.iter().map(|&i| self.seq(i)).collect::<Result<_>>()?;
-        let first = usize::from(opts.placeholder_sinks().is_some());
+        let first = usize::from(opts.has_placeholder_sinks());
         for (i, sq) in seqs.iter().enumerate() {
             ensure!(
                 sq.len >= s + first,
@@ -451,7 +469,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                     data: Arc::from(mask),
                     shape: vec![b, cols],
                 });
-                if let Some(sinks) = opts.placeholder_sinks() {
+                if let Some(sinks) = opts.placeholder_sink_values() {
                     let mut pse = vec![0f32; n * cols];
                     for (h, &logit) in sinks.iter().enumerate() {
                         pse[h * cols] = logit;
@@ -519,7 +537,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                 data: Arc::from(mask),
                 shape: vec![b, s, max_len],
             };
-            if let Some(sinks) = opts.placeholder_sinks() {
+            if let Some(sinks) = opts.placeholder_sink_values() {
                 let mut pse = vec![0f32; n * s * max_len];
                 for (h, &logit) in sinks.iter().enumerate() {
                     for i in 0..s {
@@ -569,7 +587,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         &self,
         seqs: &[&Seq],
         query: Tensor<B, 4>,
-        opts: &AttendOptions,
+        opts: &AttendOptions<B>,
     ) -> Result<Tensor<B, 4>> {
         let [b, s, n, _] = query.dims();
         let (table, max_blocks) = Self::table_of(seqs);
@@ -578,7 +596,6 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         spec.block_size = self.block_size;
         spec.block_table = Some(table);
         spec.actual_seq_lengths_kv = Some(seqs.iter().map(|q| q.len as i64).collect());
-        spec.learnable_sink = opts.sinks.as_deref().map(Arc::from);
         if s == 1 {
             if let Some(w) = opts.window {
                 let cols = max_blocks * self.block_size;
@@ -607,7 +624,12 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         let [nb, bs, nkv, dh] = self.key_cache.dims();
         let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
         let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
-        let (out, _) = fused_infer_attention::<B, 4, 4>(query, FiaKv::paged(kc, vc), &spec)?;
+        let (out, _) = fused_infer_attention::<B, 4, 4>(
+            query,
+            FiaKv::paged(kc, vc),
+            opts.sinks.clone(),
+            &spec,
+        )?;
         Ok(out)
     }
 }

@@ -2,8 +2,6 @@
 //! reference, the base-op fallback only for what the base op has, and the first stage's typed
 //! refusals.
 
-use std::sync::Arc;
-
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::attention::fia::{fused_infer_attention, FiaTensors};
 use burn_ascend_cann::acl::ffi::names;
@@ -29,14 +27,21 @@ fn up(rt: &Runtime, dims: &[usize], v: &[f32]) -> DeviceTensor {
         .unwrap()
 }
 
-/// BSND, B 2, Q_S 3, KV_S 5, N 2, D 64: `(attentionOut, softmaxLse)` through the call builder.
-fn run(rt: &Runtime, spec: &FiaSpec) -> Result<(Vec<f32>, Vec<f32>), AclError> {
+/// BSND, B 2, Q_S 3, KV_S 5, N 2, D 64, with `sink` as `learnableSink` (FLOAT):
+/// `(attentionOut, softmaxLse)` through the call builder.
+fn run(
+    rt: &Runtime,
+    spec: &FiaSpec,
+    sink: Option<&[f32]>,
+) -> Result<(Vec<f32>, Vec<f32>), AclError> {
     let (qd, kd) = ([2usize, 3, 2, 64], [2usize, 5, 2, 64]);
     let (q, k, v) = (rand(1, 768), rand(2, 1280), rand(3, 1280));
     let (qt, kt, vt) = (up(rt, &qd, &q), up(rt, &kd, &k), up(rt, &kd, &v));
     let o = rt.zeros(TensorDesc::contiguous(&qd, DataType::Float)?)?;
     let l = rt.zeros(TensorDesc::contiguous(&[2, 2, 3, 1], DataType::Float)?)?;
+    let st = sink.map(|s| up(rt, &[s.len()], s));
     {
+        let sh = st.as_ref().map(DeviceTensor::handle).transpose()?;
         let (kl, vl) = (
             TensorList::new(rt.api(), vec![kt.handle()?])?,
             TensorList::new(rt.api(), vec![vt.handle()?])?,
@@ -47,10 +52,10 @@ fn run(rt: &Runtime, spec: &FiaSpec) -> Result<(Vec<f32>, Vec<f32>), AclError> {
             spec,
             &FiaTensors {
                 dtype: DataType::Float,
-                sink_dtype: DataType::Float,
                 query: &qt.handle()?,
                 key: &kl,
                 value: &vl,
+                learnable_sink: sh.as_ref(),
                 attention_out: &o.handle()?,
                 softmax_lse: spec.softmax_lse_flag.then_some(&lh),
             },
@@ -70,9 +75,10 @@ fn run(rt: &Runtime, spec: &FiaSpec) -> Result<(Vec<f32>, Vec<f32>), AclError> {
                 value: kd.to_vec(),
             },
             kv_int8: false,
+            learnable_sink: sink.map(|s| vec![s.len()]),
         };
         let dims = spec.validate(&shapes).unwrap();
-        reference(&spec.args(&dims, &q, &k, &v))
+        reference(&spec.args(&dims, &q, &k, &v, sink))
     };
     let (got, lse) = (f(&o)?, f(&l)?);
     let exp: Vec<f32> = want.attention_out.iter().map(|&x| x as f32).collect();
@@ -92,23 +98,19 @@ fn spec() -> FiaSpec {
 #[test]
 fn fia_v4_runs_the_reference_with_a_sink_and_the_lse() {
     let rt = sim::runtime().unwrap();
-    let mut s = spec();
-    s.learnable_sink = Some(Arc::from(vec![0.5f32, -1.0]));
-    run(&rt, &s).unwrap();
+    run(&rt, &spec(), Some(&[0.5, -1.0])).unwrap();
 }
 
 #[test]
 fn without_v4_the_base_fia_runs_only_what_it_has() {
     let rt = Runtime::with_api(sim::api_without_ops(&[names::fia_v4]), 0).unwrap();
-    let via_base = run(&rt, &spec()).unwrap();
-    let via_v4 = run(&sim::runtime().unwrap(), &spec()).unwrap();
+    let via_base = run(&rt, &spec(), None).unwrap();
+    let via_v4 = run(&sim::runtime().unwrap(), &spec(), None).unwrap();
     assert_eq!(
         via_base, via_v4,
         "V4 and the base op agree on what both have"
     );
-    let mut s = spec();
-    s.learnable_sink = Some(Arc::from(vec![0.5f32, -1.0]));
-    let err = run(&rt, &s).unwrap_err();
+    let err = run(&rt, &spec(), Some(&[0.5, -1.0])).unwrap_err();
     assert!(
         matches!(&err, AclError::Unsupported(m) if m.contains("learnableSink")),
         "{err}"
@@ -120,10 +122,8 @@ fn the_first_stage_refuses_a_bad_call_naming_the_parameter() {
     let rt = sim::runtime().unwrap();
     let mut s = spec();
     s.num_key_value_heads = 3;
-    let err = run(&rt, &s).unwrap_err().to_string();
+    let err = run(&rt, &s, None).unwrap_err().to_string();
     assert!(err.contains("numKeyValueHeads"), "{err}");
-    let mut s = spec();
-    s.learnable_sink = Some(Arc::from(vec![0.5f32]));
-    let err = run(&rt, &s).unwrap_err().to_string();
+    let err = run(&rt, &spec(), Some(&[0.5])).unwrap_err().to_string();
     assert!(err.contains("learnableSink"), "{err}");
 }

@@ -56,7 +56,6 @@ fn call(release: CannRelease, c: Case, q: DataType, sink: DataType) -> Result<()
     let mut spec = FiaSpec::new(c.n, 0.125, c.layout);
     spec.num_key_value_heads = c.nkv;
     spec.inner_precise = c.inner_precise;
-    spec.learnable_sink = Some(vec![0.5f32; c.n].into());
     let (kd, vd) = if c.block > 0 {
         spec.block_size = c.block;
         spec.block_table = Some(BlockTable {
@@ -86,6 +85,7 @@ fn call(release: CannRelease, c: Case, q: DataType, sink: DataType) -> Result<()
         zeros(&rt, &vd, q),
     );
     let o = zeros(&rt, &out_shape, q);
+    let st = zeros(&rt, &[c.n], sink);
     let r = {
         let kl = TensorList::new(rt.api(), vec![kt.handle()?])?;
         let vl = TensorList::new(rt.api(), vec![vt.handle()?])?;
@@ -94,10 +94,10 @@ fn call(release: CannRelease, c: Case, q: DataType, sink: DataType) -> Result<()
             &spec,
             &FiaTensors {
                 dtype: q,
-                sink_dtype: sink,
                 query: &qt.handle()?,
                 key: &kl,
                 value: &vl,
+                learnable_sink: Some(&st.handle()?),
                 attention_out: &o.handle()?,
                 softmax_lse: None,
             },

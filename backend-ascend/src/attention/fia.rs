@@ -71,13 +71,13 @@ pub fn cann_release(rt: &Runtime) -> CannRelease {
 pub struct FiaTensors<'a> {
     /// The query's float dtype (pse and per-channel scales are uploaded in it).
     pub dtype: DataType,
-    /// The dtype `learnableSink` is uploaded in: the one the call's path reads
-    /// ([`FiaSpec::learnable_sink_dtype`] for [`cann_release`]), or a replayed call's own.
-    pub sink_dtype: DataType,
     pub query: &'a Tensor<'a>,
     /// One tensor: the KV in the layout, or the paged cache.
     pub key: &'a TensorList<'a>,
     pub value: &'a TensorList<'a>,
+    /// `learnableSink` `[N]` on the device, in the dtype the call's path reads
+    /// ([`FiaSpec::learnable_sink_dtype`] for [`cann_release`]), or a replayed call's own.
+    pub learnable_sink: Option<&'a Tensor<'a>>,
     pub attention_out: &'a Tensor<'a>,
     /// `softmaxLse` (FLOAT) when `softmaxLseFlag`.
     pub softmax_lse: Option<&'a Tensor<'a>>,
@@ -130,13 +130,8 @@ pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -
     };
     let (kqs, kqo) = sep(&spec.key_antiquant, spec.key_antiquant_mode)?;
     let (vqs, vqo) = sep(&spec.value_antiquant, spec.value_antiquant_mode)?;
-    let sink = spec
-        .learnable_sink
-        .as_ref()
-        .map(|s| upload_float(rt, s, &[s.len()], x.sink_dtype))
-        .transpose()?;
     let (mask, pse, table) = (handle_of(&mask)?, handle_of(&pse)?, handle_of(&table)?);
-    let (qpad, kvpad, sink) = (handle_of(&qpad)?, handle_of(&kvpad)?, handle_of(&sink)?);
+    let (qpad, kvpad) = (handle_of(&qpad)?, handle_of(&kvpad)?);
     let (aqs, aqo) = (handle_of(&aqs)?, handle_of(&aqo)?);
     let (kqs, kqo, vqs, vqo) = (
         handle_of(&kqs)?,
@@ -165,7 +160,7 @@ pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -
             key_antiquant_offset: kqo.as_ref(),
             value_antiquant_scale: vqs.as_ref(),
             value_antiquant_offset: vqo.as_ref(),
-            learnable_sink: sink.as_ref(),
+            learnable_sink: x.learnable_sink,
             num_heads: spec.num_heads as i64,
             scale_value: spec.scale_value,
             pre_tokens: spec.pre_tokens,
@@ -183,6 +178,16 @@ pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -
             softmax_lse: x.softmax_lse,
         },
     )
+}
+
+/// The Burn float dtype of a float `aclDataType`.
+fn float_dtype(d: DataType) -> Option<DType> {
+    match d {
+        DataType::Float => Some(DType::F32),
+        DataType::Float16 => Some(DType::F16),
+        DataType::Bf16 => Some(DType::BF16),
+        _ => None,
+    }
 }
 
 fn list<'a>(
@@ -220,10 +225,21 @@ pub(super) fn fia_fwd(inputs: FiaInputs<Ascend>, spec: &FiaSpec) -> Result<FiaOu
     };
     let rt = runtime(&device);
     let acl_dtype = q.acl_dtype(OP);
-    // The sink goes in the dtype the path reads on this CANN, whatever the model keeps it in.
-    let sink_dtype = match spec.learnable_sink {
-        Some(_) => spec.learnable_sink_dtype(&dims, acl_dtype, cann_release(&rt))?,
-        None => acl_dtype,
+    // The sink goes in the dtype the path reads on this CANN, whatever the model keeps it in:
+    // cast on the device (the model's f32 parameter never visits the host).
+    let sink = match &inputs.learnable_sink {
+        None => None,
+        Some(s) => {
+            same_device(OP, &[q, s])?;
+            let want = spec.learnable_sink_dtype(&dims, acl_dtype, cann_release(&rt))?;
+            match float_dtype(want).and_then(|to| native_elementwise::cast(s, to)) {
+                Some(s) => Some(s),
+                None => {
+                    count(OP);
+                    return cpu_fia_fwd::<Ascend>(inputs, spec);
+                }
+            }
+        }
     };
     let out = AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device);
     let lse = spec
@@ -233,7 +249,12 @@ pub(super) fn fia_fwd(inputs: FiaInputs<Ascend>, spec: &FiaSpec) -> Result<FiaOu
         let d = |x: &AscendTensor| x.desc(OP);
         let (qd, od, kd, vd) = (d(q), d(&out), d(&k), d(&v));
         let ld = lse.as_ref().map(d);
+        let sd = sink.as_ref().map(d);
         let (kl, vl) = (list(&rt, &k, &kd), list(&rt, &v, &vd));
+        let sh = match (&sink, &sd) {
+            (Some(s), Some(desc)) => Some(handle(s, desc, OP)),
+            _ => None,
+        };
         let lh = match (&lse, &ld) {
             (Some(l), Some(desc)) => Some(handle(l, desc, OP)),
             _ => None,
@@ -243,10 +264,10 @@ pub(super) fn fia_fwd(inputs: FiaInputs<Ascend>, spec: &FiaSpec) -> Result<FiaOu
             spec,
             &FiaTensors {
                 dtype: acl_dtype,
-                sink_dtype,
                 query: &handle(q, &qd, OP),
                 key: &kl,
                 value: &vl,
+                learnable_sink: sh.as_ref(),
                 attention_out: &handle(&out, &od, OP),
                 softmax_lse: lh.as_ref(),
             },

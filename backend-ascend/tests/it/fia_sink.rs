@@ -81,7 +81,9 @@ fn run<const R: usize>(
         round(&values(len, 3), q),
     );
     let mut spec = FiaSpec::new(n, 1.0 / (d as f64).sqrt(), layout);
-    spec.learnable_sink = Some(SINKS.to_vec().into());
+    // The model's sinks: an f32 tensor on the device, cast there to the path's dtype.
+    let sinks =
+        Tensor::<Ascend, 1>::from_data(TensorData::new(SINKS.to_vec(), [n]), &AscendDevice::sim());
     if layout == PfaLayout::Tnd {
         spec.actual_seq_lengths = Some(vec![2, 5]);
         spec.actual_seq_lengths_kv = Some(vec![2, 5]);
@@ -91,6 +93,7 @@ fn run<const R: usize>(
     let (out, _) = fused_infer_attention::<Ascend, R, 4>(
         tensor::<R>(&qv, &sh, q),
         FiaKv::contiguous(tensor::<R>(&kv, &sh, q), tensor::<R>(&vv, &sh, q)),
+        Some(sinks),
         &spec,
     )
     .unwrap_or_else(|e| panic!("{release:?} {layout:?} D {d} {q:?}: {e}"));
@@ -99,9 +102,8 @@ fn run<const R: usize>(
     sim::set_fia_release(None);
     assert_eq!(out.dtype(), burn_dtype(q));
     let got: Vec<f32> = out.cast(DType::F32).into_data().to_vec().unwrap();
-    let mut want_spec = spec.clone();
-    want_spec.learnable_sink = Some(round(&SINKS, sent.unwrap_or(DataType::Float)).into());
-    let dims = want_spec
+    let want_sinks = round(&SINKS, sent.unwrap_or(DataType::Float));
+    let dims = spec
         .validate(&FiaShapes {
             query: sh.clone(),
             kv: FiaKvShapes::Contiguous {
@@ -109,9 +111,10 @@ fn run<const R: usize>(
                 value: sh,
             },
             kv_int8: false,
+            learnable_sink: Some(vec![n]),
         })
         .unwrap();
-    let want = reference(&want_spec.args(&dims, &qv, &kv, &vv)).attention_out;
+    let want = reference(&spec.args(&dims, &qv, &kv, &vv, Some(&want_sinks))).attention_out;
     assert_eq!(got.len(), want.len());
     let err = got
         .iter()
@@ -180,7 +183,10 @@ fn paged_serving_of_f16_and_bf16_caches_sends_a_bf16_sink_on_every_release() {
             let cast = |t: Tensor<Ascend, 3>| t.cast(burn_dtype(q));
             let opts = AttendOptions {
                 window: None,
-                sinks: Some(SINKS.to_vec()),
+                sinks: Some(Tensor::from_data(
+                    TensorData::new(SINKS.to_vec(), [SINKS.len()]),
+                    &dev,
+                )),
                 path: AttendPath::Fused,
             };
             let id = cache.add_sequence();

@@ -51,7 +51,10 @@ fn serve<B: AttentionBackend>(dev: &B::Device, path: AttendPath, d: usize) -> Ve
     let mut cache = PagedKvCache::<B>::new(16, BS, N, NKV, d, scale, dev).unwrap();
     let opts = AttendOptions {
         window: Some(5),
-        sinks: Some(vec![0.3, -0.2, 0.8, 0.0]),
+        sinks: Some(Tensor::from_data(
+            TensorData::new(vec![0.3f32, -0.2, 0.8, 0.0], [4]),
+            dev,
+        )),
         path,
     };
     let ids = [cache.add_sequence(), cache.add_sequence()];

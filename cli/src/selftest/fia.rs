@@ -145,7 +145,12 @@ fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), Cl
     let mut t = || HostTensor::from_f64_as(&rng.vec(s * n * d), shape.clone(), Dtype::F16);
     let (q, k, v) = (t(), t(), t());
     let mut spec = FiaSpec::new(n, 1.0 / (d as f64).sqrt(), layout);
-    spec.learnable_sink = Some(vec![0.5f32, -1.0].into());
+    let sink_dtype = match sink {
+        DataType::Float16 => Dtype::F16,
+        DataType::Bf16 => Dtype::BF16,
+        _ => Dtype::F32,
+    };
+    let sink_values = HostTensor::from_f64_as(&[0.5, -1.0], vec![n], sink_dtype);
     if layout == PfaLayout::Tnd {
         spec.actual_seq_lengths = Some(vec![s as i64]);
         spec.actual_seq_lengths_kv = Some(vec![s as i64]);
@@ -157,6 +162,7 @@ fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), Cl
             value: shape.clone(),
         },
         kv_int8: false,
+        learnable_sink: Some(vec![n]),
     })?;
     let rt = acl_runtime(device)?;
     let (qd, kd, vd) = (
@@ -164,6 +170,7 @@ fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), Cl
         upload(&rt, &k, "key")?,
         upload(&rt, &v, "value")?,
     );
+    let sd = upload(&rt, &sink_values, "learnableSink")?;
     let o = output(&rt, &dims.out_shape(), DataType::Float16)?;
     {
         let kl = TensorList::new(rt.api(), vec![kd.handle()?])?;
@@ -173,10 +180,10 @@ fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), Cl
             &spec,
             &FiaTensors {
                 dtype: DataType::Float16,
-                sink_dtype: sink,
                 query: &qd.handle()?,
                 key: &kl,
                 value: &vl,
+                learnable_sink: Some(&sd.handle()?),
                 attention_out: &o.handle()?,
                 softmax_lse: None,
             },
@@ -227,6 +234,7 @@ pub fn sink_dtype_probe(device: Device) -> String {
                         value: shape,
                     },
                     kv_int8: false,
+                    learnable_sink: Some(vec![2]),
                 })
                 .map(|dims| {
                     spec.check_learnable_sink_dtype(&dims, DataType::Float16, sink, release)

@@ -102,7 +102,7 @@ fn bundle(c: &FCase) -> Bundle {
             }
         }
     }
-    if let Some(x) = &s.learnable_sink {
+    if let Some(x) = &c.sink {
         b.insert("learnableSink", f32t(x, &[x.len()]));
     }
     let n = |x: i64| x.to_string();

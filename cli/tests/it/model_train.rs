@@ -461,7 +461,7 @@ fn bad_checkpoints_data_and_cache_options_get_typed_errors() {
     cache.append(id, kv.clone(), kv).unwrap();
     let opts = burn_ascend::AttendOptions {
         window: None,
-        sinks: Some(vec![0.0; 3]),
+        sinks: Some(Tensor::zeros([3], &device)),
         path: burn_ascend::AttendPath::PromptIncre,
     };
     let e = cache
@@ -470,7 +470,7 @@ fn bad_checkpoints_data_and_cache_options_get_typed_errors() {
     assert!(e.to_string().contains("invalid sinks"), "{e}");
     // FIA's learnableSink needs head dim 64 or 128 (CANN's rule), named as such.
     let opts = burn_ascend::AttendOptions {
-        sinks: Some(vec![0.0; 4]),
+        sinks: Some(Tensor::zeros([4], &device)),
         ..Default::default()
     };
     let e = cache

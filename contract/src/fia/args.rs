@@ -86,13 +86,15 @@ impl FiaSpec {
     }
 
     /// The CPU reference's arguments for a validated call (f32 host buffers: query in the
-    /// layout, key/value or the paged caches; int8 KV values as f32).
+    /// layout, key/value or the paged caches; int8 KV values as f32; the `learnableSink`
+    /// values).
     pub fn args<'a>(
         &'a self,
         dims: &FiaDims,
         query: &'a [f32],
         key: &'a [f32],
         value: &'a [f32],
+        learnable_sink: Option<&'a [f32]>,
     ) -> FiaArgs<'a, f32> {
         let kv = match dims.paged {
             None => FiaKv::Contiguous { key, value },
@@ -149,7 +151,7 @@ impl FiaSpec {
             kv_padding_size: self.applied_kv_padding(),
             key_antiquant: self.dequant(dims, 0),
             value_antiquant: self.dequant(dims, 1),
-            learnable_sink: self.learnable_sink.as_deref(),
+            learnable_sink,
         }
     }
 }

@@ -39,6 +39,7 @@ mod args;
 mod quant;
 mod sink;
 
+pub use quant::check_learnable_sink_values;
 pub use sink::{CannRelease, FiaSinkPath};
 
 pub use crate::incre::PagedLayout;
@@ -149,12 +150,6 @@ pub struct FiaSpec {
     pub key_antiquant: Option<KvAntiquant>,
     /// `valueAntiquantScale` / `valueAntiquantOffset`.
     pub value_antiquant: Option<KvAntiquant>,
-    /// `learnableSink` `[N]`: one raw logit per query head, not scaled by `scaleValue`, only in
-    /// the softmax denominator. Its values here are f32 (exact for any float parameter); the
-    /// dtype CANN reads it in depends on the path and the release, not on the query (issue 30):
-    /// [`FiaSpec::learnable_sink_dtype`] says which, [`FiaSpec::check_learnable_sink_dtype`]
-    /// refuses the others, and the Ascend call builder uploads it so.
-    pub learnable_sink: Option<Arc<[f32]>>,
 }
 
 /// Key/value shapes: one tensor each, or paged caches.
@@ -185,6 +180,12 @@ pub struct FiaShapes {
     pub kv: FiaKvShapes,
     /// Whether key/value are int8 (antiquant required, blockSize a multiple of 32).
     pub kv_int8: bool,
+    /// `learnableSink` `[N]`, when the call has one: one raw logit per query head, not scaled
+    /// by `scaleValue`, only in the softmax denominator. It is a tensor input like the query (a
+    /// model's trained parameter stays on its device); the dtype CANN reads it in depends on
+    /// the path and the release, not on the query (issue 30): [`FiaSpec::learnable_sink_dtype`]
+    /// says which, [`FiaSpec::check_learnable_sink_dtype`] refuses the others.
+    pub learnable_sink: Option<Vec<usize>>,
 }
 
 /// The paged form's dimensions.
@@ -331,7 +332,6 @@ impl FiaSpec {
             antiquant: None,
             key_antiquant: None,
             value_antiquant: None,
-            learnable_sink: None,
         }
     }
 
@@ -547,7 +547,7 @@ impl FiaSpec {
         self.validate_mask(&dims)?;
         self.validate_pse(&dims)?;
         self.validate_antiquant(&dims, s.kv_int8)?;
-        self.validate_sink(&dims)?;
+        self.validate_sink(&dims, s.learnable_sink.as_deref())?;
         Ok(dims)
     }
 

@@ -165,21 +165,15 @@ impl FiaSpec {
         Ok(())
     }
 
-    pub(super) fn validate_sink(&self, dims: &FiaDims) -> Result<()> {
-        let Some(sink) = &self.learnable_sink else {
+    pub(super) fn validate_sink(&self, dims: &FiaDims, sink: Option<&[usize]>) -> Result<()> {
+        let Some(sink) = sink else {
             return Ok(());
         };
         ensure!(
-            sink.len() == dims.num_heads,
+            sink == [dims.num_heads],
             "learnableSink",
-            "must be [Q_N] = [{}], got {} values",
-            dims.num_heads,
-            sink.len()
-        );
-        ensure!(
-            sink.iter().all(|x| x.is_finite()),
-            "learnableSink",
-            "values must be finite"
+            "must be [Q_N] = [{}], got shape {sink:?}",
+            dims.num_heads
         );
         ensure!(
             !self.quantised(),
@@ -204,4 +198,16 @@ impl FiaSpec {
         );
         Ok(())
     }
+}
+
+/// Checks `learnableSink`'s values where a caller holds them on the host (a replayed call read
+/// from files): every logit finite. CANN reads whatever the tensor holds; a device tensor (a
+/// model's trained sinks) is not read back to check it.
+pub fn check_learnable_sink_values(values: &[f32]) -> Result<()> {
+    ensure!(
+        values.iter().all(|x| x.is_finite()),
+        "learnableSink",
+        "values must be finite"
+    );
+    Ok(())
 }

@@ -42,6 +42,7 @@ pub fn shapes<B: Backend>(i: &FiaInputs<B>, spec: &FiaSpec) -> FiaShapes {
         query: dims_of::<B>(&i.query),
         kv,
         kv_int8: spec.quantised(),
+        learnable_sink: i.learnable_sink.as_ref().map(dims_of::<B>),
     }
 }
 
@@ -167,10 +168,9 @@ pub fn fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOu
         let s: [usize; 4] = p.shape.clone().try_into().expect("validated");
         T4::<B>::from_data(TensorData::new(p.data.to_vec(), s), &device)
     });
-    let sink = spec
+    let sink = inputs
         .learnable_sink
-        .as_ref()
-        .map(|s| T3::<B>::from_data(TensorData::new(s.to_vec(), [n, 1, 1]), &device));
+        .map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
     let batches = if tnd { 1 } else { dims.batch };
     // Per output batch (TND: one), `[N, rows, Dv]` / `[N, rows]` pieces in row order.
     let mut outs: Vec<Vec<T3<B>>> = (0..batches).map(|_| Vec::new()).collect();
@@ -243,7 +243,10 @@ pub fn fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOu
         let mut cols = skv;
         let mut mask_bits = masked.clone();
         if let Some(sk) = &sink {
-            s = Tensor::cat(vec![s, sk.clone().expand([n, sq, 1])], 2);
+            // The sink in the scores' dtype (a model's sinks are f32 parameters, its query may
+            // be half).
+            let dt = s.dtype();
+            s = Tensor::cat(vec![s, sk.clone().cast(dt).expand([n, sq, 1])], 2);
             cols += 1;
             mask_bits = (0..sq)
                 .flat_map(|i| {

@@ -19,6 +19,42 @@ pub(crate) struct FCase {
     pub(crate) k: Vec<f32>,
     /// Value (or the value cache).
     pub(crate) v: Vec<f32>,
+    /// `learnableSink` `[N]`, when the case has one (its shape is in `shapes`).
+    pub(crate) sink: Option<Vec<f32>>,
+}
+
+impl FCase {
+    /// Gives the case the sink `values` (`learnableSink`, a tensor input).
+    fn with_sink(mut self, values: Vec<f32>) -> Self {
+        self.set_sink(Some(values));
+        self
+    }
+
+    /// Sets or removes the case's sink (its values and its shape).
+    pub(crate) fn set_sink(&mut self, values: Option<Vec<f32>>) {
+        self.shapes.learnable_sink = values.as_ref().map(|v| vec![v.len()]);
+        self.sink = values;
+    }
+
+    /// What a caller holding the inputs on the host checks: the spec against the shapes, and
+    /// the sink's values.
+    pub(crate) fn validate(&self) -> burn_ascend::Result<burn_ascend::ops::fia::FiaDims> {
+        let dims = self.spec.validate(&self.shapes)?;
+        if let Some(s) = &self.sink {
+            burn_ascend::ops::fia::check_learnable_sink_values(s)?;
+        }
+        Ok(dims)
+    }
+
+    /// The sink as a tensor on `d`.
+    pub(crate) fn sink_on<Bk: burn::tensor::backend::Backend>(
+        &self,
+        d: &Bk::Device,
+    ) -> Option<Tensor<Bk, 1>> {
+        self.sink
+            .as_ref()
+            .map(|s| Tensor::<Bk, 1>::from_data(TensorData::new(s.clone(), [s.len()]), d))
+    }
 }
 
 fn numel(s: &[usize]) -> usize {
@@ -46,6 +82,7 @@ pub(crate) fn fcase(
         q: rng.vec_f32(numel(&qs), 2.0),
         k: rng.vec_f32(numel(&ks), 2.0),
         v: rng.vec_f32(numel(&ks), 1.0),
+        sink: None,
         spec,
         shapes: FiaShapes {
             query: qs,
@@ -54,6 +91,7 @@ pub(crate) fn fcase(
                 value: ks,
             },
             kv_int8: false,
+            learnable_sink: None,
         },
     }
 }
@@ -118,8 +156,8 @@ pub(crate) fn paged(mut c: FCase, bs: usize, layout: PagedLayout, lens: &[i64]) 
     c
 }
 
-fn sink(n: usize, seed: u64) -> Option<Arc<[f32]>> {
-    Some(Rng(seed).vec_f32(n, 2.0).into())
+fn sink(n: usize, seed: u64) -> Vec<f32> {
+    Rng(seed).vec_f32(n, 2.0)
 }
 
 pub(crate) fn fia_cases() -> Vec<FCase> {
@@ -139,7 +177,7 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
     c.spec.actual_seq_lengths = Some(vec![5, 3]);
     c.spec.actual_seq_lengths_kv = Some(vec![7, 4]);
     c.spec.softmax_lse_flag = true;
-    c.spec.learnable_sink = sink(4, 2);
+    let c = c.with_sink(sink(4, 2));
     v.push(c);
 
     let mut c = fcase(
@@ -166,8 +204,8 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
         (4, 1, 64),
         6,
     );
-    let mut c = paged(c, 16, PagedLayout::Bsh, &[32, 17, 1]);
-    c.spec.learnable_sink = sink(4, 7);
+    let c = paged(c, 16, PagedLayout::Bsh, &[32, 17, 1]);
+    let mut c = c.with_sink(sink(4, 7));
     c.spec.softmax_lse_flag = true;
     v.push(c);
 
@@ -214,7 +252,7 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
     c.spec.actual_seq_lengths_kv = Some(vec![4, 6, 10]);
     c.spec.sparse_mode = 3;
     c.spec.atten_mask = PromptMask::Compressed;
-    c.spec.learnable_sink = sink(4, 11);
+    let mut c = c.with_sink(sink(4, 11));
     c.spec.softmax_lse_flag = true;
     v.push(c);
 
@@ -266,7 +304,7 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
 /// The reference's `(attentionOut, softmaxLse)` as f32.
 pub(crate) fn fia_ref(c: &FCase) -> (Vec<f32>, Vec<f32>) {
     let dims = c.spec.validate(&c.shapes).expect(c.name);
-    let out = fia_reference(&c.spec.args(&dims, &c.q, &c.k, &c.v));
+    let out = fia_reference(&c.spec.args(&dims, &c.q, &c.k, &c.v, c.sink.as_deref()));
     (f32s(out.attention_out), out.softmax_lse)
 }
 
@@ -290,6 +328,10 @@ pub(crate) fn fia_inputs_on<Bk: burn::tensor::backend::Backend>(
     FiaInputs {
         query: from_vec::<Bk>(c.q.clone(), &c.shapes.query, d),
         kv,
+        learnable_sink: c
+            .sink
+            .as_ref()
+            .map(|s| from_vec::<Bk>(s.clone(), &[s.len()], d)),
     }
 }
 
@@ -346,6 +388,7 @@ fn fia_without_a_sink_on_the_composite_equals_prompt_attention_for_prefill() {
         FiaInputs {
             query: q,
             kv: FiaKv::Contiguous { key: k, value: v },
+            learnable_sink: None,
         },
         &f,
     )
@@ -375,7 +418,8 @@ fn the_functional_api_returns_the_lse_with_the_rank_asked_for() {
             Tensor::<B, 4>::from_data(TensorData::new(c.v.clone(), value.clone()), &dev),
         )
     };
-    let (out, lse) = fused_infer_attention::<B, 4, 4>(q.clone(), kv(), &c.spec).unwrap();
+    let (out, lse) =
+        fused_infer_attention::<B, 4, 4>(q.clone(), kv(), c.sink_on(&dev), &c.spec).unwrap();
     let (want_out, want_lse) = fia_ref(&c);
     // NdArray runs the fast CPU FIA (f32 kernels) against the f64 reference.
     close(
@@ -389,7 +433,7 @@ fn the_functional_api_returns_the_lse_with_the_rank_asked_for() {
     let lse = lse.expect("softmaxLseFlag");
     assert_eq!(lse.dims(), [2, 4, 5, 1]);
     lse_close(c.name, &lse.into_data().to_vec::<f32>().unwrap(), &want_lse);
-    let wrong = fused_infer_attention::<B, 4, 3>(q, kv(), &c.spec);
+    let wrong = fused_infer_attention::<B, 4, 3>(q, kv(), c.sink_on(&dev), &c.spec);
     expect_param("lse rank", wrong.map(|_| ()), "softmaxLseFlag");
 }
 
@@ -405,9 +449,13 @@ fn fia_under_autodiff_is_forward_only_and_gives_no_gradient_to_its_inputs() {
     let k =
         Tensor::<AD, 4>::from_data(TensorData::new(c.k.clone(), key.clone()), &dev).require_grad();
     let v = Tensor::<AD, 4>::from_data(TensorData::new(c.v.clone(), value.clone()), &dev);
-    let (out, _) =
-        fused_infer_attention::<AD, 4, 4>(q.clone(), FiaKv::contiguous(k.clone(), v), &c.spec)
-            .unwrap();
+    let (out, _) = fused_infer_attention::<AD, 4, 4>(
+        q.clone(),
+        FiaKv::contiguous(k.clone(), v),
+        c.sink_on(&dev),
+        &c.spec,
+    )
+    .unwrap();
     let (want, _) = fia_ref(&c);
     close(
         c.name,

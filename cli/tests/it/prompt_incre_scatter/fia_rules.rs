@@ -198,7 +198,7 @@ fn fia_every_rule_names_its_parameter() {
             "pse shape",
             prefill,
             Box::new(|c| {
-                c.spec.learnable_sink = None;
+                c.set_sink(None);
                 c.spec.pse_shift = Some(PromptPse {
                     data: vec![0.0; 4 * 5 * 6].into(),
                     shape: vec![1, 4, 5, 6],
@@ -209,13 +209,13 @@ fn fia_every_rule_names_its_parameter() {
         (
             "sink length",
             prefill,
-            Box::new(|c| c.spec.learnable_sink = Some(vec![0.0; 3].into())),
+            Box::new(|c| c.set_sink(Some(vec![0.0; 3]))),
             "learnableSink",
         ),
         (
             "sink not finite",
             prefill,
-            Box::new(|c| c.spec.learnable_sink = Some(vec![f32::NAN; 4].into())),
+            Box::new(|c| c.set_sink(Some(vec![f32::NAN; 4]))),
             "learnableSink",
         ),
         (
@@ -240,7 +240,7 @@ fn fia_every_rule_names_its_parameter() {
             || case("bnsd_prefill_dense_mask_pse"),
             Box::new(|c| {
                 c.spec.pse_shift = None;
-                c.spec.learnable_sink = Some(vec![0.0; 2].into());
+                c.set_sink(Some(vec![0.0; 2]));
             }),
             "learnableSink",
         ),
@@ -254,7 +254,7 @@ fn fia_every_rule_names_its_parameter() {
             "query padding without lengths",
             prefill,
             Box::new(|c| {
-                c.spec.learnable_sink = None;
+                c.set_sink(None);
                 c.spec.actual_seq_lengths = None;
                 c.spec.query_padding_size = Some(0);
             }),
@@ -264,7 +264,7 @@ fn fia_every_rule_names_its_parameter() {
             "kv padding without lengths",
             prefill,
             Box::new(|c| {
-                c.spec.learnable_sink = None;
+                c.set_sink(None);
                 c.spec.actual_seq_lengths_kv = None;
                 c.spec.kv_padding_size = Some(0);
             }),
@@ -274,7 +274,7 @@ fn fia_every_rule_names_its_parameter() {
             "kv padding past the start",
             prefill,
             Box::new(|c| {
-                c.spec.learnable_sink = None;
+                c.set_sink(None);
                 c.spec.kv_padding_size = Some(1);
             }),
             "actualSeqLengthsKv",
@@ -283,7 +283,7 @@ fn fia_every_rule_names_its_parameter() {
             "kv padding with paging",
             decode_paged,
             Box::new(|c| {
-                c.spec.learnable_sink = None;
+                c.set_sink(None);
                 c.spec.kv_padding_size = Some(0);
             }),
             "kvPaddingSize",
@@ -356,7 +356,7 @@ fn fia_every_rule_names_its_parameter() {
             "tnd pse",
             tnd,
             Box::new(|c| {
-                c.spec.learnable_sink = None;
+                c.set_sink(None);
                 c.spec.pse_shift = Some(PromptPse {
                     data: vec![0.0; 4 * 8 * 10].into(),
                     shape: vec![1, 4, 8, 10],
@@ -454,7 +454,7 @@ fn fia_every_rule_names_its_parameter() {
             "antiquant without int8",
             prefill,
             Box::new(|c| {
-                c.spec.learnable_sink = None;
+                c.set_sink(None);
                 c.spec.antiquant = Some(AntiquantSpec {
                     scale: vec![1.0, 1.0].into(),
                     offset: None,
@@ -466,17 +466,16 @@ fn fia_every_rule_names_its_parameter() {
         (
             "sink with antiquant",
             || case("bnsd_prefill_paged_int8_per_channel"),
-            Box::new(|c| c.spec.learnable_sink = Some(vec![0.0; 4].into())),
+            Box::new(|c| c.set_sink(Some(vec![0.0; 4]))),
             "learnableSink",
         ),
     ];
     for (name, base, mutate, param) in cases {
         let mut c = base();
-        c.spec
-            .validate(&c.shapes)
+        c.validate()
             .unwrap_or_else(|e| panic!("{name}: base invalid: {e}"));
         mutate(&mut c);
-        expect_param(name, c.spec.validate(&c.shapes), param);
+        expect_param(name, c.validate(), param);
     }
 }
 
