@@ -33,6 +33,32 @@ impl Tokenizer {
         }
     }
 
+    /// Token ids of `text` (no special tokens added) with each token's byte range in `text`
+    /// (for a chat's assistant mask: the tokens whose range overlaps the assistant's text).
+    pub fn encode_with_offsets(
+        &self,
+        text: &str,
+    ) -> Result<(Vec<u32>, Vec<(usize, usize)>), AttnError> {
+        match self {
+            Self::Bytes => Ok((
+                text.bytes().map(u32::from).collect(),
+                (0..text.len()).map(|i| (i, i + 1)).collect(),
+            )),
+            Self::Hf(t) => t
+                .encode(text, false)
+                .map(|e| (e.get_ids().to_vec(), e.get_offsets().to_vec()))
+                .map_err(|e| AttnError::invalid("text", format!("tokenizer failed: {e}"))),
+        }
+    }
+
+    /// The id of one token (a special token such as `<|eot_id|>`); bytes have no named tokens.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        match self {
+            Self::Bytes => None,
+            Self::Hf(t) => t.token_to_id(token),
+        }
+    }
+
     /// Text of `ids` (bytes that are not valid UTF-8 become U+FFFD).
     pub fn decode(&self, ids: &[u32]) -> String {
         match self {
