@@ -80,6 +80,39 @@ pub fn load_corpus(path: &Path) -> Result<Corpus, AttnError> {
     load_documents(path).map(Corpus::Text)
 }
 
+/// The packer of a fine-tuning run: `data` (the bundled corpus without it) tokenized with
+/// `tokenizer`; chat records are rendered with the chat template of `checkpoint` (required for
+/// them) and learned on the assistant's tokens only. Every record is checked and tokenized here,
+/// before training starts.
+pub fn training_packer(
+    data: Option<&Path>,
+    checkpoint: Option<&Path>,
+    tokenizer: &Tokenizer,
+    batch_tokens: usize,
+    max_seq_len: usize,
+    seed: u64,
+) -> Result<Packer, AttnError> {
+    let corpus = match data {
+        Some(p) => load_corpus(p)?,
+        None => Corpus::Text(documents_from_text(BUNDLED_CORPUS)),
+    };
+    match (corpus, data, checkpoint) {
+        (Corpus::Text(docs), _, _) => {
+            Packer::new(&docs, tokenizer, batch_tokens, max_seq_len, seed)
+        }
+        (Corpus::Chat(_), Some(path), Some(dir)) => {
+            let template = crate::chat::ChatTemplate::from_dir(dir)?;
+            let examples = crate::chat::instruct::load_chat_examples(path, &template, tokenizer)?;
+            Packer::chat(examples, batch_tokens, max_seq_len, seed)
+        }
+        (Corpus::Chat(_), _, _) => Err(AttnError::invalid(
+            "--data",
+            "chat records ({\"messages\": …}) are rendered with a checkpoint's chat template: \
+             pass --checkpoint DIR (with tokenizer_config.json or chat_template.jinja)",
+        )),
+    }
+}
+
 /// One packed batch: `tokens[i]` predicts `targets[i]`; sequences are delimited by
 /// `cu_seqlens` (B + 1 entries from 0).
 #[derive(Debug, Clone, PartialEq)]
