@@ -5,6 +5,9 @@ use std::path::Path;
 
 use burn_ascend::AttnError;
 
+/// Token ids with each token's byte range in the encoded text.
+pub type IdsWithOffsets = (Vec<u32>, Vec<(usize, usize)>);
+
 /// Text ↔ token ids.
 #[derive(Debug, Clone)]
 pub enum Tokenizer {
@@ -35,10 +38,7 @@ impl Tokenizer {
 
     /// Token ids of `text` (no special tokens added) with each token's byte range in `text`
     /// (for a chat's assistant mask: the tokens whose range overlaps the assistant's text).
-    pub fn encode_with_offsets(
-        &self,
-        text: &str,
-    ) -> Result<(Vec<u32>, Vec<(usize, usize)>), AttnError> {
+    pub fn encode_with_offsets(&self, text: &str) -> Result<IdsWithOffsets, AttnError> {
         match self {
             Self::Bytes => Ok((
                 text.bytes().map(u32::from).collect(),
