@@ -286,14 +286,12 @@ impl Packer {
             let start = match &self.masks {
                 None => self.rng.below(doc.len() - len),
                 Some(masks) => {
-                    // Targets are tokens 1..: a window of targets [start + 1, start + len]
-                    // that holds one of the first..=last learned targets.
-                    let learned = &masks[index];
-                    let first = learned.iter().skip(1).position(|&a| a).expect("checked");
-                    let last =
-                        learned.len() - 2 - learned.iter().rev().position(|&a| a).expect("checked");
-                    let lo = (first + 1).saturating_sub(len);
-                    let hi = last.min(doc.len() - 1 - len);
+                    // Targets are tokens 1..: the window's targets are [start + 1, start + len].
+                    // A learned target j drawn at random, then a window holding it.
+                    let learned: Vec<usize> = (1..doc.len()).filter(|&j| masks[index][j]).collect();
+                    let j = learned[self.rng.below(learned.len())];
+                    let lo = j.saturating_sub(len);
+                    let hi = (j - 1).min(doc.len() - 1 - len);
                     lo + self.rng.below(hi - lo + 1)
                 }
             };

@@ -217,3 +217,36 @@ fn chat_generation_prefills_the_generation_prompt_and_stops_at_the_end_of_turn()
         vec![4, im_end]
     );
 }
+
+#[test]
+fn long_conversations_are_windowed_onto_assistant_tokens_and_masks_follow_concatenation() {
+    use burn_ascend_model::ddp::concat_batches;
+    let ck = chat_checkpoint();
+    let tokenizer = Tokenizer::from_file(&ck.path().join("tokenizer.json")).unwrap();
+    // Sequences of at most 8 tokens out of conversations of 40 to 90: every window must still
+    // hold a target the loss counts, and the masks line up with the targets.
+    let mut p = training_packer(Some(&data()), Some(ck.path()), &tokenizer, 64, 8, 3).unwrap();
+    let batches: Vec<_> = (0..40).map(|_| p.next_batch()).collect();
+    for b in &batches {
+        let mask = b.loss_mask.as_ref().unwrap();
+        assert_eq!(mask.len(), b.targets.len());
+        for w in b.cu_seqlens.windows(2) {
+            let (s, e) = (w[0] as usize, w[1] as usize);
+            assert!(e - s <= 8);
+            assert!(
+                mask[s..e].iter().any(|&m| m),
+                "a window without assistant tokens"
+            );
+        }
+    }
+    assert!(batches
+        .iter()
+        .any(|b| b.loss_mask.as_ref().unwrap().iter().any(|&m| !m)));
+    let joined = concat_batches(&batches[..2]);
+    let want: Vec<bool> = batches[..2]
+        .iter()
+        .flat_map(|b| b.loss_mask.clone().unwrap())
+        .collect();
+    assert_eq!(joined.loss_mask, Some(want));
+    assert_eq!(joined.targets.len(), joined.loss_mask.unwrap().len());
+}
