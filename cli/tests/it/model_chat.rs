@@ -250,3 +250,58 @@ fn long_conversations_are_windowed_onto_assistant_tokens_and_masks_follow_concat
     assert_eq!(joined.loss_mask, Some(want));
     assert_eq!(joined.targets.len(), joined.loss_mask.unwrap().len());
 }
+
+/// The masked loss and its gradient w.r.t. the logits on `B`, against f64: the mean of the kept
+/// targets' negative log-likelihoods; d/dlogits = (softmax − onehot) / kept on kept rows, 0 on
+/// the others.
+fn masked_loss_matches_f64<B: burn::tensor::backend::AutodiffBackend>(device: &B::Device) {
+    use burn_ascend_model::train::masked_cross_entropy;
+    let (t, v) = (6, 5);
+    let mut rng = burn_ascend_model::data::SplitMix(11);
+    let logits: Vec<f32> = (0..t * v)
+        .map(|_| (rng.unit() * 6.0 - 3.0) as f32)
+        .collect();
+    let targets: Vec<i64> = vec![0, 4, 2, 2, 1, 3];
+    let mask = [true, false, true, true, false, false];
+    let x =
+        Tensor::<B, 2>::from_data(TensorData::new(logits.clone(), [t, v]), device).require_grad();
+    let y = Tensor::<B, 1, Int>::from_data(TensorData::new(targets.clone(), [t]), device);
+    let loss = masked_cross_entropy(x.clone(), y, &mask);
+    let got: f32 = loss.clone().into_data().to_vec::<f32>().unwrap()[0];
+    let grads = loss.backward();
+    let grad: Vec<f32> = x.grad(&grads).unwrap().into_data().to_vec().unwrap();
+    let mut want = 0f64;
+    for i in 0..t {
+        let row: Vec<f64> = logits[i * v..(i + 1) * v]
+            .iter()
+            .map(|&x| x as f64)
+            .collect();
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = row.iter().map(|x| (x - max).exp()).sum();
+        if mask[i] {
+            want += (max + z.ln() - row[targets[i] as usize]) / 3.0;
+        }
+        for (c, &x) in row.iter().enumerate() {
+            let onehot = if c == targets[i] as usize { 1.0 } else { 0.0 };
+            let g = if mask[i] {
+                ((x - max).exp() / z - onehot) / 3.0
+            } else {
+                0.0
+            };
+            let d = (grad[i * v + c] as f64 - g).abs();
+            assert!(d <= 1e-6, "row {i} col {c}: {} vs {g}", grad[i * v + c]);
+            if !mask[i] {
+                assert_eq!(grad[i * v + c], 0.0, "a masked row has a gradient");
+            }
+        }
+    }
+    assert!((got as f64 - want).abs() <= 1e-6, "{got} vs {want}");
+}
+
+#[test]
+fn the_masked_loss_and_its_gradient_count_only_kept_targets_on_ndarray_and_ascend_simulation() {
+    masked_loss_matches_f64::<Autodiff<NdArray>>(&Default::default());
+    masked_loss_matches_f64::<Autodiff<burn_ascend::backend::Ascend>>(
+        &burn_ascend::backend::AscendDevice::sim(),
+    );
+}
