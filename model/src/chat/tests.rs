@@ -164,7 +164,7 @@ fn render_engine(source: &str, context: &serde_json::Value) -> Result<String, mi
 fn engine_features_render_as_jinja2_renders_them_under_transformers_settings() {
     let e = expected();
     let cases = e["engine"].as_array().unwrap();
-    assert_eq!(cases.len(), 8);
+    assert_eq!(cases.len(), 11);
     for c in cases {
         let template = c["template"].as_str().unwrap();
         assert_eq!(
