@@ -6,6 +6,10 @@
 //!  --checkpoint HF_DIR --out DIR --batch-tokens N --seq-len N --lr X --seed N
 //!  --stop-after N --no-samples --profile]`
 //!
+//! `--data` is a text file, a JSONL of `{"text": …}` records, or a JSONL of chat records
+//! (`{"messages": [{"role", "content"}, …]}`, as Hugging Face's chat datasets hold them),
+//! rendered with `--checkpoint`'s chat template and learned on the assistant's tokens only.
+//!
 //! With no arguments: a ≈3.0 M-parameter byte-level model on the bundled Shakespeare text,
 //! AdamW with warmup + cosine decay and gradient clipping, on CPU. Writes `runs/finetune/`:
 //! `config.json` + `model.safetensors` (Hugging Face names), Burn records of the model and
@@ -27,7 +31,7 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ExampleDevice, FinetuneArgs as Args};
-use burn_ascend_model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
+use burn_ascend_model::data::{training_packer, SplitMix};
 use burn_ascend_model::ddp::{
     materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
 };
@@ -300,12 +304,11 @@ where
             config.vocab_size
         ));
     }
-    let docs = match &args.data {
-        Some(p) => load_documents(p).map_err(|e| e.to_string())?,
-        None => documents_from_text(BUNDLED_CORPUS),
-    };
-    let mut packer = Packer::new(
-        &docs,
+    // Text, or chat records rendered with the checkpoint's chat template (loss on the
+    // assistant's tokens).
+    let mut packer = training_packer(
+        args.data.as_deref(),
+        args.checkpoint.as_deref(),
         &tokenizer,
         args.batch_tokens,
         args.seq_len,
@@ -315,7 +318,7 @@ where
     println!(
         "finetune: {} parameters, {} documents ({} tokens), {} tokens per batch, steps {}..{}",
         config.num_params(),
-        docs.len(),
+        packer.documents(),
         packer.corpus_tokens(),
         args.batch_tokens,
         state.step,

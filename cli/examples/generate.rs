@@ -7,12 +7,15 @@
 //!
 //! `cargo run --release --example generate [-- --checkpoint DIR --prompt TEXT… --greedy
 //!  --max-new N --top-p P --temperature T --seed N --block-size N --device cpu|sim|ascend
-//!  --check --attend-path fused|prompt-incre]`
+//!  --check --attend-path fused|prompt-incre --chat]`
 //!
 //! `--prompt` (repeatable) replaces the built-in prompts; `--greedy` decodes every prompt
 //! greedily (otherwise even prompts are greedy, odd ones top-p). A sequence stops at the
 //! checkpoint's end-of-sequence token (`eos_token_id` of `generation_config.json`, else of
-//! `config.json`, as transformers' `generate`).
+//! `config.json`, as transformers' `generate`). `--chat` wraps each prompt as a user's message
+//! in the checkpoint's chat template (`chat_template.jinja` or `tokenizer_config.json`'s
+//! `chat_template`) with the assistant's generation prompt, and also stops at the tokenizer's
+//! `eos_token` (an instruct model's end of turn).
 //!
 //! `--attend-path` forces one of the two paths (to compare them).
 //!
@@ -29,9 +32,12 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::{AttendPath, AttentionBackend};
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ExampleDevice, GenerateArgs as Args};
+use burn_ascend_model::chat::instruct::{chat_stop_ids, prompt_ids};
 use burn_ascend_model::checkpoint::{eos_token_ids, load_hf};
 use burn_ascend_model::data::SplitMix;
-use burn_ascend_model::{generate_batch_until, max_logit_gap, Generator, Sampling, Tokenizer};
+use burn_ascend_model::{
+    generate_batch_until, max_logit_gap, ChatTemplate, Generator, Sampling, Tokenizer,
+};
 use clap::Parser;
 
 /// Largest cached-vs-full logit difference `--check` accepts (f32 accumulation over a few
@@ -86,10 +92,23 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
     } else {
         args.prompts.clone()
     };
-    let stop = eos_token_ids(dir).map_err(|e| e.to_string())?;
+    // --chat: each prompt as a user's message in the checkpoint's chat template.
+    let template = args
+        .chat
+        .then(|| ChatTemplate::from_dir(dir))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let stop = match &template {
+        Some(t) => chat_stop_ids(dir, t, &tokenizer),
+        None => eos_token_ids(dir),
+    }
+    .map_err(|e| e.to_string())?;
     let ids: Vec<Vec<u32>> = prompts
         .iter()
-        .map(|p| tokenizer.encode(p))
+        .map(|p| match &template {
+            Some(t) => prompt_ids(t, &tokenizer, p),
+            None => tokenizer.encode(p),
+        })
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
     // A byte-level prompt for a checkpoint with a smaller vocabulary (and no tokenizer.json)

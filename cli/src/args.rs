@@ -194,7 +194,9 @@ pub struct FinetuneArgs {
     /// Where to train.
     #[arg(long, value_enum, default_value_t = ExampleDevice::Cpu)]
     pub device: ExampleDevice,
-    /// The corpus (.txt or .jsonl); the bundled Shakespeare without it.
+    /// The corpus: .txt, or .jsonl of {"text": …} records or of chat records
+    /// ({"messages": [{"role", "content"}, …]}, rendered with --checkpoint's chat template, the
+    /// loss on the assistant's tokens only); the bundled Shakespeare without it.
     #[arg(long, value_name = "PATH")]
     pub data: Option<PathBuf>,
     /// Continue the run in --out up to --steps.
@@ -366,6 +368,10 @@ pub struct GenerateArgs {
     /// Force one of the two attention paths (to compare them).
     #[arg(long, value_enum)]
     pub attend_path: Option<AttendPathArg>,
+    /// Each prompt as a user's message in the checkpoint's chat template, with the assistant's
+    /// generation prompt; generation also stops at the tokenizer's eos_token (the end of turn).
+    #[arg(long)]
+    pub chat: bool,
 }
 
 /// The `varlen_train` example.

@@ -1,6 +1,7 @@
 //! Training data: documents from a text file (split at blank lines) or JSONL (`"text"` field),
-//! tokenized and packed into batches of variable-length sequences without padding, with the
-//! flash-attn style cumulative lengths the varlen op takes.
+//! or conversations from a chat JSONL (`"messages"`, see [`crate::chat::instruct`]) with the
+//! loss on the assistant's tokens only, tokenized and packed into batches of variable-length
+//! sequences without padding, with the flash-attn style cumulative lengths the varlen op takes.
 
 use std::path::Path;
 
@@ -56,6 +57,62 @@ pub fn load_documents(path: &Path) -> Result<Vec<String>, AttnError> {
     }
 }
 
+/// What a training file holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Corpus {
+    /// Plain documents (a text file, or JSONL `{"text": …}` records).
+    Text(Vec<String>),
+    /// Conversations (JSONL `{"messages": […]}` records), still to be rendered with a chat
+    /// template ([`crate::chat::instruct::load_chat_examples`]).
+    Chat(Vec<crate::chat::instruct::ChatRecord>),
+}
+
+/// The corpus of `path`: chat records when it is JSONL whose first record has `"messages"`,
+/// else [`load_documents`]. Every record is checked here, before any training.
+pub fn load_corpus(path: &Path) -> Result<Corpus, AttnError> {
+    if path.extension().is_some_and(|e| e == "jsonl") {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| AttnError::invalid("--data", format!("{}: {e}", path.display())))?;
+        if crate::chat::instruct::is_chat_jsonl(&text) {
+            return crate::chat::instruct::parse_chat_jsonl(path, &text).map(Corpus::Chat);
+        }
+    }
+    load_documents(path).map(Corpus::Text)
+}
+
+/// The packer of a fine-tuning run: `data` (the bundled corpus without it) tokenized with
+/// `tokenizer`; chat records are rendered with the chat template of `checkpoint` (required for
+/// them) and learned on the assistant's tokens only. Every record is checked and tokenized here,
+/// before training starts.
+pub fn training_packer(
+    data: Option<&Path>,
+    checkpoint: Option<&Path>,
+    tokenizer: &Tokenizer,
+    batch_tokens: usize,
+    max_seq_len: usize,
+    seed: u64,
+) -> Result<Packer, AttnError> {
+    let corpus = match data {
+        Some(p) => load_corpus(p)?,
+        None => Corpus::Text(documents_from_text(BUNDLED_CORPUS)),
+    };
+    match (corpus, data, checkpoint) {
+        (Corpus::Text(docs), _, _) => {
+            Packer::new(&docs, tokenizer, batch_tokens, max_seq_len, seed)
+        }
+        (Corpus::Chat(_), Some(path), Some(dir)) => {
+            let template = crate::chat::ChatTemplate::from_dir(dir)?;
+            let examples = crate::chat::instruct::load_chat_examples(path, &template, tokenizer)?;
+            Packer::chat(examples, batch_tokens, max_seq_len, seed)
+        }
+        (Corpus::Chat(_), _, _) => Err(AttnError::invalid(
+            "--data",
+            "chat records ({\"messages\": …}) are rendered with a checkpoint's chat template: \
+             pass --checkpoint DIR (with tokenizer_config.json or chat_template.jinja)",
+        )),
+    }
+}
+
 /// One packed batch: `tokens[i]` predicts `targets[i]`; sequences are delimited by
 /// `cu_seqlens` (B + 1 entries from 0).
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +123,8 @@ pub struct PackedBatch {
     pub targets: Vec<i64>,
     /// Cumulative sequence lengths.
     pub cu_seqlens: Vec<i64>,
+    /// Which targets the loss counts (chat data: the assistant's tokens); `None`: all of them.
+    pub loss_mask: Option<Vec<bool>>,
 }
 
 impl PackedBatch {
@@ -109,6 +168,8 @@ impl SplitMix {
 #[derive(Debug, Clone)]
 pub struct Packer {
     docs: Vec<Vec<u32>>,
+    /// Per document, which tokens are learned (chat data); `None` for plain text.
+    masks: Option<Vec<Vec<bool>>>,
     order: Vec<usize>,
     cursor: usize,
     rng: SplitMix,
@@ -134,6 +195,33 @@ impl Packer {
                 tokenized.push(ids);
             }
         }
+        Self::build(tokenized, None, batch_tokens, max_seq_len, seed)
+    }
+
+    /// Packs tokenized conversations; the loss counts a target only when it is one of the
+    /// assistant's tokens, and a conversation longer than `max_seq_len` contributes a random
+    /// window that holds at least one of them.
+    pub fn chat(
+        examples: Vec<crate::chat::instruct::ChatExample>,
+        batch_tokens: usize,
+        max_seq_len: usize,
+        seed: u64,
+    ) -> Result<Self, AttnError> {
+        let (docs, masks): (Vec<_>, Vec<_>) = examples
+            .into_iter()
+            .filter(|e| e.ids.len() >= 2 && e.assistant.iter().skip(1).any(|&a| a))
+            .map(|e| (e.ids, e.assistant))
+            .unzip();
+        Self::build(docs, Some(masks), batch_tokens, max_seq_len, seed)
+    }
+
+    fn build(
+        tokenized: Vec<Vec<u32>>,
+        masks: Option<Vec<Vec<bool>>>,
+        batch_tokens: usize,
+        max_seq_len: usize,
+        seed: u64,
+    ) -> Result<Self, AttnError> {
         if tokenized.is_empty() {
             return Err(AttnError::invalid(
                 "--data",
@@ -149,6 +237,7 @@ impl Packer {
         let mut p = Self {
             order: Vec::new(),
             docs: tokenized,
+            masks,
             cursor: 0,
             rng: SplitMix(seed),
             batch_tokens,
@@ -156,6 +245,11 @@ impl Packer {
         };
         p.shuffle();
         Ok(p)
+    }
+
+    /// Number of documents (conversations).
+    pub fn documents(&self) -> usize {
+        self.docs.len()
     }
 
     /// Number of tokens over all documents.
@@ -178,16 +272,32 @@ impl Packer {
             tokens: Vec::with_capacity(self.batch_tokens),
             targets: Vec::with_capacity(self.batch_tokens),
             cu_seqlens: vec![0],
+            loss_mask: self.masks.as_ref().map(|_| Vec::new()),
         };
         while batch.tokens.len() < self.batch_tokens {
             if self.cursor == self.order.len() {
                 self.shuffle();
             }
-            let doc = &self.docs[self.order[self.cursor]];
+            let index = self.order[self.cursor];
+            let doc = &self.docs[index];
             self.cursor += 1;
             let room = self.batch_tokens - batch.tokens.len();
             let len = (doc.len() - 1).min(self.max_seq_len).min(room);
-            let start = self.rng.below(doc.len() - len);
+            let start = match &self.masks {
+                None => self.rng.below(doc.len() - len),
+                Some(masks) => {
+                    // Targets are tokens 1..: the window's targets are [start + 1, start + len].
+                    // A learned target j drawn at random, then a window holding it.
+                    let learned: Vec<usize> = (1..doc.len()).filter(|&j| masks[index][j]).collect();
+                    let j = learned[self.rng.below(learned.len())];
+                    let lo = j.saturating_sub(len);
+                    let hi = (j - 1).min(doc.len() - 1 - len);
+                    lo + self.rng.below(hi - lo + 1)
+                }
+            };
+            if let (Some(masks), Some(out)) = (&self.masks, batch.loss_mask.as_mut()) {
+                out.extend_from_slice(&masks[index][start + 1..start + len + 1]);
+            }
             batch
                 .tokens
                 .extend(doc[start..start + len].iter().map(|&t| t as i64));

@@ -373,8 +373,15 @@ pub fn concat_batches(parts: &[PackedBatch]) -> PackedBatch {
         tokens: Vec::new(),
         targets: Vec::new(),
         cu_seqlens: vec![0],
+        loss_mask: parts.iter().any(|p| p.loss_mask.is_some()).then(Vec::new),
     };
     for p in parts {
+        if let Some(mask) = out.loss_mask.as_mut() {
+            match &p.loss_mask {
+                Some(m) => mask.extend_from_slice(m),
+                None => mask.extend(std::iter::repeat_n(true, p.targets.len())),
+            }
+        }
         let base = out.tokens.len() as i64;
         out.tokens.extend_from_slice(&p.tokens);
         out.targets.extend_from_slice(&p.targets);

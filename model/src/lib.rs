@@ -2,6 +2,7 @@
 //! sinks and sliding-window layers, Hugging Face style checkpoints, and generation through the
 //! paged KV cache. The `finetune` and `generate` examples drive it.
 
+pub mod chat;
 pub mod checkpoint;
 pub mod config;
 pub mod data;
@@ -16,6 +17,7 @@ pub mod tokenizer;
 pub mod train;
 pub mod transformer;
 
+pub use chat::ChatTemplate;
 pub use config::ModelConfig;
 pub use data::{PackedBatch, Packer};
 pub use generate::{

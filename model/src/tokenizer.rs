@@ -5,6 +5,9 @@ use std::path::Path;
 
 use burn_ascend::AttnError;
 
+/// Token ids with each token's byte range in the encoded text.
+pub type IdsWithOffsets = (Vec<u32>, Vec<(usize, usize)>);
+
 /// Text ↔ token ids.
 #[derive(Debug, Clone)]
 pub enum Tokenizer {
@@ -30,6 +33,29 @@ impl Tokenizer {
                 .encode(text, false)
                 .map(|e| e.get_ids().to_vec())
                 .map_err(|e| AttnError::invalid("text", format!("tokenizer failed: {e}"))),
+        }
+    }
+
+    /// Token ids of `text` (no special tokens added) with each token's byte range in `text`
+    /// (for a chat's assistant mask: the tokens whose range overlaps the assistant's text).
+    pub fn encode_with_offsets(&self, text: &str) -> Result<IdsWithOffsets, AttnError> {
+        match self {
+            Self::Bytes => Ok((
+                text.bytes().map(u32::from).collect(),
+                (0..text.len()).map(|i| (i, i + 1)).collect(),
+            )),
+            Self::Hf(t) => t
+                .encode(text, false)
+                .map(|e| (e.get_ids().to_vec(), e.get_offsets().to_vec()))
+                .map_err(|e| AttnError::invalid("text", format!("tokenizer failed: {e}"))),
+        }
+    }
+
+    /// The id of one token (a special token such as `<|eot_id|>`); bytes have no named tokens.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        match self {
+            Self::Bytes => None,
+            Self::Hf(t) => t.token_to_id(token),
         }
     }
 

@@ -290,7 +290,10 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
         let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.tokens, [t]), &device);
         let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [t]), &device);
         let logits = model.forward_packed(tokens, &batch.cu_seqlens)?;
-        let loss = cross_entropy(logits, targets);
+        let loss = match &batch.loss_mask {
+            None => cross_entropy(logits, targets),
+            Some(mask) => masked_cross_entropy(logits, targets, mask),
+        };
         let loss_value: f32 = match sync.as_deref_mut() {
             Some(s) => s.average_loss(loss.clone())?,
             None => loss.clone().into_scalar().elem(),
@@ -325,6 +328,27 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
         }
     }
     Ok((model, state))
+}
+
+/// Mean next-token cross-entropy over the targets `mask` keeps (chat data: the assistant's
+/// tokens): each kept target weighs `1 / kept`, the others 0, so they add nothing to the loss
+/// or its gradient. A batch keeping none has loss 0.
+pub fn masked_cross_entropy<B: burn::tensor::backend::Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    mask: &[bool],
+) -> Tensor<B, 1> {
+    let t = targets.dims()[0];
+    let kept = mask.iter().filter(|&&m| m).count().max(1) as f32;
+    let weights: Vec<f32> = mask
+        .iter()
+        .map(|&m| if m { 1.0 / kept } else { 0.0 })
+        .collect();
+    let weights = Tensor::<B, 1>::from_data(TensorData::new(weights, [t]), &logits.device());
+    let logp = burn::tensor::activation::log_softmax(logits, 1);
+    (logp.gather(1, targets.reshape([t, 1])).reshape([t]) * weights)
+        .sum()
+        .neg()
 }
 
 fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transformer<B>, B>>(

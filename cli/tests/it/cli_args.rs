@@ -176,6 +176,12 @@ fn generate_and_varlen_train_parse_their_flags_as_typed_values() {
             .unwrap();
     assert_eq!(a.prompts, ["a", "b c"]);
     assert!(a.greedy);
+    assert!(!a.chat);
+    assert!(
+        GenerateArgs::try_parse_from(["generate", "--chat", "--prompt", "hi"])
+            .unwrap()
+            .chat
+    );
     let e = refused::<GenerateArgs>(&["generate", "--attend-path", "flash"]);
     assert!(e.contains("--attend-path") && e.contains("fused"), "{e}");
     let e = refused::<GenerateArgs>(&["generate", "--max-new", "-5"]);
