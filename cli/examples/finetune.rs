@@ -8,9 +8,12 @@
 //!
 //! With no arguments: a ≈3.0 M-parameter byte-level model on the bundled Shakespeare text,
 //! AdamW with warmup + cosine decay and gradient clipping, on CPU. Writes `runs/finetune/`:
-//! `config.json` + `model.safetensors` (Hugging Face names), Burn records of the model and
-//! the optimizer (`model.mpk`, `optim.mpk`, for `--resume`), `state.json`, `loss.csv` and
-//! `loss.png`. `--device sim` trains `Autodiff<Ascend>` on the host simulation of the ACL ABI,
+//! each checkpoint (every `--save-every` steps and at the end) into its own folder
+//! `checkpoints/step-NNNNNN/` (`config.json` + `model.safetensors` with Hugging Face names,
+//! Burn records of the model and the optimizer `model.mpk`, `optim.mpk`, `state.json`,
+//! `loss.csv`, `manifest.json`), published through the pointer file `LATEST`, which
+//! `--resume` follows and verifies; the published `config.json`, `model.safetensors` and
+//! `loss.csv` also in `runs/finetune/` itself, with `loss.png`. `--device sim` trains `Autodiff<Ascend>` on the host simulation of the ACL ABI,
 //! `--device ascend` on a real NPU. On CPU the last line is `finetune: loss <first> -> <last>
 //! over <steps> steps` (first step's loss, mean of the last ten steps); on `sim` / `ascend` it
 //! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
@@ -42,14 +45,16 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
 fn main() {
-    if let Err(e) = run() {
+    if let Err(e) = run(std::env::args_os()) {
         eprintln!("finetune: {e}");
         std::process::exit(2);
     }
 }
 
-fn run() -> Result<(), String> {
-    let args = Args::parse();
+/// The example on the command line `argv` (its first item the program name); the
+/// integration tests run it in a child process through this.
+pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
+    let args = Args::parse_from(argv);
     let resume = args.resume;
     let launch = burn_ascend_cann::hccl::LaunchEnv::from_env().map_err(|e| e.to_string())?;
     if args.devices == 0 {
@@ -346,7 +351,7 @@ where
         clip_norm: 1.0,
         seed: args.seed,
         out: args.out.clone(),
-        save_every: 100,
+        save_every: args.save_every,
     };
     if args.profile && ascend.is_some() {
         dispatch::start_profile();
@@ -393,8 +398,8 @@ where
     let profile = profile.map(|p| dispatch::format_profile(&p, step_counts.len()));
     plot_losses(&state.losses, &args.out.join("loss.png"))?;
     println!(
-        "finetune: {:.0} tokens/s, checkpoint in {} (config.json, model.safetensors, model.mpk, \
-         optim.mpk, state.json, loss.csv, loss.png)",
+        "finetune: {:.0} tokens/s, checkpoint in {} (config.json, model.safetensors, loss.csv, \
+         loss.png; the resumable checkpoint in the folder LATEST names)",
         tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9),
         args.out.display()
     );

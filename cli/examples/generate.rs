@@ -39,14 +39,16 @@ use clap::Parser;
 const CHECK_TOLERANCE: f32 = 1e-3;
 
 fn main() {
-    if let Err(e) = run() {
+    if let Err(e) = run(std::env::args_os()) {
         eprintln!("generate: {e}");
         std::process::exit(2);
     }
 }
 
-fn run() -> Result<(), String> {
-    let args = Args::parse();
+/// The example on the command line `argv` (its first item the program name); the
+/// integration tests run it in a child process through this.
+pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
+    let args = Args::parse_from(argv);
     if !args.checkpoint.join("config.json").exists() {
         return Err(format!(
             "no checkpoint in {} (run `cargo run --release --example finetune` first, or pass \

@@ -263,6 +263,15 @@ pub struct FinetuneArgs {
     /// (with --devices N) Also train the first 3 global batches on one device and compare.
     #[arg(long)]
     pub check_ddp: bool,
+    /// Publish a checkpoint every N steps (and at the end).
+    #[arg(
+        long,
+        value_parser = at_least_one,
+        value_name = "N",
+        default_value_t = 100,
+        allow_negative_numbers = true
+    )]
+    pub save_every: usize,
 }
 
 /// What `finetune --help` adds after the flags.
@@ -278,7 +287,10 @@ const FINETUNE_HELP: &str = "\
   with `finetune: data-parallel <N> devices, max |Δloss| vs 1 device <x>`
 --profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
 --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
-  up to it; --stop-after N stops early (an interrupted run that --resume completes).";
+  up to it; --stop-after N stops early (an interrupted run that --resume completes)
+--save-every N: each save is a new folder --out/checkpoints/step-NNNNNN (files fsynced,
+  manifest.json with sizes and CRC-32s last), published by renaming --out/LATEST; --resume
+  verifies the checkpoint LATEST names and refuses a mixed or truncated one";
 
 /// `generate --attend-path`: which attention path serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

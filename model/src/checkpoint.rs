@@ -188,9 +188,18 @@ pub fn named_grads<B: AutodiffBackend>(
 /// Writes `config.json` and `model.safetensors` (f32) into `dir`.
 pub fn save_hf<B: Backend>(model: &Transformer<B>, dir: &Path) -> Result<(), AttnError> {
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-    let config = serde_json::to_string_pretty(&model.config.to_json()).expect("json");
-    let cfg_path = dir.join("config.json");
-    std::fs::write(&cfg_path, config).map_err(|e| io_err(&cfg_path, e))?;
+    for (name, bytes) in hf_files(model)? {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).map_err(|e| io_err(&path, e))?;
+    }
+    Ok(())
+}
+
+/// The bytes of `config.json` and `model.safetensors` (f32, Hugging Face names) of `model`.
+pub fn hf_files<B: Backend>(
+    model: &Transformer<B>,
+) -> Result<Vec<(&'static str, Vec<u8>)>, AttnError> {
+    let config = serde_json::to_vec_pretty(&model.config.to_json()).expect("json");
     let weights = named_weights(model);
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = weights
         .into_iter()
@@ -204,10 +213,10 @@ pub fn save_hf<B: Backend>(model: &Transformer<B>, dir: &Path) -> Result<(), Att
                 .map_err(|e| AttnError::invalid("checkpoint", format!("{n}: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let path = dir.join("model.safetensors");
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
-    let data = safetensors::serialize(views, Some(meta)).map_err(|e| io_err(&path, e))?;
-    std::fs::write(&path, data).map_err(|e| io_err(&path, e))
+    let data = safetensors::serialize(views, Some(meta))
+        .map_err(|e| io_err(Path::new("model.safetensors"), e))?;
+    Ok(vec![("config.json", config), ("model.safetensors", data)])
 }
 
 /// Reads `config.json`.
