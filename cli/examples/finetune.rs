@@ -30,13 +30,16 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ExampleDevice, FinetuneArgs as Args};
+use burn_ascend_model::budget;
+use burn_ascend_model::checkpoint::LoadOptions;
 use burn_ascend_model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
 use burn_ascend_model::ddp::{
     materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
 };
 use burn_ascend_model::dispatch::{self, DispatchCounts};
 use burn_ascend_model::train::{
-    init_model, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
+    init_model, init_model_with, train, train_with, Batches, Init, StepReport, TrainOptions,
+    TrainState,
 };
 use burn_ascend_model::{
     generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
@@ -295,9 +298,15 @@ where
         _ => Tokenizer::Bytes,
     };
     let init = init_of(&args);
-    let (model, state) = init_model::<B>(&init, &args.out, &device).map_err(|e| e.to_string())?;
+    let load = LoadOptions {
+        allow_non_finite_weights: args.allow_non_finite_weights,
+    };
+    let (model, state) =
+        init_model_with::<B>(&init, &args.out, &device, load).map_err(|e| e.to_string())?;
     let model = model.with_compute_dtype(args.dtype.float_dtype());
     let config = model.config.clone();
+    let budget = args.memory_budget.unwrap_or_else(budget::default_budget);
+    budget::check_training(&config, args.batch_tokens, budget).map_err(|e| e.to_string())?;
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(format!(
             "tokenizer has {} tokens but the model's vocab_size is {}",

@@ -272,6 +272,13 @@ pub struct FinetuneArgs {
         allow_negative_numbers = true
     )]
     pub save_every: usize,
+    /// Load a --checkpoint whose weights hold NaN or ±inf (refused by default).
+    #[arg(long)]
+    pub allow_non_finite_weights: bool,
+    /// The memory a training step may need (bytes, or with a unit: 512MiB, 8GiB); by default
+    /// the available host memory.
+    #[arg(long, value_parser = byte_size, value_name = "SIZE")]
+    pub memory_budget: Option<u64>,
 }
 
 /// What `finetune --help` adds after the flags.
@@ -378,6 +385,13 @@ pub struct GenerateArgs {
     /// Force one of the two attention paths (to compare them).
     #[arg(long, value_enum)]
     pub attend_path: Option<AttendPathArg>,
+    /// Load weights holding NaN or ±inf (refused by default).
+    #[arg(long)]
+    pub allow_non_finite_weights: bool,
+    /// The memory the KV cache may take (bytes, or with a unit: 512MiB, 8GiB); by default the
+    /// available host memory.
+    #[arg(long, value_parser = byte_size, value_name = "SIZE")]
+    pub memory_budget: Option<u64>,
 }
 
 /// The `varlen_train` example.
@@ -425,5 +439,32 @@ fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(n)
     } else {
         Err("must be at least 1, got 0".into())
+    }
+}
+
+/// A size in bytes, with an optional unit (`K`, `M`, `G`, `T`, as `KiB`… or `KB`…, all
+/// binary): `--memory-budget`.
+fn byte_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("unknown unit in {s:?} (B, KiB, MiB, GiB, TiB)")),
+    };
+    let x: f64 = num
+        .parse()
+        .map_err(|_| format!("must be a size such as 8GiB, got {s:?}"))?;
+    let bytes = x * (1u64 << shift) as f64;
+    if bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64 {
+        Ok(bytes as u64)
+    } else {
+        Err(format!("must be a size of at least 1 byte, got {s:?}"))
     }
 }

@@ -2,6 +2,7 @@
 //! sinks and sliding-window layers, Hugging Face style checkpoints, and generation through the
 //! paged KV cache. The `finetune` and `generate` examples drive it.
 
+pub mod budget;
 pub mod checkpoint;
 pub mod config;
 pub mod data;

@@ -12,7 +12,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 
-use super::checkpoint::{hf_files, load_hf};
+use super::checkpoint::{grad_norm, hf_files, load_hf_with, LoadOptions};
 use super::config::ModelConfig;
 use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
@@ -126,9 +126,19 @@ pub fn init_model<B: AutodiffBackend + AttentionBackend>(
     out: &Path,
     device: &B::Device,
 ) -> Result<(Transformer<B>, TrainState), AttnError> {
+    init_model_with(init, out, device, LoadOptions::default())
+}
+
+/// [`init_model`] with the options of loading a checkpoint.
+pub fn init_model_with<B: AutodiffBackend + AttentionBackend>(
+    init: &Init,
+    out: &Path,
+    device: &B::Device,
+    opts: LoadOptions,
+) -> Result<(Transformer<B>, TrainState), AttnError> {
     Ok(match init {
         Init::Fresh(config) => (Transformer::new(config, device)?, TrainState::default()),
-        Init::Checkpoint(dir) => (load_hf(dir, device)?, TrainState::default()),
+        Init::Checkpoint(dir) => (load_hf_with(dir, device, opts)?, TrainState::default()),
         Init::Resume => {
             let saved = Published::open(out)?;
             let config = config_from_json(&saved.read("config.json")?, &saved.dir)?;
@@ -331,15 +341,30 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
             Some(s) => s.average_loss(loss.clone())?,
             None => loss.clone().into_scalar().elem(),
         };
+        // A non-finite loss or gradient stops the run before the optimizer step: the last
+        // published checkpoint stays the last good one.
         if !loss_value.is_finite() {
             return Err(AttnError::invalid(
                 "lr",
-                format!("the loss became {loss_value} at step {step}; lower the learning rate"),
+                format!(
+                    "the loss became {loss_value} at step {step}; lower the learning rate \
+                     (the last good checkpoint is kept)"
+                ),
             ));
         }
         let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         if let Some(s) = sync.as_deref_mut() {
             grads = s.average_gradients(&model, grads)?;
+        }
+        let norm = grad_norm(&model, &grads);
+        if !norm.is_finite() {
+            return Err(AttnError::invalid(
+                "lr",
+                format!(
+                    "the gradient norm became {norm} at step {step} (loss {loss_value}); lower \
+                     the learning rate (the last good checkpoint is kept)"
+                ),
+            ));
         }
         let lr = schedule.lr(step);
         model = optim.step(lr, model, grads);

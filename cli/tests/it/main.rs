@@ -25,6 +25,7 @@ mod model_generate;
 mod model_gpt_oss;
 mod model_hf;
 mod model_kill;
+mod model_refusals;
 mod model_train;
 mod npu;
 mod paged_cache;

@@ -219,3 +219,42 @@ pub fn tiny_checkpoint(dir: &Path) {
         }
     }
 }
+
+/// Rewrites the f32 tensor `name` of `dir/model.safetensors` through `edit`.
+pub fn patch_tensor(dir: &Path, name: &str, edit: impl FnOnce(&mut Vec<f32>)) {
+    use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    let t = tensors.iter_mut().find(|t| t.0 == name).unwrap();
+    let mut values: Vec<f32> =
+        t.2.chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+    edit(&mut values);
+    t.2 = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, s, b)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
+}
+
+/// Rewrites `dir/config.json` through `edit`.
+pub fn patch_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&path, v.to_string()).unwrap();
+}
