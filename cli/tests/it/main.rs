@@ -19,6 +19,7 @@ mod cli_fia;
 mod cli_prompt_incre_scatter;
 mod cli_selftest;
 mod cli_varlen;
+mod model_campaign;
 mod model_ddp;
 mod model_examples;
 mod model_generate;
