@@ -100,7 +100,13 @@ fn mutate(rng: &mut Rng, ckpt: &Path, data: &Path, args: &mut Vec<String>) -> Mu
                 },
                 // Some values stay usable (a larger rope_theta, a removed optional key).
                 must_refuse: false,
-                culprits: vec![key.into(), "config".into(), "layer_types".into()],
+                // tie_word_embeddings decides whether lm_head.weight must be present.
+                culprits: vec![
+                    key.into(),
+                    "config".into(),
+                    "layer_types".into(),
+                    "lm_head".into(),
+                ],
             }
         }
         // The weight file truncated.
@@ -195,7 +201,8 @@ fn mutate(rng: &mut Rng, ckpt: &Path, data: &Path, args: &mut Vec<String>) -> Mu
                 what: format!("{name} stored as {dtype}"),
                 // f16 / bf16 are loaded (converted): then a correct run.
                 must_refuse: !matches!(dtype, "F16" | "BF16"),
-                culprits: vec![name.into(), "dtype".into(), "non-finite".into()],
+                // Reinterpreted bytes may be huge: training then stops at its first step.
+                culprits: vec![name.into(), "dtype".into(), "at step 0".into()],
             }
         }
         // tokenizer.json.
@@ -209,15 +216,17 @@ fn mutate(rng: &mut Rng, ckpt: &Path, data: &Path, args: &mut Vec<String>) -> Mu
         }
         // The corpus.
         9 => {
-            let (name, text) = *pick(
+            // (name, content, usable): one byte is a document of 3 tokens with its
+            // separators, enough for a step.
+            let (name, text, usable) = *pick(
                 rng,
                 &[
-                    ("data.txt", ""),
-                    ("data.txt", "x"),
-                    ("data.jsonl", "{\"body\": 1}\n"),
-                    ("data.jsonl", "not json\n"),
-                    ("data.jsonl", "{\"text\": 3}\n"),
-                    ("data.jsonl", "[]\n"),
+                    ("data.txt", "", false),
+                    ("data.txt", "x", true),
+                    ("data.jsonl", "{\"body\": 1}\n", false),
+                    ("data.jsonl", "not json\n", false),
+                    ("data.jsonl", "{\"text\": 3}\n", false),
+                    ("data.jsonl", "[]\n", false),
                 ],
             );
             let path = data.with_file_name(name);
@@ -230,7 +239,11 @@ fn mutate(rng: &mut Rng, ckpt: &Path, data: &Path, args: &mut Vec<String>) -> Mu
                     args.push(path.to_str().unwrap().into());
                 }
             }
-            refuse(format!("--data {name} = {text:?}"), &["--data"])
+            Mutation {
+                what: format!("--data {name} = {text:?}"),
+                must_refuse: !usable,
+                culprits: vec!["--data".into()],
+            }
         }
         // A flag set to a bad value.
         _ => {
