@@ -83,7 +83,7 @@ fn mutate(rng: &mut Rng, ckpt: &Path, data: &Path, args: &mut Vec<String>) -> Mu
                 serde_json::json!([]),
                 serde_json::json!({}),
             ];
-            let remove = rng.next_u64() % 6 == 0;
+            let remove = rng.next_u64().is_multiple_of(6);
             let value = pick(rng, &values).clone();
             patch_config(ckpt, |v| {
                 if remove {
@@ -323,7 +323,7 @@ fn mutated_checkpoints_configs_data_and_flags_never_panic_abort_hang_or_pass_sil
         }
         let data = dir.join("data.txt");
         std::fs::write(&data, corpus).unwrap();
-        let finetune = rng.next_u64() % 2 == 0;
+        let finetune = rng.next_u64().is_multiple_of(2);
         let mut args: Vec<String> = if finetune {
             let out = dir.join("out");
             [
