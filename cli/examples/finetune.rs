@@ -13,8 +13,8 @@
 //! Burn records of the model and the optimizer `model.mpk`, `optim.mpk`, `state.json`,
 //! `loss.csv`, `manifest.json`), published through the pointer file `LATEST`, which
 //! `--resume` follows and verifies; the published `config.json`, `model.safetensors` and
-//! `loss.csv` also in `runs/finetune/` itself, with `loss.png`. `--device sim` trains `Autodiff<Ascend>` on the host simulation of the ACL ABI,
-//! `--device ascend` on a real NPU. On CPU the last line is `finetune: loss <first> -> <last>
+//! `loss.csv` also in `runs/finetune/` itself, with `loss.png`. `--device sim` trains
+//! `Autodiff<Ascend>` on the host simulation of the ACL ABI, `--device ascend` on a real NPU. On CPU the last line is `finetune: loss <first> -> <last>
 //! over <steps> steps` (first step's loss, mean of the last ten steps); on `sim` / `ascend` it
 //! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
 //! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
@@ -405,7 +405,10 @@ where
     })?;
     bar.finish();
     let profile = profile.map(|p| dispatch::format_profile(&p, step_counts.len()));
-    plot_losses(&state.losses, &args.out.join("loss.png"))?;
+    // Drawn beside, then renamed into place: never a half-written plot.
+    let plot = args.out.join(".loss.tmp.png");
+    plot_losses(&state.losses, &plot)?;
+    std::fs::rename(&plot, args.out.join("loss.png")).map_err(|e| format!("loss.png: {e}"))?;
     println!(
         "finetune: {:.0} tokens/s, checkpoint in {} (config.json, model.safetensors, loss.csv, \
          loss.png; the resumable checkpoint in the folder LATEST names)",

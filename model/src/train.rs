@@ -1,7 +1,9 @@
 //! The training loop of the `finetune` example, reusable and testable: packed varlen batches,
-//! AdamW with warmup + cosine decay and gradient-norm clipping, checkpoints that `--resume`
-//! continues exactly (model and optimizer as Burn records, the step and loss curve in
-//! `state.json`, the batch stream replayed from its seed).
+//! AdamW with warmup + cosine decay and gradient-norm clipping, crash-consistent checkpoints
+//! (see [`crate::run_checkpoint`]) that `--resume` verifies and continues exactly (model and
+//! optimizer as Burn records, the step and loss curve in `state.json`, the batch stream
+//! replayed from its seed). A step whose loss or gradient norm is not finite stops the run
+//! before its optimizer step, the last published checkpoint kept.
 
 use std::path::{Path, PathBuf};
 
@@ -49,7 +51,8 @@ pub struct TrainOptions {
     pub clip_norm: f32,
     /// Seed of the initial weights and the batch stream.
     pub seed: u64,
-    /// Output folder: checkpoint, records, `state.json`, `loss.csv`.
+    /// Output folder: `checkpoints/step-NNNNNN/`, `LATEST`, and the published checkpoint's
+    /// `config.json`, `model.safetensors` and `loss.csv`.
     pub out: PathBuf,
     /// Save every this many steps (and at the end).
     pub save_every: usize,
