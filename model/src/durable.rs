@@ -94,10 +94,14 @@ pub fn rename(from: &Path, to: &Path) -> Result<(), AttnError> {
     std::fs::rename(from, to).map_err(|e| io_err(to, e))
 }
 
-/// Removes the directory `dir` and everything in it.
+/// Removes the directory `dir` and everything in it (already gone is no error: the ranks of
+/// a multi-process run may tidy the same folder at once).
 pub fn remove_dir_all(dir: &Path) -> Result<(), AttnError> {
     op("remove", dir);
-    std::fs::remove_dir_all(dir).map_err(|e| io_err(dir, e))
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(dir, e)),
+        _ => Ok(()),
+    }
 }
 
 /// Removes the file `path` when it exists.
@@ -106,7 +110,10 @@ pub fn remove_file_if_present(path: &Path) -> Result<(), AttnError> {
         return Ok(());
     }
     op("remove", path);
-    std::fs::remove_file(path).map_err(|e| io_err(path, e))
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(path, e)),
+        _ => Ok(()),
+    }
 }
 
 /// Makes `to` a second name of the (already fsynced) file `from`; copies and fsyncs it where

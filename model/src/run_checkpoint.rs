@@ -256,7 +256,9 @@ impl Published {
 
     /// Repairs what a crash after the publication left: the files exported into `out` made
     /// those of this checkpoint again, temporary files and unpublished step folders removed
-    /// (this one and the one before it are kept).
+    /// (this one and the one before it are kept). Safe to run from several processes at once
+    /// (every rank of a torchrun launch resumes): each exports through a temporary name of
+    /// its own, and what another already removed is no error.
     pub fn tidy(&self, out: &Path) -> Result<(), AttnError> {
         durable::remove_file_if_present(&out.join("LATEST.tmp"))?;
         let mut changed = false;
@@ -264,7 +266,8 @@ impl Published {
             let Some(entry) = self.manifest.files.get(file) else {
                 continue;
             };
-            let tmp = out.join(format!(".{file}.tmp"));
+            durable::remove_file_if_present(&out.join(format!(".{file}.tmp")))?;
+            let tmp = out.join(format!(".{file}.{}.tmp", std::process::id()));
             durable::remove_file_if_present(&tmp)?;
             let current = std::fs::read(out.join(file)).ok().map(|b| entry_of(&b));
             if current.as_ref() != Some(entry) {
