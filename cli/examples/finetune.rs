@@ -38,8 +38,7 @@ use burn_ascend_model::ddp::{
 };
 use burn_ascend_model::dispatch::{self, DispatchCounts};
 use burn_ascend_model::train::{
-    init_model, init_model_with, train, train_with, Batches, Init, StepReport, TrainOptions,
-    TrainState,
+    init_model_with, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
 };
 use burn_ascend_model::{
     generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
@@ -168,6 +167,9 @@ fn data_parallel<'a>(
         args.out.clone(),
         args.resume,
     );
+    let load = LoadOptions {
+        allow_non_finite_weights: args.allow_non_finite_weights,
+    };
     let init = init_of(args);
     Box::new(move |model0, state, packer, opts, on_step| {
         let err = |e: burn_ascend::AttnError| e.to_string();
@@ -184,7 +186,8 @@ fn data_parallel<'a>(
                 &device,
                 seed.wrapping_add(i as u64),
             );
-            let (m, _) = init_model::<Autodiff<Ascend>>(&init, &out, &device).map_err(err)?;
+            let (m, _) =
+                init_model_with::<Autodiff<Ascend>>(&init, &out, &device, load).map_err(err)?;
             models.push(m.with_compute_dtype(dtype));
         }
         let run = train_data_parallel(

@@ -300,6 +300,17 @@ fn resume_refuses_a_truncated_mixed_or_mislabelled_checkpoint_naming_the_file() 
     std::fs::remove_file(dir.join("manifest.json")).unwrap();
     let e = err(out);
     assert!(e.contains("step-000003/manifest.json"), "{e}");
+    // A run started over in the folder: its first save unpublishes and replaces the old run.
+    publish(out, 1, &files(1)).unwrap();
+    let saved = Published::open(out).unwrap();
+    assert_eq!(saved.step(), 1);
+    assert_eq!(saved.read("model.safetensors").unwrap(), vec![1u8; 64]);
+    let mut dirs: Vec<String> = std::fs::read_dir(out.join(CHECKPOINTS))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    assert_eq!(dirs, ["step-000001"]);
     // A pointer that names no checkpoint.
     std::fs::write(out.join("LATEST"), "../elsewhere").unwrap();
     let e = err(out);
