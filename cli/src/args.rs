@@ -277,7 +277,7 @@ pub struct FinetuneArgs {
     pub allow_non_finite_weights: bool,
     /// The memory a training step may need (bytes, or with a unit: 512MiB, 8GiB); by default
     /// the available host memory.
-    #[arg(long, value_parser = byte_size, value_name = "SIZE")]
+    #[arg(long, value_parser = byte_size, value_name = "SIZE", allow_hyphen_values = true)]
     pub memory_budget: Option<u64>,
 }
 
@@ -390,7 +390,7 @@ pub struct GenerateArgs {
     pub allow_non_finite_weights: bool,
     /// The memory the KV cache may take (bytes, or with a unit: 512MiB, 8GiB); by default the
     /// available host memory.
-    #[arg(long, value_parser = byte_size, value_name = "SIZE")]
+    #[arg(long, value_parser = byte_size, value_name = "SIZE", allow_hyphen_values = true)]
     pub memory_budget: Option<u64>,
 }
 
