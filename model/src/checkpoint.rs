@@ -14,7 +14,7 @@ use burn::module::Param;
 use burn::nn::{Linear, RmsNorm};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 
@@ -185,9 +185,13 @@ pub fn named_grads<B: AutodiffBackend>(
     out
 }
 
-/// The global L2 norm of the gradients in `grads` of `model`'s parameters, summed on the device
-/// and read back once: NaN or inf when any gradient holds one.
-pub fn grad_norm<B: AutodiffBackend>(model: &Transformer<B>, grads: &GradientsParams) -> f32 {
+/// The sum of the squares of the gradients in `grads` of `model`'s parameters, on the device
+/// (`[1]`; `None` without gradients): its square root is the global gradient norm, NaN or inf
+/// when any gradient holds one (or its square overflows f32).
+pub fn grad_squares<B: AutodiffBackend>(
+    model: &Transformer<B>,
+    grads: &GradientsParams,
+) -> Option<Tensor<B::InnerBackend, 1>> {
     fn sq<Bi: Backend, const D: usize>(g: Tensor<Bi, D>) -> Tensor<Bi, 1> {
         g.powi_scalar(2).sum()
     }
@@ -207,7 +211,7 @@ pub fn grad_norm<B: AutodiffBackend>(model: &Transformer<B>, grads: &GradientsPa
             });
         }
     });
-    sum.map_or(0.0, |s| s.into_scalar().elem::<f32>().sqrt())
+    sum
 }
 
 /// Writes `config.json` and `model.safetensors` (f32) into `dir`.

@@ -14,7 +14,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 
-use super::checkpoint::{grad_norm, hf_files, load_hf_with, LoadOptions};
+use super::checkpoint::{grad_squares, hf_files, load_hf_with, LoadOptions};
 use super::config::ModelConfig;
 use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
@@ -340,26 +340,49 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
         let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [t]), &device);
         let logits = model.forward_packed(tokens, &batch.cu_seqlens)?;
         let loss = cross_entropy(logits, targets);
-        let loss_value: f32 = match sync.as_deref_mut() {
-            Some(s) => s.average_loss(loss.clone())?,
-            None => loss.clone().into_scalar().elem(),
-        };
         // A non-finite loss or gradient stops the run before the optimizer step: the last
         // published checkpoint stays the last good one.
-        if !loss_value.is_finite() {
-            return Err(AttnError::invalid(
+        let not_finite_loss = |loss: f32| {
+            AttnError::invalid(
                 "lr",
                 format!(
-                    "the loss became {loss_value} at step {step}; lower the learning rate \
-                     (the last good checkpoint is kept)"
+                    "the loss became {loss} at step {step}; lower the learning rate (the last \
+                     good checkpoint is kept)"
                 ),
-            ));
+            )
+        };
+        // Data-parallel: the mean loss over ranks, read before the backward pass.
+        let ranks_loss = match sync.as_deref_mut() {
+            Some(s) => Some(s.average_loss(loss.clone())?),
+            None => None,
+        };
+        if let Some(l) = ranks_loss.filter(|l| !l.is_finite()) {
+            return Err(not_finite_loss(l));
         }
+        let loss_inner = loss.clone().inner();
         let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         if let Some(s) = sync.as_deref_mut() {
             grads = s.average_gradients(&model, grads)?;
         }
-        let norm = grad_norm(&model, &grads);
+        let squares = grad_squares(&model, &grads);
+        // One device: the loss and the gradients' squared norm in one read, the step's one
+        // wait for the device.
+        let (loss_value, norm) = match (ranks_loss, squares) {
+            (Some(l), Some(sq)) => (l, sq.into_scalar().elem::<f32>().sqrt()),
+            (Some(l), None) => (l, 0.0),
+            (None, Some(sq)) => {
+                let both = Tensor::cat(vec![loss_inner.reshape([1]), sq], 0)
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec::<f32>()
+                    .map_err(|e| AttnError::invalid("lr", format!("{e:?}")))?;
+                (both[0], both[1].sqrt())
+            }
+            (None, None) => (loss_inner.into_scalar().elem(), 0.0),
+        };
+        if !loss_value.is_finite() {
+            return Err(not_finite_loss(loss_value));
+        }
         if !norm.is_finite() {
             return Err(AttnError::invalid(
                 "lr",
