@@ -12,10 +12,13 @@
 //!
 //! With no arguments: a ≈3.0 M-parameter byte-level model on the bundled Shakespeare text,
 //! AdamW with warmup + cosine decay and gradient clipping, on CPU. Writes `runs/finetune/`:
-//! `config.json` + `model.safetensors` (Hugging Face names), Burn records of the model and
-//! the optimizer (`model.mpk`, `optim.mpk`, for `--resume`), `state.json`, `loss.csv` and
-//! `loss.png`. `--device sim` trains `Autodiff<Ascend>` on the host simulation of the ACL ABI,
-//! `--device ascend` on a real NPU. On CPU the last line is `finetune: loss <first> -> <last>
+//! each checkpoint (every `--save-every` steps and at the end) into its own folder
+//! `checkpoints/step-NNNNNN/` (`config.json` + `model.safetensors` with Hugging Face names,
+//! Burn records of the model and the optimizer `model.mpk`, `optim.mpk`, `state.json`,
+//! `loss.csv`, `manifest.json`), published through the pointer file `LATEST`, which
+//! `--resume` follows and verifies; the published `config.json`, `model.safetensors` and
+//! `loss.csv` also in `runs/finetune/` itself, with `loss.png`. `--device sim` trains
+//! `Autodiff<Ascend>` on the host simulation of the ACL ABI, `--device ascend` on a real NPU. On CPU the last line is `finetune: loss <first> -> <last>
 //! over <steps> steps` (first step's loss, mean of the last ten steps); on `sim` / `ascend` it
 //! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
 //! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
@@ -31,13 +34,15 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ExampleDevice, FinetuneArgs as Args};
+use burn_ascend_model::budget;
+use burn_ascend_model::checkpoint::LoadOptions;
 use burn_ascend_model::data::{training_packer, SplitMix};
 use burn_ascend_model::ddp::{
     materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
 };
 use burn_ascend_model::dispatch::{self, DispatchCounts};
 use burn_ascend_model::train::{
-    init_model, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
+    init_model_with, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
 };
 use burn_ascend_model::{
     generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
@@ -46,14 +51,16 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
 fn main() {
-    if let Err(e) = run() {
+    if let Err(e) = run(std::env::args_os()) {
         eprintln!("finetune: {e}");
         std::process::exit(2);
     }
 }
 
-fn run() -> Result<(), String> {
-    let args = Args::parse();
+/// The example on the command line `argv` (its first item the program name); the
+/// integration tests run it in a child process through this.
+pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
+    let args = Args::parse_from(argv);
     let resume = args.resume;
     let launch = burn_ascend_cann::hccl::LaunchEnv::from_env().map_err(|e| e.to_string())?;
     if args.devices == 0 {
@@ -164,6 +171,9 @@ fn data_parallel<'a>(
         args.out.clone(),
         args.resume,
     );
+    let load = LoadOptions {
+        allow_non_finite_weights: args.allow_non_finite_weights,
+    };
     let init = init_of(args);
     Box::new(move |model0, state, packer, opts, on_step| {
         let err = |e: burn_ascend::AttnError| e.to_string();
@@ -180,7 +190,8 @@ fn data_parallel<'a>(
                 &device,
                 seed.wrapping_add(i as u64),
             );
-            let (m, _) = init_model::<Autodiff<Ascend>>(&init, &out, &device).map_err(err)?;
+            let (m, _) =
+                init_model_with::<Autodiff<Ascend>>(&init, &out, &device, load).map_err(err)?;
             models.push(m.with_compute_dtype(dtype));
         }
         let run = train_data_parallel(
@@ -294,9 +305,15 @@ where
         _ => Tokenizer::Bytes,
     };
     let init = init_of(&args);
-    let (model, state) = init_model::<B>(&init, &args.out, &device).map_err(|e| e.to_string())?;
+    let load = LoadOptions {
+        allow_non_finite_weights: args.allow_non_finite_weights,
+    };
+    let (model, state) =
+        init_model_with::<B>(&init, &args.out, &device, load).map_err(|e| e.to_string())?;
     let model = model.with_compute_dtype(args.dtype.float_dtype());
     let config = model.config.clone();
+    let budget = args.memory_budget.unwrap_or_else(budget::default_budget);
+    budget::check_training(&config, args.batch_tokens, budget).map_err(|e| e.to_string())?;
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(format!(
             "tokenizer has {} tokens but the model's vocab_size is {}",
@@ -349,7 +366,7 @@ where
         clip_norm: 1.0,
         seed: args.seed,
         out: args.out.clone(),
-        save_every: 100,
+        save_every: args.save_every,
     };
     if args.profile && ascend.is_some() {
         dispatch::start_profile();
@@ -394,10 +411,13 @@ where
     })?;
     bar.finish();
     let profile = profile.map(|p| dispatch::format_profile(&p, step_counts.len()));
-    plot_losses(&state.losses, &args.out.join("loss.png"))?;
+    // Drawn beside, then renamed into place: never a half-written plot.
+    let plot = args.out.join(".loss.tmp.png");
+    plot_losses(&state.losses, &plot)?;
+    std::fs::rename(&plot, args.out.join("loss.png")).map_err(|e| format!("loss.png: {e}"))?;
     println!(
-        "finetune: {:.0} tokens/s, checkpoint in {} (config.json, model.safetensors, model.mpk, \
-         optim.mpk, state.json, loss.csv, loss.png)",
+        "finetune: {:.0} tokens/s, checkpoint in {} (config.json, model.safetensors, loss.csv, \
+         loss.png; the resumable checkpoint in the folder LATEST names)",
         tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9),
         args.out.display()
     );

@@ -32,8 +32,9 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::{AttendPath, AttentionBackend};
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ExampleDevice, GenerateArgs as Args};
+use burn_ascend_model::budget;
 use burn_ascend_model::chat::instruct::{chat_stop_ids, prompt_ids};
-use burn_ascend_model::checkpoint::{eos_token_ids, load_hf};
+use burn_ascend_model::checkpoint::{eos_token_ids, load_hf_with, LoadOptions};
 use burn_ascend_model::data::SplitMix;
 use burn_ascend_model::{
     generate_batch_until, max_logit_gap, ChatTemplate, Generator, Sampling, Tokenizer,
@@ -45,14 +46,16 @@ use clap::Parser;
 const CHECK_TOLERANCE: f32 = 1e-3;
 
 fn main() {
-    if let Err(e) = run() {
+    if let Err(e) = run(std::env::args_os()) {
         eprintln!("generate: {e}");
         std::process::exit(2);
     }
 }
 
-fn run() -> Result<(), String> {
-    let args = Args::parse();
+/// The example on the command line `argv` (its first item the program name); the
+/// integration tests run it in a child process through this.
+pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
+    let args = Args::parse_from(argv);
     if !args.checkpoint.join("config.json").exists() {
         return Err(format!(
             "no checkpoint in {} (run `cargo run --release --example finetune` first, or pass \
@@ -75,7 +78,10 @@ fn run() -> Result<(), String> {
 fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), String> {
     let (dir, max_new, block_size) = (&args.checkpoint, args.max_new, args.block_size);
     let (top_p, temperature) = (args.top_p, args.temperature);
-    let model = load_hf::<B>(dir, &device).map_err(|e| e.to_string())?;
+    let load = LoadOptions {
+        allow_non_finite_weights: args.allow_non_finite_weights,
+    };
+    let model = load_hf_with::<B>(dir, &device, load).map_err(|e| e.to_string())?;
     let tokenizer = if dir.join("tokenizer.json").exists() {
         Tokenizer::from_file(&dir.join("tokenizer.json")).map_err(|e| e.to_string())?
     } else {
@@ -129,15 +135,18 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
             }
         })
         .collect();
-    let longest = ids.iter().map(Vec::len).max().unwrap_or(0) + max_new + 1;
-    let blocks_per_seq = longest.div_ceil(block_size);
-    let mut gen = Generator::new(
-        model,
-        blocks_per_seq * prompts.len() + 1,
+    let budget = args.memory_budget.unwrap_or_else(budget::default_budget);
+    let longest_prompt = ids.iter().map(Vec::len).max().unwrap_or(0);
+    let blocks = budget::serving_blocks(
+        &model.config,
+        longest_prompt,
+        prompts.len(),
+        max_new,
         block_size,
-        &device,
+        budget,
     )
     .map_err(|e| e.to_string())?;
+    let mut gen = Generator::new(model, blocks, block_size, &device).map_err(|e| e.to_string())?;
     if let Some(path) = args.attend_path {
         gen = gen
             .with_attend_path(path.into())

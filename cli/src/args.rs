@@ -265,6 +265,22 @@ pub struct FinetuneArgs {
     /// (with --devices N) Also train the first 3 global batches on one device and compare.
     #[arg(long)]
     pub check_ddp: bool,
+    /// Publish a checkpoint every N steps (and at the end).
+    #[arg(
+        long,
+        value_parser = at_least_one,
+        value_name = "N",
+        default_value_t = 100,
+        allow_negative_numbers = true
+    )]
+    pub save_every: usize,
+    /// Load a --checkpoint whose weights hold NaN or ±inf (refused by default).
+    #[arg(long)]
+    pub allow_non_finite_weights: bool,
+    /// The memory a training step may need (bytes, or with a unit: 512MiB, 8GiB); by default
+    /// the available host memory.
+    #[arg(long, value_parser = byte_size, value_name = "SIZE", allow_hyphen_values = true)]
+    pub memory_budget: Option<u64>,
 }
 
 /// What `finetune --help` adds after the flags.
@@ -280,7 +296,10 @@ const FINETUNE_HELP: &str = "\
   with `finetune: data-parallel <N> devices, max |Δloss| vs 1 device <x>`
 --profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
 --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
-  up to it; --stop-after N stops early (an interrupted run that --resume completes).";
+  up to it; --stop-after N stops early (an interrupted run that --resume completes)
+--save-every N: each save is a new folder --out/checkpoints/step-NNNNNN (files fsynced,
+  manifest.json with sizes and CRC-32s last), published by renaming --out/LATEST; --resume
+  verifies the checkpoint LATEST names and refuses a mixed or truncated one";
 
 /// `generate --attend-path`: which attention path serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -372,6 +391,13 @@ pub struct GenerateArgs {
     /// generation prompt; generation also stops at the tokenizer's eos_token (the end of turn).
     #[arg(long)]
     pub chat: bool,
+    /// Load weights holding NaN or ±inf (refused by default).
+    #[arg(long)]
+    pub allow_non_finite_weights: bool,
+    /// The memory the KV cache may take (bytes, or with a unit: 512MiB, 8GiB); by default the
+    /// available host memory.
+    #[arg(long, value_parser = byte_size, value_name = "SIZE", allow_hyphen_values = true)]
+    pub memory_budget: Option<u64>,
 }
 
 /// The `varlen_train` example.
@@ -419,5 +445,32 @@ fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(n)
     } else {
         Err("must be at least 1, got 0".into())
+    }
+}
+
+/// A size in bytes, with an optional unit (`K`, `M`, `G`, `T`, as `KiB`… or `KB`…, all
+/// binary): `--memory-budget`.
+fn byte_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("unknown unit in {s:?} (B, KiB, MiB, GiB, TiB)")),
+    };
+    let x: f64 = num
+        .parse()
+        .map_err(|_| format!("must be a size such as 8GiB, got {s:?}"))?;
+    let bytes = x * (1u64 << shift) as f64;
+    if bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64 {
+        Ok(bytes as u64)
+    } else {
+        Err(format!("must be a size of at least 1 byte, got {s:?}"))
     }
 }

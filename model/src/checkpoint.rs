@@ -185,12 +185,50 @@ pub fn named_grads<B: AutodiffBackend>(
     out
 }
 
+/// The sum of the squares of the gradients in `grads` of `model`'s parameters, on the device
+/// (`[1]`; `None` without gradients): its square root is the global gradient norm, NaN or inf
+/// when any gradient holds one (or its square overflows f32).
+pub fn grad_squares<B: AutodiffBackend>(
+    model: &Transformer<B>,
+    grads: &GradientsParams,
+) -> Option<Tensor<B::InnerBackend, 1>> {
+    fn sq<Bi: Backend, const D: usize>(g: Tensor<Bi, D>) -> Tensor<Bi, 1> {
+        g.powi_scalar(2).sum()
+    }
+    let mut sum: Option<Tensor<B::InnerBackend, 1>> = None;
+    walk(model, |_, p| {
+        let s = match p {
+            ParamRef::Vector(v) => grads.get::<B::InnerBackend, 1>(v.id).map(sq),
+            ParamRef::Matrix(m) | ParamRef::LinearWeight(m) => {
+                grads.get::<B::InnerBackend, 2>(m.id).map(sq)
+            }
+            ParamRef::Tensor3(t) => grads.get::<B::InnerBackend, 3>(t.id).map(sq),
+        };
+        if let Some(s) = s {
+            sum = Some(match sum.take() {
+                Some(acc) => acc + s,
+                None => s,
+            });
+        }
+    });
+    sum
+}
+
 /// Writes `config.json` and `model.safetensors` (f32) into `dir`.
 pub fn save_hf<B: Backend>(model: &Transformer<B>, dir: &Path) -> Result<(), AttnError> {
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-    let config = serde_json::to_string_pretty(&model.config.to_json()).expect("json");
-    let cfg_path = dir.join("config.json");
-    std::fs::write(&cfg_path, config).map_err(|e| io_err(&cfg_path, e))?;
+    for (name, bytes) in hf_files(model)? {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).map_err(|e| io_err(&path, e))?;
+    }
+    Ok(())
+}
+
+/// The bytes of `config.json` and `model.safetensors` (f32, Hugging Face names) of `model`.
+pub fn hf_files<B: Backend>(
+    model: &Transformer<B>,
+) -> Result<Vec<(&'static str, Vec<u8>)>, AttnError> {
+    let config = serde_json::to_vec_pretty(&model.config.to_json()).expect("json");
     let weights = named_weights(model);
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = weights
         .into_iter()
@@ -204,10 +242,10 @@ pub fn save_hf<B: Backend>(model: &Transformer<B>, dir: &Path) -> Result<(), Att
                 .map_err(|e| AttnError::invalid("checkpoint", format!("{n}: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let path = dir.join("model.safetensors");
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
-    let data = safetensors::serialize(views, Some(meta)).map_err(|e| io_err(&path, e))?;
-    std::fs::write(&path, data).map_err(|e| io_err(&path, e))
+    let data = safetensors::serialize(views, Some(meta))
+        .map_err(|e| io_err(Path::new("model.safetensors"), e))?;
+    Ok(vec![("config.json", config), ("model.safetensors", data)])
 }
 
 /// Reads `config.json`.
@@ -250,9 +288,15 @@ pub fn eos_token_ids(dir: &Path) -> Result<Vec<u32>, AttnError> {
     })
 }
 
-/// Every tensor of the weight files in `dir`, as f32; with `mxfp4`, each u8 pair
-/// `<name>_blocks` / `<name>_scales` is dequantized into `<name>` (see [`mxfp4::dequantize`]).
-fn read_tensors(dir: &Path, mxfp4: bool) -> Result<HashMap<String, HostF32>, AttnError> {
+/// How [`load_hf_with`] treats what it reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Load weights holding NaN or ±inf instead of refusing them (`--allow-non-finite-weights`).
+    pub allow_non_finite_weights: bool,
+}
+
+/// The weight files of a checkpoint folder, sorted.
+fn weight_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, AttnError> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| io_err(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -275,9 +319,177 @@ fn read_tensors(dir: &Path, mxfp4: bool) -> Result<HashMap<String, HostF32>, Att
             "no model.safetensors (or model-*-of-*.safetensors shards)",
         ));
     }
+    Ok(files)
+}
+
+/// The shape of every tensor of the weight files in `dir`, from their headers alone (the
+/// first 8 + n bytes of each file): what the config is checked against before anything of
+/// the model's size is allocated.
+fn tensor_shapes(dir: &Path) -> Result<HashMap<String, Vec<usize>>, AttnError> {
+    use std::io::Read;
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        shape: Vec<usize>,
+    }
+    let mut out = HashMap::new();
+    for path in weight_files(dir)? {
+        let mut f = std::fs::File::open(&path).map_err(|e| io_err(&path, e))?;
+        let size = f.metadata().map_err(|e| io_err(&path, e))?.len();
+        let mut n = [0u8; 8];
+        f.read_exact(&mut n)
+            .map_err(|e| io_err(&path, format!("no safetensors header: {e}")))?;
+        let n = u64::from_le_bytes(n);
+        if n > size.saturating_sub(8) || n > 100 << 20 {
+            return Err(io_err(
+                &path,
+                format!("header of {n} bytes in a file of {size} bytes"),
+            ));
+        }
+        let mut header = vec![0u8; n as usize];
+        f.read_exact(&mut header).map_err(|e| io_err(&path, e))?;
+        let entries: HashMap<String, serde_json::Value> =
+            serde_json::from_slice(&header).map_err(|e| io_err(&path, e))?;
+        for (name, v) in entries {
+            if name == "__metadata__" {
+                continue;
+            }
+            let e: Entry = serde_json::from_value(v)
+                .map_err(|e| io_err(&path, format!("tensor '{name}': {e}")))?;
+            out.insert(name, e.shape);
+        }
+    }
+    Ok(out)
+}
+
+/// Checks the sizes `config` gives against the shapes of the tensors in the files, naming the
+/// key and the tensor that disagree, so that an absurd size is refused before the model of that
+/// size is allocated.
+fn check_config_against(
+    config: &ModelConfig,
+    shapes: &HashMap<String, Vec<usize>>,
+) -> Result<(), AttnError> {
+    let c = config;
+    let (h, n, nkv, d) = (
+        c.hidden_size as u128,
+        c.num_attention_heads as u128,
+        c.num_key_value_heads as u128,
+        c.head_dim as u128,
+    );
+    // (tensor, [(key naming this dimension, its expected size)]).
+    let mut checks: Vec<(String, Vec<(&str, u128)>)> = vec![(
+        "model.embed_tokens.weight".into(),
+        vec![("vocab_size", c.vocab_size as u128), ("hidden_size", h)],
+    )];
+    let last = c.num_hidden_layers.saturating_sub(1);
+    checks.push((
+        format!("model.layers.{last}.input_layernorm.weight"),
+        vec![("hidden_size", h)],
+    ));
+    let p = "model.layers.0";
+    checks.push((
+        format!("{p}.self_attn.q_proj.weight"),
+        vec![
+            ("num_attention_heads × head_dim", n * d),
+            ("hidden_size", h),
+        ],
+    ));
+    checks.push((
+        format!("{p}.self_attn.k_proj.weight"),
+        vec![
+            ("num_key_value_heads × head_dim", nkv * d),
+            ("hidden_size", h),
+        ],
+    ));
+    match &c.moe {
+        None => checks.push((
+            format!("{p}.mlp.gate_proj.weight"),
+            vec![
+                ("intermediate_size", c.intermediate_size as u128),
+                ("hidden_size", h),
+            ],
+        )),
+        Some(m) => checks.push((
+            format!("{p}.mlp.router.weight"),
+            vec![
+                ("num_local_experts", m.num_local_experts as u128),
+                ("hidden_size", h),
+            ],
+        )),
+    }
+    for (name, dims) in checks {
+        let Some(shape) = shapes.get(&name) else {
+            let key = if name.contains(&format!(".{last}.")) && last > 0 {
+                "num_hidden_layers"
+            } else {
+                "config"
+            };
+            return Err(AttnError::invalid(
+                "config",
+                format!(
+                    "the checkpoint has no tensor '{name}', which config.json implies{}",
+                    if key == "num_hidden_layers" {
+                        format!(" (num_hidden_layers {})", c.num_hidden_layers)
+                    } else {
+                        String::new()
+                    }
+                ),
+            ));
+        };
+        let expected: Vec<u128> = dims.iter().map(|&(_, e)| e).collect();
+        let got: Vec<u128> = shape.iter().map(|&x| x as u128).collect();
+        if got.len() != expected.len() {
+            return Err(AttnError::invalid(
+                "config",
+                format!("tensor '{name}' has shape {shape:?}, config.json implies {expected:?}"),
+            ));
+        }
+        for ((key, e), g) in dims.iter().zip(&got) {
+            if e != g {
+                return Err(AttnError::invalid(
+                    "config",
+                    format!(
+                        "key '{key}' is {e} but tensor '{name}' has shape {shape:?} \
+                         (config.json implies {expected:?})"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The first NaN or ±inf of a tensor, refused with its name and index.
+fn check_finite(name: &str, data: &[f32], shape: &[usize]) -> Result<(), AttnError> {
+    let Some(flat) = data.iter().position(|x| !x.is_finite()) else {
+        return Ok(());
+    };
+    let mut index = vec![0; shape.len()];
+    let mut rest = flat;
+    for (i, &dim) in shape.iter().enumerate().rev() {
+        index[i] = rest % dim.max(1);
+        rest /= dim.max(1);
+    }
+    Err(AttnError::invalid(
+        "checkpoint",
+        format!(
+            "tensor '{name}' holds {} at index {index:?} (pass --allow-non-finite-weights to \
+             load it anyway)",
+            data[flat]
+        ),
+    ))
+}
+
+/// Every tensor of the weight files in `dir`, as f32; with `mxfp4`, each u8 pair
+/// `<name>_blocks` / `<name>_scales` is dequantized into `<name>` (see [`mxfp4::dequantize`]).
+/// A NaN or ±inf is refused unless `opts` allows it.
+fn read_tensors(
+    dir: &Path,
+    mxfp4: bool,
+    opts: LoadOptions,
+) -> Result<HashMap<String, HostF32>, AttnError> {
     let mut out = HashMap::new();
     let mut bytes_of: HashMap<String, (Vec<u8>, Vec<usize>)> = HashMap::new();
-    for path in files {
+    for path in weight_files(dir)? {
         let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
         let st = SafeTensors::deserialize(&bytes).map_err(|e| io_err(&path, e))?;
         for (name, view) in st.tensors() {
@@ -305,6 +517,9 @@ fn read_tensors(dir: &Path, mxfp4: bool) -> Result<HashMap<String, HostF32>, Att
                     )))
                 }
             };
+            if !opts.allow_non_finite_weights {
+                check_finite(&name, &data, view.shape())?;
+            }
             out.insert(name, (data, view.shape().to_vec()));
         }
     }
@@ -323,10 +538,11 @@ fn read_tensors(dir: &Path, mxfp4: bool) -> Result<HashMap<String, HostF32>, Att
                 format!("tensor '{name}' has no '{scales_name}' beside it"),
             ));
         };
-        out.insert(
-            base.to_string(),
-            mxfp4::dequantize(base, &blocks, &bshape, &scales, &sshape)?,
-        );
+        let (data, shape) = mxfp4::dequantize(base, &blocks, &bshape, &scales, &sshape)?;
+        if !opts.allow_non_finite_weights {
+            check_finite(base, &data, &shape)?;
+        }
+        out.insert(base.to_string(), (data, shape));
     }
     if let Some(name) = bytes_of.keys().min() {
         return Err(AttnError::Unsupported(format!(
@@ -407,7 +623,16 @@ impl Weights {
 /// Loads `config.json` and the safetensors weights of a checkpoint folder (ours, or a Hugging
 /// Face Llama / Qwen2 one).
 pub fn load_hf<B: Backend>(dir: &Path, device: &B::Device) -> Result<Transformer<B>, AttnError> {
-    load_weights(dir, load_config(dir)?, device)
+    load_hf_with(dir, device, LoadOptions::default())
+}
+
+/// [`load_hf`] with options.
+pub fn load_hf_with<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+    opts: LoadOptions,
+) -> Result<Transformer<B>, AttnError> {
+    load_weights_with(dir, load_config(dir)?, device, opts)
 }
 
 /// Loads the safetensors weights of a checkpoint folder into the model `config` describes
@@ -417,8 +642,21 @@ pub fn load_weights<B: Backend>(
     config: ModelConfig,
     device: &B::Device,
 ) -> Result<Transformer<B>, AttnError> {
+    load_weights_with(dir, config, device, LoadOptions::default())
+}
+
+/// [`load_weights`] with options. The config's sizes are checked against the tensors' shapes
+/// (read from the files' headers) before anything is read or allocated.
+pub fn load_weights_with<B: Backend>(
+    dir: &Path,
+    config: ModelConfig,
+    device: &B::Device,
+    opts: LoadOptions,
+) -> Result<Transformer<B>, AttnError> {
+    config.validate()?;
+    check_config_against(&config, &tensor_shapes(dir)?)?;
     let mxfp4 = config.moe.as_ref().is_some_and(|m| m.mxfp4);
-    let mut w = Weights(read_tensors(dir, mxfp4)?);
+    let mut w = Weights(read_tensors(dir, mxfp4, opts)?);
     let template = Transformer::<B>::new(&config, device)?;
     let c = &config;
     let (h, n, nkv, d, inter) = (

@@ -2,16 +2,19 @@
 //! sinks and sliding-window layers, Hugging Face style checkpoints, and generation through the
 //! paged KV cache. The `finetune` and `generate` examples drive it.
 
+pub mod budget;
 pub mod chat;
 pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod ddp;
 pub mod dispatch;
+pub mod durable;
 pub mod generate;
 pub mod moe;
 pub mod mxfp4;
 pub mod rope;
+pub mod run_checkpoint;
 pub mod schedule;
 pub mod tokenizer;
 pub mod train;

@@ -1,21 +1,24 @@
 //! The training loop of the `finetune` example, reusable and testable: packed varlen batches,
-//! AdamW with warmup + cosine decay and gradient-norm clipping, checkpoints that `--resume`
-//! continues exactly (model and optimizer as Burn records, the step and loss curve in
-//! `state.json`, the batch stream replayed from its seed).
+//! AdamW with warmup + cosine decay and gradient-norm clipping, crash-consistent checkpoints
+//! (see [`crate::run_checkpoint`]) that `--resume` verifies and continues exactly (model and
+//! optimizer as Burn records, the step and loss curve in `state.json`, the batch stream
+//! replayed from its seed). A step whose loss or gradient norm is not finite stops the run
+//! before its optimizer step, the last published checkpoint kept.
 
 use std::path::{Path, PathBuf};
 
 use burn::grad_clipping::GradientClippingConfig;
 use burn::module::{AutodiffModule, Module};
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
-use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 
-use super::checkpoint::{load_config, load_hf, save_hf};
+use super::checkpoint::{grad_squares, hf_files, load_hf_with, LoadOptions};
 use super::config::ModelConfig;
 use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
+use super::run_checkpoint::{publish, Published};
 use super::schedule::WarmupCosine;
 use super::transformer::{cross_entropy, Transformer};
 use burn_ascend::{AttentionBackend, AttnError};
@@ -48,7 +51,8 @@ pub struct TrainOptions {
     pub clip_norm: f32,
     /// Seed of the initial weights and the batch stream.
     pub seed: u64,
-    /// Output folder: checkpoint, records, `state.json`, `loss.csv`.
+    /// Output folder: `checkpoints/step-NNNNNN/`, `LATEST`, and the published checkpoint's
+    /// `config.json`, `model.safetensors` and `loss.csv`.
     pub out: PathBuf,
     /// Save every this many steps (and at the end).
     pub save_every: usize,
@@ -87,26 +91,29 @@ fn one_device() -> usize {
 }
 
 impl TrainState {
-    fn save(&self, dir: &Path) -> Result<(), AttnError> {
-        let path = dir.join("state.json");
+    /// `state.json`'s bytes. A NaN loss would be written as `null`, which [`TrainState::load`]
+    /// refuses; training stops before saving one.
+    fn to_json(&self) -> Result<Vec<u8>, AttnError> {
         let state = Self {
             devices: self.devices.max(1),
             ..self.clone()
         };
-        // A NaN loss would be written as `null`, which `load` refuses: the run cannot resume
-        // from a diverged state.
-        let text = serde_json::to_string(&state).map_err(|e| io(&path, e))?;
-        std::fs::write(&path, text).map_err(|e| io(&path, e))
+        serde_json::to_vec(&state).map_err(|e| io(Path::new("state.json"), e))
     }
 
-    /// Reads `state.json`; a file of another shape (`[]`, a missing key, a loss that is not a
-    /// number) is refused with its path, never taken for a fresh run.
+    /// Reads `state.json` from `dir`; a file of another shape (`[]`, a missing key, a loss
+    /// that is not a number) is refused with its path, never taken for a fresh run.
     pub fn load(dir: &Path) -> Result<Self, AttnError> {
         let path = dir.join("state.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
-        let state: Self = serde_json::from_str(&text).map_err(|e| io(&path, e))?;
+        let bytes = std::fs::read(&path).map_err(|e| io(&path, e))?;
+        Self::from_json(&bytes, &path)
+    }
+
+    /// Parses the bytes of `state.json` (read from `path`, named in errors).
+    pub fn from_json(bytes: &[u8], path: &Path) -> Result<Self, AttnError> {
+        let state: Self = serde_json::from_slice(bytes).map_err(|e| io(path, e))?;
         if state.losses.len() != state.step {
-            return Err(io(&path, "step and loss count disagree"));
+            return Err(io(path, "step and loss count disagree"));
         }
         Ok(state)
     }
@@ -122,18 +129,48 @@ pub fn init_model<B: AutodiffBackend + AttentionBackend>(
     out: &Path,
     device: &B::Device,
 ) -> Result<(Transformer<B>, TrainState), AttnError> {
+    init_model_with(init, out, device, LoadOptions::default())
+}
+
+/// [`init_model`] with the options of loading a checkpoint.
+pub fn init_model_with<B: AutodiffBackend + AttentionBackend>(
+    init: &Init,
+    out: &Path,
+    device: &B::Device,
+    opts: LoadOptions,
+) -> Result<(Transformer<B>, TrainState), AttnError> {
     Ok(match init {
         Init::Fresh(config) => (Transformer::new(config, device)?, TrainState::default()),
-        Init::Checkpoint(dir) => (load_hf(dir, device)?, TrainState::default()),
+        Init::Checkpoint(dir) => (load_hf_with(dir, device, opts)?, TrainState::default()),
         Init::Resume => {
-            let config = load_config(out)?;
-            let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
-            let model = Transformer::new(&config, device)?
-                .load_file(out.join("model"), &recorder, device)
-                .map_err(|e| io(&out.join("model.mpk"), e))?;
-            (model, TrainState::load(out)?)
+            let saved = Published::open(out)?;
+            let config = config_from_json(&saved.read("config.json")?, &saved.dir)?;
+            let state_path = saved.dir.join("state.json");
+            let state = TrainState::from_json(&saved.read("state.json")?, &state_path)?;
+            if state.step != saved.step() {
+                return Err(io(
+                    &state_path,
+                    format!(
+                        "step {} but manifest.json says {} (a mixed checkpoint)",
+                        state.step,
+                        saved.step()
+                    ),
+                ));
+            }
+            let record = NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
+                .load(saved.read("model.mpk")?, device)
+                .map_err(|e| io(&saved.dir.join("model.mpk"), e))?;
+            let model = Transformer::new(&config, device)?.load_record(record);
+            saved.tidy(out)?;
+            (model, state)
         }
     })
+}
+
+fn config_from_json(bytes: &[u8], dir: &Path) -> Result<ModelConfig, AttnError> {
+    let path = dir.join("config.json");
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| io(&path, e))?;
+    ModelConfig::from_json(&v)
 }
 
 /// Where a run's batches come from: the packer's stream, one batch per step on one device;
@@ -241,7 +278,7 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
         ));
     }
     let device = model.embed_tokens.weight.val().device();
-    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
     let ranks = sync.as_deref().map_or(1, |s| s.size());
     let writer = sync.as_deref().is_none_or(|s| s.rank() == 0);
     if state.step > 0 && state.devices.max(1) != ranks {
@@ -272,9 +309,21 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
         .with_grad_clipping(Some(GradientClippingConfig::Norm(opts.clip_norm)))
         .init::<B, Transformer<B>>();
     if resume_optimizer {
-        let path = opts.out.join("optim");
+        // The optimizer state of the checkpoint the model and `state` came from.
+        let saved = Published::open(&opts.out)?;
+        let path = saved.dir.join("optim.mpk");
+        if saved.step() != state.step {
+            return Err(io(
+                &path,
+                format!(
+                    "saved at step {} but the run resumes at step {}",
+                    saved.step(),
+                    state.step
+                ),
+            ));
+        }
         let record = recorder
-            .load(path.clone(), &device)
+            .load(saved.read("optim.mpk")?, &device)
             .map_err(|e| io(&path, e))?;
         optim = optim.load_record(record);
     }
@@ -294,19 +343,57 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
             None => cross_entropy(logits, targets),
             Some(mask) => masked_cross_entropy(logits, targets, mask),
         };
-        let loss_value: f32 = match sync.as_deref_mut() {
-            Some(s) => s.average_loss(loss.clone())?,
-            None => loss.clone().into_scalar().elem(),
-        };
-        if !loss_value.is_finite() {
-            return Err(AttnError::invalid(
+        // A non-finite loss or gradient stops the run before the optimizer step: the last
+        // published checkpoint stays the last good one.
+        let not_finite_loss = |loss: f32| {
+            AttnError::invalid(
                 "lr",
-                format!("the loss became {loss_value} at step {step}; lower the learning rate"),
-            ));
+                format!(
+                    "the loss became {loss} at step {step}; lower the learning rate (the last \
+                     good checkpoint is kept)"
+                ),
+            )
+        };
+        // Data-parallel: the mean loss over ranks, read before the backward pass.
+        let ranks_loss = match sync.as_deref_mut() {
+            Some(s) => Some(s.average_loss(loss.clone())?),
+            None => None,
+        };
+        if let Some(l) = ranks_loss.filter(|l| !l.is_finite()) {
+            return Err(not_finite_loss(l));
         }
+        let loss_inner = loss.clone().inner();
         let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         if let Some(s) = sync.as_deref_mut() {
             grads = s.average_gradients(&model, grads)?;
+        }
+        let squares = grad_squares(&model, &grads);
+        // One device: the loss and the gradients' squared norm in one read, the step's one
+        // wait for the device.
+        let (loss_value, norm) = match (ranks_loss, squares) {
+            (Some(l), Some(sq)) => (l, sq.into_scalar().elem::<f32>().sqrt()),
+            (Some(l), None) => (l, 0.0),
+            (None, Some(sq)) => {
+                let both = Tensor::cat(vec![loss_inner.reshape([1]), sq], 0)
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec::<f32>()
+                    .map_err(|e| AttnError::invalid("lr", format!("{e:?}")))?;
+                (both[0], both[1].sqrt())
+            }
+            (None, None) => (loss_inner.into_scalar().elem(), 0.0),
+        };
+        if !loss_value.is_finite() {
+            return Err(not_finite_loss(loss_value));
+        }
+        if !norm.is_finite() {
+            return Err(AttnError::invalid(
+                "lr",
+                format!(
+                    "the gradient norm became {norm} at step {step} (loss {loss_value}); lower \
+                     the learning rate (the last good checkpoint is kept)"
+                ),
+            ));
         }
         let lr = schedule.lr(step);
         model = optim.step(lr, model, grads);
@@ -351,41 +438,30 @@ pub fn masked_cross_entropy<B: burn::tensor::backend::Backend>(
         .neg()
 }
 
+/// Publishes the checkpoint of `state.step` in `out` (see [`crate::run_checkpoint`]): the
+/// weights in Hugging Face's layout, the model and optimizer as Burn records, the loss curve
+/// and `state.json`.
 fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transformer<B>, B>>(
     model: &Transformer<B>,
     optim: &O,
     state: &TrainState,
-    dir: &Path,
-    recorder: &NamedMpkFileRecorder<FullPrecisionSettings>,
+    out: &Path,
+    recorder: &NamedMpkBytesRecorder<FullPrecisionSettings>,
 ) -> Result<(), AttnError> {
-    // Everything is written into a scratch folder first, then each file is renamed into place
-    // (atomic per file), `state.json` last: a run killed while saving leaves the previous
-    // checkpoint's `state.json`, never a half-written file.
-    let tmp = dir.join(".checkpoint-partial");
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
-    save_hf(&model.valid(), &tmp)?;
-    model
-        .clone()
-        .save_file(tmp.join("model"), recorder)
-        .map_err(|e| io(&tmp.join("model.mpk"), e))?;
-    recorder
-        .record(optim.to_record(), tmp.join("optim"))
-        .map_err(|e| io(&tmp.join("optim.mpk"), e))?;
+    let mut files = hf_files(&model.valid())?;
+    let model_bytes = recorder
+        .record(model.clone().into_record(), ())
+        .map_err(|e| io(Path::new("model.mpk"), e))?;
+    files.push(("model.mpk", model_bytes));
+    let optim_bytes = recorder
+        .record(optim.to_record(), ())
+        .map_err(|e| io(Path::new("optim.mpk"), e))?;
+    files.push(("optim.mpk", optim_bytes));
     let mut csv = String::from("step,loss\n");
     for (i, l) in state.losses.iter().enumerate() {
         csv.push_str(&format!("{i},{l}\n"));
     }
-    let path = tmp.join("loss.csv");
-    std::fs::write(&path, csv).map_err(|e| io(&path, e))?;
-    state.save(&tmp)?;
-    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(&tmp)
-        .map_err(|e| io(&tmp, e))?
-        .filter_map(|e| e.ok().map(|e| e.file_name()))
-        .collect();
-    names.sort_by_key(|n| (n == "state.json", n.clone()));
-    for name in names {
-        std::fs::rename(tmp.join(&name), dir.join(&name)).map_err(|e| io(&dir.join(&name), e))?;
-    }
-    std::fs::remove_dir(&tmp).map_err(|e| io(&tmp, e))
+    files.push(("loss.csv", csv.into_bytes()));
+    files.push(("state.json", state.to_json()?));
+    publish(out, state.step, &files)
 }

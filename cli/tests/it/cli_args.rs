@@ -292,3 +292,39 @@ fn out_of_range_learning_rates_sampling_values_and_block_sizes_are_refused_namin
         GenerateArgs::try_parse_from(["generate", "--top-p", "1", "--temperature", "0.5"]).unwrap();
     assert_eq!((a.top_p, a.temperature), (1.0, 0.5));
 }
+
+#[test]
+fn memory_budgets_parse_with_binary_units_and_save_every_is_at_least_one() {
+    let budget = |s: &str| {
+        FinetuneArgs::try_parse_from(["finetune", "--memory-budget", s])
+            .unwrap()
+            .memory_budget
+    };
+    assert_eq!(budget("4096"), Some(4096));
+    assert_eq!(budget("8GiB"), Some(8 << 30));
+    assert_eq!(budget("1.5MiB"), Some(3 << 19));
+    assert_eq!(budget("2k"), Some(2048));
+    assert_eq!(
+        GenerateArgs::try_parse_from(["generate", "--memory-budget", "1TiB"])
+            .unwrap()
+            .memory_budget,
+        Some(1 << 40)
+    );
+    assert_eq!(
+        FinetuneArgs::try_parse_from(["finetune"])
+            .unwrap()
+            .memory_budget,
+        None
+    );
+    for bad in ["0", "lots", "8 parsecs", "-1GiB", "nanGiB", "1e400"] {
+        let e = refused::<FinetuneArgs>(&["finetune", "--memory-budget", bad]);
+        assert!(e.contains("--memory-budget"), "{bad}: {e}");
+    }
+    let a = FinetuneArgs::try_parse_from(["finetune"]).unwrap();
+    assert_eq!(a.save_every, 100);
+    let e = refused::<FinetuneArgs>(&["finetune", "--save-every", "0"]);
+    assert!(
+        e.contains("--save-every") && e.contains("at least 1"),
+        "{e}"
+    );
+}

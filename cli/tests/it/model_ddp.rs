@@ -287,11 +287,11 @@ fn a_data_parallel_checkpoint_is_written_by_rank_zero_and_resumes_exactly_with_t
     )
     .unwrap();
     assert_eq!(first.state.losses.len(), 2);
-    // One checkpoint, no scratch folder left, the rank count recorded.
+    // The published checkpoint records the rank count.
+    let saved = burn_ascend_model::run_checkpoint::Published::open(&out).unwrap();
     let state: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("state.json")).unwrap()).unwrap();
+        serde_json::from_slice(&saved.read("state.json").unwrap()).unwrap();
     assert_eq!(state["devices"], 2);
-    assert!(!out.join(".checkpoint-partial").exists());
     // Every rank loads the checkpoint, as separate processes would.
     let resumed_models: Vec<Transformer<B>> = (0..2)
         .map(|i| {
@@ -304,7 +304,7 @@ fn a_data_parallel_checkpoint_is_written_by_rank_zero_and_resumes_exactly_with_t
             .0
         })
         .collect();
-    let state = TrainState::load(&out).unwrap();
+    let state = TrainState::load(&saved.dir).unwrap();
     let resumed = train_data_parallel(
         resumed_models,
         state.clone(),

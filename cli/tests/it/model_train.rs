@@ -443,7 +443,7 @@ fn bad_checkpoints_data_and_cache_options_get_typed_errors() {
     let e = load_hf::<NdArray>(dir.path(), &device).unwrap_err();
     assert!(
         e.to_string()
-            .contains("'model.layers.0.mlp.gate_proj.weight' must be [41, 32], got [40, 32]"),
+            .contains("key 'intermediate_size' is 41 but tensor 'model.layers.0.mlp.gate_proj.weight' has shape [40, 32]"),
         "{e}"
     );
     // data: JSONL without a "text" string; no document of two tokens.
