@@ -4,6 +4,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod cp;
 pub mod data;
 pub mod ddp;
 pub mod dispatch;

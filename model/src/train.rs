@@ -327,7 +327,7 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
     Ok((model, state))
 }
 
-fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transformer<B>, B>>(
+pub(crate) fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transformer<B>, B>>(
     model: &Transformer<B>,
     optim: &O,
     state: &TrainState,

@@ -19,6 +19,7 @@ mod cli_fia;
 mod cli_prompt_incre_scatter;
 mod cli_selftest;
 mod cli_varlen;
+mod model_cp;
 mod model_ddp;
 mod model_generate;
 mod model_gpt_oss;

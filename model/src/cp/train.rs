@@ -1,0 +1,324 @@
+//! Context-parallel training: one thread per rank, each with its own replica of the model
+//! (on its own device), the step's packed batch split by [`CpLayout`](super::CpLayout). Rank
+//! `r`'s loss is the sum of its tokens' cross-entropies over the step's token count, so the
+//! sum over ranks is the single-device mean loss, and the sum over ranks of each replicated
+//! parameter's gradient (one flat all-reduce per step: embeddings, projections, norms, sinks)
+//! is its single-device gradient. Every rank then takes the same AdamW step.
+
+use std::collections::HashMap;
+
+use burn::grad_clipping::GradientClippingConfig;
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
+use burn_ascend::{AttentionBackend, AttnError};
+
+use super::forward::{forward_rank, RankStep};
+use super::gather::{Comm, CpBackend};
+use crate::data::{PackedBatch, Packer};
+use crate::schedule::WarmupCosine;
+use crate::train::{StepReport, TrainOptions, TrainState};
+use crate::transformer::Transformer;
+
+/// Sum of the next-token cross-entropies of `logits [T_r, V]` against `targets [T_r]`,
+/// divided by the step's token count `total`.
+pub fn partial_cross_entropy<B: Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    total: usize,
+) -> Tensor<B, 1> {
+    let t = targets.dims()[0];
+    let logp = log_softmax(logits, 1);
+    logp.gather(1, targets.reshape([t, 1]))
+        .sum()
+        .neg()
+        .div_scalar(total as f64)
+}
+
+type Inner<B> = <B as AutodiffBackend>::InnerBackend;
+
+struct Collect<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    items: Vec<(ParamId, Vec<usize>, Tensor<Inner<B>, 1>)>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(g) = self.grads.remove::<Inner<B>, D>(param.id) {
+            let dims = g.dims().to_vec();
+            let n: usize = dims.iter().product();
+            self.items.push((param.id, dims, g.reshape([n])));
+        }
+    }
+}
+
+struct Restore<'a, B: AutodiffBackend> {
+    grads: &'a mut GradientsParams,
+    by_id: HashMap<ParamId, (Vec<usize>, Tensor<Inner<B>, 1>)>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for Restore<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some((dims, t)) = self.by_id.remove(&param.id) {
+            let shape: [usize; D] = std::array::from_fn(|i| dims[i]);
+            self.grads
+                .register::<Inner<B>, D>(param.id, t.reshape(shape));
+        }
+    }
+}
+
+/// Every gradient of `grads` summed over the ranks of `comm` (one flat all-reduce, in f32).
+pub fn sum_gradients<B: AutodiffBackend>(
+    model: &Transformer<B>,
+    mut grads: GradientsParams,
+    comm: &Comm<Inner<B>>,
+) -> Result<GradientsParams, AttnError> {
+    let mut c = Collect::<B> {
+        grads: &mut grads,
+        items: Vec::new(),
+    };
+    model.visit(&mut c);
+    let items = c.items;
+    if items.is_empty() {
+        return Ok(grads);
+    }
+    let dtypes: Vec<_> = items.iter().map(|(_, _, t)| t.dtype()).collect();
+    let flat = Tensor::cat(
+        items
+            .iter()
+            .map(|(_, _, t)| t.clone().cast(FloatDType::F32))
+            .collect(),
+        0,
+    );
+    let sum = comm.all_reduce_sum(flat)?;
+    let mut by_id = HashMap::new();
+    let mut off = 0;
+    for ((id, dims, t), dt) in items.into_iter().zip(dtypes) {
+        let n = t.dims()[0];
+        by_id.insert(id, (dims, sum.clone().slice(off..off + n).cast(dt)));
+        off += n;
+    }
+    model.visit(&mut Restore::<B> {
+        grads: &mut grads,
+        by_id,
+    });
+    Ok(grads)
+}
+
+/// One rank's loss (already summed over ranks is the step's mean loss) of `batch`, with
+/// rank `rank`'s `step` share.
+pub fn rank_loss<B: CpBackend + AttentionBackend>(
+    model: &Transformer<B>,
+    batch: &PackedBatch,
+    step: &RankStep,
+    comm: &Comm<Inner<B>>,
+) -> Result<Tensor<B, 1>, AttnError> {
+    let device = model.embed_tokens.weight.val().device();
+    let mine = step.tokens();
+    let pick = |v: &[i64]| -> Tensor<B, 1, Int> {
+        let data: Vec<i64> = mine.iter().map(|&g| v[g]).collect();
+        Tensor::from_data(TensorData::new(data, [mine.len()]), &device)
+    };
+    let logits = forward_rank(model, pick(&batch.tokens), step, comm)?;
+    Ok(partial_cross_entropy(
+        logits,
+        pick(&batch.targets),
+        batch.tokens.len(),
+    ))
+}
+
+/// One rank's part of [`train_context_parallel`].
+fn train_rank<B: CpBackend + AttentionBackend>(
+    mut model: Transformer<B>,
+    batches: &[PackedBatch],
+    first_step: usize,
+    resume_optimizer: bool,
+    opts: &TrainOptions,
+    comm: Comm<Inner<B>>,
+    mut writer: Option<TrainState>,
+    mut on_step: impl FnMut(&StepReport, f32),
+) -> Result<Transformer<B>, AttnError> {
+    let device = model.embed_tokens.weight.val().device();
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    let total_steps = opts.total_steps;
+    let schedule = WarmupCosine {
+        peak: opts.lr,
+        floor: opts.lr / 10.0,
+        warmup: (total_steps / 20).max(1),
+        total: total_steps,
+    };
+    let mut optim = AdamWConfig::new()
+        .with_weight_decay(opts.weight_decay)
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(opts.clip_norm)))
+        .init::<B, Transformer<B>>();
+    if resume_optimizer {
+        let path = opts.out.join("optim");
+        let record = recorder
+            .load(path.clone(), &device)
+            .map_err(|e| AttnError::invalid("checkpoint", format!("{}: {e}", path.display())))?;
+        optim = optim.load_record(record);
+    }
+    let ranks = comm.size();
+    for (i, batch) in batches.iter().enumerate() {
+        let step = first_step + i;
+        let share = RankStep::new(&model, &batch.cu_seqlens, ranks, comm.rank())?;
+        let loss = rank_loss(&model, batch, &share, &comm)?;
+        let total = comm.all_reduce_sum(loss.clone().inner())?;
+        let loss_value: f32 = total.into_scalar().elem();
+        if !loss_value.is_finite() {
+            return Err(AttnError::invalid(
+                "lr",
+                format!("the loss became {loss_value} at step {step}; lower the learning rate"),
+            ));
+        }
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let grads = sum_gradients(&model, grads, &comm)?;
+        let lr = schedule.lr(step);
+        model = optim.step(lr, model, grads);
+        let report = StepReport {
+            step,
+            total_steps,
+            loss: loss_value,
+            lr,
+            tokens: batch.tokens.len(),
+        };
+        on_step(&report, loss_value);
+        let end = first_step + batches.len();
+        let checkpoint = step + 1 == end || (step + 1).is_multiple_of(opts.save_every.max(1));
+        if let Some(state) = writer.as_mut() {
+            state.losses.push(loss_value);
+            state.step = step + 1;
+            state.devices = 1;
+            if checkpoint {
+                std::fs::create_dir_all(&opts.out).map_err(|e| {
+                    AttnError::invalid("checkpoint", format!("{}: {e}", opts.out.display()))
+                })?;
+                crate::train::save(&model, &optim, state, &opts.out, &recorder)?;
+            }
+        }
+    }
+    Ok(model)
+}
+
+/// Trains `models` (one replica per rank, equal values, each on its own device, none sharing
+/// a graph node with another: see [`replicate`]) context-parallel over `comms` (rank `r` on
+/// thread `r`), each step on the packer's next batch split across the ranks — the same batch
+/// stream as one device. Rank 0 reports each step and writes the checkpoints (the model is
+/// the single-device one: checkpoints do not depend on the layout, and `state.json` records
+/// one device). Returns rank 0's model and the run's state.
+pub fn train_context_parallel<B: CpBackend + AttentionBackend>(
+    models: Vec<Transformer<B>>,
+    comms: Vec<Comm<Inner<B>>>,
+    mut state: TrainState,
+    resume_optimizer: bool,
+    packer: &mut Packer,
+    opts: &TrainOptions,
+    mut on_step: impl FnMut(&StepReport),
+) -> Result<(Transformer<B>, TrainState), AttnError>
+where
+    Transformer<B>: Send,
+{
+    if models.len() != comms.len() || models.is_empty() {
+        return Err(AttnError::invalid(
+            "--cp",
+            format!("{} model replicas for {} ranks", models.len(), comms.len()),
+        ));
+    }
+    if state.step > 0 && state.devices.max(1) != 1 {
+        return Err(AttnError::invalid(
+            "--cp",
+            format!(
+                "the run in {} trained data-parallel on {} devices; context parallelism resumes runs of one data-parallel rank",
+                opts.out.display(),
+                state.devices
+            ),
+        ));
+    }
+    for _ in 0..state.step {
+        packer.next_batch();
+    }
+    let end = opts
+        .stop_after
+        .unwrap_or(opts.total_steps)
+        .min(opts.total_steps);
+    let batches: Vec<PackedBatch> = (state.step..end).map(|_| packer.next_batch()).collect();
+    // Refuse a split the tokens cannot take before any rank starts.
+    for b in &batches {
+        super::plan::CpLayout::new(&b.cu_seqlens, comms.len())?;
+    }
+    let first = state.step;
+    let mut losses = Vec::new();
+    let model0 = std::thread::scope(|s| {
+        let mut ranks = models.into_iter().zip(comms);
+        let (model0, comm0) = ranks.next().expect("at least one rank");
+        let handles: Vec<_> = ranks
+            .map(|(model, comm)| {
+                let batches = &batches;
+                s.spawn(move || {
+                    train_rank(
+                        model,
+                        batches,
+                        first,
+                        resume_optimizer,
+                        opts,
+                        comm,
+                        None,
+                        |_, _| {},
+                    )
+                    .map(drop)
+                })
+            })
+            .collect();
+        let r0 = train_rank(
+            model0,
+            &batches,
+            first,
+            resume_optimizer,
+            opts,
+            comm0,
+            Some(state.clone()),
+            |r, l| {
+                losses.push(l);
+                on_step(r);
+            },
+        );
+        let mut failures = Vec::new();
+        if let Err(e) = &r0 {
+            failures.push(format!("rank 0: {e}"));
+        }
+        for (i, h) in handles.into_iter().enumerate() {
+            match h.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failures.push(format!("rank {}: {e}", i + 1)),
+                Err(_) => failures.push(format!("rank {}: panicked", i + 1)),
+            }
+        }
+        match r0 {
+            Ok(m) if failures.is_empty() => Ok(m),
+            _ => Err(AttnError::Device {
+                op: "context-parallel".into(),
+                call: "train".into(),
+                status: None,
+                message: failures.join("; "),
+            }),
+        }
+    })?;
+    state.losses.extend(losses);
+    state.step = end;
+    state.devices = 1;
+    Ok((model0, state))
+}
+
+/// `n` replicas of `model` with equal values, replica `r` on `devices[r]`, each a fresh set of
+/// graph leaves (Burn's `fork`): ranks must not share autodiff nodes, or their graphs would
+/// merge and one rank's backward would wait on another's.
+pub fn replicate<B: AutodiffBackend>(
+    model: &Transformer<B>,
+    devices: &[B::Device],
+) -> Vec<Transformer<B>> {
+    crate::ddp::materialize(model);
+    devices.iter().map(|d| model.clone().fork(d)).collect()
+}
