@@ -15,6 +15,8 @@
 //! over <steps> steps` (first step's loss, mean of the last ten steps); on `sim` / `ascend` it
 //! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
 //! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
+//! `--cp N` trains context-parallel (each step's batch split across N ranks; `--check-cp`
+//! compares with one device).
 
 use std::path::Path;
 use std::time::Instant;
@@ -27,6 +29,9 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ExampleDevice, FinetuneArgs as Args};
+use burn_ascend_model::cp::{
+    replicate, train_context_parallel, Comm, CpBackend, HcclComm, HostComm,
+};
 use burn_ascend_model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
 use burn_ascend_model::ddp::{
     materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
@@ -60,6 +65,12 @@ fn run() -> Result<(), String> {
     }
     if args.check_ddp && args.resume {
         return Err("--check-ddp compares a fresh run; it cannot be combined with --resume".into());
+    }
+    if let Some(e) = args.cp_refusal(launch.is_some()) {
+        return Err(e);
+    }
+    if args.cp > 1 {
+        return run_context_parallel(args);
     }
     match args.device {
         ExampleDevice::Cpu if args.dtype.float_dtype().is_some() => {
@@ -115,6 +126,112 @@ fn run() -> Result<(), String> {
             run_on::<Autodiff<Ascend>>(args, device, Some(device), single_device(resume))
         }
     }
+}
+
+/// `--cp N`: the ranks as threads of this process — on cpu `Autodiff<NdArray>` replicas with
+/// host collectives (the emulation), on sim / ascend one device per rank over HCCL — then,
+/// with `--check-cp`, the line comparing the first steps with one device.
+fn run_context_parallel(args: Args) -> Result<(), String> {
+    let n = args.cp;
+    let gap = std::rc::Rc::new(std::cell::Cell::new(None));
+    match args.device {
+        ExampleDevice::Cpu => {
+            args.cp_devices(0, |_| Ok(()))?;
+            let comms: Vec<Comm<NdArray>> = HostComm::group(n)
+                .into_iter()
+                .map(|c| std::sync::Arc::new(c) as Comm<NdArray>)
+                .collect();
+            let devices = vec![Default::default(); n];
+            let trainer = context_parallel::<Autodiff<NdArray>>(&args, devices, comms, gap.clone());
+            run_on::<Autodiff<NdArray>>(args, Default::default(), None, trainer)?;
+        }
+        ExampleDevice::Sim | ExampleDevice::Ascend => {
+            let kind = if matches!(args.device, ExampleDevice::Sim) {
+                // The simulation grows to N devices unless $BURN_ASCEND_SIM_DEVICES fixes
+                // its count (then a group past it is refused, as on a real node).
+                if std::env::var_os("BURN_ASCEND_SIM_DEVICES").is_none() {
+                    burn_ascend::backend::collective::simulate_devices(n as u32);
+                }
+                burn_ascend::backend::AscendKind::Simulation
+            } else {
+                burn_ascend::backend::AscendKind::Npu
+            };
+            let first = match kind {
+                burn_ascend::backend::AscendKind::Npu => {
+                    burn_ascend_cann::acl::default_device_id().map_err(|e| e.to_string())? as u32
+                }
+                _ => 0,
+            };
+            let device = |index| AscendDevice { kind, index };
+            let ids = args.cp_devices(first, |d| is_available(&device(d)))?;
+            let devices: Vec<AscendDevice> = ids.into_iter().map(device).collect();
+            let comms: Vec<Comm<Ascend>> = ProcessGroup::local(&devices)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|g| std::sync::Arc::new(HcclComm::new(g)) as Comm<Ascend>)
+                .collect();
+            let first = devices[0];
+            let trainer = context_parallel::<Autodiff<Ascend>>(&args, devices, comms, gap.clone());
+            run_on::<Autodiff<Ascend>>(args, first, Some(first), trainer)?;
+        }
+    }
+    if let Some(gap) = gap.get() {
+        println!("finetune: context-parallel {n} devices, max |Δloss| vs 1 device {gap:.3e}");
+    }
+    Ok(())
+}
+
+/// The trainer of `--cp N` over `devices` / `comms` (rank `r` on `devices[r]`): replicas of
+/// the model `run_on` built; with `--check-cp`, the first 3 batches then trained on one device
+/// from the same initial weights, the largest loss difference going to `gap`.
+fn context_parallel<'a, B>(
+    args: &Args,
+    devices: Vec<B::Device>,
+    comms: Vec<Comm<B::InnerBackend>>,
+    gap: std::rc::Rc<std::cell::Cell<Option<f32>>>,
+) -> Trainer<'a, B>
+where
+    B: CpBackend + AttentionBackend,
+    Transformer<B>: Send,
+{
+    let (check, resume) = (args.check_cp, args.resume);
+    Box::new(move |model0, state, packer, opts, on_step| {
+        let err = |e: burn_ascend::AttnError| e.to_string();
+        materialize(&model0);
+        let reference = check.then(|| (model0.clone(), packer.clone()));
+        let models = replicate(&model0, &devices);
+        drop(model0);
+        let (model, state) =
+            train_context_parallel(models, comms, state, resume, packer, opts, |r| on_step(r))
+                .map_err(err)?;
+        if let Some((reference, mut p)) = reference {
+            let k = state.losses.len().min(3);
+            let tmp = opts.out.join(".check-cp-1-device");
+            let ref_opts = TrainOptions {
+                stop_after: Some(k),
+                out: tmp.clone(),
+                ..opts.clone()
+            };
+            let (_, single) = train_with(
+                reference,
+                TrainState::default(),
+                false,
+                &mut Batches::single(&mut p),
+                &ref_opts,
+                None,
+                |_| {},
+            )
+            .map_err(err)?;
+            let _ = std::fs::remove_dir_all(&tmp);
+            gap.set(Some(
+                state.losses[..k]
+                    .iter()
+                    .zip(&single.losses)
+                    .fold(0f32, |m, (a, b)| m.max((a - b).abs())),
+            ));
+        }
+        Ok((model, state))
+    })
 }
 
 /// How `run_on` trains: the model and state it built, the packer, the options and the

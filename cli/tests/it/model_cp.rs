@@ -6,7 +6,7 @@
 //! as threads, collectives on the host in rank order) and on simulated Ascend devices over
 //! the simulated HCCL (not CANN's).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::{Module, ModuleVisitor, Param};
@@ -17,6 +17,7 @@ use burn_ascend::backend::collective::{simulate_devices, ProcessGroup};
 use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
 use burn_ascend::AttentionBackend;
 use burn_ascend_model::config::{LayerType, RopeScaling};
+use burn_ascend_model::cp::gather::test_hooks;
 use burn_ascend_model::cp::{
     rank_loss, replicate, sum_gradients, Comm, CpBackend, HcclComm, HostComm, RankStep,
 };
@@ -28,6 +29,12 @@ const LOSS_TOL: f32 = 1e-5;
 /// Gradient tolerance, relative to each gradient's largest magnitude (f32; the ranks sum
 /// their parts in another order than one device's backward).
 const GRAD_TOL: f32 = 2e-5;
+
+/// The mutation switch is process-wide: these tests take turns.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 fn cfg() -> ModelConfig {
     ModelConfig {
@@ -178,6 +185,13 @@ fn worst(got: &[Vec<f32>], want: &[Vec<f32>]) -> (f32, usize) {
         .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a })
 }
 
+/// The largest loss gap and relative gradient gap over the ranks.
+fn gaps(want: &(f32, Vec<Vec<f32>>), got: &[(f32, Vec<Vec<f32>>)]) -> (f32, f32) {
+    got.iter().fold((0f32, 0f32), |(l, g), (loss, grads)| {
+        (l.max((loss - want.0).abs()), g.max(worst(grads, &want.1).0))
+    })
+}
+
 fn check(n: usize, want: &(f32, Vec<Vec<f32>>), got: &[(f32, Vec<Vec<f32>>)]) {
     // Module order: embedding, then per layer input norm, q, k, v, o, sinks, …
     assert!(
@@ -200,6 +214,7 @@ fn check(n: usize, want: &(f32, Vec<Vec<f32>>), got: &[(f32, Vec<Vec<f32>>)]) {
 
 #[test]
 fn cp_2_and_4_on_ndarray_match_one_device_loss_and_every_gradient_including_dsink() {
+    let _g = serial();
     type B = Autodiff<NdArray>;
     let device = Default::default();
     let m = model::<B>(&device);
@@ -211,12 +226,40 @@ fn cp_2_and_4_on_ndarray_match_one_device_loss_and_every_gradient_including_dsin
             .into_iter()
             .map(|c| Arc::new(c) as Comm<NdArray>)
             .collect();
-        check(n, &want, &context_parallel(models, comms, &b));
+        let got = context_parallel(models, comms, &b);
+        let (dl, dg) = gaps(&want, &got);
+        eprintln!("cp {n} on NdArray: max |Δloss| {dl:e}, max relative gradient gap {dg:e}");
+        check(n, &want, &got);
     }
 }
 
 #[test]
+fn without_the_reduce_scatter_of_dk_dv_the_gradients_differ_but_not_the_loss() {
+    let _g = serial();
+    type B = Autodiff<NdArray>;
+    let device = Default::default();
+    let m = model::<B>(&device);
+    let b = batch();
+    let want = single(&m, &b);
+    let models = replicate(&m, &vec![device; 2]);
+    let comms: Vec<Comm<NdArray>> = HostComm::group(2)
+        .into_iter()
+        .map(|c| Arc::new(c) as Comm<NdArray>)
+        .collect();
+    test_hooks::keep_local_kv_gradient(true);
+    let got = context_parallel(models, comms, &b);
+    test_hooks::keep_local_kv_gradient(false);
+    let (dl, dg) = gaps(&want, &got);
+    assert!(
+        dl <= LOSS_TOL,
+        "the forward does not depend on the switch: {dl}"
+    );
+    assert!(dg > 100.0 * GRAD_TOL, "the test would not see it: {dg}");
+}
+
+#[test]
 fn cp_2_on_simulated_devices_over_simulated_hccl_matches_one_device() {
+    let _g = serial();
     type B = Autodiff<Ascend>;
     simulate_devices(2);
     let devices: Vec<AscendDevice> = (0..2)
@@ -235,4 +278,69 @@ fn cp_2_on_simulated_devices_over_simulated_hccl_matches_one_device() {
         .map(|g| Arc::new(HcclComm::new(g)) as Comm<Ascend>)
         .collect();
     check(2, &want, &context_parallel(models, comms, &b));
+}
+
+#[test]
+fn finetune_refuses_cp_flags_the_tokens_or_devices_cannot_take_naming_the_flag() {
+    use burn_ascend_cli::args::FinetuneArgs;
+    use clap::Parser;
+    let args = |extra: &[&str]| {
+        FinetuneArgs::try_parse_from(["finetune"].iter().chain(extra).copied()).unwrap()
+    };
+    let refusal = |extra: &[&str]| args(extra).cp_refusal(false).unwrap_or_default();
+    assert!(refusal(&["--cp", "0"]).starts_with("--cp must be at least 1"));
+    assert!(refusal(&["--check-cp"]).starts_with("--check-cp needs --cp N with N >= 2"));
+    assert!(refusal(&["--cp", "2", "--check-cp", "--resume"]).contains("--check-cp"));
+    // 2 · 4² = 32 tokens at least, so that every rank holds tokens of every step.
+    let e = refusal(&["--cp", "4", "--batch-tokens", "31"]);
+    assert!(
+        e.starts_with("--cp 4 cannot split --batch-tokens 31 across 4 ranks")
+            && e.contains("at least 2·4² = 32"),
+        "{e}"
+    );
+    assert_eq!(
+        args(&["--cp", "4", "--batch-tokens", "32"]).cp_refusal(false),
+        None
+    );
+    assert!(refusal(&["--cp", "2", "--devices", "2"])
+        .starts_with("unsupported: --cp 2 with --devices 2"));
+    assert!(args(&["--cp", "2"])
+        .cp_refusal(true)
+        .unwrap()
+        .starts_with("unsupported: --cp 2 in a torchrun-style launch"));
+    let e = refused_flag(&["finetune", "--cp", "-2"]);
+    assert!(e.contains("--cp"), "{e}");
+    // A group over devices that are not there: device 3 of a 3-device node.
+    let e = args(&["--cp", "4", "--device", "sim"])
+        .cp_devices(0, |d| {
+            if d < 3 {
+                Ok(())
+            } else {
+                Err(format!("no device {d}"))
+            }
+        })
+        .unwrap_err();
+    assert_eq!(
+        e,
+        "--cp 4 needs devices 0..4, but device 3 is not available: no device 3"
+    );
+    // On the simulation: the real check, a device index the simulation does not have.
+    let e = args(&["--cp", "2", "--device", "sim"])
+        .cp_devices(1 << 20, |d| {
+            burn_ascend::backend::is_available(&AscendDevice {
+                kind: AscendKind::Simulation,
+                index: d,
+            })
+        })
+        .unwrap_err();
+    assert!(
+        e.starts_with("--cp 2 needs devices 1048576..1048578, but device 1048576 is not available"),
+        "{e}"
+    );
+}
+
+fn refused_flag(argv: &[&str]) -> String {
+    use burn_ascend_cli::args::FinetuneArgs;
+    use clap::Parser;
+    FinetuneArgs::try_parse_from(argv).unwrap_err().to_string()
 }

@@ -8,6 +8,7 @@
 //! layer `l`'s, so Burn's tape (nodes run by decreasing depth) reaches them in the same
 //! order on every rank.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -20,6 +21,20 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use burn_ascend::AttnError;
 
 use super::comm::CpComm;
+
+/// A mutation switch proving the context-parallel tests can fail (process-wide; tests only).
+#[doc(hidden)]
+pub mod test_hooks {
+    use super::*;
+
+    pub(super) static LOCAL_KV_GRADIENT: AtomicBool = AtomicBool::new(false);
+
+    /// The all-gather's backward keeps each rank's own block of the gradient instead of
+    /// reduce-scattering it: the keys lose the gradient other ranks' queries sent them.
+    pub fn keep_local_kv_gradient(on: bool) {
+        LOCAL_KV_GRADIENT.store(on, Ordering::SeqCst);
+    }
+}
 
 /// A communicator handle shared with the graph node.
 pub type Comm<B> = Arc<dyn CpComm<B>>;
@@ -57,11 +72,14 @@ impl<B: Backend> Backward<B, 1> for GatherBackward {
         let g = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(grad));
         // Every rank runs this node: a failure here (a peer that left) cannot be returned
         // from a backward step, and continuing would desynchronise the group.
-        let d = ops
-            .state
-            .comm
-            .reduce_scatter_sum(g)
-            .unwrap_or_else(|e| panic!("context-parallel reduce-scatter failed: {e}"));
+        let comm = &ops.state.comm;
+        let d = if test_hooks::LOCAL_KV_GRADIENT.load(Ordering::SeqCst) {
+            let m = g.dims()[0] / comm.size();
+            g.narrow(0, comm.rank() * m, m)
+        } else {
+            comm.reduce_scatter_sum(g)
+                .unwrap_or_else(|e| panic!("context-parallel reduce-scatter failed: {e}"))
+        };
         if let Some(node) = parent {
             grads.register::<B>(node.id, d.into_primitive().tensor());
         }
