@@ -30,7 +30,7 @@ use burn_ascend::AttentionBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ExampleDevice, FinetuneArgs as Args};
 use burn_ascend_model::cp::{
-    replicate, train_context_parallel, Comm, CpBackend, HcclComm, HostComm,
+    replicate, train_context_parallel, Comm, CpBackend, HcclComm, HostComm, RankComms,
 };
 use burn_ascend_model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
 use burn_ascend_model::ddp::{
@@ -128,29 +128,35 @@ fn run() -> Result<(), String> {
     }
 }
 
-/// `--cp N`: the ranks as threads of this process — on cpu `Autodiff<NdArray>` replicas with
-/// host collectives (the emulation), on sim / ascend one device per rank over HCCL — then,
-/// with `--check-cp`, the line comparing the first steps with one device.
+/// `--cp N` (× `--devices M`): the ranks as threads of this process — on cpu
+/// `Autodiff<NdArray>` replicas with host collectives (the emulation), on sim / ascend one
+/// device per rank over HCCL, rank `k` = data-parallel group `k / N`, context-parallel rank
+/// `k mod N` — then, with `--check-cp`, the line comparing the first steps with one device.
 fn run_context_parallel(args: Args) -> Result<(), String> {
-    let n = args.cp;
+    let (n, m) = (args.cp, args.devices.max(1));
     let gap = std::rc::Rc::new(std::cell::Cell::new(None));
     match args.device {
         ExampleDevice::Cpu => {
             args.cp_devices(0, |_| Ok(()))?;
-            let comms: Vec<Comm<NdArray>> = HostComm::group(n)
-                .into_iter()
-                .map(|c| std::sync::Arc::new(c) as Comm<NdArray>)
+            let arc = |c: HostComm| std::sync::Arc::new(c) as Comm<NdArray>;
+            let cp: Vec<Vec<HostComm>> = (0..m).map(|_| HostComm::group(n)).collect();
+            let dp: Vec<Vec<HostComm>> = (0..n).map(|_| HostComm::group(m)).collect();
+            let comms = (0..n * m)
+                .map(|k| RankComms {
+                    cp: arc(cp[k / n][k % n].clone()),
+                    dp: (m > 1).then(|| arc(dp[k % n][k / n].clone())),
+                })
                 .collect();
-            let devices = vec![Default::default(); n];
+            let devices = vec![Default::default(); n * m];
             let trainer = context_parallel::<Autodiff<NdArray>>(&args, devices, comms, gap.clone());
             run_on::<Autodiff<NdArray>>(args, Default::default(), None, trainer)?;
         }
         ExampleDevice::Sim | ExampleDevice::Ascend => {
             let kind = if matches!(args.device, ExampleDevice::Sim) {
-                // The simulation grows to N devices unless $BURN_ASCEND_SIM_DEVICES fixes
+                // The simulation grows to N·M devices unless $BURN_ASCEND_SIM_DEVICES fixes
                 // its count (then a group past it is refused, as on a real node).
                 if std::env::var_os("BURN_ASCEND_SIM_DEVICES").is_none() {
-                    burn_ascend::backend::collective::simulate_devices(n as u32);
+                    burn_ascend::backend::collective::simulate_devices((n * m) as u32);
                 }
                 burn_ascend::backend::AscendKind::Simulation
             } else {
@@ -165,10 +171,30 @@ fn run_context_parallel(args: Args) -> Result<(), String> {
             let device = |index| AscendDevice { kind, index };
             let ids = args.cp_devices(first, |d| is_available(&device(d)))?;
             let devices: Vec<AscendDevice> = ids.into_iter().map(device).collect();
-            let comms: Vec<Comm<Ascend>> = ProcessGroup::local(&devices)
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .map(|g| std::sync::Arc::new(HcclComm::new(g)) as Comm<Ascend>)
+            let groups = |ds: Vec<AscendDevice>| -> Result<Vec<Comm<Ascend>>, String> {
+                Ok(ProcessGroup::local(&ds)
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|g| std::sync::Arc::new(HcclComm::new(g)) as Comm<Ascend>)
+                    .collect())
+            };
+            let mut cp = Vec::new();
+            for i in 0..m {
+                cp.push(groups(devices[i * n..(i + 1) * n].to_vec())?);
+            }
+            let mut dp = Vec::new();
+            for j in 0..n {
+                dp.push(if m > 1 {
+                    groups((0..m).map(|i| devices[i * n + j]).collect())?
+                } else {
+                    Vec::new()
+                });
+            }
+            let comms = (0..n * m)
+                .map(|k| RankComms {
+                    cp: cp[k / n][k % n].clone(),
+                    dp: (m > 1).then(|| dp[k % n][k / n].clone()),
+                })
                 .collect();
             let first = devices[0];
             let trainer = context_parallel::<Autodiff<Ascend>>(&args, devices, comms, gap.clone());
@@ -176,25 +202,30 @@ fn run_context_parallel(args: Args) -> Result<(), String> {
         }
     }
     if let Some(gap) = gap.get() {
-        println!("finetune: context-parallel {n} devices, max |Δloss| vs 1 device {gap:.3e}");
+        let what = if m > 1 {
+            format!("{n} devices × data-parallel {m}")
+        } else {
+            format!("{n} devices")
+        };
+        println!("finetune: context-parallel {what}, max |Δloss| vs 1 device {gap:.3e}");
     }
     Ok(())
 }
 
-/// The trainer of `--cp N` over `devices` / `comms` (rank `r` on `devices[r]`): replicas of
-/// the model `run_on` built; with `--check-cp`, the first 3 batches then trained on one device
-/// from the same initial weights, the largest loss difference going to `gap`.
+/// The trainer of `--cp N` over `devices` / `comms` (rank `k` on `devices[k]`): replicas of
+/// the model `run_on` built; with `--check-cp`, the first 3 (global) batches then trained on
+/// one device from the same initial weights, the largest loss difference going to `gap`.
 fn context_parallel<'a, B>(
     args: &Args,
     devices: Vec<B::Device>,
-    comms: Vec<Comm<B::InnerBackend>>,
+    comms: Vec<RankComms<B::InnerBackend>>,
     gap: std::rc::Rc<std::cell::Cell<Option<f32>>>,
 ) -> Trainer<'a, B>
 where
     B: CpBackend + AttentionBackend,
     Transformer<B>: Send,
 {
-    let (check, resume) = (args.check_cp, args.resume);
+    let (check, resume, m) = (args.check_cp, args.resume, args.devices.max(1));
     Box::new(move |model0, state, packer, opts, on_step| {
         let err = |e: burn_ascend::AttnError| e.to_string();
         materialize(&model0);
@@ -216,7 +247,7 @@ where
                 reference,
                 TrainState::default(),
                 false,
-                &mut Batches::single(&mut p),
+                &mut Batches::global(&mut p, m),
                 &ref_opts,
                 None,
                 |_| {},

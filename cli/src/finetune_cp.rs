@@ -22,10 +22,9 @@ impl FinetuneArgs {
         if n == 1 {
             return None;
         }
-        if self.devices > 1 || self.check_ddp {
+        if self.check_ddp {
             return Some(format!(
-                "unsupported: --cp {n} with --devices {} (a 2-D layout of context-parallel groups × data-parallel groups is not implemented; use one of them)",
-                self.devices
+                "--check-ddp does not combine with --cp {n}; use --check-cp (it compares the 2-D run with one device)"
             ));
         }
         if launched {
@@ -51,21 +50,27 @@ impl FinetuneArgs {
         None
     }
 
-    /// The device indices `first .. first + N` of a `--cp N` group, refused naming `--cp`
-    /// when `exists` says one of them is not there.
+    /// The device indices `first .. first + N·M` of `--cp N` (× `--devices M`), refused
+    /// naming `--cp` when `exists` says one of them is not there.
     pub fn cp_devices(
         &self,
         first: u32,
         exists: impl Fn(u32) -> Result<(), String>,
     ) -> Result<Vec<u32>, String> {
-        let ids: Vec<u32> = (0..self.cp as u32).map(|i| first + i).collect();
+        let count = (self.cp * self.devices.max(1)) as u32;
+        let ids: Vec<u32> = (0..count).map(|i| first + i).collect();
         for &d in &ids {
             if let Err(e) = exists(d) {
                 return Err(format!(
-                    "--cp {} needs devices {}..{}, but device {d} is not available: {e}",
+                    "--cp {}{} needs devices {}..{}, but device {d} is not available: {e}",
                     self.cp,
+                    if self.devices > 1 {
+                        format!(" × --devices {}", self.devices)
+                    } else {
+                        String::new()
+                    },
                     first,
-                    first + self.cp as u32
+                    first + count
                 ));
             }
         }

@@ -34,5 +34,5 @@ pub use forward::{forward_rank, RankStep};
 pub use gather::{Comm, CpBackend};
 pub use plan::{CpLayout, KeyPlan, Piece};
 pub use train::{
-    partial_cross_entropy, rank_loss, replicate, sum_gradients, train_context_parallel,
+    partial_cross_entropy, rank_loss, replicate, sum_gradients, train_context_parallel, RankComms,
 };

@@ -183,8 +183,7 @@ impl KeyPlan {
             .collect();
         for (r, pieces) in layout.pieces.iter().enumerate() {
             for p in pieces {
-                for g in first_key(p)..p.start + p.len {
-                    let (o, i) = owners[g];
+                for &(o, i) in &owners[first_key(p)..p.start + p.len] {
                     if o != r {
                         needed[o][i] = true;
                     }
@@ -213,8 +212,7 @@ impl KeyPlan {
             let (mut q, mut k) = (vec![0i64], vec![0i64]);
             for p in pieces {
                 let lo = first_key(p);
-                for g in lo..p.start + p.len {
-                    let (o, i) = owners[g];
+                for &(o, i) in &owners[lo..p.start + p.len] {
                     rows.push(if o == r { i } else { local + slot[o][i] });
                 }
                 q.push(q.last().expect("non-empty") + p.len as i64);

@@ -70,11 +70,13 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Restore<'_, B> {
     }
 }
 
-/// Every gradient of `grads` summed over the ranks of `comm` (one flat all-reduce, in f32).
+/// Every gradient of `grads` summed over the ranks of `comm` and multiplied by `scale` (one
+/// flat all-reduce, in f32).
 pub fn sum_gradients<B: AutodiffBackend>(
     model: &Transformer<B>,
     mut grads: GradientsParams,
     comm: &Comm<Inner<B>>,
+    scale: f64,
 ) -> Result<GradientsParams, AttnError> {
     let mut c = Collect::<B> {
         grads: &mut grads,
@@ -93,7 +95,10 @@ pub fn sum_gradients<B: AutodiffBackend>(
             .collect(),
         0,
     );
-    let sum = comm.all_reduce_sum(flat)?;
+    let mut sum = comm.all_reduce_sum(flat)?;
+    if scale != 1.0 {
+        sum = sum.mul_scalar(scale);
+    }
     let mut by_id = HashMap::new();
     let mut off = 0;
     for ((id, dims, t), dt) in items.into_iter().zip(dtypes) {
@@ -130,17 +135,33 @@ pub fn rank_loss<B: CpBackend + AttentionBackend>(
     ))
 }
 
+/// What every rank of a run shares.
+struct Run<'a> {
+    /// Per data-parallel rank, its batch of each step.
+    batches: &'a [Vec<PackedBatch>],
+    first_step: usize,
+    resume_optimizer: bool,
+    opts: &'a TrainOptions,
+}
+
+/// One rank's communicators: its context-parallel group and, in a 2-D layout, its
+/// data-parallel group (the ranks holding the same chunks of other batches).
+pub struct RankComms<B: Backend> {
+    /// The context-parallel group (its size is the CP degree).
+    pub cp: Comm<B>,
+    /// The data-parallel group, `None` for one data-parallel rank.
+    pub dp: Option<Comm<B>>,
+}
+
 /// One rank's part of [`train_context_parallel`].
 fn train_rank<B: CpBackend + AttentionBackend>(
     mut model: Transformer<B>,
-    batches: &[PackedBatch],
-    first_step: usize,
-    resume_optimizer: bool,
-    opts: &TrainOptions,
-    comm: Comm<Inner<B>>,
+    run: &Run<'_>,
+    comms: RankComms<Inner<B>>,
     mut writer: Option<TrainState>,
     mut on_step: impl FnMut(&StepReport, f32),
 ) -> Result<Transformer<B>, AttnError> {
+    let opts = run.opts;
     let device = model.embed_tokens.weight.val().device();
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
     let total_steps = opts.total_steps;
@@ -154,19 +175,25 @@ fn train_rank<B: CpBackend + AttentionBackend>(
         .with_weight_decay(opts.weight_decay)
         .with_grad_clipping(Some(GradientClippingConfig::Norm(opts.clip_norm)))
         .init::<B, Transformer<B>>();
-    if resume_optimizer {
+    if run.resume_optimizer {
         let path = opts.out.join("optim");
         let record = recorder
             .load(path.clone(), &device)
             .map_err(|e| AttnError::invalid("checkpoint", format!("{}: {e}", path.display())))?;
         optim = optim.load_record(record);
     }
-    let ranks = comm.size();
+    let cp = &comms.cp;
+    let dp_size = comms.dp.as_ref().map_or(1, |d| d.size());
+    let batches = &run.batches[comms.dp.as_ref().map_or(0, |d| d.rank())];
+    let end = run.first_step + batches.len();
     for (i, batch) in batches.iter().enumerate() {
-        let step = first_step + i;
-        let share = RankStep::new(&model, &batch.cu_seqlens, ranks, comm.rank())?;
-        let loss = rank_loss(&model, batch, &share, &comm)?;
-        let total = comm.all_reduce_sum(loss.clone().inner())?;
+        let step = run.first_step + i;
+        let share = RankStep::new(&model, &batch.cu_seqlens, cp.size(), cp.rank())?;
+        let loss = rank_loss(&model, batch, &share, cp)?;
+        let mut total = cp.all_reduce_sum(loss.clone().inner())?;
+        if let Some(dp) = &comms.dp {
+            total = dp.all_reduce_sum(total)?.div_scalar(dp_size as f64);
+        }
         let loss_value: f32 = total.into_scalar().elem();
         if !loss_value.is_finite() {
             return Err(AttnError::invalid(
@@ -175,7 +202,11 @@ fn train_rank<B: CpBackend + AttentionBackend>(
             ));
         }
         let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let grads = sum_gradients(&model, grads, &comm)?;
+        let mut grads = sum_gradients(&model, grads, cp, 1.0)?;
+        if let Some(dp) = &comms.dp {
+            // Data parallelism averages: the loss is the mean over the global batch.
+            grads = sum_gradients(&model, grads, dp, 1.0 / dp_size as f64)?;
+        }
         let lr = schedule.lr(step);
         model = optim.step(lr, model, grads);
         let report = StepReport {
@@ -183,15 +214,14 @@ fn train_rank<B: CpBackend + AttentionBackend>(
             total_steps,
             loss: loss_value,
             lr,
-            tokens: batch.tokens.len(),
+            tokens: batch.tokens.len() * dp_size,
         };
         on_step(&report, loss_value);
-        let end = first_step + batches.len();
         let checkpoint = step + 1 == end || (step + 1).is_multiple_of(opts.save_every.max(1));
         if let Some(state) = writer.as_mut() {
             state.losses.push(loss_value);
             state.step = step + 1;
-            state.devices = 1;
+            state.devices = dp_size;
             if checkpoint {
                 std::fs::create_dir_all(&opts.out).map_err(|e| {
                     AttnError::invalid("checkpoint", format!("{}: {e}", opts.out.display()))
@@ -204,14 +234,17 @@ fn train_rank<B: CpBackend + AttentionBackend>(
 }
 
 /// Trains `models` (one replica per rank, equal values, each on its own device, none sharing
-/// a graph node with another: see [`replicate`]) context-parallel over `comms` (rank `r` on
-/// thread `r`), each step on the packer's next batch split across the ranks — the same batch
-/// stream as one device. Rank 0 reports each step and writes the checkpoints (the model is
-/// the single-device one: checkpoints do not depend on the layout, and `state.json` records
-/// one device). Returns rank 0's model and the run's state.
+/// a graph node with another: see [`replicate`]) over `comms`, one thread per rank. Rank `k`
+/// is data-parallel rank `k / N` and context-parallel rank `k mod N` of a CP degree `N`
+/// (`comms[k].cp`); with data parallelism over `M` groups (`comms[k].dp`), step `s` of
+/// data-parallel rank `i` is the packer's batch `s·M + i`, as `--devices M` alone trains, else
+/// the packer's next batch, as one device does. Each batch is split across its CP group.
+/// Rank 0 reports each step and writes the checkpoints: the model is the single-device one
+/// and `state.json` records the data-parallel ranks only, so checkpoints do not depend on the
+/// CP degree. Returns rank 0's model and the run's state.
 pub fn train_context_parallel<B: CpBackend + AttentionBackend>(
     models: Vec<Transformer<B>>,
-    comms: Vec<Comm<Inner<B>>>,
+    comms: Vec<RankComms<Inner<B>>>,
     mut state: TrainState,
     resume_optimizer: bool,
     packer: &mut Packer,
@@ -221,70 +254,67 @@ pub fn train_context_parallel<B: CpBackend + AttentionBackend>(
 where
     Transformer<B>: Send,
 {
-    if models.len() != comms.len() || models.is_empty() {
-        return Err(AttnError::invalid(
-            "--cp",
-            format!("{} model replicas for {} ranks", models.len(), comms.len()),
-        ));
-    }
-    if state.step > 0 && state.devices.max(1) != 1 {
+    let Some(first) = comms.first() else {
+        return Err(AttnError::invalid("--cp", "needs at least one rank"));
+    };
+    let (cp, dp) = (first.cp.size(), first.dp.as_ref().map_or(1, |d| d.size()));
+    if models.len() != comms.len() || cp * dp != comms.len() {
         return Err(AttnError::invalid(
             "--cp",
             format!(
-                "the run in {} trained data-parallel on {} devices; context parallelism resumes runs of one data-parallel rank",
-                opts.out.display(),
-                state.devices
+                "{} model replicas for {} ranks of {cp} × {dp} (context × data parallel)",
+                models.len(),
+                comms.len()
             ),
         ));
     }
-    for _ in 0..state.step {
+    if state.step > 0 && state.devices.max(1) != dp {
+        return Err(AttnError::invalid(
+            "--devices",
+            format!(
+                "the run in {} trained on {} data-parallel rank(s); resume it with the same number, got {dp}",
+                opts.out.display(),
+                state.devices.max(1)
+            ),
+        ));
+    }
+    for _ in 0..state.step * dp {
         packer.next_batch();
     }
     let end = opts
         .stop_after
         .unwrap_or(opts.total_steps)
         .min(opts.total_steps);
-    let batches: Vec<PackedBatch> = (state.step..end).map(|_| packer.next_batch()).collect();
-    // Refuse a split the tokens cannot take before any rank starts.
-    for b in &batches {
-        super::plan::CpLayout::new(&b.cu_seqlens, comms.len())?;
+    let mut batches: Vec<Vec<PackedBatch>> = vec![Vec::new(); dp];
+    for _ in state.step..end {
+        for b in batches.iter_mut() {
+            b.push(packer.next_batch());
+        }
     }
-    let first = state.step;
+    // Refuse a split the tokens cannot take before any rank starts.
+    for b in batches.iter().flatten() {
+        super::plan::CpLayout::new(&b.cu_seqlens, cp)?;
+    }
+    let run = Run {
+        batches: &batches,
+        first_step: state.step,
+        resume_optimizer,
+        opts,
+    };
     let mut losses = Vec::new();
     let model0 = std::thread::scope(|s| {
         let mut ranks = models.into_iter().zip(comms);
         let (model0, comm0) = ranks.next().expect("at least one rank");
         let handles: Vec<_> = ranks
             .map(|(model, comm)| {
-                let batches = &batches;
-                s.spawn(move || {
-                    train_rank(
-                        model,
-                        batches,
-                        first,
-                        resume_optimizer,
-                        opts,
-                        comm,
-                        None,
-                        |_, _| {},
-                    )
-                    .map(drop)
-                })
+                let run = &run;
+                s.spawn(move || train_rank(model, run, comm, None, |_, _| {}).map(drop))
             })
             .collect();
-        let r0 = train_rank(
-            model0,
-            &batches,
-            first,
-            resume_optimizer,
-            opts,
-            comm0,
-            Some(state.clone()),
-            |r, l| {
-                losses.push(l);
-                on_step(r);
-            },
-        );
+        let r0 = train_rank(model0, &run, comm0, Some(state.clone()), |r, l| {
+            losses.push(l);
+            on_step(r);
+        });
         let mut failures = Vec::new();
         if let Err(e) = &r0 {
             failures.push(format!("rank 0: {e}"));
@@ -308,7 +338,7 @@ where
     })?;
     state.losses.extend(losses);
     state.step = end;
-    state.devices = 1;
+    state.devices = dp;
     Ok((model0, state))
 }
 
