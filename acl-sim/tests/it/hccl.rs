@@ -400,14 +400,11 @@ fn all_gather_and_reduce_scatter_refuse_bad_arguments_with_hccl_statuses() {
     let errs = on_ranks(2, |_r, rt, comm| {
         let small = up(rt, &[1.0; 4]);
         let big = up(rt, &[1.0; 8]);
-        let mut out: Vec<String> = Vec::new();
-        // recvBuf must hold 2 × 4 elements; sendBuf of a reduce-scatter 2 × recvCount.
-        out.push(
+        vec![
+            // recvBuf must hold 2 × 4 elements; sendBuf of a reduce-scatter 2 × recvCount.
             comm.all_gather(rt, &small.buf, &small.buf, 4, HcclDataType::Fp32)
                 .unwrap_err()
                 .to_string(),
-        );
-        out.push(
             comm.reduce_scatter(
                 rt,
                 &small.buf,
@@ -418,14 +415,10 @@ fn all_gather_and_reduce_scatter_refuse_bad_arguments_with_hccl_statuses() {
             )
             .unwrap_err()
             .to_string(),
-        );
-        // A zero count reaches the simulated HCCL, which refuses it as HCCL does.
-        out.push(
+            // A zero count reaches the simulated HCCL, which refuses it as HCCL does.
             comm.all_gather(rt, &small.buf, &big.buf, 0, HcclDataType::Fp32)
                 .unwrap_err()
                 .to_string(),
-        );
-        out.push(
             comm.reduce_scatter(
                 rt,
                 &big.buf,
@@ -436,8 +429,7 @@ fn all_gather_and_reduce_scatter_refuse_bad_arguments_with_hccl_statuses() {
             )
             .unwrap_err()
             .to_string(),
-        );
-        out
+        ]
     });
     let m = &errs[0];
     assert!(

@@ -24,6 +24,9 @@ pub trait CpComm<B: Backend>: Send + Sync + std::fmt::Debug {
     fn reduce_scatter_sum(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError>;
     /// The rank-order sum of every rank's `x`.
     fn all_reduce_sum(&self, x: Tensor<B, 1>) -> Result<Tensor<B, 1>, AttnError>;
+    /// This rank is gone (its thread failed): the other ranks' pending and later collectives
+    /// fail instead of waiting for it.
+    fn leave(&self);
 }
 
 #[derive(Default)]
@@ -194,13 +197,19 @@ impl<B: Backend> CpComm<B> for HostComm {
         }
         Ok(back(out, [len], &x))
     }
+
+    fn leave(&self) {
+        HostComm::leave(self);
+    }
 }
 
 /// A rank of an HCCL group on its Ascend device (simulated or real): the collectives are
 /// queued on the device stream.
 #[derive(Debug)]
 pub struct HcclComm {
-    group: Mutex<burn_ascend::backend::collective::ProcessGroup>,
+    /// `None` once the rank left (its communicator destroyed, so peers fail with
+    /// `HCCL_E_REMOTE` instead of waiting).
+    group: Mutex<Option<burn_ascend::backend::collective::ProcessGroup>>,
     rank: usize,
     size: usize,
 }
@@ -210,7 +219,7 @@ impl HcclComm {
     pub fn new(group: burn_ascend::backend::collective::ProcessGroup) -> Self {
         let (rank, size) = (group.rank(), group.size());
         Self {
-            group: Mutex::new(group),
+            group: Mutex::new(Some(group)),
             rank,
             size,
         }
@@ -244,7 +253,15 @@ impl HcclComm {
     ) -> Result<Tensor<Asc, E>, AttnError> {
         use burn::tensor::TensorPrimitive;
         let g = self.group.lock().unwrap_or_else(PoisonError::into_inner);
-        let out = f(&g, x.into_primitive().tensor()).map_err(hccl)?;
+        let Some(g) = g.as_ref() else {
+            return Err(AttnError::Device {
+                op: "context-parallel".into(),
+                call: "HCCL".into(),
+                status: None,
+                message: format!("rank {} left its group", self.rank),
+            });
+        };
+        let out = f(g, x.into_primitive().tensor()).map_err(hccl)?;
         Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
     }
 }
@@ -268,5 +285,60 @@ impl CpComm<Asc> for HcclComm {
 
     fn all_reduce_sum(&self, x: Tensor<Asc, 1>) -> Result<Tensor<Asc, 1>, AttnError> {
         self.run(x, |g, t| g.all_reduce_sum(t))
+    }
+
+    fn leave(&self) {
+        // Destroys the communicator (after its queued collectives ran).
+        drop(
+            self.group
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::NdArray;
+
+    #[test]
+    fn host_collectives_are_rank_order_concatenations_and_sums_and_a_rank_that_left_fails_the_others(
+    ) {
+        let comms = HostComm::group(2);
+        let out = std::thread::scope(|s| {
+            let hs: Vec<_> = comms
+                .iter()
+                .map(|c| {
+                    s.spawn(move || {
+                        let r = CpComm::<NdArray>::rank(c) as f32;
+                        let x = Tensor::<NdArray, 2>::from_data(
+                            TensorData::new(vec![r, r + 0.5, 10.0 + r, 1e8 * (1.0 - r)], [2, 2]),
+                            &Default::default(),
+                        );
+                        let g = c.all_gather(x.clone()).unwrap().into_data().to_vec::<f32>();
+                        let rs = c.reduce_scatter_sum(x).unwrap().into_data().to_vec::<f32>();
+                        (g.unwrap(), rs.unwrap())
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        let gathered = vec![0.0, 0.5, 10.0, 1e8, 1.0, 1.5, 11.0, 0.0];
+        assert_eq!(out[0].0, gathered);
+        assert_eq!(out[1].0, gathered);
+        // Rank 0 gets block 0 summed (rank 0 + rank 1), rank 1 block 1.
+        assert_eq!(out[0].1, vec![1.0, 2.0]);
+        assert_eq!(out[1].1, vec![21.0, 1e8]);
+        comms[1].leave();
+        let x = Tensor::<NdArray, 1>::zeros([3], &Default::default());
+        let e = comms[0].all_reduce_sum(x).unwrap_err().to_string();
+        assert!(
+            e.contains("rank 1 left the group before rank 0 got there"),
+            "{e}"
+        );
     }
 }

@@ -153,8 +153,43 @@ pub struct RankComms<B: Backend> {
     pub dp: Option<Comm<B>>,
 }
 
+/// Makes a rank leave its groups when its thread ends without finishing (an error, or a
+/// panic in a backward collective), so its peers fail instead of waiting for it.
+struct LeaveUnlessDone<B: Backend> {
+    comms: Vec<Comm<B>>,
+    done: bool,
+}
+
+impl<B: Backend> Drop for LeaveUnlessDone<B> {
+    fn drop(&mut self) {
+        if !self.done {
+            for c in &self.comms {
+                c.leave();
+            }
+        }
+    }
+}
+
 /// One rank's part of [`train_context_parallel`].
 fn train_rank<B: CpBackend + AttentionBackend>(
+    model: Transformer<B>,
+    run: &Run<'_>,
+    comms: RankComms<Inner<B>>,
+    writer: Option<TrainState>,
+    on_step: impl FnMut(&StepReport, f32),
+) -> Result<Transformer<B>, AttnError> {
+    let mut guard = LeaveUnlessDone {
+        comms: std::iter::once(comms.cp.clone())
+            .chain(comms.dp.clone())
+            .collect(),
+        done: false,
+    };
+    let out = train_rank_steps(model, run, comms, writer, on_step);
+    guard.done = out.is_ok();
+    out
+}
+
+fn train_rank_steps<B: CpBackend + AttentionBackend>(
     mut model: Transformer<B>,
     run: &Run<'_>,
     comms: RankComms<Inner<B>>,
