@@ -362,7 +362,8 @@ fn refused_flag(argv: &[&str]) -> String {
     FinetuneArgs::try_parse_from(argv).unwrap_err().to_string()
 }
 
-/// The size, behind `BURN_ASCEND_LONG=1` (about a minute on 2 cores): 16 384 tokens in
+/// The size, behind `BURN_ASCEND_LONG=1` (6.6 min on the shared 2-core machine; see
+/// BENCHMARKS.md): 16 384 tokens in
 /// six sequences (9 000, 5, 3 000, 1, 4 000 and 378 tokens; window 128), CP 2 and 4 on
 /// `NdArray` against one device.
 #[test]
