@@ -465,3 +465,80 @@ fn cp_2_by_data_parallel_2_trains_as_one_device_on_the_global_batch() {
         .fold(0f32, |g, (a, b)| g.max((a - b).abs()));
     assert!(gap <= LOSS_TOL, "{:?} vs {:?}", cp_state.losses, one.losses);
 }
+
+/// Checkpoints do not depend on the layout: two steps on CP 2, resumed on one device for the
+/// third, give one device's three losses.
+#[test]
+fn a_cp_2_checkpoint_resumes_on_one_device_as_if_one_device_had_trained_it() {
+    use burn_ascend_model::cp::{train_context_parallel, RankComms};
+    use burn_ascend_model::data::documents_from_text;
+    use burn_ascend_model::train::{
+        init_model, train_with, Batches, Init, TrainOptions, TrainState,
+    };
+    use burn_ascend_model::{Packer, Tokenizer};
+    let _g = serial();
+    type B = Autodiff<NdArray>;
+    let device = Default::default();
+    let m = model::<B>(&device);
+    burn_ascend_model::ddp::materialize(&m);
+    let docs = documents_from_text(&burn_ascend_model::data::BUNDLED_CORPUS[..20_000]);
+    let packer = Packer::new(&docs, &Tokenizer::Bytes, 64, 32, 7).unwrap();
+    let dir = std::env::temp_dir().join(format!("burn-ascend-cp-resume-{}", std::process::id()));
+    let opts = |out: &str, stop_after| TrainOptions {
+        total_steps: 3,
+        stop_after,
+        lr: 3e-3,
+        weight_decay: 0.1,
+        clip_norm: 1.0,
+        seed: 7,
+        out: dir.join(out),
+        save_every: 100,
+    };
+    let comms = HostComm::group(2)
+        .into_iter()
+        .map(|c| RankComms {
+            cp: Arc::new(c) as Comm<NdArray>,
+            dp: None,
+        })
+        .collect();
+    train_context_parallel(
+        replicate(&m, &[device; 2]),
+        comms,
+        TrainState::default(),
+        false,
+        &mut packer.clone(),
+        &opts("cp", Some(2)),
+        |_| {},
+    )
+    .unwrap();
+    let (resumed, state) = init_model::<B>(&Init::Resume, &dir.join("cp"), &device).unwrap();
+    assert_eq!((state.step, state.devices), (2, 1));
+    let (_, resumed) = train_with(
+        resumed,
+        state,
+        true,
+        &mut Batches::single(&mut packer.clone()),
+        &opts("cp", None),
+        None,
+        |_| {},
+    )
+    .unwrap();
+    let (_, one) = train_with(
+        m,
+        TrainState::default(),
+        false,
+        &mut Batches::single(&mut packer.clone()),
+        &opts("one", None),
+        None,
+        |_| {},
+    )
+    .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(resumed.losses.len(), 3);
+    let gap = resumed
+        .losses
+        .iter()
+        .zip(&one.losses)
+        .fold(0f32, |g, (a, b)| g.max((a - b).abs()));
+    assert!(gap <= LOSS_TOL, "{:?} vs {:?}", resumed.losses, one.losses);
+}
