@@ -7,16 +7,18 @@
 //!   `HCCL_CONNECT_TIMEOUT` passed (`HCCL_E_TIMEOUT`, naming the missing ranks). A rank's
 //!   device is the one bound to its thread (`aclrtSetDevice`); two ranks on one device are
 //!   refused.
-//! - `HcclAllReduce`, `HcclBroadcast`, `HcclBarrier` validate their arguments at the call, as
-//!   HCCL does (null buffer → `HCCL_E_PTR`; unknown or destroyed communicator, bad dtype /
-//!   reduce op / root, a buffer outside the device allocations, a stream of another device →
-//!   `HCCL_E_PARA`; a dtype the simulation does not reduce → `HCCL_E_NOT_SUPPORT`), then queue
+//! - `HcclAllReduce`, `HcclBroadcast`, `HcclAllGather`, `HcclReduceScatter`, `HcclBarrier`
+//!   validate their arguments at the call, as HCCL does (null buffer → `HCCL_E_PTR`; unknown
+//!   or destroyed communicator, bad dtype / reduce op / root, a zero gather/scatter count, a
+//!   buffer outside the device allocations (all-gather's `recvBuf` and reduce-scatter's
+//!   `sendBuf` hold `rankSize × count`), a stream of another device → `HCCL_E_PARA`; a dtype the simulation does not reduce → `HCCL_E_NOT_SUPPORT`), then queue
 //!   a task on the rank's stream. A rank's *n*-th collective meets every other rank's *n*-th
 //!   (HCCL's rule: every rank issues the same collectives in the same order) when its stream
 //!   worker gets to it; it waits there for the others.
 //! - When all have arrived the task checks that they agree (the collective, count, dtype,
-//!   reduce op, root) and computes **in rank order** (rank 0 + rank 1 + …, f16 / bf16
-//!   accumulated in f32 and rounded once), so results are deterministic and equal on every
+//!   reduce op, root) and computes **in rank order** (all-gather: rank 0's block first;
+//!   reduce-scatter: rank r gets block r of every rank, reduced; all-reduce and reduce-scatter
+//!   add rank 0 + rank 1 + …, f16 / bf16 accumulated in f32 and rounded once), so results are deterministic and equal on every
 //!   rank. A disagreement fails the collective on every rank with `HCCL_E_PARA` naming both
 //!   ranks' calls; a rank missing past `HCCL_EXEC_TIMEOUT` (or [`set_exec_timeout`]) fails
 //!   it with `HCCL_E_TIMEOUT` naming the missing ranks; a rank whose communicator was destroyed
@@ -90,6 +92,15 @@ enum Call {
         dtype: HcclDataType,
         root: u32,
     },
+    AllGather {
+        count: u64,
+        dtype: HcclDataType,
+    },
+    ReduceScatter {
+        count: u64,
+        dtype: HcclDataType,
+        op: ReduceOp,
+    },
     Barrier,
 }
 
@@ -98,6 +109,8 @@ impl Call {
         match self {
             Call::AllReduce { .. } => names::all_reduce,
             Call::Broadcast { .. } => names::broadcast,
+            Call::AllGather { .. } => names::all_gather,
+            Call::ReduceScatter { .. } => names::reduce_scatter,
             Call::Barrier => names::barrier,
         }
     }
@@ -111,6 +124,12 @@ impl std::fmt::Display for Call {
             }
             Call::Broadcast { count, dtype, root } => {
                 write!(f, "HcclBroadcast(count {count}, {dtype:?}, root {root})")
+            }
+            Call::AllGather { count, dtype } => {
+                write!(f, "HcclAllGather(sendCount {count}, {dtype:?})")
+            }
+            Call::ReduceScatter { count, dtype, op } => {
+                write!(f, "HcclReduceScatter(recvCount {count}, {dtype:?}, {op:?})")
             }
             Call::Barrier => write!(f, "HcclBarrier"),
         }
@@ -608,6 +627,15 @@ fn meet(m: &Member, seq: u64, arrival: Arrival) -> SimResult<Vec<u8>> {
     let out = match first {
         Call::AllReduce { dtype, op, .. } => reduce(&arrivals, dtype, op),
         Call::Broadcast { root, .. } => arrivals[root as usize].to_vec(),
+        // Rank order: rank 0's block first.
+        Call::AllGather { .. } => arrivals.concat(),
+        // This rank's block of every rank's buffer, reduced in rank order.
+        Call::ReduceScatter { dtype, op, .. } => {
+            let block = arrivals[0].len() / n;
+            let at = m.rank as usize * block;
+            let blocks: Vec<&[u8]> = arrivals.iter().map(|a| &a[at..at + block]).collect();
+            reduce(&blocks, dtype, op)
+        }
         Call::Barrier => Vec::new(),
     };
     let meeting = st.meetings.get_mut(&seq).expect("present");
@@ -777,6 +805,87 @@ pub(crate) unsafe extern "C" fn broadcast(
             },
             (at, if is_root { bytes } else { 0 }),
             (at, if is_root { 0 } else { bytes }),
+        )
+    })
+}
+
+/// `count × size` without overflow, as bytes of `dt`.
+fn bytes_of(call: &str, what: &str, count: u64, ranks: u32, dt: HcclDataType) -> SimResult<usize> {
+    usize::try_from(count)
+        .ok()
+        .and_then(|c| c.checked_mul(ranks as usize))
+        .and_then(|c| c.checked_mul(dt.size()))
+        .ok_or_else(|| SimErr(HCCL_E_PARA, format!("{call}: {what} {count} overflows")))
+}
+
+pub(crate) unsafe extern "C" fn all_gather(
+    send_buf: *mut c_void,
+    recv_buf: *mut c_void,
+    send_count: u64,
+    data_type: i32,
+    comm: HcclComm,
+    stream: AclrtStream,
+) -> HcclResult {
+    guard(|| {
+        let call = names::all_gather;
+        let m = common(call, comm, stream)?;
+        let dt = dtype(call, data_type, false)?;
+        if send_count == 0 {
+            return err(HCCL_E_PARA, format!("{call}: sendCount is 0"));
+        }
+        let send_bytes = bytes_of(call, "sendCount", send_count, 1, dt)?;
+        let recv_bytes = bytes_of(call, "sendCount", send_count, m.group.size, dt)?;
+        let send = buffer(call, "sendBuf", send_buf, send_bytes)?;
+        let recv = buffer(call, "recvBuf", recv_buf, recv_bytes)?;
+        queue(
+            m,
+            stream,
+            Call::AllGather {
+                count: send_count,
+                dtype: dt,
+            },
+            (send, send_bytes),
+            (recv, recv_bytes),
+        )
+    })
+}
+
+pub(crate) unsafe extern "C" fn reduce_scatter(
+    send_buf: *mut c_void,
+    recv_buf: *mut c_void,
+    recv_count: u64,
+    data_type: i32,
+    op: i32,
+    comm: HcclComm,
+    stream: AclrtStream,
+) -> HcclResult {
+    guard(|| {
+        let call = names::reduce_scatter;
+        let m = common(call, comm, stream)?;
+        let dt = dtype(call, data_type, true)?;
+        let Some(op) = ReduceOp::from_raw(op) else {
+            return err(
+                HCCL_E_PARA,
+                format!("{call}: op {op} is not an HcclReduceOp"),
+            );
+        };
+        if recv_count == 0 {
+            return err(HCCL_E_PARA, format!("{call}: recvCount is 0"));
+        }
+        let send_bytes = bytes_of(call, "recvCount", recv_count, m.group.size, dt)?;
+        let recv_bytes = bytes_of(call, "recvCount", recv_count, 1, dt)?;
+        let send = buffer(call, "sendBuf", send_buf, send_bytes)?;
+        let recv = buffer(call, "recvBuf", recv_buf, recv_bytes)?;
+        queue(
+            m,
+            stream,
+            Call::ReduceScatter {
+                count: recv_count,
+                dtype: dt,
+                op,
+            },
+            (send, send_bytes),
+            (recv, recv_bytes),
         )
     })
 }

@@ -1,4 +1,4 @@
-//! Data-parallel collectives over HCCL for `Ascend` tensors: a [`ProcessGroup`] is one rank of
+//! Data- and context-parallel collectives over HCCL for `Ascend` tensors: a [`ProcessGroup`] is one rank of
 //! an HCCL communicator bound to its [`AscendDevice`], and its collectives run **on that
 //! device's stream**, queued like any other op (the host does not wait; what is queued after a
 //! collective sees its result).
@@ -191,6 +191,67 @@ impl ProcessGroup {
         self.comm
             .broadcast(&rt, t.storage.buffer(), t.numel(), dtype, root)?;
         Ok(t)
+    }
+
+    /// Every rank's `t` (all of one shape `[d0, …]` and dtype), stacked in rank order along
+    /// the first dimension: `[size · d0, …]` on every rank (`HcclAllGather`, queued on the
+    /// device stream; see [`Self::all_reduce_sum`]).
+    pub fn all_gather(&self, t: AscendTensor) -> Result<AscendTensor, HcclError> {
+        const CALL: &str = "HcclAllGather";
+        let t = self.exclusive(t, CALL)?;
+        let dtype = Self::hccl_dtype(&t, CALL)?;
+        let rt = try_runtime(&self.device).map_err(|e| dev_err(&self.device, e))?;
+        let mut dims: Vec<usize> = t.shape.iter().copied().collect();
+        let Some(first) = dims.first_mut() else {
+            return Err(HcclError::Invalid {
+                param: "tensor".into(),
+                rule: format!("{CALL} needs a tensor of rank 1 or more, got a scalar"),
+            });
+        };
+        *first *= self.size();
+        let out = AscendTensor::alloc_for(CALL, dims.into(), t.dtype, &self.device);
+        self.comm.all_gather(
+            &rt,
+            t.storage.buffer(),
+            out.storage.buffer(),
+            t.numel(),
+            dtype,
+        )?;
+        Ok(out)
+    }
+
+    /// The sum over ranks of block `rank` of `t` split into `size` blocks along its first
+    /// dimension: `[d0 / size, …]` (`HcclReduceScatter`, queued on the device stream; see
+    /// [`Self::all_reduce_sum`]). The backward of [`Self::all_gather`].
+    pub fn reduce_scatter_sum(&self, t: AscendTensor) -> Result<AscendTensor, HcclError> {
+        const CALL: &str = "HcclReduceScatter";
+        let t = self.exclusive(t, CALL)?;
+        let dtype = Self::hccl_dtype(&t, CALL)?;
+        let rt = try_runtime(&self.device).map_err(|e| dev_err(&self.device, e))?;
+        let mut dims: Vec<usize> = t.shape.iter().copied().collect();
+        let n = self.size();
+        match dims.first_mut() {
+            Some(first) if *first % n == 0 => *first /= n,
+            _ => {
+                return Err(HcclError::Invalid {
+                    param: "tensor".into(),
+                    rule: format!(
+                        "{CALL} over {n} ranks needs a first dimension divisible by {n}, got shape {:?}",
+                        t.shape.iter().collect::<Vec<_>>()
+                    ),
+                })
+            }
+        }
+        let out = AscendTensor::alloc_for(CALL, dims.into(), t.dtype, &self.device);
+        self.comm.reduce_scatter(
+            &rt,
+            t.storage.buffer(),
+            out.storage.buffer(),
+            out.numel(),
+            dtype,
+            ReduceOp::Sum,
+        )?;
+        Ok(out)
     }
 
     /// `HcclBarrier` on the device stream.

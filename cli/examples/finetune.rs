@@ -22,6 +22,8 @@
 //! over <steps> steps` (first step's loss, mean of the last ten steps); on `sim` / `ascend` it
 //! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
 //! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
+//! `--cp N` trains context-parallel (each step's batch split across N ranks; `--check-cp`
+//! compares with one device).
 
 use std::path::Path;
 use std::time::Instant;
@@ -36,6 +38,9 @@ use burn_ascend::AttentionBackend;
 use burn_ascend_cli::args::{ExampleDevice, FinetuneArgs as Args};
 use burn_ascend_model::budget;
 use burn_ascend_model::checkpoint::LoadOptions;
+use burn_ascend_model::cp::{
+    replicate, train_context_parallel, Comm, CpBackend, HcclComm, HostComm, RankComms,
+};
 use burn_ascend_model::data::{training_packer, SplitMix};
 use burn_ascend_model::ddp::{
     materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
@@ -71,6 +76,12 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
     }
     if args.check_ddp && args.resume {
         return Err("--check-ddp compares a fresh run; it cannot be combined with --resume".into());
+    }
+    if let Some(e) = args.cp_refusal(launch.is_some()) {
+        return Err(e);
+    }
+    if args.cp > 1 {
+        return run_context_parallel(args);
     }
     match args.device {
         ExampleDevice::Cpu if args.dtype.float_dtype().is_some() => {
@@ -126,6 +137,143 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
             run_on::<Autodiff<Ascend>>(args, device, Some(device), single_device(resume))
         }
     }
+}
+
+/// `--cp N` (× `--devices M`): the ranks as threads of this process — on cpu
+/// `Autodiff<NdArray>` replicas with host collectives (the emulation), on sim / ascend one
+/// device per rank over HCCL, rank `k` = data-parallel group `k / N`, context-parallel rank
+/// `k mod N` — then, with `--check-cp`, the line comparing the first steps with one device.
+fn run_context_parallel(args: Args) -> Result<(), String> {
+    let (n, m) = (args.cp, args.devices.max(1));
+    let gap = std::rc::Rc::new(std::cell::Cell::new(None));
+    match args.device {
+        ExampleDevice::Cpu => {
+            args.cp_devices(0, |_| Ok(()))?;
+            let arc = |c: HostComm| std::sync::Arc::new(c) as Comm<NdArray>;
+            let cp: Vec<Vec<HostComm>> = (0..m).map(|_| HostComm::group(n)).collect();
+            let dp: Vec<Vec<HostComm>> = (0..n).map(|_| HostComm::group(m)).collect();
+            let comms = (0..n * m)
+                .map(|k| RankComms {
+                    cp: arc(cp[k / n][k % n].clone()),
+                    dp: (m > 1).then(|| arc(dp[k % n][k / n].clone())),
+                })
+                .collect();
+            let devices = vec![Default::default(); n * m];
+            let trainer = context_parallel::<Autodiff<NdArray>>(&args, devices, comms, gap.clone());
+            run_on::<Autodiff<NdArray>>(args, Default::default(), None, trainer)?;
+        }
+        ExampleDevice::Sim | ExampleDevice::Ascend => {
+            let kind = if matches!(args.device, ExampleDevice::Sim) {
+                // The simulation grows to N·M devices unless $BURN_ASCEND_SIM_DEVICES fixes
+                // its count (then a group past it is refused, as on a real node).
+                if std::env::var_os("BURN_ASCEND_SIM_DEVICES").is_none() {
+                    burn_ascend::backend::collective::simulate_devices((n * m) as u32);
+                }
+                burn_ascend::backend::AscendKind::Simulation
+            } else {
+                burn_ascend::backend::AscendKind::Npu
+            };
+            let first = match kind {
+                burn_ascend::backend::AscendKind::Npu => {
+                    burn_ascend_cann::acl::default_device_id().map_err(|e| e.to_string())? as u32
+                }
+                _ => 0,
+            };
+            let device = |index| AscendDevice { kind, index };
+            let ids = args.cp_devices(first, |d| is_available(&device(d)))?;
+            let devices: Vec<AscendDevice> = ids.into_iter().map(device).collect();
+            let groups = |ds: Vec<AscendDevice>| -> Result<Vec<Comm<Ascend>>, String> {
+                Ok(ProcessGroup::local(&ds)
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|g| std::sync::Arc::new(HcclComm::new(g)) as Comm<Ascend>)
+                    .collect())
+            };
+            let mut cp = Vec::new();
+            for i in 0..m {
+                cp.push(groups(devices[i * n..(i + 1) * n].to_vec())?);
+            }
+            let mut dp = Vec::new();
+            for j in 0..n {
+                dp.push(if m > 1 {
+                    groups((0..m).map(|i| devices[i * n + j]).collect())?
+                } else {
+                    Vec::new()
+                });
+            }
+            let comms = (0..n * m)
+                .map(|k| RankComms {
+                    cp: cp[k / n][k % n].clone(),
+                    dp: (m > 1).then(|| dp[k % n][k / n].clone()),
+                })
+                .collect();
+            let first = devices[0];
+            let trainer = context_parallel::<Autodiff<Ascend>>(&args, devices, comms, gap.clone());
+            run_on::<Autodiff<Ascend>>(args, first, Some(first), trainer)?;
+        }
+    }
+    if let Some(gap) = gap.get() {
+        let what = if m > 1 {
+            format!("{n} devices × data-parallel {m}")
+        } else {
+            format!("{n} devices")
+        };
+        println!("finetune: context-parallel {what}, max |Δloss| vs 1 device {gap:.3e}");
+    }
+    Ok(())
+}
+
+/// The trainer of `--cp N` over `devices` / `comms` (rank `k` on `devices[k]`): replicas of
+/// the model `run_on` built; with `--check-cp`, the first 3 (global) batches then trained on
+/// one device from the same initial weights, the largest loss difference going to `gap`.
+fn context_parallel<'a, B>(
+    args: &Args,
+    devices: Vec<B::Device>,
+    comms: Vec<RankComms<B::InnerBackend>>,
+    gap: std::rc::Rc<std::cell::Cell<Option<f32>>>,
+) -> Trainer<'a, B>
+where
+    B: CpBackend + AttentionBackend,
+    Transformer<B>: Send,
+{
+    let (check, resume, m) = (args.check_cp, args.resume, args.devices.max(1));
+    Box::new(move |model0, state, packer, opts, on_step| {
+        let err = |e: burn_ascend::AttnError| e.to_string();
+        materialize(&model0);
+        let reference = check.then(|| (model0.clone(), packer.clone()));
+        let models = replicate(&model0, &devices);
+        drop(model0);
+        let (model, state) =
+            train_context_parallel(models, comms, state, resume, packer, opts, |r| on_step(r))
+                .map_err(err)?;
+        if let Some((reference, mut p)) = reference {
+            let k = state.losses.len().min(3);
+            let tmp = opts.out.join(".check-cp-1-device");
+            let ref_opts = TrainOptions {
+                stop_after: Some(k),
+                out: tmp.clone(),
+                ..opts.clone()
+            };
+            let (_, single) = train_with(
+                reference,
+                TrainState::default(),
+                false,
+                &mut Batches::global(&mut p, m),
+                &ref_opts,
+                None,
+                |_| {},
+            )
+            .map_err(err)?;
+            let _ = std::fs::remove_dir_all(&tmp);
+            gap.set(Some(
+                state.losses[..k]
+                    .iter()
+                    .zip(&single.losses)
+                    .fold(0f32, |m, (a, b)| m.max((a - b).abs())),
+            ));
+        }
+        Ok((model, state))
+    })
 }
 
 /// How `run_on` trains: the model and state it built, the packer, the options and the

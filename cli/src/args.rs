@@ -281,6 +281,18 @@ pub struct FinetuneArgs {
     /// the available host memory.
     #[arg(long, value_parser = byte_size, value_name = "SIZE", allow_hyphen_values = true)]
     pub memory_budget: Option<u64>,
+    /// Context parallelism: each step's packed batch split across N ranks (threads on cpu,
+    /// devices 0..N on sim / ascend).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
+    pub cp: usize,
+    /// (with --cp N) Also train the first 3 batches on one device and compare.
+    #[arg(long)]
+    pub check_cp: bool,
 }
 
 /// What `finetune --help` adds after the flags.
@@ -294,6 +306,13 @@ const FINETUNE_HELP: &str = "\
   one rank on device LOCAL_RANK instead
 --check-ddp (with --devices N): also trains the first 3 global batches on one device and ends
   with `finetune: data-parallel <N> devices, max |Δloss| vs 1 device <x>`
+--cp N: context parallelism: each step's packed batch split across N ranks (a head and a tail
+  chunk of every sequence of 2N tokens or more, shorter ones whole), keys and values
+  all-gathered per layer, dK / dV reduce-scattered, the other gradients summed; on cpu the
+  ranks are threads with host collectives (the emulation), on sim / ascend devices 0..N over
+  HCCL. Needs --batch-tokens of at least 2·N²
+--check-cp (with --cp N): also trains the first 3 batches on one device and ends with
+  `finetune: context-parallel <N> devices, max |Δloss| vs 1 device <x>`
 --profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
 --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
   up to it; --stop-after N stops early (an interrupted run that --resume completes)

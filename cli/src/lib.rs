@@ -13,6 +13,7 @@ pub mod bench;
 pub mod bench_dispatch;
 pub mod device;
 pub mod fia;
+pub mod finetune_cp;
 pub mod incre;
 pub mod io;
 pub mod names;

@@ -6,6 +6,7 @@ pub mod budget;
 pub mod chat;
 pub mod checkpoint;
 pub mod config;
+pub mod cp;
 pub mod data;
 pub mod ddp;
 pub mod dispatch;

@@ -441,7 +441,7 @@ pub fn masked_cross_entropy<B: burn::tensor::backend::Backend>(
 /// Publishes the checkpoint of `state.step` in `out` (see [`crate::run_checkpoint`]): the
 /// weights in Hugging Face's layout, the model and optimizer as Burn records, the loss curve
 /// and `state.json`.
-fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transformer<B>, B>>(
+pub(crate) fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transformer<B>, B>>(
     model: &Transformer<B>,
     optim: &O,
     state: &TrainState,

@@ -198,7 +198,7 @@ impl<B: Backend> Transformer<B> {
     }
 
     /// `x` in the compute dtype.
-    fn low<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+    pub(crate) fn low<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         match self.compute_dtype {
             Some(dt) => x.cast(dt),
             None => x,

@@ -344,3 +344,135 @@ fn communicators_are_refused_for_devices_the_simulation_lacks_and_destroyed_on_d
     drop(comms);
     assert_eq!(sim::live_communicators(), before);
 }
+
+#[test]
+fn all_gather_stacks_every_ranks_block_in_rank_order_on_every_rank() {
+    let _g = serial();
+    let n = 3;
+    let got = on_ranks(n, move |r, rt, comm| {
+        let send = up(rt, &[r as f32 + 0.5, -(r as f32), 10.0 * r as f32]);
+        let recv = up(rt, &[f32::NAN; 9]);
+        comm.all_gather(rt, &send.buf, &recv.buf, 3, HcclDataType::Fp32)
+            .unwrap();
+        comm.synchronize(rt, "HcclAllGather").unwrap();
+        down(&recv)
+    });
+    let want = vec![0.5f32, 0.0, 0.0, 1.5, -1.0, 10.0, 2.5, -2.0, 20.0];
+    assert_eq!(got, vec![want; n]);
+}
+
+#[test]
+fn reduce_scatter_gives_rank_r_the_rank_order_sum_of_block_r() {
+    let _g = serial();
+    let n = 4;
+    let block = 250;
+    let got = on_ranks(n, move |r, rt, comm| {
+        let send = up(rt, &input(r, n * block));
+        let recv = up(rt, &[f32::NAN; 250]);
+        comm.reduce_scatter(
+            rt,
+            &send.buf,
+            &recv.buf,
+            block,
+            HcclDataType::Fp32,
+            ReduceOp::Sum,
+        )
+        .unwrap();
+        comm.synchronize(rt, "HcclReduceScatter").unwrap();
+        down(&recv)
+    });
+    for (r, g) in got.iter().enumerate() {
+        let want: Vec<f32> = (r * block..(r + 1) * block)
+            .map(|i| {
+                (1..n).fold(input(0, n * block)[i], |acc, s| {
+                    acc + input(s, n * block)[i]
+                })
+            })
+            .collect();
+        // Bit-exact: rank 0 + 1 + 2 + 3, the order HcclAllReduce uses.
+        assert_eq!(g, &want, "rank {r}");
+    }
+}
+
+#[test]
+fn all_gather_and_reduce_scatter_refuse_bad_arguments_with_hccl_statuses() {
+    let _g = serial();
+    let errs = on_ranks(2, |_r, rt, comm| {
+        let small = up(rt, &[1.0; 4]);
+        let big = up(rt, &[1.0; 8]);
+        vec![
+            // recvBuf must hold 2 × 4 elements; sendBuf of a reduce-scatter 2 × recvCount.
+            comm.all_gather(rt, &small.buf, &small.buf, 4, HcclDataType::Fp32)
+                .unwrap_err()
+                .to_string(),
+            comm.reduce_scatter(
+                rt,
+                &small.buf,
+                &big.buf,
+                4,
+                HcclDataType::Fp32,
+                ReduceOp::Sum,
+            )
+            .unwrap_err()
+            .to_string(),
+            // A zero count reaches the simulated HCCL, which refuses it as HCCL does.
+            comm.all_gather(rt, &small.buf, &big.buf, 0, HcclDataType::Fp32)
+                .unwrap_err()
+                .to_string(),
+            comm.reduce_scatter(
+                rt,
+                &big.buf,
+                &small.buf,
+                4,
+                HcclDataType::Int8,
+                ReduceOp::Sum,
+            )
+            .unwrap_err()
+            .to_string(),
+        ]
+    });
+    let m = &errs[0];
+    assert!(
+        m[0].starts_with("invalid recvBuf: 8 Fp32 elements (32 bytes) do not fit its 16 bytes"),
+        "{}",
+        m[0]
+    );
+    assert!(
+        m[1].starts_with("invalid sendBuf: 8 Fp32 elements (32 bytes) do not fit its 16 bytes"),
+        "{}",
+        m[1]
+    );
+    assert!(
+        m[2].contains("HcclAllGather on rank 0 failed with status 1 (HCCL_E_PARA)")
+            && m[2].contains("sendCount is 0"),
+        "{}",
+        m[2]
+    );
+    assert!(
+        m[3].contains("HcclReduceScatter on rank 0 failed with status 5 (HCCL_E_NOT_SUPPORT)"),
+        "{}",
+        m[3]
+    );
+}
+
+#[test]
+fn ranks_calling_all_gather_with_different_counts_fail_with_hccl_e_para() {
+    let _g = serial();
+    let got = on_ranks(2, |r, rt, comm| {
+        let send = up(rt, &[1.0; 4]);
+        let recv = up(rt, &[0.0; 8]);
+        let count = if r == 0 { 4 } else { 3 };
+        comm.all_gather(rt, &send.buf, &recv.buf, count, HcclDataType::Fp32)
+            .unwrap();
+        comm.synchronize(rt, "HcclAllGather")
+            .unwrap_err()
+            .to_string()
+    });
+    for (r, e) in got.iter().enumerate() {
+        assert!(e.contains("status 1 (HCCL_E_PARA)"), "rank {r}: {e}");
+        assert!(
+            e.contains("rank 0 called HcclAllGather(sendCount 4, Fp32), rank 1 called HcclAllGather(sendCount 3, Fp32)"),
+            "rank {r}: {e}"
+        );
+    }
+}

@@ -1,5 +1,5 @@
 //! [`Communicator`]: an RAII `HcclComm` (destroyed on drop) with its rank, size and device, and
-//! the collectives data parallelism needs, queued on a [`Runtime`]'s stream.
+//! the collectives data and context parallelism need, queued on a [`Runtime`]'s stream.
 
 use std::ffi::CStr;
 
@@ -279,6 +279,85 @@ impl Communicator {
             )
         };
         self.check(st, names::broadcast)?;
+        rt.order().note_launch();
+        Ok(())
+    }
+
+    /// `HcclAllGather`: every rank's `send_count` elements of `send`, in rank order, into
+    /// `recv` (`size × send_count` elements on every rank), queued on `rt`'s stream (see
+    /// [`Self::all_reduce`]). Context parallelism gathers the keys and values with it; ZeRO
+    /// gathers parameter shards.
+    pub fn all_gather(
+        &self,
+        rt: &Runtime,
+        send: &DeviceBuffer,
+        recv: &DeviceBuffer,
+        send_count: usize,
+        dtype: HcclDataType,
+    ) -> Result<(), HcclError> {
+        self.on_this_device(rt, names::all_gather)?;
+        Self::fits(send, "sendBuf", send_count, dtype)?;
+        let total = send_count.checked_mul(self.size as usize).ok_or_else(|| {
+            HcclError::invalid(
+                "sendCount",
+                format!("{send_count} × {} ranks overflows usize", self.size),
+            )
+        })?;
+        Self::fits(recv, "recvBuf", total, dtype)?;
+        // SAFETY: `send` holds `send_count` and `recv` `size × send_count` elements of
+        // `dtype` (checked above), both live device allocations kept alive by the caller until
+        // the stream has run the collective; the communicator and the stream are live.
+        let st = unsafe {
+            (self.api.all_gather)(
+                send.as_ptr(),
+                recv.as_ptr(),
+                send_count as u64,
+                dtype.raw(),
+                self.comm,
+                rt.stream().as_ptr(),
+            )
+        };
+        self.check(st, names::all_gather)?;
+        rt.order().note_launch();
+        Ok(())
+    }
+
+    /// `HcclReduceScatter`: `send` holds `size × recv_count` elements on every rank; rank `r`
+    /// receives into `recv` the reduction over ranks of block `r` (`recv_count` elements),
+    /// queued on `rt`'s stream (see [`Self::all_reduce`]). The backward of an all-gather.
+    pub fn reduce_scatter(
+        &self,
+        rt: &Runtime,
+        send: &DeviceBuffer,
+        recv: &DeviceBuffer,
+        recv_count: usize,
+        dtype: HcclDataType,
+        op: ReduceOp,
+    ) -> Result<(), HcclError> {
+        self.on_this_device(rt, names::reduce_scatter)?;
+        let total = recv_count.checked_mul(self.size as usize).ok_or_else(|| {
+            HcclError::invalid(
+                "recvCount",
+                format!("{recv_count} × {} ranks overflows usize", self.size),
+            )
+        })?;
+        Self::fits(send, "sendBuf", total, dtype)?;
+        Self::fits(recv, "recvBuf", recv_count, dtype)?;
+        // SAFETY: `send` holds `size × recv_count` and `recv` `recv_count` elements of `dtype`
+        // (checked above), live device allocations kept alive by the caller until the stream
+        // has run the collective; the communicator and the stream are live.
+        let st = unsafe {
+            (self.api.reduce_scatter)(
+                send.as_ptr(),
+                recv.as_ptr(),
+                recv_count as u64,
+                dtype.raw(),
+                op.raw(),
+                self.comm,
+                rt.stream().as_ptr(),
+            )
+        };
+        self.check(st, names::reduce_scatter)?;
         rt.order().note_launch();
         Ok(())
     }

@@ -240,6 +240,30 @@ pub type HcclBroadcastFn = unsafe extern "C" fn(
     comm: HcclComm,
     stream: AclrtStream,
 ) -> HcclResult;
+/// `HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, HcclDataType
+/// dataType, HcclComm comm, aclrtStream stream)`: every rank's `sendCount` elements, in rank
+/// order, into each rank's `recvBuf` (`rankSize × sendCount` elements).
+pub type HcclAllGatherFn = unsafe extern "C" fn(
+    send_buf: *mut c_void,
+    recv_buf: *mut c_void,
+    send_count: u64,
+    data_type: i32,
+    comm: HcclComm,
+    stream: AclrtStream,
+) -> HcclResult;
+/// `HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount,
+/// HcclDataType dataType, HcclReduceOp op, HcclComm comm, aclrtStream stream)`: each rank's
+/// `sendBuf` holds `rankSize × recvCount` elements; rank `r` receives the reduction over ranks
+/// of block `r`.
+pub type HcclReduceScatterFn = unsafe extern "C" fn(
+    send_buf: *mut c_void,
+    recv_buf: *mut c_void,
+    recv_count: u64,
+    data_type: i32,
+    op: i32,
+    comm: HcclComm,
+    stream: AclrtStream,
+) -> HcclResult;
 /// `HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)`.
 pub type HcclBarrierFn = unsafe extern "C" fn(comm: HcclComm, stream: AclrtStream) -> HcclResult;
 /// `HcclResult HcclCommDestroy(HcclComm comm)`.
@@ -265,6 +289,8 @@ macro_rules! hccl_api_table {
                 comm_init_all: HcclCommInitAll($crate::hccl::ffi::HcclCommInitAllFn),
                 all_reduce: HcclAllReduce($crate::hccl::ffi::HcclAllReduceFn),
                 broadcast: HcclBroadcast($crate::hccl::ffi::HcclBroadcastFn),
+                all_gather: HcclAllGather($crate::hccl::ffi::HcclAllGatherFn),
+                reduce_scatter: HcclReduceScatter($crate::hccl::ffi::HcclReduceScatterFn),
                 barrier: HcclBarrier($crate::hccl::ffi::HcclBarrierFn),
                 comm_destroy: HcclCommDestroy($crate::hccl::ffi::HcclCommDestroyFn),
                 get_error_string: HcclGetErrorString($crate::hccl::ffi::HcclGetErrorStringFn)

@@ -8,7 +8,8 @@
 //! - [`loader`]: `libhccl.so` from the toolkit the ACL runtime was loaded from;
 //! - [`Communicator`]: an RAII communicator (`HcclCommInitAll` for one process driving N
 //!   devices, `HcclCommInitRootInfo` for one process per device) and the collectives data
-//!   parallelism needs (`HcclAllReduce`, `HcclBroadcast`, `HcclBarrier`), queued on a
+//!   parallelism needs (`HcclAllReduce`, `HcclBroadcast`, `HcclAllGather`,
+//!   `HcclReduceScatter`, `HcclBarrier`), queued on a
 //!   [`Runtime`](crate::acl::Runtime)'s stream;
 //! - [`launch`]: torchrun's launch variables and the root-info rendezvous over TCP;
 //! - [`HcclError`]: typed errors carrying the call, the rank and the HCCL status.
