@@ -16,7 +16,7 @@
 //! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
 //! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::backend::{Autodiff, NdArray};
@@ -27,11 +27,14 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ExampleDevice, FinetuneArgs as Args};
+use burn_ascend_model::checkpoint::save_hf;
 use burn_ascend_model::data::{documents_from_text, load_documents, SplitMix, BUNDLED_CORPUS};
 use burn_ascend_model::ddp::{
     materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
 };
 use burn_ascend_model::dispatch::{self, DispatchCounts};
+use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};
+use burn_ascend_model::peft;
 use burn_ascend_model::train::{
     init_model, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
 };
@@ -49,7 +52,13 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    // LoRA's flags are checked, and a resumed LoRA run's base found, before anything runs.
+    if let Some((base, _)) = lora_of(&args)? {
+        args.checkpoint = Some(base);
+    } else if args.merge_lora {
+        return Err("--merge-lora needs a LoRA run (--lora-rank R)".into());
+    }
     let resume = args.resume;
     let launch = burn_ascend_cann::hccl::LaunchEnv::from_env().map_err(|e| e.to_string())?;
     if args.devices == 0 {
@@ -160,7 +169,7 @@ fn data_parallel<'a>(
         args.out.clone(),
         args.resume,
     );
-    let init = init_of(args);
+    let args_of_ranks = args.clone();
     Box::new(move |model0, state, packer, opts, on_step| {
         let err = |e: burn_ascend::AttnError| e.to_string();
         materialize(&model0);
@@ -176,7 +185,7 @@ fn data_parallel<'a>(
                 &device,
                 seed.wrapping_add(i as u64),
             );
-            let (m, _) = init_model::<Autodiff<Ascend>>(&init, &out, &device).map_err(err)?;
+            let (m, _) = model_of::<Autodiff<Ascend>>(&args_of_ranks, &device)?;
             models.push(m.with_compute_dtype(dtype));
         }
         let run = train_data_parallel(
@@ -260,6 +269,58 @@ fn one_rank_of_launch<'a>(
     })
 }
 
+/// A LoRA run's base checkpoint and, for a fresh run, its adapters' settings (`None`: resume
+/// the adapters in --out). `None` for a full fine-tune.
+fn lora_of(args: &Args) -> Result<Option<(PathBuf, Option<LoraSettings>)>, String> {
+    let saved = args.out.join("adapter_config.json");
+    if args.resume && saved.exists() {
+        let base = match &args.checkpoint {
+            Some(dir) => dir.clone(),
+            None => peft::base_of(&args.out).map_err(|e| e.to_string())?,
+        };
+        return Ok(Some((base, None)));
+    }
+    let Some(rank) = args.lora_rank else {
+        return Ok(None);
+    };
+    if args.resume {
+        return Err(format!(
+            "--resume --lora-rank: {} has no adapter_config.json (not a LoRA run)",
+            args.out.display()
+        ));
+    }
+    let Some(base) = args.checkpoint.clone() else {
+        return Err(
+            "--lora-rank needs --checkpoint HF_DIR: the base model the adapters train on".into(),
+        );
+    };
+    let settings = LoraSettings {
+        rank,
+        alpha: args.lora_alpha,
+        dropout: args.lora_dropout,
+        targets: LoraTarget::parse_list(&args.lora_targets, "--lora-targets")
+            .map_err(|e| e.to_string())?,
+        base_model: base.display().to_string(),
+    };
+    settings.validate().map_err(|e| e.to_string())?;
+    Ok(Some((base, Some(settings))))
+}
+
+/// The model and state `args` start from: a LoRA run's frozen base with its adapters, or
+/// `init_model`'s.
+fn model_of<B: AutodiffBackend + AttentionBackend>(
+    args: &Args,
+    device: &B::Device,
+) -> Result<(Transformer<B>, TrainState), String> {
+    match lora_of(args)? {
+        Some((base, settings)) => {
+            peft::init_lora::<B>(&base, settings.as_ref(), args.seed, &args.out, device)
+        }
+        None => init_model::<B>(&init_of(args), &args.out, device),
+    }
+    .map_err(|e| e.to_string())
+}
+
 fn init_of(args: &Args) -> Init {
     if args.resume {
         Init::Resume
@@ -289,8 +350,7 @@ where
         }
         _ => Tokenizer::Bytes,
     };
-    let init = init_of(&args);
-    let (model, state) = init_model::<B>(&init, &args.out, &device).map_err(|e| e.to_string())?;
+    let (model, state) = model_of::<B>(&args, &device)?;
     let model = model.with_compute_dtype(args.dtype.float_dtype());
     let config = model.config.clone();
     if tokenizer.vocab_size() > config.vocab_size {
@@ -398,6 +458,14 @@ where
         tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9),
         args.out.display()
     );
+    if args.merge_lora {
+        let merged = args.out.join("merged");
+        save_hf(&lora::merge(model.valid()), &merged).map_err(|e| e.to_string())?;
+        println!(
+            "finetune: base with the adapters merged in {}",
+            merged.display()
+        );
+    }
     if !args.no_samples {
         print_samples(model.valid(), &tokenizer, args.seed)?;
     }

@@ -31,6 +31,7 @@ use burn_ascend::{AttendPath, AttentionBackend};
 use burn_ascend_cli::args::{ExampleDevice, GenerateArgs as Args};
 use burn_ascend_model::checkpoint::{eos_token_ids, load_hf};
 use burn_ascend_model::data::SplitMix;
+use burn_ascend_model::peft::load_adapter;
 use burn_ascend_model::{generate_batch_until, max_logit_gap, Generator, Sampling, Tokenizer};
 use clap::Parser;
 
@@ -69,7 +70,10 @@ fn run() -> Result<(), String> {
 fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), String> {
     let (dir, max_new, block_size) = (&args.checkpoint, args.max_new, args.block_size);
     let (top_p, temperature) = (args.top_p, args.temperature);
-    let model = load_hf::<B>(dir, &device).map_err(|e| e.to_string())?;
+    let mut model = load_hf::<B>(dir, &device).map_err(|e| e.to_string())?;
+    if let Some(adapter) = &args.adapter {
+        model = load_adapter(model, adapter, &device).map_err(|e| e.to_string())?;
+    }
     let tokenizer = if dir.join("tokenizer.json").exists() {
         Tokenizer::from_file(&dir.join("tokenizer.json")).map_err(|e| e.to_string())?
     } else {

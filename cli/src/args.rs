@@ -263,6 +263,41 @@ pub struct FinetuneArgs {
     /// (with --devices N) Also train the first 3 global batches on one device and compare.
     #[arg(long)]
     pub check_ddp: bool,
+    /// LoRA: train rank-R adapters on a frozen --checkpoint instead of every weight.
+    #[arg(long, value_name = "R", value_parser = at_least_one, allow_negative_numbers = true)]
+    pub lora_rank: Option<usize>,
+    /// LoRA's alpha: the adapters' output is scaled by alpha / R (PEFT's default 8).
+    #[arg(
+        long,
+        value_name = "X",
+        value_parser = positive_finite,
+        default_value_t = 8.0,
+        allow_negative_numbers = true,
+        requires = "lora_rank"
+    )]
+    pub lora_alpha: f64,
+    /// The projections LoRA adapts (comma-separated; all-linear for all seven).
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "q_proj,v_proj",
+        requires = "lora_rank"
+    )]
+    pub lora_targets: String,
+    /// Dropout probability on the adapters' input while training, in [0, 1).
+    #[arg(
+        long,
+        value_name = "P",
+        value_parser = dropout_probability,
+        default_value_t = 0.0,
+        allow_negative_numbers = true,
+        requires = "lora_rank"
+    )]
+    pub lora_dropout: f64,
+    /// After training, also write the base with the adapters merged in (a plain Hugging Face
+    /// checkpoint) to DIR/merged.
+    #[arg(long)]
+    pub merge_lora: bool,
 }
 
 /// What `finetune --help` adds after the flags.
@@ -277,6 +312,11 @@ const FINETUNE_HELP: &str = "\
 --check-ddp (with --devices N): also trains the first 3 global batches on one device and ends
   with `finetune: data-parallel <N> devices, max |Δloss| vs 1 device <x>`
 --profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
+--lora-rank R [--lora-alpha A --lora-targets q_proj,v_proj,... --lora-dropout P] (with
+  --checkpoint HF_DIR): LoRA. The base is frozen (no gradients, no optimizer state; its
+  matrices stored bf16, or bf16-rounded f32 on cpu), only the adapters train; --out gets PEFT's
+  adapter_config.json + adapter_model.safetensors (PEFT loads them; generate --adapter DIR too),
+  --resume continues from them, --merge-lora also writes DIR/merged (base + adapters merged)
 --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
   up to it; --stop-after N stops early (an interrupted run that --resume completes).";
 
@@ -366,6 +406,10 @@ pub struct GenerateArgs {
     /// Force one of the two attention paths (to compare them).
     #[arg(long, value_enum)]
     pub attend_path: Option<AttendPathArg>,
+    /// A LoRA adapter folder in PEFT's format (adapter_config.json + adapter_model.safetensors)
+    /// applied to --checkpoint.
+    #[arg(long, value_name = "DIR")]
+    pub adapter: Option<PathBuf>,
 }
 
 /// The `varlen_train` example.
@@ -403,6 +447,16 @@ fn probability(s: &str) -> Result<f64, String> {
         Ok(x)
     } else {
         Err(format!("must be in (0, 1], got {s}"))
+    }
+}
+
+/// A dropout probability in [0, 1) (`--lora-dropout`: 1 would drop everything).
+fn dropout_probability(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("must be in [0, 1), got {s}"))
     }
 }
 

@@ -18,6 +18,7 @@ use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
 use super::schedule::WarmupCosine;
 use super::transformer::{cross_entropy, Transformer};
+use super::{lora, peft};
 use burn_ascend::{AttentionBackend, AttnError};
 
 /// Where the model starts.
@@ -340,11 +341,17 @@ fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transformer<B>, B>>(
     let tmp = dir.join(".checkpoint-partial");
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
-    save_hf(&model.valid(), &tmp)?;
-    model
-        .clone()
-        .save_file(tmp.join("model"), recorder)
-        .map_err(|e| io(&tmp.join("model.mpk"), e))?;
+    if lora::settings(model).is_some() {
+        // LoRA: only the adapters, in PEFT's format (the frozen base is the checkpoint the
+        // run started from, named in adapter_config.json).
+        peft::save_adapter(&model.valid(), &tmp)?;
+    } else {
+        save_hf(&model.valid(), &tmp)?;
+        model
+            .clone()
+            .save_file(tmp.join("model"), recorder)
+            .map_err(|e| io(&tmp.join("model.mpk"), e))?;
+    }
     recorder
         .record(optim.to_record(), tmp.join("optim"))
         .map_err(|e| io(&tmp.join("optim.mpk"), e))?;

@@ -16,6 +16,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 
 use super::config::ModelConfig;
+use super::lora::{adapted, AttentionAdapters, MlpAdapters};
 use super::moe::Moe;
 use super::rope::Rope;
 use burn_ascend::{flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions};
@@ -37,6 +38,8 @@ pub struct Attention<B: Backend> {
     pub q_norm: Option<RmsNorm<B>>,
     /// Qwen3's per-head RMSNorm of k over `head_dim`, before RoPE.
     pub k_norm: Option<RmsNorm<B>>,
+    /// LoRA adapters on the projections (`lora.rs`); none unless attached.
+    pub lora: AttentionAdapters<B>,
 }
 
 /// SwiGLU: `down(silu(gate(x)) · up(x))`.
@@ -48,6 +51,8 @@ pub struct Mlp<B: Backend> {
     pub up_proj: Linear<B>,
     /// `[inter, hidden]`.
     pub down_proj: Linear<B>,
+    /// LoRA adapters on the projections (`lora.rs`); none unless attached.
+    pub lora: MlpAdapters<B>,
 }
 
 /// A block's feed-forward part: SwiGLU, or gpt-oss's mixture of experts.
@@ -164,6 +169,7 @@ impl<B: Backend> Transformer<B> {
                         .then(|| Param::from_tensor(Tensor::zeros([n], device))),
                     q_norm: c.qk_norm.then(|| norm_of(d)),
                     k_norm: c.qk_norm.then(|| norm_of(d)),
+                    lora: AttentionAdapters::none(),
                 },
                 post_attention_layernorm: norm(),
                 mlp: match &c.moe {
@@ -172,6 +178,7 @@ impl<B: Backend> Transformer<B> {
                         gate_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
                         up_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
                         down_proj: linear(c.intermediate_size, h, c.mlp_bias, device),
+                        lora: MlpAdapters::none(),
                     }),
                 },
             })
@@ -307,8 +314,16 @@ impl<B: Backend> Transformer<B> {
 impl<B: Backend> Mlp<B> {
     /// SwiGLU.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let g = silu(proj(&self.gate_proj, x.clone()));
-        proj(&self.down_proj, g * proj(&self.up_proj, x))
+        let l = &self.lora;
+        let gate = |x| proj(&self.gate_proj, x);
+        let up = |x| proj(&self.up_proj, x);
+        let down = |x| proj(&self.down_proj, x);
+        let g = silu(adapted(gate, l.gate_proj.as_ref(), x.clone()));
+        adapted(
+            down,
+            l.down_proj.as_ref(),
+            g * adapted(up, l.up_proj.as_ref(), x),
+        )
     }
 }
 
@@ -322,9 +337,15 @@ impl<B: Backend> Attention<B> {
     ) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
         let t = x.dims()[0];
         let (n, nkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-        let q = proj(&self.q_proj, x.clone()).reshape([t, n, d]);
-        let k = proj(&self.k_proj, x.clone()).reshape([t, nkv, d]);
-        let v = proj(&self.v_proj, x).reshape([t, nkv, d]);
+        let l = &self.lora;
+        let q = adapted(|x| proj(&self.q_proj, x), l.q_proj.as_ref(), x.clone());
+        let k = adapted(|x| proj(&self.k_proj, x), l.k_proj.as_ref(), x.clone());
+        let v = adapted(|x| proj(&self.v_proj, x), l.v_proj.as_ref(), x);
+        let (q, k, v) = (
+            q.reshape([t, n, d]),
+            k.reshape([t, nkv, d]),
+            v.reshape([t, nkv, d]),
+        );
         let q = match &self.q_norm {
             Some(norm) => rms_norm_as_hf(norm, q),
             None => q,
@@ -339,7 +360,8 @@ impl<B: Backend> Attention<B> {
     /// The output projection of attention output `[T, N, D]`.
     pub fn out(&self, o: Tensor<B, 3>) -> Tensor<B, 2> {
         let [t, n, d] = o.dims();
-        proj(&self.o_proj, o.reshape([t, n * d]))
+        let o = o.reshape([t, n * d]);
+        adapted(|o| proj(&self.o_proj, o), self.lora.o_proj.as_ref(), o)
     }
 
     fn forward_padded(
