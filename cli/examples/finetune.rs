@@ -452,9 +452,14 @@ where
     bar.finish();
     let profile = profile.map(|p| dispatch::format_profile(&p, step_counts.len()));
     plot_losses(&state.losses, &args.out.join("loss.png"))?;
+    let weights = if lora::settings(&model).is_some() {
+        "adapter_config.json, adapter_model.safetensors"
+    } else {
+        "config.json, model.safetensors, model.mpk"
+    };
     println!(
-        "finetune: {:.0} tokens/s, checkpoint in {} (config.json, model.safetensors, model.mpk, \
-         optim.mpk, state.json, loss.csv, loss.png)",
+        "finetune: {:.0} tokens/s, checkpoint in {} ({weights}, optim.mpk, state.json, loss.csv, \
+         loss.png)",
         tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9),
         args.out.display()
     );

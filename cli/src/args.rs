@@ -43,6 +43,54 @@ pub enum Command {
     /// The acceptance run on an Atlas NPU.
     #[command(after_help = SELFTEST_HELP)]
     Selftest(SelftestArgs),
+    /// The memory one training rank needs, and whether it fits an Atlas A2 / A3 NPU.
+    ///
+    /// Bytes per rank for weights, gradients, optimizer state, activations and workspace of a
+    /// model config (ours or a Hugging Face config.json), counted as this crate trains
+    /// (checked against the simulation's memory-pool peak: --measure).
+    Plan(PlanArgs),
+}
+
+/// `burn-ascend plan`.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// A config.json (ours or a Hugging Face one); the finetune example's model without it.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Tokens of one rank's packed batch.
+    #[arg(long, value_name = "N", value_parser = at_least_one, default_value_t = 4096, allow_negative_numbers = true)]
+    pub tokens_per_rank: usize,
+    /// Longest sequence (default: --tokens-per-rank).
+    #[arg(long, value_name = "N", value_parser = at_least_one, allow_negative_numbers = true)]
+    pub seq_len: Option<usize>,
+    /// Data-parallel ranks.
+    #[arg(long, value_name = "N", value_parser = at_least_one, default_value_t = 1, allow_negative_numbers = true)]
+    pub ranks: usize,
+    /// Compute dtype (f32 master weights and optimizer state either way).
+    #[arg(long, value_enum, default_value_t = ComputeDtype::Bf16)]
+    pub dtype: ComputeDtype,
+    /// LoRA of this rank (frozen bf16 base); a full fine-tune without it.
+    #[arg(long, value_name = "R", value_parser = at_least_one, allow_negative_numbers = true)]
+    pub lora_rank: Option<usize>,
+    /// The projections LoRA adapts (comma-separated; all-linear for all seven).
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "q_proj,v_proj",
+        requires = "lora_rank"
+    )]
+    pub lora_targets: String,
+    /// ZeRO stage: 1 partitions the optimizer state, 2 the gradients too, 3 the weights too
+    /// (a formula only: training implements stage 0).
+    #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub zero: u8,
+    /// Activation checkpointing per block (a formula only: training keeps every activation).
+    #[arg(long)]
+    pub checkpointing: bool,
+    /// Also run two training steps on the simulated device and print the memory pool's peak
+    /// (one rank, stage 0, no checkpointing; small configs: the simulation computes on the host).
+    #[arg(long)]
+    pub measure: bool,
 }
 
 /// What `run --help` adds after the flags: the names the bundle's tensors and attributes take.

@@ -16,6 +16,7 @@ pub mod fia;
 pub mod incre;
 pub mod io;
 pub mod names;
+pub mod plan;
 pub mod prompt;
 pub mod scatter;
 pub mod selftest;
@@ -161,5 +162,6 @@ pub fn main_with_args(args: &[String]) -> Result<(), CliError> {
         args::Command::Run(a) => run_files(&a.op, &a.input, &a.output, a.device),
         args::Command::Bench(a) => bench::main(&a),
         args::Command::Selftest(a) => selftest::main(&a),
+        args::Command::Plan(a) => plan::main(&a),
     }
 }

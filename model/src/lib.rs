@@ -12,6 +12,7 @@ pub mod lora;
 pub mod moe;
 pub mod mxfp4;
 pub mod peft;
+pub mod plan;
 pub mod rope;
 pub mod schedule;
 pub mod tokenizer;

@@ -24,6 +24,7 @@ mod model_generate;
 mod model_gpt_oss;
 mod model_hf;
 mod model_lora;
+mod model_plan;
 mod model_train;
 mod npu;
 mod paged_cache;

@@ -245,10 +245,7 @@ fn opts(out: &Path, total: usize, stop_after: Option<usize>) -> TrainOptions {
 }
 
 fn base_weights(m: &Transformer<Ad>) -> Vec<(String, Vec<u32>)> {
-    named_weights(&m.valid())
-        .into_iter()
-        .map(|(n, (v, _))| (n, v.iter().map(|x| x.to_bits()).collect()))
-        .collect()
+    base_weights_on(m)
 }
 
 #[test]
@@ -358,4 +355,88 @@ fn resumed_lora_run_continues_the_loss_curve_exactly() {
     assert_eq!(first.losses.len(), 2);
     let resumed = run(parts.path(), None, true);
     assert_eq!(resumed.losses, whole.losses);
+}
+
+#[test]
+fn lora_data_parallel_all_reduces_only_adapter_gradients_and_tracks_one_device() {
+    use burn_ascend::backend::collective::simulate_devices;
+    use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
+    use burn_ascend_model::ddp::train_data_parallel;
+    use burn_ascend_model::train::{train_with, Batches};
+    type S = Autodiff<Ascend>;
+    // The data-parallel mutation switches are process-wide: take turns with model_ddp.
+    let _guard = crate::model_ddp::serial();
+    simulate_devices(2);
+    let dev = |i| AscendDevice {
+        kind: AscendKind::Simulation,
+        index: i,
+    };
+    let s = settings("q_proj,v_proj,o_proj,up_proj");
+    let out = tempfile::tempdir().unwrap();
+    let models: Vec<Transformer<S>> = (0..2)
+        .map(|i| {
+            init_lora::<S>(&base_dir(), Some(&s), 3, out.path(), &dev(i))
+                .unwrap()
+                .0
+        })
+        .collect();
+    let adapter_elems: usize = lora::adapters(&models[0])
+        .iter()
+        .map(|(_, _, a)| a.lora_a.shape().num_elements() + a.lora_b.shape().num_elements())
+        .sum();
+    let reference = init_lora::<S>(&base_dir(), Some(&s), 3, out.path(), &dev(0))
+        .unwrap()
+        .0;
+    let before = base_weights_on(&reference);
+    let packer = Packer::new(&docs(), &Tokenizer::Bytes, 48, 24, 4).unwrap();
+    let o = opts(out.path(), 3, None);
+    let run = train_data_parallel(
+        models,
+        TrainState::default(),
+        false,
+        &packer,
+        &o,
+        1 << 20,
+        |_| {},
+    )
+    .unwrap();
+    let steps = run.stats.steps as usize;
+    assert_eq!(steps, 3);
+    // Every gradient byte all-reduced is an adapter's (f32).
+    assert_eq!(run.stats.gradient_bytes as usize, steps * 4 * adapter_elems);
+    let single_dir = tempfile::tempdir().unwrap();
+    let mut p = packer.clone();
+    let (_, single) = train_with(
+        reference,
+        TrainState::default(),
+        false,
+        &mut Batches::global(&mut p, 2),
+        &opts(single_dir.path(), 3, None),
+        None,
+        |_| {},
+    )
+    .unwrap();
+    let gap = run
+        .state
+        .losses
+        .iter()
+        .zip(&single.losses)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    eprintln!("LoRA 2 ranks vs 1 device: max |Δloss| {gap:.2e} over {steps} steps");
+    assert!(
+        gap <= 1e-5,
+        "losses {:?} vs {:?}",
+        run.state.losses,
+        single.losses
+    );
+    assert_eq!(base_weights_on(&run.model), before, "a base weight changed");
+}
+
+fn base_weights_on<Bk: burn::tensor::backend::AutodiffBackend>(
+    m: &Transformer<Bk>,
+) -> Vec<(String, Vec<u32>)> {
+    named_weights(&m.valid())
+        .into_iter()
+        .map(|(n, (v, _))| (n, v.iter().map(|x| x.to_bits()).collect()))
+        .collect()
 }
