@@ -275,12 +275,15 @@ fn dims<B: Backend>(l: &Linear<B>) -> (usize, usize) {
     (i, o)
 }
 
+/// An adapter's place in the model and its projection's `(in, out)`.
+type Slot<'a, B> = (&'a mut Option<LoraAdapter<B>>, (usize, usize));
+
 /// The slot of layer `layer`'s adapter on `target`, and its projection's `(in, out)`.
-fn slot<'a, B: Backend>(
-    model: &'a mut Transformer<B>,
+fn slot<B: Backend>(
+    model: &mut Transformer<B>,
     layer: usize,
     target: LoraTarget,
-) -> Result<(&'a mut Option<LoraAdapter<B>>, (usize, usize)), AttnError> {
+) -> Result<Slot<'_, B>, AttnError> {
     let block = &mut model.layers[layer];
     let a = &mut block.self_attn;
     Ok(match target {
