@@ -286,25 +286,31 @@ fn slot<B: Backend>(
 ) -> Result<Slot<'_, B>, AttnError> {
     let block = &mut model.layers[layer];
     let a = &mut block.self_attn;
-    Ok(match target {
-        LoraTarget::QProj => (&mut a.lora.q_proj, dims(&a.q_proj)),
-        LoraTarget::KProj => (&mut a.lora.k_proj, dims(&a.k_proj)),
-        LoraTarget::VProj => (&mut a.lora.v_proj, dims(&a.v_proj)),
-        LoraTarget::OProj => (&mut a.lora.o_proj, dims(&a.o_proj)),
-        _ => {
+    if !target.is_mlp() {
+        let slots = a.lora.get_or_insert_with(AttentionAdapters::none);
+        return Ok(match target {
+            LoraTarget::QProj => (&mut slots.q_proj, dims(&a.q_proj)),
+            LoraTarget::KProj => (&mut slots.k_proj, dims(&a.k_proj)),
+            LoraTarget::VProj => (&mut slots.v_proj, dims(&a.v_proj)),
+            _ => (&mut slots.o_proj, dims(&a.o_proj)),
+        });
+    }
+    {
+        {
             let Ffn::Dense(m) = &mut block.mlp else {
                 return Err(AttnError::Unsupported(format!(
                     "--lora-targets {}: the model's MLP is a mixture of experts (LoRA on attention projections only)",
                     target.name()
                 )));
             };
-            match target {
-                LoraTarget::GateProj => (&mut m.lora.gate_proj, dims(&m.gate_proj)),
-                LoraTarget::UpProj => (&mut m.lora.up_proj, dims(&m.up_proj)),
-                _ => (&mut m.lora.down_proj, dims(&m.down_proj)),
-            }
+            let slots = m.lora.get_or_insert_with(MlpAdapters::none);
+            Ok(match target {
+                LoraTarget::GateProj => (&mut slots.gate_proj, dims(&m.gate_proj)),
+                LoraTarget::UpProj => (&mut slots.up_proj, dims(&m.up_proj)),
+                _ => (&mut slots.down_proj, dims(&m.down_proj)),
+            })
         }
-    })
+    }
 }
 
 /// Adds fresh adapters (PEFT's init: A U(±1/√in), B zero) on `settings.targets` of every
@@ -387,17 +393,19 @@ pub fn set_adapter<B: Backend>(
 pub fn adapters<B: Backend>(model: &Transformer<B>) -> Vec<(usize, LoraTarget, &LoraAdapter<B>)> {
     let mut out = Vec::new();
     for (i, block) in model.layers.iter().enumerate() {
-        let a = &block.self_attn.lora;
-        let mut slots = vec![
-            (LoraTarget::QProj, &a.q_proj),
-            (LoraTarget::KProj, &a.k_proj),
-            (LoraTarget::VProj, &a.v_proj),
-            (LoraTarget::OProj, &a.o_proj),
-        ];
+        let mut slots = Vec::new();
+        if let Some(a) = &block.self_attn.lora {
+            slots.push((LoraTarget::QProj, &a.q_proj));
+            slots.push((LoraTarget::KProj, &a.k_proj));
+            slots.push((LoraTarget::VProj, &a.v_proj));
+            slots.push((LoraTarget::OProj, &a.o_proj));
+        }
         if let Ffn::Dense(m) = &block.mlp {
-            slots.push((LoraTarget::GateProj, &m.lora.gate_proj));
-            slots.push((LoraTarget::UpProj, &m.lora.up_proj));
-            slots.push((LoraTarget::DownProj, &m.lora.down_proj));
+            if let Some(a) = &m.lora {
+                slots.push((LoraTarget::GateProj, &a.gate_proj));
+                slots.push((LoraTarget::UpProj, &a.up_proj));
+                slots.push((LoraTarget::DownProj, &a.down_proj));
+            }
         }
         out.extend(
             slots
@@ -448,14 +456,14 @@ impl<B: Backend> ModuleMapper<B> for FreezeInBf16 {
 pub fn freeze_base<B: Backend>(mut model: Transformer<B>) -> Transformer<B> {
     let mut layers = Vec::with_capacity(model.layers.len());
     for mut block in std::mem::take(&mut model.layers) {
-        let attn = std::mem::replace(&mut block.self_attn.lora, AttentionAdapters::none());
+        let attn = block.self_attn.lora.take();
         let mlp = match &mut block.mlp {
-            Ffn::Dense(m) => Some(std::mem::replace(&mut m.lora, MlpAdapters::none())),
+            Ffn::Dense(m) => m.lora.take(),
             Ffn::Experts(_) => None,
         };
         let mut block = block.map(&mut FreezeInBf16);
         block.self_attn.lora = attn;
-        if let (Ffn::Dense(m), Some(mlp)) = (&mut block.mlp, mlp) {
+        if let Ffn::Dense(m) = &mut block.mlp {
             m.lora = mlp;
         }
         layers.push(block);
@@ -480,16 +488,18 @@ pub fn merge<B: Backend>(mut model: Transformer<B>) -> Transformer<B> {
     }
     for block in &mut model.layers {
         let s = &mut block.self_attn;
-        let ad = std::mem::replace(&mut s.lora, AttentionAdapters::none());
-        fold(&mut s.q_proj, ad.q_proj);
-        fold(&mut s.k_proj, ad.k_proj);
-        fold(&mut s.v_proj, ad.v_proj);
-        fold(&mut s.o_proj, ad.o_proj);
+        if let Some(ad) = s.lora.take() {
+            fold(&mut s.q_proj, ad.q_proj);
+            fold(&mut s.k_proj, ad.k_proj);
+            fold(&mut s.v_proj, ad.v_proj);
+            fold(&mut s.o_proj, ad.o_proj);
+        }
         if let Ffn::Dense(m) = &mut block.mlp {
-            let ad = std::mem::replace(&mut m.lora, MlpAdapters::none());
-            fold(&mut m.gate_proj, ad.gate_proj);
-            fold(&mut m.up_proj, ad.up_proj);
-            fold(&mut m.down_proj, ad.down_proj);
+            if let Some(ad) = m.lora.take() {
+                fold(&mut m.gate_proj, ad.gate_proj);
+                fold(&mut m.up_proj, ad.up_proj);
+                fold(&mut m.down_proj, ad.down_proj);
+            }
         }
     }
     model

@@ -16,7 +16,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 
 use super::config::ModelConfig;
-use super::lora::{adapted, AttentionAdapters, MlpAdapters};
+use super::lora::{adapted, AttentionAdapters, LoraAdapter, MlpAdapters};
 use super::moe::Moe;
 use super::rope::Rope;
 use burn_ascend::{flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions};
@@ -38,8 +38,9 @@ pub struct Attention<B: Backend> {
     pub q_norm: Option<RmsNorm<B>>,
     /// Qwen3's per-head RMSNorm of k over `head_dim`, before RoPE.
     pub k_norm: Option<RmsNorm<B>>,
-    /// LoRA adapters on the projections (`lora.rs`); none unless attached.
-    pub lora: AttentionAdapters<B>,
+    /// LoRA adapters on the projections (`lora.rs`); `None` unless attached (an `Option` so
+    /// that records saved before LoRA existed still load).
+    pub lora: Option<AttentionAdapters<B>>,
 }
 
 /// SwiGLU: `down(silu(gate(x)) · up(x))`.
@@ -51,8 +52,9 @@ pub struct Mlp<B: Backend> {
     pub up_proj: Linear<B>,
     /// `[inter, hidden]`.
     pub down_proj: Linear<B>,
-    /// LoRA adapters on the projections (`lora.rs`); none unless attached.
-    pub lora: MlpAdapters<B>,
+    /// LoRA adapters on the projections (`lora.rs`); `None` unless attached (see
+    /// [`Attention::lora`]).
+    pub lora: Option<MlpAdapters<B>>,
 }
 
 /// A block's feed-forward part: SwiGLU, or gpt-oss's mixture of experts.
@@ -172,7 +174,7 @@ impl<B: Backend> Transformer<B> {
                         .then(|| Param::from_tensor(Tensor::zeros([n], device))),
                     q_norm: c.qk_norm.then(|| norm_of(d)),
                     k_norm: c.qk_norm.then(|| norm_of(d)),
-                    lora: AttentionAdapters::none(),
+                    lora: None,
                 },
                 post_attention_layernorm: norm(),
                 mlp: match &c.moe {
@@ -181,7 +183,7 @@ impl<B: Backend> Transformer<B> {
                         gate_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
                         up_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
                         down_proj: linear(c.intermediate_size, h, c.mlp_bias, device),
-                        lora: MlpAdapters::none(),
+                        lora: None,
                     }),
                 },
             })
@@ -317,15 +319,17 @@ impl<B: Backend> Transformer<B> {
 impl<B: Backend> Mlp<B> {
     /// SwiGLU.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let l = &self.lora;
+        let l = |f: fn(&MlpAdapters<B>) -> &Option<LoraAdapter<B>>| {
+            self.lora.as_ref().and_then(|a| f(a).as_ref())
+        };
         let gate = |x| proj(&self.gate_proj, x);
         let up = |x| proj(&self.up_proj, x);
         let down = |x| proj(&self.down_proj, x);
-        let g = silu(adapted(gate, l.gate_proj.as_ref(), x.clone()));
+        let g = silu(adapted(gate, l(|a| &a.gate_proj), x.clone()));
         adapted(
             down,
-            l.down_proj.as_ref(),
-            g * adapted(up, l.up_proj.as_ref(), x),
+            l(|a| &a.down_proj),
+            g * adapted(up, l(|a| &a.up_proj), x),
         )
     }
 }
@@ -340,10 +344,12 @@ impl<B: Backend> Attention<B> {
     ) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
         let t = x.dims()[0];
         let (n, nkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-        let l = &self.lora;
-        let q = adapted(|x| proj(&self.q_proj, x), l.q_proj.as_ref(), x.clone());
-        let k = adapted(|x| proj(&self.k_proj, x), l.k_proj.as_ref(), x.clone());
-        let v = adapted(|x| proj(&self.v_proj, x), l.v_proj.as_ref(), x);
+        let l = |f: fn(&AttentionAdapters<B>) -> &Option<LoraAdapter<B>>| {
+            self.lora.as_ref().and_then(|a| f(a).as_ref())
+        };
+        let q = adapted(|x| proj(&self.q_proj, x), l(|a| &a.q_proj), x.clone());
+        let k = adapted(|x| proj(&self.k_proj, x), l(|a| &a.k_proj), x.clone());
+        let v = adapted(|x| proj(&self.v_proj, x), l(|a| &a.v_proj), x);
         let (q, k, v) = (
             q.reshape([t, n, d]),
             k.reshape([t, nkv, d]),
@@ -364,7 +370,8 @@ impl<B: Backend> Attention<B> {
     pub fn out(&self, o: Tensor<B, 3>) -> Tensor<B, 2> {
         let [t, n, d] = o.dims();
         let o = o.reshape([t, n * d]);
-        adapted(|o| proj(&self.o_proj, o), self.lora.o_proj.as_ref(), o)
+        let adapter = self.lora.as_ref().and_then(|a| a.o_proj.as_ref());
+        adapted(|o| proj(&self.o_proj, o), adapter, o)
     }
 
     fn forward_padded(
