@@ -19,6 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing as Balanced;
 use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
@@ -70,13 +71,30 @@ fn run() -> Result<(), String> {
     if args.check_ddp && args.resume {
         return Err("--check-ddp compares a fresh run; it cannot be combined with --resume".into());
     }
+    if args.checkpointing && (args.devices > 1 || launch.is_some()) {
+        return Err("unsupported: --checkpointing with data parallelism (one device only)".into());
+    }
     match args.device {
+        ExampleDevice::Sim if args.checkpointing && launch.is_none() => {
+            run_on::<Autodiff<Ascend, Balanced>>(
+                args,
+                AscendDevice::sim(),
+                Some(AscendDevice::sim()),
+                single_device(resume),
+            )
+        }
         ExampleDevice::Cpu if args.dtype.float_dtype().is_some() => {
             Err("--dtype bf16|f16 needs --device sim|ascend (NdArray computes in f32 only)".into())
         }
         ExampleDevice::Cpu if args.devices > 1 => {
             Err("--devices N needs --device sim|ascend (data parallelism runs over HCCL)".into())
         }
+        ExampleDevice::Cpu if args.checkpointing => run_on::<Autodiff<NdArray, Balanced>>(
+            args,
+            Default::default(),
+            None,
+            single_device(resume),
+        ),
         ExampleDevice::Cpu => {
             run_on::<Autodiff<NdArray>>(args, Default::default(), None, single_device(resume))
         }
@@ -120,6 +138,14 @@ fn run() -> Result<(), String> {
                 run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer)?;
                 print_ddp(n, gap.get());
                 return Ok(());
+            }
+            if args.checkpointing {
+                return run_on::<Autodiff<Ascend, Balanced>>(
+                    args,
+                    device,
+                    Some(device),
+                    single_device(resume),
+                );
             }
             run_on::<Autodiff<Ascend>>(args, device, Some(device), single_device(resume))
         }

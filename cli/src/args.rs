@@ -346,6 +346,10 @@ pub struct FinetuneArgs {
     /// checkpoint) to DIR/merged.
     #[arg(long)]
     pub merge_lora: bool,
+    /// (one device) Activation checkpointing as Burn's BalancedCheckpointing does it: backward
+    /// recomputes the memory-bound ops' outputs instead of keeping them (whole model).
+    #[arg(long)]
+    pub checkpointing: bool,
 }
 
 /// What `finetune --help` adds after the flags.

@@ -15,6 +15,7 @@
 //! one layer's worth more of workspace). This crate trains with stage 0 only (issue 28 item
 //! 2 is not built); the formula is here so the plan answers what the stages would need.
 
+use burn::backend::autodiff::checkpoint::strategy::{CheckpointStrategy, NoCheckpointing};
 use burn::backend::Autodiff;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData};
@@ -281,7 +282,18 @@ pub fn measure_peak(
     spec: &PlanSpec,
     device: &AscendDevice,
 ) -> Result<u64, AttnError> {
-    type Ad = Autodiff<Ascend>;
+    measure_peak_with::<NoCheckpointing>(c, spec, device)
+}
+
+/// [`measure_peak`] under Burn's checkpointing strategy `C` (`BalancedCheckpointing`:
+/// backward recomputes the memory-bound ops' outputs instead of keeping them; whole-model, not
+/// per block).
+pub fn measure_peak_with<C: CheckpointStrategy>(
+    c: &ModelConfig,
+    spec: &PlanSpec,
+    device: &AscendDevice,
+) -> Result<u64, AttnError> {
+    type Ad<C> = Autodiff<Ascend, C>;
     if spec.ranks > 1 || spec.zero > 0 || spec.checkpointing {
         return Err(AttnError::Unsupported(
             "measuring with several ranks, ZeRO or checkpointing (one rank, stage 0 only)".into(),
@@ -297,7 +309,7 @@ pub fn measure_peak(
             ))
         }
     };
-    let model = Transformer::<Ad>::new(c, device)?;
+    let model = Transformer::<Ad<C>>::new(c, device)?;
     materialize(&model);
     let model = match &spec.lora {
         None => model,
@@ -320,8 +332,8 @@ pub fn measure_peak(
     let ids: Vec<i64> = (0..t as i64)
         .map(|i| (i * 31 + 7) % c.vocab_size as i64)
         .collect();
-    let tokens = Tensor::<Ad, 1, Int>::from_data(TensorData::new(ids.clone(), [t]), device);
-    let targets = Tensor::<Ad, 1, Int>::from_data(
+    let tokens = Tensor::<Ad<C>, 1, Int>::from_data(TensorData::new(ids.clone(), [t]), device);
+    let targets = Tensor::<Ad<C>, 1, Int>::from_data(
         TensorData::new(
             ids.iter().map(|i| (i + 1) % c.vocab_size as i64).collect(),
             [t],
@@ -330,7 +342,7 @@ pub fn measure_peak(
     );
     let mut optim = AdamWConfig::new()
         .with_weight_decay(0.1)
-        .init::<Ad, Transformer<Ad>>();
+        .init::<Ad<C>, Transformer<Ad<C>>>();
     let mut peak = 0;
     for step in 0..2 {
         if step == 1 {
