@@ -27,9 +27,10 @@ use super::ddp::materialize;
 use super::lora::{attach, freeze_base, LoraSettings, LoraTarget};
 use super::transformer::{cross_entropy, Transformer};
 
-/// An Atlas A2 / A3 NPU's memory: 64 GB of HBM per Ascend 910B / 910C device (Huawei's Atlas
-/// 800T A2 and Atlas 900 A3 SuperPoD data sheets: "64 GB HBM" per NPU). Counted as 64 GiB
-/// because `npu-smi info` reports 65536 MB per device.
+/// An Atlas A2 / A3 NPU's memory as issue 28 states it: 64 GB of HBM per device (the Ascend
+/// 910B of Huawei's Atlas 800T A2 training server; on an A3 each die of the 910C is one
+/// device). Counted as 64 GiB, not a measured figure: the real usable size is a little lower
+/// (the runtime reserves some), so a plan near the limit should be taken as not fitting.
 pub const ATLAS_NPU_BYTES: u64 = 64 << 30;
 
 /// What to plan for.
