@@ -25,9 +25,10 @@
 //! `--cp N` trains context-parallel (each step's batch split across N ranks; `--check-cp`
 //! compares with one device).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing as Balanced;
 use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
@@ -37,6 +38,7 @@ use burn_ascend::AttentionBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ExampleDevice, FinetuneArgs as Args};
 use burn_ascend_model::budget;
+use burn_ascend_model::checkpoint::save_hf;
 use burn_ascend_model::checkpoint::LoadOptions;
 use burn_ascend_model::cp::{
     replicate, train_context_parallel, Comm, CpBackend, HcclComm, HostComm, RankComms,
@@ -46,6 +48,8 @@ use burn_ascend_model::ddp::{
     materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
 };
 use burn_ascend_model::dispatch::{self, DispatchCounts};
+use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};
+use burn_ascend_model::peft;
 use burn_ascend_model::train::{
     init_model_with, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
 };
@@ -65,7 +69,13 @@ fn main() {
 /// The example on the command line `argv` (its first item the program name); the
 /// integration tests run it in a child process through this.
 pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
-    let args = Args::parse_from(argv);
+    let mut args = Args::parse_from(argv);
+    // LoRA's flags are checked, and a resumed LoRA run's base found, before anything runs.
+    if let Some((base, _)) = lora_of(&args)? {
+        args.checkpoint = Some(base);
+    } else if args.merge_lora {
+        return Err("--merge-lora needs a LoRA run (--lora-rank R)".into());
+    }
     let resume = args.resume;
     let launch = burn_ascend_cann::hccl::LaunchEnv::from_env().map_err(|e| e.to_string())?;
     if args.devices == 0 {
@@ -83,13 +93,30 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
     if args.cp > 1 {
         return run_context_parallel(args);
     }
+    if args.checkpointing && (args.devices > 1 || launch.is_some()) {
+        return Err("unsupported: --checkpointing with data parallelism (one device only)".into());
+    }
     match args.device {
+        ExampleDevice::Sim if args.checkpointing && launch.is_none() => {
+            run_on::<Autodiff<Ascend, Balanced>>(
+                args,
+                AscendDevice::sim(),
+                Some(AscendDevice::sim()),
+                single_device(resume),
+            )
+        }
         ExampleDevice::Cpu if args.dtype.float_dtype().is_some() => {
             Err("--dtype bf16|f16 needs --device sim|ascend (NdArray computes in f32 only)".into())
         }
         ExampleDevice::Cpu if args.devices > 1 => {
             Err("--devices N needs --device sim|ascend (data parallelism runs over HCCL)".into())
         }
+        ExampleDevice::Cpu if args.checkpointing => run_on::<Autodiff<NdArray, Balanced>>(
+            args,
+            Default::default(),
+            None,
+            single_device(resume),
+        ),
         ExampleDevice::Cpu => {
             run_on::<Autodiff<NdArray>>(args, Default::default(), None, single_device(resume))
         }
@@ -133,6 +160,14 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
                 run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer)?;
                 print_ddp(n, gap.get());
                 return Ok(());
+            }
+            if args.checkpointing {
+                return run_on::<Autodiff<Ascend, Balanced>>(
+                    args,
+                    device,
+                    Some(device),
+                    single_device(resume),
+                );
             }
             run_on::<Autodiff<Ascend>>(args, device, Some(device), single_device(resume))
         }
@@ -319,10 +354,7 @@ fn data_parallel<'a>(
         args.out.clone(),
         args.resume,
     );
-    let load = LoadOptions {
-        allow_non_finite_weights: args.allow_non_finite_weights,
-    };
-    let init = init_of(args);
+    let args_of_ranks = args.clone();
     Box::new(move |model0, state, packer, opts, on_step| {
         let err = |e: burn_ascend::AttnError| e.to_string();
         materialize(&model0);
@@ -338,8 +370,7 @@ fn data_parallel<'a>(
                 &device,
                 seed.wrapping_add(i as u64),
             );
-            let (m, _) =
-                init_model_with::<Autodiff<Ascend>>(&init, &out, &device, load).map_err(err)?;
+            let (m, _) = model_of::<Autodiff<Ascend>>(&args_of_ranks, &device)?;
             models.push(m.with_compute_dtype(dtype));
         }
         let run = train_data_parallel(
@@ -423,6 +454,63 @@ fn one_rank_of_launch<'a>(
     })
 }
 
+/// A LoRA run's base checkpoint and, for a fresh run, its adapters' settings (`None`: resume
+/// the adapters in --out). `None` for a full fine-tune.
+fn lora_of(args: &Args) -> Result<Option<(PathBuf, Option<LoraSettings>)>, String> {
+    let saved = args.out.join("adapter_config.json");
+    if args.resume && saved.exists() {
+        let base = match &args.checkpoint {
+            Some(dir) => dir.clone(),
+            None => peft::base_of_run(&args.out).map_err(|e| e.to_string())?,
+        };
+        return Ok(Some((base, None)));
+    }
+    let Some(rank) = args.lora_rank else {
+        return Ok(None);
+    };
+    if args.resume {
+        return Err(format!(
+            "--resume --lora-rank: {} has no adapter_config.json (not a LoRA run)",
+            args.out.display()
+        ));
+    }
+    let Some(base) = args.checkpoint.clone() else {
+        return Err(
+            "--lora-rank needs --checkpoint HF_DIR: the base model the adapters train on".into(),
+        );
+    };
+    let settings = LoraSettings {
+        rank,
+        alpha: args.lora_alpha,
+        dropout: args.lora_dropout,
+        targets: LoraTarget::parse_list(&args.lora_targets, "--lora-targets")
+            .map_err(|e| e.to_string())?,
+        base_model: base.display().to_string(),
+    };
+    settings.validate().map_err(|e| e.to_string())?;
+    Ok(Some((base, Some(settings))))
+}
+
+/// The model and state `args` start from: a LoRA run's frozen base with its adapters, or
+/// `init_model`'s.
+fn model_of<B: AutodiffBackend + AttentionBackend>(
+    args: &Args,
+    device: &B::Device,
+) -> Result<(Transformer<B>, TrainState), String> {
+    match lora_of(args)? {
+        Some((base, settings)) => {
+            peft::init_lora::<B>(&base, settings.as_ref(), args.seed, &args.out, device)
+        }
+        None => {
+            let load = LoadOptions {
+                allow_non_finite_weights: args.allow_non_finite_weights,
+            };
+            init_model_with::<B>(&init_of(args), &args.out, device, load)
+        }
+    }
+    .map_err(|e| e.to_string())
+}
+
 fn init_of(args: &Args) -> Init {
     if args.resume {
         Init::Resume
@@ -452,12 +540,7 @@ where
         }
         _ => Tokenizer::Bytes,
     };
-    let init = init_of(&args);
-    let load = LoadOptions {
-        allow_non_finite_weights: args.allow_non_finite_weights,
-    };
-    let (model, state) =
-        init_model_with::<B>(&init, &args.out, &device, load).map_err(|e| e.to_string())?;
+    let (model, state) = model_of::<B>(&args, &device)?;
     let model = model.with_compute_dtype(args.dtype.float_dtype());
     let config = model.config.clone();
     let budget = args.memory_budget.unwrap_or_else(budget::default_budget);
@@ -563,12 +646,25 @@ where
     let plot = args.out.join(".loss.tmp.png");
     plot_losses(&state.losses, &plot)?;
     std::fs::rename(&plot, args.out.join("loss.png")).map_err(|e| format!("loss.png: {e}"))?;
+    let weights = if lora::settings(&model).is_some() {
+        "adapter_config.json, adapter_model.safetensors"
+    } else {
+        "config.json, model.safetensors"
+    };
     println!(
-        "finetune: {:.0} tokens/s, checkpoint in {} (config.json, model.safetensors, loss.csv, \
-         loss.png; the resumable checkpoint in the folder LATEST names)",
+        "finetune: {:.0} tokens/s, checkpoint in {} ({weights}, loss.csv, loss.png; the \
+         resumable checkpoint in the folder LATEST names)",
         tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9),
         args.out.display()
     );
+    if args.merge_lora {
+        let merged = args.out.join("merged");
+        save_hf(&lora::merge(model.valid()), &merged).map_err(|e| e.to_string())?;
+        println!(
+            "finetune: base with the adapters merged in {}",
+            merged.display()
+        );
+    }
     if !args.no_samples {
         print_samples(model.valid(), &tokenizer, args.seed)?;
     }

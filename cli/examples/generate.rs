@@ -36,6 +36,7 @@ use burn_ascend_model::budget;
 use burn_ascend_model::chat::instruct::{chat_stop_ids, prompt_ids};
 use burn_ascend_model::checkpoint::{eos_token_ids, load_hf_with, LoadOptions};
 use burn_ascend_model::data::SplitMix;
+use burn_ascend_model::peft::load_adapter;
 use burn_ascend_model::{
     generate_batch_until, max_logit_gap, ChatTemplate, Generator, Sampling, Tokenizer,
 };
@@ -81,7 +82,10 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
     let load = LoadOptions {
         allow_non_finite_weights: args.allow_non_finite_weights,
     };
-    let model = load_hf_with::<B>(dir, &device, load).map_err(|e| e.to_string())?;
+    let mut model = load_hf_with::<B>(dir, &device, load).map_err(|e| e.to_string())?;
+    if let Some(adapter) = &args.adapter {
+        model = load_adapter(model, adapter, &device).map_err(|e| e.to_string())?;
+    }
     let tokenizer = if dir.join("tokenizer.json").exists() {
         Tokenizer::from_file(&dir.join("tokenizer.json")).map_err(|e| e.to_string())?
     } else {

@@ -43,6 +43,54 @@ pub enum Command {
     /// The acceptance run on an Atlas NPU.
     #[command(after_help = SELFTEST_HELP)]
     Selftest(SelftestArgs),
+    /// The memory one training rank needs, and whether it fits an Atlas A2 / A3 NPU.
+    ///
+    /// Bytes per rank for weights, gradients, optimizer state, activations and workspace of a
+    /// model config (ours or a Hugging Face config.json), counted as this crate trains
+    /// (checked against the simulation's memory-pool peak: --measure).
+    Plan(PlanArgs),
+}
+
+/// `burn-ascend plan`.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// A config.json (ours or a Hugging Face one); the finetune example's model without it.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Tokens of one rank's packed batch.
+    #[arg(long, value_name = "N", value_parser = at_least_one, default_value_t = 4096, allow_negative_numbers = true)]
+    pub tokens_per_rank: usize,
+    /// Longest sequence (default: --tokens-per-rank).
+    #[arg(long, value_name = "N", value_parser = at_least_one, allow_negative_numbers = true)]
+    pub seq_len: Option<usize>,
+    /// Data-parallel ranks.
+    #[arg(long, value_name = "N", value_parser = at_least_one, default_value_t = 1, allow_negative_numbers = true)]
+    pub ranks: usize,
+    /// Compute dtype (f32 master weights and optimizer state either way).
+    #[arg(long, value_enum, default_value_t = ComputeDtype::Bf16)]
+    pub dtype: ComputeDtype,
+    /// LoRA of this rank (frozen bf16 base); a full fine-tune without it.
+    #[arg(long, value_name = "R", value_parser = at_least_one, allow_negative_numbers = true)]
+    pub lora_rank: Option<usize>,
+    /// The projections LoRA adapts (comma-separated; all-linear for all seven).
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "q_proj,v_proj",
+        requires = "lora_rank"
+    )]
+    pub lora_targets: String,
+    /// ZeRO stage: 1 partitions the optimizer state, 2 the gradients too, 3 the weights too
+    /// (a formula only: training implements stage 0).
+    #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub zero: u8,
+    /// Activation checkpointing per block (a formula only: training keeps every activation).
+    #[arg(long)]
+    pub checkpointing: bool,
+    /// Also run two training steps on the simulated device and print the memory pool's peak
+    /// (one rank, stage 0, no checkpointing; small configs: the simulation computes on the host).
+    #[arg(long)]
+    pub measure: bool,
 }
 
 /// What `run --help` adds after the flags: the names the bundle's tensors and attributes take.
@@ -293,6 +341,45 @@ pub struct FinetuneArgs {
     /// (with --cp N) Also train the first 3 batches on one device and compare.
     #[arg(long)]
     pub check_cp: bool,
+    /// LoRA: train rank-R adapters on a frozen --checkpoint instead of every weight.
+    #[arg(long, value_name = "R", value_parser = at_least_one, allow_negative_numbers = true)]
+    pub lora_rank: Option<usize>,
+    /// LoRA's alpha: the adapters' output is scaled by alpha / R (PEFT's default 8).
+    #[arg(
+        long,
+        value_name = "X",
+        value_parser = positive_finite,
+        default_value_t = 8.0,
+        allow_negative_numbers = true,
+        requires = "lora_rank"
+    )]
+    pub lora_alpha: f64,
+    /// The projections LoRA adapts (comma-separated; all-linear for all seven).
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "q_proj,v_proj",
+        requires = "lora_rank"
+    )]
+    pub lora_targets: String,
+    /// Dropout probability on the adapters' input while training, in [0, 1).
+    #[arg(
+        long,
+        value_name = "P",
+        value_parser = dropout_probability,
+        default_value_t = 0.0,
+        allow_negative_numbers = true,
+        requires = "lora_rank"
+    )]
+    pub lora_dropout: f64,
+    /// After training, also write the base with the adapters merged in (a plain Hugging Face
+    /// checkpoint) to DIR/merged.
+    #[arg(long)]
+    pub merge_lora: bool,
+    /// (one device) Activation checkpointing as Burn's BalancedCheckpointing does it: backward
+    /// recomputes the memory-bound ops' outputs instead of keeping them (whole model).
+    #[arg(long)]
+    pub checkpointing: bool,
 }
 
 /// What `finetune --help` adds after the flags.
@@ -314,6 +401,11 @@ const FINETUNE_HELP: &str = "\
 --check-cp (with --cp N): also trains the first 3 batches on one device and ends with
   `finetune: context-parallel <N> devices, max |Δloss| vs 1 device <x>`
 --profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
+--lora-rank R [--lora-alpha A --lora-targets q_proj,v_proj,... --lora-dropout P] (with
+  --checkpoint HF_DIR): LoRA. The base is frozen (no gradients, no optimizer state; its
+  matrices stored bf16, or bf16-rounded f32 on cpu), only the adapters train; --out gets PEFT's
+  adapter_config.json + adapter_model.safetensors (PEFT loads them; generate --adapter DIR too),
+  --resume continues from them, --merge-lora also writes DIR/merged (base + adapters merged)
 --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
   up to it; --stop-after N stops early (an interrupted run that --resume completes)
 --save-every N: each save is a new folder --out/checkpoints/step-NNNNNN (files fsynced,
@@ -417,6 +509,10 @@ pub struct GenerateArgs {
     /// available host memory.
     #[arg(long, value_parser = byte_size, value_name = "SIZE", allow_hyphen_values = true)]
     pub memory_budget: Option<u64>,
+    /// A LoRA adapter folder in PEFT's format (adapter_config.json + adapter_model.safetensors)
+    /// applied to --checkpoint.
+    #[arg(long, value_name = "DIR")]
+    pub adapter: Option<PathBuf>,
 }
 
 /// The `varlen_train` example.
@@ -454,6 +550,16 @@ fn probability(s: &str) -> Result<f64, String> {
         Ok(x)
     } else {
         Err(format!("must be in (0, 1], got {s}"))
+    }
+}
+
+/// A dropout probability in [0, 1) (`--lora-dropout`: 1 would drop everything).
+fn dropout_probability(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("must be in [0, 1), got {s}"))
     }
 }
 

@@ -17,6 +17,7 @@ pub mod finetune_cp;
 pub mod incre;
 pub mod io;
 pub mod names;
+pub mod plan;
 pub mod prompt;
 pub mod scatter;
 pub mod selftest;
@@ -162,5 +163,6 @@ pub fn main_with_args(args: &[String]) -> Result<(), CliError> {
         args::Command::Run(a) => run_files(&a.op, &a.input, &a.output, a.device),
         args::Command::Bench(a) => bench::main(&a),
         args::Command::Selftest(a) => selftest::main(&a),
+        args::Command::Plan(a) => plan::main(&a),
     }
 }

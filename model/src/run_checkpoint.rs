@@ -38,7 +38,13 @@ pub const CHECKPOINTS: &str = "checkpoints";
 /// The manifest, written last into each step folder.
 pub const MANIFEST: &str = "manifest.json";
 /// The published checkpoint's files copied into `<out>` itself.
-pub const EXPORTED: [&str; 3] = ["config.json", "model.safetensors", "loss.csv"];
+pub const EXPORTED: [&str; 5] = [
+    "config.json",
+    "model.safetensors",
+    "loss.csv",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+];
 const FORMAT: &str = "burn-ascend-checkpoint";
 const VERSION: u32 = 1;
 

@@ -21,6 +21,7 @@ use super::ddp::{concat_batches, GradientSync};
 use super::run_checkpoint::{publish, Published};
 use super::schedule::WarmupCosine;
 use super::transformer::{cross_entropy, Transformer};
+use super::{lora, peft};
 use burn_ascend::{AttentionBackend, AttnError};
 
 /// Where the model starts.
@@ -448,11 +449,18 @@ pub(crate) fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transform
     out: &Path,
     recorder: &NamedMpkBytesRecorder<FullPrecisionSettings>,
 ) -> Result<(), AttnError> {
-    let mut files = hf_files(&model.valid())?;
-    let model_bytes = recorder
-        .record(model.clone().into_record(), ())
-        .map_err(|e| io(Path::new("model.mpk"), e))?;
-    files.push(("model.mpk", model_bytes));
+    let mut files = if lora::settings(model).is_some() {
+        // LoRA: only the adapters, in PEFT's format (the frozen base is the checkpoint the
+        // run started from, named in adapter_config.json).
+        peft::adapter_files(&model.valid())?
+    } else {
+        let mut files = hf_files(&model.valid())?;
+        let model_bytes = recorder
+            .record(model.clone().into_record(), ())
+            .map_err(|e| io(Path::new("model.mpk"), e))?;
+        files.push(("model.mpk", model_bytes));
+        files
+    };
     let optim_bytes = recorder
         .record(optim.to_record(), ())
         .map_err(|e| io(Path::new("optim.mpk"), e))?;

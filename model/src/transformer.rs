@@ -16,6 +16,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 
 use super::config::ModelConfig;
+use super::lora::{adapted, AttentionAdapters, LoraAdapter, MlpAdapters};
 use super::moe::Moe;
 use super::rope::Rope;
 use burn_ascend::{flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions};
@@ -37,6 +38,9 @@ pub struct Attention<B: Backend> {
     pub q_norm: Option<RmsNorm<B>>,
     /// Qwen3's per-head RMSNorm of k over `head_dim`, before RoPE.
     pub k_norm: Option<RmsNorm<B>>,
+    /// LoRA adapters on the projections (`lora.rs`); `None` unless attached (an `Option` so
+    /// that records saved before LoRA existed still load).
+    pub lora: Option<AttentionAdapters<B>>,
 }
 
 /// SwiGLU: `down(silu(gate(x)) · up(x))`.
@@ -48,9 +52,15 @@ pub struct Mlp<B: Backend> {
     pub up_proj: Linear<B>,
     /// `[inter, hidden]`.
     pub down_proj: Linear<B>,
+    /// LoRA adapters on the projections (`lora.rs`); `None` unless attached (see
+    /// [`Attention::lora`]).
+    pub lora: Option<MlpAdapters<B>>,
 }
 
 /// A block's feed-forward part: SwiGLU, or gpt-oss's mixture of experts.
+// The dense variant is the larger since it carries its LoRA slots; a block holds one, built
+// once, so boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Ffn<B: Backend> {
     /// The dense SwiGLU MLP (Llama, Qwen, Mistral, ours).
@@ -164,6 +174,7 @@ impl<B: Backend> Transformer<B> {
                         .then(|| Param::from_tensor(Tensor::zeros([n], device))),
                     q_norm: c.qk_norm.then(|| norm_of(d)),
                     k_norm: c.qk_norm.then(|| norm_of(d)),
+                    lora: None,
                 },
                 post_attention_layernorm: norm(),
                 mlp: match &c.moe {
@@ -172,6 +183,7 @@ impl<B: Backend> Transformer<B> {
                         gate_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
                         up_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
                         down_proj: linear(c.intermediate_size, h, c.mlp_bias, device),
+                        lora: None,
                     }),
                 },
             })
@@ -307,8 +319,18 @@ impl<B: Backend> Transformer<B> {
 impl<B: Backend> Mlp<B> {
     /// SwiGLU.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let g = silu(proj(&self.gate_proj, x.clone()));
-        proj(&self.down_proj, g * proj(&self.up_proj, x))
+        let l = |f: fn(&MlpAdapters<B>) -> &Option<LoraAdapter<B>>| {
+            self.lora.as_ref().and_then(|a| f(a).as_ref())
+        };
+        let gate = |x| proj(&self.gate_proj, x);
+        let up = |x| proj(&self.up_proj, x);
+        let down = |x| proj(&self.down_proj, x);
+        let g = silu(adapted(gate, l(|a| &a.gate_proj), x.clone()));
+        adapted(
+            down,
+            l(|a| &a.down_proj),
+            g * adapted(up, l(|a| &a.up_proj), x),
+        )
     }
 }
 
@@ -322,9 +344,17 @@ impl<B: Backend> Attention<B> {
     ) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
         let t = x.dims()[0];
         let (n, nkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
-        let q = proj(&self.q_proj, x.clone()).reshape([t, n, d]);
-        let k = proj(&self.k_proj, x.clone()).reshape([t, nkv, d]);
-        let v = proj(&self.v_proj, x).reshape([t, nkv, d]);
+        let l = |f: fn(&AttentionAdapters<B>) -> &Option<LoraAdapter<B>>| {
+            self.lora.as_ref().and_then(|a| f(a).as_ref())
+        };
+        let q = adapted(|x| proj(&self.q_proj, x), l(|a| &a.q_proj), x.clone());
+        let k = adapted(|x| proj(&self.k_proj, x), l(|a| &a.k_proj), x.clone());
+        let v = adapted(|x| proj(&self.v_proj, x), l(|a| &a.v_proj), x);
+        let (q, k, v) = (
+            q.reshape([t, n, d]),
+            k.reshape([t, nkv, d]),
+            v.reshape([t, nkv, d]),
+        );
         let q = match &self.q_norm {
             Some(norm) => rms_norm_as_hf(norm, q),
             None => q,
@@ -339,7 +369,9 @@ impl<B: Backend> Attention<B> {
     /// The output projection of attention output `[T, N, D]`.
     pub fn out(&self, o: Tensor<B, 3>) -> Tensor<B, 2> {
         let [t, n, d] = o.dims();
-        proj(&self.o_proj, o.reshape([t, n * d]))
+        let o = o.reshape([t, n * d]);
+        let adapter = self.lora.as_ref().and_then(|a| a.o_proj.as_ref());
+        adapted(|o| proj(&self.o_proj, o), adapter, o)
     }
 
     fn forward_padded(

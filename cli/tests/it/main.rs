@@ -28,6 +28,8 @@ mod model_generate;
 mod model_gpt_oss;
 mod model_hf;
 mod model_kill;
+mod model_lora;
+mod model_plan;
 mod model_refusals;
 mod model_train;
 mod npu;

@@ -23,7 +23,7 @@ use burn_ascend_model::{cross_entropy, ModelConfig, PackedBatch, Packer, Tokeniz
 type B = Autodiff<Ascend>;
 
 /// The mutation switches are process-wide: these tests take turns.
-fn serial() -> MutexGuard<'static, ()> {
+pub(crate) fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -1,0 +1,359 @@
+//! A memory plan for one training rank (issue 28): bytes for the weights, gradients, optimizer
+//! state, activations and workspace of a model config, a token count per rank, a rank count, a
+//! compute precision, LoRA or a full fine-tune, a ZeRO stage and activation checkpointing —
+//! and whether that fits one Atlas A2 / A3 NPU.
+//!
+//! The counts are this crate's implementation, tensor by tensor (see [`plan`]); the peak
+//! follows how backward runs: it frees a layer's saved activations as it produces the layer's
+//! gradients, both roughly linear in the layers done, so the peak is at one end of backward:
+//! `weights + optimizer + max(activations + head workspace, gradients + update workspace)`.
+//! Checked against the Ascend simulation's memory-pool peak in the tests.
+//!
+//! ZeRO (Rajbhandari et al., 2020, as DeepSpeed and MindSpeed's distributed optimizer define
+//! the stages): stage 1 partitions the optimizer state over the ranks, stage 2 the gradients
+//! too, stage 3 the weights too (each layer's weights gathered for its forward and backward:
+//! one layer's worth more of workspace). This crate trains with stage 0 only (issue 28 item
+//! 2 is not built); the formula is here so the plan answers what the stages would need.
+
+use burn::backend::autodiff::checkpoint::strategy::{CheckpointStrategy, NoCheckpointing};
+use burn::backend::Autodiff;
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::tensor::{FloatDType, Int, Tensor, TensorData};
+use burn_ascend::backend::{memory_stats, reset_peak_stats, Ascend, AscendDevice};
+use burn_ascend::AttnError;
+
+use super::config::ModelConfig;
+use super::ddp::materialize;
+use super::lora::{attach, freeze_base, LoraSettings, LoraTarget};
+use super::transformer::{cross_entropy, Transformer};
+
+/// An Atlas A2 / A3 NPU's memory as issue 28 states it: 64 GB of HBM per device (the Ascend
+/// 910B of Huawei's Atlas 800T A2 training server; on an A3 each die of the 910C is one
+/// device). Counted as 64 GiB, not a measured figure: the real usable size is a little lower
+/// (the runtime reserves some), so a plan near the limit should be taken as not fitting.
+pub const ATLAS_NPU_BYTES: u64 = 64 << 30;
+
+/// What to plan for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanSpec {
+    /// Tokens of one rank's packed batch.
+    pub tokens_per_rank: usize,
+    /// Longest sequence (the attention operators keep O(tokens) state, so it changes only the
+    /// report).
+    pub seq_len: usize,
+    /// Data-parallel ranks.
+    pub ranks: usize,
+    /// Bytes per element of the compute dtype: 4 (f32) or 2 (bf16 / f16 mixed precision).
+    pub compute_bytes: usize,
+    /// LoRA rank and targets; `None`: every weight trains.
+    pub lora: Option<(usize, Vec<LoraTarget>)>,
+    /// ZeRO stage 0–3.
+    pub zero: u8,
+    /// Activation checkpointing per block (only each block's input kept).
+    pub checkpointing: bool,
+}
+
+/// Bytes per rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryPlan {
+    /// Parameters as stored (f32 master weights; a LoRA base's matrices bf16, its adapters f32).
+    pub weights: u64,
+    /// Gradients (f32; the adapters' only under LoRA).
+    pub gradients: u64,
+    /// AdamW's two f32 moments.
+    pub optimizer: u64,
+    /// Tensors kept for backward.
+    pub activations: u64,
+    /// The larger of the two ends of backward's transients: the loss head's at its start, the
+    /// optimizer update's (and ZeRO-3's gathered layer) at its end; plus compute-dtype copies
+    /// of the weights that backward keeps.
+    pub workspace: u64,
+    /// Highest total over the step (see the module docs).
+    pub peak: u64,
+}
+
+impl MemoryPlan {
+    /// Whether the peak fits one Atlas A2 / A3 NPU.
+    pub fn fits_atlas(&self) -> bool {
+        self.peak <= ATLAS_NPU_BYTES
+    }
+}
+
+/// Parameter counts by how they are stored.
+struct Counts {
+    /// The blocks' projection matrices, experts and router, and the output head.
+    matrices: u64,
+    /// Embedding table, norms, biases, sinks.
+    other: u64,
+    /// One block's parameters.
+    layer: u64,
+}
+
+fn counts(c: &ModelConfig) -> Counts {
+    let total = c.num_params() as u64;
+    let (h, v) = (c.hidden_size as u64, c.vocab_size as u64);
+    let (n, nkv, d) = (
+        c.num_attention_heads as u64,
+        c.num_key_value_heads as u64,
+        c.head_dim as u64,
+    );
+    let i = c.intermediate_size as u64;
+    let attn = 2 * h * n * d + 2 * h * nkv * d;
+    let mlp = match &c.moe {
+        Some(m) => m.num_local_experts as u64 * (3 * h * i + h),
+        None => 3 * h * i,
+    };
+    let head = if c.tie_word_embeddings { 0 } else { v * h };
+    let matrices = c.num_hidden_layers as u64 * (attn + mlp) + head;
+    let layer = (total - v * h - h - head) / c.num_hidden_layers.max(1) as u64;
+    Counts {
+        matrices,
+        other: total - matrices,
+        layer,
+    }
+}
+
+/// `(in, out)` of `t`'s projection.
+fn dims(c: &ModelConfig, t: LoraTarget) -> (u64, u64) {
+    let (h, i) = (c.hidden_size as u64, c.intermediate_size as u64);
+    let (q, kv) = (
+        (c.num_attention_heads * c.head_dim) as u64,
+        (c.num_key_value_heads * c.head_dim) as u64,
+    );
+    match t {
+        LoraTarget::QProj => (h, q),
+        LoraTarget::KProj | LoraTarget::VProj => (h, kv),
+        LoraTarget::OProj => (q, h),
+        LoraTarget::GateProj | LoraTarget::UpProj => (h, i),
+        LoraTarget::DownProj => (i, h),
+    }
+}
+
+/// The plan of `spec` for `c`.
+pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
+    let k = counts(c);
+    let ranks = spec.ranks.max(1) as u64;
+    let e = spec.compute_bytes as u64;
+    let t = spec.tokens_per_rank as u64;
+    let layers = c.num_hidden_layers as u64;
+    let (h, v, i) = (
+        c.hidden_size as u64,
+        c.vocab_size as u64,
+        c.intermediate_size as u64,
+    );
+    let (q, kv, heads) = (
+        (c.num_attention_heads * c.head_dim) as u64,
+        (c.num_key_value_heads * c.head_dim) as u64,
+        c.num_attention_heads as u64,
+    );
+    let by_zero = |bytes: u64, from_stage: u8| {
+        if spec.zero >= from_stage {
+            bytes.div_ceil(ranks)
+        } else {
+            bytes
+        }
+    };
+    let attention_adapted = spec.lora.as_ref().is_none_or(|(_, s)| {
+        s.iter()
+            .any(|t| matches!(t, LoraTarget::QProj | LoraTarget::KProj | LoraTarget::VProj))
+    });
+    let (weights, trained, weight_copies) = match &spec.lora {
+        None => {
+            // f32 master weights; under mixed precision each matrix's compute-dtype copy is
+            // kept by its matmul for backward.
+            let copies = if e < 4 { e * k.matrices } else { 0 };
+            (4 * (k.matrices + k.other), k.matrices + k.other, copies)
+        }
+        Some((r, targets)) => {
+            let adapters: u64 = targets
+                .iter()
+                .map(|&tg| {
+                    let (a, b) = dims(c, tg);
+                    *r as u64 * (a + b)
+                })
+                .sum::<u64>()
+                * layers;
+            // The frozen matrices in bf16; cast to f32 for f32 compute, and those copies are
+            // kept by the matmuls whose input requires a gradient (all but layer 0's q/k/v).
+            // Without a q/k/v adapter nothing before layer 0's o_proj requires a gradient,
+            // so its o_proj keeps no copy either.
+            let attn0 = if attention_adapted {
+                h * (q + 2 * kv)
+            } else {
+                2 * h * (q + kv)
+            };
+            let copies = if e == 4 { 4 * (k.matrices - attn0) } else { 0 };
+            (
+                2 * k.matrices + 4 * k.other + 4 * adapters,
+                adapters,
+                copies,
+            )
+        }
+    };
+    let weights = by_zero(weights, 3);
+    let gradients = by_zero(4 * trained, 2);
+    let optimizer = by_zero(8 * trained, 1);
+    let full = spec.lora.is_none();
+    let lora_has = |ts: &[LoraTarget]| {
+        spec.lora
+            .as_ref()
+            .is_some_and(|(_, s)| ts.iter().any(|t| s.contains(t)))
+    };
+    // Per block and token, the bytes backward keeps (see the module docs for the rule: an op
+    // keeps an input only when the gradient of another input needs it, so frozen weights
+    // keep fewer):
+    // - the residual stream at the block's input and middle (f32), which the norms keep;
+    //   with trained norm weights also the normalised inputs (f32), and the norms' outputs
+    //   in the compute dtype where a trained matrix (or an adapter) reads them;
+    // - attention's q and k after RoPE, v, its output, and its softmax max and sum
+    //   (`[T, N, 8]` f32 each, CANN's layout);
+    // - SwiGLU's gate, sigmoid, silu and up, and their product where down_proj trains;
+    // - each adapter's rank-r intermediate.
+    let adapter_rank = spec
+        .lora
+        .as_ref()
+        .map_or(0, |(r, ts)| (*r * ts.len()) as u64);
+    let norm_outputs = if full {
+        2
+    } else {
+        use LoraTarget::*;
+        lora_has(&[QProj, KProj, VProj]) as u64 + lora_has(&[GateProj, UpProj]) as u64
+    };
+    let mlp_product = full || lora_has(&[LoraTarget::DownProj]);
+    let mlp_per_token = match &c.moe {
+        // gpt-oss's experts (moe.rs), per routed token: the gathered input and the weighted
+        // output (h each; the input only where the experts train), gate and up before and
+        // after the clamp, the sigmoid, (up + 1), the GLU and their product (i each; the
+        // product only where the experts train). Not measured: the pool check is on dense
+        // models.
+        Some(m) => {
+            let per = if full { 7 * i + 2 * h } else { 6 * i + h };
+            e * m.num_experts_per_tok as u64 * per
+        }
+        None => e * (4 + mlp_product as u64) * i,
+    };
+    let per_token = 4 * (2 * h + if full { 2 * h } else { 0 })
+        + e * norm_outputs * h
+        + e * (2 * q + 2 * kv)
+        + 2 * 8 * 4 * heads
+        + mlp_per_token
+        + e * adapter_rank;
+    let block = t * per_token;
+    // Without a q/k/v adapter, layer 0's attention runs on tensors that require no gradient:
+    // it keeps neither its inputs nor the residual stream at the block's input.
+    let untracked0 = if attention_adapted {
+        0
+    } else {
+        t * (4 * h + e * (2 * q + 2 * kv) + 2 * 8 * 4 * heads)
+    };
+    // The final norm's input (f32), with trained weights its normalised input (f32) and output
+    // (compute dtype), and log-softmax's exponentials (f32).
+    let head = t * (4 * h + if full { (4 + e) * h } else { 0 } + 4 * v);
+    let activations = if spec.checkpointing {
+        // Each block's input, and one block recomputed at a time.
+        layers * t * 4 * h + block + head
+    } else {
+        layers * block + head - untracked0
+    };
+    // Backward's start: three `[T, V]` f32 gradients at once through log-softmax (the
+    // gather's, the exponentials' product, the logits'); its end: AdamW's new moments and
+    // parameter beside the old ones for the largest trained tensor.
+    let largest = if full { v * h } else { 0 };
+    let start = 3 * 4 * t * v;
+    let end = 3 * 4 * largest + if spec.zero >= 3 { 4 * k.layer } else { 0 };
+    let workspace = start.max(end) + weight_copies;
+    let peak = weights + optimizer + weight_copies + (activations + start).max(gradients + end);
+    MemoryPlan {
+        weights,
+        gradients,
+        optimizer,
+        activations,
+        workspace,
+        peak,
+    }
+}
+
+/// The memory pool's peak of allocated bytes on `device` (an `Ascend` device: the simulation
+/// or an NPU) over the second of two training steps of `spec` on a randomly initialised model
+/// of `c` — after the first step, so AdamW's state exists, as in every later step. The token
+/// ids are arbitrary (memory does not depend on them); sequences of `seq_len` tokens.
+/// Only what this crate trains is measured: one rank, ZeRO stage 0, no checkpointing.
+pub fn measure_peak(
+    c: &ModelConfig,
+    spec: &PlanSpec,
+    device: &AscendDevice,
+) -> Result<u64, AttnError> {
+    measure_peak_with::<NoCheckpointing>(c, spec, device)
+}
+
+/// [`measure_peak`] under Burn's checkpointing strategy `C` (`BalancedCheckpointing`:
+/// backward recomputes the memory-bound ops' outputs instead of keeping them; whole-model, not
+/// per block).
+pub fn measure_peak_with<C: CheckpointStrategy>(
+    c: &ModelConfig,
+    spec: &PlanSpec,
+    device: &AscendDevice,
+) -> Result<u64, AttnError> {
+    type Ad<C> = Autodiff<Ascend, C>;
+    if spec.ranks > 1 || spec.zero > 0 || spec.checkpointing {
+        return Err(AttnError::Unsupported(
+            "measuring with several ranks, ZeRO or checkpointing (one rank, stage 0 only)".into(),
+        ));
+    }
+    let dtype = match spec.compute_bytes {
+        4 => None,
+        2 => Some(FloatDType::BF16),
+        b => {
+            return Err(AttnError::invalid(
+                "--dtype",
+                format!("compute bytes must be 4 or 2, got {b}"),
+            ))
+        }
+    };
+    let model = Transformer::<Ad<C>>::new(c, device)?;
+    materialize(&model);
+    let model = match &spec.lora {
+        None => model,
+        Some((rank, targets)) => {
+            let s = LoraSettings {
+                rank: *rank,
+                alpha: 2.0 * *rank as f64,
+                dropout: 0.0,
+                targets: targets.clone(),
+                base_model: String::new(),
+            };
+            freeze_base(attach(model, &s, 0, device)?)
+        }
+    };
+    let mut model = model.with_compute_dtype(dtype);
+    let t = spec.tokens_per_rank;
+    let seq = spec.seq_len.clamp(1, t.max(1));
+    let mut cu: Vec<i64> = (0..t).step_by(seq).map(|s| s as i64).collect();
+    cu.push(t as i64);
+    let ids: Vec<i64> = (0..t as i64)
+        .map(|i| (i * 31 + 7) % c.vocab_size as i64)
+        .collect();
+    let tokens = Tensor::<Ad<C>, 1, Int>::from_data(TensorData::new(ids.clone(), [t]), device);
+    let targets = Tensor::<Ad<C>, 1, Int>::from_data(
+        TensorData::new(
+            ids.iter().map(|i| (i + 1) % c.vocab_size as i64).collect(),
+            [t],
+        ),
+        device,
+    );
+    let mut optim = AdamWConfig::new()
+        .with_weight_decay(0.1)
+        .init::<Ad<C>, Transformer<Ad<C>>>();
+    let mut peak = 0;
+    for step in 0..2 {
+        if step == 1 {
+            reset_peak_stats(device);
+        }
+        let logits = model.forward_packed(tokens.clone(), &cu)?;
+        let loss = cross_entropy(logits, targets.clone());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(1e-4, model, grads);
+        peak = memory_stats(device).peak_allocated_bytes as u64;
+    }
+    Ok(peak)
+}
