@@ -456,7 +456,8 @@ fn cp_2_by_data_parallel_2_trains_as_one_device_on_the_global_batch() {
     )
     .unwrap();
     // Checkpoints record the data-parallel ranks only (the CP degree is not part of them).
-    let saved = TrainState::load(&dir.join("cp")).unwrap();
+    let published = burn_ascend_model::run_checkpoint::Published::open(&dir.join("cp")).unwrap();
+    let saved = TrainState::load(&published.dir).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!((cp_state.step, saved.devices), (3, 2));
     let gap = cp_state

@@ -284,15 +284,21 @@ fn lora_finetuning_lowers_the_loss_and_leaves_the_base_bit_identical() {
     eprintln!("LoRA losses {l:?}");
     assert!(l[7] < 0.8 * l[0], "loss did not fall: {l:?}");
     assert_eq!(base_weights(&model), before, "a base weight changed");
-    // Only the adapters were saved, in PEFT's format.
+    // Only the adapters were saved, in PEFT's format, in the published checkpoint (and
+    // exported into the run's folder for `generate --adapter`).
+    let published = burn_ascend_model::run_checkpoint::Published::open(out.path()).unwrap();
     for f in [
         "adapter_config.json",
         "adapter_model.safetensors",
         "optim.mpk",
         "state.json",
     ] {
-        assert!(out.path().join(f).exists(), "{f} missing");
+        assert!(published.dir.join(f).exists(), "{f} missing");
     }
+    for f in ["adapter_config.json", "adapter_model.safetensors"] {
+        assert!(out.path().join(f).exists(), "{f} not exported");
+    }
+    assert!(!published.dir.join("model.safetensors").exists());
     assert!(!out.path().join("model.safetensors").exists());
 }
 
