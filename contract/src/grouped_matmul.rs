@@ -230,7 +230,8 @@ impl GroupedMatmulSpec {
                         "must be [g, N] = [{g}, {n}], got {b:?}"
                     );
                     let bd = s.dtypes[2];
-                    let ok = bd == Some(xd) || (xd != DataType::Double && bd == Some(DataType::Float));
+                    let ok =
+                        bd == Some(xd) || (xd != DataType::Double && bd == Some(DataType::Float));
                     ensure!(
                         ok,
                         "biasOptional",
@@ -384,7 +385,11 @@ mod tests {
         assert_eq!(param(neg.sizes(0).unwrap_err()), "groupListOptional");
         let mut neg = GroupedMatmulSpec::from_counts(&[1]);
         neg.group_list[0] = -1;
-        assert!(neg.sizes(0).unwrap_err().to_string().contains("non-negative"));
+        assert!(neg
+            .sizes(0)
+            .unwrap_err()
+            .to_string()
+            .contains("non-negative"));
     }
 
     #[test]
@@ -435,7 +440,13 @@ mod tests {
             GroupListType::from_attr(2),
             Err(AttnError::Unsupported(_))
         ));
-        assert_eq!(GroupType::from_attr(7).unwrap_err().param(), Some("groupType"));
-        assert!(matches!(GroupType::from_attr(-1), Err(AttnError::Unsupported(_))));
+        assert_eq!(
+            GroupType::from_attr(7).unwrap_err().param(),
+            Some("groupType")
+        );
+        assert!(matches!(
+            GroupType::from_attr(-1),
+            Err(AttnError::Unsupported(_))
+        ));
     }
 }
