@@ -18,7 +18,9 @@ use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 use super::config::ModelConfig;
 use super::moe::Moe;
 use super::rope::Rope;
-use burn_ascend::{flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions};
+use burn_ascend::{
+    flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions, GroupedMatmulBackend,
+};
 
 /// Grouped-query attention with optional learned per-head sinks.
 #[derive(Module, Debug)]
@@ -75,7 +77,9 @@ impl<B: Backend> Ffn<B> {
             Self::Dense(_) => None,
         }
     }
+}
 
+impl<B: GroupedMatmulBackend> Ffn<B> {
     /// `x [T, hidden]` → `[T, hidden]`.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         match self {
