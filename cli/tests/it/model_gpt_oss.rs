@@ -26,6 +26,7 @@ use burn::nn::Linear;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Element, Int, Tensor, TensorData};
 use burn_ascend::backend::{Ascend, AscendDevice};
+use burn_ascend::GroupedMatmulBackend;
 use burn_ascend_model::moe::Moe;
 use burn_ascend_model::{ModelConfig, Transformer};
 use safetensors::{Dtype, SafeTensors};
@@ -41,6 +42,9 @@ const MOE_GRADS: f32 = 2e-5;
 const FD_STEP: f64 = 1e-6;
 const FD_ABS: f64 = 1e-7;
 const FD_REL: f64 = 1e-6;
+
+/// The aclnn op the experts' matmuls dispatch to on `Ascend`.
+const GMM: &str = "aclnnGroupedMatmulV4";
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/hf");
 
@@ -159,7 +163,7 @@ struct Run {
     grads: Vec<Vec<f64>>,
 }
 
-fn run<A: AutodiffBackend>(
+fn run<A: AutodiffBackend + GroupedMatmulBackend>(
     params: &[(Vec<f64>, Vec<usize>)],
     (x, xs): &(Vec<f64>, Vec<usize>),
     (w, ws): &(Vec<f64>, Vec<usize>),
@@ -199,7 +203,10 @@ fn run<A: AutodiffBackend>(
     }
 }
 
-fn moe_block_matches_transformers<A: AutodiffBackend>(device: &A::Device, backend: &str) {
+fn moe_block_matches_transformers<A: AutodiffBackend + GroupedMatmulBackend>(
+    device: &A::Device,
+    backend: &str,
+) {
     let bytes = block_bytes();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let params = fixture_params(&st);
@@ -241,7 +248,15 @@ fn the_moe_block_computes_transformers_output_routing_and_gradients_on_ndarray()
 
 #[test]
 fn the_moe_block_computes_transformers_output_routing_and_gradients_on_ascend_simulation() {
+    let before = burn_ascend_acl_sim::launches(GMM);
     moe_block_matches_transformers::<Autodiff<Ascend>>(&AscendDevice::sim(), "Ascend sim");
+    // gate_up and down forward, and per projection dx, dW and dbias in the backward: every
+    // expert matmul ran as the aclnn op (the counter is this thread's).
+    assert_eq!(
+        burn_ascend_acl_sim::launches(GMM) - before,
+        8,
+        "{GMM} launches"
+    );
 }
 
 #[test]
