@@ -282,7 +282,7 @@ impl<B: AttentionBackend> Transformer<B> {
     }
 }
 
-impl<B: Backend> Transformer<B> {
+impl<B: GroupedMatmulBackend> Transformer<B> {
     /// Logits `[B, S, V]` of a padded batch `tokens [B, S]` whose row `b` holds `lengths[b]`
     /// real tokens, attention composed of Burn ops (matmul, mask, softmax with the sink as an
     /// extra column). Rows past a length produce unspecified logits.
