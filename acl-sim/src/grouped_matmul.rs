@@ -220,7 +220,13 @@ pub(crate) unsafe extern "C" fn grouped_matmul_v4(
         let n = match group_type {
             0 => {
                 rank(&w, "weight", 3)?;
-                if w.dims[0] != g || w.dims[1] != k {
+                if w.dims[0] != g {
+                    return invalid(format!(
+                        "{OP}: groupListOptional holds {g} groups but weight {:?} has {}",
+                        w.dims, w.dims[0]
+                    ));
+                }
+                if w.dims[1] != k {
                     return invalid(format!(
                         "{OP}: weight must be [g, K, N] = [{g}, {k}, N], got {:?}",
                         w.dims
