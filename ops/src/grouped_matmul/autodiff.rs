@@ -30,16 +30,26 @@ struct GroupedMatmulState<B: GroupedMatmulBackend> {
     spec: GroupedMatmulSpec,
 }
 
-/// The gradients of `y = grouped_matmul(x, weight, bias)` (groupType 0) given `dy [M, N]`:
-/// `(dx [M, K], dW [g, K, N], dbias [g, N] in the bias's dtype)`, each by the inner backend's
-/// grouped matmul.
+/// The gradients of a groupType-0 grouped matmul.
+#[derive(Debug, Clone)]
+pub struct GroupedMatmulGrads<B: GroupedMatmulBackend> {
+    /// `[M, K]`.
+    pub dx: FloatTensor<B>,
+    /// `[g, K, N]`.
+    pub dweight: FloatTensor<B>,
+    /// `[g, N]` in the bias's dtype, when there was a bias.
+    pub dbias: Option<FloatTensor<B>>,
+}
+
+/// The gradients of `y = grouped_matmul(x, weight, bias)` (groupType 0) given `dy [M, N]`, each
+/// by the inner backend's grouped matmul.
 pub fn grouped_matmul_grads<B: GroupedMatmulBackend>(
     dy: FloatTensor<B>,
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
     bias_dtype: Option<DType>,
     spec: &GroupedMatmulSpec,
-) -> Result<(FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>)> {
+) -> Result<GroupedMatmulGrads<B>> {
     let m_spec = spec.with_group_type(GroupType::M);
     let k_spec = spec.with_group_type(GroupType::K);
     let weight_t = B::float_swap_dims(weight, 1, 2);
@@ -63,7 +73,11 @@ pub fn grouped_matmul_grads<B: GroupedMatmulBackend>(
         }
         None => None,
     };
-    Ok((dx, dw, dbias))
+    Ok(GroupedMatmulGrads {
+        dx,
+        dweight: dw,
+        dbias,
+    })
 }
 
 impl<B: GroupedMatmulBackend> Backward<B, 3> for GroupedMatmulBackward {
@@ -78,10 +92,10 @@ impl<B: GroupedMatmulBackend> Backward<B, 3> for GroupedMatmulBackward {
         let dy = grads.consume::<B>(&ops.node);
         let s = ops.state;
         // The forward validated the same shapes, so a failure here is a backend fault.
-        let (dx, dw, dbias) = grouped_matmul_grads::<B>(dy, s.x, s.weight, s.bias_dtype, &s.spec)
+        let g = grouped_matmul_grads::<B>(dy, s.x, s.weight, s.bias_dtype, &s.spec)
             .unwrap_or_else(|e| panic!("grouped matmul backward failed: {e}"));
         let [px, pw, pb] = ops.parents;
-        for (parent, grad) in [(px, Some(dx)), (pw, Some(dw)), (pb, dbias)] {
+        for (parent, grad) in [(px, Some(g.dx)), (pw, Some(g.dweight)), (pb, g.dbias)] {
             if let (Some(node), Some(grad)) = (parent, grad) {
                 grads.register::<B>(node.id, grad);
             }
