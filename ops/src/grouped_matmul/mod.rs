@@ -98,6 +98,3 @@ pub fn grouped_matmul_k<B: GroupedMatmulBackend>(
     )?;
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out)))
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,5 +1,6 @@
-//! The grouped matmul on `NdArray` against the f64 reference, its `Autodiff` backward against
-//! central finite differences in f64, and its refusals.
+//! The grouped matmul: the contract's rules (each refusal naming the aclnn parameter), the op on
+//! `NdArray` against the f64 reference, its `Autodiff` backward against central finite
+//! differences in f64, and its refusals through the public function.
 //!
 //! Tolerances: forward in f32 against the f64 reference, `1e-5` absolute (inputs in [-1, 1],
 //! K ≤ 8: a few f32 ulps of the largest output); f64 gradients against central differences of
@@ -11,7 +12,12 @@ use burn::tensor::{DType, Tensor, TensorData};
 
 use burn_ascend_kernels::reference::grouped_matmul::{grouped_matmul_k, grouped_matmul_m};
 
-use super::{grouped_matmul, grouped_matmul_k as gmm_k, GroupListType, GroupedMatmulSpec};
+use burn_ascend_contract::DataType;
+use burn_ascend_ops::grouped_matmul::{
+    grouped_matmul, grouped_matmul_k as gmm_k, GroupListType, GroupType, GroupedMatmulShapes,
+    GroupedMatmulSpec,
+};
+use burn_ascend_ops::AttnError;
 
 type F32 = NdArray<f32>;
 type F64 = NdArray<f64>;
@@ -179,7 +185,7 @@ fn grouped_matmul_gradients_equal_central_finite_differences_in_f64() {
 fn grouped_matmul_refuses_bad_input_naming_the_aclnn_parameter() {
     let x = || t::<F32, 2>(&values(6, 1), [3, 2], DType::F32);
     let w = || t::<F32, 3>(&values(8, 2), [2, 2, 2], DType::F32);
-    let param = |r: crate::error::Result<Tensor<F32, 2>>| r.unwrap_err().param();
+    let param = |r: burn_ascend_ops::Result<Tensor<F32, 2>>| r.unwrap_err().param();
     let short = GroupedMatmulSpec::from_counts(&[1, 1]);
     assert_eq!(
         param(grouped_matmul(x(), w(), None, &short)),
@@ -198,4 +204,133 @@ fn grouped_matmul_refuses_bad_input_naming_the_aclnn_parameter() {
         param(grouped_matmul(x(), w(), None, &three)),
         Some("groupListOptional")
     );
+}
+
+// ---- the contract
+
+fn contract_shapes(x: &[usize], w: &[usize], b: Option<&[usize]>) -> GroupedMatmulShapes {
+    GroupedMatmulShapes {
+        x: x.to_vec(),
+        weight: w.to_vec(),
+        bias: b.map(<[usize]>::to_vec),
+        dtypes: [
+            Some(DataType::Float),
+            Some(DataType::Float),
+            b.map(|_| DataType::Float),
+        ],
+    }
+}
+
+fn param(e: AttnError) -> &'static str {
+    e.param().unwrap_or("none")
+}
+
+#[test]
+fn cumsum_and_count_lists_give_the_same_group_sizes() {
+    let count = GroupedMatmulSpec::from_counts(&[3, 0, 4]);
+    let cumsum = GroupedMatmulSpec {
+        group_list: vec![3, 3, 7],
+        group_list_type: GroupListType::Cumsum,
+        ..count.clone()
+    };
+    assert_eq!(count.sizes(7).unwrap(), vec![3, 0, 4]);
+    assert_eq!(cumsum.sizes(7).unwrap(), vec![3, 0, 4]);
+    let d = count
+        .validate(&contract_shapes(&[7, 5], &[3, 5, 2], Some(&[3, 2])))
+        .unwrap();
+    assert_eq!((d.m, d.k, d.n, d.starts()), (7, 5, 2, vec![0, 3, 3]));
+}
+
+#[test]
+fn a_group_list_that_does_not_cover_the_split_axis_is_refused_naming_it() {
+    let s = GroupedMatmulSpec::from_counts(&[3, 3]);
+    let e = s
+        .validate(&contract_shapes(&[7, 5], &[2, 5, 2], None))
+        .unwrap_err();
+    assert_eq!(param(e), "groupListOptional");
+    let dec = GroupedMatmulSpec {
+        group_list: vec![4, 3],
+        group_list_type: GroupListType::Cumsum,
+        group_type: GroupType::M,
+    };
+    let e = dec.sizes(4).unwrap_err();
+    assert!(e.to_string().contains("non-decreasing"), "{e}");
+    let neg = GroupedMatmulSpec::from_counts(&[]);
+    assert_eq!(param(neg.sizes(0).unwrap_err()), "groupListOptional");
+    let mut neg = GroupedMatmulSpec::from_counts(&[1]);
+    neg.group_list[0] = -1;
+    assert!(neg
+        .sizes(0)
+        .unwrap_err()
+        .to_string()
+        .contains("non-negative"));
+}
+
+#[test]
+fn shape_and_dtype_faults_are_refused_naming_the_aclnn_parameter() {
+    let s = GroupedMatmulSpec::from_counts(&[2, 1]);
+    let cases: [(GroupedMatmulShapes, &str); 5] = [
+        (contract_shapes(&[3, 4, 1], &[2, 4, 2], None), "x"),
+        (contract_shapes(&[3, 4], &[2, 5, 2], None), "weight"),
+        (
+            contract_shapes(&[3, 4], &[3, 4, 2], None),
+            "groupListOptional",
+        ),
+        (
+            contract_shapes(&[3, 4], &[2, 4, 2], Some(&[2, 3])),
+            "biasOptional",
+        ),
+        (
+            GroupedMatmulShapes {
+                dtypes: [Some(DataType::Bf16), Some(DataType::Float), None],
+                ..contract_shapes(&[3, 4], &[2, 4, 2], None)
+            },
+            "weight",
+        ),
+    ];
+    for (sh, want) in cases {
+        assert_eq!(param(s.validate(&sh).unwrap_err()), want, "{sh:?}");
+    }
+    let int = GroupedMatmulShapes {
+        dtypes: [Some(DataType::Int32), Some(DataType::Int32), None],
+        ..contract_shapes(&[3, 4], &[2, 4, 2], None)
+    };
+    assert_eq!(param(s.validate(&int).unwrap_err()), "x");
+    let k = s.with_group_type(GroupType::K);
+    let e = k
+        .validate(&contract_shapes(&[4, 3], &[3, 2], Some(&[2, 2])))
+        .unwrap_err();
+    assert_eq!(param(e), "biasOptional");
+    assert_eq!(
+        k.validate(&contract_shapes(&[4, 3], &[3, 2], None))
+            .unwrap()
+            .n,
+        2
+    );
+}
+
+#[test]
+fn attributes_round_trip_and_unknown_values_are_refused() {
+    for t in [GroupListType::Cumsum, GroupListType::Count] {
+        assert_eq!(GroupListType::from_attr(t.as_attr()).unwrap(), t);
+    }
+    for t in [GroupType::M, GroupType::K] {
+        assert_eq!(GroupType::from_attr(t.as_attr()).unwrap(), t);
+    }
+    assert_eq!(
+        GroupListType::from_attr(5).unwrap_err().param(),
+        Some("groupListType")
+    );
+    assert!(matches!(
+        GroupListType::from_attr(2),
+        Err(AttnError::Unsupported(_))
+    ));
+    assert_eq!(
+        GroupType::from_attr(7).unwrap_err().param(),
+        Some("groupType")
+    );
+    assert!(matches!(
+        GroupType::from_attr(-1),
+        Err(AttnError::Unsupported(_))
+    ));
 }
