@@ -23,7 +23,7 @@ use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, IndexingUpdateOp, Int, Tensor, TensorData};
 
-use burn_ascend::{grouped_matmul, GroupedMatmulBackend, GroupedMatmulSpec};
+use burn_ascend::{grouped_matmul, AttnError, GroupedMatmulBackend, GroupedMatmulSpec};
 
 use crate::config::MoeConfig;
 
@@ -151,12 +151,15 @@ impl<B: GroupedMatmulBackend> Moe<B> {
     /// `x` rows grouped by expert and the group list (the experts' token counts, groupListType
     /// 1); gate_up and down are then one call each with the stacked `[E, ·, ·]` weights and
     /// `[E, ·]` biases.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    ///
+    /// A grouped matmul's refusal (expert weights of shapes that disagree, which loading
+    /// checks first) comes back as its typed [`AttnError`].
+    pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         let [t, h] = x.dims();
         let dt = x.dtype();
         let device = x.device();
         if t == 0 {
-            return Tensor::<B, 2>::zeros([0, h], &device).cast(dt);
+            return Ok(Tensor::<B, 2>::zeros([0, h], &device).cast(dt));
         }
         let routing = self.route(x.clone());
         let k = self.top_k;
@@ -172,8 +175,7 @@ impl<B: GroupedMatmulBackend> Moe<B> {
             self.gate_up_proj.val().cast(dt),
             Some(self.gate_up_proj_bias.val().cast(dt)),
             &spec,
-        )
-        .unwrap_or_else(|err| panic!("moe gate_up_proj: {err}"))
+        )?
         .reshape([rows, inter, 2]);
         // `gate_up[..., ::2]`, `gate_up[..., 1::2]`: interleaved, not halves.
         let gate = gate_up
@@ -191,13 +193,12 @@ impl<B: GroupedMatmulBackend> Moe<B> {
             self.down_proj.val().cast(dt),
             Some(self.down_proj_bias.val().cast(dt)),
             &spec,
-        )
-        .unwrap_or_else(|err| panic!("moe down_proj: {err}"));
+        )?;
         let weights = routing.weights.reshape([rows]).select(0, slots);
         let y = y * weights.reshape([rows, 1]);
-        Tensor::<B, 2>::zeros([t, h], &device)
+        Ok(Tensor::<B, 2>::zeros([t, h], &device)
             .cast(dt)
-            .select_assign(0, tokens, y, IndexingUpdateOp::Add)
+            .select_assign(0, tokens, y, IndexingUpdateOp::Add))
     }
 }
 

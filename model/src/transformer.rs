@@ -80,10 +80,10 @@ impl<B: Backend> Ffn<B> {
 }
 
 impl<B: GroupedMatmulBackend> Ffn<B> {
-    /// `x [T, hidden]` → `[T, hidden]`.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    /// `x [T, hidden]` → `[T, hidden]`; the experts' grouped matmuls can refuse (typed).
+    pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         match self {
-            Self::Dense(m) => m.forward(x),
+            Self::Dense(m) => Ok(m.forward(x)),
             Self::Experts(m) => m.forward(x),
         }
     }
@@ -276,7 +276,7 @@ impl<B: AttentionBackend> Transformer<B> {
             x = x + a.cast(dt);
             let h = self.low(layer.post_attention_layernorm.forward(x.clone()));
             observe(i, &h);
-            x = x + layer.mlp.forward(h).cast(dt);
+            x = x + layer.mlp.forward(h)?.cast(dt);
         }
         Ok(self.head(x))
     }
@@ -301,7 +301,13 @@ impl<B: GroupedMatmulBackend> Transformer<B> {
             x = x + layer.self_attn.forward_padded(h, &rope, mask, c);
             let h = layer.post_attention_layernorm.forward(x.clone());
             let h = h.reshape([b * s, c.hidden_size]);
-            x = x + layer.mlp.forward(h).reshape([b, s, c.hidden_size]);
+            // The padded composite has no error channel; the experts' shapes were checked when
+            // the model was built or loaded, so a refusal here is a broken invariant.
+            let y = layer
+                .mlp
+                .forward(h)
+                .unwrap_or_else(|e| panic!("forward_padded: the MLP refused: {e}"));
+            x = x + y.reshape([b, s, c.hidden_size]);
         }
         self.head(x.reshape([b * s, c.hidden_size]))
             .reshape([b, s, c.vocab_size])
