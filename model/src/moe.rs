@@ -14,8 +14,8 @@
 //! `aclnnGroupedMatmulV4` on `Ascend` (forward, and under `Autodiff` the backward's dx and dW
 //! too), the composite on any other backend. Routing (top-k on the host, the sort by expert,
 //! the weighted combine) is plain Burn ops on every backend; CANN's routing kernels
-//! (`npu_moe_init_routing_v2`, `npu_moe_finalize_routing`, `npu_moe_gating_top_k_softmax`) are
-//! not used (see `docs/moe.md`).
+//! (`aclnnMoeInitRoutingV2`, `aclnnMoeFinalizeRoutingV2`, the gating top-k, with their grads)
+//! are not used yet (see `docs/moe.md`).
 
 use burn::module::{Module, Param};
 use burn::nn::Linear;
