@@ -202,7 +202,7 @@ impl<B: AttentionBackend> Generator<B> {
                 .self_attn
                 .out(o.reshape([l, c.num_attention_heads, c.head_dim]));
             let h = block.post_attention_layernorm.forward(x.clone());
-            x = x + block.mlp.forward(h);
+            x = x + block.mlp.forward(h)?;
         }
         let logits = self.model.head(x.narrow(0, l - 1, 1));
         self.seqs.push((ids, l));
@@ -260,7 +260,7 @@ impl<B: AttentionBackend> Generator<B> {
                 .cast(dt);
             x = x + block.self_attn.out(o.reshape([b, n, d]));
             let h = block.post_attention_layernorm.forward(x.clone());
-            x = x + block.mlp.forward(h);
+            x = x + block.mlp.forward(h)?;
         }
         for &s in seqs {
             self.seqs[s].1 += 1;

@@ -10,16 +10,20 @@
 //! - each expert's output times the token's routing weight, summed per token (`index_add_` in
 //!   expert order, here `select_assign` with [`IndexingUpdateOp::Add`]).
 //!
-//! Everything is plain Burn ops, so it runs (forward and backward under `Autodiff`) on any
-//! backend. On `Ascend` that means the backend's native ops per expert: dispatching the experts
-//! as one aclnn grouped matmul (`npu_grouped_matmul` and the MoE routing kernels) is not done
-//! here.
+//! The experts' two projections are grouped matmuls ([`burn_ascend::grouped_matmul`]):
+//! `aclnnGroupedMatmulV4` on `Ascend` (forward, and under `Autodiff` the backward's dx and dW
+//! too), the composite on any other backend. Routing (top-k on the host, the sort by expert,
+//! the weighted combine) is plain Burn ops on every backend; CANN's routing kernels
+//! (`aclnnMoeInitRoutingV2`, `aclnnMoeFinalizeRoutingV2`, the gating top-k, with their grads)
+//! are not used yet (see `docs/moe.md`).
 
 use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, IndexingUpdateOp, Int, Tensor, TensorData};
+
+use burn_ascend::{grouped_matmul, AttnError, GroupedMatmulBackend, GroupedMatmulSpec};
 
 use crate::config::MoeConfig;
 
@@ -135,68 +139,86 @@ impl<B: Backend> Moe<B> {
         let weights = softmax(logits.gather(1, idx), 1);
         Routing { indices, weights }
     }
+}
 
+impl<B: GroupedMatmulBackend> Moe<B> {
     /// The block's output `[T, hidden]` for `x [T, hidden]`, in `x`'s dtype (the parameters
     /// are cast to it, as the rest of the model does under mixed precision).
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    ///
+    /// The experts run as two grouped matmuls (`aclnnGroupedMatmulV4` on `Ascend`, the
+    /// composite elsewhere): the `T·k` (token, slot) pairs sorted by expert — stably, so each
+    /// expert sees its tokens in order, as transformers' loop over `expert_hit` does — give
+    /// `x` rows grouped by expert and the group list (the experts' token counts, groupListType
+    /// 1); gate_up and down are then one call each with the stacked `[E, ·, ·]` weights and
+    /// `[E, ·]` biases.
+    ///
+    /// A grouped matmul's refusal (expert weights of shapes that disagree, which loading
+    /// checks first) comes back as its typed [`AttnError`].
+    pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         let [t, h] = x.dims();
-        let routing = self.route(x.clone());
         let dt = x.dtype();
         let device = x.device();
-        let k = self.top_k;
-        let [e, _, i2] = self.gate_up_proj.dims();
-        let inter = i2 / 2;
-        let weights = routing.weights.reshape([t * k]);
-        let mut out = Tensor::<B, 2>::zeros([t, h], &device).cast(dt);
-        for expert in 0..e {
-            // Tokens routed to `expert` and the flat index of their routing weight; each
-            // token at most once (top-k picks distinct experts).
-            let (tokens, slots): (Vec<i64>, Vec<i64>) = routing
-                .indices
-                .iter()
-                .enumerate()
-                .filter(|(_, &j)| j == expert as i64)
-                .map(|(s, _)| ((s / k) as i64, s as i64))
-                .unzip();
-            let n = tokens.len();
-            if n == 0 {
-                continue;
-            }
-            let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(tokens, [n]), &device);
-            let slots = Tensor::<B, 1, Int>::from_data(TensorData::new(slots, [n]), &device);
-            let xs = x.clone().select(0, tokens.clone());
-            let w_gu = self
-                .gate_up_proj
-                .val()
-                .narrow(0, expert, 1)
-                .reshape([h, i2])
-                .cast(dt);
-            let b_gu = self.gate_up_proj_bias.val().narrow(0, expert, 1).cast(dt);
-            let gate_up = (xs.matmul(w_gu) + b_gu).reshape([n, inter, 2]);
-            // `gate_up[..., ::2]`, `gate_up[..., 1::2]`: interleaved, not halves.
-            let gate = gate_up
-                .clone()
-                .narrow(2, 0, 1)
-                .reshape([n, inter])
-                .clamp_max(self.limit);
-            let up = gate_up
-                .narrow(2, 1, 1)
-                .reshape([n, inter])
-                .clamp(-self.limit, self.limit);
-            let glu = gate.clone() * sigmoid_in_dtype(gate * self.alpha);
-            let w_down = self
-                .down_proj
-                .val()
-                .narrow(0, expert, 1)
-                .reshape([inter, h])
-                .cast(dt);
-            let b_down = self.down_proj_bias.val().narrow(0, expert, 1).cast(dt);
-            let y = ((up + 1.0) * glu).matmul(w_down) + b_down;
-            let y = y * weights.clone().select(0, slots).reshape([n, 1]);
-            out = out.select_assign(0, tokens, y, IndexingUpdateOp::Add);
+        if t == 0 {
+            return Ok(Tensor::<B, 2>::zeros([0, h], &device).cast(dt));
         }
-        out
+        let routing = self.route(x.clone());
+        let k = self.top_k;
+        let e = self.num_experts();
+        let inter = self.gate_up_proj.dims()[2] / 2;
+        let rows = t * k;
+        let (spec, tokens, slots) = expert_order(&routing.indices, k, e);
+        let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(tokens, [rows]), &device);
+        let slots = Tensor::<B, 1, Int>::from_data(TensorData::new(slots, [rows]), &device);
+        let xs = x.select(0, tokens.clone());
+        let gate_up = grouped_matmul(
+            xs,
+            self.gate_up_proj.val().cast(dt),
+            Some(self.gate_up_proj_bias.val().cast(dt)),
+            &spec,
+        )?
+        .reshape([rows, inter, 2]);
+        // `gate_up[..., ::2]`, `gate_up[..., 1::2]`: interleaved, not halves.
+        let gate = gate_up
+            .clone()
+            .narrow(2, 0, 1)
+            .reshape([rows, inter])
+            .clamp_max(self.limit);
+        let up = gate_up
+            .narrow(2, 1, 1)
+            .reshape([rows, inter])
+            .clamp(-self.limit, self.limit);
+        let glu = gate.clone() * sigmoid_in_dtype(gate * self.alpha);
+        let y = grouped_matmul(
+            (up + 1.0) * glu,
+            self.down_proj.val().cast(dt),
+            Some(self.down_proj_bias.val().cast(dt)),
+            &spec,
+        )?;
+        let weights = routing.weights.reshape([rows]).select(0, slots);
+        let y = y * weights.reshape([rows, 1]);
+        Ok(Tensor::<B, 2>::zeros([t, h], &device)
+            .cast(dt)
+            .select_assign(0, tokens, y, IndexingUpdateOp::Add))
     }
+}
+
+/// The grouping of a routing `[T, k]` (row-major expert indices) by expert: the grouped
+/// matmul's spec (each expert's token count, groupListType 1), and per sorted row its token
+/// and its flat slot in the routing weights. Stable: within an expert, tokens keep their order.
+pub fn expert_order(
+    indices: &[i64],
+    k: usize,
+    experts: usize,
+) -> (GroupedMatmulSpec, Vec<i64>, Vec<i64>) {
+    let mut order: Vec<usize> = (0..indices.len()).collect();
+    order.sort_by_key(|&s| indices[s]);
+    let mut counts = vec![0usize; experts];
+    for &j in indices {
+        counts[j as usize] += 1;
+    }
+    let tokens = order.iter().map(|&s| (s / k.max(1)) as i64).collect();
+    let slots = order.iter().map(|&s| s as i64).collect();
+    (GroupedMatmulSpec::from_counts(&counts), tokens, slots)
 }
 
 /// `σ(z)` in `z`'s dtype. Burn's default `sigmoid` (burn-backend 0.21,

@@ -19,7 +19,9 @@ use super::config::ModelConfig;
 use super::lora::{adapted, AttentionAdapters, LoraAdapter, MlpAdapters};
 use super::moe::Moe;
 use super::rope::Rope;
-use burn_ascend::{flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions};
+use burn_ascend::{
+    flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions, GroupedMatmulBackend,
+};
 
 /// Grouped-query attention with optional learned per-head sinks.
 #[derive(Module, Debug)]
@@ -85,11 +87,13 @@ impl<B: Backend> Ffn<B> {
             Self::Dense(_) => None,
         }
     }
+}
 
-    /// `x [T, hidden]` → `[T, hidden]`.
-    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+impl<B: GroupedMatmulBackend> Ffn<B> {
+    /// `x [T, hidden]` → `[T, hidden]`; the experts' grouped matmuls can refuse (typed).
+    pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         match self {
-            Self::Dense(m) => m.forward(x),
+            Self::Dense(m) => Ok(m.forward(x)),
             Self::Experts(m) => m.forward(x),
         }
     }
@@ -284,13 +288,13 @@ impl<B: AttentionBackend> Transformer<B> {
             x = x + a.cast(dt);
             let h = self.low(layer.post_attention_layernorm.forward(x.clone()));
             observe(i, &h);
-            x = x + layer.mlp.forward(h).cast(dt);
+            x = x + layer.mlp.forward(h)?.cast(dt);
         }
         Ok(self.head(x))
     }
 }
 
-impl<B: Backend> Transformer<B> {
+impl<B: GroupedMatmulBackend> Transformer<B> {
     /// Logits `[B, S, V]` of a padded batch `tokens [B, S]` whose row `b` holds `lengths[b]`
     /// real tokens, attention composed of Burn ops (matmul, mask, softmax with the sink as an
     /// extra column). Rows past a length produce unspecified logits.
@@ -309,7 +313,13 @@ impl<B: Backend> Transformer<B> {
             x = x + layer.self_attn.forward_padded(h, &rope, mask, c);
             let h = layer.post_attention_layernorm.forward(x.clone());
             let h = h.reshape([b * s, c.hidden_size]);
-            x = x + layer.mlp.forward(h).reshape([b, s, c.hidden_size]);
+            // The padded composite has no error channel; the experts' shapes were checked when
+            // the model was built or loaded, so a refusal here is a broken invariant.
+            let y = layer
+                .mlp
+                .forward(h)
+                .unwrap_or_else(|e| panic!("forward_padded: the MLP refused: {e}"));
+            x = x + y.reshape([b, s, c.hidden_size]);
         }
         self.head(x.reshape([b * s, c.hidden_size]))
             .reshape([b, s, c.vocab_size])

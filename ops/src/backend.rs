@@ -208,7 +208,7 @@ pub fn spec_with_pse<B: Backend>(pse: FloatTensor<B>, spec: &VarlenSpec) -> Resu
 }
 
 /// CANN's attention operators as a Burn backend extension.
-pub trait AttentionBackend: Backend {
+pub trait AttentionBackend: Backend + crate::grouped_matmul::GroupedMatmulBackend {
     /// `aclnnFlashAttentionVarLenScoreV5`.
     fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
         composite::varlen_fwd::<Self>(inputs, spec)

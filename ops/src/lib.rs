@@ -14,6 +14,7 @@ pub mod autodiff;
 pub mod backend;
 pub use burn_ascend_contract::error;
 pub mod fia;
+pub mod grouped_matmul;
 pub mod host;
 pub mod incre;
 pub mod ndarray;
@@ -37,6 +38,9 @@ pub use burn_ascend_contract::varlen::{
 };
 pub use error::{AttnError, Result};
 pub use fia::FiaSpec;
+pub use grouped_matmul::{
+    grouped_matmul, grouped_matmul_k, GroupedMatmulBackend, GroupedMatmulSpec,
+};
 pub use incre::{IfaLayout, IncreSpec};
 pub use paged_cache::{AttendOptions, AttendPath, PagedKvCache, SeqId};
 pub use prompt::{PfaLayout, PromptSpec};

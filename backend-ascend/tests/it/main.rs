@@ -16,6 +16,7 @@ mod devices;
 mod fallback_dtypes;
 mod faults;
 mod fia_sink;
+mod grouped_matmul;
 mod memory_pool;
 mod native_elementwise;
 mod native_index;

@@ -15,8 +15,10 @@
 use std::ffi::{c_char, c_int, c_void};
 
 mod elementwise;
+mod grouped_matmul;
 pub mod table;
 pub use elementwise::*;
+pub use grouped_matmul::*;
 
 /// `aclTensor` (opaque; created by `aclCreateTensor`).
 #[repr(C)]

@@ -984,4 +984,6 @@ pub fn flip(rt: &Runtime, a: &Tensor<'_>, dims: &IntArray, out: &Tensor<'_>) -> 
 // Declared last: it uses the `op!` and `op_enum!` macros above.
 mod elementwise;
 mod fia;
+mod grouped_matmul;
 pub use fia::*;
+pub use grouped_matmul::*;

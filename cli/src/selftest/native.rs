@@ -1,4 +1,4 @@
-//! A representative set of the `Ascend` backend's native Burn ops (matmul, softmax,
+//! A representative set of the `Ascend` backend's native Burn ops (matmul, the MoE grouped matmul, softmax,
 //! elementwise and unary math, reductions, index/gather/select, cat, casts, random fills) on
 //! the device against `NdArray` on the same values. Inputs are multiples of 1/8 in [-2, 2),
 //! exact in f32, f16 and bf16, so the reference sees the device's inputs exactly. A case also
@@ -111,6 +111,24 @@ fn cases() -> Vec<(&'static str, &'static str, Tolerance, CaseFn)> {
                 let (a, n) = pair([2, 8, 32], 1, dev, dt);
                 let (b, m) = pair([2, 32, 16], 2, dev, dt);
                 (host(a.matmul(b)), reference(n.matmul(m)))
+            },
+        ),
+        (
+            "grouped_matmul",
+            "moe_rows_3_0_5_by_3x16x8_with_bias",
+            Tolerance::ACCUMULATING,
+            |dev, dt| {
+                // aclnnGroupedMatmulV4 (groupType 0), an empty expert in the middle.
+                let spec = burn_ascend::GroupedMatmulSpec::from_counts(&[3, 0, 5]);
+                let (x, xn) = pair([8, 16], 31, dev, dt);
+                let (w, wn) = pair([3, 16, 8], 32, dev, dt);
+                let (b, bn) = pair([3, 8], 33, dev, dt);
+                let got = burn_ascend::grouped_matmul(x, w, Some(b), &spec);
+                let want = burn_ascend::grouped_matmul(xn, wn, Some(bn), &spec);
+                match (got, want) {
+                    (Ok(g), Ok(w)) => (host(g), reference(w)),
+                    _ => (Vec::new(), vec![f32::NAN]),
+                }
             },
         ),
         (

@@ -75,6 +75,9 @@ macro_rules! acl_api_table {
                 /// The base FIA; the fallback when V4 is absent (no sink, no separate K/V antiquant).
                 fia_base: aclnnFusedInferAttentionScore(FiaWs),
                 scatter_pa_kv_cache: aclnnScatterPaKvCache(ScatterPaKvCacheWs),
+                // ---- mixture of experts (libopapi.so / libopapi_transformer.so)
+                /// The version torch_npu's `npu_grouped_matmul` calls without V5's extras.
+                grouped_matmul_v4: aclnnGroupedMatmulV4(GroupedMatmulV4Ws),
                 // ---- arithmetic, matmul, unary math, reductions
                 add: aclnnAdd(BinaryAlphaWs),
                 sub: aclnnSub(BinaryAlphaWs),
