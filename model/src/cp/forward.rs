@@ -121,7 +121,7 @@ pub fn forward_rank<B: CpBackend + AttentionBackend>(
             flash_attention_varlen(q, k, v, &plan.cu_q[step.rank], &plan.cu_k[step.rank], opts)?;
         x = x + attn.out(o).cast(dt);
         let h = model.low(layer.post_attention_layernorm.forward(x.clone()));
-        x = x + layer.mlp.forward(h).cast(dt);
+        x = x + layer.mlp.forward(h)?.cast(dt);
     }
     Ok(model.head(x))
 }
