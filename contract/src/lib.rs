@@ -15,6 +15,7 @@ mod checked;
 pub mod dtype;
 pub mod error;
 pub mod fia;
+pub mod fused;
 pub mod incre;
 pub mod prompt;
 pub mod scatter;

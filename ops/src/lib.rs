@@ -14,6 +14,7 @@ pub mod autodiff;
 pub mod backend;
 pub use burn_ascend_contract::error;
 pub mod fia;
+pub mod fused;
 pub mod host;
 pub mod incre;
 pub mod ndarray;
@@ -37,6 +38,8 @@ pub use burn_ascend_kernels::varlen::{
 };
 pub use error::{AttnError, Result};
 pub use fia::FiaSpec;
+pub use fused::api::{cross_entropy_loss, rms_norm, swiglu};
+pub use fused::FusedBackend;
 pub use incre::{IfaLayout, IncreSpec};
 pub use paged_cache::{AttendOptions, AttendPath, PagedKvCache, SeqId};
 pub use prompt::{PfaLayout, PromptSpec};

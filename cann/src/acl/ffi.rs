@@ -15,8 +15,10 @@
 use std::ffi::{c_char, c_int, c_void};
 
 mod elementwise;
+mod fused;
 pub mod table;
 pub use elementwise::*;
+pub use fused::*;
 
 /// `aclTensor` (opaque; created by `aclCreateTensor`).
 #[repr(C)]

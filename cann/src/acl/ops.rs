@@ -985,3 +985,5 @@ pub fn flip(rt: &Runtime, a: &Tensor<'_>, dims: &IntArray, out: &Tensor<'_>) -> 
 mod elementwise;
 mod fia;
 pub use fia::*;
+mod fused;
+pub use fused::*;

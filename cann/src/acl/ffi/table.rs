@@ -75,6 +75,13 @@ macro_rules! acl_api_table {
                 /// The base FIA; the fallback when V4 is absent (no sink, no separate K/V antiquant).
                 fia_base: aclnnFusedInferAttentionScore(FiaWs),
                 scatter_pa_kv_cache: aclnnScatterPaKvCache(ScatterPaKvCacheWs),
+                // ---- fused transformer ops (issue 27)
+                rms_norm: aclnnRmsNorm(RmsNormWs),
+                rms_norm_grad: aclnnRmsNormGrad(RmsNormGradWs),
+                swi_glu: aclnnSwiGlu(SwiGluWs),
+                swi_glu_grad: aclnnSwiGluGrad(SwiGluGradWs),
+                cross_entropy_loss: aclnnCrossEntropyLoss(CrossEntropyLossWs),
+                cross_entropy_loss_grad: aclnnCrossEntropyLossGrad(CrossEntropyLossGradWs),
                 // ---- arithmetic, matmul, unary math, reductions
                 add: aclnnAdd(BinaryAlphaWs),
                 sub: aclnnSub(BinaryAlphaWs),
