@@ -17,7 +17,7 @@ use super::config::ModelConfig;
 use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
 use super::schedule::WarmupCosine;
-use super::transformer::{cross_entropy, Transformer};
+use super::transformer::{cross_entropy_fused, Transformer};
 use burn_ascend::{AttentionBackend, AttnError};
 
 /// Where the model starts.
@@ -290,7 +290,7 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
         let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.tokens, [t]), &device);
         let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [t]), &device);
         let logits = model.forward_packed(tokens, &batch.cu_seqlens)?;
-        let loss = cross_entropy(logits, targets);
+        let loss = cross_entropy_fused(logits, targets)?;
         let loss_value: f32 = match sync.as_deref_mut() {
             Some(s) => s.average_loss(loss.clone())?,
             None => loss.clone().into_scalar().elem(),

@@ -16,7 +16,7 @@ use crate::error::Result;
 pub mod api;
 mod autodiff;
 pub mod composite;
-mod ndarray;
+pub mod ndarray;
 
 pub use burn_ascend_contract::fused::{
     cross_entropy, rms_norm, swiglu, CrossEntropyDims, RmsNormDims, SwiGluDims,
