@@ -5,6 +5,7 @@ mod attention;
 mod attention_fallbacks;
 mod elementwise;
 mod faults;
+mod fused;
 mod fia;
 mod fia_sink;
 mod guard;

@@ -9,6 +9,7 @@ mod common;
 mod cpu_decode;
 mod cpu_varlen;
 mod fia_fast;
+mod fused;
 mod fia_reference;
 mod varlen_forward;
 mod varlen_forward_features;
