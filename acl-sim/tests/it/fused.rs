@@ -34,7 +34,9 @@ fn read(t: &DeviceTensor) -> Vec<f64> {
 }
 
 fn data(n: usize, k: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i * 37 + k * 11) % 29) as f32 / 9.0 - 1.5).collect()
+    (0..n)
+        .map(|i| ((i * 37 + k * 11) % 29) as f32 / 9.0 - 1.5)
+        .collect()
 }
 
 fn f64s(v: &[f32]) -> Vec<f64> {
@@ -46,7 +48,11 @@ fn h(t: &DeviceTensor) -> burn_ascend_cann::acl::Tensor<'_> {
 }
 
 fn close(name: &str, a: &[f64], b: &[f64]) {
-    let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let d = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
     assert!(a.len() == b.len() && d < 1e-5, "{name}: max |Δ| {d:e}");
 }
 
@@ -76,13 +82,26 @@ fn simulated_fused_ops_compute_the_references() {
 
     let out = zeros(&rt, &[3, 4]);
     ops::swi_glu(&rt, &h(&xd), -1, &h(&out)).unwrap();
-    close("swiglu out", &read(&out), &swiglu::swiglu_fwd(&f64s(&x), 3, 4, 1));
+    close(
+        "swiglu out",
+        &read(&out),
+        &swiglu::swiglu_fwd(&f64s(&x), 3, 4, 1),
+    );
     let (gy, sdx) = (up(&rt, &[3, 4], &dy[..12]), zeros(&rt, &[3, 8]));
     ops::swi_glu_grad(&rt, &h(&gy), &h(&xd), 1, &h(&sdx)).unwrap();
-    close("swiglu grad", &read(&sdx), &swiglu::swiglu_bwd(&f64s(&dy[..12]), &f64s(&x), 3, 4, 1));
+    close(
+        "swiglu grad",
+        &read(&sdx),
+        &swiglu::swiglu_bwd(&f64s(&dy[..12]), &f64s(&x), 3, 4, 1),
+    );
 
     let t = up_i64(&rt, &[3], &[7, 0, -100]);
-    let (loss, lp, zl, lse) = (zeros(&rt, &[1]), zeros(&rt, &[3, 8]), zeros(&rt, &[1]), zeros(&rt, &[3]));
+    let (loss, lp, zl, lse) = (
+        zeros(&rt, &[1]),
+        zeros(&rt, &[3, 8]),
+        zeros(&rt, &[1]),
+        zeros(&rt, &[3]),
+    );
     let (th, lossh, lph, zlh, lseh) = (h(&t), h(&loss), h(&lp), h(&zl), h(&lse));
     let xh = h(&xd);
     let fwd = |reduction: &'static str| CrossEntropyLossArgs {
@@ -105,7 +124,8 @@ fn simulated_fused_ops_compute_the_references() {
     close("logProbOut", &read(&lp), &rlp);
     let g0 = {
         let b = 0.5f32.to_le_bytes();
-        rt.upload(TensorDesc::contiguous(&[], DataType::Float).unwrap(), &b).unwrap()
+        rt.upload(TensorDesc::contiguous(&[], DataType::Float).unwrap(), &b)
+            .unwrap()
     };
     let gx = zeros(&rt, &[3, 8]);
     let (g0h, gxh) = (h(&g0), h(&gx));
@@ -131,7 +151,14 @@ fn simulated_fused_ops_compute_the_references() {
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
     assert!(msg.contains("reductionOptional"), "{msg}");
     let bad_gamma = up(&rt, &[7], &data(7, 4));
-    let (st, msg) = refused(ops::rms_norm(&rt, &xh, &h(&bad_gamma), 1e-6, &h(&y), &h(&rstd)));
+    let (st, msg) = refused(ops::rms_norm(
+        &rt,
+        &xh,
+        &h(&bad_gamma),
+        1e-6,
+        &h(&y),
+        &h(&rstd),
+    ));
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
     assert!(msg.contains("gamma"), "{msg}");
     let (st, msg) = refused(ops::swi_glu(&rt, &xh, 2, &h(&out)));
@@ -148,7 +175,10 @@ fn simulated_fused_ops_compute_the_references() {
     let g1h = h(&g1);
     let (st, msg) = refused(ops::cross_entropy_loss_grad(
         &rt,
-        &CrossEntropyLossGradArgs { grad_loss: &g1h, ..bwd },
+        &CrossEntropyLossGradArgs {
+            grad_loss: &g1h,
+            ..bwd
+        },
     ));
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
     assert!(msg.contains("gradLoss"), "{msg}");
@@ -158,8 +188,14 @@ fn simulated_fused_ops_compute_the_references() {
     // On a stream of its own: the failure stays with it.
     let rt2 = burn_ascend_acl_sim::runtime().unwrap();
     rt.synchronize().unwrap();
-    let r = ops::cross_entropy_loss(&rt2, &CrossEntropyLossArgs { target: &bth, ..fwd("mean") })
-        .and_then(|_| rt2.synchronize());
+    let r = ops::cross_entropy_loss(
+        &rt2,
+        &CrossEntropyLossArgs {
+            target: &bth,
+            ..fwd("mean")
+        },
+    )
+    .and_then(|_| rt2.synchronize());
     let e = r.expect_err("an out-of-range target must fail the launch");
     assert!(e.to_string().contains("target[1] = 8"), "{e}");
     let _ = ACLNN_ERR_PARAM_NULLPTR;

@@ -20,6 +20,7 @@ mod cli_prompt_incre_scatter;
 mod cli_selftest;
 mod cli_varlen;
 mod model_ddp;
+mod model_fused;
 mod model_generate;
 mod model_gpt_oss;
 mod model_hf;

@@ -33,7 +33,10 @@ fn numeric_grad(x: &[f64], w: &[f64], h: f64, f: impl Fn(&[f64]) -> Vec<f64>) ->
 
 fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
 }
 
 #[test]
@@ -42,8 +45,12 @@ fn rms_norm_backward_matches_central_differences_in_f64() {
     let (x, g, dy) = (data(rows * cols, 1), data(cols, 2), data(rows * cols, 3));
     let (_, rstd) = rms_norm::rms_norm_fwd(&x, &g, rows, cols, eps);
     let (dx, dg) = rms_norm::rms_norm_bwd(&dy, &x, &rstd, &g, rows, cols);
-    let ndx = numeric_grad(&x, &dy, 1e-6, |x| rms_norm::rms_norm_fwd(x, &g, rows, cols, eps).0);
-    let ndg = numeric_grad(&g, &dy, 1e-6, |g| rms_norm::rms_norm_fwd(&x, g, rows, cols, eps).0);
+    let ndx = numeric_grad(&x, &dy, 1e-6, |x| {
+        rms_norm::rms_norm_fwd(x, &g, rows, cols, eps).0
+    });
+    let ndg = numeric_grad(&g, &dy, 1e-6, |g| {
+        rms_norm::rms_norm_fwd(&x, g, rows, cols, eps).0
+    });
     assert!(max_abs_diff(&dx, &ndx) < 1e-8, "dx {dx:?} vs {ndx:?}");
     assert!(max_abs_diff(&dg, &ndg) < 1e-8, "dgamma {dg:?} vs {ndg:?}");
 }
@@ -74,7 +81,10 @@ fn cross_entropy_gradient_matches_central_differences_in_f64_with_an_ignored_row
         vec![cross_entropy::cross_entropy_fwd(x, &target, n, c, ignore).0]
     });
     assert!(max_abs_diff(&dx, &num) < 1e-8, "dx {dx:?} vs {num:?}");
-    assert!(dx[c..2 * c].iter().all(|&v| v == 0.0), "the ignored row gets no gradient");
+    assert!(
+        dx[c..2 * c].iter().all(|&v| v == 0.0),
+        "the ignored row gets no gradient"
+    );
 }
 
 #[test]
@@ -85,8 +95,8 @@ fn cross_entropy_reference_reproduces_canns_documented_example() {
     let (loss, lp) = cross_entropy::cross_entropy_fwd(&x, &[0, 0], 2, 5, -100);
     assert!((loss - 1.093_754_3).abs() < 1e-6, "loss {loss}");
     let want = [
-        -2.159461, -7.159461, -4.159461, -4.159461, -0.159461, -0.0280476, -6.0280476,
-        -4.0280476, -7.0280476, -5.0280476,
+        -2.159461, -7.159461, -4.159461, -4.159461, -0.159461, -0.0280476, -6.0280476, -4.0280476,
+        -7.0280476, -5.0280476,
     ];
     assert!(max_abs_diff(&lp, &want) < 1e-6, "logProb {lp:?}");
 }

@@ -24,7 +24,10 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn t<Bk: burn::tensor::backend::Backend, const D: usize>(v: &[f32], shape: [usize; D]) -> Tensor<Bk, D> {
+fn t<Bk: burn::tensor::backend::Backend, const D: usize>(
+    v: &[f32],
+    shape: [usize; D],
+) -> Tensor<Bk, D> {
     Tensor::from_data(TensorData::new(v.to_vec(), shape), &Default::default())
 }
 
@@ -38,7 +41,11 @@ fn f64s(v: &[f32]) -> Vec<f64> {
 
 fn close(name: &str, a: &[f64], b: &[f64], tol: f64) {
     assert_eq!(a.len(), b.len(), "{name}: lengths");
-    let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let d = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
     assert!(d <= tol, "{name}: max |Δ| {d:e} > {tol:e}");
 }
 
@@ -63,14 +70,20 @@ fn autodiff_swiglu_and_cross_entropy_nodes_give_the_references_gradients() {
     let xa = t::<A, 2>(&x, [4, 10]).require_grad();
     let y = fused_swiglu(xa.clone(), -1).unwrap();
     let grads = (y.clone() * t::<A, 2>(&w, [4, 5])).sum().backward();
-    close("swiglu", &host(y), &swiglu::swiglu_fwd(&f64s(&x), 4, 5, 1), 1e-6);
+    close(
+        "swiglu",
+        &host(y),
+        &swiglu::swiglu_fwd(&f64s(&x), 4, 5, 1),
+        1e-6,
+    );
     let rdx = swiglu::swiglu_bwd(&f64s(&w), &f64s(&x), 4, 5, 1);
     close("swiglu dx", &host(xa.grad(&grads).unwrap()), &rdx, 1e-6);
 
     let logits = data(5 * 7, 6);
     let target = [6i64, 0, 3, 3, 1];
     let la = t::<A, 2>(&logits, [5, 7]).require_grad();
-    let ta = Tensor::<A, 1, Int>::from_data(TensorData::new(target.to_vec(), [5]), &Default::default());
+    let ta =
+        Tensor::<A, 1, Int>::from_data(TensorData::new(target.to_vec(), [5]), &Default::default());
     let loss = cross_entropy_loss(la.clone(), ta).unwrap();
     let grads = (loss.clone() * 2.0).sum().backward();
     let (rl, lp) = cross_entropy::cross_entropy_fwd(&f64s(&logits), &target, 5, 7, -100);
@@ -90,7 +103,12 @@ fn back<const D: usize>(p: burn::tensor::ops::FloatTensor<B>) -> Tensor<B, D> {
 #[test]
 fn composite_defaults_match_the_references() {
     let (x, g, dy) = (data(3 * 16, 7), data(16, 8), data(3 * 16, 9));
-    let out = composite::rms_norm_fwd::<B>(prim(t::<B, 2>(&x, [3, 16])), prim(t::<B, 1>(&g, [16])), 1e-6).unwrap();
+    let out = composite::rms_norm_fwd::<B>(
+        prim(t::<B, 2>(&x, [3, 16])),
+        prim(t::<B, 1>(&g, [16])),
+        1e-6,
+    )
+    .unwrap();
     let (ry, rstd) = rms_norm::rms_norm_fwd(&f64s(&x), &f64s(&g), 3, 16, 1e-6);
     close("y", &host(back::<2>(out.y)), &ry, 1e-5);
     let grads = composite::rms_norm_bwd::<B>(
@@ -107,22 +125,46 @@ fn composite_defaults_match_the_references() {
     // SwiGLU split on dim 0 of [4, 3]: outer 1, half 2, inner 3.
     let (x, dy) = (data(12, 10), data(6, 11));
     let y = composite::swiglu_fwd::<B>(prim(t::<B, 2>(&x, [4, 3])), 0).unwrap();
-    close("swiglu", &host(back::<2>(y)), &swiglu::swiglu_fwd(&f64s(&x), 1, 2, 3), 1e-6);
-    let dx = composite::swiglu_bwd::<B>(prim(t::<B, 2>(&dy, [2, 3])), prim(t::<B, 2>(&x, [4, 3])), 0).unwrap();
-    close("swiglu dx", &host(back::<2>(dx)), &swiglu::swiglu_bwd(&f64s(&dy), &f64s(&x), 1, 2, 3), 1e-6);
+    close(
+        "swiglu",
+        &host(back::<2>(y)),
+        &swiglu::swiglu_fwd(&f64s(&x), 1, 2, 3),
+        1e-6,
+    );
+    let dx =
+        composite::swiglu_bwd::<B>(prim(t::<B, 2>(&dy, [2, 3])), prim(t::<B, 2>(&x, [4, 3])), 0)
+            .unwrap();
+    close(
+        "swiglu dx",
+        &host(back::<2>(dx)),
+        &swiglu::swiglu_bwd(&f64s(&dy), &f64s(&x), 1, 2, 3),
+        1e-6,
+    );
 
     let logits = data(3 * 4, 12);
     let target = [1i64, -100, 3];
-    let ti = || Tensor::<B, 1, Int>::from_data(TensorData::new(target.to_vec(), [3]), &Default::default()).into_primitive();
-    let out = composite::cross_entropy_fwd::<B>(prim(t::<B, 2>(&logits, [3, 4])), ti(), -100).unwrap();
+    let ti = || {
+        Tensor::<B, 1, Int>::from_data(TensorData::new(target.to_vec(), [3]), &Default::default())
+            .into_primitive()
+    };
+    let out =
+        composite::cross_entropy_fwd::<B>(prim(t::<B, 2>(&logits, [3, 4])), ti(), -100).unwrap();
     let (rl, lp) = cross_entropy::cross_entropy_fwd(&f64s(&logits), &target, 3, 4, -100);
     close("loss", &host(back::<1>(out.loss)), &[rl], 1e-6);
-    let dx = composite::cross_entropy_bwd::<B>(prim(t::<B, 1>(&[1.0], [1])), out.log_prob, ti(), -100).unwrap();
-    close("dlogits", &host(back::<2>(dx)), &cross_entropy::cross_entropy_bwd(1.0, &lp, &target, 3, 4, -100), 1e-6);
+    let dx =
+        composite::cross_entropy_bwd::<B>(prim(t::<B, 1>(&[1.0], [1])), out.log_prob, ti(), -100)
+            .unwrap();
+    close(
+        "dlogits",
+        &host(back::<2>(dx)),
+        &cross_entropy::cross_entropy_bwd(1.0, &lp, &target, 3, 4, -100),
+        1e-6,
+    );
 }
 
 fn param(e: AttnError) -> &'static str {
-    e.param().unwrap_or_else(|| panic!("expected an invalid-parameter error, got {e}"))
+    e.param()
+        .unwrap_or_else(|| panic!("expected an invalid-parameter error, got {e}"))
 }
 
 #[test]
@@ -136,14 +178,18 @@ fn bad_shapes_and_attributes_are_refused_naming_the_aclnn_parameter() {
     assert_eq!(param(e), "x");
     let e = fused_swiglu(x(), 2).unwrap_err();
     assert_eq!(param(e), "dimOptional");
-    let ids = |v: Vec<i64>| Tensor::<B, 1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), &Default::default());
+    let ids = |v: Vec<i64>| {
+        Tensor::<B, 1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), &Default::default())
+    };
     let e = cross_entropy_loss(x(), ids(vec![0, 1])).unwrap_err();
     assert_eq!(param(e), "target");
     let e = cross_entropy_loss(x(), ids(vec![0, 8, 1])).unwrap_err();
     assert_eq!(param(e.clone()), "target");
     assert!(e.to_string().contains("target[1] = 8"), "{e}");
     // The composite (any backend) refuses the same.
-    let e = composite::cross_entropy_fwd::<B>(prim(x()), ids(vec![0, -1, 1]).into_primitive(), -100).unwrap_err();
+    let e =
+        composite::cross_entropy_fwd::<B>(prim(x()), ids(vec![0, -1, 1]).into_primitive(), -100)
+            .unwrap_err();
     assert_eq!(param(e), "target");
     // The backward's own shapes.
     let e = <B as FusedBackend>::swiglu_bwd(prim(x()), prim(x()), -1).unwrap_err();
