@@ -44,7 +44,7 @@ pub fn validate_fwd(x: &[usize], dim: i64) -> Result<SwiGluDims> {
     );
     let d = if dim < 0 { dim + r } else { dim } as usize;
     ensure!(
-        x[d] % 2 == 0 && x[d] > 0,
+        x[d].is_multiple_of(2) && x[d] > 0,
         "x",
         "dimension {d} (dimOptional {dim}) must be even and non-zero to split in halves, got {}",
         x[d]

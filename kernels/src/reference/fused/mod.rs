@@ -4,6 +4,9 @@
 //! formula: plain loops, f64 throughout. The oracle of the fast CPU kernels
 //! ([`crate::cpu::fused`]), of the composite on Burn and of the simulation.
 
+// Plain index loops on purpose: the references read as the docs' formulas.
+#![allow(clippy::needless_range_loop)]
+
 pub mod cross_entropy;
 pub mod rms_norm;
 pub mod swiglu;
