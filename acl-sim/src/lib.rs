@@ -58,6 +58,7 @@
 pub mod bench;
 mod elementwise;
 mod fia;
+mod fused;
 mod grouped_matmul;
 mod hccl;
 mod incre;
@@ -88,6 +89,9 @@ use burn_ascend_cann::acl::{AclApi, ApiKind, Result, Runtime};
 mod registry {
     pub(crate) use crate::elementwise::*;
     pub(crate) use crate::fia::{fia_base, fia_v4};
+    pub(crate) use crate::fused::{
+        cross_entropy_loss, cross_entropy_loss_grad, rms_norm, rms_norm_grad, swi_glu, swi_glu_grad,
+    };
     pub(crate) use crate::grouped_matmul::grouped_matmul_v4;
     pub(crate) use crate::incre::ifa_v4;
     pub(crate) use crate::index::{

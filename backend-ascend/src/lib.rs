@@ -20,6 +20,7 @@ pub mod collective;
 pub mod device;
 pub mod element;
 pub mod fallback;
+pub mod fused;
 mod grouped_matmul;
 pub mod memory;
 mod ops;

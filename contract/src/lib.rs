@@ -20,6 +20,7 @@ pub mod dtype;
 pub mod element;
 pub mod error;
 pub mod fia;
+pub mod fused;
 pub mod grouped_matmul;
 pub mod incre;
 pub mod prompt;

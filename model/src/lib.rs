@@ -31,4 +31,4 @@ pub use generate::{
     generate_batch, generate_batch_until, max_logit_gap, sample, GenerationRun, Generator, Sampling,
 };
 pub use tokenizer::Tokenizer;
-pub use transformer::{cross_entropy, Transformer};
+pub use transformer::{cross_entropy, cross_entropy_fused, Transformer};

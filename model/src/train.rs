@@ -20,7 +20,7 @@ use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
 use super::run_checkpoint::{publish, Published};
 use super::schedule::WarmupCosine;
-use super::transformer::{cross_entropy, Transformer};
+use super::transformer::{cross_entropy_fused, Transformer};
 use super::{lora, peft};
 use burn_ascend::{AttentionBackend, AttnError};
 
@@ -341,7 +341,7 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
         let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [t]), &device);
         let logits = model.forward_packed(tokens, &batch.cu_seqlens)?;
         let loss = match &batch.loss_mask {
-            None => cross_entropy(logits, targets),
+            None => cross_entropy_fused(logits, targets)?,
             Some(mask) => masked_cross_entropy(logits, targets, mask),
         };
         // A non-finite loss or gradient stops the run before the optimizer step: the last

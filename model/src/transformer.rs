@@ -20,7 +20,8 @@ use super::lora::{adapted, AttentionAdapters, LoraAdapter, MlpAdapters};
 use super::moe::Moe;
 use super::rope::Rope;
 use burn_ascend::{
-    flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions, GroupedMatmulBackend,
+    flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions, FusedBackend,
+    GroupedMatmulBackend,
 };
 
 /// Grouped-query attention with optional learned per-head sinks.
@@ -231,8 +232,13 @@ impl<B: Backend> Transformer<B> {
 
     /// Final norm and output head: `[T, hidden]` → logits `[T, V]`.
     pub fn head(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.head_of_normed(self.norm.forward(x))
+    }
+
+    /// The output head of the final norm's output `[T, hidden]` → logits `[T, V]`.
+    fn head_of_normed(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let dt = x.dtype();
-        let x = self.low(self.norm.forward(x));
+        let x = self.low(x);
         let logits = match &self.lm_head {
             Some(head) => proj(head, x),
             None => {
@@ -281,16 +287,16 @@ impl<B: AttentionBackend> Transformer<B> {
         let dt = x.dtype();
         for (i, layer) in self.layers.iter().enumerate() {
             let window = self.config.layer_window(i);
-            let h = self.low(layer.input_layernorm.forward(x.clone()));
+            let h = self.low(fused_rms_norm(&layer.input_layernorm, x.clone())?);
             let a = layer
                 .self_attn
                 .forward_packed(h, &rope, cu_seqlens, window, &self.config)?;
             x = x + a.cast(dt);
-            let h = self.low(layer.post_attention_layernorm.forward(x.clone()));
+            let h = self.low(fused_rms_norm(&layer.post_attention_layernorm, x.clone())?);
             observe(i, &h);
-            x = x + layer.mlp.forward(h)?.cast(dt);
+            x = x + layer.mlp.forward_fused(h)?.cast(dt);
         }
-        Ok(self.head(x))
+        Ok(self.head_of_normed(fused_rms_norm(&self.norm, x)?))
     }
 }
 
@@ -341,6 +347,39 @@ impl<B: Backend> Mlp<B> {
             l(|a| &a.down_proj),
             g * adapted(up, l(|a| &a.up_proj), x),
         )
+    }
+}
+
+impl<B: FusedBackend> Mlp<B> {
+    /// SwiGLU through the fused op: the gate and up projections (each with its LoRA adapter,
+    /// when it has one) side by side, the gate first (`aclnnSwiGlu`'s layout), one node under
+    /// `Autodiff`.
+    pub fn forward_fused(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
+        let l = |f: fn(&MlpAdapters<B>) -> &Option<LoraAdapter<B>>| {
+            self.lora.as_ref().and_then(|a| f(a).as_ref())
+        };
+        let gate = |x| proj(&self.gate_proj, x);
+        let up = |x| proj(&self.up_proj, x);
+        let down = |x| proj(&self.down_proj, x);
+        let gate_up = Tensor::cat(
+            vec![
+                adapted(gate, l(|a| &a.gate_proj), x.clone()),
+                adapted(up, l(|a| &a.up_proj), x),
+            ],
+            1,
+        );
+        let h = burn_ascend::swiglu(gate_up, -1)?;
+        Ok(adapted(down, l(|a| &a.down_proj), h))
+    }
+}
+
+impl<B: FusedBackend + GroupedMatmulBackend> Ffn<B> {
+    /// [`Ffn::forward`] with the dense MLP's SwiGLU fused ([`Mlp::forward_fused`]).
+    pub fn forward_fused(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
+        match self {
+            Self::Dense(m) => m.forward_fused(x),
+            Self::Experts(m) => m.forward(x),
+        }
     }
 }
 
@@ -455,6 +494,15 @@ fn rms_norm_as_hf<B: Backend, const D: usize>(norm: &RmsNorm<B>, x: Tensor<B, D>
     normed * norm.gamma.val().cast(dt).reshape(shape).expand(dims)
 }
 
+/// `norm(x)` through the fused RMSNorm (`aclnnRmsNorm` on Ascend, one node under `Autodiff`):
+/// Burn's `RmsNorm` in one op.
+fn fused_rms_norm<B: FusedBackend, const D: usize>(
+    norm: &RmsNorm<B>,
+    x: Tensor<B, D>,
+) -> Result<Tensor<B, D>, AttnError> {
+    burn_ascend::rms_norm(x, norm.gamma.val(), norm.epsilon)
+}
+
 /// Position of each packed token within its sequence.
 pub fn packed_positions(cu_seqlens: &[i64]) -> Vec<usize> {
     cu_seqlens
@@ -483,6 +531,15 @@ fn padded_mask<B: Backend>(
         }
     }
     Tensor::from_data(TensorData::new(m, [lengths.len(), s, s]), device)
+}
+
+/// [`cross_entropy`] through the fused op (`aclnnCrossEntropyLoss`, its gradient one pass over
+/// the saved log-softmax).
+pub fn cross_entropy_fused<B: FusedBackend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+) -> Result<Tensor<B, 1>, AttnError> {
+    burn_ascend::cross_entropy_loss(logits, targets)
 }
 
 /// Mean next-token cross-entropy of `logits [T, V]` against `targets [T]`.

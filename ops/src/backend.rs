@@ -8,6 +8,7 @@ use burn::tensor::ops::FloatTensor;
 
 use crate::error::Result;
 use crate::fia::FiaSpec;
+use crate::fused::FusedBackend;
 use crate::incre::IncreSpec;
 use crate::prompt::PromptSpec;
 use crate::scatter::ScatterSpec;
@@ -207,8 +208,9 @@ pub fn spec_with_pse<B: Backend>(pse: FloatTensor<B>, spec: &VarlenSpec) -> Resu
     Ok(spec)
 }
 
-/// CANN's attention operators as a Burn backend extension.
-pub trait AttentionBackend: Backend + crate::grouped_matmul::GroupedMatmulBackend {
+/// CANN's attention operators as a Burn backend extension (with the fused transformer ops of
+/// [`FusedBackend`] and the grouped matmul as supertraits).
+pub trait AttentionBackend: FusedBackend + crate::grouped_matmul::GroupedMatmulBackend {
     /// `aclnnFlashAttentionVarLenScoreV5`.
     fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
         composite::varlen_fwd::<Self>(inputs, spec)

@@ -14,6 +14,7 @@ pub mod autodiff;
 pub mod backend;
 pub use burn_ascend_contract::error;
 pub mod fia;
+pub mod fused;
 pub mod grouped_matmul;
 pub mod host;
 pub mod incre;
@@ -38,6 +39,8 @@ pub use burn_ascend_contract::varlen::{
 };
 pub use error::{AttnError, Result};
 pub use fia::FiaSpec;
+pub use fused::api::{cross_entropy_loss, rms_norm, swiglu};
+pub use fused::FusedBackend;
 pub use grouped_matmul::{
     grouped_matmul, grouped_matmul_k, GroupedMatmulBackend, GroupedMatmulSpec,
 };

@@ -7,6 +7,7 @@ mod elementwise;
 mod faults;
 mod fia;
 mod fia_sink;
+mod fused;
 mod grouped_matmul;
 mod guard;
 mod hccl;

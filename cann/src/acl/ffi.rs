@@ -15,9 +15,11 @@
 use std::ffi::{c_char, c_int, c_void};
 
 mod elementwise;
+mod fused;
 mod grouped_matmul;
 pub mod table;
 pub use elementwise::*;
+pub use fused::*;
 pub use grouped_matmul::*;
 
 /// `aclTensor` (opaque; created by `aclCreateTensor`).

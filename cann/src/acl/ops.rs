@@ -987,3 +987,5 @@ mod fia;
 mod grouped_matmul;
 pub use fia::*;
 pub use grouped_matmul::*;
+mod fused;
+pub use fused::*;

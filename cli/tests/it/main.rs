@@ -24,6 +24,7 @@ mod model_chat;
 mod model_cp;
 mod model_ddp;
 mod model_examples;
+mod model_fused;
 mod model_generate;
 mod model_gpt_oss;
 mod model_hf;

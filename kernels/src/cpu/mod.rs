@@ -54,6 +54,7 @@ pub mod decode;
 #[cfg(target_arch = "x86_64")]
 mod decode_avx512;
 pub mod fia;
+pub mod fused;
 pub mod gemm;
 mod tile;
 mod varlen_bwd;

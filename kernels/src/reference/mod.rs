@@ -4,6 +4,7 @@
 //! tested against these functions, so they follow the spec line by line and nothing else.
 
 pub mod fia;
+pub mod fused;
 pub mod grouped_matmul;
 pub mod incre;
 pub mod prompt;

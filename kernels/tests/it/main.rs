@@ -10,6 +10,7 @@ mod cpu_decode;
 mod cpu_varlen;
 mod fia_fast;
 mod fia_reference;
+mod fused;
 mod varlen_forward;
 mod varlen_forward_features;
 mod varlen_gradcheck;

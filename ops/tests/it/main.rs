@@ -1,4 +1,5 @@
 //! burn-ascend-ops' integration tests, one binary: a module per suite.
 
+mod fused;
 mod grouped_matmul;
 mod varlen_validation;

@@ -78,6 +78,13 @@ macro_rules! acl_api_table {
                 // ---- mixture of experts (libopapi.so / libopapi_transformer.so)
                 /// The version torch_npu's `npu_grouped_matmul` calls without V5's extras.
                 grouped_matmul_v4: aclnnGroupedMatmulV4(GroupedMatmulV4Ws),
+                // ---- fused transformer ops (issue 27)
+                rms_norm: aclnnRmsNorm(RmsNormWs),
+                rms_norm_grad: aclnnRmsNormGrad(RmsNormGradWs),
+                swi_glu: aclnnSwiGlu(SwiGluWs),
+                swi_glu_grad: aclnnSwiGluGrad(SwiGluGradWs),
+                cross_entropy_loss: aclnnCrossEntropyLoss(CrossEntropyLossWs),
+                cross_entropy_loss_grad: aclnnCrossEntropyLossGrad(CrossEntropyLossGradWs),
                 // ---- arithmetic, matmul, unary math, reductions
                 add: aclnnAdd(BinaryAlphaWs),
                 sub: aclnnSub(BinaryAlphaWs),

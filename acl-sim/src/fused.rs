@@ -1,0 +1,436 @@
+//! The simulated fused transformer ops (issue 27): `aclnnRmsNorm`, `aclnnRmsNormGrad`,
+//! `aclnnSwiGlu`, `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss`, `aclnnCrossEntropyLossGrad`.
+//! First stage: the docs' rules — a null required tensor → 161001; a dtype outside the docs'
+//! table, a shape the contract refuses (`burn_ascend_contract::fused`, the same rules the
+//! Burn paths apply), an attribute out of range, a non-contiguous tensor where the docs say
+//! "不支持非连续的Tensor" (SwiGLU) or a CANN feature the simulation does not model (weights,
+//! label smoothing, z-loss, reductions other than "mean") → 161002. Launch: the f64
+//! reference of `burn_ascend_kernels::reference::fused`, rounded once to the outputs' dtypes.
+//! Targets outside `[0, C)` (and not `ignoreIndex`) fail the launch (561000), as the host cannot
+//! see device values at the first stage.
+
+use std::ffi::c_char;
+
+use burn_ascend_cann::acl::ffi::*;
+use burn_ascend_contract::fused::{cross_entropy, rms_norm, swiglu};
+use burn_ascend_kernels::reference::fused as reference;
+
+use crate::state::{
+    self, c_str, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
+};
+use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE, T};
+
+type Ws = *mut u64;
+type Ex = *mut *mut AclOpExecutor;
+
+const FLOAT3: &[DataType] = &[DataType::Float, DataType::Float16, DataType::Bf16];
+
+fn dtype_in(op: &str, t: &SimTensor, name: &str, allowed: &[DataType]) -> SimResult<()> {
+    if allowed.contains(&t.dtype) {
+        Ok(())
+    } else {
+        invalid(format!(
+            "{op}: {name} dtype must be one of {allowed:?}, got {:?}",
+            t.dtype
+        ))
+    }
+}
+
+fn same_dtype(op: &str, a: &SimTensor, an: &str, b: &SimTensor, bn: &str) -> SimResult<()> {
+    if a.dtype == b.dtype {
+        Ok(())
+    } else {
+        invalid(format!(
+            "{op}: {bn} dtype must equal {an}'s {:?}, got {:?}",
+            a.dtype, b.dtype
+        ))
+    }
+}
+
+fn shape_is(op: &str, t: &SimTensor, name: &str, want: &[usize]) -> SimResult<()> {
+    if t.dims == want {
+        Ok(())
+    } else {
+        invalid(format!(
+            "{op}: {name} shape must be {want:?}, got {:?}",
+            t.dims
+        ))
+    }
+}
+
+/// The contract's refusal as the first stage's 161002.
+fn contract<R>(op: &str, r: burn_ascend_contract::Result<R>) -> SimResult<R> {
+    r.map_err(|e| SimErr(ACLNN_ERR_PARAM_INVALID, format!("{op}: {e}")))
+}
+
+fn contiguous(op: &str, t: &SimTensor, name: &str) -> SimResult<()> {
+    let mut want = vec![0; t.dims.len()];
+    let mut s = 1;
+    for i in (0..t.dims.len()).rev() {
+        want[i] = s;
+        s *= t.dims[i];
+    }
+    let ok = t
+        .dims
+        .iter()
+        .zip(&t.strides)
+        .zip(&want)
+        .all(|((&d, &a), &b)| d <= 1 || a == b);
+    if ok {
+        Ok(())
+    } else {
+        invalid(format!(
+            "{op}: {name} must be contiguous (dims {:?}, strides {:?})",
+            t.dims, t.strides
+        ))
+    }
+}
+
+fn f64s(t: &SimTensor, name: &str) -> SimResult<Vec<f64>> {
+    Ok(floats(t, name)?.into_iter().map(f64::from).collect())
+}
+
+fn submit(
+    op: &'static str,
+    job: impl FnOnce() -> SimResult<()> + Send + 'static,
+    ws: Ws,
+    ex: Ex,
+) -> SimResult<()> {
+    // SAFETY: the out-pointers come from the caller per the op's prototype.
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+}
+
+pub(crate) unsafe extern "C" fn rms_norm(
+    x: T,
+    gamma: T,
+    epsilon: f64,
+    y_out: T,
+    rstd_out: T,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::rms_norm;
+    state::guard(|| {
+        let x = required(x, "x")?;
+        let g = required(gamma, "gamma")?;
+        let y = required(y_out, "yOut")?;
+        let r = required(rstd_out, "rstdOut")?;
+        dtype_in(OP, &x, "x", FLOAT3)?;
+        // The docs' table: gamma as x, or FLOAT32 with a 16-bit x.
+        if g.dtype != x.dtype && g.dtype != DataType::Float {
+            return invalid(format!(
+                "{OP}: gamma dtype must be x's {:?} or FLOAT, got {:?}",
+                x.dtype, g.dtype
+            ));
+        }
+        same_dtype(OP, &x, "x", &y, "yOut")?;
+        dtype_in(OP, &r, "rstdOut", &[DataType::Float])?;
+        let d = contract(OP, rms_norm::validate_fwd(&x.dims, &g.dims, epsilon))?;
+        shape_is(OP, &y, "yOut", &x.dims)?;
+        let lead = &x.dims[..x.dims.len() - 1];
+        if r.dims != lead && r.dims != rms_norm::RmsNormDims::rstd_shape(&x.dims) {
+            return invalid(format!("{OP}: rstdOut shape must be x's with the normalised dimension 1, got {:?} for x {:?}", r.dims, x.dims));
+        }
+        submit(
+            OP,
+            move || {
+                let (yv, rv) = reference::rms_norm::rms_norm_fwd(
+                    &f64s(&x, "x")?,
+                    &f64s(&g, "gamma")?,
+                    d.rows,
+                    d.cols,
+                    epsilon,
+                );
+                y.write("yOut", &encode_f64(&yv, y.dtype, "yOut")?)?;
+                r.write("rstdOut", &encode_f64(&rv, r.dtype, "rstdOut")?)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+#[allow(clippy::too_many_arguments)] // the C prototype
+pub(crate) unsafe extern "C" fn rms_norm_grad(
+    dy: T,
+    x: T,
+    rstd: T,
+    gamma: T,
+    dx_out: T,
+    dgamma_out: T,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::rms_norm_grad;
+    state::guard(|| {
+        let dy = required(dy, "dy")?;
+        let x = required(x, "x")?;
+        let r = required(rstd, "rstd")?;
+        let g = required(gamma, "gamma")?;
+        let dx = required(dx_out, "dxOut")?;
+        let dg = required(dgamma_out, "dgammaOut")?;
+        dtype_in(OP, &x, "x", FLOAT3)?;
+        same_dtype(OP, &x, "x", &dy, "dy")?;
+        same_dtype(OP, &x, "x", &dx, "dxOut")?;
+        dtype_in(OP, &r, "rstd", &[DataType::Float])?;
+        dtype_in(OP, &dg, "dgammaOut", &[DataType::Float])?;
+        if g.dtype != x.dtype && g.dtype != DataType::Float {
+            return invalid(format!(
+                "{OP}: gamma dtype must be x's {:?} or FLOAT, got {:?}",
+                x.dtype, g.dtype
+            ));
+        }
+        let d = contract(
+            OP,
+            rms_norm::validate_bwd(&dy.dims, &x.dims, &r.dims, &g.dims),
+        )?;
+        shape_is(OP, &dx, "dxOut", &x.dims)?;
+        shape_is(OP, &dg, "dgammaOut", &g.dims)?;
+        submit(
+            OP,
+            move || {
+                let (dxv, dgv) = reference::rms_norm::rms_norm_bwd(
+                    &f64s(&dy, "dy")?,
+                    &f64s(&x, "x")?,
+                    &f64s(&r, "rstd")?,
+                    &f64s(&g, "gamma")?,
+                    d.rows,
+                    d.cols,
+                );
+                dx.write("dxOut", &encode_f64(&dxv, dx.dtype, "dxOut")?)?;
+                dg.write("dgammaOut", &encode_f64(&dgv, dg.dtype, "dgammaOut")?)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+pub(crate) unsafe extern "C" fn swi_glu(x: T, dim: i64, out: T, ws: Ws, ex: Ex) -> AclStatus {
+    const OP: &str = names::swi_glu;
+    state::guard(|| {
+        let x = required(x, "x")?;
+        let o = required(out, "out")?;
+        dtype_in(OP, &x, "x", FLOAT3)?;
+        same_dtype(OP, &x, "x", &o, "out")?;
+        contiguous(OP, &x, "x")?;
+        contiguous(OP, &o, "out")?;
+        let d = contract(OP, swiglu::validate_fwd(&x.dims, dim))?;
+        shape_is(OP, &o, "out", &d.out_shape(&x.dims))?;
+        submit(
+            OP,
+            move || {
+                let v = reference::swiglu::swiglu_fwd(&f64s(&x, "x")?, d.outer, d.half, d.inner);
+                o.write("out", &encode_f64(&v, o.dtype, "out")?)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+pub(crate) unsafe extern "C" fn swi_glu_grad(
+    y_grad: T,
+    x: T,
+    dim: i64,
+    out: T,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::swi_glu_grad;
+    state::guard(|| {
+        let dy = required(y_grad, "yGrad")?;
+        let x = required(x, "x")?;
+        let o = required(out, "out")?;
+        dtype_in(OP, &x, "x", FLOAT3)?;
+        same_dtype(OP, &x, "x", &dy, "yGrad")?;
+        same_dtype(OP, &x, "x", &o, "out")?;
+        for (t, n) in [(&dy, "yGrad"), (&x, "x"), (&o, "out")] {
+            contiguous(OP, t, n)?;
+        }
+        let d = contract(OP, swiglu::validate_bwd(&dy.dims, &x.dims, dim))?;
+        shape_is(OP, &o, "out", &x.dims)?;
+        submit(
+            OP,
+            move || {
+                let v = reference::swiglu::swiglu_bwd(
+                    &f64s(&dy, "yGrad")?,
+                    &f64s(&x, "x")?,
+                    d.outer,
+                    d.half,
+                    d.inner,
+                );
+                o.write("out", &encode_f64(&v, o.dtype, "out")?)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+/// `reductionOptional`: only "mean" is modelled.
+///
+/// # Safety
+/// A non-null `p` must point to a NUL-terminated string.
+unsafe fn mean_reduction(op: &str, p: *mut c_char) -> SimResult<()> {
+    // SAFETY: the caller's contract.
+    match unsafe { c_str(p, "reductionOptional")? }.as_deref() {
+        Some("mean") | None => Ok(()),
+        Some(r @ ("sum" | "none")) => unsupported(&format!("{op}: reductionOptional \"{r}\"")),
+        Some(r) => invalid(format!(
+            "{op}: reductionOptional must be mean, sum or none, got {r:?}"
+        )),
+    }
+}
+
+/// Checks the targets' values at launch (device memory).
+fn targets(t: &SimTensor, c: usize, ignore_index: i64) -> SimResult<Vec<i64>> {
+    let v = ints(t, "target")?;
+    cross_entropy::validate_targets(&v, c, ignore_index)
+        .map_err(|e| SimErr(ACLNN_ERR_INNER, format!("target: {e}")))?;
+    Ok(v)
+}
+
+#[allow(clippy::too_many_arguments)] // the C prototype
+pub(crate) unsafe extern "C" fn cross_entropy_loss(
+    input: T,
+    target: T,
+    weight_optional: T,
+    reduction_optional: *mut c_char,
+    ignore_index: i64,
+    label_smoothing: f64,
+    lse_square_scale_for_zloss: f64,
+    return_zloss: bool,
+    loss_out: T,
+    log_prob_out: T,
+    zloss_out: T,
+    lse_for_zloss_out: T,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::cross_entropy_loss;
+    state::guard(|| {
+        let x = required(input, "input")?;
+        let t = required(target, "target")?;
+        let loss = required(loss_out, "lossOut")?;
+        let lp = required(log_prob_out, "logProbOut")?;
+        required(zloss_out, "zlossOut")?;
+        required(lse_for_zloss_out, "lseForZlossOut")?;
+        dtype_in(OP, &x, "input", FLOAT3)?;
+        dtype_in(OP, &t, "target", &[DataType::Int32, DataType::Int64])?;
+        same_dtype(OP, &x, "input", &loss, "lossOut")?;
+        same_dtype(OP, &x, "input", &lp, "logProbOut")?;
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        unsafe { mean_reduction(OP, reduction_optional)? };
+        if !(0.0..=1.0).contains(&label_smoothing) {
+            return invalid(format!(
+                "{OP}: labelSmoothing must be in [0, 1], got {label_smoothing}"
+            ));
+        }
+        if tensor(weight_optional, "weightOptional")?.is_some() || label_smoothing != 0.0 {
+            return unsupported(&format!(
+                "{OP}: weightOptional or a non-zero labelSmoothing"
+            ));
+        }
+        if return_zloss || lse_square_scale_for_zloss != 0.0 {
+            return unsupported(&format!(
+                "{OP}: z-loss (returnZloss, lseSquareScaleForZloss)"
+            ));
+        }
+        let d = contract(
+            OP,
+            cross_entropy::validate_fwd(&x.dims, &t.dims, ignore_index),
+        )?;
+        shape_is(OP, &loss, "lossOut", &[1])?;
+        shape_is(OP, &lp, "logProbOut", &x.dims)?;
+        submit(
+            OP,
+            move || {
+                let tv = targets(&t, d.c, ignore_index)?;
+                let (l, lpv) = reference::cross_entropy::cross_entropy_fwd(
+                    &f64s(&x, "input")?,
+                    &tv,
+                    d.n,
+                    d.c,
+                    ignore_index,
+                );
+                loss.write("lossOut", &encode_f64(&[l], loss.dtype, "lossOut")?)?;
+                lp.write("logProbOut", &encode_f64(&lpv, lp.dtype, "logProbOut")?)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+#[allow(clippy::too_many_arguments)] // the C prototype
+pub(crate) unsafe extern "C" fn cross_entropy_loss_grad(
+    grad_loss: T,
+    log_prob: T,
+    target: T,
+    weight_optional: T,
+    grad_zloss_optional: T,
+    lse_for_zloss_optional: T,
+    reduction_optional: *mut c_char,
+    ignore_index: i64,
+    label_smoothing: f64,
+    lse_square_scale_for_zloss: f64,
+    out: T,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::cross_entropy_loss_grad;
+    state::guard(|| {
+        let g = required(grad_loss, "gradLoss")?;
+        let lp = required(log_prob, "logProb")?;
+        let t = required(target, "target")?;
+        let o = required(out, "out")?;
+        dtype_in(OP, &lp, "logProb", FLOAT3)?;
+        same_dtype(OP, &lp, "logProb", &g, "gradLoss")?;
+        same_dtype(OP, &g, "gradLoss", &o, "out")?;
+        dtype_in(OP, &t, "target", &[DataType::Int64])?;
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        unsafe { mean_reduction(OP, reduction_optional)? };
+        if tensor(weight_optional, "weightOptional")?.is_some() || label_smoothing != 0.0 {
+            return unsupported(&format!(
+                "{OP}: weightOptional or a non-zero labelSmoothing"
+            ));
+        }
+        if tensor(grad_zloss_optional, "gradZlossOptional")?.is_some()
+            || tensor(lse_for_zloss_optional, "lseForZlossOptional")?.is_some()
+            || lse_square_scale_for_zloss != 0.0
+        {
+            return unsupported(&format!("{OP}: z-loss"));
+        }
+        // The docs: gradLoss is 0-D for the mean reduction.
+        if !g.dims.is_empty() {
+            return invalid(format!(
+                "{OP}: gradLoss must be 0-D for reductionOptional \"mean\", got {:?}",
+                g.dims
+            ));
+        }
+        let d = contract(
+            OP,
+            cross_entropy::validate_bwd(&g.dims, &lp.dims, &t.dims, ignore_index),
+        )?;
+        shape_is(OP, &o, "out", &lp.dims)?;
+        submit(
+            OP,
+            move || {
+                let tv = targets(&t, d.c, ignore_index)?;
+                let gv = f64s(&g, "gradLoss")?[0];
+                let v = reference::cross_entropy::cross_entropy_bwd(
+                    gv,
+                    &f64s(&lp, "logProb")?,
+                    &tv,
+                    d.n,
+                    d.c,
+                    ignore_index,
+                );
+                o.write("out", &encode_f64(&v, o.dtype, "out")?)
+            },
+            ws,
+            ex,
+        )
+    })
+}

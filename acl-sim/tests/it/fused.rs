@@ -1,0 +1,202 @@
+//! The simulated fused transformer ops (issue 27) through the aclnn calls of
+//! `burn_ascend_cann::acl::ops`: results against the f64 references, and CANN's validation —
+//! a null required output → 161001; a shape, dtype, layout or attribute the docs refuse →
+//! 161002 naming the parameter; an out-of-range target fails at execute.
+
+use burn_ascend_cann::acl::ffi::{ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR};
+use burn_ascend_cann::acl::ops::{self, CrossEntropyLossArgs, CrossEntropyLossGradArgs};
+use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc};
+use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, swiglu};
+
+fn up(rt: &Runtime, dims: &[usize], v: &[f32]) -> DeviceTensor {
+    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    rt.upload(TensorDesc::contiguous(dims, DataType::Float).unwrap(), &b)
+        .unwrap()
+}
+
+fn up_i64(rt: &Runtime, dims: &[usize], v: &[i64]) -> DeviceTensor {
+    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    rt.upload(TensorDesc::contiguous(dims, DataType::Int64).unwrap(), &b)
+        .unwrap()
+}
+
+fn zeros(rt: &Runtime, dims: &[usize]) -> DeviceTensor {
+    rt.zeros(TensorDesc::contiguous(dims, DataType::Float).unwrap())
+        .unwrap()
+}
+
+fn read(t: &DeviceTensor) -> Vec<f64> {
+    t.download()
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+        .collect()
+}
+
+fn data(n: usize, k: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 37 + k * 11) % 29) as f32 / 9.0 - 1.5)
+        .collect()
+}
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+fn h(t: &DeviceTensor) -> burn_ascend_cann::acl::Tensor<'_> {
+    t.handle().unwrap()
+}
+
+fn close(name: &str, a: &[f64], b: &[f64]) {
+    let d = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    assert!(a.len() == b.len() && d < 1e-5, "{name}: max |Δ| {d:e}");
+}
+
+/// The status and recent-error message of a refused call.
+fn refused(r: Result<(), AclError>) -> (i32, String) {
+    match r.expect_err("the call must be refused") {
+        e @ AclError::Status { .. } => (e.status().unwrap(), e.to_string()),
+        e => panic!("expected a status, got {e}"),
+    }
+}
+
+#[test]
+fn simulated_fused_ops_compute_the_references() {
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
+    let (x, g, dy) = (data(3 * 8, 1), data(8, 2), data(3 * 8, 3));
+    let (xd, gd) = (up(&rt, &[3, 8], &x), up(&rt, &[8], &g));
+    let (y, rstd) = (zeros(&rt, &[3, 8]), zeros(&rt, &[3, 1]));
+    ops::rms_norm(&rt, &h(&xd), &h(&gd), 1e-6, &h(&y), &h(&rstd)).unwrap();
+    let (ry, rr) = rms_norm::rms_norm_fwd(&f64s(&x), &f64s(&g), 3, 8, 1e-6);
+    close("yOut", &read(&y), &ry);
+    close("rstdOut", &read(&rstd), &rr);
+    let (dyd, dx, dg) = (up(&rt, &[3, 8], &dy), zeros(&rt, &[3, 8]), zeros(&rt, &[8]));
+    ops::rms_norm_grad(&rt, &h(&dyd), &h(&xd), &h(&rstd), &h(&gd), &h(&dx), &h(&dg)).unwrap();
+    let (rdx, rdg) = rms_norm::rms_norm_bwd(&f64s(&dy), &f64s(&x), &read(&rstd), &f64s(&g), 3, 8);
+    close("dxOut", &read(&dx), &rdx);
+    close("dgammaOut", &read(&dg), &rdg);
+
+    let out = zeros(&rt, &[3, 4]);
+    ops::swi_glu(&rt, &h(&xd), -1, &h(&out)).unwrap();
+    close(
+        "swiglu out",
+        &read(&out),
+        &swiglu::swiglu_fwd(&f64s(&x), 3, 4, 1),
+    );
+    let (gy, sdx) = (up(&rt, &[3, 4], &dy[..12]), zeros(&rt, &[3, 8]));
+    ops::swi_glu_grad(&rt, &h(&gy), &h(&xd), 1, &h(&sdx)).unwrap();
+    close(
+        "swiglu grad",
+        &read(&sdx),
+        &swiglu::swiglu_bwd(&f64s(&dy[..12]), &f64s(&x), 3, 4, 1),
+    );
+
+    let t = up_i64(&rt, &[3], &[7, 0, -100]);
+    let (loss, lp, zl, lse) = (
+        zeros(&rt, &[1]),
+        zeros(&rt, &[3, 8]),
+        zeros(&rt, &[1]),
+        zeros(&rt, &[3]),
+    );
+    let (th, lossh, lph, zlh, lseh) = (h(&t), h(&loss), h(&lp), h(&zl), h(&lse));
+    let xh = h(&xd);
+    let fwd = |reduction: &'static str| CrossEntropyLossArgs {
+        input: &xh,
+        target: &th,
+        weight_optional: None,
+        reduction_optional: reduction,
+        ignore_index: -100,
+        label_smoothing: 0.0,
+        lse_square_scale_for_zloss: 0.0,
+        return_zloss: false,
+        loss_out: &lossh,
+        log_prob_out: &lph,
+        zloss_out: &zlh,
+        lse_for_zloss_out: &lseh,
+    };
+    ops::cross_entropy_loss(&rt, &fwd("mean")).unwrap();
+    let (rl, rlp) = cross_entropy::cross_entropy_fwd(&f64s(&x), &[7, 0, -100], 3, 8, -100);
+    close("lossOut", &read(&loss), &[rl]);
+    close("logProbOut", &read(&lp), &rlp);
+    let g0 = {
+        let b = 0.5f32.to_le_bytes();
+        rt.upload(TensorDesc::contiguous(&[], DataType::Float).unwrap(), &b)
+            .unwrap()
+    };
+    let gx = zeros(&rt, &[3, 8]);
+    let (g0h, gxh) = (h(&g0), h(&gx));
+    let bwd = CrossEntropyLossGradArgs {
+        grad_loss: &g0h,
+        log_prob: &lph,
+        target: &th,
+        weight_optional: None,
+        grad_zloss_optional: None,
+        lse_for_zloss_optional: None,
+        reduction_optional: "mean",
+        ignore_index: -100,
+        label_smoothing: 0.0,
+        lse_square_scale_for_zloss: 0.0,
+        out: &gxh,
+    };
+    ops::cross_entropy_loss_grad(&rt, &bwd).unwrap();
+    let rdx = cross_entropy::cross_entropy_bwd(0.5, &rlp, &[7, 0, -100], 3, 8, -100);
+    close("xGradOut", &read(&gx), &rdx);
+
+    // Refusals, as CANN's first stage.
+    let (st, msg) = refused(ops::cross_entropy_loss(&rt, &fwd("sum")));
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
+    assert!(msg.contains("reductionOptional"), "{msg}");
+    let bad_gamma = up(&rt, &[7], &data(7, 4));
+    let (st, msg) = refused(ops::rms_norm(
+        &rt,
+        &xh,
+        &h(&bad_gamma),
+        1e-6,
+        &h(&y),
+        &h(&rstd),
+    ));
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
+    assert!(msg.contains("gamma"), "{msg}");
+    let (st, msg) = refused(ops::swi_glu(&rt, &xh, 2, &h(&out)));
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
+    assert!(msg.contains("dimOptional"), "{msg}");
+    // A transposed (non-contiguous) x: aclnnSwiGlu takes no strided views.
+    let xt_desc = TensorDesc::strided(&[8, 3], &[1, 8], 0, 24, DataType::Float).unwrap();
+    let xt = burn_ascend_cann::acl::Tensor::new(&xd.buf, &xt_desc).unwrap();
+    let (st, msg) = refused(ops::swi_glu(&rt, &xt, 0, &h(&zeros(&rt, &[4, 3]))));
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
+    assert!(msg.contains("contiguous"), "{msg}");
+    // gradLoss must be 0-D for "mean".
+    let g1 = up(&rt, &[1], &[0.5]);
+    let g1h = h(&g1);
+    let (st, msg) = refused(ops::cross_entropy_loss_grad(
+        &rt,
+        &CrossEntropyLossGradArgs {
+            grad_loss: &g1h,
+            ..bwd
+        },
+    ));
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
+    assert!(msg.contains("gradLoss"), "{msg}");
+    // A target outside [0, C) fails at execute (the first stage cannot read device memory).
+    let bad_t = up_i64(&rt, &[3], &[7, 8, 0]);
+    let bth = h(&bad_t);
+    // On a stream of its own: the failure stays with it.
+    let rt2 = burn_ascend_acl_sim::runtime().unwrap();
+    rt.synchronize().unwrap();
+    let r = ops::cross_entropy_loss(
+        &rt2,
+        &CrossEntropyLossArgs {
+            target: &bth,
+            ..fwd("mean")
+        },
+    )
+    .and_then(|_| rt2.synchronize());
+    let e = r.expect_err("an out-of-range target must fail the launch");
+    assert!(e.to_string().contains("target[1] = 8"), "{e}");
+    let _ = ACLNN_ERR_PARAM_NULLPTR;
+}

@@ -1,0 +1,263 @@
+//! The fused transformer ops of issue 27 on Ascend (`burn_ascend_ops::FusedBackend`): one aclnn
+//! launch each way — `aclnnRmsNorm` / `aclnnRmsNormGrad`, `aclnnSwiGlu` / `aclnnSwiGluGrad`,
+//! `aclnnCrossEntropyLoss` / `aclnnCrossEntropyLossGrad` (mean reduction, no weight, no label
+//! smoothing, no z-loss) — queued on the device's stream, nothing read back. Shapes are
+//! validated by the contract first (typed [`AttnError`]s naming the aclnn parameter); dtypes
+//! outside the docs' tables (f64, mixed) take the CPU kernels through the counted host fallback
+//! (`rms_norm_fwd`, …). Targets are not read on the host: one outside `[0, C)` fails the launch
+//! and surfaces at the next synchronisation, as on CANN.
+
+use burn_ascend_cann::acl::names;
+use burn_ascend_cann::acl::ops::{self, CrossEntropyLossArgs, CrossEntropyLossGradArgs};
+use burn_ascend_ops::error::{AttnError, Result};
+use burn_ascend_ops::fused::ndarray::{
+    cpu_cross_entropy_bwd, cpu_cross_entropy_fwd, cpu_rms_norm_bwd, cpu_rms_norm_fwd,
+    cpu_swiglu_bwd, cpu_swiglu_fwd,
+};
+use burn_ascend_ops::fused::{
+    cross_entropy, rms_norm, swiglu, CrossEntropyOutputs, FusedBackend, RmsNormDims, RmsNormGrads,
+    RmsNormOutputs,
+};
+use burn_backend::ops::{FloatTensorOps, IntTensorOps};
+use burn_backend::tensor::{FloatTensor, IntTensor};
+use burn_backend::{DType, IntDType, Shape};
+
+use crate::device::{runtime, AscendDevice};
+use crate::element::is_acl_float;
+use crate::fallback::count;
+use crate::ops::base::contiguous;
+use crate::tensor::{device_error, AscendTensor};
+use crate::Ascend;
+
+fn same_device(op: &str, ts: &[&AscendTensor]) -> Result<AscendDevice> {
+    let d = ts[0].device();
+    if let Some(o) = ts.iter().find(|t| t.device() != d) {
+        return Err(AttnError::Unsupported(format!(
+            "{op}: tensors on different devices ({d} and {}); move them with `to_device` first",
+            o.device()
+        )));
+    }
+    Ok(d)
+}
+
+fn alloc(shape: Vec<usize>, dtype: DType, device: &AscendDevice) -> AscendTensor {
+    AscendTensor::alloc(Shape::from(shape), dtype, device)
+}
+
+/// `gamma` takes x's dtype or FLOAT32 (the docs' tables).
+fn gamma_ok(x: DType, gamma: DType) -> bool {
+    is_acl_float(x) && (gamma == x || gamma == DType::F32)
+}
+
+impl FusedBackend for Ascend {
+    fn rms_norm_fwd(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> Result<RmsNormOutputs<Self>> {
+        const OP: &str = names::rms_norm;
+        let shape = x.shape.to_vec();
+        rms_norm::validate_fwd(&shape, &gamma.shape.to_vec(), epsilon)?;
+        let device = same_device(OP, &[&x, &gamma])?;
+        if !gamma_ok(x.dtype, gamma.dtype) {
+            count("rms_norm_fwd");
+            return cpu_rms_norm_fwd::<Self>(x, gamma, epsilon);
+        }
+        let y = alloc(shape.clone(), x.dtype, &device);
+        let rstd = alloc(RmsNormDims::rstd_shape(&shape), DType::F32, &device);
+        let rt = runtime(&device);
+        let ds = [x.desc(OP), gamma.desc(OP), y.desc(OP), rstd.desc(OP)];
+        ops::rms_norm(
+            &rt,
+            &x.handle(&ds[0], OP),
+            &gamma.handle(&ds[1], OP),
+            epsilon,
+            &y.handle(&ds[2], OP),
+            &rstd.handle(&ds[3], OP),
+        )
+        .map_err(|e| device_error(OP, e))?;
+        Ok(RmsNormOutputs { y, rstd })
+    }
+
+    fn rms_norm_bwd(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> Result<RmsNormGrads<Self>> {
+        const OP: &str = names::rms_norm_grad;
+        let shape = x.shape.to_vec();
+        let gshape = gamma.shape.to_vec();
+        rms_norm::validate_bwd(&dy.shape.to_vec(), &shape, &rstd.shape.to_vec(), &gshape)?;
+        let device = same_device(OP, &[&dy, &x, &rstd, &gamma])?;
+        if !gamma_ok(x.dtype, gamma.dtype) || dy.dtype != x.dtype || rstd.dtype != DType::F32 {
+            count("rms_norm_bwd");
+            return cpu_rms_norm_bwd::<Self>(dy, x, rstd, gamma);
+        }
+        let dx = alloc(shape, x.dtype, &device);
+        let dgamma = alloc(gshape, DType::F32, &device);
+        let rt = runtime(&device);
+        let ts = [&dy, &x, &rstd, &gamma, &dx, &dgamma];
+        let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
+        let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
+        ops::rms_norm_grad(&rt, &h[0], &h[1], &h[2], &h[3], &h[4], &h[5])
+            .map_err(|e| device_error(OP, e))?;
+        drop(h);
+        // dgammaOut is FLOAT32 on CANN; the gradient takes gamma's dtype.
+        let dgamma = match gamma.dtype {
+            DType::F32 => dgamma,
+            dt => Self::float_cast(dgamma, dt.into()),
+        };
+        Ok(RmsNormGrads { dx, dgamma })
+    }
+
+    fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {
+        const OP: &str = names::swi_glu;
+        let shape = x.shape.to_vec();
+        let d = swiglu::validate_fwd(&shape, dim)?;
+        if !is_acl_float(x.dtype) {
+            count("swiglu_fwd");
+            return cpu_swiglu_fwd::<Self>(x, dim);
+        }
+        let device = x.device();
+        // aclnnSwiGlu takes no strided views.
+        let x = contiguous(x);
+        let out = alloc(d.out_shape(&shape), x.dtype, &device);
+        let rt = runtime(&device);
+        let (xd, od) = (x.desc(OP), out.desc(OP));
+        ops::swi_glu(&rt, &x.handle(&xd, OP), dim, &out.handle(&od, OP))
+            .map_err(|e| device_error(OP, e))?;
+        Ok(out)
+    }
+
+    fn swiglu_bwd(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        dim: i64,
+    ) -> Result<FloatTensor<Self>> {
+        const OP: &str = names::swi_glu_grad;
+        let shape = x.shape.to_vec();
+        swiglu::validate_bwd(&dy.shape.to_vec(), &shape, dim)?;
+        let device = same_device(OP, &[&dy, &x])?;
+        if !is_acl_float(x.dtype) || dy.dtype != x.dtype {
+            count("swiglu_bwd");
+            return cpu_swiglu_bwd::<Self>(dy, x, dim);
+        }
+        let (dy, x) = (contiguous(dy), contiguous(x));
+        let out = alloc(shape, x.dtype, &device);
+        let rt = runtime(&device);
+        let (gd, xd, od) = (dy.desc(OP), x.desc(OP), out.desc(OP));
+        ops::swi_glu_grad(
+            &rt,
+            &dy.handle(&gd, OP),
+            &x.handle(&xd, OP),
+            dim,
+            &out.handle(&od, OP),
+        )
+        .map_err(|e| device_error(OP, e))?;
+        Ok(out)
+    }
+
+    fn cross_entropy_fwd(
+        input: FloatTensor<Self>,
+        target: IntTensor<Self>,
+        ignore_index: i64,
+    ) -> Result<CrossEntropyOutputs<Self>> {
+        const OP: &str = names::cross_entropy_loss;
+        let shape = input.shape.to_vec();
+        let d = cross_entropy::validate_fwd(&shape, &target.shape.to_vec(), ignore_index)?;
+        let device = same_device(OP, &[&input, &target])?;
+        if !is_acl_float(input.dtype) || !matches!(target.dtype, DType::I64 | DType::I32) {
+            count("cross_entropy_fwd");
+            return cpu_cross_entropy_fwd::<Self>(input, target, ignore_index);
+        }
+        let (input, target) = (contiguous(input), contiguous(target));
+        let dt = input.dtype;
+        let loss = alloc(vec![1], dt, &device);
+        let log_prob = alloc(shape, dt, &device);
+        // Required outputs even without z-loss (CANN rejects null ones).
+        let zloss = alloc(vec![1], dt, &device);
+        let lse = alloc(vec![d.n], dt, &device);
+        let rt = runtime(&device);
+        let ts = [&input, &target, &loss, &log_prob, &zloss, &lse];
+        let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
+        let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
+        ops::cross_entropy_loss(
+            &rt,
+            &CrossEntropyLossArgs {
+                input: &h[0],
+                target: &h[1],
+                weight_optional: None,
+                reduction_optional: "mean",
+                ignore_index,
+                label_smoothing: 0.0,
+                lse_square_scale_for_zloss: 0.0,
+                return_zloss: false,
+                loss_out: &h[2],
+                log_prob_out: &h[3],
+                zloss_out: &h[4],
+                lse_for_zloss_out: &h[5],
+            },
+        )
+        .map_err(|e| device_error(OP, e))?;
+        drop(h);
+        Ok(CrossEntropyOutputs { loss, log_prob })
+    }
+
+    fn cross_entropy_bwd(
+        grad_loss: FloatTensor<Self>,
+        log_prob: FloatTensor<Self>,
+        target: IntTensor<Self>,
+        ignore_index: i64,
+    ) -> Result<FloatTensor<Self>> {
+        const OP: &str = names::cross_entropy_loss_grad;
+        let shape = log_prob.shape.to_vec();
+        cross_entropy::validate_bwd(
+            &grad_loss.shape.to_vec(),
+            &shape,
+            &target.shape.to_vec(),
+            ignore_index,
+        )?;
+        let device = same_device(OP, &[&grad_loss, &log_prob, &target])?;
+        if !is_acl_float(log_prob.dtype)
+            || grad_loss.dtype != log_prob.dtype
+            || !matches!(target.dtype, DType::I64 | DType::I32)
+        {
+            count("cross_entropy_bwd");
+            return cpu_cross_entropy_bwd::<Self>(grad_loss, log_prob, target, ignore_index);
+        }
+        let log_prob = contiguous(log_prob);
+        // The gradient's target is INT64 only.
+        let target = match target.dtype {
+            DType::I64 => contiguous(target),
+            _ => Self::int_cast(target, IntDType::I64),
+        };
+        // gradLoss is 0-D for the mean reduction: the one element as a rank-0 view.
+        let grad_loss = contiguous(grad_loss);
+        let g0 = grad_loss.view(Shape::from(Vec::<usize>::new()), vec![], grad_loss.offset);
+        let out = alloc(shape, log_prob.dtype, &device);
+        let rt = runtime(&device);
+        let ts = [&g0, &log_prob, &target, &out];
+        let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
+        let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
+        ops::cross_entropy_loss_grad(
+            &rt,
+            &CrossEntropyLossGradArgs {
+                grad_loss: &h[0],
+                log_prob: &h[1],
+                target: &h[2],
+                weight_optional: None,
+                grad_zloss_optional: None,
+                lse_for_zloss_optional: None,
+                reduction_optional: "mean",
+                ignore_index,
+                label_smoothing: 0.0,
+                lse_square_scale_for_zloss: 0.0,
+                out: &h[3],
+            },
+        )
+        .map_err(|e| device_error(OP, e))?;
+        drop(h);
+        Ok(out)
+    }
+}

@@ -1,0 +1,149 @@
+//! The fast CPU kernels of the fused transformer ops (issue 27) on f32: one pass over each row
+//! instead of the five to a dozen whole-tensor passes of the composite, sums accumulated in
+//! f32 lanes then f64 per row. Same formulas as [`crate::reference::fused`], which they are
+//! tested against.
+
+fn sigmoid(v: f32) -> f32 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+/// RMSNorm over rows of `cols`: `(y, rstd)`.
+pub fn rms_norm_fwd(x: &[f32], gamma: &[f32], cols: usize, epsilon: f64) -> (Vec<f32>, Vec<f32>) {
+    let rows = x.len() / cols.max(1);
+    let mut y = vec![0.0f32; x.len()];
+    let mut rstd = vec![0.0f32; rows];
+    for (r, (row, out)) in x
+        .chunks_exact(cols)
+        .zip(y.chunks_exact_mut(cols))
+        .enumerate()
+    {
+        let sq: f64 = row.iter().map(|&v| v * v).sum::<f32>() as f64;
+        let s = (1.0 / (sq / cols as f64 + epsilon).sqrt()) as f32;
+        rstd[r] = s;
+        for ((o, &v), &g) in out.iter_mut().zip(row).zip(gamma) {
+            *o = v * s * g;
+        }
+    }
+    (y, rstd)
+}
+
+/// RMSNorm's backward: `(dx, dgamma)`.
+pub fn rms_norm_bwd(
+    dy: &[f32],
+    x: &[f32],
+    rstd: &[f32],
+    gamma: &[f32],
+    cols: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut dx = vec![0.0f32; x.len()];
+    let mut dgamma = vec![0.0f64; cols];
+    for (r, ((g, row), out)) in dy
+        .chunks_exact(cols)
+        .zip(x.chunks_exact(cols))
+        .zip(dx.chunks_exact_mut(cols))
+        .enumerate()
+    {
+        let s = rstd[r];
+        let dot: f32 = g
+            .iter()
+            .zip(row)
+            .zip(gamma)
+            .map(|((&d, &v), &w)| d * w * v)
+            .sum();
+        let k = s * s * (dot / cols as f32);
+        for c in 0..cols {
+            out[c] = s * (g[c] * gamma[c] - row[c] * k);
+            dgamma[c] += (g[c] * row[c] * s) as f64;
+        }
+    }
+    (dx, dgamma.into_iter().map(|v| v as f32).collect())
+}
+
+/// SwiGLU of `x = [outer, 2·half, inner]`, the first half the gate.
+pub fn swiglu_fwd(x: &[f32], outer: usize, half: usize, inner: usize) -> Vec<f32> {
+    let block = half * inner;
+    let mut out = vec![0.0f32; outer * block];
+    for o in 0..outer {
+        let a = &x[o * 2 * block..o * 2 * block + block];
+        let b = &x[o * 2 * block + block..(o + 1) * 2 * block];
+        for ((y, &a), &b) in out[o * block..(o + 1) * block].iter_mut().zip(a).zip(b) {
+            *y = a * sigmoid(a) * b;
+        }
+    }
+    out
+}
+
+/// SwiGLU's backward: `dx` shaped as `x`.
+pub fn swiglu_bwd(dy: &[f32], x: &[f32], outer: usize, half: usize, inner: usize) -> Vec<f32> {
+    let block = half * inner;
+    let mut dx = vec![0.0f32; x.len()];
+    for o in 0..outer {
+        let base = o * 2 * block;
+        let g = &dy[o * block..(o + 1) * block];
+        let (da, db) = dx[base..base + 2 * block].split_at_mut(block);
+        let a = &x[base..base + block];
+        let b = &x[base + block..base + 2 * block];
+        for k in 0..block {
+            let s = sigmoid(a[k]);
+            da[k] = g[k] * b[k] * (s + s * (1.0 - s) * a[k]);
+            db[k] = g[k] * a[k] * s;
+        }
+    }
+    dx
+}
+
+/// Softmax cross-entropy, mean over the rows whose target is not `ignore_index`:
+/// `(loss, logProb)`. Targets must be in `[0, c)` or `ignore_index` (validated by the caller).
+pub fn cross_entropy_fwd(
+    x: &[f32],
+    target: &[i64],
+    c: usize,
+    ignore_index: i64,
+) -> (f32, Vec<f32>) {
+    let mut log_prob = vec![0.0f32; x.len()];
+    let (mut sum, mut count) = (0.0f64, 0usize);
+    for (r, (row, lp)) in x
+        .chunks_exact(c)
+        .zip(log_prob.chunks_exact_mut(c))
+        .enumerate()
+    {
+        let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let se: f32 = row.iter().map(|&v| (v - max).exp()).sum();
+        let lse = max + se.ln();
+        for (o, &v) in lp.iter_mut().zip(row) {
+            *o = v - lse;
+        }
+        if target[r] != ignore_index {
+            sum -= lp[target[r] as usize] as f64;
+            count += 1;
+        }
+    }
+    ((sum / count as f64) as f32, log_prob)
+}
+
+/// Softmax cross-entropy's gradient from `logProb` in one pass.
+pub fn cross_entropy_bwd(
+    grad_loss: f32,
+    log_prob: &[f32],
+    target: &[i64],
+    c: usize,
+    ignore_index: i64,
+) -> Vec<f32> {
+    let count = target.iter().filter(|&&t| t != ignore_index).count() as f32;
+    let scale = grad_loss / count;
+    let mut dx = vec![0.0f32; log_prob.len()];
+    for (r, (lp, out)) in log_prob
+        .chunks_exact(c)
+        .zip(dx.chunks_exact_mut(c))
+        .enumerate()
+    {
+        if target[r] == ignore_index {
+            continue;
+        }
+        for (o, &v) in out.iter_mut().zip(lp) {
+            *o = scale * v.exp();
+        }
+        out[target[r] as usize] -= scale;
+    }
+    dx
+}

@@ -1,0 +1,148 @@
+//! The fused transformer ops' kernels (issue 27): the f64 references' backwards against central
+//! finite differences of their forwards, the cross-entropy reference against CANN's documented
+//! example, and the fast f32 CPU kernels against the references.
+
+use burn_ascend_kernels::cpu::fused as cpu;
+use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, swiglu};
+
+/// A deterministic pseudo-random vector in [-1.5, 1.5).
+fn data(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64 * 3.0 - 1.5
+        })
+        .collect()
+}
+
+/// `∂(Σ w·f(x)) / ∂x` by central differences, step `h`.
+fn numeric_grad(x: &[f64], w: &[f64], h: f64, f: impl Fn(&[f64]) -> Vec<f64>) -> Vec<f64> {
+    (0..x.len())
+        .map(|i| {
+            let (mut p, mut m) = (x.to_vec(), x.to_vec());
+            p[i] += h;
+            m[i] -= h;
+            let dot = |v: Vec<f64>| v.iter().zip(w).map(|(a, b)| a * b).sum::<f64>();
+            (dot(f(&p)) - dot(f(&m))) / (2.0 * h)
+        })
+        .collect()
+}
+
+fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn rms_norm_backward_matches_central_differences_in_f64() {
+    let (rows, cols, eps) = (3, 7, 1e-5);
+    let (x, g, dy) = (data(rows * cols, 1), data(cols, 2), data(rows * cols, 3));
+    let (_, rstd) = rms_norm::rms_norm_fwd(&x, &g, rows, cols, eps);
+    let (dx, dg) = rms_norm::rms_norm_bwd(&dy, &x, &rstd, &g, rows, cols);
+    let ndx = numeric_grad(&x, &dy, 1e-6, |x| {
+        rms_norm::rms_norm_fwd(x, &g, rows, cols, eps).0
+    });
+    let ndg = numeric_grad(&g, &dy, 1e-6, |g| {
+        rms_norm::rms_norm_fwd(&x, g, rows, cols, eps).0
+    });
+    assert!(max_abs_diff(&dx, &ndx) < 1e-8, "dx {dx:?} vs {ndx:?}");
+    assert!(max_abs_diff(&dg, &ndg) < 1e-8, "dgamma {dg:?} vs {ndg:?}");
+}
+
+#[test]
+fn swiglu_backward_matches_central_differences_in_f64_split_on_a_middle_dimension() {
+    // x [2, 6, 3] split along dim 1: outer 2, half 3, inner 3.
+    let (outer, half, inner) = (2, 3, 3);
+    let x = data(outer * 2 * half * inner, 4);
+    let dy = data(outer * half * inner, 5);
+    let dx = swiglu::swiglu_bwd(&dy, &x, outer, half, inner);
+    let n = numeric_grad(&x, &dy, 1e-6, |x| swiglu::swiglu_fwd(x, outer, half, inner));
+    assert!(max_abs_diff(&dx, &n) < 1e-8, "dx {dx:?} vs {n:?}");
+    // The first half is the gate: silu(a)·b with a = x[0,0,0], b = x[0,3,0].
+    let y = swiglu::swiglu_fwd(&x, outer, half, inner);
+    let (a, b) = (x[0], x[3 * inner]);
+    assert!((y[0] - a / (1.0 + (-a).exp()) * b).abs() < 1e-15);
+}
+
+#[test]
+fn cross_entropy_gradient_matches_central_differences_in_f64_with_an_ignored_row() {
+    let (n, c, ignore) = (4, 5, -100);
+    let x = data(n * c, 6);
+    let target = [3, ignore, 0, 4];
+    let (_, lp) = cross_entropy::cross_entropy_fwd(&x, &target, n, c, ignore);
+    let dx = cross_entropy::cross_entropy_bwd(0.7, &lp, &target, n, c, ignore);
+    let num = numeric_grad(&x, &[0.7], 1e-6, |x| {
+        vec![cross_entropy::cross_entropy_fwd(x, &target, n, c, ignore).0]
+    });
+    assert!(max_abs_diff(&dx, &num) < 1e-8, "dx {dx:?} vs {num:?}");
+    assert!(
+        dx[c..2 * c].iter().all(|&v| v == 0.0),
+        "the ignored row gets no gradient"
+    );
+}
+
+#[test]
+fn cross_entropy_reference_reproduces_canns_documented_example() {
+    // aclnnCrossEntropyLoss.md's example: input [[5,0,3,3,7],[9,3,5,2,4]], targets [0, 0],
+    // mean: loss 1.0937543, logProb as listed.
+    let x = [5.0, 0.0, 3.0, 3.0, 7.0, 9.0, 3.0, 5.0, 2.0, 4.0];
+    let (loss, lp) = cross_entropy::cross_entropy_fwd(&x, &[0, 0], 2, 5, -100);
+    assert!((loss - 1.093_754_3).abs() < 1e-6, "loss {loss}");
+    let want = [
+        -2.159461, -7.159461, -4.159461, -4.159461, -0.159461, -0.0280476, -6.0280476, -4.0280476,
+        -7.0280476, -5.0280476,
+    ];
+    assert!(max_abs_diff(&lp, &want) < 1e-6, "logProb {lp:?}");
+}
+
+fn f32s(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|&x| x as f32).collect()
+}
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+#[test]
+fn fast_cpu_kernels_match_the_f64_references_within_f32_rounding() {
+    let (rows, cols, eps) = (5, 33, 1e-6);
+    let (x, g, dy) = (data(rows * cols, 7), data(cols, 8), data(rows * cols, 9));
+    let (y, rstd) = rms_norm::rms_norm_fwd(&x, &g, rows, cols, eps);
+    let (dx, dg) = rms_norm::rms_norm_bwd(&dy, &x, &rstd, &g, rows, cols);
+    let (fy, frstd) = cpu::rms_norm_fwd(&f32s(&x), &f32s(&g), cols, eps);
+    let (fdx, fdg) = cpu::rms_norm_bwd(&f32s(&dy), &f32s(&x), &frstd, &f32s(&g), cols);
+    for (name, a, b) in [
+        ("y", &y, f64s(&fy)),
+        ("rstd", &rstd, f64s(&frstd)),
+        ("dx", &dx, f64s(&fdx)),
+        ("dgamma", &dg, f64s(&fdg)),
+    ] {
+        assert!(max_abs_diff(a, &b) < 1e-5, "rms_norm {name}");
+    }
+
+    let (outer, half, inner) = (3, 4, 2);
+    let x = data(outer * 2 * half * inner, 10);
+    let dy = data(outer * half * inner, 11);
+    let y = swiglu::swiglu_fwd(&x, outer, half, inner);
+    let dx = swiglu::swiglu_bwd(&dy, &x, outer, half, inner);
+    assert!(max_abs_diff(&y, &f64s(&cpu::swiglu_fwd(&f32s(&x), outer, half, inner))) < 1e-6);
+    let fdx = cpu::swiglu_bwd(&f32s(&dy), &f32s(&x), outer, half, inner);
+    assert!(max_abs_diff(&dx, &f64s(&fdx)) < 1e-6);
+
+    let (n, c) = (6, 11);
+    let x: Vec<f64> = data(n * c, 12).iter().map(|v| v * 4.0).collect();
+    let target = [0, 10, 5, -100, 3, 3];
+    let (loss, lp) = cross_entropy::cross_entropy_fwd(&x, &target, n, c, -100);
+    let dx = cross_entropy::cross_entropy_bwd(1.3, &lp, &target, n, c, -100);
+    let (floss, flp) = cpu::cross_entropy_fwd(&f32s(&x), &target, c, -100);
+    let fdx = cpu::cross_entropy_bwd(1.3, &flp, &target, c, -100);
+    assert!((loss - floss as f64).abs() < 1e-5, "loss {loss} vs {floss}");
+    assert!(max_abs_diff(&lp, &f64s(&flp)) < 1e-5);
+    assert!(max_abs_diff(&dx, &f64s(&fdx)) < 1e-6);
+}

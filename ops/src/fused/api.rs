@@ -1,0 +1,44 @@
+//! The fused ops on Burn tensors: what the model calls.
+
+use burn::tensor::{Int, Tensor, TensorPrimitive};
+
+use super::{FusedBackend, DEFAULT_IGNORE_INDEX};
+use crate::error::Result;
+
+/// RMSNorm over the last dimension: `x / sqrt(mean(x²) + epsilon) · gamma` (`aclnnRmsNorm`),
+/// differentiable in `x` and `gamma` through one fused backward (`aclnnRmsNormGrad`).
+pub fn rms_norm<B: FusedBackend, const D: usize>(
+    x: Tensor<B, D>,
+    gamma: Tensor<B, 1>,
+    epsilon: f64,
+) -> Result<Tensor<B, D>> {
+    let out = B::rms_norm_fwd(
+        x.into_primitive().tensor(),
+        gamma.into_primitive().tensor(),
+        epsilon,
+    )?;
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(out.y)))
+}
+
+/// SwiGLU of `x`'s two halves along `dim`, the first half the gate: `silu(A) · B`
+/// (`aclnnSwiGlu`, backward `aclnnSwiGluGrad`). `dim` as the aclnn's `dimOptional` (negative
+/// counts from the end).
+pub fn swiglu<B: FusedBackend, const D: usize>(x: Tensor<B, D>, dim: i64) -> Result<Tensor<B, D>> {
+    let y = B::swiglu_fwd(x.into_primitive().tensor(), dim)?;
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(y)))
+}
+
+/// Mean softmax cross-entropy of `logits [N, C]` against class indices `targets [N]` (torch's
+/// `cross_entropy` with its defaults; `aclnnCrossEntropyLoss`), `[1]`; its gradient is one
+/// pass over the saved log-softmax (`aclnnCrossEntropyLossGrad`).
+pub fn cross_entropy_loss<B: FusedBackend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+) -> Result<Tensor<B, 1>> {
+    let out = B::cross_entropy_fwd(
+        logits.into_primitive().tensor(),
+        targets.into_primitive(),
+        DEFAULT_IGNORE_INDEX,
+    )?;
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(out.loss)))
+}

@@ -1,0 +1,198 @@
+//! `Autodiff<B, C>`: each fused op is one graph node whose backward calls the inner backend's
+//! fused backward (`rms_norm_bwd`, `swiglu_bwd`, `cross_entropy_bwd`) once. The forward's
+//! inputs and side outputs (`rstd`, `logProb`) are kept in the node's state; the side outputs
+//! are constants to the graph.
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::Autodiff;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::ops::{FloatTensor, IntTensor};
+
+use super::{CrossEntropyOutputs, FusedBackend, RmsNormGrads, RmsNormOutputs};
+use crate::error::Result;
+
+#[derive(Debug)]
+struct RmsNormBackward;
+
+#[derive(Debug, Clone)]
+struct RmsNormState<B: FusedBackend> {
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    rstd: FloatTensor<B>,
+}
+
+impl<B: FusedBackend> Backward<B, 2> for RmsNormBackward {
+    type State = RmsNormState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<B>(&ops.node);
+        let s = ops.state;
+        // The forward validated the same shapes, so a failure here is a backend fault.
+        let RmsNormGrads { dx, dgamma } = B::rms_norm_bwd(dy, s.x, s.rstd, s.gamma)
+            .unwrap_or_else(|e| panic!("rms_norm backward failed: {e}"));
+        let [px, pg] = ops.parents;
+        if let Some(node) = px {
+            grads.register::<B>(node.id, dx);
+        }
+        if let Some(node) = pg {
+            grads.register::<B>(node.id, dgamma);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SwiGluBackward;
+
+impl<B: FusedBackend> Backward<B, 1> for SwiGluBackward {
+    type State = (FloatTensor<B>, i64);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<B>(&ops.node);
+        let (x, dim) = ops.state;
+        let dx =
+            B::swiglu_bwd(dy, x, dim).unwrap_or_else(|e| panic!("swiglu backward failed: {e}"));
+        if let [Some(node)] = ops.parents {
+            grads.register::<B>(node.id, dx);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct CrossEntropyBackward;
+
+#[derive(Debug, Clone)]
+struct CrossEntropyState<B: FusedBackend> {
+    log_prob: FloatTensor<B>,
+    target: IntTensor<B>,
+    ignore_index: i64,
+}
+
+impl<B: FusedBackend> Backward<B, 1> for CrossEntropyBackward {
+    type State = CrossEntropyState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let g = grads.consume::<B>(&ops.node);
+        let s = ops.state;
+        let dx = B::cross_entropy_bwd(g, s.log_prob, s.target, s.ignore_index)
+            .unwrap_or_else(|e| panic!("cross_entropy backward failed: {e}"));
+        if let [Some(node)] = ops.parents {
+            grads.register::<B>(node.id, dx);
+        }
+    }
+}
+
+impl<B: FusedBackend, C: CheckpointStrategy> FusedBackend for Autodiff<B, C> {
+    fn rms_norm_fwd(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> Result<RmsNormOutputs<Self>> {
+        let constant = <Self as AutodiffBackend>::from_inner;
+        let prep = RmsNormBackward
+            .prepare::<C>([x.node.clone(), gamma.node.clone()])
+            .compute_bound()
+            .stateful();
+        let out = B::rms_norm_fwd(x.primitive.clone(), gamma.primitive.clone(), epsilon)?;
+        Ok(match prep {
+            OpsKind::Tracked(prep) => {
+                let state = RmsNormState {
+                    x: x.primitive,
+                    gamma: gamma.primitive,
+                    rstd: out.rstd.clone(),
+                };
+                RmsNormOutputs {
+                    y: prep.finish(state, out.y),
+                    rstd: constant(out.rstd),
+                }
+            }
+            OpsKind::UnTracked(prep) => RmsNormOutputs {
+                y: prep.finish(out.y),
+                rstd: constant(out.rstd),
+            },
+        })
+    }
+
+    fn rms_norm_bwd(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> Result<RmsNormGrads<Self>> {
+        // The backward as a function of tensors (not differentiated again).
+        let constant = <Self as AutodiffBackend>::from_inner;
+        let g = B::rms_norm_bwd(dy.primitive, x.primitive, rstd.primitive, gamma.primitive)?;
+        Ok(RmsNormGrads {
+            dx: constant(g.dx),
+            dgamma: constant(g.dgamma),
+        })
+    }
+
+    fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {
+        let prep = SwiGluBackward
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful();
+        let out = B::swiglu_fwd(x.primitive.clone(), dim)?;
+        Ok(match prep {
+            OpsKind::Tracked(prep) => prep.finish((x.primitive, dim), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        })
+    }
+
+    fn swiglu_bwd(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        dim: i64,
+    ) -> Result<FloatTensor<Self>> {
+        let dx = B::swiglu_bwd(dy.primitive, x.primitive, dim)?;
+        Ok(<Self as AutodiffBackend>::from_inner(dx))
+    }
+
+    fn cross_entropy_fwd(
+        input: FloatTensor<Self>,
+        target: IntTensor<Self>,
+        ignore_index: i64,
+    ) -> Result<CrossEntropyOutputs<Self>> {
+        let constant = <Self as AutodiffBackend>::from_inner;
+        let prep = CrossEntropyBackward
+            .prepare::<C>([input.node.clone()])
+            .compute_bound()
+            .stateful();
+        let out = B::cross_entropy_fwd(input.primitive, target.clone(), ignore_index)?;
+        Ok(match prep {
+            OpsKind::Tracked(prep) => {
+                let state = CrossEntropyState {
+                    log_prob: out.log_prob.clone(),
+                    target,
+                    ignore_index,
+                };
+                CrossEntropyOutputs {
+                    loss: prep.finish(state, out.loss),
+                    log_prob: constant(out.log_prob),
+                }
+            }
+            OpsKind::UnTracked(prep) => CrossEntropyOutputs {
+                loss: prep.finish(out.loss),
+                log_prob: constant(out.log_prob),
+            },
+        })
+    }
+
+    fn cross_entropy_bwd(
+        grad_loss: FloatTensor<Self>,
+        log_prob: FloatTensor<Self>,
+        target: IntTensor<Self>,
+        ignore_index: i64,
+    ) -> Result<FloatTensor<Self>> {
+        let dx = B::cross_entropy_bwd(
+            grad_loss.primitive,
+            log_prob.primitive,
+            target,
+            ignore_index,
+        )?;
+        Ok(<Self as AutodiffBackend>::from_inner(dx))
+    }
+}

@@ -1,0 +1,108 @@
+//! The fused transformer ops (issue 27) as a Burn backend extension: RMSNorm, SwiGLU and softmax
+//! cross-entropy, each a forward and a backward method whose default bodies are the composite
+//! (Burn primitives, any backend). `NdArray` runs the one-pass CPU kernels
+//! ([`burn_ascend_kernels::cpu::fused`]), `Autodiff<B, C>` records one node per op whose
+//! backward calls the inner backend's fused backward, and the `Ascend` backend calls
+//! `aclnnRmsNorm(Grad)`, `aclnnSwiGlu(Grad)` and `aclnnCrossEntropyLoss(Grad)`.
+//!
+//! [`crate::AttentionBackend`] has this trait as a supertrait, so every attention backend has
+//! the fused ops.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::{FloatTensor, IntTensor};
+
+use crate::error::Result;
+
+pub mod api;
+mod autodiff;
+pub mod composite;
+pub mod ndarray;
+
+pub use burn_ascend_contract::fused::{
+    cross_entropy, rms_norm, swiglu, CrossEntropyDims, RmsNormDims, SwiGluDims,
+};
+
+/// `ignoreIndex` of torch's `cross_entropy` (and CANN's docs' example): no valid class.
+pub const DEFAULT_IGNORE_INDEX: i64 = -100;
+
+/// Outputs of the RMSNorm forward.
+#[derive(Debug, Clone)]
+pub struct RmsNormOutputs<B: Backend> {
+    /// `yOut`, shaped and typed as `x`.
+    pub y: FloatTensor<B>,
+    /// `rstdOut`: `1 / sqrt(mean(x²) + epsilon)`, f32, `x`'s shape with the last dimension 1.
+    pub rstd: FloatTensor<B>,
+}
+
+/// Outputs of the RMSNorm backward.
+#[derive(Debug, Clone)]
+pub struct RmsNormGrads<B: Backend> {
+    /// `dxOut`, shaped and typed as `x`.
+    pub dx: FloatTensor<B>,
+    /// `dgammaOut`, shaped and typed as `gamma`.
+    pub dgamma: FloatTensor<B>,
+}
+
+/// Outputs of the cross-entropy forward.
+#[derive(Debug, Clone)]
+pub struct CrossEntropyOutputs<B: Backend> {
+    /// `lossOut` `[1]`: the mean over the rows whose target is not `ignoreIndex`.
+    pub loss: FloatTensor<B>,
+    /// `logProbOut` `[N, C]`: the log-softmax, what the backward reads.
+    pub log_prob: FloatTensor<B>,
+}
+
+/// The fused transformer ops as a Burn backend extension (see the [module docs](self)).
+pub trait FusedBackend: Backend {
+    /// `aclnnRmsNorm` over the last dimension (`gamma` `[x.last]`).
+    fn rms_norm_fwd(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> Result<RmsNormOutputs<Self>> {
+        composite::rms_norm_fwd::<Self>(x, gamma, epsilon)
+    }
+
+    /// `aclnnRmsNormGrad` from the forward's `rstd`.
+    fn rms_norm_bwd(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> Result<RmsNormGrads<Self>> {
+        composite::rms_norm_bwd::<Self>(dy, x, rstd, gamma)
+    }
+
+    /// `aclnnSwiGlu`: `silu(A) · B` of `x`'s halves along `dim` (the first half the gate).
+    fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {
+        composite::swiglu_fwd::<Self>(x, dim)
+    }
+
+    /// `aclnnSwiGluGrad`: `dx` shaped as `x`.
+    fn swiglu_bwd(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        dim: i64,
+    ) -> Result<FloatTensor<Self>> {
+        composite::swiglu_bwd::<Self>(dy, x, dim)
+    }
+
+    /// `aclnnCrossEntropyLoss` with the mean reduction: the loss and the log-softmax.
+    fn cross_entropy_fwd(
+        input: FloatTensor<Self>,
+        target: IntTensor<Self>,
+        ignore_index: i64,
+    ) -> Result<CrossEntropyOutputs<Self>> {
+        composite::cross_entropy_fwd::<Self>(input, target, ignore_index)
+    }
+
+    /// `aclnnCrossEntropyLossGrad`: the gradient of the input in one pass over `logProb`.
+    fn cross_entropy_bwd(
+        grad_loss: FloatTensor<Self>,
+        log_prob: FloatTensor<Self>,
+        target: IntTensor<Self>,
+        ignore_index: i64,
+    ) -> Result<FloatTensor<Self>> {
+        composite::cross_entropy_bwd::<Self>(grad_loss, log_prob, target, ignore_index)
+    }
+}

@@ -1,0 +1,206 @@
+//! `NdArray` runs the one-pass CPU kernels on the tensors' host memory. Dtypes other than f32
+//! are computed in f32 and written back in their own dtype.
+
+use burn::backend::ndarray::{
+    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
+};
+use burn::backend::NdArray;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::{DType, TensorMetadata};
+
+use burn_ascend_kernels::cpu::fused as cpu;
+
+use super::{
+    cross_entropy, rms_norm, swiglu, CrossEntropyOutputs, FusedBackend, RmsNormDims, RmsNormGrads,
+    RmsNormOutputs,
+};
+use crate::error::{AttnError, Result};
+use crate::host::{from_vec, to_vec};
+
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> FusedBackend
+    for NdArray<E, I, Q>
+where
+    NdArrayTensor: From<SharedArray<E>>,
+    NdArrayTensor: From<SharedArray<I>>,
+{
+    fn rms_norm_fwd(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> Result<RmsNormOutputs<Self>> {
+        cpu_rms_norm_fwd::<Self>(x, gamma, epsilon)
+    }
+
+    fn rms_norm_bwd(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> Result<RmsNormGrads<Self>> {
+        cpu_rms_norm_bwd::<Self>(dy, x, rstd, gamma)
+    }
+
+    fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {
+        cpu_swiglu_fwd::<Self>(x, dim)
+    }
+
+    fn swiglu_bwd(
+        dy: FloatTensor<Self>,
+        x: FloatTensor<Self>,
+        dim: i64,
+    ) -> Result<FloatTensor<Self>> {
+        cpu_swiglu_bwd::<Self>(dy, x, dim)
+    }
+
+    fn cross_entropy_fwd(
+        input: FloatTensor<Self>,
+        target: IntTensor<Self>,
+        ignore_index: i64,
+    ) -> Result<CrossEntropyOutputs<Self>> {
+        cpu_cross_entropy_fwd::<Self>(input, target, ignore_index)
+    }
+
+    fn cross_entropy_bwd(
+        grad_loss: FloatTensor<Self>,
+        log_prob: FloatTensor<Self>,
+        target: IntTensor<Self>,
+        ignore_index: i64,
+    ) -> Result<FloatTensor<Self>> {
+        cpu_cross_entropy_bwd::<Self>(grad_loss, log_prob, target, ignore_index)
+    }
+}
+
+/// `values` as a tensor of `shape` in `dtype` on `device`.
+fn back<B: Backend>(
+    values: Vec<f32>,
+    shape: &[usize],
+    dtype: DType,
+    device: &B::Device,
+) -> FloatTensor<B> {
+    let t = from_vec::<B>(values, shape, device);
+    if t.dtype() == dtype {
+        t
+    } else {
+        B::float_cast(t, dtype.into())
+    }
+}
+
+/// The int tensor's values on the host.
+pub(crate) fn host_ints<B: Backend>(t: IntTensor<B>) -> Result<Vec<i64>> {
+    let data = burn::tensor::try_read_sync(B::int_into_data(t))
+        .ok_or_else(|| {
+            AttnError::Unsupported("reading targets needs a synchronous backend".into())
+        })?
+        .map_err(|e| AttnError::invalid("target", format!("could not be read: {e:?}")))?;
+    data.convert::<i64>()
+        .into_vec::<i64>()
+        .map_err(|e| AttnError::invalid("target", format!("{e:?}")))
+}
+
+/// RMSNorm's forward through the CPU kernel, for any backend.
+pub fn cpu_rms_norm_fwd<B: Backend>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    epsilon: f64,
+) -> Result<RmsNormOutputs<B>> {
+    let shape = x.shape().to_vec();
+    let d = rms_norm::validate_fwd(&shape, &gamma.shape().to_vec(), epsilon)?;
+    let (device, dt) = (B::float_device(&x), x.dtype());
+    let (y, rstd) = cpu::rms_norm_fwd(&to_vec::<B>(x), &to_vec::<B>(gamma), d.cols, epsilon);
+    Ok(RmsNormOutputs {
+        y: back::<B>(y, &shape, dt, &device),
+        rstd: back::<B>(rstd, &RmsNormDims::rstd_shape(&shape), DType::F32, &device),
+    })
+}
+
+/// RMSNorm's backward through the CPU kernel, for any backend.
+pub fn cpu_rms_norm_bwd<B: Backend>(
+    dy: FloatTensor<B>,
+    x: FloatTensor<B>,
+    rstd: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+) -> Result<RmsNormGrads<B>> {
+    let shape = x.shape().to_vec();
+    let gshape = gamma.shape().to_vec();
+    let d = rms_norm::validate_bwd(
+        &dy.shape().to_vec(),
+        &shape,
+        &rstd.shape().to_vec(),
+        &gshape,
+    )?;
+    let (device, dt, gdt) = (B::float_device(&x), x.dtype(), gamma.dtype());
+    let (dx, dgamma) = cpu::rms_norm_bwd(
+        &to_vec::<B>(dy),
+        &to_vec::<B>(x),
+        &to_vec::<B>(rstd),
+        &to_vec::<B>(gamma),
+        d.cols,
+    );
+    Ok(RmsNormGrads {
+        dx: back::<B>(dx, &shape, dt, &device),
+        dgamma: back::<B>(dgamma, &gshape, gdt, &device),
+    })
+}
+
+/// SwiGLU's forward through the CPU kernel, for any backend.
+pub fn cpu_swiglu_fwd<B: Backend>(x: FloatTensor<B>, dim: i64) -> Result<FloatTensor<B>> {
+    let shape = x.shape().to_vec();
+    let d = swiglu::validate_fwd(&shape, dim)?;
+    let (device, dt) = (B::float_device(&x), x.dtype());
+    let y = cpu::swiglu_fwd(&to_vec::<B>(x), d.outer, d.half, d.inner);
+    Ok(back::<B>(y, &d.out_shape(&shape), dt, &device))
+}
+
+/// SwiGLU's backward through the CPU kernel, for any backend.
+pub fn cpu_swiglu_bwd<B: Backend>(
+    dy: FloatTensor<B>,
+    x: FloatTensor<B>,
+    dim: i64,
+) -> Result<FloatTensor<B>> {
+    let shape = x.shape().to_vec();
+    let d = swiglu::validate_bwd(&dy.shape().to_vec(), &shape, dim)?;
+    let (device, dt) = (B::float_device(&x), x.dtype());
+    let dx = cpu::swiglu_bwd(&to_vec::<B>(dy), &to_vec::<B>(x), d.outer, d.half, d.inner);
+    Ok(back::<B>(dx, &shape, dt, &device))
+}
+
+/// Cross-entropy's forward through the CPU kernel, for any backend.
+pub fn cpu_cross_entropy_fwd<B: Backend>(
+    input: FloatTensor<B>,
+    target: IntTensor<B>,
+    ignore_index: i64,
+) -> Result<CrossEntropyOutputs<B>> {
+    let shape = input.shape().to_vec();
+    let d = cross_entropy::validate_fwd(&shape, &target.shape().to_vec(), ignore_index)?;
+    let t = host_ints::<B>(target)?;
+    cross_entropy::validate_targets(&t, d.c, ignore_index)?;
+    let (device, dt) = (B::float_device(&input), input.dtype());
+    let (loss, lp) = cpu::cross_entropy_fwd(&to_vec::<B>(input), &t, d.c, ignore_index);
+    Ok(CrossEntropyOutputs {
+        loss: back::<B>(vec![loss], &[1], dt, &device),
+        log_prob: back::<B>(lp, &shape, dt, &device),
+    })
+}
+
+/// Cross-entropy's backward through the CPU kernel, for any backend.
+pub fn cpu_cross_entropy_bwd<B: Backend>(
+    grad_loss: FloatTensor<B>,
+    log_prob: FloatTensor<B>,
+    target: IntTensor<B>,
+    ignore_index: i64,
+) -> Result<FloatTensor<B>> {
+    let shape = log_prob.shape().to_vec();
+    let d = cross_entropy::validate_bwd(
+        &grad_loss.shape().to_vec(),
+        &shape,
+        &target.shape().to_vec(),
+        ignore_index,
+    )?;
+    let t = host_ints::<B>(target)?;
+    cross_entropy::validate_targets(&t, d.c, ignore_index)?;
+    let (device, dt) = (B::float_device(&log_prob), log_prob.dtype());
+    let g = to_vec::<B>(grad_loss)[0];
+    let dx = cpu::cross_entropy_bwd(g, &to_vec::<B>(log_prob), &t, d.c, ignore_index);
+    Ok(back::<B>(dx, &shape, dt, &device))
+}

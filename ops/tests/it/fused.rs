@@ -1,0 +1,197 @@
+//! The fused transformer ops on Burn (issue 27): the `Autodiff<NdArray>` node (NdArray's CPU
+//! kernels) and the composite default against the f64 references, forward and gradients, and
+//! bad input refused with a typed error naming the aclnn parameter.
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
+use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, swiglu};
+use burn_ascend_ops::fused::composite;
+use burn_ascend_ops::{cross_entropy_loss, rms_norm as fused_rms_norm, swiglu as fused_swiglu};
+use burn_ascend_ops::{AttnError, FusedBackend};
+
+type B = NdArray;
+type A = Autodiff<NdArray>;
+
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 11) as f64 / (1u64 << 53) as f64 * 3.0 - 1.5) as f32
+        })
+        .collect()
+}
+
+fn t<Bk: burn::tensor::backend::Backend, const D: usize>(
+    v: &[f32],
+    shape: [usize; D],
+) -> Tensor<Bk, D> {
+    Tensor::from_data(TensorData::new(v.to_vec(), shape), &Default::default())
+}
+
+fn host<Bk: burn::tensor::backend::Backend, const D: usize>(x: Tensor<Bk, D>) -> Vec<f64> {
+    x.into_data().convert::<f64>().into_vec::<f64>().unwrap()
+}
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+fn close(name: &str, a: &[f64], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len(), "{name}: lengths");
+    let d = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max);
+    assert!(d <= tol, "{name}: max |Δ| {d:e} > {tol:e}");
+}
+
+#[test]
+fn autodiff_rms_norm_node_gives_the_references_output_and_gradients() {
+    let (x, g, w) = (data(2 * 3 * 8, 1), data(8, 2), data(2 * 3 * 8, 3));
+    let xa = t::<A, 3>(&x, [2, 3, 8]).require_grad();
+    let ga = t::<A, 1>(&g, [8]).require_grad();
+    let y = fused_rms_norm(xa.clone(), ga.clone(), 1e-5).unwrap();
+    let grads = (y.clone() * t::<A, 3>(&w, [2, 3, 8])).sum().backward();
+    let (ry, rstd) = rms_norm::rms_norm_fwd(&f64s(&x), &f64s(&g), 6, 8, 1e-5);
+    let (rdx, rdg) = rms_norm::rms_norm_bwd(&f64s(&w), &f64s(&x), &rstd, &f64s(&g), 6, 8);
+    close("y", &host(y), &ry, 1e-5);
+    close("dx", &host(xa.grad(&grads).unwrap()), &rdx, 1e-5);
+    close("dgamma", &host(ga.grad(&grads).unwrap()), &rdg, 1e-5);
+}
+
+#[test]
+fn autodiff_swiglu_and_cross_entropy_nodes_give_the_references_gradients() {
+    let x = data(4 * 10, 4);
+    let w = data(4 * 5, 5);
+    let xa = t::<A, 2>(&x, [4, 10]).require_grad();
+    let y = fused_swiglu(xa.clone(), -1).unwrap();
+    let grads = (y.clone() * t::<A, 2>(&w, [4, 5])).sum().backward();
+    close(
+        "swiglu",
+        &host(y),
+        &swiglu::swiglu_fwd(&f64s(&x), 4, 5, 1),
+        1e-6,
+    );
+    let rdx = swiglu::swiglu_bwd(&f64s(&w), &f64s(&x), 4, 5, 1);
+    close("swiglu dx", &host(xa.grad(&grads).unwrap()), &rdx, 1e-6);
+
+    let logits = data(5 * 7, 6);
+    let target = [6i64, 0, 3, 3, 1];
+    let la = t::<A, 2>(&logits, [5, 7]).require_grad();
+    let ta =
+        Tensor::<A, 1, Int>::from_data(TensorData::new(target.to_vec(), [5]), &Default::default());
+    let loss = cross_entropy_loss(la.clone(), ta).unwrap();
+    let grads = (loss.clone() * 2.0).sum().backward();
+    let (rl, lp) = cross_entropy::cross_entropy_fwd(&f64s(&logits), &target, 5, 7, -100);
+    close("loss", &host(loss), &[rl], 1e-6);
+    let rdx = cross_entropy::cross_entropy_bwd(2.0, &lp, &target, 5, 7, -100);
+    close("dlogits", &host(la.grad(&grads).unwrap()), &rdx, 1e-6);
+}
+
+fn prim<const D: usize>(x: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
+    x.into_primitive().tensor()
+}
+
+fn back<const D: usize>(p: burn::tensor::ops::FloatTensor<B>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+#[test]
+fn composite_defaults_match_the_references() {
+    let (x, g, dy) = (data(3 * 16, 7), data(16, 8), data(3 * 16, 9));
+    let out = composite::rms_norm_fwd::<B>(
+        prim(t::<B, 2>(&x, [3, 16])),
+        prim(t::<B, 1>(&g, [16])),
+        1e-6,
+    )
+    .unwrap();
+    let (ry, rstd) = rms_norm::rms_norm_fwd(&f64s(&x), &f64s(&g), 3, 16, 1e-6);
+    close("y", &host(back::<2>(out.y)), &ry, 1e-5);
+    let grads = composite::rms_norm_bwd::<B>(
+        prim(t::<B, 2>(&dy, [3, 16])),
+        prim(t::<B, 2>(&x, [3, 16])),
+        out.rstd,
+        prim(t::<B, 1>(&g, [16])),
+    )
+    .unwrap();
+    let (rdx, rdg) = rms_norm::rms_norm_bwd(&f64s(&dy), &f64s(&x), &rstd, &f64s(&g), 3, 16);
+    close("dx", &host(back::<2>(grads.dx)), &rdx, 1e-5);
+    close("dgamma", &host(back::<1>(grads.dgamma)), &rdg, 1e-5);
+
+    // SwiGLU split on dim 0 of [4, 3]: outer 1, half 2, inner 3.
+    let (x, dy) = (data(12, 10), data(6, 11));
+    let y = composite::swiglu_fwd::<B>(prim(t::<B, 2>(&x, [4, 3])), 0).unwrap();
+    close(
+        "swiglu",
+        &host(back::<2>(y)),
+        &swiglu::swiglu_fwd(&f64s(&x), 1, 2, 3),
+        1e-6,
+    );
+    let dx =
+        composite::swiglu_bwd::<B>(prim(t::<B, 2>(&dy, [2, 3])), prim(t::<B, 2>(&x, [4, 3])), 0)
+            .unwrap();
+    close(
+        "swiglu dx",
+        &host(back::<2>(dx)),
+        &swiglu::swiglu_bwd(&f64s(&dy), &f64s(&x), 1, 2, 3),
+        1e-6,
+    );
+
+    let logits = data(3 * 4, 12);
+    let target = [1i64, -100, 3];
+    let ti = || {
+        Tensor::<B, 1, Int>::from_data(TensorData::new(target.to_vec(), [3]), &Default::default())
+            .into_primitive()
+    };
+    let out =
+        composite::cross_entropy_fwd::<B>(prim(t::<B, 2>(&logits, [3, 4])), ti(), -100).unwrap();
+    let (rl, lp) = cross_entropy::cross_entropy_fwd(&f64s(&logits), &target, 3, 4, -100);
+    close("loss", &host(back::<1>(out.loss)), &[rl], 1e-6);
+    let dx =
+        composite::cross_entropy_bwd::<B>(prim(t::<B, 1>(&[1.0], [1])), out.log_prob, ti(), -100)
+            .unwrap();
+    close(
+        "dlogits",
+        &host(back::<2>(dx)),
+        &cross_entropy::cross_entropy_bwd(1.0, &lp, &target, 3, 4, -100),
+        1e-6,
+    );
+}
+
+fn param(e: AttnError) -> &'static str {
+    e.param()
+        .unwrap_or_else(|| panic!("expected an invalid-parameter error, got {e}"))
+}
+
+#[test]
+fn bad_shapes_and_attributes_are_refused_naming_the_aclnn_parameter() {
+    let x = || t::<B, 2>(&data(24, 1), [3, 8]);
+    let e = fused_rms_norm(x(), t::<B, 1>(&data(7, 2), [7]), 1e-5).unwrap_err();
+    assert_eq!(param(e), "gamma");
+    let e = fused_rms_norm(x(), t::<B, 1>(&data(8, 2), [8]), 0.0).unwrap_err();
+    assert_eq!(param(e), "epsilon");
+    let e = fused_swiglu(t::<B, 2>(&data(21, 3), [3, 7]), -1).unwrap_err();
+    assert_eq!(param(e), "x");
+    let e = fused_swiglu(x(), 2).unwrap_err();
+    assert_eq!(param(e), "dimOptional");
+    let ids = |v: Vec<i64>| {
+        Tensor::<B, 1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), &Default::default())
+    };
+    let e = cross_entropy_loss(x(), ids(vec![0, 1])).unwrap_err();
+    assert_eq!(param(e), "target");
+    let e = cross_entropy_loss(x(), ids(vec![0, 8, 1])).unwrap_err();
+    assert_eq!(param(e.clone()), "target");
+    assert!(e.to_string().contains("target[1] = 8"), "{e}");
+    // The composite (any backend) refuses the same.
+    let e =
+        composite::cross_entropy_fwd::<B>(prim(x()), ids(vec![0, -1, 1]).into_primitive(), -100)
+            .unwrap_err();
+    assert_eq!(param(e), "target");
+    // The backward's own shapes.
+    let e = <B as FusedBackend>::swiglu_bwd(prim(x()), prim(x()), -1).unwrap_err();
+    assert_eq!(param(e), "yGrad");
+}
