@@ -25,7 +25,7 @@ use burn_ascend::AttnError;
 use super::config::ModelConfig;
 use super::ddp::materialize;
 use super::lora::{attach, freeze_base, LoraSettings, LoraTarget};
-use super::transformer::{cross_entropy, Transformer};
+use super::transformer::{cross_entropy_fused, Transformer};
 
 /// An Atlas A2 / A3 NPU's memory as issue 28 states it: 64 GB of HBM per device (the Ascend
 /// 910B of Huawei's Atlas 800T A2 training server; on an A3 each die of the 910C is one
@@ -202,12 +202,14 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
     // Per block and token, the bytes backward keeps (see the module docs for the rule: an op
     // keeps an input only when the gradient of another input needs it, so frozen weights
     // keep fewer):
-    // - the residual stream at the block's input and middle (f32), which the norms keep;
-    //   with trained norm weights also the normalised inputs (f32), and the norms' outputs
-    //   in the compute dtype where a trained matrix (or an adapter) reads them;
+    // - the residual stream at the block's input and middle (f32) and one f32 `rstd` per
+    //   token, which the fused RMSNorm keeps (it recomputes the normalised input in its
+    //   backward), and the norms' outputs in the compute dtype where a trained matrix (or an
+    //   adapter) reads them;
     // - attention's q and k after RoPE, v, its output, and its softmax max and sum
     //   (`[T, N, 8]` f32 each, CANN's layout);
-    // - SwiGLU's gate, sigmoid, silu and up, and their product where down_proj trains;
+    // - the fused SwiGLU's input (gate and up side by side, `2i`), and its output where
+    //   down_proj trains;
     // - each adapter's rank-r intermediate.
     let adapter_rank = spec
         .lora
@@ -230,9 +232,9 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
             let per = if full { 7 * i + 2 * h } else { 6 * i + h };
             e * m.num_experts_per_tok as u64 * per
         }
-        None => e * (4 + mlp_product as u64) * i,
+        None => e * (2 + mlp_product as u64) * i,
     };
-    let per_token = 4 * (2 * h + if full { 2 * h } else { 0 })
+    let per_token = 4 * (2 * h + 2)
         + e * norm_outputs * h
         + e * (2 * q + 2 * kv)
         + 2 * 8 * 4 * heads
@@ -246,20 +248,20 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
     } else {
         t * (4 * h + e * (2 * q + 2 * kv) + 2 * 8 * 4 * heads)
     };
-    // The final norm's input (f32), with trained weights its normalised input (f32) and output
-    // (compute dtype), and log-softmax's exponentials (f32).
-    let head = t * (4 * h + if full { (4 + e) * h } else { 0 } + 4 * v);
+    // The final norm's input and rstd (f32), with a trained head its output (compute dtype),
+    // and the fused cross-entropy's log-softmax (f32, `aclnnCrossEntropyLoss`'s `logProb`).
+    let head = t * (4 * (h + 1) + if full { e * h } else { 0 } + 4 * v);
     let activations = if spec.checkpointing {
         // Each block's input, and one block recomputed at a time.
         layers * t * 4 * h + block + head
     } else {
         layers * block + head - untracked0
     };
-    // Backward's start: three `[T, V]` f32 gradients at once through log-softmax (the
-    // gather's, the exponentials' product, the logits'); its end: AdamW's new moments and
-    // parameter beside the old ones for the largest trained tensor.
+    // Backward's start: the fused cross-entropy's one `[T, V]` f32 gradient of the logits; its
+    // end: AdamW's new moments and parameter beside the old ones for the largest trained
+    // tensor.
     let largest = if full { v * h } else { 0 };
-    let start = 3 * 4 * t * v;
+    let start = 4 * t * v;
     let end = 3 * 4 * largest + if spec.zero >= 3 { 4 * k.layer } else { 0 };
     let workspace = start.max(end) + weight_copies;
     let peak = weights + optimizer + weight_copies + (activations + start).max(gradients + end);
@@ -350,7 +352,8 @@ pub fn measure_peak_with<C: CheckpointStrategy>(
             reset_peak_stats(device);
         }
         let logits = model.forward_packed(tokens.clone(), &cu)?;
-        let loss = cross_entropy(logits, targets.clone());
+        // The loss as training computes it (the fused cross-entropy).
+        let loss = cross_entropy_fused(logits, targets.clone())?;
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-4, model, grads);
         peak = memory_stats(device).peak_allocated_bytes as u64;

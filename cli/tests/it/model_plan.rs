@@ -256,11 +256,14 @@ fn readme_plan_table() {
 }
 
 /// Burn's `BalancedCheckpointing` (memory-bound ops recomputed in backward, whole model) on the
-/// simulation: the pool's peak it saves against keeping everything. It helps a full fine-tune;
-/// under LoRA (f32 compute) it was measured to raise the peak (printed, not asserted: the frozen
-/// weights' f32 casts are among what it recomputes).
+/// simulation: the pool's peak against keeping everything. Before the fused ops (issue 27) it
+/// lowered a full fine-tune's peak by 27 %; with them the model keeps less (the fused RMSNorm
+/// keeps `rstd`, the fused SwiGLU its input, the fused cross-entropy one `[T, V]`), and the
+/// balanced strategy, which cannot see into the fused nodes, raises the peak by 23 % (full,
+/// f32). The test asserts that measured direction, so a change that makes it pay again fails
+/// here and the docs get updated.
 #[test]
-fn balanced_checkpointing_lowers_the_simulated_peak_of_a_full_fine_tune() {
+fn balanced_checkpointing_no_longer_lowers_the_peak_of_the_fused_model() {
     let (_guard, d) = device();
     // The bf16 and LoRA figures of the README with BURN_ASCEND_LONG=1 (CI's time budget).
     let long = std::env::var("BURN_ASCEND_LONG").is_ok_and(|v| v == "1");
@@ -283,7 +286,7 @@ fn balanced_checkpointing_lowers_the_simulated_peak_of_a_full_fine_tune() {
             100.0 * saved
         );
         if asserted {
-            assert!(saved > 0.15, "{name}: {balanced} vs {kept}");
+            assert!(saved < 0.0, "{name}: {balanced} vs {kept}");
         }
     }
 }
