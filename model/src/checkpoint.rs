@@ -482,6 +482,26 @@ fn check_finite(name: &str, data: &[f32], shape: &[usize]) -> Result<(), AttnErr
 /// Every tensor of the weight files in `dir`, as f32; with `mxfp4`, each u8 pair
 /// `<name>_blocks` / `<name>_scales` is dequantized into `<name>` (see [`mxfp4::dequantize`]).
 /// A NaN or ±inf is refused unless `opts` allows it.
+/// A safetensors tensor's little-endian values of a float `dtype` as f32 (`None` for other
+/// dtypes): the one decoding of weights and adapters.
+pub(crate) fn float_values(dtype: Dtype, raw: &[u8]) -> Option<Vec<f32>> {
+    Some(match dtype {
+        Dtype::F32 => raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        Dtype::F16 => raw
+            .chunks_exact(2)
+            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => raw
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        _ => return None,
+    })
+}
+
 fn read_tensors(
     dir: &Path,
     mxfp4: bool,
@@ -495,18 +515,9 @@ fn read_tensors(
         for (name, view) in st.tensors() {
             let raw = view.data();
             let data: Vec<f32> = match view.dtype() {
-                Dtype::F32 => raw
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-                Dtype::F16 => raw
-                    .chunks_exact(2)
-                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
-                Dtype::BF16 => raw
-                    .chunks_exact(2)
-                    .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
+                d @ (Dtype::F32 | Dtype::F16 | Dtype::BF16) => {
+                    float_values(d, raw).expect("a float dtype")
+                }
                 Dtype::U8 if mxfp4 => {
                     bytes_of.insert(name, (raw.to_vec(), view.shape().to_vec()));
                     continue;

@@ -12,11 +12,10 @@ use std::path::Path;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
-use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::{json, Value};
 
-use super::checkpoint::load_hf;
+use super::checkpoint::{float_values, load_hf};
 use super::lora::{adapters, attach, freeze_base, set_adapter, LoraSettings, LoraTarget};
 use super::run_checkpoint::Published;
 use super::train::TrainState;
@@ -242,26 +241,12 @@ pub fn load_adapter<B: Backend>(
     let st = SafeTensors::deserialize(&bytes).map_err(|e| io(&path, e))?;
     let mut tensors: HashMap<String, (Vec<f32>, Vec<usize>)> = HashMap::new();
     for (name, view) in st.tensors() {
-        let raw = view.data();
-        let data: Vec<f32> = match view.dtype() {
-            Dtype::F32 => raw
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            Dtype::F16 => raw
-                .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            Dtype::BF16 => raw
-                .chunks_exact(2)
-                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            other => {
-                return Err(AttnError::Unsupported(format!(
-                    "{}: tensor {name} has dtype {other:?} (f32, f16, bf16)",
-                    path.display()
-                )))
-            }
+        let Some(data) = float_values(view.dtype(), view.data()) else {
+            return Err(AttnError::Unsupported(format!(
+                "{}: tensor {name} has dtype {:?} (f32, f16, bf16)",
+                path.display(),
+                view.dtype()
+            )));
         };
         tensors.insert(name, (data, view.shape().to_vec()));
     }

@@ -266,26 +266,28 @@ fn without_the_reduce_scatter_of_dk_dv_the_gradients_differ_but_not_the_loss() {
 }
 
 #[test]
-fn cp_2_on_simulated_devices_over_simulated_hccl_matches_one_device() {
+fn cp_2_and_4_on_simulated_devices_over_simulated_hccl_match_one_device() {
     let _g = serial();
     type B = Autodiff<Ascend>;
-    simulate_devices(2);
-    let devices: Vec<AscendDevice> = (0..2)
-        .map(|index| AscendDevice {
-            kind: AscendKind::Simulation,
-            index,
-        })
-        .collect();
-    let m = model::<B>(&devices[0]);
-    let b = batch();
-    let want = single(&m, &b);
-    let models = replicate(&m, &devices);
-    let comms: Vec<Comm<Ascend>> = ProcessGroup::local(&devices)
-        .unwrap()
-        .into_iter()
-        .map(|g| Arc::new(HcclComm::new(g)) as Comm<Ascend>)
-        .collect();
-    check(2, &want, &context_parallel(models, comms, &b));
+    simulate_devices(4);
+    for n in [2u32, 4] {
+        let devices: Vec<AscendDevice> = (0..n)
+            .map(|index| AscendDevice {
+                kind: AscendKind::Simulation,
+                index,
+            })
+            .collect();
+        let m = model::<B>(&devices[0]);
+        let b = batch();
+        let want = single(&m, &b);
+        let models = replicate(&m, &devices);
+        let comms: Vec<Comm<Ascend>> = ProcessGroup::local(&devices)
+            .unwrap()
+            .into_iter()
+            .map(|g| Arc::new(HcclComm::new(g)) as Comm<Ascend>)
+            .collect();
+        check(n as usize, &want, &context_parallel(models, comms, &b));
+    }
 }
 
 #[test]
