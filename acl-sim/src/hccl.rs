@@ -745,16 +745,8 @@ pub(crate) unsafe extern "C" fn all_reduce(
         let call = names::all_reduce;
         let m = common(call, comm, stream)?;
         let dt = dtype(call, data_type, true)?;
-        let Some(op) = ReduceOp::from_raw(op) else {
-            return err(
-                HCCL_E_PARA,
-                format!("{call}: op {op} is not an HcclReduceOp"),
-            );
-        };
-        let bytes = usize::try_from(count)
-            .ok()
-            .and_then(|c| c.checked_mul(dt.size()))
-            .ok_or_else(|| SimErr(HCCL_E_PARA, format!("{call}: count {count} overflows")))?;
+        let op = reduce_op(call, op)?;
+        let bytes = bytes_of(call, "count", count, 1, dt)?;
         let send = buffer(call, "sendBuf", send_buf, bytes)?;
         let recv = buffer(call, "recvBuf", recv_buf, bytes)?;
         queue(
@@ -789,10 +781,7 @@ pub(crate) unsafe extern "C" fn broadcast(
                 format!("{call}: root {root} is not a rank of {}", m.group.size),
             );
         }
-        let bytes = usize::try_from(count)
-            .ok()
-            .and_then(|c| c.checked_mul(dt.size()))
-            .ok_or_else(|| SimErr(HCCL_E_PARA, format!("{call}: count {count} overflows")))?;
+        let bytes = bytes_of(call, "count", count, 1, dt)?;
         let at = buffer(call, "buf", buf, bytes)?;
         let is_root = m.rank == root;
         queue(
@@ -805,6 +794,16 @@ pub(crate) unsafe extern "C" fn broadcast(
             },
             (at, if is_root { bytes } else { 0 }),
             (at, if is_root { 0 } else { bytes }),
+        )
+    })
+}
+
+/// The `HcclReduceOp` of a raw `op`, or `HCCL_E_PARA`.
+fn reduce_op(call: &str, op: i32) -> SimResult<ReduceOp> {
+    ReduceOp::from_raw(op).ok_or_else(|| {
+        SimErr(
+            HCCL_E_PARA,
+            format!("{call}: op {op} is not an HcclReduceOp"),
         )
     })
 }
@@ -863,12 +862,7 @@ pub(crate) unsafe extern "C" fn reduce_scatter(
         let call = names::reduce_scatter;
         let m = common(call, comm, stream)?;
         let dt = dtype(call, data_type, true)?;
-        let Some(op) = ReduceOp::from_raw(op) else {
-            return err(
-                HCCL_E_PARA,
-                format!("{call}: op {op} is not an HcclReduceOp"),
-            );
-        };
+        let op = reduce_op(call, op)?;
         if recv_count == 0 {
             return err(HCCL_E_PARA, format!("{call}: recvCount is 0"));
         }
