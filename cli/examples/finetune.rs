@@ -36,7 +36,7 @@ use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
-use burn_ascend_cli::args::{ExampleDevice, FinetuneArgs as Args};
+use burn_ascend_cli::args::{Checkpointing, ExampleDevice, FinetuneArgs as Args};
 use burn_ascend_model::budget;
 use burn_ascend_model::checkpoint::save_hf;
 use burn_ascend_model::checkpoint::LoadOptions;
@@ -90,14 +90,18 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
     if let Some(e) = args.cp_refusal(launch.is_some()) {
         return Err(e);
     }
+    let balanced = args.checkpointing == Some(Checkpointing::Balanced);
+    if args.checkpointing.is_some() && (args.devices > 1 || launch.is_some() || args.cp > 1) {
+        return Err(
+            "unsupported: --checkpointing with data or context parallelism (one device only)"
+                .into(),
+        );
+    }
     if args.cp > 1 {
         return run_context_parallel(args);
     }
-    if args.checkpointing && (args.devices > 1 || launch.is_some()) {
-        return Err("unsupported: --checkpointing with data parallelism (one device only)".into());
-    }
     match args.device {
-        ExampleDevice::Sim if args.checkpointing && launch.is_none() => {
+        ExampleDevice::Sim if balanced && launch.is_none() => {
             run_on::<Autodiff<Ascend, Balanced>>(
                 args,
                 AscendDevice::sim(),
@@ -111,7 +115,7 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
         ExampleDevice::Cpu if args.devices > 1 => {
             Err("--devices N needs --device sim|ascend (data parallelism runs over HCCL)".into())
         }
-        ExampleDevice::Cpu if args.checkpointing => run_on::<Autodiff<NdArray, Balanced>>(
+        ExampleDevice::Cpu if balanced => run_on::<Autodiff<NdArray, Balanced>>(
             args,
             Default::default(),
             None,
@@ -161,7 +165,7 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
                 print_ddp(n, gap.get());
                 return Ok(());
             }
-            if args.checkpointing {
+            if balanced {
                 return run_on::<Autodiff<Ascend, Balanced>>(
                     args,
                     device,
@@ -269,6 +273,7 @@ fn context_parallel<'a, B>(
 ) -> Trainer<'a, B>
 where
     B: CpBackend + AttentionBackend,
+    B::InnerBackend: AttentionBackend,
     Transformer<B>: Send,
 {
     let (check, resume, m) = (args.check_cp, args.resume, args.devices.max(1));
@@ -324,7 +329,10 @@ type Trainer<'a, B> = Box<
         + 'a,
 >;
 
-fn single_device<'a, B: AutodiffBackend + AttentionBackend>(resume: bool) -> Trainer<'a, B> {
+fn single_device<'a, B: AutodiffBackend + AttentionBackend>(resume: bool) -> Trainer<'a, B>
+where
+    B::InnerBackend: AttentionBackend,
+{
     Box::new(move |model, state, packer, opts, on_step| {
         train(model, state, resume, packer, opts, on_step).map_err(|e| e.to_string())
     })
@@ -541,7 +549,9 @@ where
         _ => Tokenizer::Bytes,
     };
     let (model, state) = model_of::<B>(&args, &device)?;
-    let model = model.with_compute_dtype(args.dtype.float_dtype());
+    let model = model
+        .with_compute_dtype(args.dtype.float_dtype())
+        .with_block_checkpointing(args.checkpointing == Some(Checkpointing::Block));
     let config = model.config.clone();
     let budget = args.memory_budget.unwrap_or_else(budget::default_budget);
     budget::check_training(&config, args.batch_tokens, budget).map_err(|e| e.to_string())?;

@@ -84,11 +84,13 @@ pub struct PlanArgs {
     /// (a formula only: training implements stage 0).
     #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub zero: u8,
-    /// Activation checkpointing per block (a formula only: training keeps every activation).
+    /// Activation checkpointing per block (only each block's input kept; `finetune
+    /// --checkpointing` trains so).
     #[arg(long)]
     pub checkpointing: bool,
     /// Also run two training steps on the simulated device and print the memory pool's peak
-    /// (one rank, stage 0, no checkpointing; small configs: the simulation computes on the host).
+    /// (one rank, stage 0, with or without checkpointing; small configs: the simulation
+    /// computes on the host).
     #[arg(long)]
     pub measure: bool,
 }
@@ -376,10 +378,21 @@ pub struct FinetuneArgs {
     /// checkpoint) to DIR/merged.
     #[arg(long)]
     pub merge_lora: bool,
-    /// (one device) Activation checkpointing as Burn's BalancedCheckpointing does it: backward
-    /// recomputes the memory-bound ops' outputs instead of keeping them (whole model).
-    #[arg(long)]
-    pub checkpointing: bool,
+    /// (one device) Activation checkpointing: `block` (the default when the flag has no
+    /// value) keeps only each transformer block's input and recomputes the block in backward;
+    /// `balanced` is Burn's BalancedCheckpointing over the whole model (recomputes memory-bound
+    /// ops; it raises this model's peak, kept for comparison).
+    #[arg(long, num_args = 0..=1, default_missing_value = "block", value_name = "block|balanced")]
+    pub checkpointing: Option<Checkpointing>,
+}
+
+/// `finetune --checkpointing`'s strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Checkpointing {
+    /// Per transformer block: only the block's input kept, the block recomputed in backward.
+    Block,
+    /// Burn's `BalancedCheckpointing` over the whole model.
+    Balanced,
 }
 
 /// What `finetune --help` adds after the flags.

@@ -761,5 +761,6 @@ pub fn load_weights_with<B: Backend>(
         lm_head,
         config,
         compute_dtype: None,
+        checkpoint_blocks: false,
     })
 }

@@ -5,6 +5,7 @@
 pub mod budget;
 pub mod chat;
 pub mod checkpoint;
+pub mod checkpointing;
 pub mod config;
 pub mod cp;
 pub mod data;

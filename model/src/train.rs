@@ -15,6 +15,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 
 use super::checkpoint::{grad_squares, hf_files, load_hf_with, LoadOptions};
+use super::checkpointing::loss_and_grads;
 use super::config::ModelConfig;
 use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
@@ -233,7 +234,10 @@ pub fn train<B: AutodiffBackend + AttentionBackend>(
     packer: &mut Packer,
     opts: &TrainOptions,
     on_step: impl FnMut(&StepReport),
-) -> Result<(Transformer<B>, TrainState), AttnError> {
+) -> Result<(Transformer<B>, TrainState), AttnError>
+where
+    B::InnerBackend: AttentionBackend,
+{
     train_with(
         model,
         state,
@@ -256,7 +260,10 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
     opts: &TrainOptions,
     mut sync: Option<&mut dyn GradientSync<B>>,
     mut on_step: impl FnMut(&StepReport),
-) -> Result<(Transformer<B>, TrainState), AttnError> {
+) -> Result<(Transformer<B>, TrainState), AttnError>
+where
+    B::InnerBackend: AttentionBackend,
+{
     if model.config.attention_dropout > 0.0 {
         // transformers applies it to the attention probabilities in training; our attention
         // ops run without it, so training would silently compute another objective.
@@ -275,6 +282,13 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
         // the training loss when output_router_logits; ours has no such term.
         return Err(AttnError::Unsupported(
             "output_router_logits true in training (the router's auxiliary load-balancing loss is not implemented)"
+                .into(),
+        ));
+    }
+    if model.checkpoint_blocks && sync.is_some() {
+        return Err(AttnError::Unsupported(
+            "--checkpointing with data parallelism (per-block checkpointing trains on one \
+             device)"
                 .into(),
         ));
     }
@@ -339,11 +353,6 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
         let t = batch.tokens.len();
         let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.tokens, [t]), &device);
         let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [t]), &device);
-        let logits = model.forward_packed(tokens, &batch.cu_seqlens)?;
-        let loss = match &batch.loss_mask {
-            None => cross_entropy_fused(logits, targets)?,
-            Some(mask) => masked_cross_entropy(logits, targets, mask),
-        };
         // A non-finite loss or gradient stops the run before the optimizer step: the last
         // published checkpoint stays the last good one.
         let not_finite_loss = |loss: f32| {
@@ -355,16 +364,28 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
                 ),
             )
         };
-        // Data-parallel: the mean loss over ranks, read before the backward pass.
-        let ranks_loss = match sync.as_deref_mut() {
-            Some(s) => Some(s.average_loss(loss.clone())?),
-            None => None,
+        let (loss_inner, ranks_loss, mut grads) = if model.checkpoint_blocks {
+            let mask = batch.loss_mask.as_deref();
+            let (loss, grads) = loss_and_grads(&model, tokens, &batch.cu_seqlens, targets, mask)?;
+            (loss, None, grads)
+        } else {
+            let logits = model.forward_packed(tokens, &batch.cu_seqlens)?;
+            let loss = match &batch.loss_mask {
+                None => cross_entropy_fused(logits, targets)?,
+                Some(mask) => masked_cross_entropy(logits, targets, mask),
+            };
+            // Data-parallel: the mean loss over ranks, read before the backward pass.
+            let ranks_loss = match sync.as_deref_mut() {
+                Some(s) => Some(s.average_loss(loss.clone())?),
+                None => None,
+            };
+            if let Some(l) = ranks_loss.filter(|l| !l.is_finite()) {
+                return Err(not_finite_loss(l));
+            }
+            let loss_inner = loss.clone().inner();
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            (loss_inner, ranks_loss, grads)
         };
-        if let Some(l) = ranks_loss.filter(|l| !l.is_finite()) {
-            return Err(not_finite_loss(l));
-        }
-        let loss_inner = loss.clone().inner();
-        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         if let Some(s) = sync.as_deref_mut() {
             grads = s.average_gradients(&model, grads)?;
         }

@@ -131,6 +131,11 @@ pub struct Transformer<B: Backend> {
     /// head compute in (`None`: the parameters' own). See [`Self::with_compute_dtype`].
     #[module(skip)]
     pub compute_dtype: Option<FloatDType>,
+    /// Per-block activation checkpointing in training (`checkpointing.rs`): `train` keeps
+    /// only each block's input and recomputes the block in backward. The forward passes
+    /// compute the same logits either way. See [`Self::with_block_checkpointing`].
+    #[module(skip)]
+    pub checkpoint_blocks: bool,
 }
 
 /// `x · Wᵀ + b` of `l` in `x`'s dtype: the weights are cast to it when they differ (mixed
@@ -200,6 +205,7 @@ impl<B: Backend> Transformer<B> {
             lm_head: (!c.tie_word_embeddings).then(|| linear(h, c.vocab_size, false, device)),
             config: c.clone(),
             compute_dtype: None,
+            checkpoint_blocks: false,
         })
     }
 
@@ -211,6 +217,12 @@ impl<B: Backend> Transformer<B> {
     /// logits and the loss stay in the parameters' dtype.
     pub fn with_compute_dtype(mut self, dtype: Option<FloatDType>) -> Self {
         self.compute_dtype = dtype;
+        self
+    }
+
+    /// Per-block activation checkpointing for training: see [`crate::checkpointing`].
+    pub fn with_block_checkpointing(mut self, on: bool) -> Self {
+        self.checkpoint_blocks = on;
         self
     }
 
@@ -284,19 +296,45 @@ impl<B: AttentionBackend> Transformer<B> {
         }
         let rope = Rope::new(&positions, &self.config, &device);
         let mut x = self.embed(tokens);
-        let dt = x.dtype();
         for (i, layer) in self.layers.iter().enumerate() {
             let window = self.config.layer_window(i);
-            let h = self.low(fused_rms_norm(&layer.input_layernorm, x.clone())?);
-            let a = layer
-                .self_attn
-                .forward_packed(h, &rope, cu_seqlens, window, &self.config)?;
-            x = x + a.cast(dt);
-            let h = self.low(fused_rms_norm(&layer.post_attention_layernorm, x.clone())?);
-            observe(i, &h);
-            x = x + layer.mlp.forward_fused(h)?.cast(dt);
+            x = layer.forward_packed(x, &rope, cu_seqlens, window, self, |h| observe(i, h))?;
         }
+        self.head_packed(x)
+    }
+
+    /// The final norm (fused) and the output head of the last block's output `[T, hidden]`.
+    pub(crate) fn head_packed(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         Ok(self.head_of_normed(fused_rms_norm(&self.norm, x)?))
+    }
+}
+
+impl<B: AttentionBackend> Block<B> {
+    /// The block on packed `x [T, hidden]` (residual stream, in the parameters' dtype) with
+    /// `model`'s config and compute dtype (`model` may be on another backend: per-block
+    /// checkpointing runs the block on the inner one); `observe` sees the MLP's input.
+    pub(crate) fn forward_packed<M: Backend>(
+        &self,
+        x: Tensor<B, 2>,
+        rope: &Rope<B>,
+        cu_seqlens: &[i64],
+        window: Option<usize>,
+        model: &Transformer<M>,
+        mut observe: impl FnMut(&Tensor<B, 2>),
+    ) -> Result<Tensor<B, 2>, AttnError> {
+        let dt = x.dtype();
+        let low = |x: Tensor<B, 2>| match model.compute_dtype {
+            Some(dt) => x.cast(dt),
+            None => x,
+        };
+        let h = low(fused_rms_norm(&self.input_layernorm, x.clone())?);
+        let a = self
+            .self_attn
+            .forward_packed(h, rope, cu_seqlens, window, &model.config)?;
+        let x = x + a.cast(dt);
+        let h = low(fused_rms_norm(&self.post_attention_layernorm, x.clone())?);
+        observe(&h);
+        Ok(x + self.mlp.forward_fused(h)?.cast(dt))
     }
 }
 

@@ -21,6 +21,7 @@ mod cli_selftest;
 mod cli_varlen;
 mod model_campaign;
 mod model_chat;
+mod model_checkpointing;
 mod model_cp;
 mod model_ddp;
 mod model_examples;
