@@ -101,14 +101,12 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
         return run_context_parallel(args);
     }
     match args.device {
-        ExampleDevice::Sim if balanced && launch.is_none() => {
-            run_on::<Autodiff<Ascend, Balanced>>(
-                args,
-                AscendDevice::sim(),
-                Some(AscendDevice::sim()),
-                single_device(resume),
-            )
-        }
+        ExampleDevice::Sim if balanced && launch.is_none() => run_on::<Autodiff<Ascend, Balanced>>(
+            args,
+            AscendDevice::sim(),
+            Some(AscendDevice::sim()),
+            single_device(resume),
+        ),
         ExampleDevice::Cpu if args.dtype.float_dtype().is_some() => {
             Err("--dtype bf16|f16 needs --device sim|ascend (NdArray computes in f32 only)".into())
         }

@@ -27,7 +27,7 @@
 
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
 use burn_ascend::{AttentionBackend, AttnError};
 
@@ -51,15 +51,7 @@ where
     B: AutodiffBackend + AttentionBackend,
     B::InnerBackend: AttentionBackend,
 {
-    if let Some(s) = lora::settings(model).filter(|s| s.dropout > 0.0) {
-        // The forward pass on the inner backend applies no dropout and the recomputation
-        // would draw a new mask: the gradients would not be those of the loss.
-        return Err(AttnError::Unsupported(format!(
-            "--checkpointing with --lora-dropout {} (per-block checkpointing recomputes each \
-             block, which would draw another dropout mask; use --lora-dropout 0)",
-            s.dropout
-        )));
-    }
+    check(model)?;
     let t = tokens.dims()[0];
     let positions = packed_positions(cu_seqlens);
     if positions.len() != t {
@@ -81,9 +73,14 @@ where
     let mut inputs = Vec::with_capacity(model.layers.len());
     for (i, layer) in model.layers.iter().enumerate() {
         let window = c.layer_window(i);
-        let y = layer
-            .valid()
-            .forward_packed(x.clone(), &rope_inner, cu_seqlens, window, model, |_| {})?;
+        let y = layer.valid().forward_packed(
+            x.clone(),
+            &rope_inner,
+            cu_seqlens,
+            window,
+            model,
+            |_| {},
+        )?;
         inputs.push(x);
         x = y;
     }
@@ -127,6 +124,20 @@ where
         collect(model, &mut tape, &mut grads);
     }
     Ok((loss_inner, grads))
+}
+
+/// Whether `model` can train with per-block checkpointing: not with LoRA dropout (the forward
+/// pass without a tape applies none and the recomputation would draw a new mask, so the
+/// gradients would not be those of the loss).
+pub fn check<B: Backend>(model: &Transformer<B>) -> Result<(), AttnError> {
+    match lora::settings(model).filter(|s| s.dropout > 0.0) {
+        Some(s) => Err(AttnError::Unsupported(format!(
+            "--checkpointing with --lora-dropout {} (per-block checkpointing recomputes each \
+             block, which would draw another dropout mask; use --lora-dropout 0)",
+            s.dropout
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn no_gradient() -> AttnError {

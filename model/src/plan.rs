@@ -7,7 +7,11 @@
 //! follows how backward runs: it frees a layer's saved activations as it produces the layer's
 //! gradients, both roughly linear in the layers done, so the peak is at one end of backward:
 //! `weights + optimizer + max(activations + head workspace, gradients + update workspace)`.
-//! Checked against the Ascend simulation's memory-pool peak in the tests.
+//! With per-block activation checkpointing (`checkpointing.rs`) only the block inputs stay and
+//! one block's activations live at a time, so the peak is the largest of the head's backward,
+//! the last block's, block 0's (with the gradients) and the optimizer step (see [`plan`]).
+//! Checked against the Ascend simulation's memory-pool peak in the tests, with and without
+//! checkpointing.
 //!
 //! ZeRO (Rajbhandari et al., 2020, as DeepSpeed and MindSpeed's distributed optimizer define
 //! the stages): stage 1 partitions the optimizer state over the ranks, stage 2 the gradients
@@ -252,20 +256,59 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
     // The final norm's input and rstd (f32), with a trained head its output (compute dtype),
     // and the fused cross-entropy's log-softmax (f32, `aclnnCrossEntropyLoss`'s `logProb`).
     let head = t * (4 * (h + 1) + if full { e * h } else { 0 } + 4 * v);
-    let activations = if spec.checkpointing {
-        // Each block's input, and one block recomputed at a time.
-        layers * t * 4 * h + block + head
-    } else {
-        layers * block + head - untracked0
-    };
     // Backward's start: the fused cross-entropy's one `[T, V]` f32 gradient of the logits; its
     // end: AdamW's new moments and parameter beside the old ones for the largest trained
     // tensor.
     let largest = if full { v * h } else { 0 };
     let start = 4 * t * v;
-    let end = 3 * 4 * largest + if spec.zero >= 3 { 4 * k.layer } else { 0 };
-    let workspace = start.max(end) + weight_copies;
-    let peak = weights + optimizer + weight_copies + (activations + start).max(gradients + end);
+    let gathered = if spec.zero >= 3 { 4 * k.layer } else { 0 };
+    let end = 3 * 4 * largest + gathered;
+    let (activations, workspace, peak) = if spec.checkpointing {
+        // Per-block checkpointing (`checkpointing.rs`): the forward pass keeps each block's
+        // input (f32 residual stream) and the last block's output; backward runs the head
+        // first, then one block at a time from the last, each recomputed with its
+        // activations, and frees each input as it goes while the gradients accumulate. So
+        // the peak is at one of three points: the head's backward (every input kept, the
+        // head's activations and the logits' gradient); the last block's (every input but
+        // the head's, the block's activations and the largest transient of its backward, the
+        // fused SwiGLU's input gradient `[T, 2i]` f32 per routed expert, plus `dy`); block
+        // 0's (all the gradients, one input and `dy`, the block's activations); or the
+        // optimizer step at the end. Weights cast to the compute dtype live only while their
+        // block (or the head) runs: one block's or the head's.
+        let input = t * 4 * h;
+        let head_matrix = if c.tie_word_embeddings { 0 } else { v * h };
+        let layer_matrices = (k.matrices - head_matrix) / layers.max(1);
+        let (block_copies, head_copies) = match (&spec.lora, e) {
+            (None, 4) | (Some(_), 2) => (0, 0),
+            (None, _) => (e * layer_matrices, e * v * h),
+            (Some(_), _) => (4 * layer_matrices, 4 * head_matrix),
+        };
+        let head_grads = if full { 4 * (v * h + h) } else { 0 };
+        let routed = c.moe.as_ref().map_or(1, |m| m.num_experts_per_tok as u64);
+        let transient = 4 * t * 2 * i * routed;
+        let at_head = (layers + 1) * input + head + start + head_copies;
+        let at_last_block =
+            layers * input + input + block + head_grads + transient + block_copies + gathered;
+        let at_block0 = 2 * input + block + gradients + block_copies + gathered;
+        let peak = weights
+            + optimizer
+            + at_head
+                .max(at_last_block)
+                .max(at_block0)
+                .max(gradients + end);
+        (
+            layers * input + (input + head).max(block + input),
+            start.max(transient).max(end) + head_copies.max(block_copies),
+            peak,
+        )
+    } else {
+        let activations = layers * block + head - untracked0;
+        (
+            activations,
+            start.max(end) + weight_copies,
+            weights + optimizer + weight_copies + (activations + start).max(gradients + end),
+        )
+    };
     MemoryPlan {
         weights,
         gradients,

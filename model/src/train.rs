@@ -15,7 +15,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 
 use super::checkpoint::{grad_squares, hf_files, load_hf_with, LoadOptions};
-use super::checkpointing::loss_and_grads;
+use super::checkpointing::{check as check_checkpointing, loss_and_grads};
 use super::config::ModelConfig;
 use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
@@ -291,6 +291,9 @@ where
              device)"
                 .into(),
         ));
+    }
+    if model.checkpoint_blocks {
+        check_checkpointing(&model)?;
     }
     let device = model.embed_tokens.weight.val().device();
     let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();

@@ -51,12 +51,10 @@ struct Grads<'a, I: Backend> {
 
 impl<A: AutodiffBackend> ModuleVisitor<A> for Grads<'_, A::InnerBackend> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<A, D>>) {
-        let g = self.grads.get::<A::InnerBackend, D>(param.id).map(|g| {
-            g.into_data()
-                .convert::<f32>()
-                .to_vec::<f32>()
-                .expect("f32")
-        });
+        let g = self
+            .grads
+            .get::<A::InnerBackend, D>(param.id)
+            .map(|g| g.into_data().convert::<f32>().to_vec::<f32>().expect("f32"));
         self.out.push((param.id, g));
     }
 }
@@ -160,7 +158,10 @@ fn block_checkpointing_gives_every_parameter_the_gradient_of_keeping_every_activ
     }
     let sim = AscendDevice::sim();
     type Sim = Autodiff<Ascend>;
-    for (name, dtype) in [("sim full f32", None), ("sim full bf16", Some(FloatDType::BF16))] {
+    for (name, dtype) in [
+        ("sim full f32", None),
+        ("sim full bf16", Some(FloatDType::BF16)),
+    ] {
         let model = Transformer::<Sim>::new(&config(2, false), &sim)
             .unwrap()
             .with_compute_dtype(dtype);
@@ -194,4 +195,77 @@ fn block_checkpointing_refuses_lora_dropout_naming_the_flag() {
     let tokens = Tensor::<Cpu, 1, Int>::from_data(TensorData::new(vec![1i64, 2, 3], [3]), &device);
     let e = loss_and_grads(&model, tokens.clone(), &[0, 3], tokens, None).unwrap_err();
     assert!(e.to_string().contains("--lora-dropout"), "{e}");
+}
+
+/// `finetune --checkpointing` (bare: per block) trains the same loss curve as without, bit for
+/// bit; `--checkpointing block` is the same flag spelled out; what it cannot do is refused
+/// before any step with exit 2 and one line naming the flag.
+#[test]
+fn finetune_checkpointing_trains_the_same_losses_and_refuses_what_it_cannot_do() {
+    use crate::model_examples::{run_example, tiny_checkpoint, ExampleRun};
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("start");
+    tiny_checkpoint(&ckpt);
+    let data = tmp.path().join("data.txt");
+    std::fs::write(&data, &burn_ascend_model::data::BUNDLED_CORPUS[..3000]).unwrap();
+    let run = |name: &str, extra: &[&str]| -> (ExampleRun, std::path::PathBuf) {
+        let out = tmp.path().join(name);
+        let mut args = vec![
+            "--checkpoint",
+            ckpt.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--steps",
+            "3",
+            "--seq-len",
+            "16",
+            "--batch-tokens",
+            "48",
+            "--no-samples",
+        ];
+        args.extend_from_slice(extra);
+        let r = run_example(
+            "finetune",
+            &args,
+            &[],
+            std::time::Duration::from_secs(60),
+            false,
+        );
+        (r, out)
+    };
+    let losses = |out: &std::path::Path| std::fs::read_to_string(out.join("loss.csv")).unwrap();
+    let (plain, plain_out) = run("plain", &[]);
+    assert!(plain.ok(), "{}", plain.tail());
+    for (name, flag) in [
+        ("block", &["--checkpointing"][..]),
+        ("spelled", &["--checkpointing", "block"]),
+    ] {
+        let (r, out) = run(name, flag);
+        assert!(r.ok(), "{name}: {}", r.tail());
+        assert_eq!(losses(&out), losses(&plain_out), "{name}");
+    }
+    for (extra, needle) in [
+        (&["--checkpointing", "sometimes"][..], "--checkpointing"),
+        (
+            &["--checkpointing", "--device", "sim", "--devices", "2"],
+            "--checkpointing",
+        ),
+        (
+            &[
+                "--checkpointing",
+                "--lora-rank",
+                "2",
+                "--lora-dropout",
+                "0.1",
+            ],
+            "--lora-dropout",
+        ),
+    ] {
+        let (r, out) = run("refused", extra);
+        assert_eq!(r.code(), Some(2), "{extra:?}: {}", r.tail());
+        assert!(r.stderr.contains(needle), "{extra:?}: {}", r.tail());
+        assert!(!out.join("loss.csv").exists(), "{extra:?}");
+    }
 }

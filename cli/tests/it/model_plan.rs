@@ -267,16 +267,28 @@ fn readme_plan_table() {
 #[test]
 fn per_block_checkpointing_lowers_the_pool_peak_and_the_plan_follows_it() {
     let (_guard, d) = device();
+    // The least saving asserted (measured: 23.8 %, 42.5 %, 58.6 %; the pool is deterministic).
     let cases = [
-        ("full f32 2 layers", cfg(128, 256, 2, 512), spec(512, 4, None)),
-        ("full f32 6 layers", cfg(128, 256, 6, 512), spec(512, 4, None)),
+        (
+            "full f32 2 layers",
+            cfg(128, 256, 2, 512),
+            spec(512, 4, None),
+            0.2,
+        ),
+        (
+            "full f32 6 layers",
+            cfg(128, 256, 6, 512),
+            spec(512, 4, None),
+            0.4,
+        ),
         (
             "LoRA all-linear f32 4 layers",
             cfg(128, 256, 4, 512),
             spec(512, 4, Some((8, "all-linear"))),
+            0.55,
         ),
     ];
-    for (k, (name, c, s)) in cases.into_iter().enumerate() {
+    for (k, (name, c, s, least)) in cases.into_iter().enumerate() {
         let kept = measure_peak(&c, &s, &d).unwrap();
         let ck = PlanSpec {
             checkpointing: true,
@@ -301,7 +313,10 @@ fn per_block_checkpointing_lowers_the_pool_peak_and_the_plan_follows_it() {
             );
             assert!(balanced > kept, "{name}: {balanced} vs {kept}");
         }
-        assert!(block < kept, "{name}: {block} vs {kept}");
-        assert!((0.9..=1.1).contains(&ratio), "{name}: plan {p:?}, measured {block}");
+        assert!(saved >= least, "{name}: {block} vs {kept}");
+        assert!(
+            (0.9..=1.1).contains(&ratio),
+            "{name}: plan {p:?}, measured {block}"
+        );
     }
 }
