@@ -288,7 +288,55 @@ fn per_block_checkpointing_lowers_the_pool_peak_and_the_plan_follows_it() {
             0.55,
         ),
     ];
-    for (k, (name, c, s, least)) in cases.into_iter().enumerate() {
+    // More configs with BURN_ASCEND_LONG=1 (CI's time budget): plan / measured 1.013, 1.006,
+    // 0.971, 0.999, 0.993, 1.007, 1.011 when the formula was derived.
+    let long = std::env::var("BURN_ASCEND_LONG").is_ok_and(|v| v == "1");
+    let more = [
+        (
+            "full bf16 2 layers",
+            cfg(128, 256, 2, 512),
+            spec(512, 2, None),
+            0.0,
+        ),
+        (
+            "full bf16 6 layers",
+            cfg(128, 256, 6, 512),
+            spec(512, 2, None),
+            0.0,
+        ),
+        (
+            "full f32 4 layers 1024 tokens",
+            cfg(128, 256, 4, 512),
+            spec(1024, 4, None),
+            0.0,
+        ),
+        (
+            "LoRA all-linear f32 2 layers",
+            cfg(128, 256, 2, 512),
+            spec(512, 4, Some((8, "all-linear"))),
+            0.0,
+        ),
+        (
+            "LoRA all-linear f32 6 layers 1024 tokens",
+            cfg(128, 256, 6, 512),
+            spec(1024, 4, Some((8, "all-linear"))),
+            0.0,
+        ),
+        (
+            "LoRA gate,down f32 3 layers",
+            cfg(96, 320, 3, 384),
+            spec(384, 4, Some((4, "gate_proj,down_proj"))),
+            0.0,
+        ),
+        (
+            "LoRA q,v bf16 2 layers",
+            cfg(128, 256, 2, 512),
+            spec(512, 2, Some((8, "q_proj,v_proj"))),
+            0.0,
+        ),
+    ];
+    let cases = cases.into_iter().chain(more.into_iter().filter(|_| long));
+    for (k, (name, c, s, least)) in cases.enumerate() {
         let kept = measure_peak(&c, &s, &d).unwrap();
         let ck = PlanSpec {
             checkpointing: true,
@@ -313,7 +361,7 @@ fn per_block_checkpointing_lowers_the_pool_peak_and_the_plan_follows_it() {
             );
             assert!(balanced > kept, "{name}: {balanced} vs {kept}");
         }
-        assert!(saved >= least, "{name}: {block} vs {kept}");
+        assert!(saved >= least && block < kept, "{name}: {block} vs {kept}");
         assert!(
             (0.9..=1.1).contains(&ratio),
             "{name}: plan {p:?}, measured {block}"
