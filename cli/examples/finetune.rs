@@ -4,7 +4,12 @@
 //!
 //! `cargo run --release --example finetune [-- --steps N --data PATH --device cpu --resume
 //!  --checkpoint HF_DIR --out DIR --batch-tokens N --seq-len N --lr X --seed N
-//!  --stop-after N --no-samples --profile]`
+//!  --stop-after N --no-samples --profile --checkpointing [block|balanced]]`
+//!
+//! `--checkpointing` (one device) keeps only each transformer block's input and recomputes the
+//! block in backward (`burn_ascend_model::checkpointing`; the same gradients bit for bit);
+//! `--checkpointing balanced` is Burn's `BalancedCheckpointing` instead (it raises this model's
+//! peak; kept for comparison).
 //!
 //! `--data` is a text file, a JSONL of `{"text": …}` records, or a JSONL of chat records
 //! (`{"messages": [{"role", "content"}, …]}`, as Hugging Face's chat datasets hold them),
