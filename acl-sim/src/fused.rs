@@ -1,5 +1,6 @@
 //! The simulated fused transformer ops (issue 27): `aclnnRmsNorm`, `aclnnRmsNormGrad`,
-//! `aclnnRotaryPositionEmbedding`, `aclnnRotaryPositionEmbeddingGrad`, `aclnnSwiGlu`, `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss`, `aclnnCrossEntropyLossGrad`.
+//! `aclnnRotaryPositionEmbedding`, `aclnnRotaryPositionEmbeddingGrad`, `aclnnSwiGlu`,
+//! `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss`, `aclnnCrossEntropyLossGrad`.
 //! First stage: the docs' rules — a null required tensor → 161001; a dtype outside the docs'
 //! table, a shape the contract refuses (`burn_ascend_contract::fused`, the same rules the
 //! Burn paths apply), an attribute out of range, a non-contiguous tensor where the docs say

@@ -383,26 +383,20 @@ impl<B: FusedBackend + GroupedMatmulBackend> Ffn<B> {
     }
 }
 
+/// `(q [T, N, D], k [T, Nkv, D], v [T, Nkv, D])`.
+pub type Qkv<B> = (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>);
+
 impl<B: Backend> Attention<B> {
     /// Projections of `x [T, hidden]` with RoPE applied by the composite ([`Rope::apply`]):
     /// `q [T, N, D]`, `k, v [T, Nkv, D]`. [`Attention::qkv_fused`] is the same through the
     /// fused op.
-    pub fn qkv(
-        &self,
-        x: Tensor<B, 2>,
-        rope: &Rope<B>,
-        c: &ModelConfig,
-    ) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
+    pub fn qkv(&self, x: Tensor<B, 2>, rope: &Rope<B>, c: &ModelConfig) -> Qkv<B> {
         let (q, k, v) = self.projections(x, c);
         (rope.apply(q), rope.apply(k), v)
     }
 
     /// `q [T, N, D]`, `k, v [T, Nkv, D]` before RoPE (q / k normed when the model has it).
-    fn projections(
-        &self,
-        x: Tensor<B, 2>,
-        c: &ModelConfig,
-    ) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
+    fn projections(&self, x: Tensor<B, 2>, c: &ModelConfig) -> Qkv<B> {
         let t = x.dims()[0];
         let (n, nkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let l = |f: fn(&AttentionAdapters<B>) -> &Option<LoraAdapter<B>>| {
@@ -478,7 +472,7 @@ impl<B: FusedBackend> Attention<B> {
         x: Tensor<B, 2>,
         rope: &Rope<B>,
         c: &ModelConfig,
-    ) -> Result<(Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>), AttnError> {
+    ) -> Result<Qkv<B>, AttnError> {
         let (q, k, v) = self.projections(x, c);
         Ok((rope.apply_fused(q)?, rope.apply_fused(k)?, v))
     }

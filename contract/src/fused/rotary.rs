@@ -64,16 +64,6 @@ impl RotaryMode {
             )),
         }
     }
-
-    /// The index `rotate(x)[i]` reads and its sign: `rotate(x)[i] = sign · x[partner]`.
-    pub fn partner(self, i: usize, d: usize) -> (usize, f64) {
-        match self {
-            Self::Half if i < d / 2 => (i + d / 2, -1.0),
-            Self::Half => (i - d / 2, 1.0),
-            Self::Interleave if i % 2 == 0 => (i + 1, -1.0),
-            Self::Interleave => (i - 1, 1.0),
-        }
-    }
 }
 
 /// `x` as rows of `d`, and which row of `cos` / `sin` each row of `x` reads.

@@ -1,6 +1,6 @@
 //! The fused transformer ops (issue 27) as a Burn backend extension: RMSNorm, rotary position
-//! embedding, SwiGLU and softmax cross-entropy, each a forward and a backward method whose default bodies are the composite
-//! (Burn primitives, any backend). `NdArray` runs the one-pass CPU kernels
+//! embedding, SwiGLU and softmax cross-entropy, each a forward and a backward method whose
+//! default bodies are the composite (Burn primitives, any backend). `NdArray` runs the one-pass CPU kernels
 //! ([`burn_ascend_kernels::cpu::fused`]), `Autodiff<B, C>` records one node per op whose
 //! backward calls the inner backend's fused backward, and the `Ascend` backend calls
 //! `aclnnRmsNorm(Grad)`, `aclnnRotaryPositionEmbedding(Grad)`, `aclnnSwiGlu(Grad)` and

@@ -1,8 +1,8 @@
 //! The f64 references of the fused transformer ops (issue 27): RMSNorm (`aclnnRmsNorm` /
 //! `aclnnRmsNormGrad`), rotary position embedding (`aclnnRotaryPositionEmbedding` /
-//! `aclnnRotaryPositionEmbeddingGrad`), SwiGLU (`aclnnSwiGlu` / `aclnnSwiGluGrad`) and softmax cross-entropy
-//! (`aclnnCrossEntropyLoss` / `aclnnCrossEntropyLossGrad`), each as CANN's docs state the
-//! formula: plain loops, f64 throughout. The oracle of the fast CPU kernels
+//! `aclnnRotaryPositionEmbeddingGrad`), SwiGLU (`aclnnSwiGlu` / `aclnnSwiGluGrad`) and softmax
+//! cross-entropy (`aclnnCrossEntropyLoss` / `aclnnCrossEntropyLossGrad`), each as CANN's docs
+//! state the formula: plain loops, f64 throughout. The oracle of the fast CPU kernels
 //! ([`crate::cpu::fused`]), of the composite on Burn and of the simulation.
 
 // Plain index loops on purpose: the references read as the docs' formulas.

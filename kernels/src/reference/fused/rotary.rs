@@ -5,8 +5,8 @@
 //!
 //! then `y = x · cos + x_rotate · sin`, `cos` / `sin` broadcast over `x`'s leading dimensions.
 //! The backward (`aclnnRotaryPositionEmbeddingGrad`), half:
-//! `dx = cat(cos1·dy1 + sin2·dy2, cos2·dy2 − sin1·dy1)` (`dy1, dy2`, `cos1, cos2`, `sin1, sin2`
-//! the halves), interleave the same on the even / odd elements; `dcos = Σ dy · x`,
+//! `dx = cat(cos1·dy1 + sin2·dy2, cos2·dy2 − sin1·dy1)` (`dy1, dy2`, `cos1, cos2`,
+//! `sin1, sin2` the halves), interleave the same on the even / odd elements; `dcos = Σ dy · x`,
 //! `dsin = Σ dy · x_rotate`, summed over the broadcast dimensions.
 //!
 //! Rows are `x`'s leading positions ([`RotaryDims`]); `cos` row `dims.cos_row(r)` serves row `r`.
