@@ -1,5 +1,6 @@
 //! The simulated fused transformer ops (issue 27): `aclnnRmsNorm`, `aclnnRmsNormGrad`,
-//! `aclnnSwiGlu`, `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss`, `aclnnCrossEntropyLossGrad`.
+//! `aclnnRotaryPositionEmbedding`, `aclnnRotaryPositionEmbeddingGrad`, `aclnnSwiGlu`,
+//! `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss`, `aclnnCrossEntropyLossGrad`.
 //! First stage: the docs' rules — a null required tensor → 161001; a dtype outside the docs'
 //! table, a shape the contract refuses (`burn_ascend_contract::fused`, the same rules the
 //! Burn paths apply), an attribute out of range, a non-contiguous tensor where the docs say
@@ -12,7 +13,7 @@
 use std::ffi::c_char;
 
 use burn_ascend_cann::acl::ffi::*;
-use burn_ascend_contract::fused::{cross_entropy, rms_norm, swiglu};
+use burn_ascend_contract::fused::{cross_entropy, rms_norm, rotary, swiglu, RotaryMode};
 use burn_ascend_kernels::reference::fused as reference;
 
 use crate::state::{
@@ -199,6 +200,136 @@ pub(crate) unsafe extern "C" fn rms_norm_grad(
                 );
                 dx.write("dxOut", &encode_f64(&dxv, dx.dtype, "dxOut")?)?;
                 dg.write("dgammaOut", &encode_f64(&dgv, dg.dtype, "dgammaOut")?)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+pub(crate) unsafe extern "C" fn rotary_position_embedding(
+    x: T,
+    cos: T,
+    sin: T,
+    mode: i64,
+    out: T,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::rotary_position_embedding;
+    state::guard(|| {
+        let x = required(x, "x")?;
+        let c = required(cos, "cos")?;
+        let s = required(sin, "sin")?;
+        let o = required(out, "out")?;
+        dtype_in(OP, &x, "x", FLOAT3)?;
+        same_dtype(OP, &x, "x", &c, "cos")?;
+        same_dtype(OP, &x, "x", &s, "sin")?;
+        same_dtype(OP, &x, "x", &o, "out")?;
+        // The inputs may be strided views (the docs: 非连续Tensor √); the output may not.
+        contiguous(OP, &o, "out")?;
+        let mode = contract(OP, RotaryMode::from_aclnn(mode))?;
+        let d = contract(OP, rotary::validate_fwd(&x.dims, &c.dims, &s.dims, mode))?;
+        shape_is(OP, &o, "out", &x.dims)?;
+        submit(
+            OP,
+            move || {
+                let v = reference::rotary::rotary_fwd(
+                    &f64s(&x, "x")?,
+                    &f64s(&c, "cos")?,
+                    &f64s(&s, "sin")?,
+                    &d,
+                    mode,
+                );
+                o.write("out", &encode_f64(&v, o.dtype, "out")?)
+            },
+            ws,
+            ex,
+        )
+    })
+}
+
+/// Without `xOptional`, `dcosOut` / `dsinOut` are not written: they must be empty (the docs'
+/// example passes `[1, 1, 1, 0]`) or `cos`-shaped.
+fn unused_table_out(op: &str, t: &SimTensor, name: &str, cos: &[usize]) -> SimResult<()> {
+    if t.numel() == 0 || t.dims == cos {
+        Ok(())
+    } else {
+        invalid(format!(
+            "{op}: {name} must be empty or cos's shape {cos:?} without xOptional, got {:?}",
+            t.dims
+        ))
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the C prototype
+pub(crate) unsafe extern "C" fn rotary_position_embedding_grad(
+    dy: T,
+    cos: T,
+    sin: T,
+    x_optional: T,
+    mode: i64,
+    dx_out: T,
+    dcos_out: T,
+    dsin_out: T,
+    ws: Ws,
+    ex: Ex,
+) -> AclStatus {
+    const OP: &str = names::rotary_position_embedding_grad;
+    state::guard(|| {
+        let dy = required(dy, "dy")?;
+        let c = required(cos, "cos")?;
+        let s = required(sin, "sin")?;
+        let x = tensor(x_optional, "xOptional")?;
+        let dx = required(dx_out, "dxOut")?;
+        let dc = required(dcos_out, "dcosOut")?;
+        let ds = required(dsin_out, "dsinOut")?;
+        dtype_in(OP, &dy, "dy", FLOAT3)?;
+        for (t, n) in [
+            (&c, "cos"),
+            (&s, "sin"),
+            (&dx, "dxOut"),
+            (&dc, "dcosOut"),
+            (&ds, "dsinOut"),
+        ] {
+            same_dtype(OP, &dy, "dy", t, n)?;
+        }
+        if let Some(x) = &x {
+            same_dtype(OP, &dy, "dy", x, "xOptional")?;
+            shape_is(OP, x, "xOptional", &dy.dims)?;
+        }
+        for (t, n) in [(&dx, "dxOut"), (&dc, "dcosOut"), (&ds, "dsinOut")] {
+            contiguous(OP, t, n)?;
+        }
+        let mode = contract(OP, RotaryMode::from_aclnn(mode))?;
+        let d = contract(OP, rotary::validate_bwd(&dy.dims, &c.dims, &s.dims, mode))?;
+        shape_is(OP, &dx, "dxOut", &dy.dims)?;
+        if x.is_some() {
+            shape_is(OP, &dc, "dcosOut", &c.dims)?;
+            shape_is(OP, &ds, "dsinOut", &c.dims)?;
+        } else {
+            unused_table_out(OP, &dc, "dcosOut", &c.dims)?;
+            unused_table_out(OP, &ds, "dsinOut", &c.dims)?;
+        }
+        submit(
+            OP,
+            move || {
+                let g = f64s(&dy, "dy")?;
+                let v = reference::rotary::rotary_bwd(
+                    &g,
+                    &f64s(&c, "cos")?,
+                    &f64s(&s, "sin")?,
+                    &d,
+                    mode,
+                );
+                dx.write("dxOut", &encode_f64(&v, dx.dtype, "dxOut")?)?;
+                if let Some(x) = x {
+                    let (vc, vs) =
+                        reference::rotary::rotary_bwd_tables(&g, &f64s(&x, "xOptional")?, &d, mode);
+                    dc.write("dcosOut", &encode_f64(&vc, dc.dtype, "dcosOut")?)?;
+                    ds.write("dsinOut", &encode_f64(&vs, ds.dtype, "dsinOut")?)?;
+                }
+                Ok(())
             },
             ws,
             ex,

@@ -90,7 +90,8 @@ mod registry {
     pub(crate) use crate::elementwise::*;
     pub(crate) use crate::fia::{fia_base, fia_v4};
     pub(crate) use crate::fused::{
-        cross_entropy_loss, cross_entropy_loss_grad, rms_norm, rms_norm_grad, swi_glu, swi_glu_grad,
+        cross_entropy_loss, cross_entropy_loss_grad, rms_norm, rms_norm_grad,
+        rotary_position_embedding, rotary_position_embedding_grad, swi_glu, swi_glu_grad,
     };
     pub(crate) use crate::grouped_matmul::grouped_matmul_v4;
     pub(crate) use crate::incre::ifa_v4;

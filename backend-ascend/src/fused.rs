@@ -1,5 +1,7 @@
 //! The fused transformer ops of issue 27 on Ascend (`burn_ascend_ops::FusedBackend`): one aclnn
-//! launch each way — `aclnnRmsNorm` / `aclnnRmsNormGrad`, `aclnnSwiGlu` / `aclnnSwiGluGrad`,
+//! launch each way — `aclnnRmsNorm` / `aclnnRmsNormGrad`, `aclnnRotaryPositionEmbedding` /
+//! `aclnnRotaryPositionEmbeddingGrad` (the latter without `xOptional`: `dx` only, the tables
+//! being constants), `aclnnSwiGlu` / `aclnnSwiGluGrad`,
 //! `aclnnCrossEntropyLoss` / `aclnnCrossEntropyLossGrad` (mean reduction, no weight, no label
 //! smoothing, no z-loss) — queued on the device's stream, nothing read back. Shapes are
 //! validated by the contract first (typed [`AttnError`]s naming the aclnn parameter); dtypes
@@ -8,15 +10,17 @@
 //! and surfaces at the next synchronisation, as on CANN.
 
 use burn_ascend_cann::acl::names;
-use burn_ascend_cann::acl::ops::{self, CrossEntropyLossArgs, CrossEntropyLossGradArgs};
+use burn_ascend_cann::acl::ops::{
+    self, CrossEntropyLossArgs, CrossEntropyLossGradArgs, RotaryPositionEmbeddingGradArgs,
+};
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::fused::ndarray::{
     cpu_cross_entropy_bwd, cpu_cross_entropy_fwd, cpu_rms_norm_bwd, cpu_rms_norm_fwd,
-    cpu_swiglu_bwd, cpu_swiglu_fwd,
+    cpu_rotary_bwd, cpu_rotary_fwd, cpu_swiglu_bwd, cpu_swiglu_fwd,
 };
 use burn_ascend_ops::fused::{
-    cross_entropy, rms_norm, swiglu, CrossEntropyOutputs, FusedBackend, RmsNormDims, RmsNormGrads,
-    RmsNormOutputs,
+    cross_entropy, rms_norm, rotary, swiglu, CrossEntropyOutputs, FusedBackend, RmsNormDims,
+    RmsNormGrads, RmsNormOutputs, RotaryMode,
 };
 use burn_backend::ops::{FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::{FloatTensor, IntTensor};
@@ -47,6 +51,16 @@ fn alloc(shape: Vec<usize>, dtype: DType, device: &AscendDevice) -> AscendTensor
 /// `gamma` takes x's dtype or FLOAT32 (the docs' tables).
 fn gamma_ok(x: DType, gamma: DType) -> bool {
     is_acl_float(x) && (gamma == x || gamma == DType::F32)
+}
+
+/// `t` in `dtype` (the rotary tables take `x`'s dtype, as torch_npu's `npu_rotary_mul` casts
+/// them); no launch when it already is.
+fn as_dtype(t: AscendTensor, dtype: DType) -> AscendTensor {
+    if t.dtype == dtype {
+        t
+    } else {
+        Ascend::float_cast(t, dtype.into())
+    }
 }
 
 impl FusedBackend for Ascend {
@@ -109,6 +123,73 @@ impl FusedBackend for Ascend {
             dt => Self::float_cast(dgamma, dt.into()),
         };
         Ok(RmsNormGrads { dx, dgamma })
+    }
+
+    fn rotary_embedding_fwd(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        mode: RotaryMode,
+    ) -> Result<FloatTensor<Self>> {
+        const OP: &str = names::rotary_position_embedding;
+        let shape = x.shape.to_vec();
+        rotary::validate_fwd(&shape, &cos.shape.to_vec(), &sin.shape.to_vec(), mode)?;
+        let device = same_device(OP, &[&x, &cos, &sin])?;
+        if !is_acl_float(x.dtype) || !is_acl_float(cos.dtype) || !is_acl_float(sin.dtype) {
+            count("rotary_embedding_fwd");
+            return cpu_rotary_fwd::<Self>(x, cos, sin, mode);
+        }
+        let (cos, sin) = (as_dtype(cos, x.dtype), as_dtype(sin, x.dtype));
+        let out = alloc(shape, x.dtype, &device);
+        let rt = runtime(&device);
+        let ts = [&x, &cos, &sin, &out];
+        let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
+        let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
+        ops::rotary_position_embedding(&rt, &h[0], &h[1], &h[2], mode.aclnn(), &h[3])
+            .map_err(|e| device_error(OP, e))?;
+        drop(h);
+        Ok(out)
+    }
+
+    fn rotary_embedding_bwd(
+        dy: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        mode: RotaryMode,
+    ) -> Result<FloatTensor<Self>> {
+        const OP: &str = names::rotary_position_embedding_grad;
+        let shape = dy.shape.to_vec();
+        rotary::validate_bwd(&shape, &cos.shape.to_vec(), &sin.shape.to_vec(), mode)?;
+        let device = same_device(OP, &[&dy, &cos, &sin])?;
+        if !is_acl_float(dy.dtype) || !is_acl_float(cos.dtype) || !is_acl_float(sin.dtype) {
+            count("rotary_embedding_bwd");
+            return cpu_rotary_bwd::<Self>(dy, cos, sin, mode);
+        }
+        let (cos, sin) = (as_dtype(cos, dy.dtype), as_dtype(sin, dy.dtype));
+        let dx = alloc(shape, dy.dtype, &device);
+        // No xOptional: dcosOut / dsinOut are required but unused, empty as in the docs' example.
+        let dcos = alloc(vec![1, 1, 1, 0], dy.dtype, &device);
+        let dsin = alloc(vec![1, 1, 1, 0], dy.dtype, &device);
+        let rt = runtime(&device);
+        let ts = [&dy, &cos, &sin, &dx, &dcos, &dsin];
+        let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
+        let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
+        ops::rotary_position_embedding_grad(
+            &rt,
+            &RotaryPositionEmbeddingGradArgs {
+                dy: &h[0],
+                cos: &h[1],
+                sin: &h[2],
+                x_optional: None,
+                mode: mode.aclnn(),
+                dx_out: &h[3],
+                dcos_out: &h[4],
+                dsin_out: &h[5],
+            },
+        )
+        .map_err(|e| device_error(OP, e))?;
+        drop(h);
+        Ok(dx)
     }
 
     fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {

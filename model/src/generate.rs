@@ -183,7 +183,7 @@ impl<B: AttentionBackend> Generator<B> {
         for (layer, block) in self.model.layers.iter().enumerate() {
             let opts = self.options(layer);
             let h = block.input_layernorm.forward(x.clone());
-            let (q, k, v) = block.self_attn.qkv(h, &rope, &c);
+            let (q, k, v) = block.self_attn.qkv_fused(h, &rope, &c)?;
             let dt = q.dtype();
             let (q, k, v) = (
                 self.to_attention(q),
@@ -240,7 +240,7 @@ impl<B: AttentionBackend> Generator<B> {
         for (layer, block) in self.model.layers.iter().enumerate() {
             let opts = self.options(layer);
             let h = block.input_layernorm.forward(x.clone());
-            let (q, k, v) = block.self_attn.qkv(h, &rope, &c);
+            let (q, k, v) = block.self_attn.qkv_fused(h, &rope, &c)?;
             let dt = q.dtype();
             let (q, k, v) = (
                 self.to_attention(q),

@@ -8,9 +8,16 @@
 //! `_compute_llama3_parameters`, `_compute_yarn_parameters`), in f32 as torch computes them;
 //! the attention factor they return scales cos and sin (`LlamaRotaryEmbedding.forward`:
 //! `cos = emb.cos() * self.attention_scaling`), so q·k gains its square.
+//!
+//! Every variant differs only in the tables, so the fused op ([`Rope::apply_fused`]:
+//! `aclnnRotaryPositionEmbedding` in half mode on Ascend, one node under `Autodiff`) serves
+//! them all with the numbers of the composite [`Rope::apply`]; `partial_rotary_factor` (a
+//! rotation over part of the head) is refused when the config is read, so no variant falls
+//! back to the composite.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
+use burn_ascend::{AttnError, FusedBackend, RotaryMode};
 
 use super::config::{ModelConfig, RopeScaling};
 
@@ -93,39 +100,47 @@ pub fn inv_freq(head_dim: usize, theta: f64, scaling: &RopeScaling) -> (Vec<f32>
 /// Cos/sin tables for a list of token positions.
 #[derive(Debug, Clone)]
 pub struct Rope<B: Backend> {
+    /// `[T, 1, D]`: each half the pair's angle (Hugging Face's `cat((freqs, freqs))`), the
+    /// layout `aclnnRotaryPositionEmbedding` takes.
     cos: Tensor<B, 3>,
     sin: Tensor<B, 3>,
 }
 
 impl<B: Backend> Rope<B> {
-    /// Tables `[T, 1, D/2]` for `positions` (length T) of the model `config`.
+    /// Tables `[T, 1, D]` for `positions` (length T) of the model `config`.
     pub fn new(positions: &[usize], config: &ModelConfig, device: &B::Device) -> Self {
         let (freqs, scale) = inv_freq(config.head_dim, config.rope_theta, &config.rope_scaling);
-        let half = freqs.len();
-        let mut cos = Vec::with_capacity(positions.len() * half);
-        let mut sin = Vec::with_capacity(positions.len() * half);
+        let d = 2 * freqs.len();
+        let mut cos = Vec::with_capacity(positions.len() * d);
+        let mut sin = Vec::with_capacity(positions.len() * d);
         for &p in positions {
-            for &f in &freqs {
-                // `inv_freq @ position_ids` in f32, then cos / sin, times the attention factor.
-                let angle = (p as f32 * f) as f64;
-                cos.push((angle.cos() * scale) as f32);
-                sin.push((angle.sin() * scale) as f32);
+            // `inv_freq @ position_ids` in f32, then cos / sin, times the attention factor.
+            let angles = freqs.iter().map(|&f| (p as f32 * f) as f64);
+            let (c, s): (Vec<f32>, Vec<f32>) = angles
+                .map(|a| ((a.cos() * scale) as f32, (a.sin() * scale) as f32))
+                .unzip();
+            for _ in 0..2 {
+                cos.extend_from_slice(&c);
+                sin.extend_from_slice(&s);
             }
         }
-        let shape = [positions.len(), 1, half];
+        let shape = [positions.len(), 1, d];
         Self {
             cos: Tensor::from_data(TensorData::new(cos, shape), device),
             sin: Tensor::from_data(TensorData::new(sin, shape), device),
         }
     }
 
-    /// Rotates `x [T, H, D]`: `(x1, x2) → (x1·cos − x2·sin, x2·cos + x1·sin)`.
+    /// Rotates `x [T, H, D]`: `(x1, x2) → (x1·cos − x2·sin, x2·cos + x1·sin)`, composed of
+    /// Burn ops (any backend).
     pub fn apply(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [t, h, d] = x.dims();
         let half = d / 2;
         // In `x`'s dtype (mixed precision computes RoPE in the low one, as Hugging Face does).
-        let cos = self.cos.clone().cast(x.dtype()).expand([t, h, half]);
-        let sin = self.sin.clone().cast(x.dtype()).expand([t, h, half]);
+        let cos = self.cos.clone().narrow(2, 0, half);
+        let sin = self.sin.clone().narrow(2, 0, half);
+        let cos = cos.cast(x.dtype()).expand([t, h, half]);
+        let sin = sin.cast(x.dtype()).expand([t, h, half]);
         let x1 = x.clone().narrow(2, 0, half);
         let x2 = x.narrow(2, half, half);
         Tensor::cat(
@@ -135,5 +150,24 @@ impl<B: Backend> Rope<B> {
             ],
             2,
         )
+    }
+}
+
+impl<B: FusedBackend> Rope<B> {
+    /// [`Rope::apply`] through the fused op (`aclnnRotaryPositionEmbedding`, half mode, `x` as
+    /// BSND `[1, T, H, D]` with the tables `[1, T, 1, D]`; one node under `Autodiff`, whose
+    /// backward is `aclnnRotaryPositionEmbeddingGrad`). The tables are cast to `x`'s dtype first,
+    /// as the composite does.
+    pub fn apply_fused(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, AttnError> {
+        let [t, h, d] = x.dims();
+        let dt = x.dtype();
+        let table = |c: &Tensor<B, 3>| c.clone().cast(dt).reshape([1, t, 1, d]);
+        let y = burn_ascend::rotary_embedding(
+            x.reshape([1, t, h, d]),
+            table(&self.cos),
+            table(&self.sin),
+            RotaryMode::Half,
+        )?;
+        Ok(y.reshape([t, h, d]))
     }
 }

@@ -421,14 +421,20 @@ impl<B: FusedBackend + GroupedMatmulBackend> Ffn<B> {
     }
 }
 
+/// `(q [T, N, D], k [T, Nkv, D], v [T, Nkv, D])`.
+pub type Qkv<B> = (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>);
+
 impl<B: Backend> Attention<B> {
-    /// Projections of `x [T, hidden]` with RoPE applied: `q [T, N, D]`, `k, v [T, Nkv, D]`.
-    pub fn qkv(
-        &self,
-        x: Tensor<B, 2>,
-        rope: &Rope<B>,
-        c: &ModelConfig,
-    ) -> (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>) {
+    /// Projections of `x [T, hidden]` with RoPE applied by the composite ([`Rope::apply`]):
+    /// `q [T, N, D]`, `k, v [T, Nkv, D]`. [`Attention::qkv_fused`] is the same through the
+    /// fused op.
+    pub fn qkv(&self, x: Tensor<B, 2>, rope: &Rope<B>, c: &ModelConfig) -> Qkv<B> {
+        let (q, k, v) = self.projections(x, c);
+        (rope.apply(q), rope.apply(k), v)
+    }
+
+    /// `q [T, N, D]`, `k, v [T, Nkv, D]` before RoPE (q / k normed when the model has it).
+    fn projections(&self, x: Tensor<B, 2>, c: &ModelConfig) -> Qkv<B> {
         let t = x.dims()[0];
         let (n, nkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let l = |f: fn(&AttentionAdapters<B>) -> &Option<LoraAdapter<B>>| {
@@ -450,7 +456,7 @@ impl<B: Backend> Attention<B> {
             Some(norm) => rms_norm_as_hf(norm, k),
             None => k,
         };
-        (rope.apply(q), rope.apply(k), v)
+        (q, k, v)
     }
 
     /// The output projection of attention output `[T, N, D]`.
@@ -496,6 +502,20 @@ impl<B: Backend> Attention<B> {
     }
 }
 
+impl<B: FusedBackend> Attention<B> {
+    /// [`Attention::qkv`] with q and k rotated by the fused op ([`Rope::apply_fused`]:
+    /// `aclnnRotaryPositionEmbedding` on Ascend, one node each under `Autodiff`).
+    pub fn qkv_fused(
+        &self,
+        x: Tensor<B, 2>,
+        rope: &Rope<B>,
+        c: &ModelConfig,
+    ) -> Result<Qkv<B>, AttnError> {
+        let (q, k, v) = self.projections(x, c);
+        Ok((rope.apply_fused(q)?, rope.apply_fused(k)?, v))
+    }
+}
+
 impl<B: AttentionBackend> Attention<B> {
     fn forward_packed(
         &self,
@@ -505,7 +525,7 @@ impl<B: AttentionBackend> Attention<B> {
         window: Option<usize>,
         c: &ModelConfig,
     ) -> Result<Tensor<B, 2>, AttnError> {
-        let (q, k, v) = self.qkv(x, rope, c);
+        let (q, k, v) = self.qkv_fused(x, rope, c)?;
         let opts = FlashAttnOptions {
             causal: true,
             // `w` keys including the query: `w − 1` to its left.

@@ -39,8 +39,8 @@ pub use burn_ascend_contract::varlen::{
 };
 pub use error::{AttnError, Result};
 pub use fia::FiaSpec;
-pub use fused::api::{cross_entropy_loss, rms_norm, swiglu};
-pub use fused::FusedBackend;
+pub use fused::api::{cross_entropy_loss, rms_norm, rotary_embedding, swiglu};
+pub use fused::{FusedBackend, RotaryMode};
 pub use grouped_matmul::{
     grouped_matmul, grouped_matmul_k, GroupedMatmulBackend, GroupedMatmulSpec,
 };

@@ -4,9 +4,12 @@
 //! 161002 naming the parameter; an out-of-range target fails at execute.
 
 use burn_ascend_cann::acl::ffi::{ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR};
-use burn_ascend_cann::acl::ops::{self, CrossEntropyLossArgs, CrossEntropyLossGradArgs};
+use burn_ascend_cann::acl::ops::{
+    self, CrossEntropyLossArgs, CrossEntropyLossGradArgs, RotaryPositionEmbeddingGradArgs,
+};
 use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc};
-use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, swiglu};
+use burn_ascend_contract::fused::{rotary as rules, RotaryMode};
+use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, rotary, swiglu};
 
 fn up(rt: &Runtime, dims: &[usize], v: &[f32]) -> DeviceTensor {
     let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -199,4 +202,106 @@ fn simulated_fused_ops_compute_the_references() {
     let e = r.expect_err("an out-of-range target must fail the launch");
     assert!(e.to_string().contains("target[1] = 8"), "{e}");
     let _ = ACLNN_ERR_PARAM_NULLPTR;
+}
+
+#[test]
+fn simulated_rotary_embedding_and_its_grad_compute_the_reference_and_refuse_as_cann() {
+    let rt = burn_ascend_acl_sim::runtime().unwrap();
+    // x [1, 4, 2, 8] (BSND), cos / sin [1, 4, 1, 8] (1S1D).
+    let (xs, cs) = ([1, 4, 2, 8], [1, 4, 1, 8]);
+    let (x, c, s, dy) = (data(64, 5), data(32, 6), data(32, 7), data(64, 8));
+    let (xd, cd, sd, dyd) = (
+        up(&rt, &xs, &x),
+        up(&rt, &cs, &c),
+        up(&rt, &cs, &s),
+        up(&rt, &xs, &dy),
+    );
+    for mode in [RotaryMode::Half, RotaryMode::Interleave] {
+        let dims = rules::validate_fwd(&xs, &cs, &cs, mode).unwrap();
+        let out = zeros(&rt, &xs);
+        ops::rotary_position_embedding(&rt, &h(&xd), &h(&cd), &h(&sd), mode.aclnn(), &h(&out))
+            .unwrap();
+        let ry = rotary::rotary_fwd(&f64s(&x), &f64s(&c), &f64s(&s), &dims, mode);
+        close("out", &read(&out), &ry);
+        // With xOptional: dx, dcos and dsin.
+        let (dx, dc, ds) = (zeros(&rt, &xs), zeros(&rt, &cs), zeros(&rt, &cs));
+        let (dyh, ch, sh, xh) = (h(&dyd), h(&cd), h(&sd), h(&xd));
+        let (dxh, dch, dsh) = (h(&dx), h(&dc), h(&ds));
+        let args = RotaryPositionEmbeddingGradArgs {
+            dy: &dyh,
+            cos: &ch,
+            sin: &sh,
+            x_optional: Some(&xh),
+            mode: mode.aclnn(),
+            dx_out: &dxh,
+            dcos_out: &dch,
+            dsin_out: &dsh,
+        };
+        ops::rotary_position_embedding_grad(&rt, &args).unwrap();
+        let rdx = rotary::rotary_bwd(&f64s(&dy), &f64s(&c), &f64s(&s), &dims, mode);
+        let (rdc, rds) = rotary::rotary_bwd_tables(&f64s(&dy), &f64s(&x), &dims, mode);
+        close("dxOut", &read(&dx), &rdx);
+        close("dcosOut", &read(&dc), &rdc);
+        close("dsinOut", &read(&ds), &rds);
+        // Without xOptional, dcosOut / dsinOut empty (the docs' example): dx only.
+        let (e1, e2, dx2) = (
+            zeros(&rt, &[1, 1, 1, 0]),
+            zeros(&rt, &[1, 1, 1, 0]),
+            zeros(&rt, &xs),
+        );
+        let (e1h, e2h, dx2h) = (h(&e1), h(&e2), h(&dx2));
+        let no_x = RotaryPositionEmbeddingGradArgs {
+            x_optional: None,
+            dx_out: &dx2h,
+            dcos_out: &e1h,
+            dsin_out: &e2h,
+            ..args
+        };
+        ops::rotary_position_embedding_grad(&rt, &no_x).unwrap();
+        close("dxOut without x", &read(&dx2), &rdx);
+        // With xOptional the table gradients must be cos-shaped.
+        let (st, msg) = refused(ops::rotary_position_embedding_grad(
+            &rt,
+            &RotaryPositionEmbeddingGradArgs {
+                x_optional: Some(&xh),
+                ..no_x
+            },
+        ));
+        assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
+        assert!(msg.contains("dcosOut"), "{msg}");
+    }
+    // Refusals, as CANN's first stage.
+    let out = zeros(&rt, &xs);
+    let call = |x: &DeviceTensor, c: &DeviceTensor, s: &DeviceTensor, mode: i64| {
+        refused(ops::rotary_position_embedding(
+            &rt,
+            &h(x),
+            &h(c),
+            &h(s),
+            mode,
+            &h(&out),
+        ))
+    };
+    let (st, msg) = call(&xd, &cd, &sd, 2);
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
+    assert!(msg.contains("mode") && msg.contains("950"), "{msg}");
+    let wide = up(&rt, &[1, 4, 2, 8], &data(64, 9));
+    let (st, msg) = call(&xd, &cd, &wide, 0);
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
+    assert!(msg.contains("sin"), "{msg}");
+    // Interleave takes only 11SD-like tables: cos [1, 4, 2, 8] has two leading dimensions.
+    let (st, msg) = call(&xd, &wide, &wide, 1);
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
+    assert!(msg.contains("interleave"), "{msg}");
+    let c16 = {
+        let b: Vec<u8> = c
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect();
+        rt.upload(TensorDesc::contiguous(&cs, DataType::Float16).unwrap(), &b)
+            .unwrap()
+    };
+    let (st, msg) = call(&xd, &c16, &sd, 0);
+    assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
+    assert!(msg.contains("cos dtype"), "{msg}");
 }

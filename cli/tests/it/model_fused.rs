@@ -1,12 +1,17 @@
-//! The model's fused path (issue 27: RMSNorm, SwiGLU and the loss through the fused ops) equals
-//! the unfused one on `Autodiff<Ascend>` (the simulation), where each fused op is one aclnn
-//! launch each way: the loss and every checked gradient of one step.
+//! The model's fused path (issue 27: RMSNorm, RoPE, SwiGLU and the loss through the fused ops)
+//! equals the unfused one on `Autodiff<Ascend>` (the simulation), where each fused op is one
+//! aclnn launch each way: the loss and every checked gradient of one step; the fused RoPE gives
+//! the composite's q and k for every RoPE variant the model reads, on Ascend and NdArray.
 
-use burn::backend::Autodiff;
+use burn::backend::{Autodiff, NdArray};
 use burn::module::Param;
+use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend::backend::{fallback_counts, Ascend, AscendDevice};
+use burn_ascend::kernels::reference::fused::rotary as rotary_ref;
+use burn_ascend::{rotary_embedding, AttentionBackend, RotaryMode};
 use burn_ascend_model::config::{LayerType, RopeScaling};
+use burn_ascend_model::rope::Rope;
 use burn_ascend_model::{cross_entropy, cross_entropy_fused, ModelConfig, Transformer};
 
 type A = Autodiff<Ascend>;
@@ -135,6 +140,8 @@ fn fused_norms_swiglu_and_loss_on_ascend_give_the_unfused_loss_and_gradients() {
     for op in [
         "aclnnRmsNorm",
         "aclnnRmsNormGrad",
+        "aclnnRotaryPositionEmbedding",
+        "aclnnRotaryPositionEmbeddingGrad",
         "aclnnSwiGlu",
         "aclnnSwiGluGrad",
         "aclnnCrossEntropyLoss",
@@ -144,5 +151,114 @@ fn fused_norms_swiglu_and_loss_on_ascend_give_the_unfused_loss_and_gradients() {
             burn_ascend_acl_sim::launches(op) > 0,
             "{op} was not launched"
         );
+    }
+}
+
+fn values<Bk: Backend, const D: usize>(t: Tensor<Bk, D>) -> Vec<f64> {
+    t.into_data().convert::<f64>().to_vec::<f64>().unwrap()
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+fn wave(n: usize, k: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 37 + k * 11) % 29) as f32 / 9.0 - 1.5)
+        .collect()
+}
+
+#[test]
+fn rotary_embedding_on_ascend_matches_the_f64_reference_forward_and_backward() {
+    let device = AscendDevice::sim();
+    let (xs, cs) = ([1, 5, 3, 8], [1, 5, 1, 8]);
+    let (x, c, s, w) = (wave(120, 1), wave(40, 2), wave(40, 3), wave(120, 4));
+    let t = |v: &[f32], shape: [usize; 4]| {
+        Tensor::<A, 4>::from_data(TensorData::new(v.to_vec(), shape), &device)
+    };
+    let f64s = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+    let dims = burn_ascend::fused::rotary::validate_fwd(&xs, &cs, &cs, RotaryMode::Half).unwrap();
+    let before = (
+        burn_ascend_acl_sim::launches("aclnnRotaryPositionEmbedding"),
+        burn_ascend_acl_sim::launches("aclnnRotaryPositionEmbeddingGrad"),
+    );
+    let xa = t(&x, xs).require_grad();
+    let y = rotary_embedding(xa.clone(), t(&c, cs), t(&s, cs), RotaryMode::Half).unwrap();
+    let grads = (y.clone() * t(&w, xs)).sum().backward();
+    let ry = rotary_ref::rotary_fwd(&f64s(&x), &f64s(&c), &f64s(&s), &dims, RotaryMode::Half);
+    let rdx = rotary_ref::rotary_bwd(&f64s(&w), &f64s(&c), &f64s(&s), &dims, RotaryMode::Half);
+    assert!(max_diff(&values(y.inner()), &ry) < 1e-6);
+    assert!(max_diff(&values(xa.grad(&grads).unwrap()), &rdx) < 1e-6);
+    assert!(burn_ascend_acl_sim::launches("aclnnRotaryPositionEmbedding") > before.0);
+    assert!(burn_ascend_acl_sim::launches("aclnnRotaryPositionEmbeddingGrad") > before.1);
+}
+
+/// q and k of layer 0 through the composite and the fused RoPE, for `positions` that restart
+/// (packed sequences) and reach past the original context (where Llama 3 / YaRN rescale).
+fn qk_gap<Bk: AttentionBackend>(c: &ModelConfig, device: &Bk::Device) -> f64 {
+    let model = Transformer::<Bk>::new(c, device).unwrap();
+    let positions = [0, 1, 2, 3, 0, 1, 2, 4000, 9000];
+    let rope = Rope::<Bk>::new(&positions, c, device);
+    let h = Tensor::<Bk, 2>::from_data(
+        TensorData::new(wave(9 * c.hidden_size, 5), [9, c.hidden_size]),
+        device,
+    );
+    let attn = &model.layers[0].self_attn;
+    let (q, k, _) = attn.qkv(h.clone(), &rope, c);
+    let (qf, kf, _) = attn.qkv_fused(h, &rope, c).unwrap();
+    max_diff(&values(q), &values(qf)).max(max_diff(&values(k), &values(kf)))
+}
+
+#[test]
+fn fused_rope_gives_the_composite_q_k_and_logits_for_every_rope_variant() {
+    let device = AscendDevice::sim();
+    let variants = [
+        RopeScaling::Default,
+        RopeScaling::Linear { factor: 4.0 },
+        RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 64.0,
+        },
+        RopeScaling::Yarn {
+            factor: 32.0,
+            original_max_position_embeddings: 64.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: 1.35,
+            truncate: false,
+        },
+    ];
+    for rope_scaling in variants {
+        let c = ModelConfig {
+            rope_scaling: rope_scaling.clone(),
+            qk_norm: true,
+            ..cfg()
+        };
+        // NdArray's CPU kernel does the composite's f32 operations: the same bits.
+        let cpu = qk_gap::<NdArray>(&c, &Default::default());
+        assert!(
+            cpu == 0.0,
+            "{rope_scaling:?}: NdArray q/k differ by {cpu:e}"
+        );
+        // The simulation computes in f64 and rounds once: within f32 rounding of |q| ≲ 10.
+        let sim = qk_gap::<Ascend>(&c, &device);
+        assert!(
+            sim <= 2e-6,
+            "{rope_scaling:?}: Ascend q/k differ by {sim:e}"
+        );
+        // The model's logits: fused path (packed, fused RoPE) vs composite (padded).
+        let model = Transformer::<Ascend>::new(&c, &device).unwrap();
+        let tokens: Vec<i64> = (0..9).map(|i| (i * 13 + 5) % 64).collect();
+        let ids = Tensor::<Ascend, 1, Int>::from_data(TensorData::new(tokens, [9]), &device);
+        let fused = model.forward_packed(ids.clone(), &[0, 9]).unwrap();
+        let plain = model.forward_padded(ids.reshape([1, 9]), &[9]);
+        let gap = max_diff(&values(fused), &values(plain.reshape([9, c.vocab_size])));
+        assert!(gap <= 1e-5, "{rope_scaling:?}: logits differ by {gap:e}");
     }
 }

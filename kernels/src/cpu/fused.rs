@@ -3,6 +3,8 @@
 //! f32 lanes then f64 per row. Same formulas as [`crate::reference::fused`], which they are
 //! tested against.
 
+use burn_ascend_contract::fused::{RotaryDims, RotaryMode};
+
 fn sigmoid(v: f32) -> f32 {
     1.0 / (1.0 + (-v).exp())
 }
@@ -146,4 +148,75 @@ pub fn cross_entropy_bwd(
         out[target[r] as usize] -= scale;
     }
     dx
+}
+
+/// Rotary position embedding, `y = x·cos + rotate(x)·sin`, one pass per row of `x`.
+pub fn rotary_fwd(
+    x: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    dims: &RotaryDims,
+    mode: RotaryMode,
+) -> Vec<f32> {
+    rotate_rows(x, cos, sin, dims, mode, false)
+}
+
+/// Rotary position embedding's `dx`: the transposed rotation, `dx = dy·cos + rotateᵀ(dy·sin)`.
+pub fn rotary_bwd(
+    dy: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    dims: &RotaryDims,
+    mode: RotaryMode,
+) -> Vec<f32> {
+    rotate_rows(dy, cos, sin, dims, mode, true)
+}
+
+/// Per pair `(a, b)` of a row: forward `(a·ca − b·sa, b·cb + a·sb)`; backward (the transpose)
+/// `(a·ca + b·sb, b·cb − a·sa)`.
+fn rotate_rows(
+    v: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    dims: &RotaryDims,
+    mode: RotaryMode,
+    transpose: bool,
+) -> Vec<f32> {
+    let d = dims.d;
+    let h = d / 2;
+    let mut out = vec![0.0f32; v.len()];
+    for (r, (row, o)) in v.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
+        let c0 = dims.cos_row(r) * d;
+        let (c, s) = (&cos[c0..c0 + d], &sin[c0..c0 + d]);
+        match mode {
+            RotaryMode::Half => {
+                let (x1, x2) = row.split_at(h);
+                let (o1, o2) = o.split_at_mut(h);
+                let (c1, c2) = c.split_at(h);
+                let (s1, s2) = s.split_at(h);
+                for j in 0..h {
+                    if transpose {
+                        o1[j] = x1[j] * c1[j] + x2[j] * s2[j];
+                        o2[j] = x2[j] * c2[j] - x1[j] * s1[j];
+                    } else {
+                        o1[j] = x1[j] * c1[j] - x2[j] * s1[j];
+                        o2[j] = x2[j] * c2[j] + x1[j] * s2[j];
+                    }
+                }
+            }
+            RotaryMode::Interleave => {
+                for j in 0..h {
+                    let (a, b) = (2 * j, 2 * j + 1);
+                    if transpose {
+                        o[a] = row[a] * c[a] + row[b] * s[b];
+                        o[b] = row[b] * c[b] - row[a] * s[a];
+                    } else {
+                        o[a] = row[a] * c[a] - row[b] * s[a];
+                        o[b] = row[b] * c[b] + row[a] * s[b];
+                    }
+                }
+            }
+        }
+    }
+    out
 }

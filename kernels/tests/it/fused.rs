@@ -2,8 +2,9 @@
 //! finite differences of their forwards, the cross-entropy reference against CANN's documented
 //! example, and the fast f32 CPU kernels against the references.
 
+use burn_ascend_contract::fused::rotary::{self, RotaryMode};
 use burn_ascend_kernels::cpu::fused as cpu;
-use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, swiglu};
+use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, rotary as rope, swiglu};
 
 /// A deterministic pseudo-random vector in [-1.5, 1.5).
 fn data(n: usize, seed: u64) -> Vec<f64> {
@@ -145,4 +146,62 @@ fn fast_cpu_kernels_match_the_f64_references_within_f32_rounding() {
     assert!((loss - floss as f64).abs() < 1e-5, "loss {loss} vs {floss}");
     assert!(max_abs_diff(&lp, &f64s(&flp)) < 1e-5);
     assert!(max_abs_diff(&dx, &f64s(&fdx)) < 1e-6);
+}
+
+#[test]
+fn rotary_backward_matches_central_differences_in_f64_in_both_modes_with_broadcast_tables() {
+    // x [2, 3, 2, 6] as BSND, cos / sin [1, 3, 1, 6] (1S1D): each table row serves 4 rows.
+    let (x_shape, c_shape) = ([2, 3, 2, 6], [1, 3, 1, 6]);
+    for mode in [RotaryMode::Half, RotaryMode::Interleave] {
+        let dims = rotary::validate_fwd(&x_shape, &c_shape, &c_shape, mode).unwrap();
+        let x = data(72, 13);
+        let (cos, sin) = (data(18, 14), data(18, 15));
+        let dy = data(72, 16);
+        let dx = rope::rotary_bwd(&dy, &cos, &sin, &dims, mode);
+        let n = numeric_grad(&x, &dy, 1e-6, |x| {
+            rope::rotary_fwd(x, &cos, &sin, &dims, mode)
+        });
+        assert!(max_abs_diff(&dx, &n) < 1e-8, "{mode:?} dx");
+        let (dcos, dsin) = rope::rotary_bwd_tables(&dy, &x, &dims, mode);
+        let nc = numeric_grad(&cos, &dy, 1e-6, |c| {
+            rope::rotary_fwd(&x, c, &sin, &dims, mode)
+        });
+        let ns = numeric_grad(&sin, &dy, 1e-6, |s| {
+            rope::rotary_fwd(&x, &cos, s, &dims, mode)
+        });
+        assert!(max_abs_diff(&dcos, &nc) < 1e-8, "{mode:?} dcos");
+        assert!(max_abs_diff(&dsin, &ns) < 1e-8, "{mode:?} dsin");
+    }
+    // Half mode pairs element 0 with D/2 = 3: y[0] = x0·c0 − x3·s0 on the first row.
+    let dims = rotary::validate_fwd(
+        &[1, 1, 1, 6],
+        &[1, 1, 1, 6],
+        &[1, 1, 1, 6],
+        RotaryMode::Half,
+    )
+    .unwrap();
+    let (x, c, s) = (data(6, 17), data(6, 18), data(6, 19));
+    let y = rope::rotary_fwd(&x, &c, &s, &dims, RotaryMode::Half);
+    assert!((y[0] - (x[0] * c[0] - x[3] * s[0])).abs() < 1e-15);
+    assert!((y[4] - (x[4] * c[4] + x[1] * s[4])).abs() < 1e-15);
+}
+
+#[test]
+fn fast_cpu_rotary_kernel_matches_the_f64_reference_within_f32_rounding() {
+    // x [3, 2, 4, 8] as BNSD with cos [3, 1, 4, 8] (B1SD), and as SBND with S11D.
+    for (x_shape, c_shape, mode) in [
+        ([3, 2, 4, 8], [3, 1, 4, 8], RotaryMode::Half),
+        ([3, 2, 4, 8], [3, 1, 1, 8], RotaryMode::Interleave),
+    ] {
+        let dims = rotary::validate_fwd(&x_shape, &c_shape, &c_shape, mode).unwrap();
+        let n: usize = x_shape.iter().product();
+        let m: usize = c_shape.iter().product();
+        let (x, cos, sin, dy) = (data(n, 20), data(m, 21), data(m, 22), data(n, 23));
+        let y = rope::rotary_fwd(&x, &cos, &sin, &dims, mode);
+        let dx = rope::rotary_bwd(&dy, &cos, &sin, &dims, mode);
+        let fy = cpu::rotary_fwd(&f32s(&x), &f32s(&cos), &f32s(&sin), &dims, mode);
+        let fdx = cpu::rotary_bwd(&f32s(&dy), &f32s(&cos), &f32s(&sin), &dims, mode);
+        assert!(max_abs_diff(&y, &f64s(&fy)) < 1e-6, "{mode:?} y");
+        assert!(max_abs_diff(&dx, &f64s(&fdx)) < 1e-6, "{mode:?} dx");
+    }
 }

@@ -92,7 +92,7 @@ pub fn forward_rank<B: CpBackend + AttentionBackend>(
         let plan = step.plan(window);
         let h = model.low(layer.input_layernorm.forward(x.clone()));
         let attn = &layer.self_attn;
-        let (q, k, v) = attn.qkv(h, &rope, c);
+        let (q, k, v) = attn.qkv_fused(h, &rope, c)?;
         let [_, nkv, dk] = k.dims();
         let dv = v.dims()[2];
         let kv = Tensor::cat(vec![k.reshape([t, nkv * dk]), v.reshape([t, nkv * dv])], 1);

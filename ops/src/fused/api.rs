@@ -2,7 +2,7 @@
 
 use burn::tensor::{Int, Tensor, TensorPrimitive};
 
-use super::{FusedBackend, DEFAULT_IGNORE_INDEX};
+use super::{FusedBackend, RotaryMode, DEFAULT_IGNORE_INDEX};
 use crate::error::Result;
 
 /// RMSNorm over the last dimension: `x / sqrt(mean(x²) + epsilon) · gamma` (`aclnnRmsNorm`),
@@ -18,6 +18,26 @@ pub fn rms_norm<B: FusedBackend, const D: usize>(
         epsilon,
     )?;
     Ok(Tensor::from_primitive(TensorPrimitive::Float(out.y)))
+}
+
+/// Rotary position embedding `y = x·cos + rotate(x)·sin` (`aclnnRotaryPositionEmbedding`,
+/// backward `aclnnRotaryPositionEmbeddingGrad`): `x` `[B, S, N, D]` (or BNSD / SBND), `cos` and
+/// `sin` broadcast over its leading dimensions (`[1, S, 1, D]` for BSND), full width (`D`,
+/// HF's `cat(freqs, freqs)` for half mode). Differentiable in `x`; the tables are constants
+/// (a tracked `cos` or `sin` is refused under `Autodiff`).
+pub fn rotary_embedding<B: FusedBackend>(
+    x: Tensor<B, 4>,
+    cos: Tensor<B, 4>,
+    sin: Tensor<B, 4>,
+    mode: RotaryMode,
+) -> Result<Tensor<B, 4>> {
+    let y = B::rotary_embedding_fwd(
+        x.into_primitive().tensor(),
+        cos.into_primitive().tensor(),
+        sin.into_primitive().tensor(),
+        mode,
+    )?;
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(y)))
 }
 
 /// SwiGLU of `x`'s two halves along `dim`, the first half the gate: `silu(A) · B`

@@ -1,5 +1,6 @@
 //! `Autodiff<B, C>`: each fused op is one graph node whose backward calls the inner backend's
-//! fused backward (`rms_norm_bwd`, `swiglu_bwd`, `cross_entropy_bwd`) once. The forward's
+//! fused backward (`rms_norm_bwd`, `rotary_embedding_bwd`, `swiglu_bwd`, `cross_entropy_bwd`)
+//! once. The forward's
 //! inputs and side outputs (`rstd`, `logProb`) are kept in the node's state; the side outputs
 //! are constants to the graph.
 
@@ -10,9 +11,10 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::Autodiff;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
+use burn::tensor::TensorMetadata;
 
-use super::{CrossEntropyOutputs, FusedBackend, RmsNormGrads, RmsNormOutputs};
-use crate::error::Result;
+use super::{rotary, CrossEntropyOutputs, FusedBackend, RmsNormGrads, RmsNormOutputs, RotaryMode};
+use crate::error::{AttnError, Result};
 
 #[derive(Debug)]
 struct RmsNormBackward;
@@ -39,6 +41,24 @@ impl<B: FusedBackend> Backward<B, 2> for RmsNormBackward {
         }
         if let Some(node) = pg {
             grads.register::<B>(node.id, dgamma);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RotaryBackward;
+
+impl<B: FusedBackend> Backward<B, 1> for RotaryBackward {
+    type State = (FloatTensor<B>, FloatTensor<B>, RotaryMode);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<B>(&ops.node);
+        let (cos, sin, mode) = ops.state;
+        // The forward validated the backward's shapes, so a failure here is a backend fault.
+        let dx = B::rotary_embedding_bwd(dy, cos, sin, mode)
+            .unwrap_or_else(|e| panic!("rotary_embedding backward failed: {e}"));
+        if let [Some(node)] = ops.parents {
+            grads.register::<B>(node.id, dx);
         }
     }
 }
@@ -128,6 +148,54 @@ impl<B: FusedBackend, C: CheckpointStrategy> FusedBackend for Autodiff<B, C> {
             dx: constant(g.dx),
             dgamma: constant(g.dgamma),
         })
+    }
+
+    fn rotary_embedding_fwd(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        mode: RotaryMode,
+    ) -> Result<FloatTensor<Self>> {
+        // The backward computes dx only (aclnnRotaryPositionEmbeddingGrad without xOptional):
+        // tables that want a gradient would silently get none.
+        for (t, name) in [(&cos, "cos"), (&sin, "sin")] {
+            if !t.node.requirement.is_none() {
+                return Err(AttnError::Unsupported(format!(
+                    "rotary_embedding: a gradient of {name} (dcosOut / dsinOut); the tables must be constants"
+                )));
+            }
+        }
+        let prep = RotaryBackward
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful();
+        // The backward's own rules (dy takes x's shape), checked now rather than at backward.
+        rotary::validate_bwd(
+            &x.primitive.shape().to_vec(),
+            &cos.primitive.shape().to_vec(),
+            &sin.primitive.shape().to_vec(),
+            mode,
+        )?;
+        let out = B::rotary_embedding_fwd(
+            x.primitive,
+            cos.primitive.clone(),
+            sin.primitive.clone(),
+            mode,
+        )?;
+        Ok(match prep {
+            OpsKind::Tracked(prep) => prep.finish((cos.primitive, sin.primitive, mode), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        })
+    }
+
+    fn rotary_embedding_bwd(
+        dy: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        mode: RotaryMode,
+    ) -> Result<FloatTensor<Self>> {
+        let dx = B::rotary_embedding_bwd(dy.primitive, cos.primitive, sin.primitive, mode)?;
+        Ok(<Self as AutodiffBackend>::from_inner(dx))
     }
 
     fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {

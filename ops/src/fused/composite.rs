@@ -7,7 +7,8 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{activation, DType, Int, Shape, Tensor, TensorMetadata, TensorPrimitive};
 
 use super::{
-    cross_entropy, rms_norm, swiglu, CrossEntropyOutputs, RmsNormDims, RmsNormGrads, RmsNormOutputs,
+    cross_entropy, rms_norm, rotary, swiglu, CrossEntropyOutputs, RmsNormDims, RmsNormGrads,
+    RmsNormOutputs, RotaryMode,
 };
 use crate::error::Result;
 
@@ -182,4 +183,64 @@ pub fn cross_entropy_bwd<B: Backend>(
     let (onehot, mask, count) = onehot_mask::<B>(target, d.n, d.c, ignore_index, dt)?;
     let g = tensor::<B, 1>(grad_loss).reshape([1, 1]).cast(dt) / count as f64;
     Ok(prim((lp.exp() - onehot) * mask * g))
+}
+
+/// `rotate(x)`: half `cat(-x2, x1)`, interleave `stack(-x_odd, x_even)` (its transpose is
+/// `-rotate`, the rotation being skew).
+fn rotate<B: Backend>(x: Tensor<B, 4>, mode: RotaryMode) -> Tensor<B, 4> {
+    let [a, b, c, d] = x.dims();
+    match mode {
+        RotaryMode::Half => {
+            let x1 = x.clone().narrow(3, 0, d / 2);
+            let x2 = x.narrow(3, d / 2, d / 2);
+            Tensor::cat(vec![x2.neg(), x1], 3)
+        }
+        RotaryMode::Interleave => {
+            let p = x.reshape([a, b, c, d / 2, 2]);
+            let x1 = p.clone().narrow(4, 0, 1);
+            let x2 = p.narrow(4, 1, 1);
+            Tensor::cat(vec![x2.neg(), x1], 4).reshape([a, b, c, d])
+        }
+    }
+}
+
+/// `cos` / `sin` in `x`'s dtype, broadcast to `x`'s shape.
+fn table<B: Backend>(t: FloatTensor<B>, like: &Tensor<B, 4>) -> Tensor<B, 4> {
+    tensor::<B, 4>(t).cast(like.dtype()).expand(like.dims())
+}
+
+/// Rotary position embedding's forward, composed: `x·cos + rotate(x)·sin`.
+pub fn rotary_fwd<B: Backend>(
+    x: FloatTensor<B>,
+    cos: FloatTensor<B>,
+    sin: FloatTensor<B>,
+    mode: RotaryMode,
+) -> Result<FloatTensor<B>> {
+    rotary::validate_fwd(
+        &x.shape().to_vec(),
+        &cos.shape().to_vec(),
+        &sin.shape().to_vec(),
+        mode,
+    )?;
+    let x = tensor::<B, 4>(x);
+    let (cos, sin) = (table::<B>(cos, &x), table::<B>(sin, &x));
+    Ok(prim(x.clone() * cos + rotate(x, mode) * sin))
+}
+
+/// Rotary position embedding's backward, composed: `dx = dy·cos − rotate(dy·sin)`.
+pub fn rotary_bwd<B: Backend>(
+    dy: FloatTensor<B>,
+    cos: FloatTensor<B>,
+    sin: FloatTensor<B>,
+    mode: RotaryMode,
+) -> Result<FloatTensor<B>> {
+    rotary::validate_bwd(
+        &dy.shape().to_vec(),
+        &cos.shape().to_vec(),
+        &sin.shape().to_vec(),
+        mode,
+    )?;
+    let dy = tensor::<B, 4>(dy);
+    let (cos, sin) = (table::<B>(cos, &dy), table::<B>(sin, &dy));
+    Ok(prim(dy.clone() * cos - rotate(dy * sin, mode)))
 }

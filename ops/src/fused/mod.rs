@@ -1,9 +1,10 @@
-//! The fused transformer ops (issue 27) as a Burn backend extension: RMSNorm, SwiGLU and softmax
-//! cross-entropy, each a forward and a backward method whose default bodies are the composite
-//! (Burn primitives, any backend). `NdArray` runs the one-pass CPU kernels
+//! The fused transformer ops (issue 27) as a Burn backend extension: RMSNorm, rotary position
+//! embedding, SwiGLU and softmax cross-entropy, each a forward and a backward method whose
+//! default bodies are the composite (Burn primitives, any backend). `NdArray` runs the one-pass CPU kernels
 //! ([`burn_ascend_kernels::cpu::fused`]), `Autodiff<B, C>` records one node per op whose
 //! backward calls the inner backend's fused backward, and the `Ascend` backend calls
-//! `aclnnRmsNorm(Grad)`, `aclnnSwiGlu(Grad)` and `aclnnCrossEntropyLoss(Grad)`.
+//! `aclnnRmsNorm(Grad)`, `aclnnRotaryPositionEmbedding(Grad)`, `aclnnSwiGlu(Grad)` and
+//! `aclnnCrossEntropyLoss(Grad)`.
 //!
 //! [`crate::AttentionBackend`] has this trait as a supertrait, so every attention backend has
 //! the fused ops.
@@ -19,7 +20,8 @@ pub mod composite;
 pub mod ndarray;
 
 pub use burn_ascend_contract::fused::{
-    cross_entropy, rms_norm, swiglu, CrossEntropyDims, RmsNormDims, SwiGluDims,
+    cross_entropy, rms_norm, rotary, swiglu, CrossEntropyDims, RmsNormDims, RotaryDims, RotaryMode,
+    SwiGluDims,
 };
 
 /// `ignoreIndex` of torch's `cross_entropy` (and CANN's docs' example): no valid class.
@@ -71,6 +73,29 @@ pub trait FusedBackend: Backend {
         gamma: FloatTensor<Self>,
     ) -> Result<RmsNormGrads<Self>> {
         composite::rms_norm_bwd::<Self>(dy, x, rstd, gamma)
+    }
+
+    /// `aclnnRotaryPositionEmbedding`: `y = x·cos + rotate(x)·sin`, `x` 4-D, `cos` / `sin`
+    /// broadcast over its leading dimensions (see [`rotary`]), in `x`'s dtype (other dtypes of
+    /// the tables are cast to it first, as torch_npu's `npu_rotary_mul` does).
+    fn rotary_embedding_fwd(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        mode: RotaryMode,
+    ) -> Result<FloatTensor<Self>> {
+        composite::rotary_fwd::<Self>(x, cos, sin, mode)
+    }
+
+    /// `aclnnRotaryPositionEmbeddingGrad` without `xOptional`: `dx` only (the tables are
+    /// constants: `dcosOut` / `dsinOut` are not computed).
+    fn rotary_embedding_bwd(
+        dy: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        mode: RotaryMode,
+    ) -> Result<FloatTensor<Self>> {
+        composite::rotary_bwd::<Self>(dy, cos, sin, mode)
     }
 
     /// `aclnnSwiGlu`: `silu(A) · B` of `x`'s halves along `dim` (the first half the gate).

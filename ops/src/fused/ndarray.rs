@@ -12,8 +12,8 @@ use burn::tensor::{DType, TensorMetadata};
 use burn_ascend_kernels::cpu::fused as cpu;
 
 use super::{
-    cross_entropy, rms_norm, swiglu, CrossEntropyOutputs, FusedBackend, RmsNormDims, RmsNormGrads,
-    RmsNormOutputs,
+    cross_entropy, rms_norm, rotary, swiglu, CrossEntropyOutputs, FusedBackend, RmsNormDims,
+    RmsNormGrads, RmsNormOutputs, RotaryMode,
 };
 use crate::error::{AttnError, Result};
 use crate::host::{from_vec, to_vec};
@@ -39,6 +39,24 @@ where
         gamma: FloatTensor<Self>,
     ) -> Result<RmsNormGrads<Self>> {
         cpu_rms_norm_bwd::<Self>(dy, x, rstd, gamma)
+    }
+
+    fn rotary_embedding_fwd(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        mode: RotaryMode,
+    ) -> Result<FloatTensor<Self>> {
+        cpu_rotary_fwd::<Self>(x, cos, sin, mode)
+    }
+
+    fn rotary_embedding_bwd(
+        dy: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        mode: RotaryMode,
+    ) -> Result<FloatTensor<Self>> {
+        cpu_rotary_bwd::<Self>(dy, cos, sin, mode)
     }
 
     fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {
@@ -141,6 +159,46 @@ pub fn cpu_rms_norm_bwd<B: Backend>(
         dx: back::<B>(dx, &shape, dt, &device),
         dgamma: back::<B>(dgamma, &gshape, gdt, &device),
     })
+}
+
+/// `cos` / `sin` as f32 values after rounding to `dt` (the tables take `x`'s dtype first, as on
+/// the device).
+fn table<B: Backend>(t: FloatTensor<B>, dt: DType) -> Vec<f32> {
+    if t.dtype() == dt {
+        to_vec::<B>(t)
+    } else {
+        to_vec::<B>(B::float_cast(t, dt.into()))
+    }
+}
+
+/// Rotary position embedding's forward through the CPU kernel, for any backend.
+pub fn cpu_rotary_fwd<B: Backend>(
+    x: FloatTensor<B>,
+    cos: FloatTensor<B>,
+    sin: FloatTensor<B>,
+    mode: RotaryMode,
+) -> Result<FloatTensor<B>> {
+    let shape = x.shape().to_vec();
+    let d = rotary::validate_fwd(&shape, &cos.shape().to_vec(), &sin.shape().to_vec(), mode)?;
+    let (device, dt) = (B::float_device(&x), x.dtype());
+    let (cos, sin) = (table::<B>(cos, dt), table::<B>(sin, dt));
+    let y = cpu::rotary_fwd(&to_vec::<B>(x), &cos, &sin, &d, mode);
+    Ok(back::<B>(y, &shape, dt, &device))
+}
+
+/// Rotary position embedding's backward (`dx`) through the CPU kernel, for any backend.
+pub fn cpu_rotary_bwd<B: Backend>(
+    dy: FloatTensor<B>,
+    cos: FloatTensor<B>,
+    sin: FloatTensor<B>,
+    mode: RotaryMode,
+) -> Result<FloatTensor<B>> {
+    let shape = dy.shape().to_vec();
+    let d = rotary::validate_bwd(&shape, &cos.shape().to_vec(), &sin.shape().to_vec(), mode)?;
+    let (device, dt) = (B::float_device(&dy), dy.dtype());
+    let (cos, sin) = (table::<B>(cos, dt), table::<B>(sin, dt));
+    let dx = cpu::rotary_bwd(&to_vec::<B>(dy), &cos, &sin, &d, mode);
+    Ok(back::<B>(dx, &shape, dt, &device))
 }
 
 /// SwiGLU's forward through the CPU kernel, for any backend.

@@ -4,10 +4,10 @@
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
-use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, swiglu};
-use burn_ascend_ops::fused::composite;
+use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, rotary, swiglu};
+use burn_ascend_ops::fused::{composite, rotary as rotary_rules};
 use burn_ascend_ops::{cross_entropy_loss, rms_norm as fused_rms_norm, swiglu as fused_swiglu};
-use burn_ascend_ops::{AttnError, FusedBackend};
+use burn_ascend_ops::{rotary_embedding, AttnError, FusedBackend, RotaryMode};
 
 type B = NdArray;
 type A = Autodiff<NdArray>;
@@ -194,4 +194,63 @@ fn bad_shapes_and_attributes_are_refused_naming_the_aclnn_parameter() {
     // The backward's own shapes.
     let e = <B as FusedBackend>::swiglu_bwd(prim(x()), prim(x()), -1).unwrap_err();
     assert_eq!(param(e), "yGrad");
+}
+
+#[test]
+fn rotary_embedding_node_composite_and_kernel_match_the_reference_in_both_modes() {
+    // x [1, 5, 3, 8] (BSND), cos / sin [1, 5, 1, 8] (1S1D), as the model calls it.
+    let (xs, cs) = ([1, 5, 3, 8], [1, 5, 1, 8]);
+    for mode in [RotaryMode::Half, RotaryMode::Interleave] {
+        let dims = rotary_rules::validate_fwd(&xs, &cs, &cs, mode).unwrap();
+        let (x, c, sn, w) = (data(120, 31), data(40, 32), data(40, 33), data(120, 34));
+        let ry = rotary::rotary_fwd(&f64s(&x), &f64s(&c), &f64s(&sn), &dims, mode);
+        let rdx = rotary::rotary_bwd(&f64s(&w), &f64s(&c), &f64s(&sn), &dims, mode);
+        // Autodiff<NdArray>: the CPU kernel forward, one node, the CPU kernel backward.
+        let xa = t::<A, 4>(&x, xs).require_grad();
+        let y = rotary_embedding(xa.clone(), t::<A, 4>(&c, cs), t::<A, 4>(&sn, cs), mode).unwrap();
+        let grads = (y.clone() * t::<A, 4>(&w, xs)).sum().backward();
+        close("node y", &host(y), &ry, 1e-6);
+        close("node dx", &host(xa.grad(&grads).unwrap()), &rdx, 1e-6);
+        // The composite default (Burn primitives).
+        let (cp, sp) = (|| prim(t::<B, 4>(&c, cs)), || prim(t::<B, 4>(&sn, cs)));
+        let y = composite::rotary_fwd::<B>(prim(t::<B, 4>(&x, xs)), cp(), sp(), mode).unwrap();
+        close("composite y", &host(back::<4>(y)), &ry, 1e-6);
+        let dx = composite::rotary_bwd::<B>(prim(t::<B, 4>(&w, xs)), cp(), sp(), mode).unwrap();
+        close("composite dx", &host(back::<4>(dx)), &rdx, 1e-6);
+    }
+}
+
+#[test]
+fn rotary_embedding_refuses_bad_tables_and_tracked_tables_naming_the_parameter() {
+    let x = || t::<B, 4>(&data(48, 1), [1, 2, 3, 8]);
+    let tab = |s: [usize; 4]| t::<B, 4>(&data(s.iter().product(), 2), s);
+    let half = RotaryMode::Half;
+    let e = rotary_embedding(x(), tab([1, 2, 1, 6]), tab([1, 2, 1, 6]), half).unwrap_err();
+    assert_eq!(param(e), "cos");
+    let e = rotary_embedding(x(), tab([1, 2, 1, 8]), tab([1, 1, 1, 8]), half).unwrap_err();
+    assert_eq!(param(e), "sin");
+    let e = rotary_embedding(
+        x(),
+        tab([1, 2, 3, 8]),
+        tab([1, 2, 3, 8]),
+        RotaryMode::Interleave,
+    )
+    .unwrap_err();
+    assert_eq!(param(e.clone()), "cos");
+    assert!(e.to_string().contains("interleave"), "{e}");
+    let odd = t::<B, 4>(&data(42, 1), [1, 2, 3, 7]);
+    let e = rotary_embedding(odd, tab([1, 2, 1, 7]), tab([1, 2, 1, 7]), half).unwrap_err();
+    assert_eq!(param(e), "x");
+    assert_eq!(
+        RotaryMode::from_aclnn(2).map_err(param).unwrap_err(),
+        "mode"
+    );
+    // Under Autodiff the tables are constants: a tracked one is refused, not silently dropped.
+    let xa = t::<A, 4>(&data(48, 1), [1, 2, 3, 8]).require_grad();
+    let ca = t::<A, 4>(&data(16, 2), [1, 2, 1, 8]).require_grad();
+    let sa = t::<A, 4>(&data(16, 3), [1, 2, 1, 8]);
+    match rotary_embedding(xa, ca, sa, half) {
+        Err(AttnError::Unsupported(m)) => assert!(m.contains("cos"), "{m}"),
+        other => panic!("expected unsupported, got {other:?}"),
+    }
 }

@@ -1,7 +1,9 @@
 //! Prototypes of the fused transformer ops (issue 27), from CANN's `aclnnop` headers as the
 //! docs of `hicann/ops-nn` give them (`norm/rms_norm/docs/aclnnRmsNorm.md`,
 //! `norm/rms_norm_grad/docs/aclnnRmsNormGrad.md`, `aclnnSwiGlu.md`, `aclnnSwiGluGrad.md`,
-//! `loss/cross_entropy_loss*/docs/aclnnCrossEntropyLoss*.md`); every integer has the header's
+//! `loss/cross_entropy_loss*/docs/aclnnCrossEntropyLoss*.md`; cannmirror/ops-transformer's
+//! `posembedding/rotary_position_embedding*/docs/aclnnRotaryPositionEmbedding*.md`); every
+//! integer has the header's
 //! width, checked against the headers by `tools/abi-check`.
 
 use std::ffi::c_char;
@@ -35,6 +37,35 @@ pub type RmsNormGradWs = unsafe extern "C" fn(
     gamma: T,
     dx_out: T,
     dgamma_out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnRotaryPositionEmbeddingGetWorkspaceSize(const aclTensor *x, const aclTensor *cos,
+/// const aclTensor *sin, int64_t mode, aclTensor *out, …)`: `mode` 0 half, 1 interleave.
+pub type RotaryPositionEmbeddingWs = unsafe extern "C" fn(
+    x: T,
+    cos: T,
+    sin: T,
+    mode: i64,
+    out: T,
+    workspace_size: Ws,
+    executor: Ex,
+) -> AclStatus;
+
+/// `aclnnRotaryPositionEmbeddingGradGetWorkspaceSize(const aclTensor *dy, const aclTensor *cos,
+/// const aclTensor *sin, const aclTensor *xOptional, int64_t mode, const aclTensor *dxOut,
+/// const aclTensor *dcosOut, const aclTensor *dsinOut, …)`: a null `xOptional` computes no
+/// `dcosOut` / `dsinOut` (both still required: empty tensors then, as the docs' example).
+pub type RotaryPositionEmbeddingGradWs = unsafe extern "C" fn(
+    dy: T,
+    cos: T,
+    sin: T,
+    x_optional: T,
+    mode: i64,
+    dx_out: T,
+    dcos_out: T,
+    dsin_out: T,
     workspace_size: Ws,
     executor: Ex,
 ) -> AclStatus;

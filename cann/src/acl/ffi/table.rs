@@ -81,6 +81,9 @@ macro_rules! acl_api_table {
                 // ---- fused transformer ops (issue 27)
                 rms_norm: aclnnRmsNorm(RmsNormWs),
                 rms_norm_grad: aclnnRmsNormGrad(RmsNormGradWs),
+                /// torch_npu's `npu_rotary_mul` (mode 0) and `npu_rotary_position_embedding`.
+                rotary_position_embedding: aclnnRotaryPositionEmbedding(RotaryPositionEmbeddingWs),
+                rotary_position_embedding_grad: aclnnRotaryPositionEmbeddingGrad(RotaryPositionEmbeddingGradWs),
                 swi_glu: aclnnSwiGlu(SwiGluWs),
                 swi_glu_grad: aclnnSwiGluGrad(SwiGluGradWs),
                 cross_entropy_loss: aclnnCrossEntropyLoss(CrossEntropyLossWs),

@@ -1,4 +1,5 @@
-//! The fused transformer ops (issue 27): `aclnnRmsNorm`, `aclnnRmsNormGrad`, `aclnnSwiGlu`,
+//! The fused transformer ops (issue 27): `aclnnRmsNorm`, `aclnnRmsNormGrad`,
+//! `aclnnRotaryPositionEmbedding`, `aclnnRotaryPositionEmbeddingGrad`, `aclnnSwiGlu`,
 //! `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss` and `aclnnCrossEntropyLossGrad`, one function
 //! each, arguments in prototype order, via [`two_stage`].
 
@@ -57,6 +58,74 @@ pub fn rms_norm_grad(
                 gamma.as_ptr(),
                 dx_out.as_ptr(),
                 dgamma_out.as_ptr(),
+                ws,
+                ex,
+            )
+        }
+    })
+}
+
+/// `aclnnRotaryPositionEmbedding`: `out = x·cos + rotate(x)·sin` (`mode` 0 half, 1 interleave).
+pub fn rotary_position_embedding(
+    rt: &Runtime,
+    x: &Tensor<'_>,
+    cos: &Tensor<'_>,
+    sin: &Tensor<'_>,
+    mode: i64,
+    out: &Tensor<'_>,
+) -> Result<()> {
+    let (name, f) = op!(rt, rotary_position_embedding)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
+        // SAFETY: the arguments follow `(x, cos, sin, mode, out, workspaceSize, executor)`;
+        // handles are live for the call.
+        unsafe {
+            (f.workspace)(
+                x.as_ptr(),
+                cos.as_ptr(),
+                sin.as_ptr(),
+                mode,
+                out.as_ptr(),
+                ws,
+                ex,
+            )
+        }
+    })
+}
+
+/// Arguments of `aclnnRotaryPositionEmbeddingGrad`, in prototype order.
+pub struct RotaryPositionEmbeddingGradArgs<'a> {
+    pub dy: &'a Tensor<'a>,
+    pub cos: &'a Tensor<'a>,
+    pub sin: &'a Tensor<'a>,
+    /// The forward's `x`; `None` computes `dxOut` only.
+    pub x_optional: Option<&'a Tensor<'a>>,
+    pub mode: i64,
+    pub dx_out: &'a Tensor<'a>,
+    /// Shaped as `cos` with `x_optional`, empty (e.g. `[1, 1, 1, 0]`) without.
+    pub dcos_out: &'a Tensor<'a>,
+    /// As `dcos_out`.
+    pub dsin_out: &'a Tensor<'a>,
+}
+
+/// `aclnnRotaryPositionEmbeddingGrad`: `dxOut` (and `dcosOut` / `dsinOut` given `xOptional`).
+pub fn rotary_position_embedding_grad(
+    rt: &Runtime,
+    a: &RotaryPositionEmbeddingGradArgs<'_>,
+) -> Result<()> {
+    let (name, f) = op!(rt, rotary_position_embedding_grad)?;
+    two_stage(rt, name, f.launch, |ws, ex| {
+        // SAFETY: the arguments follow aclnnRotaryPositionEmbeddingGradGetWorkspaceSize's
+        // prototype; handles are live for the call.
+        unsafe {
+            (f.workspace)(
+                a.dy.as_ptr(),
+                a.cos.as_ptr(),
+                a.sin.as_ptr(),
+                t(a.x_optional),
+                a.mode,
+                a.dx_out.as_ptr(),
+                a.dcos_out.as_ptr(),
+                a.dsin_out.as_ptr(),
                 ws,
                 ex,
             )
