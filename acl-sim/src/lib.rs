@@ -56,6 +56,7 @@
 //! line.
 
 pub mod bench;
+pub mod cost;
 mod elementwise;
 mod fia;
 mod fused;
@@ -70,6 +71,10 @@ mod state;
 mod varlen;
 mod wire;
 
+pub use cost::{
+    cost_model_enabled, modelled_device_time, reset_modelled_device_time, set_cost_model,
+    ModelledOp, OpCost,
+};
 pub use fia::{fia_release, last_learnable_sink_dtype, set_fia_release};
 pub use hccl::{hccl_api, live_communicators, set_connect_timeout, set_exec_timeout};
 pub use state::{
