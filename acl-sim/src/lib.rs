@@ -51,6 +51,10 @@
 //! [`set_compute`] turns the kernels off (everything else still runs) so the host overhead of a
 //! dispatched call can be measured ([`bench`]).
 //!
+//! [`cost`] models the device time an Atlas A2 NPU would need for each queued task (a roofline
+//! from the FLOPs and HBM bytes of the shapes the first stage decoded), when
+//! [`set_cost_model`] turns it on.
+//!
 //! `unsafe` is confined to the `extern "C"` side: `state` (+ `state::memory`,
 //! `state::handles`) and the first stages of the op modules, each block with a `// SAFETY:`
 //! line.

@@ -21,7 +21,12 @@
 //! `Autodiff<Ascend>` on the host simulation of the ACL ABI, `--device ascend` on a real NPU. On CPU the last line is `finetune: loss <first> -> <last>
 //! over <steps> steps` (first step's loss, mean of the last ten steps); on `sim` / `ascend` it
 //! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
-//! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
+//! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op and,
+//! on `sim`, the modelled Atlas A2 time of the top ops with `finetune: per step <L> launches,
+//! host <H> µs, modelled device <D> µs (Atlas A2 roofline), host / device <R>`. `--dry-run`
+//! (sim, with `--profile`) runs the steps with the simulated kernels off and writes nothing:
+//! the modelled time of a model too large to compute here (`--model-config FILE` for a fresh
+//! model of another config.json).
 //! `--cp N` trains context-parallel (each step's batch split across N ranks; `--check-cp`
 //! compares with one device).
 

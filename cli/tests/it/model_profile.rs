@@ -87,11 +87,23 @@ fn finetune_profile_on_sim_prints_the_modelled_device_time_and_a_dry_run_matches
         );
         assert!(r.stdout.contains("aclnnMatmul"), "{}", r.stdout);
         let (launches, host, device, ratio) = step_line(r, "finetune");
-        assert!(launches > 10.0 && host > 0.0 && device > 0.0, "{}", r.stdout);
+        assert!(
+            launches > 10.0 && host > 0.0 && device > 0.0,
+            "{}",
+            r.stdout
+        );
         // The ratio is host / device as printed (to their rounding).
-        assert!((ratio - host / device).abs() <= 0.01 * ratio + 0.002, "{}", r.stdout);
+        assert!(
+            (ratio - host / device).abs() <= 0.01 * ratio + 0.002,
+            "{}",
+            r.stdout
+        );
         // The cost model counts what the dispatch counters count.
-        assert!((launches - counted_launches(r)).abs() <= 0.11, "{}", r.stdout);
+        assert!(
+            (launches - counted_launches(r)).abs() <= 0.11,
+            "{}",
+            r.stdout
+        );
     }
     // The dry step issues the real step's launches but for the loss's `cat` (its loss is
     // not read), and writes nothing.
@@ -101,7 +113,9 @@ fn finetune_profile_on_sim_prints_the_modelled_device_time_and_a_dry_run_matches
         "real {real_l} vs dry {dry_l} launches per step"
     );
     assert!(!dry_out.exists());
-    assert!(dry.stdout.contains("finetune: dry run (2 steps, kernels off)"));
+    assert!(dry
+        .stdout
+        .contains("finetune: dry run (2 steps, kernels off)"));
 }
 
 #[test]
