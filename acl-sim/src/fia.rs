@@ -20,7 +20,7 @@ use burn_ascend_contract::fia::{
     parse_fia_layout, CannRelease, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant,
 };
 use burn_ascend_contract::incre::{AntiquantSpec, BlockTable};
-use burn_ascend_contract::prompt::{PromptMask, PromptPse};
+use burn_ascend_contract::prompt::{PfaLayout, PromptMask, PromptPse};
 use burn_ascend_contract::AttnError;
 use burn_ascend_kernels::reference::fia::fused_infer_attention;
 
@@ -374,6 +374,41 @@ fn decode(
         }
         _ => {}
     }
+    crate::cost::note_attention(|| {
+        // Per-batch lengths (TND: cumulative ends), else the tensors' S.
+        let lens = |a: &Option<Vec<i64>>, full: usize| -> Vec<usize> {
+            match a {
+                None => vec![full; dims.batch],
+                Some(v) if dims.layout == PfaLayout::Tnd => {
+                    let mut prev = 0;
+                    v.iter()
+                        .map(|&e| {
+                            let l = (e - prev).max(0) as usize;
+                            prev = e;
+                            l
+                        })
+                        .collect()
+                }
+                Some(v) => v.iter().map(|&l| l.max(0) as usize).collect(),
+            }
+        };
+        let p = &placeholder;
+        crate::cost::Attention {
+            seqs: lens(&p.actual_seq_lengths, dims.q_seq)
+                .into_iter()
+                .zip(lens(&p.actual_seq_lengths_kv, dims.kv_seq))
+                .collect(),
+            heads: dims.num_heads,
+            kv_heads: dims.kv_heads,
+            head_dim: dims.head_dim,
+            value_dim: dims.head_dim_v,
+            keep: crate::cost::Keep::of_sparse_mode(p.sparse_mode, p.pre_tokens, p.next_tokens),
+            q_elem: t.q.dtype.size(),
+            kv_elem: t.k.dtype.size(),
+            backward: false,
+            dtype: t.q.dtype,
+        }
+    });
     let call = FiaCall { spec, shapes, t };
     // SAFETY: the out-pointers come from the caller per the prototype.
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(move || call.run()), ws, ex) }

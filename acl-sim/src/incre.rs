@@ -409,6 +409,35 @@ pub(crate) unsafe extern "C" fn ifa_v4(
                 out.dtype
             ));
         }
+        crate::cost::note_attention(|| {
+            // Each batch entry's key length: its actual length, else the KV tensors' S.
+            let full = |b: usize| match &kv {
+                IncreKv::Contiguous { kv_seq } => *kv_seq,
+                IncreKv::List => kv_row(&keys[b]).map_or(0, |r| r.1),
+                IncreKv::Paged {
+                    max_blocks,
+                    block_size,
+                    ..
+                } => max_blocks * block_size,
+            };
+            let len = |b: usize| {
+                asl.as_ref()
+                    .and_then(|a| a.get(b).or(a.last()))
+                    .map_or(full(b), |&l| l.max(0) as usize)
+            };
+            crate::cost::Attention {
+                seqs: (0..batch).map(|b| (1, len(b))).collect(),
+                heads: n,
+                kv_heads: nkv,
+                head_dim: d,
+                value_dim: d,
+                keep: crate::cost::Keep::ALL,
+                q_elem: q.dtype.size(),
+                kv_elem: kdt.size(),
+                backward: false,
+                dtype: q.dtype,
+            }
+        });
         let call = IncreCall {
             q,
             keys,

@@ -51,11 +51,16 @@
 //! [`set_compute`] turns the kernels off (everything else still runs) so the host overhead of a
 //! dispatched call can be measured ([`bench`]).
 //!
+//! [`cost`] models the device time an Atlas A2 NPU would need for each queued task (a roofline
+//! from the FLOPs and HBM bytes of the shapes the first stage decoded), when
+//! [`set_cost_model`] turns it on.
+//!
 //! `unsafe` is confined to the `extern "C"` side: `state` (+ `state::memory`,
 //! `state::handles`) and the first stages of the op modules, each block with a `// SAFETY:`
 //! line.
 
 pub mod bench;
+pub mod cost;
 mod elementwise;
 mod fia;
 mod fused;
@@ -70,6 +75,10 @@ mod state;
 mod varlen;
 mod wire;
 
+pub use cost::{
+    cost_model_enabled, modelled_device_time, reset_modelled_device_time, set_cost_model,
+    ModelledOp, OpCost,
+};
 pub use fia::{fia_release, last_learnable_sink_dtype, set_fia_release};
 pub use hccl::{hccl_api, live_communicators, set_connect_timeout, set_exec_timeout};
 pub use state::{

@@ -344,6 +344,37 @@ fn decode_prompt(
             out.dtype
         ));
     }
+    crate::cost::note_attention(|| {
+        // Per-batch lengths (TND: cumulative ends), else the tensors' S.
+        let lens = |a: &Option<Vec<i64>>, full: usize| -> Vec<usize> {
+            match a {
+                None => vec![full; batch],
+                Some(v) if layout == PfaLayout::Tnd => {
+                    let mut prev = 0;
+                    v.iter()
+                        .map(|&e| {
+                            let l = (e - prev).max(0) as usize;
+                            prev = e;
+                            l
+                        })
+                        .collect()
+                }
+                Some(v) => v.iter().map(|&l| l.max(0) as usize).collect(),
+            }
+        };
+        crate::cost::Attention {
+            seqs: lens(&asl, qs).into_iter().zip(lens(&asl_kv, ks)).collect(),
+            heads: n,
+            kv_heads: nkv,
+            head_dim: d,
+            value_dim: dv,
+            keep: crate::cost::Keep::of_sparse_mode(sparse, pre, next),
+            q_elem: q.dtype.size(),
+            kv_elem: k.dtype.size(),
+            backward: false,
+            dtype: q.dtype,
+        }
+    });
     Ok(PromptCall {
         q,
         k,

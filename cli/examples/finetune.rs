@@ -26,7 +26,12 @@
 //! `Autodiff<Ascend>` on the host simulation of the ACL ABI, `--device ascend` on a real NPU. On CPU the last line is `finetune: loss <first> -> <last>
 //! over <steps> steps` (first step's loss, mean of the last ten steps); on `sim` / `ascend` it
 //! is followed by `finetune: device <launches> launches, <syncs> syncs, <fallbacks> host
-//! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op.
+//! fallbacks per step` (means over the steps), and `--profile` prints the dispatch per op and,
+//! on `sim`, the modelled Atlas A2 time of the top ops with `finetune: per step <L> launches,
+//! host <H> µs, modelled device <D> µs (Atlas A2 roofline), host / device <R>`. `--dry-run`
+//! (sim, with `--profile`) runs the steps with the simulated kernels off and writes nothing:
+//! the modelled time of a model too large to compute here (`--model-config FILE` for a fresh
+//! model of another config.json).
 //! `--cp N` trains context-parallel (each step's batch split across N ranks; `--check-cp`
 //! compares with one device).
 
@@ -37,6 +42,7 @@ use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing as Bala
 use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::Tensor;
 use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
@@ -50,7 +56,7 @@ use burn_ascend_model::cp::{
 };
 use burn_ascend_model::data::{training_packer, SplitMix};
 use burn_ascend_model::ddp::{
-    materialize, train_data_parallel, DataParallel, DEFAULT_BUCKET_BYTES,
+    materialize, train_data_parallel, DataParallel, GradientSync, DEFAULT_BUCKET_BYTES,
 };
 use burn_ascend_model::dispatch::{self, DispatchCounts};
 use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};
@@ -101,6 +107,9 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
             "unsupported: --checkpointing with data or context parallelism (one device only)"
                 .into(),
         );
+    }
+    if args.dry_run {
+        return run_dry(args, launch.is_some());
     }
     if args.cp > 1 {
         return run_context_parallel(args);
@@ -341,6 +350,80 @@ where
     })
 }
 
+/// `--dry-run`: one device of the simulation, its kernels off for the steps.
+fn run_dry(args: Args, launched: bool) -> Result<(), String> {
+    if !matches!(args.device, ExampleDevice::Sim) {
+        return Err("--dry-run needs --device sim (it turns the simulated kernels off)".into());
+    }
+    if args.devices > 1 || args.cp > 1 || launched {
+        return Err("unsupported: --dry-run with --devices / --cp (one device only)".into());
+    }
+    if args.resume || args.merge_lora || args.checkpointing {
+        return Err(
+            "unsupported: --dry-run with --resume, --merge-lora or --checkpointing (it writes \
+             nothing and trains one device's plain step)"
+                .into(),
+        );
+    }
+    let device = AscendDevice::sim();
+    run_on::<Autodiff<Ascend>>(args, device, Some(device), dry_trainer())
+}
+
+/// `--dry-run`'s trainer: `train_with`'s steps as on one device, through a
+/// [`GradientSync`] of one rank that is not the writer, so no checkpoint is written and the
+/// loss is not read apart (the step's one read is the gradient norm; the single-device path
+/// reads the loss with it through one `cat` more).
+fn dry_trainer<'a>() -> Trainer<'a, Autodiff<Ascend>> {
+    Box::new(move |model, state, packer, opts, on_step| {
+        let mut sync = NoCheckpoints;
+        train_with(
+            model,
+            state,
+            false,
+            &mut Batches::single(packer),
+            opts,
+            Some(&mut sync),
+            on_step,
+        )
+        .map_err(|e| e.to_string())
+    })
+}
+
+/// One rank of one that is not rank 0: `train_with` then writes nothing.
+struct NoCheckpoints;
+
+impl<B: AutodiffBackend> GradientSync<B> for NoCheckpoints {
+    fn rank(&self) -> usize {
+        1
+    }
+    fn size(&self) -> usize {
+        1
+    }
+    fn broadcast_model(
+        &mut self,
+        model: Transformer<B>,
+    ) -> Result<Transformer<B>, burn_ascend::contract::AttnError> {
+        Ok(model)
+    }
+    fn average_loss(
+        &mut self,
+        _loss: Tensor<B, 1>,
+    ) -> Result<f32, burn_ascend::contract::AttnError> {
+        // The kernels are off: the loss means nothing, and reading it would add a wait.
+        Ok(0.0)
+    }
+    fn wait(&mut self) -> Result<(), burn_ascend::contract::AttnError> {
+        Ok(())
+    }
+    fn average_gradients(
+        &mut self,
+        _model: &Transformer<B>,
+        grads: burn::optim::GradientsParams,
+    ) -> Result<burn::optim::GradientsParams, burn_ascend::contract::AttnError> {
+        Ok(grads)
+    }
+}
+
 fn print_ddp(n: usize, gap: Option<f32>) {
     if let Some(gap) = gap {
         println!("finetune: data-parallel {n} devices, max |Δloss| vs 1 device {gap:.3e}");
@@ -516,20 +599,28 @@ fn model_of<B: AutodiffBackend + AttentionBackend>(
             let load = LoadOptions {
                 allow_non_finite_weights: args.allow_non_finite_weights,
             };
-            init_model_with::<B>(&init_of(args), &args.out, device, load)
+            init_model_with::<B>(&init_of(args)?, &args.out, device, load)
         }
     }
     .map_err(|e| e.to_string())
 }
 
-fn init_of(args: &Args) -> Init {
-    if args.resume {
+fn init_of(args: &Args) -> Result<Init, String> {
+    Ok(if args.resume {
         Init::Resume
     } else if let Some(dir) = &args.checkpoint {
         Init::Checkpoint(dir.clone())
+    } else if let Some(path) = &args.model_config {
+        let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let v: serde_json::Value = serde_json::from_slice(&text)
+            .map_err(|e| format!("--model-config {}: {e}", path.display()))?;
+        Init::Fresh(
+            ModelConfig::from_json(&v)
+                .map_err(|e| format!("--model-config {}: {e}", path.display()))?,
+        )
     } else {
         Init::Fresh(ModelConfig::small_byte_model())
-    }
+    })
 }
 
 /// `ascend`: the same device as `device` when it is an `Ascend` one, for the dispatch counters
@@ -557,7 +648,10 @@ where
         .with_block_checkpointing(args.checkpointing == Some(Checkpointing::Block));
     let config = model.config.clone();
     let budget = args.memory_budget.unwrap_or_else(budget::default_budget);
-    budget::check_training(&config, args.batch_tokens, budget).map_err(|e| e.to_string())?;
+    if !args.dry_run {
+        // A dry run touches almost none of the memory it allocates.
+        budget::check_training(&config, args.batch_tokens, budget).map_err(|e| e.to_string())?;
+    }
     if tokenizer.vocab_size() > config.vocab_size {
         return Err(format!(
             "tokenizer has {} tokens but the model's vocab_size is {}",
@@ -615,6 +709,9 @@ where
     if args.profile && ascend.is_some() {
         dispatch::start_profile();
     }
+    if args.dry_run {
+        dispatch::set_kernels(false);
+    }
     // Counts after each step; a step's delta spans a checkpoint save when one ran before it
     // (every `save_every` steps), and such steps are left out of the means.
     let mut last_counts = ascend.as_ref().map(DispatchCounts::now);
@@ -654,7 +751,24 @@ where
         }
     })?;
     bar.finish();
+    if args.dry_run {
+        dispatch::set_kernels(true);
+    }
+    let modelled = profile
+        .as_ref()
+        .map(|p| dispatch::format_modelled(p, step_counts.len(), 12, "finetune"));
     let profile = profile.map(|p| dispatch::format_profile(&p, step_counts.len()));
+    if args.dry_run {
+        print!("{}", profile.unwrap_or_default());
+        print!("{}", modelled.unwrap_or_default());
+        println!("{}", DispatchCounts::mean(&step_counts).line());
+        println!(
+            "finetune: dry run ({} steps, kernels off): nothing written to {}",
+            step_counts.len(),
+            args.out.display()
+        );
+        return Ok(());
+    }
     // Drawn beside, then renamed into place: never a half-written plot.
     let plot = args.out.join(".loss.tmp.png");
     plot_losses(&state.losses, &plot)?;
@@ -689,6 +803,9 @@ where
         state.losses.len()
     );
     if let Some(table) = profile {
+        print!("{table}");
+    }
+    if let Some(table) = modelled {
         print!("{table}");
     }
     if ascend.is_some() {

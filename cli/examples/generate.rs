@@ -36,9 +36,10 @@ use burn_ascend_model::budget;
 use burn_ascend_model::chat::instruct::{chat_stop_ids, prompt_ids};
 use burn_ascend_model::checkpoint::{eos_token_ids, load_hf_with, LoadOptions};
 use burn_ascend_model::data::SplitMix;
+use burn_ascend_model::dispatch;
 use burn_ascend_model::peft::load_adapter;
 use burn_ascend_model::{
-    generate_batch_until, max_logit_gap, ChatTemplate, Generator, Sampling, Tokenizer,
+    generate_batch_until, max_logit_gap, sample, ChatTemplate, Generator, Sampling, Tokenizer,
 };
 use clap::Parser;
 
@@ -65,18 +66,65 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
         ));
     }
     match args.device {
-        ExampleDevice::Cpu => run_on::<NdArray>(args, Default::default()),
-        ExampleDevice::Sim => run_on::<Ascend>(args, AscendDevice::sim()),
+        ExampleDevice::Cpu if args.profile => {
+            Err("--profile needs --device sim|ascend (it profiles the aclnn dispatch)".into())
+        }
+        ExampleDevice::Cpu => run_on::<NdArray>(args, Default::default(), None),
+        ExampleDevice::Sim => {
+            run_on::<Ascend>(args, AscendDevice::sim(), Some(AscendDevice::sim()))
+        }
         ExampleDevice::Ascend => {
             let index = burn_ascend_cann::acl::default_device_id().map_err(|e| e.to_string())?;
             let device = AscendDevice::npu(index as u32);
             is_available(&device)?;
-            run_on::<Ascend>(args, device)
+            run_on::<Ascend>(args, device, Some(device))
         }
     }
 }
 
-fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), String> {
+/// `--profile`: the prompts prefilled again (not profiled), then `max_new − 1` greedy decode
+/// steps of the whole batch profiled: the dispatch table per step and, on the simulation, the
+/// modelled Atlas A2 time of the top ops with the `generate: per step …` line.
+fn profile_decode<B: AttentionBackend>(
+    gen: &mut Generator<B>,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    ascend: &AscendDevice,
+) -> Result<String, String> {
+    let steps = max_new.saturating_sub(1);
+    if steps == 0 {
+        return Err("--profile needs --max-new of at least 2 (one decode step)".into());
+    }
+    let e = |e: burn_ascend::contract::AttnError| e.to_string();
+    gen.clear().map_err(e)?;
+    let mut rng = SplitMix(0);
+    let greedy = |l: &[f32], rng: &mut SplitMix| sample(l, Sampling::Greedy, rng);
+    let mut seqs = Vec::new();
+    let mut tokens = Vec::new();
+    for p in prompts {
+        let (seq, logits) = gen.add(p).map_err(e)?;
+        seqs.push(seq);
+        tokens.push(greedy(&logits, &mut rng));
+    }
+    dispatch::start_profile();
+    for _ in 0..steps {
+        let logits = gen.step(&seqs, &tokens).map_err(e)?;
+        tokens = logits.iter().map(|l| greedy(l, &mut rng)).collect();
+    }
+    let p = dispatch::stop_profile(ascend);
+    Ok(format!(
+        "generate: profile of {steps} decode steps of {} sequences\n{}{}",
+        prompts.len(),
+        dispatch::format_profile(&p, steps),
+        dispatch::format_modelled(&p, steps, 12, "generate")
+    ))
+}
+
+fn run_on<B: AttentionBackend>(
+    args: Args,
+    device: B::Device,
+    ascend: Option<AscendDevice>,
+) -> Result<(), String> {
     let (dir, max_new, block_size) = (&args.checkpoint, args.max_new, args.block_size);
     let (top_p, temperature) = (args.top_p, args.temperature);
     let load = LoadOptions {
@@ -200,6 +248,9 @@ fn run_on<B: AttentionBackend>(args: Args, device: B::Device) -> Result<(), Stri
                 "cached decoding differs from the full recomputation by {gap:e} (> {CHECK_TOLERANCE:e})"
             ));
         }
+    }
+    if let (true, Some(dev)) = (args.profile, ascend.as_ref()) {
+        print!("{}", profile_decode(&mut gen, &ids, max_new, dev)?);
     }
     gen.clear().map_err(|e| e.to_string())
 }

@@ -300,6 +300,15 @@ pub struct FinetuneArgs {
     /// (sim, ascend) A per-op table of the dispatch (calls, host µs, device ms) per step.
     #[arg(long)]
     pub profile: bool,
+    /// (sim, one device) Run the steps with the simulated kernels off: launches, shapes and
+    /// host time are real, the numbers are not (nothing is written); for the modelled device
+    /// time of a model too large to compute on the host. With --profile.
+    #[arg(long, requires = "profile")]
+    pub dry_run: bool,
+    /// A fresh model of this config.json (ours or a Hugging Face one) instead of the default
+    /// small model.
+    #[arg(long, value_name = "FILE", conflicts_with = "checkpoint")]
+    pub model_config: Option<PathBuf>,
     /// (sim, ascend) Mixed precision: f32 master weights and optimizer state, the blocks,
     /// attention and output head computing in this dtype.
     #[arg(long, value_enum, default_value_t = ComputeDtype::F32)]
@@ -413,7 +422,14 @@ const FINETUNE_HELP: &str = "\
   HCCL. Needs --batch-tokens of at least 2·N²
 --check-cp (with --cp N): also trains the first 3 batches on one device and ends with
   `finetune: context-parallel <N> devices, max |Δloss| vs 1 device <x>`
---profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step
+--profile (sim, ascend): a per-op table of the dispatch (calls, host µs, device ms) per step;
+  on sim also the modelled Atlas A2 time (a roofline per launch from its FLOPs and HBM bytes,
+  BENCHMARKS.md) of the top ops and `finetune: per step <L> launches, host <H> µs, modelled
+  device <D> µs (Atlas A2 roofline), host / device <R>`
+--dry-run (sim, with --profile): the steps with the simulated kernels off (real launches,
+  shapes and host time; meaningless numbers; nothing written): the modelled time of a model
+  too large to compute here, e.g. --model-config tools/profile/qwen2.5-0.5b.json
+  --batch-tokens 8192 --seq-len 8192 --steps 2
 --lora-rank R [--lora-alpha A --lora-targets q_proj,v_proj,... --lora-dropout P] (with
   --checkpoint HF_DIR): LoRA. The base is frozen (no gradients, no optimizer state; its
   matrices stored bf16, or bf16-rounded f32 on cpu), only the adapters train; --out gets PEFT's
@@ -526,6 +542,12 @@ pub struct GenerateArgs {
     /// applied to --checkpoint.
     #[arg(long, value_name = "DIR")]
     pub adapter: Option<PathBuf>,
+    /// (sim, ascend) After the run, decode again from the same prompts and print per decode
+    /// step the dispatch table, and on sim the modelled Atlas A2 time of the top ops with
+    /// `generate: per step <L> launches, host <H> µs, modelled device <D> µs (Atlas A2
+    /// roofline), host / device <R>`.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// The `varlen_train` example.

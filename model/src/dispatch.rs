@@ -2,7 +2,7 @@
 //! host fallbacks per step (the `finetune` counters line), and the `--profile` table of the
 //! dispatch per op.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burn_ascend::backend::{device_counters, fallback_counts, AscendDevice, AscendKind};
 use burn_ascend_cann::acl::profile;
@@ -101,32 +101,190 @@ fn device_time(device: &AscendDevice) -> Vec<(String, Duration)> {
     Vec::new()
 }
 
-/// Starts the dispatch profile (clearing what an earlier one recorded).
+/// When the running profile started (its steps' wall time is measured from here).
+static STARTED: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+
+/// Starts the dispatch profile (clearing what an earlier one recorded), with the
+/// simulation's cost model ([`burn_ascend_acl_sim::cost`]) when the `sim` feature is on.
 pub fn start_profile() {
     profile::reset();
     #[cfg(feature = "sim")]
-    burn_ascend_acl_sim::reset_device_time();
+    {
+        burn_ascend_acl_sim::reset_device_time();
+        burn_ascend_acl_sim::reset_modelled_device_time();
+        burn_ascend_acl_sim::set_cost_model(true);
+    }
+    *STARTED.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     profile::set_enabled(true);
 }
 
-/// A stopped profile: host side per op, and the device's time per task where it reports it.
+/// One op's modelled Atlas A2 time over the profiled steps (the simulation's cost model).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelledOp {
+    /// aclnn op C name, `aclrtMemcpyAsync` or `aclrtMemsetAsync`.
+    pub name: String,
+    /// Launches.
+    pub launches: u64,
+    /// Floating-point operations.
+    pub flops: f64,
+    /// HBM bytes.
+    pub bytes: f64,
+    /// Roofline seconds.
+    pub seconds: f64,
+    /// What most of its modelled time is: `memory` (HBM traffic), `compute` (arithmetic)
+    /// or `link` (host↔device copies over PCIe).
+    pub bound: &'static str,
+}
+
+/// A stopped profile: host side per op, the device's time per task where it reports it, and
+/// on the simulation the modelled Atlas A2 time per op.
 #[derive(Debug, Clone, Default)]
 pub struct Profile {
     host: Vec<(String, u64, Duration)>,
     device: Vec<(String, Duration)>,
     sim: bool,
+    /// Wall time from [`start_profile`] to [`stop_profile`] (before its final wait).
+    wall: Duration,
+    modelled: Vec<ModelledOp>,
+}
+
+/// The simulation's modelled time per op (empty off the simulation).
+fn modelled(device: &AscendDevice) -> Vec<ModelledOp> {
+    #[cfg(feature = "sim")]
+    {
+        burn_ascend_acl_sim::set_cost_model(false);
+        if device.kind == AscendKind::Simulation {
+            return burn_ascend_acl_sim::modelled_device_time()
+                .into_iter()
+                .map(|m| ModelledOp {
+                    name: m.name.to_string(),
+                    launches: m.launches,
+                    flops: m.flops,
+                    bytes: m.bytes,
+                    seconds: m.seconds,
+                    bound: if m.bytes / burn_ascend_acl_sim::cost::atlas_a2::HBM_BYTES_PER_S
+                        >= 0.5 * m.seconds
+                    {
+                        "memory"
+                    } else if m.name.starts_with("aclrtMemcpy") {
+                        "link"
+                    } else {
+                        "compute"
+                    },
+                })
+                .collect();
+        }
+    }
+    let _ = device;
+    Vec::new()
 }
 
 /// Stops the profile after the last profiled step: waits for the work the step queued (so the
-/// device's time includes it; this wait is not profiled) and takes both tables.
+/// device's time includes it; this wait is not profiled) and takes the tables.
 pub fn stop_profile(device: &AscendDevice) -> Profile {
     profile::set_enabled(false);
+    let wall = STARTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .map_or(Duration::ZERO, |t| t.elapsed());
+    let modelled = modelled(device);
     burn_ascend::backend::synchronize(device);
     Profile {
         host: profile::snapshot(),
         device: device_time(device),
         sim: device.kind == AscendKind::Simulation,
+        wall,
+        modelled,
     }
+}
+
+/// Per step of a profile: launches, host µs, modelled device µs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepModel {
+    /// Tasks queued (aclnn launches, copies, memsets) per step.
+    pub launches: f64,
+    /// Host µs per step: the profiled wall time less the synchronisations' waits for the
+    /// device (what the host itself spends issuing the step).
+    pub host_us: f64,
+    /// Modelled Atlas A2 µs per step (the sum of the launches' roofline times).
+    pub device_us: f64,
+}
+
+impl StepModel {
+    /// `host / device` (∞ for no modelled time).
+    pub fn ratio(&self) -> f64 {
+        if self.device_us > 0.0 {
+            self.host_us / self.device_us
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// `<what>: per step <L> launches, host <H> µs, modelled device <D> µs (Atlas A2
+    /// roofline), host / device <R>`.
+    pub fn line(&self, what: &str) -> String {
+        format!(
+            "{what}: per step {:.1} launches, host {:.0} µs, modelled device {:.1} µs (Atlas A2 \
+             roofline), host / device {:.3}",
+            self.launches,
+            self.host_us,
+            self.device_us,
+            self.ratio()
+        )
+    }
+}
+
+/// The per-step figures of a profile over `steps` steps (`None` without a cost model: not
+/// the simulation).
+pub fn step_model(p: &Profile, steps: usize) -> Option<StepModel> {
+    if p.modelled.is_empty() {
+        return None;
+    }
+    let steps = steps.max(1) as f64;
+    let waits: Duration = p
+        .host
+        .iter()
+        .filter(|(what, _, _)| what == burn_ascend_cann::acl::ffi::names::synchronize_stream)
+        .map(|e| e.2)
+        .sum();
+    Some(StepModel {
+        launches: p.modelled.iter().map(|m| m.launches as f64).sum::<f64>() / steps,
+        host_us: p.wall.saturating_sub(waits).as_secs_f64() * 1e6 / steps,
+        device_us: p.modelled.iter().map(|m| m.seconds).sum::<f64>() * 1e6 / steps,
+    })
+}
+
+/// The top `top` ops by modelled time per step, then the [`StepModel::line`] (empty without
+/// a cost model).
+pub fn format_modelled(p: &Profile, steps: usize, top: usize, what: &str) -> String {
+    let Some(step) = step_model(p, steps) else {
+        return String::new();
+    };
+    let n = steps.max(1) as f64;
+    let mut out = format!(
+        "{:<48} {:>10} {:>12} {:>10} {:>16} {:>8}\n",
+        "modelled device (Atlas A2 roofline)",
+        "calls/step",
+        "GFLOP/step",
+        "MB/step",
+        "modelled µs/step",
+        "bound"
+    );
+    for m in p.modelled.iter().take(top) {
+        out.push_str(&format!(
+            "{:<48} {:>10.1} {:>12.3} {:>10.2} {:>16.2} {:>8}\n",
+            m.name,
+            m.launches as f64 / n,
+            m.flops / n / 1e9,
+            m.bytes / n / 1e6,
+            m.seconds / n * 1e6,
+            m.bound,
+        ));
+    }
+    out.push_str(&step.line(what));
+    out.push('\n');
+    out
 }
 
 /// Formats a profile over `steps` steps: per op (aclnn op, queued copy, synchronisation, host
@@ -174,4 +332,13 @@ pub fn format_profile(p: &Profile, steps: usize) -> String {
         );
     }
     out
+}
+
+/// Turns the simulated kernels on or off for the launches the calling thread queues
+/// (`finetune --dry-run`: off, every launch is still validated, queued and counted, and the
+/// cost model still sees its shapes; the data is left unwritten). Nothing off the simulation.
+pub fn set_kernels(on: bool) {
+    #[cfg(feature = "sim")]
+    burn_ascend_acl_sim::set_compute(on);
+    let _ = on;
 }

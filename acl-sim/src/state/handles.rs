@@ -338,6 +338,7 @@ pub(crate) fn tensor(p: *const AclTensor, name: &str) -> SimResult<Option<SimTen
             if t.numel() > 0 {
                 super::note_touched(t.data, t.storage_bytes());
             }
+            crate::cost::note_operand(&t.dims, t.dtype);
             Ok(Some(t))
         }
         None => invalid(format!("{name}: {p:p} is not a live aclTensor")),

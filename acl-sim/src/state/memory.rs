@@ -295,8 +295,17 @@ pub(crate) unsafe extern "C" fn memcpy_async(
             "aclrtMemcpyAsync",
             vec![(s, s + count), (d, d + count)],
             job,
-            true,
-        )
+            // A device-to-device copy is device work, off with the kernels (`set_compute`);
+            // the host-visible copies always run.
+            kind != 3 || super::compute_enabled(),
+        )?;
+        if crate::cost::cost_model_enabled() {
+            crate::cost::record(
+                "aclrtMemcpyAsync",
+                crate::cost::of_transfer(count, Some(kind as u32)),
+            );
+        }
+        Ok(())
     })
 }
 
@@ -334,8 +343,12 @@ pub(crate) unsafe extern "C" fn memset_async(
             Box::new(move || {
                 with_device_mut(d, count, "aclrtMemsetAsync destination", |x| x.fill(byte))
             }),
-            true,
-        )
+            super::compute_enabled(),
+        )?;
+        if crate::cost::cost_model_enabled() {
+            crate::cost::record("aclrtMemsetAsync", crate::cost::of_transfer(count, None));
+        }
+        Ok(())
     })
 }
 

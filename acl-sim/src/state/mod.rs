@@ -114,6 +114,7 @@ pub(crate) fn guard(f: impl FnOnce() -> SimResult<()>) -> AclStatus {
         Err(SimErr(st, msg)) => {
             // What a failed first stage decoded belongs to no executor.
             let _ = TOUCHED.try_with(|t| t.borrow_mut().clear());
+            crate::cost::discard();
             set_error(&format!("[simulation] {msg}"));
             st
         }
@@ -170,7 +171,9 @@ thread_local! {
 
 /// Turns the simulated kernels on or off for the launches **the calling thread** queues (each
 /// task remembers the setting it was queued under). Off, launches still validate and consume executors
-/// but write nothing: what remains is the host-side cost of a dispatch.
+/// but write nothing: what remains is the host-side cost of a dispatch. Queued memsets and
+/// device-to-device copies are device work too and are skipped alike; copies to or from the
+/// host still run.
 pub fn set_compute(on: bool) {
     COMPUTE.with(|c| c.set(on));
 }
@@ -348,6 +351,8 @@ struct Executor {
     job: Job,
     /// The device ranges of the tensors the first stage decoded.
     spans: Vec<streams::Span>,
+    /// Its modelled cost, when the cost model is on.
+    cost: Option<crate::cost::OpCost>,
 }
 
 static EXECUTORS: Mutex<Option<HashMap<usize, Executor>>> = Mutex::new(None);
@@ -378,6 +383,7 @@ pub(crate) unsafe fn new_executor(
             workspace,
             job,
             spans: take_touched(),
+            cost: crate::cost::take(op),
         },
     );
     // SAFETY: the caller's contract (checked non-null above).
@@ -435,6 +441,9 @@ pub(crate) fn launch(
             spans.push((workspace as usize, workspace as usize + size as usize));
         }
         streams::enqueue(stream, op, spans, e.job, compute_enabled())?;
+        if let Some(cost) = e.cost {
+            crate::cost::record(op, cost);
+        }
         LAUNCHES.with(|l| *l.borrow_mut().entry(op).or_insert(0) += 1);
         Ok(())
     })
@@ -446,6 +455,8 @@ pub(crate) fn launch(
 /// ordering rules apply to all of it. The job runs later, on the stream's worker; its failure
 /// is reported by the stream's next synchronisation.
 pub(crate) fn enqueue(stream: AclrtStream, what: &'static str, job: Job) -> SimResult<()> {
+    // Collectives are not in the cost model.
+    crate::cost::discard();
     streams::enqueue(stream, what, take_touched(), job, compute_enabled())
 }
 

@@ -301,6 +301,27 @@ fn decode_varlen(
             .and_then(|v| v.first().copied())
             .unwrap_or(0))
     };
+    crate::cost::note_attention(|| crate::cost::Attention {
+        seqs: dims
+            .seq_q
+            .iter()
+            .copied()
+            .zip(dims.seq_kv.iter().copied())
+            .collect(),
+        heads: dims.head_num,
+        kv_heads: dims.kv_head_num,
+        head_dim: dims.head_dim,
+        value_dim: dims.value_dim,
+        keep: crate::cost::Keep::of_sparse_mode(
+            attrs.sparse_mode as i64,
+            attrs.pre_tokens,
+            attrs.next_tokens,
+        ),
+        q_elem: q.dtype.size(),
+        kv_elem: k.dtype.size(),
+        backward: matches!(pass, Pass::Backward),
+        dtype: q.dtype,
+    });
     Ok(Varlen {
         q_start: start(q_start, "qStartIdx")?,
         kv_start: start(kv_start, "kvStartIdx")?,

@@ -3,6 +3,7 @@
 
 mod attention;
 mod attention_fallbacks;
+mod cost;
 mod elementwise;
 mod faults;
 mod fia;

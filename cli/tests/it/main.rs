@@ -32,6 +32,7 @@ mod model_hf;
 mod model_kill;
 mod model_lora;
 mod model_plan;
+mod model_profile;
 mod model_refusals;
 mod model_train;
 mod npu;

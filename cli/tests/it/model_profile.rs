@@ -1,0 +1,155 @@
+//! `finetune --profile` and `generate --profile` on the simulation: the dispatch table, the
+//! modelled Atlas A2 time of the top ops and the per-step line `… per step <L> launches, host
+//! <H> µs, modelled device <D> µs (Atlas A2 roofline), host / device <R>`; `--dry-run` (the
+//! kernels off) issues the launches of the real step and writes nothing. The examples run as
+//! child processes (see `model_examples`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::model_examples::{run_example, tiny_checkpoint, ExampleRun};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// `(launches, host µs, modelled device µs, ratio)` of the `<what>: per step …` line.
+fn step_line(r: &ExampleRun, what: &str) -> (f64, f64, f64, f64) {
+    let prefix = format!("{what}: per step ");
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}…` line:\n{}", r.stdout));
+    let nums: Vec<f64> = line
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    // launches, host, device, "2" of "A2", ratio.
+    assert_eq!(nums.len(), 5, "{line}");
+    (nums[0], nums[1], nums[2], nums[4])
+}
+
+/// The counters line's launches per step.
+fn counted_launches(r: &ExampleRun) -> f64 {
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("finetune: device "))
+        .unwrap_or_else(|| panic!("no counters line:\n{}", r.stdout));
+    line["finetune: device ".len()..]
+        .split(' ')
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap()
+}
+
+fn finetune(ckpt: &Path, out: &Path, extra: &[&str]) -> ExampleRun {
+    let data = ckpt.join("corpus.txt");
+    std::fs::write(&data, &burn_ascend_model::data::BUNDLED_CORPUS[..3000]).unwrap();
+    let config = ckpt.join("config.json");
+    let mut args = vec![
+        "--device",
+        "sim",
+        "--profile",
+        "--out",
+        out.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--steps",
+        "2",
+        "--seq-len",
+        "16",
+        "--batch-tokens",
+        "32",
+        "--no-samples",
+        "--model-config",
+        config.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    run_example("finetune", &args, &[], LIMIT, false)
+}
+
+#[test]
+fn finetune_profile_on_sim_prints_the_modelled_device_time_and_a_dry_run_matches_its_launches() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("tiny");
+    tiny_checkpoint(&ckpt);
+    let real = finetune(&ckpt, &dir.path().join("real"), &[]);
+    assert!(real.ok(), "{}", real.tail());
+    let dry_out = dir.path().join("dry");
+    let dry = finetune(&ckpt, &dry_out, &["--dry-run"]);
+    assert!(dry.ok(), "{}", dry.tail());
+    for r in [&real, &dry] {
+        assert!(r.stdout.contains("calls/step"), "{}", r.stdout);
+        assert!(
+            r.stdout.contains("modelled device (Atlas A2 roofline)"),
+            "{}",
+            r.stdout
+        );
+        assert!(r.stdout.contains("aclnnMatmul"), "{}", r.stdout);
+        let (launches, host, device, ratio) = step_line(r, "finetune");
+        assert!(
+            launches > 10.0 && host > 0.0 && device > 0.0,
+            "{}",
+            r.stdout
+        );
+        // The ratio is host / device as printed (to their rounding).
+        assert!(
+            (ratio - host / device).abs() <= 0.01 * ratio + 0.002,
+            "{}",
+            r.stdout
+        );
+        // The cost model counts what the dispatch counters count.
+        assert!(
+            (launches - counted_launches(r)).abs() <= 0.11,
+            "{}",
+            r.stdout
+        );
+    }
+    // The dry step issues the real step's launches but for the loss's `cat` (its loss is
+    // not read), and writes nothing.
+    let (real_l, dry_l) = (counted_launches(&real), counted_launches(&dry));
+    assert!(
+        (real_l - dry_l).abs() <= 2.0,
+        "real {real_l} vs dry {dry_l} launches per step"
+    );
+    assert!(!dry_out.exists());
+    assert!(dry
+        .stdout
+        .contains("finetune: dry run (2 steps, kernels off)"));
+}
+
+#[test]
+fn generate_profile_on_sim_prints_the_decode_steps_modelled_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("tiny");
+    tiny_checkpoint(&ckpt);
+    let r = run_example(
+        "generate",
+        &[
+            "--checkpoint",
+            ckpt.to_str().unwrap(),
+            "--device",
+            "sim",
+            "--greedy",
+            "--max-new",
+            "4",
+            "--prompt",
+            "To be",
+            "--prompt",
+            "or not",
+            "--profile",
+        ],
+        &[],
+        LIMIT,
+        false,
+    );
+    assert!(r.ok(), "{}", r.tail());
+    assert!(
+        r.stdout
+            .contains("generate: profile of 3 decode steps of 2 sequences"),
+        "{}",
+        r.stdout
+    );
+    let (launches, host, device, _) = step_line(&r, "generate");
+    assert!(launches > 1.0 && host > 0.0 && device > 0.0, "{}", r.stdout);
+}
