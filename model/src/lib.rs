@@ -23,6 +23,7 @@ pub mod schedule;
 pub mod tokenizer;
 pub mod train;
 pub mod transformer;
+pub mod zero;
 
 pub use chat::ChatTemplate;
 pub use config::ModelConfig;
