@@ -33,6 +33,7 @@ mod model_lora;
 mod model_plan;
 mod model_refusals;
 mod model_train;
+mod model_zero;
 mod npu;
 mod paged_cache;
 mod prompt_incre_scatter;
