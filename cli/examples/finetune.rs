@@ -49,11 +49,11 @@ use burn_ascend_model::ddp::{
 };
 use burn_ascend_model::dispatch::{self, DispatchCounts};
 use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};
-use burn_ascend_model::zero::{check_zero, Zero, ZeroStage};
 use burn_ascend_model::peft;
 use burn_ascend_model::train::{
     init_model_with, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
 };
+use burn_ascend_model::zero::{check_zero, Zero, ZeroStage};
 use burn_ascend_model::{
     generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
 };
@@ -93,7 +93,9 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
     }
     if args.zero > 0 {
         if args.cp > 1 {
-            return Err("unsupported: --zero with --cp (ZeRO shards plain data parallelism)".into());
+            return Err(
+                "unsupported: --zero with --cp (ZeRO shards plain data parallelism)".into(),
+            );
         }
         if matches!(args.device, ExampleDevice::Cpu) {
             return Err(format!(
@@ -101,7 +103,9 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
                 args.zero
             ));
         }
-        let ranks = launch.as_ref().map_or(args.devices, |l| l.world_size as usize);
+        let ranks = launch
+            .as_ref()
+            .map_or(args.devices, |l| l.world_size as usize);
         // The training loop's optimizer is AdamW, which ZeRO shards (element-wise).
         check_zero(args.zero, ranks, "adamw").map_err(|e| e.to_string())?;
     }
@@ -398,8 +402,8 @@ fn data_parallel<'a>(
         let simulated = first.kind == burn_ascend::backend::AscendKind::Simulation;
         let run = match stage {
             Some(stage) => {
-                let run = train_zero(models, state, resume, packer, opts, stage, on_step)
-                    .map_err(err)?;
+                let run =
+                    train_zero(models, state, resume, packer, opts, stage, on_step).map_err(err)?;
                 let s = run.stats;
                 let per = |x: u64| x.checked_div(s.steps).unwrap_or(0);
                 println!(
@@ -446,7 +450,11 @@ fn data_parallel<'a>(
             );
         }
         if let Some(reference) = reference {
-            let k = run.state.losses.len().min(if stage.is_some() { 5 } else { 3 });
+            let k = run
+                .state
+                .losses
+                .len()
+                .min(if stage.is_some() { 5 } else { 3 });
             let tmp = out.join(".check-ddp-1-device");
             let ref_opts = TrainOptions {
                 stop_after: Some(k),
@@ -501,19 +509,11 @@ fn one_rank_of_launch<'a>(
         };
         let mut batches = Batches::rank(packer, env.rank as usize, env.world_size as usize);
         let rank0 = env.rank == 0;
-        train_with(
-            model,
-            state,
-            resume,
-            &mut batches,
-            opts,
-            Some(sync),
-            |r| {
-                if rank0 {
-                    on_step(r)
-                }
-            },
-        )
+        train_with(model, state, resume, &mut batches, opts, Some(sync), |r| {
+            if rank0 {
+                on_step(r)
+            }
+        })
         .map_err(|e| e.to_string())
     })
 }

@@ -81,7 +81,7 @@ pub struct PlanArgs {
     )]
     pub lora_targets: String,
     /// ZeRO stage: 1 partitions the optimizer state, 2 the gradients too, 3 the weights too
-    /// (a formula only: training implements stage 0).
+    /// (as `finetune --zero K` trains; stage 3's formula gathers one layer at a time).
     #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub zero: u8,
     /// Activation checkpointing per block (a formula only: training keeps every activation).

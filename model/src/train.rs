@@ -449,7 +449,7 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
             }
         }
     }
-    if let Some(z) = sync.as_deref_mut().and_then(|s| s.sharded()) {
+    if let Some(z) = sync.and_then(|s| s.sharded()) {
         model = z.whole(model)?;
     }
     Ok((model, state))

@@ -18,7 +18,8 @@ use burn_ascend_model::zero::record::OptimizerRecord;
 use burn_ascend_model::zero::{ShardedOptimizer, Zero, ZeroStage};
 use burn_ascend_model::{cross_entropy, Transformer};
 
-use crate::model_ddp::{device, opts, packer, replicas, serial};
+use crate::model_ddp::{cfg, device, opts, packer, replicas, serial};
+use burn_ascend_model::plan::{plan, PlanSpec};
 
 type B = Autodiff<Ascend>;
 
@@ -59,7 +60,10 @@ fn replicated_optimizer_bytes(model: Transformer<B>, o: &TrainOptions) -> u64 {
     let t = batch.tokens.len();
     let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.tokens, [t]), &d);
     let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [t]), &d);
-    let loss = cross_entropy(model.forward_packed(tokens, &batch.cu_seqlens).unwrap(), targets);
+    let loss = cross_entropy(
+        model.forward_packed(tokens, &batch.cu_seqlens).unwrap(),
+        targets,
+    );
     let grads = GradientsParams::from_grads(loss.backward(), &model);
     let mut optim = AdamWConfig::new()
         .with_weight_decay(o.weight_decay)
@@ -78,14 +82,30 @@ fn compare(n: u32, stages: &[ZeroStage]) {
     let start = replicas(n);
     let dir = tempfile::tempdir().unwrap();
     let o = opts(&dir.path().join("dp"), 5, None);
-    let dp = train_data_parallel(start.clone(), TrainState::default(), false, &packer(), &o, 4096, |_| {})
-        .unwrap();
+    let dp = train_data_parallel(
+        start.clone(),
+        TrainState::default(),
+        false,
+        &packer(),
+        &o,
+        4096,
+        |_| {},
+    )
+    .unwrap();
     let dp_weights = weights(&dp.model);
     let replicated = replicated_optimizer_bytes(start[0].clone(), &o);
     for &stage in stages {
         let o = opts(&dir.path().join(format!("z{}", stage.number())), 5, None);
-        let z = train_zero(start.clone(), TrainState::default(), false, &packer(), &o, stage, |_| {})
-            .unwrap();
+        let z = train_zero(
+            start.clone(),
+            TrainState::default(),
+            false,
+            &packer(),
+            &o,
+            stage,
+            |_| {},
+        )
+        .unwrap();
         let k = stage.number();
         let loss_gap = gap(&z.state.losses, &dp.state.losses);
         let weight_gap = max_abs(&weights(&z.model), &dp_weights);
@@ -94,19 +114,52 @@ fn compare(n: u32, stages: &[ZeroStage]) {
              AdamW bytes per rank {:?} vs replicated {replicated}",
             z.optimizer_state_bytes
         );
-        assert!(loss_gap <= 1e-5, "N = {n}, zero {k}: {:?} vs {:?}", z.state.losses, dp.state.losses);
-        assert!(z.state.losses[4] < z.state.losses[0], "{:?}", z.state.losses);
+        assert!(
+            loss_gap <= 1e-5,
+            "N = {n}, zero {k}: {:?} vs {:?}",
+            z.state.losses,
+            dp.state.losses
+        );
+        assert!(
+            z.state.losses[4] < z.state.losses[0],
+            "{:?}",
+            z.state.losses
+        );
         // The weights after five AdamW steps: the sharded run's global norm sums the same
         // squares in another order, the only difference from plain data parallelism.
-        assert!(weight_gap <= 1e-6, "N = {n}, zero {k}: max |Δw| {weight_gap}");
+        assert!(
+            weight_gap <= 1e-6,
+            "N = {n}, zero {k}: max |Δw| {weight_gap}"
+        );
         // 1/N of the replicated state, up to the pool's 512-byte rounding of each block (the
         // replicated run's small norms and sinks round up; a shard's tail does).
         assert_eq!(z.optimizer_state_bytes.len(), n as usize);
+        // The memory plan's ZeRO-k optimizer bytes per rank (unrounded: 8 B per trained
+        // parameter over N) against the pool.
+        let planned = plan(
+            &cfg(),
+            &PlanSpec {
+                tokens_per_rank: 64,
+                seq_len: 32,
+                ranks: n as usize,
+                compute_bytes: 4,
+                lora: None,
+                zero: k,
+                checkpointing: false,
+            },
+        )
+        .optimizer;
+        assert_eq!(planned, (8 * cfg().num_params() as u64).div_ceil(n as u64));
         for (r, &bytes) in z.optimizer_state_bytes.iter().enumerate() {
             let ratio = bytes as f64 * n as f64 / replicated as f64;
             assert!(
                 (0.98..=1.02).contains(&ratio),
                 "N = {n}, zero {k}, rank {r}: {bytes} B × {n} / {replicated} B = {ratio:.4}"
+            );
+            let vs_plan = bytes as f64 / planned as f64;
+            assert!(
+                (1.0..=1.03).contains(&vs_plan),
+                "N = {n}, zero {k}, rank {r}: pool {bytes} B, plan {planned} B"
             );
         }
         let s = z.stats;
@@ -119,14 +172,18 @@ fn compare(n: u32, stages: &[ZeroStage]) {
 }
 
 #[test]
-fn zero_one_two_three_give_plain_data_parallel_losses_within_1e_5_with_1_over_n_of_the_adamw_state(
-) {
+fn zero_one_two_three_give_plain_data_parallel_losses_within_1e_5_with_1_over_n_of_the_adamw_state()
+{
     let _g = serial();
     let long = std::env::var_os("BURN_ASCEND_LONG").is_some();
-    compare(2, &[ZeroStage::One, ZeroStage::Two, ZeroStage::Three]);
+    let all = [ZeroStage::One, ZeroStage::Two, ZeroStage::Three];
     if long {
-        compare(4, &[ZeroStage::One, ZeroStage::Two, ZeroStage::Three]);
+        compare(2, &all);
+        compare(4, &all);
     } else {
+        // For CI's time: stage 2 on 2 ranks against plain data parallelism is the resume
+        // test's (its continuation by plain DP).
+        compare(2, &[ZeroStage::One, ZeroStage::Three]);
         compare(4, &[ZeroStage::Three]);
     }
 }
@@ -158,7 +215,8 @@ fn decode(bytes: Vec<u8>, d: &AscendDevice) -> OptimizerRecord {
 }
 
 #[test]
-fn a_zero_checkpoint_is_whole_plain_data_parallelism_resumes_it_and_four_ranks_reshard_it_exactly() {
+fn a_zero_checkpoint_is_whole_plain_data_parallelism_resumes_it_and_four_ranks_reshard_it_exactly()
+{
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let start = replicas(2);
@@ -212,7 +270,9 @@ fn a_zero_checkpoint_is_whole_plain_data_parallelism_resumes_it_and_four_ranks_r
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
     });
     // The embedding (256 × 32) in quarters.
     assert_eq!(got[0].0, 256 * 32 / 4);
@@ -236,7 +296,12 @@ fn a_zero_checkpoint_is_whole_plain_data_parallelism_resumes_it_and_four_ranks_r
     )
     .unwrap();
     let g = gap(&dp.state.losses, &whole.state.losses);
-    assert!(g <= 1e-5, "{:?} vs {:?}", dp.state.losses, whole.state.losses);
+    assert!(
+        g <= 1e-5,
+        "{:?} vs {:?}",
+        dp.state.losses,
+        whole.state.losses
+    );
 
     // ZeRO-3 on four ranks resumes the 2-rank checkpoint too (each step's global batch is
     // now four batches, the stream continuing after the 2 × 2 batches the first run took).
@@ -245,14 +310,15 @@ fn a_zero_checkpoint_is_whole_plain_data_parallelism_resumes_it_and_four_ranks_r
         state,
         true,
         &packer(),
-        &opts(&copy, 4, None),
+        &opts(&copy, 3, None),
         ZeroStage::Three,
         |_| {},
     )
     .unwrap();
     assert_eq!(more.state.losses[..2], whole.state.losses[..2]);
     assert_eq!(more.state.devices, 4);
-    assert!(more.state.losses.iter().all(|l| l.is_finite()), "{:?}", more.state.losses);
+    assert_eq!(more.state.losses.len(), 3);
+    assert!(more.state.losses[2].is_finite(), "{:?}", more.state.losses);
 }
 
 fn simulate(n: u32) {
@@ -308,7 +374,17 @@ fn finetune_zero_on_two_simulated_devices_ends_with_the_data_parallel_line_and_r
     let tmp = tempfile::tempdir().unwrap();
     let r = finetune(
         tmp.path(),
-        &["--device", "sim", "--devices", "2", "--zero", "2", "--check-ddp", "--steps", "5"],
+        &[
+            "--device",
+            "sim",
+            "--devices",
+            "2",
+            "--zero",
+            "2",
+            "--check-ddp",
+            "--steps",
+            "5",
+        ],
     );
     assert!(r.ok(), "{}", r.tail());
     let last = r.stdout.lines().last().unwrap_or_default();

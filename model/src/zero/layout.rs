@@ -211,7 +211,10 @@ pub fn flat_params(
                 .slots
                 .iter()
                 .map(|s| {
-                    values.next().flatten().ok_or_else(|| missing(u, s, "parameter"))
+                    values
+                        .next()
+                        .flatten()
+                        .ok_or_else(|| missing(u, s, "parameter"))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(concat_padded(parts, u.len, u.padded, device))
@@ -270,7 +273,12 @@ pub fn flat_grads(
             let parts = u
                 .slots
                 .iter()
-                .map(|s| values.next().flatten().ok_or_else(|| missing(u, s, "gradient")))
+                .map(|s| {
+                    values
+                        .next()
+                        .flatten()
+                        .ok_or_else(|| missing(u, s, "gradient"))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(concat_padded(parts, u.len, u.padded, device))
         })
@@ -287,7 +295,11 @@ pub struct SetUnits<'a> {
 
 impl<'a> SetUnits<'a> {
     /// Sets from `flat` (one whole buffer per unit of `layout`), or releases with `None`.
-    pub fn new(layout: &Layout, flat: Option<&'a [Tensor<Ascend, 1>]>, device: AscendDevice) -> Self {
+    pub fn new(
+        layout: &Layout,
+        flat: Option<&'a [Tensor<Ascend, 1>]>,
+        device: AscendDevice,
+    ) -> Self {
         let by_id = layout
             .units
             .iter()
@@ -298,7 +310,11 @@ impl<'a> SetUnits<'a> {
                     .map(move |s| (s.id, (u, s.offset..s.offset + s.len(), s.dims.clone())))
             })
             .collect();
-        Self { by_id, flat, device }
+        Self {
+            by_id,
+            flat,
+            device,
+        }
     }
 }
 

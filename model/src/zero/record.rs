@@ -85,11 +85,14 @@ pub fn to_record(model: &Transformer<Ad>, layout: &Layout, whole: &[Moments]) ->
     v.out
 }
 
+/// A parameter's step count and flattened moments.
+type Flat = (usize, Tensor<Ascend, 1>, Tensor<Ascend, 1>);
+
 struct FromRecord<'a> {
     record: &'a mut OptimizerRecord,
     want: HashMap<ParamId, usize>,
     /// Per slot (layout order): time and the flattened moments.
-    out: Vec<Option<(usize, Tensor<Ascend, 1>, Tensor<Ascend, 1>)>>,
+    out: Vec<Option<Flat>>,
 }
 
 impl ModuleVisitor<Ad> for FromRecord<'_> {

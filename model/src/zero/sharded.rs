@@ -4,8 +4,8 @@
 use std::sync::atomic::Ordering;
 
 use burn::backend::Autodiff;
-use burn::optim::{AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, GradientsParams};
 use burn::optim::SimpleOptimizer;
+use burn::optim::{AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, GradientsParams};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::{ElementConversion, Tensor, TensorPrimitive};
 use burn_ascend::backend::collective::ProcessGroup;
@@ -123,7 +123,10 @@ impl Zero {
     }
 
     /// Each unit whole from the slices `parts` (one per unit).
-    fn gather_units(&mut self, parts: Vec<Tensor<Ascend, 1>>) -> Result<Vec<Tensor<Ascend, 1>>, AttnError> {
+    fn gather_units(
+        &mut self,
+        parts: Vec<Tensor<Ascend, 1>>,
+    ) -> Result<Vec<Tensor<Ascend, 1>>, AttnError> {
         parts.into_iter().map(|p| self.gather(p)).collect()
     }
 
@@ -237,7 +240,11 @@ impl ShardedOptimizer<Ad> for Zero {
         self.stage
     }
 
-    fn reduce(&mut self, model: &Transformer<Ad>, grads: GradientsParams) -> Result<f32, AttnError> {
+    fn reduce(
+        &mut self,
+        model: &Transformer<Ad>,
+        grads: GradientsParams,
+    ) -> Result<f32, AttnError> {
         let layout = self.layout.clone().ok_or_else(|| {
             AttnError::Unsupported("ZeRO reduce before the parameters were broadcast".into())
         })?;
@@ -285,9 +292,7 @@ impl ShardedOptimizer<Ad> for Zero {
             .group()
             .all_reduce_sum(squares.into_primitive().tensor())
             .map_err(hccl)?;
-        self.group()
-            .synchronize("HcclAllReduce")
-            .map_err(hccl)?;
+        self.group().synchronize("HcclAllReduce").map_err(hccl)?;
         let total: f32 = Tensor::<Ascend, 1>::from_primitive(TensorPrimitive::Float(total))
             .into_scalar()
             .elem();
