@@ -15,6 +15,7 @@ pub mod generate;
 pub mod lora;
 pub mod moe;
 pub mod mxfp4;
+pub mod optim;
 pub mod peft;
 pub mod plan;
 pub mod rope;

@@ -21,7 +21,7 @@
 
 use burn::backend::autodiff::checkpoint::strategy::{CheckpointStrategy, NoCheckpointing};
 use burn::backend::Autodiff;
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_ascend::backend::{memory_stats, reset_peak_stats, Ascend, AscendDevice};
 use burn_ascend::AttnError;
@@ -347,9 +347,8 @@ pub fn measure_peak_with<C: CheckpointStrategy>(
         ),
         device,
     );
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(0.1)
-        .init::<Ad<C>, Transformer<Ad<C>>>();
+    // The optimizer training uses.
+    let mut optim = crate::optim::FusedAdamW::<Ad<C>>::new(0.1)?.init::<Transformer<Ad<C>>>();
     let mut peak = 0;
     for step in 0..2 {
         if step == 1 {

@@ -7,17 +7,17 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::grad_clipping::GradientClippingConfig;
 use burn::module::{AutodiffModule, Module};
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 
-use super::checkpoint::{grad_squares, hf_files, load_hf_with, LoadOptions};
+use super::checkpoint::{hf_files, load_hf_with, LoadOptions};
 use super::config::ModelConfig;
 use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
+use super::optim::{clip_global_norm, FusedAdamW};
 use super::run_checkpoint::{publish, Published};
 use super::schedule::WarmupCosine;
 use super::transformer::{cross_entropy_fused, Transformer};
@@ -48,7 +48,8 @@ pub struct TrainOptions {
     pub lr: f64,
     /// AdamW's decoupled weight decay.
     pub weight_decay: f32,
-    /// Global gradient-norm clip.
+    /// Global gradient-norm clip (torch's `clip_grad_norm_`: every gradient scaled by
+    /// `min(1, clip_norm / (‖g‖ + 1e-6))`, `‖g‖` over all parameters).
     pub clip_norm: f32,
     /// Seed of the initial weights and the batch stream.
     pub seed: u64,
@@ -314,10 +315,7 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
         warmup: (total_steps / 20).max(1),
         total: total_steps,
     };
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(opts.weight_decay)
-        .with_grad_clipping(Some(GradientClippingConfig::Norm(opts.clip_norm)))
-        .init::<B, Transformer<B>>();
+    let mut optim = FusedAdamW::<B>::new(opts.weight_decay)?.init::<Transformer<B>>();
     if resume_optimizer {
         // The optimizer state of the checkpoint the model and `state` came from.
         let saved = Published::open(&opts.out)?;
@@ -390,7 +388,8 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
                 None => grads = s.average_gradients(&model, grads)?,
             }
         }
-        let squares = grad_squares(&model, &grads);
+        // The global norm clip, on the device; its squared norm is the finiteness check's.
+        let (grads, squares) = clip_global_norm(&model, grads, opts.clip_norm);
         // One device: the loss and the gradients' squared norm in one read, the step's one
         // wait for the device.
         let (loss_value, norm) = match (ranks_loss, squares) {
