@@ -499,7 +499,8 @@ fn one_rank_of_launch<'a>(
         let mut zero;
         let sync: &mut dyn burn_ascend_model::ddp::GradientSync<Autodiff<Ascend>> = match stage {
             Some(stage) => {
-                zero = Zero::new(group, stage, opts.weight_decay, opts.clip_norm);
+                zero = Zero::new(group, stage, opts.weight_decay, opts.clip_norm)
+                    .map_err(|e| e.to_string())?;
                 &mut zero
             }
             None => {

@@ -429,7 +429,7 @@ pub fn train_data_parallel(
         resume_optimizer,
         packer,
         opts,
-        |group| DataParallel::new(group, bucket_bytes),
+        |group| Ok(DataParallel::new(group, bucket_bytes)),
         |sync| sync.stats(),
         on_step,
     )?;
@@ -491,7 +491,7 @@ fn run_ranks<S, R>(
     resume_optimizer: bool,
     packer: &Packer,
     opts: &TrainOptions,
-    make: impl Fn(ProcessGroup) -> S + Sync,
+    make: impl Fn(ProcessGroup) -> Result<S, AttnError> + Sync,
     report: impl Fn(&mut S) -> R + Sync,
     on_step: impl FnMut(&StepReport),
 ) -> Result<(Transformer<Ad>, TrainState, Vec<R>), AttnError>
@@ -515,7 +515,7 @@ where
                 let state = state.clone();
                 let mut packer = packer.clone();
                 s.spawn(move || {
-                    let mut sync = make(group);
+                    let mut sync = make(group)?;
                     let mut batches = Batches::rank(&mut packer, i + 1, n);
                     let r = train_with(
                         model,
@@ -530,26 +530,28 @@ where
                 })
             })
             .collect();
-        let mut sync = make(group0);
         let mut packer0 = packer.clone();
         let mut batches = Batches::rank(&mut packer0, 0, n);
-        let r0 = train_with(
-            model0,
-            state,
-            resume_optimizer,
-            &mut batches,
-            opts,
-            Some(&mut sync),
-            on_step,
-        );
-        let report0 = report(&mut sync);
-        // Destroys rank 0's communicator: if rank 0 failed, the others stop waiting for it.
-        drop(sync);
+        let mut reports = Vec::with_capacity(n);
+        // Rank 0's communicator is destroyed at the end of this (with its sync, or at once
+        // when the sync could not be made): if rank 0 failed, the others stop waiting for it.
+        let r0 = make(group0).and_then(|mut sync| {
+            let r = train_with(
+                model0,
+                state,
+                resume_optimizer,
+                &mut batches,
+                opts,
+                Some(&mut sync),
+                on_step,
+            );
+            reports.push(report(&mut sync));
+            r
+        });
         let mut failures: Vec<String> = Vec::new();
         if let Err(e) = &r0 {
             failures.push(format!("rank 0: {e}"));
         }
-        let mut reports = vec![report0];
         for (i, h) in handles.into_iter().enumerate() {
             match h.join() {
                 Ok(Ok(r)) => reports.push(r),

@@ -6,12 +6,13 @@
 
 use burn::backend::Autodiff;
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::{AdamWConfig, AdamWState, GradientsParams, Optimizer};
+use burn::optim::{AdamWState, GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{memory_stats, Ascend, AscendDevice};
 use burn_ascend_model::ddp::{train_data_parallel, train_zero};
+use burn_ascend_model::optim::{grad_norm_squared, FusedAdamW};
 use burn_ascend_model::run_checkpoint::Published;
 use burn_ascend_model::train::{init_model, Init, TrainOptions, TrainState};
 use burn_ascend_model::zero::record::OptimizerRecord;
@@ -53,8 +54,9 @@ fn gap(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The replicated training loop's AdamW state for `model` after one step, measured as the
-/// sharded one is: the pool's allocated bytes on its device before minus after dropping it.
-fn replicated_optimizer_bytes(model: Transformer<B>, o: &TrainOptions) -> u64 {
+/// sharded one is: the pool's allocated bytes on its device before minus after dropping it;
+/// and the norm of that step's gradient.
+fn replicated_optimizer_bytes(model: Transformer<B>, o: &TrainOptions) -> (u64, f32) {
     let d = model.embed_tokens.weight.val().device();
     let batch = packer().next_batch();
     let t = batch.tokens.len();
@@ -65,15 +67,19 @@ fn replicated_optimizer_bytes(model: Transformer<B>, o: &TrainOptions) -> u64 {
         targets,
     );
     let grads = GradientsParams::from_grads(loss.backward(), &model);
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(o.weight_decay)
-        .init::<B, Transformer<B>>();
+    let norm = grad_norm_squared(&model, &grads)
+        .unwrap()
+        .into_scalar()
+        .sqrt();
+    let mut optim = FusedAdamW::<B>::new(o.weight_decay)
+        .unwrap()
+        .init::<Transformer<B>>();
     let model = optim.step(1e-3, model, grads);
     let before = memory_stats(&d).allocated_bytes;
     drop(optim);
     let after = memory_stats(&d).allocated_bytes;
     drop(model);
-    (before - after) as u64
+    ((before - after) as u64, norm)
 }
 
 /// Plain data parallelism and ZeRO stages `stages` on `n` simulated devices from the same
@@ -81,7 +87,13 @@ fn replicated_optimizer_bytes(model: Transformer<B>, o: &TrainOptions) -> u64 {
 fn compare(n: u32, stages: &[ZeroStage]) {
     let start = replicas(n);
     let dir = tempfile::tempdir().unwrap();
-    let o = opts(&dir.path().join("dp"), 5, None);
+    // A clip the gradients exceed: the global norm is computed from the shards.
+    let clip = 0.25;
+    let opts = |dir: &std::path::Path| TrainOptions {
+        clip_norm: clip,
+        ..opts(dir, 5, None)
+    };
+    let o = opts(&dir.path().join("dp"));
     let dp = train_data_parallel(
         start.clone(),
         TrainState::default(),
@@ -93,9 +105,13 @@ fn compare(n: u32, stages: &[ZeroStage]) {
     )
     .unwrap();
     let dp_weights = weights(&dp.model);
-    let replicated = replicated_optimizer_bytes(start[0].clone(), &o);
+    let (replicated, norm) = replicated_optimizer_bytes(start[0].clone(), &o);
+    assert!(
+        norm > 2.0 * clip,
+        "the first step's gradient norm {norm} is not clipped"
+    );
     for &stage in stages {
-        let o = opts(&dir.path().join(format!("z{}", stage.number())), 5, None);
+        let o = opts(&dir.path().join(format!("z{}", stage.number())));
         let z = train_zero(
             start.clone(),
             TrainState::default(),
@@ -263,7 +279,7 @@ fn a_zero_checkpoint_is_whole_plain_data_parallelism_resumes_it_and_four_ranks_r
                 let (optim, path) = (optim.clone(), path.clone());
                 let model = resumed(i as u32);
                 s.spawn(move || {
-                    let mut z = Zero::new(g, ZeroStage::One, 0.1, 1.0);
+                    let mut z = Zero::new(g, ZeroStage::One, 0.1, 1.0).unwrap();
                     z.load_optimizer(&model, &optim, &path).unwrap();
                     let shard = z.layout().unwrap().shard_len(&z.layout().unwrap().units[0]);
                     (shard, z.optimizer_bytes(&model).unwrap())

@@ -1,5 +1,5 @@
-//! The whole optimizer record of a sharded run, in the replicated run's format: Burn's AdamW
-//! record (`OptimizerAdaptor<AdamW>`, one moment pair per parameter keyed by its id), so
+//! The whole optimizer record of a sharded run, in the replicated run's format: the
+//! [`FusedAdamW`] record (Burn's AdamW layout, one moment pair per parameter keyed by its id), so
 //! `optim.mpk` does not depend on how the run was sharded.
 
 use std::collections::HashMap;
@@ -9,17 +9,18 @@ use burn::backend::Autodiff;
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::record::AdaptorRecord;
-use burn::optim::{AdamW, AdamWState, AdaptiveMomentumState, Optimizer};
+use burn::optim::{AdamWState, AdaptiveMomentumState, Optimizer};
 use burn::tensor::Tensor;
 use burn_ascend::backend::Ascend;
 
 use super::layout::Layout;
+use crate::optim::FusedAdamW;
 use crate::transformer::Transformer;
 
 type Ad = Autodiff<Ascend>;
 
 /// The replicated training loop's optimizer (see `train.rs`).
-pub type ReplicatedOptimizer = OptimizerAdaptor<AdamW, Transformer<Ad>, Ad>;
+pub type ReplicatedOptimizer = OptimizerAdaptor<FusedAdamW<Ad>, Transformer<Ad>, Ad>;
 /// Its record: `optim.mpk`.
 pub type OptimizerRecord = <ReplicatedOptimizer as Optimizer<Transformer<Ad>, Ad>>::Record;
 

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use burn::backend::Autodiff;
 use burn::optim::SimpleOptimizer;
-use burn::optim::{AdamW, AdamWConfig, AdamWState, AdaptiveMomentumState, GradientsParams};
+use burn::optim::{AdamWState, AdaptiveMomentumState, GradientsParams};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::{ElementConversion, Tensor, TensorPrimitive};
 use burn_ascend::backend::collective::ProcessGroup;
@@ -16,6 +16,7 @@ use super::layout::{flat_grads, flat_params, owned, Layout, SetUnits};
 use super::record::{from_record, to_record, Moments, OptimizerRecord};
 use super::{ShardedOptimizer, ZeroStage};
 use crate::ddp::{hccl, test_hooks, DataParallel, GradientSync};
+use crate::optim::{clip_scale, FusedAdamW};
 use crate::transformer::Transformer;
 
 type Ad = Autodiff<Ascend>;
@@ -42,7 +43,7 @@ pub struct ZeroStats {
 pub struct Zero {
     dp: DataParallel,
     stage: ZeroStage,
-    optim: AdamW,
+    optim: FusedAdamW<Ad>,
     clip_norm: f32,
     device: AscendDevice,
     layout: Option<Layout>,
@@ -53,33 +54,38 @@ pub struct Zero {
     /// The step's reduced gradient slices, between [`ShardedOptimizer::reduce`] and
     /// [`ShardedOptimizer::step`].
     grads: Vec<Tensor<Ascend, 1>>,
-    /// The step's gradient norm.
-    norm: f32,
+    /// The step's all-reduced squared gradient norm (`[1]`, on the device).
+    squared_norm: Option<Tensor<Ascend, 1>>,
     /// Whether the model holds the whole weights (stage 3 releases them after each update).
     gathered: bool,
     stats: ZeroStats,
 }
 
 impl Zero {
-    /// Rank `group.rank()` of `group.size()` at `stage`, with AdamW's decoupled weight decay
-    /// `weight_decay` (its other settings Burn's defaults, as the replicated loop's) and the
-    /// global gradient-norm clip `clip_norm`.
-    pub fn new(group: ProcessGroup, stage: ZeroStage, weight_decay: f32, clip_norm: f32) -> Self {
+    /// Rank `group.rank()` of `group.size()` at `stage`, with the replicated loop's AdamW
+    /// ([`FusedAdamW`] of decoupled weight decay `weight_decay`, its other settings the
+    /// defaults) and global gradient-norm clip `clip_norm`.
+    pub fn new(
+        group: ProcessGroup,
+        stage: ZeroStage,
+        weight_decay: f32,
+        clip_norm: f32,
+    ) -> Result<Self, AttnError> {
         let device = group.device();
-        Self {
+        Ok(Self {
             dp: DataParallel::new(group, crate::ddp::DEFAULT_BUCKET_BYTES),
             stage,
-            optim: AdamWConfig::new().with_weight_decay(weight_decay).build(),
+            optim: FusedAdamW::new(weight_decay)?,
             clip_norm,
             device,
             layout: None,
             master: Vec::new(),
             state: None,
             grads: Vec::new(),
-            norm: 0.0,
+            squared_norm: None,
             gathered: true,
             stats: ZeroStats::default(),
-        }
+        })
     }
 
     /// The collective traffic so far.
@@ -153,7 +159,7 @@ impl Zero {
         model.map(&mut SetUnits::new(layout, None, self.device))
     }
 
-    /// AdamW on one slice: Burn's `AdamW` update (the replicated loop's), element-wise.
+    /// AdamW on one slice: the replicated loop's [`FusedAdamW`] update, element-wise.
     fn adamw(
         &self,
         lr: f64,
@@ -285,19 +291,19 @@ impl ShardedOptimizer<Ad> for Zero {
         }
         self.grads = shards;
         let Some(squares) = squares else {
-            self.norm = 0.0;
+            self.squared_norm = None;
             return Ok(0.0);
         };
+        // The global squared norm: the shards' partial sums, summed over ranks.
         let total = self
             .group()
             .all_reduce_sum(squares.into_primitive().tensor())
             .map_err(hccl)?;
         self.group().synchronize("HcclAllReduce").map_err(hccl)?;
-        let total: f32 = Tensor::<Ascend, 1>::from_primitive(TensorPrimitive::Float(total))
-            .into_scalar()
-            .elem();
-        self.norm = total.sqrt();
-        Ok(self.norm)
+        let total = Tensor::<Ascend, 1>::from_primitive(TensorPrimitive::Float(total));
+        self.squared_norm = Some(total.clone());
+        let squared: f32 = total.into_scalar().elem();
+        Ok(squared.sqrt())
     }
 
     fn step(&mut self, lr: f64, model: Transformer<Ad>) -> Result<Transformer<Ad>, AttnError> {
@@ -307,8 +313,12 @@ impl ShardedOptimizer<Ad> for Zero {
                 "a ZeRO step without its reduced gradients".into(),
             ));
         }
-        // Global-norm clipping: one scale for every shard.
-        let scale = (self.clip_norm / (self.norm + 1e-6)).min(1.0);
+        // Global-norm clipping as the replicated loop's (`clip_global_norm`): one scale, on the
+        // device, for every shard.
+        let scale = self
+            .squared_norm
+            .take()
+            .map(|sq| clip_scale(sq, self.clip_norm));
         let masters = std::mem::take(&mut self.master);
         let states: Vec<Option<Moments>> = match self.state.take() {
             Some(s) => s.into_iter().map(Some).collect(),
@@ -317,10 +327,9 @@ impl ShardedOptimizer<Ad> for Zero {
         let mut updated = Vec::with_capacity(masters.len());
         let mut moments = Vec::with_capacity(masters.len());
         for ((w, g), s) in masters.into_iter().zip(grads).zip(states) {
-            let g = if scale < 1.0 {
-                g.mul_scalar(scale as f64)
-            } else {
-                g
+            let g = match &scale {
+                Some(s) => g * s.clone(),
+                None => g,
             };
             let (w, m) = self.adamw(lr, w, g, s);
             updated.push(w);
