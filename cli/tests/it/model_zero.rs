@@ -179,6 +179,17 @@ fn compare(n: u32, stages: &[ZeroStage]) {
             );
         }
         let s = z.stats;
+        if stage == ZeroStage::Three {
+            // Between steps the gathered weights are freed: the whole model's f32 weights
+            // (padded units, pool-rounded), less the placeholders.
+            let whole = 4 * cfg().num_params() as u64;
+            eprintln!("N = {n}, zero 3: {} B of weights released after each update ({whole} B of f32 weights)", s.released_weight_bytes);
+            assert!(
+                (0.97..=1.03).contains(&(s.released_weight_bytes as f64 / whole as f64)),
+                "released {} B of {whole} B",
+                s.released_weight_bytes
+            );
+        }
         let units = 4; // embedding, 2 blocks, final norm + head
         match stage {
             ZeroStage::One => assert_eq!((s.all_reduces, s.reduce_scatters), (5 * units, 0)),
@@ -404,6 +415,7 @@ fn finetune_zero_on_two_simulated_devices_ends_with_the_data_parallel_line_and_r
     );
     assert!(r.ok(), "{}", r.tail());
     let last = r.stdout.lines().last().unwrap_or_default();
+    eprintln!("{last}");
     let x: f32 = last
         .strip_prefix("finetune: data-parallel 2 devices (zero 2), max |Δloss| vs 1 device ")
         .unwrap_or_else(|| panic!("last line {last:?}"))

@@ -35,6 +35,9 @@ pub struct ZeroStats {
     pub all_gathers: u64,
     /// Bytes of gradients reduced (each rank's input).
     pub gradient_bytes: u64,
+    /// Stage 3: the pool bytes the last release of the gathered weights freed (allocated
+    /// before minus after replacing the trainable parameters by placeholders).
+    pub released_weight_bytes: u64,
 }
 
 /// One rank: rank 0's weights broadcast first (as plain data parallelism), then each step's
@@ -156,7 +159,11 @@ impl Zero {
         let layout = self.layout.as_ref().expect("layout before weights");
         self.gathered = false;
         use burn::module::Module;
-        model.map(&mut SetUnits::new(layout, None, self.device))
+        let before = memory_stats(&self.device).allocated_bytes;
+        let model = model.map(&mut SetUnits::new(layout, None, self.device));
+        let after = memory_stats(&self.device).allocated_bytes;
+        self.stats.released_weight_bytes = before.saturating_sub(after) as u64;
+        model
     }
 
     /// AdamW on one slice: the replicated loop's [`FusedAdamW`] update, element-wise.
