@@ -328,6 +328,7 @@ impl ModuleMapper<Ad> for SetUnits<'_> {
         let inner = match self.flat {
             Some(flat) => flat[u].clone().slice(range).reshape(dims),
             // An empty tensor of the parameter's rank: nothing to read by mistake.
+            // An empty tensor (one 512-byte pool block) of the parameter's rank.
             None => Tensor::<Ascend, D>::empty([0; D], &self.device),
         };
         let value = Tensor::<Ad, D>::from_inner(inner).require_grad();
