@@ -427,6 +427,36 @@ fn finetune_zero_on_two_simulated_devices_ends_with_the_data_parallel_line_and_r
     // As plain data parallelism against one device: the same sums in another order.
     assert!(x < 1e-4, "{last}");
     assert!(r.stdout.contains("finetune: zero 2 over 2 devices (HCCL, simulated): per step 0 all-reduce(s), 3 reduce-scatter(s)"), "{}", r.stdout);
+    // Every stage on 2 and 4 ranks through the command line: `BURN_ASCEND_LONG=1`.
+    if std::env::var_os("BURN_ASCEND_LONG").is_some() {
+        for n in ["2", "4"] {
+            for k in ["1", "2", "3"] {
+                let dir = tempfile::tempdir().unwrap();
+                let r = finetune(
+                    dir.path(),
+                    &[
+                        "--device",
+                        "sim",
+                        "--devices",
+                        n,
+                        "--zero",
+                        k,
+                        "--check-ddp",
+                        "--steps",
+                        "5",
+                    ],
+                );
+                assert!(r.ok(), "{}", r.tail());
+                let last = r.stdout.lines().last().unwrap_or_default();
+                eprintln!("{last}");
+                let prefix = format!(
+                    "finetune: data-parallel {n} devices (zero {k}), max |Δloss| vs 1 device "
+                );
+                let x: f32 = last.strip_prefix(&prefix).unwrap().parse().unwrap();
+                assert!(x < 1e-4, "{last}");
+            }
+        }
+    }
     // Bad uses: exit 2, one line naming the flag, before any step.
     for (extra, needle) in [
         (&["--device", "sim", "--zero", "1"][..], "invalid --zero: --zero 1 shards the training state over data-parallel ranks: it needs --devices N with N >= 2, got 1"),
