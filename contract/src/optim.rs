@@ -65,14 +65,24 @@ pub fn validate(
     for (name, b) in [("beta1", h.beta1), ("beta2", h.beta2)] {
         ensure!((0.0..1.0).contains(&b), name, "must be in [0, 1), got {b}");
     }
-    ensure!(h.lr >= 0.0, "lr", "must be non-negative, got {}", h.lr);
     ensure!(
-        h.weight_decay >= 0.0,
+        h.lr.is_finite() && h.lr >= 0.0,
+        "lr",
+        "must be non-negative, got {}",
+        h.lr
+    );
+    ensure!(
+        h.weight_decay.is_finite() && h.weight_decay >= 0.0,
         "weightDecay",
         "must be non-negative, got {}",
         h.weight_decay
     );
-    ensure!(h.eps > 0.0, "eps", "must be positive, got {}", h.eps);
+    ensure!(
+        h.eps.is_finite() && h.eps > 0.0,
+        "eps",
+        "must be positive, got {}",
+        h.eps
+    );
     Ok(var.iter().product())
 }
 

@@ -186,28 +186,57 @@ pub fn clip_scale<B: Backend>(squared_total: Tensor<B, 1>, max_norm: f32) -> Ten
         .clamp_max(1.0)
 }
 
+/// Gradient elements concatenated into one buffer before squaring and summing: few launches
+/// (one concatenation, one square, one sum per group) with the extra memory bounded (64 MiB of
+/// f32 per group).
+const NORM_GROUP_ELEMS: usize = 16 << 20;
+
 /// `Σ_p ‖g_p‖²` over `module`'s parameters that have a gradient in `grads`, `[1]` on the
-/// device (one square-sum per parameter, one concatenation and sum); `None` when none has.
+/// device; `None` when none has. The gradients are flattened and concatenated in groups of
+/// about [`NORM_GROUP_ELEMS`] elements, each group squared and summed (three launches per group
+/// instead of two or three per parameter).
 pub fn grad_norm_squared<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
 ) -> Option<Tensor<B::InnerBackend, 1>> {
     struct Squares<'a, B: AutodiffBackend> {
         grads: &'a GradientsParams,
+        group: Vec<Tensor<B::InnerBackend, 1>>,
+        group_elems: usize,
         sums: Vec<Tensor<B::InnerBackend, 1>>,
+    }
+    impl<B: AutodiffBackend> Squares<'_, B> {
+        fn flush(&mut self) {
+            let group = std::mem::take(&mut self.group);
+            self.group_elems = 0;
+            let flat = match group.len() {
+                0 => return,
+                1 => group.into_iter().next().expect("one"),
+                _ => Tensor::cat(group, 0),
+            };
+            self.sums.push(flat.square().sum());
+        }
     }
     impl<B: AutodiffBackend> ModuleVisitor<B> for Squares<'_, B> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
             if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
-                self.sums.push(g.square().sum());
+                let n = g.shape().num_elements();
+                self.group.push(g.reshape([n]));
+                self.group_elems += n;
+                if self.group_elems >= NORM_GROUP_ELEMS {
+                    self.flush();
+                }
             }
         }
     }
     let mut v = Squares::<B> {
         grads,
+        group: Vec::new(),
+        group_elems: 0,
         sums: Vec::new(),
     };
     module.visit(&mut v);
+    v.flush();
     match v.sums.len() {
         0 => None,
         1 => v.sums.pop(),

@@ -30,6 +30,7 @@ mod model_gpt_oss;
 mod model_hf;
 mod model_kill;
 mod model_lora;
+mod model_optim;
 mod model_plan;
 mod model_refusals;
 mod model_train;
