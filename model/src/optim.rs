@@ -35,10 +35,7 @@ pub struct FusedAdamW<B> {
 
 impl<B> Clone for FusedAdamW<B> {
     fn clone(&self) -> Self {
-        Self {
-            backend: PhantomData,
-            ..*self
-        }
+        *self
     }
 }
 
