@@ -69,6 +69,7 @@ mod hccl;
 mod incre;
 mod index;
 mod math;
+mod optim;
 mod prompt;
 mod scatter;
 mod state;
@@ -110,6 +111,7 @@ mod registry {
     pub(crate) use crate::math::{
         abs, add, adds, div, divs, exp, log, matmul, mean, mul, muls, reduce_sum, sqrt, sub, tanh,
     };
+    pub(crate) use crate::optim::apply_adam_w_v2;
     pub(crate) use crate::prompt::{pfa_v1, pfa_v3};
     pub(crate) use crate::scatter::scatter_pa_kv_cache;
     pub(crate) use crate::state::handles::{

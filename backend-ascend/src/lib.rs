@@ -24,6 +24,7 @@ pub mod fused;
 mod grouped_matmul;
 pub mod memory;
 mod ops;
+mod optim;
 pub mod qtensor;
 pub mod tensor;
 

@@ -45,15 +45,16 @@
 //! and length (what descriptors, uploads and reads see), freeing nothing on drop. The pool
 //! owns the segments' buffers and frees a segment only when none of its blocks is held.
 //!
-//! On the simulation, a reused block handed out without initial data is zero-filled, so
-//! `AscendTensor::alloc` keeps reading back zeros there (on CANN it is uninitialised); a block
-//! of a fresh segment is zero already.
+//! A reused block is handed out as it was left, on the simulation as on CANN (where device
+//! memory is uninitialised): an aclnn output is written whole by its op, and a tensor that
+//! must read zero is made by `AscendTensor::zeros` (a queued memset). Zero-filling reused
+//! blocks on the simulation only cost a memset launch per allocation there (issue 27).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use burn_ascend_cann::acl::ffi::{ACL_ERROR_BAD_ALLOC, ACL_ERROR_RT_MEMORY_ALLOCATION};
-use burn_ascend_cann::acl::{AclError, ApiKind, DeviceBuffer};
+use burn_ascend_cann::acl::{AclError, DeviceBuffer};
 
 use crate::device::{runtime, try_runtime, AscendDevice};
 
@@ -338,9 +339,8 @@ fn is_oom(e: &AclError) -> bool {
 /// A block of at least `bytes` bytes on `device` (the calling thread's runtime bound), from
 /// a cached free block or a new segment. Out of memory, the entirely free segments are
 /// released and the allocation retried once; a second failure panics naming `op`, the bytes
-/// and the status. `clear`: the caller will not write the block, so a reused one is zeroed on
-/// the simulation.
-pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str, clear: bool) -> DeviceBuffer {
+/// and the status. The block's contents are undefined (what its last user left).
+pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str) -> DeviceBuffer {
     let class = size_class(bytes);
     let small = class <= SMALL_LIMIT;
     let rt = runtime(device);
@@ -352,12 +352,6 @@ pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str, clear: boo
         b
     });
     if let Some(buf) = cached {
-        if clear && rt.kind() == ApiKind::Simulation {
-            // Keep the simulation's fresh allocations reading zero (see the module docs).
-            buf.fill_zero().unwrap_or_else(|e| {
-                panic!("Ascend {op}: clearing a reused block on {device}: {e}")
-            });
-        }
         return buf;
     }
     let segment = if small { SMALL_SEGMENT } else { class };

@@ -51,7 +51,7 @@ impl Storage {
         bytes: usize,
         init: Option<&[u8]>,
     ) -> Self {
-        let mut buf = crate::memory::allocate(device, bytes, op, init.is_none());
+        let mut buf = crate::memory::allocate(device, bytes, op);
         if let Some(src) = init {
             buf.write(src)
                 .unwrap_or_else(|e| panic!("Ascend upload to {device}: {e}"));
@@ -180,8 +180,8 @@ impl AscendTensor {
         t
     }
 
-    /// A new contiguous tensor over a fresh (uninitialised on CANN, zero on the simulation)
-    /// allocation: an aclnn output.
+    /// A new contiguous tensor over a fresh, uninitialised allocation (on the simulation as
+    /// on CANN: a reused pool block keeps its last contents): an aclnn output.
     pub(crate) fn alloc(shape: Shape, dtype: DType, device: &AscendDevice) -> Self {
         Self::alloc_for("aclnn output", shape, dtype, device)
     }

@@ -56,7 +56,8 @@ use burn_ascend_model::cp::{
 };
 use burn_ascend_model::data::{training_packer, SplitMix};
 use burn_ascend_model::ddp::{
-    materialize, train_data_parallel, DataParallel, GradientSync, DEFAULT_BUCKET_BYTES,
+    materialize, train_data_parallel, train_zero, DataParallel, GradientSync,
+    DEFAULT_BUCKET_BYTES,
 };
 use burn_ascend_model::dispatch::{self, DispatchCounts};
 use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};
@@ -64,6 +65,7 @@ use burn_ascend_model::peft;
 use burn_ascend_model::train::{
     init_model_with, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
 };
+use burn_ascend_model::zero::{check_zero, Zero, ZeroStage};
 use burn_ascend_model::{
     generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
 };
@@ -111,6 +113,24 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
     if args.dry_run {
         return run_dry(args, launch.is_some());
     }
+    if args.zero > 0 {
+        if args.cp > 1 {
+            return Err(
+                "unsupported: --zero with --cp (ZeRO shards plain data parallelism)".into(),
+            );
+        }
+        if matches!(args.device, ExampleDevice::Cpu) {
+            return Err(format!(
+                "invalid --zero: --zero {} needs --device sim|ascend (the shards move over HCCL)",
+                args.zero
+            ));
+        }
+        let ranks = launch
+            .as_ref()
+            .map_or(args.devices, |l| l.world_size as usize);
+        // The training loop's optimizer is AdamW, which ZeRO shards (element-wise).
+        check_zero(args.zero, ranks, "adamw").map_err(|e| e.to_string())?;
+    }
     if args.cp > 1 {
         return run_context_parallel(args);
     }
@@ -148,9 +168,9 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
             let device = AscendDevice::sim();
             let gap = std::rc::Rc::new(std::cell::Cell::new(None));
             let trainer = data_parallel(&args, device, gap.clone());
-            let n = args.devices;
+            let (n, zero) = (args.devices, args.zero);
             run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer)?;
-            print_ddp(n, gap.get());
+            print_ddp(n, zero, gap.get());
             Ok(())
         }
         ExampleDevice::Sim => run_on::<Autodiff<Ascend>>(
@@ -172,9 +192,9 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
             if args.devices > 1 {
                 let gap = std::rc::Rc::new(std::cell::Cell::new(None));
                 let trainer = data_parallel(&args, device, gap.clone());
-                let n = args.devices;
+                let (n, zero) = (args.devices, args.zero);
                 run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer)?;
-                print_ddp(n, gap.get());
+                print_ddp(n, zero, gap.get());
                 return Ok(());
             }
             if balanced {
@@ -424,9 +444,14 @@ impl<B: AutodiffBackend> GradientSync<B> for NoCheckpoints {
     }
 }
 
-fn print_ddp(n: usize, gap: Option<f32>) {
+fn print_ddp(n: usize, zero: u8, gap: Option<f32>) {
     if let Some(gap) = gap {
-        println!("finetune: data-parallel {n} devices, max |Δloss| vs 1 device {gap:.3e}");
+        let zero = if zero > 0 {
+            format!(" (zero {zero})")
+        } else {
+            String::new()
+        };
+        println!("finetune: data-parallel {n} devices{zero}, max |Δloss| vs 1 device {gap:.3e}");
     }
 }
 
@@ -448,6 +473,8 @@ fn data_parallel<'a>(
         args.out.clone(),
         args.resume,
     );
+    // Checked in `run` before anything ran.
+    let stage = ZeroStage::from_flag(args.zero).ok().flatten();
     let args_of_ranks = args.clone();
     Box::new(move |model0, state, packer, opts, on_step| {
         let err = |e: burn_ascend::AttnError| e.to_string();
@@ -467,28 +494,62 @@ fn data_parallel<'a>(
             let (m, _) = model_of::<Autodiff<Ascend>>(&args_of_ranks, &device)?;
             models.push(m.with_compute_dtype(dtype));
         }
-        let run = train_data_parallel(
-            models,
-            state,
-            resume,
-            packer,
-            opts,
-            DEFAULT_BUCKET_BYTES,
-            on_step,
-        )
-        .map_err(err)?;
+        let simulated = first.kind == burn_ascend::backend::AscendKind::Simulation;
+        let run = match stage {
+            Some(stage) => {
+                let run =
+                    train_zero(models, state, resume, packer, opts, stage, on_step).map_err(err)?;
+                let s = run.stats;
+                let per = |x: u64| x.checked_div(s.steps).unwrap_or(0);
+                println!(
+                    "finetune: zero {} over {n} devices (HCCL{}): per step {} all-reduce(s), {} \
+                     reduce-scatter(s) of {:.1} MiB of gradients and {} all-gather(s); AdamW state \
+                     per rank {} B (measured from the memory pool, rank order)",
+                    stage.number(),
+                    if simulated { ", simulated" } else { "" },
+                    per(s.all_reduces),
+                    per(s.reduce_scatters),
+                    per(s.gradient_bytes) as f64 / (1 << 20) as f64,
+                    per(s.all_gathers),
+                    run.optimizer_state_bytes
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                );
+                burn_ascend_model::ddp::DataParallelRun {
+                    model: run.model,
+                    state: run.state,
+                    stats: Default::default(),
+                }
+            }
+            None => train_data_parallel(
+                models,
+                state,
+                resume,
+                packer,
+                opts,
+                DEFAULT_BUCKET_BYTES,
+                on_step,
+            )
+            .map_err(err)?,
+        };
         let s = run.stats;
         if let Some(per_step) = s.gradient_all_reduces.checked_div(s.steps) {
             println!(
                 "finetune: data-parallel over {n} devices (HCCL{}): {} all-reduce(s) of {:.1} MiB of gradients per step, buckets of {} MiB",
-                if first.kind == burn_ascend::backend::AscendKind::Simulation { ", simulated" } else { "" },
+                if simulated { ", simulated" } else { "" },
                 per_step,
                 s.gradient_bytes as f64 / s.steps as f64 / (1 << 20) as f64,
                 DEFAULT_BUCKET_BYTES >> 20
             );
         }
         if let Some(reference) = reference {
-            let k = run.state.losses.len().min(3);
+            let k = run
+                .state
+                .losses
+                .len()
+                .min(if stage.is_some() { 5 } else { 3 });
             let tmp = out.join(".check-ddp-1-device");
             let ref_opts = TrainOptions {
                 stop_after: Some(k),
@@ -525,25 +586,30 @@ fn one_rank_of_launch<'a>(
     env: burn_ascend_cann::hccl::LaunchEnv,
 ) -> Trainer<'a, Autodiff<Ascend>> {
     let resume = args.resume;
+    let stage = ZeroStage::from_flag(args.zero).ok().flatten();
     Box::new(move |model, state, packer, opts, on_step| {
         let group = ProcessGroup::from_launch(&env, burn_ascend::backend::AscendKind::Npu)
             .map_err(|e| e.to_string())?;
-        let mut sync = DataParallel::new(group, DEFAULT_BUCKET_BYTES);
+        let mut dp;
+        let mut zero;
+        let sync: &mut dyn burn_ascend_model::ddp::GradientSync<Autodiff<Ascend>> = match stage {
+            Some(stage) => {
+                zero = Zero::new(group, stage, opts.weight_decay, opts.clip_norm)
+                    .map_err(|e| e.to_string())?;
+                &mut zero
+            }
+            None => {
+                dp = DataParallel::new(group, DEFAULT_BUCKET_BYTES);
+                &mut dp
+            }
+        };
         let mut batches = Batches::rank(packer, env.rank as usize, env.world_size as usize);
         let rank0 = env.rank == 0;
-        train_with(
-            model,
-            state,
-            resume,
-            &mut batches,
-            opts,
-            Some(&mut sync),
-            |r| {
-                if rank0 {
-                    on_step(r)
-                }
-            },
-        )
+        train_with(model, state, resume, &mut batches, opts, Some(sync), |r| {
+            if rank0 {
+                on_step(r)
+            }
+        })
         .map_err(|e| e.to_string())
     })
 }

@@ -81,7 +81,7 @@ pub struct PlanArgs {
     )]
     pub lora_targets: String,
     /// ZeRO stage: 1 partitions the optimizer state, 2 the gradients too, 3 the weights too
-    /// (a formula only: training implements stage 0).
+    /// (as `finetune --zero K` trains; stage 3's formula gathers one layer at a time).
     #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub zero: u8,
     /// Activation checkpointing per block (only each block's input kept; `finetune
@@ -321,9 +321,14 @@ pub struct FinetuneArgs {
         allow_negative_numbers = true
     )]
     pub devices: usize,
-    /// (with --devices N) Also train the first 3 global batches on one device and compare.
+    /// (with --devices N) Also train the first 3 global batches (5 with --zero) on one device
+    /// and compare.
     #[arg(long)]
     pub check_ddp: bool,
+    /// (with --devices N) ZeRO: 1 shards AdamW's state over the ranks, 2 the gradients too, 3
+    /// the weights too (stored sharded between steps, gathered per block for the step).
+    #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub zero: u8,
     /// Publish a checkpoint every N steps (and at the end).
     #[arg(
         long,
@@ -415,6 +420,13 @@ const FINETUNE_HELP: &str = "\
   one rank on device LOCAL_RANK instead
 --check-ddp (with --devices N): also trains the first 3 global batches on one device and ends
   with `finetune: data-parallel <N> devices, max |Δloss| vs 1 device <x>`
+--zero K (with --devices N, N >= 2): ZeRO stage K shards the training state over the ranks:
+  1 AdamW's moments (gradients all-reduced, each rank updates its slice of the flattened
+  weights), 2 the gradients too (reduce-scattered), 3 the weights too (kept sharded between
+  steps, all-gathered block by block before the forward); the updated slices are all-gathered.
+  Checkpoints are written whole (optim.mpk as a replicated run's), so --resume works with any
+  --devices. With --check-ddp the first 5 global batches are compared and the line reads
+  `finetune: data-parallel <N> devices (zero <K>), max |Δloss| vs 1 device <x>`
 --cp N: context parallelism: each step's packed batch split across N ranks (a head and a tail
   chunk of every sequence of 2N tokens or more, shorter ones whole), keys and values
   all-gathered per layer, dK / dV reduce-scattered, the other gradients summed; on cpu the

@@ -23,6 +23,7 @@ pub mod fia;
 pub mod fused;
 pub mod grouped_matmul;
 pub mod incre;
+pub mod optim;
 pub mod prompt;
 pub mod scatter;
 pub mod varlen;

@@ -38,6 +38,7 @@ use burn_ascend_cann::hccl::HcclError;
 use super::data::{PackedBatch, Packer};
 use super::train::{train_with, Batches, StepReport, TrainOptions, TrainState};
 use super::transformer::Transformer;
+use super::zero::{ShardedOptimizer, Zero, ZeroStage};
 use burn_ascend::AttnError;
 
 /// torch DDP's default bucket size (`bucket_cap_mb = 25`).
@@ -48,7 +49,7 @@ pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
 pub mod test_hooks {
     use super::*;
 
-    pub(super) static DROP_SCALE: AtomicBool = AtomicBool::new(false);
+    pub(crate) static DROP_SCALE: AtomicBool = AtomicBool::new(false);
     pub(super) static DROP_BROADCAST: AtomicBool = AtomicBool::new(false);
 
     /// Sums the gradients instead of averaging them (no 1/N).
@@ -82,6 +83,12 @@ pub trait GradientSync<B: AutodiffBackend> {
         model: &Transformer<B>,
         grads: GradientsParams,
     ) -> Result<GradientsParams, AttnError>;
+    /// The sharded optimizer when the group owns the optimizer state (ZeRO, `--zero K`): the
+    /// loop then reduces the gradients and steps through it instead of averaging them and
+    /// stepping its own optimizer. `None` (plain data parallelism) by default.
+    fn sharded(&mut self) -> Option<&mut dyn ShardedOptimizer<B>> {
+        None
+    }
 }
 
 /// Collective traffic of one rank.
@@ -107,7 +114,7 @@ pub struct DataParallel {
 
 type Ad = Autodiff<Ascend>;
 
-fn hccl(e: HcclError) -> AttnError {
+pub(crate) fn hccl(e: HcclError) -> AttnError {
     let call = match &e {
         HcclError::Status { call, .. } => call.clone(),
         _ => "HCCL".into(),
@@ -416,12 +423,89 @@ pub fn train_data_parallel(
     bucket_bytes: usize,
     on_step: impl FnMut(&StepReport),
 ) -> Result<DataParallelRun, AttnError> {
+    let (model, state, mut reports) = run_ranks(
+        models,
+        state,
+        resume_optimizer,
+        packer,
+        opts,
+        |group| Ok(DataParallel::new(group, bucket_bytes)),
+        |sync| sync.stats(),
+        on_step,
+    )?;
+    Ok(DataParallelRun {
+        model,
+        state,
+        stats: reports.swap_remove(0),
+    })
+}
+
+/// The outcome of [`train_zero`]: rank 0's model and loss curve, rank 0's collective traffic,
+/// and each rank's optimizer-state bytes measured from its device's memory pool at the end.
+pub struct ZeroRun {
+    /// Rank 0's trained model (whole).
+    pub model: Transformer<Ad>,
+    /// The run's state.
+    pub state: TrainState,
+    /// Rank 0's collective traffic.
+    pub stats: crate::zero::sharded::ZeroStats,
+    /// Per rank: the bytes its sharded AdamW state held in the pool (see
+    /// [`Zero::release_optimizer_state`]).
+    pub optimizer_state_bytes: Vec<u64>,
+}
+
+/// [`train_data_parallel`] with the training state sharded at ZeRO `stage` ([`Zero`]).
+pub fn train_zero(
+    models: Vec<Transformer<Ad>>,
+    state: TrainState,
+    resume_optimizer: bool,
+    packer: &Packer,
+    opts: &TrainOptions,
+    stage: ZeroStage,
+    on_step: impl FnMut(&StepReport),
+) -> Result<ZeroRun, AttnError> {
+    let (model, state, reports) = run_ranks(
+        models,
+        state,
+        resume_optimizer,
+        packer,
+        opts,
+        |group| Zero::new(group, stage, opts.weight_decay, opts.clip_norm),
+        |sync| (sync.stats(), sync.release_optimizer_state()),
+        on_step,
+    )?;
+    Ok(ZeroRun {
+        model,
+        state,
+        stats: reports[0].0,
+        optimizer_state_bytes: reports.iter().map(|r| r.1).collect(),
+    })
+}
+
+/// The ranks' threads: each makes its sync with `make` from its group, trains, and ends with
+/// `report` of its sync; rank 0's model and state and every rank's report in rank order.
+#[allow(clippy::too_many_arguments)]
+fn run_ranks<S, R>(
+    models: Vec<Transformer<Ad>>,
+    state: TrainState,
+    resume_optimizer: bool,
+    packer: &Packer,
+    opts: &TrainOptions,
+    make: impl Fn(ProcessGroup) -> Result<S, AttnError> + Sync,
+    report: impl Fn(&mut S) -> R + Sync,
+    on_step: impl FnMut(&StepReport),
+) -> Result<(Transformer<Ad>, TrainState, Vec<R>), AttnError>
+where
+    S: GradientSync<Ad>,
+    R: Send,
+{
     let devices: Vec<AscendDevice> = models
         .iter()
         .map(|m| m.embed_tokens.weight.val().device())
         .collect();
     let groups = ProcessGroup::local(&devices).map_err(hccl)?;
     let n = groups.len();
+    let (make, report) = (&make, &report);
     std::thread::scope(|s| {
         let mut ranks = models.into_iter().zip(groups);
         let (model0, group0) = ranks.next().expect("at least one rank");
@@ -431,9 +515,9 @@ pub fn train_data_parallel(
                 let state = state.clone();
                 let mut packer = packer.clone();
                 s.spawn(move || {
-                    let mut sync = DataParallel::new(group, bucket_bytes);
+                    let mut sync = make(group)?;
                     let mut batches = Batches::rank(&mut packer, i + 1, n);
-                    train_with(
+                    let r = train_with(
                         model,
                         state,
                         resume_optimizer,
@@ -441,33 +525,36 @@ pub fn train_data_parallel(
                         opts,
                         Some(&mut sync),
                         |_| {},
-                    )
-                    .map(drop)
+                    );
+                    r.map(|_| report(&mut sync))
                 })
             })
             .collect();
-        let mut sync = DataParallel::new(group0, bucket_bytes);
         let mut packer0 = packer.clone();
         let mut batches = Batches::rank(&mut packer0, 0, n);
-        let r0 = train_with(
-            model0,
-            state,
-            resume_optimizer,
-            &mut batches,
-            opts,
-            Some(&mut sync),
-            on_step,
-        );
-        let stats = sync.stats();
-        // Destroys rank 0's communicator: if rank 0 failed, the others stop waiting for it.
-        drop(sync);
+        let mut reports = Vec::with_capacity(n);
+        // Rank 0's communicator is destroyed at the end of this (with its sync, or at once
+        // when the sync could not be made): if rank 0 failed, the others stop waiting for it.
+        let r0 = make(group0).and_then(|mut sync| {
+            let r = train_with(
+                model0,
+                state,
+                resume_optimizer,
+                &mut batches,
+                opts,
+                Some(&mut sync),
+                on_step,
+            );
+            reports.push(report(&mut sync));
+            r
+        });
         let mut failures: Vec<String> = Vec::new();
         if let Err(e) = &r0 {
             failures.push(format!("rank 0: {e}"));
         }
         for (i, h) in handles.into_iter().enumerate() {
             match h.join() {
-                Ok(Ok(())) => {}
+                Ok(Ok(r)) => reports.push(r),
                 Ok(Err(e)) => failures.push(format!("rank {}: {e}", i + 1)),
                 Err(p) => failures.push(format!(
                     "rank {}: panicked: {}",
@@ -480,11 +567,7 @@ pub fn train_data_parallel(
             }
         }
         match r0 {
-            Ok((model, state)) if failures.is_empty() => Ok(DataParallelRun {
-                model,
-                state,
-                stats,
-            }),
+            Ok((model, state)) if failures.is_empty() => Ok((model, state, reports)),
             _ => Err(AttnError::Device {
                 op: "data-parallel".into(),
                 call: "train".into(),

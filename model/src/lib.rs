@@ -16,6 +16,7 @@ pub mod generate;
 pub mod lora;
 pub mod moe;
 pub mod mxfp4;
+pub mod optim;
 pub mod peft;
 pub mod plan;
 pub mod rope;
@@ -24,6 +25,7 @@ pub mod schedule;
 pub mod tokenizer;
 pub mod train;
 pub mod transformer;
+pub mod zero;
 
 pub use chat::ChatTemplate;
 pub use config::ModelConfig;

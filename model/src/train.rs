@@ -7,9 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::grad_clipping::GradientClippingConfig;
 use burn::module::{AutodiffModule, Module};
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
@@ -19,6 +18,7 @@ use super::checkpointing::{check as check_checkpointing, loss_and_grads};
 use super::config::ModelConfig;
 use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
+use super::optim::{clip_global_norm, FusedAdamW};
 use super::run_checkpoint::{publish, Published};
 use super::schedule::WarmupCosine;
 use super::transformer::{cross_entropy_fused, Transformer};
@@ -49,7 +49,8 @@ pub struct TrainOptions {
     pub lr: f64,
     /// AdamW's decoupled weight decay.
     pub weight_decay: f32,
-    /// Global gradient-norm clip.
+    /// Global gradient-norm clip (torch's `clip_grad_norm_`: every gradient scaled by
+    /// `min(1, clip_norm / (‖g‖ + 1e-6))`, `‖g‖` over all parameters).
     pub clip_norm: f32,
     /// Seed of the initial weights and the batch stream.
     pub seed: u64,
@@ -213,6 +214,13 @@ impl<'a> Batches<'a> {
         }
     }
 
+    /// Skips `raw` batches of the packer's stream (a resumed run's replay).
+    pub fn skip(&mut self, raw: usize) {
+        for _ in 0..raw {
+            self.packer.next_batch();
+        }
+    }
+
     /// The next step's batch.
     pub fn next_batch(&mut self) -> PackedBatch {
         let parts: Vec<PackedBatch> = (0..self.size).map(|_| self.packer.next_batch()).collect();
@@ -299,21 +307,23 @@ where
     let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
     let ranks = sync.as_deref().map_or(1, |s| s.size());
     let writer = sync.as_deref().is_none_or(|s| s.rank() == 0);
-    if state.step > 0 && state.devices.max(1) != ranks {
+    // ZeRO reads the whole optimizer state and takes its slice: any rank count resumes.
+    let sharded = sync.as_deref_mut().is_some_and(|s| s.sharded().is_some());
+    if state.step > 0 && state.devices.max(1) != ranks && !sharded {
         return Err(AttnError::invalid(
             "--devices",
             format!(
-                "the run in {} trained on {} device(s); resume it with the same number, got {ranks}",
+                "the run in {} trained on {} device(s); resume it with the same number, got \
+                 {ranks} (or with --zero K, which shards its whole checkpoint over any number)",
                 opts.out.display(),
                 state.devices.max(1)
             ),
         ));
     }
+    // Replay the batch stream so a resumed run sees the batches it would have seen (each
+    // step of the run so far took one batch per rank it ran on).
+    batches.skip(state.step * state.devices.max(1));
     state.devices = ranks;
-    // Replay the batch stream so a resumed run sees the batches it would have seen.
-    for _ in 0..state.step {
-        batches.next_batch();
-    }
     let total_steps = opts.total_steps;
     let end = opts.stop_after.unwrap_or(total_steps).min(total_steps);
     let schedule = WarmupCosine {
@@ -322,10 +332,7 @@ where
         warmup: (total_steps / 20).max(1),
         total: total_steps,
     };
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(opts.weight_decay)
-        .with_grad_clipping(Some(GradientClippingConfig::Norm(opts.clip_norm)))
-        .init::<B, Transformer<B>>();
+    let mut optim = FusedAdamW::<B>::new(opts.weight_decay)?.init::<Transformer<B>>();
     if resume_optimizer {
         // The optimizer state of the checkpoint the model and `state` came from.
         let saved = Published::open(&opts.out)?;
@@ -340,10 +347,14 @@ where
                 ),
             ));
         }
-        let record = recorder
-            .load(saved.read("optim.mpk")?, &device)
-            .map_err(|e| io(&path, e))?;
-        optim = optim.load_record(record);
+        let bytes = saved.read("optim.mpk")?;
+        match sync.as_deref_mut().and_then(|s| s.sharded()) {
+            Some(z) => z.load_optimizer(&model, &bytes, &path)?,
+            None => {
+                let record = recorder.load(bytes, &device).map_err(|e| io(&path, e))?;
+                optim = optim.load_record(record);
+            }
+        }
     }
     if writer {
         std::fs::create_dir_all(&opts.out).map_err(|e| io(&opts.out, e))?;
@@ -352,6 +363,10 @@ where
         model = s.broadcast_model(model)?;
     }
     for step in state.step..end {
+        if let Some(z) = sync.as_deref_mut().and_then(|s| s.sharded()) {
+            // ZeRO-3: the weights gathered for the step.
+            model = z.whole(model)?;
+        }
         let batch = batches.next_batch();
         let t = batch.tokens.len();
         let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.tokens, [t]), &device);
@@ -389,15 +404,21 @@ where
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             (loss_inner, ranks_loss, grads)
         };
+        let mut sharded_norm = None;
         if let Some(s) = sync.as_deref_mut() {
-            grads = s.average_gradients(&model, grads)?;
+            match s.sharded() {
+                // ZeRO: the gradients reduced into this rank's shard, the norm from the shards.
+                Some(z) => sharded_norm = Some(z.reduce(&model, std::mem::take(&mut grads))?),
+                None => grads = s.average_gradients(&model, grads)?,
+            }
         }
-        let squares = grad_squares(&model, &grads);
+        // The global norm clip, on the device; its squared norm is the finiteness check's.
+        let (grads, squares) = clip_global_norm(&model, grads, opts.clip_norm);
         // One device: the loss and the gradients' squared norm in one read, the step's one
         // wait for the device.
         let (loss_value, norm) = match (ranks_loss, squares) {
             (Some(l), Some(sq)) => (l, sq.into_scalar().elem::<f32>().sqrt()),
-            (Some(l), None) => (l, 0.0),
+            (Some(l), None) => (l, sharded_norm.unwrap_or(0.0)),
             (None, Some(sq)) => {
                 let both = Tensor::cat(vec![loss_inner.reshape([1]), sq], 0)
                     .into_data()
@@ -421,7 +442,10 @@ where
             ));
         }
         let lr = schedule.lr(step);
-        model = optim.step(lr, model, grads);
+        model = match sync.as_deref_mut().and_then(|s| s.sharded()) {
+            Some(z) => z.step(lr, model)?,
+            None => optim.step(lr, model, grads),
+        };
         state.losses.push(loss_value);
         state.step = step + 1;
         on_step(&StepReport {
@@ -435,9 +459,21 @@ where
         if let (Some(s), true) = (sync.as_deref_mut(), checkpoint) {
             s.wait()?;
         }
-        if writer && checkpoint {
-            save(&model, &optim, &state, &opts.out, &recorder)?;
+        // ZeRO: every rank gathers the whole weights and optimizer state; rank 0 writes them.
+        let mut sharded_optim = None;
+        if let (Some(z), true) = (sync.as_deref_mut().and_then(|s| s.sharded()), checkpoint) {
+            model = z.whole(model)?;
+            sharded_optim = Some(z.optimizer_bytes(&model)?);
         }
+        if writer && checkpoint {
+            match sharded_optim {
+                Some(bytes) => save_with(&model, bytes, &state, &opts.out, &recorder)?,
+                None => save(&model, &optim, &state, &opts.out, &recorder)?,
+            }
+        }
+    }
+    if let Some(z) = sync.and_then(|s| s.sharded()) {
+        model = z.whole(model)?;
     }
     Ok((model, state))
 }
@@ -473,6 +509,20 @@ pub(crate) fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transform
     out: &Path,
     recorder: &NamedMpkBytesRecorder<FullPrecisionSettings>,
 ) -> Result<(), AttnError> {
+    let optim_bytes = recorder
+        .record(optim.to_record(), ())
+        .map_err(|e| io(Path::new("optim.mpk"), e))?;
+    save_with(model, optim_bytes, state, out, recorder)
+}
+
+/// [`save`] with the optimizer record's bytes (a sharded run's, gathered whole).
+fn save_with<B: AutodiffBackend + AttentionBackend>(
+    model: &Transformer<B>,
+    optim_bytes: Vec<u8>,
+    state: &TrainState,
+    out: &Path,
+    recorder: &NamedMpkBytesRecorder<FullPrecisionSettings>,
+) -> Result<(), AttnError> {
     let mut files = if lora::settings(model).is_some() {
         // LoRA: only the adapters, in PEFT's format (the frozen base is the checkpoint the
         // run started from, named in adapter_config.json).
@@ -485,9 +535,6 @@ pub(crate) fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transform
         files.push(("model.mpk", model_bytes));
         files
     };
-    let optim_bytes = recorder
-        .record(optim.to_record(), ())
-        .map_err(|e| io(Path::new("optim.mpk"), e))?;
     files.push(("optim.mpk", optim_bytes));
     let mut csv = String::from("step,loss\n");
     for (i, l) in state.losses.iter().enumerate() {

@@ -209,8 +209,10 @@ pub fn spec_with_pse<B: Backend>(pse: FloatTensor<B>, spec: &VarlenSpec) -> Resu
 }
 
 /// CANN's attention operators as a Burn backend extension (with the fused transformer ops of
-/// [`FusedBackend`] and the grouped matmul as supertraits).
-pub trait AttentionBackend: FusedBackend + crate::grouped_matmul::GroupedMatmulBackend {
+/// [`FusedBackend`], the grouped matmul and the optimizer step as supertraits).
+pub trait AttentionBackend:
+    FusedBackend + crate::grouped_matmul::GroupedMatmulBackend + crate::optim::OptimBackend
+{
     /// `aclnnFlashAttentionVarLenScoreV5`.
     fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
         composite::varlen_fwd::<Self>(inputs, spec)

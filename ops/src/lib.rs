@@ -19,6 +19,7 @@ pub mod grouped_matmul;
 pub mod host;
 pub mod incre;
 pub mod ndarray;
+pub mod optim;
 pub mod paged_cache;
 pub mod prompt;
 pub mod scatter;
@@ -45,6 +46,7 @@ pub use grouped_matmul::{
     grouped_matmul, grouped_matmul_k, GroupedMatmulBackend, GroupedMatmulSpec,
 };
 pub use incre::{IfaLayout, IncreSpec};
+pub use optim::{AdamWHyper, AdamWTensors, OptimBackend};
 pub use paged_cache::{AttendOptions, AttendPath, PagedKvCache, SeqId};
 pub use prompt::{PfaLayout, PromptSpec};
 pub use scatter::ScatterSpec;

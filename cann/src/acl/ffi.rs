@@ -17,10 +17,12 @@ use std::ffi::{c_char, c_int, c_void};
 mod elementwise;
 mod fused;
 mod grouped_matmul;
+mod optim;
 pub mod table;
 pub use elementwise::*;
 pub use fused::*;
 pub use grouped_matmul::*;
+pub use optim::*;
 
 /// `aclTensor` (opaque; created by `aclCreateTensor`).
 #[repr(C)]

@@ -989,3 +989,5 @@ pub use fia::*;
 pub use grouped_matmul::*;
 mod fused;
 pub use fused::*;
+mod optim;
+pub use optim::*;

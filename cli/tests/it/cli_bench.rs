@@ -109,16 +109,17 @@ fn smoke_run_writes_the_issue_s_json_keys() {
         );
     }
     // Issue 16's goal for a `finetune` step on `Autodiff<Ascend>`: the loss read is the one
-    // wait, nothing runs on the host; a step of the default model makes thousands of
-    // launches (3 313 when this was written), each a few host µs (no upper bound asserted:
-    // a timing, and this is an unoptimised build on shared cores).
+    // wait, nothing runs on the host. Issue 27's: the fused ops and the fused AdamW cut the
+    // launches of a step of the default model at least 3× from the 3 247.7 before them
+    // (≤ 1 082; about 500 when this was written), each a few host µs (no bound on the µs: a
+    // timing, and this is an unoptimised build on shared cores).
     let d = &doc["dispatch"];
     assert_eq!(d["syncs_per_step"].as_f64(), Some(1.0), "{d}");
     assert_eq!(d["fallbacks_per_step"].as_f64(), Some(0.0), "{d}");
     assert!(
         d["launches_per_step"]
             .as_f64()
-            .is_some_and(|x| (1000.0..20_000.0).contains(&x)),
+            .is_some_and(|x| (100.0..=1082.0).contains(&x)),
         "{d}"
     );
     assert!(

@@ -28,7 +28,7 @@ pub(crate) fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn cfg() -> ModelConfig {
+pub(crate) fn cfg() -> ModelConfig {
     ModelConfig {
         vocab_size: 256,
         hidden_size: 32,
@@ -55,7 +55,7 @@ fn cfg() -> ModelConfig {
     }
 }
 
-fn device(i: u32) -> AscendDevice {
+pub(crate) fn device(i: u32) -> AscendDevice {
     AscendDevice {
         kind: AscendKind::Simulation,
         index: i,
@@ -64,7 +64,7 @@ fn device(i: u32) -> AscendDevice {
 
 /// One replica per rank, each on its own simulated device and each initialised differently
 /// (as separate processes would be): only the broadcast makes them equal.
-fn replicas(n: u32) -> Vec<Transformer<B>> {
+pub(crate) fn replicas(n: u32) -> Vec<Transformer<B>> {
     simulate_devices(n);
     (0..n)
         .map(|i| {
@@ -76,12 +76,12 @@ fn replicas(n: u32) -> Vec<Transformer<B>> {
         .collect()
 }
 
-fn packer() -> Packer {
+pub(crate) fn packer() -> Packer {
     let docs = documents_from_text(&burn_ascend_model::data::BUNDLED_CORPUS[..20_000]);
     Packer::new(&docs, &Tokenizer::Bytes, 64, 32, 5).unwrap()
 }
 
-fn opts(out: &std::path::Path, steps: usize, stop_after: Option<usize>) -> TrainOptions {
+pub(crate) fn opts(out: &std::path::Path, steps: usize, stop_after: Option<usize>) -> TrainOptions {
     TrainOptions {
         total_steps: steps,
         stop_after,

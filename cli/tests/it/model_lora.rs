@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend_model::checkpoint::{load_hf, named_weights};
 use burn_ascend_model::data::documents_from_text;
@@ -319,7 +319,9 @@ fn optimizer_state_holds_only_the_adapter_tensors() {
         .flat_map(|(_, _, a)| [a.lora_a.id.to_string(), a.lora_b.id.to_string()])
         .collect();
     assert_eq!(adapter_ids.len(), 2 * 3 * 2);
-    let mut optim = AdamWConfig::new().init::<Ad, Transformer<Ad>>();
+    let mut optim = burn_ascend_model::optim::FusedAdamW::<Ad>::new(1e-4)
+        .unwrap()
+        .init::<Transformer<Ad>>();
     let ids: Vec<i64> = (0..32).map(|i| (i * 7 % 90) as i64).collect();
     let tokens =
         Tensor::<Ad, 1, Int>::from_data(TensorData::new(ids[..31].to_vec(), [31]), &device);
@@ -445,4 +447,81 @@ fn base_weights_on<Bk: burn::tensor::backend::AutodiffBackend>(
         .into_iter()
         .map(|(n, (v, _))| (n, v.iter().map(|x| x.to_bits()).collect()))
         .collect()
+}
+
+/// LoRA under ZeRO-2 on 2 simulated ranks: plain data parallelism's losses, the base
+/// untouched, and only the adapters sharded (each rank's AdamW bytes are half the adapters'
+/// moments, up to the pool's rounding). Behind `BURN_ASCEND_LONG=1` for CI's time.
+#[test]
+fn lora_under_zero_two_shards_only_the_adapters_and_gives_the_data_parallel_losses() {
+    use burn_ascend::backend::collective::simulate_devices;
+    use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
+    use burn_ascend_model::ddp::{train_data_parallel, train_zero};
+    use burn_ascend_model::zero::ZeroStage;
+    type S = Autodiff<Ascend>;
+    if std::env::var_os("BURN_ASCEND_LONG").is_none() {
+        return;
+    }
+    let _guard = crate::model_ddp::serial();
+    simulate_devices(2);
+    let dev = |i| AscendDevice {
+        kind: AscendKind::Simulation,
+        index: i,
+    };
+    let s = settings("q_proj,v_proj,o_proj,up_proj");
+    let out = tempfile::tempdir().unwrap();
+    let models: Vec<Transformer<S>> = (0..2)
+        .map(|i| {
+            init_lora::<S>(&base_dir(), Some(&s), 3, out.path(), &dev(i))
+                .unwrap()
+                .0
+        })
+        .collect();
+    let adapter_elems: u64 = lora::adapters(&models[0])
+        .iter()
+        .map(|(_, _, a)| a.lora_a.shape().num_elements() + a.lora_b.shape().num_elements())
+        .sum::<usize>() as u64;
+    let before = base_weights_on(&models[0]);
+    let packer = Packer::new(&docs(), &Tokenizer::Bytes, 48, 24, 4).unwrap();
+    let dp = train_data_parallel(
+        models.clone(),
+        TrainState::default(),
+        false,
+        &packer,
+        &opts(&out.path().join("dp"), 3, None),
+        1 << 20,
+        |_| {},
+    )
+    .unwrap();
+    let z = train_zero(
+        models,
+        TrainState::default(),
+        false,
+        &packer,
+        &opts(&out.path().join("z"), 3, None),
+        ZeroStage::Two,
+        |_| {},
+    )
+    .unwrap();
+    let gap = z
+        .state
+        .losses
+        .iter()
+        .zip(&dp.state.losses)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    eprintln!(
+        "LoRA zero 2 vs plain DP: max |Δloss| {gap:.2e}; AdamW bytes per rank {:?} for {adapter_elems} adapter parameters",
+        z.optimizer_state_bytes
+    );
+    assert!(gap <= 1e-5, "{:?} vs {:?}", z.state.losses, dp.state.losses);
+    assert_eq!(base_weights_on(&z.model), before, "a base weight changed");
+    for bytes in z.optimizer_state_bytes {
+        // Two f32 moments of half the adapters, each block's slice rounded up to 512 bytes.
+        let half = 8 * adapter_elems / 2;
+        let layers = z.model.layers.len() as u64;
+        assert!(
+            bytes >= half && bytes <= half + 2 * 512 * layers,
+            "{bytes} B vs {half} B"
+        );
+    }
 }

@@ -56,6 +56,7 @@ mod decode_avx512;
 pub mod fia;
 pub mod fused;
 pub mod gemm;
+pub mod optim;
 mod tile;
 mod varlen_bwd;
 mod varlen_fwd;

@@ -7,9 +7,8 @@
 
 use std::collections::HashMap;
 
-use burn::grad_clipping::GradientClippingConfig;
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -213,10 +212,7 @@ fn train_rank_steps<B: CpBackend + AttentionBackend>(
         warmup: (total_steps / 20).max(1),
         total: total_steps,
     };
-    let mut optim = AdamWConfig::new()
-        .with_weight_decay(opts.weight_decay)
-        .with_grad_clipping(Some(GradientClippingConfig::Norm(opts.clip_norm)))
-        .init::<B, Transformer<B>>();
+    let mut optim = crate::optim::FusedAdamW::<B>::new(opts.weight_decay)?.init::<Transformer<B>>();
     if run.resume_optimizer {
         // The optimizer state of the published checkpoint the model came from (verified).
         let saved = crate::run_checkpoint::Published::open(&opts.out)?;
@@ -251,6 +247,8 @@ fn train_rank_steps<B: CpBackend + AttentionBackend>(
             // Data parallelism averages: the loss is the mean over the global batch.
             grads = sum_gradients(&model, grads, dp, 1.0 / dp_size as f64)?;
         }
+        // The global norm clip of the summed gradients: the same on every rank.
+        let (grads, _) = crate::optim::clip_global_norm(&model, grads, opts.clip_norm);
         let lr = schedule.lr(step);
         model = optim.step(lr, model, grads);
         let report = StepReport {

@@ -88,6 +88,8 @@ macro_rules! acl_api_table {
                 swi_glu_grad: aclnnSwiGluGrad(SwiGluGradWs),
                 cross_entropy_loss: aclnnCrossEntropyLoss(CrossEntropyLossWs),
                 cross_entropy_loss_grad: aclnnCrossEntropyLossGrad(CrossEntropyLossGradWs),
+                // ---- optimizer (issue 27)
+                apply_adam_w_v2: aclnnApplyAdamWV2(ApplyAdamWV2Ws),
                 // ---- arithmetic, matmul, unary math, reductions
                 add: aclnnAdd(BinaryAlphaWs),
                 sub: aclnnSub(BinaryAlphaWs),

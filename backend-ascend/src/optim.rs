@@ -1,0 +1,118 @@
+//! The optimizer step of issue 27 on Ascend (`burn_ascend_ops::OptimBackend`): AdamW as one
+//! `aclnnApplyAdamWV2` launch per parameter, in place over the parameter and its moments,
+//! queued on the device's stream, nothing read back. Shapes and attributes are validated by
+//! the contract first (typed [`AttnError`]s naming the aclnn parameter); dtypes outside the
+//! docs' table (f64, mixed) take the CPU kernel through the counted host fallback
+//! (`adamw_step`).
+//!
+//! In place: a tensor that shares its storage (another view or clone is alive) is copied first
+//! (one `aclnnInplaceCopy`), so no other tensor sees the update. The step count is a
+//! one-element FLOAT32 device tensor, uploaded once per step value and device and shared by
+//! every parameter's call of that step.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use burn_ascend_cann::acl::names;
+use burn_ascend_cann::acl::ops::{self, ApplyAdamWV2Args};
+use burn_ascend_ops::error::{AttnError, Result};
+use burn_ascend_ops::optim::ndarray::cpu_adamw_step;
+use burn_ascend_ops::optim::{validate_adamw, AdamWHyper, AdamWTensors, OptimBackend};
+use burn_backend::{Shape, TensorData};
+
+use crate::device::{runtime, AscendDevice};
+use crate::element::is_acl_float;
+use crate::fallback::count;
+use crate::ops::native_index;
+use crate::tensor::{device_error, AscendTensor};
+use crate::Ascend;
+
+/// The last step count uploaded per device (`step` of every call of that step).
+static STEPS: Mutex<Option<HashMap<AscendDevice, (u64, AscendTensor)>>> = Mutex::new(None);
+
+fn step_tensor(device: &AscendDevice, step: u64) -> AscendTensor {
+    let mut g = STEPS.lock().unwrap_or_else(|e| e.into_inner());
+    let map = g.get_or_insert_with(HashMap::new);
+    if let Some((s, t)) = map.get(device) {
+        if *s == step {
+            return t.clone();
+        }
+    }
+    // FLOAT32 holds every step count below 2^24 exactly.
+    let t = AscendTensor::from_data(TensorData::new(vec![step as f32], Shape::new([1])), device);
+    map.insert(*device, (step, t.clone()));
+    t
+}
+
+/// `t` if the update may write its storage: contiguous, covering its whole storage, owned
+/// alone; else a fresh copy.
+fn owned(mut t: AscendTensor) -> AscendTensor {
+    let whole = t.offset == 0 && t.is_contiguous() && t.numel() * t.dtype.size() == t.storage.len();
+    if whole && Arc::get_mut(&mut t.storage).is_some() {
+        return t;
+    }
+    native_index::contiguous(&t).expect("a float tensor of rank 1 to 8 can be copied on the device")
+}
+
+impl OptimBackend for Ascend {
+    fn adamw_step(
+        state: AdamWTensors<Self>,
+        grad: AscendTensor,
+        step: u64,
+        hyper: &AdamWHyper,
+    ) -> Result<AdamWTensors<Self>> {
+        const OP: &str = names::apply_adam_w_v2;
+        let shape = state.var.shape.to_vec();
+        validate_adamw(
+            &shape,
+            &state.m.shape.to_vec(),
+            &state.v.shape.to_vec(),
+            &grad.shape.to_vec(),
+            step,
+            hyper,
+        )?;
+        let device = state.var.device();
+        if let Some(o) = [&state.m, &state.v, &grad]
+            .into_iter()
+            .find(|t| t.device() != device)
+        {
+            return Err(AttnError::Unsupported(format!(
+                "{OP}: tensors on different devices ({device} and {}); move them with `to_device` first",
+                o.device()
+            )));
+        }
+        let dt = state.var.dtype;
+        let same = [&state.m, &state.v, &grad].iter().all(|t| t.dtype == dt);
+        if !is_acl_float(dt) || !same || step >= 1 << 24 {
+            count("adamw_step");
+            return cpu_adamw_step::<Self>(state, grad, step, hyper);
+        }
+        let (var, m, v) = (owned(state.var), owned(state.m), owned(state.v));
+        let s = step_tensor(&device, step);
+        let rt = runtime(&device);
+        let ts = [&var, &m, &v, &grad, &s];
+        let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
+        let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
+        ops::apply_adam_w_v2(
+            &rt,
+            &ApplyAdamWV2Args {
+                var_ref: &h[0],
+                m_ref: &h[1],
+                v_ref: &h[2],
+                max_grad_norm_optional_ref: None,
+                grad: &h[3],
+                step: &h[4],
+                lr: hyper.lr,
+                beta1: hyper.beta1,
+                beta2: hyper.beta2,
+                weight_decay: hyper.weight_decay,
+                eps: hyper.eps,
+                amsgrad: false,
+                maximize: false,
+            },
+        )
+        .map_err(|e| device_error(OP, e))?;
+        drop(h);
+        Ok(AdamWTensors { var, m, v })
+    }
+}

@@ -1,0 +1,75 @@
+//! Optimizer steps as a Burn backend extension (issue 27): AdamW as one call per parameter
+//! (`aclnnApplyAdamWV2` on `Ascend`) instead of the dozen elementwise launches Burn's `AdamW`
+//! composes. The default body is the composite (Burn primitives, any backend); `NdArray` runs
+//! the one-pass CPU kernel ([`burn_ascend_kernels::cpu::optim`]); `Autodiff<B, C>` hands the
+//! call to `B` on the inner tensors (an optimizer step is not differentiated, so no node is
+//! recorded); `Ascend` launches the aclnn.
+//!
+//! [`crate::AttentionBackend`] has this trait as a supertrait, so every attention backend has
+//! the optimizer step.
+
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::Autodiff;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+
+use crate::error::Result;
+
+pub mod composite;
+pub mod ndarray;
+
+pub use burn_ascend_contract::optim::{validate as validate_adamw, AdamWHyper};
+
+/// A parameter with its AdamW moments: `varRef`, `mRef`, `vRef` of `aclnnApplyAdamWV2`, all
+/// of one shape and dtype.
+#[derive(Debug, Clone)]
+pub struct AdamWTensors<B: Backend> {
+    /// The parameter (`varRef`).
+    pub var: FloatTensor<B>,
+    /// The first moment (`mRef`).
+    pub m: FloatTensor<B>,
+    /// The second moment (`vRef`).
+    pub v: FloatTensor<B>,
+}
+
+/// Optimizer steps as a Burn backend extension (see the [module docs](self)).
+pub trait OptimBackend: Backend {
+    /// `aclnnApplyAdamWV2` (`amsgrad` and `maximize` false): one AdamW step at the 1-based
+    /// `step` from `grad`; returns the updated parameter and moments (a backend may update
+    /// the given tensors in place when it owns them alone).
+    fn adamw_step(
+        state: AdamWTensors<Self>,
+        grad: FloatTensor<Self>,
+        step: u64,
+        hyper: &AdamWHyper,
+    ) -> Result<AdamWTensors<Self>> {
+        composite::adamw_step::<Self>(state, grad, step, hyper)
+    }
+}
+
+impl<B: OptimBackend, C: CheckpointStrategy> OptimBackend for Autodiff<B, C> {
+    fn adamw_step(
+        state: AdamWTensors<Self>,
+        grad: FloatTensor<Self>,
+        step: u64,
+        hyper: &AdamWHyper,
+    ) -> Result<AdamWTensors<Self>> {
+        // Not differentiated: the inner backend's step, the results untracked.
+        let out = B::adamw_step(
+            AdamWTensors {
+                var: state.var.primitive,
+                m: state.m.primitive,
+                v: state.v.primitive,
+            },
+            grad.primitive,
+            step,
+            hyper,
+        )?;
+        let wrap = <Self as AutodiffBackend>::from_inner;
+        Ok(AdamWTensors {
+            var: wrap(out.var),
+            m: wrap(out.m),
+            v: wrap(out.v),
+        })
+    }
+}

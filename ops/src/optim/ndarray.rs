@@ -1,0 +1,66 @@
+//! `NdArray` runs AdamW as the one-pass CPU kernel on host copies of the tensors (in f32,
+//! written back in the parameter's dtype): one read and one write of each instead of the
+//! composite's dozen temporaries.
+
+use burn::backend::ndarray::{
+    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
+};
+use burn::backend::NdArray;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorMetadata;
+
+use burn_ascend_kernels::cpu::optim as cpu;
+
+use super::{validate_adamw, AdamWHyper, AdamWTensors, OptimBackend};
+use crate::error::Result;
+use crate::host::{from_vec, to_vec};
+
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> OptimBackend
+    for NdArray<E, I, Q>
+where
+    NdArrayTensor: From<SharedArray<E>>,
+    NdArrayTensor: From<SharedArray<I>>,
+{
+    fn adamw_step(
+        state: AdamWTensors<Self>,
+        grad: FloatTensor<Self>,
+        step: u64,
+        hyper: &AdamWHyper,
+    ) -> Result<AdamWTensors<Self>> {
+        cpu_adamw_step::<Self>(state, grad, step, hyper)
+    }
+}
+
+/// The CPU kernel on any backend's tensors, read to the host and written back (NdArray's path
+/// and a backend's host fallback).
+pub fn cpu_adamw_step<B: Backend>(
+    state: AdamWTensors<B>,
+    grad: FloatTensor<B>,
+    step: u64,
+    hyper: &AdamWHyper,
+) -> Result<AdamWTensors<B>> {
+    let shape = state.var.shape().to_vec();
+    validate_adamw(
+        &shape,
+        &state.m.shape().to_vec(),
+        &state.v.shape().to_vec(),
+        &grad.shape().to_vec(),
+        step,
+        hyper,
+    )?;
+    let dtype = state.var.dtype();
+    let device = B::float_device(&state.var);
+    let (mut var, mut m, mut v) = (
+        to_vec::<B>(state.var),
+        to_vec::<B>(state.m),
+        to_vec::<B>(state.v),
+    );
+    cpu::adamw(&mut var, &mut m, &mut v, &to_vec::<B>(grad), step, hyper);
+    let back = |x: Vec<f32>| B::float_cast(from_vec::<B>(x, &shape, &device), dtype.into());
+    Ok(AdamWTensors {
+        var: back(var),
+        m: back(m),
+        v: back(v),
+    })
+}
