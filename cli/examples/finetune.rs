@@ -378,7 +378,7 @@ fn run_dry(args: Args, launched: bool) -> Result<(), String> {
     if args.devices > 1 || args.cp > 1 || launched {
         return Err("unsupported: --dry-run with --devices / --cp (one device only)".into());
     }
-    if args.resume || args.merge_lora || args.checkpointing {
+    if args.resume || args.merge_lora || args.checkpointing.is_some() {
         return Err(
             "unsupported: --dry-run with --resume, --merge-lora or --checkpointing (it writes \
              nothing and trains one device's plain step)"

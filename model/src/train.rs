@@ -13,7 +13,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 
-use super::checkpoint::{grad_squares, hf_files, load_hf_with, LoadOptions};
+use super::checkpoint::{hf_files, load_hf_with, LoadOptions};
 use super::checkpointing::{check as check_checkpointing, loss_and_grads};
 use super::config::ModelConfig;
 use super::data::{PackedBatch, Packer};
