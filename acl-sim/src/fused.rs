@@ -92,7 +92,7 @@ fn f64s(t: &SimTensor, name: &str) -> SimResult<Vec<f64>> {
 
 fn submit(
     op: &'static str,
-    job: impl FnOnce() -> SimResult<()> + Send + 'static,
+    job: impl FnMut() -> SimResult<()> + Send + 'static,
     ws: Ws,
     ex: Ex,
 ) -> SimResult<()> {

@@ -181,7 +181,8 @@ fn worker(s: &SimStream) {
         }
         let ran = std::time::Instant::now();
         let result = if task.compute {
-            catch(task.job)
+            let mut job = task.job;
+            catch(move || job())
         } else {
             Ok(())
         };
@@ -293,6 +294,11 @@ pub(crate) fn enqueue(
             ACL_ERROR_INVALID_PARAM,
             format!("{what}: {stream:p} is not a live stream"),
         ));
+    };
+    // A capturing stream records the task instead (`super::capture`).
+    let Some((spans, job)) = super::capture::intercept(stream as usize, what, spans, job, compute)
+    else {
+        return Ok(());
     };
     if let Some((other, task)) = in_flight_elsewhere(&s, &spans) {
         return Err(SimErr(

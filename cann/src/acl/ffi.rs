@@ -16,10 +16,12 @@ use std::ffi::{c_char, c_int, c_void};
 
 mod elementwise;
 mod fused;
+mod graph;
 mod grouped_matmul;
 pub mod table;
 pub use elementwise::*;
 pub use fused::*;
+pub use graph::*;
 pub use grouped_matmul::*;
 
 /// `aclTensor` (opaque; created by `aclCreateTensor`).
@@ -708,6 +710,7 @@ pub enum ApiKind {
 macro_rules! declare_api {
     (
         runtime { $($rf:ident: $rc:ident($rt:ty)),* }
+        graph { $($gf:ident: $gc:ident($gt:ty)),* }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
     ) => {
         /// The function table, one field per entry of [`table`](crate::acl_api_table). Runtime
@@ -725,6 +728,10 @@ macro_rules! declare_api {
                 pub $rf: $rt,
             )*
             $(
+                #[doc = concat!("`", stringify!($gc), "` (optional: graph capture).")]
+                pub $gf: Option<$gt>,
+            )*
+            $(
                 #[doc = concat!("`", stringify!($c), "`.")]
                 $(#[$a])*
                 pub $f: Option<OpFns<$w>>,
@@ -739,6 +746,10 @@ macro_rules! declare_api {
             $(
                 #[doc = concat!("`", stringify!($rc), "`.")]
                 pub const $rf: &str = stringify!($rc);
+            )*
+            $(
+                #[doc = concat!("`", stringify!($gc), "`.")]
+                pub const $gf: &str = stringify!($gc);
             )*
             $(
                 #[doc = concat!("`", stringify!($c), "`.")]

@@ -325,6 +325,46 @@ pub fn ffi_constants() -> Vec<(&'static str, i64)> {
             "ACL_MEMCPY_DEVICE_TO_DEVICE",
             ffi::ACL_MEMCPY_DEVICE_TO_DEVICE,
         ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_MODE_GLOBAL",
+            ffi::CaptureMode::Global.raw(),
+        ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL",
+            ffi::CaptureMode::ThreadLocal.raw(),
+        ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_MODE_RELAXED",
+            ffi::CaptureMode::Relaxed.raw(),
+        ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_STATUS_NONE",
+            ffi::ACL_MODEL_RI_CAPTURE_STATUS_NONE,
+        ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE",
+            ffi::ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
+        ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED",
+            ffi::ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
+        ),
+        c(
+            "ACL_ERROR_RT_STREAM_CAPTURED",
+            ffi::ACL_ERROR_RT_STREAM_CAPTURED,
+        ),
+        c(
+            "ACL_ERROR_RT_STREAM_NOT_CAPTURED",
+            ffi::ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        ),
+        c(
+            "ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT",
+            ffi::ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT,
+        ),
+        c(
+            "ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED",
+            ffi::ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
+        ),
     ]
 }
 
@@ -334,6 +374,8 @@ pub const ENUMS_PASSED_AS_I32: &[&str] = &[
     "aclFormat",
     "aclrtMemMallocPolicy",
     "aclrtMemcpyKind",
+    "aclmdlRICaptureMode",
+    "aclmdlRICaptureStatus",
     "HcclResult",
     "HcclDataType",
     "HcclReduceOp",
