@@ -152,6 +152,18 @@ impl AscendTensor {
     }
 
     /// Uploads `data` (any non-quantized dtype) to `device`.
+    /// Queues a copy of `bytes` over this (contiguous) tensor's elements in its storage,
+    /// stream-ordered with every use of the storage, shared or not (`crate::graph`'s inputs).
+    pub(crate) fn overwrite(&self, bytes: &[u8]) -> Result<(), AclError> {
+        let start = self.offset * self.dtype.size();
+        // SAFETY: the caller checked that the tensor is contiguous and `bytes` is exactly its
+        // elements, so `start..start + bytes.len()` lies inside the storage's buffer, which
+        // `self` keeps alive; the view frees nothing on drop, and the copy queued through it
+        // is ordered on the device's one stream after every use of the storage queued before.
+        let view = unsafe { DeviceBuffer::sub_range(self.storage.buffer(), start, bytes.len()) }?;
+        view.overwrite(bytes)
+    }
+
     pub fn from_data(data: TensorData, device: &AscendDevice) -> Self {
         if matches!(data.dtype, DType::QFloat(_)) {
             panic!("unsupported: quantized TensorData as a float/int/bool Ascend tensor (use the quantized tensor ops)");
