@@ -9,6 +9,7 @@ mod fia;
 mod fia_sink;
 mod fused;
 mod grouped_matmul;
+mod graph_capture;
 mod guard;
 mod hccl;
 mod host_overhead;
