@@ -16,7 +16,9 @@
 //! a batch that shrinks (a sequence stopped) or outgrows the table is captured again.
 //!
 //! Attention runs as fused inference attention (`aclnnFusedInferAttentionScoreV4`) on the
-//! paged caches: the generator's [`AttendPath::Fused`] (the placeholder path is refused).
+//! paged caches, whichever operator the eager step runs (incremental attention for a model
+//! without sinks or windows); a generator whose sinks ride on a placeholder token
+//! ([`AttendPath::PromptIncre`]) is refused.
 //!
 //! [`PagedKvCache::reserve`]: burn_ascend::PagedKvCache::reserve
 
@@ -267,15 +269,19 @@ impl Generator<Ascend> {
             cos: float(inputs.cos.clone()),
             sin: float(inputs.sin.clone()),
             slots: int(inputs.slots.clone()),
-            table: Tensor::<Ascend, 2, Int>::from_data(
+            // INT32 and UINT8 as FIA takes them (Burn's `from_data` would make them INT64).
+            table: Tensor::from_primitive(AscendTensor::from_data(
                 TensorData::new(inputs.table.clone(), [b, max_blocks]),
                 device,
-            ),
+            )),
             masks: inputs
                 .masks
                 .iter()
                 .map(|m| {
-                    Tensor::<Ascend, 2, Int>::from_data(TensorData::new(m.clone(), [b, cols]), device)
+                    Tensor::from_primitive(AscendTensor::from_data(
+                        TensorData::new(m.clone(), [b, cols]),
+                        device,
+                    ))
                 })
                 .collect(),
         };
@@ -327,7 +333,9 @@ impl Generator<Ascend> {
         tokens: &[u32],
         horizon: usize,
     ) -> Result<Vec<Vec<f32>>, AttnError> {
-        if self.path != AttendPath::Fused {
+        let placeholder = self.path == AttendPath::PromptIncre
+            && self.model.layers.iter().any(|l| l.self_attn.sinks.is_some());
+        if placeholder {
             return Err(AttnError::Unsupported(
                 "--graph decodes through fused inference attention on the paged caches; the \
                  prompt / incremental path (sinks on a placeholder token) is not captured"

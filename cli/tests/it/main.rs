@@ -26,6 +26,7 @@ mod model_ddp;
 mod model_examples;
 mod model_fused;
 mod model_generate;
+mod model_graph;
 mod model_gpt_oss;
 mod model_hf;
 mod model_kill;
