@@ -110,16 +110,16 @@ mod registry {
     };
     pub(crate) use crate::prompt::{pfa_v1, pfa_v3};
     pub(crate) use crate::scatter::scatter_pa_kv_cache;
+    pub(crate) use crate::state::capture::{
+        capture_begin, capture_end, capture_get_info, ri_destroy, ri_execute_async, task_grp_begin,
+        task_grp_end, task_update_begin, task_update_end,
+    };
     pub(crate) use crate::state::handles::{
         create_int_array, create_scalar, create_tensor, create_tensor_list, destroy_int_array,
         destroy_scalar, destroy_tensor, destroy_tensor_list,
     };
     pub(crate) use crate::state::memory::{
         free, free_host, malloc, malloc_host, memcpy, memcpy_async, memset_async,
-    };
-    pub(crate) use crate::state::capture::{
-        capture_begin, capture_end, capture_get_info, ri_destroy, ri_execute_async,
-        task_grp_begin, task_grp_end, task_update_begin, task_update_end,
     };
     pub(crate) use crate::state::{
         acl_finalize, acl_init, create_stream, destroy_stream, get_device_count,

@@ -101,7 +101,8 @@ pub fn capture<R>(
     rt.synchronize().map_err(from_acl)?;
     let id = NEXT_GRAPH.fetch_add(1, Ordering::Relaxed);
     // Thread-local: other threads of the process (other devices, tests) may still allocate.
-    rt.capture_begin(CaptureMode::ThreadLocal).map_err(from_acl)?;
+    rt.capture_begin(CaptureMode::ThreadLocal)
+        .map_err(from_acl)?;
     crate::memory::begin_graph(device, id);
     let out = catch_unwind(AssertUnwindSafe(f));
     crate::memory::end_capture(device);

@@ -272,7 +272,10 @@ impl Pool {
     fn release(&mut self, block: DeviceBuffer) {
         let addr = block.as_ptr() as usize;
         if let Some(&g) = self.graph_owned.get(&addr) {
-            self.graph_released.entry(g).or_default().push(GraphBlock(block));
+            self.graph_released
+                .entry(g)
+                .or_default()
+                .push(GraphBlock(block));
             return;
         }
         let Some((&base, seg)) = self.segments.range_mut(..=addr).next_back() else {
@@ -421,7 +424,11 @@ pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str, clear: boo
 /// not call `aclrtMalloc`, allocates from. Returns the segments added.
 pub fn reserve_small(device: &AscendDevice, bytes: usize) -> Result<usize, String> {
     let rt = try_runtime(device)?;
-    let free_small = || with_pool(device, |p| p.free_small.iter().map(|&(len, _)| len).sum::<usize>());
+    let free_small = || {
+        with_pool(device, |p| {
+            p.free_small.iter().map(|&(len, _)| len).sum::<usize>()
+        })
+    };
     let mut added = 0;
     while free_small() < bytes {
         let buf = rt

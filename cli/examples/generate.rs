@@ -66,9 +66,11 @@ fn main() {
 pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
     let args = Args::parse_from(argv);
     if args.graph && args.device == ExampleDevice::Cpu {
-        return Err("unsupported: --graph captures the decode step as an ACL graph, which only \
+        return Err(
+            "unsupported: --graph captures the decode step as an ACL graph, which only \
                     the Ascend backend has (use --device sim or --device ascend)"
-            .into());
+                .into(),
+        );
     }
     if !args.checkpoint.join("config.json").exists() {
         return Err(format!(
@@ -107,9 +109,11 @@ fn decode_graph<B: AttentionBackend>(
 ) -> Result<(GenerationRun, GraphDecodeStats), String> {
     let gen: &mut dyn std::any::Any = gen;
     let Some(gen) = gen.downcast_mut::<Generator<Ascend>>() else {
-        return Err("unsupported: --graph captures the decode step as an ACL graph, which only \
+        return Err(
+            "unsupported: --graph captures the decode step as an ACL graph, which only \
                     the Ascend backend has (use --device sim or --device ascend)"
-            .into());
+                .into(),
+        );
     };
     generate_batch_graph(gen, ids, max_new, sampling, rng, stop).map_err(|e| e.to_string())
 }

@@ -405,9 +405,15 @@ pub fn generate_batch_until<B: AttentionBackend>(
     rng: &mut SplitMix,
     stop: &[u32],
 ) -> Result<GenerationRun, AttnError> {
-    generate_with(gen, prompts, max_new, sampling, rng, stop, |g, seqs, tokens| {
-        g.step(seqs, tokens)
-    })
+    generate_with(
+        gen,
+        prompts,
+        max_new,
+        sampling,
+        rng,
+        stop,
+        |g, seqs, tokens| g.step(seqs, tokens),
+    )
 }
 
 /// [`generate_batch_until`] with each decode step made by `decode`.

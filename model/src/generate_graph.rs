@@ -144,7 +144,12 @@ struct StepInputs {
 impl Generator<Ascend> {
     /// The inputs of a step of `seqs` (tokens `tokens`) over a block table `max_blocks` wide;
     /// `None` when a sequence's next token has no reserved block or the table is too narrow.
-    fn graph_inputs(&self, seqs: &[usize], tokens: &[u32], max_blocks: usize) -> Option<StepInputs> {
+    fn graph_inputs(
+        &self,
+        seqs: &[usize],
+        tokens: &[u32],
+        max_blocks: usize,
+    ) -> Option<StepInputs> {
         let c = &self.model.config;
         let bs = self.caches[0].block_size();
         let cols = max_blocks * bs;
@@ -258,7 +263,8 @@ impl Generator<Ascend> {
     ) -> Result<DecodeGraph, AttnError> {
         let b = seqs.len();
         let cols = max_blocks * self.caches[0].block_size();
-        let int = |v: Vec<i64>| Tensor::<Ascend, 1, Int>::from_data(TensorData::new(v, [b]), device);
+        let int =
+            |v: Vec<i64>| Tensor::<Ascend, 1, Int>::from_data(TensorData::new(v, [b]), device);
         let float = |v: Vec<f32>| {
             Tensor::<Ascend, 3>::from_data(TensorData::new(v, inputs.rope_shape), device)
         };
@@ -314,7 +320,10 @@ impl Generator<Ascend> {
         write_in_place(&prim(g.cos.clone()), &le_bytes(&x.cos, f32::to_le_bytes))?;
         write_in_place(&prim(g.sin.clone()), &le_bytes(&x.sin, f32::to_le_bytes))?;
         write_in_place(&int1(&g.slots), &le_bytes(&x.slots, i64::to_le_bytes))?;
-        write_in_place(&g.table.clone().into_primitive(), &le_bytes(&x.table, i32::to_le_bytes))?;
+        write_in_place(
+            &g.table.clone().into_primitive(),
+            &le_bytes(&x.table, i32::to_le_bytes),
+        )?;
         for (t, m) in g.masks.iter().zip(&x.masks) {
             write_in_place(&t.clone().into_primitive(), m)?;
         }
@@ -334,7 +343,11 @@ impl Generator<Ascend> {
         horizon: usize,
     ) -> Result<Vec<Vec<f32>>, AttnError> {
         let placeholder = self.path == AttendPath::PromptIncre
-            && self.model.layers.iter().any(|l| l.self_attn.sinks.is_some());
+            && self
+                .model
+                .layers
+                .iter()
+                .any(|l| l.self_attn.sinks.is_some());
         if placeholder {
             return Err(AttnError::Unsupported(
                 "--graph decodes through fused inference attention on the paged caches; the \
@@ -345,11 +358,18 @@ impl Generator<Ascend> {
         if seqs.len() != tokens.len() || seqs.is_empty() {
             return Err(AttnError::invalid(
                 "tokens",
-                format!("need one token per sequence ({}), got {}", seqs.len(), tokens.len()),
+                format!(
+                    "need one token per sequence ({}), got {}",
+                    seqs.len(),
+                    tokens.len()
+                ),
             ));
         }
         if let Some(&bad) = seqs.iter().find(|&&s| s >= self.seqs.len()) {
-            return Err(AttnError::invalid("seqs", format!("unknown sequence {bad}")));
+            return Err(AttnError::invalid(
+                "seqs",
+                format!("unknown sequence {bad}"),
+            ));
         }
         let device = self.model.embed_tokens.weight.val().device();
         let before = device_counters(&device);
@@ -371,14 +391,21 @@ impl Generator<Ascend> {
                 }
                 let max_blocks = seqs
                     .iter()
-                    .map(|&s| self.caches[0].block_table(self.seqs[s].0[0]).map(<[usize]>::len))
+                    .map(|&s| {
+                        self.caches[0]
+                            .block_table(self.seqs[s].0[0])
+                            .map(<[usize]>::len)
+                    })
                     .collect::<Result<Vec<_>, _>>()?
                     .into_iter()
                     .max()
                     .unwrap_or(1)
                     .max(1);
                 let x = self.graph_inputs(seqs, tokens, max_blocks).ok_or_else(|| {
-                    AttnError::invalid("seqs", "a sequence has no block reserved for its next token")
+                    AttnError::invalid(
+                        "seqs",
+                        "a sequence has no block reserved for its next token",
+                    )
                 })?;
                 let g = self.capture_step(seqs, &x, max_blocks, &device)?;
                 stats.captures += 1;
@@ -418,11 +445,19 @@ pub fn generate_batch_graph(
     let mut graph = None;
     let mut stats = GraphDecodeStats::default();
     let mut calls = 0usize;
-    let run = generate_with(gen, prompts, max_new, sampling, rng, stop, |g, seqs, tokens| {
-        // Steps left after this one, this one included (the first token needs no step).
-        let horizon = max_new.saturating_sub(1 + calls);
-        calls += 1;
-        g.step_graph(&mut graph, &mut stats, seqs, tokens, horizon)
-    })?;
+    let run = generate_with(
+        gen,
+        prompts,
+        max_new,
+        sampling,
+        rng,
+        stop,
+        |g, seqs, tokens| {
+            // Steps left after this one, this one included (the first token needs no step).
+            let horizon = max_new.saturating_sub(1 + calls);
+            calls += 1;
+            g.step_graph(&mut graph, &mut stats, seqs, tokens, horizon)
+        },
+    )?;
     Ok((run, stats))
 }

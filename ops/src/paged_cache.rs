@@ -365,7 +365,9 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             "id",
             "sequence {id:?} shares its partly filled last block (append to it first)"
         );
-        let needed = (seq.len + tokens).div_ceil(bs).saturating_sub(seq.blocks.len());
+        let needed = (seq.len + tokens)
+            .div_ceil(bs)
+            .saturating_sub(seq.blocks.len());
         if needed > self.free.len() {
             return Err(AttnError::OutOfBlocks {
                 needed,
@@ -376,7 +378,13 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         for _ in 0..needed {
             blocks.push(self.alloc());
         }
-        self.seqs.insert(id, Seq { blocks, len: seq.len });
+        self.seqs.insert(
+            id,
+            Seq {
+                blocks,
+                len: seq.len,
+            },
+        );
         Ok(())
     }
 
@@ -385,9 +393,10 @@ impl<B: AttentionBackend> PagedKvCache<B> {
     pub fn advance(&mut self, id: SeqId, tokens: usize) -> Result<()> {
         self.ensure_intact()?;
         let bs = self.block_size;
-        let seq = self.seqs.get_mut(&id).ok_or_else(|| {
-            AttnError::invalid("id", format!("unknown sequence {id:?}"))
-        })?;
+        let seq = self
+            .seqs
+            .get_mut(&id)
+            .ok_or_else(|| AttnError::invalid("id", format!("unknown sequence {id:?}")))?;
         ensure!(
             seq.len + tokens <= seq.blocks.len() * bs,
             "tokens",

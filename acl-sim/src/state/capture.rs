@@ -233,7 +233,10 @@ pub(crate) unsafe extern "C" fn capture_get_info(
     })
 }
 
-pub(crate) unsafe extern "C" fn capture_end(stream: AclrtStream, model_ri: *mut AclmdlRI) -> AclStatus {
+pub(crate) unsafe extern "C" fn capture_end(
+    stream: AclrtStream,
+    model_ri: *mut AclmdlRI,
+) -> AclStatus {
     guard(|| {
         const CALL: &str = "aclmdlRICaptureEnd";
         let id = stream_arg(CALL, stream)?;
@@ -271,7 +274,10 @@ pub(crate) unsafe extern "C" fn capture_end(stream: AclrtStream, model_ri: *mut 
     })
 }
 
-pub(crate) unsafe extern "C" fn ri_execute_async(model_ri: AclmdlRI, stream: AclrtStream) -> AclStatus {
+pub(crate) unsafe extern "C" fn ri_execute_async(
+    model_ri: AclmdlRI,
+    stream: AclrtStream,
+) -> AclStatus {
     guard(|| {
         const CALL: &str = "aclmdlRIExecuteAsync";
         let Some(graph) = lock(&GRAPHS)
@@ -343,12 +349,18 @@ pub(crate) unsafe extern "C" fn task_grp_begin(stream: AclrtStream) -> AclStatus
     })
 }
 
-pub(crate) unsafe extern "C" fn task_grp_end(stream: AclrtStream, handle: *mut AclrtTaskGrp) -> AclStatus {
+pub(crate) unsafe extern "C" fn task_grp_end(
+    stream: AclrtStream,
+    handle: *mut AclrtTaskGrp,
+) -> AclStatus {
     guard(|| {
         const CALL: &str = "aclmdlRICaptureTaskGrpEnd";
         let id = stream_arg(CALL, stream)?;
         if handle.is_null() {
-            return Err(SimErr(ACL_ERROR_INVALID_PARAM, format!("{CALL}: handle is null")));
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("{CALL}: handle is null"),
+            ));
         }
         let mut g = lock(&CAPTURES);
         let Some(c) = g.as_mut().and_then(|m| m.get_mut(&id)) else {
@@ -374,7 +386,10 @@ pub(crate) unsafe extern "C" fn task_grp_end(stream: AclrtStream, handle: *mut A
     })
 }
 
-pub(crate) unsafe extern "C" fn task_update_begin(stream: AclrtStream, handle: AclrtTaskGrp) -> AclStatus {
+pub(crate) unsafe extern "C" fn task_update_begin(
+    stream: AclrtStream,
+    handle: AclrtTaskGrp,
+) -> AclStatus {
     guard(|| {
         const CALL: &str = "aclmdlRICaptureTaskUpdateBegin";
         let id = stream_arg(CALL, stream)?;

@@ -181,8 +181,7 @@ fn worker(s: &SimStream) {
         }
         let ran = std::time::Instant::now();
         let result = if task.compute {
-            let mut job = task.job;
-            catch(move || job())
+            catch(task.job)
         } else {
             Ok(())
         };

@@ -15,8 +15,11 @@ use burn_ascend_cann::acl::{
 
 fn up(rt: &Runtime, v: &[f32]) -> DeviceTensor {
     let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    rt.upload(TensorDesc::contiguous(&[v.len()], DataType::Float).unwrap(), &bytes)
-        .unwrap()
+    rt.upload(
+        TensorDesc::contiguous(&[v.len()], DataType::Float).unwrap(),
+        &bytes,
+    )
+    .unwrap()
 }
 
 fn floats(t: &DeviceTensor) -> Vec<f32> {
@@ -50,12 +53,18 @@ fn captured_tasks_are_recorded_not_run_and_each_replay_runs_them_in_order_as_one
         Scalar::f32(rt.api(), 1.0).unwrap(),
     );
     rt.capture_begin(CaptureMode::ThreadLocal).unwrap();
-    assert_eq!(rt.capture_status().unwrap(), ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE);
+    assert_eq!(
+        rt.capture_status().unwrap(),
+        ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE
+    );
     // y = 2·x, then x = y + 1: the order matters.
     ops::muls(&rt, &xh, &two, &yh).unwrap();
     ops::adds(&rt, &yh, &one, &one, &xh).unwrap();
     let graph = rt.capture_end().unwrap();
-    assert_eq!(rt.capture_status().unwrap(), ACL_MODEL_RI_CAPTURE_STATUS_NONE);
+    assert_eq!(
+        rt.capture_status().unwrap(),
+        ACL_MODEL_RI_CAPTURE_STATUS_NONE
+    );
     assert_eq!(
         burn_ascend_acl_sim::graph_tasks(graph.as_ptr()).unwrap(),
         ["aclnnMuls", "aclnnAdds"]
@@ -110,7 +119,11 @@ fn synchronising_reading_uploading_allocating_and_growing_the_workspace_are_refu
     let x = up(&rt, &[1., 2.]);
     rt.synchronize().unwrap();
     let refused = |e: AclError, what: &str| {
-        assert_eq!(status(&e), Some(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT), "{what}: {e}");
+        assert_eq!(
+            status(&e),
+            Some(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT),
+            "{what}: {e}"
+        );
         assert!(e.to_string().contains("capture"), "{what}: {e}");
     };
     // The runtime refuses before calling into C: the capture stays valid.
@@ -130,7 +143,11 @@ fn synchronising_reading_uploading_allocating_and_growing_the_workspace_are_refu
     refused(e.clone(), "aclrtMalloc");
     assert!(e.to_string().contains("aclrtMalloc"), "{e}");
     let e = rt.capture_end().map(drop).unwrap_err();
-    assert_eq!(status(&e), Some(ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED), "{e}");
+    assert_eq!(
+        status(&e),
+        Some(ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED),
+        "{e}"
+    );
     assert!(e.to_string().contains("aclrtMalloc"), "{e}");
 
     // ... a synchronisation of the capturing stream and a synchronous host read, called
@@ -166,6 +183,9 @@ fn a_cann_without_the_capture_functions_gives_an_unsupported_error_not_a_load_fa
     let rt = Runtime::with_api(api, 0).unwrap();
     assert!(!rt.graph_capture_available());
     let e = rt.capture_begin(CaptureMode::Global).unwrap_err();
-    assert!(matches!(&e, AclError::Unsupported(m) if m.contains("aclmdlRICaptureBegin")), "{e}");
+    assert!(
+        matches!(&e, AclError::Unsupported(m) if m.contains("aclmdlRICaptureBegin")),
+        "{e}"
+    );
     assert!(e.to_string().starts_with("unsupported: "), "{e}");
 }

@@ -620,7 +620,11 @@ pub fn scatter_with_slots(
     })?;
     let uploaded = match slots {
         Some(_) => None,
-        None => Some(upload_i64(rt, &spec.slot_mapping, &spec.slot_mapping_shape)?),
+        None => Some(upload_i64(
+            rt,
+            &spec.slot_mapping,
+            &spec.slot_mapping_shape,
+        )?),
     };
     let vec1 = |v: &Option<Vec<i64>>| {
         v.as_ref()

@@ -51,7 +51,11 @@ pub fn scatter_kv_slots(
 ) -> Result<()> {
     let device = same_device(SCATTER, &[key, value, key_cache, value_cache, slots])?;
     let dtype = key.dtype;
-    if !is_acl_float(dtype) || [value, key_cache, value_cache].iter().any(|t| t.dtype != dtype) {
+    if !is_acl_float(dtype)
+        || [value, key_cache, value_cache]
+            .iter()
+            .any(|t| t.dtype != dtype)
+    {
         return Err(unsupported(
             SCATTER,
             format!("key, value and caches must share one float dtype, got {dtype:?}"),
@@ -151,7 +155,10 @@ pub fn fia_decode_paged(
                 _ => DType::F32,
             };
             Some(native_elementwise::cast(s, to).ok_or_else(|| {
-                unsupported(FIA, format!("the sink cannot be cast to {to:?} on the device"))
+                unsupported(
+                    FIA,
+                    format!("the sink cannot be cast to {to:?} on the device"),
+                )
             })?)
         }
     };
@@ -172,7 +179,10 @@ pub fn fia_decode_paged(
                 .map_err(|e| device_error(FIA, e))
         };
         let (kl, vl) = (list(key_cache, &kd)?, list(value_cache, &vd)?);
-        let sh = sink.as_ref().zip(sd.as_ref()).map(|(s, d)| handle(s, d, FIA));
+        let sh = sink
+            .as_ref()
+            .zip(sd.as_ref())
+            .map(|(s, d)| handle(s, d, FIA));
         let (bh, mh) = (handle(block_table, &bd, FIA), handle(mask, &md, FIA));
         fused_infer_attention_with(
             &rt,

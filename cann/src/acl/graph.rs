@@ -202,4 +202,3 @@ pub fn is_capture_refusal(e: &AclError) -> bool {
         Some(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT) | Some(ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED)
     )
 }
-

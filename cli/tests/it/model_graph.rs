@@ -80,8 +80,8 @@ fn graph_decoding_replays_one_launch_per_token_and_yields_the_eager_tokens() {
         // that both generators get the same values.
         model.visit(&mut Materialise);
         let mut eager = Generator::new(model.clone(), 64, 16, &device).unwrap();
-        let want = generate_batch(&mut eager, &prompts, max_new, &sampling, &mut SplitMix(3))
-            .unwrap();
+        let want =
+            generate_batch(&mut eager, &prompts, max_new, &sampling, &mut SplitMix(3)).unwrap();
         let mut graphed = Generator::new(model, 64, 16, &device).unwrap();
         let (got, stats) = generate_batch_graph(
             &mut graphed,
@@ -120,13 +120,28 @@ fn generate_graph_on_the_simulation_prints_one_launch_per_token_and_the_eager_te
     tiny_checkpoint(&dir);
     let c = dir.to_str().unwrap();
     let limit = Duration::from_secs(120);
-    let args = ["--checkpoint", c, "--device", "sim", "--greedy", "--max-new", "6"];
+    let args = [
+        "--checkpoint",
+        c,
+        "--device",
+        "sim",
+        "--greedy",
+        "--max-new",
+        "6",
+    ];
     let eager = run_example("generate", &args, &[], limit, false);
     let graph_args: Vec<&str> = args.iter().copied().chain(["--graph"]).collect();
     let graph = run_example("generate", &graph_args, &[], limit, false);
-    assert!(eager.ok() && graph.ok(), "{}\n{}", eager.stderr, graph.stderr);
     assert!(
-        graph.stdout.contains("generate: decode launches per token 1 "),
+        eager.ok() && graph.ok(),
+        "{}\n{}",
+        eager.stderr,
+        graph.stderr
+    );
+    assert!(
+        graph
+            .stdout
+            .contains("generate: decode launches per token 1 "),
         "{}",
         graph.stdout
     );

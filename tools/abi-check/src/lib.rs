@@ -169,14 +169,18 @@ impl Function {
 macro_rules! collect_functions {
     (
         runtime { $($rf:ident: $rc:ident($rt:ty)),* }
+        graph { $($gf:ident: $gc:ident($gt:ty)),* }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
     ) => {
         /// Every C function of [`burn_ascend_cann::acl_api_table!`], in table order: the
-        /// runtime and nnopbase entries, then per aclnn op its `GetWorkspaceSize` stage and
-        /// its launch ([`ffi::AclnnLaunch`]).
+        /// runtime and nnopbase entries, the graph-capture functions (optional at run time,
+        /// declared in `acl/acl_rt.h` and checked like the rest), then per aclnn op its
+        /// `GetWorkspaceSize` stage and its launch ([`ffi::AclnnLaunch`]).
         pub fn functions() -> Vec<Function> {
-            let runtime =
-                [$(Function::of::<$rt>(stringify!($rc), stringify!($rt), Group::Runtime)),*];
+            let runtime = [
+                $(Function::of::<$rt>(stringify!($rc), stringify!($rt), Group::Runtime),)*
+                $(Function::of::<$gt>(stringify!($gc), stringify!($gt), Group::Runtime),)*
+            ];
             let ops = [$([
                 Function::of::<$w>(
                     concat!(stringify!($c), "GetWorkspaceSize"),

@@ -65,8 +65,7 @@ pub const ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT: AclStatus = 107_030;
 pub const ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED: AclStatus = 507_903;
 
 /// `aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode)`.
-pub type AclmdlRICaptureBegin =
-    unsafe extern "C" fn(stream: AclrtStream, mode: c_int) -> AclStatus;
+pub type AclmdlRICaptureBegin = unsafe extern "C" fn(stream: AclrtStream, mode: c_int) -> AclStatus;
 /// `aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *status,
 /// aclmdlRI *modelRI)`.
 pub type AclmdlRICaptureGetInfo = unsafe extern "C" fn(
