@@ -30,7 +30,9 @@ pub(crate) struct Storage {
 // (`aclrtSetDevice`), so the calls act on the right context whatever the thread. The buffer is
 // only written while its storage is not shared (a fresh allocation: its queued upload, or the
 // aclnn op producing it, queued before the op returns; or an owner holding the only `Arc`,
-// proven by `Arc::get_mut`, as the in-place KV cache scatter does); otherwise it is read
+// proven by `Arc::get_mut`, as the in-place KV cache scatter does; or a captured graph's
+// input or cache, rewritten by a copy or a launch queued in stream order with every other use
+// of it, `crate::graph`); otherwise it is read
 // (memcpy device-to-host after the stream has finished, aclnn inputs), and every queued use is
 // ordered on the device's one stream.
 unsafe impl Send for Storage {}

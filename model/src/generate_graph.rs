@@ -29,7 +29,8 @@ use burn_ascend::backend::attention::device_meta::{fia_decode_paged, scatter_kv_
 use burn_ascend::backend::graph::{
     capture, reserve_workspace, write_in_place, CapturedGraph, GraphError,
 };
-use burn_ascend::backend::{device_counters, reserve_small, Ascend, AscendDevice, AscendTensor};
+use burn_ascend::backend::{reserve_small, Ascend, AscendDevice, AscendTensor};
+use burn_ascend::cann::acl::thread_launches;
 use burn_ascend::contract::incre::BlockTable;
 use burn_ascend::contract::prompt::{PfaLayout, PromptMask};
 use burn_ascend::{AttendPath, AttnError, FiaSpec};
@@ -372,7 +373,8 @@ impl Generator<Ascend> {
             ));
         }
         let device = self.model.embed_tokens.weight.val().device();
-        let before = device_counters(&device);
+        // This thread's launches: other threads may use the device meanwhile.
+        let before = thread_launches();
         let reuse = graph
             .as_ref()
             .filter(|g| g.inputs.batch == seqs)
@@ -422,11 +424,11 @@ impl Generator<Ascend> {
             }
             self.seqs[s].1 += 1;
         }
-        let after = device_counters(&device);
-        let uploads = after.uploads - before.uploads;
+        let after = thread_launches();
+        let uploads = after.1 - before.1;
         stats.steps += 1;
         stats.uploads += uploads;
-        stats.launches += after.launches - before.launches - uploads;
+        stats.launches += after.0 - before.0 - uploads;
         let v = self.model.config.vocab_size;
         Ok(logits.chunks(v).map(<[f32]>::to_vec).collect())
     }

@@ -43,7 +43,9 @@ pub mod tensor;
 pub use error::{status_name, AclError, Result};
 pub use ffi::{names, AclApi, ApiKind, CaptureMode, DataType, Format};
 pub use graph::{capture_refusal, is_capture_refusal, ModelRi, TaskGroup};
-pub use runtime::{default_device_id, device_count, Runtime, RuntimeCounters, StreamOrder};
+pub use runtime::{
+    default_device_id, device_count, thread_launches, Runtime, RuntimeCounters, StreamOrder,
+};
 pub use tensor::{
     DeviceBuffer, DeviceTensor, IntArray, Scalar, Stream, Tensor, TensorDesc, TensorList,
 };

@@ -75,6 +75,25 @@ pub struct RuntimeCounters {
     pub uploads: u64,
 }
 
+thread_local! {
+    /// Launches and uploads queued by the calling thread, through every runtime.
+    static THREAD_COUNTS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+fn count_on_thread(launches: u64, uploads: u64) {
+    let _ = THREAD_COUNTS.try_with(|c| {
+        let (l, u) = c.get();
+        c.set((l + launches, u + uploads));
+    });
+}
+
+/// `(launches, uploads)` queued by the calling thread so far, through every runtime: what one
+/// host loop (a decode step) cost, whatever other threads queue on the same device meanwhile
+/// ([`Runtime::counters`] counts all threads).
+pub fn thread_launches() -> (u64, u64) {
+    THREAD_COUNTS.try_with(|c| c.get()).unwrap_or_default()
+}
+
 #[derive(Default)]
 struct Deferred {
     /// Device allocations to free once the stream has finished with them.
@@ -169,6 +188,7 @@ impl StreamOrder {
     pub(crate) fn note_launch(&self) {
         if !self.recording() {
             self.launches.fetch_add(1, Ordering::Relaxed);
+            count_on_thread(1, 0);
         }
     }
 
@@ -244,6 +264,7 @@ impl StreamOrder {
         check(self.api, st, names::memcpy_async)?;
         self.launches.fetch_add(1, Ordering::Relaxed);
         self.uploads.fetch_add(1, Ordering::Relaxed);
+        count_on_thread(1, 1);
         self.h2d.fetch_add(src.len() as u64, Ordering::Relaxed);
         Ok(())
     }
