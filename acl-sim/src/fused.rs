@@ -93,7 +93,7 @@ fn f64s(t: &SimTensor, name: &str) -> SimResult<Vec<f64>> {
 
 fn submit(
     op: &'static str,
-    job: impl FnOnce() -> SimResult<()> + Send + 'static,
+    job: impl FnMut() -> SimResult<()> + Send + 'static,
     ws: Ws,
     ex: Ex,
 ) -> SimResult<()> {
@@ -323,9 +323,9 @@ pub(crate) unsafe extern "C" fn rotary_position_embedding_grad(
                     mode,
                 );
                 dx.write("dxOut", &encode_f64(&v, dx.dtype, "dxOut")?)?;
-                if let Some(x) = x {
+                if let Some(x) = &x {
                     let (vc, vs) =
-                        reference::rotary::rotary_bwd_tables(&g, &f64s(&x, "xOptional")?, &d, mode);
+                        reference::rotary::rotary_bwd_tables(&g, &f64s(x, "xOptional")?, &d, mode);
                     dc.write("dcosOut", &encode_f64(&vc, dc.dtype, "dcosOut")?)?;
                     ds.write("dsinOut", &encode_f64(&vs, ds.dtype, "dsinOut")?)?;
                 }

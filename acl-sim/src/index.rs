@@ -235,7 +235,7 @@ fn flat(idx: &[usize], strides: &[usize]) -> usize {
 
 fn submit(
     op: &'static str,
-    job: impl FnOnce() -> SimResult<()> + Send + 'static,
+    job: impl FnMut() -> SimResult<()> + Send + 'static,
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> SimResult<()> {

@@ -48,6 +48,13 @@
 //! [`inject_fault`] makes the calling thread's next `aclrtMalloc` (207001), a chosen aclnn
 //! launch (361001 at execute) or `aclrtSynchronizeStream` (507015) fail, for error-path tests.
 //!
+//! Graph capture (`aclmdlRICaptureBegin` … `aclmdlRIExecuteAsync`, task groups and their
+//! updates) is modelled as CANN does it (`state::capture`): a capturing stream records its
+//! tasks instead of running them; a replay runs them in order as one launch; a
+//! synchronisation, a synchronous copy, an allocation or a host copy on the capturing stream
+//! during a capture is refused (107030) and invalidates it. [`graph_tasks`] lists a graph's
+//! recorded tasks.
+//!
 //! [`set_compute`] turns the kernels off (everything else still runs) so the host overhead of a
 //! dispatched call can be measured ([`bench`]).
 //!
@@ -82,6 +89,7 @@ pub use cost::{
 };
 pub use fia::{fia_release, last_learnable_sink_dtype, set_fia_release};
 pub use hccl::{hccl_api, live_communicators, set_connect_timeout, set_exec_timeout};
+pub use state::capture::graph_tasks;
 pub use state::{
     clear_faults, device_count, device_time, faults_fired, inject_fault, launches, live_handles,
     memory_in_use, reset_device_time, set_compute, set_device_count, set_memory_limit,
@@ -114,6 +122,10 @@ mod registry {
     pub(crate) use crate::optim::apply_adam_w_v2;
     pub(crate) use crate::prompt::{pfa_v1, pfa_v3};
     pub(crate) use crate::scatter::scatter_pa_kv_cache;
+    pub(crate) use crate::state::capture::{
+        capture_begin, capture_end, capture_get_info, ri_destroy, ri_execute_async, task_grp_begin,
+        task_grp_end, task_update_begin, task_update_end,
+    };
     pub(crate) use crate::state::handles::{
         create_int_array, create_scalar, create_tensor, create_tensor_list, destroy_int_array,
         destroy_scalar, destroy_tensor, destroy_tensor_list,
@@ -135,6 +147,7 @@ mod registry {
 macro_rules! register {
     (
         runtime { $($rf:ident: $rc:ident($rt:ty)),* }
+        graph { $($gf:ident: $gc:ident($gt:ty)),* }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
     ) => {
         /// The launch stage of every op: [`state::launch`] under the op's C name.
@@ -155,13 +168,19 @@ macro_rules! register {
         static API: AclApi = AclApi {
             kind: ApiKind::Simulation,
             $($rf: registry::$rf,)*
+            $($gf: Some(registry::$gf),)*
             $($f: Some(OpFns { workspace: registry::$f, launch: launch::$f }),)*
         };
 
-        /// The table without the ops whose C names are in `missing`.
+        /// The table without the ops (or graph functions) whose C names are in `missing`.
         fn table_without(missing: &[&str]) -> AclApi {
             #[allow(unused_mut)]
             let mut api = AclApi { ..API };
+            $(
+                if missing.contains(&stringify!($gc)) {
+                    api.$gf = None;
+                }
+            )*
             $(
                 if missing.contains(&stringify!($c)) {
                     api.$f = None;

@@ -43,6 +43,7 @@ use crate::tensor::{device_error, fail, AscendTensor};
 use crate::Ascend;
 
 pub mod aclnn;
+pub mod device_meta;
 pub mod fia;
 mod incre;
 mod prompt;

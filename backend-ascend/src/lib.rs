@@ -7,6 +7,9 @@
 //! runs through the counted host [`fallback`]. The attention ops of this project run natively
 //! through [`burn_ascend_ops::AttentionBackend`] ([`attention`]).
 //!
+//! [`graph`]: ACL graph capture of a closure of ops into a [`CapturedGraph`] replayed as one
+//! launch, with its inputs rewritten in place between replays ([`write_in_place`]).
+//!
 //! Device memory comes from a caching pool per device ([`memory`]: segments split into blocks
 //! and merged again, [`empty_cache`], [`memory_stats`]).
 //!
@@ -21,6 +24,7 @@ pub mod device;
 pub mod element;
 pub mod fallback;
 pub mod fused;
+pub mod graph;
 mod grouped_matmul;
 pub mod memory;
 mod ops;
@@ -31,6 +35,7 @@ pub mod tensor;
 pub use backend::Ascend;
 pub use device::{device_counters, is_available, synchronize, AscendDevice, AscendKind};
 pub use fallback::{fallback_count, fallback_counts};
-pub use memory::{empty_cache, memory_stats, reset_peak_stats, MemoryStats};
+pub use graph::{capture, write_in_place, CapturedGraph, GraphError};
+pub use memory::{empty_cache, memory_stats, reserve_small, reset_peak_stats, MemoryStats};
 pub use qtensor::AscendQTensor;
 pub use tensor::AscendTensor;

@@ -159,7 +159,23 @@ struct Pool {
     /// Free blocks of large segments, as `free_small`.
     free_large: BTreeSet<(usize, usize)>,
     stats: MemoryStats,
+    /// The graph being captured on the device (`crate::graph`): the blocks allocated
+    /// meanwhile belong to it.
+    capturing: Option<u64>,
+    /// Blocks (by address) that a captured graph's recorded tasks use, and the graph: they are
+    /// not handed out again while the graph lives.
+    graph_owned: HashMap<usize, u64>,
+    /// Per graph, its blocks whose tensors were dropped: returned to the free blocks when the
+    /// graph is dropped.
+    graph_released: HashMap<u64, Vec<GraphBlock>>,
 }
+
+/// A block a captured graph keeps after its tensor was dropped.
+struct GraphBlock(DeviceBuffer);
+
+// SAFETY: as `Segment`: a view of a segment the pool owns, only moved back into the pool's
+// free blocks (`Pool::release`), never used for device calls while held here.
+unsafe impl Send for GraphBlock {}
 
 impl Pool {
     fn note_peaks(&mut self) {
@@ -244,10 +260,25 @@ impl Pool {
         }
     }
 
+    /// Notes that a block was handed out (a captured graph then owns it).
+    fn note_handed_out(&mut self, block: &DeviceBuffer) {
+        if let Some(g) = self.capturing {
+            self.graph_owned.insert(block.as_ptr() as usize, g);
+        }
+    }
+
     /// Takes a block back, merging it with its free neighbours. A buffer that is not a block
-    /// of this pool (none is) is dropped, which frees it if it owns its memory.
+    /// of this pool (none is) is dropped, which frees it if it owns its memory. A block a
+    /// captured graph uses is kept for the graph instead.
     fn release(&mut self, block: DeviceBuffer) {
         let addr = block.as_ptr() as usize;
+        if let Some(&g) = self.graph_owned.get(&addr) {
+            self.graph_released
+                .entry(g)
+                .or_default()
+                .push(GraphBlock(block));
+            return;
+        }
         let Some((&base, seg)) = self.segments.range_mut(..=addr).next_back() else {
             debug_assert!(false, "released a block of no segment");
             return;
@@ -351,6 +382,9 @@ pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str) -> DeviceB
         }
         b
     });
+    if let Some(buf) = &cached {
+        with_pool(device, |p| p.note_handed_out(buf));
+    }
     if let Some(buf) = cached {
         return buf;
     }
@@ -372,7 +406,56 @@ pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str) -> DeviceB
         }
         Err(e) => panic!("Ascend alloc of {bytes} bytes for {op} on {device}: {e}"),
     };
-    with_pool(device, |p| p.add_segment(buf, small, class))
+    with_pool(device, |p| {
+        let block = p.add_segment(buf, small, class);
+        p.note_handed_out(&block);
+        block
+    })
+}
+
+/// Makes sure `device`'s pool holds at least `bytes` of free small blocks (requests up to
+/// [`SMALL_LIMIT`]), adding small segments as needed: the memory a graph capture, which may
+/// not call `aclrtMalloc`, allocates from. Returns the segments added.
+pub fn reserve_small(device: &AscendDevice, bytes: usize) -> Result<usize, String> {
+    let rt = try_runtime(device)?;
+    let free_small = || {
+        with_pool(device, |p| {
+            p.free_small.iter().map(|&(len, _)| len).sum::<usize>()
+        })
+    };
+    let mut added = 0;
+    while free_small() < bytes {
+        let buf = rt
+            .alloc(SMALL_SEGMENT)
+            .map_err(|e| format!("reserving {bytes} bytes on {device}: {e}"))?;
+        with_pool(device, |p| {
+            let block = p.add_segment(buf, true, SMALL_SEGMENT);
+            p.release(block);
+        });
+        added += 1;
+    }
+    Ok(added)
+}
+
+/// Starts attributing `device`'s allocations to graph `graph` (a capture began).
+pub(crate) fn begin_graph(device: &AscendDevice, graph: u64) {
+    with_pool(device, |p| p.capturing = Some(graph));
+}
+
+/// Stops attributing allocations to a graph (its capture ended).
+pub(crate) fn end_capture(device: &AscendDevice) {
+    with_pool(device, |p| p.capturing = None);
+}
+
+/// Returns graph `graph`'s blocks to the pool (the graph was dropped): those whose tensors
+/// are gone become free blocks, the others return when their tensors drop.
+pub(crate) fn release_graph(device: &AscendDevice, graph: u64) {
+    with_pool(device, |p| {
+        p.graph_owned.retain(|_, g| *g != graph);
+        for GraphBlock(block) in p.graph_released.remove(&graph).unwrap_or_default() {
+            p.release(block);
+        }
+    });
 }
 
 /// Returns a block to its device's pool (from `Storage`'s drop).

@@ -30,7 +30,9 @@ pub(crate) struct Storage {
 // (`aclrtSetDevice`), so the calls act on the right context whatever the thread. The buffer is
 // only written while its storage is not shared (a fresh allocation: its queued upload, or the
 // aclnn op producing it, queued before the op returns; or an owner holding the only `Arc`,
-// proven by `Arc::get_mut`, as the in-place KV cache scatter does); otherwise it is read
+// proven by `Arc::get_mut`, as the in-place KV cache scatter does; or a captured graph's
+// input or cache, rewritten by a copy or a launch queued in stream order with every other use
+// of it, `crate::graph`); otherwise it is read
 // (memcpy device-to-host after the stream has finished, aclnn inputs), and every queued use is
 // ordered on the device's one stream.
 unsafe impl Send for Storage {}
@@ -152,6 +154,18 @@ impl AscendTensor {
     }
 
     /// Uploads `data` (any non-quantized dtype) to `device`.
+    /// Queues a copy of `bytes` over this (contiguous) tensor's elements in its storage,
+    /// stream-ordered with every use of the storage, shared or not (`crate::graph`'s inputs).
+    pub(crate) fn overwrite(&self, bytes: &[u8]) -> Result<(), AclError> {
+        let start = self.offset * self.dtype.size();
+        // SAFETY: the caller checked that the tensor is contiguous and `bytes` is exactly its
+        // elements, so `start..start + bytes.len()` lies inside the storage's buffer, which
+        // `self` keeps alive; the view frees nothing on drop, and the copy queued through it
+        // is ordered on the device's one stream after every use of the storage queued before.
+        let view = unsafe { DeviceBuffer::sub_range(self.storage.buffer(), start, bytes.len()) }?;
+        view.overwrite(bytes)
+    }
+
     pub fn from_data(data: TensorData, device: &AscendDevice) -> Self {
         if matches!(data.dtype, DType::QFloat(_)) {
             panic!("unsupported: quantized TensorData as a float/int/bool Ascend tensor (use the quantized tensor ops)");

@@ -56,8 +56,7 @@ use burn_ascend_model::cp::{
 };
 use burn_ascend_model::data::{training_packer, SplitMix};
 use burn_ascend_model::ddp::{
-    materialize, train_data_parallel, train_zero, DataParallel, GradientSync,
-    DEFAULT_BUCKET_BYTES,
+    materialize, train_data_parallel, train_zero, DataParallel, GradientSync, DEFAULT_BUCKET_BYTES,
 };
 use burn_ascend_model::dispatch::{self, DispatchCounts};
 use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};

@@ -7,7 +7,7 @@
 //!
 //! `cargo run --release --example generate [-- --checkpoint DIR --prompt TEXT… --greedy
 //!  --max-new N --top-p P --temperature T --seed N --block-size N --device cpu|sim|ascend
-//!  --check --attend-path fused|prompt-incre --chat]`
+//!  --check --attend-path fused|prompt-incre --chat --graph]`
 //!
 //! `--prompt` (repeatable) replaces the built-in prompts; `--greedy` decodes every prompt
 //! greedily (otherwise even prompts are greedy, odd ones top-p). A sequence stops at the
@@ -18,6 +18,13 @@
 //! `eos_token` (an instruct model's end of turn).
 //!
 //! `--attend-path` forces one of the two paths (to compare them).
+//!
+//! `--graph` (Ascend devices only; refused on `--device cpu`, naming the flag) decodes through
+//! a captured ACL graph: the decode step of the batch is captured once and replayed per token
+//! as one launch, its inputs (token ids, positions, cache slots, block table, masks) written
+//! into the graph's device buffers before each replay; it prints
+//! `generate: decode launches per token <x>` (1 when every step is a replay) and produces the
+//! tokens of the eager path.
 //!
 //! Loads `runs/finetune` (written by the `finetune` example) unless `--checkpoint` names
 //! another folder (ours or a Hugging Face `llama`, `qwen2`, `qwen3` or `mistral` one, with
@@ -39,7 +46,8 @@ use burn_ascend_model::data::SplitMix;
 use burn_ascend_model::dispatch;
 use burn_ascend_model::peft::load_adapter;
 use burn_ascend_model::{
-    generate_batch_until, max_logit_gap, sample, ChatTemplate, Generator, Sampling, Tokenizer,
+    generate_batch_graph, generate_batch_until, max_logit_gap, sample, ChatTemplate, GenerationRun,
+    Generator, GraphDecodeStats, Sampling, Tokenizer,
 };
 use clap::Parser;
 
@@ -58,6 +66,13 @@ fn main() {
 /// integration tests run it in a child process through this.
 pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
     let args = Args::parse_from(argv);
+    if args.graph && args.device == ExampleDevice::Cpu {
+        return Err(
+            "unsupported: --graph captures the decode step as an ACL graph, which only \
+                    the Ascend backend has (use --device sim or --device ascend)"
+                .into(),
+        );
+    }
     if !args.checkpoint.join("config.json").exists() {
         return Err(format!(
             "no checkpoint in {} (run `cargo run --release --example finetune` first, or pass \
@@ -80,6 +95,33 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
             run_on::<Ascend>(args, device, Some(device))
         }
     }
+}
+
+/// `x` with as many decimals as it needs (1, not 1.00; 1.25).
+fn fmt_rate(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// `--graph`: the decode steps replayed from a captured graph. Graph capture is ACL's, so only
+/// the `Ascend` backend has it; any other backend is refused naming the flag.
+fn decode_graph<B: AttentionBackend>(
+    gen: &mut Generator<B>,
+    ids: &[Vec<u32>],
+    max_new: usize,
+    sampling: &[Sampling],
+    rng: &mut SplitMix,
+    stop: &[u32],
+) -> Result<(GenerationRun, GraphDecodeStats), String> {
+    let gen: &mut dyn std::any::Any = gen;
+    let Some(gen) = gen.downcast_mut::<Generator<Ascend>>() else {
+        return Err(
+            "unsupported: --graph captures the decode step as an ACL graph, which only \
+                    the Ascend backend has (use --device sim or --device ascend)"
+                .into(),
+        );
+    };
+    generate_batch_graph(gen, ids, max_new, sampling, rng, stop).map_err(|e| e.to_string())
 }
 
 /// `--profile`: the prompts prefilled again (not profiled), then `max_new − 1` greedy decode
@@ -219,8 +261,22 @@ fn run_on<B: AttentionBackend>(
         }
     );
     let mut rng = SplitMix(args.seed);
-    let run = generate_batch_until(&mut gen, &ids, max_new, &sampling, &mut rng, &stop)
-        .map_err(|e| e.to_string())?;
+    let run = if args.graph {
+        let (run, stats) = decode_graph::<B>(&mut gen, &ids, max_new, &sampling, &mut rng, &stop)?;
+        println!(
+            "generate: decode launches per token {} ({} steps, {} graph capture(s), {} recorded \
+             tasks; plus {:.1} input uploads per token)",
+            fmt_rate(stats.launches_per_token()),
+            stats.steps,
+            stats.captures,
+            stats.recorded_tasks,
+            stats.uploads as f64 / stats.steps.max(1) as f64
+        );
+        run
+    } else {
+        generate_batch_until(&mut gen, &ids, max_new, &sampling, &mut rng, &stop)
+            .map_err(|e| e.to_string())?
+    };
     for (i, (p, g)) in prompts.iter().zip(&run.generated).enumerate() {
         println!(
             "--- sequence {} ({:?}, prompt {} tokens) ---\n{p}{}",

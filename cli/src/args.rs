@@ -536,6 +536,10 @@ pub struct GenerateArgs {
     /// Recompute every full sequence in one packed varlen forward and compare the logits.
     #[arg(long)]
     pub check: bool,
+    /// Decode through a captured ACL graph: the decode step of the batch is captured once and
+    /// replayed per token as one launch (Ascend devices only: `--device sim` or `ascend`).
+    #[arg(long)]
+    pub graph: bool,
     /// Force one of the two attention paths (to compare them).
     #[arg(long, value_enum)]
     pub attend_path: Option<AttendPathArg>,

@@ -18,12 +18,12 @@ use burn_ascend::{AttendOptions, AttendPath, AttentionBackend, AttnError, PagedK
 /// A model with its per-layer paged caches and the sequences being generated.
 #[derive(Debug)]
 pub struct Generator<B: AttentionBackend> {
-    model: Transformer<B>,
-    caches: Vec<PagedKvCache<B>>,
+    pub(crate) model: Transformer<B>,
+    pub(crate) caches: Vec<PagedKvCache<B>>,
     /// Per sequence: its id in each layer's cache and its token count (without the sink slot).
-    seqs: Vec<(Vec<SeqId>, usize)>,
+    pub(crate) seqs: Vec<(Vec<SeqId>, usize)>,
     /// How windows and sinks reach the attention ops.
-    path: AttendPath,
+    pub(crate) path: AttendPath,
     /// The dtype the caches hold and attention computes in (`None`: the model's). CANN's
     /// attention ops take F16 / BF16 queries, not F32, so a model served on an NPU keeps its
     /// projections where they are and attends in half precision.
@@ -92,7 +92,7 @@ impl<B: AttentionBackend> Generator<B> {
     }
 
     /// `x` in the attention dtype.
-    fn to_attention<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+    pub(crate) fn to_attention<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         match self.attention_dtype {
             Some(dt) => x.cast(dt),
             None => x,
@@ -281,7 +281,7 @@ impl<B: AttentionBackend> Generator<B> {
     }
 }
 
-fn to_vec<B: burn::tensor::backend::Backend>(t: Tensor<B, 2>) -> Vec<f32> {
+pub(crate) fn to_vec<B: burn::tensor::backend::Backend>(t: Tensor<B, 2>) -> Vec<f32> {
     t.into_data().convert::<f32>().to_vec::<f32>().expect("f32")
 }
 
@@ -405,6 +405,27 @@ pub fn generate_batch_until<B: AttentionBackend>(
     rng: &mut SplitMix,
     stop: &[u32],
 ) -> Result<GenerationRun, AttnError> {
+    generate_with(
+        gen,
+        prompts,
+        max_new,
+        sampling,
+        rng,
+        stop,
+        |g, seqs, tokens| g.step(seqs, tokens),
+    )
+}
+
+/// [`generate_batch_until`] with each decode step made by `decode`.
+pub(crate) fn generate_with<B: AttentionBackend>(
+    gen: &mut Generator<B>,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    sampling: &[Sampling],
+    rng: &mut SplitMix,
+    stop: &[u32],
+    mut decode: impl FnMut(&mut Generator<B>, &[usize], &[u32]) -> Result<Vec<Vec<f32>>, AttnError>,
+) -> Result<GenerationRun, AttnError> {
     if sampling.len() != prompts.len() {
         return Err(AttnError::invalid(
             "sampling",
@@ -448,7 +469,7 @@ pub fn generate_batch_until<B: AttentionBackend>(
             break;
         }
         let ids: Vec<usize> = cont.iter().map(|&i| seqs[i]).collect();
-        for (k, l) in gen.step(&ids, &tokens)?.into_iter().enumerate() {
+        for (k, l) in decode(gen, &ids, &tokens)?.into_iter().enumerate() {
             run.logits[cont[k]].push(l);
         }
         running = cont;

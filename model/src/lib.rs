@@ -13,6 +13,7 @@ pub mod ddp;
 pub mod dispatch;
 pub mod durable;
 pub mod generate;
+pub mod generate_graph;
 pub mod lora;
 pub mod moe;
 pub mod mxfp4;
@@ -33,5 +34,6 @@ pub use data::{PackedBatch, Packer};
 pub use generate::{
     generate_batch, generate_batch_until, max_logit_gap, sample, GenerationRun, Generator, Sampling,
 };
+pub use generate_graph::{generate_batch_graph, GraphDecodeStats};
 pub use tokenizer::Tokenizer;
 pub use transformer::{cross_entropy, cross_entropy_fused, Transformer};

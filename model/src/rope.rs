@@ -109,6 +109,22 @@ pub struct Rope<B: Backend> {
 impl<B: Backend> Rope<B> {
     /// Tables `[T, 1, D]` for `positions` (length T) of the model `config`.
     pub fn new(positions: &[usize], config: &ModelConfig, device: &B::Device) -> Self {
+        let (cos, sin, shape) = Self::tables(positions, config);
+        Self {
+            cos: Tensor::from_data(TensorData::new(cos, shape), device),
+            sin: Tensor::from_data(TensorData::new(sin, shape), device),
+        }
+    }
+
+    /// A rope over cos / sin tables already on the device (`[T, 1, D]`, as
+    /// [`Self::tables`] computes them): a captured decode step's, rewritten per token.
+    pub fn from_tables(cos: Tensor<B, 3>, sin: Tensor<B, 3>) -> Self {
+        Self { cos, sin }
+    }
+
+    /// The cos and sin tables of `positions` (`[T, 1, D]` each, row-major) that
+    /// [`Self::new`] uploads.
+    pub fn tables(positions: &[usize], config: &ModelConfig) -> (Vec<f32>, Vec<f32>, [usize; 3]) {
         let (freqs, scale) = inv_freq(config.head_dim, config.rope_theta, &config.rope_scaling);
         let d = 2 * freqs.len();
         let mut cos = Vec::with_capacity(positions.len() * d);
@@ -124,11 +140,7 @@ impl<B: Backend> Rope<B> {
                 sin.extend_from_slice(&s);
             }
         }
-        let shape = [positions.len(), 1, d];
-        Self {
-            cos: Tensor::from_data(TensorData::new(cos, shape), device),
-            sin: Tensor::from_data(TensorData::new(sin, shape), device),
-        }
+        (cos, sin, [positions.len(), 1, d])
     }
 
     /// Rotates `x [T, H, D]`: `(x1, x2) → (x1·cos − x2·sin, x2·cos + x1·sin)`, composed of

@@ -352,6 +352,77 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         Ok(())
     }
 
+    /// Allocates blocks so that sequence `id` can grow by `tokens` without allocating (a
+    /// captured decode step's block table is fixed); its length is unchanged. Fails with
+    /// [`AttnError::OutOfBlocks`] before changing anything when too few are free, and refuses a
+    /// sequence whose partly filled last block is shared (append to it first).
+    pub fn reserve(&mut self, id: SeqId, tokens: usize) -> Result<()> {
+        self.ensure_intact()?;
+        let bs = self.block_size;
+        let seq = self.seq(id)?.clone();
+        ensure!(
+            seq.len % bs == 0 || self.refs[*seq.blocks.last().expect("len > 0")] == 1,
+            "id",
+            "sequence {id:?} shares its partly filled last block (append to it first)"
+        );
+        let needed = (seq.len + tokens)
+            .div_ceil(bs)
+            .saturating_sub(seq.blocks.len());
+        if needed > self.free.len() {
+            return Err(AttnError::OutOfBlocks {
+                needed,
+                free: self.free.len(),
+            });
+        }
+        let mut blocks = seq.blocks;
+        for _ in 0..needed {
+            blocks.push(self.alloc());
+        }
+        self.seqs.insert(
+            id,
+            Seq {
+                blocks,
+                len: seq.len,
+            },
+        );
+        Ok(())
+    }
+
+    /// Marks `tokens` more tokens of sequence `id` as written: a device call wrote them into
+    /// its reserved blocks ([`Self::reserve`]) at the slots [`Self::slot`] gives.
+    pub fn advance(&mut self, id: SeqId, tokens: usize) -> Result<()> {
+        self.ensure_intact()?;
+        let bs = self.block_size;
+        let seq = self
+            .seqs
+            .get_mut(&id)
+            .ok_or_else(|| AttnError::invalid("id", format!("unknown sequence {id:?}")))?;
+        ensure!(
+            seq.len + tokens <= seq.blocks.len() * bs,
+            "tokens",
+            "sequence {id:?} has room for {} more tokens in its blocks, not {tokens} (reserve first)",
+            seq.blocks.len() * bs - seq.len
+        );
+        seq.len += tokens;
+        Ok(())
+    }
+
+    /// The cache slot (`block · blockSize + offset`) of token `pos` of sequence `id`, if its
+    /// block is allocated.
+    pub fn slot(&self, id: SeqId, pos: usize) -> Result<Option<usize>> {
+        let bs = self.block_size;
+        Ok(self
+            .seq(id)?
+            .blocks
+            .get(pos / bs)
+            .map(|&b| b * bs + pos % bs))
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
     fn ensure_intact(&self) -> Result<()> {
         match &self.lost {
             Some(e) => Err(e.clone()),

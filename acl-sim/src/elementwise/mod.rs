@@ -175,7 +175,7 @@ fn values_as(t: &SimTensor, name: &str, shape: &[usize]) -> SimResult<Vec<f64>> 
 
 fn submit(
     op: &'static str,
-    job: impl FnOnce() -> SimResult<()> + Send + 'static,
+    job: impl FnMut() -> SimResult<()> + Send + 'static,
     ws: Ws,
     ex: Ex,
 ) -> SimResult<()> {

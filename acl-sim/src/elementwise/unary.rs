@@ -56,7 +56,7 @@ fn unary_map(
     submit(
         op,
         move || {
-            let v: Vec<f64> = values(&a, "self")?.into_iter().map(f).collect();
+            let v: Vec<f64> = values(&a, "self")?.into_iter().map(&f).collect();
             o.write("out", &encode(&v, o.dtype))
         },
         ws,

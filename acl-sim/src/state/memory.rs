@@ -81,6 +81,7 @@ pub(crate) unsafe extern "C" fn malloc(
     _policy: c_int,
 ) -> AclStatus {
     guard(|| {
+        super::capture::check_unsafe_call("aclrtMalloc", None)?;
         if dev_ptr.is_null() {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
@@ -236,6 +237,9 @@ pub(crate) unsafe extern "C" fn memcpy_async(
         if !super::stream_ok(stream) {
             return err(format!("{stream:p} is not a live stream"));
         }
+        if kind != ACL_MEMCPY_DEVICE_TO_DEVICE {
+            super::capture::check_host_copy("aclrtMemcpyAsync", stream as usize)?;
+        }
         let (d, s) = (dst as usize, src as usize);
         let host_ok = |a: usize, what: &str| -> SimResult<()> {
             if host_range_ok(a, count) {
@@ -360,6 +364,7 @@ pub(crate) unsafe extern "C" fn memcpy(
     kind: c_int,
 ) -> AclStatus {
     guard(|| {
+        super::capture::check_unsafe_call("aclrtMemcpy", None)?;
         let err = |m: String| Err(SimErr(ACL_ERROR_INVALID_PARAM, format!("aclrtMemcpy: {m}")));
         if count > dest_max {
             return err(format!("count {count} > destMax {dest_max}"));

@@ -16,6 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use burn_ascend_cann::acl::ffi::*;
 
+pub(crate) mod capture;
 pub(crate) mod faults;
 pub(crate) mod handles;
 pub(crate) mod memory;
@@ -194,6 +195,11 @@ pub fn launches(op: &str) -> usize {
     LAUNCHES.with(|l| l.borrow().get(op).copied().unwrap_or(0))
 }
 
+/// Counts a successful launch of `op` on the calling thread.
+pub(crate) fn note_launch(op: &'static str) {
+    LAUNCHES.with(|l| *l.borrow_mut().entry(op).or_insert(0) += 1);
+}
+
 // ---- runtime -----------------------------------------------------------------------------
 
 pub(crate) unsafe extern "C" fn acl_init(_config: *const c_char) -> AclStatus {
@@ -299,6 +305,7 @@ pub(crate) unsafe extern "C" fn destroy_stream(stream: AclrtStream) -> AclStatus
 
 pub(crate) unsafe extern "C" fn synchronize_stream(stream: AclrtStream) -> AclStatus {
     guard(|| {
+        capture::check_unsafe_call("aclrtSynchronizeStream", Some(stream as usize))?;
         // The stream's tasks are over either way (a failed task ends the wait too).
         streams::synchronize(stream)?;
         if let Some((st, msg)) = faults::sync_fault() {
@@ -343,7 +350,7 @@ pub(crate) unsafe extern "C" fn get_recent_err_msg() -> *const c_char {
 
 // ---- executors ---------------------------------------------------------------------------
 
-pub(crate) type Job = Box<dyn FnOnce() -> SimResult<()> + Send>;
+pub(crate) type Job = Box<dyn FnMut() -> SimResult<()> + Send>;
 
 struct Executor {
     op: &'static str,
@@ -440,11 +447,15 @@ pub(crate) fn launch(
         if e.workspace > 0 {
             spans.push((workspace as usize, workspace as usize + size as usize));
         }
+        // A task recorded into a graph is not a launch; the graph's replay is one.
+        let recorded = capture::recording(stream as usize);
         streams::enqueue(stream, op, spans, e.job, compute_enabled())?;
-        if let Some(cost) = e.cost {
-            crate::cost::record(op, cost);
+        if !recorded {
+            if let Some(cost) = e.cost {
+                crate::cost::record(op, cost);
+            }
+            note_launch(op);
         }
-        LAUNCHES.with(|l| *l.borrow_mut().entry(op).or_insert(0) += 1);
         Ok(())
     })
 }

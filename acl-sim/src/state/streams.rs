@@ -294,6 +294,11 @@ pub(crate) fn enqueue(
             format!("{what}: {stream:p} is not a live stream"),
         ));
     };
+    // A capturing stream records the task instead (`super::capture`).
+    let Some((spans, job)) = super::capture::intercept(stream as usize, what, spans, job, compute)
+    else {
+        return Ok(());
+    };
     if let Some((other, task)) = in_flight_elsewhere(&s, &spans) {
         return Err(SimErr(
             SIM_HAZARD_STATUS,

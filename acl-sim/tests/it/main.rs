@@ -9,6 +9,7 @@ mod faults;
 mod fia;
 mod fia_sink;
 mod fused;
+mod graph_capture;
 mod grouped_matmul;
 mod guard;
 mod hccl;

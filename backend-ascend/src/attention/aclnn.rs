@@ -604,10 +604,28 @@ pub struct ScatterTensors<'a> {
 
 /// `aclnnScatterPaKvCache` for a validated spec.
 pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterTensors<'_>) -> Result<()> {
+    scatter_with_slots(rt, spec, x, None)
+}
+
+/// [`scatter`] with the slot mapping already on the device (`slots`, INT64 `[T]`: a captured
+/// graph's input) instead of the spec's host slots, which then only give the shape.
+pub fn scatter_with_slots(
+    rt: &Runtime,
+    spec: &ScatterSpec,
+    x: &ScatterTensors<'_>,
+    slots: Option<&Tensor<'_>>,
+) -> Result<()> {
     let cache_mode = spec.cache_mode.as_attr().ok_or_else(|| {
         AclError::Unsupported("cacheMode NHSD has no confirmed aclnn attribute".into())
     })?;
-    let slots = upload_i64(rt, &spec.slot_mapping, &spec.slot_mapping_shape)?;
+    let uploaded = match slots {
+        Some(_) => None,
+        None => Some(upload_i64(
+            rt,
+            &spec.slot_mapping,
+            &spec.slot_mapping_shape,
+        )?),
+    };
     let vec1 = |v: &Option<Vec<i64>>| {
         v.as_ref()
             .map(|v| upload_i64(rt, v, &[v.len()]))
@@ -619,7 +637,13 @@ pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterTensors<'_>) -> Resu
         vec1(&spec.seq_lens)?,
     );
     {
-        let slots = slots.handle()?;
+        let own = handle(&uploaded)?;
+        let Some(slots) = slots.or(own.as_ref()) else {
+            return Err(AclError::Invalid {
+                param: "slotMapping".into(),
+                rule: "missing".into(),
+            });
+        };
         let (clens, cso, seq_lens) = (handle(&clens)?, handle(&cso)?, handle(&seq_lens)?);
         let (strides, offsets) = scatter_strides_offsets(spec);
         let strides = IntArray::new(rt.api(), &strides)?;
@@ -629,7 +653,7 @@ pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterTensors<'_>) -> Resu
             &ops::ScatterArgs {
                 key: x.key,
                 key_cache: x.key_cache,
-                slot_mapping: &slots,
+                slot_mapping: slots,
                 value: x.value,
                 value_cache: x.value_cache,
                 compress_lens: clens.as_ref(),

@@ -83,9 +83,33 @@ pub struct FiaTensors<'a> {
     pub softmax_lse: Option<&'a Tensor<'a>>,
 }
 
+/// Inputs of a fused inference attention call already on the device, used instead of the
+/// spec's host data (which then only gives the shapes): a captured graph's inputs, rewritten
+/// in place between replays.
+#[derive(Default, Clone, Copy)]
+pub struct FiaDeviceMeta<'a> {
+    /// `blockTable` (INT32 `[B, max blocks]`).
+    pub block_table: Option<&'a Tensor<'a>>,
+    /// `attenMask` (UINT8, the spec's dense mask shape).
+    pub atten_mask: Option<&'a Tensor<'a>>,
+}
+
 /// `aclnnFusedInferAttentionScoreV4` (or the base op) for a validated spec.
 pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -> AclResult<()> {
-    let mask = prompt_mask(rt, &spec.atten_mask)?;
+    fused_infer_attention_with(rt, spec, x, FiaDeviceMeta::default())
+}
+
+/// [`fused_infer_attention`] with the block table and / or mask on the device (`dev`).
+pub fn fused_infer_attention_with(
+    rt: &Runtime,
+    spec: &FiaSpec,
+    x: &FiaTensors<'_>,
+    dev: FiaDeviceMeta<'_>,
+) -> AclResult<()> {
+    let mask = match dev.atten_mask {
+        Some(_) => None,
+        None => prompt_mask(rt, &spec.atten_mask)?,
+    };
     let pse = spec
         .pse_shift
         .as_ref()
@@ -94,6 +118,7 @@ pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -
     let table = spec
         .block_table
         .as_ref()
+        .filter(|_| dev.block_table.is_none())
         .map(|t| upload_block_table(rt, t))
         .transpose()?;
     let qpad = spec
@@ -131,6 +156,8 @@ pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -
     let (kqs, kqo) = sep(&spec.key_antiquant, spec.key_antiquant_mode)?;
     let (vqs, vqo) = sep(&spec.value_antiquant, spec.value_antiquant_mode)?;
     let (mask, pse, table) = (handle_of(&mask)?, handle_of(&pse)?, handle_of(&table)?);
+    let mask = dev.atten_mask.or(mask.as_ref());
+    let table = dev.block_table.or(table.as_ref());
     let (qpad, kvpad) = (handle_of(&qpad)?, handle_of(&kvpad)?);
     let (aqs, aqo) = (handle_of(&aqs)?, handle_of(&aqo)?);
     let (kqs, kqo, vqs, vqo) = (
@@ -148,12 +175,12 @@ pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -
             key: x.key,
             value: x.value,
             pse_shift: pse.as_ref(),
-            atten_mask: mask.as_ref(),
+            atten_mask: mask,
             actual_seq_lengths: asl.as_ref(),
             actual_seq_lengths_kv: asl_kv.as_ref(),
             antiquant_scale: aqs.as_ref(),
             antiquant_offset: aqo.as_ref(),
-            block_table: table.as_ref(),
+            block_table: table,
             query_padding_size: qpad.as_ref(),
             kv_padding_size: kvpad.as_ref(),
             key_antiquant_scale: kqs.as_ref(),

@@ -16,11 +16,13 @@ use std::ffi::{c_char, c_int, c_void};
 
 mod elementwise;
 mod fused;
+mod graph;
 mod grouped_matmul;
 mod optim;
 pub mod table;
 pub use elementwise::*;
 pub use fused::*;
+pub use graph::*;
 pub use grouped_matmul::*;
 pub use optim::*;
 
@@ -710,6 +712,7 @@ pub enum ApiKind {
 macro_rules! declare_api {
     (
         runtime { $($rf:ident: $rc:ident($rt:ty)),* }
+        graph { $($gf:ident: $gc:ident($gt:ty)),* }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
     ) => {
         /// The function table, one field per entry of [`table`](crate::acl_api_table). Runtime
@@ -727,6 +730,10 @@ macro_rules! declare_api {
                 pub $rf: $rt,
             )*
             $(
+                #[doc = concat!("`", stringify!($gc), "` (optional: graph capture).")]
+                pub $gf: Option<$gt>,
+            )*
+            $(
                 #[doc = concat!("`", stringify!($c), "`.")]
                 $(#[$a])*
                 pub $f: Option<OpFns<$w>>,
@@ -741,6 +748,10 @@ macro_rules! declare_api {
             $(
                 #[doc = concat!("`", stringify!($rc), "`.")]
                 pub const $rf: &str = stringify!($rc);
+            )*
+            $(
+                #[doc = concat!("`", stringify!($gc), "`.")]
+                pub const $gf: &str = stringify!($gc);
             )*
             $(
                 #[doc = concat!("`", stringify!($c), "`.")]

@@ -252,6 +252,7 @@ fn resolve(libs: &[Library], paths: &[PathBuf]) -> Result<AclApi> {
     macro_rules! resolve_table {
         (
             runtime { $($rf:ident: $rc:ident($rt:ty)),* }
+            graph { $($gf:ident: $gc:ident($gt:ty)),* }
             ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
         ) => {
             AclApi {
@@ -260,6 +261,11 @@ fn resolve(libs: &[Library], paths: &[PathBuf]) -> Result<AclApi> {
                     // SAFETY: `$rt` is written from the prototype of `$rc` in `ffi`.
                     $rf: unsafe { find::<$rt>(libs, stringify!($rc)) }
                         .ok_or_else(|| missing(stringify!($rc)))?,
+                )*
+                $(
+                    // SAFETY: `$gt` is written from the prototype of `$gc` in `ffi::graph`;
+                    // absent (an older CANN) it stays `None`.
+                    $gf: unsafe { find::<$gt>(libs, stringify!($gc)) },
                 )*
                 $(
                     $f: {

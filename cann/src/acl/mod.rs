@@ -14,7 +14,8 @@
 //!   fails with one line naming every path tried;
 //! - [`tensor`]: descriptor building in one place ([`TensorDesc`]) and RAII handles;
 //! - [`runtime`]: device, stream, caching workspace allocator;
-//! - [`ops`]: one function per aclnn op over handles, the two-stage call in [`ops::two_stage`].
+//! - [`ops`]: one function per aclnn op over handles, the two-stage call in [`ops::two_stage`];
+//! - [`graph`]: graph capture (`aclmdlRI…`, optional in the table) and [`ModelRi`].
 //!
 //! The attention ops' call builders (validated contract spec + device tensors → one aclnn
 //! call) sit above this layer, in `burn_ascend_backend::attention::aclnn`, shared by the
@@ -25,13 +26,14 @@
 //! gives a [`Runtime`] over it, and its `bench` measures the host overhead of one dispatched
 //! call.
 //!
-//! `unsafe` is confined to `loader`, `tensor`, `runtime` and `ops` (the calls through the
+//! `unsafe` is confined to `loader`, `tensor`, `runtime`, `graph` and `ops` (the calls through the
 //! table), each block with a `// SAFETY:` line.
 //!
 //! [`acl_api_table!`]: crate::acl_api_table
 
 mod error;
 pub mod ffi;
+pub mod graph;
 pub mod loader;
 pub mod ops;
 pub mod profile;
@@ -39,8 +41,11 @@ pub mod runtime;
 pub mod tensor;
 
 pub use error::{status_name, AclError, Result};
-pub use ffi::{names, AclApi, ApiKind, DataType, Format};
-pub use runtime::{default_device_id, device_count, Runtime, RuntimeCounters, StreamOrder};
+pub use ffi::{names, AclApi, ApiKind, CaptureMode, DataType, Format};
+pub use graph::{capture_refusal, is_capture_refusal, ModelRi, TaskGroup};
+pub use runtime::{
+    default_device_id, device_count, thread_launches, Runtime, RuntimeCounters, StreamOrder,
+};
 pub use tensor::{
     DeviceBuffer, DeviceTensor, IntArray, Scalar, Stream, Tensor, TensorDesc, TensorList,
 };

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::error::{AclError, Result};
@@ -70,6 +70,28 @@ pub struct RuntimeCounters {
     pub h2d_bytes: u64,
     /// Bytes copied device to host.
     pub d2h_bytes: u64,
+    /// Of `launches`, the host-to-device copies (uploads of inputs): a replayed graph's
+    /// per-step cost is `launches - uploads` kernel launches plus these copies.
+    pub uploads: u64,
+}
+
+thread_local! {
+    /// Launches and uploads queued by the calling thread, through every runtime.
+    static THREAD_COUNTS: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+fn count_on_thread(launches: u64, uploads: u64) {
+    let _ = THREAD_COUNTS.try_with(|c| {
+        let (l, u) = c.get();
+        c.set((l + launches, u + uploads));
+    });
+}
+
+/// `(launches, uploads)` queued by the calling thread so far, through every runtime: what one
+/// host loop (a decode step) cost, whatever other threads queue on the same device meanwhile
+/// ([`Runtime::counters`] counts all threads).
+pub fn thread_launches() -> (u64, u64) {
+    THREAD_COUNTS.try_with(|c| c.get()).unwrap_or_default()
 }
 
 #[derive(Default)]
@@ -98,6 +120,12 @@ pub struct StreamOrder {
     syncs: AtomicU64,
     h2d: AtomicU64,
     d2h: AtomicU64,
+    uploads: AtomicU64,
+    /// A graph capture is active on the stream (`crate::acl::graph`): tasks are recorded, not
+    /// run, and synchronisations, uploads and workspace growth are refused.
+    capturing: AtomicBool,
+    /// A task-group update is active: the calls made are recorded into the group.
+    updating: AtomicBool,
 }
 
 // SAFETY: `Stream` is `!Send`/`!Sync` only because it holds the raw `aclrtStream`. A stream
@@ -127,6 +155,14 @@ impl StreamOrder {
     /// Waits for the stream, then frees what was deferred **before** the wait began (what is
     /// deferred meanwhile by another thread may belong to a task queued after it).
     pub fn synchronize(&self) -> Result<()> {
+        if self.recording() {
+            // Nothing is freed either: the deferred memory may be what the recorded tasks use.
+            return Err(super::graph::capture_refusal(
+                names::synchronize_stream,
+                "the host cannot wait for a stream whose tasks are recorded, not run (read \
+                 results after the capture, after replaying the graph)",
+            ));
+        }
         let snapshot = std::mem::take(&mut *self.lock());
         self.syncs.fetch_add(1, Ordering::Relaxed);
         let result = super::profile::timed(names::synchronize_stream, || self.stream.synchronize());
@@ -147,8 +183,31 @@ impl StreamOrder {
         self.lock().device.push(ptr as usize);
     }
 
+    /// Counts a launch queued for running (a task recorded into a graph is not one: the
+    /// graph's replay is).
     pub(crate) fn note_launch(&self) {
-        self.launches.fetch_add(1, Ordering::Relaxed);
+        if !self.recording() {
+            self.launches.fetch_add(1, Ordering::Relaxed);
+            count_on_thread(1, 0);
+        }
+    }
+
+    /// Whether a graph capture is active on the stream.
+    pub fn capturing(&self) -> bool {
+        self.capturing.load(Ordering::SeqCst)
+    }
+
+    /// Whether the stream's calls are recorded (a capture or a task-group update).
+    pub fn recording(&self) -> bool {
+        self.capturing() || self.updating.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_capturing(&self, on: bool) {
+        self.capturing.store(on, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_updating(&self, on: bool) {
+        self.updating.store(on, Ordering::SeqCst);
     }
 
     pub(crate) fn note_d2h(&self, bytes: usize) {
@@ -161,6 +220,13 @@ impl StreamOrder {
     pub(crate) fn upload(&self, dst: *mut c_void, dst_len: usize, src: &[u8]) -> Result<()> {
         if src.is_empty() {
             return Ok(());
+        }
+        if self.recording() {
+            return Err(super::graph::capture_refusal(
+                names::memcpy_async,
+                "an upload from host memory would be replayed from a staging buffer freed long \
+                 before (write a graph's inputs into its device buffers before replaying it)",
+            ));
         }
         super::profile::timed("aclrtMemcpyAsync(host to device)", || {
             self.upload_untimed(dst, dst_len, src)
@@ -197,6 +263,8 @@ impl StreamOrder {
         }
         check(self.api, st, names::memcpy_async)?;
         self.launches.fetch_add(1, Ordering::Relaxed);
+        self.uploads.fetch_add(1, Ordering::Relaxed);
+        count_on_thread(1, 1);
         self.h2d.fetch_add(src.len() as u64, Ordering::Relaxed);
         Ok(())
     }
@@ -212,7 +280,7 @@ impl StreamOrder {
             (self.api.memset_async)(dst, len, i32::from(value), len, self.stream.as_ptr())
         };
         check(self.api, st, names::memset_async)?;
-        self.launches.fetch_add(1, Ordering::Relaxed);
+        self.note_launch();
         Ok(())
     }
 
@@ -222,6 +290,7 @@ impl StreamOrder {
             synchronizations: self.syncs.load(Ordering::Relaxed),
             h2d_bytes: self.h2d.load(Ordering::Relaxed),
             d2h_bytes: self.d2h.load(Ordering::Relaxed),
+            uploads: self.uploads.load(Ordering::Relaxed),
         }
     }
 }
@@ -289,6 +358,9 @@ impl Runtime {
                 syncs: AtomicU64::new(0),
                 h2d: AtomicU64::new(0),
                 d2h: AtomicU64::new(0),
+                uploads: AtomicU64::new(0),
+                capturing: AtomicBool::new(false),
+                updating: AtomicBool::new(false),
             }),
         })
     }
@@ -401,6 +473,17 @@ impl Runtime {
         let size = usize::try_from(size)
             .map_err(|_| AclError::invalid("workspace", "size overflows usize"))?;
         if ws.as_ref().is_none_or(|b| b.len() < size) {
+            if self.order.recording() {
+                return Err(super::graph::capture_refusal(
+                    "workspace",
+                    &format!(
+                        "the op's GetWorkspaceSize asks for {size} bytes of workspace, more than \
+                         the {} bytes reserved before the capture (its allocation would be an \
+                         aclrtMalloc inside the capture; call Runtime::reserve_workspace first)",
+                        ws.as_ref().map_or(0, DeviceBuffer::len)
+                    ),
+                ));
+            }
             // Round up so slowly growing requests do not reallocate every call.
             let grown = self.alloc(size.next_power_of_two())?;
             // The old one's drop defers its free to the next synchronisation.
@@ -412,6 +495,16 @@ impl Runtime {
             self.order.note_launch();
         }
         r
+    }
+
+    /// Grows the cached workspace to at least `size` bytes now, outside any capture, so the
+    /// ops a capture records find it big enough.
+    pub fn reserve_workspace(&self, size: usize) -> Result<()> {
+        let mut ws = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        if size > 0 && ws.as_ref().is_none_or(|b| b.len() < size) {
+            ws.replace(self.alloc(size.next_power_of_two())?);
+        }
+        Ok(())
     }
 
     /// Bytes held by the workspace cache (workspaces replaced but not yet freed excluded).

@@ -337,6 +337,28 @@ impl DeviceBuffer {
         check(self.api, st, &format!("{}(host to device)", names::memcpy))
     }
 
+    /// Copies `src` to the start of a **stream-ordered** buffer through `&self`: the copy is
+    /// queued after every use of the buffer queued before it and runs before every use queued
+    /// after it, so a buffer that queued work (a captured graph's tasks) reads is refilled
+    /// between two uses — how a graph's inputs are written before each replay. An error for a
+    /// buffer with no stream order (whose synchronous write could race nothing, but is not
+    /// what this is for) and for `src` longer than the buffer.
+    pub fn overwrite(&self, src: &[u8]) -> Result<()> {
+        if src.len() > self.len {
+            return Err(AclError::invalid(
+                "upload",
+                format!("{} bytes into a {}-byte buffer", src.len(), self.len),
+            ));
+        }
+        match &self.order {
+            Some(order) => order.upload(self.ptr, self.len, src),
+            None => Err(AclError::invalid(
+                "overwrite",
+                "the buffer has no stream order (allocate it with alloc_ordered)",
+            )),
+        }
+    }
+
     /// Zeroes the whole buffer: a queued memset for a stream-ordered buffer, else a
     /// synchronous copy of zeros.
     pub fn fill_zero(&self) -> Result<()> {

@@ -28,6 +28,7 @@ mod model_examples;
 mod model_fused;
 mod model_generate;
 mod model_gpt_oss;
+mod model_graph;
 mod model_hf;
 mod model_kill;
 mod model_lora;

@@ -169,14 +169,18 @@ impl Function {
 macro_rules! collect_functions {
     (
         runtime { $($rf:ident: $rc:ident($rt:ty)),* }
+        graph { $($gf:ident: $gc:ident($gt:ty)),* }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
     ) => {
         /// Every C function of [`burn_ascend_cann::acl_api_table!`], in table order: the
-        /// runtime and nnopbase entries, then per aclnn op its `GetWorkspaceSize` stage and
-        /// its launch ([`ffi::AclnnLaunch`]).
+        /// runtime and nnopbase entries, the graph-capture functions (optional at run time,
+        /// declared in `acl/acl_rt.h` and checked like the rest), then per aclnn op its
+        /// `GetWorkspaceSize` stage and its launch ([`ffi::AclnnLaunch`]).
         pub fn functions() -> Vec<Function> {
-            let runtime =
-                [$(Function::of::<$rt>(stringify!($rc), stringify!($rt), Group::Runtime)),*];
+            let runtime = [
+                $(Function::of::<$rt>(stringify!($rc), stringify!($rt), Group::Runtime),)*
+                $(Function::of::<$gt>(stringify!($gc), stringify!($gt), Group::Runtime),)*
+            ];
             let ops = [$([
                 Function::of::<$w>(
                     concat!(stringify!($c), "GetWorkspaceSize"),
@@ -325,6 +329,46 @@ pub fn ffi_constants() -> Vec<(&'static str, i64)> {
             "ACL_MEMCPY_DEVICE_TO_DEVICE",
             ffi::ACL_MEMCPY_DEVICE_TO_DEVICE,
         ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_MODE_GLOBAL",
+            ffi::CaptureMode::Global.raw(),
+        ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL",
+            ffi::CaptureMode::ThreadLocal.raw(),
+        ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_MODE_RELAXED",
+            ffi::CaptureMode::Relaxed.raw(),
+        ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_STATUS_NONE",
+            ffi::ACL_MODEL_RI_CAPTURE_STATUS_NONE,
+        ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE",
+            ffi::ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
+        ),
+        c(
+            "ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED",
+            ffi::ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
+        ),
+        c(
+            "ACL_ERROR_RT_STREAM_CAPTURED",
+            ffi::ACL_ERROR_RT_STREAM_CAPTURED,
+        ),
+        c(
+            "ACL_ERROR_RT_STREAM_NOT_CAPTURED",
+            ffi::ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+        ),
+        c(
+            "ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT",
+            ffi::ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT,
+        ),
+        c(
+            "ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED",
+            ffi::ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
+        ),
     ]
 }
 
@@ -334,6 +378,8 @@ pub const ENUMS_PASSED_AS_I32: &[&str] = &[
     "aclFormat",
     "aclrtMemMallocPolicy",
     "aclrtMemcpyKind",
+    "aclmdlRICaptureMode",
+    "aclmdlRICaptureStatus",
     "HcclResult",
     "HcclDataType",
     "HcclReduceOp",

@@ -13,17 +13,20 @@
 //!
 //! ```text
 //! runtime { <field>: <C name>(<fn type>), … }
+//! graph   { <field>: <C name>(<fn type>), … }
 //! ops     { $(#[attr])* <field>: <aclnn name>(<GetWorkspaceSize fn type>), … }
 //! ```
 //!
 //! with every type a full path (`$crate::acl::ffi::…`), and emits what it needs per entry.
-//! Runtime and nnopbase entries are required; each op is optional (`Option<OpFns<_>>`).
+//! Runtime and nnopbase entries are required; the graph-capture functions (`aclmdlRI…`, newer
+//! CANN only) are optional (`Option<fn>`), and so is each op (`Option<OpFns<_>>`).
 
 /// Calls the macro `$m` with the table (see the [module docs](crate::acl::ffi::table)). `$m`
 /// must accept
 ///
 /// ```text
 /// runtime { $($rf:ident: $rc:ident($rt:ty)),* }
+/// graph { $($gf:ident: $gc:ident($gt:ty)),* }
 /// ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
 /// ```
 #[macro_export]
@@ -58,6 +61,18 @@ macro_rules! acl_api_table {
                 destroy_tensor_list: aclDestroyTensorList(AclDestroyTensorList),
                 create_scalar: aclCreateScalar(AclCreateScalar),
                 destroy_scalar: aclDestroyScalar(AclDestroyScalar),
+            }
+            graph {
+                // ---- graph capture (libascendcl.so; optional: absent from older CANN)
+                capture_begin: aclmdlRICaptureBegin(AclmdlRICaptureBegin),
+                capture_get_info: aclmdlRICaptureGetInfo(AclmdlRICaptureGetInfo),
+                capture_end: aclmdlRICaptureEnd(AclmdlRICaptureEnd),
+                ri_execute_async: aclmdlRIExecuteAsync(AclmdlRIExecuteAsync),
+                ri_destroy: aclmdlRIDestroy(AclmdlRIDestroy),
+                task_grp_begin: aclmdlRICaptureTaskGrpBegin(AclrtStreamFn),
+                task_grp_end: aclmdlRICaptureTaskGrpEnd(AclmdlRICaptureTaskGrpEnd),
+                task_update_begin: aclmdlRICaptureTaskUpdateBegin(AclmdlRICaptureTaskUpdateBegin),
+                task_update_end: aclmdlRICaptureTaskUpdateEnd(AclrtStreamFn),
             }
             ops {
                 // ---- attention (libopapi.so / libopapi_transformer.so in split builds)
@@ -166,10 +181,12 @@ macro_rules! acl_api_table {
     // Qualifies every type with `$crate` so the callback may live in any crate.
     (@emit $m:ident
         runtime { $($rf:ident: $rc:ident($rt:ident)),* $(,)? }
+        graph { $($gf:ident: $gc:ident($gt:ident)),* $(,)? }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ident)),* $(,)? }
     ) => {
         $m! {
             runtime { $($rf: $rc($crate::acl::ffi::$rt)),* }
+            graph { $($gf: $gc($crate::acl::ffi::$gt)),* }
             ops { $($(#[$a])* $f: $c($crate::acl::ffi::$w)),* }
         }
     };

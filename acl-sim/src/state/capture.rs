@@ -1,0 +1,463 @@
+//! Graph capture as CANN models it (`aclmdlRICaptureBegin` … `aclmdlRICaptureEnd`,
+//! `aclmdlRIExecuteAsync`, `aclmdlRIDestroy`, task groups and their updates).
+//!
+//! - **Recorded, not run.** While a stream captures, every task queued on it (an aclnn launch,
+//!   an asynchronous device-to-device copy or memset, a collective) is appended to the
+//!   capture's graph with its argument bindings (the job the first stage built, the device
+//!   ranges it touches) instead of being queued: nothing runs, nothing is in flight.
+//! - **Replayed in order, as one launch.** `aclmdlRIExecuteAsync` queues **one** task on its
+//!   stream that runs the recorded tasks in the order they were recorded; the graph stays
+//!   and replays again. A replay reads and writes the device memory the tasks were recorded
+//!   with: its inputs are written into those buffers before the replay.
+//! - **Refused during a capture** (status [`ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT`], and the
+//!   capture is invalidated: its `aclmdlRICaptureEnd` fails with
+//!   [`ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED`] naming the first refused call): synchronising
+//!   the capturing stream (any mode); and, from every thread in the global mode or from the
+//!   capturing thread in the thread-local mode, any `aclrtSynchronizeStream`, a synchronous
+//!   `aclrtMemcpy` (a host read or write that would need the device idle) and `aclrtMalloc`
+//!   (memory must come from what was reserved before the capture — a caching pool's segments,
+//!   the runtime's workspace). An asynchronous copy from or to host memory on the capturing
+//!   stream is refused in every mode: the graph would read or write that host buffer at every
+//!   replay. The relaxed mode refuses nothing else.
+//! - **Task groups.** `aclmdlRICaptureTaskGrpBegin` / `End` mark a range of the recorded tasks;
+//!   between `aclmdlRICaptureTaskUpdateBegin(stream, group)` and `…UpdateEnd(stream)` the tasks
+//!   queued on `stream` are recorded as the group's replacements (as many as it has, in
+//!   order); the replacement itself is queued on `stream`, so replays queued before it run
+//!   the old tasks and later ones the new.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+
+use burn_ascend_cann::acl::ffi::*;
+
+use super::streams::Span;
+use super::{catch, guard, lock, next_id, Job, SimErr, SimResult};
+
+/// A task recorded into a graph: what the stream would have run.
+pub(crate) struct Recorded {
+    what: &'static str,
+    spans: Vec<Span>,
+    job: Job,
+    compute: bool,
+}
+
+/// A captured graph: its tasks in recording order (replaced in place by group updates).
+struct Graph {
+    tasks: Mutex<Vec<Recorded>>,
+}
+
+/// An active capture on one stream.
+struct Capture {
+    mode: CaptureMode,
+    thread: ThreadId,
+    graph: Arc<Graph>,
+    /// The first refused call: `aclmdlRICaptureEnd` then fails with it.
+    invalid: Option<String>,
+    /// Where the open task group starts (an index of the graph's tasks).
+    group_start: Option<usize>,
+}
+
+/// An active task-group update on one stream.
+struct Update {
+    graph: Arc<Graph>,
+    range: std::ops::Range<usize>,
+    tasks: Vec<Recorded>,
+}
+
+/// Active captures by stream handle value.
+static CAPTURES: Mutex<Option<HashMap<usize, Capture>>> = Mutex::new(None);
+/// Active task-group updates by stream handle value.
+static UPDATES: Mutex<Option<HashMap<usize, Update>>> = Mutex::new(None);
+/// Captured graphs by `aclmdlRI` handle value.
+static GRAPHS: Mutex<Option<HashMap<usize, Arc<Graph>>>> = Mutex::new(None);
+/// Task groups by `aclrtTaskGrp` handle value: their graph and range of tasks.
+type GroupEntry = (Arc<Graph>, std::ops::Range<usize>);
+static GROUPS: Mutex<Option<HashMap<usize, GroupEntry>>> = Mutex::new(None);
+
+fn refusal(msg: String) -> SimErr {
+    SimErr(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, msg)
+}
+
+/// Records the task instead of queueing it when `stream` captures or updates a task group;
+/// otherwise hands it back.
+pub(crate) fn intercept(
+    stream: usize,
+    what: &'static str,
+    spans: Vec<Span>,
+    job: Job,
+    compute: bool,
+) -> Option<(Vec<Span>, Job)> {
+    let task = Recorded {
+        what,
+        spans,
+        job,
+        compute,
+    };
+    if let Some(c) = lock(&CAPTURES).as_mut().and_then(|m| m.get_mut(&stream)) {
+        lock(&c.graph.tasks).push(task);
+        return None;
+    }
+    if let Some(u) = lock(&UPDATES).as_mut().and_then(|m| m.get_mut(&stream)) {
+        u.tasks.push(task);
+        return None;
+    }
+    Some((task.spans, task.job))
+}
+
+/// Whether `stream`'s tasks are recorded (a capture or a task-group update is active).
+pub(crate) fn recording(stream: usize) -> bool {
+    lock(&CAPTURES)
+        .as_ref()
+        .is_some_and(|m| m.contains_key(&stream))
+        || lock(&UPDATES)
+            .as_ref()
+            .is_some_and(|m| m.contains_key(&stream))
+}
+
+/// Refuses `call` (an unsafe call: a synchronisation, a synchronous copy, an allocation) when
+/// a capture forbids it to the calling thread, invalidating that capture; `stream`: the stream
+/// the call waits for, refused whenever it captures.
+pub(crate) fn check_unsafe_call(call: &str, stream: Option<usize>) -> SimResult<()> {
+    let me = std::thread::current().id();
+    let mut g = lock(&CAPTURES);
+    let Some(m) = g.as_mut() else { return Ok(()) };
+    for (&id, c) in m.iter_mut() {
+        let forbids = Some(id) == stream
+            || match c.mode {
+                CaptureMode::Global => true,
+                CaptureMode::ThreadLocal => c.thread == me,
+                CaptureMode::Relaxed => false,
+            };
+        if forbids {
+            let msg = format!(
+                "{call} during the graph capture of stream {id:#x} ({:?} mode): the stream's \
+                 tasks are recorded, not run, so the host cannot wait for them, read their \
+                 results or allocate device memory (reserve memory before the capture; read \
+                 results after replaying the graph)",
+                c.mode
+            );
+            c.invalid.get_or_insert_with(|| msg.clone());
+            return Err(refusal(msg));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an asynchronous copy between host memory and the device on a recording stream.
+pub(crate) fn check_host_copy(call: &str, stream: usize) -> SimResult<()> {
+    if !recording(stream) {
+        return Ok(());
+    }
+    let msg = format!(
+        "{call} with host memory on stream {stream:#x}, which is recording a graph: every replay \
+         would read or write that host buffer again (write a graph's inputs into device \
+         buffers before replaying it)"
+    );
+    if let Some(c) = lock(&CAPTURES).as_mut().and_then(|m| m.get_mut(&stream)) {
+        c.invalid.get_or_insert_with(|| msg.clone());
+    }
+    Err(refusal(msg))
+}
+
+fn stream_arg(call: &str, stream: AclrtStream) -> SimResult<usize> {
+    if super::stream_ok(stream) {
+        Ok(stream as usize)
+    } else {
+        Err(SimErr(
+            ACL_ERROR_INVALID_PARAM,
+            format!("{call}: {stream:p} is not a live stream"),
+        ))
+    }
+}
+
+pub(crate) unsafe extern "C" fn capture_begin(stream: AclrtStream, mode: c_int) -> AclStatus {
+    guard(|| {
+        const CALL: &str = "aclmdlRICaptureBegin";
+        let id = stream_arg(CALL, stream)?;
+        let Some(mode) = CaptureMode::from_raw(mode) else {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("{CALL}: mode {mode} is not an aclmdlRICaptureMode (0, 1 or 2)"),
+            ));
+        };
+        if recording(id) {
+            return Err(SimErr(
+                ACL_ERROR_RT_STREAM_CAPTURED,
+                format!("{CALL}: stream {id:#x} is already capturing or updating a task group"),
+            ));
+        }
+        lock(&CAPTURES).get_or_insert_with(HashMap::new).insert(
+            id,
+            Capture {
+                mode,
+                thread: std::thread::current().id(),
+                graph: Arc::new(Graph {
+                    tasks: Mutex::new(Vec::new()),
+                }),
+                invalid: None,
+                group_start: None,
+            },
+        );
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn capture_get_info(
+    stream: AclrtStream,
+    status: *mut c_int,
+    model_ri: *mut AclmdlRI,
+) -> AclStatus {
+    guard(|| {
+        let id = stream_arg("aclmdlRICaptureGetInfo", stream)?;
+        if status.is_null() {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                "aclmdlRICaptureGetInfo: status is null".into(),
+            ));
+        }
+        let st = match lock(&CAPTURES).as_ref().and_then(|m| m.get(&id)) {
+            None => ACL_MODEL_RI_CAPTURE_STATUS_NONE,
+            Some(c) if c.invalid.is_some() => ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
+            Some(_) => ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
+        };
+        // SAFETY: non-null out-pointers per the prototype (`modelRI` may be null: not asked).
+        unsafe {
+            *status = st;
+            if !model_ri.is_null() {
+                *model_ri = std::ptr::null_mut();
+            }
+        }
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn capture_end(
+    stream: AclrtStream,
+    model_ri: *mut AclmdlRI,
+) -> AclStatus {
+    guard(|| {
+        const CALL: &str = "aclmdlRICaptureEnd";
+        let id = stream_arg(CALL, stream)?;
+        if model_ri.is_null() {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("{CALL}: modelRI is null"),
+            ));
+        }
+        let Some(c) = lock(&CAPTURES).as_mut().and_then(|m| m.remove(&id)) else {
+            return Err(SimErr(
+                ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+                format!("{CALL}: stream {id:#x} is not capturing"),
+            ));
+        };
+        if let Some(why) = c.invalid {
+            return Err(SimErr(
+                ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
+                format!("{CALL}: the capture was invalidated by a refused call: {why}"),
+            ));
+        }
+        if c.group_start.is_some() {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("{CALL}: a task group is still open (call aclmdlRICaptureTaskGrpEnd)"),
+            ));
+        }
+        let ri = next_id();
+        lock(&GRAPHS)
+            .get_or_insert_with(HashMap::new)
+            .insert(ri, c.graph);
+        // SAFETY: non-null out-pointer per the prototype.
+        unsafe { *model_ri = ri as AclmdlRI };
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn ri_execute_async(
+    model_ri: AclmdlRI,
+    stream: AclrtStream,
+) -> AclStatus {
+    guard(|| {
+        const CALL: &str = "aclmdlRIExecuteAsync";
+        let Some(graph) = lock(&GRAPHS)
+            .as_ref()
+            .and_then(|m| m.get(&(model_ri as usize)).cloned())
+        else {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("{CALL}: {model_ri:p} is not a live model runtime instance"),
+            ));
+        };
+        let spans: Vec<Span> = lock(&graph.tasks)
+            .iter()
+            .flat_map(|t| t.spans.iter().copied())
+            .collect();
+        let job: Job = Box::new(move || {
+            let mut tasks = lock(&graph.tasks);
+            for t in tasks.iter_mut().filter(|t| t.compute) {
+                let what = t.what;
+                catch(|| (t.job)()).map_err(|SimErr(st, msg)| {
+                    SimErr(st, format!("{CALL}: recorded task {what}: {msg}"))
+                })?;
+            }
+            Ok(())
+        });
+        super::streams::enqueue(stream, CALL, spans, job, super::compute_enabled())?;
+        super::note_launch(CALL);
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn ri_destroy(model_ri: AclmdlRI) -> AclStatus {
+    guard(|| {
+        let Some(graph) = lock(&GRAPHS)
+            .as_mut()
+            .and_then(|m| m.remove(&(model_ri as usize)))
+        else {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("aclmdlRIDestroy: {model_ri:p} is not a live model runtime instance"),
+            ));
+        };
+        if let Some(m) = lock(&GROUPS).as_mut() {
+            m.retain(|_, (g, _)| !Arc::ptr_eq(g, &graph));
+        }
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn task_grp_begin(stream: AclrtStream) -> AclStatus {
+    guard(|| {
+        const CALL: &str = "aclmdlRICaptureTaskGrpBegin";
+        let id = stream_arg(CALL, stream)?;
+        let mut g = lock(&CAPTURES);
+        let Some(c) = g.as_mut().and_then(|m| m.get_mut(&id)) else {
+            return Err(SimErr(
+                ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+                format!("{CALL}: stream {id:#x} is not capturing"),
+            ));
+        };
+        if c.group_start.is_some() {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("{CALL}: a task group is already open on stream {id:#x}"),
+            ));
+        }
+        c.group_start = Some(lock(&c.graph.tasks).len());
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn task_grp_end(
+    stream: AclrtStream,
+    handle: *mut AclrtTaskGrp,
+) -> AclStatus {
+    guard(|| {
+        const CALL: &str = "aclmdlRICaptureTaskGrpEnd";
+        let id = stream_arg(CALL, stream)?;
+        if handle.is_null() {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("{CALL}: handle is null"),
+            ));
+        }
+        let mut g = lock(&CAPTURES);
+        let Some(c) = g.as_mut().and_then(|m| m.get_mut(&id)) else {
+            return Err(SimErr(
+                ACL_ERROR_RT_STREAM_NOT_CAPTURED,
+                format!("{CALL}: stream {id:#x} is not capturing"),
+            ));
+        };
+        let Some(start) = c.group_start.take() else {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("{CALL}: no task group is open (call aclmdlRICaptureTaskGrpBegin)"),
+            ));
+        };
+        let end = lock(&c.graph.tasks).len();
+        let h = next_id();
+        lock(&GROUPS)
+            .get_or_insert_with(HashMap::new)
+            .insert(h, (c.graph.clone(), start..end));
+        // SAFETY: non-null out-pointer per the prototype.
+        unsafe { *handle = h as AclrtTaskGrp };
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn task_update_begin(
+    stream: AclrtStream,
+    handle: AclrtTaskGrp,
+) -> AclStatus {
+    guard(|| {
+        const CALL: &str = "aclmdlRICaptureTaskUpdateBegin";
+        let id = stream_arg(CALL, stream)?;
+        if recording(id) {
+            return Err(SimErr(
+                ACL_ERROR_RT_STREAM_CAPTURED,
+                format!("{CALL}: stream {id:#x} is capturing or already updating"),
+            ));
+        }
+        let Some((graph, range)) = lock(&GROUPS)
+            .as_ref()
+            .and_then(|m| m.get(&(handle as usize)).cloned())
+        else {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("{CALL}: {handle:p} is not a task group of a live graph"),
+            ));
+        };
+        lock(&UPDATES).get_or_insert_with(HashMap::new).insert(
+            id,
+            Update {
+                graph,
+                range,
+                tasks: Vec::new(),
+            },
+        );
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn task_update_end(stream: AclrtStream) -> AclStatus {
+    guard(|| {
+        const CALL: &str = "aclmdlRICaptureTaskUpdateEnd";
+        let id = stream_arg(CALL, stream)?;
+        let Some(u) = lock(&UPDATES).as_mut().and_then(|m| m.remove(&id)) else {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!("{CALL}: no task-group update is active on stream {id:#x}"),
+            ));
+        };
+        if u.tasks.len() != u.range.len() {
+            return Err(SimErr(
+                ACL_ERROR_INVALID_PARAM,
+                format!(
+                    "{CALL}: the group has {} tasks but {} were issued to replace them",
+                    u.range.len(),
+                    u.tasks.len()
+                ),
+            ));
+        }
+        // Stream-ordered: replays queued before this run the old tasks.
+        let mut pending = Some((u.graph, u.range, u.tasks));
+        let job: Job = Box::new(move || {
+            if let Some((graph, range, new)) = pending.take() {
+                let mut tasks = lock(&graph.tasks);
+                for (slot, t) in tasks[range].iter_mut().zip(new) {
+                    *slot = t;
+                }
+            }
+            Ok(())
+        });
+        super::streams::enqueue(stream, CALL, Vec::new(), job, true)
+    })
+}
+
+/// Recorded tasks of the graph `model_ri`, by name, in order (for tests).
+pub fn graph_tasks(model_ri: AclmdlRI) -> Option<Vec<&'static str>> {
+    let g = lock(&GRAPHS).as_ref()?.get(&(model_ri as usize))?.clone();
+    let names = lock(&g.tasks).iter().map(|t| t.what).collect();
+    Some(names)
+}

@@ -1,0 +1,205 @@
+//! Captured graphs on an Ascend device (ACL graph capture, `aclmdlRI…`): [`capture`] runs a
+//! closure of ordinary backend ops with the device's stream in capture mode — every launch,
+//! device copy and memset it queues is **recorded, not run** — and returns a
+//! [`CapturedGraph`] whose [`CapturedGraph::replay`] queues them all again, in order, as
+//! **one** launch (`aclmdlRIExecuteAsync`).
+//!
+//! A replay reads and writes the very buffers the capture recorded, so a graph has fixed
+//! inputs and outputs: the tensors the closure read (created before the capture) and the ones
+//! it returned. Their contents change between replays by [`write_in_place`], a stream-ordered
+//! upload **before** the replay (allowed: it is not inside a capture).
+//!
+//! Memory: a capture may not allocate from the device (`aclrtMalloc` is refused), so every
+//! block the closure's ops take comes from the pool's free blocks — reserve them first
+//! ([`crate::memory::reserve_small`]) — and the workspace must be big enough already
+//! (`Runtime::reserve_workspace`). The pool hands none of the blocks allocated during the
+//! capture to anyone else while the graph lives (the replay writes them), and takes them back
+//! when it is dropped.
+//!
+//! What CANN refuses during a capture is refused here with a [`GraphError::Refused`] naming
+//! the call: a synchronisation or read of device memory (`Backend::sync`, `into_data`), an
+//! upload from host memory (`Tensor::from_data` inside the closure), an allocation beyond the
+//! reserved blocks, a workspace beyond the reserved one. Backend ops report device failures
+//! by panicking (Burn's ops return no `Result`); the capture catches that panic and returns it
+//! as the error, with the stream out of capture mode and nothing recorded kept.
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use burn_ascend_cann::acl::{is_capture_refusal, AclError, CaptureMode, ModelRi};
+
+use crate::device::{try_runtime, AscendDevice};
+use crate::tensor::AscendTensor;
+
+/// Why a capture, replay or input write failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GraphError {
+    /// The device's CANN has no graph capture (or the device cannot capture).
+    Unsupported(String),
+    /// A call the capture rules forbid was made inside the capture (status 107030 / 507903).
+    Refused(String),
+    /// Anything else (a device failure, a bad input write).
+    Failed(String),
+}
+
+impl fmt::Display for GraphError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unsupported(m) => write!(f, "unsupported: {m}"),
+            Self::Refused(m) => write!(f, "graph capture refused: {m}"),
+            Self::Failed(m) => write!(f, "graph: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for GraphError {}
+
+fn from_acl(e: AclError) -> GraphError {
+    match e {
+        AclError::Unsupported(m) => GraphError::Unsupported(m),
+        e if is_capture_refusal(&e) => GraphError::Refused(e.to_string()),
+        e => GraphError::Failed(e.to_string()),
+    }
+}
+
+/// A recorded graph of one device, replayable until dropped.
+pub struct CapturedGraph {
+    device: AscendDevice,
+    id: u64,
+    ri: ModelRi,
+    tasks: usize,
+}
+
+impl fmt::Debug for CapturedGraph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CapturedGraph")
+            .field("device", &self.device)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+static NEXT_GRAPH: AtomicU64 = AtomicU64::new(1);
+
+/// Captures the ops `f` queues on `device` into a graph; returns it with `f`'s result (the
+/// graph's outputs: keep them, the replay writes them). `f` must not read device memory,
+/// upload host data or allocate beyond the reserved blocks (see the module docs).
+pub fn capture<R>(
+    device: &AscendDevice,
+    f: impl FnOnce() -> R,
+) -> Result<(CapturedGraph, R), GraphError> {
+    let rt = try_runtime(device).map_err(GraphError::Failed)?;
+    if !rt.graph_capture_available() {
+        return Err(GraphError::Unsupported(format!(
+            "graph capture on {device}: this CANN has no aclmdlRICaptureBegin / \
+             aclmdlRICaptureEnd / aclmdlRIExecuteAsync / aclmdlRIDestroy"
+        )));
+    }
+    // Work queued before the capture is not part of it; wait for it so that the pool's free
+    // blocks are free on the device too.
+    rt.synchronize().map_err(from_acl)?;
+    let id = NEXT_GRAPH.fetch_add(1, Ordering::Relaxed);
+    // Thread-local: other threads of the process (other devices, tests) may still allocate.
+    rt.capture_begin(CaptureMode::ThreadLocal)
+        .map_err(from_acl)?;
+    crate::memory::begin_graph(device, id);
+    let out = catch_unwind(AssertUnwindSafe(f));
+    crate::memory::end_capture(device);
+    let ended = rt.capture_end();
+    match (out, ended) {
+        (Ok(out), Ok(ri)) => {
+            let tasks = tasks_of(&ri);
+            Ok((
+                CapturedGraph {
+                    device: *device,
+                    id,
+                    ri,
+                    tasks,
+                },
+                out,
+            ))
+        }
+        (Ok(_), Err(e)) => {
+            crate::memory::release_graph(device, id);
+            Err(from_acl(e))
+        }
+        (Err(panic), ended) => {
+            crate::memory::release_graph(device, id);
+            drop(ended);
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the captured closure panicked".into());
+            if msg.contains("107030") || msg.contains("refused during graph capture") {
+                Err(GraphError::Refused(msg))
+            } else {
+                Err(GraphError::Failed(msg))
+            }
+        }
+    }
+}
+
+#[cfg(feature = "sim")]
+fn tasks_of(ri: &ModelRi) -> usize {
+    burn_ascend_acl_sim::graph_tasks(ri.as_ptr()).map_or(0, |t| t.len())
+}
+
+#[cfg(not(feature = "sim"))]
+fn tasks_of(_ri: &ModelRi) -> usize {
+    0
+}
+
+impl CapturedGraph {
+    /// Queues the recorded tasks on the device's stream, in order, as one launch; the host
+    /// does not wait.
+    pub fn replay(&self) -> Result<(), GraphError> {
+        let rt = try_runtime(&self.device).map_err(GraphError::Failed)?;
+        self.ri.execute(&rt).map_err(from_acl)
+    }
+
+    /// The device.
+    pub fn device(&self) -> AscendDevice {
+        self.device
+    }
+
+    /// How many tasks were recorded (known on the simulation; 0 on CANN, which does not say).
+    pub fn recorded_tasks(&self) -> usize {
+        self.tasks
+    }
+}
+
+impl Drop for CapturedGraph {
+    fn drop(&mut self) {
+        crate::memory::release_graph(&self.device, self.id);
+    }
+}
+
+/// Grows `device`'s cached aclnn workspace to at least `bytes` now, so that the ops a capture
+/// records find it big enough (growing it inside a capture is refused).
+pub fn reserve_workspace(device: &AscendDevice, bytes: usize) -> Result<(), GraphError> {
+    let rt = try_runtime(device).map_err(GraphError::Failed)?;
+    rt.reserve_workspace(bytes).map_err(from_acl)
+}
+
+/// Writes `bytes` over the whole of `t`'s elements, queued on the device's stream after every
+/// use of `t` queued so far (a replay included) and before every later one: how a graph's
+/// inputs change between replays. `t` must be contiguous and `bytes` exactly its elements in
+/// its dtype. Not allowed inside a capture.
+pub fn write_in_place(t: &AscendTensor, bytes: &[u8]) -> Result<(), GraphError> {
+    let want = t.numel() * t.dtype.size();
+    if !t.is_contiguous() || bytes.len() != want {
+        return Err(GraphError::Failed(format!(
+            "write_in_place: {} bytes for a {}contiguous tensor of shape {:?} and dtype {:?} \
+             ({want} bytes)",
+            bytes.len(),
+            if t.is_contiguous() { "" } else { "non-" },
+            t.shape,
+            t.dtype
+        )));
+    }
+    // Binds the device to this thread for the copy.
+    try_runtime(&t.device()).map_err(GraphError::Failed)?;
+    t.overwrite(bytes).map_err(from_acl)
+}
