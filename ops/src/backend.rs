@@ -14,61 +14,13 @@ use crate::prompt::PromptSpec;
 use crate::scatter::ScatterSpec;
 use crate::varlen::{composite, VarlenSpec};
 
-/// Differentiable inputs of the varlen forward.
-#[derive(Debug, Clone)]
-pub struct VarlenInputs<B: Backend> {
-    /// `query` `[Tq, N, D]`.
-    pub query: FloatTensor<B>,
-    /// `key` `[Tkv, Nkv, D]`.
-    pub key: FloatTensor<B>,
-    /// `value` `[Tkv, Nkv, Dv]`.
-    pub value: FloatTensor<B>,
-    /// `sink` `[N]` (f32 logits, unscaled).
-    pub sink: Option<FloatTensor<B>>,
-}
-
-/// Outputs of the varlen forward.
-#[derive(Debug, Clone)]
-pub struct VarlenOutputs<B: Backend> {
-    /// `attentionOut` `[Tq, N, Dv]`.
-    pub attention_out: FloatTensor<B>,
-    /// `softmaxMax` `[Tq, N, 8]` in the spec's `softmaxOutLayout`.
-    pub softmax_max: FloatTensor<B>,
-    /// `softmaxSum` `[Tq, N, 8]`.
-    pub softmax_sum: FloatTensor<B>,
-}
-
-/// Inputs of the varlen backward: the forward's inputs, its outputs and `dy`.
-#[derive(Debug, Clone)]
-pub struct VarlenGradInputs<B: Backend> {
-    /// The forward's inputs.
-    pub inputs: VarlenInputs<B>,
-    /// `dy` `[Tq, N, Dv]`.
-    pub dy: FloatTensor<B>,
-    /// `attentionIn`: the forward's `attentionOut`.
-    pub attention_in: FloatTensor<B>,
-    /// The forward's `softmaxMax`.
-    pub softmax_max: FloatTensor<B>,
-    /// The forward's `softmaxSum`.
-    pub softmax_sum: FloatTensor<B>,
-}
-
-/// Outputs of the varlen backward.
-#[derive(Debug, Clone)]
-pub struct VarlenGrads<B: Backend> {
-    /// `dqOut`.
-    pub dq: FloatTensor<B>,
-    /// `dkOut`.
-    pub dk: FloatTensor<B>,
-    /// `dvOut`.
-    pub dv: FloatTensor<B>,
-    /// `dpseOut`, `[pseTotalLen]` (laid out as the pse), when the spec has an external pse
-    /// (pseType 0/1): dS for pseType 0, scale·dS for pseType 1. ALiBi slopes (pseType 2/3)
-    /// are not differentiated.
-    pub dpse: Option<FloatTensor<B>>,
-    /// `dsinkOut`, when a sink was given.
-    pub dsink: Option<FloatTensor<B>>,
-}
+/// The varlen carriers: the contract's one carrier per call, generic over the tensor kind —
+/// here over `B`'s float primitives (`VarlenInputs<FloatTensor<B>>`), in the aclnn builder over
+/// `&aclTensor` handles. `VarlenInputs::pse` is the differentiable external pse
+/// (`[pseTotalLen]`, pseType 0/1).
+pub use burn_ascend_contract::varlen::{
+    VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+};
 
 /// Inputs of prompt attention, in the spec's `inputLayout` (rank 3 for BSH/TND, else 4).
 #[derive(Debug, Clone)]
@@ -183,55 +135,23 @@ pub struct ScatterOutputs<B: Backend> {
     pub value_cache: Option<FloatTensor<B>>,
 }
 
-/// `spec` with the external pse `pse` (a rank-1 tensor `[pseTotalLen]`) read into it.
-pub fn spec_with_pse<B: Backend>(pse: FloatTensor<B>, spec: &VarlenSpec) -> Result<VarlenSpec> {
-    let shape = burn::tensor::TensorMetadata::shape(&pse).to_vec();
-    crate::error::ensure!(
-        shape.len() == 1,
-        "realShift",
-        "a differentiable pse is the flat [pseTotalLen] tensor, got shape {shape:?}"
-    );
-    crate::error::ensure!(
-        matches!(
-            spec.attrs.pse_type,
-            crate::PseType::OuterMulAdd | crate::PseType::OuterAddMul
-        ),
-        "pseType",
-        "a pse tensor is an external pse (pseType 0 or 1), got {}",
-        spec.attrs.pse_type.as_attr()
-    );
-    let mut spec = spec.clone();
-    spec.pse = crate::varlen::PseSpec::Dense {
-        data: crate::host::to_vec::<B>(pse).into(),
-        shape,
-    };
-    Ok(spec)
-}
-
 /// CANN's attention operators as a Burn backend extension (with the fused transformer ops of
 /// [`FusedBackend`] and the grouped matmul as supertraits).
 pub trait AttentionBackend: FusedBackend + crate::grouped_matmul::GroupedMatmulBackend {
-    /// `aclnnFlashAttentionVarLenScoreV5`.
-    fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
+    /// `aclnnFlashAttentionVarLenScoreV5`. A pse given as a tensor ([`VarlenInputs::pse`])
+    /// stays where it is; `Autodiff` makes it a parent of the node, so it receives `dpse`.
+    fn varlen_fwd(
+        inputs: VarlenInputs<FloatTensor<Self>>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenOutputs<FloatTensor<Self>>> {
         composite::varlen_fwd::<Self>(inputs, spec)
     }
 
-    /// The varlen forward with an external pse `[pseTotalLen]` (pseType 0 or 1) given as a
-    /// tensor: it takes the place of the spec's pse. The default reads it to the host into
-    /// the spec (CANN takes the pse as an input tensor; the call builders upload the spec's),
-    /// so the result is [`Self::varlen_fwd`]'s; `Autodiff` overrides it so that the pse
-    /// receives `dpse` from the fused backward.
-    fn varlen_fwd_with_pse(
-        inputs: VarlenInputs<Self>,
-        pse: FloatTensor<Self>,
-        spec: &VarlenSpec,
-    ) -> Result<VarlenOutputs<Self>> {
-        let spec = spec_with_pse::<Self>(pse, spec)?;
-        Self::varlen_fwd(inputs, &spec)
-    }
-
     /// `aclnnFlashAttentionUnpaddingScoreGradV5`.
-    fn varlen_bwd(inputs: VarlenGradInputs<Self>, spec: &VarlenSpec) -> Result<VarlenGrads<Self>> {
+    fn varlen_bwd(
+        inputs: VarlenGradInputs<FloatTensor<Self>>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenGrads<FloatTensor<Self>>> {
         composite::varlen_bwd::<Self>(inputs, spec)
     }
 

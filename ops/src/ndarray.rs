@@ -13,6 +13,7 @@ use burn_ascend_kernels::cpu;
 
 use burn::tensor::TensorMetadata;
 use burn_ascend_contract::incre::KvInput;
+use burn_ascend_contract::varlen::Pse;
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
 use crate::backend::{
@@ -35,11 +36,17 @@ where
     NdArrayTensor: From<SharedArray<E>>,
     NdArrayTensor: From<SharedArray<I>>,
 {
-    fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
+    fn varlen_fwd(
+        inputs: VarlenInputs<FloatTensor<Self>>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenOutputs<FloatTensor<Self>>> {
         cpu_varlen_fwd::<Self>(inputs, spec)
     }
 
-    fn varlen_bwd(inputs: VarlenGradInputs<Self>, spec: &VarlenSpec) -> Result<VarlenGrads<Self>> {
+    fn varlen_bwd(
+        inputs: VarlenGradInputs<FloatTensor<Self>>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenGrads<FloatTensor<Self>>> {
         cpu_varlen_bwd::<Self>(inputs, spec)
     }
 
@@ -194,14 +201,19 @@ pub fn cpu_scatter_kv<B: Backend>(
 
 /// The varlen forward on host memory through the CPU kernels, for any backend.
 pub fn cpu_varlen_fwd<B: Backend>(
-    inputs: VarlenInputs<B>,
+    inputs: VarlenInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
-) -> Result<VarlenOutputs<B>> {
+) -> Result<VarlenOutputs<FloatTensor<B>>> {
     let dims = spec.validate_fwd(&shapes(&inputs))?;
     let device = B::float_device(&inputs.query);
     let sink = inputs.sink.map(to_vec::<B>);
+    // The host kernels read a pse tensor from host memory (NdArray's own, or the fallback's).
+    let pse = inputs.pse.map(to_vec::<B>);
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
-    let p = spec.problem(dims, sink.as_deref());
+    let mut p = spec.problem(dims, sink.as_deref());
+    if let Some(pse) = &pse {
+        p.pse = Pse::Dense(pse);
+    }
     let out = cpu::varlen_fwd(
         &p,
         &to_vec::<B>(inputs.query),
@@ -217,9 +229,9 @@ pub fn cpu_varlen_fwd<B: Backend>(
 
 /// The varlen backward on host memory through the CPU kernels, for any backend.
 pub fn cpu_varlen_bwd<B: Backend>(
-    inputs: VarlenGradInputs<B>,
+    inputs: VarlenGradInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
-) -> Result<VarlenGrads<B>> {
+) -> Result<VarlenGrads<FloatTensor<B>>> {
     let dims = spec.validate_bwd(&shapes(&inputs.inputs), &bwd_shapes(&inputs))?;
     let device = B::float_device(&inputs.dy);
     let VarlenGradInputs {
@@ -230,6 +242,7 @@ pub fn cpu_varlen_bwd<B: Backend>(
         softmax_sum,
     } = inputs;
     let sink = fwd.sink.map(to_vec::<B>);
+    let pse = fwd.pse.map(to_vec::<B>);
     let (tq, tkv, n, nkv, d, dv) = (
         dims.t_q(),
         dims.t_kv(),
@@ -238,7 +251,10 @@ pub fn cpu_varlen_bwd<B: Backend>(
         dims.head_dim,
         dims.value_dim,
     );
-    let p = spec.problem(dims, sink.as_deref());
+    let mut p = spec.problem(dims, sink.as_deref());
+    if let Some(pse) = &pse {
+        p.pse = Pse::Dense(pse);
+    }
     let g = cpu::varlen_bwd(
         &p,
         &to_vec::<B>(fwd.query),

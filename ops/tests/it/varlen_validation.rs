@@ -20,6 +20,7 @@ fn base() -> (VarlenSpec, VarlenShapes) {
         key: [7, 2, 8],
         value: [7, 2, 8],
         sink: Some(4),
+        pse: None,
     };
     (spec, shapes)
 }
@@ -76,6 +77,7 @@ fn dense_masks_in_tnd_are_accepted_where_the_kernel_reads_them_top_left() {
         key: [8, 2, 8],
         value: [8, 2, 8],
         sink: None,
+        pse: None,
     };
     for shape in [vec![2, 1, 3, 4], vec![2, 4, 3, 4]] {
         dense(&mut even, shape);
@@ -350,6 +352,7 @@ fn the_compressed_alibi_pse_needs_equal_lengths_and_a_causal_mode() {
         key: [6, 2, 8],
         value: [6, 2, 8],
         sink: Some(4),
+        pse: None,
     };
     expect(
         "sparseMode",
@@ -541,6 +544,7 @@ fn products_of_huge_lengths_are_typed_errors_not_overflows() {
         key: [t, 2, 8],
         value: [t, 2, 8],
         sink: None,
+        pse: None,
     };
     spec.attrs.keep_prob = 0.5;
     spec.drop_mask = Some(Arc::from(Vec::new()));
