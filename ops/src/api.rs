@@ -88,9 +88,9 @@ pub fn varlen_score<B: AttentionBackend>(
 }
 
 /// [`varlen_score`] with a differentiable external pse (`realShift`, pseType 0 or 1): `pse` is
-/// the flat `[pseTotalLen]` tensor (per sequence `[N, Sq_b, Skv_b]`, concatenated), an input
-/// of the op like the sink (the spec's pse must be `PseSpec::None`); it is never read back to
-/// the host on a device backend. Under `Autodiff`, `pse` receives `dpse` from the same fused
+/// the flat `[pseTotalLen]` tensor (per sequence `[N, Sq_b, Skv_b]`, concatenated) and takes
+/// the place of the spec's pse. It is an input of the op like the sink
+/// ([`VarlenInputs::pse`]), never read back to the host on a device backend. Under `Autodiff`, `pse` receives `dpse` from the same fused
 /// backward as query, key, value and sink.
 pub fn varlen_score_with_pse<B: AttentionBackend>(
     query: Tensor<B, 3>,
@@ -100,6 +100,18 @@ pub fn varlen_score_with_pse<B: AttentionBackend>(
     pse: Tensor<B, 1>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
+    // The op takes a pse in the spec or as a tensor, never both: the tensor wins here.
+    let without_pse;
+    let spec = match spec.pse {
+        PseSpec::None => spec,
+        _ => {
+            without_pse = VarlenSpec {
+                pse: PseSpec::None,
+                ..spec.clone()
+            };
+            &without_pse
+        }
+    };
     let out = B::varlen_fwd(
         VarlenInputs {
             query: prim(query),

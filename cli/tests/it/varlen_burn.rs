@@ -46,7 +46,10 @@ pub(crate) fn reference_run(
     (fwd, bwd)
 }
 
-pub(crate) fn inputs_on<Bk: Backend>(c: &Case, dev: &Bk::Device) -> VarlenInputs<FloatTensor<Bk>> {
+pub(crate) fn inputs_on<Bk: Backend>(
+    c: &Case,
+    dev: &Bk::Device,
+) -> VarlenInputs<burn::tensor::ops::FloatTensor<Bk>> {
     VarlenInputs {
         query: from_vec::<Bk>(c.q.clone(), &[c.tq(), c.n, c.d], dev),
         key: from_vec::<Bk>(c.k.clone(), &[c.tkv(), c.nkv, c.d], dev),
