@@ -335,6 +335,50 @@ fn every_forward_rule_names_its_parameter() {
     }
 }
 
+/// A pse given as a tensor (`VarlenInputs::pse`) is validated by its shape: the flat
+/// `[pseTotalLen]` with pseType 0 or 1 is accepted, in both directions; any other shape, an
+/// ALiBi pseType, or a pse also in the spec is a typed error naming the parameter.
+#[test]
+fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
+    let (spec, mut shapes) = base();
+    shapes.pse = Some(vec![72]);
+    for pse_type in [PseType::OuterMulAdd, PseType::OuterAddMul] {
+        let mut s = spec.clone();
+        s.attrs.pse_type = pse_type;
+        s.validate_fwd(&shapes).unwrap();
+        s.validate_bwd(&shapes, &bwd_base()).unwrap();
+    }
+    let cases: Vec<(&str, &str, Edit)> = vec![
+        ("realShift", "a pse tensor of the wrong length", |_, sh| {
+            sh.pse = Some(vec![71])
+        }),
+        ("realShift", "a pse tensor of rank 2", |_, sh| {
+            sh.pse = Some(vec![4, 18])
+        }),
+        ("pseType", "a pse tensor with pseType 2", |s, sh| {
+            s.attrs.pse_type = PseType::InnerMulAdd;
+            sh.pse = Some(vec![72]);
+        }),
+        ("realShift", "a pse tensor and a pse in the spec", |s, sh| {
+            sh.pse = Some(vec![72]);
+            s.pse = PseSpec::Dense {
+                data: Arc::from(vec![0f32; 72]),
+                shape: vec![72],
+            };
+        }),
+        ("realShift", "a pse tensor with an empty query sequence", |s, sh| {
+            s.actual_seq_q_len = vec![0, 5];
+            sh.pse = Some(vec![4 * 5 * 4]);
+        }),
+    ];
+    for (param, what, edit) in cases {
+        let (mut spec, mut shapes) = base();
+        edit(&mut spec, &mut shapes);
+        expect(param, what, spec.validate_fwd(&shapes));
+        expect(param, what, spec.validate_bwd(&shapes, &bwd_base()));
+    }
+}
+
 /// The ALiBi-compressed pse needs Sq = Skv in every sequence and a causal mode: on the base
 /// case (unequal lengths, no mask) it is a typed error, then the mode is named.
 #[test]
