@@ -83,18 +83,6 @@ fn view_handle<'a>(t: &'a AscendTensor, op: &str) -> Tensor<'a> {
     handle(t, &t.desc(op), op)
 }
 
-/// Handles of `ts` (described as the views they are), in order.
-fn handles<'a>(ts: &[&'a AscendTensor], descs: &'a [TensorDesc], op: &str) -> Vec<Tensor<'a>> {
-    ts.iter()
-        .zip(descs)
-        .map(|(t, d)| handle(t, d, op))
-        .collect()
-}
-
-fn descs(ts: &[&AscendTensor], op: &str) -> Vec<TensorDesc> {
-    ts.iter().map(|t| t.desc(op)).collect()
-}
-
 /// The pse tensor `[pseTotalLen]` as the op describes it ([`aclnn::dense_pse_dims`]): a view of
 /// the same device storage, no copy.
 fn pse_view(pse: &AscendTensor, grad: bool) -> AscendTensor {
@@ -249,7 +237,7 @@ impl AttentionBackend for Ascend {
         })
     }
 
-    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<AscendTensor> {
+    fn prompt_fwd(inputs: PromptInputs<AscendTensor>, spec: &PromptSpec) -> Result<AscendTensor> {
         prompt::prompt_fwd(inputs, spec)
     }
 

@@ -171,16 +171,12 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
 
     /// Forward-only: runs on the inner backend and returns a constant (no gradient flows
     /// through prompt attention; it is an inference op).
-    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<FloatTensor<Self>> {
+    fn prompt_fwd(
+        inputs: PromptInputs<FloatTensor<Self>>,
+        spec: &PromptSpec,
+    ) -> Result<FloatTensor<Self>> {
         let i = <Self as AutodiffBackend>::inner;
-        let out = B::prompt_fwd(
-            PromptInputs {
-                query: i(inputs.query),
-                key: i(inputs.key),
-                value: i(inputs.value),
-            },
-            spec,
-        )?;
+        let out = B::prompt_fwd(inputs.map(i), spec)?;
         Ok(<Self as AutodiffBackend>::from_inner(out))
     }
 

@@ -22,16 +22,9 @@ pub use burn_ascend_contract::varlen::{
     VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
 
-/// Inputs of prompt attention, in the spec's `inputLayout` (rank 3 for BSH/TND, else 4).
-#[derive(Debug, Clone)]
-pub struct PromptInputs<B: Backend> {
-    /// `query`.
-    pub query: FloatTensor<B>,
-    /// `key`.
-    pub key: FloatTensor<B>,
-    /// `value`.
-    pub value: FloatTensor<B>,
-}
+/// Inputs of prompt attention: the contract's carrier (`PromptInputs<FloatTensor<B>>` here,
+/// over `&aclTensor` handles in the aclnn builder).
+pub use burn_ascend_contract::prompt::PromptInputs;
 
 /// Key/value of incremental attention in one of IFA V4's three forms. int8 KV travels as
 /// float tensors holding the int8 values (exact), dequantised with the spec's antiquant.
@@ -157,7 +150,10 @@ pub trait AttentionBackend: FusedBackend + crate::grouped_matmul::GroupedMatmulB
 
     /// `aclnnPromptFlashAttentionV3` (V1 is the spec with V3's extras at their defaults):
     /// `attentionOut` in the output layout.
-    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<FloatTensor<Self>> {
+    fn prompt_fwd(
+        inputs: PromptInputs<FloatTensor<Self>>,
+        spec: &PromptSpec,
+    ) -> Result<FloatTensor<Self>> {
         crate::prompt::composite::prompt_fwd::<Self>(inputs, spec)
     }
 

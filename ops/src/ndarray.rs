@@ -50,7 +50,10 @@ where
         cpu_varlen_bwd::<Self>(inputs, spec)
     }
 
-    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<FloatTensor<Self>> {
+    fn prompt_fwd(
+        inputs: PromptInputs<FloatTensor<Self>>,
+        spec: &PromptSpec,
+    ) -> Result<FloatTensor<Self>> {
         cpu_prompt_fwd::<Self>(inputs, spec)
     }
 
@@ -69,7 +72,7 @@ where
 
 /// Prompt attention on host memory through the CPU reference, for any backend.
 pub fn cpu_prompt_fwd<B: Backend>(
-    inputs: PromptInputs<B>,
+    inputs: PromptInputs<FloatTensor<B>>,
     spec: &PromptSpec,
 ) -> Result<FloatTensor<B>> {
     let dims = spec.validate(&crate::prompt::composite::shapes(&inputs))?;

@@ -21,7 +21,7 @@ use burn_ascend_cann::acl::{
     TensorList,
 };
 use burn_ascend_contract::incre::{BlockTable, IncreSpec};
-use burn_ascend_contract::prompt::{PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
+use burn_ascend_contract::prompt::{PromptInputs, PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
 use burn_ascend_contract::scatter::{CacheMode, ScatterDims, ScatterKind, ScatterSpec};
 use burn_ascend_contract::varlen::{
     compressed_mask, MaskSpec, PseSpec, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
@@ -363,17 +363,6 @@ fn post_quant(
     Ok((Some(scale), offset))
 }
 
-/// The device tensors of a prompt attention call.
-pub struct PromptTensors<'a> {
-    /// The query's float dtype (pse is uploaded in it).
-    pub dtype: DataType,
-    pub query: &'a Tensor<'a>,
-    pub key: &'a Tensor<'a>,
-    pub value: &'a Tensor<'a>,
-    /// The query's dtype, or INT8 with `quantScale2`.
-    pub attention_out: &'a Tensor<'a>,
-}
-
 /// The device form of a PFA / FIA `attenMask`: a dense mask uploaded for the call, or CANN's
 /// compressed 2048×2048 mask (1 strictly above the diagonal), a runtime constant.
 pub(super) fn prompt_mask(rt: &Runtime, mask: &PromptMask) -> Result<Option<Held>> {
@@ -396,13 +385,21 @@ pub(super) fn prompt_mask(rt: &Runtime, mask: &PromptMask) -> Result<Option<Held
     })
 }
 
-/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec.
-pub fn prompt(rt: &Runtime, spec: &PromptSpec, x: &PromptTensors<'_>) -> Result<()> {
+/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec: the inputs in `dtype` (the
+/// query's float dtype; pse is uploaded in it), `attention_out` in it too, or INT8 with
+/// `quantScale2`.
+pub fn prompt(
+    rt: &Runtime,
+    spec: &PromptSpec,
+    dtype: DataType,
+    x: &PromptInputs<&Tensor<'_>>,
+    attention_out: &Tensor<'_>,
+) -> Result<()> {
     let mask = prompt_mask(rt, &spec.atten_mask)?;
     let pse = spec
         .pse_shift
         .as_ref()
-        .map(|p| upload_float(rt, &p.data, &p.shape, x.dtype))
+        .map(|p| upload_float(rt, &p.data, &p.shape, dtype))
         .transpose()?;
     let (qs2, qo2) = post_quant(rt, spec.post_quant.as_ref())?;
     {
@@ -433,7 +430,7 @@ pub fn prompt(rt: &Runtime, spec: &PromptSpec, x: &PromptTensors<'_>) -> Result<
                 num_key_value_heads: spec.num_key_value_heads as i64,
                 sparse_mode: spec.sparse_mode,
                 inner_precise: spec.inner_precise,
-                attention_out: x.attention_out,
+                attention_out,
             },
         )?;
     }

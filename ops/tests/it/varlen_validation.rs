@@ -359,17 +359,25 @@ fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
             s.attrs.pse_type = PseType::InnerMulAdd;
             sh.pse = Some(vec![72]);
         }),
-        ("realShift", "a pse tensor and a pse in the spec", |s, sh| {
-            sh.pse = Some(vec![72]);
-            s.pse = PseSpec::Dense {
-                data: Arc::from(vec![0f32; 72]),
-                shape: vec![72],
-            };
-        }),
-        ("realShift", "a pse tensor with an empty query sequence", |s, sh| {
-            s.actual_seq_q_len = vec![0, 5];
-            sh.pse = Some(vec![4 * 5 * 4]);
-        }),
+        (
+            "realShift",
+            "a pse tensor and a pse in the spec",
+            |s, sh| {
+                sh.pse = Some(vec![72]);
+                s.pse = PseSpec::Dense {
+                    data: Arc::from(vec![0f32; 72]),
+                    shape: vec![72],
+                };
+            },
+        ),
+        (
+            "realShift",
+            "a pse tensor with an empty query sequence",
+            |s, sh| {
+                s.actual_seq_q_len = vec![0, 5];
+                sh.pse = Some(vec![4 * 5 * 4]);
+            },
+        ),
     ];
     for (param, what, edit) in cases {
         let (mut spec, mut shapes) = base();
