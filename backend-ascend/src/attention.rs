@@ -245,7 +245,10 @@ impl AttentionBackend for Ascend {
         incre::incre_fwd(inputs, spec)
     }
 
-    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+    fn scatter_kv(
+        inputs: ScatterInputs<AscendTensor>,
+        spec: &ScatterSpec,
+    ) -> Result<ScatterOutputs<AscendTensor>> {
         scatter::scatter_kv(inputs, spec)
     }
 

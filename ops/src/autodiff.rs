@@ -247,21 +247,12 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
     }
 
     /// Forward-only: the updated caches are constants.
-    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+    fn scatter_kv(
+        inputs: ScatterInputs<FloatTensor<Self>>,
+        spec: &ScatterSpec,
+    ) -> Result<ScatterOutputs<FloatTensor<Self>>> {
         let i = <Self as AutodiffBackend>::inner;
         let c = <Self as AutodiffBackend>::from_inner;
-        let out = B::scatter_kv(
-            ScatterInputs {
-                key: i(inputs.key),
-                value: inputs.value.map(i),
-                key_cache: i(inputs.key_cache),
-                value_cache: inputs.value_cache.map(i),
-            },
-            spec,
-        )?;
-        Ok(ScatterOutputs {
-            key_cache: c(out.key_cache),
-            value_cache: out.value_cache.map(c),
-        })
+        Ok(B::scatter_kv(inputs.map(i), spec)?.map(c))
     }
 }

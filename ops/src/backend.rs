@@ -106,27 +106,9 @@ pub struct FiaOutputs<B: Backend> {
     pub softmax_lse: Option<FloatTensor<B>>,
 }
 
-/// Inputs of the cache scatter.
-#[derive(Debug, Clone)]
-pub struct ScatterInputs<B: Backend> {
-    /// `key` `[T, N, Dk]` (Nct: the strided storage).
-    pub key: FloatTensor<B>,
-    /// `value` `[T, N, Dv]`, `None` for key-only.
-    pub value: Option<FloatTensor<B>>,
-    /// `keyCacheRef`.
-    pub key_cache: FloatTensor<B>,
-    /// `valueCacheRef`, `None` for key-only.
-    pub value_cache: Option<FloatTensor<B>>,
-}
-
-/// The updated caches.
-#[derive(Debug, Clone)]
-pub struct ScatterOutputs<B: Backend> {
-    /// `keyCacheRef` after the scatter.
-    pub key_cache: FloatTensor<B>,
-    /// `valueCacheRef` after the scatter.
-    pub value_cache: Option<FloatTensor<B>>,
-}
+/// The cache scatter's carriers: the contract's (`ScatterInputs<FloatTensor<B>>` here, over
+/// `&aclTensor` handles in the aclnn builder).
+pub use burn_ascend_contract::scatter::{ScatterInputs, ScatterOutputs};
 
 /// CANN's attention operators as a Burn backend extension (with the fused transformer ops of
 /// [`FusedBackend`] and the grouped matmul as supertraits).
@@ -178,7 +160,10 @@ pub trait AttentionBackend: FusedBackend + crate::grouped_matmul::GroupedMatmulB
 
     /// `aclnnScatterPaKvCache`, functional: returns the updated caches. Validates everything
     /// before writing; on error nothing was written.
-    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+    fn scatter_kv(
+        inputs: ScatterInputs<FloatTensor<Self>>,
+        spec: &ScatterSpec,
+    ) -> Result<ScatterOutputs<FloatTensor<Self>>> {
         crate::scatter::composite::scatter_kv::<Self>(inputs, spec)
     }
 }

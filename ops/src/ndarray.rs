@@ -65,7 +65,10 @@ where
         cpu_fia_fwd::<Self>(inputs, spec)
     }
 
-    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+    fn scatter_kv(
+        inputs: ScatterInputs<FloatTensor<Self>>,
+        spec: &ScatterSpec,
+    ) -> Result<ScatterOutputs<FloatTensor<Self>>> {
         cpu_scatter_kv::<Self>(inputs, spec)
     }
 }
@@ -168,9 +171,9 @@ pub fn cpu_fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<F
 /// The cache scatter on host memory through the CPU reference (f32 caches; other dtypes take
 /// the composite so that PA_NZ's `32 / sizeof(dtype)` stays the caches').
 pub fn cpu_scatter_kv<B: Backend>(
-    inputs: ScatterInputs<B>,
+    inputs: ScatterInputs<FloatTensor<B>>,
     spec: &ScatterSpec,
-) -> Result<ScatterOutputs<B>> {
+) -> Result<ScatterOutputs<FloatTensor<B>>> {
     let shapes = crate::scatter::composite::shapes(&inputs);
     let dims = spec.validate(&shapes)?;
     if shapes

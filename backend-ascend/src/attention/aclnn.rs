@@ -22,7 +22,9 @@ use burn_ascend_cann::acl::{
 };
 use burn_ascend_contract::incre::{BlockTable, IncreSpec};
 use burn_ascend_contract::prompt::{PromptInputs, PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
-use burn_ascend_contract::scatter::{CacheMode, ScatterDims, ScatterKind, ScatterSpec};
+use burn_ascend_contract::scatter::{
+    CacheMode, ScatterDims, ScatterInputs, ScatterKind, ScatterSpec,
+};
 use burn_ascend_contract::varlen::{
     compressed_mask, MaskSpec, PseSpec, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
     VarlenSpec, VARLEN_LAYOUT,
@@ -572,17 +574,10 @@ pub fn scatter_strides_offsets(spec: &ScatterSpec) -> ([i64; 2], [i64; 2]) {
     (two(&spec.strides, [1, 1]), two(&spec.offsets, [0, 0]))
 }
 
-/// The device tensors of a cache scatter; the caches are updated in place.
-pub struct ScatterTensors<'a> {
-    pub key: &'a Tensor<'a>,
-    /// Described with [`cache_desc`].
-    pub key_cache: &'a Tensor<'a>,
-    pub value: Option<&'a Tensor<'a>>,
-    pub value_cache: Option<&'a Tensor<'a>>,
-}
-
-/// `aclnnScatterPaKvCache` for a validated spec.
-pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterTensors<'_>) -> Result<()> {
+/// `aclnnScatterPaKvCache` for a validated spec; the caches are updated in place. The key and
+/// value are described with [`nct_source_desc`] for scatterMode Nct, the caches with
+/// [`cache_desc`].
+pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterInputs<&Tensor<'_>>) -> Result<()> {
     let cache_mode = spec.cache_mode.as_attr().ok_or_else(|| {
         AclError::Unsupported("cacheMode NHSD has no confirmed aclnn attribute".into())
     })?;
