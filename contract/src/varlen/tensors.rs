@@ -166,26 +166,3 @@ impl<T> VarlenGrads<T> {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn map_visits_every_input_once_in_order() {
-        let x = VarlenInputs {
-            query: 1,
-            key: 2,
-            value: 3,
-            sink: Some(4),
-            pse: Some(5),
-        };
-        let mut seen = Vec::new();
-        let y = x.map(|v| {
-            seen.push(v);
-            v * 10
-        });
-        assert_eq!(seen, [1, 2, 3, 4, 5]);
-        assert_eq!((y.query, y.sink, y.pse), (10, Some(40), Some(50)));
-    }
-}

@@ -632,3 +632,43 @@ fn extreme_attribute_values_are_printed_in_exponent_form_not_as_300_digits() {
     let e = spec.validate_fwd(&shapes).unwrap_err().to_string();
     assert!(e.contains("got 1.5"), "{e}");
 }
+
+/// The varlen carrier's `map` visits every tensor once, in the documented order (query, key,
+/// value, sink, pse; then dy, attentionIn, softmaxMax, softmaxSum), and `as_ref` keeps them
+/// in place: every layer that converts the carrier (Autodiff, the aclnn builder) relies on it.
+#[test]
+fn the_varlen_carrier_maps_every_tensor_once_in_order() {
+    use burn_ascend_ops::{VarlenGradInputs, VarlenInputs};
+    let inputs = VarlenInputs {
+        query: 1,
+        key: 2,
+        value: 3,
+        sink: Some(4),
+        pse: Some(5),
+    };
+    let grad = VarlenGradInputs {
+        inputs,
+        dy: 6,
+        attention_in: 7,
+        softmax_max: 8,
+        softmax_sum: 9,
+    };
+    let mut seen = Vec::new();
+    let tens = grad.clone().map(|v| {
+        seen.push(v);
+        v * 10
+    });
+    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(
+        (tens.inputs.sink, tens.inputs.pse, tens.softmax_sum),
+        (Some(40), Some(50), 90)
+    );
+    let refs = grad.as_ref();
+    assert_eq!((*refs.inputs.pse.unwrap(), *refs.dy), (5, 6));
+    assert_eq!(grad.inputs.all(), [&1, &2, &3, &4, &5]);
+    let no_sink = VarlenInputs {
+        sink: None,
+        ..grad.inputs.clone()
+    };
+    assert_eq!(no_sink.all(), [&1, &2, &3, &5]);
+}
