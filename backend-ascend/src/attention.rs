@@ -22,7 +22,6 @@
 //! panic with the call, its status and CANN's message, as Burn's tensor API cannot return one.
 
 use burn_ascend_cann::acl::{Tensor, TensorDesc};
-use burn_ascend_kernels::reference::varlen::dpse_factor;
 use burn_ascend_ops::backend::{
     AttentionBackend, IncreInputs, PromptInputs, ScatterInputs, ScatterOutputs, VarlenGradInputs,
     VarlenGrads, VarlenInputs, VarlenOutputs,
@@ -68,20 +67,30 @@ fn native_ok(qkv: &[&AscendTensor], sink: Option<&AscendTensor>) -> bool {
         && sink.is_none_or(|s| s.dtype == DType::F32)
 }
 
+/// [`native_ok`] for a varlen call: a pse tensor in the query's dtype too.
+fn varlen_native_ok(x: &VarlenInputs<AscendTensor>, more: &[&AscendTensor]) -> bool {
+    let mut floats = vec![&x.query, &x.key, &x.value];
+    floats.extend(x.pse.as_ref());
+    floats.extend(more);
+    native_ok(&floats, x.sink.as_ref())
+}
+
 fn handle<'a>(t: &'a AscendTensor, desc: &TensorDesc, op: &str) -> Tensor<'a> {
     Tensor::new(t.storage.buffer(), desc).unwrap_or_else(|e| fail(op, e))
 }
 
-/// Handles of `ts` (described as the views they are), in order.
-fn handles<'a>(ts: &[&'a AscendTensor], descs: &'a [TensorDesc], op: &str) -> Vec<Tensor<'a>> {
-    ts.iter()
-        .zip(descs)
-        .map(|(t, d)| handle(t, d, op))
-        .collect()
+/// [`handle`] described as the view `t` is.
+fn view_handle<'a>(t: &'a AscendTensor, op: &str) -> Tensor<'a> {
+    handle(t, &t.desc(op), op)
 }
 
-fn descs(ts: &[&AscendTensor], op: &str) -> Vec<TensorDesc> {
-    ts.iter().map(|t| t.desc(op)).collect()
+/// The pse tensor `[pseTotalLen]` as the op describes it ([`aclnn::dense_pse_dims`]): a view of
+/// the same device storage, no copy.
+fn pse_view(pse: &AscendTensor, grad: bool) -> AscendTensor {
+    let dims = aclnn::dense_pse_dims(pse.shape.num_elements(), grad);
+    let mut strides = vec![1; dims.len()];
+    strides[0] = pse.strides[0];
+    pse.view(Shape::from(dims), strides, pse.offset)
 }
 
 /// Labels of the varlen calls in error messages.
@@ -89,12 +98,13 @@ const FWD: &str = "varlen_fwd";
 const BWD: &str = "varlen_bwd";
 
 impl AttentionBackend for Ascend {
-    fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
+    fn varlen_fwd(
+        inputs: VarlenInputs<AscendTensor>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenOutputs<AscendTensor>> {
         let dims = spec.validate_fwd(&shapes(&inputs))?;
-        let mut all = vec![&inputs.query, &inputs.key, &inputs.value];
-        all.extend(inputs.sink.as_ref());
-        let device = same_device("varlen_fwd", &all)?;
-        if !native_ok(&all[..3], inputs.sink.as_ref()) {
+        let device = same_device(FWD, &inputs.all())?;
+        if !varlen_native_ok(&inputs, &[]) {
             count("varlen_fwd");
             return cpu_varlen_fwd::<Self>(inputs, spec);
         }
@@ -102,68 +112,50 @@ impl AttentionBackend for Ascend {
         let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
         let dtype = inputs.query.dtype;
         let alloc = |s: Vec<usize>, dt| AscendTensor::alloc(Shape::from(s), dt, &device);
-        let out = alloc(vec![t, n, dv], dtype);
-        let smax = alloc(vec![t, n, 8], DType::F32);
-        let ssum = alloc(vec![t, n, 8], DType::F32);
+        let out = VarlenOutputs {
+            attention_out: alloc(vec![t, n, dv], dtype),
+            softmax_max: alloc(vec![t, n, 8], DType::F32),
+            softmax_sum: alloc(vec![t, n, 8], DType::F32),
+        };
         {
-            let ts = [
-                &inputs.query,
-                &inputs.key,
-                &inputs.value,
-                &out,
-                &smax,
-                &ssum,
-            ];
-            let ds = descs(&ts, FWD);
-            let h = handles(&ts, &ds, FWD);
-            let sink_d = inputs.sink.as_ref().map(|s| s.desc(FWD));
-            let sink = inputs
-                .sink
-                .as_ref()
-                .zip(sink_d.as_ref())
-                .map(|(s, d)| handle(s, d, FWD));
+            let pse = inputs.pse.as_ref().map(|p| pse_view(p, false));
+            let x = VarlenInputs {
+                pse: pse.as_ref(),
+                ..inputs.as_ref()
+            }
+            .map(|t| view_handle(t, FWD));
+            let o = out.as_ref().map(|t| view_handle(t, FWD));
             aclnn::varlen_fwd(
                 &rt,
                 spec,
                 n,
-                &aclnn::VarlenFwdTensors {
-                    dtype: inputs.query.acl_dtype(FWD),
-                    query: &h[0],
-                    key: &h[1],
-                    value: &h[2],
-                    sink: sink.as_ref(),
-                    attention_out: &h[3],
-                    softmax_max: &h[4],
-                    softmax_sum: &h[5],
-                },
+                inputs.query.acl_dtype(FWD),
+                &x.as_ref(),
+                &o.as_ref(),
             )
             .map_err(|e| device_error("varlen_fwd", e))?;
         }
-        Ok(VarlenOutputs {
-            attention_out: out,
-            softmax_max: smax,
-            softmax_sum: ssum,
-        })
+        Ok(out)
     }
 
-    fn varlen_bwd(inputs: VarlenGradInputs<Self>, spec: &VarlenSpec) -> Result<VarlenGrads<Self>> {
+    fn varlen_bwd(
+        inputs: VarlenGradInputs<AscendTensor>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenGrads<AscendTensor>> {
         let dims = spec.validate_bwd(&shapes(&inputs.inputs), &bwd_shapes(&inputs))?;
         let f = &inputs.inputs;
-        let mut all = vec![
-            &f.query,
-            &f.key,
-            &f.value,
+        let mut all = f.all();
+        all.extend([
             &inputs.dy,
             &inputs.attention_in,
             &inputs.softmax_max,
             &inputs.softmax_sum,
-        ];
-        all.extend(f.sink.as_ref());
-        let device = same_device("varlen_bwd", &all)?;
+        ]);
+        let device = same_device(BWD, &all)?;
         let stats_f32 = [&inputs.softmax_max, &inputs.softmax_sum]
             .iter()
             .all(|t| t.dtype == DType::F32);
-        if !native_ok(&all[..5], f.sink.as_ref()) || !stats_f32 {
+        if !varlen_native_ok(f, &[&inputs.dy, &inputs.attention_in]) || !stats_f32 {
             count("varlen_bwd");
             return cpu_varlen_bwd::<Self>(inputs, spec);
         }
@@ -178,52 +170,35 @@ impl AttentionBackend for Ascend {
         );
         let dtype = f.query.dtype;
         let alloc = |s: Vec<usize>, dt| AscendTensor::alloc(Shape::from(s), dt, &device);
-        let dq = alloc(vec![tq, n, d], dtype);
-        let dk = alloc(vec![tkv, nkv, d], dtype);
-        let dv = alloc(vec![tkv, nkv, dvd], dtype);
-        let dsink = f.sink.as_ref().map(|_| alloc(vec![n], DType::F32));
+        // dpseOut and dsinkOut are the kernel's scratch: both are replaced below.
+        let kernel = VarlenGrads {
+            dq: alloc(vec![tq, n, d], dtype),
+            dk: alloc(vec![tkv, nkv, d], dtype),
+            dv: alloc(vec![tkv, nkv, dvd], dtype),
+            dpse: f
+                .pse
+                .as_ref()
+                .map(|p| alloc(vec![p.shape.num_elements()], dtype)),
+            dsink: f.sink.as_ref().map(|_| alloc(vec![n], DType::F32)),
+        };
         {
-            let ts = [
-                &f.query,
-                &f.key,
-                &f.value,
-                &inputs.dy,
-                &inputs.softmax_max,
-                &inputs.softmax_sum,
-                &inputs.attention_in,
-                &dq,
-                &dk,
-                &dv,
-            ];
-            let ds = descs(&ts, BWD);
-            let h = handles(&ts, &ds, BWD);
-            let opt = [f.sink.as_ref(), dsink.as_ref()];
-            let opt_d: Vec<Option<TensorDesc>> =
-                opt.iter().map(|t| t.map(|t| t.desc(BWD))).collect();
-            let opt_h: Vec<Option<Tensor<'_>>> = opt
-                .iter()
-                .zip(&opt_d)
-                .map(|(t, d)| t.zip(d.as_ref()).map(|(t, d)| handle(t, d, BWD)))
-                .collect();
+            let pse = f.pse.as_ref().map(|p| pse_view(p, true));
+            let x = VarlenGradInputs {
+                inputs: VarlenInputs {
+                    pse: pse.as_ref(),
+                    ..f.as_ref()
+                },
+                ..inputs.as_ref()
+            }
+            .map(|t| view_handle(t, BWD));
+            let g = kernel.as_ref().map(|t| view_handle(t, BWD));
             aclnn::varlen_grad(
                 &rt,
                 spec,
                 n,
-                &aclnn::VarlenGradTensors {
-                    dtype: f.query.acl_dtype(BWD),
-                    query: &h[0],
-                    key: &h[1],
-                    value: &h[2],
-                    dy: &h[3],
-                    softmax_max: &h[4],
-                    softmax_sum: &h[5],
-                    attention_in: &h[6],
-                    sink: opt_h[0].as_ref(),
-                    dq: &h[7],
-                    dk: &h[8],
-                    dv: &h[9],
-                    dsink: opt_h[1].as_ref(),
-                },
+                f.query.acl_dtype(BWD),
+                &x.as_ref(),
+                &g.as_ref(),
             )
             .map_err(|e| device_error("varlen_bwd", e))?;
         }
@@ -235,7 +210,6 @@ impl AttentionBackend for Ascend {
         // the statistics: O(T·N·Dv) element-wise work and reductions, nothing next to the
         // O(T·S·D) backward, and no threshold to get wrong.
         let p = spec.problem(dims, None);
-        drop(dsink); // the kernel's, written by the call above
         let dsink = f.sink.as_ref().map(|sink| {
             dsink_from_stats::<Self>(
                 &p,
@@ -247,23 +221,24 @@ impl AttentionBackend for Ascend {
             )
         });
         // dpse: no arch32 grad kernel writes dpseOut (spec Appendix), so a dense pse's
-        // gradient is recomputed here on the device with the composite's Burn ops (P per
-        // sequence from the statistics, dS = P∘(dP − rowsum(dO∘O)), times the pseType's
-        // factor): O(N·Sq·Skv) per sequence, the size of the pse itself.
-        let dpse = match dpse_factor(&p) {
-            Some(_) => composite::varlen_bwd::<Self>(inputs, spec)?.dpse,
+        // gradient is computed here on the device from dS alone (`varlen_dpse`: P from the
+        // statistics, dS = P∘(dP − rowsum(dO∘O)), times the pseType's factor): two matmuls
+        // per sequence and O(N·Sq·Skv) element-wise work, the size of the pse itself — the pse
+        // tensor read where it lies, no dq/dk/dv recomputed.
+        let dpse = match composite::dpse_factor_of(&p, f) {
+            Some(_) => composite::varlen_dpse::<Self>(inputs, spec)?,
             None => None,
         };
         Ok(VarlenGrads {
-            dq,
-            dk,
-            dv,
+            dq: kernel.dq,
+            dk: kernel.dk,
+            dv: kernel.dv,
             dpse,
             dsink,
         })
     }
 
-    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<AscendTensor> {
+    fn prompt_fwd(inputs: PromptInputs<AscendTensor>, spec: &PromptSpec) -> Result<AscendTensor> {
         prompt::prompt_fwd(inputs, spec)
     }
 
@@ -271,7 +246,10 @@ impl AttentionBackend for Ascend {
         incre::incre_fwd(inputs, spec)
     }
 
-    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+    fn scatter_kv(
+        inputs: ScatterInputs<AscendTensor>,
+        spec: &ScatterSpec,
+    ) -> Result<ScatterOutputs<AscendTensor>> {
         scatter::scatter_kv(inputs, spec)
     }
 

@@ -483,16 +483,18 @@ fn varlen_cases(
         key: [t, kv_heads, d],
         value: [t, kv_heads, d],
         sink: Some(heads),
+        pse: None,
     })?;
     let p = spec.problem(dims, Some(&sink));
 
     // The composite on NdArray, on the same values.
     let device = Default::default();
-    let inputs = VarlenInputs::<Nd> {
+    let inputs = VarlenInputs {
         query: from_vec::<Nd>(q.clone(), &[t, heads, d], &device),
         key: from_vec::<Nd>(k.clone(), &[t, kv_heads, d], &device),
         value: from_vec::<Nd>(v.clone(), &[t, kv_heads, d], &device),
         sink: Some(from_vec::<Nd>(sink.clone(), &[heads], &device)),
+        pse: None,
     };
     let dy_t = from_vec::<Nd>(dy.clone(), &[t, heads, d], &device);
     let comp_fwd = || {

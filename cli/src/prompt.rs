@@ -17,8 +17,8 @@ use burn_ascend::kernels::reference::prompt::{
     prompt_flash_attention, prompt_flash_attention_int8,
 };
 use burn_ascend::ops::prompt::{
-    parse_pfa_layout, PostQuantSpec, PromptDims, PromptMask, PromptPse, PromptShapes, PromptSpec,
-    INT_MAX_TOKENS, PFA_COMPRESSED_MASK,
+    parse_pfa_layout, PostQuantSpec, PromptDims, PromptInputs, PromptMask, PromptPse, PromptShapes,
+    PromptSpec, INT_MAX_TOKENS, PFA_COMPRESSED_MASK,
 };
 use burn_ascend::{AttentionBackend, AttnError};
 use burn_ascend_cann::acl::DataType;
@@ -259,17 +259,12 @@ fn int8_on_device(
         upload(&rt, v, "value")?,
     );
     let o = output(&rt, &dims.out_shape(), DataType::Int8)?;
-    aclnn::prompt(
-        &rt,
-        spec,
-        &aclnn::PromptTensors {
-            dtype: qd.desc.dtype,
-            query: &qd.handle()?,
-            key: &kd.handle()?,
-            value: &vd.handle()?,
-            attention_out: &o.handle()?,
-        },
-    )?;
+    let x = PromptInputs {
+        query: qd.handle()?,
+        key: kd.handle()?,
+        value: vd.handle()?,
+    };
+    aclnn::prompt(&rt, spec, qd.desc.dtype, &x.as_ref(), &o.handle()?)?;
     let mut res = Bundle::default();
     res.insert("attentionOut", download(&o)?);
     Ok(res)

@@ -243,7 +243,7 @@ fn int8_on_device(
         aclnn::scatter(
             &rt,
             spec,
-            &aclnn::ScatterTensors {
+            &ScatterInputs {
                 key: &kd.handle()?,
                 key_cache: &kc.handle()?,
                 value: vh.as_ref(),

@@ -199,10 +199,12 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
         key: rank3(k, "key")?,
         value: rank3(v, "value")?,
         sink: None,
+        pse: None,
     };
     let sink = sink_of(b, &["sink"])?;
     let shapes = VarlenShapes {
         sink: sink.as_ref().map(Vec::len),
+        pse: None,
         ..shapes
     };
     let spec = spec_from(b, shapes.query, false)?;
@@ -283,6 +285,7 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
         key: ks,
         value: vs,
         sink: sink.as_ref().map(Vec::len),
+        pse: None,
     };
     let bwd = VarlenBwdShapes {
         dy: dys,

@@ -76,6 +76,7 @@ pub fn varlen_score<B: AttentionBackend>(
             key: prim(key),
             value: prim(value),
             sink: sink.map(prim),
+            pse: None,
         },
         spec,
     )?;
@@ -88,7 +89,8 @@ pub fn varlen_score<B: AttentionBackend>(
 
 /// [`varlen_score`] with a differentiable external pse (`realShift`, pseType 0 or 1): `pse` is
 /// the flat `[pseTotalLen]` tensor (per sequence `[N, Sq_b, Skv_b]`, concatenated) and takes
-/// the place of the spec's pse. Under `Autodiff`, `pse` receives `dpse` from the same fused
+/// the place of the spec's pse. It is an input of the op like the sink
+/// ([`VarlenInputs::pse`]), never read back to the host on a device backend. Under `Autodiff`, `pse` receives `dpse` from the same fused
 /// backward as query, key, value and sink.
 pub fn varlen_score_with_pse<B: AttentionBackend>(
     query: Tensor<B, 3>,
@@ -98,14 +100,26 @@ pub fn varlen_score_with_pse<B: AttentionBackend>(
     pse: Tensor<B, 1>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    let out = B::varlen_fwd_with_pse(
+    // The op takes a pse in the spec or as a tensor, never both: the tensor wins here.
+    let without_pse;
+    let spec = match spec.pse {
+        PseSpec::None => spec,
+        _ => {
+            without_pse = VarlenSpec {
+                pse: PseSpec::None,
+                ..spec.clone()
+            };
+            &without_pse
+        }
+    };
+    let out = B::varlen_fwd(
         VarlenInputs {
             query: prim(query),
             key: prim(key),
             value: prim(value),
             sink: sink.map(prim),
+            pse: Some(prim(pse)),
         },
-        prim(pse),
         spec,
     )?;
     Ok(VarlenAttention {
@@ -132,6 +146,7 @@ pub fn varlen_score_grad<B: AttentionBackend>(
                 key: prim(key),
                 value: prim(value),
                 sink: sink.map(prim),
+                pse: None,
             },
             dy: prim(dy),
             attention_in: prim(forward.attention_out.clone()),

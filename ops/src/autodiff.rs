@@ -39,17 +39,12 @@ pub mod test_hooks {
 #[derive(Debug)]
 struct VarlenBackward;
 
-/// Saved for the backward: checkpointed q, k, v, (sink), the outputs, the spec (with the pse
-/// read into it), and whether the pse is a tracked tensor (the fifth parent).
+/// Saved for the backward: checkpointed q, k, v, (sink), (pse), the outputs and the spec.
 #[derive(Debug, Clone)]
 struct VarlenState<B: AttentionBackend> {
-    query: NodeId,
-    key: NodeId,
-    value: NodeId,
-    sink: Option<NodeId>,
-    outputs: VarlenOutputs<B>,
+    inputs: burn_ascend_contract::varlen::VarlenInputs<NodeId>,
+    outputs: VarlenOutputs<FloatTensor<B>>,
     spec: VarlenSpec,
-    pse_tracked: bool,
 }
 
 impl<B: AttentionBackend> Backward<B, 5> for VarlenBackward {
@@ -63,13 +58,9 @@ impl<B: AttentionBackend> Backward<B, 5> for VarlenBackward {
     ) {
         let dy = grads.consume::<B>(&ops.node);
         let s = ops.state;
+        let pse_tracked = s.inputs.pse.is_some();
         let inputs = VarlenGradInputs {
-            inputs: VarlenInputs {
-                query: checkpointer.retrieve_node_output(s.query),
-                key: checkpointer.retrieve_node_output(s.key),
-                value: checkpointer.retrieve_node_output(s.value),
-                sink: s.sink.map(|id| checkpointer.retrieve_node_output(id)),
-            },
+            inputs: s.inputs.map(|id| checkpointer.retrieve_node_output(id)),
             dy,
             attention_in: s.outputs.attention_out,
             softmax_max: s.outputs.softmax_max,
@@ -89,8 +80,8 @@ impl<B: AttentionBackend> Backward<B, 5> for VarlenBackward {
             ..g
         };
         let [pq, pk, pv, ps, pp] = ops.parents;
-        // A pse read from the spec's host data has no node: its dpse goes nowhere.
-        let dpse = g.dpse.filter(|_| s.pse_tracked);
+        // A pse in the spec's host data has no node: its dpse goes nowhere.
+        let dpse = g.dpse.filter(|_| pse_tracked);
         for (parent, grad) in [
             (pq, Some(g.dq)),
             (pk, Some(g.dk)),
@@ -108,72 +99,37 @@ impl<B: AttentionBackend> Backward<B, 5> for VarlenBackward {
 /// The varlen forward as one graph node with parents q, k, v, sink and pse (an absent sink or
 /// pse is an untracked placeholder parent that never receives a gradient).
 fn varlen_node<B: AttentionBackend, C: CheckpointStrategy>(
-    inputs: VarlenInputs<Autodiff<B, C>>,
-    pse: Option<FloatTensor<Autodiff<B, C>>>,
+    inputs: VarlenInputs<FloatTensor<Autodiff<B, C>>>,
     spec: &VarlenSpec,
-) -> Result<VarlenOutputs<Autodiff<B, C>>> {
-    let VarlenInputs {
-        query,
-        key,
-        value,
-        sink,
-    } = inputs;
-    let pse_tracked = pse.is_some();
-    let (pse_node, spec) = match pse {
-        Some(p) => (
-            p.node.clone(),
-            crate::backend::spec_with_pse::<B>(p.primitive, spec)?,
-        ),
-        None => (query.node.clone(), spec.clone()),
-    };
-    // Without a sink the fourth parent is an untracked constant, so it gets no gradient.
-    let sink_node = match &sink {
-        Some(s) => s.node.clone(),
-        None => query.node.clone(),
+) -> Result<VarlenOutputs<FloatTensor<Autodiff<B, C>>>> {
+    // An absent sink or pse is the query's node again, an untracked parent for this op.
+    let or_query = |t: &Option<FloatTensor<Autodiff<B, C>>>| match t {
+        Some(t) => t.node.clone(),
+        None => inputs.query.node.clone(),
     };
     let nodes = [
-        query.node.clone(),
-        key.node.clone(),
-        value.node.clone(),
-        sink_node,
-        pse_node,
+        inputs.query.node.clone(),
+        inputs.key.node.clone(),
+        inputs.value.node.clone(),
+        or_query(&inputs.sink),
+        or_query(&inputs.pse),
     ];
     let prep = VarlenBackward
         .prepare::<C>(nodes)
         .compute_bound()
         .stateful();
-    let inner = |query: FloatTensor<Autodiff<B, C>>,
-                 key: FloatTensor<Autodiff<B, C>>,
-                 value: FloatTensor<Autodiff<B, C>>,
-                 sink: Option<FloatTensor<Autodiff<B, C>>>| {
-        B::varlen_fwd(
-            VarlenInputs {
-                query: query.primitive,
-                key: key.primitive,
-                value: value.primitive,
-                sink: sink.map(|s| s.primitive),
-            },
-            &spec,
-        )
+    let inner = |inputs: VarlenInputs<FloatTensor<Autodiff<B, C>>>| {
+        B::varlen_fwd(inputs.map(|t| t.primitive), spec)
     };
     let constant = <Autodiff<B, C> as AutodiffBackend>::from_inner;
     match prep {
         OpsKind::Tracked(mut prep) => {
-            let ids = (
-                prep.checkpoint(&query),
-                prep.checkpoint(&key),
-                prep.checkpoint(&value),
-            );
-            let sink_id = sink.as_ref().map(|s| prep.checkpoint(s));
-            let out = inner(query, key, value, sink)?;
+            let ids = inputs.as_ref().map(|t| prep.checkpoint(t));
+            let out = inner(inputs)?;
             let state = VarlenState {
-                query: ids.0,
-                key: ids.1,
-                value: ids.2,
-                sink: sink_id,
+                inputs: ids,
                 outputs: out.clone(),
                 spec: spec.clone(),
-                pse_tracked,
             };
             Ok(VarlenOutputs {
                 attention_out: prep.finish(state, out.attention_out),
@@ -183,7 +139,7 @@ fn varlen_node<B: AttentionBackend, C: CheckpointStrategy>(
             })
         }
         OpsKind::UnTracked(prep) => {
-            let out = inner(query, key, value, sink)?;
+            let out = inner(inputs)?;
             Ok(VarlenOutputs {
                 attention_out: prep.finish(out.attention_out),
                 softmax_max: constant(out.softmax_max),
@@ -194,66 +150,33 @@ fn varlen_node<B: AttentionBackend, C: CheckpointStrategy>(
 }
 
 impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B, C> {
-    fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
-        varlen_node::<B, C>(inputs, None, spec)
-    }
-
-    /// The pse becomes the node's fifth parent and receives `dpse`.
-    fn varlen_fwd_with_pse(
-        inputs: VarlenInputs<Self>,
-        pse: FloatTensor<Self>,
+    /// A pse tensor becomes the node's fifth parent and receives `dpse`.
+    fn varlen_fwd(
+        inputs: VarlenInputs<FloatTensor<Self>>,
         spec: &VarlenSpec,
-    ) -> Result<VarlenOutputs<Self>> {
-        varlen_node::<B, C>(inputs, Some(pse), spec)
+    ) -> Result<VarlenOutputs<FloatTensor<Self>>> {
+        varlen_node::<B, C>(inputs, spec)
     }
 
     /// No double backward: runs on the inner backend and returns constants.
-    fn varlen_bwd(inputs: VarlenGradInputs<Self>, spec: &VarlenSpec) -> Result<VarlenGrads<Self>> {
+    fn varlen_bwd(
+        inputs: VarlenGradInputs<FloatTensor<Self>>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenGrads<FloatTensor<Self>>> {
         let i = <Self as AutodiffBackend>::inner;
         let c = <Self as AutodiffBackend>::from_inner;
-        let VarlenGradInputs {
-            inputs: f,
-            dy,
-            attention_in,
-            softmax_max,
-            softmax_sum,
-        } = inputs;
-        let g = B::varlen_bwd(
-            VarlenGradInputs {
-                inputs: VarlenInputs {
-                    query: i(f.query),
-                    key: i(f.key),
-                    value: i(f.value),
-                    sink: f.sink.map(i),
-                },
-                dy: i(dy),
-                attention_in: i(attention_in),
-                softmax_max: i(softmax_max),
-                softmax_sum: i(softmax_sum),
-            },
-            spec,
-        )?;
-        Ok(VarlenGrads {
-            dq: c(g.dq),
-            dk: c(g.dk),
-            dv: c(g.dv),
-            dpse: g.dpse.map(c),
-            dsink: g.dsink.map(c),
-        })
+        let g = B::varlen_bwd(inputs.map(i), spec)?;
+        Ok(g.map(c))
     }
 
     /// Forward-only: runs on the inner backend and returns a constant (no gradient flows
     /// through prompt attention; it is an inference op).
-    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<FloatTensor<Self>> {
+    fn prompt_fwd(
+        inputs: PromptInputs<FloatTensor<Self>>,
+        spec: &PromptSpec,
+    ) -> Result<FloatTensor<Self>> {
         let i = <Self as AutodiffBackend>::inner;
-        let out = B::prompt_fwd(
-            PromptInputs {
-                query: i(inputs.query),
-                key: i(inputs.key),
-                value: i(inputs.value),
-            },
-            spec,
-        )?;
+        let out = B::prompt_fwd(inputs.map(i), spec)?;
         Ok(<Self as AutodiffBackend>::from_inner(out))
     }
 
@@ -324,21 +247,12 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
     }
 
     /// Forward-only: the updated caches are constants.
-    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+    fn scatter_kv(
+        inputs: ScatterInputs<FloatTensor<Self>>,
+        spec: &ScatterSpec,
+    ) -> Result<ScatterOutputs<FloatTensor<Self>>> {
         let i = <Self as AutodiffBackend>::inner;
         let c = <Self as AutodiffBackend>::from_inner;
-        let out = B::scatter_kv(
-            ScatterInputs {
-                key: i(inputs.key),
-                value: inputs.value.map(i),
-                key_cache: i(inputs.key_cache),
-                value_cache: inputs.value_cache.map(i),
-            },
-            spec,
-        )?;
-        Ok(ScatterOutputs {
-            key_cache: c(out.key_cache),
-            value_cache: out.value_cache.map(c),
-        })
+        Ok(B::scatter_kv(inputs.map(i), spec)?.map(c))
     }
 }

@@ -14,72 +14,17 @@ use crate::prompt::PromptSpec;
 use crate::scatter::ScatterSpec;
 use crate::varlen::{composite, VarlenSpec};
 
-/// Differentiable inputs of the varlen forward.
-#[derive(Debug, Clone)]
-pub struct VarlenInputs<B: Backend> {
-    /// `query` `[Tq, N, D]`.
-    pub query: FloatTensor<B>,
-    /// `key` `[Tkv, Nkv, D]`.
-    pub key: FloatTensor<B>,
-    /// `value` `[Tkv, Nkv, Dv]`.
-    pub value: FloatTensor<B>,
-    /// `sink` `[N]` (f32 logits, unscaled).
-    pub sink: Option<FloatTensor<B>>,
-}
+/// The varlen carriers: the contract's one carrier per call, generic over the tensor kind —
+/// here over `B`'s float primitives (`VarlenInputs<FloatTensor<B>>`), in the aclnn builder over
+/// `&aclTensor` handles. `VarlenInputs::pse` is the differentiable external pse
+/// (`[pseTotalLen]`, pseType 0/1).
+pub use burn_ascend_contract::varlen::{
+    VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+};
 
-/// Outputs of the varlen forward.
-#[derive(Debug, Clone)]
-pub struct VarlenOutputs<B: Backend> {
-    /// `attentionOut` `[Tq, N, Dv]`.
-    pub attention_out: FloatTensor<B>,
-    /// `softmaxMax` `[Tq, N, 8]` in the spec's `softmaxOutLayout`.
-    pub softmax_max: FloatTensor<B>,
-    /// `softmaxSum` `[Tq, N, 8]`.
-    pub softmax_sum: FloatTensor<B>,
-}
-
-/// Inputs of the varlen backward: the forward's inputs, its outputs and `dy`.
-#[derive(Debug, Clone)]
-pub struct VarlenGradInputs<B: Backend> {
-    /// The forward's inputs.
-    pub inputs: VarlenInputs<B>,
-    /// `dy` `[Tq, N, Dv]`.
-    pub dy: FloatTensor<B>,
-    /// `attentionIn`: the forward's `attentionOut`.
-    pub attention_in: FloatTensor<B>,
-    /// The forward's `softmaxMax`.
-    pub softmax_max: FloatTensor<B>,
-    /// The forward's `softmaxSum`.
-    pub softmax_sum: FloatTensor<B>,
-}
-
-/// Outputs of the varlen backward.
-#[derive(Debug, Clone)]
-pub struct VarlenGrads<B: Backend> {
-    /// `dqOut`.
-    pub dq: FloatTensor<B>,
-    /// `dkOut`.
-    pub dk: FloatTensor<B>,
-    /// `dvOut`.
-    pub dv: FloatTensor<B>,
-    /// `dpseOut`, `[pseTotalLen]` (laid out as the pse), when the spec has an external pse
-    /// (pseType 0/1): dS for pseType 0, scale·dS for pseType 1. ALiBi slopes (pseType 2/3)
-    /// are not differentiated.
-    pub dpse: Option<FloatTensor<B>>,
-    /// `dsinkOut`, when a sink was given.
-    pub dsink: Option<FloatTensor<B>>,
-}
-
-/// Inputs of prompt attention, in the spec's `inputLayout` (rank 3 for BSH/TND, else 4).
-#[derive(Debug, Clone)]
-pub struct PromptInputs<B: Backend> {
-    /// `query`.
-    pub query: FloatTensor<B>,
-    /// `key`.
-    pub key: FloatTensor<B>,
-    /// `value`.
-    pub value: FloatTensor<B>,
-}
+/// Inputs of prompt attention: the contract's carrier (`PromptInputs<FloatTensor<B>>` here,
+/// over `&aclTensor` handles in the aclnn builder).
+pub use burn_ascend_contract::prompt::PromptInputs;
 
 /// Key/value of incremental attention in one of IFA V4's three forms. int8 KV travels as
 /// float tensors holding the int8 values (exact), dequantised with the spec's antiquant.
@@ -161,85 +106,38 @@ pub struct FiaOutputs<B: Backend> {
     pub softmax_lse: Option<FloatTensor<B>>,
 }
 
-/// Inputs of the cache scatter.
-#[derive(Debug, Clone)]
-pub struct ScatterInputs<B: Backend> {
-    /// `key` `[T, N, Dk]` (Nct: the strided storage).
-    pub key: FloatTensor<B>,
-    /// `value` `[T, N, Dv]`, `None` for key-only.
-    pub value: Option<FloatTensor<B>>,
-    /// `keyCacheRef`.
-    pub key_cache: FloatTensor<B>,
-    /// `valueCacheRef`, `None` for key-only.
-    pub value_cache: Option<FloatTensor<B>>,
-}
-
-/// The updated caches.
-#[derive(Debug, Clone)]
-pub struct ScatterOutputs<B: Backend> {
-    /// `keyCacheRef` after the scatter.
-    pub key_cache: FloatTensor<B>,
-    /// `valueCacheRef` after the scatter.
-    pub value_cache: Option<FloatTensor<B>>,
-}
-
-/// `spec` with the external pse `pse` (a rank-1 tensor `[pseTotalLen]`) read into it.
-pub fn spec_with_pse<B: Backend>(pse: FloatTensor<B>, spec: &VarlenSpec) -> Result<VarlenSpec> {
-    let shape = burn::tensor::TensorMetadata::shape(&pse).to_vec();
-    crate::error::ensure!(
-        shape.len() == 1,
-        "realShift",
-        "a differentiable pse is the flat [pseTotalLen] tensor, got shape {shape:?}"
-    );
-    crate::error::ensure!(
-        matches!(
-            spec.attrs.pse_type,
-            crate::PseType::OuterMulAdd | crate::PseType::OuterAddMul
-        ),
-        "pseType",
-        "a pse tensor is an external pse (pseType 0 or 1), got {}",
-        spec.attrs.pse_type.as_attr()
-    );
-    let mut spec = spec.clone();
-    spec.pse = crate::varlen::PseSpec::Dense {
-        data: crate::host::to_vec::<B>(pse).into(),
-        shape,
-    };
-    Ok(spec)
-}
+/// The cache scatter's carriers: the contract's (`ScatterInputs<FloatTensor<B>>` here, over
+/// `&aclTensor` handles in the aclnn builder).
+pub use burn_ascend_contract::scatter::{ScatterInputs, ScatterOutputs};
 
 /// CANN's attention operators as a Burn backend extension (with the fused transformer ops of
 /// [`FusedBackend`], the grouped matmul and the optimizer step as supertraits).
 pub trait AttentionBackend:
     FusedBackend + crate::grouped_matmul::GroupedMatmulBackend + crate::optim::OptimBackend
 {
-    /// `aclnnFlashAttentionVarLenScoreV5`.
-    fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
+    /// `aclnnFlashAttentionVarLenScoreV5`. A pse given as a tensor ([`VarlenInputs::pse`])
+    /// stays where it is; `Autodiff` makes it a parent of the node, so it receives `dpse`.
+    fn varlen_fwd(
+        inputs: VarlenInputs<FloatTensor<Self>>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenOutputs<FloatTensor<Self>>> {
         composite::varlen_fwd::<Self>(inputs, spec)
     }
 
-    /// The varlen forward with an external pse `[pseTotalLen]` (pseType 0 or 1) given as a
-    /// tensor: it takes the place of the spec's pse. The default reads it to the host into
-    /// the spec (CANN takes the pse as an input tensor; the call builders upload the spec's),
-    /// so the result is [`Self::varlen_fwd`]'s; `Autodiff` overrides it so that the pse
-    /// receives `dpse` from the fused backward.
-    fn varlen_fwd_with_pse(
-        inputs: VarlenInputs<Self>,
-        pse: FloatTensor<Self>,
-        spec: &VarlenSpec,
-    ) -> Result<VarlenOutputs<Self>> {
-        let spec = spec_with_pse::<Self>(pse, spec)?;
-        Self::varlen_fwd(inputs, &spec)
-    }
-
     /// `aclnnFlashAttentionUnpaddingScoreGradV5`.
-    fn varlen_bwd(inputs: VarlenGradInputs<Self>, spec: &VarlenSpec) -> Result<VarlenGrads<Self>> {
+    fn varlen_bwd(
+        inputs: VarlenGradInputs<FloatTensor<Self>>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenGrads<FloatTensor<Self>>> {
         composite::varlen_bwd::<Self>(inputs, spec)
     }
 
     /// `aclnnPromptFlashAttentionV3` (V1 is the spec with V3's extras at their defaults):
     /// `attentionOut` in the output layout.
-    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<FloatTensor<Self>> {
+    fn prompt_fwd(
+        inputs: PromptInputs<FloatTensor<Self>>,
+        spec: &PromptSpec,
+    ) -> Result<FloatTensor<Self>> {
         crate::prompt::composite::prompt_fwd::<Self>(inputs, spec)
     }
 
@@ -264,7 +162,10 @@ pub trait AttentionBackend:
 
     /// `aclnnScatterPaKvCache`, functional: returns the updated caches. Validates everything
     /// before writing; on error nothing was written.
-    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+    fn scatter_kv(
+        inputs: ScatterInputs<FloatTensor<Self>>,
+        spec: &ScatterSpec,
+    ) -> Result<ScatterOutputs<FloatTensor<Self>>> {
         crate::scatter::composite::scatter_kv::<Self>(inputs, spec)
     }
 }

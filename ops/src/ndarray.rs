@@ -13,6 +13,7 @@ use burn_ascend_kernels::cpu;
 
 use burn::tensor::TensorMetadata;
 use burn_ascend_contract::incre::KvInput;
+use burn_ascend_contract::varlen::Pse;
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
 use crate::backend::{
@@ -35,15 +36,24 @@ where
     NdArrayTensor: From<SharedArray<E>>,
     NdArrayTensor: From<SharedArray<I>>,
 {
-    fn varlen_fwd(inputs: VarlenInputs<Self>, spec: &VarlenSpec) -> Result<VarlenOutputs<Self>> {
+    fn varlen_fwd(
+        inputs: VarlenInputs<FloatTensor<Self>>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenOutputs<FloatTensor<Self>>> {
         cpu_varlen_fwd::<Self>(inputs, spec)
     }
 
-    fn varlen_bwd(inputs: VarlenGradInputs<Self>, spec: &VarlenSpec) -> Result<VarlenGrads<Self>> {
+    fn varlen_bwd(
+        inputs: VarlenGradInputs<FloatTensor<Self>>,
+        spec: &VarlenSpec,
+    ) -> Result<VarlenGrads<FloatTensor<Self>>> {
         cpu_varlen_bwd::<Self>(inputs, spec)
     }
 
-    fn prompt_fwd(inputs: PromptInputs<Self>, spec: &PromptSpec) -> Result<FloatTensor<Self>> {
+    fn prompt_fwd(
+        inputs: PromptInputs<FloatTensor<Self>>,
+        spec: &PromptSpec,
+    ) -> Result<FloatTensor<Self>> {
         cpu_prompt_fwd::<Self>(inputs, spec)
     }
 
@@ -55,14 +65,17 @@ where
         cpu_fia_fwd::<Self>(inputs, spec)
     }
 
-    fn scatter_kv(inputs: ScatterInputs<Self>, spec: &ScatterSpec) -> Result<ScatterOutputs<Self>> {
+    fn scatter_kv(
+        inputs: ScatterInputs<FloatTensor<Self>>,
+        spec: &ScatterSpec,
+    ) -> Result<ScatterOutputs<FloatTensor<Self>>> {
         cpu_scatter_kv::<Self>(inputs, spec)
     }
 }
 
 /// Prompt attention on host memory through the CPU reference, for any backend.
 pub fn cpu_prompt_fwd<B: Backend>(
-    inputs: PromptInputs<B>,
+    inputs: PromptInputs<FloatTensor<B>>,
     spec: &PromptSpec,
 ) -> Result<FloatTensor<B>> {
     let dims = spec.validate(&crate::prompt::composite::shapes(&inputs))?;
@@ -158,9 +171,9 @@ pub fn cpu_fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<F
 /// The cache scatter on host memory through the CPU reference (f32 caches; other dtypes take
 /// the composite so that PA_NZ's `32 / sizeof(dtype)` stays the caches').
 pub fn cpu_scatter_kv<B: Backend>(
-    inputs: ScatterInputs<B>,
+    inputs: ScatterInputs<FloatTensor<B>>,
     spec: &ScatterSpec,
-) -> Result<ScatterOutputs<B>> {
+) -> Result<ScatterOutputs<FloatTensor<B>>> {
     let shapes = crate::scatter::composite::shapes(&inputs);
     let dims = spec.validate(&shapes)?;
     if shapes
@@ -194,14 +207,19 @@ pub fn cpu_scatter_kv<B: Backend>(
 
 /// The varlen forward on host memory through the CPU kernels, for any backend.
 pub fn cpu_varlen_fwd<B: Backend>(
-    inputs: VarlenInputs<B>,
+    inputs: VarlenInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
-) -> Result<VarlenOutputs<B>> {
+) -> Result<VarlenOutputs<FloatTensor<B>>> {
     let dims = spec.validate_fwd(&shapes(&inputs))?;
     let device = B::float_device(&inputs.query);
     let sink = inputs.sink.map(to_vec::<B>);
+    // The host kernels read a pse tensor from host memory (NdArray's own, or the fallback's).
+    let pse = inputs.pse.map(to_vec::<B>);
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
-    let p = spec.problem(dims, sink.as_deref());
+    let mut p = spec.problem(dims, sink.as_deref());
+    if let Some(pse) = &pse {
+        p.pse = Pse::Dense(pse);
+    }
     let out = cpu::varlen_fwd(
         &p,
         &to_vec::<B>(inputs.query),
@@ -217,9 +235,9 @@ pub fn cpu_varlen_fwd<B: Backend>(
 
 /// The varlen backward on host memory through the CPU kernels, for any backend.
 pub fn cpu_varlen_bwd<B: Backend>(
-    inputs: VarlenGradInputs<B>,
+    inputs: VarlenGradInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
-) -> Result<VarlenGrads<B>> {
+) -> Result<VarlenGrads<FloatTensor<B>>> {
     let dims = spec.validate_bwd(&shapes(&inputs.inputs), &bwd_shapes(&inputs))?;
     let device = B::float_device(&inputs.dy);
     let VarlenGradInputs {
@@ -230,6 +248,7 @@ pub fn cpu_varlen_bwd<B: Backend>(
         softmax_sum,
     } = inputs;
     let sink = fwd.sink.map(to_vec::<B>);
+    let pse = fwd.pse.map(to_vec::<B>);
     let (tq, tkv, n, nkv, d, dv) = (
         dims.t_q(),
         dims.t_kv(),
@@ -238,7 +257,10 @@ pub fn cpu_varlen_bwd<B: Backend>(
         dims.head_dim,
         dims.value_dim,
     );
-    let p = spec.problem(dims, sink.as_deref());
+    let mut p = spec.problem(dims, sink.as_deref());
+    if let Some(pse) = &pse {
+        p.pse = Pse::Dense(pse);
+    }
     let g = cpu::varlen_bwd(
         &p,
         &to_vec::<B>(fwd.query),

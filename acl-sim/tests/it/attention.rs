@@ -14,6 +14,7 @@ use burn_ascend_cann::acl::{
 };
 use burn_ascend_contract::varlen::VarlenSpec;
 use burn_ascend_contract::varlen::{VarlenAttrs as KAttrs, VarlenDims, VarlenProblem};
+use burn_ascend_contract::varlen::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs};
 use burn_ascend_kernels::reference::varlen as reference;
 
 pub(crate) fn rand(seed: u64, n: usize) -> Vec<f32> {
@@ -81,12 +82,15 @@ pub(crate) fn varlen_fwd(rt: &Runtime, c: &Case, sink: bool) -> Result<FwdOut, A
             rt,
             &c.spec(),
             c.n,
-            &aclnn::VarlenFwdTensors {
-                dtype: DataType::Float,
+            DataType::Float,
+            &VarlenInputs {
                 query: &q.handle()?,
                 key: &k.handle()?,
                 value: &v.handle()?,
                 sink: sh.as_ref(),
+                pse: None,
+            },
+            &VarlenOutputs {
                 attention_out: &o.handle()?,
                 softmax_max: &m.handle()?,
                 softmax_sum: &su.handle()?,
@@ -206,19 +210,25 @@ fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
             &rt,
             &c.spec(),
             c.n,
-            &aclnn::VarlenGradTensors {
-                dtype: DataType::Float,
-                query: &h[0],
-                key: &h[1],
-                value: &h[2],
+            DataType::Float,
+            &VarlenGradInputs {
+                inputs: VarlenInputs {
+                    query: &h[0],
+                    key: &h[1],
+                    value: &h[2],
+                    sink: Some(&h[7]),
+                    pse: None,
+                },
                 dy: &h[3],
                 softmax_max: &h[4],
                 softmax_sum: &h[5],
                 attention_in: &h[6],
-                sink: Some(&h[7]),
+            },
+            &VarlenGrads {
                 dq: &g[0],
                 dk: &g[1],
                 dv: &g[2],
+                dpse: None,
                 dsink: Some(&g[3]),
             },
         )

@@ -8,8 +8,9 @@ use burn_ascend_cann::acl::ffi::{ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPT
 use burn_ascend_cann::acl::ops;
 use burn_ascend_cann::acl::tensor::recent_error;
 use burn_ascend_cann::acl::{AclError, DataType, Format, IntArray, Runtime, Tensor, TensorDesc};
-use burn_ascend_contract::prompt::{PfaLayout, PromptSpec};
-use burn_ascend_contract::scatter::{CacheMode, ScatterKind, ScatterSpec};
+use burn_ascend_contract::prompt::{PfaLayout, PromptInputs, PromptSpec};
+use burn_ascend_contract::scatter::{CacheMode, ScatterInputs, ScatterKind, ScatterSpec};
+use burn_ascend_contract::varlen::{VarlenGradInputs, VarlenGrads, VarlenInputs};
 use burn_ascend_kernels::reference::varlen as reference;
 
 use super::attention::*;
@@ -49,17 +50,12 @@ fn missing_pfa_v3_falls_back_to_v1_only_for_what_v1_has() {
             up(rt, &dims, &v),
             zeros(rt, &dims),
         );
-        aclnn::prompt(
-            rt,
-            spec,
-            &aclnn::PromptTensors {
-                dtype: DataType::Float,
-                query: &qt.handle()?,
-                key: &kt.handle()?,
-                value: &vt.handle()?,
-                attention_out: &o.handle()?,
-            },
-        )?;
+        let x = PromptInputs {
+            query: qt.handle()?,
+            key: kt.handle()?,
+            value: vt.handle()?,
+        };
+        aclnn::prompt(rt, spec, DataType::Float, &x.as_ref(), &o.handle()?)?;
         Ok(floats(&o.download()?))
     };
     let mut spec = PromptSpec::new(n, 0.3, PfaLayout::Bsh);
@@ -97,7 +93,7 @@ fn a_pa_nz_cache_goes_as_nd_and_a_fractal_nz_descriptor_is_refused() {
         aclnn::scatter(
             &rt,
             &spec,
-            &aclnn::ScatterTensors {
+            &ScatterInputs {
                 key: &kt.handle().unwrap(),
                 key_cache: &ct.handle().unwrap(),
                 value: None,
@@ -188,19 +184,25 @@ fn varlen_grad(rt: &Runtime, c: &Case, sink: bool) -> Result<Vec<Vec<f32>>, AclE
             rt,
             &c.spec(),
             c.n,
-            &aclnn::VarlenGradTensors {
-                dtype: DataType::Float,
-                query: &h[0],
-                key: &h[1],
-                value: &h[2],
+            DataType::Float,
+            &VarlenGradInputs {
+                inputs: VarlenInputs {
+                    query: &h[0],
+                    key: &h[1],
+                    value: &h[2],
+                    sink: sink.then_some(&h[7]),
+                    pse: None,
+                },
                 dy: &h[3],
                 softmax_max: &h[4],
                 softmax_sum: &h[5],
                 attention_in: &h[6],
-                sink: sink.then_some(&h[7]),
+            },
+            &VarlenGrads {
                 dq: &g[0],
                 dk: &g[1],
                 dv: &g[2],
+                dpse: None,
                 dsink: sink.then_some(&g[3]),
             },
         )?;

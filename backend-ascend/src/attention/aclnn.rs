@@ -21,9 +21,14 @@ use burn_ascend_cann::acl::{
     TensorList,
 };
 use burn_ascend_contract::incre::{BlockTable, IncreSpec};
-use burn_ascend_contract::prompt::{PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
-use burn_ascend_contract::scatter::{CacheMode, ScatterDims, ScatterKind, ScatterSpec};
-use burn_ascend_contract::varlen::{compressed_mask, MaskSpec, PseSpec, VarlenSpec, VARLEN_LAYOUT};
+use burn_ascend_contract::prompt::{PromptInputs, PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
+use burn_ascend_contract::scatter::{
+    CacheMode, ScatterDims, ScatterInputs, ScatterKind, ScatterSpec,
+};
+use burn_ascend_contract::varlen::{
+    compressed_mask, MaskSpec, PseSpec, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    VarlenSpec, VARLEN_LAYOUT,
+};
 
 pub(super) fn upload(
     rt: &Runtime,
@@ -140,7 +145,10 @@ struct VarlenExtras {
 /// - backward: `flash_attention_score_grad/op_host/arch32/…_s1s2_bn2gs1s2_sab.cpp`
 ///   (`ProcessPseInfo` ~528) and `…_s1s2_bn2gs1s2.cpp` (~465) take a TND outer pse only 1-D:
 ///   `[pseTotalLen]` — and `dpseOut` gets the same shape (torch_npu passes a pse-shaped one).
-fn dense_pse_dims(total: usize, grad: bool) -> Vec<usize> {
+///
+/// A pse given as a device tensor (`VarlenInputs::pse`) is described with these dims by its
+/// owner (the `Ascend` backend) over its own storage: no copy.
+pub fn dense_pse_dims(total: usize, grad: bool) -> Vec<usize> {
     if grad {
         vec![total]
     } else {
@@ -197,31 +205,24 @@ fn varlen_extras(
     })
 }
 
-/// The device tensors of a varlen forward.
-pub struct VarlenFwdTensors<'a> {
-    /// The query's (and output's) float dtype.
-    pub dtype: DataType,
-    pub query: &'a Tensor<'a>,
-    pub key: &'a Tensor<'a>,
-    pub value: &'a Tensor<'a>,
-    /// FLOAT `[N]`.
-    pub sink: Option<&'a Tensor<'a>>,
-    pub attention_out: &'a Tensor<'a>,
-    pub softmax_max: &'a Tensor<'a>,
-    pub softmax_sum: &'a Tensor<'a>,
-}
+/// The varlen carrier over aclnn handles (the contract's one carrier per call). A pse tensor
+/// (`pse`) must be described with [`dense_pse_dims`] for the op (forward or grad).
+pub type VarlenHandles<'a> = VarlenInputs<&'a Tensor<'a>>;
 
 /// `aclnnFlashAttentionVarLenScore` without a sink, `…V5` with one (the choice and the
-/// fallbacks are `ops::varlen_fwd`'s) for a validated spec; `head_num` is the query's N.
+/// fallbacks are `ops::varlen_fwd`'s) for a validated spec; `head_num` is the query's N and
+/// `dtype` its (and the output's) float dtype.
 pub fn varlen_fwd(
     rt: &Runtime,
     spec: &VarlenSpec,
     head_num: usize,
-    x: &VarlenFwdTensors<'_>,
+    dtype: DataType,
+    x: &VarlenHandles<'_>,
+    out: &VarlenOutputs<&Tensor<'_>>,
 ) -> Result<()> {
-    let ex = varlen_extras(rt, spec, x.dtype, false)?;
+    let ex = varlen_extras(rt, spec, dtype, false)?;
     // softmaxOutOut is reserved ("预留参数，暂未使用"): an empty tensor, as torch_npu passes.
-    let softmax_out = empty(rt, x.dtype)?;
+    let softmax_out = empty(rt, dtype)?;
     {
         let (mask, pse, drop) = (
             handle(&ex.atten_mask)?,
@@ -238,7 +239,7 @@ pub fn varlen_fwd(
                 key: x.key,
                 key_rope: None,
                 value: x.value,
-                real_shift: pse.as_ref(),
+                real_shift: x.pse.or(pse.as_ref()),
                 drop_mask: drop.as_ref(),
                 padding_mask: None,
                 atten_mask: mask.as_ref(),
@@ -258,57 +259,40 @@ pub fn varlen_fwd(
                 sparse_mode: a.sparse_mode.as_attr(),
                 pse_type: a.pse_type.as_attr(),
                 softmax_out_layout: a.softmax_layout.as_attr(),
-                softmax_max: x.softmax_max,
-                softmax_sum: x.softmax_sum,
+                softmax_max: out.softmax_max,
+                softmax_sum: out.softmax_sum,
                 softmax_out: Some(&softmax_out),
-                attention_out: x.attention_out,
+                attention_out: out.attention_out,
             },
         )?;
     }
     Ok(())
 }
 
-/// The device tensors of a varlen backward.
-pub struct VarlenGradTensors<'a> {
-    /// The query's (and gradients') float dtype.
-    pub dtype: DataType,
-    pub query: &'a Tensor<'a>,
-    pub key: &'a Tensor<'a>,
-    pub value: &'a Tensor<'a>,
-    pub dy: &'a Tensor<'a>,
-    pub softmax_max: &'a Tensor<'a>,
-    pub softmax_sum: &'a Tensor<'a>,
-    pub attention_in: &'a Tensor<'a>,
-    /// `sinkIn`, FLOAT `[N]`.
-    pub sink: Option<&'a Tensor<'a>>,
-    pub dq: &'a Tensor<'a>,
-    pub dk: &'a Tensor<'a>,
-    pub dv: &'a Tensor<'a>,
-    /// FLOAT `[N]`, with a sink.
-    pub dsink: Option<&'a Tensor<'a>>,
-}
-
 /// `aclnnFlashAttentionUnpaddingScoreGrad` without a sink, `…GradV5` with one (the choice and
-/// the fallbacks are `ops::varlen_grad`'s) for a validated spec.
+/// the fallbacks are `ops::varlen_grad`'s) for a validated spec. `g.dpse`, when given, is the
+/// `dpseOut` the op writes (pse-shaped, [`dense_pse_dims`]); else one is allocated here.
 pub fn varlen_grad(
     rt: &Runtime,
     spec: &VarlenSpec,
     head_num: usize,
-    x: &VarlenGradTensors<'_>,
+    dtype: DataType,
+    x: &VarlenGradInputs<&Tensor<'_>>,
+    g: &VarlenGrads<&Tensor<'_>>,
 ) -> Result<()> {
-    let ex = varlen_extras(rt, spec, x.dtype, true)?;
+    let ex = varlen_extras(rt, spec, dtype, true)?;
     // Unused outputs (no rope): empty tensors, as torch_npu passes. `dpseOut` has the pse's
     // shape ([0] without one), as torch_npu allocates it (op-plugin
     // `FlashAttentionKernelNpuOpApi.cpp` ~1119–1123): the op view-copies its pse-shaped dpse
     // into it. No arch32 grad kernel writes dpse (spec Appendix), so its content is not read:
     // the backend computes dpse itself (`burn_ascend_backend::attention`).
-    let unused = empty(rt, x.dtype)?;
+    let unused = empty(rt, dtype)?;
     let dpse_out = match &ex.real_shift {
         Some(pse) => {
             let dims: Vec<usize> = pse.desc.dims.iter().map(|&d| d as usize).collect();
-            rt.zeros(TensorDesc::contiguous(&dims, x.dtype)?)?
+            rt.zeros(TensorDesc::contiguous(&dims, dtype)?)?
         }
-        None => empty(rt, x.dtype)?,
+        None => empty(rt, dtype)?,
     };
     {
         let (mask, pse, drop) = (
@@ -321,13 +305,13 @@ pub fn varlen_grad(
         ops::varlen_grad(
             rt,
             &ops::VarlenGradArgs {
-                query: x.query,
+                query: x.inputs.query,
                 query_rope: None,
-                key: x.key,
+                key: x.inputs.key,
                 key_rope: None,
-                value: x.value,
+                value: x.inputs.value,
                 dy: x.dy,
-                pse_shift: pse.as_ref(),
+                pse_shift: x.inputs.pse.or(pse.as_ref()),
                 drop_mask: drop.as_ref(),
                 padding_mask: None,
                 atten_mask: mask.as_ref(),
@@ -335,7 +319,7 @@ pub fn varlen_grad(
                 softmax_sum: Some(x.softmax_sum),
                 softmax_in: None,
                 attention_in: Some(x.attention_in),
-                sink_in: x.sink,
+                sink_in: x.inputs.sink,
                 prefix: ex.prefix.as_ref(),
                 actual_seq_q_len: Some(&ex.cum_q),
                 actual_seq_kv_len: Some(&ex.cum_kv),
@@ -351,13 +335,13 @@ pub fn varlen_grad(
                 sparse_mode: a.sparse_mode.as_attr(),
                 pse_type: a.pse_type.as_attr(),
                 softmax_in_layout: a.softmax_layout.as_attr(),
-                dq: x.dq,
+                dq: g.dq,
                 dq_rope: Some(&dq_rope),
-                dk: x.dk,
+                dk: g.dk,
                 dk_rope: Some(&dk_rope),
-                dv: x.dv,
-                dpse: Some(&dpse),
-                dsink: x.dsink,
+                dv: g.dv,
+                dpse: Some(g.dpse.unwrap_or(&dpse)),
+                dsink: g.dsink,
             },
         )?;
     }
@@ -379,17 +363,6 @@ fn post_quant(
         .map(|o| upload_float(rt, o, &[o.len()], DataType::Float))
         .transpose()?;
     Ok((Some(scale), offset))
-}
-
-/// The device tensors of a prompt attention call.
-pub struct PromptTensors<'a> {
-    /// The query's float dtype (pse is uploaded in it).
-    pub dtype: DataType,
-    pub query: &'a Tensor<'a>,
-    pub key: &'a Tensor<'a>,
-    pub value: &'a Tensor<'a>,
-    /// The query's dtype, or INT8 with `quantScale2`.
-    pub attention_out: &'a Tensor<'a>,
 }
 
 /// The device form of a PFA / FIA `attenMask`: a dense mask uploaded for the call, or CANN's
@@ -414,13 +387,21 @@ pub(super) fn prompt_mask(rt: &Runtime, mask: &PromptMask) -> Result<Option<Held
     })
 }
 
-/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec.
-pub fn prompt(rt: &Runtime, spec: &PromptSpec, x: &PromptTensors<'_>) -> Result<()> {
+/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec: the inputs in `dtype` (the
+/// query's float dtype; pse is uploaded in it), `attention_out` in it too, or INT8 with
+/// `quantScale2`.
+pub fn prompt(
+    rt: &Runtime,
+    spec: &PromptSpec,
+    dtype: DataType,
+    x: &PromptInputs<&Tensor<'_>>,
+    attention_out: &Tensor<'_>,
+) -> Result<()> {
     let mask = prompt_mask(rt, &spec.atten_mask)?;
     let pse = spec
         .pse_shift
         .as_ref()
-        .map(|p| upload_float(rt, &p.data, &p.shape, x.dtype))
+        .map(|p| upload_float(rt, &p.data, &p.shape, dtype))
         .transpose()?;
     let (qs2, qo2) = post_quant(rt, spec.post_quant.as_ref())?;
     {
@@ -451,7 +432,7 @@ pub fn prompt(rt: &Runtime, spec: &PromptSpec, x: &PromptTensors<'_>) -> Result<
                 num_key_value_heads: spec.num_key_value_heads as i64,
                 sparse_mode: spec.sparse_mode,
                 inner_precise: spec.inner_precise,
-                attention_out: x.attention_out,
+                attention_out,
             },
         )?;
     }
@@ -593,17 +574,10 @@ pub fn scatter_strides_offsets(spec: &ScatterSpec) -> ([i64; 2], [i64; 2]) {
     (two(&spec.strides, [1, 1]), two(&spec.offsets, [0, 0]))
 }
 
-/// The device tensors of a cache scatter; the caches are updated in place.
-pub struct ScatterTensors<'a> {
-    pub key: &'a Tensor<'a>,
-    /// Described with [`cache_desc`].
-    pub key_cache: &'a Tensor<'a>,
-    pub value: Option<&'a Tensor<'a>>,
-    pub value_cache: Option<&'a Tensor<'a>>,
-}
-
-/// `aclnnScatterPaKvCache` for a validated spec.
-pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterTensors<'_>) -> Result<()> {
+/// `aclnnScatterPaKvCache` for a validated spec; the caches are updated in place. The key and
+/// value are described with [`nct_source_desc`] for scatterMode Nct, the caches with
+/// [`cache_desc`].
+pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterInputs<&Tensor<'_>>) -> Result<()> {
     scatter_with_slots(rt, spec, x, None)
 }
 
@@ -612,7 +586,7 @@ pub fn scatter(rt: &Runtime, spec: &ScatterSpec, x: &ScatterTensors<'_>) -> Resu
 pub fn scatter_with_slots(
     rt: &Runtime,
     spec: &ScatterSpec,
-    x: &ScatterTensors<'_>,
+    x: &ScatterInputs<&Tensor<'_>>,
     slots: Option<&Tensor<'_>>,
 ) -> Result<()> {
     let cache_mode = spec.cache_mode.as_attr().ok_or_else(|| {

@@ -92,7 +92,7 @@ pub fn scatter_kv_slots(
     aclnn::scatter_with_slots(
         &rt,
         &spec,
-        &aclnn::ScatterTensors {
+        &burn_ascend_ops::backend::ScatterInputs {
             key: &handle(key, &kd, SCATTER),
             key_cache: &handle(key_cache, &kcd, SCATTER),
             value: Some(&handle(value, &vd, SCATTER)),

@@ -9,7 +9,7 @@ use burn_ascend_ops::prompt::composite::shapes;
 use burn_ascend_ops::prompt::PromptSpec;
 use burn_backend::Shape;
 
-use super::{aclnn, descs, handles, same_device};
+use super::{aclnn, same_device, view_handle};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
@@ -19,7 +19,10 @@ use crate::Ascend;
 /// Label of the call in error messages.
 const OP: &str = "prompt_fwd";
 
-pub(super) fn prompt_fwd(inputs: PromptInputs<Ascend>, spec: &PromptSpec) -> Result<AscendTensor> {
+pub(super) fn prompt_fwd(
+    inputs: PromptInputs<AscendTensor>,
+    spec: &PromptSpec,
+) -> Result<AscendTensor> {
     let dims = spec.validate(&shapes(&inputs))?;
     if spec.post_quant.is_some() {
         return Err(AttnError::Unsupported(
@@ -38,21 +41,10 @@ pub(super) fn prompt_fwd(inputs: PromptInputs<Ascend>, spec: &PromptSpec) -> Res
     let rt = runtime(&device);
     let out = AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device);
     {
-        let ts = [q, k, v, &out];
-        let ds = descs(&ts, OP);
-        let h = handles(&ts, &ds, OP);
-        aclnn::prompt(
-            &rt,
-            spec,
-            &aclnn::PromptTensors {
-                dtype: q.acl_dtype(OP),
-                query: &h[0],
-                key: &h[1],
-                value: &h[2],
-                attention_out: &h[3],
-            },
-        )
-        .map_err(|e| device_error(OP, e))?;
+        let x = inputs.as_ref().map(|t| view_handle(t, OP));
+        let o = view_handle(&out, OP);
+        aclnn::prompt(&rt, spec, q.acl_dtype(OP), &x.as_ref(), &o)
+            .map_err(|e| device_error(OP, e))?;
     }
     Ok(out)
 }

@@ -77,9 +77,9 @@ fn cache_desc(t: &AscendTensor, mode: CacheMode) -> TensorDesc {
 }
 
 pub(super) fn scatter_kv(
-    inputs: ScatterInputs<Ascend>,
+    inputs: ScatterInputs<AscendTensor>,
     spec: &ScatterSpec,
-) -> Result<ScatterOutputs<Ascend>> {
+) -> Result<ScatterOutputs<AscendTensor>> {
     let shapes = shapes(&inputs);
     let dims = spec.validate(&shapes)?;
     let mut all = vec![&inputs.key, &inputs.key_cache];
@@ -133,7 +133,7 @@ pub(super) fn scatter_kv(
         aclnn::scatter(
             &rt,
             spec,
-            &aclnn::ScatterTensors {
+            &ScatterInputs {
                 key: &handle(&key, &kd, OP),
                 key_cache: &handle(&key_cache, &kcd, OP),
                 value: vh.as_ref(),

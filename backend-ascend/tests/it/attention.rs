@@ -188,7 +188,7 @@ fn training_on_autodiff_ascend_matches_autodiff_ndarray_step_by_step() {
 fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_wrong() {
     use burn_ascend_backend::attention::aclnn;
     use burn_ascend_cann::acl::{DataType, TensorDesc};
-    use burn_ascend_ops::VarlenSpec;
+    use burn_ascend_ops::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenSpec};
 
     let _lock = crate::exclusive();
     let (n, d, len) = (2usize, 8usize, 2usize);
@@ -267,19 +267,25 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
                 &rt,
                 &spec,
                 n,
-                &aclnn::VarlenGradTensors {
-                    dtype: DataType::Float,
-                    query: &h[0],
-                    key: &h[1],
-                    value: &h[2],
+                DataType::Float,
+                &VarlenGradInputs {
+                    inputs: VarlenInputs {
+                        query: &h[0],
+                        key: &h[1],
+                        value: &h[2],
+                        sink: Some(&h[7]),
+                        pse: None,
+                    },
                     dy: &h[3],
                     softmax_max: &h[4],
                     softmax_sum: &h[5],
                     attention_in: &h[6],
-                    sink: Some(&h[7]),
+                },
+                &VarlenGrads {
                     dq: &g[0],
                     dk: &g[1],
                     dv: &g[2],
+                    dpse: None,
                     dsink: Some(&g[3]),
                 },
             )
@@ -300,8 +306,10 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
 }
 
 /// dpse of an external pse (pseType 0: dS, pseType 1: scale·dS) on `Ascend` — computed on the
-/// device, since no arch32 grad kernel writes `dpseOut` — and by the composite, against the
-/// CPU kernels (checked against finite differences in the kernels crate); |Δ| ≤ 1e-5 + 1e-4·|x|.
+/// device from dS, since no arch32 grad kernel writes `dpseOut` — and by the composite, against
+/// the CPU kernels (checked against finite differences in the kernels crate); the pse in the
+/// spec and as a tracked device tensor under `Autodiff` (no host fallback);
+/// |Δ| ≤ 1e-5 + 1e-4·|x|.
 #[test]
 fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_types() {
     use burn_ascend_contract::varlen::PseType;
@@ -341,9 +349,50 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
                 .to_vec::<f32>()
                 .unwrap()
         }
+        /// dpse as the gradient of a tracked pse tensor under `Autodiff` (the spec without
+        /// a pse): the tensor reaches the device op as it is and receives `dpse`.
+        fn tensor_grads<B: AttentionBackend>(
+            dev: &B::Device,
+            spec: &VarlenSpec,
+            pse: &[f32],
+            shapes: ([usize; 3], [usize; 3]),
+        ) -> Vec<f32> {
+            type A<B> = Autodiff<B>;
+            let (qs, ks) = shapes;
+            let len = |s: [usize; 3]| s.iter().product::<usize>();
+            let q = t::<A<B>, 3>(values(len(qs), 22, 1.0), qs, dev);
+            let k = t::<A<B>, 3>(values(len(ks), 23, 1.0), ks, dev);
+            let v = t::<A<B>, 3>(values(len(ks), 24, 1.0), ks, dev);
+            let sink = t::<A<B>, 1>(values(qs[1], 25, 0.5), [qs[1]], dev);
+            let dy = t::<A<B>, 3>(values(len(qs), 26, 1.0), qs, dev);
+            let pse = t::<A<B>, 1>(pse.to_vec(), [pse.len()], dev).require_grad();
+            let mut spec = spec.clone();
+            spec.pse = PseSpec::None;
+            let fwd =
+                burn_ascend_ops::varlen_score_with_pse(q, k, v, Some(sink), pse.clone(), &spec)
+                    .unwrap();
+            let grads = (fwd.attention_out * dy).sum().backward();
+            pse.grad(&grads)
+                .expect("the pse tensor receives dpse")
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        }
         let shapes = ([tq, n, d], [tkv, nkv, d]);
         let want = grads::<NdArray>(&Default::default(), &spec, shapes);
         let ascend = grads::<Ascend>(&AscendDevice::sim(), &spec, shapes);
+        let PseSpec::Dense { data: pse, .. } = &spec.pse else {
+            unreachable!("set above")
+        };
+        let watched = ["varlen_fwd", "varlen_bwd"];
+        let before = watched.map(fallback_count);
+        let ascend_tensor = tensor_grads::<Ascend>(&AscendDevice::sim(), &spec, pse, shapes);
+        assert_eq!(
+            watched.map(fallback_count),
+            before,
+            "the varlen op with a pse tensor went through the host fallback"
+        );
+        let nd_tensor = tensor_grads::<NdArray>(&Default::default(), &spec, pse, shapes);
         // The composite on NdArray, called directly (NdArray itself runs the CPU kernels).
         let comp = {
             use burn_ascend_ops::backend::{VarlenGradInputs, VarlenInputs};
@@ -352,7 +401,7 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
             let len = |s: [usize; 3]| s.iter().product::<usize>();
             let p = |x: Tensor<B, 3>| x.into_primitive().tensor();
             let (qs, ks) = shapes;
-            let inputs = VarlenInputs::<B> {
+            let inputs = VarlenInputs {
                 query: p(t::<B, 3>(values(len(qs), 22, 1.0), qs, &dev)),
                 key: p(t::<B, 3>(values(len(ks), 23, 1.0), ks, &dev)),
                 value: p(t::<B, 3>(values(len(ks), 24, 1.0), ks, &dev)),
@@ -361,6 +410,7 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
                         .into_primitive()
                         .tensor(),
                 ),
+                pse: None,
             };
             let fwd = composite::varlen_fwd::<B>(inputs.clone(), &spec).unwrap();
             let g = composite::varlen_bwd::<B>(
@@ -381,7 +431,12 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
         };
         assert_eq!(want.len(), total);
         assert!(want.iter().any(|x| x.abs() > 1e-2), "dpse is not trivial");
-        for (what, got) in [("ascend", &ascend), ("composite", &comp)] {
+        for (what, got) in [
+            ("ascend", &ascend),
+            ("composite", &comp),
+            ("ascend, pse tensor", &ascend_tensor),
+            ("ndarray, pse tensor", &nd_tensor),
+        ] {
             assert_eq!(got.len(), total, "{what}");
             for (e, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert!(

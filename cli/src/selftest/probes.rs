@@ -10,7 +10,7 @@ use crate::device::{acl_dtype, acl_runtime, download, upload, upload_opt};
 use crate::io::{Bundle, HostTensor};
 use crate::{run_op, CliError, Device};
 use burn_ascend::backend::attention::aclnn;
-use burn_ascend::ops::scatter::{CacheMode, ScatterShapes, ScatterSpec};
+use burn_ascend::ops::scatter::{CacheMode, ScatterInputs, ScatterShapes, ScatterSpec};
 use burn_ascend_cann::acl::{loader, DeviceTensor, Format, TensorDesc};
 
 /// What the device is.
@@ -369,7 +369,7 @@ fn fractal_nz_probe(device: Device) -> String {
             aclnn::scatter(
                 &rt,
                 &spec,
-                &aclnn::ScatterTensors {
+                &ScatterInputs {
                     key: &kd.handle()?,
                     key_cache: &kcd.handle()?,
                     value: vh.as_ref(),

@@ -99,11 +99,12 @@ fn varlen_fwd_and_bwd_round_trip_against_the_composite() {
     let mut c = case();
     c.spec.attrs.softmax_layout = burn_ascend::SoftmaxLayout::SameAsInput;
     let dev = Default::default();
-    let inputs = || VarlenInputs::<B> {
+    let inputs = || VarlenInputs {
         query: from_vec::<B>(c.q.clone(), &[c.tq(), c.n, c.d], &dev),
         key: from_vec::<B>(c.k.clone(), &[c.tkv(), c.nkv, c.d], &dev),
         value: from_vec::<B>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], &dev),
         sink: c.sink.clone().map(|s| from_vec::<B>(s, &[c.n], &dev)),
+        pse: None,
     };
     let want = composite::varlen_fwd::<B>(inputs(), &c.spec).unwrap();
 
@@ -337,11 +338,12 @@ fn varlen_bwd_writes_dpse_for_an_external_pse_on_every_device() {
         shape: vec![total],
     };
     let dev = Default::default();
-    let inputs = || VarlenInputs::<B> {
+    let inputs = || VarlenInputs {
         query: from_vec::<B>(c.q.clone(), &[c.tq(), c.n, c.d], &dev),
         key: from_vec::<B>(c.k.clone(), &[c.tkv(), c.nkv, c.d], &dev),
         value: from_vec::<B>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], &dev),
         sink: c.sink.clone().map(|s| from_vec::<B>(s, &[c.n], &dev)),
+        pse: None,
     };
     let want_fwd = composite::varlen_fwd::<B>(inputs(), &c.spec).unwrap();
     let want = composite::varlen_bwd::<B>(

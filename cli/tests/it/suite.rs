@@ -37,8 +37,8 @@ fn varlen_suite<B: AttentionBackend>(dev: &B::Device, path: Path) {
     for c in cases() {
         let (rf, rb) = reference_run(&c);
         let fwd = match path {
-            Path::Composite => varlen::composite::varlen_fwd::<B>(inputs_on(&c, dev), &c.spec),
-            Path::Native => B::varlen_fwd(inputs_on(&c, dev), &c.spec),
+            Path::Composite => varlen::composite::varlen_fwd::<B>(inputs_on::<B>(&c, dev), &c.spec),
+            Path::Native => B::varlen_fwd(inputs_on::<B>(&c, dev), &c.spec),
         }
         .expect(&c.name);
         let name = |s: &str| format!("{path:?}:{}:{s}", c.name);
@@ -53,7 +53,7 @@ fn varlen_suite<B: AttentionBackend>(dev: &B::Device, path: Path) {
         check("max", to_vec::<B>(fwd.softmax_max.clone()), &rf.softmax_max);
         check("sum", to_vec::<B>(fwd.softmax_sum.clone()), &rf.softmax_sum);
         let grad_inputs = VarlenGradInputs {
-            inputs: inputs_on(&c, dev),
+            inputs: inputs_on::<B>(&c, dev),
             dy: from_vec::<B>(c.dy.clone(), &[c.tq(), c.n, c.dv], dev),
             attention_in: fwd.attention_out,
             softmax_max: fwd.softmax_max,
@@ -85,9 +85,9 @@ fn prompt_suite<B: AttentionBackend>(dev: &B::Device, path: Path) {
         );
         let got = match path {
             Path::Composite => {
-                prompt::composite::prompt_fwd::<B>(prompt_inputs_on(&c, dev), &c.spec)
+                prompt::composite::prompt_fwd::<B>(prompt_inputs_on::<B>(&c, dev), &c.spec)
             }
-            Path::Native => B::prompt_fwd(prompt_inputs_on(&c, dev), &c.spec),
+            Path::Native => B::prompt_fwd(prompt_inputs_on::<B>(&c, dev), &c.spec),
         }
         .expect(c.name);
         let dims = c.spec.validate(&c.shapes).unwrap();
@@ -135,9 +135,9 @@ fn scatter_suite<B: AttentionBackend>(dev: &B::Device, path: Path) {
         );
         let got = match path {
             Path::Composite => {
-                scatter::composite::scatter_kv::<B>(scatter_inputs_on(&c, dev), &c.spec)
+                scatter::composite::scatter_kv::<B>(scatter_inputs_on::<B>(&c, dev), &c.spec)
             }
-            Path::Native => B::scatter_kv(scatter_inputs_on(&c, dev), &c.spec),
+            Path::Native => B::scatter_kv(scatter_inputs_on::<B>(&c, dev), &c.spec),
         }
         .expect(c.name);
         // Plain copies are exact; Rope/Omni means differ by f32 vs f64 rounding.
@@ -155,8 +155,8 @@ fn fia_suite<B: AttentionBackend>(dev: &B::Device, path: Path) {
     for c in fia_cases() {
         let (want, want_lse) = fia_ref(&c);
         let got = match path {
-            Path::Composite => fia::composite::fia_fwd::<B>(fia_inputs_on(&c, dev), &c.spec),
-            Path::Native => B::fia_fwd(fia_inputs_on(&c, dev), &c.spec),
+            Path::Composite => fia::composite::fia_fwd::<B>(fia_inputs_on::<B>(&c, dev), &c.spec),
+            Path::Native => B::fia_fwd(fia_inputs_on::<B>(&c, dev), &c.spec),
         }
         .expect(c.name);
         let dims = c.spec.validate(&c.shapes).unwrap();

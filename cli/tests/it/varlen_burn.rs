@@ -28,6 +28,7 @@ pub(crate) fn reference_run(
         key: [c.tkv(), c.nkv, c.d],
         value: [c.tkv(), c.nkv, c.dv],
         sink: c.sink.as_ref().map(|s| s.len()),
+        pse: None,
     };
     let dims = c.spec.validate_fwd(&shapes).expect("valid case");
     let p = c.spec.problem(dims, c.sink.as_deref());
@@ -45,12 +46,16 @@ pub(crate) fn reference_run(
     (fwd, bwd)
 }
 
-pub(crate) fn inputs_on<Bk: Backend>(c: &Case, dev: &Bk::Device) -> VarlenInputs<Bk> {
+pub(crate) fn inputs_on<Bk: Backend>(
+    c: &Case,
+    dev: &Bk::Device,
+) -> VarlenInputs<burn::tensor::ops::FloatTensor<Bk>> {
     VarlenInputs {
         query: from_vec::<Bk>(c.q.clone(), &[c.tq(), c.n, c.d], dev),
         key: from_vec::<Bk>(c.k.clone(), &[c.tkv(), c.nkv, c.d], dev),
         value: from_vec::<Bk>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], dev),
         sink: c.sink.clone().map(|s| from_vec::<Bk>(s, &[c.n], dev)),
+        pse: None,
     }
 }
 
@@ -272,6 +277,7 @@ fn the_alibi_compressed_pse_equals_the_dense_pse_it_compresses() {
         key: [c.tkv(), c.nkv, c.d],
         value: [c.tkv(), c.nkv, c.dv],
         sink: None,
+        pse: None,
     };
     c.spec.validate_fwd(&shapes).unwrap();
     let expect = |what: &str, spec: &burn_ascend::ops::varlen::VarlenSpec, param: &str| {
@@ -305,6 +311,7 @@ fn the_alibi_compressed_pse_equals_the_dense_pse_it_compresses() {
         key: [10, 2, 4],
         value: [10, 2, 4],
         sink: None,
+        pse: None,
     };
     let e = unequal.spec.validate_fwd(&ushapes).unwrap_err();
     assert_eq!(e.param(), Some("realShift"), "Sq != Skv: {e}");
@@ -336,6 +343,7 @@ fn ndarray_forward_is_the_fast_cpu_kernel() {
             key: [c.tkv(), c.nkv, c.d],
             value: [c.tkv(), c.nkv, c.dv],
             sink: c.sink.as_ref().map(|s| s.len()),
+            pse: None,
         };
         let p = c
             .spec

@@ -7,7 +7,9 @@
 //! known: in the CLI. Ascend 310P limits are not applied (Atlas A2/A3 rules only).
 
 pub mod problem;
+pub mod tensors;
 pub use problem::*;
+pub use tensors::*;
 
 use std::sync::Arc;
 

@@ -5,7 +5,9 @@
 //! Ascend 950 only) is [`AttnError::Unsupported`].
 
 pub mod problem;
+pub mod tensors;
 pub use problem::*;
+pub use tensors::*;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -5,7 +5,9 @@
 //! here, before any kernel runs; each failure names the aclnn parameter and the rule.
 
 pub mod problem;
+pub mod tensors;
 pub use problem::*;
+pub use tensors::*;
 
 use std::sync::Arc;
 
@@ -99,8 +101,8 @@ pub struct VarlenSpec {
     pub kv_start_idx: Option<i64>,
 }
 
-/// Shapes of the tensors a varlen call receives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Shapes of the tensors a varlen call receives ([`VarlenInputs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VarlenShapes {
     /// `query` `[Tq, N, D]`.
     pub query: [usize; 3],
@@ -110,6 +112,8 @@ pub struct VarlenShapes {
     pub value: [usize; 3],
     /// Length of `sink` (`[headNum]`), if given.
     pub sink: Option<usize>,
+    /// Shape of the `realShift` tensor ([`VarlenInputs::pse`]), if given.
+    pub pse: Option<Vec<usize>>,
 }
 
 /// Extra shapes the backward receives.
@@ -325,7 +329,7 @@ impl VarlenSpec {
             }
         }
         self.validate_mask(&dims)?;
-        self.validate_pse(&dims)?;
+        self.validate_pse(&dims, s.pse.as_deref())?;
         Ok(dims)
     }
 
@@ -533,7 +537,8 @@ impl VarlenSpec {
         Ok(())
     }
 
-    fn validate_pse(&self, dims: &VarlenDims) -> Result<()> {
+    /// The spec's pse, or the pse tensor of shape `tensor` (never both).
+    fn validate_pse(&self, dims: &VarlenDims, tensor: Option<&[usize]>) -> Result<()> {
         let (pse_type, mode, n, batch) = (
             self.attrs.pse_type,
             self.attrs.sparse_mode,
@@ -541,7 +546,7 @@ impl VarlenSpec {
             dims.batch(),
         );
         let masked = self.atten_mask != MaskSpec::None;
-        if self.pse != PseSpec::None {
+        if self.pse != PseSpec::None || tensor.is_some() {
             ensure!(
                 !(masked && mode == SparseMode::RightDownCausalBand),
                 "realShift",
@@ -558,6 +563,35 @@ impl VarlenSpec {
                 "not supported when a sequence has zero query length (actualSeqQLen repeats a value)"
             );
         }
+        let pse_total = || {
+            let per_seq = dims
+                .seq_q
+                .iter()
+                .zip(&dims.seq_kv)
+                .map(|(&q, &k)| checked::product("realShift", "N·Sq_b·Skv_b", &[n, q, k]))
+                .collect::<Result<Vec<_>>>()?;
+            checked::sum("realShift", "pseTotalLen = Σ N·Sq_b·Skv_b", per_seq)
+        };
+        if let Some(shape) = tensor {
+            ensure!(
+                self.pse == PseSpec::None,
+                "realShift",
+                "given both as a tensor and in the spec: pass one"
+            );
+            ensure!(
+                matches!(pse_type, PseType::OuterMulAdd | PseType::OuterAddMul),
+                "pseType",
+                "a pse tensor is an external pse (pseType 0 or 1), got {}",
+                pse_type.as_attr()
+            );
+            let total = pse_total()?;
+            ensure!(
+                shape == [total],
+                "realShift",
+                "a pse tensor is the flat [pseTotalLen] = [{total}] (Σ N·Sq_b·Skv_b), got shape {shape:?}"
+            );
+            return Ok(());
+        }
         match &self.pse {
             PseSpec::None => ensure!(
                 pse_type == PseType::OuterAddMul,
@@ -572,13 +606,7 @@ impl VarlenSpec {
                     "an external realShift goes with pseType 0 or 1, got {}",
                     pse_type as i64
                 );
-                let per_seq = dims
-                    .seq_q
-                    .iter()
-                    .zip(&dims.seq_kv)
-                    .map(|(&q, &k)| checked::product("realShift", "N·Sq_b·Skv_b", &[n, q, k]))
-                    .collect::<Result<Vec<_>>>()?;
-                let total = checked::sum("realShift", "pseTotalLen = Σ N·Sq_b·Skv_b", per_seq)?;
+                let total = pse_total()?;
                 if shape.len() == 4 {
                     return self.validate_alibi_compressed(dims, data, shape);
                 }

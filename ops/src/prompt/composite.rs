@@ -24,7 +24,7 @@ pub(crate) fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor
 }
 
 /// The shapes of a call's tensors.
-pub fn shapes<B: Backend>(i: &PromptInputs<B>) -> PromptShapes {
+pub fn shapes<T: TensorMetadata>(i: &PromptInputs<T>) -> PromptShapes {
     PromptShapes {
         query: i.query.shape().to_vec(),
         key: i.key.shape().to_vec(),
@@ -117,7 +117,7 @@ fn attend_batch<B: Backend>(
 
 /// Composite `aclnnPromptFlashAttentionV3` (float output; int8 output is host-only).
 pub fn prompt_fwd<B: Backend>(
-    inputs: PromptInputs<B>,
+    inputs: PromptInputs<FloatTensor<B>>,
     spec: &PromptSpec,
 ) -> Result<FloatTensor<B>> {
     let dims = spec.validate(&shapes(&inputs))?;

@@ -20,8 +20,8 @@ use crate::prompt::composite::{unwrap, wrap};
 use crate::scatter::{ScatterDims, ScatterShapes, ScatterSpec};
 
 /// The shapes and dtypes of a call's tensors.
-pub fn shapes<B: Backend>(i: &ScatterInputs<B>) -> ScatterShapes {
-    let d = |t: &FloatTensor<B>| t.shape().to_vec();
+pub fn shapes<T: TensorMetadata>(i: &ScatterInputs<T>) -> ScatterShapes {
+    let d = |t: &T| t.shape().to_vec();
     ScatterShapes {
         key: d(&i.key),
         value: i.value.as_ref().map(d),
@@ -106,9 +106,9 @@ fn scatter_one<B: Backend>(
 
 /// Composite `aclnnScatterPaKvCache`: returns the updated caches.
 pub fn scatter_kv<B: Backend>(
-    inputs: ScatterInputs<B>,
+    inputs: ScatterInputs<FloatTensor<B>>,
     spec: &ScatterSpec,
-) -> Result<ScatterOutputs<B>> {
+) -> Result<ScatterOutputs<FloatTensor<B>>> {
     let dims = spec.validate(&shapes(&inputs))?;
     let key_cache = scatter_one::<B>(spec, &dims, 0, inputs.key, inputs.key_cache);
     let value_cache = match (inputs.value, inputs.value_cache) {

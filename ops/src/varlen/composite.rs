@@ -11,8 +11,8 @@ use burn_ascend_kernels::reference::varlen::dpse_factor;
 
 use crate::backend::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs};
 use crate::error::Result;
-use crate::host::dims;
 use crate::varlen::{VarlenBwdShapes, VarlenShapes, VarlenSpec};
+use burn::tensor::TensorMetadata;
 
 type T3<B> = Tensor<B, 3>;
 
@@ -24,21 +24,36 @@ fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
 }
 
-pub fn shapes<B: Backend>(i: &VarlenInputs<B>) -> VarlenShapes {
+/// The shapes of a call's inputs, for the spec's validation.
+pub fn shapes<T: TensorMetadata>(i: &VarlenInputs<T>) -> VarlenShapes {
+    let dims3 = |t: &T| t.shape().dims::<3>();
     VarlenShapes {
-        query: dims::<B, 3>(&i.query),
-        key: dims::<B, 3>(&i.key),
-        value: dims::<B, 3>(&i.value),
-        sink: i.sink.as_ref().map(|s| dims::<B, 1>(s)[0]),
+        query: dims3(&i.query),
+        key: dims3(&i.key),
+        value: dims3(&i.value),
+        sink: i.sink.as_ref().map(|s| s.shape().dims::<1>()[0]),
+        pse: i.pse.as_ref().map(|p| p.shape().to_vec()),
     }
 }
 
-pub fn bwd_shapes<B: Backend>(i: &VarlenGradInputs<B>) -> VarlenBwdShapes {
+/// The factor of dS that is dpse (`scale` for pseType 1, 1 for pseType 0), when the call has
+/// an external dense pse: in the spec (the kernels' [`dpse_factor`]) or as a tensor.
+pub fn dpse_factor_of<T>(p: &VarlenProblem, inputs: &VarlenInputs<T>) -> Option<f64> {
+    match (&inputs.pse, p.attrs.pse_type) {
+        (None, _) => dpse_factor(p),
+        (Some(_), PseType::OuterAddMul) => Some(p.attrs.scale),
+        (Some(_), _) => Some(1.0),
+    }
+}
+
+/// The shapes of the backward's extra inputs.
+pub fn bwd_shapes<T: TensorMetadata>(i: &VarlenGradInputs<T>) -> VarlenBwdShapes {
+    let dims3 = |t: &T| t.shape().dims::<3>();
     VarlenBwdShapes {
-        dy: dims::<B, 3>(&i.dy),
-        attention_in: dims::<B, 3>(&i.attention_in),
-        softmax_max: dims::<B, 3>(&i.softmax_max),
-        softmax_sum: dims::<B, 3>(&i.softmax_sum),
+        dy: dims3(&i.dy),
+        attention_in: dims3(&i.attention_in),
+        softmax_max: dims3(&i.softmax_max),
+        softmax_sum: dims3(&i.softmax_sum),
     }
 }
 
@@ -49,11 +64,13 @@ struct SeqAux<B: Backend> {
     drop: Option<T3<B>>,
 }
 
+/// `pse`: the call's pse tensor `[pseTotalLen]`, if given (else the spec's pse is built here).
 fn seq_aux<B: Backend>(
     p: &VarlenProblem,
     b: usize,
     pse0: usize,
     drop0: usize,
+    pse: Option<&Tensor<B, 1>>,
     device: &B::Device,
 ) -> SeqAux<B> {
     let (n, sq, skv) = (p.dims.head_num, p.dims.seq_q[b], p.dims.seq_kv[b]);
@@ -68,12 +85,16 @@ fn seq_aux<B: Backend>(
         .iter()
         .any(|&m| m)
         .then(|| Tensor::<B, 3, Bool>::from_data(TensorData::new(masked, shape), device));
-    let pse = (p.pse != Pse::None).then(|| {
-        let v: Vec<f32> = idx()
-            .map(|(h, i, j)| p.pse_value(pse0, b, h, i, j) as f32)
-            .collect();
-        T3::<B>::from_data(TensorData::new(v, shape), device)
-    });
+    let pse = match pse {
+        // The sequence's [N, Sq, Skv] block of the tensor, where it lives.
+        Some(t) => Some(t.clone().narrow(0, pse0, n * sq * skv).reshape(shape)),
+        None => (p.pse != Pse::None).then(|| {
+            let v: Vec<f32> = idx()
+                .map(|(h, i, j)| p.pse_value(pse0, b, h, i, j) as f32)
+                .collect();
+            T3::<B>::from_data(TensorData::new(v, shape), device)
+        }),
+    };
     let drop = (p.attrs.keep_prob < 1.0 && p.drop_mask.is_some()).then(|| {
         let v: Vec<f32> = (0..n * sq * skv)
             .map(|e| p.dropout_factor(drop0 + e) as f32)
@@ -177,9 +198,9 @@ fn cat_or_empty<B: Backend>(parts: Vec<T3<B>>, shape: [usize; 3], device: &B::De
 
 /// Composite forward.
 pub fn varlen_fwd<B: Backend>(
-    inputs: VarlenInputs<B>,
+    inputs: VarlenInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
-) -> Result<VarlenOutputs<B>> {
+) -> Result<VarlenOutputs<FloatTensor<B>>> {
     let dims_ = spec.validate_fwd(&shapes(&inputs))?;
     let p = spec.problem(dims_, None);
     let (n, dv, g) = (p.dims.head_num, p.dims.value_dim, p.dims.group());
@@ -187,6 +208,7 @@ pub fn varlen_fwd<B: Backend>(
         (wrap(inputs.query), wrap(inputs.key), wrap(inputs.value));
     let device = q.device();
     let sink = inputs.sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
+    let pse = inputs.pse.map(wrap::<B, 1>);
     let (mut outs, mut maxes, mut sums) = (Vec::new(), Vec::new(), Vec::new());
     for seq in sequences(&p).into_iter().filter(|s| s.sq > 0) {
         if seq.skv == 0 {
@@ -197,7 +219,7 @@ pub fn varlen_fwd<B: Backend>(
             continue;
         }
         let drop0 = seq.pse0;
-        let aux = seq_aux::<B>(&p, seq.b, seq.pse0, drop0, &device);
+        let aux = seq_aux::<B>(&p, seq.b, seq.pse0, drop0, pse.as_ref(), &device);
         let qb = q.clone().narrow(0, seq.q0, seq.sq).swap_dims(0, 1);
         let kb = heads_major_gqa(k.clone().narrow(0, seq.kv0, seq.skv), g);
         let vb = heads_major_gqa(v.clone().narrow(0, seq.kv0, seq.skv), g);
@@ -230,11 +252,92 @@ pub fn varlen_fwd<B: Backend>(
     })
 }
 
+/// The backward's tensors, wrapped, and the call's problem.
+struct BwdCall<B: Backend> {
+    q: T3<B>,
+    k: T3<B>,
+    v: T3<B>,
+    dy: T3<B>,
+    o: T3<B>,
+    smax: T3<B>,
+    ssum: T3<B>,
+    pse: Option<Tensor<B, 1>>,
+}
+
+impl<B: Backend> BwdCall<B> {
+    fn new(inputs: VarlenGradInputs<FloatTensor<B>>) -> (Self, Option<FloatTensor<B>>) {
+        let VarlenGradInputs {
+            inputs: fwd,
+            dy,
+            attention_in,
+            softmax_max,
+            softmax_sum,
+        } = inputs;
+        let call = Self {
+            q: wrap(fwd.query),
+            k: wrap(fwd.key),
+            v: wrap(fwd.value),
+            dy: wrap(dy),
+            o: wrap(attention_in),
+            smax: wrap(softmax_max),
+            ssum: wrap(softmax_sum),
+            pse: fwd.pse.map(wrap::<B, 1>),
+        };
+        (call, fwd.sink)
+    }
+}
+
+/// One sequence's backward pieces, recomputed from the forward's statistics (like CANN): the
+/// heads-major q, k, dy, the probabilities (with and without dropout), dS, `D = rowsum(dO∘O)`
+/// and the statistics.
+struct SeqGrad<B: Backend> {
+    qb: T3<B>,
+    kb: T3<B>,
+    dyb: T3<B>,
+    p_drop: T3<B>,
+    ds: T3<B>,
+    d_row: T3<B>,
+    m: T3<B>,
+    l: T3<B>,
+}
+
+fn seq_grad<B: Backend>(p: &VarlenProblem, c: &BwdCall<B>, seq: &SeqIter) -> SeqGrad<B> {
+    let (sq, skv, g) = (seq.sq, seq.skv, p.dims.group());
+    let device = c.q.device();
+    let aux = seq_aux::<B>(p, seq.b, seq.pse0, seq.pse0, c.pse.as_ref(), &device);
+    let qb = c.q.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
+    let kb = heads_major_gqa(c.k.clone().narrow(0, seq.kv0, skv), g);
+    let vb = heads_major_gqa(c.v.clone().narrow(0, seq.kv0, skv), g);
+    let m = stats_of_rows(c.smax.clone().narrow(0, seq.q0, sq), p.attrs.softmax_layout);
+    let l = stats_of_rows(c.ssum.clone().narrow(0, seq.q0, sq), p.attrs.softmax_layout);
+    let pr = exp_scores(scores(p, &qb, &kb, &aux), m.clone(), &aux) / l.clone();
+    let dyb = c.dy.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
+    let ob = c.o.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
+    let d_row = (dyb.clone() * ob).sum_dim(2); // [N, Sq, 1]
+    let mut dp = dyb.clone().matmul(vb.swap_dims(1, 2));
+    let mut p_drop = pr.clone();
+    if let Some(drop) = &aux.drop {
+        dp = dp * drop.clone();
+        p_drop = p_drop * drop.clone();
+    }
+    let ds = pr * (dp - d_row.clone());
+    SeqGrad {
+        qb,
+        kb,
+        dyb,
+        p_drop,
+        ds,
+        d_row,
+        m,
+        l,
+    }
+}
+
 /// Composite backward (recomputes P from the saved statistics, like CANN).
 pub fn varlen_bwd<B: Backend>(
-    inputs: VarlenGradInputs<B>,
+    inputs: VarlenGradInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
-) -> Result<VarlenGrads<B>> {
+) -> Result<VarlenGrads<FloatTensor<B>>> {
     let dims_ = spec.validate_bwd(&shapes(&inputs.inputs), &bwd_shapes(&inputs))?;
     let p = spec.problem(dims_, None);
     let (n, nkv, d, g) = (
@@ -243,22 +346,13 @@ pub fn varlen_bwd<B: Backend>(
         p.dims.head_dim,
         p.dims.group(),
     );
-    let VarlenGradInputs {
-        inputs: fwd,
-        dy,
-        attention_in,
-        softmax_max,
-        softmax_sum,
-    } = inputs;
-    let (q, k, v): (T3<B>, T3<B>, T3<B>) = (wrap(fwd.query), wrap(fwd.key), wrap(fwd.value));
-    let (dy, o): (T3<B>, T3<B>) = (wrap(dy), wrap(attention_in));
-    let (smax, ssum): (T3<B>, T3<B>) = (wrap(softmax_max), wrap(softmax_sum));
-    let device = q.device();
-    let has_sink = fwd.sink.is_some();
-    let sink = fwd.sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
+    let dpse_factor = dpse_factor_of(&p, &inputs.inputs);
+    let (c, sink) = BwdCall::<B>::new(inputs);
+    let device = c.q.device();
+    let has_sink = sink.is_some();
+    let sink = sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
     let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
     let mut dsink = Tensor::<B, 1>::zeros([n], &device);
-    let dpse_factor = dpse_factor(&p);
     let mut dpses = Vec::new();
     for seq in sequences(&p) {
         let (sq, skv) = (seq.sq, seq.skv);
@@ -273,36 +367,26 @@ pub fn varlen_bwd<B: Backend>(
             }
             continue;
         }
-        let aux = seq_aux::<B>(&p, seq.b, seq.pse0, seq.pse0, &device);
-        let qb = q.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
-        let kb = heads_major_gqa(k.clone().narrow(0, seq.kv0, skv), g);
-        let vb = heads_major_gqa(v.clone().narrow(0, seq.kv0, skv), g);
-        let m = stats_of_rows(smax.clone().narrow(0, seq.q0, sq), p.attrs.softmax_layout);
-        let l = stats_of_rows(ssum.clone().narrow(0, seq.q0, sq), p.attrs.softmax_layout);
-        let pr = exp_scores(scores(&p, &qb, &kb, &aux), m.clone(), &aux) / l.clone();
-        let dyb = dy.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
-        let ob = o.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
-        let d_row = (dyb.clone() * ob).sum_dim(2); // [N, Sq, 1]
-        let mut dp = dyb.clone().matmul(vb.swap_dims(1, 2));
-        let mut p_drop = pr.clone();
-        if let Some(drop) = &aux.drop {
-            dp = dp * drop.clone();
-            p_drop = p_drop * drop.clone();
-        }
-        let ds = pr * (dp - d_row.clone());
+        let sg = seq_grad(&p, &c, &seq);
         if let Some(f) = dpse_factor {
-            dpses.push(ds.clone().mul_scalar(f).reshape([n * sq * skv]));
+            dpses.push(sg.ds.clone().mul_scalar(f).reshape([n * sq * skv]));
         }
         let scale = p.attrs.scale;
-        dqs.push(ds.clone().matmul(kb).mul_scalar(scale).swap_dims(0, 1));
+        dqs.push(
+            sg.ds
+                .clone()
+                .matmul(sg.kb)
+                .mul_scalar(scale)
+                .swap_dims(0, 1),
+        );
         dks.push(group_sum(
-            ds.swap_dims(1, 2).matmul(qb).mul_scalar(scale),
+            sg.ds.swap_dims(1, 2).matmul(sg.qb).mul_scalar(scale),
             g,
         ));
-        dvs.push(group_sum(p_drop.swap_dims(1, 2).matmul(dyb), g));
+        dvs.push(group_sum(sg.p_drop.swap_dims(1, 2).matmul(sg.dyb), g));
         if let Some(sink) = &sink {
-            let p_sink = (sink.clone().expand([n, sq, 1]) - m).exp() / l;
-            dsink = dsink - (p_sink * d_row).sum_dim(1).reshape([n]);
+            let p_sink = (sink.clone().expand([n, sq, 1]) - sg.m).exp() / sg.l;
+            dsink = dsink - (p_sink * sg.d_row).sum_dim(1).reshape([n]);
         }
     }
     let (tq, tkv) = (p.dims.t_q(), p.dims.t_kv());
@@ -313,6 +397,35 @@ pub fn varlen_bwd<B: Backend>(
         dpse: dpse_factor.map(|_| unwrap(cat_flat(dpses, &device))),
         dsink: has_sink.then(|| unwrap(dsink)),
     })
+}
+
+/// dpse alone, with `B`'s own tensor ops (on `Ascend`: aclnn ops on the device), for a backend
+/// whose fused backward does not write it (no arch32 grad kernel writes `dpseOut`): per
+/// sequence, P from the forward's statistics and dS = P∘(dP − rowsum(dO∘O)), times the
+/// pseType's factor. The external pse is per (head, query, key), so dpse is dS itself: no
+/// reduction. Two matmuls per sequence (QKᵀ, dO·Vᵀ) and element-wise work; none of the
+/// composite backward's dq, dk, dv, dsink. `None` without an external dense pse.
+pub fn varlen_dpse<B: Backend>(
+    inputs: VarlenGradInputs<FloatTensor<B>>,
+    spec: &VarlenSpec,
+) -> Result<Option<FloatTensor<B>>> {
+    let dims_ = spec.validate_bwd(&shapes(&inputs.inputs), &bwd_shapes(&inputs))?;
+    let p = spec.problem(dims_, None);
+    let Some(f) = dpse_factor_of(&p, &inputs.inputs) else {
+        return Ok(None);
+    };
+    let n = p.dims.head_num;
+    let (c, _) = BwdCall::<B>::new(inputs);
+    let device = c.q.device();
+    let dpses = sequences(&p)
+        .into_iter()
+        .filter(|s| s.sq > 0 && s.skv > 0)
+        .map(|seq| {
+            let ds = seq_grad(&p, &c, &seq).ds;
+            ds.mul_scalar(f).reshape([n * seq.sq * seq.skv])
+        })
+        .collect();
+    Ok(Some(unwrap(cat_flat(dpses, &device))))
 }
 
 fn cat_flat<B: Backend>(parts: Vec<Tensor<B, 1>>, device: &B::Device) -> Tensor<B, 1> {

@@ -20,6 +20,7 @@ fn base() -> (VarlenSpec, VarlenShapes) {
         key: [7, 2, 8],
         value: [7, 2, 8],
         sink: Some(4),
+        pse: None,
     };
     (spec, shapes)
 }
@@ -76,6 +77,7 @@ fn dense_masks_in_tnd_are_accepted_where_the_kernel_reads_them_top_left() {
         key: [8, 2, 8],
         value: [8, 2, 8],
         sink: None,
+        pse: None,
     };
     for shape in [vec![2, 1, 3, 4], vec![2, 4, 3, 4]] {
         dense(&mut even, shape);
@@ -333,6 +335,58 @@ fn every_forward_rule_names_its_parameter() {
     }
 }
 
+/// A pse given as a tensor (`VarlenInputs::pse`) is validated by its shape: the flat
+/// `[pseTotalLen]` with pseType 0 or 1 is accepted, in both directions; any other shape, an
+/// ALiBi pseType, or a pse also in the spec is a typed error naming the parameter.
+#[test]
+fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
+    let (spec, mut shapes) = base();
+    shapes.pse = Some(vec![72]);
+    for pse_type in [PseType::OuterMulAdd, PseType::OuterAddMul] {
+        let mut s = spec.clone();
+        s.attrs.pse_type = pse_type;
+        s.validate_fwd(&shapes).unwrap();
+        s.validate_bwd(&shapes, &bwd_base()).unwrap();
+    }
+    let cases: Vec<(&str, &str, Edit)> = vec![
+        ("realShift", "a pse tensor of the wrong length", |_, sh| {
+            sh.pse = Some(vec![71])
+        }),
+        ("realShift", "a pse tensor of rank 2", |_, sh| {
+            sh.pse = Some(vec![4, 18])
+        }),
+        ("pseType", "a pse tensor with pseType 2", |s, sh| {
+            s.attrs.pse_type = PseType::InnerMulAdd;
+            sh.pse = Some(vec![72]);
+        }),
+        (
+            "realShift",
+            "a pse tensor and a pse in the spec",
+            |s, sh| {
+                sh.pse = Some(vec![72]);
+                s.pse = PseSpec::Dense {
+                    data: Arc::from(vec![0f32; 72]),
+                    shape: vec![72],
+                };
+            },
+        ),
+        (
+            "realShift",
+            "a pse tensor with an empty query sequence",
+            |s, sh| {
+                s.actual_seq_q_len = vec![0, 5];
+                sh.pse = Some(vec![4 * 5 * 4]);
+            },
+        ),
+    ];
+    for (param, what, edit) in cases {
+        let (mut spec, mut shapes) = base();
+        edit(&mut spec, &mut shapes);
+        expect(param, what, spec.validate_fwd(&shapes));
+        expect(param, what, spec.validate_bwd(&shapes, &bwd_base()));
+    }
+}
+
 /// The ALiBi-compressed pse needs Sq = Skv in every sequence and a causal mode: on the base
 /// case (unequal lengths, no mask) it is a typed error, then the mode is named.
 #[test]
@@ -350,6 +404,7 @@ fn the_compressed_alibi_pse_needs_equal_lengths_and_a_causal_mode() {
         key: [6, 2, 8],
         value: [6, 2, 8],
         sink: Some(4),
+        pse: None,
     };
     expect(
         "sparseMode",
@@ -541,6 +596,7 @@ fn products_of_huge_lengths_are_typed_errors_not_overflows() {
         key: [t, 2, 8],
         value: [t, 2, 8],
         sink: None,
+        pse: None,
     };
     spec.attrs.keep_prob = 0.5;
     spec.drop_mask = Some(Arc::from(Vec::new()));
@@ -575,4 +631,44 @@ fn extreme_attribute_values_are_printed_in_exponent_form_not_as_300_digits() {
     spec.attrs.keep_prob = 1.5;
     let e = spec.validate_fwd(&shapes).unwrap_err().to_string();
     assert!(e.contains("got 1.5"), "{e}");
+}
+
+/// The varlen carrier's `map` visits every tensor once, in the documented order (query, key,
+/// value, sink, pse; then dy, attentionIn, softmaxMax, softmaxSum), and `as_ref` keeps them
+/// in place: every layer that converts the carrier (Autodiff, the aclnn builder) relies on it.
+#[test]
+fn the_varlen_carrier_maps_every_tensor_once_in_order() {
+    use burn_ascend_ops::{VarlenGradInputs, VarlenInputs};
+    let inputs = VarlenInputs {
+        query: 1,
+        key: 2,
+        value: 3,
+        sink: Some(4),
+        pse: Some(5),
+    };
+    let grad = VarlenGradInputs {
+        inputs,
+        dy: 6,
+        attention_in: 7,
+        softmax_max: 8,
+        softmax_sum: 9,
+    };
+    let mut seen = Vec::new();
+    let tens = grad.clone().map(|v| {
+        seen.push(v);
+        v * 10
+    });
+    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(
+        (tens.inputs.sink, tens.inputs.pse, tens.softmax_sum),
+        (Some(40), Some(50), 90)
+    );
+    let refs = grad.as_ref();
+    assert_eq!((*refs.inputs.pse.unwrap(), *refs.dy), (5, 6));
+    assert_eq!(grad.inputs.all(), [&1, &2, &3, &4, &5]);
+    let no_sink = VarlenInputs {
+        sink: None,
+        ..grad.inputs.clone()
+    };
+    assert_eq!(no_sink.all(), [&1, &2, &3, &5]);
 }

@@ -179,14 +179,16 @@ pub(crate) fn prompt_ref(c: &PCase) -> Vec<f32> {
     ))
 }
 
-pub(crate) fn prompt_inputs<Bk: burn::tensor::backend::Backend>(c: &PCase) -> PromptInputs<Bk> {
+pub(crate) fn prompt_inputs<Bk: burn::tensor::backend::Backend>(
+    c: &PCase,
+) -> PromptInputs<burn::tensor::ops::FloatTensor<Bk>> {
     prompt_inputs_on::<Bk>(c, &Default::default())
 }
 
 pub(crate) fn prompt_inputs_on<Bk: burn::tensor::backend::Backend>(
     c: &PCase,
     d: &Bk::Device,
-) -> PromptInputs<Bk> {
+) -> PromptInputs<burn::tensor::ops::FloatTensor<Bk>> {
     PromptInputs {
         query: from_vec::<Bk>(c.q.clone(), &c.shapes.query, d),
         key: from_vec::<Bk>(c.k.clone(), &c.shapes.key, d),
@@ -244,8 +246,8 @@ fn prompt_int8_output_is_unsupported_on_the_burn_api() {
         offset: None,
     });
     for r in [
-        pcomp::prompt_fwd::<B>(prompt_inputs(&c), &c.spec),
-        <B as AttentionBackend>::prompt_fwd(prompt_inputs(&c), &c.spec),
+        pcomp::prompt_fwd::<B>(prompt_inputs::<B>(&c), &c.spec),
+        <B as AttentionBackend>::prompt_fwd(prompt_inputs::<B>(&c), &c.spec),
     ] {
         assert!(matches!(r, Err(AttnError::Unsupported(_))));
     }

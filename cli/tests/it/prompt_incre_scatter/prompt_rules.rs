@@ -407,12 +407,12 @@ fn prompt_every_rule_names_its_parameter() {
     c.spec.num_heads = 2;
     expect_param(
         "composite",
-        pcomp::prompt_fwd::<B>(prompt_inputs(&c), &c.spec).map(|_| ()),
+        pcomp::prompt_fwd::<B>(prompt_inputs::<B>(&c), &c.spec).map(|_| ()),
         "numHeads",
     );
     expect_param(
         "ndarray",
-        <B as AttentionBackend>::prompt_fwd(prompt_inputs(&c), &c.spec).map(|_| ()),
+        <B as AttentionBackend>::prompt_fwd(prompt_inputs::<B>(&c), &c.spec).map(|_| ()),
         "numHeads",
     );
 }

@@ -141,14 +141,14 @@ pub(crate) fn scatter_ref(c: &SCase) -> (Vec<f32>, Option<Vec<f32>>) {
     (kc, vc)
 }
 
-pub(crate) fn scatter_inputs(c: &SCase) -> ScatterInputs<B> {
+pub(crate) fn scatter_inputs(c: &SCase) -> ScatterInputs<burn::tensor::ops::FloatTensor<B>> {
     scatter_inputs_on::<B>(c, &Default::default())
 }
 
 pub(crate) fn scatter_inputs_on<Bk: burn::tensor::backend::Backend>(
     c: &SCase,
     d: &Bk::Device,
-) -> ScatterInputs<Bk> {
+) -> ScatterInputs<burn::tensor::ops::FloatTensor<Bk>> {
     let (kc, vc) = c.caches();
     ScatterInputs {
         key: from_vec::<Bk>(c.key.clone(), &c.key_shape, d),
