@@ -9,6 +9,12 @@
 //! (one `aclnnInplaceCopy`), so no other tensor sees the update. The step count is a
 //! one-element FLOAT32 device tensor, uploaded once per step value and device and shared by
 //! every parameter's call of that step.
+//!
+//! `step` is passed as the docs state it: `t` of the bias corrections, 1-based, "需要大于0"
+//! (`optim/apply_adam_w_v2/docs/aclnnApplyAdamWV2.md`). Not yet checked on an NPU: the op's
+//! test golden (`optim/apply_adam_w_v2/tests/assets/golden.py` in `hicann/ops-nn`) says the
+//! kernel adds 1 to `step` before the bias corrections; if a device run confirms that, pass
+//! `t − 1` here (the simulation models the docs).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

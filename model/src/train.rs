@@ -1,5 +1,6 @@
 //! The training loop of the `finetune` example, reusable and testable: packed varlen batches,
-//! AdamW with warmup + cosine decay and gradient-norm clipping, crash-consistent checkpoints
+//! AdamW ([`crate::optim::FusedAdamW`]) with warmup + cosine decay and global gradient-norm
+//! clipping ([`crate::optim::clip_global_norm`]), crash-consistent checkpoints
 //! (see [`crate::run_checkpoint`]) that `--resume` verifies and continues exactly (model and
 //! optimizer as Burn records, the step and loss curve in `state.json`, the batch stream
 //! replayed from its seed). A step whose loss or gradient norm is not finite stops the run
