@@ -17,7 +17,7 @@
 
 use std::time::Instant;
 
-use burn_ascend_cann::acl::ops::{varlen_fwd, VarlenFwdArgs};
+use burn_ascend_cann::acl::aclnn::{varlen_fwd, VarlenFwdArgs};
 use burn_ascend_cann::acl::{DataType, IntArray, Result, Tensor, TensorDesc};
 
 /// Host overhead of one varlen forward dispatch, in µs.

@@ -5,8 +5,8 @@
 //! boxed Rust values, and each aclnn op decodes the descriptors it was handed (dims, strides,
 //! offset, dtype, format, storage) and runs the kernels crate's CPU kernels. It exists so CI,
 //! which has no NPU, exercises the dispatch code path byte for byte: a wrong argument order,
-//! stride or dtype in `burn_ascend_cann::acl::ops` or in the backend's call builders
-//! (`burn_ascend_backend::attention::aclnn`) changes the simulated
+//! stride or dtype in `burn_ascend_cann::acl::aclnn` or in the backend's call builders
+//! (`burn_ascend_backend::attention::builders`) changes the simulated
 //! result or is refused. [`runtime`] opens a `Runtime` over it.
 //!
 //! What it enforces, as CANN does (status codes of `aclnn_return_code.md`):

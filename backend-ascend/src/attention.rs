@@ -41,7 +41,7 @@ use crate::fallback::count;
 use crate::tensor::{device_error, fail, AscendTensor};
 use crate::Ascend;
 
-pub mod aclnn;
+pub mod builders;
 pub mod device_meta;
 pub mod fia;
 mod incre;
@@ -84,10 +84,10 @@ fn view_handle<'a>(t: &'a AscendTensor, op: &str) -> Tensor<'a> {
     handle(t, &t.desc(op), op)
 }
 
-/// The pse tensor `[pseTotalLen]` as the op describes it ([`aclnn::dense_pse_dims`]): a view of
+/// The pse tensor `[pseTotalLen]` as the op describes it ([`builders::dense_pse_dims`]): a view of
 /// the same device storage, no copy.
 fn pse_view(pse: &AscendTensor, grad: bool) -> AscendTensor {
-    let dims = aclnn::dense_pse_dims(pse.shape.num_elements(), grad);
+    let dims = builders::dense_pse_dims(pse.shape.num_elements(), grad);
     let mut strides = vec![1; dims.len()];
     strides[0] = pse.strides[0];
     pse.view(Shape::from(dims), strides, pse.offset)
@@ -125,7 +125,7 @@ impl AttentionBackend for Ascend {
             }
             .map(|t| view_handle(t, FWD));
             let o = out.as_ref().map(|t| view_handle(t, FWD));
-            aclnn::varlen_fwd(
+            builders::varlen_fwd(
                 &rt,
                 spec,
                 n,
@@ -192,7 +192,7 @@ impl AttentionBackend for Ascend {
             }
             .map(|t| view_handle(t, BWD));
             let g = kernel.as_ref().map(|t| view_handle(t, BWD));
-            aclnn::varlen_grad(
+            builders::varlen_grad(
                 &rt,
                 spec,
                 n,

@@ -9,10 +9,10 @@
 //! (`rms_norm_fwd`, …). Targets are not read on the host: one outside `[0, C)` fails the launch
 //! and surfaces at the next synchronisation, as on CANN.
 
-use burn_ascend_cann::acl::names;
-use burn_ascend_cann::acl::ops::{
+use burn_ascend_cann::acl::aclnn::{
     self, CrossEntropyLossArgs, CrossEntropyLossGradArgs, RotaryPositionEmbeddingGradArgs,
 };
+use burn_ascend_cann::acl::names;
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::fused::ndarray::{
     cpu_cross_entropy_bwd, cpu_cross_entropy_fwd, cpu_rms_norm_bwd, cpu_rms_norm_fwd,
@@ -81,7 +81,7 @@ impl FusedBackend for Ascend {
         let rstd = alloc(RmsNormDims::rstd_shape(&shape), DType::F32, &device);
         let rt = runtime(&device);
         let ds = [x.desc(OP), gamma.desc(OP), y.desc(OP), rstd.desc(OP)];
-        ops::rms_norm(
+        aclnn::rms_norm(
             &rt,
             &x.handle(&ds[0], OP),
             &gamma.handle(&ds[1], OP),
@@ -114,7 +114,7 @@ impl FusedBackend for Ascend {
         let ts = [&dy, &x, &rstd, &gamma, &dx, &dgamma];
         let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
         let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
-        ops::rms_norm_grad(&rt, &h[0], &h[1], &h[2], &h[3], &h[4], &h[5])
+        aclnn::rms_norm_grad(&rt, &h[0], &h[1], &h[2], &h[3], &h[4], &h[5])
             .map_err(|e| device_error(OP, e))?;
         drop(h);
         // dgammaOut is FLOAT32 on CANN; the gradient takes gamma's dtype.
@@ -145,7 +145,7 @@ impl FusedBackend for Ascend {
         let ts = [&x, &cos, &sin, &out];
         let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
         let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
-        ops::rotary_position_embedding(&rt, &h[0], &h[1], &h[2], mode.aclnn(), &h[3])
+        aclnn::rotary_position_embedding(&rt, &h[0], &h[1], &h[2], mode.aclnn(), &h[3])
             .map_err(|e| device_error(OP, e))?;
         drop(h);
         Ok(out)
@@ -174,7 +174,7 @@ impl FusedBackend for Ascend {
         let ts = [&dy, &cos, &sin, &dx, &dcos, &dsin];
         let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
         let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
-        ops::rotary_position_embedding_grad(
+        aclnn::rotary_position_embedding_grad(
             &rt,
             &RotaryPositionEmbeddingGradArgs {
                 dy: &h[0],
@@ -206,7 +206,7 @@ impl FusedBackend for Ascend {
         let out = alloc(d.out_shape(&shape), x.dtype, &device);
         let rt = runtime(&device);
         let (xd, od) = (x.desc(OP), out.desc(OP));
-        ops::swi_glu(&rt, &x.handle(&xd, OP), dim, &out.handle(&od, OP))
+        aclnn::swi_glu(&rt, &x.handle(&xd, OP), dim, &out.handle(&od, OP))
             .map_err(|e| device_error(OP, e))?;
         Ok(out)
     }
@@ -228,7 +228,7 @@ impl FusedBackend for Ascend {
         let out = alloc(shape, x.dtype, &device);
         let rt = runtime(&device);
         let (gd, xd, od) = (dy.desc(OP), x.desc(OP), out.desc(OP));
-        ops::swi_glu_grad(
+        aclnn::swi_glu_grad(
             &rt,
             &dy.handle(&gd, OP),
             &x.handle(&xd, OP),
@@ -263,7 +263,7 @@ impl FusedBackend for Ascend {
         let ts = [&input, &target, &loss, &log_prob, &zloss, &lse];
         let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
         let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
-        ops::cross_entropy_loss(
+        aclnn::cross_entropy_loss(
             &rt,
             &CrossEntropyLossArgs {
                 input: &h[0],
@@ -321,7 +321,7 @@ impl FusedBackend for Ascend {
         let ts = [&g0, &log_prob, &target, &out];
         let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
         let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
-        ops::cross_entropy_loss_grad(
+        aclnn::cross_entropy_loss_grad(
             &rt,
             &CrossEntropyLossGradArgs {
                 grad_loss: &h[0],

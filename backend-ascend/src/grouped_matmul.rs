@@ -15,7 +15,7 @@
 //! `aclnnGroupedMatmulV4` take the composite on the backend's own ops, counted as the host
 //! fallback `grouped_matmul` ([`crate::fallback_counts`]).
 
-use burn_ascend_cann::acl::{ops, TensorList};
+use burn_ascend_cann::acl::{aclnn, TensorList};
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::grouped_matmul::{
     composite, shapes, GroupType, GroupedMatmulBackend, GroupedMatmulSpec, SPLIT_ITEM,
@@ -156,9 +156,9 @@ impl GroupedMatmulBackend for Ascend {
             let bl = bias.as_ref().map(|b| list(api, b));
             let gd = group_list.desc(OP);
             let gh = group_list.handle(&gd, OP);
-            ops::grouped_matmul_v4(
+            aclnn::grouped_matmul_v4(
                 &rt,
-                &ops::GroupedMatmulArgs {
+                &aclnn::GroupedMatmulArgs {
                     x: &xl,
                     weight: &wl,
                     bias: bl.as_ref(),

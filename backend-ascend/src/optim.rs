@@ -19,8 +19,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use burn_ascend_cann::acl::aclnn::{self, ApplyAdamWV2Args};
 use burn_ascend_cann::acl::names;
-use burn_ascend_cann::acl::ops::{self, ApplyAdamWV2Args};
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::optim::ndarray::cpu_adamw_step;
 use burn_ascend_ops::optim::{validate_adamw, AdamWHyper, AdamWTensors, OptimBackend};
@@ -99,7 +99,7 @@ impl OptimBackend for Ascend {
         let ts = [&var, &m, &v, &grad, &s];
         let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
         let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
-        ops::apply_adam_w_v2(
+        aclnn::apply_adam_w_v2(
             &rt,
             &ApplyAdamWV2Args {
                 var_ref: &h[0],

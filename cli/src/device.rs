@@ -1,7 +1,7 @@
 //! Devices of `burn-ascend run`: the one road ([`on_backend`]: bundle tensors → Burn tensors
 //! on `NdArray` or `Ascend` → the public ops API → bundle) and, for the int8 outputs and caches
 //! Burn's float tensors cannot carry, the bridge to the aclnn call builders the `Ascend`
-//! backend itself uses ([`burn_ascend::backend::attention::aclnn`]; also the probes'). `npu`
+//! backend itself uses ([`burn_ascend::backend::attention::builders`]; also the probes'). `npu`
 //! opens CANN at run time (device `$ASCEND_DEVICE_ID`, else 0); `sim` runs the same calls
 //! against the host simulation of the ACL ABI (not CANN).
 

@@ -17,7 +17,7 @@ use super::device::{
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, post_quant, same_dtype};
 use super::{CliError, Device};
-use burn_ascend::backend::attention::aclnn;
+use burn_ascend::backend::attention::builders;
 use burn_ascend::contract::incre::KvInput;
 use burn_ascend::kernels::reference::incre::{incre_flash_attention, incre_flash_attention_int8};
 use burn_ascend::ops::incre::{
@@ -356,10 +356,10 @@ fn int8_on_device(
     let (keys, values) = (up(&keys, "key")?, up(&values, "value")?);
     let qd = upload(&rt, q, "query")?;
     let o = output(&rt, &q.shape, DataType::Int8)?;
-    aclnn::incre(
+    builders::incre(
         &rt,
         spec,
-        &aclnn::IncreTensors {
+        &builders::IncreTensors {
             dtype: qd.desc.dtype,
             query: &qd.handle()?,
             key: &list(&rt, &keys)?,

@@ -12,7 +12,7 @@ use super::device::{
 };
 use super::io::{Bundle, HostTensor};
 use super::{CliError, Device};
-use burn_ascend::backend::attention::aclnn;
+use burn_ascend::backend::attention::builders;
 use burn_ascend::kernels::reference::prompt::{
     prompt_flash_attention, prompt_flash_attention_int8,
 };
@@ -264,7 +264,7 @@ fn int8_on_device(
         key: kd.handle()?,
         value: vd.handle()?,
     };
-    aclnn::prompt(&rt, spec, qd.desc.dtype, &x.as_ref(), &o.handle()?)?;
+    builders::prompt(&rt, spec, qd.desc.dtype, &x.as_ref(), &o.handle()?)?;
     let mut res = Bundle::default();
     res.insert("attentionOut", download(&o)?);
     Ok(res)

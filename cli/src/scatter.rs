@@ -17,7 +17,7 @@ use super::device::{
 };
 use super::io::{Bundle, HostTensor};
 use super::{CliError, Device};
-use burn_ascend::backend::attention::aclnn;
+use burn_ascend::backend::attention::builders;
 use burn_ascend::kernels::reference::scatter::RefElem;
 use burn_ascend::ops::scatter::{
     parse_cache_mode, scatter_checked, ScatterDims, ScatterKind, ScatterShapes, ScatterSpec,
@@ -220,17 +220,17 @@ fn int8_on_device(
 ) -> Result<Bundle, CliError> {
     let rt = acl_runtime(device)?;
     // Nct sources travel as their storage, described as the view [T, N, D] strided by
-    // strides[0] (aclnn::nct_source_desc).
+    // strides[0] (builders::nct_source_desc).
     let source = |t: &HostTensor, name, which| -> Result<DeviceTensor, CliError> {
         if spec.scatter_mode != ScatterKind::Nct {
             return upload(&rt, t, name);
         }
         let elems = t.shape.iter().product();
-        let desc = aclnn::nct_source_desc(dims, which, 0, elems, acl_dtype(t.dtype, name)?)?;
+        let desc = builders::nct_source_desc(dims, which, 0, elems, acl_dtype(t.dtype, name)?)?;
         Ok(rt.upload(desc, &t.bytes)?)
     };
     let cache = |t: &HostTensor, name| -> Result<DeviceTensor, CliError> {
-        let desc = aclnn::cache_desc(spec.cache_mode, &t.shape, acl_dtype(t.dtype, name)?)?;
+        let desc = builders::cache_desc(spec.cache_mode, &t.shape, acl_dtype(t.dtype, name)?)?;
         Ok(rt.upload(desc, &t.bytes)?)
     };
     let kd = source(key, "key", 0)?;
@@ -240,7 +240,7 @@ fn int8_on_device(
     {
         let vh = vd.as_ref().map(DeviceTensor::handle).transpose()?;
         let vch = vc.as_ref().map(DeviceTensor::handle).transpose()?;
-        aclnn::scatter(
+        builders::scatter(
             &rt,
             spec,
             &ScatterInputs {

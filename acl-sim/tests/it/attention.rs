@@ -5,9 +5,9 @@
 
 use std::ptr::{null, null_mut};
 
-use burn_ascend_backend::attention::aclnn;
+use burn_ascend_backend::attention::builders;
+use burn_ascend_cann::acl::aclnn::{self, VarlenFwdArgs};
 use burn_ascend_cann::acl::ffi::{AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR};
-use burn_ascend_cann::acl::ops::{self, VarlenFwdArgs};
 use burn_ascend_cann::acl::tensor::recent_error;
 use burn_ascend_cann::acl::{
     AclError, DataType, DeviceTensor, IntArray, Runtime, Tensor, TensorDesc,
@@ -78,7 +78,7 @@ pub(crate) fn varlen_fwd(rt: &Runtime, c: &Case, sink: bool) -> Result<FwdOut, A
     );
     {
         let sh = s.as_ref().map(|s| s.handle().unwrap());
-        aclnn::varlen_fwd(
+        builders::varlen_fwd(
             rt,
             &c.spec(),
             c.n,
@@ -206,7 +206,7 @@ fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
     {
         let h: Vec<Tensor<'_>> = ts.iter().map(|t| t.handle().unwrap()).collect();
         let g: Vec<Tensor<'_>> = gs.iter().map(|t| t.handle().unwrap()).collect();
-        aclnn::varlen_grad(
+        builders::varlen_grad(
             &rt,
             &c.spec(),
             c.n,
@@ -356,7 +356,7 @@ fn a_transposed_stride_in_a_descriptor_is_caught() {
 
     // The right descriptor: contiguous [T, N, D].
     let q = h.q.handle().unwrap();
-    ops::varlen_fwd(&h.rt, &h.args(&c, &q, &k, &v, &o, &m, &s)).unwrap();
+    aclnn::varlen_fwd(&h.rt, &h.args(&c, &q, &k, &v, &o, &m, &s)).unwrap();
     h.rt.synchronize().unwrap();
     assert!(
         max_diff(&h.out(), &want) < 1e-5,
@@ -370,7 +370,7 @@ fn a_transposed_stride_in_a_descriptor_is_caught() {
     let bad =
         TensorDesc::strided(&[t, n, d], &[n * d, 1, n], 0, t * n * d, DataType::Float).unwrap();
     let qbad = Tensor::new(&h.q.buf, &bad).unwrap();
-    ops::varlen_fwd(&h.rt, &h.args(&c, &qbad, &k, &v, &o, &m, &s)).unwrap();
+    aclnn::varlen_fwd(&h.rt, &h.args(&c, &qbad, &k, &v, &o, &m, &s)).unwrap();
     h.rt.synchronize().unwrap();
     assert!(
         max_diff(&h.out(), &want) > 1e-2,
@@ -441,7 +441,7 @@ fn dense_masks_in_tnd_take_the_tiling_shapes_only() {
         let mh = mask.handle().unwrap();
         let mut a = h.args(&c, &q, &k, &v, &o, &m, &s);
         a.atten_mask = Some(&mh);
-        let r = ops::varlen_fwd(&h.rt, &a).and_then(|()| h.rt.synchronize());
+        let r = aclnn::varlen_fwd(&h.rt, &a).and_then(|()| h.rt.synchronize());
         r.map_err(|e| e.status())
     };
     assert_eq!(call(&[5, 5]), Ok(()));
@@ -474,11 +474,11 @@ fn swapped_key_and_value_arguments_are_caught() {
         h.ssum.handle().unwrap(),
     );
     // Same shapes (D = Dv), so only the values can tell: the result must differ.
-    ops::varlen_fwd(&h.rt, &h.args(&c, &q, &v, &k, &o, &m, &s)).unwrap();
+    aclnn::varlen_fwd(&h.rt, &h.args(&c, &q, &v, &k, &o, &m, &s)).unwrap();
     h.rt.synchronize().unwrap();
     assert!(max_diff(&h.out(), &want) > 1e-2);
     // Query and key swapped: shapes differ (T, N), refused with 161002.
-    let err = ops::varlen_fwd(&h.rt, &h.args(&c, &k, &q, &v, &o, &m, &s)).unwrap_err();
+    let err = aclnn::varlen_fwd(&h.rt, &h.args(&c, &k, &q, &v, &o, &m, &s)).unwrap_err();
     assert_eq!(err.status(), Some(ACLNN_ERR_PARAM_INVALID), "{err}");
     assert!(
         err.to_string()
@@ -557,7 +557,7 @@ fn null_required_arguments_give_161001_and_bad_dtypes_161002() {
     assert!(recent_error(api).contains("dtype"), "{}", recent_error(api));
 
     // Through the safe layer the error carries op, status and message on one line.
-    let err = ops::varlen_fwd(&h.rt, &h.args(&c, &qi, &k, &v, &o, &m, &s)).unwrap_err();
+    let err = aclnn::varlen_fwd(&h.rt, &h.args(&c, &qi, &k, &v, &o, &m, &s)).unwrap_err();
     let line = err.to_string();
     assert!(
         line.contains("161002")

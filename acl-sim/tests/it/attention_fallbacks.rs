@@ -3,9 +3,9 @@
 //! cache formats, the call builder's strides and offsets, and the scatter's tiling rules.
 
 use burn_ascend_acl_sim as sim;
-use burn_ascend_backend::attention::aclnn;
+use burn_ascend_backend::attention::builders;
+use burn_ascend_cann::acl::aclnn;
 use burn_ascend_cann::acl::ffi::{ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR};
-use burn_ascend_cann::acl::ops;
 use burn_ascend_cann::acl::tensor::recent_error;
 use burn_ascend_cann::acl::{AclError, DataType, Format, IntArray, Runtime, Tensor, TensorDesc};
 use burn_ascend_contract::prompt::{PfaLayout, PromptInputs, PromptSpec};
@@ -55,7 +55,7 @@ fn missing_pfa_v3_falls_back_to_v1_only_for_what_v1_has() {
             key: kt.handle()?,
             value: vt.handle()?,
         };
-        aclnn::prompt(rt, spec, DataType::Float, &x.as_ref(), &o.handle()?)?;
+        builders::prompt(rt, spec, DataType::Float, &x.as_ref(), &o.handle()?)?;
         Ok(floats(&o.download()?))
     };
     let mut spec = PromptSpec::new(n, 0.3, PfaLayout::Bsh);
@@ -78,7 +78,7 @@ fn a_pa_nz_cache_goes_as_nd_and_a_fractal_nz_descriptor_is_refused() {
     let cache = vec![0u8; 2 * 2 * 16 * 16 * 2];
     let slots: Vec<u8> = [0i32, 5, 17].iter().flat_map(|x| x.to_le_bytes()).collect();
     let (kd, cd, sd) = ([t, n, d], [2usize, 2, 16, 16], [t]);
-    let nz = aclnn::cache_desc(CacheMode::PaNz, &cd, DataType::Float16).unwrap();
+    let nz = builders::cache_desc(CacheMode::PaNz, &cd, DataType::Float16).unwrap();
     assert_eq!(nz.format, Format::Nd, "PA_NZ caches are described as ND");
     {
         let kt = rt
@@ -90,7 +90,7 @@ fn a_pa_nz_cache_goes_as_nd_and_a_fractal_nz_descriptor_is_refused() {
         let ct = rt.upload(nz.clone(), &cache).unwrap();
         let mut spec = ScatterSpec::new(vec![0, 5, 17]);
         spec.cache_mode = CacheMode::PaNz;
-        aclnn::scatter(
+        builders::scatter(
             &rt,
             &spec,
             &ScatterInputs {
@@ -131,9 +131,9 @@ fn a_pa_nz_cache_goes_as_nd_and_a_fractal_nz_descriptor_is_refused() {
         ct.handle().unwrap(),
         st.handle().unwrap(),
     );
-    let err = ops::scatter(
+    let err = aclnn::scatter(
         &rt,
-        &ops::ScatterArgs {
+        &aclnn::ScatterArgs {
             key: &kh,
             key_cache: &ch,
             slot_mapping: &sh,
@@ -180,7 +180,7 @@ fn varlen_grad(rt: &Runtime, c: &Case, sink: bool) -> Result<Vec<Vec<f32>>, AclE
     {
         let h: Vec<Tensor<'_>> = ts.iter().map(|t| t.handle().unwrap()).collect();
         let g: Vec<Tensor<'_>> = gs.iter().map(|t| t.handle().unwrap()).collect();
-        aclnn::varlen_grad(
+        builders::varlen_grad(
             rt,
             &c.spec(),
             c.n,
@@ -298,12 +298,12 @@ fn the_call_builder_passes_strides_and_offsets_as_torch_npu_does() {
     // Never null: [1, 1] / [0, 0] outside Nct (op-plugin ScatterPaKvCacheNpuOpApi.cpp), the
     // spec's with Nct.
     let mut spec = ScatterSpec::new(vec![0]);
-    assert_eq!(aclnn::scatter_strides_offsets(&spec), ([1, 1], [0, 0]));
+    assert_eq!(builders::scatter_strides_offsets(&spec), ([1, 1], [0, 0]));
     spec.strides = Some(vec![7, 9]);
     spec.offsets = Some(vec![2, 3]);
-    assert_eq!(aclnn::scatter_strides_offsets(&spec), ([1, 1], [0, 0]));
+    assert_eq!(builders::scatter_strides_offsets(&spec), ([1, 1], [0, 0]));
     spec.scatter_mode = ScatterKind::Nct;
-    assert_eq!(aclnn::scatter_strides_offsets(&spec), ([7, 9], [2, 3]));
+    assert_eq!(builders::scatter_strides_offsets(&spec), ([7, 9], [2, 3]));
 }
 
 /// A Norm f32 scatter at handle level: key `[t, 1, 8]`, cache `[2, 4, 1, 8]`.
@@ -329,9 +329,9 @@ fn norm_scatter(
         .as_ref()
         .map(|_| IntArray::new(rt.api(), &[0, 0]).unwrap());
     let (kh, ch, sh) = (kt.handle()?, ct.handle()?, st.handle()?);
-    ops::scatter(
+    aclnn::scatter(
         rt,
-        &ops::ScatterArgs {
+        &aclnn::ScatterArgs {
             key: &kh,
             key_cache: &ch,
             slot_mapping: &sh,

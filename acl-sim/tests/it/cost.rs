@@ -3,7 +3,7 @@
 
 use burn_ascend_acl_sim::cost::{atlas_a2, pairs_for_tests, take_recorded_on_this_thread};
 use burn_ascend_acl_sim::OpCost;
-use burn_ascend_cann::acl::ops;
+use burn_ascend_cann::acl::aclnn;
 
 use crate::attention::{up, varlen_fwd, zeros, Case};
 
@@ -26,7 +26,7 @@ fn a_matmul_launch_counts_two_m_n_k_flops_and_its_operands_bytes() {
     let b = up(&rt, &[2, 5, 4], &[0.25; 40]);
     let o = zeros(&rt, &[2, 3, 4]);
     let _ = take_recorded_on_this_thread();
-    ops::matmul(
+    aclnn::matmul(
         &rt,
         &a.handle().unwrap(),
         &b.handle().unwrap(),

@@ -6,10 +6,10 @@
 
 use std::ptr::{null, null_mut};
 
+use burn_ascend_cann::acl::aclnn::{self, Compare, Unary};
 use burn_ascend_cann::acl::ffi::{
     AclOpExecutor, AclStatus, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
 };
-use burn_ascend_cann::acl::ops::{self, Compare, Unary};
 use burn_ascend_cann::acl::tensor::recent_error;
 use burn_ascend_cann::acl::{
     DataType, DeviceTensor, IntArray, Runtime, Scalar, Tensor, TensorDesc,
@@ -97,11 +97,11 @@ fn comparisons_broadcast_through_views_and_scalars() {
         Compare::Le,
     ];
     for c in all {
-        ops::compare_tensor(&rt, c, &ah, &bh, &oh).unwrap();
+        aclnn::compare_tensor(&rt, c, &ah, &bh, &oh).unwrap();
         let want: Vec<bool> = (0..6).map(|i| host(c, A[i], B[i % 3])).collect();
         assert_eq!(bools(&out.download().unwrap()), want, "{c:?} tensor");
         let s = Scalar::f32(rt.api(), 0.5).unwrap();
-        ops::compare_scalar(&rt, c, &ah, &s, &oh).unwrap();
+        aclnn::compare_scalar(&rt, c, &ah, &s, &oh).unwrap();
         let want: Vec<bool> = A.iter().map(|&x| host(c, x, 0.5)).collect();
         assert_eq!(bools(&out.download().unwrap()), want, "{c:?} scalar");
     }
@@ -111,7 +111,7 @@ fn comparisons_broadcast_through_views_and_scalars() {
     let out2 = zeros(&rt, &[3, 2], DataType::Bool);
     let colt = up(&rt, &[3, 1], &[0.0, -1.0, 1.0]);
     let (o2, colh) = (out2.handle().unwrap(), colt.handle().unwrap());
-    ops::compare_tensor(&rt, Compare::Gt, &th, &colh, &o2).unwrap();
+    aclnn::compare_tensor(&rt, Compare::Gt, &th, &colh, &o2).unwrap();
     // th[i][j] = A[j*3 + i] > col[i]
     let col = [0.0f32, -1.0, 1.0];
     let want: Vec<bool> = (0..6)
@@ -127,10 +127,10 @@ fn comparisons_broadcast_through_views_and_scalars() {
         y.handle().unwrap(),
         out3.handle().unwrap(),
     );
-    ops::compare_tensor(&rt, Compare::Eq, &xh, &yh, &o3).unwrap();
+    aclnn::compare_tensor(&rt, Compare::Eq, &xh, &yh, &o3).unwrap();
     assert_eq!(bools(&out3.download().unwrap()), [true, false, false, true]);
     let s = Scalar::i64(rt.api(), 1).unwrap();
-    ops::compare_scalar(&rt, Compare::Le, &xh, &s, &o3).unwrap();
+    aclnn::compare_scalar(&rt, Compare::Le, &xh, &s, &o3).unwrap();
     assert_eq!(bools(&out3.download().unwrap()), [true, true, false, false]);
 }
 
@@ -147,14 +147,14 @@ fn select_masked_fill_copy_and_logic() {
         cond.handle().unwrap(),
         out.handle().unwrap(),
     );
-    ops::s_where(&rt, &ch, &ah, &bh, &oh).unwrap();
+    aclnn::s_where(&rt, &ch, &ah, &bh, &oh).unwrap();
     assert_eq!(
         f32s(&out.download().unwrap()),
         [1.0, -2.0, 3.0, 1.0, 0.0, 3.5]
     );
 
     // copy `b` broadcast into `out`, then fill where a mask [3] is true
-    ops::inplace_copy(&rt, &oh, &bh).unwrap();
+    aclnn::inplace_copy(&rt, &oh, &bh).unwrap();
     assert_eq!(
         f32s(&out.download().unwrap()),
         [1.0, 0.0, 3.5, 1.0, 0.0, 3.5]
@@ -162,7 +162,7 @@ fn select_masked_fill_copy_and_logic() {
     let mask = up_bool(&rt, &[3], &[false, true, false]);
     let mh = mask.handle().unwrap();
     let v = Scalar::f32(rt.api(), -9.0).unwrap();
-    ops::inplace_masked_fill_scalar(&rt, &oh, &mh, &v).unwrap();
+    aclnn::inplace_masked_fill_scalar(&rt, &oh, &mh, &v).unwrap();
     assert_eq!(
         f32s(&out.download().unwrap()),
         [1.0, -9.0, 3.5, 1.0, -9.0, 3.5]
@@ -176,11 +176,11 @@ fn select_masked_fill_copy_and_logic() {
         q.handle().unwrap(),
         r.handle().unwrap(),
     );
-    ops::logical(&rt, true, &ph, &qh, &rh).unwrap();
+    aclnn::logical(&rt, true, &ph, &qh, &rh).unwrap();
     assert_eq!(bools(&r.download().unwrap()), [true, false, false, false]);
-    ops::logical(&rt, false, &ph, &qh, &rh).unwrap();
+    aclnn::logical(&rt, false, &ph, &qh, &rh).unwrap();
     assert_eq!(bools(&r.download().unwrap()), [true, true, true, false]);
-    ops::logical_not(&rt, &ph, &rh).unwrap();
+    aclnn::logical_not(&rt, &ph, &rh).unwrap();
     assert_eq!(bools(&r.download().unwrap()), [false, false, true, true]);
 }
 
@@ -192,7 +192,7 @@ fn casts_round_once_to_the_target() {
     let ah = a.handle().unwrap();
     let h = zeros(&rt, &[6], DataType::Float16);
     let hh = h.handle().unwrap();
-    ops::cast(&rt, &ah, DataType::Float16, &hh).unwrap();
+    aclnn::cast(&rt, &ah, DataType::Float16, &hh).unwrap();
     let got: Vec<f16> = h
         .download()
         .unwrap()
@@ -203,7 +203,7 @@ fn casts_round_once_to_the_target() {
     assert_eq!(got, want);
     let bf = zeros(&rt, &[6], DataType::Bf16);
     let bh = bf.handle().unwrap();
-    ops::cast(&rt, &ah, DataType::Bf16, &bh).unwrap();
+    aclnn::cast(&rt, &ah, DataType::Bf16, &bh).unwrap();
     let got: Vec<bf16> = bf
         .download()
         .unwrap()
@@ -214,17 +214,17 @@ fn casts_round_once_to_the_target() {
     assert_eq!(got, want);
     let i = zeros(&rt, &[6], DataType::Int64);
     let ih = i.handle().unwrap();
-    ops::cast(&rt, &ah, DataType::Int64, &ih).unwrap();
+    aclnn::cast(&rt, &ah, DataType::Int64, &ih).unwrap();
     assert_eq!(i64s(&i.download().unwrap()), [1, -2, 65504, 0, 0, 0]);
     // bool → f32 and back through f32 → bool
     let m = up_bool(&rt, &[6], &[true, false, true, true, false, false]);
     let f = zeros(&rt, &[6], DataType::Float);
     let (mh, fh) = (m.handle().unwrap(), f.handle().unwrap());
-    ops::cast(&rt, &mh, DataType::Float, &fh).unwrap();
+    aclnn::cast(&rt, &mh, DataType::Float, &fh).unwrap();
     assert_eq!(f32s(&f.download().unwrap()), [1., 0., 1., 1., 0., 0.]);
     let back = zeros(&rt, &[6], DataType::Bool);
     let bkh = back.handle().unwrap();
-    ops::cast(&rt, &ah, DataType::Bool, &bkh).unwrap();
+    aclnn::cast(&rt, &ah, DataType::Bool, &bkh).unwrap();
     assert_eq!(
         bools(&back.download().unwrap()),
         [true, true, true, true, true, false]
@@ -243,38 +243,38 @@ fn max_min_reductions_with_and_without_indices() {
     let o = zeros(&rt, &[2, 1], DataType::Float);
     let oh = o.handle().unwrap();
     let d1 = IntArray::new(rt.api(), &[1]).unwrap();
-    ops::amax(&rt, true, &ah, &d1, true, &oh).unwrap();
+    aclnn::amax(&rt, true, &ah, &d1, true, &oh).unwrap();
     assert_eq!(f32s(&o.download().unwrap()), [3.0, 0.5]);
-    ops::amax(&rt, false, &ah, &d1, true, &oh).unwrap();
+    aclnn::amax(&rt, false, &ah, &d1, true, &oh).unwrap();
     assert_eq!(f32s(&o.download().unwrap()), [-2.0, -0.5]);
     // all dims of the transposed view, keepDim false → a 0-d result
     let all = IntArray::new(rt.api(), &[0, -1]).unwrap();
     let s = zeros(&rt, &[], DataType::Float);
     let sh = s.handle().unwrap();
-    ops::amax(&rt, true, &th, &all, false, &sh).unwrap();
+    aclnn::amax(&rt, true, &th, &all, false, &sh).unwrap();
     assert_eq!(f32s(&s.download().unwrap()), [3.0]);
 
     // along dim 0 of the view [3, 2]: rows are (1, 0.5), (-2, 0), (3, -0.5)
     let idx = zeros(&rt, &[1, 2], DataType::Int64);
     let ih = idx.handle().unwrap();
-    ops::arg(&rt, true, &th, 0, true, &ih).unwrap();
+    aclnn::arg(&rt, true, &th, 0, true, &ih).unwrap();
     assert_eq!(i64s(&idx.download().unwrap()), [2, 0]);
-    ops::arg(&rt, false, &th, 0, true, &ih).unwrap();
+    aclnn::arg(&rt, false, &th, 0, true, &ih).unwrap();
     assert_eq!(i64s(&idx.download().unwrap()), [1, 2]);
     let vals = zeros(&rt, &[2], DataType::Float);
     let idx2 = zeros(&rt, &[2], DataType::Int64);
     let (vh, i2h) = (vals.handle().unwrap(), idx2.handle().unwrap());
-    ops::dim_with_indices(&rt, true, &th, -2, false, &vh, &i2h).unwrap();
+    aclnn::dim_with_indices(&rt, true, &th, -2, false, &vh, &i2h).unwrap();
     assert_eq!(f32s(&vals.download().unwrap()), [3.0, 0.5]);
     assert_eq!(i64s(&idx2.download().unwrap()), [2, 0]);
-    ops::dim_with_indices(&rt, false, &th, 0, false, &vh, &i2h).unwrap();
+    aclnn::dim_with_indices(&rt, false, &th, 0, false, &vh, &i2h).unwrap();
     assert_eq!(f32s(&vals.download().unwrap()), [-2.0, -0.5]);
     assert_eq!(i64s(&idx2.download().unwrap()), [1, 2]);
     // ties: the first index
     let t = up(&rt, &[4], &[1.0, 5.0, 5.0, 0.0]);
     let i1 = zeros(&rt, &[1], DataType::Int64);
     let (tth, i1h) = (t.handle().unwrap(), i1.handle().unwrap());
-    ops::arg(&rt, true, &tth, 0, true, &i1h).unwrap();
+    aclnn::arg(&rt, true, &tth, 0, true, &i1h).unwrap();
     assert_eq!(i64s(&i1.download().unwrap()), [1]);
 }
 
@@ -309,11 +309,11 @@ fn unary_math_activations_pow_and_clamp() {
         (Unary::Erf, |x| erf_ref(f64::from(x)) as f32),
     ];
     for (op, f) in cases {
-        ops::unary(&rt, op, &ah, &oh).unwrap();
+        aclnn::unary(&rt, op, &ah, &oh).unwrap();
         let want: Vec<f32> = v.iter().map(|&x| f(x)).collect();
         close(&f32s(&o.download().unwrap()), &want, 1e-6);
     }
-    ops::gelu_v2(&rt, &ah, 0, &oh).unwrap();
+    aclnn::gelu_v2(&rt, &ah, 0, &oh).unwrap();
     let want: Vec<f32> = v
         .iter()
         .map(|&x| {
@@ -322,7 +322,7 @@ fn unary_math_activations_pow_and_clamp() {
         })
         .collect();
     close(&f32s(&o.download().unwrap()), &want, 1e-6);
-    ops::gelu_v2(&rt, &ah, 1, &oh).unwrap();
+    aclnn::gelu_v2(&rt, &ah, 1, &oh).unwrap();
     let tanh_form: Vec<f32> = v
         .iter()
         .map(|&x| {
@@ -333,7 +333,7 @@ fn unary_math_activations_pow_and_clamp() {
     close(&f32s(&o.download().unwrap()), &tanh_form, 1e-5);
 
     let e = Scalar::f32(rt.api(), 2.5).unwrap();
-    ops::pow_tensor_scalar(&rt, &ah, &e, &oh).unwrap();
+    aclnn::pow_tensor_scalar(&rt, &ah, &e, &oh).unwrap();
     let got = f32s(&o.download().unwrap());
     for (g, &x) in got.iter().zip(&v) {
         if x < 0.0 {
@@ -344,13 +344,13 @@ fn unary_math_activations_pow_and_clamp() {
     }
     let lo = Scalar::f32(rt.api(), -1.0).unwrap();
     let hi = Scalar::f32(rt.api(), 1.5).unwrap();
-    ops::clamp(&rt, &ah, Some(&lo), Some(&hi), &oh).unwrap();
+    aclnn::clamp(&rt, &ah, Some(&lo), Some(&hi), &oh).unwrap();
     let want: Vec<f32> = v.iter().map(|&x| x.clamp(-1.0, 1.5)).collect();
     assert_eq!(f32s(&o.download().unwrap()), want);
-    ops::clamp(&rt, &ah, Some(&lo), None, &oh).unwrap();
+    aclnn::clamp(&rt, &ah, Some(&lo), None, &oh).unwrap();
     let want: Vec<f32> = v.iter().map(|&x| x.max(-1.0)).collect();
     assert_eq!(f32s(&o.download().unwrap()), want);
-    ops::clamp(&rt, &ah, None, Some(&hi), &oh).unwrap();
+    aclnn::clamp(&rt, &ah, None, Some(&hi), &oh).unwrap();
     let want: Vec<f32> = v.iter().map(|&x| x.min(1.5)).collect();
     assert_eq!(f32s(&o.download().unwrap()), want);
 }
@@ -374,22 +374,22 @@ fn random_fills_have_the_right_moments_and_are_keyed_on_seed_and_offset() {
     let th = t.handle().unwrap();
 
     // U[-1, 3): mean 1, variance 16/12; tolerance ~6 standard errors.
-    ops::inplace_uniform(&rt, &th, -1.0, 3.0, 42, 0).unwrap();
+    aclnn::inplace_uniform(&rt, &th, -1.0, 3.0, 42, 0).unwrap();
     let u = f32s(&t.download().unwrap());
     assert!(u.iter().all(|&x| (-1.0..3.0).contains(&x)));
     let (m, var) = moments(&u);
     assert!((m - 1.0).abs() < 0.02, "uniform mean {m}");
     assert!((var - 16.0 / 12.0).abs() < 0.02, "uniform variance {var}");
     // same (seed, offset): same values; another offset or seed: different ones
-    ops::inplace_uniform(&rt, &th, -1.0, 3.0, 42, 0).unwrap();
+    aclnn::inplace_uniform(&rt, &th, -1.0, 3.0, 42, 0).unwrap();
     assert_eq!(f32s(&t.download().unwrap()), u);
-    ops::inplace_uniform(&rt, &th, -1.0, 3.0, 42, N as u64).unwrap();
+    aclnn::inplace_uniform(&rt, &th, -1.0, 3.0, 42, N as u64).unwrap();
     assert_ne!(f32s(&t.download().unwrap()), u);
-    ops::inplace_uniform(&rt, &th, -1.0, 3.0, 43, 0).unwrap();
+    aclnn::inplace_uniform(&rt, &th, -1.0, 3.0, 43, 0).unwrap();
     assert_ne!(f32s(&t.download().unwrap()), u);
 
     // N(2, 0.5²)
-    ops::inplace_normal(&rt, &th, 2.0, 0.5, 7, 0).unwrap();
+    aclnn::inplace_normal(&rt, &th, 2.0, 0.5, 7, 0).unwrap();
     let z = f32s(&t.download().unwrap());
     let (m, var) = moments(&z);
     assert!((m - 2.0).abs() < 0.01, "normal mean {m}");
@@ -404,7 +404,7 @@ fn random_fills_have_the_right_moments_and_are_keyed_on_seed_and_offset() {
     let h = zeros(&rt, &[N], DataType::Float16);
     let hh = h.handle().unwrap();
     let p = Scalar::f64(rt.api(), 0.3).unwrap();
-    ops::inplace_bernoulli(&rt, &hh, &p, 9, 0).unwrap();
+    aclnn::inplace_bernoulli(&rt, &hh, &p, 9, 0).unwrap();
     let b: Vec<f32> = h
         .download()
         .unwrap()
@@ -597,7 +597,7 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     // SAFETY: the op's GetWorkspaceSize prototype; live handles or null.
     let st = unsafe { clamp(ah.as_ptr(), null(), null(), foh.as_ptr(), &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
-    let err = ops::clamp(&rt, &ah, None, None, &foh).unwrap_err();
+    let err = aclnn::clamp(&rt, &ah, None, None, &foh).unwrap_err();
     assert!(err.to_string().contains("at least one"), "{err}");
     // random: from > to; std < 0; prob > 1; a null selfRef
     let uni = e.inplace_uniform.unwrap().workspace;
@@ -617,7 +617,7 @@ fn null_and_bad_arguments_are_refused_like_cann() {
     let st = unsafe { ber(foh.as_ptr(), p.as_ptr(), 0, 0, &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID);
     // the safe wrappers surface the status
-    let err = ops::compare_tensor(&rt, Compare::Lt, &ah, &bh, &boh).unwrap_err();
+    let err = aclnn::compare_tensor(&rt, Compare::Lt, &ah, &bh, &boh).unwrap_err();
     assert_eq!(err.status(), Some(ACLNN_ERR_PARAM_INVALID), "{err}");
 }
 
@@ -634,20 +634,20 @@ fn int_add_sub_mul_and_scalar_forms_are_exact() {
         o.handle().unwrap(),
     );
     let two = Scalar::i64(rt.api(), 2).unwrap();
-    ops::add(&rt, &ah, &bh, &two, &oh).unwrap();
+    aclnn::add(&rt, &ah, &bh, &two, &oh).unwrap();
     assert_eq!(i64s(&o.download().unwrap()), [21, 4, big + 20, 13]);
-    ops::sub(&rt, &ah, &bh, &two, &oh).unwrap();
+    aclnn::sub(&rt, &ah, &bh, &two, &oh).unwrap();
     assert_eq!(i64s(&o.download().unwrap()), [-19, -8, big - 20, 1]);
-    ops::mul(&rt, &ah, &bh, &oh).unwrap();
+    aclnn::mul(&rt, &ah, &bh, &oh).unwrap();
     assert_eq!(
         i64s(&o.download().unwrap()),
         [10, -6, big.wrapping_mul(10), 21]
     );
     let s = Scalar::i64(rt.api(), -3).unwrap();
     let one = Scalar::i64(rt.api(), 1).unwrap();
-    ops::adds(&rt, &ah, &s, &one, &oh).unwrap();
+    aclnn::adds(&rt, &ah, &s, &one, &oh).unwrap();
     assert_eq!(i64s(&o.download().unwrap()), [-2, -5, big - 3, 4]);
-    ops::muls(&rt, &ah, &s, &oh).unwrap();
+    aclnn::muls(&rt, &ah, &s, &oh).unwrap();
     assert_eq!(
         i64s(&o.download().unwrap()),
         [-3, 6, big.wrapping_mul(-3), -21]
@@ -657,7 +657,7 @@ fn int_add_sub_mul_and_scalar_forms_are_exact() {
     let c = up_raw(&rt, &[2], DataType::Int32, &c);
     let co = zeros(&rt, &[2], DataType::Int32);
     let (ch, coh) = (c.handle().unwrap(), co.handle().unwrap());
-    ops::mul(&rt, &ch, &ch, &coh).unwrap();
+    aclnn::mul(&rt, &ch, &ch, &coh).unwrap();
     let got: Vec<i32> = co
         .download()
         .unwrap()
@@ -667,9 +667,9 @@ fn int_add_sub_mul_and_scalar_forms_are_exact() {
     assert_eq!(got, [25, 36]);
     // a fractional alpha or mixed int widths are refused
     let half = Scalar::f32(rt.api(), 0.5).unwrap();
-    let e = ops::add(&rt, &ah, &bh, &half, &oh).unwrap_err();
+    let e = aclnn::add(&rt, &ah, &bh, &half, &oh).unwrap_err();
     assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
     assert!(e.to_string().contains("not integral"), "{e}");
-    let e = ops::mul(&rt, &ah, &ch, &oh).unwrap_err();
+    let e = aclnn::mul(&rt, &ah, &ch, &oh).unwrap_err();
     assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
 }

@@ -5,7 +5,7 @@
 //! alone in a child process ([`in_own_process`]); the faults themselves are per thread.
 
 use burn_ascend_acl_sim as sim;
-use burn_ascend_backend::attention::aclnn;
+use burn_ascend_backend::attention::builders;
 use burn_ascend_cann::acl::ffi::{ACLNN_ERR_RUNTIME_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION};
 use burn_ascend_cann::acl::{AclError, DataType, Runtime, TensorDesc};
 use burn_ascend_contract::incre::{IfaLayout, IncreSpec};
@@ -34,10 +34,10 @@ fn incre_once() -> Result<Vec<u8>, AclError> {
     spec.actual_seq_lengths = Some(vec![3, 2]);
     let kl = burn_ascend_cann::acl::TensorList::new(rt.api(), vec![k.handle()?])?;
     let vl = burn_ascend_cann::acl::TensorList::new(rt.api(), vec![v.handle()?])?;
-    aclnn::incre(
+    builders::incre(
         &rt,
         &spec,
-        &aclnn::IncreTensors {
+        &builders::IncreTensors {
             dtype: DataType::Float,
             query: &q.handle()?,
             key: &kl,

@@ -1,12 +1,12 @@
 //! The simulated fused transformer ops (issue 27) through the aclnn calls of
-//! `burn_ascend_cann::acl::ops`: results against the f64 references, and CANN's validation —
+//! `burn_ascend_cann::acl::aclnn`: results against the f64 references, and CANN's validation —
 //! a null required output → 161001; a shape, dtype, layout or attribute the docs refuse →
 //! 161002 naming the parameter; an out-of-range target fails at execute.
 
-use burn_ascend_cann::acl::ffi::{ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR};
-use burn_ascend_cann::acl::ops::{
+use burn_ascend_cann::acl::aclnn::{
     self, CrossEntropyLossArgs, CrossEntropyLossGradArgs, RotaryPositionEmbeddingGradArgs,
 };
+use burn_ascend_cann::acl::ffi::{ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR};
 use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc};
 use burn_ascend_contract::fused::{rotary as rules, RotaryMode};
 use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, rotary, swiglu};
@@ -73,25 +73,25 @@ fn simulated_fused_ops_compute_the_references() {
     let (x, g, dy) = (data(3 * 8, 1), data(8, 2), data(3 * 8, 3));
     let (xd, gd) = (up(&rt, &[3, 8], &x), up(&rt, &[8], &g));
     let (y, rstd) = (zeros(&rt, &[3, 8]), zeros(&rt, &[3, 1]));
-    ops::rms_norm(&rt, &h(&xd), &h(&gd), 1e-6, &h(&y), &h(&rstd)).unwrap();
+    aclnn::rms_norm(&rt, &h(&xd), &h(&gd), 1e-6, &h(&y), &h(&rstd)).unwrap();
     let (ry, rr) = rms_norm::rms_norm_fwd(&f64s(&x), &f64s(&g), 3, 8, 1e-6);
     close("yOut", &read(&y), &ry);
     close("rstdOut", &read(&rstd), &rr);
     let (dyd, dx, dg) = (up(&rt, &[3, 8], &dy), zeros(&rt, &[3, 8]), zeros(&rt, &[8]));
-    ops::rms_norm_grad(&rt, &h(&dyd), &h(&xd), &h(&rstd), &h(&gd), &h(&dx), &h(&dg)).unwrap();
+    aclnn::rms_norm_grad(&rt, &h(&dyd), &h(&xd), &h(&rstd), &h(&gd), &h(&dx), &h(&dg)).unwrap();
     let (rdx, rdg) = rms_norm::rms_norm_bwd(&f64s(&dy), &f64s(&x), &read(&rstd), &f64s(&g), 3, 8);
     close("dxOut", &read(&dx), &rdx);
     close("dgammaOut", &read(&dg), &rdg);
 
     let out = zeros(&rt, &[3, 4]);
-    ops::swi_glu(&rt, &h(&xd), -1, &h(&out)).unwrap();
+    aclnn::swi_glu(&rt, &h(&xd), -1, &h(&out)).unwrap();
     close(
         "swiglu out",
         &read(&out),
         &swiglu::swiglu_fwd(&f64s(&x), 3, 4, 1),
     );
     let (gy, sdx) = (up(&rt, &[3, 4], &dy[..12]), zeros(&rt, &[3, 8]));
-    ops::swi_glu_grad(&rt, &h(&gy), &h(&xd), 1, &h(&sdx)).unwrap();
+    aclnn::swi_glu_grad(&rt, &h(&gy), &h(&xd), 1, &h(&sdx)).unwrap();
     close(
         "swiglu grad",
         &read(&sdx),
@@ -121,7 +121,7 @@ fn simulated_fused_ops_compute_the_references() {
         zloss_out: &zlh,
         lse_for_zloss_out: &lseh,
     };
-    ops::cross_entropy_loss(&rt, &fwd("mean")).unwrap();
+    aclnn::cross_entropy_loss(&rt, &fwd("mean")).unwrap();
     let (rl, rlp) = cross_entropy::cross_entropy_fwd(&f64s(&x), &[7, 0, -100], 3, 8, -100);
     close("lossOut", &read(&loss), &[rl]);
     close("logProbOut", &read(&lp), &rlp);
@@ -145,16 +145,16 @@ fn simulated_fused_ops_compute_the_references() {
         lse_square_scale_for_zloss: 0.0,
         out: &gxh,
     };
-    ops::cross_entropy_loss_grad(&rt, &bwd).unwrap();
+    aclnn::cross_entropy_loss_grad(&rt, &bwd).unwrap();
     let rdx = cross_entropy::cross_entropy_bwd(0.5, &rlp, &[7, 0, -100], 3, 8, -100);
     close("xGradOut", &read(&gx), &rdx);
 
     // Refusals, as CANN's first stage.
-    let (st, msg) = refused(ops::cross_entropy_loss(&rt, &fwd("sum")));
+    let (st, msg) = refused(aclnn::cross_entropy_loss(&rt, &fwd("sum")));
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
     assert!(msg.contains("reductionOptional"), "{msg}");
     let bad_gamma = up(&rt, &[7], &data(7, 4));
-    let (st, msg) = refused(ops::rms_norm(
+    let (st, msg) = refused(aclnn::rms_norm(
         &rt,
         &xh,
         &h(&bad_gamma),
@@ -164,19 +164,19 @@ fn simulated_fused_ops_compute_the_references() {
     ));
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
     assert!(msg.contains("gamma"), "{msg}");
-    let (st, msg) = refused(ops::swi_glu(&rt, &xh, 2, &h(&out)));
+    let (st, msg) = refused(aclnn::swi_glu(&rt, &xh, 2, &h(&out)));
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
     assert!(msg.contains("dimOptional"), "{msg}");
     // A transposed (non-contiguous) x: aclnnSwiGlu takes no strided views.
     let xt_desc = TensorDesc::strided(&[8, 3], &[1, 8], 0, 24, DataType::Float).unwrap();
     let xt = burn_ascend_cann::acl::Tensor::new(&xd.buf, &xt_desc).unwrap();
-    let (st, msg) = refused(ops::swi_glu(&rt, &xt, 0, &h(&zeros(&rt, &[4, 3]))));
+    let (st, msg) = refused(aclnn::swi_glu(&rt, &xt, 0, &h(&zeros(&rt, &[4, 3]))));
     assert_eq!(st, ACLNN_ERR_PARAM_INVALID, "{msg}");
     assert!(msg.contains("contiguous"), "{msg}");
     // gradLoss must be 0-D for "mean".
     let g1 = up(&rt, &[1], &[0.5]);
     let g1h = h(&g1);
-    let (st, msg) = refused(ops::cross_entropy_loss_grad(
+    let (st, msg) = refused(aclnn::cross_entropy_loss_grad(
         &rt,
         &CrossEntropyLossGradArgs {
             grad_loss: &g1h,
@@ -191,7 +191,7 @@ fn simulated_fused_ops_compute_the_references() {
     // On a stream of its own: the failure stays with it.
     let rt2 = burn_ascend_acl_sim::runtime().unwrap();
     rt.synchronize().unwrap();
-    let r = ops::cross_entropy_loss(
+    let r = aclnn::cross_entropy_loss(
         &rt2,
         &CrossEntropyLossArgs {
             target: &bth,
@@ -219,7 +219,7 @@ fn simulated_rotary_embedding_and_its_grad_compute_the_reference_and_refuse_as_c
     for mode in [RotaryMode::Half, RotaryMode::Interleave] {
         let dims = rules::validate_fwd(&xs, &cs, &cs, mode).unwrap();
         let out = zeros(&rt, &xs);
-        ops::rotary_position_embedding(&rt, &h(&xd), &h(&cd), &h(&sd), mode.aclnn(), &h(&out))
+        aclnn::rotary_position_embedding(&rt, &h(&xd), &h(&cd), &h(&sd), mode.aclnn(), &h(&out))
             .unwrap();
         let ry = rotary::rotary_fwd(&f64s(&x), &f64s(&c), &f64s(&s), &dims, mode);
         close("out", &read(&out), &ry);
@@ -237,7 +237,7 @@ fn simulated_rotary_embedding_and_its_grad_compute_the_reference_and_refuse_as_c
             dcos_out: &dch,
             dsin_out: &dsh,
         };
-        ops::rotary_position_embedding_grad(&rt, &args).unwrap();
+        aclnn::rotary_position_embedding_grad(&rt, &args).unwrap();
         let rdx = rotary::rotary_bwd(&f64s(&dy), &f64s(&c), &f64s(&s), &dims, mode);
         let (rdc, rds) = rotary::rotary_bwd_tables(&f64s(&dy), &f64s(&x), &dims, mode);
         close("dxOut", &read(&dx), &rdx);
@@ -257,10 +257,10 @@ fn simulated_rotary_embedding_and_its_grad_compute_the_reference_and_refuse_as_c
             dsin_out: &e2h,
             ..args
         };
-        ops::rotary_position_embedding_grad(&rt, &no_x).unwrap();
+        aclnn::rotary_position_embedding_grad(&rt, &no_x).unwrap();
         close("dxOut without x", &read(&dx2), &rdx);
         // With xOptional the table gradients must be cos-shaped.
-        let (st, msg) = refused(ops::rotary_position_embedding_grad(
+        let (st, msg) = refused(aclnn::rotary_position_embedding_grad(
             &rt,
             &RotaryPositionEmbeddingGradArgs {
                 x_optional: Some(&xh),
@@ -273,7 +273,7 @@ fn simulated_rotary_embedding_and_its_grad_compute_the_reference_and_refuse_as_c
     // Refusals, as CANN's first stage.
     let out = zeros(&rt, &xs);
     let call = |x: &DeviceTensor, c: &DeviceTensor, s: &DeviceTensor, mode: i64| {
-        refused(ops::rotary_position_embedding(
+        refused(aclnn::rotary_position_embedding(
             &rt,
             &h(x),
             &h(c),

@@ -10,7 +10,7 @@ use burn_ascend_cann::acl::ffi::{
     ACL_MODEL_RI_CAPTURE_STATUS_NONE,
 };
 use burn_ascend_cann::acl::{
-    ops, AclError, CaptureMode, DataType, DeviceTensor, Runtime, Scalar, TensorDesc,
+    aclnn, AclError, CaptureMode, DataType, DeviceTensor, Runtime, Scalar, TensorDesc,
 };
 
 fn up(rt: &Runtime, v: &[f32]) -> DeviceTensor {
@@ -58,8 +58,8 @@ fn captured_tasks_are_recorded_not_run_and_each_replay_runs_them_in_order_as_one
         ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE
     );
     // y = 2·x, then x = y + 1: the order matters.
-    ops::muls(&rt, &xh, &two, &yh).unwrap();
-    ops::adds(&rt, &yh, &one, &one, &xh).unwrap();
+    aclnn::muls(&rt, &xh, &two, &yh).unwrap();
+    aclnn::adds(&rt, &yh, &one, &one, &xh).unwrap();
     let graph = rt.capture_end().unwrap();
     assert_eq!(
         rt.capture_status().unwrap(),
@@ -95,14 +95,14 @@ fn a_task_group_update_replaces_the_recorded_calls_parameters_for_later_replays(
     );
     rt.capture_begin(CaptureMode::ThreadLocal).unwrap();
     rt.task_group_begin().unwrap();
-    ops::muls(&rt, &xh, &two, &yh).unwrap();
+    aclnn::muls(&rt, &xh, &two, &yh).unwrap();
     let group = rt.task_group_end().unwrap();
     let graph = rt.capture_end().unwrap();
     graph.execute(&rt).unwrap();
     assert_eq!(floats(&y), [2., 4.]);
     // The re-issued call replaces the group's task instead of running.
     rt.task_update_begin(group).unwrap();
-    ops::muls(&rt, &xh, &three, &yh).unwrap();
+    aclnn::muls(&rt, &xh, &three, &yh).unwrap();
     rt.task_update_end().unwrap();
     assert_eq!(floats(&y), [2., 4.], "an update runs nothing");
     graph.execute(&rt).unwrap();

@@ -1,11 +1,13 @@
-//! The simulated `aclnnGroupedMatmulV4` through the crate's binding (`ops::grouped_matmul_v4`):
+//! The simulated `aclnnGroupedMatmulV4` through the crate's binding (`aclnn::grouped_matmul_v4`):
 //! the f64 reference's numbers for a cumsum and a count list, and CANN's validation — the
 //! first stage refuses what aclnnGroupedMatmulV4.md's A2 / A3 tables do not take (161002), and a
 //! group list whose values do not cover x fails the next synchronisation (361001, nothing
 //! written), as a kernel fault does on an NPU.
 
 use burn_ascend_cann::acl::ffi::{ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR};
-use burn_ascend_cann::acl::{ops, DataType, DeviceTensor, Runtime, Tensor, TensorDesc, TensorList};
+use burn_ascend_cann::acl::{
+    aclnn, DataType, DeviceTensor, Runtime, Tensor, TensorDesc, TensorList,
+};
 use burn_ascend_kernels::reference::grouped_matmul::grouped_matmul_m;
 
 fn up(rt: &Runtime, dims: &[usize], v: &[f32]) -> DeviceTensor {
@@ -80,9 +82,9 @@ fn run(
     );
     let bl = bias.map(|b| list(rt, b));
     let gh = group_list.handle().unwrap();
-    ops::grouped_matmul_v4(
+    aclnn::grouped_matmul_v4(
         rt,
-        &ops::GroupedMatmulArgs {
+        &aclnn::GroupedMatmulArgs {
             x: &xl,
             weight: &wl,
             bias: bl.as_ref(),

@@ -10,7 +10,7 @@ use burn_ascend_cann::acl::ffi::{
 };
 use burn_ascend_cann::acl::tensor::recent_error;
 use burn_ascend_cann::acl::{
-    ops, DataType, DeviceTensor, IntArray, Runtime, Scalar, Tensor, TensorDesc, TensorList,
+    aclnn, DataType, DeviceTensor, IntArray, Runtime, Scalar, Tensor, TensorDesc, TensorList,
 };
 use half::f16;
 
@@ -57,7 +57,7 @@ fn index_select_i64_and_i32_through_a_transposed_view() {
         idx.handle().unwrap(),
         out.handle().unwrap(),
     );
-    ops::index_select(&rt, &ah, 0, &ih, &oh).unwrap();
+    aclnn::index_select(&rt, &ah, 0, &ih, &oh).unwrap();
     let want: Vec<f32> = [2, 0, 2]
         .iter()
         .flat_map(|&r| (0..4).map(move |c| (r * 4 + c) as f32))
@@ -70,7 +70,7 @@ fn index_select_i64_and_i32_through_a_transposed_view() {
     let idx32 = up_i32(&rt, &[2], &[1, 1]);
     let out2 = zeros(&rt, &[4, 2], DataType::Float);
     let (i2, o2) = (idx32.handle().unwrap(), out2.handle().unwrap());
-    ops::index_select(&rt, &th, -1, &i2, &o2).unwrap();
+    aclnn::index_select(&rt, &th, -1, &i2, &o2).unwrap();
     // transposed[r][c] = a[c][r]; column 1 of the transpose is row 1 of a
     let want2: Vec<f32> = (0..4).flat_map(|r| [(4 + r) as f32; 2]).collect();
     assert_eq!(floats(&out2.download().unwrap()), want2);
@@ -87,7 +87,7 @@ fn gather_and_scatter_add_match_the_host() {
         idx.handle().unwrap(),
         out.handle().unwrap(),
     );
-    ops::gather(&rt, &ah, 1, &ih, &oh).unwrap();
+    aclnn::gather(&rt, &ah, 1, &ih, &oh).unwrap();
     assert_eq!(floats(&out.download().unwrap()), [3., 1., 5., 5.]);
 
     // scatter_add along dim 0 with duplicate rows: out = self + Σ src at index
@@ -99,7 +99,7 @@ fn gather_and_scatter_add_match_the_host() {
         sidx.handle().unwrap(),
         sout.handle().unwrap(),
     );
-    ops::scatter_add(&rt, &ah, 0, &sih, &sh, &soh).unwrap();
+    aclnn::scatter_add(&rt, &ah, 0, &sih, &sh, &soh).unwrap();
     let mut want = vec![1f32, 2., 3., 4., 5., 6.];
     let iv = [1, 0, 1, 1, 1, 0, 1, 0, 1];
     for r in 0..3 {
@@ -112,7 +112,7 @@ fn gather_and_scatter_add_match_the_host() {
     // src must be contiguous (aclnnScatterAdd.md): a transposed src is refused
     let tsrc = TensorDesc::strided(&[3, 3], &[1, 3], 0, 9, DataType::Float).unwrap();
     let tsh = Tensor::new(&src.buf, &tsrc).unwrap();
-    let e = ops::scatter_add(&rt, &ah, 0, &sih, &tsh, &soh).unwrap_err();
+    let e = aclnn::scatter_add(&rt, &ah, 0, &sih, &tsh, &soh).unwrap_err();
     assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
     assert!(e.to_string().contains("contiguous"), "{e}");
 }
@@ -131,7 +131,7 @@ fn index_add_accumulates_duplicates_in_order_with_alpha_in_f32_and_f16() {
         src.handle().unwrap(),
         out.handle().unwrap(),
     );
-    ops::index_add(&rt, &ah, 0, &ih, &sh, &alpha, &oh).unwrap();
+    aclnn::index_add(&rt, &ah, 0, &ih, &sh, &alpha, &oh).unwrap();
     assert_eq!(
         floats(&out.download().unwrap()),
         [0., 1., 22., 43., 4., 5., 208., 411.]
@@ -164,7 +164,7 @@ fn index_add_accumulates_duplicates_in_order_with_alpha_in_f32_and_f16() {
         i2.handle().unwrap(),
         o16.handle().unwrap(),
     );
-    ops::index_add(&rt, &a16h, 1, &i2h, &s16h, &one, &o16h).unwrap();
+    aclnn::index_add(&rt, &a16h, 1, &i2h, &s16h, &one, &o16h).unwrap();
     let got: Vec<f32> = o16
         .download()
         .unwrap()
@@ -189,21 +189,21 @@ fn cat_of_views_inplace_copy_into_a_strided_view_repeat_and_flip() {
     .unwrap();
     let out = zeros(&rt, &[2, 5], DataType::Float);
     let oh = out.handle().unwrap();
-    ops::cat(&rt, &list, 1, &oh).unwrap();
+    aclnn::cat(&rt, &list, 1, &oh).unwrap();
     assert_eq!(
         floats(&out.download().unwrap()),
         [1., 3., 0., 1., 2., 2., 4., 3., 4., 5.]
     );
     // mismatched sizes off the cat dim → 161002
     let bad = TensorList::new(api, vec![a.handle().unwrap(), b.handle().unwrap()]).unwrap();
-    let e = ops::cat(&rt, &bad, 0, &oh).unwrap_err();
+    let e = aclnn::cat(&rt, &bad, 0, &oh).unwrap_err();
     assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
 
     // copy [2] broadcast into the strided view out[:, 1..5;2] ([2, 2], strides [5, 2], off 1)
     let v = TensorDesc::strided(&[2, 2], &[5, 2], 1, 10, DataType::Float).unwrap();
     let vh = Tensor::new(&out.buf, &v).unwrap();
     let src = up(&rt, &[2], &[-1., -2.]);
-    ops::inplace_copy(&rt, &vh, &src.handle().unwrap()).unwrap();
+    aclnn::inplace_copy(&rt, &vh, &src.handle().unwrap()).unwrap();
     assert_eq!(
         floats(&out.download().unwrap()),
         [1., -1., 0., -2., 2., 2., -1., 3., -2., 5.]
@@ -212,7 +212,7 @@ fn cat_of_views_inplace_copy_into_a_strided_view_repeat_and_flip() {
     // repeat [2, 2] by [2, 1, 3] → [2, 2, 6]
     let reps = IntArray::new(api, &[2, 1, 3]).unwrap();
     let r = zeros(&rt, &[2, 2, 6], DataType::Float);
-    ops::repeat(&rt, &a.handle().unwrap(), &reps, &r.handle().unwrap()).unwrap();
+    aclnn::repeat(&rt, &a.handle().unwrap(), &reps, &r.handle().unwrap()).unwrap();
     let row = |x: f32, y: f32| [x, y, x, y, x, y];
     let want: Vec<f32> = (0..2)
         .flat_map(|_| row(1., 2.).into_iter().chain(row(3., 4.)))
@@ -222,11 +222,11 @@ fn cat_of_views_inplace_copy_into_a_strided_view_repeat_and_flip() {
     // flip dims [0, 1] of b
     let dims = IntArray::new(api, &[0, -1]).unwrap();
     let f = zeros(&rt, &[2, 3], DataType::Float);
-    ops::flip(&rt, &b.handle().unwrap(), &dims, &f.handle().unwrap()).unwrap();
+    aclnn::flip(&rt, &b.handle().unwrap(), &dims, &f.handle().unwrap()).unwrap();
     assert_eq!(floats(&f.download().unwrap()), [5., 4., 3., 2., 1., 0.]);
     // a repeated flip dim → 161002
     let twice = IntArray::new(api, &[1, -1]).unwrap();
-    let e = ops::flip(&rt, &b.handle().unwrap(), &twice, &f.handle().unwrap()).unwrap_err();
+    let e = aclnn::flip(&rt, &b.handle().unwrap(), &twice, &f.handle().unwrap()).unwrap_err();
     assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
 }
 
@@ -250,14 +250,14 @@ fn an_index_out_of_range_fails_the_next_synchronisation_and_writes_nothing() {
             idx.handle().unwrap(),
             out.handle().unwrap(),
         );
-        ops::index_select(&rt, &ah, 0, &ih, &oh).unwrap();
+        aclnn::index_select(&rt, &ah, 0, &ih, &oh).unwrap();
         runtime_error(rt.synchronize().unwrap_err(), "aclnnIndexSelect");
         assert_eq!(floats(&out.download().unwrap()), [7.; 4]);
     }
     // gather and scatter_add check their indices too
     let gidx = up_i64(&rt, &[1, 2], &[0, 2]);
     let gout = zeros(&rt, &[1, 2], DataType::Float);
-    ops::gather(
+    aclnn::gather(
         &rt,
         &a.handle().unwrap(),
         1,
@@ -268,7 +268,7 @@ fn an_index_out_of_range_fails_the_next_synchronisation_and_writes_nothing() {
     runtime_error(rt.synchronize().unwrap_err(), "aclnnGather");
     let src = up(&rt, &[1, 2], &[1., 1.]);
     let sout = zeros(&rt, &[3, 2], DataType::Float);
-    ops::scatter_add(
+    aclnn::scatter_add(
         &rt,
         &a.handle().unwrap(),
         1,
@@ -351,7 +351,7 @@ fn null_and_bad_dtype_dim_or_shape_are_refused_like_cann() {
     };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
     let one = Scalar::f32(api, 1.0).unwrap();
-    let e = ops::index_add(&rt, &ah, 0, &ih, &ah, &one, &wh).unwrap_err();
+    let e = aclnn::index_add(&rt, &ah, 0, &ih, &ah, &one, &wh).unwrap_err();
     assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
     assert!(e.to_string().contains("source must be"), "{e}");
 
@@ -365,13 +365,13 @@ fn null_and_bad_dtype_dim_or_shape_are_refused_like_cann() {
     let st = unsafe { (rep.workspace)(a_, null(), o_, &mut ws, &mut ex) };
     assert_eq!(st, ACLNN_ERR_PARAM_NULLPTR);
     let short = IntArray::new(api, &[2]).unwrap();
-    let e = ops::repeat(&rt, &ah, &short, &oh).unwrap_err();
+    let e = aclnn::repeat(&rt, &ah, &short, &oh).unwrap_err();
     assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
     // InplaceCopy: mixed dtypes and non-broadcasting shapes → 161002
     let ints = zeros(&rt, &[3, 2], DataType::Int32);
-    let e = ops::inplace_copy(&rt, &ints.handle().unwrap(), &ah).unwrap_err();
+    let e = aclnn::inplace_copy(&rt, &ints.handle().unwrap(), &ah).unwrap_err();
     assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
-    let e = ops::inplace_copy(&rt, &oh, &ah).unwrap_err();
+    let e = aclnn::inplace_copy(&rt, &oh, &ah).unwrap_err();
     assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
     assert!(e.to_string().contains("broadcast"), "{e}");
 }

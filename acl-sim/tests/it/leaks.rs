@@ -4,7 +4,7 @@
 //! ([`in_own_process`]).
 
 use burn_ascend_acl_sim as sim;
-use burn_ascend_backend::attention::aclnn;
+use burn_ascend_backend::attention::builders;
 use burn_ascend_cann::acl::{AclError, DataType, Runtime, TensorDesc, TensorList};
 use burn_ascend_contract::incre::{IfaLayout, IncreSpec};
 
@@ -52,10 +52,10 @@ fn dispatch_leaves_no_live_handles_behind() {
             let list =
                 || TensorList::new(rt.api(), kv.iter().map(|t| t.handle().unwrap()).collect());
             let (kl, vl) = (list()?, list()?);
-            let launched = aclnn::incre(
+            let launched = builders::incre(
                 rt,
                 spec,
-                &aclnn::IncreTensors {
+                &builders::IncreTensors {
                     dtype: DataType::Float,
                     query: &q.handle()?,
                     key: &kl,
@@ -85,7 +85,7 @@ fn a_replaced_workspace_is_freed_only_after_the_stream_is_synchronised() {
     {
         return;
     }
-    use burn_ascend_cann::acl::ops;
+    use burn_ascend_cann::acl::aclnn;
     let rt = burn_ascend_acl_sim::runtime().unwrap();
     let f32s = |dims: &[usize]| {
         rt.zeros(TensorDesc::contiguous(dims, DataType::Float).unwrap())
@@ -93,7 +93,7 @@ fn a_replaced_workspace_is_freed_only_after_the_stream_is_synchronised() {
     };
     let (a, out) = (f32s(&[4]), f32s(&[4]));
     // One launch (the simulation asks for a 4 KiB workspace), not synchronised.
-    ops::mul(
+    aclnn::mul(
         &rt,
         &a.handle().unwrap(),
         &a.handle().unwrap(),
@@ -128,7 +128,7 @@ fn freeing_memory_an_unsynchronised_launch_uses_is_reported_at_the_next_synchron
     ) {
         return;
     }
-    use burn_ascend_cann::acl::ops;
+    use burn_ascend_cann::acl::aclnn;
     use burn_ascend_cann::acl::DeviceTensor;
     let rt = burn_ascend_acl_sim::runtime().unwrap();
     // Not stream-ordered: its drop frees at once.
@@ -137,7 +137,7 @@ fn freeing_memory_an_unsynchronised_launch_uses_is_reported_at_the_next_synchron
         TensorDesc::contiguous(&[4], DataType::Float).unwrap(),
     )
     .unwrap();
-    ops::mul(
+    aclnn::mul(
         &rt,
         &t.handle().unwrap(),
         &t.handle().unwrap(),

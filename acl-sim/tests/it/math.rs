@@ -6,7 +6,7 @@ use std::ptr::{null, null_mut};
 
 use burn_ascend_cann::acl::ffi::{AclOpExecutor, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR};
 use burn_ascend_cann::acl::tensor::recent_error;
-use burn_ascend_cann::acl::{ops, DataType, DeviceTensor, Runtime, Scalar, Tensor, TensorDesc};
+use burn_ascend_cann::acl::{aclnn, DataType, DeviceTensor, Runtime, Scalar, Tensor, TensorDesc};
 
 fn bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -40,22 +40,22 @@ fn add_sub_mul_div_broadcast_and_read_strided_views() {
         out.handle().unwrap(),
     );
     let two = Scalar::f32(rt.api(), 2.0).unwrap();
-    ops::add(&rt, &ah, &bh, &two, &oh).unwrap();
+    aclnn::add(&rt, &ah, &bh, &two, &oh).unwrap();
     assert_eq!(
         floats(&out.download().unwrap()),
         [21., 42., 63., 24., 45., 66.]
     );
-    ops::sub(&rt, &ah, &bh, &two, &oh).unwrap();
+    aclnn::sub(&rt, &ah, &bh, &two, &oh).unwrap();
     assert_eq!(
         floats(&out.download().unwrap()),
         [-19., -38., -57., -16., -35., -54.]
     );
-    ops::mul(&rt, &ah, &bh, &oh).unwrap();
+    aclnn::mul(&rt, &ah, &bh, &oh).unwrap();
     assert_eq!(
         floats(&out.download().unwrap()),
         [10., 40., 90., 40., 100., 180.]
     );
-    ops::div(&rt, &bh, &ah, &oh).unwrap();
+    aclnn::div(&rt, &bh, &ah, &oh).unwrap();
     assert_eq!(
         floats(&out.download().unwrap()),
         [10., 10., 10., 2.5, 4., 5.]
@@ -67,7 +67,7 @@ fn add_sub_mul_div_broadcast_and_read_strided_views() {
         .zeros(TensorDesc::contiguous(&[3, 2], DataType::Float).unwrap())
         .unwrap();
     let o2 = out2.handle().unwrap();
-    ops::mul(&rt, &th, &th, &o2).unwrap();
+    aclnn::mul(&rt, &th, &th, &o2).unwrap();
     assert_eq!(
         floats(&out2.download().unwrap()),
         [1., 16., 4., 25., 9., 36.]
@@ -91,12 +91,12 @@ fn matmul_with_broadcast_batch() {
         b.handle().unwrap(),
         out.handle().unwrap(),
     );
-    ops::matmul(&rt, &ah, &bh, &oh, 0).unwrap();
+    aclnn::matmul(&rt, &ah, &bh, &oh, 0).unwrap();
     assert_eq!(floats(&out.download().unwrap()), [6., 15., 1., 1.]);
     // inner dims that differ: 161002
     let bad = up(&rt, &[1, 2, 1], &[1., 1.]);
     let badh = bad.handle().unwrap();
-    let e = ops::matmul(&rt, &ah, &badh, &oh, 0).unwrap_err();
+    let e = aclnn::matmul(&rt, &ah, &badh, &oh, 0).unwrap_err();
     assert_eq!(e.status(), Some(ACLNN_ERR_PARAM_INVALID), "{e}");
     assert!(e.to_string().contains("inner dims"), "{e}");
 }

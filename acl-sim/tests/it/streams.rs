@@ -10,7 +10,7 @@ use burn_ascend_cann::acl::ffi::{
     ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_SUCCESS,
 };
 use burn_ascend_cann::acl::tensor::recent_error;
-use burn_ascend_cann::acl::{ops, DataType, DeviceTensor, Runtime, TensorDesc};
+use burn_ascend_cann::acl::{aclnn, DataType, DeviceTensor, Runtime, TensorDesc};
 
 fn floats(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
@@ -29,7 +29,7 @@ fn up(rt: &Runtime, v: &[f32]) -> DeviceTensor {
 
 /// `out = a · a`, queued.
 fn square(rt: &Runtime, a: &DeviceTensor, out: &DeviceTensor) {
-    ops::mul(
+    aclnn::mul(
         rt,
         &a.handle().unwrap(),
         &a.handle().unwrap(),
@@ -118,7 +118,7 @@ fn memory_in_flight_on_one_stream_used_from_another_is_refused() {
     square(&rt1, &a, &out);
     let other = up(&rt2, &[0.; 2]);
     rt2.synchronize().unwrap();
-    let err = ops::mul(
+    let err = aclnn::mul(
         &rt2,
         &out.handle().unwrap(),
         &out.handle().unwrap(),
@@ -132,7 +132,7 @@ fn memory_in_flight_on_one_stream_used_from_another_is_refused() {
     );
     rt1.synchronize().unwrap();
     // Once the first stream has been synchronised the memory is free for any stream.
-    ops::mul(
+    aclnn::mul(
         &rt2,
         &out.handle().unwrap(),
         &out.handle().unwrap(),

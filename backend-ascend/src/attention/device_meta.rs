@@ -19,7 +19,7 @@ use burn_ascend_ops::scatter::{ScatterShapes, ScatterSpec};
 use burn_backend::{DType, Shape};
 
 use super::fia::{cann_release, fused_infer_attention_with, FiaDeviceMeta, FiaTensors};
-use super::{aclnn, handle, same_device};
+use super::{builders, handle, same_device};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::ops::native_elementwise;
@@ -89,7 +89,7 @@ pub fn scatter_kv_slots(
     let rt = runtime(&device);
     let d = |x: &AscendTensor| x.desc(SCATTER);
     let (kd, vd, kcd, vcd, sd) = (d(key), d(value), d(key_cache), d(value_cache), d(slots));
-    aclnn::scatter_with_slots(
+    builders::scatter_with_slots(
         &rt,
         &spec,
         &burn_ascend_ops::backend::ScatterInputs {

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use burn_ascend_cann::acl::ffi::DataType;
-use burn_ascend_cann::acl::{loader, ops, Result as AclResult, Runtime, Tensor, TensorList};
+use burn_ascend_cann::acl::{aclnn, loader, Result as AclResult, Runtime, Tensor, TensorList};
 use burn_ascend_contract::fia::{CannRelease, FiaAntiquantMode, FiaSpec};
 use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
 use burn_ascend_ops::error::Result;
@@ -21,7 +21,7 @@ use burn_ascend_ops::fia::composite::shapes;
 use burn_ascend_ops::ndarray::cpu_fia_fwd;
 use burn_backend::{DType, Shape};
 
-use super::aclnn::{handle_of, ints, prompt_mask, upload_block_table, upload_float, upload_i64};
+use super::builders::{handle_of, ints, prompt_mask, upload_block_table, upload_float, upload_i64};
 use super::{handle, same_device};
 use crate::device::runtime;
 use crate::element::is_acl_float;
@@ -168,9 +168,9 @@ pub fn fused_infer_attention_with(
     );
     let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
     let asl_kv = ints(rt, spec.actual_seq_lengths_kv.as_deref())?;
-    ops::fused_infer_attention_score_v4(
+    aclnn::fused_infer_attention_score_v4(
         rt,
-        &ops::FiaArgs {
+        &aclnn::FiaArgs {
             query: x.query,
             key: x.key,
             value: x.value,

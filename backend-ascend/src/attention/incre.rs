@@ -16,7 +16,7 @@ use burn_ascend_ops::incre::IncreSpec;
 use burn_ascend_ops::ndarray::cpu_incre_fwd;
 use burn_backend::{DType, Shape};
 
-use super::{aclnn, handle, same_device};
+use super::{builders, handle, same_device};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
@@ -81,10 +81,10 @@ pub(super) fn incre_fwd(inputs: IncreInputs<Ascend>, spec: &IncreSpec) -> Result
         let kds: Vec<_> = keys.iter().map(|t| d(t)).collect();
         let vds: Vec<_> = values.iter().map(|t| d(t)).collect();
         let (kl, vl) = (list(&rt, &keys, &kds), list(&rt, &values, &vds));
-        aclnn::incre(
+        builders::incre(
             &rt,
             spec,
-            &aclnn::IncreTensors {
+            &builders::IncreTensors {
                 dtype: q.acl_dtype(OP),
                 query: &handle(q, &qd, OP),
                 key: &kl,

@@ -9,7 +9,7 @@ use burn_ascend_ops::prompt::composite::shapes;
 use burn_ascend_ops::prompt::PromptSpec;
 use burn_backend::Shape;
 
-use super::{aclnn, same_device, view_handle};
+use super::{builders, same_device, view_handle};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
@@ -43,7 +43,7 @@ pub(super) fn prompt_fwd(
     {
         let x = inputs.as_ref().map(|t| view_handle(t, OP));
         let o = view_handle(&out, OP);
-        aclnn::prompt(&rt, spec, q.acl_dtype(OP), &x.as_ref(), &o)
+        builders::prompt(&rt, spec, q.acl_dtype(OP), &x.as_ref(), &o)
             .map_err(|e| device_error(OP, e))?;
     }
     Ok(out)

@@ -14,7 +14,7 @@ use burn_ascend_ops::ndarray::cpu_scatter_kv;
 use burn_ascend_ops::scatter::composite::shapes;
 use burn_ascend_ops::scatter::{CacheMode, ScatterDims, ScatterKind, ScatterSpec};
 
-use super::{aclnn, handle, same_device};
+use super::{builders, handle, same_device};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
@@ -52,7 +52,7 @@ fn contiguous(t: AscendTensor) -> AscendTensor {
 }
 
 /// The descriptor of key (`which = 0`) / value: its view, or with Nct the view `[T, N, D]`
-/// strided by `strides[0]` over its storage ([`aclnn::nct_source_desc`]).
+/// strided by `strides[0]` over its storage ([`builders::nct_source_desc`]).
 fn source_desc(
     t: &AscendTensor,
     spec: &ScatterSpec,
@@ -63,14 +63,14 @@ fn source_desc(
         return t.desc(OP);
     }
     let elems = t.storage.len() / t.dtype.size();
-    aclnn::nct_source_desc(dims, which, t.offset, elems, t.acl_dtype(OP))
+    builders::nct_source_desc(dims, which, t.offset, elems, t.acl_dtype(OP))
         .unwrap_or_else(|e| fail(OP, e))
 }
 
 fn cache_desc(t: &AscendTensor, mode: CacheMode) -> TensorDesc {
     match mode {
         CacheMode::PaNz => {
-            aclnn::cache_desc(mode, &t.shape, t.acl_dtype(OP)).unwrap_or_else(|e| fail(OP, e))
+            builders::cache_desc(mode, &t.shape, t.acl_dtype(OP)).unwrap_or_else(|e| fail(OP, e))
         }
         _ => t.desc(OP),
     }
@@ -130,7 +130,7 @@ pub(super) fn scatter_kv(
             .as_ref()
             .zip(vcd.as_ref())
             .map(|(t, d)| handle(t, d, OP));
-        aclnn::scatter(
+        builders::scatter(
             &rt,
             spec,
             &ScatterInputs {

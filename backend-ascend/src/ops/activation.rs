@@ -2,7 +2,7 @@
 //! exact) on the device, with the host fallback for dtypes they do not take; the rest are
 //! Burn's defaults, composed of the float ops (native where those are).
 
-use burn_ascend_cann::acl::ops::Unary;
+use burn_ascend_cann::acl::aclnn::Unary;
 use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
 

@@ -15,7 +15,7 @@ use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
 use crate::Ascend;
-use burn_ascend_cann::acl::ops::Compare;
+use burn_ascend_cann::acl::aclnn::Compare;
 use burn_backend::BoolStore;
 
 impl BoolTensorOps<Self> for Ascend {

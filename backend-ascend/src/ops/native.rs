@@ -6,8 +6,8 @@
 //! Calls the device path does not take (dtypes other than f32/f16/bf16, mixed dtypes, rank < 2
 //! for matmul, rank > 8) return `None` and the caller runs the counted host fallback.
 
+use burn_ascend_cann::acl::aclnn::{self, Unary};
 use burn_ascend_cann::acl::names;
-use burn_ascend_cann::acl::ops::{self, Unary};
 use burn_ascend_cann::acl::{IntArray, Runtime, Scalar};
 use burn_backend::{Shape, TensorMetadata};
 
@@ -105,13 +105,13 @@ pub(crate) fn binary(op: Binary, lhs: &AscendTensor, rhs: &AscendTensor) -> Opti
             Binary::Add | Binary::Sub => {
                 let one = Scalar::f32(rt.api(), 1.0).unwrap_or_else(|e| fail(name, e));
                 if matches!(op, Binary::Add) {
-                    ops::add(&rt, &a, &b, &one, &o)
+                    aclnn::add(&rt, &a, &b, &one, &o)
                 } else {
-                    ops::sub(&rt, &a, &b, &one, &o)
+                    aclnn::sub(&rt, &a, &b, &one, &o)
                 }
             }
-            Binary::Mul => ops::mul(&rt, &a, &b, &o),
-            Binary::Div => ops::div(&rt, &a, &b, &o),
+            Binary::Mul => aclnn::mul(&rt, &a, &b, &o),
+            Binary::Div => aclnn::div(&rt, &a, &b, &o),
         };
         res.unwrap_or_else(|e| fail(name, e));
     }
@@ -148,7 +148,7 @@ pub(crate) fn matmul(lhs: &AscendTensor, rhs: &AscendTensor) -> Option<AscendTen
             out.handle(&od, NAME),
         );
         // cubeMathType 0 (KEEP_DTYPE): no silent down-conversion of f32.
-        ops::matmul(&rt, &a, &b, &o, 0).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::matmul(&rt, &a, &b, &o, 0).unwrap_or_else(|e| fail(NAME, e));
     }
     Some(out)
 }
@@ -165,7 +165,7 @@ pub(crate) fn unary(op: Unary, t: &AscendTensor) -> Option<AscendTensor> {
     {
         let (ad, od) = (t.desc(name), out.desc(name));
         let (a, o) = (t.handle(&ad, name), out.handle(&od, name));
-        ops::unary(&rt, op, &a, &o).unwrap_or_else(|e| fail(name, e));
+        aclnn::unary(&rt, op, &a, &o).unwrap_or_else(|e| fail(name, e));
     }
     Some(out)
 }
@@ -189,8 +189,8 @@ pub(crate) fn scalar(t: &AscendTensor, s: f32, alpha: Option<f32>) -> Option<Asc
         let sc = |v| Scalar::f32(rt.api(), v).unwrap_or_else(|e| fail(name, e));
         let other = sc(s);
         match alpha {
-            Some(al) => ops::adds(&rt, &a, &other, &sc(al), &o),
-            None => ops::muls(&rt, &a, &other, &o),
+            Some(al) => aclnn::adds(&rt, &a, &other, &sc(al), &o),
+            None => aclnn::muls(&rt, &a, &other, &o),
         }
         .unwrap_or_else(|e| fail(name, e));
     }
@@ -210,7 +210,7 @@ pub(crate) fn div_scalar(t: &AscendTensor, s: f32) -> Option<AscendTensor> {
         let (ad, od) = (t.desc(name), out.desc(name));
         let (a, o) = (t.handle(&ad, name), out.handle(&od, name));
         let other = Scalar::f32(rt.api(), s).unwrap_or_else(|e| fail(name, e));
-        ops::divs(&rt, &a, &other, &o).unwrap_or_else(|e| fail(name, e));
+        aclnn::divs(&rt, &a, &other, &o).unwrap_or_else(|e| fail(name, e));
     }
     Some(out)
 }
@@ -235,7 +235,7 @@ pub(crate) fn reduce(t: &AscendTensor, dims: &[usize], mean: bool) -> Option<Asc
         let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
         let dims = IntArray::new(rt.api(), &dims).unwrap_or_else(|e| fail(name, e));
         let dt = t.acl_dtype(name);
-        ops::reduce(&rt, mean, &a, &dims, true, dt, &o).unwrap_or_else(|e| fail(name, e));
+        aclnn::reduce(&rt, mean, &a, &dims, true, dt, &o).unwrap_or_else(|e| fail(name, e));
     }
     Some(out)
 }

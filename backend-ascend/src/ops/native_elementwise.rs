@@ -22,7 +22,7 @@
 use burn_ascend_cann::acl::names;
 use std::sync::Mutex;
 
-use burn_ascend_cann::acl::ops::{self, Compare};
+use burn_ascend_cann::acl::aclnn::{self, Compare};
 use burn_ascend_cann::acl::{IntArray, Runtime, Scalar};
 use burn_backend::{BoolStore, DType, Distribution, Scalar as BurnScalar, Shape};
 
@@ -102,7 +102,7 @@ pub(crate) fn compare(
             rhs.handle(&bd, name),
             o.handle(&od, name),
         );
-        ops::compare_tensor(rt, op, &a, &b, &oh).unwrap_or_else(|e| fail(name, e));
+        aclnn::compare_tensor(rt, op, &a, &b, &oh).unwrap_or_else(|e| fail(name, e));
     });
     Some(o)
 }
@@ -124,7 +124,7 @@ pub(crate) fn compare_scalar(
         let (ad, od) = (lhs.desc(name), o.desc(name));
         let (a, oh) = (lhs.handle(&ad, name), o.handle(&od, name));
         let s = scalar_for(rt, name, lhs.dtype, rhs);
-        ops::compare_scalar(rt, op, &a, &s, &oh).unwrap_or_else(|e| fail(name, e));
+        aclnn::compare_scalar(rt, op, &a, &s, &oh).unwrap_or_else(|e| fail(name, e));
     });
     Some(o)
 }
@@ -163,7 +163,7 @@ pub(crate) fn mask_where(
             tensor.handle(&td, NAME),
             o.handle(&od, NAME),
         );
-        ops::s_where(rt, &c, &s, &t, &oh).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::s_where(rt, &c, &s, &t, &oh).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(o)
 }
@@ -189,9 +189,9 @@ pub(crate) fn mask_fill(
             mask.handle(&md, NAME),
             o.handle(&od, NAME),
         );
-        ops::inplace_copy(rt, &oh, &t).unwrap_or_else(|e| fail(names::inplace_copy, e));
+        aclnn::inplace_copy(rt, &oh, &t).unwrap_or_else(|e| fail(names::inplace_copy, e));
         let v = scalar_for(rt, NAME, tensor.dtype, value);
-        ops::inplace_masked_fill_scalar(rt, &oh, &m, &v).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::inplace_masked_fill_scalar(rt, &oh, &m, &v).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(o)
 }
@@ -216,7 +216,7 @@ pub(crate) fn full(
         let od = o.desc(NAME);
         let oh = o.handle(&od, NAME);
         let v = scalar_for(rt, NAME, dtype, value);
-        ops::inplace_fill_scalar(rt, &oh, &v).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::inplace_fill_scalar(rt, &oh, &v).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(o)
 }
@@ -232,7 +232,7 @@ pub(crate) fn bool_not(t: &AscendTensor) -> Option<AscendTensor> {
     run(NAME, &device, |rt| {
         let (ad, od) = (t.desc(NAME), o.desc(NAME));
         let (a, oh) = (t.handle(&ad, NAME), o.handle(&od, NAME));
-        ops::logical_not(rt, &a, &oh).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::logical_not(rt, &a, &oh).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(o)
 }
@@ -262,7 +262,7 @@ pub(crate) fn bool_logical(
             rhs.handle(&bd, name),
             o.handle(&od, name),
         );
-        ops::logical(rt, and, &a, &b, &oh).unwrap_or_else(|e| fail(name, e));
+        aclnn::logical(rt, and, &a, &b, &oh).unwrap_or_else(|e| fail(name, e));
     });
     Some(o)
 }
@@ -285,7 +285,7 @@ pub(crate) fn cast(t: &AscendTensor, to: DType) -> Option<AscendTensor> {
     run(NAME, &device, |rt| {
         let (ad, od) = (t.desc(NAME), o.desc(NAME));
         let (a, oh) = (t.handle(&ad, NAME), o.handle(&od, NAME));
-        ops::cast(rt, &a, dt, &oh).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::cast(rt, &a, dt, &oh).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(o)
 }
@@ -309,7 +309,7 @@ pub(crate) fn amax(t: &AscendTensor, dims: &[usize], max: bool) -> Option<Ascend
         let (a, oh) = (t.handle(&ad, name), o.handle(&od, name));
         let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
         let dims = IntArray::new(rt.api(), &dims).unwrap_or_else(|e| fail(name, e));
-        ops::amax(rt, max, &a, &dims, true, &oh).unwrap_or_else(|e| fail(name, e));
+        aclnn::amax(rt, max, &a, &dims, true, &oh).unwrap_or_else(|e| fail(name, e));
     });
     Some(o)
 }
@@ -337,7 +337,7 @@ pub(crate) fn arg(t: &AscendTensor, dim: usize, max: bool, out: DType) -> Option
     run(name, &device, |rt| {
         let (ad, od) = (t.desc(name), o.desc(name));
         let (a, oh) = (t.handle(&ad, name), o.handle(&od, name));
-        ops::arg(rt, max, &a, dim as i64, true, &oh).unwrap_or_else(|e| fail(name, e));
+        aclnn::arg(rt, max, &a, dim as i64, true, &oh).unwrap_or_else(|e| fail(name, e));
     });
     Some(o)
 }
@@ -365,7 +365,7 @@ pub(crate) fn with_indices(
             v.handle(&vd, name),
             i.handle(&id, name),
         );
-        ops::dim_with_indices(rt, max, &a, dim as i64, true, &vh, &ih)
+        aclnn::dim_with_indices(rt, max, &a, dim as i64, true, &vh, &ih)
             .unwrap_or_else(|e| fail(name, e));
     });
     Some((v, i))
@@ -384,7 +384,7 @@ pub(crate) fn gelu(t: &AscendTensor) -> Option<AscendTensor> {
     run(NAME, &device, |rt| {
         let (ad, od) = (t.desc(NAME), o.desc(NAME));
         let (a, oh) = (t.handle(&ad, NAME), o.handle(&od, NAME));
-        ops::gelu_v2(rt, &a, 0, &oh).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::gelu_v2(rt, &a, 0, &oh).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(o)
 }
@@ -401,7 +401,7 @@ pub(crate) fn powf_scalar(t: &AscendTensor, exponent: BurnScalar) -> Option<Asce
         let (ad, od) = (t.desc(NAME), o.desc(NAME));
         let (a, oh) = (t.handle(&ad, NAME), o.handle(&od, NAME));
         let e = scalar_for(rt, NAME, t.dtype, exponent);
-        ops::pow_tensor_scalar(rt, &a, &e, &oh).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::pow_tensor_scalar(rt, &a, &e, &oh).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(o)
 }
@@ -428,7 +428,7 @@ pub(crate) fn clamp(
         let (a, oh) = (t.handle(&ad, name), o.handle(&od, name));
         let lo = min.map(|s| scalar_for(rt, name, t.dtype, s));
         let hi = max.map(|s| scalar_for(rt, name, t.dtype, s));
-        ops::clamp(rt, &a, lo.as_ref(), hi.as_ref(), &oh).unwrap_or_else(|e| fail(name, e));
+        aclnn::clamp(rt, &a, lo.as_ref(), hi.as_ref(), &oh).unwrap_or_else(|e| fail(name, e));
     });
     Some(o)
 }
@@ -483,14 +483,14 @@ pub(crate) fn random(
         let od = o.desc(name);
         let oh = o.handle(&od, name);
         match distribution {
-            Distribution::Default => ops::inplace_uniform(rt, &oh, 0.0, 1.0, s, off),
-            Distribution::Uniform(lo, hi) => ops::inplace_uniform(rt, &oh, lo, hi, s, off),
+            Distribution::Default => aclnn::inplace_uniform(rt, &oh, 0.0, 1.0, s, off),
+            Distribution::Uniform(lo, hi) => aclnn::inplace_uniform(rt, &oh, lo, hi, s, off),
             Distribution::Normal(mean, std) => {
-                ops::inplace_normal(rt, &oh, mean as f32, std as f32, s as i64, off as i64)
+                aclnn::inplace_normal(rt, &oh, mean as f32, std as f32, s as i64, off as i64)
             }
             Distribution::Bernoulli(p) => {
                 let p = Scalar::f64(rt.api(), p).unwrap_or_else(|e| fail(name, e));
-                ops::inplace_bernoulli(rt, &oh, &p, s as i64, off as i64)
+                aclnn::inplace_bernoulli(rt, &oh, &p, s as i64, off as i64)
             }
         }
         .unwrap_or_else(|e| fail(name, e));
@@ -541,9 +541,9 @@ pub(crate) fn int_binary(
         // An integral alpha: CANN refuses a float alpha for integer operands.
         let one = Scalar::i64(rt.api(), 1).unwrap_or_else(|e| fail(name, e));
         match op {
-            IntBinary::Add => ops::add(rt, &a, &b, &one, &oh),
-            IntBinary::Sub => ops::sub(rt, &a, &b, &one, &oh),
-            IntBinary::Mul => ops::mul(rt, &a, &b, &oh),
+            IntBinary::Add => aclnn::add(rt, &a, &b, &one, &oh),
+            IntBinary::Sub => aclnn::sub(rt, &a, &b, &one, &oh),
+            IntBinary::Mul => aclnn::mul(rt, &a, &b, &oh),
         }
         .unwrap_or_else(|e| fail(name, e));
     });
@@ -572,8 +572,8 @@ pub(crate) fn int_scalar(
         let sc = |v| Scalar::i64(rt.api(), v).unwrap_or_else(|e| fail(name, e));
         let other = sc(s.elem::<i64>());
         match alpha {
-            Some(al) => ops::adds(rt, &a, &other, &sc(al), &oh),
-            None => ops::muls(rt, &a, &other, &oh),
+            Some(al) => aclnn::adds(rt, &a, &other, &sc(al), &oh),
+            None => aclnn::muls(rt, &a, &other, &oh),
         }
         .unwrap_or_else(|e| fail(name, e));
     });

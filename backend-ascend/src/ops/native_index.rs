@@ -12,8 +12,8 @@
 //! caller runs the counted host fallback. Every op synchronises its stream before returning,
 //! which is what lets the memory pool reuse blocks at once (`crate::memory`).
 
+use burn_ascend_cann::acl::aclnn;
 use burn_ascend_cann::acl::names;
-use burn_ascend_cann::acl::ops;
 use burn_ascend_cann::acl::{IntArray, Scalar, TensorList};
 use burn_backend::{DType, Shape, Slice};
 
@@ -51,7 +51,7 @@ fn copy_into(dst: &AscendTensor, src: &AscendTensor) {
     run(NAME, &dst.device(), |rt| {
         let (dd, sd) = (dst.desc(NAME), src.desc(NAME));
         let (d, s) = (dst.handle(&dd, NAME), src.handle(&sd, NAME));
-        ops::inplace_copy(rt, &d, &s).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::inplace_copy(rt, &d, &s).unwrap_or_else(|e| fail(NAME, e));
     });
 }
 
@@ -86,7 +86,7 @@ pub(crate) fn select(t: &AscendTensor, dim: usize, indices: &AscendTensor) -> Op
             indices.handle(&id, NAME),
             out.handle(&od, NAME),
         );
-        ops::index_select(rt, &a, dim as i64, &i, &o).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::index_select(rt, &a, dim as i64, &i, &o).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(out)
 }
@@ -138,7 +138,7 @@ pub(crate) fn select_add(
             out.handle(&od, NAME),
         );
         let one = Scalar::f32(rt.api(), 1.0).unwrap_or_else(|e| fail(NAME, e));
-        ops::index_add(rt, &a, dim as i64, &i, &v, &one, &o).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::index_add(rt, &a, dim as i64, &i, &v, &one, &o).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(out)
 }
@@ -168,7 +168,7 @@ pub(crate) fn gather(dim: usize, t: &AscendTensor, indices: &AscendTensor) -> Op
             indices.handle(&id, NAME),
             out.handle(&od, NAME),
         );
-        ops::gather(rt, &a, dim as i64, &i, &o).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::gather(rt, &a, dim as i64, &i, &o).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(out)
 }
@@ -223,7 +223,7 @@ pub(crate) fn scatter_add(
             value.handle(&vd, NAME),
             out.handle(&od, NAME),
         );
-        ops::scatter_add(rt, &a, dim as i64, &i, &v, &o).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::scatter_add(rt, &a, dim as i64, &i, &v, &o).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(out)
 }
@@ -261,7 +261,7 @@ pub(crate) fn cat(tensors: &[AscendTensor], dim: usize) -> Option<AscendTensor> 
         let list = TensorList::new(rt.api(), handles).unwrap_or_else(|e| fail(NAME, e));
         let od = out.desc(NAME);
         let o = out.handle(&od, NAME);
-        ops::cat(rt, &list, dim as i64, &o).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::cat(rt, &list, dim as i64, &o).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(out)
 }
@@ -307,7 +307,7 @@ pub(crate) fn repeat_dim(t: &AscendTensor, dim: usize, times: usize) -> Option<A
         let reps = IntArray::new(rt.api(), &reps).unwrap_or_else(|e| fail(NAME, e));
         let (ad, od) = (t.desc(NAME), out.desc(NAME));
         let (a, o) = (t.handle(&ad, NAME), out.handle(&od, NAME));
-        ops::repeat(rt, &a, &reps, &o).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::repeat(rt, &a, &reps, &o).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(out)
 }
@@ -328,7 +328,7 @@ pub(crate) fn flip(t: &AscendTensor, axes: &[usize]) -> Option<AscendTensor> {
         let axes = IntArray::new(rt.api(), &axes).unwrap_or_else(|e| fail(NAME, e));
         let (ad, od) = (t.desc(NAME), out.desc(NAME));
         let (a, o) = (t.handle(&ad, NAME), out.handle(&od, NAME));
-        ops::flip(rt, &a, &axes, &o).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::flip(rt, &a, &axes, &o).unwrap_or_else(|e| fail(NAME, e));
     });
     Some(out)
 }

@@ -16,8 +16,8 @@ use crate::device::AscendDevice;
 use crate::fallback::{Fallback, Host};
 use crate::tensor::AscendTensor;
 use crate::Ascend;
-use burn_ascend_cann::acl::ops::Compare;
-use burn_ascend_cann::acl::ops::Unary;
+use burn_ascend_cann::acl::aclnn::Compare;
+use burn_ascend_cann::acl::aclnn::Unary;
 
 impl FloatTensorOps<Self> for Ascend {
     fn float_from_data(data: TensorData, device: &AscendDevice) -> FloatTensor<Self> {

@@ -186,7 +186,7 @@ fn training_on_autodiff_ascend_matches_autodiff_ndarray_step_by_step() {
 /// (|Δ| ≤ 1e-5 + 1e-4·|x|).
 #[test]
 fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_wrong() {
-    use burn_ascend_backend::attention::aclnn;
+    use burn_ascend_backend::attention::builders;
     use burn_ascend_cann::acl::{DataType, TensorDesc};
     use burn_ascend_ops::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenSpec};
 
@@ -263,7 +263,7 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
         {
             let h: Vec<_> = ts.iter().map(|t| t.handle().unwrap()).collect();
             let g: Vec<_> = gs.iter().map(|t| t.handle().unwrap()).collect();
-            aclnn::varlen_grad(
+            builders::varlen_grad(
                 &rt,
                 &spec,
                 n,

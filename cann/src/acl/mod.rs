@@ -14,11 +14,11 @@
 //!   fails with one line naming every path tried;
 //! - [`tensor`]: descriptor building in one place ([`TensorDesc`]) and RAII handles;
 //! - [`runtime`]: device, stream, caching workspace allocator;
-//! - [`ops`]: one function per aclnn op over handles, the two-stage call in [`ops::two_stage`];
+//! - [`aclnn`]: one function per aclnn op over handles, the two-stage call in [`aclnn::two_stage`];
 //! - [`graph`]: graph capture (`aclmdlRI…`, optional in the table) and [`ModelRi`].
 //!
 //! The attention ops' call builders (validated contract spec + device tensors → one aclnn
-//! call) sit above this layer, in `burn_ascend_backend::attention::aclnn`, shared by the
+//! call) sit above this layer, in `burn_ascend_backend::attention::builders`, shared by the
 //! `Ascend` backend and the CLI.
 //!
 //! The second way to fill the table, **a host simulation of the same ABI (not CANN)** that CI
@@ -31,11 +31,11 @@
 //!
 //! [`acl_api_table!`]: crate::acl_api_table
 
+pub mod aclnn;
 mod error;
 pub mod ffi;
 pub mod graph;
 pub mod loader;
-pub mod ops;
 pub mod profile;
 pub mod runtime;
 pub mod tensor;

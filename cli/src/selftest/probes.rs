@@ -9,7 +9,7 @@ use super::attention::{guarded, scatter_bundles, Rng};
 use crate::device::{acl_dtype, acl_runtime, download, upload, upload_opt};
 use crate::io::{Bundle, HostTensor};
 use crate::{run_op, CliError, Device};
-use burn_ascend::backend::attention::aclnn;
+use burn_ascend::backend::attention::builders;
 use burn_ascend::ops::scatter::{CacheMode, ScatterInputs, ScatterShapes, ScatterSpec};
 use burn_ascend_cann::acl::{loader, DeviceTensor, Format, TensorDesc};
 
@@ -236,7 +236,7 @@ fn dropout_probe(device: Device) -> String {
     }
 }
 
-/// dsink of the raw backward (through the call builder `aclnn::varlen_grad`, as `run
+/// dsink of the raw backward (through the call builder `builders::varlen_grad`, as `run
 /// varlen-bwd` calls it) against `dsink_h = −Σ_i p_sink,i · (dO_i · O_i)`, computed on the host
 /// from the device's own forward outputs. `seqs` sequences of `len` tokens, one head.
 fn dsink_probe(device: Device, seqs: usize, len: usize) -> Result<(f64, f64), CliError> {
@@ -366,7 +366,7 @@ fn fractal_nz_probe(device: Device) -> String {
         {
             let vh = vd.as_ref().map(DeviceTensor::handle).transpose()?;
             let vch = vcd.handle()?;
-            aclnn::scatter(
+            builders::scatter(
                 &rt,
                 &spec,
                 &ScatterInputs {

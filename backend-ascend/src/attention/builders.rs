@@ -2,7 +2,7 @@
 //! in, one aclnn call out. Each builder owns everything the spec carries as host data (masks,
 //! pse, dropout bits, block tables, scales, index tensors, the `aclIntArray`s), the attribute
 //! strings (from the contract's `as_attr`), the empty reserved outputs torch_npu passes, and —
-//! through [`burn_ascend_cann::acl::ops`] — the version fallback.
+//! through [`burn_ascend_cann::acl::aclnn`] — the version fallback.
 //!
 //! Both callers go through here: the `Ascend` backend (its tensors as strided views) and the
 //! op-replay CLI's `--device sim|npu` (the bundle's tensors uploaded as they are), so the CLI's
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use half::{bf16, f16};
 
 use burn_ascend_cann::acl::{
-    ops, AclError, DataType, DeviceTensor, IntArray, Result, Runtime, Tensor, TensorDesc,
+    aclnn, AclError, DataType, DeviceTensor, IntArray, Result, Runtime, Tensor, TensorDesc,
     TensorList,
 };
 use burn_ascend_contract::incre::{BlockTable, IncreSpec};
@@ -210,7 +210,7 @@ fn varlen_extras(
 pub type VarlenHandles<'a> = VarlenInputs<&'a Tensor<'a>>;
 
 /// `aclnnFlashAttentionVarLenScore` without a sink, `…V5` with one (the choice and the
-/// fallbacks are `ops::varlen_fwd`'s) for a validated spec; `head_num` is the query's N and
+/// fallbacks are `aclnn::varlen_fwd`'s) for a validated spec; `head_num` is the query's N and
 /// `dtype` its (and the output's) float dtype.
 pub fn varlen_fwd(
     rt: &Runtime,
@@ -231,9 +231,9 @@ pub fn varlen_fwd(
         );
         let softmax_out = softmax_out.handle()?;
         let a = &spec.attrs;
-        ops::varlen_fwd(
+        aclnn::varlen_fwd(
             rt,
-            &ops::VarlenFwdArgs {
+            &aclnn::VarlenFwdArgs {
                 query: x.query,
                 query_rope: None,
                 key: x.key,
@@ -270,7 +270,7 @@ pub fn varlen_fwd(
 }
 
 /// `aclnnFlashAttentionUnpaddingScoreGrad` without a sink, `…GradV5` with one (the choice and
-/// the fallbacks are `ops::varlen_grad`'s) for a validated spec. `g.dpse`, when given, is the
+/// the fallbacks are `aclnn::varlen_grad`'s) for a validated spec. `g.dpse`, when given, is the
 /// `dpseOut` the op writes (pse-shaped, [`dense_pse_dims`]); else one is allocated here.
 pub fn varlen_grad(
     rt: &Runtime,
@@ -302,9 +302,9 @@ pub fn varlen_grad(
         );
         let (dq_rope, dk_rope, dpse) = (unused.handle()?, unused.handle()?, dpse_out.handle()?);
         let a = &spec.attrs;
-        ops::varlen_grad(
+        aclnn::varlen_grad(
             rt,
-            &ops::VarlenGradArgs {
+            &aclnn::VarlenGradArgs {
                 query: x.inputs.query,
                 query_rope: None,
                 key: x.inputs.key,
@@ -409,9 +409,9 @@ pub fn prompt(
         let (qs2, qo2) = (handle(&qs2)?, handle(&qo2)?);
         let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
         let asl_kv = ints(rt, spec.actual_seq_lengths_kv.as_deref())?;
-        ops::prompt(
+        aclnn::prompt(
             rt,
-            &ops::PromptArgs {
+            &aclnn::PromptArgs {
                 query: x.query,
                 key: x.key,
                 value: x.value,
@@ -490,9 +490,9 @@ pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()>
         let (table, pad) = (handle(&table)?, handle(&pad)?);
         let (qs2, qo2) = (handle(&qs2)?, handle(&qo2)?);
         let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
-        ops::incre(
+        aclnn::incre(
             rt,
-            &ops::IncreArgs {
+            &aclnn::IncreArgs {
                 query: x.query,
                 key: x.key,
                 value: x.value,
@@ -622,9 +622,9 @@ pub fn scatter_with_slots(
         let (strides, offsets) = scatter_strides_offsets(spec);
         let strides = IntArray::new(rt.api(), &strides)?;
         let offsets = IntArray::new(rt.api(), &offsets)?;
-        ops::scatter(
+        aclnn::scatter(
             rt,
-            &ops::ScatterArgs {
+            &aclnn::ScatterArgs {
                 key: x.key,
                 key_cache: x.key_cache,
                 slot_mapping: slots,

@@ -3,7 +3,7 @@
 //! call (`GetWorkspaceSize` → workspace → launch) is [`two_stage`].
 //!
 //! Launches are asynchronous on the runtime's stream; callers synchronise before reading
-//! results (the attention call builders in `burn_ascend_backend::attention::aclnn` do).
+//! results (the attention call builders in `burn_ascend_backend::attention::builders` do).
 
 use std::ffi::{c_char, CString};
 use std::ptr::{null, null_mut};
@@ -91,7 +91,7 @@ fn entry<W: Copy>(f: Option<OpFns<W>>, name: &str) -> Result<OpFns<W>> {
 /// available" error naming it.
 macro_rules! op {
     ($rt:expr, $field:ident) => {
-        $crate::acl::ops::entry($rt.api().$field, $crate::acl::ffi::names::$field)
+        $crate::acl::aclnn::entry($rt.api().$field, $crate::acl::ffi::names::$field)
             .map(|f| ($crate::acl::ffi::names::$field, f))
     };
 }
