@@ -6,8 +6,10 @@
 //! FLOAT32 element, an attribute out of range, or in-place references that overlap each other
 //! or `grad` → 161002. `amsgrad` and `maximize` are not modelled (161002, "unsupported").
 //! Launch: the f64 reference of `burn_ascend_kernels::reference::optim`, rounded once to the
-//! tensors' dtype, written back in place. A `step` below 1 fails the launch (561000), as the
-//! host cannot see device values at the first stage.
+//! tensors' dtype, written back in place, with `t = step + 1` as the AICore kernel computes it
+//! (`step_ += 1` before the bias corrections; the op's golden in `hicann/ops-nn` and MindSpore's
+//! 0-based `state_step` agree, the docs' "t, greater than 0" does not). A negative or fractional
+//! `step` fails the launch (561000), as the host cannot see device values at the first stage.
 
 use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::optim::{validate, AdamWHyper};
@@ -115,12 +117,13 @@ pub(crate) unsafe extern "C" fn apply_adam_w_v2(
                 DataType::Float => floats(&s, "step")?[0] as f64,
                 _ => ints(&s, "step")?[0] as f64,
             };
-            if !(t >= 1.0 && t.fract() == 0.0) {
+            if !(t >= 0.0 && t.fract() == 0.0) {
                 return Err(SimErr(
                     ACLNN_ERR_INNER,
-                    format!("step: must be a whole number at least 1, got {t}"),
+                    format!("step: must be a whole number at least 0 (the kernel adds 1), got {t}"),
                 ));
             }
+            let t = t + 1.0;
             let (mut pv, mut mv, mut vv) =
                 (f64s(&var, "varRef")?, f64s(&m, "mRef")?, f64s(&v, "vRef")?);
             reference::adamw(&mut pv, &mut mv, &mut vv, &f64s(&g, "grad")?, t as u64, &h);

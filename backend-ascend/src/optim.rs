@@ -10,11 +10,13 @@
 //! one-element FLOAT32 device tensor, uploaded once per step value and device and shared by
 //! every parameter's call of that step.
 //!
-//! `step` is passed as the docs state it: `t` of the bias corrections, 1-based, "需要大于0"
-//! (`optim/apply_adam_w_v2/docs/aclnnApplyAdamWV2.md`). Not yet checked on an NPU: the op's
-//! test golden (`optim/apply_adam_w_v2/tests/assets/golden.py` in `hicann/ops-nn`) says the
-//! kernel adds 1 to `step` before the bias corrections; if a device run confirms that, pass
-//! `t − 1` here (the simulation models the docs).
+//! `step` is the kernel's: the 0-based count `t − 1`. The docs call it `t` ("需要大于0",
+//! `optim/apply_adam_w_v2/docs/aclnnApplyAdamWV2.md`), but the AICore kernel adds 1 before the
+//! bias corrections (`step_ += 1`; the op's golden `optim/apply_adam_w_v2/tests/assets/golden.py`
+//! in `hicann/ops-nn` states it was checked against `op_kernel/apply_adam_w_v2_fp.h`), and
+//! MindSpore's `mint.optim.AdamW`, which launches this op, starts its `state_step` at −1 and
+//! adds 1 before each call, so its first call passes 0. The simulation models the kernel.
+//! `selftest`'s AdamW case on an NPU compares one step with the f64 reference at `t = 1`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -94,7 +96,8 @@ impl OptimBackend for Ascend {
             return cpu_adamw_step::<Self>(state, grad, step, hyper);
         }
         let (var, m, v) = (owned(state.var), owned(state.m), owned(state.v));
-        let s = step_tensor(&device, step);
+        // The kernel adds 1 (module docs): `t − 1`, with `t ≥ 1` checked by the contract above.
+        let s = step_tensor(&device, step - 1);
         let rt = runtime(&device);
         let ts = [&var, &m, &v, &grad, &s];
         let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();

@@ -1,4 +1,5 @@
-//! A representative set of the `Ascend` backend's native Burn ops (matmul, the MoE grouped matmul, softmax,
+//! A representative set of the `Ascend` backend's native Burn ops (matmul, the MoE grouped matmul, the
+//! AdamW step, softmax,
 //! elementwise and unary math, reductions, index/gather/select, cat, casts, random fills) on
 //! the device against `NdArray` on the same values. Inputs are multiples of 1/8 in [-2, 2),
 //! exact in f32, f16 and bf16, so the reference sees the device's inputs exactly. A case also
@@ -8,12 +9,13 @@ use std::time::Instant;
 
 use burn::backend::NdArray;
 use burn::tensor::TensorCreationOptions;
-use burn::tensor::{activation, DType, Distribution, Int, Tensor, TensorData};
+use burn::tensor::{activation, DType, Distribution, Int, Tensor, TensorData, TensorPrimitive};
 
 use super::attention::{guarded, Tolerance};
 use super::report::{CaseResult, Status};
 use crate::{CliError, Device};
 use burn_ascend::backend::{fallback_counts, Ascend, AscendDevice};
+use burn_ascend::{AdamWHyper, AdamWTensors, OptimBackend};
 
 type A = Ascend;
 type N = NdArray;
@@ -129,6 +131,58 @@ fn cases() -> Vec<(&'static str, &'static str, Tolerance, CaseFn)> {
                     (Ok(g), Ok(w)) => (host(g), reference(w)),
                     _ => (Vec::new(), vec![f32::NAN]),
                 }
+            },
+        ),
+        (
+            "adamw_step",
+            "f32_master_weights_4x8_steps_1_to_3",
+            Tolerance::ELEMENTWISE,
+            |dev, _dtype| {
+                // aclnnApplyAdamWV2 with the step count as the kernel reads it (it adds 1 before
+                // the bias corrections; backend-ascend/src/optim.rs): a CANN that took the docs'
+                // `t` instead would differ from step 1 on. Training keeps f32 master weights and
+                // moments, so the case is f32 under every dtype label.
+                const H: AdamWHyper = AdamWHyper {
+                    lr: 1e-2,
+                    beta1: 0.9,
+                    beta2: 0.99,
+                    weight_decay: 0.1,
+                    eps: 1e-6,
+                };
+                let (var, var_n) = pair([4, 8], 41, dev, DType::F32);
+                let mut a = AdamWTensors::<A> {
+                    var: var.into_primitive().tensor(),
+                    m: Tensor::<A, 2>::zeros([4, 8], dev).into_primitive().tensor(),
+                    v: Tensor::<A, 2>::zeros([4, 8], dev).into_primitive().tensor(),
+                };
+                let cpu = Default::default();
+                let mut n = AdamWTensors::<N> {
+                    var: var_n.into_primitive().tensor(),
+                    m: Tensor::<N, 2>::zeros([4, 8], &cpu)
+                        .into_primitive()
+                        .tensor(),
+                    v: Tensor::<N, 2>::zeros([4, 8], &cpu)
+                        .into_primitive()
+                        .tensor(),
+                };
+                for step in 1..=3u64 {
+                    let (g, gn) = pair([4, 8], 41 + step as u32, dev, DType::F32);
+                    let (Ok(x), Ok(y)) = (
+                        A::adamw_step(a, g.into_primitive().tensor(), step, &H),
+                        N::adamw_step(n, gn.into_primitive().tensor(), step, &H),
+                    ) else {
+                        return (Vec::new(), vec![f32::NAN]);
+                    };
+                    (a, n) = (x, y);
+                }
+                let got = [a.var, a.m, a.v]
+                    .map(|t| Tensor::<A, 2>::from_primitive(TensorPrimitive::Float(t)));
+                let want = [n.var, n.m, n.v]
+                    .map(|t| Tensor::<N, 2>::from_primitive(TensorPrimitive::Float(t)));
+                (
+                    host(Tensor::cat(got.to_vec(), 0)),
+                    reference(Tensor::cat(want.to_vec(), 0)),
+                )
             },
         ),
         (
