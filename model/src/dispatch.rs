@@ -225,7 +225,7 @@ impl StepModel {
     /// roofline), host / device <R>`.
     pub fn line(&self, what: &str) -> String {
         format!(
-            "{what}: per step {:.1} launches, host {:.0} µs, modelled device {:.1} µs (Atlas A2 \
+            "{what}: per step {:.1} launches, host {:.0} µs, modelled device {:.3} µs (Atlas A2 \
              roofline), host / device {:.3}",
             self.launches,
             self.host_us,
