@@ -56,8 +56,7 @@ use burn_ascend_model::cp::{
 };
 use burn_ascend_model::data::{training_packer, SplitMix};
 use burn_ascend_model::ddp::{
-    materialize, train_data_parallel, train_zero, DataParallel, GradientSync,
-    DEFAULT_BUCKET_BYTES,
+    materialize, train_data_parallel, train_zero, DataParallel, GradientSync, DEFAULT_BUCKET_BYTES,
 };
 use burn_ascend_model::dispatch::{self, DispatchCounts};
 use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};
@@ -104,9 +103,15 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
         return Err(e);
     }
     let balanced = args.checkpointing == Some(Checkpointing::Balanced);
-    if args.checkpointing.is_some() && (args.devices > 1 || launch.is_some() || args.cp > 1) {
+    // Per-block checkpointing with data parallelism only as ZeRO-3's per-block gathering.
+    let zero3_blocks = args.checkpointing == Some(Checkpointing::Block) && args.zero == 3;
+    if args.checkpointing.is_some()
+        && (args.cp > 1 || ((args.devices > 1 || launch.is_some()) && !zero3_blocks))
+    {
         return Err(
-            "unsupported: --checkpointing with data or context parallelism (one device only)"
+            "unsupported: --checkpointing with data or context parallelism (one device, or \
+             --checkpointing block with --devices N --zero 3, which gathers the weights one \
+             block at a time)"
                 .into(),
         );
     }
@@ -475,6 +480,7 @@ fn data_parallel<'a>(
     );
     // Checked in `run` before anything ran.
     let stage = ZeroStage::from_flag(args.zero).ok().flatten();
+    let checkpoint_blocks = args.checkpointing == Some(Checkpointing::Block);
     let args_of_ranks = args.clone();
     Box::new(move |model0, state, packer, opts, on_step| {
         let err = |e: burn_ascend::AttnError| e.to_string();
@@ -492,7 +498,10 @@ fn data_parallel<'a>(
                 seed.wrapping_add(i as u64),
             );
             let (m, _) = model_of::<Autodiff<Ascend>>(&args_of_ranks, &device)?;
-            models.push(m.with_compute_dtype(dtype));
+            models.push(
+                m.with_compute_dtype(dtype)
+                    .with_block_checkpointing(checkpoint_blocks),
+            );
         }
         let simulated = first.kind == burn_ascend::backend::AscendKind::Simulation;
         let run = match stage {

@@ -42,6 +42,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn_ascend::AttnError;
 
+use super::checkpointing::PartHooks;
 use super::transformer::Transformer;
 
 pub use sharded::Zero;
@@ -124,6 +125,11 @@ pub trait ShardedOptimizer<B: AutodiffBackend> {
     /// with the whole updated weights gathered, stage 3 with its trainable parameters
     /// released (gathered again by [`Self::whole`]).
     fn step(&mut self, lr: f64, model: Transformer<B>) -> Result<Transformer<B>, AttnError>;
+    /// Stage 3 with per-block checkpointing: the weights gathered one part at a time inside
+    /// the chain of per-block passes ([`BlockSharding`]); `None` at other stages.
+    fn per_block(&mut self) -> Option<&mut dyn BlockSharding<B>> {
+        None
+    }
     /// The model with its whole weights (stage 3: all-gathered unit by unit; otherwise, and
     /// when already gathered, `model` itself).
     fn whole(&mut self, model: Transformer<B>) -> Result<Transformer<B>, AttnError>;
@@ -138,6 +144,20 @@ pub trait ShardedOptimizer<B: AutodiffBackend> {
         bytes: &[u8],
         path: &std::path::Path,
     ) -> Result<(), AttnError>;
+}
+
+/// ZeRO-3 as FSDP with per-block checkpointing (`finetune --zero 3 --checkpointing`): each
+/// part's weights are all-gathered just before it runs (forward, then again for its
+/// recomputation in backward) and freed after, and its gradients reduce-scattered into this
+/// rank's shard as soon as its backward pass has produced them; see [`crate::checkpointing`].
+pub trait BlockSharding<B: AutodiffBackend> {
+    /// `model` with its trainable parameters released (after a checkpoint gathered them whole).
+    fn begin(&mut self, model: Transformer<B>) -> Result<Transformer<B>, AttnError>;
+    /// The hooks [`crate::checkpointing::loss_and_grads_with`] calls.
+    fn hooks(&mut self) -> &mut dyn PartHooks<B>;
+    /// After the chain: the global gradient norm before clipping from the reduced shards
+    /// (as [`ShardedOptimizer::reduce`] returns it); [`ShardedOptimizer::step`] follows.
+    fn finish(&mut self) -> Result<f32, AttnError>;
 }
 
 #[cfg(test)]
