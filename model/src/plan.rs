@@ -305,7 +305,11 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
         let head_grads = by_zero(if full { 4 * (v * h + h) } else { 0 }, 3);
         let routed = c.moe.as_ref().map_or(1, |m| m.num_experts_per_tok as u64);
         let transient = 4 * t * 2 * i * routed;
-        let at_head = (layers + 1) * input + head + start + head_copies + gathered_head;
+        // The head's gradients exist whole at the end of its backward (under ZeRO-3 with
+        // their flattened, padded copy for the reduce-scatter too).
+        let head_grads_whole = 4 * trained_head * (1 + zero3 as u64);
+        let at_head =
+            (layers + 1) * input + head + start + head_copies + gathered_head + head_grads_whole;
         let at_last_block =
             layers * input + input + block + head_grads + transient + block_copies + gathered;
         let at_block0 = 2 * input + block + gradients + block_copies + gathered;
@@ -327,7 +331,8 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
         (
             activations,
             start.max(end) + weight_copies + whole,
-            weights
+            // The master slices are views of the gathered units while they are whole.
+            weights - by_zero(4 * trained, 3) * zero3 as u64
                 + whole
                 + optimizer
                 + weight_copies
