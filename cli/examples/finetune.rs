@@ -6,8 +6,10 @@
 //!  --checkpoint HF_DIR --out DIR --batch-tokens N --seq-len N --lr X --seed N
 //!  --stop-after N --no-samples --profile --checkpointing [block|balanced]]`
 //!
-//! `--checkpointing` (one device) keeps only each transformer block's input and recomputes the
-//! block in backward (`burn_ascend_model::checkpointing`; the same gradients bit for bit);
+//! `--checkpointing` (one device, or with `--devices N --zero 3`, which then gathers each
+//! block's weights only while the block runs) keeps only each transformer block's input and
+//! recomputes the block in backward (`burn_ascend_model::checkpointing`; the same gradients
+//! bit for bit);
 //! `--checkpointing balanced` is Burn's `BalancedCheckpointing` instead (it raises this model's
 //! peak; kept for comparison).
 //!

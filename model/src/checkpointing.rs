@@ -9,7 +9,12 @@
 //! parameters (so their gradients land under their ids), and `sum(y · dy)` is
 //! differentiated, `dy` being the gradient of its output that the block after it produced:
 //! that gives the block's parameter gradients and `dx`, its input's gradient, which becomes
-//! the `dy` of the block before. The embedding last, on `dx` of block 0.
+//! the `dy` of the block before. The embedding last, on `dx` of block 0 (looked up again:
+//! Burn's embedding backward keeps the whole table).
+//!
+//! The chain is also the hook ZeRO-3 needs to shard the weights per block (FSDP):
+//! [`loss_and_grads_with`] calls [`PartHooks`] before each part runs (gather its weights) and
+//! once its gradients are complete (reduce-scatter them); see `crate::zero`.
 //!
 //! Why not one node in the ordinary graph whose backward recomputes the block (the usual
 //! design): Burn 0.21's autodiff runs a backward pass holding its graph's mutex, and every

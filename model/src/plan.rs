@@ -15,13 +15,13 @@
 //!
 //! ZeRO (Rajbhandari et al., 2020, as DeepSpeed and MindSpeed's distributed optimizer define
 //! the stages): stage 1 partitions the optimizer state over the ranks, stage 2 the gradients
-//! too, stage 3 the weights too (each layer's weights gathered for its forward and backward:
-//! one layer's worth more of workspace). Training implements the three stages
-//! (`finetune --zero K`, [`crate::zero`]); its per-rank AdamW state is checked against the
-//! pool in the tests (the pool's bytes are the plan's up to its 512-byte rounding). The
-//! peak is measured for stage 0 only: stage 3 here keeps the whole model's weights from the
-//! forward to the end of backward (see [`crate::zero`]), which the formula's per-layer
-//! gathering does not count.
+//! too, stage 3 the trained weights too, counted as training runs it: without checkpointing
+//! the whole model is gathered for the step (see [`crate::zero`]); with per-block
+//! checkpointing one part at a time (a block's weights at each block's point, the head's at
+//! the head's). Training implements the three stages (`finetune --zero K`, [`crate::zero`]);
+//! its per-rank AdamW state is checked against the pool in the tests (the pool's bytes are
+//! the plan's up to its 512-byte rounding), and [`measure_peak`] measures rank 0 of a
+//! data-parallel run on simulated ranks (plain, ZeRO-K, ZeRO-3 with per-block checkpointing).
 
 use burn::backend::autodiff::checkpoint::strategy::{CheckpointStrategy, NoCheckpointing};
 use burn::backend::Autodiff;
@@ -305,11 +305,7 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
         let head_grads = by_zero(if full { 4 * (v * h + h) } else { 0 }, 3);
         let routed = c.moe.as_ref().map_or(1, |m| m.num_experts_per_tok as u64);
         let transient = 4 * t * 2 * i * routed;
-        // The head's gradients exist whole at the end of its backward (under ZeRO-3 with
-        // their flattened, padded copy for the reduce-scatter too).
-        let head_grads_whole = 4 * trained_head * (1 + zero3 as u64);
-        let at_head =
-            (layers + 1) * input + head + start + head_copies + gathered_head + head_grads_whole;
+        let at_head = (layers + 1) * input + head + start + head_copies + gathered_head;
         let at_last_block =
             layers * input + input + block + head_grads + transient + block_copies + gathered;
         let at_block0 = 2 * input + block + gradients + block_copies + gathered;
@@ -353,8 +349,10 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
 /// or an NPU) over the second of two training steps of `spec` on a randomly initialised model
 /// of `c` — after the first step, so AdamW's state exists, as in every later step. The token
 /// ids are arbitrary (memory does not depend on them); sequences of `seq_len` tokens.
-/// Only what this crate trains is measured: one rank, ZeRO stage 0, with or without per-block
-/// checkpointing (`spec.checkpointing`, [`crate::checkpointing`]).
+/// With `spec.ranks > 1` or a ZeRO stage, the ranks run as threads on devices
+/// `device.index ..` and rank 0's peak is returned; per-block checkpointing
+/// (`spec.checkpointing`, [`crate::checkpointing`]) on one rank or with ZeRO-3 only, as
+/// training allows.
 pub fn measure_peak(
     c: &ModelConfig,
     spec: &PlanSpec,

@@ -447,25 +447,27 @@ fn finetune_zero_on_two_simulated_devices_ends_with_the_data_parallel_line_and_r
     // As plain data parallelism against one device: the same sums in another order.
     assert!(x < 1e-4, "{last}");
     assert!(r.stdout.contains("finetune: zero 2 over 2 devices (HCCL, simulated): per step 0 all-reduce(s), 3 reduce-scatter(s)"), "{}", r.stdout);
-    // Every stage on 2 and 4 ranks through the command line: `BURN_ASCEND_LONG=1`.
+    // Every stage on 2 and 4 ranks through the command line, and ZeRO-3 with per-block
+    // checkpointing (each block's weights gathered only while it runs): `BURN_ASCEND_LONG=1`.
     if std::env::var_os("BURN_ASCEND_LONG").is_some() {
         for n in ["2", "4"] {
-            for k in ["1", "2", "3"] {
+            for (k, blocks) in [("1", false), ("2", false), ("3", false), ("3", true)] {
                 let dir = tempfile::tempdir().unwrap();
-                let r = finetune(
-                    dir.path(),
-                    &[
-                        "--device",
-                        "sim",
-                        "--devices",
-                        n,
-                        "--zero",
-                        k,
-                        "--check-ddp",
-                        "--steps",
-                        "5",
-                    ],
-                );
+                let mut extra = vec![
+                    "--device",
+                    "sim",
+                    "--devices",
+                    n,
+                    "--zero",
+                    k,
+                    "--check-ddp",
+                    "--steps",
+                    "5",
+                ];
+                if blocks {
+                    extra.extend(["--checkpointing", "block"]);
+                }
+                let r = finetune(dir.path(), &extra);
                 assert!(r.ok(), "{}", r.tail());
                 let last = r.stdout.lines().last().unwrap_or_default();
                 eprintln!("{last}");
@@ -483,6 +485,9 @@ fn finetune_zero_on_two_simulated_devices_ends_with_the_data_parallel_line_and_r
         (&["--devices", "2", "--zero", "2"][..], "invalid --zero: --zero 2 needs --device sim|ascend"),
         (&["--device", "sim", "--cp", "2", "--zero", "3"][..], "unsupported: --zero with --cp"),
         (&["--device", "sim", "--devices", "2", "--zero", "4"][..], "--zero <K>"),
+        // Per-block checkpointing with data parallelism: only as ZeRO-3's per-block gathering.
+        (&["--device", "sim", "--devices", "2", "--zero", "2", "--checkpointing", "block"][..], "unsupported: --checkpointing with data or context parallelism (one device, or --checkpointing block with --devices N --zero 3"),
+        (&["--device", "sim", "--devices", "2", "--zero", "3", "--checkpointing", "balanced"][..], "unsupported: --checkpointing with data or context parallelism"),
     ] {
         let r = finetune(tmp.path(), &[extra, &["--steps", "2"][..]].concat());
         assert_eq!(r.code(), Some(2), "{extra:?}: {}", r.tail());

@@ -22,13 +22,13 @@
 //! update the model's trainable parameters are replaced by empty placeholders and each unit is
 //! all-gathered again just before the next forward ([`ShardedOptimizer::whole`]).
 //!
-//! What stage 3 does not do here: gather a block's weights only for its own forward and
-//! backward and free them between. Burn 0.21's autodiff keeps every weight a matmul read until
-//! the backward pass reaches it and offers no hook between blocks of backward, so the whole
-//! model's weights are resident from the forward to the end of backward; what is freed is the
-//! gathered weights between steps (from the update to the next forward, checkpoints aside).
-//! Likewise the full gradients of a step exist at the end of Burn's backward pass (it returns
-//! them all at once) before stages 2 and 3 reduce-scatter them away.
+//! Stage 3 alone gathers the whole model for the step: Burn 0.21's autodiff keeps every weight
+//! a matmul read until the backward pass reaches it and offers no hook between blocks of one
+//! backward pass. With per-block checkpointing (`--zero 3 --checkpointing block`) backward is a
+//! chain of per-part passes ([`crate::checkpointing::loss_and_grads_with`]) and [`Zero`]
+//! implements FSDP's per-block gathering through its [`PartHooks`]: each unit all-gathered just
+//! before its part runs and freed after, its gradients reduce-scattered as soon as its
+//! backward produced them ([`BlockSharding`]).
 //!
 //! **Checkpoints** are written whole: every rank takes part in gathering the moments into the
 //! per-parameter record a replicated run writes (`optim.mpk`, Burn's AdamW record keyed by the
