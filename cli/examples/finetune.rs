@@ -6,8 +6,10 @@
 //!  --checkpoint HF_DIR --out DIR --batch-tokens N --seq-len N --lr X --seed N
 //!  --stop-after N --no-samples --profile --checkpointing [block|balanced]]`
 //!
-//! `--checkpointing` (one device) keeps only each transformer block's input and recomputes the
-//! block in backward (`burn_ascend_model::checkpointing`; the same gradients bit for bit);
+//! `--checkpointing` (one device, or with `--devices N --zero 3`, which then gathers each
+//! block's weights only while the block runs) keeps only each transformer block's input and
+//! recomputes the block in backward (`burn_ascend_model::checkpointing`; the same gradients
+//! bit for bit);
 //! `--checkpointing balanced` is Burn's `BalancedCheckpointing` instead (it raises this model's
 //! peak; kept for comparison).
 //!
@@ -103,9 +105,15 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
         return Err(e);
     }
     let balanced = args.checkpointing == Some(Checkpointing::Balanced);
-    if args.checkpointing.is_some() && (args.devices > 1 || launch.is_some() || args.cp > 1) {
+    // Per-block checkpointing with data parallelism only as ZeRO-3's per-block gathering.
+    let zero3_blocks = args.checkpointing == Some(Checkpointing::Block) && args.zero == 3;
+    if args.checkpointing.is_some()
+        && (args.cp > 1 || ((args.devices > 1 || launch.is_some()) && !zero3_blocks))
+    {
         return Err(
-            "unsupported: --checkpointing with data or context parallelism (one device only)"
+            "unsupported: --checkpointing with data or context parallelism (one device, or \
+             --checkpointing block with --devices N --zero 3, which gathers the weights one \
+             block at a time)"
                 .into(),
         );
     }
@@ -474,6 +482,7 @@ fn data_parallel<'a>(
     );
     // Checked in `run` before anything ran.
     let stage = ZeroStage::from_flag(args.zero).ok().flatten();
+    let checkpoint_blocks = args.checkpointing == Some(Checkpointing::Block);
     let args_of_ranks = args.clone();
     Box::new(move |model0, state, packer, opts, on_step| {
         let err = |e: burn_ascend::AttnError| e.to_string();
@@ -491,7 +500,10 @@ fn data_parallel<'a>(
                 seed.wrapping_add(i as u64),
             );
             let (m, _) = model_of::<Autodiff<Ascend>>(&args_of_ranks, &device)?;
-            models.push(m.with_compute_dtype(dtype));
+            models.push(
+                m.with_compute_dtype(dtype)
+                    .with_block_checkpointing(checkpoint_blocks),
+            );
         }
         let simulated = first.kind == burn_ascend::backend::AscendKind::Simulation;
         let run = match stage {

@@ -15,13 +15,13 @@
 //!
 //! ZeRO (Rajbhandari et al., 2020, as DeepSpeed and MindSpeed's distributed optimizer define
 //! the stages): stage 1 partitions the optimizer state over the ranks, stage 2 the gradients
-//! too, stage 3 the weights too (each layer's weights gathered for its forward and backward:
-//! one layer's worth more of workspace). Training implements the three stages
-//! (`finetune --zero K`, [`crate::zero`]); its per-rank AdamW state is checked against the
-//! pool in the tests (the pool's bytes are the plan's up to its 512-byte rounding). The
-//! peak is measured for stage 0 only: stage 3 here keeps the whole model's weights from the
-//! forward to the end of backward (see [`crate::zero`]), which the formula's per-layer
-//! gathering does not count.
+//! too, stage 3 the trained weights too, counted as training runs it: without checkpointing
+//! the whole model is gathered for the step (see [`crate::zero`]); with per-block
+//! checkpointing one part at a time (a block's weights at each block's point, the head's at
+//! the head's). Training implements the three stages (`finetune --zero K`, [`crate::zero`]);
+//! its per-rank AdamW state is checked against the pool in the tests (the pool's bytes are
+//! the plan's up to its 512-byte rounding), and [`measure_peak`] measures rank 0 of a
+//! data-parallel run on simulated ranks (plain, ZeRO-K, ZeRO-3 with per-block checkpointing).
 
 use burn::backend::autodiff::checkpoint::strategy::{CheckpointStrategy, NoCheckpointing};
 use burn::backend::Autodiff;
@@ -30,7 +30,7 @@ use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_ascend::backend::{memory_stats, reset_peak_stats, Ascend, AscendDevice};
 use burn_ascend::AttnError;
 
-use super::checkpointing::loss_and_grads;
+use super::checkpointing::{loss_and_grads, loss_and_grads_with};
 use super::config::ModelConfig;
 use super::ddp::materialize;
 use super::lora::{attach, freeze_base, LoraSettings, LoraTarget};
@@ -94,8 +94,6 @@ struct Counts {
     matrices: u64,
     /// Embedding table, norms, biases, sinks.
     other: u64,
-    /// One block's parameters.
-    layer: u64,
 }
 
 fn counts(c: &ModelConfig) -> Counts {
@@ -114,11 +112,9 @@ fn counts(c: &ModelConfig) -> Counts {
     };
     let head = if c.tie_word_embeddings { 0 } else { v * h };
     let matrices = c.num_hidden_layers as u64 * (attn + mlp) + head;
-    let layer = (total - v * h - h - head) / c.num_hidden_layers.max(1) as u64;
     Counts {
         matrices,
         other: total - matrices,
-        layer,
     }
 }
 
@@ -199,7 +195,8 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
             )
         }
     };
-    let weights = by_zero(weights, 3);
+    // ZeRO-3 shards what trains; a LoRA run's frozen base stays whole on every rank.
+    let weights = weights - 4 * trained + by_zero(4 * trained, 3);
     let gradients = by_zero(4 * trained, 2);
     let optimizer = by_zero(8 * trained, 1);
     let full = spec.lora.is_none();
@@ -265,8 +262,25 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
     // tensor.
     let largest = if full { v * h } else { 0 };
     let start = 4 * t * v;
-    let gathered = if spec.zero >= 3 { 4 * k.layer } else { 0 };
-    let end = 3 * 4 * largest + gathered;
+    // ZeRO-3's gathered weights (f32, what trains): with per-block checkpointing one part's
+    // at a time (a block's, or the head's while it runs), otherwise the whole model's from
+    // the step's forward to its update (`crate::zero`).
+    let zero3 = spec.zero >= 3;
+    let trained_head = if full {
+        v * h * (!c.tie_word_embeddings as u64) + h
+    } else {
+        0
+    };
+    let trained_embedding = if full { v * h } else { 0 };
+    let trained_layer = (trained - trained_head - trained_embedding) / layers.max(1);
+    let gathered = if zero3 { 4 * trained_layer } else { 0 };
+    let gathered_head = if zero3 {
+        4 * (trained_head + trained_embedding * c.tie_word_embeddings as u64)
+    } else {
+        0
+    };
+    let whole = if zero3 { 4 * trained } else { 0 };
+    let end = 3 * 4 * largest;
     let (activations, workspace, peak) = if spec.checkpointing {
         // Per-block checkpointing (`checkpointing.rs`): the forward pass keeps each block's
         // input (f32 residual stream) and the last block's output; backward runs the head
@@ -287,10 +301,11 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
             (None, _) => (e * layer_matrices, e * v * h),
             (Some(_), _) => (4 * layer_matrices, 4 * head_matrix),
         };
-        let head_grads = if full { 4 * (v * h + h) } else { 0 };
+        // The head's gradients, reduce-scattered right after its backward under ZeRO-3.
+        let head_grads = by_zero(if full { 4 * (v * h + h) } else { 0 }, 3);
         let routed = c.moe.as_ref().map_or(1, |m| m.num_experts_per_tok as u64);
         let transient = 4 * t * 2 * i * routed;
-        let at_head = (layers + 1) * input + head + start + head_copies;
+        let at_head = (layers + 1) * input + head + start + head_copies + gathered_head;
         let at_last_block =
             layers * input + input + block + head_grads + transient + block_copies + gathered;
         let at_block0 = 2 * input + block + gradients + block_copies + gathered;
@@ -302,15 +317,22 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
                 .max(gradients + end);
         (
             layers * input + (input + head).max(block + input),
-            start.max(transient).max(end) + head_copies.max(block_copies),
+            start.max(transient).max(end)
+                + head_copies.max(block_copies)
+                + gathered.max(gathered_head),
             peak,
         )
     } else {
         let activations = layers * block + head - untracked0;
         (
             activations,
-            start.max(end) + weight_copies,
-            weights + optimizer + weight_copies + (activations + start).max(gradients + end),
+            start.max(end) + weight_copies + whole,
+            // The master slices are views of the gathered units while they are whole.
+            weights - by_zero(4 * trained, 3) * zero3 as u64
+                + whole
+                + optimizer
+                + weight_copies
+                + (activations + start).max(gradients + end),
         )
     };
     MemoryPlan {
@@ -327,41 +349,47 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
 /// or an NPU) over the second of two training steps of `spec` on a randomly initialised model
 /// of `c` — after the first step, so AdamW's state exists, as in every later step. The token
 /// ids are arbitrary (memory does not depend on them); sequences of `seq_len` tokens.
-/// Only what this crate trains is measured: one rank, ZeRO stage 0, with or without per-block
-/// checkpointing (`spec.checkpointing`, [`crate::checkpointing`]).
+/// With `spec.ranks > 1` or a ZeRO stage, the ranks run as threads on devices
+/// `device.index ..` and rank 0's peak is returned; per-block checkpointing
+/// (`spec.checkpointing`, [`crate::checkpointing`]) on one rank or with ZeRO-3 only, as
+/// training allows.
 pub fn measure_peak(
     c: &ModelConfig,
     spec: &PlanSpec,
     device: &AscendDevice,
 ) -> Result<u64, AttnError> {
+    if spec.ranks > 1 || spec.zero > 0 {
+        if spec.checkpointing && spec.zero != 3 {
+            return Err(AttnError::Unsupported(
+                "measuring per-block checkpointing with data parallelism other than ZeRO-3 \
+                 (training refuses it)"
+                    .into(),
+            ));
+        }
+        return measure_ranks(c, spec, device);
+    }
     measure_peak_with::<NoCheckpointing>(c, spec, device)
 }
 
-/// [`measure_peak`] under Burn's checkpointing strategy `C` (`BalancedCheckpointing`:
-/// backward recomputes the memory-bound ops' outputs instead of keeping them; whole-model, not
-/// per block).
-pub fn measure_peak_with<C: CheckpointStrategy>(
+fn compute_dtype(spec: &PlanSpec) -> Result<Option<FloatDType>, AttnError> {
+    match spec.compute_bytes {
+        4 => Ok(None),
+        2 => Ok(Some(FloatDType::BF16)),
+        b => Err(AttnError::invalid(
+            "--dtype",
+            format!("compute bytes must be 4 or 2, got {b}"),
+        )),
+    }
+}
+
+/// A randomly initialised model of `c` as `spec` trains it (LoRA attached, compute dtype).
+fn spec_model<C: CheckpointStrategy>(
     c: &ModelConfig,
     spec: &PlanSpec,
     device: &AscendDevice,
-) -> Result<u64, AttnError> {
-    type Ad<C> = Autodiff<Ascend, C>;
-    if spec.ranks > 1 || spec.zero > 0 {
-        return Err(AttnError::Unsupported(
-            "measuring with several ranks or ZeRO (one rank, stage 0 only)".into(),
-        ));
-    }
-    let dtype = match spec.compute_bytes {
-        4 => None,
-        2 => Some(FloatDType::BF16),
-        b => {
-            return Err(AttnError::invalid(
-                "--dtype",
-                format!("compute bytes must be 4 or 2, got {b}"),
-            ))
-        }
-    };
-    let model = Transformer::<Ad<C>>::new(c, device)?;
+    dtype: Option<FloatDType>,
+) -> Result<Transformer<Autodiff<Ascend, C>>, AttnError> {
+    let model = Transformer::<Autodiff<Ascend, C>>::new(c, device)?;
     materialize(&model);
     let model = match &spec.lora {
         None => model,
@@ -376,7 +404,18 @@ pub fn measure_peak_with<C: CheckpointStrategy>(
             freeze_base(attach(model, &s, 0, device)?)
         }
     };
-    let mut model = model.with_compute_dtype(dtype);
+    Ok(model.with_compute_dtype(dtype))
+}
+
+type Batch<B> = (Tensor<B, 1, Int>, Vec<i64>, Tensor<B, 1, Int>);
+
+/// Tokens, `cu_seqlens` and targets of one rank's batch of `spec`: arbitrary ids (memory does
+/// not depend on them) in sequences of `seq_len`.
+fn spec_batch<B: burn::tensor::backend::Backend>(
+    c: &ModelConfig,
+    spec: &PlanSpec,
+    device: &B::Device,
+) -> Batch<B> {
     let t = spec.tokens_per_rank;
     let seq = spec.seq_len.clamp(1, t.max(1));
     let mut cu: Vec<i64> = (0..t).step_by(seq).map(|s| s as i64).collect();
@@ -384,14 +423,158 @@ pub fn measure_peak_with<C: CheckpointStrategy>(
     let ids: Vec<i64> = (0..t as i64)
         .map(|i| (i * 31 + 7) % c.vocab_size as i64)
         .collect();
-    let tokens = Tensor::<Ad<C>, 1, Int>::from_data(TensorData::new(ids.clone(), [t]), device);
-    let targets = Tensor::<Ad<C>, 1, Int>::from_data(
-        TensorData::new(
-            ids.iter().map(|i| (i + 1) % c.vocab_size as i64).collect(),
-            [t],
-        ),
-        device,
-    );
+    let targets = ids.iter().map(|i| (i + 1) % c.vocab_size as i64).collect();
+    (
+        Tensor::from_data(TensorData::new(ids, [t]), device),
+        cu,
+        Tensor::from_data(TensorData::new(targets, [t]), device),
+    )
+}
+
+/// [`measure_peak`] of data parallelism over `spec.ranks` ranks (plain, ZeRO-`spec.zero`, and
+/// ZeRO-3 with per-block checkpointing, [`crate::zero::BlockSharding`]), rank `r` on device
+/// `device.index + r` of `device`'s kind (one thread each, as `finetune --devices N` runs
+/// them): rank 0's pool peak over the second step, as [`crate::train`] runs a step.
+fn measure_ranks(
+    c: &ModelConfig,
+    spec: &PlanSpec,
+    device: &AscendDevice,
+) -> Result<u64, AttnError> {
+    use burn_ascend::backend::collective::{simulate_devices, ProcessGroup};
+    let n = spec.ranks;
+    let dtype = compute_dtype(spec)?;
+    if device.kind == burn_ascend::backend::AscendKind::Simulation {
+        simulate_devices(device.index + n as u32);
+    }
+    let devices: Vec<AscendDevice> = (0..n as u32)
+        .map(|r| AscendDevice {
+            kind: device.kind,
+            index: device.index + r,
+        })
+        .collect();
+    let groups = ProcessGroup::local(&devices).map_err(crate::ddp::hccl)?;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .zip(devices)
+            .map(|(group, d)| s.spawn(move || rank_peak(c, spec, group, d, dtype)))
+            .collect();
+        let mut peaks = Vec::with_capacity(n);
+        let mut failures = Vec::new();
+        for (r, h) in handles.into_iter().enumerate() {
+            match h.join() {
+                Ok(Ok(p)) => peaks.push(p),
+                Ok(Err(e)) => failures.push(format!("rank {r}: {e}")),
+                Err(_) => failures.push(format!("rank {r}: panicked")),
+            }
+        }
+        if failures.is_empty() {
+            Ok(peaks[0])
+        } else {
+            Err(AttnError::Device {
+                op: "plan".into(),
+                call: "measure_peak".into(),
+                status: None,
+                message: failures.join("; "),
+            })
+        }
+    })
+}
+
+fn rank_peak(
+    c: &ModelConfig,
+    spec: &PlanSpec,
+    group: burn_ascend::backend::collective::ProcessGroup,
+    device: AscendDevice,
+    dtype: Option<FloatDType>,
+) -> Result<u64, AttnError> {
+    use crate::ddp::{DataParallel, GradientSync, DEFAULT_BUCKET_BYTES};
+    use crate::zero::{ShardedOptimizer, Zero, ZeroStage};
+    type Ad = Autodiff<Ascend>;
+    // The sync is made first: a rank that fails drops its communicator, so the others' next
+    // collective fails instead of waiting.
+    let (mut zero, mut dp) = match ZeroStage::from_flag(spec.zero)? {
+        Some(stage) => (Some(Zero::new(group, stage, 0.1, 1.0)?), None),
+        None => (None, Some(DataParallel::new(group, DEFAULT_BUCKET_BYTES))),
+    };
+    let mut optim = crate::optim::FusedAdamW::<Ad>::new(0.1)?.init::<Transformer<Ad>>();
+    let model = spec_model::<NoCheckpointing>(c, spec, &device, dtype)?;
+    let (tokens, cu, targets) = spec_batch::<Ad>(c, spec, &device);
+    let sync: &mut dyn GradientSync<Ad> = match (zero.as_mut(), dp.as_mut()) {
+        (Some(z), _) => z,
+        (None, Some(d)) => d,
+        (None, None) => unreachable!("one of the two is made above"),
+    };
+    let mut model = sync.broadcast_model(model)?;
+    let mut peak = 0;
+    for step in 0..2 {
+        if step == 1 {
+            reset_peak_stats(&device);
+        }
+        let per_block = zero
+            .as_mut()
+            .and_then(|z| z.per_block())
+            .filter(|_| spec.checkpointing);
+        if let Some(blocks) = per_block {
+            // ZeRO-3 with per-block checkpointing as training runs it.
+            model = blocks.begin(model)?;
+            loss_and_grads_with(
+                &model,
+                tokens.clone(),
+                &cu,
+                targets.clone(),
+                None,
+                blocks.hooks(),
+            )?;
+            blocks.finish()?;
+        } else {
+            if let Some(z) = zero.as_mut() {
+                model = z.whole(model)?;
+            }
+            let logits = model.forward_packed(tokens.clone(), &cu)?;
+            let loss = cross_entropy_fused(logits, targets.clone())?;
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            match zero.as_mut() {
+                Some(z) => {
+                    z.reduce(&model, grads)?;
+                }
+                None => {
+                    let dp = dp.as_mut().expect("plain data parallelism");
+                    let grads = dp.average_gradients(&model, grads)?;
+                    model = optim.step(1e-4, model, grads);
+                }
+            }
+        }
+        if let Some(z) = zero.as_mut() {
+            model = z.step(1e-4, model)?;
+            z.wait()?;
+        } else if let Some(dp) = dp.as_mut() {
+            dp.wait()?;
+        }
+        peak = memory_stats(&device).peak_allocated_bytes as u64;
+    }
+    Ok(peak)
+}
+
+/// [`measure_peak`] under Burn's checkpointing strategy `C` (`BalancedCheckpointing`:
+/// backward recomputes the memory-bound ops' outputs instead of keeping them; whole-model, not
+/// per block).
+pub fn measure_peak_with<C: CheckpointStrategy>(
+    c: &ModelConfig,
+    spec: &PlanSpec,
+    device: &AscendDevice,
+) -> Result<u64, AttnError> {
+    type Ad<C> = Autodiff<Ascend, C>;
+    if spec.ranks > 1 || spec.zero > 0 {
+        return Err(AttnError::Unsupported(
+            "measuring several ranks or ZeRO under a Burn checkpointing strategy (one rank, \
+             stage 0 only; data parallelism and ZeRO through measure_peak)"
+                .into(),
+        ));
+    }
+    let dtype = compute_dtype(spec)?;
+    let mut model = spec_model::<C>(c, spec, device, dtype)?;
+    let (tokens, cu, targets) = spec_batch::<Ad<C>>(c, spec, device);
     // The optimizer training uses.
     let mut optim = crate::optim::FusedAdamW::<Ad<C>>::new(0.1)?.init::<Transformer<Ad<C>>>();
     let mut peak = 0;

@@ -15,7 +15,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 
 use super::checkpoint::{hf_files, load_hf_with, LoadOptions};
-use super::checkpointing::{check as check_checkpointing, loss_and_grads};
+use super::checkpointing::{check as check_checkpointing, loss_and_grads, loss_and_grads_with};
 use super::config::ModelConfig;
 use super::data::{PackedBatch, Packer};
 use super::ddp::{concat_batches, GradientSync};
@@ -294,10 +294,16 @@ where
                 .into(),
         ));
     }
-    if model.checkpoint_blocks && sync.is_some() {
+    // ZeRO-3 with per-block checkpointing: each part's weights gathered only while it runs.
+    let per_block = model.checkpoint_blocks
+        && sync
+            .as_deref_mut()
+            .and_then(|s| s.sharded())
+            .is_some_and(|z| z.per_block().is_some());
+    if model.checkpoint_blocks && sync.is_some() && !per_block {
         return Err(AttnError::Unsupported(
-            "--checkpointing with data parallelism (per-block checkpointing trains on one \
-             device)"
+            "--checkpointing with data parallelism other than --zero 3 (per-block \
+             checkpointing trains on one device, or shards the weights per block with ZeRO-3)"
                 .into(),
         ));
     }
@@ -365,8 +371,12 @@ where
     }
     for step in state.step..end {
         if let Some(z) = sync.as_deref_mut().and_then(|s| s.sharded()) {
-            // ZeRO-3: the weights gathered for the step.
-            model = z.whole(model)?;
+            model = match z.per_block().filter(|_| per_block) {
+                // ZeRO-3 with per-block checkpointing: gathered part by part in the chain.
+                Some(b) => b.begin(model)?,
+                // ZeRO-3: the weights gathered for the step.
+                None => z.whole(model)?,
+            };
         }
         let batch = batches.next_batch();
         let t = batch.tokens.len();
@@ -383,7 +393,23 @@ where
                 ),
             )
         };
-        let (loss_inner, ranks_loss, mut grads) = if model.checkpoint_blocks {
+        let mut sharded_norm = None;
+        let (loss_inner, ranks_loss, mut grads) = if per_block {
+            let mask = batch.loss_mask.as_deref();
+            let s = sync.as_deref_mut().expect("per-block sharding has a group");
+            let b = s
+                .sharded()
+                .and_then(|z| z.per_block())
+                .expect("checked above");
+            let (loss, grads) =
+                loss_and_grads_with(&model, tokens, &batch.cu_seqlens, targets, mask, b.hooks())?;
+            sharded_norm = Some(b.finish()?);
+            let l = s.average_loss(Tensor::from_inner(loss.clone()))?;
+            if !l.is_finite() {
+                return Err(not_finite_loss(l));
+            }
+            (loss, Some(l), grads)
+        } else if model.checkpoint_blocks {
             let mask = batch.loss_mask.as_deref();
             let (loss, grads) = loss_and_grads(&model, tokens, &batch.cu_seqlens, targets, mask)?;
             (loss, None, grads)
@@ -405,8 +431,7 @@ where
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             (loss_inner, ranks_loss, grads)
         };
-        let mut sharded_norm = None;
-        if let Some(s) = sync.as_deref_mut() {
+        if let (Some(s), false) = (sync.as_deref_mut(), per_block) {
             match s.sharded() {
                 // ZeRO: the gradients reduced into this rank's shard, the norm from the shards.
                 Some(z) => sharded_norm = Some(z.reduce(&model, std::mem::take(&mut grads))?),

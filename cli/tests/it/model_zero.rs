@@ -83,8 +83,9 @@ fn replicated_optimizer_bytes(model: Transformer<B>, o: &TrainOptions) -> (u64, 
 }
 
 /// Plain data parallelism and ZeRO stages `stages` on `n` simulated devices from the same
-/// initial weights, five steps each.
-fn compare(n: u32, stages: &[ZeroStage]) {
+/// initial weights, five steps each; a stage paired with `true` runs with per-block
+/// checkpointing (ZeRO-3: each block's weights gathered only while it runs).
+fn compare(n: u32, stages: &[(ZeroStage, bool)]) {
     let start = replicas(n);
     let dir = tempfile::tempdir().unwrap();
     // A clip the gradients exceed: the global norm is computed from the shards.
@@ -110,10 +111,14 @@ fn compare(n: u32, stages: &[ZeroStage]) {
         norm > 2.0 * clip,
         "the first step's gradient norm {norm} is not clipped"
     );
-    for &stage in stages {
-        let o = opts(&dir.path().join(format!("z{}", stage.number())));
+    for &(stage, blocks) in stages {
+        let o = opts(&dir.path().join(format!("z{}{blocks}", stage.number())));
+        let models: Vec<Transformer<B>> = start
+            .iter()
+            .map(|m| m.clone().with_block_checkpointing(blocks))
+            .collect();
         let z = train_zero(
-            start.clone(),
+            models,
             TrainState::default(),
             false,
             &packer(),
@@ -123,6 +128,11 @@ fn compare(n: u32, stages: &[ZeroStage]) {
         )
         .unwrap();
         let k = stage.number();
+        let k = if blocks {
+            format!("{k} per block")
+        } else {
+            k.to_string()
+        };
         let loss_gap = gap(&z.state.losses, &dp.state.losses);
         let weight_gap = max_abs(&weights(&z.model), &dp_weights);
         eprintln!(
@@ -160,7 +170,7 @@ fn compare(n: u32, stages: &[ZeroStage]) {
                 ranks: n as usize,
                 compute_bytes: 4,
                 lora: None,
-                zero: k,
+                zero: stage.number(),
                 checkpointing: false,
             },
         )
@@ -179,7 +189,13 @@ fn compare(n: u32, stages: &[ZeroStage]) {
             );
         }
         let s = z.stats;
-        if stage == ZeroStage::Three {
+        let units = 4; // embedding, 2 blocks, final norm + head
+        if blocks {
+            // Per step, one gather per part run: the embedding, 2 blocks and the head forward,
+            // the 2 blocks again and the embedding in backward; at the end the checkpoint's
+            // whole weights (4 units) and both moments (8).
+            assert_eq!(s.all_gathers, 5 * 7 + units + 2 * units, "{s:?}");
+        } else if stage == ZeroStage::Three {
             // Between steps the gathered weights are freed: the whole model's f32 weights, up
             // to the padding of each unit and the pool's 512-byte rounding, less one 512-byte
             // block per placeholder (23 parameters).
@@ -193,7 +209,6 @@ fn compare(n: u32, stages: &[ZeroStage]) {
                 s.released_weight_bytes
             );
         }
-        let units = 4; // embedding, 2 blocks, final norm + head
         match stage {
             ZeroStage::One => assert_eq!((s.all_reduces, s.reduce_scatters), (5 * units, 0)),
             _ => assert_eq!((s.all_reduces, s.reduce_scatters), (0, 5 * units)),
@@ -206,15 +221,20 @@ fn zero_one_two_three_give_plain_data_parallel_losses_within_1e_5_with_1_over_n_
 {
     let _g = serial();
     let long = std::env::var_os("BURN_ASCEND_LONG").is_some();
-    let all = [ZeroStage::One, ZeroStage::Two, ZeroStage::Three];
+    let all = [
+        (ZeroStage::One, false),
+        (ZeroStage::Two, false),
+        (ZeroStage::Three, false),
+        (ZeroStage::Three, true),
+    ];
     if long {
         compare(2, &all);
         compare(4, &all);
     } else {
         // For CI's time: stage 2 on 2 ranks against plain data parallelism is the resume
         // test's (its continuation by plain DP).
-        compare(2, &[ZeroStage::One, ZeroStage::Three]);
-        compare(4, &[ZeroStage::Three]);
+        compare(2, &[(ZeroStage::One, false), (ZeroStage::Three, false)]);
+        compare(4, &[(ZeroStage::Three, false), (ZeroStage::Three, true)]);
     }
 }
 
@@ -427,25 +447,27 @@ fn finetune_zero_on_two_simulated_devices_ends_with_the_data_parallel_line_and_r
     // As plain data parallelism against one device: the same sums in another order.
     assert!(x < 1e-4, "{last}");
     assert!(r.stdout.contains("finetune: zero 2 over 2 devices (HCCL, simulated): per step 0 all-reduce(s), 3 reduce-scatter(s)"), "{}", r.stdout);
-    // Every stage on 2 and 4 ranks through the command line: `BURN_ASCEND_LONG=1`.
+    // Every stage on 2 and 4 ranks through the command line, and ZeRO-3 with per-block
+    // checkpointing (each block's weights gathered only while it runs): `BURN_ASCEND_LONG=1`.
     if std::env::var_os("BURN_ASCEND_LONG").is_some() {
         for n in ["2", "4"] {
-            for k in ["1", "2", "3"] {
+            for (k, blocks) in [("1", false), ("2", false), ("3", false), ("3", true)] {
                 let dir = tempfile::tempdir().unwrap();
-                let r = finetune(
-                    dir.path(),
-                    &[
-                        "--device",
-                        "sim",
-                        "--devices",
-                        n,
-                        "--zero",
-                        k,
-                        "--check-ddp",
-                        "--steps",
-                        "5",
-                    ],
-                );
+                let mut extra = vec![
+                    "--device",
+                    "sim",
+                    "--devices",
+                    n,
+                    "--zero",
+                    k,
+                    "--check-ddp",
+                    "--steps",
+                    "5",
+                ];
+                if blocks {
+                    extra.extend(["--checkpointing", "block"]);
+                }
+                let r = finetune(dir.path(), &extra);
                 assert!(r.ok(), "{}", r.tail());
                 let last = r.stdout.lines().last().unwrap_or_default();
                 eprintln!("{last}");
@@ -463,6 +485,9 @@ fn finetune_zero_on_two_simulated_devices_ends_with_the_data_parallel_line_and_r
         (&["--devices", "2", "--zero", "2"][..], "invalid --zero: --zero 2 needs --device sim|ascend"),
         (&["--device", "sim", "--cp", "2", "--zero", "3"][..], "unsupported: --zero with --cp"),
         (&["--device", "sim", "--devices", "2", "--zero", "4"][..], "--zero <K>"),
+        // Per-block checkpointing with data parallelism: only as ZeRO-3's per-block gathering.
+        (&["--device", "sim", "--devices", "2", "--zero", "2", "--checkpointing", "block"][..], "unsupported: --checkpointing with data or context parallelism (one device, or --checkpointing block with --devices N --zero 3"),
+        (&["--device", "sim", "--devices", "2", "--zero", "3", "--checkpointing", "balanced"][..], "unsupported: --checkpointing with data or context parallelism"),
     ] {
         let r = finetune(tmp.path(), &[extra, &["--steps", "2"][..]].concat());
         assert_eq!(r.code(), Some(2), "{extra:?}: {}", r.tail());

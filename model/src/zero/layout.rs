@@ -11,6 +11,7 @@ use burn::tensor::{DType, Tensor};
 use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::AttnError;
 
+use crate::checkpointing::Part;
 use crate::transformer::Transformer;
 
 type Ad = Autodiff<Ascend>;
@@ -138,6 +139,17 @@ impl Layout {
         rank * n..(rank + 1) * n
     }
 
+    /// The index of `part`'s unit; `None` when it has nothing trainable (a LoRA run's
+    /// embedding and head).
+    pub fn unit_of(&self, part: Part) -> Option<usize> {
+        let name = match part {
+            Part::Embedding => "embed_tokens".to_string(),
+            Part::Block(i) => format!("layers.{i}"),
+            Part::Head => "norm and lm_head".to_string(),
+        };
+        self.units.iter().position(|u| u.name == name)
+    }
+
     /// Elements of every trainable parameter.
     pub fn params(&self) -> usize {
         self.units.iter().map(|u| u.len).sum()
@@ -258,16 +270,25 @@ pub fn flat_grads(
     layout: &Layout,
     device: &AscendDevice,
 ) -> Result<Vec<Tensor<Ascend, 1>>, AttnError> {
-    let want = index(&layout.units);
+    flat_grads_of(model, &mut grads, &layout.units, device)
+}
+
+/// [`flat_grads`] of `units` only, taken out of `grads`.
+pub fn flat_grads_of(
+    model: &Transformer<Ad>,
+    grads: &mut GradientsParams,
+    units: &[Unit],
+    device: &AscendDevice,
+) -> Result<Vec<Tensor<Ascend, 1>>, AttnError> {
+    let want = index(units);
     let mut v = TakeGrad {
-        grads: &mut grads,
+        grads,
         out: vec![None; want.len()],
         want: &want,
     };
     model.visit(&mut v);
     let mut values = v.out.into_iter();
-    layout
-        .units
+    units
         .iter()
         .map(|u| {
             let parts = u
@@ -294,6 +315,25 @@ pub struct SetUnits<'a> {
 }
 
 impl<'a> SetUnits<'a> {
+    /// Sets unit `unit` of `layout` alone from its whole buffer `flat[0]`.
+    pub fn unit(
+        layout: &Layout,
+        unit: usize,
+        flat: &'a [Tensor<Ascend, 1>],
+        device: AscendDevice,
+    ) -> Self {
+        let by_id = layout.units[unit]
+            .slots
+            .iter()
+            .map(|s| (s.id, (0, s.offset..s.offset + s.len(), s.dims.clone())))
+            .collect();
+        Self {
+            by_id,
+            flat: Some(flat),
+            device,
+        }
+    }
+
     /// Sets from `flat` (one whole buffer per unit of `layout`), or releases with `None`.
     pub fn new(
         layout: &Layout,

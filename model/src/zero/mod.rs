@@ -22,13 +22,13 @@
 //! update the model's trainable parameters are replaced by empty placeholders and each unit is
 //! all-gathered again just before the next forward ([`ShardedOptimizer::whole`]).
 //!
-//! What stage 3 does not do here: gather a block's weights only for its own forward and
-//! backward and free them between. Burn 0.21's autodiff keeps every weight a matmul read until
-//! the backward pass reaches it and offers no hook between blocks of backward, so the whole
-//! model's weights are resident from the forward to the end of backward; what is freed is the
-//! gathered weights between steps (from the update to the next forward, checkpoints aside).
-//! Likewise the full gradients of a step exist at the end of Burn's backward pass (it returns
-//! them all at once) before stages 2 and 3 reduce-scatter them away.
+//! Stage 3 alone gathers the whole model for the step: Burn 0.21's autodiff keeps every weight
+//! a matmul read until the backward pass reaches it and offers no hook between blocks of one
+//! backward pass. With per-block checkpointing (`--zero 3 --checkpointing block`) backward is a
+//! chain of per-part passes ([`crate::checkpointing::loss_and_grads_with`]) and [`Zero`]
+//! implements FSDP's per-block gathering through its [`PartHooks`]: each unit all-gathered just
+//! before its part runs and freed after, its gradients reduce-scattered as soon as its
+//! backward produced them ([`BlockSharding`]).
 //!
 //! **Checkpoints** are written whole: every rank takes part in gathering the moments into the
 //! per-parameter record a replicated run writes (`optim.mpk`, Burn's AdamW record keyed by the
@@ -42,6 +42,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::AutodiffBackend;
 use burn_ascend::AttnError;
 
+use super::checkpointing::PartHooks;
 use super::transformer::Transformer;
 
 pub use sharded::Zero;
@@ -124,6 +125,11 @@ pub trait ShardedOptimizer<B: AutodiffBackend> {
     /// with the whole updated weights gathered, stage 3 with its trainable parameters
     /// released (gathered again by [`Self::whole`]).
     fn step(&mut self, lr: f64, model: Transformer<B>) -> Result<Transformer<B>, AttnError>;
+    /// Stage 3 with per-block checkpointing: the weights gathered one part at a time inside
+    /// the chain of per-block passes ([`BlockSharding`]); `None` at other stages.
+    fn per_block(&mut self) -> Option<&mut dyn BlockSharding<B>> {
+        None
+    }
     /// The model with its whole weights (stage 3: all-gathered unit by unit; otherwise, and
     /// when already gathered, `model` itself).
     fn whole(&mut self, model: Transformer<B>) -> Result<Transformer<B>, AttnError>;
@@ -138,6 +144,20 @@ pub trait ShardedOptimizer<B: AutodiffBackend> {
         bytes: &[u8],
         path: &std::path::Path,
     ) -> Result<(), AttnError>;
+}
+
+/// ZeRO-3 as FSDP with per-block checkpointing (`finetune --zero 3 --checkpointing`): each
+/// part's weights are all-gathered just before it runs (forward, then again for its
+/// recomputation in backward) and freed after, and its gradients reduce-scattered into this
+/// rank's shard as soon as its backward pass has produced them; see [`crate::checkpointing`].
+pub trait BlockSharding<B: AutodiffBackend> {
+    /// `model` with its trainable parameters released (after a checkpoint gathered them whole).
+    fn begin(&mut self, model: Transformer<B>) -> Result<Transformer<B>, AttnError>;
+    /// The hooks [`crate::checkpointing::loss_and_grads_with`] calls.
+    fn hooks(&mut self) -> &mut dyn PartHooks<B>;
+    /// After the chain: the global gradient norm before clipping from the reduced shards
+    /// (as [`ShardedOptimizer::reduce`] returns it); [`ShardedOptimizer::step`] follows.
+    fn finish(&mut self) -> Result<f32, AttnError>;
 }
 
 #[cfg(test)]

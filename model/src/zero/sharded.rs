@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use burn::backend::Autodiff;
+use burn::module::Module;
 use burn::optim::SimpleOptimizer;
 use burn::optim::{AdamWState, AdaptiveMomentumState, GradientsParams};
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
@@ -12,9 +13,10 @@ use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{memory_stats, Ascend, AscendDevice};
 use burn_ascend::AttnError;
 
-use super::layout::{flat_grads, flat_params, owned, Layout, SetUnits};
+use super::layout::{flat_grads, flat_grads_of, flat_params, owned, Layout, SetUnits, Unit};
 use super::record::{from_record, to_record, Moments, OptimizerRecord};
-use super::{ShardedOptimizer, ZeroStage};
+use super::{BlockSharding, ShardedOptimizer, ZeroStage};
+use crate::checkpointing::{Part, PartHooks};
 use crate::ddp::{hccl, test_hooks, DataParallel, GradientSync};
 use crate::optim::{clip_scale, FusedAdamW};
 use crate::transformer::Transformer;
@@ -57,6 +59,9 @@ pub struct Zero {
     /// The step's reduced gradient slices, between [`ShardedOptimizer::reduce`] and
     /// [`ShardedOptimizer::step`].
     grads: Vec<Tensor<Ascend, 1>>,
+    /// Stage 3 with per-block checkpointing: each unit's reduced gradient slice, filled part
+    /// by part during backward's chain ([`BlockSharding`]).
+    part_grads: Vec<Option<Tensor<Ascend, 1>>>,
     /// The step's all-reduced squared gradient norm (`[1]`, on the device).
     squared_norm: Option<Tensor<Ascend, 1>>,
     /// Whether the model holds the whole weights (stage 3 releases them after each update).
@@ -85,6 +90,7 @@ impl Zero {
             master: Vec::new(),
             state: None,
             grads: Vec::new(),
+            part_grads: Vec::new(),
             squared_norm: None,
             gathered: true,
             stats: ZeroStats::default(),
@@ -151,19 +157,80 @@ impl Zero {
             .map(|(u, f)| f.clone().slice(layout.shard(u, rank)))
             .collect();
         self.gathered = true;
-        use burn::module::Module;
         model.map(&mut SetUnits::new(layout, Some(flat), self.device))
     }
 
     fn release(&mut self, model: Transformer<Ad>) -> Transformer<Ad> {
         let layout = self.layout.as_ref().expect("layout before weights");
         self.gathered = false;
-        use burn::module::Module;
         let before = memory_stats(&self.device).allocated_bytes;
         let model = model.map(&mut SetUnits::new(layout, None, self.device));
         let after = memory_stats(&self.device).allocated_bytes;
         self.stats.released_weight_bytes = before.saturating_sub(after) as u64;
         model
+    }
+
+    /// `unit`'s whole flat gradient `g` summed over the ranks into this rank's slice and
+    /// scaled by 1/N.
+    fn reduce_unit(
+        &mut self,
+        layout: &Layout,
+        unit: &Unit,
+        g: Tensor<Ascend, 1>,
+    ) -> Result<Tensor<Ascend, 1>, AttnError> {
+        let n = self.group().size();
+        let rank = self.group().rank();
+        self.stats.gradient_bytes += (unit.padded * 4) as u64;
+        let prim = g.into_primitive().tensor();
+        let shard = match self.stage {
+            ZeroStage::One => {
+                self.stats.all_reduces += 1;
+                let sum = self.group().all_reduce_sum(prim).map_err(hccl)?;
+                Tensor::<Ascend, 1>::from_primitive(TensorPrimitive::Float(sum))
+                    .slice(layout.shard(unit, rank))
+            }
+            ZeroStage::Two | ZeroStage::Three => {
+                self.stats.reduce_scatters += 1;
+                let part = self.group().reduce_scatter_sum(prim).map_err(hccl)?;
+                Tensor::from_primitive(TensorPrimitive::Float(part))
+            }
+        };
+        // The mean over ranks, as plain data parallelism scales its all-reduced sums (the
+        // product also makes stage 1's slice a tensor of its own).
+        Ok(if !test_hooks::DROP_SCALE.load(Ordering::SeqCst) {
+            shard.mul_scalar(1.0 / n as f64)
+        } else {
+            owned(shard)
+        })
+    }
+
+    /// Keeps the reduced slices `shards` (one per unit, in unit order) for the step and
+    /// returns the global gradient norm: the square root of the all-reduced sum of the
+    /// slices' sums of squares.
+    fn norm_of(&mut self, shards: Vec<Tensor<Ascend, 1>>) -> Result<f32, AttnError> {
+        let mut squares: Option<Tensor<Ascend, 1>> = None;
+        for shard in &shards {
+            let sq = shard.clone().powi_scalar(2).sum();
+            squares = Some(match squares.take() {
+                Some(acc) => acc + sq,
+                None => sq,
+            });
+        }
+        self.grads = shards;
+        let Some(squares) = squares else {
+            self.squared_norm = None;
+            return Ok(0.0);
+        };
+        // The global squared norm: the shards' partial sums, summed over ranks.
+        let total = self
+            .group()
+            .all_reduce_sum(squares.into_primitive().tensor())
+            .map_err(hccl)?;
+        self.group().synchronize("HcclAllReduce").map_err(hccl)?;
+        let total = Tensor::<Ascend, 1>::from_primitive(TensorPrimitive::Float(total));
+        self.squared_norm = Some(total.clone());
+        let squared: f32 = total.into_scalar().elem();
+        Ok(squared.sqrt())
     }
 
     /// AdamW on one slice: the replicated loop's [`FusedAdamW`] update, element-wise.
@@ -261,56 +328,12 @@ impl ShardedOptimizer<Ad> for Zero {
         let layout = self.layout.clone().ok_or_else(|| {
             AttnError::Unsupported("ZeRO reduce before the parameters were broadcast".into())
         })?;
-        let n = self.group().size();
-        let rank = self.group().rank();
         let flat = flat_grads(model, grads, &layout, &self.device)?;
         let mut shards = Vec::with_capacity(flat.len());
-        let mut squares: Option<Tensor<Ascend, 1>> = None;
         for (unit, g) in layout.units.iter().zip(flat) {
-            self.stats.gradient_bytes += (unit.padded * 4) as u64;
-            let prim = g.into_primitive().tensor();
-            let mut shard = match self.stage {
-                ZeroStage::One => {
-                    self.stats.all_reduces += 1;
-                    let sum = self.group().all_reduce_sum(prim).map_err(hccl)?;
-                    Tensor::<Ascend, 1>::from_primitive(TensorPrimitive::Float(sum))
-                        .slice(layout.shard(unit, rank))
-                }
-                ZeroStage::Two | ZeroStage::Three => {
-                    self.stats.reduce_scatters += 1;
-                    let part = self.group().reduce_scatter_sum(prim).map_err(hccl)?;
-                    Tensor::from_primitive(TensorPrimitive::Float(part))
-                }
-            };
-            // The mean over ranks, as plain data parallelism scales its all-reduced sums (the
-            // product also makes stage 1's slice a tensor of its own).
-            if !test_hooks::DROP_SCALE.load(Ordering::SeqCst) {
-                shard = shard.mul_scalar(1.0 / n as f64);
-            } else {
-                shard = owned(shard);
-            }
-            let sq = shard.clone().powi_scalar(2).sum();
-            squares = Some(match squares.take() {
-                Some(acc) => acc + sq,
-                None => sq,
-            });
-            shards.push(shard);
+            shards.push(self.reduce_unit(&layout, unit, g)?);
         }
-        self.grads = shards;
-        let Some(squares) = squares else {
-            self.squared_norm = None;
-            return Ok(0.0);
-        };
-        // The global squared norm: the shards' partial sums, summed over ranks.
-        let total = self
-            .group()
-            .all_reduce_sum(squares.into_primitive().tensor())
-            .map_err(hccl)?;
-        self.group().synchronize("HcclAllReduce").map_err(hccl)?;
-        let total = Tensor::<Ascend, 1>::from_primitive(TensorPrimitive::Float(total));
-        self.squared_norm = Some(total.clone());
-        let squared: f32 = total.into_scalar().elem();
-        Ok(squared.sqrt())
+        self.norm_of(shards)
     }
 
     fn step(&mut self, lr: f64, model: Transformer<Ad>) -> Result<Transformer<Ad>, AttnError> {
@@ -353,6 +376,13 @@ impl ShardedOptimizer<Ad> for Zero {
                 let whole = self.gather_units(updated)?;
                 Ok(self.set_whole(model, &whole))
             }
+        }
+    }
+
+    fn per_block(&mut self) -> Option<&mut dyn BlockSharding<Ad>> {
+        match self.stage {
+            ZeroStage::Three => Some(self),
+            _ => None,
         }
     }
 
@@ -420,6 +450,93 @@ impl ShardedOptimizer<Ad> for Zero {
                     })
                     .collect()
             });
+        Ok(())
+    }
+}
+
+impl BlockSharding<Ad> for Zero {
+    fn begin(&mut self, model: Transformer<Ad>) -> Result<Transformer<Ad>, AttnError> {
+        if self.layout.is_none() {
+            return Err(AttnError::Unsupported(
+                "ZeRO-3 step before the parameters were broadcast".into(),
+            ));
+        }
+        self.part_grads = vec![None; self.master.len()];
+        if !self.gathered {
+            return Ok(model);
+        }
+        // After a checkpoint the slices are views of the whole units: copies, so releasing
+        // the model frees the units.
+        self.master = std::mem::take(&mut self.master)
+            .into_iter()
+            .map(owned)
+            .collect();
+        Ok(self.release(model))
+    }
+
+    fn hooks(&mut self) -> &mut dyn PartHooks<Ad> {
+        self
+    }
+
+    fn finish(&mut self) -> Result<f32, AttnError> {
+        let layout = self.layout.clone().expect("layout before a step");
+        let shards = std::mem::take(&mut self.part_grads)
+            .into_iter()
+            .zip(&layout.units)
+            .map(|(g, u)| {
+                g.ok_or_else(|| {
+                    AttnError::invalid(
+                        "--zero",
+                        format!(
+                            "the gradient of {} is missing (a trained part the loss does not \
+                             reach)",
+                            u.name
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.norm_of(shards)
+    }
+}
+
+impl PartHooks<Ad> for Zero {
+    fn gather(
+        &mut self,
+        model: &Transformer<Ad>,
+        parts: &[Part],
+    ) -> Result<Option<Transformer<Ad>>, AttnError> {
+        if self.gathered {
+            return Ok(None);
+        }
+        let layout = self.layout.clone().expect("layout before a step");
+        let mut out: Option<Transformer<Ad>> = None;
+        for &part in parts {
+            let Some(u) = layout.unit_of(part) else {
+                continue;
+            };
+            let whole = [self.gather(self.master[u].clone())?];
+            let m = out.take().unwrap_or_else(|| model.clone());
+            out = Some(m.map(&mut SetUnits::unit(&layout, u, &whole, self.device)));
+        }
+        Ok(out)
+    }
+
+    fn reduce(
+        &mut self,
+        model: &Transformer<Ad>,
+        part: Part,
+        grads: &mut GradientsParams,
+    ) -> Result<(), AttnError> {
+        let layout = self.layout.clone().expect("layout before a step");
+        let Some(u) = layout.unit_of(part) else {
+            return Ok(());
+        };
+        let unit = &layout.units[u];
+        let flat = flat_grads_of(model, grads, std::slice::from_ref(unit), &self.device)?;
+        let g = flat.into_iter().next().expect("one unit");
+        let shard = self.reduce_unit(&layout, unit, g)?;
+        self.part_grads[u] = Some(shard);
         Ok(())
     }
 }
