@@ -65,8 +65,14 @@ pub(crate) fn device(i: u32) -> AscendDevice {
 /// One replica per rank, each on its own simulated device and each initialised differently
 /// (as separate processes would be): only the broadcast makes them equal.
 pub(crate) fn replicas(n: u32) -> Vec<Transformer<B>> {
-    simulate_devices(n);
-    (0..n)
+    replicas_from(0, n)
+}
+
+/// [`replicas`] on simulated devices `first..first + n`: a test that measures a device's pool
+/// takes devices no other test allocates on while it runs.
+pub(crate) fn replicas_from(first: u32, n: u32) -> Vec<Transformer<B>> {
+    simulate_devices(first + n);
+    (first..first + n)
         .map(|i| {
             let m = Transformer::<B>::new(&cfg(), &device(i)).unwrap();
             // Cloned for the references below: initialise now (see `materialize`).
