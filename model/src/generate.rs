@@ -209,8 +209,8 @@ impl<B: AttentionBackend> Generator<B> {
         Ok((self.seqs.len() - 1, to_vec(logits)))
     }
 
-    /// Appends one token to each of `seqs` and returns each one's next-token logits `[V]`.
-    pub fn step(&mut self, seqs: &[usize], tokens: &[u32]) -> Result<Vec<Vec<f32>>, AttnError> {
+    /// One token per sequence, each sequence one of this generator's: what a decode step takes.
+    pub(crate) fn check_step(&self, seqs: &[usize], tokens: &[u32]) -> Result<(), AttnError> {
         if seqs.len() != tokens.len() || seqs.is_empty() {
             return Err(AttnError::invalid(
                 "tokens",
@@ -227,6 +227,12 @@ impl<B: AttentionBackend> Generator<B> {
                 format!("unknown sequence {bad}"),
             ));
         }
+        Ok(())
+    }
+
+    /// Appends one token to each of `seqs` and returns each one's next-token logits `[V]`.
+    pub fn step(&mut self, seqs: &[usize], tokens: &[u32]) -> Result<Vec<Vec<f32>>, AttnError> {
+        self.check_step(seqs, tokens)?;
         let c = self.model.config.clone();
         let (b, n, d) = (seqs.len(), c.num_attention_heads, c.head_dim);
         let device = self.model.embed_tokens.weight.val().device();

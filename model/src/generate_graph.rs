@@ -356,22 +356,7 @@ impl Generator<Ascend> {
                     .into(),
             ));
         }
-        if seqs.len() != tokens.len() || seqs.is_empty() {
-            return Err(AttnError::invalid(
-                "tokens",
-                format!(
-                    "need one token per sequence ({}), got {}",
-                    seqs.len(),
-                    tokens.len()
-                ),
-            ));
-        }
-        if let Some(&bad) = seqs.iter().find(|&&s| s >= self.seqs.len()) {
-            return Err(AttnError::invalid(
-                "seqs",
-                format!("unknown sequence {bad}"),
-            ));
-        }
+        self.check_step(seqs, tokens)?;
         let device = self.model.embed_tokens.weight.val().device();
         // This thread's launches: other threads may use the device meanwhile.
         let before = thread_launches();
