@@ -185,35 +185,6 @@ pub fn named_grads<B: AutodiffBackend>(
     out
 }
 
-/// The sum of the squares of the gradients in `grads` of `model`'s parameters, on the device
-/// (`[1]`; `None` without gradients): its square root is the global gradient norm, NaN or inf
-/// when any gradient holds one (or its square overflows f32).
-pub fn grad_squares<B: AutodiffBackend>(
-    model: &Transformer<B>,
-    grads: &GradientsParams,
-) -> Option<Tensor<B::InnerBackend, 1>> {
-    fn sq<Bi: Backend, const D: usize>(g: Tensor<Bi, D>) -> Tensor<Bi, 1> {
-        g.powi_scalar(2).sum()
-    }
-    let mut sum: Option<Tensor<B::InnerBackend, 1>> = None;
-    walk(model, |_, p| {
-        let s = match p {
-            ParamRef::Vector(v) => grads.get::<B::InnerBackend, 1>(v.id).map(sq),
-            ParamRef::Matrix(m) | ParamRef::LinearWeight(m) => {
-                grads.get::<B::InnerBackend, 2>(m.id).map(sq)
-            }
-            ParamRef::Tensor3(t) => grads.get::<B::InnerBackend, 3>(t.id).map(sq),
-        };
-        if let Some(s) = s {
-            sum = Some(match sum.take() {
-                Some(acc) => acc + s,
-                None => s,
-            });
-        }
-    });
-    sum
-}
-
 /// Writes `config.json` and `model.safetensors` (f32) into `dir`.
 pub fn save_hf<B: Backend>(model: &Transformer<B>, dir: &Path) -> Result<(), AttnError> {
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
