@@ -688,7 +688,8 @@ fn init_of(args: &Args) -> Result<Init, String> {
     } else if let Some(dir) = &args.checkpoint {
         Init::Checkpoint(dir.clone())
     } else if let Some(path) = &args.model_config {
-        let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text =
+            std::fs::read(path).map_err(|e| format!("--model-config {}: {e}", path.display()))?;
         let v: serde_json::Value = serde_json::from_slice(&text)
             .map_err(|e| format!("--model-config {}: {e}", path.display()))?;
         Init::Fresh(

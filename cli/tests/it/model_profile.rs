@@ -153,3 +153,60 @@ fn generate_profile_on_sim_prints_the_decode_steps_modelled_time() {
     let (launches, host, device, _) = step_line(&r, "generate");
     assert!(launches > 1.0 && host > 0.0 && device > 0.0, "{}", r.stdout);
 }
+
+#[test]
+fn dry_run_and_model_config_refuse_bad_uses_naming_the_flag_before_any_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_json = dir.path().join("bad.json");
+    std::fs::write(&bad_json, b"{ not json").unwrap();
+    let missing = dir.path().join("missing.json");
+    let out = dir.path().join("out");
+    let (bad_json, missing, out) = (
+        bad_json.to_str().unwrap(),
+        missing.to_str().unwrap(),
+        out.to_str().unwrap(),
+    );
+    for (extra, needle) in [
+        (
+            &["--device", "cpu", "--profile", "--dry-run"][..],
+            "--dry-run needs --device sim",
+        ),
+        (
+            &[
+                "--device",
+                "sim",
+                "--profile",
+                "--dry-run",
+                "--devices",
+                "2",
+            ][..],
+            "unsupported: --dry-run with --devices",
+        ),
+        (
+            &[
+                "--device",
+                "sim",
+                "--profile",
+                "--dry-run",
+                "--checkpointing",
+            ][..],
+            "unsupported: --dry-run with --resume, --merge-lora or --checkpointing",
+        ),
+        (&["--model-config", missing][..], "--model-config "),
+        (&["--model-config", bad_json][..], "--model-config "),
+    ] {
+        let args = [extra, &["--steps", "1", "--no-samples", "--out", out][..]].concat();
+        let r = run_example("finetune", &args, &[], LIMIT, false);
+        assert_eq!(r.code(), Some(2), "{extra:?}: {}", r.tail());
+        assert!(r.stderr.contains(needle), "{extra:?}: {}", r.tail());
+        assert!(
+            !r.stdout.contains("step "),
+            "{extra:?} ran a step: {}",
+            r.stdout
+        );
+        assert!(
+            !Path::new(out).join("LATEST").exists(),
+            "{extra:?} wrote a checkpoint"
+        );
+    }
+}
