@@ -5,7 +5,9 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::ThreadId;
 
 use burn_ascend_cann::acl::Runtime;
 use burn_backend::{DeviceId, DeviceOps};
@@ -156,9 +158,65 @@ fn open(device: &AscendDevice) -> Result<Runtime, String> {
     rt.map_err(|e| format!("cannot open Ascend device {device}: {e}"))
 }
 
+/// The devices whose stream a thread is capturing into a graph (`crate::graph::capture`), with
+/// that thread. While it captures, the device's one stream is that thread's alone — every task
+/// queued on it is recorded into the graph, and an upload to it is refused — so any other
+/// thread that asks for the device's runtime waits in [`try_runtime`] until the capture ends.
+static CAPTURING: Mutex<Vec<(AscendDevice, ThreadId)>> = Mutex::new(Vec::new());
+/// Signalled when a capture ends.
+static CAPTURE_ENDED: Condvar = Condvar::new();
+/// How many captures are active (the fast path of [`try_runtime`] when none is).
+static CAPTURES_ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// The device's stream reserved for the calling thread's graph capture; released on drop.
+pub(crate) struct CaptureClaim {
+    device: AscendDevice,
+}
+
+/// Reserves `device`'s stream for the calling thread's capture, first waiting for another
+/// thread's capture of it to end; refuses a capture inside the thread's own capture.
+pub(crate) fn claim_for_capture(device: &AscendDevice) -> Result<CaptureClaim, String> {
+    let me = std::thread::current().id();
+    let mut g = CAPTURING.lock().unwrap_or_else(|e| e.into_inner());
+    if g.contains(&(*device, me)) {
+        return Err(format!(
+            "a capture of {device} inside this thread's capture of it (captures do not nest)"
+        ));
+    }
+    while g.iter().any(|(d, _)| d == device) {
+        g = CAPTURE_ENDED.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+    g.push((*device, me));
+    CAPTURES_ACTIVE.fetch_add(1, Ordering::SeqCst);
+    Ok(CaptureClaim { device: *device })
+}
+
+impl Drop for CaptureClaim {
+    fn drop(&mut self) {
+        let mut g = CAPTURING.lock().unwrap_or_else(|e| e.into_inner());
+        g.retain(|(d, _)| *d != self.device);
+        CAPTURES_ACTIVE.fetch_sub(1, Ordering::SeqCst);
+        CAPTURE_ENDED.notify_all();
+    }
+}
+
+/// Waits while another thread captures `device`'s stream.
+fn wait_for_other_captures(device: &AscendDevice) {
+    if CAPTURES_ACTIVE.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    let me = std::thread::current().id();
+    let mut g = CAPTURING.lock().unwrap_or_else(|e| e.into_inner());
+    while g.iter().any(|(d, t)| d == device && *t != me) {
+        g = CAPTURE_ENDED.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
 /// The runtime of `device`, opened on first use, with the device bound to the calling
-/// thread.
+/// thread. While another thread captures the device's stream into a graph, waits for the
+/// capture to end (the stream is that thread's until then).
 pub(crate) fn try_runtime(device: &AscendDevice) -> Result<Arc<Runtime>, String> {
+    wait_for_other_captures(device);
     let rt = {
         let mut g = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
         let map = g.get_or_insert_with(HashMap::new);

@@ -9,6 +9,11 @@
 //! it returned. Their contents change between replays by [`write_in_place`], a stream-ordered
 //! upload **before** the replay (allowed: it is not inside a capture).
 //!
+//! The device's stream is the capturing thread's while the capture lasts: another thread's op
+//! on the same device waits until the capture ends (so nothing of it is recorded into the
+//! graph). An op the closure hands to another thread on the same device therefore waits for
+//! the capture too — queue everything of a capture from the thread that captures.
+//!
 //! Memory: a capture may not allocate from the device (`aclrtMalloc` is refused), so every
 //! block the closure's ops take comes from the pool's free blocks — reserve them first
 //! ([`crate::memory::reserve_small`]) — and the workspace must be big enough already
@@ -96,6 +101,9 @@ pub fn capture<R>(
              aclmdlRICaptureEnd / aclmdlRIExecuteAsync / aclmdlRIDestroy"
         )));
     }
+    // The stream is this thread's until the capture ends: other threads' ops on the device
+    // wait (they would be recorded into this graph otherwise).
+    let _claim = crate::device::claim_for_capture(device).map_err(GraphError::Refused)?;
     // Work queued before the capture is not part of it; wait for it so that the pool's free
     // blocks are free on the device too.
     rt.synchronize().map_err(from_acl)?;

@@ -143,3 +143,58 @@ fn tensors_cross_threads_on_the_devices_one_stream() {
         }
     }
 }
+
+/// A graph capture makes the device's one stream the capturing thread's: another thread's ops
+/// on the device wait for the capture to end instead of being recorded into its graph (or
+/// refused, for an upload), and a capture inside the thread's own capture is refused.
+#[test]
+fn another_threads_ops_wait_for_a_capture_of_their_device_instead_of_entering_its_graph() {
+    use burn_ascend_backend::graph::{capture, reserve_workspace, GraphError};
+    use burn_ascend_backend::reserve_small;
+    // Its own device: no other test's work can enter the capture.
+    burn_ascend_backend::collective::simulate_devices(6);
+    let device = AscendDevice {
+        kind: burn_ascend_backend::AscendKind::Simulation,
+        index: 5,
+    };
+    let x = Tensor::<Ascend, 1>::from_floats([1.0, 2.0, 3.0, 4.0], &device);
+    reserve_small(&device, 1 << 16).unwrap();
+    reserve_workspace(&device, 1 << 16).unwrap();
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<Vec<f32>>();
+    let other = std::thread::scope(|s| {
+        let worker = s.spawn(move || {
+            started_rx.recv().unwrap();
+            // Uploads and queues an op on the device while the main thread captures it.
+            let y = Tensor::<Ascend, 1>::from_floats([10.0, 20.0, 30.0, 40.0], &device) * 2.0;
+            done_tx
+                .send(y.into_data().to_vec::<f32>().unwrap())
+                .unwrap();
+        });
+        let (graph, out) = capture(&device, || {
+            started_tx.send(()).unwrap();
+            // Long enough for the other thread to reach the device, were it let through.
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(
+                done_rx.try_recv().is_err(),
+                "the other thread's op finished during the capture"
+            );
+            let nested = capture(&device, || ());
+            assert!(
+                matches!(&nested, Err(GraphError::Refused(m)) if m.contains("do not nest")),
+                "{nested:?}"
+            );
+            x.clone() + 1.0
+        })
+        .unwrap();
+        // One op recorded: the other thread's upload and multiplication are not in the graph.
+        assert_eq!(graph.recorded_tasks(), 1);
+        graph.replay().unwrap();
+        let got = out.into_data().to_vec::<f32>().unwrap();
+        assert_eq!(got, vec![2.0, 3.0, 4.0, 5.0]);
+        let other = done_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        worker.join().unwrap();
+        other
+    });
+    assert_eq!(other, vec![20.0, 40.0, 60.0, 80.0]);
+}
