@@ -8,6 +8,7 @@
 //! wrapping, integral alpha and scalar; `elementwise::int_binary`/`int_scalar`).
 
 use burn_ascend_cann::acl::ffi::*;
+use burn_ascend_kernels::cpu::gemm::{matmul as matmul_f32, Mat};
 use half::{bf16, f16};
 
 use crate::state::SimTensor;
@@ -300,14 +301,17 @@ pub(crate) unsafe extern "C" fn matmul(
                     &y[pb * k * n..(pb + 1) * k * n],
                 );
                 let ob = &mut v[bi * m * n..(bi + 1) * m * n];
-                for i in 0..m {
-                    for p in 0..k {
-                        let s = xa[i * k + p];
-                        for j in 0..n {
-                            ob[i * n + j] += s * yb[p * n + j];
-                        }
-                    }
-                }
+                // f32 products accumulated in f32, as the cube unit's f32 path does; the
+                // order of the sums is gemm's (a simulated device's matmuls were most of the
+                // test suite's simulated compute with a plain triple loop).
+                matmul_f32(
+                    ob,
+                    n,
+                    Mat::row_major(xa, m, k, k),
+                    Mat::row_major(yb, k, n, n),
+                    false,
+                    1.0,
+                );
             }
             o.write("out", &encode(&v, o.dtype))
         };

@@ -136,7 +136,7 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
             .as_ref()
             .map_or(args.devices, |l| l.world_size as usize);
         // The training loop's optimizer is AdamW, which ZeRO shards (element-wise).
-        check_zero(args.zero, ranks, "adamw").map_err(|e| e.to_string())?;
+        check_zero(args.zero, ranks).map_err(|e| e.to_string())?;
     }
     if args.cp > 1 {
         return run_context_parallel(args);
