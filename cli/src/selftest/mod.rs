@@ -25,6 +25,7 @@
 
 mod attention;
 mod fia;
+mod fused;
 mod model;
 mod native;
 mod probes;

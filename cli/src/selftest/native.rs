@@ -28,7 +28,7 @@ fn ascend(device: Device) -> Result<AscendDevice, CliError> {
     })
 }
 
-fn data(shape: &[usize], seed: u32) -> TensorData {
+pub(super) fn data(shape: &[usize], seed: u32) -> TensorData {
     let n: usize = shape.iter().product();
     let v: Vec<f32> = (0..n)
         .map(|i| {
@@ -42,7 +42,7 @@ fn data(shape: &[usize], seed: u32) -> TensorData {
 }
 
 /// The same values on the device (in `dtype`) and on the reference (f32).
-fn pair<const D: usize>(
+pub(super) fn pair<const D: usize>(
     shape: [usize; D],
     seed: u32,
     dev: &AscendDevice,
@@ -55,14 +55,14 @@ fn pair<const D: usize>(
     )
 }
 
-fn host<const D: usize>(t: Tensor<A, D>) -> Vec<f32> {
+pub(super) fn host<const D: usize>(t: Tensor<A, D>) -> Vec<f32> {
     t.into_data()
         .convert_dtype(DType::F32)
         .to_vec::<f32>()
         .unwrap_or_default()
 }
 
-fn reference<const D: usize>(t: Tensor<N, D>) -> Vec<f32> {
+pub(super) fn reference<const D: usize>(t: Tensor<N, D>) -> Vec<f32> {
     t.into_data().to_vec::<f32>().unwrap_or_default()
 }
 
@@ -78,7 +78,7 @@ fn ints<const D: usize, B: burn::tensor::backend::Backend>(t: Tensor<B, D, Int>)
 
 /// `(device result, reference)` of one case, as f32.
 type Outcome = (Vec<f32>, Vec<f32>);
-type CaseFn = fn(&AscendDevice, DType) -> Outcome;
+pub(super) type CaseFn = fn(&AscendDevice, DType) -> Outcome;
 
 /// Mean and (population) variance.
 fn moments(v: &[f32]) -> (f64, f64) {
@@ -408,7 +408,7 @@ pub fn run_all(device: Device) -> Vec<CaseResult> {
         (DType::F16, "f16"),
         (DType::BF16, "bf16"),
     ] {
-        for (op, name, tol, f) in cases() {
+        for (op, name, tol, f) in cases().into_iter().chain(super::fused::cases()) {
             let mut res = CaseResult {
                 op: op.into(),
                 name: name.into(),
