@@ -171,14 +171,8 @@ fn plan(
         value: vec![rows, kv_heads, sk, d],
     };
     spec.validate(&shapes).ok()?;
-    if crate::device::try_runtime(&device)
-        .ok()?
-        .api()
-        .pfa_v3
-        .is_none()
-    {
-        return None;
-    }
+    // V1 has no pseShift, sparse mode or innerPrecise.
+    crate::device::try_runtime(&device).ok()?.api().pfa_v3?;
     Some(Plan {
         device,
         dims: [b, n, sq, sk, d],

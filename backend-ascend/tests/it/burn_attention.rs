@@ -50,6 +50,9 @@ fn round(v: Vec<f32>, dt: DType) -> Vec<f32> {
         .collect()
 }
 
+/// Whether position `(b, h, i, j)` is masked.
+type MaskFn = fn(usize, usize, usize, usize) -> bool;
+
 /// One call's inputs, as host data.
 #[derive(Clone)]
 struct Case {
@@ -59,7 +62,7 @@ struct Case {
     /// Key/value heads (N, or 1).
     kv_heads: usize,
     /// Masks `(b, h, i, j)` when true; `None`: no mask.
-    mask: Option<fn(usize, usize, usize, usize) -> bool>,
+    mask: Option<MaskFn>,
     /// The mask built as `[B, 1, Sq, Sk]` and expanded over the heads.
     shared_mask: bool,
     bias: bool,
@@ -110,12 +113,12 @@ impl Case {
 
 /// Position `(b, h, i, j)` masked when `(i + 2j + h) % 5 == 0`, and row `(0, 0, 1)` whole.
 fn per_head_mask(b: usize, h: usize, i: usize, j: usize) -> bool {
-    (b == 0 && h == 0 && i == 1) || (i + 2 * j + h) % 5 == 0
+    (b == 0 && h == 0 && i == 1) || (i + 2 * j + h).is_multiple_of(5)
 }
 
-/// Shared by the heads: `(i + j + b) % 3 == 0`, and row `(1, ·, 2)` whole.
+/// Shared by the heads: `(i + j + b).is_multiple_of(3)`, and row `(1, ·, 2)` whole.
 fn shared_mask(b: usize, _h: usize, i: usize, j: usize) -> bool {
-    (b == 1 && i == 2) || (i + j + b) % 3 == 0
+    (b == 1 && i == 2) || (i + j + b).is_multiple_of(3)
 }
 
 fn cases() -> Vec<Case> {
