@@ -37,9 +37,16 @@
 //! - tensors on different devices, or a CANN without `aclnnPromptFlashAttentionV3` (V1 has no
 //!   pse, sparse mode or innerPrecise).
 //!
+//! Under `Autodiff<Ascend>` none of this runs: Burn's autodiff backend implements `attention`
+//! as the composite over its own (differentiable) ops, so training keeps Burn's gradients.
+//!
 //! Not equal by construction and not checked (the values are on the device): a bias holding
-//! ±∞ or NaN where the mask is set. Burn adds the bias to `−∞` (a `+∞` bias gives NaN), CANN
-//! overwrites the masked score; with finite biases both give the masked position weight 0.
+//! ±∞ or NaN. Burn adds the bias to a masked `−∞` (a `+∞` bias gives NaN) where CANN overwrites
+//! the masked score, and a row that only the bias masks (`−∞` everywhere) is zeros in Burn but
+//! not an invalid row for CANN, which only looks at the mask. With finite biases both give a
+//! masked position weight 0 and a fully masked row zeros. (The simulation zeroes fully masked
+//! rows whatever innerPrecise says; that CANN does so with innerPrecise 2 is the spec's §2
+//! reading of the kernel, unconfirmed on hardware here.)
 
 use burn_ascend_cann::acl::aclnn;
 use burn_ascend_contract::prompt::{
