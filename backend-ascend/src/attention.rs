@@ -42,6 +42,7 @@ use crate::tensor::{device_error, fail, AscendTensor};
 use crate::Ascend;
 
 pub mod builders;
+pub(crate) mod burn_module;
 pub mod device_meta;
 pub mod fia;
 mod incre;

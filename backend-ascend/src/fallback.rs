@@ -34,7 +34,10 @@ pub type Host = NdArray<f32, i64, i8>;
 
 static COUNTS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 
-/// How many times each op has run through the host fallback in this process.
+/// How many times each op has run through the host fallback in this process. One entry is
+/// not a host round trip: `attention_composite` counts Burn's `ModuleOps::attention` calls
+/// that ran Burn's composite on the native ops instead of the aclnn op
+/// (`crate::attention::burn_module`).
 pub fn fallback_counts() -> BTreeMap<&'static str, u64> {
     COUNTS.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }

@@ -449,9 +449,10 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
 }
 
 /// Burn's own `ModuleOps::attention` (the op `burn::tensor::module::attention` calls) on
-/// `Ascend`: NdArray's answer for a boolean mask with a fully masked row, an additive bias,
-/// causal masking of a cross-attention shape, a custom scale and a softcap — with no host
-/// round trip, neither for the op as a whole nor for any op of Burn's composite.
+/// `Ascend` in F32 and with a value head dim of its own, so Burn's composite road (F16/BF16
+/// and PFA: `burn_attention.rs`): NdArray's answer for a boolean mask with a fully masked row,
+/// an additive bias, causal masking of a cross-attention shape, a custom scale and a softcap —
+/// with no host round trip, neither for the op as a whole nor for any op of Burn's composite.
 #[test]
 fn burns_module_attention_runs_on_the_device_and_matches_ndarray() {
     use burn::tensor::module::attention;

@@ -12,6 +12,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 mod asynchrony;
 mod attention;
+mod burn_attention;
 mod devices;
 mod fallback_dtypes;
 mod faults;
