@@ -37,5 +37,6 @@ pub use device::{device_counters, is_available, synchronize, AscendDevice, Ascen
 pub use fallback::{fallback_count, fallback_counts};
 pub use graph::{capture, write_in_place, CapturedGraph, GraphError};
 pub use memory::{empty_cache, memory_stats, reserve_small, reset_peak_stats, MemoryStats};
+pub use optim::adamw_step_in_place;
 pub use qtensor::AscendQTensor;
 pub use tensor::AscendTensor;
