@@ -45,7 +45,10 @@ use burn_ascend::backend::graph::{
     capture, reserve_workspace, task_group, update_task_group, write_in_place, CapturedGraph,
     GraphError,
 };
-use burn_ascend::backend::{adamw_step_in_place, reserve_small, Ascend, AscendTensor};
+use burn_ascend::backend::{
+    adamw_step_in_place, record_large_requests, reserve_large, reserve_small, take_large_requests,
+    Ascend, AscendTensor,
+};
 use burn_ascend::cann::acl::{thread_launches, TaskGroup};
 use burn_ascend::{AdamWHyper, AttnError};
 
@@ -259,14 +262,14 @@ struct TrainGraph {
 
 impl TrainGraph {
     /// Captures the step of `model` (whose optimizer `optim` has stepped) on batches shaped
-    /// like `batch`, its optimizer at learning rate `lr`.
+    /// like `batch`, its optimizer at learning rate `lr`; `large`: the large blocks an eager
+    /// step took (reserved first: the capture keeps every block it takes).
     fn capture(
         model: &Transformer<Ad>,
         optim: &Adaptor,
         batch: &PackedBatch,
-        lr: f64,
-        clip_norm: f32,
-        first_step: usize,
+        (lr, clip_norm, first_step): (f64, f32, usize),
+        large: &[usize],
     ) -> Result<Self, AttnError> {
         let device = model.embed_tokens.weight.val().device();
         let (slots, t0) = slots(model, &optim.to_record())?;
@@ -304,6 +307,9 @@ impl TrainGraph {
         let mut reserve = FIRST_RESERVE_BYTES;
         let (graph, out) = loop {
             reserve_small(&device, reserve)
+                .map_err(|e| graph_err("reserve", GraphError::Failed(e)))?;
+            // Again on each retry: a refused capture may have wanted more large blocks too.
+            reserve_large(&device, large)
                 .map_err(|e| graph_err("reserve", GraphError::Failed(e)))?;
             let attempt = capture(&device, || {
                 body().map_err(|e| {
@@ -541,13 +547,19 @@ pub fn train_graph(
         let t = batch.tokens.len();
         let lr = schedule.lr(step);
         if graph.is_none() && step >= first + WARMUP_STEPS {
-            let g = TrainGraph::capture(&model, &optim, &batch, lr, opts.clip_norm, step)?;
+            let large = take_large_requests(&device);
+            let g =
+                TrainGraph::capture(&model, &optim, &batch, (lr, opts.clip_norm, step), &large)?;
             stats.recorded_tasks = g.graph.recorded_tasks();
             graph = Some(g);
         }
         let (loss, squares) = match graph.as_mut() {
             Some(g) => g.step(&optim, &batch, step, lr, &mut stats)?,
             None => {
+                if step + 1 == first + WARMUP_STEPS {
+                    // The last warm-up step: its large blocks are what the capture needs.
+                    record_large_requests(&device);
+                }
                 let (l, sq);
                 (model, l, sq) = eager_step(model, &mut optim, &batch, step, lr, opts)?;
                 stats.eager_steps += 1;
@@ -581,6 +593,8 @@ pub fn train_graph(
             save(&model, &optim, &state, &opts.out, &recorder)?;
         }
     }
+    // A run too short to capture leaves the recording on: stop it.
+    take_large_requests(&device);
     Ok((model, state, stats))
 }
 

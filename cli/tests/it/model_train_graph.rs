@@ -10,7 +10,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_ascend::backend::collective::simulate_devices;
 use burn_ascend::backend::graph::{
-    capture, task_group, update_task_group, write_in_place, GraphError,
+    capture, reserve_workspace, task_group, update_task_group, write_in_place, GraphError,
 };
 use burn_ascend::backend::{adamw_step_in_place, Ascend, AscendDevice, AscendKind, AscendTensor};
 use burn_ascend::AdamWHyper;
@@ -26,13 +26,18 @@ use crate::model_examples::{run_example, tiny_checkpoint};
 
 type Ad = Autodiff<Ascend>;
 
-/// This suite's simulated device (the process is shared: other suites use other indices).
-fn device() -> AscendDevice {
+/// This suite's simulated devices (the process is shared: other suites use other indices):
+/// 7 for the training runs, 8 for the capture-rule checks, which capture concurrently.
+fn device_at(index: u32) -> AscendDevice {
     simulate_devices(9);
     AscendDevice {
         kind: AscendKind::Simulation,
-        index: 7,
+        index,
     }
+}
+
+fn device() -> AscendDevice {
+    device_at(7)
 }
 
 /// gpt-oss's shape in small: sinks, a sliding layer and a full one, grouped KV heads.
@@ -163,7 +168,9 @@ fn captured_training_steps_replay_one_launch_each_with_the_eager_losses_and_weig
 
 #[test]
 fn graph_capture_rules_are_refused_with_typed_errors() {
-    let device = device();
+    let device = device_at(8);
+    // A capture may not grow the workspace: reserved first, as a training capture does.
+    reserve_workspace(&device, 1 << 20).unwrap();
     let t = AscendTensor::from_data(TensorData::new(vec![0f32; 4], [4]), &device);
     // An input write of the wrong size names both sizes.
     match write_in_place(&t, &[0u8; 12]) {
