@@ -312,9 +312,8 @@ impl TrainGraph {
             reserve_large(&device, large)
                 .map_err(|e| graph_err("reserve", GraphError::Failed(e)))?;
             let attempt = capture(&device, || {
-                body().map_err(|e| {
+                body().inspect_err(|e| {
                     *failed.borrow_mut() = Some(e.clone());
-                    e
                 })
             });
             let failure = failed.borrow_mut().take();
