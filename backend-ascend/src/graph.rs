@@ -21,6 +21,12 @@
 //! capture to anyone else while the graph lives (the replay writes them), and takes them back
 //! when it is dropped.
 //!
+//! Task groups: [`task_group`] inside a capture marks the launches of its closure as a group
+//! whose host attributes (a learning rate, which `aclnnApplyAdamWV2` takes as a host float)
+//! [`update_task_group`] replaces between replays by issuing the same calls again with the new
+//! values (`aclmdlRICaptureTaskUpdateBegin` / `End`): recorded into the group, not run, so the
+//! step stays one launch.
+//!
 //! What CANN refuses during a capture is refused here with a [`GraphError::Refused`] naming
 //! the call: a synchronisation or read of device memory (`Backend::sync`, `into_data`), an
 //! upload from host memory (`Tensor::from_data` inside the closure), an allocation beyond the
@@ -32,7 +38,7 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use burn_ascend_cann::acl::{is_capture_refusal, AclError, CaptureMode, ModelRi};
+use burn_ascend_cann::acl::{is_capture_refusal, AclError, CaptureMode, ModelRi, TaskGroup};
 
 use crate::device::{try_runtime, AscendDevice};
 use crate::tensor::AscendTensor;
@@ -210,4 +216,63 @@ pub fn write_in_place(t: &AscendTensor, bytes: &[u8]) -> Result<(), GraphError> 
     // Binds the device to this thread for the copy.
     try_runtime(&t.device()).map_err(GraphError::Failed)?;
     t.overwrite(bytes).map_err(from_acl)
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "the closure panicked".into())
+}
+
+/// Inside a [`capture`] of `device`: the launches `f` queues form a task group
+/// (`aclmdlRICaptureTaskGrpBegin` / `End`) whose calls [`update_task_group`] may re-issue with
+/// other host attributes between replays. Outside a capture the runtime refuses it.
+pub fn task_group<R>(
+    device: &AscendDevice,
+    f: impl FnOnce() -> R,
+) -> Result<(TaskGroup, R), GraphError> {
+    let rt = try_runtime(device).map_err(GraphError::Failed)?;
+    if !rt.order().capturing() {
+        return Err(GraphError::Failed(format!(
+            "task_group on {device}: only inside a capture (aclmdlRICaptureTaskGrpBegin needs a \
+             capturing stream)"
+        )));
+    }
+    rt.task_group_begin().map_err(from_acl)?;
+    let out = f();
+    let group = rt.task_group_end().map_err(from_acl)?;
+    Ok((group, out))
+}
+
+/// Replaces the tasks of `group` (of a live graph of `device`) by the launches `f` queues —
+/// as many as the group holds, in order, typically the same calls with new host attributes
+/// (`aclmdlRICaptureTaskUpdateBegin` / `End`). They are recorded, not run; the replacement is
+/// stream-ordered (a replay queued before it runs the old tasks). `f` must not upload, read
+/// or allocate (refused as in a capture).
+pub fn update_task_group<R>(
+    device: &AscendDevice,
+    group: TaskGroup,
+    f: impl FnOnce() -> R,
+) -> Result<R, GraphError> {
+    let rt = try_runtime(device).map_err(GraphError::Failed)?;
+    if rt.order().capturing() {
+        return Err(GraphError::Refused(format!(
+            "update_task_group on {device}: the stream is capturing (update a group between \
+             replays, after its capture ended)"
+        )));
+    }
+    rt.task_update_begin(group).map_err(from_acl)?;
+    let out = catch_unwind(AssertUnwindSafe(f));
+    // Ends the update either way, so that the stream leaves update mode.
+    let ended = rt.task_update_end();
+    match out {
+        Ok(out) => ended.map(|()| out).map_err(from_acl),
+        Err(panic) => Err(GraphError::Failed(format!(
+            "update of a task group: {}",
+            panic_message(panic)
+        ))),
+    }
 }

@@ -36,6 +36,10 @@ pub use backend::Ascend;
 pub use device::{device_counters, is_available, synchronize, AscendDevice, AscendKind};
 pub use fallback::{fallback_count, fallback_counts};
 pub use graph::{capture, write_in_place, CapturedGraph, GraphError};
-pub use memory::{empty_cache, memory_stats, reserve_small, reset_peak_stats, MemoryStats};
+pub use memory::{
+    empty_cache, memory_stats, record_large_requests, reserve_large, reserve_small,
+    reset_peak_stats, take_large_requests, MemoryStats,
+};
+pub use optim::adamw_step_in_place;
 pub use qtensor::AscendQTensor;
 pub use tensor::AscendTensor;

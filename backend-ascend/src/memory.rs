@@ -168,6 +168,8 @@ struct Pool {
     /// Per graph, its blocks whose tensors were dropped: returned to the free blocks when the
     /// graph is dropped.
     graph_released: HashMap<u64, Vec<GraphBlock>>,
+    /// While recorded ([`record_large_requests`]): the size class of every large request.
+    large_requests: Option<Vec<usize>>,
 }
 
 /// A block a captured graph keeps after its tensor was dropped.
@@ -376,6 +378,9 @@ pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str) -> DeviceB
     let small = class <= SMALL_LIMIT;
     let rt = runtime(device);
     let cached = with_pool(device, |p| {
+        if let (false, Some(r)) = (small, p.large_requests.as_mut()) {
+            r.push(class);
+        }
         let b = p.take_free(small, class);
         if b.is_none() {
             p.stats.misses += 1;
@@ -433,6 +438,40 @@ pub fn reserve_small(device: &AscendDevice, bytes: usize) -> Result<usize, Strin
             p.release(block);
         });
         added += 1;
+    }
+    Ok(added)
+}
+
+/// Starts recording the size class of every large request (over [`SMALL_LIMIT`]) on
+/// `device`, for [`take_large_requests`]: what one eager step allocates, so that a capture of
+/// the same step — which keeps every block it takes, freed or not, and may not call
+/// `aclrtMalloc` — can have them reserved first ([`reserve_large`]).
+pub fn record_large_requests(device: &AscendDevice) {
+    with_pool(device, |p| p.large_requests = Some(Vec::new()));
+}
+
+/// The size classes recorded since [`record_large_requests`], in request order; stops
+/// recording.
+pub fn take_large_requests(device: &AscendDevice) -> Vec<usize> {
+    with_pool(device, |p| p.large_requests.take().unwrap_or_default())
+}
+
+/// Adds one free large block of each size class in `classes` to `device`'s pool (a segment
+/// each, `aclrtMalloc` now): the large blocks a graph capture then takes. Returns the bytes
+/// added.
+pub fn reserve_large(device: &AscendDevice, classes: &[usize]) -> Result<usize, String> {
+    let rt = try_runtime(device)?;
+    let mut added = 0;
+    for &class in classes {
+        let class = size_class(class.max(SMALL_LIMIT + 1));
+        let buf = rt
+            .alloc(class)
+            .map_err(|e| format!("reserving a block of {class} bytes on {device}: {e}"))?;
+        with_pool(device, |p| {
+            let block = p.add_segment(buf, false, class);
+            p.release(block);
+        });
+        added += class;
     }
     Ok(added)
 }

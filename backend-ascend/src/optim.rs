@@ -98,30 +98,108 @@ impl OptimBackend for Ascend {
         let (var, m, v) = (owned(state.var), owned(state.m), owned(state.v));
         // The kernel adds 1 (module docs): `t − 1`, with `t ≥ 1` checked by the contract above.
         let s = step_tensor(&device, step - 1);
-        let rt = runtime(&device);
-        let ts = [&var, &m, &v, &grad, &s];
-        let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
-        let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
-        aclnn::apply_adam_w_v2(
-            &rt,
-            &ApplyAdamWV2Args {
-                var_ref: &h[0],
-                m_ref: &h[1],
-                v_ref: &h[2],
-                max_grad_norm_optional_ref: None,
-                grad: &h[3],
-                step: &h[4],
-                lr: hyper.lr,
-                beta1: hyper.beta1,
-                beta2: hyper.beta2,
-                weight_decay: hyper.weight_decay,
-                eps: hyper.eps,
-                amsgrad: false,
-                maximize: false,
-            },
-        )
-        .map_err(|e| device_error(OP, e))?;
-        drop(h);
+        launch(&var, &m, &v, &grad, &s, hyper)?;
         Ok(AdamWTensors { var, m, v })
     }
+}
+
+/// The `aclnnApplyAdamWV2` launch over `var`, `m`, `v` in place.
+fn launch(
+    var: &AscendTensor,
+    m: &AscendTensor,
+    v: &AscendTensor,
+    grad: &AscendTensor,
+    step: &AscendTensor,
+    hyper: &AdamWHyper,
+) -> Result<()> {
+    const OP: &str = names::apply_adam_w_v2;
+    let rt = runtime(&var.device());
+    let ts = [var, m, v, grad, step];
+    let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
+    let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
+    aclnn::apply_adam_w_v2(
+        &rt,
+        &ApplyAdamWV2Args {
+            var_ref: &h[0],
+            m_ref: &h[1],
+            v_ref: &h[2],
+            max_grad_norm_optional_ref: None,
+            grad: &h[3],
+            step: &h[4],
+            lr: hyper.lr,
+            beta1: hyper.beta1,
+            beta2: hyper.beta2,
+            weight_decay: hyper.weight_decay,
+            eps: hyper.eps,
+            amsgrad: false,
+            maximize: false,
+        },
+    )
+    .map_err(|e| device_error(OP, e))
+}
+
+/// One AdamW step as **one** `aclnnApplyAdamWV2` launch that writes `var`, `m` and `v` in
+/// place — their buffers, whoever else holds them (unlike [`OptimBackend::adamw_step`], which
+/// copies a shared tensor first): what a captured training step records, so that every replay
+/// updates the very buffers the next replay's forward reads. `step` is the kernel's 0-based
+/// count `t − 1` as a one-element FLOAT32 device tensor (a graph input written per step);
+/// nothing is uploaded or allocated. Refused (naming the parameter): shapes that differ,
+/// dtypes other than one ACL float for all four, a tensor that is not contiguous over its
+/// whole storage, tensors on several devices, a `step` of another shape or dtype; the
+/// hyperparameters as the contract checks them.
+pub fn adamw_step_in_place(
+    var: &AscendTensor,
+    m: &AscendTensor,
+    v: &AscendTensor,
+    grad: &AscendTensor,
+    step: &AscendTensor,
+    hyper: &AdamWHyper,
+) -> Result<()> {
+    const OP: &str = names::apply_adam_w_v2;
+    validate_adamw(
+        &var.shape.to_vec(),
+        &m.shape.to_vec(),
+        &v.shape.to_vec(),
+        &grad.shape.to_vec(),
+        1,
+        hyper,
+    )?;
+    let device = var.device();
+    if let Some(o) = [m, v, grad, step]
+        .into_iter()
+        .find(|t| t.device() != device)
+    {
+        return Err(AttnError::Unsupported(format!(
+            "{OP}: tensors on different devices ({device} and {})",
+            o.device()
+        )));
+    }
+    let dt = var.dtype;
+    if !is_acl_float(dt) || [m, v, grad].iter().any(|t| t.dtype != dt) {
+        return Err(AttnError::invalid(
+            "varRef",
+            format!("in place: var, m, v and grad of one ACL float dtype, got {dt:?}"),
+        ));
+    }
+    for (name, t) in [("varRef", var), ("mRef", m), ("vRef", v)] {
+        let whole =
+            t.offset == 0 && t.is_contiguous() && t.numel() * t.dtype.size() == t.storage.len();
+        if !whole {
+            return Err(AttnError::invalid(
+                name,
+                "in place: contiguous over its whole storage (a view would update bytes \
+                 outside it)",
+            ));
+        }
+    }
+    if step.shape.to_vec() != [1] || step.dtype != burn_backend::DType::F32 {
+        return Err(AttnError::invalid(
+            "step",
+            format!(
+                "a one-element FLOAT32 tensor, got shape {:?} dtype {:?}",
+                step.shape, step.dtype
+            ),
+        ));
+    }
+    launch(var, m, v, grad, step, hyper)
 }

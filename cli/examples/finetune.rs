@@ -34,6 +34,10 @@
 //! (sim, with `--profile`) runs the steps with the simulated kernels off and writes nothing:
 //! the modelled time of a model too large to compute here (`--model-config FILE` for a fresh
 //! model of another config.json).
+//! `--graph` (sim / ascend, one device, with `--pack fixed`: rows of exactly `--seq-len`
+//! tokens, so every batch has the same shape) captures one whole training step as an ACL graph
+//! after a warm-up step and replays it per step, printing `finetune: training launches per
+//! step <x>`; what it cannot capture is refused as `unsupported: --graph with …`.
 //! `--cp N` trains context-parallel (each step's batch split across N ranks; `--check-cp`
 //! compares with one device).
 
@@ -49,7 +53,7 @@ use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
-use burn_ascend_cli::args::{Checkpointing, ExampleDevice, FinetuneArgs as Args};
+use burn_ascend_cli::args::{Checkpointing, ExampleDevice, FinetuneArgs as Args, Pack};
 use burn_ascend_model::budget;
 use burn_ascend_model::checkpoint::save_hf;
 use burn_ascend_model::checkpoint::LoadOptions;
@@ -66,6 +70,7 @@ use burn_ascend_model::peft;
 use burn_ascend_model::train::{
     init_model_with, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
 };
+use burn_ascend_model::train_graph::train_graph;
 use burn_ascend_model::zero::{check_zero, Zero, ZeroStage};
 use burn_ascend_model::{
     generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
@@ -102,6 +107,9 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
         return Err("--check-ddp compares a fresh run; it cannot be combined with --resume".into());
     }
     if let Some(e) = args.cp_refusal(launch.is_some()) {
+        return Err(e);
+    }
+    if let Some(e) = args.graph_refusal(launch.is_some()) {
         return Err(e);
     }
     let balanced = args.checkpointing == Some(Checkpointing::Balanced);
@@ -180,6 +188,12 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
             print_ddp(n, zero, gap.get());
             Ok(())
         }
+        ExampleDevice::Sim if args.graph => run_on::<Autodiff<Ascend>>(
+            args,
+            AscendDevice::sim(),
+            Some(AscendDevice::sim()),
+            graph_trainer(resume),
+        ),
         ExampleDevice::Sim => run_on::<Autodiff<Ascend>>(
             args,
             AscendDevice::sim(),
@@ -210,6 +224,14 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
                     device,
                     Some(device),
                     single_device(resume),
+                );
+            }
+            if args.graph {
+                return run_on::<Autodiff<Ascend>>(
+                    args,
+                    device,
+                    Some(device),
+                    graph_trainer(resume),
                 );
             }
             run_on::<Autodiff<Ascend>>(args, device, Some(device), single_device(resume))
@@ -374,6 +396,31 @@ where
 {
     Box::new(move |model, state, packer, opts, on_step| {
         train(model, state, resume, packer, opts, on_step).map_err(|e| e.to_string())
+    })
+}
+
+/// `--graph`: every step after the warm-up replayed from one captured graph
+/// (`burn_ascend_model::train_graph`); prints `finetune: training launches per step <x>` (the
+/// replayed steps') and what the graph did.
+fn graph_trainer<'a>(resume: bool) -> Trainer<'a, Autodiff<Ascend>> {
+    Box::new(move |model, state, packer, opts, on_step| {
+        let (model, state, s) =
+            train_graph(model, state, resume, packer, opts, on_step).map_err(|e| e.to_string())?;
+        println!(
+            "finetune: graph: {} eager warm-up step(s), {} replayed, {} recorded tasks, {} \
+             learning-rate update(s) of the optimizer's task group, host {:.0} µs per replayed \
+             step (input writes, update, replay)",
+            s.eager_steps,
+            s.replayed_steps,
+            s.recorded_tasks,
+            s.lr_updates,
+            s.host_us_per_step()
+        );
+        println!(
+            "finetune: training launches per step {}",
+            (s.launches_per_step() * 10.0).round() / 10.0
+        );
+        Ok((model, state))
     })
 }
 
@@ -748,6 +795,9 @@ where
         args.seed,
     )
     .map_err(|e| e.to_string())?;
+    if args.pack == Pack::Fixed {
+        packer = packer.with_fixed_rows();
+    }
     println!(
         "finetune: {} parameters, {} documents ({} tokens), {} tokens per batch, steps {}..{}",
         config.num_params(),

@@ -398,6 +398,61 @@ pub struct FinetuneArgs {
     /// ops; it raises this model's peak, kept for comparison).
     #[arg(long, num_args = 0..=1, default_missing_value = "block", value_name = "block|balanced")]
     pub checkpointing: Option<Checkpointing>,
+    /// How batches are packed: `varlen` (documents of any length up to --seq-len, each its
+    /// own sequence) or `fixed` (rows of exactly --seq-len tokens from the concatenated
+    /// documents, the same `cu_seqlens` every step; --graph needs it).
+    #[arg(long, value_enum, default_value_t = Pack::Varlen, value_name = "varlen|fixed")]
+    pub pack: Pack,
+    /// (sim, ascend; one device; with --pack fixed) Capture one whole training step (forward,
+    /// backward, clip, AdamW) as an ACL graph after a warm-up step and replay it per step: one
+    /// launch per step.
+    #[arg(long)]
+    pub graph: bool,
+}
+
+/// `finetune --pack`'s batch shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Pack {
+    /// Variable-length documents packed into each batch.
+    Varlen,
+    /// Fixed-length rows: every batch of the same shape.
+    Fixed,
+}
+
+impl FinetuneArgs {
+    /// Why `--graph` cannot run with these flags (`unsupported: --graph with …`), if so.
+    pub fn graph_refusal(&self, launched: bool) -> Option<String> {
+        if !self.graph {
+            return None;
+        }
+        let with = [
+            (
+                self.device == ExampleDevice::Cpu,
+                "--device cpu (graph capture is ACL's)",
+            ),
+            (
+                self.devices > 1 || launched,
+                "--devices N / a launched rank (one device)",
+            ),
+            (self.zero > 0, "--zero"),
+            (self.cp > 1, "--cp"),
+            (self.checkpointing.is_some(), "--checkpointing"),
+            (self.lora_rank.is_some(), "--lora-rank (LoRA)"),
+            (self.dry_run, "--dry-run"),
+            (self.check_ddp, "--check-ddp"),
+        ];
+        if let Some((_, what)) = with.iter().find(|(bad, _)| *bad) {
+            return Some(format!("unsupported: --graph with {what}"));
+        }
+        if self.pack != Pack::Fixed {
+            return Some(
+                "invalid --graph: needs --pack fixed (the varlen attention's sequence lengths \
+                 are baked into the captured launches)"
+                    .into(),
+            );
+        }
+        None
+    }
 }
 
 /// `finetune --checkpointing`'s strategies.

@@ -177,6 +177,9 @@ pub struct Packer {
     pub batch_tokens: usize,
     /// Longest sequence.
     pub max_seq_len: usize,
+    /// Fixed-length rows ([`Packer::with_fixed_rows`]): where the stream stands in the
+    /// current document.
+    fixed: Option<usize>,
 }
 
 impl Packer {
@@ -242,6 +245,7 @@ impl Packer {
             rng: SplitMix(seed),
             batch_tokens,
             max_seq_len,
+            fixed: None,
         };
         p.shuffle();
         Ok(p)
@@ -266,8 +270,80 @@ impl Packer {
         self.cursor = 0;
     }
 
+    /// Batches of fixed shape (`finetune --pack fixed`, which `--graph` needs): every batch
+    /// holds `max(1, batch_tokens / L)` rows of exactly `L = min(max_seq_len, batch_tokens)`
+    /// tokens, each row its own sequence, so `cu_seqlens` is `0, L, 2L, …` at every step.
+    /// The rows are consecutive windows of the documents concatenated in the shuffled order
+    /// (GPT-style: a row may span a document boundary): a row takes `L + 1` tokens of the
+    /// stream, its inputs the first `L` and its targets the last `L`. Chat data keeps its
+    /// mask (a target counts when it is one of the assistant's tokens).
+    pub fn with_fixed_rows(mut self) -> Self {
+        self.fixed = Some(0);
+        self
+    }
+
+    /// Whether batches are fixed rows ([`Self::with_fixed_rows`]).
+    pub fn fixed_rows(&self) -> bool {
+        self.fixed.is_some()
+    }
+
+    /// Whether batches carry a loss mask (chat data).
+    pub fn has_loss_mask(&self) -> bool {
+        self.masks.is_some()
+    }
+
+    /// The row length and row count of fixed-row batches.
+    pub fn fixed_shape(&self) -> (usize, usize) {
+        let len = self.max_seq_len.min(self.batch_tokens);
+        (len, (self.batch_tokens / len).max(1))
+    }
+
+    /// The next token of the concatenated stream (fixed rows) with whether it is learned.
+    fn stream_token(&mut self) -> (u32, bool) {
+        loop {
+            if self.cursor == self.order.len() {
+                self.shuffle();
+            }
+            let index = self.order[self.cursor];
+            let at = self.fixed.unwrap_or(0);
+            if at < self.docs[index].len() {
+                self.fixed = Some(at + 1);
+                let learned = self.masks.as_ref().is_none_or(|m| m[index][at]);
+                return (self.docs[index][at], learned);
+            }
+            self.cursor += 1;
+            self.fixed = Some(0);
+        }
+    }
+
+    fn next_fixed_batch(&mut self) -> PackedBatch {
+        let (len, rows) = self.fixed_shape();
+        let mut batch = PackedBatch {
+            tokens: Vec::with_capacity(len * rows),
+            targets: Vec::with_capacity(len * rows),
+            cu_seqlens: (0..=rows).map(|r| (r * len) as i64).collect(),
+            loss_mask: self.masks.as_ref().map(|_| Vec::with_capacity(len * rows)),
+        };
+        for _ in 0..rows {
+            let row: Vec<(u32, bool)> = (0..=len).map(|_| self.stream_token()).collect();
+            batch
+                .tokens
+                .extend(row[..len].iter().map(|&(t, _)| t as i64));
+            batch
+                .targets
+                .extend(row[1..].iter().map(|&(t, _)| t as i64));
+            if let Some(mask) = batch.loss_mask.as_mut() {
+                mask.extend(row[1..].iter().map(|&(_, l)| l));
+            }
+        }
+        batch
+    }
+
     /// The next batch.
     pub fn next_batch(&mut self) -> PackedBatch {
+        if self.fixed.is_some() {
+            return self.next_fixed_batch();
+        }
         let mut batch = PackedBatch {
             tokens: Vec::with_capacity(self.batch_tokens),
             targets: Vec::with_capacity(self.batch_tokens),

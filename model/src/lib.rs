@@ -25,6 +25,7 @@ pub mod run_checkpoint;
 pub mod schedule;
 pub mod tokenizer;
 pub mod train;
+pub mod train_graph;
 pub mod transformer;
 pub mod zero;
 

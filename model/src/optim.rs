@@ -97,6 +97,11 @@ impl<B: AutodiffBackend + OptimBackend> FusedAdamW<B> {
         OptimizerAdaptor::from(self)
     }
 
+    /// The hyperparameters of `aclnnApplyAdamWV2` at learning rate `lr`.
+    pub fn hyper_at(&self, lr: LearningRate) -> AdamWHyper {
+        self.hyper(lr)
+    }
+
     fn hyper(&self, lr: LearningRate) -> AdamWHyper {
         AdamWHyper {
             lr: lr as f32,

@@ -280,7 +280,7 @@ impl<B: AttentionBackend> Transformer<B> {
         &self,
         tokens: Tensor<B, 1, Int>,
         cu_seqlens: &[i64],
-        mut observe: impl FnMut(usize, &Tensor<B, 2>),
+        observe: impl FnMut(usize, &Tensor<B, 2>),
     ) -> Result<Tensor<B, 2>, AttnError> {
         let device = tokens.device();
         let positions = packed_positions(cu_seqlens);
@@ -295,10 +295,23 @@ impl<B: AttentionBackend> Transformer<B> {
             ));
         }
         let rope = Rope::new(&positions, &self.config, &device);
+        self.forward_packed_rope(tokens, cu_seqlens, &rope, observe)
+    }
+
+    /// [`Self::forward_packed_observed`] over RoPE tables already on the device (those of
+    /// [`packed_positions`] of `cu_seqlens`): nothing uploaded, as a captured training step
+    /// needs.
+    pub fn forward_packed_rope(
+        &self,
+        tokens: Tensor<B, 1, Int>,
+        cu_seqlens: &[i64],
+        rope: &Rope<B>,
+        mut observe: impl FnMut(usize, &Tensor<B, 2>),
+    ) -> Result<Tensor<B, 2>, AttnError> {
         let mut x = self.embed(tokens);
         for (i, layer) in self.layers.iter().enumerate() {
             let window = self.config.layer_window(i);
-            x = layer.forward_packed(x, &rope, cu_seqlens, window, self, |h| observe(i, h))?;
+            x = layer.forward_packed(x, rope, cu_seqlens, window, self, |h| observe(i, h))?;
         }
         self.head_packed(x)
     }

@@ -119,8 +119,14 @@ pub(super) fn ints(rt: &Runtime, v: Option<&[i64]>) -> Result<Option<IntArray>> 
 }
 
 /// An empty tensor for an output the call does not use (as torch_npu passes).
-fn empty(rt: &Runtime, dtype: DataType) -> Result<DeviceTensor> {
-    rt.zeros(TensorDesc::contiguous(&[0], dtype)?)
+/// An empty tensor of `dtype` for an unused output: a runtime constant shared by every call
+/// (nothing is written to zero elements), so that a graph capture, which may not allocate,
+/// can record the call.
+fn empty(rt: &Runtime, dtype: DataType) -> Result<Held> {
+    rt.constant(&format!("empty {dtype:?}"), || {
+        Ok((TensorDesc::contiguous(&[0], dtype)?, Vec::new()))
+    })
+    .map(Held::Shared)
 }
 
 /// The varlen inputs the spec carries as host data, on the device, and its int arrays.
@@ -229,7 +235,7 @@ pub fn varlen_fwd(
             handle(&ex.real_shift)?,
             handle(&ex.drop_mask)?,
         );
-        let softmax_out = softmax_out.handle()?;
+        let softmax_out = softmax_out.as_ref().handle()?;
         let a = &spec.attrs;
         aclnn::varlen_fwd(
             rt,
@@ -290,7 +296,7 @@ pub fn varlen_grad(
     let dpse_out = match &ex.real_shift {
         Some(pse) => {
             let dims: Vec<usize> = pse.desc.dims.iter().map(|&d| d as usize).collect();
-            rt.zeros(TensorDesc::contiguous(&dims, dtype)?)?
+            Held::Own(rt.zeros(TensorDesc::contiguous(&dims, dtype)?)?)
         }
         None => empty(rt, dtype)?,
     };
@@ -300,7 +306,11 @@ pub fn varlen_grad(
             handle(&ex.real_shift)?,
             handle(&ex.drop_mask)?,
         );
-        let (dq_rope, dk_rope, dpse) = (unused.handle()?, unused.handle()?, dpse_out.handle()?);
+        let (dq_rope, dk_rope, dpse) = (
+            unused.as_ref().handle()?,
+            unused.as_ref().handle()?,
+            dpse_out.as_ref().handle()?,
+        );
         let a = &spec.attrs;
         aclnn::varlen_grad(
             rt,

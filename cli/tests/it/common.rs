@@ -232,6 +232,19 @@ pub fn cases() -> Vec<Case> {
         Case::new("mqa_causal3_sink", &[2, 4, 3], &[3, 4, 5], 4, 1, 5, 3)
             .with_sink()
             .mode(SparseMode::RightDownCausal, 0, 0),
+        // Rows of one length (`finetune --pack fixed`): dsink reads the sequence-head-major
+        // stats by a transpose instead of an uploaded gather index.
+        Case::new(
+            "equal_rows_causal_sink",
+            &[4, 4, 4],
+            &[4, 4, 4],
+            2,
+            1,
+            4,
+            21,
+        )
+        .with_sink()
+        .mode(SparseMode::RightDownCausal, 0, 0),
         Case::new("mode0_mask_prenext", &[4, 3], &[5, 3], 2, 2, 4, 4).mode(
             SparseMode::DefaultMask,
             1,

@@ -37,6 +37,7 @@ mod model_plan;
 mod model_profile;
 mod model_refusals;
 mod model_train;
+mod model_train_graph;
 mod model_zero;
 mod npu;
 mod paged_cache;

@@ -460,24 +460,43 @@ pub fn dsink_from_stats<B: Backend>(
     // the gradient's low bits, and a mixed-precision model keeps its sinks in f32.
     let f32 = burn::tensor::FloatDType::F32;
     let d_row = (dy.cast(f32) * o.cast(f32)).sum_dim(2).reshape([t * n]);
-    // Token-major position t·N + h → the stats row holding it (the first of its 8 copies).
-    let mut index = vec![0i64; t * n];
-    for (b, q0) in p.dims.q_offsets().into_iter().enumerate() {
-        let sq = p.dims.seq_q[b];
-        for i in 0..sq {
-            for h in 0..n {
-                index[(q0 + i) * n + h] =
-                    (p.attrs.softmax_layout.stat_index(q0, sq, n, h, i) / 8) as i64;
+    // Token-major position t·N + h → the stats row holding it (the first of its 8 copies):
+    // the stats' own order when they are token-major, a transpose when every sequence has the
+    // same length, else a gather by an uploaded index (a captured training step, which may
+    // not upload, has fixed-length rows).
+    let seq = &p.dims.seq_q;
+    let equal = seq.iter().all(|&s| s == seq[0]) && seq.len() * seq[0] == t;
+    let index = match p.attrs.softmax_layout {
+        SoftmaxLayout::SameAsInput => None,
+        SoftmaxLayout::SequenceHeadMajor if equal => None,
+        layout => {
+            let mut index = vec![0i64; t * n];
+            for (b, q0) in p.dims.q_offsets().into_iter().enumerate() {
+                let sq = seq[b];
+                for i in 0..sq {
+                    for h in 0..n {
+                        index[(q0 + i) * n + h] = (layout.stat_index(q0, sq, n, h, i) / 8) as i64;
+                    }
+                }
             }
+            Some(Tensor::<B, 1, burn::tensor::Int>::from_data(
+                TensorData::new(index, [t * n]),
+                &device,
+            ))
         }
-    }
-    let index =
-        Tensor::<B, 1, burn::tensor::Int>::from_data(TensorData::new(index, [t * n]), &device);
+    };
+    let layout = p.attrs.softmax_layout;
     let first = |x: FloatTensor<B>| {
-        wrap::<B, 3>(x)
-            .slice([0..t, 0..n, 0..1])
-            .reshape([t * n])
-            .select(0, index.clone())
+        let rows = wrap::<B, 3>(x).slice([0..t, 0..n, 0..1]).reshape([t * n]);
+        match (&index, layout) {
+            (Some(index), _) => rows.select(0, index.clone()),
+            (None, SoftmaxLayout::SameAsInput) => rows,
+            // [B, N, Sq] in memory → [B, Sq, N], token-major.
+            (None, SoftmaxLayout::SequenceHeadMajor) => rows
+                .reshape([seq.len(), n, seq[0]])
+                .swap_dims(1, 2)
+                .reshape([t * n]),
+        }
     };
     let (m, l) = (first(softmax_max), first(softmax_sum));
     let empty = l.clone().equal_elem(0.0);

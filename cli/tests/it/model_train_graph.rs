@@ -1,0 +1,370 @@
+//! A captured training step on the simulation (`finetune --graph`, issue 27): eager and
+//! graph runs of the same seed and fixed-row data give the same losses and weights, each
+//! replayed step is one launch, the capture rules are enforced with typed errors, and the
+//! CLI refuses what it cannot capture naming the flag.
+
+use std::time::Duration;
+
+use burn::backend::Autodiff;
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn_ascend::backend::collective::simulate_devices;
+use burn_ascend::backend::graph::{
+    capture, reserve_workspace, task_group, update_task_group, write_in_place, GraphError,
+};
+use burn_ascend::backend::{adamw_step_in_place, Ascend, AscendDevice, AscendKind, AscendTensor};
+use burn_ascend::AdamWHyper;
+use burn_ascend_cli::args::FinetuneArgs;
+use burn_ascend_model::config::LayerType;
+use burn_ascend_model::data::{documents_from_text, BUNDLED_CORPUS};
+use burn_ascend_model::train::{train, TrainOptions, TrainState};
+use burn_ascend_model::train_graph::train_graph;
+use burn_ascend_model::{ModelConfig, Packer, Tokenizer, Transformer};
+use clap::Parser;
+
+use crate::model_examples::{run_example, tiny_checkpoint};
+
+type Ad = Autodiff<Ascend>;
+
+/// This suite's simulated devices (the process is shared: other suites use other indices):
+/// 7 for the training runs, 8 for the capture-rule checks, which capture concurrently.
+fn device_at(index: u32) -> AscendDevice {
+    simulate_devices(9);
+    AscendDevice {
+        kind: AscendKind::Simulation,
+        index,
+    }
+}
+
+fn device() -> AscendDevice {
+    device_at(7)
+}
+
+/// gpt-oss's shape in small: sinks, a sliding layer and a full one, grouped KV heads.
+fn tiny() -> ModelConfig {
+    ModelConfig {
+        vocab_size: 256,
+        hidden_size: 32,
+        intermediate_size: 48,
+        num_hidden_layers: 2,
+        num_attention_heads: 2,
+        num_key_value_heads: 1,
+        head_dim: 16,
+        sliding_window: Some(8),
+        layer_types: LayerType::alternating(2),
+        ..ModelConfig::small_byte_model()
+    }
+}
+
+/// 3 rows of 16 tokens per batch.
+fn packer() -> Packer {
+    let docs = documents_from_text(BUNDLED_CORPUS);
+    Packer::new(&docs[..40], &Tokenizer::Bytes, 48, 16, 5)
+        .unwrap()
+        .with_fixed_rows()
+}
+
+fn params(model: &Transformer<Ad>) -> Vec<f32> {
+    struct Collect<'a>(&'a mut Vec<f32>);
+    impl ModuleVisitor<Ad> for Collect<'_> {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<Ad, D>>) {
+            self.0.extend(p.val().into_data().to_vec::<f32>().unwrap());
+        }
+    }
+    let mut out = Vec::new();
+    model.visit(&mut Collect(&mut out));
+    out
+}
+
+fn largest_gap(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
+#[test]
+fn captured_training_steps_replay_one_launch_each_with_the_eager_losses_and_weights() {
+    let device = device();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = |name: &str| TrainOptions {
+        // Warmup over step 0, then cosine: the learning rate changes at every step, so every
+        // replay after the first needs the optimizer's task group updated.
+        total_steps: 5,
+        stop_after: None,
+        lr: 3e-3,
+        weight_decay: 0.1,
+        clip_norm: 1.0,
+        seed: 5,
+        out: dir.path().join(name),
+        save_every: 100,
+    };
+    let start = Transformer::<Ad>::new(&tiny(), &device).unwrap();
+    // Materialised once, so that both runs start from these weights.
+    let initial = params(&start);
+    let (eager, eager_state) = train(
+        start.clone(),
+        TrainState::default(),
+        false,
+        &mut packer(),
+        &opts("eager"),
+        |_| {},
+    )
+    .unwrap();
+    let (graph, graph_state, stats) = train_graph(
+        start,
+        TrainState::default(),
+        false,
+        &mut packer(),
+        &opts("graph"),
+        |_| {},
+    )
+    .unwrap();
+    // One warm-up step, then 4 replays of one launch each; 3 input writes per replay (tokens,
+    // targets, AdamW's step count); the rate updated before each replay whose rate changed.
+    assert_eq!(
+        (stats.eager_steps, stats.replayed_steps),
+        (1, 4),
+        "{stats:?}"
+    );
+    assert_eq!(stats.launches, 4, "{stats:?}");
+    assert_eq!(stats.uploads, 12, "{stats:?}");
+    assert_eq!(stats.lr_updates, 3, "{stats:?}");
+    assert!(stats.recorded_tasks > 100, "{stats:?}");
+    // The replay runs the eager step's ops on the same values in the same order: on the
+    // simulation the losses agree to the bit. 1e-5 relative leaves room for a device whose
+    // reductions reassociate differently between two launches of the same kernel; the loss
+    // moves by ~1e-2 per step, so a replay of stale inputs, a missed rate update or a lost
+    // step count would exceed it by orders of magnitude.
+    assert_eq!(eager_state.losses.len(), 5);
+    for (i, (e, g)) in eager_state
+        .losses
+        .iter()
+        .zip(&graph_state.losses)
+        .enumerate()
+    {
+        assert!(
+            (e - g).abs() <= 1e-5 * e.abs(),
+            "step {i}: eager loss {e}, graph {g}"
+        );
+    }
+    // Weights: five AdamW steps move them by up to ~1.5e-2 (lr 3e-3 each); 1e-6 absolute is
+    // f32 rounding of a few updates, far below one step's change.
+    let (a, b) = (params(&eager), params(&graph));
+    assert!(
+        largest_gap(&a, &initial) > 1e-3,
+        "the weights did not train"
+    );
+    let gap = largest_gap(&a, &b);
+    assert!(
+        gap <= 1e-6,
+        "largest weight difference eager vs graph {gap}"
+    );
+    // The published checkpoint carries the graph's optimizer state: a resumed eager run
+    // continues it as it continues an eager run's.
+    assert!(dir.path().join("graph/LATEST").exists());
+}
+
+#[test]
+fn graph_capture_rules_are_refused_with_typed_errors() {
+    let device = device_at(8);
+    // A capture may not grow the workspace: reserved first, as a training capture does.
+    reserve_workspace(&device, 1 << 20).unwrap();
+    let t = AscendTensor::from_data(TensorData::new(vec![0f32; 4], [4]), &device);
+    // An input write of the wrong size names both sizes.
+    match write_in_place(&t, &[0u8; 12]) {
+        Err(GraphError::Failed(m)) => {
+            assert!(m.contains("12 bytes") && m.contains("16 bytes"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A host read inside the capture.
+    let x = Tensor::<Ascend, 1>::from_data(TensorData::new(vec![1f32, 2.0], [2]), &device);
+    match capture(&device, || (x.clone() * 2.0).into_data()) {
+        Err(GraphError::Refused(m)) => assert!(
+            m.contains("aclrtSynchronizeStream") || m.contains("capture"),
+            "{m}"
+        ),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    // A task group outside a capture, and an update issuing fewer calls than the group holds.
+    assert!(matches!(
+        task_group(&device, || ()),
+        Err(GraphError::Failed(_))
+    ));
+    let f = |v: Vec<f32>| AscendTensor::from_data(TensorData::new(v, [2]), &device);
+    let hyper = |lr: f32| AdamWHyper {
+        lr,
+        beta1: 0.9,
+        beta2: 0.999,
+        weight_decay: 0.1,
+        eps: 1e-8,
+    };
+    let (var, m, v, grad, step) = (
+        f(vec![1.0, -2.0]),
+        f(vec![0.0; 2]),
+        f(vec![0.0; 2]),
+        f(vec![0.5, 0.25]),
+        AscendTensor::from_data(TensorData::new(vec![0f32], [1]), &device),
+    );
+    let adamw = |lr| adamw_step_in_place(&var, &m, &v, &grad, &step, &hyper(lr)).unwrap();
+    let (graph, (group, ())) =
+        capture(&device, || task_group(&device, || adamw(0.0)).unwrap()).unwrap();
+    match update_task_group(&device, group, || ()) {
+        Err(GraphError::Failed(m)) => assert!(m.contains("1 tasks but 0"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // The group's launch re-issued at another learning rate: the replay updates with it, as
+    // the same call run eagerly on a copy does.
+    update_task_group(&device, group, || adamw(0.1)).unwrap();
+    graph.replay().unwrap();
+    let (var2, m2, v2) = (f(vec![1.0, -2.0]), f(vec![0.0; 2]), f(vec![0.0; 2]));
+    adamw_step_in_place(&var2, &m2, &v2, &grad, &step, &hyper(0.1)).unwrap();
+    let read = |t: &AscendTensor| {
+        Tensor::<Ascend, 1>::from_primitive(TensorPrimitive::Float(t.clone()))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let (replayed, eager) = (read(&var), read(&var2));
+    assert_eq!(replayed, eager);
+    // lr 0.1: the first AdamW step moves each weight by about lr (plus the decay's lr·wd·w).
+    assert!(
+        (replayed[0] - (1.0 - 0.1 - 0.01)).abs() < 1e-4,
+        "{replayed:?}"
+    );
+    // An in-place update refuses a step count of the wrong shape, naming it.
+    let bad = f(vec![0.0; 2]);
+    let e = adamw_step_in_place(&var, &m, &v, &grad, &bad, &hyper(0.1)).unwrap_err();
+    assert_eq!(e.param(), Some("step"), "{e}");
+}
+
+#[test]
+fn graph_training_refuses_varlen_batches_and_the_cli_names_the_flag() {
+    let device = device();
+    let model = Transformer::<Ad>::new(&tiny(), &device).unwrap();
+    let docs = documents_from_text(BUNDLED_CORPUS);
+    let mut varlen = Packer::new(&docs[..40], &Tokenizer::Bytes, 48, 16, 5).unwrap();
+    let opts = TrainOptions {
+        total_steps: 2,
+        stop_after: None,
+        lr: 3e-3,
+        weight_decay: 0.1,
+        clip_norm: 1.0,
+        seed: 5,
+        out: tempfile::tempdir().unwrap().path().join("never"),
+        save_every: 100,
+    };
+    let e = train_graph(
+        model,
+        TrainState::default(),
+        false,
+        &mut varlen,
+        &opts,
+        |_| {},
+    )
+    .unwrap_err();
+    assert_eq!(e.param(), Some("--graph"), "{e}");
+    assert!(e.to_string().contains("--pack fixed"), "{e}");
+    // Each flag the captured step cannot take, refused before anything runs.
+    let refusal = |extra: &[&str]| {
+        let argv = [&["finetune", "--graph", "--pack", "fixed"][..], extra].concat();
+        FinetuneArgs::parse_from(argv).graph_refusal(false)
+    };
+    for (extra, flag) in [
+        (&["--device", "cpu"][..], "--device cpu"),
+        (&["--device", "sim", "--devices", "2"][..], "--devices"),
+        (
+            &["--device", "sim", "--devices", "2", "--zero", "1"][..],
+            "--devices",
+        ),
+        (&["--device", "sim", "--zero", "1"][..], "--zero"),
+        (&["--device", "sim", "--cp", "2"][..], "--cp"),
+        (
+            &["--device", "sim", "--checkpointing"][..],
+            "--checkpointing",
+        ),
+        (&["--device", "sim", "--lora-rank", "4"][..], "--lora-rank"),
+    ] {
+        let e = refusal(extra).unwrap_or_else(|| panic!("{extra:?} accepted"));
+        assert!(
+            e.starts_with("unsupported: --graph with ") && e.contains(flag),
+            "{extra:?}: {e}"
+        );
+    }
+    assert_eq!(refusal(&["--device", "sim"]), None);
+    let e = FinetuneArgs::parse_from(["finetune", "--graph", "--device", "sim"])
+        .graph_refusal(false)
+        .unwrap();
+    assert!(
+        e.starts_with("invalid --graph") && e.contains("--pack fixed"),
+        "{e}"
+    );
+    // The example: exit 2 with the one line, no step run.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let r = run_example(
+        "finetune",
+        &[
+            "--graph",
+            "--pack",
+            "fixed",
+            "--steps",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+        false,
+    );
+    assert_eq!(r.code(), Some(2), "{}", r.tail());
+    assert!(
+        r.stderr.contains("unsupported: --graph with --device cpu"),
+        "{}",
+        r.tail()
+    );
+    assert!(!r.stdout.contains("step "), "{}", r.stdout);
+}
+
+#[test]
+fn finetune_graph_on_sim_prints_one_training_launch_per_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("ckpt");
+    tiny_checkpoint(&ckpt);
+    let out = tmp.path().join("out");
+    let r = run_example(
+        "finetune",
+        &[
+            "--device",
+            "sim",
+            "--graph",
+            "--pack",
+            "fixed",
+            "--checkpoint",
+            ckpt.to_str().unwrap(),
+            "--steps",
+            "4",
+            "--batch-tokens",
+            "32",
+            "--seq-len",
+            "16",
+            "--no-samples",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+        false,
+    );
+    assert!(r.ok(), "{}", r.tail());
+    assert!(
+        r.stdout
+            .contains("finetune: training launches per step 1\n"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("finetune: device "), "{}", r.stdout);
+    assert!(out.join("loss.csv").exists());
+}
