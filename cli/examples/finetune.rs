@@ -41,7 +41,7 @@
 //! `--cp N` trains context-parallel (each step's batch split across N ranks; `--check-cp`
 //! compares with one device).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing as Balanced;
@@ -60,7 +60,7 @@ use burn_ascend_model::checkpoint::LoadOptions;
 use burn_ascend_model::cp::{
     replicate, train_context_parallel, Comm, CpBackend, HcclComm, HostComm, RankComms,
 };
-use burn_ascend_model::data::{training_packer, SplitMix};
+use burn_ascend_model::data::training_packer;
 use burn_ascend_model::ddp::{
     materialize, train_data_parallel, train_zero, DataParallel, GradientSync, DEFAULT_BUCKET_BYTES,
 };
@@ -72,11 +72,14 @@ use burn_ascend_model::train::{
 };
 use burn_ascend_model::train_graph::train_graph;
 use burn_ascend_model::zero::{check_zero, Zero, ZeroStage};
-use burn_ascend_model::{
-    generate_batch, Generator, ModelConfig, Packer, Sampling, Tokenizer, Transformer,
-};
+use burn_ascend_model::{ModelConfig, Packer, Tokenizer, Transformer};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+
+// The end-of-run report, in a folder so that Cargo does not take it for an example.
+#[path = "finetune/report.rs"]
+mod report;
+use report::{plot_losses, print_samples};
 
 fn main() {
     if let Err(e) = run(std::env::args_os()) {
@@ -954,85 +957,4 @@ where
         println!("{}", mean.line());
     }
     Ok(())
-}
-
-/// The loss curve as a PNG (axis labels when a system font is found).
-fn plot_losses(losses: &[f32], path: &Path) -> Result<(), String> {
-    use plotters::prelude::*;
-    let font = [
-        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-        "/usr/share/fonts/TTF/DejaVuSans.ttf",
-        "/System/Library/Fonts/Supplemental/Arial.ttf",
-    ]
-    .iter()
-    .find_map(|p| std::fs::read(p).ok())
-    .is_some_and(|bytes| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, Box::leak(bytes.into()))
-            .is_ok()
-    });
-    let err = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
-    let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let max = losses.iter().copied().fold(0.0f32, f32::max).max(1e-3);
-    let mut builder = ChartBuilder::on(&root);
-    builder.margin(20);
-    if font {
-        builder
-            .caption("finetune: training loss", ("sans-serif", 24))
-            .x_label_area_size(40)
-            .y_label_area_size(50);
-    }
-    let mut chart = builder
-        .build_cartesian_2d(0..losses.len().max(1), 0f32..max * 1.05)
-        .map_err(|e| err(&e))?;
-    let mut mesh = chart.configure_mesh();
-    if font {
-        mesh.x_desc("step").y_desc("loss (nats/token)");
-    } else {
-        mesh.disable_x_axis().disable_y_axis();
-    }
-    mesh.draw().map_err(|e| err(&e))?;
-    chart
-        .draw_series(LineSeries::new(
-            losses.iter().enumerate().map(|(i, &l)| (i, l)),
-            &BLUE,
-        ))
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))
-}
-
-/// Continues a few prompts together through the paged KV cache, greedy and nucleus sampling.
-fn print_samples<Bk: burn_ascend::AttentionBackend>(
-    model: Transformer<Bk>,
-    tokenizer: &Tokenizer,
-    seed: u64,
-) -> Result<(), String> {
-    let device = model.embed_tokens.weight.val().device();
-    let mut gen = Generator::new(model, 64, 16, &device).map_err(|e| e.to_string())?;
-    let prompts = [
-        "ROMEO:\n",
-        "First Citizen:\nWe are",
-        "KING RICHARD II:\nNow",
-    ];
-    let ids: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| tokenizer.encode(p))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    let nucleus = Sampling::TopP {
-        top_p: 0.9,
-        temperature: 0.8,
-    };
-    let sampling = [Sampling::Greedy, nucleus, nucleus];
-    let run = generate_batch(&mut gen, &ids, 120, &sampling, &mut SplitMix(seed))
-        .map_err(|e| e.to_string())?;
-    for (i, (prompt, out)) in prompts.iter().zip(&run.generated).enumerate() {
-        println!(
-            "--- sample {} ({:?}) ---\n{prompt}{}",
-            i + 1,
-            sampling[i],
-            tokenizer.decode(out)
-        );
-    }
-    gen.clear().map_err(|e| e.to_string())
 }
