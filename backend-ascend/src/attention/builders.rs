@@ -173,12 +173,17 @@ fn varlen_extras(
         MaskSpec::Dense { data, shape } => {
             Some(Held::Own(upload(rt, data, shape, DataType::Uint8)?))
         }
-        MaskSpec::Compressed => compressed_mask(spec.attrs.sparse_mode)
-            .map(|(m, shape)| {
-                let key = format!("varlen compressed mask {:?}", spec.attrs.sparse_mode);
-                constant_mask(rt, &key, || (m, shape.to_vec())).map(Held::Shared)
-            })
-            .transpose()?,
+        // Built on the host only for the runtime's first call of the mode: 4–6 MiB of mask
+        // per call was most of a training step's host time (a 0.5 B model at 8k tokens).
+        MaskSpec::Compressed if spec.attrs.sparse_mode.takes_compressed_mask() => {
+            let mode = spec.attrs.sparse_mode;
+            let key = format!("varlen compressed mask {mode:?}");
+            Some(Held::Shared(constant_mask(rt, &key, || {
+                let (m, shape) = compressed_mask(mode).expect("the mode takes one");
+                (m, shape.to_vec())
+            })?))
+        }
+        MaskSpec::Compressed => None,
     };
     let real_shift = match &spec.pse {
         PseSpec::None => None,
