@@ -47,9 +47,11 @@ pub fn fia_release() -> CannRelease {
 }
 
 /// Makes this thread's simulated FIA take `learnableSink` as CANN `release` does (`None`: back
-/// to [`CannRelease::MODELLED`]). Per thread, so parallel tests do not see each other's.
+/// to [`CannRelease::MODELLED`]), and forgets [`last_learnable_sink_dtype`] (so a test sees
+/// only what its own calls sent). Per thread, so parallel tests do not see each other's.
 pub fn set_fia_release(release: Option<CannRelease>) {
     RELEASE.with(|c| c.set(release));
+    LAST_SINK_DTYPE.with(|c| c.set(None));
 }
 
 /// The dtype of the last `learnableSink` a first stage on this thread accepted (what a caller
