@@ -10,13 +10,13 @@
 
 use std::sync::Arc;
 
-use burn_backend::DType;
 use burn_ascend_cann::acl::TensorDesc;
 use burn_ascend_ops::backend::{ScatterInputs, ScatterOutputs};
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::ndarray::cpu_scatter_kv;
 use burn_ascend_ops::scatter::composite::{self, shapes};
 use burn_ascend_ops::scatter::{CacheMode, ScatterDims, ScatterKind, ScatterSpec};
+use burn_backend::DType;
 
 use super::{builders, handle, same_device, SCATTER_COMPOSITE};
 use crate::device::runtime;

@@ -144,7 +144,10 @@ fn paged_serving_matches_ndarray_on_the_device_path() {
         let want = serve::<NdArray>(&Default::default(), path, d, FloatDType::F32);
         // f16 caches and outputs against f32 on f16-exact inputs below 1.
         assert_outputs_close(&got, &want, (1e-2, 4e-3));
-        assert_eq!(after, before, "an attention op fell back or ran the composite");
+        assert_eq!(
+            after, before,
+            "an attention op fell back or ran the composite"
+        );
     }
 }
 
