@@ -55,13 +55,22 @@ pub(crate) fn ok(op: &str, input: &Bundle) -> Bundle {
     let b = b.unwrap();
     let (reference, code, err) = run_on(op, input, "reference");
     assert_eq!(code, 0, "--device reference: {err}");
-    let (sim, code, err) = run_on(op, input, "sim");
-    assert_eq!(code, 0, "--device sim: {err}");
-    let (sim, reference) = (sim.unwrap(), reference.unwrap());
     let f32_call = ["query", "key"]
         .iter()
         .find_map(|n| input.tensors.get(*n))
         .is_some_and(|t| t.dtype == Dtype::F32);
+    let (sim, code, err) = run_on(op, input, "sim");
+    if f32_call && input.tensors.contains_key("quantScale2") {
+        // int8 output needs CANN's op, which takes no FLOAT query: refused, naming why.
+        assert_eq!(code, 2, "--device sim: {err}");
+        assert!(
+            err.contains("quantScale2") && err.contains("f32 query"),
+            "{err}"
+        );
+        return b;
+    }
+    assert_eq!(code, 0, "--device sim: {err}");
+    let (sim, reference) = (sim.unwrap(), reference.unwrap());
     if !f32_call {
         // The simulation runs the reference kernels on what it decodes from the descriptors,
         // so it must equal `--device reference` bit for bit (`--device cpu` runs the fast

@@ -97,7 +97,8 @@ fn graph_decoding_replays_one_launch_per_token_and_yields_the_eager_tokens() {
         .unwrap();
         let case = format!("sinks {sinks}, window {window:?}");
         assert_eq!(got.generated, want.generated, "{case}");
-        // The same arithmetic: the graph's extra (masked) keys weigh exactly zero.
+        // The same arithmetic where the same op runs: the graph's extra (masked) keys weigh
+        // exactly zero.
         let gap = got
             .logits
             .iter()
@@ -105,7 +106,14 @@ fn graph_decoding_replays_one_launch_per_token_and_yields_the_eager_tokens() {
             .zip(want.logits.iter().flatten())
             .flat_map(|(a, b)| a.iter().zip(b))
             .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(gap <= 1e-5, "{case}: logits differ by {gap}");
+        // BF16: where the eager step runs incremental attention (no sinks, no window) and the
+        // graph FIA, the two operators round their BF16 outputs apart.
+        let bound = if sinks || window.is_some() {
+            1e-5
+        } else {
+            2e-3
+        };
+        assert!(gap <= bound, "{case}: logits differ by {gap}");
         assert_eq!(stats.steps, max_new as u64 - 1, "{case}");
         assert_eq!(stats.captures, 1, "{case}: one batch shape, one capture");
         assert_eq!(stats.launches, stats.steps, "{case}: {stats:?}");
