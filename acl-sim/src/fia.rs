@@ -29,8 +29,8 @@ use crate::state::{
     SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, encode, encode_f64, floats, floats_or_i8, ints, mask01, unsupported, IA,
-    SIM_WORKSPACE, T, TL,
+    check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, unsupported,
+    IA, SIM_WORKSPACE, T, TL,
 };
 
 thread_local! {
@@ -47,9 +47,11 @@ pub fn fia_release() -> CannRelease {
 }
 
 /// Makes this thread's simulated FIA take `learnableSink` as CANN `release` does (`None`: back
-/// to [`CannRelease::MODELLED`]). Per thread, so parallel tests do not see each other's.
+/// to [`CannRelease::MODELLED`]), and forgets [`last_learnable_sink_dtype`] (so a test sees
+/// only what its own calls sent). Per thread, so parallel tests do not see each other's.
 pub fn set_fia_release(release: Option<CannRelease>) {
     RELEASE.with(|c| c.set(release));
+    LAST_SINK_DTYPE.with(|c| c.set(None));
 }
 
 /// The dtype of the last `learnableSink` a first stage on this thread accepted (what a caller
@@ -259,8 +261,8 @@ fn decode(
         &layout.ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, "inputLayout is null".into()))?,
     )
     .map_err(contract)?;
-    let floats_dt = [DataType::Float, DataType::Float16, DataType::Bf16];
-    dtype_in(&t.q, "query", &floats_dt)?;
+    // FLOAT16 / BFLOAT16 / INT8 query, never FLOAT (`fused_infer_attention_score_def.cpp`).
+    half_query(&t.q, "aclnnFusedInferAttentionScoreV4", true)?;
     let int8 = t.k.dtype == DataType::Int8;
     for (x, name) in [(&t.k, "key"), (&t.v, "value")] {
         if (x.dtype != t.q.dtype && x.dtype != DataType::Int8) || x.dtype != t.k.dtype {
@@ -283,6 +285,22 @@ fn decode(
                 "pseShift: dtype must be the query's {:?}, got {:?}",
                 t.q.dtype, x.dtype
             ));
+        }
+    }
+    // The antiquant scales / offsets: FLOAT16, BFLOAT16 or FLOAT (per-token) in the def's lists.
+    for (pair, name) in [
+        (&t.antiquant, "antiquant"),
+        (&t.key_antiquant, "keyAntiquant"),
+        (&t.value_antiquant, "valueAntiquant"),
+    ] {
+        for (x, what) in pair.iter().zip(["Scale", "Offset"]) {
+            if let Some(x) = x {
+                dtype_in(
+                    x,
+                    &format!("{name}{what}"),
+                    &[DataType::Float16, DataType::Bf16, DataType::Float],
+                )?;
+            }
         }
     }
     if let Some(b) = &t.table {

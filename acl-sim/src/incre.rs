@@ -15,8 +15,8 @@ use crate::state::{
     SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, encode, encode_f64, floats, floats_or_i8, ints, mask01, unsupported, IA,
-    SIM_WORKSPACE, T, TL,
+    check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, query_dtype,
+    unsupported, IA, SIM_WORKSPACE, T, TL,
 };
 
 enum IncreKv {
@@ -229,15 +229,8 @@ pub(crate) unsafe extern "C" fn ifa_v4(
         let Some(layout) = IfaLayout::from_attr(&layout) else {
             return invalid(format!("inputLayout \"{layout}\" is not BSH, BSND or BNSD"));
         };
-        if !matches!(
-            q.dtype,
-            DataType::Float | DataType::Float16 | DataType::Bf16
-        ) {
-            return invalid(format!(
-                "query: dtype must be FLOAT16, BFLOAT16 or FLOAT, got {:?}",
-                q.dtype
-            ));
-        }
+        // FLOAT16 / BFLOAT16 query only (`incre_flash_attention_def.cpp`: no FLOAT, no INT8).
+        half_query(&q, "aclnnIncreFlashAttentionV4", false)?;
         if num_heads <= 0 || num_key_value_heads < 0 {
             return invalid("numHeads / numKeyValueHeads out of range");
         }
@@ -279,6 +272,14 @@ pub(crate) unsafe extern "C" fn ifa_v4(
         }
         let antiquant_scale = tensor(antiquant_scale, "antiquantScale")?;
         let antiquant_offset = tensor(antiquant_offset, "antiquantOffset")?;
+        for (t, name) in [
+            (&antiquant_scale, "antiquantScale"),
+            (&antiquant_offset, "antiquantOffset"),
+        ] {
+            if let Some(t) = t {
+                query_dtype(t, name, q.dtype)?;
+            }
+        }
         if kdt == DataType::Int8 && antiquant_scale.is_none() {
             return Err(SimErr(
                 ACLNN_ERR_PARAM_NULLPTR,
@@ -384,6 +385,7 @@ pub(crate) unsafe extern "C" fn ifa_v4(
         }
         let pse = tensor(pse_shift, "pseShift")?;
         if let Some(p) = &pse {
+            query_dtype(p, "pseShift", q.dtype)?;
             if p.dims.len() != 4
                 || !(p.dims[0] == 1 || p.dims[0] == batch)
                 || p.dims[1] != n

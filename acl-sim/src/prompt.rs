@@ -13,7 +13,8 @@ use crate::state::{
     self, c_str, int_array, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, check_rank, encode, encode_f64, floats, mask01, unsupported, IA, SIM_WORKSPACE, T,
+    check_dims, check_rank, encode, encode_f64, floats, half_query, mask01, query_dtype,
+    unsupported, IA, SIM_WORKSPACE, T,
 };
 
 struct PromptCall {
@@ -173,16 +174,9 @@ fn decode_prompt(
     let layout = parse_pfa_layout(
         &layout.ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, "inputLayout is null".into()))?,
     )?;
-    for (t, name) in [(&q, "query"), (&k, "key"), (&v, "value")] {
-        if !matches!(
-            t.dtype,
-            DataType::Float | DataType::Float16 | DataType::Bf16
-        ) {
-            return invalid(format!(
-                "{name}: dtype must be FLOAT16, BFLOAT16 or FLOAT, got {:?}",
-                t.dtype
-            ));
-        }
+    // FLOAT16 / BFLOAT16 / INT8 query, never FLOAT (`prompt_flash_attention_def.cpp`).
+    half_query(&q, "aclnnPromptFlashAttentionV3", true)?;
+    for (t, name) in [(&k, "key"), (&v, "value")] {
         if t.dtype != q.dtype {
             return invalid(format!("{name}: dtype must equal the query's"));
         }
@@ -309,6 +303,7 @@ fn decode_prompt(
     }
     let pse = tensor(pse_shift, "pseShift")?;
     if let Some(p) = &pse {
+        query_dtype(p, "pseShift", q.dtype)?;
         let ok = p.dims.len() == 4
             && (p.dims[0] == 1 || p.dims[0] == batch)
             && p.dims[1] == n

@@ -25,7 +25,7 @@ use crate::state::{
     self, c_str, int_array, invalid, new_executor, read_device, required, tensor, SimErr,
     SimResult, SimTensor,
 };
-use crate::wire::{encode, ints, typed, unsupported, Wire, IA, SIM_WORKSPACE, T};
+use crate::wire::{encode, ints, typed, Wire, IA, SIM_WORKSPACE, T};
 
 struct ScatterCall {
     key: SimTensor,
@@ -49,8 +49,8 @@ struct ScatterCall {
 
 impl ScatterCall {
     fn run(&self) -> SimResult<()> {
+        // The first stage let FLOAT16, BFLOAT16 and INT8 through, nothing else.
         match self.key.dtype {
-            DataType::Float => self.run_typed::<f32>(),
             DataType::Float16 => self.run_typed::<f16>(),
             DataType::Bf16 => self.run_typed::<bf16>(),
             _ => self.run_typed::<i8>(),
@@ -189,12 +189,13 @@ pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
         };
         let (nct, compress) = (kind == ScatterKind::Nct, kind.compressed());
         let kd = key.dtype;
-        if !matches!(
-            kd,
-            DataType::Float | DataType::Float16 | DataType::Bf16 | DataType::Int8
-        ) {
-            return unsupported(&format!(
-                "key dtype {kd:?} (the simulation moves FLOAT16, BFLOAT16, INT8 and FLOAT)"
+        // Atlas A2/A3 lists FLOAT16, BFLOAT16 and INT8 keys only (`scatter_pa_kv_cache_def.cpp`
+        // `keyDataType`; the seeds doc: "数据类型仅支持FLOAT16、BFLOAT16、INT8"); FLOAT and the
+        // wider list are 910_95's (`DataType_910_95`).
+        if !matches!(kd, DataType::Float16 | DataType::Bf16 | DataType::Int8) {
+            return invalid(format!(
+                "key: dtype must be FLOAT16, BFLOAT16 or INT8 (aclnnScatterPaKvCache on Atlas \
+                 A2/A3 takes no FLOAT), got {kd:?}"
             ));
         }
         // `op_kernel/scatter_pa_kv_cache.cpp` has no INT8 tiling key for Nct, Rope or Omni.

@@ -150,3 +150,41 @@ pub(crate) fn check_rank(t: &SimTensor, name: &str, rank: usize) -> SimResult<()
 pub(crate) fn unsupported<R>(what: &str) -> SimResult<R> {
     invalid(format!("unsupported in the simulation: {what}"))
 }
+
+/// The query dtype rule of the inference attention ops on Atlas A2/A3: CANN's op definitions
+/// (cannmirror/ops-transformer `attention/prompt_flash_attention/op_host/
+/// prompt_flash_attention_def.cpp`, `incre_flash_attention/…/incre_flash_attention_def.cpp`,
+/// `fused_infer_attention_score/…/fused_infer_attention_score_def.cpp`: the default
+/// `this->Input("query")` lists, not 310P's or `aicore_config_95`'s) list FLOAT16, BFLOAT16 and
+/// (PFA, FIA) INT8 — never FLOAT — and the seeds docs say the same ("query数据类型支持FLOAT16、
+/// BFLOAT16"). A FLOAT query is ACLNN_ERR_PARAM_INVALID, as on the NPU; an INT8 query the
+/// definition lists but the simulation has no kernel for is `unsupported`.
+pub(crate) fn half_query(q: &SimTensor, op: &str, int8_listed: bool) -> SimResult<()> {
+    match q.dtype {
+        DataType::Float16 | DataType::Bf16 => Ok(()),
+        DataType::Int8 if int8_listed => unsupported(&format!("{op}: int8 query")),
+        dt => {
+            let listed = if int8_listed {
+                "FLOAT16, BFLOAT16 or INT8"
+            } else {
+                "FLOAT16 or BFLOAT16"
+            };
+            invalid(format!(
+                "query: dtype must be {listed} ({op} on Atlas A2/A3 takes no FLOAT), got {dt:?}"
+            ))
+        }
+    }
+}
+
+/// `name` (pse, antiquant scale/offset) in the query's dtype, as the definitions pair them
+/// (every FLOAT16 / BFLOAT16 query column of the PFA / IFA defs has pse_shift and IFA's
+/// antiquant_scale / antiquant_offset in the query's dtype).
+pub(crate) fn query_dtype(t: &SimTensor, name: &str, q: DataType) -> SimResult<()> {
+    if t.dtype != q {
+        return invalid(format!(
+            "{name}: dtype must be the query's {q:?}, got {:?}",
+            t.dtype
+        ));
+    }
+    Ok(())
+}

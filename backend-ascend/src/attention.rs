@@ -15,6 +15,13 @@
 //!   paged KV, `aclnnScatterPaKvCache` in place on an unshared cache): [`prompt`], [`incre`],
 //!   [`scatter`]; int8 KV (antiquant) is cast to INT8 on the device first. Integer dtypes and
 //!   NHSD caches take the counted host fallback (`incre_fwd`, `prompt_fwd`, `scatter_kv`).
+//! - **f32** prompt, incremental and fused inference attention and f32 cache scatters run the
+//!   ops crate's composite (Burn tensor ops over this backend's native aclnn ops, which take
+//!   FLOAT), counted as [`PROMPT_COMPOSITE`], [`INCRE_COMPOSITE`], [`FIA_COMPOSITE`] and
+//!   [`SCATTER_COMPOSITE`] in [`crate::fallback_counts`] (no host round trip): CANN's Atlas
+//!   A2/A3 definitions of PFA, IFA, FIA and ScatterPaKvCache list FLOAT16, BFLOAT16 (and INT8)
+//!   only (`*_def.cpp` in ops-transformer; the simulation refuses FLOAT as CANN does), and
+//!   casting around the op would change an f32 caller's numbers. f16 / bf16 calls go to aclnn.
 //!
 //! Shapes and attributes are validated by the ops crate's spec first (typed [`AttnError`]s);
 //! a failing aclnn launch (or its stream synchronisation) then returns [`AttnError::Device`]
@@ -40,6 +47,16 @@ use crate::element::is_acl_float;
 use crate::fallback::count;
 use crate::tensor::{device_error, fail, AscendTensor};
 use crate::Ascend;
+
+/// Counters (in [`crate::fallback_counts`]) of f32 calls that ran the ops crate's composite on
+/// this backend's native ops because CANN's op takes no FLOAT query / key (see the module docs).
+pub const PROMPT_COMPOSITE: &str = "prompt_composite";
+/// f32 incremental attention through the composite (see [`PROMPT_COMPOSITE`]).
+pub const INCRE_COMPOSITE: &str = "incre_composite";
+/// f32 fused inference attention through the composite (see [`PROMPT_COMPOSITE`]).
+pub const FIA_COMPOSITE: &str = "fia_composite";
+/// f32 KV cache scatters through the composite (see [`PROMPT_COMPOSITE`]).
+pub const SCATTER_COMPOSITE: &str = "scatter_composite";
 
 pub mod builders;
 pub(crate) mod burn_module;

@@ -7,7 +7,7 @@
 //!
 //! `cargo run --release --example generate [-- --checkpoint DIR --prompt TEXT… --greedy
 //!  --max-new N --top-p P --temperature T --seed N --block-size N --device cpu|sim|ascend
-//!  --check --attend-path fused|prompt-incre --chat --graph]`
+//!  --check --attend-path fused|prompt-incre --chat --graph --dtype f32|bf16|f16]`
 //!
 //! `--prompt` (repeatable) replaces the built-in prompts; `--greedy` decodes every prompt
 //! greedily (otherwise even prompts are greedy, odd ones top-p). A sequence stops at the
@@ -24,7 +24,13 @@
 //! as one launch, its inputs (token ids, positions, cache slots, block table, masks) written
 //! into the graph's device buffers before each replay; it prints
 //! `generate: decode launches per token <x>` (1 when every step is a replay) and produces the
-//! tokens of the eager path.
+//! tokens of the eager path. It needs `--dtype bf16` (or `f16`): CANN's fused inference
+//! attention takes no f32 query, so an f32 model is refused with `--graph`.
+//!
+//! `--dtype bf16|f16` (sim, ascend) keeps the KV caches and attention in that dtype, the
+//! projections in the model's, as served on an NPU; with the default f32, prompt, incremental
+//! and fused inference attention run the backend's counted composite on the device (CANN's ops
+//! take no f32).
 //!
 //! Loads `runs/finetune` (written by the `finetune` example) unless `--checkpoint` names
 //! another folder (ours or a Hugging Face `llama`, `qwen2`, `qwen3` or `mistral` one, with
@@ -38,7 +44,7 @@ use burn::backend::NdArray;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::{AttendPath, AttentionBackend};
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
-use burn_ascend_cli::args::{ExampleDevice, GenerateArgs as Args};
+use burn_ascend_cli::args::{ComputeDtype, ExampleDevice, GenerateArgs as Args};
 use burn_ascend_model::budget;
 use burn_ascend_model::chat::instruct::{chat_stop_ids, prompt_ids};
 use burn_ascend_model::checkpoint::{eos_token_ids, load_hf_with, LoadOptions};
@@ -50,6 +56,10 @@ use burn_ascend_model::{
     Generator, GraphDecodeStats, Sampling, Tokenizer,
 };
 use clap::Parser;
+
+/// Why `--graph` refuses an f32 model.
+const GRAPH_F32: &str = "unsupported: --graph with an f32 model: CANN's fused inference \
+                         attention takes FLOAT16/BFLOAT16 (use --dtype bf16)";
 
 /// Largest cached-vs-full logit difference `--check` accepts (f32 accumulation over a few
 /// layers; the two paths sum in different orders).
@@ -72,6 +82,19 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
                     the Ascend backend has (use --device sim or --device ascend)"
                 .into(),
         );
+    }
+    if args.device == ExampleDevice::Cpu && args.dtype != ComputeDtype::F32 {
+        return Err(format!(
+            "unsupported: --dtype {:?} on --device cpu (half-precision attention is served on \
+             --device sim or ascend)",
+            args.dtype
+        )
+        .to_lowercase());
+    }
+    if args.graph && args.dtype == ComputeDtype::F32 {
+        // The captured decode calls FIA itself; an f32 model's eager decode attends through
+        // the composite instead, which a graph cannot replay with new masks.
+        return Err(GRAPH_F32.into());
     }
     if !args.checkpoint.join("config.json").exists() {
         return Err(format!(
@@ -241,6 +264,9 @@ fn run_on<B: AttentionBackend>(
     )
     .map_err(|e| e.to_string())?;
     let mut gen = Generator::new(model, blocks, block_size, &device).map_err(|e| e.to_string())?;
+    if let Some(dt) = args.dtype.float_dtype() {
+        gen = gen.with_attention_dtype(dt).map_err(|e| e.to_string())?;
+    }
     if let Some(path) = args.attend_path {
         gen = gen
             .with_attend_path(path.into())

@@ -592,9 +592,15 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub check: bool,
     /// Decode through a captured ACL graph: the decode step of the batch is captured once and
-    /// replayed per token as one launch (Ascend devices only: `--device sim` or `ascend`).
+    /// replayed per token as one launch (Ascend devices only: `--device sim` or `ascend`; with
+    /// `--dtype bf16` or `f16`).
     #[arg(long)]
     pub graph: bool,
+    /// (sim, ascend) The dtype the KV caches hold and attention computes in: f32 (the model's)
+    /// or, as served on an NPU, bf16 / f16, the projections staying in the model's dtype.
+    /// CANN's inference attention ops take no f32: an f32 model attends through the composite.
+    #[arg(long, value_enum, default_value_t = ComputeDtype::F32)]
+    pub dtype: ComputeDtype,
     /// Force one of the two attention paths (to compare them).
     #[arg(long, value_enum)]
     pub attend_path: Option<AttendPathArg>,

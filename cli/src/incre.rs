@@ -15,7 +15,7 @@ use super::device::{
     acl_runtime, data, download, host, on_backend, output, primitive, tensor, upload, OnBackend,
 };
 use super::io::{Bundle, HostTensor};
-use super::prompt::{float_dtype, post_quant, same_dtype};
+use super::prompt::{float_dtype, int8_f32_refusal, post_quant, same_dtype};
 use super::{CliError, Device};
 use burn_ascend::backend::attention::builders;
 use burn_ascend::contract::incre::KvInput;
@@ -209,6 +209,9 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         // int8 attentionOut (quantScale2): a Burn float tensor cannot hold it, so the public
         // API refuses it; the host devices run the reference, `sim` / `npu` CANN's int8 path.
         if device.is_acl() {
+            if q.dtype == Dtype::F32 {
+                return Err(int8_f32_refusal("aclnnIncreFlashAttentionV4").into());
+            }
             return int8_on_device(device, &spec, q, &form);
         }
     } else if device != Device::Reference {

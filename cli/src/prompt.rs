@@ -37,6 +37,16 @@ pub(crate) fn float_dtype(t: &HostTensor, name: &'static str) -> Result<Dtype, A
     }
 }
 
+/// Why an int8 `attentionOut` with an f32 query cannot run on `sim` / `npu`: CANN's op takes
+/// FLOAT16 / BFLOAT16 queries only (its `*_def.cpp`), and the composite an f32 call otherwise
+/// runs computes in Burn float tensors, which cannot hold int8 output.
+pub(crate) fn int8_f32_refusal(op: &str) -> AttnError {
+    AttnError::Unsupported(format!(
+        "quantScale2 (int8 attentionOut) with an f32 query on --device sim|npu: {op} takes \
+         FLOAT16/BFLOAT16 queries only (pass an f16 or bf16 bundle, or use --device reference)"
+    ))
+}
+
 /// `quantScale2` / `quantOffset2`: FLOAT32, or BFLOAT16 with a BF16 query; same dtype/shape.
 pub(crate) fn post_quant(b: &Bundle, query: Dtype) -> Result<Option<PostQuantSpec>, AttnError> {
     let Some(s) = b.optional(&["quantScale2"]) else {
@@ -179,6 +189,9 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         // int8 attentionOut (quantScale2): a Burn float tensor cannot hold it, so the public
         // API refuses it; the host devices run the reference, `sim` / `npu` CANN's int8 path.
         if device.is_acl() {
+            if q.dtype == Dtype::F32 {
+                return Err(int8_f32_refusal("aclnnPromptFlashAttentionV3").into());
+            }
             return int8_on_device(device, &spec, &dims, q, k, v);
         }
     } else if device != Device::Reference {

@@ -27,7 +27,7 @@ pub struct Generator<B: AttentionBackend> {
     /// The dtype the caches hold and attention computes in (`None`: the model's). CANN's
     /// attention ops take F16 / BF16 queries, not F32, so a model served on an NPU keeps its
     /// projections where they are and attends in half precision.
-    attention_dtype: Option<FloatDType>,
+    pub(crate) attention_dtype: Option<FloatDType>,
 }
 
 impl<B: AttentionBackend> Generator<B> {

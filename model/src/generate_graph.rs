@@ -18,13 +18,14 @@
 //! Attention runs as fused inference attention (`aclnnFusedInferAttentionScoreV4`) on the
 //! paged caches, whichever operator the eager step runs (incremental attention for a model
 //! without sinks or windows); a generator whose sinks ride on a placeholder token
-//! ([`AttendPath::PromptIncre`]) is refused.
+//! ([`AttendPath::PromptIncre`]) is refused, and so is f32 attention: CANN's FIA takes FLOAT16 /
+//! BFLOAT16 queries only, so the graph needs [`Generator::with_attention_dtype`] BF16 or F16.
 //!
 //! [`PagedKvCache::reserve`]: burn_ascend::PagedKvCache::reserve
 
 use std::sync::Arc;
 
-use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{DType, FloatDType, Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend::backend::attention::device_meta::{fia_decode_paged, scatter_kv_slots};
 use burn_ascend::backend::graph::{
     capture, reserve_workspace, write_in_place, CapturedGraph, GraphError,
@@ -353,6 +354,20 @@ impl Generator<Ascend> {
             return Err(AttnError::Unsupported(
                 "--graph decodes through fused inference attention on the paged caches; the \
                  prompt / incremental path (sinks on a placeholder token) is not captured"
+                    .into(),
+            ));
+        }
+        // The captured step calls FIA itself (`fia_decode_paged`), and CANN's FIA takes no
+        // FLOAT query (`fused_infer_attention_score_def.cpp`); eagerly, f32 attention runs the
+        // backend's composite, whose host-built masks a replay could not update.
+        let f32_attention = match self.attention_dtype {
+            Some(dt) => dt == FloatDType::F32,
+            None => self.model.embed_tokens.weight.val().dtype() == DType::F32,
+        };
+        if f32_attention {
+            return Err(AttnError::Unsupported(
+                "graph decoding with f32 attention: CANN's fused inference attention takes \
+                 FLOAT16/BFLOAT16 queries (serve with Generator::with_attention_dtype(BF16))"
                     .into(),
             ));
         }

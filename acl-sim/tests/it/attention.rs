@@ -60,6 +60,28 @@ pub(crate) fn zeros(rt: &Runtime, dims: &[usize]) -> DeviceTensor {
         .unwrap()
 }
 
+/// `v` as FLOAT16 on the device (the inference attention ops and the scatter take no FLOAT).
+pub(crate) fn up_f16(rt: &Runtime, dims: &[usize], v: &[f32]) -> DeviceTensor {
+    let b: Vec<u8> = v
+        .iter()
+        .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+        .collect();
+    rt.upload(TensorDesc::contiguous(dims, DataType::Float16).unwrap(), &b)
+        .unwrap()
+}
+
+pub(crate) fn zeros_f16(rt: &Runtime, dims: &[usize]) -> DeviceTensor {
+    rt.zeros(TensorDesc::contiguous(dims, DataType::Float16).unwrap())
+        .unwrap()
+}
+
+/// FLOAT16 bytes as f32.
+pub(crate) fn halfs(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(2)
+        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect()
+}
+
 /// attentionOut, softmaxMax, softmaxSum.
 pub(crate) type FwdOut = (Vec<f32>, Vec<f32>, Vec<f32>);
 

@@ -44,19 +44,20 @@ fn missing_pfa_v3_falls_back_to_v1_only_for_what_v1_has() {
     );
     let dims = [b, s, n * d];
     let prompt = |rt: &Runtime, spec: &PromptSpec| -> Result<Vec<f32>, AclError> {
+        // FLOAT16: CANN's PFA takes no FLOAT query.
         let (qt, kt, vt, o) = (
-            up(rt, &dims, &q),
-            up(rt, &dims, &k),
-            up(rt, &dims, &v),
-            zeros(rt, &dims),
+            up_f16(rt, &dims, &q),
+            up_f16(rt, &dims, &k),
+            up_f16(rt, &dims, &v),
+            zeros_f16(rt, &dims),
         );
         let x = PromptInputs {
             query: qt.handle()?,
             key: kt.handle()?,
             value: vt.handle()?,
         };
-        builders::prompt(rt, spec, DataType::Float, &x.as_ref(), &o.handle()?)?;
-        Ok(floats(&o.download()?))
+        builders::prompt(rt, spec, DataType::Float16, &x.as_ref(), &o.handle()?)?;
+        Ok(halfs(&o.download()?))
     };
     let mut spec = PromptSpec::new(n, 0.3, PfaLayout::Bsh);
     let got = prompt(&rt, &spec).unwrap();
@@ -306,7 +307,8 @@ fn the_call_builder_passes_strides_and_offsets_as_torch_npu_does() {
     assert_eq!(builders::scatter_strides_offsets(&spec), ([7, 9], [2, 3]));
 }
 
-/// A Norm f32 scatter at handle level: key `[t, 1, 8]`, cache `[2, 4, 1, 8]`.
+/// A Norm FLOAT16 scatter at handle level (Atlas A2/A3 takes no FLOAT key): key `[t, 1, 8]`,
+/// cache `[2, 4, 1, 8]`.
 fn norm_scatter(
     rt: &Runtime,
     key_dims: &[usize],
@@ -315,8 +317,8 @@ fn norm_scatter(
     strides: Option<&[i64]>,
 ) -> Result<(), AclError> {
     let key = vec![1.0f32; key_dims.iter().product()];
-    let kt = up(rt, key_dims, &key);
-    let ct = zeros(rt, &[2, 4, 1, 8]);
+    let kt = up_f16(rt, key_dims, &key);
+    let ct = zeros_f16(rt, &[2, 4, 1, 8]);
     let sb: Vec<u8> = slots.iter().flat_map(|x| x.to_le_bytes()).collect();
     let st = rt
         .upload(

@@ -15,21 +15,23 @@ use crate::leaks::in_own_process;
 const IFA: &str = "aclnnIncreFlashAttentionV4";
 
 /// One incremental attention (BSH, contiguous KV) on a fresh runtime, start to finish: returns
-/// the output's bytes or the first error.
+/// the output's bytes or the first error. FLOAT16: CANN's IFA takes no FLOAT query.
 fn incre_once() -> Result<Vec<u8>, AclError> {
     let rt = sim::runtime()?;
     let (b, n, d, s) = (2usize, 2usize, 8usize, 3usize);
     let up = |rt: &Runtime, dims: &[usize], seed: u32| {
         let len: usize = dims.iter().product();
         let bytes: Vec<u8> = (0..len)
-            .flat_map(|i| (((i as u32 * 7 + seed) % 11) as f32 / 11.0 - 0.5).to_le_bytes())
+            .flat_map(|i| {
+                half::f16::from_f32(((i as u32 * 7 + seed) % 11) as f32 / 11.0 - 0.5).to_le_bytes()
+            })
             .collect();
-        rt.upload(TensorDesc::contiguous(dims, DataType::Float)?, &bytes)
+        rt.upload(TensorDesc::contiguous(dims, DataType::Float16)?, &bytes)
     };
     let q = up(&rt, &[b, 1, n * d], 1)?;
     let k = up(&rt, &[b, s, n * d], 2)?;
     let v = up(&rt, &[b, s, n * d], 3)?;
-    let o = rt.zeros(TensorDesc::contiguous(&[b, 1, n * d], DataType::Float)?)?;
+    let o = rt.zeros(TensorDesc::contiguous(&[b, 1, n * d], DataType::Float16)?)?;
     let mut spec = IncreSpec::new(n, 0.5, IfaLayout::Bsh);
     spec.actual_seq_lengths = Some(vec![3, 2]);
     let kl = burn_ascend_cann::acl::TensorList::new(rt.api(), vec![k.handle()?])?;
@@ -38,7 +40,7 @@ fn incre_once() -> Result<Vec<u8>, AclError> {
         &rt,
         &spec,
         &builders::IncreTensors {
-            dtype: DataType::Float,
+            dtype: DataType::Float16,
             query: &q.handle()?,
             key: &kl,
             value: &vl,

@@ -8,7 +8,9 @@ use burn_ascend_cann::acl::ffi::names;
 use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc, TensorList};
 use burn_ascend_contract::fia::{FiaKvShapes, FiaShapes, FiaSpec, PfaLayout};
 use burn_ascend_kernels::reference::fia::fused_infer_attention as reference;
+use half::bf16;
 
+/// Values exact in BFLOAT16 (the query dtype here: CANN's FIA takes no FLOAT query).
 fn rand(seed: u64, n: usize) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
@@ -16,18 +18,22 @@ fn rand(seed: u64, n: usize) -> Vec<f32> {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
-            ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
+            let x = ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32;
+            bf16::from_f32(x).to_f32()
         })
         .collect()
 }
 
 fn up(rt: &Runtime, dims: &[usize], v: &[f32]) -> DeviceTensor {
-    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-    rt.upload(TensorDesc::contiguous(dims, DataType::Float).unwrap(), &b)
+    let b: Vec<u8> = v
+        .iter()
+        .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
+        .collect();
+    rt.upload(TensorDesc::contiguous(dims, DataType::Bf16).unwrap(), &b)
         .unwrap()
 }
 
-/// BSND, B 2, Q_S 3, KV_S 5, N 2, D 64, with `sink` as `learnableSink` (FLOAT):
+/// BSND, B 2, Q_S 3, KV_S 5, N 2, D 64, BFLOAT16, with `sink` as `learnableSink` (BFLOAT16):
 /// `(attentionOut, softmaxLse)` through the call builder.
 fn run(
     rt: &Runtime,
@@ -37,7 +43,7 @@ fn run(
     let (qd, kd) = ([2usize, 3, 2, 64], [2usize, 5, 2, 64]);
     let (q, k, v) = (rand(1, 768), rand(2, 1280), rand(3, 1280));
     let (qt, kt, vt) = (up(rt, &qd, &q), up(rt, &kd, &k), up(rt, &kd, &v));
-    let o = rt.zeros(TensorDesc::contiguous(&qd, DataType::Float)?)?;
+    let o = rt.zeros(TensorDesc::contiguous(&qd, DataType::Bf16)?)?;
     let l = rt.zeros(TensorDesc::contiguous(&[2, 2, 3, 1], DataType::Float)?)?;
     let st = sink.map(|s| up(rt, &[s.len()], s));
     {
@@ -51,7 +57,7 @@ fn run(
             rt,
             spec,
             &FiaTensors {
-                dtype: DataType::Float,
+                dtype: DataType::Bf16,
                 query: &qt.handle()?,
                 key: &kl,
                 value: &vl,
@@ -61,6 +67,12 @@ fn run(
             },
         )?;
     }
+    let bf = |t: &DeviceTensor| -> Result<Vec<f32>, AclError> {
+        Ok(t.download()?
+            .chunks_exact(2)
+            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect())
+    };
     let f = |t: &DeviceTensor| -> Result<Vec<f32>, AclError> {
         Ok(t.download()?
             .chunks_exact(4)
@@ -80,8 +92,12 @@ fn run(
         let dims = spec.validate(&shapes).unwrap();
         reference(&spec.args(&dims, &q, &k, &v, sink))
     };
-    let (got, lse) = (f(&o)?, f(&l)?);
-    let exp: Vec<f32> = want.attention_out.iter().map(|&x| x as f32).collect();
+    let (got, lse) = (bf(&o)?, f(&l)?);
+    let exp: Vec<f32> = want
+        .attention_out
+        .iter()
+        .map(|&x| bf16::from_f64(x).to_f32())
+        .collect();
     assert_eq!(got, exp, "the simulation runs the reference");
     if spec.softmax_lse_flag {
         assert_eq!(lse, want.softmax_lse);

@@ -42,13 +42,14 @@ fn dispatch_leaves_no_live_handles_behind() {
         let rt = burn_ascend_acl_sim::runtime().unwrap();
         // Incremental attention with the tensor-list form: lists own their tensors.
         let (b, n, d, s) = (2usize, 2usize, 8usize, 3usize);
+        // FLOAT16: CANN's IFA takes no FLOAT query.
         let incre = |rt: &Runtime, spec: &IncreSpec| -> Result<(), AclError> {
-            let f32s = |dims: &[usize]| {
-                rt.zeros(TensorDesc::contiguous(dims, DataType::Float).unwrap())
+            let f16s = |dims: &[usize]| {
+                rt.zeros(TensorDesc::contiguous(dims, DataType::Float16).unwrap())
                     .unwrap()
             };
-            let (q, o) = (f32s(&[b, 1, n * d]), f32s(&[b, 1, n * d]));
-            let kv = [f32s(&[1, s, n * d]), f32s(&[1, s, n * d])];
+            let (q, o) = (f16s(&[b, 1, n * d]), f16s(&[b, 1, n * d]));
+            let kv = [f16s(&[1, s, n * d]), f16s(&[1, s, n * d])];
             let list =
                 || TensorList::new(rt.api(), kv.iter().map(|t| t.handle().unwrap()).collect());
             let (kl, vl) = (list()?, list()?);
@@ -56,7 +57,7 @@ fn dispatch_leaves_no_live_handles_behind() {
                 rt,
                 spec,
                 &builders::IncreTensors {
-                    dtype: DataType::Float,
+                    dtype: DataType::Float16,
                     query: &q.handle()?,
                     key: &kl,
                     value: &vl,

@@ -15,6 +15,7 @@ mod guard;
 mod hccl;
 mod host_overhead;
 mod index;
+mod infer_dtypes;
 mod leaks;
 mod loader;
 mod math;

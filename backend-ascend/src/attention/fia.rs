@@ -7,7 +7,8 @@
 //! reads on the installed CANN release ([`FiaSpec::learnable_sink_dtype`], issue 30: BFLOAT16
 //! on FIA v3 whatever the query, the query's on 9.x's TND split-fuse path) — the model's sink,
 //! in whatever dtype its parameters have, arrives as exact f32 values and is converted once,
-//! at its upload. int8 KV is cast to INT8 on the device as in `incre.rs`.
+//! at its upload. int8 KV is cast to INT8 on the device as in `incre.rs`. An f32 call runs the
+//! composite on the native ops (counted as [`FIA_COMPOSITE`]): CANN's FIA takes no FLOAT query.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -17,12 +18,12 @@ use burn_ascend_cann::acl::{aclnn, loader, Result as AclResult, Runtime, Tensor,
 use burn_ascend_contract::fia::{CannRelease, FiaAntiquantMode, FiaSpec};
 use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
 use burn_ascend_ops::error::Result;
-use burn_ascend_ops::fia::composite::shapes;
+use burn_ascend_ops::fia::composite::{self, shapes};
 use burn_ascend_ops::ndarray::cpu_fia_fwd;
 use burn_backend::{DType, Shape};
 
 use super::builders::{handle_of, ints, prompt_mask, upload_block_table, upload_float, upload_i64};
-use super::{handle, same_device};
+use super::{handle, same_device, FIA_COMPOSITE};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
@@ -240,6 +241,12 @@ pub(super) fn fia_fwd(inputs: FiaInputs<Ascend>, spec: &FiaSpec) -> Result<FiaOu
     if !is_acl_float(dtype) || k.dtype != dtype || v.dtype != dtype {
         count(OP);
         return cpu_fia_fwd::<Ascend>(inputs, spec);
+    }
+    if dtype == DType::F32 {
+        // CANN's FIA takes no FLOAT query (`fused_infer_attention_score_def.cpp`): the
+        // composite on the native ops gives the f32 answer (the sink as the model keeps it).
+        count(FIA_COMPOSITE);
+        return composite::fia_fwd::<Ascend>(inputs, spec);
     }
     // int8 KV (antiquant) goes to the op as INT8, cast on the device.
     let cast = |t: &AscendTensor| match spec.quantised() {

@@ -1,6 +1,7 @@
 //! Incremental (decode) attention on the device: `aclnnIncreFlashAttentionV4` over contiguous
 //! KV, the tensor-list form or the paged caches with their block table. The spec's host-side
-//! inputs (mask, pse, block table, `kvPaddingSize`) are uploaded for the call.
+//! inputs (mask, pse, block table, `kvPaddingSize`) are uploaded for the call. An f32 call runs
+//! the composite on the native ops (counted as [`INCRE_COMPOSITE`]): CANN's IFA takes no FLOAT.
 //!
 //! int8 KV reaches the Burn API as float tensors holding the int8 values (exact); with
 //! `antiquant` the key and value are cast to INT8 on the device (`aclnnCast`) and the scale /
@@ -11,12 +12,12 @@
 use burn_ascend_cann::acl::{Runtime, TensorDesc, TensorList};
 use burn_ascend_ops::backend::{IncreInputs, IncreKv};
 use burn_ascend_ops::error::{AttnError, Result};
-use burn_ascend_ops::incre::composite::shapes;
+use burn_ascend_ops::incre::composite::{self, shapes};
 use burn_ascend_ops::incre::IncreSpec;
 use burn_ascend_ops::ndarray::cpu_incre_fwd;
 use burn_backend::{DType, Shape};
 
-use super::{builders, handle, same_device};
+use super::{builders, handle, same_device, INCRE_COMPOSITE};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
@@ -57,6 +58,11 @@ pub(super) fn incre_fwd(inputs: IncreInputs<Ascend>, spec: &IncreSpec) -> Result
     if !is_acl_float(dtype) || all.iter().any(|t| t.dtype != dtype) {
         count(OP);
         return cpu_incre_fwd::<Ascend>(inputs, spec);
+    }
+    if dtype == DType::F32 {
+        // CANN's IFA takes FLOAT16 / BFLOAT16 queries only (`incre_flash_attention_def.cpp`).
+        count(INCRE_COMPOSITE);
+        return composite::incre_fwd::<Ascend>(inputs, spec);
     }
     // int8 KV (antiquant) goes to the op as INT8, cast on the device; other KV as it is.
     let device_kv = |ts: &[&AscendTensor]| -> Option<Vec<AscendTensor>> {

@@ -1,15 +1,16 @@
 //! Prompt (prefill) attention on the device: `aclnnPromptFlashAttentionV3` (V1 when V3 is
 //! absent and the call needs nothing only V3 has) over the query/key/value views as they are.
-//! The spec's host-side inputs (mask, pse) are uploaded for the call.
+//! The spec's host-side inputs (mask, pse) are uploaded for the call. An f32 call runs the
+//! composite on the native ops (counted as [`PROMPT_COMPOSITE`]): CANN's PFA takes no FLOAT.
 
 use burn_ascend_ops::backend::PromptInputs;
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::ndarray::cpu_prompt_fwd;
-use burn_ascend_ops::prompt::composite::shapes;
+use burn_ascend_ops::prompt::composite::{self, shapes};
 use burn_ascend_ops::prompt::PromptSpec;
-use burn_backend::Shape;
+use burn_backend::{DType, Shape};
 
-use super::{builders, same_device, view_handle};
+use super::{builders, same_device, view_handle, PROMPT_COMPOSITE};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
@@ -37,6 +38,12 @@ pub(super) fn prompt_fwd(
     if !is_acl_float(dtype) || k.dtype != dtype || v.dtype != dtype {
         count(OP);
         return cpu_prompt_fwd::<Ascend>(inputs, spec);
+    }
+    if dtype == DType::F32 {
+        // CANN's PFA takes no FLOAT query (`prompt_flash_attention_def.cpp`): the composite on
+        // the native ops gives the f32 answer.
+        count(PROMPT_COMPOSITE);
+        return composite::prompt_fwd::<Ascend>(inputs, spec);
     }
     let rt = runtime(&device);
     let out = AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device);

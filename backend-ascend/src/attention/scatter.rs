@@ -4,6 +4,9 @@
 //! held by nothing else (the usual case: the caller moved its only handle in) is updated where
 //! it lies, so appending a token costs the token, not the cache; a shared or strided cache is
 //! first copied into a fresh buffer so no other handle sees the write.
+//!
+//! An f32 cache runs the composite on the native ops (counted as [`SCATTER_COMPOSITE`]): CANN's
+//! op takes no FLOAT key on Atlas A2/A3; the composite writes a new cache rather than in place.
 
 use std::sync::Arc;
 
@@ -11,10 +14,11 @@ use burn_ascend_cann::acl::TensorDesc;
 use burn_ascend_ops::backend::{ScatterInputs, ScatterOutputs};
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::ndarray::cpu_scatter_kv;
-use burn_ascend_ops::scatter::composite::shapes;
+use burn_ascend_ops::scatter::composite::{self, shapes};
 use burn_ascend_ops::scatter::{CacheMode, ScatterDims, ScatterKind, ScatterSpec};
+use burn_backend::DType;
 
-use super::{builders, handle, same_device};
+use super::{builders, handle, same_device, SCATTER_COMPOSITE};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
@@ -94,6 +98,12 @@ pub(super) fn scatter_kv(
     {
         count(OP);
         return cpu_scatter_kv::<Ascend>(inputs, spec);
+    }
+    if dtype == DType::F32 {
+        // Atlas A2/A3's ScatterPaKvCache takes FLOAT16 / BFLOAT16 / INT8 keys only
+        // (`scatter_pa_kv_cache_def.cpp`): the composite writes an f32 cache with native ops.
+        count(SCATTER_COMPOSITE);
+        return composite::scatter_kv::<Ascend>(inputs, spec);
     }
     let ScatterInputs {
         key,

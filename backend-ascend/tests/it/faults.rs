@@ -7,7 +7,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::{empty_cache, memory_stats, Ascend, AscendDevice};
 use burn_ascend_cann::acl::ffi::{ACLNN_ERR_RUNTIME_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION};
@@ -21,9 +21,16 @@ fn dev() -> AscendDevice {
     AscendDevice::sim()
 }
 
+/// FLOAT16 inputs: CANN's (and the simulation's) PFA, IFA and scatter take no FLOAT, and these
+/// tests inject faults into the aclnn launches.
 fn t<const K: usize>(n: usize, s: [usize; K]) -> Tensor<Ascend, K> {
     let v: Vec<f32> = (0..n).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
-    Tensor::from_data(TensorData::new(v, s), &dev())
+    Tensor::<Ascend, K>::from_data(TensorData::new(v, s), &dev()).cast(FloatDType::F16)
+}
+
+/// `x` read back as f32 values.
+fn read<const K: usize>(x: Tensor<Ascend, K>) -> Vec<f32> {
+    x.cast(FloatDType::F32).into_data().to_vec().unwrap()
 }
 
 /// The three serving ops, by their aclnn C names, each run once on fresh inputs; returns the
@@ -34,22 +41,19 @@ fn run(op: &str) -> Result<Vec<f32>, AttnError> {
         "aclnnPromptFlashAttentionV3" => {
             let q = t::<4>(b * s * n * d, [b, s, n, d]);
             let spec = PromptSpec::new(n, 0.3, PfaLayout::Bsnd);
-            prompt_flash_attention(q.clone(), q.clone(), q, &spec)
-                .map(|o| o.into_data().to_vec().unwrap())
+            prompt_flash_attention(q.clone(), q.clone(), q, &spec).map(read)
         }
         "aclnnIncreFlashAttentionV4" => {
             let q = t::<4>(b * n * d, [b, 1, n, d]);
             let k = t::<4>(b * s * n * d, [b, s, n, d]);
             let spec = IncreSpec::new(n, 0.3, IfaLayout::Bsnd);
-            incre_flash_attention(q, IncreKv::contiguous(k.clone(), k), &spec)
-                .map(|o| o.into_data().to_vec().unwrap())
+            incre_flash_attention(q, IncreKv::contiguous(k.clone(), k), &spec).map(read)
         }
         _ => {
             let key = t::<3>(s * n * d, [s, n, d]);
             let cache = t::<4>(2 * 16 * n * d, [2, 16, n, d]);
             let spec = ScatterSpec::new(vec![3, 17, 0]);
-            scatter_pa_kv_cache(key, None, cache, None, &spec)
-                .map(|(c, _)| c.into_data().to_vec().unwrap())
+            scatter_pa_kv_cache(key, None, cache, None, &spec).map(|(c, _)| read(c))
         }
     }
 }
@@ -176,8 +180,10 @@ fn a_failed_device_append_returns_its_blocks_and_the_paged_cache_then_refuses_in
 ) {
     let _lock = crate::exclusive();
     let (n, d, bs, blocks) = (2, 8, 16, 4);
-    let mut cache =
-        burn_ascend_ops::PagedKvCache::<Ascend>::new(blocks, bs, n, n, d, 0.3, &dev()).unwrap();
+    let mut cache = burn_ascend_ops::PagedKvCache::<Ascend>::new(blocks, bs, n, n, d, 0.3, &dev())
+        .unwrap()
+        .with_dtype(DType::F16)
+        .unwrap();
     let (a, b) = (cache.add_sequence(), cache.add_sequence());
     cache
         .append(

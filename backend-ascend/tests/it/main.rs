@@ -18,6 +18,7 @@ mod fallback_dtypes;
 mod faults;
 mod fia_sink;
 mod grouped_matmul;
+mod infer_dtypes;
 mod memory_pool;
 mod native_elementwise;
 mod native_index;

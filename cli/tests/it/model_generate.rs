@@ -200,12 +200,12 @@ fn f16_and_bf16_serving_through_fia_sends_a_bf16_sink_and_tracks_the_f32_logits(
         assert_eq!(gen.attend_path(), AttendPath::Fused);
         generate_batch(&mut gen, &prompts, 6, &sampling, &mut SplitMix(1)).unwrap()
     };
+    let composite = fallback_count("fia_composite");
     let want = run(None);
-    assert_eq!(
-        burn_ascend_acl_sim::last_learnable_sink_dtype(),
-        Some(DataType::Float),
-        "an f32 query keeps the simulation's f32 sink"
-    );
+    // CANN's FIA takes no FLOAT query: the f32 model attends through the counted composite,
+    // and no FIA call reaches the simulation.
+    assert!(fallback_count("fia_composite") > composite);
+    assert_eq!(burn_ascend_acl_sim::last_learnable_sink_dtype(), None);
     let ops = ["prompt_fwd", "incre_fwd", "fia_fwd", "scatter_kv"];
     // Half precision over 6 decode steps of a random model: the logits (of order 1) stay
     // within 5e-2 of the f32 run's (bf16 keeps 8 bits of mantissa, f16 11).

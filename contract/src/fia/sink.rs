@@ -33,8 +33,9 @@
 //! on every release; in TND on 9.x the split-fuse path wants the query's dtype; a BF16 query
 //! takes a BF16 sink everywhere.
 //!
-//! A FLOAT query is the simulation's own (A2/A3 FIA's definition lists FLOAT16, BFLOAT16 and
-//! INT8 queries only): its sink is FLOAT, so host-precision tests keep their exact numbers.
+//! A FLOAT query never reaches CANN's FIA (A2/A3 FIA's definition lists FLOAT16, BFLOAT16 and
+//! INT8 queries only; the simulation refuses FLOAT too): it is the host paths' and the `Ascend`
+//! composite's, whose sink is FLOAT, so host-precision callers keep their exact numbers.
 
 use crate::error::{AttnError, Result};
 use crate::DataType;
@@ -91,7 +92,8 @@ pub enum FiaSinkPath {
     FiaV3,
     /// The TND split-fuse path (CANN 9.x): the sink in the query's dtype.
     SplitFuse,
-    /// A FLOAT query: the simulation's own (CANN's FIA takes no FLOAT query); FLOAT sink.
+    /// A FLOAT query: the host paths' and the composite's (CANN's FIA takes no FLOAT query);
+    /// FLOAT sink.
     FloatQuery,
 }
 
@@ -101,7 +103,7 @@ impl FiaSinkPath {
         match self {
             Self::FiaV3 => "the FIA v3 template",
             Self::SplitFuse => "the TND split-fuse path",
-            Self::FloatQuery => "a FLOAT query (the simulation's own)",
+            Self::FloatQuery => "a FLOAT query (host / composite only)",
         }
     }
 }
