@@ -182,6 +182,21 @@ impl CapturedGraph {
     pub fn recorded_tasks(&self) -> usize {
         self.tasks
     }
+
+    /// The recorded attention launches as the next replay runs them (task-group updates
+    /// queued so far included once the stream reached them): each one's `(query length, key
+    /// length)` per sequence. A simulation facility (`burn_ascend_acl_sim::graph_attention`);
+    /// `None` on CANN, which does not say.
+    pub fn recorded_attention(&self) -> Option<Vec<Vec<(usize, usize)>>> {
+        #[cfg(feature = "sim")]
+        {
+            burn_ascend_acl_sim::graph_attention(self.ri.as_ptr())
+        }
+        #[cfg(not(feature = "sim"))]
+        {
+            None
+        }
+    }
 }
 
 impl Drop for CapturedGraph {
@@ -251,7 +266,9 @@ pub fn task_group<R>(
 /// as many as the group holds, in order, typically the same calls with new host attributes
 /// (`aclmdlRICaptureTaskUpdateBegin` / `End`). They are recorded, not run; the replacement is
 /// stream-ordered (a replay queued before it runs the old tasks). `f` must not upload, read
-/// or allocate (refused as in a capture).
+/// or allocate: uploads and reads are refused as in a capture, and so is any allocation from
+/// the device's pool (a block taken for a recorded task would be handed out again once its
+/// tensor dropped) — a re-issued call writes the buffers its captured call was bound to.
 pub fn update_task_group<R>(
     device: &AscendDevice,
     group: TaskGroup,
@@ -264,8 +281,13 @@ pub fn update_task_group<R>(
              replays, after its capture ended)"
         )));
     }
+    // As a capture: other threads' ops on the device wait (they would be recorded into the
+    // group otherwise).
+    let _claim = crate::device::claim_for_capture(device).map_err(GraphError::Refused)?;
     rt.task_update_begin(group).map_err(from_acl)?;
+    crate::memory::set_updating(device, true);
     let out = catch_unwind(AssertUnwindSafe(f));
+    crate::memory::set_updating(device, false);
     // Ends the update either way, so that the stream leaves update mode.
     let ended = rt.task_update_end();
     match out {

@@ -162,6 +162,10 @@ struct Pool {
     /// The graph being captured on the device (`crate::graph`): the blocks allocated
     /// meanwhile belong to it.
     capturing: Option<u64>,
+    /// A task-group update of a graph is being recorded on the device (`crate::graph`): an
+    /// allocation is refused — its block would return to the pool when its tensor drops, while
+    /// the updated graph still reads or writes it at every replay.
+    updating: bool,
     /// Blocks (by address) that a captured graph's recorded tasks use, and the graph: they are
     /// not handed out again while the graph lives.
     graph_owned: HashMap<usize, u64>,
@@ -376,6 +380,13 @@ fn is_oom(e: &AclError) -> bool {
 pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str) -> DeviceBuffer {
     let class = size_class(bytes);
     let small = class <= SMALL_LIMIT;
+    if with_pool(device, |p| p.updating) {
+        panic!(
+            "allocation of {bytes} bytes for {op} refused during graph capture's task-group \
+             update on {device}: a re-issued call must write the buffers the capture bound \
+             (its output, its workspace), not a new block the pool would hand out again"
+        );
+    }
     let rt = runtime(device);
     let cached = with_pool(device, |p| {
         if let (false, Some(r)) = (small, p.large_requests.as_mut()) {
@@ -479,6 +490,12 @@ pub fn reserve_large(device: &AscendDevice, classes: &[usize]) -> Result<usize, 
 /// Starts attributing `device`'s allocations to graph `graph` (a capture began).
 pub(crate) fn begin_graph(device: &AscendDevice, graph: u64) {
     with_pool(device, |p| p.capturing = Some(graph));
+}
+
+/// Refuses (`on`) or allows again the device's allocations while a task-group update is
+/// recorded.
+pub(crate) fn set_updating(device: &AscendDevice, on: bool) {
+    with_pool(device, |p| p.updating = on);
 }
 
 /// Stops attributing allocations to a graph (its capture ended).
