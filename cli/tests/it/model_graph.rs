@@ -136,7 +136,7 @@ fn each_replayed_decode_attends_every_sequences_cached_tokens_only_with_the_eage
     // Layer 0 slides (a window mask and the lengths), layer 1 attends fully (the lengths
     // alone), both with sinks.
     let cfg = config(true, Some(4));
-    let mut model = Transformer::<Ascend>::new(&cfg, &device).unwrap();
+    let model = Transformer::<Ascend>::new(&cfg, &device).unwrap();
     model.visit(&mut Materialise);
     let prompts = [vec![1u32, 5, 9], vec![3u32; 21], vec![7u32]];
     let mut eager = Generator::new(model.clone(), 64, 16, &device).unwrap();
