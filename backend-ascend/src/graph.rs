@@ -281,9 +281,6 @@ pub fn update_task_group<R>(
              replays, after its capture ended)"
         )));
     }
-    // As a capture: other threads' ops on the device wait (they would be recorded into the
-    // group otherwise).
-    let _claim = crate::device::claim_for_capture(device).map_err(GraphError::Refused)?;
     rt.task_update_begin(group).map_err(from_acl)?;
     crate::memory::set_updating(device, true);
     let out = catch_unwind(AssertUnwindSafe(f));

@@ -164,8 +164,8 @@ struct Pool {
     capturing: Option<u64>,
     /// The thread recording a task-group update of a graph of the device (`crate::graph`):
     /// its allocations are refused — a block would return to the pool when its tensor drops,
-    /// while the updated graph still reads or writes it at every replay. (Other threads wait
-    /// for the update, as for a capture.)
+    /// while the updated graph still reads or writes it at every replay. Other threads'
+    /// allocations (another device's work, a test beside) are not the update's.
     updating: Option<std::thread::ThreadId>,
     /// Blocks (by address) that a captured graph's recorded tasks use, and the graph: they are
     /// not handed out again while the graph lives.
@@ -381,7 +381,7 @@ fn is_oom(e: &AclError) -> bool {
 pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str) -> DeviceBuffer {
     let class = size_class(bytes);
     let small = class <= SMALL_LIMIT;
-    // Waits while another thread captures or updates a graph of the device.
+    // Waits while another thread captures a graph of the device.
     let rt = runtime(device);
     if with_pool(device, |p| p.updating == Some(std::thread::current().id())) {
         panic!(
