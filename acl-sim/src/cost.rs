@@ -201,6 +201,9 @@ thread_local! {
     static OPERANDS: RefCell<Vec<Operand>> = const { RefCell::new(Vec::new()) };
     /// The attention work a first stage reported since the last executor was made.
     static ATTENTION: RefCell<Option<OpCost>> = const { RefCell::new(None) };
+    /// Its `(query length, key length)` per sequence, kept whether or not the model is on:
+    /// what a task recorded into a graph attends ([`crate::graph_attention`]).
+    static ATTENDED: RefCell<Option<Vec<(usize, usize)>>> = const { RefCell::new(None) };
 }
 
 /// Notes a decoded tensor (called by the handle decoder).
@@ -219,6 +222,13 @@ pub(crate) fn note_operand(dims: &[usize], dtype: DataType) {
 pub(crate) fn discard() {
     let _ = OPERANDS.try_with(|o| o.borrow_mut().clear());
     let _ = ATTENTION.try_with(|a| a.borrow_mut().take());
+    let _ = ATTENDED.try_with(|a| a.borrow_mut().take());
+}
+
+/// The per-sequence `(query, key)` lengths the attention launch whose first stage just ran
+/// reported (cleared); `None` for any other op.
+pub(crate) fn take_attended() -> Option<Vec<(usize, usize)>> {
+    ATTENDED.try_with(|a| a.borrow_mut().take()).ok().flatten()
 }
 
 /// The peak for an op computing in `dtype`.
@@ -399,10 +409,12 @@ impl Attention {
 /// Reports the attention work of the launch whose first stage is running (replacing the
 /// generic rule for it).
 pub(crate) fn note_attention(work: impl FnOnce() -> Attention) {
+    let work = work();
     if cost_model_enabled() {
-        let c = work().cost();
+        let c = work.cost();
         let _ = ATTENTION.try_with(|a| *a.borrow_mut() = Some(c));
     }
+    let _ = ATTENDED.try_with(|a| *a.borrow_mut() = Some(work.seqs));
 }
 
 /// The pairs [`Keep::of_sparse_mode`]`(mode, pre, next)` keeps of a sequence of `sq`

@@ -89,7 +89,7 @@ pub use cost::{
 };
 pub use fia::{fia_release, last_learnable_sink_dtype, set_fia_release};
 pub use hccl::{hccl_api, live_communicators, set_connect_timeout, set_exec_timeout};
-pub use state::capture::graph_tasks;
+pub use state::capture::{graph_attention, graph_tasks};
 pub use state::{
     clear_faults, device_count, device_time, faults_fired, inject_fault, launches, live_handles,
     memory_in_use, reset_device_time, set_compute, set_device_count, set_memory_limit,

@@ -12,7 +12,11 @@
 //! The device's stream is the capturing thread's while the capture lasts: another thread's op
 //! on the same device waits until the capture ends (so nothing of it is recorded into the
 //! graph). An op the closure hands to another thread on the same device therefore waits for
-//! the capture too — queue everything of a capture from the thread that captures.
+//! the capture too — queue everything of a capture from the thread that captures. The wait
+//! is where an op asks for the device's runtime: an op of another thread already past that
+//! point when the capture begins is not held back, and CANN's rules then apply to it (an
+//! upload is refused, a launch recorded into the graph) — keep other threads' work off a
+//! device while it captures.
 //!
 //! Memory: a capture may not allocate from the device (`aclrtMalloc` is refused), so every
 //! block the closure's ops take comes from the pool's free blocks — reserve them first
@@ -182,6 +186,21 @@ impl CapturedGraph {
     pub fn recorded_tasks(&self) -> usize {
         self.tasks
     }
+
+    /// The recorded attention launches as the next replay runs them (task-group updates
+    /// queued so far included once the stream reached them): each one's `(query length, key
+    /// length)` per sequence. A simulation facility (`burn_ascend_acl_sim::graph_attention`);
+    /// `None` on CANN, which does not say.
+    pub fn recorded_attention(&self) -> Option<Vec<Vec<(usize, usize)>>> {
+        #[cfg(feature = "sim")]
+        {
+            burn_ascend_acl_sim::graph_attention(self.ri.as_ptr())
+        }
+        #[cfg(not(feature = "sim"))]
+        {
+            None
+        }
+    }
 }
 
 impl Drop for CapturedGraph {
@@ -251,7 +270,9 @@ pub fn task_group<R>(
 /// as many as the group holds, in order, typically the same calls with new host attributes
 /// (`aclmdlRICaptureTaskUpdateBegin` / `End`). They are recorded, not run; the replacement is
 /// stream-ordered (a replay queued before it runs the old tasks). `f` must not upload, read
-/// or allocate (refused as in a capture).
+/// or allocate: uploads and reads are refused as in a capture, and so is any allocation from
+/// the device's pool (a block taken for a recorded task would be handed out again once its
+/// tensor dropped) — a re-issued call writes the buffers its captured call was bound to.
 pub fn update_task_group<R>(
     device: &AscendDevice,
     group: TaskGroup,
@@ -265,7 +286,9 @@ pub fn update_task_group<R>(
         )));
     }
     rt.task_update_begin(group).map_err(from_acl)?;
+    crate::memory::set_updating(device, true);
     let out = catch_unwind(AssertUnwindSafe(f));
+    crate::memory::set_updating(device, false);
     // Ends the update either way, so that the stream leaves update mode.
     let ended = rt.task_update_end();
     match out {

@@ -162,6 +162,11 @@ struct Pool {
     /// The graph being captured on the device (`crate::graph`): the blocks allocated
     /// meanwhile belong to it.
     capturing: Option<u64>,
+    /// The thread recording a task-group update of a graph of the device (`crate::graph`):
+    /// its allocations are refused — a block would return to the pool when its tensor drops,
+    /// while the updated graph still reads or writes it at every replay. Other threads'
+    /// allocations (another device's work, a test beside) are not the update's.
+    updating: Option<std::thread::ThreadId>,
     /// Blocks (by address) that a captured graph's recorded tasks use, and the graph: they are
     /// not handed out again while the graph lives.
     graph_owned: HashMap<usize, u64>,
@@ -376,7 +381,15 @@ fn is_oom(e: &AclError) -> bool {
 pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str) -> DeviceBuffer {
     let class = size_class(bytes);
     let small = class <= SMALL_LIMIT;
+    // Waits while another thread captures a graph of the device.
     let rt = runtime(device);
+    if with_pool(device, |p| p.updating == Some(std::thread::current().id())) {
+        panic!(
+            "allocation of {bytes} bytes for {op} refused during graph capture's task-group \
+             update on {device}: a re-issued call must write the buffers the capture bound \
+             (its output, its workspace), not a new block the pool would hand out again"
+        );
+    }
     let cached = with_pool(device, |p| {
         if let (false, Some(r)) = (small, p.large_requests.as_mut()) {
             r.push(class);
@@ -479,6 +492,13 @@ pub fn reserve_large(device: &AscendDevice, classes: &[usize]) -> Result<usize, 
 /// Starts attributing `device`'s allocations to graph `graph` (a capture began).
 pub(crate) fn begin_graph(device: &AscendDevice, graph: u64) {
     with_pool(device, |p| p.capturing = Some(graph));
+}
+
+/// Refuses (`on`) or allows again the calling thread's allocations on the device while it
+/// records a task-group update.
+pub(crate) fn set_updating(device: &AscendDevice, on: bool) {
+    let me = on.then(|| std::thread::current().id());
+    with_pool(device, |p| p.updating = me);
 }
 
 /// Stops attributing allocations to a graph (its capture ended).

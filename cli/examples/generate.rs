@@ -21,11 +21,13 @@
 //!
 //! `--graph` (Ascend devices only; refused on `--device cpu`, naming the flag) decodes through
 //! a captured ACL graph: the decode step of the batch is captured once and replayed per token
-//! as one launch, its inputs (token ids, positions, cache slots, block table, masks) written
-//! into the graph's device buffers before each replay; it prints
-//! `generate: decode launches per token <x>` (1 when every step is a replay) and produces the
-//! tokens of the eager path. It needs `--dtype bf16` (or `f16`): CANN's fused inference
-//! attention takes no f32 query, so an f32 model is refused with `--graph`.
+//! as one launch, its inputs (token ids, positions, cache slots, block table, window masks)
+//! written into the graph's device buffers and each layer's attention re-issued with the
+//! sequences' cached lengths (a task-group update, recorded, not run) before each replay; it
+//! prints `generate: decode launches per token <x>` (1 when every step is a replay) with the
+//! uploads and attention updates per token, and produces the tokens of the eager path. It
+//! needs `--dtype bf16` (or `f16`): CANN's fused inference attention takes no f32 query, so an
+//! f32 model is refused with `--graph`.
 //!
 //! `--dtype bf16|f16` (sim, ascend) keeps the KV caches and attention in that dtype, the
 //! projections in the model's, as served on an NPU; with the default f32, prompt, incremental
@@ -291,12 +293,13 @@ fn run_on<B: AttentionBackend>(
         let (run, stats) = decode_graph::<B>(&mut gen, &ids, max_new, &sampling, &mut rng, &stop)?;
         println!(
             "generate: decode launches per token {} ({} steps, {} graph capture(s), {} recorded \
-             tasks; plus {:.1} input uploads per token)",
+             tasks; plus {:.1} input uploads and {:.1} attention task-group updates per token)",
             fmt_rate(stats.launches_per_token()),
             stats.steps,
             stats.captures,
             stats.recorded_tasks,
-            stats.uploads as f64 / stats.steps.max(1) as f64
+            stats.uploads as f64 / stats.steps.max(1) as f64,
+            stats.updates_per_token()
         );
         run
     } else {

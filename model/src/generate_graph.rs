@@ -6,14 +6,23 @@
 //! A replay reads fixed device buffers, so everything a step takes from the host lives in
 //! persistent tensors written in place before each replay (stream-ordered uploads, outside the
 //! capture): the token ids, RoPE's cos / sin rows of the positions, the cache slots the new
-//! keys and values go to, the block table and, per layer, the attention mask. The paged-cache
-//! metadata are thus updated in place between replays; `actualSeqLengthsKv`, which CANN bakes
-//! into the recorded call as a host array, is the block table's full width for every sequence,
-//! and the mask hides the positions not yet written (and, on sliding layers, those outside the
-//! window) — so the step is the eager step's arithmetic: the same ops on the same values, with
-//! extra keys whose weight is exactly zero. Each sequence's blocks are reserved for the whole
-//! generation first ([`PagedKvCache::reserve`]), so the block table never needs a new column;
-//! a batch that shrinks (a sequence stopped) or outgrows the table is captured again.
+//! keys and values go to, the block table and, on sliding-window layers, the window's mask.
+//! FIA's `actualSeqLengthsKv` is no device tensor but a host array CANN bakes into the
+//! recorded call (it tiles from it on the host), so each layer's attention launch is captured
+//! as a **task group** and re-issued before every replay with the sequences' real lengths
+//! (`update_task_group`: recorded into the graph, not run — the step stays one launch), as
+//! vllm-ascend updates its graphs' attention (`update_attn_params` in
+//! `vllm_ascend/compilation/acl_graph.py`: `graph_task_update_begin`,
+//! `npu_fused_infer_attention_score.out(…, actual_seq_lengths_kv=seq_lens, out=…)`,
+//! `graph_task_update_end`). Each token thus reads each sequence's cached keys only, not the
+//! whole reserved block range; full-attention layers need no mask at all and a window's mask
+//! hides only the keys before the window (CANN: the mask's width stays the table's,
+//! `maxBlocks·blockSize`, and FIA's band modes do nothing at `S = 1`) — the eager step's
+//! arithmetic, call for call. The re-issued call writes the captured output and reads the
+//! captured sinks: it allocates and uploads nothing. Each sequence's blocks are reserved for
+//! the whole generation first ([`PagedKvCache::reserve`]), so the block table never needs a
+//! new column; a batch that shrinks (a sequence stopped) or outgrows the table is captured
+//! again.
 //!
 //! Attention runs as fused inference attention (`aclnnFusedInferAttentionScoreV4`) on the
 //! paged caches, whichever operator the eager step runs (incremental attention for a model
@@ -26,12 +35,13 @@
 use std::sync::Arc;
 
 use burn::tensor::{DType, FloatDType, Int, Tensor, TensorData, TensorPrimitive};
-use burn_ascend::backend::attention::device_meta::{fia_decode_paged, scatter_kv_slots};
+use burn_ascend::backend::attention::device_meta::{scatter_kv_slots, PagedDecodeCall};
 use burn_ascend::backend::graph::{
-    capture, reserve_workspace, write_in_place, CapturedGraph, GraphError,
+    capture, reserve_workspace, task_group, update_task_group, write_in_place, CapturedGraph,
+    GraphError,
 };
 use burn_ascend::backend::{reserve_small, Ascend, AscendDevice, AscendTensor};
-use burn_ascend::cann::acl::thread_launches;
+use burn_ascend::cann::acl::{thread_launches, TaskGroup};
 use burn_ascend::contract::incre::BlockTable;
 use burn_ascend::contract::prompt::{PfaLayout, PromptMask};
 use burn_ascend::{AttendPath, AttnError, FiaSpec};
@@ -62,12 +72,21 @@ pub struct GraphDecodeStats {
     pub uploads: u64,
     /// Tasks recorded per captured graph (the last one; known on the simulation).
     pub recorded_tasks: usize,
+    /// Task-group updates: attention launches re-issued with the sequences' new
+    /// `actualSeqLengthsKv` before a replay (one per layer per replayed step; recorded into
+    /// the graph, not run — not in [`Self::launches`]).
+    pub attention_updates: u64,
 }
 
 impl GraphDecodeStats {
     /// Kernel launches per decode step (1 when every step is a replay).
     pub fn launches_per_token(&self) -> f64 {
         self.launches as f64 / self.steps.max(1) as f64
+    }
+
+    /// Attention task-group updates per decode step.
+    pub fn updates_per_token(&self) -> f64 {
+        self.attention_updates as f64 / self.steps.max(1) as f64
     }
 }
 
@@ -82,8 +101,8 @@ struct GraphInputs {
     sin: Tensor<Ascend, 3>,
     slots: Tensor<Ascend, 1, Int>,
     table: Tensor<Ascend, 2, Int>,
-    /// Per layer.
-    masks: Vec<Tensor<Ascend, 2, Int>>,
+    /// Per layer: the window's mask of a sliding-window layer.
+    masks: Vec<Option<Tensor<Ascend, 2, Int>>>,
 }
 
 /// A captured decode step: the graph, its inputs and its output.
@@ -91,6 +110,19 @@ pub struct DecodeGraph {
     graph: CapturedGraph,
     inputs: GraphInputs,
     logits: Tensor<Ascend, 2>,
+    /// Per layer: the attention launch's task group and its bound call.
+    attention: Vec<(TaskGroup, PagedDecodeCall)>,
+    /// Per layer: the attention's host attributes, with the lengths the recorded calls hold.
+    specs: Vec<FiaSpec>,
+}
+
+impl DecodeGraph {
+    /// The recorded attention launches' `(query, key)` lengths per sequence as the next
+    /// replay runs them (known on the simulation; see
+    /// [`CapturedGraph::recorded_attention`]).
+    pub fn recorded_attention(&self) -> Option<Vec<Vec<(usize, usize)>>> {
+        self.graph.recorded_attention()
+    }
 }
 
 impl std::fmt::Debug for DecodeGraph {
@@ -140,7 +172,10 @@ struct StepInputs {
     rope_shape: [usize; 3],
     slots: Vec<i64>,
     table: Vec<i32>,
-    masks: Vec<Vec<u8>>,
+    /// Per layer: a sliding-window layer's mask.
+    masks: Vec<Option<Vec<u8>>>,
+    /// Each sequence's cached tokens once the step's token is written (`actualSeqLengthsKv`).
+    lengths: Vec<i64>,
 }
 
 impl Generator<Ascend> {
@@ -173,15 +208,17 @@ impl Generator<Ascend> {
         }
         let masks = (0..c.num_hidden_layers)
             .map(|layer| {
-                let window = c.layer_window(layer).map(|w| w - 1);
+                // The cache's window counts the tokens before the query (as the eager step's).
+                let w = c.layer_window(layer)? - 1;
                 let mut m = vec![0u8; seqs.len() * cols];
                 for (i, &p) in positions.iter().enumerate() {
                     for (t, x) in m[i * cols..(i + 1) * cols].iter_mut().enumerate() {
-                        // Not written yet, or outside the window of the query at `p`.
-                        *x = u8::from(t > p || window.is_some_and(|w| t + w < p));
+                        // Before the window of the query at `p`; the keys after `p` are past
+                        // the sequence's `actualSeqLengthsKv`.
+                        *x = u8::from(t + w < p);
                     }
                 }
-                m
+                Some(m)
             })
             .collect();
         Some(StepInputs {
@@ -192,17 +229,18 @@ impl Generator<Ascend> {
             slots,
             table,
             masks,
+            lengths: positions.iter().map(|&p| p as i64 + 1).collect(),
         })
     }
 
-    /// The decode step over the graph's persistent inputs: the ops [`Generator::step`] runs,
-    /// with the cache append and attention reading their metadata from the device.
-    fn graph_step(&self, g: &GraphInputs) -> Result<Tensor<Ascend, 2>, AttnError> {
+    /// Each layer's FIA attributes for a batch of `b` over a table `max_blocks` wide whose
+    /// sequences hold `lengths` tokens: host placeholders of the device block table's and
+    /// masks' shapes (the device's are read).
+    fn attention_specs(&self, b: usize, max_blocks: usize, lengths: &[i64]) -> Vec<FiaSpec> {
         let c = &self.model.config;
-        let (b, n, d) = (g.batch.len(), c.num_attention_heads, c.head_dim);
-        let rope = Rope::from_tables(g.cos.clone(), g.sin.clone());
+        let (n, d) = (c.num_attention_heads, c.head_dim);
         let bs = self.caches[0].block_size();
-        let cols = g.max_blocks * bs;
+        let cols = max_blocks * bs;
         let mut spec = FiaSpec::new(n, 1.0 / (d as f64).sqrt(), PfaLayout::Bsnd);
         spec.num_key_value_heads = if c.num_key_value_heads == n {
             0
@@ -211,16 +249,41 @@ impl Generator<Ascend> {
         };
         spec.block_size = bs;
         spec.block_table = Some(BlockTable {
-            data: Arc::from(vec![0i32; b * g.max_blocks]),
-            shape: vec![b, g.max_blocks],
+            data: Arc::from(vec![0i32; b * max_blocks]),
+            shape: vec![b, max_blocks],
         });
-        spec.actual_seq_lengths_kv = Some(vec![cols as i64; b]);
-        spec.atten_mask = PromptMask::Dense {
-            data: Arc::from(vec![0u8; b * cols]),
-            shape: vec![b, cols],
-        };
+        spec.actual_seq_lengths_kv = Some(lengths.to_vec());
+        (0..c.num_hidden_layers)
+            .map(|layer| {
+                let mut spec = spec.clone();
+                if c.layer_window(layer).is_some() {
+                    spec.atten_mask = PromptMask::Dense {
+                        data: Arc::from(vec![0u8; b * cols]),
+                        shape: vec![b, cols],
+                    };
+                }
+                spec
+            })
+            .collect()
+    }
+
+    /// The decode step over the graph's persistent inputs: the ops [`Generator::step`] runs,
+    /// with the cache append and attention reading their metadata from the device; each
+    /// layer's attention launch (`specs`, the first step's lengths) a task group of its own.
+    /// Returns the logits and each layer's group with its bound call.
+    #[allow(clippy::type_complexity)]
+    fn graph_step(
+        &self,
+        g: &GraphInputs,
+        specs: &[FiaSpec],
+        device: &AscendDevice,
+    ) -> Result<(Tensor<Ascend, 2>, Vec<(TaskGroup, PagedDecodeCall)>), AttnError> {
+        let c = &self.model.config;
+        let (b, n, d) = (g.batch.len(), c.num_attention_heads, c.head_dim);
+        let rope = Rope::from_tables(g.cos.clone(), g.sin.clone());
         let slots = g.slots.clone().into_primitive();
         let table = g.table.clone().into_primitive();
+        let mut attention = Vec::with_capacity(self.model.layers.len());
         let mut x = self.model.embed(g.ids.clone());
         for (layer, block) in self.model.layers.iter().enumerate() {
             let h = block.input_layernorm.forward(x.clone());
@@ -238,21 +301,30 @@ impl Generator<Ascend> {
             // The caches as `(blocknum, blockSize, H)`, views of the same buffers.
             let paged = |t: &Tensor<Ascend, 4>| prim(t.clone().reshape([nb, bsz, nkv * dh]));
             let sinks = block.self_attn.sinks.as_ref().map(|s| prim(s.val()));
-            let o = fia_decode_paged(
+            let mask = g.masks[layer].clone().map(Tensor::into_primitive);
+            // Binding casts the sinks and allocates the output: outside the group, which
+            // holds the attention launch alone (what an update re-issues).
+            let call = PagedDecodeCall::new(
                 &prim(q.reshape([b, 1, n, d])),
                 &paged(kc),
                 &paged(vc),
                 sinks.as_ref(),
                 &table,
-                &g.masks[layer].clone().into_primitive(),
-                &spec,
+                mask.as_ref(),
+                &specs[layer],
             )?;
-            let o = Tensor::<Ascend, 4>::from_primitive(TensorPrimitive::Float(o)).cast(dt);
+            let (group, launched) =
+                task_group(device, || call.launch(&specs[layer])).map_err(graph_err)?;
+            launched?;
+            let o =
+                Tensor::<Ascend, 4>::from_primitive(TensorPrimitive::Float(call.output().clone()))
+                    .cast(dt);
+            attention.push((group, call));
             x = x + block.self_attn.out(o.reshape([b, n, d]));
             let h = block.post_attention_layernorm.forward(x.clone());
             x = x + block.mlp.forward(h)?;
         }
-        Ok(self.model.head(x))
+        Ok((self.model.head(x), attention))
     }
 
     /// Captures the decode step of `seqs` over persistent inputs holding `inputs`.
@@ -286,24 +358,30 @@ impl Generator<Ascend> {
                 .masks
                 .iter()
                 .map(|m| {
-                    Tensor::from_primitive(AscendTensor::from_data(
-                        TensorData::new(m.clone(), [b, cols]),
-                        device,
-                    ))
+                    m.as_ref().map(|m| {
+                        Tensor::from_primitive(AscendTensor::from_data(
+                            TensorData::new(m.clone(), [b, cols]),
+                            device,
+                        ))
+                    })
                 })
                 .collect(),
         };
+        let specs = self.attention_specs(b, max_blocks, &inputs.lengths);
         reserve_workspace(device, WORKSPACE_BYTES).map_err(graph_err)?;
         let mut reserve = FIRST_RESERVE_BYTES;
         loop {
             reserve_small(device, reserve).map_err(|e| graph_err(GraphError::Failed(e)))?;
-            match capture(device, || self.graph_step(&g)) {
-                Ok((graph, logits)) => {
+            match capture(device, || self.graph_step(&g, &specs, device)) {
+                Ok((graph, step)) => {
+                    let (logits, attention) = step?;
                     return Ok(DecodeGraph {
                         graph,
                         inputs: g,
-                        logits: logits?,
-                    })
+                        logits,
+                        attention,
+                        specs,
+                    });
                 }
                 Err(GraphError::Refused(m))
                     if m.contains("aclrtMalloc") && reserve < MAX_RESERVE_BYTES =>
@@ -327,9 +405,28 @@ impl Generator<Ascend> {
             &le_bytes(&x.table, i32::to_le_bytes),
         )?;
         for (t, m) in g.masks.iter().zip(&x.masks) {
-            write_in_place(&t.clone().into_primitive(), m)?;
+            if let (Some(t), Some(m)) = (t, m) {
+                write_in_place(&t.clone().into_primitive(), m)?;
+            }
         }
         Ok(())
+    }
+
+    /// Re-issues each layer's recorded attention launch with the sequences' `lengths` (a
+    /// task-group update per layer, queued before the replay that reads them: recorded, not
+    /// run); returns the updates issued (none when the recorded calls hold these lengths).
+    fn update_attention(g: &mut DecodeGraph, lengths: &[i64]) -> Result<u64, AttnError> {
+        let device = g.graph.device();
+        let mut updates = 0;
+        for ((group, call), spec) in g.attention.iter().zip(&mut g.specs) {
+            if spec.actual_seq_lengths_kv.as_deref() == Some(lengths) {
+                continue;
+            }
+            spec.actual_seq_lengths_kv = Some(lengths.to_vec());
+            update_task_group(&device, *group, || call.launch(spec)).map_err(graph_err)??;
+            updates += 1;
+        }
+        Ok(updates)
     }
 
     /// [`Generator::step`] through a captured graph: the step of the batch `seqs` is captured
@@ -381,8 +478,9 @@ impl Generator<Ascend> {
             .and_then(|g| self.graph_inputs(seqs, tokens, g.inputs.max_blocks));
         match reuse {
             Some(x) => {
-                let g = graph.as_ref().expect("checked");
+                let g = graph.as_mut().expect("checked");
                 Self::write_inputs(&g.inputs, &x).map_err(graph_err)?;
+                stats.attention_updates += Self::update_attention(g, &x.lengths)?;
             }
             None => {
                 *graph = None;

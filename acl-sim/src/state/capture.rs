@@ -41,6 +41,22 @@ pub(crate) struct Recorded {
     spans: Vec<Span>,
     job: Job,
     compute: bool,
+    /// An attention launch's `(query, key)` lengths per sequence, as its first stage decoded
+    /// them (what its job attends).
+    attended: Option<Vec<(usize, usize)>>,
+}
+
+thread_local! {
+    /// The attention lengths of the launch this thread is about to record
+    /// ([`note_next_attended`]), taken by the next [`intercept`].
+    static NEXT_ATTENDED: std::cell::RefCell<Option<Vec<(usize, usize)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Attaches `attended` to the task the calling thread records next (an aclnn launch on a
+/// recording stream, from `state::launch`, which enqueues it right after).
+pub(crate) fn note_next_attended(attended: Option<Vec<(usize, usize)>>) {
+    let _ = NEXT_ATTENDED.try_with(|a| *a.borrow_mut() = attended);
 }
 
 /// A captured graph: its tasks in recording order (replaced in place by group updates).
@@ -89,11 +105,16 @@ pub(crate) fn intercept(
     job: Job,
     compute: bool,
 ) -> Option<(Vec<Span>, Job)> {
+    let attended = NEXT_ATTENDED
+        .try_with(|a| a.borrow_mut().take())
+        .ok()
+        .flatten();
     let task = Recorded {
         what,
         spans,
         job,
         compute,
+        attended,
     };
     if let Some(c) = lock(&CAPTURES).as_mut().and_then(|m| m.get_mut(&stream)) {
         lock(&c.graph.tasks).push(task);
@@ -460,4 +481,17 @@ pub fn graph_tasks(model_ri: AclmdlRI) -> Option<Vec<&'static str>> {
     let g = lock(&GRAPHS).as_ref()?.get(&(model_ri as usize))?.clone();
     let names = lock(&g.tasks).iter().map(|t| t.what).collect();
     Some(names)
+}
+
+/// The attention tasks of the graph `model_ri` as a replay queued now would run them (group
+/// updates applied once the stream reached them): each one's `(query length, key length)`
+/// per sequence, in recording order — a simulation facility for tests (which keys a replayed
+/// paged decode reads: FIA's `actualSeqLengthsKv`, baked into each recorded call).
+pub fn graph_attention(model_ri: AclmdlRI) -> Option<Vec<Vec<(usize, usize)>>> {
+    let g = lock(&GRAPHS).as_ref()?.get(&(model_ri as usize))?.clone();
+    let seqs = lock(&g.tasks)
+        .iter()
+        .filter_map(|t| t.attended.clone())
+        .collect();
+    Some(seqs)
 }

@@ -360,6 +360,8 @@ struct Executor {
     spans: Vec<streams::Span>,
     /// Its modelled cost, when the cost model is on.
     cost: Option<crate::cost::OpCost>,
+    /// An attention op's `(query, key)` lengths per sequence.
+    attended: Option<Vec<(usize, usize)>>,
 }
 
 static EXECUTORS: Mutex<Option<HashMap<usize, Executor>>> = Mutex::new(None);
@@ -391,6 +393,7 @@ pub(crate) unsafe fn new_executor(
             job,
             spans: take_touched(),
             cost: crate::cost::take(op),
+            attended: crate::cost::take_attended(),
         },
     );
     // SAFETY: the caller's contract (checked non-null above).
@@ -449,6 +452,9 @@ pub(crate) fn launch(
         }
         // A task recorded into a graph is not a launch; the graph's replay is one.
         let recorded = capture::recording(stream as usize);
+        if recorded {
+            capture::note_next_attended(e.attended);
+        }
         streams::enqueue(stream, op, spans, e.job, compute_enabled())?;
         if !recorded {
             if let Some(cost) = e.cost {

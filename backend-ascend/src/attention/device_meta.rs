@@ -5,7 +5,8 @@
 //! place ([`crate::graph::write_in_place`]) — the token's slots, the grown block table, the
 //! mask that hides the cache positions not yet written — as vllm-ascend updates its ACL
 //! graphs' attention metadata between replays. `actualSeqLengthsKv`, a host `aclIntArray`
-//! baked into the recorded call, is the block table's full width; the mask does the rest.
+//! baked into the recorded call, changes by re-issuing the call ([`PagedDecodeCall::launch`])
+//! inside a task-group update (`crate::graph::update_task_group`) before the replay.
 //!
 //! Both write or read the caches **where they lie**: the scatter updates the cache's buffer
 //! whether or not other handles share it (a decode graph owns its caches' contents), unlike
@@ -15,6 +16,7 @@ use burn_ascend_ops::backend::{FiaInputs, FiaKv};
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::fia::composite::shapes;
 use burn_ascend_ops::fia::FiaSpec;
+use burn_ascend_ops::prompt::PromptMask;
 use burn_ascend_ops::scatter::{ScatterShapes, ScatterSpec};
 use burn_backend::{DType, Shape};
 
@@ -103,105 +105,202 @@ pub fn scatter_kv_slots(
     .map_err(|e| device_error(SCATTER, e))
 }
 
-/// Decode attention (`S = 1`, BSND query `[B, 1, N, D]`) over the paged caches
-/// `[blocks, blockSize, Nkv·D]` with the block table (INT32 `[B, max blocks]`) and the dense
-/// mask (UINT8 `[B, max blocks · blockSize]`, 1 = hidden) on the device; `spec` carries the
-/// attributes (heads, scale, block size, sparse mode 0) and host placeholders of the same
-/// shapes for validation; `actualSeqLengthsKv` must be the mask's width for every sequence.
+/// One decode attention call of a captured step (`S = 1`, BSND query `[B, 1, N, D]`) over
+/// the paged caches `[blocks, blockSize, Nkv·D]`, its device operands bound once: the block
+/// table (INT32 `[B, max blocks]`), the optional dense mask (UINT8 `[B, max blocks ·
+/// blockSize]`, 1 = hidden: a sliding window), the sinks cast to the dtype FIA takes and the
+/// output. [`Self::launch`] issues FIA into that output with a spec's host attributes —
+/// inside a capture, and again inside a task-group update with new `actualSeqLengthsKv`
+/// (vllm-ascend's `update_attn_params` re-issues `npu_fused_infer_attention_score.out` into
+/// the captured output likewise, `vllm_ascend/compilation/acl_graph.py`): it allocates and
+/// uploads nothing.
+#[derive(Debug, Clone)]
+pub struct PagedDecodeCall {
+    query: AscendTensor,
+    key_cache: AscendTensor,
+    value_cache: AscendTensor,
+    sink: Option<AscendTensor>,
+    block_table: AscendTensor,
+    mask: Option<AscendTensor>,
+    out: AscendTensor,
+}
+
+impl PagedDecodeCall {
+    /// Binds the operands of a decode attention call, checking them against `spec` (heads,
+    /// scale, block size, sparse mode 0, host placeholders of the block table's and mask's
+    /// shapes, the lengths of the first launch); casts the sinks (a launch) and allocates the
+    /// output.
+    pub fn new(
+        query: &AscendTensor,
+        key_cache: &AscendTensor,
+        value_cache: &AscendTensor,
+        sinks: Option<&AscendTensor>,
+        block_table: &AscendTensor,
+        mask: Option<&AscendTensor>,
+        spec: &FiaSpec,
+    ) -> Result<Self> {
+        let mut tensors = vec![query, key_cache, value_cache, block_table];
+        tensors.extend(mask);
+        let device = same_device(FIA, &tensors)?;
+        let dtype = query.dtype;
+        if !is_acl_float(dtype) || key_cache.dtype != dtype || value_cache.dtype != dtype {
+            return Err(unsupported(
+                FIA,
+                format!("query and caches must share one float dtype, got {dtype:?}"),
+            ));
+        }
+        if block_table.dtype != DType::I32 || mask.is_some_and(|m| m.dtype != DType::U8) {
+            return Err(AttnError::invalid(
+                "blockTable",
+                format!(
+                    "the block table must be INT32 and the mask UINT8, got {:?} and {:?}",
+                    block_table.dtype,
+                    mask.map(|m| m.dtype)
+                ),
+            ));
+        }
+        if mask.is_some() != matches!(spec.atten_mask, PromptMask::Dense { .. }) {
+            return Err(AttnError::invalid(
+                "attenMask",
+                "a device mask needs a dense host placeholder of its shape in the spec, and \
+                 only a device mask may have one",
+            ));
+        }
+        let dims = spec.validate(&shapes(
+            &Self::inputs(query, key_cache, value_cache, sinks),
+            spec,
+        ))?;
+        let rt = runtime(&device);
+        let sink = match sinks {
+            None => None,
+            Some(s) => {
+                let want =
+                    spec.learnable_sink_dtype(&dims, query.acl_dtype(FIA), cann_release(&rt))?;
+                let to = match want {
+                    burn_ascend_cann::acl::DataType::Bf16 => DType::BF16,
+                    burn_ascend_cann::acl::DataType::Float16 => DType::F16,
+                    _ => DType::F32,
+                };
+                Some(native_elementwise::cast(s, to).ok_or_else(|| {
+                    unsupported(
+                        FIA,
+                        format!("the sink cannot be cast to {to:?} on the device"),
+                    )
+                })?)
+            }
+        };
+        let out = AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device);
+        Ok(Self {
+            query: query.clone(),
+            key_cache: key_cache.clone(),
+            value_cache: value_cache.clone(),
+            sink,
+            block_table: block_table.clone(),
+            mask: mask.cloned(),
+            out,
+        })
+    }
+
+    fn inputs(
+        query: &AscendTensor,
+        key_cache: &AscendTensor,
+        value_cache: &AscendTensor,
+        sinks: Option<&AscendTensor>,
+    ) -> FiaInputs<crate::Ascend> {
+        FiaInputs::<crate::Ascend> {
+            query: query.clone(),
+            kv: FiaKv::Paged {
+                key_cache: key_cache.clone(),
+                value_cache: value_cache.clone(),
+            },
+            learnable_sink: sinks.cloned(),
+        }
+    }
+
+    /// The output `[B, 1, N, D]` every launch writes.
+    pub fn output(&self) -> &AscendTensor {
+        &self.out
+    }
+
+    /// Issues FIA on the bound operands with `spec`'s host attributes (checked against them
+    /// first: its `actualSeqLengthsKv` may not exceed the block table's width), writing the
+    /// bound output. Queues one launch and nothing else.
+    pub fn launch(&self, spec: &FiaSpec) -> Result<()> {
+        let inputs = Self::inputs(
+            &self.query,
+            &self.key_cache,
+            &self.value_cache,
+            self.sink.as_ref(),
+        );
+        spec.validate(&shapes(&inputs, spec))?;
+        let rt = runtime(&self.query.device());
+        let d = |x: &AscendTensor| x.desc(FIA);
+        let (qd, od, kd, vd, bd) = (
+            d(&self.query),
+            d(&self.out),
+            d(&self.key_cache),
+            d(&self.value_cache),
+            d(&self.block_table),
+        );
+        let md = self.mask.as_ref().map(d);
+        let sd = self.sink.as_ref().map(d);
+        let list = |t, desc| {
+            burn_ascend_cann::acl::TensorList::new(rt.api(), vec![handle(t, desc, FIA)])
+                .map_err(|e| device_error(FIA, e))
+        };
+        let (kl, vl) = (list(&self.key_cache, &kd)?, list(&self.value_cache, &vd)?);
+        let sh = self
+            .sink
+            .as_ref()
+            .zip(sd.as_ref())
+            .map(|(s, d)| handle(s, d, FIA));
+        let bh = handle(&self.block_table, &bd, FIA);
+        let mh = self
+            .mask
+            .as_ref()
+            .zip(md.as_ref())
+            .map(|(m, d)| handle(m, d, FIA));
+        fused_infer_attention_with(
+            &rt,
+            spec,
+            &FiaTensors {
+                dtype: self.query.acl_dtype(FIA),
+                query: &handle(&self.query, &qd, FIA),
+                key: &kl,
+                value: &vl,
+                learnable_sink: sh.as_ref(),
+                attention_out: &handle(&self.out, &od, FIA),
+                softmax_lse: None,
+            },
+            FiaDeviceMeta {
+                block_table: Some(&bh),
+                atten_mask: mh.as_ref(),
+            },
+        )
+        .map_err(|e| device_error(FIA, e))
+    }
+}
+
+/// Decode attention over the paged caches with the block table and optional mask on the
+/// device ([`PagedDecodeCall`], launched once): the output.
 pub fn fia_decode_paged(
     query: &AscendTensor,
     key_cache: &AscendTensor,
     value_cache: &AscendTensor,
     sinks: Option<&AscendTensor>,
     block_table: &AscendTensor,
-    mask: &AscendTensor,
+    mask: Option<&AscendTensor>,
     spec: &FiaSpec,
 ) -> Result<AscendTensor> {
-    let device = same_device(FIA, &[query, key_cache, value_cache, block_table, mask])?;
-    let dtype = query.dtype;
-    if !is_acl_float(dtype) || key_cache.dtype != dtype || value_cache.dtype != dtype {
-        return Err(unsupported(
-            FIA,
-            format!("query and caches must share one float dtype, got {dtype:?}"),
-        ));
-    }
-    if block_table.dtype != DType::I32 || mask.dtype != DType::U8 {
-        return Err(AttnError::invalid(
-            "blockTable",
-            format!(
-                "the block table must be INT32 and the mask UINT8, got {:?} and {:?}",
-                block_table.dtype, mask.dtype
-            ),
-        ));
-    }
-    let inputs = FiaInputs::<crate::Ascend> {
-        query: query.clone(),
-        kv: FiaKv::Paged {
-            key_cache: key_cache.clone(),
-            value_cache: value_cache.clone(),
-        },
-        learnable_sink: sinks.cloned(),
-    };
-    let dims = spec.validate(&shapes(&inputs, spec))?;
-    let rt = runtime(&device);
-    let acl_dtype = query.acl_dtype(FIA);
-    let sink = match sinks {
-        None => None,
-        Some(s) => {
-            let want = spec.learnable_sink_dtype(&dims, acl_dtype, cann_release(&rt))?;
-            let to = match want {
-                burn_ascend_cann::acl::DataType::Bf16 => DType::BF16,
-                burn_ascend_cann::acl::DataType::Float16 => DType::F16,
-                _ => DType::F32,
-            };
-            Some(native_elementwise::cast(s, to).ok_or_else(|| {
-                unsupported(
-                    FIA,
-                    format!("the sink cannot be cast to {to:?} on the device"),
-                )
-            })?)
-        }
-    };
-    let out = AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device);
-    {
-        let d = |x: &AscendTensor| x.desc(FIA);
-        let (qd, od, kd, vd, bd, md) = (
-            d(query),
-            d(&out),
-            d(key_cache),
-            d(value_cache),
-            d(block_table),
-            d(mask),
-        );
-        let sd = sink.as_ref().map(d);
-        let list = |t, desc| {
-            burn_ascend_cann::acl::TensorList::new(rt.api(), vec![handle(t, desc, FIA)])
-                .map_err(|e| device_error(FIA, e))
-        };
-        let (kl, vl) = (list(key_cache, &kd)?, list(value_cache, &vd)?);
-        let sh = sink
-            .as_ref()
-            .zip(sd.as_ref())
-            .map(|(s, d)| handle(s, d, FIA));
-        let (bh, mh) = (handle(block_table, &bd, FIA), handle(mask, &md, FIA));
-        fused_infer_attention_with(
-            &rt,
-            spec,
-            &FiaTensors {
-                dtype: acl_dtype,
-                query: &handle(query, &qd, FIA),
-                key: &kl,
-                value: &vl,
-                learnable_sink: sh.as_ref(),
-                attention_out: &handle(&out, &od, FIA),
-                softmax_lse: None,
-            },
-            FiaDeviceMeta {
-                block_table: Some(&bh),
-                atten_mask: Some(&mh),
-            },
-        )
-        .map_err(|e| device_error(FIA, e))?;
-    }
-    Ok(out)
+    let call = PagedDecodeCall::new(
+        query,
+        key_cache,
+        value_cache,
+        sinks,
+        block_table,
+        mask,
+        spec,
+    )?;
+    call.launch(spec)?;
+    Ok(call.out)
 }

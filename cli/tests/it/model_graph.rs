@@ -1,15 +1,21 @@
 //! Decoding through a captured ACL graph on the simulation (`generate --graph`): every decode
 //! step is one replay (one launch per generated token) and the tokens are exactly the eager
-//! path's, in BF16 (CANN's FIA takes no FLOAT query); `--graph` off an Ascend device or with an
-//! f32 model is refused naming the flag.
+//! path's, in BF16 (CANN's FIA takes no FLOAT query); each replay's attention reads every
+//! sequence's cached tokens only (its `actualSeqLengthsKv` re-issued through a task-group update
+//! per layer); `--graph` off an Ascend device or with an f32 model is refused naming the flag.
 
 use std::time::Duration;
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::{FloatDType, Tensor};
-use burn_ascend::backend::{Ascend, AscendDevice};
+use burn::tensor::{FloatDType, Tensor, TensorData};
+use burn_ascend::backend::collective::simulate_devices;
+use burn_ascend::backend::graph::{
+    capture, reserve_workspace, task_group, update_task_group, GraphError,
+};
+use burn_ascend::backend::{reserve_small, Ascend, AscendDevice, AscendKind};
 use burn_ascend_model::config::{LayerType, RopeScaling};
 use burn_ascend_model::data::SplitMix;
+use burn_ascend_model::generate_graph::DecodeGraph;
 use burn_ascend_model::{
     generate_batch, generate_batch_graph, Generator, ModelConfig, Sampling, Transformer,
 };
@@ -53,7 +59,7 @@ impl<B: burn::tensor::backend::Backend> ModuleVisitor<B> for Materialise {
 
 #[test]
 fn graph_decoding_replays_one_launch_per_token_and_yields_the_eager_tokens() {
-    let device = AscendDevice::sim();
+    let (_guard, device) = device_11();
     // Sinks and a window (gpt-oss's shape, FIA on both paths), then neither (incremental
     // attention eagerly, FIA with a mask in the graph).
     for (sinks, window) in [(true, Some(4)), (false, None)] {
@@ -125,6 +131,106 @@ fn graph_decoding_replays_one_launch_per_token_and_yields_the_eager_tokens() {
     }
 }
 
+/// This suite's own simulated device for the captures it inspects (other suites use others).
+/// The simulated device of this module's captures, one test at a time: a capture records
+/// whatever is queued on its device's stream, so no other test may use the device meanwhile
+/// (the backend makes other threads' later ops wait for a capture, but an op already past
+/// that wait when the capture begins would enter it).
+fn device_11() -> (std::sync::MutexGuard<'static, ()>, AscendDevice) {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    simulate_devices(12);
+    (
+        guard,
+        AscendDevice {
+            kind: AscendKind::Simulation,
+            index: 11,
+        },
+    )
+}
+
+#[test]
+fn each_replayed_decode_attends_every_sequences_cached_tokens_only_with_the_eager_logits() {
+    let (_guard, device) = device_11();
+    // Layer 0 slides (a window mask and the lengths), layer 1 attends fully (the lengths
+    // alone), both with sinks.
+    let cfg = config(true, Some(4));
+    let model = Transformer::<Ascend>::new(&cfg, &device).unwrap();
+    model.visit(&mut Materialise);
+    let prompts = [vec![1u32, 5, 9], vec![3u32; 21], vec![7u32]];
+    // BF16 attention, as served on an NPU (CANN's FIA takes no FLOAT query).
+    let bf16 = |g: Generator<Ascend>| g.with_attention_dtype(FloatDType::BF16).unwrap();
+    let mut eager = bf16(Generator::new(model.clone(), 64, 16, &device).unwrap());
+    let mut graphed = bf16(Generator::new(model, 64, 16, &device).unwrap());
+    let mut tokens = Vec::new();
+    for p in &prompts {
+        let (_, want) = eager.add(p).unwrap();
+        let (_, got) = graphed.add(p).unwrap();
+        assert_eq!(got, want);
+        tokens.push(argmax(&want));
+    }
+    let seqs = [0usize, 1, 2];
+    let (steps, layers) = (6usize, cfg.num_hidden_layers);
+    let mut graph: Option<DecodeGraph> = None;
+    let mut stats = Default::default();
+    for step in 0..steps {
+        let want = eager.step(&seqs, &tokens).unwrap();
+        let got = graphed
+            .step_graph(&mut graph, &mut stats, &seqs, &tokens, steps - step)
+            .unwrap();
+        let gap = got
+            .iter()
+            .flatten()
+            .zip(want.iter().flatten())
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(gap <= 1e-5, "step {step}: logits differ by {gap}");
+        // The replay just read (the logits): its FIA calls held the lengths the sequences
+        // have now — 4, 22 and 2 tokens at the first step — not the reserved blocks' width.
+        let lens: Vec<(usize, usize)> = seqs.iter().map(|&s| (1, eager.len(s))).collect();
+        assert_eq!(lens[0], (1, 4 + step), "step {step}");
+        let attention = graph.as_ref().unwrap().recorded_attention().unwrap();
+        assert_eq!(attention, vec![lens; layers], "step {step}");
+        tokens = want.iter().map(|l| argmax(l)).collect();
+    }
+    assert_eq!(stats.steps, steps as u64);
+    assert_eq!(stats.captures, 1, "{stats:?}");
+    // Each replayed step re-issues every layer's attention (the capture's step holds its own
+    // lengths already), recorded into the graph: still one launch per token.
+    assert_eq!(
+        stats.attention_updates,
+        ((steps - 1) * layers) as u64,
+        "{stats:?}"
+    );
+    assert_eq!(stats.launches, stats.steps, "{stats:?}");
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap() as u32
+}
+
+#[test]
+fn a_task_group_update_that_would_allocate_is_refused_naming_the_update() {
+    let (_guard, device) = device_11();
+    reserve_small(&device, 1 << 20).unwrap();
+    reserve_workspace(&device, 1 << 20).unwrap();
+    let x = Tensor::<Ascend, 1>::from_data(TensorData::new(vec![1f32, 2.0], [2]), &device);
+    // Captured, the op's output block comes from the reserved pool and stays the graph's; an
+    // update re-issuing it would take a new block the pool hands out again once dropped.
+    let (_graph, (group, _y)) =
+        capture(&device, || task_group(&device, || x.clone() * 2.0).unwrap()).unwrap();
+    match update_task_group(&device, group, || x.clone() * 3.0) {
+        Err(GraphError::Failed(m)) => {
+            assert!(
+                m.contains("refused") && m.contains("task-group update"),
+                "{m}"
+            )
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
+
 #[test]
 fn generate_graph_on_the_simulation_prints_one_launch_per_token_and_the_eager_text() {
     let dir = std::env::temp_dir().join(format!("burn-ascend-graph-{}", std::process::id()));
@@ -155,6 +261,15 @@ fn generate_graph_on_the_simulation_prints_one_launch_per_token_and_the_eager_te
         graph
             .stdout
             .contains("generate: decode launches per token 1 "),
+        "{}",
+        graph.stdout
+    );
+    // Uploads: ids, cos, sin, slots, table (no window: no mask). Updates: the tiny
+    // checkpoint's one layer, re-issued for the 4 of the 5 decode steps after the capture's.
+    assert!(
+        graph
+            .stdout
+            .contains("plus 5.0 input uploads and 0.8 attention task-group updates per token"),
         "{}",
         graph.stdout
     );

@@ -26,10 +26,12 @@ use crate::model_examples::{run_example, tiny_checkpoint};
 
 type Ad = Autodiff<Ascend>;
 
-/// This suite's simulated devices (the process is shared: other suites use other indices):
-/// 7 for the training runs, 8 for the capture-rule checks, which capture concurrently.
+/// This suite's simulated devices (the process is shared: other suites use other indices, and
+/// a capture must not see another test's work on its device): 17 for the training runs, 18
+/// for the capture-rule checks, 19 for the refusals (whose eager warm-up step would otherwise
+/// run beside the training run's capture).
 fn device_at(index: u32) -> AscendDevice {
-    simulate_devices(9);
+    simulate_devices(20);
     AscendDevice {
         kind: AscendKind::Simulation,
         index,
@@ -37,7 +39,7 @@ fn device_at(index: u32) -> AscendDevice {
 }
 
 fn device() -> AscendDevice {
-    device_at(7)
+    device_at(17)
 }
 
 /// gpt-oss's shape in small: sinks, a sliding layer and a full one, grouped KV heads.
@@ -168,7 +170,7 @@ fn captured_training_steps_replay_one_launch_each_with_the_eager_losses_and_weig
 
 #[test]
 fn graph_capture_rules_are_refused_with_typed_errors() {
-    let device = device_at(8);
+    let device = device_at(18);
     // A capture may not grow the workspace: reserved first, as a training capture does.
     reserve_workspace(&device, 1 << 20).unwrap();
     let t = AscendTensor::from_data(TensorData::new(vec![0f32; 4], [4]), &device);
@@ -242,7 +244,7 @@ fn graph_capture_rules_are_refused_with_typed_errors() {
 
 #[test]
 fn graph_training_refuses_varlen_batches_and_the_cli_names_the_flag() {
-    let device = device();
+    let device = device_at(19);
     let model = Transformer::<Ad>::new(&tiny(), &device).unwrap();
     let docs = documents_from_text(BUNDLED_CORPUS);
     let mut varlen = Packer::new(&docs[..40], &Tokenizer::Bytes, 48, 16, 5).unwrap();
