@@ -8,10 +8,49 @@ use burn_ascend_contract::DataType;
 
 /// The tensor's values as f32, row-major.
 pub fn to_vec<B: Backend>(t: FloatTensor<B>) -> Vec<f32> {
+    let t = match ndarray_f32::<B>(t) {
+        Ok(v) => return v,
+        Err(t) => t,
+    };
     let data = burn::tensor::try_read_sync(B::float_into_data(t))
         .expect("reading a tensor back to the host needs a synchronous backend")
         .expect("reading a tensor back to the host failed");
     data.convert::<f32>().into_vec::<f32>().expect("f32 data")
+}
+
+/// An f32 `NdArray` tensor's values read straight from its array: Burn's `into_data` copies an
+/// array that autodiff also holds, or a strided view (a head split of a projection), one
+/// element at a time through a dynamic-rank iterator, which made these reads half of a CPU
+/// training step. Here a contiguous array is one `memcpy` and a strided one a copy per
+/// innermost row. Any other tensor comes back unchanged.
+fn ndarray_f32<B: Backend>(t: FloatTensor<B>) -> std::result::Result<Vec<f32>, FloatTensor<B>> {
+    use burn::backend::ndarray::NdArrayTensor;
+    use std::any::Any;
+    let any: Box<dyn Any> = Box::new(t);
+    let nd = match any.downcast::<NdArrayTensor>() {
+        Ok(nd) => *nd,
+        Err(any) => return Err(*any.downcast::<FloatTensor<B>>().expect("the same value")),
+    };
+    let NdArrayTensor::F32(storage) = nd else {
+        let back: Box<dyn Any> = Box::new(nd);
+        return Err(*back.downcast::<FloatTensor<B>>().expect("the same value"));
+    };
+    let view = storage.view();
+    if let Some(slice) = view.as_slice() {
+        return Ok(slice.to_vec());
+    }
+    let mut out = Vec::with_capacity(view.len());
+    if view.ndim() == 0 {
+        out.extend(view.iter().copied());
+        return Ok(out);
+    }
+    for row in view.rows() {
+        match row.as_slice() {
+            Some(r) => out.extend_from_slice(r),
+            None => out.extend(row.iter().copied()),
+        }
+    }
+    Ok(out)
 }
 
 /// A float tensor from f32 values.
