@@ -258,6 +258,38 @@ where
     )
 }
 
+/// The learning-rate schedule of a run of `opts` (warm-up over 5 % of the steps, cosine to a
+/// tenth of the peak), the eager and the captured loop alike.
+pub(crate) fn schedule_of(opts: &TrainOptions) -> WarmupCosine {
+    WarmupCosine {
+        peak: opts.lr,
+        floor: opts.lr / 10.0,
+        warmup: (opts.total_steps / 20).max(1),
+        total: opts.total_steps,
+    }
+}
+
+/// The optimizer state (`optim.mpk`) of the checkpoint the model and `state` came from, with
+/// its path; refused when that checkpoint is of another step.
+pub(crate) fn saved_optimizer(
+    opts: &TrainOptions,
+    state: &TrainState,
+) -> Result<(Vec<u8>, std::path::PathBuf), AttnError> {
+    let saved = Published::open(&opts.out)?;
+    let path = saved.dir.join("optim.mpk");
+    if saved.step() != state.step {
+        return Err(io(
+            &path,
+            format!(
+                "saved at step {} but the run resumes at step {}",
+                saved.step(),
+                state.step
+            ),
+        ));
+    }
+    Ok((saved.read("optim.mpk")?, path))
+}
+
 /// [`train`] over any [`Batches`], as one rank of data-parallel training when `sync` is
 /// given: rank 0's parameters are broadcast first, the reported loss is the mean over ranks,
 /// the gradients are averaged before each optimizer step, and only rank 0 writes checkpoints.
@@ -333,28 +365,10 @@ where
     state.devices = ranks;
     let total_steps = opts.total_steps;
     let end = opts.stop_after.unwrap_or(total_steps).min(total_steps);
-    let schedule = WarmupCosine {
-        peak: opts.lr,
-        floor: opts.lr / 10.0,
-        warmup: (total_steps / 20).max(1),
-        total: total_steps,
-    };
+    let schedule = schedule_of(opts);
     let mut optim = FusedAdamW::<B>::new(opts.weight_decay)?.init::<Transformer<B>>();
     if resume_optimizer {
-        // The optimizer state of the checkpoint the model and `state` came from.
-        let saved = Published::open(&opts.out)?;
-        let path = saved.dir.join("optim.mpk");
-        if saved.step() != state.step {
-            return Err(io(
-                &path,
-                format!(
-                    "saved at step {} but the run resumes at step {}",
-                    saved.step(),
-                    state.step
-                ),
-            ));
-        }
-        let bytes = saved.read("optim.mpk")?;
+        let (bytes, path) = saved_optimizer(opts, &state)?;
         match sync.as_deref_mut().and_then(|s| s.sharded()) {
             Some(z) => z.load_optimizer(&model, &bytes, &path)?,
             None => {

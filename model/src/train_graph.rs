@@ -56,9 +56,7 @@ use super::data::{PackedBatch, Packer};
 use super::lora;
 use super::optim::{clip_global_norm, FusedAdamW};
 use super::rope::Rope;
-use super::run_checkpoint::Published;
-use super::schedule::WarmupCosine;
-use super::train::{save, StepReport, TrainOptions, TrainState};
+use super::train::{save, saved_optimizer, schedule_of, StepReport, TrainOptions, TrainState};
 use super::transformer::{cross_entropy_fused, packed_positions, Transformer};
 
 type Ad = Autodiff<Ascend>;
@@ -512,29 +510,11 @@ pub fn train_graph(
     state.devices = 1;
     let total_steps = opts.total_steps;
     let end = opts.stop_after.unwrap_or(total_steps).min(total_steps);
-    let schedule = WarmupCosine {
-        peak: opts.lr,
-        floor: opts.lr / 10.0,
-        warmup: (total_steps / 20).max(1),
-        total: total_steps,
-    };
+    let schedule = schedule_of(opts);
     let mut optim: Adaptor = FusedAdamW::<Ad>::new(opts.weight_decay)?.init();
     if resume_optimizer {
-        let saved = Published::open(&opts.out)?;
-        let path = saved.dir.join("optim.mpk");
-        if saved.step() != state.step {
-            return Err(io(
-                &path,
-                format!(
-                    "saved at step {} but the run resumes at step {}",
-                    saved.step(),
-                    state.step
-                ),
-            ));
-        }
-        let record = recorder
-            .load(saved.read("optim.mpk")?, &device)
-            .map_err(|e| io(&path, e))?;
+        let (bytes, path) = saved_optimizer(opts, &state)?;
+        let record = recorder.load(bytes, &device).map_err(|e| io(&path, e))?;
         optim = optim.load_record(record);
     }
     std::fs::create_dir_all(&opts.out).map_err(|e| io(&opts.out, e))?;
