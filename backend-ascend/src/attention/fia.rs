@@ -22,7 +22,9 @@ use burn_ascend_ops::fia::composite::{self, shapes};
 use burn_ascend_ops::ndarray::cpu_fia_fwd;
 use burn_backend::{DType, Shape};
 
-use super::builders::{handle_of, ints, prompt_mask, upload_block_table, upload_float, upload_i64};
+use super::builders::{
+    handle_of, ints, prompt_mask, upload_antiquant, upload_block_table, upload_float, upload_i64,
+};
 use super::{handle, same_device, FIA_COMPOSITE};
 use crate::device::runtime;
 use crate::element::is_acl_float;
@@ -130,16 +132,7 @@ pub fn fused_infer_attention_with(
         .kv_padding_size
         .map(|p| upload_i64(rt, &[p], &[1]))
         .transpose()?;
-    let (aqs, aqo) = match &spec.antiquant {
-        None => (None, None),
-        Some(a) => (
-            Some(upload_float(rt, &a.scale, &a.shape, x.dtype)?),
-            a.offset
-                .as_ref()
-                .map(|o| upload_float(rt, o, &a.shape, x.dtype))
-                .transpose()?,
-        ),
-    };
+    let (aqs, aqo) = upload_antiquant(rt, spec.antiquant.as_ref(), x.dtype)?;
     let sep = |q: &Option<burn_ascend_contract::fia::KvAntiquant>, mode: i64| -> AclResult<_> {
         let Some(q) = q else { return Ok((None, None)) };
         let dt = match FiaAntiquantMode::from_attr("antiquantMode", mode) {

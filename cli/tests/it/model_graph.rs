@@ -321,3 +321,21 @@ fn generate_graph_on_the_cpu_is_refused_naming_the_flag() {
         r.stderr
     );
 }
+
+#[test]
+fn generate_half_precision_attention_on_the_cpu_is_refused_naming_the_flag() {
+    let r = run_example(
+        "generate",
+        &["--device", "cpu", "--dtype", "bf16"],
+        &[],
+        Duration::from_secs(60),
+        false,
+    );
+    assert_eq!(r.code(), Some(2), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("unsupported: --dtype") && r.stderr.contains("--device cpu"),
+        "{}",
+        r.stderr
+    );
+}
