@@ -102,8 +102,11 @@ impl OpCost {
 pub struct ModelledOp {
     /// The aclnn op's C name, `aclrtMemcpyAsync` or `aclrtMemsetAsync`.
     pub name: &'static str,
-    /// Tasks queued.
+    /// Tasks queued by the host (a graph's replay is one, named `aclmdlRIExecuteAsync`).
     pub launches: u64,
+    /// Tasks run from a graph's replay (recorded at the capture, queued by the replay's one
+    /// launch): device work, not host launches.
+    pub replayed: u64,
     /// Floating-point operations, all launches.
     pub flops: f64,
     /// HBM bytes, all launches.
@@ -157,6 +160,15 @@ pub fn take_recorded_on_this_thread() -> Vec<(&'static str, OpCost)> {
 
 /// Adds one queued task `name` costing `cost`.
 pub(crate) fn record(name: &'static str, cost: OpCost) {
+    add(name, cost, false);
+}
+
+/// Adds one task `name` costing `cost` that a graph's replay runs.
+pub(crate) fn record_replayed(name: &'static str, cost: OpCost) {
+    add(name, cost, true);
+}
+
+fn add(name: &'static str, cost: OpCost, replayed: bool) {
     let _ = RECORDED.try_with(|r| {
         let mut r = r.borrow_mut();
         // Bounded: a long profiled run must not grow it without end.
@@ -171,11 +183,16 @@ pub(crate) fn record(name: &'static str, cost: OpCost) {
         .or_insert_with(|| ModelledOp {
             name,
             launches: 0,
+            replayed: 0,
             flops: 0.0,
             bytes: 0.0,
             seconds: 0.0,
         });
-    e.launches += 1;
+    if replayed {
+        e.replayed += 1;
+    } else {
+        e.launches += 1;
+    }
     e.flops += cost.flops;
     e.bytes += cost.bytes;
     e.seconds += cost.seconds();

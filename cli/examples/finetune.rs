@@ -37,7 +37,9 @@
 //! `--graph` (sim / ascend, one device, with `--pack fixed`: rows of exactly `--seq-len`
 //! tokens, so every batch has the same shape) captures one whole training step as an ACL graph
 //! after a warm-up step and replays it per step, printing `finetune: training launches per
-//! step <x>`; what it cannot capture is refused as `unsupported: --graph with …`.
+//! step <x>`; what it cannot capture is refused as `unsupported: --graph with …`. With
+//! `--graph`, the counters' means and `--profile` cover the replayed steps only (not the
+//! warm-up and the capture), and the modelled device time counts the tasks each replay runs.
 //! `--cp N` trains context-parallel (each step's batch split across N ranks; `--check-cp`
 //! compares with one device).
 
@@ -70,7 +72,7 @@ use burn_ascend_model::peft;
 use burn_ascend_model::train::{
     init_model_with, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
 };
-use burn_ascend_model::train_graph::train_graph;
+use burn_ascend_model::train_graph::{train_graph, WARMUP_STEPS};
 use burn_ascend_model::zero::{check_zero, Zero, ZeroStage};
 use burn_ascend_model::{ModelConfig, Packer, Tokenizer, Transformer};
 use clap::Parser;
@@ -848,6 +850,21 @@ where
     let mut last_counts = ascend.as_ref().map(DispatchCounts::now);
     let mut step_counts: Vec<DispatchCounts> = Vec::new();
     let last_step = args.stop_after.unwrap_or(args.steps).min(args.steps);
+    // With `--graph` the first steps are the eager warm-up and the capture: the means (and the
+    // profile) cover the replayed steps only, which are what a long run is made of.
+    let measured_from = if args.graph {
+        state.step + WARMUP_STEPS + 1
+    } else {
+        state.step
+    };
+    if args.graph && args.profile && last_step <= measured_from {
+        return Err(format!(
+            "invalid --steps: --profile with --graph measures the replayed steps, so the run \
+             needs more than {} steps ({WARMUP_STEPS} eager warm-up, 1 captured) after step {}",
+            measured_from - state.step,
+            state.step
+        ));
+    }
     let mut profile = None;
     let (model, state) = trainer(model, state, &mut packer, &opts, &mut |r: &StepReport| {
         if let (Some(dev), Some(last)) = (ascend.as_ref(), last_counts.as_mut()) {
@@ -856,6 +873,12 @@ where
                 step_counts.push(now.since(*last));
             }
             *last = now;
+            if args.graph && r.step + 1 == measured_from {
+                step_counts.clear();
+                if args.profile {
+                    dispatch::start_profile();
+                }
+            }
             if args.profile && r.step + 1 == last_step {
                 // Before the final checkpoint save, which is not a training step.
                 profile = Some(dispatch::stop_profile(dev));

@@ -123,8 +123,10 @@ pub fn start_profile() {
 pub struct ModelledOp {
     /// aclnn op C name, `aclrtMemcpyAsync` or `aclrtMemsetAsync`.
     pub name: String,
-    /// Launches.
+    /// Launches by the host (a graph's replay is one, `aclmdlRIExecuteAsync`).
     pub launches: u64,
+    /// Runs of it from a graph's replay (device tasks the replay's one launch queued).
+    pub replayed: u64,
     /// Floating-point operations.
     pub flops: f64,
     /// HBM bytes.
@@ -159,6 +161,7 @@ fn modelled(device: &AscendDevice) -> Vec<ModelledOp> {
                 .map(|m| ModelledOp {
                     name: m.name.to_string(),
                     launches: m.launches,
+                    replayed: m.replayed,
                     flops: m.flops,
                     bytes: m.bytes,
                     seconds: m.seconds,
@@ -202,7 +205,8 @@ pub fn stop_profile(device: &AscendDevice) -> Profile {
 /// Per step of a profile: launches, host µs, modelled device µs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepModel {
-    /// Tasks queued (aclnn launches, copies, memsets) per step.
+    /// Tasks the host queued (aclnn launches, copies, memsets, graph replays) per step; the
+    /// tasks a replay runs are device work, in `device_us`.
     pub launches: f64,
     /// Host µs per step: the profiled wall time less the synchronisations' waits for the
     /// device (what the host itself spends issuing the step).
@@ -275,7 +279,7 @@ pub fn format_modelled(p: &Profile, steps: usize, top: usize, what: &str) -> Str
         out.push_str(&format!(
             "{:<48} {:>10.1} {:>12.3} {:>10.2} {:>16.2} {:>8}\n",
             m.name,
-            m.launches as f64 / n,
+            (m.launches + m.replayed) as f64 / n,
             m.flops / n / 1e9,
             m.bytes / n / 1e6,
             m.seconds / n * 1e6,

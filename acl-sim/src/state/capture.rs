@@ -34,6 +34,7 @@ use burn_ascend_cann::acl::ffi::*;
 
 use super::streams::Span;
 use super::{catch, guard, lock, next_id, Job, SimErr, SimResult};
+use crate::cost::OpCost;
 
 /// A task recorded into a graph: what the stream would have run.
 pub(crate) struct Recorded {
@@ -44,6 +45,9 @@ pub(crate) struct Recorded {
     /// An attention launch's `(query, key)` lengths per sequence, as its first stage decoded
     /// them (what its job attends).
     attended: Option<Vec<(usize, usize)>>,
+    /// Its modelled cost (with the cost model on): counted when a replay runs it, not when
+    /// it is recorded.
+    cost: Option<OpCost>,
 }
 
 thread_local! {
@@ -51,6 +55,14 @@ thread_local! {
     /// ([`note_next_attended`]), taken by the next [`intercept`].
     static NEXT_ATTENDED: std::cell::RefCell<Option<Vec<(usize, usize)>>> =
         const { std::cell::RefCell::new(None) };
+    /// The modelled cost of the task this thread is about to record ([`note_next_cost`]).
+    static NEXT_COST: std::cell::Cell<Option<OpCost>> = const { std::cell::Cell::new(None) };
+}
+
+/// Attaches the modelled `cost` to the task the calling thread records next (a launch, copy or
+/// memset on a recording stream, enqueued right after).
+pub(crate) fn note_next_cost(cost: Option<OpCost>) {
+    let _ = NEXT_COST.try_with(|c| c.set(cost));
 }
 
 /// Attaches `attended` to the task the calling thread records next (an aclnn launch on a
@@ -109,12 +121,14 @@ pub(crate) fn intercept(
         .try_with(|a| a.borrow_mut().take())
         .ok()
         .flatten();
+    let cost = NEXT_COST.try_with(|c| c.take()).ok().flatten();
     let task = Recorded {
         what,
         spans,
         job,
         compute,
         attended,
+        cost,
     };
     if let Some(c) = lock(&CAPTURES).as_mut().and_then(|m| m.get_mut(&stream)) {
         lock(&c.graph.tasks).push(task);
@@ -310,10 +324,15 @@ pub(crate) unsafe extern "C" fn ri_execute_async(
                 format!("{CALL}: {model_ri:p} is not a live model runtime instance"),
             ));
         };
-        let spans: Vec<Span> = lock(&graph.tasks)
-            .iter()
-            .flat_map(|t| t.spans.iter().copied())
-            .collect();
+        let (spans, costs): (Vec<Span>, Vec<_>) = {
+            let tasks = lock(&graph.tasks);
+            let spans = tasks.iter().flat_map(|t| t.spans.iter().copied()).collect();
+            let costs: Vec<_> = tasks
+                .iter()
+                .filter_map(|t| Some((t.what, t.cost?)))
+                .collect();
+            (spans, costs)
+        };
         let job: Job = Box::new(move || {
             let mut tasks = lock(&graph.tasks);
             for t in tasks.iter_mut().filter(|t| t.compute) {
@@ -326,6 +345,13 @@ pub(crate) unsafe extern "C" fn ri_execute_async(
         });
         super::streams::enqueue(stream, CALL, spans, job, super::compute_enabled())?;
         super::note_launch(CALL);
+        if crate::cost::cost_model_enabled() {
+            // The replay is the host's one launch; the device runs every recorded task.
+            crate::cost::record(CALL, OpCost::default());
+            for (what, cost) in costs {
+                crate::cost::record_replayed(what, cost);
+            }
+        }
         Ok(())
     })
 }

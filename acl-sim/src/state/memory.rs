@@ -294,6 +294,9 @@ pub(crate) unsafe extern "C" fn memcpy_async(
                 ))
             }
         };
+        let cost = crate::cost::cost_model_enabled()
+            .then(|| crate::cost::of_transfer(count, Some(kind as u32)));
+        let recorded = note_recorded_cost(stream, cost);
         super::streams::enqueue(
             stream,
             "aclrtMemcpyAsync",
@@ -303,11 +306,8 @@ pub(crate) unsafe extern "C" fn memcpy_async(
             // the host-visible copies always run.
             kind != 3 || super::compute_enabled(),
         )?;
-        if crate::cost::cost_model_enabled() {
-            crate::cost::record(
-                "aclrtMemcpyAsync",
-                crate::cost::of_transfer(count, Some(kind as u32)),
-            );
+        if let (false, Some(cost)) = (recorded, cost) {
+            crate::cost::record("aclrtMemcpyAsync", cost);
         }
         Ok(())
     })
@@ -340,6 +340,8 @@ pub(crate) unsafe extern "C" fn memset_async(
             return invalid(format!("aclrtMemsetAsync: {stream:p} is not a live stream"));
         }
         let byte = value as u8;
+        let cost = crate::cost::cost_model_enabled().then(|| crate::cost::of_transfer(count, None));
+        let recorded = note_recorded_cost(stream, cost);
         super::streams::enqueue(
             stream,
             "aclrtMemsetAsync",
@@ -349,8 +351,8 @@ pub(crate) unsafe extern "C" fn memset_async(
             }),
             super::compute_enabled(),
         )?;
-        if crate::cost::cost_model_enabled() {
-            crate::cost::record("aclrtMemsetAsync", crate::cost::of_transfer(count, None));
+        if let (false, Some(cost)) = (recorded, cost) {
+            crate::cost::record("aclrtMemsetAsync", cost);
         }
         Ok(())
     })
@@ -408,4 +410,14 @@ pub(crate) unsafe extern "C" fn memcpy(
             )),
         }
     })
+}
+
+/// Whether `stream` records its tasks into a graph; if so, `cost` goes with the task the caller
+/// enqueues next (counted when a replay runs it, not now).
+fn note_recorded_cost(stream: AclrtStream, cost: Option<crate::cost::OpCost>) -> bool {
+    let recorded = super::capture::recording(stream as usize);
+    if recorded {
+        super::capture::note_next_cost(cost);
+    }
+    recorded
 }

@@ -454,6 +454,7 @@ pub(crate) fn launch(
         let recorded = capture::recording(stream as usize);
         if recorded {
             capture::note_next_attended(e.attended);
+            capture::note_next_cost(e.cost);
         }
         streams::enqueue(stream, op, spans, e.job, compute_enabled())?;
         if !recorded {

@@ -42,7 +42,7 @@ fn counted_launches(r: &ExampleRun) -> f64 {
         .unwrap()
 }
 
-fn finetune(ckpt: &Path, out: &Path, extra: &[&str]) -> ExampleRun {
+fn finetune(ckpt: &Path, out: &Path, steps: &str, extra: &[&str]) -> ExampleRun {
     let data = ckpt.join("corpus.txt");
     std::fs::write(&data, &burn_ascend_model::data::BUNDLED_CORPUS[..3000]).unwrap();
     let config = ckpt.join("config.json");
@@ -55,7 +55,7 @@ fn finetune(ckpt: &Path, out: &Path, extra: &[&str]) -> ExampleRun {
         "--data",
         data.to_str().unwrap(),
         "--steps",
-        "2",
+        steps,
         "--seq-len",
         "16",
         "--batch-tokens",
@@ -73,10 +73,10 @@ fn finetune_profile_on_sim_prints_the_modelled_device_time_and_a_dry_run_matches
     let dir = tempfile::tempdir().unwrap();
     let ckpt = dir.path().join("tiny");
     tiny_checkpoint(&ckpt);
-    let real = finetune(&ckpt, &dir.path().join("real"), &[]);
+    let real = finetune(&ckpt, &dir.path().join("real"), "2", &[]);
     assert!(real.ok(), "{}", real.tail());
     let dry_out = dir.path().join("dry");
-    let dry = finetune(&ckpt, &dry_out, &["--dry-run"]);
+    let dry = finetune(&ckpt, &dry_out, "2", &["--dry-run"]);
     assert!(dry.ok(), "{}", dry.tail());
     for r in [&real, &dry] {
         assert!(r.stdout.contains("calls/step"), "{}", r.stdout);
@@ -209,4 +209,38 @@ fn dry_run_and_model_config_refuse_bad_uses_naming_the_flag_before_any_step() {
             "{extra:?} wrote a checkpoint"
         );
     }
+}
+
+#[test]
+fn finetune_graph_profile_means_cover_the_replayed_steps_not_the_warm_up_and_the_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("tiny");
+    tiny_checkpoint(&ckpt);
+    let graph = ["--graph", "--pack", "fixed"];
+    let r = finetune(&ckpt, &dir.path().join("graph"), "4", &graph);
+    assert!(r.ok(), "{}", r.tail());
+    assert!(
+        r.stdout.contains("finetune: training launches per step 1"),
+        "{}",
+        r.stdout
+    );
+    // The two replayed steps measured: a replay and the inputs' uploads each (the eager
+    // warm-up step alone issues hundreds of launches, so a mean counting it would be far
+    // above 10).
+    let (launches, host, device, _) = step_line(&r, "finetune");
+    assert!(launches <= 5.0, "{}", r.stdout);
+    assert!(
+        (launches - counted_launches(&r)).abs() <= 0.11,
+        "{}",
+        r.stdout
+    );
+    // The replay runs the recorded step on the device: its modelled time is the step's
+    // (the matmuls of the recorded step are in the table), not the uploads' alone.
+    assert!(r.stdout.contains("aclnnMatmul"), "{}", r.stdout);
+    // (Without them the uploads alone model 0.016 µs per step here.)
+    assert!(host > 0.0 && device > 0.1, "{}", r.stdout);
+    // Too few steps to replay one is refused naming the flag.
+    let short = finetune(&ckpt, &dir.path().join("short"), "2", &graph);
+    assert!(!short.ok());
+    assert!(short.stderr.contains("invalid --steps"), "{}", short.tail());
 }
