@@ -150,17 +150,23 @@ fn decode_graph<B: AttentionBackend>(
 }
 
 /// `--profile`: the prompts prefilled again (not profiled), then `max_new − 1` greedy decode
-/// steps of the whole batch profiled: the dispatch table per step and, on the simulation, the
+/// steps of the whole batch profiled (with `--graph`, the first one captures the graph and
+/// the profile covers the `max_new − 2` replayed ones): the dispatch table per step and, on the simulation, the
 /// modelled Atlas A2 time of the top ops with the `generate: per step …` line.
 fn profile_decode<B: AttentionBackend>(
     gen: &mut Generator<B>,
     prompts: &[Vec<u32>],
     max_new: usize,
     ascend: &AscendDevice,
+    graph: bool,
 ) -> Result<String, String> {
     let steps = max_new.saturating_sub(1);
-    if steps == 0 {
-        return Err("--profile needs --max-new of at least 2 (one decode step)".into());
+    if steps == 0 || (graph && steps < 2) {
+        return Err(format!(
+            "invalid --max-new: --profile needs at least {} (one {}decode step)",
+            if graph { 3 } else { 2 },
+            if graph { "replayed " } else { "" }
+        ));
     }
     let e = |e: burn_ascend::contract::AttnError| e.to_string();
     gen.clear().map_err(e)?;
@@ -173,14 +179,37 @@ fn profile_decode<B: AttentionBackend>(
         seqs.push(seq);
         tokens.push(greedy(&logits, &mut rng));
     }
-    dispatch::start_profile();
-    for _ in 0..steps {
-        let logits = gen.step(&seqs, &tokens).map_err(e)?;
+    if graph {
+        // The first decode step captures the graph (recorded, then replayed): outside the
+        // profile, which then covers the replayed steps a long generation is made of.
+        let gen: &mut dyn std::any::Any = gen;
+        let gen = gen
+            .downcast_mut::<Generator<Ascend>>()
+            .ok_or("unsupported: --graph --profile on a backend without graph capture")?;
+        let (mut g, mut stats) = (None, GraphDecodeStats::default());
+        let mut step = |tokens: &[u32], left: usize| {
+            gen.step_graph(&mut g, &mut stats, &seqs, tokens, left)
+                .map_err(e)
+        };
+        let logits = step(&tokens, steps)?;
         tokens = logits.iter().map(|l| greedy(l, &mut rng)).collect();
+        dispatch::start_profile();
+        for i in 1..steps {
+            let logits = step(&tokens, steps - i)?;
+            tokens = logits.iter().map(|l| greedy(l, &mut rng)).collect();
+        }
+    } else {
+        dispatch::start_profile();
+        for _ in 0..steps {
+            let logits = gen.step(&seqs, &tokens).map_err(e)?;
+            tokens = logits.iter().map(|l| greedy(l, &mut rng)).collect();
+        }
     }
     let p = dispatch::stop_profile(ascend);
+    let steps = if graph { steps - 1 } else { steps };
     Ok(format!(
-        "generate: profile of {steps} decode steps of {} sequences\n{}{}",
+        "generate: profile of {steps} {}decode steps of {} sequences\n{}{}",
+        if graph { "replayed " } else { "" },
         prompts.len(),
         dispatch::format_profile(&p, steps),
         dispatch::format_modelled(&p, steps, 12, "generate")
@@ -335,7 +364,10 @@ fn run_on<B: AttentionBackend>(
         }
     }
     if let (true, Some(dev)) = (args.profile, ascend.as_ref()) {
-        print!("{}", profile_decode(&mut gen, &ids, max_new, dev)?);
+        print!(
+            "{}",
+            profile_decode(&mut gen, &ids, max_new, dev, args.graph)?
+        );
     }
     gen.clear().map_err(|e| e.to_string())
 }

@@ -119,13 +119,12 @@ fn finetune_profile_on_sim_prints_the_modelled_device_time_and_a_dry_run_matches
 }
 
 #[test]
-fn generate_profile_on_sim_prints_the_decode_steps_modelled_time() {
+fn generate_profile_on_sim_prints_the_decode_steps_modelled_time_eager_and_replayed() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = dir.path().join("tiny");
     tiny_checkpoint(&ckpt);
-    let r = run_example(
-        "generate",
-        &[
+    let profile = |extra: &[&str]| {
+        let base = [
             "--checkpoint",
             ckpt.to_str().unwrap(),
             "--device",
@@ -138,20 +137,47 @@ fn generate_profile_on_sim_prints_the_decode_steps_modelled_time() {
             "--prompt",
             "or not",
             "--profile",
-        ],
-        &[],
-        LIMIT,
-        false,
-    );
-    assert!(r.ok(), "{}", r.tail());
+        ];
+        let r = run_example("generate", &[&base[..], extra].concat(), &[], LIMIT, false);
+        assert!(r.ok(), "{extra:?}: {}", r.tail());
+        r
+    };
+    let eager = profile(&[]);
     assert!(
-        r.stdout
+        eager
+            .stdout
             .contains("generate: profile of 3 decode steps of 2 sequences"),
         "{}",
-        r.stdout
+        eager.stdout
     );
-    let (launches, host, device, _) = step_line(&r, "generate");
-    assert!(launches > 1.0 && host > 0.0 && device > 0.0, "{}", r.stdout);
+    let (eager_launches, host, device, _) = step_line(&eager, "generate");
+    assert!(
+        eager_launches > 1.0 && host > 0.0 && device > 0.0,
+        "{}",
+        eager.stdout
+    );
+    // With --graph the first decode step captures; the profile covers the two replayed
+    // ones: a few launches each (the replay and its inputs' uploads), and the modelled time
+    // of the tasks the replay runs (attention included), not of the uploads alone.
+    let graph = profile(&["--graph", "--dtype", "bf16"]);
+    assert!(
+        graph
+            .stdout
+            .contains("generate: profile of 2 replayed decode steps of 2 sequences"),
+        "{}",
+        graph.stdout
+    );
+    let (launches, host, device, _) = step_line(&graph, "generate");
+    assert!(
+        launches < eager_launches / 4.0 && host > 0.0 && device > 0.0,
+        "eager {eager_launches} launches per step\n{}",
+        graph.stdout
+    );
+    assert!(
+        graph.stdout.contains("aclnnFusedInferAttentionScore"),
+        "{}",
+        graph.stdout
+    );
 }
 
 #[test]
