@@ -178,6 +178,26 @@ fn generate_profile_on_sim_prints_the_decode_steps_modelled_time_eager_and_repla
         "{}",
         graph.stdout
     );
+    // Too few tokens to replay a step is refused naming the flag.
+    let args = [
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--device",
+        "sim",
+        "--max-new",
+        "2",
+        "--profile",
+        "--graph",
+        "--dtype",
+        "bf16",
+    ];
+    let short = run_example("generate", &args, &[], LIMIT, false);
+    assert_eq!(short.code(), Some(2), "{}", short.tail());
+    assert!(
+        short.stderr.contains("invalid --max-new"),
+        "{}",
+        short.tail()
+    );
 }
 
 #[test]
