@@ -437,7 +437,11 @@ impl FinetuneArgs {
             (self.zero > 0, "--zero"),
             (self.cp > 1, "--cp"),
             (self.checkpointing.is_some(), "--checkpointing"),
-            (self.lora_rank.is_some(), "--lora-rank (LoRA)"),
+            (
+                self.lora_rank.is_some() && self.lora_dropout > 0.0,
+                "--lora-dropout (a replayed step would reuse the captured dropout mask; use \
+                 --lora-dropout 0)",
+            ),
             (self.dry_run, "--dry-run"),
             (self.check_ddp, "--check-ddp"),
         ];

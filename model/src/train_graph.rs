@@ -21,8 +21,10 @@
 //! `cu_seqlens` is refused. RoPE's tables of those rows are uploaded once, before the capture.
 //!
 //! What the eager loop ([`crate::train::train_with`]) does and this one does not: data or
-//! context parallelism, ZeRO, block checkpointing, LoRA, MoE models (the router's expert
-//! groups are sized on the host), chat data's loss mask — refused as `unsupported`. One
+//! context parallelism, ZeRO, block checkpointing, LoRA dropout (a replay would reuse the
+//! captured mask), MoE models (the router's expert groups are sized on the host), chat data's
+//! loss mask — refused as `unsupported`. LoRA without dropout trains: the frozen base has no
+//! gradient and no optimizer state, and the captured update steps the adapters only. One
 //! difference in kind: the eager step checks the loss and gradient norm for finiteness
 //! **before** its optimizer step; a replay updates the weights in the same launch, so a
 //! non-finite step stops the run after an update of the weights in memory — the last
@@ -150,8 +152,8 @@ struct Slot {
     v: AscendTensor,
 }
 
-/// The parameters of `model` with their moments from `records` (every parameter has stepped
-/// once: the warm-up), in the model's visiting order; and AdamW's step count `t` so far.
+/// The trainable parameters of `model` (all, or LoRA's adapters) with their moments from
+/// `records` (every one has stepped once: the warm-up), in the model's visiting order; and AdamW's step count `t` so far.
 fn slots(
     model: &Transformer<Ad>,
     records: &<Adaptor as Optimizer<Transformer<Ad>, Ad>>::Record,
@@ -164,6 +166,10 @@ fn slots(
     }
     impl ModuleVisitor<Ad> for Collect<'_> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Ad, D>>) {
+            if !param.is_require_grad() {
+                // Frozen (LoRA's base): no gradient, no optimizer state, not updated.
+                return;
+            }
             let Some(record) = self.records.get(&param.id) else {
                 self.missing += 1;
                 return;
@@ -207,8 +213,11 @@ fn grads_of(
     }
     impl ModuleVisitor<Ad> for Collect<'_> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Ad, D>>) {
-            self.out
-                .push(self.grads.get::<Ascend, D>(param.id).map(inner_prim));
+            // The trainable parameters, as `slots` visits them.
+            if param.is_require_grad() {
+                self.out
+                    .push(self.grads.get::<Ascend, D>(param.id).map(inner_prim));
+            }
         }
     }
     let mut c = Collect {
@@ -448,10 +457,13 @@ fn le(v: &[i64]) -> Vec<u8> {
 
 /// Refuses what a captured step cannot train, naming it (`unsupported: --graph with …`).
 pub fn check(model: &Transformer<Ad>, packer: &Packer) -> Result<(), AttnError> {
-    if lora::settings(model).is_some() {
-        return Err(unsupported(
-            "LoRA (frozen base weights have no optimizer state)",
-        ));
+    if let Some(s) = lora::settings(model).filter(|s| s.dropout > 0.0) {
+        // A replay repeats the captured launches, the dropout draw with its seed included.
+        return Err(AttnError::Unsupported(format!(
+            "--graph with --lora-dropout {} (a replayed step would reuse the captured dropout \
+             mask at every step; use --lora-dropout 0)",
+            s.dropout
+        )));
     }
     if model.checkpoint_blocks {
         return Err(unsupported("--checkpointing"));
