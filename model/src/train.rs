@@ -527,12 +527,28 @@ pub fn masked_cross_entropy<B: burn::tensor::backend::Backend>(
     mask: &[bool],
 ) -> Tensor<B, 1> {
     let t = targets.dims()[0];
+    let weights =
+        Tensor::<B, 1>::from_data(TensorData::new(loss_weights(mask), [t]), &logits.device());
+    weighted_cross_entropy(logits, targets, weights)
+}
+
+/// Each target's weight in [`masked_cross_entropy`]: `1 / kept` where the mask keeps it,
+/// else 0 (all 0 when it keeps none).
+pub fn loss_weights(mask: &[bool]) -> Vec<f32> {
     let kept = mask.iter().filter(|&&m| m).count().max(1) as f32;
-    let weights: Vec<f32> = mask
-        .iter()
+    mask.iter()
         .map(|&m| if m { 1.0 / kept } else { 0.0 })
-        .collect();
-    let weights = Tensor::<B, 1>::from_data(TensorData::new(weights, [t]), &logits.device());
+        .collect()
+}
+
+/// `−Σ weights[i] · log_softmax(logits)[i, targets[i]]`: [`masked_cross_entropy`] with the
+/// weights as a tensor (a captured step rewrites them in place per batch).
+pub fn weighted_cross_entropy<B: burn::tensor::backend::Backend>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    weights: Tensor<B, 1>,
+) -> Tensor<B, 1> {
+    let t = targets.dims()[0];
     let logp = burn::tensor::activation::log_softmax(logits, 1);
     (logp.gather(1, targets.reshape([t, 1])).reshape([t]) * weights)
         .sum()

@@ -6,8 +6,8 @@
 //!
 //! A replay reads and writes the buffers the capture recorded, so everything a step takes
 //! from the host lives in persistent device tensors written in place before the replay
-//! (stream-ordered uploads, outside the capture): the token ids, the targets and AdamW's
-//! step count (a FLOAT32 `[1]` tensor). The parameters and the moments are updated in place
+//! (stream-ordered uploads, outside the capture): the token ids, the targets (with chat data
+//! the loss's per-target weights) and AdamW's step count (a FLOAT32 `[1]` tensor). The parameters and the moments are updated in place
 //! ([`burn_ascend::backend::adamw_step_in_place`]), so the replay's forward reads what the
 //! previous replay's update wrote. The learning rate of the schedule is a host float
 //! attribute of `aclnnApplyAdamWV2`, baked into the recorded launches: the optimizer's
@@ -22,9 +22,10 @@
 //!
 //! What the eager loop ([`crate::train::train_with`]) does and this one does not: data or
 //! context parallelism, ZeRO, block checkpointing, LoRA dropout (a replay would reuse the
-//! captured mask), MoE models (the router's expert groups are sized on the host), chat data's
-//! loss mask — refused as `unsupported`. LoRA without dropout trains: the frozen base has no
-//! gradient and no optimizer state, and the captured update steps the adapters only. One
+//! captured mask), MoE models (the router's expert groups are sized on the host) — refused as
+//! `unsupported`. LoRA without dropout trains: the frozen base has no gradient and no
+//! optimizer state, and the captured update steps the adapters only. Chat data trains: the
+//! loss's per-target weights (the assistant mask) are an input written in place per batch. One
 //! difference in kind: the eager step checks the loss and gradient norm for finiteness
 //! **before** its optimizer step; a replay updates the weights in the same launch, so a
 //! non-finite step stops the run after an update of the weights in memory — the last
@@ -58,7 +59,10 @@ use super::data::{PackedBatch, Packer};
 use super::lora;
 use super::optim::{clip_global_norm, FusedAdamW};
 use super::rope::Rope;
-use super::train::{save, saved_optimizer, schedule_of, StepReport, TrainOptions, TrainState};
+use super::train::{
+    loss_weights, masked_cross_entropy, save, saved_optimizer, schedule_of, weighted_cross_entropy,
+    StepReport, TrainOptions, TrainState,
+};
 use super::transformer::{cross_entropy_fused, packed_positions, Transformer};
 
 type Ad = Autodiff<Ascend>;
@@ -251,6 +255,8 @@ struct TrainGraph {
     cu_seqlens: Vec<i64>,
     tokens: AscendTensor,
     targets: AscendTensor,
+    /// The loss's per-target weights (chat data's assistant mask), `None` for plain text.
+    weights: Option<AscendTensor>,
     /// AdamW's 0-based step count `t − 1` (FLOAT32 `[1]`).
     step: AscendTensor,
     slots: Vec<Slot>,
@@ -284,6 +290,12 @@ impl TrainGraph {
         let int =
             |v: &[i64]| Tensor::<Ad, 1, Int>::from_data(TensorData::new(v.to_vec(), [t]), &device);
         let (tokens, targets) = (int(&batch.tokens), int(&batch.targets));
+        // Chat data: the loss's per-target weights, an input rewritten per batch like the
+        // targets.
+        let weights = batch
+            .loss_mask
+            .as_deref()
+            .map(|m| Tensor::<Ad, 1>::from_data(TensorData::new(loss_weights(m), [t]), &device));
         let (cos, sin, shape) =
             Rope::<Ad>::tables(&packed_positions(&batch.cu_seqlens), &model.config);
         let rope = Rope::from_tables(
@@ -296,7 +308,10 @@ impl TrainGraph {
         let cu = batch.cu_seqlens.clone();
         let body = || -> Result<_, AttnError> {
             let logits = model.forward_packed_rope(tokens.clone(), &cu, &rope, |_, _| {})?;
-            let loss = cross_entropy_fused(logits, targets.clone())?;
+            let loss = match &weights {
+                None => cross_entropy_fused(logits, targets.clone())?,
+                Some(w) => weighted_cross_entropy(logits, targets.clone(), w.clone()),
+            };
             let loss_inner = loss.clone().inner();
             let grads = GradientsParams::from_grads(loss.backward(), model);
             let (grads, squares) = clip_global_norm(model, grads, clip_norm);
@@ -341,6 +356,7 @@ impl TrainGraph {
             cu_seqlens: batch.cu_seqlens.clone(),
             tokens: prim_int(tokens),
             targets: prim_int(targets),
+            weights: weights.map(float_prim),
             step,
             slots,
             grads,
@@ -383,6 +399,22 @@ impl TrainGraph {
         let err = |e| graph_err("write_in_place", e);
         write_in_place(&self.tokens, &le(&batch.tokens)).map_err(err)?;
         write_in_place(&self.targets, &le(&batch.targets)).map_err(err)?;
+        match (&self.weights, batch.loss_mask.as_deref()) {
+            (Some(w), Some(mask)) => {
+                let bytes: Vec<u8> = loss_weights(mask)
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect();
+                write_in_place(w, &bytes).map_err(err)?;
+            }
+            (None, None) => {}
+            _ => {
+                return Err(AttnError::invalid(
+                    "loss_mask",
+                    "the captured step and this batch differ in having a loss mask (chat data)",
+                ))
+            }
+        }
         // The kernel's 0-based count (see backend-ascend/src/optim.rs).
         let t = (self.time(step) - 1) as f32;
         write_in_place(&self.step, &t.to_le_bytes()).map_err(err)?;
@@ -485,9 +517,6 @@ pub fn check(model: &Transformer<Ad>, packer: &Packer) -> Result<(), AttnError> 
             "needs batches of fixed shape: pass --pack fixed (the varlen attention's sequence \
              lengths are baked into the captured launches)",
         ));
-    }
-    if packer.has_loss_mask() {
-        return Err(unsupported("chat data (the assistant-token loss mask)"));
     }
     Ok(())
 }
@@ -603,7 +632,10 @@ fn eager_step(
     let int =
         |v: &[i64]| Tensor::<Ad, 1, Int>::from_data(TensorData::new(v.to_vec(), [t]), &device);
     let logits = model.forward_packed(int(&batch.tokens), &batch.cu_seqlens)?;
-    let loss = cross_entropy_fused(logits, int(&batch.targets))?;
+    let loss = match batch.loss_mask.as_deref() {
+        None => cross_entropy_fused(logits, int(&batch.targets))?,
+        Some(mask) => masked_cross_entropy(logits, int(&batch.targets), mask),
+    };
     let loss_inner = loss.clone().inner();
     let grads = GradientsParams::from_grads(loss.backward(), &model);
     let (grads, squares) = clip_global_norm(&model, grads, opts.clip_norm);

@@ -492,3 +492,88 @@ fn captured_lora_steps_train_the_adapters_as_the_eager_loop_and_leave_the_base_b
         a.len()
     );
 }
+
+#[test]
+fn captured_steps_on_chat_data_weight_the_loss_by_the_assistant_mask_as_the_eager_loop() {
+    // A device of its own (23).
+    simulate_devices(24);
+    let device = AscendDevice {
+        kind: AscendKind::Simulation,
+        index: 23,
+    };
+    // Conversations whose second half is the assistant's: the mask changes from batch to
+    // batch, so a replay that kept the captured weights would train on the wrong targets.
+    let chat = || {
+        let docs = documents_from_text(BUNDLED_CORPUS);
+        let examples = docs[..40]
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let ids: Vec<u32> = d.bytes().take(40).map(u32::from).collect();
+                let from = ids.len() / 2 - i % 5;
+                let assistant = (0..ids.len()).map(|j| j >= from).collect();
+                burn_ascend_model::chat::instruct::ChatExample { ids, assistant }
+            })
+            .collect();
+        Packer::chat(examples, 48, 16, 5).unwrap().with_fixed_rows()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let opts = |name: &str| TrainOptions {
+        total_steps: 4,
+        stop_after: None,
+        lr: 3e-3,
+        weight_decay: 0.1,
+        clip_norm: 1.0,
+        seed: 5,
+        out: dir.path().join(name),
+        save_every: 100,
+    };
+    let start = Transformer::<Ad>::new(&tiny(), &device).unwrap();
+    let _ = params(&start);
+    let run = |graph: bool| {
+        if graph {
+            let (m, s, stats) = train_graph(
+                start.clone(),
+                TrainState::default(),
+                false,
+                &mut chat(),
+                &opts("graph"),
+                |_| {},
+            )
+            .unwrap();
+            assert_eq!(
+                stats.uploads,
+                4 * 3,
+                "tokens, targets, weights, step: {stats:?}"
+            );
+            (m, s)
+        } else {
+            train(
+                start.clone(),
+                TrainState::default(),
+                false,
+                &mut chat(),
+                &opts("eager"),
+                |_| {},
+            )
+            .unwrap()
+        }
+    };
+    let ((eager, eager_state), (graph, graph_state)) = (run(false), run(true));
+    for (i, (e, g)) in eager_state
+        .losses
+        .iter()
+        .zip(&graph_state.losses)
+        .enumerate()
+    {
+        assert!(
+            (e - g).abs() <= 1e-5 * e.abs(),
+            "step {i}: eager loss {e}, graph {g}"
+        );
+    }
+    let gap = largest_gap(&params(&eager), &params(&graph));
+    assert!(
+        gap <= 1e-6,
+        "largest weight difference eager vs graph {gap}"
+    );
+}
