@@ -19,7 +19,7 @@ use burn_ascend_model::config::LayerType;
 use burn_ascend_model::data::{documents_from_text, BUNDLED_CORPUS};
 use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};
 use burn_ascend_model::train::{train, TrainOptions, TrainState};
-use burn_ascend_model::train_graph::train_graph;
+use burn_ascend_model::train_graph::{train_graph, GraphTrainStats};
 use burn_ascend_model::{ModelConfig, Packer, Tokenizer, Transformer};
 use clap::Parser;
 
@@ -94,28 +94,37 @@ fn largest_gap(a: &[f32], b: &[f32]) -> f32 {
         .fold(0f32, f32::max)
 }
 
-#[test]
-fn captured_training_steps_replay_one_launch_each_with_the_eager_losses_and_weights() {
-    let device = device();
-    let dir = tempfile::tempdir().unwrap();
-    let opts = |name: &str| TrainOptions {
-        // Warmup over step 0, then cosine: the learning rate changes at every step, so every
-        // replay after the first needs the optimizer's task group updated.
-        total_steps: 5,
+/// Options of a `steps`-step run at learning rate `lr` writing below `dir/name`.
+fn run_opts(dir: &std::path::Path, name: &str, steps: usize, lr: f64) -> TrainOptions {
+    TrainOptions {
+        total_steps: steps,
         stop_after: None,
-        lr: 3e-3,
+        lr,
         weight_decay: 0.1,
         clip_norm: 1.0,
         seed: 5,
-        out: dir.path().join(name),
+        out: dir.join(name),
         save_every: 100,
-    };
-    let start = Transformer::<Ad>::new(&tiny(), &device).unwrap();
-    // Materialised once, so that both runs start from these weights.
-    let initial = params(&start);
+    }
+}
+
+/// `start` trained eagerly and captured, each on a fresh `packer()`:
+/// `(eager, eager state, graph, graph state, graph stats)`.
+fn eager_and_captured(
+    start: &Transformer<Ad>,
+    packer: impl Fn() -> Packer,
+    opts: impl Fn(&str) -> TrainOptions,
+) -> (
+    Transformer<Ad>,
+    TrainState,
+    Transformer<Ad>,
+    TrainState,
+    GraphTrainStats,
+) {
+    let fresh = TrainState::default;
     let (eager, eager_state) = train(
         start.clone(),
-        TrainState::default(),
+        fresh(),
         false,
         &mut packer(),
         &opts("eager"),
@@ -123,14 +132,43 @@ fn captured_training_steps_replay_one_launch_each_with_the_eager_losses_and_weig
     )
     .unwrap();
     let (graph, graph_state, stats) = train_graph(
-        start,
-        TrainState::default(),
+        start.clone(),
+        fresh(),
         false,
         &mut packer(),
         &opts("graph"),
         |_| {},
     )
     .unwrap();
+    (eager, eager_state, graph, graph_state, stats)
+}
+
+/// The replay runs the eager step's ops on the same values in the same order: on the
+/// simulation the losses agree to the bit. 1e-5 relative leaves room for a device whose
+/// reductions reassociate differently between two launches of the same kernel; the loss
+/// moves by ~1e-2 per step, so a replay of stale inputs, a missed rate update or a lost step
+/// count would exceed it by orders of magnitude.
+fn assert_same_losses(eager: &TrainState, graph: &TrainState) {
+    assert_eq!(eager.losses.len(), graph.losses.len());
+    for (i, (e, g)) in eager.losses.iter().zip(&graph.losses).enumerate() {
+        assert!(
+            (e - g).abs() <= 1e-5 * e.abs(),
+            "step {i}: eager loss {e}, graph {g}"
+        );
+    }
+}
+
+#[test]
+fn captured_training_steps_replay_one_launch_each_with_the_eager_losses_and_weights() {
+    let device = device();
+    let dir = tempfile::tempdir().unwrap();
+    // Warmup over step 0, then cosine: the learning rate changes at every step, so every
+    // replay after the first needs the optimizer's task group updated.
+    let opts = |name: &str| run_opts(dir.path(), name, 5, 3e-3);
+    let start = Transformer::<Ad>::new(&tiny(), &device).unwrap();
+    // Materialised once, so that both runs start from these weights.
+    let initial = params(&start);
+    let (eager, eager_state, graph, graph_state, stats) = eager_and_captured(&start, packer, opts);
     // One warm-up step, then 4 replays of one launch each; 3 input writes per replay (tokens,
     // targets, AdamW's step count); the rate updated before each replay whose rate changed.
     assert_eq!(
@@ -142,23 +180,8 @@ fn captured_training_steps_replay_one_launch_each_with_the_eager_losses_and_weig
     assert_eq!(stats.uploads, 12, "{stats:?}");
     assert_eq!(stats.lr_updates, 3, "{stats:?}");
     assert!(stats.recorded_tasks > 100, "{stats:?}");
-    // The replay runs the eager step's ops on the same values in the same order: on the
-    // simulation the losses agree to the bit. 1e-5 relative leaves room for a device whose
-    // reductions reassociate differently between two launches of the same kernel; the loss
-    // moves by ~1e-2 per step, so a replay of stale inputs, a missed rate update or a lost
-    // step count would exceed it by orders of magnitude.
     assert_eq!(eager_state.losses.len(), 5);
-    for (i, (e, g)) in eager_state
-        .losses
-        .iter()
-        .zip(&graph_state.losses)
-        .enumerate()
-    {
-        assert!(
-            (e - g).abs() <= 1e-5 * e.abs(),
-            "step {i}: eager loss {e}, graph {g}"
-        );
-    }
+    assert_same_losses(&eager_state, &graph_state);
     // Weights: five AdamW steps move them by up to ~1.5e-2 (lr 3e-3 each); 1e-6 absolute is
     // f32 rounding of a few updates, far below one step's change.
     let (a, b) = (params(&eager), params(&graph));
@@ -406,16 +429,6 @@ fn captured_lora_steps_train_the_adapters_as_the_eager_loop_and_leave_the_base_b
         index: 22,
     };
     let dir = tempfile::tempdir().unwrap();
-    let opts = |name: &str| TrainOptions {
-        total_steps: 4,
-        stop_after: None,
-        lr: 1e-2,
-        weight_decay: 0.0,
-        clip_norm: 1.0,
-        seed: 5,
-        out: dir.path().join(name),
-        save_every: 100,
-    };
     let settings = LoraSettings {
         rank: 4,
         alpha: 8.0,
@@ -427,42 +440,14 @@ fn captured_lora_steps_train_the_adapters_as_the_eager_loop_and_leave_the_base_b
     let start = lora::freeze_base(lora::attach(base, &settings, 3, &device).unwrap());
     // Materialised once, so that both runs start from these weights.
     let initial = params(&start);
-    let (eager, eager_state) = train(
-        start.clone(),
-        TrainState::default(),
-        false,
-        &mut packer(),
-        &opts("eager"),
-        |_| {},
-    )
-    .unwrap();
-    let (graph, graph_state, stats) = train_graph(
-        start,
-        TrainState::default(),
-        false,
-        &mut packer(),
-        &opts("graph"),
-        |_| {},
-    )
-    .unwrap();
+    let (eager, eager_state, graph, graph_state, stats) =
+        eager_and_captured(&start, packer, |name| run_opts(dir.path(), name, 4, 1e-2));
     assert_eq!(
         (stats.eager_steps, stats.replayed_steps, stats.launches),
         (1, 3, 3),
         "{stats:?}"
     );
-    // As the full-model test: the same ops on the same values, 1e-5 relative for a device
-    // whose reductions reassociate between launches.
-    for (i, (e, g)) in eager_state
-        .losses
-        .iter()
-        .zip(&graph_state.losses)
-        .enumerate()
-    {
-        assert!(
-            (e - g).abs() <= 1e-5 * e.abs(),
-            "step {i}: eager loss {e}, graph {g}"
-        );
-    }
+    assert_same_losses(&eager_state, &graph_state);
     // The adapters trained alike (lr 1e-2: they move by ~1e-2 per step; 1e-6 is f32
     // rounding), and every frozen weight is bit for bit the initial one in both runs.
     let adapter = |m: &Transformer<Ad>| -> Vec<f32> {
@@ -518,59 +503,14 @@ fn captured_steps_on_chat_data_weight_the_loss_by_the_assistant_mask_as_the_eage
         Packer::chat(examples, 48, 16, 5).unwrap().with_fixed_rows()
     };
     let dir = tempfile::tempdir().unwrap();
-    let opts = |name: &str| TrainOptions {
-        total_steps: 4,
-        stop_after: None,
-        lr: 3e-3,
-        weight_decay: 0.1,
-        clip_norm: 1.0,
-        seed: 5,
-        out: dir.path().join(name),
-        save_every: 100,
-    };
     let start = Transformer::<Ad>::new(&tiny(), &device).unwrap();
+    // Materialised once, so that both runs start from these weights.
     let _ = params(&start);
-    let run = |graph: bool| {
-        if graph {
-            let (m, s, stats) = train_graph(
-                start.clone(),
-                TrainState::default(),
-                false,
-                &mut chat(),
-                &opts("graph"),
-                |_| {},
-            )
-            .unwrap();
-            assert_eq!(
-                stats.uploads,
-                4 * 3,
-                "tokens, targets, weights, step: {stats:?}"
-            );
-            (m, s)
-        } else {
-            train(
-                start.clone(),
-                TrainState::default(),
-                false,
-                &mut chat(),
-                &opts("eager"),
-                |_| {},
-            )
-            .unwrap()
-        }
-    };
-    let ((eager, eager_state), (graph, graph_state)) = (run(false), run(true));
-    for (i, (e, g)) in eager_state
-        .losses
-        .iter()
-        .zip(&graph_state.losses)
-        .enumerate()
-    {
-        assert!(
-            (e - g).abs() <= 1e-5 * e.abs(),
-            "step {i}: eager loss {e}, graph {g}"
-        );
-    }
+    let (eager, eager_state, graph, graph_state, stats) =
+        eager_and_captured(&start, chat, |name| run_opts(dir.path(), name, 4, 3e-3));
+    // Tokens, targets, the loss weights and AdamW's step count per replay.
+    assert_eq!(stats.uploads, 3 * 4, "{stats:?}");
+    assert_same_losses(&eager_state, &graph_state);
     let gap = largest_gap(&params(&eager), &params(&graph));
     assert!(
         gap <= 1e-6,
