@@ -21,9 +21,12 @@
 //! Memory: a capture may not allocate from the device (`aclrtMalloc` is refused), so every
 //! block the closure's ops take comes from the pool's free blocks — reserve them first
 //! ([`crate::memory::reserve_small`]) — and the workspace must be big enough already
-//! (`Runtime::reserve_workspace`). The pool hands none of the blocks allocated during the
-//! capture to anyone else while the graph lives (the replay writes them), and takes them back
-//! when it is dropped.
+//! (`Runtime::reserve_workspace`). A block released during the capture serves the capture's
+//! later requests (the recorded tasks run in order on one stream, at every replay), as a
+//! CUDA graph's private pool does: the default model's captured training step holds 228.5 MiB
+//! with that reuse, 364.4 MiB without (its eager step peaks at 88.8 MiB). The pool hands none
+//! of the blocks the capture used to anyone else while the graph lives (the replay writes
+//! them), and takes them back when it is dropped.
 //!
 //! Task groups: [`task_group`] inside a capture marks the launches of its closure as a group
 //! whose host attributes (a learning rate, which `aclnnApplyAdamWV2` takes as a host float)
@@ -97,6 +100,28 @@ impl fmt::Debug for CapturedGraph {
 
 static NEXT_GRAPH: AtomicU64 = AtomicU64::new(1);
 
+thread_local! {
+    /// Whether this thread runs a capture's closure (its panics become the capture's error).
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+
+/// A backend op's failure inside a capture panics (Burn's ops return no `Result`) and
+/// [`capture`] returns it as its error: the message is not printed as well, by a panic hook
+/// that skips the threads running a capture's closure and hands every other panic to the hook
+/// that was there (a capture refused for want of reserved memory and retried with more would
+/// otherwise print a panic per attempt).
+fn quiet_panics_inside_captures() {
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.try_with(std::cell::Cell::get).unwrap_or(false) {
+                previous(info);
+            }
+        }));
+    });
+}
+
 /// Captures the ops `f` queues on `device` into a graph; returns it with `f`'s result (the
 /// graph's outputs: keep them, the replay writes them). `f` must not read device memory,
 /// upload host data or allocate beyond the reserved blocks (see the module docs).
@@ -122,7 +147,10 @@ pub fn capture<R>(
     rt.capture_begin(CaptureMode::ThreadLocal)
         .map_err(from_acl)?;
     crate::memory::begin_graph(device, id);
+    quiet_panics_inside_captures();
+    let _ = QUIET.try_with(|q| q.set(true));
     let out = catch_unwind(AssertUnwindSafe(f));
+    let _ = QUIET.try_with(|q| q.set(false));
     crate::memory::end_capture(device);
     let ended = rt.capture_end();
     match (out, ended) {

@@ -116,6 +116,9 @@ pub struct MemoryStats {
     pub device_frees: u64,
     /// Allocations that failed for lack of memory and were retried after emptying the cache.
     pub oom_retries: u64,
+    /// Allocations during a graph capture served by a block released earlier in the same
+    /// capture (counted in `hits` too).
+    pub capture_reuses: u64,
 }
 
 /// A block of a segment: its length and whether it is free.
@@ -173,6 +176,13 @@ struct Pool {
     /// Per graph, its blocks whose tensors were dropped: returned to the free blocks when the
     /// graph is dropped.
     graph_released: HashMap<u64, Vec<GraphBlock>>,
+    /// Blocks released while the graph in `capturing` is captured, by (length, address): its
+    /// own, and older ones its recorded tasks may read (not another graph's). The same
+    /// capture's later requests take them again — the graph's tasks run in recording order
+    /// on one stream, at every replay, so a later task writes a block only after the earlier
+    /// ones are done with it (the reuse a CUDA graph's private pool makes) — and the graph
+    /// keeps them when its capture ends, as it keeps every block it recorded.
+    capture_free: BTreeMap<(usize, usize), GraphBlock>,
     /// While recorded ([`record_large_requests`]): the size class of every large request.
     large_requests: Option<Vec<usize>>,
 }
@@ -274,17 +284,48 @@ impl Pool {
         }
     }
 
+    /// A block released during the current capture, for a request of `class` bytes: the
+    /// best fit no larger than twice the request (a larger one stays for a larger request).
+    fn take_capture_free(&mut self, class: usize) -> Option<DeviceBuffer> {
+        let (&key, _) = self
+            .capture_free
+            .range((class, 0)..)
+            .next()
+            .filter(|((len, _), _)| *len <= 2 * class)?;
+        let GraphBlock(block) = self.capture_free.remove(&key)?;
+        self.stats.hits += 1;
+        self.stats.capture_reuses += 1;
+        Some(block)
+    }
+
     /// Takes a block back, merging it with its free neighbours. A buffer that is not a block
     /// of this pool (none is) is dropped, which frees it if it owns its memory. A block a
-    /// captured graph uses is kept for the graph instead.
+    /// captured graph uses is kept for the graph instead, and one released during a capture
+    /// serves the capture's later requests (`capture_free`).
     fn release(&mut self, block: DeviceBuffer) {
         let addr = block.as_ptr() as usize;
-        if let Some(&g) = self.graph_owned.get(&addr) {
-            self.graph_released
-                .entry(g)
-                .or_default()
-                .push(GraphBlock(block));
-            return;
+        let owner = self.graph_owned.get(&addr).copied();
+        match (owner, self.capturing) {
+            (Some(g), Some(c)) if g == c => {
+                self.capture_free
+                    .insert((block.len(), addr), GraphBlock(block));
+                return;
+            }
+            (Some(g), _) => {
+                self.graph_released
+                    .entry(g)
+                    .or_default()
+                    .push(GraphBlock(block));
+                return;
+            }
+            (None, Some(c)) => {
+                // From before the capture: the recorded tasks may use it, so the graph keeps it.
+                self.graph_owned.insert(addr, c);
+                self.capture_free
+                    .insert((block.len(), addr), GraphBlock(block));
+                return;
+            }
+            (None, None) => {}
         }
         let Some((&base, seg)) = self.segments.range_mut(..=addr).next_back() else {
             debug_assert!(false, "released a block of no segment");
@@ -394,7 +435,12 @@ pub(crate) fn allocate(device: &AscendDevice, bytes: usize, op: &str) -> DeviceB
         if let (false, Some(r)) = (small, p.large_requests.as_mut()) {
             r.push(class);
         }
-        let b = p.take_free(small, class);
+        let reused = if p.capturing.is_some() {
+            p.take_capture_free(class)
+        } else {
+            None
+        };
+        let b = reused.or_else(|| p.take_free(small, class));
         if b.is_none() {
             p.stats.misses += 1;
         }
@@ -501,9 +547,15 @@ pub(crate) fn set_updating(device: &AscendDevice, on: bool) {
     with_pool(device, |p| p.updating = me);
 }
 
-/// Stops attributing allocations to a graph (its capture ended).
+/// Stops attributing allocations to a graph (its capture ended); the blocks released during
+/// the capture stay the graph's.
 pub(crate) fn end_capture(device: &AscendDevice) {
-    with_pool(device, |p| p.capturing = None);
+    with_pool(device, |p| {
+        if let Some(g) = p.capturing.take() {
+            let kept = std::mem::take(&mut p.capture_free).into_values();
+            p.graph_released.entry(g).or_default().extend(kept);
+        }
+    });
 }
 
 /// Returns graph `graph`'s blocks to the pool (the graph was dropped): those whose tensors

@@ -412,12 +412,15 @@ fn graph_trainer<'a>(resume: bool) -> Trainer<'a, Autodiff<Ascend>> {
         let (model, state, s) =
             train_graph(model, state, resume, packer, opts, on_step).map_err(|e| e.to_string())?;
         println!(
-            "finetune: graph: {} eager warm-up step(s), {} replayed, {} recorded tasks, {} \
-             learning-rate update(s) of the optimizer's task group, host {:.0} µs per replayed \
-             step (input writes, update, replay)",
+            "finetune: graph: {} eager warm-up step(s), {} replayed, {} recorded tasks \
+             holding {:.1} MiB (the eager step's peak: {:.1} MiB), {} learning-rate update(s) \
+             of the optimizer's task group, host {:.0} µs per replayed step (input writes, \
+             update, replay)",
             s.eager_steps,
             s.replayed_steps,
             s.recorded_tasks,
+            s.graph_bytes as f64 / (1 << 20) as f64,
+            s.eager_step_bytes as f64 / (1 << 20) as f64,
             s.lr_updates,
             s.host_us_per_step()
         );

@@ -49,8 +49,8 @@ use burn_ascend::backend::graph::{
     GraphError,
 };
 use burn_ascend::backend::{
-    adamw_step_in_place, record_large_requests, reserve_large, reserve_small, take_large_requests,
-    Ascend, AscendTensor,
+    adamw_step_in_place, memory_stats, record_large_requests, reserve_large, reserve_small,
+    reset_peak_stats, take_large_requests, Ascend, AscendTensor,
 };
 use burn_ascend::cann::acl::{thread_launches, TaskGroup};
 use burn_ascend::{AdamWHyper, AttnError};
@@ -94,6 +94,12 @@ pub struct GraphTrainStats {
     pub lr_updates: u64,
     /// Tasks recorded in the graph (known on the simulation).
     pub recorded_tasks: usize,
+    /// Device bytes the capture took from the pool and the graph holds while it lives (its
+    /// temporaries, reused within the capture, and its outputs).
+    pub graph_bytes: usize,
+    /// Device bytes the last eager warm-up step allocated at its peak beyond what it started
+    /// with (its temporaries, gradients and outputs): what `graph_bytes` compares with.
+    pub eager_step_bytes: usize,
     /// Host time issuing the replayed steps (input writes, learning-rate update, replay;
     /// not the wait for the loss).
     pub host: Duration,
@@ -568,20 +574,30 @@ pub fn train_graph(
         let lr = schedule.lr(step);
         if graph.is_none() && step >= first + WARMUP_STEPS {
             let large = take_large_requests(&device);
+            let held = memory_stats(&device).allocated_bytes;
             let g =
                 TrainGraph::capture(&model, &optim, &batch, (lr, opts.clip_norm, step), &large)?;
             stats.recorded_tasks = g.graph.recorded_tasks();
+            stats.graph_bytes = memory_stats(&device).allocated_bytes.saturating_sub(held);
             graph = Some(g);
         }
         let (loss, squares) = match graph.as_mut() {
             Some(g) => g.step(&optim, &batch, step, lr, &mut stats)?,
             None => {
-                if step + 1 == first + WARMUP_STEPS {
+                let last_warmup = step + 1 == first + WARMUP_STEPS;
+                let held = memory_stats(&device).allocated_bytes;
+                if last_warmup {
                     // The last warm-up step: its large blocks are what the capture needs.
                     record_large_requests(&device);
+                    reset_peak_stats(&device);
                 }
                 let (l, sq);
                 (model, l, sq) = eager_step(model, &mut optim, &batch, step, lr, opts)?;
+                if last_warmup {
+                    stats.eager_step_bytes = memory_stats(&device)
+                        .peak_allocated_bytes
+                        .saturating_sub(held);
+                }
                 stats.eager_steps += 1;
                 (l, sq)
             }

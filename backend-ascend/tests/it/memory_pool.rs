@@ -333,3 +333,64 @@ fn a_long_mixed_run_keeps_reserved_memory_within_twice_the_live_peak_and_empties
     assert_eq!((s.reserved_bytes, s.segments, s.cached_bytes), (0, 0, 0));
     assert_eq!(s.largest_free_block_bytes, 0);
 }
+
+/// A block released during a graph capture serves the same capture's later requests (the
+/// graph's tasks run in recording order, so the reuse is safe at every replay), and the graph
+/// keeps all it used until it is dropped. 40 steps that each allocate a 256 KiB tensor and
+/// free the previous one need two blocks, not 40: with only 4 MiB reserved (16 blocks), a
+/// capture without the reuse is refused (`aclrtMalloc` inside a capture).
+#[test]
+fn a_capture_reuses_the_blocks_it_released_and_keeps_them_for_the_graph() {
+    use burn_ascend_backend::graph::{capture, reserve_workspace, write_in_place};
+    use burn_ascend_backend::reserve_small;
+    let _x = crate::exclusive();
+    // Its own device: its pool holds only this test's blocks.
+    burn_ascend_backend::collective::simulate_devices(12);
+    let device = AscendDevice {
+        kind: burn_ascend_backend::AscendKind::Simulation,
+        index: 11,
+    };
+    let n = 64 << 10;
+    let x = Tensor::<Ascend, 1>::from_data(TensorData::new(vec![1.0f32; n], [n]), &device);
+    reserve_small(&device, 4 * MIB).unwrap();
+    reserve_workspace(&device, 1 << 16).unwrap();
+    let before = memory_stats(&device);
+    let (graph, y) = capture(&device, || {
+        let mut prev = x.clone();
+        for _ in 0..40 {
+            // `prev` is shared, so the product takes a new block; then `prev`'s is released.
+            let next = prev.clone() * 0.5 + 1.0;
+            prev = next;
+        }
+        prev
+    })
+    .expect("the capture fits the reserve by reusing its released blocks");
+    let after = memory_stats(&device);
+    let kept = after.allocated_bytes - before.allocated_bytes;
+    assert!(
+        kept <= 3 * size_class(4 * n),
+        "the graph holds {kept} bytes for 40 steps of {} bytes",
+        4 * n
+    );
+    assert!(
+        after.capture_reuses - before.capture_reuses >= 38,
+        "{after:?}"
+    );
+    // The replay computes the chain on new input values: x_{k+1} = x_k / 2 + 1.
+    let input: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
+    let bytes: Vec<u8> = input.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let x_prim = x.clone().into_primitive().tensor();
+    write_in_place(&x_prim, &bytes).unwrap();
+    graph.replay().unwrap();
+    let got = y.into_data().to_vec::<f32>().unwrap();
+    for (i, (g, v)) in got.iter().zip(&input).enumerate() {
+        let want = (0..40).fold(*v, |a, _| a * 0.5 + 1.0);
+        assert!((g - want).abs() <= 1e-5 * want.abs(), "{i}: {g} vs {want}");
+    }
+    // Dropped, the graph returns its blocks: the pool holds only the input again.
+    drop(graph);
+    assert_eq!(
+        memory_stats(&device).allocated_bytes,
+        before.allocated_bytes
+    );
+}
