@@ -454,6 +454,15 @@ impl Generator<Ascend> {
                     .into(),
             ));
         }
+        if self.model.config.moe.is_some() {
+            // The router's top-k choices are read on the host to group the tokens by expert,
+            // and a captured step may not read the device.
+            return Err(AttnError::Unsupported(
+                "--graph with a mixture-of-experts model: its router's expert choices are read \
+                 on the host at every step, which a captured step cannot do (decode it eagerly)"
+                    .into(),
+            ));
+        }
         // The captured step calls FIA itself (`fia_decode_paged`), and CANN's FIA takes no
         // FLOAT query (`fused_infer_attention_score_def.cpp`); eagerly, f32 attention runs the
         // backend's composite, whose host-built masks a replay could not update.

@@ -2,7 +2,8 @@
 //! step is one replay (one launch per generated token) and the tokens are exactly the eager
 //! path's, in BF16 (CANN's FIA takes no FLOAT query); each replay's attention reads every
 //! sequence's cached tokens only (its `actualSeqLengthsKv` re-issued through a task-group update
-//! per layer); `--graph` off an Ascend device or with an f32 model is refused naming the flag.
+//! per layer); `--graph` off an Ascend device, with an f32 model or with a mixture-of-experts
+//! model (its router is read on the host) is refused naming it.
 
 use std::time::Duration;
 
@@ -337,5 +338,39 @@ fn generate_half_precision_attention_on_the_cpu_is_refused_naming_the_flag() {
         r.stderr.contains("unsupported: --dtype") && r.stderr.contains("--device cpu"),
         "{}",
         r.stderr
+    );
+}
+
+#[test]
+fn graph_decoding_of_a_mixture_of_experts_model_is_refused_naming_it() {
+    let (_guard, device) = device_11();
+    let cfg = ModelConfig {
+        moe: Some(burn_ascend_model::config::MoeConfig {
+            num_local_experts: 4,
+            num_experts_per_tok: 2,
+            swiglu_limit: 7.0,
+            swiglu_alpha: 1.702,
+            mxfp4: false,
+            output_router_logits: false,
+        }),
+        ..config(true, None)
+    };
+    let model = Transformer::<Ascend>::new(&cfg, &device).unwrap();
+    let mut gen = Generator::new(model, 64, 16, &device)
+        .unwrap()
+        .with_attention_dtype(FloatDType::BF16)
+        .unwrap();
+    let e = generate_batch_graph(
+        &mut gen,
+        &[vec![1u32, 5, 9]],
+        3,
+        &[Sampling::Greedy],
+        &mut SplitMix(3),
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, burn_ascend::AttnError::Unsupported(m) if m.contains("mixture-of-experts")),
+        "{e}"
     );
 }
