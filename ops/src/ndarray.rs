@@ -81,12 +81,27 @@ pub fn cpu_prompt_fwd<B: Backend>(
     let dims = spec.validate(&crate::prompt::composite::shapes(&inputs))?;
     crate::prompt::composite::unsupported_on_burn(spec)?;
     let device = B::float_device(&inputs.query);
+    let shape = |t: &FloatTensor<B>| t.shape().to_vec();
+    let mask = inputs.atten_mask.map(|m| {
+        let s = shape(&m);
+        let bytes: Vec<u8> = to_vec::<B>(m).iter().map(|&x| u8::from(x != 0.0)).collect();
+        (bytes, s)
+    });
+    let pse = inputs.pse_shift.map(|p| (shape(&p), to_vec::<B>(p)));
     let (q, k, v) = (
         to_vec::<B>(inputs.query),
         to_vec::<B>(inputs.key),
         to_vec::<B>(inputs.value),
     );
-    let out = prompt_flash_attention(&spec.args(&dims, &q, &k, &v));
+    let args = spec.args(
+        &dims,
+        &q,
+        &k,
+        &v,
+        mask.as_ref().map(|(d, s)| (&d[..], &s[..])),
+        pse.as_ref().map(|(s, d)| (&d[..], &s[..])),
+    )?;
+    let out = prompt_flash_attention(&args);
     let out = out.into_iter().map(|x| x as f32).collect();
     Ok(from_vec::<B>(out, &dims.out_shape(), &device))
 }

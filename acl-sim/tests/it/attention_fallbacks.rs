@@ -55,8 +55,10 @@ fn missing_pfa_v3_falls_back_to_v1_only_for_what_v1_has() {
             query: qt.handle()?,
             key: kt.handle()?,
             value: vt.handle()?,
+            atten_mask: None,
+            pse_shift: None,
         };
-        builders::prompt(rt, spec, DataType::Float16, &x.as_ref(), &o.handle()?)?;
+        builders::prompt(rt, spec, &x.as_ref(), &o.handle()?)?;
         Ok(halfs(&o.download()?))
     };
     let mut spec = PromptSpec::new(n, 0.3, PfaLayout::Bsh);

@@ -21,7 +21,9 @@ use burn_ascend_cann::acl::{
     TensorList,
 };
 use burn_ascend_contract::incre::{AntiquantSpec, BlockTable, IncreSpec};
-use burn_ascend_contract::prompt::{PromptInputs, PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
+use burn_ascend_contract::prompt::{
+    PromptInputs, PromptMask, PromptMaskKind, PromptSpec, PFA_COMPRESSED_MASK,
+};
 use burn_ascend_contract::scatter::{
     CacheMode, ScatterDims, ScatterInputs, ScatterKind, ScatterSpec,
 };
@@ -421,25 +423,24 @@ pub(super) fn prompt_mask(rt: &Runtime, mask: &PromptMask) -> Result<Option<Held
     })
 }
 
-/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec: the inputs in `dtype` (the
-/// query's float dtype; pse is uploaded in it), `attention_out` in it too, or INT8 with
-/// `quantScale2`.
+/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec: query/key/value in the
+/// query's float dtype (`pseShift` too), `attention_out` in it as well, or INT8 with
+/// `quantScale2`. The dense `attenMask` is the caller's device tensor in a mask dtype (BOOL,
+/// INT8 or UINT8); CANN's compressed mask (sparse modes 2–4) is a runtime constant.
 pub fn prompt(
     rt: &Runtime,
     spec: &PromptSpec,
-    dtype: DataType,
     x: &PromptInputs<&Tensor<'_>>,
     attention_out: &Tensor<'_>,
 ) -> Result<()> {
-    let mask = prompt_mask(rt, &spec.atten_mask)?;
-    let pse = spec
-        .pse_shift
-        .as_ref()
-        .map(|p| upload_float(rt, &p.data, &p.shape, dtype))
-        .transpose()?;
+    let compressed = match spec.atten_mask {
+        PromptMaskKind::Compressed => prompt_mask(rt, &PromptMask::Compressed)?,
+        PromptMaskKind::None | PromptMaskKind::Dense => None,
+    };
     let (qs2, qo2) = post_quant(rt, spec.post_quant.as_ref())?;
     {
-        let (mask, pse) = (handle(&mask)?, handle(&pse)?);
+        let compressed = handle(&compressed)?;
+        let mask = x.atten_mask.or(compressed.as_ref());
         let (qs2, qo2) = (handle(&qs2)?, handle(&qo2)?);
         let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
         let asl_kv = ints(rt, spec.actual_seq_lengths_kv.as_deref())?;
@@ -449,8 +450,8 @@ pub fn prompt(
                 query: x.query,
                 key: x.key,
                 value: x.value,
-                pse_shift: pse.as_ref(),
-                atten_mask: mask.as_ref(),
+                pse_shift: x.pse_shift,
+                atten_mask: mask,
                 actual_seq_lengths: asl.as_ref(),
                 actual_seq_lengths_kv: asl_kv.as_ref(),
                 deq_scale1: None,

@@ -9,10 +9,11 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{FloatDType, Tensor, TensorData, Tolerance};
 use burn_ascend_backend::collective::simulate_devices;
 use burn_ascend_backend::{device_counters, fallback_counts, Ascend, AscendDevice, AscendKind};
-use burn_ascend_ops::prompt::{PfaLayout, PromptSpec};
+use burn_ascend_ops::prompt::{PfaLayout, PromptMaskKind, PromptSpec};
 use burn_ascend_ops::{
-    fused_infer_attention, incre_flash_attention, prompt_flash_attention, scatter_pa_kv_cache,
-    AttentionBackend, FiaKv, FiaSpec, IfaLayout, IncreKv, IncreSpec, ScatterSpec,
+    fused_infer_attention, incre_flash_attention, prompt_flash_attention,
+    prompt_flash_attention_with, scatter_pa_kv_cache, AttentionBackend, FiaKv, FiaSpec, IfaLayout,
+    IncreKv, IncreSpec, ScatterSpec,
 };
 
 /// This suite's own simulated device: its launch counter is read before and after a call.
@@ -130,4 +131,60 @@ fn f32_inference_attention_runs_the_counted_composite_and_f16_is_one_aclnn_launc
         assert_eq!(ran, want_ran, "{op} f16: one aclnn launch");
         close(&got, &want, Tolerance::rel_abs(1e-2, 2e-3), op);
     }
+}
+
+/// Prompt attention with a dense mask `[B, S, S]` (0/1 floats) and a pse `[1, N, S, S]` (f32,
+/// the query f16) on `B`: the output as f32, with the launches and uploads `counters()` saw
+/// across the call alone (its inputs made first).
+fn prompt_with_mask_and_pse<B: AttentionBackend>(
+    dt: FloatDType,
+    dev: &B::Device,
+    counters: impl Fn() -> (u64, u64),
+) -> (Vec<f32>, (u64, u64)) {
+    let (b, s, n, d) = (2, 5, 2, 64);
+    let q4 = |seed| t::<B, 4>(b * s * n * d, seed, [b, s, n, d], dev).cast(dt);
+    let (q, k, v) = (q4(1), q4(2), q4(3));
+    // Column 0 never masked: no row is fully masked.
+    let mask: Vec<f32> = (0..b * s * s)
+        .map(|e| f32::from(u8::from(e % s != 0 && e % 3 == 1)))
+        .collect();
+    let mask = Tensor::<B, 3>::from_data(TensorData::new(mask, [b, s, s]), dev);
+    let pse = t::<B, 4>(n * s * s, 5, [1, n, s, s], dev);
+    let mut spec = PromptSpec::new(n, 0.125, PfaLayout::Bsnd);
+    spec.sparse_mode = 1;
+    spec.atten_mask = PromptMaskKind::Dense;
+    let start = counters();
+    let out = prompt_flash_attention_with(q, k, v, Some(mask), Some(pse), &spec).unwrap();
+    let end = counters();
+    let got = out
+        .cast(FloatDType::F32)
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    (got, (end.0 - start.0, end.1 - start.1))
+}
+
+#[test]
+fn prompt_with_a_dense_mask_and_pse_on_the_device_uploads_nothing_and_matches_ndarray() {
+    let _lock = crate::exclusive();
+    let d = dev();
+    let counters = || {
+        let c = device_counters(&d);
+        (c.launches, c.uploads)
+    };
+    let (want, _) =
+        prompt_with_mask_and_pse::<NdArray>(FloatDType::F32, &Default::default(), || (0, 0));
+    let ((got, (launches, uploads)), moved) =
+        counted(|| prompt_with_mask_and_pse::<Ascend>(FloatDType::F16, &d, counters));
+    assert!(moved.is_empty(), "nothing fell back to the host: {moved:?}");
+    // The mask compared with 0 into BOOL, the pse cast to f16, the PFA launch: all on the
+    // device, nothing uploaded from the host (the mask and pse once were, every call).
+    assert_eq!(uploads, 0, "no host upload");
+    assert_eq!(launches, 3, "compare, cast, PFA");
+    close(
+        &got,
+        &want,
+        Tolerance::rel_abs(1e-2, 2e-3),
+        "prompt mask+pse",
+    );
 }
