@@ -111,6 +111,16 @@ fn pse_view(pse: &AscendTensor, grad: bool) -> AscendTensor {
     pse.view(Shape::from(dims), strides, pse.offset)
 }
 
+/// An explicit 0/1 float mask as the BOOL mask the op reads (1 = masked), made on the device.
+fn bool_mask(m: &AscendTensor) -> AscendTensor {
+    use burn_backend::ops::FloatTensorOps;
+    Ascend::float_not_equal_elem(
+        m.clone(),
+        burn_backend::Scalar::from(0.0f32),
+        burn_backend::BoolStore::Native,
+    )
+}
+
 /// Labels of the varlen calls in error messages.
 const FWD: &str = "varlen_fwd";
 const BWD: &str = "varlen_bwd";
@@ -137,8 +147,10 @@ impl AttentionBackend for Ascend {
         };
         {
             let pse = inputs.pse.as_ref().map(|p| pse_view(p, false));
+            let mask = inputs.atten_mask.as_ref().map(bool_mask);
             let x = VarlenInputs {
                 pse: pse.as_ref(),
+                atten_mask: mask.as_ref(),
                 ..inputs.as_ref()
             }
             .map(|t| view_handle(t, FWD));
@@ -201,9 +213,11 @@ impl AttentionBackend for Ascend {
         };
         {
             let pse = f.pse.as_ref().map(|p| pse_view(p, true));
+            let mask = f.atten_mask.as_ref().map(bool_mask);
             let x = VarlenGradInputs {
                 inputs: VarlenInputs {
                     pse: pse.as_ref(),
+                    atten_mask: mask.as_ref(),
                     ..f.as_ref()
                 },
                 ..inputs.as_ref()

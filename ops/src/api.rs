@@ -77,6 +77,7 @@ pub fn varlen_score<B: AttentionBackend>(
             value: prim(value),
             sink: sink.map(prim),
             pse: None,
+            atten_mask: None,
         },
         spec,
     )?;
@@ -119,6 +120,38 @@ pub fn varlen_score_with_pse<B: AttentionBackend>(
             value: prim(value),
             sink: sink.map(prim),
             pse: Some(prim(pse)),
+            atten_mask: None,
+        },
+        spec,
+    )?;
+    Ok(VarlenAttention {
+        attention_out: tensor(out.attention_out),
+        softmax_max: tensor(out.softmax_max),
+        softmax_sum: tensor(out.softmax_sum),
+    })
+}
+
+/// [`varlen_score`] with an explicit mask (`spec.atten_mask` is [`MaskSpec::Dense`]): a
+/// float tensor of rank `M` holding 0 (attend) or 1 (masked), `[maxSq, maxSkv]` or
+/// `[B|1, N|1, maxSq, maxSkv]`. It is an input of the op like the sink
+/// ([`VarlenInputs::atten_mask`]), never read back to the host on a device backend, and not
+/// differentiated; under `Autodiff` the backward reads it again.
+pub fn varlen_score_with_mask<B: AttentionBackend, const M: usize>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    sink: Option<Tensor<B, 1>>,
+    atten_mask: Tensor<B, M>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttention<B>> {
+    let out = B::varlen_fwd(
+        VarlenInputs {
+            query: prim(query),
+            key: prim(key),
+            value: prim(value),
+            sink: sink.map(prim),
+            pse: None,
+            atten_mask: Some(prim(atten_mask)),
         },
         spec,
     )?;
@@ -147,6 +180,7 @@ pub fn varlen_score_grad<B: AttentionBackend>(
                 value: prim(value),
                 sink: sink.map(prim),
                 pse: None,
+                atten_mask: None,
             },
             dy: prim(dy),
             attention_in: prim(forward.attention_out.clone()),

@@ -195,6 +195,7 @@ fn varlen_grad(rt: &Runtime, c: &Case, sink: bool) -> Result<Vec<Vec<f32>>, AclE
                     value: &h[2],
                     sink: sink.then_some(&h[7]),
                     pse: None,
+                    atten_mask: None,
                 },
                 dy: &h[3],
                 softmax_max: &h[4],

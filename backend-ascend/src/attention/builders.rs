@@ -190,10 +190,8 @@ fn varlen_extras(
     grad: bool,
 ) -> Result<VarlenExtras> {
     let atten_mask = match &spec.atten_mask {
-        MaskSpec::None => None,
-        MaskSpec::Dense { data, shape } => {
-            Some(Held::Own(upload(rt, data, shape, DataType::Uint8)?))
-        }
+        // An explicit mask is the caller's device tensor (`VarlenInputs::atten_mask`).
+        MaskSpec::None | MaskSpec::Dense => None,
         // Built on the host only for the runtime's first call of the mode: 4–6 MiB of mask
         // per call was most of a training step's host time (a 0.5 B model at 8k tokens).
         MaskSpec::Compressed if spec.attrs.sparse_mode.takes_compressed_mask() => {
@@ -238,7 +236,8 @@ fn varlen_extras(
 }
 
 /// The varlen carrier over aclnn handles (the contract's one carrier per call). A pse tensor
-/// (`pse`) must be described with [`dense_pse_dims`] for the op (forward or grad).
+/// (`pse`) must be described with [`dense_pse_dims`] for the op (forward or grad); an explicit
+/// mask (`atten_mask`) is in a mask dtype (BOOL or UINT8).
 pub type VarlenHandles<'a> = VarlenInputs<&'a Tensor<'a>>;
 
 /// `aclnnFlashAttentionVarLenScore` without a sink, `…V5` with one (the choice and the
@@ -274,7 +273,7 @@ pub fn varlen_fwd(
                 real_shift: x.pse.or(pse.as_ref()),
                 drop_mask: drop.as_ref(),
                 padding_mask: None,
-                atten_mask: mask.as_ref(),
+                atten_mask: x.atten_mask.or(mask.as_ref()),
                 sink: x.sink,
                 prefix: ex.prefix.as_ref(),
                 actual_seq_q_len: Some(&ex.cum_q),
@@ -350,7 +349,7 @@ pub fn varlen_grad(
                 pse_shift: x.inputs.pse.or(pse.as_ref()),
                 drop_mask: drop.as_ref(),
                 padding_mask: None,
-                atten_mask: mask.as_ref(),
+                atten_mask: x.inputs.atten_mask.or(mask.as_ref()),
                 softmax_max: Some(x.softmax_max),
                 softmax_sum: Some(x.softmax_sum),
                 softmax_in: None,
