@@ -7,9 +7,11 @@
 //!   the backend's own tensor ops (CANN's dsink is wrong past a size threshold, and no arch32
 //!   kernel writes dpse). Under
 //!   `Autodiff<Ascend>` the ops crate's fused backward calls [`AttentionBackend::varlen_bwd`]
-//!   here. pse (dense or ALiBi slopes), dropout and masks travel in the spec and are uploaded by
-//!   the call builder ([`aclnn`]); a non-f32 sink or mixed dtypes take the CPU kernels through
-//!   the counted host fallback (`varlen_fwd` / `varlen_bwd`).
+//!   here. An explicit mask (`VarlenInputs::atten_mask`, 0/1 floats) is compared with 0 into
+//!   BOOL on the device; a pse tensor is handed over as a view; the spec's host pse (dense or
+//!   ALiBi slopes) and dropout bits are uploaded by the call builder ([`aclnn`]); a non-f32
+//!   sink or mixed dtypes take the CPU kernels through the counted host fallback
+//!   (`varlen_fwd` / `varlen_bwd`).
 //! - prompt, incremental attention and the KV cache scatter run natively
 //!   (`aclnnPromptFlashAttentionV3`, `aclnnIncreFlashAttentionV4` over contiguous, listed or
 //!   paged KV, `aclnnScatterPaKvCache` in place on an unshared cache): [`prompt`], [`incre`],

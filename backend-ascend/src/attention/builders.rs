@@ -1,6 +1,9 @@
 //! One aclnn call builder per attention op: the validated contract spec plus the device tensors
-//! in, one aclnn call out. Each builder owns everything the spec carries as host data (masks,
-//! pse, dropout bits, block tables, scales, index tensors, the `aclIntArray`s), the attribute
+//! in (the op's carrier, tensor-valued inputs such as prompt's and varlen's masks and pse
+//! included), one aclnn call out. Each builder owns everything the spec still carries as host
+//! data (varlen's ALiBi slopes and dropout bits, IFA's and FIA's masks and pse, block tables,
+//! scales, index tensors, the `aclIntArray`s) and CANN's compressed masks (runtime
+//! constants), the attribute
 //! strings (from the contract's `as_attr`), the empty reserved outputs torch_npu passes, and —
 //! through [`burn_ascend_cann::acl::aclnn`] — the version fallback.
 //!
