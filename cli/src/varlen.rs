@@ -8,13 +8,13 @@ use safetensors::Dtype;
 
 use burn::tensor::TensorData;
 
-use super::device::{data, data_opt, host_primitive, on_backend, primitive, OnBackend};
+use super::device::{burn_dtype, data, data_opt, host_primitive, on_backend, primitive, OnBackend};
 use super::io::{rank3, Bundle, HostTensor, WireFloat};
 use super::{CliError, Device};
 use burn_ascend::kernels::reference::varlen as reference;
 use burn_ascend::ops::varlen::VARLEN_LAYOUT;
 use burn_ascend::ops::varlen::{
-    compressed_mask, AttenMask, DenseMask, MaskSpec, PseSpec, VarlenBwdShapes, VarlenProblem,
+    compressed_mask, AttenMask, DenseMask, MaskSpec, Pse, PseSpec, VarlenBwdShapes, VarlenProblem,
     VarlenShapes, VarlenSpec,
 };
 use burn_ascend::{
@@ -24,18 +24,43 @@ use burn_ascend::{
 /// An explicit `attenMask` from the bundle: its bytes (non-zero = masked) and its shape.
 type HostMask = (Vec<u8>, Vec<usize>);
 
-/// The mask as the API takes it: a float tensor of 0/1.
-fn mask_data((bytes, shape): &HostMask) -> TensorData {
-    let v: Vec<f32> = bytes.iter().map(|&x| f32::from(u8::from(x != 0))).collect();
-    TensorData::new(v, shape.clone())
+/// The bundle's inputs the call carries as tensors (`VarlenInputs::atten_mask`,
+/// `VarlenInputs::pse`), not in the spec.
+#[derive(Default)]
+struct HostTensors {
+    /// The explicit mask.
+    mask: Option<HostMask>,
+    /// A flat external pse `[pseTotalLen]` (pseType 0/1): its values and shape. (The
+    /// ALiBi-compressed 4-D form stays in the spec, whose check reads its values.)
+    pse: Option<(Vec<f32>, Vec<usize>)>,
 }
 
-/// The reference's view of `p` with the explicit mask's bytes.
-fn with_mask<'a>(
+impl HostTensors {
+    /// The mask as the API takes it: a float tensor of 0/1.
+    fn mask_data(&self) -> Option<TensorData> {
+        self.mask.as_ref().map(|(bytes, shape)| {
+            let v: Vec<f32> = bytes.iter().map(|&x| f32::from(u8::from(x != 0))).collect();
+            TensorData::new(v, shape.clone())
+        })
+    }
+
+    /// The pse as the API takes it, in the query's wire dtype `dt` (the op's pse dtype).
+    fn pse_data(&self, dt: Dtype) -> Option<TensorData> {
+        self.pse.as_ref().map(|(v, shape)| {
+            TensorData::new(v.clone(), shape.clone()).convert_dtype(burn_dtype(dt))
+        })
+    }
+}
+
+/// The reference's view of `p` with the bundle's mask bytes and pse values.
+fn with_host<'a>(
     mut p: VarlenProblem<'a>,
-    mask: &'a Option<HostMask>,
+    host: &'a HostTensors,
 ) -> Result<VarlenProblem<'a>, AttnError> {
-    if let Some((bytes, shape)) = mask {
+    if let Some((values, _)) = &host.pse {
+        p.pse = Pse::Dense(values);
+    }
+    if let Some((bytes, shape)) = &host.mask {
         let m = DenseMask::from_shape(bytes, shape).ok_or_else(|| {
             AttnError::invalid(
                 "attenMask",
@@ -50,13 +75,13 @@ fn with_mask<'a>(
     Ok(p)
 }
 
-/// Builds the spec from the bundle's tensors and attributes, and the explicit mask the call
-/// carries as a tensor. `backward` selects the names that differ (`softmaxInLayout`, `sinkIn`).
+/// Builds the spec from the bundle's tensors and attributes, and the inputs the call carries
+/// as tensors. `backward` selects the names that differ (`softmaxInLayout`, `sinkIn`).
 fn spec_from(
     b: &Bundle,
     query: [usize; 3],
     backward: bool,
-) -> Result<(VarlenSpec, Option<HostMask>), AttnError> {
+) -> Result<(VarlenSpec, HostTensors), AttnError> {
     let layout = b.attr_str("inputLayout", VARLEN_LAYOUT);
     if layout != VARLEN_LAYOUT {
         return Err(AttnError::invalid(
@@ -114,7 +139,7 @@ fn spec_from(
         )
     })?;
 
-    let mut mask = None;
+    let mut host = HostTensors::default();
     if let Some(m) = b.optional(&["attenMask"]) {
         let data = m.mask_values("attenMask")?;
         spec.atten_mask = match compressed_mask(spec.attrs.sparse_mode) {
@@ -135,7 +160,7 @@ fn spec_from(
                 MaskSpec::Compressed
             }
             None => {
-                mask = Some((data, m.shape.clone()));
+                host.mask = Some((data, m.shape.clone()));
                 MaskSpec::Dense
             }
         };
@@ -147,10 +172,17 @@ fn spec_from(
                 slopes: values.into(),
                 shape: p.shape.clone(),
             },
-            _ => PseSpec::Dense {
+            // The ALiBi-compressed [1|B, N, 1024, maxSkv] form: in the spec (its check reads
+            // the values, constant along each diagonal).
+            _ if p.shape.len() == 4 => PseSpec::Dense {
                 data: values.into(),
                 shape: p.shape.clone(),
             },
+            // A flat external pse is an input of the op like the sink: a tensor.
+            _ => {
+                host.pse = Some((values, p.shape.clone()));
+                PseSpec::None
+            }
         };
     }
     if let Some(m) = b.optional(&["dropMask"]) {
@@ -174,7 +206,7 @@ fn spec_from(
     };
     spec.q_start_idx = scalar("qStartIdx")?;
     spec.kv_start_idx = scalar("kvStartIdx")?;
-    Ok((spec, mask))
+    Ok((spec, host))
 }
 
 fn sink_of(b: &Bundle, names: &[&str]) -> Result<Option<Vec<f32>>, AttnError> {
@@ -230,14 +262,14 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
     );
     let query = rank3(q, "query")?;
     let sink = sink_of(b, &["sink"])?;
-    let (spec, mask) = spec_from(b, query, false)?;
+    let (spec, host) = spec_from(b, query, false)?;
     let shapes = VarlenShapes {
         query,
         key: rank3(k, "key")?,
         value: rank3(v, "value")?,
         sink: sink.as_ref().map(Vec::len),
-        pse: None,
-        atten_mask: mask.as_ref().map(|(_, s)| s.clone()),
+        pse: host.pse.as_ref().map(|(_, s)| s.clone()),
+        atten_mask: host.mask.as_ref().map(|(_, s)| s.clone()),
     };
     let dims = spec.validate_fwd(&shapes)?;
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
@@ -260,11 +292,12 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
                     data(v, "value", dt)?,
                 ],
                 sink: data_opt(b.optional(&["sink"]), "sink", Dtype::F32)?,
-                mask: mask.as_ref().map(mask_data),
+                mask: host.mask_data(),
+                pse: host.pse_data(dt),
             },
         );
     }
-    let p = with_mask(spec.problem(dims, sink.as_deref()), &mask)?;
+    let p = with_host(spec.problem(dims, sink.as_deref()), &host)?;
     let out = reference::varlen_fwd(&p, &qv, &kv, &vv);
     let mut res = Bundle::default();
     res.insert(
@@ -286,6 +319,8 @@ struct Forward {
     sink: Option<TensorData>,
     /// The explicit mask (0/1 floats).
     mask: Option<TensorData>,
+    /// The flat external pse.
+    pse: Option<TensorData>,
 }
 
 impl OnBackend for Forward {
@@ -298,7 +333,7 @@ impl OnBackend for Forward {
                 key: p(k),
                 value: p(v),
                 sink: self.sink.map(p),
-                pse: None,
+                pse: self.pse.map(p),
                 atten_mask: self.mask.map(p),
             },
             &self.spec,
@@ -329,14 +364,14 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     let ((dy, dys), (o, os)) = (get("dy")?, get("attentionIn")?);
     let ((smax, ms), (ssum, ss)) = (get("softmaxMax")?, get("softmaxSum")?);
     let sink = sink_of(b, &["sinkIn", "sink"])?;
-    let (spec, mask) = spec_from(b, qs, true)?;
+    let (spec, host) = spec_from(b, qs, true)?;
     let shapes = VarlenShapes {
         query: qs,
         key: ks,
         value: vs,
         sink: sink.as_ref().map(Vec::len),
-        pse: None,
-        atten_mask: mask.as_ref().map(|(_, s)| s.clone()),
+        pse: host.pse.as_ref().map(|(_, s)| s.clone()),
+        atten_mask: host.mask.as_ref().map(|(_, s)| s.clone()),
     };
     let bwd = VarlenBwdShapes {
         dy: dys,
@@ -382,11 +417,12 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
                     data(ssum, "softmaxSum", Dtype::F32)?,
                 ],
                 sink: data_opt(b.optional(&["sinkIn", "sink"]), "sinkIn", Dtype::F32)?,
-                mask: mask.as_ref().map(mask_data),
+                mask: host.mask_data(),
+                pse: host.pse_data(dt),
             },
         );
     }
-    let p = with_mask(spec.problem(dims, sink.as_deref()), &mask)?;
+    let p = with_host(spec.problem(dims, sink.as_deref()), &host)?;
     let g = reference::varlen_bwd(&p, &qv, &kv, &vv, &dyv, &ov, &smaxv, &ssumv);
     let mut res = Bundle::default();
     res.insert("dq", HostTensor::from_values(&g.dq, vec![tq, n, d]));
@@ -417,6 +453,8 @@ struct Backward {
     sink: Option<TensorData>,
     /// The explicit mask (0/1 floats).
     mask: Option<TensorData>,
+    /// The flat external pse (it receives dpse).
+    pse: Option<TensorData>,
 }
 
 impl OnBackend for Backward {
@@ -431,7 +469,7 @@ impl OnBackend for Backward {
                     key: p(k),
                     value: p(v),
                     sink: self.sink.map(p),
-                    pse: None,
+                    pse: self.pse.map(p),
                     atten_mask: self.mask.map(p),
                 },
                 dy: p(self.dy),
