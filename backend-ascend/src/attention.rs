@@ -7,9 +7,11 @@
 //!   the backend's own tensor ops (CANN's dsink is wrong past a size threshold, and no arch32
 //!   kernel writes dpse). Under
 //!   `Autodiff<Ascend>` the ops crate's fused backward calls [`AttentionBackend::varlen_bwd`]
-//!   here. pse (dense or ALiBi slopes), dropout and masks travel in the spec and are uploaded by
-//!   the call builder ([`aclnn`]); a non-f32 sink or mixed dtypes take the CPU kernels through
-//!   the counted host fallback (`varlen_fwd` / `varlen_bwd`).
+//!   here. An explicit mask (`VarlenInputs::atten_mask`, 0/1 floats) is compared with 0 into
+//!   BOOL on the device; a pse tensor is handed over as a view; the spec's host pse (dense or
+//!   ALiBi slopes) and dropout bits are uploaded by the call builder ([`aclnn`]); a non-f32
+//!   sink or mixed dtypes take the CPU kernels through the counted host fallback
+//!   (`varlen_fwd` / `varlen_bwd`).
 //! - prompt, incremental attention and the KV cache scatter run natively
 //!   (`aclnnPromptFlashAttentionV3`, `aclnnIncreFlashAttentionV4` over contiguous, listed or
 //!   paged KV, `aclnnScatterPaKvCache` in place on an unshared cache): [`prompt`], [`incre`],
@@ -111,6 +113,16 @@ fn pse_view(pse: &AscendTensor, grad: bool) -> AscendTensor {
     pse.view(Shape::from(dims), strides, pse.offset)
 }
 
+/// An explicit 0/1 float mask as the BOOL mask the op reads (1 = masked), made on the device.
+fn bool_mask(m: &AscendTensor) -> AscendTensor {
+    use burn_backend::ops::FloatTensorOps;
+    Ascend::float_not_equal_elem(
+        m.clone(),
+        burn_backend::Scalar::from(0.0f32),
+        burn_backend::BoolStore::Native,
+    )
+}
+
 /// Labels of the varlen calls in error messages.
 const FWD: &str = "varlen_fwd";
 const BWD: &str = "varlen_bwd";
@@ -137,8 +149,10 @@ impl AttentionBackend for Ascend {
         };
         {
             let pse = inputs.pse.as_ref().map(|p| pse_view(p, false));
+            let mask = inputs.atten_mask.as_ref().map(bool_mask);
             let x = VarlenInputs {
                 pse: pse.as_ref(),
+                atten_mask: mask.as_ref(),
                 ..inputs.as_ref()
             }
             .map(|t| view_handle(t, FWD));
@@ -201,9 +215,11 @@ impl AttentionBackend for Ascend {
         };
         {
             let pse = f.pse.as_ref().map(|p| pse_view(p, true));
+            let mask = f.atten_mask.as_ref().map(bool_mask);
             let x = VarlenGradInputs {
                 inputs: VarlenInputs {
                     pse: pse.as_ref(),
+                    atten_mask: mask.as_ref(),
                     ..f.as_ref()
                 },
                 ..inputs.as_ref()

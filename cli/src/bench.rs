@@ -484,6 +484,7 @@ fn varlen_cases(
         value: [t, kv_heads, d],
         sink: Some(heads),
         pse: None,
+        atten_mask: None,
     })?;
     let p = spec.problem(dims, Some(&sink));
 
@@ -495,6 +496,7 @@ fn varlen_cases(
         value: from_vec::<Nd>(v.clone(), &[t, kv_heads, d], &device),
         sink: Some(from_vec::<Nd>(sink.clone(), &[heads], &device)),
         pse: None,
+        atten_mask: None,
     };
     let dy_t = from_vec::<Nd>(dy.clone(), &[t, heads, d], &device);
     let comp_fwd = || {

@@ -177,7 +177,7 @@ pub fn on_backend<O: OnBackend>(device: Device, op: O) -> Result<Bundle, CliErro
 }
 
 /// The Burn dtype of a float wire dtype (F32, F16, BF16).
-fn burn_dtype(d: Dtype) -> DType {
+pub(crate) fn burn_dtype(d: Dtype) -> DType {
     match d {
         Dtype::F16 => DType::F16,
         Dtype::BF16 => DType::BF16,

@@ -8,7 +8,8 @@ use burn::tensor::TensorData;
 use safetensors::Dtype;
 
 use super::device::{
-    acl_runtime, data, download, host, on_backend, output, tensor, upload, OnBackend,
+    acl_runtime, burn_dtype, data, download, host_primitive, on_backend, output, primitive, upload,
+    OnBackend,
 };
 use super::io::{Bundle, HostTensor};
 use super::{CliError, Device};
@@ -17,7 +18,7 @@ use burn_ascend::kernels::reference::prompt::{
     prompt_flash_attention, prompt_flash_attention_int8,
 };
 use burn_ascend::ops::prompt::{
-    parse_pfa_layout, PostQuantSpec, PromptDims, PromptInputs, PromptMask, PromptPse, PromptShapes,
+    parse_pfa_layout, PostQuantSpec, PromptDims, PromptInputs, PromptMaskKind, PromptShapes,
     PromptSpec, INT_MAX_TOKENS, PFA_COMPRESSED_MASK,
 };
 use burn_ascend::{AttentionBackend, AttnError};
@@ -100,7 +101,14 @@ pub(crate) fn same_dtype(
     Ok(())
 }
 
-fn spec_from(b: &Bundle, qdt: Dtype) -> Result<PromptSpec, AttnError> {
+/// The bundle's tensor-valued optional inputs: a dense `attenMask` (its checked 0/1 bytes)
+/// and `pseShift`. CANN's compressed mask is no input of the call's (the spec's kind).
+struct Extras<'b> {
+    atten_mask: Option<(Vec<u8>, &'b HostTensor)>,
+    pse_shift: Option<&'b HostTensor>,
+}
+
+fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(PromptSpec, Extras<'_>), AttnError> {
     let layout = parse_pfa_layout(b.attr_str("inputLayout", "BSH"))?;
     let mut spec = PromptSpec::new(
         b.attr_required("numHeads")?,
@@ -114,6 +122,10 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<PromptSpec, AttnError> {
     spec.inner_precise = b.attr("innerPrecise", 1)?;
     spec.actual_seq_lengths = b.opt_i64("actualSeqLengths")?;
     spec.actual_seq_lengths_kv = b.opt_i64("actualSeqLengthsKv")?;
+    let mut extras = Extras {
+        atten_mask: None,
+        pse_shift: None,
+    };
     if let Some(m) = b.optional(&["attenMask"]) {
         let data = m.mask01_values("attenMask")?;
         spec.atten_mask = if (2..=4).contains(&spec.sparse_mode) {
@@ -133,23 +145,18 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<PromptSpec, AttnError> {
                     ),
                 ));
             }
-            PromptMask::Compressed
+            PromptMaskKind::Compressed
         } else {
-            PromptMask::Dense {
-                data: data.into(),
-                shape: m.shape.clone(),
-            }
+            extras.atten_mask = Some((data, m));
+            PromptMaskKind::Dense
         };
     }
     if let Some(p) = b.optional(&["pseShift"]) {
         same_dtype(p, "pseShift", qdt)?;
-        spec.pse_shift = Some(PromptPse {
-            data: p.f32_values("pseShift")?.into(),
-            shape: p.shape.clone(),
-        });
+        extras.pse_shift = Some(p);
     }
     spec.post_quant = post_quant(b, qdt)?;
-    Ok(spec)
+    Ok((spec, extras))
 }
 
 /// `prompt`.
@@ -170,11 +177,13 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     let qdt = float_dtype(q, "query")?;
     same_dtype(k, "key", qdt)?;
     same_dtype(v, "value", qdt)?;
-    let spec = spec_from(b, qdt)?;
+    let (spec, extras) = spec_from(b, qdt)?;
     let dims = spec.validate(&PromptShapes {
         query: q.shape.clone(),
         key: k.shape.clone(),
         value: v.shape.clone(),
+        atten_mask: extras.atten_mask.as_ref().map(|(_, m)| m.shape.clone()),
+        pse_shift: extras.pse_shift.map(|p| p.shape.clone()),
     })?;
     let mut res = Bundle::default();
     if q.is_empty() {
@@ -192,20 +201,40 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             if q.dtype == Dtype::F32 {
                 return Err(int8_f32_refusal("aclnnPromptFlashAttentionV3").into());
             }
-            return int8_on_device(device, &spec, &dims, q, k, v);
+            return int8_on_device(
+                device,
+                &spec,
+                &dims,
+                PromptInputs {
+                    query: q,
+                    key: k,
+                    value: v,
+                    atten_mask: extras.atten_mask.map(|(_, m)| m),
+                    pse_shift: extras.pse_shift,
+                },
+            );
         }
     } else if device != Device::Reference {
+        // The mask as the API takes it: a float tensor of 0/1 (exact in any float dtype).
+        let mask = extras.atten_mask.as_ref().map(|(bytes, m)| {
+            let v: Vec<f32> = bytes.iter().map(|&x| f32::from(x)).collect();
+            TensorData::new(v, m.shape.clone()).convert_dtype(burn_dtype(qdt))
+        });
         return on_backend(
             device,
             Prompt {
                 spec,
                 dtype: qdt,
-                rank: q.shape.len(),
-                qkv: [
-                    data(q, "query", qdt)?,
-                    data(k, "key", qdt)?,
-                    data(v, "value", qdt)?,
-                ],
+                inputs: PromptInputs {
+                    query: data(q, "query", qdt)?,
+                    key: data(k, "key", qdt)?,
+                    value: data(v, "value", qdt)?,
+                    atten_mask: mask,
+                    pse_shift: extras
+                        .pse_shift
+                        .map(|p| data(p, "pseShift", qdt))
+                        .transpose()?,
+                },
             },
         );
     }
@@ -214,7 +243,21 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         k.f32_values("key")?,
         v.f32_values("value")?,
     );
-    let a = spec.args(&dims, &qv, &kv, &vv);
+    let pse = extras
+        .pse_shift
+        .map(|p| Ok::<_, AttnError>((p.f32_values("pseShift")?, &p.shape[..])))
+        .transpose()?;
+    let a = spec.args(
+        &dims,
+        &qv,
+        &kv,
+        &vv,
+        extras
+            .atten_mask
+            .as_ref()
+            .map(|(bytes, m)| (&bytes[..], &m.shape[..])),
+        pse.as_ref().map(|(values, shape)| (&values[..], *shape)),
+    )?;
     let out = match spec.post_quant() {
         Some(pq) => HostTensor::from_i8(&prompt_flash_attention_int8(&a, &pq), dims.out_shape()),
         None => HostTensor::from_f64_as(&prompt_flash_attention(&a), dims.out_shape(), qdt),
@@ -228,27 +271,14 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
 struct Prompt {
     spec: PromptSpec,
     dtype: Dtype,
-    /// 3 (BSH, TND) or 4: the validated layout's rank.
-    rank: usize,
-    qkv: [TensorData; 3],
+    /// The bundle's tensors (the mask as 0/1 floats), each of its own rank.
+    inputs: PromptInputs<TensorData>,
 }
 
 impl OnBackend for Prompt {
     fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
-        let [q, k, v] = self.qkv;
-        let out = if self.rank == 3 {
-            let t = |d| tensor::<B, 3>(d, dev);
-            host(
-                burn_ascend::prompt_flash_attention(t(q), t(k), t(v), &self.spec)?,
-                self.dtype,
-            )
-        } else {
-            let t = |d| tensor::<B, 4>(d, dev);
-            host(
-                burn_ascend::prompt_flash_attention(t(q), t(k), t(v), &self.spec)?,
-                self.dtype,
-            )
-        };
+        let x = self.inputs.map(|d| primitive::<B>(d, dev));
+        let out = host_primitive::<B>(B::prompt_fwd(x, &self.spec)?, self.dtype);
         let mut res = Bundle::default();
         res.insert("attentionOut", out);
         Ok(res)
@@ -257,27 +287,31 @@ impl OnBackend for Prompt {
 
 /// int8 `attentionOut` on `sim` / `npu` through the backend's call builder (the one output the
 /// Burn API cannot carry).
+/// The bundle's tensors go up as they are: the mask in its own BOOL/INT8/UINT8 (0/1, checked),
+/// the pse in the query's dtype.
 fn int8_on_device(
     device: Device,
     spec: &PromptSpec,
     dims: &PromptDims,
-    q: &HostTensor,
-    k: &HostTensor,
-    v: &HostTensor,
+    x: PromptInputs<&HostTensor>,
 ) -> Result<Bundle, CliError> {
     let rt = acl_runtime(device)?;
+    let up = |t: Option<&HostTensor>, name| t.map(|t| upload(&rt, t, name)).transpose();
     let (qd, kd, vd) = (
-        upload(&rt, q, "query")?,
-        upload(&rt, k, "key")?,
-        upload(&rt, v, "value")?,
+        upload(&rt, x.query, "query")?,
+        upload(&rt, x.key, "key")?,
+        upload(&rt, x.value, "value")?,
     );
-    let o = output(&rt, &dims.out_shape(), DataType::Int8)?;
+    let (md, pd) = (up(x.atten_mask, "attenMask")?, up(x.pse_shift, "pseShift")?);
     let x = PromptInputs {
         query: qd.handle()?,
         key: kd.handle()?,
         value: vd.handle()?,
+        atten_mask: md.as_ref().map(|m| m.handle()).transpose()?,
+        pse_shift: pd.as_ref().map(|p| p.handle()).transpose()?,
     };
-    builders::prompt(&rt, spec, qd.desc.dtype, &x.as_ref(), &o.handle()?)?;
+    let o = output(&rt, &dims.out_shape(), DataType::Int8)?;
+    builders::prompt(&rt, spec, &x.as_ref(), &o.handle()?)?;
     let mut res = Bundle::default();
     res.insert("attentionOut", download(&o)?);
     Ok(res)

@@ -8,22 +8,80 @@ use safetensors::Dtype;
 
 use burn::tensor::TensorData;
 
-use super::device::{data, data_opt, host, on_backend, tensor, OnBackend};
+use super::device::{burn_dtype, data, data_opt, host_primitive, on_backend, primitive, OnBackend};
 use super::io::{rank3, Bundle, HostTensor, WireFloat};
 use super::{CliError, Device};
 use burn_ascend::kernels::reference::varlen as reference;
 use burn_ascend::ops::varlen::VARLEN_LAYOUT;
 use burn_ascend::ops::varlen::{
-    compressed_mask, MaskSpec, PseSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec,
+    compressed_mask, AttenMask, DenseMask, MaskSpec, Pse, PseSpec, VarlenBwdShapes, VarlenProblem,
+    VarlenShapes, VarlenSpec,
 };
 use burn_ascend::{
-    varlen_score, varlen_score_grad, AttentionBackend, AttnError, PseType, SoftmaxLayout,
-    SparseMode, VarlenAttention,
+    AttentionBackend, AttnError, PseType, SoftmaxLayout, SparseMode, VarlenGradInputs, VarlenInputs,
 };
 
-/// Builds the spec from the bundle's tensors and attributes. `backward` selects the names that
-/// differ (`softmaxInLayout`, `sinkIn`).
-fn spec_from(b: &Bundle, query: [usize; 3], backward: bool) -> Result<VarlenSpec, AttnError> {
+/// An explicit `attenMask` from the bundle: its bytes (non-zero = masked) and its shape.
+type HostMask = (Vec<u8>, Vec<usize>);
+
+/// The bundle's inputs the call carries as tensors (`VarlenInputs::atten_mask`,
+/// `VarlenInputs::pse`), not in the spec.
+#[derive(Default)]
+struct HostTensors {
+    /// The explicit mask.
+    mask: Option<HostMask>,
+    /// A flat external pse `[pseTotalLen]` (pseType 0/1): its values and shape. (The
+    /// ALiBi-compressed 4-D form stays in the spec, whose check reads its values.)
+    pse: Option<(Vec<f32>, Vec<usize>)>,
+}
+
+impl HostTensors {
+    /// The mask as the API takes it: a float tensor of 0/1.
+    fn mask_data(&self) -> Option<TensorData> {
+        self.mask.as_ref().map(|(bytes, shape)| {
+            let v: Vec<f32> = bytes.iter().map(|&x| f32::from(u8::from(x != 0))).collect();
+            TensorData::new(v, shape.clone())
+        })
+    }
+
+    /// The pse as the API takes it, in the query's wire dtype `dt` (the op's pse dtype).
+    fn pse_data(&self, dt: Dtype) -> Option<TensorData> {
+        self.pse.as_ref().map(|(v, shape)| {
+            TensorData::new(v.clone(), shape.clone()).convert_dtype(burn_dtype(dt))
+        })
+    }
+}
+
+/// The reference's view of `p` with the bundle's mask bytes and pse values.
+fn with_host<'a>(
+    mut p: VarlenProblem<'a>,
+    host: &'a HostTensors,
+) -> Result<VarlenProblem<'a>, AttnError> {
+    if let Some((values, _)) = &host.pse {
+        p.pse = Pse::Dense(values);
+    }
+    if let Some((bytes, shape)) = &host.mask {
+        let m = DenseMask::from_shape(bytes, shape).ok_or_else(|| {
+            AttnError::invalid(
+                "attenMask",
+                format!(
+                    "has {} elements, shape {shape:?} needs their product",
+                    bytes.len()
+                ),
+            )
+        })?;
+        p.atten_mask = AttenMask::Dense(m);
+    }
+    Ok(p)
+}
+
+/// Builds the spec from the bundle's tensors and attributes, and the inputs the call carries
+/// as tensors. `backward` selects the names that differ (`softmaxInLayout`, `sinkIn`).
+fn spec_from(
+    b: &Bundle,
+    query: [usize; 3],
+    backward: bool,
+) -> Result<(VarlenSpec, HostTensors), AttnError> {
     let layout = b.attr_str("inputLayout", VARLEN_LAYOUT);
     if layout != VARLEN_LAYOUT {
         return Err(AttnError::invalid(
@@ -81,6 +139,7 @@ fn spec_from(b: &Bundle, query: [usize; 3], backward: bool) -> Result<VarlenSpec
         )
     })?;
 
+    let mut host = HostTensors::default();
     if let Some(m) = b.optional(&["attenMask"]) {
         let data = m.mask_values("attenMask")?;
         spec.atten_mask = match compressed_mask(spec.attrs.sparse_mode) {
@@ -100,10 +159,10 @@ fn spec_from(b: &Bundle, query: [usize; 3], backward: bool) -> Result<VarlenSpec
                 }
                 MaskSpec::Compressed
             }
-            None => MaskSpec::Dense {
-                data: data.into(),
-                shape: m.shape.clone(),
-            },
+            None => {
+                host.mask = Some((data, m.shape.clone()));
+                MaskSpec::Dense
+            }
         };
     }
     if let Some(p) = b.optional(&["realShift", "pseShift"]) {
@@ -113,10 +172,17 @@ fn spec_from(b: &Bundle, query: [usize; 3], backward: bool) -> Result<VarlenSpec
                 slopes: values.into(),
                 shape: p.shape.clone(),
             },
-            _ => PseSpec::Dense {
+            // The ALiBi-compressed [1|B, N, 1024, maxSkv] form: in the spec (its check reads
+            // the values, constant along each diagonal).
+            _ if p.shape.len() == 4 => PseSpec::Dense {
                 data: values.into(),
                 shape: p.shape.clone(),
             },
+            // A flat external pse is an input of the op like the sink: a tensor.
+            _ => {
+                host.pse = Some((values, p.shape.clone()));
+                PseSpec::None
+            }
         };
     }
     if let Some(m) = b.optional(&["dropMask"]) {
@@ -140,7 +206,7 @@ fn spec_from(b: &Bundle, query: [usize; 3], backward: bool) -> Result<VarlenSpec
     };
     spec.q_start_idx = scalar("qStartIdx")?;
     spec.kv_start_idx = scalar("kvStartIdx")?;
-    Ok(spec)
+    Ok((spec, host))
 }
 
 fn sink_of(b: &Bundle, names: &[&str]) -> Result<Option<Vec<f32>>, AttnError> {
@@ -194,20 +260,17 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
         b.required("key")?,
         b.required("value")?,
     );
+    let query = rank3(q, "query")?;
+    let sink = sink_of(b, &["sink"])?;
+    let (spec, host) = spec_from(b, query, false)?;
     let shapes = VarlenShapes {
-        query: rank3(q, "query")?,
+        query,
         key: rank3(k, "key")?,
         value: rank3(v, "value")?,
-        sink: None,
-        pse: None,
-    };
-    let sink = sink_of(b, &["sink"])?;
-    let shapes = VarlenShapes {
         sink: sink.as_ref().map(Vec::len),
-        pse: None,
-        ..shapes
+        pse: host.pse.as_ref().map(|(_, s)| s.clone()),
+        atten_mask: host.mask.as_ref().map(|(_, s)| s.clone()),
     };
-    let spec = spec_from(b, shapes.query, false)?;
     let dims = spec.validate_fwd(&shapes)?;
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
     // Decoded on every device: the dtype checks are host validation every device needs.
@@ -229,10 +292,12 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
                     data(v, "value", dt)?,
                 ],
                 sink: data_opt(b.optional(&["sink"]), "sink", Dtype::F32)?,
+                mask: host.mask_data(),
+                pse: host.pse_data(dt),
             },
         );
     }
-    let p = spec.problem(dims, sink.as_deref());
+    let p = with_host(spec.problem(dims, sink.as_deref()), &host)?;
     let out = reference::varlen_fwd(&p, &qv, &kv, &vv);
     let mut res = Bundle::default();
     res.insert(
@@ -244,29 +309,48 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
     Ok(res)
 }
 
-/// The validated forward on a Burn backend ([`burn_ascend::varlen_score`]).
+/// The validated forward on a Burn backend (`AttentionBackend::varlen_fwd`, what
+/// [`burn_ascend::varlen_score`] calls, with the explicit mask as a tensor).
 struct Forward {
     spec: VarlenSpec,
     /// The inputs' (and `attentionOut`'s) wire dtype.
     dtype: Dtype,
     qkv: [TensorData; 3],
     sink: Option<TensorData>,
+    /// The explicit mask (0/1 floats).
+    mask: Option<TensorData>,
+    /// The flat external pse.
+    pse: Option<TensorData>,
 }
 
 impl OnBackend for Forward {
     fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
         let [q, k, v] = self.qkv;
-        let out = varlen_score::<B>(
-            tensor(q, dev),
-            tensor(k, dev),
-            tensor(v, dev),
-            self.sink.map(|s| tensor(s, dev)),
+        let p = |d| primitive::<B>(d, dev);
+        let out = B::varlen_fwd(
+            VarlenInputs {
+                query: p(q),
+                key: p(k),
+                value: p(v),
+                sink: self.sink.map(p),
+                pse: self.pse.map(p),
+                atten_mask: self.mask.map(p),
+            },
             &self.spec,
         )?;
         let mut res = Bundle::default();
-        res.insert("attentionOut", host(out.attention_out, self.dtype));
-        res.insert("softmaxMax", host(out.softmax_max, Dtype::F32));
-        res.insert("softmaxSum", host(out.softmax_sum, Dtype::F32));
+        res.insert(
+            "attentionOut",
+            host_primitive::<B>(out.attention_out, self.dtype),
+        );
+        res.insert(
+            "softmaxMax",
+            host_primitive::<B>(out.softmax_max, Dtype::F32),
+        );
+        res.insert(
+            "softmaxSum",
+            host_primitive::<B>(out.softmax_sum, Dtype::F32),
+        );
         Ok(res)
     }
 }
@@ -280,12 +364,14 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     let ((dy, dys), (o, os)) = (get("dy")?, get("attentionIn")?);
     let ((smax, ms), (ssum, ss)) = (get("softmaxMax")?, get("softmaxSum")?);
     let sink = sink_of(b, &["sinkIn", "sink"])?;
+    let (spec, host) = spec_from(b, qs, true)?;
     let shapes = VarlenShapes {
         query: qs,
         key: ks,
         value: vs,
         sink: sink.as_ref().map(Vec::len),
-        pse: None,
+        pse: host.pse.as_ref().map(|(_, s)| s.clone()),
+        atten_mask: host.mask.as_ref().map(|(_, s)| s.clone()),
     };
     let bwd = VarlenBwdShapes {
         dy: dys,
@@ -293,7 +379,6 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
         softmax_max: ms,
         softmax_sum: ss,
     };
-    let spec = spec_from(b, qs, true)?;
     let dims = spec.validate_bwd(&shapes, &bwd)?;
     let (tq, tkv, n, nkv, d) = (
         dims.t_q(),
@@ -332,10 +417,12 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
                     data(ssum, "softmaxSum", Dtype::F32)?,
                 ],
                 sink: data_opt(b.optional(&["sinkIn", "sink"]), "sinkIn", Dtype::F32)?,
+                mask: host.mask_data(),
+                pse: host.pse_data(dt),
             },
         );
     }
-    let p = spec.problem(dims, sink.as_deref());
+    let p = with_host(spec.problem(dims, sink.as_deref()), &host)?;
     let g = reference::varlen_bwd(&p, &qv, &kv, &vv, &dyv, &ov, &smaxv, &ssumv);
     let mut res = Bundle::default();
     res.insert("dq", HostTensor::from_values(&g.dq, vec![tq, n, d]));
@@ -352,7 +439,8 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     Ok(res)
 }
 
-/// The validated backward on a Burn backend ([`burn_ascend::varlen_score_grad`]). On `Ascend`
+/// The validated backward on a Burn backend (`AttentionBackend::varlen_bwd`, what
+/// [`burn_ascend::varlen_score_grad`] calls, with the explicit mask as a tensor). On `Ascend`
 /// the backend replaces CANN's dsink (wrong past its post-chunk threshold) and computes dpse
 /// (no arch32 grad kernel writes it), so every device gives the gradients users train on.
 struct Backward {
@@ -363,35 +451,44 @@ struct Backward {
     /// `attentionIn`, `softmaxMax`, `softmaxSum`.
     forward: [TensorData; 3],
     sink: Option<TensorData>,
+    /// The explicit mask (0/1 floats).
+    mask: Option<TensorData>,
+    /// The flat external pse (it receives dpse).
+    pse: Option<TensorData>,
 }
 
 impl OnBackend for Backward {
     fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
         let [q, k, v] = self.qkv;
         let [o, smax, ssum] = self.forward;
-        let forward = VarlenAttention::<B> {
-            attention_out: tensor(o, dev),
-            softmax_max: tensor(smax, dev),
-            softmax_sum: tensor(ssum, dev),
-        };
-        let g = varlen_score_grad::<B>(
-            tensor(q, dev),
-            tensor(k, dev),
-            tensor(v, dev),
-            self.sink.map(|s| tensor(s, dev)),
-            &forward,
-            tensor(self.dy, dev),
+        let p = |d| primitive::<B>(d, dev);
+        let g = B::varlen_bwd(
+            VarlenGradInputs {
+                inputs: VarlenInputs {
+                    query: p(q),
+                    key: p(k),
+                    value: p(v),
+                    sink: self.sink.map(p),
+                    pse: self.pse.map(p),
+                    atten_mask: self.mask.map(p),
+                },
+                dy: p(self.dy),
+                attention_in: p(o),
+                softmax_max: p(smax),
+                softmax_sum: p(ssum),
+            },
             &self.spec,
         )?;
+        let h = |t, dt| host_primitive::<B>(t, dt);
         let mut res = Bundle::default();
-        res.insert("dq", host(g.dq, self.dtype));
-        res.insert("dk", host(g.dk, self.dtype));
-        res.insert("dv", host(g.dv, self.dtype));
+        res.insert("dq", h(g.dq, self.dtype));
+        res.insert("dk", h(g.dk, self.dtype));
+        res.insert("dv", h(g.dv, self.dtype));
         if let Some(dp) = g.dpse {
-            res.insert("dpse", host(dp, Dtype::F32));
+            res.insert("dpse", h(dp, Dtype::F32));
         }
         if let Some(ds) = g.dsink {
-            res.insert("dsink", host(ds, Dtype::F32));
+            res.insert("dsink", h(ds, Dtype::F32));
         }
         Ok(res)
     }

@@ -77,6 +77,7 @@ pub fn varlen_score<B: AttentionBackend>(
             value: prim(value),
             sink: sink.map(prim),
             pse: None,
+            atten_mask: None,
         },
         spec,
     )?;
@@ -119,6 +120,38 @@ pub fn varlen_score_with_pse<B: AttentionBackend>(
             value: prim(value),
             sink: sink.map(prim),
             pse: Some(prim(pse)),
+            atten_mask: None,
+        },
+        spec,
+    )?;
+    Ok(VarlenAttention {
+        attention_out: tensor(out.attention_out),
+        softmax_max: tensor(out.softmax_max),
+        softmax_sum: tensor(out.softmax_sum),
+    })
+}
+
+/// [`varlen_score`] with an explicit mask (`spec.atten_mask` is [`MaskSpec::Dense`]): a
+/// float tensor of rank `M` holding 0 (attend) or 1 (masked), `[maxSq, maxSkv]` or
+/// `[B|1, N|1, maxSq, maxSkv]`. It is an input of the op like the sink
+/// ([`VarlenInputs::atten_mask`]), never read back to the host on a device backend, and not
+/// differentiated; under `Autodiff` the backward reads it again.
+pub fn varlen_score_with_mask<B: AttentionBackend, const M: usize>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    sink: Option<Tensor<B, 1>>,
+    atten_mask: Tensor<B, M>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttention<B>> {
+    let out = B::varlen_fwd(
+        VarlenInputs {
+            query: prim(query),
+            key: prim(key),
+            value: prim(value),
+            sink: sink.map(prim),
+            pse: None,
+            atten_mask: Some(prim(atten_mask)),
         },
         spec,
     )?;
@@ -147,6 +180,7 @@ pub fn varlen_score_grad<B: AttentionBackend>(
                 value: prim(value),
                 sink: sink.map(prim),
                 pse: None,
+                atten_mask: None,
             },
             dy: prim(dy),
             attention_in: prim(forward.attention_out.clone()),
@@ -294,11 +328,28 @@ pub fn flash_spec<B: Backend>(
 
 /// `aclnnPromptFlashAttentionV3`: query/key/value in `spec.input_layout` (rank `D` = 3 for
 /// BSH/TND, 4 otherwise); returns `attentionOut` (BNSD_BSND → BSND). Forward-only under
-/// `Autodiff`.
+/// `Autodiff`. A call without a dense mask or pse; those are
+/// [`prompt_flash_attention_with`]'s.
 pub fn prompt_flash_attention<B: AttentionBackend, const D: usize>(
     query: Tensor<B, D>,
     key: Tensor<B, D>,
     value: Tensor<B, D>,
+    spec: &PromptSpec,
+) -> Result<Tensor<B, D>> {
+    prompt_flash_attention_with::<B, D, 4>(query, key, value, None, None, spec)
+}
+
+/// [`prompt_flash_attention`] with the tensor-valued optional inputs: `atten_mask`, a dense
+/// mask of rank `M` (`(Sq, Skv)`, `(1|B, Sq, Skv)` or `(1|B, 1, Sq, Skv)`, floats 0 = attend,
+/// 1 = masked; `spec.atten_mask` is then [`crate::prompt::PromptMaskKind::Dense`]) and
+/// `pse_shift` `(1|B, N, Qs, KVs)`. Both stay where they are (on the device for a device
+/// backend: no host round trip).
+pub fn prompt_flash_attention_with<B: AttentionBackend, const D: usize, const M: usize>(
+    query: Tensor<B, D>,
+    key: Tensor<B, D>,
+    value: Tensor<B, D>,
+    atten_mask: Option<Tensor<B, M>>,
+    pse_shift: Option<Tensor<B, 4>>,
     spec: &PromptSpec,
 ) -> Result<Tensor<B, D>> {
     let out = B::prompt_fwd(
@@ -306,6 +357,8 @@ pub fn prompt_flash_attention<B: AttentionBackend, const D: usize>(
             query: prim(query),
             key: prim(key),
             value: prim(value),
+            atten_mask: atten_mask.map(prim),
+            pse_shift: pse_shift.map(prim),
         },
         spec,
     )?;

@@ -27,8 +27,9 @@ pub mod varlen;
 
 pub use api::{
     flash_attention_varlen, flash_spec, fused_infer_attention, incre_flash_attention,
-    prompt_flash_attention, scatter_pa_kv_cache, varlen_score, varlen_score_grad,
-    varlen_score_with_pse, FlashAttnOptions, VarlenAttention, VarlenAttentionGrads,
+    prompt_flash_attention, prompt_flash_attention_with, scatter_pa_kv_cache, varlen_score,
+    varlen_score_grad, varlen_score_with_mask, varlen_score_with_pse, FlashAttnOptions,
+    VarlenAttention, VarlenAttentionGrads,
 };
 pub use backend::{
     AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
@@ -48,6 +49,6 @@ pub use grouped_matmul::{
 pub use incre::{IfaLayout, IncreSpec};
 pub use optim::{AdamWHyper, AdamWTensors, OptimBackend};
 pub use paged_cache::{AttendOptions, AttendPath, PagedKvCache, SeqId};
-pub use prompt::{PfaLayout, PromptSpec};
+pub use prompt::{PfaLayout, PromptMaskKind, PromptSpec};
 pub use scatter::ScatterSpec;
 pub use varlen::{MaskSpec, PseSpec, VarlenSpec};

@@ -13,7 +13,7 @@ use burn_ascend_kernels::cpu;
 
 use burn::tensor::TensorMetadata;
 use burn_ascend_contract::incre::KvInput;
-use burn_ascend_contract::varlen::Pse;
+use burn_ascend_contract::varlen::{AttenMask, DenseMask, Pse};
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
 use crate::backend::{
@@ -81,12 +81,27 @@ pub fn cpu_prompt_fwd<B: Backend>(
     let dims = spec.validate(&crate::prompt::composite::shapes(&inputs))?;
     crate::prompt::composite::unsupported_on_burn(spec)?;
     let device = B::float_device(&inputs.query);
+    let shape = |t: &FloatTensor<B>| t.shape().to_vec();
+    let mask = inputs.atten_mask.map(|m| {
+        let s = shape(&m);
+        let bytes: Vec<u8> = to_vec::<B>(m).iter().map(|&x| u8::from(x != 0.0)).collect();
+        (bytes, s)
+    });
+    let pse = inputs.pse_shift.map(|p| (shape(&p), to_vec::<B>(p)));
     let (q, k, v) = (
         to_vec::<B>(inputs.query),
         to_vec::<B>(inputs.key),
         to_vec::<B>(inputs.value),
     );
-    let out = prompt_flash_attention(&spec.args(&dims, &q, &k, &v));
+    let args = spec.args(
+        &dims,
+        &q,
+        &k,
+        &v,
+        mask.as_ref().map(|(d, s)| (&d[..], &s[..])),
+        pse.as_ref().map(|(s, d)| (&d[..], &s[..])),
+    )?;
+    let out = prompt_flash_attention(&args);
     let out = out.into_iter().map(|x| x as f32).collect();
     Ok(from_vec::<B>(out, &dims.out_shape(), &device))
 }
@@ -205,6 +220,27 @@ pub fn cpu_scatter_kv<B: Backend>(
     })
 }
 
+/// An explicit mask tensor on the host: its bytes (non-zero = masked) and its shape.
+fn mask_bytes<B: Backend>(m: FloatTensor<B>) -> (Vec<u8>, Vec<usize>) {
+    let shape = m.shape().to_vec();
+    let bytes = to_vec::<B>(m).iter().map(|&x| u8::from(x != 0.0)).collect();
+    (bytes, shape)
+}
+
+/// The kernels' view of [`mask_bytes`].
+fn dense_mask((bytes, shape): &(Vec<u8>, Vec<usize>)) -> Result<AttenMask<'_>> {
+    DenseMask::from_shape(bytes, shape)
+        .map(AttenMask::Dense)
+        .ok_or_else(|| {
+            crate::error::AttnError::invalid(
+                "attenMask",
+                format!(
+                    "shape must be [maxSq, maxSkv] or [B|1, N|1, maxSq, maxSkv], got {shape:?}"
+                ),
+            )
+        })
+}
+
 /// The varlen forward on host memory through the CPU kernels, for any backend.
 pub fn cpu_varlen_fwd<B: Backend>(
     inputs: VarlenInputs<FloatTensor<B>>,
@@ -215,10 +251,14 @@ pub fn cpu_varlen_fwd<B: Backend>(
     let sink = inputs.sink.map(to_vec::<B>);
     // The host kernels read a pse tensor from host memory (NdArray's own, or the fallback's).
     let pse = inputs.pse.map(to_vec::<B>);
+    let mask = inputs.atten_mask.map(mask_bytes::<B>);
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
     let mut p = spec.problem(dims, sink.as_deref());
     if let Some(pse) = &pse {
         p.pse = Pse::Dense(pse);
+    }
+    if let Some(mask) = &mask {
+        p.atten_mask = dense_mask(mask)?;
     }
     let out = cpu::varlen_fwd(
         &p,
@@ -249,6 +289,7 @@ pub fn cpu_varlen_bwd<B: Backend>(
     } = inputs;
     let sink = fwd.sink.map(to_vec::<B>);
     let pse = fwd.pse.map(to_vec::<B>);
+    let mask = fwd.atten_mask.map(mask_bytes::<B>);
     let (tq, tkv, n, nkv, d, dv) = (
         dims.t_q(),
         dims.t_kv(),
@@ -260,6 +301,9 @@ pub fn cpu_varlen_bwd<B: Backend>(
     let mut p = spec.problem(dims, sink.as_deref());
     if let Some(pse) = &pse {
         p.pse = Pse::Dense(pse);
+    }
+    if let Some(mask) = &mask {
+        p.atten_mask = dense_mask(mask)?;
     }
     let g = cpu::varlen_bwd(
         &p,

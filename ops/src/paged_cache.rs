@@ -17,14 +17,14 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::api::{
-    fused_infer_attention, incre_flash_attention, prompt_flash_attention, scatter_pa_kv_cache,
+    fused_infer_attention, incre_flash_attention, prompt_flash_attention_with, scatter_pa_kv_cache,
 };
 use crate::backend::{AttentionBackend, FiaKv, IncreKv};
 use crate::error::{ensure, AttnError, Result};
 use crate::fia::FiaSpec;
 use crate::host::acl_dtype;
 use crate::incre::{BlockTable, IfaLayout, IncreMask, IncrePse, IncreSpec};
-use crate::prompt::{PfaLayout, PromptMask, PromptPse, PromptSpec};
+use crate::prompt::{PfaLayout, PromptMask, PromptMaskKind, PromptSpec};
 use crate::scatter::{ScatterShapes, ScatterSpec};
 
 /// Options of [`PagedKvCache::attend_with`].
@@ -586,16 +586,17 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         let mut spec = PromptSpec::new(n, self.scale, PfaLayout::Bsnd);
         spec.num_key_value_heads = nkv_heads;
         spec.actual_seq_lengths_kv = Some(lens);
+        let (mut mask_t, mut pse_t) = (None, None);
         if opts.is_active() {
             // A dense mask (sparse mode 0): causal, bottom-right aligned, windowed, with the
             // sink slot always visible; the sink logit enters as the slot's pseShift.
-            let mut mask = vec![0u8; b * s * max_len];
+            let mut mask = vec![0f32; b * s * max_len];
             for (bi, q) in seqs.iter().enumerate() {
                 for i in 0..s {
                     let pos = q.len - s + i;
                     let row = &mut mask[(bi * s + i) * max_len..(bi * s + i + 1) * max_len];
                     for (j, m) in row.iter_mut().enumerate() {
-                        *m = u8::from(j > pos || opts.masked(j, pos, first));
+                        *m = f32::from(u8::from(j > pos || opts.masked(j, pos, first)));
                     }
                 }
             }
@@ -604,10 +605,11 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             // dense mask already says everything, so open the band fully.
             spec.pre_tokens = crate::prompt::INT_MAX_TOKENS;
             spec.next_tokens = crate::prompt::INT_MAX_TOKENS;
-            spec.atten_mask = PromptMask::Dense {
-                data: Arc::from(mask),
-                shape: vec![b, s, max_len],
-            };
+            spec.atten_mask = PromptMaskKind::Dense;
+            mask_t = Some(Tensor::<B, 3>::from_data(
+                TensorData::new(mask, [b, s, max_len]),
+                &device,
+            ));
             if let Some(sinks) = opts.placeholder_sink_values() {
                 let mut pse = vec![0f32; n * s * max_len];
                 for (h, &logit) in sinks.iter().enumerate() {
@@ -615,16 +617,16 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                         pse[(h * s + i) * max_len] = logit;
                     }
                 }
-                spec.pse_shift = Some(PromptPse {
-                    data: Arc::from(pse),
-                    shape: vec![1, n, s, max_len],
-                });
+                pse_t = Some(Tensor::<B, 4>::from_data(
+                    TensorData::new(pse, [1, n, s, max_len]),
+                    &device,
+                ));
             }
         } else {
             spec.sparse_mode = 3;
-            spec.atten_mask = PromptMask::Compressed;
+            spec.atten_mask = PromptMaskKind::Compressed;
         }
-        prompt_flash_attention(query, k, v, &spec)
+        prompt_flash_attention_with(query, k, v, mask_t, pse_t, &spec)
     }
     /// The block table `[B, max blocks]` of `seqs` (unused entries 0) and its width.
     fn table_of(seqs: &[&Seq]) -> (BlockTable, usize) {

@@ -111,6 +111,7 @@ pub(crate) fn varlen_fwd(rt: &Runtime, c: &Case, sink: bool) -> Result<FwdOut, A
                 value: &v.handle()?,
                 sink: sh.as_ref(),
                 pse: None,
+                atten_mask: None,
             },
             &VarlenOutputs {
                 attention_out: &o.handle()?,
@@ -240,6 +241,7 @@ fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
                     value: &h[2],
                     sink: Some(&h[7]),
                     pse: None,
+                    atten_mask: None,
                 },
                 dy: &h[3],
                 softmax_max: &h[4],

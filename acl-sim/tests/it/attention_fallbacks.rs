@@ -55,8 +55,10 @@ fn missing_pfa_v3_falls_back_to_v1_only_for_what_v1_has() {
             query: qt.handle()?,
             key: kt.handle()?,
             value: vt.handle()?,
+            atten_mask: None,
+            pse_shift: None,
         };
-        builders::prompt(rt, spec, DataType::Float16, &x.as_ref(), &o.handle()?)?;
+        builders::prompt(rt, spec, &x.as_ref(), &o.handle()?)?;
         Ok(halfs(&o.download()?))
     };
     let mut spec = PromptSpec::new(n, 0.3, PfaLayout::Bsh);
@@ -193,6 +195,7 @@ fn varlen_grad(rt: &Runtime, c: &Case, sink: bool) -> Result<Vec<Vec<f32>>, AclE
                     value: &h[2],
                     sink: sink.then_some(&h[7]),
                     pse: None,
+                    atten_mask: None,
                 },
                 dy: &h[3],
                 softmax_max: &h[4],

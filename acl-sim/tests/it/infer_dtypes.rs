@@ -39,10 +39,12 @@ fn prompt(rt: &Runtime) -> Result<(), AclError> {
         query: q.handle()?,
         key: k.handle()?,
         value: vv.handle()?,
+        atten_mask: None,
+        pse_shift: None,
     };
     let spec = PromptSpec::new(2, 0.25, PfaLayout::Bsnd);
     let oh = o.handle()?;
-    builders::prompt(rt, &spec, DataType::Float, &x.as_ref(), &oh)
+    builders::prompt(rt, &spec, &x.as_ref(), &oh)
 }
 
 fn incre(rt: &Runtime) -> Result<(), AclError> {

@@ -1,6 +1,9 @@
 //! One aclnn call builder per attention op: the validated contract spec plus the device tensors
-//! in, one aclnn call out. Each builder owns everything the spec carries as host data (masks,
-//! pse, dropout bits, block tables, scales, index tensors, the `aclIntArray`s), the attribute
+//! in (the op's carrier, tensor-valued inputs such as prompt's and varlen's masks and pse
+//! included), one aclnn call out. Each builder owns everything the spec still carries as host
+//! data (varlen's ALiBi slopes and dropout bits, IFA's and FIA's masks and pse, block tables,
+//! scales, index tensors, the `aclIntArray`s) and CANN's compressed masks (runtime
+//! constants), the attribute
 //! strings (from the contract's `as_attr`), the empty reserved outputs torch_npu passes, and —
 //! through [`burn_ascend_cann::acl::aclnn`] — the version fallback.
 //!
@@ -21,7 +24,9 @@ use burn_ascend_cann::acl::{
     TensorList,
 };
 use burn_ascend_contract::incre::{AntiquantSpec, BlockTable, IncreSpec};
-use burn_ascend_contract::prompt::{PromptInputs, PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
+use burn_ascend_contract::prompt::{
+    PromptInputs, PromptMask, PromptMaskKind, PromptSpec, PFA_COMPRESSED_MASK,
+};
 use burn_ascend_contract::scatter::{
     CacheMode, ScatterDims, ScatterInputs, ScatterKind, ScatterSpec,
 };
@@ -188,10 +193,8 @@ fn varlen_extras(
     grad: bool,
 ) -> Result<VarlenExtras> {
     let atten_mask = match &spec.atten_mask {
-        MaskSpec::None => None,
-        MaskSpec::Dense { data, shape } => {
-            Some(Held::Own(upload(rt, data, shape, DataType::Uint8)?))
-        }
+        // An explicit mask is the caller's device tensor (`VarlenInputs::atten_mask`).
+        MaskSpec::None | MaskSpec::Dense => None,
         // Built on the host only for the runtime's first call of the mode: 4–6 MiB of mask
         // per call was most of a training step's host time (a 0.5 B model at 8k tokens).
         MaskSpec::Compressed if spec.attrs.sparse_mode.takes_compressed_mask() => {
@@ -236,7 +239,8 @@ fn varlen_extras(
 }
 
 /// The varlen carrier over aclnn handles (the contract's one carrier per call). A pse tensor
-/// (`pse`) must be described with [`dense_pse_dims`] for the op (forward or grad).
+/// (`pse`) must be described with [`dense_pse_dims`] for the op (forward or grad); an explicit
+/// mask (`atten_mask`) is in a mask dtype (BOOL or UINT8).
 pub type VarlenHandles<'a> = VarlenInputs<&'a Tensor<'a>>;
 
 /// `aclnnFlashAttentionVarLenScore` without a sink, `…V5` with one (the choice and the
@@ -272,7 +276,7 @@ pub fn varlen_fwd(
                 real_shift: x.pse.or(pse.as_ref()),
                 drop_mask: drop.as_ref(),
                 padding_mask: None,
-                atten_mask: mask.as_ref(),
+                atten_mask: x.atten_mask.or(mask.as_ref()),
                 sink: x.sink,
                 prefix: ex.prefix.as_ref(),
                 actual_seq_q_len: Some(&ex.cum_q),
@@ -348,7 +352,7 @@ pub fn varlen_grad(
                 pse_shift: x.inputs.pse.or(pse.as_ref()),
                 drop_mask: drop.as_ref(),
                 padding_mask: None,
-                atten_mask: mask.as_ref(),
+                atten_mask: x.inputs.atten_mask.or(mask.as_ref()),
                 softmax_max: Some(x.softmax_max),
                 softmax_sum: Some(x.softmax_sum),
                 softmax_in: None,
@@ -421,25 +425,24 @@ pub(super) fn prompt_mask(rt: &Runtime, mask: &PromptMask) -> Result<Option<Held
     })
 }
 
-/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec: the inputs in `dtype` (the
-/// query's float dtype; pse is uploaded in it), `attention_out` in it too, or INT8 with
-/// `quantScale2`.
+/// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec: query/key/value in the
+/// query's float dtype (`pseShift` too), `attention_out` in it as well, or INT8 with
+/// `quantScale2`. The dense `attenMask` is the caller's device tensor in a mask dtype (BOOL,
+/// INT8 or UINT8); CANN's compressed mask (sparse modes 2–4) is a runtime constant.
 pub fn prompt(
     rt: &Runtime,
     spec: &PromptSpec,
-    dtype: DataType,
     x: &PromptInputs<&Tensor<'_>>,
     attention_out: &Tensor<'_>,
 ) -> Result<()> {
-    let mask = prompt_mask(rt, &spec.atten_mask)?;
-    let pse = spec
-        .pse_shift
-        .as_ref()
-        .map(|p| upload_float(rt, &p.data, &p.shape, dtype))
-        .transpose()?;
+    let compressed = match spec.atten_mask {
+        PromptMaskKind::Compressed => prompt_mask(rt, &PromptMask::Compressed)?,
+        PromptMaskKind::None | PromptMaskKind::Dense => None,
+    };
     let (qs2, qo2) = post_quant(rt, spec.post_quant.as_ref())?;
     {
-        let (mask, pse) = (handle(&mask)?, handle(&pse)?);
+        let compressed = handle(&compressed)?;
+        let mask = x.atten_mask.or(compressed.as_ref());
         let (qs2, qo2) = (handle(&qs2)?, handle(&qo2)?);
         let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
         let asl_kv = ints(rt, spec.actual_seq_lengths_kv.as_deref())?;
@@ -449,8 +452,8 @@ pub fn prompt(
                 query: x.query,
                 key: x.key,
                 value: x.value,
-                pse_shift: pse.as_ref(),
-                atten_mask: mask.as_ref(),
+                pse_shift: x.pse_shift,
+                atten_mask: mask,
                 actual_seq_lengths: asl.as_ref(),
                 actual_seq_lengths_kv: asl_kv.as_ref(),
                 deq_scale1: None,

@@ -50,7 +50,7 @@
 
 use burn_ascend_cann::acl::aclnn;
 use burn_ascend_contract::prompt::{
-    PfaLayout, PfaSparseMode, PromptMask, PromptShapes, PromptSpec, INT_MAX_TOKENS,
+    PfaLayout, PfaSparseMode, PromptMask, PromptMaskKind, PromptShapes, PromptSpec, INT_MAX_TOKENS,
 };
 use burn_backend::ops::{AttentionModuleOptions, BoolTensorOps};
 use burn_backend::{BoolStore, DType, Shape, TensorData};
@@ -170,13 +170,13 @@ fn plan(
     spec.inner_precise = 2;
     if options.is_causal && mask.is_none() {
         spec.sparse_mode = PfaSparseMode::RightDownCausal.as_attr();
-        spec.atten_mask = PromptMask::Compressed;
+        spec.atten_mask = PromptMaskKind::Compressed;
     }
-    let shapes = PromptShapes {
-        query: vec![rows, heads, sq, d],
-        key: vec![rows, kv_heads, sk, d],
-        value: vec![rows, kv_heads, sk, d],
-    };
+    let shapes = PromptShapes::qkv(
+        vec![rows, heads, sq, d],
+        vec![rows, kv_heads, sk, d],
+        vec![rows, kv_heads, sk, d],
+    );
     spec.validate(&shapes).ok()?;
     // V1 has no pseShift, sparse mode or innerPrecise.
     crate::device::try_runtime(&device).ok()?.api().pfa_v3?;

@@ -275,6 +275,7 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
                         value: &h[2],
                         sink: Some(&h[7]),
                         pse: None,
+                        atten_mask: None,
                     },
                     dy: &h[3],
                     softmax_max: &h[4],
@@ -411,6 +412,7 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
                         .tensor(),
                 ),
                 pse: None,
+                atten_mask: None,
             };
             let fwd = composite::varlen_fwd::<B>(inputs.clone(), &spec).unwrap();
             let g = composite::varlen_bwd::<B>(

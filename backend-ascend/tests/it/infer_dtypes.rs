@@ -2,17 +2,19 @@
 //! PFA, IFA, FIA and ScatterPaKvCache take no FLOAT (their `*_def.cpp`; the simulation refuses
 //! it as CANN does), so an f32 call gives NdArray's f32 answer through the counted composite
 //! on the native ops, while an f16 call is one aclnn launch (the scatter's after its slot
-//! upload) with no composite and no host fallback.
+//! upload) with no composite and no host fallback. Tensor-valued inputs (prompt's mask and pse,
+//! varlen's explicit mask) are made what the op takes on the device: no host upload per call.
 
 use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::{FloatDType, Tensor, TensorData, Tolerance};
 use burn_ascend_backend::collective::simulate_devices;
 use burn_ascend_backend::{device_counters, fallback_counts, Ascend, AscendDevice, AscendKind};
-use burn_ascend_ops::prompt::{PfaLayout, PromptSpec};
+use burn_ascend_ops::prompt::{PfaLayout, PromptMaskKind, PromptSpec};
 use burn_ascend_ops::{
-    fused_infer_attention, incre_flash_attention, prompt_flash_attention, scatter_pa_kv_cache,
-    AttentionBackend, FiaKv, FiaSpec, IfaLayout, IncreKv, IncreSpec, ScatterSpec,
+    fused_infer_attention, incre_flash_attention, prompt_flash_attention,
+    prompt_flash_attention_with, scatter_pa_kv_cache, AttentionBackend, FiaKv, FiaSpec, IfaLayout,
+    IncreKv, IncreSpec, ScatterSpec,
 };
 
 /// This suite's own simulated device: its launch counter is read before and after a call.
@@ -129,5 +131,136 @@ fn f32_inference_attention_runs_the_counted_composite_and_f16_is_one_aclnn_launc
         let want_ran = if op == "scatter" { 2 } else { 1 };
         assert_eq!(ran, want_ran, "{op} f16: one aclnn launch");
         close(&got, &want, Tolerance::rel_abs(1e-2, 2e-3), op);
+    }
+}
+
+/// Prompt attention with a dense mask `[B, S, S]` (0/1 floats) and a pse `[1, N, S, S]` (f32,
+/// the query f16) on `B`: the output as f32, with the launches and uploads `counters()` saw
+/// across the call alone (its inputs made first).
+fn prompt_with_mask_and_pse<B: AttentionBackend>(
+    dt: FloatDType,
+    dev: &B::Device,
+    counters: impl Fn() -> (u64, u64),
+) -> (Vec<f32>, (u64, u64)) {
+    let (b, s, n, d) = (2, 5, 2, 64);
+    let q4 = |seed| t::<B, 4>(b * s * n * d, seed, [b, s, n, d], dev).cast(dt);
+    let (q, k, v) = (q4(1), q4(2), q4(3));
+    // Column 0 never masked: no row is fully masked.
+    let mask: Vec<f32> = (0..b * s * s)
+        .map(|e| f32::from(u8::from(e % s != 0 && e % 3 == 1)))
+        .collect();
+    let mask = Tensor::<B, 3>::from_data(TensorData::new(mask, [b, s, s]), dev);
+    let pse = t::<B, 4>(n * s * s, 5, [1, n, s, s], dev);
+    let mut spec = PromptSpec::new(n, 0.125, PfaLayout::Bsnd);
+    spec.sparse_mode = 1;
+    spec.atten_mask = PromptMaskKind::Dense;
+    let start = counters();
+    let out = prompt_flash_attention_with(q, k, v, Some(mask), Some(pse), &spec).unwrap();
+    let end = counters();
+    let got = out
+        .cast(FloatDType::F32)
+        .into_data()
+        .to_vec::<f32>()
+        .unwrap();
+    (got, (end.0 - start.0, end.1 - start.1))
+}
+
+#[test]
+fn prompt_with_a_dense_mask_and_pse_on_the_device_uploads_nothing_and_matches_ndarray() {
+    let _lock = crate::exclusive();
+    let d = dev();
+    let counters = || {
+        let c = device_counters(&d);
+        (c.launches, c.uploads)
+    };
+    let (want, _) =
+        prompt_with_mask_and_pse::<NdArray>(FloatDType::F32, &Default::default(), || (0, 0));
+    let ((got, (launches, uploads)), moved) =
+        counted(|| prompt_with_mask_and_pse::<Ascend>(FloatDType::F16, &d, counters));
+    assert!(moved.is_empty(), "nothing fell back to the host: {moved:?}");
+    // The mask compared with 0 into BOOL, the pse cast to f16, the PFA launch: all on the
+    // device, nothing uploaded from the host (the mask and pse once were, every call).
+    assert_eq!(uploads, 0, "no host upload");
+    assert_eq!(launches, 3, "compare, cast, PFA");
+    close(
+        &got,
+        &want,
+        Tolerance::rel_abs(1e-2, 2e-3),
+        "prompt mask+pse",
+    );
+}
+
+/// Varlen forward and backward with an explicit mask `[maxSq, maxSkv]` (0/1 floats, mode 0)
+/// on `B` through the trait: (attentionOut, dq, dk, dv) as f32, with the uploads `uploads()`
+/// saw across the second of two calls (the first may make the runtime's constants).
+fn varlen_with_mask<B: AttentionBackend>(
+    dev: &B::Device,
+    uploads: impl Fn() -> u64,
+) -> (Vec<Vec<f32>>, u64) {
+    use burn_ascend_ops::varlen::{MaskSpec, VarlenSpec};
+    use burn_ascend_ops::{VarlenGradInputs, VarlenInputs};
+    let (n, d, seq) = (2, 16, [3usize, 5]);
+    let t = seq.iter().sum::<usize>();
+    let prim = |v: Vec<f32>, s: &[usize]| B::float_from_data(TensorData::new(v, s.to_vec()), dev);
+    let mut spec = VarlenSpec::from_lengths(&seq, &seq, n, 0.25);
+    spec.atten_mask = MaskSpec::Dense;
+    spec.attrs.pre_tokens = 4;
+    spec.attrs.next_tokens = 1;
+    // Column 0 never masked: no row is fully masked.
+    let mask: Vec<f32> = (0..25)
+        .map(|e| f32::from(u8::from(e % 5 != 0 && e % 3 == 2)))
+        .collect();
+    let inputs = || VarlenInputs {
+        query: prim(values(t * n * d, 1), &[t, n, d]),
+        key: prim(values(t * n * d, 2), &[t, n, d]),
+        value: prim(values(t * n * d, 3), &[t, n, d]),
+        sink: None,
+        pse: None,
+        atten_mask: Some(prim(mask.clone(), &[5, 5])),
+    };
+    let read = |x| {
+        Tensor::<B, 3>::from_primitive(burn::tensor::TensorPrimitive::Float(x))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    let mut last = (Vec::new(), 0);
+    for _ in 0..2 {
+        let (x, gx, dy) = (inputs(), inputs(), prim(values(t * n * d, 4), &[t, n, d]));
+        let start = uploads();
+        let out = B::varlen_fwd(x, &spec).unwrap();
+        let g = B::varlen_bwd(
+            VarlenGradInputs {
+                inputs: gx,
+                dy,
+                attention_in: out.attention_out.clone(),
+                softmax_max: out.softmax_max,
+                softmax_sum: out.softmax_sum,
+            },
+            &spec,
+        )
+        .unwrap();
+        let ran = uploads() - start;
+        last = (
+            vec![read(out.attention_out), read(g.dq), read(g.dk), read(g.dv)],
+            ran,
+        );
+    }
+    last
+}
+
+#[test]
+fn varlen_with_an_explicit_mask_on_the_device_uploads_nothing_and_matches_ndarray() {
+    let _lock = crate::exclusive();
+    let d = dev();
+    let (want, _) = varlen_with_mask::<NdArray>(&Default::default(), || 0);
+    let ((got, uploads), moved) =
+        counted(|| varlen_with_mask::<Ascend>(&d, || device_counters(&d).uploads));
+    assert!(moved.is_empty(), "nothing fell back to the host: {moved:?}");
+    // The mask once was uploaded from the host at every forward and backward; now the
+    // caller's tensor is compared with 0 on the device.
+    assert_eq!(uploads, 0, "no host upload");
+    for (g, w) in got.iter().zip(&want) {
+        close(g, w, Tolerance::rel_abs(1e-4, 1e-5), "varlen mask");
     }
 }

@@ -11,7 +11,7 @@ use burn_ascend::ops::host::{from_vec, to_vec};
 use burn_ascend::ops::incre::{
     composite as icomp, AntiquantSpec, BlockTable, IfaLayout, IncreKvShapes, IncreShapes, IncreSpec,
 };
-use burn_ascend::ops::prompt::{composite as pcomp, PfaLayout, PromptMask, PromptSpec};
+use burn_ascend::ops::prompt::{composite as pcomp, PfaLayout, PromptMaskKind, PromptSpec};
 use burn_ascend::ops::scatter::{composite as scomp, ScatterSpec};
 use burn_ascend::{IncreInputs, IncreKv, PromptInputs, ScatterInputs};
 use burn_ascend_cli::io::{Bundle, HostTensor};
@@ -131,7 +131,7 @@ pub(crate) fn meta(b: &mut Bundle, kv: &[(&str, &str)]) {
     }
 }
 
-fn prompt_bundle(rng: &mut Rng) -> (Bundle, PromptSpec, [Vec<f32>; 3]) {
+fn prompt_bundle(rng: &mut Rng) -> (Bundle, PromptSpec, [Vec<f32>; 4]) {
     let (b, s, skv, n, nkv, d) = (2, 3, 5, 4, 2, 8);
     let q = rng.vec_f32(b * s * n * d, 1.0);
     let k = rng.vec_f32(b * skv * nkv * d, 1.0);
@@ -162,17 +162,15 @@ fn prompt_bundle(rng: &mut Rng) -> (Bundle, PromptSpec, [Vec<f32>; 3]) {
     spec.pre_tokens = 2;
     spec.next_tokens = 1;
     spec.actual_seq_lengths_kv = Some(vec![5, 4]);
-    spec.atten_mask = PromptMask::Dense {
-        data: mask.into(),
-        shape: vec![s, skv],
-    };
-    (x, spec, [q, k, v])
+    spec.atten_mask = PromptMaskKind::Dense;
+    let mask = mask.iter().map(|&x| f32::from(x)).collect();
+    (x, spec, [q, k, v, mask])
 }
 
 #[test]
 fn prompt_round_trip_against_the_composite_and_int8_and_f16_outputs() {
     let mut rng = Rng(1);
-    let (x, spec, [q, k, v]) = prompt_bundle(&mut rng);
+    let (x, spec, [q, k, v, mask]) = prompt_bundle(&mut rng);
     let out = ok("prompt", &x);
     let got = out.tensors["attentionOut"].values::<f32>("t").unwrap();
     assert_eq!(out.tensors["attentionOut"].shape, vec![2, 3, 4, 8]);
@@ -182,6 +180,8 @@ fn prompt_round_trip_against_the_composite_and_int8_and_f16_outputs() {
             query: from_vec::<B>(q.clone(), &[2, 3, 4, 8], &d),
             key: from_vec::<B>(k.clone(), &[2, 5, 2, 8], &d),
             value: from_vec::<B>(v.clone(), &[2, 5, 2, 8], &d),
+            atten_mask: Some(from_vec::<B>(mask, &[3, 5], &d)),
+            pse_shift: None,
         },
         &spec,
     )

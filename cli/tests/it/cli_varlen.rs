@@ -43,23 +43,23 @@ pub(crate) fn fwd_bundle(c: &Case) -> Bundle {
         "sink",
         HostTensor::from_values(c.sink.as_ref().unwrap(), vec![c.n]),
     );
-    let (mask, shape) =
-        burn_ascend::ops::varlen::compressed_mask(c.spec.attrs.sparse_mode).unwrap();
-    b.insert(
-        "attenMask",
-        HostTensor::from_u8(mask, shape.to_vec(), Dtype::BOOL),
-    );
+    // CANN's compressed mask for the compressed modes, else the case's explicit one.
+    let (mask, shape) = match burn_ascend::ops::varlen::compressed_mask(c.spec.attrs.sparse_mode) {
+        Some((m, s)) => (m, s.to_vec()),
+        None => c.mask.clone().expect("an explicit mask"),
+    };
+    b.insert("attenMask", HostTensor::from_u8(mask, shape, Dtype::BOOL));
     let a = c.spec.actual_seq_q_len.clone();
     b.insert("actualSeqQLen", HostTensor::from_i64(&a, vec![a.len()]));
     let a = c.spec.actual_seq_kv_len.clone();
     b.insert("actualSeqKvLen", HostTensor::from_i64(&a, vec![a.len()]));
     for (k, v) in [
         ("scaleValue", c.spec.attrs.scale.to_string()),
-        ("preTokens", "2".into()),
-        ("nextTokens", "1".into()),
+        ("preTokens", c.spec.attrs.pre_tokens.to_string()),
+        ("nextTokens", c.spec.attrs.next_tokens.to_string()),
         ("headNum", c.n.to_string()),
         ("inputLayout", "TND".into()),
-        ("sparseMode", "4".into()),
+        ("sparseMode", c.spec.attrs.sparse_mode.as_attr().to_string()),
         ("softmaxOutLayout", "same_as_input".into()),
         ("softmaxInLayout", "same_as_input".into()),
     ] {
@@ -96,7 +96,21 @@ fn f32s(b: &Bundle, name: &str) -> Vec<f32> {
 
 #[test]
 fn varlen_fwd_and_bwd_round_trip_against_the_composite() {
-    let mut c = case();
+    round_trip_against_the_composite(case());
+}
+
+#[test]
+fn varlen_with_an_explicit_mask_round_trips_against_the_composite_on_every_device() {
+    // Mode 0 with a random [maxSq, maxSkv] mask and a band: the mask travels as a tensor
+    // (BOOL on the device for `sim`).
+    let c = Case::new("cli_dense", &[3, 5, 2], &[4, 5, 2], 4, 2, 5, 22)
+        .with_sink()
+        .mode(burn_ascend::SparseMode::DefaultMask, 4, 2);
+    assert!(c.mask.as_ref().unwrap().0.iter().any(|&x| x != 0));
+    round_trip_against_the_composite(c);
+}
+
+fn round_trip_against_the_composite(mut c: Case) {
     c.spec.attrs.softmax_layout = burn_ascend::SoftmaxLayout::SameAsInput;
     let dev = Default::default();
     let inputs = || VarlenInputs {
@@ -105,6 +119,7 @@ fn varlen_fwd_and_bwd_round_trip_against_the_composite() {
         value: from_vec::<B>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], &dev),
         sink: c.sink.clone().map(|s| from_vec::<B>(s, &[c.n], &dev)),
         pse: None,
+        atten_mask: c.mask_f32().map(|(m, s)| from_vec::<B>(m, &s, &dev)),
     };
     let want = composite::varlen_fwd::<B>(inputs(), &c.spec).unwrap();
 
@@ -344,6 +359,7 @@ fn varlen_bwd_writes_dpse_for_an_external_pse_on_every_device() {
         value: from_vec::<B>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], &dev),
         sink: c.sink.clone().map(|s| from_vec::<B>(s, &[c.n], &dev)),
         pse: None,
+        atten_mask: c.mask_f32().map(|(m, s)| from_vec::<B>(m, &s, &dev)),
     };
     let want_fwd = composite::varlen_fwd::<B>(inputs(), &c.spec).unwrap();
     let want = composite::varlen_bwd::<B>(

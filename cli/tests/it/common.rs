@@ -1,10 +1,10 @@
 //! Shared test helpers: small varlen cases; the splitmix64 [`Rng`] and the tolerance check
 //! [`close`] come from `burn-ascend-test-support`.
 
-use std::sync::Arc;
-
 use burn_ascend::contract::dropout;
-use burn_ascend::ops::varlen::{MaskSpec, PseSpec, VarlenSpec};
+use burn_ascend::ops::varlen::{
+    AttenMask, DenseMask, MaskSpec, PseSpec, VarlenDims, VarlenProblem, VarlenSpec,
+};
 use burn_ascend::{cumulative_from_lengths, PseType, SoftmaxLayout, SparseMode};
 /// `|got − exp| ≤ atol + rtol·|exp|` elementwise (in the slices' type; NaN fails), else a
 /// message naming the worst element.
@@ -26,6 +26,8 @@ pub struct Case {
     pub v: Vec<f32>,
     pub dy: Vec<f32>,
     pub sink: Option<Vec<f32>>,
+    /// The explicit mask's bytes and shape (the spec's kind is then `MaskSpec::Dense`).
+    pub mask: Option<(Vec<u8>, Vec<usize>)>,
     pub spec: VarlenSpec,
 }
 
@@ -68,8 +70,27 @@ impl Case {
             v: rng.vec_f32(tkv * nkv * d, 1.0),
             dy: rng.vec_f32(tq * n * d, 1.0),
             sink: None,
+            mask: None,
             spec,
         }
+    }
+    /// The explicit mask's shape, as the carrier's tensor has it.
+    pub fn mask_shape(&self) -> Option<Vec<usize>> {
+        self.mask.as_ref().map(|(_, s)| s.clone())
+    }
+    /// The mask as the carrier's float tensor holds it (0/1).
+    pub fn mask_f32(&self) -> Option<(Vec<f32>, Vec<usize>)> {
+        self.mask
+            .as_ref()
+            .map(|(d, s)| (d.iter().map(|&x| f32::from(x)).collect(), s.clone()))
+    }
+    /// The kernels' view of a validated case, its explicit mask included.
+    pub fn problem(&self, dims: VarlenDims) -> VarlenProblem<'_> {
+        let mut p = self.spec.problem(dims, self.sink.as_deref());
+        if let Some((data, shape)) = &self.mask {
+            p.atten_mask = AttenMask::Dense(DenseMask::from_shape(data, shape).expect("mask"));
+        }
+        p
     }
     pub fn tq(&self) -> usize {
         self.seq_q.iter().sum()
@@ -86,14 +107,14 @@ impl Case {
         self.spec.attrs.sparse_mode = mode;
         self.spec.attrs.pre_tokens = pre;
         self.spec.attrs.next_tokens = next;
-        self.spec.atten_mask = if mode.takes_compressed_mask() {
-            MaskSpec::Compressed
+        (self.spec.atten_mask, self.mask) = if mode.takes_compressed_mask() {
+            (MaskSpec::Compressed, None)
         } else {
-            self.random_mask()
+            (MaskSpec::Dense, Some(self.random_mask()))
         };
         self
     }
-    pub fn random_mask(&self) -> MaskSpec {
+    pub fn random_mask(&self) -> (Vec<u8>, Vec<usize>) {
         let rows = *self.seq_q.iter().max().unwrap();
         let cols = *self.seq_kv.iter().max().unwrap();
         let mut rng = Rng(5);
@@ -101,10 +122,7 @@ impl Case {
         let data: Vec<u8> = (0..rows * cols)
             .map(|e| (e % cols != 0 && rng.sym(1.0) > 0.3) as u8)
             .collect();
-        MaskSpec::Dense {
-            data: Arc::from(data),
-            shape: vec![rows, cols],
-        }
+        (data, vec![rows, cols])
     }
     pub fn dropout(mut self, keep: f64) -> Self {
         self.spec.attrs.keep_prob = keep;

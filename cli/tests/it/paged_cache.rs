@@ -6,7 +6,7 @@ use crate::common::{close, Rng};
 use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData};
 use burn_ascend::ops::incre::{IfaLayout, IncreSpec};
-use burn_ascend::ops::prompt::{PfaLayout, PromptMask, PromptSpec};
+use burn_ascend::ops::prompt::{PfaLayout, PromptMaskKind, PromptSpec};
 use burn_ascend::{
     incre_flash_attention, prompt_flash_attention, AttnError, IncreKv, PagedKvCache,
 };
@@ -91,7 +91,7 @@ fn prefill_and_decode_match_contiguous_attention() {
     spec.num_key_value_heads = NKV;
     spec.actual_seq_lengths_kv = Some(vec![la as i64, lb as i64]);
     spec.sparse_mode = 3;
-    spec.atten_mask = PromptMask::Compressed;
+    spec.atten_mask = PromptMaskKind::Compressed;
     let want = vals(
         prompt_flash_attention(
             t4(q, [2, 3, N, D]),

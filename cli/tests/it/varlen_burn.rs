@@ -15,7 +15,9 @@ use burn_ascend::ops::autodiff::test_hooks::CORRUPT_DSINK;
 use burn_ascend::ops::host::from_vec;
 use burn_ascend::ops::varlen::PseSpec;
 use burn_ascend::ops::varlen::VarlenShapes;
-use burn_ascend::{varlen_score, varlen_score_with_pse, AttentionBackend, VarlenInputs};
+use burn_ascend::{
+    varlen_score, varlen_score_with_mask, varlen_score_with_pse, AttentionBackend, VarlenInputs,
+};
 
 type B = NdArray;
 
@@ -29,9 +31,10 @@ pub(crate) fn reference_run(
         value: [c.tkv(), c.nkv, c.dv],
         sink: c.sink.as_ref().map(|s| s.len()),
         pse: None,
+        atten_mask: c.mask_shape(),
     };
     let dims = c.spec.validate_fwd(&shapes).expect("valid case");
-    let p = c.spec.problem(dims, c.sink.as_deref());
+    let p = c.problem(dims);
     let fwd = reference::varlen_fwd(&p, &c.q, &c.k, &c.v);
     let bwd = reference::varlen_bwd(
         &p,
@@ -46,6 +49,22 @@ pub(crate) fn reference_run(
     (fwd, bwd)
 }
 
+/// [`varlen_score`], or [`varlen_score_with_mask`] with the case's explicit mask (a constant
+/// tensor on the query's device).
+fn score_api<Bk: AttentionBackend>(
+    c: &Case,
+    (q, k, v): (Tensor<Bk, 3>, Tensor<Bk, 3>, Tensor<Bk, 3>),
+    sink: Option<Tensor<Bk, 1>>,
+) -> burn_ascend::Result<burn_ascend::VarlenAttention<Bk>> {
+    match c.mask_f32() {
+        None => varlen_score(q, k, v, sink, &c.spec),
+        Some((m, s)) => {
+            let mask = Tensor::<Bk, 2>::from_data(TensorData::new(m, s), &q.device());
+            varlen_score_with_mask(q, k, v, sink, mask, &c.spec)
+        }
+    }
+}
+
 pub(crate) fn inputs_on<Bk: Backend>(
     c: &Case,
     dev: &Bk::Device,
@@ -56,6 +75,7 @@ pub(crate) fn inputs_on<Bk: Backend>(
         value: from_vec::<Bk>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], dev),
         sink: c.sink.clone().map(|s| from_vec::<Bk>(s, &[c.n], dev)),
         pse: None,
+        atten_mask: c.mask_f32().map(|(m, s)| from_vec::<Bk>(m, &s, dev)),
     }
 }
 
@@ -81,7 +101,7 @@ fn autodiff_grads<C: CheckpointStrategy>(
     });
     let dy =
         Tensor::<AD<C>, 3>::from_data(TensorData::new(c.dy.clone(), [c.tq(), c.n, c.dv]), &dev);
-    let out = varlen_score(q.clone(), k.clone(), v.clone(), sink.clone(), &c.spec).expect(&c.name);
+    let out = score_api(c, (q.clone(), k.clone(), v.clone()), sink.clone()).expect(&c.name);
     // A second use of q after the attention, so the graph has more than one node.
     let loss = (out.attention_out * dy).sum() + q.clone().sum().mul_scalar(0.0);
     let grads = loss.backward();
@@ -278,6 +298,7 @@ fn the_alibi_compressed_pse_equals_the_dense_pse_it_compresses() {
         value: [c.tkv(), c.nkv, c.dv],
         sink: None,
         pse: None,
+        atten_mask: None,
     };
     c.spec.validate_fwd(&shapes).unwrap();
     let expect = |what: &str, spec: &burn_ascend::ops::varlen::VarlenSpec, param: &str| {
@@ -312,6 +333,7 @@ fn the_alibi_compressed_pse_equals_the_dense_pse_it_compresses() {
         value: [10, 2, 4],
         sink: None,
         pse: None,
+        atten_mask: None,
     };
     let e = unequal.spec.validate_fwd(&ushapes).unwrap_err();
     assert_eq!(e.param(), Some("realShift"), "Sq != Skv: {e}");
@@ -329,12 +351,14 @@ fn ndarray_forward_is_the_fast_cpu_kernel() {
             .sink
             .as_ref()
             .map(|s| Tensor::<B, 1>::from_data(TensorData::new(s.clone(), [c.n]), &dev));
-        let out = varlen_score(
-            t3(&c.q, [c.tq(), c.n, c.d]),
-            t3(&c.k, [c.tkv(), c.nkv, c.d]),
-            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
+        let out = score_api(
+            &c,
+            (
+                t3(&c.q, [c.tq(), c.n, c.d]),
+                t3(&c.k, [c.tkv(), c.nkv, c.d]),
+                t3(&c.v, [c.tkv(), c.nkv, c.dv]),
+            ),
             sink,
-            &c.spec,
         )
         .expect(&c.name);
         let got = out.attention_out.into_data().to_vec::<f32>().unwrap();
@@ -344,10 +368,9 @@ fn ndarray_forward_is_the_fast_cpu_kernel() {
             value: [c.tkv(), c.nkv, c.dv],
             sink: c.sink.as_ref().map(|s| s.len()),
             pse: None,
+            atten_mask: c.mask_shape(),
         };
-        let p = c
-            .spec
-            .problem(c.spec.validate_fwd(&shapes).unwrap(), c.sink.as_deref());
+        let p = c.problem(c.spec.validate_fwd(&shapes).unwrap());
         let fast = burn_ascend::kernels::cpu::varlen_fwd(&p, &c.q, &c.k, &c.v);
         close(&c.name, &got, &fast.attention_out, 0.0, 0.0).unwrap();
         close(&c.name, &got, &rf.attention_out, ATOL, RTOL).unwrap();

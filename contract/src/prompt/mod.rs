@@ -53,6 +53,33 @@ pub enum PromptMask {
     Compressed,
 }
 
+impl PromptMask {
+    /// Which mask this is, without its values.
+    pub fn kind(&self) -> PromptMaskKind {
+        match self {
+            Self::None => PromptMaskKind::None,
+            Self::Dense { .. } => PromptMaskKind::Dense,
+            Self::Compressed => PromptMaskKind::Compressed,
+        }
+    }
+}
+
+/// The prompt op's `attenMask` kind. A dense mask's values travel as a tensor
+/// ([`PromptInputs::atten_mask`], on the device for a device backend), never in the spec.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PromptMaskKind {
+    /// Null: no masking; `sparseMode`, `preTokens`, `nextTokens` are ignored (spec §1/§5).
+    #[default]
+    None,
+    /// A full mask (sparse modes 0 and 1), the carrier's `atten_mask` tensor: non-zero =
+    /// masked, shape `(Sq, Skv)`, `(1|B, Sq, Skv)` or `(1|B, 1, Sq, Skv)`; batch b reads its
+    /// top-left `actual` corner.
+    Dense,
+    /// CANN's compressed 2048×2048 causal mask (sparse modes 2, 3, 4; content fixed by the
+    /// mode, so no tensor of the caller's: the device path supplies it).
+    Compressed,
+}
+
 /// `pseShift` `(B|1, N, Qs, KVs)` with `Qs ≥` query S and `KVs ≥` key S, values as f32.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromptPse {
@@ -94,15 +121,14 @@ pub struct PromptSpec {
     pub actual_seq_lengths: Option<Vec<i64>>,
     /// `actualSeqLengthsKv` (per batch; cumulative in TND).
     pub actual_seq_lengths_kv: Option<Vec<i64>>,
-    /// `attenMask`.
-    pub atten_mask: PromptMask,
-    /// `pseShift`.
-    pub pse_shift: Option<PromptPse>,
+    /// `attenMask`'s kind; a dense mask's values are [`PromptInputs::atten_mask`] (and
+    /// `pseShift` is [`PromptInputs::pse_shift`]).
+    pub atten_mask: PromptMaskKind,
     /// `quantScale2` / `quantOffset2` (int8 output).
     pub post_quant: Option<PostQuantSpec>,
 }
 
-/// Shapes of query, key and value.
+/// Shapes of the call's tensors ([`PromptInputs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptShapes {
     /// `query`.
@@ -111,6 +137,23 @@ pub struct PromptShapes {
     pub key: Vec<usize>,
     /// `value`.
     pub value: Vec<usize>,
+    /// `attenMask` (a dense mask), when given.
+    pub atten_mask: Option<Vec<usize>>,
+    /// `pseShift`, when given.
+    pub pse_shift: Option<Vec<usize>>,
+}
+
+impl PromptShapes {
+    /// The shapes of query, key and value alone (no mask, no pse).
+    pub fn qkv(query: Vec<usize>, key: Vec<usize>, value: Vec<usize>) -> Self {
+        Self {
+            query,
+            key,
+            value,
+            atten_mask: None,
+            pse_shift: None,
+        }
+    }
 }
 
 /// A validated call's dimensions.
@@ -169,8 +212,13 @@ impl PromptDims {
 /// compressed 2048×2048 mask with modes 2–4, a full mask with 0 or 1. `Ok(false)`: no mask,
 /// nothing more to check.
 pub(crate) fn mask_fits_mode(mask: &PromptMask, mode: i64) -> Result<bool> {
+    mask_kind_fits_mode(mask.kind(), mode)
+}
+
+/// [`mask_fits_mode`] on the mask's kind.
+pub(crate) fn mask_kind_fits_mode(mask: PromptMaskKind, mode: i64) -> Result<bool> {
     match mask {
-        PromptMask::None => {
+        PromptMaskKind::None => {
             ensure!(
                 mode == 0,
                 "attenMask",
@@ -178,7 +226,7 @@ pub(crate) fn mask_fits_mode(mask: &PromptMask, mode: i64) -> Result<bool> {
             );
             Ok(false)
         }
-        PromptMask::Compressed => {
+        PromptMaskKind::Compressed => {
             ensure!(
                 (2..=4).contains(&mode),
                 "attenMask",
@@ -186,7 +234,7 @@ pub(crate) fn mask_fits_mode(mask: &PromptMask, mode: i64) -> Result<bool> {
             );
             Ok(true)
         }
-        PromptMask::Dense { .. } => {
+        PromptMaskKind::Dense => {
             ensure!(
                 mode <= 1,
                 "attenMask",
@@ -265,8 +313,7 @@ impl PromptSpec {
             inner_precise: 1,
             actual_seq_lengths: None,
             actual_seq_lengths_kv: None,
-            atten_mask: PromptMask::None,
-            pse_shift: None,
+            atten_mask: PromptMaskKind::None,
             post_quant: None,
         }
     }
@@ -379,7 +426,7 @@ impl PromptSpec {
         );
 
         let batch = if layout == PfaLayout::Tnd {
-            self.validate_tnd(qs, ks, n, nkv, d, dv)?
+            self.validate_tnd(qs, ks, n, nkv, d, dv, s.pse_shift.is_some())?
         } else {
             qb
         };
@@ -429,8 +476,8 @@ impl PromptSpec {
                 }
             }
         }
-        self.validate_mask(&dims)?;
-        self.validate_pse(&dims)?;
+        self.validate_mask(&dims, s.atten_mask.as_deref())?;
+        validate_pse(&dims, s.pse_shift.as_deref())?;
         if let Some(pq) = &self.post_quant {
             validate_post_quant(pq, checked::product("query", "N·Dv", &[n, dv])?)?;
             self.validate_int8_rows(&dims)?;
@@ -438,6 +485,7 @@ impl PromptSpec {
         Ok(dims)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn validate_tnd(
         &self,
         t1: usize,
@@ -446,6 +494,7 @@ impl PromptSpec {
         nkv: usize,
         d: usize,
         dv: usize,
+        has_pse: bool,
     ) -> Result<usize> {
         ensure!(
             t1 <= PFA_TND_MAX_T && t2 <= PFA_TND_MAX_T,
@@ -472,7 +521,7 @@ impl PromptSpec {
             "value",
             "TND: D of value must be 128 or 192, got {dv}"
         );
-        let masked = self.atten_mask != PromptMask::None;
+        let masked = self.atten_mask != PromptMaskKind::None;
         ensure!(
             (self.sparse_mode == 0 && !masked) || (self.sparse_mode == 3 && masked),
             "sparseMode",
@@ -480,11 +529,7 @@ impl PromptSpec {
             self.sparse_mode,
             if masked { "with" } else { "without" }
         );
-        ensure!(
-            self.pse_shift.is_none(),
-            "pseShift",
-            "not supported with TND"
-        );
+        ensure!(!has_pse, "pseShift", "not supported with TND");
         ensure!(
             self.post_quant.is_none(),
             "quantScale2",
@@ -515,59 +560,68 @@ impl PromptSpec {
         Ok(q.len())
     }
 
-    fn validate_mask(&self, dims: &PromptDims) -> Result<()> {
+    fn validate_mask(&self, dims: &PromptDims, tensor: Option<&[usize]>) -> Result<()> {
         let mode = self.sparse_mode;
-        if !mask_fits_mode(&self.atten_mask, mode)? {
+        match (self.atten_mask, tensor) {
+            (PromptMaskKind::Dense, None) => {
+                return Err(AttnError::invalid(
+                    "attenMask",
+                    "the spec says a dense mask but no mask tensor was given",
+                ))
+            }
+            (PromptMaskKind::None | PromptMaskKind::Compressed, Some(shape)) => {
+                return Err(AttnError::invalid(
+                    "attenMask",
+                    format!(
+                        "a mask tensor {shape:?} was given but the spec's mask is {:?} (a mask tensor is a dense mask: sparseMode 0 or 1)",
+                        self.atten_mask
+                    ),
+                ))
+            }
+            _ => {}
+        }
+        if !mask_kind_fits_mode(self.atten_mask, mode)? {
             return Ok(());
         }
-        match &self.atten_mask {
-            PromptMask::None | PromptMask::Compressed => {}
-            PromptMask::Dense { data, shape } => {
-                let (mb, rows, cols) = match *shape.as_slice() {
-                    [r, c] => (1, r, c),
-                    [b, r, c] => (b, r, c),
-                    [b, 1, r, c] => (b, r, c),
-                    _ => {
-                        return Err(AttnError::invalid(
-                            "attenMask",
-                            format!(
+        if let Some(shape) = tensor {
+            let (mb, rows, cols) = match *shape {
+                [r, c] => (1, r, c),
+                [b, r, c] => (b, r, c),
+                [b, 1, r, c] => (b, r, c),
+                _ => {
+                    return Err(AttnError::invalid(
+                        "attenMask",
+                        format!(
                             "shape must be (Sq,Skv), (1|B,Sq,Skv) or (1|B,1,Sq,Skv), got {shape:?}"
                         ),
-                        ))
-                    }
-                };
-                ensure!(
-                    mb == 1 || mb == dims.batch,
-                    "attenMask",
-                    "batch dim must be 1 or B = {}, got {mb}",
-                    dims.batch
-                );
-                // The mask covers the query's and key's S, not only the actual lengths:
-                // `CheckAttenMaskShape` in
-                // `attention/prompt_flash_attention/op_host/prompt_flash_attention_tiling.cpp`
-                // compares it with the shapes' S (TND: the longest sequences).
-                let (need_q, need_kv) = if dims.layout == PfaLayout::Tnd {
-                    let seqs = dims.sequences(self);
-                    (
-                        seqs.iter().map(|s| s.1).max().unwrap_or(0),
-                        seqs.iter().map(|s| s.3).max().unwrap_or(0),
-                    )
-                } else {
-                    (dims.q_seq, dims.kv_seq)
-                };
-                ensure!(
-                    rows >= need_q && cols >= need_kv,
-                    "attenMask",
-                    "[Sq, Skv] = [{rows}, {cols}] must cover the query's and key's S [{need_q}, {need_kv}]"
-                );
-                let need = checked::product("attenMask", "its element count", &[mb, rows, cols])?;
-                ensure!(
-                    data.len() == need,
-                    "attenMask",
-                    "has {} elements, shape {shape:?} needs {need}",
-                    data.len()
-                );
-            }
+                    ))
+                }
+            };
+            ensure!(
+                mb == 1 || mb == dims.batch,
+                "attenMask",
+                "batch dim must be 1 or B = {}, got {mb}",
+                dims.batch
+            );
+            // The mask covers the query's and key's S, not only the actual lengths:
+            // `CheckAttenMaskShape` in
+            // `attention/prompt_flash_attention/op_host/prompt_flash_attention_tiling.cpp`
+            // compares it with the shapes' S (TND: the longest sequences).
+            let (need_q, need_kv) = if dims.layout == PfaLayout::Tnd {
+                let seqs = dims.sequences(self);
+                (
+                    seqs.iter().map(|s| s.1).max().unwrap_or(0),
+                    seqs.iter().map(|s| s.3).max().unwrap_or(0),
+                )
+            } else {
+                (dims.q_seq, dims.kv_seq)
+            };
+            ensure!(
+                rows >= need_q && cols >= need_kv,
+                "attenMask",
+                "[Sq, Skv] = [{rows}, {cols}] must cover the query's and key's S [{need_q}, {need_kv}]"
+            );
+            checked::product("attenMask", "its element count", &[mb, rows, cols])?;
         }
         // i128: preTokens / nextTokens = i64::MIN must not wrap when negated.
         let (pre, next) = (i128::from(self.pre_tokens), i128::from(self.next_tokens));
@@ -600,48 +654,9 @@ impl PromptSpec {
         Ok(())
     }
 
-    fn validate_pse(&self, dims: &PromptDims) -> Result<()> {
-        let Some(p) = &self.pse_shift else {
-            return Ok(());
-        };
-        let n = dims.num_heads;
-        let [pb, pn, rows, cols] = match *p.shape.as_slice() {
-            [a, b, c, d] => [a, b, c, d],
-            _ => {
-                return Err(AttnError::invalid(
-                    "pseShift",
-                    format!("shape must be (B|1, N, Qs, KVs), got {:?}", p.shape),
-                ))
-            }
-        };
-        ensure!(
-            (pb == 1 || pb == dims.batch) && pn == n,
-            "pseShift",
-            "shape must be (B|1, N, Qs, KVs) with B = {}, N = {n}, got {:?}",
-            dims.batch,
-            p.shape
-        );
-        ensure!(
-            rows >= dims.q_seq && cols >= dims.kv_seq,
-            "pseShift",
-            "[Qs, KVs] = [{rows}, {cols}] must be >= [query S, key S] = [{}, {}]",
-            dims.q_seq,
-            dims.kv_seq
-        );
-        let need = checked::product("pseShift", "its element count", &[pb, pn, rows, cols])?;
-        ensure!(
-            p.data.len() == need,
-            "pseShift",
-            "has {} values, shape {:?} needs {need}",
-            p.data.len(),
-            p.shape
-        );
-        Ok(())
-    }
-
     /// The int8-output rules of the V3 约束说明.
     fn validate_int8_rows(&self, dims: &PromptDims) -> Result<()> {
-        let masked = self.atten_mask != PromptMask::None;
+        let masked = self.atten_mask != PromptMaskKind::None;
         // i128: sums of user preTokens / nextTokens and lengths must not wrap.
         let (pre, next) = (i128::from(self.pre_tokens), i128::from(self.next_tokens));
         ensure!(
@@ -671,42 +686,35 @@ impl PromptSpec {
         Ok(())
     }
 
-    /// Whether score `(i, j)` of batch `b` is masked (`sq`, `skv`: the batch's actual lengths).
-    /// Same rule as the CPU reference.
-    pub fn masked(&self, b: usize, i: usize, j: usize, sq: usize, skv: usize) -> bool {
+    /// Whether score `(i, j)` is masked by the sparse mode's rule (`sq`, `skv`: the batch's
+    /// actual lengths) — everything but a dense mask's values, which are OR-ed in where the
+    /// kind is [`PromptMaskKind::Dense`] (modes 0 and 1). Same rule as the CPU reference.
+    pub fn rule_masked(&self, i: usize, j: usize, sq: usize, skv: usize) -> bool {
         let (ii, jj) = (i as i128, j as i128);
         let (sq, skv) = (sq as i128, skv as i128);
         let (pre, next) = (self.pre_tokens as i128, self.next_tokens as i128);
-        let dense = |b: usize| match &self.atten_mask {
-            PromptMask::Dense { data, shape } => {
-                let (mb, rows, cols) = match *shape.as_slice() {
-                    [r, c] => (1, r, c),
-                    [b, r, c] | [b, _, r, c] => (b, r, c),
-                    _ => unreachable!("validated"),
-                };
-                let bb = if mb == 1 { 0 } else { b };
-                data[(bb * rows + i) * cols + j] != 0
-            }
-            _ => false,
-        };
-        match (&self.atten_mask, self.mode()) {
-            (PromptMask::None, _) => false,
-            (_, PfaSparseMode::DefaultMask) => dense(b) || jj < ii - pre || jj > ii + next,
-            (_, PfaSparseMode::AllMask) => dense(b),
+        match (self.atten_mask, self.mode()) {
+            (PromptMaskKind::None, _) => false,
+            (_, PfaSparseMode::DefaultMask) => jj < ii - pre || jj > ii + next,
+            (_, PfaSparseMode::AllMask) => false,
             (_, PfaSparseMode::LeftUpCausal) => jj > ii,
             (_, PfaSparseMode::RightDownCausal) => jj > ii + skv - sq,
             (_, PfaSparseMode::Band) => jj < ii - (pre - skv + sq) || jj > ii + (next + skv - sq),
         }
     }
 
-    /// The CPU reference's arguments for a validated call (f32 host buffers in the layout).
+    /// The CPU reference's arguments for a validated call: f32 host buffers in the layout,
+    /// the dense mask's bytes (non-zero = masked) and the pse's values with their shapes
+    /// (the carrier's `atten_mask` / `pse_shift` on the host).
     pub fn args<'a>(
         &'a self,
         dims: &PromptDims,
         query: &'a [f32],
         key: &'a [f32],
         value: &'a [f32],
-    ) -> PromptFlashAttentionArgs<'a, f32> {
+        atten_mask: Option<(&'a [u8], &[usize])>,
+        pse_shift: Option<(&'a [f32], &[usize])>,
+    ) -> Result<PromptFlashAttentionArgs<'a, f32>> {
         let mut a = PromptFlashAttentionArgs::new(
             query,
             key,
@@ -727,36 +735,55 @@ impl PromptSpec {
         a.inner_precise = self.inner_precise;
         a.actual_seq_lengths = self.actual_seq_lengths.as_deref();
         a.actual_seq_lengths_kv = self.actual_seq_lengths_kv.as_deref();
-        a.atten_mask = match &self.atten_mask {
-            PromptMask::None => None,
+        a.atten_mask = match (self.atten_mask, atten_mask) {
+            (PromptMaskKind::None, _) => None,
             // Modes 2-4 never read the mask's contents.
-            PromptMask::Compressed => Some(PfaMask {
+            (PromptMaskKind::Compressed, _) => Some(PfaMask {
                 data: &[],
                 batched: false,
                 rows: 0,
                 cols: 0,
             }),
-            PromptMask::Dense { data, shape } => {
-                let (mb, rows, cols) = match *shape.as_slice() {
-                    [r, c] => (1, r, c),
-                    [b, r, c] | [b, _, r, c] => (b, r, c),
-                    _ => unreachable!("validated"),
-                };
-                Some(PfaMask {
-                    data,
-                    batched: mb != 1,
-                    rows,
-                    cols,
-                })
+            (PromptMaskKind::Dense, Some((data, shape))) => {
+                let m = PfaMask::from_shape(data, shape).ok_or_else(|| {
+                    AttnError::invalid(
+                        "attenMask",
+                        format!("shape must be rank 2, 3 or 4, got {shape:?}"),
+                    )
+                })?;
+                let need: usize = shape.iter().product();
+                ensure!(
+                    data.len() == need,
+                    "attenMask",
+                    "has {} elements, shape {shape:?} needs {need}",
+                    data.len()
+                );
+                Some(m)
+            }
+            (PromptMaskKind::Dense, None) => {
+                return Err(AttnError::invalid(
+                    "attenMask",
+                    "the spec says a dense mask but no mask values were given",
+                ))
             }
         };
-        a.pse_shift = self.pse_shift.as_ref().map(|p| PseShift {
-            data: &p.data,
-            batched: p.shape[0] != 1,
-            rows: p.shape[2],
-            cols: p.shape[3],
-        });
-        a
+        a.pse_shift = match pse_shift {
+            None => None,
+            Some((data, shape)) => {
+                let p = PseShift::from_shape(data, shape).ok_or_else(|| {
+                    AttnError::invalid("pseShift", format!("shape must be rank 4, got {shape:?}"))
+                })?;
+                let need: usize = shape.iter().product();
+                ensure!(
+                    data.len() == need,
+                    "pseShift",
+                    "has {} values, shape {shape:?} needs {need}",
+                    data.len()
+                );
+                Some(p)
+            }
+        };
+        Ok(a)
     }
 
     /// The reference's post-quant view of `quantScale2` / `quantOffset2`.
@@ -766,6 +793,35 @@ impl PromptSpec {
             offset: q.offset.as_deref(),
         })
     }
+}
+
+/// Checks `pseShift`'s shape (`None`: no pse).
+fn validate_pse(dims: &PromptDims, shape: Option<&[usize]>) -> Result<()> {
+    let Some(shape) = shape else {
+        return Ok(());
+    };
+    let n = dims.num_heads;
+    let [pb, pn, rows, cols] = *shape else {
+        return Err(AttnError::invalid(
+            "pseShift",
+            format!("shape must be (B|1, N, Qs, KVs), got {shape:?}"),
+        ));
+    };
+    ensure!(
+        (pb == 1 || pb == dims.batch) && pn == n,
+        "pseShift",
+        "shape must be (B|1, N, Qs, KVs) with B = {}, N = {n}, got {shape:?}",
+        dims.batch
+    );
+    ensure!(
+        rows >= dims.q_seq && cols >= dims.kv_seq,
+        "pseShift",
+        "[Qs, KVs] = [{rows}, {cols}] must be >= [query S, key S] = [{}, {}]",
+        dims.q_seq,
+        dims.kv_seq
+    );
+    checked::product("pseShift", "its element count", &[pb, pn, rows, cols])?;
+    Ok(())
 }
 
 pub(crate) fn tnd_lengths(

@@ -94,7 +94,23 @@ pub struct PfaMask<'a> {
     pub cols: usize,
 }
 
-impl PfaMask<'_> {
+impl<'a> PfaMask<'a> {
+    /// The view of `data` with one of the shapes above: `(Sq, Skv)`, `(1|B, Sq, Skv)` or
+    /// `(1|B, 1, Sq, Skv)`; `None` for any other rank.
+    pub fn from_shape(data: &'a [u8], shape: &[usize]) -> Option<Self> {
+        let (mb, rows, cols) = match *shape {
+            [r, c] => (1, r, c),
+            [b, r, c] | [b, _, r, c] => (b, r, c),
+            _ => return None,
+        };
+        Some(Self {
+            data,
+            batched: mb != 1,
+            rows,
+            cols,
+        })
+    }
+
     pub fn masked(&self, b: usize, i: usize, j: usize) -> bool {
         let bb = if self.batched { b } else { 0 };
         self.data[(bb * self.rows + i) * self.cols + j] != 0
@@ -111,6 +127,21 @@ pub struct PseShift<'a, T> {
     pub batched: bool,
     pub rows: usize,
     pub cols: usize,
+}
+
+impl<'a, T> PseShift<'a, T> {
+    /// The view of `data` of shape `(1|B, N, rows, cols)`; `None` for any other rank.
+    pub fn from_shape(data: &'a [T], shape: &[usize]) -> Option<Self> {
+        let [b, _, rows, cols] = *shape else {
+            return None;
+        };
+        Some(Self {
+            data,
+            batched: b != 1,
+            rows,
+            cols,
+        })
+    }
 }
 
 /// Output post-quantisation to int8 (`quantScale2`, `quantOffset2`), values widened to f32

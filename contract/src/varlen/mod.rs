@@ -31,21 +31,16 @@ pub const COMPRESSED_MASK: [usize; 2] = [2048, 2048];
 pub const COMPRESSED_PREFIX_MASK: [usize; 2] = [3072, 2048];
 
 /// `attenMaskOptional`.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum MaskSpec {
     /// Null: full attention, sparseMode/preTokens/nextTokens ignored (CANN's rule).
     #[default]
     None,
-    /// An explicit mask (modes 0 and 1), 1 = masked, shape `[maxSq, maxSkv]`,
-    /// `[1, 1, maxSq, maxSkv]`, `[B, 1, maxSq, maxSkv]` or `[B, N, maxSq, maxSkv]` (the
-    /// per-batch forms only when every sequence has the longest lengths); sequence b reads its
-    /// top-left corner.
-    Dense {
-        /// Mask bytes (non-zero = masked).
-        data: Arc<[u8]>,
-        /// Its shape.
-        shape: Vec<usize>,
-    },
+    /// An explicit mask (modes 0 and 1), the call's [`VarlenInputs::atten_mask`] tensor: 1 =
+    /// masked, shape `[maxSq, maxSkv]`, `[1, 1, maxSq, maxSkv]`, `[B, 1, maxSq, maxSkv]` or
+    /// `[B, N, maxSq, maxSkv]` (the per-batch forms only when every sequence has the longest
+    /// lengths); sequence b reads its top-left corner.
+    Dense,
     /// CANN's compressed mask for modes 2, 3, 4, 6, 7, 8 (its content is fixed by the mode;
     /// see [`compressed_mask`] to materialise it for the device).
     Compressed,
@@ -87,7 +82,8 @@ pub struct VarlenSpec {
     /// `scaleValue`, `keepProb`, `preTokens`, `nextTokens`, `innerPrecise`, `sparseMode`,
     /// `pseType`, `softmaxOutLayout`.
     pub attrs: VarlenAttrs,
-    /// `attenMaskOptional`.
+    /// `attenMaskOptional`'s kind (an explicit mask's values are
+    /// [`VarlenInputs::atten_mask`]).
     pub atten_mask: MaskSpec,
     /// `realShiftOptional`.
     pub pse: PseSpec,
@@ -114,6 +110,8 @@ pub struct VarlenShapes {
     pub sink: Option<usize>,
     /// Shape of the `realShift` tensor ([`VarlenInputs::pse`]), if given.
     pub pse: Option<Vec<usize>>,
+    /// Shape of the `attenMask` tensor ([`VarlenInputs::atten_mask`]), if given.
+    pub atten_mask: Option<Vec<usize>>,
 }
 
 /// Extra shapes the backward receives.
@@ -328,17 +326,37 @@ impl VarlenSpec {
                 ),
             }
         }
-        self.validate_mask(&dims)?;
+        self.validate_mask(&dims, s.atten_mask.as_deref())?;
         self.validate_pse(&dims, s.pse.as_deref())?;
         Ok(dims)
     }
 
-    fn validate_mask(&self, dims: &VarlenDims) -> Result<()> {
+    fn validate_mask(&self, dims: &VarlenDims, tensor: Option<&[usize]>) -> Result<()> {
         let mode = self.attrs.sparse_mode;
         let (a, batch) = (&self.attrs, dims.batch());
-        match &self.atten_mask {
-            MaskSpec::None => return Ok(()), // mode, pre and next are ignored
-            MaskSpec::Dense { data, shape } => {
+        match (self.atten_mask, tensor) {
+            (MaskSpec::Dense, None) => {
+                return Err(AttnError::invalid(
+                    "attenMask",
+                    "the spec says an explicit mask but no mask tensor was given",
+                ))
+            }
+            (MaskSpec::None | MaskSpec::Compressed, Some(shape)) => {
+                return Err(AttnError::invalid(
+                    "attenMask",
+                    format!(
+                        "a mask tensor {shape:?} was given but the spec's mask is {:?} (a mask tensor is an explicit mask: sparseMode 0 or 1)",
+                        self.atten_mask
+                    ),
+                ))
+            }
+            _ => {}
+        }
+        match (self.atten_mask, tensor) {
+            // No mask: mode, pre and next are ignored. (A dense kind without a tensor is refused
+            // above.)
+            (MaskSpec::None, _) | (MaskSpec::Dense, None) => return Ok(()),
+            (MaskSpec::Dense, Some(shape)) => {
                 ensure!(
                     !mode.takes_compressed_mask(),
                     "attenMask",
@@ -356,7 +374,7 @@ impl VarlenSpec {
                 // sequence has the longest lengths, so per-batch masks are refused otherwise.
                 let max_q = dims.seq_q.iter().copied().max().unwrap_or(0);
                 let max_kv = dims.seq_kv.iter().copied().max().unwrap_or(0);
-                let (b, h, rows, cols) = match *shape.as_slice() {
+                let (b, h, rows, cols) = match *shape {
                     [r, c] => (1, 1, r, c),
                     [b, h, r, c] => (b, h, r, c),
                     _ => {
@@ -406,15 +424,9 @@ impl VarlenSpec {
                         ));
                     }
                 }
-                let need = checked::product("attenMask", "its element count", &[b, h, rows, cols])?;
-                ensure!(
-                    data.len() == need,
-                    "attenMask",
-                    "has {} elements, shape {shape:?} needs {need}",
-                    data.len()
-                );
+                checked::product("attenMask", "its element count", &[b, h, rows, cols])?;
             }
-            MaskSpec::Compressed => {
+            (MaskSpec::Compressed, _) => {
                 ensure!(
                     mode.takes_compressed_mask(),
                     "attenMask",
@@ -733,23 +745,11 @@ impl VarlenSpec {
     /// The kernels' view of a validated call. `dims` must come from `validate_*` on this spec.
     pub fn problem<'a>(&'a self, dims: VarlenDims, sink: Option<&'a [f32]>) -> VarlenProblem<'a> {
         let n = dims.head_num;
-        let atten_mask = match &self.atten_mask {
+        let atten_mask = match self.atten_mask {
             MaskSpec::None => AttenMask::None,
             MaskSpec::Compressed => AttenMask::Compressed,
-            MaskSpec::Dense { data, shape } => {
-                let (batch, heads, rows, cols) = match *shape.as_slice() {
-                    [r, c] => (1, 1, r, c),
-                    [b, h, r, c] => (b, h, r, c),
-                    _ => unreachable!("validated"),
-                };
-                AttenMask::Dense(DenseMask {
-                    data,
-                    batch,
-                    heads,
-                    rows,
-                    cols,
-                })
-            }
+            // The values are the call's tensor: a host caller sets `Dense` over its copy.
+            MaskSpec::Dense => AttenMask::DenseElsewhere,
         };
         let pse = match &self.pse {
             PseSpec::None => Pse::None,

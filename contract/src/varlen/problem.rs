@@ -283,6 +283,11 @@ pub enum AttenMask<'a> {
     /// CANN's compressed mask for modes 2, 3, 4, 6, 7, 8: its content is fixed by the mode, so
     /// the kernels generate the pattern from the mode's formula.
     Compressed,
+    /// An explicit mask (modes 0 and 1) whose values are not in this view: they are the call's
+    /// `atten_mask` tensor, which the caller applies where it lies (the composite on its
+    /// device). The mode's rule (`rule`) applies as with `Dense`; [`VarlenProblem::allowed`]
+    /// reads the rule alone. Host kernels replace it with `Dense` over the tensor's host copy.
+    DenseElsewhere,
 }
 
 /// An explicit `attenMask`, row-major `[batch, heads, rows, cols]`.
@@ -300,7 +305,27 @@ pub struct DenseMask<'a> {
     pub cols: usize,
 }
 
-impl DenseMask<'_> {
+impl<'a> DenseMask<'a> {
+    /// The view of `data` of shape `[maxSq, maxSkv]` or `[B|1, N|1, maxSq, maxSkv]`; `None`
+    /// for another rank or a data length that does not fill the shape.
+    pub fn from_shape(data: &'a [u8], shape: &[usize]) -> Option<Self> {
+        let (batch, heads, rows, cols) = match *shape {
+            [r, c] => (1, 1, r, c),
+            [b, h, r, c] => (b, h, r, c),
+            _ => return None,
+        };
+        let len = [batch, heads, rows, cols]
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))?;
+        (len == data.len()).then_some(Self {
+            data,
+            batch,
+            heads,
+            rows,
+            cols,
+        })
+    }
+
     /// Whether (b, h, i, j) is masked.
     #[inline]
     pub fn masked(&self, b: usize, h: usize, i: usize, j: usize) -> bool {

@@ -20,17 +20,24 @@ pub struct VarlenInputs<T> {
     /// It stays where it is (on the device for a device backend); the spec's `pse` must then
     /// be `PseSpec::None`. Under `Autodiff` it receives `dpse`.
     pub pse: Option<T>,
+    /// `attenMask` of an explicit mask (the spec's `atten_mask` is [`super::MaskSpec::Dense`];
+    /// sparse modes 0 and 1): `[maxSq, maxSkv]` or `[B|1, N|1, maxSq, maxSkv]`, a float tensor
+    /// holding 0 (attend) or 1 (masked). A device backend turns it into the op's mask dtype on
+    /// the device; it is not differentiated. CANN's compressed masks are no tensor of the
+    /// caller's (their content is fixed by the mode).
+    pub atten_mask: Option<T>,
 }
 
 impl<T> VarlenInputs<T> {
-    /// Each tensor through `f`, in the order query, key, value, sink, pse.
+    /// Each tensor through `f`, in the order query, key, value, sink, pse, attenMask.
     pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> VarlenInputs<U> {
         VarlenInputs {
             query: f(self.query),
             key: f(self.key),
             value: f(self.value),
             sink: self.sink.map(&mut f),
-            pse: self.pse.map(f),
+            pse: self.pse.map(&mut f),
+            atten_mask: self.atten_mask.map(f),
         }
     }
 
@@ -42,6 +49,7 @@ impl<T> VarlenInputs<T> {
             value: &self.value,
             sink: self.sink.as_ref(),
             pse: self.pse.as_ref(),
+            atten_mask: self.atten_mask.as_ref(),
         }
     }
 
@@ -50,6 +58,7 @@ impl<T> VarlenInputs<T> {
         let mut v = vec![&self.query, &self.key, &self.value];
         v.extend(self.sink.as_ref());
         v.extend(self.pse.as_ref());
+        v.extend(self.atten_mask.as_ref());
         v
     }
 }

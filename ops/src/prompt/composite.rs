@@ -1,6 +1,7 @@
-//! The composite prompt attention: per batch, dense scores from Burn matmuls, the mask built on
-//! the host from the same rule as the CPU reference, softmax, P·V. O(Sq·Skv) memory per batch —
-//! the fallback every backend can run, not a fast path.
+//! The composite prompt attention: per batch, dense scores from Burn matmuls, the sparse mode's
+//! mask built on the host from the same rule as the CPU reference and OR-ed with the dense
+//! `attenMask` tensor where it lies (compared with 0 on its device), softmax, P·V. O(Sq·Skv)
+//! memory per batch — the fallback every backend can run, not a fast path.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -29,7 +30,19 @@ pub fn shapes<T: TensorMetadata>(i: &PromptInputs<T>) -> PromptShapes {
         query: i.query.shape().to_vec(),
         key: i.key.shape().to_vec(),
         value: i.value.shape().to_vec(),
+        atten_mask: i.atten_mask.as_ref().map(|t| t.shape().to_vec()),
+        pse_shift: i.pse_shift.as_ref().map(|t| t.shape().to_vec()),
     }
+}
+
+/// A validated dense mask tensor (0/1 floats) as `[1|B, rows, cols]`.
+fn mask_3d<B: Backend>(m: FloatTensor<B>) -> T3<B> {
+    let (mb, rows, cols) = match *m.shape().to_vec().as_slice() {
+        [r, c] => (1, r, c),
+        [b, r, c] | [b, _, r, c] => (b, r, c),
+        _ => unreachable!("validated"),
+    };
+    wrap(B::float_reshape(m, [mb, rows, cols].into()))
 }
 
 /// `[B, N, S, D]` view of a rank-3/4 tensor in a non-TND layout.
@@ -80,6 +93,7 @@ fn attend_batch<B: Backend>(
     spec: &PromptSpec,
     dims: &PromptDims,
     pse: Option<&T4<B>>,
+    dense: Option<&T3<B>>,
     b: usize,
     (sq, skv): (usize, usize),
     q: T3<B>,
@@ -106,12 +120,26 @@ fn attend_batch<B: Backend>(
     }
     let masked: Vec<bool> = (0..rows)
         .flat_map(|i| (0..skv).map(move |j| (i, j)))
-        .map(|(i, j)| i >= sq || spec.masked(b, i, j, sq, skv))
+        .map(|(i, j)| i >= sq || spec.rule_masked(i, j, sq, skv))
         .collect();
-    let mask = masked.iter().any(|&x| x).then(|| {
-        Tensor::<B, 3, Bool>::from_data(TensorData::new(masked, [1, rows, skv]), &device)
-            .expand([n, rows, skv])
+    let rule = masked
+        .iter()
+        .any(|&x| x)
+        .then(|| Tensor::<B, 3, Bool>::from_data(TensorData::new(masked, [1, rows, skv]), &device));
+    // The dense mask's top-left [rows, skv] corner of batch b, compared where it lies.
+    let dense = dense.map(|m| {
+        let bb = if m.dims()[0] == 1 { 0 } else { b };
+        m.clone()
+            .narrow(0, bb, 1)
+            .narrow(1, 0, rows)
+            .narrow(2, 0, skv)
+            .not_equal_elem(0.0)
     });
+    let mask = match (rule, dense) {
+        (Some(r), Some(d)) => Some(r.bool_or(d)),
+        (r, d) => r.or(d),
+    }
+    .map(|m| m.expand([n, rows, skv]));
     masked_softmax(s, mask).matmul(v)
 }
 
@@ -124,10 +152,8 @@ pub fn prompt_fwd<B: Backend>(
     unsupported_on_burn(spec)?;
     let device = B::float_device(&inputs.query);
     let (n, nkv, dv) = (dims.num_heads, dims.kv_heads, dims.head_dim_v);
-    let pse = spec.pse_shift.as_ref().map(|p| {
-        let s: [usize; 4] = p.shape.clone().try_into().expect("validated");
-        T4::<B>::from_data(TensorData::new(p.data.to_vec(), s), &device)
-    });
+    let pse: Option<T4<B>> = inputs.pse_shift.map(wrap);
+    let dense = inputs.atten_mask.map(mask_3d::<B>);
     let seqs = dims.sequences(spec);
     if dims.layout == PfaLayout::Tnd {
         let (q, k, v): (T3<B>, T3<B>, T3<B>) =
@@ -147,7 +173,17 @@ pub fn prompt_fwd<B: Backend>(
             let qb = q.clone().narrow(0, qo, sq).swap_dims(0, 1);
             let kb = k.clone().narrow(0, ko, skv).swap_dims(0, 1);
             let vb = v.clone().narrow(0, ko, skv).swap_dims(0, 1);
-            let o = attend_batch(spec, &dims, pse.as_ref(), b, (sq, skv), qb, kb, vb);
+            let o = attend_batch(
+                spec,
+                &dims,
+                pse.as_ref(),
+                dense.as_ref(),
+                b,
+                (sq, skv),
+                qb,
+                kb,
+                vb,
+            );
             outs.push(o.swap_dims(0, 1));
         }
         if written < dims.q_seq {
@@ -182,7 +218,17 @@ pub fn prompt_fwd<B: Backend>(
             .narrow(0, b, 1)
             .narrow(2, 0, skv)
             .reshape([nkv, skv, dv]);
-        let o = attend_batch(spec, &dims, pse.as_ref(), b, (sq, skv), qb, kb, vb);
+        let o = attend_batch(
+            spec,
+            &dims,
+            pse.as_ref(),
+            dense.as_ref(),
+            b,
+            (sq, skv),
+            qb,
+            kb,
+            vb,
+        );
         outs.push(o.reshape([1, n, qs, dv]));
     }
     let out = if outs.is_empty() {

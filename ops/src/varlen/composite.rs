@@ -1,6 +1,6 @@
 //! The composite varlen attention: per sequence, dense scores from Burn matmuls, masks and
-//! biases built on the host from the same rules the kernels use, softmax with the sink column,
-//! P·V. O(Sq·Skv) memory per sequence — the fallback every backend can run, not a fast path.
+//! biases built on the host from the same rules the kernels use (an explicit mask tensor is
+//! compared with 0 where it lies and OR-ed in), softmax with the sink column, P·V. O(Sq·Skv) memory per sequence — the fallback every backend can run, not a fast path.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -33,7 +33,18 @@ pub fn shapes<T: TensorMetadata>(i: &VarlenInputs<T>) -> VarlenShapes {
         value: dims3(&i.value),
         sink: i.sink.as_ref().map(|s| s.shape().dims::<1>()[0]),
         pse: i.pse.as_ref().map(|p| p.shape().to_vec()),
+        atten_mask: i.atten_mask.as_ref().map(|m| m.shape().to_vec()),
     }
+}
+
+/// A validated explicit mask tensor (0/1 floats) as `[1|B, 1|N, maxSq, maxSkv]`.
+fn mask_4d<B: Backend>(m: FloatTensor<B>) -> Tensor<B, 4> {
+    let dims = match *m.shape().to_vec().as_slice() {
+        [r, c] => [1, 1, r, c],
+        [b, h, r, c] => [b, h, r, c],
+        _ => unreachable!("validated"),
+    };
+    wrap(B::float_reshape(m, dims.into()))
 }
 
 /// The factor of dS that is dpse (`scale` for pseType 1, 1 for pseType 0), when the call has
@@ -64,13 +75,15 @@ struct SeqAux<B: Backend> {
     drop: Option<T3<B>>,
 }
 
-/// `pse`: the call's pse tensor `[pseTotalLen]`, if given (else the spec's pse is built here).
+/// `pse`: the call's pse tensor `[pseTotalLen]`, if given (else the spec's pse is built here);
+/// `mask`: the call's explicit mask tensor `[1|B, 1|N, maxSq, maxSkv]`, if given.
 fn seq_aux<B: Backend>(
     p: &VarlenProblem,
     b: usize,
     pse0: usize,
     drop0: usize,
     pse: Option<&Tensor<B, 1>>,
+    mask: Option<&Tensor<B, 4>>,
     device: &B::Device,
 ) -> SeqAux<B> {
     let (n, sq, skv) = (p.dims.head_num, p.dims.seq_q[b], p.dims.seq_kv[b]);
@@ -85,6 +98,21 @@ fn seq_aux<B: Backend>(
         .iter()
         .any(|&m| m)
         .then(|| Tensor::<B, 3, Bool>::from_data(TensorData::new(masked, shape), device));
+    // The explicit mask's top-left [Sq_b, Skv_b] corner of sequence b, compared where it lies.
+    let explicit = mask.map(|m| {
+        let [mb, mh, _, _] = m.dims();
+        m.clone()
+            .narrow(0, if mb == 1 { 0 } else { b }, 1)
+            .narrow(2, 0, sq)
+            .narrow(3, 0, skv)
+            .reshape([mh, sq, skv])
+            .expand(shape)
+            .not_equal_elem(0.0)
+    });
+    let masked = match (masked, explicit) {
+        (Some(r), Some(e)) => Some(r.bool_or(e)),
+        (r, e) => r.or(e),
+    };
     let pse = match pse {
         // The sequence's [N, Sq, Skv] block of the tensor, where it lives.
         Some(t) => Some(t.clone().narrow(0, pse0, n * sq * skv).reshape(shape)),
@@ -209,6 +237,7 @@ pub fn varlen_fwd<B: Backend>(
     let device = q.device();
     let sink = inputs.sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
     let pse = inputs.pse.map(wrap::<B, 1>);
+    let mask = inputs.atten_mask.map(mask_4d::<B>);
     let (mut outs, mut maxes, mut sums) = (Vec::new(), Vec::new(), Vec::new());
     for seq in sequences(&p).into_iter().filter(|s| s.sq > 0) {
         if seq.skv == 0 {
@@ -219,7 +248,15 @@ pub fn varlen_fwd<B: Backend>(
             continue;
         }
         let drop0 = seq.pse0;
-        let aux = seq_aux::<B>(&p, seq.b, seq.pse0, drop0, pse.as_ref(), &device);
+        let aux = seq_aux::<B>(
+            &p,
+            seq.b,
+            seq.pse0,
+            drop0,
+            pse.as_ref(),
+            mask.as_ref(),
+            &device,
+        );
         let qb = q.clone().narrow(0, seq.q0, seq.sq).swap_dims(0, 1);
         let kb = heads_major_gqa(k.clone().narrow(0, seq.kv0, seq.skv), g);
         let vb = heads_major_gqa(v.clone().narrow(0, seq.kv0, seq.skv), g);
@@ -262,6 +299,7 @@ struct BwdCall<B: Backend> {
     smax: T3<B>,
     ssum: T3<B>,
     pse: Option<Tensor<B, 1>>,
+    mask: Option<Tensor<B, 4>>,
 }
 
 impl<B: Backend> BwdCall<B> {
@@ -282,6 +320,7 @@ impl<B: Backend> BwdCall<B> {
             smax: wrap(softmax_max),
             ssum: wrap(softmax_sum),
             pse: fwd.pse.map(wrap::<B, 1>),
+            mask: fwd.atten_mask.map(mask_4d::<B>),
         };
         (call, fwd.sink)
     }
@@ -304,7 +343,15 @@ struct SeqGrad<B: Backend> {
 fn seq_grad<B: Backend>(p: &VarlenProblem, c: &BwdCall<B>, seq: &SeqIter) -> SeqGrad<B> {
     let (sq, skv, g) = (seq.sq, seq.skv, p.dims.group());
     let device = c.q.device();
-    let aux = seq_aux::<B>(p, seq.b, seq.pse0, seq.pse0, c.pse.as_ref(), &device);
+    let aux = seq_aux::<B>(
+        p,
+        seq.b,
+        seq.pse0,
+        seq.pse0,
+        c.pse.as_ref(),
+        c.mask.as_ref(),
+        &device,
+    );
     let qb = c.q.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
     let kb = heads_major_gqa(c.k.clone().narrow(0, seq.kv0, skv), g);
     let vb = heads_major_gqa(c.v.clone().narrow(0, seq.kv0, skv), g);

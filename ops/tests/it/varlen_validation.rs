@@ -21,6 +21,7 @@ fn base() -> (VarlenSpec, VarlenShapes) {
         value: [7, 2, 8],
         sink: Some(4),
         pse: None,
+        atten_mask: None,
     };
     (spec, shapes)
 }
@@ -54,33 +55,32 @@ fn compressed(s: &mut VarlenSpec, mode: SparseMode) {
     s.attrs.sparse_mode = mode;
 }
 
-fn dense(s: &mut VarlenSpec, shape: Vec<usize>) {
-    let n = shape.iter().product();
-    s.atten_mask = MaskSpec::Dense {
-        data: Arc::from(vec![0u8; n]),
-        shape,
-    };
+/// An explicit mask: the spec's kind and the carrier tensor's shape.
+fn dense(s: &mut VarlenSpec, sh: &mut VarlenShapes, shape: Vec<usize>) {
+    s.atten_mask = MaskSpec::Dense;
+    sh.atten_mask = Some(shape);
 }
 
 /// In TND the kernel reads a per-batch mask at packed per-sequence offsets: accepted when every
 /// sequence has the longest lengths (both readings agree), like the shared forms always are.
 #[test]
 fn dense_masks_in_tnd_are_accepted_where_the_kernel_reads_them_top_left() {
-    let (mut spec, shapes) = base();
+    let (mut spec, mut shapes) = base();
     for shape in [vec![3, 4], vec![1, 1, 3, 4]] {
-        dense(&mut spec, shape);
+        dense(&mut spec, &mut shapes, shape);
         spec.validate_fwd(&shapes).unwrap();
     }
     let mut even = VarlenSpec::from_lengths(&[3, 3], &[4, 4], 4, 0.35);
-    let even_shapes = VarlenShapes {
+    let mut even_shapes = VarlenShapes {
         query: [6, 4, 8],
         key: [8, 2, 8],
         value: [8, 2, 8],
         sink: None,
         pse: None,
+        atten_mask: None,
     };
     for shape in [vec![2, 1, 3, 4], vec![2, 4, 3, 4]] {
-        dense(&mut even, shape);
+        dense(&mut even, &mut even_shapes, shape);
         even.validate_fwd(&even_shapes).unwrap();
     }
 }
@@ -162,50 +162,63 @@ fn every_forward_rule_names_its_parameter() {
             // needs N·Σ Sq·Skv = 4·(2·3 + 3·4) = 72 bits = 9 bytes
             s.drop_mask = Some(Arc::from(vec![0xFFu8; 8]));
         }),
-        ("attenMask", "explicit mask with mode 3", |s, _| {
+        ("attenMask", "explicit mask with mode 3", |s, sh| {
             s.attrs.sparse_mode = SparseMode::RightDownCausal;
-            s.atten_mask = MaskSpec::Dense {
-                data: Arc::from(vec![0u8; 12]),
-                shape: vec![3, 4],
-            };
+            dense(s, sh, vec![3, 4]);
         }),
         ("attenMask", "compressed mask with mode 0", |s, _| {
             s.atten_mask = MaskSpec::Compressed
         }),
-        ("attenMask", "rank-3 mask", |s, _| dense(s, vec![1, 3, 4])),
-        ("attenMask", "mask batch 3", |s, _| {
-            dense(s, vec![3, 1, 3, 4])
+        ("attenMask", "rank-3 mask", |s, sh| {
+            dense(s, sh, vec![1, 3, 4])
         }),
-        ("attenMask", "mask heads 2", |s, _| {
-            dense(s, vec![2, 2, 3, 4])
+        ("attenMask", "mask batch 3", |s, sh| {
+            dense(s, sh, vec![3, 1, 3, 4])
         }),
-        ("attenMask", "mask too small", |s, _| dense(s, vec![3, 3])),
+        ("attenMask", "mask heads 2", |s, sh| {
+            dense(s, sh, vec![2, 2, 3, 4])
+        }),
+        ("attenMask", "mask too small", |s, sh| {
+            dense(s, sh, vec![3, 3])
+        }),
         (
             "attenMask",
             "mask larger than the longest sequence",
-            |s, _| dense(s, vec![4, 4]),
+            |s, sh| dense(s, sh, vec![4, 4]),
         ),
         (
             "attenMask",
             "per-batch mask with unequal sequences",
-            |s, _| dense(s, vec![2, 1, 3, 4]),
+            |s, sh| dense(s, sh, vec![2, 1, 3, 4]),
         ),
         (
             "attenMask",
             "per-batch per-head mask with unequal sequences",
-            |s, _| dense(s, vec![2, 4, 3, 4]),
+            |s, sh| dense(s, sh, vec![2, 4, 3, 4]),
         ),
         (
             "attenMask",
             "per-head mask shared by the batches",
-            |s, _| dense(s, vec![1, 4, 3, 4]),
+            |s, sh| dense(s, sh, vec![1, 4, 3, 4]),
         ),
-        ("attenMask", "mask data length", |s, _| {
-            s.atten_mask = MaskSpec::Dense {
-                data: Arc::from(vec![0u8; 11]),
-                shape: vec![3, 4],
-            };
-        }),
+        (
+            "attenMask",
+            "explicit kind without a mask tensor",
+            |s, _| s.atten_mask = MaskSpec::Dense,
+        ),
+        (
+            "attenMask",
+            "mask tensor without the explicit kind",
+            |_, sh| sh.atten_mask = Some(vec![3, 4]),
+        ),
+        (
+            "attenMask",
+            "mask tensor with the compressed kind",
+            |s, sh| {
+                compressed(s, SparseMode::RightDownCausal);
+                sh.atten_mask = Some(vec![2048, 2048]);
+            },
+        ),
         ("actualSeqQLen", "mode 3 with Sq > Skv", |s, _| {
             compressed(s, SparseMode::RightDownCausal);
             s.actual_seq_kv_len = vec![1, 7];
@@ -405,6 +418,7 @@ fn the_compressed_alibi_pse_needs_equal_lengths_and_a_causal_mode() {
         value: [6, 2, 8],
         sink: Some(4),
         pse: None,
+        atten_mask: None,
     };
     expect(
         "sparseMode",
@@ -508,13 +522,8 @@ fn causal_and_window_map_onto_cann_modes() {
 
 #[test]
 fn extreme_tokens_and_f32_overflowing_attributes_are_typed_errors() {
-    let dense = |spec: &mut VarlenSpec| {
-        // [maxSq, maxSkv] = [3, 4]
-        spec.atten_mask = MaskSpec::Dense {
-            data: vec![0u8; 12].into(),
-            shape: vec![3, 4],
-        };
-    };
+    // [maxSq, maxSkv] = [3, 4]
+    let dense = |spec: &mut VarlenSpec, shapes: &mut VarlenShapes| dense(spec, shapes, vec![3, 4]);
     let (mut spec, shapes) = base();
     spec.attrs.scale = 1e300;
     expect("scaleValue", "scale 1e300", spec.validate_fwd(&shapes));
@@ -526,13 +535,13 @@ fn extreme_tokens_and_f32_overflowing_attributes_are_typed_errors() {
     expect("keepProb", "keepProb 1e-39", spec.validate_fwd(&shapes));
 
     // i64::MIN tokens: no wrap, no panic, a typed error naming the attribute.
-    let (mut spec, shapes) = base();
-    dense(&mut spec);
+    let (mut spec, mut shapes) = base();
+    dense(&mut spec, &mut shapes);
     spec.attrs.next_tokens = i64::MIN;
     spec.attrs.pre_tokens = 0;
     expect("nextTokens", "next i64::MIN", spec.validate_fwd(&shapes));
-    let (mut spec, shapes) = base();
-    dense(&mut spec);
+    let (mut spec, mut shapes) = base();
+    dense(&mut spec, &mut shapes);
     spec.attrs.pre_tokens = i64::MIN;
     spec.attrs.next_tokens = 0;
     expect("preTokens", "pre i64::MIN", spec.validate_fwd(&shapes));
@@ -548,26 +557,21 @@ fn extreme_tokens_and_f32_overflowing_attributes_are_typed_errors() {
 fn mode_0_with_a_mask_refuses_an_empty_band_as_cann_varlen_tiling_does() {
     // flash_attention_score_tiling_general.cpp, SparseNoMaskModeCheck: prompt and varlen
     // mode 4 refuse pre + next < 0 too.
-    let dense = |spec: &mut VarlenSpec| {
-        spec.atten_mask = MaskSpec::Dense {
-            data: vec![0u8; 12].into(),
-            shape: vec![3, 4],
-        };
-    };
-    let (mut spec, shapes) = base();
-    dense(&mut spec);
+    let dense = |spec: &mut VarlenSpec, shapes: &mut VarlenShapes| dense(spec, shapes, vec![3, 4]);
+    let (mut spec, mut shapes) = base();
+    dense(&mut spec, &mut shapes);
     spec.attrs.pre_tokens = -2;
     spec.attrs.next_tokens = 1;
     expect("preTokens", "empty band", spec.validate_fwd(&shapes));
-    let (mut spec, shapes) = base();
-    dense(&mut spec);
+    let (mut spec, mut shapes) = base();
+    dense(&mut spec, &mut shapes);
     spec.attrs.pre_tokens = 5;
     spec.attrs.next_tokens = -1;
     expect("nextTokens", "negative next", spec.validate_fwd(&shapes));
     // A band that leaves rows with nothing to attend (Skv + pre < Sq): sequence 0 has
     // Sq 2, Skv 3, so pre = -2 leaves row 1... with next 3: 3 - 2 = 1 < 2.
-    let (mut spec, shapes) = base();
-    dense(&mut spec);
+    let (mut spec, mut shapes) = base();
+    dense(&mut spec, &mut shapes);
     spec.attrs.pre_tokens = -2;
     spec.attrs.next_tokens = 3;
     expect(
@@ -577,8 +581,8 @@ fn mode_0_with_a_mask_refuses_an_empty_band_as_cann_varlen_tiling_does() {
     );
     // Causal, full and overlapping bands are accepted.
     for (pre, next) in [(3, 0), (3, 4), (1, 1), (0, 0), (-1, 2)] {
-        let (mut spec, shapes) = base();
-        dense(&mut spec);
+        let (mut spec, mut shapes) = base();
+        dense(&mut spec, &mut shapes);
         spec.attrs.pre_tokens = pre;
         spec.attrs.next_tokens = next;
         spec.validate_fwd(&shapes)
@@ -597,6 +601,7 @@ fn products_of_huge_lengths_are_typed_errors_not_overflows() {
         value: [t, 2, 8],
         sink: None,
         pse: None,
+        atten_mask: None,
     };
     spec.attrs.keep_prob = 0.5;
     spec.drop_mask = Some(Arc::from(Vec::new()));
@@ -634,7 +639,7 @@ fn extreme_attribute_values_are_printed_in_exponent_form_not_as_300_digits() {
 }
 
 /// The varlen carrier's `map` visits every tensor once, in the documented order (query, key,
-/// value, sink, pse; then dy, attentionIn, softmaxMax, softmaxSum), and `as_ref` keeps them
+/// value, sink, pse, attenMask; then dy, attentionIn, softmaxMax, softmaxSum), and `as_ref` keeps them
 /// in place: every layer that converts the carrier (Autodiff, the aclnn builder) relies on it.
 #[test]
 fn the_varlen_carrier_maps_every_tensor_once_in_order() {
@@ -645,29 +650,43 @@ fn the_varlen_carrier_maps_every_tensor_once_in_order() {
         value: 3,
         sink: Some(4),
         pse: Some(5),
+        atten_mask: Some(6),
     };
     let grad = VarlenGradInputs {
         inputs,
-        dy: 6,
-        attention_in: 7,
-        softmax_max: 8,
-        softmax_sum: 9,
+        dy: 7,
+        attention_in: 8,
+        softmax_max: 9,
+        softmax_sum: 10,
     };
     let mut seen = Vec::new();
     let tens = grad.clone().map(|v| {
         seen.push(v);
         v * 10
     });
-    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     assert_eq!(
-        (tens.inputs.sink, tens.inputs.pse, tens.softmax_sum),
-        (Some(40), Some(50), 90)
+        (
+            tens.inputs.sink,
+            tens.inputs.pse,
+            tens.inputs.atten_mask,
+            tens.softmax_sum
+        ),
+        (Some(40), Some(50), Some(60), 100)
     );
     let refs = grad.as_ref();
-    assert_eq!((*refs.inputs.pse.unwrap(), *refs.dy), (5, 6));
-    assert_eq!(grad.inputs.all(), [&1, &2, &3, &4, &5]);
+    assert_eq!(
+        (
+            *refs.inputs.pse.unwrap(),
+            *refs.inputs.atten_mask.unwrap(),
+            *refs.dy
+        ),
+        (5, 6, 7)
+    );
+    assert_eq!(grad.inputs.all(), [&1, &2, &3, &4, &5, &6]);
     let no_sink = VarlenInputs {
         sink: None,
+        atten_mask: None,
         ..grad.inputs.clone()
     };
     assert_eq!(no_sink.all(), [&1, &2, &3, &5]);

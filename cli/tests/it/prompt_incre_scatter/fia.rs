@@ -365,7 +365,7 @@ fn fia_without_a_sink_on_the_composite_equals_prompt_attention_for_prefill() {
     let mut p = PromptSpec::new(4, c.spec.scale_value, PfaLayout::Bsnd);
     p.num_key_value_heads = 2;
     p.sparse_mode = 3;
-    p.atten_mask = PromptMask::Compressed;
+    p.atten_mask = PromptMaskKind::Compressed;
     let mut f = c.spec.clone();
     f.sparse_mode = 3;
     f.atten_mask = PromptMask::Compressed;
@@ -380,6 +380,8 @@ fn fia_without_a_sink_on_the_composite_equals_prompt_attention_for_prefill() {
             query: q.clone(),
             key: k.clone(),
             value: v.clone(),
+            atten_mask: None,
+            pse_shift: None,
         },
         &p,
     )

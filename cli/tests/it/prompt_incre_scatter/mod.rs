@@ -25,7 +25,8 @@ use burn_ascend::ops::incre::{
     IncreShapes, IncreSpec,
 };
 use burn_ascend::ops::prompt::{
-    composite as pcomp, PfaLayout, PostQuantSpec, PromptMask, PromptPse, PromptShapes, PromptSpec,
+    composite as pcomp, PfaLayout, PostQuantSpec, PromptMask, PromptMaskKind, PromptPse,
+    PromptShapes, PromptSpec,
 };
 use burn_ascend::ops::scatter::{
     composite as scomp, scatter_checked, CacheMode, ScatterKind, ScatterShapes, ScatterSpec,

@@ -10,6 +10,23 @@ pub(crate) struct PCase {
     pub(crate) q: Vec<f32>,
     pub(crate) k: Vec<f32>,
     pub(crate) v: Vec<f32>,
+    /// The dense mask's values (0/1; `shapes.atten_mask` says whether there is one).
+    pub(crate) mask: Vec<u8>,
+    /// The pse's values (`shapes.pse_shift` says whether there is one).
+    pub(crate) pse: Vec<f32>,
+}
+
+/// A dense mask: the spec's kind, the carrier's shape and the values.
+pub(crate) fn set_mask(c: &mut PCase, (data, shape): (Vec<u8>, Vec<usize>)) {
+    c.spec.atten_mask = PromptMaskKind::Dense;
+    c.shapes.atten_mask = Some(shape);
+    c.mask = data;
+}
+
+/// A pse: the carrier's shape and the values.
+pub(crate) fn set_pse(c: &mut PCase, data: Vec<f32>, shape: Vec<usize>) {
+    c.shapes.pse_shift = Some(shape);
+    c.pse = data;
 }
 
 pub(crate) fn layout_shape(l: PfaLayout, b: usize, s: usize, n: usize, d: usize) -> Vec<usize> {
@@ -36,11 +53,11 @@ pub(crate) fn pcase(
     let mut rng = Rng(seed);
     let mut spec = PromptSpec::new(n, 1.0 / (d as f64).sqrt(), l);
     spec.num_key_value_heads = if nkv == n { 0 } else { nkv };
-    let shapes = PromptShapes {
-        query: layout_shape(l, b, sq, n, d),
-        key: layout_shape(l, b, skv, nkv, d),
-        value: layout_shape(l, b, skv, nkv, d),
-    };
+    let shapes = PromptShapes::qkv(
+        layout_shape(l, b, sq, n, d),
+        layout_shape(l, b, skv, nkv, d),
+        layout_shape(l, b, skv, nkv, d),
+    );
     let c = |s: &Vec<usize>| s.iter().product::<usize>();
     PCase {
         name,
@@ -55,19 +72,28 @@ pub(crate) fn pcase(
             .map(|x| x * 2.0)
             .collect(),
         v: rng.vec_f32(c(&shapes.value), 1.0),
+        mask: Vec::new(),
+        pse: Vec::new(),
         spec,
         shapes,
     }
 }
 
-pub(crate) fn dense_mask(rows: usize, cols: usize, seed: u64) -> PromptMask {
+/// A random `(rows, cols)` mask's values (column 0 never masked) and shape.
+pub(crate) fn dense_mask_values(rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<usize>) {
     let mut rng = Rng(seed);
     let data: Vec<u8> = (0..rows * cols)
         .map(|e| (e % cols != 0 && rng.sym(1.0) > 0.4) as u8)
         .collect();
+    (data, vec![rows, cols])
+}
+
+/// [`dense_mask_values`] as FIA's host mask.
+pub(crate) fn dense_mask(rows: usize, cols: usize, seed: u64) -> PromptMask {
+    let (data, shape) = dense_mask_values(rows, cols, seed);
     PromptMask::Dense {
         data: data.into(),
-        shape: vec![rows, cols],
+        shape,
     }
 }
 
@@ -89,7 +115,7 @@ pub(crate) fn prompt_cases() -> Vec<PCase> {
         4,
         3,
     );
-    c.spec.atten_mask = dense_mask(4, 5, 9);
+    set_mask(&mut c, dense_mask_values(4, 5, 9));
     c.spec.pre_tokens = 2;
     c.spec.next_tokens = 1;
     v.push(c);
@@ -105,13 +131,15 @@ pub(crate) fn prompt_cases() -> Vec<PCase> {
         4,
     );
     let mut rng = Rng(7);
-    c.spec.atten_mask = PromptMask::Dense {
-        data: (0..2 * 12)
-            .map(|e| (e % 4 != 0 && rng.sym(1.0) > 0.3) as u8)
-            .collect::<Vec<_>>()
-            .into(),
-        shape: vec![2, 1, 3, 4],
-    };
+    set_mask(
+        &mut c,
+        (
+            (0..2 * 12)
+                .map(|e| (e % 4 != 0 && rng.sym(1.0) > 0.3) as u8)
+                .collect(),
+            vec![2, 1, 3, 4],
+        ),
+    );
     c.spec.sparse_mode = 1;
     v.push(c);
     for (name, mode, pre, next) in [
@@ -121,7 +149,7 @@ pub(crate) fn prompt_cases() -> Vec<PCase> {
     ] {
         let mut c = pcase(name, PfaLayout::Bsnd, 2, 3, 5, 4, 2, 4, 10 + mode as u64);
         c.spec.sparse_mode = mode;
-        c.spec.atten_mask = PromptMask::Compressed;
+        c.spec.atten_mask = PromptMaskKind::Compressed;
         c.spec.pre_tokens = pre;
         c.spec.next_tokens = next;
         c.spec.actual_seq_lengths_kv = Some(vec![5, 4]);
@@ -138,12 +166,13 @@ pub(crate) fn prompt_cases() -> Vec<PCase> {
         4,
         20,
     );
-    c.spec.pse_shift = Some(PromptPse {
-        data: Rng(21).vec_f32(2 * 2 * 4 * 3, 1.0).into(),
-        shape: vec![2, 2, 4, 3],
-    });
+    set_pse(
+        &mut c,
+        Rng(21).vec_f32(2 * 2 * 4 * 3, 1.0),
+        vec![2, 2, 4, 3],
+    );
     c.spec.sparse_mode = 3; // Sq > Skv: the first row is fully masked → zero
-    c.spec.atten_mask = PromptMask::Compressed;
+    c.spec.atten_mask = PromptMaskKind::Compressed;
     v.push(c);
     let mut c = pcase("bsh_empty_kv", PfaLayout::Bsh, 1, 2, 3, 2, 2, 4, 22);
     c.spec.actual_seq_lengths_kv = Some(vec![0]);
@@ -155,27 +184,40 @@ pub(crate) fn prompt_cases() -> Vec<PCase> {
     spec.actual_seq_lengths = Some(vec![2, 5]);
     spec.actual_seq_lengths_kv = Some(vec![3, 7]);
     spec.sparse_mode = 3;
-    spec.atten_mask = PromptMask::Compressed;
-    let shapes = PromptShapes {
-        query: vec![6, n, d],
-        key: vec![7, n, d],
-        value: vec![7, n, dv],
-    };
+    spec.atten_mask = PromptMaskKind::Compressed;
+    let shapes = PromptShapes::qkv(vec![6, n, d], vec![7, n, d], vec![7, n, dv]);
     v.push(PCase {
         name: "tnd_mode3_dv128",
         q: rng.vec_f32(6 * n * d, 1.0),
         k: rng.vec_f32(7 * n * d, 1.0),
         v: rng.vec_f32(7 * n * dv, 1.0),
+        mask: Vec::new(),
+        pse: Vec::new(),
         spec,
         shapes,
     });
     v
 }
 
+/// The reference's arguments of a case (its mask and pse from the host values).
+pub(crate) fn prompt_args<'a>(
+    c: &'a PCase,
+    dims: &burn_ascend::ops::prompt::PromptDims,
+) -> Result<burn_ascend::ops::prompt::PromptFlashAttentionArgs<'a, f32>, AttnError> {
+    c.spec.args(
+        dims,
+        &c.q,
+        &c.k,
+        &c.v,
+        c.shapes.atten_mask.as_deref().map(|s| (&c.mask[..], s)),
+        c.shapes.pse_shift.as_deref().map(|s| (&c.pse[..], s)),
+    )
+}
+
 pub(crate) fn prompt_ref(c: &PCase) -> Vec<f32> {
     let dims = c.spec.validate(&c.shapes).expect(c.name);
     f32s(prompt_flash_attention(
-        &c.spec.args(&dims, &c.q, &c.k, &c.v),
+        &prompt_args(c, &dims).expect(c.name),
     ))
 }
 
@@ -189,10 +231,21 @@ pub(crate) fn prompt_inputs_on<Bk: burn::tensor::backend::Backend>(
     c: &PCase,
     d: &Bk::Device,
 ) -> PromptInputs<burn::tensor::ops::FloatTensor<Bk>> {
+    let mask: Vec<f32> = c.mask.iter().map(|&x| f32::from(x)).collect();
     PromptInputs {
         query: from_vec::<Bk>(c.q.clone(), &c.shapes.query, d),
         key: from_vec::<Bk>(c.k.clone(), &c.shapes.key, d),
         value: from_vec::<Bk>(c.v.clone(), &c.shapes.value, d),
+        atten_mask: c
+            .shapes
+            .atten_mask
+            .as_ref()
+            .map(|s| from_vec::<Bk>(mask, s, d)),
+        pse_shift: c
+            .shapes
+            .pse_shift
+            .as_ref()
+            .map(|s| from_vec::<Bk>(c.pse.clone(), s, d)),
     }
 }
 
@@ -251,4 +304,43 @@ fn prompt_int8_output_is_unsupported_on_the_burn_api() {
     ] {
         assert!(matches!(r, Err(AttnError::Unsupported(_))));
     }
+}
+
+#[test]
+fn prompt_api_with_a_dense_mask_and_pse_under_autodiff_equals_the_reference() {
+    // Mode 0 with a dense (Sq, Skv) mask, pre/next and a batched pse: both tensors go through
+    // the API as tensors, the output is the reference rounded to f32.
+    let mut c = prompt_cases()
+        .into_iter()
+        .find(|c| c.name == "bnsd_mode0_mask_prenext")
+        .unwrap();
+    set_pse(
+        &mut c,
+        Rng(23).vec_f32(2 * 2 * 4 * 5, 1.0),
+        vec![2, 2, 4, 5],
+    );
+    let d = Default::default();
+    let t4 = |v: Vec<f32>, s: &[usize]| {
+        let s: [usize; 4] = s.try_into().unwrap();
+        Tensor::<AD, 4>::from_data(TensorData::new(v, s), &d).require_grad()
+    };
+    let mask: Vec<f32> = c.mask.iter().map(|&x| f32::from(x)).collect();
+    let mask = Tensor::<AD, 2>::from_data(TensorData::new(mask, [4, 5]), &d);
+    let out = burn_ascend::prompt_flash_attention_with(
+        t4(c.q.clone(), &c.shapes.query),
+        t4(c.k.clone(), &c.shapes.key),
+        t4(c.v.clone(), &c.shapes.value),
+        Some(mask),
+        Some(t4(c.pse.clone(), &[2, 2, 4, 5])),
+        &c.spec,
+    )
+    .unwrap();
+    assert!(!out.is_require_grad(), "the output is a constant");
+    let got: Vec<f32> = out.into_data().to_vec().unwrap();
+    let want = prompt_ref(&c);
+    assert_eq!(got, want);
+    // The mask and the pse change the answer (the test would see them dropped).
+    let mut plain = c.clone();
+    plain.shapes.pse_shift = None;
+    assert!(prompt_ref(&plain) != want, "the pse matters");
 }

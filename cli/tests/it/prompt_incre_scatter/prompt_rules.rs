@@ -114,52 +114,56 @@ fn prompt_every_rule_names_its_parameter() {
             false,
             Box::new(|c| {
                 c.spec.sparse_mode = 3;
-                c.spec.atten_mask = dense_mask(3, 4, 1);
+                set_mask(c, dense_mask_values(3, 4, 1));
             }),
             "attenMask",
         ),
         (
             "compressed mode 0",
             false,
-            Box::new(|c| c.spec.atten_mask = PromptMask::Compressed),
+            Box::new(|c| c.spec.atten_mask = PromptMaskKind::Compressed),
             "attenMask",
         ),
         (
             "mask shape",
             false,
-            Box::new(|c| {
-                c.spec.atten_mask = PromptMask::Dense {
-                    data: vec![0; 12].into(),
-                    shape: vec![3, 2, 2],
-                }
-            }),
+            Box::new(|c| set_mask(c, (vec![0; 12], vec![3, 2, 2]))),
             "attenMask",
         ),
         (
             "mask batch",
             false,
-            Box::new(|c| {
-                c.spec.atten_mask = PromptMask::Dense {
-                    data: vec![0; 36].into(),
-                    shape: vec![3, 3, 4],
-                }
-            }),
+            Box::new(|c| set_mask(c, (vec![0; 36], vec![3, 3, 4]))),
             "attenMask",
         ),
         (
             "mask too small",
             false,
-            Box::new(|c| c.spec.atten_mask = dense_mask(2, 4, 1)),
+            Box::new(|c| set_mask(c, dense_mask_values(2, 4, 1))),
             "attenMask",
         ),
         (
-            "mask data len",
+            "dense kind without a mask tensor",
+            false,
+            Box::new(|c| c.spec.atten_mask = PromptMaskKind::Dense),
+            "attenMask",
+        ),
+        (
+            "mask tensor with no mask kind",
             false,
             Box::new(|c| {
-                c.spec.atten_mask = PromptMask::Dense {
-                    data: vec![0; 11].into(),
-                    shape: vec![3, 4],
-                }
+                set_mask(c, dense_mask_values(3, 4, 1));
+                c.spec.atten_mask = PromptMaskKind::None;
+            }),
+            "attenMask",
+        ),
+        (
+            "mask tensor with the compressed kind",
+            false,
+            Box::new(|c| {
+                set_mask(c, dense_mask_values(3, 4, 1));
+                c.spec.sparse_mode = 3;
+                c.spec.atten_mask = PromptMaskKind::Compressed;
             }),
             "attenMask",
         ),
@@ -167,7 +171,7 @@ fn prompt_every_rule_names_its_parameter() {
             "negative next",
             false,
             Box::new(|c| {
-                c.spec.atten_mask = dense_mask(3, 4, 1);
+                set_mask(c, dense_mask_values(3, 4, 1));
                 c.spec.pre_tokens = 0;
                 c.spec.next_tokens = -1;
             }),
@@ -177,7 +181,7 @@ fn prompt_every_rule_names_its_parameter() {
             "negative pre",
             false,
             Box::new(|c| {
-                c.spec.atten_mask = dense_mask(3, 4, 1);
+                set_mask(c, dense_mask_values(3, 4, 1));
                 c.spec.pre_tokens = -5;
                 c.spec.next_tokens = 10;
             }),
@@ -188,7 +192,7 @@ fn prompt_every_rule_names_its_parameter() {
             false,
             Box::new(|c| {
                 c.spec.sparse_mode = 4;
-                c.spec.atten_mask = PromptMask::Compressed;
+                c.spec.atten_mask = PromptMaskKind::Compressed;
                 c.spec.pre_tokens = -3;
                 c.spec.next_tokens = 1;
             }),
@@ -197,45 +201,19 @@ fn prompt_every_rule_names_its_parameter() {
         (
             "pse rank",
             false,
-            Box::new(|c| {
-                c.spec.pse_shift = Some(PromptPse {
-                    data: vec![0.0; 12].into(),
-                    shape: vec![3, 4],
-                })
-            }),
+            Box::new(|c| set_pse(c, vec![0.0; 12], vec![3, 4])),
             "pseShift",
         ),
         (
             "pse heads",
             false,
-            Box::new(|c| {
-                c.spec.pse_shift = Some(PromptPse {
-                    data: vec![0.0; 24].into(),
-                    shape: vec![1, 2, 3, 4],
-                })
-            }),
+            Box::new(|c| set_pse(c, vec![0.0; 24], vec![1, 2, 3, 4])),
             "pseShift",
         ),
         (
             "pse small",
             false,
-            Box::new(|c| {
-                c.spec.pse_shift = Some(PromptPse {
-                    data: vec![0.0; 36].into(),
-                    shape: vec![1, 4, 3, 3],
-                })
-            }),
-            "pseShift",
-        ),
-        (
-            "pse len",
-            false,
-            Box::new(|c| {
-                c.spec.pse_shift = Some(PromptPse {
-                    data: vec![0.0; 47].into(),
-                    shape: vec![1, 4, 3, 4],
-                })
-            }),
+            Box::new(|c| set_pse(c, vec![0.0; 36], vec![1, 4, 3, 3])),
             "pseShift",
         ),
         (
@@ -265,7 +243,7 @@ fn prompt_every_rule_names_its_parameter() {
             false,
             Box::new(|c| {
                 c.spec.sparse_mode = 4;
-                c.spec.atten_mask = PromptMask::Compressed;
+                c.spec.atten_mask = PromptMaskKind::Compressed;
                 c.spec.pre_tokens = 3;
                 c.spec.next_tokens = -1;
                 c.spec.post_quant = Some(PostQuantSpec {
@@ -280,7 +258,7 @@ fn prompt_every_rule_names_its_parameter() {
             false,
             Box::new(|c| {
                 c.spec.sparse_mode = 3;
-                c.spec.atten_mask = PromptMask::Compressed;
+                c.spec.atten_mask = PromptMaskKind::Compressed;
                 c.spec.actual_seq_lengths_kv = Some(vec![2]);
                 c.spec.post_quant = Some(PostQuantSpec {
                     scale: vec![1.0].into(),
@@ -345,12 +323,7 @@ fn prompt_every_rule_names_its_parameter() {
         (
             "tnd pse",
             true,
-            Box::new(|c| {
-                c.spec.pse_shift = Some(PromptPse {
-                    data: vec![0.0].into(),
-                    shape: vec![1, 1, 1, 1],
-                })
-            }),
+            Box::new(|c| set_pse(c, vec![0.0], vec![1, 1, 1, 1])),
             "pseShift",
         ),
         (
@@ -421,10 +394,7 @@ fn prompt_every_rule_names_its_parameter() {
 fn extreme_tokens_f32_overflowing_scales_and_short_masks_are_typed_errors() {
     let base = || pcase("base", PfaLayout::Bsnd, 2, 3, 4, 4, 2, 16, 40);
     let dense = |c: &mut PCase, rows: usize, cols: usize| {
-        c.spec.atten_mask = PromptMask::Dense {
-            data: vec![0u8; rows * cols].into(),
-            shape: vec![rows, cols],
-        };
+        set_mask(c, (vec![0u8; rows * cols], vec![rows, cols]));
     };
     // preTokens / nextTokens = i64::MIN: the mode-0 rules negate them (no wrap, no panic).
     let mut c = base();
@@ -438,7 +408,7 @@ fn extreme_tokens_f32_overflowing_scales_and_short_masks_are_typed_errors() {
     expect_param("pre i64::MIN", c.spec.validate(&c.shapes), "preTokens");
     let mut c = base();
     c.spec.sparse_mode = 4;
-    c.spec.atten_mask = PromptMask::Compressed;
+    c.spec.atten_mask = PromptMaskKind::Compressed;
     c.spec.pre_tokens = i64::MIN;
     c.spec.next_tokens = i64::MIN;
     expect_param(
@@ -481,4 +451,32 @@ fn extreme_tokens_f32_overflowing_scales_and_short_masks_are_typed_errors() {
     c.spec
         .validate(&c.shapes)
         .expect("a mask covering S is valid");
+}
+
+#[test]
+fn host_mask_and_pse_values_not_filling_their_shapes_are_refused_naming_them() {
+    // The shapes come from the carrier's tensors; the host paths (the reference, the CLI, the
+    // NdArray kernel) also pass the values, whose count must fill the shape.
+    let base = || pcase("base", PfaLayout::Bsnd, 2, 3, 4, 4, 2, 16, 40);
+    let mut c = base();
+    set_mask(&mut c, (vec![0; 11], vec![3, 4]));
+    let dims = c.spec.validate(&c.shapes).expect("the shapes are valid");
+    expect_param("mask data len", prompt_args(&c, &dims), "attenMask");
+    let mut c = base();
+    set_pse(&mut c, vec![0.0; 47], vec![1, 4, 3, 4]);
+    let dims = c.spec.validate(&c.shapes).expect("the shapes are valid");
+    expect_param("pse len", prompt_args(&c, &dims), "pseShift");
+    // A dense kind with no values given to the host path.
+    let mut c = base();
+    set_mask(&mut c, dense_mask_values(3, 4, 1));
+    let dims = c.spec.validate(&c.shapes).expect("the shapes are valid");
+    c.shapes.atten_mask = None;
+    expect_param("mask values missing", prompt_args(&c, &dims), "attenMask");
+    let mut c = base();
+    set_mask(&mut c, dense_mask_values(3, 4, 1));
+    set_pse(&mut c, vec![0.5; 48], vec![1, 4, 3, 4]);
+    let dims = c.spec.validate(&c.shapes).expect("the shapes are valid");
+    let a = prompt_args(&c, &dims).expect("values filling their shapes");
+    assert_eq!(a.atten_mask.map(|m| (m.rows, m.cols)), Some((3, 4)));
+    assert_eq!(a.pse_shift.map(|p| (p.rows, p.cols)), Some((3, 4)));
 }
