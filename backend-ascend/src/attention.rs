@@ -260,7 +260,7 @@ impl AttentionBackend for Ascend {
         prompt::prompt_fwd(inputs, spec)
     }
 
-    fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<AscendTensor> {
+    fn incre_fwd(inputs: IncreInputs<AscendTensor>, spec: &IncreSpec) -> Result<AscendTensor> {
         incre::incre_fwd(inputs, spec)
     }
 
@@ -272,9 +272,9 @@ impl AttentionBackend for Ascend {
     }
 
     fn fia_fwd(
-        inputs: burn_ascend_ops::backend::FiaInputs<Self>,
+        inputs: burn_ascend_ops::backend::FiaInputs<AscendTensor>,
         spec: &burn_ascend_ops::fia::FiaSpec,
-    ) -> Result<burn_ascend_ops::backend::FiaOutputs<Self>> {
+    ) -> Result<burn_ascend_ops::backend::FiaOutputs<AscendTensor>> {
         fia::fia_fwd(inputs, spec)
     }
 

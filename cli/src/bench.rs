@@ -716,7 +716,7 @@ fn decode_case(
         })
     };
     let device = Default::default();
-    let inputs = IncreInputs::<Nd> {
+    let inputs = IncreInputs::<FloatTensor<Nd>> {
         query: from_vec::<Nd>(q.clone(), &[batch, 1, heads * d], &device),
         kv: IncreKv::Paged {
             key_cache: from_vec::<Nd>(kf.clone(), &[nblocks, block, h], &device),

@@ -24,8 +24,8 @@ use burn_ascend::ops::incre::{
     parse_ifa_layout, AntiquantSpec, BlockTable, IncreKvShapes, IncreMask, IncrePse, IncreShapes,
     IncreSpec, KvDims,
 };
-use burn_ascend::{AttentionBackend, AttnError, IncreKv};
-use burn_ascend_cann::acl::{DataType, DeviceTensor, Runtime, TensorList};
+use burn_ascend::{AttentionBackend, AttnError, IncreInputs, IncreKv};
+use burn_ascend_cann::acl::{DataType, DeviceTensor, Tensor};
 
 enum KvForm<'a> {
     One(&'a HostTensor, &'a HostTensor),
@@ -281,14 +281,6 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     Ok(res)
 }
 
-fn list<'a>(rt: &Runtime, ts: &'a [DeviceTensor]) -> Result<TensorList<'a>, CliError> {
-    let hs = ts
-        .iter()
-        .map(DeviceTensor::handle)
-        .collect::<Result<_, _>>()?;
-    Ok(TensorList::new(rt.api(), hs)?)
-}
-
 /// The validated incremental attention on a Burn backend
 /// ([`burn_ascend::incre_flash_attention`]).
 struct Incre {
@@ -359,16 +351,24 @@ fn int8_on_device(
     let (keys, values) = (up(&keys, "key")?, up(&values, "value")?);
     let qd = upload(&rt, q, "query")?;
     let o = output(&rt, &q.shape, DataType::Int8)?;
+    fn handles(ts: &[DeviceTensor]) -> Result<Vec<Tensor<'_>>, CliError> {
+        Ok(ts
+            .iter()
+            .map(DeviceTensor::handle)
+            .collect::<Result<_, _>>()?)
+    }
     builders::incre(
         &rt,
         spec,
-        &builders::IncreTensors {
-            dtype: qd.desc.dtype,
-            query: &qd.handle()?,
-            key: &list(&rt, &keys)?,
-            value: &list(&rt, &values)?,
-            attention_out: &o.handle()?,
+        qd.desc.dtype,
+        IncreInputs {
+            query: qd.handle()?,
+            kv: IncreKv::List {
+                key: handles(&keys)?,
+                value: handles(&values)?,
+            },
         },
+        &o.handle()?,
     )?;
     let mut res = Bundle::default();
     res.insert("attentionOut", download(&o)?);

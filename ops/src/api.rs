@@ -9,6 +9,7 @@
 //! spec's `antiquant`.
 
 use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive};
 
 use burn_ascend_contract::dropout;
@@ -25,11 +26,11 @@ use crate::prompt::PromptSpec;
 use crate::scatter::ScatterSpec;
 use crate::varlen::{MaskSpec, PseSpec, VarlenSpec};
 
-fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
+fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
 }
 
-fn tensor<B: Backend, const D: usize>(p: burn::tensor::ops::FloatTensor<B>) -> Tensor<B, D> {
+fn tensor<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(p))
 }
 
@@ -312,26 +313,37 @@ pub fn prompt_flash_attention<B: AttentionBackend, const D: usize>(
     Ok(tensor(out))
 }
 
-impl<B: Backend> IncreKv<B> {
+/// Burn-tensor constructors of [`IncreKv`] (the contract's carrier is generic over the tensor
+/// kind; these take `Tensor<B, K>` of any rank and keep its float primitive):
+/// `IncreKv::contiguous(key, value)` with this trait in scope.
+pub trait IncreKvFromTensors<B: Backend>: Sized {
     /// Contiguous key/value in the input layout.
-    pub fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
+    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self;
+
+    /// The tensor-list form (one `(1, S_b, …)` tensor per batch).
+    fn list<const K: usize>(key: Vec<Tensor<B, K>>, value: Vec<Tensor<B, K>>) -> Self;
+
+    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
+    /// (`K = 4`); the spec carries the `blocktable`.
+    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self;
+}
+
+impl<B: Backend> IncreKvFromTensors<B> for IncreKv<FloatTensor<B>> {
+    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
         Self::Contiguous {
             key: prim(key),
             value: prim(value),
         }
     }
 
-    /// The tensor-list form (one `(1, S_b, …)` tensor per batch).
-    pub fn list<const K: usize>(key: Vec<Tensor<B, K>>, value: Vec<Tensor<B, K>>) -> Self {
+    fn list<const K: usize>(key: Vec<Tensor<B, K>>, value: Vec<Tensor<B, K>>) -> Self {
         Self::List {
             key: key.into_iter().map(prim).collect(),
             value: value.into_iter().map(prim).collect(),
         }
     }
 
-    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
-    /// (`K = 4`); the spec carries the `blocktable`.
-    pub fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
+    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
         Self::Paged {
             key_cache: prim(key_cache),
             value_cache: prim(value_cache),
@@ -347,7 +359,7 @@ impl<B: Backend> IncreKv<B> {
 /// error ([`IncreSpec::check_left_padding_applies`]).
 pub fn incre_flash_attention<B: AttentionBackend, const D: usize>(
     query: Tensor<B, D>,
-    kv: IncreKv<B>,
+    kv: IncreKv<FloatTensor<B>>,
     spec: &IncreSpec,
 ) -> Result<Tensor<B, D>> {
     let inputs = IncreInputs {
@@ -355,7 +367,7 @@ pub fn incre_flash_attention<B: AttentionBackend, const D: usize>(
         kv,
     };
     if spec.kv_padding_size.is_some() {
-        let dims = spec.validate(&crate::incre::composite::shapes(&inputs, spec))?;
+        let dims = spec.validate(&crate::incre::composite::shapes::<B>(&inputs, spec))?;
         spec.check_left_padding_applies(&dims)?;
     }
     Ok(tensor(B::incre_fwd(inputs, spec)?))
@@ -382,18 +394,27 @@ pub fn scatter_pa_kv_cache<B: AttentionBackend>(
     Ok((tensor(out.key_cache), out.value_cache.map(tensor)))
 }
 
-impl<B: Backend> FiaKv<B> {
+/// Burn-tensor constructors of [`FiaKv`] (the contract's carrier is generic over the tensor
+/// kind; these take `Tensor<B, K>` of any rank and keep its float primitive):
+/// `FiaKv::contiguous(key, value)` with this trait in scope.
+pub trait FiaKvFromTensors<B: Backend>: Sized {
     /// Key/value in the input layout.
-    pub fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
+    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self;
+
+    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
+    /// (`K = 4`); the spec carries the `blockTable`.
+    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self;
+}
+
+impl<B: Backend> FiaKvFromTensors<B> for FiaKv<FloatTensor<B>> {
+    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
         Self::Contiguous {
             key: prim(key),
             value: prim(value),
         }
     }
 
-    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
-    /// (`K = 4`); the spec carries the `blockTable`.
-    pub fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
+    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
         Self::Paged {
             key_cache: prim(key_cache),
             value_cache: prim(value_cache),
@@ -410,7 +431,7 @@ impl<B: Backend> FiaKv<B> {
 /// Forward-only under `Autodiff`.
 pub fn fused_infer_attention<B: AttentionBackend, const D: usize, const L: usize>(
     query: Tensor<B, D>,
-    kv: FiaKv<B>,
+    kv: FiaKv<FloatTensor<B>>,
     learnable_sink: Option<Tensor<B, 1>>,
     spec: &FiaSpec,
 ) -> Result<(Tensor<B, D>, Option<Tensor<B, L>>)> {

@@ -57,11 +57,17 @@ where
         cpu_prompt_fwd::<Self>(inputs, spec)
     }
 
-    fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<FloatTensor<Self>> {
+    fn incre_fwd(
+        inputs: IncreInputs<FloatTensor<Self>>,
+        spec: &IncreSpec,
+    ) -> Result<FloatTensor<Self>> {
         cpu_incre_fwd::<Self>(inputs, spec)
     }
 
-    fn fia_fwd(inputs: FiaInputs<Self>, spec: &FiaSpec) -> Result<FiaOutputs<Self>> {
+    fn fia_fwd(
+        inputs: FiaInputs<FloatTensor<Self>>,
+        spec: &FiaSpec,
+    ) -> Result<FiaOutputs<FloatTensor<Self>>> {
         cpu_fia_fwd::<Self>(inputs, spec)
     }
 
@@ -94,10 +100,10 @@ pub fn cpu_prompt_fwd<B: Backend>(
 /// Incremental attention on host memory through the fast CPU decode kernel
 /// ([`cpu::incre_flash_attention`]), for any backend.
 pub fn cpu_incre_fwd<B: Backend>(
-    inputs: IncreInputs<B>,
+    inputs: IncreInputs<FloatTensor<B>>,
     spec: &IncreSpec,
 ) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&crate::incre::composite::shapes(&inputs, spec))?;
+    let dims = spec.validate(&crate::incre::composite::shapes::<B>(&inputs, spec))?;
     if spec.post_quant.is_some() {
         return Err(crate::error::AttnError::Unsupported(
             "int8 attentionOut (quantScale2) on the Burn API: use the host path (burn-ascend run incre)"
@@ -147,8 +153,11 @@ pub fn cpu_incre_fwd<B: Backend>(
 
 /// FIA on the host: decode on the flash-decoding kernel, prefill on the tiled varlen forward,
 /// the f64 reference for the fields neither models ([`cpu::fia`]).
-pub fn cpu_fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOutputs<B>> {
-    let dims = spec.validate(&crate::fia::composite::shapes(&inputs, spec))?;
+pub fn cpu_fia_fwd<B: Backend>(
+    inputs: FiaInputs<FloatTensor<B>>,
+    spec: &FiaSpec,
+) -> Result<FiaOutputs<FloatTensor<B>>> {
+    let dims = spec.validate(&crate::fia::composite::shapes::<B>(&inputs, spec))?;
     let device = B::float_device(&inputs.query);
     let q = to_vec::<B>(inputs.query);
     let (k, v) = match inputs.kv {

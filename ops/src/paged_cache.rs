@@ -18,6 +18,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::api::{
     fused_infer_attention, incre_flash_attention, prompt_flash_attention, scatter_pa_kv_cache,
+    FiaKvFromTensors, IncreKvFromTensors,
 };
 use crate::backend::{AttentionBackend, FiaKv, IncreKv};
 use crate::error::{ensure, AttnError, Result};

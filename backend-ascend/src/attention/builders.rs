@@ -20,7 +20,7 @@ use burn_ascend_cann::acl::{
     aclnn, AclError, DataType, DeviceTensor, IntArray, Result, Runtime, Tensor, TensorDesc,
     TensorList,
 };
-use burn_ascend_contract::incre::{AntiquantSpec, BlockTable, IncreSpec};
+use burn_ascend_contract::incre::{AntiquantSpec, BlockTable, IncreInputs, IncreSpec};
 use burn_ascend_contract::prompt::{PromptInputs, PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
 use burn_ascend_contract::scatter::{
     CacheMode, ScatterDims, ScatterInputs, ScatterKind, ScatterSpec,
@@ -473,20 +473,23 @@ pub fn prompt(
     Ok(())
 }
 
-/// The device tensors of an incremental attention call.
-pub struct IncreTensors<'a> {
-    /// The query's float dtype (pse and antiquant scales are uploaded in it).
-    pub dtype: DataType,
-    pub query: &'a Tensor<'a>,
-    /// One tensor (contiguous, or the paged cache with a block table) or one per batch.
-    pub key: &'a TensorList<'a>,
-    pub value: &'a TensorList<'a>,
-    /// The query's dtype, or INT8 with `quantScale2`.
-    pub attention_out: &'a Tensor<'a>,
-}
-
-/// `aclnnIncreFlashAttentionV4` for a validated spec.
-pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()> {
+/// `aclnnIncreFlashAttentionV4` for a validated spec: the call's tensors as aclnn handles (the
+/// key / value tensor lists are made here from the carrier's
+/// [`IncreKv`](burn_ascend_contract::incre::IncreKv)), in `dtype` (the query's float
+/// dtype: pse and antiquant scales are uploaded in it); `attention_out` in it too, or INT8 with
+/// `quantScale2`.
+pub fn incre(
+    rt: &Runtime,
+    spec: &IncreSpec,
+    dtype: DataType,
+    x: IncreInputs<Tensor<'_>>,
+    attention_out: &Tensor<'_>,
+) -> Result<()> {
+    let (keys, values) = x.kv.into_lists();
+    let (key, value) = (
+        TensorList::new(rt.api(), keys)?,
+        TensorList::new(rt.api(), values)?,
+    );
     let mask = spec
         .atten_mask
         .as_ref()
@@ -495,9 +498,9 @@ pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()>
     let pse = spec
         .pse_shift
         .as_ref()
-        .map(|p| upload_float(rt, &p.data, &p.shape, x.dtype))
+        .map(|p| upload_float(rt, &p.data, &p.shape, dtype))
         .transpose()?;
-    let (aq_scale, aq_offset) = upload_antiquant(rt, spec.antiquant.as_ref(), x.dtype)?;
+    let (aq_scale, aq_offset) = upload_antiquant(rt, spec.antiquant.as_ref(), dtype)?;
     let table = spec
         .block_table
         .as_ref()
@@ -518,9 +521,9 @@ pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()>
         aclnn::incre(
             rt,
             &aclnn::IncreArgs {
-                query: x.query,
-                key: x.key,
-                value: x.value,
+                query: &x.query,
+                key: &key,
+                value: &value,
                 pse_shift: pse.as_ref(),
                 atten_mask: mask.as_ref(),
                 actual_seq_lengths: asl.as_ref(),
@@ -539,7 +542,7 @@ pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()>
                 num_key_value_heads: spec.num_key_value_heads as i64,
                 block_size: spec.block_size as i64,
                 inner_precise: spec.inner_precise,
-                attention_out: x.attention_out,
+                attention_out,
             },
         )?;
     }

@@ -12,7 +12,7 @@
 //! whether or not other handles share it (a decode graph owns its caches' contents), unlike
 //! the functional `scatter_pa_kv_cache`, which copies a shared cache first.
 
-use burn_ascend_ops::backend::{FiaInputs, FiaKv};
+use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::fia::composite::shapes;
 use burn_ascend_ops::fia::FiaSpec;
@@ -20,8 +20,8 @@ use burn_ascend_ops::prompt::PromptMask;
 use burn_ascend_ops::scatter::{ScatterShapes, ScatterSpec};
 use burn_backend::{DType, Shape};
 
-use super::fia::{cann_release, fused_infer_attention_with, FiaDeviceMeta, FiaTensors};
-use super::{builders, handle, same_device};
+use super::fia::{cann_release, fused_infer_attention_with, FiaDeviceMeta};
+use super::{builders, handle, same_device, view_handle};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::ops::native_elementwise;
@@ -166,7 +166,7 @@ impl PagedDecodeCall {
                  only a device mask may have one",
             ));
         }
-        let dims = spec.validate(&shapes(
+        let dims = spec.validate(&shapes::<crate::Ascend>(
             &Self::inputs(query, key_cache, value_cache, sinks),
             spec,
         ))?;
@@ -206,8 +206,8 @@ impl PagedDecodeCall {
         key_cache: &AscendTensor,
         value_cache: &AscendTensor,
         sinks: Option<&AscendTensor>,
-    ) -> FiaInputs<crate::Ascend> {
-        FiaInputs::<crate::Ascend> {
+    ) -> FiaInputs<AscendTensor> {
+        FiaInputs {
             query: query.clone(),
             kv: FiaKv::Paged {
                 key_cache: key_cache.clone(),
@@ -232,44 +232,20 @@ impl PagedDecodeCall {
             &self.value_cache,
             self.sink.as_ref(),
         );
-        spec.validate(&shapes(&inputs, spec))?;
+        spec.validate(&shapes::<crate::Ascend>(&inputs, spec))?;
         let rt = runtime(&self.query.device());
-        let d = |x: &AscendTensor| x.desc(FIA);
-        let (qd, od, kd, vd, bd) = (
-            d(&self.query),
-            d(&self.out),
-            d(&self.key_cache),
-            d(&self.value_cache),
-            d(&self.block_table),
-        );
-        let md = self.mask.as_ref().map(d);
-        let sd = self.sink.as_ref().map(d);
-        let list = |t, desc| {
-            burn_ascend_cann::acl::TensorList::new(rt.api(), vec![handle(t, desc, FIA)])
-                .map_err(|e| device_error(FIA, e))
-        };
-        let (kl, vl) = (list(&self.key_cache, &kd)?, list(&self.value_cache, &vd)?);
-        let sh = self
-            .sink
-            .as_ref()
-            .zip(sd.as_ref())
-            .map(|(s, d)| handle(s, d, FIA));
-        let bh = handle(&self.block_table, &bd, FIA);
-        let mh = self
-            .mask
-            .as_ref()
-            .zip(md.as_ref())
-            .map(|(m, d)| handle(m, d, FIA));
+        fn h(t: &AscendTensor) -> burn_ascend_cann::acl::Tensor<'_> {
+            view_handle(t, FIA)
+        }
+        let (bh, mh) = (h(&self.block_table), self.mask.as_ref().map(h));
+        let out = h(&self.out);
         fused_infer_attention_with(
             &rt,
             spec,
-            &FiaTensors {
-                dtype: self.query.acl_dtype(FIA),
-                query: &handle(&self.query, &qd, FIA),
-                key: &kl,
-                value: &vl,
-                learnable_sink: sh.as_ref(),
-                attention_out: &handle(&self.out, &od, FIA),
+            self.query.acl_dtype(FIA),
+            inputs.as_ref().map(h),
+            FiaOutputs {
+                attention_out: &out,
                 softmax_lse: None,
             },
             FiaDeviceMeta {

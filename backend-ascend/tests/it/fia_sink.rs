@@ -6,6 +6,7 @@
 //! reference with the sink rounded to that dtype. Serving through the paged cache does the same.
 
 use burn::tensor::{DType, Tensor, TensorData};
+use burn_ascend_ops::FiaKvFromTensors;
 use half::{bf16, f16};
 
 use burn_ascend_acl_sim as sim;

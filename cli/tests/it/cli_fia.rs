@@ -134,7 +134,7 @@ fn bundle(c: &FCase) -> Bundle {
 fn fia_round_trips_every_case_on_cpu_reference_and_sim_against_the_composite() {
     for c in fia_cases() {
         let out = ok("fia", &bundle(&c));
-        let want = fcomp::fia_fwd::<B>(fia_inputs_on(&c, &Default::default()), &c.spec)
+        let want = fcomp::fia_fwd::<B>(fia_inputs_on::<B>(&c, &Default::default()), &c.spec)
             .unwrap_or_else(|e| panic!("{}: {e}", c.name));
         let got = out.tensors["attentionOut"]
             .f32_values("attentionOut")

@@ -1,6 +1,6 @@
 //! FIA's mask rule and the CPU reference's arguments.
 
-use crate::fia::problem::{FiaArgs, FiaDequant, FiaDequantIndex, FiaKv};
+use crate::fia::problem::{FiaArgs, FiaDequant, FiaDequantIndex, FiaKvSlices};
 use crate::prompt::problem::{PfaMask, PseShift};
 
 use super::{FiaDims, FiaSpec, PfaSparseMode};
@@ -97,8 +97,8 @@ impl FiaSpec {
         learnable_sink: Option<&'a [f32]>,
     ) -> FiaArgs<'a, f32> {
         let kv = match dims.paged {
-            None => FiaKv::Contiguous { key, value },
-            Some(p) => FiaKv::Paged {
+            None => FiaKvSlices::Contiguous { key, value },
+            Some(p) => FiaKvSlices::Paged {
                 key_cache: key,
                 value_cache: value,
                 layout: p.layout,

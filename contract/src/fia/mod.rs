@@ -23,7 +23,9 @@
 //! Atlas A2/A3's; element dtypes are checked where they are known (the CLI, the simulation).
 
 pub mod problem;
+pub mod tensors;
 pub use problem::*;
+pub use tensors::*;
 
 use std::sync::Arc;
 

@@ -8,7 +8,9 @@
 //! [`IncreShapes::kv_int8`]. Ascend 310P limits are not applied.
 
 pub mod problem;
+pub mod tensors;
 pub use problem::*;
+pub use tensors::*;
 
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata};
 
-use burn_ascend_contract::fia::{FiaDims, FiaKvShapes, FiaShapes, FiaSpec, PfaLayout};
+use burn_ascend_contract::fia::{FiaDims, FiaShapes, FiaSpec, PfaLayout};
 
 use crate::backend::{FiaInputs, FiaKv, FiaOutputs};
 use crate::error::Result;
@@ -24,26 +24,8 @@ fn dims_of<B: Backend>(t: &FloatTensor<B>) -> Vec<usize> {
 
 /// The shapes of a call's tensors. int8 KV travels as float tensors holding the int8 values, so
 /// `kv_int8` is "an antiquant is given".
-pub fn shapes<B: Backend>(i: &FiaInputs<B>, spec: &FiaSpec) -> FiaShapes {
-    let kv = match &i.kv {
-        FiaKv::Contiguous { key, value } => FiaKvShapes::Contiguous {
-            key: dims_of::<B>(key),
-            value: dims_of::<B>(value),
-        },
-        FiaKv::Paged {
-            key_cache,
-            value_cache,
-        } => FiaKvShapes::Paged {
-            key_cache: dims_of::<B>(key_cache),
-            value_cache: dims_of::<B>(value_cache),
-        },
-    };
-    FiaShapes {
-        query: dims_of::<B>(&i.query),
-        kv,
-        kv_int8: spec.quantised(),
-        learnable_sink: i.learnable_sink.as_ref().map(dims_of::<B>),
-    }
+pub fn shapes<B: Backend>(i: &FiaInputs<FloatTensor<B>>, spec: &FiaSpec) -> FiaShapes {
+    i.shapes(dims_of::<B>, spec.quantised())
 }
 
 /// `[B, N, S, D]` view of a rank-3/4 tensor in a non-TND layout.
@@ -145,8 +127,11 @@ fn kv_rows<B: Backend>(
 }
 
 /// Composite `aclnnFusedInferAttentionScoreV4`.
-pub fn fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOutputs<B>> {
-    let dims = spec.validate(&shapes(&inputs, spec))?;
+pub fn fia_fwd<B: Backend>(
+    inputs: FiaInputs<FloatTensor<B>>,
+    spec: &FiaSpec,
+) -> Result<FiaOutputs<FloatTensor<B>>> {
+    let dims = spec.validate(&shapes::<B>(&inputs, spec))?;
     let device = B::float_device(&inputs.query);
     let (n, nkv, d, dv, qs) = (
         dims.num_heads,

@@ -10,7 +10,7 @@ use burn_ascend_contract::incre::{IfaLayout, PagedLayout, IFA_MASKED_SCORE};
 
 use crate::backend::{IncreInputs, IncreKv};
 use crate::error::{AttnError, Result};
-use crate::incre::{IncreDims, IncreKvShapes, IncreShapes, IncreSpec, KvDims};
+use crate::incre::{IncreDims, IncreShapes, IncreSpec, KvDims};
 use crate::prompt::composite::{expand_gqa, unwrap, wrap};
 
 type T3<B> = Tensor<B, 3>;
@@ -21,29 +21,8 @@ fn dims_of<B: Backend>(t: &FloatTensor<B>) -> Vec<usize> {
 
 /// The shapes of a call's tensors. In the Burn API int8 KV travels as float tensors holding the
 /// int8 values, so `kv_int8` is "antiquantScale is given".
-pub fn shapes<B: Backend>(i: &IncreInputs<B>, spec: &IncreSpec) -> IncreShapes {
-    let kv = match &i.kv {
-        IncreKv::Contiguous { key, value } => IncreKvShapes::Contiguous {
-            key: dims_of::<B>(key),
-            value: dims_of::<B>(value),
-        },
-        IncreKv::List { key, value } => IncreKvShapes::List {
-            key: key.iter().map(dims_of::<B>).collect(),
-            value: value.iter().map(dims_of::<B>).collect(),
-        },
-        IncreKv::Paged {
-            key_cache,
-            value_cache,
-        } => IncreKvShapes::Paged {
-            key_cache: dims_of::<B>(key_cache),
-            value_cache: dims_of::<B>(value_cache),
-        },
-    };
-    IncreShapes {
-        query: dims_of::<B>(&i.query),
-        kv,
-        kv_int8: spec.antiquant.is_some(),
-    }
+pub fn shapes<B: Backend>(i: &IncreInputs<FloatTensor<B>>, spec: &IncreSpec) -> IncreShapes {
+    i.shapes(dims_of::<B>, spec.antiquant.is_some())
 }
 
 /// `[Nkv, S, D]` rows of batch `b` from a contiguous `(B, …)` tensor in the input layout.
@@ -129,8 +108,11 @@ fn dequant<B: Backend>(spec: &IncreSpec, x: T3<B>, which: usize) -> T3<B> {
 }
 
 /// Composite `aclnnIncreFlashAttentionV4` (float output; int8 output is host-only).
-pub fn incre_fwd<B: Backend>(inputs: IncreInputs<B>, spec: &IncreSpec) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&shapes(&inputs, spec))?;
+pub fn incre_fwd<B: Backend>(
+    inputs: IncreInputs<FloatTensor<B>>,
+    spec: &IncreSpec,
+) -> Result<FloatTensor<B>> {
+    let dims = spec.validate(&shapes::<B>(&inputs, spec))?;
     if spec.post_quant.is_some() {
         return Err(AttnError::Unsupported(
             "int8 attentionOut (quantScale2) on the Burn API: Burn float tensors cannot hold it; \

@@ -7,6 +7,7 @@ use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference
 use burn_ascend::ops::fia::{
     composite as fcomp, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant, PagedLayout,
 };
+use burn_ascend::FiaKvFromTensors;
 use burn_ascend::{fused_infer_attention, FiaInputs, FiaKv};
 
 #[derive(Clone)]
@@ -311,7 +312,7 @@ pub(crate) fn fia_ref(c: &FCase) -> (Vec<f32>, Vec<f32>) {
 pub(crate) fn fia_inputs_on<Bk: burn::tensor::backend::Backend>(
     c: &FCase,
     d: &Bk::Device,
-) -> FiaInputs<Bk> {
+) -> FiaInputs<burn::tensor::ops::FloatTensor<Bk>> {
     let kv = match &c.shapes.kv {
         FiaKvShapes::Contiguous { key, value } => FiaKv::Contiguous {
             key: from_vec::<Bk>(c.k.clone(), key, d),

@@ -517,12 +517,12 @@ fn bad_fia_input_never_panics_on_the_burn_paths() {
     let dev = Default::default();
     expect_param(
         "composite",
-        fcomp::fia_fwd::<B>(fia_inputs_on(&c, &dev), &c.spec).map(|_| ()),
+        fcomp::fia_fwd::<B>(fia_inputs_on::<B>(&c, &dev), &c.spec).map(|_| ()),
         "blockSize",
     );
     expect_param(
         "ndarray",
-        B::fia_fwd(fia_inputs_on(&c, &dev), &c.spec).map(|_| ()),
+        B::fia_fwd(fia_inputs_on::<B>(&c, &dev), &c.spec).map(|_| ()),
         "blockSize",
     );
     // A paged BNSD cache with a BSH query is refused by name.

@@ -2,6 +2,7 @@
 //! Burn paths against it.
 
 use super::*;
+use burn_ascend::IncreKvFromTensors;
 
 #[derive(Clone)]
 pub(crate) struct ICase {
@@ -207,7 +208,7 @@ pub(crate) fn incre_ref(c: &ICase, h: &HostKv) -> Vec<f32> {
 pub(crate) fn incre_inputs<Bk: burn::tensor::backend::Backend>(
     c: &ICase,
     h: &HostKv,
-) -> IncreInputs<Bk> {
+) -> IncreInputs<burn::tensor::ops::FloatTensor<Bk>> {
     incre_inputs_on::<Bk>(c, h, &Default::default())
 }
 
@@ -215,7 +216,7 @@ pub(crate) fn incre_inputs_on<Bk: burn::tensor::backend::Backend>(
     c: &ICase,
     h: &HostKv,
     d: &Bk::Device,
-) -> IncreInputs<Bk> {
+) -> IncreInputs<burn::tensor::ops::FloatTensor<Bk>> {
     let t = |x: &Vec<f32>, s: &Vec<usize>| from_vec::<Bk>(x.clone(), s, d);
     let kv = match &h.shapes {
         IncreKvShapes::Contiguous { key, value } => IncreKv::Contiguous {
@@ -335,7 +336,7 @@ fn incre_paged_and_list_equal_contiguous_and_zero_length_is_zero() {
         incre_ref(&c2, &h)
     };
     let h = host_kv(&mut c, &Form::Paged(false));
-    let paged = to_vec::<B>(icomp::incre_fwd::<B>(incre_inputs(&c, &h), &c.spec).unwrap());
+    let paged = to_vec::<B>(icomp::incre_fwd::<B>(incre_inputs::<B>(&c, &h), &c.spec).unwrap());
     close("paged vs contiguous", &paged, &contiguous, ATOL, RTOL).unwrap();
 }
 

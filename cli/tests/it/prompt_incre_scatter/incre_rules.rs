@@ -2,6 +2,7 @@
 
 use super::incre::*;
 use super::*;
+use burn_ascend::IncreKvFromTensors;
 
 #[test]
 fn incre_every_rule_names_its_parameter() {
