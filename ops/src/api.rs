@@ -352,7 +352,8 @@ impl<B: Backend> IncreKvFromTensors<B> for IncreKv<FloatTensor<B>> {
 }
 
 /// `aclnnIncreFlashAttentionV4`: query `(B,N,1,D)`, `(B,1,N,D)` or `(B,1,H)`; returns
-/// `attentionOut` with the query's shape. Forward-only under `Autodiff`.
+/// `attentionOut` with the query's shape. Forward-only under `Autodiff`. Without a mask, pse or
+/// int8 KV; [`incre_flash_attention_with`] takes those.
 ///
 /// Unlike CANN, which ignores `kvPaddingSize` with a tensor list of several tensors, without
 /// `actualSeqLengths` or with a block table, this refuses those combinations with a typed
@@ -362,12 +363,19 @@ pub fn incre_flash_attention<B: AttentionBackend, const D: usize>(
     kv: IncreKv<FloatTensor<B>>,
     spec: &IncreSpec,
 ) -> Result<Tensor<B, D>> {
-    let inputs = IncreInputs {
-        query: prim(query),
-        kv,
-    };
+    incre_flash_attention_with(IncreInputs::new(prim(query), kv), spec)
+}
+
+/// [`incre_flash_attention`] with the whole carrier: the optional `attenMask` (a float tensor
+/// holding 0/1, non-zero = masked), `pseShift` and `antiquantScale` / `antiquantOffset` (int8
+/// KV as float tensors holding the int8 values) are tensors like the query — on a device
+/// backend they stay on the device. `D`: the query's rank (the output's).
+pub fn incre_flash_attention_with<B: AttentionBackend, const D: usize>(
+    inputs: IncreInputs<FloatTensor<B>>,
+    spec: &IncreSpec,
+) -> Result<Tensor<B, D>> {
     if spec.kv_padding_size.is_some() {
-        let dims = spec.validate(&crate::incre::composite::shapes::<B>(&inputs, spec))?;
+        let dims = spec.validate(&crate::incre::composite::shapes::<B>(&inputs))?;
         spec.check_left_padding_applies(&dims)?;
     }
     Ok(tensor(B::incre_fwd(inputs, spec)?))

@@ -12,7 +12,7 @@ use burn::tensor::ops::FloatTensor;
 use burn_ascend_kernels::cpu;
 
 use burn::tensor::TensorMetadata;
-use burn_ascend_contract::incre::KvInput;
+use burn_ascend_contract::incre::{IncreHostValues, KvInput};
 use burn_ascend_contract::varlen::Pse;
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
@@ -103,7 +103,7 @@ pub fn cpu_incre_fwd<B: Backend>(
     inputs: IncreInputs<FloatTensor<B>>,
     spec: &IncreSpec,
 ) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&crate::incre::composite::shapes::<B>(&inputs, spec))?;
+    let dims = spec.validate(&crate::incre::composite::shapes::<B>(&inputs))?;
     if spec.post_quant.is_some() {
         return Err(crate::error::AttnError::Unsupported(
             "int8 attentionOut (quantScale2) on the Burn API: use the host path (burn-ascend run incre)"
@@ -113,6 +113,19 @@ pub fn cpu_incre_fwd<B: Backend>(
     let device = B::float_device(&inputs.query);
     let q_shape = inputs.query.shape().to_vec();
     let q = to_vec::<B>(inputs.query);
+    // The optional inputs' host values (the mask's 0/1 floats as bytes, non-zero = masked).
+    let mask: Option<Vec<u8>> = inputs
+        .atten_mask
+        .map(|m| to_vec::<B>(m).iter().map(|&x| u8::from(x != 0.0)).collect());
+    let pse = inputs.pse_shift.map(to_vec::<B>);
+    let aq_scale = inputs.antiquant_scale.map(to_vec::<B>);
+    let aq_offset = inputs.antiquant_offset.map(to_vec::<B>);
+    let host = IncreHostValues {
+        atten_mask: mask.as_deref(),
+        pse_shift: pse.as_deref(),
+        antiquant_scale: aq_scale.as_deref(),
+        antiquant_offset: aq_offset.as_deref(),
+    };
     let out = match inputs.kv {
         IncreKv::Contiguous { key, value } => {
             let kv_seq = match &dims.kv {
@@ -125,7 +138,7 @@ pub fn cpu_incre_fwd<B: Backend>(
                 value: &v,
                 kv_seq,
             };
-            cpu::incre_flash_attention(&spec.args(&dims, &q, kv))
+            cpu::incre_flash_attention(&spec.args(&dims, &q, kv, host))
         }
         IncreKv::List { key, value } => {
             let k: Vec<Vec<f32>> = key.into_iter().map(to_vec::<B>).collect();
@@ -138,14 +151,14 @@ pub fn cpu_incre_fwd<B: Backend>(
                 key: &kr,
                 value: &vr,
             };
-            cpu::incre_flash_attention(&spec.args(&dims, &q, kv))
+            cpu::incre_flash_attention(&spec.args(&dims, &q, kv, host))
         }
         IncreKv::Paged {
             key_cache,
             value_cache,
         } => {
             let (k, v) = (to_vec::<B>(key_cache), to_vec::<B>(value_cache));
-            cpu::incre_flash_attention(&spec.args(&dims, &q, spec.paged(&dims, &k, &v)))
+            cpu::incre_flash_attention(&spec.args(&dims, &q, spec.paged(&dims, &k, &v), host))
         }
     };
     Ok(from_vec::<B>(out, &q_shape, &device))

@@ -475,13 +475,13 @@ pub fn prompt(
 
 /// `aclnnIncreFlashAttentionV4` for a validated spec: the call's tensors as aclnn handles (the
 /// key / value tensor lists are made here from the carrier's
-/// [`IncreKv`](burn_ascend_contract::incre::IncreKv)), in `dtype` (the query's float
-/// dtype: pse and antiquant scales are uploaded in it); `attention_out` in it too, or INT8 with
-/// `quantScale2`.
+/// [`IncreKv`](burn_ascend_contract::incre::IncreKv); the mask BOOL/INT8/UINT8, pse and
+/// antiquant scales in the query's float dtype); `attention_out` in it too, or INT8 with
+/// `quantScale2`. Only the spec's host metadata is uploaded here (block table,
+/// `kvPaddingSize`, `quantScale2`).
 pub fn incre(
     rt: &Runtime,
     spec: &IncreSpec,
-    dtype: DataType,
     x: IncreInputs<Tensor<'_>>,
     attention_out: &Tensor<'_>,
 ) -> Result<()> {
@@ -490,17 +490,6 @@ pub fn incre(
         TensorList::new(rt.api(), keys)?,
         TensorList::new(rt.api(), values)?,
     );
-    let mask = spec
-        .atten_mask
-        .as_ref()
-        .map(|m| upload(rt, &m.data, &m.shape, DataType::Uint8))
-        .transpose()?;
-    let pse = spec
-        .pse_shift
-        .as_ref()
-        .map(|p| upload_float(rt, &p.data, &p.shape, dtype))
-        .transpose()?;
-    let (aq_scale, aq_offset) = upload_antiquant(rt, spec.antiquant.as_ref(), dtype)?;
     let table = spec
         .block_table
         .as_ref()
@@ -513,8 +502,6 @@ pub fn incre(
         .transpose()?;
     let (qs2, qo2) = post_quant(rt, spec.post_quant.as_ref())?;
     {
-        let (mask, pse) = (handle(&mask)?, handle(&pse)?);
-        let (aqs, aqo) = (handle(&aq_scale)?, handle(&aq_offset)?);
         let (table, pad) = (handle(&table)?, handle(&pad)?);
         let (qs2, qo2) = (handle(&qs2)?, handle(&qo2)?);
         let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
@@ -524,16 +511,16 @@ pub fn incre(
                 query: &x.query,
                 key: &key,
                 value: &value,
-                pse_shift: pse.as_ref(),
-                atten_mask: mask.as_ref(),
+                pse_shift: x.pse_shift.as_ref(),
+                atten_mask: x.atten_mask.as_ref(),
                 actual_seq_lengths: asl.as_ref(),
                 dequant_scale1: None,
                 quant_scale1: None,
                 dequant_scale2: None,
                 quant_scale2: qs2.as_ref(),
                 quant_offset2: qo2.as_ref(),
-                antiquant_scale: aqs.as_ref(),
-                antiquant_offset: aqo.as_ref(),
+                antiquant_scale: x.antiquant_scale.as_ref(),
+                antiquant_offset: x.antiquant_offset.as_ref(),
                 blocktable: table.as_ref(),
                 kv_padding_size: pad.as_ref(),
                 num_heads: spec.num_heads as i64,

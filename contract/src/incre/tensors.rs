@@ -107,21 +107,50 @@ impl<T> IncreKv<T> {
     }
 }
 
-/// Inputs of incremental attention.
+/// Inputs of incremental attention. The optional ones are tensors like the query: on a device
+/// backend they stay on the device (a mask travels as a float tensor holding 0/1, converted
+/// there to the dtype the op takes).
 #[derive(Debug, Clone)]
 pub struct IncreInputs<T> {
     /// `query` `(B, N, 1, D)`, `(B, 1, N, D)` or `(B, 1, H)`.
     pub query: T,
     /// `key` / `value`.
     pub kv: IncreKv<T>,
+    /// `attenMask` `(B, S)`, `(B, 1, S)` or `(B, 1, 1, S)`: non-zero = masked (score → −1e12).
+    pub atten_mask: Option<T>,
+    /// `pseShift` `(B|1, N, 1, S)`, added to the scaled scores.
+    pub pse_shift: Option<T>,
+    /// `antiquantScale` (int8 KV: `x = (x_int8 + offset) · scale`): `(2)` per tensor,
+    /// `(2, Nkv, 1, D)` (BNSD), `(2, Nkv, D)` (BSND), `(2, H)` (BSH) per channel; row 0 is
+    /// the key's, row 1 the value's.
+    pub antiquant_scale: Option<T>,
+    /// `antiquantOffset`: the scale's shape; absent = 0.
+    pub antiquant_offset: Option<T>,
 }
 
 impl<T> IncreInputs<T> {
-    /// Each tensor through `f`, in the order query, keys, values.
+    /// Query and key/value only.
+    pub fn new(query: T, kv: IncreKv<T>) -> Self {
+        Self {
+            query,
+            kv,
+            atten_mask: None,
+            pse_shift: None,
+            antiquant_scale: None,
+            antiquant_offset: None,
+        }
+    }
+
+    /// Each tensor through `f`, in the order query, keys, values, mask, pse, antiquant scale,
+    /// antiquant offset.
     pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> IncreInputs<U> {
         IncreInputs {
             query: f(self.query),
-            kv: self.kv.map(f),
+            kv: self.kv.map(&mut f),
+            atten_mask: self.atten_mask.map(&mut f),
+            pse_shift: self.pse_shift.map(&mut f),
+            antiquant_scale: self.antiquant_scale.map(&mut f),
+            antiquant_offset: self.antiquant_offset.map(f),
         }
     }
 
@@ -130,6 +159,10 @@ impl<T> IncreInputs<T> {
         IncreInputs {
             query: &self.query,
             kv: self.kv.as_ref(),
+            atten_mask: self.atten_mask.as_ref(),
+            pse_shift: self.pse_shift.as_ref(),
+            antiquant_scale: self.antiquant_scale.as_ref(),
+            antiquant_offset: self.antiquant_offset.as_ref(),
         }
     }
 
@@ -139,16 +172,24 @@ impl<T> IncreInputs<T> {
         let (k, val) = self.kv.as_ref().into_lists();
         v.extend(k);
         v.extend(val);
+        v.extend(self.atten_mask.as_ref());
+        v.extend(self.pse_shift.as_ref());
+        v.extend(self.antiquant_scale.as_ref());
+        v.extend(self.antiquant_offset.as_ref());
         v
     }
 
     /// The call's shapes, each tensor's through `shape`; `kv_int8`: whether key/value hold
-    /// int8 values (the Burn API's float KV: an antiquant is given).
+    /// int8 values (on the Burn API, whose KV is float: whether an antiquant scale is given).
     pub fn shapes(&self, mut shape: impl FnMut(&T) -> Vec<usize>, kv_int8: bool) -> IncreShapes {
         IncreShapes {
             query: shape(&self.query),
             kv: self.kv.shapes(&mut shape),
             kv_int8,
+            atten_mask: self.atten_mask.as_ref().map(&mut shape),
+            pse_shift: self.pse_shift.as_ref().map(&mut shape),
+            antiquant_scale: self.antiquant_scale.as_ref().map(&mut shape),
+            antiquant_offset: self.antiquant_offset.as_ref().map(shape),
         }
     }
 }
