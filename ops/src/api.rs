@@ -436,24 +436,33 @@ impl<B: Backend> FiaKvFromTensors<B> for FiaKv<FloatTensor<B>> {
 /// query's rank `D`; D of value) and, with `spec.softmax_lse_flag`, `softmaxLse` of rank `L`:
 /// `[B, N, Q_S, 1]` (`L = 4`) or, for TND, `[T, N, 1]` (`L = 3`); f32 values, `+inf` for rows
 /// with nothing to attend. A different `L` is a typed error naming `softmaxLseFlag`.
-/// Forward-only under `Autodiff`.
+/// Forward-only under `Autodiff`. Without a mask tensor, pse or int8 KV;
+/// [`fused_infer_attention_with`] takes those.
 pub fn fused_infer_attention<B: AttentionBackend, const D: usize, const L: usize>(
     query: Tensor<B, D>,
     kv: FiaKv<FloatTensor<B>>,
     learnable_sink: Option<Tensor<B, 1>>,
     spec: &FiaSpec,
 ) -> Result<(Tensor<B, D>, Option<Tensor<B, L>>)> {
+    fused_infer_attention_with(
+        FiaInputs::new(prim(query), kv, learnable_sink.map(prim)),
+        spec,
+    )
+}
+
+/// [`fused_infer_attention`] with the whole carrier: the dense `attenMask` (a float tensor
+/// holding 0/1, non-zero = masked, with [`crate::fia::FiaMask::Dense`]), `pseShift` and the
+/// antiquant scales / offsets (int8 KV as float tensors holding the int8 values) are tensors
+/// like the query — on a device backend they stay on the device. `D`: the query's rank,
+/// `L`: the LSE's.
+pub fn fused_infer_attention_with<B: AttentionBackend, const D: usize, const L: usize>(
+    inputs: FiaInputs<FloatTensor<B>>,
+    spec: &FiaSpec,
+) -> Result<(Tensor<B, D>, Option<Tensor<B, L>>)> {
     let FiaOutputs {
         attention_out,
         softmax_lse,
-    } = B::fia_fwd(
-        FiaInputs {
-            query: prim(query),
-            kv,
-            learnable_sink: learnable_sink.map(prim),
-        },
-        spec,
-    )?;
+    } = B::fia_fwd(inputs, spec)?;
     let lse = match softmax_lse {
         Some(l) => {
             let rank = burn::tensor::TensorMetadata::shape(&l).num_dims();

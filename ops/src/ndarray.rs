@@ -12,13 +12,14 @@ use burn::tensor::ops::FloatTensor;
 use burn_ascend_kernels::cpu;
 
 use burn::tensor::TensorMetadata;
+use burn_ascend_contract::fia::FiaHostValues;
 use burn_ascend_contract::incre::{IncreHostValues, KvInput};
 use burn_ascend_contract::varlen::Pse;
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
 use crate::backend::{
-    AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
-    ScatterInputs, ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    AttentionBackend, FiaInputs, FiaOutputs, IncreInputs, IncreKv, PromptInputs, ScatterInputs,
+    ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
 use crate::error::Result;
 use crate::fia::FiaSpec;
@@ -170,18 +171,27 @@ pub fn cpu_fia_fwd<B: Backend>(
     inputs: FiaInputs<FloatTensor<B>>,
     spec: &FiaSpec,
 ) -> Result<FiaOutputs<FloatTensor<B>>> {
-    let dims = spec.validate(&crate::fia::composite::shapes::<B>(&inputs, spec))?;
+    let dims = spec.validate(&crate::fia::composite::shapes::<B>(&inputs))?;
     let device = B::float_device(&inputs.query);
-    let q = to_vec::<B>(inputs.query);
-    let (k, v) = match inputs.kv {
-        FiaKv::Contiguous { key, value } => (to_vec::<B>(key), to_vec::<B>(value)),
-        FiaKv::Paged {
-            key_cache,
-            value_cache,
-        } => (to_vec::<B>(key_cache), to_vec::<B>(value_cache)),
+    // Every tensor's host values (the mask's 0/1 floats as bytes, non-zero = masked).
+    let x = inputs.map(to_vec::<B>);
+    let (k, v) = x.kv.as_ref().into_pair();
+    let mask: Option<Vec<u8>> = x
+        .atten_mask
+        .as_ref()
+        .map(|m| m.iter().map(|&x| u8::from(x != 0.0)).collect());
+    let host = FiaHostValues {
+        atten_mask: mask.as_deref(),
+        pse_shift: x.pse_shift.as_deref(),
+        antiquant_scale: x.antiquant_scale.as_deref(),
+        antiquant_offset: x.antiquant_offset.as_deref(),
+        key_antiquant_scale: x.key_antiquant_scale.as_deref(),
+        key_antiquant_offset: x.key_antiquant_offset.as_deref(),
+        value_antiquant_scale: x.value_antiquant_scale.as_deref(),
+        value_antiquant_offset: x.value_antiquant_offset.as_deref(),
+        learnable_sink: x.learnable_sink.as_deref(),
     };
-    let sink = inputs.learnable_sink.map(to_vec::<B>);
-    let out = cpu::fia::fused_infer_attention(&spec.args(&dims, &q, &k, &v, sink.as_deref()));
+    let out = cpu::fia::fused_infer_attention(&spec.args(&dims, &x.query, k, v, host));
     Ok(FiaOutputs {
         attention_out: from_vec::<B>(out.attention_out, &dims.out_shape(), &device),
         softmax_lse: spec

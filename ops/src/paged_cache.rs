@@ -17,12 +17,12 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::api::{
-    fused_infer_attention, incre_flash_attention_with, prompt_flash_attention, scatter_pa_kv_cache,
-    FiaKvFromTensors, IncreKvFromTensors,
+    fused_infer_attention_with, incre_flash_attention_with, prompt_flash_attention,
+    scatter_pa_kv_cache, FiaKvFromTensors, IncreKvFromTensors,
 };
-use crate::backend::{AttentionBackend, FiaKv, IncreInputs, IncreKv};
+use crate::backend::{AttentionBackend, FiaInputs, FiaKv, IncreInputs, IncreKv};
 use crate::error::{ensure, AttnError, Result};
-use crate::fia::FiaSpec;
+use crate::fia::{FiaMask, FiaSpec};
 use crate::host::acl_dtype;
 use crate::incre::{BlockTable, IfaLayout, IncreSpec};
 use crate::prompt::{PfaLayout, PromptMask, PromptPse, PromptSpec};
@@ -685,22 +685,32 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         spec.block_size = self.block_size;
         spec.block_table = Some(table);
         spec.actual_seq_lengths_kv = Some(seqs.iter().map(|q| q.len as i64).collect());
+        let [nb, bs, nkv, dh] = self.key_cache.dims();
+        let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
+        let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
+        let mut inputs = FiaInputs::new(
+            prim(query),
+            FiaKv::paged(kc, vc),
+            opts.sinks.clone().map(prim),
+        );
         if s == 1 {
             if let Some(w) = opts.window {
+                // The window mask follows from the sequences' lengths (host facts); it goes
+                // to the op as a tensor like the query.
                 let cols = max_blocks * self.block_size;
-                let mut mask = vec![0u8; b * cols];
+                let mut mask = vec![0f32; b * cols];
                 for (i, q) in seqs.iter().enumerate() {
                     for (t, m) in mask[i * cols..(i + 1) * cols].iter_mut().enumerate() {
-                        *m = u8::from(t + w < q.len - 1);
+                        *m = f32::from(u8::from(t + w < q.len - 1));
                     }
                 }
-                spec.atten_mask = PromptMask::Dense {
-                    data: Arc::from(mask),
-                    shape: vec![b, cols],
-                };
+                let device = self.key_cache.device();
+                let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [b, cols]), &device);
+                spec.atten_mask = FiaMask::Dense;
+                inputs.atten_mask = Some(prim(mask));
             }
         } else {
-            spec.atten_mask = PromptMask::Compressed;
+            spec.atten_mask = FiaMask::Compressed;
             match opts.window {
                 Some(w) => {
                     spec.sparse_mode = 4;
@@ -710,15 +720,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                 None => spec.sparse_mode = 3,
             }
         }
-        let [nb, bs, nkv, dh] = self.key_cache.dims();
-        let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
-        let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
-        let (out, _) = fused_infer_attention::<B, 4, 4>(
-            query,
-            FiaKv::paged(kc, vc),
-            opts.sinks.clone(),
-            &spec,
-        )?;
+        let (out, _) = fused_infer_attention_with::<B, 4, 4>(inputs, &spec)?;
         Ok(out)
     }
 }

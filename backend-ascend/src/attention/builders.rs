@@ -20,7 +20,7 @@ use burn_ascend_cann::acl::{
     aclnn, AclError, DataType, DeviceTensor, IntArray, Result, Runtime, Tensor, TensorDesc,
     TensorList,
 };
-use burn_ascend_contract::incre::{AntiquantSpec, BlockTable, IncreInputs, IncreSpec};
+use burn_ascend_contract::incre::{BlockTable, IncreInputs, IncreSpec};
 use burn_ascend_contract::prompt::{PromptInputs, PromptMask, PromptSpec, PFA_COMPRESSED_MASK};
 use burn_ascend_contract::scatter::{
     CacheMode, ScatterDims, ScatterInputs, ScatterKind, ScatterSpec,
@@ -39,26 +39,7 @@ pub(super) fn upload(
     rt.upload(TensorDesc::contiguous(dims, dtype)?, bytes)
 }
 
-/// `antiquantScale` / `antiquantOffset` (incremental and fused inference attention alike):
-/// uploaded in `dtype`, the offset absent when the spec has none.
-pub(super) fn upload_antiquant(
-    rt: &Runtime,
-    antiquant: Option<&AntiquantSpec>,
-    dtype: DataType,
-) -> Result<(Option<DeviceTensor>, Option<DeviceTensor>)> {
-    let Some(a) = antiquant else {
-        return Ok((None, None));
-    };
-    let scale = upload_float(rt, &a.scale, &a.shape, dtype)?;
-    let offset = a
-        .offset
-        .as_ref()
-        .map(|o| upload_float(rt, o, &a.shape, dtype))
-        .transpose()?;
-    Ok((Some(scale), offset))
-}
-
-/// f32 host values as a tensor of the float `dtype` (the op's own: pse, antiquant scales).
+/// f32 host values as a tensor of the float `dtype` (the op's own: pse).
 pub(super) fn upload_float(
     rt: &Runtime,
     v: &[f32],

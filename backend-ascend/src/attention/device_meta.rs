@@ -16,7 +16,6 @@ use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::fia::composite::shapes;
 use burn_ascend_ops::fia::FiaSpec;
-use burn_ascend_ops::prompt::PromptMask;
 use burn_ascend_ops::scatter::{ScatterShapes, ScatterSpec};
 use burn_backend::{DType, Shape};
 
@@ -127,9 +126,9 @@ pub struct PagedDecodeCall {
 
 impl PagedDecodeCall {
     /// Binds the operands of a decode attention call, checking them against `spec` (heads,
-    /// scale, block size, sparse mode 0, host placeholders of the block table's and mask's
-    /// shapes, the lengths of the first launch); casts the sinks (a launch) and allocates the
-    /// output.
+    /// scale, block size, sparse mode 0, a host placeholder of the block table's shape, the
+    /// mask's kind [`burn_ascend_ops::fia::FiaMask::Dense`] with a mask, the lengths of the
+    /// first launch); casts the sinks (a launch) and allocates the output.
     pub fn new(
         query: &AscendTensor,
         key_cache: &AscendTensor,
@@ -159,17 +158,13 @@ impl PagedDecodeCall {
                 ),
             ));
         }
-        if mask.is_some() != matches!(spec.atten_mask, PromptMask::Dense { .. }) {
-            return Err(AttnError::invalid(
-                "attenMask",
-                "a device mask needs a dense host placeholder of its shape in the spec, and \
-                 only a device mask may have one",
-            ));
-        }
-        let dims = spec.validate(&shapes::<crate::Ascend>(
-            &Self::inputs(query, key_cache, value_cache, sinks),
-            spec,
-        ))?;
+        let dims = spec.validate(&shapes::<crate::Ascend>(&Self::inputs(
+            query,
+            key_cache,
+            value_cache,
+            sinks,
+            mask,
+        )))?;
         let rt = runtime(&device);
         let sink = match sinks {
             None => None,
@@ -201,19 +196,25 @@ impl PagedDecodeCall {
         })
     }
 
+    /// The call's carrier: the mask is the UINT8 device mask as it is (the op takes UINT8;
+    /// its shape is what validation reads).
     fn inputs(
         query: &AscendTensor,
         key_cache: &AscendTensor,
         value_cache: &AscendTensor,
         sinks: Option<&AscendTensor>,
+        mask: Option<&AscendTensor>,
     ) -> FiaInputs<AscendTensor> {
         FiaInputs {
-            query: query.clone(),
-            kv: FiaKv::Paged {
-                key_cache: key_cache.clone(),
-                value_cache: value_cache.clone(),
-            },
-            learnable_sink: sinks.cloned(),
+            atten_mask: mask.cloned(),
+            ..FiaInputs::new(
+                query.clone(),
+                FiaKv::Paged {
+                    key_cache: key_cache.clone(),
+                    value_cache: value_cache.clone(),
+                },
+                sinks.cloned(),
+            )
         }
     }
 
@@ -231,18 +232,18 @@ impl PagedDecodeCall {
             &self.key_cache,
             &self.value_cache,
             self.sink.as_ref(),
+            self.mask.as_ref(),
         );
-        spec.validate(&shapes::<crate::Ascend>(&inputs, spec))?;
+        spec.validate(&shapes::<crate::Ascend>(&inputs))?;
         let rt = runtime(&self.query.device());
         fn h(t: &AscendTensor) -> burn_ascend_cann::acl::Tensor<'_> {
             view_handle(t, FIA)
         }
-        let (bh, mh) = (h(&self.block_table), self.mask.as_ref().map(h));
+        let bh = h(&self.block_table);
         let out = h(&self.out);
         fused_infer_attention_with(
             &rt,
             spec,
-            self.query.acl_dtype(FIA),
             inputs.as_ref().map(h),
             FiaOutputs {
                 attention_out: &out,
@@ -250,7 +251,6 @@ impl PagedDecodeCall {
             },
             FiaDeviceMeta {
                 block_table: Some(&bh),
-                atten_mask: mh.as_ref(),
             },
         )
         .map_err(|e| device_error(FIA, e))

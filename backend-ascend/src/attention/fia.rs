@@ -15,16 +15,16 @@ use std::sync::OnceLock;
 
 use burn_ascend_cann::acl::ffi::DataType;
 use burn_ascend_cann::acl::{aclnn, loader, Result as AclResult, Runtime, Tensor, TensorList};
-use burn_ascend_contract::fia::{CannRelease, FiaAntiquantMode, FiaSpec};
+use burn_ascend_contract::fia::{CannRelease, FiaAntiquantMode, FiaMask, FiaSpec};
+use burn_ascend_contract::prompt::PromptMask;
 use burn_ascend_ops::backend::{FiaInputs, FiaOutputs};
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::fia::composite::{self, shapes};
 use burn_ascend_ops::ndarray::cpu_fia_fwd;
 use burn_backend::{DType, Shape};
 
-use super::builders::{
-    handle_of, ints, prompt_mask, upload_antiquant, upload_block_table, upload_float, upload_i64,
-};
+use super::builders::{handle_of, ints, prompt_mask, upload_block_table, upload_i64};
+use super::incre::{mask_to_bool, on_device};
 use super::{same_device, view_handle, FIA_COMPOSITE};
 use crate::device::runtime;
 use crate::element::is_acl_float;
@@ -70,37 +70,36 @@ pub fn cann_release(rt: &Runtime) -> CannRelease {
         .unwrap_or(CannRelease::V8_5)
 }
 
-/// Inputs of a fused inference attention call already on the device, used instead of the
-/// spec's host data (which then only gives the shapes): a captured graph's inputs, rewritten
-/// in place between replays.
+/// Index metadata of a fused inference attention call already on the device, used instead of
+/// the spec's host copy (which then only gives the shape): a captured graph's block table,
+/// rewritten in place between replays.
 #[derive(Default, Clone, Copy)]
 pub struct FiaDeviceMeta<'a> {
     /// `blockTable` (INT32 `[B, max blocks]`).
     pub block_table: Option<&'a Tensor<'a>>,
-    /// `attenMask` (UINT8, the spec's dense mask shape).
-    pub atten_mask: Option<&'a Tensor<'a>>,
 }
 
 /// `aclnnFusedInferAttentionScoreV4` (or the base op) for a validated spec: the call's tensors
-/// as aclnn handles (the one-tensor key / value lists are made here), in `dtype` (the query's
-/// float dtype: pse and per-channel scales are uploaded in it). `x.learnable_sink` is `[N]` in
-/// the dtype the call's path reads ([`FiaSpec::learnable_sink_dtype`] for [`cann_release`]), or
-/// a replayed call's own; `out.softmax_lse` (FLOAT) is given when `softmaxLseFlag` is.
+/// as aclnn handles (the one-tensor key / value lists are made here) in the dtypes the op
+/// takes: the dense mask BOOL/INT8/UINT8, pse and per-channel scales in the query's float
+/// dtype, per-token scales FLOAT; `x.learnable_sink` is `[N]` in the dtype the call's path
+/// reads ([`FiaSpec::learnable_sink_dtype`] for [`cann_release`]), or a replayed call's own;
+/// `out.softmax_lse` (FLOAT) is given when `softmaxLseFlag` is. Only the spec's host
+/// metadata is uploaded here (block table, padding sizes); the compressed mask of modes 2-4
+/// is a runtime constant.
 pub fn fused_infer_attention(
     rt: &Runtime,
     spec: &FiaSpec,
-    dtype: DataType,
     x: FiaInputs<Tensor<'_>>,
     out: FiaOutputs<&Tensor<'_>>,
 ) -> AclResult<()> {
-    fused_infer_attention_with(rt, spec, dtype, x, out, FiaDeviceMeta::default())
+    fused_infer_attention_with(rt, spec, x, out, FiaDeviceMeta::default())
 }
 
-/// [`fused_infer_attention`] with the block table and / or mask on the device (`dev`).
+/// [`fused_infer_attention`] with the block table on the device (`dev`).
 pub fn fused_infer_attention_with(
     rt: &Runtime,
     spec: &FiaSpec,
-    dtype: DataType,
     x: FiaInputs<Tensor<'_>>,
     out: FiaOutputs<&Tensor<'_>>,
     dev: FiaDeviceMeta<'_>,
@@ -110,15 +109,10 @@ pub fn fused_infer_attention_with(
         TensorList::new(rt.api(), vec![key])?,
         TensorList::new(rt.api(), vec![value])?,
     );
-    let mask = match dev.atten_mask {
-        Some(_) => None,
-        None => prompt_mask(rt, &spec.atten_mask)?,
+    let compressed = match spec.atten_mask {
+        FiaMask::Compressed => prompt_mask(rt, &PromptMask::Compressed)?,
+        FiaMask::None | FiaMask::Dense => None,
     };
-    let pse = spec
-        .pse_shift
-        .as_ref()
-        .map(|p| upload_float(rt, &p.data, &p.shape, dtype))
-        .transpose()?;
     let table = spec
         .block_table
         .as_ref()
@@ -133,34 +127,11 @@ pub fn fused_infer_attention_with(
         .kv_padding_size
         .map(|p| upload_i64(rt, &[p], &[1]))
         .transpose()?;
-    let (aqs, aqo) = upload_antiquant(rt, spec.antiquant.as_ref(), dtype)?;
-    let sep = |q: &Option<burn_ascend_contract::fia::KvAntiquant>, mode: i64| -> AclResult<_> {
-        let Some(q) = q else { return Ok((None, None)) };
-        let dt = match FiaAntiquantMode::from_attr("antiquantMode", mode) {
-            Ok(FiaAntiquantMode::PerToken) => DataType::Float,
-            _ => dtype,
-        };
-        Ok((
-            Some(upload_float(rt, &q.scale, &q.shape, dt)?),
-            q.offset
-                .as_ref()
-                .map(|o| upload_float(rt, o, &q.shape, dt))
-                .transpose()?,
-        ))
-    };
-    let (kqs, kqo) = sep(&spec.key_antiquant, spec.key_antiquant_mode)?;
-    let (vqs, vqo) = sep(&spec.value_antiquant, spec.value_antiquant_mode)?;
-    let (mask, pse, table) = (handle_of(&mask)?, handle_of(&pse)?, handle_of(&table)?);
-    let mask = dev.atten_mask.or(mask.as_ref());
+    let compressed = handle_of(&compressed)?;
+    let mask = x.atten_mask.as_ref().or(compressed.as_ref());
+    let table = handle_of(&table)?;
     let table = dev.block_table.or(table.as_ref());
     let (qpad, kvpad) = (handle_of(&qpad)?, handle_of(&kvpad)?);
-    let (aqs, aqo) = (handle_of(&aqs)?, handle_of(&aqo)?);
-    let (kqs, kqo, vqs, vqo) = (
-        handle_of(&kqs)?,
-        handle_of(&kqo)?,
-        handle_of(&vqs)?,
-        handle_of(&vqo)?,
-    );
     let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
     let asl_kv = ints(rt, spec.actual_seq_lengths_kv.as_deref())?;
     aclnn::fused_infer_attention_score_v4(
@@ -169,19 +140,19 @@ pub fn fused_infer_attention_with(
             query: &x.query,
             key: &key,
             value: &value,
-            pse_shift: pse.as_ref(),
+            pse_shift: x.pse_shift.as_ref(),
             atten_mask: mask,
             actual_seq_lengths: asl.as_ref(),
             actual_seq_lengths_kv: asl_kv.as_ref(),
-            antiquant_scale: aqs.as_ref(),
-            antiquant_offset: aqo.as_ref(),
+            antiquant_scale: x.antiquant_scale.as_ref(),
+            antiquant_offset: x.antiquant_offset.as_ref(),
             block_table: table,
             query_padding_size: qpad.as_ref(),
             kv_padding_size: kvpad.as_ref(),
-            key_antiquant_scale: kqs.as_ref(),
-            key_antiquant_offset: kqo.as_ref(),
-            value_antiquant_scale: vqs.as_ref(),
-            value_antiquant_offset: vqo.as_ref(),
+            key_antiquant_scale: x.key_antiquant_scale.as_ref(),
+            key_antiquant_offset: x.key_antiquant_offset.as_ref(),
+            value_antiquant_scale: x.value_antiquant_scale.as_ref(),
+            value_antiquant_offset: x.value_antiquant_offset.as_ref(),
             learnable_sink: x.learnable_sink.as_ref(),
             num_heads: spec.num_heads as i64,
             scale_value: spec.scale_value,
@@ -216,9 +187,9 @@ pub(super) fn fia_fwd(
     inputs: FiaInputs<AscendTensor>,
     spec: &FiaSpec,
 ) -> Result<FiaOutputs<AscendTensor>> {
-    let dims = spec.validate(&shapes::<Ascend>(&inputs, spec))?;
+    let dims = spec.validate(&shapes::<Ascend>(&inputs))?;
     let (q, (k, v)) = (&inputs.query, inputs.kv.as_ref().into_pair());
-    let device = same_device(OP, &[q, k, v])?;
+    let device = same_device(OP, &inputs.all())?;
     let dtype = q.dtype;
     if !is_acl_float(dtype) || k.dtype != dtype || v.dtype != dtype {
         count(OP);
@@ -231,7 +202,7 @@ pub(super) fn fia_fwd(
         return composite::fia_fwd::<Ascend>(inputs, spec);
     }
     // int8 KV (antiquant) goes to the op as INT8, cast on the device.
-    let kv = match spec.quantised() {
+    let kv = match dims.quantised() {
         false => inputs.kv.clone(),
         true => {
             let cast = inputs
@@ -264,10 +235,50 @@ pub(super) fn fia_fwd(
             }
         }
     };
+    // The optional inputs in the dtypes the op takes, converted on the device: the dense mask
+    // BOOL (non-zero = masked), pse and per-channel scales in the query's dtype, per-token
+    // scales FLOAT.
+    let separate = |mode: i64| match FiaAntiquantMode::from_attr("keyAntiquantMode", mode) {
+        Ok(FiaAntiquantMode::PerToken) => DType::F32,
+        _ => dtype,
+    };
+    let (kdt, vdt) = (
+        separate(spec.key_antiquant_mode),
+        separate(spec.value_antiquant_mode),
+    );
+    let cast =
+        |t: &Option<AscendTensor>, to: DType| on_device(t, |t| native_elementwise::cast(t, to));
+    let converted = [
+        on_device(&inputs.atten_mask, mask_to_bool),
+        cast(&inputs.pse_shift, dtype),
+        cast(&inputs.antiquant_scale, dtype),
+        cast(&inputs.antiquant_offset, dtype),
+        cast(&inputs.key_antiquant_scale, kdt),
+        cast(&inputs.key_antiquant_offset, kdt),
+        cast(&inputs.value_antiquant_scale, vdt),
+        cast(&inputs.value_antiquant_offset, vdt),
+    ];
+    let Ok([mask, pse, aqs, aqo, kqs, kqo, vqs, vqo]) = <[Option<AscendTensor>; 8]>::try_from(
+        converted
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
+    ) else {
+        count(OP);
+        return cpu_fia_fwd::<Ascend>(inputs, spec);
+    };
     let x = FiaInputs {
         query: inputs.query,
         kv,
         learnable_sink: sink,
+        atten_mask: mask,
+        pse_shift: pse,
+        antiquant_scale: aqs,
+        antiquant_offset: aqo,
+        key_antiquant_scale: kqs,
+        key_antiquant_offset: kqo,
+        value_antiquant_scale: vqs,
+        value_antiquant_offset: vqo,
     };
     let out = FiaOutputs {
         attention_out: AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device),
@@ -279,7 +290,6 @@ pub(super) fn fia_fwd(
     fused_infer_attention(
         &rt,
         spec,
-        acl_dtype,
         x.as_ref().map(|t| view_handle(t, OP)),
         out_handles.as_ref(),
     )

@@ -157,15 +157,15 @@ fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), Cl
         spec.actual_seq_lengths = Some(vec![s as i64]);
         spec.actual_seq_lengths_kv = Some(vec![s as i64]);
     }
-    let dims = spec.validate(&FiaShapes {
-        query: shape.clone(),
-        kv: FiaKvShapes::Contiguous {
+    let dims = spec.validate(&FiaShapes::new(
+        shape.clone(),
+        FiaKvShapes::Contiguous {
             key: shape.clone(),
             value: shape.clone(),
         },
-        kv_int8: false,
-        learnable_sink: Some(vec![n]),
-    })?;
+        false,
+        Some(vec![n]),
+    ))?;
     let rt = acl_runtime(device)?;
     let (qd, kd, vd) = (
         upload(&rt, &q, "query")?,
@@ -177,15 +177,14 @@ fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), Cl
     fused_infer_attention(
         &rt,
         &spec,
-        DataType::Float16,
-        FiaInputs {
-            query: qd.handle()?,
-            kv: FiaKv::Contiguous {
+        FiaInputs::new(
+            qd.handle()?,
+            FiaKv::Contiguous {
                 key: kd.handle()?,
                 value: vd.handle()?,
             },
-            learnable_sink: Some(sd.handle()?),
-        },
+            Some(sd.handle()?),
+        ),
         FiaOutputs {
             attention_out: &o.handle()?,
             softmax_lse: None,
@@ -229,15 +228,15 @@ pub fn sink_dtype_probe(device: Device) -> String {
                 spec.actual_seq_lengths_kv = Some(vec![4]);
             }
             let want = spec
-                .validate(&FiaShapes {
-                    query: shape.clone(),
-                    kv: FiaKvShapes::Contiguous {
+                .validate(&FiaShapes::new(
+                    shape.clone(),
+                    FiaKvShapes::Contiguous {
                         key: shape.clone(),
                         value: shape,
                     },
-                    kv_int8: false,
-                    learnable_sink: Some(vec![2]),
-                })
+                    false,
+                    Some(vec![2]),
+                ))
                 .map(|dims| {
                     spec.check_learnable_sink_dtype(&dims, DataType::Float16, sink, release)
                 });

@@ -41,19 +41,6 @@ pub struct BlockTable {
     pub shape: Vec<usize>,
 }
 
-/// FIA's combined `antiquantScale` / `antiquantOffset` (int8 KV): `x = (x_int8 + offset) ·
-/// scale`. (Incremental attention takes them as tensors: [`IncreInputs::antiquant_scale`].)
-#[derive(Debug, Clone, PartialEq)]
-pub struct AntiquantSpec {
-    /// `antiquantScale` values.
-    pub scale: Arc<[f32]>,
-    /// `antiquantOffset` values (same shape), absent = 0.
-    pub offset: Option<Arc<[f32]>>,
-    /// The shape of both: `(2)` per tensor; `(2, Nkv, 1, D)` (BNSD), `(2, Nkv, D)` (BSND),
-    /// `(2, H)` (BSH) per channel.
-    pub shape: Vec<usize>,
-}
-
 /// Everything of the incremental op that is not query/key/value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IncreSpec {

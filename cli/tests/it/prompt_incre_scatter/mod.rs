@@ -21,8 +21,8 @@ use burn_ascend::kernels::reference::incre::incre_flash_attention;
 use burn_ascend::kernels::reference::prompt::prompt_flash_attention;
 use burn_ascend::ops::host::{from_vec, to_vec};
 use burn_ascend::ops::incre::{
-    composite as icomp, AntiquantSpec, BlockTable, IfaLayout, IncreHostValues, IncreKvShapes,
-    IncreShapes, IncreSpec,
+    composite as icomp, BlockTable, IfaLayout, IncreHostValues, IncreKvShapes, IncreShapes,
+    IncreSpec,
 };
 use burn_ascend::ops::prompt::{
     composite as pcomp, PfaLayout, PostQuantSpec, PromptMask, PromptPse, PromptShapes, PromptSpec,
