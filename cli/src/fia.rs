@@ -81,13 +81,16 @@ fn scale_pair(
     Ok(Some((s.clone(), o)))
 }
 
+/// A bundle tensor with its f32 values.
+type Valued = (HostTensor, Vec<f32>);
+
 /// The bundle's optional tensor inputs, checked, with their host values: the dense mask as 0/1
 /// bytes (a compressed mask is the spec's kind, not a tensor of the call), the others as f32.
 struct Optional<'a> {
     mask: Option<(&'a HostTensor, Vec<u8>)>,
     pse: Option<(&'a HostTensor, Vec<f32>)>,
     /// Scale and offset of the combined, the key's and the value's antiquant.
-    antiquant: [[Option<(HostTensor, Vec<f32>)>; 2]; 3],
+    antiquant: [[Option<Valued>; 2]; 3],
 }
 
 impl Optional<'_> {
@@ -110,7 +113,7 @@ impl Optional<'_> {
 
     /// The host values, for the reference.
     fn host<'a>(&'a self, learnable_sink: Option<&'a [f32]>) -> FiaHostValues<'a> {
-        let v = |t: &'a Option<(HostTensor, Vec<f32>)>| t.as_ref().map(|(_, v)| &v[..]);
+        let v = |t: &'a Option<Valued>| t.as_ref().map(|(_, v)| &v[..]);
         let [[aqs, aqo], [kqs, kqo], [vqs, vqo]] = &self.antiquant;
         FiaHostValues {
             atten_mask: self.mask.as_ref().map(|(_, v)| &v[..]),
@@ -142,7 +145,7 @@ impl Optional<'_> {
             .as_ref()
             .map(|(t, _)| data(t, "pseShift", qdt))
             .transpose()?;
-        let f = |t: &Option<(HostTensor, Vec<f32>)>| {
+        let f = |t: &Option<Valued>| {
             t.as_ref()
                 .map(|(t, _)| data(t, "antiquantScale", Dtype::F32))
                 .transpose()
@@ -240,7 +243,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(FiaSpec, Optional<'_>), AttnErro
             shape: t.shape.clone(),
         });
     }
-    let mut antiquant: [[Option<(HostTensor, Vec<f32>)>; 2]; 3] = Default::default();
+    let mut antiquant: [[Option<Valued>; 2]; 3] = Default::default();
     for (pair, names) in antiquant.iter_mut().zip([
         ["antiquantScale", "antiquantOffset"],
         ["keyAntiquantScale", "keyAntiquantOffset"],

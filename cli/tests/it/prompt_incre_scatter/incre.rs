@@ -27,9 +27,11 @@ pub(crate) struct IOpt {
     /// `attenMask` bytes (non-zero = masked).
     pub(crate) mask: Option<(Vec<u8>, Vec<usize>)>,
     pub(crate) pse: Option<(Vec<f32>, Vec<usize>)>,
-    /// `antiquantScale`, `antiquantOffset`, their shape.
-    pub(crate) antiquant: Option<(Vec<f32>, Option<Vec<f32>>, Vec<usize>)>,
+    pub(crate) antiquant: Option<IAntiquant>,
 }
+
+/// `antiquantScale`, `antiquantOffset`, their shape.
+pub(crate) type IAntiquant = (Vec<f32>, Option<Vec<f32>>, Vec<usize>);
 
 impl IOpt {
     /// The shapes validation reads, added to `sh`.
