@@ -138,11 +138,11 @@ fn read<Bk: Backend>(out: Tensor<Bk, 4>) -> Vec<f32> {
 }
 
 /// What one call on the device adds, its inputs made before: host→device and device→host
-/// bytes, and whether a host fallback was counted.
+/// bytes, and the fallback counters that moved.
 struct Added {
     h2d: u64,
     d2h: u64,
-    fallback: bool,
+    fallbacks: Vec<&'static str>,
 }
 
 fn added<R>(call: impl FnOnce() -> R) -> (R, Added) {
@@ -153,7 +153,11 @@ fn added<R>(call: impl FnOnce() -> R) -> (R, Added) {
     let added = Added {
         h2d: after.h2d_bytes - before.h2d_bytes,
         d2h: after.d2h_bytes - before.d2h_bytes,
-        fallback: fallback_counts() != counts,
+        fallbacks: fallback_counts()
+            .into_iter()
+            .filter(|(k, v)| counts.get(k) != Some(v))
+            .map(|(k, _)| k)
+            .collect(),
     };
     (r, added)
 }
@@ -173,7 +177,11 @@ fn incremental_and_fused_attention_keep_mask_pse_and_antiquant_on_the_device() {
     // The counter sees copies: making the inputs uploaded them.
     assert!(made.h2d > 0, "the inputs' uploads are counted");
     let (out, a) = added(|| run_incre::<Ascend>(x, &spec));
-    assert!(!a.fallback, "incre: no host fallback");
+    assert!(
+        a.fallbacks.is_empty(),
+        "incre: no host fallback, {:?}",
+        a.fallbacks
+    );
     assert_eq!(
         (a.h2d, a.d2h),
         (0, 0),
@@ -188,12 +196,41 @@ fn incremental_and_fused_attention_keep_mask_pse_and_antiquant_on_the_device() {
     run_fia::<Ascend>(x, &spec);
     let (x, spec) = fia::<Ascend>(FloatDType::F16, &d);
     let (out, a) = added(|| run_fia::<Ascend>(x, &spec));
-    assert!(!a.fallback, "fia: no host fallback");
+    assert!(
+        a.fallbacks.is_empty(),
+        "fia: no host fallback, {:?}",
+        a.fallbacks
+    );
     assert_eq!(
         (a.h2d, a.d2h),
         (0, 0),
         "fia: no copy between host and device"
     );
+    let n = want.len();
+    TensorData::new(read(out), [n]).assert_approx_eq::<f32>(&TensorData::new(want, [n]), tol);
+}
+
+#[test]
+fn the_f32_composites_read_mask_pse_and_antiquant_as_device_tensors_without_host_fallback() {
+    let _lock = crate::exclusive();
+    let d = dev();
+    let tol = Tolerance::rel_abs(1e-4, 1e-5);
+    let nd = Default::default();
+    // f32: CANN's ops take no FLOAT query, so the composite runs on the native ops (counted
+    // under its own name) — and nothing else falls back to the host.
+    let (x, spec) = incre::<NdArray>(FloatDType::F32, &nd);
+    let want = read(run_incre::<NdArray>(x, &spec));
+    let (x, spec) = incre::<Ascend>(FloatDType::F32, &d);
+    let (out, a) = added(|| run_incre::<Ascend>(x, &spec));
+    assert_eq!(a.fallbacks, ["incre_composite"], "incre f32");
+    let n = want.len();
+    TensorData::new(read(out), [n]).assert_approx_eq::<f32>(&TensorData::new(want, [n]), tol);
+
+    let (x, spec) = fia::<NdArray>(FloatDType::F32, &nd);
+    let want = read(run_fia::<NdArray>(x, &spec));
+    let (x, spec) = fia::<Ascend>(FloatDType::F32, &d);
+    let (out, a) = added(|| run_fia::<Ascend>(x, &spec));
+    assert_eq!(a.fallbacks, ["fia_composite"], "fia f32");
     let n = want.len();
     TensorData::new(read(out), [n]).assert_approx_eq::<f32>(&TensorData::new(want, [n]), tol);
 }
