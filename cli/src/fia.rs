@@ -145,21 +145,21 @@ impl Optional<'_> {
             .as_ref()
             .map(|(t, _)| data(t, "pseShift", qdt))
             .transpose()?;
-        let f = |t: &Option<Valued>| {
+        let f = |t: &Option<Valued>, name| {
             t.as_ref()
-                .map(|(t, _)| data(t, "antiquantScale", Dtype::F32))
+                .map(|(t, _)| data(t, name, Dtype::F32))
                 .transpose()
         };
         let [[aqs, aqo], [kqs, kqo], [vqs, vqo]] = &self.antiquant;
         Ok([
             mask,
             pse,
-            f(aqs)?,
-            f(aqo)?,
-            f(kqs)?,
-            f(kqo)?,
-            f(vqs)?,
-            f(vqo)?,
+            f(aqs, "antiquantScale")?,
+            f(aqo, "antiquantOffset")?,
+            f(kqs, "keyAntiquantScale")?,
+            f(kqo, "keyAntiquantOffset")?,
+            f(vqs, "valueAntiquantScale")?,
+            f(vqo, "valueAntiquantOffset")?,
         ])
     }
 }
