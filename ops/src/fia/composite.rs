@@ -1,7 +1,9 @@
 //! The composite fused inference attention: per batch, gather the query rows and the valid KV
 //! window (contiguous, or paged through the block table with `select`), dequantise int8 values,
-//! dense scores from Burn matmuls plus the pse, the mask built on the host from the contract's
-//! rule, the sink as one extra logit column with a zero value, softmax, P·V and the LSE.
+//! dense scores from Burn matmuls plus the pse, the mask — the sparse mode's rule built on the
+//! host from the contract, ORed with the dense mask tensor where it lies (its values are never
+//! read to the host) —, the sink as one extra logit column with a zero value, softmax, P·V and
+//! the LSE. The pse and the antiquant scales are sliced where they lie too.
 //! O(Sq·Skv) memory per batch — the fallback every backend can run, not a fast path.
 
 use burn::tensor::backend::Backend;

@@ -1,6 +1,7 @@
 //! The composite incremental attention: per batch, gather the valid KV window (contiguous,
 //! tensor list, or paged through the block table with `select`), dequantise int8 values,
 //! scores from Burn matmuls, the mask *replacing* scores with −1e12 (spec §5), softmax, P·V.
+//! The mask, pse and antiquant scales are the carrier's tensors, sliced where they lie.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
