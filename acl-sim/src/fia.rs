@@ -2,10 +2,11 @@
 //! `aclnnFusedInferAttentionScore`, on the CPU reference (`burn_ascend_kernels::reference::fia`).
 //!
 //! The first stage reads shapes, dtypes, attributes and the host int arrays only: it builds the
-//! contract's [`FiaSpec`] with zero placeholders for the contents of the tensor inputs (mask,
-//! pse, block table, antiquant, sink, padding sizes) and runs its validation, so every rule on
-//! shapes is checked before the executor exists. The launch reads the contents, validates the
-//! spec again with them (block ids, padding values) and runs the reference.
+//! contract's [`FiaSpec`] with zero placeholders for the contents of the index metadata (block
+//! table, padding sizes) and the call's shapes (every tensor input's) and runs its validation,
+//! so every rule on shapes is checked before the executor exists. The launch reads the
+//! contents, validates the spec again with them (block ids, padding values) and runs the
+//! reference on the tensors' values.
 //!
 //! `learnableSink`'s dtype is checked as the CANN release the simulation pretends to be
 //! ([`set_fia_release`], per thread; the contract's [`CannRelease::MODELLED`] by default) takes
@@ -17,10 +18,10 @@ use std::sync::Arc;
 
 use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::fia::{
-    parse_fia_layout, CannRelease, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant,
+    parse_fia_layout, CannRelease, FiaHostValues, FiaKvShapes, FiaMask, FiaShapes, FiaSpec,
 };
-use burn_ascend_contract::incre::{AntiquantSpec, BlockTable};
-use burn_ascend_contract::prompt::{PfaLayout, PromptMask, PromptPse};
+use burn_ascend_contract::incre::BlockTable;
+use burn_ascend_contract::prompt::PfaLayout;
 use burn_ascend_contract::AttnError;
 use burn_ascend_kernels::reference::fia::fused_infer_attention;
 
@@ -92,16 +93,10 @@ fn zeros<X: Default + Clone>(t: &SimTensor) -> Arc<[X]> {
     vec![X::default(); t.numel()].into()
 }
 
-/// The spec with each tensor input's contents from `read` (placeholders in the first stage).
+/// The spec with its host metadata's contents (block table, padding sizes) read from their
+/// tensors (`real`), or zero placeholders of their shapes (the first stage).
 fn fill(base: &FiaSpec, t: &FiaTensors, real: bool) -> SimResult<FiaSpec> {
     let mut s = base.clone();
-    let fl = |x: &SimTensor, name: &str| -> SimResult<Arc<[f32]>> {
-        if real {
-            Ok(floats(x, name)?.into())
-        } else {
-            Ok(zeros(x))
-        }
-    };
     let one = |x: &Option<SimTensor>, name: &str| -> SimResult<Option<i64>> {
         match x {
             None => Ok(None),
@@ -109,24 +104,6 @@ fn fill(base: &FiaSpec, t: &FiaTensors, real: bool) -> SimResult<FiaSpec> {
             Some(_) => Ok(Some(0)),
         }
     };
-    if let Some(m) = &t.mask {
-        if let PromptMask::Dense { .. } = s.atten_mask {
-            s.atten_mask = PromptMask::Dense {
-                data: if real {
-                    mask01(m, "attenMask")?.into()
-                } else {
-                    zeros(m)
-                },
-                shape: m.dims.clone(),
-            };
-        }
-    }
-    if let Some(p) = &t.pse {
-        s.pse_shift = Some(PromptPse {
-            data: fl(p, "pseShift")?,
-            shape: p.dims.clone(),
-        });
-    }
     if let Some(b) = &t.table {
         s.block_table = Some(BlockTable {
             data: if real {
@@ -143,39 +120,61 @@ fn fill(base: &FiaSpec, t: &FiaTensors, real: bool) -> SimResult<FiaSpec> {
     }
     s.query_padding_size = one(&t.query_padding, "queryPaddingSize")?;
     s.kv_padding_size = one(&t.kv_padding, "kvPaddingSize")?;
-    if let [Some(sc), off] = &t.antiquant {
-        s.antiquant = Some(AntiquantSpec {
-            scale: fl(sc, "antiquantScale")?,
-            offset: off.as_ref().map(|o| fl(o, "antiquantOffset")).transpose()?,
-            shape: sc.dims.clone(),
-        });
+    Ok(s)
+}
+
+/// The optional tensor inputs' host values (the dense mask as 0/1 bytes, the rest as f32).
+struct HostValues {
+    mask: Option<Vec<u8>>,
+    pse: Option<Vec<f32>>,
+    /// Scale and offset of the combined, the key's and the value's antiquant.
+    antiquant: [[Option<Vec<f32>>; 2]; 3],
+    sink: Option<Vec<f32>>,
+}
+
+impl HostValues {
+    fn read(spec: &FiaSpec, t: &FiaTensors) -> SimResult<Self> {
+        let fl =
+            |x: &Option<SimTensor>, name: &str| x.as_ref().map(|x| floats(x, name)).transpose();
+        let pair = |p: &[Option<SimTensor>; 2], names: [&str; 2]| -> SimResult<_> {
+            Ok([fl(&p[0], names[0])?, fl(&p[1], names[1])?])
+        };
+        Ok(Self {
+            // The compressed mask's content is fixed by the mode (checked in the first stage).
+            mask: match (&t.mask, spec.atten_mask) {
+                (Some(m), FiaMask::Dense) => Some(mask01(m, "attenMask")?),
+                _ => None,
+            },
+            pse: fl(&t.pse, "pseShift")?,
+            antiquant: [
+                pair(&t.antiquant, ["antiquantScale", "antiquantOffset"])?,
+                pair(
+                    &t.key_antiquant,
+                    ["keyAntiquantScale", "keyAntiquantOffset"],
+                )?,
+                pair(
+                    &t.value_antiquant,
+                    ["valueAntiquantScale", "valueAntiquantOffset"],
+                )?,
+            ],
+            sink: fl(&t.sink, "learnableSink")?,
+        })
     }
-    for (which, pair, names) in [
-        (
-            0,
-            &t.key_antiquant,
-            ["keyAntiquantScale", "keyAntiquantOffset"],
-        ),
-        (
-            1,
-            &t.value_antiquant,
-            ["valueAntiquantScale", "valueAntiquantOffset"],
-        ),
-    ] {
-        if let [Some(sc), off] = pair {
-            let q = Some(KvAntiquant {
-                scale: fl(sc, names[0])?,
-                offset: off.as_ref().map(|o| fl(o, names[1])).transpose()?,
-                shape: sc.dims.clone(),
-            });
-            if which == 0 {
-                s.key_antiquant = q;
-            } else {
-                s.value_antiquant = q;
-            }
+
+    fn view(&self) -> FiaHostValues<'_> {
+        let [[aqs, aqo], [kqs, kqo], [vqs, vqo]] = &self.antiquant;
+        FiaHostValues {
+            atten_mask: self.mask.as_deref(),
+            pse_shift: self.pse.as_deref(),
+            antiquant_scale: aqs.as_deref(),
+            antiquant_offset: aqo.as_deref(),
+            key_antiquant_scale: kqs.as_deref(),
+            key_antiquant_offset: kqo.as_deref(),
+            value_antiquant_scale: vqs.as_deref(),
+            value_antiquant_offset: vqo.as_deref(),
+            learnable_sink: self.sink.as_deref(),
         }
     }
-    Ok(s)
 }
 
 struct FiaCall {
@@ -191,13 +190,8 @@ impl FiaCall {
         let q = floats(&self.t.q, "query")?;
         let k = floats_or_i8(&self.t.k, "key")?;
         let v = floats_or_i8(&self.t.v, "value")?;
-        let sink = self
-            .t
-            .sink
-            .as_ref()
-            .map(|x| floats(x, "learnableSink"))
-            .transpose()?;
-        let out = fused_infer_attention(&spec.args(&dims, &q, &k, &v, sink.as_deref()));
+        let host = HostValues::read(&spec, &self.t)?;
+        let out = fused_infer_attention(&spec.args(&dims, &q, &k, &v, host.view()));
         self.t.out.write(
             "attentionOut",
             &encode_f64(&out.attention_out, self.t.out.dtype, "attentionOut")?,
@@ -333,7 +327,7 @@ fn decode(
     spec.actual_seq_lengths = int_array(asl, "actualSeqLengths")?;
     spec.actual_seq_lengths_kv = int_array(asl_kv, "actualSeqLengthsKv")?;
     spec.atten_mask = match &t.mask {
-        None => PromptMask::None,
+        None => FiaMask::None,
         Some(m) if (2..=4).contains(&sparse_mode) => {
             let ok = matches!(
                 m.dims.as_slice(),
@@ -345,12 +339,9 @@ fn decode(
                     m.dims
                 ));
             }
-            PromptMask::Compressed
+            FiaMask::Compressed
         }
-        Some(m) => PromptMask::Dense {
-            data: zeros(m),
-            shape: m.dims.clone(),
-        },
+        Some(_) => FiaMask::Dense,
     };
     let kv = if t.table.is_some() {
         FiaKvShapes::Paged {
@@ -363,11 +354,23 @@ fn decode(
             value: t.v.dims.clone(),
         }
     };
+    let dims_of = |x: &Option<SimTensor>| x.as_ref().map(|x| x.dims.clone());
     let shapes = FiaShapes {
-        query: t.q.dims.clone(),
-        kv,
-        kv_int8: int8,
-        learnable_sink: t.sink.as_ref().map(|x| x.dims.clone()),
+        // The compressed mask is no tensor of the contract's call (its shape is checked above).
+        atten_mask: dims_of(&t.mask).filter(|_| spec.atten_mask == FiaMask::Dense),
+        pse_shift: dims_of(&t.pse),
+        antiquant_scale: dims_of(&t.antiquant[0]),
+        antiquant_offset: dims_of(&t.antiquant[1]),
+        key_antiquant_scale: dims_of(&t.key_antiquant[0]),
+        key_antiquant_offset: dims_of(&t.key_antiquant[1]),
+        value_antiquant_scale: dims_of(&t.value_antiquant[0]),
+        value_antiquant_offset: dims_of(&t.value_antiquant[1]),
+        ..FiaShapes::new(
+            t.q.dims.clone(),
+            kv,
+            int8,
+            t.sink.as_ref().map(|x| x.dims.clone()),
+        )
     };
     let placeholder = fill(&spec, &t, false)?;
     let dims = placeholder.validate(&shapes).map_err(contract)?;

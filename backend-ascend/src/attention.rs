@@ -276,7 +276,7 @@ impl AttentionBackend for Ascend {
         prompt::prompt_fwd(inputs, spec)
     }
 
-    fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<AscendTensor> {
+    fn incre_fwd(inputs: IncreInputs<AscendTensor>, spec: &IncreSpec) -> Result<AscendTensor> {
         incre::incre_fwd(inputs, spec)
     }
 
@@ -288,9 +288,9 @@ impl AttentionBackend for Ascend {
     }
 
     fn fia_fwd(
-        inputs: burn_ascend_ops::backend::FiaInputs<Self>,
+        inputs: burn_ascend_ops::backend::FiaInputs<AscendTensor>,
         spec: &burn_ascend_ops::fia::FiaSpec,
-    ) -> Result<burn_ascend_ops::backend::FiaOutputs<Self>> {
+    ) -> Result<burn_ascend_ops::backend::FiaOutputs<AscendTensor>> {
         fia::fia_fwd(inputs, spec)
     }
 

@@ -59,7 +59,7 @@ use burn_ascend::contract::Element;
 use burn_ascend::kernels::cpu;
 use burn_ascend::ops::backend::{IncreInputs, IncreKv, VarlenGradInputs, VarlenInputs};
 use burn_ascend::ops::host::from_vec;
-use burn_ascend::ops::incre::{AntiquantSpec, BlockTable, IfaLayout, IncreKvShapes, IncreShapes};
+use burn_ascend::ops::incre::{BlockTable, IfaLayout, IncreKvShapes, IncreShapes};
 use burn_ascend::ops::varlen::{MaskSpec, VarlenShapes, VarlenSpec};
 use burn_ascend::ops::{IncreSpec, SparseMode};
 
@@ -675,21 +675,19 @@ fn decode_case(
         data: ids.clone().into(),
         shape: vec![batch, maxb],
     });
-    if int8 {
-        spec.antiquant = Some(AntiquantSpec {
-            scale: aq_scale.clone().into(),
-            offset: Some(aq_offset.clone().into()),
-            shape: vec![2, h],
-        });
-    }
-    spec.validate(&IncreShapes {
-        query: vec![batch, 1, heads * d],
-        kv: IncreKvShapes::Paged {
+    let mut shapes = IncreShapes::new(
+        vec![batch, 1, heads * d],
+        IncreKvShapes::Paged {
             key_cache: vec![nblocks, block, h],
             value_cache: vec![nblocks, block, h],
         },
-        kv_int8: int8,
-    })?;
+        int8,
+    );
+    if int8 {
+        shapes.antiquant_scale = Some(vec![2, h]);
+        shapes.antiquant_offset = Some(vec![2, h]);
+    }
+    spec.validate(&shapes)?;
     let aq = int8.then_some(Antiquant {
         scale: &aq_scale,
         offset: Some(&aq_offset),
@@ -718,13 +716,17 @@ fn decode_case(
         })
     };
     let device = Default::default();
-    let inputs = IncreInputs::<Nd> {
-        query: from_vec::<Nd>(q.clone(), &[batch, 1, heads * d], &device),
-        kv: IncreKv::Paged {
+    let mut inputs = IncreInputs::<FloatTensor<Nd>>::new(
+        from_vec::<Nd>(q.clone(), &[batch, 1, heads * d], &device),
+        IncreKv::Paged {
             key_cache: from_vec::<Nd>(kf.clone(), &[nblocks, block, h], &device),
             value_cache: from_vec::<Nd>(vf.clone(), &[nblocks, block, h], &device),
         },
-    };
+    );
+    if int8 {
+        inputs.antiquant_scale = Some(from_vec::<Nd>(aq_scale.clone(), &[2, h], &device));
+        inputs.antiquant_offset = Some(from_vec::<Nd>(aq_offset.clone(), &[2, h], &device));
+    }
     let comp = || {
         burn_ascend::ops::incre::composite::incre_fwd::<Nd>(inputs.clone(), &spec)
             .map_err(CliError::from)

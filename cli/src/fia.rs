@@ -6,19 +6,19 @@
 use burn::tensor::TensorData;
 use safetensors::Dtype;
 
-use super::device::{acl_dtype, acl_runtime, data, host, on_backend, primitive, tensor, OnBackend};
+use super::device::{acl_dtype, acl_runtime, data, host, on_backend, primitive, OnBackend};
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, same_dtype};
 use super::{CliError, Device};
 use burn_ascend::backend::attention::fia::cann_release;
 use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
 use burn_ascend::ops::fia::{
-    check_learnable_sink_values, parse_fia_layout, CannRelease, FiaKvShapes, FiaShapes, FiaSpec,
-    KvAntiquant,
+    check_learnable_sink_values, parse_fia_layout, CannRelease, FiaHostValues, FiaKvShapes,
+    FiaMask, FiaShapes, FiaSpec,
 };
-use burn_ascend::ops::incre::{AntiquantSpec, BlockTable};
-use burn_ascend::ops::prompt::{PromptMask, PromptPse, INT_MAX_TOKENS, PFA_COMPRESSED_MASK};
-use burn_ascend::{fused_infer_attention, AttentionBackend, AttnError, FiaKv};
+use burn_ascend::ops::incre::BlockTable;
+use burn_ascend::ops::prompt::{INT_MAX_TOKENS, PFA_COMPRESSED_MASK};
+use burn_ascend::{fused_infer_attention_with, AttentionBackend, AttnError, FiaInputs, FiaKv};
 
 /// Inputs the CLI knows but does not run: their own `unsupported` error, not "unknown".
 pub(crate) const LEFT_OUT: [&str; 12] = [
@@ -81,7 +81,90 @@ fn scale_pair(
     Ok(Some((s.clone(), o)))
 }
 
-fn spec_from(b: &Bundle, qdt: Dtype) -> Result<FiaSpec, AttnError> {
+/// A bundle tensor with its f32 values.
+type Valued = (HostTensor, Vec<f32>);
+
+/// The bundle's optional tensor inputs, checked, with their host values: the dense mask as 0/1
+/// bytes (a compressed mask is the spec's kind, not a tensor of the call), the others as f32.
+struct Optional<'a> {
+    mask: Option<(&'a HostTensor, Vec<u8>)>,
+    pse: Option<(&'a HostTensor, Vec<f32>)>,
+    /// Scale and offset of the combined, the key's and the value's antiquant.
+    antiquant: [[Option<Valued>; 2]; 3],
+}
+
+impl Optional<'_> {
+    /// The shapes validation reads, added to `shapes`.
+    fn shapes(&self, mut shapes: FiaShapes) -> FiaShapes {
+        fn shape<T: std::borrow::Borrow<HostTensor>, V>(t: &Option<(T, V)>) -> Option<Vec<usize>> {
+            t.as_ref().map(|(t, _)| t.borrow().shape.clone())
+        }
+        let [[aqs, aqo], [kqs, kqo], [vqs, vqo]] = &self.antiquant;
+        shapes.atten_mask = shape(&self.mask);
+        shapes.pse_shift = shape(&self.pse);
+        shapes.antiquant_scale = shape(aqs);
+        shapes.antiquant_offset = shape(aqo);
+        shapes.key_antiquant_scale = shape(kqs);
+        shapes.key_antiquant_offset = shape(kqo);
+        shapes.value_antiquant_scale = shape(vqs);
+        shapes.value_antiquant_offset = shape(vqo);
+        shapes
+    }
+
+    /// The host values, for the reference.
+    fn host<'a>(&'a self, learnable_sink: Option<&'a [f32]>) -> FiaHostValues<'a> {
+        let v = |t: &'a Option<Valued>| t.as_ref().map(|(_, v)| &v[..]);
+        let [[aqs, aqo], [kqs, kqo], [vqs, vqo]] = &self.antiquant;
+        FiaHostValues {
+            atten_mask: self.mask.as_ref().map(|(_, v)| &v[..]),
+            pse_shift: self.pse.as_ref().map(|(_, v)| &v[..]),
+            antiquant_scale: v(aqs),
+            antiquant_offset: v(aqo),
+            key_antiquant_scale: v(kqs),
+            key_antiquant_offset: v(kqo),
+            value_antiquant_scale: v(vqs),
+            value_antiquant_offset: v(vqo),
+            learnable_sink,
+        }
+    }
+
+    /// The values as the Burn API takes them, in the order of the carrier's optional tensors:
+    /// the mask as 0/1 floats and the pse in the query's dtype, the antiquant as exact f32 (the
+    /// backend converts where the op needs).
+    fn data(&self, qdt: Dtype) -> Result<[Option<TensorData>; 8], AttnError> {
+        let mask = match &self.mask {
+            None => None,
+            Some((t, v)) => {
+                let v: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+                let floats = HostTensor::from_f64_as(&v, t.shape.clone(), qdt);
+                Some(data(&floats, "attenMask", qdt)?)
+            }
+        };
+        let pse = self
+            .pse
+            .as_ref()
+            .map(|(t, _)| data(t, "pseShift", qdt))
+            .transpose()?;
+        let f = |t: &Option<Valued>, name| {
+            t.as_ref()
+                .map(|(t, _)| data(t, name, Dtype::F32))
+                .transpose()
+        };
+        let [[aqs, aqo], [kqs, kqo], [vqs, vqo]] = &self.antiquant;
+        Ok([
+            mask,
+            pse,
+            f(aqs, "antiquantScale")?,
+            f(aqo, "antiquantOffset")?,
+            f(kqs, "keyAntiquantScale")?,
+            f(kqo, "keyAntiquantOffset")?,
+            f(vqs, "valueAntiquantScale")?,
+            f(vqo, "valueAntiquantOffset")?,
+        ])
+    }
+}
+
+fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(FiaSpec, Optional<'_>), AttnError> {
     let layout = parse_fia_layout(b.attr_str("inputLayout", "BSH"))?;
     let mut spec = FiaSpec::new(
         b.attr_required("numHeads")?,
@@ -111,6 +194,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<FiaSpec, AttnError> {
     spec.actual_seq_lengths_kv = b.opt_i64("actualSeqLengthsKv")?;
     spec.query_padding_size = one_i64(b, "queryPaddingSize")?;
     spec.kv_padding_size = one_i64(b, "kvPaddingSize")?;
+    let mut mask = None;
     if let Some(m) = b.optional(&["attenMask"]) {
         let data = m.mask01_values("attenMask")?;
         spec.atten_mask = if (2..=4).contains(&spec.sparse_mode) {
@@ -131,20 +215,16 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<FiaSpec, AttnError> {
                     ),
                 ));
             }
-            PromptMask::Compressed
+            FiaMask::Compressed
         } else {
-            PromptMask::Dense {
-                data: data.into(),
-                shape: m.shape.clone(),
-            }
+            mask = Some((m, data));
+            FiaMask::Dense
         };
     }
+    let mut pse = None;
     if let Some(p) = b.optional(&["pseShift"]) {
         same_dtype(p, "pseShift", qdt)?;
-        spec.pse_shift = Some(PromptPse {
-            data: p.f32_values("pseShift")?.into(),
-            shape: p.shape.clone(),
-        });
+        pse = Some((p, p.f32_values("pseShift")?));
     }
     if let Some(t) = b.optional(&["blockTable"]) {
         if t.dtype != Dtype::I32 {
@@ -163,37 +243,32 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<FiaSpec, AttnError> {
             shape: t.shape.clone(),
         });
     }
-    if let Some((s, o)) = scale_pair(b, ["antiquantScale", "antiquantOffset"])? {
-        spec.antiquant = Some(AntiquantSpec {
-            scale: s.f32_values("antiquantScale")?.into(),
-            offset: o
-                .map(|o| o.f32_values("antiquantOffset"))
-                .transpose()?
-                .map(Into::into),
-            shape: s.shape.clone(),
-        });
-    }
-    for (which, names) in [
-        (0, ["keyAntiquantScale", "keyAntiquantOffset"]),
-        (1, ["valueAntiquantScale", "valueAntiquantOffset"]),
-    ] {
+    let mut antiquant: [[Option<Valued>; 2]; 3] = Default::default();
+    for (pair, names) in antiquant.iter_mut().zip([
+        ["antiquantScale", "antiquantOffset"],
+        ["keyAntiquantScale", "keyAntiquantOffset"],
+        ["valueAntiquantScale", "valueAntiquantOffset"],
+    ]) {
         if let Some((s, o)) = scale_pair(b, names)? {
-            let q = Some(KvAntiquant {
-                scale: s.f32_values(names[0])?.into(),
-                offset: o
-                    .map(|o| o.f32_values(names[1]))
-                    .transpose()?
-                    .map(Into::into),
-                shape: s.shape.clone(),
-            });
-            if which == 0 {
-                spec.key_antiquant = q;
-            } else {
-                spec.value_antiquant = q;
-            }
+            let sv = s.f32_values(names[0])?;
+            pair[1] = match o {
+                Some(o) => {
+                    let ov = o.f32_values(names[1])?;
+                    Some((o, ov))
+                }
+                None => None,
+            };
+            pair[0] = Some((s, sv));
         }
     }
-    Ok(spec)
+    Ok((
+        spec,
+        Optional {
+            mask,
+            pse,
+            antiquant,
+        },
+    ))
 }
 
 /// `fia`.
@@ -224,7 +299,7 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             .into());
         }
     }
-    let spec = spec_from(b, qdt)?;
+    let (spec, optional) = spec_from(b, qdt)?;
     // `learnableSink` is a tensor input like the query. Its dtype is checked once the path is
     // known (below): it follows the path and the CANN release, not the query (issue 30).
     let sink = b.optional(&["learnableSink"]);
@@ -248,12 +323,12 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             value: v.shape.clone(),
         }
     };
-    let dims = spec.validate(&FiaShapes {
-        query: q.shape.clone(),
+    let dims = spec.validate(&optional.shapes(FiaShapes::new(
+        q.shape.clone(),
         kv,
-        kv_int8: k.dtype == Dtype::I8,
-        learnable_sink: sink.map(|s| s.shape.clone()),
-    })?;
+        k.dtype == Dtype::I8,
+        sink.map(|s| s.shape.clone()),
+    )))?;
     // The bundle's sink dtype is checked as CANN checks it (issue 30): against the release the
     // device reports on `sim` / `npu`, against the one the contract models on `reference` and
     // `cpu`. The backend then sends the sink in the dtype the chosen path reads.
@@ -284,6 +359,7 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
                 sink: sink
                     .map(|s| data(s, "learnableSink", Dtype::F32))
                     .transpose()?,
+                optional: optional.data(qdt)?,
             },
         );
     }
@@ -293,7 +369,8 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         k.f32_or_i8_values("key")?,
         v.f32_or_i8_values("value")?,
     );
-    let out = fia_reference(&spec.args(&dims, &qv, &kv, &vv, sink_values.as_deref()));
+    let out =
+        fia_reference(&spec.args(&dims, &qv, &kv, &vv, optional.host(sink_values.as_deref())));
     res.insert(
         "attentionOut",
         HostTensor::from_f64_as(&out.attention_out, dims.out_shape(), qdt),
@@ -317,6 +394,8 @@ struct Fia {
     qkv: [TensorData; 3],
     /// `learnableSink`, when the call has one.
     sink: Option<TensorData>,
+    /// The carrier's optional tensors ([`Optional::data`]).
+    optional: [Option<TensorData>; 8],
 }
 
 impl Fia {
@@ -334,8 +413,22 @@ impl Fia {
         } else {
             FiaKv::Contiguous { key: k, value: v }
         };
-        let sink = self.sink.map(|s| tensor(s, dev));
-        let (out, lse) = fused_infer_attention::<B, D, L>(tensor(q, dev), kv, sink, &self.spec)?;
+        let p = |t: Option<TensorData>| t.map(|t| primitive::<B>(t, dev));
+        let [mask, pse, aqs, aqo, kqs, kqo, vqs, vqo] = self.optional.map(p);
+        let inputs = FiaInputs {
+            query: primitive::<B>(q, dev),
+            kv,
+            learnable_sink: p(self.sink),
+            atten_mask: mask,
+            pse_shift: pse,
+            antiquant_scale: aqs,
+            antiquant_offset: aqo,
+            key_antiquant_scale: kqs,
+            key_antiquant_offset: kqo,
+            value_antiquant_scale: vqs,
+            value_antiquant_offset: vqo,
+        };
+        let (out, lse) = fused_infer_attention_with::<B, D, L>(inputs, &self.spec)?;
         let mut res = Bundle::default();
         res.insert("attentionOut", host(out, self.dtype));
         if let Some(l) = lse {

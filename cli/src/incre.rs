@@ -12,7 +12,7 @@ use burn::tensor::TensorData;
 use safetensors::Dtype;
 
 use super::device::{
-    acl_runtime, data, download, host, on_backend, output, primitive, tensor, upload, OnBackend,
+    acl_runtime, data, download, host, on_backend, output, primitive, upload, OnBackend,
 };
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, int8_f32_refusal, post_quant, same_dtype};
@@ -21,11 +21,10 @@ use burn_ascend::backend::attention::builders;
 use burn_ascend::contract::incre::KvInput;
 use burn_ascend::kernels::reference::incre::{incre_flash_attention, incre_flash_attention_int8};
 use burn_ascend::ops::incre::{
-    parse_ifa_layout, AntiquantSpec, BlockTable, IncreKvShapes, IncreMask, IncrePse, IncreShapes,
-    IncreSpec, KvDims,
+    parse_ifa_layout, BlockTable, IncreHostValues, IncreKvShapes, IncreShapes, IncreSpec, KvDims,
 };
-use burn_ascend::{AttentionBackend, AttnError, IncreKv};
-use burn_ascend_cann::acl::{DataType, DeviceTensor, Runtime, TensorList};
+use burn_ascend::{AttentionBackend, AttnError, IncreInputs, IncreKv};
+use burn_ascend_cann::acl::{DataType, DeviceTensor, Tensor};
 
 enum KvForm<'a> {
     One(&'a HostTensor, &'a HostTensor),
@@ -65,19 +64,6 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
     spec.block_size = b.attr("blockSize", 0)?;
     spec.inner_precise = b.attr("innerPrecise", 1)?;
     spec.actual_seq_lengths = b.opt_i64("actualSeqLengths")?;
-    if let Some(m) = b.optional(&["attenMask"]) {
-        spec.atten_mask = Some(IncreMask {
-            data: m.mask01_values("attenMask")?.into(),
-            shape: m.shape.clone(),
-        });
-    }
-    if let Some(p) = b.optional(&["pseShift"]) {
-        same_dtype(p, "pseShift", qdt)?;
-        spec.pse_shift = Some(IncrePse {
-            data: p.f32_values("pseShift")?.into(),
-            shape: p.shape.clone(),
-        });
-    }
     if let Some(p) = b.opt_i64("kvPaddingSize")? {
         if p.len() != 1 {
             return Err(AttnError::invalid(
@@ -104,19 +90,45 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
             shape: t.shape.clone(),
         });
     }
-    if let Some(s) = b.optional(&["antiquantScale"]) {
-        if !(s.dtype == qdt || s.dtype == Dtype::F32) {
-            return Err(AttnError::invalid(
-                "antiquantScale",
-                format!(
-                    "dtype must be the query's {qdt:?} or FLOAT32, got {:?}",
-                    s.dtype
-                ),
-            ));
-        }
-        let offset = match b.optional(&["antiquantOffset"]) {
+    spec.post_quant = post_quant(b, qdt)?;
+    Ok(spec)
+}
+
+/// The bundle's optional tensor inputs (`attenMask`, `pseShift`, `antiquantScale`,
+/// `antiquantOffset`), dtypes and mask values checked, with their host values: the mask as
+/// 0/1 bytes, the others as f32.
+struct Optional<'a> {
+    mask: Option<(&'a HostTensor, Vec<u8>)>,
+    pse: Option<(&'a HostTensor, Vec<f32>)>,
+    scale: Option<(&'a HostTensor, Vec<f32>)>,
+    offset: Option<(&'a HostTensor, Vec<f32>)>,
+}
+
+impl<'a> Optional<'a> {
+    fn read(b: &'a Bundle, qdt: Dtype) -> Result<Self, AttnError> {
+        let mask = match b.optional(&["attenMask"]) {
+            Some(m) => Some((m, m.mask01_values("attenMask")?)),
             None => None,
-            Some(o) => {
+        };
+        let pse = match b.optional(&["pseShift"]) {
+            Some(p) => {
+                same_dtype(p, "pseShift", qdt)?;
+                Some((p, p.f32_values("pseShift")?))
+            }
+            None => None,
+        };
+        let (mut scale, mut offset) = (None, None);
+        if let Some(s) = b.optional(&["antiquantScale"]) {
+            if !(s.dtype == qdt || s.dtype == Dtype::F32) {
+                return Err(AttnError::invalid(
+                    "antiquantScale",
+                    format!(
+                        "dtype must be the query's {qdt:?} or FLOAT32, got {:?}",
+                        s.dtype
+                    ),
+                ));
+            }
+            if let Some(o) = b.optional(&["antiquantOffset"]) {
                 if o.dtype != s.dtype || o.shape != s.shape {
                     return Err(AttnError::invalid(
                         "antiquantOffset",
@@ -126,22 +138,72 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
                         ),
                     ));
                 }
-                Some(o.f32_values("antiquantOffset")?.into())
+                offset = Some((o, o.f32_values("antiquantOffset")?));
+            }
+            scale = Some((s, s.f32_values("antiquantScale")?));
+        } else if b.optional(&["antiquantOffset"]).is_some() {
+            return Err(AttnError::invalid(
+                "antiquantOffset",
+                "needs antiquantScale",
+            ));
+        }
+        Ok(Self {
+            mask,
+            pse,
+            scale,
+            offset,
+        })
+    }
+
+    /// The shapes validation reads, added to `shapes`.
+    fn shapes(&self, mut shapes: IncreShapes) -> IncreShapes {
+        fn shape<V>(t: &Option<(&HostTensor, V)>) -> Option<Vec<usize>> {
+            t.as_ref().map(|(t, _)| t.shape.clone())
+        }
+        shapes.atten_mask = shape(&self.mask);
+        shapes.pse_shift = shape(&self.pse);
+        shapes.antiquant_scale = shape(&self.scale);
+        shapes.antiquant_offset = shape(&self.offset);
+        shapes
+    }
+
+    /// The host values, for the reference.
+    fn host(&self) -> IncreHostValues<'_> {
+        IncreHostValues {
+            atten_mask: self.mask.as_ref().map(|(_, v)| &v[..]),
+            pse_shift: self.pse.as_ref().map(|(_, v)| &v[..]),
+            antiquant_scale: self.scale.as_ref().map(|(_, v)| &v[..]),
+            antiquant_offset: self.offset.as_ref().map(|(_, v)| &v[..]),
+        }
+    }
+
+    /// The values as the Burn API takes them: the mask as 0/1 floats and the pse in the
+    /// query's dtype, the antiquant as exact f32 (the backend converts where the op needs).
+    fn data(&self, qdt: Dtype) -> Result<[Option<TensorData>; 4], AttnError> {
+        let mask = match &self.mask {
+            None => None,
+            Some((t, v)) => {
+                let v: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+                let floats = HostTensor::from_f64_as(&v, t.shape.clone(), qdt);
+                Some(data(&floats, "attenMask", qdt)?)
             }
         };
-        spec.antiquant = Some(AntiquantSpec {
-            scale: s.f32_values("antiquantScale")?.into(),
-            offset,
-            shape: s.shape.clone(),
-        });
-    } else if b.optional(&["antiquantOffset"]).is_some() {
-        return Err(AttnError::invalid(
-            "antiquantOffset",
-            "needs antiquantScale",
-        ));
+        Ok([
+            mask,
+            self.pse
+                .as_ref()
+                .map(|(t, _)| data(t, "pseShift", qdt))
+                .transpose()?,
+            self.scale
+                .as_ref()
+                .map(|(t, _)| data(t, "antiquantScale", Dtype::F32))
+                .transpose()?,
+            self.offset
+                .as_ref()
+                .map(|(t, _)| data(t, "antiquantOffset", Dtype::F32))
+                .transpose()?,
+        ])
     }
-    spec.post_quant = post_quant(b, qdt)?;
-    Ok(spec)
 }
 
 /// `incre` on `device`.
@@ -179,6 +241,7 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         }
     }
     let spec = spec_from(b, qdt)?;
+    let optional = Optional::read(b, qdt)?;
     let kv_shapes = match (&form, spec.block_table.is_some()) {
         (KvForm::One(k, v), true) => IncreKvShapes::Paged {
             key_cache: k.shape.clone(),
@@ -200,11 +263,11 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             .into())
         }
     };
-    let dims = spec.validate(&IncreShapes {
-        query: q.shape.clone(),
-        kv: kv_shapes,
-        kv_int8: kdt == Dtype::I8,
-    })?;
+    let dims = spec.validate(&optional.shapes(IncreShapes::new(
+        q.shape.clone(),
+        kv_shapes,
+        kdt == Dtype::I8,
+    )))?;
     if spec.post_quant.is_some() {
         // int8 attentionOut (quantScale2): a Burn float tensor cannot hold it, so the public
         // API refuses it; the host devices run the reference, `sim` / `npu` CANN's int8 path.
@@ -212,7 +275,7 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             if q.dtype == Dtype::F32 {
                 return Err(int8_f32_refusal("aclnnIncreFlashAttentionV4").into());
             }
-            return int8_on_device(device, &spec, q, &form);
+            return int8_on_device(device, &spec, q, &form, &optional);
         }
     } else if device != Device::Reference {
         // int8 KV travels to the API as floats (in the query's dtype) holding the int8 values.
@@ -233,12 +296,13 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
                 query: data(q, "query", qdt)?,
                 key,
                 value,
+                optional: optional.data(qdt)?,
             },
         );
     }
     let qv = q.f32_values("query")?;
     let run = |kv: KvInput<'_, f32>| -> HostTensor {
-        let a = spec.args(&dims, &qv, kv);
+        let a = spec.args(&dims, &qv, kv, optional.host());
         let shape = q.shape.clone();
         match spec.post_quant() {
             Some(pq) => HostTensor::from_i8(&incre_flash_attention_int8(&a, &pq), shape),
@@ -281,14 +345,6 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     Ok(res)
 }
 
-fn list<'a>(rt: &Runtime, ts: &'a [DeviceTensor]) -> Result<TensorList<'a>, CliError> {
-    let hs = ts
-        .iter()
-        .map(DeviceTensor::handle)
-        .collect::<Result<_, _>>()?;
-    Ok(TensorList::new(rt.api(), hs)?)
-}
-
 /// The validated incremental attention on a Burn backend
 /// ([`burn_ascend::incre_flash_attention`]).
 struct Incre {
@@ -300,6 +356,8 @@ struct Incre {
     query: TensorData,
     key: Vec<TensorData>,
     value: Vec<TensorData>,
+    /// `attenMask`, `pseShift`, `antiquantScale`, `antiquantOffset` ([`Optional::data`]).
+    optional: [Option<TensorData>; 4],
 }
 
 impl OnBackend for Incre {
@@ -321,16 +379,25 @@ impl OnBackend for Incre {
                 IncreKv::Contiguous { key, value }
             }
         };
-        let out = if self.query.shape.len() == 3 {
-            let q = tensor::<B, 3>(self.query, dev);
+        let [atten_mask, pse_shift, antiquant_scale, antiquant_offset] =
+            self.optional.map(|t| t.map(|t| primitive::<B>(t, dev)));
+        let rank = self.query.shape.len();
+        let inputs = IncreInputs {
+            query: primitive::<B>(self.query, dev),
+            kv,
+            atten_mask,
+            pse_shift,
+            antiquant_scale,
+            antiquant_offset,
+        };
+        let out = if rank == 3 {
             host(
-                burn_ascend::incre_flash_attention(q, kv, &self.spec)?,
+                burn_ascend::incre_flash_attention_with::<B, 3>(inputs, &self.spec)?,
                 self.dtype,
             )
         } else {
-            let q = tensor::<B, 4>(self.query, dev);
             host(
-                burn_ascend::incre_flash_attention(q, kv, &self.spec)?,
+                burn_ascend::incre_flash_attention_with::<B, 4>(inputs, &self.spec)?,
                 self.dtype,
             )
         };
@@ -347,6 +414,7 @@ fn int8_on_device(
     spec: &IncreSpec,
     q: &HostTensor,
     form: &KvForm<'_>,
+    optional: &Optional<'_>,
 ) -> Result<Bundle, CliError> {
     let rt = acl_runtime(device)?;
     let (keys, values): (Vec<&HostTensor>, Vec<&HostTensor>) = match form {
@@ -359,16 +427,56 @@ fn int8_on_device(
     let (keys, values) = (up(&keys, "key")?, up(&values, "value")?);
     let qd = upload(&rt, q, "query")?;
     let o = output(&rt, &q.shape, DataType::Int8)?;
+    // The mask as its file has it (BOOL/INT8/UINT8), pse in the query's dtype (checked), the
+    // antiquant scales converted to the query's dtype as the op takes them.
+    let in_query_dtype = |t: &Option<(&HostTensor, Vec<f32>)>, name| match t {
+        None => Ok(None),
+        Some((t, v)) => {
+            let v: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
+            upload(
+                &rt,
+                &HostTensor::from_f64_as(&v, t.shape.clone(), q.dtype),
+                name,
+            )
+            .map(Some)
+        }
+    };
+    let mask = optional
+        .mask
+        .as_ref()
+        .map(|(t, _)| upload(&rt, t, "attenMask"))
+        .transpose()?;
+    let pse = optional
+        .pse
+        .as_ref()
+        .map(|(t, _)| upload(&rt, t, "pseShift"))
+        .transpose()?;
+    let aq_scale = in_query_dtype(&optional.scale, "antiquantScale")?;
+    let aq_offset = in_query_dtype(&optional.offset, "antiquantOffset")?;
+    fn handle(t: &Option<DeviceTensor>) -> Result<Option<Tensor<'_>>, CliError> {
+        Ok(t.as_ref().map(DeviceTensor::handle).transpose()?)
+    }
+    fn handles(ts: &[DeviceTensor]) -> Result<Vec<Tensor<'_>>, CliError> {
+        Ok(ts
+            .iter()
+            .map(DeviceTensor::handle)
+            .collect::<Result<_, _>>()?)
+    }
     builders::incre(
         &rt,
         spec,
-        &builders::IncreTensors {
-            dtype: qd.desc.dtype,
-            query: &qd.handle()?,
-            key: &list(&rt, &keys)?,
-            value: &list(&rt, &values)?,
-            attention_out: &o.handle()?,
+        IncreInputs {
+            query: qd.handle()?,
+            kv: IncreKv::List {
+                key: handles(&keys)?,
+                value: handles(&values)?,
+            },
+            atten_mask: handle(&mask)?,
+            pse_shift: handle(&pse)?,
+            antiquant_scale: handle(&aq_scale)?,
+            antiquant_offset: handle(&aq_offset)?,
         },
+        &o.handle()?,
     )?;
     let mut res = Bundle::default();
     res.insert("attentionOut", download(&o)?);

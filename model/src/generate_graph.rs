@@ -42,8 +42,9 @@ use burn_ascend::backend::graph::{
 };
 use burn_ascend::backend::{reserve_small, Ascend, AscendDevice, AscendTensor};
 use burn_ascend::cann::acl::{thread_launches, TaskGroup};
+use burn_ascend::contract::fia::FiaMask;
 use burn_ascend::contract::incre::BlockTable;
-use burn_ascend::contract::prompt::{PfaLayout, PromptMask};
+use burn_ascend::contract::prompt::PfaLayout;
 use burn_ascend::{AttendPath, AttnError, FiaSpec};
 
 use super::data::SplitMix;
@@ -234,13 +235,13 @@ impl Generator<Ascend> {
     }
 
     /// Each layer's FIA attributes for a batch of `b` over a table `max_blocks` wide whose
-    /// sequences hold `lengths` tokens: host placeholders of the device block table's and
-    /// masks' shapes (the device's are read).
+    /// sequences hold `lengths` tokens: a host placeholder of the device block table's shape
+    /// (the device's is read) and, for a windowed layer, the dense mask kind (its mask is the
+    /// graph's device tensor).
     fn attention_specs(&self, b: usize, max_blocks: usize, lengths: &[i64]) -> Vec<FiaSpec> {
         let c = &self.model.config;
         let (n, d) = (c.num_attention_heads, c.head_dim);
         let bs = self.caches[0].block_size();
-        let cols = max_blocks * bs;
         let mut spec = FiaSpec::new(n, 1.0 / (d as f64).sqrt(), PfaLayout::Bsnd);
         spec.num_key_value_heads = if c.num_key_value_heads == n {
             0
@@ -257,10 +258,8 @@ impl Generator<Ascend> {
             .map(|layer| {
                 let mut spec = spec.clone();
                 if c.layer_window(layer).is_some() {
-                    spec.atten_mask = PromptMask::Dense {
-                        data: Arc::from(vec![0u8; b * cols]),
-                        shape: vec![b, cols],
-                    };
+                    // The window's mask is the graph's device tensor (UINT8 `[B, cols]`).
+                    spec.atten_mask = FiaMask::Dense;
                 }
                 spec
             })

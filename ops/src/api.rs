@@ -9,6 +9,7 @@
 //! spec's `antiquant`.
 
 use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive};
 
 use burn_ascend_contract::dropout;
@@ -25,11 +26,11 @@ use crate::prompt::PromptSpec;
 use crate::scatter::ScatterSpec;
 use crate::varlen::{MaskSpec, PseSpec, VarlenSpec};
 
-fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
+fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
 }
 
-fn tensor<B: Backend, const D: usize>(p: burn::tensor::ops::FloatTensor<B>) -> Tensor<B, D> {
+fn tensor<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(p))
 }
 
@@ -365,26 +366,37 @@ pub fn prompt_flash_attention_with<B: AttentionBackend, const D: usize, const M:
     Ok(tensor(out))
 }
 
-impl<B: Backend> IncreKv<B> {
+/// Burn-tensor constructors of [`IncreKv`] (the contract's carrier is generic over the tensor
+/// kind; these take `Tensor<B, K>` of any rank and keep its float primitive):
+/// `IncreKv::contiguous(key, value)` with this trait in scope.
+pub trait IncreKvFromTensors<B: Backend>: Sized {
     /// Contiguous key/value in the input layout.
-    pub fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
+    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self;
+
+    /// The tensor-list form (one `(1, S_b, …)` tensor per batch).
+    fn list<const K: usize>(key: Vec<Tensor<B, K>>, value: Vec<Tensor<B, K>>) -> Self;
+
+    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
+    /// (`K = 4`); the spec carries the `blocktable`.
+    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self;
+}
+
+impl<B: Backend> IncreKvFromTensors<B> for IncreKv<FloatTensor<B>> {
+    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
         Self::Contiguous {
             key: prim(key),
             value: prim(value),
         }
     }
 
-    /// The tensor-list form (one `(1, S_b, …)` tensor per batch).
-    pub fn list<const K: usize>(key: Vec<Tensor<B, K>>, value: Vec<Tensor<B, K>>) -> Self {
+    fn list<const K: usize>(key: Vec<Tensor<B, K>>, value: Vec<Tensor<B, K>>) -> Self {
         Self::List {
             key: key.into_iter().map(prim).collect(),
             value: value.into_iter().map(prim).collect(),
         }
     }
 
-    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
-    /// (`K = 4`); the spec carries the `blocktable`.
-    pub fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
+    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
         Self::Paged {
             key_cache: prim(key_cache),
             value_cache: prim(value_cache),
@@ -393,22 +405,30 @@ impl<B: Backend> IncreKv<B> {
 }
 
 /// `aclnnIncreFlashAttentionV4`: query `(B,N,1,D)`, `(B,1,N,D)` or `(B,1,H)`; returns
-/// `attentionOut` with the query's shape. Forward-only under `Autodiff`.
+/// `attentionOut` with the query's shape. Forward-only under `Autodiff`. Without a mask, pse or
+/// int8 KV; [`incre_flash_attention_with`] takes those.
 ///
 /// Unlike CANN, which ignores `kvPaddingSize` with a tensor list of several tensors, without
 /// `actualSeqLengths` or with a block table, this refuses those combinations with a typed
 /// error ([`IncreSpec::check_left_padding_applies`]).
 pub fn incre_flash_attention<B: AttentionBackend, const D: usize>(
     query: Tensor<B, D>,
-    kv: IncreKv<B>,
+    kv: IncreKv<FloatTensor<B>>,
     spec: &IncreSpec,
 ) -> Result<Tensor<B, D>> {
-    let inputs = IncreInputs {
-        query: prim(query),
-        kv,
-    };
+    incre_flash_attention_with(IncreInputs::new(prim(query), kv), spec)
+}
+
+/// [`incre_flash_attention`] with the whole carrier: the optional `attenMask` (a float tensor
+/// holding 0/1, non-zero = masked), `pseShift` and `antiquantScale` / `antiquantOffset` (int8
+/// KV as float tensors holding the int8 values) are tensors like the query — on a device
+/// backend they stay on the device. `D`: the query's rank (the output's).
+pub fn incre_flash_attention_with<B: AttentionBackend, const D: usize>(
+    inputs: IncreInputs<FloatTensor<B>>,
+    spec: &IncreSpec,
+) -> Result<Tensor<B, D>> {
     if spec.kv_padding_size.is_some() {
-        let dims = spec.validate(&crate::incre::composite::shapes(&inputs, spec))?;
+        let dims = spec.validate(&crate::incre::composite::shapes::<B>(&inputs))?;
         spec.check_left_padding_applies(&dims)?;
     }
     Ok(tensor(B::incre_fwd(inputs, spec)?))
@@ -435,18 +455,27 @@ pub fn scatter_pa_kv_cache<B: AttentionBackend>(
     Ok((tensor(out.key_cache), out.value_cache.map(tensor)))
 }
 
-impl<B: Backend> FiaKv<B> {
+/// Burn-tensor constructors of [`FiaKv`] (the contract's carrier is generic over the tensor
+/// kind; these take `Tensor<B, K>` of any rank and keep its float primitive):
+/// `FiaKv::contiguous(key, value)` with this trait in scope.
+pub trait FiaKvFromTensors<B: Backend>: Sized {
     /// Key/value in the input layout.
-    pub fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
+    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self;
+
+    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
+    /// (`K = 4`); the spec carries the `blockTable`.
+    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self;
+}
+
+impl<B: Backend> FiaKvFromTensors<B> for FiaKv<FloatTensor<B>> {
+    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
         Self::Contiguous {
             key: prim(key),
             value: prim(value),
         }
     }
 
-    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
-    /// (`K = 4`); the spec carries the `blockTable`.
-    pub fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
+    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
         Self::Paged {
             key_cache: prim(key_cache),
             value_cache: prim(value_cache),
@@ -460,24 +489,33 @@ impl<B: Backend> FiaKv<B> {
 /// query's rank `D`; D of value) and, with `spec.softmax_lse_flag`, `softmaxLse` of rank `L`:
 /// `[B, N, Q_S, 1]` (`L = 4`) or, for TND, `[T, N, 1]` (`L = 3`); f32 values, `+inf` for rows
 /// with nothing to attend. A different `L` is a typed error naming `softmaxLseFlag`.
-/// Forward-only under `Autodiff`.
+/// Forward-only under `Autodiff`. Without a mask tensor, pse or int8 KV;
+/// [`fused_infer_attention_with`] takes those.
 pub fn fused_infer_attention<B: AttentionBackend, const D: usize, const L: usize>(
     query: Tensor<B, D>,
-    kv: FiaKv<B>,
+    kv: FiaKv<FloatTensor<B>>,
     learnable_sink: Option<Tensor<B, 1>>,
+    spec: &FiaSpec,
+) -> Result<(Tensor<B, D>, Option<Tensor<B, L>>)> {
+    fused_infer_attention_with(
+        FiaInputs::new(prim(query), kv, learnable_sink.map(prim)),
+        spec,
+    )
+}
+
+/// [`fused_infer_attention`] with the whole carrier: the dense `attenMask` (a float tensor
+/// holding 0/1, non-zero = masked, with [`crate::fia::FiaMask::Dense`]), `pseShift` and the
+/// antiquant scales / offsets (int8 KV as float tensors holding the int8 values) are tensors
+/// like the query — on a device backend they stay on the device. `D`: the query's rank,
+/// `L`: the LSE's.
+pub fn fused_infer_attention_with<B: AttentionBackend, const D: usize, const L: usize>(
+    inputs: FiaInputs<FloatTensor<B>>,
     spec: &FiaSpec,
 ) -> Result<(Tensor<B, D>, Option<Tensor<B, L>>)> {
     let FiaOutputs {
         attention_out,
         softmax_lse,
-    } = B::fia_fwd(
-        FiaInputs {
-            query: prim(query),
-            kv,
-            learnable_sink: learnable_sink.map(prim),
-        },
-        spec,
-    )?;
+    } = B::fia_fwd(inputs, spec)?;
     let lse = match softmax_lse {
         Some(l) => {
             let rank = burn::tensor::TensorMetadata::shape(&l).num_dims();

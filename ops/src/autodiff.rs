@@ -16,8 +16,8 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
 
 use crate::backend::{
-    AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
-    ScatterInputs, ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    AttentionBackend, FiaInputs, FiaOutputs, IncreInputs, PromptInputs, ScatterInputs,
+    ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
 use crate::error::Result;
 use crate::fia::FiaSpec;
@@ -181,32 +181,12 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
     }
 
     /// Forward-only (a constant output), like [`AttentionBackend::prompt_fwd`].
-    fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<FloatTensor<Self>> {
+    fn incre_fwd(
+        inputs: IncreInputs<FloatTensor<Self>>,
+        spec: &IncreSpec,
+    ) -> Result<FloatTensor<Self>> {
         let i = <Self as AutodiffBackend>::inner;
-        let kv = match inputs.kv {
-            IncreKv::Contiguous { key, value } => IncreKv::Contiguous {
-                key: i(key),
-                value: i(value),
-            },
-            IncreKv::List { key, value } => IncreKv::List {
-                key: key.into_iter().map(i).collect(),
-                value: value.into_iter().map(i).collect(),
-            },
-            IncreKv::Paged {
-                key_cache,
-                value_cache,
-            } => IncreKv::Paged {
-                key_cache: i(key_cache),
-                value_cache: i(value_cache),
-            },
-        };
-        let out = B::incre_fwd(
-            IncreInputs {
-                query: i(inputs.query),
-                kv,
-            },
-            spec,
-        )?;
+        let out = B::incre_fwd(inputs.map(i), spec)?;
         Ok(<Self as AutodiffBackend>::from_inner(out))
     }
 
@@ -216,34 +196,13 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
 
     /// Forward-only (constant outputs), like [`AttentionBackend::prompt_fwd`]: FIA has no
     /// backward in CANN.
-    fn fia_fwd(inputs: FiaInputs<Self>, spec: &FiaSpec) -> Result<FiaOutputs<Self>> {
+    fn fia_fwd(
+        inputs: FiaInputs<FloatTensor<Self>>,
+        spec: &FiaSpec,
+    ) -> Result<FiaOutputs<FloatTensor<Self>>> {
         let i = <Self as AutodiffBackend>::inner;
         let c = <Self as AutodiffBackend>::from_inner;
-        let kv = match inputs.kv {
-            FiaKv::Contiguous { key, value } => FiaKv::Contiguous {
-                key: i(key),
-                value: i(value),
-            },
-            FiaKv::Paged {
-                key_cache,
-                value_cache,
-            } => FiaKv::Paged {
-                key_cache: i(key_cache),
-                value_cache: i(value_cache),
-            },
-        };
-        let out = B::fia_fwd(
-            FiaInputs {
-                query: i(inputs.query),
-                kv,
-                learnable_sink: inputs.learnable_sink.map(i),
-            },
-            spec,
-        )?;
-        Ok(FiaOutputs {
-            attention_out: c(out.attention_out),
-            softmax_lse: out.softmax_lse.map(c),
-        })
+        Ok(B::fia_fwd(inputs.map(i), spec)?.map(c))
     }
 
     /// Forward-only: the updated caches are constants.

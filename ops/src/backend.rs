@@ -3,7 +3,6 @@
 //! its own kernels overrides the methods: `NdArray` runs the CPU kernels, `Autodiff<B, C>`
 //! records one node with a fused backward.
 
-use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 
 use crate::error::Result;
@@ -26,85 +25,14 @@ pub use burn_ascend_contract::varlen::{
 /// over `&aclTensor` handles in the aclnn builder).
 pub use burn_ascend_contract::prompt::PromptInputs;
 
-/// Key/value of incremental attention in one of IFA V4's three forms. int8 KV travels as
-/// float tensors holding the int8 values (exact), dequantised with the spec's antiquant.
-#[derive(Debug, Clone)]
-pub enum IncreKv<B: Backend> {
-    /// One tensor each, `(B, S, H)`, `(B, S, N, D)` or `(B, N, S, D)` per `inputLayout`.
-    Contiguous {
-        /// `key`.
-        key: FloatTensor<B>,
-        /// `value`.
-        value: FloatTensor<B>,
-    },
-    /// The tensor-list form: one `(1, S_b, …)` tensor per batch.
-    List {
-        /// `key[b]`.
-        key: Vec<FloatTensor<B>>,
-        /// `value[b]`.
-        value: Vec<FloatTensor<B>>,
-    },
-    /// Page attention (the spec's `blocktable`): caches `(blocknum, blockSize, H)` or
-    /// `(blocknum, Nkv, blockSize, D)`.
-    Paged {
-        /// The key cache.
-        key_cache: FloatTensor<B>,
-        /// The value cache.
-        value_cache: FloatTensor<B>,
-    },
-}
+/// The incremental attention carriers: the contract's one carrier per call, generic over the
+/// tensor kind (`IncreInputs<FloatTensor<B>>` here, over `aclTensor` handles in the aclnn
+/// builder, which makes the op's tensor lists from `IncreKv`).
+pub use burn_ascend_contract::incre::{IncreInputs, IncreKv};
 
-/// Inputs of incremental attention.
-#[derive(Debug, Clone)]
-pub struct IncreInputs<B: Backend> {
-    /// `query` `(B, N, 1, D)`, `(B, 1, N, D)` or `(B, 1, H)`.
-    pub query: FloatTensor<B>,
-    /// `key` / `value`.
-    pub kv: IncreKv<B>,
-}
-
-/// Key/value of fused inference attention: one tensor each in the input layout, or paged
-/// caches (the spec's `blockTable`). int8 KV travels as float tensors holding the int8 values,
-/// dequantised with the spec's antiquant. (CANN's tensor-list form is not supported.)
-#[derive(Debug, Clone)]
-pub enum FiaKv<B: Backend> {
-    /// `key` / `value` in `inputLayout` (TND: `[T2, Nkv, D]`).
-    Contiguous {
-        /// `key`.
-        key: FloatTensor<B>,
-        /// `value`.
-        value: FloatTensor<B>,
-    },
-    /// Caches `(blocknum, blockSize, H)` or `(blocknum, Nkv, blockSize, D)`.
-    Paged {
-        /// The key cache.
-        key_cache: FloatTensor<B>,
-        /// The value cache.
-        value_cache: FloatTensor<B>,
-    },
-}
-
-/// Inputs of fused inference attention.
-#[derive(Debug, Clone)]
-pub struct FiaInputs<B: Backend> {
-    /// `query` in `inputLayout`.
-    pub query: FloatTensor<B>,
-    /// `key` / `value`.
-    pub kv: FiaKv<B>,
-    /// `learnableSink` `[N]`, a tensor like the query: a model's trained sinks reach the op
-    /// from its device, never through the host.
-    pub learnable_sink: Option<FloatTensor<B>>,
-}
-
-/// Outputs of fused inference attention.
-#[derive(Debug, Clone)]
-pub struct FiaOutputs<B: Backend> {
-    /// `attentionOut`: the query's shape with value's D (BNSD_BSND → BSND).
-    pub attention_out: FloatTensor<B>,
-    /// `softmaxLse` `[B, N, Q_S, 1]` (TND `[T, N, 1]`) when `softmaxLseFlag` is set; `+inf`
-    /// marks rows with nothing to attend.
-    pub softmax_lse: Option<FloatTensor<B>>,
-}
+/// The fused inference attention carriers: the contract's (`FiaInputs<FloatTensor<B>>` here,
+/// over `aclTensor` handles in the aclnn builder).
+pub use burn_ascend_contract::fia::{FiaInputs, FiaKv, FiaOutputs};
 
 /// The cache scatter's carriers: the contract's (`ScatterInputs<FloatTensor<B>>` here, over
 /// `&aclTensor` handles in the aclnn builder).
@@ -142,13 +70,19 @@ pub trait AttentionBackend:
     }
 
     /// `aclnnIncreFlashAttentionV4`: `attentionOut` with the query's shape.
-    fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<FloatTensor<Self>> {
+    fn incre_fwd(
+        inputs: IncreInputs<FloatTensor<Self>>,
+        spec: &IncreSpec,
+    ) -> Result<FloatTensor<Self>> {
         crate::incre::composite::incre_fwd::<Self>(inputs, spec)
     }
 
     /// `aclnnFusedInferAttentionScoreV4`: `attentionOut` and, with `softmaxLseFlag`,
     /// `softmaxLse`. An inference op (forward-only under `Autodiff`).
-    fn fia_fwd(inputs: FiaInputs<Self>, spec: &FiaSpec) -> Result<FiaOutputs<Self>> {
+    fn fia_fwd(
+        inputs: FiaInputs<FloatTensor<Self>>,
+        spec: &FiaSpec,
+    ) -> Result<FiaOutputs<FloatTensor<Self>>> {
         crate::fia::composite::fia_fwd::<Self>(inputs, spec)
     }
 

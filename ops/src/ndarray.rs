@@ -12,13 +12,14 @@ use burn::tensor::ops::FloatTensor;
 use burn_ascend_kernels::cpu;
 
 use burn::tensor::TensorMetadata;
-use burn_ascend_contract::incre::KvInput;
+use burn_ascend_contract::fia::FiaHostValues;
+use burn_ascend_contract::incre::{IncreHostValues, KvInput};
 use burn_ascend_contract::varlen::{AttenMask, DenseMask, Pse};
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
 use crate::backend::{
-    AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
-    ScatterInputs, ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    AttentionBackend, FiaInputs, FiaOutputs, IncreInputs, IncreKv, PromptInputs, ScatterInputs,
+    ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
 use crate::error::Result;
 use crate::fia::FiaSpec;
@@ -57,11 +58,17 @@ where
         cpu_prompt_fwd::<Self>(inputs, spec)
     }
 
-    fn incre_fwd(inputs: IncreInputs<Self>, spec: &IncreSpec) -> Result<FloatTensor<Self>> {
+    fn incre_fwd(
+        inputs: IncreInputs<FloatTensor<Self>>,
+        spec: &IncreSpec,
+    ) -> Result<FloatTensor<Self>> {
         cpu_incre_fwd::<Self>(inputs, spec)
     }
 
-    fn fia_fwd(inputs: FiaInputs<Self>, spec: &FiaSpec) -> Result<FiaOutputs<Self>> {
+    fn fia_fwd(
+        inputs: FiaInputs<FloatTensor<Self>>,
+        spec: &FiaSpec,
+    ) -> Result<FiaOutputs<FloatTensor<Self>>> {
         cpu_fia_fwd::<Self>(inputs, spec)
     }
 
@@ -109,10 +116,10 @@ pub fn cpu_prompt_fwd<B: Backend>(
 /// Incremental attention on host memory through the fast CPU decode kernel
 /// ([`cpu::incre_flash_attention`]), for any backend.
 pub fn cpu_incre_fwd<B: Backend>(
-    inputs: IncreInputs<B>,
+    inputs: IncreInputs<FloatTensor<B>>,
     spec: &IncreSpec,
 ) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&crate::incre::composite::shapes(&inputs, spec))?;
+    let dims = spec.validate(&crate::incre::composite::shapes::<B>(&inputs))?;
     if spec.post_quant.is_some() {
         return Err(crate::error::AttnError::Unsupported(
             "int8 attentionOut (quantScale2) on the Burn API: use the host path (burn-ascend run incre)"
@@ -122,6 +129,19 @@ pub fn cpu_incre_fwd<B: Backend>(
     let device = B::float_device(&inputs.query);
     let q_shape = inputs.query.shape().to_vec();
     let q = to_vec::<B>(inputs.query);
+    // The optional inputs' host values (the mask's 0/1 floats as bytes, non-zero = masked).
+    let mask: Option<Vec<u8>> = inputs
+        .atten_mask
+        .map(|m| to_vec::<B>(m).iter().map(|&x| u8::from(x != 0.0)).collect());
+    let pse = inputs.pse_shift.map(to_vec::<B>);
+    let aq_scale = inputs.antiquant_scale.map(to_vec::<B>);
+    let aq_offset = inputs.antiquant_offset.map(to_vec::<B>);
+    let host = IncreHostValues {
+        atten_mask: mask.as_deref(),
+        pse_shift: pse.as_deref(),
+        antiquant_scale: aq_scale.as_deref(),
+        antiquant_offset: aq_offset.as_deref(),
+    };
     let out = match inputs.kv {
         IncreKv::Contiguous { key, value } => {
             let kv_seq = match &dims.kv {
@@ -134,7 +154,7 @@ pub fn cpu_incre_fwd<B: Backend>(
                 value: &v,
                 kv_seq,
             };
-            cpu::incre_flash_attention(&spec.args(&dims, &q, kv))
+            cpu::incre_flash_attention(&spec.args(&dims, &q, kv, host))
         }
         IncreKv::List { key, value } => {
             let k: Vec<Vec<f32>> = key.into_iter().map(to_vec::<B>).collect();
@@ -147,14 +167,14 @@ pub fn cpu_incre_fwd<B: Backend>(
                 key: &kr,
                 value: &vr,
             };
-            cpu::incre_flash_attention(&spec.args(&dims, &q, kv))
+            cpu::incre_flash_attention(&spec.args(&dims, &q, kv, host))
         }
         IncreKv::Paged {
             key_cache,
             value_cache,
         } => {
             let (k, v) = (to_vec::<B>(key_cache), to_vec::<B>(value_cache));
-            cpu::incre_flash_attention(&spec.args(&dims, &q, spec.paged(&dims, &k, &v)))
+            cpu::incre_flash_attention(&spec.args(&dims, &q, spec.paged(&dims, &k, &v), host))
         }
     };
     Ok(from_vec::<B>(out, &q_shape, &device))
@@ -162,19 +182,31 @@ pub fn cpu_incre_fwd<B: Backend>(
 
 /// FIA on the host: decode on the flash-decoding kernel, prefill on the tiled varlen forward,
 /// the f64 reference for the fields neither models ([`cpu::fia`]).
-pub fn cpu_fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOutputs<B>> {
-    let dims = spec.validate(&crate::fia::composite::shapes(&inputs, spec))?;
+pub fn cpu_fia_fwd<B: Backend>(
+    inputs: FiaInputs<FloatTensor<B>>,
+    spec: &FiaSpec,
+) -> Result<FiaOutputs<FloatTensor<B>>> {
+    let dims = spec.validate(&crate::fia::composite::shapes::<B>(&inputs))?;
     let device = B::float_device(&inputs.query);
-    let q = to_vec::<B>(inputs.query);
-    let (k, v) = match inputs.kv {
-        FiaKv::Contiguous { key, value } => (to_vec::<B>(key), to_vec::<B>(value)),
-        FiaKv::Paged {
-            key_cache,
-            value_cache,
-        } => (to_vec::<B>(key_cache), to_vec::<B>(value_cache)),
+    // Every tensor's host values (the mask's 0/1 floats as bytes, non-zero = masked).
+    let x = inputs.map(to_vec::<B>);
+    let (k, v) = x.kv.as_ref().into_pair();
+    let mask: Option<Vec<u8>> = x
+        .atten_mask
+        .as_ref()
+        .map(|m| m.iter().map(|&x| u8::from(x != 0.0)).collect());
+    let host = FiaHostValues {
+        atten_mask: mask.as_deref(),
+        pse_shift: x.pse_shift.as_deref(),
+        antiquant_scale: x.antiquant_scale.as_deref(),
+        antiquant_offset: x.antiquant_offset.as_deref(),
+        key_antiquant_scale: x.key_antiquant_scale.as_deref(),
+        key_antiquant_offset: x.key_antiquant_offset.as_deref(),
+        value_antiquant_scale: x.value_antiquant_scale.as_deref(),
+        value_antiquant_offset: x.value_antiquant_offset.as_deref(),
+        learnable_sink: x.learnable_sink.as_deref(),
     };
-    let sink = inputs.learnable_sink.map(to_vec::<B>);
-    let out = cpu::fia::fused_infer_attention(&spec.args(&dims, &q, &k, &v, sink.as_deref()));
+    let out = cpu::fia::fused_infer_attention(&spec.args(&dims, &x.query, k, v, host));
     Ok(FiaOutputs {
         attention_out: from_vec::<B>(out.attention_out, &dims.out_shape(), &device),
         softmax_lse: spec

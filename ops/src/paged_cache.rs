@@ -17,14 +17,15 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::api::{
-    fused_infer_attention, incre_flash_attention, prompt_flash_attention_with, scatter_pa_kv_cache,
+    fused_infer_attention_with, incre_flash_attention_with, prompt_flash_attention_with,
+    scatter_pa_kv_cache, FiaKvFromTensors, IncreKvFromTensors,
 };
-use crate::backend::{AttentionBackend, FiaKv, IncreKv};
+use crate::backend::{AttentionBackend, FiaInputs, FiaKv, IncreInputs, IncreKv};
 use crate::error::{ensure, AttnError, Result};
-use crate::fia::FiaSpec;
+use crate::fia::{FiaMask, FiaSpec};
 use crate::host::acl_dtype;
-use crate::incre::{BlockTable, IfaLayout, IncreMask, IncrePse, IncreSpec};
-use crate::prompt::{PfaLayout, PromptMask, PromptMaskKind, PromptSpec};
+use crate::incre::{BlockTable, IfaLayout, IncreSpec};
+use crate::prompt::{PfaLayout, PromptMaskKind, PromptSpec};
 use crate::scatter::{ScatterShapes, ScatterSpec};
 
 /// Options of [`PagedKvCache::attend_with`].
@@ -83,6 +84,13 @@ impl<B: Backend> AttendOptions<B> {
     }
 
     /// The placeholder path's sink logits, read back to the host for its `pseShift`.
+    /// The sinks of the placeholder-token path ([`AttendPath::PromptIncre`]), as given.
+    fn placeholder_sinks(&self) -> Option<Tensor<B, 1>> {
+        self.sinks
+            .clone()
+            .filter(|_| self.path == AttendPath::PromptIncre)
+    }
+
     fn placeholder_sink_values(&self) -> Option<Vec<f32>> {
         self.sinks
             .clone()
@@ -98,6 +106,11 @@ impl<B: Backend> AttendOptions<B> {
         }
         self.window.is_some_and(|w| t + w < pos)
     }
+}
+
+/// The float primitive of a Burn tensor (the carriers' tensor kind).
+fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
+    t.into_primitive().tensor()
 }
 
 /// A sequence's handle.
@@ -528,33 +541,38 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             spec.block_size = self.block_size;
             spec.actual_seq_lengths = Some(lens);
             spec.block_table = Some(table);
-            if opts.is_active() {
-                let cols = max_blocks * self.block_size;
-                let mut mask = vec![0u8; b * cols];
-                for (i, q) in seqs.iter().enumerate() {
-                    for (t, m) in mask[i * cols..(i + 1) * cols].iter_mut().enumerate() {
-                        *m = u8::from(opts.masked(t, q.len - 1, first));
-                    }
-                }
-                spec.atten_mask = Some(IncreMask {
-                    data: Arc::from(mask),
-                    shape: vec![b, cols],
-                });
-                if let Some(sinks) = opts.placeholder_sink_values() {
-                    let mut pse = vec![0f32; n * cols];
-                    for (h, &logit) in sinks.iter().enumerate() {
-                        pse[h * cols] = logit;
-                    }
-                    spec.pse_shift = Some(IncrePse {
-                        data: Arc::from(pse),
-                        shape: vec![1, n, 1, cols],
-                    });
-                }
-            }
             let [nb, bs, nkv, dh] = self.key_cache.dims();
             let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
             let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
-            return incre_flash_attention(query, IncreKv::paged(kc, vc), &spec);
+            let mut inputs = IncreInputs::new(prim(query), IncreKv::paged(kc, vc));
+            if opts.is_active() {
+                // The window mask follows from the sequences' lengths (host facts); it goes to
+                // the op as a tensor like the query.
+                let cols = max_blocks * self.block_size;
+                let mut mask = vec![0f32; b * cols];
+                for (i, q) in seqs.iter().enumerate() {
+                    for (t, m) in mask[i * cols..(i + 1) * cols].iter_mut().enumerate() {
+                        *m = f32::from(u8::from(opts.masked(t, q.len - 1, first)));
+                    }
+                }
+                let device = self.key_cache.device();
+                let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [b, cols]), &device);
+                inputs.atten_mask = Some(prim(mask));
+                if let Some(sinks) = opts.placeholder_sinks() {
+                    // The sink slot's pseShift is the sink logit, built where the sinks are
+                    // (never read back to the host): `[1, N, 1, cols]`, the logits in column 0.
+                    let logits = sinks.reshape([1, n, 1, 1]);
+                    let pse = if cols > 1 {
+                        let rest = Tensor::<B, 4>::zeros([1, n, 1, cols - 1], &device)
+                            .cast(logits.dtype());
+                        Tensor::cat(vec![logits, rest], 3)
+                    } else {
+                        logits
+                    };
+                    inputs.pse_shift = Some(prim(pse));
+                }
+            }
+            return incre_flash_attention_with(inputs, &spec);
         }
         // Prefill: gather each sequence's KV into [B, Skv_max, Nkv, D] (zero padded).
         let max_len = seqs.iter().map(|q| q.len).max().unwrap_or(0);
@@ -669,22 +687,32 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         spec.block_size = self.block_size;
         spec.block_table = Some(table);
         spec.actual_seq_lengths_kv = Some(seqs.iter().map(|q| q.len as i64).collect());
+        let [nb, bs, nkv, dh] = self.key_cache.dims();
+        let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
+        let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
+        let mut inputs = FiaInputs::new(
+            prim(query),
+            FiaKv::paged(kc, vc),
+            opts.sinks.clone().map(prim),
+        );
         if s == 1 {
             if let Some(w) = opts.window {
+                // The window mask follows from the sequences' lengths (host facts); it goes
+                // to the op as a tensor like the query.
                 let cols = max_blocks * self.block_size;
-                let mut mask = vec![0u8; b * cols];
+                let mut mask = vec![0f32; b * cols];
                 for (i, q) in seqs.iter().enumerate() {
                     for (t, m) in mask[i * cols..(i + 1) * cols].iter_mut().enumerate() {
-                        *m = u8::from(t + w < q.len - 1);
+                        *m = f32::from(u8::from(t + w < q.len - 1));
                     }
                 }
-                spec.atten_mask = PromptMask::Dense {
-                    data: Arc::from(mask),
-                    shape: vec![b, cols],
-                };
+                let device = self.key_cache.device();
+                let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [b, cols]), &device);
+                spec.atten_mask = FiaMask::Dense;
+                inputs.atten_mask = Some(prim(mask));
             }
         } else {
-            spec.atten_mask = PromptMask::Compressed;
+            spec.atten_mask = FiaMask::Compressed;
             match opts.window {
                 Some(w) => {
                     spec.sparse_mode = 4;
@@ -694,15 +722,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                 None => spec.sparse_mode = 3,
             }
         }
-        let [nb, bs, nkv, dh] = self.key_cache.dims();
-        let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
-        let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
-        let (out, _) = fused_infer_attention::<B, 4, 4>(
-            query,
-            FiaKv::paged(kc, vc),
-            opts.sinks.clone(),
-            &spec,
-        )?;
+        let (out, _) = fused_infer_attention_with::<B, 4, 4>(inputs, &spec)?;
         Ok(out)
     }
 }

@@ -8,7 +8,7 @@ use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::attention::builders;
 use burn_ascend_cann::acl::ffi::{ACLNN_ERR_RUNTIME_ERROR, ACL_ERROR_RT_MEMORY_ALLOCATION};
 use burn_ascend_cann::acl::{AclError, DataType, Runtime, TensorDesc};
-use burn_ascend_contract::incre::{IfaLayout, IncreSpec};
+use burn_ascend_contract::incre::{IfaLayout, IncreInputs, IncreKv, IncreSpec};
 
 use crate::leaks::in_own_process;
 
@@ -34,18 +34,17 @@ fn incre_once() -> Result<Vec<u8>, AclError> {
     let o = rt.zeros(TensorDesc::contiguous(&[b, 1, n * d], DataType::Float16)?)?;
     let mut spec = IncreSpec::new(n, 0.5, IfaLayout::Bsh);
     spec.actual_seq_lengths = Some(vec![3, 2]);
-    let kl = burn_ascend_cann::acl::TensorList::new(rt.api(), vec![k.handle()?])?;
-    let vl = burn_ascend_cann::acl::TensorList::new(rt.api(), vec![v.handle()?])?;
     builders::incre(
         &rt,
         &spec,
-        &builders::IncreTensors {
-            dtype: DataType::Float16,
-            query: &q.handle()?,
-            key: &kl,
-            value: &vl,
-            attention_out: &o.handle()?,
-        },
+        IncreInputs::new(
+            q.handle()?,
+            IncreKv::Contiguous {
+                key: k.handle()?,
+                value: v.handle()?,
+            },
+        ),
+        &o.handle()?,
     )?;
     o.download()
 }

@@ -3,10 +3,12 @@
 //! refusals.
 
 use burn_ascend_acl_sim as sim;
-use burn_ascend_backend::attention::fia::{fused_infer_attention, FiaTensors};
+use burn_ascend_backend::attention::fia::fused_infer_attention;
 use burn_ascend_cann::acl::ffi::names;
-use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc, TensorList};
-use burn_ascend_contract::fia::{FiaKvShapes, FiaShapes, FiaSpec, PfaLayout};
+use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc};
+use burn_ascend_contract::fia::{
+    FiaHostValues, FiaInputs, FiaKv, FiaKvShapes, FiaOutputs, FiaShapes, FiaSpec, PfaLayout,
+};
 use burn_ascend_kernels::reference::fia::fused_infer_attention as reference;
 use half::bf16;
 
@@ -48,21 +50,20 @@ fn run(
     let st = sink.map(|s| up(rt, &[s.len()], s));
     {
         let sh = st.as_ref().map(DeviceTensor::handle).transpose()?;
-        let (kl, vl) = (
-            TensorList::new(rt.api(), vec![kt.handle()?])?,
-            TensorList::new(rt.api(), vec![vt.handle()?])?,
-        );
-        let lh = l.handle()?;
+        let (oh, lh) = (o.handle()?, l.handle()?);
         fused_infer_attention(
             rt,
             spec,
-            &FiaTensors {
-                dtype: DataType::Bf16,
-                query: &qt.handle()?,
-                key: &kl,
-                value: &vl,
-                learnable_sink: sh.as_ref(),
-                attention_out: &o.handle()?,
+            FiaInputs::new(
+                qt.handle()?,
+                FiaKv::Contiguous {
+                    key: kt.handle()?,
+                    value: vt.handle()?,
+                },
+                sh,
+            ),
+            FiaOutputs {
+                attention_out: &oh,
                 softmax_lse: spec.softmax_lse_flag.then_some(&lh),
             },
         )?;
@@ -80,17 +81,21 @@ fn run(
             .collect())
     };
     let want = {
-        let shapes = FiaShapes {
-            query: qd.to_vec(),
-            kv: FiaKvShapes::Contiguous {
+        let shapes = FiaShapes::new(
+            qd.to_vec(),
+            FiaKvShapes::Contiguous {
                 key: kd.to_vec(),
                 value: kd.to_vec(),
             },
-            kv_int8: false,
-            learnable_sink: sink.map(|s| vec![s.len()]),
-        };
+            false,
+            sink.map(|s| vec![s.len()]),
+        );
         let dims = spec.validate(&shapes).unwrap();
-        reference(&spec.args(&dims, &q, &k, &v, sink))
+        let host = FiaHostValues {
+            learnable_sink: sink,
+            ..Default::default()
+        };
+        reference(&spec.args(&dims, &q, &k, &v, host))
     };
     let (got, lse) = (bf(&o)?, f(&l)?);
     let exp: Vec<f32> = want

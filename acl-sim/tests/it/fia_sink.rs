@@ -5,9 +5,9 @@
 //! CANN's sources (see `contract/src/fia/sink.rs`), not computed by the contract.
 
 use burn_ascend_acl_sim as sim;
-use burn_ascend_backend::attention::fia::{fused_infer_attention, FiaTensors};
-use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc, TensorList};
-use burn_ascend_contract::fia::{CannRelease, FiaSpec, PfaLayout};
+use burn_ascend_backend::attention::fia::fused_infer_attention;
+use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc};
+use burn_ascend_contract::fia::{CannRelease, FiaInputs, FiaKv, FiaOutputs, FiaSpec, PfaLayout};
 use burn_ascend_contract::incre::BlockTable;
 
 use DataType::{Bf16, Float, Float16};
@@ -87,17 +87,18 @@ fn call(release: CannRelease, c: Case, q: DataType, sink: DataType) -> Result<()
     let o = zeros(&rt, &out_shape, q);
     let st = zeros(&rt, &[c.n], sink);
     let r = {
-        let kl = TensorList::new(rt.api(), vec![kt.handle()?])?;
-        let vl = TensorList::new(rt.api(), vec![vt.handle()?])?;
         fused_infer_attention(
             &rt,
             &spec,
-            &FiaTensors {
-                dtype: q,
-                query: &qt.handle()?,
-                key: &kl,
-                value: &vl,
-                learnable_sink: Some(&st.handle()?),
+            FiaInputs::new(
+                qt.handle()?,
+                FiaKv::Contiguous {
+                    key: kt.handle()?,
+                    value: vt.handle()?,
+                },
+                Some(st.handle()?),
+            ),
+            FiaOutputs {
                 attention_out: &o.handle()?,
                 softmax_lse: None,
             },

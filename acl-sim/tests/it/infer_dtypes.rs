@@ -5,11 +5,11 @@
 //! backend uses.
 
 use burn_ascend_backend::attention::builders;
-use burn_ascend_backend::attention::fia::{fused_infer_attention, FiaTensors};
+use burn_ascend_backend::attention::fia::fused_infer_attention;
 use burn_ascend_cann::acl::ffi::ACLNN_ERR_PARAM_INVALID;
-use burn_ascend_cann::acl::{AclError, DataType, Runtime, TensorList};
-use burn_ascend_contract::fia::FiaSpec;
-use burn_ascend_contract::incre::{IfaLayout, IncreSpec};
+use burn_ascend_cann::acl::{AclError, Runtime};
+use burn_ascend_contract::fia::{FiaInputs, FiaKv, FiaOutputs, FiaSpec};
+use burn_ascend_contract::incre::{IfaLayout, IncreInputs, IncreKv, IncreSpec};
 use burn_ascend_contract::prompt::{PfaLayout, PromptInputs, PromptSpec};
 use burn_ascend_contract::scatter::{ScatterInputs, ScatterSpec};
 
@@ -52,36 +52,37 @@ fn incre(rt: &Runtime) -> Result<(), AclError> {
     let q = up(rt, &[1, 1, 2, 16], &v[..32]);
     let o = zeros(rt, &[1, 1, 2, 16]);
     let (k, vv) = (up(rt, &QKV, &v), up(rt, &QKV, &v));
-    let kl = TensorList::new(rt.api(), vec![k.handle()?])?;
-    let vl = TensorList::new(rt.api(), vec![vv.handle()?])?;
     let spec = IncreSpec::new(2, 0.25, IfaLayout::Bsnd);
-    let x = builders::IncreTensors {
-        dtype: DataType::Float,
-        query: &q.handle()?,
-        key: &kl,
-        value: &vl,
-        attention_out: &o.handle()?,
-    };
-    builders::incre(rt, &spec, &x)
+    let x = IncreInputs::new(
+        q.handle()?,
+        IncreKv::Contiguous {
+            key: k.handle()?,
+            value: vv.handle()?,
+        },
+    );
+    let oh = o.handle()?;
+    builders::incre(rt, &spec, x, &oh)
 }
 
 fn fia(rt: &Runtime) -> Result<(), AclError> {
     let v = vec![0.25f32; 64];
     let (q, o) = (up(rt, &QKV, &v), zeros(rt, &QKV));
     let (k, vv) = (up(rt, &QKV, &v), up(rt, &QKV, &v));
-    let kl = TensorList::new(rt.api(), vec![k.handle()?])?;
-    let vl = TensorList::new(rt.api(), vec![vv.handle()?])?;
     let spec = FiaSpec::new(2, 0.25, PfaLayout::Bsnd);
-    let x = FiaTensors {
-        dtype: DataType::Float,
-        query: &q.handle()?,
-        key: &kl,
-        value: &vl,
-        learnable_sink: None,
-        attention_out: &o.handle()?,
+    let x = FiaInputs::new(
+        q.handle()?,
+        FiaKv::Contiguous {
+            key: k.handle()?,
+            value: vv.handle()?,
+        },
+        None,
+    );
+    let oh = o.handle()?;
+    let out = FiaOutputs {
+        attention_out: &oh,
         softmax_lse: None,
     };
-    fused_infer_attention(rt, &spec, &x)
+    fused_infer_attention(rt, &spec, x, out)
 }
 
 fn scatter(rt: &Runtime) -> Result<(), AclError> {

@@ -5,8 +5,8 @@
 
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::attention::builders;
-use burn_ascend_cann::acl::{AclError, DataType, Runtime, TensorDesc, TensorList};
-use burn_ascend_contract::incre::{IfaLayout, IncreSpec};
+use burn_ascend_cann::acl::{AclError, DataType, Runtime, TensorDesc};
+use burn_ascend_contract::incre::{IfaLayout, IncreInputs, IncreKv, IncreSpec};
 
 /// Set in the child process that runs a test alone.
 const CHILD: &str = "BURN_ASCEND_SIM_TEST_ALONE";
@@ -50,19 +50,18 @@ fn dispatch_leaves_no_live_handles_behind() {
             };
             let (q, o) = (f16s(&[b, 1, n * d]), f16s(&[b, 1, n * d]));
             let kv = [f16s(&[1, s, n * d]), f16s(&[1, s, n * d])];
-            let list =
-                || TensorList::new(rt.api(), kv.iter().map(|t| t.handle().unwrap()).collect());
-            let (kl, vl) = (list()?, list()?);
+            let list = || kv.iter().map(|t| t.handle().unwrap()).collect::<Vec<_>>();
             let launched = builders::incre(
                 rt,
                 spec,
-                &builders::IncreTensors {
-                    dtype: DataType::Float16,
-                    query: &q.handle()?,
-                    key: &kl,
-                    value: &vl,
-                    attention_out: &o.handle()?,
-                },
+                IncreInputs::new(
+                    q.handle()?,
+                    IncreKv::List {
+                        key: list(),
+                        value: list(),
+                    },
+                ),
+                &o.handle()?,
             );
             launched
         };

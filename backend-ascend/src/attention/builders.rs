@@ -23,10 +23,8 @@ use burn_ascend_cann::acl::{
     aclnn, AclError, DataType, DeviceTensor, IntArray, Result, Runtime, Tensor, TensorDesc,
     TensorList,
 };
-use burn_ascend_contract::incre::{AntiquantSpec, BlockTable, IncreSpec};
-use burn_ascend_contract::prompt::{
-    PromptInputs, PromptMask, PromptMaskKind, PromptSpec, PFA_COMPRESSED_MASK,
-};
+use burn_ascend_contract::incre::{BlockTable, IncreInputs, IncreSpec};
+use burn_ascend_contract::prompt::{PromptInputs, PromptMaskKind, PromptSpec, PFA_COMPRESSED_MASK};
 use burn_ascend_contract::scatter::{
     CacheMode, ScatterDims, ScatterInputs, ScatterKind, ScatterSpec,
 };
@@ -44,26 +42,7 @@ pub(super) fn upload(
     rt.upload(TensorDesc::contiguous(dims, dtype)?, bytes)
 }
 
-/// `antiquantScale` / `antiquantOffset` (incremental and fused inference attention alike):
-/// uploaded in `dtype`, the offset absent when the spec has none.
-pub(super) fn upload_antiquant(
-    rt: &Runtime,
-    antiquant: Option<&AntiquantSpec>,
-    dtype: DataType,
-) -> Result<(Option<DeviceTensor>, Option<DeviceTensor>)> {
-    let Some(a) = antiquant else {
-        return Ok((None, None));
-    };
-    let scale = upload_float(rt, &a.scale, &a.shape, dtype)?;
-    let offset = a
-        .offset
-        .as_ref()
-        .map(|o| upload_float(rt, o, &a.shape, dtype))
-        .transpose()?;
-    Ok((Some(scale), offset))
-}
-
-/// f32 host values as a tensor of the float `dtype` (the op's own: pse, antiquant scales).
+/// f32 host values as a tensor of the float `dtype` (the op's own: pse).
 pub(super) fn upload_float(
     rt: &Runtime,
     v: &[f32],
@@ -403,26 +382,20 @@ fn post_quant(
     Ok((Some(scale), offset))
 }
 
-/// The device form of a PFA / FIA `attenMask`: a dense mask uploaded for the call, or CANN's
-/// compressed 2048×2048 mask (1 strictly above the diagonal), a runtime constant.
-pub(super) fn prompt_mask(rt: &Runtime, mask: &PromptMask) -> Result<Option<Held>> {
-    Ok(match mask {
-        PromptMask::None => None,
-        PromptMask::Dense { data, shape } => {
-            Some(Held::Own(upload(rt, data, shape, DataType::Uint8)?))
-        }
-        PromptMask::Compressed => Some(Held::Shared(constant_mask(
-            rt,
-            "prompt compressed mask",
-            || {
-                let [rows, cols] = PFA_COMPRESSED_MASK;
-                let m: Vec<u8> = (0..rows * cols)
-                    .map(|x| u8::from(x % cols > x / cols))
-                    .collect();
-                (m, PFA_COMPRESSED_MASK.to_vec())
-            },
-        )?)),
-    })
+/// CANN's compressed 2048×2048 `attenMask` of PFA / FIA sparse modes 2–4 (1 strictly above the
+/// diagonal): a runtime constant, uploaded once per runtime.
+pub(super) fn compressed_prompt_mask(rt: &Runtime) -> Result<Held> {
+    Ok(Held::Shared(constant_mask(
+        rt,
+        "prompt compressed mask",
+        || {
+            let [rows, cols] = PFA_COMPRESSED_MASK;
+            let m: Vec<u8> = (0..rows * cols)
+                .map(|x| u8::from(x % cols > x / cols))
+                .collect();
+            (m, PFA_COMPRESSED_MASK.to_vec())
+        },
+    )?))
 }
 
 /// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec: query/key/value in the
@@ -436,7 +409,7 @@ pub fn prompt(
     attention_out: &Tensor<'_>,
 ) -> Result<()> {
     let compressed = match spec.atten_mask {
-        PromptMaskKind::Compressed => prompt_mask(rt, &PromptMask::Compressed)?,
+        PromptMaskKind::Compressed => Some(compressed_prompt_mask(rt)?),
         PromptMaskKind::None | PromptMaskKind::Dense => None,
     };
     let (qs2, qo2) = post_quant(rt, spec.post_quant.as_ref())?;
@@ -476,31 +449,23 @@ pub fn prompt(
     Ok(())
 }
 
-/// The device tensors of an incremental attention call.
-pub struct IncreTensors<'a> {
-    /// The query's float dtype (pse and antiquant scales are uploaded in it).
-    pub dtype: DataType,
-    pub query: &'a Tensor<'a>,
-    /// One tensor (contiguous, or the paged cache with a block table) or one per batch.
-    pub key: &'a TensorList<'a>,
-    pub value: &'a TensorList<'a>,
-    /// The query's dtype, or INT8 with `quantScale2`.
-    pub attention_out: &'a Tensor<'a>,
-}
-
-/// `aclnnIncreFlashAttentionV4` for a validated spec.
-pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()> {
-    let mask = spec
-        .atten_mask
-        .as_ref()
-        .map(|m| upload(rt, &m.data, &m.shape, DataType::Uint8))
-        .transpose()?;
-    let pse = spec
-        .pse_shift
-        .as_ref()
-        .map(|p| upload_float(rt, &p.data, &p.shape, x.dtype))
-        .transpose()?;
-    let (aq_scale, aq_offset) = upload_antiquant(rt, spec.antiquant.as_ref(), x.dtype)?;
+/// `aclnnIncreFlashAttentionV4` for a validated spec: the call's tensors as aclnn handles (the
+/// key / value tensor lists are made here from the carrier's
+/// [`IncreKv`](burn_ascend_contract::incre::IncreKv); the mask BOOL/INT8/UINT8, pse and
+/// antiquant scales in the query's float dtype); `attention_out` in it too, or INT8 with
+/// `quantScale2`. Only the spec's host metadata is uploaded here (block table,
+/// `kvPaddingSize`, `quantScale2`).
+pub fn incre(
+    rt: &Runtime,
+    spec: &IncreSpec,
+    x: IncreInputs<Tensor<'_>>,
+    attention_out: &Tensor<'_>,
+) -> Result<()> {
+    let (keys, values) = x.kv.into_lists();
+    let (key, value) = (
+        TensorList::new(rt.api(), keys)?,
+        TensorList::new(rt.api(), values)?,
+    );
     let table = spec
         .block_table
         .as_ref()
@@ -513,27 +478,25 @@ pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()>
         .transpose()?;
     let (qs2, qo2) = post_quant(rt, spec.post_quant.as_ref())?;
     {
-        let (mask, pse) = (handle(&mask)?, handle(&pse)?);
-        let (aqs, aqo) = (handle(&aq_scale)?, handle(&aq_offset)?);
         let (table, pad) = (handle(&table)?, handle(&pad)?);
         let (qs2, qo2) = (handle(&qs2)?, handle(&qo2)?);
         let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
         aclnn::incre(
             rt,
             &aclnn::IncreArgs {
-                query: x.query,
-                key: x.key,
-                value: x.value,
-                pse_shift: pse.as_ref(),
-                atten_mask: mask.as_ref(),
+                query: &x.query,
+                key: &key,
+                value: &value,
+                pse_shift: x.pse_shift.as_ref(),
+                atten_mask: x.atten_mask.as_ref(),
                 actual_seq_lengths: asl.as_ref(),
                 dequant_scale1: None,
                 quant_scale1: None,
                 dequant_scale2: None,
                 quant_scale2: qs2.as_ref(),
                 quant_offset2: qo2.as_ref(),
-                antiquant_scale: aqs.as_ref(),
-                antiquant_offset: aqo.as_ref(),
+                antiquant_scale: x.antiquant_scale.as_ref(),
+                antiquant_offset: x.antiquant_offset.as_ref(),
                 blocktable: table.as_ref(),
                 kv_padding_size: pad.as_ref(),
                 num_heads: spec.num_heads as i64,
@@ -542,7 +505,7 @@ pub fn incre(rt: &Runtime, spec: &IncreSpec, x: &IncreTensors<'_>) -> Result<()>
                 num_key_value_heads: spec.num_key_value_heads as i64,
                 block_size: spec.block_size as i64,
                 inner_precise: spec.inner_precise,
-                attention_out: x.attention_out,
+                attention_out,
             },
         )?;
     }

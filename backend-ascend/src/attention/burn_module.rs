@@ -50,7 +50,7 @@
 
 use burn_ascend_cann::acl::aclnn;
 use burn_ascend_contract::prompt::{
-    PfaLayout, PfaSparseMode, PromptMask, PromptMaskKind, PromptShapes, PromptSpec, INT_MAX_TOKENS,
+    PfaLayout, PfaSparseMode, PromptMaskKind, PromptShapes, PromptSpec, INT_MAX_TOKENS,
 };
 use burn_backend::ops::{AttentionModuleOptions, BoolTensorOps};
 use burn_backend::{BoolStore, DType, Shape, TensorData};
@@ -259,7 +259,7 @@ fn launch(
     let out = AscendTensor::alloc(q.shape.clone(), q.dtype, &p.device);
     {
         let compressed = if sparse == PfaSparseMode::RightDownCausal {
-            builders::prompt_mask(&rt, &PromptMask::Compressed).unwrap_or_else(|e| fail(OP, e))
+            Some(builders::compressed_prompt_mask(&rt).unwrap_or_else(|e| fail(OP, e)))
         } else {
             None
         };

@@ -12,16 +12,15 @@
 //! whether or not other handles share it (a decode graph owns its caches' contents), unlike
 //! the functional `scatter_pa_kv_cache`, which copies a shared cache first.
 
-use burn_ascend_ops::backend::{FiaInputs, FiaKv};
+use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::fia::composite::shapes;
 use burn_ascend_ops::fia::FiaSpec;
-use burn_ascend_ops::prompt::PromptMask;
 use burn_ascend_ops::scatter::{ScatterShapes, ScatterSpec};
 use burn_backend::{DType, Shape};
 
-use super::fia::{cann_release, fused_infer_attention_with, FiaDeviceMeta, FiaTensors};
-use super::{builders, handle, same_device};
+use super::fia::{cann_release, fused_infer_attention_with, FiaDeviceMeta};
+use super::{builders, handle, same_device, view_handle};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::ops::native_elementwise;
@@ -127,9 +126,9 @@ pub struct PagedDecodeCall {
 
 impl PagedDecodeCall {
     /// Binds the operands of a decode attention call, checking them against `spec` (heads,
-    /// scale, block size, sparse mode 0, host placeholders of the block table's and mask's
-    /// shapes, the lengths of the first launch); casts the sinks (a launch) and allocates the
-    /// output.
+    /// scale, block size, sparse mode 0, a host placeholder of the block table's shape, the
+    /// mask's kind [`burn_ascend_ops::fia::FiaMask::Dense`] with a mask, the lengths of the
+    /// first launch); casts the sinks (a launch) and allocates the output.
     pub fn new(
         query: &AscendTensor,
         key_cache: &AscendTensor,
@@ -159,17 +158,13 @@ impl PagedDecodeCall {
                 ),
             ));
         }
-        if mask.is_some() != matches!(spec.atten_mask, PromptMask::Dense { .. }) {
-            return Err(AttnError::invalid(
-                "attenMask",
-                "a device mask needs a dense host placeholder of its shape in the spec, and \
-                 only a device mask may have one",
-            ));
-        }
-        let dims = spec.validate(&shapes(
-            &Self::inputs(query, key_cache, value_cache, sinks),
-            spec,
-        ))?;
+        let dims = spec.validate(&shapes::<crate::Ascend>(&Self::inputs(
+            query,
+            key_cache,
+            value_cache,
+            sinks,
+            mask,
+        )))?;
         let rt = runtime(&device);
         let sink = match sinks {
             None => None,
@@ -201,19 +196,25 @@ impl PagedDecodeCall {
         })
     }
 
+    /// The call's carrier: the mask is the UINT8 device mask as it is (the op takes UINT8;
+    /// its shape is what validation reads).
     fn inputs(
         query: &AscendTensor,
         key_cache: &AscendTensor,
         value_cache: &AscendTensor,
         sinks: Option<&AscendTensor>,
-    ) -> FiaInputs<crate::Ascend> {
-        FiaInputs::<crate::Ascend> {
-            query: query.clone(),
-            kv: FiaKv::Paged {
-                key_cache: key_cache.clone(),
-                value_cache: value_cache.clone(),
-            },
-            learnable_sink: sinks.cloned(),
+        mask: Option<&AscendTensor>,
+    ) -> FiaInputs<AscendTensor> {
+        FiaInputs {
+            atten_mask: mask.cloned(),
+            ..FiaInputs::new(
+                query.clone(),
+                FiaKv::Paged {
+                    key_cache: key_cache.clone(),
+                    value_cache: value_cache.clone(),
+                },
+                sinks.cloned(),
+            )
         }
     }
 
@@ -231,50 +232,25 @@ impl PagedDecodeCall {
             &self.key_cache,
             &self.value_cache,
             self.sink.as_ref(),
+            self.mask.as_ref(),
         );
-        spec.validate(&shapes(&inputs, spec))?;
+        spec.validate(&shapes::<crate::Ascend>(&inputs))?;
         let rt = runtime(&self.query.device());
-        let d = |x: &AscendTensor| x.desc(FIA);
-        let (qd, od, kd, vd, bd) = (
-            d(&self.query),
-            d(&self.out),
-            d(&self.key_cache),
-            d(&self.value_cache),
-            d(&self.block_table),
-        );
-        let md = self.mask.as_ref().map(d);
-        let sd = self.sink.as_ref().map(d);
-        let list = |t, desc| {
-            burn_ascend_cann::acl::TensorList::new(rt.api(), vec![handle(t, desc, FIA)])
-                .map_err(|e| device_error(FIA, e))
-        };
-        let (kl, vl) = (list(&self.key_cache, &kd)?, list(&self.value_cache, &vd)?);
-        let sh = self
-            .sink
-            .as_ref()
-            .zip(sd.as_ref())
-            .map(|(s, d)| handle(s, d, FIA));
-        let bh = handle(&self.block_table, &bd, FIA);
-        let mh = self
-            .mask
-            .as_ref()
-            .zip(md.as_ref())
-            .map(|(m, d)| handle(m, d, FIA));
+        fn h(t: &AscendTensor) -> burn_ascend_cann::acl::Tensor<'_> {
+            view_handle(t, FIA)
+        }
+        let bh = h(&self.block_table);
+        let out = h(&self.out);
         fused_infer_attention_with(
             &rt,
             spec,
-            &FiaTensors {
-                dtype: self.query.acl_dtype(FIA),
-                query: &handle(&self.query, &qd, FIA),
-                key: &kl,
-                value: &vl,
-                learnable_sink: sh.as_ref(),
-                attention_out: &handle(&self.out, &od, FIA),
+            inputs.as_ref().map(h),
+            FiaOutputs {
+                attention_out: &out,
                 softmax_lse: None,
             },
             FiaDeviceMeta {
                 block_table: Some(&bh),
-                atten_mask: mh.as_ref(),
             },
         )
         .map_err(|e| device_error(FIA, e))

@@ -15,22 +15,21 @@ use std::sync::OnceLock;
 
 use burn_ascend_cann::acl::ffi::DataType;
 use burn_ascend_cann::acl::{aclnn, loader, Result as AclResult, Runtime, Tensor, TensorList};
-use burn_ascend_contract::fia::{CannRelease, FiaAntiquantMode, FiaSpec};
-use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
+use burn_ascend_contract::fia::{CannRelease, FiaAntiquantMode, FiaMask, FiaSpec};
+use burn_ascend_ops::backend::{FiaInputs, FiaOutputs};
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::fia::composite::{self, shapes};
 use burn_ascend_ops::ndarray::cpu_fia_fwd;
 use burn_backend::{DType, Shape};
 
-use super::builders::{
-    handle_of, ints, prompt_mask, upload_antiquant, upload_block_table, upload_float, upload_i64,
-};
-use super::{handle, same_device, FIA_COMPOSITE};
+use super::builders::{compressed_prompt_mask, handle_of, ints, upload_block_table, upload_i64};
+use super::incre::{mask_to_bool, on_device};
+use super::{same_device, view_handle, FIA_COMPOSITE};
 use crate::device::runtime;
 use crate::element::is_acl_float;
 use crate::fallback::count;
 use crate::ops::native_elementwise;
-use crate::tensor::{device_error, fail, AscendTensor};
+use crate::tensor::{device_error, AscendTensor};
 use crate::Ascend;
 
 /// Label of the call in error messages.
@@ -70,54 +69,49 @@ pub fn cann_release(rt: &Runtime) -> CannRelease {
         .unwrap_or(CannRelease::V8_5)
 }
 
-/// The device tensors of a fused inference attention call.
-pub struct FiaTensors<'a> {
-    /// The query's float dtype (pse and per-channel scales are uploaded in it).
-    pub dtype: DataType,
-    pub query: &'a Tensor<'a>,
-    /// One tensor: the KV in the layout, or the paged cache.
-    pub key: &'a TensorList<'a>,
-    pub value: &'a TensorList<'a>,
-    /// `learnableSink` `[N]` on the device, in the dtype the call's path reads
-    /// ([`FiaSpec::learnable_sink_dtype`] for [`cann_release`]), or a replayed call's own.
-    pub learnable_sink: Option<&'a Tensor<'a>>,
-    pub attention_out: &'a Tensor<'a>,
-    /// `softmaxLse` (FLOAT) when `softmaxLseFlag`.
-    pub softmax_lse: Option<&'a Tensor<'a>>,
-}
-
-/// Inputs of a fused inference attention call already on the device, used instead of the
-/// spec's host data (which then only gives the shapes): a captured graph's inputs, rewritten
-/// in place between replays.
+/// Index metadata of a fused inference attention call already on the device, used instead of
+/// the spec's host copy (which then only gives the shape): a captured graph's block table,
+/// rewritten in place between replays.
 #[derive(Default, Clone, Copy)]
 pub struct FiaDeviceMeta<'a> {
     /// `blockTable` (INT32 `[B, max blocks]`).
     pub block_table: Option<&'a Tensor<'a>>,
-    /// `attenMask` (UINT8, the spec's dense mask shape).
-    pub atten_mask: Option<&'a Tensor<'a>>,
 }
 
-/// `aclnnFusedInferAttentionScoreV4` (or the base op) for a validated spec.
-pub fn fused_infer_attention(rt: &Runtime, spec: &FiaSpec, x: &FiaTensors<'_>) -> AclResult<()> {
-    fused_infer_attention_with(rt, spec, x, FiaDeviceMeta::default())
+/// `aclnnFusedInferAttentionScoreV4` (or the base op) for a validated spec: the call's tensors
+/// as aclnn handles (the one-tensor key / value lists are made here) in the dtypes the op
+/// takes: the dense mask BOOL/INT8/UINT8, pse and per-channel scales in the query's float
+/// dtype, per-token scales FLOAT; `x.learnable_sink` is `[N]` in the dtype the call's path
+/// reads ([`FiaSpec::learnable_sink_dtype`] for [`cann_release`]), or a replayed call's own;
+/// `out.softmax_lse` (FLOAT) is given when `softmaxLseFlag` is. Only the spec's host
+/// metadata is uploaded here (block table, padding sizes); the compressed mask of modes 2-4
+/// is a runtime constant.
+pub fn fused_infer_attention(
+    rt: &Runtime,
+    spec: &FiaSpec,
+    x: FiaInputs<Tensor<'_>>,
+    out: FiaOutputs<&Tensor<'_>>,
+) -> AclResult<()> {
+    fused_infer_attention_with(rt, spec, x, out, FiaDeviceMeta::default())
 }
 
-/// [`fused_infer_attention`] with the block table and / or mask on the device (`dev`).
+/// [`fused_infer_attention`] with the block table on the device (`dev`).
 pub fn fused_infer_attention_with(
     rt: &Runtime,
     spec: &FiaSpec,
-    x: &FiaTensors<'_>,
+    x: FiaInputs<Tensor<'_>>,
+    out: FiaOutputs<&Tensor<'_>>,
     dev: FiaDeviceMeta<'_>,
 ) -> AclResult<()> {
-    let mask = match dev.atten_mask {
-        Some(_) => None,
-        None => prompt_mask(rt, &spec.atten_mask)?,
+    let (key, value) = x.kv.into_pair();
+    let (key, value) = (
+        TensorList::new(rt.api(), vec![key])?,
+        TensorList::new(rt.api(), vec![value])?,
+    );
+    let compressed = match spec.atten_mask {
+        FiaMask::Compressed => Some(compressed_prompt_mask(rt)?),
+        FiaMask::None | FiaMask::Dense => None,
     };
-    let pse = spec
-        .pse_shift
-        .as_ref()
-        .map(|p| upload_float(rt, &p.data, &p.shape, x.dtype))
-        .transpose()?;
     let table = spec
         .block_table
         .as_ref()
@@ -132,56 +126,33 @@ pub fn fused_infer_attention_with(
         .kv_padding_size
         .map(|p| upload_i64(rt, &[p], &[1]))
         .transpose()?;
-    let (aqs, aqo) = upload_antiquant(rt, spec.antiquant.as_ref(), x.dtype)?;
-    let sep = |q: &Option<burn_ascend_contract::fia::KvAntiquant>, mode: i64| -> AclResult<_> {
-        let Some(q) = q else { return Ok((None, None)) };
-        let dt = match FiaAntiquantMode::from_attr("antiquantMode", mode) {
-            Ok(FiaAntiquantMode::PerToken) => DataType::Float,
-            _ => x.dtype,
-        };
-        Ok((
-            Some(upload_float(rt, &q.scale, &q.shape, dt)?),
-            q.offset
-                .as_ref()
-                .map(|o| upload_float(rt, o, &q.shape, dt))
-                .transpose()?,
-        ))
-    };
-    let (kqs, kqo) = sep(&spec.key_antiquant, spec.key_antiquant_mode)?;
-    let (vqs, vqo) = sep(&spec.value_antiquant, spec.value_antiquant_mode)?;
-    let (mask, pse, table) = (handle_of(&mask)?, handle_of(&pse)?, handle_of(&table)?);
-    let mask = dev.atten_mask.or(mask.as_ref());
+    let compressed = handle_of(&compressed)?;
+    let mask = x.atten_mask.as_ref().or(compressed.as_ref());
+    let table = handle_of(&table)?;
     let table = dev.block_table.or(table.as_ref());
     let (qpad, kvpad) = (handle_of(&qpad)?, handle_of(&kvpad)?);
-    let (aqs, aqo) = (handle_of(&aqs)?, handle_of(&aqo)?);
-    let (kqs, kqo, vqs, vqo) = (
-        handle_of(&kqs)?,
-        handle_of(&kqo)?,
-        handle_of(&vqs)?,
-        handle_of(&vqo)?,
-    );
     let asl = ints(rt, spec.actual_seq_lengths.as_deref())?;
     let asl_kv = ints(rt, spec.actual_seq_lengths_kv.as_deref())?;
     aclnn::fused_infer_attention_score_v4(
         rt,
         &aclnn::FiaArgs {
-            query: x.query,
-            key: x.key,
-            value: x.value,
-            pse_shift: pse.as_ref(),
+            query: &x.query,
+            key: &key,
+            value: &value,
+            pse_shift: x.pse_shift.as_ref(),
             atten_mask: mask,
             actual_seq_lengths: asl.as_ref(),
             actual_seq_lengths_kv: asl_kv.as_ref(),
-            antiquant_scale: aqs.as_ref(),
-            antiquant_offset: aqo.as_ref(),
+            antiquant_scale: x.antiquant_scale.as_ref(),
+            antiquant_offset: x.antiquant_offset.as_ref(),
             block_table: table,
             query_padding_size: qpad.as_ref(),
             kv_padding_size: kvpad.as_ref(),
-            key_antiquant_scale: kqs.as_ref(),
-            key_antiquant_offset: kqo.as_ref(),
-            value_antiquant_scale: vqs.as_ref(),
-            value_antiquant_offset: vqo.as_ref(),
-            learnable_sink: x.learnable_sink,
+            key_antiquant_scale: x.key_antiquant_scale.as_ref(),
+            key_antiquant_offset: x.key_antiquant_offset.as_ref(),
+            value_antiquant_scale: x.value_antiquant_scale.as_ref(),
+            value_antiquant_offset: x.value_antiquant_offset.as_ref(),
+            learnable_sink: x.learnable_sink.as_ref(),
             num_heads: spec.num_heads as i64,
             scale_value: spec.scale_value,
             pre_tokens: spec.pre_tokens,
@@ -195,8 +166,8 @@ pub fn fused_infer_attention_with(
             softmax_lse_flag: spec.softmax_lse_flag,
             key_antiquant_mode: spec.key_antiquant_mode,
             value_antiquant_mode: spec.value_antiquant_mode,
-            attention_out: x.attention_out,
-            softmax_lse: x.softmax_lse,
+            attention_out: out.attention_out,
+            softmax_lse: out.softmax_lse,
         },
     )
 }
@@ -211,25 +182,13 @@ fn float_dtype(d: DataType) -> Option<DType> {
     }
 }
 
-fn list<'a>(
-    rt: &Runtime,
-    t: &'a AscendTensor,
-    d: &burn_ascend_cann::acl::TensorDesc,
-) -> TensorList<'a> {
-    TensorList::new(rt.api(), vec![handle(t, d, OP)]).unwrap_or_else(|e| fail(OP, e))
-}
-
-pub(super) fn fia_fwd(inputs: FiaInputs<Ascend>, spec: &FiaSpec) -> Result<FiaOutputs<Ascend>> {
-    let dims = spec.validate(&shapes(&inputs, spec))?;
-    let (k, v) = match &inputs.kv {
-        FiaKv::Contiguous { key, value } => (key, value),
-        FiaKv::Paged {
-            key_cache,
-            value_cache,
-        } => (key_cache, value_cache),
-    };
-    let q = &inputs.query;
-    let device = same_device(OP, &[q, k, v])?;
+pub(super) fn fia_fwd(
+    inputs: FiaInputs<AscendTensor>,
+    spec: &FiaSpec,
+) -> Result<FiaOutputs<AscendTensor>> {
+    let dims = spec.validate(&shapes::<Ascend>(&inputs))?;
+    let (q, (k, v)) = (&inputs.query, inputs.kv.as_ref().into_pair());
+    let device = same_device(OP, &inputs.all())?;
     let dtype = q.dtype;
     if !is_acl_float(dtype) || k.dtype != dtype || v.dtype != dtype {
         count(OP);
@@ -242,13 +201,20 @@ pub(super) fn fia_fwd(inputs: FiaInputs<Ascend>, spec: &FiaSpec) -> Result<FiaOu
         return composite::fia_fwd::<Ascend>(inputs, spec);
     }
     // int8 KV (antiquant) goes to the op as INT8, cast on the device.
-    let cast = |t: &AscendTensor| match spec.quantised() {
-        true => native_elementwise::cast(t, DType::I8),
-        false => Some(t.clone()),
-    };
-    let (Some(k), Some(v)) = (cast(k), cast(v)) else {
-        count(OP);
-        return cpu_fia_fwd::<Ascend>(inputs, spec);
+    let kv = match dims.quantised() {
+        false => inputs.kv.clone(),
+        true => {
+            let cast = inputs
+                .kv
+                .as_ref()
+                .map(|t| native_elementwise::cast(t, DType::I8));
+            let (ck, cv) = cast.as_ref().into_pair();
+            if ck.is_none() || cv.is_none() {
+                count(OP);
+                return cpu_fia_fwd::<Ascend>(inputs, spec);
+            }
+            cast.map(|t| t.expect("both casts succeeded (checked above)"))
+        }
     };
     let rt = runtime(&device);
     let acl_dtype = q.acl_dtype(OP);
@@ -268,41 +234,65 @@ pub(super) fn fia_fwd(inputs: FiaInputs<Ascend>, spec: &FiaSpec) -> Result<FiaOu
             }
         }
     };
-    let out = AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device);
-    let lse = spec
-        .softmax_lse_flag
-        .then(|| AscendTensor::alloc(Shape::from(dims.lse_shape()), DType::F32, &device));
-    {
-        let d = |x: &AscendTensor| x.desc(OP);
-        let (qd, od, kd, vd) = (d(q), d(&out), d(&k), d(&v));
-        let ld = lse.as_ref().map(d);
-        let sd = sink.as_ref().map(d);
-        let (kl, vl) = (list(&rt, &k, &kd), list(&rt, &v, &vd));
-        let sh = match (&sink, &sd) {
-            (Some(s), Some(desc)) => Some(handle(s, desc, OP)),
-            _ => None,
-        };
-        let lh = match (&lse, &ld) {
-            (Some(l), Some(desc)) => Some(handle(l, desc, OP)),
-            _ => None,
-        };
-        fused_infer_attention(
-            &rt,
-            spec,
-            &FiaTensors {
-                dtype: acl_dtype,
-                query: &handle(q, &qd, OP),
-                key: &kl,
-                value: &vl,
-                learnable_sink: sh.as_ref(),
-                attention_out: &handle(&out, &od, OP),
-                softmax_lse: lh.as_ref(),
-            },
-        )
-        .map_err(|e| device_error(OP, e))?;
-    }
-    Ok(FiaOutputs {
-        attention_out: out,
-        softmax_lse: lse,
-    })
+    // The optional inputs in the dtypes the op takes, converted on the device: the dense mask
+    // BOOL (non-zero = masked), pse and per-channel scales in the query's dtype, per-token
+    // scales FLOAT.
+    let separate = |mode: i64| match FiaAntiquantMode::from_attr("keyAntiquantMode", mode) {
+        Ok(FiaAntiquantMode::PerToken) => DType::F32,
+        _ => dtype,
+    };
+    let (kdt, vdt) = (
+        separate(spec.key_antiquant_mode),
+        separate(spec.value_antiquant_mode),
+    );
+    let cast =
+        |t: &Option<AscendTensor>, to: DType| on_device(t, |t| native_elementwise::cast(t, to));
+    let converted = [
+        on_device(&inputs.atten_mask, mask_to_bool),
+        cast(&inputs.pse_shift, dtype),
+        cast(&inputs.antiquant_scale, dtype),
+        cast(&inputs.antiquant_offset, dtype),
+        cast(&inputs.key_antiquant_scale, kdt),
+        cast(&inputs.key_antiquant_offset, kdt),
+        cast(&inputs.value_antiquant_scale, vdt),
+        cast(&inputs.value_antiquant_offset, vdt),
+    ];
+    let Ok([mask, pse, aqs, aqo, kqs, kqo, vqs, vqo]) = <[Option<AscendTensor>; 8]>::try_from(
+        converted
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
+    ) else {
+        count(OP);
+        return cpu_fia_fwd::<Ascend>(inputs, spec);
+    };
+    let x = FiaInputs {
+        query: inputs.query,
+        kv,
+        learnable_sink: sink,
+        atten_mask: mask,
+        pse_shift: pse,
+        antiquant_scale: aqs,
+        antiquant_offset: aqo,
+        key_antiquant_scale: kqs,
+        key_antiquant_offset: kqo,
+        value_antiquant_scale: vqs,
+        value_antiquant_offset: vqo,
+    };
+    let out = FiaOutputs {
+        attention_out: AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device),
+        softmax_lse: spec
+            .softmax_lse_flag
+            .then(|| AscendTensor::alloc(Shape::from(dims.lse_shape()), DType::F32, &device)),
+    };
+    let out_handles = out.as_ref().map(|t| view_handle(t, OP));
+    fused_infer_attention(
+        &rt,
+        spec,
+        x.as_ref().map(|t| view_handle(t, OP)),
+        out_handles.as_ref(),
+    )
+    .map_err(|e| device_error(OP, e))?;
+    drop(out_handles);
+    Ok(out)
 }

@@ -5,6 +5,7 @@
 //! afterwards the pool's statistics and the simulation's live handles are back at their
 //! baseline. Holds [`crate::exclusive`]: both are process-wide (the faults are per thread).
 
+use burn_ascend_ops::IncreKvFromTensors;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};

@@ -6,12 +6,15 @@
 //! reference with the sink rounded to that dtype. Serving through the paged cache does the same.
 
 use burn::tensor::{DType, Tensor, TensorData};
+use burn_ascend_ops::FiaKvFromTensors;
 use half::{bf16, f16};
 
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::{fallback_count, Ascend, AscendDevice};
 use burn_ascend_cann::acl::DataType;
-use burn_ascend_contract::fia::{CannRelease, FiaKvShapes, FiaShapes, FiaSpec, PfaLayout};
+use burn_ascend_contract::fia::{
+    CannRelease, FiaHostValues, FiaKvShapes, FiaShapes, FiaSpec, PfaLayout,
+};
 use burn_ascend_kernels::reference::fia::fused_infer_attention as reference;
 use burn_ascend_ops::{fused_infer_attention, AttendOptions, AttendPath, FiaKv, PagedKvCache};
 
@@ -104,17 +107,21 @@ fn run<const R: usize>(
     let got: Vec<f32> = out.cast(DType::F32).into_data().to_vec().unwrap();
     let want_sinks = round(&SINKS, sent.unwrap_or(DataType::Float));
     let dims = spec
-        .validate(&FiaShapes {
-            query: sh.clone(),
-            kv: FiaKvShapes::Contiguous {
+        .validate(&FiaShapes::new(
+            sh.clone(),
+            FiaKvShapes::Contiguous {
                 key: sh.clone(),
                 value: sh,
             },
-            kv_int8: false,
-            learnable_sink: Some(vec![n]),
-        })
+            false,
+            Some(vec![n]),
+        ))
         .unwrap();
-    let want = reference(&spec.args(&dims, &qv, &kv, &vv, Some(&want_sinks))).attention_out;
+    let host = FiaHostValues {
+        learnable_sink: Some(&want_sinks),
+        ..Default::default()
+    };
+    let want = reference(&spec.args(&dims, &qv, &kv, &vv, host)).attention_out;
     assert_eq!(got.len(), want.len());
     let err = got
         .iter()

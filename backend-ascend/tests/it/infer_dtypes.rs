@@ -11,6 +11,8 @@ use burn::tensor::{FloatDType, Tensor, TensorData, Tolerance};
 use burn_ascend_backend::collective::simulate_devices;
 use burn_ascend_backend::{device_counters, fallback_counts, Ascend, AscendDevice, AscendKind};
 use burn_ascend_ops::prompt::{PfaLayout, PromptMaskKind, PromptSpec};
+use burn_ascend_ops::FiaKvFromTensors;
+use burn_ascend_ops::IncreKvFromTensors;
 use burn_ascend_ops::{
     fused_infer_attention, incre_flash_attention, prompt_flash_attention,
     prompt_flash_attention_with, scatter_pa_kv_cache, AttentionBackend, FiaKv, FiaSpec, IfaLayout,

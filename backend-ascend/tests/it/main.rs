@@ -13,6 +13,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 mod asynchrony;
 mod attention;
 mod burn_attention;
+mod device_inputs;
 mod devices;
 mod fallback_dtypes;
 mod faults;

@@ -11,6 +11,7 @@
 use burn::backend::NdArray;
 use burn::tensor::{DType, FloatDType, Tensor, TensorData, Tolerance};
 use burn_ascend_backend::{fallback_count, Ascend, AscendDevice};
+use burn_ascend_ops::IncreKvFromTensors;
 use burn_ascend_ops::{
     incre_flash_attention, scatter_pa_kv_cache, AttendOptions, AttendPath, AttentionBackend,
     IfaLayout, IncreKv, IncreSpec, PagedKvCache, ScatterSpec,

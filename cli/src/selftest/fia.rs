@@ -10,9 +10,11 @@ use super::report::CaseResult;
 use crate::device::{acl_runtime, download, output, upload};
 use crate::io::{Bundle, HostTensor};
 use crate::{CliError, Device};
-use burn_ascend::backend::attention::fia::{cann_release, fused_infer_attention, FiaTensors};
-use burn_ascend::ops::fia::{FiaKvShapes, FiaShapes, FiaSpec, PfaLayout};
-use burn_ascend_cann::acl::{DataType, TensorList};
+use burn_ascend::backend::attention::fia::{cann_release, fused_infer_attention};
+use burn_ascend::ops::fia::{
+    FiaInputs, FiaKv, FiaKvShapes, FiaOutputs, FiaShapes, FiaSpec, PfaLayout,
+};
+use burn_ascend_cann::acl::DataType;
 
 /// CANN's compressed causal mask: 2048 × 2048, 1 strictly above the diagonal.
 fn compressed_mask() -> HostTensor {
@@ -155,15 +157,15 @@ fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), Cl
         spec.actual_seq_lengths = Some(vec![s as i64]);
         spec.actual_seq_lengths_kv = Some(vec![s as i64]);
     }
-    let dims = spec.validate(&FiaShapes {
-        query: shape.clone(),
-        kv: FiaKvShapes::Contiguous {
+    let dims = spec.validate(&FiaShapes::new(
+        shape.clone(),
+        FiaKvShapes::Contiguous {
             key: shape.clone(),
             value: shape.clone(),
         },
-        kv_int8: false,
-        learnable_sink: Some(vec![n]),
-    })?;
+        false,
+        Some(vec![n]),
+    ))?;
     let rt = acl_runtime(device)?;
     let (qd, kd, vd) = (
         upload(&rt, &q, "query")?,
@@ -172,23 +174,22 @@ fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), Cl
     );
     let sd = upload(&rt, &sink_values, "learnableSink")?;
     let o = output(&rt, &dims.out_shape(), DataType::Float16)?;
-    {
-        let kl = TensorList::new(rt.api(), vec![kd.handle()?])?;
-        let vl = TensorList::new(rt.api(), vec![vd.handle()?])?;
-        fused_infer_attention(
-            &rt,
-            &spec,
-            &FiaTensors {
-                dtype: DataType::Float16,
-                query: &qd.handle()?,
-                key: &kl,
-                value: &vl,
-                learnable_sink: Some(&sd.handle()?),
-                attention_out: &o.handle()?,
-                softmax_lse: None,
+    fused_infer_attention(
+        &rt,
+        &spec,
+        FiaInputs::new(
+            qd.handle()?,
+            FiaKv::Contiguous {
+                key: kd.handle()?,
+                value: vd.handle()?,
             },
-        )?;
-    }
+            Some(sd.handle()?),
+        ),
+        FiaOutputs {
+            attention_out: &o.handle()?,
+            softmax_lse: None,
+        },
+    )?;
     let out = download(&o)?.f32_values("attentionOut")?;
     if out.iter().all(|x| x.is_finite()) {
         Ok(())
@@ -227,15 +228,15 @@ pub fn sink_dtype_probe(device: Device) -> String {
                 spec.actual_seq_lengths_kv = Some(vec![4]);
             }
             let want = spec
-                .validate(&FiaShapes {
-                    query: shape.clone(),
-                    kv: FiaKvShapes::Contiguous {
+                .validate(&FiaShapes::new(
+                    shape.clone(),
+                    FiaKvShapes::Contiguous {
                         key: shape.clone(),
                         value: shape,
                     },
-                    kv_int8: false,
-                    learnable_sink: Some(vec![2]),
-                })
+                    false,
+                    Some(vec![2]),
+                ))
                 .map(|dims| {
                     spec.check_learnable_sink_dtype(&dims, DataType::Float16, sink, release)
                 });

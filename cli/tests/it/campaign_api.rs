@@ -6,6 +6,7 @@
 //! scatter leaves the cache tensor it was given bit-identical. Case count:
 //! `BURN_ASCEND_CAMPAIGN_CASES` (twice that many per backend), seed `BURN_ASCEND_CAMPAIGN_SEED`.
 
+use burn_ascend::IncreKvFromTensors;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::common::Rng;

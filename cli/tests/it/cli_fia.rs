@@ -5,9 +5,8 @@
 //! V4 inputs left out are `unsupported`.
 
 use burn::backend::NdArray;
-use burn_ascend::ops::fia::{composite as fcomp, FiaKvShapes};
+use burn_ascend::ops::fia::{composite as fcomp, FiaKvShapes, FiaMask};
 use burn_ascend::ops::host::to_vec;
-use burn_ascend::ops::prompt::PromptMask;
 use burn_ascend_cli::io::{Bundle, HostTensor};
 use safetensors::Dtype;
 
@@ -41,13 +40,12 @@ fn bundle(c: &FCase) -> Bundle {
         b.insert("key", f32t(&c.k, &ks));
         b.insert("value", f32t(&c.v, &vs));
     }
-    match &s.atten_mask {
-        PromptMask::None => {}
-        PromptMask::Dense { data, shape } => b.insert(
+    match (&s.atten_mask, &c.opt.mask, &c.shapes.atten_mask) {
+        (FiaMask::Dense, Some(data), Some(shape)) => b.insert(
             "attenMask",
             HostTensor::from_u8(data.to_vec(), shape.clone(), Dtype::BOOL),
         ),
-        PromptMask::Compressed => {
+        (FiaMask::Compressed, ..) => {
             let m: Vec<u8> = (0..2048 * 2048)
                 .map(|e| u8::from(e % 2048 > e / 2048))
                 .collect();
@@ -56,9 +54,10 @@ fn bundle(c: &FCase) -> Bundle {
                 HostTensor::from_u8(m, vec![2048, 2048], Dtype::BOOL),
             );
         }
+        _ => {}
     }
-    if let Some(p) = &s.pse_shift {
-        b.insert("pseShift", f32t(&p.data, &p.shape));
+    if let (Some(p), Some(shape)) = (&c.opt.pse, &c.shapes.pse_shift) {
+        b.insert("pseShift", f32t(p, shape));
     }
     for (name, l) in [
         ("actualSeqLengths", &s.actual_seq_lengths),
@@ -79,26 +78,28 @@ fn bundle(c: &FCase) -> Bundle {
     if let Some(t) = &s.block_table {
         b.insert("blockTable", HostTensor::from_i32(&t.data, t.shape.clone()));
     }
-    if let Some(a) = &s.antiquant {
-        b.insert("antiquantScale", f32t(&a.scale, &a.shape));
-        if let Some(o) = &a.offset {
-            b.insert("antiquantOffset", f32t(o, &a.shape));
-        }
-    }
-    for (names, q) in [
+    let sh = &c.shapes;
+    for ([scale, offset], [values, offsets], shape) in [
+        (
+            ["antiquantScale", "antiquantOffset"],
+            &c.opt.antiquant[0],
+            &sh.antiquant_scale,
+        ),
         (
             ["keyAntiquantScale", "keyAntiquantOffset"],
-            &s.key_antiquant,
+            &c.opt.antiquant[1],
+            &sh.key_antiquant_scale,
         ),
         (
             ["valueAntiquantScale", "valueAntiquantOffset"],
-            &s.value_antiquant,
+            &c.opt.antiquant[2],
+            &sh.value_antiquant_scale,
         ),
     ] {
-        if let Some(q) = q {
-            b.insert(names[0], f32t(&q.scale, &q.shape));
-            if let Some(o) = &q.offset {
-                b.insert(names[1], f32t(o, &q.shape));
+        if let (Some(v), Some(shape)) = (values, shape) {
+            b.insert(scale, f32t(v, shape));
+            if let Some(o) = offsets {
+                b.insert(offset, f32t(o, shape));
             }
         }
     }
@@ -134,7 +135,7 @@ fn bundle(c: &FCase) -> Bundle {
 fn fia_round_trips_every_case_on_cpu_reference_and_sim_against_the_composite() {
     for c in fia_cases() {
         let out = ok("fia", &bundle(&c));
-        let want = fcomp::fia_fwd::<B>(fia_inputs_on(&c, &Default::default()), &c.spec)
+        let want = fcomp::fia_fwd::<B>(fia_inputs_on::<B>(&c, &Default::default()), &c.spec)
             .unwrap_or_else(|e| panic!("{}: {e}", c.name));
         let got = out.tensors["attentionOut"]
             .f32_values("attentionOut")

@@ -9,7 +9,8 @@ use burn::backend::NdArray;
 use burn_ascend::kernels::reference::incre::incre_flash_attention_int8;
 use burn_ascend::ops::host::{from_vec, to_vec};
 use burn_ascend::ops::incre::{
-    composite as icomp, AntiquantSpec, BlockTable, IfaLayout, IncreKvShapes, IncreShapes, IncreSpec,
+    composite as icomp, BlockTable, IfaLayout, IncreHostValues, IncreKvShapes, IncreShapes,
+    IncreSpec,
 };
 use burn_ascend::ops::prompt::{composite as pcomp, PfaLayout, PromptMaskKind, PromptSpec};
 use burn_ascend::ops::scatter::{composite as scomp, ScatterSpec};
@@ -281,13 +282,13 @@ fn incre_round_trips_contiguous_list_and_paged_int8() {
     let dv = Default::default();
     let want = to_vec::<B>(
         icomp::incre_fwd::<B>(
-            IncreInputs {
-                query: from_vec::<B>(q.clone(), &[b, n, 1, d], &dv),
-                kv: IncreKv::Contiguous {
+            IncreInputs::new(
+                from_vec::<B>(q.clone(), &[b, n, 1, d], &dv),
+                IncreKv::Contiguous {
                     key: from_vec::<B>(k.clone(), &[b, nkv, s, d], &dv),
                     value: from_vec::<B>(v.clone(), &[b, nkv, s, d], &dv),
                 },
-            },
+            ),
             &spec,
         )
         .unwrap(),
@@ -358,21 +359,21 @@ fn incre_round_trips_contiguous_list_and_paged_int8() {
         data: table.to_vec().into(),
         shape: vec![2, 2],
     });
-    ps.antiquant = Some(AntiquantSpec {
-        scale: vec![0.02, 0.01].into(),
-        offset: Some(vec![1.0, -2.0].into()),
-        shape: vec![2],
-    });
+    let (aq_scale, aq_offset) = ([0.02f32, 0.01], [1.0f32, -2.0]);
     let kf: Vec<f32> = k8.iter().map(|&x| x as f32).collect();
     let vf: Vec<f32> = v8.iter().map(|&x| x as f32).collect();
     let want = to_vec::<B>(
         icomp::incre_fwd::<B>(
             IncreInputs {
-                query: from_vec::<B>(q.clone(), &[b, 1, n * d], &dv),
-                kv: IncreKv::Paged {
-                    key_cache: from_vec::<B>(kf.clone(), &[3, bs, nkv * d], &dv),
-                    value_cache: from_vec::<B>(vf.clone(), &[3, bs, nkv * d], &dv),
-                },
+                antiquant_scale: Some(from_vec::<B>(aq_scale.to_vec(), &[2], &dv)),
+                antiquant_offset: Some(from_vec::<B>(aq_offset.to_vec(), &[2], &dv)),
+                ..IncreInputs::new(
+                    from_vec::<B>(q.clone(), &[b, 1, n * d], &dv),
+                    IncreKv::Paged {
+                        key_cache: from_vec::<B>(kf.clone(), &[3, bs, nkv * d], &dv),
+                        value_cache: from_vec::<B>(vf.clone(), &[3, bs, nkv * d], &dv),
+                    },
+                )
             },
             &ps,
         )
@@ -387,12 +388,16 @@ fn incre_round_trips_contiguous_list_and_paged_int8() {
         .unwrap();
     let dims = ps
         .validate(&IncreShapes {
-            query: vec![b, 1, n * d],
-            kv: IncreKvShapes::Paged {
-                key_cache: vec![3, bs, nkv * d],
-                value_cache: vec![3, bs, nkv * d],
-            },
-            kv_int8: true,
+            antiquant_scale: Some(vec![2]),
+            antiquant_offset: Some(vec![2]),
+            ..IncreShapes::new(
+                vec![b, 1, n * d],
+                IncreKvShapes::Paged {
+                    key_cache: vec![3, bs, nkv * d],
+                    value_cache: vec![3, bs, nkv * d],
+                },
+                true,
+            )
         })
         .unwrap();
     let pq = burn_ascend::contract::incre::IfaPostQuant {
@@ -401,7 +406,19 @@ fn incre_round_trips_contiguous_list_and_paged_int8() {
     };
     assert_eq!(
         o8,
-        incre_flash_attention_int8(&ps.args(&dims, &q, ps.paged(&dims, &kf, &vf)), &pq)
+        incre_flash_attention_int8(
+            &ps.args(
+                &dims,
+                &q,
+                ps.paged(&dims, &kf, &vf),
+                IncreHostValues {
+                    antiquant_scale: Some(&aq_scale),
+                    antiquant_offset: Some(&aq_offset),
+                    ..Default::default()
+                }
+            ),
+            &pq
+        )
     );
 
     // Bad input: blocktable must be INT32; int8 KV needs antiquantScale.

@@ -7,6 +7,7 @@ use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData};
 use burn_ascend::ops::incre::{IfaLayout, IncreSpec};
 use burn_ascend::ops::prompt::{PfaLayout, PromptMaskKind, PromptSpec};
+use burn_ascend::IncreKvFromTensors;
 use burn_ascend::{
     incre_flash_attention, prompt_flash_attention, AttnError, IncreKv, PagedKvCache,
 };

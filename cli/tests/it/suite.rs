@@ -109,9 +109,9 @@ fn incre_suite<B: AttentionBackend>(dev: &B::Device, path: Path) {
         let want = incre_ref(&c, &h);
         let got = match path {
             Path::Composite => {
-                incre::composite::incre_fwd::<B>(incre_inputs_on(&c, &h, dev), &c.spec)
+                incre::composite::incre_fwd::<B>(incre_inputs_on::<B>(&c, &h, dev), &c.spec)
             }
-            Path::Native => B::incre_fwd(incre_inputs_on(&c, &h, dev), &c.spec),
+            Path::Native => B::incre_fwd(incre_inputs_on::<B>(&c, &h, dev), &c.spec),
         }
         .expect(c.name);
         assert_eq!(

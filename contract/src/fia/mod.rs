@@ -3,8 +3,7 @@
 //!
 //! FIA is PFA (query S > 1) and IFA (query S = 1) in one op, plus a learnable sink and the
 //! softmax LSE output. The spec reuses the prompt and incremental pieces: the layouts
-//! ([`PfaLayout`]), the mask ([`PromptMask`]), the pse ([`PromptPse`]), the block table
-//! ([`BlockTable`]), the combined antiquant ([`AntiquantSpec`]), the TND length and GQA
+//! ([`PfaLayout`]), the block table ([`BlockTable`]), the TND length and GQA
 //! rules and the paged-cache shape checks.
 //!
 //! Supported V4 fields: `query`, `key`, `value` (one tensor each, or paged caches),
@@ -23,21 +22,21 @@
 //! Atlas A2/A3's; element dtypes are checked where they are known (the CLI, the simulation).
 
 pub mod problem;
+pub mod tensors;
 pub use problem::*;
-
-use std::sync::Arc;
+pub use tensors::*;
 
 use crate::checked;
 use crate::error::{ensure, AttnError, Result};
-use crate::incre::{block_table_width_named, paged_caches, AntiquantSpec, BlockTable};
-use crate::prompt::{
-    cum, mask_fits_mode, per_batch, resolve_kv_heads, tnd_lengths, PromptMask, PromptPse,
-    INT_MAX_TOKENS,
-};
+use crate::incre::{block_table_width_named, paged_caches, BlockTable};
+use crate::prompt::{cum, per_batch, resolve_kv_heads, tnd_lengths, INT_MAX_TOKENS};
 
 mod args;
+mod mask;
 mod quant;
 mod sink;
+
+pub use args::FiaHostValues;
 
 pub use quant::check_learnable_sink_values;
 pub use sink::{CannRelease, FiaSinkPath};
@@ -86,17 +85,18 @@ impl FiaAntiquantMode {
     }
 }
 
-/// `keyAntiquantScale`/`keyAntiquantOffset` (or the value's): `x = (x_int8 + offset) · scale`.
-/// Per channel: shapes `(1)` (per tensor), `(1, Nkv, 1, D)`, `(1, Nkv, D)`, `(1, H)`,
-/// `(Nkv, D)`, `(Nkv, 1, D)`, `(H)`. Per token: `(B, S)` or `(1, B, S)` f32 with `S ≥` KV S.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KvAntiquant {
-    /// Scale values.
-    pub scale: Arc<[f32]>,
-    /// Offset values (same shape), absent = 0.
-    pub offset: Option<Arc<[f32]>>,
-    /// The shape of both.
-    pub shape: Vec<usize>,
+/// Which `attenMask` a call takes: its values travel as the carrier's tensor
+/// ([`FiaInputs::atten_mask`]); the compressed mask's content is fixed by the sparse mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FiaMask {
+    /// Null: no masking.
+    #[default]
+    None,
+    /// A full mask (sparse modes 0 and 1), the carrier's tensor, non-zero = masked:
+    /// `(Q_S,KV_S)`, `(1|B,Q_S,KV_S)`, `(1|B,1,Q_S,KV_S)`; decode also `(B,KV_S)`.
+    Dense,
+    /// CANN's compressed 2048×2048 causal mask (sparse modes 2, 3, 4).
+    Compressed,
 }
 
 /// Everything of the fused inference op that is not query/key/value.
@@ -132,24 +132,16 @@ pub struct FiaSpec {
     pub actual_seq_lengths: Option<Vec<i64>>,
     /// `actualSeqLengthsKv` (per batch; cumulative in TND without a block table).
     pub actual_seq_lengths_kv: Option<Vec<i64>>,
-    /// `attenMask`: dense for modes 0/1 (`(Q_S,KV_S)`, `(1|B,Q_S,KV_S)`, `(1|B,1,Q_S,KV_S)`;
-    /// decode also `(B,KV_S)`), compressed 2048×2048 for modes 2–4.
-    pub atten_mask: PromptMask,
-    /// `pseShift` `(B|1, N, ≥Q_S, ≥KV_S)`.
-    pub pse_shift: Option<PromptPse>,
-    /// `blockTable` (page attention when present).
+    /// `attenMask`'s kind: dense for modes 0/1 (the carrier's tensor), compressed 2048×2048
+    /// for modes 2–4.
+    pub atten_mask: FiaMask,
+    /// `blockTable` (page attention when present). Index metadata the host owns (the paged
+    /// cache's, checked id by id here), not a tensor value of the call.
     pub block_table: Option<BlockTable>,
     /// `queryPaddingSize` (query left padding, query S > 1; negative = 0).
     pub query_padding_size: Option<i64>,
     /// `kvPaddingSize` (KV left padding; negative = 0).
     pub kv_padding_size: Option<i64>,
-    /// `antiquantScale` / `antiquantOffset` (combined K/V, `(2)`, `(2,Nkv,1,D)`, `(2,Nkv,D)`,
-    /// `(2,H)`).
-    pub antiquant: Option<AntiquantSpec>,
-    /// `keyAntiquantScale` / `keyAntiquantOffset` (wins over `antiquantScale`).
-    pub key_antiquant: Option<KvAntiquant>,
-    /// `valueAntiquantScale` / `valueAntiquantOffset`.
-    pub value_antiquant: Option<KvAntiquant>,
 }
 
 /// Key/value shapes: one tensor each, or paged caches.
@@ -186,6 +178,54 @@ pub struct FiaShapes {
     /// the path and the release, not on the query (issue 30): [`FiaSpec::learnable_sink_dtype`]
     /// says which, [`FiaSpec::check_learnable_sink_dtype`] refuses the others.
     pub learnable_sink: Option<Vec<usize>>,
+    /// `attenMask`, with [`FiaMask::Dense`].
+    pub atten_mask: Option<Vec<usize>>,
+    /// `pseShift` `(B|1, N, ≥Q_S, ≥KV_S)`.
+    pub pse_shift: Option<Vec<usize>>,
+    /// `antiquantScale` (combined K/V: `(2)`, `(2,Nkv,1,D)`, `(2,Nkv,D)`, `(2,H)`).
+    pub antiquant_scale: Option<Vec<usize>>,
+    /// `antiquantOffset` (the scale's shape).
+    pub antiquant_offset: Option<Vec<usize>>,
+    /// `keyAntiquantScale` (wins over `antiquantScale`). Per channel: `(1)` (per tensor),
+    /// `(1, Nkv, 1, D)`, `(1, Nkv, D)`, `(1, H)`, `(Nkv, D)`, `(Nkv, 1, D)`, `(H)`. Per token:
+    /// `(B, S)` or `(1, B, S)` with `S ≥` KV S.
+    pub key_antiquant_scale: Option<Vec<usize>>,
+    /// `keyAntiquantOffset` (the scale's shape).
+    pub key_antiquant_offset: Option<Vec<usize>>,
+    /// `valueAntiquantScale`.
+    pub value_antiquant_scale: Option<Vec<usize>>,
+    /// `valueAntiquantOffset`.
+    pub value_antiquant_offset: Option<Vec<usize>>,
+}
+
+impl FiaShapes {
+    /// Query, key/value and the sink only (no mask, pse or antiquant).
+    pub fn new(
+        query: Vec<usize>,
+        kv: FiaKvShapes,
+        kv_int8: bool,
+        learnable_sink: Option<Vec<usize>>,
+    ) -> Self {
+        Self {
+            query,
+            kv,
+            kv_int8,
+            learnable_sink,
+            atten_mask: None,
+            pse_shift: None,
+            antiquant_scale: None,
+            antiquant_offset: None,
+            key_antiquant_scale: None,
+            key_antiquant_offset: None,
+            value_antiquant_scale: None,
+            value_antiquant_offset: None,
+        }
+    }
+
+    /// Whether an antiquant is given (int8 KV).
+    pub fn quantised(&self) -> bool {
+        self.antiquant_scale.is_some() || self.key_antiquant_scale.is_some()
+    }
 }
 
 /// The paged form's dimensions.
@@ -222,6 +262,13 @@ pub struct FiaDims {
     pub head_dim_v: usize,
     /// The paged form, when `blockTable` is given.
     pub paged: Option<FiaPaged>,
+    /// A dense `attenMask`'s `(batch dim, rows, cols)` (decode `(B, KV_S)`: rows 1).
+    pub mask: Option<(usize, usize, usize)>,
+    /// `pseShift` `[B|1, N, rows, cols]`.
+    pub pse_shape: Option<[usize; 4]>,
+    /// With int8 KV: how the key's and the value's antiquant are indexed (each the separate
+    /// `keyAntiquant*` / `valueAntiquant*`, else its row of the combined `antiquantScale`).
+    pub antiquant_index: Option<[FiaDequantIndex; 2]>,
 }
 
 impl FiaDims {
@@ -242,6 +289,11 @@ impl FiaDims {
             PfaLayout::Tnd => vec![self.q_seq, self.num_heads, 1],
             _ => vec![self.batch, self.num_heads, self.q_seq, 1],
         }
+    }
+
+    /// Whether the KV is dequantised (int8 KV).
+    pub fn quantised(&self) -> bool {
+        self.antiquant_index.is_some()
     }
 
     /// Decode: query S = 1 outside TND (modes 2–4, preTokens and nextTokens have no effect).
@@ -324,14 +376,10 @@ impl FiaSpec {
             value_antiquant_mode: 0,
             actual_seq_lengths: None,
             actual_seq_lengths_kv: None,
-            atten_mask: PromptMask::None,
-            pse_shift: None,
+            atten_mask: FiaMask::None,
             block_table: None,
             query_padding_size: None,
             kv_padding_size: None,
-            antiquant: None,
-            key_antiquant: None,
-            value_antiquant: None,
         }
     }
 
@@ -348,11 +396,6 @@ impl FiaSpec {
     /// The applied KV left padding (negative as 0), after validation.
     pub fn applied_kv_padding(&self) -> Option<usize> {
         self.kv_padding_size.map(|p| p.max(0) as usize)
-    }
-
-    /// Whether the KV is dequantised (int8 KV).
-    pub fn quantised(&self) -> bool {
-        self.antiquant.is_some() || self.key_antiquant.is_some()
     }
 
     /// Checks a call and returns its dimensions.
@@ -523,7 +566,7 @@ impl FiaSpec {
             }
         };
         let batch = if tnd {
-            self.validate_tnd(qs, ks, n, nkv, d, dv, paged.is_some())?
+            self.validate_tnd(s, qs, ks, n, nkv, d, dv, paged.is_some())?
         } else {
             qb
         };
@@ -532,7 +575,7 @@ impl FiaSpec {
             "query",
             "B must be <= {FIA_MAX_BATCH}, got {batch}"
         );
-        let dims = FiaDims {
+        let mut dims = FiaDims {
             layout,
             batch,
             q_seq: qs,
@@ -542,18 +585,22 @@ impl FiaSpec {
             head_dim: d,
             head_dim_v: dv,
             paged,
+            mask: None,
+            pse_shape: None,
+            antiquant_index: None,
         };
         self.validate_lengths(&dims)?;
-        self.validate_mask(&dims)?;
-        self.validate_pse(&dims)?;
-        self.validate_antiquant(&dims, s.kv_int8)?;
-        self.validate_sink(&dims, s.learnable_sink.as_deref())?;
+        dims.mask = self.validate_mask(&dims, s.atten_mask.as_deref())?;
+        dims.pse_shape = mask::validate_pse(&dims, s.pse_shift.as_deref())?;
+        dims.antiquant_index = self.validate_antiquant(&dims, s)?;
+        self.validate_sink(&dims, s)?;
         Ok(dims)
     }
 
     #[allow(clippy::too_many_arguments)]
     fn validate_tnd(
         &self,
+        s: &FiaShapes,
         t1: usize,
         t2: usize,
         n: usize,
@@ -578,7 +625,7 @@ impl FiaSpec {
                 self.inner_precise
             );
         }
-        let masked = self.atten_mask != PromptMask::None;
+        let masked = self.atten_mask != FiaMask::None;
         ensure!(
             (self.sparse_mode == 0 && !masked) || ((self.sparse_mode == 3 || self.sparse_mode == 4) && masked),
             "sparseMode",
@@ -586,18 +633,14 @@ impl FiaSpec {
             self.sparse_mode,
             if masked { "with" } else { "without" }
         );
-        ensure!(
-            self.pse_shift.is_none(),
-            "pseShift",
-            "not supported with TND"
-        );
+        ensure!(s.pse_shift.is_none(), "pseShift", "not supported with TND");
         ensure!(
             self.query_padding_size.is_none() && self.kv_padding_size.is_none(),
             "queryPaddingSize",
             "left padding (queryPaddingSize / kvPaddingSize) is not supported with TND"
         );
         ensure!(
-            !self.quantised(),
+            !s.quantised(),
             "antiquantScale",
             "antiquant is not supported with TND here (CANN: per channel with 5-D caches only)"
         );
@@ -723,105 +766,6 @@ impl FiaSpec {
                 }
             }
         }
-        Ok(())
-    }
-
-    fn validate_mask(&self, dims: &FiaDims) -> Result<()> {
-        let mode = self.sparse_mode;
-        if !mask_fits_mode(&self.atten_mask, mode)? {
-            return Ok(());
-        }
-        match &self.atten_mask {
-            PromptMask::None | PromptMask::Compressed => {}
-            PromptMask::Dense { data, shape } => {
-                let (mb, rows, cols) = self.mask_dims(dims).ok_or_else(|| {
-                    AttnError::invalid(
-                        "attenMask",
-                        format!(
-                            "shape must be (Q_S,KV_S), (1|B,Q_S,KV_S) or (1|B,1,Q_S,KV_S) (decode also (B,KV_S)), got {shape:?}"
-                        ),
-                    )
-                })?;
-                ensure!(
-                    mb == 1 || mb == dims.batch,
-                    "attenMask",
-                    "batch dim must be 1 or B = {}, got {mb}",
-                    dims.batch
-                );
-                ensure!(
-                    rows >= dims.q_seq && cols >= dims.kv_seq,
-                    "attenMask",
-                    "[Q_S, KV_S] = [{rows}, {cols}] must cover [{}, {}] (paged: maxBlockNumPerSeq·blockSize)",
-                    dims.q_seq,
-                    dims.kv_seq
-                );
-                let need = checked::product("attenMask", "its element count", &[mb, rows, cols])?;
-                ensure!(
-                    data.len() == need,
-                    "attenMask",
-                    "has {} elements, shape {shape:?} needs {need}",
-                    data.len()
-                );
-            }
-        }
-        let (pre, next) = (i128::from(self.pre_tokens), i128::from(self.next_tokens));
-        if mode == 4 {
-            ensure!(
-                pre + next >= 0,
-                "preTokens",
-                "band (sparseMode 4) needs preTokens + nextTokens >= 0, got pre {pre} next {next}"
-            );
-        }
-        Ok(())
-    }
-
-    /// `(batch dim, rows, cols)` of a dense mask; `None` for a shape FIA does not take.
-    pub fn mask_dims(&self, dims: &FiaDims) -> Option<(usize, usize, usize)> {
-        let PromptMask::Dense { shape, .. } = &self.atten_mask else {
-            return None;
-        };
-        match *shape.as_slice() {
-            // (B, KV_S) in decode, (Q_S, KV_S) otherwise.
-            [a, c] if dims.decode() => Some((a, 1, c)),
-            [r, c] => Some((1, r, c)),
-            [b, r, c] | [b, 1, r, c] => Some((b, r, c)),
-            _ => None,
-        }
-    }
-
-    fn validate_pse(&self, dims: &FiaDims) -> Result<()> {
-        let Some(p) = &self.pse_shift else {
-            return Ok(());
-        };
-        let &[pb, pn, rows, cols] = p.shape.as_slice() else {
-            return Err(AttnError::invalid(
-                "pseShift",
-                format!("shape must be (B|1, N, Q_S, KV_S), got {:?}", p.shape),
-            ));
-        };
-        ensure!(
-            (pb == 1 || pb == dims.batch) && pn == dims.num_heads,
-            "pseShift",
-            "shape must be (B|1, N, Q_S, KV_S) with B = {}, N = {}, got {:?}",
-            dims.batch,
-            dims.num_heads,
-            p.shape
-        );
-        ensure!(
-            rows >= dims.q_seq && cols >= dims.kv_seq,
-            "pseShift",
-            "[Q_S, KV_S] = [{rows}, {cols}] must be >= [{}, {}] (paged: maxBlockNumPerSeq·blockSize)",
-            dims.q_seq,
-            dims.kv_seq
-        );
-        let need = checked::product("pseShift", "its element count", &[pb, pn, rows, cols])?;
-        ensure!(
-            p.data.len() == need,
-            "pseShift",
-            "has {} values, shape {:?} needs {need}",
-            p.data.len(),
-            p.shape
-        );
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use crate::Element;
 
 /// Key/value: one tensor each in the input layout, or paged caches.
 #[derive(Clone, Copy, Debug)]
-pub enum FiaKv<'a, T> {
+pub enum FiaKvSlices<'a, T> {
     /// `key` / `value` in `inputLayout` (TND: `[T2, Nkv, D]`).
     Contiguous { key: &'a [T], value: &'a [T] },
     /// Page attention: token `t` of batch `b` is in block
@@ -66,7 +66,7 @@ impl FiaDequant<'_> {
 #[derive(Clone, Copy, Debug)]
 pub struct FiaArgs<'a, T> {
     pub query: &'a [T],
-    pub kv: FiaKv<'a, T>,
+    pub kv: FiaKvSlices<'a, T>,
     pub input_layout: PfaLayout,
     pub batch: usize,
     pub q_seq: usize,
@@ -138,8 +138,8 @@ impl<T: Element> FiaArgs<'_, T> {
     /// KV S of the tensors (paged: the block table's reach).
     pub fn kv_extent(&self) -> usize {
         match self.kv {
-            FiaKv::Contiguous { .. } => self.kv_seq,
-            FiaKv::Paged {
+            FiaKvSlices::Contiguous { .. } => self.kv_seq,
+            FiaKvSlices::Paged {
                 max_blocks_per_seq,
                 block_size,
                 ..
@@ -150,7 +150,7 @@ impl<T: Element> FiaArgs<'_, T> {
     /// `(q_start, sq, kv_start, skv)`: absolute first row/column and actual lengths of batch b
     /// (TND: token offsets).
     pub fn sequence(&self, b: usize) -> (usize, usize, usize, usize) {
-        let paged = matches!(self.kv, FiaKv::Paged { .. });
+        let paged = matches!(self.kv, FiaKvSlices::Paged { .. });
         let (q0, sq) = if self.tnd() {
             cum_at(self.actual_seq_lengths.unwrap_or(&[]), b)
         } else {
@@ -189,7 +189,7 @@ impl<T: Element> FiaArgs<'_, T> {
             self.head_dim_v
         };
         let raw = match self.kv {
-            FiaKv::Contiguous { key, value } => {
+            FiaKvSlices::Contiguous { key, value } => {
                 let buf = if which == 0 { key } else { value };
                 let idx = match self.input_layout {
                     PfaLayout::Bsh | PfaLayout::Bsnd => ((b * self.kv_seq + t) * nkv + n) * dim + d,
@@ -200,7 +200,7 @@ impl<T: Element> FiaArgs<'_, T> {
                 };
                 buf[idx].to_f64()
             }
-            FiaKv::Paged {
+            FiaKvSlices::Paged {
                 key_cache,
                 value_cache,
                 layout,

@@ -3,13 +3,51 @@
 use crate::checked;
 use crate::error::{ensure, AttnError, Result};
 
-use super::{FiaAntiquantMode, FiaDims, FiaSpec, KvAntiquant};
+use super::{FiaAntiquantMode, FiaDequantIndex, FiaDims, FiaShapes, FiaSpec};
 
 impl FiaSpec {
-    pub(super) fn validate_antiquant(&self, dims: &FiaDims, kv_int8: bool) -> Result<()> {
+    /// With int8 KV, how the key's and value's antiquant are indexed.
+    pub(super) fn validate_antiquant(
+        &self,
+        dims: &FiaDims,
+        s: &FiaShapes,
+    ) -> Result<Option<[FiaDequantIndex; 2]>> {
         let (nkv, d) = (dims.kv_heads, dims.head_dim);
         let channels = checked::product("antiquantScale", "Nkv·D", &[nkv, d])?;
-        if let Some(aq) = &self.antiquant {
+        for (scale, offset, [scale_name, offset_name]) in [
+            (
+                &s.antiquant_scale,
+                &s.antiquant_offset,
+                ["antiquantScale", "antiquantOffset"],
+            ),
+            (
+                &s.key_antiquant_scale,
+                &s.key_antiquant_offset,
+                ["keyAntiquantScale", "keyAntiquantOffset"],
+            ),
+            (
+                &s.value_antiquant_scale,
+                &s.value_antiquant_offset,
+                ["valueAntiquantScale", "valueAntiquantOffset"],
+            ),
+        ] {
+            match (scale, offset) {
+                (None, Some(_)) => {
+                    return Err(AttnError::invalid(
+                        offset_name,
+                        format!("needs {scale_name}"),
+                    ))
+                }
+                (Some(sc), Some(o)) => ensure!(
+                    o == sc,
+                    offset_name,
+                    "must have the scale's shape {sc:?}, got {o:?}"
+                ),
+                _ => {}
+            }
+        }
+        let mut combined = None;
+        if let Some(shape) = &s.antiquant_scale {
             match FiaAntiquantMode::from_attr("antiquantMode", self.antiquant_mode)? {
                 FiaAntiquantMode::PerChannel => {}
                 FiaAntiquantMode::PerToken => {
@@ -18,7 +56,7 @@ impl FiaSpec {
                     ))
                 }
             }
-            let ok = match *aq.shape.as_slice() {
+            let ok = match *shape.as_slice() {
                 [2] => true,
                 [2, a, 1, b] | [2, a, b] => a == nkv && b == d,
                 [2, h] => h == channels,
@@ -27,37 +65,26 @@ impl FiaSpec {
             ensure!(
                 ok,
                 "antiquantScale",
-                "shape must be (2) or per channel (2,{nkv},1,{d}), (2,{nkv},{d}), (2,{channels}), got {:?}",
-                aq.shape
+                "shape must be (2) or per channel (2,{nkv},1,{d}), (2,{nkv},{d}), (2,{channels}), got {shape:?}"
             );
-            let len = if aq.shape.len() == 1 { 2 } else { 2 * channels };
-            ensure!(
-                aq.scale.len() == len,
-                "antiquantScale",
-                "has {} values, shape {:?} needs {len}",
-                aq.scale.len(),
-                aq.shape
-            );
-            if let Some(o) = &aq.offset {
-                ensure!(
-                    o.len() == len,
-                    "antiquantOffset",
-                    "must have antiquantScale's shape {:?} ({len} values), got {}",
-                    aq.shape,
-                    o.len()
-                );
-            }
+            let index = if shape.len() == 1 {
+                FiaDequantIndex::PerTensor
+            } else {
+                FiaDequantIndex::PerChannel
+            };
+            combined = Some([index; 2]);
         }
         ensure!(
-            self.key_antiquant.is_some() == self.value_antiquant.is_some(),
-            if self.key_antiquant.is_some() {
+            s.key_antiquant_scale.is_some() == s.value_antiquant_scale.is_some(),
+            if s.key_antiquant_scale.is_some() {
                 "valueAntiquantScale"
             } else {
                 "keyAntiquantScale"
             },
             "keyAntiquantScale and valueAntiquantScale are given together or not at all"
         );
-        if let (Some(k), Some(v)) = (&self.key_antiquant, &self.value_antiquant) {
+        let mut separate = None;
+        if let (Some(k), Some(v)) = (&s.key_antiquant_scale, &s.value_antiquant_scale) {
             let km = FiaAntiquantMode::from_attr("keyAntiquantMode", self.key_antiquant_mode)?;
             let vm = FiaAntiquantMode::from_attr("valueAntiquantMode", self.value_antiquant_mode)?;
             ensure!(
@@ -70,113 +97,44 @@ impl FiaSpec {
                 self.key_antiquant_mode,
                 self.value_antiquant_mode
             );
-            self.check_kv_antiquant(dims, k, km, ["keyAntiquantScale", "keyAntiquantOffset"])?;
-            self.check_kv_antiquant(dims, v, vm, ["valueAntiquantScale", "valueAntiquantOffset"])?;
+            let ki = check_kv_antiquant(dims, k, km, "keyAntiquantScale")?;
+            let vi = check_kv_antiquant(dims, v, vm, "valueAntiquantScale")?;
             ensure!(
-                k.offset.is_some() == v.offset.is_some(),
+                s.key_antiquant_offset.is_some() == s.value_antiquant_offset.is_some(),
                 "valueAntiquantOffset",
                 "keyAntiquantOffset and valueAntiquantOffset are given together or not at all"
             );
+            separate = Some([ki, vi]);
         }
-        if kv_int8 {
+        let index = separate.or(combined);
+        if s.kv_int8 {
             ensure!(
-                self.quantised(),
+                index.is_some(),
                 "antiquantScale",
                 "int8 key/value need antiquantScale or keyAntiquantScale/valueAntiquantScale"
             );
         } else {
             ensure!(
-                !self.quantised(),
+                index.is_none(),
                 "antiquantScale",
                 "antiquant parameters are only taken with int8 key/value"
             );
         }
-        Ok(())
+        Ok(index)
     }
 
-    fn check_kv_antiquant(
-        &self,
-        dims: &FiaDims,
-        q: &KvAntiquant,
-        mode: FiaAntiquantMode,
-        [scale_name, offset_name]: [&'static str; 2],
-    ) -> Result<()> {
-        let (nkv, d) = (dims.kv_heads, dims.head_dim);
-        let channels = nkv.saturating_mul(d);
-        let len = match mode {
-            FiaAntiquantMode::PerChannel => {
-                let per_tensor = matches!(*q.shape.as_slice(), [1]);
-                let sh = q.shape.as_slice();
-                let ok = per_tensor
-                    || matches!(*sh, [1, a, 1, b] | [1, a, b] | [a, b] | [a, 1, b] if a == nkv && b == d)
-                    || matches!(*sh, [1, h] | [h] if h == channels);
-                ensure!(
-                    ok,
-                    scale_name,
-                    "per channel shape must be (1) or (1,{nkv},1,{d}), (1,{nkv},{d}), (1,{channels}), ({nkv},{d}), ({nkv},1,{d}), ({channels}), got {:?}",
-                    q.shape
-                );
-                if per_tensor {
-                    1
-                } else {
-                    channels
-                }
-            }
-            FiaAntiquantMode::PerToken => {
-                let (b, s) = match *q.shape.as_slice() {
-                    [b, s] | [1, b, s] => (b, s),
-                    _ => {
-                        return Err(AttnError::invalid(
-                            scale_name,
-                            format!(
-                                "per token shape must be (B, S) or (1, B, S), got {:?}",
-                                q.shape
-                            ),
-                        ))
-                    }
-                };
-                ensure!(
-                    b == dims.batch && s >= dims.kv_seq,
-                    scale_name,
-                    "per token shape must be (B = {}, S >= {}) (paged: maxBlockNumPerSeq·blockSize), got {:?}",
-                    dims.batch,
-                    dims.kv_seq,
-                    q.shape
-                );
-                checked::product(scale_name, "its element count", &[b, s])?
-            }
-        };
-        ensure!(
-            q.scale.len() == len,
-            scale_name,
-            "has {} values, shape {:?} needs {len}",
-            q.scale.len(),
-            q.shape
-        );
-        if let Some(o) = &q.offset {
-            ensure!(
-                o.len() == len,
-                offset_name,
-                "must have the scale's shape {:?} ({len} values), got {}",
-                q.shape,
-                o.len()
-            );
-        }
-        Ok(())
-    }
-
-    pub(super) fn validate_sink(&self, dims: &FiaDims, sink: Option<&[usize]>) -> Result<()> {
-        let Some(sink) = sink else {
+    pub(super) fn validate_sink(&self, dims: &FiaDims, s: &FiaShapes) -> Result<()> {
+        let Some(sink) = &s.learnable_sink else {
             return Ok(());
         };
         ensure!(
-            sink == [dims.num_heads],
+            *sink == [dims.num_heads],
             "learnableSink",
             "must be [Q_N] = [{}], got shape {sink:?}",
             dims.num_heads
         );
         ensure!(
-            !self.quantised(),
+            !dims.quantised(),
             "learnableSink",
             "only without quantisation (no antiquant)"
         );
@@ -187,7 +145,7 @@ impl FiaSpec {
             dims.head_dim_v
         );
         ensure!(
-            self.pse_shift.is_none(),
+            s.pse_shift.is_none(),
             "learnableSink",
             "not supported with pseShift"
         );
@@ -197,6 +155,55 @@ impl FiaSpec {
             "not supported with left padding (queryPaddingSize / kvPaddingSize)"
         );
         Ok(())
+    }
+}
+
+/// A separate key or value antiquant scale's shape checked for `mode`; how it is indexed.
+fn check_kv_antiquant(
+    dims: &FiaDims,
+    shape: &[usize],
+    mode: FiaAntiquantMode,
+    scale_name: &'static str,
+) -> Result<FiaDequantIndex> {
+    let (nkv, d) = (dims.kv_heads, dims.head_dim);
+    let channels = nkv.saturating_mul(d);
+    match mode {
+        FiaAntiquantMode::PerChannel => {
+            let per_tensor = matches!(*shape, [1]);
+            let ok = per_tensor
+                || matches!(*shape, [1, a, 1, b] | [1, a, b] | [a, b] | [a, 1, b] if a == nkv && b == d)
+                || matches!(*shape, [1, h] | [h] if h == channels);
+            ensure!(
+                ok,
+                scale_name,
+                "per channel shape must be (1) or (1,{nkv},1,{d}), (1,{nkv},{d}), (1,{channels}), ({nkv},{d}), ({nkv},1,{d}), ({channels}), got {shape:?}"
+            );
+            Ok(if per_tensor {
+                FiaDequantIndex::PerTensor
+            } else {
+                FiaDequantIndex::PerChannel
+            })
+        }
+        FiaAntiquantMode::PerToken => {
+            let (b, s) = match *shape {
+                [b, s] | [1, b, s] => (b, s),
+                _ => {
+                    return Err(AttnError::invalid(
+                        scale_name,
+                        format!("per token shape must be (B, S) or (1, B, S), got {shape:?}"),
+                    ))
+                }
+            };
+            ensure!(
+                b == dims.batch && s >= dims.kv_seq,
+                scale_name,
+                "per token shape must be (B = {}, S >= {}) (paged: maxBlockNumPerSeq·blockSize), got {shape:?}",
+                dims.batch,
+                dims.kv_seq
+            );
+            checked::product(scale_name, "its element count", &[b, s])?;
+            Ok(FiaDequantIndex::PerToken { cols: s })
+        }
     }
 }
 

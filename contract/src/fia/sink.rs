@@ -41,7 +41,6 @@ use crate::error::{AttnError, Result};
 use crate::DataType;
 
 use super::{FiaDims, FiaSpec, PfaLayout};
-use crate::prompt::PromptMask;
 
 /// The CANN release whose FIA sink rule applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -123,7 +122,7 @@ impl FiaSpec {
     /// Rope split and `quantScale2` are never given here.
     fn split_fuse(&self, dims: &FiaDims, query: DataType) -> bool {
         let sparse_ok = matches!(self.sparse_mode, 0 | 3 | 4);
-        let masked = self.atten_mask != PromptMask::None;
+        let masked = self.atten_mask != super::FiaMask::None;
         let mha = dims.kv_heads == dims.num_heads;
         let heads_ok = if mha {
             let bf16_precise = query == DataType::Bf16 && self.inner_precise == 1;

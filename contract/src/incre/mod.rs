@@ -7,8 +7,12 @@
 //! known: in the CLI. Whether the KV is int8 reaches the rules through
 //! [`IncreShapes::kv_int8`]. Ascend 310P limits are not applied.
 
+mod args;
 pub mod problem;
+pub mod tensors;
+pub use args::IncreHostValues;
 pub use problem::*;
+pub use tensors::*;
 
 use std::sync::Arc;
 
@@ -28,42 +32,12 @@ pub const IFA_MAX_HEAD_DIM: usize = 512;
 /// Largest `blockSize`.
 pub const IFA_MAX_BLOCK_SIZE: usize = 512;
 
-/// `attenMask` `(B, S)`, `(B, 1, S)` or `(B, 1, 1, S)`; non-zero = masked (score → −1e12).
-#[derive(Debug, Clone, PartialEq)]
-pub struct IncreMask {
-    /// Mask bytes.
-    pub data: Arc<[u8]>,
-    /// Its shape.
-    pub shape: Vec<usize>,
-}
-
-/// `pseShift` `(B|1, N, 1, S)`, values as f32.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IncrePse {
-    /// Values.
-    pub data: Arc<[f32]>,
-    /// Its shape.
-    pub shape: Vec<usize>,
-}
-
 /// `blocktable` `(B, maxBlockNumPerSeq)`, int32 block ids.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BlockTable {
     /// Block ids, row-major.
     pub data: Arc<[i32]>,
     /// `[B, maxBlockNumPerSeq]`.
-    pub shape: Vec<usize>,
-}
-
-/// `antiquantScale` / `antiquantOffset` (int8 KV): `x = (x_int8 + offset) · scale`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AntiquantSpec {
-    /// `antiquantScale` values.
-    pub scale: Arc<[f32]>,
-    /// `antiquantOffset` values (same shape), absent = 0.
-    pub offset: Option<Arc<[f32]>>,
-    /// The shape of both: `(2)` per tensor; `(2, Nkv, 1, D)` (BNSD), `(2, Nkv, D)` (BSND),
-    /// `(2, H)` (BSH) per channel.
     pub shape: Vec<usize>,
 }
 
@@ -84,16 +58,11 @@ pub struct IncreSpec {
     pub inner_precise: i64,
     /// `actualSeqLengths`: per-batch KV lengths, `(B)` or `(1)`.
     pub actual_seq_lengths: Option<Vec<i64>>,
-    /// `attenMask`.
-    pub atten_mask: Option<IncreMask>,
-    /// `pseShift`.
-    pub pse_shift: Option<IncrePse>,
     /// `kvPaddingSize` (negative = 0).
     pub kv_padding_size: Option<i64>,
-    /// `blocktable`: page attention when present.
+    /// `blocktable`: page attention when present. Index metadata the host owns (the paged
+    /// cache's, checked id by id here), not a tensor value of the call.
     pub block_table: Option<BlockTable>,
-    /// `antiquantScale` / `antiquantOffset`.
-    pub antiquant: Option<AntiquantSpec>,
     /// `quantScale2` / `quantOffset2` (int8 output).
     pub post_quant: Option<PostQuantSpec>,
 }
@@ -133,6 +102,30 @@ pub struct IncreShapes {
     pub kv: IncreKvShapes,
     /// Whether key/value are int8 (needs antiquant; blockSize multiple of 32).
     pub kv_int8: bool,
+    /// `attenMask` `(B, S)`, `(B, 1, S)` or `(B, 1, 1, S)`, when given.
+    pub atten_mask: Option<Vec<usize>>,
+    /// `pseShift` `(B|1, N, 1, S)`, when given.
+    pub pse_shift: Option<Vec<usize>>,
+    /// `antiquantScale`: `(2)` per tensor; `(2, Nkv, 1, D)` (BNSD), `(2, Nkv, D)` (BSND),
+    /// `(2, H)` (BSH) per channel.
+    pub antiquant_scale: Option<Vec<usize>>,
+    /// `antiquantOffset`: the scale's shape.
+    pub antiquant_offset: Option<Vec<usize>>,
+}
+
+impl IncreShapes {
+    /// Query and key/value only (no mask, pse or antiquant).
+    pub fn new(query: Vec<usize>, kv: IncreKvShapes, kv_int8: bool) -> Self {
+        Self {
+            query,
+            kv,
+            kv_int8,
+            atten_mask: None,
+            pse_shift: None,
+            antiquant_scale: None,
+            antiquant_offset: None,
+        }
+    }
 }
 
 /// Dimensions of the KV form.
@@ -174,6 +167,12 @@ pub struct IncreDims {
     pub head_dim: usize,
     /// The KV form.
     pub kv: KvDims,
+    /// `attenMask`'s S (its last dim), when given.
+    pub mask_cols: Option<usize>,
+    /// `pseShift` `[B|1, N, 1, S]`, when given.
+    pub pse_shape: Option<[usize; 4]>,
+    /// With an antiquant: whether it is per channel (else per tensor).
+    pub antiquant_per_channel: Option<bool>,
 }
 
 impl IncreDims {
@@ -216,11 +215,8 @@ impl IncreSpec {
             block_size: 0,
             inner_precise: 1,
             actual_seq_lengths: None,
-            atten_mask: None,
-            pse_shift: None,
             kv_padding_size: None,
             block_table: None,
-            antiquant: None,
             post_quant: None,
         }
     }
@@ -345,16 +341,19 @@ impl IncreSpec {
             self.inner_precise
         );
         let kv = self.validate_kv(s, qb, nkv, d)?;
-        let dims = IncreDims {
+        let mut dims = IncreDims {
             batch: qb,
             num_heads: n,
             kv_heads: nkv,
             head_dim: d,
             kv,
+            mask_cols: None,
+            pse_shape: None,
+            antiquant_per_channel: None,
         };
         self.validate_lengths(&dims)?;
-        self.validate_mask_pse(&dims)?;
-        self.validate_antiquant(&dims, s.kv_int8)?;
+        (dims.mask_cols, dims.pse_shape) = validate_mask_pse(&dims, s)?;
+        dims.antiquant_per_channel = self.validate_antiquant(&dims, s)?;
         if let Some(pq) = &self.post_quant {
             validate_post_quant(pq, checked::product("query", "N·D", &[n, d])?)?;
         }
@@ -577,79 +576,20 @@ impl IncreSpec {
         Ok(())
     }
 
-    fn validate_mask_pse(&self, dims: &IncreDims) -> Result<()> {
-        let (batch, n) = (dims.batch, dims.num_heads);
-        let need = dims.max_kv_s();
-        if let Some(m) = &self.atten_mask {
-            let (mb, cols) = match *m.shape.as_slice() {
-                [b, s] | [b, 1, s] | [b, 1, 1, s] => (b, s),
-                _ => {
-                    return Err(AttnError::invalid(
-                        "attenMask",
-                        format!(
-                            "shape must be (B,S), (B,1,S) or (B,1,1,S), got {:?}",
-                            m.shape
-                        ),
-                    ))
-                }
-            };
+    /// `Some(per channel)` with an antiquant.
+    fn validate_antiquant(&self, dims: &IncreDims, s: &IncreShapes) -> Result<Option<bool>> {
+        let Some(shape) = &s.antiquant_scale else {
             ensure!(
-                mb == batch,
-                "attenMask",
-                "batch dim must be B = {batch}, got {mb}"
+                s.antiquant_offset.is_none(),
+                "antiquantOffset",
+                "needs antiquantScale"
             );
-            ensure!(
-                cols >= need,
-                "attenMask",
-                "S = {cols} must be >= KV S {need} (paged: maxBlockNumPerSeq·blockSize)"
-            );
-            let need_len = checked::product("attenMask", "its element count", &[mb, cols])?;
-            ensure!(
-                m.data.len() == need_len,
-                "attenMask",
-                "has {} elements, shape {:?} needs {need_len}",
-                m.data.len(),
-                m.shape
-            );
-        }
-        if let Some(p) = &self.pse_shift {
-            let &[pb, pn, one, cols] = p.shape.as_slice() else {
-                return Err(AttnError::invalid(
-                    "pseShift",
-                    format!("shape must be (B|1, N, 1, S), got {:?}", p.shape),
-                ));
-            };
-            ensure!(
-                (pb == 1 || pb == batch) && pn == n && one == 1,
-                "pseShift",
-                "shape must be (B|1, N, 1, S) with B = {batch}, N = {n}, got {:?}",
-                p.shape
-            );
-            ensure!(
-                cols >= need,
-                "pseShift",
-                "S = {cols} must be >= KV S {need} (paged: maxBlockNumPerSeq·blockSize)"
-            );
-            let need_len = checked::product("pseShift", "its element count", &[pb, pn, cols])?;
-            ensure!(
-                p.data.len() == need_len,
-                "pseShift",
-                "has {} values, shape {:?} needs {need_len}",
-                p.data.len(),
-                p.shape
-            );
-        }
-        Ok(())
-    }
-
-    fn validate_antiquant(&self, dims: &IncreDims, kv_int8: bool) -> Result<()> {
-        let Some(aq) = &self.antiquant else {
-            ensure!(!kv_int8, "antiquantScale", "required with int8 key/value");
-            return Ok(());
+            ensure!(!s.kv_int8, "antiquantScale", "required with int8 key/value");
+            return Ok(None);
         };
-        ensure!(kv_int8, "antiquantScale", "only with int8 key/value");
+        ensure!(s.kv_int8, "antiquantScale", "only with int8 key/value");
         let (nkv, d) = (dims.kv_heads, dims.head_dim);
-        let per_channel = match (self.input_layout, aq.shape.as_slice()) {
+        let per_channel = match (self.input_layout, shape.as_slice()) {
             (_, [2]) => false,
             (IfaLayout::Bnsd, &[2, a, 1, b]) if a == nkv && b == d => true,
             (IfaLayout::Bsnd, &[2, a, b]) if a == nkv && b == d => true,
@@ -664,107 +604,75 @@ impl IncreSpec {
                 ))
             }
         };
-        let len = if per_channel {
-            checked::product("antiquantScale", "its element count", &[2, nkv, d])?
-        } else {
-            2
-        };
-        ensure!(
-            aq.scale.len() == len,
-            "antiquantScale",
-            "has {} values, shape {:?} needs {len}",
-            aq.scale.len(),
-            aq.shape
-        );
-        if let Some(o) = &aq.offset {
+        if let Some(o) = &s.antiquant_offset {
             ensure!(
-                o.len() == len,
+                o == shape,
                 "antiquantOffset",
-                "must have antiquantScale's shape {:?} ({len} values), got {}",
-                aq.shape,
-                o.len()
+                "must have antiquantScale's shape {shape:?}, got {o:?}"
             );
         }
-        Ok(())
+        Ok(Some(per_channel))
     }
+}
 
-    /// Whether the antiquant is per channel (after validation).
-    pub fn antiquant_per_channel(&self) -> bool {
-        self.antiquant.as_ref().is_some_and(|a| a.shape.len() > 1)
-    }
-
-    /// The CPU reference's arguments for a validated call (f32 host buffers; int8 KV values
-    /// widened to f32 exactly).
-    pub fn args<'a>(
-        &'a self,
-        dims: &IncreDims,
-        query: &'a [f32],
-        kv: KvInput<'a, f32>,
-    ) -> IncreFlashAttentionArgs<'a, f32, f32> {
-        let mut a = IncreFlashAttentionArgs::new(
-            query,
-            kv,
-            self.input_layout,
-            dims.batch,
-            dims.num_heads,
-            dims.head_dim,
-            self.scale_value,
-        );
-        a.num_key_value_heads = dims.kv_heads;
-        a.inner_precise = self.inner_precise;
-        a.actual_seq_lengths = self.actual_seq_lengths.as_deref();
-        a.kv_padding_size = self.kv_padding_size;
-        a.atten_mask = self.atten_mask.as_ref().map(|m| IfaMask {
-            data: &m.data,
-            cols: *m.shape.last().expect("validated"),
-        });
-        a.pse_shift = self.pse_shift.as_ref().map(|p| IfaPse {
-            data: &p.data,
-            batched: p.shape[0] != 1,
-            cols: p.shape[3],
-        });
-        let per_channel = self.antiquant_per_channel();
-        a.antiquant = self.antiquant.as_ref().map(|q| Antiquant {
-            scale: &q.scale,
-            offset: q.offset.as_deref(),
-            per_channel,
-        });
-        a
-    }
-
-    /// The reference's paged KV input for validated caches.
-    pub fn paged<'a>(
-        &'a self,
-        dims: &IncreDims,
-        key_cache: &'a [f32],
-        value_cache: &'a [f32],
-    ) -> KvInput<'a, f32> {
-        let KvDims::Paged {
-            layout,
-            max_blocks,
-            block_size,
-            ..
-        } = dims.kv
-        else {
-            panic!("paged() on a non-paged call");
-        };
-        KvInput::Paged {
-            key_cache,
-            value_cache,
-            layout,
-            block_table: &self.block_table.as_ref().expect("paged").data,
-            max_blocks_per_seq: max_blocks,
-            block_size,
+/// `attenMask`'s S and `pseShift`'s shape, checked against the call: both cover the KV S
+/// (paged: maxBlockNumPerSeq·blockSize), the mask one row per batch, the pse one per head.
+fn validate_mask_pse(
+    dims: &IncreDims,
+    s: &IncreShapes,
+) -> Result<(Option<usize>, Option<[usize; 4]>)> {
+    let (batch, n) = (dims.batch, dims.num_heads);
+    let need = dims.max_kv_s();
+    let mask_cols = match &s.atten_mask {
+        None => None,
+        Some(shape) => {
+            let (mb, cols) = match *shape.as_slice() {
+                [b, s] | [b, 1, s] | [b, 1, 1, s] => (b, s),
+                _ => {
+                    return Err(AttnError::invalid(
+                        "attenMask",
+                        format!("shape must be (B,S), (B,1,S) or (B,1,1,S), got {shape:?}"),
+                    ))
+                }
+            };
+            ensure!(
+                mb == batch,
+                "attenMask",
+                "batch dim must be B = {batch}, got {mb}"
+            );
+            ensure!(
+                cols >= need,
+                "attenMask",
+                "S = {cols} must be >= KV S {need} (paged: maxBlockNumPerSeq·blockSize)"
+            );
+            checked::product("attenMask", "its element count", &[mb, cols])?;
+            Some(cols)
         }
-    }
-
-    /// The reference's post-quant view of `quantScale2` / `quantOffset2`.
-    pub fn post_quant(&self) -> Option<IfaPostQuant<'_>> {
-        self.post_quant.as_ref().map(|q| IfaPostQuant {
-            scale: &q.scale,
-            offset: q.offset.as_deref(),
-        })
-    }
+    };
+    let pse_shape = match &s.pse_shift {
+        None => None,
+        Some(shape) => {
+            let &[pb, pn, one, cols] = shape.as_slice() else {
+                return Err(AttnError::invalid(
+                    "pseShift",
+                    format!("shape must be (B|1, N, 1, S), got {shape:?}"),
+                ));
+            };
+            ensure!(
+                (pb == 1 || pb == batch) && pn == n && one == 1,
+                "pseShift",
+                "shape must be (B|1, N, 1, S) with B = {batch}, N = {n}, got {shape:?}"
+            );
+            ensure!(
+                cols >= need,
+                "pseShift",
+                "S = {cols} must be >= KV S {need} (paged: maxBlockNumPerSeq·blockSize)"
+            );
+            checked::product("pseShift", "its element count", &[pb, pn, cols])?;
+            Some([pb, pn, one, cols])
+        }
+    };
+    Ok((mask_cols, pse_shape))
 }
 
 /// The paged caches' layout and blocknum: `(blocknum, blockSize, H)` or (when `bnsd_ok`, i.e.

@@ -35,35 +35,6 @@ pub const PFA_COMPRESSED_MASK: [usize; 2] = [2048, 2048];
 /// `preTokens` default.
 pub const INT_MAX_TOKENS: i64 = 2_147_483_647;
 
-/// `attenMask`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum PromptMask {
-    /// Null: no masking; `sparseMode`, `preTokens`, `nextTokens` are ignored (spec §1/§5).
-    #[default]
-    None,
-    /// A full mask (sparse modes 0 and 1), non-zero = masked, shape `(Sq, Skv)`, `(1|B, Sq, Skv)`
-    /// or `(1|B, 1, Sq, Skv)`; batch b reads its top-left `actual` corner.
-    Dense {
-        /// Mask bytes.
-        data: Arc<[u8]>,
-        /// Its shape.
-        shape: Vec<usize>,
-    },
-    /// CANN's compressed 2048×2048 causal mask (sparse modes 2, 3, 4; content fixed by the mode).
-    Compressed,
-}
-
-impl PromptMask {
-    /// Which mask this is, without its values.
-    pub fn kind(&self) -> PromptMaskKind {
-        match self {
-            Self::None => PromptMaskKind::None,
-            Self::Dense { .. } => PromptMaskKind::Dense,
-            Self::Compressed => PromptMaskKind::Compressed,
-        }
-    }
-}
-
 /// The prompt op's `attenMask` kind. A dense mask's values travel as a tensor
 /// ([`PromptInputs::atten_mask`], on the device for a device backend), never in the spec.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,15 +49,6 @@ pub enum PromptMaskKind {
     /// CANN's compressed 2048×2048 causal mask (sparse modes 2, 3, 4; content fixed by the
     /// mode, so no tensor of the caller's: the device path supplies it).
     Compressed,
-}
-
-/// `pseShift` `(B|1, N, Qs, KVs)` with `Qs ≥` query S and `KVs ≥` key S, values as f32.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PromptPse {
-    /// Values.
-    pub data: Arc<[f32]>,
-    /// Its shape.
-    pub shape: Vec<usize>,
 }
 
 /// `quantScale2` / `quantOffset2`: int8 `attentionOut` (host paths only: the CLI).
@@ -208,14 +170,9 @@ impl PromptDims {
     }
 }
 
-/// The `attenMask` / `sparseMode` pairing PFA and FIA share: no mask only with mode 0, the
-/// compressed 2048×2048 mask with modes 2–4, a full mask with 0 or 1. `Ok(false)`: no mask,
-/// nothing more to check.
-pub(crate) fn mask_fits_mode(mask: &PromptMask, mode: i64) -> Result<bool> {
-    mask_kind_fits_mode(mask.kind(), mode)
-}
-
-/// [`mask_fits_mode`] on the mask's kind.
+/// The `attenMask` / `sparseMode` pairing of PFA: no mask only with mode 0, the compressed
+/// 2048×2048 mask with modes 2–4, a full mask with 0 or 1. `Ok(false)`: no mask, nothing more
+/// to check.
 pub(crate) fn mask_kind_fits_mode(mask: PromptMaskKind, mode: i64) -> Result<bool> {
     match mask {
         PromptMaskKind::None => {

@@ -17,7 +17,7 @@
 //! path.
 
 use crate::Element;
-use burn_ascend_contract::fia::{len_at, FiaArgs, FiaDequant, FiaDequantIndex, FiaKv};
+use burn_ascend_contract::fia::{len_at, FiaArgs, FiaDequant, FiaDequantIndex, FiaKvSlices};
 use burn_ascend_contract::incre::{
     Antiquant, IfaLayout, IfaMask, IncreFlashAttentionArgs, KvInput, PagedLayout,
 };
@@ -152,7 +152,7 @@ fn decode<T: Element>(a: &FiaArgs<T>) -> Option<(Vec<f32>, Vec<f32>)> {
         _ => None,
     };
     let (layout, kv) = match a.kv {
-        FiaKv::Contiguous { key, value } => (
+        FiaKvSlices::Contiguous { key, value } => (
             match a.input_layout {
                 PfaLayout::Bsh => IfaLayout::Bsh,
                 PfaLayout::Bsnd => IfaLayout::Bsnd,
@@ -165,7 +165,7 @@ fn decode<T: Element>(a: &FiaArgs<T>) -> Option<(Vec<f32>, Vec<f32>)> {
                 kv_seq: a.kv_seq,
             },
         ),
-        FiaKv::Paged {
+        FiaKvSlices::Paged {
             key_cache,
             value_cache,
             layout,
@@ -238,7 +238,7 @@ fn copy_kv_row<T: Element>(a: &FiaArgs<T>, which: usize, b: usize, t: usize, dst
     let nkv = a.nkv();
     let dim = dst.len() / nkv;
     match a.kv {
-        FiaKv::Contiguous { key, value } => {
+        FiaKvSlices::Contiguous { key, value } => {
             let src = if which == 0 { key } else { value };
             match a.input_layout {
                 PfaLayout::Bsh | PfaLayout::Bsnd => {
@@ -254,7 +254,7 @@ fn copy_kv_row<T: Element>(a: &FiaArgs<T>, which: usize, b: usize, t: usize, dst
                 }
             }
         }
-        FiaKv::Paged {
+        FiaKvSlices::Paged {
             key_cache,
             value_cache,
             layout,

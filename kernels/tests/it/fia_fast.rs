@@ -9,7 +9,7 @@
 
 use crate::common::{assert_close, Rng};
 use crate::fia_reference::fia;
-use burn_ascend_contract::fia::{FiaArgs, FiaDequant, FiaDequantIndex, FiaKv};
+use burn_ascend_contract::fia::{FiaArgs, FiaDequant, FiaDequantIndex, FiaKvSlices};
 use burn_ascend_contract::incre::PagedLayout;
 use burn_ascend_contract::prompt::{PfaLayout, PfaMask, PfaSparseMode, PseShift};
 use burn_ascend_kernels::cpu::fia::{fused_infer_attention, FiaPath};
@@ -110,7 +110,7 @@ fn fast_fia_prefill_matches_the_reference_in_every_layout_mode_and_with_a_sink()
             for with_sink in [false, true] {
                 let mut f = fia(
                     &q,
-                    FiaKv::Contiguous { key: &k, value: &v },
+                    FiaKvSlices::Contiguous { key: &k, value: &v },
                     layout,
                     (b, qs, ks),
                     (n, nkv, d, dv),
@@ -153,7 +153,7 @@ fn fast_fia_prefill_matches_the_reference_in_tnd_and_on_a_paged_cache() {
         let mask = vec![0u8; 2048 * 2048];
         let mut f = fia(
             &q,
-            FiaKv::Contiguous { key: &k, value: &v },
+            FiaKvSlices::Contiguous { key: &k, value: &v },
             PfaLayout::Tnd,
             (3, tq, tkv),
             (n, nkv, d, d),
@@ -185,7 +185,7 @@ fn fast_fia_prefill_matches_the_reference_in_tnd_and_on_a_paged_cache() {
         let (vc, _, _) = paginate(&v, (b, ks, nkv, d), bs, layout);
         let mut f = fia(
             &q,
-            FiaKv::Paged {
+            FiaKvSlices::Paged {
                 key_cache: &kc,
                 value_cache: &vc,
                 layout,
@@ -254,7 +254,7 @@ fn fast_fia_decode_matches_the_reference_contiguous_and_paged_with_a_sink_and_a_
         for (with_mask, with_sink) in [(false, true), (true, true), (true, false)] {
             let mut f = fia(
                 &q,
-                FiaKv::Contiguous {
+                FiaKvSlices::Contiguous {
                     key: &kl,
                     value: &vl,
                 },
@@ -286,7 +286,7 @@ fn fast_fia_decode_matches_the_reference_contiguous_and_paged_with_a_sink_and_a_
         }
         let mut f = fia(
             &q,
-            FiaKv::Paged {
+            FiaKvSlices::Paged {
                 key_cache: &kc,
                 value_cache: &vc,
                 layout,
@@ -348,7 +348,7 @@ fn fast_fia_decode_with_int8_kv_antiquant_keeps_the_key_offset_in_the_lse() {
         };
         let mut f = fia(
             &q,
-            FiaKv::Contiguous { key: &k, value: &v },
+            FiaKvSlices::Contiguous { key: &k, value: &v },
             PfaLayout::Bsnd,
             (b, 1, ks),
             (n, nkv, d, d),
@@ -379,7 +379,7 @@ fn fields_the_kernels_do_not_model_take_the_reference_and_still_agree() {
     let decode = || {
         fia(
             &q,
-            FiaKv::Contiguous { key: &k, value: &v },
+            FiaKvSlices::Contiguous { key: &k, value: &v },
             PfaLayout::Bsnd,
             (b, 1, ks),
             (n, n, d, d),

@@ -7,7 +7,7 @@
 //! `softmaxLse` is f32: 2 ulps relative.
 
 use crate::common::{assert_close, Case, Rng};
-use burn_ascend_contract::fia::{FiaArgs, FiaDequant, FiaDequantIndex, FiaKv};
+use burn_ascend_contract::fia::{FiaArgs, FiaDequant, FiaDequantIndex, FiaKvSlices};
 use burn_ascend_contract::incre::{
     Antiquant, IfaLayout, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput, PagedLayout,
 };
@@ -26,7 +26,7 @@ const TOL: f64 = 1e-12;
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fia<'a, T>(
     q: &'a [T],
-    kv: FiaKv<'a, T>,
+    kv: FiaKvSlices<'a, T>,
     layout: PfaLayout,
     (batch, qs, ks): (usize, usize, usize),
     (n, nkv, d, dv): (usize, usize, usize, usize),
@@ -94,7 +94,7 @@ fn fia_without_a_sink_equals_pfa_for_prefill_in_every_layout_and_mode() {
             for with_pse in [false, true] {
                 let mut f = fia(
                     &q,
-                    FiaKv::Contiguous { key: &k, value: &v },
+                    FiaKvSlices::Contiguous { key: &k, value: &v },
                     layout,
                     (b, qs, ks),
                     (n, nkv, d, d),
@@ -196,7 +196,7 @@ fn fia_without_a_sink_equals_ifa_for_decode_with_contiguous_and_paged_kv() {
     }
     for paged in [false, true] {
         let fkv = if paged {
-            FiaKv::Paged {
+            FiaKvSlices::Paged {
                 key_cache: &kc,
                 value_cache: &vc,
                 layout: PagedLayout::Bsh,
@@ -205,7 +205,7 @@ fn fia_without_a_sink_equals_ifa_for_decode_with_contiguous_and_paged_kv() {
                 block_size: bs,
             }
         } else {
-            FiaKv::Contiguous { key: &k, value: &v }
+            FiaKvSlices::Contiguous { key: &k, value: &v }
         };
         let mut f = fia(&q, fkv, PfaLayout::Bsnd, (b, 1, ks), (n, nkv, d, d));
         f.atten_mask = Some(PfaMask {
@@ -299,7 +299,7 @@ fn the_sink_and_lse_equal_the_varlen_ops_on_an_equivalent_tnd_problem() {
         let (tq, tkv) = (c.dims.t_q(), c.dims.t_kv());
         let mut f = fia(
             &c.q,
-            FiaKv::Contiguous {
+            FiaKvSlices::Contiguous {
                 key: &c.k,
                 value: &c.v,
             },
@@ -356,7 +356,7 @@ fn softmax_lse_is_the_logsumexp_over_scores_and_the_sink() {
     let sink = [0.75f32, -1.5];
     let mut f = fia(
         &q,
-        FiaKv::Contiguous { key: &k, value: &v },
+        FiaKvSlices::Contiguous { key: &k, value: &v },
         PfaLayout::Bnsd,
         (b, qs, ks),
         (n, n, d, d),
@@ -406,7 +406,7 @@ fn rows_with_nothing_to_attend_give_zero_output_and_infinite_lse() {
     let lens_kv = [4i64, 0];
     let mut f = fia(
         &q,
-        FiaKv::Contiguous { key: &k, value: &v },
+        FiaKvSlices::Contiguous { key: &k, value: &v },
         PfaLayout::Bsnd,
         (b, qs, ks),
         (n, n, d, d),
@@ -442,7 +442,7 @@ fn decode_ignores_causal_modes_and_the_pre_next_window() {
     let v = rng.vec(b * ks * n * d, 1.0);
     let plain = fia(
         &q,
-        FiaKv::Contiguous { key: &k, value: &v },
+        FiaKvSlices::Contiguous { key: &k, value: &v },
         PfaLayout::Bsh,
         (b, 1, ks),
         (n, n, d, d),
@@ -479,7 +479,7 @@ fn band_mode_keeps_the_bottom_right_window_by_hand() {
     let v: Vec<f64> = (0..ks).map(|j| j as f64).collect();
     let mut f = fia(
         &q,
-        FiaKv::Contiguous { key: &k, value: &v },
+        FiaKvSlices::Contiguous { key: &k, value: &v },
         PfaLayout::Bsnd,
         (1, qs, ks),
         (1, 1, d, d),
@@ -508,7 +508,7 @@ fn query_and_kv_left_padding_move_the_windows() {
     // Padded: the valid 3 query rows end 1 row before the end, the 4 KV tokens 2 before.
     let mut f = fia(
         &q,
-        FiaKv::Contiguous { key: &k, value: &v },
+        FiaKvSlices::Contiguous { key: &k, value: &v },
         PfaLayout::Bsnd,
         (1, qs, ks),
         (n, n, d, d),
@@ -523,7 +523,7 @@ fn query_and_kv_left_padding_move_the_windows() {
     let (q2, k2, v2) = (&q[d..4 * d], &k[2 * d..], &v[2 * d..]);
     let g = fia(
         q2,
-        FiaKv::Contiguous { key: k2, value: v2 },
+        FiaKvSlices::Contiguous { key: k2, value: v2 },
         PfaLayout::Bsnd,
         (1, 3, 4),
         (n, n, d, d),
@@ -563,7 +563,7 @@ fn per_token_antiquant_dequantises_each_token() {
     let (kf, vf) = (deq(&k, &ks_scale), deq(&v, &vs_scale));
     let mut f = fia(
         &q,
-        FiaKv::Contiguous { key: &k, value: &v },
+        FiaKvSlices::Contiguous { key: &k, value: &v },
         PfaLayout::Bsnd,
         (b, qs, ks),
         (n, n, d, d),
@@ -581,7 +581,7 @@ fn per_token_antiquant_dequantises_each_token() {
     let got = fused_infer_attention(&f).attention_out;
     let g = fia(
         &q,
-        FiaKv::Contiguous {
+        FiaKvSlices::Contiguous {
             key: &kf,
             value: &vf,
         },
@@ -607,7 +607,7 @@ fn gqa_maps_query_head_h_to_kv_head_h_over_the_group() {
     let v = rng.vec(ks * nkv * d, 1.0);
     let got = fused_infer_attention(&fia(
         &q,
-        FiaKv::Contiguous { key: &k, value: &v },
+        FiaKvSlices::Contiguous { key: &k, value: &v },
         PfaLayout::Bsnd,
         (1, qs, ks),
         (n, nkv, d, d),
@@ -623,7 +623,7 @@ fn gqa_maps_query_head_h_to_kv_head_h_over_the_group() {
     let (ke, ve) = (expand(&k), expand(&v));
     let exp = fused_infer_attention(&fia(
         &q,
-        FiaKv::Contiguous {
+        FiaKvSlices::Contiguous {
             key: &ke,
             value: &ve,
         },

@@ -1,16 +1,18 @@
 //! The composite fused inference attention: per batch, gather the query rows and the valid KV
 //! window (contiguous, or paged through the block table with `select`), dequantise int8 values,
-//! dense scores from Burn matmuls plus the pse, the mask built on the host from the contract's
-//! rule, the sink as one extra logit column with a zero value, softmax, P·V and the LSE.
+//! dense scores from Burn matmuls plus the pse, the mask — the sparse mode's rule built on the
+//! host from the contract, ORed with the dense mask tensor where it lies (its values are never
+//! read to the host) —, the sink as one extra logit column with a zero value, softmax, P·V and
+//! the LSE. The pse and the antiquant scales are sliced where they lie too.
 //! O(Sq·Skv) memory per batch — the fallback every backend can run, not a fast path.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata};
 
-use burn_ascend_contract::fia::{FiaDims, FiaKvShapes, FiaShapes, FiaSpec, PfaLayout};
+use burn_ascend_contract::fia::{FiaDequantIndex, FiaDims, FiaShapes, FiaSpec, PfaLayout};
 
-use crate::backend::{FiaInputs, FiaKv, FiaOutputs};
+use crate::backend::{FiaInputs, FiaOutputs};
 use crate::error::Result;
 use crate::incre::composite::paged_rows;
 use crate::prompt::composite::{expand_gqa, unwrap, wrap};
@@ -24,26 +26,8 @@ fn dims_of<B: Backend>(t: &FloatTensor<B>) -> Vec<usize> {
 
 /// The shapes of a call's tensors. int8 KV travels as float tensors holding the int8 values, so
 /// `kv_int8` is "an antiquant is given".
-pub fn shapes<B: Backend>(i: &FiaInputs<B>, spec: &FiaSpec) -> FiaShapes {
-    let kv = match &i.kv {
-        FiaKv::Contiguous { key, value } => FiaKvShapes::Contiguous {
-            key: dims_of::<B>(key),
-            value: dims_of::<B>(value),
-        },
-        FiaKv::Paged {
-            key_cache,
-            value_cache,
-        } => FiaKvShapes::Paged {
-            key_cache: dims_of::<B>(key_cache),
-            value_cache: dims_of::<B>(value_cache),
-        },
-    };
-    FiaShapes {
-        query: dims_of::<B>(&i.query),
-        kv,
-        kv_int8: spec.quantised(),
-        learnable_sink: i.learnable_sink.as_ref().map(dims_of::<B>),
-    }
+pub fn shapes<B: Backend>(i: &FiaInputs<FloatTensor<B>>) -> FiaShapes {
+    i.shapes(dims_of::<B>, i.quantised())
 }
 
 /// `[B, N, S, D]` view of a rank-3/4 tensor in a non-TND layout.
@@ -65,57 +49,65 @@ fn bnsd<B: Backend>(t: FloatTensor<B>, layout: PfaLayout, heads: usize) -> T4<B>
 }
 
 /// `(x + offset) · scale` for K (`which = 0`) or V (`which = 1`), `x` `[Nkv, len, D]` holding
-/// tokens `k0..k0 + len` of batch `b`.
+/// tokens `k0..k0 + len` of batch `b`: the separate `keyAntiquant*` / `valueAntiquant*`
+/// tensors, else row `which` of the combined ones, sliced on the tensors' device.
 fn dequant<B: Backend>(
-    spec: &FiaSpec,
+    i: &FiaInputs<FloatTensor<B>>,
     dims: &FiaDims,
     x: T3<B>,
     which: usize,
     b: usize,
     k0: usize,
 ) -> T3<B> {
-    let [nkv, len, d] = x.dims();
-    let device = x.device();
-    let (sep, mode) = if which == 0 {
-        (&spec.key_antiquant, spec.key_antiquant_mode)
-    } else {
-        (&spec.value_antiquant, spec.value_antiquant_mode)
+    let Some(index) = dims.antiquant_index.map(|ix| ix[which]) else {
+        return x;
     };
-    let (scale, offset, shape): (Vec<f32>, Option<Vec<f32>>, [usize; 3]) =
-        match (sep, &spec.antiquant) {
-            (Some(q), _) if mode == 1 => {
-                let cols = *q.shape.last().expect("validated");
-                let pick = |v: &[f32]| v[b * cols + k0..b * cols + k0 + len].to_vec();
-                (pick(&q.scale), q.offset.as_deref().map(pick), [1, len, 1])
+    let [nkv, len, d] = x.dims();
+    let (sep_scale, sep_offset) = if which == 0 {
+        (&i.key_antiquant_scale, &i.key_antiquant_offset)
+    } else {
+        (&i.value_antiquant_scale, &i.value_antiquant_offset)
+    };
+    let dt = x.dtype();
+    let flat = |t: &FloatTensor<B>| -> Tensor<B, 1> {
+        let n = dims_of::<B>(t).iter().product::<usize>();
+        wrap::<B, 1>(B::float_reshape(t.clone(), [n].into()))
+    };
+    // `[1, 1, 1]`, `[Nkv, 1, D]` or `[1, len, 1]` to broadcast over x.
+    let shaped = |v: Tensor<B, 1>| -> T3<B> {
+        let v = v.cast(dt);
+        match index {
+            FiaDequantIndex::PerTensor => v.reshape([1, 1, 1]),
+            FiaDequantIndex::PerChannel => v.reshape([nkv, 1, d]),
+            FiaDequantIndex::PerToken { .. } => v.reshape([1, len, 1]),
+        }
+    };
+    let pick = |t: &FloatTensor<B>, separate: bool| -> T3<B> {
+        let v = flat(t);
+        shaped(match (separate, index) {
+            (true, FiaDequantIndex::PerToken { cols }) => v.narrow(0, b * cols + k0, len),
+            (true, _) => v,
+            (false, _) => {
+                let per = v.dims()[0] / 2;
+                v.narrow(0, which * per, per)
             }
-            (Some(q), _) if q.scale.len() == 1 => (
-                q.scale.to_vec(),
-                q.offset.as_deref().map(<[f32]>::to_vec),
-                [1, 1, 1],
-            ),
-            (Some(q), _) => (
-                q.scale.to_vec(),
-                q.offset.as_deref().map(<[f32]>::to_vec),
-                [nkv, 1, d],
-            ),
-            (None, Some(aq)) => {
-                let per = if aq.shape.len() == 1 {
-                    1
-                } else {
-                    dims.kv_heads * dims.head_dim
-                };
-                let pick = |v: &[f32]| v[which * per..(which + 1) * per].to_vec();
-                let shape = if per == 1 { [1, 1, 1] } else { [nkv, 1, d] };
-                (pick(&aq.scale), aq.offset.as_deref().map(pick), shape)
-            }
-            (None, None) => return x,
-        };
-    let t = |v: Vec<f32>| T3::<B>::from_data(TensorData::new(v, shape), &device);
+        })
+    };
+    let (scale, offset) = match sep_scale {
+        Some(s) => (pick(s, true), sep_offset.as_ref().map(|o| pick(o, true))),
+        None => {
+            let s = i.antiquant_scale.as_ref().expect("validated: an antiquant");
+            (
+                pick(s, false),
+                i.antiquant_offset.as_ref().map(|o| pick(o, false)),
+            )
+        }
+    };
     let x = match offset {
-        Some(o) => x + t(o),
+        Some(o) => x + o,
         None => x,
     };
-    x * t(scale)
+    x * scale
 }
 
 /// `[Nkv, skv, D]` key or value tokens `k0..k0 + skv` of batch `b`.
@@ -145,8 +137,11 @@ fn kv_rows<B: Backend>(
 }
 
 /// Composite `aclnnFusedInferAttentionScoreV4`.
-pub fn fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOutputs<B>> {
-    let dims = spec.validate(&shapes(&inputs, spec))?;
+pub fn fia_fwd<B: Backend>(
+    inputs: FiaInputs<FloatTensor<B>>,
+    spec: &FiaSpec,
+) -> Result<FiaOutputs<FloatTensor<B>>> {
+    let dims = spec.validate(&shapes::<B>(&inputs))?;
     let device = B::float_device(&inputs.query);
     let (n, nkv, d, dv, qs) = (
         dims.num_heads,
@@ -156,20 +151,24 @@ pub fn fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOu
         dims.q_seq,
     );
     let tnd = dims.layout == PfaLayout::Tnd;
-    let q = bnsd(inputs.query, dims.layout, n);
-    let (key, value) = match inputs.kv {
-        FiaKv::Contiguous { key, value } => (key, value),
-        FiaKv::Paged {
-            key_cache,
-            value_cache,
-        } => (key_cache, value_cache),
-    };
-    let pse = spec.pse_shift.as_ref().map(|p| {
-        let s: [usize; 4] = p.shape.clone().try_into().expect("validated");
-        T4::<B>::from_data(TensorData::new(p.data.to_vec(), s), &device)
+    let q = bnsd(inputs.query.clone(), dims.layout, n);
+    let (key, value) = inputs.kv.clone().into_pair();
+    // pse `[B|1, N, rows, cols]` and the dense mask `[1|B, rows, cols]` as given: on the device
+    // for a device backend.
+    let pse = inputs.pse_shift.as_ref().map(|p| {
+        let shape = dims.pse_shape.expect("validated");
+        wrap::<B, 4>(B::float_reshape(p.clone(), shape.into()))
     });
+    let dense = inputs
+        .atten_mask
+        .as_ref()
+        .zip(dims.mask)
+        .map(|(m, (mb, rows, cols))| {
+            wrap::<B, 3>(B::float_reshape(m.clone(), [mb, rows, cols].into()))
+        });
     let sink = inputs
         .learnable_sink
+        .clone()
         .map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
     let batches = if tnd { 1 } else { dims.batch };
     // Per output batch (TND: one), `[N, rows, Dv]` / `[N, rows]` pieces in row order.
@@ -189,17 +188,36 @@ pub fn fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOu
         if sq == 0 {
             continue;
         }
-        // Host mask: masked (i, j), and rows with nothing to attend.
-        let masked: Vec<bool> = (0..sq)
+        // The mode's mask from the host rule (masked (i, j)), the dense mask's values where
+        // they are; rows with nothing to attend.
+        let by_mode: Vec<bool> = (0..sq)
             .flat_map(|i| (0..skv).map(move |j| (i, j)))
-            .map(|(i, j)| spec.masked(&dims, b, (i, j), (q0 + i, k0 + j), (sq, skv)))
+            .map(|(i, j)| spec.masked_by_mode(&dims, (i, j), (sq, skv), || false))
             .collect();
-        let dead: Vec<bool> = (0..sq)
-            .map(|i| masked[i * skv..(i + 1) * skv].iter().all(|&m| m))
-            .collect();
-        if skv == 0 || dead.iter().all(|&x| x) {
+        let all_dead = (0..sq).all(|i| by_mode[i * skv..(i + 1) * skv].iter().all(|&m| m));
+        if skv == 0 || all_dead {
             pad(&mut outs[ob], &mut lses[ob], sq);
             continue;
+        }
+        let dead_by_mode: Vec<bool> = (0..sq)
+            .map(|i| by_mode[i * skv..(i + 1) * skv].iter().all(|&m| m))
+            .collect();
+        let mut masked =
+            Tensor::<B, 3, Bool>::from_data(TensorData::new(by_mode, [1, sq, skv]), &device);
+        let mut dead =
+            Tensor::<B, 3, Bool>::from_data(TensorData::new(dead_by_mode, [1, sq, 1]), &device);
+        if let Some(m) = &dense {
+            let bb = if m.dims()[0] == 1 { 0 } else { b };
+            let r0 = if dims.decode() { 0 } else { q0 };
+            let m = m
+                .clone()
+                .narrow(0, bb, 1)
+                .narrow(1, r0, sq)
+                .narrow(2, k0, skv);
+            masked = masked.bool_or(m.not_equal_elem(0.0));
+            // A row is dead when every column is masked: the least of its 0/1 flags is 1 (float
+            // ops: the device backends reduce floats natively).
+            dead = masked.clone().float().min_dim(2).greater_elem(0.5);
         }
         let qb = q
             .clone()
@@ -207,59 +225,34 @@ pub fn fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOu
             .narrow(2, q0, sq)
             .reshape([n, sq, d]);
         let g = n / nkv;
-        let k = expand_gqa(
-            dequant(
-                spec,
-                &dims,
-                kv_rows(spec, &dims, &key, b, (k0, skv)),
-                0,
-                b,
-                k0,
-            ),
-            g,
-        );
-        let v = expand_gqa(
-            dequant(
-                spec,
-                &dims,
-                kv_rows(spec, &dims, &value, b, (k0, skv)),
-                1,
-                b,
-                k0,
-            ),
-            g,
-        );
+        let k = kv_rows(spec, &dims, &key, b, (k0, skv));
+        let k = expand_gqa(dequant(&inputs, &dims, k, 0, b, k0), g);
+        let v = kv_rows(spec, &dims, &value, b, (k0, skv));
+        let v = expand_gqa(dequant(&inputs, &dims, v, 1, b, k0), g);
         let mut s = qb.matmul(k.swap_dims(1, 2)).mul_scalar(spec.scale_value);
         if let Some(p) = &pse {
             let bb = if p.dims()[0] == 1 { 0 } else { b };
             let r0 = if dims.decode() { 0 } else { q0 };
-            s = s + p
+            let p = p
                 .clone()
                 .narrow(0, bb, 1)
                 .narrow(2, r0, sq)
-                .narrow(3, k0, skv)
-                .reshape([n, sq, skv]);
+                .narrow(3, k0, skv);
+            let dt = s.dtype();
+            s = s + p.reshape([n, sq, skv]).cast(dt);
         }
         let mut cols = skv;
-        let mut mask_bits = masked.clone();
+        let mut mask = masked;
         if let Some(sk) = &sink {
             // The sink in the scores' dtype (a model's sinks are f32 parameters, its query may
-            // be half).
+            // be half); its column is never masked.
             let dt = s.dtype();
             s = Tensor::cat(vec![s, sk.clone().cast(dt).expand([n, sq, 1])], 2);
             cols += 1;
-            mask_bits = (0..sq)
-                .flat_map(|i| {
-                    masked[i * skv..(i + 1) * skv]
-                        .iter()
-                        .copied()
-                        .chain([false])
-                })
-                .collect();
+            let open = TensorData::new(vec![false; sq], [1, sq, 1]);
+            mask = Tensor::cat(vec![mask, Tensor::from_data(open, &device)], 2);
         }
-        let mask =
-            Tensor::<B, 3, Bool>::from_data(TensorData::new(mask_bits, [1, sq, cols]), &device)
-                .expand([n, sq, cols]);
+        let mask = mask.expand([n, sq, cols]);
         let s = s.mask_fill(mask.clone(), f32::MIN);
         let m = s.clone().max_dim(2);
         let e = (s - m.clone()).exp().mask_fill(mask, 0.0);
@@ -267,11 +260,9 @@ pub fn fia_fwd<B: Backend>(inputs: FiaInputs<B>, spec: &FiaSpec) -> Result<FiaOu
         let p = e.narrow(2, 0, skv) / l.clone();
         let mut o = p.matmul(v);
         let mut lse = (m + l.log()).reshape([n, sq]);
-        if dead.iter().any(|&x| x) {
-            let rows = Tensor::<B, 3, Bool>::from_data(TensorData::new(dead, [1, sq, 1]), &device);
-            o = o.mask_fill(rows.clone().expand([n, sq, dv]), 0.0);
-            lse = lse.mask_fill(rows.reshape([1, sq]).expand([n, sq]), f32::INFINITY);
-        }
+        // Rows with nothing to attend: zeros and an infinite LSE (the sink aside).
+        o = o.mask_fill(dead.clone().expand([n, sq, dv]), 0.0);
+        lse = lse.mask_fill(dead.reshape([1, sq]).expand([n, sq]), f32::INFINITY);
         outs[ob].push(o);
         lses[ob].push(lse);
     }

@@ -1,16 +1,17 @@
 //! The composite incremental attention: per batch, gather the valid KV window (contiguous,
 //! tensor list, or paged through the block table with `select`), dequantise int8 values,
 //! scores from Burn matmuls, the mask *replacing* scores with −1e12 (spec §5), softmax, P·V.
+//! The mask, pse and antiquant scales are the carrier's tensors, sliced where they lie.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Bool, Int, Tensor, TensorData, TensorMetadata};
+use burn::tensor::{Int, Tensor, TensorData, TensorMetadata};
 
 use burn_ascend_contract::incre::{IfaLayout, PagedLayout, IFA_MASKED_SCORE};
 
 use crate::backend::{IncreInputs, IncreKv};
 use crate::error::{AttnError, Result};
-use crate::incre::{IncreDims, IncreKvShapes, IncreShapes, IncreSpec, KvDims};
+use crate::incre::{IncreDims, IncreShapes, IncreSpec, KvDims};
 use crate::prompt::composite::{expand_gqa, unwrap, wrap};
 
 type T3<B> = Tensor<B, 3>;
@@ -21,29 +22,8 @@ fn dims_of<B: Backend>(t: &FloatTensor<B>) -> Vec<usize> {
 
 /// The shapes of a call's tensors. In the Burn API int8 KV travels as float tensors holding the
 /// int8 values, so `kv_int8` is "antiquantScale is given".
-pub fn shapes<B: Backend>(i: &IncreInputs<B>, spec: &IncreSpec) -> IncreShapes {
-    let kv = match &i.kv {
-        IncreKv::Contiguous { key, value } => IncreKvShapes::Contiguous {
-            key: dims_of::<B>(key),
-            value: dims_of::<B>(value),
-        },
-        IncreKv::List { key, value } => IncreKvShapes::List {
-            key: key.iter().map(dims_of::<B>).collect(),
-            value: value.iter().map(dims_of::<B>).collect(),
-        },
-        IncreKv::Paged {
-            key_cache,
-            value_cache,
-        } => IncreKvShapes::Paged {
-            key_cache: dims_of::<B>(key_cache),
-            value_cache: dims_of::<B>(value_cache),
-        },
-    };
-    IncreShapes {
-        query: dims_of::<B>(&i.query),
-        kv,
-        kv_int8: spec.antiquant.is_some(),
-    }
+pub fn shapes<B: Backend>(i: &IncreInputs<FloatTensor<B>>) -> IncreShapes {
+    i.shapes(dims_of::<B>, i.antiquant_scale.is_some())
 }
 
 /// `[Nkv, S, D]` rows of batch `b` from a contiguous `(B, …)` tensor in the input layout.
@@ -103,34 +83,43 @@ pub(crate) fn paged_rows<B: Backend>(
     }
 }
 
+/// Row `which` (0: K, 1: V) of an antiquant scale or offset, shaped to broadcast over
+/// `[Nkv, len, D]` rows in `x`'s dtype: `[1, 1, 1]` per tensor, `[Nkv, 1, D]` per channel.
+fn antiquant_row<B: Backend>(t: &FloatTensor<B>, which: usize, x: &T3<B>) -> T3<B> {
+    let [nkv, _, d] = x.dims();
+    let len = dims_of::<B>(t).iter().product::<usize>();
+    let t: Tensor<B, 1> = wrap::<B, 1>(B::float_reshape(t.clone(), [len].into()));
+    let per = t.dims()[0] / 2;
+    let row = t.narrow(0, which * per, per).cast(x.dtype());
+    if per == 1 {
+        row.reshape([1, 1, 1])
+    } else {
+        row.reshape([nkv, 1, d])
+    }
+}
+
 /// `(x + offset) · scale` for K (`which = 0`) or V (`which = 1`), `x` `[Nkv, len, D]`.
-fn dequant<B: Backend>(spec: &IncreSpec, x: T3<B>, which: usize) -> T3<B> {
-    let Some(aq) = &spec.antiquant else {
+fn dequant<B: Backend>(i: &IncreInputs<FloatTensor<B>>, x: T3<B>, which: usize) -> T3<B> {
+    let Some(scale) = &i.antiquant_scale else {
         return x;
     };
-    let [nkv, _, d] = x.dims();
-    let device = x.device();
-    if !spec.antiquant_per_channel() {
-        let off = aq.offset.as_ref().map_or(0.0, |o| o[which]);
-        return x.add_scalar(off).mul_scalar(aq.scale[which]);
-    }
-    let c = nkv * d;
-    let pick = |v: &[f32]| {
-        T3::<B>::from_data(
-            TensorData::new(v[which * c..(which + 1) * c].to_vec(), [nkv, 1, d]),
-            &device,
-        )
-    };
-    let x = match &aq.offset {
-        Some(o) => x + pick(o),
+    let x = match &i.antiquant_offset {
+        Some(o) => {
+            let o = antiquant_row(o, which, &x);
+            x + o
+        }
         None => x,
     };
-    x * pick(&aq.scale)
+    let s = antiquant_row(scale, which, &x);
+    x * s
 }
 
 /// Composite `aclnnIncreFlashAttentionV4` (float output; int8 output is host-only).
-pub fn incre_fwd<B: Backend>(inputs: IncreInputs<B>, spec: &IncreSpec) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&shapes(&inputs, spec))?;
+pub fn incre_fwd<B: Backend>(
+    inputs: IncreInputs<FloatTensor<B>>,
+    spec: &IncreSpec,
+) -> Result<FloatTensor<B>> {
+    let dims = spec.validate(&shapes::<B>(&inputs))?;
     if spec.post_quant.is_some() {
         return Err(AttnError::Unsupported(
             "int8 attentionOut (quantScale2) on the Burn API: Burn float tensors cannot hold it; \
@@ -147,12 +136,16 @@ pub fn incre_fwd<B: Backend>(inputs: IncreInputs<B>, spec: &IncreSpec) -> Result
     } = dims;
     let q_shape = dims_of::<B>(&inputs.query);
     let device = B::float_device(&inputs.query);
-    let q: T3<B> = wrap::<B, 3>(B::float_reshape(inputs.query, [batch, n, d].into()));
-    let pse = spec.pse_shift.as_ref().map(|p| {
-        T3::<B>::from_data(
-            TensorData::new(p.data.to_vec(), [p.shape[0], n, p.shape[3]]),
-            &device,
-        )
+    let q: T3<B> = wrap::<B, 3>(B::float_reshape(inputs.query.clone(), [batch, n, d].into()));
+    // pse `[B|1, N, S]` and mask `[B, S]` (non-zero = masked) as given: on the device for a
+    // device backend.
+    let pse = inputs.pse_shift.as_ref().map(|p| {
+        let [pb, _, _, cols] = dims.pse_shape.expect("validated");
+        wrap::<B, 3>(B::float_reshape(p.clone(), [pb, n, cols].into()))
+    });
+    let mask = inputs.atten_mask.as_ref().map(|m| {
+        let cols = dims.mask_cols.expect("validated");
+        wrap::<B, 2>(B::float_reshape(m.clone(), [batch, cols].into()))
     });
     let mut outs = Vec::with_capacity(batch);
     for b in 0..batch {
@@ -192,30 +185,23 @@ pub fn incre_fwd<B: Backend>(inputs: IncreInputs<B>, spec: &IncreSpec) -> Result
             (IncreKv::Paged { .. }, _) => unreachable!("validated"),
         };
         let g = n / nkv;
-        let k = expand_gqa(dequant(spec, k, 0), g);
-        let v = expand_gqa(dequant(spec, v, 1), g);
+        let k = expand_gqa(dequant(&inputs, k, 0), g);
+        let v = expand_gqa(dequant(&inputs, v, 1), g);
         let qb = q.clone().narrow(0, b, 1).reshape([n, 1, d]);
         let mut s = qb.matmul(k.swap_dims(1, 2)).mul_scalar(spec.scale_value);
         if let Some(p) = &pse {
             let bb = if p.dims()[0] == 1 { 0 } else { b };
-            s = s + p
-                .clone()
-                .narrow(0, bb, 1)
-                .narrow(2, start, len)
-                .reshape([n, 1, len]);
+            let p = p.clone().narrow(0, bb, 1).narrow(2, start, len);
+            let dt = s.dtype();
+            s = s + p.reshape([n, 1, len]).cast(dt);
         }
-        if let Some(m) = &spec.atten_mask {
-            let cols = *m.shape.last().expect("validated");
-            let row: Vec<bool> = m.data[b * cols + start..b * cols + start + len]
-                .iter()
-                .map(|&x| x != 0)
-                .collect();
-            if row.iter().any(|&x| x) {
-                let mask =
-                    Tensor::<B, 3, Bool>::from_data(TensorData::new(row, [1, 1, len]), &device)
-                        .expand([n, 1, len]);
-                s = s.mask_fill(mask, IFA_MASKED_SCORE as f32);
-            }
+        if let Some(m) = &mask {
+            let row = m.clone().narrow(0, b, 1).narrow(1, start, len);
+            let masked = row
+                .not_equal_elem(0.0)
+                .reshape([1, 1, len])
+                .expand([n, 1, len]);
+            s = s.mask_fill(masked, IFA_MASKED_SCORE as f32);
         }
         let m = s.clone().max_dim(2);
         let e = (s - m).exp();

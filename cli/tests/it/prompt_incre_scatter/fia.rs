@@ -5,8 +5,9 @@ use super::prompt::layout_shape;
 use super::*;
 use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
 use burn_ascend::ops::fia::{
-    composite as fcomp, FiaKvShapes, FiaShapes, FiaSpec, KvAntiquant, PagedLayout,
+    composite as fcomp, FiaHostValues, FiaKvShapes, FiaMask, FiaShapes, FiaSpec, PagedLayout,
 };
+use burn_ascend::FiaKvFromTensors;
 use burn_ascend::{fused_infer_attention, FiaInputs, FiaKv};
 
 #[derive(Clone)]
@@ -21,6 +22,17 @@ pub(crate) struct FCase {
     pub(crate) v: Vec<f32>,
     /// `learnableSink` `[N]`, when the case has one (its shape is in `shapes`).
     pub(crate) sink: Option<Vec<f32>>,
+    /// The optional tensor inputs' values (their shapes are in `shapes`).
+    pub(crate) opt: FOpt,
+}
+
+/// A FIA case's optional tensor values: the dense mask's bytes, the pse, and the scale /
+/// offset of the combined (0), the key's (1) and the value's (2) antiquant.
+#[derive(Clone, Default)]
+pub(crate) struct FOpt {
+    pub(crate) mask: Option<Vec<u8>>,
+    pub(crate) pse: Option<Vec<f32>>,
+    pub(crate) antiquant: [[Option<Vec<f32>>; 2]; 3],
 }
 
 impl FCase {
@@ -34,6 +46,58 @@ impl FCase {
     pub(crate) fn set_sink(&mut self, values: Option<Vec<f32>>) {
         self.shapes.learnable_sink = values.as_ref().map(|v| vec![v.len()]);
         self.sink = values;
+    }
+
+    /// Gives the case a dense mask (bytes, non-zero = masked) of `shape`.
+    pub(crate) fn set_mask(&mut self, data: Vec<u8>, shape: Vec<usize>) {
+        self.spec.atten_mask = FiaMask::Dense;
+        self.shapes.atten_mask = Some(shape);
+        self.opt.mask = Some(data);
+    }
+
+    /// Gives the case a `pseShift` of `shape`.
+    pub(crate) fn set_pse(&mut self, data: Vec<f32>, shape: Vec<usize>) {
+        self.shapes.pse_shift = Some(shape);
+        self.opt.pse = Some(data);
+    }
+
+    /// Sets or removes an antiquant (`which`: 0 combined, 1 key, 2 value): scale, offset and
+    /// their shape.
+    pub(crate) fn set_antiquant(
+        &mut self,
+        which: usize,
+        scale: Option<Vec<f32>>,
+        offset: Option<Vec<f32>>,
+        shape: Vec<usize>,
+    ) {
+        let sh = &mut self.shapes;
+        let (s, o) = match which {
+            0 => (&mut sh.antiquant_scale, &mut sh.antiquant_offset),
+            1 => (&mut sh.key_antiquant_scale, &mut sh.key_antiquant_offset),
+            _ => (
+                &mut sh.value_antiquant_scale,
+                &mut sh.value_antiquant_offset,
+            ),
+        };
+        *s = scale.as_ref().map(|_| shape.clone());
+        *o = offset.as_ref().map(|_| shape);
+        self.opt.antiquant[which] = [scale, offset];
+    }
+
+    /// The reference's view of the optional values and the sink.
+    pub(crate) fn host(&self) -> FiaHostValues<'_> {
+        let [[aqs, aqo], [kqs, kqo], [vqs, vqo]] = &self.opt.antiquant;
+        FiaHostValues {
+            atten_mask: self.opt.mask.as_deref(),
+            pse_shift: self.opt.pse.as_deref(),
+            antiquant_scale: aqs.as_deref(),
+            antiquant_offset: aqo.as_deref(),
+            key_antiquant_scale: kqs.as_deref(),
+            key_antiquant_offset: kqo.as_deref(),
+            value_antiquant_scale: vqs.as_deref(),
+            value_antiquant_offset: vqo.as_deref(),
+            learnable_sink: self.sink.as_deref(),
+        }
     }
 
     /// What a caller holding the inputs on the host checks: the spec against the shapes, and
@@ -83,17 +147,27 @@ pub(crate) fn fcase(
         k: rng.vec_f32(numel(&ks), 2.0),
         v: rng.vec_f32(numel(&ks), 1.0),
         sink: None,
+        opt: FOpt::default(),
         spec,
-        shapes: FiaShapes {
-            query: qs,
-            kv: FiaKvShapes::Contiguous {
+        shapes: FiaShapes::new(
+            qs,
+            FiaKvShapes::Contiguous {
                 key: ks.clone(),
                 value: ks,
             },
-            kv_int8: false,
-            learnable_sink: None,
-        },
+            false,
+            None,
+        ),
     }
+}
+
+/// A random dense mask `(rows, cols)` (column 0 never masked), as bytes.
+pub(crate) fn dense_mask(rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<usize>) {
+    let mut rng = Rng(seed);
+    let data: Vec<u8> = (0..rows * cols)
+        .map(|e| (e % cols != 0 && rng.sym(1.0) > 0.4) as u8)
+        .collect();
+    (data, vec![rows, cols])
 }
 
 /// Turns a contiguous BSND/BSH/BNSD case into paged caches (blocks of each batch in reverse
@@ -173,7 +247,7 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
     c.spec.sparse_mode = 4;
     c.spec.pre_tokens = 2;
     c.spec.next_tokens = 0;
-    c.spec.atten_mask = PromptMask::Compressed;
+    c.spec.atten_mask = FiaMask::Compressed;
     c.spec.actual_seq_lengths = Some(vec![5, 3]);
     c.spec.actual_seq_lengths_kv = Some(vec![7, 4]);
     c.spec.softmax_lse_flag = true;
@@ -189,11 +263,9 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
     );
     c.spec.pre_tokens = 2;
     c.spec.next_tokens = 1;
-    c.spec.atten_mask = super::prompt::dense_mask(4, 6, 4);
-    c.spec.pse_shift = Some(PromptPse {
-        data: Rng(5).vec_f32(2 * 2 * 4 * 6, 1.0).into(),
-        shape: vec![2, 2, 4, 6],
-    });
+    let (m, shape) = dense_mask(4, 6, 4);
+    c.set_mask(m, shape);
+    c.set_pse(Rng(5).vec_f32(2 * 2 * 4 * 6, 1.0), vec![2, 2, 4, 6]);
     c.spec.softmax_lse_flag = true;
     v.push(c);
 
@@ -228,17 +300,14 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
     c.shapes.kv_int8 = true;
     c.spec.key_antiquant_mode = 1;
     c.spec.value_antiquant_mode = 1;
-    for which in [&mut c.spec.key_antiquant, &mut c.spec.value_antiquant] {
-        *which = Some(KvAntiquant {
-            scale: rng.vec_f32(2 * 8, 0.02).into(),
-            offset: Some(rng.vec_f32(2 * 8, 2.0).into()),
-            shape: vec![1, 2, 8],
-        });
+    for which in [1, 2] {
+        let (scale, offset) = (rng.vec_f32(2 * 8, 0.02), rng.vec_f32(2 * 8, 2.0));
+        c.set_antiquant(which, Some(scale), Some(offset), vec![1, 2, 8]);
     }
-    c.spec.atten_mask = PromptMask::Dense {
-        data: vec![0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1].into(),
-        shape: vec![2, 8],
-    };
+    c.set_mask(
+        vec![0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1],
+        vec![2, 8],
+    );
     v.push(c);
 
     let mut c = fcase(
@@ -251,7 +320,7 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
     c.spec.actual_seq_lengths = Some(vec![3, 4, 8]);
     c.spec.actual_seq_lengths_kv = Some(vec![4, 6, 10]);
     c.spec.sparse_mode = 3;
-    c.spec.atten_mask = PromptMask::Compressed;
+    c.spec.atten_mask = FiaMask::Compressed;
     let mut c = c.with_sink(sink(4, 11));
     c.spec.softmax_lse_flag = true;
     v.push(c);
@@ -268,7 +337,8 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
     c.spec.query_padding_size = Some(1);
     c.spec.kv_padding_size = Some(1);
     c.spec.sparse_mode = 1;
-    c.spec.atten_mask = super::prompt::dense_mask(5, 6, 13);
+    let (m, shape) = dense_mask(5, 6, 13);
+    c.set_mask(m, shape);
     c.spec.softmax_lse_flag = true;
     v.push(c);
 
@@ -290,13 +360,10 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
             .collect();
     let mut c = paged(c, 32, PagedLayout::Bnsd, &[30, 9]);
     c.shapes.kv_int8 = true;
-    c.spec.antiquant = Some(AntiquantSpec {
-        scale: rng.vec_f32(2 * 2 * 64, 0.02).into(),
-        offset: Some(rng.vec_f32(2 * 2 * 64, 2.0).into()),
-        shape: vec![2, 2, 1, 64],
-    });
+    let (scale, offset) = (rng.vec_f32(2 * 2 * 64, 0.02), rng.vec_f32(2 * 2 * 64, 2.0));
+    c.set_antiquant(0, Some(scale), Some(offset), vec![2, 2, 1, 64]);
     c.spec.sparse_mode = 3;
-    c.spec.atten_mask = PromptMask::Compressed;
+    c.spec.atten_mask = FiaMask::Compressed;
     v.push(c);
     v
 }
@@ -304,14 +371,14 @@ pub(crate) fn fia_cases() -> Vec<FCase> {
 /// The reference's `(attentionOut, softmaxLse)` as f32.
 pub(crate) fn fia_ref(c: &FCase) -> (Vec<f32>, Vec<f32>) {
     let dims = c.spec.validate(&c.shapes).expect(c.name);
-    let out = fia_reference(&c.spec.args(&dims, &c.q, &c.k, &c.v, c.sink.as_deref()));
+    let out = fia_reference(&c.spec.args(&dims, &c.q, &c.k, &c.v, c.host()));
     (f32s(out.attention_out), out.softmax_lse)
 }
 
 pub(crate) fn fia_inputs_on<Bk: burn::tensor::backend::Backend>(
     c: &FCase,
     d: &Bk::Device,
-) -> FiaInputs<Bk> {
+) -> FiaInputs<burn::tensor::ops::FloatTensor<Bk>> {
     let kv = match &c.shapes.kv {
         FiaKvShapes::Contiguous { key, value } => FiaKv::Contiguous {
             key: from_vec::<Bk>(c.k.clone(), key, d),
@@ -325,13 +392,33 @@ pub(crate) fn fia_inputs_on<Bk: burn::tensor::backend::Backend>(
             value_cache: from_vec::<Bk>(c.v.clone(), value_cache, d),
         },
     };
+    let t = |v: &Option<Vec<f32>>, shape: &Option<Vec<usize>>| match (v, shape) {
+        (Some(v), Some(shape)) => Some(from_vec::<Bk>(v.clone(), shape, d)),
+        _ => None,
+    };
+    let mask: Option<Vec<f32>> = c
+        .opt
+        .mask
+        .as_ref()
+        .map(|m| m.iter().map(|&x| f32::from(x)).collect());
+    let sh = &c.shapes;
+    let [[aqs, aqo], [kqs, kqo], [vqs, vqo]] = &c.opt.antiquant;
     FiaInputs {
-        query: from_vec::<Bk>(c.q.clone(), &c.shapes.query, d),
-        kv,
-        learnable_sink: c
-            .sink
-            .as_ref()
-            .map(|s| from_vec::<Bk>(s.clone(), &[s.len()], d)),
+        atten_mask: t(&mask, &sh.atten_mask),
+        pse_shift: t(&c.opt.pse, &sh.pse_shift),
+        antiquant_scale: t(aqs, &sh.antiquant_scale),
+        antiquant_offset: t(aqo, &sh.antiquant_offset),
+        key_antiquant_scale: t(kqs, &sh.key_antiquant_scale),
+        key_antiquant_offset: t(kqo, &sh.key_antiquant_offset),
+        value_antiquant_scale: t(vqs, &sh.value_antiquant_scale),
+        value_antiquant_offset: t(vqo, &sh.value_antiquant_offset),
+        ..FiaInputs::new(
+            from_vec::<Bk>(c.q.clone(), &c.shapes.query, d),
+            kv,
+            c.sink
+                .as_ref()
+                .map(|s| from_vec::<Bk>(s.clone(), &[s.len()], d)),
+        )
     }
 }
 
@@ -368,7 +455,7 @@ fn fia_without_a_sink_on_the_composite_equals_prompt_attention_for_prefill() {
     p.atten_mask = PromptMaskKind::Compressed;
     let mut f = c.spec.clone();
     f.sparse_mode = 3;
-    f.atten_mask = PromptMask::Compressed;
+    f.atten_mask = FiaMask::Compressed;
     let q = from_vec::<B>(c.q.clone(), &c.shapes.query, &Default::default());
     let FiaKvShapes::Contiguous { key, value } = &c.shapes.kv else {
         unreachable!()
@@ -387,11 +474,7 @@ fn fia_without_a_sink_on_the_composite_equals_prompt_attention_for_prefill() {
     )
     .unwrap();
     let fia = fcomp::fia_fwd::<B>(
-        FiaInputs {
-            query: q,
-            kv: FiaKv::Contiguous { key: k, value: v },
-            learnable_sink: None,
-        },
+        FiaInputs::new(q, FiaKv::Contiguous { key: k, value: v }, None),
         &f,
     )
     .unwrap();

@@ -1,10 +1,10 @@
 //! Fused inference attention: every validation rule names its parameter, and the V4 features
 //! left out are `unsupported`, never a panic.
 
-use super::fia::{fcase, fia_cases, fia_inputs_on, paged, FCase};
+use super::fia::{dense_mask, fcase, fia_cases, fia_inputs_on, paged, FCase};
 use super::*;
 use burn_ascend::ops::fia::{
-    composite as fcomp, parse_fia_layout, FiaKvShapes, KvAntiquant, PagedLayout,
+    composite as fcomp, parse_fia_layout, FiaKvShapes, FiaMask, PagedLayout,
 };
 
 type Mutate = Box<dyn Fn(&mut FCase)>;
@@ -149,13 +149,16 @@ fn fia_every_rule_names_its_parameter() {
         (
             "mask missing",
             prefill,
-            Box::new(|c| c.spec.atten_mask = PromptMask::None),
+            Box::new(|c| c.spec.atten_mask = FiaMask::None),
             "attenMask",
         ),
         (
             "dense mask with mode 4",
             prefill,
-            Box::new(|c| c.spec.atten_mask = super::prompt::dense_mask(5, 7, 1)),
+            Box::new(|c| {
+                let (m, shape) = dense_mask(5, 7, 1);
+                c.set_mask(m, shape);
+            }),
             "attenMask",
         ),
         (
@@ -169,7 +172,8 @@ fn fia_every_rule_names_its_parameter() {
             prefill,
             Box::new(|c| {
                 c.spec.sparse_mode = 0;
-                c.spec.atten_mask = super::prompt::dense_mask(5, 6, 1);
+                let (m, shape) = dense_mask(5, 6, 1);
+                c.set_mask(m, shape);
             }),
             "attenMask",
         ),
@@ -178,10 +182,7 @@ fn fia_every_rule_names_its_parameter() {
             prefill,
             Box::new(|c| {
                 c.spec.sparse_mode = 0;
-                c.spec.atten_mask = PromptMask::Dense {
-                    data: vec![0; 35].into(),
-                    shape: vec![1, 1, 1, 5, 7],
-                };
+                c.set_mask(vec![0; 35], vec![1, 1, 1, 5, 7]);
             }),
             "attenMask",
         ),
@@ -199,10 +200,7 @@ fn fia_every_rule_names_its_parameter() {
             prefill,
             Box::new(|c| {
                 c.set_sink(None);
-                c.spec.pse_shift = Some(PromptPse {
-                    data: vec![0.0; 4 * 5 * 6].into(),
-                    shape: vec![1, 4, 5, 6],
-                });
+                c.set_pse(vec![0.0; 4 * 5 * 6], vec![1, 4, 5, 6]);
             }),
             "pseShift",
         ),
@@ -222,10 +220,7 @@ fn fia_every_rule_names_its_parameter() {
             "sink with pse",
             prefill,
             Box::new(|c| {
-                c.spec.pse_shift = Some(PromptPse {
-                    data: vec![0.0; 4 * 5 * 7].into(),
-                    shape: vec![1, 4, 5, 7],
-                });
+                c.set_pse(vec![0.0; 4 * 5 * 7], vec![1, 4, 5, 7]);
             }),
             "learnableSink",
         ),
@@ -239,7 +234,8 @@ fn fia_every_rule_names_its_parameter() {
             "sink with D 16",
             || case("bnsd_prefill_dense_mask_pse"),
             Box::new(|c| {
-                c.spec.pse_shift = None;
+                c.shapes.pse_shift = None;
+                c.opt.pse = None;
                 c.set_sink(Some(vec![0.0; 2]));
             }),
             "learnableSink",
@@ -357,10 +353,7 @@ fn fia_every_rule_names_its_parameter() {
             tnd,
             Box::new(|c| {
                 c.set_sink(None);
-                c.spec.pse_shift = Some(PromptPse {
-                    data: vec![0.0; 4 * 8 * 10].into(),
-                    shape: vec![1, 4, 8, 10],
-                });
+                c.set_pse(vec![0.0; 4 * 8 * 10], vec![1, 4, 8, 10]);
             }),
             "pseShift",
         ),
@@ -403,15 +396,15 @@ fn fia_every_rule_names_its_parameter() {
             "int8 without antiquant",
             per_token,
             Box::new(|c| {
-                c.spec.key_antiquant = None;
-                c.spec.value_antiquant = None;
+                c.set_antiquant(1, None, None, vec![]);
+                c.set_antiquant(2, None, None, vec![]);
             }),
             "antiquantScale",
         ),
         (
             "key without value antiquant",
             per_token,
-            Box::new(|c| c.spec.value_antiquant = None),
+            Box::new(|c| c.set_antiquant(2, None, None, vec![])),
             "valueAntiquantScale",
         ),
         (
@@ -423,30 +416,27 @@ fn fia_every_rule_names_its_parameter() {
         (
             "per token shape",
             per_token,
-            Box::new(|c| {
-                c.spec.key_antiquant = Some(KvAntiquant {
-                    scale: vec![1.0; 2 * 4].into(),
-                    offset: None,
-                    shape: vec![2, 4],
-                });
-            }),
+            Box::new(|c| c.set_antiquant(1, Some(vec![1.0; 2 * 4]), None, vec![2, 4])),
             "keyAntiquantScale",
         ),
         (
-            "per token offset length",
+            "per token offset shape",
             per_token,
-            Box::new(|c| {
-                let k = c.spec.value_antiquant.as_mut().unwrap();
-                k.offset = Some(vec![0.0; 3].into());
-            }),
+            Box::new(|c| c.shapes.value_antiquant_offset = Some(vec![3])),
             "valueAntiquantOffset",
+        ),
+        (
+            "offset without its scale",
+            prefill,
+            Box::new(|c| c.shapes.key_antiquant_offset = Some(vec![1])),
+            "keyAntiquantOffset",
         ),
         (
             "combined antiquant shape",
             || case("bnsd_prefill_paged_int8_per_channel"),
             Box::new(|c| {
-                let a = c.spec.antiquant.as_mut().unwrap();
-                a.shape = vec![2, 3, 1, 64];
+                c.shapes.antiquant_scale = Some(vec![2, 3, 1, 64]);
+                c.shapes.antiquant_offset = Some(vec![2, 3, 1, 64]);
             }),
             "antiquantScale",
         ),
@@ -455,11 +445,7 @@ fn fia_every_rule_names_its_parameter() {
             prefill,
             Box::new(|c| {
                 c.set_sink(None);
-                c.spec.antiquant = Some(AntiquantSpec {
-                    scale: vec![1.0, 1.0].into(),
-                    offset: None,
-                    shape: vec![2],
-                });
+                c.set_antiquant(0, Some(vec![1.0, 1.0]), None, vec![2]);
             }),
             "antiquantScale",
         ),
@@ -517,12 +503,12 @@ fn bad_fia_input_never_panics_on_the_burn_paths() {
     let dev = Default::default();
     expect_param(
         "composite",
-        fcomp::fia_fwd::<B>(fia_inputs_on(&c, &dev), &c.spec).map(|_| ()),
+        fcomp::fia_fwd::<B>(fia_inputs_on::<B>(&c, &dev), &c.spec).map(|_| ()),
         "blockSize",
     );
     expect_param(
         "ndarray",
-        B::fia_fwd(fia_inputs_on(&c, &dev), &c.spec).map(|_| ()),
+        B::fia_fwd(fia_inputs_on::<B>(&c, &dev), &c.spec).map(|_| ()),
         "blockSize",
     );
     // A paged BNSD cache with a BSH query is refused by name.

@@ -2,6 +2,7 @@
 //! Burn paths against it.
 
 use super::*;
+use burn_ascend::IncreKvFromTensors;
 
 #[derive(Clone)]
 pub(crate) struct ICase {
@@ -16,6 +17,44 @@ pub(crate) struct ICase {
     pub(crate) nkv: usize,
     pub(crate) s: usize,
     pub(crate) d: usize,
+    /// The optional tensor inputs' host values.
+    pub(crate) opt: IOpt,
+}
+
+/// An incremental case's optional tensor inputs: values and shapes.
+#[derive(Clone, Default)]
+pub(crate) struct IOpt {
+    /// `attenMask` bytes (non-zero = masked).
+    pub(crate) mask: Option<(Vec<u8>, Vec<usize>)>,
+    pub(crate) pse: Option<(Vec<f32>, Vec<usize>)>,
+    pub(crate) antiquant: Option<IAntiquant>,
+}
+
+/// `antiquantScale`, `antiquantOffset`, their shape.
+pub(crate) type IAntiquant = (Vec<f32>, Option<Vec<f32>>, Vec<usize>);
+
+impl IOpt {
+    /// The shapes validation reads, added to `sh`.
+    pub(crate) fn shapes(&self, mut sh: IncreShapes) -> IncreShapes {
+        sh.atten_mask = self.mask.as_ref().map(|m| m.1.clone());
+        sh.pse_shift = self.pse.as_ref().map(|p| p.1.clone());
+        sh.antiquant_scale = self.antiquant.as_ref().map(|a| a.2.clone());
+        sh.antiquant_offset = self
+            .antiquant
+            .as_ref()
+            .and_then(|a| a.1.as_ref().map(|_| a.2.clone()));
+        sh
+    }
+
+    /// The reference's view.
+    pub(crate) fn host(&self) -> IncreHostValues<'_> {
+        IncreHostValues {
+            atten_mask: self.mask.as_ref().map(|m| &m.0[..]),
+            pse_shift: self.pse.as_ref().map(|p| &p.0[..]),
+            antiquant_scale: self.antiquant.as_ref().map(|a| &a.0[..]),
+            antiquant_offset: self.antiquant.as_ref().and_then(|a| a.1.as_deref()),
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -56,6 +95,7 @@ pub(crate) fn icase(
         nkv,
         s,
         d,
+        opt: IOpt::default(),
     }
 }
 
@@ -181,11 +221,11 @@ pub(crate) fn host_kv(c: &mut ICase, form: &Form) -> HostKv {
 }
 
 pub(crate) fn incre_ref(c: &ICase, h: &HostKv) -> Vec<f32> {
-    let shapes = IncreShapes {
-        query: c.q_shape.clone(),
-        kv: h.shapes.clone(),
-        kv_int8: c.spec.antiquant.is_some(),
-    };
+    let shapes = c.opt.shapes(IncreShapes::new(
+        c.q_shape.clone(),
+        h.shapes.clone(),
+        c.opt.antiquant.is_some(),
+    ));
     let dims = c.spec.validate(&shapes).expect(c.name);
     let kr: Vec<&[f32]> = h.k.iter().map(Vec::as_slice).collect();
     let vr: Vec<&[f32]> = h.v.iter().map(Vec::as_slice).collect();
@@ -201,13 +241,18 @@ pub(crate) fn incre_ref(c: &ICase, h: &HostKv) -> Vec<f32> {
         },
         IncreKvShapes::Paged { .. } => c.spec.paged(&dims, &h.k[0], &h.v[0]),
     };
-    f32s(incre_flash_attention(&c.spec.args(&dims, &c.q, kv)))
+    f32s(incre_flash_attention(&c.spec.args(
+        &dims,
+        &c.q,
+        kv,
+        c.opt.host(),
+    )))
 }
 
 pub(crate) fn incre_inputs<Bk: burn::tensor::backend::Backend>(
     c: &ICase,
     h: &HostKv,
-) -> IncreInputs<Bk> {
+) -> IncreInputs<burn::tensor::ops::FloatTensor<Bk>> {
     incre_inputs_on::<Bk>(c, h, &Default::default())
 }
 
@@ -215,7 +260,7 @@ pub(crate) fn incre_inputs_on<Bk: burn::tensor::backend::Backend>(
     c: &ICase,
     h: &HostKv,
     d: &Bk::Device,
-) -> IncreInputs<Bk> {
+) -> IncreInputs<burn::tensor::ops::FloatTensor<Bk>> {
     let t = |x: &Vec<f32>, s: &Vec<usize>| from_vec::<Bk>(x.clone(), s, d);
     let kv = match &h.shapes {
         IncreKvShapes::Contiguous { key, value } => IncreKv::Contiguous {
@@ -234,10 +279,17 @@ pub(crate) fn incre_inputs_on<Bk: burn::tensor::backend::Backend>(
             value_cache: t(&h.v[0], value_cache),
         },
     };
-    IncreInputs {
-        query: t(&c.q, &c.q_shape),
-        kv,
+    let mut inputs = IncreInputs::new(t(&c.q, &c.q_shape), kv);
+    if let Some((m, shape)) = &c.opt.mask {
+        let m: Vec<f32> = m.iter().map(|&x| f32::from(x)).collect();
+        inputs.atten_mask = Some(t(&m, shape));
     }
+    inputs.pse_shift = c.opt.pse.as_ref().map(|(p, shape)| t(p, shape));
+    if let Some((scale, offset, shape)) = &c.opt.antiquant {
+        inputs.antiquant_scale = Some(t(scale, shape));
+        inputs.antiquant_offset = offset.as_ref().map(|o| t(o, shape));
+    }
+    inputs
 }
 
 pub(crate) fn incre_cases() -> Vec<(ICase, Form)> {
@@ -253,14 +305,8 @@ pub(crate) fn incre_cases() -> Vec<(ICase, Form)> {
     }
     let mut c = icase("mask_pse_broadcast_len", IfaLayout::Bsnd, 2, 2, 2, 6, 4, 2);
     c.spec.actual_seq_lengths = Some(vec![4]);
-    c.spec.atten_mask = Some(IncreMask {
-        data: vec![0, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0].into(),
-        shape: vec![2, 1, 1, 6],
-    });
-    c.spec.pse_shift = Some(IncrePse {
-        data: Rng(3).vec_f32(2 * 2 * 6, 1.0).into(),
-        shape: vec![2, 2, 1, 6],
-    });
+    c.opt.mask = Some((vec![0, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0], vec![2, 1, 1, 6]));
+    c.opt.pse = Some((Rng(3).vec_f32(2 * 2 * 6, 1.0), vec![2, 2, 1, 6]));
     v.push((c, Form::Contiguous));
     let mut c = icase("kv_padding", IfaLayout::Bsh, 2, 2, 1, 6, 4, 4);
     c.spec.actual_seq_lengths = Some(vec![3, 5]);
@@ -278,34 +324,21 @@ pub(crate) fn incre_cases() -> Vec<(ICase, Form)> {
     v.push((c, Form::Paged(false)));
     let mut c = icase("paged_bnsd_cache_mask", IfaLayout::Bnsd, 2, 2, 2, 20, 4, 8);
     c.spec.actual_seq_lengths = Some(vec![20, 9]);
-    c.spec.atten_mask = Some(IncreMask {
-        data: (0..64)
-            .map(|i| (i % 5 == 1) as u8)
-            .collect::<Vec<_>>()
-            .into(),
-        shape: vec![2, 32],
-    });
+    c.opt.mask = Some(((0..64).map(|i| (i % 5 == 1) as u8).collect(), vec![2, 32]));
     v.push((c, Form::Paged(true)));
     // int8 KV as float tensors holding integers, dequantised per tensor / per channel.
     for (name, per_channel) in [("antiquant_tensor", false), ("antiquant_channel", true)] {
         let mut c = icase(name, IfaLayout::Bnsd, 1, 2, 2, 4, 4, 9);
         c.k = c.k.iter().map(|x| (x * 60.0).round()).collect();
         c.v = c.v.iter().map(|x| (x * 100.0).round()).collect();
-        c.spec.antiquant = Some(if per_channel {
-            AntiquantSpec {
-                scale: (0..16)
-                    .map(|i| 0.01 + 0.002 * i as f32)
-                    .collect::<Vec<_>>()
-                    .into(),
-                offset: Some((0..16).map(|i| i as f32 - 8.0).collect::<Vec<_>>().into()),
-                shape: vec![2, 2, 1, 4],
-            }
+        c.opt.antiquant = Some(if per_channel {
+            (
+                (0..16).map(|i| 0.01 + 0.002 * i as f32).collect(),
+                Some((0..16).map(|i| i as f32 - 8.0).collect()),
+                vec![2, 2, 1, 4],
+            )
         } else {
-            AntiquantSpec {
-                scale: vec![0.02, 0.01].into(),
-                offset: Some(vec![3.0, -1.0].into()),
-                shape: vec![2],
-            }
+            (vec![0.02, 0.01], Some(vec![3.0, -1.0]), vec![2])
         });
         v.push((c, Form::Contiguous));
     }
@@ -335,7 +368,7 @@ fn incre_paged_and_list_equal_contiguous_and_zero_length_is_zero() {
         incre_ref(&c2, &h)
     };
     let h = host_kv(&mut c, &Form::Paged(false));
-    let paged = to_vec::<B>(icomp::incre_fwd::<B>(incre_inputs(&c, &h), &c.spec).unwrap());
+    let paged = to_vec::<B>(icomp::incre_fwd::<B>(incre_inputs::<B>(&c, &h), &c.spec).unwrap());
     close("paged vs contiguous", &paged, &contiguous, ATOL, RTOL).unwrap();
 }
 

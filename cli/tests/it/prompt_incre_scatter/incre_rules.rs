@@ -2,6 +2,7 @@
 
 use super::incre::*;
 use super::*;
+use burn_ascend::IncreKvFromTensors;
 
 #[test]
 fn incre_every_rule_names_its_parameter() {
@@ -15,6 +16,10 @@ fn incre_every_rule_names_its_parameter() {
                 value: vec![2, 2, 32, 8],
             },
             kv_int8: false,
+            atten_mask: None,
+            pse_shift: None,
+            antiquant_scale: None,
+            antiquant_offset: None,
         };
         (c.spec, shapes)
     };
@@ -212,11 +217,7 @@ fn incre_every_rule_names_its_parameter() {
             Box::new(move |s, sh| {
                 paged(s, sh);
                 sh.kv_int8 = true;
-                s.antiquant = Some(AntiquantSpec {
-                    scale: vec![1.0, 1.0].into(),
-                    offset: None,
-                    shape: vec![2],
-                });
+                sh.antiquant_scale = Some(vec![2]);
             }),
             "blockSize",
         ),
@@ -362,93 +363,40 @@ fn incre_every_rule_names_its_parameter() {
         ),
         (
             "mask shape",
-            Box::new(|s, _| {
-                s.atten_mask = Some(IncreMask {
-                    data: vec![0; 64].into(),
-                    shape: vec![2, 2, 32],
-                })
-            }),
+            Box::new(|_, sh| sh.atten_mask = Some(vec![2, 2, 32])),
             "attenMask",
         ),
         (
             "mask batch",
-            Box::new(|s, _| {
-                s.atten_mask = Some(IncreMask {
-                    data: vec![0; 32].into(),
-                    shape: vec![1, 32],
-                })
-            }),
+            Box::new(|_, sh| sh.atten_mask = Some(vec![1, 32])),
             "attenMask",
         ),
         (
             "mask short",
-            Box::new(|s, _| {
-                s.atten_mask = Some(IncreMask {
-                    data: vec![0; 62].into(),
-                    shape: vec![2, 31],
-                })
-            }),
-            "attenMask",
-        ),
-        (
-            "mask data",
-            Box::new(|s, _| {
-                s.atten_mask = Some(IncreMask {
-                    data: vec![0; 63].into(),
-                    shape: vec![2, 32],
-                })
-            }),
+            Box::new(|_, sh| sh.atten_mask = Some(vec![2, 31])),
             "attenMask",
         ),
         (
             "mask paged short",
             Box::new(move |s, sh| {
                 paged(s, sh);
-                s.atten_mask = Some(IncreMask {
-                    data: vec![0; 40].into(),
-                    shape: vec![2, 20],
-                });
+                sh.atten_mask = Some(vec![2, 20]);
             }),
             "attenMask",
         ),
         (
             "pse rank",
-            Box::new(|s, _| {
-                s.pse_shift = Some(IncrePse {
-                    data: vec![0.0; 128].into(),
-                    shape: vec![4, 32],
-                })
-            }),
+            Box::new(|_, sh| sh.pse_shift = Some(vec![4, 32])),
             "pseShift",
         ),
         (
             "pse heads",
-            Box::new(|s, _| {
-                s.pse_shift = Some(IncrePse {
-                    data: vec![0.0; 64].into(),
-                    shape: vec![1, 2, 1, 32],
-                })
-            }),
+            Box::new(|_, sh| sh.pse_shift = Some(vec![1, 2, 1, 32])),
             "pseShift",
         ),
         (
             "pse short",
-            Box::new(|s, _| {
-                s.pse_shift = Some(IncrePse {
-                    data: vec![0.0; 124].into(),
-                    shape: vec![1, 4, 1, 31],
-                })
-            }),
-            "pseShift",
-        ),
-        (
-            "pse data",
-            Box::new(|s, _| {
-                s.pse_shift = Some(IncrePse {
-                    data: vec![0.0; 127].into(),
-                    shape: vec![1, 4, 1, 32],
-                })
-            }),
+            Box::new(|_, sh| sh.pse_shift = Some(vec![1, 4, 1, 31])),
             "pseShift",
         ),
         (
@@ -458,49 +406,29 @@ fn incre_every_rule_names_its_parameter() {
         ),
         (
             "antiquant on float",
-            Box::new(|s, _| {
-                s.antiquant = Some(AntiquantSpec {
-                    scale: vec![1.0, 1.0].into(),
-                    offset: None,
-                    shape: vec![2],
-                })
-            }),
+            Box::new(|_, sh| sh.antiquant_scale = Some(vec![2])),
             "antiquantScale",
         ),
         (
             "antiquant shape",
-            Box::new(|s, sh| {
+            Box::new(|_, sh| {
                 sh.kv_int8 = true;
-                s.antiquant = Some(AntiquantSpec {
-                    scale: vec![1.0; 32].into(),
-                    offset: None,
-                    shape: vec![2, 2, 8],
-                });
-            }),
-            "antiquantScale",
-        ),
-        (
-            "antiquant len",
-            Box::new(|s, sh| {
-                sh.kv_int8 = true;
-                s.antiquant = Some(AntiquantSpec {
-                    scale: vec![1.0; 3].into(),
-                    offset: None,
-                    shape: vec![2],
-                });
+                sh.antiquant_scale = Some(vec![2, 2, 8]);
             }),
             "antiquantScale",
         ),
         (
             "antiquant offset",
-            Box::new(|s, sh| {
+            Box::new(|_, sh| {
                 sh.kv_int8 = true;
-                s.antiquant = Some(AntiquantSpec {
-                    scale: vec![1.0; 2].into(),
-                    offset: Some(vec![0.0].into()),
-                    shape: vec![2],
-                });
+                sh.antiquant_scale = Some(vec![2]);
+                sh.antiquant_offset = Some(vec![1]);
             }),
+            "antiquantOffset",
+        ),
+        (
+            "antiquant offset without scale",
+            Box::new(|_, sh| sh.antiquant_offset = Some(vec![2])),
             "antiquantOffset",
         ),
         (
@@ -554,6 +482,10 @@ fn kv_padding_that_cann_ignores_is_ignored_by_the_contract_and_refused_by_the_bu
         query: c.q_shape.clone(),
         kv,
         kv_int8: false,
+        atten_mask: None,
+        pse_shift: None,
+        antiquant_scale: None,
+        antiquant_offset: None,
     };
     // Applied: contiguous with lengths.
     let mut s = c.spec.clone();
@@ -634,6 +566,10 @@ fn an_empty_query_huge_tables_and_f32_overflowing_scales_are_typed_errors() {
                 value: vec![2, 2, 32, 8],
             },
             kv_int8: false,
+            atten_mask: None,
+            pse_shift: None,
+            antiquant_scale: None,
+            antiquant_offset: None,
         };
         (c.spec, shapes)
     };
@@ -688,6 +624,10 @@ fn block_tables_that_share_blocks_are_accepted_and_ids_outside_the_cache_are_not
             value_cache: vec![2, 16, 16],
         },
         kv_int8: false,
+        atten_mask: None,
+        pse_shift: None,
+        antiquant_scale: None,
+        antiquant_offset: None,
     };
     s.validate(&shapes)
         .expect("two sequences sharing both blocks");

@@ -21,12 +21,11 @@ use burn_ascend::kernels::reference::incre::incre_flash_attention;
 use burn_ascend::kernels::reference::prompt::prompt_flash_attention;
 use burn_ascend::ops::host::{from_vec, to_vec};
 use burn_ascend::ops::incre::{
-    composite as icomp, AntiquantSpec, BlockTable, IfaLayout, IncreKvShapes, IncreMask, IncrePse,
-    IncreShapes, IncreSpec,
+    composite as icomp, BlockTable, IfaLayout, IncreHostValues, IncreKvShapes, IncreShapes,
+    IncreSpec,
 };
 use burn_ascend::ops::prompt::{
-    composite as pcomp, PfaLayout, PostQuantSpec, PromptMask, PromptMaskKind, PromptPse,
-    PromptShapes, PromptSpec,
+    composite as pcomp, PfaLayout, PostQuantSpec, PromptMaskKind, PromptShapes, PromptSpec,
 };
 use burn_ascend::ops::scatter::{
     composite as scomp, scatter_checked, CacheMode, ScatterKind, ScatterShapes, ScatterSpec,

@@ -88,15 +88,6 @@ pub(crate) fn dense_mask_values(rows: usize, cols: usize, seed: u64) -> (Vec<u8>
     (data, vec![rows, cols])
 }
 
-/// [`dense_mask_values`] as FIA's host mask.
-pub(crate) fn dense_mask(rows: usize, cols: usize, seed: u64) -> PromptMask {
-    let (data, shape) = dense_mask_values(rows, cols, seed);
-    PromptMask::Dense {
-        data: data.into(),
-        shape,
-    }
-}
-
 pub(crate) fn prompt_cases() -> Vec<PCase> {
     let mut v = Vec::new();
     v.push(pcase("bsh_mha", PfaLayout::Bsh, 2, 3, 5, 2, 2, 4, 1));
