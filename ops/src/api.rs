@@ -17,7 +17,7 @@ use burn_ascend_contract::varlen::{lengths_from_cumulative, PseType, SoftmaxLayo
 
 use crate::backend::{
     AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
-    ScatterInputs, VarlenGradInputs, VarlenInputs,
+    ScatterInputs, VarlenGradInputs, VarlenInputs, VarlenOutputs,
 };
 use crate::error::{ensure, AttnError, Result};
 use crate::fia::FiaSpec;
@@ -43,6 +43,16 @@ pub struct VarlenAttention<B: Backend> {
     pub softmax_max: Tensor<B, 3>,
     /// `softmaxSum` `[Tq, N, 8]` (a constant under `Autodiff`).
     pub softmax_sum: Tensor<B, 3>,
+}
+
+impl<B: Backend> VarlenAttention<B> {
+    fn of(out: VarlenOutputs<FloatTensor<B>>) -> Self {
+        Self {
+            attention_out: tensor(out.attention_out),
+            softmax_max: tensor(out.softmax_max),
+            softmax_sum: tensor(out.softmax_sum),
+        }
+    }
 }
 
 /// The backward's outputs.
@@ -82,11 +92,7 @@ pub fn varlen_score<B: AttentionBackend>(
         },
         spec,
     )?;
-    Ok(VarlenAttention {
-        attention_out: tensor(out.attention_out),
-        softmax_max: tensor(out.softmax_max),
-        softmax_sum: tensor(out.softmax_sum),
-    })
+    Ok(VarlenAttention::of(out))
 }
 
 /// [`varlen_score`] with a differentiable external pse (`realShift`, pseType 0 or 1): `pse` is
@@ -125,11 +131,7 @@ pub fn varlen_score_with_pse<B: AttentionBackend>(
         },
         spec,
     )?;
-    Ok(VarlenAttention {
-        attention_out: tensor(out.attention_out),
-        softmax_max: tensor(out.softmax_max),
-        softmax_sum: tensor(out.softmax_sum),
-    })
+    Ok(VarlenAttention::of(out))
 }
 
 /// [`varlen_score`] with an explicit mask (`spec.atten_mask` is [`MaskSpec::Dense`]): a
@@ -156,11 +158,7 @@ pub fn varlen_score_with_mask<B: AttentionBackend, const M: usize>(
         },
         spec,
     )?;
-    Ok(VarlenAttention {
-        attention_out: tensor(out.attention_out),
-        softmax_max: tensor(out.softmax_max),
-        softmax_sum: tensor(out.softmax_sum),
-    })
+    Ok(VarlenAttention::of(out))
 }
 
 /// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`.
