@@ -52,11 +52,22 @@ use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 use super::decode_avx512::{self as fused, Avx512, Bf16Bits, F16Bits, Widen};
+#[cfg(target_arch = "x86_64")]
+use super::decode_prefetch::Lines;
 use super::tile::{exp, exp_sub_sum, row_max, vectorized, SimdKernel};
 use crate::Element;
 use burn_ascend_contract::incre::{
     IfaLayout, IfaPostQuant, IncreFlashAttentionArgs, KvInput, PagedLayout, IFA_MASKED_SCORE,
 };
+
+/// EXPERIMENT knobs: token group, prefetch mode, sub KiB.
+#[doc(hidden)]
+pub static EXP: [std::sync::atomic::AtomicUsize; 4] = [const { std::sync::atomic::AtomicUsize::new(0) }; 4];
+
+fn exp_cfg() -> (usize, usize) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (EXP[0].load(Relaxed), EXP[1].load(Relaxed))
+}
 
 /// Tokens per chunk (one task). The split depends only on the window, never on the thread
 /// count.
@@ -80,8 +91,9 @@ struct Task {
     n0: usize,
     t0: usize,
     t1: usize,
-    /// End of the batch's window (the next sub-chunk to prefetch stops there).
-    end: usize,
+    /// The next task's `(b, n0, t0, t1)`, whose first sub-chunk is prefetched during this
+    /// task's last.
+    then: Option<(usize, usize, usize, usize)>,
 }
 
 /// Per-call constants.
@@ -163,6 +175,9 @@ struct Bufs {
     offs: Vec<usize>,
     /// In-place path: offsets of the next sub-chunk's rows (prefetched).
     next: Vec<usize>,
+    /// In-place path: the next sub-chunk's K and V cache lines.
+    #[cfg(target_arch = "x86_64")]
+    lines: (Lines, Lines),
     /// The `(nh, G, D, sub, in place)` the buffers were made for. `D` itself (not only
     /// `Dp`): the padding columns `[D, Dp)` of `q`, `k` and `v` are never written, so they
     /// stay zero only while `D` does not change.
@@ -212,6 +227,8 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
             pt: vec![0.0; g * sub],
             offs: Vec::with_capacity(sub),
             next: Vec::with_capacity(sub),
+            #[cfg(target_arch = "x86_64")]
+            lines: Default::default(),
             shape: self.shape(),
         }
     }
@@ -453,13 +470,29 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
             unreachable!("the in-place path is only chosen for its element types");
         };
         self.rows_at(t.b, t.n0, s0, s1, &mut buf.offs);
-        self.rows_at(t.b, t.n0, s1, (s1 + sub).min(t.end), &mut buf.next);
         let ns = s1 - s0;
         let rows = fused::Rows::new(&buf.offs);
         // The next sub-chunk's rows (all `nh` heads of a token: `nh·D` elements from each
-        // offset), a share per kv head: K during its scores, V during its `P·V`.
-        let m = buf.next.len();
-        let share = |hn: usize| &buf.next[hn * m / nh..(hn + 1) * m / nh];
+        // offset): this task's, or after its last sub-chunk the next task's first (usually
+        // the next one this thread runs), a share per kv head: K during its scores, V during
+        // its `P·V`.
+        let mode = exp_cfg().1;
+        let next = if s1 < t.t1 {
+            Some((t.b, t.n0, s1, (s1 + sub).min(t.t1)))
+        } else {
+            t.then.map(|(b, n0, t0, t1)| (b, n0, t0, (t0 + sub).min(t1)))
+        };
+        buf.next.clear();
+        let (mut nk, mut nv) = (k, v);
+        if let Some((b, n0, t0, t1)) = next.filter(|_| mode != 0 && (mode != 9 || s1 < t.t1)) {
+            self.rows_at(b, n0, t0, t1, &mut buf.next);
+            let (k, v) = self.kv_bufs(b);
+            (nk, nv) = (fused::as_widen::<KV, W>(k).unwrap_or(nk), fused::as_widen::<KV, W>(v).unwrap_or(nv));
+        }
+        let (lk, lv) = &mut buf.lines;
+        lk.build(nk, &buf.next, nh * d);
+        lv.build(nv, &buf.next, nh * d);
+        crate::cpu::decode_prefetch::HINT.store(mode, std::sync::atomic::Ordering::Relaxed);
         for hn in 0..nh {
             let acc = &mut buf.acc[hn * g * dp..(hn + 1) * g * dp];
             fused::scores(
@@ -471,18 +504,19 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
                 rows,
                 &mut buf.s,
                 sub,
-                fused::Prefetch::new(k, share(hn), nh * d),
+                lk.share(hn, nh),
             );
             self.fix_scores(&mut buf.s, t.b, (t.n0 + hn) * g, s0, ns);
-            vectorized(OnlineSoftmax {
-                s: &mut buf.s,
-                ld: sub,
+            fused::online_softmax(
+                cpu,
+                &mut buf.s,
+                sub,
                 ns,
-                maxes: &mut maxes[hn * g..(hn + 1) * g],
-                sums: &mut sums[hn * g..(hn + 1) * g],
-                acc: &mut *acc,
+                &mut maxes[hn * g..(hn + 1) * g],
+                &mut sums[hn * g..(hn + 1) * g],
+                &mut *acc,
                 dp,
-            });
+            );
             fused::pv(
                 cpu,
                 &buf.s,
@@ -492,7 +526,7 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
                 d,
                 acc,
                 dp,
-                fused::Prefetch::new(v, share(hn), nh * d),
+                lv.share(hn, nh),
             );
         }
     }
@@ -830,7 +864,7 @@ fn run<Q: Element, KV: Element>(
     let _ = in_place;
     #[cfg(target_arch = "x86_64")]
     let sub = if fused.is_some() {
-        FUSED_SUB_BYTES / (nh * d * std::mem::size_of::<KV>())
+        (match EXP[2].load(std::sync::atomic::Ordering::Relaxed) { 0 => FUSED_SUB_BYTES, k => k << 10 }) / (nh * d * std::mem::size_of::<KV>())
     } else {
         SUB_ELEMS / (nh * d.next_multiple_of(PAD))
     };
@@ -868,11 +902,15 @@ fn run<Q: Element, KV: Element>(
                     n0: i * nh,
                     t0,
                     t1: (t0 + CHUNK).min(start + len),
-                    end: start + len,
+                    then: None,
                 });
             }
             groups[b * per_b + i] = (first, tasks.len() - first);
         }
+    }
+    for i in 1..tasks.len() {
+        let nx = tasks[i];
+        tasks[i - 1].then = Some((nx.b, nx.n0, nx.t0, nx.t1));
     }
     // Every task writes its whole slot, so a reused buffer needs no clearing.
     let mut partials = PARTIALS.with(|p| std::mem::take(&mut *p.borrow_mut()));

@@ -53,6 +53,8 @@
 pub mod decode;
 #[cfg(target_arch = "x86_64")]
 mod decode_avx512;
+#[cfg(target_arch = "x86_64")]
+mod decode_prefetch;
 pub mod fia;
 pub mod fused;
 pub mod gemm;
