@@ -190,6 +190,15 @@ pub(super) fn scores<T: Widen>(
     }
 }
 
+/// Prefetches the cache line at address `p` into L2 (`decode_prefetch`'s hint). A hint: it
+/// never faults, whatever `p`.
+#[inline(always)]
+pub(super) fn prefetch_line(p: usize) {
+    // SAFETY: `prefetcht1` only hints the cache; it reads nothing architecturally and never
+    // faults, so any address is fine (SSE, always present on x86-64).
+    unsafe { _mm_prefetch::<_MM_HINT_T1>(p as *const i8) };
+}
+
 /// Sum of each of 16 vectors: lane `i` of the result is the sum of the lanes of `v[i']`, with
 /// `i' = (i % 4)·4 + i / 4` (the 4 × 4 transpose that the shuffle tree produces; callers
 /// pass their accumulators in that order). 15 adds and 30 shuffles, against 16 full
@@ -509,11 +518,20 @@ fn exp16(x: __m512) -> __m512 {
     // fma(−n, C, y) = −(n·C) + y.
     let r = _mm512_fnmadd_ps(n, set(C2), _mm512_fnmadd_ps(n, set(C1), xc));
     let mut y = set(1.987_569_2e-4);
-    for c in [1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+    for c in [
+        1.398_2e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ] {
         y = _mm512_fmadd_ps(y, r, set(c));
     }
     y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), set(1.0));
-    let bits = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(MAGIC.to_bits() as i32));
+    let bits = _mm512_sub_epi32(
+        _mm512_castps_si512(t),
+        _mm512_set1_epi32(MAGIC.to_bits() as i32),
+    );
     let pow2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
         bits,
         _mm512_set1_epi32(127),

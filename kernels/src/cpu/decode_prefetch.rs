@@ -9,6 +9,8 @@
 //! Why spread: a burst of prefetches would hold the core's line fill buffers and stall the
 //! arithmetic behind it.
 
+use super::decode_avx512::prefetch_line;
+
 /// The cache lines (64-byte aligned addresses) of a set of rows, as runs `[start, end)` of
 /// contiguous lines, in the rows' order. Addresses only: they are prefetch hints, never read.
 #[derive(Default)]
@@ -44,24 +46,6 @@ impl Lines {
         }
     }
 
-    /// EXPERIMENT: keep the first 2 lines of each 4 KiB page.
-    pub fn page_heads(&mut self) {
-        let mut out = Vec::new();
-        let mut total = 0;
-        for &(s, e) in &self.runs {
-            let mut a = s;
-            while a < e {
-                let pe = ((a & !4095) + 4096).min(e);
-                let he = (a + 128).min(pe);
-                out.push((a, he));
-                total += (he - a) / 64;
-                a = pe;
-            }
-        }
-        self.runs = out;
-        self.total = total;
-    }
-
     /// Share `i` of `n` (by lines, in order) as a [`Prefetch`].
     pub fn share(&self, i: usize, n: usize) -> Prefetch<'_> {
         let (a, b) = (i * self.total / n, (i + 1) * self.total / n);
@@ -90,8 +74,6 @@ impl Prefetch<'_> {
         }
     }
 }
-
-pub static HINT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
 
 /// Fixed-point scale of the cursor's pace (lines per step, times 2^16).
 const ONE: usize = 1 << 16;
@@ -178,25 +160,6 @@ impl<'a> PrefetchCursor<'a> {
             (self.at, self.end) = self.runs[self.run];
         }
     }
-}
-
-/// Prefetches the cache line at address `p` into L2. A hint: it never faults, whatever `p`.
-#[inline(always)]
-fn prefetch_line(p: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `prefetcht1` only hints the cache; it reads nothing architecturally and never
-    // faults, so any address is fine (SSE, always present on x86-64).
-    unsafe {
-        use std::arch::x86_64::*;
-        match HINT.load(std::sync::atomic::Ordering::Relaxed) {
-            4 => _mm_prefetch::<_MM_HINT_T0>(p as *const i8),
-            5 => _mm_prefetch::<_MM_HINT_NTA>(p as *const i8),
-            6 => _mm_prefetch::<_MM_HINT_T2>(p as *const i8),
-            _ => _mm_prefetch::<_MM_HINT_T1>(p as *const i8),
-        }
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 #[cfg(test)]

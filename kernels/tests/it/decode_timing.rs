@@ -2,18 +2,20 @@
 //! the bench's decode case (paged BSH cache, block 128, B = 8, KV length 4096, N = 32,
 //! Nkv = 8, D = 128, int8 KV with per-channel antiquant) timed per (token, kv head) in this
 //! thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`, so other processes' load on the shared
-//! cores does not count), converted to core cycles at the frequency of a dependent add
-//! chain measured in the same run.
+//! cores does not count), converted to core cycles at the frequency of a dependent `imul`
+//! chain measured in the same run (under AVX-512 load the cores may run slower, so the
+//! cycles are an upper bound; compare runs, not against instruction counts).
 //!
 //! ```sh
 //! cargo test --release -p burn-ascend-kernels --test it decode_timing -- --ignored --nocapture
 //! ```
 //!
-//! Modes: one thread with the cache in L2 (one sequence of 512 tokens: 1 MiB of K + V),
-//! warm (the whole 64 MiB cache, last touched by the previous repetition), cold (a 512 MiB
-//! write sweep before each repetition, like `burn-ascend bench`), and the two-thread cold wall
-//! time against a two-thread cold read of 256 MiB in the same run (the bench's
-//! `fraction_of_read_bandwidth`).
+//! Modes, best of `BA_REPS` (default 8) alternating rounds: one thread with the cache in L2
+//! (one sequence of 512 tokens: 1 MiB of K + V), warm (the whole 64 MiB cache, last touched
+//! by the previous call), cold (a 512 MiB write sweep before each call, like `burn-ascend
+//! bench`), and the two-thread cold wall time against a two-thread cold read of 256 MiB in
+//! the same run (the bench's `fraction_of_read_bandwidth`). `decode_profile_l2` loops the L2
+//! case for `perf record -e cpu-clock`.
 
 use burn_ascend_contract::incre::{
     Antiquant, IfaLayout, IncreFlashAttentionArgs, KvInput, PagedLayout,
@@ -157,7 +159,7 @@ impl Cache {
     }
 }
 
-/// A 512 MiB write sweep (the bench's cache flush).
+/// A write sweep over `buf` (512 MiB: the bench's cache flush). (the bench's cache flush).
 fn flush(buf: &mut [u8]) {
     for x in buf.iter_mut() {
         *x = x.wrapping_add(1);
@@ -165,27 +167,7 @@ fn flush(buf: &mut [u8]) {
     std::hint::black_box(&*buf);
 }
 
-/// The best thread-CPU ns of `reps` calls in a one-thread pool, `before` run untimed ahead of
-/// each.
-fn best_cpu_ns(reps: usize, mut before: impl FnMut(), f: impl Fn() -> Vec<f32> + Sync) -> f64 {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .expect("a thread pool");
-    std::hint::black_box(pool.install(&f));
-    let mut best = f64::MAX;
-    for _ in 0..reps {
-        before();
-        let ns = pool.install(|| {
-            let t0 = thread_cpu_ns();
-            std::hint::black_box(f());
-            thread_cpu_ns() - t0
-        });
-        best = best.min(ns as f64);
-    }
-    best
-}
-
+/// The bench's read probe: a sum over `src`, split between two threads.
 fn parallel_sum(src: &[f32]) -> f32 {
     let part = src.len().div_ceil(2);
     std::thread::scope(|scope| {
@@ -207,119 +189,64 @@ fn parallel_sum(src: &[f32]) -> f32 {
     })
 }
 
-fn set_cfg(c: &[usize]) {
-    for (k, &x) in c.iter().enumerate() {
-        cpu::decode::EXP[k].store(x, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// A/B: `BA_CONFIGS="tg,pf,subkib;…"` alternated per repetition, best of each.
-#[test]
-#[ignore = "timing harness"]
-fn decode_timing_ab() {
-    let cfgs: Vec<Vec<usize>> = std::env::var("BA_CONFIGS")
-        .unwrap_or("0,1,0".into())
-        .split(';')
-        .map(|c| c.split(',').map(|x| x.parse().unwrap()).collect())
-        .collect();
-    let reps: usize = std::env::var("BA_REPS").ok().and_then(|x| x.parse().ok()).unwrap_or(10);
-    let ghz = core_ghz();
-    println!("core: {ghz:.2} GHz");
-    let l2 = Cache::new(1, 512, 7);
-    let big = Cache::new(8, 4096, 11);
-    let mut sweep = vec![1u8; 512 << 20];
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-    let pool2 = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-    let mut best = vec![[f64::MAX; 4]; cfgs.len()];
-    for _ in 0..reps {
-        for (ci, c) in cfgs.iter().enumerate() {
-            set_cfg(c);
-            let b = &mut best[ci];
-            for _ in 0..5 {
-                let ns = pool.install(|| {
-                    let t0 = thread_cpu_ns();
-                    std::hint::black_box(l2.run());
-                    thread_cpu_ns() - t0
-                });
-                b[0] = b[0].min(ns as f64 / l2.pairs());
-            }
-            let ns = pool.install(|| {
-                let t0 = thread_cpu_ns();
-                std::hint::black_box(big.run());
-                thread_cpu_ns() - t0
-            });
-            b[1] = b[1].min(ns as f64 / big.pairs());
-            flush(&mut sweep);
-            let ns = pool.install(|| {
-                let t0 = thread_cpu_ns();
-                std::hint::black_box(big.run());
-                thread_cpu_ns() - t0
-            });
-            b[2] = b[2].min(ns as f64 / big.pairs());
-            flush(&mut sweep);
-            let t0 = Instant::now();
-            std::hint::black_box(pool2.install(|| big.run()));
-            b[3] = b[3].min(t0.elapsed().as_secs_f64());
-        }
-    }
-    for (c, b) in cfgs.iter().zip(&best) {
-        println!(
-            "{c:?}: cycles/(token, kv head): L2 {:.1}, warm {:.1}, cold {:.1}; 2 threads cold {:.3} ms = {:.1} GB/s",
-            b[0] * ghz,
-            b[1] * ghz,
-            b[2] * ghz,
-            b[3] * 1e3,
-            big.bytes() / b[3] / 1e9
-        );
-    }
-}
-
 #[test]
 #[ignore = "timing harness: run with --ignored --nocapture in release"]
 fn decode_timing_int8_bench_case() {
+    let reps: usize = std::env::var("BA_REPS")
+        .ok()
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(8);
     let ghz = core_ghz();
-    println!("core: {ghz:.2} GHz (dependent add chain)");
-    let report = |what: &str, c: &Cache, ns: f64| {
-        let per = ns / c.pairs();
-        println!(
-            "{what:<28} {:>8.3} ms  {per:>6.2} ns = {:>6.1} cycles per (token, kv head)  {:>5.1} GB/s",
-            ns / 1e6,
-            per * ghz,
-            c.bytes() / ns
-        );
-    };
     let l2 = Cache::new(1, 512, 7);
-    report("1 thread, L2", &l2, best_cpu_ns(20, || {}, || l2.run()));
     let big = Cache::new(8, 4096, 11);
-    report("1 thread, warm (L3)", &big, best_cpu_ns(5, || {}, || big.run()));
     let mut sweep = vec![1u8; 512 << 20];
-    report(
-        "1 thread, cold",
-        &big,
-        best_cpu_ns(5, || flush(&mut sweep), || big.run()),
-    );
-    // Two threads, wall time, cold, against a two-thread cold read in the same run.
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .expect("a thread pool");
     let src: Vec<f32> = (0..64 << 20).map(|i| (i % 7) as f32).collect();
-    let (mut dec, mut read) = (f64::MAX, f64::MAX);
-    for _ in 0..5 {
+    let pool = |n| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .expect("a thread pool")
+    };
+    let (one, two) = (pool(1), pool(2));
+    let cpu_ns = |c: &Cache| {
+        one.install(|| {
+            let t0 = thread_cpu_ns();
+            std::hint::black_box(c.run());
+            (thread_cpu_ns() - t0) as f64 / c.pairs()
+        })
+    };
+    // Best of `reps` rounds, each: the L2 case 5 times, the big case warm and cold (one
+    // thread, CPU time), two threads cold (wall), the two-thread cold read.
+    let mut best = [f64::MAX; 5];
+    for _ in 0..reps {
+        for _ in 0..5 {
+            best[0] = best[0].min(cpu_ns(&l2));
+        }
+        best[1] = best[1].min(cpu_ns(&big));
+        flush(&mut sweep);
+        best[2] = best[2].min(cpu_ns(&big));
         flush(&mut sweep);
         let t0 = Instant::now();
-        std::hint::black_box(pool.install(|| big.run()));
-        dec = dec.min(t0.elapsed().as_secs_f64());
+        std::hint::black_box(two.install(|| big.run()));
+        best[3] = best[3].min(t0.elapsed().as_secs_f64());
         flush(&mut sweep);
         let t0 = Instant::now();
         std::hint::black_box(parallel_sum(std::hint::black_box(&src)));
-        read = read.min(t0.elapsed().as_secs_f64());
+        best[4] = best[4].min(t0.elapsed().as_secs_f64());
     }
-    let (dec_gbps, read_gbps) = (big.bytes() / dec / 1e9, (src.len() * 4) as f64 / read / 1e9);
+    let (dec, read) = (
+        big.bytes() / best[3] / 1e9,
+        (src.len() * 4) as f64 / best[4] / 1e9,
+    );
     println!(
-        "2 threads, cold, wall: {:.3} ms, {dec_gbps:.1} GB/s; read {read_gbps:.1} GB/s; fraction {:.3}",
-        dec * 1e3,
-        dec_gbps / read_gbps
+        "core {ghz:.2} GHz; cycles per (token, kv head), one thread: L2 {:.1}, warm {:.1}, \
+         cold {:.1}; two threads cold {:.3} ms = {dec:.1} GB/s, read {read:.1} GB/s, \
+         fraction {:.3}",
+        best[0] * ghz,
+        best[1] * ghz,
+        best[2] * ghz,
+        best[3] * 1e3,
+        dec / read
     );
 }
 
@@ -327,13 +254,15 @@ fn decode_timing_int8_bench_case() {
 #[test]
 #[ignore = "profiling loop"]
 fn decode_profile_l2() {
-    let reps: usize = std::env::var("BA_REPS").ok().and_then(|x| x.parse().ok()).unwrap_or(5000);
-    if let Ok(c) = std::env::var("BA_CONFIGS") {
-        let c: Vec<usize> = c.split(',').map(|x| x.parse().unwrap()).collect();
-        set_cfg(&c);
-    }
+    let reps: usize = std::env::var("BA_REPS")
+        .ok()
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(5000);
     let l2 = Cache::new(1, 512, 7);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
     pool.install(|| {
         for _ in 0..reps {
             std::hint::black_box(l2.run());
