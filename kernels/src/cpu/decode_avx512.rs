@@ -419,8 +419,9 @@ unsafe fn pv_rows<T: Widen, const R: usize>(
     while c < nb {
         let rest = (nb - c).min(widest);
         let pf = &mut pf;
-        // SAFETY: forwarded from the caller; blocks stay within the `nb` vectors of a row.
+        // Whole vectors only (no masked tail): the loads need no per-key check.
         let full = (c + rest) * 16 <= d;
+        // SAFETY: forwarded from the caller; blocks stay within the `nb` vectors of a row.
         c += unsafe {
             match (rest, full) {
                 (8.., true) => pv_block::<T, R, 8, true>(p, ld, kv, offs, d, c, acc, dp, pf),
@@ -438,10 +439,11 @@ unsafe fn pv_rows<T: Widen, const R: usize>(
     R
 }
 
-/// Vectors `[c0, c0 + CB)` (columns `16·c0..`) of [`pv_rows`]; returns `CB`.
+/// Vectors `[c0, c0 + CB)` (columns `16·c0..`) of [`pv_rows`]; returns `CB`. `FULL`: the
+/// block's vectors are all whole (`16·(c0 + CB) ≤ d`), so no load checks for the row's tail.
 ///
 /// # Safety
-/// As [`pv_rows`], and `c0 + CB ≤ ⌈d / 16⌉`.
+/// As [`pv_rows`], and `c0 + CB ≤ ⌈d / 16⌉` (`16·(c0 + CB) ≤ d` when `FULL`).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
@@ -583,7 +585,8 @@ unsafe fn online_softmax_rows(
     let (full, tail) = (ns / 16, ns % 16);
     let tail_mask = mask(tail);
     for (r, (m, l)) in maxes.iter_mut().zip(sums.iter_mut()).enumerate() {
-        // SAFETY (all accesses below): within row `r`'s `ns` scores / `dp` accumulators.
+        // SAFETY: row `r < maxes.len()` starts at `r·ld` (the caller's contract); every
+        // access below stays within its `ns` scores or its `dp` accumulators.
         let row = unsafe { s.add(r * ld) };
         let mut mv = _mm512_set1_ps(f32::NEG_INFINITY);
         for i in 0..full {
