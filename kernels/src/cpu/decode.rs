@@ -20,11 +20,13 @@
 //!   chosen at run time).
 //! - int8 / f16 / bf16 KV on CPUs with AVX-512 (F, BW, VL; detected at run time): the
 //!   scores and `P·V` loops read the cache rows **in place** and widen each element in
-//!   registers (`decode_avx512`); nothing is staged, and the next sub-chunk's rows
-//!   are prefetched into L2 while the current one is computed. Scores are computed 16 at a
-//!   time (`R` query rows × `16 / R` keys) and reduced together by a shuffle tree; `P·V` runs
-//!   in column blocks that keep `R × blocks` accumulators in registers. f32 / f64 KV and other
-//!   CPUs take the staged path above.
+//!   registers (`decode_avx512`); nothing is staged, and the next sub-chunk's rows (after a
+//!   task's last sub-chunk, the next task's first) are prefetched into L2 while the current
+//!   one is computed (`decode_prefetch`). Scores are computed 16 at a time (`R` query rows ×
+//!   `16 / R` keys) and reduced together by a shuffle tree; the online softmax runs on
+//!   AVX-512 vectors; `P·V` runs in column blocks that keep `R × blocks` accumulators in
+//!   registers. f32 / f64 KV and other CPUs take the staged path above, with the portable
+//!   loops of `decode_portable`.
 //! - the partial results `(max, sum, acc)` of the chunks of a (batch, head) are merged by
 //!   log-sum-exp in chunk order, so the output is bitwise identical for any number of threads.
 //! - int8 (or any) KV with antiquant: `(x + offset)·scale` is folded into the work, never
@@ -47,12 +49,14 @@
 //! f64-accumulating reference the tests hold 2e-5 abs + 1e-4 rel (D ≤ 128; f32, f16, bf16
 //! and int8 KV).
 
-use pulp::Simd;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 use super::decode_avx512::{self as fused, Avx512, Bf16Bits, F16Bits, Widen};
-use super::tile::{exp, exp_sub_sum, row_max, vectorized, SimdKernel};
+use super::decode_portable::{OnlineSoftmax, Pv, Scores};
+#[cfg(target_arch = "x86_64")]
+use super::decode_prefetch::Lines;
+use super::tile::{vectorized, SimdKernel};
 use crate::Element;
 use burn_ascend_contract::incre::{
     IfaLayout, IfaPostQuant, IncreFlashAttentionArgs, KvInput, PagedLayout, IFA_MASKED_SCORE,
@@ -80,8 +84,9 @@ struct Task {
     n0: usize,
     t0: usize,
     t1: usize,
-    /// End of the batch's window (the next sub-chunk to prefetch stops there).
-    end: usize,
+    /// The next task's `(b, n0, t0, t1)`, whose first sub-chunk is prefetched during this
+    /// task's last.
+    then: Option<(usize, usize, usize, usize)>,
 }
 
 /// Per-call constants.
@@ -163,6 +168,9 @@ struct Bufs {
     offs: Vec<usize>,
     /// In-place path: offsets of the next sub-chunk's rows (prefetched).
     next: Vec<usize>,
+    /// In-place path: the next sub-chunk's K and V cache lines.
+    #[cfg(target_arch = "x86_64")]
+    lines: (Lines, Lines),
     /// The `(nh, G, D, sub, in place)` the buffers were made for. `D` itself (not only
     /// `Dp`): the padding columns `[D, Dp)` of `q`, `k` and `v` are never written, so they
     /// stay zero only while `D` does not change.
@@ -212,6 +220,8 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
             pt: vec![0.0; g * sub],
             offs: Vec::with_capacity(sub),
             next: Vec::with_capacity(sub),
+            #[cfg(target_arch = "x86_64")]
+            lines: Default::default(),
             shape: self.shape(),
         }
     }
@@ -453,13 +463,30 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
             unreachable!("the in-place path is only chosen for its element types");
         };
         self.rows_at(t.b, t.n0, s0, s1, &mut buf.offs);
-        self.rows_at(t.b, t.n0, s1, (s1 + sub).min(t.end), &mut buf.next);
         let ns = s1 - s0;
         let rows = fused::Rows::new(&buf.offs);
         // The next sub-chunk's rows (all `nh` heads of a token: `nh·D` elements from each
-        // offset), a share per kv head: K during its scores, V during its `P·V`.
-        let m = buf.next.len();
-        let share = |hn: usize| &buf.next[hn * m / nh..(hn + 1) * m / nh];
+        // offset): this task's, or after its last sub-chunk the next task's first (usually
+        // the next one this thread runs), a share per kv head: K during its scores, V during
+        // its `P·V`.
+        let next = if s1 < t.t1 {
+            Some((t.b, t.n0, s1, (s1 + sub).min(t.t1)))
+        } else {
+            t.then
+                .map(|(b, n0, t0, t1)| (b, n0, t0, (t0 + sub).min(t1)))
+        };
+        buf.next.clear();
+        let (mut nk, mut nv) = (k, v);
+        if let Some((b, n0, t0, t1)) = next {
+            self.rows_at(b, n0, t0, t1, &mut buf.next);
+            // The next task's batch may have buffers of its own (tensor lists).
+            let (k, v) = self.kv_bufs(b);
+            nk = fused::as_widen::<KV, W>(k).unwrap_or(nk);
+            nv = fused::as_widen::<KV, W>(v).unwrap_or(nv);
+        }
+        let (lk, lv) = &mut buf.lines;
+        lk.build(nk, &buf.next, nh * d);
+        lv.build(nv, &buf.next, nh * d);
         for hn in 0..nh {
             let acc = &mut buf.acc[hn * g * dp..(hn + 1) * g * dp];
             fused::scores(
@@ -471,18 +498,19 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
                 rows,
                 &mut buf.s,
                 sub,
-                fused::Prefetch::new(k, share(hn), nh * d),
+                lk.share(hn, nh),
             );
             self.fix_scores(&mut buf.s, t.b, (t.n0 + hn) * g, s0, ns);
-            vectorized(OnlineSoftmax {
-                s: &mut buf.s,
-                ld: sub,
+            fused::online_softmax(
+                cpu,
+                &mut buf.s,
+                sub,
                 ns,
-                maxes: &mut maxes[hn * g..(hn + 1) * g],
-                sums: &mut sums[hn * g..(hn + 1) * g],
-                acc: &mut *acc,
+                &mut maxes[hn * g..(hn + 1) * g],
+                &mut sums[hn * g..(hn + 1) * g],
+                &mut *acc,
                 dp,
-            });
+            );
             fused::pv(
                 cpu,
                 &buf.s,
@@ -492,7 +520,7 @@ impl<Q: Element, KV: Element> Ctx<'_, '_, Q, KV> {
                 d,
                 acc,
                 dp,
-                fused::Prefetch::new(v, share(hn), nh * d),
+                lv.share(hn, nh),
             );
         }
     }
@@ -562,212 +590,6 @@ impl<Q: Element, KV: Element> SimdKernel for LoadRows<'_, '_, '_, '_, Q, KV> {
 fn convert<T: Element>(src: &[T], dst: &mut [f32]) {
     for (y, x) in dst.iter_mut().zip(src) {
         *y = x.to_f64() as f32;
-    }
-}
-
-/// `s[r][j] = q[r]·k[j]` for the query rows (`q`: `rows × Dp`) and the `ns` rows of `k`
-/// (`ns × Dp`), `s` with leading dimension `ld`. Explicit SIMD (pulp picks the instruction
-/// set at run time); the lane order of the dot products is fixed for a given CPU.
-struct Scores<'a> {
-    q: &'a [f32],
-    k: &'a [f32],
-    dp: usize,
-    ns: usize,
-    s: &'a mut [f32],
-    ld: usize,
-}
-
-impl pulp::WithSimd for Scores<'_> {
-    type Output = ();
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, simd: S) {
-        let nb = self.dp / S::F32_LANES;
-        let rows = self.q.len() / self.dp;
-        let (q, _) = S::as_simd_f32s(self.q);
-        let (k, _) = S::as_simd_f32s(&self.k[..self.ns * self.dp]);
-        // Query rows in groups of 8 / 4 / 2 / 1, each group reading every K row once.
-        let mut r0 = 0;
-        while r0 < rows {
-            let qr = &q[r0 * nb..];
-            let s = &mut self.s[r0 * self.ld..];
-            r0 += match rows - r0 {
-                8.. => scores_rows::<S, 8>(simd, qr, k, nb, s, self.ld),
-                4.. => scores_rows::<S, 4>(simd, qr, k, nb, s, self.ld),
-                2.. => scores_rows::<S, 2>(simd, qr, k, nb, s, self.ld),
-                _ => scores_rows::<S, 1>(simd, qr, k, nb, s, self.ld),
-            };
-        }
-    }
-}
-
-/// [`Scores`] for `R` query rows; returns `R`. The `R` accumulators stay in registers while
-/// a K row streams past once.
-#[inline(always)]
-fn scores_rows<S: Simd, const R: usize>(
-    simd: S,
-    q: &[S::f32s],
-    k: &[S::f32s],
-    nb: usize,
-    s: &mut [f32],
-    ld: usize,
-) -> usize {
-    let q: [&[S::f32s]; R] = std::array::from_fn(|r| &q[r * nb..(r + 1) * nb]);
-    // Two K rows at a time: 2·R independent FMA chains hide the FMA latency, and each query
-    // vector is loaded once for both.
-    let mut pairs = k.chunks_exact(2 * nb);
-    let mut j = 0;
-    for k2 in &mut pairs {
-        let (k0, k1) = k2.split_at(nb);
-        let mut a0 = [simd.splat_f32s(0.0); R];
-        let mut a1 = [simd.splat_f32s(0.0); R];
-        for c in 0..nb {
-            let (x0, x1) = (k0[c], k1[c]);
-            for r in 0..R {
-                let qv = q[r][c];
-                a0[r] = simd.mul_add_e_f32s(qv, x0, a0[r]);
-                a1[r] = simd.mul_add_e_f32s(qv, x1, a1[r]);
-            }
-        }
-        for r in 0..R {
-            s[r * ld + j] = simd.reduce_sum_f32s(a0[r]);
-            s[r * ld + j + 1] = simd.reduce_sum_f32s(a1[r]);
-        }
-        j += 2;
-    }
-    for krow in pairs.remainder().chunks_exact(nb) {
-        let mut acc = [simd.splat_f32s(0.0); R];
-        for (c, &kx) in krow.iter().enumerate() {
-            for r in 0..R {
-                acc[r] = simd.mul_add_e_f32s(q[r][c], kx, acc[r]);
-            }
-        }
-        for (r, &a) in acc.iter().enumerate() {
-            s[r * ld + j] = simd.reduce_sum_f32s(a);
-        }
-    }
-    R
-}
-
-/// `acc[r] += Σ_j p[r][j]·v[j]` for the rows of `acc` (`rows × Dp`), `p` with leading
-/// dimension `ld`, `v`: `ns × Dp`. Explicit SIMD; each vector of the accumulator rows stays
-/// in registers while the `ns` rows of `v` stream past. `pt` (≥ `rows × ns`) is scratch for
-/// `p` transposed per row group, so the inner loop reads both operands sequentially.
-struct Pv<'a> {
-    p: &'a [f32],
-    ld: usize,
-    v: &'a [f32],
-    dp: usize,
-    ns: usize,
-    acc: &'a mut [f32],
-    pt: &'a mut [f32],
-}
-
-impl pulp::WithSimd for Pv<'_> {
-    type Output = ();
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, simd: S) {
-        let (ns, ld) = (self.ns, self.ld);
-        let nb = self.dp / S::F32_LANES;
-        let rows = self.acc.len() / self.dp;
-        let (v, _) = S::as_simd_f32s(&self.v[..ns * self.dp]);
-        let (acc, _) = S::as_mut_simd_f32s(self.acc);
-        let mut r0 = 0;
-        while r0 < rows {
-            let p = &self.p[r0 * ld..];
-            let a = &mut acc[r0 * nb..];
-            let pt = &mut self.pt[r0 * ns..];
-            r0 += match rows - r0 {
-                8.. => pv_rows::<S, 8>(simd, p, ld, pt, v, nb, ns, a),
-                4.. => pv_rows::<S, 4>(simd, p, ld, pt, v, nb, ns, a),
-                2.. => pv_rows::<S, 2>(simd, p, ld, pt, v, nb, ns, a),
-                _ => pv_rows::<S, 1>(simd, p, ld, pt, v, nb, ns, a),
-            };
-        }
-    }
-}
-
-/// [`Pv`] for `R` rows; returns `R`.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn pv_rows<S: Simd, const R: usize>(
-    simd: S,
-    p: &[f32],
-    ld: usize,
-    pt: &mut [f32],
-    v: &[S::f32s],
-    nb: usize,
-    ns: usize,
-    acc: &mut [S::f32s],
-) -> usize {
-    // pt[j·R + r] = p[r][j].
-    let pt = &mut pt[..ns * R];
-    for (r, row) in p.chunks(ld).take(R).enumerate() {
-        for (j, &x) in row[..ns].iter().enumerate() {
-            pt[j * R + r] = x;
-        }
-    }
-    let pt = &*pt;
-    let (v_pairs, pt_pairs) = (v.chunks_exact(2 * nb), pt.chunks_exact(2 * R));
-    let (v_last, pt_last) = (v_pairs.remainder(), pt_pairs.remainder());
-    for c in 0..nb {
-        // Even and odd tokens in separate accumulators (2·R independent FMA chains), added
-        // at the end: a fixed order.
-        let mut a0: [S::f32s; R] = std::array::from_fn(|r| acc[r * nb + c]);
-        let mut a1 = [simd.splat_f32s(0.0); R];
-        for (vv, pp) in v.chunks_exact(2 * nb).zip(pt.chunks_exact(2 * R)) {
-            let (v0, v1) = (vv[c], vv[nb + c]);
-            for r in 0..R {
-                a0[r] = simd.mul_add_e_f32s(simd.splat_f32s(pp[r]), v0, a0[r]);
-                a1[r] = simd.mul_add_e_f32s(simd.splat_f32s(pp[R + r]), v1, a1[r]);
-            }
-        }
-        if !pt_last.is_empty() {
-            let v0 = v_last[c];
-            for r in 0..R {
-                a0[r] = simd.mul_add_e_f32s(simd.splat_f32s(pt_last[r]), v0, a0[r]);
-            }
-        }
-        for r in 0..R {
-            acc[r * nb + c] = simd.add_f32s(a0[r], a1[r]);
-        }
-    }
-    R
-}
-
-/// One online-softmax step for the rows of scores (leading dimension `ld`, `ns` columns):
-/// updates the running max / sum, rescales the accumulator rows (stride `dp`) and turns the
-/// scores into the unnormalised probabilities `exp(s − max)` for [`Pv`].
-struct OnlineSoftmax<'a> {
-    s: &'a mut [f32],
-    ld: usize,
-    ns: usize,
-    maxes: &'a mut [f32],
-    sums: &'a mut [f32],
-    acc: &'a mut [f32],
-    dp: usize,
-}
-
-impl SimdKernel for OnlineSoftmax<'_> {
-    type Output = ();
-    #[inline(always)]
-    fn run(self) {
-        let (ld, ns, dp) = (self.ld, self.ns, self.dp);
-        let stats = self.maxes.iter_mut().zip(self.sums.iter_mut());
-        for (r, (m, l)) in stats.enumerate() {
-            let row = &mut self.s[r * ld..r * ld + ns];
-            // Scores are finite (masked ones are −1e12), so the new max is finite.
-            let new_m = m.max(row_max(row));
-            // exp(−∞) = 0 on the first step.
-            let alpha = exp(*m - new_m);
-            let sum = exp_sub_sum(row, new_m);
-            *l = *l * alpha + sum;
-            *m = new_m;
-            if alpha != 1.0 {
-                self.acc[r * dp..(r + 1) * dp]
-                    .iter_mut()
-                    .for_each(|x| *x *= alpha);
-            }
-        }
     }
 }
 
@@ -868,11 +690,15 @@ fn run<Q: Element, KV: Element>(
                     n0: i * nh,
                     t0,
                     t1: (t0 + CHUNK).min(start + len),
-                    end: start + len,
+                    then: None,
                 });
             }
             groups[b * per_b + i] = (first, tasks.len() - first);
         }
+    }
+    for i in 1..tasks.len() {
+        let nx = tasks[i];
+        tasks[i - 1].then = Some((nx.b, nx.n0, nx.t0, nx.t1));
     }
     // Every task writes its whole slot, so a reused buffer needs no clearing.
     let mut partials = PARTIALS.with(|p| std::mem::take(&mut *p.borrow_mut()));

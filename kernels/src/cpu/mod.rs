@@ -47,12 +47,15 @@
 //!
 //! All `unsafe` lives in [`gemm`] (the `gemm` crate's raw-pointer API) and in the decode
 //! kernel's AVX-512 loops (`decode_avx512`: `std::arch` intrinsics behind run-time feature
-//! detection, every row offset checked before the loops), plus two `TypeId`-checked slice
+//! detection, every row offset checked before the loops, and the prefetch hints), plus two `TypeId`-checked slice
 //! casts (`KV` → its widening view in the decode, `T = f32` → `f32` in the varlen forward).
 
 pub mod decode;
 #[cfg(target_arch = "x86_64")]
 mod decode_avx512;
+mod decode_portable;
+#[cfg(target_arch = "x86_64")]
+mod decode_prefetch;
 pub mod fia;
 pub mod fused;
 pub mod gemm;
