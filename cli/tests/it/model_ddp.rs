@@ -100,18 +100,22 @@ pub(crate) fn opts(out: &std::path::Path, steps: usize, stop_after: Option<usize
     }
 }
 
-fn grads_of(model: &Transformer<B>, batch: &PackedBatch) -> GradientsParams {
+/// The mean next-token loss of `model` on `batch` (a graph to differentiate).
+fn loss_on(model: &Transformer<B>, batch: &PackedBatch) -> Tensor<B, 1> {
     let device = model.embed_tokens.weight.val().device();
     let t = batch.tokens.len();
     let tokens =
         Tensor::<B, 1, Int>::from_data(TensorData::new(batch.tokens.clone(), [t]), &device);
     let targets =
         Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets.clone(), [t]), &device);
-    let loss = cross_entropy(
+    cross_entropy(
         model.forward_packed(tokens, &batch.cu_seqlens).unwrap(),
         targets,
-    );
-    GradientsParams::from_grads(loss.backward(), model)
+    )
+}
+
+fn grads_of(model: &Transformer<B>, batch: &PackedBatch) -> GradientsParams {
+    GradientsParams::from_grads(loss_on(model, batch).backward(), model)
 }
 
 /// Every gradient on the host, in module order (replicas' parameter ids differ).
@@ -222,10 +226,13 @@ fn dropping_the_one_over_n_scale_or_the_rank_zero_broadcast_breaks_the_gradients
     );
 }
 
-/// Losses of the first steps: `n` ranks vs one device on the global batches.
-fn loss_gap(n: u32, steps: usize) -> (Vec<f32>, Vec<f32>) {
+/// Losses of the first steps: `n` ranks vs one device on the global batches; and rank 0's
+/// loss on the first batch before and after the data-parallel steps.
+fn loss_gap(n: u32, steps: usize) -> (Vec<f32>, Vec<f32>, [f32; 2]) {
     let models = replicas(n);
     let reference = models[0].clone();
+    let first = packer().next_batch();
+    let before = loss_on(&reference, &first).into_scalar();
     let dir = tempfile::tempdir().unwrap();
     let run = train_data_parallel(
         models,
@@ -248,20 +255,28 @@ fn loss_gap(n: u32, steps: usize) -> (Vec<f32>, Vec<f32>) {
         |_| {},
     )
     .unwrap();
-    (run.state.losses, single.losses)
+    let after = loss_on(&run.model, &first).into_scalar();
+    (run.state.losses, single.losses, [before, after])
 }
 
 #[test]
 fn two_and_four_simulated_devices_track_one_device_within_1e_4_over_three_steps() {
     let _g = serial();
     for n in [2, 4] {
-        let (dp, one) = loss_gap(n, 3);
+        let (dp, one, [before, after]) = loss_gap(n, 3);
         let gap = dp
             .iter()
             .zip(&one)
             .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
         assert!(gap < 1e-4, "N = {n}: {dp:?} vs {one:?}");
-        assert!(dp[2] < dp[0], "N = {n}: the loss did not fall: {dp:?}");
+        // The run trains: on the first global batch (rank 0's first) the loss falls. The
+        // per-step losses are of other batches each step and may rise over three steps for an
+        // unlucky initialisation (the device's random fills are unseeded), as one CI run saw:
+        // [5.665, 5.682, 5.718].
+        assert!(
+            after < before,
+            "N = {n}: the first batch's loss did not fall: {before} -> {after}"
+        );
     }
 }
 
