@@ -83,19 +83,12 @@ impl<B: Backend> AttendOptions<B> {
         self.sinks.is_some() && self.path == AttendPath::PromptIncre
     }
 
-    /// The placeholder path's sink logits, read back to the host for its `pseShift`.
-    /// The sinks of the placeholder-token path ([`AttendPath::PromptIncre`]), as given.
+    /// The sinks of the placeholder-token path ([`AttendPath::PromptIncre`]), as given: its
+    /// `pseShift` is built from them on their device.
     fn placeholder_sinks(&self) -> Option<Tensor<B, 1>> {
         self.sinks
             .clone()
             .filter(|_| self.path == AttendPath::PromptIncre)
-    }
-
-    fn placeholder_sink_values(&self) -> Option<Vec<f32>> {
-        self.sinks
-            .clone()
-            .filter(|_| self.path == AttendPath::PromptIncre)
-            .map(|t| crate::host::to_vec::<B>(t.into_primitive().tensor()))
     }
 
     /// Whether cached token `t` is outside the window of the query at position `pos`
@@ -628,17 +621,19 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                 TensorData::new(mask, [b, s, max_len]),
                 &device,
             ));
-            if let Some(sinks) = opts.placeholder_sink_values() {
-                let mut pse = vec![0f32; n * s * max_len];
-                for (h, &logit) in sinks.iter().enumerate() {
-                    for i in 0..s {
-                        pse[(h * s + i) * max_len] = logit;
-                    }
-                }
-                pse_t = Some(Tensor::<B, 4>::from_data(
-                    TensorData::new(pse, [1, n, s, max_len]),
-                    &device,
-                ));
+            if let Some(sinks) = opts.placeholder_sinks() {
+                // The sink slot's pseShift is the sink logit for every query row, built where
+                // the sinks are (never read back to the host): `[1, N, S, max_len]`, the
+                // logits in column 0.
+                let logits = sinks.reshape([1, n, 1, 1]).repeat_dim(2, s);
+                let pse = if max_len > 1 {
+                    let rest =
+                        Tensor::<B, 4>::zeros([1, n, s, max_len - 1], &device).cast(logits.dtype());
+                    Tensor::cat(vec![logits, rest], 3)
+                } else {
+                    logits
+                };
+                pse_t = Some(pse);
             }
         } else {
             spec.sparse_mode = 3;

@@ -288,3 +288,41 @@ fn an_append_from_another_device_is_a_typed_error_that_changes_nothing() {
     assert_eq!(cache.len(id).unwrap(), 0);
     assert_eq!(cache.caches().0.dims(), [2, BS, NKV, D]);
 }
+
+/// The placeholder path's prefill builds the sink slot's `pseShift` from the sinks where they
+/// lie: the device is not read back to the host (it was, once per prefill per layer).
+#[test]
+fn the_placeholder_paths_prefill_reads_nothing_back_from_the_device() {
+    // Its own device: the counters are the device runtime's, shared by every thread.
+    burn_ascend_backend::collective::simulate_devices(23);
+    let dev = AscendDevice {
+        kind: burn_ascend_backend::AscendKind::Simulation,
+        index: 22,
+    };
+    let dt = FloatDType::F16;
+    let mut cache = PagedKvCache::<Ascend>::new(16, BS, N, NKV, D, 0.35, &dev)
+        .unwrap()
+        .with_dtype(dt.into())
+        .unwrap();
+    let f16 = |v: Vec<f32>, s: [usize; 3]| t::<Ascend, 3>(f16_round(v), s, &dev).cast(dt);
+    let opts = AttendOptions {
+        window: Some(5),
+        sinks: Some(t::<Ascend, 1>(vec![0.3, -0.2, 0.8, 0.0], [N], &dev)),
+        path: AttendPath::PromptIncre,
+    };
+    let id = cache.add_sequence();
+    let zero = f16(vec![0.0; NKV * D], [1, NKV, D]);
+    cache.append(id, zero.clone(), zero).unwrap();
+    let len = 6;
+    let (k, v) = (
+        f16(values(len * NKV * D, 1), [len, NKV, D]),
+        f16(values(len * NKV * D, 2), [len, NKV, D]),
+    );
+    cache.append(id, k, v).unwrap();
+    let q = t::<Ascend, 4>(f16_round(values(len * N * D, 3)), [1, len, N, D], &dev).cast(dt);
+    let before = burn_ascend_backend::device_counters(&dev).d2h_bytes;
+    let out = cache.attend_with(&[id], q, &opts).unwrap();
+    let read_back = burn_ascend_backend::device_counters(&dev).d2h_bytes - before;
+    assert_eq!(read_back, 0, "the prefill read {read_back} bytes back");
+    assert!(read(out).iter().all(|x| x.is_finite()));
+}
