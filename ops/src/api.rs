@@ -71,6 +71,30 @@ pub struct VarlenAttentionGrads<B: Backend> {
     pub dsink: Option<Tensor<B, 1>>,
 }
 
+/// The varlen forward of the public functions: the carrier filled once.
+fn varlen_forward<B: AttentionBackend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    sink: Option<Tensor<B, 1>>,
+    pse: Option<FloatTensor<B>>,
+    atten_mask: Option<FloatTensor<B>>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttention<B>> {
+    let out = B::varlen_fwd(
+        VarlenInputs {
+            query: prim(query),
+            key: prim(key),
+            value: prim(value),
+            sink: sink.map(prim),
+            pse,
+            atten_mask,
+        },
+        spec,
+    )?;
+    Ok(VarlenAttention::of(out))
+}
+
 /// `aclnnFlashAttentionVarLenScoreV5`: query `[Tq, N, D]`, key `[Tkv, Nkv, D]`, value
 /// `[Tkv, Nkv, Dv]`, sink `[N]`. Under `Autodiff`, gradients reach query, key, value and sink
 /// through `attention_out` by one fused backward.
@@ -81,18 +105,7 @@ pub fn varlen_score<B: AttentionBackend>(
     sink: Option<Tensor<B, 1>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    let out = B::varlen_fwd(
-        VarlenInputs {
-            query: prim(query),
-            key: prim(key),
-            value: prim(value),
-            sink: sink.map(prim),
-            pse: None,
-            atten_mask: None,
-        },
-        spec,
-    )?;
-    Ok(VarlenAttention::of(out))
+    varlen_forward(query, key, value, sink, None, None, spec)
 }
 
 /// [`varlen_score`] with a differentiable external pse (`realShift`, pseType 0 or 1): `pse` is
@@ -120,18 +133,7 @@ pub fn varlen_score_with_pse<B: AttentionBackend>(
             &without_pse
         }
     };
-    let out = B::varlen_fwd(
-        VarlenInputs {
-            query: prim(query),
-            key: prim(key),
-            value: prim(value),
-            sink: sink.map(prim),
-            pse: Some(prim(pse)),
-            atten_mask: None,
-        },
-        spec,
-    )?;
-    Ok(VarlenAttention::of(out))
+    varlen_forward(query, key, value, sink, Some(prim(pse)), None, spec)
 }
 
 /// [`varlen_score`] with an explicit mask (`spec.atten_mask` is [`MaskSpec::Dense`]): a
@@ -147,18 +149,7 @@ pub fn varlen_score_with_mask<B: AttentionBackend, const M: usize>(
     atten_mask: Tensor<B, M>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    let out = B::varlen_fwd(
-        VarlenInputs {
-            query: prim(query),
-            key: prim(key),
-            value: prim(value),
-            sink: sink.map(prim),
-            pse: None,
-            atten_mask: Some(prim(atten_mask)),
-        },
-        spec,
-    )?;
-    Ok(VarlenAttention::of(out))
+    varlen_forward(query, key, value, sink, None, Some(prim(atten_mask)), spec)
 }
 
 /// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`.
