@@ -318,7 +318,7 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
                     value: &vv,
                     kv_seq,
                 }),
-                _ => run(spec.paged(&dims, &kv_, &vv)),
+                _ => run(spec.paged(&dims, &kv_, &vv)?),
             }
         }
         KvForm::List(k, v) => {

@@ -174,7 +174,7 @@ pub fn cpu_incre_fwd<B: Backend>(
             value_cache,
         } => {
             let (k, v) = (to_vec::<B>(key_cache), to_vec::<B>(value_cache));
-            cpu::incre_flash_attention(&spec.args(&dims, &q, spec.paged(&dims, &k, &v), host))
+            cpu::incre_flash_attention(&spec.args(&dims, &q, spec.paged(&dims, &k, &v)?, host))
         }
     };
     Ok(from_vec::<B>(out, &q_shape, &device))

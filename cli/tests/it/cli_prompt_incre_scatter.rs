@@ -410,7 +410,7 @@ fn incre_round_trips_contiguous_list_and_paged_int8() {
             &ps.args(
                 &dims,
                 &q,
-                ps.paged(&dims, &kf, &vf),
+                ps.paged(&dims, &kf, &vf).unwrap(),
                 IncreHostValues {
                     antiquant_scale: Some(&aq_scale),
                     antiquant_offset: Some(&aq_offset),

@@ -5,6 +5,7 @@ use super::{
     Antiquant, IfaMask, IfaPostQuant, IfaPse, IncreDims, IncreFlashAttentionArgs, IncreSpec,
     KvDims, KvInput,
 };
+use crate::error::{AttnError, Result};
 
 /// The host values of the optional tensor inputs ([`super::IncreInputs`]'s `atten_mask`,
 /// `pse_shift`, `antiquant_scale`, `antiquant_offset`), as the reference reads them: the mask
@@ -65,30 +66,37 @@ impl IncreSpec {
         a
     }
 
-    /// The reference's paged KV input for validated caches.
+    /// The reference's paged KV input for validated caches; a call `dims` does not describe as
+    /// paged, or a spec without `blocktable`, is refused naming `blocktable`.
     pub fn paged<'a>(
         &'a self,
         dims: &IncreDims,
         key_cache: &'a [f32],
         value_cache: &'a [f32],
-    ) -> KvInput<'a, f32> {
-        let KvDims::Paged {
-            layout,
-            max_blocks,
-            block_size,
-            ..
-        } = dims.kv
+    ) -> Result<KvInput<'a, f32>> {
+        let (
+            KvDims::Paged {
+                layout,
+                max_blocks,
+                block_size,
+                ..
+            },
+            Some(table),
+        ) = (&dims.kv, self.block_table.as_ref())
         else {
-            panic!("paged() on a non-paged call");
+            return Err(AttnError::invalid(
+                "blocktable",
+                "the paged KV input of a call validated without a block table",
+            ));
         };
-        KvInput::Paged {
+        Ok(KvInput::Paged {
             key_cache,
             value_cache,
-            layout,
-            block_table: &self.block_table.as_ref().expect("paged").data,
-            max_blocks_per_seq: max_blocks,
-            block_size,
-        }
+            layout: *layout,
+            block_table: &table.data,
+            max_blocks_per_seq: *max_blocks,
+            block_size: *block_size,
+        })
     }
 
     /// The reference's post-quant view of `quantScale2` / `quantOffset2`.

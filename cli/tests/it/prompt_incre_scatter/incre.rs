@@ -227,6 +227,11 @@ pub(crate) fn incre_ref(c: &ICase, h: &HostKv) -> Vec<f32> {
         c.opt.antiquant.is_some(),
     ));
     let dims = c.spec.validate(&shapes).expect(c.name);
+    if !matches!(h.shapes, IncreKvShapes::Paged { .. }) {
+        // The paged view of a call validated as not paged is a typed refusal, not a panic.
+        let e = c.spec.paged(&dims, &h.k[0], &h.v[0]).unwrap_err();
+        assert_eq!(e.param(), Some("blocktable"), "{e}");
+    }
     let kr: Vec<&[f32]> = h.k.iter().map(Vec::as_slice).collect();
     let vr: Vec<&[f32]> = h.v.iter().map(Vec::as_slice).collect();
     let kv = match &h.shapes {
@@ -239,7 +244,7 @@ pub(crate) fn incre_ref(c: &ICase, h: &HostKv) -> Vec<f32> {
             key: &kr,
             value: &vr,
         },
-        IncreKvShapes::Paged { .. } => c.spec.paged(&dims, &h.k[0], &h.v[0]),
+        IncreKvShapes::Paged { .. } => c.spec.paged(&dims, &h.k[0], &h.v[0]).unwrap(),
     };
     f32s(incre_flash_attention(&c.spec.args(
         &dims,
