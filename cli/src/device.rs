@@ -194,6 +194,13 @@ pub fn data(t: &HostTensor, name: &'static str, dtype: Dtype) -> Result<TensorDa
     Ok(TensorData::new(v, Shape::from(t.shape.clone())).convert_dtype(burn_dtype(dtype)))
 }
 
+/// A mask's bytes (non-zero = masked) as the Burn API takes a mask: a float tensor of 0/1,
+/// exact in every float `dtype`.
+pub fn mask_data(bytes: &[u8], shape: &[usize], dtype: Dtype) -> TensorData {
+    let v: Vec<f32> = bytes.iter().map(|&x| f32::from(u8::from(x != 0))).collect();
+    TensorData::new(v, Shape::from(shape.to_vec())).convert_dtype(burn_dtype(dtype))
+}
+
 /// [`data`] of an optional tensor.
 pub fn data_opt(
     t: Option<&HostTensor>,

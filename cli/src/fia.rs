@@ -6,7 +6,9 @@
 use burn::tensor::TensorData;
 use safetensors::Dtype;
 
-use super::device::{acl_dtype, acl_runtime, data, host, on_backend, primitive, OnBackend};
+use super::device::{
+    acl_dtype, acl_runtime, data, host, mask_data, on_backend, primitive, OnBackend,
+};
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, same_dtype};
 use super::{CliError, Device};
@@ -132,14 +134,7 @@ impl Optional<'_> {
     /// the mask as 0/1 floats and the pse in the query's dtype, the antiquant as exact f32 (the
     /// backend converts where the op needs).
     fn data(&self, qdt: Dtype) -> Result<[Option<TensorData>; 8], AttnError> {
-        let mask = match &self.mask {
-            None => None,
-            Some((t, v)) => {
-                let v: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
-                let floats = HostTensor::from_f64_as(&v, t.shape.clone(), qdt);
-                Some(data(&floats, "attenMask", qdt)?)
-            }
-        };
+        let mask = (self.mask.as_ref()).map(|(t, v)| mask_data(v, &t.shape, qdt));
         let pse = self
             .pse
             .as_ref()

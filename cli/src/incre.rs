@@ -12,7 +12,7 @@ use burn::tensor::TensorData;
 use safetensors::Dtype;
 
 use super::device::{
-    acl_runtime, data, download, host, on_backend, output, primitive, upload, OnBackend,
+    acl_runtime, data, download, host, mask_data, on_backend, output, primitive, upload, OnBackend,
 };
 use super::io::{Bundle, HostTensor};
 use super::prompt::{float_dtype, int8_f32_refusal, post_quant, same_dtype};
@@ -180,14 +180,7 @@ impl<'a> Optional<'a> {
     /// The values as the Burn API takes them: the mask as 0/1 floats and the pse in the
     /// query's dtype, the antiquant as exact f32 (the backend converts where the op needs).
     fn data(&self, qdt: Dtype) -> Result<[Option<TensorData>; 4], AttnError> {
-        let mask = match &self.mask {
-            None => None,
-            Some((t, v)) => {
-                let v: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
-                let floats = HostTensor::from_f64_as(&v, t.shape.clone(), qdt);
-                Some(data(&floats, "attenMask", qdt)?)
-            }
-        };
+        let mask = (self.mask.as_ref()).map(|(t, v)| mask_data(v, &t.shape, qdt));
         Ok([
             mask,
             self.pse

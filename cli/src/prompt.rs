@@ -8,7 +8,7 @@ use burn::tensor::TensorData;
 use safetensors::Dtype;
 
 use super::device::{
-    acl_runtime, burn_dtype, data, download, host_primitive, on_backend, output, primitive, upload,
+    acl_runtime, data, download, host_primitive, mask_data, on_backend, output, primitive, upload,
     OnBackend,
 };
 use super::io::{Bundle, HostTensor};
@@ -216,10 +216,7 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         }
     } else if device != Device::Reference {
         // The mask as the API takes it: a float tensor of 0/1 (exact in any float dtype).
-        let mask = extras.atten_mask.as_ref().map(|(bytes, m)| {
-            let v: Vec<f32> = bytes.iter().map(|&x| f32::from(x)).collect();
-            TensorData::new(v, m.shape.clone()).convert_dtype(burn_dtype(qdt))
-        });
+        let mask = (extras.atten_mask.as_ref()).map(|(bytes, m)| mask_data(bytes, &m.shape, qdt));
         return on_backend(
             device,
             Prompt {

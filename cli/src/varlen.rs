@@ -8,7 +8,9 @@ use safetensors::Dtype;
 
 use burn::tensor::TensorData;
 
-use super::device::{burn_dtype, data, data_opt, host_primitive, on_backend, primitive, OnBackend};
+use super::device::{
+    burn_dtype, data, data_opt, host_primitive, mask_data, on_backend, primitive, OnBackend,
+};
 use super::io::{rank3, Bundle, HostTensor, WireFloat};
 use super::{CliError, Device};
 use burn_ascend::kernels::reference::varlen as reference;
@@ -38,10 +40,7 @@ struct HostTensors {
 impl HostTensors {
     /// The mask as the API takes it: a float tensor of 0/1.
     fn mask_data(&self) -> Option<TensorData> {
-        self.mask.as_ref().map(|(bytes, shape)| {
-            let v: Vec<f32> = bytes.iter().map(|&x| f32::from(u8::from(x != 0))).collect();
-            TensorData::new(v, shape.clone())
-        })
+        (self.mask.as_ref()).map(|(bytes, shape)| mask_data(bytes, shape, Dtype::F32))
     }
 
     /// The pse as the API takes it, in the query's wire dtype `dt` (the op's pse dtype).
