@@ -409,20 +409,8 @@ impl Fia {
             FiaKv::Contiguous { key: k, value: v }
         };
         let p = |t: Option<TensorData>| t.map(|t| primitive::<B>(t, dev));
-        let [mask, pse, aqs, aqo, kqs, kqo, vqs, vqo] = self.optional.map(p);
-        let inputs = FiaInputs {
-            query: primitive::<B>(q, dev),
-            kv,
-            learnable_sink: p(self.sink),
-            atten_mask: mask,
-            pse_shift: pse,
-            antiquant_scale: aqs,
-            antiquant_offset: aqo,
-            key_antiquant_scale: kqs,
-            key_antiquant_offset: kqo,
-            value_antiquant_scale: vqs,
-            value_antiquant_offset: vqo,
-        };
+        let inputs = FiaInputs::new(primitive::<B>(q, dev), kv, p(self.sink))
+            .with_optional(self.optional.map(p));
         let (out, lse) = fused_infer_attention_with::<B, D, L>(inputs, &self.spec)?;
         let mut res = Bundle::default();
         res.insert("attentionOut", host(out, self.dtype));

@@ -257,7 +257,7 @@ pub(super) fn fia_fwd(
         cast(&inputs.value_antiquant_scale, vdt),
         cast(&inputs.value_antiquant_offset, vdt),
     ];
-    let Ok([mask, pse, aqs, aqo, kqs, kqo, vqs, vqo]) = <[Option<AscendTensor>; 8]>::try_from(
+    let Ok(optional) = <[Option<AscendTensor>; 8]>::try_from(
         converted
             .into_iter()
             .collect::<Option<Vec<_>>>()
@@ -266,19 +266,7 @@ pub(super) fn fia_fwd(
         count(OP);
         return cpu_fia_fwd::<Ascend>(inputs, spec);
     };
-    let x = FiaInputs {
-        query: inputs.query,
-        kv,
-        learnable_sink: sink,
-        atten_mask: mask,
-        pse_shift: pse,
-        antiquant_scale: aqs,
-        antiquant_offset: aqo,
-        key_antiquant_scale: kqs,
-        key_antiquant_offset: kqo,
-        value_antiquant_scale: vqs,
-        value_antiquant_offset: vqo,
-    };
+    let x = FiaInputs::new(inputs.query, kv, sink).with_optional(optional);
     let out = FiaOutputs {
         attention_out: AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device),
         softmax_lse: spec

@@ -195,6 +195,23 @@ impl<T> FiaInputs<T> {
         ]
     }
 
+    /// The carrier with its optional tensors after the sink set to `optional`, in the order of
+    /// [`Self::optional`].
+    pub fn with_optional(self, optional: [Option<T>; 8]) -> Self {
+        let [mask, pse, aqs, aqo, kqs, kqo, vqs, vqo] = optional;
+        Self {
+            atten_mask: mask,
+            pse_shift: pse,
+            antiquant_scale: aqs,
+            antiquant_offset: aqo,
+            key_antiquant_scale: kqs,
+            key_antiquant_offset: kqo,
+            value_antiquant_scale: vqs,
+            value_antiquant_offset: vqo,
+            ..self
+        }
+    }
+
     /// Every tensor given, in the order of [`Self::map`].
     pub fn all(&self) -> Vec<&T> {
         let (k, v) = self.kv.as_ref().into_pair();
