@@ -14,7 +14,12 @@
 //!   repetition, counting **read** bytes only: buffer bytes / time. Decode reads its caches and
 //!   writes almost nothing, so `fraction_of_read_bandwidth` (decode GB/s / `read_gbps`) is its
 //!   honest denominator; against `copy_gbps` (read + write) a decode at full read bandwidth
-//!   would score about 0.5.
+//!   would score about 0.5. The probe runs before the cases and again before every timed
+//!   decode repetition (each after its own flush), because on a shared machine the bandwidth
+//!   other tenants leave moves from second to second: `read_gbps` is the best of all of them
+//!   (the run's best, so a probe that happened to land in a burst of other traffic cannot
+//!   inflate a fraction), and each decode case also reports `read_gbps_adjacent`, the best of
+//!   the probes interleaved with its own repetitions, and its fraction of that.
 //! - varlen cases: forward (`varlen-fwd`) and forward + backward (`varlen-fwdbwd`), full and
 //!   causal (sparse mode 3, compressed mask), D = 64 and 128, 4096 packed tokens as
 //!   [512, 1024, 2048, 512], N = 8, Nkv = 2, with sinks, f32. FLOPs: 4·D per unmasked
@@ -281,6 +286,8 @@ struct CaseResult {
     composite_peak: Option<usize>,
     /// max |fast − composite| over the outputs compared.
     max_diff: f64,
+    /// Best read-probe GB/s of the probes interleaved with the timed repetitions (decode).
+    read_adjacent: Option<f64>,
 }
 
 impl CaseResult {
@@ -305,6 +312,11 @@ impl CaseResult {
             fraction_of_sgemm: self.gflops() / sgemm,
             fraction_of_copy_bandwidth: self.gbps().map(|g| g / copy),
             fraction_of_read_bandwidth: self.gbps().map(|g| g / read),
+            read_gbps_adjacent: self.read_adjacent,
+            fraction_of_adjacent_read_bandwidth: self
+                .gbps()
+                .zip(self.read_adjacent)
+                .map(|(g, r)| g / r),
             speedup_vs_composite: self.composite.wall / self.fast.wall,
             peak_extra_bytes: self.peak,
             composite_peak_extra_bytes: self.composite_peak,
@@ -339,6 +351,10 @@ struct CaseJson<'a> {
     fraction_of_copy_bandwidth: Option<f64>,
     /// `null` for the varlen cases (decode only).
     fraction_of_read_bandwidth: Option<f64>,
+    /// `null` for the varlen cases (decode only).
+    read_gbps_adjacent: Option<f64>,
+    /// `null` for the varlen cases (decode only).
+    fraction_of_adjacent_read_bandwidth: Option<f64>,
     speedup_vs_composite: f64,
     /// `null` without a counting allocator.
     peak_extra_bytes: Option<usize>,
@@ -554,6 +570,7 @@ fn varlen_cases(
         peak: None,
         composite_peak: None,
         max_diff: f64::NAN,
+        read_adjacent: None,
     };
     if keep(&names[0]) {
         let mut r = base(&names[0], "varlen-fwd", flops);
@@ -628,6 +645,7 @@ fn decode_case(
     int8: bool,
     rng: &mut Lcg,
     flusher: &mut Flusher,
+    probe: &ReadProbe,
 ) -> Result<CaseResult, CliError> {
     let DecodeShape {
         batch,
@@ -732,10 +750,16 @@ fn decode_case(
             .map_err(CliError::from)
     };
     let elem = if int8 { 1 } else { 4 };
-    // Cold caches: the KV read is what is measured.
-    let (fast_timing, composite) = time_around(plan.reps, Some(flusher), fast, || {
-        time(plan.composite_reps, plan.composite_warm_up, comp)
-    })?;
+    // Cold caches: the KV read is what is measured. Two groups around the composite (as
+    // `time_around`), each repetition paired with a read probe.
+    let (first, read_first) = time_paired(plan.reps.div_ceil(2), flusher, probe, fast)?;
+    let composite = time(plan.composite_reps, plan.composite_warm_up, comp)?;
+    let (fast_timing, read_wall) = if plan.reps >= 2 {
+        let (second, read_second) = time_paired(plan.reps / 2, flusher, probe, fast)?;
+        (first.best(second), read_first.min(read_second))
+    } else {
+        (first, read_first)
+    };
     let mut r = CaseResult {
         name: format!("decode {} KV", if int8 { "int8" } else { "f32" }),
         kind: "decode",
@@ -751,6 +775,7 @@ fn decode_case(
         peak: None,
         composite_peak: None,
         max_diff: f64::NAN,
+        read_adjacent: Some(probe.gbps(read_wall)),
     };
     let (a, peak) = peak_of(fast)?;
     let (b, composite_peak) = peak_of(comp)?;
@@ -794,6 +819,51 @@ fn parallel_sum(src: &[f32], threads: usize) -> f32 {
     })
 }
 
+/// The read-bandwidth probe: [`parallel_sum`] over a buffer, after a flush.
+struct ReadProbe {
+    src: Vec<f32>,
+    threads: usize,
+}
+
+impl ReadProbe {
+    /// One repetition after a flush: its wall time in seconds.
+    fn once(&self, flusher: &mut Flusher) -> f64 {
+        flusher.flush();
+        let t = Instant::now();
+        std::hint::black_box(parallel_sum(
+            std::hint::black_box(&self.src[..]),
+            self.threads,
+        ));
+        t.elapsed().as_secs_f64()
+    }
+
+    /// GB/s of read bytes for a repetition of `wall` seconds.
+    fn gbps(&self, wall: f64) -> f64 {
+        (self.src.len() * 4) as f64 / wall / 1e9
+    }
+}
+
+/// `fast`'s `reps` cold repetitions (after one warm-up call), each preceded by a read probe
+/// with its own flush: the best timing of `fast` and the best probe wall time (seconds).
+fn time_paired<R>(
+    reps: usize,
+    flusher: &mut Flusher,
+    probe: &ReadProbe,
+    mut fast: impl FnMut() -> Result<R, CliError>,
+) -> Result<(Timing, f64), CliError> {
+    std::hint::black_box(fast()?);
+    let mut timing = Timing {
+        wall: f64::INFINITY,
+        cpu: None,
+    };
+    let mut read = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        read = read.min(probe.once(flusher));
+        timing = timing.best(time_with(1, false, Some(&mut *flusher), &mut fast)?);
+    }
+    Ok((timing, read))
+}
+
 /// Human-readable bytes.
 fn mib(b: Option<usize>) -> String {
     b.map_or("n/a".into(), |b| {
@@ -817,7 +887,7 @@ pub fn main(opts: &BenchArgs) -> Result<(), CliError> {
     let sgemm_before = sgemm(plan.sgemm_n, sgemm_reps, &mut rng)?;
 
     let mut flusher = Flusher::new(plan.flush_bytes);
-    let (copy_1, copy_n, read_gbps) = {
+    let (copy_1, copy_n, read_before, probe) = {
         let src = rng.vec(plan.copy_len);
         let mut dst = vec![0.0f32; plan.copy_len];
         let one = time_cold(plan.reps.max(3), &mut flusher, || {
@@ -828,13 +898,14 @@ pub fn main(opts: &BenchArgs) -> Result<(), CliError> {
             parallel_copy(&src, &mut dst, threads);
             Ok(())
         })?;
-        let read = time_cold(plan.reps.max(3), &mut flusher, || {
-            std::hint::black_box(parallel_sum(std::hint::black_box(&src[..]), threads));
-            Ok(())
-        })?;
+        let probe = ReadProbe { src, threads };
+        // Warm-up, then the best of the repetitions.
+        probe.once(&mut flusher);
+        let read = (0..plan.reps.max(3))
+            .map(|_| probe.once(&mut flusher))
+            .fold(f64::INFINITY, f64::min);
         let gbps = |t: Timing| 2.0 * (plan.copy_len * 4) as f64 / t.wall / 1e9;
-        let read_gbps = (plan.copy_len * 4) as f64 / read.wall / 1e9;
-        (gbps(one), gbps(all), read_gbps)
+        (gbps(one), gbps(all), probe.gbps(read), probe)
     };
     // The better of a one-thread and an all-thread copy: the machine's copy bandwidth.
     let copy = copy_1.max(copy_n);
@@ -849,7 +920,7 @@ pub fn main(opts: &BenchArgs) -> Result<(), CliError> {
     for int8 in [false, true] {
         let name = format!("decode {} KV", if int8 { "int8" } else { "f32" });
         if keep(&name) {
-            results.push(decode_case(&plan, int8, &mut rng, &mut flusher)?);
+            results.push(decode_case(&plan, int8, &mut rng, &mut flusher, &probe)?);
         }
     }
     let sgemm_after = sgemm(plan.sgemm_n, sgemm_reps, &mut rng)?;
@@ -880,28 +951,44 @@ pub fn main(opts: &BenchArgs) -> Result<(), CliError> {
          {threads} threads {copy_n:.1})",
         (plan.copy_len * 4) >> 20
     );
+    // The run's best read, over the probes before the cases and those paired with the
+    // decode repetitions.
+    let read_adjacent = results
+        .iter()
+        .filter_map(|r| r.read_adjacent)
+        .fold(f64::NAN, f64::max);
+    let read_gbps = read_before.max(read_adjacent);
     println!(
-        "read {} MiB (caches flushed, {threads} threads summing, read bytes): {read_gbps:.1} GB/s",
-        (plan.copy_len * 4) >> 20
+        "read {} MiB (caches flushed, {threads} threads summing, read bytes): {read_gbps:.1} GB/s \
+         (before the cases {read_before:.1}, paired with the decode repetitions {})",
+        (plan.copy_len * 4) >> 20,
+        if read_adjacent.is_nan() {
+            "—".to_string()
+        } else {
+            format!("{read_adjacent:.1}")
+        }
     );
     println!();
     println!(
-        "| case | ms | GFLOP/s | × sgemm | GB/s | × read | × copy | composite ms | speedup | peak extra | \
-         composite peak extra | max abs diff | CPU-time × sgemm |"
+        "| case | ms | GFLOP/s | × sgemm | GB/s | × read | × adjacent read | × copy | composite ms | \
+         speedup | peak extra | composite peak extra | max abs diff | CPU-time × sgemm |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &results {
         let cpu_frac = r.fast.cpu.zip(sgemm_cpu).map_or("n/a".into(), |(c, s)| {
             format!("{:.3}", r.flops / c / 1e9 / s)
         });
         println!(
-            "| {} | {:.1} | {:.1} | {:.3} | {} | {} | {} | {:.0} | {:.1}× | {} | {} | {:.1e} | {} |",
+            "| {} | {:.1} | {:.1} | {:.3} | {} | {} | {} | {} | {:.0} | {:.1}× | {} | {} | {:.1e} | {} |",
             r.name,
             r.fast.wall * 1e3,
             r.gflops(),
             r.gflops() / sgemm_gflops,
             r.gbps().map_or("—".into(), |g| format!("{g:.1}")),
             r.gbps().map_or("—".into(), |g| format!("{:.3}", g / read_gbps)),
+            r.gbps()
+                .zip(r.read_adjacent)
+                .map_or("—".into(), |(g, a)| format!("{:.3}", g / a)),
             r.gbps().map_or("—".into(), |g| format!("{:.3}", g / copy)),
             r.composite.wall * 1e3,
             r.composite.wall / r.fast.wall,

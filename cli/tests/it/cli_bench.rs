@@ -79,6 +79,8 @@ fn smoke_run_writes_the_issue_s_json_keys() {
         "fraction_of_sgemm",
         "fraction_of_copy_bandwidth",
         "fraction_of_read_bandwidth",
+        "read_gbps_adjacent",
+        "fraction_of_adjacent_read_bandwidth",
         "speedup_vs_composite",
         "peak_extra_bytes",
         "composite_peak_extra_bytes",
@@ -100,8 +102,26 @@ fn smoke_run_writes_the_issue_s_json_keys() {
             assert!(c[k].as_u64().is_some_and(|x| x > 0), "{k} in {c}");
         }
         let decode = c["kind"] == "decode";
-        for k in ["fraction_of_copy_bandwidth", "fraction_of_read_bandwidth"] {
+        for k in [
+            "fraction_of_copy_bandwidth",
+            "fraction_of_read_bandwidth",
+            "read_gbps_adjacent",
+            "fraction_of_adjacent_read_bandwidth",
+        ] {
             assert_eq!(c[k].as_f64().is_some_and(|x| x > 0.0), decode, "{k} in {c}");
+        }
+        if decode {
+            // The run's read figure is the best probe of the run, those paired with the
+            // decode repetitions included: never below a case's own adjacent probes, so
+            // the run's fraction is never above the adjacent one.
+            let adjacent = c["read_gbps_adjacent"].as_f64().unwrap();
+            let run = doc["read_gbps"].as_f64().unwrap();
+            assert!(run >= adjacent, "read_gbps {run} < adjacent {adjacent}");
+            let (f, fa) = (
+                c["fraction_of_read_bandwidth"].as_f64().unwrap(),
+                c["fraction_of_adjacent_read_bandwidth"].as_f64().unwrap(),
+            );
+            assert!(f <= fa * (1.0 + 1e-12), "{f} > {fa}");
         }
         assert_eq!(
             c["causal"].as_bool(),
