@@ -485,6 +485,7 @@ fn varlen_cases(
         sink: Some(heads),
         pse: None,
         atten_mask: None,
+        alibi_slopes: None,
     })?;
     let p = spec.problem(dims, Some(&sink));
 
@@ -497,6 +498,7 @@ fn varlen_cases(
         sink: Some(from_vec::<Nd>(sink.clone(), &[heads], &device)),
         pse: None,
         atten_mask: None,
+        alibi_slopes: None,
     };
     let dy_t = from_vec::<Nd>(dy.clone(), &[t, heads, d], &device);
     let comp_fwd = || {

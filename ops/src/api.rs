@@ -24,7 +24,7 @@ use crate::fia::FiaSpec;
 use crate::incre::IncreSpec;
 use crate::prompt::PromptSpec;
 use crate::scatter::ScatterSpec;
-use crate::varlen::{MaskSpec, PseSpec, VarlenSpec};
+use crate::varlen::{MaskSpec, VarlenSpec};
 
 fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
@@ -71,28 +71,31 @@ pub struct VarlenAttentionGrads<B: Backend> {
     pub dsink: Option<Tensor<B, 1>>,
 }
 
-/// The varlen forward of the public functions: the carrier filled once.
-fn varlen_forward<B: AttentionBackend>(
+/// The carrier of the public varlen functions: query, key, value and sink, no other input
+/// (each function sets its own).
+fn carrier<B: AttentionBackend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
     sink: Option<Tensor<B, 1>>,
-    pse: Option<FloatTensor<B>>,
-    atten_mask: Option<FloatTensor<B>>,
+) -> VarlenInputs<FloatTensor<B>> {
+    VarlenInputs {
+        query: prim(query),
+        key: prim(key),
+        value: prim(value),
+        sink: sink.map(prim),
+        pse: None,
+        atten_mask: None,
+        alibi_slopes: None,
+    }
+}
+
+/// The varlen forward of the public functions.
+fn varlen_forward<B: AttentionBackend>(
+    inputs: VarlenInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    let out = B::varlen_fwd(
-        VarlenInputs {
-            query: prim(query),
-            key: prim(key),
-            value: prim(value),
-            sink: sink.map(prim),
-            pse,
-            atten_mask,
-        },
-        spec,
-    )?;
-    Ok(VarlenAttention::of(out))
+    Ok(VarlenAttention::of(B::varlen_fwd(inputs, spec)?))
 }
 
 /// `aclnnFlashAttentionVarLenScoreV5`: query `[Tq, N, D]`, key `[Tkv, Nkv, D]`, value
@@ -105,35 +108,48 @@ pub fn varlen_score<B: AttentionBackend>(
     sink: Option<Tensor<B, 1>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    varlen_forward(query, key, value, sink, None, None, spec)
+    varlen_forward(carrier(query, key, value, sink), spec)
 }
 
-/// [`varlen_score`] with a differentiable external pse (`realShift`, pseType 0 or 1): `pse` is
-/// the flat `[pseTotalLen]` tensor (per sequence `[N, Sq_b, Skv_b]`, concatenated) and takes
-/// the place of the spec's pse. It is an input of the op like the sink
-/// ([`VarlenInputs::pse`]), never read back to the host on a device backend. Under `Autodiff`, `pse` receives `dpse` from the same fused
-/// backward as query, key, value and sink.
-pub fn varlen_score_with_pse<B: AttentionBackend>(
+/// [`varlen_score`] with an external pse (`realShift`, pseType 0 or 1) of rank `P`: the flat
+/// `[pseTotalLen]` tensor (per sequence `[N, Sq_b, Skv_b]`, concatenated; differentiable) or
+/// CANN's ALiBi-compressed `[1|B, N, 1024, maxSkv]` (the last 1024 rows of a Toeplitz ALiBi
+/// bias, constant along its diagonals; not differentiated). It is an input of the op like the
+/// sink ([`VarlenInputs::pse`]), never read back to the host on a device backend. Under
+/// `Autodiff`, a flat `pse` receives `dpse` from the same fused backward as query, key, value
+/// and sink.
+pub fn varlen_score_with_pse<B: AttentionBackend, const P: usize>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
     sink: Option<Tensor<B, 1>>,
-    pse: Tensor<B, 1>,
+    pse: Tensor<B, P>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    // The op takes a pse in the spec or as a tensor, never both: the tensor wins here.
-    let without_pse;
-    let spec = match spec.pse {
-        PseSpec::None => spec,
-        _ => {
-            without_pse = VarlenSpec {
-                pse: PseSpec::None,
-                ..spec.clone()
-            };
-            &without_pse
-        }
+    let inputs = VarlenInputs {
+        pse: Some(prim(pse)),
+        ..carrier(query, key, value, sink)
     };
-    varlen_forward(query, key, value, sink, Some(prim(pse)), None, spec)
+    varlen_forward(inputs, spec)
+}
+
+/// [`varlen_score`] with ALiBi slopes (`realShift` with pseType 2 or 3): `[N]` or `[B, N]`
+/// (rank `S`), any float dtype (the op reads them as f32). The op builds the bias
+/// `−slope·|Δ|` (pseType 2) or `−slope·√|Δ|` (pseType 3) itself; the slopes stay where they
+/// are ([`VarlenInputs::alibi_slopes`]) and are not differentiated.
+pub fn varlen_score_with_alibi<B: AttentionBackend, const S: usize>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    sink: Option<Tensor<B, 1>>,
+    alibi_slopes: Tensor<B, S>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttention<B>> {
+    let inputs = VarlenInputs {
+        alibi_slopes: Some(prim(alibi_slopes)),
+        ..carrier(query, key, value, sink)
+    };
+    varlen_forward(inputs, spec)
 }
 
 /// [`varlen_score`] with an explicit mask (`spec.atten_mask` is [`MaskSpec::Dense`]): a
@@ -149,7 +165,11 @@ pub fn varlen_score_with_mask<B: AttentionBackend, const M: usize>(
     atten_mask: Tensor<B, M>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    varlen_forward(query, key, value, sink, None, Some(prim(atten_mask)), spec)
+    let inputs = VarlenInputs {
+        atten_mask: Some(prim(atten_mask)),
+        ..carrier(query, key, value, sink)
+    };
+    varlen_forward(inputs, spec)
 }
 
 /// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`.
@@ -164,14 +184,7 @@ pub fn varlen_score_grad<B: AttentionBackend>(
 ) -> Result<VarlenAttentionGrads<B>> {
     let g = B::varlen_bwd(
         VarlenGradInputs {
-            inputs: VarlenInputs {
-                query: prim(query),
-                key: prim(key),
-                value: prim(value),
-                sink: sink.map(prim),
-                pse: None,
-                atten_mask: None,
-            },
+            inputs: carrier(query, key, value, sink),
             dy: prim(dy),
             attention_in: prim(forward.attention_out.clone()),
             softmax_max: prim(forward.softmax_max.clone()),
@@ -205,8 +218,9 @@ pub struct FlashAttnOptions<B: Backend> {
     /// Seed of the dropout mask.
     pub dropout_seed: u64,
     /// ALiBi slopes `[N]` or `[B·N]` (bias `−slope·|Δ|`, CANN's pseType 2; Δ is measured from
-    /// the top-left, equal to flash-attn's for Sq = Skv).
-    pub alibi_slopes: Option<Vec<f32>>,
+    /// the top-left, equal to flash-attn's for Sq = Skv), a tensor on the query's device (read
+    /// as f32 by the op, not differentiated).
+    pub alibi_slopes: Option<Tensor<B, 1>>,
 }
 
 impl<B: Backend> Default for FlashAttnOptions<B> {
@@ -234,7 +248,19 @@ pub fn flash_attention_varlen<B: AttentionBackend>(
     opts: FlashAttnOptions<B>,
 ) -> Result<Tensor<B, 3>> {
     let spec = flash_spec(query.dims(), cu_seqlens_q, cu_seqlens_k, &opts)?;
-    Ok(varlen_score(query, key, value, opts.sinks, &spec)?.attention_out)
+    let batch = spec.actual_seq_q_len.len();
+    // [B·N] slopes are the op's [B, N] (checked by flash_spec).
+    let slopes = opts
+        .alibi_slopes
+        .map(|s| match s.dims()[0] == spec.head_num {
+            true => prim(s),
+            false => prim(s.reshape([batch, spec.head_num])),
+        });
+    let inputs = VarlenInputs {
+        alibi_slopes: slopes,
+        ..carrier(query, key, value, opts.sinks)
+    };
+    Ok(varlen_forward(inputs, &spec)?.attention_out)
 }
 
 /// The CANN spec for flash-attn style options.
@@ -302,16 +328,14 @@ pub fn flash_spec<B: Backend>(
             Some(dropout::generate_mask(bits, spec.attrs.keep_prob, opts.dropout_seed).into());
     }
     if let Some(slopes) = &opts.alibi_slopes {
-        let shape = if slopes.len() == n {
-            vec![n]
-        } else {
-            vec![seq_q.len(), n]
-        };
+        let (len, batch) = (slopes.dims()[0], seq_q.len());
+        ensure!(
+            len == n || len == batch * n,
+            "alibi_slopes",
+            "must hold N = {n} or B·N = {} slopes, got {len}",
+            batch * n
+        );
         spec.attrs.pse_type = PseType::InnerMulAdd;
-        spec.pse = PseSpec::Alibi {
-            slopes: slopes.clone().into(),
-            shape,
-        };
     }
     Ok(spec)
 }

@@ -112,6 +112,7 @@ pub(crate) fn varlen_fwd(rt: &Runtime, c: &Case, sink: bool) -> Result<FwdOut, A
                 sink: sh.as_ref(),
                 pse: None,
                 atten_mask: None,
+                alibi_slopes: None,
             },
             &VarlenOutputs {
                 attention_out: &o.handle()?,
@@ -242,6 +243,7 @@ fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
                     sink: Some(&h[7]),
                     pse: None,
                     atten_mask: None,
+                    alibi_slopes: None,
                 },
                 dy: &h[3],
                 softmax_max: &h[4],

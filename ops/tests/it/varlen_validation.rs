@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use burn::backend::NdArray;
 use burn::tensor::Tensor;
-use burn_ascend_ops::varlen::{MaskSpec, PseSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec};
+use burn_ascend_ops::varlen::{MaskSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec};
 use burn_ascend_ops::{flash_spec, varlen_score, AttnError, FlashAttnOptions, PseType, SparseMode};
 
 /// Two sequences: q lengths [2, 3], kv lengths [3, 4]; N = 4, Nkv = 2, D = 8.
@@ -22,6 +22,7 @@ fn base() -> (VarlenSpec, VarlenShapes) {
         sink: Some(4),
         pse: None,
         atten_mask: None,
+        alibi_slopes: None,
     };
     (spec, shapes)
 }
@@ -78,6 +79,7 @@ fn dense_masks_in_tnd_are_accepted_where_the_kernel_reads_them_top_left() {
         sink: None,
         pse: None,
         atten_mask: None,
+        alibi_slopes: None,
     };
     for shape in [vec![2, 1, 3, 4], vec![2, 4, 3, 4]] {
         dense(&mut even, &mut even_shapes, shape);
@@ -282,64 +284,51 @@ fn every_forward_rule_names_its_parameter() {
             s.attrs.pre_tokens = 3;
             s.attrs.next_tokens = 0;
         }),
-        ("realShift", "pse with mode 7", |s, _| {
+        ("realShift", "pse with mode 7", |s, sh| {
             compressed(s, SparseMode::RightDownCausalBand);
             s.attrs.pre_tokens = 4;
             s.attrs.next_tokens = 0;
             s.attrs.pse_type = PseType::InnerMulAdd;
-            s.pse = PseSpec::Alibi {
-                slopes: Arc::from(vec![0.5f32; 4]),
-                shape: vec![4],
-            };
+            sh.alibi_slopes = Some(vec![4]);
         }),
-        ("realShift", "pse with mode 8 and Sq != Skv", |s, _| {
+        ("realShift", "pse with mode 8 and Sq != Skv", |s, sh| {
             compressed(s, SparseMode::BandLeftUpCausal);
             s.attrs.pre_tokens = 3;
             s.attrs.next_tokens = 0;
             s.attrs.pse_type = PseType::InnerMulAdd;
-            s.pse = PseSpec::Alibi {
-                slopes: Arc::from(vec![0.5f32; 4]),
-                shape: vec![4],
-            };
+            sh.alibi_slopes = Some(vec![4]);
         }),
         ("realShift", "pse with an empty query sequence", |s, sh| {
             s.actual_seq_q_len = vec![0, 5];
             sh.query[0] = 5;
             s.attrs.pse_type = PseType::InnerMulAdd;
-            s.pse = PseSpec::Alibi {
-                slopes: Arc::from(vec![0.5f32; 4]),
-                shape: vec![4],
-            };
+            sh.alibi_slopes = Some(vec![4]);
         }),
         ("pseType", "pseType 0 without realShift", |s, _| {
             s.attrs.pse_type = PseType::OuterMulAdd
         }),
-        ("pseType", "dense pse with pseType 2", |s, _| {
+        ("pseType", "dense pse with pseType 2", |s, sh| {
             s.attrs.pse_type = PseType::InnerMulAdd;
-            s.pse = PseSpec::Dense {
-                data: Arc::from(vec![0f32; 72]),
-                shape: vec![72],
-            };
+            sh.pse = Some(vec![72]);
         }),
-        ("realShift", "dense pse of the wrong length", |s, _| {
-            s.pse = PseSpec::Dense {
-                data: Arc::from(vec![0f32; 71]),
-                shape: vec![71],
-            };
+        ("realShift", "dense pse of the wrong length", |_, sh| {
+            sh.pse = Some(vec![71]);
         }),
-        ("pseType", "slopes with pseType 1", |s, _| {
-            s.pse = PseSpec::Alibi {
-                slopes: Arc::from(vec![0.5f32; 4]),
-                shape: vec![4],
-            };
+        ("pseType", "slopes with pseType 1", |_, sh| {
+            sh.alibi_slopes = Some(vec![4]);
         }),
-        ("realShift", "slopes of the wrong shape", |s, _| {
+        ("realShift", "slopes of the wrong shape", |s, sh| {
             s.attrs.pse_type = PseType::InnerMulAddSqrt;
-            s.pse = PseSpec::Alibi {
-                slopes: Arc::from(vec![0.5f32; 3]),
-                shape: vec![3],
-            };
+            sh.alibi_slopes = Some(vec![3]);
         }),
+        (
+            "realShift",
+            "per-batch slopes of the wrong batch",
+            |s, sh| {
+                s.attrs.pse_type = PseType::InnerMulAdd;
+                sh.alibi_slopes = Some(vec![3, 4]);
+            },
+        ),
     ];
     for (param, what, edit) in cases {
         let (mut spec, mut shapes) = base();
@@ -349,10 +338,11 @@ fn every_forward_rule_names_its_parameter() {
 }
 
 /// A pse given as a tensor (`VarlenInputs::pse`) is validated by its shape: the flat
-/// `[pseTotalLen]` with pseType 0 or 1 is accepted, in both directions; any other shape, an
-/// ALiBi pseType, or a pse also in the spec is a typed error naming the parameter.
+/// `[pseTotalLen]` with pseType 0 or 1 is accepted, in both directions, and so are ALiBi slopes
+/// (`VarlenInputs::alibi_slopes`, `[N]` or `[B, N]`) with pseType 2 or 3; any other shape, the
+/// other pseType, or a pse together with slopes is a typed error naming the parameter.
 #[test]
-fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
+fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_slopes() {
     let (spec, mut shapes) = base();
     shapes.pse = Some(vec![72]);
     for pse_type in [PseType::OuterMulAdd, PseType::OuterAddMul] {
@@ -360,6 +350,16 @@ fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
         s.attrs.pse_type = pse_type;
         s.validate_fwd(&shapes).unwrap();
         s.validate_bwd(&shapes, &bwd_base()).unwrap();
+    }
+    for (pse_type, slopes) in [
+        (PseType::InnerMulAdd, vec![4]),
+        (PseType::InnerMulAddSqrt, vec![2, 4]),
+    ] {
+        let (mut s, mut sh) = base();
+        s.attrs.pse_type = pse_type;
+        sh.alibi_slopes = Some(slopes);
+        s.validate_fwd(&sh).unwrap();
+        s.validate_bwd(&sh, &bwd_base()).unwrap();
     }
     let cases: Vec<(&str, &str, Edit)> = vec![
         ("realShift", "a pse tensor of the wrong length", |_, sh| {
@@ -372,17 +372,10 @@ fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
             s.attrs.pse_type = PseType::InnerMulAdd;
             sh.pse = Some(vec![72]);
         }),
-        (
-            "realShift",
-            "a pse tensor and a pse in the spec",
-            |s, sh| {
-                sh.pse = Some(vec![72]);
-                s.pse = PseSpec::Dense {
-                    data: Arc::from(vec![0f32; 72]),
-                    shape: vec![72],
-                };
-            },
-        ),
+        ("realShift", "a pse tensor and ALiBi slopes", |_, sh| {
+            sh.pse = Some(vec![72]);
+            sh.alibi_slopes = Some(vec![4]);
+        }),
         (
             "realShift",
             "a pse tensor with an empty query sequence",
@@ -404,21 +397,18 @@ fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
 /// case (unequal lengths, no mask) it is a typed error, then the mode is named.
 #[test]
 fn the_compressed_alibi_pse_needs_equal_lengths_and_a_causal_mode() {
-    let (mut spec, shapes) = base();
-    spec.pse = PseSpec::Dense {
-        data: Arc::from(vec![0f32; 4 * 1024 * 4]),
-        shape: vec![1, 4, 1024, 4],
-    };
+    let (spec, mut shapes) = base();
+    shapes.pse = Some(vec![1, 4, 1024, 4]);
     expect("realShift", "unequal lengths", spec.validate_fwd(&shapes));
     let mut equal = VarlenSpec::from_lengths(&[2, 4], &[2, 4], 4, 0.35);
-    equal.pse = spec.pse.clone();
     let eq_shapes = VarlenShapes {
         query: [6, 4, 8],
         key: [6, 2, 8],
         value: [6, 2, 8],
         sink: Some(4),
-        pse: None,
+        pse: shapes.pse.clone(),
         atten_mask: None,
+        alibi_slopes: None,
     };
     expect(
         "sparseMode",
@@ -602,15 +592,16 @@ fn products_of_huge_lengths_are_typed_errors_not_overflows() {
         sink: None,
         pse: None,
         atten_mask: None,
+        alibi_slopes: None,
     };
     spec.attrs.keep_prob = 0.5;
     spec.drop_mask = Some(Arc::from(Vec::new()));
     expect("dropMask", "N·Sq·Skv bits", spec.validate_fwd(&shapes));
     let mut spec = VarlenSpec::from_lengths(&[t], &[t], 4, 0.35);
     spec.attrs.pse_type = PseType::OuterAddMul;
-    spec.pse = PseSpec::Dense {
-        data: Arc::from(Vec::new()),
-        shape: vec![0],
+    let shapes = VarlenShapes {
+        pse: Some(vec![0]),
+        ..shapes
     };
     expect("realShift", "pseTotalLen", spec.validate_fwd(&shapes));
 }
@@ -639,7 +630,7 @@ fn extreme_attribute_values_are_printed_in_exponent_form_not_as_300_digits() {
 }
 
 /// The varlen carrier's `map` visits every tensor once, in the documented order (query, key,
-/// value, sink, pse, attenMask; then dy, attentionIn, softmaxMax, softmaxSum), and `as_ref` keeps them
+/// value, sink, pse, attenMask, ALiBi slopes; then dy, attentionIn, softmaxMax, softmaxSum), and `as_ref` keeps them
 /// in place: every layer that converts the carrier (Autodiff, the aclnn builder) relies on it.
 #[test]
 fn the_varlen_carrier_maps_every_tensor_once_in_order() {
@@ -651,42 +642,46 @@ fn the_varlen_carrier_maps_every_tensor_once_in_order() {
         sink: Some(4),
         pse: Some(5),
         atten_mask: Some(6),
+        alibi_slopes: Some(7),
     };
     let grad = VarlenGradInputs {
         inputs,
-        dy: 7,
-        attention_in: 8,
-        softmax_max: 9,
-        softmax_sum: 10,
+        dy: 8,
+        attention_in: 9,
+        softmax_max: 10,
+        softmax_sum: 11,
     };
     let mut seen = Vec::new();
     let tens = grad.clone().map(|v| {
         seen.push(v);
         v * 10
     });
-    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     assert_eq!(
         (
             tens.inputs.sink,
             tens.inputs.pse,
             tens.inputs.atten_mask,
+            tens.inputs.alibi_slopes,
             tens.softmax_sum
         ),
-        (Some(40), Some(50), Some(60), 100)
+        (Some(40), Some(50), Some(60), Some(70), 110)
     );
     let refs = grad.as_ref();
     assert_eq!(
         (
             *refs.inputs.pse.unwrap(),
             *refs.inputs.atten_mask.unwrap(),
+            *refs.inputs.alibi_slopes.unwrap(),
             *refs.dy
         ),
-        (5, 6, 7)
+        (5, 6, 7, 8)
     );
-    assert_eq!(grad.inputs.all(), [&1, &2, &3, &4, &5, &6]);
+    assert_eq!(grad.inputs.all(), [&1, &2, &3, &4, &5, &6, &7]);
     let no_sink = VarlenInputs {
         sink: None,
         atten_mask: None,
+        alibi_slopes: None,
         ..grad.inputs.clone()
     };
     assert_eq!(no_sink.all(), [&1, &2, &3, &5]);
