@@ -8,10 +8,11 @@
 //!   kernel writes dpse). Under
 //!   `Autodiff<Ascend>` the ops crate's fused backward calls [`AttentionBackend::varlen_bwd`]
 //!   here. An explicit mask (`VarlenInputs::atten_mask`, 0/1 floats) is compared with 0 into
-//!   BOOL on the device; a pse tensor is handed over as a view; the spec's host pse (dense or
-//!   ALiBi slopes) and dropout bits are uploaded by the call builder ([`aclnn`]); a non-f32
-//!   sink or mixed dtypes take the CPU kernels through the counted host fallback
-//!   (`varlen_fwd` / `varlen_bwd`).
+//!   BOOL on the device; a pse tensor is handed over as a view, ALiBi slopes as FLOAT and the
+//!   dropout mask (`VarlenInputs::drop_mask`, byte values) as UINT8, each cast on the device
+//!   when needed — nothing of the call is uploaded but CANN's compressed masks (runtime
+//!   constants); a non-f32 sink or mixed dtypes take the CPU kernels through the counted host
+//!   fallback (`varlen_fwd` / `varlen_bwd`).
 //! - prompt, incremental attention and the KV cache scatter run natively
 //!   (`aclnnPromptFlashAttentionV3`, `aclnnIncreFlashAttentionV4` over contiguous, listed or
 //!   paged KV, `aclnnScatterPaKvCache` in place on an unshared cache): [`prompt`], [`incre`],
@@ -134,6 +135,12 @@ fn slopes_f32(slopes: &AscendTensor) -> Option<AscendTensor> {
     crate::ops::native_elementwise::cast(slopes, DType::F32)
 }
 
+/// A `dropMask` tensor (byte values as floats) as the UINT8 tensor the op reads, cast on the
+/// device (`aclnnCast`); `None` without a device kernel.
+fn drop_mask_u8(mask: &AscendTensor) -> Option<AscendTensor> {
+    crate::ops::native_elementwise::cast(mask, DType::U8)
+}
+
 /// Labels of the varlen calls in error messages.
 const FWD: &str = "varlen_fwd";
 const BWD: &str = "varlen_bwd";
@@ -146,7 +153,8 @@ impl AttentionBackend for Ascend {
         let dims = spec.validate_fwd(&shapes(&inputs))?;
         let device = same_device(FWD, &inputs.all())?;
         let slopes = incre::on_device(&inputs.alibi_slopes, slopes_f32);
-        if !varlen_native_ok(&inputs, &[]) || slopes.is_none() {
+        let drop = incre::on_device(&inputs.drop_mask, drop_mask_u8);
+        if !varlen_native_ok(&inputs, &[]) || slopes.is_none() || drop.is_none() {
             count("varlen_fwd");
             return cpu_varlen_fwd::<Self>(inputs, spec);
         }
@@ -166,6 +174,7 @@ impl AttentionBackend for Ascend {
                 pse: pse.as_ref(),
                 atten_mask: mask.as_ref(),
                 alibi_slopes: slopes.as_ref().and_then(Option::as_ref),
+                drop_mask: drop.as_ref().and_then(Option::as_ref),
                 ..inputs.as_ref()
             }
             .map(|t| view_handle(t, FWD));
@@ -201,9 +210,11 @@ impl AttentionBackend for Ascend {
             .iter()
             .all(|t| t.dtype == DType::F32);
         let slopes = incre::on_device(&f.alibi_slopes, slopes_f32);
+        let drop = incre::on_device(&f.drop_mask, drop_mask_u8);
         if !varlen_native_ok(f, &[&inputs.dy, &inputs.attention_in])
             || !stats_f32
             || slopes.is_none()
+            || drop.is_none()
         {
             count("varlen_bwd");
             return cpu_varlen_bwd::<Self>(inputs, spec);
@@ -219,7 +230,7 @@ impl AttentionBackend for Ascend {
         );
         let dtype = f.query.dtype;
         let alloc = |s: Vec<usize>, dt| AscendTensor::alloc(Shape::from(s), dt, &device);
-        let slopes = slopes.flatten();
+        let (slopes, drop) = (slopes.flatten(), drop.flatten());
         let pse = f.pse.as_ref().map(|p| pse_view(p, true));
         // dpseOut and dsinkOut are the kernel's scratch: both are replaced below. dpseOut is
         // shaped like the realShift the op is given (pse or slopes), as torch_npu allocates it.
@@ -238,6 +249,7 @@ impl AttentionBackend for Ascend {
                     pse: pse.as_ref(),
                     atten_mask: mask.as_ref(),
                     alibi_slopes: slopes.as_ref(),
+                    drop_mask: drop.as_ref(),
                     ..f.as_ref()
                 },
                 ..inputs.as_ref()

@@ -486,6 +486,7 @@ fn varlen_cases(
         pse: None,
         atten_mask: None,
         alibi_slopes: None,
+        drop_mask: None,
     })?;
     let p = spec.problem(dims, Some(&sink));
 
@@ -499,6 +500,7 @@ fn varlen_cases(
         pse: None,
         atten_mask: None,
         alibi_slopes: None,
+        drop_mask: None,
     };
     let dy_t = from_vec::<Nd>(dy.clone(), &[t, heads, d], &device);
     let comp_fwd = || {

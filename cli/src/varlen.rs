@@ -27,7 +27,8 @@ use burn_ascend::{
 type HostMask = (Vec<u8>, Vec<usize>);
 
 /// The bundle's inputs the call carries as tensors (`VarlenInputs::atten_mask`,
-/// `VarlenInputs::pse`, `VarlenInputs::alibi_slopes`), not in the spec.
+/// `VarlenInputs::pse`, `VarlenInputs::alibi_slopes`, `VarlenInputs::drop_mask`), not in the
+/// spec.
 #[derive(Default)]
 struct HostTensors {
     /// The explicit mask.
@@ -37,6 +38,8 @@ struct HostTensors {
     pse: Option<(Vec<f32>, Vec<usize>)>,
     /// ALiBi slopes (pseType 2/3) `[N]` or `[B, N]`: their values and shape.
     slopes: Option<(Vec<f32>, Vec<usize>)>,
+    /// The bit-packed `dropMask` bytes.
+    drop: Option<Vec<u8>>,
 }
 
 impl HostTensors {
@@ -57,13 +60,22 @@ impl HostTensors {
         (self.slopes.as_ref()).map(|(v, shape)| TensorData::new(v.clone(), shape.clone()))
     }
 
-    /// The shapes validation reads: `(pse, attenMask, alibi slopes)`.
-    fn shapes(&self) -> [Option<Vec<usize>>; 3] {
+    /// The dropout mask as the API takes it: its byte values as f32 (exact).
+    fn drop_data(&self) -> Option<TensorData> {
+        (self.drop.as_ref()).map(|m| {
+            let v: Vec<f32> = m.iter().map(|&b| f32::from(b)).collect();
+            TensorData::new(v, [m.len()])
+        })
+    }
+
+    /// The shapes validation reads: `(pse, attenMask, alibi slopes, dropMask)`.
+    fn shapes(&self) -> [Option<Vec<usize>>; 4] {
         let shape = |t: &Option<(_, Vec<usize>)>| t.as_ref().map(|(_, s)| s.clone());
         [
             shape(&self.pse),
             self.mask.as_ref().map(|(_, s)| s.clone()),
             shape(&self.slopes),
+            self.drop.as_ref().map(|m| vec![m.len()]),
         ]
     }
 
@@ -89,6 +101,7 @@ fn with_host<'a>(
         host.slopes.as_ref().map(|(v, _)| &v[..]),
         p.dims.head_num,
     );
+    p.drop_mask = host.drop.as_deref();
     if let Some((bytes, shape)) = &host.mask {
         let m = DenseMask::from_shape(bytes, shape).ok_or_else(|| {
             AttnError::invalid(
@@ -203,7 +216,7 @@ fn spec_from(
         }
     }
     if let Some(m) = b.optional(&["dropMask"]) {
-        spec.drop_mask = Some(m.mask_values("dropMask")?.into());
+        host.drop = Some(m.mask_values("dropMask")?);
     }
     if let Some(p) = b.optional(&["prefix"]) {
         spec.prefix = Some(p.i64_values("prefix")?);
@@ -280,7 +293,7 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
     let query = rank3(q, "query")?;
     let sink = sink_of(b, &["sink"])?;
     let (spec, host) = spec_from(b, query, false)?;
-    let [pse, atten_mask, alibi_slopes] = host.shapes();
+    let [pse, atten_mask, alibi_slopes, drop_mask] = host.shapes();
     let shapes = VarlenShapes {
         query,
         key: rank3(k, "key")?,
@@ -289,6 +302,7 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
         pse,
         atten_mask,
         alibi_slopes,
+        drop_mask,
     };
     let dims = spec.validate_fwd(&shapes)?;
     host.check_values()?;
@@ -315,6 +329,7 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
                 mask: host.mask_data(),
                 pse: host.pse_data(dt),
                 slopes: host.slopes_data(),
+                drop: host.drop_data(),
             },
         );
     }
@@ -344,6 +359,8 @@ struct Forward {
     pse: Option<TensorData>,
     /// The ALiBi slopes (f32).
     slopes: Option<TensorData>,
+    /// The dropout mask's bytes (f32).
+    drop: Option<TensorData>,
 }
 
 impl OnBackend for Forward {
@@ -359,6 +376,7 @@ impl OnBackend for Forward {
                 pse: self.pse.map(p),
                 atten_mask: self.mask.map(p),
                 alibi_slopes: self.slopes.map(p),
+                drop_mask: self.drop.map(p),
             },
             &self.spec,
         )?;
@@ -389,7 +407,7 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     let ((smax, ms), (ssum, ss)) = (get("softmaxMax")?, get("softmaxSum")?);
     let sink = sink_of(b, &["sinkIn", "sink"])?;
     let (spec, host) = spec_from(b, qs, true)?;
-    let [pse, atten_mask, alibi_slopes] = host.shapes();
+    let [pse, atten_mask, alibi_slopes, drop_mask] = host.shapes();
     let shapes = VarlenShapes {
         query: qs,
         key: ks,
@@ -398,6 +416,7 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
         pse,
         atten_mask,
         alibi_slopes,
+        drop_mask,
     };
     let bwd = VarlenBwdShapes {
         dy: dys,
@@ -447,6 +466,7 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
                 mask: host.mask_data(),
                 pse: host.pse_data(dt),
                 slopes: host.slopes_data(),
+                drop: host.drop_data(),
             },
         );
     }
@@ -485,6 +505,8 @@ struct Backward {
     pse: Option<TensorData>,
     /// The ALiBi slopes (f32).
     slopes: Option<TensorData>,
+    /// The dropout mask's bytes (f32).
+    drop: Option<TensorData>,
 }
 
 impl OnBackend for Backward {
@@ -502,6 +524,7 @@ impl OnBackend for Backward {
                     pse: self.pse.map(p),
                     atten_mask: self.mask.map(p),
                     alibi_slopes: self.slopes.map(p),
+                    drop_mask: self.drop.map(p),
                 },
                 dy: p(self.dy),
                 attention_in: p(o),

@@ -10,7 +10,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
 use burn_ascend_contract::dropout;
 use burn_ascend_contract::varlen::{lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode};
@@ -64,8 +64,10 @@ pub struct VarlenAttentionGrads<B: Backend> {
     pub dk: Tensor<B, 3>,
     /// `dv` `[Tkv, Nkv, D]`.
     pub dv: Tensor<B, 3>,
-    /// `dpse` `[pseTotalLen]` (laid out as the spec's pse), when the spec has an external pse
-    /// (pseType 0/1); ALiBi slopes are not differentiated.
+    /// `dpse` `[pseTotalLen]`, when the call has a flat external pse (pseType 0/1). The call of
+    /// [`varlen_score_grad`] has none (its inputs are query, key, value and sink): a pse
+    /// tensor's gradient comes from `Autodiff` ([`varlen_score_with_pse`]) or from
+    /// [`AttentionBackend::varlen_bwd`] with the carrier's pse.
     pub dpse: Option<Tensor<B, 1>>,
     /// `dsink` `[N]`, when a sink was given.
     pub dsink: Option<Tensor<B, 1>>,
@@ -87,6 +89,7 @@ fn carrier<B: AttentionBackend>(
         pse: None,
         atten_mask: None,
         alibi_slopes: None,
+        drop_mask: None,
     }
 }
 
@@ -172,7 +175,60 @@ pub fn varlen_score_with_mask<B: AttentionBackend, const M: usize>(
     varlen_forward(inputs, spec)
 }
 
-/// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`.
+/// [`varlen_score`] with dropout (`spec.attrs.keep_prob < 1`): `drop_mask` is CANN's
+/// bit-packed keep mask as a 1-D float tensor holding the byte values 0..=255
+/// ([`VarlenInputs::drop_mask`]; [`dropout_mask`] makes one from a seed). It stays where it is
+/// and is not differentiated; under `Autodiff` the backward reads it again.
+pub fn varlen_score_with_dropout<B: AttentionBackend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    sink: Option<Tensor<B, 1>>,
+    drop_mask: Tensor<B, 1>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttention<B>> {
+    let inputs = VarlenInputs {
+        drop_mask: Some(prim(drop_mask)),
+        ..carrier(query, key, value, sink)
+    };
+    varlen_forward(inputs, spec)
+}
+
+/// The seeded dropout mask of a validated-shape call of `spec` (`keepProb` from its attributes)
+/// on `device`: [`dropout::generate_mask`]'s bits as the byte values
+/// [`VarlenInputs::drop_mask`] holds. Generated on the host and uploaded once: the generator
+/// (splitmix64 from the seed) gives the same bits on every backend, which no device-side Burn
+/// op offers; a mask made on the NPU (CANN's Philox stream) can be passed as a tensor instead.
+pub fn dropout_mask<B: Backend>(
+    spec: &VarlenSpec,
+    seed: u64,
+    device: &B::Device,
+) -> Result<Tensor<B, 1>> {
+    let lengths = |cum: &[i64], name| {
+        lengths_from_cumulative(cum)
+            .ok_or_else(|| AttnError::invalid(name, "cumulative lengths must be non-decreasing"))
+    };
+    let seq_q = lengths(&spec.actual_seq_q_len, "actualSeqQLen")?;
+    let seq_kv = lengths(&spec.actual_seq_kv_len, "actualSeqKvLen")?;
+    ensure!(
+        seq_q.len() == seq_kv.len(),
+        "actualSeqKvLen",
+        "must have one entry per sequence like actualSeqQLen ({}), got {}",
+        seq_q.len(),
+        seq_kv.len()
+    );
+    let bits = dropout::mask_bits(spec.head_num, &seq_q, &seq_kv);
+    let bytes: Vec<f32> = dropout::generate_mask(bits, spec.attrs.keep_prob, seed)
+        .into_iter()
+        .map(f32::from)
+        .collect();
+    let len = bytes.len();
+    Ok(Tensor::from_data(TensorData::new(bytes, [len]), device))
+}
+
+/// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`,
+/// for a call without tensor inputs besides the sink (for a mask, pse, slopes or dropout mask:
+/// [`AttentionBackend::varlen_bwd`] with the carrier, or `Autodiff`).
 pub fn varlen_score_grad<B: AttentionBackend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
@@ -256,8 +312,12 @@ pub fn flash_attention_varlen<B: AttentionBackend>(
             true => prim(s),
             false => prim(s.reshape([batch, spec.head_num])),
         });
+    let drop_mask = (spec.attrs.keep_prob < 1.0)
+        .then(|| dropout_mask::<B>(&spec, opts.dropout_seed, &query.device()))
+        .transpose()?;
     let inputs = VarlenInputs {
         alibi_slopes: slopes,
+        drop_mask: drop_mask.map(prim),
         ..carrier(query, key, value, opts.sinks)
     };
     Ok(varlen_forward(inputs, &spec)?.attention_out)
@@ -322,10 +382,9 @@ pub fn flash_spec<B: Backend>(
         }
     }
     if opts.dropout > 0.0 {
+        // The mask itself is a tensor of the call: `flash_attention_varlen` makes it
+        // (`dropout_mask`).
         spec.attrs.keep_prob = 1.0 - opts.dropout;
-        let bits = dropout::mask_bits(n, &seq_q, &seq_kv);
-        spec.drop_mask =
-            Some(dropout::generate_mask(bits, spec.attrs.keep_prob, opts.dropout_seed).into());
     }
     if let Some(slopes) = &opts.alibi_slopes {
         let (len, batch) = (slopes.dims()[0], seq_q.len());

@@ -309,6 +309,30 @@ fn host_pse<B: Backend>(
     })
 }
 
+/// A `dropMask` tensor's bytes on the host, when the call drops (`keepProb < 1`; the kernels
+/// ignore the mask otherwise): each value must be a byte, 0..=255, checked here where the
+/// values are.
+fn host_drop_mask<B: Backend>(
+    spec: &VarlenSpec,
+    mask: Option<FloatTensor<B>>,
+) -> Result<Option<Vec<u8>>> {
+    let Some(mask) = mask.filter(|_| spec.attrs.keep_prob < 1.0) else {
+        return Ok(None);
+    };
+    to_vec::<B>(mask)
+        .into_iter()
+        .enumerate()
+        .map(|(e, x)| match x {
+            _ if (0.0..=255.0).contains(&x) && x.fract() == 0.0 => Ok(x as u8),
+            _ => Err(crate::error::AttnError::invalid(
+                "dropMask",
+                format!("must hold byte values 0..=255 (bit-packed keep bits), got {x} at {e}"),
+            )),
+        })
+        .collect::<Result<Vec<u8>>>()
+        .map(Some)
+}
+
 /// The varlen forward on host memory through the CPU kernels, for any backend.
 pub fn cpu_varlen_fwd<B: Backend>(
     inputs: VarlenInputs<FloatTensor<B>>,
@@ -320,9 +344,11 @@ pub fn cpu_varlen_fwd<B: Backend>(
     // The host kernels read a pse tensor from host memory (NdArray's own, or the fallback's).
     let pse = host_pse::<B>(inputs.pse, inputs.alibi_slopes)?;
     let mask = inputs.atten_mask.map(mask_bytes::<B>);
+    let drop = host_drop_mask::<B>(spec, inputs.drop_mask)?;
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
     let mut p = spec.problem(dims, sink.as_deref());
     p.pse = pse.view(n);
+    p.drop_mask = drop.as_deref();
     if let Some(mask) = &mask {
         p.atten_mask = dense_mask(mask)?;
     }
@@ -356,6 +382,7 @@ pub fn cpu_varlen_bwd<B: Backend>(
     let sink = fwd.sink.map(to_vec::<B>);
     let pse = host_pse::<B>(fwd.pse, fwd.alibi_slopes)?;
     let mask = fwd.atten_mask.map(mask_bytes::<B>);
+    let drop = host_drop_mask::<B>(spec, fwd.drop_mask)?;
     let (tq, tkv, n, nkv, d, dv) = (
         dims.t_q(),
         dims.t_kv(),
@@ -366,6 +393,7 @@ pub fn cpu_varlen_bwd<B: Backend>(
     );
     let mut p = spec.problem(dims, sink.as_deref());
     p.pse = pse.view(n);
+    p.drop_mask = drop.as_deref();
     if let Some(mask) = &mask {
         p.atten_mask = dense_mask(mask)?;
     }

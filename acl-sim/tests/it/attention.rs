@@ -113,6 +113,7 @@ pub(crate) fn varlen_fwd(rt: &Runtime, c: &Case, sink: bool) -> Result<FwdOut, A
                 pse: None,
                 atten_mask: None,
                 alibi_slopes: None,
+                drop_mask: None,
             },
             &VarlenOutputs {
                 attention_out: &o.handle()?,
@@ -244,6 +245,7 @@ fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
                     pse: None,
                     atten_mask: None,
                     alibi_slopes: None,
+                    drop_mask: None,
                 },
                 dy: &h[3],
                 softmax_max: &h[4],

@@ -197,6 +197,7 @@ fn varlen_grad(rt: &Runtime, c: &Case, sink: bool) -> Result<Vec<Vec<f32>>, AclE
                     pse: None,
                     atten_mask: None,
                     alibi_slopes: None,
+                    drop_mask: None,
                 },
                 dy: &h[3],
                 softmax_max: &h[4],

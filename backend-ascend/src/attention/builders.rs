@@ -1,9 +1,8 @@
 //! One aclnn call builder per attention op: the validated contract spec plus the device tensors
-//! in (the op's carrier, tensor-valued inputs such as prompt's and varlen's masks and pse
-//! included), one aclnn call out. Each builder owns everything the spec still carries as host
-//! data (varlen's ALiBi slopes and dropout bits, IFA's and FIA's masks and pse, block tables,
-//! scales, index tensors, the `aclIntArray`s) and CANN's compressed masks (runtime
-//! constants), the attribute
+//! in (the op's carrier, tensor-valued inputs such as prompt's masks and pse and every varlen
+//! tensor included), one aclnn call out. Each builder owns everything the spec still carries
+//! as host data (IFA's and FIA's masks and pse, block tables, scales, index tensors, the
+//! `aclIntArray`s) and CANN's compressed masks (runtime constants), the attribute
 //! strings (from the contract's `as_attr`), the empty reserved outputs torch_npu passes, and —
 //! through [`burn_ascend_cann::acl::aclnn`] — the version fallback.
 //!
@@ -120,10 +119,10 @@ fn empty(rt: &Runtime, dtype: DataType) -> Result<Held> {
     })
 }
 
-/// The varlen inputs the spec carries as host data, on the device, and its int arrays.
+/// The varlen inputs the spec implies (CANN's compressed mask, a runtime constant) and its int
+/// arrays.
 struct VarlenExtras {
     atten_mask: Option<Held>,
-    drop_mask: Option<DeviceTensor>,
     prefix: Option<IntArray>,
     cum_q: IntArray,
     cum_kv: IntArray,
@@ -168,14 +167,8 @@ fn varlen_extras(rt: &Runtime, spec: &VarlenSpec) -> Result<VarlenExtras> {
         }
         MaskSpec::Compressed => None,
     };
-    let drop_mask = spec
-        .drop_mask
-        .as_ref()
-        .map(|m| upload(rt, m, &[m.len()], DataType::Uint8))
-        .transpose()?;
     Ok(VarlenExtras {
         atten_mask,
-        drop_mask,
         prefix: ints(rt, spec.prefix.as_deref())?,
         cum_q: IntArray::new(rt.api(), &spec.actual_seq_q_len)?,
         cum_kv: IntArray::new(rt.api(), &spec.actual_seq_kv_len)?,
@@ -188,7 +181,7 @@ fn varlen_extras(rt: &Runtime, spec: &VarlenSpec) -> Result<VarlenExtras> {
 /// `alibi_slopes` are the op's one `realShift` (at most one is given): a flat pse must be
 /// described with [`dense_pse_dims`] for the op (forward or grad), an ALiBi-compressed one as
 /// its `[1|B, N, 1024, maxSkv]`, both in the query's dtype; the slopes FLOAT. An explicit mask
-/// (`atten_mask`) is in a mask dtype (BOOL or UINT8).
+/// (`atten_mask`) is in a mask dtype (BOOL or UINT8), the dropout mask (`drop_mask`) UINT8.
 pub type VarlenHandles<'a> = VarlenInputs<&'a Tensor<'a>>;
 
 /// `aclnnFlashAttentionVarLenScore` without a sink, `…V5` with one (the choice and the
@@ -206,7 +199,7 @@ pub fn varlen_fwd(
     // softmaxOutOut is reserved ("预留参数，暂未使用"): an empty tensor, as torch_npu passes.
     let softmax_out = empty(rt, dtype)?;
     {
-        let (mask, drop) = (handle(&ex.atten_mask)?, handle(&ex.drop_mask)?);
+        let mask = handle(&ex.atten_mask)?;
         let softmax_out = softmax_out.as_ref().handle()?;
         let a = &spec.attrs;
         aclnn::varlen_fwd(
@@ -218,7 +211,7 @@ pub fn varlen_fwd(
                 key_rope: None,
                 value: x.value,
                 real_shift: x.pse.or(x.alibi_slopes),
-                drop_mask: drop.as_ref(),
+                drop_mask: x.drop_mask,
                 padding_mask: None,
                 atten_mask: x.atten_mask.or(mask.as_ref()),
                 sink: x.sink,
@@ -275,7 +268,7 @@ pub fn varlen_grad(
         });
     }
     {
-        let (mask, drop) = (handle(&ex.atten_mask)?, handle(&ex.drop_mask)?);
+        let mask = handle(&ex.atten_mask)?;
         let (dq_rope, dk_rope, dpse) = (
             unused.as_ref().handle()?,
             unused.as_ref().handle()?,
@@ -292,7 +285,7 @@ pub fn varlen_grad(
                 value: x.inputs.value,
                 dy: x.dy,
                 pse_shift: real_shift,
-                drop_mask: drop.as_ref(),
+                drop_mask: x.inputs.drop_mask,
                 padding_mask: None,
                 atten_mask: x.inputs.atten_mask.or(mask.as_ref()),
                 softmax_max: Some(x.softmax_max),

@@ -277,6 +277,7 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
                         pse: None,
                         atten_mask: None,
                         alibi_slopes: None,
+                        drop_mask: None,
                     },
                     dy: &h[3],
                     softmax_max: &h[4],
@@ -357,6 +358,7 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
                 pse: Some(p(pse.to_vec(), &[pse.len()])),
                 atten_mask: None,
                 alibi_slopes: None,
+                drop_mask: None,
             };
             let fwd = B::varlen_fwd(inputs.clone(), spec).unwrap();
             let g = bwd(

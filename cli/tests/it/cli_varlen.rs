@@ -121,6 +121,7 @@ fn round_trip_against_the_composite(mut c: Case) {
         pse: c.pse.clone().map(|(v, s)| from_vec::<B>(v, &s, &dev)),
         atten_mask: c.mask_f32().map(|(m, s)| from_vec::<B>(m, &s, &dev)),
         alibi_slopes: None,
+        drop_mask: None,
     };
     let want = composite::varlen_fwd::<B>(inputs(), &c.spec).unwrap();
 
@@ -359,6 +360,7 @@ fn varlen_bwd_writes_dpse_for_an_external_pse_on_every_device() {
         pse: c.pse.clone().map(|(v, s)| from_vec::<B>(v, &s, &dev)),
         atten_mask: c.mask_f32().map(|(m, s)| from_vec::<B>(m, &s, &dev)),
         alibi_slopes: None,
+        drop_mask: None,
     };
     let want_fwd = composite::varlen_fwd::<B>(inputs(), &c.spec).unwrap();
     let want = composite::varlen_bwd::<B>(

@@ -33,6 +33,8 @@ pub struct Case {
     pub pse: Option<(Vec<f32>, Vec<usize>)>,
     /// The ALiBi slopes' values and shape (`VarlenInputs::alibi_slopes`).
     pub slopes: Option<(Vec<f32>, Vec<usize>)>,
+    /// The bit-packed dropout mask (`VarlenInputs::drop_mask` holds its byte values).
+    pub drop: Option<Vec<u8>>,
     pub spec: VarlenSpec,
 }
 
@@ -78,6 +80,7 @@ impl Case {
             mask: None,
             pse: None,
             slopes: None,
+            drop: None,
             spec,
         }
     }
@@ -102,7 +105,12 @@ impl Case {
             pse: shape(&self.pse),
             atten_mask: self.mask_shape(),
             alibi_slopes: shape(&self.slopes),
+            drop_mask: self.drop.as_ref().map(|m| vec![m.len()]),
         }
+    }
+    /// The dropout mask as the carrier's float tensor holds it (byte values).
+    pub fn drop_f32(&self) -> Option<(Vec<f32>, Vec<usize>)> {
+        (self.drop.as_ref()).map(|m| (m.iter().map(|&b| f32::from(b)).collect(), vec![m.len()]))
     }
     /// The kernels' view of a validated case, its explicit mask, pse and slopes included.
     pub fn problem(&self, dims: VarlenDims) -> VarlenProblem<'_> {
@@ -115,6 +123,7 @@ impl Case {
             self.slopes.as_ref().map(|(v, _)| &v[..]),
             self.n,
         );
+        p.drop_mask = self.drop.as_deref();
         p
     }
     pub fn tq(&self) -> usize {
@@ -152,7 +161,7 @@ impl Case {
     pub fn dropout(mut self, keep: f64) -> Self {
         self.spec.attrs.keep_prob = keep;
         let bits = dropout::mask_bits(self.n, &self.seq_q, &self.seq_kv);
-        self.spec.drop_mask = Some(dropout::generate_mask(bits, keep, 11).into());
+        self.drop = Some(dropout::generate_mask(bits, keep, 11));
         self
     }
     pub fn pse_dense(mut self, pse_type: PseType) -> Self {

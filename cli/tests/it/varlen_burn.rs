@@ -15,8 +15,9 @@ use burn_ascend::ops::autodiff::test_hooks::CORRUPT_DSINK;
 use burn_ascend::ops::host::from_vec;
 use burn_ascend::ops::varlen::VarlenShapes;
 use burn_ascend::{
-    flash_attention_varlen, varlen_score, varlen_score_with_alibi, varlen_score_with_mask,
-    varlen_score_with_pse, AttentionBackend, FlashAttnOptions, VarlenInputs,
+    flash_attention_varlen, varlen_score, varlen_score_with_alibi, varlen_score_with_dropout,
+    varlen_score_with_mask, varlen_score_with_pse, AttentionBackend, FlashAttnOptions,
+    VarlenInputs,
 };
 
 type B = NdArray;
@@ -43,8 +44,8 @@ pub(crate) fn reference_run(
 
 /// [`varlen_score`], or [`varlen_score_with_mask`] with the case's explicit mask,
 /// [`varlen_score_with_pse`] with its pse (flat or ALiBi-compressed) or
-/// [`varlen_score_with_alibi`] with its slopes (constant tensors on the query's device; no
-/// case has a mask and a pse together).
+/// [`varlen_score_with_alibi`] with its slopes, [`varlen_score_with_dropout`] with its dropout
+/// mask (constant tensors on the query's device; no case has two of them).
 fn score_api<Bk: AttentionBackend>(
     c: &Case,
     (q, k, v): (Tensor<Bk, 3>, Tensor<Bk, 3>, Tensor<Bk, 3>),
@@ -52,6 +53,11 @@ fn score_api<Bk: AttentionBackend>(
 ) -> burn_ascend::Result<burn_ascend::VarlenAttention<Bk>> {
     let dev = q.device();
     let t = |(v, s): (Vec<f32>, Vec<usize>)| TensorData::new(v, s);
+    if let Some(drop) = c.drop_f32() {
+        assert!(c.mask.is_none() && c.pse.is_none() && c.slopes.is_none());
+        let drop = Tensor::<Bk, 1>::from_data(t(drop), &dev);
+        return varlen_score_with_dropout(q, k, v, sink, drop, &c.spec);
+    }
     match (c.mask_f32(), c.pse.clone(), c.slopes.clone()) {
         (None, None, None) => varlen_score(q, k, v, sink, &c.spec),
         (Some(m), None, None) => {
@@ -90,6 +96,7 @@ pub(crate) fn inputs_on<Bk: Backend>(
         pse: c.pse.clone().map(|(v, s)| from_vec::<Bk>(v, &s, dev)),
         atten_mask: c.mask_f32().map(|(m, s)| from_vec::<Bk>(m, &s, dev)),
         alibi_slopes: c.slopes.clone().map(|(v, s)| from_vec::<Bk>(v, &s, dev)),
+        drop_mask: c.drop_f32().map(|(v, s)| from_vec::<Bk>(v, &s, dev)),
     }
 }
 
@@ -396,6 +403,42 @@ fn flash_attention_takes_alibi_slopes_as_a_tensor_and_matches_the_reference() {
     )
     .unwrap_err();
     assert_eq!(e.param(), Some("alibi_slopes"), "{e}");
+}
+
+/// `flash_attention_varlen`'s dropout is the seeded mask of `dropout_mask` as a tensor of the
+/// call: its output is the reference's for `dropout::generate_mask`'s bits of the same seed
+/// and keep probability (f32 abs 1e-5 + rel 1e-4), and another seed gives another output.
+#[test]
+fn flash_attention_dropout_is_the_seeded_mask_as_a_tensor_and_matches_the_reference() {
+    let dev = Default::default();
+    let t3 = |v: &Vec<f32>, s: [usize; 3]| {
+        Tensor::<B, 3>::from_data(TensorData::new(v.clone(), s), &dev)
+    };
+    let mut c = Case::new("flash_dropout", &[3, 4], &[5, 2], 2, 1, 4, 32);
+    c.spec.attrs.keep_prob = 0.75;
+    let bits = burn_ascend::contract::dropout::mask_bits(c.n, &c.seq_q, &c.seq_kv);
+    c.drop = Some(burn_ascend::contract::dropout::generate_mask(bits, 0.75, 5));
+    let (rf, _) = reference_run(&c);
+    let run = |seed| {
+        let opts = FlashAttnOptions::<B> {
+            dropout: 0.25,
+            dropout_seed: seed,
+            softmax_scale: Some(c.spec.attrs.scale),
+            ..Default::default()
+        };
+        let (q, k, v) = (
+            t3(&c.q, [c.tq(), c.n, c.d]),
+            t3(&c.k, [c.tkv(), c.nkv, c.d]),
+            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
+        );
+        let out = flash_attention_varlen(q, k, v, &[0, 3, 7], &[0, 5, 7], opts).unwrap();
+        out.into_data().to_vec::<f32>().unwrap()
+    };
+    close("seed 5", &run(5), &rf.attention_out, ATOL, RTOL).unwrap();
+    assert!(
+        close("seed 6", &run(6), &rf.attention_out, ATOL, RTOL).is_err(),
+        "another seed gave the same output"
+    );
 }
 
 #[test]

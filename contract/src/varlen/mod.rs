@@ -9,8 +9,6 @@ pub mod tensors;
 pub use problem::*;
 pub use tensors::*;
 
-use std::sync::Arc;
-
 use crate::dropout;
 
 use crate::checked;
@@ -61,8 +59,6 @@ pub struct VarlenSpec {
     /// `attenMaskOptional`'s kind (an explicit mask's values are
     /// [`VarlenInputs::atten_mask`]).
     pub atten_mask: MaskSpec,
-    /// `dropMaskOptional`: bit-packed keep mask, required when `keepProb < 1`.
-    pub drop_mask: Option<Arc<[u8]>>,
     /// `prefixOptional` (mode 6).
     pub prefix: Option<Vec<i64>>,
     /// `qStartIdxOptional`.
@@ -88,6 +84,8 @@ pub struct VarlenShapes {
     pub atten_mask: Option<Vec<usize>>,
     /// Shape of the ALiBi slopes ([`VarlenInputs::alibi_slopes`]), if given.
     pub alibi_slopes: Option<Vec<usize>>,
+    /// Shape of the `dropMask` tensor ([`VarlenInputs::drop_mask`]), if given.
+    pub drop_mask: Option<Vec<usize>>,
 }
 
 /// Extra shapes the backward receives.
@@ -117,7 +115,6 @@ impl VarlenSpec {
             head_num,
             attrs: VarlenAttrs::new(scale),
             atten_mask: MaskSpec::None,
-            drop_mask: None,
             prefix: None,
             q_start_idx: None,
             kv_start_idx: None,
@@ -291,14 +288,19 @@ impl VarlenSpec {
             let pairs = checked::sum("dropMask", "Σ Sq_b·Skv_b", per_seq)?;
             checked::product("dropMask", "N·Σ Sq_b·Skv_b bits", &[n, pairs])?;
             let need = dropout::mask_bytes(dropout::mask_bits(n, &dims.seq_q, &dims.seq_kv));
-            match &self.drop_mask {
+            match s.drop_mask.as_deref() {
                 None => return Err(AttnError::invalid("dropMask", "required when keepProb < 1")),
-                Some(m) => ensure!(
-                    m.len() >= need,
+                Some(&[len]) => ensure!(
+                    len >= need,
                     "dropMask",
-                    "needs N·Σ Sq_b·Skv_b bits = {need} bytes, got {}",
-                    m.len()
+                    "needs N·Σ Sq_b·Skv_b bits = {need} bytes, got {len}"
                 ),
+                Some(shape) => {
+                    return Err(AttnError::invalid(
+                        "dropMask",
+                        format!("must be 1-D (bit-packed bytes), got shape {shape:?}"),
+                    ))
+                }
             }
         }
         self.validate_mask(&dims, s.atten_mask.as_deref())?;
@@ -681,7 +683,8 @@ impl VarlenSpec {
             // The pse and slopes are the call's tensors: a host caller sets them over its copy
             // ([`Pse::of_tensor`]).
             pse: Pse::None,
-            drop_mask: self.drop_mask.as_deref(),
+            // The call's tensor too: a host caller sets it over its bytes.
+            drop_mask: None,
             prefix: self.prefix.as_deref(),
             q_start_idx: self.q_start_idx.unwrap_or(0),
             kv_start_idx: self.kv_start_idx.unwrap_or(0),

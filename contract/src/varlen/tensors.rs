@@ -34,11 +34,17 @@ pub struct VarlenInputs<T> {
     /// to FLOAT on the device if needed. At most one of `pse` and `alibi_slopes` is given (both
     /// are the op's one `realShift`).
     pub alibi_slopes: Option<T>,
+    /// `dropMask`, read when `keepProb < 1`: CANN's bit-packed keep mask (bit `e % 8` of byte
+    /// `e / 8` keeps score element `e`, LSB first; [`crate::dropout`]) as a 1-D float tensor
+    /// holding the byte values 0..=255 (exact in f32, f16 and bf16), at least
+    /// `⌈N·Σ Sq_b·Skv_b / 8⌉` long. A device backend casts it to UINT8 on the device; not
+    /// differentiated.
+    pub drop_mask: Option<T>,
 }
 
 impl<T> VarlenInputs<T> {
     /// Each tensor through `f`, in the order query, key, value, sink, pse, attenMask, ALiBi
-    /// slopes.
+    /// slopes, dropMask.
     pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> VarlenInputs<U> {
         VarlenInputs {
             query: f(self.query),
@@ -47,7 +53,8 @@ impl<T> VarlenInputs<T> {
             sink: self.sink.map(&mut f),
             pse: self.pse.map(&mut f),
             atten_mask: self.atten_mask.map(&mut f),
-            alibi_slopes: self.alibi_slopes.map(f),
+            alibi_slopes: self.alibi_slopes.map(&mut f),
+            drop_mask: self.drop_mask.map(f),
         }
     }
 
@@ -61,6 +68,7 @@ impl<T> VarlenInputs<T> {
             pse: self.pse.as_ref(),
             atten_mask: self.atten_mask.as_ref(),
             alibi_slopes: self.alibi_slopes.as_ref(),
+            drop_mask: self.drop_mask.as_ref(),
         }
     }
 
@@ -71,6 +79,7 @@ impl<T> VarlenInputs<T> {
         v.extend(self.pse.as_ref());
         v.extend(self.atten_mask.as_ref());
         v.extend(self.alibi_slopes.as_ref());
+        v.extend(self.drop_mask.as_ref());
         v
     }
 }

@@ -1,6 +1,9 @@
-//! The composite varlen attention: per sequence, dense scores from Burn matmuls, masks and
-//! biases built on the host from the same rules the kernels use (an explicit mask tensor is
-//! compared with 0 where it lies and OR-ed in), softmax with the sink column, P·V. O(Sq·Skv) memory per sequence — the fallback every backend can run, not a fast path.
+//! The composite varlen attention: per sequence, dense scores from Burn matmuls, the mode's
+//! mask built on the host from the same rules the kernels use, every tensor of the call read
+//! where it lies (an explicit mask compared with 0 and OR-ed in; the pse, the ALiBi slopes
+//! times a host-built distance pattern, the compressed pse gathered by a host-built index; the
+//! dropout bits peeled off the mask's bytes), softmax with the sink column, P·V. O(Sq·Skv)
+//! memory per sequence — the fallback every backend can run, not a fast path.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -34,6 +37,7 @@ pub fn shapes<T: TensorMetadata>(i: &VarlenInputs<T>) -> VarlenShapes {
         pse: i.pse.as_ref().map(|p| p.shape().to_vec()),
         atten_mask: i.atten_mask.as_ref().map(|m| m.shape().to_vec()),
         alibi_slopes: i.alibi_slopes.as_ref().map(|s| s.shape().to_vec()),
+        drop_mask: i.drop_mask.as_ref().map(|m| m.shape().to_vec()),
     }
 }
 
@@ -61,6 +65,26 @@ pub fn dpse_factor_of<T: TensorMetadata>(
         PseType::OuterAddMul => Some(p.attrs.scale),
         _ => Some(1.0),
     }
+}
+
+/// The keep bits of a `dropMask` tensor (bytes 0..=255 as floats), one float 0/1 per score
+/// element in CANN's order (element `e` is bit `e % 8` of byte `e / 8`, LSB first), computed
+/// where the tensor lies with comparisons alone (Burn's `floor` and `remainder` are host
+/// fallbacks on some backends): the bits are peeled off from the top, `b_k = (r ≥ 2^k)`,
+/// `r −= b_k·2^k`. `None` unless the call drops (`keepProb < 1`).
+fn drop_bits<B: Backend>(p: &VarlenProblem, mask: Option<FloatTensor<B>>) -> Option<Tensor<B, 1>> {
+    let bytes = wrap::<B, 1>(mask.filter(|_| p.attrs.keep_prob < 1.0)?);
+    let len = bytes.dims()[0];
+    let mut rest = bytes;
+    let mut bits = Vec::with_capacity(8);
+    for k in (0..8).rev() {
+        let weight = f32::from(1u8 << k);
+        let bit = rest.clone().greater_equal_elem(weight).float();
+        rest = rest - bit.clone().mul_scalar(weight);
+        bits.push(bit);
+    }
+    bits.reverse();
+    Some(Tensor::stack::<2>(bits, 1).reshape([len * 8]))
 }
 
 /// A call's `realShift` tensor as the composite reads it.
@@ -149,14 +173,16 @@ struct SeqAux<B: Backend> {
 }
 
 /// `pse`: the call's pse tensor or ALiBi slopes, if given; `mask`: the call's explicit mask
-/// tensor `[1|B, 1|N, maxSq, maxSkv]`, if given.
+/// tensor `[1|B, 1|N, maxSq, maxSkv]`, if given; `drop`: the call's keep bits
+/// ([`drop_bits`]) when it drops. `pse0` is where sequence b starts in a flat pse and in the
+/// dropout bits alike (`N·Σ_{b'<b} Sq_b'·Skv_b'`).
 fn seq_aux<B: Backend>(
     p: &VarlenProblem,
     b: usize,
     pse0: usize,
-    drop0: usize,
     pse: Option<&PseTensor<B>>,
     mask: Option<&Tensor<B, 4>>,
+    drop: Option<&Tensor<B, 1>>,
     device: &B::Device,
 ) -> SeqAux<B> {
     let (n, sq, skv) = (p.dims.head_num, p.dims.seq_q[b], p.dims.seq_kv[b]);
@@ -187,11 +213,12 @@ fn seq_aux<B: Backend>(
         (r, e) => r.or(e),
     };
     let pse = pse.map(|t| t.sequence(p, b, pse0, device));
-    let drop = (p.attrs.keep_prob < 1.0 && p.drop_mask.is_some()).then(|| {
-        let v: Vec<f32> = (0..n * sq * skv)
-            .map(|e| p.dropout_factor(drop0 + e) as f32)
-            .collect();
-        T3::<B>::from_data(TensorData::new(v, shape), device)
+    // The sequence's bits, where they lie, scaled to the kept elements' factor 1/keepProb.
+    let drop = drop.map(|bits| {
+        bits.clone()
+            .narrow(0, pse0, n * sq * skv)
+            .reshape(shape)
+            .mul_scalar(1.0 / p.attrs.keep_prob)
     });
     SeqAux { masked, pse, drop }
 }
@@ -307,6 +334,7 @@ pub fn varlen_fwd<B: Backend>(
     let sink = inputs.sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
     let pse = PseTensor::<B>::of(inputs.pse, inputs.alibi_slopes);
     let mask = inputs.atten_mask.map(mask_4d::<B>);
+    let drop = drop_bits::<B>(&p, inputs.drop_mask);
     let (mut outs, mut maxes, mut sums) = (Vec::new(), Vec::new(), Vec::new());
     for seq in sequences(&p).into_iter().filter(|s| s.sq > 0) {
         if seq.skv == 0 {
@@ -316,14 +344,13 @@ pub fn varlen_fwd<B: Backend>(
             sums.push(T3::<B>::zeros([seq.sq, n, 8], &device));
             continue;
         }
-        let drop0 = seq.pse0;
         let aux = seq_aux::<B>(
             &p,
             seq.b,
             seq.pse0,
-            drop0,
             pse.as_ref(),
             mask.as_ref(),
+            drop.as_ref(),
             &device,
         );
         let qb = q.clone().narrow(0, seq.q0, seq.sq).swap_dims(0, 1);
@@ -369,10 +396,15 @@ struct BwdCall<B: Backend> {
     ssum: T3<B>,
     pse: Option<PseTensor<B>>,
     mask: Option<Tensor<B, 4>>,
+    /// The keep bits ([`drop_bits`]) when the call drops.
+    drop: Option<Tensor<B, 1>>,
 }
 
 impl<B: Backend> BwdCall<B> {
-    fn new(inputs: VarlenGradInputs<FloatTensor<B>>) -> (Self, Option<FloatTensor<B>>) {
+    fn new(
+        p: &VarlenProblem,
+        inputs: VarlenGradInputs<FloatTensor<B>>,
+    ) -> (Self, Option<FloatTensor<B>>) {
         let VarlenGradInputs {
             inputs: fwd,
             dy,
@@ -390,6 +422,7 @@ impl<B: Backend> BwdCall<B> {
             ssum: wrap(softmax_sum),
             pse: PseTensor::of(fwd.pse, fwd.alibi_slopes),
             mask: fwd.atten_mask.map(mask_4d::<B>),
+            drop: drop_bits::<B>(p, fwd.drop_mask),
         };
         (call, fwd.sink)
     }
@@ -416,9 +449,9 @@ fn seq_grad<B: Backend>(p: &VarlenProblem, c: &BwdCall<B>, seq: &SeqIter) -> Seq
         p,
         seq.b,
         seq.pse0,
-        seq.pse0,
         c.pse.as_ref(),
         c.mask.as_ref(),
+        c.drop.as_ref(),
         &device,
     );
     let qb = c.q.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
@@ -463,7 +496,7 @@ pub fn varlen_bwd<B: Backend>(
         p.dims.group(),
     );
     let dpse_factor = dpse_factor_of(&p, &inputs.inputs);
-    let (c, sink) = BwdCall::<B>::new(inputs);
+    let (c, sink) = BwdCall::<B>::new(&p, inputs);
     let device = c.q.device();
     let has_sink = sink.is_some();
     let sink = sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
@@ -531,7 +564,7 @@ pub fn varlen_dpse<B: Backend>(
         return Ok(None);
     };
     let n = p.dims.head_num;
-    let (c, _) = BwdCall::<B>::new(inputs);
+    let (c, _) = BwdCall::<B>::new(&p, inputs);
     let device = c.q.device();
     let dpses = sequences(&p)
         .into_iter()

@@ -1,8 +1,6 @@
 //! Every validation rule of the varlen op, broken one at a time: each must give a typed error
 //! naming the aclnn parameter (and a valid base case must pass).
 
-use std::sync::Arc;
-
 use burn::backend::NdArray;
 use burn::tensor::Tensor;
 use burn_ascend_ops::varlen::{MaskSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec};
@@ -23,6 +21,7 @@ fn base() -> (VarlenSpec, VarlenShapes) {
         pse: None,
         atten_mask: None,
         alibi_slopes: None,
+        drop_mask: None,
     };
     (spec, shapes)
 }
@@ -80,6 +79,7 @@ fn dense_masks_in_tnd_are_accepted_where_the_kernel_reads_them_top_left() {
         pse: None,
         atten_mask: None,
         alibi_slopes: None,
+        drop_mask: None,
     };
     for shape in [vec![2, 1, 3, 4], vec![2, 4, 3, 4]] {
         dense(&mut even, &mut even_shapes, shape);
@@ -159,10 +159,14 @@ fn every_forward_rule_names_its_parameter() {
         ("dropMask", "keepProb < 1 without dropMask", |s, _| {
             s.attrs.keep_prob = 0.9
         }),
-        ("dropMask", "dropMask too short", |s, _| {
+        ("dropMask", "dropMask too short", |s, sh| {
             s.attrs.keep_prob = 0.9;
             // needs N·Σ Sq·Skv = 4·(2·3 + 3·4) = 72 bits = 9 bytes
-            s.drop_mask = Some(Arc::from(vec![0xFFu8; 8]));
+            sh.drop_mask = Some(vec![8]);
+        }),
+        ("dropMask", "dropMask not 1-D", |s, sh| {
+            s.attrs.keep_prob = 0.9;
+            sh.drop_mask = Some(vec![3, 3]);
         }),
         ("attenMask", "explicit mask with mode 3", |s, sh| {
             s.attrs.sparse_mode = SparseMode::RightDownCausal;
@@ -409,6 +413,7 @@ fn the_compressed_alibi_pse_needs_equal_lengths_and_a_causal_mode() {
         pse: shapes.pse.clone(),
         atten_mask: None,
         alibi_slopes: None,
+        drop_mask: None,
     };
     expect(
         "sparseMode",
@@ -593,10 +598,14 @@ fn products_of_huge_lengths_are_typed_errors_not_overflows() {
         pse: None,
         atten_mask: None,
         alibi_slopes: None,
+        drop_mask: None,
     };
     spec.attrs.keep_prob = 0.5;
-    spec.drop_mask = Some(Arc::from(Vec::new()));
-    expect("dropMask", "N·Sq·Skv bits", spec.validate_fwd(&shapes));
+    let dropping = VarlenShapes {
+        drop_mask: Some(vec![0]),
+        ..shapes.clone()
+    };
+    expect("dropMask", "N·Sq·Skv bits", spec.validate_fwd(&dropping));
     let mut spec = VarlenSpec::from_lengths(&[t], &[t], 4, 0.35);
     spec.attrs.pse_type = PseType::OuterAddMul;
     let shapes = VarlenShapes {
@@ -630,7 +639,7 @@ fn extreme_attribute_values_are_printed_in_exponent_form_not_as_300_digits() {
 }
 
 /// The varlen carrier's `map` visits every tensor once, in the documented order (query, key,
-/// value, sink, pse, attenMask, ALiBi slopes; then dy, attentionIn, softmaxMax, softmaxSum), and `as_ref` keeps them
+/// value, sink, pse, attenMask, ALiBi slopes, dropMask; then dy, attentionIn, softmaxMax, softmaxSum), and `as_ref` keeps them
 /// in place: every layer that converts the carrier (Autodiff, the aclnn builder) relies on it.
 #[test]
 fn the_varlen_carrier_maps_every_tensor_once_in_order() {
@@ -643,29 +652,31 @@ fn the_varlen_carrier_maps_every_tensor_once_in_order() {
         pse: Some(5),
         atten_mask: Some(6),
         alibi_slopes: Some(7),
+        drop_mask: Some(8),
     };
     let grad = VarlenGradInputs {
         inputs,
-        dy: 8,
-        attention_in: 9,
-        softmax_max: 10,
-        softmax_sum: 11,
+        dy: 9,
+        attention_in: 10,
+        softmax_max: 11,
+        softmax_sum: 12,
     };
     let mut seen = Vec::new();
     let tens = grad.clone().map(|v| {
         seen.push(v);
         v * 10
     });
-    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     assert_eq!(
         (
             tens.inputs.sink,
             tens.inputs.pse,
             tens.inputs.atten_mask,
             tens.inputs.alibi_slopes,
+            tens.inputs.drop_mask,
             tens.softmax_sum
         ),
-        (Some(40), Some(50), Some(60), Some(70), 110)
+        (Some(40), Some(50), Some(60), Some(70), Some(80), 120)
     );
     let refs = grad.as_ref();
     assert_eq!(
@@ -673,15 +684,17 @@ fn the_varlen_carrier_maps_every_tensor_once_in_order() {
             *refs.inputs.pse.unwrap(),
             *refs.inputs.atten_mask.unwrap(),
             *refs.inputs.alibi_slopes.unwrap(),
+            *refs.inputs.drop_mask.unwrap(),
             *refs.dy
         ),
-        (5, 6, 7, 8)
+        (5, 6, 7, 8, 9)
     );
-    assert_eq!(grad.inputs.all(), [&1, &2, &3, &4, &5, &6, &7]);
+    assert_eq!(grad.inputs.all(), [&1, &2, &3, &4, &5, &6, &7, &8]);
     let no_sink = VarlenInputs {
         sink: None,
         atten_mask: None,
         alibi_slopes: None,
+        drop_mask: None,
         ..grad.inputs.clone()
     };
     assert_eq!(no_sink.all(), [&1, &2, &3, &5]);
