@@ -8,10 +8,11 @@
 //!   kernel writes dpse). Under
 //!   `Autodiff<Ascend>` the ops crate's fused backward calls [`AttentionBackend::varlen_bwd`]
 //!   here. An explicit mask (`VarlenInputs::atten_mask`, 0/1 floats) is compared with 0 into
-//!   BOOL on the device; a pse tensor is handed over as a view; the spec's host pse (dense or
-//!   ALiBi slopes) and dropout bits are uploaded by the call builder ([`aclnn`]); a non-f32
-//!   sink or mixed dtypes take the CPU kernels through the counted host fallback
-//!   (`varlen_fwd` / `varlen_bwd`).
+//!   BOOL on the device; a pse tensor is handed over as a view, ALiBi slopes as FLOAT and the
+//!   dropout mask (`VarlenInputs::drop_mask`, byte values) as UINT8, each cast on the device
+//!   when needed — nothing of the call is uploaded but CANN's compressed masks (runtime
+//!   constants); a non-f32 sink or mixed dtypes take the CPU kernels through the counted host
+//!   fallback (`varlen_fwd` / `varlen_bwd`).
 //! - prompt, incremental attention and the KV cache scatter run natively
 //!   (`aclnnPromptFlashAttentionV3`, `aclnnIncreFlashAttentionV4` over contiguous, listed or
 //!   paged KV, `aclnnScatterPaKvCache` in place on an unshared cache): [`prompt`], [`incre`],
@@ -87,7 +88,8 @@ fn native_ok(qkv: &[&AscendTensor], sink: Option<&AscendTensor>) -> bool {
         && sink.is_none_or(|s| s.dtype == DType::F32)
 }
 
-/// [`native_ok`] for a varlen call: a pse tensor in the query's dtype too.
+/// [`native_ok`] for a varlen call: a pse tensor in the query's dtype too (ALiBi slopes are
+/// cast to FLOAT on the device instead).
 fn varlen_native_ok(x: &VarlenInputs<AscendTensor>, more: &[&AscendTensor]) -> bool {
     let mut floats = vec![&x.query, &x.key, &x.value];
     floats.extend(x.pse.as_ref());
@@ -104,9 +106,13 @@ fn view_handle<'a>(t: &'a AscendTensor, op: &str) -> Tensor<'a> {
     handle(t, &t.desc(op), op)
 }
 
-/// The pse tensor `[pseTotalLen]` as the op describes it ([`builders::dense_pse_dims`]): a view of
-/// the same device storage, no copy.
+/// The pse tensor as the op describes it: a flat `[pseTotalLen]` with
+/// [`builders::dense_pse_dims`] (a view of the same device storage, no copy), the
+/// ALiBi-compressed `[1|B, N, 1024, maxSkv]` as it is.
 fn pse_view(pse: &AscendTensor, grad: bool) -> AscendTensor {
+    if pse.shape.num_dims() != 1 {
+        return pse.clone();
+    }
     let dims = builders::dense_pse_dims(pse.shape.num_elements(), grad);
     let mut strides = vec![1; dims.len()];
     strides[0] = pse.strides[0];
@@ -123,6 +129,18 @@ fn bool_mask(m: &AscendTensor) -> AscendTensor {
     )
 }
 
+/// ALiBi slopes as the FLOAT tensor the op reads, cast on the device (`aclnnCast`) when they
+/// are in another float dtype; `None` without a device kernel.
+fn slopes_f32(slopes: &AscendTensor) -> Option<AscendTensor> {
+    crate::ops::native_elementwise::cast(slopes, DType::F32)
+}
+
+/// A `dropMask` tensor (byte values as floats) as the UINT8 tensor the op reads, cast on the
+/// device (`aclnnCast`); `None` without a device kernel.
+fn drop_mask_u8(mask: &AscendTensor) -> Option<AscendTensor> {
+    crate::ops::native_elementwise::cast(mask, DType::U8)
+}
+
 /// Labels of the varlen calls in error messages.
 const FWD: &str = "varlen_fwd";
 const BWD: &str = "varlen_bwd";
@@ -134,7 +152,9 @@ impl AttentionBackend for Ascend {
     ) -> Result<VarlenOutputs<AscendTensor>> {
         let dims = spec.validate_fwd(&shapes(&inputs))?;
         let device = same_device(FWD, &inputs.all())?;
-        if !varlen_native_ok(&inputs, &[]) {
+        let slopes = incre::on_device(&inputs.alibi_slopes, slopes_f32);
+        let drop = incre::on_device(&inputs.drop_mask, drop_mask_u8);
+        if !varlen_native_ok(&inputs, &[]) || slopes.is_none() || drop.is_none() {
             count("varlen_fwd");
             return cpu_varlen_fwd::<Self>(inputs, spec);
         }
@@ -153,6 +173,8 @@ impl AttentionBackend for Ascend {
             let x = VarlenInputs {
                 pse: pse.as_ref(),
                 atten_mask: mask.as_ref(),
+                alibi_slopes: slopes.as_ref().and_then(Option::as_ref),
+                drop_mask: drop.as_ref().and_then(Option::as_ref),
                 ..inputs.as_ref()
             }
             .map(|t| view_handle(t, FWD));
@@ -187,7 +209,13 @@ impl AttentionBackend for Ascend {
         let stats_f32 = [&inputs.softmax_max, &inputs.softmax_sum]
             .iter()
             .all(|t| t.dtype == DType::F32);
-        if !varlen_native_ok(f, &[&inputs.dy, &inputs.attention_in]) || !stats_f32 {
+        let slopes = incre::on_device(&f.alibi_slopes, slopes_f32);
+        let drop = incre::on_device(&f.drop_mask, drop_mask_u8);
+        if !varlen_native_ok(f, &[&inputs.dy, &inputs.attention_in])
+            || !stats_f32
+            || slopes.is_none()
+            || drop.is_none()
+        {
             count("varlen_bwd");
             return cpu_varlen_bwd::<Self>(inputs, spec);
         }
@@ -202,24 +230,26 @@ impl AttentionBackend for Ascend {
         );
         let dtype = f.query.dtype;
         let alloc = |s: Vec<usize>, dt| AscendTensor::alloc(Shape::from(s), dt, &device);
-        // dpseOut and dsinkOut are the kernel's scratch: both are replaced below.
+        let (slopes, drop) = (slopes.flatten(), drop.flatten());
+        let pse = f.pse.as_ref().map(|p| pse_view(p, true));
+        // dpseOut and dsinkOut are the kernel's scratch: both are replaced below. dpseOut is
+        // shaped like the realShift the op is given (pse or slopes), as torch_npu allocates it.
+        let real_shift = pse.as_ref().or(slopes.as_ref());
         let kernel = VarlenGrads {
             dq: alloc(vec![tq, n, d], dtype),
             dk: alloc(vec![tkv, nkv, d], dtype),
             dv: alloc(vec![tkv, nkv, dvd], dtype),
-            dpse: f
-                .pse
-                .as_ref()
-                .map(|p| alloc(vec![p.shape.num_elements()], dtype)),
+            dpse: real_shift.map(|p| alloc(p.shape.to_vec(), dtype)),
             dsink: f.sink.as_ref().map(|_| alloc(vec![n], DType::F32)),
         };
         {
-            let pse = f.pse.as_ref().map(|p| pse_view(p, true));
             let mask = f.atten_mask.as_ref().map(bool_mask);
             let x = VarlenGradInputs {
                 inputs: VarlenInputs {
                     pse: pse.as_ref(),
                     atten_mask: mask.as_ref(),
+                    alibi_slopes: slopes.as_ref(),
+                    drop_mask: drop.as_ref(),
                     ..f.as_ref()
                 },
                 ..inputs.as_ref()

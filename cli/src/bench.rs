@@ -501,6 +501,8 @@ fn varlen_cases(
         sink: Some(heads),
         pse: None,
         atten_mask: None,
+        alibi_slopes: None,
+        drop_mask: None,
     })?;
     let p = spec.problem(dims, Some(&sink));
 
@@ -513,6 +515,8 @@ fn varlen_cases(
         sink: Some(from_vec::<Nd>(sink.clone(), &[heads], &device)),
         pse: None,
         atten_mask: None,
+        alibi_slopes: None,
+        drop_mask: None,
     };
     let dy_t = from_vec::<Nd>(dy.clone(), &[t, heads, d], &device);
     let comp_fwd = || {

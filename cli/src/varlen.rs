@@ -16,8 +16,8 @@ use super::{CliError, Device};
 use burn_ascend::kernels::reference::varlen as reference;
 use burn_ascend::ops::varlen::VARLEN_LAYOUT;
 use burn_ascend::ops::varlen::{
-    compressed_mask, AttenMask, DenseMask, MaskSpec, Pse, PseSpec, VarlenBwdShapes, VarlenProblem,
-    VarlenShapes, VarlenSpec,
+    check_alibi_compressed_values, compressed_mask, AttenMask, DenseMask, MaskSpec, Pse,
+    VarlenBwdShapes, VarlenProblem, VarlenShapes, VarlenSpec,
 };
 use burn_ascend::{
     AttentionBackend, AttnError, PseType, SoftmaxLayout, SparseMode, VarlenGradInputs, VarlenInputs,
@@ -27,14 +27,19 @@ use burn_ascend::{
 type HostMask = (Vec<u8>, Vec<usize>);
 
 /// The bundle's inputs the call carries as tensors (`VarlenInputs::atten_mask`,
-/// `VarlenInputs::pse`), not in the spec.
+/// `VarlenInputs::pse`, `VarlenInputs::alibi_slopes`, `VarlenInputs::drop_mask`), not in the
+/// spec.
 #[derive(Default)]
 struct HostTensors {
     /// The explicit mask.
     mask: Option<HostMask>,
-    /// A flat external pse `[pseTotalLen]` (pseType 0/1): its values and shape. (The
-    /// ALiBi-compressed 4-D form stays in the spec, whose check reads its values.)
+    /// An external pse (pseType 0/1), flat `[pseTotalLen]` or ALiBi-compressed
+    /// `[1|B, N, 1024, maxSkv]`: its values and shape.
     pse: Option<(Vec<f32>, Vec<usize>)>,
+    /// ALiBi slopes (pseType 2/3) `[N]` or `[B, N]`: their values and shape.
+    slopes: Option<(Vec<f32>, Vec<usize>)>,
+    /// The bit-packed `dropMask` bytes.
+    drop: Option<Vec<u8>>,
 }
 
 impl HostTensors {
@@ -49,6 +54,41 @@ impl HostTensors {
             TensorData::new(v.clone(), shape.clone()).convert_dtype(burn_dtype(dt))
         })
     }
+
+    /// The ALiBi slopes as the API takes them: f32, as the op reads them.
+    fn slopes_data(&self) -> Option<TensorData> {
+        (self.slopes.as_ref()).map(|(v, shape)| TensorData::new(v.clone(), shape.clone()))
+    }
+
+    /// The dropout mask as the API takes it: its byte values as f32 (exact).
+    fn drop_data(&self) -> Option<TensorData> {
+        (self.drop.as_ref()).map(|m| {
+            let v: Vec<f32> = m.iter().map(|&b| f32::from(b)).collect();
+            TensorData::new(v, [m.len()])
+        })
+    }
+
+    /// The shapes validation reads: `(pse, attenMask, alibi slopes, dropMask)`.
+    fn shapes(&self) -> [Option<Vec<usize>>; 4] {
+        let shape = |t: &Option<(_, Vec<usize>)>| t.as_ref().map(|(_, s)| s.clone());
+        [
+            shape(&self.pse),
+            self.mask.as_ref().map(|(_, s)| s.clone()),
+            shape(&self.slopes),
+            self.drop.as_ref().map(|m| vec![m.len()]),
+        ]
+    }
+
+    /// The value rules validation (which sees shapes) leaves to the holder of the values: an
+    /// ALiBi-compressed pse must be constant along its diagonals.
+    fn check_values(&self) -> Result<(), AttnError> {
+        match &self.pse {
+            Some((values, shape)) if shape.len() == 4 => {
+                check_alibi_compressed_values(values, shape)
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The reference's view of `p` with the bundle's mask bytes and pse values.
@@ -56,9 +96,12 @@ fn with_host<'a>(
     mut p: VarlenProblem<'a>,
     host: &'a HostTensors,
 ) -> Result<VarlenProblem<'a>, AttnError> {
-    if let Some((values, _)) = &host.pse {
-        p.pse = Pse::Dense(values);
-    }
+    p.pse = Pse::of_tensor(
+        host.pse.as_ref().map(|(v, s)| (&v[..], &s[..])),
+        host.slopes.as_ref().map(|(v, _)| &v[..]),
+        p.dims.head_num,
+    );
+    p.drop_mask = host.drop.as_deref();
     if let Some((bytes, shape)) = &host.mask {
         let m = DenseMask::from_shape(bytes, shape).ok_or_else(|| {
             AttnError::invalid(
@@ -165,27 +208,15 @@ fn spec_from(
         };
     }
     if let Some(p) = b.optional(&["realShift", "pseShift"]) {
-        let values = p.f32_values("realShift")?;
-        spec.pse = match spec.attrs.pse_type {
-            PseType::InnerMulAdd | PseType::InnerMulAddSqrt => PseSpec::Alibi {
-                slopes: values.into(),
-                shape: p.shape.clone(),
-            },
-            // The ALiBi-compressed [1|B, N, 1024, maxSkv] form: in the spec (its check reads
-            // the values, constant along each diagonal).
-            _ if p.shape.len() == 4 => PseSpec::Dense {
-                data: values.into(),
-                shape: p.shape.clone(),
-            },
-            // A flat external pse is an input of the op like the sink: a tensor.
-            _ => {
-                host.pse = Some((values, p.shape.clone()));
-                PseSpec::None
-            }
-        };
+        // An input of the op like the sink: a tensor, the pse or (pseType 2/3) the slopes.
+        let values = Some((p.f32_values("realShift")?, p.shape.clone()));
+        match spec.attrs.pse_type {
+            PseType::InnerMulAdd | PseType::InnerMulAddSqrt => host.slopes = values,
+            _ => host.pse = values,
+        }
     }
     if let Some(m) = b.optional(&["dropMask"]) {
-        spec.drop_mask = Some(m.mask_values("dropMask")?.into());
+        host.drop = Some(m.mask_values("dropMask")?);
     }
     if let Some(p) = b.optional(&["prefix"]) {
         spec.prefix = Some(p.i64_values("prefix")?);
@@ -262,15 +293,19 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
     let query = rank3(q, "query")?;
     let sink = sink_of(b, &["sink"])?;
     let (spec, host) = spec_from(b, query, false)?;
+    let [pse, atten_mask, alibi_slopes, drop_mask] = host.shapes();
     let shapes = VarlenShapes {
         query,
         key: rank3(k, "key")?,
         value: rank3(v, "value")?,
         sink: sink.as_ref().map(Vec::len),
-        pse: host.pse.as_ref().map(|(_, s)| s.clone()),
-        atten_mask: host.mask.as_ref().map(|(_, s)| s.clone()),
+        pse,
+        atten_mask,
+        alibi_slopes,
+        drop_mask,
     };
     let dims = spec.validate_fwd(&shapes)?;
+    host.check_values()?;
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
     // Decoded on every device: the dtype checks are host validation every device needs.
     let (qv, kv, vv) = (
@@ -293,6 +328,8 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
                 sink: data_opt(b.optional(&["sink"]), "sink", Dtype::F32)?,
                 mask: host.mask_data(),
                 pse: host.pse_data(dt),
+                slopes: host.slopes_data(),
+                drop: host.drop_data(),
             },
         );
     }
@@ -318,8 +355,12 @@ struct Forward {
     sink: Option<TensorData>,
     /// The explicit mask (0/1 floats).
     mask: Option<TensorData>,
-    /// The flat external pse.
+    /// The external pse.
     pse: Option<TensorData>,
+    /// The ALiBi slopes (f32).
+    slopes: Option<TensorData>,
+    /// The dropout mask's bytes (f32).
+    drop: Option<TensorData>,
 }
 
 impl OnBackend for Forward {
@@ -334,6 +375,8 @@ impl OnBackend for Forward {
                 sink: self.sink.map(p),
                 pse: self.pse.map(p),
                 atten_mask: self.mask.map(p),
+                alibi_slopes: self.slopes.map(p),
+                drop_mask: self.drop.map(p),
             },
             &self.spec,
         )?;
@@ -364,13 +407,16 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     let ((smax, ms), (ssum, ss)) = (get("softmaxMax")?, get("softmaxSum")?);
     let sink = sink_of(b, &["sinkIn", "sink"])?;
     let (spec, host) = spec_from(b, qs, true)?;
+    let [pse, atten_mask, alibi_slopes, drop_mask] = host.shapes();
     let shapes = VarlenShapes {
         query: qs,
         key: ks,
         value: vs,
         sink: sink.as_ref().map(Vec::len),
-        pse: host.pse.as_ref().map(|(_, s)| s.clone()),
-        atten_mask: host.mask.as_ref().map(|(_, s)| s.clone()),
+        pse,
+        atten_mask,
+        alibi_slopes,
+        drop_mask,
     };
     let bwd = VarlenBwdShapes {
         dy: dys,
@@ -379,6 +425,7 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
         softmax_sum: ss,
     };
     let dims = spec.validate_bwd(&shapes, &bwd)?;
+    host.check_values()?;
     let (tq, tkv, n, nkv, d) = (
         dims.t_q(),
         dims.t_kv(),
@@ -418,6 +465,8 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
                 sink: data_opt(b.optional(&["sinkIn", "sink"]), "sinkIn", Dtype::F32)?,
                 mask: host.mask_data(),
                 pse: host.pse_data(dt),
+                slopes: host.slopes_data(),
+                drop: host.drop_data(),
             },
         );
     }
@@ -452,8 +501,12 @@ struct Backward {
     sink: Option<TensorData>,
     /// The explicit mask (0/1 floats).
     mask: Option<TensorData>,
-    /// The flat external pse (it receives dpse).
+    /// The external pse (a flat one receives dpse).
     pse: Option<TensorData>,
+    /// The ALiBi slopes (f32).
+    slopes: Option<TensorData>,
+    /// The dropout mask's bytes (f32).
+    drop: Option<TensorData>,
 }
 
 impl OnBackend for Backward {
@@ -470,6 +523,8 @@ impl OnBackend for Backward {
                     sink: self.sink.map(p),
                     pse: self.pse.map(p),
                     atten_mask: self.mask.map(p),
+                    alibi_slopes: self.slopes.map(p),
+                    drop_mask: self.drop.map(p),
                 },
                 dy: p(self.dy),
                 attention_in: p(o),

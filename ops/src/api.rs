@@ -10,7 +10,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
 use burn_ascend_contract::dropout;
 use burn_ascend_contract::varlen::{lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode};
@@ -24,7 +24,7 @@ use crate::fia::FiaSpec;
 use crate::incre::IncreSpec;
 use crate::prompt::PromptSpec;
 use crate::scatter::ScatterSpec;
-use crate::varlen::{MaskSpec, PseSpec, VarlenSpec};
+use crate::varlen::{MaskSpec, VarlenSpec};
 
 fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
@@ -64,35 +64,41 @@ pub struct VarlenAttentionGrads<B: Backend> {
     pub dk: Tensor<B, 3>,
     /// `dv` `[Tkv, Nkv, D]`.
     pub dv: Tensor<B, 3>,
-    /// `dpse` `[pseTotalLen]` (laid out as the spec's pse), when the spec has an external pse
-    /// (pseType 0/1); ALiBi slopes are not differentiated.
+    /// `dpse` `[pseTotalLen]`, when the call has a flat external pse (pseType 0/1). The call of
+    /// [`varlen_score_grad`] has none (its inputs are query, key, value and sink): a pse
+    /// tensor's gradient comes from `Autodiff` ([`varlen_score_with_pse`]) or from
+    /// [`AttentionBackend::varlen_bwd`] with the carrier's pse.
     pub dpse: Option<Tensor<B, 1>>,
     /// `dsink` `[N]`, when a sink was given.
     pub dsink: Option<Tensor<B, 1>>,
 }
 
-/// The varlen forward of the public functions: the carrier filled once.
-fn varlen_forward<B: AttentionBackend>(
+/// The carrier of the public varlen functions: query, key, value and sink, no other input
+/// (each function sets its own).
+fn carrier<B: AttentionBackend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
     sink: Option<Tensor<B, 1>>,
-    pse: Option<FloatTensor<B>>,
-    atten_mask: Option<FloatTensor<B>>,
+) -> VarlenInputs<FloatTensor<B>> {
+    VarlenInputs {
+        query: prim(query),
+        key: prim(key),
+        value: prim(value),
+        sink: sink.map(prim),
+        pse: None,
+        atten_mask: None,
+        alibi_slopes: None,
+        drop_mask: None,
+    }
+}
+
+/// The varlen forward of the public functions.
+fn varlen_forward<B: AttentionBackend>(
+    inputs: VarlenInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    let out = B::varlen_fwd(
-        VarlenInputs {
-            query: prim(query),
-            key: prim(key),
-            value: prim(value),
-            sink: sink.map(prim),
-            pse,
-            atten_mask,
-        },
-        spec,
-    )?;
-    Ok(VarlenAttention::of(out))
+    Ok(VarlenAttention::of(B::varlen_fwd(inputs, spec)?))
 }
 
 /// `aclnnFlashAttentionVarLenScoreV5`: query `[Tq, N, D]`, key `[Tkv, Nkv, D]`, value
@@ -105,35 +111,48 @@ pub fn varlen_score<B: AttentionBackend>(
     sink: Option<Tensor<B, 1>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    varlen_forward(query, key, value, sink, None, None, spec)
+    varlen_forward(carrier(query, key, value, sink), spec)
 }
 
-/// [`varlen_score`] with a differentiable external pse (`realShift`, pseType 0 or 1): `pse` is
-/// the flat `[pseTotalLen]` tensor (per sequence `[N, Sq_b, Skv_b]`, concatenated) and takes
-/// the place of the spec's pse. It is an input of the op like the sink
-/// ([`VarlenInputs::pse`]), never read back to the host on a device backend. Under `Autodiff`, `pse` receives `dpse` from the same fused
-/// backward as query, key, value and sink.
-pub fn varlen_score_with_pse<B: AttentionBackend>(
+/// [`varlen_score`] with an external pse (`realShift`, pseType 0 or 1) of rank `P`: the flat
+/// `[pseTotalLen]` tensor (per sequence `[N, Sq_b, Skv_b]`, concatenated; differentiable) or
+/// CANN's ALiBi-compressed `[1|B, N, 1024, maxSkv]` (the last 1024 rows of a Toeplitz ALiBi
+/// bias, constant along its diagonals; not differentiated). It is an input of the op like the
+/// sink ([`VarlenInputs::pse`]), never read back to the host on a device backend. Under
+/// `Autodiff`, a flat `pse` receives `dpse` from the same fused backward as query, key, value
+/// and sink.
+pub fn varlen_score_with_pse<B: AttentionBackend, const P: usize>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
     sink: Option<Tensor<B, 1>>,
-    pse: Tensor<B, 1>,
+    pse: Tensor<B, P>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    // The op takes a pse in the spec or as a tensor, never both: the tensor wins here.
-    let without_pse;
-    let spec = match spec.pse {
-        PseSpec::None => spec,
-        _ => {
-            without_pse = VarlenSpec {
-                pse: PseSpec::None,
-                ..spec.clone()
-            };
-            &without_pse
-        }
+    let inputs = VarlenInputs {
+        pse: Some(prim(pse)),
+        ..carrier(query, key, value, sink)
     };
-    varlen_forward(query, key, value, sink, Some(prim(pse)), None, spec)
+    varlen_forward(inputs, spec)
+}
+
+/// [`varlen_score`] with ALiBi slopes (`realShift` with pseType 2 or 3): `[N]` or `[B, N]`
+/// (rank `S`), any float dtype (the op reads them as f32). The op builds the bias
+/// `−slope·|Δ|` (pseType 2) or `−slope·√|Δ|` (pseType 3) itself; the slopes stay where they
+/// are ([`VarlenInputs::alibi_slopes`]) and are not differentiated.
+pub fn varlen_score_with_alibi<B: AttentionBackend, const S: usize>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    sink: Option<Tensor<B, 1>>,
+    alibi_slopes: Tensor<B, S>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttention<B>> {
+    let inputs = VarlenInputs {
+        alibi_slopes: Some(prim(alibi_slopes)),
+        ..carrier(query, key, value, sink)
+    };
+    varlen_forward(inputs, spec)
 }
 
 /// [`varlen_score`] with an explicit mask (`spec.atten_mask` is [`MaskSpec::Dense`]): a
@@ -149,10 +168,67 @@ pub fn varlen_score_with_mask<B: AttentionBackend, const M: usize>(
     atten_mask: Tensor<B, M>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
-    varlen_forward(query, key, value, sink, None, Some(prim(atten_mask)), spec)
+    let inputs = VarlenInputs {
+        atten_mask: Some(prim(atten_mask)),
+        ..carrier(query, key, value, sink)
+    };
+    varlen_forward(inputs, spec)
 }
 
-/// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`.
+/// [`varlen_score`] with dropout (`spec.attrs.keep_prob < 1`): `drop_mask` is CANN's
+/// bit-packed keep mask as a 1-D float tensor holding the byte values 0..=255
+/// ([`VarlenInputs::drop_mask`]; [`dropout_mask`] makes one from a seed). It stays where it is
+/// and is not differentiated; under `Autodiff` the backward reads it again.
+pub fn varlen_score_with_dropout<B: AttentionBackend>(
+    query: Tensor<B, 3>,
+    key: Tensor<B, 3>,
+    value: Tensor<B, 3>,
+    sink: Option<Tensor<B, 1>>,
+    drop_mask: Tensor<B, 1>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttention<B>> {
+    let inputs = VarlenInputs {
+        drop_mask: Some(prim(drop_mask)),
+        ..carrier(query, key, value, sink)
+    };
+    varlen_forward(inputs, spec)
+}
+
+/// The seeded dropout mask of a validated-shape call of `spec` (`keepProb` from its attributes)
+/// on `device`: [`dropout::generate_mask`]'s bits as the byte values
+/// [`VarlenInputs::drop_mask`] holds. Generated on the host and uploaded once: the generator
+/// (splitmix64 from the seed) gives the same bits on every backend, which no device-side Burn
+/// op offers; a mask made on the NPU (CANN's Philox stream) can be passed as a tensor instead.
+pub fn dropout_mask<B: Backend>(
+    spec: &VarlenSpec,
+    seed: u64,
+    device: &B::Device,
+) -> Result<Tensor<B, 1>> {
+    let lengths = |cum: &[i64], name| {
+        lengths_from_cumulative(cum)
+            .ok_or_else(|| AttnError::invalid(name, "cumulative lengths must be non-decreasing"))
+    };
+    let seq_q = lengths(&spec.actual_seq_q_len, "actualSeqQLen")?;
+    let seq_kv = lengths(&spec.actual_seq_kv_len, "actualSeqKvLen")?;
+    ensure!(
+        seq_q.len() == seq_kv.len(),
+        "actualSeqKvLen",
+        "must have one entry per sequence like actualSeqQLen ({}), got {}",
+        seq_q.len(),
+        seq_kv.len()
+    );
+    let bits = dropout::mask_bits(spec.head_num, &seq_q, &seq_kv);
+    let bytes: Vec<f32> = dropout::generate_mask(bits, spec.attrs.keep_prob, seed)
+        .into_iter()
+        .map(f32::from)
+        .collect();
+    let len = bytes.len();
+    Ok(Tensor::from_data(TensorData::new(bytes, [len]), device))
+}
+
+/// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`,
+/// for a call without tensor inputs besides the sink (for a mask, pse, slopes or dropout mask:
+/// [`AttentionBackend::varlen_bwd`] with the carrier, or `Autodiff`).
 pub fn varlen_score_grad<B: AttentionBackend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
@@ -164,14 +240,7 @@ pub fn varlen_score_grad<B: AttentionBackend>(
 ) -> Result<VarlenAttentionGrads<B>> {
     let g = B::varlen_bwd(
         VarlenGradInputs {
-            inputs: VarlenInputs {
-                query: prim(query),
-                key: prim(key),
-                value: prim(value),
-                sink: sink.map(prim),
-                pse: None,
-                atten_mask: None,
-            },
+            inputs: carrier(query, key, value, sink),
             dy: prim(dy),
             attention_in: prim(forward.attention_out.clone()),
             softmax_max: prim(forward.softmax_max.clone()),
@@ -205,8 +274,9 @@ pub struct FlashAttnOptions<B: Backend> {
     /// Seed of the dropout mask.
     pub dropout_seed: u64,
     /// ALiBi slopes `[N]` or `[B·N]` (bias `−slope·|Δ|`, CANN's pseType 2; Δ is measured from
-    /// the top-left, equal to flash-attn's for Sq = Skv).
-    pub alibi_slopes: Option<Vec<f32>>,
+    /// the top-left, equal to flash-attn's for Sq = Skv), a tensor on the query's device (read
+    /// as f32 by the op, not differentiated).
+    pub alibi_slopes: Option<Tensor<B, 1>>,
 }
 
 impl<B: Backend> Default for FlashAttnOptions<B> {
@@ -234,7 +304,23 @@ pub fn flash_attention_varlen<B: AttentionBackend>(
     opts: FlashAttnOptions<B>,
 ) -> Result<Tensor<B, 3>> {
     let spec = flash_spec(query.dims(), cu_seqlens_q, cu_seqlens_k, &opts)?;
-    Ok(varlen_score(query, key, value, opts.sinks, &spec)?.attention_out)
+    let batch = spec.actual_seq_q_len.len();
+    // [B·N] slopes are the op's [B, N] (checked by flash_spec).
+    let slopes = opts
+        .alibi_slopes
+        .map(|s| match s.dims()[0] == spec.head_num {
+            true => prim(s),
+            false => prim(s.reshape([batch, spec.head_num])),
+        });
+    let drop_mask = (spec.attrs.keep_prob < 1.0)
+        .then(|| dropout_mask::<B>(&spec, opts.dropout_seed, &query.device()))
+        .transpose()?;
+    let inputs = VarlenInputs {
+        alibi_slopes: slopes,
+        drop_mask: drop_mask.map(prim),
+        ..carrier(query, key, value, opts.sinks)
+    };
+    Ok(varlen_forward(inputs, &spec)?.attention_out)
 }
 
 /// The CANN spec for flash-attn style options.
@@ -296,22 +382,19 @@ pub fn flash_spec<B: Backend>(
         }
     }
     if opts.dropout > 0.0 {
+        // The mask itself is a tensor of the call: `flash_attention_varlen` makes it
+        // (`dropout_mask`).
         spec.attrs.keep_prob = 1.0 - opts.dropout;
-        let bits = dropout::mask_bits(n, &seq_q, &seq_kv);
-        spec.drop_mask =
-            Some(dropout::generate_mask(bits, spec.attrs.keep_prob, opts.dropout_seed).into());
     }
     if let Some(slopes) = &opts.alibi_slopes {
-        let shape = if slopes.len() == n {
-            vec![n]
-        } else {
-            vec![seq_q.len(), n]
-        };
+        let (len, batch) = (slopes.dims()[0], seq_q.len());
+        ensure!(
+            len == n || len == batch * n,
+            "alibi_slopes",
+            "must hold N = {n} or B·N = {} slopes, got {len}",
+            batch * n
+        );
         spec.attrs.pse_type = PseType::InnerMulAdd;
-        spec.pse = PseSpec::Alibi {
-            slopes: slopes.clone().into(),
-            shape,
-        };
     }
     Ok(spec)
 }

@@ -80,7 +80,7 @@ impl<B: AttentionBackend> Backward<B, 5> for VarlenBackward {
             ..g
         };
         let [pq, pk, pv, ps, pp] = ops.parents;
-        // A pse in the spec's host data has no node: its dpse goes nowhere.
+        // Only a flat pse tensor has a dpse (the compressed pse and ALiBi slopes have none).
         let dpse = g.dpse.filter(|_| pse_tracked);
         for (parent, grad) in [
             (pq, Some(g.dq)),

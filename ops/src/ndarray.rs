@@ -14,7 +14,7 @@ use burn_ascend_kernels::cpu;
 use burn::tensor::TensorMetadata;
 use burn_ascend_contract::fia::FiaHostValues;
 use burn_ascend_contract::incre::{IncreHostValues, KvInput};
-use burn_ascend_contract::varlen::{AttenMask, DenseMask, Pse};
+use burn_ascend_contract::varlen::{check_alibi_compressed_values, AttenMask, DenseMask, Pse};
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
 use crate::backend::{
@@ -273,6 +273,66 @@ fn dense_mask((bytes, shape): &(Vec<u8>, Vec<usize>)) -> Result<AttenMask<'_>> {
         })
 }
 
+/// A varlen call's `realShift` on the host: the pse tensor's values and shape, or the ALiBi
+/// slopes' values.
+struct HostPse {
+    pse: Option<(Vec<f32>, Vec<usize>)>,
+    slopes: Option<Vec<f32>>,
+}
+
+impl HostPse {
+    fn view(&self, head_num: usize) -> Pse<'_> {
+        Pse::of_tensor(
+            self.pse.as_ref().map(|(v, s)| (&v[..], &s[..])),
+            self.slopes.as_deref(),
+            head_num,
+        )
+    }
+}
+
+/// The call's pse or slopes read to the host; an ALiBi-compressed pse's content rule is checked
+/// here, where its values are ([`check_alibi_compressed_values`]).
+fn host_pse<B: Backend>(
+    pse: Option<FloatTensor<B>>,
+    slopes: Option<FloatTensor<B>>,
+) -> Result<HostPse> {
+    let pse = pse.map(|t| {
+        let shape = t.shape().to_vec();
+        (to_vec::<B>(t), shape)
+    });
+    if let Some((values, shape)) = pse.as_ref().filter(|(_, s)| s.len() == 4) {
+        check_alibi_compressed_values(values, shape)?;
+    }
+    Ok(HostPse {
+        pse,
+        slopes: slopes.map(to_vec::<B>),
+    })
+}
+
+/// A `dropMask` tensor's bytes on the host, when the call drops (`keepProb < 1`; the kernels
+/// ignore the mask otherwise): each value must be a byte, 0..=255, checked here where the
+/// values are.
+fn host_drop_mask<B: Backend>(
+    spec: &VarlenSpec,
+    mask: Option<FloatTensor<B>>,
+) -> Result<Option<Vec<u8>>> {
+    let Some(mask) = mask.filter(|_| spec.attrs.keep_prob < 1.0) else {
+        return Ok(None);
+    };
+    to_vec::<B>(mask)
+        .into_iter()
+        .enumerate()
+        .map(|(e, x)| match x {
+            _ if (0.0..=255.0).contains(&x) && x.fract() == 0.0 => Ok(x as u8),
+            _ => Err(crate::error::AttnError::invalid(
+                "dropMask",
+                format!("must hold byte values 0..=255 (bit-packed keep bits), got {x} at {e}"),
+            )),
+        })
+        .collect::<Result<Vec<u8>>>()
+        .map(Some)
+}
+
 /// The varlen forward on host memory through the CPU kernels, for any backend.
 pub fn cpu_varlen_fwd<B: Backend>(
     inputs: VarlenInputs<FloatTensor<B>>,
@@ -282,13 +342,13 @@ pub fn cpu_varlen_fwd<B: Backend>(
     let device = B::float_device(&inputs.query);
     let sink = inputs.sink.map(to_vec::<B>);
     // The host kernels read a pse tensor from host memory (NdArray's own, or the fallback's).
-    let pse = inputs.pse.map(to_vec::<B>);
+    let pse = host_pse::<B>(inputs.pse, inputs.alibi_slopes)?;
     let mask = inputs.atten_mask.map(mask_bytes::<B>);
+    let drop = host_drop_mask::<B>(spec, inputs.drop_mask)?;
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
     let mut p = spec.problem(dims, sink.as_deref());
-    if let Some(pse) = &pse {
-        p.pse = Pse::Dense(pse);
-    }
+    p.pse = pse.view(n);
+    p.drop_mask = drop.as_deref();
     if let Some(mask) = &mask {
         p.atten_mask = dense_mask(mask)?;
     }
@@ -320,8 +380,9 @@ pub fn cpu_varlen_bwd<B: Backend>(
         softmax_sum,
     } = inputs;
     let sink = fwd.sink.map(to_vec::<B>);
-    let pse = fwd.pse.map(to_vec::<B>);
+    let pse = host_pse::<B>(fwd.pse, fwd.alibi_slopes)?;
     let mask = fwd.atten_mask.map(mask_bytes::<B>);
+    let drop = host_drop_mask::<B>(spec, fwd.drop_mask)?;
     let (tq, tkv, n, nkv, d, dv) = (
         dims.t_q(),
         dims.t_kv(),
@@ -331,9 +392,8 @@ pub fn cpu_varlen_bwd<B: Backend>(
         dims.value_dim,
     );
     let mut p = spec.problem(dims, sink.as_deref());
-    if let Some(pse) = &pse {
-        p.pse = Pse::Dense(pse);
-    }
+    p.pse = pse.view(n);
+    p.drop_mask = drop.as_deref();
     if let Some(mask) = &mask {
         p.atten_mask = dense_mask(mask)?;
     }

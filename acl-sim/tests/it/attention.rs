@@ -112,6 +112,8 @@ pub(crate) fn varlen_fwd(rt: &Runtime, c: &Case, sink: bool) -> Result<FwdOut, A
                 sink: sh.as_ref(),
                 pse: None,
                 atten_mask: None,
+                alibi_slopes: None,
+                drop_mask: None,
             },
             &VarlenOutputs {
                 attention_out: &o.handle()?,
@@ -242,6 +244,8 @@ fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
                     sink: Some(&h[7]),
                     pse: None,
                     atten_mask: None,
+                    alibi_slopes: None,
+                    drop_mask: None,
                 },
                 dy: &h[3],
                 softmax_max: &h[4],

@@ -196,6 +196,8 @@ fn varlen_grad(rt: &Runtime, c: &Case, sink: bool) -> Result<Vec<Vec<f32>>, AclE
                     sink: sink.then_some(&h[7]),
                     pse: None,
                     atten_mask: None,
+                    alibi_slopes: None,
+                    drop_mask: None,
                 },
                 dy: &h[3],
                 softmax_max: &h[4],

@@ -1,9 +1,8 @@
 //! One aclnn call builder per attention op: the validated contract spec plus the device tensors
-//! in (the op's carrier, tensor-valued inputs such as prompt's and varlen's masks and pse
-//! included), one aclnn call out. Each builder owns everything the spec still carries as host
-//! data (varlen's ALiBi slopes and dropout bits, IFA's and FIA's masks and pse, block tables,
-//! scales, index tensors, the `aclIntArray`s) and CANN's compressed masks (runtime
-//! constants), the attribute
+//! in (the op's carrier, tensor-valued inputs such as prompt's masks and pse and every varlen
+//! tensor included), one aclnn call out. Each builder owns everything the spec still carries
+//! as host data (IFA's and FIA's masks and pse, block tables, scales, index tensors, the
+//! `aclIntArray`s) and CANN's compressed masks (runtime constants), the attribute
 //! strings (from the contract's `as_attr`), the empty reserved outputs torch_npu passes, and —
 //! through [`burn_ascend_cann::acl::aclnn`] — the version fallback.
 //!
@@ -29,7 +28,7 @@ use burn_ascend_contract::scatter::{
     CacheMode, ScatterDims, ScatterInputs, ScatterKind, ScatterSpec,
 };
 use burn_ascend_contract::varlen::{
-    compressed_mask, MaskSpec, PseSpec, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    compressed_mask, MaskSpec, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
     VarlenSpec, VARLEN_LAYOUT,
 };
 
@@ -89,20 +88,9 @@ pub(super) fn handle_of<T: AsRef<DeviceTensor>>(t: &Option<T>) -> Result<Option<
     handle(t)
 }
 
-/// A device input uploaded for this call, or a runtime constant shared by every call.
-pub(super) enum Held {
-    Own(DeviceTensor),
-    Shared(Arc<DeviceTensor>),
-}
-
-impl AsRef<DeviceTensor> for Held {
-    fn as_ref(&self) -> &DeviceTensor {
-        match self {
-            Held::Own(t) => t,
-            Held::Shared(t) => t,
-        }
-    }
-}
+/// A device input of a call that is a runtime constant shared by every call (CANN's compressed
+/// masks, empty outputs); the caller's tensors come as handles.
+pub(super) type Held = Arc<DeviceTensor>;
 
 /// A constant `UINT8` mask cached on the runtime under `key` (CANN's compressed masks are
 /// 2048×2048 and the same for every call).
@@ -129,14 +117,12 @@ fn empty(rt: &Runtime, dtype: DataType) -> Result<Held> {
     rt.constant(&format!("empty {dtype:?}"), || {
         Ok((TensorDesc::contiguous(&[0], dtype)?, Vec::new()))
     })
-    .map(Held::Shared)
 }
 
-/// The varlen inputs the spec carries as host data, on the device, and its int arrays.
+/// The varlen inputs the spec implies (CANN's compressed mask, a runtime constant) and its int
+/// arrays.
 struct VarlenExtras {
     atten_mask: Option<Held>,
-    real_shift: Option<DeviceTensor>,
-    drop_mask: Option<DeviceTensor>,
     prefix: Option<IntArray>,
     cum_q: IntArray,
     cum_kv: IntArray,
@@ -165,12 +151,7 @@ pub fn dense_pse_dims(total: usize, grad: bool) -> Vec<usize> {
     }
 }
 
-fn varlen_extras(
-    rt: &Runtime,
-    spec: &VarlenSpec,
-    dtype: DataType,
-    grad: bool,
-) -> Result<VarlenExtras> {
+fn varlen_extras(rt: &Runtime, spec: &VarlenSpec) -> Result<VarlenExtras> {
     let atten_mask = match &spec.atten_mask {
         // An explicit mask is the caller's device tensor (`VarlenInputs::atten_mask`).
         MaskSpec::None | MaskSpec::Dense => None,
@@ -179,36 +160,15 @@ fn varlen_extras(
         MaskSpec::Compressed if spec.attrs.sparse_mode.takes_compressed_mask() => {
             let mode = spec.attrs.sparse_mode;
             let key = format!("varlen compressed mask {mode:?}");
-            Some(Held::Shared(constant_mask(rt, &key, || {
+            Some(constant_mask(rt, &key, || {
                 let (m, shape) = compressed_mask(mode).expect("the mode takes one");
                 (m, shape.to_vec())
-            })?))
+            })?)
         }
         MaskSpec::Compressed => None,
     };
-    let real_shift = match &spec.pse {
-        PseSpec::None => None,
-        // pseType 0/1: a bias in the query's dtype.
-        // The ALiBi-compressed [1|B, N, 1024, maxSkv] form goes as it is, to both ops.
-        PseSpec::Dense { data, shape } if shape.len() == 4 => {
-            Some(upload_float(rt, data, shape, dtype)?)
-        }
-        PseSpec::Dense { data, shape } => {
-            let total = shape.iter().product();
-            Some(upload_float(rt, data, &dense_pse_dims(total, grad), dtype)?)
-        }
-        // pseType 2/3: the slopes, FLOAT.
-        PseSpec::Alibi { slopes, shape } => Some(upload_float(rt, slopes, shape, DataType::Float)?),
-    };
-    let drop_mask = spec
-        .drop_mask
-        .as_ref()
-        .map(|m| upload(rt, m, &[m.len()], DataType::Uint8))
-        .transpose()?;
     Ok(VarlenExtras {
         atten_mask,
-        real_shift,
-        drop_mask,
         prefix: ints(rt, spec.prefix.as_deref())?,
         cum_q: IntArray::new(rt.api(), &spec.actual_seq_q_len)?,
         cum_kv: IntArray::new(rt.api(), &spec.actual_seq_kv_len)?,
@@ -217,9 +177,11 @@ fn varlen_extras(
     })
 }
 
-/// The varlen carrier over aclnn handles (the contract's one carrier per call). A pse tensor
-/// (`pse`) must be described with [`dense_pse_dims`] for the op (forward or grad); an explicit
-/// mask (`atten_mask`) is in a mask dtype (BOOL or UINT8).
+/// The varlen carrier over aclnn handles (the contract's one carrier per call). `pse` and
+/// `alibi_slopes` are the op's one `realShift` (at most one is given): a flat pse must be
+/// described with [`dense_pse_dims`] for the op (forward or grad), an ALiBi-compressed one as
+/// its `[1|B, N, 1024, maxSkv]`, both in the query's dtype; the slopes FLOAT. An explicit mask
+/// (`atten_mask`) is in a mask dtype (BOOL or UINT8), the dropout mask (`drop_mask`) UINT8.
 pub type VarlenHandles<'a> = VarlenInputs<&'a Tensor<'a>>;
 
 /// `aclnnFlashAttentionVarLenScore` without a sink, `…V5` with one (the choice and the
@@ -233,15 +195,11 @@ pub fn varlen_fwd(
     x: &VarlenHandles<'_>,
     out: &VarlenOutputs<&Tensor<'_>>,
 ) -> Result<()> {
-    let ex = varlen_extras(rt, spec, dtype, false)?;
+    let ex = varlen_extras(rt, spec)?;
     // softmaxOutOut is reserved ("预留参数，暂未使用"): an empty tensor, as torch_npu passes.
     let softmax_out = empty(rt, dtype)?;
     {
-        let (mask, pse, drop) = (
-            handle(&ex.atten_mask)?,
-            handle(&ex.real_shift)?,
-            handle(&ex.drop_mask)?,
-        );
+        let mask = handle(&ex.atten_mask)?;
         let softmax_out = softmax_out.as_ref().handle()?;
         let a = &spec.attrs;
         aclnn::varlen_fwd(
@@ -252,8 +210,8 @@ pub fn varlen_fwd(
                 key: x.key,
                 key_rope: None,
                 value: x.value,
-                real_shift: x.pse.or(pse.as_ref()),
-                drop_mask: drop.as_ref(),
+                real_shift: x.pse.or(x.alibi_slopes),
+                drop_mask: x.drop_mask,
                 padding_mask: None,
                 atten_mask: x.atten_mask.or(mask.as_ref()),
                 sink: x.sink,
@@ -283,8 +241,9 @@ pub fn varlen_fwd(
 }
 
 /// `aclnnFlashAttentionUnpaddingScoreGrad` without a sink, `…GradV5` with one (the choice and
-/// the fallbacks are `aclnn::varlen_grad`'s) for a validated spec. `g.dpse`, when given, is the
-/// `dpseOut` the op writes (pse-shaped, [`dense_pse_dims`]); else one is allocated here.
+/// the fallbacks are `aclnn::varlen_grad`'s) for a validated spec. `g.dpse` is the `dpseOut`
+/// the op writes, required with a `realShift` (pse or slopes): described like it (the op
+/// view-copies its dpse into it), in the query's dtype; without one an empty tensor is passed.
 pub fn varlen_grad(
     rt: &Runtime,
     spec: &VarlenSpec,
@@ -293,30 +252,27 @@ pub fn varlen_grad(
     x: &VarlenGradInputs<&Tensor<'_>>,
     g: &VarlenGrads<&Tensor<'_>>,
 ) -> Result<()> {
-    let ex = varlen_extras(rt, spec, dtype, true)?;
+    let ex = varlen_extras(rt, spec)?;
     // Unused outputs (no rope): empty tensors, as torch_npu passes. `dpseOut` has the pse's
     // shape ([0] without one), as torch_npu allocates it (op-plugin
     // `FlashAttentionKernelNpuOpApi.cpp` ~1119–1123): the op view-copies its pse-shaped dpse
     // into it. No arch32 grad kernel writes dpse (spec Appendix), so its content is not read:
     // the backend computes dpse itself (`burn_ascend_backend::attention`).
     let unused = empty(rt, dtype)?;
-    let dpse_out = match &ex.real_shift {
-        Some(pse) => {
-            let dims: Vec<usize> = pse.desc.dims.iter().map(|&d| d as usize).collect();
-            Held::Own(rt.zeros(TensorDesc::contiguous(&dims, dtype)?)?)
-        }
-        None => empty(rt, dtype)?,
-    };
+    let real_shift = x.inputs.pse.or(x.inputs.alibi_slopes);
+    if real_shift.is_some() && g.dpse.is_none() {
+        return Err(AclError::Invalid {
+            param: "dpseOut".into(),
+            rule: "required with a realShift: shaped like it (the op view-copies its dpse into it)"
+                .into(),
+        });
+    }
     {
-        let (mask, pse, drop) = (
-            handle(&ex.atten_mask)?,
-            handle(&ex.real_shift)?,
-            handle(&ex.drop_mask)?,
-        );
+        let mask = handle(&ex.atten_mask)?;
         let (dq_rope, dk_rope, dpse) = (
             unused.as_ref().handle()?,
             unused.as_ref().handle()?,
-            dpse_out.as_ref().handle()?,
+            unused.as_ref().handle()?,
         );
         let a = &spec.attrs;
         aclnn::varlen_grad(
@@ -328,8 +284,8 @@ pub fn varlen_grad(
                 key_rope: None,
                 value: x.inputs.value,
                 dy: x.dy,
-                pse_shift: x.inputs.pse.or(pse.as_ref()),
-                drop_mask: drop.as_ref(),
+                pse_shift: real_shift,
+                drop_mask: x.inputs.drop_mask,
                 padding_mask: None,
                 atten_mask: x.inputs.atten_mask.or(mask.as_ref()),
                 softmax_max: Some(x.softmax_max),
@@ -385,17 +341,13 @@ fn post_quant(
 /// CANN's compressed 2048×2048 `attenMask` of PFA / FIA sparse modes 2–4 (1 strictly above the
 /// diagonal): a runtime constant, uploaded once per runtime.
 pub(super) fn compressed_prompt_mask(rt: &Runtime) -> Result<Held> {
-    Ok(Held::Shared(constant_mask(
-        rt,
-        "prompt compressed mask",
-        || {
-            let [rows, cols] = PFA_COMPRESSED_MASK;
-            let m: Vec<u8> = (0..rows * cols)
-                .map(|x| u8::from(x % cols > x / cols))
-                .collect();
-            (m, PFA_COMPRESSED_MASK.to_vec())
-        },
-    )?))
+    constant_mask(rt, "prompt compressed mask", || {
+        let [rows, cols] = PFA_COMPRESSED_MASK;
+        let m: Vec<u8> = (0..rows * cols)
+            .map(|x| u8::from(x % cols > x / cols))
+            .collect();
+        (m, PFA_COMPRESSED_MASK.to_vec())
+    })
 }
 
 /// `aclnnPromptFlashAttentionV3` (or V1) for a validated spec: query/key/value in the

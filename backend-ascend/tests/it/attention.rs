@@ -276,6 +276,8 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
                         sink: Some(&h[7]),
                         pse: None,
                         atten_mask: None,
+                        alibi_slopes: None,
+                        drop_mask: None,
                     },
                     dy: &h[3],
                     softmax_max: &h[4],
@@ -308,14 +310,17 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
 
 /// dpse of an external pse (pseType 0: dS, pseType 1: scale·dS) on `Ascend` — computed on the
 /// device from dS, since no arch32 grad kernel writes `dpseOut` — and by the composite, against
-/// the CPU kernels (checked against finite differences in the kernels crate); the pse in the
-/// spec and as a tracked device tensor under `Autodiff` (no host fallback);
+/// the CPU kernels (checked against finite differences in the kernels crate); the pse as an
+/// untracked tensor of the carrier and as a tracked device tensor under `Autodiff` (no host
+/// fallback);
 /// |Δ| ≤ 1e-5 + 1e-4·|x|.
 #[test]
 fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_types() {
     use burn_ascend_contract::varlen::PseType;
+    use burn_ascend_ops::backend::{VarlenGradInputs, VarlenInputs};
     use burn_ascend_ops::varlen::composite;
-    use burn_ascend_ops::{PseSpec, VarlenSpec};
+    use burn_ascend_ops::VarlenGrads;
+    use burn_ascend_ops::VarlenSpec;
 
     let _lock = crate::exclusive();
     let (n, nkv, d) = (4usize, 2usize, 8usize);
@@ -325,33 +330,57 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
     for pse_type in [PseType::OuterMulAdd, PseType::OuterAddMul] {
         let mut spec = VarlenSpec::from_lengths(&sq, &skv, n, 0.35);
         spec.attrs.pse_type = pse_type;
-        spec.pse = PseSpec::Dense {
-            data: values(total, 21, 1.0).into(),
-            shape: vec![total],
-        };
+        let pse = values(total, 21, 1.0);
+        type Grads<B> = fn(
+            VarlenGradInputs<burn::tensor::ops::FloatTensor<B>>,
+            &VarlenSpec,
+        ) -> burn_ascend_ops::error::Result<
+            VarlenGrads<burn::tensor::ops::FloatTensor<B>>,
+        >;
+        /// dpse of the fused backward `bwd` (the backend's own `varlen_bwd` or the composite)
+        /// after the backend's forward, the pse an untracked tensor of the carrier.
         fn grads<B: AttentionBackend>(
             dev: &B::Device,
             spec: &VarlenSpec,
+            pse: &[f32],
             shapes: ([usize; 3], [usize; 3]),
+            bwd: Grads<B>,
         ) -> Vec<f32> {
             let (qs, ks) = shapes;
             let len = |s: [usize; 3]| s.iter().product::<usize>();
-            let q = t::<B, 3>(values(len(qs), 22, 1.0), qs, dev);
-            let k = t::<B, 3>(values(len(ks), 23, 1.0), ks, dev);
-            let v = t::<B, 3>(values(len(ks), 24, 1.0), ks, dev);
-            let sink = t::<B, 1>(values(qs[1], 25, 0.5), [qs[1]], dev);
-            let dy = t::<B, 3>(values(len(qs), 26, 1.0), qs, dev);
-            let fwd =
-                varlen_score(q.clone(), k.clone(), v.clone(), Some(sink.clone()), spec).unwrap();
-            let g = varlen_score_grad(q, k, v, Some(sink), &fwd, dy, spec).unwrap();
-            g.dpse
-                .expect("dpse for an external pse")
-                .into_data()
-                .to_vec::<f32>()
-                .unwrap()
+            let p =
+                |v: Vec<f32>, s: &[usize]| B::float_from_data(TensorData::new(v, s.to_vec()), dev);
+            let inputs = VarlenInputs {
+                query: p(values(len(qs), 22, 1.0), &qs),
+                key: p(values(len(ks), 23, 1.0), &ks),
+                value: p(values(len(ks), 24, 1.0), &ks),
+                sink: Some(p(values(qs[1], 25, 0.5), &[qs[1]])),
+                pse: Some(p(pse.to_vec(), &[pse.len()])),
+                atten_mask: None,
+                alibi_slopes: None,
+                drop_mask: None,
+            };
+            let fwd = B::varlen_fwd(inputs.clone(), spec).unwrap();
+            let g = bwd(
+                VarlenGradInputs {
+                    inputs,
+                    dy: p(values(len(qs), 26, 1.0), &qs),
+                    attention_in: fwd.attention_out,
+                    softmax_max: fwd.softmax_max,
+                    softmax_sum: fwd.softmax_sum,
+                },
+                spec,
+            )
+            .unwrap();
+            Tensor::<B, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(
+                g.dpse.expect("dpse for an external pse"),
+            ))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
         }
-        /// dpse as the gradient of a tracked pse tensor under `Autodiff` (the spec without
-        /// a pse): the tensor reaches the device op as it is and receives `dpse`.
+        /// dpse as the gradient of a tracked pse tensor under `Autodiff`: the tensor reaches
+        /// the device op as it is and receives `dpse`.
         fn tensor_grads<B: AttentionBackend>(
             dev: &B::Device,
             spec: &VarlenSpec,
@@ -367,10 +396,8 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
             let sink = t::<A<B>, 1>(values(qs[1], 25, 0.5), [qs[1]], dev);
             let dy = t::<A<B>, 3>(values(len(qs), 26, 1.0), qs, dev);
             let pse = t::<A<B>, 1>(pse.to_vec(), [pse.len()], dev).require_grad();
-            let mut spec = spec.clone();
-            spec.pse = PseSpec::None;
             let fwd =
-                burn_ascend_ops::varlen_score_with_pse(q, k, v, Some(sink), pse.clone(), &spec)
+                burn_ascend_ops::varlen_score_with_pse(q, k, v, Some(sink), pse.clone(), spec)
                     .unwrap();
             let grads = (fwd.attention_out * dy).sum().backward();
             pse.grad(&grads)
@@ -380,57 +407,32 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
                 .unwrap()
         }
         let shapes = ([tq, n, d], [tkv, nkv, d]);
-        let want = grads::<NdArray>(&Default::default(), &spec, shapes);
-        let ascend = grads::<Ascend>(&AscendDevice::sim(), &spec, shapes);
-        let PseSpec::Dense { data: pse, .. } = &spec.pse else {
-            unreachable!("set above")
-        };
+        let nd = Default::default();
+        let want = grads::<NdArray>(
+            &nd,
+            &spec,
+            &pse,
+            shapes,
+            <NdArray as AttentionBackend>::varlen_bwd,
+        );
         let watched = ["varlen_fwd", "varlen_bwd"];
         let before = watched.map(fallback_count);
-        let ascend_tensor = tensor_grads::<Ascend>(&AscendDevice::sim(), &spec, pse, shapes);
+        let ascend = grads::<Ascend>(
+            &AscendDevice::sim(),
+            &spec,
+            &pse,
+            shapes,
+            Ascend::varlen_bwd,
+        );
+        let ascend_tensor = tensor_grads::<Ascend>(&AscendDevice::sim(), &spec, &pse, shapes);
         assert_eq!(
             watched.map(fallback_count),
             before,
             "the varlen op with a pse tensor went through the host fallback"
         );
-        let nd_tensor = tensor_grads::<NdArray>(&Default::default(), &spec, pse, shapes);
+        let nd_tensor = tensor_grads::<NdArray>(&nd, &spec, &pse, shapes);
         // The composite on NdArray, called directly (NdArray itself runs the CPU kernels).
-        let comp = {
-            use burn_ascend_ops::backend::{VarlenGradInputs, VarlenInputs};
-            type B = NdArray;
-            let dev = Default::default();
-            let len = |s: [usize; 3]| s.iter().product::<usize>();
-            let p = |x: Tensor<B, 3>| x.into_primitive().tensor();
-            let (qs, ks) = shapes;
-            let inputs = VarlenInputs {
-                query: p(t::<B, 3>(values(len(qs), 22, 1.0), qs, &dev)),
-                key: p(t::<B, 3>(values(len(ks), 23, 1.0), ks, &dev)),
-                value: p(t::<B, 3>(values(len(ks), 24, 1.0), ks, &dev)),
-                sink: Some(
-                    t::<B, 1>(values(n, 25, 0.5), [n], &dev)
-                        .into_primitive()
-                        .tensor(),
-                ),
-                pse: None,
-                atten_mask: None,
-            };
-            let fwd = composite::varlen_fwd::<B>(inputs.clone(), &spec).unwrap();
-            let g = composite::varlen_bwd::<B>(
-                VarlenGradInputs {
-                    inputs,
-                    dy: p(t::<B, 3>(values(len(qs), 26, 1.0), qs, &dev)),
-                    attention_in: fwd.attention_out,
-                    softmax_max: fwd.softmax_max,
-                    softmax_sum: fwd.softmax_sum,
-                },
-                &spec,
-            )
-            .unwrap();
-            Tensor::<B, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(g.dpse.unwrap()))
-                .into_data()
-                .to_vec::<f32>()
-                .unwrap()
-        };
+        let comp = grads::<NdArray>(&nd, &spec, &pse, shapes, composite::varlen_bwd::<NdArray>);
         assert_eq!(want.len(), total);
         assert!(want.iter().any(|x| x.abs() > 1e-2), "dpse is not trivial");
         for (what, got) in [

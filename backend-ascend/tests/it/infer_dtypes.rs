@@ -219,6 +219,8 @@ fn varlen_with_mask<B: AttentionBackend>(
         sink: None,
         pse: None,
         atten_mask: Some(prim(mask.clone(), &[5, 5])),
+        alibi_slopes: None,
+        drop_mask: None,
     };
     let read = |x| {
         Tensor::<B, 3>::from_primitive(burn::tensor::TensorPrimitive::Float(x))

@@ -118,8 +118,10 @@ fn round_trip_against_the_composite(mut c: Case) {
         key: from_vec::<B>(c.k.clone(), &[c.tkv(), c.nkv, c.d], &dev),
         value: from_vec::<B>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], &dev),
         sink: c.sink.clone().map(|s| from_vec::<B>(s, &[c.n], &dev)),
-        pse: None,
+        pse: c.pse.clone().map(|(v, s)| from_vec::<B>(v, &s, &dev)),
         atten_mask: c.mask_f32().map(|(m, s)| from_vec::<B>(m, &s, &dev)),
+        alibi_slopes: None,
+        drop_mask: None,
     };
     let want = composite::varlen_fwd::<B>(inputs(), &c.spec).unwrap();
 
@@ -348,18 +350,17 @@ fn varlen_bwd_writes_dpse_for_an_external_pse_on_every_device() {
         .map(|i| ((i * 37) % 11) as f32 / 11.0 - 0.5)
         .collect();
     c.spec.attrs.pse_type = burn_ascend::PseType::OuterAddMul;
-    c.spec.pse = burn_ascend::PseSpec::Dense {
-        data: pse.clone().into(),
-        shape: vec![total],
-    };
+    c.pse = Some((pse.clone(), vec![total]));
     let dev = Default::default();
     let inputs = || VarlenInputs {
         query: from_vec::<B>(c.q.clone(), &[c.tq(), c.n, c.d], &dev),
         key: from_vec::<B>(c.k.clone(), &[c.tkv(), c.nkv, c.d], &dev),
         value: from_vec::<B>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], &dev),
         sink: c.sink.clone().map(|s| from_vec::<B>(s, &[c.n], &dev)),
-        pse: None,
+        pse: c.pse.clone().map(|(v, s)| from_vec::<B>(v, &s, &dev)),
         atten_mask: c.mask_f32().map(|(m, s)| from_vec::<B>(m, &s, &dev)),
+        alibi_slopes: None,
+        drop_mask: None,
     };
     let want_fwd = composite::varlen_fwd::<B>(inputs(), &c.spec).unwrap();
     let want = composite::varlen_bwd::<B>(

@@ -3,7 +3,7 @@
 
 use burn_ascend::contract::dropout;
 use burn_ascend::ops::varlen::{
-    AttenMask, DenseMask, MaskSpec, PseSpec, VarlenDims, VarlenProblem, VarlenSpec,
+    AttenMask, DenseMask, MaskSpec, Pse, VarlenDims, VarlenProblem, VarlenShapes, VarlenSpec,
 };
 use burn_ascend::{cumulative_from_lengths, PseType, SoftmaxLayout, SparseMode};
 /// `|got − exp| ≤ atol + rtol·|exp|` elementwise (in the slices' type; NaN fails), else a
@@ -28,6 +28,13 @@ pub struct Case {
     pub sink: Option<Vec<f32>>,
     /// The explicit mask's bytes and shape (the spec's kind is then `MaskSpec::Dense`).
     pub mask: Option<(Vec<u8>, Vec<usize>)>,
+    /// The external pse tensor's values and shape (`VarlenInputs::pse`: flat, or the
+    /// ALiBi-compressed 4-D form).
+    pub pse: Option<(Vec<f32>, Vec<usize>)>,
+    /// The ALiBi slopes' values and shape (`VarlenInputs::alibi_slopes`).
+    pub slopes: Option<(Vec<f32>, Vec<usize>)>,
+    /// The bit-packed dropout mask (`VarlenInputs::drop_mask` holds its byte values).
+    pub drop: Option<Vec<u8>>,
     pub spec: VarlenSpec,
 }
 
@@ -71,6 +78,9 @@ impl Case {
             dy: rng.vec_f32(tq * n * d, 1.0),
             sink: None,
             mask: None,
+            pse: None,
+            slopes: None,
+            drop: None,
             spec,
         }
     }
@@ -84,12 +94,36 @@ impl Case {
             .as_ref()
             .map(|(d, s)| (d.iter().map(|&x| f32::from(x)).collect(), s.clone()))
     }
-    /// The kernels' view of a validated case, its explicit mask included.
+    /// The shapes of the case's tensors, as validation reads them.
+    pub fn shapes(&self) -> VarlenShapes {
+        let shape = |t: &Option<(Vec<f32>, Vec<usize>)>| t.as_ref().map(|(_, s)| s.clone());
+        VarlenShapes {
+            query: [self.tq(), self.n, self.d],
+            key: [self.tkv(), self.nkv, self.d],
+            value: [self.tkv(), self.nkv, self.dv],
+            sink: self.sink.as_ref().map(Vec::len),
+            pse: shape(&self.pse),
+            atten_mask: self.mask_shape(),
+            alibi_slopes: shape(&self.slopes),
+            drop_mask: self.drop.as_ref().map(|m| vec![m.len()]),
+        }
+    }
+    /// The dropout mask as the carrier's float tensor holds it (byte values).
+    pub fn drop_f32(&self) -> Option<(Vec<f32>, Vec<usize>)> {
+        (self.drop.as_ref()).map(|m| (m.iter().map(|&b| f32::from(b)).collect(), vec![m.len()]))
+    }
+    /// The kernels' view of a validated case, its explicit mask, pse and slopes included.
     pub fn problem(&self, dims: VarlenDims) -> VarlenProblem<'_> {
         let mut p = self.spec.problem(dims, self.sink.as_deref());
         if let Some((data, shape)) = &self.mask {
             p.atten_mask = AttenMask::Dense(DenseMask::from_shape(data, shape).expect("mask"));
         }
+        p.pse = Pse::of_tensor(
+            self.pse.as_ref().map(|(v, s)| (&v[..], &s[..])),
+            self.slopes.as_ref().map(|(v, _)| &v[..]),
+            self.n,
+        );
+        p.drop_mask = self.drop.as_deref();
         p
     }
     pub fn tq(&self) -> usize {
@@ -127,7 +161,7 @@ impl Case {
     pub fn dropout(mut self, keep: f64) -> Self {
         self.spec.attrs.keep_prob = keep;
         let bits = dropout::mask_bits(self.n, &self.seq_q, &self.seq_kv);
-        self.spec.drop_mask = Some(dropout::generate_mask(bits, keep, 11).into());
+        self.drop = Some(dropout::generate_mask(bits, keep, 11));
         self
     }
     pub fn pse_dense(mut self, pse_type: PseType) -> Self {
@@ -138,19 +172,19 @@ impl Case {
             .map(|(q, k)| self.n * q * k)
             .sum();
         self.spec.attrs.pse_type = pse_type;
-        self.spec.pse = PseSpec::Dense {
-            data: Rng(3).vec_f32(total, 1.0).into(),
-            shape: vec![total],
-        };
+        self.pse = Some((Rng(3).vec_f32(total, 1.0), vec![total]));
         self
     }
-    pub fn alibi(mut self, pse_type: PseType) -> Self {
-        let slopes: Vec<f32> = (0..self.n).map(|h| 0.5f32.powi(h as i32 + 1)).collect();
+    /// ALiBi slopes `[N]`, or `[B, N]` (`per_batch`, a different slope per sequence too).
+    pub fn alibi(mut self, pse_type: PseType, per_batch: bool) -> Self {
+        let (n, batch) = (self.n, self.seq_q.len());
+        let rows = if per_batch { batch } else { 1 };
+        let slopes: Vec<f32> = (0..rows * n)
+            .map(|e| 0.5f32.powi((e % n) as i32 + 1) * (1.0 + 0.25 * (e / n) as f32))
+            .collect();
+        let shape = if per_batch { vec![batch, n] } else { vec![n] };
         self.spec.attrs.pse_type = pse_type;
-        self.spec.pse = PseSpec::Alibi {
-            slopes: slopes.into(),
-            shape: vec![self.n],
-        };
+        self.slopes = Some((slopes, shape));
         self.spec.q_start_idx = Some(1);
         self.spec.kv_start_idx = Some(0);
         self
@@ -166,18 +200,14 @@ impl Case {
     /// The ALiBi-compressed pse `[Bp, N, 1024, S2]` (the last 1024 rows of the Toeplitz bias
     /// `f_h(i − j)`, S2 = the longest KV length), with the causal mode 3 it needs (Sq = Skv).
     pub fn pse_alibi_compressed(mut self, pse_type: PseType, per_batch: bool) -> Self {
-        let (c, shape) = alibi_compressed(&self, per_batch);
+        self.pse = Some(alibi_compressed(&self, per_batch));
         self.spec.attrs.pse_type = pse_type;
-        self.spec.pse = PseSpec::Dense {
-            data: c.into(),
-            shape,
-        };
         self.mode(SparseMode::RightDownCausal, 0, 0)
     }
     /// The flat `[pseTotalLen]` pse equal to [`Self::pse_alibi_compressed`]'s on the lower
     /// triangle (the upper one is masked).
     pub fn alibi_dense_equivalent(&self) -> Vec<f32> {
-        let PseSpec::Dense { shape, .. } = &self.spec.pse else {
+        let Some((_, shape)) = self.pse.as_ref().filter(|(_, s)| s.len() == 4) else {
             panic!("{}: no compressed pse", self.name)
         };
         let bp = shape[0];
@@ -323,11 +353,11 @@ pub fn cases() -> Vec<Case> {
             .with_sink()
             .pse_dense(PseType::OuterAddMul),
         Case::new("alibi_type2", &[4, 3], &[4, 3], 2, 2, 4, 15)
-            .alibi(PseType::InnerMulAdd)
+            .alibi(PseType::InnerMulAdd, false)
             .mode(SparseMode::RightDownCausal, 0, 0),
-        Case::new("alibi_type3_sink", &[4, 3], &[4, 3], 4, 2, 4, 16)
+        Case::new("alibi_type3_per_batch_sink", &[4, 3], &[4, 3], 4, 2, 4, 16)
             .with_sink()
-            .alibi(PseType::InnerMulAddSqrt),
+            .alibi(PseType::InnerMulAddSqrt, true),
         Case::new("odd_d_layout_tnd", &[3, 4], &[5, 2], 2, 2, 3, 17)
             .with_sink()
             .layout(SoftmaxLayout::SameAsInput),

@@ -13,10 +13,11 @@ use burn::tensor::{Tensor, TensorData};
 use burn_ascend::kernels::reference::varlen as reference;
 use burn_ascend::ops::autodiff::test_hooks::CORRUPT_DSINK;
 use burn_ascend::ops::host::from_vec;
-use burn_ascend::ops::varlen::PseSpec;
 use burn_ascend::ops::varlen::VarlenShapes;
 use burn_ascend::{
-    varlen_score, varlen_score_with_mask, varlen_score_with_pse, AttentionBackend, VarlenInputs,
+    flash_attention_varlen, varlen_score, varlen_score_with_alibi, varlen_score_with_dropout,
+    varlen_score_with_mask, varlen_score_with_pse, AttentionBackend, FlashAttnOptions,
+    VarlenInputs,
 };
 
 type B = NdArray;
@@ -25,15 +26,7 @@ type B = NdArray;
 pub(crate) fn reference_run(
     c: &Case,
 ) -> (reference::VarlenFwdOut<f32>, reference::VarlenBwdOut<f32>) {
-    let shapes = VarlenShapes {
-        query: [c.tq(), c.n, c.d],
-        key: [c.tkv(), c.nkv, c.d],
-        value: [c.tkv(), c.nkv, c.dv],
-        sink: c.sink.as_ref().map(|s| s.len()),
-        pse: None,
-        atten_mask: c.mask_shape(),
-    };
-    let dims = c.spec.validate_fwd(&shapes).expect("valid case");
+    let dims = c.spec.validate_fwd(&c.shapes()).expect("valid case");
     let p = c.problem(dims);
     let fwd = reference::varlen_fwd(&p, &c.q, &c.k, &c.v);
     let bwd = reference::varlen_bwd(
@@ -49,19 +42,45 @@ pub(crate) fn reference_run(
     (fwd, bwd)
 }
 
-/// [`varlen_score`], or [`varlen_score_with_mask`] with the case's explicit mask (a constant
-/// tensor on the query's device).
+/// [`varlen_score`], or [`varlen_score_with_mask`] with the case's explicit mask,
+/// [`varlen_score_with_pse`] with its pse (flat or ALiBi-compressed) or
+/// [`varlen_score_with_alibi`] with its slopes, [`varlen_score_with_dropout`] with its dropout
+/// mask (constant tensors on the query's device; no case has two of them).
 fn score_api<Bk: AttentionBackend>(
     c: &Case,
     (q, k, v): (Tensor<Bk, 3>, Tensor<Bk, 3>, Tensor<Bk, 3>),
     sink: Option<Tensor<Bk, 1>>,
 ) -> burn_ascend::Result<burn_ascend::VarlenAttention<Bk>> {
-    match c.mask_f32() {
-        None => varlen_score(q, k, v, sink, &c.spec),
-        Some((m, s)) => {
-            let mask = Tensor::<Bk, 2>::from_data(TensorData::new(m, s), &q.device());
+    let dev = q.device();
+    let t = |(v, s): (Vec<f32>, Vec<usize>)| TensorData::new(v, s);
+    if let Some(drop) = c.drop_f32() {
+        assert!(c.mask.is_none() && c.pse.is_none() && c.slopes.is_none());
+        let drop = Tensor::<Bk, 1>::from_data(t(drop), &dev);
+        return varlen_score_with_dropout(q, k, v, sink, drop, &c.spec);
+    }
+    match (c.mask_f32(), c.pse.clone(), c.slopes.clone()) {
+        (None, None, None) => varlen_score(q, k, v, sink, &c.spec),
+        (Some(m), None, None) => {
+            let mask = Tensor::<Bk, 2>::from_data(t(m), &dev);
             varlen_score_with_mask(q, k, v, sink, mask, &c.spec)
         }
+        (None, Some(p), None) if p.1.len() == 4 => {
+            let pse = Tensor::<Bk, 4>::from_data(t(p), &dev);
+            varlen_score_with_pse(q, k, v, sink, pse, &c.spec)
+        }
+        (None, Some(p), None) => {
+            let pse = Tensor::<Bk, 1>::from_data(t(p), &dev);
+            varlen_score_with_pse(q, k, v, sink, pse, &c.spec)
+        }
+        (None, None, Some(s)) if s.1.len() == 2 => {
+            let slopes = Tensor::<Bk, 2>::from_data(t(s), &dev);
+            varlen_score_with_alibi(q, k, v, sink, slopes, &c.spec)
+        }
+        (None, None, Some(s)) => {
+            let slopes = Tensor::<Bk, 1>::from_data(t(s), &dev);
+            varlen_score_with_alibi(q, k, v, sink, slopes, &c.spec)
+        }
+        _ => unimplemented!("{}: a mask with a pse is no case of the suite", c.name),
     }
 }
 
@@ -74,8 +93,10 @@ pub(crate) fn inputs_on<Bk: Backend>(
         key: from_vec::<Bk>(c.k.clone(), &[c.tkv(), c.nkv, c.d], dev),
         value: from_vec::<Bk>(c.v.clone(), &[c.tkv(), c.nkv, c.dv], dev),
         sink: c.sink.clone().map(|s| from_vec::<Bk>(s, &[c.n], dev)),
-        pse: None,
+        pse: c.pse.clone().map(|(v, s)| from_vec::<Bk>(v, &s, dev)),
         atten_mask: c.mask_f32().map(|(m, s)| from_vec::<Bk>(m, &s, dev)),
+        alibi_slopes: c.slopes.clone().map(|(v, s)| from_vec::<Bk>(v, &s, dev)),
+        drop_mask: c.drop_f32().map(|(v, s)| from_vec::<Bk>(v, &s, dev)),
     }
 }
 
@@ -144,22 +165,19 @@ fn autodiff_fused_backward_matches_reference_with_balanced_checkpointing() {
     check_autodiff::<BalancedCheckpointing>();
 }
 
-/// A pse given as a tensor is differentiable under `Autodiff`: it receives the fused
-/// backward's `dpse` (checked against the f64-accumulating reference's, itself checked by
-/// finite differences in the kernels crate), and q, k, v, sink get the same gradients as with
-/// the pse in the spec.
+/// A flat pse tensor is differentiable under `Autodiff`: it receives the fused backward's
+/// `dpse` (checked against the f64-accumulating reference's, itself checked by finite
+/// differences in the kernels crate), and q gets the reference's gradient.
 fn check_autodiff_pse<C: CheckpointStrategy>() {
     type AD<C> = Autodiff<NdArray, C>;
     let dense: Vec<Case> = cases()
         .into_iter()
-        .filter(|c| matches!(&c.spec.pse, PseSpec::Dense { shape, .. } if shape.len() == 1))
+        .filter(|c| matches!(&c.pse, Some((_, shape)) if shape.len() == 1))
         .collect();
     assert!(dense.len() >= 2, "the cases cover pseType 0 and 1");
     for c in dense {
         let (_, rb) = reference_run(&c);
-        let PseSpec::Dense { data, .. } = &c.spec.pse else {
-            unreachable!()
-        };
+        let (data, _) = c.pse.as_ref().expect("a flat pse");
         let dev = Default::default();
         let t3 = |v: &Vec<f32>, s: [usize; 3]| {
             Tensor::<AD<C>, 3>::from_data(TensorData::new(v.clone(), s), &dev).require_grad()
@@ -174,9 +192,7 @@ fn check_autodiff_pse<C: CheckpointStrategy>() {
         });
         let pse = Tensor::<AD<C>, 1>::from_data(TensorData::new(data.to_vec(), [data.len()]), &dev)
             .require_grad();
-        // The spec's own pse is replaced by the tensor: a spec without one gives the same.
-        let mut spec = c.spec.clone();
-        spec.pse = PseSpec::None;
+        let spec = c.spec.clone();
         let dy =
             Tensor::<AD<C>, 3>::from_data(TensorData::new(c.dy.clone(), [c.tq(), c.n, c.dv]), &dev);
         let out = varlen_score_with_pse(q.clone(), k, v, sink, pse.clone(), &spec).expect(&c.name);
@@ -259,10 +275,8 @@ fn the_alibi_compressed_pse_equals_the_dense_pse_it_compresses() {
         let (cf, cb) = reference_run(&c);
         let mut dense = c.clone();
         let total = c.alibi_dense_equivalent();
-        dense.spec.pse = PseSpec::Dense {
-            shape: vec![total.len()],
-            data: total.into(),
-        };
+        let len = total.len();
+        dense.pse = Some((total, vec![len]));
         let (df, db) = reference_run(&dense);
         let name = |s: &str| format!("{}:{s}", c.name);
         close(
@@ -292,51 +306,139 @@ fn the_alibi_compressed_pse_equals_the_dense_pse_it_compresses() {
         .into_iter()
         .find(|c| c.name == "alibi_compressed_type0_shared")
         .unwrap();
-    let shapes = VarlenShapes {
-        query: [c.tq(), c.n, c.d],
-        key: [c.tkv(), c.nkv, c.d],
-        value: [c.tkv(), c.nkv, c.dv],
-        sink: None,
-        pse: None,
-        atten_mask: None,
-    };
+    let shapes = c.shapes();
     c.spec.validate_fwd(&shapes).unwrap();
-    let expect = |what: &str, spec: &burn_ascend::ops::varlen::VarlenSpec, param: &str| {
-        let e = spec.validate_fwd(&shapes).unwrap_err();
+    let expect = |what: &str, spec: &burn_ascend::ops::varlen::VarlenSpec, shapes, param: &str| {
+        let e = spec.validate_fwd(shapes).unwrap_err();
         assert_eq!(e.param(), Some(param), "{what}: {e}");
     };
     let mut band = c.spec.clone();
     band.attrs.sparse_mode = burn_ascend::SparseMode::Band;
-    expect("band mode", &band, "sparseMode");
-    let PseSpec::Dense { data, shape } = &c.spec.pse else {
-        unreachable!()
+    expect("band mode", &band, &shapes, "sparseMode");
+    let (data, shape) = c.pse.clone().expect("the compressed pse");
+    let wrong_s2 = VarlenShapes {
+        pse: Some(vec![1, 2, 1024, 5]),
+        ..shapes.clone()
     };
-    let mut wrong_s2 = c.spec.clone();
-    wrong_s2.pse = PseSpec::Dense {
-        data: data[..data.len() / 6 * 5].into(),
-        shape: vec![1, 2, 1024, 5],
-    };
-    expect("S2 not the longest KV", &wrong_s2, "realShift");
+    expect("S2 not the longest KV", &c.spec, &wrong_s2, "realShift");
+    // The diagonal rule needs the values: checked where they are on the host (the CPU
+    // kernels' path, the op-replay CLI), by `check_alibi_compressed_values`.
     let mut bumpy = data.to_vec();
     bumpy[3 * shape[3] + 1] += 1.0;
-    let mut not_toeplitz = c.spec.clone();
-    not_toeplitz.pse = PseSpec::Dense {
-        data: bumpy.into(),
-        shape: shape.clone(),
-    };
-    expect("not constant along a diagonal", &not_toeplitz, "realShift");
+    let e = burn_ascend::ops::varlen::check_alibi_compressed_values(&bumpy, &shape).unwrap_err();
+    assert_eq!(
+        e.param(),
+        Some("realShift"),
+        "not constant along a diagonal: {e}"
+    );
+    burn_ascend::ops::varlen::check_alibi_compressed_values(&data, &shape).unwrap();
+    let mut not_toeplitz = c.clone();
+    not_toeplitz.pse = Some((bumpy, shape));
+    let dev = Default::default();
+    let e = B::varlen_fwd(inputs_on::<B>(&not_toeplitz, &dev), &c.spec).unwrap_err();
+    assert_eq!(
+        e.param(),
+        Some("realShift"),
+        "NdArray, not constant along a diagonal: {e}"
+    );
     let mut unequal = Case::new("u", &[4, 5], &[4, 6], 2, 2, 4, 23);
     unequal = unequal.pse_alibi_compressed(burn_ascend::PseType::OuterMulAdd, false);
-    let ushapes = VarlenShapes {
-        query: [9, 2, 4],
-        key: [10, 2, 4],
-        value: [10, 2, 4],
-        sink: None,
-        pse: None,
-        atten_mask: None,
-    };
+    let ushapes = unequal.shapes();
     let e = unequal.spec.validate_fwd(&ushapes).unwrap_err();
     assert_eq!(e.param(), Some("realShift"), "Sq != Skv: {e}");
+}
+
+/// `flash_attention_varlen`'s ALiBi slopes are a tensor on the caller's device: `[N]` and
+/// flash-attn's `[B·N]` give the reference's output for the same slopes (f32 abs 1e-5 + rel
+/// 1e-4), and a length that is neither is a typed error naming `alibi_slopes`.
+#[test]
+fn flash_attention_takes_alibi_slopes_as_a_tensor_and_matches_the_reference() {
+    let dev = Default::default();
+    let t3 = |v: &Vec<f32>, s: [usize; 3]| {
+        Tensor::<B, 3>::from_data(TensorData::new(v.clone(), s), &dev)
+    };
+    let slopes_of =
+        |v: Vec<f32>| Tensor::<B, 1>::from_data(TensorData::new(v.clone(), [v.len()]), &dev);
+    let cu = [0i64, 3, 7];
+    for per_batch in [false, true] {
+        let mut c = Case::new("flash_alibi", &[3, 4], &[3, 4], 2, 1, 4, 31)
+            .alibi(burn_ascend::PseType::InnerMulAdd, per_batch);
+        // flash-attn measures Δ from the top-left: no start offsets.
+        (c.spec.q_start_idx, c.spec.kv_start_idx) = (None, None);
+        let (rf, _) = reference_run(&c);
+        let (slopes, _) = c.slopes.clone().expect("slopes");
+        let opts = FlashAttnOptions::<B> {
+            alibi_slopes: Some(slopes_of(slopes)),
+            softmax_scale: Some(c.spec.attrs.scale),
+            ..Default::default()
+        };
+        let (q, k, v) = (
+            t3(&c.q, [c.tq(), c.n, c.d]),
+            t3(&c.k, [c.tkv(), c.nkv, c.d]),
+            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
+        );
+        let out = flash_attention_varlen(q, k, v, &cu, &cu, opts).expect("valid call");
+        let got = out.into_data().to_vec::<f32>().unwrap();
+        close(
+            &format!("per_batch {per_batch}"),
+            &got,
+            &rf.attention_out,
+            ATOL,
+            RTOL,
+        )
+        .unwrap();
+    }
+    let c = Case::new("flash_alibi", &[3, 4], &[3, 4], 2, 1, 4, 31);
+    let opts = FlashAttnOptions::<B> {
+        alibi_slopes: Some(slopes_of(vec![0.5; 3])),
+        ..Default::default()
+    };
+    let e = flash_attention_varlen(
+        t3(&c.q, [c.tq(), c.n, c.d]),
+        t3(&c.k, [c.tkv(), c.nkv, c.d]),
+        t3(&c.v, [c.tkv(), c.nkv, c.dv]),
+        &cu,
+        &cu,
+        opts,
+    )
+    .unwrap_err();
+    assert_eq!(e.param(), Some("alibi_slopes"), "{e}");
+}
+
+/// `flash_attention_varlen`'s dropout is the seeded mask of `dropout_mask` as a tensor of the
+/// call: its output is the reference's for `dropout::generate_mask`'s bits of the same seed
+/// and keep probability (f32 abs 1e-5 + rel 1e-4), and another seed gives another output.
+#[test]
+fn flash_attention_dropout_is_the_seeded_mask_as_a_tensor_and_matches_the_reference() {
+    let dev = Default::default();
+    let t3 = |v: &Vec<f32>, s: [usize; 3]| {
+        Tensor::<B, 3>::from_data(TensorData::new(v.clone(), s), &dev)
+    };
+    let mut c = Case::new("flash_dropout", &[3, 4], &[5, 2], 2, 1, 4, 32);
+    c.spec.attrs.keep_prob = 0.75;
+    let bits = burn_ascend::contract::dropout::mask_bits(c.n, &c.seq_q, &c.seq_kv);
+    c.drop = Some(burn_ascend::contract::dropout::generate_mask(bits, 0.75, 5));
+    let (rf, _) = reference_run(&c);
+    let run = |seed| {
+        let opts = FlashAttnOptions::<B> {
+            dropout: 0.25,
+            dropout_seed: seed,
+            softmax_scale: Some(c.spec.attrs.scale),
+            ..Default::default()
+        };
+        let (q, k, v) = (
+            t3(&c.q, [c.tq(), c.n, c.d]),
+            t3(&c.k, [c.tkv(), c.nkv, c.d]),
+            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
+        );
+        let out = flash_attention_varlen(q, k, v, &[0, 3, 7], &[0, 5, 7], opts).unwrap();
+        out.into_data().to_vec::<f32>().unwrap()
+    };
+    close("seed 5", &run(5), &rf.attention_out, ATOL, RTOL).unwrap();
+    assert!(
+        close("seed 6", &run(6), &rf.attention_out, ATOL, RTOL).is_err(),
+        "another seed gave the same output"
+    );
 }
 
 #[test]
@@ -362,15 +464,7 @@ fn ndarray_forward_is_the_fast_cpu_kernel() {
         )
         .expect(&c.name);
         let got = out.attention_out.into_data().to_vec::<f32>().unwrap();
-        let shapes = VarlenShapes {
-            query: [c.tq(), c.n, c.d],
-            key: [c.tkv(), c.nkv, c.d],
-            value: [c.tkv(), c.nkv, c.dv],
-            sink: c.sink.as_ref().map(|s| s.len()),
-            pse: None,
-            atten_mask: c.mask_shape(),
-        };
-        let p = c.problem(c.spec.validate_fwd(&shapes).unwrap());
+        let p = c.problem(c.spec.validate_fwd(&c.shapes()).unwrap());
         let fast = burn_ascend::kernels::cpu::varlen_fwd(&p, &c.q, &c.k, &c.v);
         close(&c.name, &got, &fast.attention_out, 0.0, 0.0).unwrap();
         close(&c.name, &got, &rf.attention_out, ATOL, RTOL).unwrap();

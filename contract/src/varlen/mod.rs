@@ -9,8 +9,6 @@ pub mod tensors;
 pub use problem::*;
 pub use tensors::*;
 
-use std::sync::Arc;
-
 use crate::dropout;
 
 use crate::checked;
@@ -46,30 +44,6 @@ pub enum MaskSpec {
     Compressed,
 }
 
-/// `realShiftOptional` / `pseShiftOptional`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum PseSpec {
-    /// Null.
-    #[default]
-    None,
-    /// External pse (pseType 0 or 1), shape `[pseTotalLen]` = per sequence `[N, Sq_b, Skv_b]`,
-    /// or the ALiBi-compressed `[1|B, N, 1024, maxSkv]` (the last 1024 rows of a Toeplitz ALiBi
-    /// bias; Sq = Skv and a causal mode; not differentiated).
-    Dense {
-        /// Values (converted to f32).
-        data: Arc<[f32]>,
-        /// Its shape.
-        shape: Vec<usize>,
-    },
-    /// ALiBi slopes (pseType 2 or 3), shape `[N]` or `[B, N]`.
-    Alibi {
-        /// The slopes.
-        slopes: Arc<[f32]>,
-        /// Their shape.
-        shape: Vec<usize>,
-    },
-}
-
 /// Everything of the varlen op that is not a differentiable tensor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VarlenSpec {
@@ -85,10 +59,6 @@ pub struct VarlenSpec {
     /// `attenMaskOptional`'s kind (an explicit mask's values are
     /// [`VarlenInputs::atten_mask`]).
     pub atten_mask: MaskSpec,
-    /// `realShiftOptional`.
-    pub pse: PseSpec,
-    /// `dropMaskOptional`: bit-packed keep mask, required when `keepProb < 1`.
-    pub drop_mask: Option<Arc<[u8]>>,
     /// `prefixOptional` (mode 6).
     pub prefix: Option<Vec<i64>>,
     /// `qStartIdxOptional`.
@@ -112,6 +82,10 @@ pub struct VarlenShapes {
     pub pse: Option<Vec<usize>>,
     /// Shape of the `attenMask` tensor ([`VarlenInputs::atten_mask`]), if given.
     pub atten_mask: Option<Vec<usize>>,
+    /// Shape of the ALiBi slopes ([`VarlenInputs::alibi_slopes`]), if given.
+    pub alibi_slopes: Option<Vec<usize>>,
+    /// Shape of the `dropMask` tensor ([`VarlenInputs::drop_mask`]), if given.
+    pub drop_mask: Option<Vec<usize>>,
 }
 
 /// Extra shapes the backward receives.
@@ -141,8 +115,6 @@ impl VarlenSpec {
             head_num,
             attrs: VarlenAttrs::new(scale),
             atten_mask: MaskSpec::None,
-            pse: PseSpec::None,
-            drop_mask: None,
             prefix: None,
             q_start_idx: None,
             kv_start_idx: None,
@@ -316,18 +288,23 @@ impl VarlenSpec {
             let pairs = checked::sum("dropMask", "Σ Sq_b·Skv_b", per_seq)?;
             checked::product("dropMask", "N·Σ Sq_b·Skv_b bits", &[n, pairs])?;
             let need = dropout::mask_bytes(dropout::mask_bits(n, &dims.seq_q, &dims.seq_kv));
-            match &self.drop_mask {
+            match s.drop_mask.as_deref() {
                 None => return Err(AttnError::invalid("dropMask", "required when keepProb < 1")),
-                Some(m) => ensure!(
-                    m.len() >= need,
+                Some(&[len]) => ensure!(
+                    len >= need,
                     "dropMask",
-                    "needs N·Σ Sq_b·Skv_b bits = {need} bytes, got {}",
-                    m.len()
+                    "needs N·Σ Sq_b·Skv_b bits = {need} bytes, got {len}"
                 ),
+                Some(shape) => {
+                    return Err(AttnError::invalid(
+                        "dropMask",
+                        format!("must be 1-D (bit-packed bytes), got shape {shape:?}"),
+                    ))
+                }
             }
         }
         self.validate_mask(&dims, s.atten_mask.as_deref())?;
-        self.validate_pse(&dims, s.pse.as_deref())?;
+        self.validate_pse(&dims, s.pse.as_deref(), s.alibi_slopes.as_deref())?;
         Ok(dims)
     }
 
@@ -549,8 +526,14 @@ impl VarlenSpec {
         Ok(())
     }
 
-    /// The spec's pse, or the pse tensor of shape `tensor` (never both).
-    fn validate_pse(&self, dims: &VarlenDims, tensor: Option<&[usize]>) -> Result<()> {
+    /// `realShift`: the external pse tensor of shape `pse` or the ALiBi slopes of shape
+    /// `slopes` (never both), by shape; the pseType must say which.
+    fn validate_pse(
+        &self,
+        dims: &VarlenDims,
+        pse: Option<&[usize]>,
+        slopes: Option<&[usize]>,
+    ) -> Result<()> {
         let (pse_type, mode, n, batch) = (
             self.attrs.pse_type,
             self.attrs.sparse_mode,
@@ -558,7 +541,7 @@ impl VarlenSpec {
             dims.batch(),
         );
         let masked = self.atten_mask != MaskSpec::None;
-        if self.pse != PseSpec::None || tensor.is_some() {
+        if pse.is_some() || slopes.is_some() {
             ensure!(
                 !(masked && mode == SparseMode::RightDownCausalBand),
                 "realShift",
@@ -584,57 +567,39 @@ impl VarlenSpec {
                 .collect::<Result<Vec<_>>>()?;
             checked::sum("realShift", "pseTotalLen = Σ N·Sq_b·Skv_b", per_seq)
         };
-        if let Some(shape) = tensor {
-            ensure!(
-                self.pse == PseSpec::None,
+        match (pse, slopes) {
+            (Some(_), Some(_)) => Err(AttnError::invalid(
                 "realShift",
-                "given both as a tensor and in the spec: pass one"
-            );
-            ensure!(
-                matches!(pse_type, PseType::OuterMulAdd | PseType::OuterAddMul),
-                "pseType",
-                "a pse tensor is an external pse (pseType 0 or 1), got {}",
-                pse_type.as_attr()
-            );
-            let total = pse_total()?;
-            ensure!(
-                shape == [total],
-                "realShift",
-                "a pse tensor is the flat [pseTotalLen] = [{total}] (Σ N·Sq_b·Skv_b), got shape {shape:?}"
-            );
-            return Ok(());
-        }
-        match &self.pse {
-            PseSpec::None => ensure!(
-                pse_type == PseType::OuterAddMul,
-                "pseType",
-                "must be 1 when realShift is absent, got {}",
-                pse_type as i64
-            ),
-            PseSpec::Dense { data, shape } => {
+                "given both as a pse tensor and as ALiBi slopes: pass one",
+            )),
+            (None, None) => {
+                ensure!(
+                    pse_type == PseType::OuterAddMul,
+                    "pseType",
+                    "must be 1 when realShift is absent, got {}",
+                    pse_type as i64
+                );
+                Ok(())
+            }
+            (Some(shape), None) => {
                 ensure!(
                     matches!(pse_type, PseType::OuterMulAdd | PseType::OuterAddMul),
                     "pseType",
-                    "an external realShift goes with pseType 0 or 1, got {}",
-                    pse_type as i64
+                    "a pse tensor is an external pse (pseType 0 or 1), got {}",
+                    pse_type.as_attr()
                 );
-                let total = pse_total()?;
                 if shape.len() == 4 {
-                    return self.validate_alibi_compressed(dims, data, shape);
+                    return self.validate_alibi_compressed(dims, shape);
                 }
+                let total = pse_total()?;
                 ensure!(
-                    shape.as_slice() == [total],
+                    shape == [total],
                     "realShift",
-                    "shape must be [pseTotalLen] = [{total}] (Σ N·Sq_b·Skv_b), got {shape:?}"
+                    "a pse tensor is the flat [pseTotalLen] = [{total}] (Σ N·Sq_b·Skv_b) or the ALiBi-compressed [1|B, N, 1024, maxSkv], got shape {shape:?}"
                 );
-                ensure!(
-                    data.len() == total,
-                    "realShift",
-                    "has {} values, needs {total}",
-                    data.len()
-                );
+                Ok(())
             }
-            PseSpec::Alibi { slopes, shape } => {
+            (None, Some(shape)) => {
                 ensure!(
                     matches!(pse_type, PseType::InnerMulAdd | PseType::InnerMulAddSqrt),
                     "pseType",
@@ -642,19 +607,13 @@ impl VarlenSpec {
                     pse_type as i64
                 );
                 ensure!(
-                    shape.as_slice() == [n] || shape.as_slice() == [batch, n],
+                    shape == [n] || shape == [batch, n],
                     "realShift",
                     "ALiBi slopes must be [N] = [{n}] or [B, N] = [{batch}, {n}], got {shape:?}"
                 );
-                ensure!(
-                    slopes.len() == checked::product("realShift", "its element count", shape)?,
-                    "realShift",
-                    "has {} values for shape {shape:?}",
-                    slopes.len()
-                );
+                Ok(())
             }
         }
-        Ok(())
     }
 
     /// The ALiBi-compressed external pse `[Bp, N, 1024, S2]` (seeds 002/003): the last 1024 rows
@@ -665,12 +624,10 @@ impl VarlenSpec {
     /// constant along its diagonals; the docs require Sq = Skv per sequence and a
     /// lower-triangular mask (modes 2 and 3, or mode 0 with a mask, preTokens ≥ max Sq and
     /// nextTokens = 0).
-    fn validate_alibi_compressed(
-        &self,
-        dims: &VarlenDims,
-        data: &[f32],
-        shape: &[usize],
-    ) -> Result<()> {
+    ///
+    /// Validation sees shapes only; the diagonal constancy needs the values and is checked
+    /// where they are on the host ([`check_alibi_compressed_values`]).
+    fn validate_alibi_compressed(&self, dims: &VarlenDims, shape: &[usize]) -> Result<()> {
         let (n, batch) = (dims.head_num, dims.batch());
         let max_kv = dims.seq_kv.iter().copied().max().unwrap_or(0);
         let max_q = dims.seq_q.iter().copied().max().unwrap_or(0);
@@ -682,16 +639,7 @@ impl VarlenSpec {
             "realShift",
             "a 4-D pse is the ALiBi-compressed [1|B, N, 1024, maxSkv] = [1|{batch}, {n}, 1024, {max_kv}], got {shape:?}"
         );
-        let numel = shape
-            .iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .filter(|&x| x == data.len());
-        ensure!(
-            numel.is_some(),
-            "realShift",
-            "has {} values, shape {shape:?} needs their product",
-            data.len()
-        );
+        checked::product("realShift", "its element count", shape)?;
         ensure!(
             dims.seq_q == dims.seq_kv,
             "realShift",
@@ -717,65 +665,78 @@ impl VarlenSpec {
             a.pre_tokens,
             a.next_tokens
         );
-        // Constant along every diagonal: C[p, q] == C[p + 1, q + 1].
-        let (rows, cols) = (ALIBI_COMPRESSED_ROWS, max_kv);
-        for (slab, c) in data.chunks_exact(rows * cols.max(1)).enumerate() {
-            for p in 0..rows - 1 {
-                for q in 0..cols.saturating_sub(1) {
-                    if c[p * cols + q].to_bits() != c[(p + 1) * cols + q + 1].to_bits() {
-                        return Err(AttnError::invalid(
-                            "realShift",
-                            format!(
-                                "the ALiBi-compressed pse must be constant along its diagonals (the kernel reads \
-                                 each diagonal at a block-dependent position); [{}, {}, {p}, {q}] differs from \
-                                 [.., {}, {}]",
-                                slab / n,
-                                slab % n,
-                                p + 1,
-                                q + 1
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
         Ok(())
     }
 
     /// The kernels' view of a validated call. `dims` must come from `validate_*` on this spec.
     pub fn problem<'a>(&'a self, dims: VarlenDims, sink: Option<&'a [f32]>) -> VarlenProblem<'a> {
-        let n = dims.head_num;
         let atten_mask = match self.atten_mask {
             MaskSpec::None => AttenMask::None,
             MaskSpec::Compressed => AttenMask::Compressed,
             // The values are the call's tensor: a host caller sets `Dense` over its copy.
             MaskSpec::Dense => AttenMask::DenseElsewhere,
         };
-        let pse = match &self.pse {
-            PseSpec::None => Pse::None,
-            PseSpec::Dense { data, shape } if shape.len() == 4 => Pse::AlibiCompressed {
-                data,
-                batches: shape[0],
-                s2: shape[3],
-            },
-            PseSpec::Dense { data, .. } => Pse::Dense(data),
-            PseSpec::Alibi { slopes, .. } => Pse::Alibi {
-                slopes,
-                per_batch: slopes.len() != n,
-            },
-        };
         VarlenProblem {
             dims,
             attrs: self.attrs.clone(),
             atten_mask,
-            pse,
-            drop_mask: self.drop_mask.as_deref(),
+            // The pse and slopes are the call's tensors: a host caller sets them over its copy
+            // ([`Pse::of_tensor`]).
+            pse: Pse::None,
+            // The call's tensor too: a host caller sets it over its bytes.
+            drop_mask: None,
             prefix: self.prefix.as_deref(),
             q_start_idx: self.q_start_idx.unwrap_or(0),
             kv_start_idx: self.kv_start_idx.unwrap_or(0),
             sink,
         }
     }
+}
+
+/// The content rule of the ALiBi-compressed pse `[Bp, N, 1024, S2]` ([`VarlenInputs::pse`] of
+/// rank 4), for a caller holding its values on the host (the op-replay CLI, the CPU kernels'
+/// path): constant along every diagonal, `C[p, q] == C[p + 1, q + 1]`, because the arch32
+/// kernel reads each diagonal at a block-dependent position (`common/include/kernel/pse.h`,
+/// `PseAlibiComputeOffset`). [`VarlenSpec::validate_fwd`] checked the shape; a device backend
+/// cannot check this without reading the tensor back, so it trusts the caller.
+pub fn check_alibi_compressed_values(data: &[f32], shape: &[usize]) -> Result<()> {
+    let &[_, n, rows, cols] = shape else {
+        return Err(AttnError::invalid(
+            "realShift",
+            format!("the ALiBi-compressed pse is 4-D, got shape {shape:?}"),
+        ));
+    };
+    let numel = checked::product("realShift", "its element count", shape)?;
+    ensure!(
+        numel == data.len(),
+        "realShift",
+        "has {} values, shape {shape:?} needs their product",
+        data.len()
+    );
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    for (slab, c) in data.chunks_exact(rows * cols).enumerate() {
+        for p in 0..rows - 1 {
+            for q in 0..cols - 1 {
+                if c[p * cols + q].to_bits() != c[(p + 1) * cols + q + 1].to_bits() {
+                    return Err(AttnError::invalid(
+                        "realShift",
+                        format!(
+                            "the ALiBi-compressed pse must be constant along its diagonals (the kernel reads \
+                             each diagonal at a block-dependent position); [{}, {}, {p}, {q}] differs from \
+                             [.., {}, {}]",
+                            slab / n.max(1),
+                            slab % n.max(1),
+                            p + 1,
+                            q + 1
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn cumulative(param: &'static str, cum: &[i64], total: usize, tensor: &str) -> Result<Vec<usize>> {

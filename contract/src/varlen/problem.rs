@@ -363,6 +363,27 @@ pub enum Pse<'a> {
     },
 }
 
+impl<'a> Pse<'a> {
+    /// The kernels' view of a validated call's `realShift` held on the host: the pse tensor's
+    /// values `pse` (flat, or ALiBi-compressed when its shape is 4-D) or the ALiBi slopes'
+    /// `slopes` (`[N]`, or `[B, N]` when they hold more than `head_num`). `None` for neither.
+    pub fn of_tensor(
+        pse: Option<(&'a [f32], &[usize])>,
+        slopes: Option<&'a [f32]>,
+        head_num: usize,
+    ) -> Self {
+        match (pse, slopes) {
+            (Some((data, &[batches, _, _, s2])), _) => Pse::AlibiCompressed { data, batches, s2 },
+            (Some((data, _)), _) => Pse::Dense(data),
+            (None, Some(slopes)) => Pse::Alibi {
+                slopes,
+                per_batch: slopes.len() != head_num,
+            },
+            (None, None) => Pse::None,
+        }
+    }
+}
+
 /// Rows of CANN's ALiBi-compressed pse.
 pub const ALIBI_COMPRESSED_ROWS: usize = 1024;
 
@@ -387,8 +408,21 @@ pub fn alibi_compressed_value(
     i: usize,
     j: usize,
 ) -> f64 {
+    match alibi_compressed_index(s2, i, j) {
+        None => 0.0,
+        Some(at) => {
+            let base = ((b % batches) * heads + h) * ALIBI_COMPRESSED_ROWS * s2;
+            data[base + at] as f64
+        }
+    }
+}
+
+/// Where [`alibi_compressed_value`] reads element (i, j) within one `[1024, S2]` slab (row-major
+/// `p·S2 + q`), `None` above the diagonal (`i < j`, not read).
+#[inline]
+pub fn alibi_compressed_index(s2: usize, i: usize, j: usize) -> Option<usize> {
     if i < j {
-        return 0.0;
+        return None;
     }
     let d = (i - j) as i64 - (s2 as i64 - ALIBI_COMPRESSED_ROWS as i64);
     let (p, q) = if d >= 0 {
@@ -396,8 +430,7 @@ pub fn alibi_compressed_value(
     } else {
         (0, d.unsigned_abs() as usize)
     };
-    let base = ((b % batches) * heads + h) * ALIBI_COMPRESSED_ROWS * s2;
-    data[base + p * s2 + q] as f64
+    Some(p * s2 + q)
 }
 
 /// Which key columns a query row of one sequence may attend, before any explicit mask:
@@ -554,16 +587,23 @@ impl<'a> VarlenProblem<'a> {
             Pse::Alibi { slopes, per_batch } => {
                 let n = self.dims.head_num;
                 let slope = slopes[if per_batch { b * n + h } else { h }] as f64;
-                let dist = ((j as i64 + self.kv_start_idx) - (i as i64 + self.q_start_idx))
-                    .unsigned_abs() as f64;
-                match self.attrs.pse_type {
-                    PseType::InnerMulAddSqrt => -slope * dist.sqrt(),
-                    _ => -slope * dist,
-                }
+                self.alibi_bias(slope, i, j)
             }
             Pse::AlibiCompressed { data, batches, s2 } => {
                 alibi_compressed_value(data, batches, s2, self.dims.head_num, b, h, i, j)
             }
+        }
+    }
+
+    /// The ALiBi bias of (i, j) for one slope (pseType 2: `−slope·|Δ|`, pseType 3:
+    /// `−slope·√|Δ|`, Δ measured from `qStartIdx` / `kvStartIdx`).
+    #[inline]
+    pub fn alibi_bias(&self, slope: f64, i: usize, j: usize) -> f64 {
+        let dist =
+            ((j as i64 + self.kv_start_idx) - (i as i64 + self.q_start_idx)).unsigned_abs() as f64;
+        match self.attrs.pse_type {
+            PseType::InnerMulAddSqrt => -slope * dist.sqrt(),
+            _ => -slope * dist,
         }
     }
 

@@ -15,10 +15,11 @@ pub struct VarlenInputs<T> {
     pub value: T,
     /// `sink` `[N]` (f32 logits, unscaled).
     pub sink: Option<T>,
-    /// `realShift`: an external pse (pseType 0 or 1) given as a tensor, the flat
-    /// `[pseTotalLen]` (per sequence `[N, Sq_b, Skv_b]`, concatenated), in the query's dtype.
-    /// It stays where it is (on the device for a device backend); the spec's `pse` must then
-    /// be `PseSpec::None`. Under `Autodiff` it receives `dpse`.
+    /// `realShift`: an external pse (pseType 0 or 1) in the query's dtype, either the flat
+    /// `[pseTotalLen]` (per sequence `[N, Sq_b, Skv_b]`, concatenated; under `Autodiff` it
+    /// receives `dpse`) or CANN's ALiBi-compressed `[1|B, N, 1024, maxSkv]` (the last 1024
+    /// rows of a Toeplitz ALiBi bias; not differentiated). It stays where it is (on the device
+    /// for a device backend).
     pub pse: Option<T>,
     /// `attenMask` of an explicit mask (the spec's `atten_mask` is [`super::MaskSpec::Dense`];
     /// sparse modes 0 and 1): `[maxSq, maxSkv]` or `[B|1, N|1, maxSq, maxSkv]`, a float tensor
@@ -26,10 +27,24 @@ pub struct VarlenInputs<T> {
     /// the device; it is not differentiated. CANN's compressed masks are no tensor of the
     /// caller's (their content is fixed by the mode).
     pub atten_mask: Option<T>,
+    /// `realShift` as ALiBi slopes (pseType 2 or 3), `[N]` or `[B, N]`: the op builds the bias
+    /// `−slope·|Δ|` (or `−slope·√|Δ|`) itself. A field of its own rather than [`Self::pse`]:
+    /// slopes are read as FLOAT whatever the query's dtype, are never differentiated, and the
+    /// spec's `pseType` must agree with which of the two is given. A device backend casts them
+    /// to FLOAT on the device if needed. At most one of `pse` and `alibi_slopes` is given (both
+    /// are the op's one `realShift`).
+    pub alibi_slopes: Option<T>,
+    /// `dropMask`, read when `keepProb < 1`: CANN's bit-packed keep mask (bit `e % 8` of byte
+    /// `e / 8` keeps score element `e`, LSB first; [`crate::dropout`]) as a 1-D float tensor
+    /// holding the byte values 0..=255 (exact in f32, f16 and bf16), at least
+    /// `⌈N·Σ Sq_b·Skv_b / 8⌉` long. A device backend casts it to UINT8 on the device; not
+    /// differentiated.
+    pub drop_mask: Option<T>,
 }
 
 impl<T> VarlenInputs<T> {
-    /// Each tensor through `f`, in the order query, key, value, sink, pse, attenMask.
+    /// Each tensor through `f`, in the order query, key, value, sink, pse, attenMask, ALiBi
+    /// slopes, dropMask.
     pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> VarlenInputs<U> {
         VarlenInputs {
             query: f(self.query),
@@ -37,7 +52,9 @@ impl<T> VarlenInputs<T> {
             value: f(self.value),
             sink: self.sink.map(&mut f),
             pse: self.pse.map(&mut f),
-            atten_mask: self.atten_mask.map(f),
+            atten_mask: self.atten_mask.map(&mut f),
+            alibi_slopes: self.alibi_slopes.map(&mut f),
+            drop_mask: self.drop_mask.map(f),
         }
     }
 
@@ -50,6 +67,8 @@ impl<T> VarlenInputs<T> {
             sink: self.sink.as_ref(),
             pse: self.pse.as_ref(),
             atten_mask: self.atten_mask.as_ref(),
+            alibi_slopes: self.alibi_slopes.as_ref(),
+            drop_mask: self.drop_mask.as_ref(),
         }
     }
 
@@ -59,6 +78,8 @@ impl<T> VarlenInputs<T> {
         v.extend(self.sink.as_ref());
         v.extend(self.pse.as_ref());
         v.extend(self.atten_mask.as_ref());
+        v.extend(self.alibi_slopes.as_ref());
+        v.extend(self.drop_mask.as_ref());
         v
     }
 }
@@ -144,9 +165,9 @@ pub struct VarlenGrads<T> {
     pub dk: T,
     /// `dvOut`.
     pub dv: T,
-    /// `dpseOut`, `[pseTotalLen]` (laid out as the pse), when the call has an external pse
-    /// (pseType 0/1, in the spec or as [`VarlenInputs::pse`]): dS for pseType 0, scale·dS for
-    /// pseType 1. ALiBi slopes (pseType 2/3) are not differentiated.
+    /// `dpseOut`, `[pseTotalLen]` (laid out as the pse), when the call has a flat external pse
+    /// ([`VarlenInputs::pse`], pseType 0/1): dS for pseType 0, scale·dS for pseType 1. The
+    /// ALiBi-compressed pse and ALiBi slopes are not differentiated.
     pub dpse: Option<T>,
     /// `dsinkOut`, when a sink was given.
     pub dsink: Option<T>,

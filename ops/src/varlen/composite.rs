@@ -1,13 +1,15 @@
-//! The composite varlen attention: per sequence, dense scores from Burn matmuls, masks and
-//! biases built on the host from the same rules the kernels use (an explicit mask tensor is
-//! compared with 0 where it lies and OR-ed in), softmax with the sink column, P·V. O(Sq·Skv) memory per sequence — the fallback every backend can run, not a fast path.
+//! The composite varlen attention: per sequence, dense scores from Burn matmuls, the mode's
+//! mask built on the host from the same rules the kernels use, every tensor of the call read
+//! where it lies (an explicit mask compared with 0 and OR-ed in; the pse, the ALiBi slopes
+//! times a host-built distance pattern, the compressed pse gathered by a host-built index; the
+//! dropout bits peeled off the mask's bytes), softmax with the sink column, P·V. O(Sq·Skv)
+//! memory per sequence — the fallback every backend can run, not a fast path.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Bool, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData, TensorPrimitive};
 
-use burn_ascend_contract::varlen::{Pse, PseType, SoftmaxLayout, VarlenProblem};
-use burn_ascend_kernels::reference::varlen::dpse_factor;
+use burn_ascend_contract::varlen::{alibi_compressed_index, PseType, SoftmaxLayout, VarlenProblem};
 
 use crate::backend::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs};
 use crate::error::Result;
@@ -34,6 +36,8 @@ pub fn shapes<T: TensorMetadata>(i: &VarlenInputs<T>) -> VarlenShapes {
         sink: i.sink.as_ref().map(|s| s.shape().dims::<1>()[0]),
         pse: i.pse.as_ref().map(|p| p.shape().to_vec()),
         atten_mask: i.atten_mask.as_ref().map(|m| m.shape().to_vec()),
+        alibi_slopes: i.alibi_slopes.as_ref().map(|s| s.shape().to_vec()),
+        drop_mask: i.drop_mask.as_ref().map(|m| m.shape().to_vec()),
     }
 }
 
@@ -48,12 +52,105 @@ fn mask_4d<B: Backend>(m: FloatTensor<B>) -> Tensor<B, 4> {
 }
 
 /// The factor of dS that is dpse (`scale` for pseType 1, 1 for pseType 0), when the call has
-/// an external dense pse: in the spec (the kernels' [`dpse_factor`]) or as a tensor.
-pub fn dpse_factor_of<T>(p: &VarlenProblem, inputs: &VarlenInputs<T>) -> Option<f64> {
-    match (&inputs.pse, p.attrs.pse_type) {
-        (None, _) => dpse_factor(p),
-        (Some(_), PseType::OuterAddMul) => Some(p.attrs.scale),
-        (Some(_), _) => Some(1.0),
+/// a flat external pse tensor (the ALiBi-compressed 4-D one and ALiBi slopes are not
+/// differentiated); the host kernels'
+/// [`burn_ascend_kernels::reference::varlen::dpse_factor`] says the same of their view.
+pub fn dpse_factor_of<T: TensorMetadata>(
+    p: &VarlenProblem,
+    inputs: &VarlenInputs<T>,
+) -> Option<f64> {
+    let flat = inputs.pse.as_ref()?.shape().num_dims() == 1;
+    match p.attrs.pse_type {
+        _ if !flat => None,
+        PseType::OuterAddMul => Some(p.attrs.scale),
+        _ => Some(1.0),
+    }
+}
+
+/// The keep bits of a `dropMask` tensor (bytes 0..=255 as floats), one float 0/1 per score
+/// element in CANN's order (element `e` is bit `e % 8` of byte `e / 8`, LSB first), computed
+/// where the tensor lies with comparisons alone (Burn's `floor` and `remainder` are host
+/// fallbacks on some backends): the bits are peeled off from the top, `b_k = (r ≥ 2^k)`,
+/// `r −= b_k·2^k`. `None` unless the call drops (`keepProb < 1`).
+fn drop_bits<B: Backend>(p: &VarlenProblem, mask: Option<FloatTensor<B>>) -> Option<Tensor<B, 1>> {
+    let bytes = wrap::<B, 1>(mask.filter(|_| p.attrs.keep_prob < 1.0)?);
+    let len = bytes.dims()[0];
+    let mut rest = bytes;
+    let mut bits = Vec::with_capacity(8);
+    for k in (0..8).rev() {
+        let weight = f32::from(1u8 << k);
+        let bit = rest.clone().greater_equal_elem(weight).float();
+        rest = rest - bit.clone().mul_scalar(weight);
+        bits.push(bit);
+    }
+    bits.reverse();
+    Some(Tensor::stack::<2>(bits, 1).reshape([len * 8]))
+}
+
+/// A call's `realShift` tensor as the composite reads it.
+enum PseTensor<B: Backend> {
+    /// The flat `[pseTotalLen]` pse.
+    Flat(Tensor<B, 1>),
+    /// The ALiBi-compressed `[Bp, N, 1024, S2]` pse.
+    Compressed(Tensor<B, 4>),
+    /// ALiBi slopes as `[1|B, N]`.
+    Slopes(Tensor<B, 2>),
+}
+
+impl<B: Backend> PseTensor<B> {
+    /// The call's pse or slopes (validated: at most one, of a valid shape).
+    fn of(pse: Option<FloatTensor<B>>, slopes: Option<FloatTensor<B>>) -> Option<Self> {
+        if let Some(s) = slopes {
+            let n = *s.shape().last().expect("validated: [N] or [B, N]");
+            let rows = s.shape().num_elements() / n.max(1);
+            return Some(Self::Slopes(
+                wrap::<B, 1>(B::float_reshape(s, [rows * n].into())).reshape([rows, n]),
+            ));
+        }
+        let p = pse?;
+        Some(match p.shape().num_dims() {
+            4 => Self::Compressed(wrap(p)),
+            _ => Self::Flat(wrap(p)),
+        })
+    }
+
+    /// The bias `[N, Sq, Skv]` of sequence `b` (`pse0`: where it starts in a flat pse), read
+    /// where the tensor lies; the index and distance patterns are host-built constants of the
+    /// sequence's shape.
+    fn sequence(&self, p: &VarlenProblem, b: usize, pse0: usize, device: &B::Device) -> T3<B> {
+        let (n, sq, skv) = (p.dims.head_num, p.dims.seq_q[b], p.dims.seq_kv[b]);
+        let shape = [n, sq, skv];
+        match self {
+            Self::Flat(t) => t.clone().narrow(0, pse0, n * sq * skv).reshape(shape),
+            Self::Compressed(c) => {
+                let [bp, _, rows, s2] = c.dims();
+                let at: Vec<Option<usize>> = (0..sq)
+                    .flat_map(|i| (0..skv).map(move |j| alibi_compressed_index(s2, i, j)))
+                    .collect();
+                let index: Vec<i64> = at.iter().map(|a| a.unwrap_or(0) as i64).collect();
+                let upper: Vec<bool> = at.iter().map(Option::is_none).collect();
+                let index =
+                    Tensor::<B, 1, Int>::from_data(TensorData::new(index, [sq * skv]), device);
+                let upper =
+                    Tensor::<B, 3, Bool>::from_data(TensorData::new(upper, [1, sq, skv]), device);
+                c.clone()
+                    .narrow(0, b % bp, 1)
+                    .reshape([n, rows * s2])
+                    .select(1, index)
+                    .reshape(shape)
+                    .mask_fill(upper.expand(shape), 0.0)
+            }
+            Self::Slopes(s) => {
+                let row = if s.dims()[0] == 1 { 0 } else { b };
+                // −|Δ| (or −√|Δ|) per (i, j): the bias of slope 1.
+                let dist: Vec<f32> = (0..sq)
+                    .flat_map(|i| (0..skv).map(move |j| p.alibi_bias(1.0, i, j) as f32))
+                    .collect();
+                let dist = T3::<B>::from_data(TensorData::new(dist, [1, sq, skv]), device);
+                let slope = s.clone().narrow(0, row, 1).reshape([n, 1, 1]);
+                slope.expand(shape) * dist.expand(shape)
+            }
+        }
     }
 }
 
@@ -75,15 +172,17 @@ struct SeqAux<B: Backend> {
     drop: Option<T3<B>>,
 }
 
-/// `pse`: the call's pse tensor `[pseTotalLen]`, if given (else the spec's pse is built here);
-/// `mask`: the call's explicit mask tensor `[1|B, 1|N, maxSq, maxSkv]`, if given.
+/// `pse`: the call's pse tensor or ALiBi slopes, if given; `mask`: the call's explicit mask
+/// tensor `[1|B, 1|N, maxSq, maxSkv]`, if given; `drop`: the call's keep bits
+/// ([`drop_bits`]) when it drops. `pse0` is where sequence b starts in a flat pse and in the
+/// dropout bits alike (`N·Σ_{b'<b} Sq_b'·Skv_b'`).
 fn seq_aux<B: Backend>(
     p: &VarlenProblem,
     b: usize,
     pse0: usize,
-    drop0: usize,
-    pse: Option<&Tensor<B, 1>>,
+    pse: Option<&PseTensor<B>>,
     mask: Option<&Tensor<B, 4>>,
+    drop: Option<&Tensor<B, 1>>,
     device: &B::Device,
 ) -> SeqAux<B> {
     let (n, sq, skv) = (p.dims.head_num, p.dims.seq_q[b], p.dims.seq_kv[b]);
@@ -113,21 +212,13 @@ fn seq_aux<B: Backend>(
         (Some(r), Some(e)) => Some(r.bool_or(e)),
         (r, e) => r.or(e),
     };
-    let pse = match pse {
-        // The sequence's [N, Sq, Skv] block of the tensor, where it lives.
-        Some(t) => Some(t.clone().narrow(0, pse0, n * sq * skv).reshape(shape)),
-        None => (p.pse != Pse::None).then(|| {
-            let v: Vec<f32> = idx()
-                .map(|(h, i, j)| p.pse_value(pse0, b, h, i, j) as f32)
-                .collect();
-            T3::<B>::from_data(TensorData::new(v, shape), device)
-        }),
-    };
-    let drop = (p.attrs.keep_prob < 1.0 && p.drop_mask.is_some()).then(|| {
-        let v: Vec<f32> = (0..n * sq * skv)
-            .map(|e| p.dropout_factor(drop0 + e) as f32)
-            .collect();
-        T3::<B>::from_data(TensorData::new(v, shape), device)
+    let pse = pse.map(|t| t.sequence(p, b, pse0, device));
+    // The sequence's bits, where they lie, scaled to the kept elements' factor 1/keepProb.
+    let drop = drop.map(|bits| {
+        bits.clone()
+            .narrow(0, pse0, n * sq * skv)
+            .reshape(shape)
+            .mul_scalar(1.0 / p.attrs.keep_prob)
     });
     SeqAux { masked, pse, drop }
 }
@@ -154,10 +245,15 @@ fn group_sum<B: Backend>(x: T3<B>, group: usize) -> T3<B> {
 fn scores<B: Backend>(p: &VarlenProblem, q: &T3<B>, k: &T3<B>, aux: &SeqAux<B>) -> T3<B> {
     let qk = q.clone().matmul(k.clone().swap_dims(1, 2));
     let scale = p.attrs.scale;
-    let s = match (&aux.pse, p.attrs.pse_type) {
+    // ALiBi slopes may be f32 under a half-precision query: the bias is in the scores' dtype.
+    let pse = aux.pse.clone().map(|t| match t.dtype() == qk.dtype() {
+        true => t,
+        false => t.cast(FloatDType::from(qk.dtype())),
+    });
+    let s = match (pse, p.attrs.pse_type) {
         (None, _) => qk.mul_scalar(scale),
-        (Some(pse), PseType::OuterAddMul) => (qk + pse.clone()).mul_scalar(scale),
-        (Some(pse), _) => qk.mul_scalar(scale) + pse.clone(),
+        (Some(pse), PseType::OuterAddMul) => (qk + pse).mul_scalar(scale),
+        (Some(pse), _) => qk.mul_scalar(scale) + pse,
     };
     match &aux.masked {
         Some(m) => s.mask_fill(m.clone(), f32::MIN),
@@ -236,8 +332,9 @@ pub fn varlen_fwd<B: Backend>(
         (wrap(inputs.query), wrap(inputs.key), wrap(inputs.value));
     let device = q.device();
     let sink = inputs.sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
-    let pse = inputs.pse.map(wrap::<B, 1>);
+    let pse = PseTensor::<B>::of(inputs.pse, inputs.alibi_slopes);
     let mask = inputs.atten_mask.map(mask_4d::<B>);
+    let drop = drop_bits::<B>(&p, inputs.drop_mask);
     let (mut outs, mut maxes, mut sums) = (Vec::new(), Vec::new(), Vec::new());
     for seq in sequences(&p).into_iter().filter(|s| s.sq > 0) {
         if seq.skv == 0 {
@@ -247,14 +344,13 @@ pub fn varlen_fwd<B: Backend>(
             sums.push(T3::<B>::zeros([seq.sq, n, 8], &device));
             continue;
         }
-        let drop0 = seq.pse0;
         let aux = seq_aux::<B>(
             &p,
             seq.b,
             seq.pse0,
-            drop0,
             pse.as_ref(),
             mask.as_ref(),
+            drop.as_ref(),
             &device,
         );
         let qb = q.clone().narrow(0, seq.q0, seq.sq).swap_dims(0, 1);
@@ -298,12 +394,17 @@ struct BwdCall<B: Backend> {
     o: T3<B>,
     smax: T3<B>,
     ssum: T3<B>,
-    pse: Option<Tensor<B, 1>>,
+    pse: Option<PseTensor<B>>,
     mask: Option<Tensor<B, 4>>,
+    /// The keep bits ([`drop_bits`]) when the call drops.
+    drop: Option<Tensor<B, 1>>,
 }
 
 impl<B: Backend> BwdCall<B> {
-    fn new(inputs: VarlenGradInputs<FloatTensor<B>>) -> (Self, Option<FloatTensor<B>>) {
+    fn new(
+        p: &VarlenProblem,
+        inputs: VarlenGradInputs<FloatTensor<B>>,
+    ) -> (Self, Option<FloatTensor<B>>) {
         let VarlenGradInputs {
             inputs: fwd,
             dy,
@@ -319,8 +420,9 @@ impl<B: Backend> BwdCall<B> {
             o: wrap(attention_in),
             smax: wrap(softmax_max),
             ssum: wrap(softmax_sum),
-            pse: fwd.pse.map(wrap::<B, 1>),
+            pse: PseTensor::of(fwd.pse, fwd.alibi_slopes),
             mask: fwd.atten_mask.map(mask_4d::<B>),
+            drop: drop_bits::<B>(p, fwd.drop_mask),
         };
         (call, fwd.sink)
     }
@@ -347,9 +449,9 @@ fn seq_grad<B: Backend>(p: &VarlenProblem, c: &BwdCall<B>, seq: &SeqIter) -> Seq
         p,
         seq.b,
         seq.pse0,
-        seq.pse0,
         c.pse.as_ref(),
         c.mask.as_ref(),
+        c.drop.as_ref(),
         &device,
     );
     let qb = c.q.clone().narrow(0, seq.q0, sq).swap_dims(0, 1);
@@ -394,7 +496,7 @@ pub fn varlen_bwd<B: Backend>(
         p.dims.group(),
     );
     let dpse_factor = dpse_factor_of(&p, &inputs.inputs);
-    let (c, sink) = BwdCall::<B>::new(inputs);
+    let (c, sink) = BwdCall::<B>::new(&p, inputs);
     let device = c.q.device();
     let has_sink = sink.is_some();
     let sink = sink.map(|s| wrap::<B, 1>(s).reshape([n, 1, 1]));
@@ -462,7 +564,7 @@ pub fn varlen_dpse<B: Backend>(
         return Ok(None);
     };
     let n = p.dims.head_num;
-    let (c, _) = BwdCall::<B>::new(inputs);
+    let (c, _) = BwdCall::<B>::new(&p, inputs);
     let device = c.q.device();
     let dpses = sequences(&p)
         .into_iter()

@@ -1,11 +1,9 @@
 //! Every validation rule of the varlen op, broken one at a time: each must give a typed error
 //! naming the aclnn parameter (and a valid base case must pass).
 
-use std::sync::Arc;
-
 use burn::backend::NdArray;
 use burn::tensor::Tensor;
-use burn_ascend_ops::varlen::{MaskSpec, PseSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec};
+use burn_ascend_ops::varlen::{MaskSpec, VarlenBwdShapes, VarlenShapes, VarlenSpec};
 use burn_ascend_ops::{flash_spec, varlen_score, AttnError, FlashAttnOptions, PseType, SparseMode};
 
 /// Two sequences: q lengths [2, 3], kv lengths [3, 4]; N = 4, Nkv = 2, D = 8.
@@ -22,6 +20,8 @@ fn base() -> (VarlenSpec, VarlenShapes) {
         sink: Some(4),
         pse: None,
         atten_mask: None,
+        alibi_slopes: None,
+        drop_mask: None,
     };
     (spec, shapes)
 }
@@ -78,6 +78,8 @@ fn dense_masks_in_tnd_are_accepted_where_the_kernel_reads_them_top_left() {
         sink: None,
         pse: None,
         atten_mask: None,
+        alibi_slopes: None,
+        drop_mask: None,
     };
     for shape in [vec![2, 1, 3, 4], vec![2, 4, 3, 4]] {
         dense(&mut even, &mut even_shapes, shape);
@@ -157,10 +159,14 @@ fn every_forward_rule_names_its_parameter() {
         ("dropMask", "keepProb < 1 without dropMask", |s, _| {
             s.attrs.keep_prob = 0.9
         }),
-        ("dropMask", "dropMask too short", |s, _| {
+        ("dropMask", "dropMask too short", |s, sh| {
             s.attrs.keep_prob = 0.9;
             // needs N·Σ Sq·Skv = 4·(2·3 + 3·4) = 72 bits = 9 bytes
-            s.drop_mask = Some(Arc::from(vec![0xFFu8; 8]));
+            sh.drop_mask = Some(vec![8]);
+        }),
+        ("dropMask", "dropMask not 1-D", |s, sh| {
+            s.attrs.keep_prob = 0.9;
+            sh.drop_mask = Some(vec![3, 3]);
         }),
         ("attenMask", "explicit mask with mode 3", |s, sh| {
             s.attrs.sparse_mode = SparseMode::RightDownCausal;
@@ -282,64 +288,51 @@ fn every_forward_rule_names_its_parameter() {
             s.attrs.pre_tokens = 3;
             s.attrs.next_tokens = 0;
         }),
-        ("realShift", "pse with mode 7", |s, _| {
+        ("realShift", "pse with mode 7", |s, sh| {
             compressed(s, SparseMode::RightDownCausalBand);
             s.attrs.pre_tokens = 4;
             s.attrs.next_tokens = 0;
             s.attrs.pse_type = PseType::InnerMulAdd;
-            s.pse = PseSpec::Alibi {
-                slopes: Arc::from(vec![0.5f32; 4]),
-                shape: vec![4],
-            };
+            sh.alibi_slopes = Some(vec![4]);
         }),
-        ("realShift", "pse with mode 8 and Sq != Skv", |s, _| {
+        ("realShift", "pse with mode 8 and Sq != Skv", |s, sh| {
             compressed(s, SparseMode::BandLeftUpCausal);
             s.attrs.pre_tokens = 3;
             s.attrs.next_tokens = 0;
             s.attrs.pse_type = PseType::InnerMulAdd;
-            s.pse = PseSpec::Alibi {
-                slopes: Arc::from(vec![0.5f32; 4]),
-                shape: vec![4],
-            };
+            sh.alibi_slopes = Some(vec![4]);
         }),
         ("realShift", "pse with an empty query sequence", |s, sh| {
             s.actual_seq_q_len = vec![0, 5];
             sh.query[0] = 5;
             s.attrs.pse_type = PseType::InnerMulAdd;
-            s.pse = PseSpec::Alibi {
-                slopes: Arc::from(vec![0.5f32; 4]),
-                shape: vec![4],
-            };
+            sh.alibi_slopes = Some(vec![4]);
         }),
         ("pseType", "pseType 0 without realShift", |s, _| {
             s.attrs.pse_type = PseType::OuterMulAdd
         }),
-        ("pseType", "dense pse with pseType 2", |s, _| {
+        ("pseType", "dense pse with pseType 2", |s, sh| {
             s.attrs.pse_type = PseType::InnerMulAdd;
-            s.pse = PseSpec::Dense {
-                data: Arc::from(vec![0f32; 72]),
-                shape: vec![72],
-            };
+            sh.pse = Some(vec![72]);
         }),
-        ("realShift", "dense pse of the wrong length", |s, _| {
-            s.pse = PseSpec::Dense {
-                data: Arc::from(vec![0f32; 71]),
-                shape: vec![71],
-            };
+        ("realShift", "dense pse of the wrong length", |_, sh| {
+            sh.pse = Some(vec![71]);
         }),
-        ("pseType", "slopes with pseType 1", |s, _| {
-            s.pse = PseSpec::Alibi {
-                slopes: Arc::from(vec![0.5f32; 4]),
-                shape: vec![4],
-            };
+        ("pseType", "slopes with pseType 1", |_, sh| {
+            sh.alibi_slopes = Some(vec![4]);
         }),
-        ("realShift", "slopes of the wrong shape", |s, _| {
+        ("realShift", "slopes of the wrong shape", |s, sh| {
             s.attrs.pse_type = PseType::InnerMulAddSqrt;
-            s.pse = PseSpec::Alibi {
-                slopes: Arc::from(vec![0.5f32; 3]),
-                shape: vec![3],
-            };
+            sh.alibi_slopes = Some(vec![3]);
         }),
+        (
+            "realShift",
+            "per-batch slopes of the wrong batch",
+            |s, sh| {
+                s.attrs.pse_type = PseType::InnerMulAdd;
+                sh.alibi_slopes = Some(vec![3, 4]);
+            },
+        ),
     ];
     for (param, what, edit) in cases {
         let (mut spec, mut shapes) = base();
@@ -349,10 +342,11 @@ fn every_forward_rule_names_its_parameter() {
 }
 
 /// A pse given as a tensor (`VarlenInputs::pse`) is validated by its shape: the flat
-/// `[pseTotalLen]` with pseType 0 or 1 is accepted, in both directions; any other shape, an
-/// ALiBi pseType, or a pse also in the spec is a typed error naming the parameter.
+/// `[pseTotalLen]` with pseType 0 or 1 is accepted, in both directions, and so are ALiBi slopes
+/// (`VarlenInputs::alibi_slopes`, `[N]` or `[B, N]`) with pseType 2 or 3; any other shape, the
+/// other pseType, or a pse together with slopes is a typed error naming the parameter.
 #[test]
-fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
+fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_slopes() {
     let (spec, mut shapes) = base();
     shapes.pse = Some(vec![72]);
     for pse_type in [PseType::OuterMulAdd, PseType::OuterAddMul] {
@@ -360,6 +354,16 @@ fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
         s.attrs.pse_type = pse_type;
         s.validate_fwd(&shapes).unwrap();
         s.validate_bwd(&shapes, &bwd_base()).unwrap();
+    }
+    for (pse_type, slopes) in [
+        (PseType::InnerMulAdd, vec![4]),
+        (PseType::InnerMulAddSqrt, vec![2, 4]),
+    ] {
+        let (mut s, mut sh) = base();
+        s.attrs.pse_type = pse_type;
+        sh.alibi_slopes = Some(slopes);
+        s.validate_fwd(&sh).unwrap();
+        s.validate_bwd(&sh, &bwd_base()).unwrap();
     }
     let cases: Vec<(&str, &str, Edit)> = vec![
         ("realShift", "a pse tensor of the wrong length", |_, sh| {
@@ -372,17 +376,10 @@ fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
             s.attrs.pse_type = PseType::InnerMulAdd;
             sh.pse = Some(vec![72]);
         }),
-        (
-            "realShift",
-            "a pse tensor and a pse in the spec",
-            |s, sh| {
-                sh.pse = Some(vec![72]);
-                s.pse = PseSpec::Dense {
-                    data: Arc::from(vec![0f32; 72]),
-                    shape: vec![72],
-                };
-            },
-        ),
+        ("realShift", "a pse tensor and ALiBi slopes", |_, sh| {
+            sh.pse = Some(vec![72]);
+            sh.alibi_slopes = Some(vec![4]);
+        }),
         (
             "realShift",
             "a pse tensor with an empty query sequence",
@@ -404,21 +401,19 @@ fn a_pse_tensor_is_validated_by_its_shape_and_never_together_with_the_specs() {
 /// case (unequal lengths, no mask) it is a typed error, then the mode is named.
 #[test]
 fn the_compressed_alibi_pse_needs_equal_lengths_and_a_causal_mode() {
-    let (mut spec, shapes) = base();
-    spec.pse = PseSpec::Dense {
-        data: Arc::from(vec![0f32; 4 * 1024 * 4]),
-        shape: vec![1, 4, 1024, 4],
-    };
+    let (spec, mut shapes) = base();
+    shapes.pse = Some(vec![1, 4, 1024, 4]);
     expect("realShift", "unequal lengths", spec.validate_fwd(&shapes));
     let mut equal = VarlenSpec::from_lengths(&[2, 4], &[2, 4], 4, 0.35);
-    equal.pse = spec.pse.clone();
     let eq_shapes = VarlenShapes {
         query: [6, 4, 8],
         key: [6, 2, 8],
         value: [6, 2, 8],
         sink: Some(4),
-        pse: None,
+        pse: shapes.pse.clone(),
         atten_mask: None,
+        alibi_slopes: None,
+        drop_mask: None,
     };
     expect(
         "sparseMode",
@@ -602,15 +597,20 @@ fn products_of_huge_lengths_are_typed_errors_not_overflows() {
         sink: None,
         pse: None,
         atten_mask: None,
+        alibi_slopes: None,
+        drop_mask: None,
     };
     spec.attrs.keep_prob = 0.5;
-    spec.drop_mask = Some(Arc::from(Vec::new()));
-    expect("dropMask", "N·Sq·Skv bits", spec.validate_fwd(&shapes));
+    let dropping = VarlenShapes {
+        drop_mask: Some(vec![0]),
+        ..shapes.clone()
+    };
+    expect("dropMask", "N·Sq·Skv bits", spec.validate_fwd(&dropping));
     let mut spec = VarlenSpec::from_lengths(&[t], &[t], 4, 0.35);
     spec.attrs.pse_type = PseType::OuterAddMul;
-    spec.pse = PseSpec::Dense {
-        data: Arc::from(Vec::new()),
-        shape: vec![0],
+    let shapes = VarlenShapes {
+        pse: Some(vec![0]),
+        ..shapes
     };
     expect("realShift", "pseTotalLen", spec.validate_fwd(&shapes));
 }
@@ -639,7 +639,7 @@ fn extreme_attribute_values_are_printed_in_exponent_form_not_as_300_digits() {
 }
 
 /// The varlen carrier's `map` visits every tensor once, in the documented order (query, key,
-/// value, sink, pse, attenMask; then dy, attentionIn, softmaxMax, softmaxSum), and `as_ref` keeps them
+/// value, sink, pse, attenMask, ALiBi slopes, dropMask; then dy, attentionIn, softmaxMax, softmaxSum), and `as_ref` keeps them
 /// in place: every layer that converts the carrier (Autodiff, the aclnn builder) relies on it.
 #[test]
 fn the_varlen_carrier_maps_every_tensor_once_in_order() {
@@ -651,42 +651,50 @@ fn the_varlen_carrier_maps_every_tensor_once_in_order() {
         sink: Some(4),
         pse: Some(5),
         atten_mask: Some(6),
+        alibi_slopes: Some(7),
+        drop_mask: Some(8),
     };
     let grad = VarlenGradInputs {
         inputs,
-        dy: 7,
-        attention_in: 8,
-        softmax_max: 9,
-        softmax_sum: 10,
+        dy: 9,
+        attention_in: 10,
+        softmax_max: 11,
+        softmax_sum: 12,
     };
     let mut seen = Vec::new();
     let tens = grad.clone().map(|v| {
         seen.push(v);
         v * 10
     });
-    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(seen, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     assert_eq!(
         (
             tens.inputs.sink,
             tens.inputs.pse,
             tens.inputs.atten_mask,
+            tens.inputs.alibi_slopes,
+            tens.inputs.drop_mask,
             tens.softmax_sum
         ),
-        (Some(40), Some(50), Some(60), 100)
+        (Some(40), Some(50), Some(60), Some(70), Some(80), 120)
     );
     let refs = grad.as_ref();
     assert_eq!(
         (
             *refs.inputs.pse.unwrap(),
             *refs.inputs.atten_mask.unwrap(),
+            *refs.inputs.alibi_slopes.unwrap(),
+            *refs.inputs.drop_mask.unwrap(),
             *refs.dy
         ),
-        (5, 6, 7)
+        (5, 6, 7, 8, 9)
     );
-    assert_eq!(grad.inputs.all(), [&1, &2, &3, &4, &5, &6]);
+    assert_eq!(grad.inputs.all(), [&1, &2, &3, &4, &5, &6, &7, &8]);
     let no_sink = VarlenInputs {
         sink: None,
         atten_mask: None,
+        alibi_slopes: None,
+        drop_mask: None,
         ..grad.inputs.clone()
     };
     assert_eq!(no_sink.all(), [&1, &2, &3, &5]);
