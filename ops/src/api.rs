@@ -64,10 +64,9 @@ pub struct VarlenAttentionGrads<B: Backend> {
     pub dk: Tensor<B, 3>,
     /// `dv` `[Tkv, Nkv, D]`.
     pub dv: Tensor<B, 3>,
-    /// `dpse` `[pseTotalLen]`, when the call has a flat external pse (pseType 0/1). The call of
-    /// [`varlen_score_grad`] has none (its inputs are query, key, value and sink): a pse
-    /// tensor's gradient comes from `Autodiff` ([`varlen_score_with_pse`]) or from
-    /// [`AttentionBackend::varlen_bwd`] with the carrier's pse.
+    /// `dpse` `[pseTotalLen]`, when the call has a flat external pse (pseType 0/1): from
+    /// [`varlen_score_grad_with`] with the carrier's pse (or, under `Autodiff`, the pse
+    /// tensor's gradient after [`varlen_score_with_pse`]).
     pub dpse: Option<Tensor<B, 1>>,
     /// `dsink` `[N]`, when a sink was given.
     pub dsink: Option<Tensor<B, 1>>,
@@ -82,14 +81,8 @@ fn carrier<B: AttentionBackend>(
     sink: Option<Tensor<B, 1>>,
 ) -> VarlenInputs<FloatTensor<B>> {
     VarlenInputs {
-        query: prim(query),
-        key: prim(key),
-        value: prim(value),
         sink: sink.map(prim),
-        pse: None,
-        atten_mask: None,
-        alibi_slopes: None,
-        drop_mask: None,
+        ..VarlenInputs::new(prim(query), prim(key), prim(value))
     }
 }
 
@@ -227,8 +220,8 @@ pub fn dropout_mask<B: Backend>(
 }
 
 /// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`,
-/// for a call without tensor inputs besides the sink (for a mask, pse, slopes or dropout mask:
-/// [`AttentionBackend::varlen_bwd`] with the carrier, or `Autodiff`).
+/// for a call without tensor inputs besides the sink (with a mask, pse, slopes or dropout
+/// mask: [`varlen_score_grad_with`]).
 pub fn varlen_score_grad<B: AttentionBackend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
@@ -238,9 +231,30 @@ pub fn varlen_score_grad<B: AttentionBackend>(
     dy: Tensor<B, 3>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttentionGrads<B>> {
+    varlen_score_grad_with(carrier(query, key, value, sink), forward, dy, spec)
+}
+
+/// [`varlen_score`] with the whole carrier: any combination of the tensor inputs (sink, pse or
+/// ALiBi slopes, explicit mask, dropout mask), each as the single-input functions above take
+/// it. Build it with [`VarlenInputs::new`] and set the optional fields.
+pub fn varlen_score_with<B: AttentionBackend>(
+    inputs: VarlenInputs<FloatTensor<B>>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttention<B>> {
+    varlen_forward(inputs, spec)
+}
+
+/// [`varlen_score_grad`] for a call of [`varlen_score_with`]: the same carrier, the forward's
+/// outputs and `dy`. `dpse` is returned when the carrier has a flat pse (pseType 0/1).
+pub fn varlen_score_grad_with<B: AttentionBackend>(
+    inputs: VarlenInputs<FloatTensor<B>>,
+    forward: &VarlenAttention<B>,
+    dy: Tensor<B, 3>,
+    spec: &VarlenSpec,
+) -> Result<VarlenAttentionGrads<B>> {
     let g = B::varlen_bwd(
         VarlenGradInputs {
-            inputs: carrier(query, key, value, sink),
+            inputs,
             dy: prim(dy),
             attention_in: prim(forward.attention_out.clone()),
             softmax_max: prim(forward.softmax_max.clone()),

@@ -29,9 +29,9 @@ pub use api::{
     dropout_mask, flash_attention_varlen, flash_spec, fused_infer_attention,
     fused_infer_attention_with, incre_flash_attention, incre_flash_attention_with,
     prompt_flash_attention, prompt_flash_attention_with, scatter_pa_kv_cache, varlen_score,
-    varlen_score_grad, varlen_score_with_alibi, varlen_score_with_dropout, varlen_score_with_mask,
-    varlen_score_with_pse, FiaKvFromTensors, FlashAttnOptions, IncreKvFromTensors, VarlenAttention,
-    VarlenAttentionGrads,
+    varlen_score_grad, varlen_score_grad_with, varlen_score_with, varlen_score_with_alibi,
+    varlen_score_with_dropout, varlen_score_with_mask, varlen_score_with_pse, FiaKvFromTensors,
+    FlashAttnOptions, IncreKvFromTensors, VarlenAttention, VarlenAttentionGrads,
 };
 pub use backend::{
     AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,

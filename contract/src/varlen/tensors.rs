@@ -43,6 +43,20 @@ pub struct VarlenInputs<T> {
 }
 
 impl<T> VarlenInputs<T> {
+    /// Query, key and value; no optional input (set the fields that apply).
+    pub fn new(query: T, key: T, value: T) -> Self {
+        Self {
+            query,
+            key,
+            value,
+            sink: None,
+            pse: None,
+            atten_mask: None,
+            alibi_slopes: None,
+            drop_mask: None,
+        }
+    }
+
     /// Each tensor through `f`, in the order query, key, value, sink, pse, attenMask, ALiBi
     /// slopes, dropMask.
     pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> VarlenInputs<U> {

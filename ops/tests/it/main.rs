@@ -2,4 +2,5 @@
 
 mod fused;
 mod grouped_matmul;
+mod varlen_carrier;
 mod varlen_validation;

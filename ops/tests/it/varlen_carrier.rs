@@ -1,0 +1,132 @@
+//! The public varlen functions that take the whole carrier (`varlen_score_with`,
+//! `varlen_score_grad_with`): any combination of the tensor inputs in one call, and `dpse`
+//! from the public backward, against the composite (Burn ops) as the independent road.
+
+use burn::backend::NdArray;
+use burn::tensor::ops::{FloatTensor, FloatTensorOps};
+use burn::tensor::{Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use burn_ascend_ops::varlen::composite;
+use burn_ascend_ops::varlen::VarlenSpec;
+use burn_ascend_ops::{
+    dropout_mask, varlen_score_grad_with, varlen_score_with, PseType, VarlenGradInputs,
+    VarlenInputs,
+};
+
+type B = NdArray;
+
+fn values(len: usize, seed: u64, amp: f32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            amp * ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
+        })
+        .collect()
+}
+
+fn prim(v: Vec<f32>, shape: &[usize]) -> FloatTensor<B> {
+    B::float_from_data(TensorData::new(v, shape.to_vec()), &Default::default())
+}
+
+fn host(t: FloatTensor<B>) -> Vec<f32> {
+    let len = t.shape().num_elements();
+    Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(B::float_reshape(t, [len].into())))
+        .into_data()
+        .to_vec::<f32>()
+        .expect("f32")
+}
+
+fn close(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 + 1e-4 * w.abs(),
+            "{what}[{i}]: {g} vs the composite's {w}"
+        );
+    }
+}
+
+/// A flat pse (pseType 0) and a seeded dropout mask (keepProb 0.8) with a sink, in one call:
+/// the forward's output and every gradient (dq, dk, dv, dpse, dsink) of the public functions
+/// on NdArray (the CPU kernels) equal the composite's within 1e-5 + 1e-4·|x|.
+#[test]
+fn one_call_carries_pse_dropout_and_sink_and_its_grad_gives_dpse_like_the_composite() {
+    let (sq, skv, n, nkv, d) = ([2usize, 3], [3usize, 4], 4usize, 2usize, 8usize);
+    let (tq, tkv) = (5usize, 7usize);
+    let mut spec = VarlenSpec::from_lengths(&sq, &skv, n, 0.35);
+    spec.attrs.pse_type = PseType::OuterMulAdd;
+    spec.attrs.keep_prob = 0.8;
+    let total: usize = sq.iter().zip(&skv).map(|(a, b)| n * a * b).sum();
+    let drop = dropout_mask::<B>(&spec, 7, &Default::default()).expect("dropout mask");
+    let inputs = VarlenInputs {
+        sink: Some(prim(values(n, 5, 0.5), &[n])),
+        pse: Some(prim(values(total, 6, 1.0), &[total])),
+        drop_mask: Some(drop.into_primitive().tensor()),
+        ..VarlenInputs::new(
+            prim(values(tq * n * d, 1, 1.0), &[tq, n, d]),
+            prim(values(tkv * nkv * d, 2, 1.0), &[tkv, nkv, d]),
+            prim(values(tkv * nkv * d, 3, 1.0), &[tkv, nkv, d]),
+        )
+    };
+    let dy = prim(values(tq * n * d, 4, 1.0), &[tq, n, d]);
+    let without_drop = inputs.clone();
+
+    let fwd = varlen_score_with::<B>(inputs.clone(), &spec).expect("forward");
+    let grads = varlen_score_grad_with::<B>(
+        inputs.clone(),
+        &fwd,
+        Tensor::from_primitive(TensorPrimitive::Float(dy.clone())),
+        &spec,
+    )
+    .expect("backward");
+
+    let want = composite::varlen_fwd::<B>(inputs.clone(), &spec).expect("composite forward");
+    let out = fwd.attention_out.into_data().to_vec::<f32>().expect("f32");
+    close("attentionOut", &out, &host(want.attention_out.clone()));
+    let want_g = composite::varlen_bwd::<B>(
+        VarlenGradInputs {
+            inputs,
+            dy,
+            attention_in: want.attention_out,
+            softmax_max: want.softmax_max,
+            softmax_sum: want.softmax_sum,
+        },
+        &spec,
+    )
+    .expect("composite backward");
+    let vec1 = |t: Tensor<B, 1>| t.into_data().to_vec::<f32>().expect("f32");
+    let vec3 = |t: Tensor<B, 3>| t.into_data().to_vec::<f32>().expect("f32");
+    close("dq", &vec3(grads.dq), &host(want_g.dq));
+    close("dk", &vec3(grads.dk), &host(want_g.dk));
+    close("dv", &vec3(grads.dv), &host(want_g.dv));
+    let dpse = vec1(grads.dpse.expect("dpse for a flat pse"));
+    assert!(dpse.iter().any(|x| x.abs() > 1e-3), "dpse is not trivial");
+    close("dpse", &dpse, &host(want_g.dpse.expect("composite dpse")));
+    close(
+        "dsink",
+        &vec1(grads.dsink.expect("dsink")),
+        &host(want_g.dsink.expect("composite dsink")),
+    );
+    // Dropout took effect: the same call without the mask differs.
+    let mut no_drop = spec.clone();
+    no_drop.attrs.keep_prob = 1.0;
+    let plain = varlen_score_with::<B>(
+        VarlenInputs {
+            drop_mask: None,
+            ..without_drop
+        },
+        &no_drop,
+    )
+    .expect("forward without dropout");
+    let plain = plain
+        .attention_out
+        .into_data()
+        .to_vec::<f32>()
+        .expect("f32");
+    assert!(
+        plain.iter().zip(&out).any(|(a, b)| (a - b).abs() > 1e-3),
+        "the dropout mask changed nothing"
+    );
+}
