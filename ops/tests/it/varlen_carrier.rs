@@ -130,3 +130,38 @@ fn one_call_carries_pse_dropout_and_sink_and_its_grad_gives_dpse_like_the_compos
         "the dropout mask changed nothing"
     );
 }
+
+/// A dropout mask is byte values (0..=255, whole numbers): on the CPU kernels' path (NdArray,
+/// where the values are on the host) anything else is a typed error naming `dropMask`, not a
+/// silent truncation.
+#[test]
+fn a_dropout_mask_that_is_not_byte_values_is_a_typed_error_naming_drop_mask_on_ndarray() {
+    let (n, d) = (2usize, 4usize);
+    let mut spec = VarlenSpec::from_lengths(&[2], &[3], n, 0.5);
+    spec.attrs.keep_prob = 0.5;
+    let good = dropout_mask::<B>(&spec, 3, &Default::default())
+        .expect("dropout mask")
+        .into_data()
+        .to_vec::<f32>()
+        .expect("f32");
+    let call = |mask: Vec<f32>| {
+        let len = mask.len();
+        let inputs = VarlenInputs {
+            drop_mask: Some(prim(mask, &[len])),
+            ..VarlenInputs::new(
+                prim(values(2 * n * d, 1, 1.0), &[2, n, d]),
+                prim(values(3 * n * d, 2, 1.0), &[3, n, d]),
+                prim(values(3 * n * d, 3, 1.0), &[3, n, d]),
+            )
+        };
+        varlen_score_with::<B>(inputs, &spec).map(|_| ())
+    };
+    call(good.clone()).expect("the seeded mask is accepted");
+    for (what, bad) in [("256", 256.0f32), ("a fraction", 0.5), ("negative", -1.0)] {
+        let mut mask = good.clone();
+        mask[0] = bad;
+        let e = call(mask).expect_err(what);
+        assert_eq!(e.param(), Some("dropMask"), "{what}: {e}");
+        assert!(e.to_string().contains("byte values"), "{what}: {e}");
+    }
+}
