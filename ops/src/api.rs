@@ -197,19 +197,7 @@ pub fn dropout_mask<B: Backend>(
     seed: u64,
     device: &B::Device,
 ) -> Result<Tensor<B, 1>> {
-    let lengths = |cum: &[i64], name| {
-        lengths_from_cumulative(cum)
-            .ok_or_else(|| AttnError::invalid(name, "cumulative lengths must be non-decreasing"))
-    };
-    let seq_q = lengths(&spec.actual_seq_q_len, "actualSeqQLen")?;
-    let seq_kv = lengths(&spec.actual_seq_kv_len, "actualSeqKvLen")?;
-    ensure!(
-        seq_q.len() == seq_kv.len(),
-        "actualSeqKvLen",
-        "must have one entry per sequence like actualSeqQLen ({}), got {}",
-        seq_q.len(),
-        seq_kv.len()
-    );
+    let (seq_q, seq_kv) = spec.sequence_lengths()?;
     let bits = dropout::mask_bits(spec.head_num, &seq_q, &seq_kv);
     let bytes: Vec<f32> = dropout::generate_mask(bits, spec.attrs.keep_prob, seed)
         .into_iter()

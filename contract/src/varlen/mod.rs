@@ -131,6 +131,16 @@ impl VarlenSpec {
         )
     }
 
+    /// The per-sequence query and key/value lengths of `actualSeqQLen` / `actualSeqKvLen`
+    /// (CANN's trailing-zero form included), as the validation reads them, without the
+    /// tensors: for what needs the sequences before the call (the seeded dropout mask).
+    pub fn sequence_lengths(&self) -> Result<(Vec<usize>, Vec<usize>)> {
+        let (seq_q, _) = parse_cumulative("actualSeqQLen", &self.actual_seq_q_len)?;
+        let (seq_kv, _) = parse_cumulative("actualSeqKvLen", &self.actual_seq_kv_len)?;
+        same_sequence_count(&seq_q, &seq_kv)?;
+        Ok((seq_q, seq_kv))
+    }
+
     /// Checks a forward call and returns its dimensions.
     pub fn validate_fwd(&self, s: &VarlenShapes) -> Result<VarlenDims> {
         self.validate(s, false)
@@ -221,13 +231,7 @@ impl VarlenSpec {
 
         let seq_q = cumulative("actualSeqQLen", &self.actual_seq_q_len, tq, "query")?;
         let seq_kv = cumulative("actualSeqKvLen", &self.actual_seq_kv_len, tkv, "key")?;
-        ensure!(
-            seq_q.len() == seq_kv.len(),
-            "actualSeqKvLen",
-            "must have one entry per sequence like actualSeqQLen ({}), got {}",
-            seq_q.len(),
-            seq_kv.len()
-        );
+        same_sequence_count(&seq_q, &seq_kv)?;
         let batch = seq_q.len();
         let max_batch = if backward { 2 << 20 } else { MAX_BATCH };
         ensure!(
@@ -739,9 +743,33 @@ pub fn check_alibi_compressed_values(data: &[f32], shape: &[usize]) -> Result<()
     Ok(())
 }
 
+/// Both cumulative arrays describe the same number of sequences.
+fn same_sequence_count(seq_q: &[usize], seq_kv: &[usize]) -> Result<()> {
+    ensure!(
+        seq_q.len() == seq_kv.len(),
+        "actualSeqKvLen",
+        "must have one entry per sequence like actualSeqQLen ({}), got {}",
+        seq_q.len(),
+        seq_kv.len()
+    );
+    Ok(())
+}
+
 fn cumulative(param: &'static str, cum: &[i64], total: usize, tensor: &str) -> Result<Vec<usize>> {
+    let (lens, last) = parse_cumulative(param, cum)?;
+    ensure!(
+        last == total as i64,
+        param,
+        "must end at the {tensor}'s T = {total}, ends at {last}"
+    );
+    Ok(lens)
+}
+
+/// `cum`'s per-sequence lengths and its end ([`lengths_from_varlen_cumulative`]), or the typed
+/// error naming `param`.
+fn parse_cumulative(param: &'static str, cum: &[i64]) -> Result<(Vec<usize>, i64)> {
     ensure!(!cum.is_empty(), param, "needs at least one sequence");
-    let (lens, last) = lengths_from_varlen_cumulative(cum).ok_or_else(|| {
+    lengths_from_varlen_cumulative(cum).ok_or_else(|| {
         AttnError::invalid(
             param,
             format!(
@@ -749,13 +777,7 @@ fn cumulative(param: &'static str, cum: &[i64], total: usize, tensor: &str) -> R
                  is allowed), got {cum:?}"
             ),
         )
-    })?;
-    ensure!(
-        last == total as i64,
-        param,
-        "must end at the {tensor}'s T = {total}, ends at {last}"
-    );
-    Ok(lens)
+    })
 }
 
 /// CANN's compressed mask for a sparse mode (1 = masked), for callers that must hand the device

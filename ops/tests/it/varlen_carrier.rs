@@ -165,3 +165,26 @@ fn a_dropout_mask_that_is_not_byte_values_is_a_typed_error_naming_drop_mask_on_n
         assert!(e.to_string().contains("byte values"), "{what}: {e}");
     }
 }
+
+/// The seeded dropout mask reads the cumulative lengths as the op's validation does: CANN's
+/// trailing-zero form (`[2, 5, 0]`: a third, empty sequence) gives the mask of `[2, 5]`, and a
+/// decreasing array is the validation's typed error naming `actualSeqQLen`.
+#[test]
+fn the_dropout_mask_reads_cumulative_lengths_like_the_op_trailing_zeros_included() {
+    let dev = Default::default();
+    let mut spec = VarlenSpec::new(vec![2, 5], vec![3, 7], 2, 0.5);
+    spec.attrs.keep_prob = 0.7;
+    let plain = dropout_mask::<B>(&spec, 11, &dev).expect("mask");
+    let mut padded = spec.clone();
+    padded.actual_seq_q_len = vec![2, 5, 0];
+    padded.actual_seq_kv_len = vec![3, 7, 0];
+    let with_zeros = dropout_mask::<B>(&padded, 11, &dev).expect("trailing zeros accepted");
+    assert_eq!(
+        with_zeros.into_data().to_vec::<f32>().unwrap(),
+        plain.into_data().to_vec::<f32>().unwrap()
+    );
+    let mut bad = spec;
+    bad.actual_seq_q_len = vec![5, 2];
+    let e = dropout_mask::<B>(&bad, 11, &dev).expect_err("decreasing");
+    assert_eq!(e.param(), Some("actualSeqQLen"), "{e}");
+}
