@@ -192,35 +192,66 @@ fn prompt_with_a_dense_mask_and_pse_on_the_device_uploads_nothing_and_matches_nd
     );
 }
 
-/// Varlen forward and backward with an explicit mask `[maxSq, maxSkv]` (0/1 floats, mode 0)
-/// on `B` through the trait: (attentionOut, dq, dk, dv) as f32, with the uploads `uploads()`
-/// saw across the second of two calls (the first may make the runtime's constants).
-fn varlen_with_mask<B: AttentionBackend>(
+/// The device inputs of [`varlen_call`]: an explicit mask, or ALiBi slopes with a dropout mask.
+#[derive(Clone, Copy)]
+enum VarlenExtra {
+    Mask,
+    SlopesAndDropout,
+}
+
+/// Varlen forward and backward on `B` through the trait, with an explicit mask `[maxSq,
+/// maxSkv]` (0/1 floats, mode 0) or ALiBi slopes `[N]` (pseType 2) and the seeded dropout mask
+/// (keepProb 0.8), all made on the device before the calls: (attentionOut, dq, dk, dv) as f32,
+/// with the uploads `uploads()` saw across the second of two calls (the first may make the
+/// runtime's constants).
+fn varlen_call<B: AttentionBackend>(
     dev: &B::Device,
+    extra: VarlenExtra,
     uploads: impl Fn() -> u64,
 ) -> (Vec<Vec<f32>>, u64) {
     use burn_ascend_ops::varlen::{MaskSpec, VarlenSpec};
-    use burn_ascend_ops::{VarlenGradInputs, VarlenInputs};
+    use burn_ascend_ops::{PseType, VarlenGradInputs, VarlenInputs};
     let (n, d, seq) = (2, 16, [3usize, 5]);
     let t = seq.iter().sum::<usize>();
     let prim = |v: Vec<f32>, s: &[usize]| B::float_from_data(TensorData::new(v, s.to_vec()), dev);
     let mut spec = VarlenSpec::from_lengths(&seq, &seq, n, 0.25);
-    spec.atten_mask = MaskSpec::Dense;
-    spec.attrs.pre_tokens = 4;
-    spec.attrs.next_tokens = 1;
     // Column 0 never masked: no row is fully masked.
     let mask: Vec<f32> = (0..25)
         .map(|e| f32::from(u8::from(e % 5 != 0 && e % 3 == 2)))
         .collect();
-    let inputs = || VarlenInputs {
-        query: prim(values(t * n * d, 1), &[t, n, d]),
-        key: prim(values(t * n * d, 2), &[t, n, d]),
-        value: prim(values(t * n * d, 3), &[t, n, d]),
-        sink: None,
-        pse: None,
-        atten_mask: Some(prim(mask.clone(), &[5, 5])),
-        alibi_slopes: None,
-        drop_mask: None,
+    match extra {
+        VarlenExtra::Mask => {
+            spec.atten_mask = MaskSpec::Dense;
+            spec.attrs.pre_tokens = 4;
+            spec.attrs.next_tokens = 1;
+        }
+        VarlenExtra::SlopesAndDropout => {
+            spec.attrs.pse_type = PseType::InnerMulAdd;
+            spec.attrs.keep_prob = 0.8;
+        }
+    }
+    let inputs = || {
+        let x = VarlenInputs::new(
+            prim(values(t * n * d, 1), &[t, n, d]),
+            prim(values(t * n * d, 2), &[t, n, d]),
+            prim(values(t * n * d, 3), &[t, n, d]),
+        );
+        match extra {
+            VarlenExtra::Mask => VarlenInputs {
+                atten_mask: Some(prim(mask.clone(), &[5, 5])),
+                ..x
+            },
+            VarlenExtra::SlopesAndDropout => VarlenInputs {
+                alibi_slopes: Some(prim(vec![0.5, 0.125], &[n])),
+                drop_mask: Some(
+                    burn_ascend_ops::dropout_mask::<B>(&spec, 5, dev)
+                        .unwrap()
+                        .into_primitive()
+                        .tensor(),
+                ),
+                ..x
+            },
+        }
     };
     let read = |x| {
         Tensor::<B, 3>::from_primitive(burn::tensor::TensorPrimitive::Float(x))
@@ -255,16 +286,32 @@ fn varlen_with_mask<B: AttentionBackend>(
 
 #[test]
 fn varlen_with_an_explicit_mask_on_the_device_uploads_nothing_and_matches_ndarray() {
+    varlen_uploads_nothing_and_matches_ndarray(VarlenExtra::Mask, "varlen mask");
+}
+
+/// The slopes are cast to FLOAT and the dropout mask's byte values to UINT8 on the device:
+/// once both were uploaded from the spec's host copies at every call.
+#[test]
+fn varlen_with_alibi_slopes_and_a_dropout_mask_on_the_device_uploads_nothing_and_matches_ndarray() {
+    varlen_uploads_nothing_and_matches_ndarray(
+        VarlenExtra::SlopesAndDropout,
+        "varlen slopes+dropout",
+    );
+}
+
+fn varlen_uploads_nothing_and_matches_ndarray(extra: VarlenExtra, what: &str) {
     let _lock = crate::exclusive();
     let d = dev();
-    let (want, _) = varlen_with_mask::<NdArray>(&Default::default(), || 0);
+    let (want, _) = varlen_call::<NdArray>(&Default::default(), extra, || 0);
     let ((got, uploads), moved) =
-        counted(|| varlen_with_mask::<Ascend>(&d, || device_counters(&d).uploads));
-    assert!(moved.is_empty(), "nothing fell back to the host: {moved:?}");
-    // The mask once was uploaded from the host at every forward and backward; now the
-    // caller's tensor is compared with 0 on the device.
-    assert_eq!(uploads, 0, "no host upload");
+        counted(|| varlen_call::<Ascend>(&d, extra, || device_counters(&d).uploads));
+    assert!(
+        moved.is_empty(),
+        "{what}: nothing fell back to the host: {moved:?}"
+    );
+    // The caller's tensors are converted on the device (compared with 0, or cast).
+    assert_eq!(uploads, 0, "{what}: no host upload");
     for (g, w) in got.iter().zip(&want) {
-        close(g, w, Tolerance::rel_abs(1e-4, 1e-5), "varlen mask");
+        close(g, w, Tolerance::rel_abs(1e-4, 1e-5), what);
     }
 }
