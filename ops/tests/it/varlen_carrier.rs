@@ -188,3 +188,19 @@ fn the_dropout_mask_reads_cumulative_lengths_like_the_op_trailing_zeros_included
     let e = dropout_mask::<B>(&bad, 11, &dev).expect_err("decreasing");
     assert_eq!(e.param(), Some("actualSeqQLen"), "{e}");
 }
+
+/// `check_alibi_compressed_values` (public: the layers holding the values call it) refuses
+/// what is not a compressed pse before reading it: a shape that is not 4-D, or values that
+/// are not the shape's product, each a typed error naming `realShift`.
+#[test]
+fn the_compressed_pse_value_check_refuses_a_wrong_rank_or_count_naming_real_shift() {
+    use burn_ascend_ops::varlen::check_alibi_compressed_values;
+    let e = check_alibi_compressed_values(&[0.0; 8], &[2, 4]).expect_err("2-D");
+    assert_eq!(e.param(), Some("realShift"), "{e}");
+    assert!(e.to_string().contains("4-D"), "{e}");
+    let e = check_alibi_compressed_values(&[0.0; 7], &[1, 1, 2, 4]).expect_err("7 of 8 values");
+    assert_eq!(e.param(), Some("realShift"), "{e}");
+    assert!(e.to_string().contains("product"), "{e}");
+    // A constant pse of the right shape passes.
+    check_alibi_compressed_values(&[0.5; 8], &[1, 1, 2, 4]).expect("constant");
+}
