@@ -2,6 +2,7 @@
 //! kernels) and the composite default against the f64 references, forward and gradients, and
 //! bad input refused with a typed error naming the aclnn parameter.
 
+use crate::common::data;
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, rotary, swiglu};
@@ -11,18 +12,6 @@ use burn_ascend_ops::{rotary_embedding, AttnError, FusedBackend, RotaryMode};
 
 type B = NdArray;
 type A = Autodiff<NdArray>;
-
-fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 11) as f64 / (1u64 << 53) as f64 * 3.0 - 1.5) as f32
-        })
-        .collect()
-}
 
 fn t<Bk: burn::tensor::backend::Backend, const D: usize>(
     v: &[f32],

@@ -1,5 +1,6 @@
 //! burn-ascend-ops' integration tests, one binary: a module per suite.
 
+mod common;
 mod fused;
 mod grouped_matmul;
 mod varlen_carrier;

@@ -2,6 +2,7 @@
 //! `varlen_score_grad_with`): any combination of the tensor inputs in one call, and `dpse`
 //! from the public backward, against the composite (Burn ops) as the independent road.
 
+use crate::common::data;
 use burn::backend::NdArray;
 use burn::tensor::ops::{FloatTensor, FloatTensorOps};
 use burn::tensor::{Tensor, TensorData, TensorMetadata, TensorPrimitive};
@@ -14,16 +15,9 @@ use burn_ascend_ops::{
 
 type B = NdArray;
 
+/// `len` values in [−amp, amp).
 fn values(len: usize, seed: u64, amp: f32) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            amp * ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
-        })
-        .collect()
+    data(len, seed).into_iter().map(|x| x * amp / 1.5).collect()
 }
 
 fn prim(v: Vec<f32>, shape: &[usize]) -> FloatTensor<B> {
