@@ -539,7 +539,9 @@ impl OnBackend for Backward {
         res.insert("dk", h(g.dk, self.dtype));
         res.insert("dv", h(g.dv, self.dtype));
         if let Some(dp) = g.dpse {
-            res.insert("dpse", h(dp, Dtype::F32));
+            // In the pse's dtype (the query's), as the reference writes it and torch_npu
+            // allocates it (`at::empty` with the pse's options).
+            res.insert("dpse", h(dp, self.dtype));
         }
         if let Some(ds) = g.dsink {
             res.insert("dsink", h(ds, Dtype::F32));

@@ -335,6 +335,22 @@ struct Varlen {
     sink: bool,
     /// `(sparseMode, preTokens, nextTokens)`; modes 2-8 get CANN's compressed mask.
     mode: (SparseMode, i64, i64),
+    /// The tensor input besides query, key, value and sink.
+    extra: VarlenExtra,
+}
+
+/// A varlen case's other tensor input: each reaches the device in its own way on `Ascend`
+/// (the pse cast to the query's dtype and `dpse` computed on the device, the slopes cast to
+/// FLOAT, the explicit mask compared with 0 into BOOL).
+#[derive(Clone, Copy, PartialEq)]
+enum VarlenExtra {
+    None,
+    /// `realShift` `[pseTotalLen]`, pseType 0 (the backward returns `dpse`).
+    FlatPse,
+    /// `realShift` as ALiBi slopes `[N]` (FLOAT), pseType 2, `qStartIdx` / `kvStartIdx` 0.
+    AlibiSlopes,
+    /// An explicit `attenMask` `[maxSq, maxSkv]` (BOOL), sparse mode 0.
+    ExplicitMask,
 }
 
 fn varlen_problems() -> Vec<Varlen> {
@@ -352,6 +368,7 @@ fn varlen_problems() -> Vec<Varlen> {
                 2_147_483_647,
                 2_147_483_647,
             ),
+            extra: VarlenExtra::None,
         },
         Varlen {
             name: "gqa_sink_band",
@@ -362,6 +379,7 @@ fn varlen_problems() -> Vec<Varlen> {
             d: 64,
             sink: true,
             mode: (SparseMode::Band, 3, 1),
+            extra: VarlenExtra::None,
         },
         Varlen {
             name: "causal_sink",
@@ -372,6 +390,48 @@ fn varlen_problems() -> Vec<Varlen> {
             d: 64,
             sink: true,
             mode: (SparseMode::RightDownCausal, 2_147_483_647, 0),
+            extra: VarlenExtra::None,
+        },
+        Varlen {
+            name: "pse_sink",
+            sq: vec![3, 2],
+            skv: vec![3, 4],
+            n: 2,
+            nkv: 2,
+            d: 64,
+            sink: true,
+            mode: (
+                SparseMode::from_attr(0).expect("mode 0"),
+                2_147_483_647,
+                2_147_483_647,
+            ),
+            extra: VarlenExtra::FlatPse,
+        },
+        Varlen {
+            name: "alibi_causal",
+            sq: vec![4, 3],
+            skv: vec![4, 3],
+            n: 4,
+            nkv: 2,
+            d: 64,
+            sink: false,
+            mode: (SparseMode::RightDownCausal, 2_147_483_647, 0),
+            extra: VarlenExtra::AlibiSlopes,
+        },
+        Varlen {
+            name: "explicit_mask_sink",
+            sq: vec![3, 5, 2],
+            skv: vec![4, 5, 2],
+            n: 4,
+            nkv: 2,
+            d: 64,
+            sink: true,
+            mode: (
+                SparseMode::from_attr(0).expect("mode 0"),
+                2_147_483_647,
+                2_147_483_647,
+            ),
+            extra: VarlenExtra::ExplicitMask,
         },
     ]
 }
@@ -399,6 +459,41 @@ fn varlen_bundle(p: &Varlen, dtype: Dtype, seed: u64) -> Bundle {
             HostTensor::from_u8(mask, shape.to_vec(), Dtype::BOOL),
         );
     }
+    let mut pse_type = None;
+    match p.extra {
+        VarlenExtra::None => {}
+        VarlenExtra::FlatPse => {
+            let total: i64 = p.sq.iter().zip(&p.skv).map(|(q, k)| q * k).sum();
+            let len = p.n * total as usize;
+            b.insert(
+                "realShift",
+                HostTensor::from_f64_as(&rng.vec(len), vec![len], dtype),
+            );
+            pse_type = Some(0);
+        }
+        VarlenExtra::AlibiSlopes => {
+            let slopes: Vec<f32> = (0..p.n).map(|h| 0.5f32.powi(h as i32 + 1)).collect();
+            b.insert("realShift", HostTensor::from_values(&slopes, vec![p.n]));
+            b.insert("qStartIdx", HostTensor::from_i64(&[0], vec![1]));
+            b.insert("kvStartIdx", HostTensor::from_i64(&[0], vec![1]));
+            pse_type = Some(2);
+        }
+        VarlenExtra::ExplicitMask => {
+            let (rows, cols) = (
+                *p.sq.iter().max().unwrap_or(&0),
+                *p.skv.iter().max().unwrap_or(&0),
+            );
+            let (rows, cols) = (rows as usize, cols as usize);
+            // Column 0 never masked: no row is fully masked.
+            let mask: Vec<u8> = (0..rows * cols)
+                .map(|e| u8::from(e % cols != 0 && (e / cols + e % cols) % 3 == 2))
+                .collect();
+            b.insert(
+                "attenMask",
+                HostTensor::from_u8(mask, vec![rows, cols], Dtype::BOOL),
+            );
+        }
+    }
     b.insert(
         "actualSeqQLen",
         HostTensor::from_i64(&cumulative(&p.sq), vec![p.sq.len()]),
@@ -418,6 +513,9 @@ fn varlen_bundle(p: &Varlen, dtype: Dtype, seed: u64) -> Bundle {
             ("nextTokens", next.to_string()),
         ],
     );
+    if let Some(t) = pse_type {
+        meta(&mut b, &[("pseType", i64::to_string(&t))]);
+    }
     b
 }
 

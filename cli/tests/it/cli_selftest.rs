@@ -86,6 +86,13 @@ fn selftest_on_the_simulation_passes_every_case_and_writes_the_report_schema() {
     for dtype in ["f32", "f16", "bf16"] {
         assert!(has("varlen-fwd", "gqa_no_sink", dtype), "{dtype}");
         assert!(has("varlen-bwd", "causal_sink", dtype), "{dtype}");
+        // Each varlen tensor input that reaches the device its own way (the pse and its
+        // dpse, ALiBi slopes, an explicit mask), forward and backward.
+        for name in ["pse_sink", "alibi_causal", "explicit_mask_sink"] {
+            for op in ["varlen-fwd", "varlen-bwd"] {
+                assert!(has(op, name, dtype), "{op} {name} {dtype}");
+            }
+        }
         assert!(has("matmul", "batched_2x8x32_by_32x16", dtype), "{dtype}");
     }
     for name in ["paged_bsh_gqa", "contiguous_bnsd_mask"] {
