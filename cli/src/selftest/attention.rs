@@ -644,6 +644,51 @@ fn incre_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
         ],
     );
     out.push(("paged_bsh_gqa", b));
+    // A paged decode over an int8 cache (block size 32, as CANN needs for int8 KV) with
+    // per-channel antiquant scale and offset (`[2, Nkv·D]`, FLOAT): the int8 KV serving path
+    // (on `Ascend` the KV, scales and offsets are converted on the device).
+    let (bs8, blocks8, h) = (32usize, 4usize, nkv * d);
+    let mut q8 = Bundle::default();
+    q8.insert(
+        "query",
+        HostTensor::from_f64_as(&rng.vec(b_ * n * d), vec![b_, 1, n * d], dtype),
+    );
+    for name in ["key", "value"] {
+        q8.insert(
+            name,
+            elems(
+                &rng.vec(blocks8 * bs8 * h),
+                vec![blocks8, bs8, h],
+                Dtype::I8,
+            ),
+        );
+    }
+    q8.insert(
+        "blocktable",
+        HostTensor::from_i32(&[3, 0, 2, 1], vec![2, 2]),
+    );
+    q8.insert("actualSeqLengths", HostTensor::from_i64(&[40, 33], vec![2]));
+    let scale: Vec<f32> = (0..2 * h).map(|c| 0.01 + 0.0001 * (c % 7) as f32).collect();
+    let offset: Vec<f32> = (0..2 * h).map(|c| (c % 5) as f32 - 2.0).collect();
+    q8.insert(
+        "antiquantScale",
+        HostTensor::from_values(&scale, vec![2, h]),
+    );
+    q8.insert(
+        "antiquantOffset",
+        HostTensor::from_values(&offset, vec![2, h]),
+    );
+    meta(
+        &mut q8,
+        &[
+            ("numHeads", n.to_string()),
+            ("numKeyValueHeads", nkv.to_string()),
+            ("scaleValue", "0.125".into()),
+            ("inputLayout", "BSH".into()),
+            ("blockSize", bs8.to_string()),
+        ],
+    );
+    out.push(("paged_bsh_int8_antiquant", q8));
     // Contiguous BNSD KV with a [B,1,1,S] mask.
     let s = 7usize;
     let mut c = Bundle::default();

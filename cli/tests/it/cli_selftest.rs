@@ -95,7 +95,11 @@ fn selftest_on_the_simulation_passes_every_case_and_writes_the_report_schema() {
         }
         assert!(has("matmul", "batched_2x8x32_by_32x16", dtype), "{dtype}");
     }
-    for name in ["paged_bsh_gqa", "contiguous_bnsd_mask"] {
+    for name in [
+        "paged_bsh_gqa",
+        "contiguous_bnsd_mask",
+        "paged_bsh_int8_antiquant",
+    ] {
         assert!(has("incre", name, "bf16"), "{name}");
     }
     for name in [
