@@ -572,7 +572,15 @@ fn prompt_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
             ("sparseMode", "0".into()),
         ],
     );
+    // The same call with a `pseShift` `[1, N, S, S]` in the query's dtype (on `Ascend` it stays
+    // on the device, cast there if needed).
+    let mut with_pse = b.clone();
+    with_pse.insert(
+        "pseShift",
+        HostTensor::from_f64_as(&rng.vec(n * s * s), vec![1, n, s, s], dtype),
+    );
     out.push(("bsh_gqa_mask_lengths", b));
+    out.push(("bsh_gqa_mask_pse", with_pse));
     // BNSD, right-down causal (sparseMode 3) with CANN's compressed mask, Skv > Sq.
     let (b_, n, sq, skv, d) = (1usize, 2usize, 5usize, 9usize, 64usize);
     let mut c = Bundle::default();

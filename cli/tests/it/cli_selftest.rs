@@ -95,6 +95,9 @@ fn selftest_on_the_simulation_passes_every_case_and_writes_the_report_schema() {
         }
         assert!(has("matmul", "batched_2x8x32_by_32x16", dtype), "{dtype}");
     }
+    for dtype in ["f16", "bf16"] {
+        assert!(has("prompt", "bsh_gqa_mask_pse", dtype), "{dtype}");
+    }
     for name in [
         "paged_bsh_gqa",
         "contiguous_bnsd_mask",
