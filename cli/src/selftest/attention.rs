@@ -353,6 +353,9 @@ enum VarlenExtra {
     ExplicitMask,
 }
 
+/// Sparse mode 0 with no band: full attention, or the explicit mask alone.
+const UNBANDED: (SparseMode, i64, i64) = (SparseMode::DefaultMask, 2_147_483_647, 2_147_483_647);
+
 fn varlen_problems() -> Vec<Varlen> {
     vec![
         Varlen {
@@ -363,11 +366,7 @@ fn varlen_problems() -> Vec<Varlen> {
             nkv: 2,
             d: 64,
             sink: false,
-            mode: (
-                SparseMode::from_attr(0).expect("mode 0"),
-                2_147_483_647,
-                2_147_483_647,
-            ),
+            mode: UNBANDED,
             extra: VarlenExtra::None,
         },
         Varlen {
@@ -400,11 +399,7 @@ fn varlen_problems() -> Vec<Varlen> {
             nkv: 2,
             d: 64,
             sink: true,
-            mode: (
-                SparseMode::from_attr(0).expect("mode 0"),
-                2_147_483_647,
-                2_147_483_647,
-            ),
+            mode: UNBANDED,
             extra: VarlenExtra::FlatPse,
         },
         Varlen {
@@ -426,11 +421,7 @@ fn varlen_problems() -> Vec<Varlen> {
             nkv: 2,
             d: 64,
             sink: true,
-            mode: (
-                SparseMode::from_attr(0).expect("mode 0"),
-                2_147_483_647,
-                2_147_483_647,
-            ),
+            mode: UNBANDED,
             extra: VarlenExtra::ExplicitMask,
         },
     ]
