@@ -459,7 +459,7 @@ fn varlen_cases(
     };
     if keep(&names[0]) {
         let mut r = base(&names[0], "varlen-fwd", flops);
-        (r.fast, r.composite) = time_around(plan.reps, None, fast_fwd, || {
+        (r.fast, r.composite) = time_around(plan.reps, fast_fwd, || {
             time(plan.composite_reps, plan.composite_warm_up, comp_fwd)
         })?;
         let (a, peak) = peak_of(fast_fwd)?;
@@ -470,7 +470,7 @@ fn varlen_cases(
     }
     if keep(&names[1]) {
         let mut r = base(&names[1], "varlen-fwdbwd", 3.5 * flops);
-        (r.fast, r.composite) = time_around(plan.reps, None, fast_fwdbwd, || {
+        (r.fast, r.composite) = time_around(plan.reps, fast_fwdbwd, || {
             time(plan.composite_reps, plan.composite_warm_up, comp_fwdbwd)
         })?;
         let (a, peak) = peak_of(fast_fwdbwd)?;

@@ -39,21 +39,21 @@ impl Timing {
 }
 
 /// The fast kernel's `reps` repetitions in two groups, each after a warm-up run, one before
-/// and one after `between` (the composite's timing, seconds long), caches flushed before each
-/// repetition when `flusher` is given. On a shared machine a burst of other processes' load
+/// and one after `between` (the composite's timing, seconds long); the compute-bound cases
+/// (the memory-bound decode pairs its repetitions with the read probe: [`time_paired`]). On a
+/// shared machine a burst of other processes' load
 /// then spoils at most one group of the best-of. Returns the fast timing and `between`'s
 /// result.
 pub(crate) fn time_around<R, B>(
     reps: usize,
-    mut flusher: Option<&mut Flusher>,
     mut fast: impl FnMut() -> Result<R, CliError>,
     between: impl FnOnce() -> Result<B, CliError>,
 ) -> Result<(Timing, B), CliError> {
-    let first = time_with(reps.div_ceil(2), true, flusher.as_deref_mut(), &mut fast)?;
+    let first = time_with(reps.div_ceil(2), true, None, &mut fast)?;
     let b = between()?;
     let fast = if reps >= 2 {
         // Warmed up again: `between` ran for seconds in between.
-        first.best(time_with(reps / 2, true, flusher, &mut fast)?)
+        first.best(time_with(reps / 2, true, None, &mut fast)?)
     } else {
         first
     };

@@ -43,6 +43,24 @@ struct HostTensors {
 }
 
 impl HostTensors {
+    /// The call's carrier as the API takes it: query, key, value and sink (`qkvs`) with this
+    /// bundle's optional tensors (the pse in the query's wire dtype `dt`).
+    fn carrier(
+        &self,
+        qkvs: ([TensorData; 3], Option<TensorData>),
+        dt: Dtype,
+    ) -> VarlenInputs<TensorData> {
+        let ([query, key, value], sink) = qkvs;
+        VarlenInputs {
+            sink,
+            pse: self.pse_data(dt),
+            atten_mask: self.mask_data(),
+            alibi_slopes: self.slopes_data(),
+            drop_mask: self.drop_data(),
+            ..VarlenInputs::new(query, key, value)
+        }
+    }
+
     /// The mask as the API takes it: a float tensor of 0/1.
     fn mask_data(&self) -> Option<TensorData> {
         (self.mask.as_ref()).map(|(bytes, shape)| mask_data(bytes, shape, Dtype::F32))
@@ -320,16 +338,17 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
             Forward {
                 spec,
                 dtype: dt,
-                qkv: [
-                    data(q, "query", dt)?,
-                    data(k, "key", dt)?,
-                    data(v, "value", dt)?,
-                ],
-                sink: data_opt(b.optional(&["sink"]), "sink", Dtype::F32)?,
-                mask: host.mask_data(),
-                pse: host.pse_data(dt),
-                slopes: host.slopes_data(),
-                drop: host.drop_data(),
+                inputs: host.carrier(
+                    (
+                        [
+                            data(q, "query", dt)?,
+                            data(k, "key", dt)?,
+                            data(v, "value", dt)?,
+                        ],
+                        data_opt(b.optional(&["sink"]), "sink", Dtype::F32)?,
+                    ),
+                    dt,
+                ),
             },
         );
     }
@@ -351,35 +370,13 @@ struct Forward {
     spec: VarlenSpec,
     /// The inputs' (and `attentionOut`'s) wire dtype.
     dtype: Dtype,
-    qkv: [TensorData; 3],
-    sink: Option<TensorData>,
-    /// The explicit mask (0/1 floats).
-    mask: Option<TensorData>,
-    /// The external pse.
-    pse: Option<TensorData>,
-    /// The ALiBi slopes (f32).
-    slopes: Option<TensorData>,
-    /// The dropout mask's bytes (f32).
-    drop: Option<TensorData>,
+    /// The call's tensors ([`HostTensors::carrier`]).
+    inputs: VarlenInputs<TensorData>,
 }
 
 impl OnBackend for Forward {
     fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
-        let [q, k, v] = self.qkv;
-        let p = |d| primitive::<B>(d, dev);
-        let out = B::varlen_fwd(
-            VarlenInputs {
-                query: p(q),
-                key: p(k),
-                value: p(v),
-                sink: self.sink.map(p),
-                pse: self.pse.map(p),
-                atten_mask: self.mask.map(p),
-                alibi_slopes: self.slopes.map(p),
-                drop_mask: self.drop.map(p),
-            },
-            &self.spec,
-        )?;
+        let out = B::varlen_fwd(self.inputs.map(|d| primitive::<B>(d, dev)), &self.spec)?;
         let mut res = Bundle::default();
         res.insert(
             "attentionOut",
@@ -451,22 +448,23 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
             Backward {
                 spec,
                 dtype: dt,
-                qkv: [
-                    data(q, "query", dt)?,
-                    data(k, "key", dt)?,
-                    data(v, "value", dt)?,
-                ],
+                inputs: host.carrier(
+                    (
+                        [
+                            data(q, "query", dt)?,
+                            data(k, "key", dt)?,
+                            data(v, "value", dt)?,
+                        ],
+                        data_opt(b.optional(&["sinkIn", "sink"]), "sinkIn", Dtype::F32)?,
+                    ),
+                    dt,
+                ),
                 dy: data(dy, "dy", dt)?,
                 forward: [
                     data(o, "attentionIn", dt)?,
                     data(smax, "softmaxMax", Dtype::F32)?,
                     data(ssum, "softmaxSum", Dtype::F32)?,
                 ],
-                sink: data_opt(b.optional(&["sinkIn", "sink"]), "sinkIn", Dtype::F32)?,
-                mask: host.mask_data(),
-                pse: host.pse_data(dt),
-                slopes: host.slopes_data(),
-                drop: host.drop_data(),
             },
         );
     }
@@ -494,38 +492,20 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
 struct Backward {
     spec: VarlenSpec,
     dtype: Dtype,
-    qkv: [TensorData; 3],
+    /// The forward's tensors ([`HostTensors::carrier`]; a flat pse receives dpse).
+    inputs: VarlenInputs<TensorData>,
     dy: TensorData,
     /// `attentionIn`, `softmaxMax`, `softmaxSum`.
     forward: [TensorData; 3],
-    sink: Option<TensorData>,
-    /// The explicit mask (0/1 floats).
-    mask: Option<TensorData>,
-    /// The external pse (a flat one receives dpse).
-    pse: Option<TensorData>,
-    /// The ALiBi slopes (f32).
-    slopes: Option<TensorData>,
-    /// The dropout mask's bytes (f32).
-    drop: Option<TensorData>,
 }
 
 impl OnBackend for Backward {
     fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
-        let [q, k, v] = self.qkv;
         let [o, smax, ssum] = self.forward;
         let p = |d| primitive::<B>(d, dev);
         let g = B::varlen_bwd(
             VarlenGradInputs {
-                inputs: VarlenInputs {
-                    query: p(q),
-                    key: p(k),
-                    value: p(v),
-                    sink: self.sink.map(p),
-                    pse: self.pse.map(p),
-                    atten_mask: self.mask.map(p),
-                    alibi_slopes: self.slopes.map(p),
-                    drop_mask: self.drop.map(p),
-                },
+                inputs: self.inputs.map(p),
                 dy: p(self.dy),
                 attention_in: p(o),
                 softmax_max: p(smax),

@@ -106,14 +106,8 @@ pub(crate) fn varlen_fwd(rt: &Runtime, c: &Case, sink: bool) -> Result<FwdOut, A
             c.n,
             DataType::Float,
             &VarlenInputs {
-                query: &q.handle()?,
-                key: &k.handle()?,
-                value: &v.handle()?,
                 sink: sh.as_ref(),
-                pse: None,
-                atten_mask: None,
-                alibi_slopes: None,
-                drop_mask: None,
+                ..VarlenInputs::new(&q.handle()?, &k.handle()?, &v.handle()?)
             },
             &VarlenOutputs {
                 attention_out: &o.handle()?,
@@ -238,14 +232,8 @@ fn varlen_forward_and_backward_through_the_simulation_match_the_reference() {
             DataType::Float,
             &VarlenGradInputs {
                 inputs: VarlenInputs {
-                    query: &h[0],
-                    key: &h[1],
-                    value: &h[2],
                     sink: Some(&h[7]),
-                    pse: None,
-                    atten_mask: None,
-                    alibi_slopes: None,
-                    drop_mask: None,
+                    ..VarlenInputs::new(&h[0], &h[1], &h[2])
                 },
                 dy: &h[3],
                 softmax_max: &h[4],

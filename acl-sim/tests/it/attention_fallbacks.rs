@@ -190,14 +190,8 @@ fn varlen_grad(rt: &Runtime, c: &Case, sink: bool) -> Result<Vec<Vec<f32>>, AclE
             DataType::Float,
             &VarlenGradInputs {
                 inputs: VarlenInputs {
-                    query: &h[0],
-                    key: &h[1],
-                    value: &h[2],
                     sink: sink.then_some(&h[7]),
-                    pse: None,
-                    atten_mask: None,
-                    alibi_slopes: None,
-                    drop_mask: None,
+                    ..VarlenInputs::new(&h[0], &h[1], &h[2])
                 },
                 dy: &h[3],
                 softmax_max: &h[4],

@@ -270,14 +270,8 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
                 DataType::Float,
                 &VarlenGradInputs {
                     inputs: VarlenInputs {
-                        query: &h[0],
-                        key: &h[1],
-                        value: &h[2],
                         sink: Some(&h[7]),
-                        pse: None,
-                        atten_mask: None,
-                        alibi_slopes: None,
-                        drop_mask: None,
+                        ..VarlenInputs::new(&h[0], &h[1], &h[2])
                     },
                     dy: &h[3],
                     softmax_max: &h[4],
@@ -351,14 +345,13 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
             let p =
                 |v: Vec<f32>, s: &[usize]| B::float_from_data(TensorData::new(v, s.to_vec()), dev);
             let inputs = VarlenInputs {
-                query: p(values(len(qs), 22, 1.0), &qs),
-                key: p(values(len(ks), 23, 1.0), &ks),
-                value: p(values(len(ks), 24, 1.0), &ks),
                 sink: Some(p(values(qs[1], 25, 0.5), &[qs[1]])),
                 pse: Some(p(pse.to_vec(), &[pse.len()])),
-                atten_mask: None,
-                alibi_slopes: None,
-                drop_mask: None,
+                ..VarlenInputs::new(
+                    p(values(len(qs), 22, 1.0), &qs),
+                    p(values(len(ks), 23, 1.0), &ks),
+                    p(values(len(ks), 24, 1.0), &ks),
+                )
             };
             let fwd = B::varlen_fwd(inputs.clone(), spec).unwrap();
             let g = bwd(
