@@ -108,6 +108,10 @@ struct Ctx<'x, 'a, Q, KV> {
     sub: usize,
     /// The key antiquant scale of each channel `n·D + d` (1 without antiquant).
     kscale: Vec<f32>,
+    /// The value antiquant scale and offset of each channel `n·D + d` (1 and 0 without
+    /// antiquant), applied to the merged output rows.
+    vscale: Vec<f32>,
+    voffset: Vec<f32>,
     /// The in-place AVX-512 loops, when the CPU has them and `KV` is one of their types.
     #[cfg(target_arch = "x86_64")]
     fused: Option<Avx512>,
@@ -669,11 +673,14 @@ fn run<Q: Element, KV: Element>(
         nh,
         sub: sub.clamp(1, CHUNK),
         kscale: Vec::new(),
+        vscale: Vec::new(),
+        voffset: Vec::new(),
         #[cfg(target_arch = "x86_64")]
         fused,
     };
     let mut ctx = ctx;
     ctx.kscale = (0..nkv * d).map(|c| ctx.antiquant(0, c).0).collect();
+    (ctx.vscale, ctx.voffset) = (0..nkv * d).map(|c| ctx.antiquant(1, c)).unzip();
     let (rows, slot) = (ctx.rows(), ctx.slot());
     // Tasks in (batch, head range, chunk) order; `groups[b·(Nkv / nh) + i]` = the first task
     // and task count of head range i of batch b.
@@ -742,9 +749,12 @@ fn run<Q: Element, KV: Element>(
                     let inv_l = 1.0 / l;
                     lse_b[h] = m + l.ln();
                     let kvh = h / ctx.g;
-                    for (di, (o, x)) in dst.iter_mut().zip(&row).enumerate() {
-                        let (scale, offset) = ctx.antiquant(1, kvh * d + di);
-                        *o = (x * inv_l + offset) * scale;
+                    let (scale, offset) = (
+                        &ctx.vscale[kvh * d..(kvh + 1) * d],
+                        &ctx.voffset[kvh * d..(kvh + 1) * d],
+                    );
+                    for (((o, x), s), off) in dst.iter_mut().zip(&row).zip(scale).zip(offset) {
+                        *o = (x * inv_l + off) * s;
                     }
                 }
             }

@@ -15,7 +15,8 @@
 //! by the previous call), cold (a 512 MiB write sweep before each call, like `burn-ascend
 //! bench`), and the two-thread cold wall time against a two-thread cold read of 256 MiB in
 //! the same run (the bench's `fraction_of_read_bandwidth`). `decode_profile_l2` loops the L2
-//! case for `perf record -e cpu-clock`.
+//! case for `perf record -e cpu-clock`; `prefetch_overlap` measures how much of the software
+//! prefetch's memory time AVX-512 arithmetic hides on this CPU (the decode's other half).
 
 use burn_ascend_contract::incre::{
     Antiquant, IfaLayout, IncreFlashAttentionArgs, KvInput, PagedLayout,
@@ -268,4 +269,89 @@ fn decode_profile_l2() {
             std::hint::black_box(l2.run());
         }
     });
+}
+
+/// How well software prefetch into L2 (`prefetcht1`) overlaps AVX-512 arithmetic on one
+/// thread, on the bench cache's K and V in the kernel's sub-chunk order (64 KiB runs of the
+/// shuffled blocks, a 512 MiB write sweep before each repetition). Per cache line, `work`
+/// rounds of 16 independent FMAs (on 16 int8 values widened as the kernel does) run while the
+/// line is prefetched: on a line of the previous run (in L2 by then, as in the kernel), and on
+/// an L1-resident line; `prefetch only` and `arithmetic only` are the two sides alone. Cycles
+/// per line at the `imul` chain's frequency, best of 3. The kernel needs about 20 cycles of
+/// arithmetic per line (78 per (token, kv head) in L2, 4 lines).
+#[test]
+#[ignore = "timing harness: run with --ignored --nocapture in release"]
+fn prefetch_overlap() {
+    if !is_x86_feature_detected!("avx512f") {
+        println!("skipped: no AVX-512");
+        return;
+    }
+    // SAFETY: AVX-512 F was detected above.
+    unsafe { prefetch_overlap_avx512() }
+}
+
+#[target_feature(enable = "avx512f")]
+fn prefetch_overlap_avx512() {
+    use std::arch::x86_64::*;
+    let ghz = core_ghz();
+    let cache = Cache::new(8, 4096, 11);
+    let mut sweep = vec![1u8; 512 << 20];
+    let half = BLOCK * NKV * D / 2;
+    let mut runs = Vec::new();
+    for &blk in &cache.table {
+        for h in 0..2 {
+            let o = blk as usize * 2 * half + h * half;
+            runs.push(cache.k[o..o + half].as_ptr());
+            runs.push(cache.v[o..o + half].as_ptr());
+        }
+    }
+    let l1 = vec![1i8; 4096];
+    let lines = (runs.len() * half / 64) as f64;
+    for work in [0usize, 1, 2, 3] {
+        let mut row = Vec::new();
+        for mode in [
+            "prefetch only",
+            "arithmetic only",
+            "both, L2 data",
+            "both, L1 data",
+        ] {
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                flush(&mut sweep);
+                let mut acc = [_mm512_setzero_ps(); 16];
+                let t0 = thread_cpu_ns();
+                let mut prev = runs[0];
+                for &run in &runs {
+                    for l in 0..half / 64 {
+                        let line = run.wrapping_add(64 * l);
+                        if mode != "arithmetic only" {
+                            _mm_prefetch::<_MM_HINT_T1>(line);
+                        }
+                        if mode == "prefetch only" {
+                            continue;
+                        }
+                        let src = if mode == "both, L2 data" {
+                            prev.wrapping_add(64 * l)
+                        } else {
+                            l1[(l % 64) * 64..].as_ptr()
+                        };
+                        // SAFETY: `src` is a line of a previous run or of `l1`: 16 bytes
+                        // readable.
+                        let x = unsafe { _mm_loadu_si128(src.cast()) };
+                        let y = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x));
+                        for _ in 0..work {
+                            for a in acc.iter_mut() {
+                                *a = _mm512_fmadd_ps(y, y, *a);
+                            }
+                        }
+                    }
+                    prev = run;
+                }
+                std::hint::black_box(acc);
+                best = best.min((thread_cpu_ns() - t0) as f64);
+            }
+            row.push(format!("{mode} {:.1}", best * ghz / lines));
+        }
+        println!("{} FMA per line: {}", 16 * work, row.join(", "));
+    }
 }
