@@ -84,6 +84,18 @@ fn score_api<Bk: AttentionBackend>(
     }
 }
 
+/// The case's query, key and value as `[T, N, D]` tensors on `dev`.
+fn qkv<Bk: Backend>(c: &Case, dev: &Bk::Device) -> (Tensor<Bk, 3>, Tensor<Bk, 3>, Tensor<Bk, 3>) {
+    let t3 = |v: &Vec<f32>, s: [usize; 3]| {
+        Tensor::<Bk, 3>::from_data(TensorData::new(v.clone(), s), dev)
+    };
+    (
+        t3(&c.q, [c.tq(), c.n, c.d]),
+        t3(&c.k, [c.tkv(), c.nkv, c.d]),
+        t3(&c.v, [c.tkv(), c.nkv, c.dv]),
+    )
+}
+
 pub(crate) fn inputs_on<Bk: Backend>(
     c: &Case,
     dev: &Bk::Device,
@@ -111,12 +123,8 @@ fn autodiff_grads<C: CheckpointStrategy>(
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
     type AD<C> = Autodiff<NdArray, C>;
     let dev = Default::default();
-    let t3 = |v: &Vec<f32>, s: [usize; 3]| {
-        Tensor::<AD<C>, 3>::from_data(TensorData::new(v.clone(), s), &dev).require_grad()
-    };
-    let q = t3(&c.q, [c.tq(), c.n, c.d]);
-    let k = t3(&c.k, [c.tkv(), c.nkv, c.d]);
-    let v = t3(&c.v, [c.tkv(), c.nkv, c.dv]);
+    let (q, k, v) = qkv::<AD<C>>(c, &dev);
+    let (q, k, v) = (q.require_grad(), k.require_grad(), v.require_grad());
     let sink = c.sink.as_ref().map(|s| {
         Tensor::<AD<C>, 1>::from_data(TensorData::new(s.clone(), [c.n]), &dev).require_grad()
     });
@@ -179,14 +187,8 @@ fn check_autodiff_pse<C: CheckpointStrategy>() {
         let (_, rb) = reference_run(&c);
         let (data, _) = c.pse.as_ref().expect("a flat pse");
         let dev = Default::default();
-        let t3 = |v: &Vec<f32>, s: [usize; 3]| {
-            Tensor::<AD<C>, 3>::from_data(TensorData::new(v.clone(), s), &dev).require_grad()
-        };
-        let (q, k, v) = (
-            t3(&c.q, [c.tq(), c.n, c.d]),
-            t3(&c.k, [c.tkv(), c.nkv, c.d]),
-            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
-        );
+        let (q, k, v) = qkv::<AD<C>>(&c, &dev);
+        let (q, k, v) = (q.require_grad(), k.require_grad(), v.require_grad());
         let sink = c.sink.as_ref().map(|s| {
             Tensor::<AD<C>, 1>::from_data(TensorData::new(s.clone(), [c.n]), &dev).require_grad()
         });
@@ -226,19 +228,9 @@ fn a_pse_tensor_gets_dpse_under_autodiff_with_balanced_checkpointing() {
 fn a_pse_tensor_of_the_wrong_rank_or_pse_type_is_a_typed_error() {
     let c = cases().into_iter().find(|c| c.name == "pse_type0").unwrap();
     let dev = Default::default();
-    let t3 = |v: &Vec<f32>, s: [usize; 3]| {
-        Tensor::<B, 3>::from_data(TensorData::new(v.clone(), s), &dev)
-    };
     let run = |pse: Tensor<B, 1>, spec: &burn_ascend::ops::varlen::VarlenSpec| {
-        varlen_score_with_pse(
-            t3(&c.q, [c.tq(), c.n, c.d]),
-            t3(&c.k, [c.tkv(), c.nkv, c.d]),
-            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
-            None,
-            pse,
-            spec,
-        )
-        .map(|o| o.attention_out.dims())
+        let (q, k, v) = qkv::<B>(&c, &dev);
+        varlen_score_with_pse(q, k, v, None, pse, spec).map(|o| o.attention_out.dims())
     };
     let short = Tensor::<B, 1>::zeros([3], &dev);
     let e = run(short, &c.spec).unwrap_err();
@@ -354,9 +346,6 @@ fn the_alibi_compressed_pse_equals_the_dense_pse_it_compresses() {
 #[test]
 fn flash_attention_takes_alibi_slopes_as_a_tensor_and_matches_the_reference() {
     let dev = Default::default();
-    let t3 = |v: &Vec<f32>, s: [usize; 3]| {
-        Tensor::<B, 3>::from_data(TensorData::new(v.clone(), s), &dev)
-    };
     let slopes_of =
         |v: Vec<f32>| Tensor::<B, 1>::from_data(TensorData::new(v.clone(), [v.len()]), &dev);
     let cu = [0i64, 3, 7];
@@ -372,11 +361,7 @@ fn flash_attention_takes_alibi_slopes_as_a_tensor_and_matches_the_reference() {
             softmax_scale: Some(c.spec.attrs.scale),
             ..Default::default()
         };
-        let (q, k, v) = (
-            t3(&c.q, [c.tq(), c.n, c.d]),
-            t3(&c.k, [c.tkv(), c.nkv, c.d]),
-            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
-        );
+        let (q, k, v) = qkv::<B>(&c, &dev);
         let out = flash_attention_varlen(q, k, v, &cu, &cu, opts).expect("valid call");
         let got = out.into_data().to_vec::<f32>().unwrap();
         close(
@@ -393,15 +378,8 @@ fn flash_attention_takes_alibi_slopes_as_a_tensor_and_matches_the_reference() {
         alibi_slopes: Some(slopes_of(vec![0.5; 3])),
         ..Default::default()
     };
-    let e = flash_attention_varlen(
-        t3(&c.q, [c.tq(), c.n, c.d]),
-        t3(&c.k, [c.tkv(), c.nkv, c.d]),
-        t3(&c.v, [c.tkv(), c.nkv, c.dv]),
-        &cu,
-        &cu,
-        opts,
-    )
-    .unwrap_err();
+    let (q, k, v) = qkv::<B>(&c, &dev);
+    let e = flash_attention_varlen(q, k, v, &cu, &cu, opts).unwrap_err();
     assert_eq!(e.param(), Some("alibi_slopes"), "{e}");
 }
 
@@ -411,9 +389,6 @@ fn flash_attention_takes_alibi_slopes_as_a_tensor_and_matches_the_reference() {
 #[test]
 fn flash_attention_dropout_is_the_seeded_mask_as_a_tensor_and_matches_the_reference() {
     let dev = Default::default();
-    let t3 = |v: &Vec<f32>, s: [usize; 3]| {
-        Tensor::<B, 3>::from_data(TensorData::new(v.clone(), s), &dev)
-    };
     let mut c = Case::new("flash_dropout", &[3, 4], &[5, 2], 2, 1, 4, 32);
     c.spec.attrs.keep_prob = 0.75;
     let bits = burn_ascend::contract::dropout::mask_bits(c.n, &c.seq_q, &c.seq_kv);
@@ -426,11 +401,7 @@ fn flash_attention_dropout_is_the_seeded_mask_as_a_tensor_and_matches_the_refere
             softmax_scale: Some(c.spec.attrs.scale),
             ..Default::default()
         };
-        let (q, k, v) = (
-            t3(&c.q, [c.tq(), c.n, c.d]),
-            t3(&c.k, [c.tkv(), c.nkv, c.d]),
-            t3(&c.v, [c.tkv(), c.nkv, c.dv]),
-        );
+        let (q, k, v) = qkv::<B>(&c, &dev);
         let out = flash_attention_varlen(q, k, v, &[0, 3, 7], &[0, 5, 7], opts).unwrap();
         out.into_data().to_vec::<f32>().unwrap()
     };
@@ -446,23 +417,11 @@ fn ndarray_forward_is_the_fast_cpu_kernel() {
     for c in cases() {
         let (rf, _) = reference_run(&c);
         let dev = Default::default();
-        let t3 = |v: &Vec<f32>, s: [usize; 3]| {
-            Tensor::<B, 3>::from_data(TensorData::new(v.clone(), s), &dev)
-        };
         let sink = c
             .sink
             .as_ref()
             .map(|s| Tensor::<B, 1>::from_data(TensorData::new(s.clone(), [c.n]), &dev));
-        let out = score_api(
-            &c,
-            (
-                t3(&c.q, [c.tq(), c.n, c.d]),
-                t3(&c.k, [c.tkv(), c.nkv, c.d]),
-                t3(&c.v, [c.tkv(), c.nkv, c.dv]),
-            ),
-            sink,
-        )
-        .expect(&c.name);
+        let out = score_api(&c, qkv::<B>(&c, &dev), sink).expect(&c.name);
         let got = out.attention_out.into_data().to_vec::<f32>().unwrap();
         let p = c.problem(c.spec.validate_fwd(&c.shapes()).unwrap());
         let fast = burn_ascend::kernels::cpu::varlen_fwd(&p, &c.q, &c.k, &c.v);
