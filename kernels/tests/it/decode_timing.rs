@@ -307,14 +307,23 @@ fn prefetch_overlap_avx512() {
     }
     let l1 = vec![1i8; 4096];
     let lines = (runs.len() * half / 64) as f64;
+    /// What a line's step does: prefetch it, compute on an older line (from L2 or L1), or both.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mode {
+        PrefetchOnly,
+        ArithmeticOnly,
+        BothL2,
+        BothL1,
+    }
+    let modes = [
+        (Mode::PrefetchOnly, "prefetch only"),
+        (Mode::ArithmeticOnly, "arithmetic only"),
+        (Mode::BothL2, "both, L2 data"),
+        (Mode::BothL1, "both, L1 data"),
+    ];
     for work in [0usize, 1, 2, 3] {
         let mut row = Vec::new();
-        for mode in [
-            "prefetch only",
-            "arithmetic only",
-            "both, L2 data",
-            "both, L1 data",
-        ] {
+        for (mode, name) in modes {
             let mut best = f64::MAX;
             for _ in 0..3 {
                 flush(&mut sweep);
@@ -324,13 +333,13 @@ fn prefetch_overlap_avx512() {
                 for &run in &runs {
                     for l in 0..half / 64 {
                         let line = run.wrapping_add(64 * l);
-                        if mode != "arithmetic only" {
+                        if mode != Mode::ArithmeticOnly {
                             _mm_prefetch::<_MM_HINT_T1>(line);
                         }
-                        if mode == "prefetch only" {
+                        if mode == Mode::PrefetchOnly {
                             continue;
                         }
-                        let src = if mode == "both, L2 data" {
+                        let src = if mode == Mode::BothL2 {
                             prev.wrapping_add(64 * l)
                         } else {
                             l1[(l % 64) * 64..].as_ptr()
@@ -350,7 +359,7 @@ fn prefetch_overlap_avx512() {
                 std::hint::black_box(acc);
                 best = best.min((thread_cpu_ns() - t0) as f64);
             }
-            row.push(format!("{mode} {:.1}", best * ghz / lines));
+            row.push(format!("{name} {:.1}", best * ghz / lines));
         }
         println!("{} FMA per line: {}", 16 * work, row.join(", "));
     }
