@@ -1,4 +1,5 @@
-//! The fast CPU kernels of the fused transformer ops (issue 27) on f32: one pass over each row
+//! The fast CPU kernels of the fused transformer ops (one launch each where a training step
+//! ran several) on f32: one pass over each row
 //! instead of the five to a dozen whole-tensor passes of the composite, sums accumulated in
 //! f32 lanes then f64 per row. Same formulas as [`crate::reference::fused`], which they are
 //! tested against.

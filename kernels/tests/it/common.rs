@@ -504,19 +504,29 @@ pub fn spec_fwd(c: &Case, q: &[f64], k: &[f64], v: &[f64], sink: Option<&[f64]>)
 // ---------------------------------------------------------------------------------------------
 
 /// Statistics: the special values (0, −FLT_MAX, +FLT_MAX) must match exactly, everything else
-/// to 4 f32 ulps (`rel` 2^-21; both sides round an f64 to f32, the f64 sums may differ in order).
-pub fn assert_stats(what: &str, got: &[f32], exp: &[f32], rel: f64) {
-    assert_eq!(got.len(), exp.len(), "{what}: length");
+/// to `abs + rel·|exp|`; `Err` names the first mismatch as `what[index]`.
+pub fn check_stats(what: &str, got: &[f32], exp: &[f32], abs: f64, rel: f64) -> Result<(), String> {
+    if got.len() != exp.len() {
+        return Err(format!("{what}: length {} != {}", got.len(), exp.len()));
+    }
     for (idx, (&g, &e)) in got.iter().zip(exp).enumerate() {
-        if e == 0.0 || e == f32::MIN || e == f32::MAX {
-            assert_eq!(g, e, "{what}[{idx}] (special value)");
+        let ok = if e == 0.0 || e == f32::MIN || e == f32::MAX {
+            g == e
         } else {
-            let (g, e) = (g as f64, e as f64);
-            assert!(
-                (g - e).abs() <= rel * e.abs(),
-                "{what}[{idx}]: got {g:e}, expected {e:e}"
-            );
+            (g as f64 - e as f64).abs() <= abs + rel * (e as f64).abs()
+        };
+        if !ok {
+            return Err(format!("{what}[{idx}]: got {g:e}, expected {e:e}"));
         }
+    }
+    Ok(())
+}
+
+/// [`check_stats`] with a relative tolerance only (4 f32 ulps is `rel` 2^-21: both sides round
+/// an f64 to f32, the f64 sums may differ in order), panicking with its message.
+pub fn assert_stats(what: &str, got: &[f32], exp: &[f32], rel: f64) {
+    if let Err(e) = check_stats(what, got, exp, 0.0, rel) {
+        panic!("{e}");
     }
 }
 

@@ -36,24 +36,6 @@ const STAT_TOL: Tol = Tol {
     rel: 1e-5,
 };
 
-fn stats_close(what: &str, got: &[f32], exp: &[f32]) -> Result<(), String> {
-    if got.len() != exp.len() {
-        return Err(format!("{what}: length {} != {}", got.len(), exp.len()));
-    }
-    for (idx, (&g, &e)) in got.iter().zip(exp).enumerate() {
-        let special = e == 0.0 || e == f32::MIN || e == f32::MAX;
-        let ok = if special {
-            g == e
-        } else {
-            ((g - e) as f64).abs() <= STAT_TOL.abs + STAT_TOL.rel * (e as f64).abs()
-        };
-        if !ok {
-            return Err(format!("{what}[{idx}]: got {g:e}, expected {e:e}"));
-        }
-    }
-    Ok(())
-}
-
 /// Forward and backward of `cpu` in element type `T` against the reference in f64 on the same
 /// (rounded) inputs. `tol` applies to out and the gradients.
 fn check_with<T: Element>(c: &Case, tol: Tol, backward: bool) {
@@ -78,7 +60,7 @@ fn check_with<T: Element>(c: &Case, tol: Tol, backward: bool) {
         ("softmax_max", &got.softmax_max, &want.softmax_max),
         ("softmax_sum", &got.softmax_sum, &want.softmax_sum),
     ] {
-        if let Err(e) = stats_close(what, g, w) {
+        if let Err(e) = check_stats(what, g, w, STAT_TOL.abs, STAT_TOL.rel) {
             panic!("forward of {ctx}: {e}");
         }
     }
@@ -506,7 +488,7 @@ fn zero_head_dim_gives_empty_gradients() {
 }
 
 /// Rows with nothing to attend: mode 1 with all-ones mask rows, mode 4 with a band that misses
-/// rows, mode 0 with pre = −1. The exact conventions are checked by `stats_close` (special
+/// rows, mode 0 with pre = −1. The exact conventions are checked by `check_stats` (special
 /// values exact) and the zero outputs by the comparison.
 #[test]
 fn fully_masked_rows() {

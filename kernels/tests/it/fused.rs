@@ -1,22 +1,16 @@
-//! The fused transformer ops' kernels (issue 27): the f64 references' backwards against central
+//! The fused transformer ops' kernels (RMSNorm, SwiGLU, softmax cross-entropy, rotary
+//! embedding: what a training step fuses so that it launches fewer ops): the f64 references' backwards against central
 //! finite differences of their forwards, the cross-entropy reference against CANN's documented
 //! example, and the fast f32 CPU kernels against the references.
 
 use burn_ascend_contract::fused::rotary::{self, RotaryMode};
 use burn_ascend_kernels::cpu::fused as cpu;
 use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, rotary as rope, swiglu};
+use burn_ascend_test_support::{assert_close, Rng};
 
-/// A deterministic pseudo-random vector in [-1.5, 1.5).
+/// A deterministic pseudo-random vector in [-1.5, 1.5) (the shared generator, one per seed).
 fn data(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64 * 3.0 - 1.5
-        })
-        .collect()
+    Rng::new(seed).vec(n, 1.5)
 }
 
 /// `∂(Σ w·f(x)) / ∂x` by central differences, step `h`.
@@ -32,14 +26,6 @@ fn numeric_grad(x: &[f64], w: &[f64], h: f64, f: impl Fn(&[f64]) -> Vec<f64>) ->
         .collect()
 }
 
-fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
 #[test]
 fn rms_norm_backward_matches_central_differences_in_f64() {
     let (rows, cols, eps) = (3, 7, 1e-5);
@@ -52,8 +38,8 @@ fn rms_norm_backward_matches_central_differences_in_f64() {
     let ndg = numeric_grad(&g, &dy, 1e-6, |g| {
         rms_norm::rms_norm_fwd(&x, g, rows, cols, eps).0
     });
-    assert!(max_abs_diff(&dx, &ndx) < 1e-8, "dx {dx:?} vs {ndx:?}");
-    assert!(max_abs_diff(&dg, &ndg) < 1e-8, "dgamma {dg:?} vs {ndg:?}");
+    assert_close("rms_norm dx", &dx, &ndx, 1e-8, 0.0);
+    assert_close("rms_norm dgamma", &dg, &ndg, 1e-8, 0.0);
 }
 
 #[test]
@@ -64,7 +50,7 @@ fn swiglu_backward_matches_central_differences_in_f64_split_on_a_middle_dimensio
     let dy = data(outer * half * inner, 5);
     let dx = swiglu::swiglu_bwd(&dy, &x, outer, half, inner);
     let n = numeric_grad(&x, &dy, 1e-6, |x| swiglu::swiglu_fwd(x, outer, half, inner));
-    assert!(max_abs_diff(&dx, &n) < 1e-8, "dx {dx:?} vs {n:?}");
+    assert_close("swiglu dx", &dx, &n, 1e-8, 0.0);
     // The first half is the gate: silu(a)·b with a = x[0,0,0], b = x[0,3,0].
     let y = swiglu::swiglu_fwd(&x, outer, half, inner);
     let (a, b) = (x[0], x[3 * inner]);
@@ -81,7 +67,7 @@ fn cross_entropy_gradient_matches_central_differences_in_f64_with_an_ignored_row
     let num = numeric_grad(&x, &[0.7], 1e-6, |x| {
         vec![cross_entropy::cross_entropy_fwd(x, &target, n, c, ignore).0]
     });
-    assert!(max_abs_diff(&dx, &num) < 1e-8, "dx {dx:?} vs {num:?}");
+    assert_close("cross_entropy dx", &dx, &num, 1e-8, 0.0);
     assert!(
         dx[c..2 * c].iter().all(|&v| v == 0.0),
         "the ignored row gets no gradient"
@@ -99,7 +85,7 @@ fn cross_entropy_reference_reproduces_canns_documented_example() {
         -2.159461, -7.159461, -4.159461, -4.159461, -0.159461, -0.0280476, -6.0280476, -4.0280476,
         -7.0280476, -5.0280476,
     ];
-    assert!(max_abs_diff(&lp, &want) < 1e-6, "logProb {lp:?}");
+    assert_close("logProb", &lp, &want, 1e-6, 0.0);
 }
 
 fn f32s(v: &[f64]) -> Vec<f32> {
@@ -124,7 +110,7 @@ fn fast_cpu_kernels_match_the_f64_references_within_f32_rounding() {
         ("dx", &dx, f64s(&fdx)),
         ("dgamma", &dg, f64s(&fdg)),
     ] {
-        assert!(max_abs_diff(a, &b) < 1e-5, "rms_norm {name}");
+        assert_close(&format!("rms_norm {name}"), a, &b, 1e-5, 0.0);
     }
 
     let (outer, half, inner) = (3, 4, 2);
@@ -132,9 +118,10 @@ fn fast_cpu_kernels_match_the_f64_references_within_f32_rounding() {
     let dy = data(outer * half * inner, 11);
     let y = swiglu::swiglu_fwd(&x, outer, half, inner);
     let dx = swiglu::swiglu_bwd(&dy, &x, outer, half, inner);
-    assert!(max_abs_diff(&y, &f64s(&cpu::swiglu_fwd(&f32s(&x), outer, half, inner))) < 1e-6);
+    let fy = f64s(&cpu::swiglu_fwd(&f32s(&x), outer, half, inner));
+    assert_close("swiglu y", &y, &fy, 1e-6, 0.0);
     let fdx = cpu::swiglu_bwd(&f32s(&dy), &f32s(&x), outer, half, inner);
-    assert!(max_abs_diff(&dx, &f64s(&fdx)) < 1e-6);
+    assert_close("swiglu dx", &dx, &f64s(&fdx), 1e-6, 0.0);
 
     let (n, c) = (6, 11);
     let x: Vec<f64> = data(n * c, 12).iter().map(|v| v * 4.0).collect();
@@ -144,8 +131,8 @@ fn fast_cpu_kernels_match_the_f64_references_within_f32_rounding() {
     let (floss, flp) = cpu::cross_entropy_fwd(&f32s(&x), &target, c, -100);
     let fdx = cpu::cross_entropy_bwd(1.3, &flp, &target, c, -100);
     assert!((loss - floss as f64).abs() < 1e-5, "loss {loss} vs {floss}");
-    assert!(max_abs_diff(&lp, &f64s(&flp)) < 1e-5);
-    assert!(max_abs_diff(&dx, &f64s(&fdx)) < 1e-6);
+    assert_close("cross_entropy logProb", &lp, &f64s(&flp), 1e-5, 0.0);
+    assert_close("cross_entropy dx", &dx, &f64s(&fdx), 1e-6, 0.0);
 }
 
 #[test]
@@ -161,7 +148,7 @@ fn rotary_backward_matches_central_differences_in_f64_in_both_modes_with_broadca
         let n = numeric_grad(&x, &dy, 1e-6, |x| {
             rope::rotary_fwd(x, &cos, &sin, &dims, mode)
         });
-        assert!(max_abs_diff(&dx, &n) < 1e-8, "{mode:?} dx");
+        assert_close(&format!("{mode:?} dx"), &dx, &n, 1e-8, 0.0);
         let (dcos, dsin) = rope::rotary_bwd_tables(&dy, &x, &dims, mode);
         let nc = numeric_grad(&cos, &dy, 1e-6, |c| {
             rope::rotary_fwd(&x, c, &sin, &dims, mode)
@@ -169,8 +156,8 @@ fn rotary_backward_matches_central_differences_in_f64_in_both_modes_with_broadca
         let ns = numeric_grad(&sin, &dy, 1e-6, |s| {
             rope::rotary_fwd(&x, &cos, s, &dims, mode)
         });
-        assert!(max_abs_diff(&dcos, &nc) < 1e-8, "{mode:?} dcos");
-        assert!(max_abs_diff(&dsin, &ns) < 1e-8, "{mode:?} dsin");
+        assert_close(&format!("{mode:?} dcos"), &dcos, &nc, 1e-8, 0.0);
+        assert_close(&format!("{mode:?} dsin"), &dsin, &ns, 1e-8, 0.0);
     }
     // Half mode pairs element 0 with D/2 = 3: y[0] = x0·c0 − x3·s0 on the first row.
     let dims = rotary::validate_fwd(
@@ -201,7 +188,7 @@ fn fast_cpu_rotary_kernel_matches_the_f64_reference_within_f32_rounding() {
         let dx = rope::rotary_bwd(&dy, &cos, &sin, &dims, mode);
         let fy = cpu::rotary_fwd(&f32s(&x), &f32s(&cos), &f32s(&sin), &dims, mode);
         let fdx = cpu::rotary_bwd(&f32s(&dy), &f32s(&cos), &f32s(&sin), &dims, mode);
-        assert!(max_abs_diff(&y, &f64s(&fy)) < 1e-6, "{mode:?} y");
-        assert!(max_abs_diff(&dx, &f64s(&fdx)) < 1e-6, "{mode:?} dx");
+        assert_close(&format!("{mode:?} y"), &y, &f64s(&fy), 1e-6, 0.0);
+        assert_close(&format!("{mode:?} dx"), &dx, &f64s(&fdx), 1e-6, 0.0);
     }
 }

@@ -8,7 +8,6 @@ mod common;
 
 mod cpu_decode;
 mod cpu_varlen;
-mod decode_timing;
 mod fia_fast;
 mod fia_reference;
 mod fused;

@@ -1,4 +1,5 @@
-//! The f64 references of the fused transformer ops (issue 27): RMSNorm (`aclnnRmsNorm` /
+//! The f64 references of the fused transformer ops (one launch each where a training step ran
+//! several): RMSNorm (`aclnnRmsNorm` /
 //! `aclnnRmsNormGrad`), rotary position embedding (`aclnnRotaryPositionEmbedding` /
 //! `aclnnRotaryPositionEmbeddingGrad`), SwiGLU (`aclnnSwiGlu` / `aclnnSwiGluGrad`) and softmax
 //! cross-entropy (`aclnnCrossEntropyLoss` / `aclnnCrossEntropyLossGrad`), each as CANN's docs

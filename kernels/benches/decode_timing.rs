@@ -1,5 +1,5 @@
-//! Timing harness for the int8 decode (ignored by default; not a test of correctness):
-//! the bench's decode case (paged BSH cache, block 128, B = 8, KV length 4096, N = 32,
+//! Timing harnesses for the int8 decode (a bench target, not a test of correctness, so `cargo
+//! test` does not build it): the bench's decode case (paged BSH cache, block 128, B = 8, KV length 4096, N = 32,
 //! Nkv = 8, D = 128, int8 KV with per-channel antiquant) timed per (token, kv head) in this
 //! thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`, so other processes' load on the shared
 //! cores does not count), converted to core cycles at the frequency of a dependent `imul`
@@ -7,8 +7,12 @@
 //! cycles are an upper bound; compare runs, not against instruction counts).
 //!
 //! ```sh
-//! cargo test --release -p burn-ascend-kernels --test it decode_timing -- --ignored --nocapture
+//! cargo bench -p burn-ascend-kernels --bench decode_timing                    # all three
+//! cargo bench -p burn-ascend-kernels --bench decode_timing -- prefetch_overlap # by name
 //! ```
+//!
+//! Each harness runs when its name contains one of the arguments (all of them without one):
+//! `decode_timing_int8_bench_case`, `decode_profile_l2`, `prefetch_overlap`.
 //!
 //! Modes, best of `BA_REPS` (default 8) alternating rounds: one thread with the cache in L2
 //! (one sequence of 512 tokens: 1 MiB of K + V), warm (the whole 64 MiB cache, last touched
@@ -24,6 +28,31 @@ use burn_ascend_contract::incre::{
 use burn_ascend_kernels::cpu;
 use burn_ascend_test_support::Rng;
 use std::time::Instant;
+
+/// The harnesses by name, in the order they run.
+const HARNESSES: [(&str, fn()); 3] = [
+    (
+        "decode_timing_int8_bench_case",
+        decode_timing_int8_bench_case,
+    ),
+    ("decode_profile_l2", decode_profile_l2),
+    ("prefetch_overlap", prefetch_overlap),
+];
+
+/// Runs each harness whose name contains one of the arguments, or all of them without one.
+/// Flags are skipped: `cargo bench` passes `--bench` to a target without the libtest harness.
+fn main() {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    for (name, harness) in HARNESSES {
+        if filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())) {
+            println!("{name}:");
+            harness();
+        }
+    }
+}
 
 const BLOCK: usize = 128;
 const N: usize = 32;
@@ -160,7 +189,7 @@ impl Cache {
     }
 }
 
-/// A write sweep over `buf` (512 MiB: the bench's cache flush). (the bench's cache flush).
+/// A write sweep over `buf` (512 MiB: the bench's cache flush).
 fn flush(buf: &mut [u8]) {
     for x in buf.iter_mut() {
         *x = x.wrapping_add(1);
@@ -190,8 +219,6 @@ fn parallel_sum(src: &[f32]) -> f32 {
     })
 }
 
-#[test]
-#[ignore = "timing harness: run with --ignored --nocapture in release"]
 fn decode_timing_int8_bench_case() {
     let reps: usize = std::env::var("BA_REPS")
         .ok()
@@ -252,8 +279,6 @@ fn decode_timing_int8_bench_case() {
 }
 
 /// For `perf record`: the L2-resident case, `BA_REPS` times in one thread.
-#[test]
-#[ignore = "profiling loop"]
 fn decode_profile_l2() {
     let reps: usize = std::env::var("BA_REPS")
         .ok()
@@ -279,8 +304,6 @@ fn decode_profile_l2() {
 /// an L1-resident line; `prefetch only` and `arithmetic only` are the two sides alone. Cycles
 /// per line at the `imul` chain's frequency, best of 3. The kernel needs about 20 cycles of
 /// arithmetic per line (78 per (token, kv head) in L2, 4 lines).
-#[test]
-#[ignore = "timing harness: run with --ignored --nocapture in release"]
 fn prefetch_overlap() {
     if !is_x86_feature_detected!("avx512f") {
         println!("skipped: no AVX-512");
