@@ -5,7 +5,7 @@
 //! `l_i = Σ_j exp(s_ij − m_i) + exp(sink_h − m_i)`, `P_ij = exp(s_ij − m_i) / l_i`,
 //! `out_i = Σ_j P_ij·drop_ij·V_j`.
 //!
-//! Conventions for rows with nothing to attend (documented in the README):
+//! Conventions for rows with nothing to attend (documented in docs/api.md):
 //! - `Skv_b = 0`: out = 0, max = 0, sum = 0 (CANN skips the sequence);
 //! - every column masked, no sink: out = 0, max = −FLT_MAX, sum = +FLT_MAX (CANN's invalid-row
 //!   handling), so the recomputed P is 0 and the row's gradients are 0;
