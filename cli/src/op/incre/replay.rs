@@ -1,4 +1,5 @@
-//! `incre`: `aclnnIncreFlashAttentionV4` on a safetensors bundle: the f64 reference
+//! `incre`: CANN's incremental flash attention (`ffi::names::ifa_v4`) on a safetensors bundle: the
+//! f64 reference
 //! (`--device reference`), else the public ops API on `NdArray` (`cpu`, the fast decode
 //! kernel) or `Ascend` (`sim`, `npu`).
 //!
@@ -11,12 +12,13 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorData;
 use safetensors::Dtype;
 
-use super::device::{
+use crate::device::{
     acl_runtime, data, download, host, mask_data, on_backend, output, primitive, upload, OnBackend,
 };
-use super::io::{Bundle, HostTensor};
-use super::prompt::{float_dtype, int8_f32_refusal, post_quant, same_dtype};
-use super::{CliError, Device};
+use crate::io::{Bundle, HostTensor};
+use crate::names::OpNames;
+use crate::op::bundle_checks::{float_dtype, int8_f32_refusal, post_quant, same_dtype};
+use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
 use burn_ascend::contract::incre::KvInput;
 use burn_ascend::kernels::reference::incre::{incre_flash_attention, incre_flash_attention_int8};
@@ -24,7 +26,38 @@ use burn_ascend::ops::incre::{
     parse_ifa_layout, BlockTable, IncreHostValues, IncreKvShapes, IncreShapes, IncreSpec, KvDims,
 };
 use burn_ascend::{AttentionBackend, AttnError, IncreInputs, IncreKv};
+use burn_ascend_cann::acl::ffi::names;
 use burn_ascend_cann::acl::{DataType, DeviceTensor, Tensor};
+
+/// The names `incre` reads.
+pub const NAMES: OpNames = OpNames {
+    tensors: &[
+        "query",
+        "key",
+        "value",
+        "attenMask",
+        "pseShift",
+        "actualSeqLengths",
+        "kvPaddingSize",
+        "blocktable",
+        "antiquantScale",
+        "antiquantOffset",
+        "quantScale2",
+        "quantOffset2",
+        "dequantScale1",
+        "quantScale1",
+        "dequantScale2",
+    ],
+    tensor_lists: &["key", "value"],
+    attributes: &[
+        "inputLayout",
+        "numHeads",
+        "scaleValue",
+        "numKeyValueHeads",
+        "blockSize",
+        "innerPrecise",
+    ],
+};
 
 enum KvForm<'a> {
     One(&'a HostTensor, &'a HostTensor),
@@ -266,7 +299,7 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         // API refuses it; the host devices run the reference, `sim` / `npu` CANN's int8 path.
         if device.is_acl() {
             if q.dtype == Dtype::F32 {
-                return Err(int8_f32_refusal("aclnnIncreFlashAttentionV4").into());
+                return Err(int8_f32_refusal(names::ifa_v4).into());
             }
             return int8_on_device(device, &spec, q, &form, &optional);
         }
