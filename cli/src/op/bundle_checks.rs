@@ -5,6 +5,7 @@
 use safetensors::Dtype;
 
 use crate::io::{Bundle, HostTensor};
+use burn_ascend::ops::incre::BlockTable;
 use burn_ascend::ops::prompt::PostQuantSpec;
 use burn_ascend::AttnError;
 
@@ -79,4 +80,36 @@ pub fn same_dtype(t: &HostTensor, name: &'static str, query: Dtype) -> Result<()
         ));
     }
     Ok(())
+}
+
+/// Refuses the scales of full int8 quantisation (an int8 query): not modelled. Their names are
+/// the op's (`deqScale1` for prompt, `dequantScale1` for incre).
+pub fn refuse_int8_query(b: &Bundle, scales: [&str; 3]) -> Result<(), AttnError> {
+    match scales
+        .into_iter()
+        .find(|name| b.tensors.contains_key(*name))
+    {
+        Some(name) => Err(AttnError::Unsupported(format!(
+            "{name}: full int8 quantisation (int8 query) is not modelled"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The paged caches' block table `name` (INT32), if the bundle has one.
+pub fn block_table(b: &Bundle, name: &'static str) -> Result<Option<BlockTable>, AttnError> {
+    let Some(t) = b.optional(&[name]) else {
+        return Ok(None);
+    };
+    if t.dtype != Dtype::I32 {
+        return Err(AttnError::invalid(
+            name,
+            format!("dtype must be INT32, got {:?}", t.dtype),
+        ));
+    }
+    let ids: Vec<i32> = t.i64_values(name)?.into_iter().map(|x| x as i32).collect();
+    Ok(Some(BlockTable {
+        data: ids.into(),
+        shape: t.shape.clone(),
+    }))
 }

@@ -323,3 +323,17 @@ pub fn elems(v: &[f64], shape: Vec<usize>, dtype: Dtype) -> HostTensor {
         HostTensor::from_f64_as(v, shape, dtype)
     }
 }
+
+/// Every bundle of `bundles` (`(case name, bundle)`, all in dtype `dname`) as a case of `op`
+/// with tolerance `tol`, in order.
+pub fn bundle_cases(
+    op: &str,
+    dname: &str,
+    tol: Tolerance,
+    bundles: Vec<(&'static str, Bundle)>,
+    device: Device,
+) -> Vec<CaseResult> {
+    (bundles.into_iter())
+        .map(|(name, b)| bundle_case(op, name, dname, tol, &b, device, false))
+        .collect()
+}

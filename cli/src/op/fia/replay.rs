@@ -12,7 +12,7 @@ use crate::device::{
 };
 use crate::io::{Bundle, HostTensor};
 use crate::names::OpNames;
-use crate::op::bundle_checks::{float_dtype, same_dtype};
+use crate::op::bundle_checks::{block_table, float_dtype, same_dtype};
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::fia::cann_release;
 use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
@@ -20,7 +20,6 @@ use burn_ascend::ops::fia::{
     check_learnable_sink_values, parse_fia_layout, CannRelease, FiaHostValues, FiaKvShapes,
     FiaMask, FiaShapes, FiaSpec,
 };
-use burn_ascend::ops::incre::BlockTable;
 use burn_ascend::ops::prompt::{INT_MAX_TOKENS, PFA_COMPRESSED_MASK};
 use burn_ascend::{fused_infer_attention_with, AttentionBackend, AttnError, FiaInputs, FiaKv};
 
@@ -275,23 +274,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(FiaSpec, Optional<'_>), AttnErro
         same_dtype(p, "pseShift", qdt)?;
         pse = Some((p, p.f32_values("pseShift")?));
     }
-    if let Some(t) = b.optional(&["blockTable"]) {
-        if t.dtype != Dtype::I32 {
-            return Err(AttnError::invalid(
-                "blockTable",
-                format!("dtype must be INT32, got {:?}", t.dtype),
-            ));
-        }
-        let ids: Vec<i32> = t
-            .i64_values("blockTable")?
-            .into_iter()
-            .map(|x| x as i32)
-            .collect();
-        spec.block_table = Some(BlockTable {
-            data: ids.into(),
-            shape: t.shape.clone(),
-        });
-    }
+    spec.block_table = block_table(b, "blockTable")?;
     let mut antiquant: [[Option<Valued>; 2]; 3] = Default::default();
     for (pair, names) in antiquant.iter_mut().zip([
         ["antiquantScale", "antiquantOffset"],

@@ -7,7 +7,7 @@ use safetensors::Dtype;
 
 use crate::device::{acl_runtime, download, output, upload};
 use crate::io::{Bundle, HostTensor};
-use crate::selftest::harness::{bundle_case, guarded, meta, Rng, Tolerance, HALVES};
+use crate::selftest::harness::{bundle_cases, guarded, meta, Rng, Tolerance, HALVES};
 use crate::selftest::{CaseResult, Probe};
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::fia::{cann_release, fused_infer_attention};
@@ -120,17 +120,14 @@ fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
 pub fn cases(device: Device) -> Vec<CaseResult> {
     let mut out = Vec::new();
     for (dtype, dname) in HALVES {
-        for (name, b) in fia_bundles(dtype) {
-            out.push(bundle_case(
-                "fia",
-                name,
-                dname,
-                Tolerance::ACCUMULATING,
-                &b,
-                device,
-                false,
-            ));
-        }
+        let bundles = fia_bundles(dtype);
+        out.extend(bundle_cases(
+            "fia",
+            dname,
+            Tolerance::ACCUMULATING,
+            bundles,
+            device,
+        ));
     }
     out
 }

@@ -17,13 +17,15 @@ use crate::device::{
 };
 use crate::io::{Bundle, HostTensor};
 use crate::names::OpNames;
-use crate::op::bundle_checks::{float_dtype, int8_f32_refusal, post_quant, same_dtype};
+use crate::op::bundle_checks::{
+    block_table, float_dtype, int8_f32_refusal, post_quant, refuse_int8_query, same_dtype,
+};
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
 use burn_ascend::contract::incre::KvInput;
 use burn_ascend::kernels::reference::incre::{incre_flash_attention, incre_flash_attention_int8};
 use burn_ascend::ops::incre::{
-    parse_ifa_layout, BlockTable, IncreHostValues, IncreKvShapes, IncreShapes, IncreSpec, KvDims,
+    parse_ifa_layout, IncreHostValues, IncreKvShapes, IncreShapes, IncreSpec, KvDims,
 };
 use burn_ascend::{AttentionBackend, AttnError, IncreInputs, IncreKv};
 use burn_ascend_cann::acl::ffi::names;
@@ -106,23 +108,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
         }
         spec.kv_padding_size = Some(p[0]);
     }
-    if let Some(t) = b.optional(&["blocktable"]) {
-        if t.dtype != Dtype::I32 {
-            return Err(AttnError::invalid(
-                "blocktable",
-                format!("dtype must be INT32, got {:?}", t.dtype),
-            ));
-        }
-        let ids: Vec<i32> = t
-            .i64_values("blocktable")?
-            .into_iter()
-            .map(|x| x as i32)
-            .collect();
-        spec.block_table = Some(BlockTable {
-            data: ids.into(),
-            shape: t.shape.clone(),
-        });
-    }
+    spec.block_table = block_table(b, "blocktable")?;
     spec.post_quant = post_quant(b, qdt)?;
     Ok(spec)
 }
@@ -234,14 +220,7 @@ impl<'a> Optional<'a> {
 
 /// `incre` on `device`.
 pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
-    for name in ["dequantScale1", "quantScale1", "dequantScale2"] {
-        if b.tensors.contains_key(name) {
-            return Err(AttnError::Unsupported(format!(
-                "{name}: full int8 quantisation (int8 query) is not modelled"
-            ))
-            .into());
-        }
-    }
+    refuse_int8_query(b, ["dequantScale1", "quantScale1", "dequantScale2"])?;
     let q = b.required("query")?;
     let qdt = float_dtype(q, "query")?;
     let form = kv_form(b)?;

@@ -4,7 +4,7 @@
 use safetensors::Dtype;
 
 use crate::io::{Bundle, HostTensor};
-use crate::selftest::harness::{bundle_case, elems, meta, Rng, Tolerance};
+use crate::selftest::harness::{bundle_cases, elems, meta, Rng, Tolerance};
 use crate::selftest::CaseResult;
 use crate::Device;
 
@@ -124,18 +124,6 @@ fn incre_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
 /// Every incremental attention case on `device` in `dtype` (one of the harness's `HALVES`:
 /// CANN's op takes no FLOAT32 query).
 pub fn cases(device: Device, (dtype, dname): (Dtype, &str)) -> Vec<CaseResult> {
-    incre_bundles(dtype)
-        .into_iter()
-        .map(|(name, b)| {
-            bundle_case(
-                "incre",
-                name,
-                dname,
-                Tolerance::ACCUMULATING,
-                &b,
-                device,
-                false,
-            )
-        })
-        .collect()
+    let bundles = incre_bundles(dtype);
+    bundle_cases("incre", dname, Tolerance::ACCUMULATING, bundles, device)
 }

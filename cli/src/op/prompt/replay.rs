@@ -14,7 +14,9 @@ use crate::device::{
 };
 use crate::io::{Bundle, HostTensor};
 use crate::names::OpNames;
-use crate::op::bundle_checks::{float_dtype, int8_f32_refusal, post_quant, same_dtype};
+use crate::op::bundle_checks::{
+    float_dtype, int8_f32_refusal, post_quant, refuse_int8_query, same_dtype,
+};
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
 use burn_ascend::kernels::reference::prompt::{
@@ -118,14 +120,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(PromptSpec, Extras<'_>), AttnErr
 
 /// `prompt`.
 pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
-    for name in ["deqScale1", "quantScale1", "deqScale2"] {
-        if b.tensors.contains_key(name) {
-            return Err(AttnError::Unsupported(format!(
-                "{name}: full int8 quantisation (int8 query) is not modelled"
-            ))
-            .into());
-        }
-    }
+    refuse_int8_query(b, ["deqScale1", "quantScale1", "deqScale2"])?;
     let (q, k, v) = (
         b.required("query")?,
         b.required("key")?,

@@ -5,7 +5,7 @@
 use safetensors::Dtype;
 
 use crate::io::{Bundle, HostTensor};
-use crate::selftest::harness::{bundle_case, meta, Rng, Tolerance};
+use crate::selftest::harness::{bundle_cases, meta, Rng, Tolerance};
 use crate::selftest::CaseResult;
 use crate::Device;
 use burn_ascend::ops::prompt::PFA_COMPRESSED_MASK;
@@ -95,18 +95,6 @@ fn prompt_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
 /// Every prompt case on `device` in `dtype` (one of the harness's `HALVES`: CANN's op takes no
 /// FLOAT32 query).
 pub fn cases(device: Device, (dtype, dname): (Dtype, &str)) -> Vec<CaseResult> {
-    prompt_bundles(dtype)
-        .into_iter()
-        .map(|(name, b)| {
-            bundle_case(
-                "prompt",
-                name,
-                dname,
-                Tolerance::ACCUMULATING,
-                &b,
-                device,
-                false,
-            )
-        })
-        .collect()
+    let bundles = prompt_bundles(dtype);
+    bundle_cases("prompt", dname, Tolerance::ACCUMULATING, bundles, device)
 }

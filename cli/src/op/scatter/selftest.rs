@@ -6,7 +6,7 @@ use safetensors::Dtype;
 
 use crate::device::{acl_dtype, acl_runtime, download, upload, upload_opt};
 use crate::io::{Bundle, HostTensor};
-use crate::selftest::harness::{bundle_case, elems, guarded, meta, Rng, Tolerance};
+use crate::selftest::harness::{bundle_cases, elems, guarded, meta, Rng, Tolerance};
 use crate::selftest::{CaseResult, Probe};
 use crate::{run_op, CliError, Device};
 use burn_ascend::backend::attention::builders;
@@ -121,17 +121,14 @@ pub fn cases(device: Device) -> Vec<CaseResult> {
         (Dtype::BF16, "bf16"),
         (Dtype::I8, "int8"),
     ] {
-        for (name, b) in scatter_bundles(dtype) {
-            out.push(bundle_case(
-                "scatter",
-                name,
-                dname,
-                Tolerance::EXACT,
-                &b,
-                device,
-                false,
-            ));
-        }
+        let bundles = scatter_bundles(dtype);
+        out.extend(bundle_cases(
+            "scatter",
+            dname,
+            Tolerance::EXACT,
+            bundles,
+            device,
+        ));
     }
     out
 }
