@@ -12,6 +12,8 @@ use crate::{run_op, CliError, Device};
 use burn_ascend::ops::varlen::compressed_mask;
 use burn_ascend::SparseMode;
 
+/// Running sums of per-sequence lengths: the cumulative form `actualSeqQLen` /
+/// `actualSeqKvLen` take.
 fn cumulative(v: &[i64]) -> Vec<i64> {
     v.iter()
         .scan(0, |a, &x| {
