@@ -11,11 +11,39 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Shape, Tensor, TensorData, TensorPrimitive};
 use safetensors::Dtype;
 
-use super::io::{Bundle, HostTensor};
-use super::{CliError, Device};
+use crate::io::{Bundle, HostTensor};
+use crate::CliError;
 use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::{AttentionBackend, AttnError};
 use burn_ascend_cann::acl::{self, AclError, DataType, DeviceTensor, Runtime, TensorDesc};
+
+/// Where an op runs (`--device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Device {
+    /// The plain CPU reference (f64 accumulation).
+    Reference,
+    /// The public ops API on Burn's `NdArray` (its fast CPU kernels).
+    Cpu,
+    /// The public ops API on the `Ascend` backend against its host simulation of the ACL ABI
+    /// (not CANN): the backend's code path, checked on machines without an NPU.
+    Sim,
+    /// The public ops API on the `Ascend` backend on a real NPU through CANN's aclnn, loaded
+    /// at run time (device `$ASCEND_DEVICE_ID`, else 0).
+    Npu,
+}
+
+impl Device {
+    /// Errors for devices that cannot run ops here: `npu` without CANN's libraries (one line
+    /// naming every path tried).
+    pub fn ensure_available(self) -> Result<(), CliError> {
+        probe(self)
+    }
+
+    /// Whether ops run through the aclnn dispatch layer (`sim`, `npu`).
+    pub fn is_acl(self) -> bool {
+        matches!(self, Self::Sim | Self::Npu)
+    }
+}
 
 impl From<AclError> for CliError {
     fn from(e: AclError) -> Self {

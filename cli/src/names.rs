@@ -1,10 +1,10 @@
-//! The tensor and attribute names each op reads, declared once per op, and the check that
-//! refuses any other name before anything else runs (on every device): a misspelled optional
-//! input (`attnMask`, `scalevalue`, `sparse_mode`) would otherwise be ignored and the op would
-//! run without it.
+//! The check that refuses any tensor or attribute name an op does not read (each op declares
+//! its names once, beside its replay in `crate::op::<op>`) before anything else runs (on every
+//! device): a misspelled optional input (`attnMask`, `scalevalue`, `sparse_mode`) would
+//! otherwise be ignored and the op would run without it.
 
-use super::io::Bundle;
-use super::CliError;
+use crate::io::Bundle;
+use crate::CliError;
 
 /// The names one op reads from a bundle.
 #[derive(Debug, Clone, Copy)]
@@ -21,35 +21,8 @@ pub struct OpNames {
 /// own writers add (`{"format": "pt"}` from `save_pretrained`), not an op attribute.
 const CONTAINER_KEYS: &[&str] = &["format"];
 
-const VARLEN_COMMON_TENSORS: [&str; 13] = [
-    "query",
-    "key",
-    "value",
-    "sink",
-    "attenMask",
-    "realShift",
-    "pseShift",
-    "dropMask",
-    "prefix",
-    "qStartIdx",
-    "kvStartIdx",
-    "actualSeqQLen",
-    "actualSeqKvLen",
-];
-
-const VARLEN_COMMON_ATTRS: [&str; 9] = [
-    "inputLayout",
-    "headNum",
-    "scaleValue",
-    "keepProb",
-    "preTokens",
-    "nextTokens",
-    "innerPrecise",
-    "sparseMode",
-    "pseType",
-];
-
-const fn concat<const A: usize, const B: usize, const N: usize>(
+/// `a` then `b`: the name lists ops build from a common part.
+pub const fn concat<const A: usize, const B: usize, const N: usize>(
     a: [&'static str; A],
     b: [&'static str; B],
 ) -> [&'static str; N] {
@@ -65,174 +38,6 @@ const fn concat<const A: usize, const B: usize, const N: usize>(
         i += 1;
     }
     out
-}
-
-const VARLEN_FWD_TENSORS: [&str; 13] = VARLEN_COMMON_TENSORS;
-// Both softmax layouts in both directions: a bundle dumped from a training step carries the
-// forward's `softmaxOutLayout` and the backward's `softmaxInLayout`; `varlen.rs` refuses the
-// pair when they disagree, so neither is ignored.
-const VARLEN_LAYOUT_ATTRS: [&str; 11] =
-    concat(VARLEN_COMMON_ATTRS, ["softmaxOutLayout", "softmaxInLayout"]);
-const VARLEN_FWD_ATTRS: [&str; 11] = VARLEN_LAYOUT_ATTRS;
-const VARLEN_BWD_TENSORS: [&str; 18] = concat(
-    VARLEN_COMMON_TENSORS,
-    ["dy", "attentionIn", "softmaxMax", "softmaxSum", "sinkIn"],
-);
-const VARLEN_BWD_ATTRS: [&str; 11] = VARLEN_LAYOUT_ATTRS;
-
-/// `varlen-fwd`: `aclnnFlashAttentionVarLenScoreV5`.
-pub const VARLEN_FWD: OpNames = OpNames {
-    tensors: &VARLEN_FWD_TENSORS,
-    tensor_lists: &[],
-    attributes: &VARLEN_FWD_ATTRS,
-};
-
-/// `varlen-bwd`: `aclnnFlashAttentionUnpaddingScoreGradV5`.
-pub const VARLEN_BWD: OpNames = OpNames {
-    tensors: &VARLEN_BWD_TENSORS,
-    tensor_lists: &[],
-    attributes: &VARLEN_BWD_ATTRS,
-};
-
-/// `prompt`: `aclnnPromptFlashAttentionV3`. The full-quantisation scales are known so that
-/// they get their "unsupported" error rather than "unknown".
-pub const PROMPT: OpNames = OpNames {
-    tensors: &[
-        "query",
-        "key",
-        "value",
-        "attenMask",
-        "pseShift",
-        "actualSeqLengths",
-        "actualSeqLengthsKv",
-        "quantScale2",
-        "quantOffset2",
-        "deqScale1",
-        "quantScale1",
-        "deqScale2",
-    ],
-    tensor_lists: &[],
-    attributes: &[
-        "inputLayout",
-        "numHeads",
-        "scaleValue",
-        "numKeyValueHeads",
-        "preTokens",
-        "nextTokens",
-        "sparseMode",
-        "innerPrecise",
-    ],
-};
-
-/// `incre`: `aclnnIncreFlashAttentionV4`.
-pub const INCRE: OpNames = OpNames {
-    tensors: &[
-        "query",
-        "key",
-        "value",
-        "attenMask",
-        "pseShift",
-        "actualSeqLengths",
-        "kvPaddingSize",
-        "blocktable",
-        "antiquantScale",
-        "antiquantOffset",
-        "quantScale2",
-        "quantOffset2",
-        "dequantScale1",
-        "quantScale1",
-        "dequantScale2",
-    ],
-    tensor_lists: &["key", "value"],
-    attributes: &[
-        "inputLayout",
-        "numHeads",
-        "scaleValue",
-        "numKeyValueHeads",
-        "blockSize",
-        "innerPrecise",
-    ],
-};
-
-/// `fia`: `aclnnFusedInferAttentionScoreV4`. The inputs left out (quantisation, shared
-/// prefix, rope) are known so that they get their "unsupported" error rather than "unknown".
-pub const FIA: OpNames = OpNames {
-    tensors: &[
-        "query",
-        "key",
-        "value",
-        "pseShift",
-        "attenMask",
-        "actualSeqLengths",
-        "actualSeqLengthsKv",
-        "blockTable",
-        "queryPaddingSize",
-        "kvPaddingSize",
-        "antiquantScale",
-        "antiquantOffset",
-        "keyAntiquantScale",
-        "keyAntiquantOffset",
-        "valueAntiquantScale",
-        "valueAntiquantOffset",
-        "learnableSink",
-        "deqScale1",
-        "quantScale1",
-        "deqScale2",
-        "quantScale2",
-        "quantOffset2",
-        "keySharedPrefix",
-        "valueSharedPrefix",
-        "actualSharedPrefixLen",
-        "queryRope",
-        "keyRope",
-        "keyRopeAntiquantScale",
-        "dequantScaleQuery",
-    ],
-    tensor_lists: &[],
-    attributes: &[
-        "numHeads",
-        "scaleValue",
-        "preTokens",
-        "nextTokens",
-        "inputLayout",
-        "numKeyValueHeads",
-        "sparseMode",
-        "innerPrecise",
-        "blockSize",
-        "antiquantMode",
-        "softmaxLseFlag",
-        "keyAntiquantMode",
-        "valueAntiquantMode",
-    ],
-};
-
-/// `scatter`: `aclnnScatterPaKvCache`.
-pub const SCATTER: OpNames = OpNames {
-    tensors: &[
-        "key",
-        "value",
-        "keyCache",
-        "valueCache",
-        "slotMapping",
-        "compressLens",
-        "compressSeqOffset",
-        "seqLens",
-    ],
-    tensor_lists: &[],
-    attributes: &["cacheMode", "scatterMode", "strides", "offsets"],
-};
-
-/// The names `op` reads, if `op` is known.
-pub fn of(op: &str) -> Option<OpNames> {
-    Some(match op {
-        "varlen-fwd" => VARLEN_FWD,
-        "varlen-bwd" => VARLEN_BWD,
-        "prompt" => PROMPT,
-        "incre" => INCRE,
-        "fia" => FIA,
-        "scatter" => SCATTER,
-        _ => return None,
-    })
 }
 
 impl OpNames {

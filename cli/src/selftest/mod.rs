@@ -14,7 +14,7 @@
 //! exits 0 only when every case passed; probes inform, they never fail the run.
 //!
 //! **Tolerances.** A case passes when, for every output tensor, `max |got − ref| ≤ rel ·
-//! max(1, max |ref|)`, with `rel` per dtype and per kind of op (`attention::Tolerance`): the reference
+//! max(1, max |ref|)`, with `rel` per dtype and per kind of op (`harness::Tolerance`): the reference
 //! runs on the same rounded inputs, so `rel` bounds the device's own rounding and summation
 //! order, not the inputs' rounding. Integer and copy results (scatter, index ops, int8) must be
 //! exact. The JSON's `max_abs_err` / `tol` are those of the output tensor closest to failing.
@@ -23,94 +23,41 @@
 //! it stops with the reason and points at `--device sim`: it never falls back to the simulation
 //! by itself, so a report from an Atlas can never silently be a simulation run.
 
-mod attention;
-mod fia;
-mod fused;
+pub(crate) mod backend_harness;
+mod command;
+pub(crate) mod harness;
 mod model;
 mod native;
 mod probes;
 mod report;
 
-use std::time::Instant;
-
-use super::args::SelftestArgs;
-use super::{CliError, Device};
+pub use command::{main, run};
 pub use report::{CaseResult, Probe, Report, Status};
 
-/// The NPU when CANN loads and device `$ASCEND_DEVICE_ID` (else 0) opens; else the reason,
-/// never the simulation.
-fn default_device() -> Result<Device, CliError> {
-    let id = burn_ascend_cann::acl::default_device_id()?;
-    match burn_ascend_cann::acl::Runtime::npu(id) {
-        Ok(_) => Ok(Device::Npu),
-        Err(e) => Err(CliError::Device(format!(
-            "selftest: no usable NPU ({e}); on a machine without one, `burn-ascend selftest --device sim` checks this build against the host simulation (not CANN)"
-        ))),
+use crate::op::{fia, fused, incre, prompt, scatter, varlen};
+use crate::Device;
+
+/// Every op's cases, in report order: one line per op (prompt and incre alternate per dtype).
+/// With `inject`, the first case's device result is perturbed (the run must then fail).
+fn op_cases(device: Device, inject: bool) -> Vec<CaseResult> {
+    let mut cases = varlen::selftest::cases(device, inject);
+    for half in harness::HALVES {
+        cases.extend(prompt::selftest::cases(device, half));
+        cases.extend(incre::selftest::cases(device, half));
     }
+    cases.extend(scatter::selftest::cases(device));
+    cases.extend(fia::selftest::cases(device));
+    cases.extend(backend_harness::run_all(
+        device,
+        &[native::cases, fused::selftest::cases],
+    ));
+    cases
 }
 
-/// `selftest …`, its command line parsed.
-pub fn main(o: &SelftestArgs) -> Result<(), CliError> {
-    let device = match o.device {
-        Some(d) => d.into(),
-        None => default_device()?,
-    };
-    device.ensure_available()?;
-    let report = run(device, o.inject_error)?;
-    let (md, json) = report.paths(&o.report);
-    report.write(&md, &json)?;
-    println!("{}", report.summary());
-    println!("report: {} and {}", md.display(), json.display());
-    let failed = report.failed();
-    if failed == 0 {
-        Ok(())
-    } else {
-        Err(CliError::Selftest(format!(
-            "{failed} of {} cases failed (first: {}); see {}",
-            report.cases.len(),
-            report.first_failure().unwrap_or_default(),
-            md.display()
-        )))
-    }
-}
-
-/// Runs the whole selftest on `device` (printing progress to stderr) and returns the report.
-pub fn run(device: Device, inject_error: bool) -> Result<Report, CliError> {
-    let start = Instant::now();
-    let env = probes::environment(device)?;
-    eprintln!("selftest on {}: CANN {}", env.device, env.cann_version);
-    for l in &env.libraries {
-        eprintln!("  library {l}");
-    }
-    let mut cases = attention::run_all(device, inject_error);
-    cases.extend(fia::run_all(device));
-    cases.extend(native::run_all(device));
-    let (model_cases, model_probes) = model::run_all(device);
-    cases.extend(model_cases);
-    for c in &cases {
-        if c.status != Status::Pass {
-            eprintln!(
-                "  FAIL {} {} {}: {}",
-                c.op,
-                c.name,
-                c.dtype,
-                c.note.as_deref().unwrap_or("")
-            );
-        }
-    }
-    let mut probes = probes::run_all(device, &env);
-    probes.extend(model_probes);
-    for p in &probes {
-        eprintln!("  probe {}: {}", p.name, p.result);
-    }
-    Ok(Report {
-        device: env.device,
-        cann_version: env.cann_version,
-        acl_version: env.acl_version,
-        libraries: env.libraries,
-        entry_points: env.entry_points,
-        cases,
-        probes,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+/// The ops' probes only hardware can answer, in report order.
+fn op_probes(device: Device) -> Vec<Probe> {
+    let mut probes = varlen::selftest::probes(device);
+    probes.extend(scatter::selftest::probes(device));
+    probes.extend(fia::selftest::probes(device));
+    probes
 }

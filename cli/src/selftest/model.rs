@@ -26,6 +26,7 @@ use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
 use burn_ascend::{AttendPath, AttentionBackend, AttnError};
+use burn_ascend_cann::acl::ffi::names;
 use burn_ascend_model::checkpoint::{load_hf, save_hf};
 use burn_ascend_model::config::{LayerType, RopeScaling};
 use burn_ascend_model::data::{documents_from_text, SplitMix, BUNDLED_CORPUS};
@@ -36,7 +37,7 @@ use burn_ascend_model::{
     Tokenizer, Transformer,
 };
 
-use super::attention::guarded;
+use super::harness::guarded;
 use super::report::{CaseResult, Probe, Status};
 use crate::device::ascend_device;
 use crate::{CliError, Device};
@@ -333,13 +334,15 @@ fn fia_serving(device: AscendDevice) -> Check {
         let mut gen = Generator::new(load_hf::<NdArray>(&dir.0, &host)?, 16, 16, &host)?;
         let want = generate_batch(&mut gen, &prompts, 8, &sampling, &mut SplitMix(1))?;
         // Attention in BF16, as a model is served on an Atlas: CANN's attention ops take no F32
-        // query, and FIA then reads its learnableSink in BF16 (issue 30).
+        // query, and FIA then reads its learnableSink in BF16 (the sink's dtype follows the path
+        // and the CANN release, and BF16 is what every release's FIA v3 reads).
         let mut gen = Generator::new(load_hf::<Ascend>(&dir.0, &device)?, 16, 16, &device)?
             .with_attention_dtype(FloatDType::BF16)?;
         if gen.attend_path() != AttendPath::Fused {
             return Ok(Err(format!(
-                "the device serves through {:?}, not FIA (no aclnnFusedInferAttentionScoreV4?)",
-                gen.attend_path()
+                "the device serves through {:?}, not FIA (no {}?)",
+                gen.attend_path(),
+                names::fia_v4
             )));
         }
         let got = generate_batch(&mut gen, &prompts, 8, &sampling, &mut SplitMix(1))?;

@@ -1,70 +1,19 @@
-//! A representative set of the `Ascend` backend's native Burn ops (matmul, the MoE grouped matmul, the
-//! AdamW step, softmax,
-//! elementwise and unary math, reductions, index/gather/select, cat, casts, random fills) on
-//! the device against `NdArray` on the same values. Inputs are multiples of 1/8 in [-2, 2),
-//! exact in f32, f16 and bf16, so the reference sees the device's inputs exactly. A case also
-//! fails when the backend's counted host fallback ran during it: the point is the aclnn path.
-
-use std::time::Instant;
+//! A representative set of the `Ascend` backend's native Burn ops (matmul, the MoE grouped
+//! matmul, the AdamW step, softmax, elementwise and unary math, reductions,
+//! index/gather/select, cat, casts, random fills), run by the backend harness on the device
+//! against `NdArray` on the same values.
 
 use burn::backend::NdArray;
 use burn::tensor::TensorCreationOptions;
 use burn::tensor::{activation, DType, Distribution, Int, Tensor, TensorData, TensorPrimitive};
 
-use super::attention::{guarded, Tolerance};
-use super::report::{CaseResult, Status};
-use crate::{CliError, Device};
-use burn_ascend::backend::{fallback_counts, Ascend, AscendDevice};
+use super::backend_harness::{host, pair, reference, BackendCase};
+use super::harness::Tolerance;
+use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::{AdamWHyper, AdamWTensors, OptimBackend};
 
 type A = Ascend;
 type N = NdArray;
-
-/// The Burn device of an aclnn `Device`.
-fn ascend(device: Device) -> Result<AscendDevice, CliError> {
-    Ok(match device {
-        Device::Npu => AscendDevice::npu(burn_ascend_cann::acl::default_device_id()? as u32),
-        _ => AscendDevice::sim(),
-    })
-}
-
-pub(super) fn data(shape: &[usize], seed: u32) -> TensorData {
-    let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n)
-        .map(|i| {
-            let x = (i as u32)
-                .wrapping_mul(2_654_435_761)
-                .wrapping_add(seed.wrapping_mul(40_503));
-            (x % 32) as f32 / 8.0 - 2.0
-        })
-        .collect();
-    TensorData::new(v, shape.to_vec())
-}
-
-/// The same values on the device (in `dtype`) and on the reference (f32).
-pub(super) fn pair<const D: usize>(
-    shape: [usize; D],
-    seed: u32,
-    dev: &AscendDevice,
-    dtype: DType,
-) -> (Tensor<A, D>, Tensor<N, D>) {
-    let d = data(&shape, seed);
-    (
-        Tensor::<A, D>::from_data(d.clone(), dev).cast(dtype),
-        Tensor::<N, D>::from_data(d, &Default::default()),
-    )
-}
-
-pub(super) fn host<const D: usize>(t: Tensor<A, D>) -> Vec<f32> {
-    t.into_data()
-        .convert_dtype(DType::F32)
-        .to_vec::<f32>()
-        .unwrap_or_default()
-}
-
-pub(super) fn reference<const D: usize>(t: Tensor<N, D>) -> Vec<f32> {
-    t.into_data().to_vec::<f32>().unwrap_or_default()
-}
 
 fn ints<const D: usize, B: burn::tensor::backend::Backend>(t: Tensor<B, D, Int>) -> Vec<f32> {
     t.into_data()
@@ -75,10 +24,6 @@ fn ints<const D: usize, B: burn::tensor::backend::Backend>(t: Tensor<B, D, Int>)
         .map(|x| x as f32)
         .collect()
 }
-
-/// `(device result, reference)` of one case, as f32.
-type Outcome = (Vec<f32>, Vec<f32>);
-pub(super) type CaseFn = fn(&AscendDevice, DType) -> Outcome;
 
 /// Mean and (population) variance.
 fn moments(v: &[f32]) -> (f64, f64) {
@@ -103,7 +48,7 @@ fn random_moments(dev: &AscendDevice, dtype: DType, dist: Distribution) -> Vec<f
 }
 
 /// The cases: `(op, name, tolerance, function)`.
-fn cases() -> Vec<(&'static str, &'static str, Tolerance, CaseFn)> {
+pub fn cases() -> Vec<BackendCase> {
     vec![
         (
             "matmul",
@@ -120,7 +65,8 @@ fn cases() -> Vec<(&'static str, &'static str, Tolerance, CaseFn)> {
             "moe_rows_3_0_5_by_3x16x8_with_bias",
             Tolerance::ACCUMULATING,
             |dev, dt| {
-                // aclnnGroupedMatmulV4 (groupType 0), an empty expert in the middle.
+                // CANN's grouped matmul (`ffi::names::grouped_matmul_v4`, groupType 0), an empty
+                // expert in the middle.
                 let spec = burn_ascend::GroupedMatmulSpec::from_counts(&[3, 0, 5]);
                 let (x, xn) = pair([8, 16], 31, dev, dt);
                 let (w, wn) = pair([3, 16, 8], 32, dev, dt);
@@ -138,9 +84,9 @@ fn cases() -> Vec<(&'static str, &'static str, Tolerance, CaseFn)> {
             "f32_master_weights_4x8_steps_1_to_3",
             Tolerance::ELEMENTWISE,
             |dev, _dtype| {
-                // aclnnApplyAdamWV2 with the step count as the kernel reads it (it adds 1 before
-                // the bias corrections; backend-ascend/src/optim.rs): a CANN that took the docs'
-                // `t` instead would differ from step 1 on. Training keeps f32 master weights and
+                // CANN's AdamW (`ffi::names::apply_adam_w_v2`) with the step count as the kernel
+                // reads it (it adds 1 before the bias corrections; backend-ascend/src/optim.rs):
+                // a CANN that took the docs' `t` instead would differ from step 1 on. Training keeps f32 master weights and
                 // moments, so the case is f32 under every dtype label.
                 const H: AdamWHyper = AdamWHyper {
                     lr: 1e-2,
@@ -370,112 +316,4 @@ fn cases() -> Vec<(&'static str, &'static str, Tolerance, CaseFn)> {
             },
         ),
     ]
-}
-
-/// Host fallback counts that moved between two snapshots.
-fn moved(
-    before: &std::collections::BTreeMap<&'static str, u64>,
-    after: &std::collections::BTreeMap<&'static str, u64>,
-) -> Vec<String> {
-    after
-        .iter()
-        .filter(|(k, v)| before.get(*k) != Some(v))
-        .map(|(k, _)| (*k).to_string())
-        .collect()
-}
-
-/// Every native case in f32, f16 and bf16.
-pub fn run_all(device: Device) -> Vec<CaseResult> {
-    let mut out = Vec::new();
-    let dev = match ascend(device) {
-        Ok(d) => d,
-        Err(e) => {
-            out.push(CaseResult {
-                op: "native".into(),
-                name: "open_device".into(),
-                dtype: "-".into(),
-                status: Status::Fail,
-                max_abs_err: f64::NAN,
-                tol: f64::NAN,
-                ms: f64::NAN,
-                note: Some(e.to_string()),
-            });
-            return out;
-        }
-    };
-    for (dtype, dname) in [
-        (DType::F32, "f32"),
-        (DType::F16, "f16"),
-        (DType::BF16, "bf16"),
-    ] {
-        for (op, name, tol, f) in cases().into_iter().chain(super::fused::cases()) {
-            let mut res = CaseResult {
-                op: op.into(),
-                name: name.into(),
-                dtype: dname.into(),
-                status: Status::Fail,
-                max_abs_err: f64::NAN,
-                tol: f64::NAN,
-                ms: f64::NAN,
-                note: None,
-            };
-            let runs = if device == Device::Npu { 2 } else { 1 };
-            let mut outcome = None;
-            for i in 0..runs {
-                let before = fallback_counts();
-                let t0 = Instant::now();
-                let r = guarded(|| Ok(f(&dev, dtype)));
-                res.ms = t0.elapsed().as_secs_f64() * 1e3;
-                let fell_back = moved(&before, &fallback_counts());
-                if i == 0 {
-                    outcome = Some((r, fell_back));
-                }
-            }
-            let (r, fell_back) = outcome.expect("ran at least once");
-            match r {
-                Err(e) => res.note = Some(format!("device failed: {e}")),
-                Ok((got, want)) => {
-                    let rel = tol.of(match dtype {
-                        DType::F16 => safetensors::Dtype::F16,
-                        DType::BF16 => safetensors::Dtype::BF16,
-                        _ => safetensors::Dtype::F32,
-                    });
-                    let scale = if op == "random" {
-                        1.0
-                    } else {
-                        want.iter().fold(1.0f64, |m, &x| m.max(f64::from(x).abs()))
-                    };
-                    let t = rel * scale;
-                    let err = if got.len() != want.len() {
-                        f64::INFINITY
-                    } else {
-                        got.iter()
-                            .zip(&want)
-                            .map(|(&a, &b)| {
-                                let e = (f64::from(a) - f64::from(b)).abs();
-                                if e.is_nan() {
-                                    f64::INFINITY
-                                } else {
-                                    e
-                                }
-                            })
-                            .fold(0.0, f64::max)
-                    };
-                    res.max_abs_err = err;
-                    res.tol = t;
-                    if !fell_back.is_empty() {
-                        res.note = Some(format!("host fallback ran: {}", fell_back.join(", ")));
-                    } else if got.len() != want.len() {
-                        res.note = Some(format!("{} values, reference {}", got.len(), want.len()));
-                    } else if err > t {
-                        res.note = Some(format!("max |got − ref| {err:.3e} > {t:.3e}"));
-                    } else {
-                        res.status = Status::Pass;
-                    }
-                }
-            }
-            out.push(res);
-        }
-    }
-    out
 }

@@ -15,6 +15,7 @@ use crate::common::Rng;
 use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorData};
 use burn_ascend::{AttnError, PagedKvCache, SeqId};
+use burn_ascend_test_support::assert_close;
 
 type B = NdArray;
 const N: usize = 2;
@@ -213,12 +214,13 @@ fn a_random_serving_soak_keeps_every_block_accounted_for_and_every_sequence_inta
                     .unwrap();
                 let seqs: Vec<&Model> = chosen.iter().map(|i| &model[i]).collect();
                 let want = attend_reference(&seqs, &q, s);
-                for (j, (g, w)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (g - w).abs() <= 1e-4 + 1e-4 * w.abs(),
-                        "step {step}: attend S={s} element {j}: {g} vs {w}"
-                    );
-                }
+                assert_close(
+                    &format!("step {step}: attend S={s}"),
+                    &got,
+                    &want,
+                    1e-4,
+                    1e-4,
+                );
                 attended += 1;
             }
             _ => continue,

@@ -128,9 +128,9 @@ fn smoke_run_writes_the_issue_s_json_keys() {
             Some(c["name"].as_str().unwrap().contains("causal"))
         );
     }
-    // Issue 16's goal for a `finetune` step on `Autodiff<Ascend>`: the loss read is the one
-    // wait, nothing runs on the host. Issue 27's: the fused ops and the fused AdamW cut the
-    // launches of a step of the default model at least 3× from the 3 247.7 before them
+    // A `finetune` step on `Autodiff<Ascend>` waits for the device once, for the loss read, and
+    // runs nothing on the host. The fused ops and the fused AdamW cut the launches of a step of
+    // the default model at least 3× from the 3 247.7 before them
     // (≤ 1 082; about 500 when this was written), each a few host µs (no bound on the µs: a
     // timing, and this is an unoptimised build on shared cores).
     let d = &doc["dispatch"];

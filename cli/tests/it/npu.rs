@@ -9,18 +9,16 @@
 
 use burn_ascend_cli::io::{Bundle, HostTensor};
 use burn_ascend_cli::{run_op, Device};
+use burn_ascend_test_support::{assert_close, Rng};
 use half::f16;
 use safetensors::Dtype;
 
+/// `n` values uniform in [-1, 1), rounded to FLOAT16.
 fn rand(seed: u64, n: usize) -> Vec<f16> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            f16::from_f64((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0)
-        })
+    Rng::new(seed)
+        .vec(n, 1.0)
+        .into_iter()
+        .map(f16::from_f64)
         .collect()
 }
 
@@ -65,12 +63,7 @@ fn compare(op: &str, input: &Bundle, exact: bool) {
                 continue;
             }
             let (gv, wv) = (g.f32_values("x").unwrap(), w.f32_values("x").unwrap());
-            for (i, (a, b)) in gv.iter().zip(&wv).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-2 + 1e-2 * b.abs(),
-                    "{op} {name}[{i}] on {device:?}: {a} vs reference {b}"
-                );
-            }
+            assert_close(&format!("{op} {name} on {device:?}"), &gv, &wv, 1e-2, 1e-2);
         }
     }
 }

@@ -1,7 +1,7 @@
-//! The fused transformer ops (issue 27) as training runs them: forward and backward under
-//! `Autodiff<Ascend>` (`aclnnRmsNorm`/`Grad`, `aclnnSwiGlu`/`Grad`,
-//! `aclnnRotaryPositionEmbedding`/`Grad`, `aclnnCrossEntropyLoss`/`Grad`) against
-//! `Autodiff<NdArray>` on the same values. Each case returns the forward output and the input's
+//! The fused transformer ops (one aclnn call each where the model would otherwise launch a
+//! chain of elementwise ones) as training runs them: forward and backward under
+//! `Autodiff<Ascend>` (RMSNorm, SwiGLU, rotary position embedding and softmax cross-entropy,
+//! each a forward and a gradient call) against `Autodiff<NdArray>` on the same values. Each case returns the forward output and the input's
 //! gradient of `sum(y · w)` for a fixed `w` (and `dgamma` for RMSNorm), so a wrong kernel
 //! or a wrong argument in either direction fails it. The example model's training step checks
 //! them together; these name the op that broke.
@@ -9,8 +9,8 @@
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
-use super::attention::Tolerance;
-use super::native::{data, host, pair, reference, CaseFn};
+use crate::selftest::backend_harness::{data, host, pair, reference, BackendCase};
+use crate::selftest::harness::Tolerance;
 use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::RotaryMode;
 
@@ -69,8 +69,8 @@ fn outcome<const D: usize, const E: usize>(
     (a, n)
 }
 
-/// The cases: `(op, name, tolerance, function)`, run by `native::run_all` in f32, f16, bf16.
-pub(super) fn cases() -> Vec<(&'static str, &'static str, Tolerance, CaseFn)> {
+/// The cases: `(op, name, tolerance, function)`, run by the backend harness in f32, f16, bf16.
+pub fn cases() -> Vec<BackendCase> {
     vec![
         (
             "rms_norm",

@@ -1,4 +1,5 @@
-//! `fia`: `aclnnFusedInferAttentionScoreV4` on a safetensors bundle: the f64 reference
+//! `fia`: CANN's fused inference attention (`ffi::names::fia_v4`) on a safetensors bundle: the f64
+//! reference
 //! (`--device reference`), else the public ops API on `NdArray` (`cpu`) or `Ascend` (`sim`,
 //! `npu`). `attentionOut` is in the query's dtype; `softmaxLse` (with `softmaxLseFlag = true`)
 //! is FLOAT32.
@@ -6,21 +7,73 @@
 use burn::tensor::TensorData;
 use safetensors::Dtype;
 
-use super::device::{
+use crate::device::{
     acl_dtype, acl_runtime, data, host, mask_data, on_backend, primitive, OnBackend,
 };
-use super::io::{Bundle, HostTensor};
-use super::prompt::{float_dtype, same_dtype};
-use super::{CliError, Device};
+use crate::io::{Bundle, HostTensor};
+use crate::names::OpNames;
+use crate::op::bundle_checks::{block_table, float_dtype, same_dtype};
+use crate::{CliError, Device};
 use burn_ascend::backend::attention::fia::cann_release;
 use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
 use burn_ascend::ops::fia::{
     check_learnable_sink_values, parse_fia_layout, CannRelease, FiaHostValues, FiaKvShapes,
     FiaMask, FiaShapes, FiaSpec,
 };
-use burn_ascend::ops::incre::BlockTable;
 use burn_ascend::ops::prompt::{INT_MAX_TOKENS, PFA_COMPRESSED_MASK};
 use burn_ascend::{fused_infer_attention_with, AttentionBackend, AttnError, FiaInputs, FiaKv};
+
+/// The names `fia` reads. The inputs left out ([`LEFT_OUT`]: quantisation, shared prefix,
+/// rope) are known so that they get their "unsupported" error rather than "unknown".
+pub const NAMES: OpNames = OpNames {
+    tensors: &[
+        "query",
+        "key",
+        "value",
+        "pseShift",
+        "attenMask",
+        "actualSeqLengths",
+        "actualSeqLengthsKv",
+        "blockTable",
+        "queryPaddingSize",
+        "kvPaddingSize",
+        "antiquantScale",
+        "antiquantOffset",
+        "keyAntiquantScale",
+        "keyAntiquantOffset",
+        "valueAntiquantScale",
+        "valueAntiquantOffset",
+        "learnableSink",
+        "deqScale1",
+        "quantScale1",
+        "deqScale2",
+        "quantScale2",
+        "quantOffset2",
+        "keySharedPrefix",
+        "valueSharedPrefix",
+        "actualSharedPrefixLen",
+        "queryRope",
+        "keyRope",
+        "keyRopeAntiquantScale",
+        "dequantScaleQuery",
+    ],
+    tensor_lists: &[],
+    attributes: &[
+        "numHeads",
+        "scaleValue",
+        "preTokens",
+        "nextTokens",
+        "inputLayout",
+        "numKeyValueHeads",
+        "sparseMode",
+        "innerPrecise",
+        "blockSize",
+        "antiquantMode",
+        "softmaxLseFlag",
+        "keyAntiquantMode",
+        "valueAntiquantMode",
+    ],
+};
 
 /// Inputs the CLI knows but does not run: their own `unsupported` error, not "unknown".
 pub(crate) const LEFT_OUT: [&str; 12] = [
@@ -221,23 +274,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(FiaSpec, Optional<'_>), AttnErro
         same_dtype(p, "pseShift", qdt)?;
         pse = Some((p, p.f32_values("pseShift")?));
     }
-    if let Some(t) = b.optional(&["blockTable"]) {
-        if t.dtype != Dtype::I32 {
-            return Err(AttnError::invalid(
-                "blockTable",
-                format!("dtype must be INT32, got {:?}", t.dtype),
-            ));
-        }
-        let ids: Vec<i32> = t
-            .i64_values("blockTable")?
-            .into_iter()
-            .map(|x| x as i32)
-            .collect();
-        spec.block_table = Some(BlockTable {
-            data: ids.into(),
-            shape: t.shape.clone(),
-        });
-    }
+    spec.block_table = block_table(b, "blockTable")?;
     let mut antiquant: [[Option<Valued>; 2]; 3] = Default::default();
     for (pair, names) in antiquant.iter_mut().zip([
         ["antiquantScale", "antiquantOffset"],
@@ -296,7 +333,8 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     }
     let (spec, optional) = spec_from(b, qdt)?;
     // `learnableSink` is a tensor input like the query. Its dtype is checked once the path is
-    // known (below): it follows the path and the CANN release, not the query (issue 30).
+    // known (below): it follows the path and the CANN release, not the query (FIA v3 reads a
+    // BF16 sink on every release, 9.x's split-fuse path an F16 one).
     let sink = b.optional(&["learnableSink"]);
     let sink_values = match sink {
         Some(s) => {
@@ -324,9 +362,9 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         k.dtype == Dtype::I8,
         sink.map(|s| s.shape.clone()),
     )))?;
-    // The bundle's sink dtype is checked as CANN checks it (issue 30): against the release the
-    // device reports on `sim` / `npu`, against the one the contract models on `reference` and
-    // `cpu`. The backend then sends the sink in the dtype the chosen path reads.
+    // The bundle's sink dtype is checked as CANN checks it, per path and release: against the
+    // release the device reports on `sim` / `npu`, against the one the contract models on
+    // `reference` and `cpu`. The backend then sends the sink in the dtype the chosen path reads.
     if let Some(s) = sink {
         let sink_dtype = acl_dtype(s.dtype, "learnableSink")?;
         let release = if device.is_acl() {

@@ -1,4 +1,5 @@
-//! `prompt`: `aclnnPromptFlashAttentionV3` (and V1) on a safetensors bundle: the f64 reference
+//! `prompt`: CANN's prompt flash attention (`ffi::names::pfa_v3`, and V1) on a safetensors
+//! bundle: the f64 reference
 //! (`--device reference`), else the public ops API on `NdArray` (`cpu`) or `Ascend` (`sim`,
 //! `npu`). The output is in the query's dtype, or int8 with `quantScale2` / `quantOffset2`
 //! (the reference on the host devices, CANN's int8 output on `sim` / `npu`: Burn's float
@@ -7,99 +8,57 @@
 use burn::tensor::TensorData;
 use safetensors::Dtype;
 
-use super::device::{
+use crate::device::{
     acl_runtime, data, download, host_primitive, mask_data, on_backend, output, primitive, upload,
     OnBackend,
 };
-use super::io::{Bundle, HostTensor};
-use super::{CliError, Device};
+use crate::io::{Bundle, HostTensor};
+use crate::names::OpNames;
+use crate::op::bundle_checks::{
+    float_dtype, int8_f32_refusal, post_quant, refuse_int8_query, same_dtype,
+};
+use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
 use burn_ascend::kernels::reference::prompt::{
     prompt_flash_attention, prompt_flash_attention_int8,
 };
 use burn_ascend::ops::prompt::{
-    parse_pfa_layout, PostQuantSpec, PromptDims, PromptInputs, PromptMaskKind, PromptShapes,
-    PromptSpec, INT_MAX_TOKENS, PFA_COMPRESSED_MASK,
+    parse_pfa_layout, PromptDims, PromptInputs, PromptMaskKind, PromptShapes, PromptSpec,
+    INT_MAX_TOKENS, PFA_COMPRESSED_MASK,
 };
 use burn_ascend::{AttentionBackend, AttnError};
+use burn_ascend_cann::acl::ffi::names;
 use burn_ascend_cann::acl::DataType;
 
-/// Checks a float input's dtype (F16, BF16 or F32); int8 Q/K/V is not modelled.
-pub(crate) fn float_dtype(t: &HostTensor, name: &'static str) -> Result<Dtype, AttnError> {
-    match t.dtype {
-        Dtype::F16 | Dtype::BF16 | Dtype::F32 => Ok(t.dtype),
-        Dtype::I8 => Err(AttnError::Unsupported(format!(
-            "int8 {name} (full quantisation with deqScale1/quantScale1/deqScale2) is not modelled"
-        ))),
-        other => Err(AttnError::invalid(
-            name,
-            format!("dtype must be FLOAT16 or BFLOAT16 (FLOAT32 on the host), got {other:?}"),
-        )),
-    }
-}
-
-/// Why an int8 `attentionOut` with an f32 query cannot run on `sim` / `npu`: CANN's op takes
-/// FLOAT16 / BFLOAT16 queries only (its `*_def.cpp`), and the composite an f32 call otherwise
-/// runs computes in Burn float tensors, which cannot hold int8 output.
-pub(crate) fn int8_f32_refusal(op: &str) -> AttnError {
-    AttnError::Unsupported(format!(
-        "quantScale2 (int8 attentionOut) with an f32 query on --device sim|npu: {op} takes \
-         FLOAT16/BFLOAT16 queries only (pass an f16 or bf16 bundle, or use --device reference)"
-    ))
-}
-
-/// `quantScale2` / `quantOffset2`: FLOAT32, or BFLOAT16 with a BF16 query; same dtype/shape.
-pub(crate) fn post_quant(b: &Bundle, query: Dtype) -> Result<Option<PostQuantSpec>, AttnError> {
-    let Some(s) = b.optional(&["quantScale2"]) else {
-        if b.optional(&["quantOffset2"]).is_some() {
-            return Err(AttnError::invalid("quantOffset2", "needs quantScale2"));
-        }
-        return Ok(None);
-    };
-    if !(s.dtype == Dtype::F32 || (s.dtype == Dtype::BF16 && query == Dtype::BF16)) {
-        return Err(AttnError::invalid(
-            "quantScale2",
-            format!(
-                "dtype must be FLOAT32 (BFLOAT16 only with a BF16 query), got {:?}",
-                s.dtype
-            ),
-        ));
-    }
-    let offset = match b.optional(&["quantOffset2"]) {
-        None => None,
-        Some(o) => {
-            if o.dtype != s.dtype || o.shape != s.shape {
-                return Err(AttnError::invalid(
-                    "quantOffset2",
-                    format!(
-                        "must have quantScale2's dtype and shape ({:?} {:?}), got {:?} {:?}",
-                        s.dtype, s.shape, o.dtype, o.shape
-                    ),
-                ));
-            }
-            Some(o.f32_values("quantOffset2")?.into())
-        }
-    };
-    Ok(Some(PostQuantSpec {
-        scale: s.f32_values("quantScale2")?.into(),
-        offset,
-    }))
-}
-
-/// Same dtype as the query, or an error naming `name`.
-pub(crate) fn same_dtype(
-    t: &HostTensor,
-    name: &'static str,
-    query: Dtype,
-) -> Result<(), AttnError> {
-    if t.dtype != query {
-        return Err(AttnError::invalid(
-            name,
-            format!("dtype must equal the query's {query:?}, got {:?}", t.dtype),
-        ));
-    }
-    Ok(())
-}
+/// The names `prompt` reads. The full-quantisation scales are known so that they get their
+/// "unsupported" error rather than "unknown".
+pub const NAMES: OpNames = OpNames {
+    tensors: &[
+        "query",
+        "key",
+        "value",
+        "attenMask",
+        "pseShift",
+        "actualSeqLengths",
+        "actualSeqLengthsKv",
+        "quantScale2",
+        "quantOffset2",
+        "deqScale1",
+        "quantScale1",
+        "deqScale2",
+    ],
+    tensor_lists: &[],
+    attributes: &[
+        "inputLayout",
+        "numHeads",
+        "scaleValue",
+        "numKeyValueHeads",
+        "preTokens",
+        "nextTokens",
+        "sparseMode",
+        "innerPrecise",
+    ],
+};
 
 /// The bundle's tensor-valued optional inputs: a dense `attenMask` (its checked 0/1 bytes)
 /// and `pseShift`. CANN's compressed mask is no input of the call's (the spec's kind).
@@ -161,14 +120,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(PromptSpec, Extras<'_>), AttnErr
 
 /// `prompt`.
 pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
-    for name in ["deqScale1", "quantScale1", "deqScale2"] {
-        if b.tensors.contains_key(name) {
-            return Err(AttnError::Unsupported(format!(
-                "{name}: full int8 quantisation (int8 query) is not modelled"
-            ))
-            .into());
-        }
-    }
+    refuse_int8_query(b, ["deqScale1", "quantScale1", "deqScale2"])?;
     let (q, k, v) = (
         b.required("query")?,
         b.required("key")?,
@@ -199,7 +151,7 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         // API refuses it; the host devices run the reference, `sim` / `npu` CANN's int8 path.
         if device.is_acl() {
             if q.dtype == Dtype::F32 {
-                return Err(int8_f32_refusal("aclnnPromptFlashAttentionV3").into());
+                return Err(int8_f32_refusal(names::pfa_v3).into());
             }
             return int8_on_device(
                 device,

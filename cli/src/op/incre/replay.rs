@@ -1,4 +1,5 @@
-//! `incre`: `aclnnIncreFlashAttentionV4` on a safetensors bundle: the f64 reference
+//! `incre`: CANN's incremental flash attention (`ffi::names::ifa_v4`) on a safetensors bundle: the
+//! f64 reference
 //! (`--device reference`), else the public ops API on `NdArray` (`cpu`, the fast decode
 //! kernel) or `Ascend` (`sim`, `npu`).
 //!
@@ -11,20 +12,54 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorData;
 use safetensors::Dtype;
 
-use super::device::{
+use crate::device::{
     acl_runtime, data, download, host, mask_data, on_backend, output, primitive, upload, OnBackend,
 };
-use super::io::{Bundle, HostTensor};
-use super::prompt::{float_dtype, int8_f32_refusal, post_quant, same_dtype};
-use super::{CliError, Device};
+use crate::io::{Bundle, HostTensor};
+use crate::names::OpNames;
+use crate::op::bundle_checks::{
+    block_table, float_dtype, int8_f32_refusal, post_quant, refuse_int8_query, same_dtype,
+};
+use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
 use burn_ascend::contract::incre::KvInput;
 use burn_ascend::kernels::reference::incre::{incre_flash_attention, incre_flash_attention_int8};
 use burn_ascend::ops::incre::{
-    parse_ifa_layout, BlockTable, IncreHostValues, IncreKvShapes, IncreShapes, IncreSpec, KvDims,
+    parse_ifa_layout, IncreHostValues, IncreKvShapes, IncreShapes, IncreSpec, KvDims,
 };
 use burn_ascend::{AttentionBackend, AttnError, IncreInputs, IncreKv};
+use burn_ascend_cann::acl::ffi::names;
 use burn_ascend_cann::acl::{DataType, DeviceTensor, Tensor};
+
+/// The names `incre` reads.
+pub const NAMES: OpNames = OpNames {
+    tensors: &[
+        "query",
+        "key",
+        "value",
+        "attenMask",
+        "pseShift",
+        "actualSeqLengths",
+        "kvPaddingSize",
+        "blocktable",
+        "antiquantScale",
+        "antiquantOffset",
+        "quantScale2",
+        "quantOffset2",
+        "dequantScale1",
+        "quantScale1",
+        "dequantScale2",
+    ],
+    tensor_lists: &["key", "value"],
+    attributes: &[
+        "inputLayout",
+        "numHeads",
+        "scaleValue",
+        "numKeyValueHeads",
+        "blockSize",
+        "innerPrecise",
+    ],
+};
 
 enum KvForm<'a> {
     One(&'a HostTensor, &'a HostTensor),
@@ -73,23 +108,7 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<IncreSpec, AttnError> {
         }
         spec.kv_padding_size = Some(p[0]);
     }
-    if let Some(t) = b.optional(&["blocktable"]) {
-        if t.dtype != Dtype::I32 {
-            return Err(AttnError::invalid(
-                "blocktable",
-                format!("dtype must be INT32, got {:?}", t.dtype),
-            ));
-        }
-        let ids: Vec<i32> = t
-            .i64_values("blocktable")?
-            .into_iter()
-            .map(|x| x as i32)
-            .collect();
-        spec.block_table = Some(BlockTable {
-            data: ids.into(),
-            shape: t.shape.clone(),
-        });
-    }
+    spec.block_table = block_table(b, "blocktable")?;
     spec.post_quant = post_quant(b, qdt)?;
     Ok(spec)
 }
@@ -201,14 +220,7 @@ impl<'a> Optional<'a> {
 
 /// `incre` on `device`.
 pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
-    for name in ["dequantScale1", "quantScale1", "dequantScale2"] {
-        if b.tensors.contains_key(name) {
-            return Err(AttnError::Unsupported(format!(
-                "{name}: full int8 quantisation (int8 query) is not modelled"
-            ))
-            .into());
-        }
-    }
+    refuse_int8_query(b, ["dequantScale1", "quantScale1", "dequantScale2"])?;
     let q = b.required("query")?;
     let qdt = float_dtype(q, "query")?;
     let form = kv_form(b)?;
@@ -266,7 +278,7 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         // API refuses it; the host devices run the reference, `sim` / `npu` CANN's int8 path.
         if device.is_acl() {
             if q.dtype == Dtype::F32 {
-                return Err(int8_f32_refusal("aclnnIncreFlashAttentionV4").into());
+                return Err(int8_f32_refusal(names::ifa_v4).into());
             }
             return int8_on_device(device, &spec, q, &form, &optional);
         }

@@ -1,5 +1,5 @@
-//! `varlen-fwd` / `varlen-bwd`: `aclnnFlashAttentionVarLenScoreV5` and
-//! `aclnnFlashAttentionUnpaddingScoreGradV5` on a safetensors bundle: the f64 reference
+//! `varlen-fwd` / `varlen-bwd`: CANN's varlen flash attention forward and backward
+//! (`ffi::names::varlen_fwd_v5`, `varlen_grad_v5`) on a safetensors bundle: the f64 reference
 //! (`--device reference`), else the public ops API on `NdArray` (`cpu`) or `Ascend` (`sim`,
 //! `npu`).
 
@@ -8,11 +8,12 @@ use safetensors::Dtype;
 
 use burn::tensor::TensorData;
 
-use super::device::{
+use crate::device::{
     burn_dtype, data, data_opt, host_primitive, mask_data, on_backend, primitive, OnBackend,
 };
-use super::io::{rank3, Bundle, HostTensor, WireFloat};
-use super::{CliError, Device};
+use crate::io::{rank3, Bundle, HostTensor, WireFloat};
+use crate::names::{concat, OpNames};
+use crate::{CliError, Device};
 use burn_ascend::kernels::reference::varlen as reference;
 use burn_ascend::ops::varlen::VARLEN_LAYOUT;
 use burn_ascend::ops::varlen::{
@@ -21,6 +22,61 @@ use burn_ascend::ops::varlen::{
 };
 use burn_ascend::{
     AttentionBackend, AttnError, PseType, SoftmaxLayout, SparseMode, VarlenGradInputs, VarlenInputs,
+};
+
+const VARLEN_COMMON_TENSORS: [&str; 13] = [
+    "query",
+    "key",
+    "value",
+    "sink",
+    "attenMask",
+    "realShift",
+    "pseShift",
+    "dropMask",
+    "prefix",
+    "qStartIdx",
+    "kvStartIdx",
+    "actualSeqQLen",
+    "actualSeqKvLen",
+];
+
+const VARLEN_COMMON_ATTRS: [&str; 9] = [
+    "inputLayout",
+    "headNum",
+    "scaleValue",
+    "keepProb",
+    "preTokens",
+    "nextTokens",
+    "innerPrecise",
+    "sparseMode",
+    "pseType",
+];
+
+const VARLEN_FWD_TENSORS: [&str; 13] = VARLEN_COMMON_TENSORS;
+// Both softmax layouts in both directions: a bundle dumped from a training step carries the
+// forward's `softmaxOutLayout` and the backward's `softmaxInLayout`; `spec_from` refuses the
+// pair when they disagree, so neither is ignored.
+const VARLEN_LAYOUT_ATTRS: [&str; 11] =
+    concat(VARLEN_COMMON_ATTRS, ["softmaxOutLayout", "softmaxInLayout"]);
+const VARLEN_FWD_ATTRS: [&str; 11] = VARLEN_LAYOUT_ATTRS;
+const VARLEN_BWD_TENSORS: [&str; 18] = concat(
+    VARLEN_COMMON_TENSORS,
+    ["dy", "attentionIn", "softmaxMax", "softmaxSum", "sinkIn"],
+);
+const VARLEN_BWD_ATTRS: [&str; 11] = VARLEN_LAYOUT_ATTRS;
+
+/// The names `varlen-fwd` reads.
+pub const FWD_NAMES: OpNames = OpNames {
+    tensors: &VARLEN_FWD_TENSORS,
+    tensor_lists: &[],
+    attributes: &VARLEN_FWD_ATTRS,
+};
+
+/// The names `varlen-bwd` reads.
+pub const BWD_NAMES: OpNames = OpNames {
+    tensors: &VARLEN_BWD_TENSORS,
+    tensor_lists: &[],
+    attributes: &VARLEN_BWD_ATTRS,
 };
 
 /// An explicit `attenMask` from the bundle: its bytes (non-zero = masked) and its shape.

@@ -1,14 +1,14 @@
-//! Fused inference attention (`aclnnFusedInferAttentionScoreV4`) cases of the selftest: the
-//! shapes serving runs — a prefill with a learnable sink and causal mask, a paged decode with a
-//! sink, and packed TND sequences — each with `softmaxLse`, in f16 and bf16 — and the probe of
-//! which `learnableSink` dtypes the installed CANN takes with an F16 query.
+//! Fused inference attention cases of the selftest: the shapes serving runs — a prefill with a
+//! learnable sink and causal mask, a paged decode with a sink, and packed TND sequences — each
+//! with `softmaxLse`, in f16 and bf16 — and the probe of which `learnableSink` dtypes the
+//! installed CANN takes with an F16 query.
 
 use safetensors::Dtype;
 
-use super::attention::{bundle_case, guarded, meta, Rng, Tolerance, HALVES};
-use super::report::CaseResult;
 use crate::device::{acl_runtime, download, output, upload};
 use crate::io::{Bundle, HostTensor};
+use crate::selftest::harness::{bundle_cases, guarded, meta, Rng, Tolerance, HALVES};
+use crate::selftest::{CaseResult, Probe};
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::fia::{cann_release, fused_infer_attention};
 use burn_ascend::ops::fia::{
@@ -31,8 +31,9 @@ fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
         let n = shape.iter().product();
         HostTensor::from_f64_as(&rng.vec(n), shape, dtype)
     };
-    // BFLOAT16 whatever the query: what FIA v3 reads on every release (issue 30), and these
-    // cases never take 9.x's split-fuse path (the TND one has head dim 64 and a BF16 sink).
+    // BFLOAT16 whatever the query: what FIA v3 reads on every release (the sink's dtype follows
+    // the path and the CANN release, not the query), and these cases never take 9.x's
+    // split-fuse path (the TND one has head dim 64 and a BF16 sink).
     let sink = |rng: &mut Rng, n: usize| HostTensor::from_f64_as(&rng.vec(n), vec![n], Dtype::BF16);
 
     // Prefill: BSH, GQA 4/2, D 64, causal from the bottom right (mode 3) over Skv > Sq, sink.
@@ -115,21 +116,18 @@ fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     out
 }
 
-/// Runs every FIA case on `device` against the reference.
-pub fn run_all(device: Device) -> Vec<CaseResult> {
+/// Runs every FIA case on `device` against the reference, in f16 and bf16.
+pub fn cases(device: Device) -> Vec<CaseResult> {
     let mut out = Vec::new();
     for (dtype, dname) in HALVES {
-        for (name, b) in fia_bundles(dtype) {
-            out.push(bundle_case(
-                "fia",
-                name,
-                dname,
-                Tolerance::ACCUMULATING,
-                &b,
-                device,
-                false,
-            ));
-        }
+        let bundles = fia_bundles(dtype);
+        out.extend(bundle_cases(
+            "fia",
+            dname,
+            Tolerance::ACCUMULATING,
+            bundles,
+            device,
+        ));
     }
     out
 }
@@ -207,7 +205,7 @@ fn first_line(e: &str) -> &str {
 /// in BNSD and in TND, against what the contract's table says for the release `cann_release`
 /// reads (on the simulation: the release it pretends to be). CANN <= 8.5 takes BF16 only;
 /// 9.x takes BF16 in BNSD (FIA v3) and F16 in TND (the split-fuse path).
-pub fn sink_dtype_probe(device: Device) -> String {
+fn sink_dtype_probe(device: Device) -> String {
     let release = match acl_runtime(device) {
         Ok(rt) => cann_release(&rt),
         Err(e) => return format!("could not open the device: {e}"),
@@ -254,4 +252,12 @@ pub fn sink_dtype_probe(device: Device) -> String {
         if agree { "as" } else { "NOT as" },
         release.name()
     )
+}
+
+/// The FIA probe.
+pub fn probes(device: Device) -> Vec<Probe> {
+    vec![Probe {
+        name: "learnableSink dtypes FIA takes with an F16 query (BNSD, TND)".into(),
+        result: sink_dtype_probe(device),
+    }]
 }

@@ -1,4 +1,5 @@
-//! `scatter`: `aclnnScatterPaKvCache` on a safetensors bundle. Reads `key`, `value`,
+//! `scatter`: CANN's paged KV cache scatter (`ffi::names::scatter_pa_kv_cache`) on a safetensors
+//! bundle. Reads `key`, `value`,
 //! `keyCache`, `valueCache`, `slotMapping` and the compressed-mode index tensors; writes the
 //! updated `keyCache` (and `valueCache`) with the input caches' dtype and shape. The element
 //! type is kept (f16/bf16/int8/f32) so PA_NZ's `32 / sizeof(dtype)` is the caches'.
@@ -11,12 +12,13 @@ use burn::tensor::TensorData;
 use half::{bf16, f16};
 use safetensors::Dtype;
 
-use super::device::{
+use crate::device::{
     acl_dtype, acl_runtime, data, download, host_primitive, on_backend, primitive, upload,
     OnBackend,
 };
-use super::io::{Bundle, HostTensor};
-use super::{CliError, Device};
+use crate::io::{Bundle, HostTensor};
+use crate::names::OpNames;
+use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
 use burn_ascend::kernels::reference::scatter::RefElem;
 use burn_ascend::ops::scatter::{
@@ -24,6 +26,22 @@ use burn_ascend::ops::scatter::{
 };
 use burn_ascend::{AttentionBackend, AttnError, ScatterInputs};
 use burn_ascend_cann::acl::DeviceTensor;
+
+/// The names `scatter` reads.
+pub const NAMES: OpNames = OpNames {
+    tensors: &[
+        "key",
+        "value",
+        "keyCache",
+        "valueCache",
+        "slotMapping",
+        "compressLens",
+        "compressSeqOffset",
+        "seqLens",
+    ],
+    tensor_lists: &[],
+    attributes: &["cacheMode", "scatterMode", "strides", "offsets"],
+};
 
 /// An element that travels as little-endian bytes.
 trait Wire: RefElem + Copy {

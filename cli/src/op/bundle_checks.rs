@@ -1,0 +1,115 @@
+//! The bundle checks several ops share (prompt, incremental and fused inference attention read
+//! their float inputs and int8 output alike): one place, so the ops refuse the same input with
+//! the same line.
+
+use safetensors::Dtype;
+
+use crate::io::{Bundle, HostTensor};
+use burn_ascend::ops::incre::BlockTable;
+use burn_ascend::ops::prompt::PostQuantSpec;
+use burn_ascend::AttnError;
+
+/// Checks a float input's dtype (F16, BF16 or F32); int8 Q/K/V is not modelled.
+pub fn float_dtype(t: &HostTensor, name: &'static str) -> Result<Dtype, AttnError> {
+    match t.dtype {
+        Dtype::F16 | Dtype::BF16 | Dtype::F32 => Ok(t.dtype),
+        Dtype::I8 => Err(AttnError::Unsupported(format!(
+            "int8 {name} (full quantisation with deqScale1/quantScale1/deqScale2) is not modelled"
+        ))),
+        other => Err(AttnError::invalid(
+            name,
+            format!("dtype must be FLOAT16 or BFLOAT16 (FLOAT32 on the host), got {other:?}"),
+        )),
+    }
+}
+
+/// Why an int8 `attentionOut` with an f32 query cannot run on `sim` / `npu`: CANN's op takes
+/// FLOAT16 / BFLOAT16 queries only (its `*_def.cpp`), and the composite an f32 call otherwise
+/// runs computes in Burn float tensors, which cannot hold int8 output.
+pub fn int8_f32_refusal(op: &str) -> AttnError {
+    AttnError::Unsupported(format!(
+        "quantScale2 (int8 attentionOut) with an f32 query on --device sim|npu: {op} takes \
+         FLOAT16/BFLOAT16 queries only (pass an f16 or bf16 bundle, or use --device reference)"
+    ))
+}
+
+/// `quantScale2` / `quantOffset2`: FLOAT32, or BFLOAT16 with a BF16 query; same dtype/shape.
+pub fn post_quant(b: &Bundle, query: Dtype) -> Result<Option<PostQuantSpec>, AttnError> {
+    let Some(s) = b.optional(&["quantScale2"]) else {
+        if b.optional(&["quantOffset2"]).is_some() {
+            return Err(AttnError::invalid("quantOffset2", "needs quantScale2"));
+        }
+        return Ok(None);
+    };
+    if !(s.dtype == Dtype::F32 || (s.dtype == Dtype::BF16 && query == Dtype::BF16)) {
+        return Err(AttnError::invalid(
+            "quantScale2",
+            format!(
+                "dtype must be FLOAT32 (BFLOAT16 only with a BF16 query), got {:?}",
+                s.dtype
+            ),
+        ));
+    }
+    let offset = match b.optional(&["quantOffset2"]) {
+        None => None,
+        Some(o) => {
+            if o.dtype != s.dtype || o.shape != s.shape {
+                return Err(AttnError::invalid(
+                    "quantOffset2",
+                    format!(
+                        "must have quantScale2's dtype and shape ({:?} {:?}), got {:?} {:?}",
+                        s.dtype, s.shape, o.dtype, o.shape
+                    ),
+                ));
+            }
+            Some(o.f32_values("quantOffset2")?.into())
+        }
+    };
+    Ok(Some(PostQuantSpec {
+        scale: s.f32_values("quantScale2")?.into(),
+        offset,
+    }))
+}
+
+/// Same dtype as the query, or an error naming `name`.
+pub fn same_dtype(t: &HostTensor, name: &'static str, query: Dtype) -> Result<(), AttnError> {
+    if t.dtype != query {
+        return Err(AttnError::invalid(
+            name,
+            format!("dtype must equal the query's {query:?}, got {:?}", t.dtype),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses the scales of full int8 quantisation (an int8 query): not modelled. Their names are
+/// the op's (`deqScale1` for prompt, `dequantScale1` for incre).
+pub fn refuse_int8_query(b: &Bundle, scales: [&str; 3]) -> Result<(), AttnError> {
+    match scales
+        .into_iter()
+        .find(|name| b.tensors.contains_key(*name))
+    {
+        Some(name) => Err(AttnError::Unsupported(format!(
+            "{name}: full int8 quantisation (int8 query) is not modelled"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The paged caches' block table `name` (INT32), if the bundle has one.
+pub fn block_table(b: &Bundle, name: &'static str) -> Result<Option<BlockTable>, AttnError> {
+    let Some(t) = b.optional(&[name]) else {
+        return Ok(None);
+    };
+    if t.dtype != Dtype::I32 {
+        return Err(AttnError::invalid(
+            name,
+            format!("dtype must be INT32, got {:?}", t.dtype),
+        ));
+    }
+    let ids: Vec<i32> = t.i64_values(name)?.into_iter().map(|x| x as i32).collect();
+    Ok(Some(BlockTable {
+        data: ids.into(),
+        shape: t.shape.clone(),
+    }))
+}

@@ -1,0 +1,62 @@
+//! The ops, one folder each: `replay.rs` reads a bundle and runs the op on a device
+//! (`burn-ascend run`; the op's module docs are there), `selftest.rs` holds its acceptance cases
+//! and the probes only hardware can answer (`burn-ascend selftest`). What several ops' replays
+//! read alike is in [`bundle_checks`]; the selftest's harnesses are in `crate::selftest`.
+
+pub mod bundle_checks;
+
+/// `varlen-fwd` / `varlen-bwd`: CANN's varlen flash attention, forward and backward.
+pub mod varlen {
+    pub mod replay;
+    pub mod selftest;
+}
+
+/// `prompt`: CANN's prompt flash attention.
+pub mod prompt {
+    pub mod replay;
+    pub mod selftest;
+}
+
+/// `incre`: CANN's incremental flash attention.
+pub mod incre {
+    pub mod replay;
+    pub mod selftest;
+}
+
+/// `scatter`: CANN's paged KV cache scatter.
+pub mod scatter {
+    pub mod replay;
+    pub mod selftest;
+}
+
+/// `fia`: CANN's fused inference attention.
+pub mod fia {
+    pub mod replay;
+    pub mod selftest;
+}
+
+/// The fused transformer ops (RMSNorm, SwiGLU, rotary position embedding, softmax
+/// cross-entropy): no bundle replay, the selftest's cases only.
+pub mod fused {
+    pub mod selftest;
+}
+
+use crate::replay::ReplayOp;
+
+/// The ops `run` knows, in the order its "unknown op" error lists them.
+pub const OPS: &[ReplayOp] = &[
+    ReplayOp::new(
+        "varlen-fwd",
+        varlen::replay::FWD_NAMES,
+        varlen::replay::forward,
+    ),
+    ReplayOp::new(
+        "varlen-bwd",
+        varlen::replay::BWD_NAMES,
+        varlen::replay::backward,
+    ),
+    ReplayOp::new("prompt", prompt::replay::NAMES, prompt::replay::prompt),
+    ReplayOp::new("incre", incre::replay::NAMES, incre::replay::incre),
+    ReplayOp::new("fia", fia::replay::NAMES, fia::replay::fia),
+    ReplayOp::new("scatter", scatter::replay::NAMES, scatter::replay::scatter),
+];
