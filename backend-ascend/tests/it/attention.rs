@@ -11,7 +11,7 @@ use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_ascend_backend::{fallback_count, Ascend, AscendDevice};
 use burn_ascend_ops::{
     flash_attention_varlen, flash_spec, varlen_score, varlen_score_grad, AttentionBackend,
-    FlashAttnOptions,
+    FlashAttnOptions, VarlenBackend,
 };
 
 fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
@@ -406,7 +406,7 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
             &spec,
             &pse,
             shapes,
-            <NdArray as AttentionBackend>::varlen_bwd,
+            <NdArray as VarlenBackend>::varlen_bwd,
         );
         let watched = ["varlen_fwd", "varlen_bwd"];
         let before = watched.map(fallback_count);
