@@ -1,18 +1,18 @@
 //! The op contract of burn-ascend: CANN's attention operators as parameters, validation,
 //! typed errors, and per op (one folder each: [`varlen`], [`prompt`], [`incre`], [`scatter`],
-//! [`fia`], [`fused`], [`grouped_matmul`], [`optim`]) a Burn backend extension trait with a
-//! composite default for every backend, CPU kernels for `NdArray`, an `Autodiff` impl (a fused
-//! backward, or forward-only for the inference ops) and the public functions. [`backend`]
-//! bundles the traits: [`AttentionBackend`] (the attention ops) and [`TrainingBackend`] (with
-//! the fused ops, the grouped matmul and the optimizer step); [`common`] holds what several
-//! ops share.
+//! [`fia`], [`fused`], [`grouped_matmul`](mod@grouped_matmul), [`optim`]) a Burn backend
+//! extension trait with a composite default for every backend, CPU kernels for `NdArray`, an
+//! `Autodiff` impl (a fused backward, or forward-only for the inference ops) and the public
+//! functions. [`backend`] bundles the traits: [`AttentionBackend`] (the attention ops) and
+//! [`TrainingBackend`] (with the fused ops, the grouped matmul and the optimizer step);
+//! [`common`] holds what several ops share.
 //!
 //! Start with [`flash_attention_varlen`] (flash-attn shaped) or [`varlen_score`] (CANN shaped).
 //! Inference ops: [`prompt_flash_attention`] (PFA V1/V3), [`incre_flash_attention`] (IFA V4,
 //! contiguous / tensor-list / paged KV, int8 KV via antiquant), [`scatter_pa_kv_cache`]
 //! (`aclnnScatterPaKvCache`), [`fused_infer_attention`] (FIA V4: prefill and decode with a
-//! learnable sink and the softmax LSE) and the [`PagedKvCache`] manager built on them. Under `Autodiff`
-//! these run forward-only (their outputs are constants).
+//! learnable sink and the softmax LSE) and the [`PagedKvCache`] manager built on them. Under
+//! `Autodiff` these run forward-only (their outputs are constants).
 
 pub mod backend;
 pub mod common;

@@ -1,7 +1,7 @@
 //! The attention ops of this project on Ascend: one module per op, each holding its
 //! `burn_ascend_ops` extension trait's impl for [`Ascend`](crate::Ascend) and its aclnn argument
 //! builder ([`varlen`], [`prompt`], [`incre`], [`scatter`], [`fia`]); what they share is
-//! [`common`]'s. Together they make `Ascend` a `burn_ascend_ops::AttentionBackend`.
+//! `common`'s. Together they make `Ascend` a `burn_ascend_ops::AttentionBackend`.
 //!
 //! - varlen forward and backward run natively: the device tensors are handed to
 //!   `aclnnFlashAttentionVarLenScore` / `aclnnFlashAttentionUnpaddingScoreGrad` (the `V5` ops
