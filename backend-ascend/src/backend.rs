@@ -49,7 +49,7 @@ impl Backend for Ascend {
     fn seed(_device: &AscendDevice, seed: u64) {
         // Float random fills run on the device (`aclnnInplaceUniform`/`Normal`/`Bernoulli`,
         // keyed on this seed); the rest (int fills, f64) through the host fallback.
-        crate::ops::native_elementwise::seed(seed);
+        crate::tensor_ops::native_elementwise::seed(seed);
         <Host as Backend>::seed(&burn_ndarray::NdArrayDevice::Cpu, seed);
     }
 

@@ -151,7 +151,7 @@ impl ProcessGroup {
         if whole {
             return Ok(t);
         }
-        crate::ops::native_index::contiguous(&t)
+        crate::tensor_ops::native_index::contiguous(&t)
             .ok_or_else(|| HcclError::Unsupported(format!("{call} of a {:?} tensor", t.dtype)))
     }
 

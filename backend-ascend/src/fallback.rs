@@ -37,9 +37,9 @@ static COUNTS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 /// How many times each op has run through the host fallback in this process. One entry is
 /// not a host round trip: `attention_composite` counts Burn's `ModuleOps::attention` calls
 /// that ran Burn's composite on the native ops instead of the aclnn op
-/// (`crate::attention::burn_module`); `prompt_composite`, `incre_composite`, `fia_composite` and
-/// `scatter_composite` count f32 calls of those ops that ran the ops crate's composite on the
-/// native ops, CANN's op taking no FLOAT (`crate::attention`).
+/// (`crate::attention::burn_module`); each inference attention op's `<op>_composite` counts its
+/// f32 calls that ran the ops crate's composite on the native ops, CANN's op taking no FLOAT
+/// (the `*_COMPOSITE` constants of [`crate::attention`]).
 pub fn fallback_counts() -> BTreeMap<&'static str, u64> {
     COUNTS.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }

@@ -1,4 +1,4 @@
-//! The fused transformer ops of issue 27 on Ascend (`burn_ascend_ops::FusedBackend`): one aclnn
+//! The fused transformer ops of a training step on Ascend (`burn_ascend_ops::FusedBackend`): one aclnn
 //! launch each way — `aclnnRmsNorm` / `aclnnRmsNormGrad`, `aclnnRotaryPositionEmbedding` /
 //! `aclnnRotaryPositionEmbeddingGrad` (the latter without `xOptional`: `dx` only, the tables
 //! being constants), `aclnnSwiGlu` / `aclnnSwiGluGrad`,
@@ -29,8 +29,8 @@ use burn_backend::{DType, IntDType, Shape};
 use crate::device::{runtime, AscendDevice};
 use crate::element::is_acl_float;
 use crate::fallback::count;
-use crate::ops::base::contiguous;
 use crate::tensor::{device_error, AscendTensor};
+use crate::tensor_ops::base::contiguous;
 use crate::Ascend;
 
 fn same_device(op: &str, ts: &[&AscendTensor]) -> Result<AscendDevice> {

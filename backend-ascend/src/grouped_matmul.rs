@@ -25,8 +25,8 @@ use burn_backend::{DType, FloatDType, Shape, TensorData};
 
 use crate::device::{runtime, try_runtime};
 use crate::fallback::count;
-use crate::ops::native_index;
 use crate::tensor::{device_error, fail, AscendTensor};
+use crate::tensor_ops::native_index;
 use crate::Ascend;
 
 /// Label of the call in error messages and the fallback counter.

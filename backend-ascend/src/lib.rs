@@ -2,7 +2,7 @@
 //! tensors in NPU memory (or in the host simulation of CANN's ABI, [`AscendDevice::sim`]).
 //!
 //! Layout as `burn-tch`: [`backend`] (the backend type), [`device`], [`element`], [`tensor`]
-//! (the primitive: device buffer, shape, element strides, offset, dtype), `ops/` (one file
+//! (the primitive: device buffer, shape, element strides, offset, dtype), `tensor_ops/` (one file
 //! per op trait). Native ops call aclnn through `burn_ascend_cann::acl`; everything else
 //! runs through the counted host [`fallback`]. The attention ops of this project run natively
 //! through [`burn_ascend_ops::AttentionBackend`] ([`attention`]).
@@ -27,10 +27,10 @@ pub mod fused;
 pub mod graph;
 mod grouped_matmul;
 pub mod memory;
-mod ops;
 mod optim;
 pub mod qtensor;
 pub mod tensor;
+mod tensor_ops;
 
 pub use backend::Ascend;
 pub use device::{device_counters, is_available, synchronize, AscendDevice, AscendKind};

@@ -48,7 +48,8 @@
 //! A reused block is handed out as it was left, on the simulation as on CANN (where device
 //! memory is uninitialised): an aclnn output is written whole by its op, and a tensor that
 //! must read zero is made by `AscendTensor::zeros` (a queued memset). Zero-filling reused
-//! blocks on the simulation only cost a memset launch per allocation there (issue 27).
+//! blocks on the simulation only cost a memset launch per allocation there (a training step
+//! on the simulation was slower for it, and nothing read the zeros).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};

@@ -1,4 +1,4 @@
-//! The optimizer step of issue 27 on Ascend (`burn_ascend_ops::OptimBackend`): AdamW as one
+//! The optimizer step of a training step on Ascend (`burn_ascend_ops::OptimBackend`): AdamW as one
 //! `aclnnApplyAdamWV2` launch per parameter, in place over the parameter and its moments,
 //! queued on the device's stream, nothing read back. Shapes and attributes are validated by
 //! the contract first (typed [`AttnError`]s naming the aclnn parameter); dtypes outside the
@@ -31,8 +31,8 @@ use burn_backend::{Shape, TensorData};
 use crate::device::{runtime, AscendDevice};
 use crate::element::is_acl_float;
 use crate::fallback::count;
-use crate::ops::native_index;
 use crate::tensor::{device_error, AscendTensor};
+use crate::tensor_ops::native_index;
 use crate::Ascend;
 
 /// The last step count uploaded per device (`step` of every call of that step).

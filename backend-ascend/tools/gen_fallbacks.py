@@ -2,11 +2,11 @@
 """Generates the host-fallback methods of the Ascend backend, kept apart from the hand-written ops.
 
 For every method of Burn 0.21's backend op traits that has no default body (or an unusable one)
-and is not written by hand in `backend-ascend/src/ops/<file>.rs`, emits a method that moves its
+and is not written by hand in `backend-ascend/src/tensor_ops/<file>.rs`, emits a method that moves its
 tensor arguments to the host (`Fallback::arg`), calls NdArray's implementation and moves the
 result back (`Fallback::ret`), counting the call under the method's name.
 
-The methods go into `backend-ascend/src/ops/generated/<kind>_fallbacks.rs`, one file per trait,
+The methods go into `backend-ascend/src/tensor_ops/generated/<kind>_fallbacks.rs`, one file per trait,
 each defining a `macro_rules! <kind>_fallbacks` that expands to them; the hand-written impl
 block invokes it as its last item (`super::generated::float_fallbacks!();`): Rust allows one
 `impl FloatTensorOps for Ascend`, and `include!` is not allowed in an impl block. Paths in the
@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from burn_traits import (  # noqa: E402
     REPO, SourcesNotFound, WrongBurn, backend_src, module_ops_files, parse)
 
-OPS = "backend-ascend/src/ops"  # paths below are relative to the repository root
+OPS = "backend-ascend/src/tensor_ops"  # paths below are relative to the repository root
 GEN_DIR = f"{OPS}/generated"
 SCRIPT = "backend-ascend/tools/gen_fallbacks.py"
 
@@ -142,10 +142,10 @@ def generate(src):
         files[f"{GEN_DIR}/{name}.rs"] = (
             HEADER.format(script=SCRIPT)
             + f"//! The host fallbacks of `{trait} for Ascend`: every method of Burn's trait that\n"
-            f"//! has no usable default and `ops/{os.path.basename(hand)}` does not write by hand.\n"
+            f"//! has no usable default and `tensor_ops/{os.path.basename(hand)}` does not write by hand.\n"
             "\n"
             f"/// The generated methods of `impl {trait}<Self> for Ascend`, which invokes this\n"
-            f"/// macro as its last item; paths resolve there (`ops/{os.path.basename(hand)}`'s imports).\n"
+            f"/// macro as its last item; paths resolve there (`tensor_ops/{os.path.basename(hand)}`'s imports).\n"
             f"macro_rules! {name} {{\n"
             "    () => {\n"
             + "\n\n".join(methods)

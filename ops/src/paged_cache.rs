@@ -16,10 +16,6 @@ use std::sync::Arc;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
-use crate::api::{
-    fused_infer_attention_with, incre_flash_attention_with, prompt_flash_attention_with,
-    scatter_pa_kv_cache, FiaKvFromTensors, IncreKvFromTensors,
-};
 use crate::backend::{AttentionBackend, FiaInputs, FiaKv, IncreInputs, IncreKv};
 use crate::error::{ensure, AttnError, Result};
 use crate::fia::{FiaMask, FiaSpec};
@@ -27,6 +23,10 @@ use crate::host::acl_dtype;
 use crate::incre::{BlockTable, IfaLayout, IncreSpec};
 use crate::prompt::{PfaLayout, PromptMaskKind, PromptSpec};
 use crate::scatter::{ScatterShapes, ScatterSpec};
+use crate::{
+    fused_infer_attention_with, incre_flash_attention_with, prompt_flash_attention_with,
+    scatter_pa_kv_cache, FiaKvFromTensors, IncreKvFromTensors,
+};
 
 /// Options of [`PagedKvCache::attend_with`].
 #[derive(Debug, Clone)]
@@ -179,7 +179,8 @@ impl<B: AttentionBackend> PagedKvCache<B> {
     }
 
     /// The caches in `dtype` (the model's: F16 / BF16 serving), before the first sequence. FIA
-    /// then gets its `learnableSink` in the dtype its path reads, whatever this one (issue 30).
+    /// then gets its `learnableSink` in the dtype its path reads, whatever this one (that dtype
+    /// follows the path and the CANN release: [`FiaSpec::learnable_sink_dtype`]).
     pub fn with_dtype(mut self, dtype: burn::tensor::DType) -> Result<Self> {
         ensure!(
             self.seqs.is_empty(),

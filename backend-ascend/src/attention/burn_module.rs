@@ -55,11 +55,11 @@ use burn_ascend_contract::prompt::{
 use burn_backend::ops::{AttentionModuleOptions, BoolTensorOps};
 use burn_backend::{BoolStore, DType, Shape, TensorData};
 
-use super::builders;
+use super::common::{compressed_prompt_mask, view_handle};
 use crate::device::{runtime, AscendDevice};
 use crate::fallback::count;
-use crate::ops::base::{expand, reshape};
 use crate::tensor::{fail, AscendTensor};
+use crate::tensor_ops::base::{expand, reshape};
 use crate::Ascend;
 
 /// The counter (in [`crate::fallback_counts`]) of calls that run Burn's composite.
@@ -259,7 +259,7 @@ fn launch(
     let out = AscendTensor::alloc(q.shape.clone(), q.dtype, &p.device);
     {
         let compressed = if sparse == PfaSparseMode::RightDownCausal {
-            Some(builders::compressed_prompt_mask(&rt).unwrap_or_else(|e| fail(OP, e)))
+            Some(compressed_prompt_mask(&rt).unwrap_or_else(|e| fail(OP, e)))
         } else {
             None
         };
@@ -267,7 +267,7 @@ fn launch(
             .as_ref()
             .map(|c| c.as_ref().handle().unwrap_or_else(|e| fail(OP, e)));
         fn view(t: &AscendTensor) -> burn_ascend_cann::acl::Tensor<'_> {
-            super::view_handle(t, OP)
+            view_handle(t, OP)
         }
         let (qh, kh, vh, oh) = (view(&q), view(&k), view(&v), view(&out));
         let mh = mask.as_ref().map(view);

@@ -12,19 +12,19 @@
 //! whether or not other handles share it (a decode graph owns its caches' contents), unlike
 //! the functional `scatter_pa_kv_cache`, which copies a shared cache first.
 
-use burn_ascend_ops::backend::{FiaInputs, FiaKv, FiaOutputs};
+use burn_ascend_ops::common::shapes;
 use burn_ascend_ops::error::{AttnError, Result};
-use burn_ascend_ops::fia::composite::shapes;
-use burn_ascend_ops::fia::FiaSpec;
-use burn_ascend_ops::scatter::{ScatterShapes, ScatterSpec};
+use burn_ascend_ops::fia::{FiaInputs, FiaKv, FiaOutputs, FiaSpec};
+use burn_ascend_ops::scatter::{ScatterInputs, ScatterShapes, ScatterSpec};
 use burn_backend::{DType, Shape};
 
+use super::common::{handle, same_device, view_handle};
 use super::fia::{cann_release, fused_infer_attention_with, FiaDeviceMeta};
-use super::{builders, handle, same_device, view_handle};
+use super::scatter::scatter_with_slots;
 use crate::device::runtime;
 use crate::element::is_acl_float;
-use crate::ops::native_elementwise;
 use crate::tensor::{device_error, AscendTensor};
+use crate::tensor_ops::native_elementwise;
 
 const SCATTER: &str = "scatter_kv_slots";
 const FIA: &str = "fia_decode_paged";
@@ -90,10 +90,10 @@ pub fn scatter_kv_slots(
     let rt = runtime(&device);
     let d = |x: &AscendTensor| x.desc(SCATTER);
     let (kd, vd, kcd, vcd, sd) = (d(key), d(value), d(key_cache), d(value_cache), d(slots));
-    builders::scatter_with_slots(
+    scatter_with_slots(
         &rt,
         &spec,
-        &burn_ascend_ops::backend::ScatterInputs {
+        &ScatterInputs {
             key: &handle(key, &kd, SCATTER),
             key_cache: &handle(key_cache, &kcd, SCATTER),
             value: Some(&handle(value, &vd, SCATTER)),
@@ -158,7 +158,7 @@ impl PagedDecodeCall {
                 ),
             ));
         }
-        let dims = spec.validate(&shapes::<crate::Ascend>(&Self::inputs(
+        let dims = spec.validate(&shapes::fia::<crate::Ascend>(&Self::inputs(
             query,
             key_cache,
             value_cache,
@@ -234,7 +234,7 @@ impl PagedDecodeCall {
             self.sink.as_ref(),
             self.mask.as_ref(),
         );
-        spec.validate(&shapes::<crate::Ascend>(&inputs))?;
+        spec.validate(&shapes::fia::<crate::Ascend>(&inputs))?;
         let rt = runtime(&self.query.device());
         fn h(t: &AscendTensor) -> burn_ascend_cann::acl::Tensor<'_> {
             view_handle(t, FIA)

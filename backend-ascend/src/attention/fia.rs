@@ -4,8 +4,9 @@
 //! their block table). The spec's host-side inputs (mask, pse, block table, padding sizes,
 //! antiquant scales, sink) are uploaded for the call: the per-channel scales in the query's
 //! dtype, the per-token scales as FLOAT, and the sink in the dtype the path the call takes
-//! reads on the installed CANN release ([`FiaSpec::learnable_sink_dtype`], issue 30: BFLOAT16
-//! on FIA v3 whatever the query, the query's on 9.x's TND split-fuse path) — the model's sink,
+//! reads on the installed CANN release ([`FiaSpec::learnable_sink_dtype`]: the dtype follows
+//! the path and the release, BFLOAT16 on FIA v3 whatever the query, the query's on 9.x's TND
+//! split-fuse path) — the model's sink,
 //! in whatever dtype its parameters have, arrives as exact f32 values and is converted once,
 //! at its upload. int8 KV is cast to INT8 on the device as in `incre.rs`. An f32 call runs the
 //! composite on the native ops (counted as [`FIA_COMPOSITE`]): CANN's FIA takes no FLOAT query.
@@ -16,21 +17,25 @@ use std::sync::OnceLock;
 use burn_ascend_cann::acl::ffi::DataType;
 use burn_ascend_cann::acl::{aclnn, loader, Result as AclResult, Runtime, Tensor, TensorList};
 use burn_ascend_contract::fia::{CannRelease, FiaAntiquantMode, FiaMask, FiaSpec};
-use burn_ascend_ops::backend::{FiaInputs, FiaOutputs};
+use burn_ascend_ops::common::shapes;
 use burn_ascend_ops::error::Result;
-use burn_ascend_ops::fia::composite::{self, shapes};
-use burn_ascend_ops::ndarray::cpu_fia_fwd;
+use burn_ascend_ops::fia::ndarray::cpu_fia_fwd;
+use burn_ascend_ops::fia::{composite, FiaBackend, FiaInputs, FiaOutputs};
 use burn_backend::{DType, Shape};
 
-use super::builders::{compressed_prompt_mask, handle_of, ints, upload_block_table, upload_i64};
-use super::incre::{mask_to_bool, on_device};
-use super::{same_device, view_handle, FIA_COMPOSITE};
-use crate::device::runtime;
+use super::common::{
+    compressed_prompt_mask, handle_of, ints, mask_to_bool, on_device, same_device,
+    upload_block_table, upload_i64, view_handle,
+};
+use crate::device::{runtime, AscendDevice};
 use crate::element::is_acl_float;
 use crate::fallback::count;
-use crate::ops::native_elementwise;
 use crate::tensor::{device_error, AscendTensor};
+use crate::tensor_ops::native_elementwise;
 use crate::Ascend;
+
+/// f32 fused inference attention through the composite (see [`super::PROMPT_COMPOSITE`]).
+pub const FIA_COMPOSITE: &str = "fia_composite";
 
 /// Label of the call in error messages.
 const OP: &str = "fia_fwd";
@@ -182,105 +187,111 @@ fn float_dtype(d: DataType) -> Option<DType> {
     }
 }
 
-pub(super) fn fia_fwd(
-    inputs: FiaInputs<AscendTensor>,
-    spec: &FiaSpec,
-) -> Result<FiaOutputs<AscendTensor>> {
-    let dims = spec.validate(&shapes::<Ascend>(&inputs))?;
-    let (q, (k, v)) = (&inputs.query, inputs.kv.as_ref().into_pair());
-    let device = same_device(OP, &inputs.all())?;
-    let dtype = q.dtype;
-    if !is_acl_float(dtype) || k.dtype != dtype || v.dtype != dtype {
-        count(OP);
-        return cpu_fia_fwd::<Ascend>(inputs, spec);
-    }
-    if dtype == DType::F32 {
-        // CANN's FIA takes no FLOAT query (`fused_infer_attention_score_def.cpp`): the
-        // composite on the native ops gives the f32 answer (the sink as the model keeps it).
-        count(FIA_COMPOSITE);
-        return composite::fia_fwd::<Ascend>(inputs, spec);
-    }
-    // int8 KV (antiquant) goes to the op as INT8, cast on the device.
-    let kv = match dims.quantised() {
-        false => inputs.kv.clone(),
-        true => {
-            let cast = inputs
-                .kv
-                .as_ref()
-                .map(|t| native_elementwise::cast(t, DType::I8));
-            let (ck, cv) = cast.as_ref().into_pair();
-            if ck.is_none() || cv.is_none() {
-                count(OP);
-                return cpu_fia_fwd::<Ascend>(inputs, spec);
-            }
-            cast.map(|t| t.expect("both casts succeeded (checked above)"))
+impl FiaBackend for Ascend {
+    fn fia_fwd(
+        inputs: FiaInputs<AscendTensor>,
+        spec: &FiaSpec,
+    ) -> Result<FiaOutputs<AscendTensor>> {
+        let dims = spec.validate(&shapes::fia::<Ascend>(&inputs))?;
+        let (q, (k, v)) = (&inputs.query, inputs.kv.as_ref().into_pair());
+        let device = same_device(OP, &inputs.all())?;
+        let dtype = q.dtype;
+        if !is_acl_float(dtype) || k.dtype != dtype || v.dtype != dtype {
+            count(OP);
+            return cpu_fia_fwd::<Ascend>(inputs, spec);
         }
-    };
-    let rt = runtime(&device);
-    let acl_dtype = q.acl_dtype(OP);
-    // The sink goes in the dtype the path reads on this CANN, whatever the model keeps it in:
-    // cast on the device (the model's f32 parameter never visits the host).
-    let sink = match &inputs.learnable_sink {
-        None => None,
-        Some(s) => {
-            same_device(OP, &[q, s])?;
-            let want = spec.learnable_sink_dtype(&dims, acl_dtype, cann_release(&rt))?;
-            match float_dtype(want).and_then(|to| native_elementwise::cast(s, to)) {
-                Some(s) => Some(s),
-                None => {
+        if dtype == DType::F32 {
+            // CANN's FIA takes no FLOAT query (`fused_infer_attention_score_def.cpp`): the
+            // composite on the native ops gives the f32 answer (the sink as the model keeps it).
+            count(FIA_COMPOSITE);
+            return composite::fia_fwd::<Ascend>(inputs, spec);
+        }
+        // int8 KV (antiquant) goes to the op as INT8, cast on the device.
+        let kv = match dims.quantised() {
+            false => inputs.kv.clone(),
+            true => {
+                let cast = inputs
+                    .kv
+                    .as_ref()
+                    .map(|t| native_elementwise::cast(t, DType::I8));
+                let (ck, cv) = cast.as_ref().into_pair();
+                if ck.is_none() || cv.is_none() {
                     count(OP);
                     return cpu_fia_fwd::<Ascend>(inputs, spec);
                 }
+                cast.map(|t| t.expect("both casts succeeded (checked above)"))
             }
-        }
-    };
-    // The optional inputs in the dtypes the op takes, converted on the device: the dense mask
-    // BOOL (non-zero = masked), pse and per-channel scales in the query's dtype, per-token
-    // scales FLOAT.
-    let separate = |mode: i64| match FiaAntiquantMode::from_attr("keyAntiquantMode", mode) {
-        Ok(FiaAntiquantMode::PerToken) => DType::F32,
-        _ => dtype,
-    };
-    let (kdt, vdt) = (
-        separate(spec.key_antiquant_mode),
-        separate(spec.value_antiquant_mode),
-    );
-    let cast =
-        |t: &Option<AscendTensor>, to: DType| on_device(t, |t| native_elementwise::cast(t, to));
-    let converted = [
-        on_device(&inputs.atten_mask, mask_to_bool),
-        cast(&inputs.pse_shift, dtype),
-        cast(&inputs.antiquant_scale, dtype),
-        cast(&inputs.antiquant_offset, dtype),
-        cast(&inputs.key_antiquant_scale, kdt),
-        cast(&inputs.key_antiquant_offset, kdt),
-        cast(&inputs.value_antiquant_scale, vdt),
-        cast(&inputs.value_antiquant_offset, vdt),
-    ];
-    let Ok(optional) = <[Option<AscendTensor>; 8]>::try_from(
-        converted
-            .into_iter()
-            .collect::<Option<Vec<_>>>()
-            .unwrap_or_default(),
-    ) else {
-        count(OP);
-        return cpu_fia_fwd::<Ascend>(inputs, spec);
-    };
-    let x = FiaInputs::new(inputs.query, kv, sink).with_optional(optional);
-    let out = FiaOutputs {
-        attention_out: AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device),
-        softmax_lse: spec
-            .softmax_lse_flag
-            .then(|| AscendTensor::alloc(Shape::from(dims.lse_shape()), DType::F32, &device)),
-    };
-    let out_handles = out.as_ref().map(|t| view_handle(t, OP));
-    fused_infer_attention(
-        &rt,
-        spec,
-        x.as_ref().map(|t| view_handle(t, OP)),
-        out_handles.as_ref(),
-    )
-    .map_err(|e| device_error(OP, e))?;
-    drop(out_handles);
-    Ok(out)
+        };
+        let rt = runtime(&device);
+        let acl_dtype = q.acl_dtype(OP);
+        // The sink goes in the dtype the path reads on this CANN, whatever the model keeps it in:
+        // cast on the device (the model's f32 parameter never visits the host).
+        let sink = match &inputs.learnable_sink {
+            None => None,
+            Some(s) => {
+                same_device(OP, &[q, s])?;
+                let want = spec.learnable_sink_dtype(&dims, acl_dtype, cann_release(&rt))?;
+                match float_dtype(want).and_then(|to| native_elementwise::cast(s, to)) {
+                    Some(s) => Some(s),
+                    None => {
+                        count(OP);
+                        return cpu_fia_fwd::<Ascend>(inputs, spec);
+                    }
+                }
+            }
+        };
+        // The optional inputs in the dtypes the op takes, converted on the device: the dense mask
+        // BOOL (non-zero = masked), pse and per-channel scales in the query's dtype, per-token
+        // scales FLOAT.
+        let separate = |mode: i64| match FiaAntiquantMode::from_attr("keyAntiquantMode", mode) {
+            Ok(FiaAntiquantMode::PerToken) => DType::F32,
+            _ => dtype,
+        };
+        let (kdt, vdt) = (
+            separate(spec.key_antiquant_mode),
+            separate(spec.value_antiquant_mode),
+        );
+        let cast =
+            |t: &Option<AscendTensor>, to: DType| on_device(t, |t| native_elementwise::cast(t, to));
+        let converted = [
+            on_device(&inputs.atten_mask, mask_to_bool),
+            cast(&inputs.pse_shift, dtype),
+            cast(&inputs.antiquant_scale, dtype),
+            cast(&inputs.antiquant_offset, dtype),
+            cast(&inputs.key_antiquant_scale, kdt),
+            cast(&inputs.key_antiquant_offset, kdt),
+            cast(&inputs.value_antiquant_scale, vdt),
+            cast(&inputs.value_antiquant_offset, vdt),
+        ];
+        let Ok(optional) = <[Option<AscendTensor>; 8]>::try_from(
+            converted
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .unwrap_or_default(),
+        ) else {
+            count(OP);
+            return cpu_fia_fwd::<Ascend>(inputs, spec);
+        };
+        let x = FiaInputs::new(inputs.query, kv, sink).with_optional(optional);
+        let out = FiaOutputs {
+            attention_out: AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device),
+            softmax_lse: spec
+                .softmax_lse_flag
+                .then(|| AscendTensor::alloc(Shape::from(dims.lse_shape()), DType::F32, &device)),
+        };
+        let out_handles = out.as_ref().map(|t| view_handle(t, OP));
+        fused_infer_attention(
+            &rt,
+            spec,
+            x.as_ref().map(|t| view_handle(t, OP)),
+            out_handles.as_ref(),
+        )
+        .map_err(|e| device_error(OP, e))?;
+        drop(out_handles);
+        Ok(out)
+    }
+
+    fn fia_sink_available(device: &AscendDevice) -> bool {
+        crate::device::try_runtime(device).is_ok_and(|rt| rt.api().fia_v4.is_some())
+    }
 }

@@ -11,8 +11,9 @@ use burn::tensor::{Tensor, TensorData, Tolerance};
 use burn_ascend_backend::{fallback_count, Ascend, AscendDevice};
 use burn_ascend_ops::{
     flash_attention_varlen, flash_spec, varlen_score, varlen_score_grad, AttentionBackend,
-    FlashAttnOptions,
+    FlashAttnOptions, VarlenBackend,
 };
+use burn_ascend_test_support::{assert_close, check_close};
 
 fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
     (0..n)
@@ -226,11 +227,7 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
         let inputs = [&qv[..], &kv[..], &vv[..], &dyv[..], &sinkv[..]];
         let (_, _, _, ascend) = run::<Ascend>(&AscendDevice::sim(), &spec, inputs, shape);
         let (out, smax, ssum, want) = run::<NdArray>(&Default::default(), &spec, inputs, shape);
-        let close = |got: &[f32]| {
-            got.iter()
-                .zip(&want)
-                .all(|(g, w)| (g - w).abs() <= 1e-5 + 1e-4 * w.abs())
-        };
+        let close = |got: &[f32]| check_close("dsink", got, &want, 1e-5, 1e-4).is_ok();
         assert!(
             want.iter().all(|w| w.abs() > 1e-2),
             "dsink is not trivial: {want:?}"
@@ -406,7 +403,7 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
             &spec,
             &pse,
             shapes,
-            <NdArray as AttentionBackend>::varlen_bwd,
+            <NdArray as VarlenBackend>::varlen_bwd,
         );
         let watched = ["varlen_fwd", "varlen_bwd"];
         let before = watched.map(fallback_count);
@@ -435,12 +432,8 @@ fn dpse_on_ascend_and_the_composite_matches_the_cpu_kernels_for_both_outer_pse_t
             ("ndarray, pse tensor", &nd_tensor),
         ] {
             assert_eq!(got.len(), total, "{what}");
-            for (e, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    (g - w).abs() <= 1e-5 + 1e-4 * w.abs(),
-                    "{what} dpse[{e}] = {g}, CPU {w} ({pse_type:?})"
-                );
-            }
+            let what = format!("{what} dpse ({pse_type:?}) vs CPU");
+            assert_close(&what, got, &want, 1e-5, 1e-4);
         }
     }
 }

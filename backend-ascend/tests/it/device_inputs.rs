@@ -1,5 +1,5 @@
 //! Incremental and fused inference attention take their mask, pse and antiquant scales as
-//! tensors of the call (issue 25): on `Ascend` (simulation, device 21) they stay on the device
+//! tensors of the call (never host data of the spec): on `Ascend` (simulation, device 21) they stay on the device
 //! — converted there to the dtypes the aclnn op takes — so a call copies nothing between host
 //! and device either way and counts no host fallback, and it gives NdArray's answer.
 

@@ -1,5 +1,5 @@
 //! F16 and BF16 models through FIA with a `learnableSink` on `Ascend` (simulation), in every
-//! layout and on both CANN sink rules (issue 30): the backend sends the sink — f32 values in the
+//! layout and on both CANN sink rules (its dtype follows the path and the release): the backend sends the sink — f32 values in the
 //! spec, whatever the model keeps it in — in the dtype the path reads on the release the
 //! device reports (BFLOAT16 on FIA v3, the query's on 9.x's TND split-fuse path), the
 //! simulation (which refuses any other, as CANN does) runs it, and the output matches the

@@ -14,6 +14,7 @@ use burn::tensor::{s, Tensor, TensorData};
 use burn_ascend_acl_sim as sim;
 use burn_ascend_backend::memory::{size_class, SMALL_GRANULE, SMALL_LIMIT, SMALL_SEGMENT};
 use burn_ascend_backend::{empty_cache, memory_stats, reset_peak_stats, Ascend, AscendDevice};
+use burn_ascend_test_support::Rng;
 
 fn dev() -> AscendDevice {
     AscendDevice::sim()
@@ -161,22 +162,6 @@ fn out_of_memory_retries_after_emptying_the_cache_then_panics_clearly() {
     drop(big);
 }
 
-/// splitmix64, for a reproducible allocation sequence.
-struct SplitMix(u64);
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `lo..=hi`.
-    fn between(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next() % (hi - lo + 1) as u64) as usize
-    }
-}
-
 /// A seeded run of 3000 allocations and frees: KV-cache-like large tensors (1–12 MiB, up to 8
 /// live, long-lived) among activation-like small ones (4 B–1 MiB, up to 48 live,
 /// short-lived). Returns (peak allocated bytes, peak reserved bytes) over the run, with the
@@ -186,21 +171,21 @@ fn mixed_sequence() -> (usize, usize) {
     empty_cache(&dev());
     reset_peak_stats(&dev());
     let base = memory_stats(&dev());
-    let mut rng = SplitMix(0x5EED_F00D);
+    let mut rng = Rng::new(0x5EED_F00D);
     let mut large: Vec<Tensor<Ascend, 1>> = Vec::new();
     let mut small: Vec<Tensor<Ascend, 1>> = Vec::new();
     for _ in 0..3000 {
-        let (live, cap, lo, hi) = if rng.next() % 10 < 3 {
+        let (live, cap, lo, hi) = if rng.next_u64() % 10 < 3 {
             (&mut large, 8, MIB / 4 + 1, 3 * MIB)
         } else {
             (&mut small, 48, 1, MIB / 4)
         };
-        let grow = live.is_empty() || (live.len() < cap && rng.next().is_multiple_of(2));
+        let grow = live.is_empty() || (live.len() < cap && rng.next_u64().is_multiple_of(2));
         if grow {
-            let n = rng.between(lo, hi); // f32 elements
+            let n = lo + rng.below(hi - lo + 1); // f32 elements
             live.push(Tensor::zeros([n], &dev()));
         } else {
-            let i = rng.next() as usize % live.len();
+            let i = rng.next_u64() as usize % live.len();
             live.swap_remove(i);
         }
     }

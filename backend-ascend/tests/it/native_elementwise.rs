@@ -1,4 +1,4 @@
-//! The elementwise ops made native in issue 6 (comparisons, masks, bool logic, casts, max/min
+//! The elementwise ops made native on the device (comparisons, masks, bool logic, casts, max/min
 //! reductions, activations, unary math, pow/clamp by a scalar, random fills) on `Ascend` (the
 //! host simulation) against `NdArray`, each check also asserting that the op's host-fallback
 //! count did not move, i.e. the aclnn path ran. Operands include transposed (strided) views,

@@ -10,24 +10,18 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata};
 
-use burn_ascend_contract::fia::{FiaDequantIndex, FiaDims, FiaShapes, FiaSpec, PfaLayout};
+use burn_ascend_contract::fia::{FiaDequantIndex, FiaDims, FiaSpec, PfaLayout};
 
-use crate::backend::{FiaInputs, FiaOutputs};
+use crate::common::shapes;
+use crate::common::tensor::{expand_gqa, paged_rows, unwrap, wrap};
 use crate::error::Result;
-use crate::incre::composite::paged_rows;
-use crate::prompt::composite::{expand_gqa, unwrap, wrap};
+use crate::fia::{FiaInputs, FiaOutputs};
 
 type T3<B> = Tensor<B, 3>;
 type T4<B> = Tensor<B, 4>;
 
 fn dims_of<B: Backend>(t: &FloatTensor<B>) -> Vec<usize> {
     t.shape().to_vec()
-}
-
-/// The shapes of a call's tensors. int8 KV travels as float tensors holding the int8 values, so
-/// `kv_int8` is "an antiquant is given".
-pub fn shapes<B: Backend>(i: &FiaInputs<FloatTensor<B>>) -> FiaShapes {
-    i.shapes(dims_of::<B>, i.quantised())
 }
 
 /// `[B, N, S, D]` view of a rank-3/4 tensor in a non-TND layout.
@@ -141,7 +135,7 @@ pub fn fia_fwd<B: Backend>(
     inputs: FiaInputs<FloatTensor<B>>,
     spec: &FiaSpec,
 ) -> Result<FiaOutputs<FloatTensor<B>>> {
-    let dims = spec.validate(&shapes::<B>(&inputs))?;
+    let dims = spec.validate(&shapes::fia::<B>(&inputs))?;
     let device = B::float_device(&inputs.query);
     let (n, nkv, d, dv, qs) = (
         dims.num_heads,

@@ -1,13 +1,14 @@
-//! The fused transformer ops (issue 27) as a Burn backend extension: RMSNorm, rotary position
-//! embedding, SwiGLU and softmax cross-entropy, each a forward and a backward method whose
-//! default bodies are the composite (Burn primitives, any backend). `NdArray` runs the one-pass CPU kernels
+//! The fused transformer ops of a training step as a Burn backend extension: RMSNorm, rotary
+//! position embedding, SwiGLU and softmax cross-entropy, each a forward and a backward method
+//! whose default bodies are the composite (Burn primitives, any backend). `NdArray` runs the
+//! one-pass CPU kernels
 //! ([`burn_ascend_kernels::cpu::fused`]), `Autodiff<B, C>` records one node per op whose
 //! backward calls the inner backend's fused backward, and the `Ascend` backend calls
 //! `aclnnRmsNorm(Grad)`, `aclnnRotaryPositionEmbedding(Grad)`, `aclnnSwiGlu(Grad)` and
 //! `aclnnCrossEntropyLoss(Grad)`.
 //!
-//! [`crate::AttentionBackend`] has this trait as a supertrait, so every attention backend has
-//! the fused ops.
+//! [`crate::TrainingBackend`] bundles this trait with the attention ops, the grouped matmul and
+//! the optimizer step for the example model's training.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};

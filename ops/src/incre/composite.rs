@@ -5,25 +5,19 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Int, Tensor, TensorData, TensorMetadata};
+use burn::tensor::{Tensor, TensorMetadata};
 
-use burn_ascend_contract::incre::{IfaLayout, PagedLayout, IFA_MASKED_SCORE};
+use burn_ascend_contract::incre::{IfaLayout, IFA_MASKED_SCORE};
 
-use crate::backend::{IncreInputs, IncreKv};
+use crate::common::shapes;
+use crate::common::tensor::{expand_gqa, paged_rows, unwrap, wrap};
 use crate::error::{AttnError, Result};
-use crate::incre::{IncreDims, IncreShapes, IncreSpec, KvDims};
-use crate::prompt::composite::{expand_gqa, unwrap, wrap};
+use crate::incre::{IncreDims, IncreInputs, IncreKv, IncreSpec, KvDims};
 
 type T3<B> = Tensor<B, 3>;
 
 fn dims_of<B: Backend>(t: &FloatTensor<B>) -> Vec<usize> {
     t.shape().to_vec()
-}
-
-/// The shapes of a call's tensors. In the Burn API int8 KV travels as float tensors holding the
-/// int8 values, so `kv_int8` is "antiquantScale is given".
-pub fn shapes<B: Backend>(i: &IncreInputs<FloatTensor<B>>) -> IncreShapes {
-    i.shapes(dims_of::<B>, i.antiquant_scale.is_some())
 }
 
 /// `[Nkv, S, D]` rows of batch `b` from a contiguous `(B, …)` tensor in the input layout.
@@ -43,42 +37,6 @@ fn heads_major<B: Backend>(t: &FloatTensor<B>, layout: IfaLayout, b: usize, nkv:
             let t: Tensor<B, 4> = wrap(t.clone());
             let [_, n, s, d] = t.dims();
             t.narrow(0, b, 1).reshape([n, s, d])
-        }
-    }
-}
-
-/// `[Nkv, len, D]`: the first `len` tokens of batch `b` from a paged cache.
-pub(crate) fn paged_rows<B: Backend>(
-    cache: &FloatTensor<B>,
-    layout: PagedLayout,
-    ids: &[i32],
-    len: usize,
-    nkv: usize,
-) -> T3<B> {
-    let device = B::float_device(cache);
-    let idx = Tensor::<B, 1, Int>::from_data(
-        TensorData::new(
-            ids.iter().map(|&x| x as i64).collect::<Vec<_>>(),
-            [ids.len()],
-        ),
-        &device,
-    );
-    match layout {
-        PagedLayout::Bsh => {
-            let c: T3<B> = wrap(cache.clone());
-            let [_, bs, h] = c.dims();
-            c.select(0, idx)
-                .reshape([ids.len() * bs, nkv, h / nkv])
-                .narrow(0, 0, len)
-                .swap_dims(0, 1)
-        }
-        PagedLayout::Bnsd => {
-            let c: Tensor<B, 4> = wrap(cache.clone());
-            let [_, n, bs, d] = c.dims();
-            c.select(0, idx)
-                .swap_dims(0, 1)
-                .reshape([n, ids.len() * bs, d])
-                .narrow(1, 0, len)
         }
     }
 }
@@ -119,7 +77,7 @@ pub fn incre_fwd<B: Backend>(
     inputs: IncreInputs<FloatTensor<B>>,
     spec: &IncreSpec,
 ) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&shapes::<B>(&inputs))?;
+    let dims = spec.validate(&shapes::incre::<B>(&inputs))?;
     if spec.post_quant.is_some() {
         return Err(AttnError::Unsupported(
             "int8 attentionOut (quantScale2) on the Burn API: Burn float tensors cannot hold it; \

@@ -1,7 +1,43 @@
 //! Incremental (decode) attention: `aclnnIncreFlashAttentionV4`. The parameters and their
-//! validation are the contract's ([`burn_ascend_contract::incre`]); the composite Burn path is
-//! here.
+//! validation are the contract's ([`burn_ascend_contract::incre`]); here are the Burn extension
+//! trait [`IncreBackend`] with the composite default ([`composite`]), its `NdArray` impl on the
+//! flash-decoding CPU kernel ([`ndarray`]), its forward-only `Autodiff` impl and the public
+//! functions ([`api`]).
 
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::Autodiff;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+
+use crate::error::Result;
+
+pub mod api;
 pub mod composite;
+pub mod ndarray;
 
+/// The carriers (`IncreInputs<FloatTensor<B>>` here, over `aclTensor` handles in the aclnn
+/// builder, which makes the op's tensor lists from `IncreKv`), the spec and its validation.
 pub use burn_ascend_contract::incre::*;
+
+/// Incremental attention as a Burn backend extension (the default body is the composite).
+pub trait IncreBackend: Backend {
+    /// `aclnnIncreFlashAttentionV4`: `attentionOut` with the query's shape.
+    fn incre_fwd(
+        inputs: IncreInputs<FloatTensor<Self>>,
+        spec: &IncreSpec,
+    ) -> Result<FloatTensor<Self>> {
+        composite::incre_fwd::<Self>(inputs, spec)
+    }
+}
+
+impl<B: IncreBackend, C: CheckpointStrategy> IncreBackend for Autodiff<B, C> {
+    /// Forward-only (a constant output): an inference op.
+    fn incre_fwd(
+        inputs: IncreInputs<FloatTensor<Self>>,
+        spec: &IncreSpec,
+    ) -> Result<FloatTensor<Self>> {
+        let i = <Self as AutodiffBackend>::inner;
+        let out = B::incre_fwd(inputs.map(i), spec)?;
+        Ok(<Self as AutodiffBackend>::from_inner(out))
+    }
+}

@@ -1,12 +1,12 @@
-//! Optimizer steps as a Burn backend extension (issue 27): AdamW as one call per parameter
-//! (`aclnnApplyAdamWV2` on `Ascend`) instead of the dozen elementwise launches Burn's `AdamW`
+//! Optimizer steps as a Burn backend extension, part of the fused ops of a training step: AdamW
+//! as one call per parameter (`aclnnApplyAdamWV2` on `Ascend`) instead of the dozen elementwise launches Burn's `AdamW`
 //! composes. The default body is the composite (Burn primitives, any backend); `NdArray` runs
 //! the one-pass CPU kernel ([`burn_ascend_kernels::cpu::optim`]); `Autodiff<B, C>` hands the
 //! call to `B` on the inner tensors (an optimizer step is not differentiated, so no node is
 //! recorded); `Ascend` launches the aclnn.
 //!
-//! [`crate::AttentionBackend`] has this trait as a supertrait, so every attention backend has
-//! the optimizer step.
+//! [`crate::TrainingBackend`] bundles this trait with the attention ops, the fused ops and the
+//! grouped matmul for the example model's training.
 
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::Autodiff;

@@ -5,35 +5,17 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata, TensorPrimitive};
+use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata};
 
 use burn_ascend_contract::prompt::PfaLayout;
 
-use crate::backend::PromptInputs;
+use crate::common::shapes;
+use crate::common::tensor::{expand_gqa, unwrap, wrap};
 use crate::error::{AttnError, Result};
-use crate::prompt::{PromptDims, PromptShapes, PromptSpec};
+use crate::prompt::{PromptDims, PromptInputs, PromptSpec};
 
 type T3<B> = Tensor<B, 3>;
 type T4<B> = Tensor<B, 4>;
-
-pub(crate) fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(p))
-}
-
-pub(crate) fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
-    t.into_primitive().tensor()
-}
-
-/// The shapes of a call's tensors.
-pub fn shapes<T: TensorMetadata>(i: &PromptInputs<T>) -> PromptShapes {
-    PromptShapes {
-        query: i.query.shape().to_vec(),
-        key: i.key.shape().to_vec(),
-        value: i.value.shape().to_vec(),
-        atten_mask: i.atten_mask.as_ref().map(|t| t.shape().to_vec()),
-        pse_shift: i.pse_shift.as_ref().map(|t| t.shape().to_vec()),
-    }
-}
 
 /// A validated dense mask tensor (0/1 floats) as `[1|B, rows, cols]`.
 fn mask_3d<B: Backend>(m: FloatTensor<B>) -> T3<B> {
@@ -57,17 +39,6 @@ fn bnsd<B: Backend>(t: FloatTensor<B>, layout: PfaLayout, heads: usize) -> T4<B>
         PfaLayout::Bnsd | PfaLayout::BnsdBsnd => wrap(t),
         PfaLayout::Tnd => unreachable!("TND is handled per sequence"),
     }
-}
-
-/// `[Nkv, S, D]` → `[N, S, D]`, each kv head repeated for its group.
-pub(crate) fn expand_gqa<B: Backend>(x: T3<B>, group: usize) -> T3<B> {
-    if group == 1 {
-        return x;
-    }
-    let [nkv, s, d] = x.dims();
-    x.reshape([nkv, 1, s, d])
-        .expand([nkv, group, s, d])
-        .reshape([nkv * group, s, d])
 }
 
 /// Softmax over the last dim with excluded entries; fully excluded rows give 0.
@@ -148,7 +119,7 @@ pub fn prompt_fwd<B: Backend>(
     inputs: PromptInputs<FloatTensor<B>>,
     spec: &PromptSpec,
 ) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&shapes(&inputs))?;
+    let dims = spec.validate(&shapes::prompt(&inputs))?;
     unsupported_on_burn(spec)?;
     let device = B::float_device(&inputs.query);
     let (n, nkv, dv) = (dims.num_heads, dims.kv_heads, dims.head_dim_v);

@@ -13,28 +13,10 @@ use burn_ascend_kernels::reference::scatter::{
     scatter_pa_kv_cache, scatter_pa_kv_cache_compressed, RefElem,
 };
 
-use crate::backend::{ScatterInputs, ScatterOutputs};
+use crate::common::shapes;
+use crate::common::tensor::{unwrap, wrap};
 use crate::error::{AttnError, Result};
-use crate::host::acl_dtype;
-use crate::prompt::composite::{unwrap, wrap};
-use crate::scatter::{ScatterDims, ScatterShapes, ScatterSpec};
-
-/// The shapes and dtypes of a call's tensors.
-pub fn shapes<T: TensorMetadata>(i: &ScatterInputs<T>) -> ScatterShapes {
-    let d = |t: &T| t.shape().to_vec();
-    ScatterShapes {
-        key: d(&i.key),
-        value: i.value.as_ref().map(d),
-        key_cache: d(&i.key_cache),
-        value_cache: i.value_cache.as_ref().map(d),
-        dtypes: [
-            acl_dtype(i.key.dtype()),
-            i.value.as_ref().and_then(|t| acl_dtype(t.dtype())),
-            acl_dtype(i.key_cache.dtype()),
-            i.value_cache.as_ref().and_then(|t| acl_dtype(t.dtype())),
-        ],
-    }
-}
+use crate::scatter::{ScatterDims, ScatterInputs, ScatterOutputs, ScatterShapes, ScatterSpec};
 
 fn flat<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 1> {
     let n: usize = t.shape().iter().product();
@@ -109,7 +91,7 @@ pub fn scatter_kv<B: Backend>(
     inputs: ScatterInputs<FloatTensor<B>>,
     spec: &ScatterSpec,
 ) -> Result<ScatterOutputs<FloatTensor<B>>> {
-    let dims = spec.validate(&shapes(&inputs))?;
+    let dims = spec.validate(&shapes::scatter(&inputs))?;
     let key_cache = scatter_one::<B>(spec, &dims, 0, inputs.key, inputs.key_cache);
     let value_cache = match (inputs.value, inputs.value_cache) {
         (Some(v), Some(vc)) if dims.has_value => Some(scatter_one::<B>(spec, &dims, 1, v, vc)),

@@ -7,39 +7,17 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 
 use burn_ascend_contract::varlen::{alibi_compressed_index, PseType, SoftmaxLayout, VarlenProblem};
 
-use crate::backend::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs};
+use crate::common::shapes;
+use crate::common::tensor::{unwrap, wrap};
 use crate::error::Result;
-use crate::varlen::{VarlenBwdShapes, VarlenShapes, VarlenSpec};
+use crate::varlen::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs, VarlenSpec};
 use burn::tensor::TensorMetadata;
 
 type T3<B> = Tensor<B, 3>;
-
-fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(p))
-}
-
-fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
-    t.into_primitive().tensor()
-}
-
-/// The shapes of a call's inputs, for the spec's validation.
-pub fn shapes<T: TensorMetadata>(i: &VarlenInputs<T>) -> VarlenShapes {
-    let dims3 = |t: &T| t.shape().dims::<3>();
-    VarlenShapes {
-        query: dims3(&i.query),
-        key: dims3(&i.key),
-        value: dims3(&i.value),
-        sink: i.sink.as_ref().map(|s| s.shape().dims::<1>()[0]),
-        pse: i.pse.as_ref().map(|p| p.shape().to_vec()),
-        atten_mask: i.atten_mask.as_ref().map(|m| m.shape().to_vec()),
-        alibi_slopes: i.alibi_slopes.as_ref().map(|s| s.shape().to_vec()),
-        drop_mask: i.drop_mask.as_ref().map(|m| m.shape().to_vec()),
-    }
-}
 
 /// A validated explicit mask tensor (0/1 floats) as `[1|B, 1|N, maxSq, maxSkv]`.
 fn mask_4d<B: Backend>(m: FloatTensor<B>) -> Tensor<B, 4> {
@@ -151,17 +129,6 @@ impl<B: Backend> PseTensor<B> {
                 slope.expand(shape) * dist.expand(shape)
             }
         }
-    }
-}
-
-/// The shapes of the backward's extra inputs.
-pub fn bwd_shapes<T: TensorMetadata>(i: &VarlenGradInputs<T>) -> VarlenBwdShapes {
-    let dims3 = |t: &T| t.shape().dims::<3>();
-    VarlenBwdShapes {
-        dy: dims3(&i.dy),
-        attention_in: dims3(&i.attention_in),
-        softmax_max: dims3(&i.softmax_max),
-        softmax_sum: dims3(&i.softmax_sum),
     }
 }
 
@@ -325,7 +292,7 @@ pub fn varlen_fwd<B: Backend>(
     inputs: VarlenInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenOutputs<FloatTensor<B>>> {
-    let dims_ = spec.validate_fwd(&shapes(&inputs))?;
+    let dims_ = spec.validate_fwd(&shapes::varlen(&inputs))?;
     let p = spec.problem(dims_, None);
     let (n, dv, g) = (p.dims.head_num, p.dims.value_dim, p.dims.group());
     let (q, k, v): (T3<B>, T3<B>, T3<B>) =
@@ -487,7 +454,10 @@ pub fn varlen_bwd<B: Backend>(
     inputs: VarlenGradInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenGrads<FloatTensor<B>>> {
-    let dims_ = spec.validate_bwd(&shapes(&inputs.inputs), &bwd_shapes(&inputs))?;
+    let dims_ = spec.validate_bwd(
+        &shapes::varlen(&inputs.inputs),
+        &shapes::varlen_bwd(&inputs),
+    )?;
     let p = spec.problem(dims_, None);
     let (n, nkv, d, g) = (
         p.dims.head_num,
@@ -558,7 +528,10 @@ pub fn varlen_dpse<B: Backend>(
     inputs: VarlenGradInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<Option<FloatTensor<B>>> {
-    let dims_ = spec.validate_bwd(&shapes(&inputs.inputs), &bwd_shapes(&inputs))?;
+    let dims_ = spec.validate_bwd(
+        &shapes::varlen(&inputs.inputs),
+        &shapes::varlen_bwd(&inputs),
+    )?;
     let p = spec.problem(dims_, None);
     let Some(f) = dpse_factor_of(&p, &inputs.inputs) else {
         return Ok(None);

@@ -1,4 +1,4 @@
-//! The fused transformer ops on Burn (issue 27): the `Autodiff<NdArray>` node (NdArray's CPU
+//! The fused transformer ops of a training step on Burn: the `Autodiff<NdArray>` node (NdArray's CPU
 //! kernels) and the composite default against the f64 references, forward and gradients, and
 //! bad input refused with a typed error naming the aclnn parameter.
 
@@ -9,6 +9,7 @@ use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, rotary, swi
 use burn_ascend_ops::fused::{composite, rotary as rotary_rules};
 use burn_ascend_ops::{cross_entropy_loss, rms_norm as fused_rms_norm, swiglu as fused_swiglu};
 use burn_ascend_ops::{rotary_embedding, AttnError, FusedBackend, RotaryMode};
+use burn_ascend_test_support::assert_close;
 
 type B = NdArray;
 type A = Autodiff<NdArray>;
@@ -28,16 +29,6 @@ fn f64s(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()
 }
 
-fn close(name: &str, a: &[f64], b: &[f64], tol: f64) {
-    assert_eq!(a.len(), b.len(), "{name}: lengths");
-    let d = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max);
-    assert!(d <= tol, "{name}: max |Δ| {d:e} > {tol:e}");
-}
-
 #[test]
 fn autodiff_rms_norm_node_gives_the_references_output_and_gradients() {
     let (x, g, w) = (data(2 * 3 * 8, 1), data(8, 2), data(2 * 3 * 8, 3));
@@ -47,9 +38,9 @@ fn autodiff_rms_norm_node_gives_the_references_output_and_gradients() {
     let grads = (y.clone() * t::<A, 3>(&w, [2, 3, 8])).sum().backward();
     let (ry, rstd) = rms_norm::rms_norm_fwd(&f64s(&x), &f64s(&g), 6, 8, 1e-5);
     let (rdx, rdg) = rms_norm::rms_norm_bwd(&f64s(&w), &f64s(&x), &rstd, &f64s(&g), 6, 8);
-    close("y", &host(y), &ry, 1e-5);
-    close("dx", &host(xa.grad(&grads).unwrap()), &rdx, 1e-5);
-    close("dgamma", &host(ga.grad(&grads).unwrap()), &rdg, 1e-5);
+    assert_close("y", &host(y), &ry, 1e-5, 0.0);
+    assert_close("dx", &host(xa.grad(&grads).unwrap()), &rdx, 1e-5, 0.0);
+    assert_close("dgamma", &host(ga.grad(&grads).unwrap()), &rdg, 1e-5, 0.0);
 }
 
 #[test]
@@ -59,14 +50,21 @@ fn autodiff_swiglu_and_cross_entropy_nodes_give_the_references_gradients() {
     let xa = t::<A, 2>(&x, [4, 10]).require_grad();
     let y = fused_swiglu(xa.clone(), -1).unwrap();
     let grads = (y.clone() * t::<A, 2>(&w, [4, 5])).sum().backward();
-    close(
+    assert_close(
         "swiglu",
         &host(y),
         &swiglu::swiglu_fwd(&f64s(&x), 4, 5, 1),
         1e-6,
+        0.0,
     );
     let rdx = swiglu::swiglu_bwd(&f64s(&w), &f64s(&x), 4, 5, 1);
-    close("swiglu dx", &host(xa.grad(&grads).unwrap()), &rdx, 1e-6);
+    assert_close(
+        "swiglu dx",
+        &host(xa.grad(&grads).unwrap()),
+        &rdx,
+        1e-6,
+        0.0,
+    );
 
     let logits = data(5 * 7, 6);
     let target = [6i64, 0, 3, 3, 1];
@@ -76,9 +74,9 @@ fn autodiff_swiglu_and_cross_entropy_nodes_give_the_references_gradients() {
     let loss = cross_entropy_loss(la.clone(), ta).unwrap();
     let grads = (loss.clone() * 2.0).sum().backward();
     let (rl, lp) = cross_entropy::cross_entropy_fwd(&f64s(&logits), &target, 5, 7, -100);
-    close("loss", &host(loss), &[rl], 1e-6);
+    assert_close("loss", &host(loss), &[rl], 1e-6, 0.0);
     let rdx = cross_entropy::cross_entropy_bwd(2.0, &lp, &target, 5, 7, -100);
-    close("dlogits", &host(la.grad(&grads).unwrap()), &rdx, 1e-6);
+    assert_close("dlogits", &host(la.grad(&grads).unwrap()), &rdx, 1e-6, 0.0);
 }
 
 fn prim<const D: usize>(x: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
@@ -99,7 +97,7 @@ fn composite_defaults_match_the_references() {
     )
     .unwrap();
     let (ry, rstd) = rms_norm::rms_norm_fwd(&f64s(&x), &f64s(&g), 3, 16, 1e-6);
-    close("y", &host(back::<2>(out.y)), &ry, 1e-5);
+    assert_close("y", &host(back::<2>(out.y)), &ry, 1e-5, 0.0);
     let grads = composite::rms_norm_bwd::<B>(
         prim(t::<B, 2>(&dy, [3, 16])),
         prim(t::<B, 2>(&x, [3, 16])),
@@ -108,26 +106,28 @@ fn composite_defaults_match_the_references() {
     )
     .unwrap();
     let (rdx, rdg) = rms_norm::rms_norm_bwd(&f64s(&dy), &f64s(&x), &rstd, &f64s(&g), 3, 16);
-    close("dx", &host(back::<2>(grads.dx)), &rdx, 1e-5);
-    close("dgamma", &host(back::<1>(grads.dgamma)), &rdg, 1e-5);
+    assert_close("dx", &host(back::<2>(grads.dx)), &rdx, 1e-5, 0.0);
+    assert_close("dgamma", &host(back::<1>(grads.dgamma)), &rdg, 1e-5, 0.0);
 
     // SwiGLU split on dim 0 of [4, 3]: outer 1, half 2, inner 3.
     let (x, dy) = (data(12, 10), data(6, 11));
     let y = composite::swiglu_fwd::<B>(prim(t::<B, 2>(&x, [4, 3])), 0).unwrap();
-    close(
+    assert_close(
         "swiglu",
         &host(back::<2>(y)),
         &swiglu::swiglu_fwd(&f64s(&x), 1, 2, 3),
         1e-6,
+        0.0,
     );
     let dx =
         composite::swiglu_bwd::<B>(prim(t::<B, 2>(&dy, [2, 3])), prim(t::<B, 2>(&x, [4, 3])), 0)
             .unwrap();
-    close(
+    assert_close(
         "swiglu dx",
         &host(back::<2>(dx)),
         &swiglu::swiglu_bwd(&f64s(&dy), &f64s(&x), 1, 2, 3),
         1e-6,
+        0.0,
     );
 
     let logits = data(3 * 4, 12);
@@ -139,15 +139,16 @@ fn composite_defaults_match_the_references() {
     let out =
         composite::cross_entropy_fwd::<B>(prim(t::<B, 2>(&logits, [3, 4])), ti(), -100).unwrap();
     let (rl, lp) = cross_entropy::cross_entropy_fwd(&f64s(&logits), &target, 3, 4, -100);
-    close("loss", &host(back::<1>(out.loss)), &[rl], 1e-6);
+    assert_close("loss", &host(back::<1>(out.loss)), &[rl], 1e-6, 0.0);
     let dx =
         composite::cross_entropy_bwd::<B>(prim(t::<B, 1>(&[1.0], [1])), out.log_prob, ti(), -100)
             .unwrap();
-    close(
+    assert_close(
         "dlogits",
         &host(back::<2>(dx)),
         &cross_entropy::cross_entropy_bwd(1.0, &lp, &target, 3, 4, -100),
         1e-6,
+        0.0,
     );
 }
 
@@ -198,14 +199,14 @@ fn rotary_embedding_node_composite_and_kernel_match_the_reference_in_both_modes(
         let xa = t::<A, 4>(&x, xs).require_grad();
         let y = rotary_embedding(xa.clone(), t::<A, 4>(&c, cs), t::<A, 4>(&sn, cs), mode).unwrap();
         let grads = (y.clone() * t::<A, 4>(&w, xs)).sum().backward();
-        close("node y", &host(y), &ry, 1e-6);
-        close("node dx", &host(xa.grad(&grads).unwrap()), &rdx, 1e-6);
+        assert_close("node y", &host(y), &ry, 1e-6, 0.0);
+        assert_close("node dx", &host(xa.grad(&grads).unwrap()), &rdx, 1e-6, 0.0);
         // The composite default (Burn primitives).
         let (cp, sp) = (|| prim(t::<B, 4>(&c, cs)), || prim(t::<B, 4>(&sn, cs)));
         let y = composite::rotary_fwd::<B>(prim(t::<B, 4>(&x, xs)), cp(), sp(), mode).unwrap();
-        close("composite y", &host(back::<4>(y)), &ry, 1e-6);
+        assert_close("composite y", &host(back::<4>(y)), &ry, 1e-6, 0.0);
         let dx = composite::rotary_bwd::<B>(prim(t::<B, 4>(&w, xs)), cp(), sp(), mode).unwrap();
-        close("composite dx", &host(back::<4>(dx)), &rdx, 1e-6);
+        assert_close("composite dx", &host(back::<4>(dx)), &rdx, 1e-6, 0.0);
     }
 }
 

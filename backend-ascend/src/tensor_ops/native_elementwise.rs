@@ -1,5 +1,6 @@
 //! Comparisons, masks, casts, max/min reductions, activations, more unary math, clamp/pow by a
-//! scalar and random fills on the device (issue 6, "elementwise"):
+//! scalar and random fills on the device (the elementwise ops the models call most, which
+//! otherwise took the host fallback):
 //! - comparisons `aclnnEqTensor`/`NeTensor`/`GtTensor`/`GeTensor`/`LtTensor`/`LeTensor` and the
 //!   `…Scalar` forms (broadcasting; out BOOL);
 //! - `mask_where` → `aclnnSWhere(mask, value, tensor)`; `mask_fill` → `aclnnInplaceCopy` of the

@@ -1,38 +1,16 @@
-//! The functional API on plain `Tensor<B, D>`: the CANN-shaped ops ([`varlen_score`],
-//! [`varlen_score_grad`], [`prompt_flash_attention`], [`incre_flash_attention`],
-//! [`scatter_pa_kv_cache`], [`fused_infer_attention`]) and the flash-attn-shaped front door ([`flash_attention_varlen`]).
-//!
-//! Prompt attention, incremental attention and the scatter are inference ops: under `Autodiff`
-//! they run forward-only and return constants. Host-only features (int8 `attentionOut` via
-//! `quantScale2`) return [`AttnError::Unsupported`] here; the CLI (`burn-ascend run`) runs them.
-//! int8 KV for incremental attention travels as float tensors holding the int8 values, with the
-//! spec's `antiquant`.
+//! The varlen functions on plain `Tensor<B, D>`: the CANN-shaped [`varlen_score`] family and
+//! its backward, and the flash-attn-shaped front door [`flash_attention_varlen`].
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Tensor, TensorData};
 
 use burn_ascend_contract::dropout;
 use burn_ascend_contract::varlen::{lengths_from_cumulative, PseType, SoftmaxLayout, SparseMode};
 
-use crate::backend::{
-    AttentionBackend, FiaInputs, FiaKv, FiaOutputs, IncreInputs, IncreKv, PromptInputs,
-    ScatterInputs, VarlenGradInputs, VarlenInputs, VarlenOutputs,
-};
+use super::{MaskSpec, VarlenBackend, VarlenGradInputs, VarlenInputs, VarlenOutputs, VarlenSpec};
+use crate::common::tensor::{unwrap as prim, wrap as tensor};
 use crate::error::{ensure, AttnError, Result};
-use crate::fia::FiaSpec;
-use crate::incre::IncreSpec;
-use crate::prompt::PromptSpec;
-use crate::scatter::ScatterSpec;
-use crate::varlen::{MaskSpec, VarlenSpec};
-
-fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
-    t.into_primitive().tensor()
-}
-
-fn tensor<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(p))
-}
 
 /// The forward's outputs.
 #[derive(Debug, Clone)]
@@ -74,7 +52,7 @@ pub struct VarlenAttentionGrads<B: Backend> {
 
 /// The carrier of the public varlen functions: query, key, value and sink, no other input
 /// (each function sets its own).
-fn carrier<B: AttentionBackend>(
+fn carrier<B: VarlenBackend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
@@ -87,7 +65,7 @@ fn carrier<B: AttentionBackend>(
 }
 
 /// The varlen forward of the public functions.
-fn varlen_forward<B: AttentionBackend>(
+fn varlen_forward<B: VarlenBackend>(
     inputs: VarlenInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
@@ -97,7 +75,7 @@ fn varlen_forward<B: AttentionBackend>(
 /// `aclnnFlashAttentionVarLenScoreV5`: query `[Tq, N, D]`, key `[Tkv, Nkv, D]`, value
 /// `[Tkv, Nkv, Dv]`, sink `[N]`. Under `Autodiff`, gradients reach query, key, value and sink
 /// through `attention_out` by one fused backward.
-pub fn varlen_score<B: AttentionBackend>(
+pub fn varlen_score<B: VarlenBackend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
@@ -114,7 +92,7 @@ pub fn varlen_score<B: AttentionBackend>(
 /// sink ([`VarlenInputs::pse`]), never read back to the host on a device backend. Under
 /// `Autodiff`, a flat `pse` receives `dpse` from the same fused backward as query, key, value
 /// and sink.
-pub fn varlen_score_with_pse<B: AttentionBackend, const P: usize>(
+pub fn varlen_score_with_pse<B: VarlenBackend, const P: usize>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
@@ -133,7 +111,7 @@ pub fn varlen_score_with_pse<B: AttentionBackend, const P: usize>(
 /// (rank `S`), any float dtype (the op reads them as f32). The op builds the bias
 /// `−slope·|Δ|` (pseType 2) or `−slope·√|Δ|` (pseType 3) itself; the slopes stay where they
 /// are ([`VarlenInputs::alibi_slopes`]) and are not differentiated.
-pub fn varlen_score_with_alibi<B: AttentionBackend, const S: usize>(
+pub fn varlen_score_with_alibi<B: VarlenBackend, const S: usize>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
@@ -153,7 +131,7 @@ pub fn varlen_score_with_alibi<B: AttentionBackend, const S: usize>(
 /// `[B|1, N|1, maxSq, maxSkv]`. It is an input of the op like the sink
 /// ([`VarlenInputs::atten_mask`]), never read back to the host on a device backend, and not
 /// differentiated; under `Autodiff` the backward reads it again.
-pub fn varlen_score_with_mask<B: AttentionBackend, const M: usize>(
+pub fn varlen_score_with_mask<B: VarlenBackend, const M: usize>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
@@ -172,7 +150,7 @@ pub fn varlen_score_with_mask<B: AttentionBackend, const M: usize>(
 /// bit-packed keep mask as a 1-D float tensor holding the byte values 0..=255
 /// ([`VarlenInputs::drop_mask`]; [`dropout_mask`] makes one from a seed). It stays where it is
 /// and is not differentiated; under `Autodiff` the backward reads it again.
-pub fn varlen_score_with_dropout<B: AttentionBackend>(
+pub fn varlen_score_with_dropout<B: VarlenBackend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
@@ -210,7 +188,7 @@ pub fn dropout_mask<B: Backend>(
 /// `aclnnFlashAttentionUnpaddingScoreGradV5`, given the forward's inputs and outputs and `dy`,
 /// for a call without tensor inputs besides the sink (with a mask, pse, slopes or dropout
 /// mask: [`varlen_score_grad_with`]).
-pub fn varlen_score_grad<B: AttentionBackend>(
+pub fn varlen_score_grad<B: VarlenBackend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
@@ -225,7 +203,7 @@ pub fn varlen_score_grad<B: AttentionBackend>(
 /// [`varlen_score`] with the whole carrier: any combination of the tensor inputs (sink, pse or
 /// ALiBi slopes, explicit mask, dropout mask), each as the single-input functions above take
 /// it. Build it with [`VarlenInputs::new`] and set the optional fields.
-pub fn varlen_score_with<B: AttentionBackend>(
+pub fn varlen_score_with<B: VarlenBackend>(
     inputs: VarlenInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenAttention<B>> {
@@ -234,7 +212,7 @@ pub fn varlen_score_with<B: AttentionBackend>(
 
 /// [`varlen_score_grad`] for a call of [`varlen_score_with`]: the same carrier, the forward's
 /// outputs and `dy`. `dpse` is returned when the carrier has a flat pse (pseType 0/1).
-pub fn varlen_score_grad_with<B: AttentionBackend>(
+pub fn varlen_score_grad_with<B: VarlenBackend>(
     inputs: VarlenInputs<FloatTensor<B>>,
     forward: &VarlenAttention<B>,
     dy: Tensor<B, 3>,
@@ -297,7 +275,7 @@ impl<B: Backend> Default for FlashAttnOptions<B> {
 
 /// Flash-attn's `flash_attn_varlen_func` on CANN's varlen op: `cu_seqlens_*` in flash-attn's
 /// convention (B + 1 entries starting at 0). Returns the output `[Tq, N, Dv]`.
-pub fn flash_attention_varlen<B: AttentionBackend>(
+pub fn flash_attention_varlen<B: VarlenBackend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
     value: Tensor<B, 3>,
@@ -399,212 +377,4 @@ pub fn flash_spec<B: Backend>(
         spec.attrs.pse_type = PseType::InnerMulAdd;
     }
     Ok(spec)
-}
-
-/// `aclnnPromptFlashAttentionV3`: query/key/value in `spec.input_layout` (rank `D` = 3 for
-/// BSH/TND, 4 otherwise); returns `attentionOut` (BNSD_BSND → BSND). Forward-only under
-/// `Autodiff`. A call without a dense mask or pse; those are
-/// [`prompt_flash_attention_with`]'s.
-pub fn prompt_flash_attention<B: AttentionBackend, const D: usize>(
-    query: Tensor<B, D>,
-    key: Tensor<B, D>,
-    value: Tensor<B, D>,
-    spec: &PromptSpec,
-) -> Result<Tensor<B, D>> {
-    prompt_flash_attention_with::<B, D, 4>(query, key, value, None, None, spec)
-}
-
-/// [`prompt_flash_attention`] with the tensor-valued optional inputs: `atten_mask`, a dense
-/// mask of rank `M` (`(Sq, Skv)`, `(1|B, Sq, Skv)` or `(1|B, 1, Sq, Skv)`, floats 0 = attend,
-/// 1 = masked; `spec.atten_mask` is then [`crate::prompt::PromptMaskKind::Dense`]) and
-/// `pse_shift` `(1|B, N, Qs, KVs)`. Both stay where they are (on the device for a device
-/// backend: no host round trip).
-pub fn prompt_flash_attention_with<B: AttentionBackend, const D: usize, const M: usize>(
-    query: Tensor<B, D>,
-    key: Tensor<B, D>,
-    value: Tensor<B, D>,
-    atten_mask: Option<Tensor<B, M>>,
-    pse_shift: Option<Tensor<B, 4>>,
-    spec: &PromptSpec,
-) -> Result<Tensor<B, D>> {
-    let out = B::prompt_fwd(
-        PromptInputs {
-            query: prim(query),
-            key: prim(key),
-            value: prim(value),
-            atten_mask: atten_mask.map(prim),
-            pse_shift: pse_shift.map(prim),
-        },
-        spec,
-    )?;
-    Ok(tensor(out))
-}
-
-/// Burn-tensor constructors of [`IncreKv`] (the contract's carrier is generic over the tensor
-/// kind; these take `Tensor<B, K>` of any rank and keep its float primitive):
-/// `IncreKv::contiguous(key, value)` with this trait in scope.
-pub trait IncreKvFromTensors<B: Backend>: Sized {
-    /// Contiguous key/value in the input layout.
-    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self;
-
-    /// The tensor-list form (one `(1, S_b, …)` tensor per batch).
-    fn list<const K: usize>(key: Vec<Tensor<B, K>>, value: Vec<Tensor<B, K>>) -> Self;
-
-    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
-    /// (`K = 4`); the spec carries the `blocktable`.
-    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self;
-}
-
-impl<B: Backend> IncreKvFromTensors<B> for IncreKv<FloatTensor<B>> {
-    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
-        Self::Contiguous {
-            key: prim(key),
-            value: prim(value),
-        }
-    }
-
-    fn list<const K: usize>(key: Vec<Tensor<B, K>>, value: Vec<Tensor<B, K>>) -> Self {
-        Self::List {
-            key: key.into_iter().map(prim).collect(),
-            value: value.into_iter().map(prim).collect(),
-        }
-    }
-
-    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
-        Self::Paged {
-            key_cache: prim(key_cache),
-            value_cache: prim(value_cache),
-        }
-    }
-}
-
-/// `aclnnIncreFlashAttentionV4`: query `(B,N,1,D)`, `(B,1,N,D)` or `(B,1,H)`; returns
-/// `attentionOut` with the query's shape. Forward-only under `Autodiff`. Without a mask, pse or
-/// int8 KV; [`incre_flash_attention_with`] takes those.
-///
-/// Unlike CANN, which ignores `kvPaddingSize` with a tensor list of several tensors, without
-/// `actualSeqLengths` or with a block table, this refuses those combinations with a typed
-/// error ([`IncreSpec::check_left_padding_applies`]).
-pub fn incre_flash_attention<B: AttentionBackend, const D: usize>(
-    query: Tensor<B, D>,
-    kv: IncreKv<FloatTensor<B>>,
-    spec: &IncreSpec,
-) -> Result<Tensor<B, D>> {
-    incre_flash_attention_with(IncreInputs::new(prim(query), kv), spec)
-}
-
-/// [`incre_flash_attention`] with the whole carrier: the optional `attenMask` (a float tensor
-/// holding 0/1, non-zero = masked), `pseShift` and `antiquantScale` / `antiquantOffset` (int8
-/// KV as float tensors holding the int8 values) are tensors like the query — on a device
-/// backend they stay on the device. `D`: the query's rank (the output's).
-pub fn incre_flash_attention_with<B: AttentionBackend, const D: usize>(
-    inputs: IncreInputs<FloatTensor<B>>,
-    spec: &IncreSpec,
-) -> Result<Tensor<B, D>> {
-    if spec.kv_padding_size.is_some() {
-        let dims = spec.validate(&crate::incre::composite::shapes::<B>(&inputs))?;
-        spec.check_left_padding_applies(&dims)?;
-    }
-    Ok(tensor(B::incre_fwd(inputs, spec)?))
-}
-
-/// `aclnnScatterPaKvCache`, functional: key `[T, N, Dk]` (and value `[T, N, Dv]`) into the
-/// rank-4 caches; returns the updated caches. Everything is validated before any write.
-pub fn scatter_pa_kv_cache<B: AttentionBackend>(
-    key: Tensor<B, 3>,
-    value: Option<Tensor<B, 3>>,
-    key_cache: Tensor<B, 4>,
-    value_cache: Option<Tensor<B, 4>>,
-    spec: &ScatterSpec,
-) -> Result<(Tensor<B, 4>, Option<Tensor<B, 4>>)> {
-    let out = B::scatter_kv(
-        ScatterInputs {
-            key: prim(key),
-            value: value.map(prim),
-            key_cache: prim(key_cache),
-            value_cache: value_cache.map(prim),
-        },
-        spec,
-    )?;
-    Ok((tensor(out.key_cache), out.value_cache.map(tensor)))
-}
-
-/// Burn-tensor constructors of [`FiaKv`] (the contract's carrier is generic over the tensor
-/// kind; these take `Tensor<B, K>` of any rank and keep its float primitive):
-/// `FiaKv::contiguous(key, value)` with this trait in scope.
-pub trait FiaKvFromTensors<B: Backend>: Sized {
-    /// Key/value in the input layout.
-    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self;
-
-    /// Paged caches `(blocknum, blockSize, H)` (`K = 3`) or `(blocknum, Nkv, blockSize, D)`
-    /// (`K = 4`); the spec carries the `blockTable`.
-    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self;
-}
-
-impl<B: Backend> FiaKvFromTensors<B> for FiaKv<FloatTensor<B>> {
-    fn contiguous<const K: usize>(key: Tensor<B, K>, value: Tensor<B, K>) -> Self {
-        Self::Contiguous {
-            key: prim(key),
-            value: prim(value),
-        }
-    }
-
-    fn paged<const K: usize>(key_cache: Tensor<B, K>, value_cache: Tensor<B, K>) -> Self {
-        Self::Paged {
-            key_cache: prim(key_cache),
-            value_cache: prim(value_cache),
-        }
-    }
-}
-
-/// `aclnnFusedInferAttentionScoreV4` (FIA): prefill (query S > 1) and decode (S = 1) in one op
-/// with GQA, paged KV, masks (sparse modes 0–4 with pre/next tokens), pseShift, left padding,
-/// int8 KV (antiquant), a learnable sink (`learnable_sink`, `[N]`) and the softmax LSE. Returns `attentionOut` (the
-/// query's rank `D`; D of value) and, with `spec.softmax_lse_flag`, `softmaxLse` of rank `L`:
-/// `[B, N, Q_S, 1]` (`L = 4`) or, for TND, `[T, N, 1]` (`L = 3`); f32 values, `+inf` for rows
-/// with nothing to attend. A different `L` is a typed error naming `softmaxLseFlag`.
-/// Forward-only under `Autodiff`. Without a mask tensor, pse or int8 KV;
-/// [`fused_infer_attention_with`] takes those.
-pub fn fused_infer_attention<B: AttentionBackend, const D: usize, const L: usize>(
-    query: Tensor<B, D>,
-    kv: FiaKv<FloatTensor<B>>,
-    learnable_sink: Option<Tensor<B, 1>>,
-    spec: &FiaSpec,
-) -> Result<(Tensor<B, D>, Option<Tensor<B, L>>)> {
-    fused_infer_attention_with(
-        FiaInputs::new(prim(query), kv, learnable_sink.map(prim)),
-        spec,
-    )
-}
-
-/// [`fused_infer_attention`] with the whole carrier: the dense `attenMask` (a float tensor
-/// holding 0/1, non-zero = masked, with [`crate::fia::FiaMask::Dense`]), `pseShift` and the
-/// antiquant scales / offsets (int8 KV as float tensors holding the int8 values) are tensors
-/// like the query — on a device backend they stay on the device. `D`: the query's rank,
-/// `L`: the LSE's.
-pub fn fused_infer_attention_with<B: AttentionBackend, const D: usize, const L: usize>(
-    inputs: FiaInputs<FloatTensor<B>>,
-    spec: &FiaSpec,
-) -> Result<(Tensor<B, D>, Option<Tensor<B, L>>)> {
-    let FiaOutputs {
-        attention_out,
-        softmax_lse,
-    } = B::fia_fwd(inputs, spec)?;
-    let lse = match softmax_lse {
-        Some(l) => {
-            let rank = burn::tensor::TensorMetadata::shape(&l).num_dims();
-            if rank != L {
-                return Err(crate::error::AttnError::invalid(
-                    "softmaxLseFlag",
-                    format!(
-                        "softmaxLse is rank {rank} for inputLayout {}, asked for rank {L}",
-                        spec.input_layout.as_attr()
-                    ),
-                ));
-            }
-            Some(tensor(l))
-        }
-        None => None,
-    };
-    Ok((tensor(attention_out), lse))
 }

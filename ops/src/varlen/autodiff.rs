@@ -1,11 +1,9 @@
 //! `Autodiff<B, C>`: the varlen forward is one graph node whose backward calls the inner
 //! backend's fused `varlen_bwd` (dq, dk, dv, dsink and, for a pse given as a tensor, dpse at
-//! once). Prompt attention, incremental
-//! attention, fused inference attention (FIA) and the cache scatter are inference ops: under `Autodiff` they run forward-only on
-//! the inner backend and their outputs are constants (no gradient reaches their inputs).
+//! once).
 //!
-//! This impl lives in the crate that defines [`AttentionBackend`] because Rust's orphan rule
-//! allows `impl AttentionBackend for Autodiff<B, C>` nowhere else.
+//! This impl lives in the crate that defines [`VarlenBackend`] because Rust's orphan rule
+//! allows `impl VarlenBackend for Autodiff<B, C>` nowhere else.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -15,16 +13,10 @@ use burn::backend::autodiff::{Autodiff, NodeId};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::FloatTensor;
 
-use crate::backend::{
-    AttentionBackend, FiaInputs, FiaOutputs, IncreInputs, PromptInputs, ScatterInputs,
-    ScatterOutputs, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+use super::{
+    VarlenBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs, VarlenSpec,
 };
 use crate::error::Result;
-use crate::fia::FiaSpec;
-use crate::incre::IncreSpec;
-use crate::prompt::PromptSpec;
-use crate::scatter::ScatterSpec;
-use crate::varlen::VarlenSpec;
 
 #[cfg(any(test, feature = "test-hooks"))]
 pub mod test_hooks {
@@ -41,13 +33,13 @@ struct VarlenBackward;
 
 /// Saved for the backward: checkpointed q, k, v, (sink), (pse), the outputs and the spec.
 #[derive(Debug, Clone)]
-struct VarlenState<B: AttentionBackend> {
-    inputs: burn_ascend_contract::varlen::VarlenInputs<NodeId>,
+struct VarlenState<B: VarlenBackend> {
+    inputs: VarlenInputs<NodeId>,
     outputs: VarlenOutputs<FloatTensor<B>>,
     spec: VarlenSpec,
 }
 
-impl<B: AttentionBackend> Backward<B, 5> for VarlenBackward {
+impl<B: VarlenBackend> Backward<B, 5> for VarlenBackward {
     type State = VarlenState<B>;
 
     fn backward(
@@ -98,7 +90,7 @@ impl<B: AttentionBackend> Backward<B, 5> for VarlenBackward {
 
 /// The varlen forward as one graph node with parents q, k, v, sink and pse (an absent sink or
 /// pse is an untracked placeholder parent that never receives a gradient).
-fn varlen_node<B: AttentionBackend, C: CheckpointStrategy>(
+fn varlen_node<B: VarlenBackend, C: CheckpointStrategy>(
     inputs: VarlenInputs<FloatTensor<Autodiff<B, C>>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenOutputs<FloatTensor<Autodiff<B, C>>>> {
@@ -149,7 +141,7 @@ fn varlen_node<B: AttentionBackend, C: CheckpointStrategy>(
     }
 }
 
-impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B, C> {
+impl<B: VarlenBackend, C: CheckpointStrategy> VarlenBackend for Autodiff<B, C> {
     /// A pse tensor becomes the node's fifth parent and receives `dpse`.
     fn varlen_fwd(
         inputs: VarlenInputs<FloatTensor<Self>>,
@@ -167,51 +159,5 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
         let c = <Self as AutodiffBackend>::from_inner;
         let g = B::varlen_bwd(inputs.map(i), spec)?;
         Ok(g.map(c))
-    }
-
-    /// Forward-only: runs on the inner backend and returns a constant (no gradient flows
-    /// through prompt attention; it is an inference op).
-    fn prompt_fwd(
-        inputs: PromptInputs<FloatTensor<Self>>,
-        spec: &PromptSpec,
-    ) -> Result<FloatTensor<Self>> {
-        let i = <Self as AutodiffBackend>::inner;
-        let out = B::prompt_fwd(inputs.map(i), spec)?;
-        Ok(<Self as AutodiffBackend>::from_inner(out))
-    }
-
-    /// Forward-only (a constant output), like [`AttentionBackend::prompt_fwd`].
-    fn incre_fwd(
-        inputs: IncreInputs<FloatTensor<Self>>,
-        spec: &IncreSpec,
-    ) -> Result<FloatTensor<Self>> {
-        let i = <Self as AutodiffBackend>::inner;
-        let out = B::incre_fwd(inputs.map(i), spec)?;
-        Ok(<Self as AutodiffBackend>::from_inner(out))
-    }
-
-    fn fia_sink_available(device: &Self::Device) -> bool {
-        B::fia_sink_available(device)
-    }
-
-    /// Forward-only (constant outputs), like [`AttentionBackend::prompt_fwd`]: FIA has no
-    /// backward in CANN.
-    fn fia_fwd(
-        inputs: FiaInputs<FloatTensor<Self>>,
-        spec: &FiaSpec,
-    ) -> Result<FiaOutputs<FloatTensor<Self>>> {
-        let i = <Self as AutodiffBackend>::inner;
-        let c = <Self as AutodiffBackend>::from_inner;
-        Ok(B::fia_fwd(inputs.map(i), spec)?.map(c))
-    }
-
-    /// Forward-only: the updated caches are constants.
-    fn scatter_kv(
-        inputs: ScatterInputs<FloatTensor<Self>>,
-        spec: &ScatterSpec,
-    ) -> Result<ScatterOutputs<FloatTensor<Self>>> {
-        let i = <Self as AutodiffBackend>::inner;
-        let c = <Self as AutodiffBackend>::from_inner;
-        Ok(B::scatter_kv(inputs.map(i), spec)?.map(c))
     }
 }

@@ -1,0 +1,62 @@
+//! `NdArray` runs the cache scatter on the CPU reference ([`cpu_scatter_kv`]) instead of the
+//! composite; other backends' host fallbacks call the same function.
+
+use burn::backend::ndarray::{
+    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
+};
+use burn::backend::NdArray;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+
+use burn_ascend_contract::DataType;
+
+use super::{composite, scatter_host, ScatterBackend, ScatterInputs, ScatterOutputs, ScatterSpec};
+use crate::common::shapes;
+use crate::error::Result;
+use crate::host::{from_vec, to_vec};
+
+impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> ScatterBackend
+    for NdArray<E, I, Q>
+where
+    NdArrayTensor: From<SharedArray<E>>,
+    NdArrayTensor: From<SharedArray<I>>,
+{
+    fn scatter_kv(
+        inputs: ScatterInputs<FloatTensor<Self>>,
+        spec: &ScatterSpec,
+    ) -> Result<ScatterOutputs<FloatTensor<Self>>> {
+        cpu_scatter_kv::<Self>(inputs, spec)
+    }
+}
+
+/// The cache scatter on host memory through the CPU reference (f32 caches; other dtypes take
+/// the composite so that PA_NZ's `32 / sizeof(dtype)` stays the caches').
+pub fn cpu_scatter_kv<B: Backend>(
+    inputs: ScatterInputs<FloatTensor<B>>,
+    spec: &ScatterSpec,
+) -> Result<ScatterOutputs<FloatTensor<B>>> {
+    let call = shapes::scatter(&inputs);
+    let dims = spec.validate(&call)?;
+    if call.dtypes.iter().flatten().any(|&d| d != DataType::Float) {
+        return composite::scatter_kv::<B>(inputs, spec);
+    }
+    let device = B::float_device(&inputs.key);
+    let kc_shape = call.key_cache.clone();
+    let key = to_vec::<B>(inputs.key);
+    let value = inputs.value.map(to_vec::<B>);
+    let mut kc = to_vec::<B>(inputs.key_cache);
+    let vc_shape = call.value_cache.clone();
+    let mut vc = inputs.value_cache.map(to_vec::<B>);
+    scatter_host(
+        spec,
+        &dims,
+        &key,
+        value.as_deref(),
+        &mut kc,
+        vc.as_deref_mut(),
+    )?;
+    Ok(ScatterOutputs {
+        key_cache: from_vec::<B>(kc, &kc_shape, &device),
+        value_cache: vc.map(|v| from_vec::<B>(v, &vc_shape.expect("present"), &device)),
+    })
+}
