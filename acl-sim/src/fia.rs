@@ -13,7 +13,6 @@
 //! it: BFLOAT16 on FIA v3, the query's on 9.x's TND split-fuse path (issue 30).
 
 use std::cell::Cell;
-use std::ffi::c_char;
 use std::sync::Arc;
 
 use burn_ascend_cann::acl::ffi::*;
@@ -31,7 +30,7 @@ use crate::state::{
 };
 use crate::wire::{
     check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, unsupported,
-    IA, SIM_WORKSPACE, T, TL,
+    IA, SIM_WORKSPACE, TL,
 };
 
 thread_local! {
@@ -256,7 +255,7 @@ fn decode(
     )
     .map_err(contract)?;
     // FLOAT16 / BFLOAT16 / INT8 query, never FLOAT (`fused_infer_attention_score_def.cpp`).
-    half_query(&t.q, "aclnnFusedInferAttentionScoreV4", true)?;
+    half_query(&t.q, names::fia_v4, true)?;
     let int8 = t.k.dtype == DataType::Int8;
     for (x, name) in [(&t.k, "key"), (&t.v, "value")] {
         if (x.dtype != t.q.dtype && x.dtype != DataType::Int8) || x.dtype != t.k.dtype {
@@ -435,56 +434,56 @@ fn decode(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(move || call.run()), ws, ex) }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn fia_v4(
-    query: T,
-    key: TL,
-    value: TL,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    actual_seq_lengths_kv: IA,
-    deq_scale1: T,
-    quant_scale1: T,
-    deq_scale2: T,
-    quant_scale2: T,
-    quant_offset2: T,
-    antiquant_scale: T,
-    antiquant_offset: T,
-    block_table: T,
-    query_padding_size: T,
-    kv_padding_size: T,
-    key_antiquant_scale: T,
-    key_antiquant_offset: T,
-    value_antiquant_scale: T,
-    value_antiquant_offset: T,
-    key_shared_prefix: T,
-    value_shared_prefix: T,
-    actual_shared_prefix_len: IA,
-    query_rope: T,
-    key_rope: T,
-    key_rope_antiquant_scale: T,
-    dequant_scale_query: T,
-    learnable_sink: T,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    sparse_mode: i64,
-    inner_precise: i64,
-    block_size: i64,
-    antiquant_mode: i64,
-    softmax_lse_flag: bool,
-    key_antiquant_mode: i64,
-    value_antiquant_mode: i64,
-    query_quant_mode: i64,
-    attention_out: T,
-    softmax_lse: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(fia_v4, |params| {
+    let FiaV4Params {
+        query,
+        key,
+        value,
+        pse_shift,
+        atten_mask,
+        actual_seq_lengths,
+        actual_seq_lengths_kv,
+        deq_scale1,
+        quant_scale1,
+        deq_scale2,
+        quant_scale2,
+        quant_offset2,
+        antiquant_scale,
+        antiquant_offset,
+        block_table,
+        query_padding_size,
+        kv_padding_size,
+        key_antiquant_scale,
+        key_antiquant_offset,
+        value_antiquant_scale,
+        value_antiquant_offset,
+        key_shared_prefix,
+        value_shared_prefix,
+        actual_shared_prefix_len,
+        query_rope,
+        key_rope,
+        key_rope_antiquant_scale,
+        dequant_scale_query,
+        learnable_sink,
+        num_heads,
+        scale_value,
+        pre_tokens,
+        next_tokens,
+        input_layout,
+        num_key_value_heads,
+        sparse_mode,
+        inner_precise,
+        block_size,
+        antiquant_mode,
+        softmax_lse_flag,
+        key_antiquant_mode,
+        value_antiquant_mode,
+        query_quant_mode,
+        attention_out,
+        softmax_lse,
+        workspace_size,
+        executor,
+    } = params;
     state::guard(|| {
         if [deq_scale1, quant_scale1, deq_scale2, dequant_scale_query]
             .iter()
@@ -556,43 +555,43 @@ pub(crate) unsafe extern "C" fn fia_v4(
             executor,
         )
     })
-}
+});
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn fia_base(
-    query: T,
-    key: TL,
-    value: TL,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    actual_seq_lengths_kv: IA,
-    deq_scale1: T,
-    quant_scale1: T,
-    deq_scale2: T,
-    quant_scale2: T,
-    quant_offset2: T,
-    antiquant_scale: T,
-    antiquant_offset: T,
-    block_table: T,
-    query_padding_size: T,
-    kv_padding_size: T,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    sparse_mode: i64,
-    inner_precise: i64,
-    block_size: i64,
-    antiquant_mode: i64,
-    softmax_lse_flag: bool,
-    attention_out: T,
-    softmax_lse: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(fia_base, |params| {
+    let FiaParams {
+        query,
+        key,
+        value,
+        pse_shift,
+        atten_mask,
+        actual_seq_lengths,
+        actual_seq_lengths_kv,
+        deq_scale1,
+        quant_scale1,
+        deq_scale2,
+        quant_scale2,
+        quant_offset2,
+        antiquant_scale,
+        antiquant_offset,
+        block_table,
+        query_padding_size,
+        kv_padding_size,
+        num_heads,
+        scale_value,
+        pre_tokens,
+        next_tokens,
+        input_layout,
+        num_key_value_heads,
+        sparse_mode,
+        inner_precise,
+        block_size,
+        antiquant_mode,
+        softmax_lse_flag,
+        attention_out,
+        softmax_lse,
+        workspace_size,
+        executor,
+    } = params;
     state::guard(|| {
         if [
             deq_scale1,
@@ -649,4 +648,4 @@ pub(crate) unsafe extern "C" fn fia_base(
             executor,
         )
     })
-}
+});

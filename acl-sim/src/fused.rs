@@ -19,7 +19,7 @@ use burn_ascend_kernels::reference::fused as reference;
 use crate::state::{
     self, c_str, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
 };
-use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE, T};
+use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE};
 
 type Ws = *mut u64;
 type Ex = *mut *mut AclOpExecutor;
@@ -101,15 +101,16 @@ fn submit(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(crate) unsafe extern "C" fn rms_norm(
-    x: T,
-    gamma: T,
-    epsilon: f64,
-    y_out: T,
-    rstd_out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(rms_norm, |params| {
+    let RmsNormParams {
+        x,
+        gamma,
+        epsilon,
+        y_out,
+        rstd_out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::rms_norm;
     state::guard(|| {
         let x = required(x, "x")?;
@@ -149,19 +150,19 @@ pub(crate) unsafe extern "C" fn rms_norm(
             ex,
         )
     })
-}
+});
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn rms_norm_grad(
-    dy: T,
-    x: T,
-    rstd: T,
-    gamma: T,
-    dx_out: T,
-    dgamma_out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(rms_norm_grad, |params| {
+    let RmsNormGradParams {
+        dy,
+        x,
+        rstd,
+        gamma,
+        dx_out,
+        dgamma_out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::rms_norm_grad;
     state::guard(|| {
         let dy = required(dy, "dy")?;
@@ -205,17 +206,18 @@ pub(crate) unsafe extern "C" fn rms_norm_grad(
             ex,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn rotary_position_embedding(
-    x: T,
-    cos: T,
-    sin: T,
-    mode: i64,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(rotary_position_embedding, |params| {
+    let RotaryPositionEmbeddingParams {
+        x,
+        cos,
+        sin,
+        mode,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::rotary_position_embedding;
     state::guard(|| {
         let x = required(x, "x")?;
@@ -247,7 +249,7 @@ pub(crate) unsafe extern "C" fn rotary_position_embedding(
             ex,
         )
     })
-}
+});
 
 /// Without `xOptional`, `dcosOut` / `dsinOut` are not written: they must be empty (the docs'
 /// example passes `[1, 1, 1, 0]`) or `cos`-shaped.
@@ -262,19 +264,19 @@ fn unused_table_out(op: &str, t: &SimTensor, name: &str, cos: &[usize]) -> SimRe
     }
 }
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn rotary_position_embedding_grad(
-    dy: T,
-    cos: T,
-    sin: T,
-    x_optional: T,
-    mode: i64,
-    dx_out: T,
-    dcos_out: T,
-    dsin_out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(rotary_position_embedding_grad, |params| {
+    let RotaryPositionEmbeddingGradParams {
+        dy,
+        cos,
+        sin,
+        x_optional,
+        mode,
+        dx_out,
+        dcos_out,
+        dsin_out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::rotary_position_embedding_grad;
     state::guard(|| {
         let dy = required(dy, "dy")?;
@@ -335,9 +337,16 @@ pub(crate) unsafe extern "C" fn rotary_position_embedding_grad(
             ex,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn swi_glu(x: T, dim: i64, out: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(swi_glu, |params| {
+    let SwiGluParams {
+        x,
+        dim_optional: dim,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::swi_glu;
     state::guard(|| {
         let x = required(x, "x")?;
@@ -358,16 +367,17 @@ pub(crate) unsafe extern "C" fn swi_glu(x: T, dim: i64, out: T, ws: Ws, ex: Ex) 
             ex,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn swi_glu_grad(
-    y_grad: T,
-    x: T,
-    dim: i64,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(swi_glu_grad, |params| {
+    let SwiGluGradParams {
+        y_grad,
+        x,
+        dim_optional: dim,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::swi_glu_grad;
     state::guard(|| {
         let dy = required(y_grad, "yGrad")?;
@@ -397,7 +407,7 @@ pub(crate) unsafe extern "C" fn swi_glu_grad(
             ex,
         )
     })
-}
+});
 
 /// `reductionOptional`: only "mean" is modelled.
 ///
@@ -422,23 +432,23 @@ fn targets(t: &SimTensor, c: usize, ignore_index: i64) -> SimResult<Vec<i64>> {
     Ok(v)
 }
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn cross_entropy_loss(
-    input: T,
-    target: T,
-    weight_optional: T,
-    reduction_optional: *mut c_char,
-    ignore_index: i64,
-    label_smoothing: f64,
-    lse_square_scale_for_zloss: f64,
-    return_zloss: bool,
-    loss_out: T,
-    log_prob_out: T,
-    zloss_out: T,
-    lse_for_zloss_out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(cross_entropy_loss, |params| {
+    let CrossEntropyLossParams {
+        input,
+        target,
+        weight_optional,
+        reduction_optional,
+        ignore_index,
+        label_smoothing,
+        lse_square_scale_for_zloss,
+        return_zloss,
+        loss_out,
+        log_prob_out,
+        zloss_out,
+        lse_for_zloss_out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::cross_entropy_loss;
     state::guard(|| {
         let x = required(input, "input")?;
@@ -492,24 +502,24 @@ pub(crate) unsafe extern "C" fn cross_entropy_loss(
             ex,
         )
     })
-}
+});
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn cross_entropy_loss_grad(
-    grad_loss: T,
-    log_prob: T,
-    target: T,
-    weight_optional: T,
-    grad_zloss_optional: T,
-    lse_for_zloss_optional: T,
-    reduction_optional: *mut c_char,
-    ignore_index: i64,
-    label_smoothing: f64,
-    lse_square_scale_for_zloss: f64,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(cross_entropy_loss_grad, |params| {
+    let CrossEntropyLossGradParams {
+        grad_loss,
+        log_prob,
+        target,
+        weight_optional,
+        grad_zloss_optional,
+        lse_for_zloss_optional,
+        reduction_optional,
+        ignore_index,
+        label_smoothing,
+        lse_square_scale_for_zloss,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::cross_entropy_loss_grad;
     state::guard(|| {
         let g = required(grad_loss, "gradLoss")?;
@@ -564,4 +574,4 @@ pub(crate) unsafe extern "C" fn cross_entropy_loss_grad(
             ex,
         )
     })
-}
+});

@@ -29,7 +29,6 @@ use crate::wire::{encode_f64, floats, ints};
 const SIM_WORKSPACE: u64 = 1024;
 const OP: &str = names::grouped_matmul_v4;
 
-type T = *const AclTensor;
 type TL = *const AclTensorList;
 
 /// The one tensor of a required single-tensor list.
@@ -115,30 +114,30 @@ fn sizes(list: &[i64], kind: GroupListType, total: usize) -> SimResult<Vec<usize
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn grouped_matmul_v4(
-    x: TL,
-    weight: TL,
-    bias: TL,
-    scale: TL,
-    offset: TL,
-    antiquant_scale: TL,
-    antiquant_offset: TL,
-    per_token_scale: TL,
-    group_list: T,
-    activation_input: TL,
-    activation_quant_scale: TL,
-    activation_quant_offset: TL,
-    split_item: i64,
-    group_type: i64,
-    group_list_type: i64,
-    act_type: i64,
-    out: TL,
-    activation_feature_out: TL,
-    dyn_quant_scale_out: TL,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(grouped_matmul_v4, |params| {
+    let GroupedMatmulV4Params {
+        x,
+        weight,
+        bias,
+        scale,
+        offset,
+        antiquant_scale,
+        antiquant_offset,
+        per_token_scale,
+        group_list,
+        activation_input,
+        activation_quant_scale,
+        activation_quant_offset,
+        split_item,
+        group_type,
+        group_list_type,
+        act_type,
+        out,
+        activation_feature_out,
+        dyn_quant_scale_out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| {
         let x = single(x, "x")?;
         let w = single(weight, "weight")?;
@@ -305,4 +304,4 @@ pub(crate) unsafe extern "C" fn grouped_matmul_v4(
         // SAFETY: the out-pointers come from the caller per the prototype.
         unsafe { new_executor(OP, SIM_WORKSPACE, Box::new(job), ws, ex) }
     })
-}
+});

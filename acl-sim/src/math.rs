@@ -187,64 +187,69 @@ fn binary_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(crate) unsafe extern "C" fn add(
-    self_: T,
-    other: T,
-    alpha: *const AclScalar,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(add, |params| {
+    let BinaryAlphaParams {
+        self_,
+        other,
+        alpha,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| {
         let alpha = scalar(alpha, &format!("{}: alpha", names::add))?;
         binary_ws(names::add, Bin::Add, self_, other, Some(alpha), out, ws, ex)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn sub(
-    self_: T,
-    other: T,
-    alpha: *const AclScalar,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(sub, |params| {
+    let BinaryAlphaParams {
+        self_,
+        other,
+        alpha,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| {
         let alpha = scalar(alpha, &format!("{}: alpha", names::sub))?;
         binary_ws(names::sub, Bin::Sub, self_, other, Some(alpha), out, ws, ex)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn mul(
-    self_: T,
-    other: T,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(mul, |params| {
+    let BinaryParams {
+        self_,
+        other,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| binary_ws(names::mul, Bin::Mul, self_, other, None, out, ws, ex))
-}
+});
 
-pub(crate) unsafe extern "C" fn div(
-    self_: T,
-    other: T,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(div, |params| {
+    let BinaryParams {
+        self_,
+        other,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| binary_ws(names::div, Bin::Div, self_, other, None, out, ws, ex))
-}
+});
 
 // ---- matmul -----------------------------------------------------------------------------------
 
-pub(crate) unsafe extern "C" fn matmul(
-    self_: T,
-    mat2: T,
-    out: T,
-    cube_math_type: i8,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(matmul, |params| {
+    let MatmulParams {
+        self_,
+        mat2,
+        out,
+        cube_math_type,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::matmul;
     guard(|| {
         let a = required(self_, "self")?;
@@ -318,7 +323,7 @@ pub(crate) unsafe extern "C" fn matmul(
         // SAFETY: the out-pointers come from the caller per the prototype.
         unsafe { new_executor(OP, SIM_WORKSPACE, Box::new(job), ws, ex) }
     })
-}
+});
 
 // ---- scalar, unary, reductions ------------------------------------------------------------
 
@@ -354,14 +359,15 @@ fn unary_ws(
 /// `aclnn<Op>`'s first stage, named by its table field, computing `$f` per element.
 macro_rules! unary {
     ($field:ident, $f:expr) => {
-        pub(crate) unsafe extern "C" fn $field(
-            self_: T,
-            out: T,
-            ws: *mut u64,
-            ex: *mut *mut AclOpExecutor,
-        ) -> AclStatus {
+        first_stage!($field, |params| {
+            let UnaryParams {
+                self_,
+                out,
+                workspace_size: ws,
+                executor: ex,
+            } = params;
             guard(|| unary_ws(names::$field, $f, self_, out, ws, ex))
-        }
+        });
     };
 }
 
@@ -412,46 +418,49 @@ fn scalar_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(crate) unsafe extern "C" fn adds(
-    self_: T,
-    other: *const AclScalar,
-    alpha: *const AclScalar,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(adds, |params| {
+    let ScalarAlphaParams {
+        self_,
+        other,
+        alpha,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| {
         let other = scalar(other, &format!("{}: other", names::adds))?;
         let alpha = scalar(alpha, &format!("{}: alpha", names::adds))?;
         scalar_ws(names::adds, self_, other, Some(alpha), out, ws, ex)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn muls(
-    self_: T,
-    other: *const AclScalar,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(muls, |params| {
+    let ScalarParams {
+        self_,
+        other,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| {
         let other = scalar(other, &format!("{}: other", names::muls))?;
         scalar_ws(names::muls, self_, other, None, out, ws, ex)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn divs(
-    self_: T,
-    other: *const AclScalar,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(divs, |params| {
+    let ScalarParams {
+        self_,
+        other,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| {
         let other = scalar(other, &format!("{}: other", names::divs))?;
         scalar_ws(names::divs, self_, other, None, out, ws, ex)
     })
-}
+});
 
 /// Sum or mean over `dim` (an int array; negative dims count from the end).
 #[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
@@ -535,15 +544,16 @@ fn reduce_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(crate) unsafe extern "C" fn reduce_sum(
-    self_: T,
-    dim: *const AclIntArray,
-    keep_dim: bool,
-    dtype: i32,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(reduce_sum, |params| {
+    let ReduceParams {
+        self_,
+        dim,
+        keep_dim,
+        dtype,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| {
         reduce_ws(
             names::reduce_sum,
@@ -557,19 +567,20 @@ pub(crate) unsafe extern "C" fn reduce_sum(
             ex,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn mean(
-    self_: T,
-    dim: *const AclIntArray,
-    keep_dim: bool,
-    dtype: i32,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(mean, |params| {
+    let ReduceParams {
+        self_,
+        dim,
+        keep_dim,
+        dtype,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| reduce_ws(names::mean, true, self_, dim, keep_dim, dtype, out, ws, ex))
-}
+});
 
 unary!(exp, f32::exp);
 unary!(log, f32::ln);

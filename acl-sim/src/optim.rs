@@ -16,10 +16,7 @@ use burn_ascend_contract::optim::{validate, AdamWHyper};
 use burn_ascend_kernels::reference::optim as reference;
 
 use crate::state::{self, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor};
-use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE, T};
-
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
+use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE};
 
 const FLOAT3: &[DataType] = &[DataType::Float, DataType::Float16, DataType::Bf16];
 
@@ -33,24 +30,24 @@ fn f64s(t: &SimTensor, name: &str) -> SimResult<Vec<f64>> {
     Ok(floats(t, name)?.into_iter().map(f64::from).collect())
 }
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn apply_adam_w_v2(
-    var_ref: T,
-    m_ref: T,
-    v_ref: T,
-    max_grad_norm_optional_ref: T,
-    grad: T,
-    step: T,
-    lr: f32,
-    beta1: f32,
-    beta2: f32,
-    weight_decay: f32,
-    eps: f32,
-    amsgrad: bool,
-    maximize: bool,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(apply_adam_w_v2, |params| {
+    let ApplyAdamWV2Params {
+        var_ref,
+        m_ref,
+        v_ref,
+        max_grad_norm_optional_ref,
+        grad,
+        step,
+        lr,
+        beta1,
+        beta2,
+        weight_decay,
+        eps,
+        amsgrad,
+        maximize,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::apply_adam_w_v2;
     state::guard(|| {
         let var = required(var_ref, "varRef")?;
@@ -134,4 +131,4 @@ pub(crate) unsafe extern "C" fn apply_adam_w_v2(
         // SAFETY: the out-pointers come from the caller per the op's prototype.
         unsafe { new_executor(OP, SIM_WORKSPACE, Box::new(job), ws, ex) }
     })
-}
+});

@@ -98,24 +98,26 @@ fn compare_scalar(
 /// The first stages of a comparison's tensor and scalar ops, named by their table fields.
 macro_rules! compare {
     ($t:ident, $s:ident, $c:expr) => {
-        pub(crate) unsafe extern "C" fn $t(
-            self_: T,
-            other: T,
-            out: T,
-            ws: Ws,
-            ex: Ex,
-        ) -> AclStatus {
+        first_stage!($t, |params| {
+            let BinaryParams {
+                self_,
+                other,
+                out,
+                workspace_size: ws,
+                executor: ex,
+            } = params;
             guard(|| compare_tensor(names::$t, $c, self_, other, out, ws, ex))
-        }
-        pub(crate) unsafe extern "C" fn $s(
-            self_: T,
-            other: S,
-            out: T,
-            ws: Ws,
-            ex: Ex,
-        ) -> AclStatus {
+        });
+        first_stage!($s, |params| {
+            let ScalarParams {
+                self_,
+                other,
+                out,
+                workspace_size: ws,
+                executor: ex,
+            } = params;
             guard(|| compare_scalar(names::$s, $c, self_, other, out, ws, ex))
-        }
+        });
     };
 }
 
@@ -128,14 +130,15 @@ compare!(le_tensor, le_scalar, Cmp::Le);
 
 // ---- masks, copy, logic -----------------------------------------------------------------------
 
-pub(crate) unsafe extern "C" fn s_where(
-    condition: T,
-    self_: T,
-    other: T,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(s_where, |params| {
+    let SWhereParams {
+        condition,
+        self_,
+        other,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::s_where;
     guard(|| {
         let c = required(condition, "condition")?;
@@ -168,15 +171,16 @@ pub(crate) unsafe extern "C" fn s_where(
             ex,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn inplace_masked_fill_scalar(
-    self_ref: T,
-    mask: T,
-    value: S,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(inplace_masked_fill_scalar, |params| {
+    let InplaceMaskedFillScalarParams {
+        self_ref,
+        mask,
+        value,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::inplace_masked_fill_scalar;
     guard(|| {
         let a = required(self_ref, "selfRef")?;
@@ -206,14 +210,15 @@ pub(crate) unsafe extern "C" fn inplace_masked_fill_scalar(
             ex,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn inplace_fill_scalar(
-    self_ref: T,
-    value: S,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(inplace_fill_scalar, |params| {
+    let InplaceFillScalarParams {
+        self_ref,
+        value,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::inplace_fill_scalar;
     guard(|| {
         let a = required(self_ref, "selfRef")?;
@@ -226,9 +231,15 @@ pub(crate) unsafe extern "C" fn inplace_fill_scalar(
             ex,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn logical_not(self_: T, out: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(logical_not, |params| {
+    let UnaryParams {
+        self_,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::logical_not;
     guard(|| {
         let a = required(self_, "self")?;
@@ -249,7 +260,7 @@ pub(crate) unsafe extern "C" fn logical_not(self_: T, out: T, ws: Ws, ex: Ex) ->
             ex,
         )
     })
-}
+});
 
 fn logical(
     op: &'static str,
@@ -290,26 +301,35 @@ fn logical(
     )
 }
 
-pub(crate) unsafe extern "C" fn logical_and(
-    self_: T,
-    other: T,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(logical_and, |params| {
+    let BinaryParams {
+        self_,
+        other,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| logical(names::logical_and, true, self_, other, out, ws, ex))
-}
-pub(crate) unsafe extern "C" fn logical_or(
-    self_: T,
-    other: T,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+});
+first_stage!(logical_or, |params| {
+    let BinaryParams {
+        self_,
+        other,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| logical(names::logical_or, false, self_, other, out, ws, ex))
-}
+});
 
-pub(crate) unsafe extern "C" fn cast(self_: T, dtype: i32, out: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(cast, |params| {
+    let CastParams {
+        self_,
+        dtype,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::cast;
     guard(|| {
         let a = required(self_, "self")?;
@@ -330,4 +350,4 @@ pub(crate) unsafe extern "C" fn cast(self_: T, dtype: i32, out: T, ws: Ws, ex: E
             ex,
         )
     })
-}
+});

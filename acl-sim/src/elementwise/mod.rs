@@ -22,18 +22,6 @@ pub(crate) mod random;
 mod reduce;
 mod unary;
 
-pub(crate) use compare::{
-    cast, eq_scalar, eq_tensor, ge_scalar, ge_tensor, gt_scalar, gt_tensor, inplace_fill_scalar,
-    inplace_masked_fill_scalar, le_scalar, le_tensor, logical_and, logical_not, logical_or,
-    lt_scalar, lt_tensor, ne_scalar, ne_tensor, s_where,
-};
-pub(crate) use random::{inplace_bernoulli, inplace_normal, inplace_uniform};
-pub(crate) use reduce::{amax, amin, arg_max, arg_min, max_dim, min_dim};
-pub(crate) use unary::{
-    clamp, clamp_max, clamp_min, cos, erf, gelu_v2, neg, pow_tensor_scalar, reciprocal, relu,
-    sigmoid, sin,
-};
-
 type T = *const AclTensor;
 type S = *const AclScalar;
 type Ws = *mut u64;

@@ -82,16 +82,16 @@ fn fill(
     )
 }
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn inplace_uniform(
-    self_ref: T,
-    from: f64,
-    to: f64,
-    seed: u64,
-    offset: u64,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(inplace_uniform, |params| {
+    let InplaceUniformParams {
+        self_ref,
+        from,
+        to,
+        seed,
+        offset,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::inplace_uniform;
     guard(|| {
         if !(from.is_finite() && to.is_finite() && from <= to) {
@@ -112,17 +112,18 @@ pub(crate) unsafe extern "C" fn inplace_uniform(
         };
         fill(OP, self_ref, FLOATS, f, ws, ex)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn inplace_normal(
-    self_ref: T,
-    mean: f32,
-    std: f32,
-    seed: i64,
-    offset: i64,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(inplace_normal, |params| {
+    let InplaceNormalParams {
+        self_ref,
+        mean,
+        std,
+        seed,
+        offset,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::inplace_normal;
     guard(|| {
         if !(std >= 0.0 && std.is_finite() && mean.is_finite()) {
@@ -141,16 +142,17 @@ pub(crate) unsafe extern "C" fn inplace_normal(
         };
         fill(OP, self_ref, FLOATS, f, ws, ex)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn inplace_bernoulli(
-    self_ref: T,
-    prob: S,
-    seed: i64,
-    offset: i64,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(inplace_bernoulli, |params| {
+    let InplaceBernoulliParams {
+        self_ref,
+        prob,
+        seed,
+        offset,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::inplace_bernoulli;
     guard(|| {
         let p = scalar(prob, &format!("{OP}: prob"))?;
@@ -163,4 +165,4 @@ pub(crate) unsafe extern "C" fn inplace_bernoulli(
         };
         fill(OP, self_ref, REAL, f, ws, ex)
     })
-}
+});

@@ -63,15 +63,16 @@ fn dim_with_indices(
     )
 }
 
-pub(crate) unsafe extern "C" fn max_dim(
-    self_: T,
-    dim: i64,
-    keepdim: bool,
-    out: T,
-    indices: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(max_dim, |params| {
+    let DimWithIndicesParams {
+        self_,
+        dim,
+        keepdim,
+        out,
+        indices,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| {
         dim_with_indices(
             names::max_dim,
@@ -85,16 +86,17 @@ pub(crate) unsafe extern "C" fn max_dim(
             ex,
         )
     })
-}
-pub(crate) unsafe extern "C" fn min_dim(
-    self_: T,
-    dim: i64,
-    keepdim: bool,
-    out: T,
-    indices: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+});
+first_stage!(min_dim, |params| {
+    let DimWithIndicesParams {
+        self_,
+        dim,
+        keepdim,
+        out,
+        indices,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| {
         dim_with_indices(
             names::min_dim,
@@ -108,7 +110,7 @@ pub(crate) unsafe extern "C" fn min_dim(
             ex,
         )
     })
-}
+});
 
 #[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
 fn arg(
@@ -144,26 +146,28 @@ fn arg(
     )
 }
 
-pub(crate) unsafe extern "C" fn arg_max(
-    self_: T,
-    dim: i64,
-    keepdim: bool,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(arg_max, |params| {
+    let ArgParams {
+        self_,
+        dim,
+        keepdim,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| arg(names::arg_max, true, self_, dim, keepdim, out, ws, ex))
-}
-pub(crate) unsafe extern "C" fn arg_min(
-    self_: T,
-    dim: i64,
-    keepdim: bool,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+});
+first_stage!(arg_min, |params| {
+    let ArgParams {
+        self_,
+        dim,
+        keepdim,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| arg(names::arg_min, false, self_, dim, keepdim, out, ws, ex))
-}
+});
 
 #[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
 fn amax_amin(
@@ -215,23 +219,25 @@ fn amax_amin(
     )
 }
 
-pub(crate) unsafe extern "C" fn amax(
-    self_: T,
-    dim: *const AclIntArray,
-    keep: bool,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(amax, |params| {
+    let AmaxParams {
+        self_,
+        dim,
+        keep_dim: keep,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| amax_amin(names::amax, true, self_, dim, keep, out, ws, ex))
-}
-pub(crate) unsafe extern "C" fn amin(
-    self_: T,
-    dim: *const AclIntArray,
-    keep: bool,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+});
+first_stage!(amin, |params| {
+    let AmaxParams {
+        self_,
+        dim,
+        keep_dim: keep,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     guard(|| amax_amin(names::amin, false, self_, dim, keep, out, ws, ex))
-}
+});

@@ -68,9 +68,15 @@ fn unary_map(
 /// `$allowed`.
 macro_rules! unary {
     ($field:ident, $allowed:expr, $f:expr) => {
-        pub(crate) unsafe extern "C" fn $field(self_: T, out: T, ws: Ws, ex: Ex) -> AclStatus {
+        first_stage!($field, |params| {
+            let UnaryParams {
+                self_,
+                out,
+                workspace_size: ws,
+                executor: ex,
+            } = params;
             guard(|| unary_map(names::$field, $allowed, $f, self_, out, ws, ex))
-        }
+        });
     };
 }
 
@@ -97,7 +103,14 @@ unary!(sin, FLOATS, f64::sin);
 unary!(cos, FLOATS, f64::cos);
 unary!(erf, FLOATS, erf_f64);
 
-pub(crate) unsafe extern "C" fn gelu_v2(x: T, approximate: i64, y: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(gelu_v2, |params| {
+    let GeluV2Params {
+        x,
+        approximate,
+        y,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::gelu_v2;
     guard(|| {
         let f = match approximate {
@@ -111,7 +124,7 @@ pub(crate) unsafe extern "C" fn gelu_v2(x: T, approximate: i64, y: T, ws: Ws, ex
         };
         unary_map(OP, &FLOATS[..3], f, x, y, ws, ex)
     })
-}
+});
 
 fn scalar_map(
     op: &'static str,
@@ -125,28 +138,30 @@ fn scalar_map(
     unary_map(op, allowed, f, self_, out, ws, ex)
 }
 
-pub(crate) unsafe extern "C" fn pow_tensor_scalar(
-    self_: T,
-    exponent: S,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(pow_tensor_scalar, |params| {
+    let ScalarParams {
+        self_,
+        other: exponent,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::pow_tensor_scalar;
     guard(|| {
         let e = scalar(exponent, &format!("{OP}: exponent"))?;
         scalar_map(OP, FLOATS, move |x| x.powf(e), self_, out, ws, ex)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn clamp(
-    self_: T,
-    min: S,
-    max: S,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(clamp, |params| {
+    let ClampParams {
+        self_,
+        clip_value_min: min,
+        clip_value_max: max,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::clamp;
     guard(|| {
         // Either bound may be null (not both), as in CANN.
@@ -176,7 +191,7 @@ pub(crate) unsafe extern "C" fn clamp(
             ex,
         )
     })
-}
+});
 
 /// `min(max(x, lo), hi)`, NaN kept.
 fn clamp_value(x: f64, lo: Option<f64>, hi: Option<f64>) -> f64 {
@@ -194,7 +209,14 @@ fn clamp_value(x: f64, lo: Option<f64>, hi: Option<f64>) -> f64 {
     y
 }
 
-pub(crate) unsafe extern "C" fn clamp_min(self_: T, min: S, out: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(clamp_min, |params| {
+    let ScalarParams {
+        self_,
+        other: min,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::clamp_min;
     guard(|| {
         let lo = scalar(min, &format!("{OP}: clipValueMin"))?;
@@ -208,9 +230,16 @@ pub(crate) unsafe extern "C" fn clamp_min(self_: T, min: S, out: T, ws: Ws, ex: 
             ex,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn clamp_max(self_: T, max: S, out: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(clamp_max, |params| {
+    let ScalarParams {
+        self_,
+        other: max,
+        out,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::clamp_max;
     guard(|| {
         let hi = scalar(max, &format!("{OP}: clipValueMax"))?;
@@ -224,4 +253,4 @@ pub(crate) unsafe extern "C" fn clamp_max(self_: T, max: S, out: T, ws: Ws, ex: 
             ex,
         )
     })
-}
+});

@@ -302,48 +302,48 @@ fn dsink_partials<W: Wire>(
     Ok(ws)
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn varlen_grad_v5(
-    query: T,
-    query_rope: T,
-    key: T,
-    key_rope: T,
-    value: T,
-    dy: T,
-    pse_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    softmax_max: T,
-    softmax_sum: T,
-    softmax_in: T,
-    attention_in: T,
-    sink_in: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    q_start_idx: IA,
-    kv_start_idx: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    pse_type: i64,
-    softmax_in_layout: *mut c_char,
-    dq_out: T,
-    _dq_rope_out: T,
-    dk_out: T,
-    _dk_rope_out: T,
-    dv_out: T,
-    dpse_out: T,
-    dsink_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(varlen_grad_v5, |params| {
+    let VarlenGradV5Params {
+        query,
+        query_rope,
+        key,
+        key_rope,
+        value,
+        dy,
+        pse_shift,
+        drop_mask,
+        padding_mask,
+        atten_mask,
+        softmax_max,
+        softmax_sum,
+        softmax_in,
+        attention_in,
+        sink_in,
+        prefix,
+        actual_seq_q_len,
+        actual_seq_kv_len,
+        q_start_idx,
+        kv_start_idx,
+        scale_value,
+        keep_prob,
+        pre_tokens,
+        next_tokens,
+        head_num,
+        input_layout,
+        inner_precise,
+        sparse_mode,
+        pse_type,
+        softmax_in_layout,
+        dq_out,
+        dq_rope_out: _dq_rope_out,
+        dk_out,
+        dk_rope_out: _dk_rope_out,
+        dv_out,
+        dpse_out,
+        dsink_out,
+        workspace_size,
+        executor,
+    } = params;
     const OP: &str = names::varlen_grad_v5;
     state::guard(|| {
         if !query_rope.is_null() || !key_rope.is_null() {
@@ -401,7 +401,7 @@ pub(crate) unsafe extern "C" fn varlen_grad_v5(
             )
         }
     })
-}
+});
 
 /// The backward's call from its decoded inputs and the raw output handles.
 fn grad_call(
@@ -433,40 +433,40 @@ fn grad_call(
     Ok(call)
 }
 
-/// `aclnnFlashAttentionUnpaddingScoreGrad`: the backward without sink, start indices, rope or
-/// softmax layout; pse is pseType 1.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn varlen_grad_base(
-    query: T,
-    key: T,
-    value: T,
-    dy: T,
-    pse_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    softmax_max: T,
-    softmax_sum: T,
-    softmax_in: T,
-    attention_in: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    dq_out: T,
-    dk_out: T,
-    dv_out: T,
-    dpse_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+// `aclnnFlashAttentionUnpaddingScoreGrad`: the backward without sink, start indices, rope or
+// softmax layout; pse is pseType 1.
+first_stage!(varlen_grad_base, |params| {
+    let VarlenGradBaseParams {
+        query,
+        key,
+        value,
+        dy,
+        pse_shift,
+        drop_mask,
+        padding_mask,
+        atten_mask,
+        softmax_max,
+        softmax_sum,
+        softmax_in,
+        attention_in,
+        prefix,
+        actual_seq_q_len,
+        actual_seq_kv_len,
+        scale_value,
+        keep_prob,
+        pre_tokens,
+        next_tokens,
+        head_num,
+        input_layout,
+        inner_precise,
+        sparse_mode,
+        dq_out,
+        dk_out,
+        dv_out,
+        dpse_out,
+        workspace_size,
+        executor,
+    } = params;
     const OP: &str = names::varlen_grad_base;
     state::guard(|| {
         if !softmax_in.is_null() {
@@ -516,4 +516,4 @@ pub(crate) unsafe extern "C" fn varlen_grad_base(
             )
         }
     })
-}
+});

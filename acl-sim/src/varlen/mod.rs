@@ -9,8 +9,6 @@
 //! device memory at launch, runs the CPU kernel and writes the outputs through their
 //! descriptors; the second stage is [`crate::state::launch`].
 
-use std::ffi::c_char;
-
 use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::varlen::{
     lengths_from_varlen_cumulative, AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode,
@@ -26,7 +24,6 @@ use crate::wire::{
 };
 
 mod grad;
-pub(crate) use grad::{varlen_grad_base, varlen_grad_v5};
 
 /// The decoded inputs and attributes shared by varlen forward and backward.
 struct Varlen {
@@ -505,40 +502,40 @@ impl VarlenFwdCall {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn varlen_fwd_v5(
-    query: T,
-    query_rope: T,
-    key: T,
-    key_rope: T,
-    value: T,
-    real_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    sink: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    q_start_idx: IA,
-    kv_start_idx: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    pse_type: i64,
-    softmax_out_layout: *mut c_char,
-    softmax_max_out: T,
-    softmax_sum_out: T,
-    _softmax_out_out: T,
-    attention_out_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(varlen_fwd_v5, |params| {
+    let VarlenFwdV5Params {
+        query,
+        query_rope,
+        key,
+        key_rope,
+        value,
+        real_shift,
+        drop_mask,
+        padding_mask,
+        atten_mask,
+        sink,
+        prefix,
+        actual_seq_q_len,
+        actual_seq_kv_len,
+        q_start_idx,
+        kv_start_idx,
+        scale_value,
+        keep_prob,
+        pre_tokens,
+        next_tokens,
+        head_num,
+        input_layout,
+        inner_precise,
+        sparse_mode,
+        pse_type,
+        softmax_out_layout,
+        softmax_max_out,
+        softmax_sum_out,
+        softmax_out_out: _softmax_out_out,
+        attention_out_out,
+        workspace_size,
+        executor,
+    } = params;
     const OP: &str = names::varlen_fwd_v5;
     state::guard(|| {
         if !query_rope.is_null() || !key_rope.is_null() {
@@ -595,35 +592,35 @@ pub(crate) unsafe extern "C" fn varlen_fwd_v5(
             )
         }
     })
-}
+});
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn varlen_fwd_base(
-    query: T,
-    key: T,
-    value: T,
-    real_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    softmax_max_out: T,
-    softmax_sum_out: T,
-    _softmax_out_out: T,
-    attention_out_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(varlen_fwd_base, |params| {
+    let VarlenFwdBaseParams {
+        query,
+        key,
+        value,
+        real_shift,
+        drop_mask,
+        padding_mask,
+        atten_mask,
+        prefix,
+        actual_seq_q_len,
+        actual_seq_kv_len,
+        scale_value,
+        keep_prob,
+        pre_tokens,
+        next_tokens,
+        head_num,
+        input_layout,
+        inner_precise,
+        sparse_mode,
+        softmax_max_out,
+        softmax_sum_out,
+        softmax_out_out: _softmax_out_out,
+        attention_out_out,
+        workspace_size,
+        executor,
+    } = params;
     const OP: &str = names::varlen_fwd_base;
     state::guard(|| {
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
@@ -673,4 +670,4 @@ pub(crate) unsafe extern "C" fn varlen_fwd_base(
             )
         }
     })
-}
+});

@@ -14,17 +14,34 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
+#[macro_use]
+mod prototype;
 mod elementwise;
+mod fia;
 mod fused;
 mod graph;
 mod grouped_matmul;
+mod incre;
+mod index;
+mod math;
 mod optim;
+mod prompt;
+mod scatter;
 pub mod table;
+mod varlen;
 pub use elementwise::*;
+pub use fia::*;
 pub use fused::*;
 pub use graph::*;
 pub use grouped_matmul::*;
+pub use incre::*;
+pub use index::*;
+pub use math::*;
 pub use optim::*;
+pub use prompt::*;
+pub use prototype::{AclnnOp, FirstStage, Prototype};
+pub use scatter::*;
+pub use varlen::*;
 
 /// `aclTensor` (opaque; created by `aclCreateTensor`).
 #[repr(C)]
@@ -215,12 +232,6 @@ pub type AclDestroyScalar = unsafe extern "C" fn(scalar: *const AclScalar) -> Ac
 
 // ---- ops (libopapi.so / libopapi_*.so) ---------------------------------------------------------
 
-type T = *const AclTensor;
-type IA = *const AclIntArray;
-type TL = *const AclTensorList;
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
-
 /// The launch stage shared by every aclnn op: `aclnnStatus aclnnX(void *workspace,
 /// uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)`.
 pub type AclnnLaunch = unsafe extern "C" fn(
@@ -230,465 +241,7 @@ pub type AclnnLaunch = unsafe extern "C" fn(
     stream: AclrtStream,
 ) -> AclStatus;
 
-/// `aclnnFlashAttentionVarLenScoreV5GetWorkspaceSize` (aclnnFlashAttentionVarLenScoreV5.md).
-pub type VarlenFwdV5Ws = unsafe extern "C" fn(
-    query: T,
-    query_rope: T,
-    key: T,
-    key_rope: T,
-    value: T,
-    real_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    sink: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    q_start_idx: IA,
-    kv_start_idx: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    pse_type: i64,
-    softmax_out_layout: *mut c_char,
-    softmax_max_out: T,
-    softmax_sum_out: T,
-    softmax_out_out: T,
-    attention_out_out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnFlashAttentionVarLenScoreGetWorkspaceSize` (seed 003): no rope, sink, start indices,
-/// pseType or softmax layout.
-pub type VarlenFwdBaseWs = unsafe extern "C" fn(
-    query: T,
-    key: T,
-    value: T,
-    real_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    softmax_max_out: T,
-    softmax_sum_out: T,
-    softmax_out_out: T,
-    attention_out_out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnFlashAttentionUnpaddingScoreGradV5GetWorkspaceSize` (seed 002).
-pub type VarlenGradV5Ws = unsafe extern "C" fn(
-    query: T,
-    query_rope: T,
-    key: T,
-    key_rope: T,
-    value: T,
-    dy: T,
-    pse_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    softmax_max: T,
-    softmax_sum: T,
-    softmax_in: T,
-    attention_in: T,
-    sink_in: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    q_start_idx: IA,
-    kv_start_idx: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    pse_type: i64,
-    softmax_in_layout: *mut c_char,
-    dq_out: T,
-    dq_rope_out: T,
-    dk_out: T,
-    dk_rope_out: T,
-    dv_out: T,
-    dpse_out: T,
-    dsink_out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnFlashAttentionUnpaddingScoreGradGetWorkspaceSize` (ops-transformer
-/// `flash_attention_score_grad/op_api/aclnn_flash_attention_score_grad.h`): the no-sink
-/// backward torch_npu calls (op-plugin `FlashAttentionKernelNpuOpApi.cpp`).
-pub type VarlenGradBaseWs = unsafe extern "C" fn(
-    query: T,
-    key: T,
-    value: T,
-    dy: T,
-    pse_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    softmax_max: T,
-    softmax_sum: T,
-    softmax_in: T,
-    attention_in: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    dq_out: T,
-    dk_out: T,
-    dv_out: T,
-    dpse_out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnPromptFlashAttentionV3GetWorkspaceSize` (aclnnPromptFlashAttentionV3.md).
-pub type PfaV3Ws = unsafe extern "C" fn(
-    query: T,
-    key: T,
-    value: T,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    actual_seq_lengths_kv: IA,
-    deq_scale1: T,
-    quant_scale1: T,
-    deq_scale2: T,
-    quant_scale2: T,
-    quant_offset2: T,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    sparse_mode: i64,
-    inner_precise: i64,
-    attention_out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnPromptFlashAttentionGetWorkspaceSize` (seed 001, "V1").
-pub type PfaV1Ws = unsafe extern "C" fn(
-    query: T,
-    key: T,
-    value: T,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    attention_out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnIncreFlashAttentionV4GetWorkspaceSize` (seed 000).
-pub type IfaV4Ws = unsafe extern "C" fn(
-    query: T,
-    key: TL,
-    value: TL,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    dequant_scale1: T,
-    quant_scale1: T,
-    dequant_scale2: T,
-    quant_scale2: T,
-    quant_offset2: T,
-    antiquant_scale: T,
-    antiquant_offset: T,
-    blocktable: T,
-    kv_padding_size: T,
-    num_heads: i64,
-    scale_value: f64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    block_size: i64,
-    inner_precise: i64,
-    attention_out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnFusedInferAttentionScoreV4GetWorkspaceSize`
-/// (`shared/reference/aclnnFusedInferAttentionScoreV4.md`).
-pub type FiaV4Ws = unsafe extern "C" fn(
-    query: T,
-    key: TL,
-    value: TL,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    actual_seq_lengths_kv: IA,
-    deq_scale1: T,
-    quant_scale1: T,
-    deq_scale2: T,
-    quant_scale2: T,
-    quant_offset2: T,
-    antiquant_scale: T,
-    antiquant_offset: T,
-    block_table: T,
-    query_padding_size: T,
-    kv_padding_size: T,
-    key_antiquant_scale: T,
-    key_antiquant_offset: T,
-    value_antiquant_scale: T,
-    value_antiquant_offset: T,
-    key_shared_prefix: T,
-    value_shared_prefix: T,
-    actual_shared_prefix_len: IA,
-    query_rope: T,
-    key_rope: T,
-    key_rope_antiquant_scale: T,
-    dequant_scale_query: T,
-    learnable_sink: T,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    sparse_mode: i64,
-    inner_precise: i64,
-    block_size: i64,
-    antiquant_mode: i64,
-    softmax_lse_flag: bool,
-    key_antiquant_mode: i64,
-    value_antiquant_mode: i64,
-    query_quant_mode: i64,
-    attention_out: T,
-    softmax_lse: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnFusedInferAttentionScoreGetWorkspaceSize` (the base op: no separate key/value
-/// antiquant, shared prefix, rope or sink; prototype from ops-transformer
-/// `attention/fused_infer_attention_score/op_host/op_api/aclnn_fused_infer_attention_score.cpp`).
-pub type FiaWs = unsafe extern "C" fn(
-    query: T,
-    key: TL,
-    value: TL,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    actual_seq_lengths_kv: IA,
-    deq_scale1: T,
-    quant_scale1: T,
-    deq_scale2: T,
-    quant_scale2: T,
-    quant_offset2: T,
-    antiquant_scale: T,
-    antiquant_offset: T,
-    block_table: T,
-    query_padding_size: T,
-    kv_padding_size: T,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    sparse_mode: i64,
-    inner_precise: i64,
-    block_size: i64,
-    antiquant_mode: i64,
-    softmax_lse_flag: bool,
-    attention_out: T,
-    softmax_lse: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnScatterPaKvCacheGetWorkspaceSize` (seed 004). The caches are in-place ("Ref").
-pub type ScatterPaKvCacheWs = unsafe extern "C" fn(
-    key: T,
-    key_cache_ref: T,
-    slot_mapping: T,
-    value: T,
-    value_cache_ref: T,
-    compress_lens: T,
-    compress_seq_offset: T,
-    seq_lens: T,
-    cache_mode: *mut c_char,
-    scatter_mode: *mut c_char,
-    strides: IA,
-    offsets: IA,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnAddGetWorkspaceSize` / `aclnnSubGetWorkspaceSize`: `(const aclTensor *self,
-/// const aclTensor *other, const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize,
-/// aclOpExecutor **executor)`; `out = self ± alpha·other`, broadcasting.
-pub type BinaryAlphaWs = unsafe extern "C" fn(
-    self_: T,
-    other: T,
-    alpha: *const AclScalar,
-    out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnMulGetWorkspaceSize` / `aclnnDivGetWorkspaceSize`: `(const aclTensor *self,
-/// const aclTensor *other, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)`.
-pub type BinaryWs =
-    unsafe extern "C" fn(self_: T, other: T, out: T, workspace_size: Ws, executor: Ex) -> AclStatus;
-
-/// `aclnnMatmulGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2, aclTensor *out,
-/// int8_t cubeMathType, uint64_t *workspaceSize, aclOpExecutor **executor)`; batch dims
-/// broadcast.
-pub type MatmulWs = unsafe extern "C" fn(
-    self_: T,
-    mat2: T,
-    out: T,
-    cube_math_type: i8,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// A unary elementwise op, e.g. `aclnnExpGetWorkspaceSize(const aclTensor *self,
-/// aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)`.
-pub type UnaryWs =
-    unsafe extern "C" fn(self_: T, out: T, workspace_size: Ws, executor: Ex) -> AclStatus;
-
-/// `aclnnAddsGetWorkspaceSize` / `aclnnSubsGetWorkspaceSize`: `(const aclTensor *self,
-/// const aclScalar *other, const aclScalar *alpha, aclTensor *out, …)`.
-pub type ScalarAlphaWs = unsafe extern "C" fn(
-    self_: T,
-    other: *const AclScalar,
-    alpha: *const AclScalar,
-    out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnMulsGetWorkspaceSize` / `aclnnDivsGetWorkspaceSize`: `(const aclTensor *self,
-/// const aclScalar *other, aclTensor *out, …)`.
-pub type ScalarWs = unsafe extern "C" fn(
-    self_: T,
-    other: *const AclScalar,
-    out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnReduceSumGetWorkspaceSize` / `aclnnMeanGetWorkspaceSize`: `(const aclTensor *self,
-/// const aclIntArray *dim, bool keepDim, aclDataType dtype, aclTensor *out, …)`.
-pub type ReduceWs = unsafe extern "C" fn(
-    self_: T,
-    dim: IA,
-    keep_dim: bool,
-    dtype: i32,
-    out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
 // ---- indexing and layout ops --------------------------------------------------------------------
-
-/// `aclnnIndexSelectGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index,
-/// aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)` and
-/// `aclnnGatherGetWorkspaceSize(const aclTensor *self, const int64_t dim, const aclTensor *index,
-/// aclTensor *out, …)` (aclnn_index_select.h, aclnn_gather.h).
-pub type IndexDimWs = unsafe extern "C" fn(
-    self_: T,
-    dim: i64,
-    index: T,
-    out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnIndexAddGetWorkspaceSize(const aclTensor *self, const int64_t dim,
-/// const aclTensor *index, const aclTensor *source, const aclScalar *alpha, aclTensor *out,
-/// uint64_t *workspaceSize, aclOpExecutor **executor)` (aclnn_index_add.h).
-pub type IndexAddWs = unsafe extern "C" fn(
-    self_: T,
-    dim: i64,
-    index: T,
-    source: T,
-    alpha: *const AclScalar,
-    out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnScatterAddGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index,
-/// const aclTensor *src, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)`
-/// (aclnn_scatter_add.h).
-pub type ScatterAddWs = unsafe extern "C" fn(
-    self_: T,
-    dim: i64,
-    index: T,
-    src: T,
-    out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnCatGetWorkspaceSize(const aclTensorList *tensors, int64_t dim, aclTensor *out,
-/// uint64_t *workspaceSize, aclOpExecutor **executor)` (aclnn_cat.h).
-pub type CatWs = unsafe extern "C" fn(
-    tensors: TL,
-    dim: i64,
-    out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
-
-/// `aclnnInplaceCopyGetWorkspaceSize(aclTensor *selfRef, const aclTensor *src,
-/// uint64_t *workspaceSize, aclOpExecutor **executor)` (aclnn_copy.h): `selfRef` (any view,
-/// strided) receives `src`, broadcast to its shape.
-pub type InplaceCopyWs =
-    unsafe extern "C" fn(self_ref: T, src: T, workspace_size: Ws, executor: Ex) -> AclStatus;
-
-/// `aclnnRepeatGetWorkspaceSize(const aclTensor *self, const aclIntArray *repeats,
-/// aclTensor *out, …)` and `aclnnFlipGetWorkspaceSize(const aclTensor *self,
-/// const aclIntArray *dims, aclTensor *out, …)` (aclnn_repeat.h, aclnn_flip.h).
-pub type TensorIntArrayWs = unsafe extern "C" fn(
-    self_: T,
-    array: IA,
-    out: T,
-    workspace_size: Ws,
-    executor: Ex,
-) -> AclStatus;
 
 /// One aclnn op: its `GetWorkspaceSize` stage and its launch stage.
 #[derive(Clone, Copy)]
@@ -708,12 +261,12 @@ pub enum ApiKind {
     Simulation,
 }
 
-/// Generates [`AclApi`], [`names`] and [`AclApi::presence`] from the table.
+/// Generates [`AclApi`], [`names`], [`op`] and [`AclApi::presence`] from the table.
 macro_rules! declare_api {
     (
         runtime { $($rf:ident: $rc:ident($rt:ty)),* }
         graph { $($gf:ident: $gc:ident($gt:ty)),* }
-        ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
+        ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
     ) => {
         /// The function table, one field per entry of [`table`](crate::acl_api_table). Runtime
         /// and nnopbase entries are required; each op is optional (older or split CANN builds
@@ -736,7 +289,7 @@ macro_rules! declare_api {
             $(
                 #[doc = concat!("`", stringify!($c), "`.")]
                 $(#[$a])*
-                pub $f: Option<OpFns<$w>>,
+                pub $f: Option<OpFns<<$p as Prototype>::Ws>>,
             )*
         }
 
@@ -756,6 +309,24 @@ macro_rules! declare_api {
             $(
                 #[doc = concat!("`", stringify!($c), "`.")]
                 pub const $f: &str = stringify!($c);
+            )*
+        }
+
+        /// One marker type per aclnn op of the table, named by its field: what ties an op to
+        /// its parameter struct and C name ([`AclnnOp`]), e.g. for the simulation's
+        /// [`FirstStage`] implementations.
+        #[allow(non_camel_case_types)]
+        pub mod op {
+            use super::AclnnOp;
+            $(
+                #[doc = concat!("`", stringify!($c), "`.")]
+                #[derive(Debug, Clone, Copy)]
+                pub struct $f;
+
+                impl AclnnOp for $f {
+                    type Params = $p;
+                    const NAME: &'static str = stringify!($c);
+                }
             )*
         }
 

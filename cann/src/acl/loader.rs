@@ -253,7 +253,7 @@ fn resolve(libs: &[Library], paths: &[PathBuf]) -> Result<AclApi> {
         (
             runtime { $($rf:ident: $rc:ident($rt:ty)),* }
             graph { $($gf:ident: $gc:ident($gt:ty)),* }
-            ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
+            ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
         ) => {
             AclApi {
                 kind: ApiKind::Cann,
@@ -269,11 +269,12 @@ fn resolve(libs: &[Library], paths: &[PathBuf]) -> Result<AclApi> {
                 )*
                 $(
                     $f: {
-                        // SAFETY: `$w` is written from the prototype of `$c`GetWorkspaceSize and
+                        // SAFETY: `$p`'s function type is written from the prototype of
+                        // `$c`GetWorkspaceSize and
                         // `AclnnLaunch` is the launch prototype shared by every aclnn op.
                         let (ws, launch) = unsafe {
                             (
-                                find::<$w>(libs, concat!(stringify!($c), "GetWorkspaceSize")),
+                                find::<<$p as Prototype>::Ws>(libs, concat!(stringify!($c), "GetWorkspaceSize")),
                                 find::<AclnnLaunch>(libs, stringify!($c)),
                             )
                         };

@@ -170,7 +170,7 @@ macro_rules! collect_functions {
     (
         runtime { $($rf:ident: $rc:ident($rt:ty)),* }
         graph { $($gf:ident: $gc:ident($gt:ty)),* }
-        ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
+        ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
     ) => {
         /// Every C function of [`burn_ascend_cann::acl_api_table!`], in table order: the
         /// runtime and nnopbase entries, the graph-capture functions (optional at run time,
@@ -182,9 +182,9 @@ macro_rules! collect_functions {
                 $(Function::of::<$gt>(stringify!($gc), stringify!($gt), Group::Runtime),)*
             ];
             let ops = [$([
-                Function::of::<$w>(
+                Function::of::<<$p as ffi::Prototype>::Ws>(
                     concat!(stringify!($c), "GetWorkspaceSize"),
-                    stringify!($w),
+                    stringify!($p),
                     Group::Op(stringify!($c)),
                 ),
                 Function::of::<ffi::AclnnLaunch>(
@@ -516,13 +516,14 @@ impl Mutation {
     /// `int32_t const *`), a narrowed attribute of an attention op (`int64_t` → `int32_t`),
     /// a signedness flip and a float/double swap.
     pub fn self_check_set() -> Vec<Mutation> {
+        let first_stage = |op: &str, rest: &str| format!("{op}GetWorkspaceSize:{rest}");
         [
-            "aclCreateTensor:1:uint32_t",
-            "aclCreateIntArray:0:int32_t const *",
-            "aclnnFlashAttentionVarLenScoreV5GetWorkspaceSize:17:int32_t",
-            "aclnnInplaceUniformGetWorkspaceSize:3:int64_t",
-            "aclnnInplaceNormalGetWorkspaceSize:1:double",
-            "HcclAllReduce:2:uint32_t",
+            "aclCreateTensor:1:uint32_t".to_string(),
+            "aclCreateIntArray:0:int32_t const *".to_string(),
+            first_stage(ffi::names::varlen_fwd_v5, "17:int32_t"),
+            first_stage(ffi::names::inplace_uniform, "3:int64_t"),
+            first_stage(ffi::names::inplace_normal, "1:double"),
+            "HcclAllReduce:2:uint32_t".to_string(),
         ]
         .iter()
         .map(|s| Mutation::parse(s).expect("a well-formed built-in mutation"))
@@ -854,12 +855,12 @@ mod tests {
         );
         let l = get("aclCreateTensorList");
         assert_eq!(l.params, ["aclTensor const * const *", "uint64_t"]);
-        let launch = get("aclnnAdd");
+        let launch = get(ffi::names::add);
         assert_eq!(
             launch.params,
             ["void *", "uint64_t", "aclOpExecutor *", "void *"]
         );
-        let ws = get("aclnnAddGetWorkspaceSize");
+        let ws = get(&format!("{}GetWorkspaceSize", ffi::names::add));
         assert_eq!(ws.params[4..], ["uint64_t *", "aclOpExecutor * *"]);
     }
 

@@ -4,9 +4,9 @@
 //! [`two_stage`]. The unary ones (`aclnnRelu`, `aclnnSigmoid`, `aclnnNeg`, `aclnnReciprocal`,
 //! `aclnnSin`, `aclnnCos`, `aclnnErf`) are variants of [`super::Unary`].
 
-use super::{entry, two_stage};
+use super::call::{entry, two_stage};
 use crate::acl::error::Result;
-use crate::acl::ffi::{names, AclApi, BinaryWs, DataType, OpFns, ScalarWs};
+use crate::acl::ffi::{names, BinaryWs, DataType, OpFns, ScalarWs};
 use crate::acl::runtime::Runtime;
 use crate::acl::tensor::{IntArray, Scalar, Tensor};
 

@@ -3,7 +3,7 @@
 //! `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss` and `aclnnCrossEntropyLossGrad`, one function
 //! each, arguments in prototype order, via [`two_stage`].
 
-use super::{attr, cptr, t, two_stage};
+use super::call::{attr, cptr, t, two_stage};
 use crate::acl::error::Result;
 use crate::acl::runtime::Runtime;
 use crate::acl::tensor::Tensor;
