@@ -10,7 +10,8 @@
 //!
 //! `learnableSink`'s dtype is checked as the CANN release the simulation pretends to be
 //! ([`set_fia_release`], per thread; the contract's [`CannRelease::MODELLED`] by default) takes
-//! it: BFLOAT16 on FIA v3, the query's on 9.x's TND split-fuse path (issue 30).
+//! it: BFLOAT16 on FIA v3, the query's on 9.x's TND split-fuse path (the kernels
+//! read it so; `burn_ascend_contract::fia::sink` cites the sources).
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -374,7 +375,8 @@ fn decode(
     let placeholder = fill(&spec, &t, false)?;
     let dims = placeholder.validate(&shapes).map_err(contract)?;
     if let Some(x) = &t.sink {
-        // The sink's dtype follows the path and the release, not the query (issue 30).
+        // The sink's dtype follows the path and the release, not the query: the kernel reads
+        // it in the dtype its path and release fix.
         placeholder
             .check_learnable_sink_dtype(&dims, t.q.dtype, x.dtype, fia_release())
             .map_err(contract)?;

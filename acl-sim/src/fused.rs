@@ -1,14 +1,14 @@
-//! The simulated fused transformer ops (issue 27): `aclnnRmsNorm`, `aclnnRmsNormGrad`,
-//! `aclnnRotaryPositionEmbedding`, `aclnnRotaryPositionEmbeddingGrad`, `aclnnSwiGlu`,
-//! `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss`, `aclnnCrossEntropyLossGrad`.
-//! First stage: the docs' rules — a null required tensor → 161001; a dtype outside the docs'
-//! table, a shape the contract refuses (`burn_ascend_contract::fused`, the same rules the
-//! Burn paths apply), an attribute out of range, a non-contiguous tensor where the docs say
-//! "不支持非连续的Tensor" (SwiGLU) or a CANN feature the simulation does not model (weights,
-//! label smoothing, z-loss, reductions other than "mean") → 161002. Launch: the f64
-//! reference of `burn_ascend_kernels::reference::fused`, rounded once to the outputs' dtypes.
-//! Targets outside `[0, C)` (and not `ignoreIndex`) fail the launch (561000), as the host cannot
-//! see device values at the first stage.
+//! The simulated fused transformer ops (what training a transformer calls per layer):
+//! `aclnnRmsNorm`, `aclnnRmsNormGrad`, `aclnnRotaryPositionEmbedding`,
+//! `aclnnRotaryPositionEmbeddingGrad`, `aclnnSwiGlu`, `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss`,
+//! `aclnnCrossEntropyLossGrad`. First stage: the docs' rules — a null required tensor → 161001; a
+//! dtype outside the docs' table, a shape the contract refuses (`burn_ascend_contract::fused`, the
+//! same rules the Burn paths apply), an attribute out of range, a non-contiguous tensor where the
+//! docs say "不支持非连续的Tensor" (SwiGLU) or a CANN feature the simulation does not model (weights,
+//! label smoothing, z-loss, reductions other than "mean") → 161002. Launch: the f64 reference of
+//! `burn_ascend_kernels::reference::fused`, rounded once to the outputs' dtypes. Targets outside
+//! `[0, C)` (and not `ignoreIndex`) fail the launch (561000), as the host cannot see device values
+//! at the first stage.
 
 use std::ffi::c_char;
 

@@ -18,10 +18,11 @@
 //!   its storage (161002) — checks CANN itself does not make, which catch stride bugs;
 //! - each failure leaves a message for `aclGetRecentErrMsg`.
 //!
-//! The registration is generated from the kernels crate's one table of ops
+//! The registration is generated from the cann crate's one table of ops
 //! (`burn_ascend_cann::acl_api_table!`): every op listed there must have a first stage here,
-//! a function named by its table field (e.g. `sin`), re-exported by `registry`; the launch
-//! stages are generated ([`state::launch`] under the op's name). One module per family, as
+//! `first_stage!(field, …)` in its module (e.g. `first_stage!(sin, …)`), over the op's parameter
+//! struct, which the table's prototype generates with the C entry point; the launch stages are
+//! generated ([`state::launch`] under the op's name). One module per family, as
 //! `burn_ascend_kernels::reference`:
 //! - `state`: runtime, streams, executors; `state::memory` (device memory), `state::handles`
 //!   (tensors, int arrays, tensor lists, scalars);
@@ -104,8 +105,9 @@ use std::ffi::c_void;
 use burn_ascend_cann::acl::ffi::{op, AclOpExecutor, AclStatus, AclrtStream, OpFns};
 use burn_ascend_cann::acl::{AclApi, ApiKind, Result, Runtime};
 
-/// Every runtime, nnopbase and graph-capture entry of the table by its field name (the aclnn
-/// ops' first stages are [`FirstStage`](burn_ascend_cann::acl::ffi::FirstStage) implementations on [`Sim`], found through the table).
+/// Every runtime, nnopbase and graph-capture entry of the table by its field name (the aclnn ops'
+/// first stages are [`FirstStage`](burn_ascend_cann::acl::ffi::FirstStage) implementations on
+/// [`Sim`], found through the table).
 mod registry {
     pub(crate) use crate::state::capture::{
         capture_begin, capture_end, capture_get_info, ri_destroy, ri_execute_async, task_grp_begin,

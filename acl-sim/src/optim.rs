@@ -1,4 +1,4 @@
-//! The simulated optimizer op (issue 27): `aclnnApplyAdamWV2`.
+//! The simulated optimizer op (the update a training step runs on the device): `aclnnApplyAdamWV2`.
 //! First stage: the docs' rules — a null `varRef`, `mRef`, `vRef`, `grad` or `step` → 161001
 //! (`maxGradNormOptionalRef` too when `amsgrad`); `varRef`, `mRef`, `vRef`, `grad` not all of one
 //! dtype among FLOAT16 / BFLOAT16 / FLOAT32, shapes that differ (the contract,

@@ -1,11 +1,11 @@
-//! Simulated comparison, mask, cast, max/min, activation and random-fill aclnn ops (the
-//! elementwise part of issue 6). Validation as CANN's docs state it: a null required tensor or
-//! scalar → 161001; a dtype outside the op's list, mixed input dtypes (CANN would promote; the
-//! simulation refuses), shapes that do not broadcast, an `out` of the wrong shape/dtype or a
-//! `dim` out of range → 161002. Inputs are read through their views (strides, offset; stride 0
-//! for broadcast) and every element is computed in f64 on the host, then rounded once to the
-//! output dtype (float → int truncates toward zero and saturates, as `aclnnCast` does; NaN → 0).
-//! Int64 values beyond 2^53 lose precision in the simulation (not on CANN).
+//! Simulated comparison, mask, cast, max/min, activation and random-fill aclnn ops (what the Burn
+//! backend runs natively beyond arithmetic). Validation as CANN's docs state it: a null required
+//! tensor or scalar → 161001; a dtype outside the op's list, mixed input dtypes (CANN would
+//! promote; the simulation refuses), shapes that do not broadcast, an `out` of the wrong
+//! shape/dtype or a `dim` out of range → 161002. Inputs are read through their views (strides,
+//! offset; stride 0 for broadcast) and every element is computed in f64 on the host, then rounded
+//! once to the output dtype (float → int truncates toward zero and saturates, as `aclnnCast` does;
+//! NaN → 0). Int64 values beyond 2^53 lose precision in the simulation (not on CANN).
 //!
 //! Random fills (`aclnnInplaceUniform/Normal/Bernoulli`) use a counter-based generator keyed on
 //! `(seed, offset + element index)` (SplitMix64 of the pair), so a call is a pure function of

@@ -1,4 +1,6 @@
-//! The ABI check of burn-ascend's FFI declarations against CANN's real headers (issue 15).
+//! The ABI check of burn-ascend's FFI declarations against CANN's real headers: a wrong width
+//! or order in a hand-copied prototype compiles and corrupts arguments at run time, so a C++
+//! compiler compares every declaration with the headers.
 //!
 //! **What is compared.** The Rust side is read from the one machine-readable source there is,
 //! the table [`burn_ascend_cann::acl_api_table!`]: this crate calls it with its own callback

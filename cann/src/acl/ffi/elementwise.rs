@@ -1,5 +1,5 @@
 //! Prototypes of the elementwise, comparison, mask, cast, reduction, activation and random
-//! aclnn ops the Burn backend calls (issue 6). Copied from CANN's `aclnnop/*.h` headers / the
+//! aclnn ops the Burn backend calls natively. Copied from CANN's `aclnnop/*.h` headers / the
 //! `hicann/ops-math` and `hicann/ops-nn` docs; every integer has the header's width. Ops whose
 //! prototype equals one already declared in [`super`] reuse it ([`super::BinaryWs`]
 //! `(self, other, out)`, [`super::ScalarWs`] `(self, const aclScalar *other, out)`,
@@ -12,8 +12,8 @@ type Ws = *mut u64;
 type Ex = *mut *mut AclOpExecutor;
 
 aclnn_prototype! {
-    /// `aclnnSWhereGetWorkspaceSize(const aclTensor *condition, const aclTensor *self,
-    /// const aclTensor *other, aclTensor *out, …)`: `out = condition ? self : other`, broadcasting.
+    /// `aclnnSWhereGetWorkspaceSize(const aclTensor *condition, const aclTensor *self, const
+    /// aclTensor *other, aclTensor *out, …)`: `out = condition ? self : other`, broadcasting.
     SWhereWs, SWhereParams(
         condition: T,
         self_: T,

@@ -1,10 +1,10 @@
-//! Prototypes of the fused transformer ops (issue 27), from CANN's `aclnnop` headers as the
-//! docs of `hicann/ops-nn` give them (`norm/rms_norm/docs/aclnnRmsNorm.md`,
-//! `norm/rms_norm_grad/docs/aclnnRmsNormGrad.md`, `aclnnSwiGlu.md`, `aclnnSwiGluGrad.md`,
+//! Prototypes of the fused transformer ops (RMSNorm, rotary embedding, SwiGLU, cross-entropy), from
+//! CANN's `aclnnop` headers as the docs of `hicann/ops-nn` give them
+//! (`norm/rms_norm/docs/aclnnRmsNorm.md`, `norm/rms_norm_grad/docs/aclnnRmsNormGrad.md`,
+//! `aclnnSwiGlu.md`, `aclnnSwiGluGrad.md`,
 //! `loss/cross_entropy_loss*/docs/aclnnCrossEntropyLoss*.md`; cannmirror/ops-transformer's
-//! `posembedding/rotary_position_embedding*/docs/aclnnRotaryPositionEmbedding*.md`); every
-//! integer has the header's
-//! width, checked against the headers by `tools/abi-check`.
+//! `posembedding/rotary_position_embedding*/docs/aclnnRotaryPositionEmbedding*.md`); every integer
+//! has the header's width, checked against the headers by `tools/abi-check`.
 
 use std::ffi::c_char;
 

@@ -11,10 +11,10 @@ type Ws = *mut u64;
 type Ex = *mut *mut AclOpExecutor;
 
 aclnn_prototype! {
-    /// `aclnnIndexSelectGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor *index,
-    /// aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)` and
-    /// `aclnnGatherGetWorkspaceSize(const aclTensor *self, const int64_t dim, const aclTensor *index,
-    /// aclTensor *out, …)` (aclnn_index_select.h, aclnn_gather.h).
+    /// `aclnnIndexSelectGetWorkspaceSize(const aclTensor *self, int64_t dim, const aclTensor
+    /// *index, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)` and
+    /// `aclnnGatherGetWorkspaceSize(const aclTensor *self, const int64_t dim, const aclTensor
+    /// *index, aclTensor *out, …)` (aclnn_index_select.h, aclnn_gather.h).
     IndexDimWs, IndexDimParams(
         self_: T,
         dim: i64,

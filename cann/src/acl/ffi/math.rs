@@ -1,6 +1,7 @@
-//! The prototypes of the arithmetic, matmul, unary math and reduction ops; ops of one shape share one prototype (which op takes which is listed in [`super::table`]).
-//! Copied from the aclnn docs and headers named per prototype; every integer has the header's
-//! width, checked against CANN's headers by `tools/abi-check`.
+//! The prototypes of the arithmetic, matmul, unary math and reduction ops; ops of one shape share
+//! one prototype (which op takes which is listed in [`super::table`]). Copied from the aclnn docs
+//! and headers named per prototype; every integer has the header's width, checked against CANN's
+//! headers by `tools/abi-check`.
 
 use super::{AclIntArray, AclOpExecutor, AclScalar, AclStatus, AclTensor};
 

@@ -1,7 +1,7 @@
-//! Prototypes of the optimizer ops (issue 27), from CANN's `aclnnop` headers as `hicann/ops-nn`
-//! gives them (`optim/apply_adam_w_v2/docs/aclnnApplyAdamWV2.md`, the header
-//! `aclnn_apply_adam_w_v2.h`); every integer has the header's width, checked against the
-//! headers by `tools/abi-check`.
+//! Prototypes of the optimizer ops (AdamW in one launch), from CANN's `aclnnop` headers as
+//! `hicann/ops-nn` gives them (`optim/apply_adam_w_v2/docs/aclnnApplyAdamWV2.md`, the header
+//! `aclnn_apply_adam_w_v2.h`); every integer has the header's width, checked against the headers by
+//! `tools/abi-check`.
 
 use super::{AclOpExecutor, AclStatus, AclTensor};
 

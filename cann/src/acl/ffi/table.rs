@@ -97,7 +97,7 @@ macro_rules! acl_api_table {
                 // ---- mixture of experts (libopapi.so / libopapi_transformer.so)
                 /// The version torch_npu's `npu_grouped_matmul` calls without V5's extras.
                 grouped_matmul_v4: aclnnGroupedMatmulV4(GroupedMatmulV4Params),
-                // ---- fused transformer ops (issue 27)
+                // ---- fused transformer-layer ops (norms, rotary embedding, SwiGLU, loss)
                 rms_norm: aclnnRmsNorm(RmsNormParams),
                 rms_norm_grad: aclnnRmsNormGrad(RmsNormGradParams),
                 /// torch_npu's `npu_rotary_mul` (mode 0) and `npu_rotary_position_embedding`.
@@ -107,7 +107,7 @@ macro_rules! acl_api_table {
                 swi_glu_grad: aclnnSwiGluGrad(SwiGluGradParams),
                 cross_entropy_loss: aclnnCrossEntropyLoss(CrossEntropyLossParams),
                 cross_entropy_loss_grad: aclnnCrossEntropyLossGrad(CrossEntropyLossGradParams),
-                // ---- optimizer (issue 27)
+                // ---- optimizer (the AdamW update in one launch)
                 apply_adam_w_v2: aclnnApplyAdamWV2(ApplyAdamWV2Params),
                 // ---- arithmetic, matmul, unary math, reductions
                 add: aclnnAdd(BinaryAlphaParams),

@@ -1,6 +1,7 @@
-//! The prototypes of the varlen flash attention ops: the forward (`aclnnFlashAttentionVarLenScore` and its V5) and the backward (`aclnnFlashAttentionUnpaddingScoreGrad` and its V5).
-//! Copied from the aclnn docs and headers named per prototype; every integer has the header's
-//! width, checked against CANN's headers by `tools/abi-check`.
+//! The prototypes of the varlen flash attention ops: the forward (`aclnnFlashAttentionVarLenScore`
+//! and its V5) and the backward (`aclnnFlashAttentionUnpaddingScoreGrad` and its V5). Copied from
+//! the aclnn docs and headers named per prototype; every integer has the header's width, checked
+//! against CANN's headers by `tools/abi-check`.
 
 use std::ffi::c_char;
 
