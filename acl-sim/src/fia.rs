@@ -559,48 +559,14 @@ first_stage!(fia_v4, |params| {
     })
 });
 
-first_stage!(fia_base, |params| {
-    let FiaParams {
-        query,
-        key,
-        value,
-        pse_shift,
-        atten_mask,
-        actual_seq_lengths,
-        actual_seq_lengths_kv,
-        deq_scale1,
-        quant_scale1,
-        deq_scale2,
-        quant_scale2,
-        quant_offset2,
-        antiquant_scale,
-        antiquant_offset,
-        block_table,
-        query_padding_size,
-        kv_padding_size,
-        num_heads,
-        scale_value,
-        pre_tokens,
-        next_tokens,
-        input_layout,
-        num_key_value_heads,
-        sparse_mode,
-        inner_precise,
-        block_size,
-        antiquant_mode,
-        softmax_lse_flag,
-        attention_out,
-        softmax_lse,
-        workspace_size,
-        executor,
-    } = params;
+first_stage!(fia_base, |p| {
     state::guard(|| {
         if [
-            deq_scale1,
-            quant_scale1,
-            deq_scale2,
-            quant_scale2,
-            quant_offset2,
+            p.deq_scale1,
+            p.quant_scale1,
+            p.deq_scale2,
+            p.quant_scale2,
+            p.quant_offset2,
         ]
         .iter()
         .any(|p| !p.is_null())
@@ -608,46 +574,46 @@ first_stage!(fia_base, |params| {
             return unsupported("quantisation (deqScale1 / quantScale1 / deqScale2 / quantScale2)");
         }
         let t = FiaTensors {
-            q: required(query, "query")?,
-            k: kv_one(key, "key")?,
-            v: kv_one(value, "value")?,
-            mask: tensor(atten_mask, "attenMask")?,
-            pse: tensor(pse_shift, "pseShift")?,
-            table: tensor(block_table, "blockTable")?,
-            query_padding: tensor(query_padding_size, "queryPaddingSize")?,
-            kv_padding: tensor(kv_padding_size, "kvPaddingSize")?,
+            q: required(p.query, "query")?,
+            k: kv_one(p.key, "key")?,
+            v: kv_one(p.value, "value")?,
+            mask: tensor(p.atten_mask, "attenMask")?,
+            pse: tensor(p.pse_shift, "pseShift")?,
+            table: tensor(p.block_table, "blockTable")?,
+            query_padding: tensor(p.query_padding_size, "queryPaddingSize")?,
+            kv_padding: tensor(p.kv_padding_size, "kvPaddingSize")?,
             antiquant: [
-                tensor(antiquant_scale, "antiquantScale")?,
-                tensor(antiquant_offset, "antiquantOffset")?,
+                tensor(p.antiquant_scale, "antiquantScale")?,
+                tensor(p.antiquant_offset, "antiquantOffset")?,
             ],
             key_antiquant: [None, None],
             value_antiquant: [None, None],
             sink: None,
-            out: required(attention_out, "attentionOut")?,
-            lse: tensor(softmax_lse, "softmaxLse")?,
+            out: required(p.attention_out, "attentionOut")?,
+            lse: tensor(p.softmax_lse, "softmaxLse")?,
         };
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
         decode(
             names::fia_base,
             t,
-            actual_seq_lengths,
-            actual_seq_lengths_kv,
-            num_heads,
-            scale_value,
-            pre_tokens,
-            next_tokens,
+            p.actual_seq_lengths,
+            p.actual_seq_lengths_kv,
+            p.num_heads,
+            p.scale_value,
+            p.pre_tokens,
+            p.next_tokens,
             layout,
-            num_key_value_heads,
-            sparse_mode,
-            inner_precise,
-            block_size,
-            antiquant_mode,
-            softmax_lse_flag,
+            p.num_key_value_heads,
+            p.sparse_mode,
+            p.inner_precise,
+            p.block_size,
+            p.antiquant_mode,
+            p.softmax_lse_flag,
             0,
             0,
-            workspace_size,
-            executor,
+            p.workspace_size,
+            p.executor,
         )
     })
 });

@@ -101,22 +101,13 @@ fn submit(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-first_stage!(rms_norm, |params| {
-    let RmsNormParams {
-        x,
-        gamma,
-        epsilon,
-        y_out,
-        rstd_out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(rms_norm, |p| {
     const OP: &str = names::rms_norm;
     state::guard(|| {
-        let x = required(x, "x")?;
-        let g = required(gamma, "gamma")?;
-        let y = required(y_out, "yOut")?;
-        let r = required(rstd_out, "rstdOut")?;
+        let x = required(p.x, "x")?;
+        let g = required(p.gamma, "gamma")?;
+        let y = required(p.y_out, "yOut")?;
+        let r = required(p.rstd_out, "rstdOut")?;
         dtype_in(OP, &x, "x", FLOAT3)?;
         // The docs' table: gamma as x, or FLOAT32 with a 16-bit x.
         if g.dtype != x.dtype && g.dtype != DataType::Float {
@@ -127,7 +118,7 @@ first_stage!(rms_norm, |params| {
         }
         same_dtype(OP, &x, "x", &y, "yOut")?;
         dtype_in(OP, &r, "rstdOut", &[DataType::Float])?;
-        let d = contract(OP, rms_norm::validate_fwd(&x.dims, &g.dims, epsilon))?;
+        let d = contract(OP, rms_norm::validate_fwd(&x.dims, &g.dims, p.epsilon))?;
         shape_is(OP, &y, "yOut", &x.dims)?;
         let lead = &x.dims[..x.dims.len() - 1];
         if r.dims != lead && r.dims != rms_norm::RmsNormDims::rstd_shape(&x.dims) {
@@ -141,36 +132,26 @@ first_stage!(rms_norm, |params| {
                     &f64s(&g, "gamma")?,
                     d.rows,
                     d.cols,
-                    epsilon,
+                    p.epsilon,
                 );
                 y.write("yOut", &encode_f64(&yv, y.dtype, "yOut")?)?;
                 r.write("rstdOut", &encode_f64(&rv, r.dtype, "rstdOut")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
 
-first_stage!(rms_norm_grad, |params| {
-    let RmsNormGradParams {
-        dy,
-        x,
-        rstd,
-        gamma,
-        dx_out,
-        dgamma_out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(rms_norm_grad, |p| {
     const OP: &str = names::rms_norm_grad;
     state::guard(|| {
-        let dy = required(dy, "dy")?;
-        let x = required(x, "x")?;
-        let r = required(rstd, "rstd")?;
-        let g = required(gamma, "gamma")?;
-        let dx = required(dx_out, "dxOut")?;
-        let dg = required(dgamma_out, "dgammaOut")?;
+        let dy = required(p.dy, "dy")?;
+        let x = required(p.x, "x")?;
+        let r = required(p.rstd, "rstd")?;
+        let g = required(p.gamma, "gamma")?;
+        let dx = required(p.dx_out, "dxOut")?;
+        let dg = required(p.dgamma_out, "dgammaOut")?;
         dtype_in(OP, &x, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &dy, "dy")?;
         same_dtype(OP, &x, "x", &dx, "dxOut")?;
@@ -202,35 +183,26 @@ first_stage!(rms_norm_grad, |params| {
                 dx.write("dxOut", &encode_f64(&dxv, dx.dtype, "dxOut")?)?;
                 dg.write("dgammaOut", &encode_f64(&dgv, dg.dtype, "dgammaOut")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
 
-first_stage!(rotary_position_embedding, |params| {
-    let RotaryPositionEmbeddingParams {
-        x,
-        cos,
-        sin,
-        mode,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(rotary_position_embedding, |p| {
     const OP: &str = names::rotary_position_embedding;
     state::guard(|| {
-        let x = required(x, "x")?;
-        let c = required(cos, "cos")?;
-        let s = required(sin, "sin")?;
-        let o = required(out, "out")?;
+        let x = required(p.x, "x")?;
+        let c = required(p.cos, "cos")?;
+        let s = required(p.sin, "sin")?;
+        let o = required(p.out, "out")?;
         dtype_in(OP, &x, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &c, "cos")?;
         same_dtype(OP, &x, "x", &s, "sin")?;
         same_dtype(OP, &x, "x", &o, "out")?;
         // The inputs may be strided views (the docs: 非连续Tensor √); the output may not.
         contiguous(OP, &o, "out")?;
-        let mode = contract(OP, RotaryMode::from_aclnn(mode))?;
+        let mode = contract(OP, RotaryMode::from_aclnn(p.mode))?;
         let d = contract(OP, rotary::validate_fwd(&x.dims, &c.dims, &s.dims, mode))?;
         shape_is(OP, &o, "out", &x.dims)?;
         submit(
@@ -245,8 +217,8 @@ first_stage!(rotary_position_embedding, |params| {
                 );
                 o.write("out", &encode_f64(&v, o.dtype, "out")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
@@ -264,28 +236,16 @@ fn unused_table_out(op: &str, t: &SimTensor, name: &str, cos: &[usize]) -> SimRe
     }
 }
 
-first_stage!(rotary_position_embedding_grad, |params| {
-    let RotaryPositionEmbeddingGradParams {
-        dy,
-        cos,
-        sin,
-        x_optional,
-        mode,
-        dx_out,
-        dcos_out,
-        dsin_out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(rotary_position_embedding_grad, |p| {
     const OP: &str = names::rotary_position_embedding_grad;
     state::guard(|| {
-        let dy = required(dy, "dy")?;
-        let c = required(cos, "cos")?;
-        let s = required(sin, "sin")?;
-        let x = tensor(x_optional, "xOptional")?;
-        let dx = required(dx_out, "dxOut")?;
-        let dc = required(dcos_out, "dcosOut")?;
-        let ds = required(dsin_out, "dsinOut")?;
+        let dy = required(p.dy, "dy")?;
+        let c = required(p.cos, "cos")?;
+        let s = required(p.sin, "sin")?;
+        let x = tensor(p.x_optional, "xOptional")?;
+        let dx = required(p.dx_out, "dxOut")?;
+        let dc = required(p.dcos_out, "dcosOut")?;
+        let ds = required(p.dsin_out, "dsinOut")?;
         dtype_in(OP, &dy, "dy", FLOAT3)?;
         for (t, n) in [
             (&c, "cos"),
@@ -303,7 +263,7 @@ first_stage!(rotary_position_embedding_grad, |params| {
         for (t, n) in [(&dx, "dxOut"), (&dc, "dcosOut"), (&ds, "dsinOut")] {
             contiguous(OP, t, n)?;
         }
-        let mode = contract(OP, RotaryMode::from_aclnn(mode))?;
+        let mode = contract(OP, RotaryMode::from_aclnn(p.mode))?;
         let d = contract(OP, rotary::validate_bwd(&dy.dims, &c.dims, &s.dims, mode))?;
         shape_is(OP, &dx, "dxOut", &dy.dims)?;
         if x.is_some() {
@@ -333,29 +293,22 @@ first_stage!(rotary_position_embedding_grad, |params| {
                 }
                 Ok(())
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
 
-first_stage!(swi_glu, |params| {
-    let SwiGluParams {
-        x,
-        dim_optional: dim,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(swi_glu, |p| {
     const OP: &str = names::swi_glu;
     state::guard(|| {
-        let x = required(x, "x")?;
-        let o = required(out, "out")?;
+        let x = required(p.x, "x")?;
+        let o = required(p.out, "out")?;
         dtype_in(OP, &x, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &o, "out")?;
         contiguous(OP, &x, "x")?;
         contiguous(OP, &o, "out")?;
-        let d = contract(OP, swiglu::validate_fwd(&x.dims, dim))?;
+        let d = contract(OP, swiglu::validate_fwd(&x.dims, p.dim_optional))?;
         shape_is(OP, &o, "out", &d.out_shape(&x.dims))?;
         submit(
             OP,
@@ -363,33 +316,25 @@ first_stage!(swi_glu, |params| {
                 let v = reference::swiglu::swiglu_fwd(&f64s(&x, "x")?, d.outer, d.half, d.inner);
                 o.write("out", &encode_f64(&v, o.dtype, "out")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
 
-first_stage!(swi_glu_grad, |params| {
-    let SwiGluGradParams {
-        y_grad,
-        x,
-        dim_optional: dim,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(swi_glu_grad, |p| {
     const OP: &str = names::swi_glu_grad;
     state::guard(|| {
-        let dy = required(y_grad, "yGrad")?;
-        let x = required(x, "x")?;
-        let o = required(out, "out")?;
+        let dy = required(p.y_grad, "yGrad")?;
+        let x = required(p.x, "x")?;
+        let o = required(p.out, "out")?;
         dtype_in(OP, &x, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &dy, "yGrad")?;
         same_dtype(OP, &x, "x", &o, "out")?;
         for (t, n) in [(&dy, "yGrad"), (&x, "x"), (&o, "out")] {
             contiguous(OP, t, n)?;
         }
-        let d = contract(OP, swiglu::validate_bwd(&dy.dims, &x.dims, dim))?;
+        let d = contract(OP, swiglu::validate_bwd(&dy.dims, &x.dims, p.dim_optional))?;
         shape_is(OP, &o, "out", &x.dims)?;
         submit(
             OP,
@@ -403,8 +348,8 @@ first_stage!(swi_glu_grad, |params| {
                 );
                 o.write("out", &encode_f64(&v, o.dtype, "out")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
@@ -432,114 +377,84 @@ fn targets(t: &SimTensor, c: usize, ignore_index: i64) -> SimResult<Vec<i64>> {
     Ok(v)
 }
 
-first_stage!(cross_entropy_loss, |params| {
-    let CrossEntropyLossParams {
-        input,
-        target,
-        weight_optional,
-        reduction_optional,
-        ignore_index,
-        label_smoothing,
-        lse_square_scale_for_zloss,
-        return_zloss,
-        loss_out,
-        log_prob_out,
-        zloss_out,
-        lse_for_zloss_out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(cross_entropy_loss, |p| {
+    let label_smoothing = p.label_smoothing;
     const OP: &str = names::cross_entropy_loss;
     state::guard(|| {
-        let x = required(input, "input")?;
-        let t = required(target, "target")?;
-        let loss = required(loss_out, "lossOut")?;
-        let lp = required(log_prob_out, "logProbOut")?;
-        required(zloss_out, "zlossOut")?;
-        required(lse_for_zloss_out, "lseForZlossOut")?;
+        let x = required(p.input, "input")?;
+        let t = required(p.target, "target")?;
+        let loss = required(p.loss_out, "lossOut")?;
+        let lp = required(p.log_prob_out, "logProbOut")?;
+        required(p.zloss_out, "zlossOut")?;
+        required(p.lse_for_zloss_out, "lseForZlossOut")?;
         dtype_in(OP, &x, "input", FLOAT3)?;
         dtype_in(OP, &t, "target", &[DataType::Int32, DataType::Int64])?;
         same_dtype(OP, &x, "input", &loss, "lossOut")?;
         same_dtype(OP, &x, "input", &lp, "logProbOut")?;
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        unsafe { mean_reduction(OP, reduction_optional)? };
+        unsafe { mean_reduction(OP, p.reduction_optional)? };
         if !(0.0..=1.0).contains(&label_smoothing) {
             return invalid(format!(
                 "{OP}: labelSmoothing must be in [0, 1], got {label_smoothing}"
             ));
         }
-        if tensor(weight_optional, "weightOptional")?.is_some() || label_smoothing != 0.0 {
+        if tensor(p.weight_optional, "weightOptional")?.is_some() || label_smoothing != 0.0 {
             return unsupported(&format!(
                 "{OP}: weightOptional or a non-zero labelSmoothing"
             ));
         }
-        if return_zloss || lse_square_scale_for_zloss != 0.0 {
+        if p.return_zloss || p.lse_square_scale_for_zloss != 0.0 {
             return unsupported(&format!(
                 "{OP}: z-loss (returnZloss, lseSquareScaleForZloss)"
             ));
         }
         let d = contract(
             OP,
-            cross_entropy::validate_fwd(&x.dims, &t.dims, ignore_index),
+            cross_entropy::validate_fwd(&x.dims, &t.dims, p.ignore_index),
         )?;
         shape_is(OP, &loss, "lossOut", &[1])?;
         shape_is(OP, &lp, "logProbOut", &x.dims)?;
         submit(
             OP,
             move || {
-                let tv = targets(&t, d.c, ignore_index)?;
+                let tv = targets(&t, d.c, p.ignore_index)?;
                 let (l, lpv) = reference::cross_entropy::cross_entropy_fwd(
                     &f64s(&x, "input")?,
                     &tv,
                     d.n,
                     d.c,
-                    ignore_index,
+                    p.ignore_index,
                 );
                 loss.write("lossOut", &encode_f64(&[l], loss.dtype, "lossOut")?)?;
                 lp.write("logProbOut", &encode_f64(&lpv, lp.dtype, "logProbOut")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
 
-first_stage!(cross_entropy_loss_grad, |params| {
-    let CrossEntropyLossGradParams {
-        grad_loss,
-        log_prob,
-        target,
-        weight_optional,
-        grad_zloss_optional,
-        lse_for_zloss_optional,
-        reduction_optional,
-        ignore_index,
-        label_smoothing,
-        lse_square_scale_for_zloss,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(cross_entropy_loss_grad, |p| {
     const OP: &str = names::cross_entropy_loss_grad;
     state::guard(|| {
-        let g = required(grad_loss, "gradLoss")?;
-        let lp = required(log_prob, "logProb")?;
-        let t = required(target, "target")?;
-        let o = required(out, "out")?;
+        let g = required(p.grad_loss, "gradLoss")?;
+        let lp = required(p.log_prob, "logProb")?;
+        let t = required(p.target, "target")?;
+        let o = required(p.out, "out")?;
         dtype_in(OP, &lp, "logProb", FLOAT3)?;
         same_dtype(OP, &lp, "logProb", &g, "gradLoss")?;
         same_dtype(OP, &g, "gradLoss", &o, "out")?;
         dtype_in(OP, &t, "target", &[DataType::Int64])?;
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        unsafe { mean_reduction(OP, reduction_optional)? };
-        if tensor(weight_optional, "weightOptional")?.is_some() || label_smoothing != 0.0 {
+        unsafe { mean_reduction(OP, p.reduction_optional)? };
+        if tensor(p.weight_optional, "weightOptional")?.is_some() || p.label_smoothing != 0.0 {
             return unsupported(&format!(
                 "{OP}: weightOptional or a non-zero labelSmoothing"
             ));
         }
-        if tensor(grad_zloss_optional, "gradZlossOptional")?.is_some()
-            || tensor(lse_for_zloss_optional, "lseForZlossOptional")?.is_some()
-            || lse_square_scale_for_zloss != 0.0
+        if tensor(p.grad_zloss_optional, "gradZlossOptional")?.is_some()
+            || tensor(p.lse_for_zloss_optional, "lseForZlossOptional")?.is_some()
+            || p.lse_square_scale_for_zloss != 0.0
         {
             return unsupported(&format!("{OP}: z-loss"));
         }
@@ -552,13 +467,13 @@ first_stage!(cross_entropy_loss_grad, |params| {
         }
         let d = contract(
             OP,
-            cross_entropy::validate_bwd(&g.dims, &lp.dims, &t.dims, ignore_index),
+            cross_entropy::validate_bwd(&g.dims, &lp.dims, &t.dims, p.ignore_index),
         )?;
         shape_is(OP, &o, "out", &lp.dims)?;
         submit(
             OP,
             move || {
-                let tv = targets(&t, d.c, ignore_index)?;
+                let tv = targets(&t, d.c, p.ignore_index)?;
                 let gv = f64s(&g, "gradLoss")?[0];
                 let v = reference::cross_entropy::cross_entropy_bwd(
                     gv,
@@ -566,12 +481,12 @@ first_stage!(cross_entropy_loss_grad, |params| {
                     &tv,
                     d.n,
                     d.c,
-                    ignore_index,
+                    p.ignore_index,
                 );
                 o.write("out", &encode_f64(&v, o.dtype, "out")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });

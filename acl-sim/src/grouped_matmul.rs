@@ -115,34 +115,12 @@ fn sizes(list: &[i64], kind: GroupListType, total: usize) -> SimResult<Vec<usize
 }
 
 first_stage!(grouped_matmul_v4, |params| {
-    let GroupedMatmulV4Params {
-        x,
-        weight,
-        bias,
-        scale,
-        offset,
-        antiquant_scale,
-        antiquant_offset,
-        per_token_scale,
-        group_list,
-        activation_input,
-        activation_quant_scale,
-        activation_quant_offset,
-        split_item,
-        group_type,
-        group_list_type,
-        act_type,
-        out,
-        activation_feature_out,
-        dyn_quant_scale_out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+    let (split_item, act_type) = (params.split_item, params.act_type);
     guard(|| {
-        let x = single(x, "x")?;
-        let w = single(weight, "weight")?;
-        let o = single(out, "out")?;
-        let b = match state::tensor_list(bias, "biasOptional")? {
+        let x = single(params.x, "x")?;
+        let w = single(params.weight, "weight")?;
+        let o = single(params.out, "out")?;
+        let b = match state::tensor_list(params.bias, "biasOptional")? {
             None => None,
             Some(v) if v.is_empty() => None,
             Some(mut v) if v.len() == 1 => Some(v.remove(0)),
@@ -154,16 +132,25 @@ first_stage!(grouped_matmul_v4, |params| {
             }
         };
         for (p, name) in [
-            (scale, "scaleOptional"),
-            (offset, "offsetOptional"),
-            (antiquant_scale, "antiquantScaleOptional"),
-            (antiquant_offset, "antiquantOffsetOptional"),
-            (per_token_scale, "perTokenScaleOptional"),
-            (activation_input, "activationInputOptional"),
-            (activation_quant_scale, "activationQuantScaleOptional"),
-            (activation_quant_offset, "activationQuantOffsetOptional"),
-            (activation_feature_out, "activationFeatureOutOptional"),
-            (dyn_quant_scale_out, "dynQuantScaleOutOptional"),
+            (params.scale, "scaleOptional"),
+            (params.offset, "offsetOptional"),
+            (params.antiquant_scale, "antiquantScaleOptional"),
+            (params.antiquant_offset, "antiquantOffsetOptional"),
+            (params.per_token_scale, "perTokenScaleOptional"),
+            (params.activation_input, "activationInputOptional"),
+            (
+                params.activation_quant_scale,
+                "activationQuantScaleOptional",
+            ),
+            (
+                params.activation_quant_offset,
+                "activationQuantOffsetOptional",
+            ),
+            (
+                params.activation_feature_out,
+                "activationFeatureOutOptional",
+            ),
+            (params.dyn_quant_scale_out, "dynQuantScaleOutOptional"),
         ] {
             if state::tensor_list(p, name)?.is_some_and(|v| !v.is_empty()) {
                 return invalid(format!(
@@ -176,7 +163,7 @@ first_stage!(grouped_matmul_v4, |params| {
                 "{OP}: splitItem must be 2 or 3 (single-tensor out) with groupType 0 / 2, got {split_item}"
             ));
         }
-        let kind = match group_list_type {
+        let kind = match params.group_list_type {
             0 => GroupListType::Cumsum,
             1 => GroupListType::Count,
             v => {
@@ -197,7 +184,7 @@ first_stage!(grouped_matmul_v4, |params| {
                 x.dtype, w.dtype, o.dtype
             ));
         }
-        let Some(gl) = state::tensor(group_list, "groupListOptional")? else {
+        let Some(gl) = state::tensor(params.group_list, "groupListOptional")? else {
             return invalid(format!(
                 "{OP}: groupListOptional is required with single-tensor x, weight and out"
             ));
@@ -216,7 +203,7 @@ first_stage!(grouped_matmul_v4, |params| {
         }
         rank(&x, "x", 2)?;
         let (m, k) = (x.dims[0], x.dims[1]);
-        let n = match group_type {
+        let n = match params.group_type {
             0 => {
                 rank(&w, "weight", 3)?;
                 if w.dims[0] != g {
@@ -287,13 +274,13 @@ first_stage!(grouped_matmul_v4, |params| {
         }
         let job = move || -> SimResult<()> {
             let list = ints(&gl, "groupListOptional")?;
-            let total = if group_type == 0 { m } else { k };
+            let total = if params.group_type == 0 { m } else { k };
             let sizes = sizes(&list, kind, total)?;
             let wide = |t: &SimTensor, name: &str| -> SimResult<Vec<f64>> {
                 Ok(floats(t, name)?.into_iter().map(f64::from).collect())
             };
             let (xv, wv) = (wide(&x, "x")?, wide(&w, "weight")?);
-            let y = if group_type == 0 {
+            let y = if params.group_type == 0 {
                 let bv = b.as_ref().map(|b| wide(b, "biasOptional")).transpose()?;
                 grouped_matmul_m(&xv, &wv, bv.as_deref(), &sizes, k, n)
             } else {
@@ -302,6 +289,14 @@ first_stage!(grouped_matmul_v4, |params| {
             o.write("out", &encode_f64(&y, o.dtype, "out")?)
         };
         // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe { new_executor(OP, SIM_WORKSPACE, Box::new(job), ws, ex) }
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(job),
+                params.workspace_size,
+                params.executor,
+            )
+        }
     })
 });

@@ -245,24 +245,16 @@ fn submit(
 
 // ---- aclnnIndexSelect -------------------------------------------------------------------------
 
-first_stage!(index_select, |params| {
-    let IndexDimParams {
-        self_,
-        dim,
-        index,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(index_select, |p| {
     const OP: &str = names::index_select;
     guard(|| {
-        let a = required(self_, "self")?;
-        let i = required(index, "index")?;
-        let o = required(out, "out")?;
+        let a = required(p.self_, "self")?;
+        let i = required(p.index, "index")?;
+        let o = required(p.out, "out")?;
         rank_ok(OP, &a, "self")?;
         index_dtype(OP, &i)?;
         same_dtype(OP, &a, "self", &o, "out")?;
-        let d = norm_dim(OP, dim, a.dims.len())?;
+        let d = norm_dim(OP, p.dim, a.dims.len())?;
         if i.dims.len() > 1 {
             return invalid(format!("{OP}: index must be 0-D or 1-D, got {:?}", i.dims));
         }
@@ -294,32 +286,24 @@ first_stage!(index_select, |params| {
                 copy_elems(&mut y, &x, es, pairs);
                 o.write("out", &y)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
 
 // ---- aclnnGather ------------------------------------------------------------------------------
 
-first_stage!(gather, |params| {
-    let IndexDimParams {
-        self_,
-        dim,
-        index,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(gather, |p| {
     const OP: &str = names::gather;
     guard(|| {
-        let a = required(self_, "self")?;
-        let i = required(index, "index")?;
-        let o = required(out, "out")?;
+        let a = required(p.self_, "self")?;
+        let i = required(p.index, "index")?;
+        let o = required(p.out, "out")?;
         rank_ok(OP, &a, "self")?;
         index_dtype(OP, &i)?;
         same_dtype(OP, &a, "self", &o, "out")?;
-        let d = norm_dim(OP, dim, a.dims.len())?;
+        let d = norm_dim(OP, p.dim, a.dims.len())?;
         if i.dims.len() != a.dims.len()
             || (0..a.dims.len()).any(|k| k != d && i.dims[k] > a.dims[k])
         {
@@ -348,8 +332,8 @@ first_stage!(gather, |params| {
                 copy_elems(&mut y, &x, es, pairs.into_iter());
                 o.write("out", &y)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
@@ -411,21 +395,11 @@ fn submit_add(
     )
 }
 
-first_stage!(index_add, |params| {
-    let IndexAddParams {
-        self_,
-        dim,
-        index,
-        source,
-        alpha,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(index_add, |p| {
     const OP: &str = names::index_add;
     guard(|| {
-        let alpha = scalar(alpha, &format!("{OP}: alpha"))?;
-        let ops = add_operands(OP, (self_, dim, index, out), (source, "source"))?;
+        let alpha = scalar(p.alpha, &format!("{OP}: alpha"))?;
+        let ops = add_operands(OP, (p.self_, p.dim, p.index, p.out), (p.source, "source"))?;
         let (a, i, s, d) = (&ops.a, &ops.i, &ops.s, ops.d);
         if i.dims.len() > 1 {
             return invalid(format!("{OP}: index must be 0-D or 1-D, got {:?}", i.dims));
@@ -456,7 +430,14 @@ first_stage!(index_add, |params| {
                 })
                 .collect()
         };
-        submit_add(OP, ops, ("source", alpha), pairs, ws, ex)
+        submit_add(
+            OP,
+            ops,
+            ("source", alpha),
+            pairs,
+            p.workspace_size,
+            p.executor,
+        )
     })
 });
 
@@ -470,19 +451,10 @@ fn is_contiguous(t: &SimTensor) -> bool {
         .all(|(&d, (&s, &w))| d == 1 || s == w)
 }
 
-first_stage!(scatter_add, |params| {
-    let ScatterAddParams {
-        self_,
-        dim,
-        index,
-        src,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(scatter_add, |p| {
     const OP: &str = names::scatter_add;
     guard(|| {
-        let ops = add_operands(OP, (self_, dim, index, out), (src, "src"))?;
+        let ops = add_operands(OP, (p.self_, p.dim, p.index, p.out), (p.src, "src"))?;
         let (a, i, s, o, d) = (&ops.a, &ops.i, &ops.s, &ops.o, ops.d);
         let r = a.dims.len();
         if i.dims.len() != r
@@ -494,7 +466,7 @@ first_stage!(scatter_add, |params| {
                 i.dims, a.dims, s.dims
             ));
         }
-        // aclnnScatterAdd.md: src and out do not take non-contiguous tensors.
+        // aclnnScatterAdd.md: p.src and p.out do not take non-contiguous tensors.
         for (t, n) in [(s, "src"), (o, "out")] {
             if !is_contiguous(t) {
                 return invalid(format!(
@@ -515,34 +487,27 @@ first_stage!(scatter_add, |params| {
             });
             pairs
         };
-        submit_add(OP, ops, ("src", 1.0), pairs, ws, ex)
+        submit_add(OP, ops, ("src", 1.0), pairs, p.workspace_size, p.executor)
     })
 });
 
 // ---- aclnnCat ---------------------------------------------------------------------------------
 
-first_stage!(cat, |params| {
-    let CatParams {
-        tensors,
-        dim,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(cat, |p| {
     const OP: &str = names::cat;
     guard(|| {
-        let Some(ts) = state::tensor_list(tensors, "tensors")? else {
+        let Some(ts) = state::tensor_list(p.tensors, "tensors")? else {
             return Err(SimErr(
                 ACLNN_ERR_PARAM_NULLPTR,
                 format!("{OP}: tensors is null"),
             ));
         };
-        let o = required(out, "out")?;
+        let o = required(p.out, "out")?;
         let Some(first) = ts.first() else {
             return invalid(format!("{OP}: tensors is empty"));
         };
         rank_ok(OP, first, "tensors[0]")?;
-        let d = norm_dim(OP, dim, first.dims.len())?;
+        let d = norm_dim(OP, p.dim, first.dims.len())?;
         let mut want = first.dims.clone();
         want[d] = 0;
         for (k, t) in ts.iter().enumerate() {
@@ -579,29 +544,23 @@ first_stage!(cat, |params| {
                 }
                 o.write("out", &y)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
 
 // ---- aclnnInplaceCopy -------------------------------------------------------------------------
 
-first_stage!(inplace_copy, |params| {
-    let InplaceCopyParams {
-        self_ref,
-        src,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(inplace_copy, |p| {
     const OP: &str = names::inplace_copy;
     guard(|| {
-        let dst = required(self_ref, "selfRef")?;
-        let s = required(src, "src")?;
+        let dst = required(p.self_ref, "selfRef")?;
+        let s = required(p.src, "src")?;
         rank_ok(OP, &dst, "selfRef")?;
         rank_ok(OP, &s, "src")?;
         same_dtype(OP, &dst, "selfRef", &s, "src")?;
-        // src broadcasts to selfRef (right-aligned; size 1 or equal).
+        // p.src broadcasts to selfRef (right-aligned; size 1 or equal).
         let r = dst.dims.len();
         let ok = s.dims.len() <= r
             && s.dims.iter().enumerate().all(|(k, &n)| {
@@ -635,8 +594,8 @@ first_stage!(inplace_copy, |params| {
                 copy_elems(&mut y, &x, es, pairs.into_iter());
                 dst.write("selfRef", &y)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
@@ -648,19 +607,12 @@ fn int_array_required(p: *const AclIntArray, op: &str, name: &str) -> SimResult<
         .ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{op}: {name} is null")))
 }
 
-first_stage!(repeat, |params| {
-    let TensorIntArrayParams {
-        self_,
-        array: repeats,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(repeat, |p| {
     const OP: &str = names::repeat;
     guard(|| {
-        let a = required(self_, "self")?;
-        let o = required(out, "out")?;
-        let reps = int_array_required(repeats, OP, "repeats")?;
+        let a = required(p.self_, "self")?;
+        let o = required(p.out, "out")?;
+        let reps = int_array_required(p.array, OP, "repeats")?;
         rank_ok(OP, &a, "self")?;
         same_dtype(OP, &a, "self", &o, "out")?;
         if reps.len() < a.dims.len() || reps.len() > 8 || reps.iter().any(|&x| x < 0) {
@@ -694,24 +646,18 @@ first_stage!(repeat, |params| {
                 copy_elems(&mut y, &x, es, pairs.into_iter());
                 o.write("out", &y)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
 
 first_stage!(flip, |params| {
-    let TensorIntArrayParams {
-        self_,
-        array: dims,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+    let dims = params.array;
     const OP: &str = names::flip;
     guard(|| {
-        let a = required(self_, "self")?;
-        let o = required(out, "out")?;
+        let a = required(params.self_, "self")?;
+        let o = required(params.out, "out")?;
         let dims = int_array_required(dims, OP, "dims")?;
         rank_ok(OP, &a, "self")?;
         same_dtype(OP, &a, "self", &o, "out")?;
@@ -750,8 +696,8 @@ first_stage!(flip, |params| {
                 copy_elems(&mut y, &x, es, pairs.into_iter());
                 o.write("out", &y)
             },
-            ws,
-            ex,
+            params.workspace_size,
+            params.executor,
         )
     })
 });

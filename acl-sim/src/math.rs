@@ -187,74 +187,77 @@ fn binary_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-first_stage!(add, |params| {
-    let BinaryAlphaParams {
-        self_,
-        other,
-        alpha,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(add, |p| {
     guard(|| {
-        let alpha = scalar(alpha, &format!("{}: alpha", names::add))?;
-        binary_ws(names::add, Bin::Add, self_, other, Some(alpha), out, ws, ex)
+        let alpha = scalar(p.alpha, &format!("{}: alpha", names::add))?;
+        binary_ws(
+            names::add,
+            Bin::Add,
+            p.self_,
+            p.other,
+            Some(alpha),
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
 });
 
-first_stage!(sub, |params| {
-    let BinaryAlphaParams {
-        self_,
-        other,
-        alpha,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(sub, |p| {
     guard(|| {
-        let alpha = scalar(alpha, &format!("{}: alpha", names::sub))?;
-        binary_ws(names::sub, Bin::Sub, self_, other, Some(alpha), out, ws, ex)
+        let alpha = scalar(p.alpha, &format!("{}: alpha", names::sub))?;
+        binary_ws(
+            names::sub,
+            Bin::Sub,
+            p.self_,
+            p.other,
+            Some(alpha),
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
 });
 
-first_stage!(mul, |params| {
-    let BinaryParams {
-        self_,
-        other,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
-    guard(|| binary_ws(names::mul, Bin::Mul, self_, other, None, out, ws, ex))
+first_stage!(mul, |p| {
+    guard(|| {
+        binary_ws(
+            names::mul,
+            Bin::Mul,
+            p.self_,
+            p.other,
+            None,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
 });
 
-first_stage!(div, |params| {
-    let BinaryParams {
-        self_,
-        other,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
-    guard(|| binary_ws(names::div, Bin::Div, self_, other, None, out, ws, ex))
+first_stage!(div, |p| {
+    guard(|| {
+        binary_ws(
+            names::div,
+            Bin::Div,
+            p.self_,
+            p.other,
+            None,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
 });
 
 // ---- matmul -----------------------------------------------------------------------------------
 
-first_stage!(matmul, |params| {
-    let MatmulParams {
-        self_,
-        mat2,
-        out,
-        cube_math_type,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(matmul, |p| {
+    let cube_math_type = p.cube_math_type;
     const OP: &str = names::matmul;
     guard(|| {
-        let a = required(self_, "self")?;
-        let b = required(mat2, "mat2")?;
-        let o = required(out, "out")?;
+        let a = required(p.self_, "self")?;
+        let b = required(p.mat2, "mat2")?;
+        let o = required(p.out, "out")?;
         for (t, n) in [(&a, "self"), (&b, "mat2"), (&o, "out")] {
             float_dtype(t, OP, n)?;
         }
@@ -321,7 +324,15 @@ first_stage!(matmul, |params| {
             o.write("out", &encode(&v, o.dtype))
         };
         // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe { new_executor(OP, SIM_WORKSPACE, Box::new(job), ws, ex) }
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(job),
+                p.workspace_size,
+                p.executor,
+            )
+        }
     })
 });
 
@@ -359,14 +370,17 @@ fn unary_ws(
 /// `aclnn<Op>`'s first stage, named by its table field, computing `$f` per element.
 macro_rules! unary {
     ($field:ident, $f:expr) => {
-        first_stage!($field, |params| {
-            let UnaryParams {
-                self_,
-                out,
-                workspace_size: ws,
-                executor: ex,
-            } = params;
-            guard(|| unary_ws(names::$field, $f, self_, out, ws, ex))
+        first_stage!($field, |p| {
+            guard(|| {
+                unary_ws(
+                    names::$field,
+                    $f,
+                    p.self_,
+                    p.out,
+                    p.workspace_size,
+                    p.executor,
+                )
+            })
         });
     };
 }
@@ -418,47 +432,49 @@ fn scalar_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-first_stage!(adds, |params| {
-    let ScalarAlphaParams {
-        self_,
-        other,
-        alpha,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(adds, |p| {
     guard(|| {
-        let other = scalar(other, &format!("{}: other", names::adds))?;
-        let alpha = scalar(alpha, &format!("{}: alpha", names::adds))?;
-        scalar_ws(names::adds, self_, other, Some(alpha), out, ws, ex)
+        let other = scalar(p.other, &format!("{}: other", names::adds))?;
+        let alpha = scalar(p.alpha, &format!("{}: alpha", names::adds))?;
+        scalar_ws(
+            names::adds,
+            p.self_,
+            other,
+            Some(alpha),
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
 });
 
-first_stage!(muls, |params| {
-    let ScalarParams {
-        self_,
-        other,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(muls, |p| {
     guard(|| {
-        let other = scalar(other, &format!("{}: other", names::muls))?;
-        scalar_ws(names::muls, self_, other, None, out, ws, ex)
+        let other = scalar(p.other, &format!("{}: other", names::muls))?;
+        scalar_ws(
+            names::muls,
+            p.self_,
+            other,
+            None,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
 });
 
-first_stage!(divs, |params| {
-    let ScalarParams {
-        self_,
-        other,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(divs, |p| {
     guard(|| {
-        let other = scalar(other, &format!("{}: other", names::divs))?;
-        scalar_ws(names::divs, self_, other, None, out, ws, ex)
+        let other = scalar(p.other, &format!("{}: other", names::divs))?;
+        scalar_ws(
+            names::divs,
+            p.self_,
+            other,
+            None,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
 });
 
@@ -544,42 +560,36 @@ fn reduce_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-first_stage!(reduce_sum, |params| {
-    let ReduceParams {
-        self_,
-        dim,
-        keep_dim,
-        dtype,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(reduce_sum, |p| {
     guard(|| {
         reduce_ws(
             names::reduce_sum,
             false,
-            self_,
-            dim,
-            keep_dim,
-            dtype,
-            out,
-            ws,
-            ex,
+            p.self_,
+            p.dim,
+            p.keep_dim,
+            p.dtype,
+            p.out,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
 
-first_stage!(mean, |params| {
-    let ReduceParams {
-        self_,
-        dim,
-        keep_dim,
-        dtype,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
-    guard(|| reduce_ws(names::mean, true, self_, dim, keep_dim, dtype, out, ws, ex))
+first_stage!(mean, |p| {
+    guard(|| {
+        reduce_ws(
+            names::mean,
+            true,
+            p.self_,
+            p.dim,
+            p.keep_dim,
+            p.dtype,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
 });
 
 unary!(exp, f32::exp);

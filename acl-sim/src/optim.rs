@@ -30,33 +30,16 @@ fn f64s(t: &SimTensor, name: &str) -> SimResult<Vec<f64>> {
     Ok(floats(t, name)?.into_iter().map(f64::from).collect())
 }
 
-first_stage!(apply_adam_w_v2, |params| {
-    let ApplyAdamWV2Params {
-        var_ref,
-        m_ref,
-        v_ref,
-        max_grad_norm_optional_ref,
-        grad,
-        step,
-        lr,
-        beta1,
-        beta2,
-        weight_decay,
-        eps,
-        amsgrad,
-        maximize,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(apply_adam_w_v2, |p| {
     const OP: &str = names::apply_adam_w_v2;
     state::guard(|| {
-        let var = required(var_ref, "varRef")?;
-        let m = required(m_ref, "mRef")?;
-        let v = required(v_ref, "vRef")?;
-        let g = required(grad, "grad")?;
-        let s = required(step, "step")?;
-        let max = tensor(max_grad_norm_optional_ref, "maxGradNormOptionalRef")?;
-        if amsgrad && max.is_none() {
+        let var = required(p.var_ref, "varRef")?;
+        let m = required(p.m_ref, "mRef")?;
+        let v = required(p.v_ref, "vRef")?;
+        let g = required(p.grad, "grad")?;
+        let s = required(p.step, "step")?;
+        let max = tensor(p.max_grad_norm_optional_ref, "maxGradNormOptionalRef")?;
+        if p.amsgrad && max.is_none() {
             return Err(SimErr(
                 ACLNN_ERR_PARAM_NULLPTR,
                 "maxGradNormOptionalRef is null with amsgrad true".into(),
@@ -83,13 +66,13 @@ first_stage!(apply_adam_w_v2, |params| {
             ));
         }
         let h = AdamWHyper {
-            lr,
-            beta1,
-            beta2,
-            weight_decay,
-            eps,
+            lr: p.lr,
+            beta1: p.beta1,
+            beta2: p.beta2,
+            weight_decay: p.weight_decay,
+            eps: p.eps,
         };
-        // The step's value is on the device: its rule is checked at launch.
+        // The p.step's value is on the device: its rule is checked at launch.
         validate(&var.dims, &m.dims, &v.dims, &g.dims, 1, &h)
             .map_err(|e| SimErr(ACLNN_ERR_PARAM_INVALID, format!("{OP}: {e}")))?;
         let refs = [(&var, "varRef"), (&m, "mRef"), (&v, "vRef"), (&g, "grad")];
@@ -103,10 +86,10 @@ first_stage!(apply_adam_w_v2, |params| {
                 }
             }
         }
-        if amsgrad {
+        if p.amsgrad {
             return unsupported(&format!("{OP}: amsgrad true"));
         }
-        if maximize {
+        if p.maximize {
             return unsupported(&format!("{OP}: maximize true"));
         }
         let job = move || {
@@ -129,6 +112,14 @@ first_stage!(apply_adam_w_v2, |params| {
             v.write("vRef", &encode_f64(&vv, v.dtype, "vRef")?)
         };
         // SAFETY: the out-pointers come from the caller per the op's prototype.
-        unsafe { new_executor(OP, SIM_WORKSPACE, Box::new(job), ws, ex) }
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(job),
+                p.workspace_size,
+                p.executor,
+            )
+        }
     })
 });

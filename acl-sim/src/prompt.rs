@@ -461,48 +461,31 @@ first_stage!(pfa_v3, |params| {
     })
 });
 
-first_stage!(pfa_v1, |params| {
-    let PfaV1Params {
-        query,
-        key,
-        value,
-        pse_shift,
-        atten_mask,
-        actual_seq_lengths,
-        num_heads,
-        scale_value,
-        pre_tokens,
-        next_tokens,
-        input_layout,
-        num_key_value_heads,
-        attention_out,
-        workspace_size,
-        executor,
-    } = params;
+first_stage!(pfa_v1, |p| {
     const OP: &str = names::pfa_v1;
     state::guard(|| {
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
         // V1: no KV lengths, no quantisation, sparse mode 0, innerPrecise 1.
         let call = decode_prompt(
-            query,
-            key,
-            value,
-            pse_shift,
-            atten_mask,
-            actual_seq_lengths,
+            p.query,
+            p.key,
+            p.value,
+            p.pse_shift,
+            p.atten_mask,
+            p.actual_seq_lengths,
             std::ptr::null(),
             std::ptr::null(),
             std::ptr::null(),
-            num_heads,
-            scale_value,
-            pre_tokens,
-            next_tokens,
+            p.num_heads,
+            p.scale_value,
+            p.pre_tokens,
+            p.next_tokens,
             layout,
-            num_key_value_heads,
+            p.num_key_value_heads,
             0,
             1,
-            attention_out,
+            p.attention_out,
         )?;
         if call.layout == PfaLayout::Tnd {
             return invalid(format!("inputLayout TND needs {}", names::pfa_v3));
@@ -513,8 +496,8 @@ first_stage!(pfa_v1, |params| {
                 OP,
                 SIM_WORKSPACE,
                 Box::new(move || call.run()),
-                workspace_size,
-                executor,
+                p.workspace_size,
+                p.executor,
             )
         }
     })

@@ -82,16 +82,8 @@ fn fill(
     )
 }
 
-first_stage!(inplace_uniform, |params| {
-    let InplaceUniformParams {
-        self_ref,
-        from,
-        to,
-        seed,
-        offset,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(inplace_uniform, |p| {
+    let (from, to) = (p.from, p.to);
     const OP: &str = names::inplace_uniform;
     guard(|| {
         if !(from.is_finite() && to.is_finite() && from <= to) {
@@ -99,7 +91,7 @@ first_stage!(inplace_uniform, |params| {
         }
         let f = move |i: u64, dtype: DataType| {
             let x = round_to(
-                from + (to - from) * uniform01(seed, offset.wrapping_add(i)),
+                from + (to - from) * uniform01(p.seed, p.offset.wrapping_add(i)),
                 dtype,
             );
             // Rounding to the element type can reach `to` (an f64 draw just below 4.0 is 4.0 in
@@ -110,7 +102,7 @@ first_stage!(inplace_uniform, |params| {
                 x
             }
         };
-        fill(OP, self_ref, FLOATS, f, ws, ex)
+        fill(OP, p.self_ref, FLOATS, f, p.workspace_size, p.executor)
     })
 });
 

@@ -63,51 +63,33 @@ fn dim_with_indices(
     )
 }
 
-first_stage!(max_dim, |params| {
-    let DimWithIndicesParams {
-        self_,
-        dim,
-        keepdim,
-        out,
-        indices,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(max_dim, |p| {
     guard(|| {
         dim_with_indices(
             names::max_dim,
             true,
-            self_,
-            dim,
-            keepdim,
-            out,
-            indices,
-            ws,
-            ex,
+            p.self_,
+            p.dim,
+            p.keepdim,
+            p.out,
+            p.indices,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
-first_stage!(min_dim, |params| {
-    let DimWithIndicesParams {
-        self_,
-        dim,
-        keepdim,
-        out,
-        indices,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(min_dim, |p| {
     guard(|| {
         dim_with_indices(
             names::min_dim,
             false,
-            self_,
-            dim,
-            keepdim,
-            out,
-            indices,
-            ws,
-            ex,
+            p.self_,
+            p.dim,
+            p.keepdim,
+            p.out,
+            p.indices,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
@@ -146,27 +128,33 @@ fn arg(
     )
 }
 
-first_stage!(arg_max, |params| {
-    let ArgParams {
-        self_,
-        dim,
-        keepdim,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
-    guard(|| arg(names::arg_max, true, self_, dim, keepdim, out, ws, ex))
+first_stage!(arg_max, |p| {
+    guard(|| {
+        arg(
+            names::arg_max,
+            true,
+            p.self_,
+            p.dim,
+            p.keepdim,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
 });
-first_stage!(arg_min, |params| {
-    let ArgParams {
-        self_,
-        dim,
-        keepdim,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
-    guard(|| arg(names::arg_min, false, self_, dim, keepdim, out, ws, ex))
+first_stage!(arg_min, |p| {
+    guard(|| {
+        arg(
+            names::arg_min,
+            false,
+            p.self_,
+            p.dim,
+            p.keepdim,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
 });
 
 #[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
@@ -219,25 +207,31 @@ fn amax_amin(
     )
 }
 
-first_stage!(amax, |params| {
-    let AmaxParams {
-        self_,
-        dim,
-        keep_dim: keep,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
-    guard(|| amax_amin(names::amax, true, self_, dim, keep, out, ws, ex))
+first_stage!(amax, |p| {
+    guard(|| {
+        amax_amin(
+            names::amax,
+            true,
+            p.self_,
+            p.dim,
+            p.keep_dim,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
 });
-first_stage!(amin, |params| {
-    let AmaxParams {
-        self_,
-        dim,
-        keep_dim: keep,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
-    guard(|| amax_amin(names::amin, false, self_, dim, keep, out, ws, ex))
+first_stage!(amin, |p| {
+    guard(|| {
+        amax_amin(
+            names::amin,
+            false,
+            p.self_,
+            p.dim,
+            p.keep_dim,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
 });

@@ -68,14 +68,18 @@ fn unary_map(
 /// `$allowed`.
 macro_rules! unary {
     ($field:ident, $allowed:expr, $f:expr) => {
-        first_stage!($field, |params| {
-            let UnaryParams {
-                self_,
-                out,
-                workspace_size: ws,
-                executor: ex,
-            } = params;
-            guard(|| unary_map(names::$field, $allowed, $f, self_, out, ws, ex))
+        first_stage!($field, |p| {
+            guard(|| {
+                unary_map(
+                    names::$field,
+                    $allowed,
+                    $f,
+                    p.self_,
+                    p.out,
+                    p.workspace_size,
+                    p.executor,
+                )
+            })
         });
     };
 }
@@ -103,17 +107,10 @@ unary!(sin, FLOATS, f64::sin);
 unary!(cos, FLOATS, f64::cos);
 unary!(erf, FLOATS, erf_f64);
 
-first_stage!(gelu_v2, |params| {
-    let GeluV2Params {
-        x,
-        approximate,
-        y,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(gelu_v2, |p| {
     const OP: &str = names::gelu_v2;
     guard(|| {
-        let f = match approximate {
+        let f = match p.approximate {
             0 => gelu_exact,
             1 => gelu_tanh,
             other => {
@@ -122,7 +119,7 @@ first_stage!(gelu_v2, |params| {
                 ))
             }
         };
-        unary_map(OP, &FLOATS[..3], f, x, y, ws, ex)
+        unary_map(OP, &FLOATS[..3], f, p.x, p.y, p.workspace_size, p.executor)
     })
 });
 
@@ -138,42 +135,35 @@ fn scalar_map(
     unary_map(op, allowed, f, self_, out, ws, ex)
 }
 
-first_stage!(pow_tensor_scalar, |params| {
-    let ScalarParams {
-        self_,
-        other: exponent,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(pow_tensor_scalar, |p| {
     const OP: &str = names::pow_tensor_scalar;
     guard(|| {
-        let e = scalar(exponent, &format!("{OP}: exponent"))?;
-        scalar_map(OP, FLOATS, move |x| x.powf(e), self_, out, ws, ex)
+        let e = scalar(p.other, &format!("{OP}: exponent"))?;
+        scalar_map(
+            OP,
+            FLOATS,
+            move |x| x.powf(e),
+            p.self_,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
 });
 
-first_stage!(clamp, |params| {
-    let ClampParams {
-        self_,
-        clip_value_min: min,
-        clip_value_max: max,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(clamp, |p| {
     const OP: &str = names::clamp;
     guard(|| {
         // Either bound may be null (not both), as in CANN.
-        let lo = if min.is_null() {
+        let lo = if p.clip_value_min.is_null() {
             None
         } else {
-            Some(scalar(min, &format!("{OP}: clipValueMin"))?)
+            Some(scalar(p.clip_value_min, &format!("{OP}: clipValueMin"))?)
         };
-        let hi = if max.is_null() {
+        let hi = if p.clip_value_max.is_null() {
             None
         } else {
-            Some(scalar(max, &format!("{OP}: clipValueMax"))?)
+            Some(scalar(p.clip_value_max, &format!("{OP}: clipValueMax"))?)
         };
         if lo.is_none() && hi.is_none() {
             return Err(SimErr(
@@ -185,10 +175,10 @@ first_stage!(clamp, |params| {
             OP,
             REAL,
             move |x| clamp_value(x, lo, hi),
-            self_,
-            out,
-            ws,
-            ex,
+            p.self_,
+            p.out,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
@@ -209,48 +199,34 @@ fn clamp_value(x: f64, lo: Option<f64>, hi: Option<f64>) -> f64 {
     y
 }
 
-first_stage!(clamp_min, |params| {
-    let ScalarParams {
-        self_,
-        other: min,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(clamp_min, |p| {
     const OP: &str = names::clamp_min;
     guard(|| {
-        let lo = scalar(min, &format!("{OP}: clipValueMin"))?;
+        let lo = scalar(p.other, &format!("{OP}: clipValueMin"))?;
         scalar_map(
             OP,
             REAL,
             move |x| clamp_value(x, Some(lo), None),
-            self_,
-            out,
-            ws,
-            ex,
+            p.self_,
+            p.out,
+            p.workspace_size,
+            p.executor,
         )
     })
 });
 
-first_stage!(clamp_max, |params| {
-    let ScalarParams {
-        self_,
-        other: max,
-        out,
-        workspace_size: ws,
-        executor: ex,
-    } = params;
+first_stage!(clamp_max, |p| {
     const OP: &str = names::clamp_max;
     guard(|| {
-        let hi = scalar(max, &format!("{OP}: clipValueMax"))?;
+        let hi = scalar(p.other, &format!("{OP}: clipValueMax"))?;
         scalar_map(
             OP,
             REAL,
             move |x| clamp_value(x, None, Some(hi)),
-            self_,
-            out,
-            ws,
-            ex,
+            p.self_,
+            p.out,
+            p.workspace_size,
+            p.executor,
         )
     })
 });

@@ -302,93 +302,52 @@ fn dsink_partials<W: Wire>(
     Ok(ws)
 }
 
-first_stage!(varlen_grad_v5, |params| {
-    let VarlenGradV5Params {
-        query,
-        query_rope,
-        key,
-        key_rope,
-        value,
-        dy,
-        pse_shift,
-        drop_mask,
-        padding_mask,
-        atten_mask,
-        softmax_max,
-        softmax_sum,
-        softmax_in,
-        attention_in,
-        sink_in,
-        prefix,
-        actual_seq_q_len,
-        actual_seq_kv_len,
-        q_start_idx,
-        kv_start_idx,
-        scale_value,
-        keep_prob,
-        pre_tokens,
-        next_tokens,
-        head_num,
-        input_layout,
-        inner_precise,
-        sparse_mode,
-        pse_type,
-        softmax_in_layout,
-        dq_out,
-        dq_rope_out: _dq_rope_out,
-        dk_out,
-        dk_rope_out: _dk_rope_out,
-        dv_out,
-        dpse_out,
-        dsink_out,
-        workspace_size,
-        executor,
-    } = params;
+first_stage!(varlen_grad_v5, |p| {
     const OP: &str = names::varlen_grad_v5;
     state::guard(|| {
-        if !query_rope.is_null() || !key_rope.is_null() {
+        if !p.query_rope.is_null() || !p.key_rope.is_null() {
             return unsupported("queryRope / keyRope");
         }
-        if !softmax_in.is_null() {
+        if !p.softmax_in.is_null() {
             return unsupported("softmaxIn (reserved by CANN)");
         }
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
         let (layout, sm_layout) = unsafe {
             (
-                c_str(input_layout, "inputLayout")?,
-                c_str(softmax_in_layout, "softmaxInLayout")?,
+                c_str(p.input_layout, "inputLayout")?,
+                c_str(p.softmax_in_layout, "softmaxInLayout")?,
             )
         };
         let x = decode_varlen(
-            query,
-            key,
-            value,
-            pse_shift,
-            drop_mask,
-            padding_mask,
-            atten_mask,
-            sink_in,
-            prefix,
-            actual_seq_q_len,
-            actual_seq_kv_len,
-            q_start_idx,
-            kv_start_idx,
-            scale_value,
-            keep_prob,
-            pre_tokens,
-            next_tokens,
-            head_num,
+            p.query,
+            p.key,
+            p.value,
+            p.pse_shift,
+            p.drop_mask,
+            p.padding_mask,
+            p.atten_mask,
+            p.sink_in,
+            p.prefix,
+            p.actual_seq_q_len,
+            p.actual_seq_kv_len,
+            p.q_start_idx,
+            p.kv_start_idx,
+            p.scale_value,
+            p.keep_prob,
+            p.pre_tokens,
+            p.next_tokens,
+            p.head_num,
             layout,
-            inner_precise,
-            sparse_mode,
-            pse_type,
+            p.inner_precise,
+            p.sparse_mode,
+            p.pse_type,
             sm_layout,
             Pass::Backward,
         )?;
         let call = grad_call(
             x,
-            (dy, softmax_max, softmax_sum, attention_in),
-            (dq_out, dk_out, dv_out, dpse_out, dsink_out),
+            (p.dy, p.softmax_max, p.softmax_sum, p.attention_in),
+            (p.dq_out, p.dk_out, p.dv_out, p.dpse_out, p.dsink_out),
         )?;
         // SAFETY: the out-pointers come from the caller per the prototype.
         unsafe {
@@ -396,8 +355,8 @@ first_stage!(varlen_grad_v5, |params| {
                 OP,
                 SIM_WORKSPACE,
                 Box::new(move || call.run()),
-                workspace_size,
-                executor,
+                p.workspace_size,
+                p.executor,
             )
         }
     })
@@ -435,75 +394,44 @@ fn grad_call(
 
 // `aclnnFlashAttentionUnpaddingScoreGrad`: the backward without sink, start indices, rope or
 // softmax layout; pse is pseType 1.
-first_stage!(varlen_grad_base, |params| {
-    let VarlenGradBaseParams {
-        query,
-        key,
-        value,
-        dy,
-        pse_shift,
-        drop_mask,
-        padding_mask,
-        atten_mask,
-        softmax_max,
-        softmax_sum,
-        softmax_in,
-        attention_in,
-        prefix,
-        actual_seq_q_len,
-        actual_seq_kv_len,
-        scale_value,
-        keep_prob,
-        pre_tokens,
-        next_tokens,
-        head_num,
-        input_layout,
-        inner_precise,
-        sparse_mode,
-        dq_out,
-        dk_out,
-        dv_out,
-        dpse_out,
-        workspace_size,
-        executor,
-    } = params;
+first_stage!(varlen_grad_base, |p| {
     const OP: &str = names::varlen_grad_base;
     state::guard(|| {
-        if !softmax_in.is_null() {
+        if !p.softmax_in.is_null() {
             return unsupported("softmaxIn (reserved by CANN)");
         }
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
         let x = decode_varlen(
-            query,
-            key,
-            value,
-            pse_shift,
-            drop_mask,
-            padding_mask,
-            atten_mask,
+            p.query,
+            p.key,
+            p.value,
+            p.pse_shift,
+            p.drop_mask,
+            p.padding_mask,
+            p.atten_mask,
             std::ptr::null(),
-            prefix,
-            actual_seq_q_len,
-            actual_seq_kv_len,
+            p.prefix,
+            p.actual_seq_q_len,
+            p.actual_seq_kv_len,
             std::ptr::null(),
             std::ptr::null(),
-            scale_value,
-            keep_prob,
-            pre_tokens,
-            next_tokens,
-            head_num,
+            p.scale_value,
+            p.keep_prob,
+            p.pre_tokens,
+            p.next_tokens,
+            p.head_num,
             layout,
-            inner_precise,
-            sparse_mode,
+            p.inner_precise,
+            p.sparse_mode,
             1,
             None,
             Pass::Backward,
         )?;
         let call = grad_call(
             x,
-            (dy, softmax_max, softmax_sum, attention_in),
-            (dq_out, dk_out, dv_out, dpse_out, std::ptr::null()),
+            (p.dy, p.softmax_max, p.softmax_sum, p.attention_in),
+            (p.dq_out, p.dk_out, p.dv_out, p.dpse_out, std::ptr::null()),
         )?;
         // SAFETY: the out-pointers come from the caller per the prototype.
         unsafe {
@@ -511,8 +439,8 @@ first_stage!(varlen_grad_base, |params| {
                 OP,
                 SIM_WORKSPACE,
                 Box::new(move || call.run()),
-                workspace_size,
-                executor,
+                p.workspace_size,
+                p.executor,
             )
         }
     })

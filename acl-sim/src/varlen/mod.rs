@@ -502,83 +502,50 @@ impl VarlenFwdCall {
     }
 }
 
-first_stage!(varlen_fwd_v5, |params| {
-    let VarlenFwdV5Params {
-        query,
-        query_rope,
-        key,
-        key_rope,
-        value,
-        real_shift,
-        drop_mask,
-        padding_mask,
-        atten_mask,
-        sink,
-        prefix,
-        actual_seq_q_len,
-        actual_seq_kv_len,
-        q_start_idx,
-        kv_start_idx,
-        scale_value,
-        keep_prob,
-        pre_tokens,
-        next_tokens,
-        head_num,
-        input_layout,
-        inner_precise,
-        sparse_mode,
-        pse_type,
-        softmax_out_layout,
-        softmax_max_out,
-        softmax_sum_out,
-        softmax_out_out: _softmax_out_out,
-        attention_out_out,
-        workspace_size,
-        executor,
-    } = params;
+first_stage!(varlen_fwd_v5, |p| {
     const OP: &str = names::varlen_fwd_v5;
     state::guard(|| {
-        if !query_rope.is_null() || !key_rope.is_null() {
+        if !p.query_rope.is_null() || !p.key_rope.is_null() {
             return unsupported("queryRope / keyRope");
         }
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
         let (layout, sm_layout) = unsafe {
             (
-                c_str(input_layout, "inputLayout")?,
-                c_str(softmax_out_layout, "softmaxOutLayout")?,
+                c_str(p.input_layout, "inputLayout")?,
+                c_str(p.softmax_out_layout, "softmaxOutLayout")?,
             )
         };
         let x = decode_varlen(
-            query,
-            key,
-            value,
-            real_shift,
-            drop_mask,
-            padding_mask,
-            atten_mask,
-            sink,
-            prefix,
-            actual_seq_q_len,
-            actual_seq_kv_len,
-            q_start_idx,
-            kv_start_idx,
-            scale_value,
-            keep_prob,
-            pre_tokens,
-            next_tokens,
-            head_num,
+            p.query,
+            p.key,
+            p.value,
+            p.real_shift,
+            p.drop_mask,
+            p.padding_mask,
+            p.atten_mask,
+            p.sink,
+            p.prefix,
+            p.actual_seq_q_len,
+            p.actual_seq_kv_len,
+            p.q_start_idx,
+            p.kv_start_idx,
+            p.scale_value,
+            p.keep_prob,
+            p.pre_tokens,
+            p.next_tokens,
+            p.head_num,
             layout,
-            inner_precise,
-            sparse_mode,
-            pse_type,
+            p.inner_precise,
+            p.sparse_mode,
+            p.pse_type,
             sm_layout,
             Pass::Forward,
         )?;
         let call = VarlenFwdCall {
             x,
-            softmax_max: required(softmax_max_out, "softmaxMaxOut")?,
-            softmax_sum: required(softmax_sum_out, "softmaxSumOut")?,
-            out: required(attention_out_out, "attentionOutOut")?,
+            softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
+            softmax_sum: required(p.softmax_sum_out, "softmaxSumOut")?,
+            out: required(p.attention_out_out, "attentionOutOut")?,
         };
         call.check()?;
         // SAFETY: the out-pointers come from the caller per the prototype.
@@ -587,76 +554,50 @@ first_stage!(varlen_fwd_v5, |params| {
                 OP,
                 SIM_WORKSPACE,
                 Box::new(move || call.run()),
-                workspace_size,
-                executor,
+                p.workspace_size,
+                p.executor,
             )
         }
     })
 });
 
-first_stage!(varlen_fwd_base, |params| {
-    let VarlenFwdBaseParams {
-        query,
-        key,
-        value,
-        real_shift,
-        drop_mask,
-        padding_mask,
-        atten_mask,
-        prefix,
-        actual_seq_q_len,
-        actual_seq_kv_len,
-        scale_value,
-        keep_prob,
-        pre_tokens,
-        next_tokens,
-        head_num,
-        input_layout,
-        inner_precise,
-        sparse_mode,
-        softmax_max_out,
-        softmax_sum_out,
-        softmax_out_out: _softmax_out_out,
-        attention_out_out,
-        workspace_size,
-        executor,
-    } = params;
+first_stage!(varlen_fwd_base, |p| {
     const OP: &str = names::varlen_fwd_base;
     state::guard(|| {
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
         // The base API has no sink, start indices or softmax layout; pse is pseType 1.
         let x = decode_varlen(
-            query,
-            key,
-            value,
-            real_shift,
-            drop_mask,
-            padding_mask,
-            atten_mask,
+            p.query,
+            p.key,
+            p.value,
+            p.real_shift,
+            p.drop_mask,
+            p.padding_mask,
+            p.atten_mask,
             std::ptr::null(),
-            prefix,
-            actual_seq_q_len,
-            actual_seq_kv_len,
+            p.prefix,
+            p.actual_seq_q_len,
+            p.actual_seq_kv_len,
             std::ptr::null(),
             std::ptr::null(),
-            scale_value,
-            keep_prob,
-            pre_tokens,
-            next_tokens,
-            head_num,
+            p.scale_value,
+            p.keep_prob,
+            p.pre_tokens,
+            p.next_tokens,
+            p.head_num,
             layout,
-            inner_precise,
-            sparse_mode,
+            p.inner_precise,
+            p.sparse_mode,
             1,
             None,
             Pass::Forward,
         )?;
         let call = VarlenFwdCall {
             x,
-            softmax_max: required(softmax_max_out, "softmaxMaxOut")?,
-            softmax_sum: required(softmax_sum_out, "softmaxSumOut")?,
-            out: required(attention_out_out, "attentionOutOut")?,
+            softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
+            softmax_sum: required(p.softmax_sum_out, "softmaxSumOut")?,
+            out: required(p.attention_out_out, "attentionOutOut")?,
         };
         call.check()?;
         // SAFETY: the out-pointers come from the caller per the prototype.
@@ -665,8 +606,8 @@ first_stage!(varlen_fwd_base, |params| {
                 OP,
                 SIM_WORKSPACE,
                 Box::new(move || call.run()),
-                workspace_size,
-                executor,
+                p.workspace_size,
+                p.executor,
             )
         }
     })
