@@ -2,6 +2,7 @@
 
 use super::two_stage;
 use crate::acl::error::Result;
+use crate::acl::ffi::{IndexDimWs, OpFns};
 use crate::acl::runtime::Runtime;
 use crate::acl::tensor::{IntArray, Scalar, Tensor, TensorList};
 
@@ -13,12 +14,7 @@ pub fn index_select(
     index: &Tensor<'_>,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let (name, f) = op!(rt, index_select)?;
-    two_stage(rt, name, f.launch, |ws, ex| {
-        // SAFETY: the arguments follow aclnnIndexSelectGetWorkspaceSize's prototype; handles
-        // are live for the call.
-        unsafe { (f.workspace)(a.as_ptr(), dim, index.as_ptr(), out.as_ptr(), ws, ex) }
-    })
+    index_dim(rt, op!(rt, index_select)?, (a, dim, index, out))
 }
 
 /// `out = self.gather(dim, index)` (`aclnnGather`); `out` has `index`'s shape.
@@ -29,10 +25,18 @@ pub fn gather(
     index: &Tensor<'_>,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let (name, f) = op!(rt, gather)?;
+    index_dim(rt, op!(rt, gather)?, (a, dim, index, out))
+}
+
+/// `aclnnIndexSelect` / `aclnnGather`: one prototype, `(self, dim, index, out)`.
+fn index_dim(
+    rt: &Runtime,
+    (name, f): (&str, OpFns<IndexDimWs>),
+    (a, dim, index, out): (&Tensor<'_>, i64, &Tensor<'_>, &Tensor<'_>),
+) -> Result<()> {
     two_stage(rt, name, f.launch, |ws, ex| {
-        // SAFETY: the arguments follow aclnnGatherGetWorkspaceSize's prototype; handles are
-        // live for the call.
+        // SAFETY: the arguments follow the prototype `(self, dim, index, out, ws, executor)`;
+        // handles are live for the call.
         unsafe { (f.workspace)(a.as_ptr(), dim, index.as_ptr(), out.as_ptr(), ws, ex) }
     })
 }

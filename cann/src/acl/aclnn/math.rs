@@ -3,7 +3,7 @@
 use super::call::entry;
 use super::two_stage;
 use crate::acl::error::Result;
-use crate::acl::ffi::{DataType, UnaryWs};
+use crate::acl::ffi::{BinaryAlphaWs, BinaryWs, DataType, OpFns, ScalarWs, UnaryWs};
 use crate::acl::runtime::Runtime;
 use crate::acl::tensor::{IntArray, Scalar, Tensor};
 
@@ -15,11 +15,7 @@ pub fn add(
     alpha: &Scalar,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let (name, f) = op!(rt, add)?;
-    two_stage(rt, name, f.launch, |ws, ex| {
-        // SAFETY: the arguments follow aclnnAddGetWorkspaceSize's prototype; handles are live.
-        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr(), ws, ex) }
-    })
+    binary_alpha(rt, op!(rt, add)?, (a, b, alpha, out))
 }
 
 /// `out = self - alpha·other` (`aclnnSub`), broadcasting.
@@ -30,27 +26,43 @@ pub fn sub(
     alpha: &Scalar,
     out: &Tensor<'_>,
 ) -> Result<()> {
-    let (name, f) = op!(rt, sub)?;
+    binary_alpha(rt, op!(rt, sub)?, (a, b, alpha, out))
+}
+
+/// `aclnnAdd` / `aclnnSub`: one prototype, `(self, other, alpha, out)`.
+fn binary_alpha(
+    rt: &Runtime,
+    (name, f): (&str, OpFns<BinaryAlphaWs>),
+    (a, b, alpha, out): (&Tensor<'_>, &Tensor<'_>, &Scalar, &Tensor<'_>),
+) -> Result<()> {
     two_stage(rt, name, f.launch, |ws, ex| {
-        // SAFETY: the arguments follow aclnnSubGetWorkspaceSize's prototype; handles are live.
+        // SAFETY: the arguments follow the prototype `(self, other, alpha, out, ws, executor)`;
+        // handles are live.
         unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), alpha.as_ptr(), out.as_ptr(), ws, ex) }
     })
 }
 
 /// `out = self * other` (`aclnnMul`), broadcasting.
 pub fn mul(rt: &Runtime, a: &Tensor<'_>, b: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
-    let (name, f) = op!(rt, mul)?;
-    two_stage(rt, name, f.launch, |ws, ex| {
-        // SAFETY: the arguments follow aclnnMulGetWorkspaceSize's prototype; handles are live.
-        unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), ws, ex) }
-    })
+    binary(rt, op!(rt, mul)?, a, b, out)
 }
 
 /// `out = self / other` (`aclnnDiv`), broadcasting.
 pub fn div(rt: &Runtime, a: &Tensor<'_>, b: &Tensor<'_>, out: &Tensor<'_>) -> Result<()> {
-    let (name, f) = op!(rt, div)?;
+    binary(rt, op!(rt, div)?, a, b, out)
+}
+
+/// `aclnnMul` / `aclnnDiv`: one prototype, `(self, other, out)`.
+fn binary(
+    rt: &Runtime,
+    (name, f): (&str, OpFns<BinaryWs>),
+    a: &Tensor<'_>,
+    b: &Tensor<'_>,
+    out: &Tensor<'_>,
+) -> Result<()> {
     two_stage(rt, name, f.launch, |ws, ex| {
-        // SAFETY: the arguments follow aclnnDivGetWorkspaceSize's prototype; handles are live.
+        // SAFETY: the arguments follow the prototype `(self, other, out, ws, executor)`;
+        // handles are live.
         unsafe { (f.workspace)(a.as_ptr(), b.as_ptr(), out.as_ptr(), ws, ex) }
     })
 }
@@ -97,18 +109,25 @@ pub fn adds(
 
 /// `out = self · other` with a scalar `other` (`aclnnMuls`).
 pub fn muls(rt: &Runtime, a: &Tensor<'_>, other: &Scalar, out: &Tensor<'_>) -> Result<()> {
-    let (name, f) = op!(rt, muls)?;
-    two_stage(rt, name, f.launch, |ws, ex| {
-        // SAFETY: the arguments follow aclnnMulsGetWorkspaceSize's prototype; handles are live.
-        unsafe { (f.workspace)(a.as_ptr(), other.as_ptr(), out.as_ptr(), ws, ex) }
-    })
+    tensor_scalar(rt, op!(rt, muls)?, a, other, out)
 }
 
 /// `out = self / other` with a scalar `other` (`aclnnDivs`).
 pub fn divs(rt: &Runtime, a: &Tensor<'_>, other: &Scalar, out: &Tensor<'_>) -> Result<()> {
-    let (name, f) = op!(rt, divs)?;
+    tensor_scalar(rt, op!(rt, divs)?, a, other, out)
+}
+
+/// `aclnnMuls` / `aclnnDivs`: one prototype, `(self, other: scalar, out)`.
+fn tensor_scalar(
+    rt: &Runtime,
+    (name, f): (&str, OpFns<ScalarWs>),
+    a: &Tensor<'_>,
+    other: &Scalar,
+    out: &Tensor<'_>,
+) -> Result<()> {
     two_stage(rt, name, f.launch, |ws, ex| {
-        // SAFETY: the arguments follow aclnnDivsGetWorkspaceSize's prototype; handles are live.
+        // SAFETY: the arguments follow the prototype `(self, other, out, ws, executor)`;
+        // handles are live.
         unsafe { (f.workspace)(a.as_ptr(), other.as_ptr(), out.as_ptr(), ws, ex) }
     })
 }

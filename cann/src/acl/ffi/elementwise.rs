@@ -5,11 +5,7 @@
 //! `(self, other, out)`, [`super::ScalarWs`] `(self, const aclScalar *other, out)`,
 //! [`super::UnaryWs`] `(self, out)`); which op takes which is listed in [`super::table`].
 
-use super::{AclIntArray, AclOpExecutor, AclScalar, AclStatus, AclTensor};
-
-type T = *const AclTensor;
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
+use super::prototype::*;
 
 aclnn_prototype! {
     /// `aclnnSWhereGetWorkspaceSize(const aclTensor *condition, const aclTensor *self, const
@@ -90,7 +86,7 @@ aclnn_prototype! {
     /// const aclIntArray *dim, bool keepDim, aclTensor *out, …)`.
     AmaxWs, AmaxParams(
         self_: T,
-        dim: *const AclIntArray,
+        dim: IA,
         keep_dim: bool,
         out: T,
         workspace_size: Ws,

@@ -6,13 +6,7 @@
 //! `posembedding/rotary_position_embedding*/docs/aclnnRotaryPositionEmbedding*.md`); every integer
 //! has the header's width, checked against the headers by `tools/abi-check`.
 
-use std::ffi::c_char;
-
-use super::{AclOpExecutor, AclStatus, AclTensor};
-
-type T = *const AclTensor;
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
+use super::prototype::*;
 
 aclnn_prototype! {
     /// `aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma, double epsilon,

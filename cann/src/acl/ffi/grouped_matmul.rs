@@ -2,12 +2,7 @@
 //! `gmm/grouped_matmul/op_host/op_api/aclnn_grouped_matmul_v4.h`, the version torch_npu's
 //! `npu_grouped_matmul` and MindSpeed's `npu_gmm` call); every integer has the header's width.
 
-use super::{AclOpExecutor, AclStatus, AclTensor, AclTensorList};
-
-type T = *const AclTensor;
-type TL = *const AclTensorList;
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
+use super::prototype::*;
 
 aclnn_prototype! {
     /// `aclnnGroupedMatmulV4GetWorkspaceSize(const aclTensorList *x, const aclTensorList *weight,

@@ -3,12 +3,7 @@
 //! and headers named per prototype; every integer has the header's width, checked against CANN's
 //! headers by `tools/abi-check`.
 
-use super::{AclIntArray, AclOpExecutor, AclScalar, AclStatus, AclTensor};
-
-type T = *const AclTensor;
-type IA = *const AclIntArray;
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
+use super::prototype::*;
 
 aclnn_prototype! {
     /// `aclnnAddGetWorkspaceSize` / `aclnnSubGetWorkspaceSize`: `(const aclTensor *self,

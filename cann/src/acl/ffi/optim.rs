@@ -3,11 +3,7 @@
 //! `aclnn_apply_adam_w_v2.h`); every integer has the header's width, checked against the headers by
 //! `tools/abi-check`.
 
-use super::{AclOpExecutor, AclStatus, AclTensor};
-
-type T = *const AclTensor;
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
+use super::prototype::*;
 
 aclnn_prototype! {
     /// `aclnnApplyAdamWV2GetWorkspaceSize(aclTensor *varRef, aclTensor *mRef, aclTensor *vRef,

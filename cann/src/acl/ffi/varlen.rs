@@ -3,14 +3,7 @@
 //! the aclnn docs and headers named per prototype; every integer has the header's width, checked
 //! against CANN's headers by `tools/abi-check`.
 
-use std::ffi::c_char;
-
-use super::{AclIntArray, AclOpExecutor, AclStatus, AclTensor};
-
-type T = *const AclTensor;
-type IA = *const AclIntArray;
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
+use super::prototype::*;
 
 aclnn_prototype! {
     /// `aclnnFlashAttentionVarLenScoreV5GetWorkspaceSize` (aclnnFlashAttentionVarLenScoreV5.md).
