@@ -1,22 +1,36 @@
-//! How the simulation implements an aclnn op's first stage without writing its C signature:
-//! `first_stage!(field, |params| { let XParams { … } = params; … })` implements
-//! [`FirstStage`](burn_ascend_cann::acl::ffi::FirstStage) of the table's op `field` for
-//! [`Sim`](crate::Sim), over the op's parameter struct (generated in `burn_ascend_cann` from
-//! the prototype, with the C entry point that packs the arguments into it). The registration
-//! (`crate::register`) takes every op's entry from the table, so an op without an
+//! How the simulation implements a table's function without writing its C signature:
+//! `first_stage!(field, |p| { … })` implements [`Implements`] of the aclnn table's op `field`
+//! (its first stage) and `hccl_fn!(field, |p| { … })` that of the HCCL table's function
+//! `field` for [`Sim`](crate::Sim), over the function's parameter struct `p` (generated in
+//! `burn_ascend_cann` from the prototype, with the C entry point that packs the arguments into
+//! it). The registrations take every entry from the tables, so a function without an
 //! implementation here does not compile.
+//!
+//! [`Implements`]: burn_ascend_cann::prototype::Implements
 
-/// Implements the first stage of the table's op `$field` for [`crate::Sim`]; `$params` names
-/// the op's parameter struct in `$body`.
+/// Implements the table's function `$marker` for [`crate::Sim`]; `$params` names its parameter
+/// struct in `$body`.
+macro_rules! implement {
+    ($marker:path, |$params:ident| $body:block) => {
+        impl burn_ascend_cann::prototype::Implements<$marker> for $crate::Sim {
+            unsafe fn call(
+                $params: <$marker as burn_ascend_cann::prototype::TableFn>::Params,
+            ) -> <<$marker as burn_ascend_cann::prototype::TableFn>::Params as burn_ascend_cann::prototype::Prototype>::Ret
+                $body
+        }
+    };
+}
+
+/// The first stage of the aclnn table's op `$field` (see [`implement`]).
 macro_rules! first_stage {
     ($field:ident, |$params:ident| $body:block) => {
-        impl
-            burn_ascend_cann::acl::ffi::FirstStage<burn_ascend_cann::acl::ffi::op::$field>
-            for $crate::Sim
-        {
-            unsafe fn first_stage(
-                $params: <burn_ascend_cann::acl::ffi::op::$field as burn_ascend_cann::acl::ffi::AclnnOp>::Params,
-            ) -> burn_ascend_cann::acl::ffi::AclStatus $body
-        }
+        implement!(burn_ascend_cann::acl::ffi::op::$field, |$params| $body);
+    };
+}
+
+/// The HCCL table's function `$field` (see [`implement`]).
+macro_rules! hccl_fn {
+    ($field:ident, |$params:ident| $body:block) => {
+        implement!(burn_ascend_cann::hccl::ffi::func::$field, |$params| $body);
     };
 }

@@ -106,8 +106,8 @@ use burn_ascend_cann::acl::ffi::{op, AclOpExecutor, AclStatus, AclrtStream, OpFn
 use burn_ascend_cann::acl::{AclApi, ApiKind, Result, Runtime};
 
 /// Every runtime, nnopbase and graph-capture entry of the table by its field name (the aclnn ops'
-/// first stages are [`FirstStage`](burn_ascend_cann::acl::ffi::FirstStage) implementations on
-/// [`Sim`], found through the table).
+/// first stages are [`Implements`](burn_ascend_cann::prototype::Implements) of their table entry
+/// on [`Sim`], found through the table).
 mod registry {
     pub(crate) use crate::state::capture::{
         capture_begin, capture_end, capture_get_info, ri_destroy, ri_execute_async, task_grp_begin,
@@ -132,7 +132,7 @@ pub(crate) struct Sim;
 
 /// The simulation's table from the cann crate's op table: each runtime entry from
 /// [`registry`], each op's first stage the C entry of its prototype over [`Sim`]'s
-/// [`FirstStage`](burn_ascend_cann::acl::ffi::FirstStage), and its launch stage generated here.
+/// [`Implements`](burn_ascend_cann::prototype::Implements), and its launch stage generated here.
 macro_rules! register {
     (
         runtime { $($rf:ident: $rc:ident($rt:ty)),* }

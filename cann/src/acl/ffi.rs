@@ -29,6 +29,7 @@ mod prompt;
 mod scatter;
 pub mod table;
 mod varlen;
+pub use crate::prototype::{Implements, Prototype, TableFn};
 pub use elementwise::*;
 pub use fia::*;
 pub use fused::*;
@@ -39,7 +40,6 @@ pub use index::*;
 pub use math::*;
 pub use optim::*;
 pub use prompt::*;
-pub use prototype::{AclnnOp, FirstStage, Prototype};
 pub use scatter::*;
 pub use varlen::*;
 
@@ -289,7 +289,7 @@ macro_rules! declare_api {
             $(
                 #[doc = concat!("`", stringify!($c), "`.")]
                 $(#[$a])*
-                pub $f: Option<OpFns<<$p as Prototype>::Ws>>,
+                pub $f: Option<OpFns<<$p as Prototype>::FnPtr>>,
             )*
         }
 
@@ -313,17 +313,17 @@ macro_rules! declare_api {
         }
 
         /// One marker type per aclnn op of the table, named by its field: what ties an op to
-        /// its parameter struct and C name ([`AclnnOp`]), e.g. for the simulation's
-        /// [`FirstStage`] implementations.
+        /// its parameter struct and C name ([`TableFn`]), e.g. for the simulation's
+        /// [`Implements`] of each op's first stage.
         #[allow(non_camel_case_types)]
         pub mod op {
-            use super::AclnnOp;
+            use super::TableFn;
             $(
                 #[doc = concat!("`", stringify!($c), "`.")]
                 #[derive(Debug, Clone, Copy)]
                 pub struct $f;
 
-                impl AclnnOp for $f {
+                impl TableFn for $f {
                     type Params = $p;
                     const NAME: &'static str = stringify!($c);
                 }

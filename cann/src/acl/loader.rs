@@ -274,7 +274,7 @@ fn resolve(libs: &[Library], paths: &[PathBuf]) -> Result<AclApi> {
                         // `AclnnLaunch` is the launch prototype shared by every aclnn op.
                         let (ws, launch) = unsafe {
                             (
-                                find::<<$p as Prototype>::Ws>(libs, concat!(stringify!($c), "GetWorkspaceSize")),
+                                find::<<$p as Prototype>::FnPtr>(libs, concat!(stringify!($c), "GetWorkspaceSize")),
                                 find::<AclnnLaunch>(libs, stringify!($c)),
                             )
                         };

@@ -184,7 +184,7 @@ macro_rules! collect_functions {
                 $(Function::of::<$gt>(stringify!($gc), stringify!($gt), Group::Runtime),)*
             ];
             let ops = [$([
-                Function::of::<<$p as ffi::Prototype>::Ws>(
+                Function::of::<<$p as ffi::Prototype>::FnPtr>(
                     concat!(stringify!($c), "GetWorkspaceSize"),
                     stringify!($p),
                     Group::Op(stringify!($c)),
@@ -207,10 +207,14 @@ macro_rules! collect_functions {
 burn_ascend_cann::acl_api_table!(collect_functions);
 
 macro_rules! collect_hccl {
-    (fns { $($f:ident: $c:ident($t:ty)),* }) => {
+    (fns { $($f:ident: $c:ident($p:ty)),* }) => {
         /// Every HCCL function of [`burn_ascend_cann::hccl_api_table!`], in table order.
         pub fn hccl_functions() -> Vec<Function> {
-            vec![$(Function::of::<$t>(stringify!($c), stringify!($t), Group::Hccl)),*]
+            vec![$(Function::of::<<$p as ffi::Prototype>::FnPtr>(
+                stringify!($c),
+                stringify!($p),
+                Group::Hccl,
+            )),*]
         }
     };
 }

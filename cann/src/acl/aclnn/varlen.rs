@@ -8,7 +8,7 @@ use std::ffi::CString;
 use super::call::{attr, cptr, ia, missing, t, two_stage};
 use crate::acl::error::{AclError, Result};
 use crate::acl::ffi::{
-    names, AclOpExecutor, OpFns, Prototype, VarlenFwdBaseParams, VarlenFwdV5Params,
+    names, AclOpExecutor, AclStatus, OpFns, Prototype, VarlenFwdBaseParams, VarlenFwdV5Params,
     VarlenGradBaseParams, VarlenGradV5Params,
 };
 use crate::acl::runtime::Runtime;
@@ -122,11 +122,11 @@ fn varlen_needs_v5(
 /// # Safety
 /// The parameters built must satisfy the op's C contract: live handles for the call, nulls
 /// only where the op allows them, NUL-terminated strings that outlive the call.
-unsafe fn varlen_call<B: Prototype, V: Prototype>(
+unsafe fn varlen_call<B: Prototype<Ret = AclStatus>, V: Prototype<Ret = AclStatus>>(
     rt: &Runtime,
     needs_v5: &[&str],
-    (base, base_name): (Option<OpFns<B::Ws>>, &str),
-    (v5, v5_name): (Option<OpFns<V::Ws>>, &str),
+    (base, base_name): (Option<OpFns<B::FnPtr>>, &str),
+    (v5, v5_name): (Option<OpFns<V::FnPtr>>, &str),
     base_params: impl FnOnce(Ws, Ex) -> B,
     v5_params: impl FnOnce(Ws, Ex) -> V,
 ) -> Result<()> {

@@ -9,7 +9,7 @@
 //! - the symbol lookup of [`crate::acl::loader`] (`GetWorkspaceSize` + launch per op);
 //! - the availability list, [`super::AclApi::presence`];
 //! - the registration of the host simulation (crate `burn-ascend-acl-sim`), which must implement
-//!   [`super::FirstStage`] for every op listed here (a missing one does not compile);
+//!   [`super::Implements`] for every op listed here (a missing one does not compile);
 //! - the functions the ABI check (`tools/abi-check`) compares with CANN's headers.
 //!
 //! The shape is that of llama.cpp's `GGML_CANN_CALL_ACLNN_OP`: a callback macro receives the
