@@ -102,41 +102,21 @@ pub use state::{
 
 use std::ffi::c_void;
 
-use burn_ascend_cann::acl::ffi::{op, AclOpExecutor, AclStatus, AclrtStream, OpFns};
+use burn_ascend_cann::acl::ffi::{func, op, AclOpExecutor, AclStatus, AclrtStream, OpFns};
 use burn_ascend_cann::acl::{AclApi, ApiKind, Result, Runtime};
 
-/// Every runtime, nnopbase and graph-capture entry of the table by its field name (the aclnn ops'
-/// first stages are [`Implements`](burn_ascend_cann::prototype::Implements) of their table entry
-/// on [`Sim`], found through the table).
-mod registry {
-    pub(crate) use crate::state::capture::{
-        capture_begin, capture_end, capture_get_info, ri_destroy, ri_execute_async, task_grp_begin,
-        task_grp_end, task_update_begin, task_update_end,
-    };
-    pub(crate) use crate::state::handles::{
-        create_int_array, create_scalar, create_tensor, create_tensor_list, destroy_int_array,
-        destroy_scalar, destroy_tensor, destroy_tensor_list,
-    };
-    pub(crate) use crate::state::memory::{
-        free, free_host, malloc, malloc_host, memcpy, memcpy_async, memset_async,
-    };
-    pub(crate) use crate::state::{
-        acl_finalize, acl_init, create_stream, destroy_stream, get_device_count,
-        get_recent_err_msg, get_version, reset_device, set_device, synchronize_stream,
-    };
-}
-
-/// The simulation as the implementer of every aclnn op's first stage (`first_stage!` in each
-/// op's module).
+/// The simulation as the implementer of every function of the tables: `first_stage!`,
+/// `runtime_fn!` and `hccl_fn!` in each module.
 pub(crate) struct Sim;
 
-/// The simulation's table from the cann crate's op table: each runtime entry from
-/// [`registry`], each op's first stage the C entry of its prototype over [`Sim`]'s
-/// [`Implements`](burn_ascend_cann::prototype::Implements), and its launch stage generated here.
+/// The simulation's table from the cann crate's table: each runtime, nnopbase and
+/// graph-capture function and each op's first stage the C entry of its prototype over
+/// [`Sim`]'s [`Implements`](burn_ascend_cann::prototype::Implements), each op's launch stage
+/// generated here.
 macro_rules! register {
     (
-        runtime { $($rf:ident: $rc:ident($rt:ty)),* }
-        graph { $($gf:ident: $gc:ident($gt:ty)),* }
+        runtime { $($rf:ident: $rc:ident($rp:ty)),* }
+        graph { $($gf:ident: $gc:ident($gp:ty)),* }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
     ) => {
         /// The launch stage of every op: [`state::launch`] under the op's C name.
@@ -156,8 +136,8 @@ macro_rules! register {
 
         static API: AclApi = AclApi {
             kind: ApiKind::Simulation,
-            $($rf: registry::$rf,)*
-            $($gf: Some(registry::$gf),)*
+            $($rf: <$rp>::entry::<func::$rf, Sim>,)*
+            $($gf: Some(<$gp>::entry::<func::$gf, Sim>),)*
             $($f: Some(OpFns {
                 workspace: <$p>::entry::<op::$f, Sim>,
                 launch: launch::$f,

@@ -22,6 +22,8 @@ pub trait Prototype: Copy {
     type Ret;
     /// The parameter names, in prototype order (as the Rust declaration spells them).
     const PARAMS: &'static [&'static str];
+    /// The function type's Rust name (`AclrtMalloc`, `BinaryAlphaWs`), for messages.
+    const FN_PTR: &'static str;
 
     /// Calls `f` with the fields in prototype order.
     ///
@@ -78,6 +80,7 @@ macro_rules! c_prototype {
             type FnPtr = $fn_ptr;
             type Ret = $ret;
             const PARAMS: &'static [&'static str] = &[$(stringify!($p)),*];
+            const FN_PTR: &'static str = stringify!($fn_ptr);
 
             unsafe fn call(self, f: $fn_ptr) -> $ret {
                 // SAFETY: the caller's contract (see `Prototype::call`); the fields are passed

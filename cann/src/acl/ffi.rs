@@ -138,97 +138,202 @@ pub const ACL_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
 
 // ---- runtime (libascendcl.so) ----------------------------------------------------------------
 
-/// `aclError aclInit(const char *configPath)`.
-pub type AclInit = unsafe extern "C" fn(config_path: *const c_char) -> AclStatus;
-/// `aclError aclFinalize()`.
-pub type AclFinalize = unsafe extern "C" fn() -> AclStatus;
-/// `aclError aclrtSetDevice(int32_t)` / `aclrtResetDevice(int32_t)`.
-pub type AclrtDevice = unsafe extern "C" fn(device_id: i32) -> AclStatus;
-/// `aclError aclrtGetDeviceCount(uint32_t *count)`.
-pub type AclrtGetDeviceCount = unsafe extern "C" fn(count: *mut u32) -> AclStatus;
-/// `aclError aclrtCreateStream(aclrtStream *stream)`.
-pub type AclrtCreateStream = unsafe extern "C" fn(stream: *mut AclrtStream) -> AclStatus;
-/// `aclError aclrtDestroyStream(aclrtStream)` / `aclrtSynchronizeStream(aclrtStream)`.
-pub type AclrtStreamFn = unsafe extern "C" fn(stream: AclrtStream) -> AclStatus;
-/// `aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)`.
-pub type AclrtMalloc =
-    unsafe extern "C" fn(dev_ptr: *mut *mut c_void, size: usize, policy: c_int) -> AclStatus;
-/// `aclError aclrtFree(void *devPtr)`.
-pub type AclrtFree = unsafe extern "C" fn(dev_ptr: *mut c_void) -> AclStatus;
-/// `aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
-/// aclrtMemcpyKind kind)`.
-pub type AclrtMemcpy = unsafe extern "C" fn(
-    dst: *mut c_void,
-    dest_max: usize,
-    src: *const c_void,
-    count: usize,
-    kind: c_int,
-) -> AclStatus;
-/// `const char *aclGetRecentErrMsg()`.
-pub type AclGetRecentErrMsg = unsafe extern "C" fn() -> *const c_char;
-/// `aclError aclrtMallocHost(void **hostPtr, size_t size)`: page-locked host memory, which the
-/// host side of `aclrtMemcpyAsync` needs.
-pub type AclrtMallocHost =
-    unsafe extern "C" fn(host_ptr: *mut *mut c_void, size: usize) -> AclStatus;
-/// `aclError aclrtFreeHost(void *hostPtr)`.
-pub type AclrtFreeHost = unsafe extern "C" fn(host_ptr: *mut c_void) -> AclStatus;
-/// `aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
-/// aclrtMemcpyKind kind, aclrtStream stream)`.
-pub type AclrtMemcpyAsync = unsafe extern "C" fn(
-    dst: *mut c_void,
-    dest_max: usize,
-    src: *const c_void,
-    count: usize,
-    kind: c_int,
-    stream: AclrtStream,
-) -> AclStatus;
-/// `aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
-/// aclrtStream stream)`.
-pub type AclrtMemsetAsync = unsafe extern "C" fn(
-    dev_ptr: *mut c_void,
-    max_count: usize,
-    value: i32,
-    count: usize,
-    stream: AclrtStream,
-) -> AclStatus;
-/// `aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion,
-/// int32_t *patchVersion)` (`acl/acl_rt.h`): the ACL interface version, not the CANN package's.
-pub type AclrtGetVersion =
-    unsafe extern "C" fn(major: *mut i32, minor: *mut i32, patch: *mut i32) -> AclStatus;
+c_prototype! {
+    /// `aclError aclInit(const char *configPath)`.
+    AclInit, AclInitParams(
+        config_path: *const c_char,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclFinalize()`.
+    AclFinalize, AclFinalizeParams(
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtSetDevice(int32_t)` / `aclrtResetDevice(int32_t)`.
+    AclrtDevice, AclrtDeviceParams(
+        device_id: i32,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtGetDeviceCount(uint32_t *count)`.
+    AclrtGetDeviceCount, AclrtGetDeviceCountParams(
+        count: *mut u32,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtCreateStream(aclrtStream *stream)`.
+    AclrtCreateStream, AclrtCreateStreamParams(
+        stream: *mut AclrtStream,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtDestroyStream(aclrtStream)` / `aclrtSynchronizeStream(aclrtStream)`.
+    AclrtStreamFn, AclrtStreamFnParams(
+        stream: AclrtStream,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)`.
+    AclrtMalloc, AclrtMallocParams(
+        dev_ptr: *mut *mut c_void,
+        size: usize,
+        policy: c_int,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtFree(void *devPtr)`.
+    AclrtFree, AclrtFreeParams(
+        dev_ptr: *mut c_void,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+    /// aclrtMemcpyKind kind)`.
+    AclrtMemcpy, AclrtMemcpyParams(
+        dst: *mut c_void,
+        dest_max: usize,
+        src: *const c_void,
+        count: usize,
+        kind: c_int,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `const char *aclGetRecentErrMsg()`.
+    AclGetRecentErrMsg, AclGetRecentErrMsgParams(
+    ) -> *const c_char
+}
+
+c_prototype! {
+    /// `aclError aclrtMallocHost(void **hostPtr, size_t size)`: page-locked host memory, which the
+    /// host side of `aclrtMemcpyAsync` needs.
+    AclrtMallocHost, AclrtMallocHostParams(
+        host_ptr: *mut *mut c_void,
+        size: usize,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtFreeHost(void *hostPtr)`.
+    AclrtFreeHost, AclrtFreeHostParams(
+        host_ptr: *mut c_void,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
+    /// aclrtMemcpyKind kind, aclrtStream stream)`.
+    AclrtMemcpyAsync, AclrtMemcpyAsyncParams(
+        dst: *mut c_void,
+        dest_max: usize,
+        src: *const c_void,
+        count: usize,
+        kind: c_int,
+        stream: AclrtStream,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
+    /// aclrtStream stream)`.
+    AclrtMemsetAsync, AclrtMemsetAsyncParams(
+        dev_ptr: *mut c_void,
+        max_count: usize,
+        value: i32,
+        count: usize,
+        stream: AclrtStream,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion,
+    /// int32_t *patchVersion)` (`acl/acl_rt.h`): the ACL interface version, not the CANN package's.
+    AclrtGetVersion, AclrtGetVersionParams(
+        major: *mut i32,
+        minor: *mut i32,
+        patch: *mut i32,
+    ) -> AclStatus
+}
 
 // ---- nnopbase (libnnopbase.so) ---------------------------------------------------------------
 
-/// `aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum,
-/// aclDataType dataType, const int64_t *stride, int64_t offset, aclFormat format,
-/// const int64_t *storageDims, uint64_t storageDimsNum, void *tensorData)`.
-pub type AclCreateTensor = unsafe extern "C" fn(
-    view_dims: *const i64,
-    view_dims_num: u64,
-    data_type: i32,
-    stride: *const i64,
-    offset: i64,
-    format: i32,
-    storage_dims: *const i64,
-    storage_dims_num: u64,
-    tensor_data: *mut c_void,
-) -> *mut AclTensor;
-/// `aclnnStatus aclDestroyTensor(const aclTensor *)`.
-pub type AclDestroyTensor = unsafe extern "C" fn(tensor: *const AclTensor) -> AclStatus;
-/// `aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size)`.
-pub type AclCreateIntArray = unsafe extern "C" fn(value: *const i64, size: u64) -> *mut AclIntArray;
-/// `aclnnStatus aclDestroyIntArray(const aclIntArray *)`.
-pub type AclDestroyIntArray = unsafe extern "C" fn(array: *const AclIntArray) -> AclStatus;
-/// `aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size)`.
-pub type AclCreateTensorList =
-    unsafe extern "C" fn(value: *const *const AclTensor, size: u64) -> *mut AclTensorList;
-/// `aclnnStatus aclDestroyTensorList(const aclTensorList *)` — also destroys the tensors in it.
-pub type AclDestroyTensorList = unsafe extern "C" fn(list: *const AclTensorList) -> AclStatus;
+c_prototype! {
+    /// `aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum,
+    /// aclDataType dataType, const int64_t *stride, int64_t offset, aclFormat format,
+    /// const int64_t *storageDims, uint64_t storageDimsNum, void *tensorData)`.
+    AclCreateTensor, AclCreateTensorParams(
+        view_dims: *const i64,
+        view_dims_num: u64,
+        data_type: i32,
+        stride: *const i64,
+        offset: i64,
+        format: i32,
+        storage_dims: *const i64,
+        storage_dims_num: u64,
+        tensor_data: *mut c_void,
+    ) -> *mut AclTensor
+}
 
-/// `aclScalar *aclCreateScalar(void *value, aclDataType dataType)` (nnopbase copies the value).
-pub type AclCreateScalar =
-    unsafe extern "C" fn(value: *mut c_void, data_type: i32) -> *mut AclScalar;
-/// `aclnnStatus aclDestroyScalar(const aclScalar *scalar)`.
-pub type AclDestroyScalar = unsafe extern "C" fn(scalar: *const AclScalar) -> AclStatus;
+c_prototype! {
+    /// `aclnnStatus aclDestroyTensor(const aclTensor *)`.
+    AclDestroyTensor, AclDestroyTensorParams(
+        tensor: *const AclTensor,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size)`.
+    AclCreateIntArray, AclCreateIntArrayParams(
+        value: *const i64,
+        size: u64,
+    ) -> *mut AclIntArray
+}
+
+c_prototype! {
+    /// `aclnnStatus aclDestroyIntArray(const aclIntArray *)`.
+    AclDestroyIntArray, AclDestroyIntArrayParams(
+        array: *const AclIntArray,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size)`.
+    AclCreateTensorList, AclCreateTensorListParams(
+        value: *const *const AclTensor,
+        size: u64,
+    ) -> *mut AclTensorList
+}
+
+c_prototype! {
+    /// `aclnnStatus aclDestroyTensorList(const aclTensorList *)` — also destroys the tensors in it.
+    AclDestroyTensorList, AclDestroyTensorListParams(
+        list: *const AclTensorList,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclScalar *aclCreateScalar(void *value, aclDataType dataType)` (nnopbase copies the value).
+    AclCreateScalar, AclCreateScalarParams(
+        value: *mut c_void,
+        data_type: i32,
+    ) -> *mut AclScalar
+}
+
+c_prototype! {
+    /// `aclnnStatus aclDestroyScalar(const aclScalar *scalar)`.
+    AclDestroyScalar, AclDestroyScalarParams(
+        scalar: *const AclScalar,
+    ) -> AclStatus
+}
 
 // ---- ops (libopapi.so / libopapi_*.so) ---------------------------------------------------------
 
@@ -261,11 +366,11 @@ pub enum ApiKind {
     Simulation,
 }
 
-/// Generates [`AclApi`], [`names`], [`op`] and [`AclApi::presence`] from the table.
+/// Generates [`AclApi`], [`names`], [`op`], [`func`] and [`AclApi::presence`] from the table.
 macro_rules! declare_api {
     (
-        runtime { $($rf:ident: $rc:ident($rt:ty)),* }
-        graph { $($gf:ident: $gc:ident($gt:ty)),* }
+        runtime { $($rf:ident: $rc:ident($rp:ty)),* }
+        graph { $($gf:ident: $gc:ident($gp:ty)),* }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
     ) => {
         /// The function table, one field per entry of [`table`](crate::acl_api_table). Runtime
@@ -280,11 +385,11 @@ macro_rules! declare_api {
             pub kind: ApiKind,
             $(
                 #[doc = concat!("`", stringify!($rc), "`.")]
-                pub $rf: $rt,
+                pub $rf: <$rp as Prototype>::FnPtr,
             )*
             $(
                 #[doc = concat!("`", stringify!($gc), "` (optional: graph capture).")]
-                pub $gf: Option<$gt>,
+                pub $gf: Option<<$gp as Prototype>::FnPtr>,
             )*
             $(
                 #[doc = concat!("`", stringify!($c), "`.")]
@@ -326,6 +431,33 @@ macro_rules! declare_api {
                 impl TableFn for $f {
                     type Params = $p;
                     const NAME: &'static str = stringify!($c);
+                }
+            )*
+        }
+
+        /// One marker type per runtime, nnopbase and graph-capture function of the table,
+        /// named by its field ([`TableFn`]), as [`op`] for the aclnn ops.
+        #[allow(non_camel_case_types)]
+        pub mod func {
+            use super::TableFn;
+            $(
+                #[doc = concat!("`", stringify!($rc), "`.")]
+                #[derive(Debug, Clone, Copy)]
+                pub struct $rf;
+
+                impl TableFn for $rf {
+                    type Params = $rp;
+                    const NAME: &'static str = stringify!($rc);
+                }
+            )*
+            $(
+                #[doc = concat!("`", stringify!($gc), "`.")]
+                #[derive(Debug, Clone, Copy)]
+                pub struct $gf;
+
+                impl TableFn for $gf {
+                    type Params = $gp;
+                    const NAME: &'static str = stringify!($gc);
                 }
             )*
         }

@@ -168,10 +168,21 @@ impl Function {
     }
 }
 
+impl Function {
+    /// A function of a table, from its prototype (its parameter struct): the Rust name reported
+    /// is the function type's (`AclrtMalloc`, `BinaryAlphaWs`).
+    fn of_prototype<P: ffi::Prototype>(c_name: &str, group: Group) -> Self
+    where
+        P::FnPtr: CFn,
+    {
+        Self::of::<P::FnPtr>(c_name, P::FN_PTR, group)
+    }
+}
+
 macro_rules! collect_functions {
     (
-        runtime { $($rf:ident: $rc:ident($rt:ty)),* }
-        graph { $($gf:ident: $gc:ident($gt:ty)),* }
+        runtime { $($rf:ident: $rc:ident($rp:ty)),* }
+        graph { $($gf:ident: $gc:ident($gp:ty)),* }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
     ) => {
         /// Every C function of [`burn_ascend_cann::acl_api_table!`], in table order: the
@@ -180,13 +191,12 @@ macro_rules! collect_functions {
         /// `GetWorkspaceSize` stage and its launch ([`ffi::AclnnLaunch`]).
         pub fn functions() -> Vec<Function> {
             let runtime = [
-                $(Function::of::<$rt>(stringify!($rc), stringify!($rt), Group::Runtime),)*
-                $(Function::of::<$gt>(stringify!($gc), stringify!($gt), Group::Runtime),)*
+                $(Function::of_prototype::<$rp>(stringify!($rc), Group::Runtime),)*
+                $(Function::of_prototype::<$gp>(stringify!($gc), Group::Runtime),)*
             ];
             let ops = [$([
-                Function::of::<<$p as ffi::Prototype>::FnPtr>(
+                Function::of_prototype::<$p>(
                     concat!(stringify!($c), "GetWorkspaceSize"),
-                    stringify!($p),
                     Group::Op(stringify!($c)),
                 ),
                 Function::of::<ffi::AclnnLaunch>(
@@ -210,11 +220,7 @@ macro_rules! collect_hccl {
     (fns { $($f:ident: $c:ident($p:ty)),* }) => {
         /// Every HCCL function of [`burn_ascend_cann::hccl_api_table!`], in table order.
         pub fn hccl_functions() -> Vec<Function> {
-            vec![$(Function::of::<<$p as ffi::Prototype>::FnPtr>(
-                stringify!($c),
-                stringify!($p),
-                Group::Hccl,
-            )),*]
+            vec![$(Function::of_prototype::<$p>(stringify!($c), Group::Hccl)),*]
         }
     };
 }

@@ -1,6 +1,7 @@
 //! **The one list of the ACL functions and aclnn ops this crate calls**: each named once, with
-//! its C name and its prototype (for a runtime function its function type, for an aclnn op its
-//! parameter struct, declared once with `aclnn_prototype!` in the op's module of [`super`]).
+//! its C name and its prototype: the parameter struct declared once with `c_prototype!` (for an
+//! aclnn op `aclnn_prototype!`, in the op's module of [`super`]), which also gives the function
+//! type.
 //! Everything that must name them is generated from it, so adding an op is one line here, its
 //! prototype, and its simulation:
 //! - the fields of [`super::AclApi`], the C names in [`super::names`] and the op marker types
@@ -16,8 +17,8 @@
 //! whole table,
 //!
 //! ```text
-//! runtime { <field>: <C name>(<fn type>), … }
-//! graph   { <field>: <C name>(<fn type>), … }
+//! runtime { <field>: <C name>(<parameter struct>), … }
+//! graph   { <field>: <C name>(<parameter struct>), … }
 //! ops     { $(#[attr])* <field>: <aclnn name>(<parameter struct>), … }
 //! ```
 //!
@@ -29,8 +30,8 @@
 /// must accept
 ///
 /// ```text
-/// runtime { $($rf:ident: $rc:ident($rt:ty)),* }
-/// graph { $($gf:ident: $gc:ident($gt:ty)),* }
+/// runtime { $($rf:ident: $rc:ident($rp:ty)),* }
+/// graph { $($gf:ident: $gc:ident($gp:ty)),* }
 /// ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
 /// ```
 #[macro_export]
@@ -39,44 +40,44 @@ macro_rules! acl_api_table {
         $crate::acl_api_table! { @emit $m
             runtime {
                 // ---- runtime (libascendcl.so)
-                acl_init: aclInit(AclInit),
-                acl_finalize: aclFinalize(AclFinalize),
-                set_device: aclrtSetDevice(AclrtDevice),
-                reset_device: aclrtResetDevice(AclrtDevice),
-                get_device_count: aclrtGetDeviceCount(AclrtGetDeviceCount),
-                create_stream: aclrtCreateStream(AclrtCreateStream),
-                destroy_stream: aclrtDestroyStream(AclrtStreamFn),
-                synchronize_stream: aclrtSynchronizeStream(AclrtStreamFn),
-                malloc: aclrtMalloc(AclrtMalloc),
-                free: aclrtFree(AclrtFree),
-                memcpy: aclrtMemcpy(AclrtMemcpy),
-                malloc_host: aclrtMallocHost(AclrtMallocHost),
-                free_host: aclrtFreeHost(AclrtFreeHost),
-                memcpy_async: aclrtMemcpyAsync(AclrtMemcpyAsync),
-                memset_async: aclrtMemsetAsync(AclrtMemsetAsync),
-                get_recent_err_msg: aclGetRecentErrMsg(AclGetRecentErrMsg),
-                get_version: aclrtGetVersion(AclrtGetVersion),
+                acl_init: aclInit(AclInitParams),
+                acl_finalize: aclFinalize(AclFinalizeParams),
+                set_device: aclrtSetDevice(AclrtDeviceParams),
+                reset_device: aclrtResetDevice(AclrtDeviceParams),
+                get_device_count: aclrtGetDeviceCount(AclrtGetDeviceCountParams),
+                create_stream: aclrtCreateStream(AclrtCreateStreamParams),
+                destroy_stream: aclrtDestroyStream(AclrtStreamFnParams),
+                synchronize_stream: aclrtSynchronizeStream(AclrtStreamFnParams),
+                malloc: aclrtMalloc(AclrtMallocParams),
+                free: aclrtFree(AclrtFreeParams),
+                memcpy: aclrtMemcpy(AclrtMemcpyParams),
+                malloc_host: aclrtMallocHost(AclrtMallocHostParams),
+                free_host: aclrtFreeHost(AclrtFreeHostParams),
+                memcpy_async: aclrtMemcpyAsync(AclrtMemcpyAsyncParams),
+                memset_async: aclrtMemsetAsync(AclrtMemsetAsyncParams),
+                get_recent_err_msg: aclGetRecentErrMsg(AclGetRecentErrMsgParams),
+                get_version: aclrtGetVersion(AclrtGetVersionParams),
                 // ---- nnopbase (libnnopbase.so)
-                create_tensor: aclCreateTensor(AclCreateTensor),
-                destroy_tensor: aclDestroyTensor(AclDestroyTensor),
-                create_int_array: aclCreateIntArray(AclCreateIntArray),
-                destroy_int_array: aclDestroyIntArray(AclDestroyIntArray),
-                create_tensor_list: aclCreateTensorList(AclCreateTensorList),
-                destroy_tensor_list: aclDestroyTensorList(AclDestroyTensorList),
-                create_scalar: aclCreateScalar(AclCreateScalar),
-                destroy_scalar: aclDestroyScalar(AclDestroyScalar),
+                create_tensor: aclCreateTensor(AclCreateTensorParams),
+                destroy_tensor: aclDestroyTensor(AclDestroyTensorParams),
+                create_int_array: aclCreateIntArray(AclCreateIntArrayParams),
+                destroy_int_array: aclDestroyIntArray(AclDestroyIntArrayParams),
+                create_tensor_list: aclCreateTensorList(AclCreateTensorListParams),
+                destroy_tensor_list: aclDestroyTensorList(AclDestroyTensorListParams),
+                create_scalar: aclCreateScalar(AclCreateScalarParams),
+                destroy_scalar: aclDestroyScalar(AclDestroyScalarParams),
             }
             graph {
                 // ---- graph capture (libascendcl.so; optional: absent from older CANN)
-                capture_begin: aclmdlRICaptureBegin(AclmdlRICaptureBegin),
-                capture_get_info: aclmdlRICaptureGetInfo(AclmdlRICaptureGetInfo),
-                capture_end: aclmdlRICaptureEnd(AclmdlRICaptureEnd),
-                ri_execute_async: aclmdlRIExecuteAsync(AclmdlRIExecuteAsync),
-                ri_destroy: aclmdlRIDestroy(AclmdlRIDestroy),
-                task_grp_begin: aclmdlRICaptureTaskGrpBegin(AclrtStreamFn),
-                task_grp_end: aclmdlRICaptureTaskGrpEnd(AclmdlRICaptureTaskGrpEnd),
-                task_update_begin: aclmdlRICaptureTaskUpdateBegin(AclmdlRICaptureTaskUpdateBegin),
-                task_update_end: aclmdlRICaptureTaskUpdateEnd(AclrtStreamFn),
+                capture_begin: aclmdlRICaptureBegin(AclmdlRICaptureBeginParams),
+                capture_get_info: aclmdlRICaptureGetInfo(AclmdlRICaptureGetInfoParams),
+                capture_end: aclmdlRICaptureEnd(AclmdlRICaptureEndParams),
+                ri_execute_async: aclmdlRIExecuteAsync(AclmdlRIExecuteAsyncParams),
+                ri_destroy: aclmdlRIDestroy(AclmdlRIDestroyParams),
+                task_grp_begin: aclmdlRICaptureTaskGrpBegin(AclrtStreamFnParams),
+                task_grp_end: aclmdlRICaptureTaskGrpEnd(AclmdlRICaptureTaskGrpEndParams),
+                task_update_begin: aclmdlRICaptureTaskUpdateBegin(AclmdlRICaptureTaskUpdateBeginParams),
+                task_update_end: aclmdlRICaptureTaskUpdateEnd(AclrtStreamFnParams),
             }
             ops {
                 // ---- attention (libopapi.so / libopapi_transformer.so in split builds)
@@ -184,13 +185,13 @@ macro_rules! acl_api_table {
     };
     // Qualifies every type with `$crate` so the callback may live in any crate.
     (@emit $m:ident
-        runtime { $($rf:ident: $rc:ident($rt:ident)),* $(,)? }
-        graph { $($gf:ident: $gc:ident($gt:ident)),* $(,)? }
+        runtime { $($rf:ident: $rc:ident($rp:ident)),* $(,)? }
+        graph { $($gf:ident: $gc:ident($gp:ident)),* $(,)? }
         ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ident)),* $(,)? }
     ) => {
         $m! {
-            runtime { $($rf: $rc($crate::acl::ffi::$rt)),* }
-            graph { $($gf: $gc($crate::acl::ffi::$gt)),* }
+            runtime { $($rf: $rc($crate::acl::ffi::$rp)),* }
+            graph { $($gf: $gc($crate::acl::ffi::$gp)),* }
             ops { $($(#[$a])* $f: $c($crate::acl::ffi::$p)),* }
         }
     };
