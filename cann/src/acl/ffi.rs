@@ -12,7 +12,7 @@
 //! `tools/abi-check/run.sh` checks every prototype, enum value and status code here against
 //! CANN's real headers.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_int, c_void};
 
 #[macro_use]
 mod prototype;
@@ -24,8 +24,10 @@ mod grouped_matmul;
 mod incre;
 mod index;
 mod math;
+mod nnopbase;
 mod optim;
 mod prompt;
+mod runtime;
 mod scatter;
 pub mod table;
 mod varlen;
@@ -38,8 +40,10 @@ pub use grouped_matmul::*;
 pub use incre::*;
 pub use index::*;
 pub use math::*;
+pub use nnopbase::*;
 pub use optim::*;
 pub use prompt::*;
+pub use runtime::*;
 pub use scatter::*;
 pub use varlen::*;
 
@@ -136,205 +140,6 @@ pub const ACL_MEMCPY_DEVICE_TO_HOST: c_int = 2;
 /// `aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_DEVICE`.
 pub const ACL_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
 
-// ---- runtime (libascendcl.so) ----------------------------------------------------------------
-
-c_prototype! {
-    /// `aclError aclInit(const char *configPath)`.
-    AclInit, AclInitParams(
-        config_path: *const c_char,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclFinalize()`.
-    AclFinalize, AclFinalizeParams(
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtSetDevice(int32_t)` / `aclrtResetDevice(int32_t)`.
-    AclrtDevice, AclrtDeviceParams(
-        device_id: i32,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtGetDeviceCount(uint32_t *count)`.
-    AclrtGetDeviceCount, AclrtGetDeviceCountParams(
-        count: *mut u32,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtCreateStream(aclrtStream *stream)`.
-    AclrtCreateStream, AclrtCreateStreamParams(
-        stream: *mut AclrtStream,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtDestroyStream(aclrtStream)` / `aclrtSynchronizeStream(aclrtStream)`.
-    AclrtStreamFn, AclrtStreamFnParams(
-        stream: AclrtStream,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)`.
-    AclrtMalloc, AclrtMallocParams(
-        dev_ptr: *mut *mut c_void,
-        size: usize,
-        policy: c_int,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtFree(void *devPtr)`.
-    AclrtFree, AclrtFreeParams(
-        dev_ptr: *mut c_void,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
-    /// aclrtMemcpyKind kind)`.
-    AclrtMemcpy, AclrtMemcpyParams(
-        dst: *mut c_void,
-        dest_max: usize,
-        src: *const c_void,
-        count: usize,
-        kind: c_int,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `const char *aclGetRecentErrMsg()`.
-    AclGetRecentErrMsg, AclGetRecentErrMsgParams(
-    ) -> *const c_char
-}
-
-c_prototype! {
-    /// `aclError aclrtMallocHost(void **hostPtr, size_t size)`: page-locked host memory, which the
-    /// host side of `aclrtMemcpyAsync` needs.
-    AclrtMallocHost, AclrtMallocHostParams(
-        host_ptr: *mut *mut c_void,
-        size: usize,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtFreeHost(void *hostPtr)`.
-    AclrtFreeHost, AclrtFreeHostParams(
-        host_ptr: *mut c_void,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
-    /// aclrtMemcpyKind kind, aclrtStream stream)`.
-    AclrtMemcpyAsync, AclrtMemcpyAsyncParams(
-        dst: *mut c_void,
-        dest_max: usize,
-        src: *const c_void,
-        count: usize,
-        kind: c_int,
-        stream: AclrtStream,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
-    /// aclrtStream stream)`.
-    AclrtMemsetAsync, AclrtMemsetAsyncParams(
-        dev_ptr: *mut c_void,
-        max_count: usize,
-        value: i32,
-        count: usize,
-        stream: AclrtStream,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion,
-    /// int32_t *patchVersion)` (`acl/acl_rt.h`): the ACL interface version, not the CANN package's.
-    AclrtGetVersion, AclrtGetVersionParams(
-        major: *mut i32,
-        minor: *mut i32,
-        patch: *mut i32,
-    ) -> AclStatus
-}
-
-// ---- nnopbase (libnnopbase.so) ---------------------------------------------------------------
-
-c_prototype! {
-    /// `aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum,
-    /// aclDataType dataType, const int64_t *stride, int64_t offset, aclFormat format,
-    /// const int64_t *storageDims, uint64_t storageDimsNum, void *tensorData)`.
-    AclCreateTensor, AclCreateTensorParams(
-        view_dims: *const i64,
-        view_dims_num: u64,
-        data_type: i32,
-        stride: *const i64,
-        offset: i64,
-        format: i32,
-        storage_dims: *const i64,
-        storage_dims_num: u64,
-        tensor_data: *mut c_void,
-    ) -> *mut AclTensor
-}
-
-c_prototype! {
-    /// `aclnnStatus aclDestroyTensor(const aclTensor *)`.
-    AclDestroyTensor, AclDestroyTensorParams(
-        tensor: *const AclTensor,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size)`.
-    AclCreateIntArray, AclCreateIntArrayParams(
-        value: *const i64,
-        size: u64,
-    ) -> *mut AclIntArray
-}
-
-c_prototype! {
-    /// `aclnnStatus aclDestroyIntArray(const aclIntArray *)`.
-    AclDestroyIntArray, AclDestroyIntArrayParams(
-        array: *const AclIntArray,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size)`.
-    AclCreateTensorList, AclCreateTensorListParams(
-        value: *const *const AclTensor,
-        size: u64,
-    ) -> *mut AclTensorList
-}
-
-c_prototype! {
-    /// `aclnnStatus aclDestroyTensorList(const aclTensorList *)` — also destroys the tensors in it.
-    AclDestroyTensorList, AclDestroyTensorListParams(
-        list: *const AclTensorList,
-    ) -> AclStatus
-}
-
-c_prototype! {
-    /// `aclScalar *aclCreateScalar(void *value, aclDataType dataType)` (nnopbase copies the value).
-    AclCreateScalar, AclCreateScalarParams(
-        value: *mut c_void,
-        data_type: i32,
-    ) -> *mut AclScalar
-}
-
-c_prototype! {
-    /// `aclnnStatus aclDestroyScalar(const aclScalar *scalar)`.
-    AclDestroyScalar, AclDestroyScalarParams(
-        scalar: *const AclScalar,
-    ) -> AclStatus
-}
-
 // ---- ops (libopapi.so / libopapi_*.so) ---------------------------------------------------------
 
 /// The launch stage shared by every aclnn op: `aclnnStatus aclnnX(void *workspace,
@@ -345,8 +150,6 @@ pub type AclnnLaunch = unsafe extern "C" fn(
     executor: *mut AclOpExecutor,
     stream: AclrtStream,
 ) -> AclStatus;
-
-// ---- indexing and layout ops --------------------------------------------------------------------
 
 /// One aclnn op: its `GetWorkspaceSize` stage and its launch stage.
 #[derive(Clone, Copy)]

@@ -139,7 +139,8 @@ pub enum Group {
 pub struct Function {
     /// The C symbol (`aclnnAddGetWorkspaceSize`, `aclnnAdd`, `aclrtMalloc`).
     pub c_name: String,
-    /// The Rust prototype's name in `cann/src/acl/ffi*.rs` (`BinaryAlphaWs`).
+    /// The Rust function type's name (`BinaryAlphaWs`, from `cann/src/acl/ffi/` or
+    /// `cann/src/hccl/ffi.rs`).
     pub rust_type: String,
     /// Where in the table.
     pub group: Group,

@@ -120,4 +120,3 @@ c_prototype! {
         handle: AclrtTaskGrp,
     ) -> AclStatus
 }
-
