@@ -209,7 +209,7 @@ fn stream_arg(call: &str, stream: AclrtStream) -> SimResult<usize> {
 runtime_fn!(capture_begin, |p| {
     let mode = p.mode;
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureBegin";
+        const CALL: &str = names::capture_begin;
         let id = stream_arg(CALL, p.stream)?;
         let Some(mode) = CaptureMode::from_raw(mode) else {
             return Err(SimErr(
@@ -241,11 +241,11 @@ runtime_fn!(capture_begin, |p| {
 
 runtime_fn!(capture_get_info, |p| {
     guard(|| {
-        let id = stream_arg("aclmdlRICaptureGetInfo", p.stream)?;
+        let id = stream_arg(names::capture_get_info, p.stream)?;
         if p.status.is_null() {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
-                "aclmdlRICaptureGetInfo: status is null".into(),
+                format!("{}: status is null", names::capture_get_info),
             ));
         }
         let st = match lock(&CAPTURES).as_ref().and_then(|m| m.get(&id)) {
@@ -266,7 +266,7 @@ runtime_fn!(capture_get_info, |p| {
 
 runtime_fn!(capture_end, |p| {
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureEnd";
+        const CALL: &str = names::capture_end;
         let id = stream_arg(CALL, p.stream)?;
         if p.model_ri.is_null() {
             return Err(SimErr(
@@ -305,7 +305,7 @@ runtime_fn!(capture_end, |p| {
 runtime_fn!(ri_execute_async, |p| {
     let model_ri = p.model_ri;
     guard(|| {
-        const CALL: &str = "aclmdlRIExecuteAsync";
+        const CALL: &str = names::ri_execute_async;
         let Some(graph) = lock(&GRAPHS)
             .as_ref()
             .and_then(|m| m.get(&(model_ri as usize)).cloned())
@@ -356,7 +356,10 @@ runtime_fn!(ri_destroy, |p| {
         else {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
-                format!("aclmdlRIDestroy: {model_ri:p} is not a live model runtime instance"),
+                format!(
+                    "{}: {model_ri:p} is not a live model runtime instance",
+                    names::ri_destroy
+                ),
             ));
         };
         if let Some(m) = lock(&GROUPS).as_mut() {
@@ -368,7 +371,7 @@ runtime_fn!(ri_destroy, |p| {
 
 runtime_fn!(task_grp_begin, |p| {
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureTaskGrpBegin";
+        const CALL: &str = names::task_grp_begin;
         let id = stream_arg(CALL, p.stream)?;
         let mut g = lock(&CAPTURES);
         let Some(c) = g.as_mut().and_then(|m| m.get_mut(&id)) else {
@@ -390,7 +393,7 @@ runtime_fn!(task_grp_begin, |p| {
 
 runtime_fn!(task_grp_end, |p| {
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureTaskGrpEnd";
+        const CALL: &str = names::task_grp_end;
         let id = stream_arg(CALL, p.stream)?;
         if p.handle.is_null() {
             return Err(SimErr(
@@ -425,7 +428,7 @@ runtime_fn!(task_grp_end, |p| {
 runtime_fn!(task_update_begin, |p| {
     let handle = p.handle;
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureTaskUpdateBegin";
+        const CALL: &str = names::task_update_begin;
         let id = stream_arg(CALL, p.stream)?;
         if recording(id) {
             return Err(SimErr(
@@ -456,7 +459,7 @@ runtime_fn!(task_update_begin, |p| {
 
 runtime_fn!(task_update_end, |p| {
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureTaskUpdateEnd";
+        const CALL: &str = names::task_update_end;
         let id = stream_arg(CALL, p.stream)?;
         let Some(u) = lock(&UPDATES).as_mut().and_then(|m| m.remove(&id)) else {
             return Err(SimErr(
