@@ -1,26 +1,29 @@
-//! The C ABI of ACL / aclnn as this crate calls it: opaque handle types, the enum values of
-//! `aclDataType` / `aclFormat`, status codes, the prototypes, and [`AclApi`], the table of
-//! `unsafe extern "C"` function pointers filled either from CANN's shared libraries
-//! ([`super::loader`]) or from the host simulation (crate `burn-ascend-acl-sim`). Which
-//! function has which prototype is listed once, in [`table`]; [`AclApi`] and [`names`] are
-//! generated from it.
+//! The C ABI of ACL / aclnn as this crate calls it: opaque handle types (`handles`), the enum
+//! values of `aclDataType` / `aclFormat` and the status codes (here), the prototypes (one module
+//! per op or family: `runtime`, `nnopbase`, `graph`, `varlen`, `prompt`, `incre`, `fia`,
+//! `scatter`, …), and [`AclApi`] (`api`), the table of `unsafe extern "C"` function pointers
+//! filled either from CANN's shared libraries ([`super::loader`]) or from the host simulation
+//! (crate `burn-ascend-acl-sim`). Which function has which prototype is listed once, in
+//! [`table`]; [`AclApi`], [`names`], [`op`] and [`func`] are generated from it.
 //!
 //! Prototypes are copied from the aclnn docs (`shared/seeds`, `shared/reference`) and the ACL
 //! runtime headers (`acl/acl_rt.h`, `aclnn/acl_meta.h`); enum values from spec §7. Every
-//! pointer argument below is exactly one C pointer and every integer has the C header's width,
-//! so the table is ABI-compatible with CANN on LP64 Linux (the only platform CANN ships for).
-//! `tools/abi-check/run.sh` checks every prototype, enum value and status code here against
-//! CANN's real headers.
+//! pointer argument is exactly one C pointer and every integer has the C header's width, so
+//! the table is ABI-compatible with CANN on LP64 Linux (the only platform CANN ships for).
+//! `tools/abi-check/run.sh` checks every prototype, enum value and status code against CANN's
+//! real headers.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
 #[macro_use]
 mod prototype;
+mod api;
 mod elementwise;
 mod fia;
 mod fused;
 mod graph;
 mod grouped_matmul;
+mod handles;
 mod incre;
 mod index;
 mod math;
@@ -32,11 +35,13 @@ mod scatter;
 pub mod table;
 mod varlen;
 pub use crate::prototype::{Implements, Prototype, TableFn};
+pub use api::*;
 pub use elementwise::*;
 pub use fia::*;
 pub use fused::*;
 pub use graph::*;
 pub use grouped_matmul::*;
+pub use handles::*;
 pub use incre::*;
 pub use index::*;
 pub use math::*;
@@ -46,36 +51,6 @@ pub use prompt::*;
 pub use runtime::*;
 pub use scatter::*;
 pub use varlen::*;
-
-/// `aclTensor` (opaque; created by `aclCreateTensor`).
-#[repr(C)]
-pub struct AclTensor {
-    _opaque: [u8; 0],
-}
-/// `aclIntArray` (opaque).
-#[repr(C)]
-pub struct AclIntArray {
-    _opaque: [u8; 0],
-}
-/// `aclTensorList` (opaque).
-#[repr(C)]
-pub struct AclTensorList {
-    _opaque: [u8; 0],
-}
-/// `aclOpExecutor` (opaque; produced by `…GetWorkspaceSize`, consumed by the launch).
-#[repr(C)]
-pub struct AclOpExecutor {
-    _opaque: [u8; 0],
-}
-/// `aclScalar` (opaque; created by `aclCreateScalar`).
-#[repr(C)]
-pub struct AclScalar {
-    _opaque: [u8; 0],
-}
-/// `aclrtStream`.
-pub type AclrtStream = *mut c_void;
-/// `aclError` (runtime) and `aclnnStatus` (op API) are both `int32_t`.
-pub type AclStatus = c_int;
 
 /// `ACL_SUCCESS` / `ACLNN_SUCCESS`.
 pub const ACL_SUCCESS: AclStatus = 0;
@@ -139,156 +114,3 @@ pub const ACL_MEMCPY_HOST_TO_DEVICE: c_int = 1;
 pub const ACL_MEMCPY_DEVICE_TO_HOST: c_int = 2;
 /// `aclrtMemcpyKind::ACL_MEMCPY_DEVICE_TO_DEVICE`.
 pub const ACL_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
-
-// ---- ops (libopapi.so / libopapi_*.so) ---------------------------------------------------------
-
-/// The launch stage shared by every aclnn op: `aclnnStatus aclnnX(void *workspace,
-/// uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)`.
-pub type AclnnLaunch = unsafe extern "C" fn(
-    workspace: *mut c_void,
-    workspace_size: u64,
-    executor: *mut AclOpExecutor,
-    stream: AclrtStream,
-) -> AclStatus;
-
-/// One aclnn op: its `GetWorkspaceSize` stage and its launch stage.
-#[derive(Clone, Copy)]
-pub struct OpFns<W> {
-    /// `aclnnXGetWorkspaceSize`.
-    pub workspace: W,
-    /// `aclnnX`.
-    pub launch: AclnnLaunch,
-}
-
-/// Where a function table came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApiKind {
-    /// CANN's own libraries, opened at run time.
-    Cann,
-    /// The host simulation of the ABI (crate `burn-ascend-acl-sim`; not CANN).
-    Simulation,
-}
-
-/// Generates [`AclApi`], [`names`], [`op`], [`func`] and [`AclApi::presence`] from the table.
-macro_rules! declare_api {
-    (
-        runtime { $($rf:ident: $rc:ident($rp:ty)),* }
-        graph { $($gf:ident: $gc:ident($gp:ty)),* }
-        ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
-    ) => {
-        /// The function table, one field per entry of [`table`](crate::acl_api_table). Runtime
-        /// and nnopbase entries are required; each op is optional (older or split CANN builds
-        /// lack some) and its absence surfaces as an "unsupported" error when it is called.
-        ///
-        /// Plain function pointers: `Send + Sync` and `Copy`. Calling any of them is `unsafe`;
-        /// the safe wrappers live in [`super::tensor`], [`super::runtime`] and [`super::ops`].
-        #[derive(Clone, Copy)]
-        pub struct AclApi {
-            /// Where the table came from.
-            pub kind: ApiKind,
-            $(
-                #[doc = concat!("`", stringify!($rc), "`.")]
-                pub $rf: <$rp as Prototype>::FnPtr,
-            )*
-            $(
-                #[doc = concat!("`", stringify!($gc), "` (optional: graph capture).")]
-                pub $gf: Option<<$gp as Prototype>::FnPtr>,
-            )*
-            $(
-                #[doc = concat!("`", stringify!($c), "`.")]
-                $(#[$a])*
-                pub $f: Option<OpFns<<$p as Prototype>::FnPtr>>,
-            )*
-        }
-
-        /// The C name of every entry of [`AclApi`], by field (`names::add` is `"aclnnAdd"`,
-        /// `names::malloc` is `"aclrtMalloc"`): what error messages and the simulation use, so
-        /// each name is written once, in the table.
-        #[allow(non_upper_case_globals)]
-        pub mod names {
-            $(
-                #[doc = concat!("`", stringify!($rc), "`.")]
-                pub const $rf: &str = stringify!($rc);
-            )*
-            $(
-                #[doc = concat!("`", stringify!($gc), "`.")]
-                pub const $gf: &str = stringify!($gc);
-            )*
-            $(
-                #[doc = concat!("`", stringify!($c), "`.")]
-                pub const $f: &str = stringify!($c);
-            )*
-        }
-
-        /// One marker type per aclnn op of the table, named by its field: what ties an op to
-        /// its parameter struct and C name ([`TableFn`]), e.g. for the simulation's
-        /// [`Implements`] of each op's first stage.
-        #[allow(non_camel_case_types)]
-        pub mod op {
-            use super::TableFn;
-            $(
-                #[doc = concat!("`", stringify!($c), "`.")]
-                #[derive(Debug, Clone, Copy)]
-                pub struct $f;
-
-                impl TableFn for $f {
-                    type Params = $p;
-                    const NAME: &'static str = stringify!($c);
-                }
-            )*
-        }
-
-        /// One marker type per runtime, nnopbase and graph-capture function of the table,
-        /// named by its field ([`TableFn`]), as [`op`] for the aclnn ops.
-        #[allow(non_camel_case_types)]
-        pub mod func {
-            use super::TableFn;
-            $(
-                #[doc = concat!("`", stringify!($rc), "`.")]
-                #[derive(Debug, Clone, Copy)]
-                pub struct $rf;
-
-                impl TableFn for $rf {
-                    type Params = $rp;
-                    const NAME: &'static str = stringify!($rc);
-                }
-            )*
-            $(
-                #[doc = concat!("`", stringify!($gc), "`.")]
-                #[derive(Debug, Clone, Copy)]
-                pub struct $gf;
-
-                impl TableFn for $gf {
-                    type Params = $gp;
-                    const NAME: &'static str = stringify!($gc);
-                }
-            )*
-        }
-
-        impl AclApi {
-            /// The C name of every aclnn op of the table, in table order.
-            pub const OPS: &'static [&'static str] = &[$(stringify!($c)),*];
-
-            /// `(aclnn name, present)` for each op of the table, in table order.
-            pub fn presence(&self) -> Vec<(&'static str, bool)> {
-                vec![$((stringify!($c), self.$f.is_some())),*]
-            }
-        }
-    };
-}
-
-crate::acl_api_table!(declare_api);
-
-impl std::fmt::Debug for AclApi {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (present, absent): (Vec<_>, Vec<_>) =
-            self.presence().into_iter().partition(|&(_, p)| p);
-        let names =
-            |v: Vec<(&'static str, bool)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
-        f.debug_struct("AclApi")
-            .field("kind", &self.kind)
-            .field("present", &names(present))
-            .field("absent", &names(absent))
-            .finish()
-    }
-}
