@@ -108,3 +108,22 @@ macro_rules! c_prototype {
         }
     };
 }
+
+/// One marker type per entry of a table, named by its field (`table_markers! { add:
+/// aclnnAdd(BinaryAlphaParams), … }`), each a [`TableFn`] tying the entry to its parameter
+/// struct and C name: what `acl::ffi::op`, `acl::ffi::func` and `hccl::ffi::func` hold.
+macro_rules! table_markers {
+    ($($f:ident: $c:ident($p:ty)),* $(,)?) => {
+        $(
+            #[doc = concat!("`", stringify!($c), "`.")]
+            #[allow(non_camel_case_types)]
+            #[derive(Debug, Clone, Copy)]
+            pub struct $f;
+
+            impl $crate::prototype::TableFn for $f {
+                type Params = $p;
+                const NAME: &'static str = stringify!($c);
+            }
+        )*
+    };
+}

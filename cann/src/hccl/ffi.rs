@@ -16,7 +16,7 @@ use std::ffi::{c_char, c_void};
 
 use crate::acl::ffi::AclrtStream;
 use crate::acl::DataType;
-use crate::prototype::{Prototype, TableFn};
+use crate::prototype::Prototype;
 
 /// `HcclComm` (`void *`): an opaque communicator handle.
 pub type HcclComm = *mut c_void;
@@ -369,21 +369,10 @@ macro_rules! declare_hccl_api {
         }
 
         /// One marker type per function of the table, named by its field: what ties a function
-        /// to its parameter struct and C name ([`TableFn`]), e.g. for the simulation's
+        /// to its parameter struct and C name ([`TableFn`](crate::prototype::TableFn)), e.g. for the simulation's
         /// [`Implements`](crate::prototype::Implements).
-        #[allow(non_camel_case_types)]
         pub mod func {
-            use super::TableFn;
-            $(
-                #[doc = concat!("`", stringify!($c), "`.")]
-                #[derive(Debug, Clone, Copy)]
-                pub struct $f;
-
-                impl TableFn for $f {
-                    type Params = $p;
-                    const NAME: &'static str = stringify!($c);
-                }
-            )*
+            table_markers! { $($f: $c($p)),* }
         }
 
         impl HcclApi {

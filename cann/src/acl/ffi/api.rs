@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use super::{AclOpExecutor, AclStatus, AclrtStream, Prototype, TableFn};
+use super::{AclOpExecutor, AclStatus, AclrtStream, Prototype};
 
 /// The launch stage shared by every aclnn op: `aclnnStatus aclnnX(void *workspace,
 /// uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream)`.
@@ -84,48 +84,16 @@ macro_rules! declare_api {
         }
 
         /// One marker type per aclnn op of the table, named by its field: what ties an op to
-        /// its parameter struct and C name ([`TableFn`]), e.g. for the simulation's
+        /// its parameter struct and C name ([`TableFn`](crate::prototype::TableFn)), e.g. for the simulation's
         /// [`Implements`](crate::prototype::Implements) of each op's first stage.
-        #[allow(non_camel_case_types)]
         pub mod op {
-            use super::TableFn;
-            $(
-                #[doc = concat!("`", stringify!($c), "`.")]
-                #[derive(Debug, Clone, Copy)]
-                pub struct $f;
-
-                impl TableFn for $f {
-                    type Params = $p;
-                    const NAME: &'static str = stringify!($c);
-                }
-            )*
+            table_markers! { $($f: $c($p)),* }
         }
 
         /// One marker type per runtime, nnopbase and graph-capture function of the table,
-        /// named by its field ([`TableFn`]), as [`op`] for the aclnn ops.
-        #[allow(non_camel_case_types)]
+        /// named by its field ([`TableFn`](crate::prototype::TableFn)), as [`op`] for the aclnn ops.
         pub mod func {
-            use super::TableFn;
-            $(
-                #[doc = concat!("`", stringify!($rc), "`.")]
-                #[derive(Debug, Clone, Copy)]
-                pub struct $rf;
-
-                impl TableFn for $rf {
-                    type Params = $rp;
-                    const NAME: &'static str = stringify!($rc);
-                }
-            )*
-            $(
-                #[doc = concat!("`", stringify!($gc), "`.")]
-                #[derive(Debug, Clone, Copy)]
-                pub struct $gf;
-
-                impl TableFn for $gf {
-                    type Params = $gp;
-                    const NAME: &'static str = stringify!($gc);
-                }
-            )*
+            table_markers! { $($rf: $rc($rp),)* $($gf: $gc($gp)),* }
         }
 
         impl AclApi {
