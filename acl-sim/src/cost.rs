@@ -35,6 +35,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use burn_ascend_cann::acl::ffi::names;
 use burn_ascend_contract::DataType;
 
 use crate::state::lock;
@@ -275,10 +276,10 @@ fn of_operands(op: &str, operands: &[Operand]) -> OpCost {
     let dtype = operands.first().map_or(DataType::Float, |o| o.dtype);
     let last_dim = |o: Option<&Operand>| o.and_then(|o| o.dims.last().copied()).unwrap_or(0) as f64;
     let flops = match op {
-        "aclnnMatmul" => {
+        _ if op == names::matmul => {
             2.0 * operands.get(2).map_or(0.0, Operand::numel) * last_dim(operands.first())
         }
-        "aclnnGroupedMatmulV4" => {
+        _ if op == names::grouped_matmul_v4 => {
             2.0 * operands.first().map_or(0.0, Operand::numel) * last_dim(operands.get(2))
         }
         _ => operands.iter().map(Operand::numel).fold(0.0, f64::max),

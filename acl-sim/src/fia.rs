@@ -10,10 +10,10 @@
 //!
 //! `learnableSink`'s dtype is checked as the CANN release the simulation pretends to be
 //! ([`set_fia_release`], per thread; the contract's [`CannRelease::MODELLED`] by default) takes
-//! it: BFLOAT16 on FIA v3, the query's on 9.x's TND split-fuse path (issue 30).
+//! it: BFLOAT16 on FIA v3, the query's on 9.x's TND split-fuse path (the kernels
+//! read it so; `burn_ascend_contract::fia::sink` cites the sources).
 
 use std::cell::Cell;
-use std::ffi::c_char;
 use std::sync::Arc;
 
 use burn_ascend_cann::acl::ffi::*;
@@ -31,7 +31,7 @@ use crate::state::{
 };
 use crate::wire::{
     check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, unsupported,
-    IA, SIM_WORKSPACE, T, TL,
+    IA, SIM_WORKSPACE, TL,
 };
 
 thread_local! {
@@ -256,7 +256,7 @@ fn decode(
     )
     .map_err(contract)?;
     // FLOAT16 / BFLOAT16 / INT8 query, never FLOAT (`fused_infer_attention_score_def.cpp`).
-    half_query(&t.q, "aclnnFusedInferAttentionScoreV4", true)?;
+    half_query(&t.q, names::fia_v4, true)?;
     let int8 = t.k.dtype == DataType::Int8;
     for (x, name) in [(&t.k, "key"), (&t.v, "value")] {
         if (x.dtype != t.q.dtype && x.dtype != DataType::Int8) || x.dtype != t.k.dtype {
@@ -375,7 +375,8 @@ fn decode(
     let placeholder = fill(&spec, &t, false)?;
     let dims = placeholder.validate(&shapes).map_err(contract)?;
     if let Some(x) = &t.sink {
-        // The sink's dtype follows the path and the release, not the query (issue 30).
+        // The sink's dtype follows the path and the release, not the query: the kernel reads
+        // it in the dtype its path and release fix.
         placeholder
             .check_learnable_sink_dtype(&dims, t.q.dtype, x.dtype, fia_release())
             .map_err(contract)?;
@@ -435,56 +436,56 @@ fn decode(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(move || call.run()), ws, ex) }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn fia_v4(
-    query: T,
-    key: TL,
-    value: TL,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    actual_seq_lengths_kv: IA,
-    deq_scale1: T,
-    quant_scale1: T,
-    deq_scale2: T,
-    quant_scale2: T,
-    quant_offset2: T,
-    antiquant_scale: T,
-    antiquant_offset: T,
-    block_table: T,
-    query_padding_size: T,
-    kv_padding_size: T,
-    key_antiquant_scale: T,
-    key_antiquant_offset: T,
-    value_antiquant_scale: T,
-    value_antiquant_offset: T,
-    key_shared_prefix: T,
-    value_shared_prefix: T,
-    actual_shared_prefix_len: IA,
-    query_rope: T,
-    key_rope: T,
-    key_rope_antiquant_scale: T,
-    dequant_scale_query: T,
-    learnable_sink: T,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    sparse_mode: i64,
-    inner_precise: i64,
-    block_size: i64,
-    antiquant_mode: i64,
-    softmax_lse_flag: bool,
-    key_antiquant_mode: i64,
-    value_antiquant_mode: i64,
-    query_quant_mode: i64,
-    attention_out: T,
-    softmax_lse: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(fia_v4, |params| {
+    let FiaV4Params {
+        query,
+        key,
+        value,
+        pse_shift,
+        atten_mask,
+        actual_seq_lengths,
+        actual_seq_lengths_kv,
+        deq_scale1,
+        quant_scale1,
+        deq_scale2,
+        quant_scale2,
+        quant_offset2,
+        antiquant_scale,
+        antiquant_offset,
+        block_table,
+        query_padding_size,
+        kv_padding_size,
+        key_antiquant_scale,
+        key_antiquant_offset,
+        value_antiquant_scale,
+        value_antiquant_offset,
+        key_shared_prefix,
+        value_shared_prefix,
+        actual_shared_prefix_len,
+        query_rope,
+        key_rope,
+        key_rope_antiquant_scale,
+        dequant_scale_query,
+        learnable_sink,
+        num_heads,
+        scale_value,
+        pre_tokens,
+        next_tokens,
+        input_layout,
+        num_key_value_heads,
+        sparse_mode,
+        inner_precise,
+        block_size,
+        antiquant_mode,
+        softmax_lse_flag,
+        key_antiquant_mode,
+        value_antiquant_mode,
+        query_quant_mode,
+        attention_out,
+        softmax_lse,
+        workspace_size,
+        executor,
+    } = params;
     state::guard(|| {
         if [deq_scale1, quant_scale1, deq_scale2, dequant_scale_query]
             .iter()
@@ -556,50 +557,16 @@ pub(crate) unsafe extern "C" fn fia_v4(
             executor,
         )
     })
-}
+});
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn fia_base(
-    query: T,
-    key: TL,
-    value: TL,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    actual_seq_lengths_kv: IA,
-    deq_scale1: T,
-    quant_scale1: T,
-    deq_scale2: T,
-    quant_scale2: T,
-    quant_offset2: T,
-    antiquant_scale: T,
-    antiquant_offset: T,
-    block_table: T,
-    query_padding_size: T,
-    kv_padding_size: T,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    sparse_mode: i64,
-    inner_precise: i64,
-    block_size: i64,
-    antiquant_mode: i64,
-    softmax_lse_flag: bool,
-    attention_out: T,
-    softmax_lse: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(fia_base, |p| {
     state::guard(|| {
         if [
-            deq_scale1,
-            quant_scale1,
-            deq_scale2,
-            quant_scale2,
-            quant_offset2,
+            p.deq_scale1,
+            p.quant_scale1,
+            p.deq_scale2,
+            p.quant_scale2,
+            p.quant_offset2,
         ]
         .iter()
         .any(|p| !p.is_null())
@@ -607,46 +574,46 @@ pub(crate) unsafe extern "C" fn fia_base(
             return unsupported("quantisation (deqScale1 / quantScale1 / deqScale2 / quantScale2)");
         }
         let t = FiaTensors {
-            q: required(query, "query")?,
-            k: kv_one(key, "key")?,
-            v: kv_one(value, "value")?,
-            mask: tensor(atten_mask, "attenMask")?,
-            pse: tensor(pse_shift, "pseShift")?,
-            table: tensor(block_table, "blockTable")?,
-            query_padding: tensor(query_padding_size, "queryPaddingSize")?,
-            kv_padding: tensor(kv_padding_size, "kvPaddingSize")?,
+            q: required(p.query, "query")?,
+            k: kv_one(p.key, "key")?,
+            v: kv_one(p.value, "value")?,
+            mask: tensor(p.atten_mask, "attenMask")?,
+            pse: tensor(p.pse_shift, "pseShift")?,
+            table: tensor(p.block_table, "blockTable")?,
+            query_padding: tensor(p.query_padding_size, "queryPaddingSize")?,
+            kv_padding: tensor(p.kv_padding_size, "kvPaddingSize")?,
             antiquant: [
-                tensor(antiquant_scale, "antiquantScale")?,
-                tensor(antiquant_offset, "antiquantOffset")?,
+                tensor(p.antiquant_scale, "antiquantScale")?,
+                tensor(p.antiquant_offset, "antiquantOffset")?,
             ],
             key_antiquant: [None, None],
             value_antiquant: [None, None],
             sink: None,
-            out: required(attention_out, "attentionOut")?,
-            lse: tensor(softmax_lse, "softmaxLse")?,
+            out: required(p.attention_out, "attentionOut")?,
+            lse: tensor(p.softmax_lse, "softmaxLse")?,
         };
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
         decode(
             names::fia_base,
             t,
-            actual_seq_lengths,
-            actual_seq_lengths_kv,
-            num_heads,
-            scale_value,
-            pre_tokens,
-            next_tokens,
+            p.actual_seq_lengths,
+            p.actual_seq_lengths_kv,
+            p.num_heads,
+            p.scale_value,
+            p.pre_tokens,
+            p.next_tokens,
             layout,
-            num_key_value_heads,
-            sparse_mode,
-            inner_precise,
-            block_size,
-            antiquant_mode,
-            softmax_lse_flag,
+            p.num_key_value_heads,
+            p.sparse_mode,
+            p.inner_precise,
+            p.block_size,
+            p.antiquant_mode,
+            p.softmax_lse_flag,
             0,
             0,
-            workspace_size,
-            executor,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});

@@ -1,14 +1,14 @@
-//! The simulated fused transformer ops (issue 27): `aclnnRmsNorm`, `aclnnRmsNormGrad`,
-//! `aclnnRotaryPositionEmbedding`, `aclnnRotaryPositionEmbeddingGrad`, `aclnnSwiGlu`,
-//! `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss`, `aclnnCrossEntropyLossGrad`.
-//! First stage: the docs' rules — a null required tensor → 161001; a dtype outside the docs'
-//! table, a shape the contract refuses (`burn_ascend_contract::fused`, the same rules the
-//! Burn paths apply), an attribute out of range, a non-contiguous tensor where the docs say
-//! "不支持非连续的Tensor" (SwiGLU) or a CANN feature the simulation does not model (weights,
-//! label smoothing, z-loss, reductions other than "mean") → 161002. Launch: the f64
-//! reference of `burn_ascend_kernels::reference::fused`, rounded once to the outputs' dtypes.
-//! Targets outside `[0, C)` (and not `ignoreIndex`) fail the launch (561000), as the host cannot
-//! see device values at the first stage.
+//! The simulated fused transformer ops (what training a transformer calls per layer):
+//! `aclnnRmsNorm`, `aclnnRmsNormGrad`, `aclnnRotaryPositionEmbedding`,
+//! `aclnnRotaryPositionEmbeddingGrad`, `aclnnSwiGlu`, `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss`,
+//! `aclnnCrossEntropyLossGrad`. First stage: the docs' rules — a null required tensor → 161001; a
+//! dtype outside the docs' table, a shape the contract refuses (`burn_ascend_contract::fused`, the
+//! same rules the Burn paths apply), an attribute out of range, a non-contiguous tensor where the
+//! docs say "不支持非连续的Tensor" (SwiGLU) or a CANN feature the simulation does not model (weights,
+//! label smoothing, z-loss, reductions other than "mean") → 161002. Launch: the f64 reference of
+//! `burn_ascend_kernels::reference::fused`, rounded once to the outputs' dtypes. Targets outside
+//! `[0, C)` (and not `ignoreIndex`) fail the launch (561000), as the host cannot see device values
+//! at the first stage.
 
 use std::ffi::c_char;
 
@@ -19,7 +19,7 @@ use burn_ascend_kernels::reference::fused as reference;
 use crate::state::{
     self, c_str, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
 };
-use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE, T};
+use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE};
 
 type Ws = *mut u64;
 type Ex = *mut *mut AclOpExecutor;
@@ -101,21 +101,13 @@ fn submit(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(crate) unsafe extern "C" fn rms_norm(
-    x: T,
-    gamma: T,
-    epsilon: f64,
-    y_out: T,
-    rstd_out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(rms_norm, |p| {
     const OP: &str = names::rms_norm;
     state::guard(|| {
-        let x = required(x, "x")?;
-        let g = required(gamma, "gamma")?;
-        let y = required(y_out, "yOut")?;
-        let r = required(rstd_out, "rstdOut")?;
+        let x = required(p.x, "x")?;
+        let g = required(p.gamma, "gamma")?;
+        let y = required(p.y_out, "yOut")?;
+        let r = required(p.rstd_out, "rstdOut")?;
         dtype_in(OP, &x, "x", FLOAT3)?;
         // The docs' table: gamma as x, or FLOAT32 with a 16-bit x.
         if g.dtype != x.dtype && g.dtype != DataType::Float {
@@ -126,7 +118,7 @@ pub(crate) unsafe extern "C" fn rms_norm(
         }
         same_dtype(OP, &x, "x", &y, "yOut")?;
         dtype_in(OP, &r, "rstdOut", &[DataType::Float])?;
-        let d = contract(OP, rms_norm::validate_fwd(&x.dims, &g.dims, epsilon))?;
+        let d = contract(OP, rms_norm::validate_fwd(&x.dims, &g.dims, p.epsilon))?;
         shape_is(OP, &y, "yOut", &x.dims)?;
         let lead = &x.dims[..x.dims.len() - 1];
         if r.dims != lead && r.dims != rms_norm::RmsNormDims::rstd_shape(&x.dims) {
@@ -140,36 +132,26 @@ pub(crate) unsafe extern "C" fn rms_norm(
                     &f64s(&g, "gamma")?,
                     d.rows,
                     d.cols,
-                    epsilon,
+                    p.epsilon,
                 );
                 y.write("yOut", &encode_f64(&yv, y.dtype, "yOut")?)?;
                 r.write("rstdOut", &encode_f64(&rv, r.dtype, "rstdOut")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn rms_norm_grad(
-    dy: T,
-    x: T,
-    rstd: T,
-    gamma: T,
-    dx_out: T,
-    dgamma_out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(rms_norm_grad, |p| {
     const OP: &str = names::rms_norm_grad;
     state::guard(|| {
-        let dy = required(dy, "dy")?;
-        let x = required(x, "x")?;
-        let r = required(rstd, "rstd")?;
-        let g = required(gamma, "gamma")?;
-        let dx = required(dx_out, "dxOut")?;
-        let dg = required(dgamma_out, "dgammaOut")?;
+        let dy = required(p.dy, "dy")?;
+        let x = required(p.x, "x")?;
+        let r = required(p.rstd, "rstd")?;
+        let g = required(p.gamma, "gamma")?;
+        let dx = required(p.dx_out, "dxOut")?;
+        let dg = required(p.dgamma_out, "dgammaOut")?;
         dtype_in(OP, &x, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &dy, "dy")?;
         same_dtype(OP, &x, "x", &dx, "dxOut")?;
@@ -201,34 +183,26 @@ pub(crate) unsafe extern "C" fn rms_norm_grad(
                 dx.write("dxOut", &encode_f64(&dxv, dx.dtype, "dxOut")?)?;
                 dg.write("dgammaOut", &encode_f64(&dgv, dg.dtype, "dgammaOut")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn rotary_position_embedding(
-    x: T,
-    cos: T,
-    sin: T,
-    mode: i64,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(rotary_position_embedding, |p| {
     const OP: &str = names::rotary_position_embedding;
     state::guard(|| {
-        let x = required(x, "x")?;
-        let c = required(cos, "cos")?;
-        let s = required(sin, "sin")?;
-        let o = required(out, "out")?;
+        let x = required(p.x, "x")?;
+        let c = required(p.cos, "cos")?;
+        let s = required(p.sin, "sin")?;
+        let o = required(p.out, "out")?;
         dtype_in(OP, &x, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &c, "cos")?;
         same_dtype(OP, &x, "x", &s, "sin")?;
         same_dtype(OP, &x, "x", &o, "out")?;
         // The inputs may be strided views (the docs: 非连续Tensor √); the output may not.
         contiguous(OP, &o, "out")?;
-        let mode = contract(OP, RotaryMode::from_aclnn(mode))?;
+        let mode = contract(OP, RotaryMode::from_aclnn(p.mode))?;
         let d = contract(OP, rotary::validate_fwd(&x.dims, &c.dims, &s.dims, mode))?;
         shape_is(OP, &o, "out", &x.dims)?;
         submit(
@@ -243,11 +217,11 @@ pub(crate) unsafe extern "C" fn rotary_position_embedding(
                 );
                 o.write("out", &encode_f64(&v, o.dtype, "out")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
 /// Without `xOptional`, `dcosOut` / `dsinOut` are not written: they must be empty (the docs'
 /// example passes `[1, 1, 1, 0]`) or `cos`-shaped.
@@ -262,28 +236,16 @@ fn unused_table_out(op: &str, t: &SimTensor, name: &str, cos: &[usize]) -> SimRe
     }
 }
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn rotary_position_embedding_grad(
-    dy: T,
-    cos: T,
-    sin: T,
-    x_optional: T,
-    mode: i64,
-    dx_out: T,
-    dcos_out: T,
-    dsin_out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(rotary_position_embedding_grad, |p| {
     const OP: &str = names::rotary_position_embedding_grad;
     state::guard(|| {
-        let dy = required(dy, "dy")?;
-        let c = required(cos, "cos")?;
-        let s = required(sin, "sin")?;
-        let x = tensor(x_optional, "xOptional")?;
-        let dx = required(dx_out, "dxOut")?;
-        let dc = required(dcos_out, "dcosOut")?;
-        let ds = required(dsin_out, "dsinOut")?;
+        let dy = required(p.dy, "dy")?;
+        let c = required(p.cos, "cos")?;
+        let s = required(p.sin, "sin")?;
+        let x = tensor(p.x_optional, "xOptional")?;
+        let dx = required(p.dx_out, "dxOut")?;
+        let dc = required(p.dcos_out, "dcosOut")?;
+        let ds = required(p.dsin_out, "dsinOut")?;
         dtype_in(OP, &dy, "dy", FLOAT3)?;
         for (t, n) in [
             (&c, "cos"),
@@ -301,7 +263,7 @@ pub(crate) unsafe extern "C" fn rotary_position_embedding_grad(
         for (t, n) in [(&dx, "dxOut"), (&dc, "dcosOut"), (&ds, "dsinOut")] {
             contiguous(OP, t, n)?;
         }
-        let mode = contract(OP, RotaryMode::from_aclnn(mode))?;
+        let mode = contract(OP, RotaryMode::from_aclnn(p.mode))?;
         let d = contract(OP, rotary::validate_bwd(&dy.dims, &c.dims, &s.dims, mode))?;
         shape_is(OP, &dx, "dxOut", &dy.dims)?;
         if x.is_some() {
@@ -331,22 +293,22 @@ pub(crate) unsafe extern "C" fn rotary_position_embedding_grad(
                 }
                 Ok(())
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn swi_glu(x: T, dim: i64, out: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(swi_glu, |p| {
     const OP: &str = names::swi_glu;
     state::guard(|| {
-        let x = required(x, "x")?;
-        let o = required(out, "out")?;
+        let x = required(p.x, "x")?;
+        let o = required(p.out, "out")?;
         dtype_in(OP, &x, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &o, "out")?;
         contiguous(OP, &x, "x")?;
         contiguous(OP, &o, "out")?;
-        let d = contract(OP, swiglu::validate_fwd(&x.dims, dim))?;
+        let d = contract(OP, swiglu::validate_fwd(&x.dims, p.dim_optional))?;
         shape_is(OP, &o, "out", &d.out_shape(&x.dims))?;
         submit(
             OP,
@@ -354,32 +316,25 @@ pub(crate) unsafe extern "C" fn swi_glu(x: T, dim: i64, out: T, ws: Ws, ex: Ex) 
                 let v = reference::swiglu::swiglu_fwd(&f64s(&x, "x")?, d.outer, d.half, d.inner);
                 o.write("out", &encode_f64(&v, o.dtype, "out")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn swi_glu_grad(
-    y_grad: T,
-    x: T,
-    dim: i64,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(swi_glu_grad, |p| {
     const OP: &str = names::swi_glu_grad;
     state::guard(|| {
-        let dy = required(y_grad, "yGrad")?;
-        let x = required(x, "x")?;
-        let o = required(out, "out")?;
+        let dy = required(p.y_grad, "yGrad")?;
+        let x = required(p.x, "x")?;
+        let o = required(p.out, "out")?;
         dtype_in(OP, &x, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &dy, "yGrad")?;
         same_dtype(OP, &x, "x", &o, "out")?;
         for (t, n) in [(&dy, "yGrad"), (&x, "x"), (&o, "out")] {
             contiguous(OP, t, n)?;
         }
-        let d = contract(OP, swiglu::validate_bwd(&dy.dims, &x.dims, dim))?;
+        let d = contract(OP, swiglu::validate_bwd(&dy.dims, &x.dims, p.dim_optional))?;
         shape_is(OP, &o, "out", &x.dims)?;
         submit(
             OP,
@@ -393,11 +348,11 @@ pub(crate) unsafe extern "C" fn swi_glu_grad(
                 );
                 o.write("out", &encode_f64(&v, o.dtype, "out")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
 /// `reductionOptional`: only "mean" is modelled.
 ///
@@ -422,114 +377,84 @@ fn targets(t: &SimTensor, c: usize, ignore_index: i64) -> SimResult<Vec<i64>> {
     Ok(v)
 }
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn cross_entropy_loss(
-    input: T,
-    target: T,
-    weight_optional: T,
-    reduction_optional: *mut c_char,
-    ignore_index: i64,
-    label_smoothing: f64,
-    lse_square_scale_for_zloss: f64,
-    return_zloss: bool,
-    loss_out: T,
-    log_prob_out: T,
-    zloss_out: T,
-    lse_for_zloss_out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(cross_entropy_loss, |p| {
+    let label_smoothing = p.label_smoothing;
     const OP: &str = names::cross_entropy_loss;
     state::guard(|| {
-        let x = required(input, "input")?;
-        let t = required(target, "target")?;
-        let loss = required(loss_out, "lossOut")?;
-        let lp = required(log_prob_out, "logProbOut")?;
-        required(zloss_out, "zlossOut")?;
-        required(lse_for_zloss_out, "lseForZlossOut")?;
+        let x = required(p.input, "input")?;
+        let t = required(p.target, "target")?;
+        let loss = required(p.loss_out, "lossOut")?;
+        let lp = required(p.log_prob_out, "logProbOut")?;
+        required(p.zloss_out, "zlossOut")?;
+        required(p.lse_for_zloss_out, "lseForZlossOut")?;
         dtype_in(OP, &x, "input", FLOAT3)?;
         dtype_in(OP, &t, "target", &[DataType::Int32, DataType::Int64])?;
         same_dtype(OP, &x, "input", &loss, "lossOut")?;
         same_dtype(OP, &x, "input", &lp, "logProbOut")?;
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        unsafe { mean_reduction(OP, reduction_optional)? };
+        unsafe { mean_reduction(OP, p.reduction_optional)? };
         if !(0.0..=1.0).contains(&label_smoothing) {
             return invalid(format!(
                 "{OP}: labelSmoothing must be in [0, 1], got {label_smoothing}"
             ));
         }
-        if tensor(weight_optional, "weightOptional")?.is_some() || label_smoothing != 0.0 {
+        if tensor(p.weight_optional, "weightOptional")?.is_some() || label_smoothing != 0.0 {
             return unsupported(&format!(
                 "{OP}: weightOptional or a non-zero labelSmoothing"
             ));
         }
-        if return_zloss || lse_square_scale_for_zloss != 0.0 {
+        if p.return_zloss || p.lse_square_scale_for_zloss != 0.0 {
             return unsupported(&format!(
                 "{OP}: z-loss (returnZloss, lseSquareScaleForZloss)"
             ));
         }
         let d = contract(
             OP,
-            cross_entropy::validate_fwd(&x.dims, &t.dims, ignore_index),
+            cross_entropy::validate_fwd(&x.dims, &t.dims, p.ignore_index),
         )?;
         shape_is(OP, &loss, "lossOut", &[1])?;
         shape_is(OP, &lp, "logProbOut", &x.dims)?;
         submit(
             OP,
             move || {
-                let tv = targets(&t, d.c, ignore_index)?;
+                let tv = targets(&t, d.c, p.ignore_index)?;
                 let (l, lpv) = reference::cross_entropy::cross_entropy_fwd(
                     &f64s(&x, "input")?,
                     &tv,
                     d.n,
                     d.c,
-                    ignore_index,
+                    p.ignore_index,
                 );
                 loss.write("lossOut", &encode_f64(&[l], loss.dtype, "lossOut")?)?;
                 lp.write("logProbOut", &encode_f64(&lpv, lp.dtype, "logProbOut")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn cross_entropy_loss_grad(
-    grad_loss: T,
-    log_prob: T,
-    target: T,
-    weight_optional: T,
-    grad_zloss_optional: T,
-    lse_for_zloss_optional: T,
-    reduction_optional: *mut c_char,
-    ignore_index: i64,
-    label_smoothing: f64,
-    lse_square_scale_for_zloss: f64,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(cross_entropy_loss_grad, |p| {
     const OP: &str = names::cross_entropy_loss_grad;
     state::guard(|| {
-        let g = required(grad_loss, "gradLoss")?;
-        let lp = required(log_prob, "logProb")?;
-        let t = required(target, "target")?;
-        let o = required(out, "out")?;
+        let g = required(p.grad_loss, "gradLoss")?;
+        let lp = required(p.log_prob, "logProb")?;
+        let t = required(p.target, "target")?;
+        let o = required(p.out, "out")?;
         dtype_in(OP, &lp, "logProb", FLOAT3)?;
         same_dtype(OP, &lp, "logProb", &g, "gradLoss")?;
         same_dtype(OP, &g, "gradLoss", &o, "out")?;
         dtype_in(OP, &t, "target", &[DataType::Int64])?;
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        unsafe { mean_reduction(OP, reduction_optional)? };
-        if tensor(weight_optional, "weightOptional")?.is_some() || label_smoothing != 0.0 {
+        unsafe { mean_reduction(OP, p.reduction_optional)? };
+        if tensor(p.weight_optional, "weightOptional")?.is_some() || p.label_smoothing != 0.0 {
             return unsupported(&format!(
                 "{OP}: weightOptional or a non-zero labelSmoothing"
             ));
         }
-        if tensor(grad_zloss_optional, "gradZlossOptional")?.is_some()
-            || tensor(lse_for_zloss_optional, "lseForZlossOptional")?.is_some()
-            || lse_square_scale_for_zloss != 0.0
+        if tensor(p.grad_zloss_optional, "gradZlossOptional")?.is_some()
+            || tensor(p.lse_for_zloss_optional, "lseForZlossOptional")?.is_some()
+            || p.lse_square_scale_for_zloss != 0.0
         {
             return unsupported(&format!("{OP}: z-loss"));
         }
@@ -542,13 +467,13 @@ pub(crate) unsafe extern "C" fn cross_entropy_loss_grad(
         }
         let d = contract(
             OP,
-            cross_entropy::validate_bwd(&g.dims, &lp.dims, &t.dims, ignore_index),
+            cross_entropy::validate_bwd(&g.dims, &lp.dims, &t.dims, p.ignore_index),
         )?;
         shape_is(OP, &o, "out", &lp.dims)?;
         submit(
             OP,
             move || {
-                let tv = targets(&t, d.c, ignore_index)?;
+                let tv = targets(&t, d.c, p.ignore_index)?;
                 let gv = f64s(&g, "gradLoss")?[0];
                 let v = reference::cross_entropy::cross_entropy_bwd(
                     gv,
@@ -556,12 +481,12 @@ pub(crate) unsafe extern "C" fn cross_entropy_loss_grad(
                     &tv,
                     d.n,
                     d.c,
-                    ignore_index,
+                    p.ignore_index,
                 );
                 o.write("out", &encode_f64(&v, o.dtype, "out")?)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});

@@ -29,7 +29,6 @@ use crate::wire::{encode_f64, floats, ints};
 const SIM_WORKSPACE: u64 = 1024;
 const OP: &str = names::grouped_matmul_v4;
 
-type T = *const AclTensor;
 type TL = *const AclTensorList;
 
 /// The one tensor of a required single-tensor list.
@@ -115,35 +114,13 @@ fn sizes(list: &[i64], kind: GroupListType, total: usize) -> SimResult<Vec<usize
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn grouped_matmul_v4(
-    x: TL,
-    weight: TL,
-    bias: TL,
-    scale: TL,
-    offset: TL,
-    antiquant_scale: TL,
-    antiquant_offset: TL,
-    per_token_scale: TL,
-    group_list: T,
-    activation_input: TL,
-    activation_quant_scale: TL,
-    activation_quant_offset: TL,
-    split_item: i64,
-    group_type: i64,
-    group_list_type: i64,
-    act_type: i64,
-    out: TL,
-    activation_feature_out: TL,
-    dyn_quant_scale_out: TL,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(grouped_matmul_v4, |params| {
+    let (split_item, act_type) = (params.split_item, params.act_type);
     guard(|| {
-        let x = single(x, "x")?;
-        let w = single(weight, "weight")?;
-        let o = single(out, "out")?;
-        let b = match state::tensor_list(bias, "biasOptional")? {
+        let x = single(params.x, "x")?;
+        let w = single(params.weight, "weight")?;
+        let o = single(params.out, "out")?;
+        let b = match state::tensor_list(params.bias, "biasOptional")? {
             None => None,
             Some(v) if v.is_empty() => None,
             Some(mut v) if v.len() == 1 => Some(v.remove(0)),
@@ -155,16 +132,25 @@ pub(crate) unsafe extern "C" fn grouped_matmul_v4(
             }
         };
         for (p, name) in [
-            (scale, "scaleOptional"),
-            (offset, "offsetOptional"),
-            (antiquant_scale, "antiquantScaleOptional"),
-            (antiquant_offset, "antiquantOffsetOptional"),
-            (per_token_scale, "perTokenScaleOptional"),
-            (activation_input, "activationInputOptional"),
-            (activation_quant_scale, "activationQuantScaleOptional"),
-            (activation_quant_offset, "activationQuantOffsetOptional"),
-            (activation_feature_out, "activationFeatureOutOptional"),
-            (dyn_quant_scale_out, "dynQuantScaleOutOptional"),
+            (params.scale, "scaleOptional"),
+            (params.offset, "offsetOptional"),
+            (params.antiquant_scale, "antiquantScaleOptional"),
+            (params.antiquant_offset, "antiquantOffsetOptional"),
+            (params.per_token_scale, "perTokenScaleOptional"),
+            (params.activation_input, "activationInputOptional"),
+            (
+                params.activation_quant_scale,
+                "activationQuantScaleOptional",
+            ),
+            (
+                params.activation_quant_offset,
+                "activationQuantOffsetOptional",
+            ),
+            (
+                params.activation_feature_out,
+                "activationFeatureOutOptional",
+            ),
+            (params.dyn_quant_scale_out, "dynQuantScaleOutOptional"),
         ] {
             if state::tensor_list(p, name)?.is_some_and(|v| !v.is_empty()) {
                 return invalid(format!(
@@ -177,7 +163,7 @@ pub(crate) unsafe extern "C" fn grouped_matmul_v4(
                 "{OP}: splitItem must be 2 or 3 (single-tensor out) with groupType 0 / 2, got {split_item}"
             ));
         }
-        let kind = match group_list_type {
+        let kind = match params.group_list_type {
             0 => GroupListType::Cumsum,
             1 => GroupListType::Count,
             v => {
@@ -198,7 +184,7 @@ pub(crate) unsafe extern "C" fn grouped_matmul_v4(
                 x.dtype, w.dtype, o.dtype
             ));
         }
-        let Some(gl) = state::tensor(group_list, "groupListOptional")? else {
+        let Some(gl) = state::tensor(params.group_list, "groupListOptional")? else {
             return invalid(format!(
                 "{OP}: groupListOptional is required with single-tensor x, weight and out"
             ));
@@ -217,7 +203,7 @@ pub(crate) unsafe extern "C" fn grouped_matmul_v4(
         }
         rank(&x, "x", 2)?;
         let (m, k) = (x.dims[0], x.dims[1]);
-        let n = match group_type {
+        let n = match params.group_type {
             0 => {
                 rank(&w, "weight", 3)?;
                 if w.dims[0] != g {
@@ -288,13 +274,13 @@ pub(crate) unsafe extern "C" fn grouped_matmul_v4(
         }
         let job = move || -> SimResult<()> {
             let list = ints(&gl, "groupListOptional")?;
-            let total = if group_type == 0 { m } else { k };
+            let total = if params.group_type == 0 { m } else { k };
             let sizes = sizes(&list, kind, total)?;
             let wide = |t: &SimTensor, name: &str| -> SimResult<Vec<f64>> {
                 Ok(floats(t, name)?.into_iter().map(f64::from).collect())
             };
             let (xv, wv) = (wide(&x, "x")?, wide(&w, "weight")?);
-            let y = if group_type == 0 {
+            let y = if params.group_type == 0 {
                 let bv = b.as_ref().map(|b| wide(b, "biasOptional")).transpose()?;
                 grouped_matmul_m(&xv, &wv, bv.as_deref(), &sizes, k, n)
             } else {
@@ -303,6 +289,14 @@ pub(crate) unsafe extern "C" fn grouped_matmul_v4(
             o.write("out", &encode_f64(&y, o.dtype, "out")?)
         };
         // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe { new_executor(OP, SIM_WORKSPACE, Box::new(job), ws, ex) }
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(job),
+                params.workspace_size,
+                params.executor,
+            )
+        }
     })
-}
+});

@@ -30,7 +30,7 @@
 //! - One process only: ranks in several processes over loopback are not simulated.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -235,9 +235,9 @@ fn member(comm: HcclComm, call: &str) -> SimResult<Arc<Member>> {
 
 const ROOT_MAGIC: &[u8; 16] = b"acl-sim-hccl-rt\0";
 
-pub(crate) unsafe extern "C" fn get_root_info(root_info: *mut HcclRootInfo) -> HcclResult {
+hccl_fn!(get_root_info, |p| {
     guard(|| {
-        if root_info.is_null() {
+        if p.root_info.is_null() {
             return err(HCCL_E_PTR, "HcclGetRootInfo: rootInfo is null");
         }
         let id = next_id() as u64 ^ (u64::from(std::process::id()) << 32);
@@ -245,20 +245,16 @@ pub(crate) unsafe extern "C" fn get_root_info(root_info: *mut HcclRootInfo) -> H
         info.internal[..16].copy_from_slice(ROOT_MAGIC);
         info.internal[16..24].copy_from_slice(&id.to_le_bytes());
         // SAFETY: non-null, points to an `HcclRootInfo` per the prototype.
-        unsafe { root_info.write(info) };
+        unsafe { p.root_info.write(info) };
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn comm_init_root_info(
-    n_ranks: u32,
-    root_info: *const HcclRootInfo,
-    rank: u32,
-    comm: *mut HcclComm,
-) -> HcclResult {
+hccl_fn!(comm_init_root_info, |p| {
+    let (n_ranks, rank) = (p.n_ranks, p.rank);
     guard(|| {
         let call = names::comm_init_root_info;
-        if root_info.is_null() || comm.is_null() {
+        if p.root_info.is_null() || p.comm.is_null() {
             return err(
                 HCCL_E_PTR,
                 format!("{call}: rootInfo and comm must not be null"),
@@ -271,7 +267,7 @@ pub(crate) unsafe extern "C" fn comm_init_root_info(
             );
         }
         // SAFETY: non-null, points to an `HcclRootInfo` per the prototype.
-        let info = unsafe { &*root_info };
+        let info = unsafe { &*p.root_info };
         if &info.internal[..16] != ROOT_MAGIC {
             return err(
                 HCCL_E_PARA,
@@ -341,29 +337,25 @@ pub(crate) unsafe extern "C" fn comm_init_root_info(
         drop(st);
         let id_c = register(&group, rank, device);
         // SAFETY: non-null out-pointer per the prototype.
-        unsafe { *comm = id_c as HcclComm };
+        unsafe { *p.comm = id_c as HcclComm };
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn comm_init_all(
-    ndev: u32,
-    devices: *mut i32,
-    comms: *mut HcclComm,
-) -> HcclResult {
+hccl_fn!(comm_init_all, |p| {
     guard(|| {
         let call = names::comm_init_all;
-        if devices.is_null() || comms.is_null() {
+        if p.devices.is_null() || p.comms.is_null() {
             return err(
                 HCCL_E_PTR,
                 format!("{call}: devices and comms must not be null"),
             );
         }
-        if ndev == 0 {
+        if p.ndev == 0 {
             return err(HCCL_E_PARA, format!("{call}: ndev is 0"));
         }
         // SAFETY: `devices` holds `ndev` ids per the prototype.
-        let devs = unsafe { std::slice::from_raw_parts(devices, ndev as usize) }.to_vec();
+        let devs = unsafe { std::slice::from_raw_parts(p.devices, p.ndev as usize) }.to_vec();
         let count = device_count();
         for (i, &d) in devs.iter().enumerate() {
             if d < 0 || d as u32 >= count {
@@ -376,7 +368,7 @@ pub(crate) unsafe extern "C" fn comm_init_all(
                 return err(HCCL_E_PARA, format!("{call}: device {d} is listed twice"));
             }
         }
-        let group = Group::new(ndev);
+        let group = Group::new(p.ndev);
         {
             let mut st = lock(&group.state);
             for (r, &d) in devs.iter().enumerate() {
@@ -386,25 +378,25 @@ pub(crate) unsafe extern "C" fn comm_init_all(
         for (r, &d) in devs.iter().enumerate() {
             let id = register(&group, r as u32, d);
             // SAFETY: `comms` has room for `ndev` handles per the prototype.
-            unsafe { *comms.add(r) = id as HcclComm };
+            unsafe { *p.comms.add(r) = id as HcclComm };
         }
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn comm_destroy(comm: HcclComm) -> HcclResult {
+hccl_fn!(comm_destroy, |p| {
     guard(|| {
-        let m = member(comm, names::comm_destroy)?;
-        lock(&COMMS).as_mut().map(|c| c.remove(&(comm as usize)));
+        let m = member(p.comm, names::comm_destroy)?;
+        lock(&COMMS).as_mut().map(|c| c.remove(&(p.comm as usize)));
         let mut st = lock(&m.group.state);
         st.destroyed[m.rank as usize] = true;
         m.group.changed.notify_all();
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn get_error_string(code: HcclResult) -> *const c_char {
-    let s: &'static std::ffi::CStr = match code {
+hccl_fn!(get_error_string, |p| {
+    let s: &'static std::ffi::CStr = match p.code {
         HCCL_SUCCESS => c"success",
         HCCL_E_PARA => c"parameter error",
         HCCL_E_PTR => c"empty pointer",
@@ -420,7 +412,7 @@ pub(crate) unsafe extern "C" fn get_error_string(code: HcclResult) -> *const c_c
         _ => c"unknown HCCL result",
     };
     s.as_ptr()
-}
+});
 
 /// Validates what every collective shares and returns the caller's member.
 fn common(call: &str, comm: HcclComm, stream: AclrtStream) -> SimResult<Arc<Member>> {
@@ -732,28 +724,20 @@ fn reduce(parts: &[&[u8]], dtype: HcclDataType, op: ReduceOp) -> Vec<u8> {
     }
 }
 
-pub(crate) unsafe extern "C" fn all_reduce(
-    send_buf: *mut c_void,
-    recv_buf: *mut c_void,
-    count: u64,
-    data_type: i32,
-    op: i32,
-    comm: HcclComm,
-    stream: AclrtStream,
-) -> HcclResult {
+hccl_fn!(all_reduce, |p| {
     guard(|| {
         let call = names::all_reduce;
-        let m = common(call, comm, stream)?;
-        let dt = dtype(call, data_type, true)?;
-        let op = reduce_op(call, op)?;
-        let bytes = bytes_of(call, "count", count, 1, dt)?;
-        let send = buffer(call, "sendBuf", send_buf, bytes)?;
-        let recv = buffer(call, "recvBuf", recv_buf, bytes)?;
+        let m = common(call, p.comm, p.stream)?;
+        let dt = dtype(call, p.data_type, true)?;
+        let op = reduce_op(call, p.op)?;
+        let bytes = bytes_of(call, "count", p.count, 1, dt)?;
+        let send = buffer(call, "sendBuf", p.send_buf, bytes)?;
+        let recv = buffer(call, "recvBuf", p.recv_buf, bytes)?;
         queue(
             m,
-            stream,
+            p.stream,
             Call::AllReduce {
-                count,
+                count: p.count,
                 dtype: dt,
                 op,
             },
@@ -761,34 +745,28 @@ pub(crate) unsafe extern "C" fn all_reduce(
             (recv, bytes),
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn broadcast(
-    buf: *mut c_void,
-    count: u64,
-    data_type: i32,
-    root: u32,
-    comm: HcclComm,
-    stream: AclrtStream,
-) -> HcclResult {
+hccl_fn!(broadcast, |p| {
+    let root = p.root;
     guard(|| {
         let call = names::broadcast;
-        let m = common(call, comm, stream)?;
-        let dt = dtype(call, data_type, false)?;
+        let m = common(call, p.comm, p.stream)?;
+        let dt = dtype(call, p.data_type, false)?;
         if root >= m.group.size {
             return err(
                 HCCL_E_PARA,
                 format!("{call}: root {root} is not a rank of {}", m.group.size),
             );
         }
-        let bytes = bytes_of(call, "count", count, 1, dt)?;
-        let at = buffer(call, "buf", buf, bytes)?;
+        let bytes = bytes_of(call, "count", p.count, 1, dt)?;
+        let at = buffer(call, "buf", p.buf, bytes)?;
         let is_root = m.rank == root;
         queue(
             m,
-            stream,
+            p.stream,
             Call::Broadcast {
-                count,
+                count: p.count,
                 dtype: dt,
                 root,
             },
@@ -796,7 +774,7 @@ pub(crate) unsafe extern "C" fn broadcast(
             (at, if is_root { 0 } else { bytes }),
         )
     })
-}
+});
 
 /// The `HcclReduceOp` of a raw `op`, or `HCCL_E_PARA`.
 fn reduce_op(call: &str, op: i32) -> SimResult<ReduceOp> {
@@ -817,64 +795,49 @@ fn bytes_of(call: &str, what: &str, count: u64, ranks: u32, dt: HcclDataType) ->
         .ok_or_else(|| SimErr(HCCL_E_PARA, format!("{call}: {what} {count} overflows")))
 }
 
-pub(crate) unsafe extern "C" fn all_gather(
-    send_buf: *mut c_void,
-    recv_buf: *mut c_void,
-    send_count: u64,
-    data_type: i32,
-    comm: HcclComm,
-    stream: AclrtStream,
-) -> HcclResult {
+hccl_fn!(all_gather, |p| {
     guard(|| {
         let call = names::all_gather;
-        let m = common(call, comm, stream)?;
-        let dt = dtype(call, data_type, false)?;
-        if send_count == 0 {
+        let m = common(call, p.comm, p.stream)?;
+        let dt = dtype(call, p.data_type, false)?;
+        if p.send_count == 0 {
             return err(HCCL_E_PARA, format!("{call}: sendCount is 0"));
         }
-        let send_bytes = bytes_of(call, "sendCount", send_count, 1, dt)?;
-        let recv_bytes = bytes_of(call, "sendCount", send_count, m.group.size, dt)?;
-        let send = buffer(call, "sendBuf", send_buf, send_bytes)?;
-        let recv = buffer(call, "recvBuf", recv_buf, recv_bytes)?;
+        let send_bytes = bytes_of(call, "sendCount", p.send_count, 1, dt)?;
+        let recv_bytes = bytes_of(call, "sendCount", p.send_count, m.group.size, dt)?;
+        let send = buffer(call, "sendBuf", p.send_buf, send_bytes)?;
+        let recv = buffer(call, "recvBuf", p.recv_buf, recv_bytes)?;
         queue(
             m,
-            stream,
+            p.stream,
             Call::AllGather {
-                count: send_count,
+                count: p.send_count,
                 dtype: dt,
             },
             (send, send_bytes),
             (recv, recv_bytes),
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn reduce_scatter(
-    send_buf: *mut c_void,
-    recv_buf: *mut c_void,
-    recv_count: u64,
-    data_type: i32,
-    op: i32,
-    comm: HcclComm,
-    stream: AclrtStream,
-) -> HcclResult {
+hccl_fn!(reduce_scatter, |p| {
     guard(|| {
         let call = names::reduce_scatter;
-        let m = common(call, comm, stream)?;
-        let dt = dtype(call, data_type, true)?;
-        let op = reduce_op(call, op)?;
-        if recv_count == 0 {
+        let m = common(call, p.comm, p.stream)?;
+        let dt = dtype(call, p.data_type, true)?;
+        let op = reduce_op(call, p.op)?;
+        if p.recv_count == 0 {
             return err(HCCL_E_PARA, format!("{call}: recvCount is 0"));
         }
-        let send_bytes = bytes_of(call, "recvCount", recv_count, m.group.size, dt)?;
-        let recv_bytes = bytes_of(call, "recvCount", recv_count, 1, dt)?;
-        let send = buffer(call, "sendBuf", send_buf, send_bytes)?;
-        let recv = buffer(call, "recvBuf", recv_buf, recv_bytes)?;
+        let send_bytes = bytes_of(call, "recvCount", p.recv_count, m.group.size, dt)?;
+        let recv_bytes = bytes_of(call, "recvCount", p.recv_count, 1, dt)?;
+        let send = buffer(call, "sendBuf", p.send_buf, send_bytes)?;
+        let recv = buffer(call, "recvBuf", p.recv_buf, recv_bytes)?;
         queue(
             m,
-            stream,
+            p.stream,
             Call::ReduceScatter {
-                count: recv_count,
+                count: p.recv_count,
                 dtype: dt,
                 op,
             },
@@ -882,21 +845,22 @@ pub(crate) unsafe extern "C" fn reduce_scatter(
             (recv, recv_bytes),
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn barrier(comm: HcclComm, stream: AclrtStream) -> HcclResult {
+hccl_fn!(barrier, |p| {
     guard(|| {
-        let m = common(names::barrier, comm, stream)?;
-        queue(m, stream, Call::Barrier, (0, 0), (0, 0))
+        let m = common(names::barrier, p.comm, p.stream)?;
+        queue(m, p.stream, Call::Barrier, (0, 0), (0, 0))
     })
-}
+});
 
-/// The simulated HCCL's table, generated from the kernels crate's one list.
+/// The simulated HCCL's table, generated from the cann crate's one list: each function the C
+/// entry of its prototype over [`crate::Sim`]'s implementation (`hccl_fn!` above).
 macro_rules! register_hccl {
-    (fns { $($f:ident: $c:ident($t:ty)),* }) => {
+    (fns { $($f:ident: $c:ident($p:ty)),* }) => {
         static HCCL_API: HcclApi = HcclApi {
             kind: burn_ascend_cann::acl::ApiKind::Simulation,
-            $($f: $f,)*
+            $($f: <$p>::entry::<burn_ascend_cann::hccl::ffi::func::$f, crate::Sim>,)*
         };
     };
 }

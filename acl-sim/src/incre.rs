@@ -2,8 +2,6 @@
 //! tensor list or a paged cache (block table), with int8 antiquant / post-quantisation, on the
 //! CPU reference (`burn_ascend_kernels::reference::incre`).
 
-use std::ffi::c_char;
-
 use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::incre::{
     Antiquant, IfaLayout, IfaMask, IfaPse, IncreFlashAttentionArgs, KvInput, PagedLayout,
@@ -16,7 +14,7 @@ use crate::state::{
 };
 use crate::wire::{
     check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, query_dtype,
-    unsupported, IA, SIM_WORKSPACE, T, TL,
+    unsupported, SIM_WORKSPACE,
 };
 
 enum IncreKv {
@@ -185,33 +183,33 @@ impl IncreCall {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn ifa_v4(
-    query: T,
-    key: TL,
-    value: TL,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    dequant_scale1: T,
-    quant_scale1: T,
-    dequant_scale2: T,
-    quant_scale2: T,
-    quant_offset2: T,
-    antiquant_scale: T,
-    antiquant_offset: T,
-    blocktable: T,
-    kv_padding_size: T,
-    num_heads: i64,
-    scale_value: f64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    block_size: i64,
-    inner_precise: i64,
-    attention_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(ifa_v4, |params| {
+    let IfaV4Params {
+        query,
+        key,
+        value,
+        pse_shift,
+        atten_mask,
+        actual_seq_lengths,
+        dequant_scale1,
+        quant_scale1,
+        dequant_scale2,
+        quant_scale2,
+        quant_offset2,
+        antiquant_scale,
+        antiquant_offset,
+        blocktable,
+        kv_padding_size,
+        num_heads,
+        scale_value,
+        input_layout,
+        num_key_value_heads,
+        block_size,
+        inner_precise,
+        attention_out,
+        workspace_size,
+        executor,
+    } = params;
     const OP: &str = names::ifa_v4;
     state::guard(|| {
         if !dequant_scale1.is_null() || !quant_scale1.is_null() || !dequant_scale2.is_null() {
@@ -230,7 +228,7 @@ pub(crate) unsafe extern "C" fn ifa_v4(
             return invalid(format!("inputLayout \"{layout}\" is not BSH, BSND or BNSD"));
         };
         // FLOAT16 / BFLOAT16 query only (`incre_flash_attention_def.cpp`: no FLOAT, no INT8).
-        half_query(&q, "aclnnIncreFlashAttentionV4", false)?;
+        half_query(&q, OP, false)?;
         if num_heads <= 0 || num_key_value_heads < 0 {
             return invalid("numHeads / numKeyValueHeads out of range");
         }
@@ -473,4 +471,4 @@ pub(crate) unsafe extern "C" fn ifa_v4(
             )
         }
     })
-}
+});

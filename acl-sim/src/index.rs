@@ -245,23 +245,16 @@ fn submit(
 
 // ---- aclnnIndexSelect -------------------------------------------------------------------------
 
-pub(crate) unsafe extern "C" fn index_select(
-    self_: T,
-    dim: i64,
-    index: T,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(index_select, |p| {
     const OP: &str = names::index_select;
     guard(|| {
-        let a = required(self_, "self")?;
-        let i = required(index, "index")?;
-        let o = required(out, "out")?;
+        let a = required(p.self_, "self")?;
+        let i = required(p.index, "index")?;
+        let o = required(p.out, "out")?;
         rank_ok(OP, &a, "self")?;
         index_dtype(OP, &i)?;
         same_dtype(OP, &a, "self", &o, "out")?;
-        let d = norm_dim(OP, dim, a.dims.len())?;
+        let d = norm_dim(OP, p.dim, a.dims.len())?;
         if i.dims.len() > 1 {
             return invalid(format!("{OP}: index must be 0-D or 1-D, got {:?}", i.dims));
         }
@@ -293,31 +286,24 @@ pub(crate) unsafe extern "C" fn index_select(
                 copy_elems(&mut y, &x, es, pairs);
                 o.write("out", &y)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
 // ---- aclnnGather ------------------------------------------------------------------------------
 
-pub(crate) unsafe extern "C" fn gather(
-    self_: T,
-    dim: i64,
-    index: T,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(gather, |p| {
     const OP: &str = names::gather;
     guard(|| {
-        let a = required(self_, "self")?;
-        let i = required(index, "index")?;
-        let o = required(out, "out")?;
+        let a = required(p.self_, "self")?;
+        let i = required(p.index, "index")?;
+        let o = required(p.out, "out")?;
         rank_ok(OP, &a, "self")?;
         index_dtype(OP, &i)?;
         same_dtype(OP, &a, "self", &o, "out")?;
-        let d = norm_dim(OP, dim, a.dims.len())?;
+        let d = norm_dim(OP, p.dim, a.dims.len())?;
         if i.dims.len() != a.dims.len()
             || (0..a.dims.len()).any(|k| k != d && i.dims[k] > a.dims[k])
         {
@@ -346,38 +332,75 @@ pub(crate) unsafe extern "C" fn gather(
                 copy_elems(&mut y, &x, es, pairs.into_iter());
                 o.write("out", &y)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
 // ---- aclnnIndexAdd ----------------------------------------------------------------------------
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn index_add(
-    self_: T,
-    dim: i64,
-    index: T,
-    source: T,
-    alpha: *const AclScalar,
-    out: T,
+/// The operands `aclnnIndexAdd` and `aclnnScatterAdd` share, decoded and checked alike: self,
+/// index, the tensor added (`source` / `src`), out and the normalised dim.
+struct AddOperands {
+    a: SimTensor,
+    i: SimTensor,
+    s: SimTensor,
+    o: SimTensor,
+    d: usize,
+}
+
+fn add_operands(
+    op: &str,
+    (self_, dim, index, out): (T, i64, T, T),
+    (added, added_name): (T, &str),
+) -> SimResult<AddOperands> {
+    let a = required(self_, "self")?;
+    let i = required(index, "index")?;
+    let s = required(added, added_name)?;
+    let o = required(out, "out")?;
+    rank_ok(op, &a, "self")?;
+    index_dtype(op, &i)?;
+    add_dtype(op, &a)?;
+    same_dtype(op, &a, "self", &s, added_name)?;
+    same_dtype(op, &a, "self", &o, "out")?;
+    let d = norm_dim(op, dim, a.dims.len())?;
+    Ok(AddOperands { a, i, s, o, d })
+}
+
+/// Queues `out = self` with `alpha · added[from]` added at `to` for every `(to, from)` that
+/// `pairs(index values)` lists (in order: duplicates accumulate in order), after checking the
+/// index values against self's dim.
+fn submit_add(
+    op: &'static str,
+    AddOperands { a, i, s, o, d }: AddOperands,
+    (added_name, alpha): (&'static str, f64),
+    pairs: impl Fn(&[i64], &SimTensor, &SimTensor) -> Vec<(usize, usize)> + Send + 'static,
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+) -> SimResult<()> {
+    out_shape(op, &o, &a.dims)?;
+    submit(
+        op,
+        move || {
+            let idx = index_values(&i)?;
+            check_range(op, &idx, a.dims[d])?;
+            let mut acc = decode(a.dtype, &a.read("self")?);
+            let added = decode(s.dtype, &s.read(added_name)?);
+            accumulate(&mut acc, &added, alpha, pairs(&idx, &a, &s).into_iter());
+            o.write("out", &encode(&acc, o.dtype))
+        },
+        ws,
+        ex,
+    )
+}
+
+first_stage!(index_add, |p| {
     const OP: &str = names::index_add;
     guard(|| {
-        let a = required(self_, "self")?;
-        let i = required(index, "index")?;
-        let s = required(source, "source")?;
-        let o = required(out, "out")?;
-        let alpha = scalar(alpha, &format!("{OP}: alpha"))?;
-        rank_ok(OP, &a, "self")?;
-        index_dtype(OP, &i)?;
-        add_dtype(OP, &a)?;
-        same_dtype(OP, &a, "self", &s, "source")?;
-        same_dtype(OP, &a, "self", &o, "out")?;
-        let d = norm_dim(OP, dim, a.dims.len())?;
+        let alpha = scalar(p.alpha, &format!("{OP}: alpha"))?;
+        let ops = add_operands(OP, (p.self_, p.dim, p.index, p.out), (p.source, "source"))?;
+        let (a, i, s, d) = (&ops.a, &ops.i, &ops.s, ops.d);
         if i.dims.len() > 1 {
             return invalid(format!("{OP}: index must be 0-D or 1-D, got {:?}", i.dims));
         }
@@ -389,20 +412,13 @@ pub(crate) unsafe extern "C" fn index_add(
                 a.dims, s.dims
             ));
         }
-        out_shape(OP, &o, &a.dims)?;
-        submit(
-            OP,
-            move || {
-                let idx = index_values(&i)?;
-                check_range(OP, &idx, a.dims[d])?;
-                let mut acc = decode(a.dtype, &a.read("self")?);
-                let src = decode(s.dtype, &s.read("source")?);
-                let inner: usize = a.dims[d + 1..].iter().product();
-                let outer: usize = a.dims[..d].iter().product();
-                let (n_self, n_idx) = (a.dims[d], idx.len());
-                // Index order within each (outer, inner) position: duplicates accumulate in order.
-                let pairs = (0..outer).flat_map(|p| {
-                    let idx = &idx;
+        let pairs = move |idx: &[i64], a: &SimTensor, _: &SimTensor| {
+            let inner: usize = a.dims[d + 1..].iter().product();
+            let outer: usize = a.dims[..d].iter().product();
+            let (n_self, n_idx) = (a.dims[d], idx.len());
+            // Index order within each (outer, inner) position: duplicates accumulate in order.
+            (0..outer)
+                .flat_map(|p| {
                     (0..n_idx).flat_map(move |k| {
                         (0..inner).map(move |q| {
                             (
@@ -411,15 +427,19 @@ pub(crate) unsafe extern "C" fn index_add(
                             )
                         })
                     })
-                });
-                accumulate(&mut acc, &src, alpha, pairs);
-                o.write("out", &encode(&acc, o.dtype))
-            },
-            ws,
-            ex,
+                })
+                .collect()
+        };
+        submit_add(
+            OP,
+            ops,
+            ("source", alpha),
+            pairs,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
 // ---- aclnnScatterAdd --------------------------------------------------------------------------
 
@@ -431,27 +451,11 @@ fn is_contiguous(t: &SimTensor) -> bool {
         .all(|(&d, (&s, &w))| d == 1 || s == w)
 }
 
-pub(crate) unsafe extern "C" fn scatter_add(
-    self_: T,
-    dim: i64,
-    index: T,
-    src: T,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(scatter_add, |p| {
     const OP: &str = names::scatter_add;
     guard(|| {
-        let a = required(self_, "self")?;
-        let i = required(index, "index")?;
-        let s = required(src, "src")?;
-        let o = required(out, "out")?;
-        rank_ok(OP, &a, "self")?;
-        index_dtype(OP, &i)?;
-        add_dtype(OP, &a)?;
-        same_dtype(OP, &a, "self", &s, "src")?;
-        same_dtype(OP, &a, "self", &o, "out")?;
-        let d = norm_dim(OP, dim, a.dims.len())?;
+        let ops = add_operands(OP, (p.self_, p.dim, p.index, p.out), (p.src, "src"))?;
+        let (a, i, s, o, d) = (&ops.a, &ops.i, &ops.s, &ops.o, ops.d);
         let r = a.dims.len();
         if i.dims.len() != r
             || s.dims.len() != r
@@ -462,8 +466,8 @@ pub(crate) unsafe extern "C" fn scatter_add(
                 i.dims, a.dims, s.dims
             ));
         }
-        // aclnnScatterAdd.md: src and out do not take non-contiguous tensors.
-        for (t, n) in [(&s, "src"), (&o, "out")] {
+        // aclnnScatterAdd.md: p.src and p.out do not take non-contiguous tensors.
+        for (t, n) in [(s, "src"), (o, "out")] {
             if !is_contiguous(t) {
                 return invalid(format!(
                     "{OP}: {n} must be contiguous (dims {:?}, strides {:?})",
@@ -471,54 +475,39 @@ pub(crate) unsafe extern "C" fn scatter_add(
                 ));
             }
         }
-        out_shape(OP, &o, &a.dims)?;
-        submit(
-            OP,
-            move || {
-                let idx = index_values(&i)?;
-                check_range(OP, &idx, a.dims[d])?;
-                let mut acc = decode(a.dtype, &a.read("self")?);
-                let sv = decode(s.dtype, &s.read("src")?);
-                let (sa, ss) = (strides_of(&a.dims), strides_of(&s.dims));
-                let mut pairs = Vec::with_capacity(idx.len());
-                let mut to = vec![0usize; r];
-                for_each_index(&i.dims, |p, ix| {
-                    to.copy_from_slice(ix);
-                    to[d] = idx[p] as usize;
-                    pairs.push((flat(&to, &sa), flat(ix, &ss)));
-                });
-                accumulate(&mut acc, &sv, 1.0, pairs.into_iter());
-                o.write("out", &encode(&acc, o.dtype))
-            },
-            ws,
-            ex,
-        )
+        let index_dims = i.dims.clone();
+        let pairs = move |idx: &[i64], a: &SimTensor, s: &SimTensor| {
+            let (sa, ss) = (strides_of(&a.dims), strides_of(&s.dims));
+            let mut pairs = Vec::with_capacity(idx.len());
+            let mut to = vec![0usize; r];
+            for_each_index(&index_dims, |p, ix| {
+                to.copy_from_slice(ix);
+                to[d] = idx[p] as usize;
+                pairs.push((flat(&to, &sa), flat(ix, &ss)));
+            });
+            pairs
+        };
+        submit_add(OP, ops, ("src", 1.0), pairs, p.workspace_size, p.executor)
     })
-}
+});
 
 // ---- aclnnCat ---------------------------------------------------------------------------------
 
-pub(crate) unsafe extern "C" fn cat(
-    tensors: *const AclTensorList,
-    dim: i64,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(cat, |p| {
     const OP: &str = names::cat;
     guard(|| {
-        let Some(ts) = state::tensor_list(tensors, "tensors")? else {
+        let Some(ts) = state::tensor_list(p.tensors, "tensors")? else {
             return Err(SimErr(
                 ACLNN_ERR_PARAM_NULLPTR,
                 format!("{OP}: tensors is null"),
             ));
         };
-        let o = required(out, "out")?;
+        let o = required(p.out, "out")?;
         let Some(first) = ts.first() else {
             return invalid(format!("{OP}: tensors is empty"));
         };
         rank_ok(OP, first, "tensors[0]")?;
-        let d = norm_dim(OP, dim, first.dims.len())?;
+        let d = norm_dim(OP, p.dim, first.dims.len())?;
         let mut want = first.dims.clone();
         want[d] = 0;
         for (k, t) in ts.iter().enumerate() {
@@ -555,28 +544,23 @@ pub(crate) unsafe extern "C" fn cat(
                 }
                 o.write("out", &y)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
 // ---- aclnnInplaceCopy -------------------------------------------------------------------------
 
-pub(crate) unsafe extern "C" fn inplace_copy(
-    self_ref: T,
-    src: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(inplace_copy, |p| {
     const OP: &str = names::inplace_copy;
     guard(|| {
-        let dst = required(self_ref, "selfRef")?;
-        let s = required(src, "src")?;
+        let dst = required(p.self_ref, "selfRef")?;
+        let s = required(p.src, "src")?;
         rank_ok(OP, &dst, "selfRef")?;
         rank_ok(OP, &s, "src")?;
         same_dtype(OP, &dst, "selfRef", &s, "src")?;
-        // src broadcasts to selfRef (right-aligned; size 1 or equal).
+        // p.src broadcasts to selfRef (right-aligned; size 1 or equal).
         let r = dst.dims.len();
         let ok = s.dims.len() <= r
             && s.dims.iter().enumerate().all(|(k, &n)| {
@@ -610,11 +594,11 @@ pub(crate) unsafe extern "C" fn inplace_copy(
                 copy_elems(&mut y, &x, es, pairs.into_iter());
                 dst.write("selfRef", &y)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
 // ---- aclnnRepeat / aclnnFlip ------------------------------------------------------------------
 
@@ -623,18 +607,12 @@ fn int_array_required(p: *const AclIntArray, op: &str, name: &str) -> SimResult<
         .ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{op}: {name} is null")))
 }
 
-pub(crate) unsafe extern "C" fn repeat(
-    self_: T,
-    repeats: *const AclIntArray,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(repeat, |p| {
     const OP: &str = names::repeat;
     guard(|| {
-        let a = required(self_, "self")?;
-        let o = required(out, "out")?;
-        let reps = int_array_required(repeats, OP, "repeats")?;
+        let a = required(p.self_, "self")?;
+        let o = required(p.out, "out")?;
+        let reps = int_array_required(p.array, OP, "repeats")?;
         rank_ok(OP, &a, "self")?;
         same_dtype(OP, &a, "self", &o, "out")?;
         if reps.len() < a.dims.len() || reps.len() > 8 || reps.iter().any(|&x| x < 0) {
@@ -668,23 +646,18 @@ pub(crate) unsafe extern "C" fn repeat(
                 copy_elems(&mut y, &x, es, pairs.into_iter());
                 o.write("out", &y)
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn flip(
-    self_: T,
-    dims: *const AclIntArray,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(flip, |params| {
+    let dims = params.array;
     const OP: &str = names::flip;
     guard(|| {
-        let a = required(self_, "self")?;
-        let o = required(out, "out")?;
+        let a = required(params.self_, "self")?;
+        let o = required(params.out, "out")?;
         let dims = int_array_required(dims, OP, "dims")?;
         rank_ok(OP, &a, "self")?;
         same_dtype(OP, &a, "self", &o, "out")?;
@@ -723,8 +696,8 @@ pub(crate) unsafe extern "C" fn flip(
                 copy_elems(&mut y, &x, es, pairs.into_iter());
                 o.write("out", &y)
             },
-            ws,
-            ex,
+            params.workspace_size,
+            params.executor,
         )
     })
-}
+});

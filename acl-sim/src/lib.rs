@@ -18,10 +18,11 @@
 //!   its storage (161002) — checks CANN itself does not make, which catch stride bugs;
 //! - each failure leaves a message for `aclGetRecentErrMsg`.
 //!
-//! The registration is generated from the kernels crate's one table of ops
+//! The registration is generated from the cann crate's one table of ops
 //! (`burn_ascend_cann::acl_api_table!`): every op listed there must have a first stage here,
-//! a function named by its table field (e.g. `sin`), re-exported by `registry`; the launch
-//! stages are generated ([`state::launch`] under the op's name). One module per family, as
+//! `first_stage!(field, …)` in its module (e.g. `first_stage!(sin, …)`), over the op's parameter
+//! struct, which the table's prototype generates with the C entry point; the launch stages are
+//! generated ([`state::launch`] under the op's name). One module per family, as
 //! `burn_ascend_kernels::reference`:
 //! - `state`: runtime, streams, executors; `state::memory` (device memory), `state::handles`
 //!   (tensors, int arrays, tensor lists, scalars);
@@ -66,6 +67,8 @@
 //! `state::handles`) and the first stages of the op modules, each block with a `// SAFETY:`
 //! line.
 
+#[macro_use]
+mod first_stage;
 pub mod bench;
 pub mod cost;
 mod elementwise;
@@ -99,56 +102,22 @@ pub use state::{
 
 use std::ffi::c_void;
 
-use burn_ascend_cann::acl::ffi::{AclOpExecutor, AclStatus, AclrtStream, OpFns};
+use burn_ascend_cann::acl::ffi::{func, op, AclOpExecutor, AclStatus, AclrtStream, OpFns};
 use burn_ascend_cann::acl::{AclApi, ApiKind, Result, Runtime};
 
-/// Every entry of the table by its field name: the runtime and nnopbase functions and each
-/// op's first stage.
-mod registry {
-    pub(crate) use crate::elementwise::*;
-    pub(crate) use crate::fia::{fia_base, fia_v4};
-    pub(crate) use crate::fused::{
-        cross_entropy_loss, cross_entropy_loss_grad, rms_norm, rms_norm_grad,
-        rotary_position_embedding, rotary_position_embedding_grad, swi_glu, swi_glu_grad,
-    };
-    pub(crate) use crate::grouped_matmul::grouped_matmul_v4;
-    pub(crate) use crate::incre::ifa_v4;
-    pub(crate) use crate::index::{
-        cat, flip, gather, index_add, index_select, inplace_copy, repeat, scatter_add,
-    };
-    pub(crate) use crate::math::{
-        abs, add, adds, div, divs, exp, log, matmul, mean, mul, muls, reduce_sum, sqrt, sub, tanh,
-    };
-    pub(crate) use crate::optim::apply_adam_w_v2;
-    pub(crate) use crate::prompt::{pfa_v1, pfa_v3};
-    pub(crate) use crate::scatter::scatter_pa_kv_cache;
-    pub(crate) use crate::state::capture::{
-        capture_begin, capture_end, capture_get_info, ri_destroy, ri_execute_async, task_grp_begin,
-        task_grp_end, task_update_begin, task_update_end,
-    };
-    pub(crate) use crate::state::handles::{
-        create_int_array, create_scalar, create_tensor, create_tensor_list, destroy_int_array,
-        destroy_scalar, destroy_tensor, destroy_tensor_list,
-    };
-    pub(crate) use crate::state::memory::{
-        free, free_host, malloc, malloc_host, memcpy, memcpy_async, memset_async,
-    };
-    pub(crate) use crate::state::{
-        acl_finalize, acl_init, create_stream, destroy_stream, get_device_count,
-        get_recent_err_msg, get_version, reset_device, set_device, synchronize_stream,
-    };
-    pub(crate) use crate::varlen::{
-        varlen_fwd_base, varlen_fwd_v5, varlen_grad_base, varlen_grad_v5,
-    };
-}
+/// The simulation as the implementer of every function of the tables: `first_stage!`,
+/// `runtime_fn!` and `hccl_fn!` in each module.
+pub(crate) struct Sim;
 
-/// The simulation's table from the kernels crate's op table: each runtime entry from
-/// [`registry`], each op's first stage from [`registry`] and its launch stage generated here.
+/// The simulation's table from the cann crate's table: each runtime, nnopbase and
+/// graph-capture function and each op's first stage the C entry of its prototype over
+/// [`Sim`]'s [`Implements`](burn_ascend_cann::prototype::Implements), each op's launch stage
+/// generated here.
 macro_rules! register {
     (
-        runtime { $($rf:ident: $rc:ident($rt:ty)),* }
-        graph { $($gf:ident: $gc:ident($gt:ty)),* }
-        ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
+        runtime { $($rf:ident: $rc:ident($rp:ty)),* }
+        graph { $($gf:ident: $gc:ident($gp:ty)),* }
+        ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
     ) => {
         /// The launch stage of every op: [`state::launch`] under the op's C name.
         mod launch {
@@ -167,9 +136,12 @@ macro_rules! register {
 
         static API: AclApi = AclApi {
             kind: ApiKind::Simulation,
-            $($rf: registry::$rf,)*
-            $($gf: Some(registry::$gf),)*
-            $($f: Some(OpFns { workspace: registry::$f, launch: launch::$f }),)*
+            $($rf: <$rp>::entry::<func::$rf, Sim>,)*
+            $($gf: Some(<$gp>::entry::<func::$gf, Sim>),)*
+            $($f: Some(OpFns {
+                workspace: <$p>::entry::<op::$f, Sim>,
+                launch: launch::$f,
+            }),)*
         };
 
         /// The table without the ops (or graph functions) whose C names are in `missing`.

@@ -187,69 +187,77 @@ fn binary_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(crate) unsafe extern "C" fn add(
-    self_: T,
-    other: T,
-    alpha: *const AclScalar,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(add, |p| {
     guard(|| {
-        let alpha = scalar(alpha, &format!("{}: alpha", names::add))?;
-        binary_ws(names::add, Bin::Add, self_, other, Some(alpha), out, ws, ex)
+        let alpha = scalar(p.alpha, &format!("{}: alpha", names::add))?;
+        binary_ws(
+            names::add,
+            Bin::Add,
+            p.self_,
+            p.other,
+            Some(alpha),
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn sub(
-    self_: T,
-    other: T,
-    alpha: *const AclScalar,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(sub, |p| {
     guard(|| {
-        let alpha = scalar(alpha, &format!("{}: alpha", names::sub))?;
-        binary_ws(names::sub, Bin::Sub, self_, other, Some(alpha), out, ws, ex)
+        let alpha = scalar(p.alpha, &format!("{}: alpha", names::sub))?;
+        binary_ws(
+            names::sub,
+            Bin::Sub,
+            p.self_,
+            p.other,
+            Some(alpha),
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn mul(
-    self_: T,
-    other: T,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
-    guard(|| binary_ws(names::mul, Bin::Mul, self_, other, None, out, ws, ex))
-}
+first_stage!(mul, |p| {
+    guard(|| {
+        binary_ws(
+            names::mul,
+            Bin::Mul,
+            p.self_,
+            p.other,
+            None,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
+});
 
-pub(crate) unsafe extern "C" fn div(
-    self_: T,
-    other: T,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
-    guard(|| binary_ws(names::div, Bin::Div, self_, other, None, out, ws, ex))
-}
+first_stage!(div, |p| {
+    guard(|| {
+        binary_ws(
+            names::div,
+            Bin::Div,
+            p.self_,
+            p.other,
+            None,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
+});
 
 // ---- matmul -----------------------------------------------------------------------------------
 
-pub(crate) unsafe extern "C" fn matmul(
-    self_: T,
-    mat2: T,
-    out: T,
-    cube_math_type: i8,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(matmul, |p| {
+    let cube_math_type = p.cube_math_type;
     const OP: &str = names::matmul;
     guard(|| {
-        let a = required(self_, "self")?;
-        let b = required(mat2, "mat2")?;
-        let o = required(out, "out")?;
+        let a = required(p.self_, "self")?;
+        let b = required(p.mat2, "mat2")?;
+        let o = required(p.out, "out")?;
         for (t, n) in [(&a, "self"), (&b, "mat2"), (&o, "out")] {
             float_dtype(t, OP, n)?;
         }
@@ -316,9 +324,17 @@ pub(crate) unsafe extern "C" fn matmul(
             o.write("out", &encode(&v, o.dtype))
         };
         // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe { new_executor(OP, SIM_WORKSPACE, Box::new(job), ws, ex) }
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(job),
+                p.workspace_size,
+                p.executor,
+            )
+        }
     })
-}
+});
 
 // ---- scalar, unary, reductions ------------------------------------------------------------
 
@@ -354,14 +370,18 @@ fn unary_ws(
 /// `aclnn<Op>`'s first stage, named by its table field, computing `$f` per element.
 macro_rules! unary {
     ($field:ident, $f:expr) => {
-        pub(crate) unsafe extern "C" fn $field(
-            self_: T,
-            out: T,
-            ws: *mut u64,
-            ex: *mut *mut AclOpExecutor,
-        ) -> AclStatus {
-            guard(|| unary_ws(names::$field, $f, self_, out, ws, ex))
-        }
+        first_stage!($field, |p| {
+            guard(|| {
+                unary_ws(
+                    names::$field,
+                    $f,
+                    p.self_,
+                    p.out,
+                    p.workspace_size,
+                    p.executor,
+                )
+            })
+        });
     };
 }
 
@@ -412,46 +432,51 @@ fn scalar_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(crate) unsafe extern "C" fn adds(
-    self_: T,
-    other: *const AclScalar,
-    alpha: *const AclScalar,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(adds, |p| {
     guard(|| {
-        let other = scalar(other, &format!("{}: other", names::adds))?;
-        let alpha = scalar(alpha, &format!("{}: alpha", names::adds))?;
-        scalar_ws(names::adds, self_, other, Some(alpha), out, ws, ex)
+        let other = scalar(p.other, &format!("{}: other", names::adds))?;
+        let alpha = scalar(p.alpha, &format!("{}: alpha", names::adds))?;
+        scalar_ws(
+            names::adds,
+            p.self_,
+            other,
+            Some(alpha),
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn muls(
-    self_: T,
-    other: *const AclScalar,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(muls, |p| {
     guard(|| {
-        let other = scalar(other, &format!("{}: other", names::muls))?;
-        scalar_ws(names::muls, self_, other, None, out, ws, ex)
+        let other = scalar(p.other, &format!("{}: other", names::muls))?;
+        scalar_ws(
+            names::muls,
+            p.self_,
+            other,
+            None,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn divs(
-    self_: T,
-    other: *const AclScalar,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(divs, |p| {
     guard(|| {
-        let other = scalar(other, &format!("{}: other", names::divs))?;
-        scalar_ws(names::divs, self_, other, None, out, ws, ex)
+        let other = scalar(p.other, &format!("{}: other", names::divs))?;
+        scalar_ws(
+            names::divs,
+            p.self_,
+            other,
+            None,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
-}
+});
 
 /// Sum or mean over `dim` (an int array; negative dims count from the end).
 #[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
@@ -535,41 +560,37 @@ fn reduce_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-pub(crate) unsafe extern "C" fn reduce_sum(
-    self_: T,
-    dim: *const AclIntArray,
-    keep_dim: bool,
-    dtype: i32,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(reduce_sum, |p| {
     guard(|| {
         reduce_ws(
             names::reduce_sum,
             false,
-            self_,
-            dim,
-            keep_dim,
-            dtype,
-            out,
-            ws,
-            ex,
+            p.self_,
+            p.dim,
+            p.keep_dim,
+            p.dtype,
+            p.out,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn mean(
-    self_: T,
-    dim: *const AclIntArray,
-    keep_dim: bool,
-    dtype: i32,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> AclStatus {
-    guard(|| reduce_ws(names::mean, true, self_, dim, keep_dim, dtype, out, ws, ex))
-}
+first_stage!(mean, |p| {
+    guard(|| {
+        reduce_ws(
+            names::mean,
+            true,
+            p.self_,
+            p.dim,
+            p.keep_dim,
+            p.dtype,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
+});
 
 unary!(exp, f32::exp);
 unary!(log, f32::ln);

@@ -1,4 +1,4 @@
-//! The simulated optimizer op (issue 27): `aclnnApplyAdamWV2`.
+//! The simulated optimizer op (the update a training step runs on the device): `aclnnApplyAdamWV2`.
 //! First stage: the docs' rules — a null `varRef`, `mRef`, `vRef`, `grad` or `step` → 161001
 //! (`maxGradNormOptionalRef` too when `amsgrad`); `varRef`, `mRef`, `vRef`, `grad` not all of one
 //! dtype among FLOAT16 / BFLOAT16 / FLOAT32, shapes that differ (the contract,
@@ -16,10 +16,7 @@ use burn_ascend_contract::optim::{validate, AdamWHyper};
 use burn_ascend_kernels::reference::optim as reference;
 
 use crate::state::{self, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor};
-use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE, T};
-
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
+use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE};
 
 const FLOAT3: &[DataType] = &[DataType::Float, DataType::Float16, DataType::Bf16];
 
@@ -33,33 +30,16 @@ fn f64s(t: &SimTensor, name: &str) -> SimResult<Vec<f64>> {
     Ok(floats(t, name)?.into_iter().map(f64::from).collect())
 }
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn apply_adam_w_v2(
-    var_ref: T,
-    m_ref: T,
-    v_ref: T,
-    max_grad_norm_optional_ref: T,
-    grad: T,
-    step: T,
-    lr: f32,
-    beta1: f32,
-    beta2: f32,
-    weight_decay: f32,
-    eps: f32,
-    amsgrad: bool,
-    maximize: bool,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(apply_adam_w_v2, |p| {
     const OP: &str = names::apply_adam_w_v2;
     state::guard(|| {
-        let var = required(var_ref, "varRef")?;
-        let m = required(m_ref, "mRef")?;
-        let v = required(v_ref, "vRef")?;
-        let g = required(grad, "grad")?;
-        let s = required(step, "step")?;
-        let max = tensor(max_grad_norm_optional_ref, "maxGradNormOptionalRef")?;
-        if amsgrad && max.is_none() {
+        let var = required(p.var_ref, "varRef")?;
+        let m = required(p.m_ref, "mRef")?;
+        let v = required(p.v_ref, "vRef")?;
+        let g = required(p.grad, "grad")?;
+        let s = required(p.step, "step")?;
+        let max = tensor(p.max_grad_norm_optional_ref, "maxGradNormOptionalRef")?;
+        if p.amsgrad && max.is_none() {
             return Err(SimErr(
                 ACLNN_ERR_PARAM_NULLPTR,
                 "maxGradNormOptionalRef is null with amsgrad true".into(),
@@ -86,13 +66,13 @@ pub(crate) unsafe extern "C" fn apply_adam_w_v2(
             ));
         }
         let h = AdamWHyper {
-            lr,
-            beta1,
-            beta2,
-            weight_decay,
-            eps,
+            lr: p.lr,
+            beta1: p.beta1,
+            beta2: p.beta2,
+            weight_decay: p.weight_decay,
+            eps: p.eps,
         };
-        // The step's value is on the device: its rule is checked at launch.
+        // The p.step's value is on the device: its rule is checked at launch.
         validate(&var.dims, &m.dims, &v.dims, &g.dims, 1, &h)
             .map_err(|e| SimErr(ACLNN_ERR_PARAM_INVALID, format!("{OP}: {e}")))?;
         let refs = [(&var, "varRef"), (&m, "mRef"), (&v, "vRef"), (&g, "grad")];
@@ -106,10 +86,10 @@ pub(crate) unsafe extern "C" fn apply_adam_w_v2(
                 }
             }
         }
-        if amsgrad {
+        if p.amsgrad {
             return unsupported(&format!("{OP}: amsgrad true"));
         }
-        if maximize {
+        if p.maximize {
             return unsupported(&format!("{OP}: maximize true"));
         }
         let job = move || {
@@ -132,6 +112,14 @@ pub(crate) unsafe extern "C" fn apply_adam_w_v2(
             v.write("vRef", &encode_f64(&vv, v.dtype, "vRef")?)
         };
         // SAFETY: the out-pointers come from the caller per the op's prototype.
-        unsafe { new_executor(OP, SIM_WORKSPACE, Box::new(job), ws, ex) }
+        unsafe {
+            new_executor(
+                OP,
+                SIM_WORKSPACE,
+                Box::new(job),
+                p.workspace_size,
+                p.executor,
+            )
+        }
     })
-}
+});

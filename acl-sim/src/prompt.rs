@@ -2,8 +2,6 @@
 //! `aclnnPromptFlashAttention` (no KV lengths, quantisation, sparse mode or innerPrecise), on
 //! the CPU reference (`burn_ascend_kernels::reference::prompt`), with int8 post-quantisation.
 
-use std::ffi::c_char;
-
 use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::prompt::{PfaLayout, PromptFlashAttentionArgs, PseShift};
 use burn_ascend_contract::varlen::lengths_from_cumulative;
@@ -175,7 +173,7 @@ fn decode_prompt(
         &layout.ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, "inputLayout is null".into()))?,
     )?;
     // FLOAT16 / BFLOAT16 / INT8 query, never FLOAT (`prompt_flash_attention_def.cpp`).
-    half_query(&q, "aclnnPromptFlashAttentionV3", true)?;
+    half_query(&q, names::pfa_v3, true)?;
     for (t, name) in [(&k, "key"), (&v, "value")] {
         if t.dtype != q.dtype {
             return invalid(format!("{name}: dtype must equal the query's"));
@@ -397,32 +395,32 @@ fn decode_prompt(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn pfa_v3(
-    query: T,
-    key: T,
-    value: T,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    actual_seq_lengths_kv: IA,
-    deq_scale1: T,
-    quant_scale1: T,
-    deq_scale2: T,
-    quant_scale2: T,
-    quant_offset2: T,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    sparse_mode: i64,
-    inner_precise: i64,
-    attention_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(pfa_v3, |params| {
+    let PfaV3Params {
+        query,
+        key,
+        value,
+        pse_shift,
+        atten_mask,
+        actual_seq_lengths,
+        actual_seq_lengths_kv,
+        deq_scale1,
+        quant_scale1,
+        deq_scale2,
+        quant_scale2,
+        quant_offset2,
+        num_heads,
+        scale_value,
+        pre_tokens,
+        next_tokens,
+        input_layout,
+        num_key_value_heads,
+        sparse_mode,
+        inner_precise,
+        attention_out,
+        workspace_size,
+        executor,
+    } = params;
     const OP: &str = names::pfa_v3;
     state::guard(|| {
         if !deq_scale1.is_null() || !quant_scale1.is_null() || !deq_scale2.is_null() {
@@ -461,53 +459,36 @@ pub(crate) unsafe extern "C" fn pfa_v3(
             )
         }
     })
-}
+});
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn pfa_v1(
-    query: T,
-    key: T,
-    value: T,
-    pse_shift: T,
-    atten_mask: T,
-    actual_seq_lengths: IA,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    input_layout: *mut c_char,
-    num_key_value_heads: i64,
-    attention_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(pfa_v1, |p| {
     const OP: &str = names::pfa_v1;
     state::guard(|| {
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
         // V1: no KV lengths, no quantisation, sparse mode 0, innerPrecise 1.
         let call = decode_prompt(
-            query,
-            key,
-            value,
-            pse_shift,
-            atten_mask,
-            actual_seq_lengths,
+            p.query,
+            p.key,
+            p.value,
+            p.pse_shift,
+            p.atten_mask,
+            p.actual_seq_lengths,
             std::ptr::null(),
             std::ptr::null(),
             std::ptr::null(),
-            num_heads,
-            scale_value,
-            pre_tokens,
-            next_tokens,
+            p.num_heads,
+            p.scale_value,
+            p.pre_tokens,
+            p.next_tokens,
             layout,
-            num_key_value_heads,
+            p.num_key_value_heads,
             0,
             1,
-            attention_out,
+            p.attention_out,
         )?;
         if call.layout == PfaLayout::Tnd {
-            return invalid("inputLayout TND needs aclnnPromptFlashAttentionV3");
+            return invalid(format!("inputLayout TND needs {}", names::pfa_v3));
         }
         // SAFETY: the out-pointers come from the caller per the prototype.
         unsafe {
@@ -515,9 +496,9 @@ pub(crate) unsafe extern "C" fn pfa_v1(
                 OP,
                 SIM_WORKSPACE,
                 Box::new(move || call.run()),
-                workspace_size,
-                executor,
+                p.workspace_size,
+                p.executor,
             )
         }
     })
-}
+});

@@ -8,8 +8,6 @@
 //! whose `strides` / `offsets` are OPTIONAL ListInt attributes defaulting to `[1, 1]` /
 //! `[0, 0]`, so null arrays are accepted outside Nct).
 
-use std::ffi::c_char;
-
 use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::scatter::ScatterKind;
 use burn_ascend_contract::scatter::{
@@ -25,7 +23,7 @@ use crate::state::{
     self, c_str, int_array, invalid, new_executor, read_device, required, tensor, SimErr,
     SimResult, SimTensor,
 };
-use crate::wire::{encode, ints, typed, Wire, IA, SIM_WORKSPACE, T};
+use crate::wire::{encode, ints, typed, Wire, IA, SIM_WORKSPACE};
 
 struct ScatterCall {
     key: SimTensor,
@@ -144,23 +142,23 @@ fn storage_from_view<W: Wire>(t: &SimTensor, name: &str) -> SimResult<Vec<W>> {
         .collect())
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
-    key: T,
-    key_cache_ref: T,
-    slot_mapping: T,
-    value: T,
-    value_cache_ref: T,
-    compress_lens: T,
-    compress_seq_offset: T,
-    seq_lens: T,
-    cache_mode: *mut c_char,
-    scatter_mode: *mut c_char,
-    strides: IA,
-    offsets: IA,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(scatter_pa_kv_cache, |params| {
+    let ScatterPaKvCacheParams {
+        key,
+        key_cache_ref,
+        slot_mapping,
+        value,
+        value_cache_ref,
+        compress_lens,
+        compress_seq_offset,
+        seq_lens,
+        cache_mode,
+        scatter_mode,
+        strides,
+        offsets,
+        workspace_size,
+        executor,
+    } = params;
     const OP: &str = names::scatter_pa_kv_cache;
     state::guard(|| {
         let key = required(key, "key")?;
@@ -194,8 +192,8 @@ pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
         // wider list are 910_95's (`DataType_910_95`).
         if !matches!(kd, DataType::Float16 | DataType::Bf16 | DataType::Int8) {
             return invalid(format!(
-                "key: dtype must be FLOAT16, BFLOAT16 or INT8 (aclnnScatterPaKvCache on Atlas \
-                 A2/A3 takes no FLOAT), got {kd:?}"
+                "key: dtype must be FLOAT16, BFLOAT16 or INT8 ({OP} on Atlas A2/A3 takes no \
+                 FLOAT), got {kd:?}"
             ));
         }
         // `op_kernel/scatter_pa_kv_cache.cpp` has no INT8 tiling key for Nct, Rope or Omni.
@@ -363,4 +361,4 @@ pub(crate) unsafe extern "C" fn scatter_pa_kv_cache(
             )
         }
     })
-}
+});

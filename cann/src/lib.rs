@@ -8,5 +8,8 @@
 //! The element types (`aclDataType`) are the op vocabulary's, defined in the Burn-free
 //! contract (`burn_ascend_contract::DataType`) and re-exported here as [`acl::DataType`].
 
+// Declared first: it defines the `c_prototype!` macro the FFI modules use.
+#[macro_use]
+pub mod prototype;
 pub mod acl;
 pub mod hccl;

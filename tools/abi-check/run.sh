@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The ABI check (issue 15): every FFI declaration of cann/src/acl/ffi*.rs (the ACL runtime,
-# nnopbase and both stages of every aclnn op of acl_api_table!, plus every enum value and
-# status code the project uses) and of cann/src/hccl/ffi.rs (hccl_api_table!, HCCL's enums,
-# result codes and HcclRootInfo's size; issue 19) against CANN's real headers, by a compiler.
+# The ABI check (a wrong width or order in a hand-copied prototype compiles and corrupts arguments
+# at run time; a compiler against the real headers catches it): every FFI declaration of
+# cann/src/acl/ffi*.rs (the ACL runtime, nnopbase and both stages of every aclnn op of
+# acl_api_table!, plus every enum value and status code the project uses) and of
+# cann/src/hccl/ffi.rs (hccl_api_table!, HCCL's enums, result codes and HcclRootInfo's size, for
+# data-parallel training) against CANN's real headers, by a compiler.
 #
 #   tools/abi-check/run.sh [--keep] [--no-self-check]
 #

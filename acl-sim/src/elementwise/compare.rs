@@ -98,24 +98,32 @@ fn compare_scalar(
 /// The first stages of a comparison's tensor and scalar ops, named by their table fields.
 macro_rules! compare {
     ($t:ident, $s:ident, $c:expr) => {
-        pub(crate) unsafe extern "C" fn $t(
-            self_: T,
-            other: T,
-            out: T,
-            ws: Ws,
-            ex: Ex,
-        ) -> AclStatus {
-            guard(|| compare_tensor(names::$t, $c, self_, other, out, ws, ex))
-        }
-        pub(crate) unsafe extern "C" fn $s(
-            self_: T,
-            other: S,
-            out: T,
-            ws: Ws,
-            ex: Ex,
-        ) -> AclStatus {
-            guard(|| compare_scalar(names::$s, $c, self_, other, out, ws, ex))
-        }
+        first_stage!($t, |p| {
+            guard(|| {
+                compare_tensor(
+                    names::$t,
+                    $c,
+                    p.self_,
+                    p.other,
+                    p.out,
+                    p.workspace_size,
+                    p.executor,
+                )
+            })
+        });
+        first_stage!($s, |p| {
+            guard(|| {
+                compare_scalar(
+                    names::$s,
+                    $c,
+                    p.self_,
+                    p.other,
+                    p.out,
+                    p.workspace_size,
+                    p.executor,
+                )
+            })
+        });
     };
 }
 
@@ -128,20 +136,13 @@ compare!(le_tensor, le_scalar, Cmp::Le);
 
 // ---- masks, copy, logic -----------------------------------------------------------------------
 
-pub(crate) unsafe extern "C" fn s_where(
-    condition: T,
-    self_: T,
-    other: T,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(s_where, |p| {
     const OP: &str = names::s_where;
     guard(|| {
-        let c = required(condition, "condition")?;
-        let a = required(self_, "self")?;
-        let b = required(other, "other")?;
-        let o = required(out, "out")?;
+        let c = required(p.condition, "condition")?;
+        let a = required(p.self_, "self")?;
+        let b = required(p.other, "other")?;
+        let o = required(p.out, "out")?;
         dtype_in(&c, OP, "condition", &[DataType::Bool, DataType::Uint8])?;
         dtype_in(&a, OP, "self", NUMERIC)?;
         same_dtype(OP, &[(&a, "self"), (&b, "other"), (&o, "out")])?;
@@ -164,24 +165,18 @@ pub(crate) unsafe extern "C" fn s_where(
                     .collect();
                 o.write("out", &encode(&v, o.dtype))
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn inplace_masked_fill_scalar(
-    self_ref: T,
-    mask: T,
-    value: S,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(inplace_masked_fill_scalar, |p| {
     const OP: &str = names::inplace_masked_fill_scalar;
     guard(|| {
-        let a = required(self_ref, "selfRef")?;
-        let m = required(mask, "mask")?;
-        let v = scalar(value, &format!("{OP}: value"))?;
+        let a = required(p.self_ref, "selfRef")?;
+        let m = required(p.mask, "mask")?;
+        let v = scalar(p.value, &format!("{OP}: value"))?;
         dtype_in(&a, OP, "selfRef", NUMERIC)?;
         dtype_in(&m, OP, "mask", &[DataType::Bool])?;
         if broadcast(&a.dims, &m.dims).as_deref() != Some(&a.dims[..]) {
@@ -202,37 +197,32 @@ pub(crate) unsafe extern "C" fn inplace_masked_fill_scalar(
                 }
                 a.write("selfRef", &encode(&x, a.dtype))
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn inplace_fill_scalar(
-    self_ref: T,
-    value: S,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(inplace_fill_scalar, |p| {
     const OP: &str = names::inplace_fill_scalar;
     guard(|| {
-        let a = required(self_ref, "selfRef")?;
-        let v = scalar(value, &format!("{OP}: value"))?;
+        let a = required(p.self_ref, "selfRef")?;
+        let v = scalar(p.value, &format!("{OP}: value"))?;
         dtype_in(&a, OP, "selfRef", NUMERIC)?;
         submit(
             OP,
             move || a.write("selfRef", &encode(&vec![v; a.numel()], a.dtype)),
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn logical_not(self_: T, out: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(logical_not, |p| {
     const OP: &str = names::logical_not;
     guard(|| {
-        let a = required(self_, "self")?;
-        let o = required(out, "out")?;
+        let a = required(p.self_, "self")?;
+        let o = required(p.out, "out")?;
         dtype_in(&a, OP, "self", NUMERIC)?;
         dtype_in(&o, OP, "out", &[DataType::Bool])?;
         shape_is(OP, "out", &o, &a.dims)?;
@@ -245,11 +235,11 @@ pub(crate) unsafe extern "C" fn logical_not(self_: T, out: T, ws: Ws, ex: Ex) ->
                     .collect();
                 o.write("out", &encode(&v, DataType::Bool))
             },
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
 fn logical(
     op: &'static str,
@@ -290,30 +280,39 @@ fn logical(
     )
 }
 
-pub(crate) unsafe extern "C" fn logical_and(
-    self_: T,
-    other: T,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
-    guard(|| logical(names::logical_and, true, self_, other, out, ws, ex))
-}
-pub(crate) unsafe extern "C" fn logical_or(
-    self_: T,
-    other: T,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
-    guard(|| logical(names::logical_or, false, self_, other, out, ws, ex))
-}
+first_stage!(logical_and, |p| {
+    guard(|| {
+        logical(
+            names::logical_and,
+            true,
+            p.self_,
+            p.other,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
+});
+first_stage!(logical_or, |p| {
+    guard(|| {
+        logical(
+            names::logical_or,
+            false,
+            p.self_,
+            p.other,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
+});
 
-pub(crate) unsafe extern "C" fn cast(self_: T, dtype: i32, out: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(cast, |p| {
+    let dtype = p.dtype;
     const OP: &str = names::cast;
     guard(|| {
-        let a = required(self_, "self")?;
-        let o = required(out, "out")?;
+        let a = required(p.self_, "self")?;
+        let o = required(p.out, "out")?;
         dtype_in(&a, OP, "self", NUMERIC)?;
         dtype_in(&o, OP, "out", NUMERIC)?;
         if DataType::from_raw(dtype) != Some(o.dtype) {
@@ -326,8 +325,8 @@ pub(crate) unsafe extern "C" fn cast(self_: T, dtype: i32, out: T, ws: Ws, ex: E
         submit(
             OP,
             move || o.write("out", &encode(&values(&a, "self")?, o.dtype)),
-            ws,
-            ex,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});

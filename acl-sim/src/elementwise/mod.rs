@@ -1,11 +1,11 @@
-//! Simulated comparison, mask, cast, max/min, activation and random-fill aclnn ops (the
-//! elementwise part of issue 6). Validation as CANN's docs state it: a null required tensor or
-//! scalar → 161001; a dtype outside the op's list, mixed input dtypes (CANN would promote; the
-//! simulation refuses), shapes that do not broadcast, an `out` of the wrong shape/dtype or a
-//! `dim` out of range → 161002. Inputs are read through their views (strides, offset; stride 0
-//! for broadcast) and every element is computed in f64 on the host, then rounded once to the
-//! output dtype (float → int truncates toward zero and saturates, as `aclnnCast` does; NaN → 0).
-//! Int64 values beyond 2^53 lose precision in the simulation (not on CANN).
+//! Simulated comparison, mask, cast, max/min, activation and random-fill aclnn ops (what the Burn
+//! backend runs natively beyond arithmetic). Validation as CANN's docs state it: a null required
+//! tensor or scalar → 161001; a dtype outside the op's list, mixed input dtypes (CANN would
+//! promote; the simulation refuses), shapes that do not broadcast, an `out` of the wrong
+//! shape/dtype or a `dim` out of range → 161002. Inputs are read through their views (strides,
+//! offset; stride 0 for broadcast) and every element is computed in f64 on the host, then rounded
+//! once to the output dtype (float → int truncates toward zero and saturates, as `aclnnCast` does;
+//! NaN → 0). Int64 values beyond 2^53 lose precision in the simulation (not on CANN).
 //!
 //! Random fills (`aclnnInplaceUniform/Normal/Bernoulli`) use a counter-based generator keyed on
 //! `(seed, offset + element index)` (SplitMix64 of the pair), so a call is a pure function of
@@ -21,18 +21,6 @@ mod compare;
 pub(crate) mod random;
 mod reduce;
 mod unary;
-
-pub(crate) use compare::{
-    cast, eq_scalar, eq_tensor, ge_scalar, ge_tensor, gt_scalar, gt_tensor, inplace_fill_scalar,
-    inplace_masked_fill_scalar, le_scalar, le_tensor, logical_and, logical_not, logical_or,
-    lt_scalar, lt_tensor, ne_scalar, ne_tensor, s_where,
-};
-pub(crate) use random::{inplace_bernoulli, inplace_normal, inplace_uniform};
-pub(crate) use reduce::{amax, amin, arg_max, arg_min, max_dim, min_dim};
-pub(crate) use unary::{
-    clamp, clamp_max, clamp_min, cos, erf, gelu_v2, neg, pow_tensor_scalar, reciprocal, relu,
-    sigmoid, sin,
-};
 
 type T = *const AclTensor;
 type S = *const AclScalar;

@@ -82,16 +82,8 @@ fn fill(
     )
 }
 
-#[allow(clippy::too_many_arguments)] // the C prototype
-pub(crate) unsafe extern "C" fn inplace_uniform(
-    self_ref: T,
-    from: f64,
-    to: f64,
-    seed: u64,
-    offset: u64,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(inplace_uniform, |p| {
+    let (from, to) = (p.from, p.to);
     const OP: &str = names::inplace_uniform;
     guard(|| {
         if !(from.is_finite() && to.is_finite() && from <= to) {
@@ -99,7 +91,7 @@ pub(crate) unsafe extern "C" fn inplace_uniform(
         }
         let f = move |i: u64, dtype: DataType| {
             let x = round_to(
-                from + (to - from) * uniform01(seed, offset.wrapping_add(i)),
+                from + (to - from) * uniform01(p.seed, p.offset.wrapping_add(i)),
                 dtype,
             );
             // Rounding to the element type can reach `to` (an f64 draw just below 4.0 is 4.0 in
@@ -110,19 +102,20 @@ pub(crate) unsafe extern "C" fn inplace_uniform(
                 x
             }
         };
-        fill(OP, self_ref, FLOATS, f, ws, ex)
+        fill(OP, p.self_ref, FLOATS, f, p.workspace_size, p.executor)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn inplace_normal(
-    self_ref: T,
-    mean: f32,
-    std: f32,
-    seed: i64,
-    offset: i64,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(inplace_normal, |params| {
+    let InplaceNormalParams {
+        self_ref,
+        mean,
+        std,
+        seed,
+        offset,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::inplace_normal;
     guard(|| {
         if !(std >= 0.0 && std.is_finite() && mean.is_finite()) {
@@ -141,16 +134,17 @@ pub(crate) unsafe extern "C" fn inplace_normal(
         };
         fill(OP, self_ref, FLOATS, f, ws, ex)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn inplace_bernoulli(
-    self_ref: T,
-    prob: S,
-    seed: i64,
-    offset: i64,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(inplace_bernoulli, |params| {
+    let InplaceBernoulliParams {
+        self_ref,
+        prob,
+        seed,
+        offset,
+        workspace_size: ws,
+        executor: ex,
+    } = params;
     const OP: &str = names::inplace_bernoulli;
     guard(|| {
         let p = scalar(prob, &format!("{OP}: prob"))?;
@@ -163,4 +157,4 @@ pub(crate) unsafe extern "C" fn inplace_bernoulli(
         };
         fill(OP, self_ref, REAL, f, ws, ex)
     })
-}
+});

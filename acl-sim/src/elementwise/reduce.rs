@@ -63,52 +63,36 @@ fn dim_with_indices(
     )
 }
 
-pub(crate) unsafe extern "C" fn max_dim(
-    self_: T,
-    dim: i64,
-    keepdim: bool,
-    out: T,
-    indices: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(max_dim, |p| {
     guard(|| {
         dim_with_indices(
             names::max_dim,
             true,
-            self_,
-            dim,
-            keepdim,
-            out,
-            indices,
-            ws,
-            ex,
+            p.self_,
+            p.dim,
+            p.keepdim,
+            p.out,
+            p.indices,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
-pub(crate) unsafe extern "C" fn min_dim(
-    self_: T,
-    dim: i64,
-    keepdim: bool,
-    out: T,
-    indices: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+});
+first_stage!(min_dim, |p| {
     guard(|| {
         dim_with_indices(
             names::min_dim,
             false,
-            self_,
-            dim,
-            keepdim,
-            out,
-            indices,
-            ws,
-            ex,
+            p.self_,
+            p.dim,
+            p.keepdim,
+            p.out,
+            p.indices,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
 #[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
 fn arg(
@@ -144,26 +128,34 @@ fn arg(
     )
 }
 
-pub(crate) unsafe extern "C" fn arg_max(
-    self_: T,
-    dim: i64,
-    keepdim: bool,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
-    guard(|| arg(names::arg_max, true, self_, dim, keepdim, out, ws, ex))
-}
-pub(crate) unsafe extern "C" fn arg_min(
-    self_: T,
-    dim: i64,
-    keepdim: bool,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
-    guard(|| arg(names::arg_min, false, self_, dim, keepdim, out, ws, ex))
-}
+first_stage!(arg_max, |p| {
+    guard(|| {
+        arg(
+            names::arg_max,
+            true,
+            p.self_,
+            p.dim,
+            p.keepdim,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
+});
+first_stage!(arg_min, |p| {
+    guard(|| {
+        arg(
+            names::arg_min,
+            false,
+            p.self_,
+            p.dim,
+            p.keepdim,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
+});
 
 #[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
 fn amax_amin(
@@ -215,23 +207,31 @@ fn amax_amin(
     )
 }
 
-pub(crate) unsafe extern "C" fn amax(
-    self_: T,
-    dim: *const AclIntArray,
-    keep: bool,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
-    guard(|| amax_amin(names::amax, true, self_, dim, keep, out, ws, ex))
-}
-pub(crate) unsafe extern "C" fn amin(
-    self_: T,
-    dim: *const AclIntArray,
-    keep: bool,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
-    guard(|| amax_amin(names::amin, false, self_, dim, keep, out, ws, ex))
-}
+first_stage!(amax, |p| {
+    guard(|| {
+        amax_amin(
+            names::amax,
+            true,
+            p.self_,
+            p.dim,
+            p.keep_dim,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
+});
+first_stage!(amin, |p| {
+    guard(|| {
+        amax_amin(
+            names::amin,
+            false,
+            p.self_,
+            p.dim,
+            p.keep_dim,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
+    })
+});

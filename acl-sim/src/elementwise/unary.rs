@@ -68,9 +68,19 @@ fn unary_map(
 /// `$allowed`.
 macro_rules! unary {
     ($field:ident, $allowed:expr, $f:expr) => {
-        pub(crate) unsafe extern "C" fn $field(self_: T, out: T, ws: Ws, ex: Ex) -> AclStatus {
-            guard(|| unary_map(names::$field, $allowed, $f, self_, out, ws, ex))
-        }
+        first_stage!($field, |p| {
+            guard(|| {
+                unary_map(
+                    names::$field,
+                    $allowed,
+                    $f,
+                    p.self_,
+                    p.out,
+                    p.workspace_size,
+                    p.executor,
+                )
+            })
+        });
     };
 }
 
@@ -97,10 +107,10 @@ unary!(sin, FLOATS, f64::sin);
 unary!(cos, FLOATS, f64::cos);
 unary!(erf, FLOATS, erf_f64);
 
-pub(crate) unsafe extern "C" fn gelu_v2(x: T, approximate: i64, y: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(gelu_v2, |p| {
     const OP: &str = names::gelu_v2;
     guard(|| {
-        let f = match approximate {
+        let f = match p.approximate {
             0 => gelu_exact,
             1 => gelu_tanh,
             other => {
@@ -109,9 +119,9 @@ pub(crate) unsafe extern "C" fn gelu_v2(x: T, approximate: i64, y: T, ws: Ws, ex
                 ))
             }
         };
-        unary_map(OP, &FLOATS[..3], f, x, y, ws, ex)
+        unary_map(OP, &FLOATS[..3], f, p.x, p.y, p.workspace_size, p.executor)
     })
-}
+});
 
 fn scalar_map(
     op: &'static str,
@@ -125,40 +135,35 @@ fn scalar_map(
     unary_map(op, allowed, f, self_, out, ws, ex)
 }
 
-pub(crate) unsafe extern "C" fn pow_tensor_scalar(
-    self_: T,
-    exponent: S,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(pow_tensor_scalar, |p| {
     const OP: &str = names::pow_tensor_scalar;
     guard(|| {
-        let e = scalar(exponent, &format!("{OP}: exponent"))?;
-        scalar_map(OP, FLOATS, move |x| x.powf(e), self_, out, ws, ex)
+        let e = scalar(p.other, &format!("{OP}: exponent"))?;
+        scalar_map(
+            OP,
+            FLOATS,
+            move |x| x.powf(e),
+            p.self_,
+            p.out,
+            p.workspace_size,
+            p.executor,
+        )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn clamp(
-    self_: T,
-    min: S,
-    max: S,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> AclStatus {
+first_stage!(clamp, |p| {
     const OP: &str = names::clamp;
     guard(|| {
         // Either bound may be null (not both), as in CANN.
-        let lo = if min.is_null() {
+        let lo = if p.clip_value_min.is_null() {
             None
         } else {
-            Some(scalar(min, &format!("{OP}: clipValueMin"))?)
+            Some(scalar(p.clip_value_min, &format!("{OP}: clipValueMin"))?)
         };
-        let hi = if max.is_null() {
+        let hi = if p.clip_value_max.is_null() {
             None
         } else {
-            Some(scalar(max, &format!("{OP}: clipValueMax"))?)
+            Some(scalar(p.clip_value_max, &format!("{OP}: clipValueMax"))?)
         };
         if lo.is_none() && hi.is_none() {
             return Err(SimErr(
@@ -170,13 +175,13 @@ pub(crate) unsafe extern "C" fn clamp(
             OP,
             REAL,
             move |x| clamp_value(x, lo, hi),
-            self_,
-            out,
-            ws,
-            ex,
+            p.self_,
+            p.out,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
 /// `min(max(x, lo), hi)`, NaN kept.
 fn clamp_value(x: f64, lo: Option<f64>, hi: Option<f64>) -> f64 {
@@ -194,34 +199,34 @@ fn clamp_value(x: f64, lo: Option<f64>, hi: Option<f64>) -> f64 {
     y
 }
 
-pub(crate) unsafe extern "C" fn clamp_min(self_: T, min: S, out: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(clamp_min, |p| {
     const OP: &str = names::clamp_min;
     guard(|| {
-        let lo = scalar(min, &format!("{OP}: clipValueMin"))?;
+        let lo = scalar(p.other, &format!("{OP}: clipValueMin"))?;
         scalar_map(
             OP,
             REAL,
             move |x| clamp_value(x, Some(lo), None),
-            self_,
-            out,
-            ws,
-            ex,
+            p.self_,
+            p.out,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn clamp_max(self_: T, max: S, out: T, ws: Ws, ex: Ex) -> AclStatus {
+first_stage!(clamp_max, |p| {
     const OP: &str = names::clamp_max;
     guard(|| {
-        let hi = scalar(max, &format!("{OP}: clipValueMax"))?;
+        let hi = scalar(p.other, &format!("{OP}: clipValueMax"))?;
         scalar_map(
             OP,
             REAL,
             move |x| clamp_value(x, None, Some(hi)),
-            self_,
-            out,
-            ws,
-            ex,
+            p.self_,
+            p.out,
+            p.workspace_size,
+            p.executor,
         )
     })
-}
+});

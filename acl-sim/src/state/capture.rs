@@ -26,7 +26,6 @@
 //!   the old tasks and later ones the new.
 
 use std::collections::HashMap;
-use std::ffi::c_int;
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
@@ -207,10 +206,11 @@ fn stream_arg(call: &str, stream: AclrtStream) -> SimResult<usize> {
     }
 }
 
-pub(crate) unsafe extern "C" fn capture_begin(stream: AclrtStream, mode: c_int) -> AclStatus {
+runtime_fn!(capture_begin, |p| {
+    let mode = p.mode;
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureBegin";
-        let id = stream_arg(CALL, stream)?;
+        const CALL: &str = names::capture_begin;
+        let id = stream_arg(CALL, p.stream)?;
         let Some(mode) = CaptureMode::from_raw(mode) else {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
@@ -237,19 +237,15 @@ pub(crate) unsafe extern "C" fn capture_begin(stream: AclrtStream, mode: c_int) 
         );
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn capture_get_info(
-    stream: AclrtStream,
-    status: *mut c_int,
-    model_ri: *mut AclmdlRI,
-) -> AclStatus {
+runtime_fn!(capture_get_info, |p| {
     guard(|| {
-        let id = stream_arg("aclmdlRICaptureGetInfo", stream)?;
-        if status.is_null() {
+        let id = stream_arg(names::capture_get_info, p.stream)?;
+        if p.status.is_null() {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
-                "aclmdlRICaptureGetInfo: status is null".into(),
+                format!("{}: status is null", names::capture_get_info),
             ));
         }
         let st = match lock(&CAPTURES).as_ref().and_then(|m| m.get(&id)) {
@@ -259,23 +255,20 @@ pub(crate) unsafe extern "C" fn capture_get_info(
         };
         // SAFETY: non-null out-pointers per the prototype (`modelRI` may be null: not asked).
         unsafe {
-            *status = st;
-            if !model_ri.is_null() {
-                *model_ri = std::ptr::null_mut();
+            *p.status = st;
+            if !p.model_ri.is_null() {
+                *p.model_ri = std::ptr::null_mut();
             }
         }
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn capture_end(
-    stream: AclrtStream,
-    model_ri: *mut AclmdlRI,
-) -> AclStatus {
+runtime_fn!(capture_end, |p| {
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureEnd";
-        let id = stream_arg(CALL, stream)?;
-        if model_ri.is_null() {
+        const CALL: &str = names::capture_end;
+        let id = stream_arg(CALL, p.stream)?;
+        if p.model_ri.is_null() {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
                 format!("{CALL}: modelRI is null"),
@@ -304,17 +297,15 @@ pub(crate) unsafe extern "C" fn capture_end(
             .get_or_insert_with(HashMap::new)
             .insert(ri, c.graph);
         // SAFETY: non-null out-pointer per the prototype.
-        unsafe { *model_ri = ri as AclmdlRI };
+        unsafe { *p.model_ri = ri as AclmdlRI };
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn ri_execute_async(
-    model_ri: AclmdlRI,
-    stream: AclrtStream,
-) -> AclStatus {
+runtime_fn!(ri_execute_async, |p| {
+    let model_ri = p.model_ri;
     guard(|| {
-        const CALL: &str = "aclmdlRIExecuteAsync";
+        const CALL: &str = names::ri_execute_async;
         let Some(graph) = lock(&GRAPHS)
             .as_ref()
             .and_then(|m| m.get(&(model_ri as usize)).cloned())
@@ -343,7 +334,7 @@ pub(crate) unsafe extern "C" fn ri_execute_async(
             }
             Ok(())
         });
-        super::streams::enqueue(stream, CALL, spans, job, super::compute_enabled())?;
+        super::streams::enqueue(p.stream, CALL, spans, job, super::compute_enabled())?;
         super::note_launch(CALL);
         if crate::cost::cost_model_enabled() {
             // The replay is the host's one launch; the device runs every recorded task.
@@ -354,9 +345,10 @@ pub(crate) unsafe extern "C" fn ri_execute_async(
         }
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn ri_destroy(model_ri: AclmdlRI) -> AclStatus {
+runtime_fn!(ri_destroy, |p| {
+    let model_ri = p.model_ri;
     guard(|| {
         let Some(graph) = lock(&GRAPHS)
             .as_mut()
@@ -364,7 +356,10 @@ pub(crate) unsafe extern "C" fn ri_destroy(model_ri: AclmdlRI) -> AclStatus {
         else {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
-                format!("aclmdlRIDestroy: {model_ri:p} is not a live model runtime instance"),
+                format!(
+                    "{}: {model_ri:p} is not a live model runtime instance",
+                    names::ri_destroy
+                ),
             ));
         };
         if let Some(m) = lock(&GROUPS).as_mut() {
@@ -372,12 +367,12 @@ pub(crate) unsafe extern "C" fn ri_destroy(model_ri: AclmdlRI) -> AclStatus {
         }
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn task_grp_begin(stream: AclrtStream) -> AclStatus {
+runtime_fn!(task_grp_begin, |p| {
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureTaskGrpBegin";
-        let id = stream_arg(CALL, stream)?;
+        const CALL: &str = names::task_grp_begin;
+        let id = stream_arg(CALL, p.stream)?;
         let mut g = lock(&CAPTURES);
         let Some(c) = g.as_mut().and_then(|m| m.get_mut(&id)) else {
             return Err(SimErr(
@@ -394,16 +389,13 @@ pub(crate) unsafe extern "C" fn task_grp_begin(stream: AclrtStream) -> AclStatus
         c.group_start = Some(lock(&c.graph.tasks).len());
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn task_grp_end(
-    stream: AclrtStream,
-    handle: *mut AclrtTaskGrp,
-) -> AclStatus {
+runtime_fn!(task_grp_end, |p| {
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureTaskGrpEnd";
-        let id = stream_arg(CALL, stream)?;
-        if handle.is_null() {
+        const CALL: &str = names::task_grp_end;
+        let id = stream_arg(CALL, p.stream)?;
+        if p.handle.is_null() {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
                 format!("{CALL}: handle is null"),
@@ -428,18 +420,16 @@ pub(crate) unsafe extern "C" fn task_grp_end(
             .get_or_insert_with(HashMap::new)
             .insert(h, (c.graph.clone(), start..end));
         // SAFETY: non-null out-pointer per the prototype.
-        unsafe { *handle = h as AclrtTaskGrp };
+        unsafe { *p.handle = h as AclrtTaskGrp };
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn task_update_begin(
-    stream: AclrtStream,
-    handle: AclrtTaskGrp,
-) -> AclStatus {
+runtime_fn!(task_update_begin, |p| {
+    let handle = p.handle;
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureTaskUpdateBegin";
-        let id = stream_arg(CALL, stream)?;
+        const CALL: &str = names::task_update_begin;
+        let id = stream_arg(CALL, p.stream)?;
         if recording(id) {
             return Err(SimErr(
                 ACL_ERROR_RT_STREAM_CAPTURED,
@@ -465,12 +455,12 @@ pub(crate) unsafe extern "C" fn task_update_begin(
         );
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn task_update_end(stream: AclrtStream) -> AclStatus {
+runtime_fn!(task_update_end, |p| {
     guard(|| {
-        const CALL: &str = "aclmdlRICaptureTaskUpdateEnd";
-        let id = stream_arg(CALL, stream)?;
+        const CALL: &str = names::task_update_end;
+        let id = stream_arg(CALL, p.stream)?;
         let Some(u) = lock(&UPDATES).as_mut().and_then(|m| m.remove(&id)) else {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
@@ -498,9 +488,9 @@ pub(crate) unsafe extern "C" fn task_update_end(stream: AclrtStream) -> AclStatu
             }
             Ok(())
         });
-        super::streams::enqueue(stream, CALL, Vec::new(), job, true)
+        super::streams::enqueue(p.stream, CALL, Vec::new(), job, true)
     })
-}
+});
 
 /// Recorded tasks of the graph `model_ri`, by name, in order (for tests).
 pub fn graph_tasks(model_ri: AclmdlRI) -> Option<Vec<&'static str>> {

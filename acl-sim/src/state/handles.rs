@@ -3,7 +3,7 @@
 //! ids, and the lookups the ops use.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void};
+use std::ffi::c_char;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -141,29 +141,19 @@ unsafe fn c_array<T: Copy>(p: *const T, n: u64) -> Option<Vec<T>> {
     Some(unsafe { std::slice::from_raw_parts(p, n as usize) }.to_vec())
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn create_tensor(
-    view_dims: *const i64,
-    view_dims_num: u64,
-    data_type: i32,
-    stride: *const i64,
-    offset: i64,
-    format: i32,
-    storage_dims: *const i64,
-    storage_dims_num: u64,
-    tensor_data: *mut c_void,
-) -> *mut AclTensor {
+runtime_fn!(create_tensor, |p| {
+    let (data_type, offset, format) = (p.data_type, p.offset, p.format);
     guard_ptr(|| {
-        if view_dims_num > 8 || storage_dims_num > 8 {
+        if p.view_dims_num > 8 || p.storage_dims_num > 8 {
             return invalid("aclCreateTensor: rank must be <= 8");
         }
         // SAFETY: aclCreateTensor's contract: each array holds its count of int64 values
         // (strides as many as the view dims).
         let (dims, strides, storage) = unsafe {
             (
-                c_array(view_dims, view_dims_num),
-                c_array(stride, view_dims_num),
-                c_array(storage_dims, storage_dims_num),
+                c_array(p.view_dims, p.view_dims_num),
+                c_array(p.stride, p.view_dims_num),
+                c_array(p.storage_dims, p.storage_dims_num),
             )
         };
         let (Some(dims), Some(strides), Some(storage)) = (dims, strides, storage) else {
@@ -198,7 +188,7 @@ pub(crate) unsafe extern "C" fn create_tensor(
             dtype,
             format,
             storage_dims: u(storage),
-            data: tensor_data as usize,
+            data: p.tensor_data as usize,
         };
         if t.numel() > 0 {
             let extent = t.offset
@@ -215,7 +205,7 @@ pub(crate) unsafe extern "C" fn create_tensor(
                     t.dims, t.strides, t.offset, t.storage_dims
                 ));
             }
-            if tensor_data.is_null() {
+            if p.tensor_data.is_null() {
                 return Err(SimErr(
                     ACLNN_ERR_PARAM_NULLPTR,
                     "aclCreateTensor: null data for a non-empty tensor".into(),
@@ -228,9 +218,10 @@ pub(crate) unsafe extern "C" fn create_tensor(
             .insert(id, t);
         Ok(id)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn destroy_tensor(tensor: *const AclTensor) -> AclStatus {
+runtime_fn!(destroy_tensor, |p| {
+    let tensor = p.tensor;
     guard(|| {
         match lock(&TENSORS)
             .as_mut()
@@ -240,12 +231,12 @@ pub(crate) unsafe extern "C" fn destroy_tensor(tensor: *const AclTensor) -> AclS
             None => invalid(format!("aclDestroyTensor: {tensor:p} is not a live tensor")),
         }
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn create_int_array(value: *const i64, size: u64) -> *mut AclIntArray {
+runtime_fn!(create_int_array, |p| {
     guard_ptr(|| {
         // SAFETY: aclCreateIntArray's contract: `value` holds `size` values.
-        let Some(v) = (unsafe { c_array(value, size) }) else {
+        let Some(v) = (unsafe { c_array(p.value, p.size) }) else {
             return Err(SimErr(
                 ACLNN_ERR_PARAM_NULLPTR,
                 "aclCreateIntArray: null values".into(),
@@ -257,9 +248,10 @@ pub(crate) unsafe extern "C" fn create_int_array(value: *const i64, size: u64) -
             .insert(id, v);
         Ok(id)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn destroy_int_array(array: *const AclIntArray) -> AclStatus {
+runtime_fn!(destroy_int_array, |p| {
+    let array = p.array;
     guard(|| {
         match lock(&INT_ARRAYS)
             .as_mut()
@@ -271,15 +263,12 @@ pub(crate) unsafe extern "C" fn destroy_int_array(array: *const AclIntArray) -> 
             )),
         }
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn create_tensor_list(
-    value: *const *const AclTensor,
-    size: u64,
-) -> *mut AclTensorList {
+runtime_fn!(create_tensor_list, |params| {
     guard_ptr(|| {
         // SAFETY: aclCreateTensorList's contract: `value` holds `size` tensor handles.
-        let Some(v) = (unsafe { c_array(value, size) }) else {
+        let Some(v) = (unsafe { c_array(params.value, params.size) }) else {
             return Err(SimErr(
                 ACLNN_ERR_PARAM_NULLPTR,
                 "aclCreateTensorList: null values".into(),
@@ -303,9 +292,10 @@ pub(crate) unsafe extern "C" fn create_tensor_list(
             .insert(id, ids);
         Ok(id)
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn destroy_tensor_list(list: *const AclTensorList) -> AclStatus {
+runtime_fn!(destroy_tensor_list, |p| {
+    let list = p.list;
     guard(|| {
         let Some(ids) = lock(&LISTS)
             .as_mut()
@@ -322,7 +312,7 @@ pub(crate) unsafe extern "C" fn destroy_tensor_list(list: *const AclTensorList) 
         }
         Ok(())
     })
-}
+});
 
 /// The tensor behind a handle: `Ok(None)` for null, 161002 for a dead or foreign handle.
 pub(crate) fn tensor(p: *const AclTensor, name: &str) -> SimResult<Option<SimTensor>> {
@@ -409,19 +399,17 @@ fn scalars() -> std::sync::MutexGuard<'static, Option<HashMap<usize, f64>>> {
     SCALARS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub(crate) unsafe extern "C" fn create_scalar(
-    value: *mut c_void,
-    data_type: i32,
-) -> *mut AclScalar {
+runtime_fn!(create_scalar, |params| {
+    let data_type = params.data_type;
     let mut id = 0usize;
     let st = guard(|| {
-        if value.is_null() {
+        if params.value.is_null() {
             return Err(SimErr(
                 ACLNN_ERR_PARAM_NULLPTR,
                 "aclCreateScalar: value is null".into(),
             ));
         }
-        let p = value.cast_const().cast::<u8>();
+        let p = params.value.cast_const().cast::<u8>();
         let dt = DataType::from_raw(data_type);
         // SAFETY: aclCreateScalar's contract: `value` points to one element of `dataType`; the
         // bytes are copied out unaligned.
@@ -449,9 +437,10 @@ pub(crate) unsafe extern "C" fn create_scalar(
     } else {
         std::ptr::null_mut()
     }
-}
+});
 
-pub(crate) unsafe extern "C" fn destroy_scalar(scalar: *const AclScalar) -> AclStatus {
+runtime_fn!(destroy_scalar, |p| {
+    let scalar = p.scalar;
     guard(|| {
         match scalars()
             .as_mut()
@@ -463,7 +452,7 @@ pub(crate) unsafe extern "C" fn destroy_scalar(scalar: *const AclScalar) -> AclS
             )),
         }
     })
-}
+});
 
 pub(crate) fn scalar(p: *const AclScalar, name: &str) -> SimResult<f64> {
     if p.is_null() {

@@ -3,7 +3,7 @@
 //! of device ranges for the ops.
 
 use std::collections::BTreeMap;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::sync::Mutex;
 
 use burn_ascend_cann::acl::ffi::*;
@@ -75,14 +75,11 @@ pub fn memory_in_use() -> usize {
     lock(&MEM).values().map(|b| b.len()).sum()
 }
 
-pub(crate) unsafe extern "C" fn malloc(
-    dev_ptr: *mut *mut c_void,
-    size: usize,
-    _policy: c_int,
-) -> AclStatus {
+runtime_fn!(malloc, |p| {
+    let size = p.size;
     guard(|| {
         super::capture::check_unsafe_call("aclrtMalloc", None)?;
-        if dev_ptr.is_null() {
+        if p.dev_ptr.is_null() {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
                 "aclrtMalloc: devPtr is null".into(),
@@ -115,12 +112,13 @@ pub(crate) unsafe extern "C" fn malloc(
         drop(mem);
         // SAFETY: `dev_ptr` is non-null and, per aclrtMalloc's contract, points to writable
         // storage for one pointer.
-        unsafe { *dev_ptr = addr as *mut c_void };
+        unsafe { *p.dev_ptr = addr as *mut c_void };
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn free(dev_ptr: *mut c_void) -> AclStatus {
+runtime_fn!(free, |p| {
+    let dev_ptr = p.dev_ptr;
     guard(|| {
         let addr = dev_ptr as usize;
         let Some(len) = lock(&MEM).get(&addr).map(|b| b.len()) else {
@@ -134,7 +132,7 @@ pub(crate) unsafe extern "C" fn free(dev_ptr: *mut c_void) -> AclStatus {
         }
         free_now(addr)
     })
-}
+});
 
 pub(crate) fn free_now(addr: usize) -> SimResult<()> {
     match lock(&MEM).remove(&addr) {
@@ -150,9 +148,10 @@ pub(crate) fn free_now(addr: usize) -> SimResult<()> {
 /// `aclrtMemcpyAsync` takes.
 static HOST_MEM: Mutex<BTreeMap<usize, Box<[u8]>>> = Mutex::new(BTreeMap::new());
 
-pub(crate) unsafe extern "C" fn malloc_host(host_ptr: *mut *mut c_void, size: usize) -> AclStatus {
+runtime_fn!(malloc_host, |p| {
+    let size = p.size;
     guard(|| {
-        if host_ptr.is_null() || size == 0 {
+        if p.host_ptr.is_null() || size == 0 {
             return Err(SimErr(
                 ACL_ERROR_INVALID_PARAM,
                 format!("aclrtMallocHost: hostPtr is null or size is 0 (size {size})"),
@@ -162,12 +161,13 @@ pub(crate) unsafe extern "C" fn malloc_host(host_ptr: *mut *mut c_void, size: us
         let addr = buf.as_ptr() as usize;
         lock(&HOST_MEM).insert(addr, buf);
         // SAFETY: non-null out-pointer per the prototype.
-        unsafe { *host_ptr = addr as *mut c_void };
+        unsafe { *p.host_ptr = addr as *mut c_void };
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn free_host(host_ptr: *mut c_void) -> AclStatus {
+runtime_fn!(free_host, |p| {
+    let host_ptr = p.host_ptr;
     guard(|| {
         let addr = host_ptr as usize;
         let Some(len) = lock(&HOST_MEM).get(&addr).map(|b| b.len()) else {
@@ -181,7 +181,7 @@ pub(crate) unsafe extern "C" fn free_host(host_ptr: *mut c_void) -> AclStatus {
         }
         free_host_now(addr)
     })
-}
+});
 
 pub(crate) fn free_host_now(addr: usize) -> SimResult<()> {
     lock(&HOST_MEM).remove(&addr).map(|_| ()).ok_or_else(|| {
@@ -208,16 +208,10 @@ fn with_host<R>(addr: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> SimR
     Ok(f(&mut buf[off..off + len]))
 }
 
-/// `aclrtMemcpyAsync`: validated now, copied when the stream gets to it. Host memory must come
-/// from `aclrtMallocHost` (CANN's asynchronous copies need page-locked memory).
-pub(crate) unsafe extern "C" fn memcpy_async(
-    dst: *mut c_void,
-    dest_max: usize,
-    src: *const c_void,
-    count: usize,
-    kind: c_int,
-    stream: AclrtStream,
-) -> AclStatus {
+// `aclrtMemcpyAsync`: validated now, copied when the stream gets to it. Host memory must come
+// from `aclrtMallocHost` (CANN's asynchronous copies need page-locked memory).
+runtime_fn!(memcpy_async, |p| {
+    let (dest_max, count, stream) = (p.dest_max, p.count, p.stream);
     guard(|| {
         let err = |m: String| {
             Err(SimErr(
@@ -231,16 +225,16 @@ pub(crate) unsafe extern "C" fn memcpy_async(
         if count == 0 {
             return Ok(());
         }
-        if dst.is_null() || src.is_null() {
+        if p.dst.is_null() || p.src.is_null() {
             return err("null pointer".into());
         }
         if !super::stream_ok(stream) {
             return err(format!("{stream:p} is not a live stream"));
         }
-        if kind != ACL_MEMCPY_DEVICE_TO_DEVICE {
+        if p.kind != ACL_MEMCPY_DEVICE_TO_DEVICE {
             super::capture::check_host_copy("aclrtMemcpyAsync", stream as usize)?;
         }
-        let (d, s) = (dst as usize, src as usize);
+        let (d, s) = (p.dst as usize, p.src as usize);
         let host_ok = |a: usize, what: &str| -> SimResult<()> {
             if host_range_ok(a, count) {
                 Ok(())
@@ -259,7 +253,7 @@ pub(crate) unsafe extern "C" fn memcpy_async(
                 ))
             }
         };
-        let job: super::Job = match kind {
+        let job: super::Job = match p.kind {
             ACL_MEMCPY_HOST_TO_DEVICE => {
                 host_ok(s, "source")?;
                 dev_ok(d, "destination")?;
@@ -295,7 +289,7 @@ pub(crate) unsafe extern "C" fn memcpy_async(
             }
         };
         let cost = crate::cost::cost_model_enabled()
-            .then(|| crate::cost::of_transfer(count, Some(kind as u32)));
+            .then(|| crate::cost::of_transfer(count, Some(p.kind as u32)));
         let recorded = note_recorded_cost(stream, cost);
         super::streams::enqueue(
             stream,
@@ -304,23 +298,18 @@ pub(crate) unsafe extern "C" fn memcpy_async(
             job,
             // A device-to-device copy is device work, off with the kernels (`set_compute`);
             // the host-visible copies always run.
-            kind != 3 || super::compute_enabled(),
+            p.kind != 3 || super::compute_enabled(),
         )?;
         if let (false, Some(cost)) = (recorded, cost) {
             crate::cost::record("aclrtMemcpyAsync", cost);
         }
         Ok(())
     })
-}
+});
 
-/// `aclrtMemsetAsync`: sets `count` bytes to the low byte of `value` when the stream gets to it.
-pub(crate) unsafe extern "C" fn memset_async(
-    dev_ptr: *mut c_void,
-    max_count: usize,
-    value: i32,
-    count: usize,
-    stream: AclrtStream,
-) -> AclStatus {
+// `aclrtMemsetAsync`: sets `count` bytes to the low byte of `value` when the stream gets to it.
+runtime_fn!(memset_async, |p| {
+    let (max_count, count, stream) = (p.max_count, p.count, p.stream);
     guard(|| {
         if count > max_count {
             return invalid(format!(
@@ -330,7 +319,7 @@ pub(crate) unsafe extern "C" fn memset_async(
         if count == 0 {
             return Ok(());
         }
-        let d = dev_ptr as usize;
+        let d = p.dev_ptr as usize;
         if !device_range_ok(d, count) {
             return invalid(format!(
                 "aclrtMemsetAsync: {count} bytes at {d:#x} are not inside one device allocation"
@@ -339,7 +328,7 @@ pub(crate) unsafe extern "C" fn memset_async(
         if !super::stream_ok(stream) {
             return invalid(format!("aclrtMemsetAsync: {stream:p} is not a live stream"));
         }
-        let byte = value as u8;
+        let byte = p.value as u8;
         let cost = crate::cost::cost_model_enabled().then(|| crate::cost::of_transfer(count, None));
         let recorded = note_recorded_cost(stream, cost);
         super::streams::enqueue(
@@ -356,15 +345,10 @@ pub(crate) unsafe extern "C" fn memset_async(
         }
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn memcpy(
-    dst: *mut c_void,
-    dest_max: usize,
-    src: *const c_void,
-    count: usize,
-    kind: c_int,
-) -> AclStatus {
+runtime_fn!(memcpy, |p| {
+    let (dest_max, count) = (p.dest_max, p.count);
     guard(|| {
         super::capture::check_unsafe_call("aclrtMemcpy", None)?;
         let err = |m: String| Err(SimErr(ACL_ERROR_INVALID_PARAM, format!("aclrtMemcpy: {m}")));
@@ -374,18 +358,18 @@ pub(crate) unsafe extern "C" fn memcpy(
         if count == 0 {
             return Ok(());
         }
-        if dst.is_null() || src.is_null() {
+        if p.dst.is_null() || p.src.is_null() {
             return err("null pointer".into());
         }
-        let (d, s) = (dst as usize, src as usize);
-        match kind {
+        let (d, s) = (p.dst as usize, p.src as usize);
+        match p.kind {
             ACL_MEMCPY_HOST_TO_DEVICE => {
                 super::streams::check_host_access((d, d + count), "aclrtMemcpy(host to device)")?;
                 // SAFETY: aclrtMemcpy's contract: `src` is host memory readable for `count`
                 // bytes. It is not device memory (which the simulation owns), so it cannot
                 // alias the destination slice below.
-                let host = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), count) };
-                with_device_mut(dst as usize, count, "aclrtMemcpy destination", |d| {
+                let host = unsafe { std::slice::from_raw_parts(p.src.cast::<u8>(), count) };
+                with_device_mut(p.dst as usize, count, "aclrtMemcpy destination", |d| {
                     d.copy_from_slice(host)
                 })
             }
@@ -394,14 +378,14 @@ pub(crate) unsafe extern "C" fn memcpy(
                 let bytes = read_device(s, count, "aclrtMemcpy source")?;
                 // SAFETY: aclrtMemcpy's contract: `dst` is host memory writable for
                 // `dest_max >= count` bytes; `bytes` is a fresh copy, so no overlap.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.cast::<u8>(), count) };
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p.dst.cast::<u8>(), count) };
                 Ok(())
             }
             3 => {
                 super::streams::check_host_access((s, s + count), "aclrtMemcpy(device to device)")?;
                 super::streams::check_host_access((d, d + count), "aclrtMemcpy(device to device)")?;
                 let bytes = read_device(s, count, "aclrtMemcpy source")?;
-                with_device_mut(dst as usize, count, "aclrtMemcpy destination", |d| {
+                with_device_mut(p.dst as usize, count, "aclrtMemcpy destination", |d| {
                     d.copy_from_slice(&bytes)
                 })
             }
@@ -410,7 +394,7 @@ pub(crate) unsafe extern "C" fn memcpy(
             )),
         }
     })
-}
+});
 
 /// Whether `stream` records its tasks into a graph; if so, `cost` goes with the task the caller
 /// enqueues next (counted when a replay runs it, not now).

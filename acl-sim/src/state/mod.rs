@@ -9,7 +9,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -202,13 +202,10 @@ pub(crate) fn note_launch(op: &'static str) {
 
 // ---- runtime -----------------------------------------------------------------------------
 
-pub(crate) unsafe extern "C" fn acl_init(_config: *const c_char) -> AclStatus {
-    ACL_SUCCESS
-}
+// The configuration file is not read: the simulation has nothing to configure.
+runtime_fn!(acl_init, |_params| { ACL_SUCCESS });
 
-pub(crate) unsafe extern "C" fn acl_finalize() -> AclStatus {
-    ACL_SUCCESS
-}
+runtime_fn!(acl_finalize, |_params| { ACL_SUCCESS });
 
 /// Simulated devices: `u32::MAX` until first read, then `$BURN_ASCEND_SIM_DEVICES` or 1.
 static DEVICES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
@@ -260,70 +257,69 @@ fn check_device(call: &str, device: i32) -> SimResult<()> {
     Ok(())
 }
 
-pub(crate) unsafe extern "C" fn set_device(device: i32) -> AclStatus {
+runtime_fn!(set_device, |p| {
     guard(|| {
-        check_device("aclrtSetDevice", device)?;
-        CURRENT_DEVICE.with(|d| d.set(Some(device)));
+        check_device("aclrtSetDevice", p.device_id)?;
+        CURRENT_DEVICE.with(|d| d.set(Some(p.device_id)));
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn reset_device(device: i32) -> AclStatus {
-    guard(|| check_device("aclrtResetDevice", device))
-}
+runtime_fn!(reset_device, |p| {
+    guard(|| check_device("aclrtResetDevice", p.device_id))
+});
 
-pub(crate) unsafe extern "C" fn get_device_count(count: *mut u32) -> AclStatus {
+runtime_fn!(get_device_count, |p| {
     guard(|| {
-        if count.is_null() {
+        if p.count.is_null() {
             return Err(SimErr(ACL_ERROR_INVALID_PARAM, "count is null".into()));
         }
         // SAFETY: non-null out-pointer per the prototype.
-        unsafe { *count = device_count() };
+        unsafe { *p.count = device_count() };
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn create_stream(stream: *mut AclrtStream) -> AclStatus {
+runtime_fn!(create_stream, |p| {
     guard(|| {
-        if stream.is_null() {
+        if p.stream.is_null() {
             return Err(SimErr(ACL_ERROR_INVALID_PARAM, "stream is null".into()));
         }
         let id = streams::create();
         // SAFETY: non-null out-pointer per the prototype.
-        unsafe { *stream = id as AclrtStream };
+        unsafe { *p.stream = id as AclrtStream };
         Ok(())
     })
-}
+});
 
 pub(crate) fn stream_ok(stream: AclrtStream) -> bool {
     streams::get(stream).is_some()
 }
 
-pub(crate) unsafe extern "C" fn destroy_stream(stream: AclrtStream) -> AclStatus {
-    guard(|| streams::destroy(stream))
-}
+runtime_fn!(destroy_stream, |p| { guard(|| streams::destroy(p.stream)) });
 
-pub(crate) unsafe extern "C" fn synchronize_stream(stream: AclrtStream) -> AclStatus {
+runtime_fn!(synchronize_stream, |p| {
     guard(|| {
-        capture::check_unsafe_call("aclrtSynchronizeStream", Some(stream as usize))?;
+        capture::check_unsafe_call("aclrtSynchronizeStream", Some(p.stream as usize))?;
         // The stream's tasks are over either way (a failed task ends the wait too).
-        streams::synchronize(stream)?;
+        streams::synchronize(p.stream)?;
         if let Some((st, msg)) = faults::sync_fault() {
             return Err(SimErr(st, msg));
         }
         Ok(())
     })
-}
+});
 
 /// The ACL interface version the simulation reports: 0.0.0, which no CANN release has, so a
 /// report can never mistake the simulation for a CANN install.
 pub const SIM_ACL_VERSION: (i32, i32, i32) = (0, 0, 0);
 
-pub(crate) unsafe extern "C" fn get_version(
-    major: *mut i32,
-    minor: *mut i32,
-    patch: *mut i32,
-) -> AclStatus {
+runtime_fn!(get_version, |params| {
+    let AclrtGetVersionParams {
+        major,
+        minor,
+        patch,
+    } = params;
     guard(|| {
         if major.is_null() || minor.is_null() || patch.is_null() {
             return Err(SimErr(
@@ -341,12 +337,12 @@ pub(crate) unsafe extern "C" fn get_version(
         }
         Ok(())
     })
-}
+});
 
-pub(crate) unsafe extern "C" fn get_recent_err_msg() -> *const c_char {
+runtime_fn!(get_recent_err_msg, |_params| {
     // The pointer stays valid until the next failure on this thread replaces the string.
     LAST_ERROR.with(|e| e.borrow().as_ptr())
-}
+});
 
 // ---- executors ---------------------------------------------------------------------------
 

@@ -302,93 +302,52 @@ fn dsink_partials<W: Wire>(
     Ok(ws)
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn varlen_grad_v5(
-    query: T,
-    query_rope: T,
-    key: T,
-    key_rope: T,
-    value: T,
-    dy: T,
-    pse_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    softmax_max: T,
-    softmax_sum: T,
-    softmax_in: T,
-    attention_in: T,
-    sink_in: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    q_start_idx: IA,
-    kv_start_idx: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    pse_type: i64,
-    softmax_in_layout: *mut c_char,
-    dq_out: T,
-    _dq_rope_out: T,
-    dk_out: T,
-    _dk_rope_out: T,
-    dv_out: T,
-    dpse_out: T,
-    dsink_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(varlen_grad_v5, |p| {
     const OP: &str = names::varlen_grad_v5;
     state::guard(|| {
-        if !query_rope.is_null() || !key_rope.is_null() {
+        if !p.query_rope.is_null() || !p.key_rope.is_null() {
             return unsupported("queryRope / keyRope");
         }
-        if !softmax_in.is_null() {
+        if !p.softmax_in.is_null() {
             return unsupported("softmaxIn (reserved by CANN)");
         }
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
         let (layout, sm_layout) = unsafe {
             (
-                c_str(input_layout, "inputLayout")?,
-                c_str(softmax_in_layout, "softmaxInLayout")?,
+                c_str(p.input_layout, "inputLayout")?,
+                c_str(p.softmax_in_layout, "softmaxInLayout")?,
             )
         };
         let x = decode_varlen(
-            query,
-            key,
-            value,
-            pse_shift,
-            drop_mask,
-            padding_mask,
-            atten_mask,
-            sink_in,
-            prefix,
-            actual_seq_q_len,
-            actual_seq_kv_len,
-            q_start_idx,
-            kv_start_idx,
-            scale_value,
-            keep_prob,
-            pre_tokens,
-            next_tokens,
-            head_num,
+            p.query,
+            p.key,
+            p.value,
+            p.pse_shift,
+            p.drop_mask,
+            p.padding_mask,
+            p.atten_mask,
+            p.sink_in,
+            p.prefix,
+            p.actual_seq_q_len,
+            p.actual_seq_kv_len,
+            p.q_start_idx,
+            p.kv_start_idx,
+            p.scale_value,
+            p.keep_prob,
+            p.pre_tokens,
+            p.next_tokens,
+            p.head_num,
             layout,
-            inner_precise,
-            sparse_mode,
-            pse_type,
+            p.inner_precise,
+            p.sparse_mode,
+            p.pse_type,
             sm_layout,
             Pass::Backward,
         )?;
         let call = grad_call(
             x,
-            (dy, softmax_max, softmax_sum, attention_in),
-            (dq_out, dk_out, dv_out, dpse_out, dsink_out),
+            (p.dy, p.softmax_max, p.softmax_sum, p.attention_in),
+            (p.dq_out, p.dk_out, p.dv_out, p.dpse_out, p.dsink_out),
         )?;
         // SAFETY: the out-pointers come from the caller per the prototype.
         unsafe {
@@ -396,12 +355,12 @@ pub(crate) unsafe extern "C" fn varlen_grad_v5(
                 OP,
                 SIM_WORKSPACE,
                 Box::new(move || call.run()),
-                workspace_size,
-                executor,
+                p.workspace_size,
+                p.executor,
             )
         }
     })
-}
+});
 
 /// The backward's call from its decoded inputs and the raw output handles.
 fn grad_call(
@@ -433,77 +392,46 @@ fn grad_call(
     Ok(call)
 }
 
-/// `aclnnFlashAttentionUnpaddingScoreGrad`: the backward without sink, start indices, rope or
-/// softmax layout; pse is pseType 1.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn varlen_grad_base(
-    query: T,
-    key: T,
-    value: T,
-    dy: T,
-    pse_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    softmax_max: T,
-    softmax_sum: T,
-    softmax_in: T,
-    attention_in: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    dq_out: T,
-    dk_out: T,
-    dv_out: T,
-    dpse_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+// `aclnnFlashAttentionUnpaddingScoreGrad`: the backward without sink, start indices, rope or
+// softmax layout; pse is pseType 1.
+first_stage!(varlen_grad_base, |p| {
     const OP: &str = names::varlen_grad_base;
     state::guard(|| {
-        if !softmax_in.is_null() {
+        if !p.softmax_in.is_null() {
             return unsupported("softmaxIn (reserved by CANN)");
         }
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
         let x = decode_varlen(
-            query,
-            key,
-            value,
-            pse_shift,
-            drop_mask,
-            padding_mask,
-            atten_mask,
+            p.query,
+            p.key,
+            p.value,
+            p.pse_shift,
+            p.drop_mask,
+            p.padding_mask,
+            p.atten_mask,
             std::ptr::null(),
-            prefix,
-            actual_seq_q_len,
-            actual_seq_kv_len,
+            p.prefix,
+            p.actual_seq_q_len,
+            p.actual_seq_kv_len,
             std::ptr::null(),
             std::ptr::null(),
-            scale_value,
-            keep_prob,
-            pre_tokens,
-            next_tokens,
-            head_num,
+            p.scale_value,
+            p.keep_prob,
+            p.pre_tokens,
+            p.next_tokens,
+            p.head_num,
             layout,
-            inner_precise,
-            sparse_mode,
+            p.inner_precise,
+            p.sparse_mode,
             1,
             None,
             Pass::Backward,
         )?;
         let call = grad_call(
             x,
-            (dy, softmax_max, softmax_sum, attention_in),
-            (dq_out, dk_out, dv_out, dpse_out, std::ptr::null()),
+            (p.dy, p.softmax_max, p.softmax_sum, p.attention_in),
+            (p.dq_out, p.dk_out, p.dv_out, p.dpse_out, std::ptr::null()),
         )?;
         // SAFETY: the out-pointers come from the caller per the prototype.
         unsafe {
@@ -511,9 +439,9 @@ pub(crate) unsafe extern "C" fn varlen_grad_base(
                 OP,
                 SIM_WORKSPACE,
                 Box::new(move || call.run()),
-                workspace_size,
-                executor,
+                p.workspace_size,
+                p.executor,
             )
         }
     })
-}
+});

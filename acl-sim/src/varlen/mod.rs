@@ -9,8 +9,6 @@
 //! device memory at launch, runs the CPU kernel and writes the outputs through their
 //! descriptors; the second stage is [`crate::state::launch`].
 
-use std::ffi::c_char;
-
 use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::varlen::{
     lengths_from_varlen_cumulative, AttenMask, DenseMask, Pse, PseType, SoftmaxLayout, SparseMode,
@@ -26,7 +24,6 @@ use crate::wire::{
 };
 
 mod grad;
-pub(crate) use grad::{varlen_grad_base, varlen_grad_v5};
 
 /// The decoded inputs and attributes shared by varlen forward and backward.
 struct Varlen {
@@ -505,83 +502,50 @@ impl VarlenFwdCall {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn varlen_fwd_v5(
-    query: T,
-    query_rope: T,
-    key: T,
-    key_rope: T,
-    value: T,
-    real_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    sink: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    q_start_idx: IA,
-    kv_start_idx: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    pse_type: i64,
-    softmax_out_layout: *mut c_char,
-    softmax_max_out: T,
-    softmax_sum_out: T,
-    _softmax_out_out: T,
-    attention_out_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(varlen_fwd_v5, |p| {
     const OP: &str = names::varlen_fwd_v5;
     state::guard(|| {
-        if !query_rope.is_null() || !key_rope.is_null() {
+        if !p.query_rope.is_null() || !p.key_rope.is_null() {
             return unsupported("queryRope / keyRope");
         }
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
         let (layout, sm_layout) = unsafe {
             (
-                c_str(input_layout, "inputLayout")?,
-                c_str(softmax_out_layout, "softmaxOutLayout")?,
+                c_str(p.input_layout, "inputLayout")?,
+                c_str(p.softmax_out_layout, "softmaxOutLayout")?,
             )
         };
         let x = decode_varlen(
-            query,
-            key,
-            value,
-            real_shift,
-            drop_mask,
-            padding_mask,
-            atten_mask,
-            sink,
-            prefix,
-            actual_seq_q_len,
-            actual_seq_kv_len,
-            q_start_idx,
-            kv_start_idx,
-            scale_value,
-            keep_prob,
-            pre_tokens,
-            next_tokens,
-            head_num,
+            p.query,
+            p.key,
+            p.value,
+            p.real_shift,
+            p.drop_mask,
+            p.padding_mask,
+            p.atten_mask,
+            p.sink,
+            p.prefix,
+            p.actual_seq_q_len,
+            p.actual_seq_kv_len,
+            p.q_start_idx,
+            p.kv_start_idx,
+            p.scale_value,
+            p.keep_prob,
+            p.pre_tokens,
+            p.next_tokens,
+            p.head_num,
             layout,
-            inner_precise,
-            sparse_mode,
-            pse_type,
+            p.inner_precise,
+            p.sparse_mode,
+            p.pse_type,
             sm_layout,
             Pass::Forward,
         )?;
         let call = VarlenFwdCall {
             x,
-            softmax_max: required(softmax_max_out, "softmaxMaxOut")?,
-            softmax_sum: required(softmax_sum_out, "softmaxSumOut")?,
-            out: required(attention_out_out, "attentionOutOut")?,
+            softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
+            softmax_sum: required(p.softmax_sum_out, "softmaxSumOut")?,
+            out: required(p.attention_out_out, "attentionOutOut")?,
         };
         call.check()?;
         // SAFETY: the out-pointers come from the caller per the prototype.
@@ -590,76 +554,50 @@ pub(crate) unsafe extern "C" fn varlen_fwd_v5(
                 OP,
                 SIM_WORKSPACE,
                 Box::new(move || call.run()),
-                workspace_size,
-                executor,
+                p.workspace_size,
+                p.executor,
             )
         }
     })
-}
+});
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe extern "C" fn varlen_fwd_base(
-    query: T,
-    key: T,
-    value: T,
-    real_shift: T,
-    drop_mask: T,
-    padding_mask: T,
-    atten_mask: T,
-    prefix: IA,
-    actual_seq_q_len: IA,
-    actual_seq_kv_len: IA,
-    scale_value: f64,
-    keep_prob: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
-    head_num: i64,
-    input_layout: *mut c_char,
-    inner_precise: i64,
-    sparse_mode: i64,
-    softmax_max_out: T,
-    softmax_sum_out: T,
-    _softmax_out_out: T,
-    attention_out_out: T,
-    workspace_size: *mut u64,
-    executor: *mut *mut AclOpExecutor,
-) -> AclStatus {
+first_stage!(varlen_fwd_base, |p| {
     const OP: &str = names::varlen_fwd_base;
     state::guard(|| {
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(input_layout, "inputLayout")? };
+        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
         // The base API has no sink, start indices or softmax layout; pse is pseType 1.
         let x = decode_varlen(
-            query,
-            key,
-            value,
-            real_shift,
-            drop_mask,
-            padding_mask,
-            atten_mask,
+            p.query,
+            p.key,
+            p.value,
+            p.real_shift,
+            p.drop_mask,
+            p.padding_mask,
+            p.atten_mask,
             std::ptr::null(),
-            prefix,
-            actual_seq_q_len,
-            actual_seq_kv_len,
+            p.prefix,
+            p.actual_seq_q_len,
+            p.actual_seq_kv_len,
             std::ptr::null(),
             std::ptr::null(),
-            scale_value,
-            keep_prob,
-            pre_tokens,
-            next_tokens,
-            head_num,
+            p.scale_value,
+            p.keep_prob,
+            p.pre_tokens,
+            p.next_tokens,
+            p.head_num,
             layout,
-            inner_precise,
-            sparse_mode,
+            p.inner_precise,
+            p.sparse_mode,
             1,
             None,
             Pass::Forward,
         )?;
         let call = VarlenFwdCall {
             x,
-            softmax_max: required(softmax_max_out, "softmaxMaxOut")?,
-            softmax_sum: required(softmax_sum_out, "softmaxSumOut")?,
-            out: required(attention_out_out, "attentionOutOut")?,
+            softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
+            softmax_sum: required(p.softmax_sum_out, "softmaxSumOut")?,
+            out: required(p.attention_out_out, "attentionOutOut")?,
         };
         call.check()?;
         // SAFETY: the out-pointers come from the caller per the prototype.
@@ -668,9 +606,9 @@ pub(crate) unsafe extern "C" fn varlen_fwd_base(
                 OP,
                 SIM_WORKSPACE,
                 Box::new(move || call.run()),
-                workspace_size,
-                executor,
+                p.workspace_size,
+                p.executor,
             )
         }
     })
-}
+});

@@ -3,6 +3,7 @@
 //! status codes 161001 / 161002 with `aclGetRecentErrMsg`, and the V5 → base / PFA V3 → V1
 //! fallbacks.
 
+use burn_ascend_test_support::Rng;
 use std::ptr::{null, null_mut};
 
 use burn_ascend_backend::attention::builders;
@@ -17,16 +18,9 @@ use burn_ascend_contract::varlen::{VarlenAttrs as KAttrs, VarlenDims, VarlenProb
 use burn_ascend_contract::varlen::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs};
 use burn_ascend_kernels::reference::varlen as reference;
 
+/// `n` values uniform in [-1, 1), from `seed`.
 pub(crate) fn rand(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-        })
-        .collect()
+    Rng::new(seed).vec_f32(n, 1.0)
 }
 
 pub(crate) fn bytes(v: &[f32]) -> Vec<u8> {

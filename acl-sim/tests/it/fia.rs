@@ -10,19 +10,15 @@ use burn_ascend_contract::fia::{
     FiaHostValues, FiaInputs, FiaKv, FiaKvShapes, FiaOutputs, FiaShapes, FiaSpec, PfaLayout,
 };
 use burn_ascend_kernels::reference::fia::fused_infer_attention as reference;
+use burn_ascend_test_support::Rng;
 use half::bf16;
 
 /// Values exact in BFLOAT16 (the query dtype here: CANN's FIA takes no FLOAT query).
 fn rand(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            let x = ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32;
-            bf16::from_f32(x).to_f32()
-        })
+    Rng::new(seed)
+        .vec_f32(n, 1.0)
+        .into_iter()
+        .map(|x| bf16::from_f32(x).to_f32())
         .collect()
 }
 

@@ -1,7 +1,7 @@
-//! `learnableSink`'s dtype on the simulated FIA (issue 30): the simulation takes the sink as the
-//! CANN release it pretends to be does — BFLOAT16 on FIA v3 whatever the query, the query's on
-//! 9.x's TND split-fuse path — and refuses the rest in the first stage, naming
-//! `learnableSink`, the path and the release. The expected answers are written out here from
+//! `learnableSink`'s dtype on the simulated FIA (it follows the path and release): the simulation
+//! takes the sink as the CANN release it pretends to be does — BFLOAT16 on FIA v3 whatever the
+//! query, the query's on 9.x's TND split-fuse path — and refuses the rest in the first stage,
+//! naming `learnableSink`, the path and the release. The expected answers are written out here from
 //! CANN's sources (see `contract/src/fia/sink.rs`), not computed by the contract.
 
 use burn_ascend_acl_sim as sim;

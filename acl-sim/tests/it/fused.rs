@@ -1,7 +1,7 @@
-//! The simulated fused transformer ops (issue 27) through the aclnn calls of
-//! `burn_ascend_cann::acl::aclnn`: results against the f64 references, and CANN's validation —
-//! a null required output → 161001; a shape, dtype, layout or attribute the docs refuse →
-//! 161002 naming the parameter; an out-of-range target fails at execute.
+//! The simulated fused transformer ops (RMSNorm, rotary embedding, SwiGLU, cross-entropy) through
+//! the aclnn calls of `burn_ascend_cann::acl::aclnn`: results against the f64 references, and
+//! CANN's validation — a null required output → 161001; a shape, dtype, layout or attribute the
+//! docs refuse → 161002 naming the parameter; an out-of-range target fails at execute.
 
 use burn_ascend_cann::acl::aclnn::{
     self, CrossEntropyLossArgs, CrossEntropyLossGradArgs, RotaryPositionEmbeddingGradArgs,
@@ -10,6 +10,7 @@ use burn_ascend_cann::acl::ffi::{ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPT
 use burn_ascend_cann::acl::{AclError, DataType, DeviceTensor, Runtime, TensorDesc};
 use burn_ascend_contract::fused::{rotary as rules, RotaryMode};
 use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, rotary, swiglu};
+use burn_ascend_test_support::assert_close;
 
 fn up(rt: &Runtime, dims: &[usize], v: &[f32]) -> DeviceTensor {
     let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -50,15 +51,6 @@ fn h(t: &DeviceTensor) -> burn_ascend_cann::acl::Tensor<'_> {
     t.handle().unwrap()
 }
 
-fn close(name: &str, a: &[f64], b: &[f64]) {
-    let d = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max);
-    assert!(a.len() == b.len() && d < 1e-5, "{name}: max |Δ| {d:e}");
-}
-
 /// The status and recent-error message of a refused call.
 fn refused(r: Result<(), AclError>) -> (i32, String) {
     match r.expect_err("the call must be refused") {
@@ -75,27 +67,31 @@ fn simulated_fused_ops_compute_the_references() {
     let (y, rstd) = (zeros(&rt, &[3, 8]), zeros(&rt, &[3, 1]));
     aclnn::rms_norm(&rt, &h(&xd), &h(&gd), 1e-6, &h(&y), &h(&rstd)).unwrap();
     let (ry, rr) = rms_norm::rms_norm_fwd(&f64s(&x), &f64s(&g), 3, 8, 1e-6);
-    close("yOut", &read(&y), &ry);
-    close("rstdOut", &read(&rstd), &rr);
+    assert_close("yOut", &read(&y), &ry, 1e-5, 0.0);
+    assert_close("rstdOut", &read(&rstd), &rr, 1e-5, 0.0);
     let (dyd, dx, dg) = (up(&rt, &[3, 8], &dy), zeros(&rt, &[3, 8]), zeros(&rt, &[8]));
     aclnn::rms_norm_grad(&rt, &h(&dyd), &h(&xd), &h(&rstd), &h(&gd), &h(&dx), &h(&dg)).unwrap();
     let (rdx, rdg) = rms_norm::rms_norm_bwd(&f64s(&dy), &f64s(&x), &read(&rstd), &f64s(&g), 3, 8);
-    close("dxOut", &read(&dx), &rdx);
-    close("dgammaOut", &read(&dg), &rdg);
+    assert_close("dxOut", &read(&dx), &rdx, 1e-5, 0.0);
+    assert_close("dgammaOut", &read(&dg), &rdg, 1e-5, 0.0);
 
     let out = zeros(&rt, &[3, 4]);
     aclnn::swi_glu(&rt, &h(&xd), -1, &h(&out)).unwrap();
-    close(
+    assert_close(
         "swiglu out",
         &read(&out),
         &swiglu::swiglu_fwd(&f64s(&x), 3, 4, 1),
+        1e-5,
+        0.0,
     );
     let (gy, sdx) = (up(&rt, &[3, 4], &dy[..12]), zeros(&rt, &[3, 8]));
     aclnn::swi_glu_grad(&rt, &h(&gy), &h(&xd), 1, &h(&sdx)).unwrap();
-    close(
+    assert_close(
         "swiglu grad",
         &read(&sdx),
         &swiglu::swiglu_bwd(&f64s(&dy[..12]), &f64s(&x), 3, 4, 1),
+        1e-5,
+        0.0,
     );
 
     let t = up_i64(&rt, &[3], &[7, 0, -100]);
@@ -123,8 +119,8 @@ fn simulated_fused_ops_compute_the_references() {
     };
     aclnn::cross_entropy_loss(&rt, &fwd("mean")).unwrap();
     let (rl, rlp) = cross_entropy::cross_entropy_fwd(&f64s(&x), &[7, 0, -100], 3, 8, -100);
-    close("lossOut", &read(&loss), &[rl]);
-    close("logProbOut", &read(&lp), &rlp);
+    assert_close("lossOut", &read(&loss), &[rl], 1e-5, 0.0);
+    assert_close("logProbOut", &read(&lp), &rlp, 1e-5, 0.0);
     let g0 = {
         let b = 0.5f32.to_le_bytes();
         rt.upload(TensorDesc::contiguous(&[], DataType::Float).unwrap(), &b)
@@ -147,7 +143,7 @@ fn simulated_fused_ops_compute_the_references() {
     };
     aclnn::cross_entropy_loss_grad(&rt, &bwd).unwrap();
     let rdx = cross_entropy::cross_entropy_bwd(0.5, &rlp, &[7, 0, -100], 3, 8, -100);
-    close("xGradOut", &read(&gx), &rdx);
+    assert_close("xGradOut", &read(&gx), &rdx, 1e-5, 0.0);
 
     // Refusals, as CANN's first stage.
     let (st, msg) = refused(aclnn::cross_entropy_loss(&rt, &fwd("sum")));
@@ -222,7 +218,7 @@ fn simulated_rotary_embedding_and_its_grad_compute_the_reference_and_refuse_as_c
         aclnn::rotary_position_embedding(&rt, &h(&xd), &h(&cd), &h(&sd), mode.aclnn(), &h(&out))
             .unwrap();
         let ry = rotary::rotary_fwd(&f64s(&x), &f64s(&c), &f64s(&s), &dims, mode);
-        close("out", &read(&out), &ry);
+        assert_close("out", &read(&out), &ry, 1e-5, 0.0);
         // With xOptional: dx, dcos and dsin.
         let (dx, dc, ds) = (zeros(&rt, &xs), zeros(&rt, &cs), zeros(&rt, &cs));
         let (dyh, ch, sh, xh) = (h(&dyd), h(&cd), h(&sd), h(&xd));
@@ -240,9 +236,9 @@ fn simulated_rotary_embedding_and_its_grad_compute_the_reference_and_refuse_as_c
         aclnn::rotary_position_embedding_grad(&rt, &args).unwrap();
         let rdx = rotary::rotary_bwd(&f64s(&dy), &f64s(&c), &f64s(&s), &dims, mode);
         let (rdc, rds) = rotary::rotary_bwd_tables(&f64s(&dy), &f64s(&x), &dims, mode);
-        close("dxOut", &read(&dx), &rdx);
-        close("dcosOut", &read(&dc), &rdc);
-        close("dsinOut", &read(&ds), &rds);
+        assert_close("dxOut", &read(&dx), &rdx, 1e-5, 0.0);
+        assert_close("dcosOut", &read(&dc), &rdc, 1e-5, 0.0);
+        assert_close("dsinOut", &read(&ds), &rds, 1e-5, 0.0);
         // Without xOptional, dcosOut / dsinOut empty (the docs' example): dx only.
         let (e1, e2, dx2) = (
             zeros(&rt, &[1, 1, 1, 0]),
@@ -258,7 +254,7 @@ fn simulated_rotary_embedding_and_its_grad_compute_the_reference_and_refuse_as_c
             ..args
         };
         aclnn::rotary_position_embedding_grad(&rt, &no_x).unwrap();
-        close("dxOut without x", &read(&dx2), &rdx);
+        assert_close("dxOut without x", &read(&dx2), &rdx, 1e-5, 0.0);
         // With xOptional the table gradients must be cos-shaped.
         let (st, msg) = refused(aclnn::rotary_position_embedding_grad(
             &rt,

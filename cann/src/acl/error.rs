@@ -104,22 +104,22 @@ mod tests {
     #[test]
     fn messages_are_one_line_with_the_status_name_and_the_opp_hint() {
         let e = AclError::Status {
-            call: "aclnnFooGetWorkspaceSize".into(),
+            call: "opFooGetWorkspaceSize".into(),
             status: 161_002,
             message: "EZ9999: bad\n   shape  [2]".into(),
         };
         assert_eq!(
             e.to_string(),
-            "aclnnFooGetWorkspaceSize failed with status 161002 (ACLNN_ERR_PARAM_INVALID): EZ9999: bad shape [2]"
+            "opFooGetWorkspaceSize failed with status 161002 (ACLNN_ERR_PARAM_INVALID): EZ9999: bad shape [2]"
         );
         let e = AclError::Status {
-            call: "aclnnFoo".into(),
+            call: "opFoo".into(),
             status: 561_107,
             message: String::new(),
         };
         assert_eq!(
             e.to_string(),
-            "aclnnFoo failed with status 561107 (ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND) (set ASCEND_OPP_PATH, e.g. by sourcing CANN's set_env.sh)"
+            "opFoo failed with status 561107 (ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND) (set ASCEND_OPP_PATH, e.g. by sourcing CANN's set_env.sh)"
         );
         let e = AclError::Status {
             call: "aclrtMalloc".into(),

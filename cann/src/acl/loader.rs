@@ -251,29 +251,31 @@ fn resolve(libs: &[Library], paths: &[PathBuf]) -> Result<AclApi> {
     // Every entry of the table: required runtime functions, optional ops (both stages or none).
     macro_rules! resolve_table {
         (
-            runtime { $($rf:ident: $rc:ident($rt:ty)),* }
-            graph { $($gf:ident: $gc:ident($gt:ty)),* }
-            ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
+            runtime { $($rf:ident: $rc:ident($rp:ty)),* }
+            graph { $($gf:ident: $gc:ident($gp:ty)),* }
+            ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
         ) => {
             AclApi {
                 kind: ApiKind::Cann,
                 $(
-                    // SAFETY: `$rt` is written from the prototype of `$rc` in `ffi`.
-                    $rf: unsafe { find::<$rt>(libs, stringify!($rc)) }
+                    // SAFETY: `$rp`'s function type is written from the prototype of `$rc` in
+                    // `ffi`.
+                    $rf: unsafe { find::<<$rp as Prototype>::FnPtr>(libs, stringify!($rc)) }
                         .ok_or_else(|| missing(stringify!($rc)))?,
                 )*
                 $(
-                    // SAFETY: `$gt` is written from the prototype of `$gc` in `ffi::graph`;
-                    // absent (an older CANN) it stays `None`.
-                    $gf: unsafe { find::<$gt>(libs, stringify!($gc)) },
+                    // SAFETY: `$gp`'s function type is written from the prototype of `$gc` in
+                    // `ffi::graph`; absent (an older CANN) it stays `None`.
+                    $gf: unsafe { find::<<$gp as Prototype>::FnPtr>(libs, stringify!($gc)) },
                 )*
                 $(
                     $f: {
-                        // SAFETY: `$w` is written from the prototype of `$c`GetWorkspaceSize and
+                        // SAFETY: `$p`'s function type is written from the prototype of
+                        // `$c`GetWorkspaceSize and
                         // `AclnnLaunch` is the launch prototype shared by every aclnn op.
                         let (ws, launch) = unsafe {
                             (
-                                find::<$w>(libs, concat!(stringify!($c), "GetWorkspaceSize")),
+                                find::<<$p as Prototype>::FnPtr>(libs, concat!(stringify!($c), "GetWorkspaceSize")),
                                 find::<AclnnLaunch>(libs, stringify!($c)),
                             )
                         };

@@ -4,9 +4,11 @@
 //! Layers, bottom up:
 //! - [`ffi`]: the C ABI — opaque handles, `aclDataType` / `aclFormat` values, status codes,
 //!   the prototypes, and [`AclApi`], a table of `unsafe extern "C"` function pointers. Every
-//!   ACL function and aclnn op is listed once, in [`ffi::table`] ([`acl_api_table!`]): the
-//!   table's fields, the C names ([`ffi::names`]), the loader's symbol lookup, the availability
-//!   list ([`AclApi::presence`]) and the simulation's registration are generated from it;
+//!   ACL function and aclnn op is listed once, in [`ffi::table`] ([`acl_api_table!`]), with its
+//!   prototype, declared once (`c_prototype!`: the function type, the parameter struct, the C
+//!   entry point the simulation registers): the table's fields, the C names ([`ffi::names`]),
+//!   the loader's symbol lookup, the availability list ([`AclApi::presence`]), the simulation's
+//!   registration and the ABI check's list are generated from it;
 //! - [`loader`]: finds the toolkit (`$ASCEND_TOOLKIT_HOME`, `$ASCEND_HOME_PATH`,
 //!   `/usr/local/Ascend/ascend-toolkit/latest`; `lib64/`), opens `libascendcl.so`,
 //!   `libnnopbase.so` and the op libraries in torch_npu's order (custom packages, every

@@ -16,6 +16,7 @@ use std::ffi::{c_char, c_void};
 
 use crate::acl::ffi::AclrtStream;
 use crate::acl::DataType;
+use crate::prototype::Prototype;
 
 /// `HcclComm` (`void *`): an opaque communicator handle.
 pub type HcclComm = *mut c_void;
@@ -206,101 +207,144 @@ impl std::fmt::Debug for HcclRootInfo {
     }
 }
 
-/// `HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo)`.
-pub type HcclGetRootInfoFn = unsafe extern "C" fn(root_info: *mut HcclRootInfo) -> HcclResult;
-/// `HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t
-/// rank, HcclComm *comm)`.
-pub type HcclCommInitRootInfoFn = unsafe extern "C" fn(
-    n_ranks: u32,
-    root_info: *const HcclRootInfo,
-    rank: u32,
-    comm: *mut HcclComm,
-) -> HcclResult;
-/// `HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *comms)`.
-pub type HcclCommInitAllFn =
-    unsafe extern "C" fn(ndev: u32, devices: *mut i32, comms: *mut HcclComm) -> HcclResult;
-/// `HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType
-/// dataType, HcclReduceOp op, HcclComm comm, aclrtStream stream)`.
-pub type HcclAllReduceFn = unsafe extern "C" fn(
-    send_buf: *mut c_void,
-    recv_buf: *mut c_void,
-    count: u64,
-    data_type: i32,
-    op: i32,
-    comm: HcclComm,
-    stream: AclrtStream,
-) -> HcclResult;
-/// `HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataType, uint32_t root,
-/// HcclComm comm, aclrtStream stream)`.
-pub type HcclBroadcastFn = unsafe extern "C" fn(
-    buf: *mut c_void,
-    count: u64,
-    data_type: i32,
-    root: u32,
-    comm: HcclComm,
-    stream: AclrtStream,
-) -> HcclResult;
-/// `HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, HcclDataType
-/// dataType, HcclComm comm, aclrtStream stream)`: every rank's `sendCount` elements, in rank
-/// order, into each rank's `recvBuf` (`rankSize × sendCount` elements).
-pub type HcclAllGatherFn = unsafe extern "C" fn(
-    send_buf: *mut c_void,
-    recv_buf: *mut c_void,
-    send_count: u64,
-    data_type: i32,
-    comm: HcclComm,
-    stream: AclrtStream,
-) -> HcclResult;
-/// `HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount,
-/// HcclDataType dataType, HcclReduceOp op, HcclComm comm, aclrtStream stream)`: each rank's
-/// `sendBuf` holds `rankSize × recvCount` elements; rank `r` receives the reduction over ranks
-/// of block `r`.
-pub type HcclReduceScatterFn = unsafe extern "C" fn(
-    send_buf: *mut c_void,
-    recv_buf: *mut c_void,
-    recv_count: u64,
-    data_type: i32,
-    op: i32,
-    comm: HcclComm,
-    stream: AclrtStream,
-) -> HcclResult;
-/// `HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)`.
-pub type HcclBarrierFn = unsafe extern "C" fn(comm: HcclComm, stream: AclrtStream) -> HcclResult;
-/// `HcclResult HcclCommDestroy(HcclComm comm)`.
-pub type HcclCommDestroyFn = unsafe extern "C" fn(comm: HcclComm) -> HcclResult;
-/// `const char *HcclGetErrorString(HcclResult code)`.
-pub type HcclGetErrorStringFn = unsafe extern "C" fn(code: HcclResult) -> *const c_char;
+c_prototype! {
+    /// `HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo)`.
+    HcclGetRootInfoFn, HcclGetRootInfoParams(
+        root_info: *mut HcclRootInfo,
+    ) -> HcclResult
+}
+
+c_prototype! {
+    /// `HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t
+    /// rank, HcclComm *comm)`.
+    HcclCommInitRootInfoFn, HcclCommInitRootInfoParams(
+        n_ranks: u32,
+        root_info: *const HcclRootInfo,
+        rank: u32,
+        comm: *mut HcclComm,
+    ) -> HcclResult
+}
+
+c_prototype! {
+    /// `HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm *comms)`.
+    HcclCommInitAllFn, HcclCommInitAllParams(
+        ndev: u32,
+        devices: *mut i32,
+        comms: *mut HcclComm,
+    ) -> HcclResult
+}
+
+c_prototype! {
+    /// `HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count, HcclDataType
+    /// dataType, HcclReduceOp op, HcclComm comm, aclrtStream stream)`.
+    HcclAllReduceFn, HcclAllReduceParams(
+        send_buf: *mut c_void,
+        recv_buf: *mut c_void,
+        count: u64,
+        data_type: i32,
+        op: i32,
+        comm: HcclComm,
+        stream: AclrtStream,
+    ) -> HcclResult
+}
+
+c_prototype! {
+    /// `HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dataType, uint32_t root,
+    /// HcclComm comm, aclrtStream stream)`.
+    HcclBroadcastFn, HcclBroadcastParams(
+        buf: *mut c_void,
+        count: u64,
+        data_type: i32,
+        root: u32,
+        comm: HcclComm,
+        stream: AclrtStream,
+    ) -> HcclResult
+}
+
+c_prototype! {
+    /// `HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t sendCount, HcclDataType
+    /// dataType, HcclComm comm, aclrtStream stream)`: every rank's `sendCount` elements, in rank
+    /// order, into each rank's `recvBuf` (`rankSize × sendCount` elements).
+    HcclAllGatherFn, HcclAllGatherParams(
+        send_buf: *mut c_void,
+        recv_buf: *mut c_void,
+        send_count: u64,
+        data_type: i32,
+        comm: HcclComm,
+        stream: AclrtStream,
+    ) -> HcclResult
+}
+
+c_prototype! {
+    /// `HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t recvCount,
+    /// HcclDataType dataType, HcclReduceOp op, HcclComm comm, aclrtStream stream)`: each rank's
+    /// `sendBuf` holds `rankSize × recvCount` elements; rank `r` receives the reduction over ranks
+    /// of block `r`.
+    HcclReduceScatterFn, HcclReduceScatterParams(
+        send_buf: *mut c_void,
+        recv_buf: *mut c_void,
+        recv_count: u64,
+        data_type: i32,
+        op: i32,
+        comm: HcclComm,
+        stream: AclrtStream,
+    ) -> HcclResult
+}
+
+c_prototype! {
+    /// `HcclResult HcclBarrier(HcclComm comm, aclrtStream stream)`.
+    HcclBarrierFn, HcclBarrierParams(
+        comm: HcclComm,
+        stream: AclrtStream,
+    ) -> HcclResult
+}
+
+c_prototype! {
+    /// `HcclResult HcclCommDestroy(HcclComm comm)`.
+    HcclCommDestroyFn, HcclCommDestroyParams(
+        comm: HcclComm,
+    ) -> HcclResult
+}
+
+c_prototype! {
+    /// `const char *HcclGetErrorString(HcclResult code)`.
+    HcclGetErrorStringFn, HcclGetErrorStringParams(
+        code: HcclResult,
+    ) -> *const c_char
+}
 
 /// Calls the macro `$m` with the one list of the HCCL functions this crate calls:
 ///
 /// ```text
-/// fns { $($f:ident: $c:ident($t:ty)),* }
+/// fns { $($f:ident: $c:ident($p:ty)),* }
 /// ```
 ///
-/// Everything that names them — [`HcclApi`], [`names`], the loader's lookup, the simulation's
-/// registration and the ABI check — is generated from it.
+/// with each function's parameter struct (its prototype, declared once with `c_prototype!`
+/// above). Everything that names them — [`HcclApi`], [`names`], the marker types of [`func`],
+/// the loader's lookup, the simulation's registration and the ABI check — is generated from
+/// it.
 #[macro_export]
 macro_rules! hccl_api_table {
     ($m:ident) => {
         $m! {
             fns {
-                get_root_info: HcclGetRootInfo($crate::hccl::ffi::HcclGetRootInfoFn),
-                comm_init_root_info: HcclCommInitRootInfo($crate::hccl::ffi::HcclCommInitRootInfoFn),
-                comm_init_all: HcclCommInitAll($crate::hccl::ffi::HcclCommInitAllFn),
-                all_reduce: HcclAllReduce($crate::hccl::ffi::HcclAllReduceFn),
-                broadcast: HcclBroadcast($crate::hccl::ffi::HcclBroadcastFn),
-                all_gather: HcclAllGather($crate::hccl::ffi::HcclAllGatherFn),
-                reduce_scatter: HcclReduceScatter($crate::hccl::ffi::HcclReduceScatterFn),
-                barrier: HcclBarrier($crate::hccl::ffi::HcclBarrierFn),
-                comm_destroy: HcclCommDestroy($crate::hccl::ffi::HcclCommDestroyFn),
-                get_error_string: HcclGetErrorString($crate::hccl::ffi::HcclGetErrorStringFn)
+                get_root_info: HcclGetRootInfo($crate::hccl::ffi::HcclGetRootInfoParams),
+                comm_init_root_info: HcclCommInitRootInfo($crate::hccl::ffi::HcclCommInitRootInfoParams),
+                comm_init_all: HcclCommInitAll($crate::hccl::ffi::HcclCommInitAllParams),
+                all_reduce: HcclAllReduce($crate::hccl::ffi::HcclAllReduceParams),
+                broadcast: HcclBroadcast($crate::hccl::ffi::HcclBroadcastParams),
+                all_gather: HcclAllGather($crate::hccl::ffi::HcclAllGatherParams),
+                reduce_scatter: HcclReduceScatter($crate::hccl::ffi::HcclReduceScatterParams),
+                barrier: HcclBarrier($crate::hccl::ffi::HcclBarrierParams),
+                comm_destroy: HcclCommDestroy($crate::hccl::ffi::HcclCommDestroyParams),
+                get_error_string: HcclGetErrorString($crate::hccl::ffi::HcclGetErrorStringParams)
             }
         }
     };
 }
 
 macro_rules! declare_hccl_api {
-    (fns { $($f:ident: $c:ident($t:ty)),* }) => {
+    (fns { $($f:ident: $c:ident($p:ty)),* }) => {
         /// The HCCL function table, one field per entry of
         /// [`hccl_api_table!`](crate::hccl_api_table). Plain function pointers (`Copy`,
         /// `Send + Sync`); calling any of them is `unsafe`, the safe wrapper is
@@ -311,7 +355,7 @@ macro_rules! declare_hccl_api {
             pub kind: crate::acl::ApiKind,
             $(
                 #[doc = concat!("`", stringify!($c), "`.")]
-                pub $f: $t,
+                pub $f: <$p as Prototype>::FnPtr,
             )*
         }
 
@@ -322,6 +366,13 @@ macro_rules! declare_hccl_api {
                 #[doc = concat!("`", stringify!($c), "`.")]
                 pub const $f: &str = stringify!($c);
             )*
+        }
+
+        /// One marker type per function of the table, named by its field: what ties a function
+        /// to its parameter struct and C name ([`TableFn`](crate::prototype::TableFn)), e.g. for the simulation's
+        /// [`Implements`](crate::prototype::Implements).
+        pub mod func {
+            table_markers! { $($f: $c($p)),* }
         }
 
         impl HcclApi {

@@ -13,6 +13,7 @@ use libloading::Library;
 
 use super::error::HcclError;
 use super::ffi::*;
+use crate::prototype::Prototype;
 
 /// The library's file name.
 pub const LIBRARY: &str = "libhccl.so";
@@ -54,13 +55,14 @@ fn load() -> Result<Loaded, HcclError> {
         ))
     })?;
     macro_rules! resolve {
-        (fns { $($f:ident: $c:ident($t:ty)),* }) => {
+        (fns { $($f:ident: $c:ident($p:ty)),* }) => {
             HcclApi {
                 kind: crate::acl::ApiKind::Cann,
                 $(
-                    // SAFETY: `$t` is written from the prototype of `$c` in `hccl.h`; the
+                    // SAFETY: `$p`'s function type is written from the prototype of `$c` in
+                    // `hccl.h`; the
                     // pointer is copied out of the symbol and the library is never unloaded.
-                    $f: unsafe { lib.get::<$t>(stringify!($c).as_bytes()) }
+                    $f: unsafe { lib.get::<<$p as Prototype>::FnPtr>(stringify!($c).as_bytes()) }
                         .map(|s| *s)
                         .map_err(|e| {
                             HcclError::NotFound(format!(

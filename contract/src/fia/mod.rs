@@ -172,11 +172,12 @@ pub struct FiaShapes {
     pub kv: FiaKvShapes,
     /// Whether key/value are int8 (antiquant required, blockSize a multiple of 32).
     pub kv_int8: bool,
-    /// `learnableSink` `[N]`, when the call has one: one raw logit per query head, not scaled
-    /// by `scaleValue`, only in the softmax denominator. It is a tensor input like the query (a
-    /// model's trained parameter stays on its device); the dtype CANN reads it in depends on
-    /// the path and the release, not on the query (issue 30): [`FiaSpec::learnable_sink_dtype`]
-    /// says which, [`FiaSpec::check_learnable_sink_dtype`] refuses the others.
+    /// `learnableSink` `[N]`, when the call has one: one raw logit per query head, not scaled by
+    /// `scaleValue`, only in the softmax denominator. It is a tensor input like the query (a
+    /// model's trained parameter stays on its device); the dtype CANN reads it in depends on the
+    /// path and the release, not on the query (module `sink` cites the sources):
+    /// [`FiaSpec::learnable_sink_dtype`] says which, [`FiaSpec::check_learnable_sink_dtype`]
+    /// refuses the others.
     pub learnable_sink: Option<Vec<usize>>,
     /// `attenMask`, with [`FiaMask::Dense`].
     pub atten_mask: Option<Vec<usize>>,

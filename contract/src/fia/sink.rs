@@ -1,5 +1,5 @@
 //! The dtype of FIA's `learnableSink`: which one CANN's kernels read depends on the path a call
-//! takes and on the CANN release, not on the query's dtype (issue 30).
+//! takes and on the CANN release, not on the query's dtype.
 //!
 //! Read from CANN's own sources (`cannmirror/ops-transformer`,
 //! `attention/fused_infer_attention_score`; Atlas A2/A3):

@@ -1,8 +1,8 @@
-//! The fused transformer ops (issue 27): their shapes and attributes validated as CANN's docs
-//! state them, each error naming the aclnn parameter (`x`, `gamma`, `epsilon`, `rstd`, `dy`,
-//! `dimOptional`, `yGrad`, `input`, `target`, `ignoreIndex`, `gradLoss`, `logProb`, `cos`,
-//! `sin`, `mode`).
-//! Element types are checked where the call is made (dtypes are a backend's concern).
+//! The fused transformer ops (RMSNorm, rotary embedding, SwiGLU, cross-entropy): their shapes and
+//! attributes validated as CANN's docs state them, each error naming the aclnn parameter (`x`,
+//! `gamma`, `epsilon`, `rstd`, `dy`, `dimOptional`, `yGrad`, `input`, `target`, `ignoreIndex`,
+//! `gradLoss`, `logProb`, `cos`, `sin`, `mode`). Element types are checked where the call is made
+//! (dtypes are a backend's concern).
 
 pub mod cross_entropy;
 pub mod rms_norm;

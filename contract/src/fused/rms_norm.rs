@@ -59,7 +59,7 @@ pub fn validate_bwd(
     ensure!(
         (2..=8).contains(&x.len()),
         "x",
-        "rank must be 2 to 8 (aclnnRmsNormGrad), got shape {x:?}"
+        "rank must be 2 to 8 (the backward op takes no other), got shape {x:?}"
     );
     ensure!(dy == x, "dy", "must have x's shape {x:?}, got {dy:?}");
     let lead = &x[..x.len() - 1];

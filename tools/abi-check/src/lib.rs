@@ -1,4 +1,6 @@
-//! The ABI check of burn-ascend's FFI declarations against CANN's real headers (issue 15).
+//! The ABI check of burn-ascend's FFI declarations against CANN's real headers: a wrong width
+//! or order in a hand-copied prototype compiles and corrupts arguments at run time, so a C++
+//! compiler compares every declaration with the headers.
 //!
 //! **What is compared.** The Rust side is read from the one machine-readable source there is,
 //! the table [`burn_ascend_cann::acl_api_table!`]: this crate calls it with its own callback
@@ -137,7 +139,8 @@ pub enum Group {
 pub struct Function {
     /// The C symbol (`aclnnAddGetWorkspaceSize`, `aclnnAdd`, `aclrtMalloc`).
     pub c_name: String,
-    /// The Rust prototype's name in `cann/src/acl/ffi*.rs` (`BinaryAlphaWs`).
+    /// The Rust function type's name (`BinaryAlphaWs`, from `cann/src/acl/ffi/` or
+    /// `cann/src/hccl/ffi.rs`).
     pub rust_type: String,
     /// Where in the table.
     pub group: Group,
@@ -166,11 +169,22 @@ impl Function {
     }
 }
 
+impl Function {
+    /// A function of a table, from its prototype (its parameter struct): the Rust name reported
+    /// is the function type's (`AclrtMalloc`, `BinaryAlphaWs`).
+    fn of_prototype<P: ffi::Prototype>(c_name: &str, group: Group) -> Self
+    where
+        P::FnPtr: CFn,
+    {
+        Self::of::<P::FnPtr>(c_name, P::FN_PTR, group)
+    }
+}
+
 macro_rules! collect_functions {
     (
-        runtime { $($rf:ident: $rc:ident($rt:ty)),* }
-        graph { $($gf:ident: $gc:ident($gt:ty)),* }
-        ops { $($(#[$a:meta])* $f:ident: $c:ident($w:ty)),* }
+        runtime { $($rf:ident: $rc:ident($rp:ty)),* }
+        graph { $($gf:ident: $gc:ident($gp:ty)),* }
+        ops { $($(#[$a:meta])* $f:ident: $c:ident($p:ty)),* }
     ) => {
         /// Every C function of [`burn_ascend_cann::acl_api_table!`], in table order: the
         /// runtime and nnopbase entries, the graph-capture functions (optional at run time,
@@ -178,13 +192,12 @@ macro_rules! collect_functions {
         /// `GetWorkspaceSize` stage and its launch ([`ffi::AclnnLaunch`]).
         pub fn functions() -> Vec<Function> {
             let runtime = [
-                $(Function::of::<$rt>(stringify!($rc), stringify!($rt), Group::Runtime),)*
-                $(Function::of::<$gt>(stringify!($gc), stringify!($gt), Group::Runtime),)*
+                $(Function::of_prototype::<$rp>(stringify!($rc), Group::Runtime),)*
+                $(Function::of_prototype::<$gp>(stringify!($gc), Group::Runtime),)*
             ];
             let ops = [$([
-                Function::of::<$w>(
+                Function::of_prototype::<$p>(
                     concat!(stringify!($c), "GetWorkspaceSize"),
-                    stringify!($w),
                     Group::Op(stringify!($c)),
                 ),
                 Function::of::<ffi::AclnnLaunch>(
@@ -205,10 +218,10 @@ macro_rules! collect_functions {
 burn_ascend_cann::acl_api_table!(collect_functions);
 
 macro_rules! collect_hccl {
-    (fns { $($f:ident: $c:ident($t:ty)),* }) => {
+    (fns { $($f:ident: $c:ident($p:ty)),* }) => {
         /// Every HCCL function of [`burn_ascend_cann::hccl_api_table!`], in table order.
         pub fn hccl_functions() -> Vec<Function> {
-            vec![$(Function::of::<$t>(stringify!($c), stringify!($t), Group::Hccl)),*]
+            vec![$(Function::of_prototype::<$p>(stringify!($c), Group::Hccl)),*]
         }
     };
 }
@@ -516,13 +529,14 @@ impl Mutation {
     /// `int32_t const *`), a narrowed attribute of an attention op (`int64_t` → `int32_t`),
     /// a signedness flip and a float/double swap.
     pub fn self_check_set() -> Vec<Mutation> {
+        let first_stage = |op: &str, rest: &str| format!("{op}GetWorkspaceSize:{rest}");
         [
-            "aclCreateTensor:1:uint32_t",
-            "aclCreateIntArray:0:int32_t const *",
-            "aclnnFlashAttentionVarLenScoreV5GetWorkspaceSize:17:int32_t",
-            "aclnnInplaceUniformGetWorkspaceSize:3:int64_t",
-            "aclnnInplaceNormalGetWorkspaceSize:1:double",
-            "HcclAllReduce:2:uint32_t",
+            "aclCreateTensor:1:uint32_t".to_string(),
+            "aclCreateIntArray:0:int32_t const *".to_string(),
+            first_stage(ffi::names::varlen_fwd_v5, "17:int32_t"),
+            first_stage(ffi::names::inplace_uniform, "3:int64_t"),
+            first_stage(ffi::names::inplace_normal, "1:double"),
+            "HcclAllReduce:2:uint32_t".to_string(),
         ]
         .iter()
         .map(|s| Mutation::parse(s).expect("a well-formed built-in mutation"))
@@ -854,12 +868,12 @@ mod tests {
         );
         let l = get("aclCreateTensorList");
         assert_eq!(l.params, ["aclTensor const * const *", "uint64_t"]);
-        let launch = get("aclnnAdd");
+        let launch = get(ffi::names::add);
         assert_eq!(
             launch.params,
             ["void *", "uint64_t", "aclOpExecutor *", "void *"]
         );
-        let ws = get("aclnnAddGetWorkspaceSize");
+        let ws = get(&format!("{}GetWorkspaceSize", ffi::names::add));
         assert_eq!(ws.params[4..], ["uint64_t *", "aclOpExecutor * *"]);
     }
 

@@ -1,12 +1,12 @@
-//! The elementwise aclnn ops of issue 6: comparisons, masks, copy, logic, cast, max/min,
-//! GeLU, pow/clamp by scalars and the random fills. One function per op (or per family of
-//! ops with one prototype, selected by an enum), arguments in prototype order, via
-//! [`two_stage`]. The unary ones (`aclnnRelu`, `aclnnSigmoid`, `aclnnNeg`, `aclnnReciprocal`,
-//! `aclnnSin`, `aclnnCos`, `aclnnErf`) are variants of [`super::Unary`].
+//! The elementwise aclnn ops the Burn backend runs natively: comparisons, masks, copy, logic, cast,
+//! max/min, GeLU, pow/clamp by scalars and the random fills. One function per op (or per family of
+//! ops with one prototype, selected by an enum), arguments in prototype order, via [`two_stage`].
+//! The unary ones (`aclnnRelu`, `aclnnSigmoid`, `aclnnNeg`, `aclnnReciprocal`, `aclnnSin`,
+//! `aclnnCos`, `aclnnErf`) are variants of [`super::Unary`].
 
-use super::{entry, two_stage};
+use super::call::{entry, two_stage};
 use crate::acl::error::Result;
-use crate::acl::ffi::{names, AclApi, BinaryWs, DataType, OpFns, ScalarWs};
+use crate::acl::ffi::{names, BinaryWs, DataType, OpFns, ScalarWs};
 use crate::acl::runtime::Runtime;
 use crate::acl::tensor::{IntArray, Scalar, Tensor};
 

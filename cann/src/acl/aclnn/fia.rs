@@ -2,7 +2,7 @@
 //! `aclnnFusedInferAttentionScore` as the fallback when V4 is absent and the call needs nothing
 //! only V4 has (the learnable sink, separate key/value antiquant).
 
-use super::{attr, cptr, ia, missing, t, two_stage};
+use super::call::{attr, cptr, ia, missing, t, two_stage};
 use crate::acl::error::{AclError, Result};
 use crate::acl::ffi::names;
 use crate::acl::runtime::Runtime;

@@ -1,9 +1,9 @@
-//! The fused transformer ops (issue 27): `aclnnRmsNorm`, `aclnnRmsNormGrad`,
-//! `aclnnRotaryPositionEmbedding`, `aclnnRotaryPositionEmbeddingGrad`, `aclnnSwiGlu`,
-//! `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss` and `aclnnCrossEntropyLossGrad`, one function
-//! each, arguments in prototype order, via [`two_stage`].
+//! The fused transformer ops (one call each where a composite would take several): `aclnnRmsNorm`,
+//! `aclnnRmsNormGrad`, `aclnnRotaryPositionEmbedding`, `aclnnRotaryPositionEmbeddingGrad`,
+//! `aclnnSwiGlu`, `aclnnSwiGluGrad`, `aclnnCrossEntropyLoss` and `aclnnCrossEntropyLossGrad`, one
+//! function each, arguments in prototype order, via [`two_stage`].
 
-use super::{attr, cptr, t, two_stage};
+use super::call::{attr, cptr, t, two_stage};
 use crate::acl::error::Result;
 use crate::acl::runtime::Runtime;
 use crate::acl::tensor::Tensor;

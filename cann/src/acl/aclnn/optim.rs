@@ -1,7 +1,7 @@
-//! The optimizer ops (issue 27): `aclnnApplyAdamWV2`, arguments in prototype order, via
-//! [`two_stage`].
+//! The optimizer ops (the whole AdamW update in one launch): `aclnnApplyAdamWV2`, arguments in
+//! prototype order, via [`two_stage`].
 
-use super::{t, two_stage};
+use super::call::{t, two_stage};
 use crate::acl::error::Result;
 use crate::acl::runtime::Runtime;
 use crate::acl::tensor::Tensor;

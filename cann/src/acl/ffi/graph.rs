@@ -64,26 +64,59 @@ pub const ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT: AclStatus = 107_030;
 /// `ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED`: the capture was invalidated by a refused call.
 pub const ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED: AclStatus = 507_903;
 
-/// `aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode)`.
-pub type AclmdlRICaptureBegin = unsafe extern "C" fn(stream: AclrtStream, mode: c_int) -> AclStatus;
-/// `aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *status,
-/// aclmdlRI *modelRI)`.
-pub type AclmdlRICaptureGetInfo = unsafe extern "C" fn(
-    stream: AclrtStream,
-    status: *mut c_int,
-    model_ri: *mut AclmdlRI,
-) -> AclStatus;
-/// `aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI)`.
-pub type AclmdlRICaptureEnd =
-    unsafe extern "C" fn(stream: AclrtStream, model_ri: *mut AclmdlRI) -> AclStatus;
-/// `aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream)`.
-pub type AclmdlRIExecuteAsync =
-    unsafe extern "C" fn(model_ri: AclmdlRI, stream: AclrtStream) -> AclStatus;
-/// `aclError aclmdlRIDestroy(aclmdlRI modelRI)`.
-pub type AclmdlRIDestroy = unsafe extern "C" fn(model_ri: AclmdlRI) -> AclStatus;
-/// `aclError aclmdlRICaptureTaskGrpEnd(aclrtStream stream, aclrtTaskGrp *handle)`.
-pub type AclmdlRICaptureTaskGrpEnd =
-    unsafe extern "C" fn(stream: AclrtStream, handle: *mut AclrtTaskGrp) -> AclStatus;
-/// `aclError aclmdlRICaptureTaskUpdateBegin(aclrtStream stream, aclrtTaskGrp handle)`.
-pub type AclmdlRICaptureTaskUpdateBegin =
-    unsafe extern "C" fn(stream: AclrtStream, handle: AclrtTaskGrp) -> AclStatus;
+c_prototype! {
+    /// `aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode)`.
+    AclmdlRICaptureBegin, AclmdlRICaptureBeginParams(
+        stream: AclrtStream,
+        mode: c_int,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus *status,
+    /// aclmdlRI *modelRI)`.
+    AclmdlRICaptureGetInfo, AclmdlRICaptureGetInfoParams(
+        stream: AclrtStream,
+        status: *mut c_int,
+        model_ri: *mut AclmdlRI,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI)`.
+    AclmdlRICaptureEnd, AclmdlRICaptureEndParams(
+        stream: AclrtStream,
+        model_ri: *mut AclmdlRI,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream)`.
+    AclmdlRIExecuteAsync, AclmdlRIExecuteAsyncParams(
+        model_ri: AclmdlRI,
+        stream: AclrtStream,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclmdlRIDestroy(aclmdlRI modelRI)`.
+    AclmdlRIDestroy, AclmdlRIDestroyParams(
+        model_ri: AclmdlRI,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclmdlRICaptureTaskGrpEnd(aclrtStream stream, aclrtTaskGrp *handle)`.
+    AclmdlRICaptureTaskGrpEnd, AclmdlRICaptureTaskGrpEndParams(
+        stream: AclrtStream,
+        handle: *mut AclrtTaskGrp,
+    ) -> AclStatus
+}
+
+c_prototype! {
+    /// `aclError aclmdlRICaptureTaskUpdateBegin(aclrtStream stream, aclrtTaskGrp handle)`.
+    AclmdlRICaptureTaskUpdateBegin, AclmdlRICaptureTaskUpdateBeginParams(
+        stream: AclrtStream,
+        handle: AclrtTaskGrp,
+    ) -> AclStatus
+}
