@@ -1,6 +1,6 @@
 //! **A host simulation of the ACL / aclnn C ABI — not CANN.**
 //!
-//! [`api`] is an [`AclApi`] of `burn-ascend-kernels` whose entries are `extern "C"` functions
+//! [`api`] is an [`AclApi`] of `burn-ascend-cann` whose entries are `extern "C"` functions
 //! of this crate: "device" memory is host memory, streams are synchronous, nnopbase handles are
 //! boxed Rust values, and each aclnn op decodes the descriptors it was handed (dims, strides,
 //! offset, dtype, format, storage) and runs the kernels crate's CPU kernels. It exists so CI,
@@ -26,7 +26,7 @@
 //! `burn_ascend_kernels::reference`:
 //! - `state`: runtime, streams, executors; `state::memory` (device memory), `state::handles`
 //!   (tensors, int arrays, tensor lists, scalars);
-//! - `varlen`, `prompt`, `incre`, `scatter`: the attention ops (decoding helpers in `wire`);
+//! - `varlen`, `prompt`, `incre`, `scatter`, `fia`: the attention ops (decoding helpers in `wire`);
 //! - `math`: `aclnnAdd`, `aclnnSub`, `aclnnMul`, `aclnnDiv`, `aclnnMatmul`, `aclnnAdds`,
 //!   `aclnnMuls`, `aclnnExp/Log/Sqrt/Abs/Tanh`, `aclnnReduceSum`, `aclnnMean`; unlike CANN they
 //!   do not promote mixed dtypes (161002);

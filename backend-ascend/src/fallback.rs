@@ -1,6 +1,6 @@
 //! The **host fallback**: an op Ascend has no native kernel for downloads its inputs, runs
 //! NdArray's implementation on the host and uploads the results. Written once: each fallback
-//! method (generated into `ops/generated/*_fallbacks.rs` by
+//! method (generated into `tensor_ops/generated/*_fallbacks.rs` by
 //! `backend-ascend/tools/gen_fallbacks.py`) is
 //!
 //! ```text

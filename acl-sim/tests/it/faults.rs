@@ -74,7 +74,7 @@ fn every_failing_allocation_of_a_call_reaches_the_caller_as_207001_and_leaks_not
         sim::clear_faults();
         // Known gap (reported, not fixed here): when the *workspace* allocation fails, the
         // executor `GetWorkspaceSize` produced is never launched and stays live — on CANN too
-        // (`two_stage` in cann/src/acl/ops.rs would need `aclDestroyAclOpExecutor`, which
+        // (`two_stage` in cann/src/acl/aclnn/call.rs would need `aclDestroyAclOpExecutor`, which
         // the ABI table does not declare). Everything else must be back at its baseline.
         let now = sim::LiveHandles {
             executors: baseline.executors,

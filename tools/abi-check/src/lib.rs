@@ -7,8 +7,9 @@
 //! ([`functions`]), so every runtime / nnopbase function and both stages of every aclnn op are
 //! listed without a second list that could drift. Each prototype is turned into C++ types by
 //! the *compiler's* view of the Rust type ([`CType`], [`CFn`]: `*const *const AclTensor` becomes
-//! `aclTensor const * const *`, `u64` becomes `uint64_t`), not by parsing `ffi.rs`, so type
-//! aliases (`T`, `IA`, `Ws`, …) are resolved exactly as rustc resolves them. The enum values
+//! `aclTensor const * const *`, `u64` becomes `uint64_t`), not by parsing
+//! `cann/src/acl/ffi/`, so type aliases (`T`, `IA`, `Ws`, …) are resolved exactly as rustc
+//! resolves them. The enum values
 //! and status codes are read from the same crate ([`constants`]): `ffi.rs`'s constants, every
 //! `DataType` / `Format` variant (through `from_raw`), and every named code of `status_name`.
 //!
@@ -768,7 +769,7 @@ mod tests {
         for m in Mutation::self_check_set() {
             let mut fns = functions();
             // The declarations stay those of the unmutated table: only the transcription is
-            // wrong, as when ffi.rs declares a wrong width.
+            // wrong, as when a prototype in `cann/src/acl/ffi/` declares a wrong width.
             let prelude = Prelude::Headers(self_declarations(&fns, &constants));
             m.apply(&mut fns).unwrap();
             let src = check_source(&fns, &constants, &prelude, &[]);
