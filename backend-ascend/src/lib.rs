@@ -29,6 +29,7 @@ mod grouped_matmul;
 pub mod memory;
 mod ops;
 mod optim;
+pub mod profile;
 pub mod qtensor;
 pub mod tensor;
 
@@ -43,3 +44,5 @@ pub use memory::{
 pub use optim::adamw_step_in_place;
 pub use qtensor::AscendQTensor;
 pub use tensor::AscendTensor;
+// The error of the collectives ([`collective::ProcessGroup`]), for callers that map it.
+pub use burn_ascend_cann::hccl::HcclError;

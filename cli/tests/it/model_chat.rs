@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Int, Tensor, TensorData};
-use burn_ascend_model::chat::instruct::{chat_stop_ids, prompt_ids};
-use burn_ascend_model::data::training_packer;
+use burn_ascend_model::load::chat::instruct::{chat_stop_ids, prompt_ids};
+use burn_ascend_model::load::data::training_packer;
 use burn_ascend_model::train::{init_model, train, Init, TrainOptions};
 use burn_ascend_model::{ChatTemplate, Tokenizer};
 
@@ -220,7 +220,7 @@ fn chat_generation_prefills_the_generation_prompt_and_stops_at_the_end_of_turn()
 
 #[test]
 fn long_conversations_are_windowed_onto_assistant_tokens_and_masks_follow_concatenation() {
-    use burn_ascend_model::ddp::concat_batches;
+    use burn_ascend_model::load::data::concat_batches;
     let ck = chat_checkpoint();
     let tokenizer = Tokenizer::from_file(&ck.path().join("tokenizer.json")).unwrap();
     // Sequences of at most 8 tokens out of conversations of 40 to 90: every window must still
@@ -257,7 +257,7 @@ fn long_conversations_are_windowed_onto_assistant_tokens_and_masks_follow_concat
 fn masked_loss_matches_f64<B: burn::tensor::backend::AutodiffBackend>(device: &B::Device) {
     use burn_ascend_model::train::masked_cross_entropy;
     let (t, v) = (6, 5);
-    let mut rng = burn_ascend_model::data::SplitMix(11);
+    let mut rng = burn_ascend_model::load::data::SplitMix(11);
     let logits: Vec<f32> = (0..t * v)
         .map(|_| (rng.unit() * 6.0 - 3.0) as f32)
         .collect();

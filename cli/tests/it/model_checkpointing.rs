@@ -10,9 +10,9 @@ use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
 
 use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
-use burn_ascend_model::checkpointing::loss_and_grads;
-use burn_ascend_model::config::{LayerType, RopeScaling};
-use burn_ascend_model::lora::{attach, freeze_base, LoraSettings, LoraTarget};
+use burn_ascend_model::load::config::{LayerType, RopeScaling};
+use burn_ascend_model::model::lora::{attach, freeze_base, LoraSettings, LoraTarget};
+use burn_ascend_model::train::recompute::loss_and_grads;
 use burn_ascend_model::{cross_entropy_fused, ModelConfig, Transformer};
 
 /// Sinks, a sliding-window layer, q/k norms, biases and tied embeddings: every kind of
@@ -207,7 +207,11 @@ fn finetune_checkpointing_trains_the_same_losses_and_refuses_what_it_cannot_do()
     let ckpt = tmp.path().join("start");
     tiny_checkpoint(&ckpt);
     let data = tmp.path().join("data.txt");
-    std::fs::write(&data, &burn_ascend_model::data::BUNDLED_CORPUS[..3000]).unwrap();
+    std::fs::write(
+        &data,
+        &burn_ascend_model::load::data::BUNDLED_CORPUS[..3000],
+    )
+    .unwrap();
     let run = |name: &str, extra: &[&str]| -> (ExampleRun, std::path::PathBuf) {
         let out = tmp.path().join(name);
         let mut args = vec![

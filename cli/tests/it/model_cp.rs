@@ -16,12 +16,12 @@ use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use burn_ascend::backend::collective::{simulate_devices, ProcessGroup};
 use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
 use burn_ascend::AttentionBackend;
-use burn_ascend_model::config::{LayerType, RopeScaling};
-use burn_ascend_model::cp::gather::test_hooks;
-use burn_ascend_model::cp::{
+use burn_ascend_model::load::config::{LayerType, RopeScaling};
+use burn_ascend_model::load::data::SplitMix;
+use burn_ascend_model::parallel::cp::gather::test_hooks;
+use burn_ascend_model::parallel::cp::{
     rank_loss, replicate, sum_gradients, Comm, CpBackend, HcclComm, HostComm, RankStep,
 };
-use burn_ascend_model::data::SplitMix;
 use burn_ascend_model::{cross_entropy, ModelConfig, PackedBatch, Transformer};
 
 /// Loss tolerance of the issue.
@@ -404,16 +404,16 @@ fn long_mode_16k_tokens_cp_2_and_4_match_one_device() {
 /// trained on each step's two batches at once.
 #[test]
 fn cp_2_by_data_parallel_2_trains_as_one_device_on_the_global_batch() {
-    use burn_ascend_model::cp::{train_context_parallel, RankComms};
-    use burn_ascend_model::data::documents_from_text;
+    use burn_ascend_model::load::data::documents_from_text;
+    use burn_ascend_model::parallel::cp::{train_context_parallel, RankComms};
     use burn_ascend_model::train::{train_with, Batches, TrainOptions, TrainState};
     use burn_ascend_model::{Packer, Tokenizer};
     let _g = serial();
     type B = Autodiff<NdArray>;
     let device = Default::default();
     let m = model::<B>(&device);
-    burn_ascend_model::ddp::materialize(&m);
-    let docs = documents_from_text(&burn_ascend_model::data::BUNDLED_CORPUS[..20_000]);
+    burn_ascend_model::parallel::ddp::materialize(&m);
+    let docs = documents_from_text(&burn_ascend_model::load::data::BUNDLED_CORPUS[..20_000]);
     let packer = Packer::new(&docs, &Tokenizer::Bytes, 64, 32, 5).unwrap();
     let dir = std::env::temp_dir().join(format!("burn-ascend-cp2x2-{}", std::process::id()));
     let opts = |out: &str| TrainOptions {
@@ -458,7 +458,8 @@ fn cp_2_by_data_parallel_2_trains_as_one_device_on_the_global_batch() {
     )
     .unwrap();
     // Checkpoints record the data-parallel ranks only (the CP degree is not part of them).
-    let published = burn_ascend_model::run_checkpoint::Published::open(&dir.join("cp")).unwrap();
+    let published =
+        burn_ascend_model::run_state::published::Published::open(&dir.join("cp")).unwrap();
     let saved = TrainState::load(&published.dir).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!((cp_state.step, saved.devices), (3, 2));
@@ -474,8 +475,8 @@ fn cp_2_by_data_parallel_2_trains_as_one_device_on_the_global_batch() {
 /// third, give one device's three losses.
 #[test]
 fn a_cp_2_checkpoint_resumes_on_one_device_as_if_one_device_had_trained_it() {
-    use burn_ascend_model::cp::{train_context_parallel, RankComms};
-    use burn_ascend_model::data::documents_from_text;
+    use burn_ascend_model::load::data::documents_from_text;
+    use burn_ascend_model::parallel::cp::{train_context_parallel, RankComms};
     use burn_ascend_model::train::{
         init_model, train_with, Batches, Init, TrainOptions, TrainState,
     };
@@ -484,8 +485,8 @@ fn a_cp_2_checkpoint_resumes_on_one_device_as_if_one_device_had_trained_it() {
     type B = Autodiff<NdArray>;
     let device = Default::default();
     let m = model::<B>(&device);
-    burn_ascend_model::ddp::materialize(&m);
-    let docs = documents_from_text(&burn_ascend_model::data::BUNDLED_CORPUS[..20_000]);
+    burn_ascend_model::parallel::ddp::materialize(&m);
+    let docs = documents_from_text(&burn_ascend_model::load::data::BUNDLED_CORPUS[..20_000]);
     let packer = Packer::new(&docs, &Tokenizer::Bytes, 64, 32, 7).unwrap();
     let dir = std::env::temp_dir().join(format!("burn-ascend-cp-resume-{}", std::process::id()));
     let opts = |out: &str, stop_after| TrainOptions {

@@ -12,12 +12,11 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend::backend::collective::{simulate_devices, ProcessGroup};
 use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
-use burn_ascend_model::config::{LayerType, RopeScaling};
-use burn_ascend_model::data::documents_from_text;
-use burn_ascend_model::ddp::{
-    concat_batches, materialize, test_hooks, train_data_parallel, DataParallel, GradientSync,
-};
-use burn_ascend_model::train::{train_with, Batches, TrainOptions, TrainState};
+use burn_ascend_model::load::config::{LayerType, RopeScaling};
+use burn_ascend_model::load::data::{concat_batches, documents_from_text};
+use burn_ascend_model::parallel::ddp::{materialize, test_hooks, DataParallel};
+use burn_ascend_model::parallel::ranks::train_data_parallel;
+use burn_ascend_model::train::{train_with, Batches, GradientSync, TrainOptions, TrainState};
 use burn_ascend_model::{cross_entropy, ModelConfig, PackedBatch, Packer, Tokenizer, Transformer};
 
 type B = Autodiff<Ascend>;
@@ -83,7 +82,7 @@ pub(crate) fn replicas_from(first: u32, n: u32) -> Vec<Transformer<B>> {
 }
 
 pub(crate) fn packer() -> Packer {
-    let docs = documents_from_text(&burn_ascend_model::data::BUNDLED_CORPUS[..20_000]);
+    let docs = documents_from_text(&burn_ascend_model::load::data::BUNDLED_CORPUS[..20_000]);
     Packer::new(&docs, &Tokenizer::Bytes, 64, 32, 5).unwrap()
 }
 
@@ -309,7 +308,7 @@ fn a_data_parallel_checkpoint_is_written_by_rank_zero_and_resumes_exactly_with_t
     .unwrap();
     assert_eq!(first.state.losses.len(), 2);
     // The published checkpoint records the rank count.
-    let saved = burn_ascend_model::run_checkpoint::Published::open(&out).unwrap();
+    let saved = burn_ascend_model::run_state::published::Published::open(&out).unwrap();
     let state: serde_json::Value =
         serde_json::from_slice(&saved.read("state.json").unwrap()).unwrap();
     assert_eq!(state["devices"], 2);

@@ -10,8 +10,8 @@ use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend::backend::{fallback_counts, Ascend, AscendDevice};
 use burn_ascend::kernels::reference::fused::rotary as rotary_ref;
 use burn_ascend::{rotary_embedding, AttentionBackend, RotaryMode};
-use burn_ascend_model::config::{LayerType, RopeScaling};
-use burn_ascend_model::rope::Rope;
+use burn_ascend_model::load::config::{LayerType, RopeScaling};
+use burn_ascend_model::model::rope::Rope;
 use burn_ascend_model::{cross_entropy, cross_entropy_fused, ModelConfig, Transformer};
 
 type A = Autodiff<Ascend>;

@@ -4,8 +4,8 @@
 use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn_ascend::AttendPath;
-use burn_ascend_model::config::{LayerType, RopeScaling};
-use burn_ascend_model::data::SplitMix;
+use burn_ascend_model::load::config::{LayerType, RopeScaling};
+use burn_ascend_model::load::data::SplitMix;
 use burn_ascend_model::{
     generate_batch, max_logit_gap, Generator, ModelConfig, Sampling, Transformer,
 };
@@ -125,7 +125,7 @@ fn cached_decoding_through_fused_inference_attention_equals_full_recompute() {
 #[test]
 fn serving_on_the_ascend_simulation_matches_ndarray() {
     use burn_ascend::backend::{fallback_count, Ascend, AscendDevice};
-    use burn_ascend_model::checkpoint::{load_hf, save_hf};
+    use burn_ascend_model::model::hf_checkpoint::{load_hf, save_hf};
 
     for (cfg, path) in [
         (tiny(true, Some(5)), AttendPath::PromptIncre),

@@ -1,5 +1,5 @@
-//! gpt-oss's mixture-of-experts block (`burn_ascend_model::moe`), its MXFP4 dequantization
-//! (`burn_ascend_model::mxfp4`) and its `config.json` reading. The whole-model cases
+//! gpt-oss's mixture-of-experts block (`burn_ascend_model::model::moe`), its MXFP4 dequantization
+//! (`burn_ascend_model::model::mxfp4`) and its `config.json` reading. The whole-model cases
 //! (`gpt_oss`, `gpt_oss_mxfp4`: logits, bf16, greedy, loss and gradients against
 //! transformers) are `model_hf`'s; the comparison with OpenAI's reference implementation is
 //! here.
@@ -29,7 +29,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Element, Int, Tensor, TensorData};
 use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::GroupedMatmulBackend;
-use burn_ascend_model::moe::Moe;
+use burn_ascend_model::model::moe::Moe;
 use burn_ascend_model::{ModelConfig, Transformer};
 use safetensors::{Dtype, SafeTensors};
 
@@ -350,7 +350,7 @@ fn mxfp4_experts_dequantize_bit_for_bit_as_transformers() {
         let (blocks, bs) = bytes(&st, &format!("mxfp4.blocks.{proj}"));
         let (scales, ss) = bytes(&st, &format!("mxfp4.scales.{proj}"));
         let (got, shape) =
-            burn_ascend_model::mxfp4::dequantize(proj, &blocks, &bs, &scales, &ss).unwrap();
+            burn_ascend_model::model::mxfp4::dequantize(proj, &blocks, &bs, &scales, &ss).unwrap();
         let want = st.tensor(&format!("mxfp4.{proj}")).unwrap();
         assert_eq!(shape, want.shape(), "{proj}");
         let want: Vec<u32> = want
@@ -366,10 +366,15 @@ fn mxfp4_experts_dequantize_bit_for_bit_as_transformers() {
 
 #[test]
 fn mxfp4_blocks_and_scales_of_mismatched_shapes_are_an_error() {
-    let e =
-        burn_ascend_model::mxfp4::dequantize("w", &[0; 32], &[1, 2, 1, 16], &[0; 3], &[1, 3, 1])
-            .unwrap_err()
-            .to_string();
+    let e = burn_ascend_model::model::mxfp4::dequantize(
+        "w",
+        &[0; 32],
+        &[1, 2, 1, 16],
+        &[0; 3],
+        &[1, 3, 1],
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("w: blocks must be"), "{e}");
 }
 
@@ -400,7 +405,8 @@ fn packed_logits<Bk: burn_ascend::AttentionBackend>(
     device: &Bk::Device,
 ) -> (Vec<f64>, Vec<f64>) {
     let (ids, [b, s], reference) = expected(case, "logits_openai_ref");
-    let m = burn_ascend_model::checkpoint::load_hf::<Bk>(&case_dir(case), device).unwrap();
+    let m =
+        burn_ascend_model::model::hf_checkpoint::load_hf::<Bk>(&case_dir(case), device).unwrap();
     let cu: Vec<i64> = (0..=b).map(|i| (i * s) as i64).collect();
     let tokens = Tensor::<Bk, 1, Int>::from_data(TensorData::new(ids, [b * s]), device);
     (to_f64(m.forward_packed(tokens, &cu).unwrap()), reference)
@@ -448,10 +454,11 @@ fn a_gpt_oss_model_saved_in_our_format_reloads_to_the_same_logits() {
     type B = NdArray;
     let device = Default::default();
     let m =
-        burn_ascend_model::checkpoint::load_hf::<B>(&case_dir("gpt_oss_mxfp4"), &device).unwrap();
+        burn_ascend_model::model::hf_checkpoint::load_hf::<B>(&case_dir("gpt_oss_mxfp4"), &device)
+            .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    burn_ascend_model::checkpoint::save_hf(&m, dir.path()).unwrap();
-    let back = burn_ascend_model::checkpoint::load_hf::<B>(dir.path(), &device).unwrap();
+    burn_ascend_model::model::hf_checkpoint::save_hf(&m, dir.path()).unwrap();
+    let back = burn_ascend_model::model::hf_checkpoint::load_hf::<B>(dir.path(), &device).unwrap();
     let mut want = m.config.clone();
     // Saved dequantized, in f32.
     want.moe.as_mut().unwrap().mxfp4 = false;
@@ -475,7 +482,7 @@ fn config_of(v: &serde_json::Value) -> Result<ModelConfig, String> {
 
 #[test]
 fn gpt_oss_configs_read_as_transformers_reads_them() {
-    use burn_ascend_model::config::{LayerType, MoeConfig, RopeScaling};
+    use burn_ascend_model::load::config::{LayerType, MoeConfig, RopeScaling};
     let c = config_of(&read_json(&case_dir("gpt_oss").join("config.json"))).unwrap();
     assert_eq!(
         c.moe,
@@ -520,7 +527,7 @@ fn gpt_oss_configs_read_as_transformers_reads_them() {
 
 #[test]
 fn missing_gpt_oss_keys_take_gpt_oss_config_defaults() {
-    use burn_ascend_model::config::{LayerType, RopeScaling};
+    use burn_ascend_model::load::config::{LayerType, RopeScaling};
     let v = serde_json::json!({
         "model_type": "gpt_oss", "vocab_size": 8, "hidden_size": 32, "intermediate_size": 8,
         "num_hidden_layers": 3, "num_attention_heads": 64,
@@ -562,7 +569,7 @@ fn assert_refused(msg: &str, key: &str) {
 
 #[test]
 fn output_router_logits_is_refused_when_training_as_the_auxiliary_loss_is_not_implemented() {
-    use burn_ascend_model::data::documents_from_text;
+    use burn_ascend_model::load::data::documents_from_text;
     use burn_ascend_model::train::{train, TrainOptions, TrainState};
     use burn_ascend_model::{Packer, Tokenizer};
     let mut v = read_json(&case_dir("gpt_oss").join("config.json"));
@@ -570,7 +577,7 @@ fn output_router_logits_is_refused_when_training_as_the_auxiliary_loss_is_not_im
     let c = config_of(&v).unwrap();
     let device = Default::default();
     // Inference: the same logits, the flag only adds a loss term in training.
-    let m = burn_ascend_model::checkpoint::load_weights::<Autodiff<NdArray>>(
+    let m = burn_ascend_model::model::hf_checkpoint::load_weights::<Autodiff<NdArray>>(
         &case_dir("gpt_oss"),
         c,
         &device,
@@ -643,9 +650,12 @@ fn mxfp4_tensors_without_quantization_config_are_refused() {
     let mut v = read_json(&src.join("config.json"));
     v.as_object_mut().unwrap().remove("quantization_config");
     std::fs::write(dir.path().join("config.json"), v.to_string()).unwrap();
-    let e = burn_ascend_model::checkpoint::load_hf::<NdArray>(dir.path(), &Default::default())
-        .unwrap_err()
-        .to_string();
+    let e = burn_ascend_model::model::hf_checkpoint::load_hf::<NdArray>(
+        dir.path(),
+        &Default::default(),
+    )
+    .unwrap_err()
+    .to_string();
     assert_refused(&e, "tensor model.layers.");
     assert!(e.contains("has dtype U8"), "{e}");
 }

@@ -14,9 +14,9 @@ use burn_ascend::backend::graph::{
     capture, reserve_workspace, task_group, update_task_group, GraphError,
 };
 use burn_ascend::backend::{reserve_small, Ascend, AscendDevice, AscendKind};
-use burn_ascend_model::config::{LayerType, RopeScaling};
-use burn_ascend_model::data::SplitMix;
-use burn_ascend_model::generate_graph::DecodeGraph;
+use burn_ascend_model::load::config::{LayerType, RopeScaling};
+use burn_ascend_model::load::data::SplitMix;
+use burn_ascend_model::serve::generate_graph::DecodeGraph;
 use burn_ascend_model::{
     generate_batch, generate_batch_graph, Generator, ModelConfig, Sampling, Transformer,
 };
@@ -325,7 +325,7 @@ fn generate_half_precision_attention_on_the_cpu_is_refused_naming_the_flag() {
 fn graph_decoding_of_a_mixture_of_experts_model_is_refused_naming_it() {
     let (_guard, device) = device_11();
     let cfg = ModelConfig {
-        moe: Some(burn_ascend_model::config::MoeConfig {
+        moe: Some(burn_ascend_model::load::config::MoeConfig {
             num_local_experts: 4,
             num_experts_per_tok: 2,
             swiglu_limit: 7.0,

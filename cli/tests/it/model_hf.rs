@@ -32,9 +32,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
-use burn_ascend_model::checkpoint::{load_weights, named_grads};
-use burn_ascend_model::config::{LayerType, RopeScaling};
-use burn_ascend_model::data::SplitMix;
+use burn_ascend_model::load::config::{LayerType, RopeScaling};
+use burn_ascend_model::load::data::SplitMix;
+use burn_ascend_model::model::hf_checkpoint::{load_weights, named_grads};
 use burn_ascend_model::{
     cross_entropy, generate_batch, Generator, ModelConfig, Sampling, Transformer,
 };
@@ -655,7 +655,7 @@ fn a_rope_key_its_type_does_not_read_is_refused() {
 
 #[test]
 fn attention_dropout_is_refused_when_training() {
-    use burn_ascend_model::data::documents_from_text;
+    use burn_ascend_model::load::data::documents_from_text;
     use burn_ascend_model::train::{train, TrainOptions, TrainState};
     use burn_ascend_model::{Packer, Tokenizer};
     let dir = tempfile::tempdir().unwrap();
@@ -694,9 +694,12 @@ fn a_tensor_the_config_has_no_place_for_is_refused() {
     let mut v = read_json(&src.join("config.json"));
     v["attention_bias"] = false.into();
     std::fs::write(dir.path().join("config.json"), v.to_string()).unwrap();
-    let e = burn_ascend_model::checkpoint::load_hf::<NdArray>(dir.path(), &Default::default())
-        .unwrap_err()
-        .to_string();
+    let e = burn_ascend_model::model::hf_checkpoint::load_hf::<NdArray>(
+        dir.path(),
+        &Default::default(),
+    )
+    .unwrap_err()
+    .to_string();
     assert_refused(&e, "tensor model.layers.0.self_attn.");
 }
 
@@ -704,7 +707,7 @@ fn a_tensor_the_config_has_no_place_for_is_refused() {
 
 #[test]
 fn finetuning_a_pretrained_fixture_starts_at_its_pretrained_loss_and_lowers_it() {
-    use burn_ascend_model::data::{documents_from_text, BUNDLED_CORPUS};
+    use burn_ascend_model::load::data::{documents_from_text, BUNDLED_CORPUS};
     use burn_ascend_model::train::{init_model, train, Init, TrainOptions};
     use burn_ascend_model::{Packer, Tokenizer};
     type A = Autodiff<NdArray>;
@@ -764,8 +767,8 @@ fn finetuning_a_pretrained_fixture_starts_at_its_pretrained_loss_and_lowers_it()
 
 #[test]
 fn generation_stops_at_the_checkpoints_end_of_sequence_token() {
-    use burn_ascend_model::checkpoint::eos_token_ids;
     use burn_ascend_model::generate_batch_until;
+    use burn_ascend_model::load::config::eos_token_ids;
     let e = expected("llama");
     // The fixture's config has `eos_token_id: null`: no stop token, generation runs to its
     // length. A copy whose generation_config.json names greedy[0][3] stops there.

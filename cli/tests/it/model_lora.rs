@@ -9,10 +9,10 @@ use burn::backend::{Autodiff, NdArray};
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::{Int, Tensor, TensorData};
-use burn_ascend_model::checkpoint::{load_hf, named_weights};
-use burn_ascend_model::data::documents_from_text;
-use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};
-use burn_ascend_model::peft::{self, init_lora, load_adapter, save_adapter};
+use burn_ascend_model::load::data::documents_from_text;
+use burn_ascend_model::model::hf_checkpoint::{load_hf, named_weights};
+use burn_ascend_model::model::lora::{self, LoraSettings, LoraTarget};
+use burn_ascend_model::model::peft::{self, init_lora, load_adapter, save_adapter};
 use burn_ascend_model::train::{train, TrainOptions, TrainState};
 use burn_ascend_model::{cross_entropy, Packer, Tokenizer, Transformer};
 use safetensors::SafeTensors;
@@ -213,7 +213,7 @@ fn unknown_lora_target_and_peft_features_we_lack_are_refused_naming_them() {
 
 /// The bundled text upper-cased and cut to bytes below the fixture's vocabulary of 96.
 fn docs() -> Vec<String> {
-    let text: String = burn_ascend_model::data::BUNDLED_CORPUS[..12_000]
+    let text: String = burn_ascend_model::load::data::BUNDLED_CORPUS[..12_000]
         .to_uppercase()
         .chars()
         .map(|c| if (c as u32) < 96 { c } else { ' ' })
@@ -286,7 +286,7 @@ fn lora_finetuning_lowers_the_loss_and_leaves_the_base_bit_identical() {
     assert_eq!(base_weights(&model), before, "a base weight changed");
     // Only the adapters were saved, in PEFT's format, in the published checkpoint (and
     // exported into the run's folder for `generate --adapter`).
-    let published = burn_ascend_model::run_checkpoint::Published::open(out.path()).unwrap();
+    let published = burn_ascend_model::run_state::published::Published::open(out.path()).unwrap();
     for f in [
         "adapter_config.json",
         "adapter_model.safetensors",
@@ -319,7 +319,7 @@ fn optimizer_state_holds_only_the_adapter_tensors() {
         .flat_map(|(_, _, a)| [a.lora_a.id.to_string(), a.lora_b.id.to_string()])
         .collect();
     assert_eq!(adapter_ids.len(), 2 * 3 * 2);
-    let mut optim = burn_ascend_model::optim::FusedAdamW::<Ad>::new(1e-4)
+    let mut optim = burn_ascend_model::train::optim::FusedAdamW::<Ad>::new(1e-4)
         .unwrap()
         .init::<Transformer<Ad>>();
     let ids: Vec<i64> = (0..32).map(|i| (i * 7 % 90) as i64).collect();
@@ -369,7 +369,7 @@ fn resumed_lora_run_continues_the_loss_curve_exactly() {
 fn lora_data_parallel_all_reduces_only_adapter_gradients_and_tracks_one_device() {
     use burn_ascend::backend::collective::simulate_devices;
     use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
-    use burn_ascend_model::ddp::train_data_parallel;
+    use burn_ascend_model::parallel::ranks::train_data_parallel;
     use burn_ascend_model::train::{train_with, Batches};
     type S = Autodiff<Ascend>;
     // The data-parallel mutation switches are process-wide: take turns with model_ddp.
@@ -456,8 +456,8 @@ fn base_weights_on<Bk: burn::tensor::backend::AutodiffBackend>(
 fn lora_under_zero_two_shards_only_the_adapters_and_gives_the_data_parallel_losses() {
     use burn_ascend::backend::collective::simulate_devices;
     use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
-    use burn_ascend_model::ddp::{train_data_parallel, train_zero};
-    use burn_ascend_model::zero::ZeroStage;
+    use burn_ascend_model::parallel::ranks::{train_data_parallel, train_zero};
+    use burn_ascend_model::parallel::zero::ZeroStage;
     type S = Autodiff<Ascend>;
     if std::env::var_os("BURN_ASCEND_LONG").is_none() {
         return;

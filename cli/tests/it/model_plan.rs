@@ -5,9 +5,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use burn_ascend::backend::collective::simulate_devices;
 use burn_ascend::backend::{AscendDevice, AscendKind};
-use burn_ascend_model::config::{LayerType, RopeScaling};
-use burn_ascend_model::lora::LoraTarget;
-use burn_ascend_model::plan::{measure_peak, measure_peak_with, plan, PlanSpec};
+use burn_ascend_model::load::config::{LayerType, RopeScaling};
+use burn_ascend_model::model::lora::LoraTarget;
+use burn_ascend_model::parallel::plan::{measure_peak, measure_peak_with, plan, PlanSpec};
 use burn_ascend_model::ModelConfig;
 
 fn cfg(hidden: usize, inter: usize, layers: usize, vocab: usize) -> ModelConfig {
@@ -54,14 +54,14 @@ struct KernelsOff;
 
 impl KernelsOff {
     fn new() -> Self {
-        burn_ascend_model::dispatch::set_kernels(false);
+        burn_ascend_model::profile::set_kernels(false);
         Self
     }
 }
 
 impl Drop for KernelsOff {
     fn drop(&mut self) {
-        burn_ascend_model::dispatch::set_kernels(true);
+        burn_ascend_model::profile::set_kernels(true);
     }
 }
 

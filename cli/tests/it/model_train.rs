@@ -8,9 +8,9 @@ use burn::backend::{Autodiff, NdArray};
 use burn::module::{AutodiffModule, Module, Param};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
-use burn_ascend_model::checkpoint::{load_hf, save_hf};
-use burn_ascend_model::config::{LayerType, RopeScaling};
-use burn_ascend_model::data::{documents_from_text, SplitMix};
+use burn_ascend_model::load::config::{LayerType, RopeScaling};
+use burn_ascend_model::load::data::{documents_from_text, SplitMix};
+use burn_ascend_model::model::hf_checkpoint::{load_hf, save_hf};
 use burn_ascend_model::train::{init_model, train, Init, TrainOptions};
 use burn_ascend_model::{cross_entropy, ModelConfig, Packer, Tokenizer, Transformer};
 
@@ -360,7 +360,7 @@ fn hugging_face_checkpoint_loads_with_its_tokenizer_and_trains() {
 #[test]
 fn resumed_run_continues_the_loss_curve_exactly() {
     let device = Default::default();
-    let docs = documents_from_text(&burn_ascend_model::data::BUNDLED_CORPUS[..20_000]);
+    let docs = documents_from_text(&burn_ascend_model::load::data::BUNDLED_CORPUS[..20_000]);
     // Both runs start from one saved initialisation: Burn's global RNG is shared with tests
     // running in parallel, so seeding it would not make two fresh models equal.
     let start = tempfile::tempdir().unwrap();
@@ -449,7 +449,7 @@ fn bad_checkpoints_data_and_cache_options_get_typed_errors() {
     // data: JSONL without a "text" string; no document of two tokens.
     let jsonl = dir.path().join("d.jsonl");
     std::fs::write(&jsonl, "{\"text\": \"ok\"}\n{\"body\": 1}\n").unwrap();
-    let e = burn_ascend_model::data::load_documents(&jsonl).unwrap_err();
+    let e = burn_ascend_model::load::data::load_documents(&jsonl).unwrap_err();
     assert!(e.to_string().contains("invalid --data: line 2"), "{e}");
     let e = Packer::new(&["x".to_string()], &Tokenizer::Bytes, 64, 16, 1).unwrap_err();
     assert!(e.to_string().contains("invalid --data"), "{e}");
@@ -490,7 +490,7 @@ fn bf16_mixed_precision_on_ascend_tracks_the_f32_run_and_keeps_f32_master_weight
     use burn_ascend::backend::{Ascend, AscendDevice};
     type A = Autodiff<Ascend>;
     let device = AscendDevice::sim();
-    let docs = documents_from_text(&burn_ascend_model::data::BUNDLED_CORPUS[..20_000]);
+    let docs = documents_from_text(&burn_ascend_model::load::data::BUNDLED_CORPUS[..20_000]);
     let start = tempfile::tempdir().unwrap();
     let cfg = tiny(true, Some(9), false, false);
     save_hf(

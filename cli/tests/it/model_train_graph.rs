@@ -15,11 +15,11 @@ use burn_ascend::backend::graph::{
 use burn_ascend::backend::{adamw_step_in_place, Ascend, AscendDevice, AscendKind, AscendTensor};
 use burn_ascend::AdamWHyper;
 use burn_ascend_cli::args::FinetuneArgs;
-use burn_ascend_model::config::LayerType;
-use burn_ascend_model::data::{documents_from_text, BUNDLED_CORPUS};
-use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};
+use burn_ascend_model::load::config::LayerType;
+use burn_ascend_model::load::data::{documents_from_text, BUNDLED_CORPUS};
+use burn_ascend_model::model::lora::{self, LoraSettings, LoraTarget};
+use burn_ascend_model::train::graph::{train_graph, GraphTrainStats};
 use burn_ascend_model::train::{train, TrainOptions, TrainState};
-use burn_ascend_model::train_graph::{train_graph, GraphTrainStats};
 use burn_ascend_model::{ModelConfig, Packer, Tokenizer, Transformer};
 use clap::Parser;
 
@@ -497,7 +497,7 @@ fn captured_steps_on_chat_data_weight_the_loss_by_the_assistant_mask_as_the_eage
                 let ids: Vec<u32> = d.bytes().take(40).map(u32::from).collect();
                 let from = ids.len() / 2 - i % 5;
                 let assistant = (0..ids.len()).map(|j| j >= from).collect();
-                burn_ascend_model::chat::instruct::ChatExample { ids, assistant }
+                burn_ascend_model::load::chat::instruct::ChatExample { ids, assistant }
             })
             .collect();
         Packer::chat(examples, 48, 16, 5).unwrap().with_fixed_rows()

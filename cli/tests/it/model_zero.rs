@@ -11,16 +11,16 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{memory_stats, Ascend, AscendDevice};
-use burn_ascend_model::ddp::{train_data_parallel, train_zero};
-use burn_ascend_model::optim::{grad_norm_squared, FusedAdamW};
-use burn_ascend_model::run_checkpoint::Published;
+use burn_ascend_model::parallel::ranks::{train_data_parallel, train_zero};
+use burn_ascend_model::parallel::zero::record::OptimizerRecord;
+use burn_ascend_model::parallel::zero::{ShardedOptimizer, Zero, ZeroStage};
+use burn_ascend_model::run_state::published::Published;
+use burn_ascend_model::train::optim::{grad_norm_squared, FusedAdamW};
 use burn_ascend_model::train::{init_model, Init, TrainOptions, TrainState};
-use burn_ascend_model::zero::record::OptimizerRecord;
-use burn_ascend_model::zero::{ShardedOptimizer, Zero, ZeroStage};
 use burn_ascend_model::{cross_entropy, Transformer};
 
 use crate::model_ddp::{cfg, device, opts, packer, replicas, replicas_from, serial};
-use burn_ascend_model::plan::{plan, PlanSpec};
+use burn_ascend_model::parallel::plan::{plan, PlanSpec};
 
 type B = Autodiff<Ascend>;
 
@@ -396,7 +396,11 @@ fn finetune(dir: &std::path::Path, extra: &[&str]) -> crate::model_examples::Exa
         crate::model_examples::tiny_checkpoint(&ckpt);
     }
     let data = dir.join("data.txt");
-    std::fs::write(&data, &burn_ascend_model::data::BUNDLED_CORPUS[..3000]).unwrap();
+    std::fs::write(
+        &data,
+        &burn_ascend_model::load::data::BUNDLED_CORPUS[..3000],
+    )
+    .unwrap();
     let out = dir.join("out");
     let mut args = vec![
         "--checkpoint",
