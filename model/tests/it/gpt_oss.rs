@@ -48,7 +48,7 @@ const FD_REL: f64 = 1e-6;
 /// The aclnn op the experts' matmuls dispatch to on `Ascend`.
 const GMM: &str = "aclnnGroupedMatmulV4";
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/hf");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf");
 
 /// transformers' `swiglu_limit` / `swiglu_alpha` of the fixture (its config.json).
 const LIMIT: f64 = 7.0;

@@ -184,7 +184,7 @@ fn the_attend_path_can_only_change_before_the_first_sequence() {
 fn f16_and_bf16_serving_through_fia_sends_a_bf16_sink_and_tracks_the_f32_logits() {
     use burn::tensor::FloatDType;
     use burn_ascend::backend::{fallback_count, Ascend, AscendDevice};
-    use burn_ascend_cann::acl::DataType;
+    use burn_ascend::cann::acl::DataType;
 
     let cfg = tiny_d(true, Some(5), 64);
     let sim = AscendDevice::sim();

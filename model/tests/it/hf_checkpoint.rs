@@ -50,7 +50,7 @@ const LOSS: f32 = 5e-6;
 /// Each gradient tensor, relative to its largest element.
 const GRADS: f32 = 2e-5;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/hf");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf");
 
 fn case_dir(case: &str) -> PathBuf {
     Path::new(FIXTURES).join(case)

@@ -24,7 +24,7 @@ type Ad = Autodiff<NdArray>;
 const F32_LOGITS: f32 = 2e-5;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
 fn base_dir() -> PathBuf {
@@ -373,7 +373,7 @@ fn lora_data_parallel_all_reduces_only_adapter_gradients_and_tracks_one_device()
     use burn_ascend_model::train::{train_with, Batches};
     type S = Autodiff<Ascend>;
     // The data-parallel mutation switches are process-wide: take turns with model_ddp.
-    let _guard = crate::model_ddp::serial();
+    let _guard = crate::ddp::serial();
     simulate_devices(2);
     let dev = |i| AscendDevice {
         kind: AscendKind::Simulation,
@@ -462,7 +462,7 @@ fn lora_under_zero_two_shards_only_the_adapters_and_gives_the_data_parallel_loss
     if std::env::var_os("BURN_ASCEND_LONG").is_none() {
         return;
     }
-    let _guard = crate::model_ddp::serial();
+    let _guard = crate::ddp::serial();
     simulate_devices(2);
     let dev = |i| AscendDevice {
         kind: AscendKind::Simulation,

@@ -14,8 +14,8 @@ use burn_ascend_model::load::data::training_packer;
 use burn_ascend_model::train::{init_model, train, Init, TrainOptions};
 use burn_ascend_model::{ChatTemplate, Tokenizer};
 
-const CHAT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/chat");
-const HF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../model/tests/fixtures/hf");
+const CHAT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/chat");
+const HF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/hf");
 
 /// A checkpoint folder as the Hub has one: qwen3's weights and config, the chat tokenizer and
 /// the qwen2-style `tokenizer_config.json` (with its `chat_template`).
