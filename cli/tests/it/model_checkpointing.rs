@@ -1,4 +1,4 @@
-//! Per-block activation checkpointing (issue 28 item 3, `model/src/checkpointing.rs`): the
+//! Per-block activation checkpointing (`model/src/train/recompute.rs`): the
 //! same loss and gradients as keeping every activation, on NdArray and on the Ascend
 //! simulation, and the memory it saves measured on the simulation's pool.
 

@@ -1,4 +1,4 @@
-//! Context parallelism (issue 29), all-gather-KV: a step over packed sequences — some shorter
+//! Context parallelism, all-gather-KV: a step over packed sequences — some shorter
 //! than a chunk, some longer than the window — split over 2 and 4 ranks gives one device's
 //! loss within 1e-5 and its gradients (dq, dk, dv through the q/k/v projections, dsink, every
 //! other parameter) within 2e-5 of each gradient's largest magnitude, for a model of a

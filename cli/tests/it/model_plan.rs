@@ -1,4 +1,4 @@
-//! The memory plan (issue 28 item 4) against the simulation's memory-pool peak.
+//! The memory plan against the simulation's memory-pool peak.
 
 use burn_ascend_model::parallel::plan::plan;
 

@@ -1,4 +1,4 @@
-//! A captured training step on the simulation (`finetune --graph`, issue 27): eager and
+//! A captured training step on the simulation (`finetune --graph`): eager and
 //! graph runs of the same seed and fixed-row data give the same losses and weights, each
 //! replayed step is one launch, the capture rules are enforced with typed errors, and the
 //! CLI refuses what it cannot capture naming the flag.

@@ -1,4 +1,4 @@
-//! ZeRO (`--zero 1|2|3`, issue 28 item 2) on simulated devices over the simulated HCCL: the
+//! ZeRO (`--zero 1|2|3`) on simulated devices over the simulated HCCL: the
 //! sharded runs give plain data parallelism's losses and weights, each rank's AdamW state is
 //! 1/N of the replicated one's in the memory pool, the checkpoint is written whole (plain
 //! data parallelism resumes it; another rank count re-shards it exactly), and the flag's bad

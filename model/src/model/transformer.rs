@@ -16,7 +16,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 
 use crate::load::config::ModelConfig;
-use crate::model::lora::adapter::{adapted, AttentionAdapters, LoraAdapter, MlpAdapters};
+use crate::model::lora_adapter::{adapted, AttentionAdapters, LoraAdapter, MlpAdapters};
 use crate::model::moe::Moe;
 use crate::model::rope::Rope;
 use burn_ascend::{
@@ -41,7 +41,7 @@ pub struct Attention<B: Backend> {
     pub q_norm: Option<RmsNorm<B>>,
     /// Qwen3's per-head RMSNorm of k over `head_dim`, before RoPE.
     pub k_norm: Option<RmsNorm<B>>,
-    /// LoRA adapters on the projections (`lora.rs`); `None` unless attached (an `Option` so
+    /// LoRA adapters on the projections (`lora_adapter.rs`); `None` unless attached (an `Option` so
     /// that records saved before LoRA existed still load).
     pub lora: Option<AttentionAdapters<B>>,
 }
@@ -55,7 +55,7 @@ pub struct Mlp<B: Backend> {
     pub up_proj: Linear<B>,
     /// `[inter, hidden]`.
     pub down_proj: Linear<B>,
-    /// LoRA adapters on the projections (`lora.rs`); `None` unless attached (see
+    /// LoRA adapters on the projections (`lora_adapter.rs`); `None` unless attached (see
     /// [`Attention::lora`]).
     pub lora: Option<MlpAdapters<B>>,
 }
@@ -131,7 +131,7 @@ pub struct Transformer<B: Backend> {
     /// head compute in (`None`: the parameters' own). See [`Self::with_compute_dtype`].
     #[module(skip)]
     pub compute_dtype: Option<FloatDType>,
-    /// Per-block activation checkpointing in training (`checkpointing.rs`): `train` keeps
+    /// Per-block activation checkpointing in training (`train/recompute.rs`): `train` keeps
     /// only each block's input and recomputes the block in backward. The forward passes
     /// compute the same logits either way. See [`Self::with_block_checkpointing`].
     #[module(skip)]

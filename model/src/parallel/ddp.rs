@@ -1,4 +1,4 @@
-//! Data-parallel training over HCCL (issue 19): every rank trains a replica of the model on
+//! Data-parallel training over HCCL: every rank trains a replica of the model on
 //! its own device and its own packed batches; after each backward the gradients are averaged
 //! across ranks, so every replica takes the same optimizer step.
 //!

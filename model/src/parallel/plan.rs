@@ -1,4 +1,4 @@
-//! A memory plan for one training rank (issue 28): bytes for the weights, gradients, optimizer
+//! A memory plan for one training rank: bytes for the weights, gradients, optimizer
 //! state, activations and workspace of a model config, a token count per rank, a rank count, a
 //! compute precision, LoRA or a full fine-tune, a ZeRO stage and activation checkpointing —
 //! and whether that fits one Atlas A2 / A3 NPU.
@@ -7,7 +7,7 @@
 //! follows how backward runs: it frees a layer's saved activations as it produces the layer's
 //! gradients, both roughly linear in the layers done, so the peak is at one end of backward:
 //! `weights + optimizer + max(activations + head workspace, gradients + update workspace)`.
-//! With per-block activation checkpointing (`checkpointing.rs`) only the block inputs stay and
+//! With per-block activation checkpointing (`train/recompute.rs`) only the block inputs stay and
 //! one block's activations live at a time, so the peak is the largest of the head's backward,
 //! the last block's, block 0's (with the gradients) and the optimizer step (see [`plan`]).
 //! Checked against the Ascend simulation's memory-pool peak in the tests, with and without
@@ -36,7 +36,7 @@ use crate::model::transformer::{cross_entropy_fused, Transformer};
 use crate::parallel::ddp::materialize;
 use crate::train::recompute::{loss_and_grads, loss_and_grads_with};
 
-/// An Atlas A2 / A3 NPU's memory as issue 28 states it: 64 GB of HBM per device (the Ascend
+/// An Atlas A2 / A3 NPU's memory as Huawei specifies it: 64 GB of HBM per device (the Ascend
 /// 910B of Huawei's Atlas 800T A2 training server; on an A3 each die of the 910C is one
 /// device). Counted as 64 GiB, not a measured figure: the real usable size is a little lower
 /// (the runtime reserves some), so a plan near the limit should be taken as not fitting.
@@ -282,7 +282,7 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
     let whole = if zero3 { 4 * trained } else { 0 };
     let end = 3 * 4 * largest;
     let (activations, workspace, peak) = if spec.checkpointing {
-        // Per-block checkpointing (`checkpointing.rs`): the forward pass keeps each block's
+        // Per-block checkpointing (`train/recompute.rs`): the forward pass keeps each block's
         // input (f32 residual stream) and the last block's output; backward runs the head
         // first, then one block at a time from the last, each recomputed with its
         // activations, and frees each input as it goes while the gradients accumulate. So

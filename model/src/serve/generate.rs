@@ -74,7 +74,7 @@ impl<B: AttentionBackend> Generator<B> {
     /// Keys, values and queries in `dtype` in the caches and the attention ops (F16 / BF16
     /// serving), the attention's output cast back to the model's dtype; only before the first
     /// sequence. FIA then gets the sinks in the dtype its path reads on the device's CANN
-    /// release (issue 30): BF16 for every layout with an F16 or BF16 query on CANN <= 8.5.
+    /// release: BF16 for every layout with an F16 or BF16 query on CANN <= 8.5.
     pub fn with_attention_dtype(mut self, dtype: FloatDType) -> Result<Self, AttnError> {
         if !self.seqs.is_empty() {
             return Err(AttnError::invalid(
@@ -143,8 +143,8 @@ impl<B: AttentionBackend> Generator<B> {
             window: self.model.config.layer_window(layer).map(|w| w - 1),
             path: self.path,
             // The parameter's tensor, on the model's device: the backend casts it there to the
-            // dtype FIA's path reads on the device's CANN (issue 30), with no host round trip
-            // per layer and decode step (issue 25).
+            // dtype FIA's path reads on the device's CANN release, with no host round trip per
+            // layer and decode step.
             sinks: attn.sinks.as_ref().map(|s| s.val()),
         }
     }

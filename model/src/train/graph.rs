@@ -1,4 +1,4 @@
-//! A **captured training step** on one Ascend device (`finetune --graph`, issue 27): after
+//! A **captured training step** on one Ascend device (`finetune --graph`): after
 //! [`WARMUP_STEPS`] eager steps, one whole step of fixed shapes — forward, backward, the
 //! global gradient-norm clip and the fused AdamW update (`aclnnApplyAdamWV2` in place over
 //! every parameter and its moments) — is captured once into an ACL graph

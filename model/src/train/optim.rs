@@ -1,4 +1,4 @@
-//! The training optimizer (issue 27): AdamW as one backend call per parameter
+//! The training optimizer: AdamW as one backend call per parameter
 //! ([`burn_ascend::OptimBackend::adamw_step`]: `aclnnApplyAdamWV2` on Ascend, one CPU pass on
 //! NdArray) instead of Burn's `AdamW`, which composes a dozen elementwise launches per
 //! parameter; and the global gradient-norm clip of torch's `clip_grad_norm_` (transformers'

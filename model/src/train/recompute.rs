@@ -1,4 +1,4 @@
-//! Per-block activation checkpointing (issue 28 item 3): a training step that keeps only each
+//! Per-block activation checkpointing: a training step that keeps only each
 //! transformer block's input through the forward pass and, in backward, recomputes one block
 //! at a time and differentiates it.
 //!

@@ -1,4 +1,4 @@
-//! Fine-tuning on instruction data and serving with a chat template (issue 26, item 4): a
+//! Fine-tuning on instruction data and serving with a chat template: a
 //! pretrained fixture (`model/tests/fixtures/hf/qwen3`, vocabulary 96) with the chat fixture's
 //! tokenizer and Qwen2-style template (`model/tests/fixtures/chat`, made by
 //! `tools/fixtures/gen_chat_fixtures.py`; the renderings and masks are checked against

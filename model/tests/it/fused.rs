@@ -1,4 +1,4 @@
-//! The model's fused path (issue 27: RMSNorm, RoPE, SwiGLU and the loss through the fused ops)
+//! The model's fused path (RMSNorm, RoPE, SwiGLU and the loss through the fused ops)
 //! equals the unfused one on `Autodiff<Ascend>` (the simulation), where each fused op is one
 //! aclnn launch each way: the loss and every checked gradient of one step; the fused RoPE gives
 //! the composite's q and k for every RoPE variant the model reads, on Ascend and NdArray.
@@ -13,6 +13,7 @@ use burn_ascend::{rotary_embedding, AttentionBackend, RotaryMode};
 use burn_ascend_model::load::config::{LayerType, RopeScaling};
 use burn_ascend_model::model::rope::Rope;
 use burn_ascend_model::{cross_entropy, cross_entropy_fused, ModelConfig, Transformer};
+use burn_ascend_test_support::max_abs_diff;
 
 type A = Autodiff<Ascend>;
 
@@ -158,14 +159,6 @@ fn values<Bk: Backend, const D: usize>(t: Tensor<Bk, D>) -> Vec<f64> {
     t.into_data().convert::<f64>().to_vec::<f64>().unwrap()
 }
 
-fn max_diff(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
 fn wave(n: usize, k: usize) -> Vec<f32> {
     (0..n)
         .map(|i| ((i * 37 + k * 11) % 29) as f32 / 9.0 - 1.5)
@@ -191,8 +184,8 @@ fn rotary_embedding_on_ascend_matches_the_f64_reference_forward_and_backward() {
     let grads = (y.clone() * t(&w, xs)).sum().backward();
     let ry = rotary_ref::rotary_fwd(&f64s(&x), &f64s(&c), &f64s(&s), &dims, RotaryMode::Half);
     let rdx = rotary_ref::rotary_bwd(&f64s(&w), &f64s(&c), &f64s(&s), &dims, RotaryMode::Half);
-    assert!(max_diff(&values(y.inner()), &ry) < 1e-6);
-    assert!(max_diff(&values(xa.grad(&grads).unwrap()), &rdx) < 1e-6);
+    assert!(max_abs_diff(&values(y.inner()), &ry) < 1e-6);
+    assert!(max_abs_diff(&values(xa.grad(&grads).unwrap()), &rdx) < 1e-6);
     assert!(burn_ascend_acl_sim::launches("aclnnRotaryPositionEmbedding") > before.0);
     assert!(burn_ascend_acl_sim::launches("aclnnRotaryPositionEmbeddingGrad") > before.1);
 }
@@ -210,7 +203,7 @@ fn qk_gap<Bk: AttentionBackend>(c: &ModelConfig, device: &Bk::Device) -> f64 {
     let attn = &model.layers[0].self_attn;
     let (q, k, _) = attn.qkv(h.clone(), &rope, c);
     let (qf, kf, _) = attn.qkv_fused(h, &rope, c).unwrap();
-    max_diff(&values(q), &values(qf)).max(max_diff(&values(k), &values(kf)))
+    max_abs_diff(&values(q), &values(qf)).max(max_abs_diff(&values(k), &values(kf)))
 }
 
 #[test]
@@ -258,7 +251,7 @@ fn fused_rope_gives_the_composite_q_k_and_logits_for_every_rope_variant() {
         let ids = Tensor::<Ascend, 1, Int>::from_data(TensorData::new(tokens, [9]), &device);
         let fused = model.forward_packed(ids.clone(), &[0, 9]).unwrap();
         let plain = model.forward_padded(ids.reshape([1, 9]), &[9]);
-        let gap = max_diff(&values(fused), &values(plain.reshape([9, c.vocab_size])));
+        let gap = max_abs_diff(&values(fused), &values(plain.reshape([9, c.vocab_size])));
         assert!(gap <= 1e-5, "{rope_scaling:?}: logits differ by {gap:e}");
     }
 }

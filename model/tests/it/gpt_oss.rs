@@ -1,7 +1,7 @@
 //! gpt-oss's mixture-of-experts block (`burn_ascend_model::model::moe`), its MXFP4 dequantization
 //! (`burn_ascend_model::model::mxfp4`) and its `config.json` reading. The whole-model cases
 //! (`gpt_oss`, `gpt_oss_mxfp4`: logits, bf16, greedy, loss and gradients against
-//! transformers) are `model_hf`'s; the comparison with OpenAI's reference implementation is
+//! transformers) are `hf_checkpoint`'s; the comparison with OpenAI's reference implementation is
 //! here.
 //!
 //! The fixture `model/tests/fixtures/hf/gpt_oss_moe_block.safetensors` (made by
@@ -31,6 +31,7 @@ use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::GroupedMatmulBackend;
 use burn_ascend_model::model::moe::Moe;
 use burn_ascend_model::{ModelConfig, Transformer};
+use burn_ascend_test_support::max_abs_diff;
 use safetensors::{Dtype, SafeTensors};
 
 /// MoE block output against transformers, f32: about ten f32 ulps at the output's largest
@@ -147,14 +148,6 @@ fn to_f64<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f64> {
     t.into_data().convert::<f64>().to_vec::<f64>().unwrap()
 }
 
-fn max_gap(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
 /// Output, routing, `Σ out · w` and the gradients (x first, then `PARAMS`, in transformers'
 /// layout) of the block on `A`.
 struct Run {
@@ -219,8 +212,8 @@ fn moe_block_matches_transformers<A: AutodiffBackend + GroupedMatmulBackend>(
         .map(|&i| i as i64)
         .collect();
     assert_eq!(r.indices, want_idx, "{backend}: expert indices");
-    let gs = max_gap(&r.scores, &tensor(&st, "router_scores").0);
-    let go = max_gap(&r.out, &tensor(&st, "out").0);
+    let gs = max_abs_diff(&r.scores, &tensor(&st, "router_scores").0);
+    let go = max_abs_diff(&r.out, &tensor(&st, "out").0);
     eprintln!("moe block on {backend}: output gap {go:.2e}, routing weights gap {gs:.2e}");
     assert!(
         gs <= MOE_SCORES as f64,
@@ -233,7 +226,7 @@ fn moe_block_matches_transformers<A: AutodiffBackend + GroupedMatmulBackend>(
         let want = tensor(&st, &format!("grad.{name}")).0;
         let scale = want.iter().fold(0f64, |m, x| m.max(x.abs()));
         assert!(scale > 0.0, "grad.{name} is not trivial");
-        let rel = max_gap(got, &want) / scale;
+        let rel = max_abs_diff(got, &want) / scale;
         worst = worst.max(rel);
         assert!(
             rel <= MOE_GRADS as f64,
@@ -414,7 +407,7 @@ fn packed_logits<Bk: burn_ascend::AttentionBackend>(
 
 /// transformers' f32 logits of the fixture are bit-identical to those of OpenAI's reference
 /// (`gpt_oss.torch.model`), so ours are held to the same f32 bound as against transformers
-/// (`model_hf`'s 2e-5).
+/// (`hf_checkpoint`'s 2e-5).
 fn logits_match_openai_reference<Bk: burn_ascend::AttentionBackend>(
     device: &Bk::Device,
     backend: &str,
@@ -430,7 +423,7 @@ fn logits_match_openai_reference<Bk: burn_ascend::AttentionBackend>(
             continue;
         }
         let (ours, reference) = packed_logits::<Bk>(case, device);
-        let g = max_gap(&ours, &reference);
+        let g = max_abs_diff(&ours, &reference);
         eprintln!("{case} f32 {backend}: gap to OpenAI's reference {g:.2e}");
         assert!(
             g <= 2e-5,
@@ -588,7 +581,7 @@ fn output_router_logits_is_refused_when_training_as_the_auxiliary_loss_is_not_im
     let tokens =
         Tensor::<Autodiff<NdArray>, 1, Int>::from_data(TensorData::new(ids, [b * s]), &device);
     let got = to_f64(m.forward_packed(tokens, &cu).unwrap());
-    assert!(max_gap(&got, &want) <= 2e-5);
+    assert!(max_abs_diff(&got, &want) <= 2e-5);
     let dir = tempfile::tempdir().unwrap();
     let docs = documents_from_text("SOME TEXT TO PACK INTO A BATCH OR TWO");
     let mut packer = Packer::new(&docs, &Tokenizer::Bytes, 16, 8, 1).unwrap();

@@ -38,6 +38,7 @@ use burn_ascend_model::model::hf_checkpoint::{load_weights, named_grads};
 use burn_ascend_model::{
     cross_entropy, generate_batch, Generator, ModelConfig, Sampling, Transformer,
 };
+use burn_ascend_test_support::max_abs_diff;
 use safetensors::{Dtype, SafeTensors};
 
 /// f32 logits against transformers' f32 logits.
@@ -130,14 +131,6 @@ fn host<Bk: Backend, const D: usize>(t: Tensor<Bk, D>) -> Vec<f32> {
     t.into_data().convert::<f32>().to_vec::<f32>().unwrap()
 }
 
-fn max_gap(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 /// The fixture's batch as packed sequences: tokens `[B·S]` and `cu_seqlens`.
 fn packed<Bk: Backend>(e: &Expected, device: &Bk::Device) -> (Tensor<Bk, 1, Int>, Vec<i64>) {
     let t = e.batch * e.seq;
@@ -169,7 +162,10 @@ fn logits_match_in_f32_on_ndarray(case: &str) {
             &device,
         );
         let padded = host(m.forward_padded(ids, &vec![e.seq; e.batch]));
-        let (gp, gc) = (max_gap(&packed, &e.logits), max_gap(&padded, &e.logits));
+        let (gp, gc) = (
+            max_abs_diff(&packed, &e.logits),
+            max_abs_diff(&padded, &e.logits),
+        );
         eprintln!("{case} {file} f32 NdArray: packed gap {gp:.2e}, padded gap {gc:.2e}");
         assert!(gp <= F32_LOGITS, "{case} {file}: packed logits gap {gp}");
         assert!(gc <= F32_LOGITS, "{case} {file}: padded logits gap {gc}");
@@ -181,7 +177,7 @@ fn logits_match_in_f32_on_ascend(case: &str) {
     let device = AscendDevice::sim();
     for file in ["config.json", "config.hub.json"] {
         let m = load::<Ascend>(case, file, &device);
-        let g = max_gap(&packed_logits(&m, &e), &e.logits);
+        let g = max_abs_diff(&packed_logits(&m, &e), &e.logits);
         eprintln!("{case} {file} f32 Ascend sim: gap {g:.2e}");
         assert!(g <= F32_LOGITS, "{case} {file}: logits gap {g} on Ascend");
     }
@@ -275,8 +271,8 @@ fn bf16_logits_track_transformers_bf16(case: &str) {
             .flat_map(|(row, _)| row.to_vec())
             .collect()
     };
-    let g = max_gap(&kept(&logits), &kept(&e.logits_bf16));
-    let g32 = max_gap(&kept(&logits), &kept(&e.logits));
+    let g = max_abs_diff(&kept(&logits), &kept(&e.logits_bf16));
+    let g32 = max_abs_diff(&kept(&logits), &kept(&e.logits));
     let hf_gap = read_json(&Path::new(FIXTURES).join("manifest.json"))["cases"][case]["bf16_vs_f32"]
         ["max_abs"]
         .as_f64()
@@ -347,7 +343,7 @@ fn training_step_matches<A: AutodiffBackend + AttentionBackend>(
     for (name, g) in &e.grads {
         let (_, (mine, _)) = ours.iter().find(|(n, _)| n == name).unwrap();
         let scale = g.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
-        let rel = max_gap(mine, g) / scale;
+        let rel = max_abs_diff(mine, g) / scale;
         worst = worst.max(rel);
         assert!(
             rel <= GRADS,

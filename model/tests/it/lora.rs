@@ -1,4 +1,4 @@
-//! LoRA (issue 28): adapters against PEFT's own (tools/fixtures/gen_peft_fixture.py on the
+//! LoRA: adapters against PEFT's own (tools/fixtures/gen_peft_fixture.py on the
 //! tiny Llama fixture), PEFT's file format both ways, frozen bf16 base, optimizer state of the
 //! adapters only, resume, data parallelism.
 
@@ -15,12 +15,13 @@ use burn_ascend_model::model::lora::{self, LoraSettings, LoraTarget};
 use burn_ascend_model::model::peft::{self, init_lora, load_adapter, save_adapter};
 use burn_ascend_model::train::{train, TrainOptions, TrainState};
 use burn_ascend_model::{cross_entropy, Packer, Tokenizer, Transformer};
+use burn_ascend_test_support::max_abs_diff;
 use safetensors::SafeTensors;
 
 type B = NdArray;
 type Ad = Autodiff<NdArray>;
 
-/// f32 logits against PEFT's f32 logits (the base fixture's own tolerance, model_hf.rs).
+/// f32 logits against PEFT's f32 logits (the base fixture's own tolerance, hf_checkpoint.rs).
 const F32_LOGITS: f32 = 2e-5;
 
 fn fixtures() -> PathBuf {
@@ -64,26 +65,21 @@ fn logits(m: &Transformer<B>, ids: &[i64]) -> Vec<f32> {
         .unwrap()
 }
 
-fn max_gap(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).fold(0.0, |m, (x, y)| m.max((x - y).abs()))
-}
-
 #[test]
 fn peft_adapter_gives_peft_logits_and_merged_gives_peft_merged_logits() {
     let device = Default::default();
     let (ids, want) = expected("logits");
     let base = load_hf::<B>(&base_dir(), &device).unwrap();
-    let base_gap = max_gap(&logits(&base, &ids), &want);
+    let base_gap = max_abs_diff(&logits(&base, &ids), &want);
     let adapted = load_adapter(base, &adapter_dir(), &device).unwrap();
-    let gap = max_gap(&logits(&adapted, &ids), &want);
+    let gap = max_abs_diff(&logits(&adapted, &ids), &want);
     let (_, want_merged) = expected("logits_merged");
     let merged = lora::merge(adapted);
     assert!(
         lora::settings(&merged).is_none(),
         "merge removes the adapters"
     );
-    let merged_gap = max_gap(&logits(&merged, &ids), &want_merged);
+    let merged_gap = max_abs_diff(&logits(&merged, &ids), &want_merged);
     eprintln!(
         "PEFT logits: adapted gap {gap:.2e}, merged gap {merged_gap:.2e}, base alone {base_gap:.2}"
     );
@@ -372,7 +368,7 @@ fn lora_data_parallel_all_reduces_only_adapter_gradients_and_tracks_one_device()
     use burn_ascend_model::parallel::ranks::train_data_parallel;
     use burn_ascend_model::train::{train_with, Batches};
     type S = Autodiff<Ascend>;
-    // The data-parallel mutation switches are process-wide: take turns with model_ddp.
+    // The data-parallel mutation switches are process-wide: take turns with the ddp suite.
     let _guard = crate::ddp::serial();
     simulate_devices(2);
     let dev = |i| AscendDevice {

@@ -18,6 +18,7 @@ mod generate;
 mod generate_graph;
 mod gpt_oss;
 mod hf_checkpoint;
+mod layers;
 mod lora;
 mod optim;
 mod plan;

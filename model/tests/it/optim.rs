@@ -1,4 +1,4 @@
-//! The fused AdamW step of issue 27 on `Ascend` (the simulation): one `aclnnApplyAdamWV2`
+//! The fused AdamW step on `Ascend` (the simulation): one `aclnnApplyAdamWV2`
 //! launch per call, in place over the tensors it owns alone, equal to the f64 reference;
 //! shared tensors are left as they were; bad shapes are typed errors naming the aclnn
 //! parameter.

@@ -13,6 +13,7 @@ use burn_ascend_model::load::data::{documents_from_text, SplitMix};
 use burn_ascend_model::model::hf_checkpoint::{load_hf, save_hf};
 use burn_ascend_model::train::{init_model, train, Init, TrainOptions};
 use burn_ascend_model::{cross_entropy, ModelConfig, Packer, Tokenizer, Transformer};
+use burn_ascend_test_support::max_abs_diff;
 
 type B = Autodiff<NdArray>;
 
@@ -58,14 +59,6 @@ fn with_sinks<Bk: Backend>(mut m: Transformer<Bk>) -> Transformer<Bk> {
 
 fn host<Bk: Backend, const D: usize>(t: Tensor<Bk, D>) -> Vec<f32> {
     t.into_data().convert::<f32>().to_vec::<f32>().unwrap()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 /// One training step's gradients through the packed varlen op equal those of the same batch
@@ -123,14 +116,14 @@ fn packed_equals_padded(cfg: ModelConfig, seed: u64) {
     let loss_padded = cross_entropy(logits, targets_t);
     let lp = host(loss_packed.clone().inner());
     let ld = host(loss_padded.clone().inner());
-    assert!(max_diff(&lp, &ld) < 1e-5, "loss {lp:?} vs {ld:?}");
+    assert!(max_abs_diff(&lp, &ld) < 1e-5, "loss {lp:?} vs {ld:?}");
     let grads_padded = loss_padded.backward();
     let mut checked = 0;
     let mut check = |name: &str, p: &Param<Tensor<B, 2>>| {
         let a = host(p.val().grad(&grads_packed).expect("grad"));
         let b = host(p.val().grad(&grads_padded).expect("grad"));
         let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-3);
-        let d = max_diff(&a, &b);
+        let d = max_abs_diff(&a, &b);
         assert!(d <= 2e-4 * scale, "{name}: max |Δgrad| {d} (scale {scale})");
         checked += 1;
     };
@@ -154,7 +147,10 @@ fn packed_equals_padded(cfg: ModelConfig, seed: u64) {
                 a.iter().any(|x| x.abs() > 1e-6),
                 "layer {i}: dsink all zero"
             );
-            assert!(max_diff(&a, &b) < 1e-5, "layer {i} dsink {a:?} vs {b:?}");
+            assert!(
+                max_abs_diff(&a, &b) < 1e-5,
+                "layer {i} dsink {a:?} vs {b:?}"
+            );
         }
     }
 }
@@ -329,7 +325,7 @@ fn hugging_face_checkpoint_loads_with_its_tokenizer_and_trains() {
                 &device,
             )),
     );
-    assert!(max_diff(&got, &want) < 1e-5);
+    assert!(max_abs_diff(&got, &want) < 1e-5);
 
     let tokenizer = Tokenizer::from_file(&dir.path().join("tokenizer.json")).unwrap();
     let ids = tokenizer.encode("my kingdom for a horse .").unwrap();
@@ -399,14 +395,14 @@ fn resumed_run_continues_the_loss_curve_exactly() {
     let (model_b, resumed) = run(b.path(), None, true);
     assert_eq!(resumed.losses.len(), 6);
     assert!(
-        max_diff(&whole.losses, &resumed.losses) < 1e-5,
+        max_abs_diff(&whole.losses, &resumed.losses) < 1e-5,
         "{:?} vs {:?}",
         whole.losses,
         resumed.losses
     );
     assert!(whole.losses[5] < whole.losses[0]);
     let ids = [1i64, 2, 3, 4, 5];
-    assert!(max_diff(&logits_of(&model_a, &ids), &logits_of(&model_b, &ids)) < 1e-5);
+    assert!(max_abs_diff(&logits_of(&model_a, &ids), &logits_of(&model_b, &ids)) < 1e-5);
     let csv = std::fs::read_to_string(b.path().join("loss.csv")).unwrap();
     assert_eq!(csv.lines().count(), 7, "header + 6 steps:\n{csv}");
 }
@@ -524,7 +520,7 @@ fn bf16_mixed_precision_on_ascend_tracks_the_f32_run_and_keeps_f32_master_weight
     }
     // bf16 did compute: the curves are not identical.
     assert!(
-        max_diff(&full.losses, &half.losses) > 0.0,
+        max_abs_diff(&full.losses, &half.losses) > 0.0,
         "{:?}",
         half.losses
     );

@@ -1,4 +1,4 @@
-//! A captured training step on the simulation (`finetune --graph`, issue 27): eager and
+//! A captured training step on the simulation (`finetune --graph`): eager and
 //! graph runs of the same seed and fixed-row data give the same losses and weights, each
 //! replayed step is one launch, the capture rules are enforced with typed errors, and the
 //! CLI refuses what it cannot capture naming the flag.
@@ -18,6 +18,7 @@ use burn_ascend_model::model::lora::{self, LoraSettings, LoraTarget};
 use burn_ascend_model::train::graph::{train_graph, GraphTrainStats};
 use burn_ascend_model::train::{train, TrainOptions, TrainState};
 use burn_ascend_model::{ModelConfig, Packer, Tokenizer, Transformer};
+use burn_ascend_test_support::max_abs_diff;
 
 type Ad = Autodiff<Ascend>;
 
@@ -78,14 +79,6 @@ fn params(model: &Transformer<Ad>) -> Vec<f32> {
     let mut out = Vec::new();
     model.visit(&mut Collect(&mut out));
     out
-}
-
-fn largest_gap(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
 }
 
 /// Options of a `steps`-step run at learning rate `lr` writing below `dir/name`.
@@ -180,10 +173,10 @@ fn captured_training_steps_replay_one_launch_each_with_the_eager_losses_and_weig
     // f32 rounding of a few updates, far below one step's change.
     let (a, b) = (params(&eager), params(&graph));
     assert!(
-        largest_gap(&a, &initial) > 1e-3,
+        max_abs_diff(&a, &initial) > 1e-3,
         "the weights did not train"
     );
-    let gap = largest_gap(&a, &b);
+    let gap = max_abs_diff(&a, &b);
     assert!(
         gap <= 1e-6,
         "largest weight difference eager vs graph {gap}"
@@ -308,7 +301,7 @@ fn captured_lora_steps_train_the_adapters_as_the_eager_loop_and_leave_the_base_b
             .collect()
     };
     let (a, b) = (adapter(&eager), adapter(&graph));
-    let gap = largest_gap(&a, &b);
+    let gap = max_abs_diff(&a, &b);
     assert!(
         gap <= 1e-6,
         "largest adapter difference eager vs graph {gap}"
@@ -358,7 +351,7 @@ fn captured_steps_on_chat_data_weight_the_loss_by_the_assistant_mask_as_the_eage
     // Tokens, targets, the loss weights and AdamW's step count per replay.
     assert_eq!(stats.uploads, 3 * 4, "{stats:?}");
     assert_same_losses(&eager_state, &graph_state);
-    let gap = largest_gap(&params(&eager), &params(&graph));
+    let gap = max_abs_diff(&params(&eager), &params(&graph));
     assert!(
         gap <= 1e-6,
         "largest weight difference eager vs graph {gap}"

@@ -1,4 +1,4 @@
-//! ZeRO (`--zero 1|2|3`, issue 28 item 2) on simulated devices over the simulated HCCL: the
+//! ZeRO (`--zero 1|2|3`) on simulated devices over the simulated HCCL: the
 //! sharded runs give plain data parallelism's losses and weights, each rank's AdamW state is
 //! 1/N of the replicated one's in the memory pool, the checkpoint is written whole (plain
 //! data parallelism resumes it; another rank count re-shards it exactly), and the flag's bad
@@ -21,6 +21,7 @@ use burn_ascend_model::{cross_entropy, Transformer};
 
 use crate::ddp::{cfg, device, opts, packer, replicas, replicas_from, serial};
 use burn_ascend_model::parallel::plan::{plan, PlanSpec};
+use burn_ascend_test_support::max_abs_diff;
 
 type B = Autodiff<Ascend>;
 
@@ -46,11 +47,6 @@ fn max_abs(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
             x.iter().zip(y).map(|(p, q)| (p - q).abs())
         })
         .fold(0f32, f32::max)
-}
-
-fn gap(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
 }
 
 /// The replicated training loop's AdamW state for `model` after one step, measured as the
@@ -135,7 +131,7 @@ fn compare(n: u32, stages: &[(ZeroStage, bool)]) {
         } else {
             k.to_string()
         };
-        let loss_gap = gap(&z.state.losses, &dp.state.losses);
+        let loss_gap = max_abs_diff(&z.state.losses, &dp.state.losses);
         let weight_gap = max_abs(&weights(&z.model), &dp_weights);
         eprintln!(
             "N = {n}, zero {k}: max |Δloss| vs plain DP {loss_gap:.3e}, max |Δw| {weight_gap:.3e}, \
@@ -347,7 +343,7 @@ fn a_zero_checkpoint_is_whole_plain_data_parallelism_resumes_it_and_four_ranks_r
         |_| {},
     )
     .unwrap();
-    let g = gap(&dp.state.losses, &whole.state.losses);
+    let g = max_abs_diff(&dp.state.losses, &whole.state.losses);
     assert!(
         g <= 1e-5,
         "{:?} vs {:?}",

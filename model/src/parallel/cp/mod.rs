@@ -1,4 +1,4 @@
-//! Context parallelism (issue 29): one step's packed sequences split across ranks, exact —
+//! Context parallelism: one step's packed sequences split across ranks, exact —
 //! learned sinks, sliding windows and packing included — by the all-gather-KV scheme.
 //!
 //! - [`plan`]: which tokens each rank owns (a head and a tail chunk of every long sequence,

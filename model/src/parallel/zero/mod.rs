@@ -1,4 +1,4 @@
-//! Sharded training state over HCCL (issue 28 item 2): `--zero 1|2|3`, ZeRO's stages
+//! Sharded training state over HCCL: `--zero 1|2|3`, ZeRO's stages
 //! (Rajbhandari et al., 2020; DeepSpeed's and MindSpeed's distributed optimizer, FSDP for
 //! stage 3) on top of the data-parallel loop of [`crate::parallel::ddp`].
 //!

@@ -19,7 +19,7 @@ use crate::train::optim::FusedAdamW;
 
 type Ad = Autodiff<Ascend>;
 
-/// The replicated training loop's optimizer (see `train.rs`).
+/// The replicated training loop's optimizer (see `train/eager.rs`).
 pub type ReplicatedOptimizer = OptimizerAdaptor<FusedAdamW<Ad>, Transformer<Ad>, Ad>;
 /// Its record: `optim.mpk`.
 pub type OptimizerRecord = <ReplicatedOptimizer as Optimizer<Transformer<Ad>, Ad>>::Record;

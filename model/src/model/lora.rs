@@ -1,7 +1,8 @@
-//! LoRA on a whole [`Transformer`]: adapters attached to the chosen projections of every layer
-//! ([`attach`]), set or listed by place ([`set_adapter`], [`adapters`]), the base frozen for
-//! training ([`freeze_base`]) and the adapters merged into the base ([`merge`]). The adapter
-//! layers themselves are `adapter.rs`'s (the transformer's projections hold them).
+//! LoRA (Hu et al., 2021) on a whole [`Transformer`]: adapters attached to the chosen
+//! projections of every layer ([`attach`]), set or listed by place ([`set_adapter`],
+//! [`adapters`]), the base frozen for training ([`freeze_base`]) and the adapters merged into
+//! the base ([`merge`]). The adapter layers themselves, which the transformer's projections
+//! hold, are `lora_adapter.rs`'s (re-exported here); their files in PEFT's format `peft.rs`'s.
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::nn::{DropoutConfig, Linear};
@@ -9,10 +10,11 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use half::bf16;
 
-use super::adapter::{
-    adapter_param_id, AttentionAdapters, LoraAdapter, LoraSettings, LoraTarget, MlpAdapters,
-};
 use crate::load::data::SplitMix;
+pub use crate::model::lora_adapter::{
+    adapted, adapter_param_id, AttentionAdapters, LoraAdapter, LoraSettings, LoraTarget,
+    MlpAdapters,
+};
 use crate::model::transformer::{Ffn, Transformer};
 use burn_ascend::AttnError;
 

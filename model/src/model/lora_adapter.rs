@@ -5,19 +5,19 @@
 //! base. Dropout acts on the adapter's input only, and only while training (Burn's `Dropout`
 //! is the identity off `Autodiff`).
 //!
-//! Training with adapters ([`freeze_base`]) freezes every base parameter: none requires a
-//! gradient, so backward produces gradients only for the adapters, Burn's optimizers (which
-//! update and keep state only for parameters with a gradient) hold state only for them, and
+//! Training with adapters ([`crate::model::lora::freeze_base`]) freezes every base parameter: none
+//! requires a gradient, so backward produces gradients only for the adapters, Burn's optimizers
+//! (which update and keep state only for parameters with a gradient) hold state only for them, and
 //! data parallelism all-reduces only them. The base's matrices (the blocks' projections and
-//! experts, the output head) are stored in bf16 where the backend has it (`Ascend`); on
-//! `NdArray`, which has no half types, they stay f32 tensors holding bf16-rounded values, so
-//! both backends train against the same base numbers. The embedding table, norms, biases and
-//! sinks (a few percent of a model's bytes) stay f32: the residual stream takes the
-//! embedding's dtype.
+//! experts, the output head) are stored in bf16 where the backend has it (`Ascend`); on `NdArray`,
+//! which has no half types, they stay f32 tensors holding bf16-rounded values, so both backends
+//! train against the same base numbers. The embedding table, norms, biases and sinks (a few percent
+//! of a model's bytes) stay f32: the residual stream takes the embedding's dtype.
 //!
 //! The adapters' parameter ids are derived from their place (layer, projection, A or B), so a
 //! resumed run's adapters, read back from `adapter_model.safetensors`, meet their optimizer
-//! state again. The PEFT file format is in `peft.rs`.
+//! state again. The PEFT file format is in `peft.rs`; attaching adapters to a whole model, freezing its
+//! base and merging are `lora.rs`'s.
 
 use burn::module::{Module, Param, ParamId};
 use burn::nn::Dropout;
