@@ -1,9 +1,9 @@
-//! The kill test: a real `finetune` child process is SIGKILLed before, between and after each
-//! file operation of its checkpoint saves (found by the counting hook of
-//! `burn_ascend_model::run_state::durable`), then `--resume`d (or, when it had published nothing yet,
-//! started again); every run must end with the uninterrupted run's loss curve and a checkpoint
-//! bit-identical to its (every file's size and CRC-32 in the manifests equal), the step it
-//! resumed from being that of a complete checkpoint.
+//! The kill test: a real `finetune` child process is SIGKILLed before, between and after each file
+//! operation of its checkpoint saves (found by the counting hook of
+//! `burn_ascend_model::run_state::durable`), then `--resume`d (or, when it had published nothing
+//! yet, started again); every run must end with the uninterrupted run's loss curve and a checkpoint
+//! bit-identical to its (every file's size and CRC-32 in the manifests equal), the step it resumed
+//! from being that of a complete checkpoint.
 //!
 //! The run: a 1-layer, hidden-16 byte model from a seeded checkpoint, 2 steps of 32 tokens,
 //! a save after each step. `cargo test` kills it at every one of its file operations (about

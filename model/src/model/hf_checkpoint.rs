@@ -1,11 +1,11 @@
-//! Weights in Hugging Face's layout: `config.json` plus `model.safetensors` with Llama's
-//! tensor names (`model.layers.{i}.self_attn.q_proj.weight`, …, gpt-oss's
-//! `model.layers.{i}.self_attn.sinks`), linear weights stored `[out, in]` as PyTorch does
-//! (Burn's `Linear` keeps `[in, out]`, so they are transposed on the way in and out).
-//! gpt-oss's experts: `mlp.router.{weight,bias}` and `mlp.experts.{gate_up_proj,down_proj}[_bias]`,
-//! f32/bf16 or MXFP4 (`*_blocks` / `*_scales`, dequantized on load when the config's
-//! `quantization_config` says mxfp4).
-//! Loads f32, f16 and bf16 files, sharded or not (`model.safetensors` or `model-*-of-*.safetensors`).
+//! Weights in Hugging Face's layout: `config.json` plus `model.safetensors` with Llama's tensor
+//! names (`model.layers.{i}.self_attn.q_proj.weight`, …, gpt-oss's
+//! `model.layers.{i}.self_attn.sinks`), linear weights stored `[out, in]` as PyTorch does (Burn's
+//! `Linear` keeps `[in, out]`, so they are transposed on the way in and out). gpt-oss's experts:
+//! `mlp.router.{weight,bias}` and `mlp.experts.{gate_up_proj,down_proj}[_bias]`, f32/bf16 or MXFP4
+//! (`*_blocks` / `*_scales`, dequantized on load when the config's `quantization_config` says
+//! mxfp4). Loads f32, f16 and bf16 files, sharded or not (`model.safetensors` or
+//! `model-*-of-*.safetensors`).
 
 use std::collections::HashMap;
 use std::path::Path;

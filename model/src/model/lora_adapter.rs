@@ -16,8 +16,8 @@
 //!
 //! The adapters' parameter ids are derived from their place (layer, projection, A or B), so a
 //! resumed run's adapters, read back from `adapter_model.safetensors`, meet their optimizer
-//! state again. The PEFT file format is in `peft.rs`; attaching adapters to a whole model, freezing its
-//! base and merging are `lora.rs`'s.
+//! state again. The PEFT file format is in `peft.rs`; attaching adapters to a whole model,
+//! freezing its base and merging are `lora.rs`'s.
 
 use burn::module::{Module, Param, ParamId};
 use burn::nn::Dropout;

@@ -1,7 +1,8 @@
 //! The decoder: token embedding, pre-norm blocks of RMSNorm → GQA attention with learned sinks
-//! (sliding-window or full causal per layer) → RMSNorm → SwiGLU MLP, a final RMSNorm and the
-//! output head (gpt-oss: a mixture of experts in place of SwiGLU, see `moe.rs`) — with the switches Hugging Face's Llama-family checkpoints need: q/k/v and o
-//! biases, MLP biases, Qwen3's q/k RMSNorm before RoPE, tied embeddings (see `config.rs`).
+//! (sliding-window or full causal per layer) → RMSNorm → SwiGLU MLP, a final RMSNorm and the output
+//! head (gpt-oss: a mixture of experts in place of SwiGLU, see `moe.rs`) — with the switches
+//! Hugging Face's Llama-family checkpoints need: q/k/v and o biases, MLP biases, Qwen3's q/k
+//! RMSNorm before RoPE, tied embeddings (see `load/config/`).
 //!
 //! Training runs on packed batches: `tokens [T]` holding several sequences back to back,
 //! delimited by flash-attn style `cu_seqlens`, through this crate's varlen op (one fused

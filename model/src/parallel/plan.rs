@@ -13,15 +13,15 @@
 //! Checked against the Ascend simulation's memory-pool peak in the tests, with and without
 //! checkpointing.
 //!
-//! ZeRO (Rajbhandari et al., 2020, as DeepSpeed and MindSpeed's distributed optimizer define
-//! the stages): stage 1 partitions the optimizer state over the ranks, stage 2 the gradients
-//! too, stage 3 the trained weights too, counted as training runs it: without checkpointing
-//! the whole model is gathered for the step (see [`crate::parallel::zero`]); with per-block
-//! checkpointing one part at a time (a block's weights at each block's point, the head's at
-//! the head's). Training implements the three stages (`finetune --zero K`, [`crate::parallel::zero`]);
-//! its per-rank AdamW state is checked against the pool in the tests (the pool's bytes are
-//! the plan's up to its 512-byte rounding), and [`measure_peak`] measures rank 0 of a
-//! data-parallel run on simulated ranks (plain, ZeRO-K, ZeRO-3 with per-block checkpointing).
+//! ZeRO (Rajbhandari et al., 2020, as DeepSpeed and MindSpeed's distributed optimizer define the
+//! stages): stage 1 partitions the optimizer state over the ranks, stage 2 the gradients too, stage
+//! 3 the trained weights too, counted as training runs it: without checkpointing the whole model is
+//! gathered for the step (see [`crate::parallel::zero`]); with per-block checkpointing one part at
+//! a time (a block's weights at each block's point, the head's at the head's). Training implements
+//! the three stages (`finetune --zero K`, [`crate::parallel::zero`]); its per-rank AdamW state is
+//! checked against the pool in the tests (the pool's bytes are the plan's up to its 512-byte
+//! rounding), and [`measure_peak`] measures rank 0 of a data-parallel run on simulated ranks
+//! (plain, ZeRO-K, ZeRO-3 with per-block checkpointing).
 
 use burn::backend::autodiff::checkpoint::strategy::{CheckpointStrategy, NoCheckpointing};
 use burn::backend::Autodiff;
@@ -432,8 +432,8 @@ fn spec_batch<B: burn::tensor::backend::Backend>(
 }
 
 /// [`measure_peak`] of data parallelism over `spec.ranks` ranks (plain, ZeRO-`spec.zero`, and
-/// ZeRO-3 with per-block checkpointing, [`crate::parallel::zero::BlockSharding`]), rank `r` on device
-/// `device.index + r` of `device`'s kind (one thread each, as `finetune --devices N` runs
+/// ZeRO-3 with per-block checkpointing, [`crate::parallel::zero::BlockSharding`]), rank `r` on
+/// device `device.index + r` of `device`'s kind (one thread each, as `finetune --devices N` runs
 /// them): rank 0's pool peak over the second step, as [`crate::train::eager`] runs a step.
 fn measure_ranks(
     c: &ModelConfig,

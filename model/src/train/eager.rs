@@ -190,8 +190,8 @@ impl<'a> Batches<'a> {
 }
 
 /// Trains `model` on `packer`'s batches from `state.step` up to `opts.total_steps` (or
-/// `opts.stop_after`), calling `on_step` after each step. Saves to `opts.out` every `save_every` steps and at the end.
-/// Returns the trained model and the whole run's loss curve.
+/// `opts.stop_after`), calling `on_step` after each step. Saves to `opts.out` every `save_every`
+/// steps and at the end. Returns the trained model and the whole run's loss curve.
 pub fn train<B: AutodiffBackend + AttentionBackend>(
     model: Transformer<B>,
     state: TrainState,

@@ -4,16 +4,16 @@
 //! every parameter and its moments) — is captured once into an ACL graph
 //! (`burn_ascend::backend::graph`) and every later step is **one** launch: its replay.
 //!
-//! A replay reads and writes the buffers the capture recorded, so everything a step takes
-//! from the host lives in persistent device tensors written in place before the replay
-//! (stream-ordered uploads, outside the capture): the token ids, the targets (with chat data
-//! the loss's per-target weights) and AdamW's step count (a FLOAT32 `[1]` tensor). The parameters and the moments are updated in place
-//! ([`burn_ascend::backend::adamw_step_in_place`]), so the replay's forward reads what the
-//! previous replay's update wrote. The learning rate of the schedule is a host float
-//! attribute of `aclnnApplyAdamWV2`, baked into the recorded launches: the optimizer's
-//! launches form a task group whose calls are re-issued with the new rate before a replay
-//! whose rate changed (`aclmdlRICaptureTaskUpdateBegin` / `End`: recorded into the graph, not
-//! run). The loss and the squared gradient norm come back in one read after the replay.
+//! A replay reads and writes the buffers the capture recorded, so everything a step takes from the
+//! host lives in persistent device tensors written in place before the replay (stream-ordered
+//! uploads, outside the capture): the token ids, the targets (with chat data the loss's per-target
+//! weights) and AdamW's step count (a FLOAT32 `[1]` tensor). The parameters and the moments are
+//! updated in place ([`burn_ascend::backend::adamw_step_in_place`]), so the replay's forward reads
+//! what the previous replay's update wrote. The learning rate of the schedule is a host float
+//! attribute of `aclnnApplyAdamWV2`, baked into the recorded launches: the optimizer's launches
+//! form a task group whose calls are re-issued with the new rate before a replay whose rate changed
+//! (`aclmdlRICaptureTaskUpdateBegin` / `End`: recorded into the graph, not run). The loss and the
+//! squared gradient norm come back in one read after the replay.
 //!
 //! Fixed shapes: the varlen attention's sequence lengths are host arrays baked into the
 //! recorded launches (CANN tiles from them on the host), so the packer must make every batch
@@ -161,8 +161,9 @@ struct Slot {
     v: AscendTensor,
 }
 
-/// The trainable parameters of `model` (all, or LoRA's adapters) with their moments from
-/// `records` (every one has stepped once: the warm-up), in the model's visiting order; and AdamW's step count `t` so far.
+/// The trainable parameters of `model` (all, or LoRA's adapters) with their moments from `records`
+/// (every one has stepped once: the warm-up), in the model's visiting order; and AdamW's step count
+/// `t` so far.
 fn slots(
     model: &Transformer<Ad>,
     records: &<Adaptor as Optimizer<Transformer<Ad>, Ad>>::Record,

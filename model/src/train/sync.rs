@@ -13,8 +13,8 @@ use burn_ascend::AttnError;
 use crate::model::transformer::Transformer;
 use crate::train::recompute::PartHooks;
 
-/// What the training loop needs from a data-parallel group; `None` in [`train_with`] is one
-/// device.
+/// What the training loop needs from a data-parallel group; `None` in [`crate::train::train_with`]
+/// is one device.
 pub trait GradientSync<B: AutodiffBackend> {
     /// This rank.
     fn rank(&self) -> usize;

@@ -245,14 +245,14 @@ fn the_docs_plan_table_is_what_the_plan_computes() {
 }
 
 /// Per-block activation checkpointing (`model/src/train/recompute.rs`) against keeping every
-/// activation, on the simulation's pool: it lowers the peak, more the deeper the model, and
-/// the plan's checkpointing formula is within 10 % of the measured peak. Burn's
-/// `BalancedCheckpointing` over the whole model is measured beside it on the first config:
-/// before the fused ops (RMSNorm, SwiGLU, the loss) it lowered a full fine-tune's peak by 27 %; with them the
-/// model keeps less (the fused RMSNorm keeps `rstd`, the fused SwiGLU its input, the fused
-/// cross-entropy one `[T, V]`) and the balanced strategy, which cannot see into the fused
-/// nodes, raises it (by 23 %, full f32). Asserted in that direction, so a change that makes
-/// it pay again fails here and the docs get updated.
+/// activation, on the simulation's pool: it lowers the peak, more the deeper the model, and the
+/// plan's checkpointing formula is within 10 % of the measured peak. Burn's `BalancedCheckpointing`
+/// over the whole model is measured beside it on the first config: before the fused ops (RMSNorm,
+/// SwiGLU, the loss) it lowered a full fine-tune's peak by 27 %; with them the model keeps less
+/// (the fused RMSNorm keeps `rstd`, the fused SwiGLU its input, the fused cross-entropy one `[T,
+/// V]`) and the balanced strategy, which cannot see into the fused nodes, raises it (by 23 %, full
+/// f32). Asserted in that direction, so a change that makes it pay again fails here and the docs
+/// get updated.
 #[test]
 fn per_block_checkpointing_lowers_the_pool_peak_and_the_plan_follows_it() {
     let (_guard, d) = device();

@@ -760,7 +760,8 @@ impl RawConfig {
 }
 
 impl ModelConfig {
-    /// Parses our `config.json` or a Hugging Face one (see the documentation of [`crate::load::config`]).
+    /// Parses our `config.json` or a Hugging Face one (see the documentation of
+    /// [`crate::load::config`]).
     pub fn from_json(v: &Value) -> Result<Self, AttnError> {
         let map = v.as_object().ok_or_else(|| {
             AttnError::invalid("config.json", "must be a JSON object".to_string())

@@ -22,13 +22,13 @@
 //! update the model's trainable parameters are replaced by empty placeholders and each unit is
 //! all-gathered again just before the next forward ([`ShardedOptimizer::whole`]).
 //!
-//! Stage 3 alone gathers the whole model for the step: Burn 0.21's autodiff keeps every weight
-//! a matmul read until the backward pass reaches it and offers no hook between blocks of one
-//! backward pass. With per-block checkpointing (`--zero 3 --checkpointing block`) backward is a
-//! chain of per-part passes ([`crate::train::recompute::loss_and_grads_with`]) and [`Zero`]
-//! implements FSDP's per-block gathering through its [`PartHooks`]: each unit all-gathered just
-//! before its part runs and freed after, its gradients reduce-scattered as soon as its
-//! backward produced them ([`BlockSharding`]).
+//! Stage 3 alone gathers the whole model for the step: Burn 0.21's autodiff keeps every weight a
+//! matmul read until the backward pass reaches it and offers no hook between blocks of one backward
+//! pass. With per-block checkpointing (`--zero 3 --checkpointing block`) backward is a chain of
+//! per-part passes ([`crate::train::recompute::loss_and_grads_with`]) and [`Zero`] implements
+//! FSDP's per-block gathering through its [`PartHooks`](crate::train::recompute::PartHooks): each
+//! unit all-gathered just before its part runs and freed after, its gradients reduce-scattered as
+//! soon as its backward produced them ([`BlockSharding`]).
 //!
 //! **Checkpoints** are written whole: every rank takes part in gathering the moments into the
 //! per-parameter record a replicated run writes (`optim.mpk`, Burn's AdamW record keyed by the
