@@ -28,6 +28,7 @@ pub mod graph;
 mod grouped_matmul;
 pub mod memory;
 mod optim;
+pub mod profile;
 pub mod qtensor;
 pub mod tensor;
 mod tensor_ops;
@@ -43,3 +44,5 @@ pub use memory::{
 pub use optim::adamw_step_in_place;
 pub use qtensor::AscendQTensor;
 pub use tensor::AscendTensor;
+// The error of the collectives ([`collective::ProcessGroup`]), for callers that map it.
+pub use burn_ascend_cann::hccl::HcclError;

@@ -8,7 +8,7 @@
 //!
 //! `--checkpointing` (one device, or with `--devices N --zero 3`, which then gathers each
 //! block's weights only while the block runs) keeps only each transformer block's input and
-//! recomputes the block in backward (`burn_ascend_model::checkpointing`; the same gradients
+//! recomputes the block in backward (`burn_ascend_model::train::recompute`; the same gradients
 //! bit for bit);
 //! `--checkpointing balanced` is Burn's `BalancedCheckpointing` instead (it raises this model's
 //! peak; kept for comparison).
@@ -56,24 +56,24 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::AttentionBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{Checkpointing, ExampleDevice, FinetuneArgs as Args, Pack};
-use burn_ascend_model::budget;
-use burn_ascend_model::checkpoint::save_hf;
-use burn_ascend_model::checkpoint::LoadOptions;
-use burn_ascend_model::cp::{
+use burn_ascend_model::load::budget;
+use burn_ascend_model::load::data::training_packer;
+use burn_ascend_model::model::hf_checkpoint::save_hf;
+use burn_ascend_model::model::hf_checkpoint::LoadOptions;
+use burn_ascend_model::model::lora::{self, LoraSettings, LoraTarget};
+use burn_ascend_model::model::peft;
+use burn_ascend_model::parallel::cp::{
     replicate, train_context_parallel, Comm, CpBackend, HcclComm, HostComm, RankComms,
 };
-use burn_ascend_model::data::training_packer;
-use burn_ascend_model::ddp::{
-    materialize, train_data_parallel, train_zero, DataParallel, GradientSync, DEFAULT_BUCKET_BYTES,
-};
-use burn_ascend_model::dispatch::{self, DispatchCounts};
-use burn_ascend_model::lora::{self, LoraSettings, LoraTarget};
-use burn_ascend_model::peft;
+use burn_ascend_model::parallel::ddp::{materialize, DataParallel, DEFAULT_BUCKET_BYTES};
+use burn_ascend_model::parallel::ranks::{train_data_parallel, train_zero};
+use burn_ascend_model::parallel::zero::{check_zero, Zero, ZeroStage};
+use burn_ascend_model::profile::{self as dispatch, DispatchCounts};
+use burn_ascend_model::train::graph::{train_graph, WARMUP_STEPS};
 use burn_ascend_model::train::{
-    init_model_with, train, train_with, Batches, Init, StepReport, TrainOptions, TrainState,
+    init_model_with, train, train_with, Batches, GradientSync, Init, StepReport, TrainOptions,
+    TrainState,
 };
-use burn_ascend_model::train_graph::{train_graph, WARMUP_STEPS};
-use burn_ascend_model::zero::{check_zero, Zero, ZeroStage};
 use burn_ascend_model::{ModelConfig, Packer, Tokenizer, Transformer};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -405,7 +405,7 @@ where
 }
 
 /// `--graph`: every step after the warm-up replayed from one captured graph
-/// (`burn_ascend_model::train_graph`); prints `finetune: training launches per step <x>` (the
+/// (`burn_ascend_model::train::graph`); prints `finetune: training launches per step <x>` (the
 /// replayed steps') and what the graph did.
 fn graph_trainer<'a>(resume: bool) -> Trainer<'a, Autodiff<Ascend>> {
     Box::new(move |model, state, packer, opts, on_step| {
@@ -583,7 +583,7 @@ fn data_parallel<'a>(
                         .collect::<Vec<_>>()
                         .join(" / ")
                 );
-                burn_ascend_model::ddp::DataParallelRun {
+                burn_ascend_model::parallel::ranks::DataParallelRun {
                     model: run.model,
                     state: run.state,
                     stats: Default::default(),
@@ -658,7 +658,7 @@ fn one_rank_of_launch<'a>(
             .map_err(|e| e.to_string())?;
         let mut dp;
         let mut zero;
-        let sync: &mut dyn burn_ascend_model::ddp::GradientSync<Autodiff<Ascend>> = match stage {
+        let sync: &mut dyn burn_ascend_model::train::GradientSync<Autodiff<Ascend>> = match stage {
             Some(stage) => {
                 zero = Zero::new(group, stage, opts.weight_decay, opts.clip_norm)
                     .map_err(|e| e.to_string())?;

@@ -47,12 +47,13 @@ use burn_ascend::backend::{is_available, Ascend, AscendDevice};
 use burn_ascend::{AttendPath, AttentionBackend};
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ComputeDtype, ExampleDevice, GenerateArgs as Args};
-use burn_ascend_model::budget;
-use burn_ascend_model::chat::instruct::{chat_stop_ids, prompt_ids};
-use burn_ascend_model::checkpoint::{eos_token_ids, load_hf_with, LoadOptions};
-use burn_ascend_model::data::SplitMix;
-use burn_ascend_model::dispatch;
-use burn_ascend_model::peft::load_adapter;
+use burn_ascend_model::load::budget;
+use burn_ascend_model::load::chat::instruct::{chat_stop_ids, prompt_ids};
+use burn_ascend_model::load::config::eos_token_ids;
+use burn_ascend_model::load::data::SplitMix;
+use burn_ascend_model::model::hf_checkpoint::{load_hf_with, LoadOptions};
+use burn_ascend_model::model::peft::load_adapter;
+use burn_ascend_model::profile as dispatch;
 use burn_ascend_model::{
     generate_batch_graph, generate_batch_until, max_logit_gap, sample, ChatTemplate, GenerationRun,
     Generator, GraphDecodeStats, Sampling, Tokenizer,

@@ -38,7 +38,7 @@ pub fn measure(launches: usize) -> Result<Dispatch, CliError> {
     use burn::tensor::{Tensor, TensorData};
 
     use burn_ascend::backend::{device_counters, Ascend, AscendDevice};
-    use burn_ascend_model::dispatch::DispatchCounts;
+    use burn_ascend_model::profile::DispatchCounts;
 
     let device = AscendDevice::sim();
     burn_ascend::backend::is_available(&device).map_err(CliError::Io)?;
@@ -76,7 +76,7 @@ pub fn measure(launches: usize) -> Result<Dispatch, CliError> {
     fn training_step_counts(device: &AscendDevice) -> Result<DispatchCounts, CliError> {
         use burn::backend::Autodiff;
 
-        use burn_ascend_model::data::{documents_from_text, BUNDLED_CORPUS};
+        use burn_ascend_model::load::data::{documents_from_text, BUNDLED_CORPUS};
         use burn_ascend_model::train::{init_model, train, Init, TrainOptions};
         use burn_ascend_model::{ModelConfig, Packer, Tokenizer};
 

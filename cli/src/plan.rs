@@ -1,9 +1,11 @@
-//! `burn-ascend plan`: the memory plan of `burn_ascend_model::plan` for a config file, printed
+//! `burn-ascend plan`: the memory plan of `burn_ascend_model::parallel::plan` for a config file, printed
 //! per component, with the simulation's measured peak on request.
 
 use burn_ascend::backend::AscendDevice;
-use burn_ascend_model::lora::LoraTarget;
-use burn_ascend_model::plan::{measure_peak, plan, MemoryPlan, PlanSpec, ATLAS_NPU_BYTES};
+use burn_ascend_model::model::lora::LoraTarget;
+use burn_ascend_model::parallel::plan::{
+    measure_peak, plan, MemoryPlan, PlanSpec, ATLAS_NPU_BYTES,
+};
 use burn_ascend_model::ModelConfig;
 
 use crate::args::{ComputeDtype, PlanArgs};

@@ -129,3 +129,17 @@ pub fn assert_close<T: Real>(what: &str, got: &[T], exp: &[T], abs: T, rel: T) {
         panic!("{e}");
     }
 }
+
+/// The largest `|a[i] − b[i]|` (0 for empty slices; a NaN difference is skipped, as
+/// `f32::max` skips it), for tests that report a gap or bound it themselves.
+pub fn max_abs_diff<T: Real + From<f32>>(a: &[T], b: &[T]) -> T {
+    assert_eq!(a.len(), b.len(), "max_abs_diff: lengths differ");
+    a.iter().zip(b).fold(T::from(0.0), |m, (&x, &y)| {
+        let d = (x - y).abs();
+        if d > m {
+            d
+        } else {
+            m
+        }
+    })
+}

@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use burn_ascend_model::data::SplitMix;
-use burn_ascend_model::generate::{generate_batch, Generator, Sampling};
-use burn_ascend_model::tokenizer::Tokenizer;
+use burn_ascend_model::load::data::SplitMix;
+use burn_ascend_model::load::tokenizer::Tokenizer;
+use burn_ascend_model::serve::generate::{generate_batch, Generator, Sampling};
 use burn_ascend_model::Transformer;
 
 /// The loss curve as a PNG (axis labels when a system font is found).

@@ -27,11 +27,13 @@ use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
 use burn_ascend::{AttendPath, AttentionBackend, AttnError};
 use burn_ascend_cann::acl::ffi::names;
-use burn_ascend_model::checkpoint::{load_hf, save_hf};
-use burn_ascend_model::config::{LayerType, RopeScaling};
-use burn_ascend_model::data::{documents_from_text, SplitMix, BUNDLED_CORPUS};
-use burn_ascend_model::ddp::{concat_batches, DataParallel, GradientSync};
-use burn_ascend_model::train::{train, TrainOptions, TrainState};
+use burn_ascend_model::load::config::{LayerType, RopeScaling};
+use burn_ascend_model::load::data::{
+    concat_batches, documents_from_text, SplitMix, BUNDLED_CORPUS,
+};
+use burn_ascend_model::model::hf_checkpoint::{load_hf, save_hf};
+use burn_ascend_model::parallel::ddp::DataParallel;
+use burn_ascend_model::train::{train, GradientSync, TrainOptions, TrainState};
 use burn_ascend_model::{
     cross_entropy, generate_batch, Generator, ModelConfig, PackedBatch, Packer, Sampling,
     Tokenizer, Transformer,

@@ -1,7 +1,9 @@
-//! burn-ascend's integration tests, one binary: a module per suite.
+//! burn-ascend's integration tests, one binary: a module per suite. The model's suites here
+//! (`model_*`) are those that run the `finetune` and `generate` examples or parse their
+//! command lines; the rest of the model's are `model/tests/it`.
 //!
 //! The suites share one process. What is process-wide: the backend's fallback counters (read
-//! only by `model_generate` and `suite`, which assert that the
+//! only by `suite`, which assert that the
 //! serving ops never fall back, and no test here makes them fall back), Burn's global random
 //! generator (no test depends on its sequence: models compared across runs start from one
 //! saved checkpoint) and the CLI binary's counting allocator (the bench's memory figures are
@@ -20,23 +22,14 @@ mod cli_prompt_incre_scatter;
 mod cli_selftest;
 mod cli_varlen;
 mod model_campaign;
-mod model_chat;
 mod model_checkpointing;
 mod model_cp;
-mod model_ddp;
 mod model_examples;
-mod model_fused;
-mod model_generate;
-mod model_gpt_oss;
 mod model_graph;
-mod model_hf;
 mod model_kill;
-mod model_lora;
-mod model_optim;
 mod model_plan;
 mod model_profile;
 mod model_refusals;
-mod model_train;
 mod model_train_graph;
 mod model_zero;
 mod npu;

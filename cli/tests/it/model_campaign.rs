@@ -310,7 +310,7 @@ fn mutated_checkpoints_configs_data_and_flags_never_panic_abort_hang_or_pass_sil
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path().join("base");
     tiny_checkpoint(&base);
-    let corpus = &burn_ascend_model::data::BUNDLED_CORPUS[..2000];
+    let corpus = &burn_ascend_model::load::data::BUNDLED_CORPUS[..2000];
     let (mut accepted, mut refused) = (0, 0);
     let mut failures = Vec::new();
     for case in 0..cases {

@@ -96,7 +96,7 @@ impl ExampleRun {
 
 /// Runs example `which` (`finetune` or `generate`) on `args` in a child process with the
 /// extra environment `env`, killed after `limit`; with `kill_on_hook`, SIGKILLed as soon as it
-/// prints the kill hook's line (see `burn_ascend_model::durable`).
+/// prints the kill hook's line (see `burn_ascend_model::run_state::durable`).
 pub fn run_example(
     which: &str,
     args: &[&str],
@@ -175,7 +175,7 @@ pub fn tiny_checkpoint(dir: &Path) {
     use burn::backend::NdArray;
     use burn::module::{Module, Param};
     use burn::tensor::{Tensor, TensorData};
-    use burn_ascend_model::config::{LayerType, RopeScaling};
+    use burn_ascend_model::load::config::{LayerType, RopeScaling};
     use burn_ascend_model::{ModelConfig, Transformer};
     let c = ModelConfig {
         vocab_size: 256,
@@ -205,7 +205,7 @@ pub fn tiny_checkpoint(dir: &Path) {
     // tests) by a seeded one.
     let mut rng = crate::common::Rng(0x5eed);
     let model = model.map(&mut Reinit(&mut rng));
-    burn_ascend_model::checkpoint::save_hf(&model, dir).unwrap();
+    burn_ascend_model::model::hf_checkpoint::save_hf(&model, dir).unwrap();
 
     struct Reinit<'a>(&'a mut crate::common::Rng);
     impl<B: burn::tensor::backend::Backend> burn::module::ModuleMapper<B> for Reinit<'_> {

@@ -1,9 +1,9 @@
-//! The kill test: a real `finetune` child process is SIGKILLed before, between and after each
-//! file operation of its checkpoint saves (found by the counting hook of
-//! `burn_ascend_model::durable`), then `--resume`d (or, when it had published nothing yet,
-//! started again); every run must end with the uninterrupted run's loss curve and a checkpoint
-//! bit-identical to its (every file's size and CRC-32 in the manifests equal), the step it
-//! resumed from being that of a complete checkpoint.
+//! The kill test: a real `finetune` child process is SIGKILLed before, between and after each file
+//! operation of its checkpoint saves (found by the counting hook of
+//! `burn_ascend_model::run_state::durable`), then `--resume`d (or, when it had published nothing
+//! yet, started again); every run must end with the uninterrupted run's loss curve and a checkpoint
+//! bit-identical to its (every file's size and CRC-32 in the manifests equal), the step it resumed
+//! from being that of a complete checkpoint.
 //!
 //! The run: a 1-layer, hidden-16 byte model from a seeded checkpoint, 2 steps of 32 tokens,
 //! a save after each step. `cargo test` kills it at every one of its file operations (about
@@ -13,8 +13,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::model_examples::{run_example, tiny_checkpoint, ExampleRun};
-use burn_ascend_model::durable::{COUNT_FILE_OPS, KILL_AT_FILE_OP};
-use burn_ascend_model::run_checkpoint::{Published, CHECKPOINTS};
+use burn_ascend_model::run_state::durable::{COUNT_FILE_OPS, KILL_AT_FILE_OP};
+use burn_ascend_model::run_state::published::{Published, CHECKPOINTS};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -92,7 +92,11 @@ fn a_finetune_killed_at_any_file_operation_of_its_saves_resumes_to_the_uninterru
     let start = tmp.path().join("start");
     tiny_checkpoint(&start);
     let data = tmp.path().join("data.txt");
-    std::fs::write(&data, &burn_ascend_model::data::BUNDLED_CORPUS[..3000]).unwrap();
+    std::fs::write(
+        &data,
+        &burn_ascend_model::load::data::BUNDLED_CORPUS[..3000],
+    )
+    .unwrap();
 
     // The uninterrupted run, listing its file operations.
     let reference_out = tmp.path().join("reference");
@@ -213,7 +217,7 @@ fn a_finetune_killed_at_any_file_operation_of_its_saves_resumes_to_the_uninterru
 
 #[test]
 fn resume_refuses_a_truncated_mixed_or_mislabelled_checkpoint_naming_the_file() {
-    use burn_ascend_model::run_checkpoint::publish;
+    use burn_ascend_model::run_state::published::publish;
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path();
     let files = |step: usize| -> Vec<(&'static str, Vec<u8>)> {

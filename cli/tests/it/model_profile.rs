@@ -44,7 +44,11 @@ fn counted_launches(r: &ExampleRun) -> f64 {
 
 fn finetune(ckpt: &Path, out: &Path, steps: &str, extra: &[&str]) -> ExampleRun {
     let data = ckpt.join("corpus.txt");
-    std::fs::write(&data, &burn_ascend_model::data::BUNDLED_CORPUS[..3000]).unwrap();
+    std::fs::write(
+        &data,
+        &burn_ascend_model::load::data::BUNDLED_CORPUS[..3000],
+    )
+    .unwrap();
     let config = ckpt.join("config.json");
     let mut args = vec![
         "--device",

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::model_examples::{patch_config, patch_tensor, run_example, tiny_checkpoint, ExampleRun};
-use burn_ascend_model::run_checkpoint::Published;
+use burn_ascend_model::run_state::published::Published;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -25,7 +25,11 @@ fn generate(ckpt: &Path, extra: &[&str]) -> ExampleRun {
 
 fn finetune(ckpt: &Path, out: &Path, extra: &[&str]) -> ExampleRun {
     let data = out.with_extension("txt");
-    std::fs::write(&data, &burn_ascend_model::data::BUNDLED_CORPUS[..3000]).unwrap();
+    std::fs::write(
+        &data,
+        &burn_ascend_model::load::data::BUNDLED_CORPUS[..3000],
+    )
+    .unwrap();
     let (c, o, d) = (
         ckpt.to_str().unwrap(),
         out.to_str().unwrap(),
@@ -116,7 +120,7 @@ fn a_diverging_run_stops_at_the_step_whose_loss_is_not_finite_keeping_the_last_c
 fn a_gradient_norm_that_overflows_stops_training_before_the_optimizer_step() {
     use burn::backend::{Autodiff, NdArray};
     use burn_ascend_model::train::{init_model, train, Init, TrainOptions};
-    use burn_ascend_model::{data::documents_from_text, Packer, Tokenizer};
+    use burn_ascend_model::{load::data::documents_from_text, Packer, Tokenizer};
     let tmp = tempfile::tempdir().unwrap();
     let ckpt = tmp.path().join("start");
     tiny_checkpoint(&ckpt);
@@ -132,7 +136,7 @@ fn a_gradient_norm_that_overflows_stops_training_before_the_optimizer_step() {
     let device = Default::default();
     let (model, state) =
         init_model::<Autodiff<NdArray>>(&Init::Checkpoint(ckpt), &out, &device).unwrap();
-    let docs = documents_from_text(&burn_ascend_model::data::BUNDLED_CORPUS[..3000]);
+    let docs = documents_from_text(&burn_ascend_model::load::data::BUNDLED_CORPUS[..3000]);
     let mut packer = Packer::new(&docs, &Tokenizer::Bytes, 32, 16, 1).unwrap();
     let opts = TrainOptions {
         total_steps: 2,

@@ -1,0 +1,235 @@
+//! gpt-oss's mixture-of-experts MLP as transformers computes it (`GptOssTopKRouter`,
+//! `GptOssExperts` in `transformers/models/gpt_oss/modeling_gpt_oss.py`, 5.24):
+//!
+//! - router logits `x Wᵀ + b` over `E` experts, the top `k` per token (`torch.topk`), and the
+//!   routing weights a softmax over the *selected* logits only;
+//! - per expert, the tokens routed to it: `gate_up = x_e @ W_gu + b_gu` with the fused
+//!   `[H, 2I]` weight (`x @ W`, not `nn.Linear`'s `W ᵀ`), gate = even columns clamped from
+//!   above at `swiglu_limit`, up = odd columns clamped to `±swiglu_limit`,
+//!   `glu = gate · σ(gate · swiglu_alpha)`, `out = ((up + 1) · glu) @ W_down + b_down`;
+//! - each expert's output times the token's routing weight, summed per token (`index_add_` in
+//!   expert order, here `select_assign` with [`IndexingUpdateOp::Add`]).
+//!
+//! The experts' two projections are grouped matmuls ([`burn_ascend::grouped_matmul`]):
+//! `aclnnGroupedMatmulV4` on `Ascend` (forward, and under `Autodiff` the backward's dx and dW
+//! too), the composite on any other backend. Routing (top-k on the host, the sort by expert,
+//! the weighted combine) is plain Burn ops on every backend; CANN's routing kernels
+//! (`aclnnMoeInitRoutingV2`, `aclnnMoeFinalizeRoutingV2`, the gating top-k, with their grads)
+//! are not used yet (see `docs/moe.md`).
+
+use burn::module::{Module, Param};
+use burn::nn::Linear;
+use burn::tensor::activation::{sigmoid, softmax};
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Distribution, IndexingUpdateOp, Int, Tensor, TensorData};
+
+use burn_ascend::{grouped_matmul, AttnError, GroupedMatmulBackend, GroupedMatmulSpec};
+
+use crate::load::config::MoeConfig;
+
+/// The MoE block of one gpt-oss layer, parameters in transformers' layout.
+#[derive(Module, Debug)]
+pub struct Moe<B: Backend> {
+    /// The router: weight `[hidden, E]` (Burn's `Linear` layout; `[E, hidden]` in the file)
+    /// and bias `[E]`.
+    pub router: Linear<B>,
+    /// `[E, hidden, 2·I]`, used as `x @ W`; gate in the even columns, up in the odd ones.
+    pub gate_up_proj: Param<Tensor<B, 3>>,
+    /// `[E, 2·I]`.
+    pub gate_up_proj_bias: Param<Tensor<B, 2>>,
+    /// `[E, I, hidden]`, used as `x @ W`.
+    pub down_proj: Param<Tensor<B, 3>>,
+    /// `[E, hidden]`.
+    pub down_proj_bias: Param<Tensor<B, 2>>,
+    /// Experts per token (`num_experts_per_tok`).
+    #[module(skip)]
+    pub top_k: usize,
+    /// `swiglu_limit`.
+    #[module(skip)]
+    pub limit: f64,
+    /// `swiglu_alpha`.
+    #[module(skip)]
+    pub alpha: f64,
+}
+
+/// The routing of a batch of tokens: which experts each token goes to and with what weight.
+pub struct Routing<B: Backend> {
+    /// Expert indices `[T·k]`, row-major `[T, k]`, best first (as `torch.topk` orders them).
+    pub indices: Vec<i64>,
+    /// Routing weights `[T, k]`: softmax over the selected router logits (differentiable
+    /// through them).
+    pub weights: Tensor<B, 2>,
+}
+
+impl<B: Backend> Moe<B> {
+    /// A randomly initialised block (normal, std 0.02, as `GptOssPreTrainedModel` initialises
+    /// experts and router).
+    pub fn new(hidden: usize, intermediate: usize, c: &MoeConfig, device: &B::Device) -> Self {
+        let e = c.num_local_experts;
+        let normal = Distribution::Normal(0.0, 0.02);
+        let router_weight = Tensor::random([hidden, e], normal, device);
+        Self {
+            router: Linear {
+                weight: Param::from_tensor(router_weight),
+                bias: Some(Param::from_tensor(Tensor::zeros([e], device))),
+            },
+            gate_up_proj: Param::from_tensor(Tensor::random(
+                [e, hidden, 2 * intermediate],
+                normal,
+                device,
+            )),
+            gate_up_proj_bias: Param::from_tensor(Tensor::zeros([e, 2 * intermediate], device)),
+            down_proj: Param::from_tensor(Tensor::random(
+                [e, intermediate, hidden],
+                normal,
+                device,
+            )),
+            down_proj_bias: Param::from_tensor(Tensor::zeros([e, hidden], device)),
+            top_k: c.num_experts_per_tok,
+            limit: c.swiglu_limit,
+            alpha: c.swiglu_alpha,
+        }
+    }
+
+    /// Number of experts.
+    pub fn num_experts(&self) -> usize {
+        self.gate_up_proj.dims()[0]
+    }
+
+    /// The router's logits `[T, E]` of `x [T, hidden]`, in `x`'s dtype.
+    pub fn router_logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let dt = x.dtype();
+        burn::tensor::module::linear(
+            x,
+            self.router.weight.val().cast(dt),
+            self.router.bias.as_ref().map(|b| b.val().cast(dt)),
+        )
+    }
+
+    /// `GptOssTopKRouter.forward`: top-k of the router logits and a softmax over the selected
+    /// ones. The selection is read to the host (the per-expert token lists must be there
+    /// anyway to select the tokens), ordered as `torch.topk` orders it: descending, ties to the
+    /// lower expert index; the weights are gathered from the logits so their gradient flows
+    /// back into the router through the selected logits only, as torch's `topk` backward does.
+    pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
+        let logits = self.router_logits(x);
+        let [t, e] = logits.dims();
+        let k = self.top_k;
+        let host: Vec<f32> = logits
+            .clone()
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .expect("f32 after convert");
+        let mut indices = Vec::with_capacity(t * k);
+        let mut order: Vec<usize> = Vec::with_capacity(e);
+        for row in host.chunks_exact(e.max(1)) {
+            order.clear();
+            order.extend(0..e);
+            order.sort_by(|&a, &b| {
+                row[b]
+                    .partial_cmp(&row[a])
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(a.cmp(&b))
+            });
+            indices.extend(order[..k].iter().map(|&j| j as i64));
+        }
+        let device = logits.device();
+        let idx = Tensor::<B, 2, Int>::from_data(TensorData::new(indices.clone(), [t, k]), &device);
+        let weights = softmax(logits.gather(1, idx), 1);
+        Routing { indices, weights }
+    }
+}
+
+impl<B: GroupedMatmulBackend> Moe<B> {
+    /// The block's output `[T, hidden]` for `x [T, hidden]`, in `x`'s dtype (the parameters
+    /// are cast to it, as the rest of the model does under mixed precision).
+    ///
+    /// The experts run as two grouped matmuls (`aclnnGroupedMatmulV4` on `Ascend`, the
+    /// composite elsewhere): the `T·k` (token, slot) pairs sorted by expert — stably, so each
+    /// expert sees its tokens in order, as transformers' loop over `expert_hit` does — give
+    /// `x` rows grouped by expert and the group list (the experts' token counts, groupListType
+    /// 1); gate_up and down are then one call each with the stacked `[E, ·, ·]` weights and
+    /// `[E, ·]` biases.
+    ///
+    /// A grouped matmul's refusal (expert weights of shapes that disagree, which loading
+    /// checks first) comes back as its typed [`AttnError`].
+    pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
+        let [t, h] = x.dims();
+        let dt = x.dtype();
+        let device = x.device();
+        if t == 0 {
+            return Ok(Tensor::<B, 2>::zeros([0, h], &device).cast(dt));
+        }
+        let routing = self.route(x.clone());
+        let k = self.top_k;
+        let e = self.num_experts();
+        let inter = self.gate_up_proj.dims()[2] / 2;
+        let rows = t * k;
+        let (spec, tokens, slots) = expert_order(&routing.indices, k, e);
+        let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(tokens, [rows]), &device);
+        let slots = Tensor::<B, 1, Int>::from_data(TensorData::new(slots, [rows]), &device);
+        let xs = x.select(0, tokens.clone());
+        let gate_up = grouped_matmul(
+            xs,
+            self.gate_up_proj.val().cast(dt),
+            Some(self.gate_up_proj_bias.val().cast(dt)),
+            &spec,
+        )?
+        .reshape([rows, inter, 2]);
+        // `gate_up[..., ::2]`, `gate_up[..., 1::2]`: interleaved, not halves.
+        let gate = gate_up
+            .clone()
+            .narrow(2, 0, 1)
+            .reshape([rows, inter])
+            .clamp_max(self.limit);
+        let up = gate_up
+            .narrow(2, 1, 1)
+            .reshape([rows, inter])
+            .clamp(-self.limit, self.limit);
+        let glu = gate.clone() * sigmoid_in_dtype(gate * self.alpha);
+        let y = grouped_matmul(
+            (up + 1.0) * glu,
+            self.down_proj.val().cast(dt),
+            Some(self.down_proj_bias.val().cast(dt)),
+            &spec,
+        )?;
+        let weights = routing.weights.reshape([rows]).select(0, slots);
+        let y = y * weights.reshape([rows, 1]);
+        Ok(Tensor::<B, 2>::zeros([t, h], &device)
+            .cast(dt)
+            .select_assign(0, tokens, y, IndexingUpdateOp::Add))
+    }
+}
+
+/// The grouping of a routing `[T, k]` (row-major expert indices) by expert: the grouped
+/// matmul's spec (each expert's token count, groupListType 1), and per sorted row its token
+/// and its flat slot in the routing weights. Stable: within an expert, tokens keep their order.
+pub fn expert_order(
+    indices: &[i64],
+    k: usize,
+    experts: usize,
+) -> (GroupedMatmulSpec, Vec<i64>, Vec<i64>) {
+    let mut order: Vec<usize> = (0..indices.len()).collect();
+    order.sort_by_key(|&s| indices[s]);
+    let mut counts = vec![0usize; experts];
+    for &j in indices {
+        counts[j as usize] += 1;
+    }
+    let tokens = order.iter().map(|&s| (s / k.max(1)) as i64).collect();
+    let slots = order.iter().map(|&s| s as i64).collect();
+    (GroupedMatmulSpec::from_counts(&counts), tokens, slots)
+}
+
+/// `σ(z)` in `z`'s dtype. Burn's default `sigmoid` (burn-backend 0.21,
+/// `ActivationOps::sigmoid`) computes in f32 whatever the dtype, which is what f32 / bf16 want
+/// but would leave f64 (the finite-difference checks) with f32's precision; f64 takes
+/// `1 / (1 + e^−z)` directly, `z` clamped to ±700 so `e^−z` stays finite (σ′ is below 1e-300
+/// out there).
+fn sigmoid_in_dtype<B: Backend, const D: usize>(z: Tensor<B, D>) -> Tensor<B, D> {
+    if z.dtype() == DType::F64 {
+        (z.clamp(-700.0, 700.0).neg().exp() + 1.0).recip()
+    } else {
+        sigmoid(z)
+    }
+}

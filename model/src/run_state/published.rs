@@ -1,0 +1,334 @@
+//! The crash-consistent checkpoints of a training run.
+//!
+//! Layout of the output folder `<out>`:
+//!
+//! ```text
+//! <out>/checkpoints/step-000120/   one folder per save: config.json, model.safetensors,
+//!                                  model.mpk, optim.mpk, loss.csv, state.json, manifest.json
+//! <out>/LATEST                     "checkpoints/step-000120": the published checkpoint
+//! <out>/config.json, model.safetensors, loss.csv
+//!                                  the published checkpoint's files, for `generate` and
+//!                                  transformers (hard links, or copies)
+//! ```
+//!
+//! A save writes a new step folder, each file written then fsynced, `manifest.json` last (the
+//! step, and each file's size and CRC-32), fsyncs the folder and `checkpoints/`, and only then
+//! publishes it with one atomic operation: `LATEST.tmp` written and fsynced, renamed over
+//! `LATEST`, `<out>` fsynced. A crash at any instant leaves `LATEST` naming either the
+//! previous checkpoint or the new one, both complete. The previous checkpoint is kept until
+//! the new one is published; afterwards all but the last two are removed. `--resume` loads the
+//! folder `LATEST` names and verifies it first (manifest present and of this format, the step
+//! of the folder, manifest and `state.json` equal, every file's size and checksum, no file
+//! beside them), refusing a mixed or truncated checkpoint with the file named.
+//!
+//! The exported copies in `<out>` are renamed into place one by one after the publication: they
+//! are for reading the newest weights, never what `--resume` trusts.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn_ascend::AttnError;
+
+use crate::run_state::durable;
+
+/// The pointer file naming the published checkpoint.
+pub const LATEST: &str = "LATEST";
+/// The folder holding the step folders.
+pub const CHECKPOINTS: &str = "checkpoints";
+/// The manifest, written last into each step folder.
+pub const MANIFEST: &str = "manifest.json";
+/// The published checkpoint's files copied into `<out>` itself.
+pub const EXPORTED: [&str; 5] = [
+    "config.json",
+    "model.safetensors",
+    "loss.csv",
+    "adapter_config.json",
+    "adapter_model.safetensors",
+];
+const FORMAT: &str = "burn-ascend-checkpoint";
+const VERSION: u32 = 1;
+
+/// One file of a checkpoint as its manifest records it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    /// Size in bytes.
+    pub bytes: u64,
+    /// CRC-32 (IEEE) of the content.
+    pub crc32: u32,
+}
+
+/// `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Always `burn-ascend-checkpoint`.
+    pub format: String,
+    /// Version of this layout (1).
+    pub version: u32,
+    /// Optimizer steps done when it was saved.
+    pub step: usize,
+    /// Every other file of the folder.
+    pub files: BTreeMap<String, FileEntry>,
+}
+
+fn err(path: &Path, e: impl std::fmt::Display) -> AttnError {
+    AttnError::invalid("checkpoint", format!("{}: {e}", path.display()))
+}
+
+fn entry_of(bytes: &[u8]) -> FileEntry {
+    FileEntry {
+        bytes: bytes.len() as u64,
+        crc32: crc32fast::hash(bytes),
+    }
+}
+
+/// The folder name of the checkpoint of `step`.
+pub fn step_dir_name(step: usize) -> String {
+    format!("step-{step:06}")
+}
+
+fn step_of_dir_name(name: &str) -> Option<usize> {
+    let digits = name.strip_prefix("step-")?;
+    if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The step of the checkpoint `LATEST` in `out` names, `None` when there is no `LATEST`.
+fn published_step(out: &Path) -> Result<Option<usize>, AttnError> {
+    let path = out.join(LATEST);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err(&path, e)),
+    };
+    text.trim()
+        .strip_prefix(&format!("{CHECKPOINTS}/"))
+        .and_then(step_of_dir_name)
+        .map(Some)
+        .ok_or_else(|| {
+            err(
+                &path,
+                format!(
+                    "must name a checkpoint as `{CHECKPOINTS}/step-NNNNNN`, got {:?}",
+                    text.trim()
+                ),
+            )
+        })
+}
+
+/// Writes `files` as the checkpoint of `step` in `out` and publishes it (see the module
+/// documentation for the order of operations); then exports its [`EXPORTED`] files into
+/// `out` and removes all checkpoints but the last two.
+pub fn publish(out: &Path, step: usize, files: &[(&str, Vec<u8>)]) -> Result<(), AttnError> {
+    let mut previous = published_step(out)?;
+    if previous.is_some_and(|p| p >= step) {
+        // A run started over (without --resume) in the folder of another: the old run's
+        // checkpoint is unpublished before this one's folder may replace it.
+        durable::remove_file_if_present(&out.join(LATEST))?;
+        durable::sync_dir(out)?;
+        previous = None;
+    }
+    std::fs::create_dir_all(out).map_err(|e| err(out, e))?;
+    let root = out.join(CHECKPOINTS);
+    if !root.is_dir() {
+        durable::create_dir(&root)?;
+        durable::sync_dir(out)?;
+    }
+    let name = step_dir_name(step);
+    let dir = root.join(&name);
+    if dir.symlink_metadata().is_ok() {
+        // Left by a save that crashed before publishing it: never the published one.
+        durable::remove_dir_all(&dir)?;
+    }
+    durable::create_dir(&dir)?;
+    let mut manifest = Manifest {
+        format: FORMAT.into(),
+        version: VERSION,
+        step,
+        files: BTreeMap::new(),
+    };
+    for (file, bytes) in files {
+        if *file == MANIFEST || file.contains(['/', '\\']) {
+            return Err(err(&dir.join(file), "not a checkpoint file name"));
+        }
+        durable::write_synced(&dir.join(file), bytes)?;
+        manifest.files.insert(file.to_string(), entry_of(bytes));
+    }
+    let text = serde_json::to_vec_pretty(&manifest).map_err(|e| err(&dir.join(MANIFEST), e))?;
+    durable::write_synced(&dir.join(MANIFEST), &text)?;
+    durable::sync_dir(&dir)?;
+    durable::sync_dir(&root)?;
+    // The publication: one rename of an fsynced pointer file.
+    let tmp = out.join("LATEST.tmp");
+    durable::write_synced(&tmp, format!("{CHECKPOINTS}/{name}\n").as_bytes())?;
+    durable::rename(&tmp, &out.join(LATEST))?;
+    durable::sync_dir(out)?;
+    // Convenience copies of the published files.
+    for file in EXPORTED {
+        if !manifest.files.contains_key(file) {
+            continue;
+        }
+        let tmp = out.join(format!(".{file}.tmp"));
+        durable::remove_file_if_present(&tmp)?;
+        durable::link_or_copy(&dir.join(file), &tmp)?;
+        durable::rename(&tmp, &out.join(file))?;
+    }
+    durable::sync_dir(out)?;
+    prune(&root, step, previous)
+}
+
+/// Removes every step folder but `keep` and `previous` (also the leftovers of crashed saves).
+fn prune(root: &Path, keep: usize, previous: Option<usize>) -> Result<(), AttnError> {
+    let mut stale: Vec<(usize, PathBuf)> = std::fs::read_dir(root)
+        .map_err(|e| err(root, e))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let step = step_of_dir_name(e.file_name().to_str()?)?;
+            (step != keep && Some(step) != previous).then(|| (step, e.path()))
+        })
+        .collect();
+    stale.sort();
+    for (_, dir) in stale {
+        durable::remove_dir_all(&dir)?;
+    }
+    Ok(())
+}
+
+/// The published checkpoint of a run, verified.
+#[derive(Debug, Clone)]
+pub struct Published {
+    /// Its folder.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+impl Published {
+    /// Finds the checkpoint `LATEST` in `out` names and verifies it whole: the manifest of this
+    /// format and version, its step that of the folder's name, every file it lists present with
+    /// its size and checksum, and no other file in the folder.
+    pub fn open(out: &Path) -> Result<Self, AttnError> {
+        let step = published_step(out)?.ok_or_else(|| {
+            err(
+                &out.join(LATEST),
+                "no published checkpoint to resume (the run saved none, or was written before \
+                 checkpoints were published through LATEST)",
+            )
+        })?;
+        let dir = out.join(CHECKPOINTS).join(step_dir_name(step));
+        let path = dir.join(MANIFEST);
+        let text = std::fs::read(&path).map_err(|e| err(&path, e))?;
+        let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| err(&path, e))?;
+        if manifest.format != FORMAT || manifest.version != VERSION {
+            return Err(err(
+                &path,
+                format!(
+                    "format {:?} version {} (this build reads {FORMAT:?} version {VERSION})",
+                    manifest.format, manifest.version
+                ),
+            ));
+        }
+        if manifest.step != step {
+            return Err(err(
+                &path,
+                format!(
+                    "step {} but the folder is that of step {step}",
+                    manifest.step
+                ),
+            ));
+        }
+        let published = Self { dir, manifest };
+        for name in published.manifest.files.keys() {
+            published.read(name)?;
+        }
+        let mut extra: Vec<String> = std::fs::read_dir(&published.dir)
+            .map_err(|e| err(&published.dir, e))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != MANIFEST && !published.manifest.files.contains_key(n))
+            .collect();
+        extra.sort();
+        if let Some(name) = extra.first() {
+            return Err(err(
+                &published.dir.join(name),
+                "not listed in manifest.json (a mixed checkpoint)",
+            ));
+        }
+        Ok(published)
+    }
+
+    /// Repairs what a crash after the publication left: the files exported into `out` made
+    /// those of this checkpoint again, temporary files and unpublished step folders removed
+    /// (this one and the one before it are kept). Safe to run from several processes at once
+    /// (every rank of a torchrun launch resumes): each exports through a temporary name of
+    /// its own, and what another already removed is no error.
+    pub fn tidy(&self, out: &Path) -> Result<(), AttnError> {
+        durable::remove_file_if_present(&out.join("LATEST.tmp"))?;
+        let mut changed = false;
+        for file in EXPORTED {
+            let Some(entry) = self.manifest.files.get(file) else {
+                continue;
+            };
+            durable::remove_file_if_present(&out.join(format!(".{file}.tmp")))?;
+            let tmp = out.join(format!(".{file}.{}.tmp", std::process::id()));
+            durable::remove_file_if_present(&tmp)?;
+            let current = std::fs::read(out.join(file)).ok().map(|b| entry_of(&b));
+            if current.as_ref() != Some(entry) {
+                durable::link_or_copy(&self.dir.join(file), &tmp)?;
+                durable::rename(&tmp, &out.join(file))?;
+                changed = true;
+            }
+        }
+        if changed {
+            durable::sync_dir(out)?;
+        }
+        let root = out.join(CHECKPOINTS);
+        let below = std::fs::read_dir(&root)
+            .map_err(|e| err(&root, e))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| step_of_dir_name(e.file_name().to_str()?))
+            .filter(|&s| s < self.step())
+            .max();
+        prune(&root, self.step(), below)
+    }
+
+    /// The step the checkpoint was saved at.
+    pub fn step(&self) -> usize {
+        self.manifest.step
+    }
+
+    /// The content of `name`, checked against the manifest (size, then checksum).
+    pub fn read(&self, name: &str) -> Result<Vec<u8>, AttnError> {
+        let path = self.dir.join(name);
+        let entry = self
+            .manifest
+            .files
+            .get(name)
+            .ok_or_else(|| err(&path, "not listed in manifest.json"))?;
+        let bytes = std::fs::read(&path).map_err(|e| err(&path, e))?;
+        if bytes.len() as u64 != entry.bytes {
+            return Err(err(
+                &path,
+                format!(
+                    "{} bytes but manifest.json says {} (truncated or from another save)",
+                    bytes.len(),
+                    entry.bytes
+                ),
+            ));
+        }
+        let crc = crc32fast::hash(&bytes);
+        if crc != entry.crc32 {
+            return Err(err(
+                &path,
+                format!(
+                    "CRC-32 {crc:08x} but manifest.json says {:08x} (corrupted or from another save)",
+                    entry.crc32
+                ),
+            ));
+        }
+        Ok(bytes)
+    }
+}

@@ -1,0 +1,521 @@
+//! The training loop of the `finetune` example, reusable and testable: packed varlen batches,
+//! AdamW ([`crate::train::optim::FusedAdamW`]) with warmup + cosine decay and global gradient-norm
+//! clipping ([`crate::train::optim::clip_global_norm`]), crash-consistent checkpoints
+//! (see [`crate::run_state::published`]) that `--resume` verifies and continues exactly (model and
+//! optimizer as Burn records, the step and loss curve in `state.json`, the batch stream
+//! replayed from its seed). A step whose loss or gradient norm is not finite stops the run
+//! before its optimizer step, the last published checkpoint kept.
+
+use std::path::{Path, PathBuf};
+
+use burn::module::{AutodiffModule, Module};
+use burn::optim::{GradientsParams, Optimizer};
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+
+use crate::load::config::ModelConfig;
+use crate::load::data::{concat_batches, PackedBatch, Packer};
+use crate::model::hf_checkpoint::{hf_files, load_hf_with, LoadOptions};
+use crate::model::transformer::{cross_entropy_fused, Transformer};
+use crate::model::{lora, peft};
+use crate::run_state::published::{publish, Published};
+use crate::run_state::state::TrainState;
+use crate::train::loss::masked_cross_entropy;
+use crate::train::optim::{clip_global_norm, FusedAdamW};
+use crate::train::recompute::{check as check_checkpointing, loss_and_grads, loss_and_grads_with};
+use crate::train::schedule::WarmupCosine;
+use crate::train::sync::GradientSync;
+use burn_ascend::{AttentionBackend, AttnError};
+
+/// Where the model starts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Init {
+    /// Random weights of this shape.
+    Fresh(ModelConfig),
+    /// A Hugging Face style checkpoint folder.
+    Checkpoint(PathBuf),
+    /// Continue the run saved in the output folder.
+    Resume,
+}
+
+/// Training settings.
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    /// Length of the whole run: the learning-rate schedule spans it and a resumed run
+    /// continues up to it.
+    pub total_steps: usize,
+    /// Stop after this step count even if `total_steps` is further (an interrupted run;
+    /// `--resume` continues it exactly).
+    pub stop_after: Option<usize>,
+    /// Peak learning rate (warmup over the first 5 % of steps, cosine to a tenth).
+    pub lr: f64,
+    /// AdamW's decoupled weight decay.
+    pub weight_decay: f32,
+    /// Global gradient-norm clip (torch's `clip_grad_norm_`: every gradient scaled by
+    /// `min(1, clip_norm / (‖g‖ + 1e-6))`, `‖g‖` over all parameters).
+    pub clip_norm: f32,
+    /// Seed of the initial weights and the batch stream.
+    pub seed: u64,
+    /// Output folder: `checkpoints/step-NNNNNN/`, `LATEST`, and the published checkpoint's
+    /// `config.json`, `model.safetensors` and `loss.csv`.
+    pub out: PathBuf,
+    /// Save every this many steps (and at the end).
+    pub save_every: usize,
+}
+
+/// One finished step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepReport {
+    /// 0-based step over the whole run (resumed steps included).
+    pub step: usize,
+    /// Steps of the whole run when this call ends.
+    pub total_steps: usize,
+    /// Mean next-token cross-entropy of the batch (nats per token).
+    pub loss: f32,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Tokens in the batch.
+    pub tokens: usize,
+}
+
+fn io(path: &Path, e: impl std::fmt::Display) -> AttnError {
+    AttnError::invalid("checkpoint", format!("{}: {e}", path.display()))
+}
+
+/// Builds the model of `init` on `device`, with the resumed state when resuming.
+pub fn init_model<B: AutodiffBackend + AttentionBackend>(
+    init: &Init,
+    out: &Path,
+    device: &B::Device,
+) -> Result<(Transformer<B>, TrainState), AttnError> {
+    init_model_with(init, out, device, LoadOptions::default())
+}
+
+/// [`init_model`] with the options of loading a checkpoint.
+pub fn init_model_with<B: AutodiffBackend + AttentionBackend>(
+    init: &Init,
+    out: &Path,
+    device: &B::Device,
+    opts: LoadOptions,
+) -> Result<(Transformer<B>, TrainState), AttnError> {
+    Ok(match init {
+        Init::Fresh(config) => (Transformer::new(config, device)?, TrainState::default()),
+        Init::Checkpoint(dir) => (load_hf_with(dir, device, opts)?, TrainState::default()),
+        Init::Resume => {
+            let saved = Published::open(out)?;
+            let config = config_from_json(&saved.read("config.json")?, &saved.dir)?;
+            let state_path = saved.dir.join("state.json");
+            let state = TrainState::from_json(&saved.read("state.json")?, &state_path)?;
+            if state.step != saved.step() {
+                return Err(io(
+                    &state_path,
+                    format!(
+                        "step {} but manifest.json says {} (a mixed checkpoint)",
+                        state.step,
+                        saved.step()
+                    ),
+                ));
+            }
+            let record = NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
+                .load(saved.read("model.mpk")?, device)
+                .map_err(|e| io(&saved.dir.join("model.mpk"), e))?;
+            let model = Transformer::new(&config, device)?.load_record(record);
+            saved.tidy(out)?;
+            (model, state)
+        }
+    })
+}
+
+fn config_from_json(bytes: &[u8], dir: &Path) -> Result<ModelConfig, AttnError> {
+    let path = dir.join("config.json");
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| io(&path, e))?;
+    ModelConfig::from_json(&v)
+}
+
+/// Where a run's batches come from: the packer's stream, one batch per step on one device;
+/// with data parallelism over `size` ranks, each step takes `size` batches of the stream,
+/// rank `r` training on the `r`-th ([`Batches::rank`]) and a single device checking the run
+/// on all of them at once ([`Batches::global`]).
+pub struct Batches<'a> {
+    packer: &'a mut Packer,
+    rank: Option<usize>,
+    size: usize,
+}
+
+impl<'a> Batches<'a> {
+    /// One batch per step.
+    pub fn single(packer: &'a mut Packer) -> Self {
+        Self {
+            packer,
+            rank: None,
+            size: 1,
+        }
+    }
+
+    /// Rank `rank`'s batch of each step of `size` ranks.
+    pub fn rank(packer: &'a mut Packer, rank: usize, size: usize) -> Self {
+        Self {
+            packer,
+            rank: Some(rank),
+            size: size.max(1),
+        }
+    }
+
+    /// The whole global batch of each step of `size` ranks, as one batch.
+    pub fn global(packer: &'a mut Packer, size: usize) -> Self {
+        Self {
+            packer,
+            rank: None,
+            size: size.max(1),
+        }
+    }
+
+    /// Skips `raw` batches of the packer's stream (a resumed run's replay).
+    pub fn skip(&mut self, raw: usize) {
+        for _ in 0..raw {
+            self.packer.next_batch();
+        }
+    }
+
+    /// The next step's batch.
+    pub fn next_batch(&mut self) -> PackedBatch {
+        let parts: Vec<PackedBatch> = (0..self.size).map(|_| self.packer.next_batch()).collect();
+        match self.rank {
+            Some(r) => parts.into_iter().nth(r).expect("rank < size"),
+            None if parts.len() == 1 => parts.into_iter().next().expect("one"),
+            None => concat_batches(&parts),
+        }
+    }
+}
+
+/// Trains `model` on `packer`'s batches from `state.step` up to `opts.total_steps` (or
+/// `opts.stop_after`), calling `on_step` after each step. Saves to `opts.out` every `save_every`
+/// steps and at the end. Returns the trained model and the whole run's loss curve.
+pub fn train<B: AutodiffBackend + AttentionBackend>(
+    model: Transformer<B>,
+    state: TrainState,
+    resume_optimizer: bool,
+    packer: &mut Packer,
+    opts: &TrainOptions,
+    on_step: impl FnMut(&StepReport),
+) -> Result<(Transformer<B>, TrainState), AttnError>
+where
+    B::InnerBackend: AttentionBackend,
+{
+    train_with(
+        model,
+        state,
+        resume_optimizer,
+        &mut Batches::single(packer),
+        opts,
+        None,
+        on_step,
+    )
+}
+
+/// The learning-rate schedule of a run of `opts` (warm-up over 5 % of the steps, cosine to a
+/// tenth of the peak), the eager and the captured loop alike.
+pub(crate) fn schedule_of(opts: &TrainOptions) -> WarmupCosine {
+    WarmupCosine {
+        peak: opts.lr,
+        floor: opts.lr / 10.0,
+        warmup: (opts.total_steps / 20).max(1),
+        total: opts.total_steps,
+    }
+}
+
+/// The optimizer state (`optim.mpk`) of the checkpoint the model and `state` came from, with
+/// its path; refused when that checkpoint is of another step.
+pub(crate) fn saved_optimizer(
+    opts: &TrainOptions,
+    state: &TrainState,
+) -> Result<(Vec<u8>, std::path::PathBuf), AttnError> {
+    let saved = Published::open(&opts.out)?;
+    let path = saved.dir.join("optim.mpk");
+    if saved.step() != state.step {
+        return Err(io(
+            &path,
+            format!(
+                "saved at step {} but the run resumes at step {}",
+                saved.step(),
+                state.step
+            ),
+        ));
+    }
+    Ok((saved.read("optim.mpk")?, path))
+}
+
+/// [`train`] over any [`Batches`], as one rank of data-parallel training when `sync` is
+/// given: rank 0's parameters are broadcast first, the reported loss is the mean over ranks,
+/// the gradients are averaged before each optimizer step, and only rank 0 writes checkpoints.
+pub fn train_with<B: AutodiffBackend + AttentionBackend>(
+    mut model: Transformer<B>,
+    mut state: TrainState,
+    resume_optimizer: bool,
+    batches: &mut Batches<'_>,
+    opts: &TrainOptions,
+    mut sync: Option<&mut dyn GradientSync<B>>,
+    mut on_step: impl FnMut(&StepReport),
+) -> Result<(Transformer<B>, TrainState), AttnError>
+where
+    B::InnerBackend: AttentionBackend,
+{
+    if model.config.attention_dropout > 0.0 {
+        // transformers applies it to the attention probabilities in training; our attention
+        // ops run without it, so training would silently compute another objective.
+        return Err(AttnError::Unsupported(format!(
+            "attention_dropout {} in training (only 0)",
+            model.config.attention_dropout
+        )));
+    }
+    if model
+        .config
+        .moe
+        .as_ref()
+        .is_some_and(|m| m.output_router_logits)
+    {
+        // GptOssForCausalLM adds router_aux_loss_coef × the router's load-balancing loss to
+        // the training loss when output_router_logits; ours has no such term.
+        return Err(AttnError::Unsupported(
+            "output_router_logits true in training (the router's auxiliary load-balancing loss is not implemented)"
+                .into(),
+        ));
+    }
+    // ZeRO-3 with per-block checkpointing: each part's weights gathered only while it runs.
+    let per_block = model.checkpoint_blocks
+        && sync
+            .as_deref_mut()
+            .and_then(|s| s.sharded())
+            .is_some_and(|z| z.per_block().is_some());
+    if model.checkpoint_blocks && sync.is_some() && !per_block {
+        return Err(AttnError::Unsupported(
+            "--checkpointing with data parallelism other than --zero 3 (per-block \
+             checkpointing trains on one device, or shards the weights per block with ZeRO-3)"
+                .into(),
+        ));
+    }
+    if model.checkpoint_blocks {
+        check_checkpointing(&model)?;
+    }
+    let device = model.embed_tokens.weight.val().device();
+    let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
+    let ranks = sync.as_deref().map_or(1, |s| s.size());
+    let writer = sync.as_deref().is_none_or(|s| s.rank() == 0);
+    // ZeRO reads the whole optimizer state and takes its slice: any rank count resumes.
+    let sharded = sync.as_deref_mut().is_some_and(|s| s.sharded().is_some());
+    if state.step > 0 && state.devices.max(1) != ranks && !sharded {
+        return Err(AttnError::invalid(
+            "--devices",
+            format!(
+                "the run in {} trained on {} device(s); resume it with the same number, got \
+                 {ranks} (or with --zero K, which shards its whole checkpoint over any number)",
+                opts.out.display(),
+                state.devices.max(1)
+            ),
+        ));
+    }
+    // Replay the batch stream so a resumed run sees the batches it would have seen (each
+    // step of the run so far took one batch per rank it ran on).
+    batches.skip(state.step * state.devices.max(1));
+    state.devices = ranks;
+    let total_steps = opts.total_steps;
+    let end = opts.stop_after.unwrap_or(total_steps).min(total_steps);
+    let schedule = schedule_of(opts);
+    let mut optim = FusedAdamW::<B>::new(opts.weight_decay)?.init::<Transformer<B>>();
+    if resume_optimizer {
+        let (bytes, path) = saved_optimizer(opts, &state)?;
+        match sync.as_deref_mut().and_then(|s| s.sharded()) {
+            Some(z) => z.load_optimizer(&model, &bytes, &path)?,
+            None => {
+                let record = recorder.load(bytes, &device).map_err(|e| io(&path, e))?;
+                optim = optim.load_record(record);
+            }
+        }
+    }
+    if writer {
+        std::fs::create_dir_all(&opts.out).map_err(|e| io(&opts.out, e))?;
+    }
+    if let Some(s) = sync.as_deref_mut() {
+        model = s.broadcast_model(model)?;
+    }
+    for step in state.step..end {
+        if let Some(z) = sync.as_deref_mut().and_then(|s| s.sharded()) {
+            model = match z.per_block().filter(|_| per_block) {
+                // ZeRO-3 with per-block checkpointing: gathered part by part in the chain.
+                Some(b) => b.begin(model)?,
+                // ZeRO-3: the weights gathered for the step.
+                None => z.whole(model)?,
+            };
+        }
+        let batch = batches.next_batch();
+        let t = batch.tokens.len();
+        let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.tokens, [t]), &device);
+        let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.targets, [t]), &device);
+        // A non-finite loss or gradient stops the run before the optimizer step: the last
+        // published checkpoint stays the last good one.
+        let not_finite_loss = |loss: f32| {
+            AttnError::invalid(
+                "lr",
+                format!(
+                    "the loss became {loss} at step {step}; lower the learning rate (the last \
+                     good checkpoint is kept)"
+                ),
+            )
+        };
+        let mut sharded_norm = None;
+        let (loss_inner, ranks_loss, mut grads) = if per_block {
+            let mask = batch.loss_mask.as_deref();
+            let s = sync.as_deref_mut().expect("per-block sharding has a group");
+            let b = s
+                .sharded()
+                .and_then(|z| z.per_block())
+                .expect("checked above");
+            let (loss, grads) =
+                loss_and_grads_with(&model, tokens, &batch.cu_seqlens, targets, mask, b.hooks())?;
+            sharded_norm = Some(b.finish()?);
+            let l = s.average_loss(Tensor::from_inner(loss.clone()))?;
+            if !l.is_finite() {
+                return Err(not_finite_loss(l));
+            }
+            (loss, Some(l), grads)
+        } else if model.checkpoint_blocks {
+            let mask = batch.loss_mask.as_deref();
+            let (loss, grads) = loss_and_grads(&model, tokens, &batch.cu_seqlens, targets, mask)?;
+            (loss, None, grads)
+        } else {
+            let logits = model.forward_packed(tokens, &batch.cu_seqlens)?;
+            let loss = match &batch.loss_mask {
+                None => cross_entropy_fused(logits, targets)?,
+                Some(mask) => masked_cross_entropy(logits, targets, mask),
+            };
+            // Data-parallel: the mean loss over ranks, read before the backward pass.
+            let ranks_loss = match sync.as_deref_mut() {
+                Some(s) => Some(s.average_loss(loss.clone())?),
+                None => None,
+            };
+            if let Some(l) = ranks_loss.filter(|l| !l.is_finite()) {
+                return Err(not_finite_loss(l));
+            }
+            let loss_inner = loss.clone().inner();
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            (loss_inner, ranks_loss, grads)
+        };
+        if let (Some(s), false) = (sync.as_deref_mut(), per_block) {
+            match s.sharded() {
+                // ZeRO: the gradients reduced into this rank's shard, the norm from the shards.
+                Some(z) => sharded_norm = Some(z.reduce(&model, std::mem::take(&mut grads))?),
+                None => grads = s.average_gradients(&model, grads)?,
+            }
+        }
+        // The global norm clip, on the device; its squared norm is the finiteness check's.
+        let (grads, squares) = clip_global_norm(&model, grads, opts.clip_norm);
+        // One device: the loss and the gradients' squared norm in one read, the step's one
+        // wait for the device.
+        let (loss_value, norm) = match (ranks_loss, squares) {
+            (Some(l), Some(sq)) => (l, sq.into_scalar().elem::<f32>().sqrt()),
+            (Some(l), None) => (l, sharded_norm.unwrap_or(0.0)),
+            (None, Some(sq)) => {
+                let both = Tensor::cat(vec![loss_inner.reshape([1]), sq], 0)
+                    .into_data()
+                    .convert::<f32>()
+                    .to_vec::<f32>()
+                    .map_err(|e| AttnError::invalid("lr", format!("{e:?}")))?;
+                (both[0], both[1].sqrt())
+            }
+            (None, None) => (loss_inner.into_scalar().elem(), 0.0),
+        };
+        if !loss_value.is_finite() {
+            return Err(not_finite_loss(loss_value));
+        }
+        if !norm.is_finite() {
+            return Err(AttnError::invalid(
+                "lr",
+                format!(
+                    "the gradient norm became {norm} at step {step} (loss {loss_value}); lower \
+                     the learning rate (the last good checkpoint is kept)"
+                ),
+            ));
+        }
+        let lr = schedule.lr(step);
+        model = match sync.as_deref_mut().and_then(|s| s.sharded()) {
+            Some(z) => z.step(lr, model)?,
+            None => optim.step(lr, model, grads),
+        };
+        state.losses.push(loss_value);
+        state.step = step + 1;
+        on_step(&StepReport {
+            step,
+            total_steps,
+            loss: loss_value,
+            lr,
+            tokens: t * ranks,
+        });
+        let checkpoint = state.step == end || state.step.is_multiple_of(opts.save_every.max(1));
+        if let (Some(s), true) = (sync.as_deref_mut(), checkpoint) {
+            s.wait()?;
+        }
+        // ZeRO: every rank gathers the whole weights and optimizer state; rank 0 writes them.
+        let mut sharded_optim = None;
+        if let (Some(z), true) = (sync.as_deref_mut().and_then(|s| s.sharded()), checkpoint) {
+            model = z.whole(model)?;
+            sharded_optim = Some(z.optimizer_bytes(&model)?);
+        }
+        if writer && checkpoint {
+            match sharded_optim {
+                Some(bytes) => save_with(&model, bytes, &state, &opts.out, &recorder)?,
+                None => save(&model, &optim, &state, &opts.out, &recorder)?,
+            }
+        }
+    }
+    if let Some(z) = sync.and_then(|s| s.sharded()) {
+        model = z.whole(model)?;
+    }
+    Ok((model, state))
+}
+
+/// Publishes the checkpoint of `state.step` in `out` (see [`crate::run_state::published`]): the
+/// weights in Hugging Face's layout, the model and optimizer as Burn records, the loss curve
+/// and `state.json`.
+pub(crate) fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transformer<B>, B>>(
+    model: &Transformer<B>,
+    optim: &O,
+    state: &TrainState,
+    out: &Path,
+    recorder: &NamedMpkBytesRecorder<FullPrecisionSettings>,
+) -> Result<(), AttnError> {
+    let optim_bytes = recorder
+        .record(optim.to_record(), ())
+        .map_err(|e| io(Path::new("optim.mpk"), e))?;
+    save_with(model, optim_bytes, state, out, recorder)
+}
+
+/// [`save`] with the optimizer record's bytes (a sharded run's, gathered whole).
+fn save_with<B: AutodiffBackend + AttentionBackend>(
+    model: &Transformer<B>,
+    optim_bytes: Vec<u8>,
+    state: &TrainState,
+    out: &Path,
+    recorder: &NamedMpkBytesRecorder<FullPrecisionSettings>,
+) -> Result<(), AttnError> {
+    let mut files = if lora::settings(model).is_some() {
+        // LoRA: only the adapters, in PEFT's format (the frozen base is the checkpoint the
+        // run started from, named in adapter_config.json).
+        peft::adapter_files(&model.valid())?
+    } else {
+        let mut files = hf_files(&model.valid())?;
+        let model_bytes = recorder
+            .record(model.clone().into_record(), ())
+            .map_err(|e| io(Path::new("model.mpk"), e))?;
+        files.push(("model.mpk", model_bytes));
+        files
+    };
+    files.push(("optim.mpk", optim_bytes));
+    let mut csv = String::from("step,loss\n");
+    for (i, l) in state.losses.iter().enumerate() {
+        csv.push_str(&format!("{i},{l}\n"));
+    }
+    files.push(("loss.csv", csv.into_bytes()));
+    files.push(("state.json", state.to_json()?));
+    publish(out, state.step, &files)
+}
