@@ -53,7 +53,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
-use burn_ascend::AttentionBackend;
+use burn_ascend::TrainingBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{Checkpointing, ExampleDevice, FinetuneArgs as Args, Pack};
 use burn_ascend_model::load::budget;
@@ -338,8 +338,8 @@ fn context_parallel<'a, B>(
     gap: std::rc::Rc<std::cell::Cell<Option<f32>>>,
 ) -> Trainer<'a, B>
 where
-    B: CpBackend + AttentionBackend,
-    B::InnerBackend: AttentionBackend,
+    B: CpBackend + TrainingBackend,
+    B::InnerBackend: TrainingBackend,
     Transformer<B>: Send,
 {
     let (check, resume, m) = (args.check_cp, args.resume, args.devices.max(1));
@@ -395,9 +395,9 @@ type Trainer<'a, B> = Box<
         + 'a,
 >;
 
-fn single_device<'a, B: AutodiffBackend + AttentionBackend>(resume: bool) -> Trainer<'a, B>
+fn single_device<'a, B: AutodiffBackend + TrainingBackend>(resume: bool) -> Trainer<'a, B>
 where
-    B::InnerBackend: AttentionBackend,
+    B::InnerBackend: TrainingBackend,
 {
     Box::new(move |model, state, packer, opts, on_step| {
         train(model, state, resume, packer, opts, on_step).map_err(|e| e.to_string())
@@ -719,7 +719,7 @@ fn lora_of(args: &Args) -> Result<Option<(PathBuf, Option<LoraSettings>)>, Strin
 
 /// The model and state `args` start from: a LoRA run's frozen base with its adapters, or
 /// `init_model`'s.
-fn model_of<B: AutodiffBackend + AttentionBackend>(
+fn model_of<B: AutodiffBackend + TrainingBackend>(
     args: &Args,
     device: &B::Device,
 ) -> Result<(Transformer<B>, TrainState), String> {
@@ -758,14 +758,14 @@ fn init_of(args: &Args) -> Result<Init, String> {
 
 /// `ascend`: the same device as `device` when it is an `Ascend` one, for the dispatch counters
 /// (launches, synchronisations, host fallbacks per step) and `--profile`.
-fn run_on<B: AutodiffBackend + AttentionBackend>(
+fn run_on<B: AutodiffBackend + TrainingBackend>(
     args: Args,
     device: B::Device,
     ascend: Option<AscendDevice>,
     trainer: Trainer<'_, B>,
 ) -> Result<(), String>
 where
-    B::InnerBackend: AttentionBackend,
+    B::InnerBackend: TrainingBackend,
 {
     B::seed(&device, args.seed);
 

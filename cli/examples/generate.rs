@@ -44,7 +44,7 @@
 
 use burn::backend::NdArray;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
-use burn_ascend::{AttendPath, AttentionBackend};
+use burn_ascend::{AttendPath, TrainingBackend};
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{ComputeDtype, ExampleDevice, GenerateArgs as Args};
 use burn_ascend_model::load::budget;
@@ -131,7 +131,7 @@ fn fmt_rate(x: f64) -> String {
 
 /// `--graph`: the decode steps replayed from a captured graph. Graph capture is ACL's, so only
 /// the `Ascend` backend has it; any other backend is refused naming the flag.
-fn decode_graph<B: AttentionBackend>(
+fn decode_graph<B: TrainingBackend>(
     gen: &mut Generator<B>,
     ids: &[Vec<u32>],
     max_new: usize,
@@ -154,7 +154,7 @@ fn decode_graph<B: AttentionBackend>(
 /// steps of the whole batch profiled (with `--graph`, the first one captures the graph and
 /// the profile covers the `max_new − 2` replayed ones): the dispatch table per step and, on the simulation, the
 /// modelled Atlas A2 time of the top ops with the `generate: per step …` line.
-fn profile_decode<B: AttentionBackend>(
+fn profile_decode<B: TrainingBackend>(
     gen: &mut Generator<B>,
     prompts: &[Vec<u32>],
     max_new: usize,
@@ -217,7 +217,7 @@ fn profile_decode<B: AttentionBackend>(
     ))
 }
 
-fn run_on<B: AttentionBackend>(
+fn run_on<B: TrainingBackend>(
     args: Args,
     device: B::Device,
     ascend: Option<AscendDevice>,

@@ -12,7 +12,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
-use burn_ascend::{flash_attention_varlen, AttentionBackend, FlashAttnOptions};
+use burn_ascend::{flash_attention_varlen, FlashAttnOptions, TrainingBackend};
 // The command line (clap; in the library so that the tests parse it).
 use burn_ascend_cli::args::VarlenTrainArgs;
 use clap::Parser;
@@ -31,7 +31,7 @@ struct SinkAttention<B: Backend> {
     sinks: Param<Tensor<B, 1>>,
 }
 
-impl<B: AttentionBackend> SinkAttention<B> {
+impl<B: TrainingBackend> SinkAttention<B> {
     fn new(device: &B::Device, sink_init: f64) -> Self {
         let lin = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
         Self {

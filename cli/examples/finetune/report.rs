@@ -54,7 +54,7 @@ pub(crate) fn plot_losses(losses: &[f32], path: &Path) -> Result<(), String> {
 }
 
 /// Continues a few prompts together through the paged KV cache, greedy and nucleus sampling.
-pub(crate) fn print_samples<Bk: burn_ascend::AttentionBackend>(
+pub(crate) fn print_samples<Bk: burn_ascend::TrainingBackend>(
     model: Transformer<Bk>,
     tokenizer: &Tokenizer,
     seed: u64,

@@ -25,7 +25,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
-use burn_ascend::{AttendPath, AttentionBackend, AttnError};
+use burn_ascend::{AttendPath, AttnError, TrainingBackend};
 use burn_ascend_cann::acl::ffi::names;
 use burn_ascend_model::load::config::{LayerType, RopeScaling};
 use burn_ascend_model::load::data::{
@@ -220,7 +220,7 @@ fn host_grads<B: AutodiffBackend>(
 }
 
 /// One step's gradients of `model` on `batch`.
-fn grads_of<B: AutodiffBackend + AttentionBackend>(
+fn grads_of<B: AutodiffBackend + TrainingBackend>(
     model: &Transformer<B>,
     batch: &PackedBatch,
 ) -> Result<GradientsParams, AttnError> {

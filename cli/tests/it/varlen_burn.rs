@@ -17,7 +17,7 @@ use burn_ascend::ops::varlen::VarlenShapes;
 use burn_ascend::{
     flash_attention_varlen, varlen_score, varlen_score_with_alibi, varlen_score_with_dropout,
     varlen_score_with_mask, varlen_score_with_pse, AttentionBackend, FlashAttnOptions,
-    VarlenInputs,
+    VarlenBackend, VarlenInputs,
 };
 
 type B = NdArray;

@@ -21,8 +21,8 @@ use crate::model::lora_adapter::{adapted, AttentionAdapters, LoraAdapter, MlpAda
 use crate::model::moe::Moe;
 use crate::model::rope::Rope;
 use burn_ascend::{
-    flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions, FusedBackend,
-    GroupedMatmulBackend,
+    flash_attention_varlen, AttnError, FlashAttnOptions, FusedBackend, GroupedMatmulBackend,
+    TrainingBackend,
 };
 
 /// Grouped-query attention with optional learned per-head sinks.
@@ -263,7 +263,7 @@ impl<B: Backend> Transformer<B> {
     }
 }
 
-impl<B: AttentionBackend> Transformer<B> {
+impl<B: TrainingBackend> Transformer<B> {
     /// Logits `[T, V]` of packed sequences `tokens [T]` delimited by `cu_seqlens` (B + 1
     /// entries from 0): each sequence attends only to itself, positions restart at 0.
     pub fn forward_packed(
@@ -323,7 +323,7 @@ impl<B: AttentionBackend> Transformer<B> {
     }
 }
 
-impl<B: AttentionBackend> Block<B> {
+impl<B: TrainingBackend> Block<B> {
     /// The block on packed `x [T, hidden]` (residual stream, in the parameters' dtype) with
     /// `model`'s config and compute dtype (`model` may be on another backend: per-block
     /// checkpointing runs the block on the inner one); `observe` sees the MLP's input.
@@ -530,7 +530,7 @@ impl<B: FusedBackend> Attention<B> {
     }
 }
 
-impl<B: AttentionBackend> Attention<B> {
+impl<B: TrainingBackend> Attention<B> {
     fn forward_packed(
         &self,
         x: Tensor<B, 2>,

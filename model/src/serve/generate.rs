@@ -13,11 +13,11 @@ use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use crate::load::data::SplitMix;
 use crate::model::rope::Rope;
 use crate::model::transformer::Transformer;
-use burn_ascend::{AttendOptions, AttendPath, AttentionBackend, AttnError, PagedKvCache, SeqId};
+use burn_ascend::{AttendOptions, AttendPath, AttnError, PagedKvCache, SeqId, TrainingBackend};
 
 /// A model with its per-layer paged caches and the sequences being generated.
 #[derive(Debug)]
-pub struct Generator<B: AttentionBackend> {
+pub struct Generator<B: TrainingBackend> {
     pub(crate) model: Transformer<B>,
     pub(crate) caches: Vec<PagedKvCache<B>>,
     /// Per sequence: its id in each layer's cache and its token count (without the sink slot).
@@ -30,7 +30,7 @@ pub struct Generator<B: AttentionBackend> {
     pub(crate) attention_dtype: Option<FloatDType>,
 }
 
-impl<B: AttentionBackend> Generator<B> {
+impl<B: TrainingBackend> Generator<B> {
     /// Caches of `num_blocks` blocks of `block_size` tokens per layer.
     pub fn new(
         model: Transformer<B>,
@@ -389,7 +389,7 @@ impl GenerationRun {
 
 /// Prefills every prompt, then decodes `max_new` tokens for all of them at once (one batched
 /// incremental-attention call per layer and step), sequence `i` sampled with `sampling[i]`.
-pub fn generate_batch<B: AttentionBackend>(
+pub fn generate_batch<B: TrainingBackend>(
     gen: &mut Generator<B>,
     prompts: &[Vec<u32>],
     max_new: usize,
@@ -403,7 +403,7 @@ pub fn generate_batch<B: AttentionBackend>(
 /// tokens, see [`crate::load::config::eos_token_ids`]): the stop token is the last of its
 /// `generated`, and later steps decode only the sequences still running. With no stop token
 /// it draws from `rng` exactly as [`generate_batch`].
-pub fn generate_batch_until<B: AttentionBackend>(
+pub fn generate_batch_until<B: TrainingBackend>(
     gen: &mut Generator<B>,
     prompts: &[Vec<u32>],
     max_new: usize,
@@ -423,7 +423,7 @@ pub fn generate_batch_until<B: AttentionBackend>(
 }
 
 /// [`generate_batch_until`] with each decode step made by `decode`.
-pub(crate) fn generate_with<B: AttentionBackend>(
+pub(crate) fn generate_with<B: TrainingBackend>(
     gen: &mut Generator<B>,
     prompts: &[Vec<u32>],
     max_new: usize,
@@ -486,7 +486,7 @@ pub(crate) fn generate_with<B: AttentionBackend>(
 
 /// Largest `|Δlogit|` between the cached path's logits in `run` and the logits of the full
 /// sequences (prompt + generated) recomputed in one packed varlen forward.
-pub fn max_logit_gap<B: AttentionBackend>(
+pub fn max_logit_gap<B: TrainingBackend>(
     model: &Transformer<B>,
     run: &GenerationRun,
 ) -> Result<f32, AttnError> {

@@ -26,7 +26,7 @@ use crate::train::optim::{clip_global_norm, FusedAdamW};
 use crate::train::recompute::{check as check_checkpointing, loss_and_grads, loss_and_grads_with};
 use crate::train::schedule::WarmupCosine;
 use crate::train::sync::GradientSync;
-use burn_ascend::{AttentionBackend, AttnError};
+use burn_ascend::{AttnError, TrainingBackend};
 
 /// Where the model starts.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,7 +84,7 @@ fn io(path: &Path, e: impl std::fmt::Display) -> AttnError {
 }
 
 /// Builds the model of `init` on `device`, with the resumed state when resuming.
-pub fn init_model<B: AutodiffBackend + AttentionBackend>(
+pub fn init_model<B: AutodiffBackend + TrainingBackend>(
     init: &Init,
     out: &Path,
     device: &B::Device,
@@ -93,7 +93,7 @@ pub fn init_model<B: AutodiffBackend + AttentionBackend>(
 }
 
 /// [`init_model`] with the options of loading a checkpoint.
-pub fn init_model_with<B: AutodiffBackend + AttentionBackend>(
+pub fn init_model_with<B: AutodiffBackend + TrainingBackend>(
     init: &Init,
     out: &Path,
     device: &B::Device,
@@ -192,7 +192,7 @@ impl<'a> Batches<'a> {
 /// Trains `model` on `packer`'s batches from `state.step` up to `opts.total_steps` (or
 /// `opts.stop_after`), calling `on_step` after each step. Saves to `opts.out` every `save_every`
 /// steps and at the end. Returns the trained model and the whole run's loss curve.
-pub fn train<B: AutodiffBackend + AttentionBackend>(
+pub fn train<B: AutodiffBackend + TrainingBackend>(
     model: Transformer<B>,
     state: TrainState,
     resume_optimizer: bool,
@@ -201,7 +201,7 @@ pub fn train<B: AutodiffBackend + AttentionBackend>(
     on_step: impl FnMut(&StepReport),
 ) -> Result<(Transformer<B>, TrainState), AttnError>
 where
-    B::InnerBackend: AttentionBackend,
+    B::InnerBackend: TrainingBackend,
 {
     train_with(
         model,
@@ -249,7 +249,7 @@ pub(crate) fn saved_optimizer(
 /// [`train`] over any [`Batches`], as one rank of data-parallel training when `sync` is
 /// given: rank 0's parameters are broadcast first, the reported loss is the mean over ranks,
 /// the gradients are averaged before each optimizer step, and only rank 0 writes checkpoints.
-pub fn train_with<B: AutodiffBackend + AttentionBackend>(
+pub fn train_with<B: AutodiffBackend + TrainingBackend>(
     mut model: Transformer<B>,
     mut state: TrainState,
     resume_optimizer: bool,
@@ -259,7 +259,7 @@ pub fn train_with<B: AutodiffBackend + AttentionBackend>(
     mut on_step: impl FnMut(&StepReport),
 ) -> Result<(Transformer<B>, TrainState), AttnError>
 where
-    B::InnerBackend: AttentionBackend,
+    B::InnerBackend: TrainingBackend,
 {
     if model.config.attention_dropout > 0.0 {
         // transformers applies it to the attention probabilities in training; our attention
@@ -477,7 +477,7 @@ where
 /// Publishes the checkpoint of `state.step` in `out` (see [`crate::run_state::published`]): the
 /// weights in Hugging Face's layout, the model and optimizer as Burn records, the loss curve
 /// and `state.json`.
-pub(crate) fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transformer<B>, B>>(
+pub(crate) fn save<B: AutodiffBackend + TrainingBackend, O: Optimizer<Transformer<B>, B>>(
     model: &Transformer<B>,
     optim: &O,
     state: &TrainState,
@@ -491,7 +491,7 @@ pub(crate) fn save<B: AutodiffBackend + AttentionBackend, O: Optimizer<Transform
 }
 
 /// [`save`] with the optimizer record's bytes (a sharded run's, gathered whole).
-fn save_with<B: AutodiffBackend + AttentionBackend>(
+fn save_with<B: AutodiffBackend + TrainingBackend>(
     model: &Transformer<B>,
     optim_bytes: Vec<u8>,
     state: &TrainState,

@@ -34,7 +34,7 @@ use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor};
-use burn_ascend::{AttentionBackend, AttnError};
+use burn_ascend::{AttnError, TrainingBackend};
 
 use crate::model::lora;
 use crate::model::rope::Rope;
@@ -109,8 +109,8 @@ pub fn loss_and_grads<B>(
     loss_mask: Option<&[bool]>,
 ) -> Result<(Tensor<B::InnerBackend, 1>, GradientsParams), AttnError>
 where
-    B: AutodiffBackend + AttentionBackend,
-    B::InnerBackend: AttentionBackend,
+    B: AutodiffBackend + TrainingBackend,
+    B::InnerBackend: TrainingBackend,
 {
     loss_and_grads_with(
         model,
@@ -136,8 +136,8 @@ pub fn loss_and_grads_with<B>(
     hooks: &mut dyn PartHooks<B>,
 ) -> Result<(Tensor<B::InnerBackend, 1>, GradientsParams), AttnError>
 where
-    B: AutodiffBackend + AttentionBackend,
-    B::InnerBackend: AttentionBackend,
+    B: AutodiffBackend + TrainingBackend,
+    B::InnerBackend: TrainingBackend,
 {
     check(model)?;
     let t = tokens.dims()[0];

@@ -15,7 +15,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use burn_ascend::backend::collective::{simulate_devices, ProcessGroup};
 use burn_ascend::backend::{Ascend, AscendDevice, AscendKind};
-use burn_ascend::AttentionBackend;
+use burn_ascend::TrainingBackend;
 use burn_ascend_model::load::config::{LayerType, RopeScaling};
 use burn_ascend_model::load::data::SplitMix;
 use burn_ascend_model::parallel::cp::gather::test_hooks;
@@ -131,7 +131,7 @@ fn host_grads<B: AutodiffBackend>(m: &Transformer<B>, g: &GradientsParams) -> Ve
 }
 
 /// One device: the loss and every gradient of the batch.
-fn single<B: AutodiffBackend + AttentionBackend>(
+fn single<B: AutodiffBackend + TrainingBackend>(
     m: &Transformer<B>,
     b: &PackedBatch,
 ) -> (f32, Vec<Vec<f32>>) {
@@ -146,7 +146,7 @@ fn single<B: AutodiffBackend + AttentionBackend>(
 }
 
 /// `models.len()` ranks, one thread each: every rank's summed loss and summed gradients.
-fn context_parallel<B: CpBackend + AttentionBackend>(
+fn context_parallel<B: CpBackend + TrainingBackend>(
     models: Vec<Transformer<B>>,
     comms: Vec<Comm<B::InnerBackend>>,
     b: &PackedBatch,

@@ -9,7 +9,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend::backend::{fallback_counts, Ascend, AscendDevice};
 use burn_ascend::kernels::reference::fused::rotary as rotary_ref;
-use burn_ascend::{rotary_embedding, AttentionBackend, RotaryMode};
+use burn_ascend::{rotary_embedding, RotaryMode, TrainingBackend};
 use burn_ascend_model::load::config::{LayerType, RopeScaling};
 use burn_ascend_model::model::rope::Rope;
 use burn_ascend_model::{cross_entropy, cross_entropy_fused, ModelConfig, Transformer};
@@ -192,7 +192,7 @@ fn rotary_embedding_on_ascend_matches_the_f64_reference_forward_and_backward() {
 
 /// q and k of layer 0 through the composite and the fused RoPE, for `positions` that restart
 /// (packed sequences) and reach past the original context (where Llama 3 / YaRN rescale).
-fn qk_gap<Bk: AttentionBackend>(c: &ModelConfig, device: &Bk::Device) -> f64 {
+fn qk_gap<Bk: TrainingBackend>(c: &ModelConfig, device: &Bk::Device) -> f64 {
     let model = Transformer::<Bk>::new(c, device).unwrap();
     let positions = [0, 1, 2, 3, 0, 1, 2, 4000, 9000];
     let rope = Rope::<Bk>::new(&positions, c, device);

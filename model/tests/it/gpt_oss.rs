@@ -393,7 +393,7 @@ fn expected(case: &str, name: &str) -> (Vec<i64>, [usize; 2], Vec<f64>) {
     )
 }
 
-fn packed_logits<Bk: burn_ascend::AttentionBackend>(
+fn packed_logits<Bk: burn_ascend::TrainingBackend>(
     case: &str,
     device: &Bk::Device,
 ) -> (Vec<f64>, Vec<f64>) {
@@ -408,7 +408,7 @@ fn packed_logits<Bk: burn_ascend::AttentionBackend>(
 /// transformers' f32 logits of the fixture are bit-identical to those of OpenAI's reference
 /// (`gpt_oss.torch.model`), so ours are held to the same f32 bound as against transformers
 /// (`hf_checkpoint`'s 2e-5).
-fn logits_match_openai_reference<Bk: burn_ascend::AttentionBackend>(
+fn logits_match_openai_reference<Bk: burn_ascend::TrainingBackend>(
     device: &Bk::Device,
     backend: &str,
 ) {

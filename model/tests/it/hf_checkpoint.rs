@@ -31,7 +31,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_ascend::backend::{Ascend, AscendDevice};
-use burn_ascend::AttentionBackend;
+use burn_ascend::TrainingBackend;
 use burn_ascend_model::load::config::{LayerType, RopeScaling};
 use burn_ascend_model::load::data::SplitMix;
 use burn_ascend_model::model::hf_checkpoint::{load_weights, named_grads};
@@ -140,7 +140,7 @@ fn packed<Bk: Backend>(e: &Expected, device: &Bk::Device) -> (Tensor<Bk, 1, Int>
 }
 
 /// Logits `[B·S·V]` of the fixture's batch through the packed varlen path.
-fn packed_logits<Bk: AttentionBackend>(m: &Transformer<Bk>, e: &Expected) -> Vec<f32> {
+fn packed_logits<Bk: TrainingBackend>(m: &Transformer<Bk>, e: &Expected) -> Vec<f32> {
     let device = m.embed_tokens.weight.val().device();
     let (tokens, cu) = packed::<Bk>(e, &device);
     host(m.forward_packed(tokens, &cu).unwrap())
@@ -185,7 +185,7 @@ fn logits_match_in_f32_on_ascend(case: &str) {
 
 /// Per layer, the experts each token is routed to (`[T·k]`) and the router's margin at the
 /// token: its k-th largest logit minus its (k+1)-th, in f32. Empty for a dense model.
-fn routing<Bk: AttentionBackend>(m: &Transformer<Bk>, e: &Expected) -> Vec<(Vec<i64>, Vec<f32>)> {
+fn routing<Bk: TrainingBackend>(m: &Transformer<Bk>, e: &Expected) -> Vec<(Vec<i64>, Vec<f32>)> {
     let device = m.embed_tokens.weight.val().device();
     let (tokens, cu) = packed::<Bk>(e, &device);
     let mut out = Vec::new();
@@ -284,7 +284,7 @@ fn bf16_logits_track_transformers_bf16(case: &str) {
     assert!(g <= tol, "{case}: bf16 logits gap {g} over {tol}");
 }
 
-fn greedy_equals_transformers<Bk: AttentionBackend>(case: &str, device: &Bk::Device) {
+fn greedy_equals_transformers<Bk: TrainingBackend>(case: &str, device: &Bk::Device) {
     let e = expected(case);
     for file in ["config.json", "config.hub.json"] {
         let m = load::<Bk>(case, file, device);
@@ -307,7 +307,7 @@ fn greedy_equals_transformers<Bk: AttentionBackend>(case: &str, device: &Bk::Dev
     }
 }
 
-fn training_step_matches<A: AutodiffBackend + AttentionBackend>(
+fn training_step_matches<A: AutodiffBackend + TrainingBackend>(
     case: &str,
     device: &A::Device,
     backend: &str,

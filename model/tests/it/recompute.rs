@@ -9,7 +9,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
 
 use burn_ascend::backend::{Ascend, AscendDevice};
-use burn_ascend::AttentionBackend;
+use burn_ascend::TrainingBackend;
 use burn_ascend_model::load::config::{LayerType, RopeScaling};
 use burn_ascend_model::model::lora::{attach, freeze_base, LoraSettings, LoraTarget};
 use burn_ascend_model::train::recompute::loss_and_grads;
@@ -77,8 +77,8 @@ fn grads_of<A: AutodiffBackend>(
 /// relative to that parameter's largest gradient, and the two losses.
 fn compare<A>(model: &Transformer<A>, device: &A::Device) -> (f32, f32, f32, usize)
 where
-    A: AutodiffBackend + AttentionBackend,
-    A::InnerBackend: AttentionBackend,
+    A: AutodiffBackend + TrainingBackend,
+    A::InnerBackend: TrainingBackend,
 {
     let v = model.config.vocab_size as i64;
     let cu = [0i64, 7, 19, 24];

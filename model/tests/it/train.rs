@@ -189,7 +189,7 @@ fn bad_configs_are_rejected_with_the_parameter_named() {
     assert!(e.to_string().contains("head_dim"), "{e}");
 }
 
-fn logits_of<Bk: burn_ascend::AttentionBackend>(m: &Transformer<Bk>, ids: &[i64]) -> Vec<f32> {
+fn logits_of<Bk: burn_ascend::TrainingBackend>(m: &Transformer<Bk>, ids: &[i64]) -> Vec<f32> {
     let device = m.embed_tokens.weight.val().device();
     let t = ids.len();
     host(

@@ -32,7 +32,8 @@ use burn_ascend::ops::scatter::{
 };
 use burn_ascend::{
     incre_flash_attention as incre_api, prompt_flash_attention as prompt_api, scatter_pa_kv_cache,
-    AttentionBackend, AttnError, IncreInputs, IncreKv, PromptInputs, ScatterInputs,
+    AttnError, FiaBackend, IncreInputs, IncreKv, PromptBackend, PromptInputs, ScatterBackend,
+    ScatterInputs,
 };
 use burn_ascend_cann::acl::DataType;
 

@@ -291,7 +291,7 @@ fn prompt_int8_output_is_unsupported_on_the_burn_api() {
     });
     for r in [
         pcomp::prompt_fwd::<B>(prompt_inputs::<B>(&c), &c.spec),
-        <B as AttentionBackend>::prompt_fwd(prompt_inputs::<B>(&c), &c.spec),
+        <B as PromptBackend>::prompt_fwd(prompt_inputs::<B>(&c), &c.spec),
     ] {
         assert!(matches!(r, Err(AttnError::Unsupported(_))));
     }

@@ -385,7 +385,7 @@ fn prompt_every_rule_names_its_parameter() {
     );
     expect_param(
         "ndarray",
-        <B as AttentionBackend>::prompt_fwd(prompt_inputs::<B>(&c), &c.spec).map(|_| ()),
+        <B as PromptBackend>::prompt_fwd(prompt_inputs::<B>(&c), &c.spec).map(|_| ()),
         "numHeads",
     );
 }

@@ -174,7 +174,7 @@ fn scatter_composite_and_ndarray_match_the_reference() {
         // Plain copies are exact; Rope/Omni means differ by f32 vs f64 rounding.
         close(c.name, &to_vec::<B>(comp.key_cache), &kc, 1e-6, 1e-6).unwrap();
         assert_eq!(comp.value_cache.map(to_vec::<B>).is_some(), vc.is_some());
-        let nd = <B as AttentionBackend>::scatter_kv(scatter_inputs(&c), &c.spec).unwrap();
+        let nd = <B as ScatterBackend>::scatter_kv(scatter_inputs(&c), &c.spec).unwrap();
         assert_eq!(to_vec::<B>(nd.key_cache), kc, "{}: ndarray", c.name);
         assert_eq!(
             nd.value_cache.map(to_vec::<B>),
@@ -273,7 +273,7 @@ fn scatter_failed_validation_leaves_the_cache_bit_for_bit_unchanged() {
     );
     expect_param(
         "ndarray",
-        <B as AttentionBackend>::scatter_kv(scatter_inputs(&c2), &c2.spec).map(|_| ()),
+        <B as ScatterBackend>::scatter_kv(scatter_inputs(&c2), &c2.spec).map(|_| ()),
         "slotMapping",
     );
 }
@@ -291,10 +291,10 @@ fn scatter_of_zero_tokens_leaves_the_caches_unchanged_on_every_path() {
     let (kc0, vc0) = c.caches();
     let dev = AscendDevice::sim();
     let got =
-        <Ascend as AttentionBackend>::scatter_kv(scatter_inputs_on::<Ascend>(&c, &dev), &c.spec)
+        <Ascend as ScatterBackend>::scatter_kv(scatter_inputs_on::<Ascend>(&c, &dev), &c.spec)
             .expect("zero tokens on the simulation");
     assert_eq!(to_vec::<Ascend>(got.key_cache), kc0);
     assert_eq!(got.value_cache.map(to_vec::<Ascend>), vc0);
-    let nd = <B as AttentionBackend>::scatter_kv(scatter_inputs(&c), &c.spec).unwrap();
+    let nd = <B as ScatterBackend>::scatter_kv(scatter_inputs(&c), &c.spec).unwrap();
     assert_eq!(to_vec::<B>(nd.key_cache), kc0);
 }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use burn_ascend::{flash_attention_varlen, AttentionBackend, AttnError, FlashAttnOptions};
+use burn_ascend::{flash_attention_varlen, AttnError, FlashAttnOptions, TrainingBackend};
 
 use super::gather::{Comm, CpBackend};
 use super::plan::{CpLayout, KeyPlan};
@@ -64,7 +64,7 @@ fn index<B: burn::tensor::backend::Backend>(v: &[usize], device: &B::Device) -> 
 
 /// Logits `[T_r, V]` of rank `step.rank`'s tokens `tokens [T_r]` (the step's packed tokens at
 /// [`RankStep::tokens`]). Every rank of `comm` must call it for the same step.
-pub fn forward_rank<B: CpBackend + AttentionBackend>(
+pub fn forward_rank<B: CpBackend + TrainingBackend>(
     model: &Transformer<B>,
     tokens: Tensor<B, 1, Int>,
     step: &RankStep,

@@ -13,7 +13,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, FloatDType, Int, Tensor, TensorData};
-use burn_ascend::{AttentionBackend, AttnError};
+use burn_ascend::{AttnError, TrainingBackend};
 
 use super::forward::{forward_rank, RankStep};
 use super::gather::{Comm, CpBackend};
@@ -115,7 +115,7 @@ pub fn sum_gradients<B: AutodiffBackend>(
 
 /// One rank's loss (already summed over ranks is the step's mean loss) of `batch`, with
 /// rank `rank`'s `step` share.
-pub fn rank_loss<B: CpBackend + AttentionBackend>(
+pub fn rank_loss<B: CpBackend + TrainingBackend>(
     model: &Transformer<B>,
     batch: &PackedBatch,
     step: &RankStep,
@@ -178,7 +178,7 @@ impl<B: Backend> Drop for LeaveUnlessDone<B> {
 }
 
 /// One rank's part of [`train_context_parallel`].
-fn train_rank<B: CpBackend + AttentionBackend>(
+fn train_rank<B: CpBackend + TrainingBackend>(
     model: Transformer<B>,
     run: &Run<'_>,
     comms: RankComms<Inner<B>>,
@@ -196,7 +196,7 @@ fn train_rank<B: CpBackend + AttentionBackend>(
     out
 }
 
-fn train_rank_steps<B: CpBackend + AttentionBackend>(
+fn train_rank_steps<B: CpBackend + TrainingBackend>(
     mut model: Transformer<B>,
     run: &Run<'_>,
     comms: RankComms<Inner<B>>,
@@ -286,7 +286,7 @@ fn train_rank_steps<B: CpBackend + AttentionBackend>(
 /// Rank 0 reports each step and writes the checkpoints: the model is the single-device one
 /// and `state.json` records the data-parallel ranks only, so checkpoints do not depend on the
 /// CP degree. Returns rank 0's model and the run's state.
-pub fn train_context_parallel<B: CpBackend + AttentionBackend>(
+pub fn train_context_parallel<B: CpBackend + TrainingBackend>(
     models: Vec<Transformer<B>>,
     comms: Vec<RankComms<Inner<B>>>,
     mut state: TrainState,
