@@ -6,7 +6,7 @@ use safetensors::Dtype;
 
 use crate::io::{Bundle, HostTensor};
 use burn_ascend::ops::incre::BlockTable;
-use burn_ascend::ops::prompt::PostQuantSpec;
+use burn_ascend::ops::prompt::{PostQuantSpec, PFA_COMPRESSED_MASK};
 use burn_ascend::AttnError;
 
 /// Checks a float input's dtype (F16, BF16 or F32); int8 Q/K/V is not modelled.
@@ -69,6 +69,36 @@ pub fn post_quant(b: &Bundle, query: Dtype) -> Result<Option<PostQuantSpec>, Att
         scale: s.f32_values("quantScale2")?.into(),
         offset,
     }))
+}
+
+/// Element `e` (row-major) of CANN's compressed causal mask (`PFA_COMPRESSED_MASK`): 1 strictly
+/// above the diagonal.
+pub fn compressed_mask_bit(e: usize) -> u8 {
+    let side = PFA_COMPRESSED_MASK[1];
+    u8::from(e % side > e / side)
+}
+
+/// Whether a mask's 0/1 bytes are CANN's compressed causal mask (its shape checked apart).
+pub fn is_compressed_mask(bytes: &[u8]) -> bool {
+    let [rows, cols] = PFA_COMPRESSED_MASK;
+    bytes.len() == rows * cols
+        && (bytes.iter().enumerate()).all(|(e, &x)| x == compressed_mask_bit(e))
+}
+
+/// The refusal of an `attenMask` that is not CANN's compressed mask under a compressed
+/// `sparseMode`: the device reads that fixed mask whatever the bundle holds, so anything else
+/// would silently give wrong results there. `expected` is the mask's shape as the op writes it.
+pub fn not_the_compressed_mask(
+    sparse_mode: impl std::fmt::Display,
+    expected: &str,
+    got: &[usize],
+) -> AttnError {
+    AttnError::invalid(
+        "attenMask",
+        format!(
+            "sparseMode {sparse_mode} takes CANN's compressed mask {expected} (1 strictly above the diagonal), got shape {got:?} with other content"
+        ),
+    )
 }
 
 /// Same dtype as the query, or an error naming `name`.

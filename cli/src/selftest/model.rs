@@ -146,16 +146,7 @@ fn packer(seed: u64) -> Result<Packer, CliError> {
 }
 
 fn case(name: &str) -> CaseResult {
-    CaseResult {
-        op: "model".into(),
-        name: name.into(),
-        dtype: "f32".into(),
-        status: Status::Fail,
-        max_abs_err: f64::NAN,
-        tol: f64::NAN,
-        ms: f64::NAN,
-        note: None,
-    }
+    CaseResult::failed("model", name, "f32", None)
 }
 
 /// `(max |Δ|, tol)` of the worst parameter, or why it failed.

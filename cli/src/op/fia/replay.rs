@@ -12,7 +12,9 @@ use crate::device::{
 };
 use crate::io::{Bundle, HostTensor};
 use crate::names::OpNames;
-use crate::op::bundle_checks::{block_table, float_dtype, same_dtype};
+use crate::op::bundle_checks::{
+    block_table, float_dtype, is_compressed_mask, not_the_compressed_mask, same_dtype,
+};
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::fia::cann_release;
 use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
@@ -246,21 +248,15 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(FiaSpec, Optional<'_>), AttnErro
     if let Some(m) = b.optional(&["attenMask"]) {
         let data = m.mask01_values("attenMask")?;
         spec.atten_mask = if (2..=4).contains(&spec.sparse_mode) {
-            let side = PFA_COMPRESSED_MASK[0];
-            let ok = m.shape.iter().product::<usize>() == side * side
-                && m.shape.ends_with(&PFA_COMPRESSED_MASK)
+            // Leading dimensions of 1 are the same mask.
+            let ok = m.shape.ends_with(&PFA_COMPRESSED_MASK)
                 && m.shape.iter().rev().skip(2).all(|&d| d == 1)
-                && data
-                    .iter()
-                    .enumerate()
-                    .all(|(e, &x)| x == (e % side > e / side) as u8);
+                && is_compressed_mask(&data);
             if !ok {
-                return Err(AttnError::invalid(
-                    "attenMask",
-                    format!(
-                        "sparseMode {} takes CANN's compressed mask (2048, 2048) (1 strictly above the diagonal), got shape {:?} with other content",
-                        spec.sparse_mode, m.shape
-                    ),
+                return Err(not_the_compressed_mask(
+                    spec.sparse_mode,
+                    "(2048, 2048)",
+                    &m.shape,
                 ));
             }
             FiaMask::Compressed

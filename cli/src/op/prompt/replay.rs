@@ -15,7 +15,8 @@ use crate::device::{
 use crate::io::{Bundle, HostTensor};
 use crate::names::OpNames;
 use crate::op::bundle_checks::{
-    float_dtype, int8_f32_refusal, post_quant, refuse_int8_query, same_dtype,
+    float_dtype, int8_f32_refusal, is_compressed_mask, not_the_compressed_mask, post_quant,
+    refuse_int8_query, same_dtype,
 };
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
@@ -88,20 +89,11 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(PromptSpec, Extras<'_>), AttnErr
     if let Some(m) = b.optional(&["attenMask"]) {
         let data = m.mask01_values("attenMask")?;
         spec.atten_mask = if (2..=4).contains(&spec.sparse_mode) {
-            // The device reads CANN's fixed compressed mask: refuse anything else.
-            let side = PFA_COMPRESSED_MASK[0];
-            let ok = m.shape == PFA_COMPRESSED_MASK
-                && data
-                    .iter()
-                    .enumerate()
-                    .all(|(e, &x)| x == (e % side > e / side) as u8);
-            if !ok {
-                return Err(AttnError::invalid(
-                    "attenMask",
-                    format!(
-                        "sparseMode {} takes CANN's compressed mask {PFA_COMPRESSED_MASK:?} (1 strictly above the diagonal), got shape {:?} with other content",
-                        spec.sparse_mode, m.shape
-                    ),
+            if m.shape != PFA_COMPRESSED_MASK || !is_compressed_mask(&data) {
+                return Err(not_the_compressed_mask(
+                    spec.sparse_mode,
+                    &format!("{PFA_COMPRESSED_MASK:?}"),
+                    &m.shape,
                 ));
             }
             PromptMaskKind::Compressed

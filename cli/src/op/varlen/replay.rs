@@ -13,6 +13,7 @@ use crate::device::{
 };
 use crate::io::{rank3, Bundle, HostTensor, WireFloat};
 use crate::names::{concat, OpNames};
+use crate::op::bundle_checks::not_the_compressed_mask;
 use crate::{CliError, Device};
 use burn_ascend::kernels::reference::varlen as reference;
 use burn_ascend::ops::varlen::VARLEN_LAYOUT;
@@ -259,8 +260,7 @@ fn spec_from(
     if let Some(m) = b.optional(&["attenMask"]) {
         let data = m.mask_values("attenMask")?;
         spec.atten_mask = match compressed_mask(spec.attrs.sparse_mode) {
-            // Modes 2-8: the device reads CANN's fixed compressed mask; anything else would
-            // silently give wrong results there, so it is refused here.
+            // Modes 2-8: the device reads CANN's fixed compressed mask.
             Some((expected, shape)) => {
                 if m.shape != shape
                     || data
@@ -268,9 +268,10 @@ fn spec_from(
                         .map(|&x| (x != 0) as u8)
                         .ne(expected.iter().copied())
                 {
-                    return Err(AttnError::invalid(
-                        "attenMask",
-                        format!("sparseMode {mode} takes CANN's compressed mask {shape:?} (1 strictly above the diagonal), got shape {:?} with other content", m.shape),
+                    return Err(not_the_compressed_mask(
+                        mode,
+                        &format!("{shape:?}"),
+                        &m.shape,
                     ));
                 }
                 MaskSpec::Compressed
