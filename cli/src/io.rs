@@ -347,6 +347,15 @@ impl Bundle {
         std::fs::write(path, bytes).map_err(|e| CliError::Io(format!("{}: {e}", path.display())))
     }
 
+    /// A bundle of these tensors and no attributes: an op's outputs.
+    pub fn of<const N: usize>(tensors: [(&str, HostTensor); N]) -> Self {
+        let mut b = Self::default();
+        for (name, t) in tensors {
+            b.insert(name, t);
+        }
+        b
+    }
+
     /// Adds a tensor.
     pub fn insert(&mut self, name: &str, t: HostTensor) {
         self.tensors.insert(name.to_string(), t);

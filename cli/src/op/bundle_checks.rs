@@ -53,15 +53,7 @@ pub fn post_quant(b: &Bundle, query: Dtype) -> Result<Option<PostQuantSpec>, Att
     let offset = match b.optional(&["quantOffset2"]) {
         None => None,
         Some(o) => {
-            if o.dtype != s.dtype || o.shape != s.shape {
-                return Err(AttnError::invalid(
-                    "quantOffset2",
-                    format!(
-                        "must have quantScale2's dtype and shape ({:?} {:?}), got {:?} {:?}",
-                        s.dtype, s.shape, o.dtype, o.shape
-                    ),
-                ));
-            }
+            offset_like_scale((o, "quantOffset2"), (s, "quantScale2"))?;
             Some(o.f32_values("quantOffset2")?.into())
         }
     };
@@ -99,6 +91,23 @@ pub fn not_the_compressed_mask(
             "sparseMode {sparse_mode} takes CANN's compressed mask {expected} (1 strictly above the diagonal), got shape {got:?} with other content"
         ),
     )
+}
+
+/// An offset applies elementwise with its scale: the same dtype and shape.
+pub fn offset_like_scale(
+    (offset, offset_name): (&HostTensor, &'static str),
+    (scale, scale_name): (&HostTensor, &'static str),
+) -> Result<(), AttnError> {
+    if offset.dtype != scale.dtype || offset.shape != scale.shape {
+        return Err(AttnError::invalid(
+            offset_name,
+            format!(
+                "must have {scale_name}'s dtype and shape ({:?} {:?}), got {:?} {:?}",
+                scale.dtype, scale.shape, offset.dtype, offset.shape
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Same dtype as the query, or an error naming `name`.

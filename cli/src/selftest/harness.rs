@@ -110,6 +110,15 @@ impl Rng {
         let len = shape.iter().product();
         HostTensor::from_f64_as(&self.vec(len), shape, dtype)
     }
+    /// An attention case's bundle: `query` of shape `query`, then `key` and `value` of shape
+    /// `kv`, drawn in that order.
+    pub fn qkv(&mut self, query: Vec<usize>, kv: Vec<usize>, dtype: Dtype) -> Bundle {
+        let mut b = Bundle::default();
+        b.insert("query", self.tensor(query, dtype));
+        b.insert("key", self.tensor(kv.clone(), dtype));
+        b.insert("value", self.tensor(kv, dtype));
+        b
+    }
 }
 
 pub fn meta(b: &mut Bundle, kv: &[(&str, String)]) {

@@ -31,10 +31,7 @@ fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
 
     // Prefill: BSH, GQA 4/2, D 64, causal from the bottom right (mode 3) over Skv > Sq, sink.
     let (b_, sq, skv, n, nkv, d) = (2usize, 5usize, 7usize, 4usize, 2usize, 64usize);
-    let mut b = Bundle::default();
-    b.insert("query", rng.tensor(vec![b_, sq, n * d], dtype));
-    b.insert("key", rng.tensor(vec![b_, skv, nkv * d], dtype));
-    b.insert("value", rng.tensor(vec![b_, skv, nkv * d], dtype));
+    let mut b = rng.qkv(vec![b_, sq, n * d], vec![b_, skv, nkv * d], dtype);
     b.insert("attenMask", compressed_causal_mask());
     b.insert("learnableSink", sink(&mut rng, n));
     heads_meta(&mut b, (n, nkv), "BSH", &[causal.clone(), lse.clone()]);
@@ -42,10 +39,7 @@ fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
 
     // Decode: BSH, paged KV (block 16, 5 blocks shuffled over 2 sequences), sink.
     let (b_, n, nkv, d, bs, blocks) = (2usize, 4usize, 2usize, 64usize, 16usize, 5usize);
-    let mut c = Bundle::default();
-    c.insert("query", rng.tensor(vec![b_, 1, n * d], dtype));
-    c.insert("key", rng.tensor(vec![blocks, bs, nkv * d], dtype));
-    c.insert("value", rng.tensor(vec![blocks, bs, nkv * d], dtype));
+    let mut c = rng.qkv(vec![b_, 1, n * d], vec![blocks, bs, nkv * d], dtype);
     c.insert(
         "blockTable",
         HostTensor::from_i32(&[3, 0, 4, 1, 2, -1], vec![b_, 3]),
@@ -61,10 +55,7 @@ fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
 
     // Packed sequences: TND, lengths 3, 6, 4 (cumulative), mode 3, GQA 4/1, sink.
     let (tq, n, nkv, d) = (13usize, 4usize, 1usize, 64usize);
-    let mut e = Bundle::default();
-    e.insert("query", rng.tensor(vec![tq, n, d], dtype));
-    e.insert("key", rng.tensor(vec![tq, nkv, d], dtype));
-    e.insert("value", rng.tensor(vec![tq, nkv, d], dtype));
+    let mut e = rng.qkv(vec![tq, n, d], vec![tq, nkv, d], dtype);
     e.insert("attenMask", compressed_causal_mask());
     let ends = HostTensor::from_i64(&[3, 9, 13], vec![3]);
     e.insert("actualSeqLengths", ends.clone());

@@ -18,7 +18,8 @@ use crate::device::{
 use crate::io::{Bundle, HostTensor};
 use crate::names::OpNames;
 use crate::op::bundle_checks::{
-    block_table, float_dtype, int8_f32_refusal, post_quant, refuse_int8_query, same_dtype,
+    block_table, float_dtype, int8_f32_refusal, offset_like_scale, post_quant, refuse_int8_query,
+    same_dtype,
 };
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
@@ -148,15 +149,7 @@ impl<'a> Optional<'a> {
                 ));
             }
             if let Some(o) = b.optional(&["antiquantOffset"]) {
-                if o.dtype != s.dtype || o.shape != s.shape {
-                    return Err(AttnError::invalid(
-                        "antiquantOffset",
-                        format!(
-                            "must have antiquantScale's dtype and shape ({:?} {:?}), got {:?} {:?}",
-                            s.dtype, s.shape, o.dtype, o.shape
-                        ),
-                    ));
-                }
+                offset_like_scale((o, "antiquantOffset"), (s, "antiquantScale"))?;
                 offset = Some((o, o.f32_values("antiquantOffset")?));
             }
             scale = Some((s, s.f32_values("antiquantScale")?));
@@ -345,9 +338,7 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             })
         }
     };
-    let mut res = Bundle::default();
-    res.insert("attentionOut", out);
-    Ok(res)
+    Ok(Bundle::of([("attentionOut", out)]))
 }
 
 /// The validated incremental attention on a Burn backend
@@ -406,9 +397,7 @@ impl OnBackend for Incre {
                 self.dtype,
             )
         };
-        let mut res = Bundle::default();
-        res.insert("attentionOut", out);
-        Ok(res)
+        Ok(Bundle::of([("attentionOut", out)]))
     }
 }
 
@@ -483,7 +472,5 @@ fn int8_on_device(
         },
         &o.handle()?,
     )?;
-    let mut res = Bundle::default();
-    res.insert("attentionOut", download(&o)?);
-    Ok(res)
+    Ok(Bundle::of([("attentionOut", download(&o)?)]))
 }

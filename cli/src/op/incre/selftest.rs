@@ -13,10 +13,7 @@ fn incre_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     let mut out = Vec::new();
     // Paged: BSH, GQA 4/2, block size 16, a block table over 5 blocks.
     let (b_, n, nkv, d, bs, blocks) = (2usize, 4usize, 2usize, 64usize, 16usize, 5usize);
-    let mut b = Bundle::default();
-    b.insert("query", rng.tensor(vec![b_, 1, n * d], dtype));
-    b.insert("key", rng.tensor(vec![blocks, bs, nkv * d], dtype));
-    b.insert("value", rng.tensor(vec![blocks, bs, nkv * d], dtype));
+    let mut b = rng.qkv(vec![b_, 1, n * d], vec![blocks, bs, nkv * d], dtype);
     b.insert(
         "blocktable",
         HostTensor::from_i32(&[3, 0, 4, 1], vec![2, 2]),
@@ -59,10 +56,7 @@ fn incre_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     out.push(("paged_bsh_int8_antiquant", q8));
     // Contiguous BNSD KV with a [B,1,1,S] mask.
     let s = 7usize;
-    let mut c = Bundle::default();
-    c.insert("query", rng.tensor(vec![b_, n, 1, d], dtype));
-    c.insert("key", rng.tensor(vec![b_, nkv, s, d], dtype));
-    c.insert("value", rng.tensor(vec![b_, nkv, s, d], dtype));
+    let mut c = rng.qkv(vec![b_, n, 1, d], vec![b_, nkv, s, d], dtype);
     let mask: Vec<u8> = (0..b_ * s).map(|e| (e % 3 == 1) as u8).collect();
     c.insert(
         "attenMask",

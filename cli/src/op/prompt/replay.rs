@@ -129,14 +129,10 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         atten_mask: extras.atten_mask.as_ref().map(|(_, m)| m.shape.clone()),
         pse_shift: extras.pse_shift.map(|p| p.shape.clone()),
     })?;
-    let mut res = Bundle::default();
     if q.is_empty() {
         // CANN returns at once for an empty query.
-        res.insert(
-            "attentionOut",
-            HostTensor::from_f64_as(&[], q.shape.clone(), qdt),
-        );
-        return Ok(res);
+        let out = HostTensor::from_f64_as(&[], q.shape.clone(), qdt);
+        return Ok(Bundle::of([("attentionOut", out)]));
     }
     if spec.post_quant.is_some() {
         // int8 attentionOut (quantScale2): a Burn float tensor cannot hold it, so the public
@@ -203,8 +199,7 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         Some(pq) => HostTensor::from_i8(&prompt_flash_attention_int8(&a, &pq), dims.out_shape()),
         None => HostTensor::from_f64_as(&prompt_flash_attention(&a), dims.out_shape(), qdt),
     };
-    res.insert("attentionOut", out);
-    Ok(res)
+    Ok(Bundle::of([("attentionOut", out)]))
 }
 
 /// The validated prompt attention on a Burn backend
@@ -220,9 +215,7 @@ impl OnBackend for Prompt {
     fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
         let x = self.inputs.map(|d| primitive::<B>(d, dev));
         let out = host_primitive::<B>(B::prompt_fwd(x, &self.spec)?, self.dtype);
-        let mut res = Bundle::default();
-        res.insert("attentionOut", out);
-        Ok(res)
+        Ok(Bundle::of([("attentionOut", out)]))
     }
 }
 
@@ -253,7 +246,5 @@ fn int8_on_device(
     };
     let o = output(&rt, &dims.out_shape(), DataType::Int8)?;
     builders::prompt(&rt, spec, &x.as_ref(), &o.handle()?)?;
-    let mut res = Bundle::default();
-    res.insert("attentionOut", download(&o)?);
-    Ok(res)
+    Ok(Bundle::of([("attentionOut", download(&o)?)]))
 }

@@ -16,10 +16,7 @@ fn prompt_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     let mut out = Vec::new();
     // BSH, GQA 4/2, a dense [B,1,S,S] mask and per-batch lengths.
     let (b_, s, n, nkv, d) = (2usize, 6usize, 4usize, 2usize, 64usize);
-    let mut b = Bundle::default();
-    b.insert("query", rng.tensor(vec![b_, s, n * d], dtype));
-    b.insert("key", rng.tensor(vec![b_, s, nkv * d], dtype));
-    b.insert("value", rng.tensor(vec![b_, s, nkv * d], dtype));
+    let mut b = rng.qkv(vec![b_, s, n * d], vec![b_, s, nkv * d], dtype);
     let mask: Vec<u8> = (0..b_ * s * s)
         .map(|e| ((e % s) > (e / s) % s) as u8)
         .collect();
@@ -38,10 +35,7 @@ fn prompt_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     out.push(("bsh_gqa_mask_pse", with_pse));
     // BNSD, right-down causal (sparseMode 3) with CANN's compressed mask, Skv > Sq.
     let (b_, n, sq, skv, d) = (1usize, 2usize, 5usize, 9usize, 64usize);
-    let mut c = Bundle::default();
-    c.insert("query", rng.tensor(vec![b_, n, sq, d], dtype));
-    c.insert("key", rng.tensor(vec![b_, n, skv, d], dtype));
-    c.insert("value", rng.tensor(vec![b_, n, skv, d], dtype));
+    let mut c = rng.qkv(vec![b_, n, sq, d], vec![b_, n, skv, d], dtype);
     c.insert("attenMask", compressed_causal_mask());
     meta(
         &mut c,

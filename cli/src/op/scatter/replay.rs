@@ -130,8 +130,7 @@ fn run<T: Wire>(
     let mut kc = decode::<T>(key_cache);
     let mut vc = value_cache.map(decode::<T>);
     scatter_checked(spec, shapes, &k, v.as_deref(), &mut kc, vc.as_deref_mut())?;
-    let mut res = Bundle::default();
-    res.insert("keyCache", encode(&kc, key_cache));
+    let mut res = Bundle::of([("keyCache", encode(&kc, key_cache))]);
     if let (Some(vc), Some(like)) = (vc, value_cache) {
         res.insert("valueCache", encode(&vc, like));
     }
@@ -217,8 +216,7 @@ impl OnBackend for Scatter {
             },
             &self.spec,
         )?;
-        let mut res = Bundle::default();
-        res.insert("keyCache", host_primitive::<B>(out.key_cache, self.dtype));
+        let mut res = Bundle::of([("keyCache", host_primitive::<B>(out.key_cache, self.dtype))]);
         if let Some(vc) = out.value_cache {
             res.insert("valueCache", host_primitive::<B>(vc, self.dtype));
         }
@@ -269,8 +267,7 @@ fn int8_on_device(
             },
         )?;
     }
-    let mut res = Bundle::default();
-    res.insert("keyCache", download(&kc)?);
+    let mut res = Bundle::of([("keyCache", download(&kc)?)]);
     if let Some(vc) = &vc {
         res.insert("valueCache", download(vc)?);
     }
