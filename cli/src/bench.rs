@@ -500,44 +500,43 @@ fn varlen_cases(
     Ok(out)
 }
 
-fn paged<'a, T: Element>(
-    k: &'a [T],
-    v: &'a [T],
+/// The decode case's call but its caches: the query, the block table, the lengths and the
+/// antiquant (int8 KV).
+struct DecodeCall<'a> {
+    q: &'a [f32],
     table: &'a [i32],
-    maxb: usize,
-    block: usize,
-) -> KvInput<'a, T> {
-    KvInput::Paged {
-        key_cache: k,
-        value_cache: v,
-        layout: PagedLayout::Bsh,
-        block_table: table,
-        max_blocks_per_seq: maxb,
-        block_size: block,
-    }
+    lens: &'a [i64],
+    shape: DecodeShape,
+    antiquant: Option<Antiquant<'a>>,
 }
 
-/// The kernel arguments of the decode case (what `IncreSpec::args` builds, for any KV type).
-fn decode_args<'a, T: Element>(
-    q: &'a [f32],
-    kv: KvInput<'a, T>,
-    s: DecodeShape,
-    lens: &'a [i64],
-    antiquant: Option<Antiquant<'a>>,
-) -> IncreFlashAttentionArgs<'a, f32, T> {
-    let mut a = IncreFlashAttentionArgs::new(
-        q,
-        kv,
-        IfaLayout::Bsh,
-        s.batch,
-        s.heads,
-        s.head_dim,
-        1.0 / (s.head_dim as f64).sqrt(),
-    );
-    a.num_key_value_heads = s.kv_heads;
-    a.actual_seq_lengths = Some(lens);
-    a.antiquant = antiquant;
-    a
+impl<'a> DecodeCall<'a> {
+    /// The kernel arguments over the paged BSH caches `k` / `v` (what `IncreSpec::args`
+    /// builds, for any KV type).
+    fn args<T: Element>(&self, k: &'a [T], v: &'a [T]) -> IncreFlashAttentionArgs<'a, f32, T> {
+        let s = self.shape;
+        let kv = KvInput::Paged {
+            key_cache: k,
+            value_cache: v,
+            layout: PagedLayout::Bsh,
+            block_table: self.table,
+            max_blocks_per_seq: s.kv_len.div_ceil(s.block),
+            block_size: s.block,
+        };
+        let mut a = IncreFlashAttentionArgs::new(
+            self.q,
+            kv,
+            IfaLayout::Bsh,
+            s.batch,
+            s.heads,
+            s.head_dim,
+            1.0 / (s.head_dim as f64).sqrt(),
+        );
+        a.num_key_value_heads = s.kv_heads;
+        a.actual_seq_lengths = Some(self.lens);
+        a.antiquant = self.antiquant;
+        a
+    }
 }
 
 /// The decode case with f32 (`int8 = false`) or int8 KV.
@@ -585,7 +584,7 @@ fn decode_case(
     let aq_offset: Vec<f32> = rng.vec(2 * h).iter().map(|x| (4.0 * x).round()).collect();
     let lens = vec![kv_len as i64; batch];
 
-    // Same scale as `decode_args`.
+    // Same scale as `DecodeCall::args`.
     let mut spec = IncreSpec::new(heads, 1.0 / (d as f64).sqrt(), IfaLayout::Bsh);
     spec.num_key_value_heads = kv_heads;
     spec.block_size = block;
@@ -607,26 +606,18 @@ fn decode_case(
         shapes.antiquant_offset = Some(vec![2, h]);
     }
     spec.validate(&shapes)?;
-    let aq = int8.then_some(Antiquant {
-        scale: &aq_scale,
-        offset: Some(&aq_offset),
-        per_channel: true,
-    });
-    let table = &ids[..];
-    let args8 = decode_args(
-        &q,
-        paged(&k8, &v8, table, maxb, block),
-        plan.decode,
-        &lens,
-        aq,
-    );
-    let args32 = decode_args(
-        &q,
-        paged(&kf, &vf, table, maxb, block),
-        plan.decode,
-        &lens,
-        aq,
-    );
+    let call = DecodeCall {
+        q: &q,
+        table: &ids,
+        lens: &lens,
+        shape: plan.decode,
+        antiquant: int8.then_some(Antiquant {
+            scale: &aq_scale,
+            offset: Some(&aq_offset),
+            per_channel: true,
+        }),
+    };
+    let (args8, args32) = (call.args(&k8, &v8), call.args(&kf, &vf));
     let fast = || {
         Ok(if int8 {
             cpu::incre_flash_attention(&args8)

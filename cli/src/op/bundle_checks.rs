@@ -9,6 +9,21 @@ use burn_ascend::ops::incre::BlockTable;
 use burn_ascend::ops::prompt::{PostQuantSpec, PFA_COMPRESSED_MASK};
 use burn_ascend::AttnError;
 
+/// The tensors prompt and incremental attention both read first (CANN's two prototypes open
+/// alike): query, key, value, the mask, the pse and the query lengths.
+pub const PROMPT_INCRE_TENSORS: [&str; 6] = [
+    "query",
+    "key",
+    "value",
+    "attenMask",
+    "pseShift",
+    "actualSeqLengths",
+];
+
+/// The attributes prompt and incremental attention both read first: the layout and the heads.
+pub const PROMPT_INCRE_ATTRS: [&str; 4] =
+    ["inputLayout", "numHeads", "scaleValue", "numKeyValueHeads"];
+
 /// Checks a float input's dtype (F16, BF16 or F32); int8 Q/K/V is not modelled.
 pub fn float_dtype(t: &HostTensor, name: &'static str) -> Result<Dtype, AttnError> {
     match t.dtype {

@@ -16,10 +16,10 @@ use crate::device::{
     acl_runtime, data, download, host, mask_data, on_backend, output, primitive, upload, OnBackend,
 };
 use crate::io::{Bundle, HostTensor};
-use crate::names::OpNames;
+use crate::names::{concat, OpNames};
 use crate::op::bundle_checks::{
     block_table, float_dtype, int8_f32_refusal, offset_like_scale, post_quant, refuse_int8_query,
-    same_dtype,
+    same_dtype, PROMPT_INCRE_ATTRS, PROMPT_INCRE_TENSORS,
 };
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
@@ -34,13 +34,14 @@ use burn_ascend_cann::acl::{DataType, DeviceTensor, Tensor};
 
 /// The names `incre` reads.
 pub const NAMES: OpNames = OpNames {
-    tensors: &[
-        "query",
-        "key",
-        "value",
-        "attenMask",
-        "pseShift",
-        "actualSeqLengths",
+    tensors: &TENSORS,
+    tensor_lists: &["key", "value"],
+    attributes: &ATTRS,
+};
+
+const TENSORS: [&str; 15] = concat(
+    PROMPT_INCRE_TENSORS,
+    [
         "kvPaddingSize",
         "blocktable",
         "antiquantScale",
@@ -51,16 +52,9 @@ pub const NAMES: OpNames = OpNames {
         "quantScale1",
         "dequantScale2",
     ],
-    tensor_lists: &["key", "value"],
-    attributes: &[
-        "inputLayout",
-        "numHeads",
-        "scaleValue",
-        "numKeyValueHeads",
-        "blockSize",
-        "innerPrecise",
-    ],
-};
+);
+
+const ATTRS: [&str; 6] = concat(PROMPT_INCRE_ATTRS, ["blockSize", "innerPrecise"]);
 
 enum KvForm<'a> {
     One(&'a HostTensor, &'a HostTensor),

@@ -13,10 +13,10 @@ use crate::device::{
     OnBackend,
 };
 use crate::io::{Bundle, HostTensor};
-use crate::names::OpNames;
+use crate::names::{concat, OpNames};
 use crate::op::bundle_checks::{
     float_dtype, int8_f32_refusal, is_compressed_mask, not_the_compressed_mask, post_quant,
-    refuse_int8_query, same_dtype,
+    refuse_int8_query, same_dtype, PROMPT_INCRE_ATTRS, PROMPT_INCRE_TENSORS,
 };
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
@@ -34,13 +34,14 @@ use burn_ascend_cann::acl::DataType;
 /// The names `prompt` reads. The full-quantisation scales are known so that they get their
 /// "unsupported" error rather than "unknown".
 pub const NAMES: OpNames = OpNames {
-    tensors: &[
-        "query",
-        "key",
-        "value",
-        "attenMask",
-        "pseShift",
-        "actualSeqLengths",
+    tensors: &TENSORS,
+    tensor_lists: &[],
+    attributes: &ATTRS,
+};
+
+const TENSORS: [&str; 12] = concat(
+    PROMPT_INCRE_TENSORS,
+    [
         "actualSeqLengthsKv",
         "quantScale2",
         "quantOffset2",
@@ -48,18 +49,12 @@ pub const NAMES: OpNames = OpNames {
         "quantScale1",
         "deqScale2",
     ],
-    tensor_lists: &[],
-    attributes: &[
-        "inputLayout",
-        "numHeads",
-        "scaleValue",
-        "numKeyValueHeads",
-        "preTokens",
-        "nextTokens",
-        "sparseMode",
-        "innerPrecise",
-    ],
-};
+);
+
+const ATTRS: [&str; 8] = concat(
+    PROMPT_INCRE_ATTRS,
+    ["preTokens", "nextTokens", "sparseMode", "innerPrecise"],
+);
 
 /// The bundle's tensor-valued optional inputs: a dense `attenMask` (its checked 0/1 bytes)
 /// and `pseShift`. CANN's compressed mask is no input of the call's (the spec's kind).
