@@ -16,7 +16,7 @@ use crate::device::{
     acl_dtype, acl_runtime, data, download, host_primitive, on_backend, primitive, upload,
     OnBackend,
 };
-use crate::io::{Bundle, HostTensor};
+use crate::io::{Bundle, HostTensor, WireFloat};
 use crate::names::OpNames;
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
@@ -43,30 +43,31 @@ pub const NAMES: OpNames = OpNames {
     attributes: &["cacheMode", "scatterMode", "strides", "offsets"],
 };
 
-/// An element that travels as little-endian bytes.
+/// A cache element that travels as little-endian bytes: the floats as every op's bundle holds
+/// them ([`WireFloat`]), and int8 (a quantised cache).
 trait Wire: RefElem + Copy {
-    const SIZE: usize;
+    const SIZE: usize = std::mem::size_of::<Self>();
     fn get(b: &[u8]) -> Self;
     fn put(self, out: &mut Vec<u8>);
 }
 
-macro_rules! wire {
-    ($t:ty, $n:expr) => {
-        impl Wire for $t {
-            const SIZE: usize = $n;
-            fn get(b: &[u8]) -> Self {
-                <$t>::from_le_bytes(b.try_into().expect("size"))
-            }
-            fn put(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
-            }
-        }
-    };
+impl<T: WireFloat + RefElem + Copy> Wire for T {
+    fn get(b: &[u8]) -> Self {
+        T::from_le(b)
+    }
+    fn put(self, out: &mut Vec<u8>) {
+        self.push_le(out);
+    }
 }
-wire!(f32, 4);
-wire!(f16, 2);
-wire!(bf16, 2);
-wire!(i8, 1);
+
+impl Wire for i8 {
+    fn get(b: &[u8]) -> Self {
+        i8::from_le_bytes([b[0]])
+    }
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
 
 fn decode<T: Wire>(t: &HostTensor) -> Vec<T> {
     t.bytes.chunks_exact(T::SIZE).map(T::get).collect()
