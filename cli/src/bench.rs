@@ -148,9 +148,9 @@ fn peak_of<R>(f: impl FnOnce() -> Result<R, CliError>) -> Result<(R, Option<usiz
     Ok((r?, peak))
 }
 
-/// One measured case.
-#[derive(Debug, Clone)]
-struct CaseResult {
+/// What a case is: the figures that name it in the table and lead its JSON entry.
+#[derive(Debug, Clone, Serialize)]
+struct CaseShape {
     name: String,
     kind: &'static str,
     causal: bool,
@@ -158,6 +158,12 @@ struct CaseResult {
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
+}
+
+/// One measured case.
+#[derive(Debug, Clone)]
+struct CaseResult {
+    shape: CaseShape,
     flops: f64,
     /// Bytes of K + V read (decode only).
     bytes: Option<f64>,
@@ -172,6 +178,40 @@ struct CaseResult {
 }
 
 impl CaseResult {
+    /// `shape`, of `flops` (and `bytes` read), before anything is measured.
+    fn new(shape: CaseShape, flops: f64, bytes: Option<f64>) -> Self {
+        let unmeasured = Timing {
+            wall: f64::NAN,
+            cpu: None,
+        };
+        Self {
+            shape,
+            flops,
+            bytes,
+            fast: unmeasured,
+            composite: unmeasured,
+            peak: None,
+            composite_peak: None,
+            max_diff: f64::NAN,
+            read_adjacent: None,
+        }
+    }
+
+    /// One more call each of `fast` and `composite`, after the timed repetitions: their peak
+    /// extra heap bytes, and `diff` of their outputs (max |fast − composite|).
+    fn compare<F, C>(
+        &mut self,
+        fast: impl FnOnce() -> Result<F, CliError>,
+        composite: impl FnOnce() -> Result<C, CliError>,
+        diff: impl FnOnce(F, C) -> f64,
+    ) -> Result<(), CliError> {
+        let (a, peak) = peak_of(fast)?;
+        let (b, composite_peak) = peak_of(composite)?;
+        (self.peak, self.composite_peak) = (peak, composite_peak);
+        self.max_diff = diff(a, b);
+        Ok(())
+    }
+
     fn gflops(&self) -> f64 {
         self.flops / self.fast.wall / 1e9
     }
@@ -182,13 +222,7 @@ impl CaseResult {
     /// and read figures.
     fn json(&self, sgemm: f64, copy: f64, read: f64) -> CaseJson<'_> {
         CaseJson {
-            name: &self.name,
-            kind: self.kind,
-            causal: self.causal,
-            tokens: self.tokens,
-            heads: self.heads,
-            kv_heads: self.kv_heads,
-            head_dim: self.head_dim,
+            shape: &self.shape,
             gflops: self.gflops(),
             fraction_of_sgemm: self.gflops() / sgemm,
             fraction_of_copy_bandwidth: self.gbps().map(|g| g / copy),
@@ -219,13 +253,8 @@ struct BenchJson<'a> {
 /// One case of the `--json` document (the module's documentation says what each figure is).
 #[derive(Debug, Serialize)]
 struct CaseJson<'a> {
-    name: &'a str,
-    kind: &'static str,
-    causal: bool,
-    tokens: usize,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
+    #[serde(flatten)]
+    shape: &'a CaseShape,
     gflops: f64,
     fraction_of_sgemm: f64,
     /// `null` for the varlen cases (decode only).
@@ -434,38 +463,26 @@ fn varlen_cases(
 
     let mut out = Vec::new();
     let flops = varlen_fwd_flops(seqs, heads, d, causal);
-    let base = |name: &str, kind, flops| CaseResult {
-        name: name.to_string(),
-        kind,
-        causal,
-        tokens: t,
-        heads,
-        kv_heads,
-        head_dim: d,
-        flops,
-        bytes: None,
-        fast: Timing {
-            wall: f64::NAN,
-            cpu: None,
-        },
-        composite: Timing {
-            wall: f64::NAN,
-            cpu: None,
-        },
-        peak: None,
-        composite_peak: None,
-        max_diff: f64::NAN,
-        read_adjacent: None,
+    let base = |name: &str, kind, flops| {
+        let shape = CaseShape {
+            name: name.to_string(),
+            kind,
+            causal,
+            tokens: t,
+            heads,
+            kv_heads,
+            head_dim: d,
+        };
+        CaseResult::new(shape, flops, None)
     };
     if keep(&names[0]) {
         let mut r = base(&names[0], "varlen-fwd", flops);
         (r.fast, r.composite) = time_around(plan.reps, fast_fwd, || {
             time(plan.composite_reps, plan.composite_warm_up, comp_fwd)
         })?;
-        let (a, peak) = peak_of(fast_fwd)?;
-        let (b, composite_peak) = peak_of(comp_fwd)?;
-        (r.peak, r.composite_peak) = (peak, composite_peak);
-        r.max_diff = max_abs_diff(&a.attention_out, &nd_vec(b.attention_out));
+        r.compare(fast_fwd, comp_fwd, |a, b| {
+            max_abs_diff(&a.attention_out, &nd_vec(b.attention_out))
+        })?;
         out.push(r);
     }
     if keep(&names[1]) {
@@ -473,55 +490,53 @@ fn varlen_cases(
         (r.fast, r.composite) = time_around(plan.reps, fast_fwdbwd, || {
             time(plan.composite_reps, plan.composite_warm_up, comp_fwdbwd)
         })?;
-        let (a, peak) = peak_of(fast_fwdbwd)?;
-        let (b, composite_peak) = peak_of(comp_fwdbwd)?;
-        (r.peak, r.composite_peak) = (peak, composite_peak);
-        r.max_diff = max_abs_diff(&a.dq, &nd_vec(b.dq))
-            .max(max_abs_diff(&a.dk, &nd_vec(b.dk)))
-            .max(max_abs_diff(&a.dv, &nd_vec(b.dv)));
+        r.compare(fast_fwdbwd, comp_fwdbwd, |a, b| {
+            max_abs_diff(&a.dq, &nd_vec(b.dq))
+                .max(max_abs_diff(&a.dk, &nd_vec(b.dk)))
+                .max(max_abs_diff(&a.dv, &nd_vec(b.dv)))
+        })?;
         out.push(r);
     }
     Ok(out)
 }
 
-fn paged<'a, T: Element>(
-    k: &'a [T],
-    v: &'a [T],
+/// The decode case's call but its caches: the query, the block table, the lengths and the
+/// antiquant (int8 KV).
+struct DecodeCall<'a> {
+    q: &'a [f32],
     table: &'a [i32],
-    maxb: usize,
-    block: usize,
-) -> KvInput<'a, T> {
-    KvInput::Paged {
-        key_cache: k,
-        value_cache: v,
-        layout: PagedLayout::Bsh,
-        block_table: table,
-        max_blocks_per_seq: maxb,
-        block_size: block,
-    }
+    lens: &'a [i64],
+    shape: DecodeShape,
+    antiquant: Option<Antiquant<'a>>,
 }
 
-/// The kernel arguments of the decode case (what `IncreSpec::args` builds, for any KV type).
-fn decode_args<'a, T: Element>(
-    q: &'a [f32],
-    kv: KvInput<'a, T>,
-    s: DecodeShape,
-    lens: &'a [i64],
-    antiquant: Option<Antiquant<'a>>,
-) -> IncreFlashAttentionArgs<'a, f32, T> {
-    let mut a = IncreFlashAttentionArgs::new(
-        q,
-        kv,
-        IfaLayout::Bsh,
-        s.batch,
-        s.heads,
-        s.head_dim,
-        1.0 / (s.head_dim as f64).sqrt(),
-    );
-    a.num_key_value_heads = s.kv_heads;
-    a.actual_seq_lengths = Some(lens);
-    a.antiquant = antiquant;
-    a
+impl<'a> DecodeCall<'a> {
+    /// The kernel arguments over the paged BSH caches `k` / `v` (what `IncreSpec::args`
+    /// builds, for any KV type).
+    fn args<T: Element>(&self, k: &'a [T], v: &'a [T]) -> IncreFlashAttentionArgs<'a, f32, T> {
+        let s = self.shape;
+        let kv = KvInput::Paged {
+            key_cache: k,
+            value_cache: v,
+            layout: PagedLayout::Bsh,
+            block_table: self.table,
+            max_blocks_per_seq: s.kv_len.div_ceil(s.block),
+            block_size: s.block,
+        };
+        let mut a = IncreFlashAttentionArgs::new(
+            self.q,
+            kv,
+            IfaLayout::Bsh,
+            s.batch,
+            s.heads,
+            s.head_dim,
+            1.0 / (s.head_dim as f64).sqrt(),
+        );
+        a.num_key_value_heads = s.kv_heads;
+        a.actual_seq_lengths = Some(self.lens);
+        a.antiquant = self.antiquant;
+        a
+    }
 }
 
 /// The decode case with f32 (`int8 = false`) or int8 KV.
@@ -569,7 +584,7 @@ fn decode_case(
     let aq_offset: Vec<f32> = rng.vec(2 * h).iter().map(|x| (4.0 * x).round()).collect();
     let lens = vec![kv_len as i64; batch];
 
-    // Same scale as `decode_args`.
+    // Same scale as `DecodeCall::args`.
     let mut spec = IncreSpec::new(heads, 1.0 / (d as f64).sqrt(), IfaLayout::Bsh);
     spec.num_key_value_heads = kv_heads;
     spec.block_size = block;
@@ -591,26 +606,18 @@ fn decode_case(
         shapes.antiquant_offset = Some(vec![2, h]);
     }
     spec.validate(&shapes)?;
-    let aq = int8.then_some(Antiquant {
-        scale: &aq_scale,
-        offset: Some(&aq_offset),
-        per_channel: true,
-    });
-    let table = &ids[..];
-    let args8 = decode_args(
-        &q,
-        paged(&k8, &v8, table, maxb, block),
-        plan.decode,
-        &lens,
-        aq,
-    );
-    let args32 = decode_args(
-        &q,
-        paged(&kf, &vf, table, maxb, block),
-        plan.decode,
-        &lens,
-        aq,
-    );
+    let call = DecodeCall {
+        q: &q,
+        table: &ids,
+        lens: &lens,
+        shape: plan.decode,
+        antiquant: int8.then_some(Antiquant {
+            scale: &aq_scale,
+            offset: Some(&aq_offset),
+            per_channel: true,
+        }),
+    };
+    let (args8, args32) = (call.args(&k8, &v8), call.args(&kf, &vf));
     let fast = || {
         Ok(if int8 {
             cpu::incre_flash_attention(&args8)
@@ -645,7 +652,7 @@ fn decode_case(
     } else {
         (first, read_first)
     };
-    let mut r = CaseResult {
+    let shape = CaseShape {
         name: format!("decode {} KV", if int8 { "int8" } else { "f32" }),
         kind: "decode",
         causal: false,
@@ -653,19 +660,15 @@ fn decode_case(
         heads,
         kv_heads,
         head_dim: d,
-        flops: decode_flops(batch, kv_len, heads, d),
-        bytes: Some(decode_bytes(batch, kv_len, kv_heads, d, elem)),
-        fast: fast_timing,
-        composite,
-        peak: None,
-        composite_peak: None,
-        max_diff: f64::NAN,
-        read_adjacent: Some(probe.gbps(read_wall)),
     };
-    let (a, peak) = peak_of(fast)?;
-    let (b, composite_peak) = peak_of(comp)?;
-    (r.peak, r.composite_peak) = (peak, composite_peak);
-    r.max_diff = max_abs_diff(&a, &nd_vec(b));
+    let mut r = CaseResult::new(
+        shape,
+        decode_flops(batch, kv_len, heads, d),
+        Some(decode_bytes(batch, kv_len, kv_heads, d, elem)),
+    );
+    (r.fast, r.composite) = (fast_timing, composite);
+    r.read_adjacent = Some(probe.gbps(read_wall));
+    r.compare(fast, comp, |a, b| max_abs_diff(&a, &nd_vec(b)))?;
     Ok(r)
 }
 
@@ -785,7 +788,7 @@ pub fn main(opts: &BenchArgs) -> Result<(), CliError> {
         });
         println!(
             "| {} | {:.1} | {:.1} | {:.3} | {} | {} | {} | {} | {:.0} | {:.1}× | {} | {} | {:.1e} | {} |",
-            r.name,
+            r.shape.name,
             r.fast.wall * 1e3,
             r.gflops(),
             r.gflops() / sgemm_gflops,

@@ -31,35 +31,23 @@ pub trait WireFloat: Element {
     fn push_le(self, out: &mut Vec<u8>);
 }
 
-impl WireFloat for f32 {
-    const DTYPE: Dtype = Dtype::F32;
-    fn from_le(b: &[u8]) -> Self {
-        f32::from_le_bytes(b.try_into().expect("4 bytes"))
-    }
-    fn push_le(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
+/// `WireFloat` for `$t`, safetensors dtype `$dtype`: its bytes are its own little-endian ones.
+macro_rules! wire_float {
+    ($t:ty, $dtype:ident) => {
+        impl WireFloat for $t {
+            const DTYPE: Dtype = Dtype::$dtype;
+            fn from_le(b: &[u8]) -> Self {
+                <$t>::from_le_bytes(b.try_into().expect("one element's bytes"))
+            }
+            fn push_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    };
 }
-
-impl WireFloat for f16 {
-    const DTYPE: Dtype = Dtype::F16;
-    fn from_le(b: &[u8]) -> Self {
-        f16::from_le_bytes(b.try_into().expect("2 bytes"))
-    }
-    fn push_le(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
-
-impl WireFloat for bf16 {
-    const DTYPE: Dtype = Dtype::BF16;
-    fn from_le(b: &[u8]) -> Self {
-        bf16::from_le_bytes(b.try_into().expect("2 bytes"))
-    }
-    fn push_le(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
+wire_float!(f32, F32);
+wire_float!(f16, F16);
+wire_float!(bf16, BF16);
 
 impl HostTensor {
     /// A tensor from typed values.
@@ -345,6 +333,15 @@ impl Bundle {
     pub fn write(&self, path: &Path) -> Result<(), CliError> {
         let bytes = self.to_bytes().map_err(CliError::Io)?;
         std::fs::write(path, bytes).map_err(|e| CliError::Io(format!("{}: {e}", path.display())))
+    }
+
+    /// A bundle of these tensors and no attributes: an op's outputs.
+    pub fn of<const N: usize>(tensors: [(&str, HostTensor); N]) -> Self {
+        let mut b = Self::default();
+        for (name, t) in tensors {
+            b.insert(name, t);
+        }
+        b
     }
 
     /// Adds a tensor.

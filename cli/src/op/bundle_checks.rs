@@ -6,8 +6,23 @@ use safetensors::Dtype;
 
 use crate::io::{Bundle, HostTensor};
 use burn_ascend::ops::incre::BlockTable;
-use burn_ascend::ops::prompt::PostQuantSpec;
+use burn_ascend::ops::prompt::{PostQuantSpec, PFA_COMPRESSED_MASK};
 use burn_ascend::AttnError;
+
+/// The tensors prompt and incremental attention both read first (CANN's two prototypes open
+/// alike): query, key, value, the mask, the pse and the query lengths.
+pub const PROMPT_INCRE_TENSORS: [&str; 6] = [
+    "query",
+    "key",
+    "value",
+    "attenMask",
+    "pseShift",
+    "actualSeqLengths",
+];
+
+/// The attributes prompt and incremental attention both read first: the layout and the heads.
+pub const PROMPT_INCRE_ATTRS: [&str; 4] =
+    ["inputLayout", "numHeads", "scaleValue", "numKeyValueHeads"];
 
 /// Checks a float input's dtype (F16, BF16 or F32); int8 Q/K/V is not modelled.
 pub fn float_dtype(t: &HostTensor, name: &'static str) -> Result<Dtype, AttnError> {
@@ -53,15 +68,7 @@ pub fn post_quant(b: &Bundle, query: Dtype) -> Result<Option<PostQuantSpec>, Att
     let offset = match b.optional(&["quantOffset2"]) {
         None => None,
         Some(o) => {
-            if o.dtype != s.dtype || o.shape != s.shape {
-                return Err(AttnError::invalid(
-                    "quantOffset2",
-                    format!(
-                        "must have quantScale2's dtype and shape ({:?} {:?}), got {:?} {:?}",
-                        s.dtype, s.shape, o.dtype, o.shape
-                    ),
-                ));
-            }
+            offset_like_scale((o, "quantOffset2"), (s, "quantScale2"))?;
             Some(o.f32_values("quantOffset2")?.into())
         }
     };
@@ -69,6 +76,53 @@ pub fn post_quant(b: &Bundle, query: Dtype) -> Result<Option<PostQuantSpec>, Att
         scale: s.f32_values("quantScale2")?.into(),
         offset,
     }))
+}
+
+/// Element `e` (row-major) of CANN's compressed causal mask (`PFA_COMPRESSED_MASK`): 1 strictly
+/// above the diagonal.
+pub fn compressed_mask_bit(e: usize) -> u8 {
+    let side = PFA_COMPRESSED_MASK[1];
+    u8::from(e % side > e / side)
+}
+
+/// Whether a mask's 0/1 bytes are CANN's compressed causal mask (its shape checked apart).
+pub fn is_compressed_mask(bytes: &[u8]) -> bool {
+    let [rows, cols] = PFA_COMPRESSED_MASK;
+    bytes.len() == rows * cols
+        && (bytes.iter().enumerate()).all(|(e, &x)| x == compressed_mask_bit(e))
+}
+
+/// The refusal of an `attenMask` that is not CANN's compressed mask under a compressed
+/// `sparseMode`: the device reads that fixed mask whatever the bundle holds, so anything else
+/// would silently give wrong results there. `expected` is the mask's shape as the op writes it.
+pub fn not_the_compressed_mask(
+    sparse_mode: impl std::fmt::Display,
+    expected: &str,
+    got: &[usize],
+) -> AttnError {
+    AttnError::invalid(
+        "attenMask",
+        format!(
+            "sparseMode {sparse_mode} takes CANN's compressed mask {expected} (1 strictly above the diagonal), got shape {got:?} with other content"
+        ),
+    )
+}
+
+/// An offset applies elementwise with its scale: the same dtype and shape.
+pub fn offset_like_scale(
+    (offset, offset_name): (&HostTensor, &'static str),
+    (scale, scale_name): (&HostTensor, &'static str),
+) -> Result<(), AttnError> {
+    if offset.dtype != scale.dtype || offset.shape != scale.shape {
+        return Err(AttnError::invalid(
+            offset_name,
+            format!(
+                "must have {scale_name}'s dtype and shape ({:?} {:?}), got {:?} {:?}",
+                scale.dtype, scale.shape, offset.dtype, offset.shape
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Same dtype as the query, or an error naming `name`.

@@ -89,16 +89,12 @@ pub fn run_all(device: Device, tables: &[fn() -> Vec<BackendCase>]) -> Vec<CaseR
     let dev = match ascend(device) {
         Ok(d) => d,
         Err(e) => {
-            out.push(CaseResult {
-                op: "native".into(),
-                name: "open_device".into(),
-                dtype: "-".into(),
-                status: Status::Fail,
-                max_abs_err: f64::NAN,
-                tol: f64::NAN,
-                ms: f64::NAN,
-                note: Some(e.to_string()),
-            });
+            out.push(CaseResult::failed(
+                "native",
+                "open_device",
+                "-",
+                Some(e.to_string()),
+            ));
             return out;
         }
     };
@@ -108,16 +104,7 @@ pub fn run_all(device: Device, tables: &[fn() -> Vec<BackendCase>]) -> Vec<CaseR
         (DType::BF16, "bf16"),
     ] {
         for (op, name, tol, f) in tables.iter().flat_map(|cases| cases()) {
-            let mut res = CaseResult {
-                op: op.into(),
-                name: name.into(),
-                dtype: dname.into(),
-                status: Status::Fail,
-                max_abs_err: f64::NAN,
-                tol: f64::NAN,
-                ms: f64::NAN,
-                note: None,
-            };
+            let mut res = CaseResult::failed(op, name, dname, None);
             let runs = if device == Device::Npu { 2 } else { 1 };
             let mut outcome = None;
             for i in 0..runs {

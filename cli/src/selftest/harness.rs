@@ -11,7 +11,10 @@ use safetensors::Dtype;
 
 use super::report::{CaseResult, Status};
 use crate::io::{Bundle, HostTensor};
+use crate::op::bundle_checks::compressed_mask_bit;
 use crate::{run_op, CliError, Device};
+use burn_ascend::ops::prompt::PFA_COMPRESSED_MASK;
+use burn_ascend_model::load::data::SplitMix;
 
 /// Relative tolerances per dtype (see the module docs of `selftest`).
 #[derive(Debug, Clone, Copy)]
@@ -87,26 +90,34 @@ fn dtype_of(name: &str) -> Dtype {
     }
 }
 
-/// splitmix64: fixed inputs on every platform.
-pub struct Rng(u64);
+/// The seeded inputs: the model's splitmix64 (fixed inputs on every platform), drawn
+/// symmetric around 0.
+pub struct Rng(SplitMix);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Self(seed)
+        Self(SplitMix(seed))
     }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
+    /// Uniform in [-1, 1) (`2·unit − 1` is exact: the unit draw has 53 bits).
     pub fn sym(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        2.0 * self.0.unit() - 1.0
     }
     pub fn vec(&mut self, len: usize) -> Vec<f64> {
         (0..len).map(|_| self.sym()).collect()
+    }
+    /// A tensor of `shape` drawn from [-1, 1), rounded once to `dtype`.
+    pub fn tensor(&mut self, shape: Vec<usize>, dtype: Dtype) -> HostTensor {
+        let len = shape.iter().product();
+        HostTensor::from_f64_as(&self.vec(len), shape, dtype)
+    }
+    /// An attention case's bundle: `query` of shape `query`, then `key` and `value` of shape
+    /// `kv`, drawn in that order.
+    pub fn qkv(&mut self, query: Vec<usize>, kv: Vec<usize>, dtype: Dtype) -> Bundle {
+        let mut b = Bundle::default();
+        b.insert("query", self.tensor(query, dtype));
+        b.insert("key", self.tensor(kv.clone(), dtype));
+        b.insert("value", self.tensor(kv, dtype));
+        b
     }
 }
 
@@ -114,6 +125,21 @@ pub fn meta(b: &mut Bundle, kv: &[(&str, String)]) {
     for (k, v) in kv {
         b.metadata.insert(k.to_string(), v.clone());
     }
+}
+
+/// The attributes of a prompt, incremental or fused inference attention case: `n` query heads
+/// over `nkv` KV heads, scale 1/8 (head dim 64), `layout`, then the case's own `rest`.
+pub fn heads_meta(b: &mut Bundle, (n, nkv): (usize, usize), layout: &str, rest: &[(&str, String)]) {
+    meta(
+        b,
+        &[
+            ("numHeads", n.to_string()),
+            ("numKeyValueHeads", nkv.to_string()),
+            ("scaleValue", "0.125".into()),
+            ("inputLayout", layout.into()),
+        ],
+    );
+    meta(b, rest);
 }
 
 /// How far `got` is from `want`, per output tensor: `(passed, max_abs_err, tol, note)` of the
@@ -277,16 +303,7 @@ pub fn bundle_case(
     device: Device,
     inject: bool,
 ) -> CaseResult {
-    let mut res = CaseResult {
-        op: op.into(),
-        name: name.into(),
-        dtype: dtype.into(),
-        status: Status::Fail,
-        max_abs_err: f64::NAN,
-        tol: f64::NAN,
-        ms: f64::NAN,
-        note: None,
-    };
+    let mut res = CaseResult::failed(op, name, dtype, None);
     let want = match guarded(|| run_op(op, input, Device::Reference)) {
         Ok(w) => w,
         Err(e) => {
@@ -322,6 +339,14 @@ pub fn elems(v: &[f64], shape: Vec<usize>, dtype: Dtype) -> HostTensor {
     } else {
         HostTensor::from_f64_as(v, shape, dtype)
     }
+}
+
+/// CANN's compressed causal mask (`PFA_COMPRESSED_MASK`, BOOL), what the compressed sparse
+/// modes take.
+pub fn compressed_causal_mask() -> HostTensor {
+    let [rows, cols] = PFA_COMPRESSED_MASK;
+    let m: Vec<u8> = (0..rows * cols).map(compressed_mask_bit).collect();
+    HostTensor::from_u8(m, PFA_COMPRESSED_MASK.to_vec(), Dtype::BOOL)
 }
 
 /// Every bundle of `bundles` (`(case name, bundle)`, all in dtype `dname`) as a case of `op`

@@ -4,6 +4,7 @@
 //! against `NdArray` on the same values.
 
 use burn::backend::NdArray;
+use burn::tensor::backend::Backend;
 use burn::tensor::TensorCreationOptions;
 use burn::tensor::{activation, DType, Distribution, Int, Tensor, TensorData, TensorPrimitive};
 
@@ -15,7 +16,7 @@ use burn_ascend::{AdamWHyper, AdamWTensors, OptimBackend};
 type A = Ascend;
 type N = NdArray;
 
-fn ints<const D: usize, B: burn::tensor::backend::Backend>(t: Tensor<B, D, Int>) -> Vec<f32> {
+fn ints<const D: usize, B: Backend>(t: Tensor<B, D, Int>) -> Vec<f32> {
     t.into_data()
         .convert::<i64>()
         .to_vec::<i64>()
@@ -45,6 +46,20 @@ fn random_moments(dev: &AscendDevice, dtype: DType, dist: Distribution) -> Vec<f
     let t = Tensor::<A, 1>::random([DRAWS], dist, opts);
     let (m, v) = moments(&host(t));
     vec![m as f32, v as f32]
+}
+
+/// exp, tanh, sqrt(|x|) and sigmoid of `a`, one after the other: the same ops on either
+/// backend.
+fn unary_chain<B: Backend>(a: Tensor<B, 1>) -> Tensor<B, 1> {
+    Tensor::cat(
+        vec![
+            a.clone().exp(),
+            a.clone().tanh(),
+            a.clone().abs().sqrt(),
+            activation::sigmoid(a),
+        ],
+        0,
+    )
 }
 
 /// The cases: `(op, name, tolerance, function)`.
@@ -173,29 +188,7 @@ pub fn cases() -> Vec<BackendCase> {
             Tolerance::UNARY,
             |dev, dt| {
                 let (a, n) = pair([64], 8, dev, dt);
-                let f = |a: Tensor<A, 1>| {
-                    Tensor::cat(
-                        vec![
-                            a.clone().exp(),
-                            a.clone().tanh(),
-                            a.clone().abs().sqrt(),
-                            activation::sigmoid(a),
-                        ],
-                        0,
-                    )
-                };
-                let g = |a: Tensor<N, 1>| {
-                    Tensor::cat(
-                        vec![
-                            a.clone().exp(),
-                            a.clone().tanh(),
-                            a.clone().abs().sqrt(),
-                            activation::sigmoid(a),
-                        ],
-                        0,
-                    )
-                };
-                (host(f(a)), reference(g(n)))
+                (host(unary_chain(a)), reference(unary_chain(n)))
             },
         ),
         ("activation", "gelu_relu", Tolerance::UNARY, |dev, dt| {

@@ -39,6 +39,23 @@ pub struct CaseResult {
     pub note: Option<String>,
 }
 
+impl CaseResult {
+    /// A failed case with nothing measured: where every case starts (it passes only once its
+    /// check does), or, with `note`, one that could not run.
+    pub fn failed(op: &str, name: &str, dtype: &str, note: Option<String>) -> Self {
+        Self {
+            op: op.into(),
+            name: name.into(),
+            dtype: dtype.into(),
+            status: Status::Fail,
+            max_abs_err: f64::NAN,
+            tol: f64::NAN,
+            ms: f64::NAN,
+            note,
+        }
+    }
+}
+
 /// A probe's finding (an entry of the JSON's `probes`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Probe {

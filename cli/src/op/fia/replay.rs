@@ -11,8 +11,10 @@ use crate::device::{
     acl_dtype, acl_runtime, data, host, mask_data, on_backend, primitive, OnBackend,
 };
 use crate::io::{Bundle, HostTensor};
-use crate::names::OpNames;
-use crate::op::bundle_checks::{block_table, float_dtype, same_dtype};
+use crate::names::{concat, OpNames};
+use crate::op::bundle_checks::{
+    block_table, float_dtype, is_compressed_mask, not_the_compressed_mask, same_dtype,
+};
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::fia::cann_release;
 use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
@@ -23,40 +25,49 @@ use burn_ascend::ops::fia::{
 use burn_ascend::ops::prompt::{INT_MAX_TOKENS, PFA_COMPRESSED_MASK};
 use burn_ascend::{fused_infer_attention_with, AttentionBackend, AttnError, FiaInputs, FiaKv};
 
+/// The tensors `fia` runs.
+const RUN_TENSORS: [&str; 17] = [
+    "query",
+    "key",
+    "value",
+    "pseShift",
+    "attenMask",
+    "actualSeqLengths",
+    "actualSeqLengthsKv",
+    "blockTable",
+    "queryPaddingSize",
+    "kvPaddingSize",
+    "antiquantScale",
+    "antiquantOffset",
+    "keyAntiquantScale",
+    "keyAntiquantOffset",
+    "valueAntiquantScale",
+    "valueAntiquantOffset",
+    "learnableSink",
+];
+
+/// Inputs the CLI knows but does not run: their own `unsupported` error, not "unknown".
+pub(crate) const LEFT_OUT: [&str; 12] = [
+    "deqScale1",
+    "quantScale1",
+    "deqScale2",
+    "quantScale2",
+    "quantOffset2",
+    "keySharedPrefix",
+    "valueSharedPrefix",
+    "actualSharedPrefixLen",
+    "queryRope",
+    "keyRope",
+    "keyRopeAntiquantScale",
+    "dequantScaleQuery",
+];
+
+const TENSORS: [&str; 29] = concat(RUN_TENSORS, LEFT_OUT);
+
 /// The names `fia` reads. The inputs left out ([`LEFT_OUT`]: quantisation, shared prefix,
 /// rope) are known so that they get their "unsupported" error rather than "unknown".
 pub const NAMES: OpNames = OpNames {
-    tensors: &[
-        "query",
-        "key",
-        "value",
-        "pseShift",
-        "attenMask",
-        "actualSeqLengths",
-        "actualSeqLengthsKv",
-        "blockTable",
-        "queryPaddingSize",
-        "kvPaddingSize",
-        "antiquantScale",
-        "antiquantOffset",
-        "keyAntiquantScale",
-        "keyAntiquantOffset",
-        "valueAntiquantScale",
-        "valueAntiquantOffset",
-        "learnableSink",
-        "deqScale1",
-        "quantScale1",
-        "deqScale2",
-        "quantScale2",
-        "quantOffset2",
-        "keySharedPrefix",
-        "valueSharedPrefix",
-        "actualSharedPrefixLen",
-        "queryRope",
-        "keyRope",
-        "keyRopeAntiquantScale",
-        "dequantScaleQuery",
-    ],
+    tensors: &TENSORS,
     tensor_lists: &[],
     attributes: &[
         "numHeads",
@@ -74,22 +85,6 @@ pub const NAMES: OpNames = OpNames {
         "valueAntiquantMode",
     ],
 };
-
-/// Inputs the CLI knows but does not run: their own `unsupported` error, not "unknown".
-pub(crate) const LEFT_OUT: [&str; 12] = [
-    "deqScale1",
-    "quantScale1",
-    "deqScale2",
-    "quantScale2",
-    "quantOffset2",
-    "keySharedPrefix",
-    "valueSharedPrefix",
-    "actualSharedPrefixLen",
-    "queryRope",
-    "keyRope",
-    "keyRopeAntiquantScale",
-    "dequantScaleQuery",
-];
 
 fn one_i64(b: &Bundle, name: &'static str) -> Result<Option<i64>, AttnError> {
     match b.opt_i64(name)? {
@@ -246,21 +241,15 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(FiaSpec, Optional<'_>), AttnErro
     if let Some(m) = b.optional(&["attenMask"]) {
         let data = m.mask01_values("attenMask")?;
         spec.atten_mask = if (2..=4).contains(&spec.sparse_mode) {
-            let side = PFA_COMPRESSED_MASK[0];
-            let ok = m.shape.iter().product::<usize>() == side * side
-                && m.shape.ends_with(&PFA_COMPRESSED_MASK)
+            // Leading dimensions of 1 are the same mask.
+            let ok = m.shape.ends_with(&PFA_COMPRESSED_MASK)
                 && m.shape.iter().rev().skip(2).all(|&d| d == 1)
-                && data
-                    .iter()
-                    .enumerate()
-                    .all(|(e, &x)| x == (e % side > e / side) as u8);
+                && is_compressed_mask(&data);
             if !ok {
-                return Err(AttnError::invalid(
-                    "attenMask",
-                    format!(
-                        "sparseMode {} takes CANN's compressed mask (2048, 2048) (1 strictly above the diagonal), got shape {:?} with other content",
-                        spec.sparse_mode, m.shape
-                    ),
+                return Err(not_the_compressed_mask(
+                    spec.sparse_mode,
+                    "(2048, 2048)",
+                    &m.shape,
                 ));
             }
             FiaMask::Compressed
@@ -396,7 +385,6 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             },
         );
     }
-    let mut res = Bundle::default();
     let (qv, kv, vv) = (
         q.f32_values("query")?,
         k.f32_or_i8_values("key")?,
@@ -404,10 +392,10 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
     );
     let out =
         fia_reference(&spec.args(&dims, &qv, &kv, &vv, optional.host(sink_values.as_deref())));
-    res.insert(
+    let mut res = Bundle::of([(
         "attentionOut",
         HostTensor::from_f64_as(&out.attention_out, dims.out_shape(), qdt),
-    );
+    )]);
     if spec.softmax_lse_flag {
         res.insert(
             "softmaxLse",
@@ -450,8 +438,7 @@ impl Fia {
         let inputs = FiaInputs::new(primitive::<B>(q, dev), kv, p(self.sink))
             .with_optional(self.optional.map(p));
         let (out, lse) = fused_infer_attention_with::<B, D, L>(inputs, &self.spec)?;
-        let mut res = Bundle::default();
-        res.insert("attentionOut", host(out, self.dtype));
+        let mut res = Bundle::of([("attentionOut", host(out, self.dtype))]);
         if let Some(l) = lse {
             res.insert("softmaxLse", host(l, Dtype::F32));
         }

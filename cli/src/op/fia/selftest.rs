@@ -7,62 +7,39 @@ use safetensors::Dtype;
 
 use crate::device::{acl_runtime, download, output, upload};
 use crate::io::{Bundle, HostTensor};
-use crate::selftest::harness::{bundle_cases, guarded, meta, Rng, Tolerance, HALVES};
+use crate::selftest::harness::{
+    bundle_cases, compressed_causal_mask, guarded, heads_meta, Rng, Tolerance, HALVES,
+};
 use crate::selftest::{CaseResult, Probe};
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::fia::{cann_release, fused_infer_attention};
 use burn_ascend::ops::fia::{
-    FiaInputs, FiaKv, FiaKvShapes, FiaOutputs, FiaShapes, FiaSpec, PfaLayout,
+    FiaDims, FiaInputs, FiaKv, FiaKvShapes, FiaOutputs, FiaShapes, FiaSpec, PfaLayout,
 };
+use burn_ascend::AttnError;
 use burn_ascend_cann::acl::DataType;
-
-/// CANN's compressed causal mask: 2048 × 2048, 1 strictly above the diagonal.
-fn compressed_mask() -> HostTensor {
-    let m: Vec<u8> = (0..2048 * 2048)
-        .map(|e| u8::from(e % 2048 > e / 2048))
-        .collect();
-    HostTensor::from_u8(m, vec![2048, 2048], Dtype::BOOL)
-}
 
 fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     let mut rng = Rng::new(31);
     let mut out = Vec::new();
-    let t = |rng: &mut Rng, shape: Vec<usize>| {
-        let n = shape.iter().product();
-        HostTensor::from_f64_as(&rng.vec(n), shape, dtype)
-    };
     // BFLOAT16 whatever the query: what FIA v3 reads on every release (the sink's dtype follows
     // the path and the CANN release, not the query), and these cases never take 9.x's
     // split-fuse path (the TND one has head dim 64 and a BF16 sink).
-    let sink = |rng: &mut Rng, n: usize| HostTensor::from_f64_as(&rng.vec(n), vec![n], Dtype::BF16);
+    let sink = |rng: &mut Rng, n: usize| rng.tensor(vec![n], Dtype::BF16);
+    let lse = ("softmaxLseFlag", "true".to_string());
+    let causal = ("sparseMode", "3".to_string());
 
     // Prefill: BSH, GQA 4/2, D 64, causal from the bottom right (mode 3) over Skv > Sq, sink.
     let (b_, sq, skv, n, nkv, d) = (2usize, 5usize, 7usize, 4usize, 2usize, 64usize);
-    let mut b = Bundle::default();
-    b.insert("query", t(&mut rng, vec![b_, sq, n * d]));
-    b.insert("key", t(&mut rng, vec![b_, skv, nkv * d]));
-    b.insert("value", t(&mut rng, vec![b_, skv, nkv * d]));
-    b.insert("attenMask", compressed_mask());
+    let mut b = rng.qkv(vec![b_, sq, n * d], vec![b_, skv, nkv * d], dtype);
+    b.insert("attenMask", compressed_causal_mask());
     b.insert("learnableSink", sink(&mut rng, n));
-    meta(
-        &mut b,
-        &[
-            ("numHeads", n.to_string()),
-            ("numKeyValueHeads", nkv.to_string()),
-            ("scaleValue", "0.125".into()),
-            ("inputLayout", "BSH".into()),
-            ("sparseMode", "3".into()),
-            ("softmaxLseFlag", "true".into()),
-        ],
-    );
+    heads_meta(&mut b, (n, nkv), "BSH", &[causal.clone(), lse.clone()]);
     out.push(("prefill_bsh_causal_sink_lse", b));
 
     // Decode: BSH, paged KV (block 16, 5 blocks shuffled over 2 sequences), sink.
     let (b_, n, nkv, d, bs, blocks) = (2usize, 4usize, 2usize, 64usize, 16usize, 5usize);
-    let mut c = Bundle::default();
-    c.insert("query", t(&mut rng, vec![b_, 1, n * d]));
-    c.insert("key", t(&mut rng, vec![blocks, bs, nkv * d]));
-    c.insert("value", t(&mut rng, vec![blocks, bs, nkv * d]));
+    let mut c = rng.qkv(vec![b_, 1, n * d], vec![blocks, bs, nkv * d], dtype);
     c.insert(
         "blockTable",
         HostTensor::from_i32(&[3, 0, 4, 1, 2, -1], vec![b_, 3]),
@@ -72,46 +49,19 @@ fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
         HostTensor::from_i64(&[37, 20], vec![2]),
     );
     c.insert("learnableSink", sink(&mut rng, n));
-    meta(
-        &mut c,
-        &[
-            ("numHeads", n.to_string()),
-            ("numKeyValueHeads", nkv.to_string()),
-            ("scaleValue", "0.125".into()),
-            ("inputLayout", "BSH".into()),
-            ("blockSize", bs.to_string()),
-            ("softmaxLseFlag", "true".into()),
-        ],
-    );
+    let block_size = ("blockSize", bs.to_string());
+    heads_meta(&mut c, (n, nkv), "BSH", &[block_size, lse.clone()]);
     out.push(("decode_paged_sink_lse", c));
 
     // Packed sequences: TND, lengths 3, 6, 4 (cumulative), mode 3, GQA 4/1, sink.
     let (tq, n, nkv, d) = (13usize, 4usize, 1usize, 64usize);
-    let mut e = Bundle::default();
-    e.insert("query", t(&mut rng, vec![tq, n, d]));
-    e.insert("key", t(&mut rng, vec![tq, nkv, d]));
-    e.insert("value", t(&mut rng, vec![tq, nkv, d]));
-    e.insert("attenMask", compressed_mask());
-    e.insert(
-        "actualSeqLengths",
-        HostTensor::from_i64(&[3, 9, 13], vec![3]),
-    );
-    e.insert(
-        "actualSeqLengthsKv",
-        HostTensor::from_i64(&[3, 9, 13], vec![3]),
-    );
+    let mut e = rng.qkv(vec![tq, n, d], vec![tq, nkv, d], dtype);
+    e.insert("attenMask", compressed_causal_mask());
+    let ends = HostTensor::from_i64(&[3, 9, 13], vec![3]);
+    e.insert("actualSeqLengths", ends.clone());
+    e.insert("actualSeqLengthsKv", ends);
     e.insert("learnableSink", sink(&mut rng, n));
-    meta(
-        &mut e,
-        &[
-            ("numHeads", n.to_string()),
-            ("numKeyValueHeads", nkv.to_string()),
-            ("scaleValue", "0.125".into()),
-            ("inputLayout", "TND".into()),
-            ("sparseMode", "3".into()),
-            ("softmaxLseFlag", "true".into()),
-        ],
-    );
+    heads_meta(&mut e, (n, nkv), "TND", &[causal, lse]);
     out.push(("tnd_packed_causal_sink_lse", e));
     out
 }
@@ -132,25 +82,15 @@ pub fn cases(device: Device) -> Vec<CaseResult> {
     out
 }
 
-/// One F16 call (MHA, N 2, D 128, 4 query and 4 KV tokens, no mask) in `layout` with a
-/// `learnableSink` sent in `sink`, straight through the call builder (the contract's dtype
-/// check is skipped: the device answers). `Ok` when it ran and its output is finite.
-fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), CliError> {
+/// The sink probe's call (MHA, N 2, D 128, 4 query and 4 KV tokens, no mask) in `layout`: its
+/// spec, the query's (and key's and value's) shape, and the contract's validation of it.
+fn sink_problem(layout: PfaLayout) -> (FiaSpec, Vec<usize>, Result<FiaDims, AttnError>) {
     let (n, d, s) = (2usize, 128usize, 4usize);
     let shape = match layout {
         PfaLayout::Tnd => vec![s, n, d],
         _ => vec![1, n, s, d],
     };
-    let mut rng = Rng::new(53);
-    let mut t = || HostTensor::from_f64_as(&rng.vec(s * n * d), shape.clone(), Dtype::F16);
-    let (q, k, v) = (t(), t(), t());
     let mut spec = FiaSpec::new(n, 1.0 / (d as f64).sqrt(), layout);
-    let sink_dtype = match sink {
-        DataType::Float16 => Dtype::F16,
-        DataType::Bf16 => Dtype::BF16,
-        _ => Dtype::F32,
-    };
-    let sink_values = HostTensor::from_f64_as(&[0.5, -1.0], vec![n], sink_dtype);
     if layout == PfaLayout::Tnd {
         spec.actual_seq_lengths = Some(vec![s as i64]);
         spec.actual_seq_lengths_kv = Some(vec![s as i64]);
@@ -163,7 +103,25 @@ fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), Cl
         },
         false,
         Some(vec![n]),
-    ))?;
+    ));
+    (spec, shape, dims)
+}
+
+/// The sink probe's call in `layout` with a `learnableSink` sent in `sink`, F16 Q/K/V,
+/// straight through the call builder (the contract's dtype check is skipped: the device
+/// answers). `Ok` when it ran and its output is finite.
+fn sink_call(device: Device, layout: PfaLayout, sink: DataType) -> Result<(), CliError> {
+    let (spec, shape, dims) = sink_problem(layout);
+    let dims = dims?;
+    let mut rng = Rng::new(53);
+    let mut t = || rng.tensor(shape.clone(), Dtype::F16);
+    let (q, k, v) = (t(), t(), t());
+    let sink_dtype = match sink {
+        DataType::Float16 => Dtype::F16,
+        DataType::Bf16 => Dtype::BF16,
+        _ => Dtype::F32,
+    };
+    let sink_values = HostTensor::from_f64_as(&[0.5, -1.0], vec![spec.num_heads], sink_dtype);
     let rt = acl_runtime(device)?;
     let (qd, kd, vd) = (
         upload(&rt, &q, "query")?,
@@ -216,28 +174,10 @@ fn sink_dtype_probe(device: Device) -> String {
         for (sink, sname) in [(DataType::Bf16, "BF16"), (DataType::Float16, "F16")] {
             let got = guarded(|| sink_call(device, layout, sink));
             // The table's answer for this call on `release`.
-            let mut spec = FiaSpec::new(2, 1.0, layout);
-            let shape = match layout {
-                PfaLayout::Tnd => vec![4, 2, 128],
-                _ => vec![1, 2, 4, 128],
-            };
-            if layout == PfaLayout::Tnd {
-                spec.actual_seq_lengths = Some(vec![4]);
-                spec.actual_seq_lengths_kv = Some(vec![4]);
-            }
-            let want = spec
-                .validate(&FiaShapes::new(
-                    shape.clone(),
-                    FiaKvShapes::Contiguous {
-                        key: shape.clone(),
-                        value: shape,
-                    },
-                    false,
-                    Some(vec![2]),
-                ))
-                .map(|dims| {
-                    spec.check_learnable_sink_dtype(&dims, DataType::Float16, sink, release)
-                });
+            let (spec, _, dims) = sink_problem(layout);
+            let want = dims.map(|dims| {
+                spec.check_learnable_sink_dtype(&dims, DataType::Float16, sink, release)
+            });
             let predicted = matches!(want, Ok(Ok(_)));
             agree &= predicted == got.is_ok();
             parts.push(match got {

@@ -17,20 +17,6 @@ use burn_ascend::RotaryMode;
 type A = Autodiff<Ascend>;
 type N = Autodiff<NdArray>;
 
-/// An input on both backends, tracked.
-fn tracked<const D: usize>(
-    shape: [usize; D],
-    seed: u32,
-    dev: &AscendDevice,
-    dtype: DType,
-) -> (Tensor<A, D>, Tensor<N, D>) {
-    let (a, n) = pair::<D>(shape, seed, dev, dtype);
-    (
-        Tensor::from_inner(a).require_grad(),
-        Tensor::from_inner(n).require_grad(),
-    )
-}
-
 /// A constant weight of the loss `sum(y · w)` on both backends.
 fn weight<const D: usize>(
     shape: [usize; D],
@@ -40,6 +26,17 @@ fn weight<const D: usize>(
 ) -> (Tensor<A, D>, Tensor<N, D>) {
     let (a, n) = pair::<D>(shape, seed, dev, dtype);
     (Tensor::from_inner(a), Tensor::from_inner(n))
+}
+
+/// An input on both backends, tracked: a weight whose gradient the case checks.
+fn tracked<const D: usize>(
+    shape: [usize; D],
+    seed: u32,
+    dev: &AscendDevice,
+    dtype: DType,
+) -> (Tensor<A, D>, Tensor<N, D>) {
+    let (a, n) = weight(shape, seed, dev, dtype);
+    (a.require_grad(), n.require_grad())
 }
 
 /// `[y, dx…]` flattened, on the device and on the reference, or a failed

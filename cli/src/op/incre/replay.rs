@@ -16,9 +16,10 @@ use crate::device::{
     acl_runtime, data, download, host, mask_data, on_backend, output, primitive, upload, OnBackend,
 };
 use crate::io::{Bundle, HostTensor};
-use crate::names::OpNames;
+use crate::names::{concat, OpNames};
 use crate::op::bundle_checks::{
-    block_table, float_dtype, int8_f32_refusal, post_quant, refuse_int8_query, same_dtype,
+    block_table, float_dtype, int8_f32_refusal, offset_like_scale, post_quant, refuse_int8_query,
+    same_dtype, PROMPT_INCRE_ATTRS, PROMPT_INCRE_TENSORS,
 };
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
@@ -33,13 +34,14 @@ use burn_ascend_cann::acl::{DataType, DeviceTensor, Tensor};
 
 /// The names `incre` reads.
 pub const NAMES: OpNames = OpNames {
-    tensors: &[
-        "query",
-        "key",
-        "value",
-        "attenMask",
-        "pseShift",
-        "actualSeqLengths",
+    tensors: &TENSORS,
+    tensor_lists: &["key", "value"],
+    attributes: &ATTRS,
+};
+
+const TENSORS: [&str; 15] = concat(
+    PROMPT_INCRE_TENSORS,
+    [
         "kvPaddingSize",
         "blocktable",
         "antiquantScale",
@@ -50,16 +52,9 @@ pub const NAMES: OpNames = OpNames {
         "quantScale1",
         "dequantScale2",
     ],
-    tensor_lists: &["key", "value"],
-    attributes: &[
-        "inputLayout",
-        "numHeads",
-        "scaleValue",
-        "numKeyValueHeads",
-        "blockSize",
-        "innerPrecise",
-    ],
-};
+);
+
+const ATTRS: [&str; 6] = concat(PROMPT_INCRE_ATTRS, ["blockSize", "innerPrecise"]);
 
 enum KvForm<'a> {
     One(&'a HostTensor, &'a HostTensor),
@@ -148,15 +143,7 @@ impl<'a> Optional<'a> {
                 ));
             }
             if let Some(o) = b.optional(&["antiquantOffset"]) {
-                if o.dtype != s.dtype || o.shape != s.shape {
-                    return Err(AttnError::invalid(
-                        "antiquantOffset",
-                        format!(
-                            "must have antiquantScale's dtype and shape ({:?} {:?}), got {:?} {:?}",
-                            s.dtype, s.shape, o.dtype, o.shape
-                        ),
-                    ));
-                }
+                offset_like_scale((o, "antiquantOffset"), (s, "antiquantScale"))?;
                 offset = Some((o, o.f32_values("antiquantOffset")?));
             }
             scale = Some((s, s.f32_values("antiquantScale")?));
@@ -345,9 +332,7 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             })
         }
     };
-    let mut res = Bundle::default();
-    res.insert("attentionOut", out);
-    Ok(res)
+    Ok(Bundle::of([("attentionOut", out)]))
 }
 
 /// The validated incremental attention on a Burn backend
@@ -406,9 +391,7 @@ impl OnBackend for Incre {
                 self.dtype,
             )
         };
-        let mut res = Bundle::default();
-        res.insert("attentionOut", out);
-        Ok(res)
+        Ok(Bundle::of([("attentionOut", out)]))
     }
 }
 
@@ -483,7 +466,5 @@ fn int8_on_device(
         },
         &o.handle()?,
     )?;
-    let mut res = Bundle::default();
-    res.insert("attentionOut", download(&o)?);
-    Ok(res)
+    Ok(Bundle::of([("attentionOut", download(&o)?)]))
 }

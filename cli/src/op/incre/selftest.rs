@@ -4,7 +4,7 @@
 use safetensors::Dtype;
 
 use crate::io::{Bundle, HostTensor};
-use crate::selftest::harness::{bundle_cases, elems, meta, Rng, Tolerance};
+use crate::selftest::harness::{bundle_cases, elems, heads_meta, Rng, Tolerance};
 use crate::selftest::CaseResult;
 use crate::Device;
 
@@ -13,45 +13,20 @@ fn incre_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     let mut out = Vec::new();
     // Paged: BSH, GQA 4/2, block size 16, a block table over 5 blocks.
     let (b_, n, nkv, d, bs, blocks) = (2usize, 4usize, 2usize, 64usize, 16usize, 5usize);
-    let mut b = Bundle::default();
-    b.insert(
-        "query",
-        HostTensor::from_f64_as(&rng.vec(b_ * n * d), vec![b_, 1, n * d], dtype),
-    );
-    let cache = blocks * bs * nkv * d;
-    b.insert(
-        "key",
-        HostTensor::from_f64_as(&rng.vec(cache), vec![blocks, bs, nkv * d], dtype),
-    );
-    b.insert(
-        "value",
-        HostTensor::from_f64_as(&rng.vec(cache), vec![blocks, bs, nkv * d], dtype),
-    );
+    let mut b = rng.qkv(vec![b_, 1, n * d], vec![blocks, bs, nkv * d], dtype);
     b.insert(
         "blocktable",
         HostTensor::from_i32(&[3, 0, 4, 1], vec![2, 2]),
     );
     b.insert("actualSeqLengths", HostTensor::from_i64(&[20, 9], vec![2]));
-    meta(
-        &mut b,
-        &[
-            ("numHeads", n.to_string()),
-            ("numKeyValueHeads", nkv.to_string()),
-            ("scaleValue", "0.125".into()),
-            ("inputLayout", "BSH".into()),
-            ("blockSize", bs.to_string()),
-        ],
-    );
+    heads_meta(&mut b, (n, nkv), "BSH", &[("blockSize", bs.to_string())]);
     out.push(("paged_bsh_gqa", b));
     // A paged decode over an int8 cache (block size 32, as CANN needs for int8 KV) with
     // per-channel antiquant scale and offset (`[2, Nkv·D]`, FLOAT): the int8 KV serving path
     // (on `Ascend` the KV, scales and offsets are converted on the device).
     let (bs8, blocks8, h) = (32usize, 4usize, nkv * d);
     let mut q8 = Bundle::default();
-    q8.insert(
-        "query",
-        HostTensor::from_f64_as(&rng.vec(b_ * n * d), vec![b_, 1, n * d], dtype),
-    );
+    q8.insert("query", rng.tensor(vec![b_, 1, n * d], dtype));
     for name in ["key", "value"] {
         q8.insert(
             name,
@@ -77,46 +52,17 @@ fn incre_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
         "antiquantOffset",
         HostTensor::from_values(&offset, vec![2, h]),
     );
-    meta(
-        &mut q8,
-        &[
-            ("numHeads", n.to_string()),
-            ("numKeyValueHeads", nkv.to_string()),
-            ("scaleValue", "0.125".into()),
-            ("inputLayout", "BSH".into()),
-            ("blockSize", bs8.to_string()),
-        ],
-    );
+    heads_meta(&mut q8, (n, nkv), "BSH", &[("blockSize", bs8.to_string())]);
     out.push(("paged_bsh_int8_antiquant", q8));
     // Contiguous BNSD KV with a [B,1,1,S] mask.
     let s = 7usize;
-    let mut c = Bundle::default();
-    c.insert(
-        "query",
-        HostTensor::from_f64_as(&rng.vec(b_ * n * d), vec![b_, n, 1, d], dtype),
-    );
-    c.insert(
-        "key",
-        HostTensor::from_f64_as(&rng.vec(b_ * nkv * s * d), vec![b_, nkv, s, d], dtype),
-    );
-    c.insert(
-        "value",
-        HostTensor::from_f64_as(&rng.vec(b_ * nkv * s * d), vec![b_, nkv, s, d], dtype),
-    );
+    let mut c = rng.qkv(vec![b_, n, 1, d], vec![b_, nkv, s, d], dtype);
     let mask: Vec<u8> = (0..b_ * s).map(|e| (e % 3 == 1) as u8).collect();
     c.insert(
         "attenMask",
         HostTensor::from_u8(mask, vec![b_, 1, 1, s], Dtype::BOOL),
     );
-    meta(
-        &mut c,
-        &[
-            ("numHeads", n.to_string()),
-            ("numKeyValueHeads", nkv.to_string()),
-            ("scaleValue", "0.125".into()),
-            ("inputLayout", "BNSD".into()),
-        ],
-    );
+    heads_meta(&mut c, (n, nkv), "BNSD", &[]);
     out.push(("contiguous_bnsd_mask", c));
     out
 }

@@ -13,9 +13,10 @@ use crate::device::{
     OnBackend,
 };
 use crate::io::{Bundle, HostTensor};
-use crate::names::OpNames;
+use crate::names::{concat, OpNames};
 use crate::op::bundle_checks::{
-    float_dtype, int8_f32_refusal, post_quant, refuse_int8_query, same_dtype,
+    float_dtype, int8_f32_refusal, is_compressed_mask, not_the_compressed_mask, post_quant,
+    refuse_int8_query, same_dtype, PROMPT_INCRE_ATTRS, PROMPT_INCRE_TENSORS,
 };
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
@@ -33,13 +34,14 @@ use burn_ascend_cann::acl::DataType;
 /// The names `prompt` reads. The full-quantisation scales are known so that they get their
 /// "unsupported" error rather than "unknown".
 pub const NAMES: OpNames = OpNames {
-    tensors: &[
-        "query",
-        "key",
-        "value",
-        "attenMask",
-        "pseShift",
-        "actualSeqLengths",
+    tensors: &TENSORS,
+    tensor_lists: &[],
+    attributes: &ATTRS,
+};
+
+const TENSORS: [&str; 12] = concat(
+    PROMPT_INCRE_TENSORS,
+    [
         "actualSeqLengthsKv",
         "quantScale2",
         "quantOffset2",
@@ -47,18 +49,12 @@ pub const NAMES: OpNames = OpNames {
         "quantScale1",
         "deqScale2",
     ],
-    tensor_lists: &[],
-    attributes: &[
-        "inputLayout",
-        "numHeads",
-        "scaleValue",
-        "numKeyValueHeads",
-        "preTokens",
-        "nextTokens",
-        "sparseMode",
-        "innerPrecise",
-    ],
-};
+);
+
+const ATTRS: [&str; 8] = concat(
+    PROMPT_INCRE_ATTRS,
+    ["preTokens", "nextTokens", "sparseMode", "innerPrecise"],
+);
 
 /// The bundle's tensor-valued optional inputs: a dense `attenMask` (its checked 0/1 bytes)
 /// and `pseShift`. CANN's compressed mask is no input of the call's (the spec's kind).
@@ -88,20 +84,11 @@ fn spec_from(b: &Bundle, qdt: Dtype) -> Result<(PromptSpec, Extras<'_>), AttnErr
     if let Some(m) = b.optional(&["attenMask"]) {
         let data = m.mask01_values("attenMask")?;
         spec.atten_mask = if (2..=4).contains(&spec.sparse_mode) {
-            // The device reads CANN's fixed compressed mask: refuse anything else.
-            let side = PFA_COMPRESSED_MASK[0];
-            let ok = m.shape == PFA_COMPRESSED_MASK
-                && data
-                    .iter()
-                    .enumerate()
-                    .all(|(e, &x)| x == (e % side > e / side) as u8);
-            if !ok {
-                return Err(AttnError::invalid(
-                    "attenMask",
-                    format!(
-                        "sparseMode {} takes CANN's compressed mask {PFA_COMPRESSED_MASK:?} (1 strictly above the diagonal), got shape {:?} with other content",
-                        spec.sparse_mode, m.shape
-                    ),
+            if m.shape != PFA_COMPRESSED_MASK || !is_compressed_mask(&data) {
+                return Err(not_the_compressed_mask(
+                    spec.sparse_mode,
+                    &format!("{PFA_COMPRESSED_MASK:?}"),
+                    &m.shape,
                 ));
             }
             PromptMaskKind::Compressed
@@ -137,14 +124,10 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         atten_mask: extras.atten_mask.as_ref().map(|(_, m)| m.shape.clone()),
         pse_shift: extras.pse_shift.map(|p| p.shape.clone()),
     })?;
-    let mut res = Bundle::default();
     if q.is_empty() {
         // CANN returns at once for an empty query.
-        res.insert(
-            "attentionOut",
-            HostTensor::from_f64_as(&[], q.shape.clone(), qdt),
-        );
-        return Ok(res);
+        let out = HostTensor::from_f64_as(&[], q.shape.clone(), qdt);
+        return Ok(Bundle::of([("attentionOut", out)]));
     }
     if spec.post_quant.is_some() {
         // int8 attentionOut (quantScale2): a Burn float tensor cannot hold it, so the public
@@ -211,8 +194,7 @@ pub fn prompt(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         Some(pq) => HostTensor::from_i8(&prompt_flash_attention_int8(&a, &pq), dims.out_shape()),
         None => HostTensor::from_f64_as(&prompt_flash_attention(&a), dims.out_shape(), qdt),
     };
-    res.insert("attentionOut", out);
-    Ok(res)
+    Ok(Bundle::of([("attentionOut", out)]))
 }
 
 /// The validated prompt attention on a Burn backend
@@ -228,9 +210,7 @@ impl OnBackend for Prompt {
     fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
         let x = self.inputs.map(|d| primitive::<B>(d, dev));
         let out = host_primitive::<B>(B::prompt_fwd(x, &self.spec)?, self.dtype);
-        let mut res = Bundle::default();
-        res.insert("attentionOut", out);
-        Ok(res)
+        Ok(Bundle::of([("attentionOut", out)]))
     }
 }
 
@@ -261,7 +241,5 @@ fn int8_on_device(
     };
     let o = output(&rt, &dims.out_shape(), DataType::Int8)?;
     builders::prompt(&rt, spec, &x.as_ref(), &o.handle()?)?;
-    let mut res = Bundle::default();
-    res.insert("attentionOut", download(&o)?);
-    Ok(res)
+    Ok(Bundle::of([("attentionOut", download(&o)?)]))
 }

@@ -5,29 +5,18 @@
 use safetensors::Dtype;
 
 use crate::io::{Bundle, HostTensor};
-use crate::selftest::harness::{bundle_cases, meta, Rng, Tolerance};
+use crate::selftest::harness::{
+    bundle_cases, compressed_causal_mask, heads_meta, meta, Rng, Tolerance,
+};
 use crate::selftest::CaseResult;
 use crate::Device;
-use burn_ascend::ops::prompt::PFA_COMPRESSED_MASK;
 
 fn prompt_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     let mut rng = Rng::new(11);
     let mut out = Vec::new();
     // BSH, GQA 4/2, a dense [B,1,S,S] mask and per-batch lengths.
     let (b_, s, n, nkv, d) = (2usize, 6usize, 4usize, 2usize, 64usize);
-    let mut b = Bundle::default();
-    b.insert(
-        "query",
-        HostTensor::from_f64_as(&rng.vec(b_ * s * n * d), vec![b_, s, n * d], dtype),
-    );
-    b.insert(
-        "key",
-        HostTensor::from_f64_as(&rng.vec(b_ * s * nkv * d), vec![b_, s, nkv * d], dtype),
-    );
-    b.insert(
-        "value",
-        HostTensor::from_f64_as(&rng.vec(b_ * s * nkv * d), vec![b_, s, nkv * d], dtype),
-    );
+    let mut b = rng.qkv(vec![b_, s, n * d], vec![b_, s, nkv * d], dtype);
     let mask: Vec<u8> = (0..b_ * s * s)
         .map(|e| ((e % s) > (e / s) % s) as u8)
         .collect();
@@ -37,48 +26,17 @@ fn prompt_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     );
     b.insert("actualSeqLengths", HostTensor::from_i64(&[6, 4], vec![2]));
     b.insert("actualSeqLengthsKv", HostTensor::from_i64(&[5, 6], vec![2]));
-    meta(
-        &mut b,
-        &[
-            ("numHeads", n.to_string()),
-            ("numKeyValueHeads", nkv.to_string()),
-            ("scaleValue", "0.125".into()),
-            ("inputLayout", "BSH".into()),
-            ("sparseMode", "0".into()),
-        ],
-    );
+    heads_meta(&mut b, (n, nkv), "BSH", &[("sparseMode", "0".into())]);
     // The same call with a `pseShift` `[1, N, S, S]` in the query's dtype (on `Ascend` it stays
     // on the device, cast there if needed).
     let mut with_pse = b.clone();
-    with_pse.insert(
-        "pseShift",
-        HostTensor::from_f64_as(&rng.vec(n * s * s), vec![1, n, s, s], dtype),
-    );
+    with_pse.insert("pseShift", rng.tensor(vec![1, n, s, s], dtype));
     out.push(("bsh_gqa_mask_lengths", b));
     out.push(("bsh_gqa_mask_pse", with_pse));
     // BNSD, right-down causal (sparseMode 3) with CANN's compressed mask, Skv > Sq.
     let (b_, n, sq, skv, d) = (1usize, 2usize, 5usize, 9usize, 64usize);
-    let mut c = Bundle::default();
-    c.insert(
-        "query",
-        HostTensor::from_f64_as(&rng.vec(b_ * n * sq * d), vec![b_, n, sq, d], dtype),
-    );
-    c.insert(
-        "key",
-        HostTensor::from_f64_as(&rng.vec(b_ * n * skv * d), vec![b_, n, skv, d], dtype),
-    );
-    c.insert(
-        "value",
-        HostTensor::from_f64_as(&rng.vec(b_ * n * skv * d), vec![b_, n, skv, d], dtype),
-    );
-    let [rows, cols] = PFA_COMPRESSED_MASK;
-    let mask: Vec<u8> = (0..rows * cols)
-        .map(|x| u8::from(x % cols > x / cols))
-        .collect();
-    c.insert(
-        "attenMask",
-        HostTensor::from_u8(mask, PFA_COMPRESSED_MASK.to_vec(), Dtype::BOOL),
-    );
+    let mut c = rng.qkv(vec![b_, n, sq, d], vec![b_, n, skv, d], dtype);
+    c.insert("attenMask", compressed_causal_mask());
     meta(
         &mut c,
         &[

@@ -16,7 +16,7 @@ use crate::device::{
     acl_dtype, acl_runtime, data, download, host_primitive, on_backend, primitive, upload,
     OnBackend,
 };
-use crate::io::{Bundle, HostTensor};
+use crate::io::{Bundle, HostTensor, WireFloat};
 use crate::names::OpNames;
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
@@ -43,30 +43,31 @@ pub const NAMES: OpNames = OpNames {
     attributes: &["cacheMode", "scatterMode", "strides", "offsets"],
 };
 
-/// An element that travels as little-endian bytes.
+/// A cache element that travels as little-endian bytes: the floats as every op's bundle holds
+/// them ([`WireFloat`]), and int8 (a quantised cache).
 trait Wire: RefElem + Copy {
-    const SIZE: usize;
+    const SIZE: usize = std::mem::size_of::<Self>();
     fn get(b: &[u8]) -> Self;
     fn put(self, out: &mut Vec<u8>);
 }
 
-macro_rules! wire {
-    ($t:ty, $n:expr) => {
-        impl Wire for $t {
-            const SIZE: usize = $n;
-            fn get(b: &[u8]) -> Self {
-                <$t>::from_le_bytes(b.try_into().expect("size"))
-            }
-            fn put(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
-            }
-        }
-    };
+impl<T: WireFloat + RefElem + Copy> Wire for T {
+    fn get(b: &[u8]) -> Self {
+        T::from_le(b)
+    }
+    fn put(self, out: &mut Vec<u8>) {
+        self.push_le(out);
+    }
 }
-wire!(f32, 4);
-wire!(f16, 2);
-wire!(bf16, 2);
-wire!(i8, 1);
+
+impl Wire for i8 {
+    fn get(b: &[u8]) -> Self {
+        i8::from_le_bytes([b[0]])
+    }
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
 
 fn decode<T: Wire>(t: &HostTensor) -> Vec<T> {
     t.bytes.chunks_exact(T::SIZE).map(T::get).collect()
@@ -130,8 +131,7 @@ fn run<T: Wire>(
     let mut kc = decode::<T>(key_cache);
     let mut vc = value_cache.map(decode::<T>);
     scatter_checked(spec, shapes, &k, v.as_deref(), &mut kc, vc.as_deref_mut())?;
-    let mut res = Bundle::default();
-    res.insert("keyCache", encode(&kc, key_cache));
+    let mut res = Bundle::of([("keyCache", encode(&kc, key_cache))]);
     if let (Some(vc), Some(like)) = (vc, value_cache) {
         res.insert("valueCache", encode(&vc, like));
     }
@@ -217,8 +217,7 @@ impl OnBackend for Scatter {
             },
             &self.spec,
         )?;
-        let mut res = Bundle::default();
-        res.insert("keyCache", host_primitive::<B>(out.key_cache, self.dtype));
+        let mut res = Bundle::of([("keyCache", host_primitive::<B>(out.key_cache, self.dtype))]);
         if let Some(vc) = out.value_cache {
             res.insert("valueCache", host_primitive::<B>(vc, self.dtype));
         }
@@ -269,8 +268,7 @@ fn int8_on_device(
             },
         )?;
     }
-    let mut res = Bundle::default();
-    res.insert("keyCache", download(&kc)?);
+    let mut res = Bundle::of([("keyCache", download(&kc)?)]);
     if let Some(vc) = &vc {
         res.insert("valueCache", download(vc)?);
     }

@@ -13,6 +13,7 @@ use crate::device::{
 };
 use crate::io::{rank3, Bundle, HostTensor, WireFloat};
 use crate::names::{concat, OpNames};
+use crate::op::bundle_checks::not_the_compressed_mask;
 use crate::{CliError, Device};
 use burn_ascend::kernels::reference::varlen as reference;
 use burn_ascend::ops::varlen::VARLEN_LAYOUT;
@@ -99,22 +100,28 @@ struct HostTensors {
 }
 
 impl HostTensors {
-    /// The call's carrier as the API takes it: query, key, value and sink (`qkvs`) with this
-    /// bundle's optional tensors (the pse in the query's wire dtype `dt`).
+    /// The call's carrier as the API takes it: query, key and value in the query's wire dtype
+    /// `dt`, the sink (`sink`, named `sink_name` in errors) in f32, with this bundle's optional
+    /// tensors (the pse in `dt`).
     fn carrier(
         &self,
-        qkvs: ([TensorData; 3], Option<TensorData>),
+        [q, k, v]: [&HostTensor; 3],
+        (sink, sink_name): (Option<&HostTensor>, &'static str),
         dt: Dtype,
-    ) -> VarlenInputs<TensorData> {
-        let ([query, key, value], sink) = qkvs;
-        VarlenInputs {
-            sink,
+    ) -> Result<VarlenInputs<TensorData>, AttnError> {
+        let (query, key, value) = (
+            data(q, "query", dt)?,
+            data(k, "key", dt)?,
+            data(v, "value", dt)?,
+        );
+        Ok(VarlenInputs {
+            sink: data_opt(sink, sink_name, Dtype::F32)?,
             pse: self.pse_data(dt),
             atten_mask: self.mask_data(),
             alibi_slopes: self.slopes_data(),
             drop_mask: self.drop_data(),
             ..VarlenInputs::new(query, key, value)
-        }
+        })
     }
 
     /// The mask as the API takes it: a float tensor of 0/1.
@@ -142,15 +149,20 @@ impl HostTensors {
         })
     }
 
-    /// The shapes validation reads: `(pse, attenMask, alibi slopes, dropMask)`.
-    fn shapes(&self) -> [Option<Vec<usize>>; 4] {
+    /// The shapes validation reads: query, key and value (`[T, N, D]` each), the sink's
+    /// length, and this bundle's optional tensors.
+    fn shapes(&self, [query, key, value]: [[usize; 3]; 3], sink: Option<usize>) -> VarlenShapes {
         let shape = |t: &Option<(_, Vec<usize>)>| t.as_ref().map(|(_, s)| s.clone());
-        [
-            shape(&self.pse),
-            self.mask.as_ref().map(|(_, s)| s.clone()),
-            shape(&self.slopes),
-            self.drop.as_ref().map(|m| vec![m.len()]),
-        ]
+        VarlenShapes {
+            query,
+            key,
+            value,
+            sink,
+            pse: shape(&self.pse),
+            atten_mask: self.mask.as_ref().map(|(_, s)| s.clone()),
+            alibi_slopes: shape(&self.slopes),
+            drop_mask: self.drop.as_ref().map(|m| vec![m.len()]),
+        }
     }
 
     /// The value rules validation (which sees shapes) leaves to the holder of the values: an
@@ -259,8 +271,7 @@ fn spec_from(
     if let Some(m) = b.optional(&["attenMask"]) {
         let data = m.mask_values("attenMask")?;
         spec.atten_mask = match compressed_mask(spec.attrs.sparse_mode) {
-            // Modes 2-8: the device reads CANN's fixed compressed mask; anything else would
-            // silently give wrong results there, so it is refused here.
+            // Modes 2-8: the device reads CANN's fixed compressed mask.
             Some((expected, shape)) => {
                 if m.shape != shape
                     || data
@@ -268,9 +279,10 @@ fn spec_from(
                         .map(|&x| (x != 0) as u8)
                         .ne(expected.iter().copied())
                 {
-                    return Err(AttnError::invalid(
-                        "attenMask",
-                        format!("sparseMode {mode} takes CANN's compressed mask {shape:?} (1 strictly above the diagonal), got shape {:?} with other content", m.shape),
+                    return Err(not_the_compressed_mask(
+                        mode,
+                        &format!("{shape:?}"),
+                        &m.shape,
                     ));
                 }
                 MaskSpec::Compressed
@@ -367,18 +379,8 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
     let query = rank3(q, "query")?;
     let sink = sink_of(b, &["sink"])?;
     let (spec, host) = spec_from(b, query, false)?;
-    let [pse, atten_mask, alibi_slopes, drop_mask] = host.shapes();
-    let shapes = VarlenShapes {
-        query,
-        key: rank3(k, "key")?,
-        value: rank3(v, "value")?,
-        sink: sink.as_ref().map(Vec::len),
-        pse,
-        atten_mask,
-        alibi_slopes,
-        drop_mask,
-    };
-    let dims = spec.validate_fwd(&shapes)?;
+    let qkv = [query, rank3(k, "key")?, rank3(v, "value")?];
+    let dims = spec.validate_fwd(&host.shapes(qkv, sink.as_ref().map(Vec::len)))?;
     host.check_values()?;
     let (t, n, dv) = (dims.t_q(), dims.head_num, dims.value_dim);
     // Decoded on every device: the dtype checks are host validation every device needs.
@@ -394,30 +396,20 @@ fn forward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cli
             Forward {
                 spec,
                 dtype: dt,
-                inputs: host.carrier(
-                    (
-                        [
-                            data(q, "query", dt)?,
-                            data(k, "key", dt)?,
-                            data(v, "value", dt)?,
-                        ],
-                        data_opt(b.optional(&["sink"]), "sink", Dtype::F32)?,
-                    ),
-                    dt,
-                ),
+                inputs: host.carrier([q, k, v], (b.optional(&["sink"]), "sink"), dt)?,
             },
         );
     }
     let p = with_host(spec.problem(dims, sink.as_deref()), &host)?;
     let out = reference::varlen_fwd(&p, &qv, &kv, &vv);
-    let mut res = Bundle::default();
-    res.insert(
-        "attentionOut",
-        HostTensor::from_values(&out.attention_out, vec![t, n, dv]),
-    );
-    res.insert("softmaxMax", stats(&out.softmax_max, t, n));
-    res.insert("softmaxSum", stats(&out.softmax_sum, t, n));
-    Ok(res)
+    Ok(Bundle::of([
+        (
+            "attentionOut",
+            HostTensor::from_values(&out.attention_out, vec![t, n, dv]),
+        ),
+        ("softmaxMax", stats(&out.softmax_max, t, n)),
+        ("softmaxSum", stats(&out.softmax_sum, t, n)),
+    ]))
 }
 
 /// The validated forward on a Burn backend (`AttentionBackend::varlen_fwd`, what
@@ -433,20 +425,12 @@ struct Forward {
 impl OnBackend for Forward {
     fn run<B: AttentionBackend>(self, dev: &B::Device) -> Result<Bundle, CliError> {
         let out = B::varlen_fwd(self.inputs.map(|d| primitive::<B>(d, dev)), &self.spec)?;
-        let mut res = Bundle::default();
-        res.insert(
-            "attentionOut",
-            host_primitive::<B>(out.attention_out, self.dtype),
-        );
-        res.insert(
-            "softmaxMax",
-            host_primitive::<B>(out.softmax_max, Dtype::F32),
-        );
-        res.insert(
-            "softmaxSum",
-            host_primitive::<B>(out.softmax_sum, Dtype::F32),
-        );
-        Ok(res)
+        let h = |t, dt| host_primitive::<B>(t, dt);
+        Ok(Bundle::of([
+            ("attentionOut", h(out.attention_out, self.dtype)),
+            ("softmaxMax", h(out.softmax_max, Dtype::F32)),
+            ("softmaxSum", h(out.softmax_sum, Dtype::F32)),
+        ]))
     }
 }
 
@@ -460,17 +444,7 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     let ((smax, ms), (ssum, ss)) = (get("softmaxMax")?, get("softmaxSum")?);
     let sink = sink_of(b, &["sinkIn", "sink"])?;
     let (spec, host) = spec_from(b, qs, true)?;
-    let [pse, atten_mask, alibi_slopes, drop_mask] = host.shapes();
-    let shapes = VarlenShapes {
-        query: qs,
-        key: ks,
-        value: vs,
-        sink: sink.as_ref().map(Vec::len),
-        pse,
-        atten_mask,
-        alibi_slopes,
-        drop_mask,
-    };
+    let shapes = host.shapes([qs, ks, vs], sink.as_ref().map(Vec::len));
     let bwd = VarlenBwdShapes {
         dy: dys,
         attention_in: os,
@@ -504,17 +478,7 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
             Backward {
                 spec,
                 dtype: dt,
-                inputs: host.carrier(
-                    (
-                        [
-                            data(q, "query", dt)?,
-                            data(k, "key", dt)?,
-                            data(v, "value", dt)?,
-                        ],
-                        data_opt(b.optional(&["sinkIn", "sink"]), "sinkIn", Dtype::F32)?,
-                    ),
-                    dt,
-                ),
+                inputs: host.carrier([q, k, v], (b.optional(&["sinkIn", "sink"]), "sinkIn"), dt)?,
                 dy: data(dy, "dy", dt)?,
                 forward: [
                     data(o, "attentionIn", dt)?,
@@ -526,10 +490,11 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
     }
     let p = with_host(spec.problem(dims, sink.as_deref()), &host)?;
     let g = reference::varlen_bwd(&p, &qv, &kv, &vv, &dyv, &ov, &smaxv, &ssumv);
-    let mut res = Bundle::default();
-    res.insert("dq", HostTensor::from_values(&g.dq, vec![tq, n, d]));
-    res.insert("dk", HostTensor::from_values(&g.dk, vec![tkv, nkv, d]));
-    res.insert("dv", HostTensor::from_values(&g.dv, vec![tkv, nkv, d]));
+    let mut res = Bundle::of([
+        ("dq", HostTensor::from_values(&g.dq, vec![tq, n, d])),
+        ("dk", HostTensor::from_values(&g.dk, vec![tkv, nkv, d])),
+        ("dv", HostTensor::from_values(&g.dv, vec![tkv, nkv, d])),
+    ]);
     if let Some(dp) = g.dpse {
         // An external pse's gradient, laid out as the pse (`[pseTotalLen]`).
         let len = dp.len();
@@ -570,10 +535,11 @@ impl OnBackend for Backward {
             &self.spec,
         )?;
         let h = |t, dt| host_primitive::<B>(t, dt);
-        let mut res = Bundle::default();
-        res.insert("dq", h(g.dq, self.dtype));
-        res.insert("dk", h(g.dk, self.dtype));
-        res.insert("dv", h(g.dv, self.dtype));
+        let mut res = Bundle::of([
+            ("dq", h(g.dq, self.dtype)),
+            ("dk", h(g.dk, self.dtype)),
+            ("dv", h(g.dv, self.dtype)),
+        ]);
         if let Some(dp) = g.dpse {
             // In the pse's dtype (the query's), as the reference writes it and torch_npu
             // allocates it (`at::empty` with the pse's options).

@@ -7,7 +7,7 @@ use safetensors::Dtype;
 
 use crate::io::{Bundle, HostTensor};
 use crate::selftest::harness::{bundle_case, guarded, meta, Rng, Tolerance, FLOATS};
-use crate::selftest::{CaseResult, Probe, Status};
+use crate::selftest::{CaseResult, Probe};
 use crate::{run_op, CliError, Device};
 use burn_ascend::ops::varlen::compressed_mask;
 use burn_ascend::SparseMode;
@@ -55,74 +55,47 @@ enum VarlenExtra {
 /// Sparse mode 0 with no band: full attention, or the explicit mask alone.
 const UNBANDED: (SparseMode, i64, i64) = (SparseMode::DefaultMask, 2_147_483_647, 2_147_483_647);
 
+impl Varlen {
+    /// One row of the table: sequence lengths `(sq, skv)`, heads `(n, nkv)`, head dim 64.
+    fn new(
+        name: &'static str,
+        (sq, skv): (&[i64], &[i64]),
+        (n, nkv): (usize, usize),
+        sink: bool,
+        mode: (SparseMode, i64, i64),
+        extra: VarlenExtra,
+    ) -> Self {
+        Self {
+            name,
+            sq: sq.to_vec(),
+            skv: skv.to_vec(),
+            n,
+            nkv,
+            d: 64,
+            sink,
+            mode,
+            extra,
+        }
+    }
+}
+
+/// Right-down causal: every key up to the query's diagonal from the bottom right.
+const CAUSAL: (SparseMode, i64, i64) = (SparseMode::RightDownCausal, 2_147_483_647, 0);
+
+/// The problems, one row each: name, `(sq, skv)`, `(n, nkv)`, sink, mode, extra input.
+#[rustfmt::skip]
 fn varlen_problems() -> Vec<Varlen> {
+    use VarlenExtra::{AlibiSlopes, ExplicitMask, FlatPse};
+    let plain = VarlenExtra::None;
+    let band = (SparseMode::Band, 3, 1);
+    let three: (&[i64], &[i64]) = (&[3, 5, 2], &[4, 5, 2]);
     vec![
-        Varlen {
-            name: "gqa_no_sink",
-            sq: vec![3, 5, 2],
-            skv: vec![4, 5, 2],
-            n: 4,
-            nkv: 2,
-            d: 64,
-            sink: false,
-            mode: UNBANDED,
-            extra: VarlenExtra::None,
-        },
-        Varlen {
-            name: "gqa_sink_band",
-            sq: vec![3, 5, 2],
-            skv: vec![4, 5, 2],
-            n: 4,
-            nkv: 2,
-            d: 64,
-            sink: true,
-            mode: (SparseMode::Band, 3, 1),
-            extra: VarlenExtra::None,
-        },
-        Varlen {
-            name: "causal_sink",
-            sq: vec![4, 9],
-            skv: vec![6, 9],
-            n: 2,
-            nkv: 2,
-            d: 64,
-            sink: true,
-            mode: (SparseMode::RightDownCausal, 2_147_483_647, 0),
-            extra: VarlenExtra::None,
-        },
-        Varlen {
-            name: "pse_sink",
-            sq: vec![3, 2],
-            skv: vec![3, 4],
-            n: 2,
-            nkv: 2,
-            d: 64,
-            sink: true,
-            mode: UNBANDED,
-            extra: VarlenExtra::FlatPse,
-        },
-        Varlen {
-            name: "alibi_causal",
-            sq: vec![4, 3],
-            skv: vec![4, 3],
-            n: 4,
-            nkv: 2,
-            d: 64,
-            sink: false,
-            mode: (SparseMode::RightDownCausal, 2_147_483_647, 0),
-            extra: VarlenExtra::AlibiSlopes,
-        },
-        Varlen {
-            name: "explicit_mask_sink",
-            sq: vec![3, 5, 2],
-            skv: vec![4, 5, 2],
-            n: 4,
-            nkv: 2,
-            d: 64,
-            sink: true,
-            mode: UNBANDED,
-            extra: VarlenExtra::ExplicitMask,
-        },
+        Varlen::new("gqa_no_sink", three, (4, 2), false, UNBANDED, plain),
+        Varlen::new("gqa_sink_band", three, (4, 2), true, band, plain),
+        Varlen::new("causal_sink", (&[4, 9], &[6, 9]), (2, 2), true, CAUSAL, plain),
+        Varlen::new("pse_sink", (&[3, 2], &[3, 4]), (2, 2), true, UNBANDED, FlatPse),
+        Varlen::new("alibi_causal", (&[4, 3], &[4, 3]), (4, 2), false, CAUSAL, AlibiSlopes),
+        Varlen::new("explicit_mask_sink", three, (4, 2), true, UNBANDED, ExplicitMask),
     ]
 }
 
@@ -253,16 +226,12 @@ pub fn cases(device: Device, inject: bool) -> Vec<CaseResult> {
                     device,
                     false,
                 )),
-                Err(e) => push(CaseResult {
-                    op: "varlen-bwd".into(),
-                    name: p.name.into(),
-                    dtype: dname.into(),
-                    status: Status::Fail,
-                    max_abs_err: f64::NAN,
-                    tol: f64::NAN,
-                    ms: f64::NAN,
-                    note: Some(format!("reference forward failed: {e}")),
-                }),
+                Err(e) => push(CaseResult::failed(
+                    "varlen-bwd",
+                    p.name,
+                    dname,
+                    Some(format!("reference forward failed: {e}")),
+                )),
             }
         }
     }
