@@ -1,6 +1,7 @@
-//! Per-block activation checkpointing (`model/src/train/recompute.rs`): the
-//! same loss and gradients as keeping every activation, on NdArray and on the Ascend
-//! simulation, and the memory it saves measured on the simulation's pool.
+//! `finetune --checkpointing` (per-block activation recomputation,
+//! `model/src/train/recompute.rs`) end to end: the example trains the same losses with and
+//! without it and refuses what it cannot do. The library's tests of the recomputation are
+//! `model/tests/it/recompute.rs`.
 
 /// `finetune --checkpointing` (bare: per block) trains the same loss curve as without, bit for
 /// bit; `--checkpointing block` is the same flag spelled out; what it cannot do is refused

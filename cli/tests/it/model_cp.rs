@@ -1,10 +1,6 @@
-//! Context parallelism, all-gather-KV: a step over packed sequences — some shorter
-//! than a chunk, some longer than the window — split over 2 and 4 ranks gives one device's
-//! loss within 1e-5 and its gradients (dq, dk, dv through the q/k/v projections, dsink, every
-//! other parameter) within 2e-5 of each gradient's largest magnitude, for a model of a
-//! sliding-window layer and a full causal layer, both with learned sinks: on `NdArray` (ranks
-//! as threads, collectives on the host in rank order) and on simulated Ascend devices over
-//! the simulated HCCL (not CANN's).
+//! `finetune --cp N`'s flags: what the tokens or devices cannot take is refused naming the flag
+//! (the example's argument parser). Context parallelism itself is tested in
+//! `model/tests/it/cp.rs`.
 
 use burn_ascend::backend::{AscendDevice, AscendKind};
 

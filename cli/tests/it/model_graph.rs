@@ -1,9 +1,7 @@
-//! Decoding through a captured ACL graph on the simulation (`generate --graph`): every decode
-//! step is one replay (one launch per generated token) and the tokens are exactly the eager
-//! path's, in BF16 (CANN's FIA takes no FLOAT query); each replay's attention reads every
-//! sequence's cached tokens only (its `actualSeqLengthsKv` re-issued through a task-group update
-//! per layer); `--graph` off an Ascend device, with an f32 model or with a mixture-of-experts
-//! model (its router is read on the host) is refused naming it.
+//! `generate --graph` end to end on the simulation: the example prints one launch per token
+//! and the eager text, and `--graph` off an Ascend device or with an f32 model is refused
+//! naming it. Decoding through a captured graph itself is tested in
+//! `model/tests/it/generate_graph.rs`.
 
 use std::time::Duration;
 

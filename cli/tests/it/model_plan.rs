@@ -1,4 +1,6 @@
-//! The memory plan against the simulation's memory-pool peak.
+//! `burn-ascend plan`: the subcommand prints each component of the memory plan and refuses a
+//! bad ZeRO stage naming it. The plan against the simulation's memory-pool peak is tested in
+//! `model/tests/it/plan.rs`.
 
 use burn_ascend_model::parallel::plan::plan;
 

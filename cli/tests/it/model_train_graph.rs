@@ -1,7 +1,6 @@
-//! A captured training step on the simulation (`finetune --graph`): eager and
-//! graph runs of the same seed and fixed-row data give the same losses and weights, each
-//! replayed step is one launch, the capture rules are enforced with typed errors, and the
-//! CLI refuses what it cannot capture naming the flag.
+//! `finetune --graph` end to end on the simulation: the CLI refuses what it cannot capture
+//! naming the flag, and the example prints one training launch per step, full and LoRA. The
+//! captured training step itself is tested in `model/tests/it/train_graph.rs`.
 
 use std::time::Duration;
 

@@ -1,8 +1,6 @@
-//! ZeRO (`--zero 1|2|3`) on simulated devices over the simulated HCCL: the
-//! sharded runs give plain data parallelism's losses and weights, each rank's AdamW state is
-//! 1/N of the replicated one's in the memory pool, the checkpoint is written whole (plain
-//! data parallelism resumes it; another rank count re-shards it exactly), and the flag's bad
-//! uses are refused before any step.
+//! `finetune --zero K` end to end on two simulated devices: the run ends with the
+//! data-parallel line, and the flag's bad uses are refused before any step. ZeRO's stages
+//! themselves are tested in `model/tests/it/zero.rs`.
 
 fn finetune(dir: &std::path::Path, extra: &[&str]) -> crate::model_examples::ExampleRun {
     let ckpt = dir.join("ckpt");
