@@ -1,10 +1,6 @@
 //! `NdArray` runs the one-pass CPU kernels on the tensors' host memory. Dtypes other than f32
 //! are computed in f32 and written back in their own dtype.
 
-use burn::backend::ndarray::{
-    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
-};
-use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, TensorMetadata};
@@ -15,77 +11,41 @@ use super::{
     cross_entropy, rms_norm, rotary, swiglu, CrossEntropyOutputs, FusedBackend, RmsNormDims,
     RmsNormGrads, RmsNormOutputs, RotaryMode,
 };
+use crate::common::ndarray::ndarray_on_host;
 use crate::error::{AttnError, Result};
 use crate::host::{from_vec, to_vec};
 
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> FusedBackend
-    for NdArray<E, I, Q>
-where
-    NdArrayTensor: From<SharedArray<E>>,
-    NdArrayTensor: From<SharedArray<I>>,
-{
-    fn rms_norm_fwd(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        epsilon: f64,
-    ) -> Result<RmsNormOutputs<Self>> {
-        cpu_rms_norm_fwd::<Self>(x, gamma, epsilon)
-    }
-
-    fn rms_norm_bwd(
-        dy: FloatTensor<Self>,
-        x: FloatTensor<Self>,
-        rstd: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-    ) -> Result<RmsNormGrads<Self>> {
-        cpu_rms_norm_bwd::<Self>(dy, x, rstd, gamma)
-    }
-
-    fn rotary_embedding_fwd(
-        x: FloatTensor<Self>,
-        cos: FloatTensor<Self>,
-        sin: FloatTensor<Self>,
-        mode: RotaryMode,
-    ) -> Result<FloatTensor<Self>> {
-        cpu_rotary_fwd::<Self>(x, cos, sin, mode)
-    }
-
-    fn rotary_embedding_bwd(
-        dy: FloatTensor<Self>,
-        cos: FloatTensor<Self>,
-        sin: FloatTensor<Self>,
-        mode: RotaryMode,
-    ) -> Result<FloatTensor<Self>> {
-        cpu_rotary_bwd::<Self>(dy, cos, sin, mode)
-    }
-
-    fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {
-        cpu_swiglu_fwd::<Self>(x, dim)
-    }
-
-    fn swiglu_bwd(
-        dy: FloatTensor<Self>,
-        x: FloatTensor<Self>,
-        dim: i64,
-    ) -> Result<FloatTensor<Self>> {
-        cpu_swiglu_bwd::<Self>(dy, x, dim)
-    }
-
-    fn cross_entropy_fwd(
-        input: FloatTensor<Self>,
-        target: IntTensor<Self>,
-        ignore_index: i64,
-    ) -> Result<CrossEntropyOutputs<Self>> {
-        cpu_cross_entropy_fwd::<Self>(input, target, ignore_index)
-    }
-
-    fn cross_entropy_bwd(
-        grad_loss: FloatTensor<Self>,
-        log_prob: FloatTensor<Self>,
-        target: IntTensor<Self>,
-        ignore_index: i64,
-    ) -> Result<FloatTensor<Self>> {
-        cpu_cross_entropy_bwd::<Self>(grad_loss, log_prob, target, ignore_index)
+ndarray_on_host! {
+    FusedBackend {
+        fn rms_norm_fwd(x: FloatTensor<Self>, gamma: FloatTensor<Self>, epsilon: f64)
+            -> Result<RmsNormOutputs<Self>> => cpu_rms_norm_fwd;
+        fn rms_norm_bwd(
+            dy: FloatTensor<Self>,
+            x: FloatTensor<Self>,
+            rstd: FloatTensor<Self>,
+            gamma: FloatTensor<Self>,
+        ) -> Result<RmsNormGrads<Self>> => cpu_rms_norm_bwd;
+        fn rotary_embedding_fwd(
+            x: FloatTensor<Self>, cos: FloatTensor<Self>, sin: FloatTensor<Self>, mode: RotaryMode,
+        ) -> Result<FloatTensor<Self>> => cpu_rotary_fwd;
+        fn rotary_embedding_bwd(
+            dy: FloatTensor<Self>, cos: FloatTensor<Self>, sin: FloatTensor<Self>, mode: RotaryMode,
+        ) -> Result<FloatTensor<Self>> => cpu_rotary_bwd;
+        fn swiglu_fwd(x: FloatTensor<Self>, dim: i64)
+            -> Result<FloatTensor<Self>> => cpu_swiglu_fwd;
+        fn swiglu_bwd(dy: FloatTensor<Self>, x: FloatTensor<Self>, dim: i64)
+            -> Result<FloatTensor<Self>> => cpu_swiglu_bwd;
+        fn cross_entropy_fwd(
+            input: FloatTensor<Self>,
+            target: IntTensor<Self>,
+            ignore_index: i64,
+        ) -> Result<CrossEntropyOutputs<Self>> => cpu_cross_entropy_fwd;
+        fn cross_entropy_bwd(
+            grad_loss: FloatTensor<Self>,
+            log_prob: FloatTensor<Self>,
+            target: IntTensor<Self>,
+            ignore_index: i64,
+        ) -> Result<FloatTensor<Self>> => cpu_cross_entropy_bwd;
     }
 }
 

@@ -2,10 +2,6 @@
 //! ([`cpu_varlen_fwd`], [`cpu_varlen_bwd`]) instead of the composite; other backends' host
 //! fallbacks call the same functions.
 
-use burn::backend::ndarray::{
-    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
-};
-use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
@@ -16,28 +12,17 @@ use burn_ascend_kernels::cpu;
 use super::{
     VarlenBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs, VarlenSpec,
 };
+use crate::common::ndarray::ndarray_on_host;
 use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, to_vec};
 
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> VarlenBackend
-    for NdArray<E, I, Q>
-where
-    NdArrayTensor: From<SharedArray<E>>,
-    NdArrayTensor: From<SharedArray<I>>,
-{
-    fn varlen_fwd(
-        inputs: VarlenInputs<FloatTensor<Self>>,
-        spec: &VarlenSpec,
-    ) -> Result<VarlenOutputs<FloatTensor<Self>>> {
-        cpu_varlen_fwd::<Self>(inputs, spec)
-    }
-
-    fn varlen_bwd(
-        inputs: VarlenGradInputs<FloatTensor<Self>>,
-        spec: &VarlenSpec,
-    ) -> Result<VarlenGrads<FloatTensor<Self>>> {
-        cpu_varlen_bwd::<Self>(inputs, spec)
+ndarray_on_host! {
+    VarlenBackend {
+        fn varlen_fwd(inputs: VarlenInputs<FloatTensor<Self>>, spec: &VarlenSpec)
+            -> Result<VarlenOutputs<FloatTensor<Self>>> => cpu_varlen_fwd;
+        fn varlen_bwd(inputs: VarlenGradInputs<FloatTensor<Self>>, spec: &VarlenSpec)
+            -> Result<VarlenGrads<FloatTensor<Self>>> => cpu_varlen_bwd;
     }
 }
 
