@@ -13,7 +13,7 @@ use burn_ascend_cann::acl::aclnn::{
     self, CrossEntropyLossArgs, CrossEntropyLossGradArgs, RotaryPositionEmbeddingGradArgs,
 };
 use burn_ascend_cann::acl::names;
-use burn_ascend_ops::error::{AttnError, Result};
+use burn_ascend_ops::error::Result;
 use burn_ascend_ops::fused::ndarray::{
     cpu_cross_entropy_bwd, cpu_cross_entropy_fwd, cpu_rms_norm_bwd, cpu_rms_norm_fwd,
     cpu_rotary_bwd, cpu_rotary_fwd, cpu_swiglu_bwd, cpu_swiglu_fwd,
@@ -29,20 +29,9 @@ use burn_backend::{DType, IntDType, Shape};
 use crate::device::{runtime, AscendDevice};
 use crate::element::is_acl_float;
 use crate::fallback::count;
-use crate::tensor::{device_error, AscendTensor};
+use crate::tensor::{device_error, same_device, AscendTensor};
 use crate::tensor_ops::base::contiguous;
 use crate::Ascend;
-
-fn same_device(op: &str, ts: &[&AscendTensor]) -> Result<AscendDevice> {
-    let d = ts[0].device();
-    if let Some(o) = ts.iter().find(|t| t.device() != d) {
-        return Err(AttnError::Unsupported(format!(
-            "{op}: tensors on different devices ({d} and {}); move them with `to_device` first",
-            o.device()
-        )));
-    }
-    Ok(d)
-}
 
 fn alloc(shape: Vec<usize>, dtype: DType, device: &AscendDevice) -> AscendTensor {
     AscendTensor::alloc(Shape::from(shape), dtype, device)

@@ -31,7 +31,7 @@ use burn_backend::{Shape, TensorData};
 use crate::device::{runtime, AscendDevice};
 use crate::element::is_acl_float;
 use crate::fallback::count;
-use crate::tensor::{device_error, AscendTensor};
+use crate::tensor::{device_error, same_device, AscendTensor};
 use crate::tensor_ops::native_index;
 use crate::Ascend;
 
@@ -79,16 +79,7 @@ impl OptimBackend for Ascend {
             step,
             hyper,
         )?;
-        let device = state.var.device();
-        if let Some(o) = [&state.m, &state.v, &grad]
-            .into_iter()
-            .find(|t| t.device() != device)
-        {
-            return Err(AttnError::Unsupported(format!(
-                "{OP}: tensors on different devices ({device} and {}); move them with `to_device` first",
-                o.device()
-            )));
-        }
+        let device = same_device(OP, &[&state.var, &state.m, &state.v, &grad])?;
         let dt = state.var.dtype;
         let same = [&state.m, &state.v, &grad].iter().all(|t| t.dtype == dt);
         if !is_acl_float(dt) || !same || step >= 1 << 24 {

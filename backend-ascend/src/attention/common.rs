@@ -17,27 +17,12 @@ use burn_ascend_cann::acl::{
 };
 use burn_ascend_contract::incre::BlockTable;
 use burn_ascend_contract::prompt::PFA_COMPRESSED_MASK;
-use burn_ascend_ops::error::AttnError;
 use burn_backend::BoolStore;
 
-use crate::device::AscendDevice;
 use crate::tensor::{fail, AscendTensor};
 use crate::tensor_ops::native_elementwise;
 
-/// The one device of a call's tensors, or a typed error naming the op when they differ.
-pub(super) fn same_device(
-    op: &str,
-    ts: &[&AscendTensor],
-) -> std::result::Result<AscendDevice, AttnError> {
-    let d = ts[0].device();
-    if let Some(o) = ts.iter().find(|t| t.device() != d) {
-        return Err(AttnError::Unsupported(format!(
-            "{op}: tensors on different devices ({d} and {}); move them with `to_device` first",
-            o.device()
-        )));
-    }
-    Ok(d)
-}
+pub(super) use crate::tensor::same_device;
 
 /// An aclnn handle over `t`'s storage described by `desc`.
 pub(super) fn handle<'a>(t: &'a AscendTensor, desc: &TensorDesc, op: &str) -> Tensor<'a> {
