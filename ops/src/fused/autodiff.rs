@@ -11,9 +11,10 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::Autodiff;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::TensorMetadata;
 
-use super::{rotary, CrossEntropyOutputs, FusedBackend, RmsNormGrads, RmsNormOutputs, RotaryMode};
+use super::{
+    validate, CrossEntropyOutputs, FusedBackend, RmsNormGrads, RmsNormOutputs, RotaryMode,
+};
 use crate::error::{AttnError, Result};
 
 #[derive(Debug)]
@@ -170,12 +171,7 @@ impl<B: FusedBackend, C: CheckpointStrategy> FusedBackend for Autodiff<B, C> {
             .compute_bound()
             .stateful();
         // The backward's own rules (dy takes x's shape), checked now rather than at backward.
-        rotary::validate_bwd(
-            &x.primitive.shape().to_vec(),
-            &cos.primitive.shape().to_vec(),
-            &sin.primitive.shape().to_vec(),
-            mode,
-        )?;
+        validate::rotary_bwd(&x.primitive, &cos.primitive, &sin.primitive, mode)?;
         let out = B::rotary_embedding_fwd(
             x.primitive,
             cos.primitive.clone(),

@@ -10,7 +10,8 @@ use burn_ascend_contract::varlen::{check_alibi_compressed_values, AttenMask, Den
 use burn_ascend_kernels::cpu;
 
 use super::{
-    VarlenBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs, VarlenSpec,
+    grad_shapes, VarlenBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    VarlenSpec,
 };
 use crate::common::ndarray::ndarray_on_host;
 use crate::common::shapes;
@@ -160,14 +161,8 @@ pub fn cpu_varlen_bwd<B: Backend>(
     let pse = host_pse::<B>(fwd.pse, fwd.alibi_slopes)?;
     let mask = fwd.atten_mask.map(mask_bytes::<B>);
     let drop = host_drop_mask::<B>(spec, fwd.drop_mask)?;
-    let (tq, tkv, n, nkv, d, dv) = (
-        dims.t_q(),
-        dims.t_kv(),
-        dims.head_num,
-        dims.kv_head_num,
-        dims.head_dim,
-        dims.value_dim,
-    );
+    let [dq_shape, dk_shape, dv_shape] = grad_shapes(&dims);
+    let n = dims.head_num;
     let mut p = spec.problem(dims, sink.as_deref());
     p.pse = pse.view(n);
     p.drop_mask = drop.as_deref();
@@ -185,9 +180,9 @@ pub fn cpu_varlen_bwd<B: Backend>(
         &to_vec::<B>(softmax_sum),
     );
     Ok(VarlenGrads {
-        dq: from_vec::<B>(g.dq, &[tq, n, d], &device),
-        dk: from_vec::<B>(g.dk, &[tkv, nkv, d], &device),
-        dv: from_vec::<B>(g.dv, &[tkv, nkv, dv], &device),
+        dq: from_vec::<B>(g.dq, &dq_shape, &device),
+        dk: from_vec::<B>(g.dk, &dk_shape, &device),
+        dv: from_vec::<B>(g.dv, &dv_shape, &device),
         dpse: g.dpse.map(|x| {
             let len = x.len();
             from_vec::<B>(x, &[len], &device)
