@@ -150,13 +150,7 @@ pub fn cpu_varlen_bwd<B: Backend>(
         &shapes::varlen_bwd(&inputs),
     )?;
     let device = B::float_device(&inputs.dy);
-    let VarlenGradInputs {
-        inputs: fwd,
-        dy,
-        attention_in,
-        softmax_max,
-        softmax_sum,
-    } = inputs;
+    let fwd = inputs.inputs;
     let sink = fwd.sink.map(to_vec::<B>);
     let pse = host_pse::<B>(fwd.pse, fwd.alibi_slopes)?;
     let mask = fwd.atten_mask.map(mask_bytes::<B>);
@@ -174,10 +168,10 @@ pub fn cpu_varlen_bwd<B: Backend>(
         &to_vec::<B>(fwd.query),
         &to_vec::<B>(fwd.key),
         &to_vec::<B>(fwd.value),
-        &to_vec::<B>(dy),
-        &to_vec::<B>(attention_in),
-        &to_vec::<B>(softmax_max),
-        &to_vec::<B>(softmax_sum),
+        &to_vec::<B>(inputs.dy),
+        &to_vec::<B>(inputs.attention_in),
+        &to_vec::<B>(inputs.softmax_max),
+        &to_vec::<B>(inputs.softmax_sum),
     );
     Ok(VarlenGrads {
         dq: from_vec::<B>(g.dq, &dq_shape, &device),
