@@ -13,14 +13,14 @@ use burn_ascend_cann::acl::aclnn::{
     self, CrossEntropyLossArgs, CrossEntropyLossGradArgs, RotaryPositionEmbeddingGradArgs,
 };
 use burn_ascend_cann::acl::names;
-use burn_ascend_ops::error::{AttnError, Result};
+use burn_ascend_ops::error::Result;
 use burn_ascend_ops::fused::ndarray::{
     cpu_cross_entropy_bwd, cpu_cross_entropy_fwd, cpu_rms_norm_bwd, cpu_rms_norm_fwd,
     cpu_rotary_bwd, cpu_rotary_fwd, cpu_swiglu_bwd, cpu_swiglu_fwd,
 };
 use burn_ascend_ops::fused::{
-    cross_entropy, rms_norm, rotary, swiglu, CrossEntropyOutputs, FusedBackend, RmsNormDims,
-    RmsNormGrads, RmsNormOutputs, RotaryMode,
+    validate, CrossEntropyOutputs, FusedBackend, RmsNormDims, RmsNormGrads, RmsNormOutputs,
+    RotaryMode,
 };
 use burn_backend::ops::{FloatTensorOps, IntTensorOps};
 use burn_backend::tensor::{FloatTensor, IntTensor};
@@ -29,20 +29,9 @@ use burn_backend::{DType, IntDType, Shape};
 use crate::device::{runtime, AscendDevice};
 use crate::element::is_acl_float;
 use crate::fallback::count;
-use crate::tensor::{device_error, AscendTensor};
+use crate::tensor::{device_error, same_device, AscendTensor};
 use crate::tensor_ops::base::contiguous;
 use crate::Ascend;
-
-fn same_device(op: &str, ts: &[&AscendTensor]) -> Result<AscendDevice> {
-    let d = ts[0].device();
-    if let Some(o) = ts.iter().find(|t| t.device() != d) {
-        return Err(AttnError::Unsupported(format!(
-            "{op}: tensors on different devices ({d} and {}); move them with `to_device` first",
-            o.device()
-        )));
-    }
-    Ok(d)
-}
 
 fn alloc(shape: Vec<usize>, dtype: DType, device: &AscendDevice) -> AscendTensor {
     AscendTensor::alloc(Shape::from(shape), dtype, device)
@@ -70,8 +59,7 @@ impl FusedBackend for Ascend {
         epsilon: f64,
     ) -> Result<RmsNormOutputs<Self>> {
         const OP: &str = names::rms_norm;
-        let shape = x.shape.to_vec();
-        rms_norm::validate_fwd(&shape, &gamma.shape.to_vec(), epsilon)?;
+        let (shape, _) = validate::rms_norm_fwd(&x, &gamma, epsilon)?;
         let device = same_device(OP, &[&x, &gamma])?;
         if !gamma_ok(x.dtype, gamma.dtype) {
             count("rms_norm_fwd");
@@ -100,9 +88,8 @@ impl FusedBackend for Ascend {
         gamma: FloatTensor<Self>,
     ) -> Result<RmsNormGrads<Self>> {
         const OP: &str = names::rms_norm_grad;
-        let shape = x.shape.to_vec();
+        let (shape, _) = validate::rms_norm_bwd(&dy, &x, &rstd, &gamma)?;
         let gshape = gamma.shape.to_vec();
-        rms_norm::validate_bwd(&dy.shape.to_vec(), &shape, &rstd.shape.to_vec(), &gshape)?;
         let device = same_device(OP, &[&dy, &x, &rstd, &gamma])?;
         if !gamma_ok(x.dtype, gamma.dtype) || dy.dtype != x.dtype || rstd.dtype != DType::F32 {
             count("rms_norm_bwd");
@@ -132,8 +119,7 @@ impl FusedBackend for Ascend {
         mode: RotaryMode,
     ) -> Result<FloatTensor<Self>> {
         const OP: &str = names::rotary_position_embedding;
-        let shape = x.shape.to_vec();
-        rotary::validate_fwd(&shape, &cos.shape.to_vec(), &sin.shape.to_vec(), mode)?;
+        let (shape, _) = validate::rotary_fwd(&x, &cos, &sin, mode)?;
         let device = same_device(OP, &[&x, &cos, &sin])?;
         if !is_acl_float(x.dtype) || !is_acl_float(cos.dtype) || !is_acl_float(sin.dtype) {
             count("rotary_embedding_fwd");
@@ -158,8 +144,7 @@ impl FusedBackend for Ascend {
         mode: RotaryMode,
     ) -> Result<FloatTensor<Self>> {
         const OP: &str = names::rotary_position_embedding_grad;
-        let shape = dy.shape.to_vec();
-        rotary::validate_bwd(&shape, &cos.shape.to_vec(), &sin.shape.to_vec(), mode)?;
+        let (shape, _) = validate::rotary_bwd(&dy, &cos, &sin, mode)?;
         let device = same_device(OP, &[&dy, &cos, &sin])?;
         if !is_acl_float(dy.dtype) || !is_acl_float(cos.dtype) || !is_acl_float(sin.dtype) {
             count("rotary_embedding_bwd");
@@ -194,8 +179,7 @@ impl FusedBackend for Ascend {
 
     fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {
         const OP: &str = names::swi_glu;
-        let shape = x.shape.to_vec();
-        let d = swiglu::validate_fwd(&shape, dim)?;
+        let (shape, d) = validate::swiglu_fwd(&x, dim)?;
         if !is_acl_float(x.dtype) {
             count("swiglu_fwd");
             return cpu_swiglu_fwd::<Self>(x, dim);
@@ -217,8 +201,7 @@ impl FusedBackend for Ascend {
         dim: i64,
     ) -> Result<FloatTensor<Self>> {
         const OP: &str = names::swi_glu_grad;
-        let shape = x.shape.to_vec();
-        swiglu::validate_bwd(&dy.shape.to_vec(), &shape, dim)?;
+        let (shape, _) = validate::swiglu_bwd(&dy, &x, dim)?;
         let device = same_device(OP, &[&dy, &x])?;
         if !is_acl_float(x.dtype) || dy.dtype != x.dtype {
             count("swiglu_bwd");
@@ -245,8 +228,7 @@ impl FusedBackend for Ascend {
         ignore_index: i64,
     ) -> Result<CrossEntropyOutputs<Self>> {
         const OP: &str = names::cross_entropy_loss;
-        let shape = input.shape.to_vec();
-        let d = cross_entropy::validate_fwd(&shape, &target.shape.to_vec(), ignore_index)?;
+        let (shape, d) = validate::cross_entropy_fwd(&input, &target, ignore_index)?;
         let device = same_device(OP, &[&input, &target])?;
         if !is_acl_float(input.dtype) || !matches!(target.dtype, DType::I64 | DType::I32) {
             count("cross_entropy_fwd");
@@ -292,13 +274,7 @@ impl FusedBackend for Ascend {
         ignore_index: i64,
     ) -> Result<FloatTensor<Self>> {
         const OP: &str = names::cross_entropy_loss_grad;
-        let shape = log_prob.shape.to_vec();
-        cross_entropy::validate_bwd(
-            &grad_loss.shape.to_vec(),
-            &shape,
-            &target.shape.to_vec(),
-            ignore_index,
-        )?;
+        let (shape, _) = validate::cross_entropy_bwd(&grad_loss, &log_prob, &target, ignore_index)?;
         let device = same_device(OP, &[&grad_loss, &log_prob, &target])?;
         if !is_acl_float(log_prob.dtype)
             || grad_loss.dtype != log_prob.dtype

@@ -16,7 +16,7 @@
 //! fallback `grouped_matmul` ([`crate::fallback_counts`]).
 
 use burn_ascend_cann::acl::{aclnn, TensorList};
-use burn_ascend_ops::error::{AttnError, Result};
+use burn_ascend_ops::error::Result;
 use burn_ascend_ops::grouped_matmul::{
     composite, shapes, GroupType, GroupedMatmulBackend, GroupedMatmulSpec, SPLIT_ITEM,
 };
@@ -25,7 +25,7 @@ use burn_backend::{DType, FloatDType, Shape, TensorData};
 
 use crate::device::{runtime, try_runtime};
 use crate::fallback::count;
-use crate::tensor::{device_error, fail, AscendTensor};
+use crate::tensor::{device_error, fail, same_device, AscendTensor};
 use crate::tensor_ops::native_index;
 use crate::Ascend;
 
@@ -81,16 +81,9 @@ impl GroupedMatmulBackend for Ascend {
         spec: &GroupedMatmulSpec,
     ) -> Result<AscendTensor> {
         let dims = spec.validate(&shapes::<Ascend>(&x, &weight, bias.as_ref()))?;
-        let device = x.device();
-        if let Some(o) = std::iter::once(&weight)
-            .chain(bias.as_ref())
-            .find(|t| t.device() != device)
-        {
-            return Err(AttnError::Unsupported(format!(
-                "{OP}: tensors on different devices ({device} and {}); move them with `to_device` first",
-                o.device()
-            )));
-        }
+        let mut tensors = vec![&x, &weight];
+        tensors.extend(bias.as_ref());
+        let device = same_device(OP, &tensors)?;
         let dt = x.dtype;
         let out_shape = match spec.group_type {
             GroupType::M => vec![dims.m, dims.n],

@@ -31,7 +31,7 @@ use burn_backend::{Shape, TensorData};
 use crate::device::{runtime, AscendDevice};
 use crate::element::is_acl_float;
 use crate::fallback::count;
-use crate::tensor::{device_error, AscendTensor};
+use crate::tensor::{device_error, same_device, AscendTensor};
 use crate::tensor_ops::native_index;
 use crate::Ascend;
 
@@ -79,16 +79,7 @@ impl OptimBackend for Ascend {
             step,
             hyper,
         )?;
-        let device = state.var.device();
-        if let Some(o) = [&state.m, &state.v, &grad]
-            .into_iter()
-            .find(|t| t.device() != device)
-        {
-            return Err(AttnError::Unsupported(format!(
-                "{OP}: tensors on different devices ({device} and {}); move them with `to_device` first",
-                o.device()
-            )));
-        }
+        let device = same_device(OP, &[&state.var, &state.m, &state.v, &grad])?;
         let dt = state.var.dtype;
         let same = [&state.m, &state.v, &grad].iter().all(|t| t.dtype == dt);
         if !is_acl_float(dt) || !same || step >= 1 << 24 {
@@ -98,23 +89,16 @@ impl OptimBackend for Ascend {
         let (var, m, v) = (owned(state.var), owned(state.m), owned(state.v));
         // The kernel adds 1 (module docs): `t − 1`, with `t ≥ 1` checked by the contract above.
         let s = step_tensor(&device, step - 1);
-        launch(&var, &m, &v, &grad, &s, hyper)?;
+        launch([&var, &m, &v, &grad, &s], hyper)?;
         Ok(AdamWTensors { var, m, v })
     }
 }
 
-/// The `aclnnApplyAdamWV2` launch over `var`, `m`, `v` in place.
-fn launch(
-    var: &AscendTensor,
-    m: &AscendTensor,
-    v: &AscendTensor,
-    grad: &AscendTensor,
-    step: &AscendTensor,
-    hyper: &AdamWHyper,
-) -> Result<()> {
+/// The `aclnnApplyAdamWV2` launch over `[var, m, v, grad, step]`, the first three updated in
+/// place.
+fn launch(ts: [&AscendTensor; 5], hyper: &AdamWHyper) -> Result<()> {
     const OP: &str = names::apply_adam_w_v2;
-    let rt = runtime(&var.device());
-    let ts = [var, m, v, grad, step];
+    let rt = runtime(&ts[0].device());
     let ds: Vec<_> = ts.iter().map(|t| t.desc(OP)).collect();
     let h: Vec<_> = ts.iter().zip(&ds).map(|(t, d)| t.handle(d, OP)).collect();
     aclnn::apply_adam_w_v2(
@@ -201,5 +185,5 @@ pub fn adamw_step_in_place(
             ),
         ));
     }
-    launch(var, m, v, grad, step, hyper)
+    launch([var, m, v, grad, step], hyper)
 }

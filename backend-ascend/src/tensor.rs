@@ -318,8 +318,6 @@ fn gather(raw: &[u8], shape: &[usize], strides: &[usize], offset: usize, esz: us
     out
 }
 
-/// Turns a dispatch error into the panic message Burn's infallible op signatures require: the
-/// op, the status and CANN's message.
 /// A failed aclnn / runtime call of attention op `op` (valid input, failing device) as the typed
 /// error the attention ops return.
 pub(crate) fn device_error(op: &str, e: AclError) -> burn_ascend_ops::error::AttnError {
@@ -339,6 +337,24 @@ pub(crate) fn device_error(op: &str, e: AclError) -> burn_ascend_ops::error::Att
     }
 }
 
+/// Turns a dispatch error into the panic message Burn's infallible op signatures require: the
+/// op, the status and CANN's message.
 pub(crate) fn fail(op: &str, e: AclError) -> ! {
     panic!("Ascend {op} failed: {e}")
+}
+
+/// The one device of a call's tensors (the first one's), or a typed error naming the op and the
+/// first tensor elsewhere: the extension ops return it where Burn's own ops panic.
+pub(crate) fn same_device(
+    op: &str,
+    ts: &[&AscendTensor],
+) -> Result<AscendDevice, burn_ascend_ops::error::AttnError> {
+    let d = ts[0].device();
+    if let Some(o) = ts.iter().find(|t| t.device() != d) {
+        return Err(burn_ascend_ops::error::AttnError::Unsupported(format!(
+            "{op}: tensors on different devices ({d} and {}); move them with `to_device` first",
+            o.device()
+        )));
+    }
+    Ok(d)
 }

@@ -535,22 +535,13 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             spec.block_size = self.block_size;
             spec.actual_seq_lengths = Some(lens);
             spec.block_table = Some(table);
-            let [nb, bs, nkv, dh] = self.key_cache.dims();
-            let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
-            let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
+            let (kc, vc) = self.paged_caches();
             let mut inputs = IncreInputs::new(prim(query), IncreKv::paged(kc, vc));
             if opts.is_active() {
-                // The window mask follows from the sequences' lengths (host facts); it goes to
-                // the op as a tensor like the query.
                 let cols = max_blocks * self.block_size;
-                let mut mask = vec![0f32; b * cols];
-                for (i, q) in seqs.iter().enumerate() {
-                    for (t, m) in mask[i * cols..(i + 1) * cols].iter_mut().enumerate() {
-                        *m = f32::from(u8::from(opts.masked(t, q.len - 1, first)));
-                    }
-                }
                 let device = self.key_cache.device();
-                let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [b, cols]), &device);
+                let masked = |t, p| opts.masked(t, p, first);
+                let mask = Self::decode_mask(&seqs, cols, &device, masked);
                 inputs.atten_mask = Some(prim(mask));
                 if let Some(sinks) = opts.placeholder_sinks() {
                     // The sink slot's pseShift is the sink logit, built where the sinks are
@@ -642,6 +633,31 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         }
         prompt_flash_attention_with(query, k, v, mask_t, pse_t, &spec)
     }
+    /// The caches as the ops' paged key and value, `(blocknum, blockSize, H)`.
+    fn paged_caches(&self) -> (Tensor<B, 3>, Tensor<B, 3>) {
+        let [nb, bs, nkv, dh] = self.key_cache.dims();
+        let paged = |c: &Tensor<B, 4>| c.clone().reshape([nb, bs, nkv * dh]);
+        (paged(&self.key_cache), paged(&self.value_cache))
+    }
+
+    /// A decode step's dense window mask `[B, cols]` on the caches' device: 1 where
+    /// `masked(t, p)` for token `t` of a sequence whose query sits at position `p`. It follows
+    /// from the sequences' lengths (host facts) and goes to the op as a tensor like the query.
+    fn decode_mask(
+        seqs: &[&Seq],
+        cols: usize,
+        device: &B::Device,
+        masked: impl Fn(usize, usize) -> bool,
+    ) -> Tensor<B, 2> {
+        let mut mask = vec![0f32; seqs.len() * cols];
+        for (i, q) in seqs.iter().enumerate() {
+            for (t, m) in mask[i * cols..(i + 1) * cols].iter_mut().enumerate() {
+                *m = f32::from(u8::from(masked(t, q.len - 1)));
+            }
+        }
+        Tensor::from_data(TensorData::new(mask, [seqs.len(), cols]), device)
+    }
+
     /// The block table `[B, max blocks]` of `seqs` (unused entries 0) and its width.
     fn table_of(seqs: &[&Seq]) -> (BlockTable, usize) {
         let b = seqs.len();
@@ -676,16 +692,14 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         query: Tensor<B, 4>,
         opts: &AttendOptions<B>,
     ) -> Result<Tensor<B, 4>> {
-        let [b, s, n, _] = query.dims();
+        let [_, s, n, _] = query.dims();
         let (table, max_blocks) = Self::table_of(seqs);
         let mut spec = FiaSpec::new(n, self.scale, PfaLayout::Bsnd);
         spec.num_key_value_heads = if self.kv_heads == n { 0 } else { self.kv_heads };
         spec.block_size = self.block_size;
         spec.block_table = Some(table);
         spec.actual_seq_lengths_kv = Some(seqs.iter().map(|q| q.len as i64).collect());
-        let [nb, bs, nkv, dh] = self.key_cache.dims();
-        let kc = self.key_cache.clone().reshape([nb, bs, nkv * dh]);
-        let vc = self.value_cache.clone().reshape([nb, bs, nkv * dh]);
+        let (kc, vc) = self.paged_caches();
         let mut inputs = FiaInputs::new(
             prim(query),
             FiaKv::paged(kc, vc),
@@ -693,17 +707,9 @@ impl<B: AttentionBackend> PagedKvCache<B> {
         );
         if s == 1 {
             if let Some(w) = opts.window {
-                // The window mask follows from the sequences' lengths (host facts); it goes
-                // to the op as a tensor like the query.
                 let cols = max_blocks * self.block_size;
-                let mut mask = vec![0f32; b * cols];
-                for (i, q) in seqs.iter().enumerate() {
-                    for (t, m) in mask[i * cols..(i + 1) * cols].iter_mut().enumerate() {
-                        *m = f32::from(u8::from(t + w < q.len - 1));
-                    }
-                }
                 let device = self.key_cache.device();
-                let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [b, cols]), &device);
+                let mask = Self::decode_mask(seqs, cols, &device, |t, p| t + w < p);
                 spec.atten_mask = FiaMask::Dense;
                 inputs.atten_mask = Some(prim(mask));
             }

@@ -17,26 +17,47 @@ use burn_ascend_cann::acl::{
 };
 use burn_ascend_contract::incre::BlockTable;
 use burn_ascend_contract::prompt::PFA_COMPRESSED_MASK;
-use burn_ascend_ops::error::AttnError;
-use burn_backend::BoolStore;
+use burn_backend::{BoolStore, DType};
 
-use crate::device::AscendDevice;
+use crate::element::is_acl_float;
+use crate::fallback::count;
 use crate::tensor::{fail, AscendTensor};
 use crate::tensor_ops::native_elementwise;
 
-/// The one device of a call's tensors, or a typed error naming the op when they differ.
-pub(super) fn same_device(
-    op: &str,
-    ts: &[&AscendTensor],
-) -> std::result::Result<AscendDevice, AttnError> {
-    let d = ts[0].device();
-    if let Some(o) = ts.iter().find(|t| t.device() != d) {
-        return Err(AttnError::Unsupported(format!(
-            "{op}: tensors on different devices ({d} and {}); move them with `to_device` first",
-            o.device()
-        )));
+pub(super) use crate::tensor::same_device;
+
+/// Where an attention call runs on this backend, by its query's dtype and its key's and
+/// value's ([`dtype_path`]).
+pub(super) enum DtypePath {
+    /// The counted host fallback (the CPU kernels): a query dtype other than f32 / f16 / bf16,
+    /// or a key or value in another dtype than the query's.
+    Host,
+    /// The counted composite on the native ops: an f32 query, which CANN's prompt, incremental
+    /// and fused inference attention do not take (their op definitions list FLOAT16 and
+    /// BFLOAT16 queries only).
+    Composite,
+    /// CANN's kernel.
+    Kernel,
+}
+
+/// The [`DtypePath`] of a call whose query has `dtype` and whose key and value tensors are
+/// `kv`; a fallback is counted under `host`, a composite under `composite`, before the caller
+/// runs it.
+pub(super) fn dtype_path<'a>(
+    dtype: DType,
+    kv: impl IntoIterator<Item = &'a AscendTensor>,
+    host: &'static str,
+    composite: &'static str,
+) -> DtypePath {
+    if !is_acl_float(dtype) || kv.into_iter().any(|t| t.dtype != dtype) {
+        count(host);
+        DtypePath::Host
+    } else if dtype == DType::F32 {
+        count(composite);
+        DtypePath::Composite
+    } else {
+        DtypePath::Kernel
     }
-    Ok(d)
 }
 
 /// An aclnn handle over `t`'s storage described by `desc`.

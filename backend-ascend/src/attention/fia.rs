@@ -24,11 +24,10 @@ use burn_ascend_ops::fia::{composite, FiaBackend, FiaInputs, FiaOutputs};
 use burn_backend::{DType, Shape};
 
 use super::common::{
-    compressed_prompt_mask, handle_of, ints, mask_to_bool, on_device, same_device,
-    upload_block_table, upload_i64, view_handle,
+    compressed_prompt_mask, dtype_path, handle_of, ints, mask_to_bool, on_device, same_device,
+    upload_block_table, upload_i64, view_handle, DtypePath,
 };
 use crate::device::{runtime, AscendDevice};
-use crate::element::is_acl_float;
 use crate::fallback::count;
 use crate::tensor::{device_error, AscendTensor};
 use crate::tensor_ops::native_elementwise;
@@ -196,15 +195,12 @@ impl FiaBackend for Ascend {
         let (q, (k, v)) = (&inputs.query, inputs.kv.as_ref().into_pair());
         let device = same_device(OP, &inputs.all())?;
         let dtype = q.dtype;
-        if !is_acl_float(dtype) || k.dtype != dtype || v.dtype != dtype {
-            count(OP);
-            return cpu_fia_fwd::<Ascend>(inputs, spec);
-        }
-        if dtype == DType::F32 {
+        match dtype_path(dtype, [k, v], OP, FIA_COMPOSITE) {
+            DtypePath::Host => return cpu_fia_fwd::<Ascend>(inputs, spec),
             // CANN's FIA takes no FLOAT query (`fused_infer_attention_score_def.cpp`): the
             // composite on the native ops gives the f32 answer (the sink as the model keeps it).
-            count(FIA_COMPOSITE);
-            return composite::fia_fwd::<Ascend>(inputs, spec);
+            DtypePath::Composite => return composite::fia_fwd::<Ascend>(inputs, spec),
+            DtypePath::Kernel => {}
         }
         // int8 KV (antiquant) goes to the op as INT8, cast on the device.
         let kv = match dims.quantised() {

@@ -22,11 +22,10 @@ use burn_ascend_ops::incre::{composite, IncreBackend, IncreInputs, IncreSpec};
 use burn_backend::{DType, Shape};
 
 use super::common::{
-    handle_of, ints, mask_to_bool, on_device, post_quant, same_device, upload_block_table,
-    upload_i64, view_handle,
+    dtype_path, handle_of, ints, mask_to_bool, on_device, post_quant, same_device,
+    upload_block_table, upload_i64, view_handle, DtypePath,
 };
 use crate::device::runtime;
-use crate::element::is_acl_float;
 use crate::fallback::count;
 use crate::tensor::{device_error, AscendTensor};
 use crate::tensor_ops::native_elementwise;
@@ -51,14 +50,11 @@ impl IncreBackend for Ascend {
         let device = same_device(OP, &inputs.all())?;
         let dtype = inputs.query.dtype;
         let (keys, values) = inputs.kv.as_ref().into_lists();
-        if !is_acl_float(dtype) || keys.iter().chain(&values).any(|t| t.dtype != dtype) {
-            count(OP);
-            return cpu_incre_fwd::<Ascend>(inputs, spec);
-        }
-        if dtype == DType::F32 {
+        match dtype_path(dtype, keys.into_iter().chain(values), OP, INCRE_COMPOSITE) {
+            DtypePath::Host => return cpu_incre_fwd::<Ascend>(inputs, spec),
             // CANN's IFA takes FLOAT16 / BFLOAT16 queries only (`incre_flash_attention_def.cpp`).
-            count(INCRE_COMPOSITE);
-            return composite::incre_fwd::<Ascend>(inputs, spec);
+            DtypePath::Composite => return composite::incre_fwd::<Ascend>(inputs, spec),
+            DtypePath::Kernel => {}
         }
         // int8 KV (antiquant) goes to the op as INT8, cast on the device; other KV as it is.
         let kv = match inputs.antiquant_scale {

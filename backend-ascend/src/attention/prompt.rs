@@ -15,14 +15,13 @@ use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::prompt::ndarray::cpu_prompt_fwd;
 use burn_ascend_ops::prompt::{composite, PromptBackend, PromptInputs, PromptMaskKind, PromptSpec};
 use burn_backend::ops::FloatTensorOps;
-use burn_backend::{BoolStore, DType, Scalar, Shape};
+use burn_backend::{BoolStore, Scalar, Shape};
 
 use super::common::{
-    compressed_prompt_mask, handle_of, ints, post_quant, same_device, view_handle,
+    compressed_prompt_mask, dtype_path, handle_of, ints, post_quant, same_device, view_handle,
+    DtypePath,
 };
 use crate::device::runtime;
-use crate::element::is_acl_float;
-use crate::fallback::count;
 use crate::tensor::{device_error, AscendTensor};
 use crate::Ascend;
 
@@ -47,15 +46,12 @@ impl PromptBackend for Ascend {
         let (q, k, v) = (&inputs.query, &inputs.key, &inputs.value);
         let device = same_device(OP, &inputs.all())?;
         let dtype = q.dtype;
-        if !is_acl_float(dtype) || k.dtype != dtype || v.dtype != dtype {
-            count(OP);
-            return cpu_prompt_fwd::<Ascend>(inputs, spec);
-        }
-        if dtype == DType::F32 {
-            // CANN's PFA takes no FLOAT query (`prompt_flash_attention_def.cpp`): the composite on
-            // the native ops gives the f32 answer.
-            count(PROMPT_COMPOSITE);
-            return composite::prompt_fwd::<Ascend>(inputs, spec);
+        match dtype_path(dtype, [k, v], OP, PROMPT_COMPOSITE) {
+            DtypePath::Host => return cpu_prompt_fwd::<Ascend>(inputs, spec),
+            // CANN's PFA takes no FLOAT query (`prompt_flash_attention_def.cpp`): the composite
+            // on the native ops gives the f32 answer.
+            DtypePath::Composite => return composite::prompt_fwd::<Ascend>(inputs, spec),
+            DtypePath::Kernel => {}
         }
         let rt = runtime(&device);
         let out = AscendTensor::alloc(Shape::from(dims.out_shape()), dtype, &device);

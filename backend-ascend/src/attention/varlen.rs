@@ -26,7 +26,8 @@ use burn_ascend_ops::error::Result;
 use burn_ascend_ops::varlen::composite::{dpse_factor_of, dsink_from_stats, varlen_dpse};
 use burn_ascend_ops::varlen::ndarray::{cpu_varlen_bwd, cpu_varlen_fwd};
 use burn_ascend_ops::varlen::{
-    MaskSpec, VarlenBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs, VarlenSpec,
+    grad_shapes, MaskSpec, VarlenBackend, VarlenGradInputs, VarlenGrads, VarlenInputs,
+    VarlenOutputs, VarlenSpec,
 };
 use burn_backend::{DType, Shape};
 
@@ -173,14 +174,8 @@ impl VarlenBackend for Ascend {
             return cpu_varlen_bwd::<Self>(inputs, spec);
         }
         let rt = runtime(&device);
-        let (tq, tkv, n, nkv, d, dvd) = (
-            dims.t_q(),
-            dims.t_kv(),
-            dims.head_num,
-            dims.kv_head_num,
-            dims.head_dim,
-            dims.value_dim,
-        );
+        let [dq_shape, dk_shape, dv_shape] = grad_shapes(&dims);
+        let n = dims.head_num;
         let dtype = f.query.dtype;
         let alloc = |s: Vec<usize>, dt| AscendTensor::alloc(Shape::from(s), dt, &device);
         let (slopes, drop) = (slopes.flatten(), drop.flatten());
@@ -189,9 +184,9 @@ impl VarlenBackend for Ascend {
         // shaped like the realShift the op is given (pse or slopes), as torch_npu allocates it.
         let real_shift = pse.as_ref().or(slopes.as_ref());
         let kernel = VarlenGrads {
-            dq: alloc(vec![tq, n, d], dtype),
-            dk: alloc(vec![tkv, nkv, d], dtype),
-            dv: alloc(vec![tkv, nkv, dvd], dtype),
+            dq: alloc(dq_shape.to_vec(), dtype),
+            dk: alloc(dk_shape.to_vec(), dtype),
+            dv: alloc(dv_shape.to_vec(), dtype),
             dpse: real_shift.map(|p| alloc(p.shape.to_vec(), dtype)),
             dsink: f.sink.as_ref().map(|_| alloc(vec![n], DType::F32)),
         };

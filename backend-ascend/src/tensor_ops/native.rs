@@ -8,7 +8,7 @@
 
 use burn_ascend_cann::acl::aclnn::{self, Unary};
 use burn_ascend_cann::acl::names;
-use burn_ascend_cann::acl::{IntArray, Runtime, Scalar};
+use burn_ascend_cann::acl::{self as acl, IntArray, Runtime, Scalar, Tensor as AclTensorHandle};
 use burn_backend::{Shape, TensorMetadata};
 
 use crate::device::{runtime, AscendDevice};
@@ -64,6 +64,24 @@ pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 pub(crate) fn run(_name: &str, device: &AscendDevice, f: impl FnOnce(&Runtime)) {
     let rt = runtime(device);
     f(&rt);
+}
+
+/// Queues one kernel call on `device` over `tensors` (the inputs, then the outputs): each is
+/// described from its view and handed to `call` as an `aclTensor` handle, in the same order.
+/// Nearly every device path here is this one step after choosing its output; an error of the
+/// call becomes the op's panic naming `name`.
+pub(crate) fn launch<const N: usize>(
+    name: &str,
+    device: &AscendDevice,
+    tensors: [&AscendTensor; N],
+    call: impl FnOnce(&Runtime, [&AclTensorHandle<'_>; N]) -> acl::Result<()>,
+) {
+    run(name, device, |rt| {
+        let descs = tensors.map(|t| t.desc(name));
+        let handles: [AclTensorHandle<'_>; N] =
+            std::array::from_fn(|i| tensors[i].handle(&descs[i], name));
+        call(rt, handles.each_ref()).unwrap_or_else(|e| fail(name, e));
+    });
 }
 
 fn eligible(a: &AscendTensor, b: &AscendTensor) -> bool {

@@ -28,7 +28,7 @@ use burn_ascend_cann::acl::{IntArray, Runtime, Scalar};
 use burn_backend::{BoolStore, DType, Distribution, Scalar as BurnScalar, Shape};
 
 use super::base;
-use super::native::{broadcast, check_devices, run};
+use super::native::{broadcast, check_devices, launch};
 use crate::device::AscendDevice;
 use crate::element::{acl_dtype, is_acl_float};
 use crate::tensor::{fail, AscendTensor};
@@ -96,14 +96,8 @@ pub(crate) fn compare(
     let shape = broadcast(&lhs.shape, &rhs.shape)?;
     let device = lhs.device();
     let o = AscendTensor::alloc(Shape::from(shape), BOOL, &device);
-    run(name, &device, |rt| {
-        let (ad, bd, od) = (lhs.desc(name), rhs.desc(name), o.desc(name));
-        let (a, b, oh) = (
-            lhs.handle(&ad, name),
-            rhs.handle(&bd, name),
-            o.handle(&od, name),
-        );
-        aclnn::compare_tensor(rt, op, &a, &b, &oh).unwrap_or_else(|e| fail(name, e));
+    launch(name, &device, [lhs, rhs, &o], |rt, [a, b, o]| {
+        aclnn::compare_tensor(rt, op, a, b, o)
     });
     Some(o)
 }
@@ -121,11 +115,9 @@ pub(crate) fn compare_scalar(
     }
     let device = lhs.device();
     let o = AscendTensor::alloc(lhs.shape.clone(), BOOL, &device);
-    run(name, &device, |rt| {
-        let (ad, od) = (lhs.desc(name), o.desc(name));
-        let (a, oh) = (lhs.handle(&ad, name), o.handle(&od, name));
+    launch(name, &device, [lhs, &o], |rt, [a, o]| {
         let s = scalar_for(rt, name, lhs.dtype, rhs);
-        aclnn::compare_scalar(rt, op, &a, &s, &oh).unwrap_or_else(|e| fail(name, e));
+        aclnn::compare_scalar(rt, op, a, &s, o)
     });
     Some(o)
 }
@@ -151,21 +143,12 @@ pub(crate) fn mask_where(
     let shape = broadcast(&broadcast(&tensor.shape, &mask.shape)?, &value.shape)?;
     let device = tensor.device();
     let o = AscendTensor::alloc(Shape::from(shape), tensor.dtype, &device);
-    run(NAME, &device, |rt| {
-        let (cd, sd, td, od) = (
-            mask.desc(NAME),
-            value.desc(NAME),
-            tensor.desc(NAME),
-            o.desc(NAME),
-        );
-        let (c, s, t, oh) = (
-            mask.handle(&cd, NAME),
-            value.handle(&sd, NAME),
-            tensor.handle(&td, NAME),
-            o.handle(&od, NAME),
-        );
-        aclnn::s_where(rt, &c, &s, &t, &oh).unwrap_or_else(|e| fail(NAME, e));
-    });
+    launch(
+        NAME,
+        &device,
+        [mask, value, tensor, &o],
+        |rt, [c, s, t, o]| aclnn::s_where(rt, c, s, t, o),
+    );
     Some(o)
 }
 
@@ -183,16 +166,10 @@ pub(crate) fn mask_fill(
     let shape = broadcast(&tensor.shape, &mask.shape)?;
     let device = tensor.device();
     let o = AscendTensor::alloc(Shape::from(shape), tensor.dtype, &device);
-    run(NAME, &device, |rt| {
-        let (td, md, od) = (tensor.desc(NAME), mask.desc(NAME), o.desc(NAME));
-        let (t, m, oh) = (
-            tensor.handle(&td, NAME),
-            mask.handle(&md, NAME),
-            o.handle(&od, NAME),
-        );
-        aclnn::inplace_copy(rt, &oh, &t).unwrap_or_else(|e| fail(names::inplace_copy, e));
+    launch(NAME, &device, [tensor, mask, &o], |rt, [t, m, o]| {
+        aclnn::inplace_copy(rt, o, t).unwrap_or_else(|e| fail(names::inplace_copy, e));
         let v = scalar_for(rt, NAME, tensor.dtype, value);
-        aclnn::inplace_masked_fill_scalar(rt, &oh, &m, &v).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::inplace_masked_fill_scalar(rt, o, m, &v)
     });
     Some(o)
 }
@@ -213,11 +190,9 @@ pub(crate) fn full(
     if o.numel() == 0 {
         return Some(o);
     }
-    run(NAME, device, |rt| {
-        let od = o.desc(NAME);
-        let oh = o.handle(&od, NAME);
+    launch(NAME, device, [&o], |rt, [o]| {
         let v = scalar_for(rt, NAME, dtype, value);
-        aclnn::inplace_fill_scalar(rt, &oh, &v).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::inplace_fill_scalar(rt, o, &v)
     });
     Some(o)
 }
@@ -230,10 +205,8 @@ pub(crate) fn bool_not(t: &AscendTensor) -> Option<AscendTensor> {
     }
     let device = t.device();
     let o = AscendTensor::alloc(t.shape.clone(), BOOL, &device);
-    run(NAME, &device, |rt| {
-        let (ad, od) = (t.desc(NAME), o.desc(NAME));
-        let (a, oh) = (t.handle(&ad, NAME), o.handle(&od, NAME));
-        aclnn::logical_not(rt, &a, &oh).unwrap_or_else(|e| fail(NAME, e));
+    launch(NAME, &device, [t, &o], |rt, [a, o]| {
+        aclnn::logical_not(rt, a, o)
     });
     Some(o)
 }
@@ -256,14 +229,8 @@ pub(crate) fn bool_logical(
     let shape = broadcast(&lhs.shape, &rhs.shape)?;
     let device = lhs.device();
     let o = AscendTensor::alloc(Shape::from(shape), BOOL, &device);
-    run(name, &device, |rt| {
-        let (ad, bd, od) = (lhs.desc(name), rhs.desc(name), o.desc(name));
-        let (a, b, oh) = (
-            lhs.handle(&ad, name),
-            rhs.handle(&bd, name),
-            o.handle(&od, name),
-        );
-        aclnn::logical(rt, and, &a, &b, &oh).unwrap_or_else(|e| fail(name, e));
+    launch(name, &device, [lhs, rhs, &o], |rt, [a, b, o]| {
+        aclnn::logical(rt, and, a, b, o)
     });
     Some(o)
 }
@@ -283,10 +250,8 @@ pub(crate) fn cast(t: &AscendTensor, to: DType) -> Option<AscendTensor> {
     }
     let device = t.device();
     let o = AscendTensor::alloc(t.shape.clone(), to, &device);
-    run(NAME, &device, |rt| {
-        let (ad, od) = (t.desc(NAME), o.desc(NAME));
-        let (a, oh) = (t.handle(&ad, NAME), o.handle(&od, NAME));
-        aclnn::cast(rt, &a, dt, &oh).unwrap_or_else(|e| fail(NAME, e));
+    launch(NAME, &device, [t, &o], |rt, [a, o]| {
+        aclnn::cast(rt, a, dt, o)
     });
     Some(o)
 }
@@ -305,12 +270,10 @@ pub(crate) fn amax(t: &AscendTensor, dims: &[usize], max: bool) -> Option<Ascend
     }
     let device = t.device();
     let o = AscendTensor::alloc(Shape::from(shape), t.dtype, &device);
-    run(name, &device, |rt| {
-        let (ad, od) = (t.desc(name), o.desc(name));
-        let (a, oh) = (t.handle(&ad, name), o.handle(&od, name));
+    launch(name, &device, [t, &o], |rt, [a, o]| {
         let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
         let dims = IntArray::new(rt.api(), &dims).unwrap_or_else(|e| fail(name, e));
-        aclnn::amax(rt, max, &a, &dims, true, &oh).unwrap_or_else(|e| fail(name, e));
+        aclnn::amax(rt, max, a, &dims, true, o)
     });
     Some(o)
 }
@@ -335,10 +298,8 @@ pub(crate) fn arg(t: &AscendTensor, dim: usize, max: bool, out: DType) -> Option
     shape[dim] = 1;
     let device = t.device();
     let o = AscendTensor::alloc(Shape::from(shape), out, &device);
-    run(name, &device, |rt| {
-        let (ad, od) = (t.desc(name), o.desc(name));
-        let (a, oh) = (t.handle(&ad, name), o.handle(&od, name));
-        aclnn::arg(rt, max, &a, dim as i64, true, &oh).unwrap_or_else(|e| fail(name, e));
+    launch(name, &device, [t, &o], |rt, [a, o]| {
+        aclnn::arg(rt, max, a, dim as i64, true, o)
     });
     Some(o)
 }
@@ -359,15 +320,8 @@ pub(crate) fn with_indices(
     let device = t.device();
     let v = AscendTensor::alloc(Shape::from(shape.clone()), t.dtype, &device);
     let i = AscendTensor::alloc(Shape::from(shape), index, &device);
-    run(name, &device, |rt| {
-        let (ad, vd, id) = (t.desc(name), v.desc(name), i.desc(name));
-        let (a, vh, ih) = (
-            t.handle(&ad, name),
-            v.handle(&vd, name),
-            i.handle(&id, name),
-        );
-        aclnn::dim_with_indices(rt, max, &a, dim as i64, true, &vh, &ih)
-            .unwrap_or_else(|e| fail(name, e));
+    launch(name, &device, [t, &v, &i], |rt, [a, v, i]| {
+        aclnn::dim_with_indices(rt, max, a, dim as i64, true, v, i)
     });
     Some((v, i))
 }
@@ -382,10 +336,8 @@ pub(crate) fn gelu(t: &AscendTensor) -> Option<AscendTensor> {
     }
     let device = t.device();
     let o = AscendTensor::alloc(t.shape.clone(), t.dtype, &device);
-    run(NAME, &device, |rt| {
-        let (ad, od) = (t.desc(NAME), o.desc(NAME));
-        let (a, oh) = (t.handle(&ad, NAME), o.handle(&od, NAME));
-        aclnn::gelu_v2(rt, &a, 0, &oh).unwrap_or_else(|e| fail(NAME, e));
+    launch(NAME, &device, [t, &o], |rt, [a, o]| {
+        aclnn::gelu_v2(rt, a, 0, o)
     });
     Some(o)
 }
@@ -398,11 +350,9 @@ pub(crate) fn powf_scalar(t: &AscendTensor, exponent: BurnScalar) -> Option<Asce
     }
     let device = t.device();
     let o = AscendTensor::alloc(t.shape.clone(), t.dtype, &device);
-    run(NAME, &device, |rt| {
-        let (ad, od) = (t.desc(NAME), o.desc(NAME));
-        let (a, oh) = (t.handle(&ad, NAME), o.handle(&od, NAME));
+    launch(NAME, &device, [t, &o], |rt, [a, o]| {
         let e = scalar_for(rt, NAME, t.dtype, exponent);
-        aclnn::pow_tensor_scalar(rt, &a, &e, &oh).unwrap_or_else(|e| fail(NAME, e));
+        aclnn::pow_tensor_scalar(rt, a, &e, o)
     });
     Some(o)
 }
@@ -424,12 +374,10 @@ pub(crate) fn clamp(
     }
     let device = t.device();
     let o = AscendTensor::alloc(t.shape.clone(), t.dtype, &device);
-    run(name, &device, |rt| {
-        let (ad, od) = (t.desc(name), o.desc(name));
-        let (a, oh) = (t.handle(&ad, name), o.handle(&od, name));
+    launch(name, &device, [t, &o], |rt, [a, o]| {
         let lo = min.map(|s| scalar_for(rt, name, t.dtype, s));
         let hi = max.map(|s| scalar_for(rt, name, t.dtype, s));
-        aclnn::clamp(rt, &a, lo.as_ref(), hi.as_ref(), &oh).unwrap_or_else(|e| fail(name, e));
+        aclnn::clamp(rt, a, lo.as_ref(), hi.as_ref(), o)
     });
     Some(o)
 }
@@ -480,21 +428,16 @@ pub(crate) fn random(
         Distribution::Normal(..) => names::inplace_normal,
         Distribution::Bernoulli(_) => names::inplace_bernoulli,
     };
-    run(name, device, |rt| {
-        let od = o.desc(name);
-        let oh = o.handle(&od, name);
-        match distribution {
-            Distribution::Default => aclnn::inplace_uniform(rt, &oh, 0.0, 1.0, s, off),
-            Distribution::Uniform(lo, hi) => aclnn::inplace_uniform(rt, &oh, lo, hi, s, off),
-            Distribution::Normal(mean, std) => {
-                aclnn::inplace_normal(rt, &oh, mean as f32, std as f32, s as i64, off as i64)
-            }
-            Distribution::Bernoulli(p) => {
-                let p = Scalar::f64(rt.api(), p).unwrap_or_else(|e| fail(name, e));
-                aclnn::inplace_bernoulli(rt, &oh, &p, s as i64, off as i64)
-            }
+    launch(name, device, [&o], |rt, [o]| match distribution {
+        Distribution::Default => aclnn::inplace_uniform(rt, o, 0.0, 1.0, s, off),
+        Distribution::Uniform(lo, hi) => aclnn::inplace_uniform(rt, o, lo, hi, s, off),
+        Distribution::Normal(mean, std) => {
+            aclnn::inplace_normal(rt, o, mean as f32, std as f32, s as i64, off as i64)
         }
-        .unwrap_or_else(|e| fail(name, e));
+        Distribution::Bernoulli(p) => {
+            let p = Scalar::f64(rt.api(), p).unwrap_or_else(|e| fail(name, e));
+            aclnn::inplace_bernoulli(rt, o, &p, s as i64, off as i64)
+        }
     });
     Some(o)
 }
@@ -532,21 +475,14 @@ pub(crate) fn int_binary(
     let shape = broadcast(&lhs.shape, &rhs.shape)?;
     let device = lhs.device();
     let o = AscendTensor::alloc(Shape::from(shape), lhs.dtype, &device);
-    run(name, &device, |rt| {
-        let (ad, bd, od) = (lhs.desc(name), rhs.desc(name), o.desc(name));
-        let (a, b, oh) = (
-            lhs.handle(&ad, name),
-            rhs.handle(&bd, name),
-            o.handle(&od, name),
-        );
+    launch(name, &device, [lhs, rhs, &o], |rt, [a, b, o]| {
         // An integral alpha: CANN refuses a float alpha for integer operands.
         let one = Scalar::i64(rt.api(), 1).unwrap_or_else(|e| fail(name, e));
         match op {
-            IntBinary::Add => aclnn::add(rt, &a, &b, &one, &oh),
-            IntBinary::Sub => aclnn::sub(rt, &a, &b, &one, &oh),
-            IntBinary::Mul => aclnn::mul(rt, &a, &b, &oh),
+            IntBinary::Add => aclnn::add(rt, a, b, &one, o),
+            IntBinary::Sub => aclnn::sub(rt, a, b, &one, o),
+            IntBinary::Mul => aclnn::mul(rt, a, b, o),
         }
-        .unwrap_or_else(|e| fail(name, e));
     });
     Some(o)
 }
@@ -567,16 +503,13 @@ pub(crate) fn int_scalar(
     }
     let device = t.device();
     let o = AscendTensor::alloc(t.shape.clone(), t.dtype, &device);
-    run(name, &device, |rt| {
-        let (ad, od) = (t.desc(name), o.desc(name));
-        let (a, oh) = (t.handle(&ad, name), o.handle(&od, name));
+    launch(name, &device, [t, &o], |rt, [a, o]| {
         let sc = |v| Scalar::i64(rt.api(), v).unwrap_or_else(|e| fail(name, e));
         let other = sc(s.elem::<i64>());
         match alpha {
-            Some(al) => aclnn::adds(rt, &a, &other, &sc(al), &oh),
-            None => aclnn::muls(rt, &a, &other, &oh),
+            Some(al) => aclnn::adds(rt, a, &other, &sc(al), o),
+            None => aclnn::muls(rt, a, &other, o),
         }
-        .unwrap_or_else(|e| fail(name, e));
     });
     Some(o)
 }

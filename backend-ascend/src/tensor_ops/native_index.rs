@@ -14,23 +14,15 @@
 
 use burn_ascend_cann::acl::aclnn;
 use burn_ascend_cann::acl::names;
-use burn_ascend_cann::acl::{IntArray, Scalar, TensorList};
+use burn_ascend_cann::acl::{
+    self as acl, IntArray, Runtime, Scalar, Tensor as AclTensorHandle, TensorList,
+};
 use burn_backend::{DType, Shape, Slice};
 
 use super::base;
-use super::native::run;
+use super::native::{check_devices, launch, run};
 use crate::element::{acl_dtype, is_acl_float};
 use crate::tensor::{fail, AscendTensor};
-
-fn check_devices(op: &str, a: &AscendTensor, b: &AscendTensor) {
-    if a.device() != b.device() {
-        panic!(
-            "{op}: tensors on different devices ({} and {}); move them with `to_device` first",
-            a.device(),
-            b.device()
-        );
-    }
-}
 
 /// A dtype aclnn has a type for, at a rank the descriptors take (1..=8).
 fn movable(t: &AscendTensor) -> bool {
@@ -41,6 +33,31 @@ fn is_index(t: &AscendTensor) -> bool {
     matches!(t.dtype, DType::I64 | DType::I32)
 }
 
+/// A fresh output of `shape` and `t`'s dtype on `t`'s device, written by one kernel call
+/// over `inputs` and the output (as [`launch`]); an empty output is returned as it is, with
+/// no call (there is nothing to write).
+fn written<const N: usize>(
+    name: &str,
+    t: &AscendTensor,
+    shape: Shape,
+    inputs: [&AscendTensor; N],
+    call: impl FnOnce(&Runtime, [&AclTensorHandle<'_>; N], &AclTensorHandle<'_>) -> acl::Result<()>,
+) -> AscendTensor {
+    let device = t.device();
+    let out = AscendTensor::alloc_for(name, shape, t.dtype, &device);
+    if out.numel() > 0 {
+        run(name, &device, |rt| {
+            let descs = inputs.map(|t| t.desc(name));
+            let handles: [AclTensorHandle<'_>; N] =
+                std::array::from_fn(|i| inputs[i].handle(&descs[i], name));
+            let od = out.desc(name);
+            let o = out.handle(&od, name);
+            call(rt, handles.each_ref(), &o).unwrap_or_else(|e| fail(name, e));
+        });
+    }
+    out
+}
+
 /// `dst ← src` (`aclnnInplaceCopy`), `dst` a view of a fresh, unshared output; `src`
 /// broadcasts to `dst`'s shape.
 fn copy_into(dst: &AscendTensor, src: &AscendTensor) {
@@ -48,10 +65,8 @@ fn copy_into(dst: &AscendTensor, src: &AscendTensor) {
     if dst.numel() == 0 {
         return;
     }
-    run(NAME, &dst.device(), |rt| {
-        let (dd, sd) = (dst.desc(NAME), src.desc(NAME));
-        let (d, s) = (dst.handle(&dd, NAME), src.handle(&sd, NAME));
-        aclnn::inplace_copy(rt, &d, &s).unwrap_or_else(|e| fail(NAME, e));
+    launch(NAME, &dst.device(), [dst, src], |rt, [d, s]| {
+        aclnn::inplace_copy(rt, d, s)
     });
 }
 
@@ -74,21 +89,13 @@ pub(crate) fn select(t: &AscendTensor, dim: usize, indices: &AscendTensor) -> Op
     }
     let mut shape = t.shape.iter().copied().collect::<Vec<usize>>();
     shape[dim] = indices.numel();
-    let device = t.device();
-    let out = AscendTensor::alloc_for(NAME, Shape::from(shape), t.dtype, &device);
-    if out.numel() == 0 {
-        return Some(out);
-    }
-    run(NAME, &device, |rt| {
-        let (ad, id, od) = (t.desc(NAME), indices.desc(NAME), out.desc(NAME));
-        let (a, i, o) = (
-            t.handle(&ad, NAME),
-            indices.handle(&id, NAME),
-            out.handle(&od, NAME),
-        );
-        aclnn::index_select(rt, &a, dim as i64, &i, &o).unwrap_or_else(|e| fail(NAME, e));
-    });
-    Some(out)
+    Some(written(
+        NAME,
+        t,
+        Shape::from(shape),
+        [t, indices],
+        |rt, [a, i], o| aclnn::index_select(rt, a, dim as i64, i, o),
+    ))
 }
 
 /// `tensor` with the rows of `value` added at `indices` along `dim`, duplicates accumulating
@@ -119,28 +126,17 @@ pub(crate) fn select_add(
     {
         return None;
     }
-    let device = t.device();
-    let out = AscendTensor::alloc_for(NAME, t.shape.clone(), t.dtype, &device);
-    if out.numel() == 0 {
-        return Some(out);
-    }
-    run(NAME, &device, |rt| {
-        let (ad, id, vd, od) = (
-            t.desc(NAME),
-            indices.desc(NAME),
-            value.desc(NAME),
-            out.desc(NAME),
-        );
-        let (a, i, v, o) = (
-            t.handle(&ad, NAME),
-            indices.handle(&id, NAME),
-            value.handle(&vd, NAME),
-            out.handle(&od, NAME),
-        );
-        let one = Scalar::f32(rt.api(), 1.0).unwrap_or_else(|e| fail(NAME, e));
-        aclnn::index_add(rt, &a, dim as i64, &i, &v, &one, &o).unwrap_or_else(|e| fail(NAME, e));
-    });
-    Some(out)
+    let shape = t.shape.clone();
+    Some(written(
+        NAME,
+        t,
+        shape,
+        [t, indices, value],
+        |rt, [a, i, v], o| {
+            let one = Scalar::f32(rt.api(), 1.0).unwrap_or_else(|e| fail(NAME, e));
+            aclnn::index_add(rt, a, dim as i64, i, v, &one, o)
+        },
+    ))
 }
 
 /// `tensor.gather(dim, indices)` (`aclnnGather`; the output has the indices' shape), or `None`.
@@ -156,21 +152,13 @@ pub(crate) fn gather(dim: usize, t: &AscendTensor, indices: &AscendTensor) -> Op
     {
         return None;
     }
-    let device = t.device();
-    let out = AscendTensor::alloc_for(NAME, indices.shape.clone(), t.dtype, &device);
-    if out.numel() == 0 {
-        return Some(out);
-    }
-    run(NAME, &device, |rt| {
-        let (ad, id, od) = (t.desc(NAME), indices.desc(NAME), out.desc(NAME));
-        let (a, i, o) = (
-            t.handle(&ad, NAME),
-            indices.handle(&id, NAME),
-            out.handle(&od, NAME),
-        );
-        aclnn::gather(rt, &a, dim as i64, &i, &o).unwrap_or_else(|e| fail(NAME, e));
-    });
-    Some(out)
+    Some(written(
+        NAME,
+        t,
+        indices.shape.clone(),
+        [t, indices],
+        |rt, [a, i], o| aclnn::gather(rt, a, dim as i64, i, o),
+    ))
 }
 
 /// `tensor` with `value` scattered and summed at `indices` along `dim` (`aclnnScatterAdd`);
@@ -205,27 +193,14 @@ pub(crate) fn scatter_add(
     } else {
         contiguous(value)?
     };
-    let device = t.device();
-    let out = AscendTensor::alloc_for(NAME, t.shape.clone(), t.dtype, &device);
-    if out.numel() == 0 {
-        return Some(out);
-    }
-    run(NAME, &device, |rt| {
-        let (ad, id, vd, od) = (
-            t.desc(NAME),
-            indices.desc(NAME),
-            value.desc(NAME),
-            out.desc(NAME),
-        );
-        let (a, i, v, o) = (
-            t.handle(&ad, NAME),
-            indices.handle(&id, NAME),
-            value.handle(&vd, NAME),
-            out.handle(&od, NAME),
-        );
-        aclnn::scatter_add(rt, &a, dim as i64, &i, &v, &o).unwrap_or_else(|e| fail(NAME, e));
-    });
-    Some(out)
+    let shape = t.shape.clone();
+    Some(written(
+        NAME,
+        t,
+        shape,
+        [t, indices, &value],
+        |rt, [a, i, v], o| aclnn::scatter_add(rt, a, dim as i64, i, v, o),
+    ))
 }
 
 /// `cat(tensors, dim)` (`aclnnCat` over an `aclTensorList` of the inputs' views), or `None`.
@@ -296,20 +271,12 @@ pub(crate) fn repeat_dim(t: &AscendTensor, dim: usize, times: usize) -> Option<A
     }
     let mut shape = t.shape.iter().copied().collect::<Vec<usize>>();
     shape[dim] *= times;
-    let device = t.device();
-    let out = AscendTensor::alloc_for(NAME, Shape::from(shape), t.dtype, &device);
-    if out.numel() == 0 {
-        return Some(out);
-    }
-    run(NAME, &device, |rt| {
+    Some(written(NAME, t, Shape::from(shape), [t], |rt, [a], o| {
         let mut reps = vec![1i64; t.shape.num_dims()];
         reps[dim] = times as i64;
         let reps = IntArray::new(rt.api(), &reps).unwrap_or_else(|e| fail(NAME, e));
-        let (ad, od) = (t.desc(NAME), out.desc(NAME));
-        let (a, o) = (t.handle(&ad, NAME), out.handle(&od, NAME));
-        aclnn::repeat(rt, &a, &reps, &o).unwrap_or_else(|e| fail(NAME, e));
-    });
-    Some(out)
+        aclnn::repeat(rt, a, &reps, o)
+    }))
 }
 
 /// `tensor.flip(axes)` (`aclnnFlip`), or `None`.
@@ -318,17 +285,10 @@ pub(crate) fn flip(t: &AscendTensor, axes: &[usize]) -> Option<AscendTensor> {
     if !movable(t) {
         return None;
     }
-    let device = t.device();
-    let out = AscendTensor::alloc_for(NAME, t.shape.clone(), t.dtype, &device);
-    if out.numel() == 0 {
-        return Some(out);
-    }
-    run(NAME, &device, |rt| {
+    let shape = t.shape.clone();
+    Some(written(NAME, t, shape, [t], |rt, [a], o| {
         let axes: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
         let axes = IntArray::new(rt.api(), &axes).unwrap_or_else(|e| fail(NAME, e));
-        let (ad, od) = (t.desc(NAME), out.desc(NAME));
-        let (a, o) = (t.handle(&ad, NAME), out.handle(&od, NAME));
-        aclnn::flip(rt, &a, &axes, &o).unwrap_or_else(|e| fail(NAME, e));
-    });
-    Some(out)
+        aclnn::flip(rt, a, &axes, o)
+    }))
 }

@@ -1,12 +1,14 @@
 //! Burn tensor helpers shared by the composites and the public functions: moving between a
-//! backend's float primitive and `Tensor<B, D>`, the GQA head expansion and the paged-cache
-//! gather (incremental and fused inference attention both read paged KV).
+//! backend's float primitive and `Tensor<B, D>`, the GQA head expansion, the paged-cache
+//! gather (incremental and fused inference attention both read paged KV) and the `[B, N, S, D]`
+//! view of the prompt-style layouts (prompt and fused inference attention).
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 
 use burn_ascend_contract::incre::PagedLayout;
+use burn_ascend_contract::prompt::PfaLayout;
 
 /// A float primitive as a rank-`D` tensor.
 pub fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
@@ -16,6 +18,26 @@ pub fn wrap<B: Backend, const D: usize>(p: FloatTensor<B>) -> Tensor<B, D> {
 /// A float tensor's primitive.
 pub fn unwrap<B: Backend, const D: usize>(t: Tensor<B, D>) -> FloatTensor<B> {
     t.into_primitive().tensor()
+}
+
+/// `[B, N, S, D]` view of a rank-3/4 query, key or value in a prompt-style layout (prompt and
+/// fused inference attention share them); a TND tensor is one batch of all its tokens (prompt
+/// attention slices TND per sequence before it gets here).
+pub fn bnsd<B: Backend>(t: FloatTensor<B>, layout: PfaLayout, heads: usize) -> Tensor<B, 4> {
+    match layout {
+        PfaLayout::Bsh => {
+            let t: Tensor<B, 3> = wrap(t);
+            let [b, s, h] = t.dims();
+            t.reshape([b, s, heads, h / heads]).swap_dims(1, 2)
+        }
+        PfaLayout::Bsnd => wrap::<B, 4>(t).swap_dims(1, 2),
+        PfaLayout::Bnsd | PfaLayout::BnsdBsnd => wrap(t),
+        PfaLayout::Tnd => {
+            let t: Tensor<B, 3> = wrap(t);
+            let [s, n, d] = t.dims();
+            t.swap_dims(0, 1).reshape([1, n, s, d])
+        }
+    }
 }
 
 /// `[Nkv, S, D]` → `[N, S, D]`, each kv head repeated for its group.

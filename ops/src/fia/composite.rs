@@ -13,7 +13,7 @@ use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata};
 use burn_ascend_contract::fia::{FiaDequantIndex, FiaDims, FiaSpec, PfaLayout};
 
 use crate::common::shapes;
-use crate::common::tensor::{expand_gqa, paged_rows, unwrap, wrap};
+use crate::common::tensor::{bnsd, expand_gqa, paged_rows, unwrap, wrap};
 use crate::error::Result;
 use crate::fia::{FiaInputs, FiaOutputs};
 
@@ -22,24 +22,6 @@ type T4<B> = Tensor<B, 4>;
 
 fn dims_of<B: Backend>(t: &FloatTensor<B>) -> Vec<usize> {
     t.shape().to_vec()
-}
-
-/// `[B, N, S, D]` view of a rank-3/4 tensor in a non-TND layout.
-fn bnsd<B: Backend>(t: FloatTensor<B>, layout: PfaLayout, heads: usize) -> T4<B> {
-    match layout {
-        PfaLayout::Bsh => {
-            let t: T3<B> = wrap(t);
-            let [b, s, h] = t.dims();
-            t.reshape([b, s, heads, h / heads]).swap_dims(1, 2)
-        }
-        PfaLayout::Bsnd => wrap::<B, 4>(t).swap_dims(1, 2),
-        PfaLayout::Bnsd | PfaLayout::BnsdBsnd => wrap(t),
-        PfaLayout::Tnd => {
-            let t: T3<B> = wrap(t);
-            let [s, n, d] = t.dims();
-            t.swap_dims(0, 1).reshape([1, n, s, d])
-        }
-    }
 }
 
 /// `(x + offset) · scale` for K (`which = 0`) or V (`which = 1`), `x` `[Nkv, len, D]` holding

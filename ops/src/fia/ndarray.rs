@@ -1,10 +1,6 @@
 //! `NdArray` runs fused inference attention on the CPU kernels ([`cpu_fia_fwd`]) instead of
 //! the composite; other backends' host fallbacks call the same function.
 
-use burn::backend::ndarray::{
-    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
-};
-use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 
@@ -12,20 +8,15 @@ use burn_ascend_contract::fia::FiaHostValues;
 use burn_ascend_kernels::cpu;
 
 use super::{FiaBackend, FiaInputs, FiaOutputs, FiaSpec};
+use crate::common::ndarray::ndarray_on_host;
 use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, to_vec};
 
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> FiaBackend for NdArray<E, I, Q>
-where
-    NdArrayTensor: From<SharedArray<E>>,
-    NdArrayTensor: From<SharedArray<I>>,
-{
-    fn fia_fwd(
-        inputs: FiaInputs<FloatTensor<Self>>,
-        spec: &FiaSpec,
-    ) -> Result<FiaOutputs<FloatTensor<Self>>> {
-        cpu_fia_fwd::<Self>(inputs, spec)
+ndarray_on_host! {
+    FiaBackend {
+        fn fia_fwd(inputs: FiaInputs<FloatTensor<Self>>, spec: &FiaSpec)
+            -> Result<FiaOutputs<FloatTensor<Self>>> => cpu_fia_fwd;
     }
 }
 

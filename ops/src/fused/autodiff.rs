@@ -11,9 +11,11 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::autodiff::Autodiff;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::TensorMetadata;
 
-use super::{rotary, CrossEntropyOutputs, FusedBackend, RmsNormGrads, RmsNormOutputs, RotaryMode};
+use super::{
+    validate, CrossEntropyOutputs, FusedBackend, RmsNormGrads, RmsNormOutputs, RotaryMode,
+};
+use crate::common::autodiff::stateful_node;
 use crate::error::{AttnError, Result};
 
 #[derive(Debug)]
@@ -111,10 +113,7 @@ impl<B: FusedBackend, C: CheckpointStrategy> FusedBackend for Autodiff<B, C> {
         epsilon: f64,
     ) -> Result<RmsNormOutputs<Self>> {
         let constant = <Self as AutodiffBackend>::from_inner;
-        let prep = RmsNormBackward
-            .prepare::<C>([x.node.clone(), gamma.node.clone()])
-            .compute_bound()
-            .stateful();
+        let prep = stateful_node::<C, _, _, _>(RmsNormBackward, [&x, &gamma]);
         let out = B::rms_norm_fwd(x.primitive.clone(), gamma.primitive.clone(), epsilon)?;
         Ok(match prep {
             OpsKind::Tracked(prep) => {
@@ -165,17 +164,9 @@ impl<B: FusedBackend, C: CheckpointStrategy> FusedBackend for Autodiff<B, C> {
                 )));
             }
         }
-        let prep = RotaryBackward
-            .prepare::<C>([x.node.clone()])
-            .compute_bound()
-            .stateful();
+        let prep = stateful_node::<C, _, _, _>(RotaryBackward, [&x]);
         // The backward's own rules (dy takes x's shape), checked now rather than at backward.
-        rotary::validate_bwd(
-            &x.primitive.shape().to_vec(),
-            &cos.primitive.shape().to_vec(),
-            &sin.primitive.shape().to_vec(),
-            mode,
-        )?;
+        validate::rotary_bwd(&x.primitive, &cos.primitive, &sin.primitive, mode)?;
         let out = B::rotary_embedding_fwd(
             x.primitive,
             cos.primitive.clone(),
@@ -199,10 +190,7 @@ impl<B: FusedBackend, C: CheckpointStrategy> FusedBackend for Autodiff<B, C> {
     }
 
     fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {
-        let prep = SwiGluBackward
-            .prepare::<C>([x.node.clone()])
-            .compute_bound()
-            .stateful();
+        let prep = stateful_node::<C, _, _, _>(SwiGluBackward, [&x]);
         let out = B::swiglu_fwd(x.primitive.clone(), dim)?;
         Ok(match prep {
             OpsKind::Tracked(prep) => prep.finish((x.primitive, dim), out),
@@ -225,10 +213,7 @@ impl<B: FusedBackend, C: CheckpointStrategy> FusedBackend for Autodiff<B, C> {
         ignore_index: i64,
     ) -> Result<CrossEntropyOutputs<Self>> {
         let constant = <Self as AutodiffBackend>::from_inner;
-        let prep = CrossEntropyBackward
-            .prepare::<C>([input.node.clone()])
-            .compute_bound()
-            .stateful();
+        let prep = stateful_node::<C, _, _, _>(CrossEntropyBackward, [&input]);
         let out = B::cross_entropy_fwd(input.primitive, target.clone(), ignore_index)?;
         Ok(match prep {
             OpsKind::Tracked(prep) => {

@@ -4,11 +4,11 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
-use burn::tensor::{activation, DType, Int, Shape, Tensor, TensorMetadata, TensorPrimitive};
+use burn::tensor::{activation, DType, Int, Shape, Tensor, TensorPrimitive};
 
 use super::{
-    cross_entropy, rms_norm, rotary, swiglu, CrossEntropyOutputs, RmsNormDims, RmsNormGrads,
-    RmsNormOutputs, RotaryMode,
+    cross_entropy, validate, CrossEntropyOutputs, RmsNormDims, RmsNormGrads, RmsNormOutputs,
+    RotaryMode,
 };
 use crate::error::Result;
 
@@ -31,8 +31,7 @@ pub fn rms_norm_fwd<B: Backend>(
     gamma: FloatTensor<B>,
     epsilon: f64,
 ) -> Result<RmsNormOutputs<B>> {
-    let shape = x.shape().to_vec();
-    let d = rms_norm::validate_fwd(&shape, &gamma.shape().to_vec(), epsilon)?;
+    let (shape, d) = validate::rms_norm_fwd(&x, &gamma, epsilon)?;
     let x = tensor::<B, 2>(x).reshape([d.rows, d.cols]);
     let dt = x.dtype();
     let x32 = x.cast(DType::F32);
@@ -52,13 +51,7 @@ pub fn rms_norm_bwd<B: Backend>(
     rstd: FloatTensor<B>,
     gamma: FloatTensor<B>,
 ) -> Result<RmsNormGrads<B>> {
-    let shape = x.shape().to_vec();
-    let d = rms_norm::validate_bwd(
-        &dy.shape().to_vec(),
-        &shape,
-        &rstd.shape().to_vec(),
-        &gamma.shape().to_vec(),
-    )?;
+    let (shape, d) = validate::rms_norm_bwd(&dy, &x, &rstd, &gamma)?;
     let (x, gamma) = (tensor::<B, 2>(x), tensor::<B, 1>(gamma));
     let (dt, gdt) = (x.dtype(), gamma.dtype());
     let x = x.reshape([d.rows, d.cols]).cast(DType::F32);
@@ -79,8 +72,7 @@ pub fn rms_norm_bwd<B: Backend>(
 
 /// SwiGLU's forward, composed.
 pub fn swiglu_fwd<B: Backend>(x: FloatTensor<B>, dim: i64) -> Result<FloatTensor<B>> {
-    let shape = x.shape().to_vec();
-    let d = swiglu::validate_fwd(&shape, dim)?;
+    let (shape, d) = validate::swiglu_fwd(&x, dim)?;
     let x = tensor::<B, 3>(x).reshape([d.outer, 2 * d.half, d.inner]);
     let a = x.clone().narrow(1, 0, d.half);
     let b = x.narrow(1, d.half, d.half);
@@ -93,8 +85,7 @@ pub fn swiglu_bwd<B: Backend>(
     x: FloatTensor<B>,
     dim: i64,
 ) -> Result<FloatTensor<B>> {
-    let shape = x.shape().to_vec();
-    let d = swiglu::validate_bwd(&dy.shape().to_vec(), &shape, dim)?;
+    let (shape, d) = validate::swiglu_bwd(&dy, &x, dim)?;
     let x = tensor::<B, 3>(x).reshape([d.outer, 2 * d.half, d.inner]);
     let dy = tensor::<B, 3>(dy).reshape([d.outer, d.half, d.inner]);
     let a = x.clone().narrow(1, 0, d.half);
@@ -148,11 +139,7 @@ pub fn cross_entropy_fwd<B: Backend>(
     target: IntTensor<B>,
     ignore_index: i64,
 ) -> Result<CrossEntropyOutputs<B>> {
-    let d = cross_entropy::validate_fwd(
-        &input.shape().to_vec(),
-        &target.shape().to_vec(),
-        ignore_index,
-    )?;
+    let (_, d) = validate::cross_entropy_fwd(&input, &target, ignore_index)?;
     let x = tensor::<B, 2>(input);
     let dt = x.dtype();
     let (onehot, mask, count) = onehot_mask::<B>(target, d.n, d.c, ignore_index, dt)?;
@@ -172,12 +159,7 @@ pub fn cross_entropy_bwd<B: Backend>(
     target: IntTensor<B>,
     ignore_index: i64,
 ) -> Result<FloatTensor<B>> {
-    let d = cross_entropy::validate_bwd(
-        &grad_loss.shape().to_vec(),
-        &log_prob.shape().to_vec(),
-        &target.shape().to_vec(),
-        ignore_index,
-    )?;
+    let (_, d) = validate::cross_entropy_bwd(&grad_loss, &log_prob, &target, ignore_index)?;
     let lp = tensor::<B, 2>(log_prob);
     let dt = lp.dtype();
     let (onehot, mask, count) = onehot_mask::<B>(target, d.n, d.c, ignore_index, dt)?;
@@ -216,12 +198,7 @@ pub fn rotary_fwd<B: Backend>(
     sin: FloatTensor<B>,
     mode: RotaryMode,
 ) -> Result<FloatTensor<B>> {
-    rotary::validate_fwd(
-        &x.shape().to_vec(),
-        &cos.shape().to_vec(),
-        &sin.shape().to_vec(),
-        mode,
-    )?;
+    validate::rotary_fwd(&x, &cos, &sin, mode)?;
     let x = tensor::<B, 4>(x);
     let (cos, sin) = (table::<B>(cos, &x), table::<B>(sin, &x));
     Ok(prim(x.clone() * cos + rotate(x, mode) * sin))
@@ -234,12 +211,7 @@ pub fn rotary_bwd<B: Backend>(
     sin: FloatTensor<B>,
     mode: RotaryMode,
 ) -> Result<FloatTensor<B>> {
-    rotary::validate_bwd(
-        &dy.shape().to_vec(),
-        &cos.shape().to_vec(),
-        &sin.shape().to_vec(),
-        mode,
-    )?;
+    validate::rotary_bwd(&dy, &cos, &sin, mode)?;
     let dy = tensor::<B, 4>(dy);
     let (cos, sin) = (table::<B>(cos, &dy), table::<B>(sin, &dy));
     Ok(prim(dy.clone() * cos - rotate(dy * sin, mode)))

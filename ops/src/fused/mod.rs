@@ -19,6 +19,7 @@ pub mod api;
 mod autodiff;
 pub mod composite;
 pub mod ndarray;
+pub mod validate;
 
 pub use burn_ascend_contract::fused::{
     cross_entropy, rms_norm, rotary, swiglu, CrossEntropyDims, RmsNormDims, RotaryDims, RotaryMode,

@@ -1,10 +1,6 @@
 //! `NdArray` runs the one-pass CPU kernels on the tensors' host memory. Dtypes other than f32
 //! are computed in f32 and written back in their own dtype.
 
-use burn::backend::ndarray::{
-    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
-};
-use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{DType, TensorMetadata};
@@ -12,80 +8,44 @@ use burn::tensor::{DType, TensorMetadata};
 use burn_ascend_kernels::cpu::fused as cpu;
 
 use super::{
-    cross_entropy, rms_norm, rotary, swiglu, CrossEntropyOutputs, FusedBackend, RmsNormDims,
-    RmsNormGrads, RmsNormOutputs, RotaryMode,
+    cross_entropy, validate, CrossEntropyOutputs, FusedBackend, RmsNormDims, RmsNormGrads,
+    RmsNormOutputs, RotaryMode,
 };
+use crate::common::ndarray::ndarray_on_host;
 use crate::error::{AttnError, Result};
 use crate::host::{from_vec, to_vec};
 
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> FusedBackend
-    for NdArray<E, I, Q>
-where
-    NdArrayTensor: From<SharedArray<E>>,
-    NdArrayTensor: From<SharedArray<I>>,
-{
-    fn rms_norm_fwd(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        epsilon: f64,
-    ) -> Result<RmsNormOutputs<Self>> {
-        cpu_rms_norm_fwd::<Self>(x, gamma, epsilon)
-    }
-
-    fn rms_norm_bwd(
-        dy: FloatTensor<Self>,
-        x: FloatTensor<Self>,
-        rstd: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-    ) -> Result<RmsNormGrads<Self>> {
-        cpu_rms_norm_bwd::<Self>(dy, x, rstd, gamma)
-    }
-
-    fn rotary_embedding_fwd(
-        x: FloatTensor<Self>,
-        cos: FloatTensor<Self>,
-        sin: FloatTensor<Self>,
-        mode: RotaryMode,
-    ) -> Result<FloatTensor<Self>> {
-        cpu_rotary_fwd::<Self>(x, cos, sin, mode)
-    }
-
-    fn rotary_embedding_bwd(
-        dy: FloatTensor<Self>,
-        cos: FloatTensor<Self>,
-        sin: FloatTensor<Self>,
-        mode: RotaryMode,
-    ) -> Result<FloatTensor<Self>> {
-        cpu_rotary_bwd::<Self>(dy, cos, sin, mode)
-    }
-
-    fn swiglu_fwd(x: FloatTensor<Self>, dim: i64) -> Result<FloatTensor<Self>> {
-        cpu_swiglu_fwd::<Self>(x, dim)
-    }
-
-    fn swiglu_bwd(
-        dy: FloatTensor<Self>,
-        x: FloatTensor<Self>,
-        dim: i64,
-    ) -> Result<FloatTensor<Self>> {
-        cpu_swiglu_bwd::<Self>(dy, x, dim)
-    }
-
-    fn cross_entropy_fwd(
-        input: FloatTensor<Self>,
-        target: IntTensor<Self>,
-        ignore_index: i64,
-    ) -> Result<CrossEntropyOutputs<Self>> {
-        cpu_cross_entropy_fwd::<Self>(input, target, ignore_index)
-    }
-
-    fn cross_entropy_bwd(
-        grad_loss: FloatTensor<Self>,
-        log_prob: FloatTensor<Self>,
-        target: IntTensor<Self>,
-        ignore_index: i64,
-    ) -> Result<FloatTensor<Self>> {
-        cpu_cross_entropy_bwd::<Self>(grad_loss, log_prob, target, ignore_index)
+ndarray_on_host! {
+    FusedBackend {
+        fn rms_norm_fwd(x: FloatTensor<Self>, gamma: FloatTensor<Self>, epsilon: f64)
+            -> Result<RmsNormOutputs<Self>> => cpu_rms_norm_fwd;
+        fn rms_norm_bwd(
+            dy: FloatTensor<Self>,
+            x: FloatTensor<Self>,
+            rstd: FloatTensor<Self>,
+            gamma: FloatTensor<Self>,
+        ) -> Result<RmsNormGrads<Self>> => cpu_rms_norm_bwd;
+        fn rotary_embedding_fwd(
+            x: FloatTensor<Self>, cos: FloatTensor<Self>, sin: FloatTensor<Self>, mode: RotaryMode,
+        ) -> Result<FloatTensor<Self>> => cpu_rotary_fwd;
+        fn rotary_embedding_bwd(
+            dy: FloatTensor<Self>, cos: FloatTensor<Self>, sin: FloatTensor<Self>, mode: RotaryMode,
+        ) -> Result<FloatTensor<Self>> => cpu_rotary_bwd;
+        fn swiglu_fwd(x: FloatTensor<Self>, dim: i64)
+            -> Result<FloatTensor<Self>> => cpu_swiglu_fwd;
+        fn swiglu_bwd(dy: FloatTensor<Self>, x: FloatTensor<Self>, dim: i64)
+            -> Result<FloatTensor<Self>> => cpu_swiglu_bwd;
+        fn cross_entropy_fwd(
+            input: FloatTensor<Self>,
+            target: IntTensor<Self>,
+            ignore_index: i64,
+        ) -> Result<CrossEntropyOutputs<Self>> => cpu_cross_entropy_fwd;
+        fn cross_entropy_bwd(
+            grad_loss: FloatTensor<Self>,
+            log_prob: FloatTensor<Self>,
+            target: IntTensor<Self>,
+            ignore_index: i64,
+        ) -> Result<FloatTensor<Self>> => cpu_cross_entropy_bwd;
     }
 }
 
@@ -122,8 +82,7 @@ pub fn cpu_rms_norm_fwd<B: Backend>(
     gamma: FloatTensor<B>,
     epsilon: f64,
 ) -> Result<RmsNormOutputs<B>> {
-    let shape = x.shape().to_vec();
-    let d = rms_norm::validate_fwd(&shape, &gamma.shape().to_vec(), epsilon)?;
+    let (shape, d) = validate::rms_norm_fwd(&x, &gamma, epsilon)?;
     let (device, dt) = (B::float_device(&x), x.dtype());
     let (y, rstd) = cpu::rms_norm_fwd(&to_vec::<B>(x), &to_vec::<B>(gamma), d.cols, epsilon);
     Ok(RmsNormOutputs {
@@ -139,14 +98,8 @@ pub fn cpu_rms_norm_bwd<B: Backend>(
     rstd: FloatTensor<B>,
     gamma: FloatTensor<B>,
 ) -> Result<RmsNormGrads<B>> {
-    let shape = x.shape().to_vec();
+    let (shape, d) = validate::rms_norm_bwd(&dy, &x, &rstd, &gamma)?;
     let gshape = gamma.shape().to_vec();
-    let d = rms_norm::validate_bwd(
-        &dy.shape().to_vec(),
-        &shape,
-        &rstd.shape().to_vec(),
-        &gshape,
-    )?;
     let (device, dt, gdt) = (B::float_device(&x), x.dtype(), gamma.dtype());
     let (dx, dgamma) = cpu::rms_norm_bwd(
         &to_vec::<B>(dy),
@@ -178,8 +131,7 @@ pub fn cpu_rotary_fwd<B: Backend>(
     sin: FloatTensor<B>,
     mode: RotaryMode,
 ) -> Result<FloatTensor<B>> {
-    let shape = x.shape().to_vec();
-    let d = rotary::validate_fwd(&shape, &cos.shape().to_vec(), &sin.shape().to_vec(), mode)?;
+    let (shape, d) = validate::rotary_fwd(&x, &cos, &sin, mode)?;
     let (device, dt) = (B::float_device(&x), x.dtype());
     let (cos, sin) = (table::<B>(cos, dt), table::<B>(sin, dt));
     let y = cpu::rotary_fwd(&to_vec::<B>(x), &cos, &sin, &d, mode);
@@ -193,8 +145,7 @@ pub fn cpu_rotary_bwd<B: Backend>(
     sin: FloatTensor<B>,
     mode: RotaryMode,
 ) -> Result<FloatTensor<B>> {
-    let shape = dy.shape().to_vec();
-    let d = rotary::validate_bwd(&shape, &cos.shape().to_vec(), &sin.shape().to_vec(), mode)?;
+    let (shape, d) = validate::rotary_bwd(&dy, &cos, &sin, mode)?;
     let (device, dt) = (B::float_device(&dy), dy.dtype());
     let (cos, sin) = (table::<B>(cos, dt), table::<B>(sin, dt));
     let dx = cpu::rotary_bwd(&to_vec::<B>(dy), &cos, &sin, &d, mode);
@@ -203,8 +154,7 @@ pub fn cpu_rotary_bwd<B: Backend>(
 
 /// SwiGLU's forward through the CPU kernel, for any backend.
 pub fn cpu_swiglu_fwd<B: Backend>(x: FloatTensor<B>, dim: i64) -> Result<FloatTensor<B>> {
-    let shape = x.shape().to_vec();
-    let d = swiglu::validate_fwd(&shape, dim)?;
+    let (shape, d) = validate::swiglu_fwd(&x, dim)?;
     let (device, dt) = (B::float_device(&x), x.dtype());
     let y = cpu::swiglu_fwd(&to_vec::<B>(x), d.outer, d.half, d.inner);
     Ok(back::<B>(y, &d.out_shape(&shape), dt, &device))
@@ -216,8 +166,7 @@ pub fn cpu_swiglu_bwd<B: Backend>(
     x: FloatTensor<B>,
     dim: i64,
 ) -> Result<FloatTensor<B>> {
-    let shape = x.shape().to_vec();
-    let d = swiglu::validate_bwd(&dy.shape().to_vec(), &shape, dim)?;
+    let (shape, d) = validate::swiglu_bwd(&dy, &x, dim)?;
     let (device, dt) = (B::float_device(&x), x.dtype());
     let dx = cpu::swiglu_bwd(&to_vec::<B>(dy), &to_vec::<B>(x), d.outer, d.half, d.inner);
     Ok(back::<B>(dx, &shape, dt, &device))
@@ -229,8 +178,7 @@ pub fn cpu_cross_entropy_fwd<B: Backend>(
     target: IntTensor<B>,
     ignore_index: i64,
 ) -> Result<CrossEntropyOutputs<B>> {
-    let shape = input.shape().to_vec();
-    let d = cross_entropy::validate_fwd(&shape, &target.shape().to_vec(), ignore_index)?;
+    let (shape, d) = validate::cross_entropy_fwd(&input, &target, ignore_index)?;
     let t = host_ints::<B>(target)?;
     cross_entropy::validate_targets(&t, d.c, ignore_index)?;
     let (device, dt) = (B::float_device(&input), input.dtype());
@@ -248,13 +196,7 @@ pub fn cpu_cross_entropy_bwd<B: Backend>(
     target: IntTensor<B>,
     ignore_index: i64,
 ) -> Result<FloatTensor<B>> {
-    let shape = log_prob.shape().to_vec();
-    let d = cross_entropy::validate_bwd(
-        &grad_loss.shape().to_vec(),
-        &shape,
-        &target.shape().to_vec(),
-        ignore_index,
-    )?;
+    let (shape, d) = validate::cross_entropy_bwd(&grad_loss, &log_prob, &target, ignore_index)?;
     let t = host_ints::<B>(target)?;
     cross_entropy::validate_targets(&t, d.c, ignore_index)?;
     let (device, dt) = (B::float_device(&log_prob), log_prob.dtype());

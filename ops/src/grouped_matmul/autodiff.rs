@@ -16,6 +16,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorMetadata, TensorPrimitive};
 
 use super::{composite, GroupType, GroupedMatmulBackend, GroupedMatmulSpec};
+use crate::common::autodiff::stateful_node;
 use crate::error::Result;
 
 #[derive(Debug)]
@@ -114,28 +115,24 @@ impl<B: GroupedMatmulBackend, C: CheckpointStrategy> GroupedMatmulBackend for Au
             return composite::grouped_matmul::<Self>(x, weight, bias, spec);
         }
         // Without a bias the third parent is x again and never receives a gradient.
-        let bias_node = bias.as_ref().map_or(x.node.clone(), |b| b.node.clone());
-        let nodes = [x.node.clone(), weight.node.clone(), bias_node];
+        let prep = stateful_node::<C, _, _, _>(
+            GroupedMatmulBackward,
+            [&x, &weight, bias.as_ref().unwrap_or(&x)],
+        );
         let bias_dtype = bias.as_ref().map(|b| b.primitive.dtype());
         let (xp, wp) = (x.primitive, weight.primitive);
         let out = B::grouped_matmul(xp.clone(), wp.clone(), bias.map(|b| b.primitive), spec)?;
-        Ok(
-            match GroupedMatmulBackward
-                .prepare::<C>(nodes)
-                .compute_bound()
-                .stateful()
-            {
-                OpsKind::Tracked(prep) => prep.finish(
-                    GroupedMatmulState {
-                        x: xp,
-                        weight: wp,
-                        bias_dtype,
-                        spec: spec.clone(),
-                    },
-                    out,
-                ),
-                OpsKind::UnTracked(prep) => prep.finish(out),
-            },
-        )
+        Ok(match prep {
+            OpsKind::Tracked(prep) => prep.finish(
+                GroupedMatmulState {
+                    x: xp,
+                    weight: wp,
+                    bias_dtype,
+                    spec: spec.clone(),
+                },
+                out,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        })
     }
 }

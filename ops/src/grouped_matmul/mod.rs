@@ -5,16 +5,13 @@
 //! is `burn_ascend_contract::grouped_matmul`, re-exported here; the design notes are
 //! `docs/moe.md`.
 
-use burn::backend::ndarray::{
-    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
-};
-use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorMetadata, TensorPrimitive};
 
 pub use burn_ascend_contract::grouped_matmul::*;
 
+use crate::common::ndarray::ndarray_on_host;
 use crate::error::Result;
 use crate::host::acl_dtype;
 
@@ -39,13 +36,8 @@ pub trait GroupedMatmulBackend: Backend {
     }
 }
 
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> GroupedMatmulBackend
-    for NdArray<E, I, Q>
-where
-    NdArrayTensor: From<SharedArray<E>>,
-    NdArrayTensor: From<SharedArray<I>>,
-{
-}
+// `NdArray` runs the composite.
+ndarray_on_host! { GroupedMatmulBackend {} }
 
 /// The shapes and dtypes of a call, for the contract.
 pub fn shapes<B: Backend>(

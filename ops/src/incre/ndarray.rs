@@ -1,10 +1,6 @@
 //! `NdArray` runs incremental attention on the fast CPU decode kernel ([`cpu_incre_fwd`])
 //! instead of the composite; other backends' host fallbacks call the same function.
 
-use burn::backend::ndarray::{
-    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
-};
-use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
@@ -13,21 +9,15 @@ use burn_ascend_contract::incre::{IncreHostValues, KvInput};
 use burn_ascend_kernels::cpu;
 
 use super::{IncreBackend, IncreInputs, IncreKv, IncreSpec, KvDims};
+use crate::common::ndarray::ndarray_on_host;
 use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, to_vec};
 
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> IncreBackend
-    for NdArray<E, I, Q>
-where
-    NdArrayTensor: From<SharedArray<E>>,
-    NdArrayTensor: From<SharedArray<I>>,
-{
-    fn incre_fwd(
-        inputs: IncreInputs<FloatTensor<Self>>,
-        spec: &IncreSpec,
-    ) -> Result<FloatTensor<Self>> {
-        cpu_incre_fwd::<Self>(inputs, spec)
+ndarray_on_host! {
+    IncreBackend {
+        fn incre_fwd(inputs: IncreInputs<FloatTensor<Self>>, spec: &IncreSpec)
+            -> Result<FloatTensor<Self>> => cpu_incre_fwd;
     }
 }
 

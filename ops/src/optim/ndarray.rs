@@ -2,10 +2,6 @@
 //! written back in the parameter's dtype): one read and one write of each instead of the
 //! composite's dozen temporaries.
 
-use burn::backend::ndarray::{
-    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
-};
-use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
@@ -13,22 +9,15 @@ use burn::tensor::TensorMetadata;
 use burn_ascend_kernels::cpu::optim as cpu;
 
 use super::{validate_adamw, AdamWHyper, AdamWTensors, OptimBackend};
+use crate::common::ndarray::ndarray_on_host;
 use crate::error::Result;
 use crate::host::{from_vec, to_vec};
 
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> OptimBackend
-    for NdArray<E, I, Q>
-where
-    NdArrayTensor: From<SharedArray<E>>,
-    NdArrayTensor: From<SharedArray<I>>,
-{
-    fn adamw_step(
-        state: AdamWTensors<Self>,
-        grad: FloatTensor<Self>,
-        step: u64,
-        hyper: &AdamWHyper,
-    ) -> Result<AdamWTensors<Self>> {
-        cpu_adamw_step::<Self>(state, grad, step, hyper)
+ndarray_on_host! {
+    OptimBackend {
+        fn adamw_step(
+            state: AdamWTensors<Self>, grad: FloatTensor<Self>, step: u64, hyper: &AdamWHyper,
+        ) -> Result<AdamWTensors<Self>> => cpu_adamw_step;
     }
 }
 

@@ -10,7 +10,7 @@ use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata};
 use burn_ascend_contract::prompt::PfaLayout;
 
 use crate::common::shapes;
-use crate::common::tensor::{expand_gqa, unwrap, wrap};
+use crate::common::tensor::{bnsd, expand_gqa, unwrap, wrap};
 use crate::error::{AttnError, Result};
 use crate::prompt::{PromptDims, PromptInputs, PromptSpec};
 
@@ -25,20 +25,6 @@ fn mask_3d<B: Backend>(m: FloatTensor<B>) -> T3<B> {
         _ => unreachable!("validated"),
     };
     wrap(B::float_reshape(m, [mb, rows, cols].into()))
-}
-
-/// `[B, N, S, D]` view of a rank-3/4 tensor in a non-TND layout.
-fn bnsd<B: Backend>(t: FloatTensor<B>, layout: PfaLayout, heads: usize) -> T4<B> {
-    match layout {
-        PfaLayout::Bsh => {
-            let t: T3<B> = wrap(t);
-            let [b, s, h] = t.dims();
-            t.reshape([b, s, heads, h / heads]).swap_dims(1, 2)
-        }
-        PfaLayout::Bsnd => wrap::<B, 4>(t).swap_dims(1, 2),
-        PfaLayout::Bnsd | PfaLayout::BnsdBsnd => wrap(t),
-        PfaLayout::Tnd => unreachable!("TND is handled per sequence"),
-    }
 }
 
 /// Softmax over the last dim with excluded entries; fully excluded rows give 0.
@@ -126,6 +112,20 @@ pub fn prompt_fwd<B: Backend>(
     let pse: Option<T4<B>> = inputs.pse_shift.map(wrap);
     let dense = inputs.atten_mask.map(mask_3d::<B>);
     let seqs = dims.sequences(spec);
+    // One batch's attention, whichever layout its slices come from.
+    let attend = |b, lens, qb, kb, vb| {
+        attend_batch(
+            spec,
+            &dims,
+            pse.as_ref(),
+            dense.as_ref(),
+            b,
+            lens,
+            qb,
+            kb,
+            vb,
+        )
+    };
     if dims.layout == PfaLayout::Tnd {
         let (q, k, v): (T3<B>, T3<B>, T3<B>) =
             (wrap(inputs.query), wrap(inputs.key), wrap(inputs.value));
@@ -144,17 +144,7 @@ pub fn prompt_fwd<B: Backend>(
             let qb = q.clone().narrow(0, qo, sq).swap_dims(0, 1);
             let kb = k.clone().narrow(0, ko, skv).swap_dims(0, 1);
             let vb = v.clone().narrow(0, ko, skv).swap_dims(0, 1);
-            let o = attend_batch(
-                spec,
-                &dims,
-                pse.as_ref(),
-                dense.as_ref(),
-                b,
-                (sq, skv),
-                qb,
-                kb,
-                vb,
-            );
+            let o = attend(b, (sq, skv), qb, kb, vb);
             outs.push(o.swap_dims(0, 1));
         }
         if written < dims.q_seq {
@@ -189,17 +179,7 @@ pub fn prompt_fwd<B: Backend>(
             .narrow(0, b, 1)
             .narrow(2, 0, skv)
             .reshape([nkv, skv, dv]);
-        let o = attend_batch(
-            spec,
-            &dims,
-            pse.as_ref(),
-            dense.as_ref(),
-            b,
-            (sq, skv),
-            qb,
-            kb,
-            vb,
-        );
+        let o = attend(b, (sq, skv), qb, kb, vb);
         outs.push(o.reshape([1, n, qs, dv]));
     }
     let out = if outs.is_empty() {

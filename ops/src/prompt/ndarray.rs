@@ -1,10 +1,6 @@
 //! `NdArray` runs prompt attention on the CPU reference ([`cpu_prompt_fwd`]) instead of the
 //! composite; other backends' host fallbacks call the same function.
 
-use burn::backend::ndarray::{
-    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
-};
-use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
@@ -12,21 +8,15 @@ use burn::tensor::TensorMetadata;
 use burn_ascend_kernels::reference::prompt::prompt_flash_attention;
 
 use super::{composite, PromptBackend, PromptInputs, PromptSpec};
+use crate::common::ndarray::ndarray_on_host;
 use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, to_vec};
 
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> PromptBackend
-    for NdArray<E, I, Q>
-where
-    NdArrayTensor: From<SharedArray<E>>,
-    NdArrayTensor: From<SharedArray<I>>,
-{
-    fn prompt_fwd(
-        inputs: PromptInputs<FloatTensor<Self>>,
-        spec: &PromptSpec,
-    ) -> Result<FloatTensor<Self>> {
-        cpu_prompt_fwd::<Self>(inputs, spec)
+ndarray_on_host! {
+    PromptBackend {
+        fn prompt_fwd(inputs: PromptInputs<FloatTensor<Self>>, spec: &PromptSpec)
+            -> Result<FloatTensor<Self>> => cpu_prompt_fwd;
     }
 }
 

@@ -1,31 +1,21 @@
 //! `NdArray` runs the cache scatter on the CPU reference ([`cpu_scatter_kv`]) instead of the
 //! composite; other backends' host fallbacks call the same function.
 
-use burn::backend::ndarray::{
-    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
-};
-use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 
 use burn_ascend_contract::DataType;
 
 use super::{composite, scatter_host, ScatterBackend, ScatterInputs, ScatterOutputs, ScatterSpec};
+use crate::common::ndarray::ndarray_on_host;
 use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, to_vec};
 
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> ScatterBackend
-    for NdArray<E, I, Q>
-where
-    NdArrayTensor: From<SharedArray<E>>,
-    NdArrayTensor: From<SharedArray<I>>,
-{
-    fn scatter_kv(
-        inputs: ScatterInputs<FloatTensor<Self>>,
-        spec: &ScatterSpec,
-    ) -> Result<ScatterOutputs<FloatTensor<Self>>> {
-        cpu_scatter_kv::<Self>(inputs, spec)
+ndarray_on_host! {
+    ScatterBackend {
+        fn scatter_kv(inputs: ScatterInputs<FloatTensor<Self>>, spec: &ScatterSpec)
+            -> Result<ScatterOutputs<FloatTensor<Self>>> => cpu_scatter_kv;
     }
 }
 

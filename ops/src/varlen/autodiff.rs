@@ -16,6 +16,7 @@ use burn::tensor::ops::FloatTensor;
 use super::{
     VarlenBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs, VarlenSpec,
 };
+use crate::common::autodiff::stateful_node;
 use crate::error::Result;
 
 #[cfg(any(test, feature = "test-hooks"))]
@@ -95,21 +96,14 @@ fn varlen_node<B: VarlenBackend, C: CheckpointStrategy>(
     spec: &VarlenSpec,
 ) -> Result<VarlenOutputs<FloatTensor<Autodiff<B, C>>>> {
     // An absent sink or pse is the query's node again, an untracked parent for this op.
-    let or_query = |t: &Option<FloatTensor<Autodiff<B, C>>>| match t {
-        Some(t) => t.node.clone(),
-        None => inputs.query.node.clone(),
-    };
-    let nodes = [
-        inputs.query.node.clone(),
-        inputs.key.node.clone(),
-        inputs.value.node.clone(),
-        or_query(&inputs.sink),
-        or_query(&inputs.pse),
+    let parents = [
+        &inputs.query,
+        &inputs.key,
+        &inputs.value,
+        inputs.sink.as_ref().unwrap_or(&inputs.query),
+        inputs.pse.as_ref().unwrap_or(&inputs.query),
     ];
-    let prep = VarlenBackward
-        .prepare::<C>(nodes)
-        .compute_bound()
-        .stateful();
+    let prep = stateful_node::<C, _, _, _>(VarlenBackward, parents);
     let inner = |inputs: VarlenInputs<FloatTensor<Autodiff<B, C>>>| {
         B::varlen_fwd(inputs.map(|t| t.primitive), spec)
     };

@@ -449,16 +449,22 @@ fn seq_grad<B: Backend>(p: &VarlenProblem, c: &BwdCall<B>, seq: &SeqIter) -> Seq
     }
 }
 
+/// A backward call validated, as the problem the composite's per-sequence math reads (the
+/// backward and [`varlen_dpse`] start alike).
+fn bwd_problem<'s, T: TensorMetadata>(
+    inputs: &VarlenGradInputs<T>,
+    spec: &'s VarlenSpec,
+) -> Result<VarlenProblem<'s>> {
+    let dims = spec.validate_bwd(&shapes::varlen(&inputs.inputs), &shapes::varlen_bwd(inputs))?;
+    Ok(spec.problem(dims, None))
+}
+
 /// Composite backward (recomputes P from the saved statistics, like CANN).
 pub fn varlen_bwd<B: Backend>(
     inputs: VarlenGradInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenGrads<FloatTensor<B>>> {
-    let dims_ = spec.validate_bwd(
-        &shapes::varlen(&inputs.inputs),
-        &shapes::varlen_bwd(&inputs),
-    )?;
-    let p = spec.problem(dims_, None);
+    let p = bwd_problem(&inputs, spec)?;
     let (n, nkv, d, g) = (
         p.dims.head_num,
         p.dims.kv_head_num,
@@ -528,11 +534,7 @@ pub fn varlen_dpse<B: Backend>(
     inputs: VarlenGradInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<Option<FloatTensor<B>>> {
-    let dims_ = spec.validate_bwd(
-        &shapes::varlen(&inputs.inputs),
-        &shapes::varlen_bwd(&inputs),
-    )?;
-    let p = spec.problem(dims_, None);
+    let p = bwd_problem(&inputs, spec)?;
     let Some(f) = dpse_factor_of(&p, &inputs.inputs) else {
         return Ok(None);
     };

@@ -42,3 +42,11 @@ pub trait VarlenBackend: Backend {
         composite::varlen_bwd::<Self>(inputs, spec)
     }
 }
+
+/// The shapes of the backward's `dq`, `dk` and `dv`: the query's `[Tq, N, D]`, the key's
+/// `[Tkv, Nkv, D]` and the value's `[Tkv, Nkv, Dv]` (every backend allocates them so).
+pub fn grad_shapes(dims: &VarlenDims) -> [[usize; 3]; 3] {
+    let (tq, tkv) = (dims.t_q(), dims.t_kv());
+    let (n, nkv, d) = (dims.head_num, dims.kv_head_num, dims.head_dim);
+    [[tq, n, d], [tkv, nkv, d], [tkv, nkv, dims.value_dim]]
+}

@@ -2,10 +2,6 @@
 //! ([`cpu_varlen_fwd`], [`cpu_varlen_bwd`]) instead of the composite; other backends' host
 //! fallbacks call the same functions.
 
-use burn::backend::ndarray::{
-    FloatNdArrayElement, IntNdArrayElement, NdArrayTensor, QuantElement, SharedArray,
-};
-use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
@@ -14,30 +10,20 @@ use burn_ascend_contract::varlen::{check_alibi_compressed_values, AttenMask, Den
 use burn_ascend_kernels::cpu;
 
 use super::{
-    VarlenBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs, VarlenSpec,
+    grad_shapes, VarlenBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
+    VarlenSpec,
 };
+use crate::common::ndarray::ndarray_on_host;
 use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, to_vec};
 
-impl<E: FloatNdArrayElement, I: IntNdArrayElement, Q: QuantElement> VarlenBackend
-    for NdArray<E, I, Q>
-where
-    NdArrayTensor: From<SharedArray<E>>,
-    NdArrayTensor: From<SharedArray<I>>,
-{
-    fn varlen_fwd(
-        inputs: VarlenInputs<FloatTensor<Self>>,
-        spec: &VarlenSpec,
-    ) -> Result<VarlenOutputs<FloatTensor<Self>>> {
-        cpu_varlen_fwd::<Self>(inputs, spec)
-    }
-
-    fn varlen_bwd(
-        inputs: VarlenGradInputs<FloatTensor<Self>>,
-        spec: &VarlenSpec,
-    ) -> Result<VarlenGrads<FloatTensor<Self>>> {
-        cpu_varlen_bwd::<Self>(inputs, spec)
+ndarray_on_host! {
+    VarlenBackend {
+        fn varlen_fwd(inputs: VarlenInputs<FloatTensor<Self>>, spec: &VarlenSpec)
+            -> Result<VarlenOutputs<FloatTensor<Self>>> => cpu_varlen_fwd;
+        fn varlen_bwd(inputs: VarlenGradInputs<FloatTensor<Self>>, spec: &VarlenSpec)
+            -> Result<VarlenGrads<FloatTensor<Self>>> => cpu_varlen_bwd;
     }
 }
 
@@ -164,25 +150,13 @@ pub fn cpu_varlen_bwd<B: Backend>(
         &shapes::varlen_bwd(&inputs),
     )?;
     let device = B::float_device(&inputs.dy);
-    let VarlenGradInputs {
-        inputs: fwd,
-        dy,
-        attention_in,
-        softmax_max,
-        softmax_sum,
-    } = inputs;
+    let fwd = inputs.inputs;
     let sink = fwd.sink.map(to_vec::<B>);
     let pse = host_pse::<B>(fwd.pse, fwd.alibi_slopes)?;
     let mask = fwd.atten_mask.map(mask_bytes::<B>);
     let drop = host_drop_mask::<B>(spec, fwd.drop_mask)?;
-    let (tq, tkv, n, nkv, d, dv) = (
-        dims.t_q(),
-        dims.t_kv(),
-        dims.head_num,
-        dims.kv_head_num,
-        dims.head_dim,
-        dims.value_dim,
-    );
+    let [dq_shape, dk_shape, dv_shape] = grad_shapes(&dims);
+    let n = dims.head_num;
     let mut p = spec.problem(dims, sink.as_deref());
     p.pse = pse.view(n);
     p.drop_mask = drop.as_deref();
@@ -194,15 +168,15 @@ pub fn cpu_varlen_bwd<B: Backend>(
         &to_vec::<B>(fwd.query),
         &to_vec::<B>(fwd.key),
         &to_vec::<B>(fwd.value),
-        &to_vec::<B>(dy),
-        &to_vec::<B>(attention_in),
-        &to_vec::<B>(softmax_max),
-        &to_vec::<B>(softmax_sum),
+        &to_vec::<B>(inputs.dy),
+        &to_vec::<B>(inputs.attention_in),
+        &to_vec::<B>(inputs.softmax_max),
+        &to_vec::<B>(inputs.softmax_sum),
     );
     Ok(VarlenGrads {
-        dq: from_vec::<B>(g.dq, &[tq, n, d], &device),
-        dk: from_vec::<B>(g.dk, &[tkv, nkv, d], &device),
-        dv: from_vec::<B>(g.dv, &[tkv, nkv, dv], &device),
+        dq: from_vec::<B>(g.dq, &dq_shape, &device),
+        dk: from_vec::<B>(g.dk, &dk_shape, &device),
+        dv: from_vec::<B>(g.dv, &dv_shape, &device),
         dpse: g.dpse.map(|x| {
             let len = x.len();
             from_vec::<B>(x, &[len], &device)
