@@ -19,7 +19,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `src/a/b.rs` is `a::b`, `src/a/mod.rs` is `a`, `src/lib.rs` the root.
+/// `src/train/eager.rs` is `train::eager`, `src/train/mod.rs` is `train`, `src/lib.rs` the root.
 fn module_of(src: &Path, file: &Path) -> Module {
     let rel = file.strip_prefix(src).unwrap().with_extension("");
     let mut m: Module = rel
