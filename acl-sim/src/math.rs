@@ -187,67 +187,29 @@ fn binary_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-first_stage!(add, |p| {
-    guard(|| {
-        let alpha = scalar(p.alpha, &format!("{}: alpha", names::add))?;
-        binary_ws(
-            names::add,
-            Bin::Add,
-            p.self_,
-            p.other,
-            Some(alpha),
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+/// The `alpha` of `aclnnAdd`, `aclnnSub` or `aclnnAdds` (required where the prototype has one).
+fn alpha(op: &str, alpha: *const AclScalar) -> SimResult<Option<f64>> {
+    Ok(Some(scalar(alpha, &format!("{op}: alpha"))?))
+}
 
-first_stage!(sub, |p| {
-    guard(|| {
-        let alpha = scalar(p.alpha, &format!("{}: alpha", names::sub))?;
-        binary_ws(
-            names::sub,
-            Bin::Sub,
-            p.self_,
-            p.other,
-            Some(alpha),
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+/// The first stage of `aclnnAdd` … `aclnnDiv`, named by its table field: [`binary_ws`] of the
+/// op's kind with the `alpha` the prototype passes (`None` for the ops without one).
+macro_rules! binary {
+    ($field:ident, $kind:expr, |$p:ident| $alpha:expr) => {
+        first_stage!($field, |$p| {
+            guard(|| {
+                let (alpha, ws, ex) = ($alpha, $p.workspace_size, $p.executor);
+                let (x, y, out) = ($p.self_, $p.other, $p.out);
+                binary_ws(names::$field, $kind, x, y, alpha, out, ws, ex)
+            })
+        });
+    };
+}
 
-first_stage!(mul, |p| {
-    guard(|| {
-        binary_ws(
-            names::mul,
-            Bin::Mul,
-            p.self_,
-            p.other,
-            None,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
-
-first_stage!(div, |p| {
-    guard(|| {
-        binary_ws(
-            names::div,
-            Bin::Div,
-            p.self_,
-            p.other,
-            None,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+binary!(add, Bin::Add, |p| alpha(names::add, p.alpha)?);
+binary!(sub, Bin::Sub, |p| alpha(names::sub, p.alpha)?);
+binary!(mul, Bin::Mul, |p| None);
+binary!(div, Bin::Div, |p| None);
 
 // ---- matmul -----------------------------------------------------------------------------------
 
@@ -432,68 +394,30 @@ fn scalar_ws(
     unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
-first_stage!(adds, |p| {
-    guard(|| {
-        let other = scalar(p.other, &format!("{}: other", names::adds))?;
-        let alpha = scalar(p.alpha, &format!("{}: alpha", names::adds))?;
-        scalar_ws(
-            names::adds,
-            p.self_,
-            other,
-            Some(alpha),
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+/// The first stage of `aclnnAdds`, `aclnnMuls` or `aclnnDivs`, named by its table field:
+/// [`scalar_ws`] with the `alpha` the prototype passes (`None` for the ops without one).
+macro_rules! scalar_op {
+    ($field:ident, |$p:ident| $alpha:expr) => {
+        first_stage!($field, |$p| {
+            guard(|| {
+                let other = scalar($p.other, &format!("{}: other", names::$field))?;
+                let (alpha, ws, ex) = ($alpha, $p.workspace_size, $p.executor);
+                scalar_ws(names::$field, $p.self_, other, alpha, $p.out, ws, ex)
+            })
+        });
+    };
+}
 
-first_stage!(muls, |p| {
-    guard(|| {
-        let other = scalar(p.other, &format!("{}: other", names::muls))?;
-        scalar_ws(
-            names::muls,
-            p.self_,
-            other,
-            None,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
-
-first_stage!(divs, |p| {
-    guard(|| {
-        let other = scalar(p.other, &format!("{}: other", names::divs))?;
-        scalar_ws(
-            names::divs,
-            p.self_,
-            other,
-            None,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+scalar_op!(adds, |p| alpha(names::adds, p.alpha)?);
+scalar_op!(muls, |p| None);
+scalar_op!(divs, |p| None);
 
 /// Sum or mean over `dim` (an int array; negative dims count from the end).
-#[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
-fn reduce_ws(
-    op: &'static str,
-    mean: bool,
-    self_: T,
-    dim: *const AclIntArray,
-    keep_dim: bool,
-    dtype: i32,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> SimResult<()> {
-    let a = required(self_, "self")?;
-    let o = required(out, "out")?;
-    let Some(dims) = state::int_array(dim, "dim")? else {
+fn reduce_ws(op: &'static str, mean: bool, p: ReduceParams) -> SimResult<()> {
+    let dtype = p.dtype;
+    let a = required(p.self_, "self")?;
+    let o = required(p.out, "out")?;
+    let Some(dims) = state::int_array(p.dim, "dim")? else {
         return Err(SimErr(
             ACLNN_ERR_PARAM_NULLPTR,
             format!("{op}: dim is null"),
@@ -521,7 +445,7 @@ fn reduce_ws(
         .dims
         .iter()
         .enumerate()
-        .filter_map(|(i, &n)| match (axes.contains(&i), keep_dim) {
+        .filter_map(|(i, &n)| match (axes.contains(&i), p.keep_dim) {
             (true, true) => Some(1),
             (true, false) => None,
             (false, _) => Some(n),
@@ -557,40 +481,26 @@ fn reduce_ws(
         o.write("out", &encode(&v, o.dtype))
     };
     // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    unsafe {
+        new_executor(
+            op,
+            SIM_WORKSPACE,
+            Box::new(job),
+            p.workspace_size,
+            p.executor,
+        )
+    }
 }
 
-first_stage!(reduce_sum, |p| {
-    guard(|| {
-        reduce_ws(
-            names::reduce_sum,
-            false,
-            p.self_,
-            p.dim,
-            p.keep_dim,
-            p.dtype,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+/// The first stage of `aclnnReduceSum` (`mean` false) or `aclnnMean`, named by its table field.
+macro_rules! reduce {
+    ($field:ident, $mean:expr) => {
+        first_stage!($field, |p| { guard(|| reduce_ws(names::$field, $mean, p)) });
+    };
+}
 
-first_stage!(mean, |p| {
-    guard(|| {
-        reduce_ws(
-            names::mean,
-            true,
-            p.self_,
-            p.dim,
-            p.keep_dim,
-            p.dtype,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+reduce!(reduce_sum, false);
+reduce!(mean, true);
 
 unary!(exp, f32::exp);
 unary!(log, f32::ln);

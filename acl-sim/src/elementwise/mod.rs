@@ -23,7 +23,6 @@ mod reduce;
 mod unary;
 
 type T = *const AclTensor;
-type S = *const AclScalar;
 type Ws = *mut u64;
 type Ex = *mut *mut AclOpExecutor;
 
