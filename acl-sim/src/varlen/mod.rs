@@ -502,113 +502,68 @@ impl VarlenFwdCall {
     }
 }
 
+/// The forward's first stage, for V5 or a base call widened to V5 (`op` names the op called).
+fn fwd_stage(op: &'static str, p: VarlenFwdV5Params) -> SimResult<()> {
+    if !p.query_rope.is_null() || !p.key_rope.is_null() {
+        return unsupported("queryRope / keyRope");
+    }
+    // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+    let (layout, sm_layout) = unsafe {
+        (
+            c_str(p.input_layout, "inputLayout")?,
+            c_str(p.softmax_out_layout, "softmaxOutLayout")?,
+        )
+    };
+    let x = decode_varlen(
+        p.query,
+        p.key,
+        p.value,
+        p.real_shift,
+        p.drop_mask,
+        p.padding_mask,
+        p.atten_mask,
+        p.sink,
+        p.prefix,
+        p.actual_seq_q_len,
+        p.actual_seq_kv_len,
+        p.q_start_idx,
+        p.kv_start_idx,
+        p.scale_value,
+        p.keep_prob,
+        p.pre_tokens,
+        p.next_tokens,
+        p.head_num,
+        layout,
+        p.inner_precise,
+        p.sparse_mode,
+        p.pse_type,
+        sm_layout,
+        Pass::Forward,
+    )?;
+    let call = VarlenFwdCall {
+        x,
+        softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
+        softmax_sum: required(p.softmax_sum_out, "softmaxSumOut")?,
+        out: required(p.attention_out_out, "attentionOutOut")?,
+    };
+    call.check()?;
+    // SAFETY: the out-pointers come from the caller per the prototype.
+    unsafe {
+        new_executor(
+            op,
+            SIM_WORKSPACE,
+            Box::new(move || call.run()),
+            p.workspace_size,
+            p.executor,
+        )
+    }
+}
+
 first_stage!(varlen_fwd_v5, |p| {
-    const OP: &str = names::varlen_fwd_v5;
-    state::guard(|| {
-        if !p.query_rope.is_null() || !p.key_rope.is_null() {
-            return unsupported("queryRope / keyRope");
-        }
-        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let (layout, sm_layout) = unsafe {
-            (
-                c_str(p.input_layout, "inputLayout")?,
-                c_str(p.softmax_out_layout, "softmaxOutLayout")?,
-            )
-        };
-        let x = decode_varlen(
-            p.query,
-            p.key,
-            p.value,
-            p.real_shift,
-            p.drop_mask,
-            p.padding_mask,
-            p.atten_mask,
-            p.sink,
-            p.prefix,
-            p.actual_seq_q_len,
-            p.actual_seq_kv_len,
-            p.q_start_idx,
-            p.kv_start_idx,
-            p.scale_value,
-            p.keep_prob,
-            p.pre_tokens,
-            p.next_tokens,
-            p.head_num,
-            layout,
-            p.inner_precise,
-            p.sparse_mode,
-            p.pse_type,
-            sm_layout,
-            Pass::Forward,
-        )?;
-        let call = VarlenFwdCall {
-            x,
-            softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
-            softmax_sum: required(p.softmax_sum_out, "softmaxSumOut")?,
-            out: required(p.attention_out_out, "attentionOutOut")?,
-        };
-        call.check()?;
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                p.workspace_size,
-                p.executor,
-            )
-        }
-    })
+    state::guard(|| fwd_stage(names::varlen_fwd_v5, p))
 });
 
+// The base API has no sink, start indices or softmax layout; pse is pseType 1.
 first_stage!(varlen_fwd_base, |p| {
-    const OP: &str = names::varlen_fwd_base;
-    state::guard(|| {
-        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
-        // The base API has no sink, start indices or softmax layout; pse is pseType 1.
-        let x = decode_varlen(
-            p.query,
-            p.key,
-            p.value,
-            p.real_shift,
-            p.drop_mask,
-            p.padding_mask,
-            p.atten_mask,
-            std::ptr::null(),
-            p.prefix,
-            p.actual_seq_q_len,
-            p.actual_seq_kv_len,
-            std::ptr::null(),
-            std::ptr::null(),
-            p.scale_value,
-            p.keep_prob,
-            p.pre_tokens,
-            p.next_tokens,
-            p.head_num,
-            layout,
-            p.inner_precise,
-            p.sparse_mode,
-            1,
-            None,
-            Pass::Forward,
-        )?;
-        let call = VarlenFwdCall {
-            x,
-            softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
-            softmax_sum: required(p.softmax_sum_out, "softmaxSumOut")?,
-            out: required(p.attention_out_out, "attentionOutOut")?,
-        };
-        call.check()?;
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                p.workspace_size,
-                p.executor,
-            )
-        }
-    })
+    state::guard(|| fwd_stage(names::varlen_fwd_base, p.to_v5()))
 });

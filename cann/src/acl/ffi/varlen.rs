@@ -154,3 +154,68 @@ aclnn_prototype! {
         executor: Ex,
     )
 }
+
+/// The base ops' prototypes are the V5 ones less the parameters only V5 has: a call builds V5's
+/// arguments once and narrows them for the base op, and the simulation widens a base call with
+/// what the base op means for those (none given; pse type 1) and runs it as V5.
+macro_rules! base_is_v5_less {
+    ($base:ident, $v5:ident, [$($same:ident),* $(,)?], [$($only:ident: $meaning:expr),* $(,)?]) => {
+        impl $v5 {
+            /// These arguments for the base op: the ones only V5 has are dropped (a caller
+            /// narrows only a call that needs none of them).
+            pub fn to_base(self) -> $base {
+                $base { $($same: self.$same),* }
+            }
+        }
+
+        impl $base {
+            /// This call as the V5 op runs it: what V5 adds takes the base op's meaning.
+            pub fn to_v5(self) -> $v5 {
+                $v5 { $($same: self.$same,)* $($only: $meaning),* }
+            }
+        }
+    };
+}
+
+base_is_v5_less!(
+    VarlenFwdBaseParams,
+    VarlenFwdV5Params,
+    [
+        query, key, value, real_shift, drop_mask, padding_mask, atten_mask, prefix,
+        actual_seq_q_len, actual_seq_kv_len, scale_value, keep_prob, pre_tokens, next_tokens,
+        head_num, input_layout, inner_precise, sparse_mode, softmax_max_out, softmax_sum_out,
+        softmax_out_out, attention_out_out, workspace_size, executor,
+    ],
+    [
+        query_rope: std::ptr::null(),
+        key_rope: std::ptr::null(),
+        sink: std::ptr::null(),
+        q_start_idx: std::ptr::null(),
+        kv_start_idx: std::ptr::null(),
+        pse_type: 1,
+        softmax_out_layout: std::ptr::null_mut(),
+    ]
+);
+
+base_is_v5_less!(
+    VarlenGradBaseParams,
+    VarlenGradV5Params,
+    [
+        query, key, value, dy, pse_shift, drop_mask, padding_mask, atten_mask, softmax_max,
+        softmax_sum, softmax_in, attention_in, prefix, actual_seq_q_len, actual_seq_kv_len,
+        scale_value, keep_prob, pre_tokens, next_tokens, head_num, input_layout, inner_precise,
+        sparse_mode, dq_out, dk_out, dv_out, dpse_out, workspace_size, executor,
+    ],
+    [
+        query_rope: std::ptr::null(),
+        key_rope: std::ptr::null(),
+        sink_in: std::ptr::null(),
+        q_start_idx: std::ptr::null(),
+        kv_start_idx: std::ptr::null(),
+        pse_type: 1,
+        softmax_in_layout: std::ptr::null_mut(),
+        dq_rope_out: std::ptr::null(),
+        dk_rope_out: std::ptr::null(),
+        dsink_out: std::ptr::null(),
+    ]
+);
