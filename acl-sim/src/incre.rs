@@ -13,8 +13,8 @@ use crate::state::{
     SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, query_dtype,
-    unsupported, SIM_WORKSPACE,
+    check_dims, floats, floats_or_i8, half_query, ints, mask01, opt_floats, query_dtype,
+    unsupported, write_attention_out, SIM_WORKSPACE,
 };
 
 enum IncreKv {
@@ -130,11 +130,7 @@ impl IncreCall {
                 cols: *m.dims.last().unwrap_or(&0),
             });
         }
-        let pse = self
-            .pse
-            .as_ref()
-            .map(|p| floats(p, "pseShift"))
-            .transpose()?;
+        let pse = opt_floats(self.pse.as_ref(), "pseShift")?;
         if let (Some(data), Some(p)) = (&pse, &self.pse) {
             a.pse_shift = Some(IfaPse {
                 data,
@@ -142,16 +138,8 @@ impl IncreCall {
                 cols: p.dims[3],
             });
         }
-        let aq_scale = self
-            .antiquant_scale
-            .as_ref()
-            .map(|s| floats(s, "antiquantScale"))
-            .transpose()?;
-        let aq_offset = self
-            .antiquant_offset
-            .as_ref()
-            .map(|s| floats(s, "antiquantOffset"))
-            .transpose()?;
+        let aq_scale = opt_floats(self.antiquant_scale.as_ref(), "antiquantScale")?;
+        let aq_offset = opt_floats(self.antiquant_offset.as_ref(), "antiquantOffset")?;
         if let (Some(scale), Some(t)) = (&aq_scale, &self.antiquant_scale) {
             a.antiquant = Some(Antiquant {
                 scale,
@@ -159,27 +147,12 @@ impl IncreCall {
                 per_channel: t.dims.len() > 1,
             });
         }
-        let bytes = match &self.quant_scale2 {
-            Some(s) => {
-                let scale = floats(s, "quantScale2")?;
-                let offset = self
-                    .quant_offset2
-                    .as_ref()
-                    .map(|o| floats(o, "quantOffset2"))
-                    .transpose()?;
-                let pq = burn_ascend_contract::incre::IfaPostQuant {
-                    scale: &scale,
-                    offset: offset.as_deref(),
-                };
-                encode(&ifa::incre_flash_attention_int8(&a, &pq))
-            }
-            None => encode_f64(
-                &ifa::incre_flash_attention(&a),
-                self.out.dtype,
-                "attentionOut",
-            )?,
-        };
-        self.out.write("attentionOut", &bytes)
+        write_attention_out(
+            (self.quant_scale2.as_ref(), self.quant_offset2.as_ref()),
+            &self.out,
+            |quant| ifa::incre_flash_attention_int8(&a, quant),
+            || ifa::incre_flash_attention(&a),
+        )
     }
 }
 

@@ -3,6 +3,7 @@
 //! shape checks.
 
 use burn_ascend_cann::acl::ffi::*;
+use burn_ascend_contract::post_quant::PostQuant;
 use burn_ascend_contract::Element;
 use half::{bf16, f16};
 
@@ -73,6 +74,34 @@ pub(crate) fn floats(t: &SimTensor, name: &str) -> SimResult<Vec<f32>> {
             ))
         }
     })
+}
+
+/// The values of an optional tensor (`None` where it is absent).
+pub(crate) fn opt_floats(t: Option<&SimTensor>, name: &str) -> SimResult<Option<Vec<f32>>> {
+    t.map(|t| floats(t, name)).transpose()
+}
+
+/// Writes `attentionOut`: int8 through `quantScale2` / `quantOffset2` where a scale is given
+/// (`int8` computes it), else `float`'s values rounded to `out`'s dtype.
+pub(crate) fn write_attention_out(
+    (quant_scale2, quant_offset2): (Option<&SimTensor>, Option<&SimTensor>),
+    out: &SimTensor,
+    int8: impl FnOnce(&PostQuant) -> Vec<i8>,
+    float: impl FnOnce() -> Vec<f64>,
+) -> SimResult<()> {
+    let bytes = match quant_scale2 {
+        Some(s) => {
+            let scale = floats(s, "quantScale2")?;
+            let offset = opt_floats(quant_offset2, "quantOffset2")?;
+            let quant = PostQuant {
+                scale: &scale,
+                offset: offset.as_deref(),
+            };
+            encode(&int8(&quant))
+        }
+        None => encode_f64(&float(), out.dtype, "attentionOut")?,
+    };
+    out.write("attentionOut", &bytes)
 }
 
 /// Float or INT8 values widened to f32 (exact).

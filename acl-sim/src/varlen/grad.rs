@@ -397,5 +397,5 @@ fn grad_call(
 // `aclnnFlashAttentionUnpaddingScoreGrad`: the backward without sink, start indices, rope or
 // softmax layout; pse is pseType 1.
 first_stage!(varlen_grad_base, |p| {
-    state::guard(|| grad_stage(names::varlen_grad_base, p.to_v5()))
+    state::guard(|| grad_stage(names::varlen_grad_base, p.to_wide()))
 });

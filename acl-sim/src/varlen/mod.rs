@@ -565,5 +565,5 @@ first_stage!(varlen_fwd_v5, |p| {
 
 // The base API has no sink, start indices or softmax layout; pse is pseType 1.
 first_stage!(varlen_fwd_base, |p| {
-    state::guard(|| fwd_stage(names::varlen_fwd_base, p.to_v5()))
+    state::guard(|| fwd_stage(names::varlen_fwd_base, p.to_wide()))
 });

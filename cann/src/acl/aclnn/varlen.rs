@@ -209,7 +209,7 @@ pub fn varlen_fwd(rt: &Runtime, a: &VarlenFwdArgs<'_>) -> Result<()> {
             &needs,
             (api.varlen_fwd_base, names::varlen_fwd_base),
             (api.varlen_fwd_v5, names::varlen_fwd_v5),
-            move |ws, ex| v5(ws, ex).to_base(),
+            move |ws, ex| v5(ws, ex).to_narrow(),
             v5,
         )
     }
@@ -277,7 +277,7 @@ pub fn varlen_grad(rt: &Runtime, a: &VarlenGradArgs<'_>) -> Result<()> {
             &needs,
             (api.varlen_grad_base, names::varlen_grad_base),
             (api.varlen_grad_v5, names::varlen_grad_v5),
-            move |ws, ex| v5(ws, ex).to_base(),
+            move |ws, ex| v5(ws, ex).to_narrow(),
             v5,
         )
     }

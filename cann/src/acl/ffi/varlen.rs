@@ -155,29 +155,9 @@ aclnn_prototype! {
     )
 }
 
-/// The base ops' prototypes are the V5 ones less the parameters only V5 has: a call builds V5's
-/// arguments once and narrows them for the base op, and the simulation widens a base call with
-/// what the base op means for those (none given; pse type 1) and runs it as V5.
-macro_rules! base_is_v5_less {
-    ($base:ident, $v5:ident, [$($same:ident),* $(,)?], [$($only:ident: $meaning:expr),* $(,)?]) => {
-        impl $v5 {
-            /// These arguments for the base op: the ones only V5 has are dropped (a caller
-            /// narrows only a call that needs none of them).
-            pub fn to_base(self) -> $base {
-                $base { $($same: self.$same),* }
-            }
-        }
-
-        impl $base {
-            /// This call as the V5 op runs it: what V5 adds takes the base op's meaning.
-            pub fn to_v5(self) -> $v5 {
-                $v5 { $($same: self.$same,)* $($only: $meaning),* }
-            }
-        }
-    };
-}
-
-base_is_v5_less!(
+// The base ops' prototypes are the V5 ones less rope, sink, start indices, pse type and
+// softmax layout, which a base call does not give (pse type 1).
+narrower_prototype!(
     VarlenFwdBaseParams,
     VarlenFwdV5Params,
     [
@@ -197,7 +177,7 @@ base_is_v5_less!(
     ]
 );
 
-base_is_v5_less!(
+narrower_prototype!(
     VarlenGradBaseParams,
     VarlenGradV5Params,
     [
