@@ -26,12 +26,11 @@ use burn_ascend_contract::AttnError;
 use burn_ascend_kernels::reference::fia::fused_infer_attention;
 
 use crate::state::{
-    self, c_str, int_array, invalid, new_executor, required, tensor, tensor_list, SimErr,
-    SimResult, SimTensor,
+    self, c_str, int_array, invalid, required, tensor, tensor_list, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, unsupported,
-    IA, SIM_WORKSPACE, TL,
+    check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, submit,
+    unsupported, IA, TL,
 };
 
 thread_local! {
@@ -432,8 +431,7 @@ fn decode(
         }
     });
     let call = FiaCall { spec, shapes, t };
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(move || call.run()), ws, ex) }
+    submit(op, move || call.run(), ws, ex)
 }
 
 /// FIA's first stage, for V4 or a base call widened to V4 (`op` names the op called).

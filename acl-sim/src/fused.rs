@@ -16,13 +16,8 @@ use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::fused::{cross_entropy, rms_norm, rotary, swiglu, RotaryMode};
 use burn_ascend_kernels::reference::fused as reference;
 
-use crate::state::{
-    self, c_str, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
-};
-use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE};
-
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
+use crate::state::{self, c_str, invalid, required, tensor, SimErr, SimResult, SimTensor};
+use crate::wire::{encode_f64, floats, ints, submit, unsupported};
 
 const FLOAT3: &[DataType] = &[DataType::Float, DataType::Float16, DataType::Bf16];
 
@@ -89,16 +84,6 @@ fn contiguous(op: &str, t: &SimTensor, name: &str) -> SimResult<()> {
 
 fn f64s(t: &SimTensor, name: &str) -> SimResult<Vec<f64>> {
     Ok(floats(t, name)?.into_iter().map(f64::from).collect())
-}
-
-fn submit(
-    op: &'static str,
-    job: impl FnMut() -> SimResult<()> + Send + 'static,
-    ws: Ws,
-    ex: Ex,
-) -> SimResult<()> {
-    // SAFETY: the out-pointers come from the caller per the op's prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
 first_stage!(rms_norm, |p| {

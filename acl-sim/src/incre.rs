@@ -9,12 +9,11 @@ use burn_ascend_contract::incre::{
 use burn_ascend_kernels::reference::incre::{self as ifa};
 
 use crate::state::{
-    self, c_str, int_array, invalid, new_executor, required, tensor, tensor_list, SimErr,
-    SimResult, SimTensor,
+    self, c_str, int_array, invalid, required, tensor, tensor_list, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, floats, floats_or_i8, half_query, ints, mask01, opt_floats, query_dtype,
-    unsupported, write_attention_out, SIM_WORKSPACE,
+    check_dims, floats, floats_or_i8, half_query, ints, mask01, opt_floats, query_dtype, submit,
+    unsupported, write_attention_out,
 };
 
 enum IncreKv {
@@ -433,15 +432,6 @@ first_stage!(ifa_v4, |params| {
             inner_precise,
             out,
         };
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                workspace_size,
-                executor,
-            )
-        }
+        submit(OP, move || call.run(), workspace_size, executor)
     })
 });

@@ -12,9 +12,8 @@ use burn_ascend_kernels::cpu::gemm::{matmul as matmul_f32, Mat};
 use half::{bf16, f16};
 
 use crate::state::SimTensor;
-use crate::state::{self, guard, invalid, new_executor, required, scalar, SimErr, SimResult};
-
-pub(crate) const SIM_WORKSPACE: u64 = 4096;
+use crate::state::{self, guard, invalid, required, scalar, SimErr, SimResult};
+use crate::wire::submit;
 
 type T = *const AclTensor;
 
@@ -183,8 +182,7 @@ fn binary_ws(
             .collect();
         o.write("out", &encode(&v, o.dtype))
     };
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    submit(op, job, ws, ex)
 }
 
 /// The `alpha` of `aclnnAdd`, `aclnnSub` or `aclnnAdds` (required where the prototype has one).
@@ -285,16 +283,7 @@ first_stage!(matmul, |p| {
             }
             o.write("out", &encode(&v, o.dtype))
         };
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(job),
-                p.workspace_size,
-                p.executor,
-            )
-        }
+        submit(OP, job, p.workspace_size, p.executor)
     })
 });
 
@@ -325,8 +314,7 @@ fn unary_ws(
         let v: Vec<f32> = floats(&a, "self")?.into_iter().map(f).collect();
         o.write("out", &encode(&v, o.dtype))
     };
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    submit(op, job, ws, ex)
 }
 
 /// `aclnn<Op>`'s first stage, named by its table field, computing `$f` per element.
@@ -390,8 +378,7 @@ fn scalar_ws(
             .collect();
         o.write("out", &encode(&v, o.dtype))
     };
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    submit(op, job, ws, ex)
 }
 
 /// The first stage of `aclnnAdds`, `aclnnMuls` or `aclnnDivs`, named by its table field:
@@ -412,17 +399,18 @@ scalar_op!(adds, |p| alpha(names::adds, p.alpha)?);
 scalar_op!(muls, |p| None);
 scalar_op!(divs, |p| None);
 
+/// A reduction's `dim` int array, which may not be null.
+pub(crate) fn required_dims(op: &str, dim: *const AclIntArray) -> SimResult<Vec<i64>> {
+    state::int_array(dim, "dim")?
+        .ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{op}: dim is null")))
+}
+
 /// Sum or mean over `dim` (an int array; negative dims count from the end).
 fn reduce_ws(op: &'static str, mean: bool, p: ReduceParams) -> SimResult<()> {
     let dtype = p.dtype;
     let a = required(p.self_, "self")?;
     let o = required(p.out, "out")?;
-    let Some(dims) = state::int_array(p.dim, "dim")? else {
-        return Err(SimErr(
-            ACLNN_ERR_PARAM_NULLPTR,
-            format!("{op}: dim is null"),
-        ));
-    };
+    let dims = required_dims(op, p.dim)?;
     float_dtype(&a, op, "self")?;
     if DataType::from_raw(dtype) != Some(o.dtype) || o.dtype != a.dtype {
         return invalid(format!(
@@ -480,16 +468,7 @@ fn reduce_ws(op: &'static str, mean: bool, p: ReduceParams) -> SimResult<()> {
             .collect();
         o.write("out", &encode(&v, o.dtype))
     };
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe {
-        new_executor(
-            op,
-            SIM_WORKSPACE,
-            Box::new(job),
-            p.workspace_size,
-            p.executor,
-        )
-    }
+    submit(op, job, p.workspace_size, p.executor)
 }
 
 /// The first stage of `aclnnReduceSum` (`mean` false) or `aclnnMean`, named by its table field.

@@ -8,11 +8,11 @@ use burn_ascend_contract::varlen::lengths_from_cumulative;
 use burn_ascend_kernels::reference::prompt::{self as pfa};
 
 use crate::state::{
-    self, c_str, int_array, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
+    self, c_str, int_array, invalid, required, tensor, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, check_rank, floats, half_query, mask01, opt_floats, query_dtype, unsupported,
-    write_attention_out, IA, SIM_WORKSPACE, T,
+    check_dims, check_rank, floats, half_query, mask01, opt_floats, query_dtype, submit,
+    unsupported, write_attention_out, IA, T,
 };
 
 struct PromptCall {
@@ -407,16 +407,7 @@ fn pfa_stage(op: &'static str, p: PfaV3Params, tnd: bool) -> SimResult<()> {
     if !tnd && call.layout == PfaLayout::Tnd {
         return invalid(format!("inputLayout TND needs {}", names::pfa_v3));
     }
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe {
-        new_executor(
-            op,
-            SIM_WORKSPACE,
-            Box::new(move || call.run()),
-            p.workspace_size,
-            p.executor,
-        )
-    }
+    submit(op, move || call.run(), p.workspace_size, p.executor)
 }
 
 first_stage!(pfa_v3, |p| {

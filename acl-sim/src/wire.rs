@@ -7,11 +7,25 @@ use burn_ascend_contract::post_quant::PostQuant;
 use burn_ascend_contract::Element;
 use half::{bf16, f16};
 
-use crate::state::{invalid, SimResult, SimTensor};
+use crate::state::{invalid, new_executor, SimResult, SimTensor};
 
 /// The workspace every simulated op asks for, so the two-stage contract (allocate at least
 /// this much, pass it back) is exercised.
 pub(crate) const SIM_WORKSPACE: u64 = 4096;
+
+/// A first stage's tail: records the executor of `op` that runs `job` at the second stage, with
+/// [`SIM_WORKSPACE`] bytes of workspace, and writes it to the out-pointers `ws` / `ex`, which a
+/// first stage passes on unchanged from its C caller.
+pub(crate) fn submit(
+    op: &'static str,
+    job: impl FnMut() -> SimResult<()> + Send + 'static,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    // SAFETY: the out-pointers are the C caller's, writable per the op's prototype (null ones
+    // are refused by `new_executor`).
+    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+}
 
 pub(crate) type T = *const AclTensor;
 pub(crate) type IA = *const AclIntArray;

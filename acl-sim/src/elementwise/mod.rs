@@ -14,8 +14,9 @@
 use burn_ascend_cann::acl::ffi::*;
 use half::{bf16, f16};
 
-use crate::math::{broadcast, broadcast_index, SIM_WORKSPACE};
-use crate::state::{invalid, new_executor, SimErr, SimResult, SimTensor};
+use crate::math::{broadcast, broadcast_index};
+use crate::state::{invalid, SimErr, SimResult, SimTensor};
+use crate::wire::submit;
 
 mod compare;
 pub(crate) mod random;
@@ -158,16 +159,6 @@ fn values_as(t: &SimTensor, name: &str, shape: &[usize]) -> SimResult<Vec<f64>> 
         .into_iter()
         .map(|i| v[i])
         .collect())
-}
-
-fn submit(
-    op: &'static str,
-    job: impl FnMut() -> SimResult<()> + Send + 'static,
-    ws: Ws,
-    ex: Ex,
-) -> SimResult<()> {
-    // SAFETY: the out-pointers come from the caller per the op's prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
 }
 
 fn normalize_dim(op: &str, dim: i64, rank: usize) -> SimResult<usize> {

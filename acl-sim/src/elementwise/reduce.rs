@@ -4,7 +4,8 @@
 use burn_ascend_cann::acl::ffi::*;
 
 use super::*;
-use crate::state::{self, guard, required};
+use crate::math::required_dims;
+use crate::state::{guard, required};
 
 /// Index of the max (`max`) or min of `xs` over `idx`: the first extreme; a NaN wins (as
 /// torch's max/argmax propagate NaN).
@@ -93,12 +94,7 @@ first_stage!(arg_min, |p| { guard(|| arg(names::arg_min, false, p)) });
 fn amax_amin(op: &'static str, max: bool, p: AmaxParams) -> SimResult<()> {
     let a = required(p.self_, "self")?;
     let o = required(p.out, "out")?;
-    let Some(dims) = state::int_array(p.dim, "dim")? else {
-        return Err(SimErr(
-            ACLNN_ERR_PARAM_NULLPTR,
-            format!("{op}: dim is null"),
-        ));
-    };
+    let dims = required_dims(op, p.dim)?;
     dtype_in(&a, op, "self", REAL)?;
     same_dtype(op, &[(&a, "self"), (&o, "out")])?;
     let mut axes = Vec::new();

@@ -3,6 +3,7 @@
 //! (only the last chunk survives past the threshold; see [`DsinkPost`]).
 
 use super::*;
+use crate::wire::submit;
 
 struct VarlenGradCall {
     x: Varlen,
@@ -348,16 +349,7 @@ fn grad_stage(op: &'static str, p: VarlenGradV5Params) -> SimResult<()> {
         (p.dy, p.softmax_max, p.softmax_sum, p.attention_in),
         (p.dq_out, p.dk_out, p.dv_out, p.dpse_out, p.dsink_out),
     )?;
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe {
-        new_executor(
-            op,
-            SIM_WORKSPACE,
-            Box::new(move || call.run()),
-            p.workspace_size,
-            p.executor,
-        )
-    }
+    submit(op, move || call.run(), p.workspace_size, p.executor)
 }
 
 first_stage!(varlen_grad_v5, |p| {

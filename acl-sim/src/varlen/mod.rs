@@ -17,10 +17,10 @@ use burn_ascend_contract::varlen::{
 use half::{bf16, f16};
 
 use crate::state::{
-    self, c_str, int_array, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
+    self, c_str, int_array, invalid, required, tensor, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, check_rank, encode, floats, mask01, typed, unsupported, Wire, IA, SIM_WORKSPACE, T,
+    check_dims, check_rank, encode, floats, mask01, submit, typed, unsupported, Wire, IA, T,
 };
 
 mod grad;
@@ -547,16 +547,7 @@ fn fwd_stage(op: &'static str, p: VarlenFwdV5Params) -> SimResult<()> {
         out: required(p.attention_out_out, "attentionOutOut")?,
     };
     call.check()?;
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe {
-        new_executor(
-            op,
-            SIM_WORKSPACE,
-            Box::new(move || call.run()),
-            p.workspace_size,
-            p.executor,
-        )
-    }
+    submit(op, move || call.run(), p.workspace_size, p.executor)
 }
 
 first_stage!(varlen_fwd_v5, |p| {
