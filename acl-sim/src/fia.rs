@@ -397,22 +397,8 @@ fn decode(
     }
     crate::cost::note_attention(|| {
         // Per-batch lengths (TND: cumulative ends), else the tensors' S.
-        let lens = |a: &Option<Vec<i64>>, full: usize| -> Vec<usize> {
-            match a {
-                None => vec![full; dims.batch],
-                Some(v) if dims.layout == PfaLayout::Tnd => {
-                    let mut prev = 0;
-                    v.iter()
-                        .map(|&e| {
-                            let l = (e - prev).max(0) as usize;
-                            prev = e;
-                            l
-                        })
-                        .collect()
-                }
-                Some(v) => v.iter().map(|&l| l.max(0) as usize).collect(),
-            }
-        };
+        let tnd = dims.layout == PfaLayout::Tnd;
+        let lens = |a: &Option<Vec<i64>>, full| crate::cost::seq_lens(a, tnd, dims.batch, full);
         let p = &placeholder;
         crate::cost::Attention {
             seqs: lens(&p.actual_seq_lengths, dims.q_seq)

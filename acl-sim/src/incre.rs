@@ -12,8 +12,8 @@ use crate::state::{
     self, c_str, int_array, invalid, required, tensor, tensor_list, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, floats, floats_or_i8, half_query, ints, mask01, opt_floats, query_dtype, submit,
-    unsupported, write_attention_out,
+    check_attention_out, floats, floats_or_i8, half_query, ints, mask01, opt_floats, query_dtype,
+    submit, unsupported, write_attention_out,
 };
 
 enum IncreKv {
@@ -369,18 +369,7 @@ first_stage!(ifa_v4, |params| {
         }
         let quant_scale2 = tensor(quant_scale2, "quantScale2")?;
         let quant_offset2 = tensor(quant_offset2, "quantOffset2")?;
-        check_dims(&out, "attentionOut", &q.dims)?;
-        let want_dt = if quant_scale2.is_some() {
-            DataType::Int8
-        } else {
-            q.dtype
-        };
-        if out.dtype != want_dt {
-            return invalid(format!(
-                "attentionOut: dtype must be {want_dt:?}, got {:?}",
-                out.dtype
-            ));
-        }
+        check_attention_out(&out, &q.dims, quant_scale2.is_some(), q.dtype)?;
         crate::cost::note_attention(|| {
             // Each batch entry's key length: its actual length, else the KV tensors' S.
             let full = |b: usize| match &kv {

@@ -11,7 +11,7 @@ use crate::state::{
     self, c_str, int_array, invalid, required, tensor, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, check_rank, floats, half_query, mask01, opt_floats, query_dtype, submit,
+    check_attention_out, check_rank, floats, half_query, mask01, opt_floats, query_dtype, submit,
     unsupported, write_attention_out, IA, T,
 };
 
@@ -306,36 +306,11 @@ fn decode_prompt(
         PfaLayout::Bnsd => vec![batch, n, qs, dv],
         PfaLayout::Tnd => vec![qs, n, dv],
     };
-    check_dims(&out, "attentionOut", &out_dims)?;
-    let want_dt = if quant_scale2.is_some() {
-        DataType::Int8
-    } else {
-        q.dtype
-    };
-    if out.dtype != want_dt {
-        return invalid(format!(
-            "attentionOut: dtype must be {want_dt:?}, got {:?}",
-            out.dtype
-        ));
-    }
+    check_attention_out(&out, &out_dims, quant_scale2.is_some(), q.dtype)?;
     crate::cost::note_attention(|| {
         // Per-batch lengths (TND: cumulative ends), else the tensors' S.
-        let lens = |a: &Option<Vec<i64>>, full: usize| -> Vec<usize> {
-            match a {
-                None => vec![full; batch],
-                Some(v) if layout == PfaLayout::Tnd => {
-                    let mut prev = 0;
-                    v.iter()
-                        .map(|&e| {
-                            let l = (e - prev).max(0) as usize;
-                            prev = e;
-                            l
-                        })
-                        .collect()
-                }
-                Some(v) => v.iter().map(|&l| l.max(0) as usize).collect(),
-            }
-        };
+        let tnd = layout == PfaLayout::Tnd;
+        let lens = |a: &Option<Vec<i64>>, full| crate::cost::seq_lens(a, tnd, batch, full);
         crate::cost::Attention {
             seqs: lens(&asl, qs).into_iter().zip(lens(&asl_kv, ks)).collect(),
             heads: n,

@@ -180,6 +180,25 @@ pub(crate) fn check_dims(t: &SimTensor, name: &str, want: &[usize]) -> SimResult
     Ok(())
 }
 
+/// `attentionOut`'s shape and dtype: int8 where the call post-quantises (`quantScale2` given),
+/// else the query's.
+pub(crate) fn check_attention_out(
+    out: &SimTensor,
+    dims: &[usize],
+    int8: bool,
+    query: DataType,
+) -> SimResult<()> {
+    check_dims(out, "attentionOut", dims)?;
+    let want = if int8 { DataType::Int8 } else { query };
+    if out.dtype != want {
+        return invalid(format!(
+            "attentionOut: dtype must be {want:?}, got {:?}",
+            out.dtype
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_rank(t: &SimTensor, name: &str, rank: usize) -> SimResult<()> {
     if t.dims.len() != rank {
         return invalid(format!(
