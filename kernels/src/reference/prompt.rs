@@ -164,30 +164,9 @@ pub fn prompt_flash_attention_int8<T: RefElem>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::test_util::{assert_close, rand_vec};
     use half::bf16;
     use half::f16;
-
-    /// Deterministic pseudo-random values in [-1, 1).
-    fn rand_vec(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-            })
-            .collect()
-    }
-
-    fn assert_close(a: &[f64], b: &[f64], tol: f64) {
-        assert_eq!(a.len(), b.len());
-        for (k, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= tol, "index {k}: {x} vs {y}");
-        }
-    }
 
     /// BNSD `(B, N, S, D)` → BSND `(B, S, N, D)`.
     fn bnsd_to_bsnd<T: Copy>(x: &[T], b: usize, n: usize, s: usize, d: usize) -> Vec<T> {
