@@ -19,7 +19,8 @@
 use burn_ascend_cann::acl::ffi::*;
 
 use crate::state::SimTensor;
-use crate::state::{self, guard, invalid, new_executor, required, scalar, SimErr, SimResult};
+use crate::state::{self, guard, invalid, required, scalar, SimErr, SimResult};
+use crate::wire::{ints, submit_sized};
 
 const SIM_WORKSPACE: u64 = 1024;
 
@@ -78,21 +79,6 @@ fn out_shape(op: &str, o: &SimTensor, want: &[usize]) -> SimResult<()> {
         return invalid(format!("{op}: out must be {want:?}, got {:?}", o.dims));
     }
     Ok(())
-}
-
-/// The index values (read through the view).
-fn index_values(t: &SimTensor) -> SimResult<Vec<i64>> {
-    let b = t.read("index")?;
-    Ok(match t.dtype {
-        DataType::Int32 => b
-            .chunks_exact(4)
-            .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-        _ => b
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect(),
-    })
 }
 
 /// Checks every index against `[0, bound)`: the run-time failure of CANN, at launch here.
@@ -233,14 +219,14 @@ fn flat(idx: &[usize], strides: &[usize]) -> usize {
     idx.iter().zip(strides).map(|(i, s)| i * s).sum()
 }
 
+/// The index ops' first-stage tail, with their workspace size.
 fn submit(
     op: &'static str,
     job: impl FnMut() -> SimResult<()> + Send + 'static,
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> SimResult<()> {
-    // SAFETY: the out-pointers come from the caller per the op's prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    submit_sized(op, SIM_WORKSPACE, job, ws, ex)
 }
 
 // ---- aclnnIndexSelect -------------------------------------------------------------------------
@@ -264,7 +250,7 @@ first_stage!(index_select, |p| {
         submit(
             OP,
             move || {
-                let idx = index_values(&i)?;
+                let idx = ints(&i, "index")?;
                 check_range(OP, &idx, a.dims[d])?;
                 let x = a.read("self")?;
                 let es = a.dtype.size();
@@ -316,7 +302,7 @@ first_stage!(gather, |p| {
         submit(
             OP,
             move || {
-                let idx = index_values(&i)?;
+                let idx = ints(&i, "index")?;
                 check_range(OP, &idx, a.dims[d])?;
                 let x = a.read("self")?;
                 let es = a.dtype.size();
@@ -383,7 +369,7 @@ fn submit_add(
     submit(
         op,
         move || {
-            let idx = index_values(&i)?;
+            let idx = ints(&i, "index")?;
             check_range(op, &idx, a.dims[d])?;
             let mut acc = decode(a.dtype, &a.read("self")?);
             let added = decode(s.dtype, &s.read(added_name)?);

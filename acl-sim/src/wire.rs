@@ -22,9 +22,20 @@ pub(crate) fn submit(
     ws: *mut u64,
     ex: *mut *mut AclOpExecutor,
 ) -> SimResult<()> {
+    submit_sized(op, SIM_WORKSPACE, job, ws, ex)
+}
+
+/// [`submit`] for an op that asks for `workspace` bytes.
+pub(crate) fn submit_sized(
+    op: &'static str,
+    workspace: u64,
+    job: impl FnMut() -> SimResult<()> + Send + 'static,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
     // SAFETY: the out-pointers are the C caller's, writable per the op's prototype (null ones
     // are refused by `new_executor`).
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    unsafe { new_executor(op, workspace, Box::new(job), ws, ex) }
 }
 
 pub(crate) type T = *const AclTensor;
@@ -197,6 +208,18 @@ pub(crate) fn check_attention_out(
         ));
     }
     Ok(())
+}
+
+/// `t`'s dtype is one of `allowed` (else an error naming `op` and the parameter `name`).
+pub(crate) fn dtype_in(t: &SimTensor, op: &str, name: &str, allowed: &[DataType]) -> SimResult<()> {
+    if allowed.contains(&t.dtype) {
+        Ok(())
+    } else {
+        invalid(format!(
+            "{op}: {name} dtype must be one of {allowed:?}, got {:?}",
+            t.dtype
+        ))
+    }
 }
 
 pub(crate) fn check_rank(t: &SimTensor, name: &str, rank: usize) -> SimResult<()> {
