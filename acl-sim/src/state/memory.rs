@@ -120,19 +120,36 @@ runtime_fn!(malloc, |p| {
 runtime_fn!(free, |p| {
     let dev_ptr = p.dev_ptr;
     guard(|| {
-        let addr = dev_ptr as usize;
-        let Some(len) = lock(&MEM).get(&addr).map(|b| b.len()) else {
-            return Err(SimErr(
-                ACL_ERROR_INVALID_PARAM,
-                format!("aclrtFree: {dev_ptr:p} is not a live device allocation"),
-            ));
-        };
-        if super::streams::quarantine_if_in_flight(addr, len, false, "aclrtFree") {
-            return Ok(());
-        }
-        free_now(addr)
+        free_block(
+            dev_ptr,
+            false,
+            "aclrtFree",
+            "is not a live device allocation",
+        )
     })
 });
+
+/// `aclrtFree` / `aclrtFreeHost` (`call`; `host` for the latter) of the block at `ptr`: an
+/// error (`ptr`, then `not_live`) when no live block starts there; deferred while an enqueued
+/// operation still uses it; else freed now.
+fn free_block(ptr: *mut c_void, host: bool, call: &str, not_live: &str) -> SimResult<()> {
+    let addr = ptr as usize;
+    let mem = if host { &HOST_MEM } else { &MEM };
+    let Some(len) = lock(mem).get(&addr).map(|b| b.len()) else {
+        return Err(SimErr(
+            ACL_ERROR_INVALID_PARAM,
+            format!("{call}: {ptr:p} {not_live}"),
+        ));
+    };
+    if super::streams::quarantine_if_in_flight(addr, len, host, call) {
+        return Ok(());
+    }
+    if host {
+        free_host_now(addr)
+    } else {
+        free_now(addr)
+    }
+}
 
 pub(crate) fn free_now(addr: usize) -> SimResult<()> {
     match lock(&MEM).remove(&addr) {
@@ -169,17 +186,12 @@ runtime_fn!(malloc_host, |p| {
 runtime_fn!(free_host, |p| {
     let host_ptr = p.host_ptr;
     guard(|| {
-        let addr = host_ptr as usize;
-        let Some(len) = lock(&HOST_MEM).get(&addr).map(|b| b.len()) else {
-            return Err(SimErr(
-                ACL_ERROR_INVALID_PARAM,
-                format!("aclrtFreeHost: {host_ptr:p} is not from aclrtMallocHost"),
-            ));
-        };
-        if super::streams::quarantine_if_in_flight(addr, len, true, "aclrtFreeHost") {
-            return Ok(());
-        }
-        free_host_now(addr)
+        free_block(
+            host_ptr,
+            true,
+            "aclrtFreeHost",
+            "is not from aclrtMallocHost",
+        )
     })
 });
 
