@@ -289,16 +289,9 @@ first_stage!(matmul, |p| {
 
 // ---- scalar, unary, reductions ------------------------------------------------------------
 
-fn unary_ws(
-    op: &'static str,
-    f: fn(f32) -> f32,
-    self_: T,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> SimResult<()> {
-    let a = required(self_, "self")?;
-    let o = required(out, "out")?;
+fn unary_ws(op: &'static str, f: fn(f32) -> f32, p: UnaryParams) -> SimResult<()> {
+    let a = required(p.self_, "self")?;
+    let o = required(p.out, "out")?;
     float_dtype(&a, op, "self")?;
     float_dtype(&o, op, "out")?;
     if a.dtype != o.dtype {
@@ -314,24 +307,13 @@ fn unary_ws(
         let v: Vec<f32> = floats(&a, "self")?.into_iter().map(f).collect();
         o.write("out", &encode(&v, o.dtype))
     };
-    submit(op, job, ws, ex)
+    submit(op, job, p.workspace_size, p.executor)
 }
 
 /// `aclnn<Op>`'s first stage, named by its table field, computing `$f` per element.
 macro_rules! unary {
     ($field:ident, $f:expr) => {
-        first_stage!($field, |p| {
-            guard(|| {
-                unary_ws(
-                    names::$field,
-                    $f,
-                    p.self_,
-                    p.out,
-                    p.workspace_size,
-                    p.executor,
-                )
-            })
-        });
+        first_stage!($field, |p| { guard(|| { unary_ws(names::$field, $f, p) }) });
     };
 }
 
@@ -471,15 +453,10 @@ fn reduce_ws(op: &'static str, mean: bool, p: ReduceParams) -> SimResult<()> {
     submit(op, job, p.workspace_size, p.executor)
 }
 
-/// The first stage of `aclnnReduceSum` (`mean` false) or `aclnnMean`, named by its table field.
-macro_rules! reduce {
-    ($field:ident, $mean:expr) => {
-        first_stage!($field, |p| { guard(|| reduce_ws(names::$field, $mean, p)) });
-    };
-}
-
-reduce!(reduce_sum, false);
-reduce!(mean, true);
+first_stage!(reduce_sum, |p| {
+    guard(|| reduce_ws(names::reduce_sum, false, p))
+});
+first_stage!(mean, |p| { guard(|| reduce_ws(names::mean, true, p)) });
 
 unary!(exp, f32::exp);
 unary!(log, f32::ln);
