@@ -311,39 +311,13 @@ fn grad_stage(op: &'static str, p: VarlenGradV5Params) -> SimResult<()> {
     if !p.softmax_in.is_null() {
         return unsupported("softmaxIn (reserved by CANN)");
     }
-    // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-    let (layout, sm_layout) = unsafe {
-        (
-            c_str(p.input_layout, "inputLayout")?,
-            c_str(p.softmax_in_layout, "softmaxInLayout")?,
-        )
-    };
-    let x = decode_varlen(
-        p.query,
-        p.key,
-        p.value,
-        p.pse_shift,
-        p.drop_mask,
-        p.padding_mask,
-        p.atten_mask,
-        p.sink_in,
-        p.prefix,
-        p.actual_seq_q_len,
-        p.actual_seq_kv_len,
-        p.q_start_idx,
-        p.kv_start_idx,
-        p.scale_value,
-        p.keep_prob,
-        p.pre_tokens,
-        p.next_tokens,
-        p.head_num,
-        layout,
-        p.inner_precise,
-        p.sparse_mode,
-        p.pse_type,
-        sm_layout,
-        Pass::Backward,
-    )?;
+    let x = decode_v5!(
+        p,
+        pse_shift,
+        sink_in,
+        (softmax_in_layout, "softmaxInLayout"),
+        Pass::Backward
+    );
     let call = grad_call(
         x,
         (p.dy, p.softmax_max, p.softmax_sum, p.attention_in),

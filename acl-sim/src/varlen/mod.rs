@@ -23,6 +23,46 @@ use crate::wire::{
     check_dims, check_rank, encode, floats, mask01, submit, typed, unsupported, Wire, IA, T,
 };
 
+/// Decodes a V5 varlen call `$p`, forward or backward: `$pse` and `$sink` name its pse and sink
+/// parameters, `$sm` (spelled `$sm_name` in messages) its softmax layout.
+macro_rules! decode_v5 {
+    ($p:ident, $pse:ident, $sink:ident, ($sm:ident, $sm_name:literal), $pass:expr) => {{
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        let (layout, sm_layout) = unsafe {
+            (
+                c_str($p.input_layout, "inputLayout")?,
+                c_str($p.$sm, $sm_name)?,
+            )
+        };
+        decode_varlen(
+            $p.query,
+            $p.key,
+            $p.value,
+            $p.$pse,
+            $p.drop_mask,
+            $p.padding_mask,
+            $p.atten_mask,
+            $p.$sink,
+            $p.prefix,
+            $p.actual_seq_q_len,
+            $p.actual_seq_kv_len,
+            $p.q_start_idx,
+            $p.kv_start_idx,
+            $p.scale_value,
+            $p.keep_prob,
+            $p.pre_tokens,
+            $p.next_tokens,
+            $p.head_num,
+            layout,
+            $p.inner_precise,
+            $p.sparse_mode,
+            $p.pse_type,
+            sm_layout,
+            $pass,
+        )?
+    }};
+}
+
 mod grad;
 
 /// The decoded inputs and attributes shared by varlen forward and backward.
@@ -507,39 +547,13 @@ fn fwd_stage(op: &'static str, p: VarlenFwdV5Params) -> SimResult<()> {
     if !p.query_rope.is_null() || !p.key_rope.is_null() {
         return unsupported("queryRope / keyRope");
     }
-    // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-    let (layout, sm_layout) = unsafe {
-        (
-            c_str(p.input_layout, "inputLayout")?,
-            c_str(p.softmax_out_layout, "softmaxOutLayout")?,
-        )
-    };
-    let x = decode_varlen(
-        p.query,
-        p.key,
-        p.value,
-        p.real_shift,
-        p.drop_mask,
-        p.padding_mask,
-        p.atten_mask,
-        p.sink,
-        p.prefix,
-        p.actual_seq_q_len,
-        p.actual_seq_kv_len,
-        p.q_start_idx,
-        p.kv_start_idx,
-        p.scale_value,
-        p.keep_prob,
-        p.pre_tokens,
-        p.next_tokens,
-        p.head_num,
-        layout,
-        p.inner_precise,
-        p.sparse_mode,
-        p.pse_type,
-        sm_layout,
-        Pass::Forward,
-    )?;
+    let x = decode_v5!(
+        p,
+        real_shift,
+        sink,
+        (softmax_out_layout, "softmaxOutLayout"),
+        Pass::Forward
+    );
     let call = VarlenFwdCall {
         x,
         softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
