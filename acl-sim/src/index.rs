@@ -22,6 +22,7 @@ use crate::state::SimTensor;
 use crate::state::{self, guard, invalid, required, scalar, SimErr, SimResult};
 use crate::wire::{ints, submit_sized};
 
+/// The workspace the index ops ask for.
 const SIM_WORKSPACE: u64 = 1024;
 
 type T = *const AclTensor;
@@ -219,16 +220,6 @@ fn flat(idx: &[usize], strides: &[usize]) -> usize {
     idx.iter().zip(strides).map(|(i, s)| i * s).sum()
 }
 
-/// The index ops' first-stage tail, with their workspace size.
-fn submit(
-    op: &'static str,
-    job: impl FnMut() -> SimResult<()> + Send + 'static,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> SimResult<()> {
-    submit_sized(op, SIM_WORKSPACE, job, ws, ex)
-}
-
 // ---- aclnnIndexSelect -------------------------------------------------------------------------
 
 first_stage!(index_select, |p| {
@@ -247,8 +238,9 @@ first_stage!(index_select, |p| {
         let mut want = a.dims.clone();
         want[d] = i.numel();
         out_shape(OP, &o, &want)?;
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
                 let idx = ints(&i, "index")?;
                 check_range(OP, &idx, a.dims[d])?;
@@ -299,8 +291,9 @@ first_stage!(gather, |p| {
             ));
         }
         out_shape(OP, &o, &i.dims)?;
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
                 let idx = ints(&i, "index")?;
                 check_range(OP, &idx, a.dims[d])?;
@@ -366,8 +359,9 @@ fn submit_add(
     ex: *mut *mut AclOpExecutor,
 ) -> SimResult<()> {
     out_shape(op, &o, &a.dims)?;
-    submit(
+    submit_sized(
         op,
+        SIM_WORKSPACE,
         move || {
             let idx = ints(&i, "index")?;
             check_range(op, &idx, a.dims[d])?;
@@ -509,8 +503,9 @@ first_stage!(cat, |p| {
             want[d] += t.dims[d];
         }
         out_shape(OP, &o, &want)?;
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
                 let es = o.dtype.size();
                 let outer: usize = want[..d].iter().product();
@@ -559,8 +554,9 @@ first_stage!(inplace_copy, |p| {
                 s.dims, dst.dims
             ));
         }
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
                 let es = s.dtype.size();
                 let x = s.read("src")?;
@@ -615,8 +611,9 @@ first_stage!(repeat, |p| {
             })
             .collect();
         out_shape(OP, &o, &want)?;
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
                 let es = a.dtype.size();
                 let x = a.read("self")?;
@@ -656,8 +653,9 @@ first_stage!(flip, |params| {
             axes.push(d);
         }
         out_shape(OP, &o, &a.dims)?;
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
                 let es = a.dtype.size();
                 let x = a.read("self")?;

@@ -119,15 +119,12 @@ runtime_fn!(malloc, |p| {
 
 runtime_fn!(free, |p| {
     let dev_ptr = p.dev_ptr;
-    guard(|| {
-        free_block(
-            dev_ptr,
-            false,
-            "aclrtFree",
-            "is not a live device allocation",
-        )
-    })
+    guard(|| free_block(dev_ptr, false, "aclrtFree", NOT_DEVICE))
 });
+
+/// What [`free_block`] says of a pointer that is no live block.
+const NOT_DEVICE: &str = "is not a live device allocation";
+const NOT_HOST: &str = "is not from aclrtMallocHost";
 
 /// `aclrtFree` / `aclrtFreeHost` (`call`; `host` for the latter) of the block at `ptr`: an
 /// error (`ptr`, then `not_live`) when no live block starts there; deferred while an enqueued
@@ -185,14 +182,7 @@ runtime_fn!(malloc_host, |p| {
 
 runtime_fn!(free_host, |p| {
     let host_ptr = p.host_ptr;
-    guard(|| {
-        free_block(
-            host_ptr,
-            true,
-            "aclrtFreeHost",
-            "is not from aclrtMallocHost",
-        )
-    })
+    guard(|| free_block(host_ptr, true, "aclrtFreeHost", NOT_HOST))
 });
 
 pub(crate) fn free_host_now(addr: usize) -> SimResult<()> {
