@@ -78,11 +78,7 @@ impl VarlenGradCall {
     }
 
     fn run(&self) -> SimResult<()> {
-        match self.x.q.dtype {
-            DataType::Float16 => self.run_typed::<f16>(),
-            DataType::Bf16 => self.run_typed::<bf16>(),
-            _ => self.run_typed::<f32>(),
-        }
+        by_query_dtype!(self)
     }
 
     fn run_typed<W: Wire>(&self) -> SimResult<()> {

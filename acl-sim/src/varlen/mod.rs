@@ -23,6 +23,18 @@ use crate::wire::{
     check_dims, check_rank, encode, floats, mask01, submit, typed, unsupported, Wire, IA, T,
 };
 
+/// Runs a varlen call's `run_typed` with its query's element type (FLOAT16, BFLOAT16, else
+/// FLOAT).
+macro_rules! by_query_dtype {
+    ($call:ident) => {
+        match $call.x.q.dtype {
+            DataType::Float16 => $call.run_typed::<f16>(),
+            DataType::Bf16 => $call.run_typed::<bf16>(),
+            _ => $call.run_typed::<f32>(),
+        }
+    };
+}
+
 /// Decodes a V5 varlen call `$p`, forward or backward: `$pse` and `$sink` name its pse and sink
 /// parameters, `$sm` (spelled `$sm_name` in messages) its softmax layout.
 macro_rules! decode_v5 {
@@ -518,11 +530,7 @@ impl VarlenFwdCall {
     }
 
     fn run(&self) -> SimResult<()> {
-        match self.x.q.dtype {
-            DataType::Float16 => self.run_typed::<f16>(),
-            DataType::Bf16 => self.run_typed::<bf16>(),
-            _ => self.run_typed::<f32>(),
-        }
+        by_query_dtype!(self)
     }
 
     fn run_typed<W: Wire>(&self) -> SimResult<()> {
