@@ -30,7 +30,7 @@ use crate::state::{
 };
 use crate::wire::{
     check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, submit,
-    unsupported, IA, TL,
+    unsupported, TL,
 };
 
 thread_local! {
@@ -227,29 +227,32 @@ fn dtype_in(t: &SimTensor, name: &str, ok: &[DataType]) -> SimResult<()> {
     }
 }
 
-/// The first stage shared by V4 and the base op.
-#[allow(clippy::too_many_arguments)]
+/// The first stage shared by V4 and the base op (widened to V4), from its decoded tensors.
 fn decode(
     op: &'static str,
     t: FiaTensors,
-    asl: IA,
-    asl_kv: IA,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
+    p: &FiaV4Params,
     layout: Option<String>,
-    num_key_value_heads: i64,
-    sparse_mode: i64,
-    inner_precise: i64,
-    block_size: i64,
-    antiquant_mode: i64,
-    softmax_lse_flag: bool,
-    key_antiquant_mode: i64,
-    value_antiquant_mode: i64,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
 ) -> SimResult<()> {
+    let FiaV4Params {
+        actual_seq_lengths: asl,
+        actual_seq_lengths_kv: asl_kv,
+        num_heads,
+        scale_value,
+        pre_tokens,
+        next_tokens,
+        num_key_value_heads,
+        sparse_mode,
+        inner_precise,
+        block_size,
+        antiquant_mode,
+        softmax_lse_flag,
+        key_antiquant_mode,
+        value_antiquant_mode,
+        workspace_size: ws,
+        executor: ex,
+        ..
+    } = *p;
     let layout = parse_fia_layout(
         &layout.ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, "inputLayout is null".into()))?,
     )
@@ -475,27 +478,7 @@ fn fia_stage(op: &'static str, p: FiaV4Params) -> SimResult<()> {
     };
     // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
     let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
-    decode(
-        op,
-        t,
-        p.actual_seq_lengths,
-        p.actual_seq_lengths_kv,
-        p.num_heads,
-        p.scale_value,
-        p.pre_tokens,
-        p.next_tokens,
-        layout,
-        p.num_key_value_heads,
-        p.sparse_mode,
-        p.inner_precise,
-        p.block_size,
-        p.antiquant_mode,
-        p.softmax_lse_flag,
-        p.key_antiquant_mode,
-        p.value_antiquant_mode,
-        p.workspace_size,
-        p.executor,
-    )
+    decode(op, t, &p, layout)
 }
 
 first_stage!(fia_v4, |p| { state::guard(|| fia_stage(names::fia_v4, p)) });
