@@ -12,7 +12,7 @@ use crate::state::{
 };
 use crate::wire::{
     check_attention_out, check_rank, floats, half_query, mask01, opt_floats, query_dtype, submit,
-    unsupported, write_attention_out, IA, T,
+    unsupported, write_attention_out,
 };
 
 struct PromptCall {
@@ -125,27 +125,28 @@ fn parse_pfa_layout(s: &str) -> SimResult<PfaLayout> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn decode_prompt(
-    query: T,
-    key: T,
-    value: T,
-    pse_shift: T,
-    atten_mask: T,
-    asl: IA,
-    asl_kv: IA,
-    quant_scale2: T,
-    quant_offset2: T,
-    num_heads: i64,
-    scale: f64,
-    pre: i64,
-    next: i64,
-    layout: Option<String>,
-    num_kv_heads: i64,
-    sparse: i64,
-    inner_precise: i64,
-    attention_out: T,
-) -> SimResult<PromptCall> {
+/// PFA's call from its (V3, or widened V1) parameters and the decoded `inputLayout`.
+fn decode_prompt(p: &PfaV3Params, layout: Option<String>) -> SimResult<PromptCall> {
+    let PfaV3Params {
+        query,
+        key,
+        value,
+        pse_shift,
+        atten_mask,
+        actual_seq_lengths: asl,
+        actual_seq_lengths_kv: asl_kv,
+        quant_scale2,
+        quant_offset2,
+        num_heads,
+        scale_value: scale,
+        pre_tokens: pre,
+        next_tokens: next,
+        num_key_value_heads: num_kv_heads,
+        sparse_mode: sparse,
+        inner_precise,
+        attention_out,
+        ..
+    } = *p;
     let q = required(query, "query")?;
     let k = required(key, "key")?;
     let v = required(value, "value")?;
@@ -359,26 +360,7 @@ fn pfa_stage(op: &'static str, p: PfaV3Params, tnd: bool) -> SimResult<()> {
     }
     // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
     let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
-    let call = decode_prompt(
-        p.query,
-        p.key,
-        p.value,
-        p.pse_shift,
-        p.atten_mask,
-        p.actual_seq_lengths,
-        p.actual_seq_lengths_kv,
-        p.quant_scale2,
-        p.quant_offset2,
-        p.num_heads,
-        p.scale_value,
-        p.pre_tokens,
-        p.next_tokens,
-        layout,
-        p.num_key_value_heads,
-        p.sparse_mode,
-        p.inner_precise,
-        p.attention_out,
-    )?;
+    let call = decode_prompt(&p, layout)?;
     if !tnd && call.layout == PfaLayout::Tnd {
         return invalid(format!("inputLayout TND needs {}", names::pfa_v3));
     }
