@@ -37,11 +37,22 @@ pub(crate) fn with_device_mut<R>(
     what: &str,
     f: impl FnOnce(&mut [u8]) -> R,
 ) -> SimResult<R> {
-    let mut mem = lock(&MEM);
+    with_range(&MEM, addr, len, f, || {
+        format!("{what}: {len} bytes at {addr:#x} are not inside one device allocation")
+    })
+}
+
+/// Runs `f` on `[addr, addr + len)` of the blocks `mem`, else the error `outside` says.
+fn with_range<R>(
+    mem: &Mutex<BTreeMap<usize, Box<[u8]>>>,
+    addr: usize,
+    len: usize,
+    f: impl FnOnce(&mut [u8]) -> R,
+    outside: impl FnOnce() -> String,
+) -> SimResult<R> {
+    let mut mem = lock(mem);
     let Some((start, off)) = find(&mem, addr, len) else {
-        return invalid(format!(
-            "{what}: {len} bytes at {addr:#x} are not inside one device allocation"
-        ));
+        return invalid(outside());
     };
     let buf = mem.get_mut(&start).expect("found");
     Ok(f(&mut buf[off..off + len]))
@@ -200,14 +211,9 @@ fn host_range_ok(addr: usize, len: usize) -> bool {
 }
 
 fn with_host<R>(addr: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> SimResult<R> {
-    let mut mem = lock(&HOST_MEM);
-    let Some((start, off)) = find(&mem, addr, len) else {
-        return invalid(format!(
-            "aclrtMemcpyAsync: {len} bytes of host memory at {addr:#x} are no longer allocated"
-        ));
-    };
-    let buf = mem.get_mut(&start).expect("found");
-    Ok(f(&mut buf[off..off + len]))
+    with_range(&HOST_MEM, addr, len, f, || {
+        format!("aclrtMemcpyAsync: {len} bytes of host memory at {addr:#x} are no longer allocated")
+    })
 }
 
 // `aclrtMemcpyAsync`: validated now, copied when the stream gets to it. Host memory must come
