@@ -376,6 +376,30 @@ impl Keep {
     }
 }
 
+/// Per-batch sequence lengths for [`Attention::seqs`] from an `actualSeqLengths`-style array
+/// (cumulative ends where `cumulative`, as in TND), else `full` for each of `batch` entries.
+pub(crate) fn seq_lens(
+    a: &Option<Vec<i64>>,
+    cumulative: bool,
+    batch: usize,
+    full: usize,
+) -> Vec<usize> {
+    match a {
+        None => vec![full; batch],
+        Some(v) if cumulative => {
+            let mut prev = 0;
+            v.iter()
+                .map(|&e| {
+                    let l = (e - prev).max(0) as usize;
+                    prev = e;
+                    l
+                })
+                .collect()
+        }
+        Some(v) => v.iter().map(|&l| l.max(0) as usize).collect(),
+    }
+}
+
 /// An attention launch's work, as its first stage decoded it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Attention {

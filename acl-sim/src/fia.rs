@@ -26,12 +26,11 @@ use burn_ascend_contract::AttnError;
 use burn_ascend_kernels::reference::fia::fused_infer_attention;
 
 use crate::state::{
-    self, c_str, int_array, invalid, new_executor, required, tensor, tensor_list, SimErr,
-    SimResult, SimTensor,
+    self, c_str, int_array, invalid, required, tensor, tensor_list, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, unsupported,
-    IA, SIM_WORKSPACE, TL,
+    check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, submit,
+    unsupported, TL,
 };
 
 thread_local! {
@@ -228,29 +227,32 @@ fn dtype_in(t: &SimTensor, name: &str, ok: &[DataType]) -> SimResult<()> {
     }
 }
 
-/// The first stage shared by V4 and the base op.
-#[allow(clippy::too_many_arguments)]
+/// The first stage shared by V4 and the base op (widened to V4), from its decoded tensors.
 fn decode(
     op: &'static str,
     t: FiaTensors,
-    asl: IA,
-    asl_kv: IA,
-    num_heads: i64,
-    scale_value: f64,
-    pre_tokens: i64,
-    next_tokens: i64,
+    p: &FiaV4Params,
     layout: Option<String>,
-    num_key_value_heads: i64,
-    sparse_mode: i64,
-    inner_precise: i64,
-    block_size: i64,
-    antiquant_mode: i64,
-    softmax_lse_flag: bool,
-    key_antiquant_mode: i64,
-    value_antiquant_mode: i64,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
 ) -> SimResult<()> {
+    let FiaV4Params {
+        actual_seq_lengths: asl,
+        actual_seq_lengths_kv: asl_kv,
+        num_heads,
+        scale_value,
+        pre_tokens,
+        next_tokens,
+        num_key_value_heads,
+        sparse_mode,
+        inner_precise,
+        block_size,
+        antiquant_mode,
+        softmax_lse_flag,
+        key_antiquant_mode,
+        value_antiquant_mode,
+        workspace_size: ws,
+        executor: ex,
+        ..
+    } = *p;
     let layout = parse_fia_layout(
         &layout.ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, "inputLayout is null".into()))?,
     )
@@ -398,22 +400,8 @@ fn decode(
     }
     crate::cost::note_attention(|| {
         // Per-batch lengths (TND: cumulative ends), else the tensors' S.
-        let lens = |a: &Option<Vec<i64>>, full: usize| -> Vec<usize> {
-            match a {
-                None => vec![full; dims.batch],
-                Some(v) if dims.layout == PfaLayout::Tnd => {
-                    let mut prev = 0;
-                    v.iter()
-                        .map(|&e| {
-                            let l = (e - prev).max(0) as usize;
-                            prev = e;
-                            l
-                        })
-                        .collect()
-                }
-                Some(v) => v.iter().map(|&l| l.max(0) as usize).collect(),
-            }
-        };
+        let tnd = dims.layout == PfaLayout::Tnd;
+        let lens = |a: &Option<Vec<i64>>, full| crate::cost::seq_lens(a, tnd, dims.batch, full);
         let p = &placeholder;
         crate::cost::Attention {
             seqs: lens(&p.actual_seq_lengths, dims.q_seq)
@@ -432,132 +420,68 @@ fn decode(
         }
     });
     let call = FiaCall { spec, shapes, t };
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(move || call.run()), ws, ex) }
+    submit(op, move || call.run(), ws, ex)
 }
 
-first_stage!(fia_v4, |params| {
-    let FiaV4Params {
-        query,
-        key,
-        value,
-        pse_shift,
-        atten_mask,
-        actual_seq_lengths,
-        actual_seq_lengths_kv,
-        deq_scale1,
-        quant_scale1,
-        deq_scale2,
-        quant_scale2,
-        quant_offset2,
-        antiquant_scale,
-        antiquant_offset,
-        block_table,
-        query_padding_size,
-        kv_padding_size,
-        key_antiquant_scale,
-        key_antiquant_offset,
-        value_antiquant_scale,
-        value_antiquant_offset,
-        key_shared_prefix,
-        value_shared_prefix,
-        actual_shared_prefix_len,
-        query_rope,
-        key_rope,
-        key_rope_antiquant_scale,
-        dequant_scale_query,
-        learnable_sink,
-        num_heads,
-        scale_value,
-        pre_tokens,
-        next_tokens,
-        input_layout,
-        num_key_value_heads,
-        sparse_mode,
-        inner_precise,
-        block_size,
-        antiquant_mode,
-        softmax_lse_flag,
-        key_antiquant_mode,
-        value_antiquant_mode,
-        query_quant_mode,
-        attention_out,
-        softmax_lse,
-        workspace_size,
-        executor,
-    } = params;
-    state::guard(|| {
-        if [deq_scale1, quant_scale1, deq_scale2, dequant_scale_query]
-            .iter()
-            .any(|p| !p.is_null())
-            || query_quant_mode != 0
-        {
-            return unsupported(
-                "full quantisation (deqScale1 / quantScale1 / deqScale2 / dequantScaleQuery)",
-            );
-        }
-        if !quant_scale2.is_null() || !quant_offset2.is_null() {
-            return unsupported("int8 attentionOut (quantScale2 / quantOffset2)");
-        }
-        if !key_shared_prefix.is_null()
-            || !value_shared_prefix.is_null()
-            || !actual_shared_prefix_len.is_null()
-        {
-            return unsupported("shared prefix (keySharedPrefix / valueSharedPrefix)");
-        }
-        if !query_rope.is_null() || !key_rope.is_null() || !key_rope_antiquant_scale.is_null() {
-            return unsupported("rope split (queryRope / keyRope)");
-        }
-        let t = FiaTensors {
-            q: required(query, "query")?,
-            k: kv_one(key, "key")?,
-            v: kv_one(value, "value")?,
-            mask: tensor(atten_mask, "attenMask")?,
-            pse: tensor(pse_shift, "pseShift")?,
-            table: tensor(block_table, "blockTable")?,
-            query_padding: tensor(query_padding_size, "queryPaddingSize")?,
-            kv_padding: tensor(kv_padding_size, "kvPaddingSize")?,
-            antiquant: [
-                tensor(antiquant_scale, "antiquantScale")?,
-                tensor(antiquant_offset, "antiquantOffset")?,
-            ],
-            key_antiquant: [
-                tensor(key_antiquant_scale, "keyAntiquantScale")?,
-                tensor(key_antiquant_offset, "keyAntiquantOffset")?,
-            ],
-            value_antiquant: [
-                tensor(value_antiquant_scale, "valueAntiquantScale")?,
-                tensor(value_antiquant_offset, "valueAntiquantOffset")?,
-            ],
-            sink: tensor(learnable_sink, "learnableSink")?,
-            out: required(attention_out, "attentionOut")?,
-            lse: tensor(softmax_lse, "softmaxLse")?,
-        };
-        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(input_layout, "inputLayout")? };
-        decode(
-            names::fia_v4,
-            t,
-            actual_seq_lengths,
-            actual_seq_lengths_kv,
-            num_heads,
-            scale_value,
-            pre_tokens,
-            next_tokens,
-            layout,
-            num_key_value_heads,
-            sparse_mode,
-            inner_precise,
-            block_size,
-            antiquant_mode,
-            softmax_lse_flag,
-            key_antiquant_mode,
-            value_antiquant_mode,
-            workspace_size,
-            executor,
-        )
-    })
-});
+/// FIA's first stage, for V4 or a base call widened to V4 (`op` names the op called).
+fn fia_stage(op: &'static str, p: FiaV4Params) -> SimResult<()> {
+    if [
+        p.deq_scale1,
+        p.quant_scale1,
+        p.deq_scale2,
+        p.dequant_scale_query,
+    ]
+    .iter()
+    .any(|p| !p.is_null())
+        || p.query_quant_mode != 0
+    {
+        return unsupported(
+            "full quantisation (deqScale1 / quantScale1 / deqScale2 / dequantScaleQuery)",
+        );
+    }
+    if !p.quant_scale2.is_null() || !p.quant_offset2.is_null() {
+        return unsupported("int8 attentionOut (quantScale2 / quantOffset2)");
+    }
+    if !p.key_shared_prefix.is_null()
+        || !p.value_shared_prefix.is_null()
+        || !p.actual_shared_prefix_len.is_null()
+    {
+        return unsupported("shared prefix (keySharedPrefix / valueSharedPrefix)");
+    }
+    if !p.query_rope.is_null() || !p.key_rope.is_null() || !p.key_rope_antiquant_scale.is_null() {
+        return unsupported("rope split (queryRope / keyRope)");
+    }
+    let t = FiaTensors {
+        q: required(p.query, "query")?,
+        k: kv_one(p.key, "key")?,
+        v: kv_one(p.value, "value")?,
+        mask: tensor(p.atten_mask, "attenMask")?,
+        pse: tensor(p.pse_shift, "pseShift")?,
+        table: tensor(p.block_table, "blockTable")?,
+        query_padding: tensor(p.query_padding_size, "queryPaddingSize")?,
+        kv_padding: tensor(p.kv_padding_size, "kvPaddingSize")?,
+        antiquant: [
+            tensor(p.antiquant_scale, "antiquantScale")?,
+            tensor(p.antiquant_offset, "antiquantOffset")?,
+        ],
+        key_antiquant: [
+            tensor(p.key_antiquant_scale, "keyAntiquantScale")?,
+            tensor(p.key_antiquant_offset, "keyAntiquantOffset")?,
+        ],
+        value_antiquant: [
+            tensor(p.value_antiquant_scale, "valueAntiquantScale")?,
+            tensor(p.value_antiquant_offset, "valueAntiquantOffset")?,
+        ],
+        sink: tensor(p.learnable_sink, "learnableSink")?,
+        out: required(p.attention_out, "attentionOut")?,
+        lse: tensor(p.softmax_lse, "softmaxLse")?,
+    };
+    // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+    let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
+    decode(op, t, &p, layout)
+}
+
+first_stage!(fia_v4, |p| { state::guard(|| fia_stage(names::fia_v4, p)) });
 
 first_stage!(fia_base, |p| {
     state::guard(|| {
@@ -573,47 +497,6 @@ first_stage!(fia_base, |p| {
         {
             return unsupported("quantisation (deqScale1 / quantScale1 / deqScale2 / quantScale2)");
         }
-        let t = FiaTensors {
-            q: required(p.query, "query")?,
-            k: kv_one(p.key, "key")?,
-            v: kv_one(p.value, "value")?,
-            mask: tensor(p.atten_mask, "attenMask")?,
-            pse: tensor(p.pse_shift, "pseShift")?,
-            table: tensor(p.block_table, "blockTable")?,
-            query_padding: tensor(p.query_padding_size, "queryPaddingSize")?,
-            kv_padding: tensor(p.kv_padding_size, "kvPaddingSize")?,
-            antiquant: [
-                tensor(p.antiquant_scale, "antiquantScale")?,
-                tensor(p.antiquant_offset, "antiquantOffset")?,
-            ],
-            key_antiquant: [None, None],
-            value_antiquant: [None, None],
-            sink: None,
-            out: required(p.attention_out, "attentionOut")?,
-            lse: tensor(p.softmax_lse, "softmaxLse")?,
-        };
-        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
-        decode(
-            names::fia_base,
-            t,
-            p.actual_seq_lengths,
-            p.actual_seq_lengths_kv,
-            p.num_heads,
-            p.scale_value,
-            p.pre_tokens,
-            p.next_tokens,
-            layout,
-            p.num_key_value_heads,
-            p.sparse_mode,
-            p.inner_precise,
-            p.block_size,
-            p.antiquant_mode,
-            p.softmax_lse_flag,
-            0,
-            0,
-            p.workspace_size,
-            p.executor,
-        )
+        fia_stage(names::fia_base, p.to_wide())
     })
 });

@@ -16,26 +16,10 @@ use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::fused::{cross_entropy, rms_norm, rotary, swiglu, RotaryMode};
 use burn_ascend_kernels::reference::fused as reference;
 
-use crate::state::{
-    self, c_str, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
-};
-use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE};
-
-type Ws = *mut u64;
-type Ex = *mut *mut AclOpExecutor;
+use crate::state::{self, c_str, invalid, required, tensor, SimErr, SimResult, SimTensor};
+use crate::wire::{dtype_in, encode_f64, floats, ints, submit, unsupported};
 
 const FLOAT3: &[DataType] = &[DataType::Float, DataType::Float16, DataType::Bf16];
-
-fn dtype_in(op: &str, t: &SimTensor, name: &str, allowed: &[DataType]) -> SimResult<()> {
-    if allowed.contains(&t.dtype) {
-        Ok(())
-    } else {
-        invalid(format!(
-            "{op}: {name} dtype must be one of {allowed:?}, got {:?}",
-            t.dtype
-        ))
-    }
-}
 
 fn same_dtype(op: &str, a: &SimTensor, an: &str, b: &SimTensor, bn: &str) -> SimResult<()> {
     if a.dtype == b.dtype {
@@ -91,16 +75,6 @@ fn f64s(t: &SimTensor, name: &str) -> SimResult<Vec<f64>> {
     Ok(floats(t, name)?.into_iter().map(f64::from).collect())
 }
 
-fn submit(
-    op: &'static str,
-    job: impl FnMut() -> SimResult<()> + Send + 'static,
-    ws: Ws,
-    ex: Ex,
-) -> SimResult<()> {
-    // SAFETY: the out-pointers come from the caller per the op's prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
-}
-
 first_stage!(rms_norm, |p| {
     const OP: &str = names::rms_norm;
     state::guard(|| {
@@ -108,7 +82,7 @@ first_stage!(rms_norm, |p| {
         let g = required(p.gamma, "gamma")?;
         let y = required(p.y_out, "yOut")?;
         let r = required(p.rstd_out, "rstdOut")?;
-        dtype_in(OP, &x, "x", FLOAT3)?;
+        dtype_in(&x, OP, "x", FLOAT3)?;
         // The docs' table: gamma as x, or FLOAT32 with a 16-bit x.
         if g.dtype != x.dtype && g.dtype != DataType::Float {
             return invalid(format!(
@@ -117,7 +91,7 @@ first_stage!(rms_norm, |p| {
             ));
         }
         same_dtype(OP, &x, "x", &y, "yOut")?;
-        dtype_in(OP, &r, "rstdOut", &[DataType::Float])?;
+        dtype_in(&r, OP, "rstdOut", &[DataType::Float])?;
         let d = contract(OP, rms_norm::validate_fwd(&x.dims, &g.dims, p.epsilon))?;
         shape_is(OP, &y, "yOut", &x.dims)?;
         let lead = &x.dims[..x.dims.len() - 1];
@@ -152,11 +126,11 @@ first_stage!(rms_norm_grad, |p| {
         let g = required(p.gamma, "gamma")?;
         let dx = required(p.dx_out, "dxOut")?;
         let dg = required(p.dgamma_out, "dgammaOut")?;
-        dtype_in(OP, &x, "x", FLOAT3)?;
+        dtype_in(&x, OP, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &dy, "dy")?;
         same_dtype(OP, &x, "x", &dx, "dxOut")?;
-        dtype_in(OP, &r, "rstd", &[DataType::Float])?;
-        dtype_in(OP, &dg, "dgammaOut", &[DataType::Float])?;
+        dtype_in(&r, OP, "rstd", &[DataType::Float])?;
+        dtype_in(&dg, OP, "dgammaOut", &[DataType::Float])?;
         if g.dtype != x.dtype && g.dtype != DataType::Float {
             return invalid(format!(
                 "{OP}: gamma dtype must be x's {:?} or FLOAT, got {:?}",
@@ -196,7 +170,7 @@ first_stage!(rotary_position_embedding, |p| {
         let c = required(p.cos, "cos")?;
         let s = required(p.sin, "sin")?;
         let o = required(p.out, "out")?;
-        dtype_in(OP, &x, "x", FLOAT3)?;
+        dtype_in(&x, OP, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &c, "cos")?;
         same_dtype(OP, &x, "x", &s, "sin")?;
         same_dtype(OP, &x, "x", &o, "out")?;
@@ -246,7 +220,7 @@ first_stage!(rotary_position_embedding_grad, |p| {
         let dx = required(p.dx_out, "dxOut")?;
         let dc = required(p.dcos_out, "dcosOut")?;
         let ds = required(p.dsin_out, "dsinOut")?;
-        dtype_in(OP, &dy, "dy", FLOAT3)?;
+        dtype_in(&dy, OP, "dy", FLOAT3)?;
         for (t, n) in [
             (&c, "cos"),
             (&s, "sin"),
@@ -304,7 +278,7 @@ first_stage!(swi_glu, |p| {
     state::guard(|| {
         let x = required(p.x, "x")?;
         let o = required(p.out, "out")?;
-        dtype_in(OP, &x, "x", FLOAT3)?;
+        dtype_in(&x, OP, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &o, "out")?;
         contiguous(OP, &x, "x")?;
         contiguous(OP, &o, "out")?;
@@ -328,7 +302,7 @@ first_stage!(swi_glu_grad, |p| {
         let dy = required(p.y_grad, "yGrad")?;
         let x = required(p.x, "x")?;
         let o = required(p.out, "out")?;
-        dtype_in(OP, &x, "x", FLOAT3)?;
+        dtype_in(&x, OP, "x", FLOAT3)?;
         same_dtype(OP, &x, "x", &dy, "yGrad")?;
         same_dtype(OP, &x, "x", &o, "out")?;
         for (t, n) in [(&dy, "yGrad"), (&x, "x"), (&o, "out")] {
@@ -387,8 +361,8 @@ first_stage!(cross_entropy_loss, |p| {
         let lp = required(p.log_prob_out, "logProbOut")?;
         required(p.zloss_out, "zlossOut")?;
         required(p.lse_for_zloss_out, "lseForZlossOut")?;
-        dtype_in(OP, &x, "input", FLOAT3)?;
-        dtype_in(OP, &t, "target", &[DataType::Int32, DataType::Int64])?;
+        dtype_in(&x, OP, "input", FLOAT3)?;
+        dtype_in(&t, OP, "target", &[DataType::Int32, DataType::Int64])?;
         same_dtype(OP, &x, "input", &loss, "lossOut")?;
         same_dtype(OP, &x, "input", &lp, "logProbOut")?;
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
@@ -441,10 +415,10 @@ first_stage!(cross_entropy_loss_grad, |p| {
         let lp = required(p.log_prob, "logProb")?;
         let t = required(p.target, "target")?;
         let o = required(p.out, "out")?;
-        dtype_in(OP, &lp, "logProb", FLOAT3)?;
+        dtype_in(&lp, OP, "logProb", FLOAT3)?;
         same_dtype(OP, &lp, "logProb", &g, "gradLoss")?;
         same_dtype(OP, &g, "gradLoss", &o, "out")?;
-        dtype_in(OP, &t, "target", &[DataType::Int64])?;
+        dtype_in(&t, OP, "target", &[DataType::Int64])?;
         // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
         unsafe { mean_reduction(OP, p.reduction_optional)? };
         if tensor(p.weight_optional, "weightOptional")?.is_some() || p.label_smoothing != 0.0 {

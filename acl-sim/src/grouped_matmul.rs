@@ -23,8 +23,8 @@ use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::grouped_matmul::{GroupListType, MAX_GROUPS, MAX_LAST_DIM};
 use burn_ascend_kernels::reference::grouped_matmul::{grouped_matmul_k, grouped_matmul_m};
 
-use crate::state::{self, guard, invalid, new_executor, SimErr, SimResult, SimTensor};
-use crate::wire::{encode_f64, floats, ints};
+use crate::state::{self, guard, invalid, SimErr, SimResult, SimTensor};
+use crate::wire::{encode_f64, floats, ints, submit_sized};
 
 const SIM_WORKSPACE: u64 = 1024;
 const OP: &str = names::grouped_matmul_v4;
@@ -288,15 +288,12 @@ first_stage!(grouped_matmul_v4, |params| {
             };
             o.write("out", &encode_f64(&y, o.dtype, "out")?)
         };
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(job),
-                params.workspace_size,
-                params.executor,
-            )
-        }
+        submit_sized(
+            OP,
+            SIM_WORKSPACE,
+            job,
+            params.workspace_size,
+            params.executor,
+        )
     })
 });

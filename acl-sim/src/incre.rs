@@ -9,12 +9,11 @@ use burn_ascend_contract::incre::{
 use burn_ascend_kernels::reference::incre::{self as ifa};
 
 use crate::state::{
-    self, c_str, int_array, invalid, new_executor, required, tensor, tensor_list, SimErr,
-    SimResult, SimTensor,
+    self, c_str, int_array, invalid, required, tensor, tensor_list, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, encode, encode_f64, floats, floats_or_i8, half_query, ints, mask01, query_dtype,
-    unsupported, SIM_WORKSPACE,
+    check_attention_out, floats, floats_or_i8, half_query, ints, mask01, opt_floats, query_dtype,
+    submit, unsupported, write_attention_out,
 };
 
 enum IncreKv {
@@ -130,11 +129,7 @@ impl IncreCall {
                 cols: *m.dims.last().unwrap_or(&0),
             });
         }
-        let pse = self
-            .pse
-            .as_ref()
-            .map(|p| floats(p, "pseShift"))
-            .transpose()?;
+        let pse = opt_floats(self.pse.as_ref(), "pseShift")?;
         if let (Some(data), Some(p)) = (&pse, &self.pse) {
             a.pse_shift = Some(IfaPse {
                 data,
@@ -142,16 +137,8 @@ impl IncreCall {
                 cols: p.dims[3],
             });
         }
-        let aq_scale = self
-            .antiquant_scale
-            .as_ref()
-            .map(|s| floats(s, "antiquantScale"))
-            .transpose()?;
-        let aq_offset = self
-            .antiquant_offset
-            .as_ref()
-            .map(|s| floats(s, "antiquantOffset"))
-            .transpose()?;
+        let aq_scale = opt_floats(self.antiquant_scale.as_ref(), "antiquantScale")?;
+        let aq_offset = opt_floats(self.antiquant_offset.as_ref(), "antiquantOffset")?;
         if let (Some(scale), Some(t)) = (&aq_scale, &self.antiquant_scale) {
             a.antiquant = Some(Antiquant {
                 scale,
@@ -159,27 +146,12 @@ impl IncreCall {
                 per_channel: t.dims.len() > 1,
             });
         }
-        let bytes = match &self.quant_scale2 {
-            Some(s) => {
-                let scale = floats(s, "quantScale2")?;
-                let offset = self
-                    .quant_offset2
-                    .as_ref()
-                    .map(|o| floats(o, "quantOffset2"))
-                    .transpose()?;
-                let pq = burn_ascend_contract::incre::IfaPostQuant {
-                    scale: &scale,
-                    offset: offset.as_deref(),
-                };
-                encode(&ifa::incre_flash_attention_int8(&a, &pq))
-            }
-            None => encode_f64(
-                &ifa::incre_flash_attention(&a),
-                self.out.dtype,
-                "attentionOut",
-            )?,
-        };
-        self.out.write("attentionOut", &bytes)
+        write_attention_out(
+            (self.quant_scale2.as_ref(), self.quant_offset2.as_ref()),
+            &self.out,
+            |quant| ifa::incre_flash_attention_int8(&a, quant),
+            || ifa::incre_flash_attention(&a),
+        )
     }
 }
 
@@ -397,18 +369,7 @@ first_stage!(ifa_v4, |params| {
         }
         let quant_scale2 = tensor(quant_scale2, "quantScale2")?;
         let quant_offset2 = tensor(quant_offset2, "quantOffset2")?;
-        check_dims(&out, "attentionOut", &q.dims)?;
-        let want_dt = if quant_scale2.is_some() {
-            DataType::Int8
-        } else {
-            q.dtype
-        };
-        if out.dtype != want_dt {
-            return invalid(format!(
-                "attentionOut: dtype must be {want_dt:?}, got {:?}",
-                out.dtype
-            ));
-        }
+        check_attention_out(&out, &q.dims, quant_scale2.is_some(), q.dtype)?;
         crate::cost::note_attention(|| {
             // Each batch entry's key length: its actual length, else the KV tensors' S.
             let full = |b: usize| match &kv {
@@ -460,15 +421,6 @@ first_stage!(ifa_v4, |params| {
             inner_precise,
             out,
         };
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                workspace_size,
-                executor,
-            )
-        }
+        submit(OP, move || call.run(), workspace_size, executor)
     })
 });

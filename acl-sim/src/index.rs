@@ -19,8 +19,10 @@
 use burn_ascend_cann::acl::ffi::*;
 
 use crate::state::SimTensor;
-use crate::state::{self, guard, invalid, new_executor, required, scalar, SimErr, SimResult};
+use crate::state::{self, guard, invalid, required, scalar, SimErr, SimResult};
+use crate::wire::{ints, submit_sized};
 
+/// The workspace the index ops ask for.
 const SIM_WORKSPACE: u64 = 1024;
 
 type T = *const AclTensor;
@@ -78,21 +80,6 @@ fn out_shape(op: &str, o: &SimTensor, want: &[usize]) -> SimResult<()> {
         return invalid(format!("{op}: out must be {want:?}, got {:?}", o.dims));
     }
     Ok(())
-}
-
-/// The index values (read through the view).
-fn index_values(t: &SimTensor) -> SimResult<Vec<i64>> {
-    let b = t.read("index")?;
-    Ok(match t.dtype {
-        DataType::Int32 => b
-            .chunks_exact(4)
-            .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-        _ => b
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect(),
-    })
 }
 
 /// Checks every index against `[0, bound)`: the run-time failure of CANN, at launch here.
@@ -233,16 +220,6 @@ fn flat(idx: &[usize], strides: &[usize]) -> usize {
     idx.iter().zip(strides).map(|(i, s)| i * s).sum()
 }
 
-fn submit(
-    op: &'static str,
-    job: impl FnMut() -> SimResult<()> + Send + 'static,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> SimResult<()> {
-    // SAFETY: the out-pointers come from the caller per the op's prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
-}
-
 // ---- aclnnIndexSelect -------------------------------------------------------------------------
 
 first_stage!(index_select, |p| {
@@ -261,10 +238,11 @@ first_stage!(index_select, |p| {
         let mut want = a.dims.clone();
         want[d] = i.numel();
         out_shape(OP, &o, &want)?;
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
-                let idx = index_values(&i)?;
+                let idx = ints(&i, "index")?;
                 check_range(OP, &idx, a.dims[d])?;
                 let x = a.read("self")?;
                 let es = a.dtype.size();
@@ -313,10 +291,11 @@ first_stage!(gather, |p| {
             ));
         }
         out_shape(OP, &o, &i.dims)?;
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
-                let idx = index_values(&i)?;
+                let idx = ints(&i, "index")?;
                 check_range(OP, &idx, a.dims[d])?;
                 let x = a.read("self")?;
                 let es = a.dtype.size();
@@ -380,10 +359,11 @@ fn submit_add(
     ex: *mut *mut AclOpExecutor,
 ) -> SimResult<()> {
     out_shape(op, &o, &a.dims)?;
-    submit(
+    submit_sized(
         op,
+        SIM_WORKSPACE,
         move || {
-            let idx = index_values(&i)?;
+            let idx = ints(&i, "index")?;
             check_range(op, &idx, a.dims[d])?;
             let mut acc = decode(a.dtype, &a.read("self")?);
             let added = decode(s.dtype, &s.read(added_name)?);
@@ -523,8 +503,9 @@ first_stage!(cat, |p| {
             want[d] += t.dims[d];
         }
         out_shape(OP, &o, &want)?;
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
                 let es = o.dtype.size();
                 let outer: usize = want[..d].iter().product();
@@ -573,8 +554,9 @@ first_stage!(inplace_copy, |p| {
                 s.dims, dst.dims
             ));
         }
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
                 let es = s.dtype.size();
                 let x = s.read("src")?;
@@ -629,8 +611,9 @@ first_stage!(repeat, |p| {
             })
             .collect();
         out_shape(OP, &o, &want)?;
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
                 let es = a.dtype.size();
                 let x = a.read("self")?;
@@ -670,8 +653,9 @@ first_stage!(flip, |params| {
             axes.push(d);
         }
         out_shape(OP, &o, &a.dims)?;
-        submit(
+        submit_sized(
             OP,
+            SIM_WORKSPACE,
             move || {
                 let es = a.dtype.size();
                 let x = a.read("self")?;

@@ -12,9 +12,8 @@ use burn_ascend_kernels::cpu::gemm::{matmul as matmul_f32, Mat};
 use half::{bf16, f16};
 
 use crate::state::SimTensor;
-use crate::state::{self, guard, invalid, new_executor, required, scalar, SimErr, SimResult};
-
-pub(crate) const SIM_WORKSPACE: u64 = 4096;
+use crate::state::{self, guard, invalid, required, scalar, SimErr, SimResult};
+use crate::wire::submit;
 
 type T = *const AclTensor;
 
@@ -183,71 +182,32 @@ fn binary_ws(
             .collect();
         o.write("out", &encode(&v, o.dtype))
     };
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    submit(op, job, ws, ex)
 }
 
-first_stage!(add, |p| {
-    guard(|| {
-        let alpha = scalar(p.alpha, &format!("{}: alpha", names::add))?;
-        binary_ws(
-            names::add,
-            Bin::Add,
-            p.self_,
-            p.other,
-            Some(alpha),
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+/// The `alpha` of `aclnnAdd`, `aclnnSub` or `aclnnAdds` (required where the prototype has one).
+fn alpha(op: &str, alpha: *const AclScalar) -> SimResult<Option<f64>> {
+    Ok(Some(scalar(alpha, &format!("{op}: alpha"))?))
+}
 
-first_stage!(sub, |p| {
-    guard(|| {
-        let alpha = scalar(p.alpha, &format!("{}: alpha", names::sub))?;
-        binary_ws(
-            names::sub,
-            Bin::Sub,
-            p.self_,
-            p.other,
-            Some(alpha),
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+/// The first stage of `aclnnAdd` … `aclnnDiv`, named by its table field: [`binary_ws`] of the
+/// op's kind with the `alpha` the prototype passes (`None` for the ops without one).
+macro_rules! binary {
+    ($field:ident, $kind:expr, |$p:ident| $alpha:expr) => {
+        first_stage!($field, |$p| {
+            guard(|| {
+                let (alpha, ws, ex) = ($alpha, $p.workspace_size, $p.executor);
+                let (x, y, out) = ($p.self_, $p.other, $p.out);
+                binary_ws(names::$field, $kind, x, y, alpha, out, ws, ex)
+            })
+        });
+    };
+}
 
-first_stage!(mul, |p| {
-    guard(|| {
-        binary_ws(
-            names::mul,
-            Bin::Mul,
-            p.self_,
-            p.other,
-            None,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
-
-first_stage!(div, |p| {
-    guard(|| {
-        binary_ws(
-            names::div,
-            Bin::Div,
-            p.self_,
-            p.other,
-            None,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+binary!(add, Bin::Add, |p| alpha(names::add, p.alpha)?);
+binary!(sub, Bin::Sub, |p| alpha(names::sub, p.alpha)?);
+binary!(mul, Bin::Mul, |p| None);
+binary!(div, Bin::Div, |p| None);
 
 // ---- matmul -----------------------------------------------------------------------------------
 
@@ -323,31 +283,15 @@ first_stage!(matmul, |p| {
             }
             o.write("out", &encode(&v, o.dtype))
         };
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(job),
-                p.workspace_size,
-                p.executor,
-            )
-        }
+        submit(OP, job, p.workspace_size, p.executor)
     })
 });
 
 // ---- scalar, unary, reductions ------------------------------------------------------------
 
-fn unary_ws(
-    op: &'static str,
-    f: fn(f32) -> f32,
-    self_: T,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> SimResult<()> {
-    let a = required(self_, "self")?;
-    let o = required(out, "out")?;
+fn unary_ws(op: &'static str, f: fn(f32) -> f32, p: UnaryParams) -> SimResult<()> {
+    let a = required(p.self_, "self")?;
+    let o = required(p.out, "out")?;
     float_dtype(&a, op, "self")?;
     float_dtype(&o, op, "out")?;
     if a.dtype != o.dtype {
@@ -363,25 +307,13 @@ fn unary_ws(
         let v: Vec<f32> = floats(&a, "self")?.into_iter().map(f).collect();
         o.write("out", &encode(&v, o.dtype))
     };
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    submit(op, job, p.workspace_size, p.executor)
 }
 
 /// `aclnn<Op>`'s first stage, named by its table field, computing `$f` per element.
 macro_rules! unary {
     ($field:ident, $f:expr) => {
-        first_stage!($field, |p| {
-            guard(|| {
-                unary_ws(
-                    names::$field,
-                    $f,
-                    p.self_,
-                    p.out,
-                    p.workspace_size,
-                    p.executor,
-                )
-            })
-        });
+        first_stage!($field, |p| { guard(|| { unary_ws(names::$field, $f, p) }) });
     };
 }
 
@@ -428,77 +360,39 @@ fn scalar_ws(
             .collect();
         o.write("out", &encode(&v, o.dtype))
     };
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    submit(op, job, ws, ex)
 }
 
-first_stage!(adds, |p| {
-    guard(|| {
-        let other = scalar(p.other, &format!("{}: other", names::adds))?;
-        let alpha = scalar(p.alpha, &format!("{}: alpha", names::adds))?;
-        scalar_ws(
-            names::adds,
-            p.self_,
-            other,
-            Some(alpha),
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+/// The first stage of `aclnnAdds`, `aclnnMuls` or `aclnnDivs`, named by its table field:
+/// [`scalar_ws`] with the `alpha` the prototype passes (`None` for the ops without one).
+macro_rules! scalar_op {
+    ($field:ident, |$p:ident| $alpha:expr) => {
+        first_stage!($field, |$p| {
+            guard(|| {
+                let other = scalar($p.other, &format!("{}: other", names::$field))?;
+                let (alpha, ws, ex) = ($alpha, $p.workspace_size, $p.executor);
+                scalar_ws(names::$field, $p.self_, other, alpha, $p.out, ws, ex)
+            })
+        });
+    };
+}
 
-first_stage!(muls, |p| {
-    guard(|| {
-        let other = scalar(p.other, &format!("{}: other", names::muls))?;
-        scalar_ws(
-            names::muls,
-            p.self_,
-            other,
-            None,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+scalar_op!(adds, |p| alpha(names::adds, p.alpha)?);
+scalar_op!(muls, |p| None);
+scalar_op!(divs, |p| None);
 
-first_stage!(divs, |p| {
-    guard(|| {
-        let other = scalar(p.other, &format!("{}: other", names::divs))?;
-        scalar_ws(
-            names::divs,
-            p.self_,
-            other,
-            None,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+/// A reduction's `dim` int array, which may not be null.
+pub(crate) fn required_dims(op: &str, dim: *const AclIntArray) -> SimResult<Vec<i64>> {
+    state::int_array(dim, "dim")?
+        .ok_or_else(|| SimErr(ACLNN_ERR_PARAM_NULLPTR, format!("{op}: dim is null")))
+}
 
 /// Sum or mean over `dim` (an int array; negative dims count from the end).
-#[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
-fn reduce_ws(
-    op: &'static str,
-    mean: bool,
-    self_: T,
-    dim: *const AclIntArray,
-    keep_dim: bool,
-    dtype: i32,
-    out: T,
-    ws: *mut u64,
-    ex: *mut *mut AclOpExecutor,
-) -> SimResult<()> {
-    let a = required(self_, "self")?;
-    let o = required(out, "out")?;
-    let Some(dims) = state::int_array(dim, "dim")? else {
-        return Err(SimErr(
-            ACLNN_ERR_PARAM_NULLPTR,
-            format!("{op}: dim is null"),
-        ));
-    };
+fn reduce_ws(op: &'static str, mean: bool, p: ReduceParams) -> SimResult<()> {
+    let dtype = p.dtype;
+    let a = required(p.self_, "self")?;
+    let o = required(p.out, "out")?;
+    let dims = required_dims(op, p.dim)?;
     float_dtype(&a, op, "self")?;
     if DataType::from_raw(dtype) != Some(o.dtype) || o.dtype != a.dtype {
         return invalid(format!(
@@ -521,7 +415,7 @@ fn reduce_ws(
         .dims
         .iter()
         .enumerate()
-        .filter_map(|(i, &n)| match (axes.contains(&i), keep_dim) {
+        .filter_map(|(i, &n)| match (axes.contains(&i), p.keep_dim) {
             (true, true) => Some(1),
             (true, false) => None,
             (false, _) => Some(n),
@@ -556,41 +450,13 @@ fn reduce_ws(
             .collect();
         o.write("out", &encode(&v, o.dtype))
     };
-    // SAFETY: the out-pointers come from the caller per the prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
+    submit(op, job, p.workspace_size, p.executor)
 }
 
 first_stage!(reduce_sum, |p| {
-    guard(|| {
-        reduce_ws(
-            names::reduce_sum,
-            false,
-            p.self_,
-            p.dim,
-            p.keep_dim,
-            p.dtype,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
+    guard(|| reduce_ws(names::reduce_sum, false, p))
 });
-
-first_stage!(mean, |p| {
-    guard(|| {
-        reduce_ws(
-            names::mean,
-            true,
-            p.self_,
-            p.dim,
-            p.keep_dim,
-            p.dtype,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+first_stage!(mean, |p| { guard(|| reduce_ws(names::mean, true, p)) });
 
 unary!(exp, f32::exp);
 unary!(log, f32::ln);

@@ -15,8 +15,8 @@ use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::optim::{validate, AdamWHyper};
 use burn_ascend_kernels::reference::optim as reference;
 
-use crate::state::{self, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor};
-use crate::wire::{encode_f64, floats, ints, unsupported, SIM_WORKSPACE};
+use crate::state::{self, invalid, required, tensor, SimErr, SimResult, SimTensor};
+use crate::wire::{encode_f64, floats, ints, submit, unsupported};
 
 const FLOAT3: &[DataType] = &[DataType::Float, DataType::Float16, DataType::Bf16];
 
@@ -111,15 +111,6 @@ first_stage!(apply_adam_w_v2, |p| {
             m.write("mRef", &encode_f64(&mv, m.dtype, "mRef")?)?;
             v.write("vRef", &encode_f64(&vv, v.dtype, "vRef")?)
         };
-        // SAFETY: the out-pointers come from the caller per the op's prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(job),
-                p.workspace_size,
-                p.executor,
-            )
-        }
+        submit(OP, job, p.workspace_size, p.executor)
     })
 });

@@ -8,11 +8,11 @@ use burn_ascend_contract::varlen::lengths_from_cumulative;
 use burn_ascend_kernels::reference::prompt::{self as pfa};
 
 use crate::state::{
-    self, c_str, int_array, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
+    self, c_str, int_array, invalid, required, tensor, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, check_rank, encode, encode_f64, floats, half_query, mask01, query_dtype,
-    unsupported, IA, SIM_WORKSPACE, T,
+    check_attention_out, check_rank, floats, half_query, mask01, opt_floats, query_dtype, submit,
+    unsupported, write_attention_out,
 };
 
 struct PromptCall {
@@ -98,11 +98,7 @@ impl PromptCall {
                 })
             }
         };
-        let pse = self
-            .pse
-            .as_ref()
-            .map(|p| floats(p, "pseShift"))
-            .transpose()?;
+        let pse = opt_floats(self.pse.as_ref(), "pseShift")?;
         if let (Some(data), Some(p)) = (&pse, &self.pse) {
             a.pse_shift = Some(PseShift {
                 data,
@@ -111,27 +107,12 @@ impl PromptCall {
                 cols: p.dims[3],
             });
         }
-        let bytes = match &self.quant_scale2 {
-            Some(s) => {
-                let scale = floats(s, "quantScale2")?;
-                let offset = self
-                    .quant_offset2
-                    .as_ref()
-                    .map(|o| floats(o, "quantOffset2"))
-                    .transpose()?;
-                let pq = burn_ascend_contract::prompt::PfaPostQuant {
-                    scale: &scale,
-                    offset: offset.as_deref(),
-                };
-                encode(&pfa::prompt_flash_attention_int8(&a, &pq))
-            }
-            None => encode_f64(
-                &pfa::prompt_flash_attention(&a),
-                self.out.dtype,
-                "attentionOut",
-            )?,
-        };
-        self.out.write("attentionOut", &bytes)
+        write_attention_out(
+            (self.quant_scale2.as_ref(), self.quant_offset2.as_ref()),
+            &self.out,
+            |quant| pfa::prompt_flash_attention_int8(&a, quant),
+            || pfa::prompt_flash_attention(&a),
+        )
     }
 }
 
@@ -144,27 +125,28 @@ fn parse_pfa_layout(s: &str) -> SimResult<PfaLayout> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn decode_prompt(
-    query: T,
-    key: T,
-    value: T,
-    pse_shift: T,
-    atten_mask: T,
-    asl: IA,
-    asl_kv: IA,
-    quant_scale2: T,
-    quant_offset2: T,
-    num_heads: i64,
-    scale: f64,
-    pre: i64,
-    next: i64,
-    layout: Option<String>,
-    num_kv_heads: i64,
-    sparse: i64,
-    inner_precise: i64,
-    attention_out: T,
-) -> SimResult<PromptCall> {
+/// PFA's call from its (V3, or widened V1) parameters and the decoded `inputLayout`.
+fn decode_prompt(p: &PfaV3Params, layout: Option<String>) -> SimResult<PromptCall> {
+    let PfaV3Params {
+        query,
+        key,
+        value,
+        pse_shift,
+        atten_mask,
+        actual_seq_lengths: asl,
+        actual_seq_lengths_kv: asl_kv,
+        quant_scale2,
+        quant_offset2,
+        num_heads,
+        scale_value: scale,
+        pre_tokens: pre,
+        next_tokens: next,
+        num_key_value_heads: num_kv_heads,
+        sparse_mode: sparse,
+        inner_precise,
+        attention_out,
+        ..
+    } = *p;
     let q = required(query, "query")?;
     let k = required(key, "key")?;
     let v = required(value, "value")?;
@@ -325,36 +307,11 @@ fn decode_prompt(
         PfaLayout::Bnsd => vec![batch, n, qs, dv],
         PfaLayout::Tnd => vec![qs, n, dv],
     };
-    check_dims(&out, "attentionOut", &out_dims)?;
-    let want_dt = if quant_scale2.is_some() {
-        DataType::Int8
-    } else {
-        q.dtype
-    };
-    if out.dtype != want_dt {
-        return invalid(format!(
-            "attentionOut: dtype must be {want_dt:?}, got {:?}",
-            out.dtype
-        ));
-    }
+    check_attention_out(&out, &out_dims, quant_scale2.is_some(), q.dtype)?;
     crate::cost::note_attention(|| {
         // Per-batch lengths (TND: cumulative ends), else the tensors' S.
-        let lens = |a: &Option<Vec<i64>>, full: usize| -> Vec<usize> {
-            match a {
-                None => vec![full; batch],
-                Some(v) if layout == PfaLayout::Tnd => {
-                    let mut prev = 0;
-                    v.iter()
-                        .map(|&e| {
-                            let l = (e - prev).max(0) as usize;
-                            prev = e;
-                            l
-                        })
-                        .collect()
-                }
-                Some(v) => v.iter().map(|&l| l.max(0) as usize).collect(),
-            }
-        };
+        let tnd = layout == PfaLayout::Tnd;
+        let lens = |a: &Option<Vec<i64>>, full| crate::cost::seq_lens(a, tnd, batch, full);
         crate::cost::Attention {
             seqs: lens(&asl, qs).into_iter().zip(lens(&asl_kv, ks)).collect(),
             heads: n,
@@ -395,110 +352,26 @@ fn decode_prompt(
     })
 }
 
-first_stage!(pfa_v3, |params| {
-    let PfaV3Params {
-        query,
-        key,
-        value,
-        pse_shift,
-        atten_mask,
-        actual_seq_lengths,
-        actual_seq_lengths_kv,
-        deq_scale1,
-        quant_scale1,
-        deq_scale2,
-        quant_scale2,
-        quant_offset2,
-        num_heads,
-        scale_value,
-        pre_tokens,
-        next_tokens,
-        input_layout,
-        num_key_value_heads,
-        sparse_mode,
-        inner_precise,
-        attention_out,
-        workspace_size,
-        executor,
-    } = params;
-    const OP: &str = names::pfa_v3;
-    state::guard(|| {
-        if !deq_scale1.is_null() || !quant_scale1.is_null() || !deq_scale2.is_null() {
-            return unsupported("int8 query (deqScale1 / quantScale1 / deqScale2)");
-        }
-        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(input_layout, "inputLayout")? };
-        let call = decode_prompt(
-            query,
-            key,
-            value,
-            pse_shift,
-            atten_mask,
-            actual_seq_lengths,
-            actual_seq_lengths_kv,
-            quant_scale2,
-            quant_offset2,
-            num_heads,
-            scale_value,
-            pre_tokens,
-            next_tokens,
-            layout,
-            num_key_value_heads,
-            sparse_mode,
-            inner_precise,
-            attention_out,
-        )?;
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                workspace_size,
-                executor,
-            )
-        }
-    })
+/// PFA's first stage, for V3 or a V1 call widened to V3 (`op` names the op called; V1 has no
+/// TND layout, `tnd` false).
+fn pfa_stage(op: &'static str, p: PfaV3Params, tnd: bool) -> SimResult<()> {
+    if !p.deq_scale1.is_null() || !p.quant_scale1.is_null() || !p.deq_scale2.is_null() {
+        return unsupported("int8 query (deqScale1 / quantScale1 / deqScale2)");
+    }
+    // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+    let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
+    let call = decode_prompt(&p, layout)?;
+    if !tnd && call.layout == PfaLayout::Tnd {
+        return invalid(format!("inputLayout TND needs {}", names::pfa_v3));
+    }
+    submit(op, move || call.run(), p.workspace_size, p.executor)
+}
+
+first_stage!(pfa_v3, |p| {
+    state::guard(|| pfa_stage(names::pfa_v3, p, true))
 });
 
+// V1: no KV lengths, no quantisation, sparse mode 0, innerPrecise 1 (what widening gives).
 first_stage!(pfa_v1, |p| {
-    const OP: &str = names::pfa_v1;
-    state::guard(|| {
-        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
-        // V1: no KV lengths, no quantisation, sparse mode 0, innerPrecise 1.
-        let call = decode_prompt(
-            p.query,
-            p.key,
-            p.value,
-            p.pse_shift,
-            p.atten_mask,
-            p.actual_seq_lengths,
-            std::ptr::null(),
-            std::ptr::null(),
-            std::ptr::null(),
-            p.num_heads,
-            p.scale_value,
-            p.pre_tokens,
-            p.next_tokens,
-            layout,
-            p.num_key_value_heads,
-            0,
-            1,
-            p.attention_out,
-        )?;
-        if call.layout == PfaLayout::Tnd {
-            return invalid(format!("inputLayout TND needs {}", names::pfa_v3));
-        }
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                p.workspace_size,
-                p.executor,
-            )
-        }
-    })
+    state::guard(|| pfa_stage(names::pfa_v1, p.to_wide(), false))
 });

@@ -20,10 +20,9 @@ use burn_ascend_kernels::reference::scatter::{
 use half::{bf16, f16};
 
 use crate::state::{
-    self, c_str, int_array, invalid, new_executor, read_device, required, tensor, SimErr,
-    SimResult, SimTensor,
+    self, c_str, int_array, invalid, read_device, required, tensor, SimErr, SimResult, SimTensor,
 };
-use crate::wire::{encode, ints, typed, Wire, IA, SIM_WORKSPACE};
+use crate::wire::{encode, ints, submit, typed, Wire, IA};
 
 struct ScatterCall {
     key: SimTensor,
@@ -350,15 +349,6 @@ first_stage!(scatter_pa_kv_cache, |params| {
             num_blocks,
             block_size,
         };
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                workspace_size,
-                executor,
-            )
-        }
+        submit(OP, move || call.run(), workspace_size, executor)
     })
 });

@@ -3,14 +3,40 @@
 //! shape checks.
 
 use burn_ascend_cann::acl::ffi::*;
+use burn_ascend_contract::post_quant::PostQuant;
 use burn_ascend_contract::Element;
 use half::{bf16, f16};
 
-use crate::state::{invalid, SimResult, SimTensor};
+use crate::state::{invalid, new_executor, SimResult, SimTensor};
 
 /// The workspace every simulated op asks for, so the two-stage contract (allocate at least
 /// this much, pass it back) is exercised.
 pub(crate) const SIM_WORKSPACE: u64 = 4096;
+
+/// A first stage's tail: records the executor of `op` that runs `job` at the second stage, with
+/// [`SIM_WORKSPACE`] bytes of workspace, and writes it to the out-pointers `ws` / `ex`, which a
+/// first stage passes on unchanged from its C caller.
+pub(crate) fn submit(
+    op: &'static str,
+    job: impl FnMut() -> SimResult<()> + Send + 'static,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    submit_sized(op, SIM_WORKSPACE, job, ws, ex)
+}
+
+/// [`submit`] for an op that asks for `workspace` bytes.
+pub(crate) fn submit_sized(
+    op: &'static str,
+    workspace: u64,
+    job: impl FnMut() -> SimResult<()> + Send + 'static,
+    ws: *mut u64,
+    ex: *mut *mut AclOpExecutor,
+) -> SimResult<()> {
+    // SAFETY: the out-pointers are the C caller's, writable per the op's prototype (null ones
+    // are refused by `new_executor`).
+    unsafe { new_executor(op, workspace, Box::new(job), ws, ex) }
+}
 
 pub(crate) type T = *const AclTensor;
 pub(crate) type IA = *const AclIntArray;
@@ -75,6 +101,34 @@ pub(crate) fn floats(t: &SimTensor, name: &str) -> SimResult<Vec<f32>> {
     })
 }
 
+/// The values of an optional tensor (`None` where it is absent).
+pub(crate) fn opt_floats(t: Option<&SimTensor>, name: &str) -> SimResult<Option<Vec<f32>>> {
+    t.map(|t| floats(t, name)).transpose()
+}
+
+/// Writes `attentionOut`: int8 through `quantScale2` / `quantOffset2` where a scale is given
+/// (`int8` computes it), else `float`'s values rounded to `out`'s dtype.
+pub(crate) fn write_attention_out(
+    (quant_scale2, quant_offset2): (Option<&SimTensor>, Option<&SimTensor>),
+    out: &SimTensor,
+    int8: impl FnOnce(&PostQuant) -> Vec<i8>,
+    float: impl FnOnce() -> Vec<f64>,
+) -> SimResult<()> {
+    let bytes = match quant_scale2 {
+        Some(s) => {
+            let scale = floats(s, "quantScale2")?;
+            let offset = opt_floats(quant_offset2, "quantOffset2")?;
+            let quant = PostQuant {
+                scale: &scale,
+                offset: offset.as_deref(),
+            };
+            encode(&int8(&quant))
+        }
+        None => encode_f64(&float(), out.dtype, "attentionOut")?,
+    };
+    out.write("attentionOut", &bytes)
+}
+
 /// Float or INT8 values widened to f32 (exact).
 pub(crate) fn floats_or_i8(t: &SimTensor, name: &str) -> SimResult<Vec<f32>> {
     if t.dtype == DataType::Int8 {
@@ -135,6 +189,37 @@ pub(crate) fn check_dims(t: &SimTensor, name: &str, want: &[usize]) -> SimResult
         return invalid(format!("{name}: shape must be {want:?}, got {:?}", t.dims));
     }
     Ok(())
+}
+
+/// `attentionOut`'s shape and dtype: int8 where the call post-quantises (`quantScale2` given),
+/// else the query's.
+pub(crate) fn check_attention_out(
+    out: &SimTensor,
+    dims: &[usize],
+    int8: bool,
+    query: DataType,
+) -> SimResult<()> {
+    check_dims(out, "attentionOut", dims)?;
+    let want = if int8 { DataType::Int8 } else { query };
+    if out.dtype != want {
+        return invalid(format!(
+            "attentionOut: dtype must be {want:?}, got {:?}",
+            out.dtype
+        ));
+    }
+    Ok(())
+}
+
+/// `t`'s dtype is one of `allowed` (else an error naming `op` and the parameter `name`).
+pub(crate) fn dtype_in(t: &SimTensor, op: &str, name: &str, allowed: &[DataType]) -> SimResult<()> {
+    if allowed.contains(&t.dtype) {
+        Ok(())
+    } else {
+        invalid(format!(
+            "{op}: {name} dtype must be one of {allowed:?}, got {:?}",
+            t.dtype
+        ))
+    }
 }
 
 pub(crate) fn check_rank(t: &SimTensor, name: &str, rank: usize) -> SimResult<()> {

@@ -24,6 +24,7 @@ pub mod fused;
 pub mod grouped_matmul;
 pub mod incre;
 pub mod optim;
+pub mod post_quant;
 pub mod prompt;
 pub mod scatter;
 pub mod varlen;

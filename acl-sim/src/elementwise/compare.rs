@@ -29,55 +29,44 @@ impl Cmp {
     }
 }
 
-fn compare_tensor(
+/// A boolean function of two tensors broadcast together (a comparison, a logical and/or):
+/// numeric inputs (of one dtype where `one_dtype`), a BOOL `out` of the broadcast shape.
+fn bool_binary(
     op: &'static str,
-    c: Cmp,
-    self_: T,
-    other: T,
-    out: T,
-    ws: Ws,
-    ex: Ex,
+    p: BinaryParams,
+    one_dtype: bool,
+    f: impl Fn(f64, f64) -> bool + Send + 'static,
 ) -> SimResult<()> {
-    let a = required(self_, "self")?;
-    let b = required(other, "other")?;
-    let o = required(out, "out")?;
+    let a = required(p.self_, "self")?;
+    let b = required(p.other, "other")?;
+    let o = required(p.out, "out")?;
     dtype_in(&a, op, "self", NUMERIC)?;
     dtype_in(&b, op, "other", NUMERIC)?;
-    same_dtype(op, &[(&a, "self"), (&b, "other")])?;
+    if one_dtype {
+        same_dtype(op, &[(&a, "self"), (&b, "other")])?;
+    }
     dtype_in(&o, op, "out", &[DataType::Bool])?;
     let shape = broadcast2(op, &a, "self", &b, "other")?;
     shape_is(op, "out", &o, &shape)?;
-    submit(
-        op,
-        move || {
-            let (x, y) = (
-                values_as(&a, "self", &shape)?,
-                values_as(&b, "other", &shape)?,
-            );
-            let v: Vec<f64> = x
-                .iter()
-                .zip(&y)
-                .map(|(&p, &q)| f64::from(u8::from(c.apply(p, q))))
-                .collect();
-            o.write("out", &encode(&v, DataType::Bool))
-        },
-        ws,
-        ex,
-    )
+    let job = move || {
+        let (x, y) = (
+            values_as(&a, "self", &shape)?,
+            values_as(&b, "other", &shape)?,
+        );
+        let v: Vec<f64> = x
+            .iter()
+            .zip(&y)
+            .map(|(&p, &q)| f64::from(u8::from(f(p, q))))
+            .collect();
+        o.write("out", &encode(&v, DataType::Bool))
+    };
+    submit(op, job, p.workspace_size, p.executor)
 }
 
-fn compare_scalar(
-    op: &'static str,
-    c: Cmp,
-    self_: T,
-    other: S,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> SimResult<()> {
-    let a = required(self_, "self")?;
-    let s = scalar(other, &format!("{op}: other"))?;
-    let o = required(out, "out")?;
+fn compare_scalar(op: &'static str, c: Cmp, p: ScalarParams) -> SimResult<()> {
+    let a = required(p.self_, "self")?;
+    let s = scalar(p.other, &format!("{op}: other"))?;
+    let o = required(p.out, "out")?;
     dtype_in(&a, op, "self", NUMERIC)?;
     dtype_in(&o, op, "out", &[DataType::Bool])?;
     shape_is(op, "out", &o, &a.dims)?;
@@ -90,8 +79,8 @@ fn compare_scalar(
                 .collect();
             o.write("out", &encode(&v, DataType::Bool))
         },
-        ws,
-        ex,
+        p.workspace_size,
+        p.executor,
     )
 }
 
@@ -99,31 +88,9 @@ fn compare_scalar(
 macro_rules! compare {
     ($t:ident, $s:ident, $c:expr) => {
         first_stage!($t, |p| {
-            guard(|| {
-                compare_tensor(
-                    names::$t,
-                    $c,
-                    p.self_,
-                    p.other,
-                    p.out,
-                    p.workspace_size,
-                    p.executor,
-                )
-            })
+            guard(|| bool_binary(names::$t, p, true, move |x, y| $c.apply(x, y)))
         });
-        first_stage!($s, |p| {
-            guard(|| {
-                compare_scalar(
-                    names::$s,
-                    $c,
-                    p.self_,
-                    p.other,
-                    p.out,
-                    p.workspace_size,
-                    p.executor,
-                )
-            })
-        });
+        first_stage!($s, |p| { guard(|| compare_scalar(names::$s, $c, p)) });
     };
 }
 
@@ -241,70 +208,11 @@ first_stage!(logical_not, |p| {
     })
 });
 
-fn logical(
-    op: &'static str,
-    and: bool,
-    self_: T,
-    other: T,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> SimResult<()> {
-    let a = required(self_, "self")?;
-    let b = required(other, "other")?;
-    let o = required(out, "out")?;
-    dtype_in(&a, op, "self", NUMERIC)?;
-    dtype_in(&b, op, "other", NUMERIC)?;
-    dtype_in(&o, op, "out", &[DataType::Bool])?;
-    let shape = broadcast2(op, &a, "self", &b, "other")?;
-    shape_is(op, "out", &o, &shape)?;
-    submit(
-        op,
-        move || {
-            let (x, y) = (
-                values_as(&a, "self", &shape)?,
-                values_as(&b, "other", &shape)?,
-            );
-            let v: Vec<f64> = x
-                .iter()
-                .zip(&y)
-                .map(|(&p, &q)| {
-                    let (p, q) = (p != 0.0, q != 0.0);
-                    f64::from(u8::from(if and { p && q } else { p || q }))
-                })
-                .collect();
-            o.write("out", &encode(&v, DataType::Bool))
-        },
-        ws,
-        ex,
-    )
-}
-
 first_stage!(logical_and, |p| {
-    guard(|| {
-        logical(
-            names::logical_and,
-            true,
-            p.self_,
-            p.other,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
+    guard(|| bool_binary(names::logical_and, p, false, |x, y| x != 0.0 && y != 0.0))
 });
 first_stage!(logical_or, |p| {
-    guard(|| {
-        logical(
-            names::logical_or,
-            false,
-            p.self_,
-            p.other,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
+    guard(|| bool_binary(names::logical_or, p, false, |x, y| x != 0.0 || y != 0.0))
 });
 
 first_stage!(cast, |p| {

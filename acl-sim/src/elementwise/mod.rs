@@ -14,8 +14,9 @@
 use burn_ascend_cann::acl::ffi::*;
 use half::{bf16, f16};
 
-use crate::math::{broadcast, broadcast_index, SIM_WORKSPACE};
-use crate::state::{invalid, new_executor, SimErr, SimResult, SimTensor};
+use crate::math::{broadcast, broadcast_index};
+use crate::state::{invalid, SimErr, SimResult, SimTensor};
+use crate::wire::{dtype_in, ints, submit};
 
 mod compare;
 pub(crate) mod random;
@@ -23,7 +24,6 @@ mod reduce;
 mod unary;
 
 type T = *const AclTensor;
-type S = *const AclScalar;
 type Ws = *mut u64;
 type Ex = *mut *mut AclOpExecutor;
 
@@ -59,17 +59,6 @@ const REAL: &[DataType] = &[
 const INDEX: &[DataType] = &[DataType::Int32, DataType::Int64];
 
 // ---- decoding ---------------------------------------------------------------------------------
-
-fn dtype_in(t: &SimTensor, op: &str, name: &str, allowed: &[DataType]) -> SimResult<()> {
-    if allowed.contains(&t.dtype) {
-        Ok(())
-    } else {
-        invalid(format!(
-            "{op}: {name} dtype must be one of {allowed:?}, got {:?}",
-            t.dtype
-        ))
-    }
-}
 
 fn same_dtype(op: &str, ts: &[(&SimTensor, &str)]) -> SimResult<()> {
     let d = ts[0].0.dtype;
@@ -161,16 +150,6 @@ fn values_as(t: &SimTensor, name: &str, shape: &[usize]) -> SimResult<Vec<f64>> 
         .collect())
 }
 
-fn submit(
-    op: &'static str,
-    job: impl FnMut() -> SimResult<()> + Send + 'static,
-    ws: Ws,
-    ex: Ex,
-) -> SimResult<()> {
-    // SAFETY: the out-pointers come from the caller per the op's prototype.
-    unsafe { new_executor(op, SIM_WORKSPACE, Box::new(job), ws, ex) }
-}
-
 fn normalize_dim(op: &str, dim: i64, rank: usize) -> SimResult<usize> {
     let r = rank.max(1) as i64;
     let d = if dim < 0 { dim + r } else { dim };
@@ -214,21 +193,6 @@ fn groups(dims: &[usize], axes: &[usize]) -> Vec<Vec<usize>> {
 }
 
 // ---- int arithmetic (the int path of `aclnnAdd`/`Sub`/`Mul`/`Adds`/`Muls` in `math`) --------
-
-/// The view's INT32/INT64 elements, exactly.
-fn ints(t: &SimTensor, name: &str) -> SimResult<Vec<i64>> {
-    let b = t.read(name)?;
-    Ok(match t.dtype {
-        DataType::Int32 => b
-            .chunks_exact(4)
-            .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-        _ => b
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect(),
-    })
-}
 
 fn encode_ints(v: &[i64], dtype: DataType) -> Vec<u8> {
     match dtype {

@@ -4,7 +4,8 @@
 use burn_ascend_cann::acl::ffi::*;
 
 use super::*;
-use crate::state::{self, guard, required};
+use crate::math::required_dims;
+use crate::state::{guard, required};
 
 /// Index of the max (`max`) or min of `xs` over `idx`: the first extreme; a NaN wins (as
 /// torch's max/argmax propagate NaN).
@@ -22,27 +23,22 @@ fn extreme(xs: &[f64], idx: &[usize], max: bool) -> usize {
     best
 }
 
-#[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
-fn dim_with_indices(
-    op: &'static str,
-    max: bool,
-    self_: T,
-    dim: i64,
-    keepdim: bool,
-    out: T,
-    indices: T,
-    ws: Ws,
-    ex: Ex,
-) -> SimResult<()> {
-    let a = required(self_, "self")?;
-    let o = required(out, "out")?;
-    let i = required(indices, "indices")?;
+/// The reduced axis of a one-dim reduction (none for a 0-d input) and the output's shape.
+fn one_dim(op: &str, dims: &[usize], dim: i64, keep: bool) -> SimResult<(Vec<usize>, Vec<usize>)> {
+    let d = normalize_dim(op, dim, dims.len())?;
+    let axes: Vec<usize> = if dims.is_empty() { vec![] } else { vec![d] };
+    let want = reduced(dims, &axes, keep);
+    Ok((axes, want))
+}
+
+fn dim_with_indices(op: &'static str, max: bool, p: DimWithIndicesParams) -> SimResult<()> {
+    let a = required(p.self_, "self")?;
+    let o = required(p.out, "out")?;
+    let i = required(p.indices, "indices")?;
     dtype_in(&a, op, "self", REAL)?;
     same_dtype(op, &[(&a, "self"), (&o, "out")])?;
     dtype_in(&i, op, "indices", INDEX)?;
-    let d = normalize_dim(op, dim, a.dims.len())?;
-    let axes: Vec<usize> = if a.dims.is_empty() { vec![] } else { vec![d] };
-    let want = reduced(&a.dims, &axes, keepdim);
+    let (axes, want) = one_dim(op, &a.dims, p.dim, p.keepdim)?;
     shape_is(op, "out", &o, &want)?;
     shape_is(op, "indices", &i, &want)?;
     submit(
@@ -58,60 +54,24 @@ fn dim_with_indices(
             o.write("out", &encode(&v, o.dtype))?;
             i.write("indices", &encode(&k, i.dtype))
         },
-        ws,
-        ex,
+        p.workspace_size,
+        p.executor,
     )
 }
 
 first_stage!(max_dim, |p| {
-    guard(|| {
-        dim_with_indices(
-            names::max_dim,
-            true,
-            p.self_,
-            p.dim,
-            p.keepdim,
-            p.out,
-            p.indices,
-            p.workspace_size,
-            p.executor,
-        )
-    })
+    guard(|| dim_with_indices(names::max_dim, true, p))
 });
 first_stage!(min_dim, |p| {
-    guard(|| {
-        dim_with_indices(
-            names::min_dim,
-            false,
-            p.self_,
-            p.dim,
-            p.keepdim,
-            p.out,
-            p.indices,
-            p.workspace_size,
-            p.executor,
-        )
-    })
+    guard(|| dim_with_indices(names::min_dim, false, p))
 });
 
-#[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
-fn arg(
-    op: &'static str,
-    max: bool,
-    self_: T,
-    dim: i64,
-    keepdim: bool,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> SimResult<()> {
-    let a = required(self_, "self")?;
-    let o = required(out, "out")?;
+fn arg(op: &'static str, max: bool, p: ArgParams) -> SimResult<()> {
+    let a = required(p.self_, "self")?;
+    let o = required(p.out, "out")?;
     dtype_in(&a, op, "self", REAL)?;
     dtype_in(&o, op, "out", INDEX)?;
-    let d = normalize_dim(op, dim, a.dims.len())?;
-    let axes: Vec<usize> = if a.dims.is_empty() { vec![] } else { vec![d] };
-    let want = reduced(&a.dims, &axes, keepdim);
+    let (axes, want) = one_dim(op, &a.dims, p.dim, p.keepdim)?;
     shape_is(op, "out", &o, &want)?;
     submit(
         op,
@@ -123,59 +83,18 @@ fn arg(
                 .collect();
             o.write("out", &encode(&k, o.dtype))
         },
-        ws,
-        ex,
+        p.workspace_size,
+        p.executor,
     )
 }
 
-first_stage!(arg_max, |p| {
-    guard(|| {
-        arg(
-            names::arg_max,
-            true,
-            p.self_,
-            p.dim,
-            p.keepdim,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
-first_stage!(arg_min, |p| {
-    guard(|| {
-        arg(
-            names::arg_min,
-            false,
-            p.self_,
-            p.dim,
-            p.keepdim,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+first_stage!(arg_max, |p| { guard(|| arg(names::arg_max, true, p)) });
+first_stage!(arg_min, |p| { guard(|| arg(names::arg_min, false, p)) });
 
-#[allow(clippy::too_many_arguments)] // the C prototype plus the op name and kind
-fn amax_amin(
-    op: &'static str,
-    max: bool,
-    self_: T,
-    dim: *const AclIntArray,
-    keep: bool,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> SimResult<()> {
-    let a = required(self_, "self")?;
-    let o = required(out, "out")?;
-    let Some(dims) = state::int_array(dim, "dim")? else {
-        return Err(SimErr(
-            ACLNN_ERR_PARAM_NULLPTR,
-            format!("{op}: dim is null"),
-        ));
-    };
+fn amax_amin(op: &'static str, max: bool, p: AmaxParams) -> SimResult<()> {
+    let a = required(p.self_, "self")?;
+    let o = required(p.out, "out")?;
+    let dims = required_dims(op, p.dim)?;
     dtype_in(&a, op, "self", REAL)?;
     same_dtype(op, &[(&a, "self"), (&o, "out")])?;
     let mut axes = Vec::new();
@@ -190,7 +109,7 @@ fn amax_amin(
         // An empty dim list reduces every dim (as aclnnAmax documents).
         axes = (0..a.dims.len()).collect();
     }
-    let want = reduced(&a.dims, &axes, keep);
+    let want = reduced(&a.dims, &axes, p.keep_dim);
     shape_is(op, "out", &o, &want)?;
     submit(
         op,
@@ -202,36 +121,10 @@ fn amax_amin(
                 .collect();
             o.write("out", &encode(&v, o.dtype))
         },
-        ws,
-        ex,
+        p.workspace_size,
+        p.executor,
     )
 }
 
-first_stage!(amax, |p| {
-    guard(|| {
-        amax_amin(
-            names::amax,
-            true,
-            p.self_,
-            p.dim,
-            p.keep_dim,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
-first_stage!(amin, |p| {
-    guard(|| {
-        amax_amin(
-            names::amin,
-            false,
-            p.self_,
-            p.dim,
-            p.keep_dim,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
-    })
-});
+first_stage!(amax, |p| { guard(|| amax_amin(names::amax, true, p)) });
+first_stage!(amin, |p| { guard(|| amax_amin(names::amin, false, p)) });

@@ -70,15 +70,8 @@ macro_rules! unary {
     ($field:ident, $allowed:expr, $f:expr) => {
         first_stage!($field, |p| {
             guard(|| {
-                unary_map(
-                    names::$field,
-                    $allowed,
-                    $f,
-                    p.self_,
-                    p.out,
-                    p.workspace_size,
-                    p.executor,
-                )
+                let (ws, ex) = (p.workspace_size, p.executor);
+                unary_map(names::$field, $allowed, $f, p.self_, p.out, ws, ex)
             })
         });
     };
@@ -123,31 +116,12 @@ first_stage!(gelu_v2, |p| {
     })
 });
 
-fn scalar_map(
-    op: &'static str,
-    allowed: &[DataType],
-    f: impl Fn(f64) -> f64 + Send + 'static,
-    self_: T,
-    out: T,
-    ws: Ws,
-    ex: Ex,
-) -> SimResult<()> {
-    unary_map(op, allowed, f, self_, out, ws, ex)
-}
-
 first_stage!(pow_tensor_scalar, |p| {
     const OP: &str = names::pow_tensor_scalar;
     guard(|| {
         let e = scalar(p.other, &format!("{OP}: exponent"))?;
-        scalar_map(
-            OP,
-            FLOATS,
-            move |x| x.powf(e),
-            p.self_,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
+        let f = move |x: f64| x.powf(e);
+        unary_map(OP, FLOATS, f, p.self_, p.out, p.workspace_size, p.executor)
     })
 });
 
@@ -171,15 +145,8 @@ first_stage!(clamp, |p| {
                 format!("{OP}: clipValueMin and clipValueMax are both null"),
             ));
         }
-        scalar_map(
-            OP,
-            REAL,
-            move |x| clamp_value(x, lo, hi),
-            p.self_,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
+        let f = move |x| clamp_value(x, lo, hi);
+        unary_map(OP, REAL, f, p.self_, p.out, p.workspace_size, p.executor)
     })
 });
 
@@ -203,15 +170,8 @@ first_stage!(clamp_min, |p| {
     const OP: &str = names::clamp_min;
     guard(|| {
         let lo = scalar(p.other, &format!("{OP}: clipValueMin"))?;
-        scalar_map(
-            OP,
-            REAL,
-            move |x| clamp_value(x, Some(lo), None),
-            p.self_,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
+        let f = move |x| clamp_value(x, Some(lo), None);
+        unary_map(OP, REAL, f, p.self_, p.out, p.workspace_size, p.executor)
     })
 });
 
@@ -219,14 +179,7 @@ first_stage!(clamp_max, |p| {
     const OP: &str = names::clamp_max;
     guard(|| {
         let hi = scalar(p.other, &format!("{OP}: clipValueMax"))?;
-        scalar_map(
-            OP,
-            REAL,
-            move |x| clamp_value(x, None, Some(hi)),
-            p.self_,
-            p.out,
-            p.workspace_size,
-            p.executor,
-        )
+        let f = move |x| clamp_value(x, None, Some(hi));
+        unary_map(OP, REAL, f, p.self_, p.out, p.workspace_size, p.executor)
     })
 });

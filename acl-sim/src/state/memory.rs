@@ -37,11 +37,22 @@ pub(crate) fn with_device_mut<R>(
     what: &str,
     f: impl FnOnce(&mut [u8]) -> R,
 ) -> SimResult<R> {
-    let mut mem = lock(&MEM);
+    with_range(&MEM, addr, len, f, || {
+        format!("{what}: {len} bytes at {addr:#x} are not inside one device allocation")
+    })
+}
+
+/// Runs `f` on `[addr, addr + len)` of the blocks `mem`, else the error `outside` says.
+fn with_range<R>(
+    mem: &Mutex<BTreeMap<usize, Box<[u8]>>>,
+    addr: usize,
+    len: usize,
+    f: impl FnOnce(&mut [u8]) -> R,
+    outside: impl FnOnce() -> String,
+) -> SimResult<R> {
+    let mut mem = lock(mem);
     let Some((start, off)) = find(&mem, addr, len) else {
-        return invalid(format!(
-            "{what}: {len} bytes at {addr:#x} are not inside one device allocation"
-        ));
+        return invalid(outside());
     };
     let buf = mem.get_mut(&start).expect("found");
     Ok(f(&mut buf[off..off + len]))
@@ -119,20 +130,34 @@ runtime_fn!(malloc, |p| {
 
 runtime_fn!(free, |p| {
     let dev_ptr = p.dev_ptr;
-    guard(|| {
-        let addr = dev_ptr as usize;
-        let Some(len) = lock(&MEM).get(&addr).map(|b| b.len()) else {
-            return Err(SimErr(
-                ACL_ERROR_INVALID_PARAM,
-                format!("aclrtFree: {dev_ptr:p} is not a live device allocation"),
-            ));
-        };
-        if super::streams::quarantine_if_in_flight(addr, len, false, "aclrtFree") {
-            return Ok(());
-        }
-        free_now(addr)
-    })
+    guard(|| free_block(dev_ptr, false, "aclrtFree", NOT_DEVICE))
 });
+
+/// What [`free_block`] says of a pointer that is no live block.
+const NOT_DEVICE: &str = "is not a live device allocation";
+const NOT_HOST: &str = "is not from aclrtMallocHost";
+
+/// `aclrtFree` / `aclrtFreeHost` (`call`; `host` for the latter) of the block at `ptr`: an
+/// error (`ptr`, then `not_live`) when no live block starts there; deferred while an enqueued
+/// operation still uses it; else freed now.
+fn free_block(ptr: *mut c_void, host: bool, call: &str, not_live: &str) -> SimResult<()> {
+    let addr = ptr as usize;
+    let mem = if host { &HOST_MEM } else { &MEM };
+    let Some(len) = lock(mem).get(&addr).map(|b| b.len()) else {
+        return Err(SimErr(
+            ACL_ERROR_INVALID_PARAM,
+            format!("{call}: {ptr:p} {not_live}"),
+        ));
+    };
+    if super::streams::quarantine_if_in_flight(addr, len, host, call) {
+        return Ok(());
+    }
+    if host {
+        free_host_now(addr)
+    } else {
+        free_now(addr)
+    }
+}
 
 pub(crate) fn free_now(addr: usize) -> SimResult<()> {
     match lock(&MEM).remove(&addr) {
@@ -168,19 +193,7 @@ runtime_fn!(malloc_host, |p| {
 
 runtime_fn!(free_host, |p| {
     let host_ptr = p.host_ptr;
-    guard(|| {
-        let addr = host_ptr as usize;
-        let Some(len) = lock(&HOST_MEM).get(&addr).map(|b| b.len()) else {
-            return Err(SimErr(
-                ACL_ERROR_INVALID_PARAM,
-                format!("aclrtFreeHost: {host_ptr:p} is not from aclrtMallocHost"),
-            ));
-        };
-        if super::streams::quarantine_if_in_flight(addr, len, true, "aclrtFreeHost") {
-            return Ok(());
-        }
-        free_host_now(addr)
-    })
+    guard(|| free_block(host_ptr, true, "aclrtFreeHost", NOT_HOST))
 });
 
 pub(crate) fn free_host_now(addr: usize) -> SimResult<()> {
@@ -198,14 +211,9 @@ fn host_range_ok(addr: usize, len: usize) -> bool {
 }
 
 fn with_host<R>(addr: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> SimResult<R> {
-    let mut mem = lock(&HOST_MEM);
-    let Some((start, off)) = find(&mem, addr, len) else {
-        return invalid(format!(
-            "aclrtMemcpyAsync: {len} bytes of host memory at {addr:#x} are no longer allocated"
-        ));
-    };
-    let buf = mem.get_mut(&start).expect("found");
-    Ok(f(&mut buf[off..off + len]))
+    with_range(&HOST_MEM, addr, len, f, || {
+        format!("aclrtMemcpyAsync: {len} bytes of host memory at {addr:#x} are no longer allocated")
+    })
 }
 
 // `aclrtMemcpyAsync`: validated now, copied when the stream gets to it. Host memory must come

@@ -3,6 +3,7 @@
 //! (only the last chunk survives past the threshold; see [`DsinkPost`]).
 
 use super::*;
+use crate::wire::submit;
 
 struct VarlenGradCall {
     x: Varlen,
@@ -77,11 +78,7 @@ impl VarlenGradCall {
     }
 
     fn run(&self) -> SimResult<()> {
-        match self.x.q.dtype {
-            DataType::Float16 => self.run_typed::<f16>(),
-            DataType::Bf16 => self.run_typed::<bf16>(),
-            _ => self.run_typed::<f32>(),
-        }
+        by_query_dtype!(self)
     }
 
     fn run_typed<W: Wire>(&self) -> SimResult<()> {
@@ -302,64 +299,31 @@ fn dsink_partials<W: Wire>(
     Ok(ws)
 }
 
+/// The backward's first stage, for V5 or a base call widened to V5 (`op` names the op called).
+fn grad_stage(op: &'static str, p: VarlenGradV5Params) -> SimResult<()> {
+    if !p.query_rope.is_null() || !p.key_rope.is_null() {
+        return unsupported("queryRope / keyRope");
+    }
+    if !p.softmax_in.is_null() {
+        return unsupported("softmaxIn (reserved by CANN)");
+    }
+    let x = decode_v5!(
+        p,
+        pse_shift,
+        sink_in,
+        (softmax_in_layout, "softmaxInLayout"),
+        Pass::Backward
+    );
+    let call = grad_call(
+        x,
+        (p.dy, p.softmax_max, p.softmax_sum, p.attention_in),
+        (p.dq_out, p.dk_out, p.dv_out, p.dpse_out, p.dsink_out),
+    )?;
+    submit(op, move || call.run(), p.workspace_size, p.executor)
+}
+
 first_stage!(varlen_grad_v5, |p| {
-    const OP: &str = names::varlen_grad_v5;
-    state::guard(|| {
-        if !p.query_rope.is_null() || !p.key_rope.is_null() {
-            return unsupported("queryRope / keyRope");
-        }
-        if !p.softmax_in.is_null() {
-            return unsupported("softmaxIn (reserved by CANN)");
-        }
-        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let (layout, sm_layout) = unsafe {
-            (
-                c_str(p.input_layout, "inputLayout")?,
-                c_str(p.softmax_in_layout, "softmaxInLayout")?,
-            )
-        };
-        let x = decode_varlen(
-            p.query,
-            p.key,
-            p.value,
-            p.pse_shift,
-            p.drop_mask,
-            p.padding_mask,
-            p.atten_mask,
-            p.sink_in,
-            p.prefix,
-            p.actual_seq_q_len,
-            p.actual_seq_kv_len,
-            p.q_start_idx,
-            p.kv_start_idx,
-            p.scale_value,
-            p.keep_prob,
-            p.pre_tokens,
-            p.next_tokens,
-            p.head_num,
-            layout,
-            p.inner_precise,
-            p.sparse_mode,
-            p.pse_type,
-            sm_layout,
-            Pass::Backward,
-        )?;
-        let call = grad_call(
-            x,
-            (p.dy, p.softmax_max, p.softmax_sum, p.attention_in),
-            (p.dq_out, p.dk_out, p.dv_out, p.dpse_out, p.dsink_out),
-        )?;
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                p.workspace_size,
-                p.executor,
-            )
-        }
-    })
+    state::guard(|| grad_stage(names::varlen_grad_v5, p))
 });
 
 /// The backward's call from its decoded inputs and the raw output handles.
@@ -395,53 +359,5 @@ fn grad_call(
 // `aclnnFlashAttentionUnpaddingScoreGrad`: the backward without sink, start indices, rope or
 // softmax layout; pse is pseType 1.
 first_stage!(varlen_grad_base, |p| {
-    const OP: &str = names::varlen_grad_base;
-    state::guard(|| {
-        if !p.softmax_in.is_null() {
-            return unsupported("softmaxIn (reserved by CANN)");
-        }
-        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
-        let x = decode_varlen(
-            p.query,
-            p.key,
-            p.value,
-            p.pse_shift,
-            p.drop_mask,
-            p.padding_mask,
-            p.atten_mask,
-            std::ptr::null(),
-            p.prefix,
-            p.actual_seq_q_len,
-            p.actual_seq_kv_len,
-            std::ptr::null(),
-            std::ptr::null(),
-            p.scale_value,
-            p.keep_prob,
-            p.pre_tokens,
-            p.next_tokens,
-            p.head_num,
-            layout,
-            p.inner_precise,
-            p.sparse_mode,
-            1,
-            None,
-            Pass::Backward,
-        )?;
-        let call = grad_call(
-            x,
-            (p.dy, p.softmax_max, p.softmax_sum, p.attention_in),
-            (p.dq_out, p.dk_out, p.dv_out, p.dpse_out, std::ptr::null()),
-        )?;
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                p.workspace_size,
-                p.executor,
-            )
-        }
-    })
+    state::guard(|| grad_stage(names::varlen_grad_base, p.to_wide()))
 });

@@ -17,11 +17,63 @@ use burn_ascend_contract::varlen::{
 use half::{bf16, f16};
 
 use crate::state::{
-    self, c_str, int_array, invalid, new_executor, required, tensor, SimErr, SimResult, SimTensor,
+    self, c_str, int_array, invalid, required, tensor, SimErr, SimResult, SimTensor,
 };
 use crate::wire::{
-    check_dims, check_rank, encode, floats, mask01, typed, unsupported, Wire, IA, SIM_WORKSPACE, T,
+    check_dims, check_rank, encode, floats, mask01, submit, typed, unsupported, Wire, IA, T,
 };
+
+/// Runs a varlen call's `run_typed` with its query's element type (FLOAT16, BFLOAT16, else
+/// FLOAT).
+macro_rules! by_query_dtype {
+    ($call:ident) => {
+        match $call.x.q.dtype {
+            DataType::Float16 => $call.run_typed::<f16>(),
+            DataType::Bf16 => $call.run_typed::<bf16>(),
+            _ => $call.run_typed::<f32>(),
+        }
+    };
+}
+
+/// Decodes a V5 varlen call `$p`, forward or backward: `$pse` and `$sink` name its pse and sink
+/// parameters, `$sm` (spelled `$sm_name` in messages) its softmax layout.
+macro_rules! decode_v5 {
+    ($p:ident, $pse:ident, $sink:ident, ($sm:ident, $sm_name:literal), $pass:expr) => {{
+        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
+        let (layout, sm_layout) = unsafe {
+            (
+                c_str($p.input_layout, "inputLayout")?,
+                c_str($p.$sm, $sm_name)?,
+            )
+        };
+        decode_varlen(
+            $p.query,
+            $p.key,
+            $p.value,
+            $p.$pse,
+            $p.drop_mask,
+            $p.padding_mask,
+            $p.atten_mask,
+            $p.$sink,
+            $p.prefix,
+            $p.actual_seq_q_len,
+            $p.actual_seq_kv_len,
+            $p.q_start_idx,
+            $p.kv_start_idx,
+            $p.scale_value,
+            $p.keep_prob,
+            $p.pre_tokens,
+            $p.next_tokens,
+            $p.head_num,
+            layout,
+            $p.inner_precise,
+            $p.sparse_mode,
+            $p.pse_type,
+            sm_layout,
+            $pass,
+        )?
+    }};
+}
 
 mod grad;
 
@@ -478,11 +530,7 @@ impl VarlenFwdCall {
     }
 
     fn run(&self) -> SimResult<()> {
-        match self.x.q.dtype {
-            DataType::Float16 => self.run_typed::<f16>(),
-            DataType::Bf16 => self.run_typed::<bf16>(),
-            _ => self.run_typed::<f32>(),
-        }
+        by_query_dtype!(self)
     }
 
     fn run_typed<W: Wire>(&self) -> SimResult<()> {
@@ -502,113 +550,33 @@ impl VarlenFwdCall {
     }
 }
 
+/// The forward's first stage, for V5 or a base call widened to V5 (`op` names the op called).
+fn fwd_stage(op: &'static str, p: VarlenFwdV5Params) -> SimResult<()> {
+    if !p.query_rope.is_null() || !p.key_rope.is_null() {
+        return unsupported("queryRope / keyRope");
+    }
+    let x = decode_v5!(
+        p,
+        real_shift,
+        sink,
+        (softmax_out_layout, "softmaxOutLayout"),
+        Pass::Forward
+    );
+    let call = VarlenFwdCall {
+        x,
+        softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
+        softmax_sum: required(p.softmax_sum_out, "softmaxSumOut")?,
+        out: required(p.attention_out_out, "attentionOutOut")?,
+    };
+    call.check()?;
+    submit(op, move || call.run(), p.workspace_size, p.executor)
+}
+
 first_stage!(varlen_fwd_v5, |p| {
-    const OP: &str = names::varlen_fwd_v5;
-    state::guard(|| {
-        if !p.query_rope.is_null() || !p.key_rope.is_null() {
-            return unsupported("queryRope / keyRope");
-        }
-        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let (layout, sm_layout) = unsafe {
-            (
-                c_str(p.input_layout, "inputLayout")?,
-                c_str(p.softmax_out_layout, "softmaxOutLayout")?,
-            )
-        };
-        let x = decode_varlen(
-            p.query,
-            p.key,
-            p.value,
-            p.real_shift,
-            p.drop_mask,
-            p.padding_mask,
-            p.atten_mask,
-            p.sink,
-            p.prefix,
-            p.actual_seq_q_len,
-            p.actual_seq_kv_len,
-            p.q_start_idx,
-            p.kv_start_idx,
-            p.scale_value,
-            p.keep_prob,
-            p.pre_tokens,
-            p.next_tokens,
-            p.head_num,
-            layout,
-            p.inner_precise,
-            p.sparse_mode,
-            p.pse_type,
-            sm_layout,
-            Pass::Forward,
-        )?;
-        let call = VarlenFwdCall {
-            x,
-            softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
-            softmax_sum: required(p.softmax_sum_out, "softmaxSumOut")?,
-            out: required(p.attention_out_out, "attentionOutOut")?,
-        };
-        call.check()?;
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                p.workspace_size,
-                p.executor,
-            )
-        }
-    })
+    state::guard(|| fwd_stage(names::varlen_fwd_v5, p))
 });
 
+// The base API has no sink, start indices or softmax layout; pse is pseType 1.
 first_stage!(varlen_fwd_base, |p| {
-    const OP: &str = names::varlen_fwd_base;
-    state::guard(|| {
-        // SAFETY: aclnn's contract: attribute strings are null or NUL-terminated.
-        let layout = unsafe { c_str(p.input_layout, "inputLayout")? };
-        // The base API has no sink, start indices or softmax layout; pse is pseType 1.
-        let x = decode_varlen(
-            p.query,
-            p.key,
-            p.value,
-            p.real_shift,
-            p.drop_mask,
-            p.padding_mask,
-            p.atten_mask,
-            std::ptr::null(),
-            p.prefix,
-            p.actual_seq_q_len,
-            p.actual_seq_kv_len,
-            std::ptr::null(),
-            std::ptr::null(),
-            p.scale_value,
-            p.keep_prob,
-            p.pre_tokens,
-            p.next_tokens,
-            p.head_num,
-            layout,
-            p.inner_precise,
-            p.sparse_mode,
-            1,
-            None,
-            Pass::Forward,
-        )?;
-        let call = VarlenFwdCall {
-            x,
-            softmax_max: required(p.softmax_max_out, "softmaxMaxOut")?,
-            softmax_sum: required(p.softmax_sum_out, "softmaxSumOut")?,
-            out: required(p.attention_out_out, "attentionOutOut")?,
-        };
-        call.check()?;
-        // SAFETY: the out-pointers come from the caller per the prototype.
-        unsafe {
-            new_executor(
-                OP,
-                SIM_WORKSPACE,
-                Box::new(move || call.run()),
-                p.workspace_size,
-                p.executor,
-            )
-        }
-    })
+    state::guard(|| fwd_stage(names::varlen_fwd_base, p.to_wide()))
 });

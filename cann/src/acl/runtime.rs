@@ -410,18 +410,7 @@ impl Runtime {
 
     /// Uploads a host tensor: a stream-ordered buffer, filled by a queued copy.
     pub fn upload(&self, desc: TensorDesc, bytes: &[u8]) -> Result<DeviceTensor> {
-        if bytes.len() != desc.storage_bytes() {
-            return Err(AclError::invalid(
-                "upload",
-                format!(
-                    "{} bytes for a storage of {:?} {:?} ({} bytes)",
-                    bytes.len(),
-                    desc.storage_dims,
-                    desc.dtype,
-                    desc.storage_bytes()
-                ),
-            ));
-        }
+        desc.check_upload(bytes)?;
         desc.check()?;
         let mut buf = self.alloc(desc.storage_bytes())?;
         buf.write(bytes)?;

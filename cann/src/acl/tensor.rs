@@ -137,6 +137,23 @@ impl TensorDesc {
         self.storage_dims.iter().map(|&d| d as usize).product()
     }
 
+    /// An upload's bytes must be exactly the storage of this description.
+    pub(crate) fn check_upload(&self, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != self.storage_bytes() {
+            return Err(AclError::invalid(
+                "upload",
+                format!(
+                    "{} bytes for a storage of {:?} {:?} ({} bytes)",
+                    bytes.len(),
+                    self.storage_dims,
+                    self.dtype,
+                    self.storage_bytes()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Bytes the data pointer must be valid for: the storage.
     pub fn storage_bytes(&self) -> usize {
         self.storage_numel() * self.dtype.size()
@@ -451,18 +468,7 @@ impl DeviceTensor {
 
     /// Uploads `bytes`, which must be exactly the storage of `desc`.
     pub fn upload(api: &'static AclApi, desc: TensorDesc, bytes: &[u8]) -> Result<Self> {
-        if bytes.len() != desc.storage_bytes() {
-            return Err(AclError::invalid(
-                "upload",
-                format!(
-                    "{} bytes for a storage of {:?} {:?} ({} bytes)",
-                    bytes.len(),
-                    desc.storage_dims,
-                    desc.dtype,
-                    desc.storage_bytes()
-                ),
-            ));
-        }
+        desc.check_upload(bytes)?;
         let mut t = Self::alloc(api, desc)?;
         t.buf.write(bytes)?;
         Ok(t)

@@ -2,8 +2,7 @@
 //! call and the addressing and masking rules every implementation shares (the f64 reference
 //! in `burn-ascend-kernels`, the fast CPU kernels, the simulation, the aclnn builders).
 
-use half::f16;
-
+use crate::post_quant::PostQuant;
 use crate::Element as RefElem;
 
 /// Score given to a masked token (spec §5: "1 replaces the score with −1e12").
@@ -120,33 +119,12 @@ impl Antiquant<'_> {
     }
 }
 
-/// int8 output through `quantScale2` / `quantOffset2` (f32 values). `scale.len()` is 1
-/// (per-tensor) or `N·D` (per-channel, index `h·D + d`; the docs' parameter table says
-/// "(D·N), N为numKeyValueHeads" but the 约束说明 say the product equals H for BSH output, i.e.
-/// query heads — the reference follows the latter, UNCONFIRMED). `offset` absent → 0.
-#[derive(Clone, Copy, Debug)]
-pub struct IfaPostQuant<'a> {
-    pub scale: &'a [f32],
-    pub offset: Option<&'a [f32]>,
-}
-
-impl IfaPostQuant<'_> {
-    /// `y = x·scale + offset` → f16 (round-nearest-even) → int8 (round-nearest-even,
-    /// saturating). Same rule as the PFA reference; source: ops-transformer `vf_post_quant.h`
-    /// (`Cast<half, float, CAST_RINT>` then `Cast<int8, half, CAST_RINT>`); saturation is
-    /// UNCONFIRMED (the cast trait says NO_SAT), the docs give no rounding rule.
-    pub fn quantize(&self, x: f64, channel: usize) -> i8 {
-        let pick = |v: &[f32]| -> f64 {
-            if v.len() == 1 {
-                v[0] as f64
-            } else {
-                v[channel] as f64
-            }
-        };
-        let y = f16::from_f64(x * pick(self.scale) + self.offset.map_or(0.0, pick)).to_f64();
-        y.round_ties_even() as i8
-    }
-}
+/// IFA's output post-quantisation ([`PostQuant`], the PFA rule; source: ops-transformer
+/// `vf_post_quant.h`). `scale.len()` is 1 (per-tensor) or `N·D` (per-channel, index
+/// `h·D + d`; the docs' parameter table says "(D·N), N为numKeyValueHeads" but the 约束说明 say
+/// the product equals H for BSH output, i.e. query heads — the reference follows the latter,
+/// UNCONFIRMED).
+pub type IfaPostQuant<'a> = PostQuant<'a>;
 
 /// Inputs of one IFA V4 call. Field names follow the aclnn parameters.
 ///

@@ -2,8 +2,7 @@
 //! call and the addressing and masking rules every implementation shares (the f64 reference
 //! in `burn-ascend-kernels`, the fast CPU kernels, the simulation, the aclnn builders).
 
-use half::f16;
-
+use crate::post_quant::PostQuant;
 use crate::Element as RefElem;
 
 /// `inputLayout`. Q/K/V use the same layout; the output uses the same layout except for
@@ -144,39 +143,10 @@ impl<'a, T> PseShift<'a, T> {
     }
 }
 
-/// Output post-quantisation to int8 (`quantScale2`, `quantOffset2`), values widened to f32
-/// (FLOAT32 or BFLOAT16 on the device; bf16 → f32 is exact).
-///
-/// `scale.len()` is 1 (per-tensor) or `num_heads · head_dim_v` (per-channel; shapes `[H]`,
-/// `[1,1,H]`, `[N,D]`, `[1,N,1,D]`, `[1,1,N,D]` all flatten to index `h·D + d`).
-/// `offset`, if present, has the same length as `scale`; absent means 0.
-#[derive(Clone, Copy, Debug)]
-pub struct PfaPostQuant<'a> {
-    pub scale: &'a [f32],
-    pub offset: Option<&'a [f32]>,
-}
-
-impl PfaPostQuant<'_> {
-    /// `y = x·scale + offset`, then cast to f16 (round-to-nearest-even) and f16 → int8
-    /// (round-to-nearest-even), as in the ops-transformer post-quant vector code
-    /// (`vf_post_quant.h`: `Muls`, `Adds`, `Cast<half, float, CAST_RINT>`,
-    /// `Cast<int8, half, CAST_RINT>`). The kernel's cast trait says `NO_SAT`; saturation to
-    /// `[-128, 127]` is what the hardware f16→s8 conversion does (UNCONFIRMED) and what the
-    /// reference does. The docs (约束说明) give no rounding rule.
-    pub fn quantize(&self, x: f64, channel: usize) -> i8 {
-        let pick = |v: &[f32]| -> f64 {
-            if v.len() == 1 {
-                v[0] as f64
-            } else {
-                v[channel] as f64
-            }
-        };
-        let scale = pick(self.scale);
-        let offset = self.offset.map_or(0.0, pick);
-        let y = f16::from_f64(x * scale + offset).to_f64();
-        y.round_ties_even() as i8
-    }
-}
+/// PFA's output post-quantisation ([`PostQuant`]): `scale.len()` is 1 (per-tensor) or
+/// `num_heads · head_dim_v` (per-channel; shapes `[H]`, `[1,1,H]`, `[N,D]`, `[1,N,1,D]`,
+/// `[1,1,N,D]` all flatten to index `h·D + d`).
+pub type PfaPostQuant<'a> = PostQuant<'a>;
 
 /// Inputs of one PFA call. Field names follow the aclnn parameters.
 ///

@@ -103,28 +103,8 @@ pub fn incre_flash_attention_int8<Q: RefElem, KV: RefElem>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::test_util::{assert_close, rand_vec};
     use half::f16;
-
-    fn rand_vec(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-            })
-            .collect()
-    }
-
-    fn assert_close(a: &[f64], b: &[f64], tol: f64) {
-        assert_eq!(a.len(), b.len());
-        for (k, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= tol, "index {k}: {x} vs {y}");
-        }
-    }
 
     fn contiguous<'a, T>(key: &'a [T], value: &'a [T], kv_seq: usize) -> KvInput<'a, T> {
         KvInput::Contiguous { key, value, kv_seq }

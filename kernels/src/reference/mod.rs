@@ -11,3 +11,6 @@ pub mod optim;
 pub mod prompt;
 pub mod scatter;
 pub mod varlen;
+
+#[cfg(test)]
+mod test_util;

@@ -164,30 +164,9 @@ pub fn prompt_flash_attention_int8<T: RefElem>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::test_util::{assert_close, rand_vec};
     use half::bf16;
     use half::f16;
-
-    /// Deterministic pseudo-random values in [-1, 1).
-    fn rand_vec(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-            })
-            .collect()
-    }
-
-    fn assert_close(a: &[f64], b: &[f64], tol: f64) {
-        assert_eq!(a.len(), b.len());
-        for (k, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= tol, "index {k}: {x} vs {y}");
-        }
-    }
 
     /// BNSD `(B, N, S, D)` → BSND `(B, S, N, D)`.
     fn bnsd_to_bsnd<T: Copy>(x: &[T], b: usize, n: usize, s: usize, d: usize) -> Vec<T> {
@@ -554,44 +533,19 @@ mod tests {
         let v = rand_vec(62, n * skv * d);
         let to16 = |x: &[f32]| x.iter().map(|&y| f16::from_f32(y)).collect::<Vec<_>>();
         let tob = |x: &[f32]| x.iter().map(|&y| bf16::from_f32(y)).collect::<Vec<_>>();
-        let r = prompt_flash_attention(&PromptFlashAttentionArgs::new(
-            &q,
-            &k,
-            &v,
-            PfaLayout::Bnsd,
-            1,
-            sq,
-            skv,
-            n,
-            d,
-            0.35,
-        ));
+        /// The one BNSD call of this test, over q, k, v of element type `T`.
+        fn bnsd<'a, T: RefElem>(
+            (q, k, v): (&'a [T], &'a [T], &'a [T]),
+            (sq, skv, n, d): (usize, usize, usize, usize),
+        ) -> PromptFlashAttentionArgs<'a, T> {
+            PromptFlashAttentionArgs::new(q, k, v, PfaLayout::Bnsd, 1, sq, skv, n, d, 0.35)
+        }
+        let dims = (sq, skv, n, d);
+        let r = prompt_flash_attention(&bnsd((&q, &k, &v), dims));
         let (q16, k16, v16) = (to16(&q), to16(&k), to16(&v));
-        let h: Vec<f16> = prompt_flash_attention_as(&PromptFlashAttentionArgs::new(
-            &q16,
-            &k16,
-            &v16,
-            PfaLayout::Bnsd,
-            1,
-            sq,
-            skv,
-            n,
-            d,
-            0.35,
-        ));
+        let h: Vec<f16> = prompt_flash_attention_as(&bnsd((&q16, &k16, &v16), dims));
         let (qb, kb, vb) = (tob(&q), tob(&k), tob(&v));
-        let bo: Vec<bf16> = prompt_flash_attention_as(&PromptFlashAttentionArgs::new(
-            &qb,
-            &kb,
-            &vb,
-            PfaLayout::Bnsd,
-            1,
-            sq,
-            skv,
-            n,
-            d,
-            0.35,
-        ));
+        let bo: Vec<bf16> = prompt_flash_attention_as(&bnsd((&qb, &kb, &vb), dims));
         for i in 0..r.len() {
             assert!((h[i].to_f64() - r[i]).abs() < 2e-3, "f16 {i}");
             assert!((bo[i].to_f64() - r[i]).abs() < 2e-2, "bf16 {i}");
@@ -609,10 +563,11 @@ mod tests {
         assert_eq!(pt.quantize(-2.5, 0), -2);
         assert_eq!(pt.quantize(300.0, 0), 127);
         assert_eq!(pt.quantize(-300.0, 0), -128);
-        assert_eq!(pt.quantize(1e9, 0), 127); // f16 overflow → inf → saturate
-                                              // Double rounding through f16: 2.5009765625 is not representable in f16
-                                              // (spacing 2^-9 = 0.001953125 in [2, 4)) and rounds to 2.5 → 2, where a direct
-                                              // round would give 3.
+        // f16 overflow → inf → saturate.
+        assert_eq!(pt.quantize(1e9, 0), 127);
+        // Double rounding through f16: 2.5009765625 is not representable in f16
+        // (spacing 2^-9 = 0.001953125 in [2, 4)) and rounds to 2.5 → 2, where a direct
+        // round would give 3.
         assert_eq!(pt.quantize(2.5009765625, 0), 2);
         // Per-channel scale/offset: channel = h·Dv + d.
         let pc = PfaPostQuant {

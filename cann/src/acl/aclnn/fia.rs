@@ -2,9 +2,11 @@
 //! `aclnnFusedInferAttentionScore` as the fallback when V4 is absent and the call needs nothing
 //! only V4 has (the learnable sink, separate key/value antiquant).
 
+use std::ptr::null;
+
 use super::call::{attr, cptr, ia, missing, t, two_stage};
 use crate::acl::error::{AclError, Result};
-use crate::acl::ffi::names;
+use crate::acl::ffi::{names, FiaV4Params, Prototype};
 use crate::acl::runtime::Runtime;
 use crate::acl::tensor::{IntArray, Tensor, TensorList};
 
@@ -51,62 +53,60 @@ pub struct FiaArgs<'a> {
 pub fn fused_infer_attention_score_v4(rt: &Runtime, a: &FiaArgs<'_>) -> Result<()> {
     let api = rt.api();
     let layout = attr("inputLayout", a.input_layout)?;
-    let n = std::ptr::null();
+    let v4 = |workspace_size, executor| FiaV4Params {
+        query: a.query.as_ptr(),
+        key: a.key.as_ptr(),
+        value: a.value.as_ptr(),
+        pse_shift: t(a.pse_shift),
+        atten_mask: t(a.atten_mask),
+        actual_seq_lengths: ia(a.actual_seq_lengths),
+        actual_seq_lengths_kv: ia(a.actual_seq_lengths_kv),
+        deq_scale1: null(),
+        quant_scale1: null(),
+        deq_scale2: null(),
+        quant_scale2: null(),
+        quant_offset2: null(),
+        antiquant_scale: t(a.antiquant_scale),
+        antiquant_offset: t(a.antiquant_offset),
+        block_table: t(a.block_table),
+        query_padding_size: t(a.query_padding_size),
+        kv_padding_size: t(a.kv_padding_size),
+        key_antiquant_scale: t(a.key_antiquant_scale),
+        key_antiquant_offset: t(a.key_antiquant_offset),
+        value_antiquant_scale: t(a.value_antiquant_scale),
+        value_antiquant_offset: t(a.value_antiquant_offset),
+        key_shared_prefix: null(),
+        value_shared_prefix: null(),
+        actual_shared_prefix_len: null(),
+        query_rope: null(),
+        key_rope: null(),
+        key_rope_antiquant_scale: null(),
+        dequant_scale_query: null(),
+        learnable_sink: t(a.learnable_sink),
+        num_heads: a.num_heads,
+        scale_value: a.scale_value,
+        pre_tokens: a.pre_tokens,
+        next_tokens: a.next_tokens,
+        input_layout: cptr(&layout),
+        num_key_value_heads: a.num_key_value_heads,
+        sparse_mode: a.sparse_mode,
+        inner_precise: a.inner_precise,
+        block_size: a.block_size,
+        antiquant_mode: a.antiquant_mode,
+        softmax_lse_flag: a.softmax_lse_flag,
+        key_antiquant_mode: a.key_antiquant_mode,
+        value_antiquant_mode: a.value_antiquant_mode,
+        query_quant_mode: 0,
+        attention_out: a.attention_out.as_ptr(),
+        softmax_lse: t(a.softmax_lse),
+        workspace_size,
+        executor,
+    };
     if let Some(f) = api.fia_v4 {
         return two_stage(rt, names::fia_v4, f.launch, |ws, ex| {
-            // SAFETY: the arguments follow the V4 prototype in order; handles live for the
-            // call, nulls only for optional inputs, the string NUL-terminated.
-            unsafe {
-                (f.workspace)(
-                    a.query.as_ptr(),
-                    a.key.as_ptr(),
-                    a.value.as_ptr(),
-                    t(a.pse_shift),
-                    t(a.atten_mask),
-                    ia(a.actual_seq_lengths),
-                    ia(a.actual_seq_lengths_kv),
-                    n,
-                    n,
-                    n,
-                    n,
-                    n,
-                    t(a.antiquant_scale),
-                    t(a.antiquant_offset),
-                    t(a.block_table),
-                    t(a.query_padding_size),
-                    t(a.kv_padding_size),
-                    t(a.key_antiquant_scale),
-                    t(a.key_antiquant_offset),
-                    t(a.value_antiquant_scale),
-                    t(a.value_antiquant_offset),
-                    n,
-                    n,
-                    std::ptr::null(),
-                    n,
-                    n,
-                    n,
-                    n,
-                    t(a.learnable_sink),
-                    a.num_heads,
-                    a.scale_value,
-                    a.pre_tokens,
-                    a.next_tokens,
-                    cptr(&layout),
-                    a.num_key_value_heads,
-                    a.sparse_mode,
-                    a.inner_precise,
-                    a.block_size,
-                    a.antiquant_mode,
-                    a.softmax_lse_flag,
-                    a.key_antiquant_mode,
-                    a.value_antiquant_mode,
-                    0,
-                    a.attention_out.as_ptr(),
-                    t(a.softmax_lse),
-                    ws,
-                    ex,
-                )
-            }
+            // SAFETY: the arguments follow the V4 prototype; handles live for the call, nulls
+            // only for optional inputs, the string NUL-terminated.
+            unsafe { v4(ws, ex).call(f.workspace) }
         });
     }
     let Some(f) = api.fia_base else {
@@ -129,42 +129,8 @@ pub fn fused_infer_attention_score_v4(rt: &Runtime, a: &FiaArgs<'_>) -> Result<(
         )));
     }
     two_stage(rt, names::fia_base, f.launch, |ws, ex| {
-        // SAFETY: the arguments follow the base prototype in order (see `FiaWs`).
-        unsafe {
-            (f.workspace)(
-                a.query.as_ptr(),
-                a.key.as_ptr(),
-                a.value.as_ptr(),
-                t(a.pse_shift),
-                t(a.atten_mask),
-                ia(a.actual_seq_lengths),
-                ia(a.actual_seq_lengths_kv),
-                n,
-                n,
-                n,
-                n,
-                n,
-                t(a.antiquant_scale),
-                t(a.antiquant_offset),
-                t(a.block_table),
-                t(a.query_padding_size),
-                t(a.kv_padding_size),
-                a.num_heads,
-                a.scale_value,
-                a.pre_tokens,
-                a.next_tokens,
-                cptr(&layout),
-                a.num_key_value_heads,
-                a.sparse_mode,
-                a.inner_precise,
-                a.block_size,
-                a.antiquant_mode,
-                a.softmax_lse_flag,
-                a.attention_out.as_ptr(),
-                t(a.softmax_lse),
-                ws,
-                ex,
-            )
-        }
+        // SAFETY: as for V4; the call gives nothing the base op lacks (checked above), so
+        // narrowing the arguments to its prototype (see `FiaWs`) drops none that were set.
+        unsafe { v4(ws, ex).to_narrow().call(f.workspace) }
     })
 }

@@ -3,7 +3,7 @@
 use super::call::{attr, cptr, ia, missing, t};
 use super::two_stage;
 use crate::acl::error::{AclError, Result};
-use crate::acl::ffi::names;
+use crate::acl::ffi::{names, PfaV3Params, Prototype};
 use crate::acl::runtime::Runtime;
 use crate::acl::tensor::{IntArray, Tensor};
 
@@ -38,37 +38,36 @@ pub struct PromptArgs<'a> {
 pub fn prompt(rt: &Runtime, a: &PromptArgs<'_>) -> Result<()> {
     let api = rt.api();
     let layout = attr("inputLayout", a.input_layout)?;
+    let v3 = |workspace_size, executor| PfaV3Params {
+        query: a.query.as_ptr(),
+        key: a.key.as_ptr(),
+        value: a.value.as_ptr(),
+        pse_shift: t(a.pse_shift),
+        atten_mask: t(a.atten_mask),
+        actual_seq_lengths: ia(a.actual_seq_lengths),
+        actual_seq_lengths_kv: ia(a.actual_seq_lengths_kv),
+        deq_scale1: t(a.deq_scale1),
+        quant_scale1: t(a.quant_scale1),
+        deq_scale2: t(a.deq_scale2),
+        quant_scale2: t(a.quant_scale2),
+        quant_offset2: t(a.quant_offset2),
+        num_heads: a.num_heads,
+        scale_value: a.scale_value,
+        pre_tokens: a.pre_tokens,
+        next_tokens: a.next_tokens,
+        input_layout: cptr(&layout),
+        num_key_value_heads: a.num_key_value_heads,
+        sparse_mode: a.sparse_mode,
+        inner_precise: a.inner_precise,
+        attention_out: a.attention_out.as_ptr(),
+        workspace_size,
+        executor,
+    };
     if let Some(f) = api.pfa_v3 {
         return two_stage(rt, names::pfa_v3, f.launch, |ws, ex| {
-            // SAFETY: the arguments follow the V3 prototype in order; handles live for the
-            // call, nulls only for optional inputs, the string NUL-terminated.
-            unsafe {
-                (f.workspace)(
-                    a.query.as_ptr(),
-                    a.key.as_ptr(),
-                    a.value.as_ptr(),
-                    t(a.pse_shift),
-                    t(a.atten_mask),
-                    ia(a.actual_seq_lengths),
-                    ia(a.actual_seq_lengths_kv),
-                    t(a.deq_scale1),
-                    t(a.quant_scale1),
-                    t(a.deq_scale2),
-                    t(a.quant_scale2),
-                    t(a.quant_offset2),
-                    a.num_heads,
-                    a.scale_value,
-                    a.pre_tokens,
-                    a.next_tokens,
-                    cptr(&layout),
-                    a.num_key_value_heads,
-                    a.sparse_mode,
-                    a.inner_precise,
-                    a.attention_out.as_ptr(),
-                    ws,
-                    ex,
-                )
-            }
+            // SAFETY: the arguments follow the V3 prototype; handles live for the call, nulls
+            // only for optional inputs, the string NUL-terminated.
+            unsafe { v3(ws, ex).call(f.workspace) }
         });
     }
     let Some(f) = api.pfa_v1 else {
@@ -96,25 +95,8 @@ pub fn prompt(rt: &Runtime, a: &PromptArgs<'_>) -> Result<()> {
         )));
     }
     two_stage(rt, names::pfa_v1, f.launch, |ws, ex| {
-        // SAFETY: the arguments follow the V1 prototype (seed 001) in order.
-        unsafe {
-            (f.workspace)(
-                a.query.as_ptr(),
-                a.key.as_ptr(),
-                a.value.as_ptr(),
-                t(a.pse_shift),
-                t(a.atten_mask),
-                ia(a.actual_seq_lengths),
-                a.num_heads,
-                a.scale_value,
-                a.pre_tokens,
-                a.next_tokens,
-                cptr(&layout),
-                a.num_key_value_heads,
-                a.attention_out.as_ptr(),
-                ws,
-                ex,
-            )
-        }
+        // SAFETY: as for V3; the call gives nothing V1 lacks (checked above), so narrowing the
+        // arguments to the V1 prototype (seed 001) drops none that were set.
+        unsafe { v3(ws, ex).to_narrow().call(f.workspace) }
     })
 }

@@ -97,3 +97,35 @@ aclnn_prototype! {
         executor: Ex,
     )
 }
+
+// The base op is V4 less separate key/value antiquant (modes 0), shared prefix, rope, query
+// quantisation (mode 0) and the learnable sink: none given.
+narrower_prototype!(
+    FiaParams,
+    FiaV4Params,
+    [
+        query, key, value, pse_shift, atten_mask, actual_seq_lengths, actual_seq_lengths_kv,
+        deq_scale1, quant_scale1, deq_scale2, quant_scale2, quant_offset2, antiquant_scale,
+        antiquant_offset, block_table, query_padding_size, kv_padding_size, num_heads,
+        scale_value, pre_tokens, next_tokens, input_layout, num_key_value_heads, sparse_mode,
+        inner_precise, block_size, antiquant_mode, softmax_lse_flag, attention_out, softmax_lse,
+        workspace_size, executor,
+    ],
+    [
+        key_antiquant_scale: std::ptr::null(),
+        key_antiquant_offset: std::ptr::null(),
+        value_antiquant_scale: std::ptr::null(),
+        value_antiquant_offset: std::ptr::null(),
+        key_shared_prefix: std::ptr::null(),
+        value_shared_prefix: std::ptr::null(),
+        actual_shared_prefix_len: std::ptr::null(),
+        query_rope: std::ptr::null(),
+        key_rope: std::ptr::null(),
+        key_rope_antiquant_scale: std::ptr::null(),
+        dequant_scale_query: std::ptr::null(),
+        learnable_sink: std::ptr::null(),
+        key_antiquant_mode: 0,
+        value_antiquant_mode: 0,
+        query_quant_mode: 0,
+    ]
+);

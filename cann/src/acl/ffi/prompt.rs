@@ -53,3 +53,25 @@ aclnn_prototype! {
         executor: Ex,
     )
 }
+
+// V1 is V3 less the KV lengths and the quantisation (none given), the sparse mode (0) and
+// innerPrecise (1).
+narrower_prototype!(
+    PfaV1Params,
+    PfaV3Params,
+    [
+        query, key, value, pse_shift, atten_mask, actual_seq_lengths, num_heads, scale_value,
+        pre_tokens, next_tokens, input_layout, num_key_value_heads, attention_out,
+        workspace_size, executor,
+    ],
+    [
+        actual_seq_lengths_kv: std::ptr::null(),
+        deq_scale1: std::ptr::null(),
+        quant_scale1: std::ptr::null(),
+        deq_scale2: std::ptr::null(),
+        quant_scale2: std::ptr::null(),
+        quant_offset2: std::ptr::null(),
+        sparse_mode: 0,
+        inner_precise: 1,
+    ]
+);

@@ -154,3 +154,48 @@ aclnn_prototype! {
         executor: Ex,
     )
 }
+
+// The base ops' prototypes are the V5 ones less rope, sink, start indices, pse type and
+// softmax layout, which a base call does not give (pse type 1).
+narrower_prototype!(
+    VarlenFwdBaseParams,
+    VarlenFwdV5Params,
+    [
+        query, key, value, real_shift, drop_mask, padding_mask, atten_mask, prefix,
+        actual_seq_q_len, actual_seq_kv_len, scale_value, keep_prob, pre_tokens, next_tokens,
+        head_num, input_layout, inner_precise, sparse_mode, softmax_max_out, softmax_sum_out,
+        softmax_out_out, attention_out_out, workspace_size, executor,
+    ],
+    [
+        query_rope: std::ptr::null(),
+        key_rope: std::ptr::null(),
+        sink: std::ptr::null(),
+        q_start_idx: std::ptr::null(),
+        kv_start_idx: std::ptr::null(),
+        pse_type: 1,
+        softmax_out_layout: std::ptr::null_mut(),
+    ]
+);
+
+narrower_prototype!(
+    VarlenGradBaseParams,
+    VarlenGradV5Params,
+    [
+        query, key, value, dy, pse_shift, drop_mask, padding_mask, atten_mask, softmax_max,
+        softmax_sum, softmax_in, attention_in, prefix, actual_seq_q_len, actual_seq_kv_len,
+        scale_value, keep_prob, pre_tokens, next_tokens, head_num, input_layout, inner_precise,
+        sparse_mode, dq_out, dk_out, dv_out, dpse_out, workspace_size, executor,
+    ],
+    [
+        query_rope: std::ptr::null(),
+        key_rope: std::ptr::null(),
+        sink_in: std::ptr::null(),
+        q_start_idx: std::ptr::null(),
+        kv_start_idx: std::ptr::null(),
+        pse_type: 1,
+        softmax_in_layout: std::ptr::null_mut(),
+        dq_rope_out: std::ptr::null(),
+        dk_rope_out: std::ptr::null(),
+        dsink_out: std::ptr::null(),
+    ]
+);
