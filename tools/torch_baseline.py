@@ -45,6 +45,7 @@ machine; the JSON records the versions, threads and every count it used.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
@@ -143,6 +144,8 @@ def main():
     load_s = time.perf_counter() - t0
     cfg = model.config
     vocab = cfg.vocab_size
+    # transformers >= 5.2x names the cache argument `cache` (`past_key_values` is deprecated until 5.40)
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     n_params = sum(p.numel() for p in model.parameters())
     log(f"loaded {cfg.model_type} ({n_params / 1e6:.1f} M parameters) in {load_s:.1f} s")
 
@@ -172,6 +175,7 @@ def main():
         dtype="float32",
         execution="PyTorch eager (no torch.compile), CPU",
         attn_implementation=args.attn,
+        cache_argument=cache_kw,
         versions=dict(
             python=platform.python_version(),
             torch=torch.__version__,
@@ -190,7 +194,7 @@ def main():
     # --- prefill
     def prefill():
         cache = DynamicCache(config=cfg)
-        out = model(prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = model(prompt, **{cache_kw: cache}, use_cache=True, logits_to_keep=1)
         return out, cache
 
     if "prefill" in args.parts:
@@ -226,7 +230,7 @@ def main():
                 t1 = time.perf_counter()
                 toks = [nxt]
                 for _ in range(n_new - 1):
-                    out = model(nxt, past_key_values=cache, use_cache=True)
+                    out = model(nxt, **{cache_kw: cache}, use_cache=True)
                     nxt = out.logits[:, -1].argmax(-1, keepdim=True)
                     toks.append(nxt)
                 t2 = time.perf_counter()
