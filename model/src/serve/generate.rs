@@ -8,11 +8,11 @@
 //! whose `pseShift` is the sink logit, through prompt / incremental attention
 //! ([`AttendPath::PromptIncre`]). [`Generator::attend_path`] says which one a generator runs.
 
-use burn::tensor::{FloatDType, Int, Tensor, TensorData};
+use burn::tensor::{DType, FloatDType, Int, Tensor, TensorData};
 
 use crate::load::data::SplitMix;
 use crate::model::rope::Rope;
-use crate::model::transformer::Transformer;
+use crate::model::transformer::{Qkv, Transformer};
 use burn_ascend::{AttendOptions, AttendPath, AttnError, PagedKvCache, SeqId, TrainingBackend};
 
 /// A model with its per-layer paged caches and the sequences being generated.
@@ -99,6 +99,29 @@ impl<B: TrainingBackend> Generator<B> {
         }
     }
 
+    /// A layer's queries, keys and values in the attention dtype, with the dtype the
+    /// attention's output is cast back to (the model's).
+    pub(crate) fn qkv_to_attention(&self, (q, k, v): Qkv<B>) -> (Qkv<B>, DType) {
+        let dt = q.dtype();
+        (
+            (
+                self.to_attention(q),
+                self.to_attention(k),
+                self.to_attention(v),
+            ),
+            dt,
+        )
+    }
+
+    /// The embeddings `[T, hidden]` of `tokens`.
+    fn embed(&self, tokens: &[u32], device: &B::Device) -> Tensor<B, 2> {
+        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+        self.model.embed(Tensor::<B, 1, Int>::from_data(
+            TensorData::new(ids, [tokens.len()]),
+            device,
+        ))
+    }
+
     /// How windows and sinks reach the attention ops: [`AttendPath::Fused`] unless the model
     /// has sinks FIA cannot take (head dim not 64 or 128), its head dim needs pages of a
     /// multiple of 128 tokens in FIA's prefill and `block_size` is not one, or the device has
@@ -175,21 +198,11 @@ impl<B: TrainingBackend> Generator<B> {
         let l = prompt.len();
         let positions: Vec<usize> = (0..l).collect();
         let rope = Rope::new(&positions, &c, &device);
-        let tokens: Vec<i64> = prompt.iter().map(|&t| t as i64).collect();
-        let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
-            TensorData::new(tokens, [l]),
-            &device,
-        ));
+        let mut x = self.embed(prompt, &device);
         for (layer, block) in self.model.layers.iter().enumerate() {
             let opts = self.options(layer);
             let h = block.input_layernorm.forward(x.clone());
-            let (q, k, v) = block.self_attn.qkv_fused(h, &rope, &c)?;
-            let dt = q.dtype();
-            let (q, k, v) = (
-                self.to_attention(q),
-                self.to_attention(k),
-                self.to_attention(v),
-            );
+            let ((q, k, v), dt) = self.qkv_to_attention(block.self_attn.qkv_fused(h, &rope, &c)?);
             self.caches[layer].append(ids[layer], k, v)?;
             let o = self.caches[layer]
                 .attend_with(
@@ -238,21 +251,11 @@ impl<B: TrainingBackend> Generator<B> {
         let device = self.model.embed_tokens.weight.val().device();
         let positions: Vec<usize> = seqs.iter().map(|&s| self.seqs[s].1).collect();
         let rope = Rope::new(&positions, &c, &device);
-        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
-        let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
-            TensorData::new(ids, [b]),
-            &device,
-        ));
+        let mut x = self.embed(tokens, &device);
         for (layer, block) in self.model.layers.iter().enumerate() {
             let opts = self.options(layer);
             let h = block.input_layernorm.forward(x.clone());
-            let (q, k, v) = block.self_attn.qkv_fused(h, &rope, &c)?;
-            let dt = q.dtype();
-            let (q, k, v) = (
-                self.to_attention(q),
-                self.to_attention(k),
-                self.to_attention(v),
-            );
+            let ((q, k, v), dt) = self.qkv_to_attention(block.self_attn.qkv_fused(h, &rope, &c)?);
             let layer_ids: Vec<SeqId> = seqs.iter().map(|&s| self.seqs[s].0[layer]).collect();
             for (i, &id) in layer_ids.iter().enumerate() {
                 self.caches[layer].append(
