@@ -298,18 +298,7 @@ pub fn init_lora<B: Backend>(
         None => {
             // The run's published checkpoint, verified whole (sizes and checksums).
             let saved = Published::open(out)?;
-            let state_path = saved.dir.join("state.json");
-            let state = TrainState::from_json(&saved.read("state.json")?, &state_path)?;
-            if state.step != saved.step() {
-                return Err(io(
-                    &state_path,
-                    format!(
-                        "step {} but manifest.json says {} (a mixed checkpoint)",
-                        state.step,
-                        saved.step()
-                    ),
-                ));
-            }
+            let state = saved.train_state("adapter")?;
             let model = load_adapter(model, &saved.dir, device)?;
             saved.tidy(out)?;
             (model, state)

@@ -284,17 +284,7 @@ impl<B: TrainingBackend> Transformer<B> {
         observe: impl FnMut(usize, &Tensor<B, 2>),
     ) -> Result<Tensor<B, 2>, AttnError> {
         let device = tokens.device();
-        let positions = packed_positions(cu_seqlens);
-        let t = tokens.dims()[0];
-        if positions.len() != t {
-            return Err(AttnError::invalid(
-                "cu_seqlens",
-                format!(
-                    "must end at the token count {t}, ends at {:?}",
-                    cu_seqlens.last()
-                ),
-            ));
-        }
+        let positions = packed_positions_of(cu_seqlens, tokens.dims()[0])?;
         let rope = Rope::new(&positions, &self.config, &device);
         self.forward_packed_rope(tokens, cu_seqlens, &rope, observe)
     }
@@ -581,6 +571,21 @@ pub fn packed_positions(cu_seqlens: &[i64]) -> Vec<usize> {
         .windows(2)
         .flat_map(|w| 0..(w[1] - w[0]).max(0) as usize)
         .collect()
+}
+
+/// [`packed_positions`] of `t` packed tokens, refused when `cu_seqlens` does not end at `t`.
+pub(crate) fn packed_positions_of(cu_seqlens: &[i64], t: usize) -> Result<Vec<usize>, AttnError> {
+    let positions = packed_positions(cu_seqlens);
+    if positions.len() != t {
+        return Err(AttnError::invalid(
+            "cu_seqlens",
+            format!(
+                "must end at the token count {t}, ends at {:?}",
+                cu_seqlens.last()
+            ),
+        ));
+    }
+    Ok(positions)
 }
 
 /// `[B, S, S]` mask (true = masked) of causal attention within each row's length, limited to

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use burn_ascend::AttnError;
 
 use crate::run_state::durable;
+use crate::run_state::state::TrainState;
 
 /// The pointer file naming the published checkpoint.
 pub const LATEST: &str = "LATEST";
@@ -298,6 +299,25 @@ impl Published {
     /// The step the checkpoint was saved at.
     pub fn step(&self) -> usize {
         self.manifest.step
+    }
+
+    /// Its `state.json`, refused when the state's step is not the manifest's (a checkpoint
+    /// mixed from two saves), the error naming `param` (what the caller loads).
+    pub(crate) fn train_state(&self, param: &'static str) -> Result<TrainState, AttnError> {
+        let path = self.dir.join("state.json");
+        let state = TrainState::from_json(&self.read("state.json")?, &path)?;
+        if state.step != self.step() {
+            return Err(AttnError::invalid(
+                param,
+                format!(
+                    "{}: step {} but manifest.json says {} (a mixed checkpoint)",
+                    path.display(),
+                    state.step,
+                    self.step()
+                ),
+            ));
+        }
+        Ok(state)
     }
 
     /// The content of `name`, checked against the manifest (size, then checksum).

@@ -8,11 +8,11 @@
 //! whose `pseShift` is the sink logit, through prompt / incremental attention
 //! ([`AttendPath::PromptIncre`]). [`Generator::attend_path`] says which one a generator runs.
 
-use burn::tensor::{FloatDType, Int, Tensor, TensorData};
+use burn::tensor::{DType, FloatDType, Int, Tensor, TensorData};
 
 use crate::load::data::SplitMix;
 use crate::model::rope::Rope;
-use crate::model::transformer::Transformer;
+use crate::model::transformer::{Qkv, Transformer};
 use burn_ascend::{AttendOptions, AttendPath, AttnError, PagedKvCache, SeqId, TrainingBackend};
 
 /// A model with its per-layer paged caches and the sequences being generated.
@@ -99,6 +99,29 @@ impl<B: TrainingBackend> Generator<B> {
         }
     }
 
+    /// A layer's queries, keys and values in the attention dtype, with the dtype the
+    /// attention's output is cast back to (the model's).
+    pub(crate) fn qkv_to_attention(&self, (q, k, v): Qkv<B>) -> (Qkv<B>, DType) {
+        let dt = q.dtype();
+        (
+            (
+                self.to_attention(q),
+                self.to_attention(k),
+                self.to_attention(v),
+            ),
+            dt,
+        )
+    }
+
+    /// The embeddings `[T, hidden]` of `tokens`.
+    fn embed(&self, tokens: &[u32], device: &B::Device) -> Tensor<B, 2> {
+        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+        self.model.embed(Tensor::<B, 1, Int>::from_data(
+            TensorData::new(ids, [tokens.len()]),
+            device,
+        ))
+    }
+
     /// How windows and sinks reach the attention ops: [`AttendPath::Fused`] unless the model
     /// has sinks FIA cannot take (head dim not 64 or 128), its head dim needs pages of a
     /// multiple of 128 tokens in FIA's prefill and `block_size` is not one, or the device has
@@ -149,6 +172,38 @@ impl<B: TrainingBackend> Generator<B> {
         }
     }
 
+    /// The decoder layers over `tokens` at `positions` (one each): the hidden states
+    /// `[T, hidden]` before the head. `attend` makes each layer's attention `[.., heads, D]`
+    /// from the layer's cache and index, its queries, keys and values `[T, heads, D]` in the
+    /// attention dtype and its options; prefill and decode differ only there.
+    fn layers(
+        &mut self,
+        tokens: &[u32],
+        positions: &[usize],
+        mut attend: impl FnMut(
+            &mut PagedKvCache<B>,
+            usize,
+            Qkv<B>,
+            &AttendOptions<B>,
+        ) -> Result<Tensor<B, 4>, AttnError>,
+    ) -> Result<Tensor<B, 2>, AttnError> {
+        let c = &self.model.config;
+        let (t, n, d) = (tokens.len(), c.num_attention_heads, c.head_dim);
+        let device = self.model.embed_tokens.weight.val().device();
+        let rope = Rope::new(positions, c, &device);
+        let mut x = self.embed(tokens, &device);
+        for (layer, block) in self.model.layers.iter().enumerate() {
+            let opts = self.options(layer);
+            let h = block.input_layernorm.forward(x.clone());
+            let (qkv, dt) = self.qkv_to_attention(block.self_attn.qkv_fused(h, &rope, c)?);
+            let o = attend(&mut self.caches[layer], layer, qkv, &opts)?.cast(dt);
+            x = x + block.self_attn.out(o.reshape([t, n, d]));
+            let h = block.post_attention_layernorm.forward(x.clone());
+            x = x + block.mlp.forward(h)?;
+        }
+        Ok(x)
+    }
+
     /// Adds a sequence and prefills `prompt` (at least one token). Returns the sequence's
     /// index and the logits `[V]` of its last prompt token.
     pub fn add(&mut self, prompt: &[u32]) -> Result<(usize, Vec<f32>), AttnError> {
@@ -174,36 +229,11 @@ impl<B: TrainingBackend> Generator<B> {
         }
         let l = prompt.len();
         let positions: Vec<usize> = (0..l).collect();
-        let rope = Rope::new(&positions, &c, &device);
-        let tokens: Vec<i64> = prompt.iter().map(|&t| t as i64).collect();
-        let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
-            TensorData::new(tokens, [l]),
-            &device,
-        ));
-        for (layer, block) in self.model.layers.iter().enumerate() {
-            let opts = self.options(layer);
-            let h = block.input_layernorm.forward(x.clone());
-            let (q, k, v) = block.self_attn.qkv_fused(h, &rope, &c)?;
-            let dt = q.dtype();
-            let (q, k, v) = (
-                self.to_attention(q),
-                self.to_attention(k),
-                self.to_attention(v),
-            );
-            self.caches[layer].append(ids[layer], k, v)?;
-            let o = self.caches[layer]
-                .attend_with(
-                    &ids[layer..=layer],
-                    q.reshape([1, l, c.num_attention_heads, c.head_dim]),
-                    &opts,
-                )?
-                .cast(dt);
-            x = x + block
-                .self_attn
-                .out(o.reshape([l, c.num_attention_heads, c.head_dim]));
-            let h = block.post_attention_layernorm.forward(x.clone());
-            x = x + block.mlp.forward(h)?;
-        }
+        let (n, d) = (c.num_attention_heads, c.head_dim);
+        let x = self.layers(prompt, &positions, |cache, layer, (q, k, v), opts| {
+            cache.append(ids[layer], k, v)?;
+            cache.attend_with(&ids[layer..=layer], q.reshape([1, l, n, d]), opts)
+        })?;
         let logits = self.model.head(x.narrow(0, l - 1, 1));
         self.seqs.push((ids, l));
         Ok((self.seqs.len() - 1, to_vec(logits)))
@@ -233,46 +263,25 @@ impl<B: TrainingBackend> Generator<B> {
     /// Appends one token to each of `seqs` and returns each one's next-token logits `[V]`.
     pub fn step(&mut self, seqs: &[usize], tokens: &[u32]) -> Result<Vec<Vec<f32>>, AttnError> {
         self.check_step(seqs, tokens)?;
-        let c = self.model.config.clone();
+        let c = &self.model.config;
         let (b, n, d) = (seqs.len(), c.num_attention_heads, c.head_dim);
-        let device = self.model.embed_tokens.weight.val().device();
         let positions: Vec<usize> = seqs.iter().map(|&s| self.seqs[s].1).collect();
-        let rope = Rope::new(&positions, &c, &device);
-        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
-        let mut x = self.model.embed(Tensor::<B, 1, Int>::from_data(
-            TensorData::new(ids, [b]),
-            &device,
-        ));
-        for (layer, block) in self.model.layers.iter().enumerate() {
-            let opts = self.options(layer);
-            let h = block.input_layernorm.forward(x.clone());
-            let (q, k, v) = block.self_attn.qkv_fused(h, &rope, &c)?;
-            let dt = q.dtype();
-            let (q, k, v) = (
-                self.to_attention(q),
-                self.to_attention(k),
-                self.to_attention(v),
-            );
-            let layer_ids: Vec<SeqId> = seqs.iter().map(|&s| self.seqs[s].0[layer]).collect();
-            for (i, &id) in layer_ids.iter().enumerate() {
-                self.caches[layer].append(
-                    id,
-                    k.clone().narrow(0, i, 1),
-                    v.clone().narrow(0, i, 1),
-                )?;
+        // Each layer's cache ids of `seqs`.
+        let layer_ids: Vec<Vec<SeqId>> = (0..self.model.layers.len())
+            .map(|layer| seqs.iter().map(|&s| self.seqs[s].0[layer]).collect())
+            .collect();
+        let x = self.layers(tokens, &positions, |cache, layer, (q, k, v), opts| {
+            let ids = &layer_ids[layer];
+            for (i, &id) in ids.iter().enumerate() {
+                cache.append(id, k.clone().narrow(0, i, 1), v.clone().narrow(0, i, 1))?;
             }
-            let o = self.caches[layer]
-                .attend_with(&layer_ids, q.reshape([b, 1, n, d]), &opts)?
-                .cast(dt);
-            x = x + block.self_attn.out(o.reshape([b, n, d]));
-            let h = block.post_attention_layernorm.forward(x.clone());
-            x = x + block.mlp.forward(h)?;
-        }
+            cache.attend_with(ids, q.reshape([b, 1, n, d]), opts)
+        })?;
         for &s in seqs {
             self.seqs[s].1 += 1;
         }
         let logits = to_vec(self.model.head(x));
-        let v = c.vocab_size;
+        let v = self.model.config.vocab_size;
         Ok(logits.chunks(v).map(<[f32]>::to_vec).collect())
     }
 

@@ -286,13 +286,7 @@ impl Generator<Ascend> {
         let mut x = self.model.embed(g.ids.clone());
         for (layer, block) in self.model.layers.iter().enumerate() {
             let h = block.input_layernorm.forward(x.clone());
-            let (q, k, v) = block.self_attn.qkv(h, &rope, c);
-            let dt = q.dtype();
-            let (q, k, v) = (
-                self.to_attention(q),
-                self.to_attention(k),
-                self.to_attention(v),
-            );
+            let ((q, k, v), dt) = self.qkv_to_attention(block.self_attn.qkv(h, &rope, c));
             let (kc, vc) = self.caches[layer].caches();
             let (kcp, vcp) = (prim(kc.clone()), prim(vc.clone()));
             scatter_kv_slots(&prim(k), &prim(v), &kcp, &vcp, &slots)?;

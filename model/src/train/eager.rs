@@ -105,18 +105,7 @@ pub fn init_model_with<B: AutodiffBackend + TrainingBackend>(
         Init::Resume => {
             let saved = Published::open(out)?;
             let config = config_from_json(&saved.read("config.json")?, &saved.dir)?;
-            let state_path = saved.dir.join("state.json");
-            let state = TrainState::from_json(&saved.read("state.json")?, &state_path)?;
-            if state.step != saved.step() {
-                return Err(io(
-                    &state_path,
-                    format!(
-                        "step {} but manifest.json says {} (a mixed checkpoint)",
-                        state.step,
-                        saved.step()
-                    ),
-                ));
-            }
+            let state = saved.train_state("checkpoint")?;
             let record = NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
                 .load(saved.read("model.mpk")?, device)
                 .map_err(|e| io(&saved.dir.join("model.mpk"), e))?;

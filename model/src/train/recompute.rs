@@ -38,7 +38,7 @@ use burn_ascend::{AttnError, TrainingBackend};
 
 use crate::model::lora;
 use crate::model::rope::Rope;
-use crate::model::transformer::{cross_entropy_fused, packed_positions, Transformer};
+use crate::model::transformer::{cross_entropy_fused, packed_positions_of, Transformer};
 use crate::train::loss::masked_cross_entropy;
 
 /// A part of the model that backward's chain handles as one piece: FSDP's units (ZeRO-3
@@ -140,17 +140,7 @@ where
     B::InnerBackend: TrainingBackend,
 {
     check(model)?;
-    let t = tokens.dims()[0];
-    let positions = packed_positions(cu_seqlens);
-    if positions.len() != t {
-        return Err(AttnError::invalid(
-            "cu_seqlens",
-            format!(
-                "must end at the token count {t}, ends at {:?}",
-                cu_seqlens.last()
-            ),
-        ));
-    }
+    let positions = packed_positions_of(cu_seqlens, tokens.dims()[0])?;
     let c = &model.config;
     // A tied output head reads the embedding's table.
     let head_parts: &[Part] = if model.lm_head.is_none() {

@@ -89,6 +89,20 @@ impl ModuleVisitor<Ad> for Collect {
 }
 
 impl Layout {
+    /// Where each trainable parameter lies: its unit, its range in that unit's flat buffer and
+    /// its dims.
+    pub(crate) fn param_slots(&self) -> HashMap<ParamId, (usize, Range<usize>, Vec<usize>)> {
+        self.units
+            .iter()
+            .enumerate()
+            .flat_map(|(u, unit)| {
+                unit.slots
+                    .iter()
+                    .map(move |s| (s.id, (u, s.offset..s.offset + s.len(), s.dims.clone())))
+            })
+            .collect()
+    }
+
     /// The units of `model`'s trainable parameters over `ranks` ranks. Trainable parameters
     /// must be f32 (master weights).
     pub fn of(model: &Transformer<Ad>, ranks: usize) -> Result<Self, AttnError> {
@@ -214,20 +228,26 @@ pub fn flat_params(
         want: &want,
     };
     model.visit(&mut v);
-    let mut values = v.out.into_iter();
-    layout
-        .units
+    concat_units(&layout.units, v.out, "parameter", device)
+}
+
+/// Each of `units` as one flat padded buffer of its slots' tensors, `values` holding them in
+/// slot order (what a visitor collected through [`index`]); a slot without one is `what`
+/// missing.
+fn concat_units(
+    units: &[Unit],
+    values: Vec<Option<Tensor<Ascend, 1>>>,
+    what: &str,
+    device: &AscendDevice,
+) -> Result<Vec<Tensor<Ascend, 1>>, AttnError> {
+    let mut values = values.into_iter();
+    units
         .iter()
         .map(|u| {
             let parts = u
                 .slots
                 .iter()
-                .map(|s| {
-                    values
-                        .next()
-                        .flatten()
-                        .ok_or_else(|| missing(u, s, "parameter"))
-                })
+                .map(|s| values.next().flatten().ok_or_else(|| missing(u, s, what)))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(concat_padded(parts, u.len, u.padded, device))
         })
@@ -287,23 +307,7 @@ pub fn flat_grads_of(
         want: &want,
     };
     model.visit(&mut v);
-    let mut values = v.out.into_iter();
-    units
-        .iter()
-        .map(|u| {
-            let parts = u
-                .slots
-                .iter()
-                .map(|s| {
-                    values
-                        .next()
-                        .flatten()
-                        .ok_or_else(|| missing(u, s, "gradient"))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(concat_padded(parts, u.len, u.padded, device))
-        })
-        .collect()
+    concat_units(units, v.out, "gradient", device)
 }
 
 /// Sets each unit's parameters from its whole flat buffer `flat[u]` (views of it); with
@@ -340,18 +344,8 @@ impl<'a> SetUnits<'a> {
         flat: Option<&'a [Tensor<Ascend, 1>]>,
         device: AscendDevice,
     ) -> Self {
-        let by_id = layout
-            .units
-            .iter()
-            .enumerate()
-            .flat_map(|(u, unit)| {
-                unit.slots
-                    .iter()
-                    .map(move |s| (s.id, (u, s.offset..s.offset + s.len(), s.dims.clone())))
-            })
-            .collect();
         Self {
-            by_id,
+            by_id: layout.param_slots(),
             flat,
             device,
         }

@@ -62,23 +62,10 @@ impl ModuleVisitor<Ad> for ToRecord<'_> {
     }
 }
 
-fn slots(layout: &Layout) -> HashMap<ParamId, (usize, Range<usize>, Vec<usize>)> {
-    layout
-        .units
-        .iter()
-        .enumerate()
-        .flat_map(|(u, unit)| {
-            unit.slots
-                .iter()
-                .map(move |s| (s.id, (u, s.offset..s.offset + s.len(), s.dims.clone())))
-        })
-        .collect()
-}
-
 /// The record of the whole moments `whole` (one per unit of `layout`) of `model`'s parameters.
 pub fn to_record(model: &Transformer<Ad>, layout: &Layout, whole: &[Moments]) -> OptimizerRecord {
     let mut v = ToRecord {
-        slots: slots(layout),
+        slots: layout.param_slots(),
         whole,
         out: OptimizerRecord::default(),
     };
