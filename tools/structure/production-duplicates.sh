@@ -7,7 +7,7 @@ cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 command -v duplicates >/dev/null || { echo "duplicates: not installed on this machine" >&2; exit 2; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 git ls-files -co --exclude-standard -- '*.rs' \
-  | grep -vE '(^|/)(tests|examples|benches)/|/generated/|^test-support/' | while read -r f; do
+  | grep -vE '(^|/)(tests|examples|benches)/|/generated/|^test-support/|/tests?\.rs$|/test_util\.rs$' | while read -r f; do
   [ -f "$f" ] && mkdir -p "$tmp/$(dirname "$f")" && cp "$f" "$tmp/$f"
 done
 out=$(duplicates --repo "$tmp" --most 200 --seconds 300)

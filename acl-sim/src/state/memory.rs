@@ -216,6 +216,23 @@ fn with_host<R>(addr: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> SimR
     })
 }
 
+/// The argument checks `aclrtMemcpy` and `aclrtMemcpyAsync` share, in CANN's order: a count
+/// over `destMax` is refused, an empty copy succeeds without looking at the pointers (`false`:
+/// nothing to copy), a null pointer is refused; `true` when there are bytes to copy.
+fn copy_to_make(call: &str, count: usize, dest_max: usize, nulls: bool) -> SimResult<bool> {
+    let refuse = |m: String| SimErr(ACL_ERROR_INVALID_PARAM, format!("{call}: {m}"));
+    if count > dest_max {
+        return Err(refuse(format!("count {count} > destMax {dest_max}")));
+    }
+    if count == 0 {
+        return Ok(false);
+    }
+    if nulls {
+        return Err(refuse("null pointer".into()));
+    }
+    Ok(true)
+}
+
 // `aclrtMemcpyAsync`: validated now, copied when the stream gets to it. Host memory must come
 // from `aclrtMallocHost` (CANN's asynchronous copies need page-locked memory).
 runtime_fn!(memcpy_async, |p| {
@@ -227,14 +244,9 @@ runtime_fn!(memcpy_async, |p| {
                 format!("aclrtMemcpyAsync: {m}"),
             ))
         };
-        if count > dest_max {
-            return err(format!("count {count} > destMax {dest_max}"));
-        }
-        if count == 0 {
+        let nulls = p.dst.is_null() || p.src.is_null();
+        if !copy_to_make("aclrtMemcpyAsync", count, dest_max, nulls)? {
             return Ok(());
-        }
-        if p.dst.is_null() || p.src.is_null() {
-            return err("null pointer".into());
         }
         if !super::stream_ok(stream) {
             return err(format!("{stream:p} is not a live stream"));
@@ -360,14 +372,13 @@ runtime_fn!(memcpy, |p| {
     guard(|| {
         super::capture::check_unsafe_call("aclrtMemcpy", None)?;
         let err = |m: String| Err(SimErr(ACL_ERROR_INVALID_PARAM, format!("aclrtMemcpy: {m}")));
-        if count > dest_max {
-            return err(format!("count {count} > destMax {dest_max}"));
-        }
-        if count == 0 {
+        if !copy_to_make(
+            "aclrtMemcpy",
+            count,
+            dest_max,
+            p.dst.is_null() || p.src.is_null(),
+        )? {
             return Ok(());
-        }
-        if p.dst.is_null() || p.src.is_null() {
-            return err("null pointer".into());
         }
         let (d, s) = (p.dst as usize, p.src as usize);
         match p.kind {
