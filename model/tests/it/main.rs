@@ -11,6 +11,7 @@
 //! context-parallel suite's lock).
 
 mod chat;
+mod config_keys;
 mod cp;
 mod ddp;
 mod fused;

@@ -10,50 +10,136 @@ use serde_json::{Map, Value};
 use super::model_config::{LayerType, ModelConfig, MoeConfig, RopeScaling};
 use burn_ascend::AttnError;
 
-/// Keys that do not change the arithmetic of a forward or backward pass: identification,
-/// storage dtype (weights are converted on load; the compute dtype is the caller's choice),
-/// token ids and generation defaults (generation's concern, not the logits'), and
-/// initialisation (a checkpoint brings its weights).
-pub const METADATA_KEYS: &[&str] = &[
-    "architectures",
-    "model_type",
+/// The generic attributes of transformers' `PretrainedConfig`: keys any model type's
+/// `config.json` may carry, none of which changes the arithmetic of a forward or backward
+/// pass here. Taken from transformers 5.25's `configuration_utils.py` and 4.57's (see
+/// `tools/notes_pretrained_config.md`): the 10 dataclass fields of `PreTrainedConfig`, the
+/// keys its `__post_init__` consumes without keeping them as fields, the keyword arguments
+/// transformers 4 declared on every config (which 5 keeps as plain attributes), the token id
+/// `unk_token_id` that transformers' own GGUF conversion writes, and the generation defaults
+/// `GenerationConfig` lists (popped and dropped by transformers 5 unless the class declares
+/// them). Keys beginning with `_` (`_name_or_path`, `_commit_hash`,
+/// `_attn_implementation_autoset`, …) are transformers' private metadata and accepted too.
+pub const GENERIC_ATTRIBUTES: &[&str] = &[
+    // PreTrainedConfig's dataclass fields.
     "transformers_version",
-    "_name_or_path",
-    "name_or_path",
-    "torch_dtype",
-    "dtype",
-    "use_cache",
-    "bos_token_id",
-    "eos_token_id",
-    "pad_token_id",
-    "sep_token_id",
-    "decoder_start_token_id",
-    "initializer_range",
-    "max_position_embeddings",
-    "tokenizer_class",
-    "is_decoder",
-    "is_encoder_decoder",
-    "output_attentions",
+    "architectures",
     "output_hidden_states",
     "return_dict",
-    "use_return_dict",
+    "dtype",
+    "chunk_size_feed_forward",
+    "is_encoder_decoder",
     "id2label",
     "label2id",
     "problem_type",
+    // Consumed by PreTrainedConfig.__post_init__ (the RoPE keys are typed fields here).
+    "output_attentions",
+    "attn_implementation",
+    "experts_implementation",
+    "num_labels",
+    "name_or_path",
+    "torch_dtype",
+    // Transformers 4's generic keyword arguments.
+    "torchscript",
+    "pruned_heads",
+    // (`tie_word_embeddings`, also one of them, is a typed key here: it is honoured.)
+    "is_decoder",
+    "cross_attention_hidden_size",
+    "add_cross_attention",
+    "tie_encoder_decoder",
     "finetuning_task",
     "task_specific_params",
+    "tokenizer_class",
     "prefix",
-    "torchscript",
-    "tie_encoder_decoder",
+    "bos_token_id",
+    "pad_token_id",
+    "eos_token_id",
+    "sep_token_id",
+    "unk_token_id",
+    "decoder_start_token_id",
+    "gradient_checkpointing",
+    "tf_legacy_loss",
+    "use_bfloat16",
+    // GenerationConfig's defaults.
     "max_length",
     "min_length",
     "do_sample",
+    "use_cache",
+    "early_stopping",
+    "num_beams",
     "temperature",
     "top_k",
     "top_p",
-    "num_beams",
+    "typical_p",
     "repetition_penalty",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "bad_words_ids",
+    "num_return_sequences",
+    "output_scores",
+    "return_dict_in_generate",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "remove_invalid_values",
+    "exponential_decay_length_penalty",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "epsilon_cutoff",
+    "eta_cutoff",
+    "encoder_repetition_penalty",
+    "num_assistant_tokens",
+    "num_assistant_tokens_schedule",
+    "assistant_confidence_threshold",
+    "assistant_lookbehind",
+    "target_lookbehind",
+    "num_beam_groups",
+    "diversity_penalty",
 ];
+
+/// Keys of the model families' own config classes that do not change the arithmetic here:
+/// identification, initialisation (a checkpoint brings its weights) and transformers 4's
+/// `use_return_dict`. Accepted silently, as [`GENERIC_ATTRIBUTES`] are.
+pub const METADATA_KEYS: &[&str] = &[
+    "model_type",
+    "initializer_range",
+    "max_position_embeddings",
+    "use_return_dict",
+];
+
+/// Keys transformers would apply that change the arithmetic and that no family here
+/// follows: refused whatever the model type (`per_layer_config` is
+/// `PreTrainedConfig.__post_init__`'s per-layer overrides).
+const REFUSED_KEYS: &[&str] = &["per_layer_config"];
+
+/// Whether `key` is metadata: a generic attribute, a family's metadata key, or private
+/// (beginning with `_`).
+pub fn is_metadata_key(key: &str) -> bool {
+    key.starts_with('_') || GENERIC_ATTRIBUTES.contains(&key) || METADATA_KEYS.contains(&key)
+}
+
+/// The `config.json` keys a load ignored: neither metadata nor used by `model_type`'s
+/// config class here (transformers keeps such keys as inert attributes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IgnoredKeys {
+    /// The `model_type` the keys were read for.
+    pub model_type: String,
+    /// The ignored keys, sorted.
+    pub keys: Vec<String>,
+}
+
+impl IgnoredKeys {
+    /// The one warning line for the ignored keys, or `None` when there are none.
+    pub fn warning(&self) -> Option<String> {
+        (!self.keys.is_empty()).then(|| {
+            format!(
+                "warning: config.json: ignored keys not used by {}: {}",
+                self.model_type,
+                self.keys.join(", ")
+            )
+        })
+    }
+}
 
 /// The keys of `config.json` this loader knows, typed. Every field is optional: which ones a
 /// model type needs, and their defaults, are [`RawConfig::interpret`]'s concern. `Option<
@@ -110,7 +196,7 @@ pub(super) struct RawConfig {
     swiglu_alpha: Option<f64>,
     router_aux_loss_coef: Option<f64>,
     output_router_logits: Option<bool>,
-    /// Every other key: metadata or refused.
+    /// Every other key: metadata, refused or ignored.
     #[serde(flatten)]
     rest: BTreeMap<String, Value>,
 }
@@ -200,7 +286,7 @@ impl RawConfig {
         typed(map, "")
     }
 
-    pub(super) fn interpret(self) -> Result<ModelConfig, AttnError> {
+    pub(super) fn interpret(self) -> Result<(ModelConfig, IgnoredKeys), AttnError> {
         let model_type = self.model_type.clone().ok_or_else(|| {
             AttnError::invalid(
                 "config.json",
@@ -221,16 +307,26 @@ impl RawConfig {
                 )))
             }
         };
-        // Unknown keys: refused unless metadata, so none changes the arithmetic unseen.
+        // Unknown keys: refused when transformers would apply them, silent when metadata,
+        // else ignored as transformers ignores them (kept as inert attributes), with a warning.
         if let Some(k) = self
             .rest
             .keys()
-            .find(|k| !METADATA_KEYS.contains(&k.as_str()))
+            .find(|k| REFUSED_KEYS.contains(&k.as_str()))
         {
             return Err(unsupported(format!(
-                "{k} (a config.json key this loader does not know; it may change the arithmetic)"
+                "{k} (a config.json key that changes the arithmetic; not followed here)"
             )));
         }
+        let ignored = IgnoredKeys {
+            model_type: model_type.clone(),
+            keys: self
+                .rest
+                .keys()
+                .filter(|k| !is_metadata_key(k))
+                .cloned()
+                .collect(),
+        };
         // Keys each family's transformers config class does not have, refused rather than
         // guessed at (transformers would keep them as inert attributes).
         let foreign: &[(&str, bool)] = &[
@@ -563,7 +659,7 @@ impl RawConfig {
             _ => None,
         };
 
-        Ok(ModelConfig {
+        let config = ModelConfig {
             vocab_size,
             hidden_size,
             intermediate_size,
@@ -584,7 +680,8 @@ impl RawConfig {
             tie_word_embeddings,
             attention_dropout,
             moe,
-        })
+        };
+        Ok((config, ignored))
     }
 
     /// RoPE's base and scaling as transformers 5 standardizes them
@@ -761,14 +858,24 @@ impl RawConfig {
 
 impl ModelConfig {
     /// Parses our `config.json` or a Hugging Face one (see the documentation of
-    /// [`crate::load::config`]).
+    /// [`crate::load::config`]); prints the one warning line of [`IgnoredKeys::warning`] on
+    /// stderr when keys were ignored.
     pub fn from_json(v: &Value) -> Result<Self, AttnError> {
+        let (cfg, ignored) = Self::from_json_with_ignored(v)?;
+        if let Some(w) = ignored.warning() {
+            eprintln!("{w}");
+        }
+        Ok(cfg)
+    }
+
+    /// [`ModelConfig::from_json`] without the warning: the config and the keys it ignored.
+    pub fn from_json_with_ignored(v: &Value) -> Result<(Self, IgnoredKeys), AttnError> {
         let map = v.as_object().ok_or_else(|| {
             AttnError::invalid("config.json", "must be a JSON object".to_string())
         })?;
         let raw = RawConfig::parse(map)?;
-        let cfg = raw.interpret()?;
+        let (cfg, ignored) = raw.interpret()?;
         cfg.validate()?;
-        Ok(cfg)
+        Ok((cfg, ignored))
     }
 }

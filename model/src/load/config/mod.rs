@@ -8,11 +8,14 @@
 //! - defaults are those of transformers' config classes (`models/*/configuration_*.py`,
 //!   e.g. Qwen3's `head_dim = 128`, Mistral's `sliding_window = 4096`), used only where a key
 //!   is missing;
-//! - every key that changes the arithmetic is either honoured or refused with
-//!   [`burn_ascend::AttnError::Unsupported`], whose message reads `unsupported: <key> …`;
-//!   keys that are only metadata (`torch_dtype`, token ids, `use_cache`, …) are listed in
-//!   [`METADATA_KEYS`] and a key in neither list is refused too, so nothing is silently
-//!   ignored;
+//! - every key of the model type's transformers config class that changes the arithmetic is
+//!   either honoured or refused with [`burn_ascend::AttnError::Unsupported`], whose message
+//!   reads `unsupported: <key> …`;
+//! - `PretrainedConfig`'s generic attributes ([`GENERIC_ATTRIBUTES`]: ids, dtype, token ids,
+//!   generation defaults, …), the families' metadata keys ([`METADATA_KEYS`]) and every key
+//!   beginning with `_` are accepted silently;
+//! - any other key is ignored, as transformers keeps it as an inert attribute, with one
+//!   warning line on stderr naming the keys ([`IgnoredKeys`]);
 //! - a key of the wrong type or shape is an [`burn_ascend::AttnError::Invalid`] naming the key.
 //!
 //! The configuration layer: [`ModelConfig`] and its parts (`model_config.rs`), Hugging Face's
@@ -24,5 +27,5 @@ mod hf;
 mod model_config;
 
 pub use folder::{eos_token_ids, load_config};
-pub use hf::METADATA_KEYS;
+pub use hf::{is_metadata_key, IgnoredKeys, GENERIC_ATTRIBUTES, METADATA_KEYS};
 pub use model_config::{LayerType, ModelConfig, MoeConfig, RopeScaling};
