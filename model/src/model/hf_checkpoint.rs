@@ -226,8 +226,38 @@ pub struct LoadOptions {
     pub allow_non_finite_weights: bool,
 }
 
-/// The weight files of a checkpoint folder, sorted.
+/// The weight files of a checkpoint folder, sorted: those a sharded folder's
+/// `model.safetensors.index.json` names in its `weight_map` (as transformers loads them; a
+/// named file that is missing is refused naming it), else `model.safetensors` or the shards
+/// `model-*-of-*.safetensors`.
 fn weight_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, AttnError> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.exists() {
+        #[derive(serde::Deserialize)]
+        struct Index {
+            weight_map: HashMap<String, String>,
+        }
+        let text = std::fs::read_to_string(&index).map_err(|e| io_err(&index, e))?;
+        let parsed: Index = serde_json::from_str(&text).map_err(|e| io_err(&index, e))?;
+        let mut files: Vec<_> = parsed
+            .weight_map
+            .into_values()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|f| dir.join(f))
+            .collect();
+        files.sort();
+        if let Some(missing) = files.iter().find(|f| !f.is_file()) {
+            return Err(io_err(
+                missing,
+                "named by model.safetensors.index.json but missing",
+            ));
+        }
+        if files.is_empty() {
+            return Err(io_err(&index, "names no weight file"));
+        }
+        return Ok(files);
+    }
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| io_err(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -577,6 +607,16 @@ pub fn load_hf_with<B: Backend>(
     load_weights_with(dir, load_config(dir)?, device, opts)
 }
 
+/// [`load_hf_with`] that refuses a weight file holding tensors the architecture does not use,
+/// instead of ignoring them with a warning (see [`load_weights_strict`]).
+pub fn load_hf_strict<B: Backend>(
+    dir: &Path,
+    device: &B::Device,
+    opts: LoadOptions,
+) -> Result<Transformer<B>, AttnError> {
+    load_weights_strict(dir, load_config(dir)?, device, opts)
+}
+
 /// Loads the safetensors weights of a checkpoint folder into the model `config` describes
 /// (parsed by the caller, e.g. from another `config.json` form of the same checkpoint).
 pub fn load_weights<B: Backend>(
@@ -588,12 +628,54 @@ pub fn load_weights<B: Backend>(
 }
 
 /// [`load_weights`] with options. The config's sizes are checked against the tensors' shapes
-/// (read from the files' headers) before anything is read or allocated.
+/// (read from the files' headers) before anything is read or allocated. Tensors the
+/// architecture does not use are ignored, as transformers ignores a checkpoint's unexpected
+/// keys, with one warning line on stderr ([`unused_tensors_warning`]); missing tensors and
+/// tensors of another shape are refused naming the tensor.
 pub fn load_weights_with<B: Backend>(
     dir: &Path,
     config: ModelConfig,
     device: &B::Device,
     opts: LoadOptions,
+) -> Result<Transformer<B>, AttnError> {
+    load_weights_checked(dir, config, device, opts, false)
+}
+
+/// [`load_weights_with`] that refuses tensors the architecture does not use (naming the
+/// first), as a mismatch of config and weights may mean another model. Its own function
+/// rather than a field of [`LoadOptions`] so callers that build the options field by field
+/// keep compiling.
+pub fn load_weights_strict<B: Backend>(
+    dir: &Path,
+    config: ModelConfig,
+    device: &B::Device,
+    opts: LoadOptions,
+) -> Result<Transformer<B>, AttnError> {
+    load_weights_checked(dir, config, device, opts, true)
+}
+
+/// The one warning line for tensors a load ignored: how many and the first few (sorted), or
+/// `None` when there are none.
+pub fn unused_tensors_warning(names: &[String]) -> Option<String> {
+    const SHOWN: usize = 5;
+    let n = names.len();
+    if n == 0 {
+        return None;
+    }
+    let shown: Vec<&str> = names.iter().take(SHOWN).map(String::as_str).collect();
+    let more = if n > SHOWN { ", …" } else { "" };
+    Some(format!(
+        "warning: checkpoint: ignored {n} tensor(s) not used by the architecture config.json describes: {}{more}",
+        shown.join(", ")
+    ))
+}
+
+fn load_weights_checked<B: Backend>(
+    dir: &Path,
+    config: ModelConfig,
+    device: &B::Device,
+    opts: LoadOptions,
+    strict: bool,
 ) -> Result<Transformer<B>, AttnError> {
     config.validate()?;
     check_config_against(&config, &tensor_shapes(dir)?)?;
@@ -671,19 +753,25 @@ pub fn load_weights_with<B: Backend>(
     } else {
         Some(w.linear("lm_head", h, c.vocab_size, false, device)?)
     };
-    // A tensor the architecture has no place for means the config describes another model
-    // (a bias, a norm, experts…): refuse it rather than compute without it. RoPE's cached
-    // `inv_freq` buffers (older Llama files) are recomputed from the config.
-    let mut left: Vec<&String> =
+    // A tensor the architecture has no place for: transformers ignores such unexpected keys
+    // (with a warning) and so do we; strict, it may mean the config describes another model
+    // (a bias, a norm, experts…) and is refused rather than computed without. RoPE's cached
+    // `inv_freq` buffers (older Llama files) are recomputed from the config, silently.
+    let mut left: Vec<String> =
         w.0.keys()
             .filter(|k| !k.ends_with("rotary_emb.inv_freq"))
+            .cloned()
             .collect();
     left.sort();
-    if let Some(name) = left.first() {
-        return Err(AttnError::Unsupported(format!(
-            "tensor {name} (not part of the architecture config.json describes; {} such tensors)",
-            left.len()
-        )));
+    if strict {
+        if let Some(name) = left.first() {
+            return Err(AttnError::Unsupported(format!(
+                "tensor {name} (not part of the architecture config.json describes; {} such tensors)",
+                left.len()
+            )));
+        }
+    } else if let Some(line) = unused_tensors_warning(&left) {
+        eprintln!("{line}");
     }
     Ok(Transformer {
         embed_tokens: embed,

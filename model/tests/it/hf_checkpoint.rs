@@ -34,7 +34,7 @@ use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::TrainingBackend;
 use burn_ascend_model::load::config::{LayerType, RopeScaling};
 use burn_ascend_model::load::data::SplitMix;
-use burn_ascend_model::model::hf_checkpoint::{load_weights, named_grads};
+use burn_ascend_model::model::hf_checkpoint::{load_weights, named_grads, named_weights};
 use burn_ascend_model::{
     cross_entropy, generate_batch, Generator, ModelConfig, Sampling, Transformer,
 };
@@ -696,13 +696,81 @@ fn a_tensor_the_config_has_no_place_for_is_refused() {
     let mut v = read_json(&src.join("config.json"));
     v["attention_bias"] = false.into();
     std::fs::write(dir.path().join("config.json"), v.to_string()).unwrap();
-    let e = burn_ascend_model::model::hf_checkpoint::load_hf::<NdArray>(
+    let e = burn_ascend_model::model::hf_checkpoint::load_hf_strict::<NdArray>(
         dir.path(),
         &Default::default(),
+        Default::default(),
     )
     .unwrap_err()
     .to_string();
     assert_refused(&e, "tensor model.layers.0.self_attn.");
+}
+
+#[test]
+fn a_tensor_the_config_has_no_place_for_is_ignored_with_a_warning_unless_strict() {
+    use burn_ascend_model::model::hf_checkpoint::{load_hf, unused_tensors_warning};
+    let dir = tempfile::tempdir().unwrap();
+    let src = case_dir("llama_bias");
+    std::fs::copy(
+        src.join("model.safetensors"),
+        dir.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let mut v = read_json(&src.join("config.json"));
+    v["attention_bias"] = false.into();
+    std::fs::write(dir.path().join("config.json"), v.to_string()).unwrap();
+    // As transformers ignores a checkpoint's unexpected keys: the model without the biases.
+    let m = load_hf::<NdArray>(dir.path(), &Default::default()).unwrap();
+    assert!(m.layers[0].self_attn.q_proj.bias.is_none());
+    let names: Vec<String> = (0..7).map(|i| format!("t{i}")).collect();
+    assert_eq!(
+        unused_tensors_warning(&names).unwrap(),
+        "warning: checkpoint: ignored 7 tensor(s) not used by the architecture config.json \
+         describes: t0, t1, t2, t3, t4, …"
+    );
+    assert_eq!(unused_tensors_warning(&[]), None);
+}
+
+#[test]
+fn a_sharded_folder_is_read_through_its_index() {
+    use burn_ascend_model::model::hf_checkpoint::load_hf;
+    let src = case_dir("llama");
+    let want = load_hf::<NdArray>(&src, &Default::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(src.join("config.json"), dir.path().join("config.json")).unwrap();
+    // A shard name only the index gives (not `model-*-of-*`).
+    std::fs::copy(
+        src.join("model.safetensors"),
+        dir.path().join("weights-part-a.safetensors"),
+    )
+    .unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let names: Vec<String> = SafeTensors::deserialize(&bytes)
+        .unwrap()
+        .names()
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let map: serde_json::Map<String, serde_json::Value> = names
+        .iter()
+        .map(|n| (n.clone(), "weights-part-a.safetensors".into()))
+        .collect();
+    let index = |map: &serde_json::Map<String, serde_json::Value>| {
+        serde_json::json!({"metadata": {}, "weight_map": map}).to_string()
+    };
+    let index_path = dir.path().join("model.safetensors.index.json");
+    std::fs::write(&index_path, index(&map)).unwrap();
+    let got = load_hf::<NdArray>(dir.path(), &Default::default()).unwrap();
+    assert_eq!(named_weights(&got), named_weights(&want));
+    // A shard the index names that is missing is refused naming the file.
+    let mut map = map;
+    map.insert(names[0].clone(), "weights-part-b.safetensors".into());
+    std::fs::write(&index_path, index(&map)).unwrap();
+    let Err(e) = load_hf::<NdArray>(dir.path(), &Default::default()) else {
+        panic!("a missing shard must be refused");
+    };
+    let e = e.to_string();
+    assert!(e.contains("weights-part-b.safetensors"), "{e}");
 }
 
 // ---- fine-tuning -----------------------------------------------------------------------
