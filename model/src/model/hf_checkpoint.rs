@@ -226,13 +226,14 @@ pub struct LoadOptions {
     pub allow_non_finite_weights: bool,
 }
 
-/// The weight files of a checkpoint folder, sorted: those a sharded folder's
-/// `model.safetensors.index.json` names in its `weight_map` (as transformers loads them; a
-/// named file that is missing is refused naming it), else `model.safetensors` or the shards
+/// The weight files of a checkpoint folder, sorted: `model.safetensors`, else those a sharded
+/// folder's `model.safetensors.index.json` names in its `weight_map` (as transformers loads them; a
+/// named file that is missing is refused naming it), else the shards
 /// `model-*-of-*.safetensors`.
 fn weight_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, AttnError> {
+    // transformers looks for `model.safetensors` first, then the index.
     let index = dir.join("model.safetensors.index.json");
-    if index.exists() {
+    if !dir.join("model.safetensors").exists() && index.exists() {
         #[derive(serde::Deserialize)]
         struct Index {
             weight_map: HashMap<String, String>,
