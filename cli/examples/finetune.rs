@@ -730,6 +730,7 @@ fn model_of<B: AutodiffBackend + TrainingBackend>(
         None => {
             let load = LoadOptions {
                 allow_non_finite_weights: args.allow_non_finite_weights,
+                strict: args.strict,
             };
             init_model_with::<B>(&init_of(args)?, &args.out, device, load)
         }

@@ -226,6 +226,7 @@ fn run_on<B: TrainingBackend>(
     let (top_p, temperature) = (args.top_p, args.temperature);
     let load = LoadOptions {
         allow_non_finite_weights: args.allow_non_finite_weights,
+        strict: args.strict,
     };
     let mut model = load_hf_with::<B>(dir, &device, load).map_err(|e| e.to_string())?;
     if let Some(adapter) = &args.adapter {

@@ -341,6 +341,10 @@ pub struct FinetuneArgs {
     /// Load a --checkpoint whose weights hold NaN or ±inf (refused by default).
     #[arg(long)]
     pub allow_non_finite_weights: bool,
+    /// Refuse a --checkpoint whose weight files hold tensors the model does not use (by
+    /// default they are ignored with one warning line, as transformers does).
+    #[arg(long)]
+    pub strict: bool,
     /// The memory a training step may need (bytes, or with a unit: 512MiB, 8GiB); by default
     /// the available host memory.
     #[arg(long, value_parser = byte_size, value_name = "SIZE", allow_hyphen_values = true)]
@@ -615,6 +619,10 @@ pub struct GenerateArgs {
     /// Load weights holding NaN or ±inf (refused by default).
     #[arg(long)]
     pub allow_non_finite_weights: bool,
+    /// Refuse weight files holding tensors the model does not use (by default they are
+    /// ignored with one warning line, as transformers does).
+    #[arg(long)]
+    pub strict: bool,
     /// The memory the KV cache may take (bytes, or with a unit: 512MiB, 8GiB); by default the
     /// available host memory.
     #[arg(long, value_parser = byte_size, value_name = "SIZE", allow_hyphen_values = true)]

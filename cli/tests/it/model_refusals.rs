@@ -230,3 +230,43 @@ fn requests_above_the_memory_budget_are_refused_naming_the_flag_and_the_bytes() 
         "unknown unit",
     );
 }
+
+/// `dir/model.safetensors` with one more f32 tensor, `name` of `shape`.
+fn add_tensor(dir: &Path, name: &str, shape: &[usize]) {
+    use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let extra: Vec<u8> = vec![0u8; 4 * shape.iter().product::<usize>()];
+    let mut views: Vec<(String, TensorView<'_>)> = st.tensors();
+    views.push((
+        name.to_string(),
+        TensorView::new(Dtype::F32, shape.to_vec(), &extra).unwrap(),
+    ));
+    let out = safetensors::serialize(views, None).unwrap();
+    std::fs::write(&path, out).unwrap();
+}
+
+#[test]
+fn a_tensor_the_model_does_not_use_is_ignored_with_a_warning_and_refused_under_strict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("extra");
+    tiny_checkpoint(&ckpt);
+    add_tensor(&ckpt, "model.layers.0.mlp.extra.weight", &[2, 3]);
+    // As transformers loads it: one warning line naming how many and which.
+    let r = generate(&ckpt, &[]);
+    assert!(r.ok(), "{}", r.tail());
+    let warned = "warning: checkpoint: ignored 1 tensor(s) not used by the architecture \
+                  config.json describes: model.layers.0.mlp.extra.weight";
+    assert!(r.stderr.lines().any(|l| l == warned), "{}", r.tail());
+    // `--strict` refuses it, naming it, before anything runs.
+    refused(
+        &generate(&ckpt, &["--strict"]),
+        "tensor model.layers.0.mlp.extra.weight (not part of the architecture",
+    );
+    let out = tmp.path().join("out");
+    refused(
+        &finetune(&ckpt, &out, &["--strict"]),
+        "tensor model.layers.0.mlp.extra.weight (not part of the architecture",
+    );
+}

@@ -224,6 +224,10 @@ pub fn hf_files<B: Backend>(
 pub struct LoadOptions {
     /// Load weights holding NaN or ±inf instead of refusing them (`--allow-non-finite-weights`).
     pub allow_non_finite_weights: bool,
+    /// Refuse a weight file holding tensors the architecture does not use, naming the first
+    /// (`--strict`), instead of ignoring them with a warning as transformers does: a mismatch
+    /// of config and weights may mean another model.
+    pub strict: bool,
 }
 
 /// The weight files of a checkpoint folder, sorted: `model.safetensors`, else those a sharded
@@ -608,16 +612,6 @@ pub fn load_hf_with<B: Backend>(
     load_weights_with(dir, load_config(dir)?, device, opts)
 }
 
-/// [`load_hf_with`] that refuses a weight file holding tensors the architecture does not use,
-/// instead of ignoring them with a warning (see [`load_weights_strict`]).
-pub fn load_hf_strict<B: Backend>(
-    dir: &Path,
-    device: &B::Device,
-    opts: LoadOptions,
-) -> Result<Transformer<B>, AttnError> {
-    load_weights_strict(dir, load_config(dir)?, device, opts)
-}
-
 /// Loads the safetensors weights of a checkpoint folder into the model `config` describes
 /// (parsed by the caller, e.g. from another `config.json` form of the same checkpoint).
 pub fn load_weights<B: Backend>(
@@ -632,27 +626,15 @@ pub fn load_weights<B: Backend>(
 /// (read from the files' headers) before anything is read or allocated. Tensors the
 /// architecture does not use are ignored, as transformers ignores a checkpoint's unexpected
 /// keys, with one warning line on stderr ([`unused_tensors_warning`]); missing tensors and
-/// tensors of another shape are refused naming the tensor.
+/// tensors of another shape are refused naming the tensor. [`LoadOptions::strict`] refuses the
+/// unused ones too.
 pub fn load_weights_with<B: Backend>(
     dir: &Path,
     config: ModelConfig,
     device: &B::Device,
     opts: LoadOptions,
 ) -> Result<Transformer<B>, AttnError> {
-    load_weights_checked(dir, config, device, opts, false)
-}
-
-/// [`load_weights_with`] that refuses tensors the architecture does not use (naming the
-/// first), as a mismatch of config and weights may mean another model. Its own function
-/// rather than a field of [`LoadOptions`] so callers that build the options field by field
-/// keep compiling.
-pub fn load_weights_strict<B: Backend>(
-    dir: &Path,
-    config: ModelConfig,
-    device: &B::Device,
-    opts: LoadOptions,
-) -> Result<Transformer<B>, AttnError> {
-    load_weights_checked(dir, config, device, opts, true)
+    load_weights_checked(dir, config, device, opts)
 }
 
 /// The one warning line for tensors a load ignored: how many and the first few (sorted), or
@@ -676,8 +658,8 @@ fn load_weights_checked<B: Backend>(
     config: ModelConfig,
     device: &B::Device,
     opts: LoadOptions,
-    strict: bool,
 ) -> Result<Transformer<B>, AttnError> {
+    let strict = opts.strict;
     config.validate()?;
     check_config_against(&config, &tensor_shapes(dir)?)?;
     let mxfp4 = config.moe.as_ref().is_some_and(|m| m.mxfp4);

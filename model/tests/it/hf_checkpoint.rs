@@ -696,10 +696,14 @@ fn a_tensor_the_config_has_no_place_for_is_refused() {
     let mut v = read_json(&src.join("config.json"));
     v["attention_bias"] = false.into();
     std::fs::write(dir.path().join("config.json"), v.to_string()).unwrap();
-    let e = burn_ascend_model::model::hf_checkpoint::load_hf_strict::<NdArray>(
+    let strict = burn_ascend_model::model::hf_checkpoint::LoadOptions {
+        strict: true,
+        ..Default::default()
+    };
+    let e = burn_ascend_model::model::hf_checkpoint::load_hf_with::<NdArray>(
         dir.path(),
         &Default::default(),
-        Default::default(),
+        strict,
     )
     .unwrap_err()
     .to_string();
