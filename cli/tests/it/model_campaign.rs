@@ -172,10 +172,15 @@ fn mutate(rng: &mut Rng, ckpt: &Path, data: &Path, args: &mut Vec<String>) -> Mu
                 1 => tensors.retain(|t| t.0 != name),
                 _ => tensors.push((format!("{name}.extra"), vec![2], vec![0; 8], "F32")),
             });
+            // A tensor the model does not use loads with a warning, as transformers loads it;
+            // `--strict` refuses it, which is what the campaign checks.
+            if kind == 2 {
+                args.push("--strict".into());
+            }
             let what = [
                 "shape - 1 in its last dim",
                 "dropped",
-                "with an extra tensor beside it",
+                "with an extra tensor beside it (--strict)",
             ];
             refuse(format!("{name} {}", what[kind as usize]), &[name, "config"])
         }
