@@ -244,14 +244,18 @@ fn weight_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, AttnError> {
         }
         let text = std::fs::read_to_string(&index).map_err(|e| io_err(&index, e))?;
         let parsed: Index = serde_json::from_str(&text).map_err(|e| io_err(&index, e))?;
-        let mut files: Vec<_> = parsed
-            .weight_map
-            .into_values()
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .map(|f| dir.join(f))
-            .collect();
-        files.sort();
+        let names: std::collections::BTreeSet<String> = parsed.weight_map.into_values().collect();
+        // A shard is a file of the folder: a name with a path in it would read elsewhere.
+        if let Some(bad) = names
+            .iter()
+            .find(|f| Path::new(f).file_name() != Some(f.as_ref()))
+        {
+            return Err(io_err(
+                &index,
+                format!("names {bad:?}, not a file name of the checkpoint folder"),
+            ));
+        }
+        let files: Vec<_> = names.into_iter().map(|f| dir.join(f)).collect();
         if let Some(missing) = files.iter().find(|f| !f.is_file()) {
             return Err(io_err(
                 missing,

@@ -683,8 +683,8 @@ fn attention_dropout_is_refused_when_training() {
     assert_refused(&e.to_string(), "attention_dropout");
 }
 
-#[test]
-fn a_tensor_the_config_has_no_place_for_is_refused() {
+/// llama_bias's weights under its config without `attention_bias`: the biases are left over.
+fn biases_left_over() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let src = case_dir("llama_bias");
     std::fs::copy(
@@ -692,10 +692,15 @@ fn a_tensor_the_config_has_no_place_for_is_refused() {
         dir.path().join("model.safetensors"),
     )
     .unwrap();
-    // llama_bias's weights under a config without attention_bias: the biases are left over.
     let mut v = read_json(&src.join("config.json"));
     v["attention_bias"] = false.into();
     std::fs::write(dir.path().join("config.json"), v.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn a_tensor_the_config_has_no_place_for_is_refused() {
+    let dir = biases_left_over();
     let strict = burn_ascend_model::model::hf_checkpoint::LoadOptions {
         strict: true,
         ..Default::default()
@@ -713,16 +718,7 @@ fn a_tensor_the_config_has_no_place_for_is_refused() {
 #[test]
 fn a_tensor_the_config_has_no_place_for_is_ignored_with_a_warning_unless_strict() {
     use burn_ascend_model::model::hf_checkpoint::{load_hf, unused_tensors_warning};
-    let dir = tempfile::tempdir().unwrap();
-    let src = case_dir("llama_bias");
-    std::fs::copy(
-        src.join("model.safetensors"),
-        dir.path().join("model.safetensors"),
-    )
-    .unwrap();
-    let mut v = read_json(&src.join("config.json"));
-    v["attention_bias"] = false.into();
-    std::fs::write(dir.path().join("config.json"), v.to_string()).unwrap();
+    let dir = biases_left_over();
     // As transformers ignores a checkpoint's unexpected keys: the model without the biases.
     let m = load_hf::<NdArray>(dir.path(), &Default::default()).unwrap();
     assert!(m.layers[0].self_attn.q_proj.bias.is_none());
@@ -775,6 +771,27 @@ fn a_sharded_folder_is_read_through_its_index() {
     };
     let e = e.to_string();
     assert!(e.contains("weights-part-b.safetensors"), "{e}");
+    // An index that is not JSON of that form, that names no file, or whose file name leaves
+    // the folder is refused naming the index (and the bad name).
+    let refused = |text: &str, needle: &str| {
+        std::fs::write(&index_path, text).unwrap();
+        let Err(e) = load_hf::<NdArray>(dir.path(), &Default::default()) else {
+            panic!("{text} must be refused");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("checkpoint") && e.contains("model.safetensors.index.json"),
+            "{e}"
+        );
+        assert!(e.contains(needle), "{e}");
+    };
+    refused("{\"metadata\": {}}", "weight_map");
+    refused(&index(&serde_json::Map::new()), "names no weight file");
+    map.insert(names[0].clone(), "../weights-part-a.safetensors".into());
+    refused(
+        &index(&map),
+        "\"../weights-part-a.safetensors\", not a file name",
+    );
 }
 
 // ---- fine-tuning -----------------------------------------------------------------------
