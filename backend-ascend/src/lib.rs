@@ -26,6 +26,7 @@ pub mod fallback;
 pub mod fused;
 pub mod graph;
 mod grouped_matmul;
+mod linear;
 pub mod memory;
 mod optim;
 pub mod profile;

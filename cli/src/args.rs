@@ -154,6 +154,11 @@ pub struct BenchArgs {
     /// Only the cases whose name contains SUBSTRING.
     #[arg(long, value_name = "SUBSTRING")]
     pub filter: Option<String>,
+    /// A Hugging Face checkpoint folder: time the real model on the CPU instead of the kernels
+    /// (prefill, greedy decode, a full fine-tune step and a LoRA step, each as tokens/s and as
+    /// a fraction of the same run's read bandwidth or sgemm).
+    #[arg(long, value_name = "HF_DIR", conflicts_with = "filter")]
+    pub model: Option<PathBuf>,
 }
 
 /// `burn-ascend selftest [--device npu|sim] [--report PATH]`.

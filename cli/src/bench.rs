@@ -681,6 +681,10 @@ fn mib(b: Option<usize>) -> String {
 
 /// Runs the bench, its command line parsed.
 pub fn main(opts: &BenchArgs) -> Result<(), CliError> {
+    if let Some(dir) = &opts.model {
+        let plan = super::bench_model::ModelPlan::of(opts.quick, opts.smoke);
+        return super::bench_model::main(dir, plan, opts.json.as_deref());
+    }
     let plan = Plan::of(Size::of(opts));
     let keep = |name: &str| {
         opts.filter

@@ -11,6 +11,7 @@ pub mod alloc_stats;
 pub mod args;
 pub mod bench;
 pub mod bench_dispatch;
+pub mod bench_model;
 mod bench_timing;
 pub mod device;
 pub mod error;

@@ -53,6 +53,34 @@ fn ndarray_f32<B: Backend>(t: FloatTensor<B>) -> std::result::Result<Vec<f32>, F
     Ok(out)
 }
 
+/// The tensor's f32 values as an owned vector, without a copy when it is an `NdArray` f32 array
+/// that nothing else holds, in row-major order with no offset (an optimizer's parameter and
+/// moments between steps): the vector then is the array's own buffer, and [`from_vec`] hands
+/// it back as the new tensor's, so an in-place update costs no copy either way. Any other
+/// tensor is read with [`to_vec`].
+pub fn take_vec<B: Backend>(t: FloatTensor<B>) -> Vec<f32> {
+    use burn::backend::ndarray::NdArrayTensor;
+    use std::any::Any;
+    let any: Box<dyn Any> = Box::new(t);
+    let nd = match any.downcast::<NdArrayTensor>() {
+        Ok(nd) => *nd,
+        Err(any) => return to_vec::<B>(*any.downcast::<FloatTensor<B>>().expect("the same value")),
+    };
+    let NdArrayTensor::F32(storage) = nd else {
+        let back: Box<dyn Any> = Box::new(nd);
+        return to_vec::<B>(*back.downcast::<FloatTensor<B>>().expect("the same value"));
+    };
+    let shared = storage.into_shared();
+    if !shared.is_standard_layout() || !shared.is_unique() {
+        let back: Box<dyn Any> = Box::new(NdArrayTensor::from(shared));
+        return to_vec::<B>(*back.downcast::<FloatTensor<B>>().expect("the same value"));
+    }
+    match shared.into_owned().into_raw_vec_and_offset() {
+        (v, Some(0) | None) => v,
+        (v, Some(offset)) => v[offset..].to_vec(),
+    }
+}
+
 /// A float tensor from f32 values.
 pub fn from_vec<B: Backend>(
     values: Vec<f32>,

@@ -1,6 +1,6 @@
 //! The op contract of burn-ascend: CANN's attention operators as parameters, validation,
 //! typed errors, and per op (one folder each: [`varlen`], [`prompt`], [`incre`], [`scatter`],
-//! [`fia`], [`fused`], [`grouped_matmul`](mod@grouped_matmul), [`optim`]) a Burn backend
+//! [`fia`], [`fused`], [`linear`](mod@linear), [`grouped_matmul`](mod@grouped_matmul), [`optim`]) a Burn backend
 //! extension trait with a composite default for every backend, CPU kernels for `NdArray`, an
 //! `Autodiff` impl (a fused backward, or forward-only for the inference ops) and the public
 //! functions. [`backend`] bundles the traits: [`AttentionBackend`] (the attention ops) and
@@ -22,6 +22,7 @@ pub mod fused;
 pub mod grouped_matmul;
 pub mod host;
 pub mod incre;
+pub mod linear;
 pub mod optim;
 pub mod paged_cache;
 pub mod prompt;
@@ -53,6 +54,8 @@ pub use grouped_matmul::{
 };
 pub use incre::api::{incre_flash_attention, incre_flash_attention_with, IncreKvFromTensors};
 pub use incre::{IfaLayout, IncreSpec};
+pub use linear::api::linear;
+pub use linear::{LinearBackend, WeightLayout};
 pub use optim::{AdamWHyper, AdamWTensors, OptimBackend};
 pub use paged_cache::{AttendOptions, AttendPath, PagedKvCache, SeqId};
 pub use prompt::api::{prompt_flash_attention, prompt_flash_attention_with};

@@ -2,9 +2,11 @@
 //! ran several) on f32: one pass over each row
 //! instead of the five to a dozen whole-tensor passes of the composite, sums accumulated in
 //! f32 lanes then f64 per row. Same formulas as [`crate::reference::fused`], which they are
-//! tested against.
+//! tested against. Rows run in parallel on rayon's threads; each row's values and every sum
+//! over rows (in row order) are those of a sequential pass, for any thread count.
 
 use burn_ascend_contract::fused::{RotaryDims, RotaryMode};
+use rayon::prelude::*;
 
 fn sigmoid(v: f32) -> f32 {
     1.0 / (1.0 + (-v).exp())
@@ -15,18 +17,20 @@ pub fn rms_norm_fwd(x: &[f32], gamma: &[f32], cols: usize, epsilon: f64) -> (Vec
     let rows = x.len() / cols.max(1);
     let mut y = vec![0.0f32; x.len()];
     let mut rstd = vec![0.0f32; rows];
-    for (r, (row, out)) in x
-        .chunks_exact(cols)
-        .zip(y.chunks_exact_mut(cols))
-        .enumerate()
-    {
-        let sq: f64 = row.iter().map(|&v| v * v).sum::<f32>() as f64;
-        let s = (1.0 / (sq / cols as f64 + epsilon).sqrt()) as f32;
-        rstd[r] = s;
-        for ((o, &v), &g) in out.iter_mut().zip(row).zip(gamma) {
-            *o = v * s * g;
-        }
+    if cols == 0 {
+        return (y, rstd);
     }
+    x.par_chunks_exact(cols)
+        .zip(y.par_chunks_exact_mut(cols))
+        .zip(rstd.par_iter_mut())
+        .for_each(|((row, out), rstd)| {
+            let sq: f64 = row.iter().map(|&v| v * v).sum::<f32>() as f64;
+            let s = (1.0 / (sq / cols as f64 + epsilon).sqrt()) as f32;
+            *rstd = s;
+            for ((o, &v), &g) in out.iter_mut().zip(row).zip(gamma) {
+                *o = v * s * g;
+            }
+        });
     (y, rstd)
 }
 
@@ -104,22 +108,28 @@ pub fn cross_entropy_fwd(
     ignore_index: i64,
 ) -> (f32, Vec<f32>) {
     let mut log_prob = vec![0.0f32; x.len()];
+    if c == 0 {
+        return (f32::NAN, log_prob);
+    }
+    // Each row's loss term (`None` when ignored), then their sum in row order.
+    let terms: Vec<Option<f64>> = x
+        .par_chunks_exact(c)
+        .zip(log_prob.par_chunks_exact_mut(c))
+        .zip(target.par_iter())
+        .map(|((row, lp), &t)| {
+            let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let se: f32 = row.iter().map(|&v| (v - max).exp()).sum();
+            let lse = max + se.ln();
+            for (o, &v) in lp.iter_mut().zip(row) {
+                *o = v - lse;
+            }
+            (t != ignore_index).then(|| -(lp[t as usize] as f64))
+        })
+        .collect();
     let (mut sum, mut count) = (0.0f64, 0usize);
-    for (r, (row, lp)) in x
-        .chunks_exact(c)
-        .zip(log_prob.chunks_exact_mut(c))
-        .enumerate()
-    {
-        let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-        let se: f32 = row.iter().map(|&v| (v - max).exp()).sum();
-        let lse = max + se.ln();
-        for (o, &v) in lp.iter_mut().zip(row) {
-            *o = v - lse;
-        }
-        if target[r] != ignore_index {
-            sum -= lp[target[r] as usize] as f64;
-            count += 1;
-        }
+    for term in terms.into_iter().flatten() {
+        sum += term;
+        count += 1;
     }
     ((sum / count as f64) as f32, log_prob)
 }
@@ -135,19 +145,22 @@ pub fn cross_entropy_bwd(
     let count = target.iter().filter(|&&t| t != ignore_index).count() as f32;
     let scale = grad_loss / count;
     let mut dx = vec![0.0f32; log_prob.len()];
-    for (r, (lp, out)) in log_prob
-        .chunks_exact(c)
-        .zip(dx.chunks_exact_mut(c))
-        .enumerate()
-    {
-        if target[r] == ignore_index {
-            continue;
-        }
-        for (o, &v) in out.iter_mut().zip(lp) {
-            *o = scale * v.exp();
-        }
-        out[target[r] as usize] -= scale;
+    if c == 0 {
+        return dx;
     }
+    log_prob
+        .par_chunks_exact(c)
+        .zip(dx.par_chunks_exact_mut(c))
+        .zip(target.par_iter())
+        .for_each(|((lp, out), &t)| {
+            if t == ignore_index {
+                return;
+            }
+            for (o, &v) in out.iter_mut().zip(lp) {
+                *o = scale * v.exp();
+            }
+            out[t as usize] -= scale;
+        });
     dx
 }
 

@@ -3,8 +3,9 @@
 //!
 //! `gemm` selects its micro-kernel at run time (AVX-512F when the crate's `x86-v4` feature is
 //! compiled in and the CPU has it, else AVX2+FMA, else a portable one), so one binary runs on
-//! every x86-64 CPU. It is called with `Parallelism::None`: the attention kernels parallelise
-//! over independent tiles with rayon, and a single-threaded product is deterministic.
+//! every x86-64 CPU. [`matmul`] calls it with `Parallelism::None`: the attention kernels
+//! parallelise over independent tiles with rayon, and a single-threaded product is
+//! deterministic. [`par_matmul`] (the linear layers) runs one product on all threads.
 
 /// A read-only strided view of an `rows × cols` f32 matrix: element `(r, c)` is
 /// `data[r·rs + c·cs]`.
@@ -154,4 +155,163 @@ pub fn sgemm(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32], 
                 1.0,
             );
         });
+}
+
+/// Products of at most this many rows (a decode step's batch) run as [`par_matmul`]'s column
+/// bands; larger ones on `gemm`'s own threads.
+const FEW_ROWS: usize = 16;
+
+/// Columns per band of a product of few rows: a multiple of every `gemm` micro-kernel's
+/// width, narrow enough that a hidden size of 576 (or a GQA key projection of 192) gives two
+/// threads several bands each, wider for an output head of tens of thousands of columns so a
+/// band's call amortises its set-up.
+fn column_band(n: usize) -> usize {
+    if n <= 4096 {
+        32
+    } else {
+        256
+    }
+}
+
+/// A row-major destination shared by the column bands of [`par_matmul`], each writing only
+/// its own columns.
+#[derive(Clone, Copy)]
+struct SharedDst {
+    ptr: *mut f32,
+    len: usize,
+}
+
+impl SharedDst {
+    /// The element at `offset` (a method, so closures capture the whole `Sync` struct rather
+    /// than its raw-pointer field).
+    fn at(self, offset: usize) -> *mut f32 {
+        self.ptr.wrapping_add(offset)
+    }
+}
+
+// SAFETY: `SharedDst` is only a pointer and a length; the bands that receive copies write
+// disjoint columns of the buffer it points to (see `par_matmul`), which outlives them.
+unsafe impl Send for SharedDst {}
+// SAFETY: as for `Send`: the only access through a shared `SharedDst` is the disjoint column
+// writes of `par_matmul`'s bands.
+unsafe impl Sync for SharedDst {}
+
+/// `dst = lhs · rhs` (`dst` row-major `lhs.rows × rhs.cols`, leading dimension `rhs.cols`), on
+/// all threads of the current rayon pool.
+///
+/// A product of few rows (a decode step: at most [`FEW_ROWS`]) is cut into column bands, one
+/// single-threaded product each, which `gemm` runs as matrix-vector products without packing:
+/// each thread streams its own columns of `rhs` once, at the memory's speed. A larger product
+/// is one `gemm` call on its own threads, which pack each operand once and share the packed
+/// panels. Either way every element is one sum in an order that depends on the shape only (the
+/// band boundaries and `gemm`'s blocking do not depend on the thread count), so results are
+/// identical run to run and for any number of threads.
+///
+/// Panics if the inner dimensions differ, a view addresses memory outside its slice or `dst`
+/// is shorter than the product.
+pub fn par_matmul(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
+    use rayon::prelude::*;
+    let (m, n, k) = (lhs.rows, rhs.cols, lhs.cols);
+    assert_eq!(rhs.rows, k, "par_matmul: inner dimensions differ");
+    assert!(
+        lhs.in_bounds() && rhs.in_bounds(),
+        "par_matmul: operand out of bounds"
+    );
+    assert!(dst.len() >= m * n, "par_matmul: destination too short");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        dst[..m * n].fill(0.0);
+        return;
+    }
+    let shared = SharedDst {
+        ptr: dst.as_mut_ptr(),
+        len: m * n,
+    };
+    if m > FEW_ROWS {
+        // SAFETY: the whole of `dst` (`m·n` elements, checked above) is written by this one
+        // call, whose operands are in-bounds views (checked above); `dst` is a live `&mut`.
+        unsafe {
+            product(
+                shared.at(0),
+                n,
+                m,
+                n,
+                k,
+                lhs,
+                rhs,
+                rayon::current_num_threads(),
+            )
+        };
+        return;
+    }
+    let band = column_band(n);
+    (0..n.div_ceil(band)).into_par_iter().for_each(|b| {
+        let c0 = b * band;
+        let w = band.min(n - c0);
+        let rhs = Mat {
+            data: &rhs.data[c0 * rhs.cs..],
+            cols: w,
+            ..rhs
+        };
+        debug_assert!(rhs.in_bounds());
+        debug_assert!((m - 1) * n + c0 + w <= shared.len);
+        // SAFETY: band `b` writes `dst[r·n + c]` for r < m and c0 <= c < c0 + w only (leading
+        // dimension n, first element at offset c0); the bands' column ranges are disjoint and
+        // `(m − 1)·n + c0 + w <= m·n = shared.len`, the length of the live `&mut` borrow `dst`
+        // that outlives this parallel loop, so no two threads touch one element and nothing
+        // else reads `dst` meanwhile. The operands are in-bounds views (checked above; a band
+        // narrows only the columns of `rhs`, and its first element `c0·cs` lies inside
+        // `rhs.data` as `c0 < n`).
+        unsafe { product(shared.at(c0), n, m, w, k, lhs, rhs, 1) };
+    });
+}
+
+/// `dst[r·ld + c] = (lhs · rhs)[r][c]` for r < m, c < w, on `threads` threads (`gemm`'s).
+///
+/// # Safety
+/// `dst` must be valid for writes at `r·ld + c` for r < m, c < w, with no other access to
+/// those elements during the call; `lhs` (`m × k`) and `rhs` (`k × w`) must be in bounds.
+#[allow(clippy::too_many_arguments)]
+unsafe fn product(
+    dst: *mut f32,
+    ld: usize,
+    m: usize,
+    w: usize,
+    k: usize,
+    lhs: Mat<'_>,
+    rhs: Mat<'_>,
+    threads: usize,
+) {
+    let parallelism = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the caller guarantees `dst`'s extent and exclusivity and the operands' bounds
+    // (the same conditions `matmul` checks before its call).
+    unsafe {
+        gemm::gemm(
+            m,
+            w,
+            k,
+            dst,
+            1,
+            ld as isize,
+            false,
+            lhs.data.as_ptr(),
+            lhs.cs as isize,
+            lhs.rs as isize,
+            rhs.data.as_ptr(),
+            rhs.cs as isize,
+            rhs.rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
 }

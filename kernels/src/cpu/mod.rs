@@ -59,6 +59,7 @@ mod decode_prefetch;
 pub mod fia;
 pub mod fused;
 pub mod gemm;
+pub mod linear;
 pub mod optim;
 mod tile;
 mod varlen_bwd;

@@ -16,9 +16,10 @@ use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use half::{bf16, f16};
-use safetensors::{Dtype, SafeTensors};
+use safetensors::Dtype;
 
 use crate::load::config::{load_config, ModelConfig};
+use crate::load::weight_file::for_each_tensor;
 use crate::model::mxfp4;
 use crate::model::transformer::{Ffn, Transformer};
 use burn_ascend::AttnError;
@@ -480,17 +481,15 @@ fn read_tensors(
     let mut out = HashMap::new();
     let mut bytes_of: HashMap<String, (Vec<u8>, Vec<usize>)> = HashMap::new();
     for path in weight_files(dir)? {
-        let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| io_err(&path, e))?;
-        for (name, view) in st.tensors() {
-            let raw = view.data();
-            let data: Vec<f32> = match view.dtype() {
+        // One tensor at a time: the file's bytes are never held beside the converted values.
+        for_each_tensor(&path, |name, dtype, shape, raw| {
+            let data: Vec<f32> = match dtype {
                 d @ (Dtype::F32 | Dtype::F16 | Dtype::BF16) => {
                     float_values(d, raw).expect("a float dtype")
                 }
                 Dtype::U8 if mxfp4 => {
-                    bytes_of.insert(name, (raw.to_vec(), view.shape().to_vec()));
-                    continue;
+                    bytes_of.insert(name, (raw.to_vec(), shape));
+                    return Ok(());
                 }
                 other => {
                     return Err(AttnError::Unsupported(format!(
@@ -499,10 +498,11 @@ fn read_tensors(
                 }
             };
             if !opts.allow_non_finite_weights {
-                check_finite(&name, &data, view.shape())?;
+                check_finite(&name, &data, &shape)?;
             }
-            out.insert(name, (data, view.shape().to_vec()));
-        }
+            out.insert(name, (data, shape));
+            Ok(())
+        })?;
     }
     let mut names: Vec<String> = bytes_of.keys().cloned().collect();
     names.sort();

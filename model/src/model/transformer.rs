@@ -22,7 +22,7 @@ use crate::model::moe::Moe;
 use crate::model::rope::Rope;
 use burn_ascend::{
     flash_attention_varlen, AttnError, FlashAttnOptions, FusedBackend, GroupedMatmulBackend,
-    TrainingBackend,
+    LinearBackend, TrainingBackend, WeightLayout,
 };
 
 /// Grouped-query attention with optional learned per-head sinks.
@@ -91,7 +91,7 @@ impl<B: Backend> Ffn<B> {
     }
 }
 
-impl<B: GroupedMatmulBackend> Ffn<B> {
+impl<B: GroupedMatmulBackend + LinearBackend> Ffn<B> {
     /// `x [T, hidden]` → `[T, hidden]`; the experts' grouped matmuls can refuse (typed).
     pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         match self {
@@ -139,16 +139,19 @@ pub struct Transformer<B: Backend> {
     pub checkpoint_blocks: bool,
 }
 
-/// `x · Wᵀ + b` of `l` in `x`'s dtype: the weights are cast to it when they differ (mixed
+/// `x · W + b` of `l` in `x`'s dtype, through the linear op (the weight read where it lies,
+/// on all cores, on the CPU): the weights are cast to `x`'s dtype when they differ (mixed
 /// precision: f32 master weights, low-precision compute; the cast's backward brings the
 /// gradient back to f32).
-fn proj<B: Backend, const D: usize>(l: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
+fn proj<B: LinearBackend, const D: usize>(l: &Linear<B>, x: Tensor<B, D>) -> Tensor<B, D> {
     let dt = x.dtype();
-    burn::tensor::module::linear(
-        x,
-        l.weight.val().cast(dt),
-        l.bias.as_ref().map(|b| b.val().cast(dt)),
-    )
+    let weight = l.weight.val().cast(dt);
+    let bias = l.bias.as_ref().map(|b| b.val().cast(dt));
+    // The layer's shapes were checked when the model was built or loaded and `x` is the
+    // model's own activation, so a refusal here is a broken invariant, as a shape error of
+    // Burn's own `linear` would be.
+    burn_ascend::linear(x, weight, bias, WeightLayout::InOut)
+        .unwrap_or_else(|e| panic!("linear layer: {e}"))
 }
 
 fn linear<B: Backend>(i: usize, o: usize, bias: bool, device: &B::Device) -> Linear<B> {
@@ -242,7 +245,9 @@ impl<B: Backend> Transformer<B> {
             .forward(tokens.reshape([1, t]))
             .reshape([t, self.config.hidden_size])
     }
+}
 
+impl<B: LinearBackend> Transformer<B> {
     /// Final norm and output head: `[T, hidden]` → logits `[T, V]`.
     pub fn head(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         self.head_of_normed(self.norm.forward(x))
@@ -255,8 +260,10 @@ impl<B: Backend> Transformer<B> {
         let logits = match &self.lm_head {
             Some(head) => proj(head, x),
             None => {
+                // The tied embedding `[V, hidden]` read in place as the head's `[out, in]`.
                 let w = self.embed_tokens.weight.val().cast(x.dtype());
-                x.matmul(w.transpose())
+                burn_ascend::linear(x, w, None, WeightLayout::OutIn)
+                    .unwrap_or_else(|e| panic!("tied output head: {e}"))
             }
         };
         logits.cast(dt)
@@ -342,7 +349,7 @@ impl<B: TrainingBackend> Block<B> {
     }
 }
 
-impl<B: GroupedMatmulBackend> Transformer<B> {
+impl<B: GroupedMatmulBackend + LinearBackend> Transformer<B> {
     /// Logits `[B, S, V]` of a padded batch `tokens [B, S]` whose row `b` holds `lengths[b]`
     /// real tokens, attention composed of Burn ops (matmul, mask, softmax with the sink as an
     /// extra column). Rows past a length produce unspecified logits.
@@ -374,7 +381,7 @@ impl<B: GroupedMatmulBackend> Transformer<B> {
     }
 }
 
-impl<B: Backend> Mlp<B> {
+impl<B: LinearBackend> Mlp<B> {
     /// SwiGLU.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let l = |f: fn(&MlpAdapters<B>) -> &Option<LoraAdapter<B>>| {
@@ -392,7 +399,7 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
-impl<B: FusedBackend> Mlp<B> {
+impl<B: FusedBackend + LinearBackend> Mlp<B> {
     /// SwiGLU through the fused op: the gate and up projections (each with its LoRA adapter,
     /// when it has one) side by side, the gate first (`aclnnSwiGlu`'s layout), one node under
     /// `Autodiff`.
@@ -415,7 +422,7 @@ impl<B: FusedBackend> Mlp<B> {
     }
 }
 
-impl<B: FusedBackend + GroupedMatmulBackend> Ffn<B> {
+impl<B: FusedBackend + GroupedMatmulBackend + LinearBackend> Ffn<B> {
     /// [`Ffn::forward`] with the dense MLP's SwiGLU fused ([`Mlp::forward_fused`]).
     pub fn forward_fused(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         match self {
@@ -428,7 +435,7 @@ impl<B: FusedBackend + GroupedMatmulBackend> Ffn<B> {
 /// `(q [T, N, D], k [T, Nkv, D], v [T, Nkv, D])`.
 pub type Qkv<B> = (Tensor<B, 3>, Tensor<B, 3>, Tensor<B, 3>);
 
-impl<B: Backend> Attention<B> {
+impl<B: LinearBackend> Attention<B> {
     /// Projections of `x [T, hidden]` with RoPE applied by the composite ([`Rope::apply`]):
     /// `q [T, N, D]`, `k, v [T, Nkv, D]`. [`Attention::qkv_fused`] is the same through the
     /// fused op.
@@ -506,7 +513,7 @@ impl<B: Backend> Attention<B> {
     }
 }
 
-impl<B: FusedBackend> Attention<B> {
+impl<B: FusedBackend + LinearBackend> Attention<B> {
     /// [`Attention::qkv`] with q and k rotated by the fused op ([`Rope::apply_fused`]:
     /// `aclnnRotaryPositionEmbedding` on Ascend, one node each under `Autodiff`).
     pub fn qkv_fused(
@@ -558,7 +565,7 @@ fn rms_norm_as_hf<B: Backend, const D: usize>(norm: &RmsNorm<B>, x: Tensor<B, D>
 
 /// `norm(x)` through the fused RMSNorm (`aclnnRmsNorm` on Ascend, one node under `Autodiff`):
 /// Burn's `RmsNorm` in one op.
-fn fused_rms_norm<B: FusedBackend, const D: usize>(
+pub(crate) fn fused_rms_norm<B: FusedBackend, const D: usize>(
     norm: &RmsNorm<B>,
     x: Tensor<B, D>,
 ) -> Result<Tensor<B, D>, AttnError> {

@@ -12,7 +12,7 @@ use burn::tensor::{DType, FloatDType, Int, Tensor, TensorData};
 
 use crate::load::data::SplitMix;
 use crate::model::rope::Rope;
-use crate::model::transformer::{Qkv, Transformer};
+use crate::model::transformer::{fused_rms_norm, Qkv, Transformer};
 use burn_ascend::{AttendOptions, AttendPath, AttnError, PagedKvCache, SeqId, TrainingBackend};
 
 /// A model with its per-layer paged caches and the sequences being generated.
@@ -194,12 +194,14 @@ impl<B: TrainingBackend> Generator<B> {
         let mut x = self.embed(tokens, &device);
         for (layer, block) in self.model.layers.iter().enumerate() {
             let opts = self.options(layer);
-            let h = block.input_layernorm.forward(x.clone());
+            // The fused norms and SwiGLU (one pass each on the CPU, one aclnn call each on
+            // Ascend), as training runs them.
+            let h = fused_rms_norm(&block.input_layernorm, x.clone())?;
             let (qkv, dt) = self.qkv_to_attention(block.self_attn.qkv_fused(h, &rope, c)?);
             let o = attend(&mut self.caches[layer], layer, qkv, &opts)?.cast(dt);
             x = x + block.self_attn.out(o.reshape([t, n, d]));
-            let h = block.post_attention_layernorm.forward(x.clone());
-            x = x + block.mlp.forward(h)?;
+            let h = fused_rms_norm(&block.post_attention_layernorm, x.clone())?;
+            x = x + block.mlp.forward_fused(h)?;
         }
         Ok(x)
     }
@@ -234,7 +236,7 @@ impl<B: TrainingBackend> Generator<B> {
             cache.append(ids[layer], k, v)?;
             cache.attend_with(&ids[layer..=layer], q.reshape([1, l, n, d]), opts)
         })?;
-        let logits = self.model.head(x.narrow(0, l - 1, 1));
+        let logits = self.model.head_packed(x.narrow(0, l - 1, 1))?;
         self.seqs.push((ids, l));
         Ok((self.seqs.len() - 1, to_vec(logits)))
     }
@@ -280,7 +282,7 @@ impl<B: TrainingBackend> Generator<B> {
         for &s in seqs {
             self.seqs[s].1 += 1;
         }
-        let logits = to_vec(self.model.head(x));
+        let logits = to_vec(self.model.head_packed(x)?);
         let v = self.model.config.vocab_size;
         Ok(logits.chunks(v).map(<[f32]>::to_vec).collect())
     }

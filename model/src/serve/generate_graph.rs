@@ -49,6 +49,7 @@ use burn_ascend::{AttendPath, AttnError, FiaSpec};
 
 use crate::load::data::SplitMix;
 use crate::model::rope::Rope;
+use crate::model::transformer::fused_rms_norm;
 use crate::serve::generate::{generate_with, to_vec, GenerationRun, Generator, Sampling};
 
 /// Workspace reserved before a capture (the simulation's ops ask for 1 KiB; CANN's decode
@@ -285,7 +286,8 @@ impl Generator<Ascend> {
         let mut attention = Vec::with_capacity(self.model.layers.len());
         let mut x = self.model.embed(g.ids.clone());
         for (layer, block) in self.model.layers.iter().enumerate() {
-            let h = block.input_layernorm.forward(x.clone());
+            // The norms, SwiGLU and the head as the eager decode runs them (fused).
+            let h = fused_rms_norm(&block.input_layernorm, x.clone())?;
             let ((q, k, v), dt) = self.qkv_to_attention(block.self_attn.qkv(h, &rope, c));
             let (kc, vc) = self.caches[layer].caches();
             let (kcp, vcp) = (prim(kc.clone()), prim(vc.clone()));
@@ -314,10 +316,10 @@ impl Generator<Ascend> {
                     .cast(dt);
             attention.push((group, call));
             x = x + block.self_attn.out(o.reshape([b, n, d]));
-            let h = block.post_attention_layernorm.forward(x.clone());
-            x = x + block.mlp.forward(h)?;
+            let h = fused_rms_norm(&block.post_attention_layernorm, x.clone())?;
+            x = x + block.mlp.forward_fused(h)?;
         }
-        Ok((self.model.head(x), attention))
+        Ok((self.model.head_packed(x)?, attention))
     }
 
     /// Captures the decode step of `seqs` over persistent inputs holding `inputs`.

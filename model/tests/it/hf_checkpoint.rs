@@ -794,6 +794,64 @@ fn a_sharded_folder_is_read_through_its_index() {
     );
 }
 
+#[test]
+fn a_truncated_or_inconsistent_weight_file_is_refused_naming_it() {
+    use burn_ascend_model::model::hf_checkpoint::load_hf;
+    let src = case_dir("llama");
+    let good = std::fs::read(src.join("model.safetensors")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(src.join("config.json"), dir.path().join("config.json")).unwrap();
+    let weights = dir.path().join("model.safetensors");
+    let refused = |bytes: &[u8], needle: &str| {
+        std::fs::write(&weights, bytes).unwrap();
+        let Err(e) = load_hf::<NdArray>(dir.path(), &Default::default()) else {
+            panic!("must be refused: {needle}");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("checkpoint") && e.contains("model.safetensors"),
+            "{e}"
+        );
+        assert!(e.contains(needle), "{e}");
+    };
+    // The file is read one tensor at a time, so a cut-off file must be caught by the header's
+    // offsets, before any tensor is used.
+    refused(&good[..good.len() - 4], "inside the");
+    refused(&good[..5], "no safetensors header");
+    let n = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    let mut huge = good.clone();
+    huge[..8].copy_from_slice(&((good.len() as u64) * 2).to_le_bytes());
+    refused(&huge, "header of");
+    // Two tensors of one shape and dtype (two layers' same weight) at one place in the data.
+    let mut header: serde_json::Value = serde_json::from_slice(&good[8..8 + n]).unwrap();
+    let entries: Vec<(String, serde_json::Value)> = header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let (a, b) = entries
+        .iter()
+        .enumerate()
+        .find_map(|(i, (a, va))| {
+            entries[i + 1..].iter().find_map(|(b, vb)| {
+                (va["shape"] == vb["shape"] && va["dtype"] == vb["dtype"])
+                    .then(|| (a.clone(), b.clone()))
+            })
+        })
+        .expect("the fixture has two tensors of one shape");
+    header[&a]["data_offsets"] = header[&b]["data_offsets"].clone();
+    let text = header.to_string();
+    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.extend_from_slice(&good[8 + n..]);
+    refused(&bytes, "overlap");
+    // The good file still loads.
+    std::fs::write(&weights, &good).unwrap();
+    load_hf::<NdArray>(dir.path(), &Default::default()).unwrap();
+}
+
 // ---- fine-tuning -----------------------------------------------------------------------
 
 #[test]

@@ -1,6 +1,7 @@
-//! `NdArray` runs AdamW as the one-pass CPU kernel on host copies of the tensors (in f32,
-//! written back in the parameter's dtype): one read and one write of each instead of the
-//! composite's dozen temporaries.
+//! `NdArray` runs AdamW as the one-pass CPU kernel, on all cores, on the tensors' own buffers
+//! when nothing else holds them (the parameter and its moments between steps: updated in
+//! place, no copy), else on host copies (in f32, written back in the parameter's dtype): one
+//! read and one write of each instead of the composite's dozen temporaries.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
@@ -11,7 +12,7 @@ use burn_ascend_kernels::cpu::optim as cpu;
 use super::{validate_adamw, AdamWHyper, AdamWTensors, OptimBackend};
 use crate::common::ndarray::ndarray_on_host;
 use crate::error::Result;
-use crate::host::{from_vec, to_vec};
+use crate::host::{from_vec, take_vec, to_vec};
 
 ndarray_on_host! {
     OptimBackend {
@@ -41,9 +42,9 @@ pub fn cpu_adamw_step<B: Backend>(
     let dtype = state.var.dtype();
     let device = B::float_device(&state.var);
     let (mut var, mut m, mut v) = (
-        to_vec::<B>(state.var),
-        to_vec::<B>(state.m),
-        to_vec::<B>(state.v),
+        take_vec::<B>(state.var),
+        take_vec::<B>(state.m),
+        take_vec::<B>(state.v),
     );
     cpu::adamw(&mut var, &mut m, &mut v, &to_vec::<B>(grad), step, hyper);
     let back = |x: Vec<f32>| B::float_cast(from_vec::<B>(x, &shape, &device), dtype.into());

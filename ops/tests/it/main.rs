@@ -3,5 +3,6 @@
 mod common;
 mod fused;
 mod grouped_matmul;
+mod linear;
 mod varlen_carrier;
 mod varlen_validation;
