@@ -168,6 +168,29 @@ fn two_processes_train_exactly_as_two_threads_and_rank_zero_alone_reports_and_wr
     assert!(!runs[1].stdout.contains("finetune:"), "{}", runs[1].stdout);
     let ckpt_run = burn_ascend_model::run_state::published::Published::open(&procs).unwrap();
     assert_eq!(ckpt_run.step(), 4);
+    // LoRA's adapters alike.
+    let lora = ["--lora-rank", "2"];
+    let threads = tmp.path().join("lora-threads");
+    let a = args(
+        &ckpt,
+        &data,
+        &threads,
+        3,
+        &[&lora[..], &["--devices", "2"]].concat(),
+    );
+    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+    let r = run_example("finetune", &argv, &[], LIMIT, false);
+    assert!(r.ok(), "{}", r.tail());
+    let procs = tmp.path().join("lora-procs");
+    let runs = launch(&args(&ckpt, &data, &procs, 3, &lora), 2, 2, &[]);
+    all_ok(&runs);
+    assert!(procs.join("adapter_model.safetensors").exists());
+    assert_close(
+        &losses(&procs),
+        &losses(&threads),
+        1e-6,
+        "LoRA: 2 processes vs 2 threads",
+    );
 }
 
 #[test]
