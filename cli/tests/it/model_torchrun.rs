@@ -409,6 +409,55 @@ fn a_lost_rank_ends_its_peer_naming_it_and_the_restart_resumes_to_the_uninterrup
 }
 
 #[test]
+fn a_rank_that_stops_answering_ends_its_peer_after_hccl_exec_timeout_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ckpt, data) = setup(tmp.path());
+    let out = tmp.path().join("out");
+    let a = args(&ckpt, &data, &out, 400, &["--save-every", "1"]);
+    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+    let port = free_port();
+    let mut children: Vec<_> = (0..2)
+        .map(|r| {
+            let mut vars = torchrun_vars(r, 2, 2, port);
+            vars.push(("HCCL_EXEC_TIMEOUT".into(), "2".into()));
+            let env: Vec<(&str, &str)> =
+                vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            spawn_example("finetune", &argv, &env)
+        })
+        .collect();
+    let deadline = Instant::now() + LIMIT;
+    while !out.join("LATEST").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Rank 1 hangs (SIGSTOP): alive, connected, silent.
+    let pid = children[1].id().to_string();
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stop.success());
+    let stopped_at = Instant::now();
+    let rank0 = children.remove(0);
+    let r0 = finish_example(rank0, LIMIT);
+    let left_after = stopped_at.elapsed();
+    let mut rank1 = children.remove(0);
+    rank1.kill().unwrap();
+    let _ = rank1.wait();
+    assert!(!r0.stderr.contains("panicked"), "{}", r0.stderr);
+    assert_eq!(r0.code(), Some(2), "{}", r0.tail());
+    let line = r0.stderr.trim().lines().last().unwrap();
+    eprintln!("rank 0 left {left_after:?} after rank 1 stopped: {line}");
+    assert!(
+        line.contains("rank(s) 1 did not get there within 2s (HCCL_EXEC_TIMEOUT)"),
+        "{line}"
+    );
+    // HCCL_EXEC_TIMEOUT, and the short wait for the other processes' last results.
+    assert!(left_after < Duration::from_secs(30), "{left_after:?}");
+    let saved = burn_ascend_model::run_state::published::Published::open(&out).unwrap();
+    assert!(saved.step() >= 1);
+}
+
+#[test]
 fn resume_with_no_checkpoint_yet_starts_from_step_zero_and_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let (ckpt, data) = setup(tmp.path());
