@@ -295,9 +295,31 @@ fn a_launch_that_cannot_train_is_refused_naming_the_variable_before_anything_is_
         e.contains("invalid LOCAL_RANK: 1 is not a device of this node"),
         "{e}"
     );
-    // WORLD_SIZE disagreeing with rank 0's: both told, naming the variable.
+    // Two processes of one node on one device (both LOCAL_RANK 0).
     let port = free_port();
     let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+    let children: Vec<_> = (0..2)
+        .map(|rank| {
+            let mut vars = torchrun_vars(rank, 2, 2, port);
+            vars[2].1 = "0".into();
+            // Rank 0 then waits for rank 1 until HCCL_CONNECT_TIMEOUT (torchrun would stop it).
+            vars[7].1 = "2".into();
+            let env: Vec<(&str, &str)> =
+                vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            spawn_example("finetune", &argv, &env)
+        })
+        .collect();
+    let runs: Vec<_> = children
+        .into_iter()
+        .map(|c| finish_example(c, LIMIT))
+        .collect();
+    let e = refusal(&runs[1]);
+    assert!(
+        e.contains("rank 1 is on device 0 of node 0, which rank 0 already uses"),
+        "{e}"
+    );
+    // WORLD_SIZE disagreeing with rank 0's: both told, naming the variable.
+    let port = free_port();
     let children: Vec<_> = [(0usize, 2usize), (1, 3)]
         .iter()
         .map(|&(rank, world)| {

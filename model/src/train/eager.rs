@@ -297,8 +297,9 @@ where
         return Err(AttnError::invalid(
             "--devices",
             format!(
-                "the run in {} trained on {} device(s); resume it with the same number, got \
-                 {ranks} (or with --zero K, which shards its whole checkpoint over any number)",
+                "the run in {} trained on {} device(s); resume it with the same number \
+                 (--devices N, or WORLD_SIZE processes under torchrun), got {ranks} (or with \
+                 --zero K, which shards its whole checkpoint over any number)",
                 opts.out.display(),
                 state.devices.max(1)
             ),
