@@ -41,7 +41,9 @@
 //! `--graph`, the counters' means and `--profile` cover the replayed steps only (not the
 //! warm-up and the capture), and the modelled device time counts the tasks each replay runs.
 //! `--cp N` trains context-parallel (each step's batch split across N ranks; `--check-cp`
-//! compares with one device).
+//! compares with one device). Under torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+//! `MASTER_ADDR`, `MASTER_PORT` set) each process is one rank on device `LOCAL_RANK`
+//! (`finetune/launch.rs`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -101,9 +103,11 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
     let launch = launch::launch_of(&args)?;
     // An elastic restart runs the same command line: `--resume` before the first checkpoint
     // was published starts over.
-    let published = burn_ascend_model::run_state::published::published_step(&args.out)
-        .map_err(|e| e.to_string())?;
-    if args.resume && published.is_none() {
+    if args.resume
+        && burn_ascend_model::run_state::published::published_step(&args.out)
+            .map_err(|e| e.to_string())?
+            .is_none()
+    {
         if launch::is_reporter() {
             println!(
                 "finetune: --resume: no checkpoint published in {} yet; starting from step 0",
