@@ -43,8 +43,9 @@
 //! Devices: one (index 0) unless [`set_device_count`] or `$BURN_ASCEND_SIM_DEVICES` asks for
 //! more; each has its own streams (one worker thread each), and all share one host memory
 //! pool. [`hccl_api`] is a **simulated HCCL (not CANN's)** over them: communicators in one
-//! process and collectives queued on the device streams, reduced in rank order (module
-//! `hccl`).
+//! process, or across processes of one machine (one per rank, joined through the root info
+//! over a per-job Unix socket), and collectives queued on the device streams, reduced in rank
+//! order (module `hccl`).
 //!
 //! [`inject_fault`] makes the calling thread's next `aclrtMalloc` (207001), a chosen aclnn
 //! launch (361001 at execute) or `aclrtSynchronizeStream` (507015) fail, for error-path tests.

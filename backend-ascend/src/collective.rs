@@ -10,7 +10,9 @@
 //!   `HcclCommInitRootInfo`.
 //!
 //! On [`AscendDevice::sim`]-kind devices the communicators are the simulation's HCCL (not
-//! CANN's; `burn_ascend_acl_sim::hccl_api`), over simulated devices `0..N` ([`simulate_devices`]).
+//! CANN's; `burn_ascend_acl_sim::hccl_api`), over simulated devices `0..N` ([`simulate_devices`])
+//! of this process, or, with [`ProcessGroup::from_launch`], over one simulated device per
+//! process of the launch (the simulation joins processes of one machine).
 
 use burn_ascend_cann::acl::AclApi;
 use burn_ascend_cann::hccl::{

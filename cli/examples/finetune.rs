@@ -41,7 +41,9 @@
 //! `--graph`, the counters' means and `--profile` cover the replayed steps only (not the
 //! warm-up and the capture), and the modelled device time counts the tasks each replay runs.
 //! `--cp N` trains context-parallel (each step's batch split across N ranks; `--check-cp`
-//! compares with one device).
+//! compares with one device). Under torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+//! `MASTER_ADDR`, `MASTER_PORT` set) each process is one rank on device `LOCAL_RANK`
+//! (`finetune/launch.rs`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -65,9 +67,9 @@ use burn_ascend_model::model::peft;
 use burn_ascend_model::parallel::cp::{
     replicate, train_context_parallel, Comm, CpBackend, HcclComm, HostComm, RankComms,
 };
-use burn_ascend_model::parallel::ddp::{materialize, DataParallel, DEFAULT_BUCKET_BYTES};
+use burn_ascend_model::parallel::ddp::{materialize, DEFAULT_BUCKET_BYTES};
 use burn_ascend_model::parallel::ranks::{train_data_parallel, train_zero};
-use burn_ascend_model::parallel::zero::{check_zero, Zero, ZeroStage};
+use burn_ascend_model::parallel::zero::{check_zero, ZeroStage};
 use burn_ascend_model::profile::{self as dispatch, DispatchCounts};
 use burn_ascend_model::train::graph::{train_graph, WARMUP_STEPS};
 use burn_ascend_model::train::{
@@ -81,6 +83,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 // The end-of-run report, in a folder so that Cargo does not take it for an example.
 #[path = "finetune/report.rs"]
 mod report;
+// One process per rank under torchrun.
+#[path = "finetune/launch.rs"]
+mod launch;
 use report::{plot_losses, print_samples};
 
 fn main() {
@@ -94,6 +99,23 @@ fn main() {
 /// integration tests run it in a child process through this.
 pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
     let mut args = Args::parse_from(argv);
+    // One process of a torchrun-style launch; refused here where it cannot train as one.
+    let launch = launch::launch_of(&args)?;
+    // An elastic restart runs the same command line: `--resume` before the first checkpoint
+    // was published starts over.
+    if args.resume
+        && burn_ascend_model::run_state::published::published_step(&args.out)
+            .map_err(|e| e.to_string())?
+            .is_none()
+    {
+        if launch::is_reporter() {
+            println!(
+                "finetune: --resume: no checkpoint published in {} yet; starting from step 0",
+                args.out.display()
+            );
+        }
+        args.resume = false;
+    }
     // LoRA's flags are checked, and a resumed LoRA run's base found, before anything runs.
     if let Some((base, _)) = lora_of(&args)? {
         args.checkpoint = Some(base);
@@ -101,17 +123,24 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
         return Err("--merge-lora needs a LoRA run (--lora-rank R)".into());
     }
     let resume = args.resume;
-    let launch = burn_ascend_cann::hccl::LaunchEnv::from_env().map_err(|e| e.to_string())?;
     if args.devices == 0 {
         return Err("--devices must be at least 1".into());
     }
-    if args.check_ddp && args.devices < 2 {
+    let ranks = launch
+        .as_ref()
+        .map_or(args.devices, |l| l.world_size as usize);
+    if args.check_ddp && ranks < 2 {
         return Err("--check-ddp needs --devices N with N >= 2".into());
     }
     if args.check_ddp && args.resume {
         return Err("--check-ddp compares a fresh run; it cannot be combined with --resume".into());
     }
-    if let Some(e) = args.cp_refusal(launch.is_some()) {
+    // Under a launch, `--cp N` is the WORLD_SIZE processes as one context-parallel group.
+    if let Some(e) = args.cp_refusal(
+        launch
+            .as_ref()
+            .is_some_and(|l| l.world_size as usize != args.cp),
+    ) {
         return Err(e);
     }
     if let Some(e) = args.graph_refusal(launch.is_some()) {
@@ -145,17 +174,17 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
                 args.zero
             ));
         }
-        let ranks = launch
-            .as_ref()
-            .map_or(args.devices, |l| l.world_size as usize);
         // The training loop's optimizer is AdamW, which ZeRO shards (element-wise).
         check_zero(args.zero, ranks).map_err(|e| e.to_string())?;
+    }
+    if let Some(env) = launch {
+        return launch::run_rank(args, env);
     }
     if args.cp > 1 {
         return run_context_parallel(args);
     }
     match args.device {
-        ExampleDevice::Sim if balanced && launch.is_none() => run_on::<Autodiff<Ascend, Balanced>>(
+        ExampleDevice::Sim if balanced => run_on::<Autodiff<Ascend, Balanced>>(
             args,
             AscendDevice::sim(),
             Some(AscendDevice::sim()),
@@ -178,11 +207,6 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
         }
         // The Ascend backend on the host simulation of the ACL ABI (not CANN; slow: its
         // kernels are the CPU reference's).
-        ExampleDevice::Sim if launch.is_some() => Err(
-            "unsupported: one process per rank (RANK / WORLD_SIZE set) needs --device ascend: \
-             the simulation's HCCL joins ranks within one process (use --devices N)"
-                .into(),
-        ),
         ExampleDevice::Sim if args.devices > 1 => {
             burn_ascend::backend::collective::simulate_devices(args.devices as u32);
             let device = AscendDevice::sim();
@@ -206,12 +230,6 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
             single_device(resume),
         ),
         ExampleDevice::Ascend => {
-            if let Some(env) = launch {
-                let device = AscendDevice::npu(env.local_rank);
-                is_available(&device)?;
-                let trainer = one_rank_of_launch(&args, env);
-                return run_on::<Autodiff<Ascend>>(args, device, Some(device), trainer);
-            }
             let index = burn_ascend_cann::acl::default_device_id().map_err(|e| e.to_string())?;
             let device = AscendDevice::npu(index as u32);
             is_available(&device)?;
@@ -645,41 +663,6 @@ fn data_parallel<'a>(
     })
 }
 
-/// One rank of a torchrun-style launch (one process per NPU): the communicator from the
-/// root-info rendezvous, this rank's batches, checkpoints from rank 0 only.
-fn one_rank_of_launch<'a>(
-    args: &Args,
-    env: burn_ascend_cann::hccl::LaunchEnv,
-) -> Trainer<'a, Autodiff<Ascend>> {
-    let resume = args.resume;
-    let stage = ZeroStage::from_flag(args.zero).ok().flatten();
-    Box::new(move |model, state, packer, opts, on_step| {
-        let group = ProcessGroup::from_launch(&env, burn_ascend::backend::AscendKind::Npu)
-            .map_err(|e| e.to_string())?;
-        let mut dp;
-        let mut zero;
-        let sync: &mut dyn burn_ascend_model::train::GradientSync<Autodiff<Ascend>> = match stage {
-            Some(stage) => {
-                zero = Zero::new(group, stage, opts.weight_decay, opts.clip_norm)
-                    .map_err(|e| e.to_string())?;
-                &mut zero
-            }
-            None => {
-                dp = DataParallel::new(group, DEFAULT_BUCKET_BYTES);
-                &mut dp
-            }
-        };
-        let mut batches = Batches::rank(packer, env.rank as usize, env.world_size as usize);
-        let rank0 = env.rank == 0;
-        train_with(model, state, resume, &mut batches, opts, Some(sync), |r| {
-            if rank0 {
-                on_step(r)
-            }
-        })
-        .map_err(|e| e.to_string())
-    })
-}
-
 /// A LoRA run's base checkpoint and, for a fresh run, its adapters' settings (`None`: resume
 /// the adapters in --out). `None` for a full fine-tune.
 fn lora_of(args: &Args) -> Result<Option<(PathBuf, Option<LoraSettings>)>, String> {
@@ -807,15 +790,19 @@ where
     if args.pack == Pack::Fixed {
         packer = packer.with_fixed_rows();
     }
-    println!(
-        "finetune: {} parameters, {} documents ({} tokens), {} tokens per batch, steps {}..{}",
-        config.num_params(),
-        packer.documents(),
-        packer.corpus_tokens(),
-        args.batch_tokens,
-        state.step,
-        args.steps
-    );
+    // Under a launch rank 0 alone reports and writes; the others train quietly.
+    let reporter = launch::is_reporter();
+    if reporter {
+        println!(
+            "finetune: {} parameters, {} documents ({} tokens), {} tokens per batch, steps {}..{}",
+            config.num_params(),
+            packer.documents(),
+            packer.corpus_tokens(),
+            args.batch_tokens,
+            state.step,
+            args.steps
+        );
+    }
     if state.step >= args.steps {
         return Err(format!(
             "the run in {} already did {} steps; pass a larger --steps to continue it",
@@ -824,7 +811,11 @@ where
         ));
     }
     let todo = args.stop_after.unwrap_or(args.steps).min(args.steps) - state.step.min(args.steps);
-    let bar = ProgressBar::new(todo as u64);
+    let bar = if reporter {
+        ProgressBar::new(todo as u64)
+    } else {
+        ProgressBar::hidden()
+    };
     bar.set_style(
         ProgressStyle::with_template(
             "{bar:30} {pos}/{len} [{elapsed_precise} < {eta_precise}] {msg}",
@@ -909,6 +900,9 @@ where
         }
     })?;
     bar.finish();
+    if !reporter {
+        return Ok(());
+    }
     if args.dry_run {
         dispatch::set_kernels(true);
     }

@@ -5,7 +5,8 @@ use crate::args::{ExampleDevice, FinetuneArgs};
 
 impl FinetuneArgs {
     /// What is wrong with the context-parallel flags, one line naming the flag, or `None`.
-    /// `launched`: this process is one rank of a torchrun-style launch.
+    /// `launched`: this process is one rank of a torchrun-style launch whose `WORLD_SIZE` is
+    /// not N.
     pub fn cp_refusal(&self, launched: bool) -> Option<String> {
         let n = self.cp;
         if n == 0 {
@@ -29,7 +30,7 @@ impl FinetuneArgs {
         }
         if launched {
             return Some(format!(
-                "unsupported: --cp {n} in a torchrun-style launch (one process per rank): context parallelism runs its ranks as threads of one process"
+                "unsupported: --cp {n} in a torchrun-style launch of another WORLD_SIZE: one process per rank trains --cp N as WORLD_SIZE = N processes; context × data parallelism across processes needs sub-communicators, not built"
             ));
         }
         // Every rank must hold tokens of every step: with fewer than 2·N² tokens a step of

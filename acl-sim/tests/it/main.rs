@@ -13,6 +13,7 @@ mod graph_capture;
 mod grouped_matmul;
 mod guard;
 mod hccl;
+mod hccl_processes;
 mod host_overhead;
 mod index;
 mod infer_dtypes;

@@ -5,13 +5,15 @@
 //!
 //! The rendezvous: rank 0 listens on `MASTER_PORT` (every interface); each other rank connects
 //! to `MASTER_ADDR:MASTER_PORT` (retrying until the deadline: rank 0 may start later), sends a
-//! 12-byte hello (magic `BAHC`, its rank, the world size, little-endian `u32`s) and reads the
-//! 4108 root-info bytes. Rank 0 refuses a duplicate or out-of-range rank or a different world
-//! size, naming it. The deadline is `HCCL_CONNECT_TIMEOUT` (seconds, HCCL's own variable for
+//! 12-byte hello (magic `BAHC`, its rank, the world size, little-endian `u32`s) and reads a
+//! status byte, then the 4108 root-info bytes (status 0) or a refusal (status 1: a `u32` length
+//! and the message). Rank 0 refuses a duplicate or out-of-range `RANK` or a different
+//! `WORLD_SIZE`, naming the variable, both in its own error and in the peer's. The deadline is `HCCL_CONNECT_TIMEOUT` (seconds, HCCL's own variable for
 //! its link setup; default 120, HCCL's default).
 //!
-//! Under `torchrun` the agent's own store already listens on `MASTER_PORT`: set
-//! `BURN_ASCEND_RENDEZVOUS_PORT` to a free port then (it overrides `MASTER_PORT` here).
+//! Under `torchrun` the agent's own store may already listen on `MASTER_PORT`
+//! (`TORCHELASTIC_USE_AGENT_STORE=True`): the rendezvous then uses `MASTER_PORT + 1`, so that
+//! torchrun works unchanged. `BURN_ASCEND_RENDEZVOUS_PORT` overrides both.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -94,7 +96,7 @@ impl LaunchEnv {
                 })?,
             ),
         };
-        let master_port = port
+        let mut master_port = port
             .trim()
             .parse::<u16>()
             .ok()
@@ -105,6 +107,17 @@ impl LaunchEnv {
                     format!("must be a port in 1..=65535, got {port:?}"),
                 )
             })?;
+        let agent_store = get("TORCHELASTIC_USE_AGENT_STORE")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        if port_var == "MASTER_PORT" && agent_store {
+            // torchrun's agent holds MASTER_PORT with its own store: the next one is ours.
+            master_port = master_port.checked_add(1).ok_or_else(|| {
+                HcclError::invalid(
+                    "MASTER_PORT",
+                    "65535 under torchrun's agent store leaves no port after it for the rendezvous (set BURN_ASCEND_RENDEZVOUS_PORT)",
+                )
+            })?;
+        }
         Ok(Some(Self {
             rank,
             world_size,
@@ -233,21 +246,39 @@ pub fn serve(
         }
         let rank = u32::from_le_bytes(hello[4..8].try_into().expect("4 bytes"));
         let ws = u32::from_le_bytes(hello[8..12].try_into().expect("4 bytes"));
-        if ws != world_size {
-            return Err(HcclError::Rendezvous(format!(
-                "rank {rank} ({peer}) has WORLD_SIZE {ws}, rank 0 has {world_size}"
-            )));
+        let refusal = if ws != world_size {
+            Some(HcclError::invalid(
+                "WORLD_SIZE",
+                format!(
+                    "rank {rank} ({peer}) has WORLD_SIZE {ws}, rank 0 has {world_size} (every process of the job must have the same)"
+                ),
+            ))
+        } else if rank == 0 || (rank < world_size && joined[rank as usize]) {
+            Some(HcclError::invalid(
+                "RANK",
+                format!(
+                    "two processes have RANK {rank} (the second is {peer}; WORLD_SIZE {world_size})"
+                ),
+            ))
+        } else if rank >= world_size {
+            Some(HcclError::invalid(
+                "RANK",
+                format!("{peer} has RANK {rank}, not below WORLD_SIZE {world_size}"),
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = refusal {
+            // The peer learns why, then rank 0 fails too: the job cannot form.
+            let msg = e.to_string();
+            let mut out = vec![1u8];
+            out.extend_from_slice(&(msg.len() as u32).to_le_bytes());
+            out.extend_from_slice(msg.as_bytes());
+            let _ = s.write_all(&out);
+            return Err(e);
         }
-        if rank == 0 || rank >= world_size || joined[rank as usize] {
-            return Err(HcclError::Rendezvous(format!(
-                "{peer} claims rank {rank}, which is {} (WORLD_SIZE {world_size})",
-                if rank == 0 || (rank < world_size && joined[rank as usize]) {
-                    "taken"
-                } else {
-                    "out of range"
-                }
-            )));
-        }
+        s.write_all(&[0u8])
+            .map_err(|e| rv(e, &format!("answering rank {rank}")))?;
         s.write_all(&info.internal)
             .map_err(|e| rv(e, &format!("sending the root info to rank {rank}")))?;
         joined[rank as usize] = true;
@@ -279,6 +310,16 @@ fn fetch(env: &LaunchEnv, timeout: Duration) -> Result<HcclRootInfo, HcclError> 
                     hello.extend_from_slice(&env.world_size.to_le_bytes());
                     s.write_all(&hello)
                         .map_err(|e| rv(e, "sending the hello"))?;
+                    let mut status = [0u8; 1];
+                    s.read_exact(&mut status).map_err(|e| {
+                        rv(
+                            e,
+                            &format!("rank {} reading rank 0's answer from {addr}", env.rank),
+                        )
+                    })?;
+                    if status[0] != 0 {
+                        return Err(refused_by_rank_zero(&mut s));
+                    }
                     let mut info = HcclRootInfo::default();
                     s.read_exact(&mut info.internal[..HCCL_ROOT_INFO_BYTES])
                         .map_err(|e| {
@@ -300,6 +341,20 @@ fn fetch(env: &LaunchEnv, timeout: Duration) -> Result<HcclRootInfo, HcclError> 
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Rank 0's refusal of this process, as this process's error (it names the variable).
+fn refused_by_rank_zero(s: &mut TcpStream) -> HcclError {
+    let mut len = [0u8; 4];
+    let mut msg = Vec::new();
+    if s.read_exact(&mut len).is_ok() {
+        msg = vec![0u8; u32::from_le_bytes(len).min(4096) as usize];
+        let _ = s.read_exact(&mut msg);
+    }
+    HcclError::Rendezvous(format!(
+        "rank 0 refused this process: {}",
+        String::from_utf8_lossy(&msg)
+    ))
 }
 
 #[cfg(test)]
@@ -337,6 +392,21 @@ mod tests {
             }
         );
         assert_eq!(LaunchEnv::from_vars(vars(&[])).unwrap(), None);
+        // Under torchrun's agent store, MASTER_PORT is the store's: the rendezvous takes the
+        // next port, unless BURN_ASCEND_RENDEZVOUS_PORT names one.
+        let torchrun = [
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+        ];
+        let env = LaunchEnv::from_vars(vars(&torchrun)).unwrap().unwrap();
+        assert_eq!(env.master_port, 29501);
+        let mut chosen = torchrun.to_vec();
+        chosen.push(("BURN_ASCEND_RENDEZVOUS_PORT", "31000"));
+        let env = LaunchEnv::from_vars(vars(&chosen)).unwrap().unwrap();
+        assert_eq!(env.master_port, 31000);
     }
 
     #[test]
@@ -446,9 +516,53 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            msg.contains("rank 1") && msg.contains("WORLD_SIZE 3"),
+            msg.contains("invalid WORLD_SIZE: rank 1") && msg.contains("WORLD_SIZE 3"),
             "{msg}"
         );
-        assert!(c.join().unwrap().is_err());
+        // The peer is told why, naming the variable.
+        let peer = c.join().unwrap().unwrap_err().to_string();
+        assert!(
+            peer.contains("rank 0 refused this process: invalid WORLD_SIZE"),
+            "{peer}"
+        );
+    }
+
+    #[test]
+    fn two_processes_with_one_rank_are_refused_naming_rank() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let clients: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let env = LaunchEnv {
+                        rank: 1,
+                        world_size: 3,
+                        local_rank: 1,
+                        master_addr: "127.0.0.1".into(),
+                        master_port: port,
+                    };
+                    exchange_root_info(&env, None, Duration::from_secs(5))
+                })
+            })
+            .collect();
+        let msg = serve(&listener, 3, &info(3), Duration::from_secs(5))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("invalid RANK: two processes have RANK 1"),
+            "{msg}"
+        );
+        let results: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+        // The first to arrive got the root info, the second was told why it was refused.
+        assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+        let refused = results
+            .into_iter()
+            .find_map(Result::err)
+            .unwrap()
+            .to_string();
+        assert!(
+            refused.contains("invalid RANK: two processes have RANK 1"),
+            "{refused}"
+        );
     }
 }

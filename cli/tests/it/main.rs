@@ -30,6 +30,7 @@ mod model_kill;
 mod model_plan;
 mod model_profile;
 mod model_refusals;
+mod model_torchrun;
 mod model_train_graph;
 mod model_zero;
 mod npu;

@@ -104,22 +104,7 @@ pub fn run_example(
     limit: Duration,
     kill_on_hook: bool,
 ) -> ExampleRun {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "model_examples::example_child_entry",
-        "--exact",
-        "--test-threads=1",
-        "--nocapture",
-        "-q",
-    ])
-    .env(CHILD, which)
-    .env(ARGS, args.join("\u{1f}"))
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
+    let mut cmd = example_command(which, args, env);
     let start = Instant::now();
     let mut child = cmd.spawn().unwrap();
     let mut out = child.stdout.take().unwrap();
@@ -166,6 +151,68 @@ pub fn run_example(
         stderr: stderr.join().unwrap(),
         elapsed: start.elapsed(),
     }
+}
+
+/// Runs example `which` in a child process with the extra environment `env`; the test
+/// decides when to wait for it (several at once: one process per rank).
+pub fn spawn_example(which: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+    example_command(which, args, env).spawn().unwrap()
+}
+
+/// Collects a child of [`spawn_example`], killed after `limit`.
+pub fn finish_example(mut child: std::process::Child, limit: Duration) -> ExampleRun {
+    let start = Instant::now();
+    let mut out = child.stdout.take().unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let mut err = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    ExampleRun {
+        status,
+        killed_at_hook: false,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+        elapsed: start.elapsed(),
+    }
+}
+
+/// The command running example `which` on `args` with the extra environment `env`.
+fn example_command(which: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "model_examples::example_child_entry",
+        "--exact",
+        "--test-threads=1",
+        "--nocapture",
+        "-q",
+    ])
+    .env(CHILD, which)
+    .env(ARGS, args.join("\u{1f}"))
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
 }
 
 /// A tiny Llama-style model (hidden 16, 1 layer, byte vocabulary) saved as a Hugging Face

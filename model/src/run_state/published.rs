@@ -98,7 +98,7 @@ fn step_of_dir_name(name: &str) -> Option<usize> {
 }
 
 /// The step of the checkpoint `LATEST` in `out` names, `None` when there is no `LATEST`.
-fn published_step(out: &Path) -> Result<Option<usize>, AttnError> {
+pub fn published_step(out: &Path) -> Result<Option<usize>, AttnError> {
     let path = out.join(LATEST);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,

@@ -297,8 +297,9 @@ where
         return Err(AttnError::invalid(
             "--devices",
             format!(
-                "the run in {} trained on {} device(s); resume it with the same number, got \
-                 {ranks} (or with --zero K, which shards its whole checkpoint over any number)",
+                "the run in {} trained on {} device(s); resume it with the same number \
+                 (--devices N, or WORLD_SIZE processes under torchrun), got {ranks} (or with \
+                 --zero K, which shards its whole checkpoint over any number)",
                 opts.out.display(),
                 state.devices.max(1)
             ),
@@ -402,7 +403,22 @@ where
         // One device: the loss and the gradients' squared norm in one read, the step's one
         // wait for the device.
         let (loss_value, norm) = match (ranks_loss, squares) {
-            (Some(l), Some(sq)) => (l, sq.into_scalar().elem::<f32>().sqrt()),
+            (Some(l), Some(sq)) => match sq.try_into_scalar() {
+                Ok(v) => (l, v.elem::<f32>().sqrt()),
+                // A collective queued before the read failed (a peer lost, a mismatch): the
+                // group's typed error names it; else the read's own, on one line.
+                Err(e) => {
+                    if let Some(s) = sync.as_deref_mut() {
+                        s.wait()?;
+                    }
+                    return Err(AttnError::Device {
+                        op: "train".into(),
+                        call: "reading the gradient norm".into(),
+                        status: None,
+                        message: e.to_string().replace('\n', " "),
+                    });
+                }
+            },
             (Some(l), None) => (l, sharded_norm.unwrap_or(0.0)),
             (None, Some(sq)) => {
                 let both = Tensor::cat(vec![loss_inner.reshape([1]), sq], 0)

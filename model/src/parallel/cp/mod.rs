@@ -10,7 +10,8 @@
 //!   single-process emulation on `NdArray`, ranks as threads) or over HCCL on Ascend devices
 //!   (simulated or real);
 //! - [`forward`]: one rank's forward of the transformer;
-//! - [`train`]: context-parallel training (losses and gradients summed over ranks).
+//! - [`train`]: context-parallel training (losses and gradients summed over ranks);
+//! - [`process`]: one rank of it in this process, one process per rank (torchrun).
 //!
 //! Why here and not in `ops/`: the scheme needs no new attention op — each rank's attention is
 //! one call of the varlen op (`flash_attention_varlen`) whose "sequences" are the rank's query
@@ -27,12 +28,14 @@ pub mod comm;
 pub mod forward;
 pub mod gather;
 pub mod plan;
+pub mod process;
 pub mod train;
 
 pub use comm::{CpComm, HcclComm, HostComm};
 pub use forward::{forward_rank, RankStep};
 pub use gather::{Comm, CpBackend};
 pub use plan::{CpLayout, KeyPlan, Piece};
+pub use process::{share_weights, train_context_parallel_rank};
 pub use train::{
     partial_cross_entropy, rank_loss, replicate, sum_gradients, train_context_parallel, RankComms,
 };

@@ -143,12 +143,12 @@ pub fn rank_loss<B: CpBackend + TrainingBackend>(
 }
 
 /// What every rank of a run shares.
-struct Run<'a> {
+pub(super) struct Run<'a> {
     /// Per data-parallel rank, its batch of each step.
-    batches: &'a [Vec<PackedBatch>],
-    first_step: usize,
-    resume_optimizer: bool,
-    opts: &'a TrainOptions,
+    pub(super) batches: &'a [Vec<PackedBatch>],
+    pub(super) first_step: usize,
+    pub(super) resume_optimizer: bool,
+    pub(super) opts: &'a TrainOptions,
 }
 
 /// One rank's communicators: its context-parallel group and, in a 2-D layout, its
@@ -178,7 +178,7 @@ impl<B: Backend> Drop for LeaveUnlessDone<B> {
 }
 
 /// One rank's part of [`train_context_parallel`].
-fn train_rank<B: CpBackend + TrainingBackend>(
+pub(super) fn train_rank<B: CpBackend + TrainingBackend>(
     model: Transformer<B>,
     run: &Run<'_>,
     comms: RankComms<Inner<B>>,
@@ -312,33 +312,7 @@ where
             ),
         ));
     }
-    if state.step > 0 && state.devices.max(1) != dp {
-        return Err(AttnError::invalid(
-            "--devices",
-            format!(
-                "the run in {} trained on {} data-parallel rank(s); resume it with the same number, got {dp}",
-                opts.out.display(),
-                state.devices.max(1)
-            ),
-        ));
-    }
-    for _ in 0..state.step * dp {
-        packer.next_batch();
-    }
-    let end = opts
-        .stop_after
-        .unwrap_or(opts.total_steps)
-        .min(opts.total_steps);
-    let mut batches: Vec<Vec<PackedBatch>> = vec![Vec::new(); dp];
-    for _ in state.step..end {
-        for b in batches.iter_mut() {
-            b.push(packer.next_batch());
-        }
-    }
-    // Refuse a split the tokens cannot take before any rank starts.
-    for b in batches.iter().flatten() {
-        super::plan::CpLayout::new(&b.cu_seqlens, cp)?;
-    }
+    let (batches, end) = step_batches(&state, cp, dp, packer, opts)?;
     let run = Run {
         batches: &batches,
         first_step: state.step,
@@ -384,6 +358,46 @@ where
     state.step = end;
     state.devices = dp;
     Ok((model0, state))
+}
+
+/// Per data-parallel rank, its batch of each step still to train (the packer's stream past
+/// the steps `state` did), each refused now if the CP degree `cp` cannot split it; and the
+/// step the run ends at.
+pub(super) fn step_batches(
+    state: &TrainState,
+    cp: usize,
+    dp: usize,
+    packer: &mut Packer,
+    opts: &TrainOptions,
+) -> Result<(Vec<Vec<PackedBatch>>, usize), AttnError> {
+    if state.step > 0 && state.devices.max(1) != dp {
+        return Err(AttnError::invalid(
+            "--devices",
+            format!(
+                "the run in {} trained on {} data-parallel rank(s); resume it with the same number, got {dp}",
+                opts.out.display(),
+                state.devices.max(1)
+            ),
+        ));
+    }
+    for _ in 0..state.step * dp {
+        packer.next_batch();
+    }
+    let end = opts
+        .stop_after
+        .unwrap_or(opts.total_steps)
+        .min(opts.total_steps);
+    let mut batches: Vec<Vec<PackedBatch>> = vec![Vec::new(); dp];
+    for _ in state.step..end {
+        for b in batches.iter_mut() {
+            b.push(packer.next_batch());
+        }
+    }
+    // Refuse a split the tokens cannot take before any rank starts.
+    for b in batches.iter().flatten() {
+        super::plan::CpLayout::new(&b.cu_seqlens, cp)?;
+    }
+    Ok((batches, end))
 }
 
 /// `n` replicas of `model` with equal values, replica `r` on `devices[r]`, each a fresh set of

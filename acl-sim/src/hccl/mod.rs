@@ -27,7 +27,14 @@
 //!   communicators are unusable after an error. The failure surfaces at the stream's next
 //!   synchronisation with the HCCL status (an NPU reports a runtime status there and HCCL's
 //!   through `HcclGetCommAsyncError`).
-//! - One process only: ranks in several processes over loopback are not simulated.
+//! - Ranks in separate processes of one machine (one process per NPU, as torchrun launches
+//!   them) join one communicator through the same entry points: `HcclGetRootInfo` opens a
+//!   Unix socket in a per-job folder of the temp directory, named in the root info; a rank of
+//!   another process connects to it in `HcclCommInitRootInfo`, and its collectives meet the
+//!   others' in the root's process, through the same meeting, checks, rank-order reduction and
+//!   poisoning as in-process ranks ([`across`]). The process that called `HcclGetRootInfo`
+//!   must itself be one of the ranks (as rank 0 is under torchrun) and keeps the meeting point:
+//!   its loss fails every other rank at once with `HCCL_E_REMOTE` naming rank 0.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -37,6 +44,8 @@ use std::time::{Duration, Instant};
 use burn_ascend_cann::acl::ffi::AclrtStream;
 use burn_ascend_cann::hccl::ffi::*;
 use half::{bf16, f16};
+
+mod across;
 
 use crate::state::{
     current_device, device_count, device_range_ok, guard, lock, next_id, note_touched, read_device,
@@ -148,10 +157,17 @@ struct Meeting {
 }
 
 struct GroupState {
-    /// Each rank's device once it joined.
-    joined: Vec<Option<i32>>,
+    /// Each rank's seat (node and device) once it joined.
+    joined: Vec<Option<Seat>>,
     /// Ranks whose communicator was destroyed.
     destroyed: Vec<bool>,
+    /// Ranks of other processes whose connection closed without `HcclCommDestroy`: the
+    /// process was killed or crashed.
+    lost: Vec<bool>,
+    /// Ranks of other processes still connected to this (the root's) process.
+    remote_live: usize,
+    /// Ranks of other processes told that every rank joined.
+    welcomed: usize,
     /// Collectives each rank has issued (its next collective's sequence number).
     issued: Vec<u64>,
     meetings: HashMap<u64, Meeting>,
@@ -177,6 +193,9 @@ impl Group {
             state: Mutex::new(GroupState {
                 joined: vec![None; n],
                 destroyed: vec![false; n],
+                lost: vec![false; n],
+                remote_live: 0,
+                welcomed: 0,
                 issued: vec![0; n],
                 meetings: HashMap::new(),
                 failed: None,
@@ -186,10 +205,36 @@ impl Group {
     }
 }
 
+/// Where a rank's device is: the simulated node (`$GROUP_RANK`, torchrun's node rank, else
+/// 0) and the device index on it. Two ranks on one seat are refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seat {
+    node: String,
+    device: i32,
+}
+
+impl Seat {
+    fn here(device: i32) -> Self {
+        let node = std::env::var("GROUP_RANK")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| "0".into());
+        Self { node, device }
+    }
+}
+
+/// How a rank's collectives meet the others': in this process's group, or through the
+/// connection to the root's process.
+enum Link {
+    Local(Arc<Group>),
+    Remote(Arc<across::Remote>),
+}
+
 struct Member {
-    group: Arc<Group>,
+    link: Link,
     rank: u32,
     device: i32,
+    size: u32,
 }
 
 /// Live communicators by handle value.
@@ -202,14 +247,15 @@ pub fn live_communicators() -> usize {
     lock(&COMMS).as_ref().map_or(0, HashMap::len)
 }
 
-fn register(group: &Arc<Group>, rank: u32, device: i32) -> usize {
+fn register(link: Link, rank: u32, device: i32, size: u32) -> usize {
     let id = next_id();
     lock(&COMMS).get_or_insert_with(HashMap::new).insert(
         id,
         Arc::new(Member {
-            group: group.clone(),
+            link,
             rank,
             device,
+            size,
         }),
     );
     id
@@ -244,11 +290,98 @@ hccl_fn!(get_root_info, |p| {
         let mut info = HcclRootInfo::default();
         info.internal[..16].copy_from_slice(ROOT_MAGIC);
         info.internal[16..24].copy_from_slice(&id.to_le_bytes());
+        // Ranks of other processes reach this one through the socket the root info names.
+        across::open_meeting_point(id, &mut info)?;
         // SAFETY: non-null, points to an `HcclRootInfo` per the prototype.
         unsafe { p.root_info.write(info) };
         Ok(())
     })
 });
+
+/// Rank `rank` of `n_ranks` takes its seat in root info `id`'s group (made by the first rank
+/// to arrive) and waits until every rank has, or `HCCL_CONNECT_TIMEOUT` passed. Ranks of this
+/// process call it from `HcclCommInitRootInfo`, ranks of other processes through their
+/// connection to this one.
+fn join(id: u64, n_ranks: u32, rank: u32, seat: Seat, remote: bool) -> SimResult<Arc<Group>> {
+    let call = names::comm_init_root_info;
+    let group = {
+        let mut roots = lock(&ROOTS);
+        roots
+            .get_or_insert_with(HashMap::new)
+            .entry(id)
+            .or_insert_with(|| Group::new(n_ranks))
+            .clone()
+    };
+    if group.size != n_ranks {
+        return err(
+            HCCL_E_PARA,
+            format!(
+                "{call}: rank {rank} passed nRanks {n_ranks}, another rank {}",
+                group.size
+            ),
+        );
+    }
+    let deadline = Instant::now() + connect_timeout();
+    let mut st = lock(&group.state);
+    if st.joined[rank as usize].is_some() {
+        return err(HCCL_E_PARA, format!("{call}: rank {rank} joined twice"));
+    }
+    if let Some(other) = st.joined.iter().position(|d| d.as_ref() == Some(&seat)) {
+        return err(
+            HCCL_E_PARA,
+            format!(
+                "{call}: rank {rank} is on device {} of node {}, which rank {other} already uses",
+                seat.device, seat.node
+            ),
+        );
+    }
+    st.joined[rank as usize] = Some(seat);
+    if remote {
+        st.remote_live += 1;
+    }
+    group.changed.notify_all();
+    while st.joined.iter().any(Option::is_none) {
+        let now = Instant::now();
+        if now >= deadline {
+            let missing: Vec<String> = st
+                .joined
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.is_none())
+                .map(|(r, _)| r.to_string())
+                .collect();
+            st.joined[rank as usize] = None;
+            if remote {
+                st.remote_live -= 1;
+            }
+            return err(
+                HCCL_E_TIMEOUT,
+                format!(
+                    "{call}: rank {rank} waited {:?} (HCCL_CONNECT_TIMEOUT) for rank(s) {}",
+                    connect_timeout(),
+                    missing.join(", ")
+                ),
+            );
+        }
+        st = group
+            .changed
+            .wait_timeout(st, (deadline - now).min(Duration::from_millis(50)))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+    // The root's process returns once the ranks of other processes were told, so that it may
+    // end at once without cutting their joins off.
+    let told = Instant::now() + Duration::from_secs(5);
+    while !remote && st.welcomed < st.remote_live && Instant::now() < told {
+        st = group
+            .changed
+            .wait_timeout(st, Duration::from_millis(10))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+    drop(st);
+    Ok(group)
+}
 
 hccl_fn!(comm_init_root_info, |p| {
     let (n_ranks, rank) = (p.n_ranks, p.rank);
@@ -276,66 +409,13 @@ hccl_fn!(comm_init_root_info, |p| {
         }
         let id = u64::from_le_bytes(info.internal[16..24].try_into().expect("8 bytes"));
         let device = current_device();
-        let group = {
-            let mut roots = lock(&ROOTS);
-            roots
-                .get_or_insert_with(HashMap::new)
-                .entry(id)
-                .or_insert_with(|| Group::new(n_ranks))
-                .clone()
+        let seat = Seat::here(device);
+        let link = if across::made_here(info) {
+            Link::Local(join(id, n_ranks, rank, seat, false)?)
+        } else {
+            Link::Remote(Arc::new(across::Remote::join(info, n_ranks, rank, seat)?))
         };
-        if group.size != n_ranks {
-            return err(
-                HCCL_E_PARA,
-                format!(
-                    "{call}: rank {rank} passed nRanks {n_ranks}, another rank {}",
-                    group.size
-                ),
-            );
-        }
-        let deadline = Instant::now() + connect_timeout();
-        let mut st = lock(&group.state);
-        if st.joined[rank as usize].is_some() {
-            return err(HCCL_E_PARA, format!("{call}: rank {rank} joined twice"));
-        }
-        if let Some(other) = st.joined.iter().position(|d| *d == Some(device)) {
-            return err(
-                HCCL_E_PARA,
-                format!(
-                    "{call}: rank {rank} is on device {device}, which rank {other} already uses"
-                ),
-            );
-        }
-        st.joined[rank as usize] = Some(device);
-        group.changed.notify_all();
-        while st.joined.iter().any(Option::is_none) {
-            let now = Instant::now();
-            if now >= deadline {
-                let missing: Vec<String> = st
-                    .joined
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, d)| d.is_none())
-                    .map(|(r, _)| r.to_string())
-                    .collect();
-                st.joined[rank as usize] = None;
-                return err(
-                    HCCL_E_TIMEOUT,
-                    format!(
-                        "{call}: rank {rank} waited {:?} (HCCL_CONNECT_TIMEOUT) for rank(s) {}",
-                        connect_timeout(),
-                        missing.join(", ")
-                    ),
-                );
-            }
-            st = group
-                .changed
-                .wait_timeout(st, (deadline - now).min(Duration::from_millis(50)))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        drop(st);
-        let id_c = register(&group, rank, device);
+        let id_c = register(link, rank, device, n_ranks);
         // SAFETY: non-null out-pointer per the prototype.
         unsafe { *p.comm = id_c as HcclComm };
         Ok(())
@@ -372,11 +452,11 @@ hccl_fn!(comm_init_all, |p| {
         {
             let mut st = lock(&group.state);
             for (r, &d) in devs.iter().enumerate() {
-                st.joined[r] = Some(d);
+                st.joined[r] = Some(Seat::here(d));
             }
         }
         for (r, &d) in devs.iter().enumerate() {
-            let id = register(&group, r as u32, d);
+            let id = register(Link::Local(group.clone()), r as u32, d, p.ndev);
             // SAFETY: `comms` has room for `ndev` handles per the prototype.
             unsafe { *p.comms.add(r) = id as HcclComm };
         }
@@ -388,9 +468,31 @@ hccl_fn!(comm_destroy, |p| {
     guard(|| {
         let m = member(p.comm, names::comm_destroy)?;
         lock(&COMMS).as_mut().map(|c| c.remove(&(p.comm as usize)));
-        let mut st = lock(&m.group.state);
-        st.destroyed[m.rank as usize] = true;
-        m.group.changed.notify_all();
+        match &m.link {
+            Link::Local(group) => {
+                let mut st = lock(&group.state);
+                st.destroyed[m.rank as usize] = true;
+                group.changed.notify_all();
+                // The root's process keeps the meeting point: it stays until the ranks of
+                // other processes have their last results (or have left), so that its exit
+                // does not cut them off.
+                // After a failure they only need their error: a short wait.
+                let wait = if st.failed.is_some() {
+                    group.exec_timeout.min(Duration::from_secs(10))
+                } else {
+                    group.exec_timeout
+                };
+                let deadline = Instant::now() + wait;
+                while st.remote_live > 0 && Instant::now() < deadline {
+                    st = group
+                        .changed
+                        .wait_timeout(st, Duration::from_millis(50))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+            Link::Remote(remote) => remote.leave(),
+        }
         Ok(())
     })
 });
@@ -490,11 +592,14 @@ fn queue(
     send: (usize, usize),
     recv: (usize, usize),
 ) -> SimResult<()> {
-    let seq = {
-        let mut st = lock(&m.group.state);
-        let s = st.issued[m.rank as usize];
-        st.issued[m.rank as usize] += 1;
-        s
+    let seq = match &m.link {
+        Link::Local(group) => {
+            let mut st = lock(&group.state);
+            let s = st.issued[m.rank as usize];
+            st.issued[m.rank as usize] += 1;
+            s
+        }
+        Link::Remote(remote) => remote.next_seq(),
     };
     crate::state::enqueue(
         stream,
@@ -505,7 +610,11 @@ fn queue(
             } else {
                 Vec::new()
             };
-            let out = meet(&m, seq, Arrival { call, data })?;
+            let arrival = Arrival { call, data };
+            let out = match &m.link {
+                Link::Local(group) => meet(group, m.rank, seq, arrival)?,
+                Link::Remote(remote) => remote.meet(seq, arrival)?,
+            };
             if recv.1 > 0 {
                 with_device_mut(recv.0, recv.1, call.name(), |dst| dst.copy_from_slice(&out))?;
             }
@@ -516,8 +625,7 @@ fn queue(
 
 /// The rank's arrival at collective `seq`: waits for every rank, checks they agree, returns
 /// this rank's result.
-fn meet(m: &Member, seq: u64, arrival: Arrival) -> SimResult<Vec<u8>> {
-    let g = &m.group;
+fn meet(g: &Group, rank: u32, seq: u64, arrival: Arrival) -> SimResult<Vec<u8>> {
     let n = g.size as usize;
     let call = arrival.call;
     let timeout = g.exec_timeout;
@@ -531,15 +639,15 @@ fn meet(m: &Member, seq: u64, arrival: Arrival) -> SimResult<Vec<u8>> {
     if let Some(SimErr(s, msg)) = &st.failed {
         return Err(SimErr(
             *s,
-            format!("rank {}: the communicator failed earlier: {msg}", m.rank),
+            format!("rank {}: the communicator failed earlier: {msg}", rank),
         ));
     }
-    if st.destroyed[m.rank as usize] {
+    if st.destroyed[rank as usize] {
         return err(
             HCCL_E_PARA,
             format!(
                 "{call} #{seq} on rank {}: its communicator was destroyed",
-                m.rank
+                rank
             ),
         );
     }
@@ -549,7 +657,7 @@ fn meet(m: &Member, seq: u64, arrival: Arrival) -> SimResult<Vec<u8>> {
             arrivals: (0..n).map(|_| None).collect(),
             done: 0,
         })
-        .arrivals[m.rank as usize] = Some(arrival);
+        .arrivals[rank as usize] = Some(arrival);
     g.changed.notify_all();
     loop {
         if let Some(SimErr(s, msg)) = &st.failed {
@@ -566,14 +674,14 @@ fn meet(m: &Member, seq: u64, arrival: Arrival) -> SimResult<Vec<u8>> {
             break;
         }
         if let Some(&r) = missing.iter().find(|&&r| st.destroyed[r]) {
+            let why = if st.lost[r] {
+                format!("rank {r}'s process was lost before it got there (it ended without destroying its communicator: killed or crashed)")
+            } else {
+                format!("rank {r}'s communicator was destroyed before it got there (rank {r} failed or left)")
+            };
             return Err(fail(
                 &mut st,
-                SimErr(
-                    HCCL_E_REMOTE,
-                    format!(
-                        "collective #{seq} ({call}): rank {r}'s communicator was destroyed before it got there (rank {r} failed or left)"
-                    ),
-                ),
+                SimErr(HCCL_E_REMOTE, format!("collective #{seq} ({call}): {why}")),
             ));
         }
         let now = Instant::now();
@@ -624,7 +732,7 @@ fn meet(m: &Member, seq: u64, arrival: Arrival) -> SimResult<Vec<u8>> {
         // This rank's block of every rank's buffer, reduced in rank order.
         Call::ReduceScatter { dtype, op, .. } => {
             let block = arrivals[0].len() / n;
-            let at = m.rank as usize * block;
+            let at = rank as usize * block;
             let blocks: Vec<&[u8]> = arrivals.iter().map(|a| &a[at..at + block]).collect();
             reduce(&blocks, dtype, op)
         }
@@ -753,10 +861,10 @@ hccl_fn!(broadcast, |p| {
         let call = names::broadcast;
         let m = common(call, p.comm, p.stream)?;
         let dt = dtype(call, p.data_type, false)?;
-        if root >= m.group.size {
+        if root >= m.size {
             return err(
                 HCCL_E_PARA,
-                format!("{call}: root {root} is not a rank of {}", m.group.size),
+                format!("{call}: root {root} is not a rank of {}", m.size),
             );
         }
         let bytes = bytes_of(call, "count", p.count, 1, dt)?;
@@ -804,7 +912,7 @@ hccl_fn!(all_gather, |p| {
             return err(HCCL_E_PARA, format!("{call}: sendCount is 0"));
         }
         let send_bytes = bytes_of(call, "sendCount", p.send_count, 1, dt)?;
-        let recv_bytes = bytes_of(call, "sendCount", p.send_count, m.group.size, dt)?;
+        let recv_bytes = bytes_of(call, "sendCount", p.send_count, m.size, dt)?;
         let send = buffer(call, "sendBuf", p.send_buf, send_bytes)?;
         let recv = buffer(call, "recvBuf", p.recv_buf, recv_bytes)?;
         queue(
@@ -829,7 +937,7 @@ hccl_fn!(reduce_scatter, |p| {
         if p.recv_count == 0 {
             return err(HCCL_E_PARA, format!("{call}: recvCount is 0"));
         }
-        let send_bytes = bytes_of(call, "recvCount", p.recv_count, m.group.size, dt)?;
+        let send_bytes = bytes_of(call, "recvCount", p.recv_count, m.size, dt)?;
         let recv_bytes = bytes_of(call, "recvCount", p.recv_count, 1, dt)?;
         let send = buffer(call, "sendBuf", p.send_buf, send_bytes)?;
         let recv = buffer(call, "recvBuf", p.recv_buf, recv_bytes)?;
