@@ -4,5 +4,6 @@ mod common;
 mod fused;
 mod grouped_matmul;
 mod linear;
+mod prompt_prefill;
 mod varlen_carrier;
 mod varlen_validation;
