@@ -1,5 +1,7 @@
-//! gpt-oss's mixture-of-experts MLP as transformers computes it (`GptOssTopKRouter`,
-//! `GptOssExperts` in `transformers/models/gpt_oss/modeling_gpt_oss.py`, 5.24):
+//! The mixture-of-experts MLPs of gpt-oss and Qwen3-MoE as transformers computes them.
+//!
+//! gpt-oss (`GptOssTopKRouter`, `GptOssExperts` in
+//! `transformers/models/gpt_oss/modeling_gpt_oss.py`, 5.24):
 //!
 //! - router logits `x Wᵀ + b` over `E` experts, the top `k` per token (`torch.topk`), and the
 //!   routing weights a softmax over the *selected* logits only;
@@ -9,6 +11,15 @@
 //!   `glu = gate · σ(gate · swiglu_alpha)`, `out = ((up + 1) · glu) @ W_down + b_down`;
 //! - each expert's output times the token's routing weight, summed per token (`index_add_` in
 //!   expert order, here `select_assign` with [`IndexingUpdateOp::Add`]).
+//!
+//! Qwen3-MoE (`Qwen3MoeTopKRouter`, `Qwen3MoeExperts` in `modeling_qwen3_moe.py`, 5.25):
+//!
+//! - router logits `x Wᵀ` (no bias), a softmax over *all* `E` experts in f32, its top `k`,
+//!   divided by their sum when `norm_topk_prob`, cast back to the activations' dtype;
+//! - per expert: `down(silu(gate x) · up x)` without biases or clamping; the fused weight here
+//!   is `[H, 2I]` with the gate in the first `I` columns and up in the last (the file's
+//!   per-expert `gate_proj` / `up_proj`, or transformers' in-memory `gate_up_proj` whose
+//!   `chunk(2)` takes the gate first); combined as gpt-oss's.
 //!
 //! The experts' two projections are grouped matmuls ([`burn_ascend::grouped_matmul`]):
 //! `aclnnGroupedMatmulV4` on `Ascend` (forward, and under `Autodiff` the backward's dx and dW
@@ -21,33 +32,37 @@ use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Distribution, IndexingUpdateOp, Int, Tensor, TensorData};
+use burn::tensor::{DType, Distribution, FloatDType, IndexingUpdateOp, Int, Tensor, TensorData};
 
 use burn_ascend::{grouped_matmul, AttnError, GroupedMatmulBackend, GroupedMatmulSpec};
 
-use crate::load::config::MoeConfig;
+use crate::load::config::{MoeConfig, MoeKind};
 
-/// The MoE block of one gpt-oss layer, parameters in transformers' layout.
+/// The MoE block of one gpt-oss or Qwen3-MoE layer.
 #[derive(Module, Debug)]
 pub struct Moe<B: Backend> {
     /// The router: weight `[hidden, E]` (Burn's `Linear` layout; `[E, hidden]` in the file)
-    /// and bias `[E]`.
+    /// and bias `[E]` (gpt-oss; Qwen3-MoE has none).
     pub router: Linear<B>,
-    /// `[E, hidden, 2·I]`, used as `x @ W`; gate in the even columns, up in the odd ones.
+    /// `[E, hidden, 2·I]`, used as `x @ W`: gpt-oss's gate in the even columns and up in the
+    /// odd ones, Qwen3-MoE's gate in the first `I` columns and up in the last `I`.
     pub gate_up_proj: Param<Tensor<B, 3>>,
-    /// `[E, 2·I]`.
-    pub gate_up_proj_bias: Param<Tensor<B, 2>>,
+    /// `[E, 2·I]` (gpt-oss; Qwen3-MoE has none).
+    pub gate_up_proj_bias: Option<Param<Tensor<B, 2>>>,
     /// `[E, I, hidden]`, used as `x @ W`.
     pub down_proj: Param<Tensor<B, 3>>,
-    /// `[E, hidden]`.
-    pub down_proj_bias: Param<Tensor<B, 2>>,
+    /// `[E, hidden]` (gpt-oss; Qwen3-MoE has none).
+    pub down_proj_bias: Option<Param<Tensor<B, 2>>>,
+    /// The router's and experts' arithmetic.
+    #[module(skip)]
+    pub kind: MoeKind,
     /// Experts per token (`num_experts_per_tok`).
     #[module(skip)]
     pub top_k: usize,
-    /// `swiglu_limit`.
+    /// gpt-oss's `swiglu_limit`.
     #[module(skip)]
     pub limit: f64,
-    /// `swiglu_alpha`.
+    /// gpt-oss's `swiglu_alpha`.
     #[module(skip)]
     pub alpha: f64,
 }
@@ -56,35 +71,41 @@ pub struct Moe<B: Backend> {
 pub struct Routing<B: Backend> {
     /// Expert indices `[T·k]`, row-major `[T, k]`, best first (as `torch.topk` orders them).
     pub indices: Vec<i64>,
-    /// Routing weights `[T, k]`: softmax over the selected router logits (differentiable
-    /// through them).
+    /// Routing weights `[T, k]` in the logits' dtype: gpt-oss's softmax over the selected router
+    /// logits, Qwen3-MoE's selected probabilities (renormalised when `norm_topk_prob`);
+    /// differentiable through the logits.
     pub weights: Tensor<B, 2>,
 }
 
 impl<B: Backend> Moe<B> {
-    /// A randomly initialised block (normal, std 0.02, as `GptOssPreTrainedModel` initialises
-    /// experts and router).
-    pub fn new(hidden: usize, intermediate: usize, c: &MoeConfig, device: &B::Device) -> Self {
+    /// A randomly initialised block (normal, std 0.02, as `GptOssPreTrainedModel` and
+    /// `Qwen3MoePreTrainedModel` initialise experts and router), each expert
+    /// `moe_intermediate_size` wide.
+    pub fn new(hidden: usize, c: &MoeConfig, device: &B::Device) -> Self {
         let e = c.num_local_experts;
+        let intermediate = c.moe_intermediate_size;
+        let biased = c.kind == MoeKind::GptOss;
         let normal = Distribution::Normal(0.0, 0.02);
         let router_weight = Tensor::random([hidden, e], normal, device);
+        let zeros = |n: usize| biased.then(|| Param::from_tensor(Tensor::zeros([e, n], device)));
         Self {
             router: Linear {
                 weight: Param::from_tensor(router_weight),
-                bias: Some(Param::from_tensor(Tensor::zeros([e], device))),
+                bias: biased.then(|| Param::from_tensor(Tensor::zeros([e], device))),
             },
             gate_up_proj: Param::from_tensor(Tensor::random(
                 [e, hidden, 2 * intermediate],
                 normal,
                 device,
             )),
-            gate_up_proj_bias: Param::from_tensor(Tensor::zeros([e, 2 * intermediate], device)),
+            gate_up_proj_bias: zeros(2 * intermediate),
             down_proj: Param::from_tensor(Tensor::random(
                 [e, intermediate, hidden],
                 normal,
                 device,
             )),
-            down_proj_bias: Param::from_tensor(Tensor::zeros([e, hidden], device)),
+            down_proj_bias: zeros(hidden),
+            kind: c.kind,
             top_k: c.num_experts_per_tok,
             limit: c.swiglu_limit,
             alpha: c.swiglu_alpha,
@@ -106,39 +127,71 @@ impl<B: Backend> Moe<B> {
         )
     }
 
-    /// `GptOssTopKRouter.forward`: top-k of the router logits and a softmax over the selected
-    /// ones. The selection is read to the host (the per-expert token lists must be there
-    /// anyway to select the tokens), ordered as `torch.topk` orders it: descending, ties to the
-    /// lower expert index; the weights are gathered from the logits so their gradient flows
-    /// back into the router through the selected logits only, as torch's `topk` backward does.
+    /// The routing of `x [T, hidden]`: [`Self::route_logits`] of its router logits.
     pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
-        let logits = self.router_logits(x);
+        self.route_logits(self.router_logits(x))
+    }
+
+    /// The routing of router logits `[T, E]`, as the block's kind routes: gpt-oss's
+    /// `GptOssTopKRouter.forward` (top-k of the logits, a softmax over the selected ones) or
+    /// Qwen3-MoE's `Qwen3MoeTopKRouter.forward` (a softmax over all experts in f32, its top-k,
+    /// renormalised when `norm_topk_prob`, cast back to the logits' dtype). The selection is
+    /// read to the host (the per-expert token lists must be there anyway to select the
+    /// tokens), ordered as `torch.topk` orders it: descending, ties to the lower expert index;
+    /// the weights are gathered on the device so their gradient flows back into the router as
+    /// torch's `topk` backward sends it (through the selected entries only).
+    pub fn route_logits(&self, logits: Tensor<B, 2>) -> Routing<B> {
         let [t, e] = logits.dims();
         let k = self.top_k;
-        let host: Vec<f32> = logits
+        let dt = logits.dtype();
+        // What the top-k ranks: the logits (gpt-oss), or the f32 probabilities (Qwen3-MoE:
+        // two logits that round to one probability tie there, as in torch).
+        let scores = match self.kind {
+            MoeKind::GptOss => logits.clone(),
+            MoeKind::Qwen3 { .. } => softmax(logits.clone().cast(FloatDType::F32), 1),
+        };
+        let host: Vec<f32> = scores
             .clone()
             .into_data()
             .convert::<f32>()
             .to_vec::<f32>()
             .expect("f32 after convert");
-        let mut indices = Vec::with_capacity(t * k);
-        let mut order: Vec<usize> = Vec::with_capacity(e);
-        for row in host.chunks_exact(e.max(1)) {
-            order.clear();
-            order.extend(0..e);
-            order.sort_by(|&a, &b| {
-                row[b]
-                    .partial_cmp(&row[a])
-                    .unwrap_or(std::cmp::Ordering::Equal)
-                    .then(a.cmp(&b))
-            });
-            indices.extend(order[..k].iter().map(|&j| j as i64));
-        }
+        let indices = top_k_indices(&host, e, k);
         let device = logits.device();
         let idx = Tensor::<B, 2, Int>::from_data(TensorData::new(indices.clone(), [t, k]), &device);
-        let weights = softmax(logits.gather(1, idx), 1);
+        let weights = match self.kind {
+            MoeKind::GptOss => softmax(logits.gather(1, idx), 1),
+            MoeKind::Qwen3 { norm_topk_prob } => {
+                let top = scores.gather(1, idx);
+                let top = if norm_topk_prob {
+                    top.clone() / top.sum_dim(1)
+                } else {
+                    top
+                };
+                top.cast(dt)
+            }
+        };
         Routing { indices, weights }
     }
+}
+
+/// Per row of `scores` (`[T, e]`, row-major), the indices of its `k` largest entries,
+/// descending, ties to the lower index (`torch.topk`'s order): `[T·k]`.
+pub fn top_k_indices(scores: &[f32], e: usize, k: usize) -> Vec<i64> {
+    let mut indices = Vec::with_capacity(scores.len() / e.max(1) * k);
+    let mut order: Vec<usize> = Vec::with_capacity(e);
+    for row in scores.chunks_exact(e.max(1)) {
+        order.clear();
+        order.extend(0..e);
+        order.sort_by(|&a, &b| {
+            row[b]
+                .partial_cmp(&row[a])
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(a.cmp(&b))
+        });
+        indices.extend(order[..k].iter().map(|&j| j as i64));
+    }
+    indices
 }
 
 impl<B: GroupedMatmulBackend> Moe<B> {
@@ -170,28 +223,40 @@ impl<B: GroupedMatmulBackend> Moe<B> {
         let tokens = Tensor::<B, 1, Int>::from_data(TensorData::new(tokens, [rows]), &device);
         let slots = Tensor::<B, 1, Int>::from_data(TensorData::new(slots, [rows]), &device);
         let xs = x.select(0, tokens.clone());
+        let bias = |b: &Option<Param<Tensor<B, 2>>>| b.as_ref().map(|b| b.val().cast(dt));
         let gate_up = grouped_matmul(
             xs,
             self.gate_up_proj.val().cast(dt),
-            Some(self.gate_up_proj_bias.val().cast(dt)),
+            bias(&self.gate_up_proj_bias),
             &spec,
-        )?
-        .reshape([rows, inter, 2]);
-        // `gate_up[..., ::2]`, `gate_up[..., 1::2]`: interleaved, not halves.
-        let gate = gate_up
-            .clone()
-            .narrow(2, 0, 1)
-            .reshape([rows, inter])
-            .clamp_max(self.limit);
-        let up = gate_up
-            .narrow(2, 1, 1)
-            .reshape([rows, inter])
-            .clamp(-self.limit, self.limit);
-        let glu = gate.clone() * sigmoid_in_dtype(gate * self.alpha);
+        )?;
+        let act = match self.kind {
+            MoeKind::GptOss => {
+                let gate_up = gate_up.reshape([rows, inter, 2]);
+                // `gate_up[..., ::2]`, `gate_up[..., 1::2]`: interleaved, not halves.
+                let gate = gate_up
+                    .clone()
+                    .narrow(2, 0, 1)
+                    .reshape([rows, inter])
+                    .clamp_max(self.limit);
+                let up = gate_up
+                    .narrow(2, 1, 1)
+                    .reshape([rows, inter])
+                    .clamp(-self.limit, self.limit);
+                let glu = gate.clone() * sigmoid_in_dtype(gate * self.alpha);
+                (up + 1.0) * glu
+            }
+            // `gate, up = (x @ gate_up_proj[e]ᵀ).chunk(2, -1)`: halves, gate first.
+            MoeKind::Qwen3 { .. } => {
+                let gate = gate_up.clone().narrow(1, 0, inter);
+                let up = gate_up.narrow(1, inter, inter);
+                silu_in_dtype(gate) * up
+            }
+        };
         let y = grouped_matmul(
-            (up + 1.0) * glu,
+            act,
             self.down_proj.val().cast(dt),
-            Some(self.down_proj_bias.val().cast(dt)),
+            bias(&self.down_proj_bias),
             &spec,
         )?;
         let weights = routing.weights.reshape([rows]).select(0, slots);
@@ -232,4 +297,9 @@ fn sigmoid_in_dtype<B: Backend, const D: usize>(z: Tensor<B, D>) -> Tensor<B, D>
     } else {
         sigmoid(z)
     }
+}
+
+/// `silu(z) = z · σ(z)` in `z`'s dtype (see [`sigmoid_in_dtype`]).
+fn silu_in_dtype<B: Backend, const D: usize>(z: Tensor<B, D>) -> Tensor<B, D> {
+    z.clone() * sigmoid_in_dtype(z)
 }

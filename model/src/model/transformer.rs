@@ -1,6 +1,6 @@
 //! The decoder: token embedding, pre-norm blocks of RMSNorm → GQA attention with learned sinks
 //! (sliding-window or full causal per layer) → RMSNorm → SwiGLU MLP, a final RMSNorm and the output
-//! head (gpt-oss: a mixture of experts in place of SwiGLU, see `moe.rs`) — with the switches
+//! head (gpt-oss, Qwen3-MoE: a mixture of experts in place of SwiGLU, see `moe.rs`) — with the switches
 //! Hugging Face's Llama-family checkpoints need: q/k/v and o biases, MLP biases, Qwen3's q/k
 //! RMSNorm before RoPE, tied embeddings (see `load/config/`).
 //!
@@ -61,7 +61,7 @@ pub struct Mlp<B: Backend> {
     pub lora: Option<MlpAdapters<B>>,
 }
 
-/// A block's feed-forward part: SwiGLU, or gpt-oss's mixture of experts.
+/// A block's feed-forward part: SwiGLU, or gpt-oss's / Qwen3-MoE's mixture of experts.
 // The dense variant is the larger since it carries its LoRA slots; a block holds one, built
 // once, so boxing would buy nothing.
 #[allow(clippy::large_enum_variant)]
@@ -69,7 +69,7 @@ pub struct Mlp<B: Backend> {
 pub enum Ffn<B: Backend> {
     /// The dense SwiGLU MLP (Llama, Qwen, Mistral, ours).
     Dense(Mlp<B>),
-    /// gpt-oss's routed experts (`GptOssMLP`).
+    /// Routed experts (gpt-oss's `GptOssMLP`, Qwen3-MoE's `Qwen3MoeSparseMoeBlock`).
     Experts(Moe<B>),
 }
 
@@ -173,7 +173,7 @@ impl<B: Backend> Transformer<B> {
         };
         let norm = || norm_of(h);
         let layers = (0..c.num_hidden_layers)
-            .map(|_| Block {
+            .map(|i| Block {
                 input_layernorm: norm(),
                 self_attn: Attention {
                     q_proj: linear(h, n * d, c.attention_bias, device),
@@ -189,8 +189,8 @@ impl<B: Backend> Transformer<B> {
                 },
                 post_attention_layernorm: norm(),
                 mlp: match &c.moe {
-                    Some(m) => Ffn::Experts(Moe::new(h, c.intermediate_size, m, device)),
-                    None => Ffn::Dense(Mlp {
+                    Some(m) if c.is_sparse_layer(i) => Ffn::Experts(Moe::new(h, m, device)),
+                    _ => Ffn::Dense(Mlp {
                         gate_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
                         up_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
                         down_proj: linear(c.intermediate_size, h, c.mlp_bias, device),

@@ -29,6 +29,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Element, Int, Tensor, TensorData};
 use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::GroupedMatmulBackend;
+use burn_ascend_model::load::config::MoeKind;
 use burn_ascend_model::model::moe::Moe;
 use burn_ascend_model::{ModelConfig, Transformer};
 use burn_ascend_test_support::max_abs_diff;
@@ -122,9 +123,10 @@ fn moe<B: Backend>(params: &[(Vec<f64>, Vec<usize>)], device: &B::Device) -> Moe
             bias: Some(param(&params[1], device)),
         },
         gate_up_proj: param(&params[2], device),
-        gate_up_proj_bias: param(&params[3], device),
+        gate_up_proj_bias: Some(param(&params[3], device)),
         down_proj: param(&params[4], device),
-        down_proj_bias: param(&params[5], device),
+        down_proj_bias: Some(param(&params[5], device)),
+        kind: MoeKind::GptOss,
         top_k: 2,
         limit: LIMIT,
         alpha: ALPHA,
@@ -185,9 +187,16 @@ fn run<A: AutodiffBackend + GroupedMatmulBackend>(
         transposed(&to_f64(m.router.weight.val().grad(&g).unwrap()), h, e),
         to_f64(m.router.bias.as_ref().unwrap().val().grad(&g).unwrap()),
         to_f64(m.gate_up_proj.val().grad(&g).unwrap()),
-        to_f64(m.gate_up_proj_bias.val().grad(&g).unwrap()),
+        to_f64(
+            m.gate_up_proj_bias
+                .as_ref()
+                .unwrap()
+                .val()
+                .grad(&g)
+                .unwrap(),
+        ),
         to_f64(m.down_proj.val().grad(&g).unwrap()),
-        to_f64(m.down_proj_bias.val().grad(&g).unwrap()),
+        to_f64(m.down_proj_bias.as_ref().unwrap().val().grad(&g).unwrap()),
     ];
     Run {
         out: to_f64(out),
@@ -480,6 +489,9 @@ fn gpt_oss_configs_read_as_transformers_reads_them() {
     assert_eq!(
         c.moe,
         Some(MoeConfig {
+            kind: MoeKind::GptOss,
+            moe_intermediate_size: 16,
+            dense_layers: Vec::new(),
             num_local_experts: 4,
             num_experts_per_tok: 2,
             swiglu_limit: 7.0,

@@ -423,6 +423,7 @@ hf_case!(qwen3);
 hf_case!(mistral);
 hf_case!(gpt_oss);
 hf_case!(gpt_oss_mxfp4);
+hf_case!(qwen3_moe);
 
 // ---- config parsing --------------------------------------------------------------------
 
