@@ -27,6 +27,7 @@ pub mod fused;
 pub mod graph;
 mod grouped_matmul;
 pub mod memory;
+mod moe_gating;
 mod optim;
 pub mod profile;
 pub mod qtensor;
