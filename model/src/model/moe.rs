@@ -23,18 +23,22 @@
 //!
 //! The experts' two projections are grouped matmuls ([`burn_ascend::grouped_matmul`]):
 //! `aclnnGroupedMatmulV4` on `Ascend` (forward, and under `Autodiff` the backward's dx and dW
-//! too), the composite on any other backend. Routing (top-k on the host, the sort by expert,
-//! the weighted combine) is plain Burn ops on every backend; CANN's routing kernels
-//! (`aclnnMoeInitRoutingV2`, `aclnnMoeFinalizeRoutingV2`, the gating top-k, with their grads)
-//! are not used yet (see `docs/moe.md`).
+//! too), the composite on any other backend. The router is one op,
+//! [`moe_gating_top_k_softmax`] (`aclnnMoeGatingTopKSoftmaxV2` on `Ascend`, its backward
+//! composed of the backend's ops); the sort by expert and the weighted combine are plain Burn
+//! ops on every backend, CANN's `aclnnMoeInitRoutingV2` / `aclnnMoeFinalizeRoutingV2` are not
+//! used yet (see `docs/moe.md`).
 
 use burn::module::{Module, Param};
 use burn::nn::Linear;
-use burn::tensor::activation::{sigmoid, softmax};
+use burn::tensor::activation::sigmoid;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Distribution, FloatDType, IndexingUpdateOp, Int, Tensor, TensorData};
 
-use burn_ascend::{grouped_matmul, AttnError, GroupedMatmulBackend, GroupedMatmulSpec};
+use burn_ascend::{
+    grouped_matmul, moe_gating_top_k_softmax, AttnError, GatingOrder, GroupedMatmulBackend,
+    GroupedMatmulSpec, MoeGatingBackend,
+};
 
 use crate::load::config::{MoeConfig, MoeKind};
 
@@ -126,75 +130,54 @@ impl<B: Backend> Moe<B> {
             self.router.bias.as_ref().map(|b| b.val().cast(dt)),
         )
     }
+}
 
+impl<B: MoeGatingBackend> Moe<B> {
     /// The routing of `x [T, hidden]`: [`Self::route_logits`] of its router logits.
-    pub fn route(&self, x: Tensor<B, 2>) -> Routing<B> {
+    pub fn route(&self, x: Tensor<B, 2>) -> Result<Routing<B>, AttnError> {
         self.route_logits(self.router_logits(x))
     }
 
-    /// The routing of router logits `[T, E]`, as the block's kind routes: gpt-oss's
-    /// `GptOssTopKRouter.forward` (top-k of the logits, a softmax over the selected ones) or
-    /// Qwen3-MoE's `Qwen3MoeTopKRouter.forward` (a softmax over all experts in f32, its top-k,
-    /// renormalised when `norm_topk_prob`, cast back to the logits' dtype). The selection is
-    /// read to the host (the per-expert token lists must be there anyway to select the
-    /// tokens), ordered as `torch.topk` orders it: descending, ties to the lower expert index;
-    /// the weights are gathered on the device so their gradient flows back into the router as
-    /// torch's `topk` backward sends it (through the selected entries only).
-    pub fn route_logits(&self, logits: Tensor<B, 2>) -> Routing<B> {
-        let [t, e] = logits.dims();
-        let k = self.top_k;
+    /// The routing of router logits `[T, E]`, as the block's kind routes, through the router
+    /// op ([`moe_gating_top_k_softmax`]: `aclnnMoeGatingTopKSoftmaxV2` on `Ascend`, the
+    /// composite elsewhere): gpt-oss's `GptOssTopKRouter.forward` is its renorm 1 (top-k of the
+    /// logits, a softmax over the selected ones) on the logits as they are; Qwen3-MoE's
+    /// `Qwen3MoeTopKRouter.forward` (a softmax over all experts in f32, its top-k, divided by
+    /// its sum when `norm_topk_prob`, cast back to the logits' dtype) is renorm 1 on the f32
+    /// logits with `norm_topk_prob` (the renormalised top-k of a softmax is the softmax of the
+    /// top-k logits) and renorm 0 without. The experts come back to the host (the per-expert
+    /// token lists must be there anyway), best first, ties to the lower expert index as
+    /// `torch.topk` orders them; the weights' gradient flows back into the router through
+    /// the op's backward, as torch's `topk` / `gather` backward sends it.
+    pub fn route_logits(&self, logits: Tensor<B, 2>) -> Result<Routing<B>, AttnError> {
+        let [t, _] = logits.dims();
         let dt = logits.dtype();
-        // What the top-k ranks: the logits (gpt-oss), or the f32 probabilities (Qwen3-MoE:
-        // two logits that round to one probability tie there, as in torch).
-        let scores = match self.kind {
-            MoeKind::GptOss => logits.clone(),
-            MoeKind::Qwen3 { .. } => softmax(logits.clone().cast(FloatDType::F32), 1),
-        };
-        let host: Vec<f32> = scores
-            .clone()
-            .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
-            .expect("f32 after convert");
-        let indices = top_k_indices(&host, e, k);
-        let device = logits.device();
-        let idx = Tensor::<B, 2, Int>::from_data(TensorData::new(indices.clone(), [t, k]), &device);
-        let weights = match self.kind {
-            MoeKind::GptOss => softmax(logits.gather(1, idx), 1),
-            MoeKind::Qwen3 { norm_topk_prob } => {
-                let top = scores.gather(1, idx);
-                let top = if norm_topk_prob {
-                    top.clone() / top.sum_dim(1)
+        let (x, order) = match self.kind {
+            MoeKind::GptOss => (logits, GatingOrder::TopKThenSoftmax),
+            MoeKind::Qwen3 { norm_topk_prob } => (
+                logits.cast(FloatDType::F32),
+                if norm_topk_prob {
+                    GatingOrder::TopKThenSoftmax
                 } else {
-                    top
-                };
-                top.cast(dt)
-            }
+                    GatingOrder::SoftmaxThenTopK
+                },
+            ),
         };
-        Routing { indices, weights }
+        let (weights, idx) = moe_gating_top_k_softmax(x, self.top_k, order)?;
+        let indices = idx
+            .into_data()
+            .convert::<i64>()
+            .to_vec::<i64>()
+            .expect("i64 after convert");
+        debug_assert_eq!(indices.len(), t * self.top_k);
+        Ok(Routing {
+            indices,
+            weights: weights.cast(dt),
+        })
     }
 }
 
-/// Per row of `scores` (`[T, e]`, row-major), the indices of its `k` largest entries,
-/// descending, ties to the lower index (`torch.topk`'s order): `[T·k]`.
-pub fn top_k_indices(scores: &[f32], e: usize, k: usize) -> Vec<i64> {
-    let mut indices = Vec::with_capacity(scores.len() / e.max(1) * k);
-    let mut order: Vec<usize> = Vec::with_capacity(e);
-    for row in scores.chunks_exact(e.max(1)) {
-        order.clear();
-        order.extend(0..e);
-        order.sort_by(|&a, &b| {
-            row[b]
-                .partial_cmp(&row[a])
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then(a.cmp(&b))
-        });
-        indices.extend(order[..k].iter().map(|&j| j as i64));
-    }
-    indices
-}
-
-impl<B: GroupedMatmulBackend> Moe<B> {
+impl<B: GroupedMatmulBackend + MoeGatingBackend> Moe<B> {
     /// The block's output `[T, hidden]` for `x [T, hidden]`, in `x`'s dtype (the parameters
     /// are cast to it, as the rest of the model does under mixed precision).
     ///
@@ -214,7 +197,7 @@ impl<B: GroupedMatmulBackend> Moe<B> {
         if t == 0 {
             return Ok(Tensor::<B, 2>::zeros([0, h], &device).cast(dt));
         }
-        let routing = self.route(x.clone());
+        let routing = self.route(x.clone())?;
         let k = self.top_k;
         let e = self.num_experts();
         let inter = self.gate_up_proj.dims()[2] / 2;

@@ -22,7 +22,7 @@ use crate::model::moe::Moe;
 use crate::model::rope::Rope;
 use burn_ascend::{
     flash_attention_varlen, AttnError, FlashAttnOptions, FusedBackend, GroupedMatmulBackend,
-    TrainingBackend,
+    MoeGatingBackend, TrainingBackend,
 };
 
 /// Grouped-query attention with optional learned per-head sinks.
@@ -91,7 +91,7 @@ impl<B: Backend> Ffn<B> {
     }
 }
 
-impl<B: GroupedMatmulBackend> Ffn<B> {
+impl<B: GroupedMatmulBackend + MoeGatingBackend> Ffn<B> {
     /// `x [T, hidden]` → `[T, hidden]`; the experts' grouped matmuls can refuse (typed).
     pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         match self {
@@ -342,7 +342,7 @@ impl<B: TrainingBackend> Block<B> {
     }
 }
 
-impl<B: GroupedMatmulBackend> Transformer<B> {
+impl<B: GroupedMatmulBackend + MoeGatingBackend> Transformer<B> {
     /// Logits `[B, S, V]` of a padded batch `tokens [B, S]` whose row `b` holds `lengths[b]`
     /// real tokens, attention composed of Burn ops (matmul, mask, softmax with the sink as an
     /// extra column). Rows past a length produce unspecified logits.
@@ -415,7 +415,7 @@ impl<B: FusedBackend> Mlp<B> {
     }
 }
 
-impl<B: FusedBackend + GroupedMatmulBackend> Ffn<B> {
+impl<B: FusedBackend + GroupedMatmulBackend + MoeGatingBackend> Ffn<B> {
     /// [`Ffn::forward`] with the dense MLP's SwiGLU fused ([`Mlp::forward_fused`]).
     pub fn forward_fused(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         match self {

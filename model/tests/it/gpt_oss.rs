@@ -28,7 +28,7 @@ use burn::nn::Linear;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Element, Int, Tensor, TensorData};
 use burn_ascend::backend::{Ascend, AscendDevice};
-use burn_ascend::GroupedMatmulBackend;
+use burn_ascend::{GroupedMatmulBackend, MoeGatingBackend};
 use burn_ascend_model::load::config::MoeKind;
 use burn_ascend_model::model::moe::Moe;
 use burn_ascend_model::{ModelConfig, Transformer};
@@ -160,7 +160,7 @@ struct Run {
     grads: Vec<Vec<f64>>,
 }
 
-fn run<A: AutodiffBackend + GroupedMatmulBackend>(
+fn run<A: AutodiffBackend + GroupedMatmulBackend + MoeGatingBackend>(
     params: &[(Vec<f64>, Vec<usize>)],
     (x, xs): &(Vec<f64>, Vec<usize>),
     (w, ws): &(Vec<f64>, Vec<usize>),
@@ -176,7 +176,7 @@ fn run<A: AutodiffBackend + GroupedMatmulBackend>(
         TensorData::new(w.clone(), [ws[0], ws[1]]).convert::<A::FloatElem>(),
         (device, float_dtype::<A>()),
     );
-    let routing = m.route(x.clone());
+    let routing = m.route(x.clone()).unwrap();
     let out = m.forward(x.clone()).unwrap();
     let loss = (out.clone() * w).sum();
     let loss_value = to_f64(loss.clone())[0];
@@ -207,7 +207,7 @@ fn run<A: AutodiffBackend + GroupedMatmulBackend>(
     }
 }
 
-fn moe_block_matches_transformers<A: AutodiffBackend + GroupedMatmulBackend>(
+fn moe_block_matches_transformers<A: AutodiffBackend + GroupedMatmulBackend + MoeGatingBackend>(
     device: &A::Device,
     backend: &str,
 ) {
@@ -302,7 +302,7 @@ fn moe_block_gradients_equal_central_finite_differences_in_f64() {
         let f64s = (&device, DType::F64);
         let xt = Tensor::<B, 2>::from_data(TensorData::new(t[0].0.clone(), [10, 64]), f64s);
         let wt = Tensor::<B, 2>::from_data(TensorData::new(w.0.clone(), [10, 64]), f64s);
-        let indices = m.route(xt.clone()).indices;
+        let indices = m.route(xt.clone()).unwrap().indices;
         (to_f64((m.forward(xt).unwrap() * wt).sum())[0], indices)
     };
     let names = [

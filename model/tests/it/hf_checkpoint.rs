@@ -204,7 +204,7 @@ fn routing<Bk: TrainingBackend>(m: &Transformer<Bk>, e: &Expected) -> Vec<(Vec<i
                 r[k - 1] - r[k]
             })
             .collect();
-        out.push((moe.route(h.clone()).indices, margins));
+        out.push((moe.route(h.clone()).unwrap().indices, margins));
     })
     .unwrap();
     out

@@ -95,7 +95,7 @@ fn router_matches_transformers<Bk: TrainingBackend>(device: &Bk::Device, backend
     let mut layers = 0;
     m.forward_packed_observed(tokens, &cu, |i, h| {
         let moe = m.layers[i].mlp.experts().expect("every layer is sparse");
-        let routing = moe.route(h.clone());
+        let routing = moe.route(h.clone()).unwrap();
         let logits = host(moe.router_logits(h.clone()));
         assert_eq!(
             routing.indices,
@@ -127,7 +127,14 @@ fn the_router_picks_transformers_experts_and_weights_on_ndarray() {
 
 #[test]
 fn the_router_picks_transformers_experts_and_weights_on_ascend_simulation() {
+    // On Ascend the router is CANN's `aclnnMoeGatingTopKSoftmaxV2` (renorm 1 on the f32
+    // logits, as norm_topk_prob is set): one launch per layer (the launch counter is this
+    // thread's).
+    const OP: &str = "aclnnMoeGatingTopKSoftmaxV2";
+    let before = burn_ascend_acl_sim::launches(OP);
     router_matches_transformers::<Ascend>(&AscendDevice::sim(), "Ascend sim");
+    // The packed forward routes once per layer, the test's own route once more.
+    assert_eq!(burn_ascend_acl_sim::launches(OP), before + 4);
 }
 
 #[test]
