@@ -19,5 +19,6 @@ mod infer_dtypes;
 mod leaks;
 mod loader;
 mod math;
+mod moe_gating;
 mod random_bounds;
 mod streams;
