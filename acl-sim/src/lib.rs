@@ -80,6 +80,7 @@ mod hccl;
 mod incre;
 mod index;
 mod math;
+mod moe_gating;
 mod optim;
 mod prompt;
 mod scatter;

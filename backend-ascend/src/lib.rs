@@ -28,6 +28,7 @@ pub mod graph;
 mod grouped_matmul;
 mod linear;
 pub mod memory;
+mod moe_gating;
 mod optim;
 pub mod profile;
 pub mod qtensor;

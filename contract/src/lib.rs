@@ -23,6 +23,7 @@ pub mod fia;
 pub mod fused;
 pub mod grouped_matmul;
 pub mod incre;
+pub mod moe_gating;
 pub mod optim;
 pub mod post_quant;
 pub mod prompt;

@@ -4,7 +4,8 @@
 //! extension trait with a composite default for every backend, CPU kernels for `NdArray`, an
 //! `Autodiff` impl (a fused backward, or forward-only for the inference ops) and the public
 //! functions. [`backend`] bundles the traits: [`AttentionBackend`] (the attention ops) and
-//! [`TrainingBackend`] (with the fused ops, the grouped matmul and the optimizer step);
+//! [`TrainingBackend`] (with the fused ops, the grouped matmul, the MoE router and the optimizer
+//! step);
 //! [`common`] holds what several ops share.
 //!
 //! Start with [`flash_attention_varlen`] (flash-attn shaped) or [`varlen_score`] (CANN shaped).
@@ -23,6 +24,7 @@ pub mod grouped_matmul;
 pub mod host;
 pub mod incre;
 pub mod linear;
+pub mod moe_gating;
 pub mod optim;
 pub mod paged_cache;
 pub mod prompt;
@@ -56,6 +58,7 @@ pub use incre::api::{incre_flash_attention, incre_flash_attention_with, IncreKvF
 pub use incre::{IfaLayout, IncreSpec};
 pub use linear::api::linear;
 pub use linear::{LinearBackend, WeightLayout};
+pub use moe_gating::{moe_gating_top_k_softmax, GatingOrder, MoeGatingBackend};
 pub use optim::{AdamWHyper, AdamWTensors, OptimBackend};
 pub use paged_cache::{AttendOptions, AttendPath, PagedKvCache, SeqId};
 pub use prompt::api::{prompt_flash_attention, prompt_flash_attention_with};

@@ -20,5 +20,6 @@ mod infer_dtypes;
 mod leaks;
 mod loader;
 mod math;
+mod moe_gating;
 mod random_bounds;
 mod streams;

@@ -21,6 +21,7 @@ mod fia_sink;
 mod grouped_matmul;
 mod infer_dtypes;
 mod memory_pool;
+mod moe_gating;
 mod native_elementwise;
 mod native_index;
 mod serving;

@@ -41,6 +41,11 @@ pub mod fused {
     pub mod selftest;
 }
 
+/// The MoE router (`aclnnMoeGatingTopKSoftmaxV2`): no bundle replay, the selftest's cases only.
+pub mod moe_gating {
+    pub mod selftest;
+}
+
 use crate::replay::ReplayOp;
 
 /// The ops `run` knows, in the order its "unknown op" error lists them.

@@ -34,7 +34,7 @@ mod report;
 pub use command::{main, run};
 pub use report::{CaseResult, Probe, Report, Status};
 
-use crate::op::{fia, fused, incre, prompt, scatter, varlen};
+use crate::op::{fia, fused, incre, moe_gating, prompt, scatter, varlen};
 use crate::Device;
 
 /// Every op's cases, in report order: one line per op (prompt and incre alternate per dtype).
@@ -49,7 +49,11 @@ fn op_cases(device: Device, inject: bool) -> Vec<CaseResult> {
     cases.extend(fia::selftest::cases(device));
     cases.extend(backend_harness::run_all(
         device,
-        &[native::cases, fused::selftest::cases],
+        &[
+            native::cases,
+            fused::selftest::cases,
+            moe_gating::selftest::cases,
+        ],
     ));
     cases
 }

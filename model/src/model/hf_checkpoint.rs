@@ -4,7 +4,10 @@
 //! `Linear` keeps `[in, out]`, so they are transposed on the way in and out). gpt-oss's experts:
 //! `mlp.router.{weight,bias}` and `mlp.experts.{gate_up_proj,down_proj}[_bias]`, f32/bf16 or MXFP4
 //! (`*_blocks` / `*_scales`, dequantized on load when the config's `quantization_config` says
-//! mxfp4). Loads f32, f16 and bf16 files, sharded or not (`model.safetensors` or
+//! mxfp4). Qwen3-MoE's: `mlp.gate.weight` and per expert
+//! `mlp.experts.{e}.{gate_proj,up_proj,down_proj}.weight` (what transformers 5's
+//! `save_pretrained` writes; its in-memory fused `mlp.experts.{gate_up_proj,down_proj}` load
+//! too). Loads f32, f16 and bf16 files, sharded or not (`model.safetensors` or
 //! `model-*-of-*.safetensors`).
 
 use std::collections::HashMap;
@@ -18,7 +21,7 @@ use burn::tensor::{Tensor, TensorData};
 use half::{bf16, f16};
 use safetensors::Dtype;
 
-use crate::load::config::{load_config, ModelConfig};
+use crate::load::config::{load_config, ModelConfig, MoeKind};
 use crate::load::weight_file::for_each_tensor;
 use crate::model::mxfp4;
 use crate::model::transformer::{Ffn, Transformer};
@@ -63,6 +66,16 @@ enum ParamRef<'a, B: Backend> {
     LinearWeight(&'a Param<Tensor<B, 2>>),
     /// A rank-3 tensor kept as the file has it (gpt-oss's fused expert weights).
     Tensor3(&'a Param<Tensor<B, 3>>),
+    /// One expert's linear weight inside a stacked `[E, in, ·]` tensor: expert `.1`, columns
+    /// `.2 .. .2 + .3` (`[in, out]`), transposed in the file (Qwen3-MoE's per-expert
+    /// `gate_proj` / `up_proj` / `down_proj`).
+    ExpertLinear(&'a Param<Tensor<B, 3>>, usize, usize, usize),
+}
+
+/// Expert `e`'s columns `c0 .. c0 + n` of a stacked `[E, in, out]` tensor: `[in, n]`.
+fn expert_columns<B: Backend>(t: Tensor<B, 3>, e: usize, c0: usize, n: usize) -> Tensor<B, 2> {
+    let d_in = t.dims()[1];
+    t.narrow(0, e, 1).narrow(2, c0, n).reshape([d_in, n])
 }
 
 /// Calls `f` on every parameter with its Hugging Face name.
@@ -88,22 +101,42 @@ fn walk<B: Backend>(model: &Transformer<B>, mut f: impl FnMut(String, ParamRef<'
             }
             // GptOssMLP's names: `mlp.router.{weight,bias}` (nn.Linear layout) and
             // `mlp.experts.{gate_up_proj,down_proj}[_bias]` (kept as the file has them).
-            Ffn::Experts(m) => {
+            Ffn::Experts(m) if m.kind == MoeKind::GptOss => {
                 linear(&mut f, format!("{p}.mlp.router"), &m.router);
                 let e = format!("{p}.mlp.experts");
                 f(
                     format!("{e}.gate_up_proj"),
                     ParamRef::Tensor3(&m.gate_up_proj),
                 );
-                f(
-                    format!("{e}.gate_up_proj_bias"),
-                    ParamRef::Matrix(&m.gate_up_proj_bias),
-                );
+                if let Some(b) = &m.gate_up_proj_bias {
+                    f(format!("{e}.gate_up_proj_bias"), ParamRef::Matrix(b));
+                }
                 f(format!("{e}.down_proj"), ParamRef::Tensor3(&m.down_proj));
-                f(
-                    format!("{e}.down_proj_bias"),
-                    ParamRef::Matrix(&m.down_proj_bias),
-                );
+                if let Some(b) = &m.down_proj_bias {
+                    f(format!("{e}.down_proj_bias"), ParamRef::Matrix(b));
+                }
+            }
+            // Qwen3MoeSparseMoeBlock's names as saved: `mlp.gate.weight` and one nn.Linear
+            // weight per expert and projection.
+            Ffn::Experts(m) => {
+                linear(&mut f, format!("{p}.mlp.gate"), &m.router);
+                let (h, inter) = (m.down_proj.dims()[2], m.down_proj.dims()[1]);
+                for e in 0..m.num_experts() {
+                    let x = format!("{p}.mlp.experts.{e}");
+                    let gu = &m.gate_up_proj;
+                    f(
+                        format!("{x}.gate_proj.weight"),
+                        ParamRef::ExpertLinear(gu, e, 0, inter),
+                    );
+                    f(
+                        format!("{x}.up_proj.weight"),
+                        ParamRef::ExpertLinear(gu, e, inter, inter),
+                    );
+                    f(
+                        format!("{x}.down_proj.weight"),
+                        ParamRef::ExpertLinear(&m.down_proj, e, 0, h),
+                    );
+                }
             }
         }
     }
@@ -156,6 +189,9 @@ pub fn named_weights<B: Backend>(model: &Transformer<B>) -> Vec<(String, HostF32
             ParamRef::Matrix(m) => host(m.val()),
             ParamRef::LinearWeight(w) => transpose(host(w.val())),
             ParamRef::Tensor3(t) => host(t.val()),
+            ParamRef::ExpertLinear(t, e, c0, n) => {
+                transpose(host(expert_columns(t.val(), e, c0, n)))
+            }
         };
         out.push((name, t));
     });
@@ -178,6 +214,9 @@ pub fn named_grads<B: AutodiffBackend>(
                 .get::<B::InnerBackend, 2>(w.id)
                 .map(|g| transpose(host(g))),
             ParamRef::Tensor3(t) => grads.get::<B::InnerBackend, 3>(t.id).map(host),
+            ParamRef::ExpertLinear(t, e, c0, n) => grads
+                .get::<B::InnerBackend, 3>(t.id)
+                .map(|g| transpose(host(expert_columns(g, e, c0, n)))),
         };
         if let Some(g) = g {
             out.push((name, g));
@@ -371,21 +410,29 @@ fn check_config_against(
             ("hidden_size", h),
         ],
     ));
-    match &c.moe {
-        None => checks.push((
-            format!("{p}.mlp.gate_proj.weight"),
+    let dense = (0..c.num_hidden_layers).find(|&i| !c.is_sparse_layer(i));
+    if let Some(i) = dense {
+        checks.push((
+            format!("model.layers.{i}.mlp.gate_proj.weight"),
             vec![
                 ("intermediate_size", c.intermediate_size as u128),
                 ("hidden_size", h),
             ],
-        )),
-        Some(m) => checks.push((
-            format!("{p}.mlp.router.weight"),
+        ));
+    }
+    let sparse = (0..c.num_hidden_layers).find(|&i| c.is_sparse_layer(i));
+    if let (Some(m), Some(i)) = (&c.moe, sparse) {
+        let router = match m.kind {
+            MoeKind::GptOss => "router",
+            MoeKind::Qwen3 { .. } => "gate",
+        };
+        checks.push((
+            format!("model.layers.{i}.mlp.{router}.weight"),
             vec![
                 ("num_local_experts", m.num_local_experts as u128),
                 ("hidden_size", h),
             ],
-        )),
+        ));
     }
     for (name, dims) in checks {
         let Some(shape) = shapes.get(&name) else {
@@ -677,6 +724,7 @@ fn load_weights_checked<B: Backend>(
         c.head_dim,
         c.intermediate_size,
     );
+    let expert_inter = c.moe.as_ref().map_or(inter, |m| m.moe_intermediate_size);
     let mut layers = Vec::with_capacity(c.num_hidden_layers);
     for (i, t) in template.layers.into_iter().enumerate() {
         let p = format!("model.layers.{i}");
@@ -716,16 +764,21 @@ fn load_weights_checked<B: Backend>(
                 m.up_proj = w.linear(&format!("{p}.mlp.up_proj"), h, inter, mb, device)?;
                 m.down_proj = w.linear(&format!("{p}.mlp.down_proj"), inter, h, mb, device)?;
             }
+            Ffn::Experts(m) if m.kind != MoeKind::GptOss => {
+                load_qwen3_experts(&mut w, &p, m, h, expert_inter, device)?;
+            }
             Ffn::Experts(m) => {
                 let ne = m.num_experts();
                 let e = format!("{p}.mlp.experts");
                 m.router = w.linear(&format!("{p}.mlp.router"), h, ne, true, device)?;
+                let inter = expert_inter;
                 m.gate_up_proj =
                     w.param(&format!("{e}.gate_up_proj"), [ne, h, 2 * inter], device)?;
                 m.gate_up_proj_bias =
-                    w.param(&format!("{e}.gate_up_proj_bias"), [ne, 2 * inter], device)?;
+                    Some(w.param(&format!("{e}.gate_up_proj_bias"), [ne, 2 * inter], device)?);
                 m.down_proj = w.param(&format!("{e}.down_proj"), [ne, inter, h], device)?;
-                m.down_proj_bias = w.param(&format!("{e}.down_proj_bias"), [ne, h], device)?;
+                m.down_proj_bias =
+                    Some(w.param(&format!("{e}.down_proj_bias"), [ne, h], device)?);
             }
         }
         layers.push(layer);
@@ -769,4 +822,51 @@ fn load_weights_checked<B: Backend>(
         compute_dtype: None,
         checkpoint_blocks: false,
     })
+}
+
+/// Qwen3-MoE's router and experts of layer prefix `p` into `m`: the router `mlp.gate.weight`
+/// `[E, H]`; the experts from transformers' fused `mlp.experts.gate_up_proj` `[E, 2I, H]` and
+/// `down_proj` `[E, H, I]` when the file has them, else per expert `gate_proj` / `up_proj`
+/// `[I, H]` and `down_proj` `[H, I]` (what `save_pretrained` writes). Kept as `[E, H, 2I]`
+/// (gate columns first) and `[E, I, H]`, used as `x @ W`.
+fn load_qwen3_experts<B: Backend>(
+    w: &mut Weights,
+    p: &str,
+    m: &mut crate::model::moe::Moe<B>,
+    h: usize,
+    inter: usize,
+    device: &B::Device,
+) -> Result<(), AttnError> {
+    let ne = m.num_experts();
+    m.router = w.linear(&format!("{p}.mlp.gate"), h, ne, false, device)?;
+    let x = format!("{p}.mlp.experts");
+    // `[E, r, c]` → `[E, c, r]`.
+    let swap = |data: Vec<f32>, r: usize, c: usize| -> Vec<f32> {
+        data.chunks_exact(r * c)
+            .flat_map(|one| transpose((one.to_vec(), vec![r, c])).0)
+            .collect::<Vec<f32>>()
+    };
+    let (gate_up, down) = if w.0.contains_key(&format!("{x}.gate_up_proj")) {
+        let gu = w.take(&format!("{x}.gate_up_proj"), &[ne, 2 * inter, h])?;
+        let d = w.take(&format!("{x}.down_proj"), &[ne, h, inter])?;
+        (swap(gu, 2 * inter, h), swap(d, h, inter))
+    } else {
+        let mut gu = Vec::with_capacity(ne * h * 2 * inter);
+        let mut d = Vec::with_capacity(ne * inter * h);
+        for e in 0..ne {
+            let gate = w.take(&format!("{x}.{e}.gate_proj.weight"), &[inter, h])?;
+            let up = w.take(&format!("{x}.{e}.up_proj.weight"), &[inter, h])?;
+            // The rows of `[gate; up]` `[2I, H]`, transposed: `[H, 2I]`, gate columns first.
+            gu.extend(swap([gate, up].concat(), 2 * inter, h));
+            let down = w.take(&format!("{x}.{e}.down_proj.weight"), &[h, inter])?;
+            d.extend(swap(down, h, inter));
+        }
+        (gu, d)
+    };
+    let param = |data: Vec<f32>, shape: [usize; 3]| {
+        Param::from_tensor(Tensor::from_data(TensorData::new(data, shape), device))
+    };
+    m.gate_up_proj = param(gate_up, [ne, h, 2 * inter]);
+    m.down_proj = param(down, [ne, inter, h]);
+    Ok(())
 }

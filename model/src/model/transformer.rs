@@ -1,6 +1,6 @@
 //! The decoder: token embedding, pre-norm blocks of RMSNorm → GQA attention with learned sinks
 //! (sliding-window or full causal per layer) → RMSNorm → SwiGLU MLP, a final RMSNorm and the output
-//! head (gpt-oss: a mixture of experts in place of SwiGLU, see `moe.rs`) — with the switches
+//! head (gpt-oss, Qwen3-MoE: a mixture of experts in place of SwiGLU, see `moe.rs`) — with the switches
 //! Hugging Face's Llama-family checkpoints need: q/k/v and o biases, MLP biases, Qwen3's q/k
 //! RMSNorm before RoPE, tied embeddings (see `load/config/`).
 //!
@@ -22,7 +22,7 @@ use crate::model::moe::Moe;
 use crate::model::rope::Rope;
 use burn_ascend::{
     flash_attention_varlen, AttnError, FlashAttnOptions, FusedBackend, GroupedMatmulBackend,
-    LinearBackend, TrainingBackend, WeightLayout,
+    LinearBackend, MoeGatingBackend, TrainingBackend, WeightLayout,
 };
 
 /// Grouped-query attention with optional learned per-head sinks.
@@ -61,7 +61,7 @@ pub struct Mlp<B: Backend> {
     pub lora: Option<MlpAdapters<B>>,
 }
 
-/// A block's feed-forward part: SwiGLU, or gpt-oss's mixture of experts.
+/// A block's feed-forward part: SwiGLU, or gpt-oss's / Qwen3-MoE's mixture of experts.
 // The dense variant is the larger since it carries its LoRA slots; a block holds one, built
 // once, so boxing would buy nothing.
 #[allow(clippy::large_enum_variant)]
@@ -69,7 +69,7 @@ pub struct Mlp<B: Backend> {
 pub enum Ffn<B: Backend> {
     /// The dense SwiGLU MLP (Llama, Qwen, Mistral, ours).
     Dense(Mlp<B>),
-    /// gpt-oss's routed experts (`GptOssMLP`).
+    /// Routed experts (gpt-oss's `GptOssMLP`, Qwen3-MoE's `Qwen3MoeSparseMoeBlock`).
     Experts(Moe<B>),
 }
 
@@ -91,7 +91,7 @@ impl<B: Backend> Ffn<B> {
     }
 }
 
-impl<B: GroupedMatmulBackend + LinearBackend> Ffn<B> {
+impl<B: GroupedMatmulBackend + LinearBackend + MoeGatingBackend> Ffn<B> {
     /// `x [T, hidden]` → `[T, hidden]`; the experts' grouped matmuls can refuse (typed).
     pub fn forward(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         match self {
@@ -176,7 +176,7 @@ impl<B: Backend> Transformer<B> {
         };
         let norm = || norm_of(h);
         let layers = (0..c.num_hidden_layers)
-            .map(|_| Block {
+            .map(|i| Block {
                 input_layernorm: norm(),
                 self_attn: Attention {
                     q_proj: linear(h, n * d, c.attention_bias, device),
@@ -192,8 +192,8 @@ impl<B: Backend> Transformer<B> {
                 },
                 post_attention_layernorm: norm(),
                 mlp: match &c.moe {
-                    Some(m) => Ffn::Experts(Moe::new(h, c.intermediate_size, m, device)),
-                    None => Ffn::Dense(Mlp {
+                    Some(m) if c.is_sparse_layer(i) => Ffn::Experts(Moe::new(h, m, device)),
+                    _ => Ffn::Dense(Mlp {
                         gate_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
                         up_proj: linear(h, c.intermediate_size, c.mlp_bias, device),
                         down_proj: linear(c.intermediate_size, h, c.mlp_bias, device),
@@ -349,7 +349,7 @@ impl<B: TrainingBackend> Block<B> {
     }
 }
 
-impl<B: GroupedMatmulBackend + LinearBackend> Transformer<B> {
+impl<B: GroupedMatmulBackend + LinearBackend + MoeGatingBackend> Transformer<B> {
     /// Logits `[B, S, V]` of a padded batch `tokens [B, S]` whose row `b` holds `lengths[b]`
     /// real tokens, attention composed of Burn ops (matmul, mask, softmax with the sink as an
     /// extra column). Rows past a length produce unspecified logits.
@@ -422,7 +422,7 @@ impl<B: FusedBackend + LinearBackend> Mlp<B> {
     }
 }
 
-impl<B: FusedBackend + GroupedMatmulBackend + LinearBackend> Ffn<B> {
+impl<B: FusedBackend + GroupedMatmulBackend + LinearBackend + MoeGatingBackend> Ffn<B> {
     /// [`Ffn::forward`] with the dense MLP's SwiGLU fused ([`Mlp::forward_fused`]).
     pub fn forward_fused(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         match self {

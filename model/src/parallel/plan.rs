@@ -30,7 +30,7 @@ use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_ascend::backend::{memory_stats, reset_peak_stats, Ascend, AscendDevice};
 use burn_ascend::AttnError;
 
-use crate::load::config::ModelConfig;
+use crate::load::config::{ModelConfig, MoeKind};
 use crate::model::lora::{attach, freeze_base, LoraSettings, LoraTarget};
 use crate::model::transformer::{cross_entropy_fused, Transformer};
 use crate::parallel::ddp::materialize;
@@ -106,12 +106,13 @@ fn counts(c: &ModelConfig) -> Counts {
     );
     let i = c.intermediate_size as u64;
     let attn = 2 * h * n * d + 2 * h * nkv * d;
-    let mlp = match &c.moe {
-        Some(m) => m.num_local_experts as u64 * (3 * h * i + h),
-        None => 3 * h * i,
-    };
+    let sparse = c.num_sparse_layers() as u64;
+    let experts = c.moe.as_ref().map_or(0, |m| {
+        m.num_local_experts as u64 * (3 * h * m.moe_intermediate_size as u64 + h)
+    });
+    let mlp = sparse * experts + (c.num_hidden_layers as u64 - sparse) * 3 * h * i;
     let head = if c.tie_word_embeddings { 0 } else { v * h };
-    let matrices = c.num_hidden_layers as u64 * (attn + mlp) + head;
+    let matrices = c.num_hidden_layers as u64 * attn + mlp + head;
     Counts {
         matrices,
         other: total - matrices,
@@ -232,10 +233,18 @@ pub fn plan(c: &ModelConfig, spec: &PlanSpec) -> MemoryPlan {
         // gpt-oss's experts (moe.rs), per routed token: the gathered input and the weighted
         // output (h each; the input only where the experts train), gate and up before and
         // after the clamp, the sigmoid, (up + 1), the GLU and their product (i each; the
-        // product only where the experts train). Not measured: the pool check is on dense
+        // product only where the experts train); Qwen3-MoE's the same without the clamps and
+        // (up + 1): gate, up, the sigmoid, the SiLU and the product. Taken on every layer
+        // (an upper bound where some are dense). Not measured: the pool check is on dense
         // models.
         Some(m) => {
-            let per = if full { 7 * i + 2 * h } else { 6 * i + h };
+            let i = m.moe_intermediate_size as u64;
+            let per = match (m.kind, full) {
+                (MoeKind::GptOss, true) => 7 * i + 2 * h,
+                (MoeKind::GptOss, false) => 6 * i + h,
+                (MoeKind::Qwen3 { .. }, true) => 5 * i + 2 * h,
+                (MoeKind::Qwen3 { .. }, false) => 4 * i + h,
+            };
             e * m.num_experts_per_tok as u64 * per
         }
         None => e * (2 + mlp_product as u64) * i,

@@ -29,6 +29,8 @@ use crate::train::sync::GradientSync;
 use burn_ascend::{AttnError, TrainingBackend};
 
 /// Where the model starts.
+// Made once per run, so the config's size beside a path costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Init {
     /// Random weights of this shape.

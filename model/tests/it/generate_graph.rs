@@ -233,6 +233,9 @@ fn graph_decoding_of_a_mixture_of_experts_model_is_refused_naming_it() {
     let (_guard, device) = device_11();
     let cfg = ModelConfig {
         moe: Some(burn_ascend_model::load::config::MoeConfig {
+            kind: burn_ascend_model::load::config::MoeKind::GptOss,
+            moe_intermediate_size: config(true, None).intermediate_size,
+            dense_layers: Vec::new(),
             num_local_experts: 4,
             num_experts_per_tok: 2,
             swiglu_limit: 7.0,

@@ -28,7 +28,8 @@ use burn::nn::Linear;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Element, Int, Tensor, TensorData};
 use burn_ascend::backend::{Ascend, AscendDevice};
-use burn_ascend::GroupedMatmulBackend;
+use burn_ascend::{GroupedMatmulBackend, MoeGatingBackend};
+use burn_ascend_model::load::config::MoeKind;
 use burn_ascend_model::model::moe::Moe;
 use burn_ascend_model::{ModelConfig, Transformer};
 use burn_ascend_test_support::max_abs_diff;
@@ -122,9 +123,10 @@ fn moe<B: Backend>(params: &[(Vec<f64>, Vec<usize>)], device: &B::Device) -> Moe
             bias: Some(param(&params[1], device)),
         },
         gate_up_proj: param(&params[2], device),
-        gate_up_proj_bias: param(&params[3], device),
+        gate_up_proj_bias: Some(param(&params[3], device)),
         down_proj: param(&params[4], device),
-        down_proj_bias: param(&params[5], device),
+        down_proj_bias: Some(param(&params[5], device)),
+        kind: MoeKind::GptOss,
         top_k: 2,
         limit: LIMIT,
         alpha: ALPHA,
@@ -158,7 +160,7 @@ struct Run {
     grads: Vec<Vec<f64>>,
 }
 
-fn run<A: AutodiffBackend + GroupedMatmulBackend>(
+fn run<A: AutodiffBackend + GroupedMatmulBackend + MoeGatingBackend>(
     params: &[(Vec<f64>, Vec<usize>)],
     (x, xs): &(Vec<f64>, Vec<usize>),
     (w, ws): &(Vec<f64>, Vec<usize>),
@@ -174,7 +176,7 @@ fn run<A: AutodiffBackend + GroupedMatmulBackend>(
         TensorData::new(w.clone(), [ws[0], ws[1]]).convert::<A::FloatElem>(),
         (device, float_dtype::<A>()),
     );
-    let routing = m.route(x.clone());
+    let routing = m.route(x.clone()).unwrap();
     let out = m.forward(x.clone()).unwrap();
     let loss = (out.clone() * w).sum();
     let loss_value = to_f64(loss.clone())[0];
@@ -185,9 +187,16 @@ fn run<A: AutodiffBackend + GroupedMatmulBackend>(
         transposed(&to_f64(m.router.weight.val().grad(&g).unwrap()), h, e),
         to_f64(m.router.bias.as_ref().unwrap().val().grad(&g).unwrap()),
         to_f64(m.gate_up_proj.val().grad(&g).unwrap()),
-        to_f64(m.gate_up_proj_bias.val().grad(&g).unwrap()),
+        to_f64(
+            m.gate_up_proj_bias
+                .as_ref()
+                .unwrap()
+                .val()
+                .grad(&g)
+                .unwrap(),
+        ),
         to_f64(m.down_proj.val().grad(&g).unwrap()),
-        to_f64(m.down_proj_bias.val().grad(&g).unwrap()),
+        to_f64(m.down_proj_bias.as_ref().unwrap().val().grad(&g).unwrap()),
     ];
     Run {
         out: to_f64(out),
@@ -198,7 +207,7 @@ fn run<A: AutodiffBackend + GroupedMatmulBackend>(
     }
 }
 
-fn moe_block_matches_transformers<A: AutodiffBackend + GroupedMatmulBackend>(
+fn moe_block_matches_transformers<A: AutodiffBackend + GroupedMatmulBackend + MoeGatingBackend>(
     device: &A::Device,
     backend: &str,
 ) {
@@ -293,7 +302,7 @@ fn moe_block_gradients_equal_central_finite_differences_in_f64() {
         let f64s = (&device, DType::F64);
         let xt = Tensor::<B, 2>::from_data(TensorData::new(t[0].0.clone(), [10, 64]), f64s);
         let wt = Tensor::<B, 2>::from_data(TensorData::new(w.0.clone(), [10, 64]), f64s);
-        let indices = m.route(xt.clone()).indices;
+        let indices = m.route(xt.clone()).unwrap().indices;
         (to_f64((m.forward(xt).unwrap() * wt).sum())[0], indices)
     };
     let names = [
@@ -480,6 +489,9 @@ fn gpt_oss_configs_read_as_transformers_reads_them() {
     assert_eq!(
         c.moe,
         Some(MoeConfig {
+            kind: MoeKind::GptOss,
+            moe_intermediate_size: 16,
+            dense_layers: Vec::new(),
             num_local_experts: 4,
             num_experts_per_tok: 2,
             swiglu_limit: 7.0,

@@ -204,7 +204,7 @@ fn routing<Bk: TrainingBackend>(m: &Transformer<Bk>, e: &Expected) -> Vec<(Vec<i
                 r[k - 1] - r[k]
             })
             .collect();
-        out.push((moe.route(h.clone()).indices, margins));
+        out.push((moe.route(h.clone()).unwrap().indices, margins));
     })
     .unwrap();
     out
@@ -423,6 +423,7 @@ hf_case!(qwen3);
 hf_case!(mistral);
 hf_case!(gpt_oss);
 hf_case!(gpt_oss_mxfp4);
+hf_case!(qwen3_moe);
 
 // ---- config parsing --------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ mod layers;
 mod lora;
 mod optim;
 mod plan;
+mod qwen3_moe;
 mod recompute;
 mod train;
 mod train_graph;

@@ -98,6 +98,8 @@ macro_rules! acl_api_table {
                 // ---- mixture of experts (libopapi.so / libopapi_transformer.so)
                 /// The version torch_npu's `npu_grouped_matmul` calls without V5's extras.
                 grouped_matmul_v4: aclnnGroupedMatmulV4(GroupedMatmulV4Params),
+                /// torch_npu's `npu_moe_gating_top_k_softmax_v2`: the router in one launch.
+                moe_gating_top_k_softmax_v2: aclnnMoeGatingTopKSoftmaxV2(MoeGatingTopKSoftmaxV2Params),
                 // ---- fused transformer-layer ops (norms, rotary embedding, SwiGLU, loss)
                 rms_norm: aclnnRmsNorm(RmsNormParams),
                 rms_norm_grad: aclnnRmsNormGrad(RmsNormGradParams),

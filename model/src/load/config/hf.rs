@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::model_config::{LayerType, ModelConfig, MoeConfig, RopeScaling};
+use super::model_config::{LayerType, ModelConfig, RopeScaling};
+use super::moe_keys::{explicit, RawMoeKeys};
 use burn_ascend::AttnError;
 
 /// The generic attributes of transformers' `PretrainedConfig`: keys any model type's
@@ -184,30 +185,16 @@ pub(super) struct RawConfig {
     quantization_config: Option<Option<Value>>,
     attention_sinks: Option<bool>,
     alternate_sliding: Option<bool>,
-    num_local_experts: Option<usize>,
-    num_experts_per_tok: Option<usize>,
-    /// openai/gpt-oss-* configs' own name of `num_experts_per_tok`; transformers keeps it as
-    /// an inert attribute.
-    experts_per_token: Option<usize>,
     /// openai/gpt-oss-* configs' name of the YaRN `original_max_position_embeddings`; inert in
     /// transformers (the rope dict carries it).
     initial_context_length: Option<Value>,
-    swiglu_limit: Option<f64>,
-    swiglu_alpha: Option<f64>,
-    router_aux_loss_coef: Option<f64>,
-    output_router_logits: Option<bool>,
+    /// The experts' keys (before `rest`: a flattened struct takes its keys, the map then sees
+    /// the others).
+    #[serde(flatten)]
+    moe: RawMoeKeys,
     /// Every other key: metadata, refused or ignored.
     #[serde(flatten)]
     rest: BTreeMap<String, Value>,
-}
-
-/// `Some(value)` for a present key, `null` included (`Some(None)`).
-fn explicit<'de, T, D>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    T: Deserialize<'de>,
-    D: serde::Deserializer<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
 }
 
 /// The typed keys of a RoPE dict (`rope_parameters` / `rope_scaling`), transformers'
@@ -277,6 +264,7 @@ enum Family {
     Llama,
     Qwen2,
     Qwen3,
+    Qwen3Moe,
     Mistral,
     GptOss,
 }
@@ -290,7 +278,7 @@ impl RawConfig {
         let model_type = self.model_type.clone().ok_or_else(|| {
             AttnError::invalid(
                 "config.json",
-                "needs 'model_type' (llama, qwen2, qwen3, mistral, gpt_oss or burn-ascend)"
+                "needs 'model_type' (llama, qwen2, qwen3, qwen3_moe, mistral, gpt_oss or burn-ascend)"
                     .to_string(),
             )
         })?;
@@ -299,11 +287,12 @@ impl RawConfig {
             "llama" => Family::Llama,
             "qwen2" => Family::Qwen2,
             "qwen3" => Family::Qwen3,
+            "qwen3_moe" => Family::Qwen3Moe,
             "mistral" => Family::Mistral,
             "gpt_oss" => Family::GptOss,
             other => {
                 return Err(unsupported(format!(
-                    "model_type {other} (llama, qwen2, qwen3, mistral, gpt_oss, burn-ascend)"
+                    "model_type {other} (llama, qwen2, qwen3, qwen3_moe, mistral, gpt_oss, burn-ascend)"
                 )))
             }
         };
@@ -318,7 +307,7 @@ impl RawConfig {
                 "{k} (a config.json key that changes the arithmetic; not followed here)"
             )));
         }
-        let ignored = IgnoredKeys {
+        let mut ignored = IgnoredKeys {
             model_type: model_type.clone(),
             keys: self
                 .rest
@@ -327,6 +316,19 @@ impl RawConfig {
                 .cloned()
                 .collect(),
         };
+        // Qwen3MoeConfig has neither key (Qwen/Qwen3-*-A*B configs carry max_window_layers):
+        // transformers keeps them as inert attributes and its model never reads them.
+        if family == Family::Qwen3Moe {
+            for (k, set) in [
+                ("max_window_layers", self.max_window_layers.is_some()),
+                ("layer_types", self.layer_types.is_some()),
+            ] {
+                if set {
+                    ignored.keys.push(k.to_string());
+                }
+            }
+            ignored.keys.sort();
+        }
         // Keys each family's transformers config class does not have, refused rather than
         // guessed at (transformers would keep them as inert attributes).
         let foreign: &[(&str, bool)] = &[
@@ -344,18 +346,13 @@ impl RawConfig {
             ("qk_norm", self.qk_norm.is_some()),
             ("attention_sinks", self.attention_sinks.is_some()),
             ("alternate_sliding", self.alternate_sliding.is_some()),
-            ("num_local_experts", self.num_local_experts.is_some()),
-            ("num_experts_per_tok", self.num_experts_per_tok.is_some()),
-            ("experts_per_token", self.experts_per_token.is_some()),
             (
                 "initial_context_length",
                 self.initial_context_length.is_some(),
             ),
-            ("swiglu_limit", self.swiglu_limit.is_some()),
-            ("swiglu_alpha", self.swiglu_alpha.is_some()),
-            ("router_aux_loss_coef", self.router_aux_loss_coef.is_some()),
-            ("output_router_logits", self.output_router_logits.is_some()),
         ];
+        let moe_keys = self.moe.present();
+        let foreign = foreign.iter().chain(moe_keys.iter());
         let allowed: &[&str] = match family {
             Family::Ours => &[
                 "layer_types",
@@ -371,6 +368,10 @@ impl RawConfig {
                 "swiglu_limit",
                 "swiglu_alpha",
                 "output_router_logits",
+                "moe_kind",
+                "moe_intermediate_size",
+                "norm_topk_prob",
+                "mlp_only_layers",
             ],
             // LlamaConfig: attention_bias (q/k/v/o), mlp_bias, pretraining_tp.
             Family::Llama => &["attention_bias", "mlp_bias", "pretraining_tp"],
@@ -389,6 +390,24 @@ impl RawConfig {
                 "max_window_layers",
                 "layer_types",
                 "attention_bias",
+            ],
+            // Qwen3MoeConfig (configuration_qwen3_moe.py; `num_experts` is its name of
+            // `num_local_experts`), plus the two inert keys warned about above.
+            Family::Qwen3Moe => &[
+                "use_sliding_window",
+                "sliding_window",
+                "max_window_layers",
+                "layer_types",
+                "attention_bias",
+                "num_local_experts",
+                "num_experts",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+                "norm_topk_prob",
+                "decoder_sparse_step",
+                "mlp_only_layers",
+                "router_aux_loss_coef",
+                "output_router_logits",
             ],
             // MistralConfig has `sliding_window` only; it warns on `layer_types` and its
             // model ignores them, which we refuse rather than mirror.
@@ -409,7 +428,10 @@ impl RawConfig {
                 "output_router_logits",
             ],
         };
-        if let Some((k, _)) = foreign.iter().find(|(k, set)| *set && !allowed.contains(k)) {
+        if let Some((k, _)) = foreign
+            .into_iter()
+            .find(|(k, set)| *set && !allowed.contains(k))
+        {
             return Err(unsupported(format!(
                 "{k} for model_type {model_type} (not a key of its transformers config)"
             )));
@@ -489,11 +511,13 @@ impl RawConfig {
             None => match family {
                 Family::Ours | Family::Llama => num_attention_heads,
                 Family::Qwen2 | Family::Qwen3 => 32,
+                Family::Qwen3Moe => 4,
                 Family::Mistral | Family::GptOss => 8,
             },
         };
         // head_dim: null or missing is hidden / heads, except Qwen3 whose class default is 128
-        // (Qwen2 has no head_dim key at all and always derives it).
+        // (Qwen2 and Qwen3-MoE have no head_dim field: `getattr(config, "head_dim", hidden /
+        // heads)` reads the key when the file has one).
         let head_dim = match (self.head_dim, family) {
             (Some(Some(d)), _) => d,
             (None, Family::Qwen3) => 128,
@@ -517,7 +541,7 @@ impl RawConfig {
                 self.attention_bias.unwrap_or(false),
                 self.attention_output_bias.unwrap_or(false),
             ),
-            Family::Llama | Family::Qwen3 => {
+            Family::Llama | Family::Qwen3 | Family::Qwen3Moe => {
                 let b = self.attention_bias.unwrap_or(false);
                 (b, b)
             }
@@ -532,7 +556,7 @@ impl RawConfig {
         let mlp_bias = self.mlp_bias.unwrap_or(false);
         let qk_norm = match family {
             Family::Ours => self.qk_norm.unwrap_or(false),
-            Family::Qwen3 => true,
+            Family::Qwen3 | Family::Qwen3Moe => true,
             _ => false,
         };
 
@@ -594,6 +618,21 @@ impl RawConfig {
                 };
                 (window, types)
             }
+            // Qwen3MoeConfig.__post_init__: sliding_window := None unless use_sliding_window;
+            // when set (default 4096) every layer slides (Qwen3MoeAttention passes it on all).
+            Family::Qwen3Moe => {
+                let window = if self.use_sliding_window.unwrap_or(false) {
+                    self.sliding_window.unwrap_or(Some(4096))
+                } else {
+                    None
+                };
+                let kind = if window.is_some() {
+                    LayerType::Sliding
+                } else {
+                    LayerType::Full
+                };
+                (window, LayerType::all(kind, num_hidden_layers))
+            }
             // MistralConfig: sliding_window defaults to 4096 and applies to every layer
             // (MistralAttention passes `config.sliding_window` on all of them).
             Family::Mistral => {
@@ -619,43 +658,9 @@ impl RawConfig {
             _ => false,
         };
         let moe = match family {
-            // GptOssConfig's defaults: 128 experts, top 4, limit 7, alpha 1.702.
-            Family::GptOss => {
-                let per_tok = self.num_experts_per_tok.unwrap_or(4);
-                if let Some(e) = self.experts_per_token {
-                    if e != per_tok {
-                        return Err(unsupported(format!(
-                            "experts_per_token {e} differing from num_experts_per_tok {per_tok} (transformers reads only the latter)"
-                        )));
-                    }
-                }
-                Some(MoeConfig {
-                    num_local_experts: self.num_local_experts.unwrap_or(128),
-                    num_experts_per_tok: per_tok,
-                    swiglu_limit: self.swiglu_limit.unwrap_or(7.0),
-                    swiglu_alpha: self.swiglu_alpha.unwrap_or(1.702),
-                    mxfp4,
-                    output_router_logits: self.output_router_logits.unwrap_or(false),
-                })
-            }
-            Family::Ours => match (self.num_local_experts, self.num_experts_per_tok) {
-                (None, None) => None,
-                (Some(e), Some(k)) => Some(MoeConfig {
-                    num_local_experts: e,
-                    num_experts_per_tok: k,
-                    swiglu_limit: self.swiglu_limit.unwrap_or(7.0),
-                    swiglu_alpha: self.swiglu_alpha.unwrap_or(1.702),
-                    mxfp4: false,
-                    output_router_logits: self.output_router_logits.unwrap_or(false),
-                }),
-                _ => {
-                    return Err(AttnError::invalid(
-                        "config.json",
-                        "needs both 'num_local_experts' and 'num_experts_per_tok' or neither"
-                            .to_string(),
-                    ))
-                }
-            },
+            Family::GptOss => Some(self.moe.gpt_oss(intermediate_size, mxfp4)?),
+            Family::Qwen3Moe => self.moe.qwen3_moe(num_hidden_layers)?,
+            Family::Ours => self.moe.ours(intermediate_size)?,
             _ => None,
         };
 
@@ -738,7 +743,7 @@ impl RawConfig {
             // The class defaults of max_position_embeddings.
             match family {
                 Family::Llama => Some(2048.0),
-                Family::Qwen2 | Family::Qwen3 => Some(32768.0),
+                Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => Some(32768.0),
                 Family::Mistral | Family::GptOss => Some(131072.0),
                 Family::Ours => None,
             },

@@ -1,7 +1,7 @@
 //! The model's hyper-parameters, saved as `config.json` next to the weights.
 //!
 //! Reads our own format (`model_type: "burn-ascend"`) and Hugging Face `config.json` files of the
-//! `llama`, `qwen2`, `qwen3`, `mistral` and `gpt_oss` model types, in the Hub's older form
+//! `llama`, `qwen2`, `qwen3`, `qwen3_moe`, `mistral` and `gpt_oss` model types, in the Hub's older form
 //! (top-level `rope_theta`, `rope_scaling`) and in transformers 5's (`rope_parameters` holding
 //! `rope_theta` and `rope_type`), the way transformers 5 reads them:
 //!
@@ -25,7 +25,8 @@
 mod folder;
 mod hf;
 mod model_config;
+mod moe_keys;
 
 pub use folder::{eos_token_ids, load_config};
 pub use hf::{is_metadata_key, IgnoredKeys, GENERIC_ATTRIBUTES, METADATA_KEYS};
-pub use model_config::{LayerType, ModelConfig, MoeConfig, RopeScaling};
+pub use model_config::{LayerType, ModelConfig, MoeConfig, MoeKind, RopeScaling};

@@ -78,17 +78,43 @@ pub enum RopeScaling {
     },
 }
 
-/// gpt-oss's mixture-of-experts MLP (`GptOssConfig`'s expert keys), in place of SwiGLU on
-/// every layer.
+/// Which mixture-of-experts block a model has: its router and its experts' arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MoeKind {
+    /// gpt-oss (`GptOssTopKRouter`, `GptOssExperts`): a router with bias whose weights are a
+    /// softmax over the top-k *logits*; experts with biases, gate and up interleaved, the
+    /// clamped SwiGLU of [`MoeConfig::swiglu_limit`] / [`MoeConfig::swiglu_alpha`].
+    GptOss,
+    /// Qwen3-MoE (`Qwen3MoeTopKRouter`, `Qwen3MoeExperts`): a router without bias, a softmax
+    /// over *all* experts in f32, its top-k, renormalised to sum 1 when `norm_topk_prob`;
+    /// experts `down(silu(gate x) · up x)` without biases or clamping.
+    Qwen3 {
+        /// `norm_topk_prob`: divide the k probabilities by their sum.
+        norm_topk_prob: bool,
+    },
+}
+
+/// A mixture-of-experts MLP in place of SwiGLU (gpt-oss's `GptOssConfig` or Qwen3-MoE's
+/// `Qwen3MoeConfig` expert keys), on every layer but [`Self::dense_layers`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct MoeConfig {
-    /// `num_local_experts`.
+    /// The router and experts' arithmetic.
+    pub kind: MoeKind,
+    /// `num_local_experts` (Qwen3-MoE's `num_experts`).
     pub num_local_experts: usize,
     /// `num_experts_per_tok` (top-k).
     pub num_experts_per_tok: usize,
-    /// `swiglu_limit`: the gate is clamped from above at it, the up projection to ±it.
+    /// Each expert's inner width: gpt-oss's `intermediate_size`, Qwen3-MoE's
+    /// `moe_intermediate_size` (its dense layers use [`ModelConfig::intermediate_size`]).
+    pub moe_intermediate_size: usize,
+    /// Layers whose MLP is the dense SwiGLU of [`ModelConfig::intermediate_size`], ascending:
+    /// Qwen3-MoE's `mlp_only_layers` and the layers `decoder_sparse_step` skips; empty for
+    /// gpt-oss.
+    pub dense_layers: Vec<usize>,
+    /// gpt-oss's `swiglu_limit`: the gate is clamped from above at it, the up projection to
+    /// ±it (unused by Qwen3-MoE).
     pub swiglu_limit: f64,
-    /// `swiglu_alpha`: `glu = gate · σ(alpha · gate)`.
+    /// gpt-oss's `swiglu_alpha`: `glu = gate · σ(alpha · gate)` (unused by Qwen3-MoE).
     pub swiglu_alpha: f64,
     /// The checkpoint stores the experts in MXFP4 (`quantization_config.quant_method mxfp4`),
     /// dequantized on load.
@@ -143,7 +169,8 @@ pub struct ModelConfig {
     /// Attention dropout probability of the checkpoint; inference ignores it (as transformers
     /// in eval mode), training refuses a non-zero one (not implemented).
     pub attention_dropout: f64,
-    /// gpt-oss: a mixture of experts replaces every layer's SwiGLU MLP.
+    /// gpt-oss, Qwen3-MoE: a mixture of experts replaces the SwiGLU MLP of every layer but
+    /// [`MoeConfig::dense_layers`].
     pub moe: Option<MoeConfig>,
 }
 
@@ -187,6 +214,20 @@ impl ModelConfig {
         }
     }
 
+    /// Whether layer `layer`'s MLP is the mixture of experts (else the dense SwiGLU).
+    pub fn is_sparse_layer(&self, layer: usize) -> bool {
+        self.moe
+            .as_ref()
+            .is_some_and(|m| !m.dense_layers.contains(&layer))
+    }
+
+    /// Number of layers whose MLP is the mixture of experts.
+    pub fn num_sparse_layers(&self) -> usize {
+        (0..self.num_hidden_layers)
+            .filter(|&i| self.is_sparse_layer(i))
+            .count()
+    }
+
     /// Number of parameters.
     pub fn num_params(&self) -> usize {
         let (h, n, nkv, d) = (
@@ -205,28 +246,35 @@ impl ModelConfig {
             + if self.attention_output_bias { h } else { 0 }
             + if self.qk_norm { 2 * d } else { 0 }
             + if self.attention_sinks { n } else { 0 };
-        let mlp = match &self.moe {
-            // Router weight and bias; per expert gate_up [H, 2I] + bias, down [I, H] + bias.
+        let dense = 3 * h * self.intermediate_size
+            + if self.mlp_bias {
+                2 * self.intermediate_size + h
+            } else {
+                0
+            };
+        let sparse = match &self.moe {
             Some(m) => {
-                let i = self.intermediate_size;
-                m.num_local_experts * (h + 1 + 3 * h * i + 2 * i + h)
+                let i = m.moe_intermediate_size;
+                match m.kind {
+                    // Router weight and bias; per expert gate_up [H, 2I] + bias, down [I, H]
+                    // + bias.
+                    MoeKind::GptOss => m.num_local_experts * (h + 1 + 3 * h * i + 2 * i + h),
+                    // Router weight; per expert gate, up [H, I] and down [I, H].
+                    MoeKind::Qwen3 { .. } => m.num_local_experts * (h + 3 * h * i),
+                }
             }
-            None => {
-                3 * h * self.intermediate_size
-                    + if self.mlp_bias {
-                        2 * self.intermediate_size + h
-                    } else {
-                        0
-                    }
-            }
+            None => 0,
         };
-        let layer = attn + mlp + 2 * h;
+        let sparse_layers = self.num_sparse_layers();
+        let layers = self.num_hidden_layers * (attn + 2 * h)
+            + sparse_layers * sparse
+            + (self.num_hidden_layers - sparse_layers) * dense;
         let head = if self.tie_word_embeddings {
             0
         } else {
             self.vocab_size * h
         };
-        self.vocab_size * h + self.num_hidden_layers * layer + h + head
+        self.vocab_size * h + layers + h + head
     }
 
     /// Checks the structural rules the model relies on.
@@ -294,6 +342,22 @@ impl ModelConfig {
                     format!(
                         "must be 1 ..= num_local_experts = {}, got {}",
                         m.num_local_experts, m.num_experts_per_tok
+                    ),
+                );
+            }
+            if m.moe_intermediate_size == 0 {
+                return bad("moe_intermediate_size", "must be positive".into());
+            }
+            if let Some(&l) = m
+                .dense_layers
+                .iter()
+                .find(|&&l| l >= self.num_hidden_layers)
+            {
+                return bad(
+                    "mlp_only_layers",
+                    format!(
+                        "layer {l} is past the last layer (num_hidden_layers {})",
+                        self.num_hidden_layers
                     ),
                 );
             }
@@ -376,9 +440,22 @@ impl ModelConfig {
             let o = v.as_object_mut().expect("object");
             o.insert("num_local_experts".into(), json!(m.num_local_experts));
             o.insert("num_experts_per_tok".into(), json!(m.num_experts_per_tok));
-            o.insert("swiglu_limit".into(), json!(m.swiglu_limit));
-            o.insert("swiglu_alpha".into(), json!(m.swiglu_alpha));
             o.insert("output_router_logits".into(), json!(m.output_router_logits));
+            match m.kind {
+                MoeKind::GptOss => {
+                    o.insert("swiglu_limit".into(), json!(m.swiglu_limit));
+                    o.insert("swiglu_alpha".into(), json!(m.swiglu_alpha));
+                }
+                MoeKind::Qwen3 { norm_topk_prob } => {
+                    o.insert("moe_kind".into(), json!("qwen3_moe"));
+                    o.insert("norm_topk_prob".into(), json!(norm_topk_prob));
+                    o.insert(
+                        "moe_intermediate_size".into(),
+                        json!(m.moe_intermediate_size),
+                    );
+                    o.insert("mlp_only_layers".into(), json!(m.dense_layers));
+                }
+            }
         }
         v
     }
