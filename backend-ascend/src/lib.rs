@@ -30,6 +30,7 @@ pub mod memory;
 mod optim;
 pub mod profile;
 pub mod qtensor;
+pub mod release;
 pub mod tensor;
 mod tensor_ops;
 

@@ -137,6 +137,13 @@ pub struct RunArgs {
     /// Where the op runs.
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
+    /// The CANN release whose rules apply where they differ by release (8.5.0-beta.1, 8.5.0,
+    /// 9.0.0, 9.1.0; 8.5 for 8.5.0): the one `sim` pretends to be (else
+    /// $BURN_ASCEND_CANN_RELEASE, else 9.1.0); on `reference` and `cpu` a call it refuses is
+    /// refused (without the flag, a call some release accepts runs, with a note naming those
+    /// that refuse it). Not with `npu`, whose release is the installed CANN's.
+    #[arg(long, value_name = "RELEASE")]
+    pub cann_release: Option<String>,
 }
 
 /// `burn-ascend bench [--quick] [--json PATH] [--filter SUBSTRING]`.
@@ -168,6 +175,11 @@ pub struct SelftestArgs {
     /// Perturbs one device result so the run must fail (proves the exit status).
     #[arg(long, hide = true)]
     pub inject_error: bool,
+    /// (sim) The CANN release the simulation pretends to be (8.5.0-beta.1, 8.5.0, 9.0.0, 9.1.0;
+    /// else $BURN_ASCEND_CANN_RELEASE, else 9.1.0). Not with `npu`, whose release is the
+    /// installed CANN's.
+    #[arg(long, value_name = "RELEASE")]
+    pub cann_release: Option<String>,
 }
 
 /// `selftest --device`: only the aclnn devices; the host devices have nothing to check

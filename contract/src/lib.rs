@@ -26,9 +26,11 @@ pub mod incre;
 pub mod optim;
 pub mod post_quant;
 pub mod prompt;
+pub mod release;
 pub mod scatter;
 pub mod varlen;
 
 pub use dtype::DataType;
 pub use element::Element;
 pub use error::{AttnError, Result};
+pub use release::{CannRelease, DsinkPostStep};
