@@ -833,10 +833,12 @@ where
     );
     let started = Instant::now();
     let mut tokens_seen = 0usize;
+    let schedule = args.lr_schedule();
     let opts = TrainOptions {
+        warmup_steps: schedule.warmup_steps,
         total_steps: args.steps,
         stop_after: args.stop_after,
-        lr: args.lr,
+        lr: schedule.peak,
         weight_decay: 0.1,
         clip_norm: 1.0,
         seed: args.seed,
