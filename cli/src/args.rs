@@ -117,7 +117,8 @@ exit status: 0 done, 1 files, 2 refused input or command line, 3 device unavaila
 const SELFTEST_HELP: &str = "\
 runs every attention op and a set of the Ascend backend's native ops on a fixed suite of
 small cases against the CPU reference (f32, f16, bf16 where the op takes them), times each,
-runs the hardware probes (dropout bit order, dsink above CANN's chunk threshold, the entry
+runs the hardware probes (dropout bit order, CANN's dsink and the backend's around CANN's
+post-processing chunk, the entry
 points present, FRACTAL_NZ caches) and writes PATH.md and PATH.json (default
 selftest-report); exit 0 only when every case passes, 4 when one fails, 3 without an NPU";
 

@@ -52,6 +52,18 @@ impl DsinkPostStep {
     pub fn right_at_every_size(self) -> bool {
         self == Self::ReducePerCorePartials
     }
+
+    /// Whether the post step gives the right dsink for `partials` per head read in chunks of
+    /// `chunk` (both in floats; the tiling's sizes, see the simulation's `DsinkPost`): one
+    /// chunk is read whole below it; past it 8.5.0-beta.1 keeps only the last chunk, and 8.5.0
+    /// / 9.0.0 read an empty last chunk at an exact multiple.
+    pub fn right_for(self, partials: usize, chunk: usize) -> bool {
+        match self {
+            Self::OverwritePerChunk => partials < chunk,
+            Self::AccumulateChunks => partials < chunk || !partials.is_multiple_of(chunk),
+            Self::ReducePerCorePartials => true,
+        }
+    }
 }
 
 impl CannRelease {
