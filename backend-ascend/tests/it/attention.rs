@@ -313,11 +313,12 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
                 .chunks(4)
                 .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
                 .collect();
-            let right = match (release, size) {
-                (CannRelease::V9_1_0, _) | (_, "below") => true,
-                (CannRelease::V8_5_0 | CannRelease::V9_0_0, "past") => true,
-                _ => false,
-            };
+            let right = matches!(
+                (release, size),
+                (CannRelease::V9_1_0, _)
+                    | (_, "below")
+                    | (CannRelease::V8_5_0 | CannRelease::V9_0_0, "past")
+            );
             assert_eq!(
                 close(&raw),
                 right,
