@@ -94,6 +94,7 @@ fn main() {
 /// integration tests run it in a child process through this.
 pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
     let mut args = Args::parse_from(argv);
+    burn_ascend_cli::release::apply_to_example(args.cann_release.as_deref(), args.device)?;
     // LoRA's flags are checked, and a resumed LoRA run's base found, before anything runs.
     if let Some((base, _)) = lora_of(&args)? {
         args.checkpoint = Some(base);

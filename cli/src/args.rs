@@ -409,6 +409,11 @@ pub struct FinetuneArgs {
     /// checkpoint) to DIR/merged.
     #[arg(long)]
     pub merge_lora: bool,
+    /// (sim) The CANN release the simulation pretends to be (8.5.0-beta.1, 8.5.0, 9.0.0, 9.1.0;
+    /// else $BURN_ASCEND_CANN_RELEASE, else 9.1.0): FIA's sink dtype and the varlen backward's
+    /// dsink follow it.
+    #[arg(long, value_name = "RELEASE")]
+    pub cann_release: Option<String>,
     /// (one device) Activation checkpointing: `block` (the default when the flag has no
     /// value) keeps only each transformer block's input and recomputes the block in backward;
     /// `balanced` is Burn's BalancedCheckpointing over the whole model (recomputes memory-bound
@@ -614,6 +619,11 @@ pub struct GenerateArgs {
     /// The checkpoint folder (ours, or a Hugging Face llama, qwen2, qwen3 or mistral one).
     #[arg(long, value_name = "DIR", default_value = "runs/finetune")]
     pub checkpoint: PathBuf,
+    /// (sim) The CANN release the simulation pretends to be (8.5.0-beta.1, 8.5.0, 9.0.0, 9.1.0;
+    /// else $BURN_ASCEND_CANN_RELEASE, else 9.1.0): FIA's sink dtype and the varlen backward's
+    /// dsink follow it.
+    #[arg(long, value_name = "RELEASE")]
+    pub cann_release: Option<String>,
     /// A prompt (repeatable); replaces the built-in prompts.
     #[arg(long = "prompt", value_name = "TEXT")]
     pub prompts: Vec<String>,

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use burn_ascend::contract::CannRelease;
 use burn_ascend::AttnError;
 
+use crate::args::ExampleDevice;
 use crate::replay::note;
 use crate::{CliError, Device};
 
@@ -40,6 +41,22 @@ pub fn apply(flag: Option<&str>, device: Device) -> Result<(), CliError> {
     }
     *REQUESTED.lock().unwrap_or_else(|e| e.into_inner()) = release;
     Ok(())
+}
+
+/// `--cann-release` of the examples: on `sim` the release the simulation pretends to be; with
+/// `cpu` (nothing there differs by release) or `ascend` (the installed CANN's) it is refused.
+pub fn apply_to_example(flag: Option<&str>, device: ExampleDevice) -> Result<(), String> {
+    let Some(flag) = flag else {
+        return Ok(());
+    };
+    if device != ExampleDevice::Sim {
+        return Err(AttnError::invalid(
+            FLAG,
+            "applies to --device sim only (ascend runs the installed CANN's release)",
+        )
+        .to_string());
+    }
+    apply(Some(flag), Device::Sim).map_err(|e| e.to_string())
 }
 
 #[cfg(feature = "sim")]

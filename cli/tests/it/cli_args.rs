@@ -377,3 +377,31 @@ fn finetune_from_a_checkpoint_defaults_to_a_fine_tunes_learning_rate_and_warm_up
         assert!(help.contains(needle), "--help names {needle}: {help}");
     }
 }
+
+/// The examples' `--cann-release` names the release the simulation pretends to be: refused
+/// with `--device cpu` (nothing there differs by release) and `ascend` (the installed CANN's),
+/// and an unknown release is refused naming the flag and the releases known.
+#[test]
+fn the_examples_cann_release_applies_to_sim_only() {
+    use burn_ascend_cli::release::{apply, apply_to_example};
+    let a = FinetuneArgs::try_parse_from(["finetune", "--cann-release", "9.0"]).unwrap();
+    assert_eq!(a.cann_release.as_deref(), Some("9.0"));
+    let g = GenerateArgs::try_parse_from(["generate", "--cann-release", "8.5"]).unwrap();
+    assert_eq!(g.cann_release.as_deref(), Some("8.5"));
+    for device in [ExampleDevice::Cpu, ExampleDevice::Ascend] {
+        let e = apply_to_example(Some("9.1"), device).unwrap_err();
+        assert!(
+            e.starts_with("invalid --cann-release:") && e.contains("--device sim"),
+            "{e}"
+        );
+    }
+    let e = apply_to_example(Some("7.0"), ExampleDevice::Sim).unwrap_err();
+    assert!(
+        e.contains("unknown CANN release '7.0'") && e.contains("known: 8.5.0-beta.1"),
+        "{e}"
+    );
+    apply_to_example(None, ExampleDevice::Cpu).unwrap();
+    // The newest release (the default anyway), then back to the default for the other tests.
+    apply_to_example(Some("9.1.0"), ExampleDevice::Sim).unwrap();
+    apply(None, burn_ascend_cli::Device::Sim).unwrap();
+}
