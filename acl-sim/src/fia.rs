@@ -9,7 +9,7 @@
 //! reference on the tensors' values.
 //!
 //! `learnableSink`'s dtype is checked as the CANN release the simulation pretends to be
-//! ([`set_fia_release`], per thread; the contract's [`CannRelease::MODELLED`] by default) takes
+//! ([`crate::cann_release`]; the newest the project has read by default) takes
 //! it: BFLOAT16 on FIA v3, the query's on 9.x's TND split-fuse path (the kernels
 //! read it so; `burn_ascend_contract::fia::sink` cites the sources).
 
@@ -18,13 +18,14 @@ use std::sync::Arc;
 
 use burn_ascend_cann::acl::ffi::*;
 use burn_ascend_contract::fia::{
-    parse_fia_layout, CannRelease, FiaHostValues, FiaKvShapes, FiaMask, FiaShapes, FiaSpec,
+    parse_fia_layout, FiaHostValues, FiaKvShapes, FiaMask, FiaShapes, FiaSpec,
 };
 use burn_ascend_contract::incre::BlockTable;
 use burn_ascend_contract::prompt::PfaLayout;
 use burn_ascend_contract::AttnError;
 use burn_ascend_kernels::reference::fia::fused_infer_attention;
 
+use crate::release::cann_release;
 use crate::state::{
     self, c_str, int_array, invalid, required, tensor, tensor_list, SimErr, SimResult, SimTensor,
 };
@@ -34,23 +35,12 @@ use crate::wire::{
 };
 
 thread_local! {
-    /// The CANN release this thread's simulated FIA pretends to be (None: the contract's).
-    static RELEASE: Cell<Option<CannRelease>> = const { Cell::new(None) };
     /// The dtype of the last `learnableSink` a first stage on this thread accepted.
     static LAST_SINK_DTYPE: Cell<Option<DataType>> = const { Cell::new(None) };
 }
 
-/// The CANN release whose `learnableSink` dtype rule the simulated FIA enforces on this thread:
-/// [`CannRelease::MODELLED`] unless [`set_fia_release`] changed it.
-pub fn fia_release() -> CannRelease {
-    RELEASE.with(Cell::get).unwrap_or(CannRelease::MODELLED)
-}
-
-/// Makes this thread's simulated FIA take `learnableSink` as CANN `release` does (`None`: back
-/// to [`CannRelease::MODELLED`]), and forgets [`last_learnable_sink_dtype`] (so a test sees
-/// only what its own calls sent). Per thread, so parallel tests do not see each other's.
-pub fn set_fia_release(release: Option<CannRelease>) {
-    RELEASE.with(|c| c.set(release));
+/// Forgets [`last_learnable_sink_dtype`] (with [`crate::set_cann_release`]).
+pub(crate) fn forget_last_sink_dtype() {
     LAST_SINK_DTYPE.with(|c| c.set(None));
 }
 
@@ -380,7 +370,12 @@ fn decode(
         // The sink's dtype follows the path and the release, not the query: the kernel reads
         // it in the dtype its path and release fix.
         placeholder
-            .check_learnable_sink_dtype(&dims, t.q.dtype, x.dtype, fia_release())
+            .check_learnable_sink_dtype(
+                &dims,
+                t.q.dtype,
+                x.dtype,
+                cann_release().map_err(contract)?,
+            )
             .map_err(contract)?;
         LAST_SINK_DTYPE.with(|c| c.set(Some(x.dtype)));
     }

@@ -83,6 +83,7 @@ mod math;
 mod moe_gating;
 mod optim;
 mod prompt;
+mod release;
 mod scatter;
 mod state;
 mod varlen;
@@ -92,8 +93,9 @@ pub use cost::{
     cost_model_enabled, modelled_device_time, reset_modelled_device_time, set_cost_model,
     ModelledOp, OpCost,
 };
-pub use fia::{fia_release, last_learnable_sink_dtype, set_fia_release};
+pub use fia::last_learnable_sink_dtype;
 pub use hccl::{hccl_api, live_communicators, set_connect_timeout, set_exec_timeout};
+pub use release::{cann_release, set_cann_release, set_process_cann_release, CANN_RELEASE_ENV};
 pub use state::capture::{graph_attention, graph_tasks};
 pub use state::{
     clear_faults, device_count, device_time, faults_fired, inject_fault, launches, live_handles,

@@ -32,6 +32,7 @@ mod moe_gating;
 mod optim;
 pub mod profile;
 pub mod qtensor;
+pub mod release;
 pub mod tensor;
 mod tensor_ops;
 

@@ -99,6 +99,7 @@ fn main() {
 /// integration tests run it in a child process through this.
 pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
     let mut args = Args::parse_from(argv);
+    burn_ascend_cli::release::apply_to_example(args.cann_release.as_deref(), args.device)?;
     // One process of a torchrun-style launch; refused here where it cannot train as one.
     let launch = launch::launch_of(&args)?;
     // An elastic restart runs the same command line: `--resume` before the first checkpoint
@@ -824,10 +825,12 @@ where
     );
     let started = Instant::now();
     let mut tokens_seen = 0usize;
+    let schedule = args.lr_schedule();
     let opts = TrainOptions {
+        warmup_steps: schedule.warmup_steps,
         total_steps: args.steps,
         stop_after: args.stop_after,
-        lr: args.lr,
+        lr: schedule.peak,
         weight_decay: 0.1,
         clip_norm: 1.0,
         seed: args.seed,

@@ -79,6 +79,7 @@ fn main() {
 /// integration tests run it in a child process through this.
 pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), String> {
     let args = Args::parse_from(argv);
+    burn_ascend_cli::release::apply_to_example(args.cann_release.as_deref(), args.device)?;
     if args.graph && args.device == ExampleDevice::Cpu {
         return Err(
             "unsupported: --graph captures the decode step as an ACL graph, which only \

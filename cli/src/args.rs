@@ -117,7 +117,8 @@ exit status: 0 done, 1 files, 2 refused input or command line, 3 device unavaila
 const SELFTEST_HELP: &str = "\
 runs every attention op and a set of the Ascend backend's native ops on a fixed suite of
 small cases against the CPU reference (f32, f16, bf16 where the op takes them), times each,
-runs the hardware probes (dropout bit order, dsink above CANN's chunk threshold, the entry
+runs the hardware probes (dropout bit order, CANN's dsink and the backend's around CANN's
+post-processing chunk, the entry
 points present, FRACTAL_NZ caches) and writes PATH.md and PATH.json (default
 selftest-report); exit 0 only when every case passes, 4 when one fails, 3 without an NPU";
 
@@ -137,6 +138,13 @@ pub struct RunArgs {
     /// Where the op runs.
     #[arg(long, value_enum, default_value_t = Device::Cpu)]
     pub device: Device,
+    /// The CANN release whose rules apply where they differ by release (8.5.0-beta.1, 8.5.0,
+    /// 9.0.0, 9.1.0; 8.5 for 8.5.0): the one `sim` pretends to be (else
+    /// $BURN_ASCEND_CANN_RELEASE, else 9.1.0); on `reference` and `cpu` a call it refuses is
+    /// refused (without the flag, a call some release accepts runs, with a note naming those
+    /// that refuse it). Not with `npu`, whose release is the installed CANN's.
+    #[arg(long, value_name = "RELEASE")]
+    pub cann_release: Option<String>,
 }
 
 /// `burn-ascend bench [--quick] [--json PATH] [--filter SUBSTRING]`.
@@ -173,6 +181,11 @@ pub struct SelftestArgs {
     /// Perturbs one device result so the run must fail (proves the exit status).
     #[arg(long, hide = true)]
     pub inject_error: bool,
+    /// (sim) The CANN release the simulation pretends to be (8.5.0-beta.1, 8.5.0, 9.0.0, 9.1.0;
+    /// else $BURN_ASCEND_CANN_RELEASE, else 9.1.0). Not with `npu`, whose release is the
+    /// installed CANN's.
+    #[arg(long, value_name = "RELEASE")]
+    pub cann_release: Option<String>,
 }
 
 /// `selftest --device`: only the aclnn devices; the host devices have nothing to check
@@ -279,15 +292,15 @@ pub struct FinetuneArgs {
         allow_negative_numbers = true
     )]
     pub seq_len: usize,
-    /// Peak learning rate.
+    /// Peak learning rate [default: 3e-3 from scratch; with --checkpoint 2e-5, or 2e-4 with
+    /// --lora-rank (then a linear warm-up over 10 % of --steps)].
     #[arg(
         long,
         value_parser = positive_finite,
         value_name = "X",
-        default_value_t = 3e-3,
         allow_negative_numbers = true
     )]
-    pub lr: f64,
+    pub lr: Option<f64>,
     /// Seed of the initialisation, the batches and the samples.
     #[arg(
         long,
@@ -401,6 +414,11 @@ pub struct FinetuneArgs {
     /// checkpoint) to DIR/merged.
     #[arg(long)]
     pub merge_lora: bool,
+    /// (sim) The CANN release the simulation pretends to be (8.5.0-beta.1, 8.5.0, 9.0.0, 9.1.0;
+    /// else $BURN_ASCEND_CANN_RELEASE, else 9.1.0): FIA's sink dtype and the varlen backward's
+    /// dsink follow it.
+    #[arg(long, value_name = "RELEASE")]
+    pub cann_release: Option<String>,
     /// (one device) Activation checkpointing: `block` (the default when the flag has no
     /// value) keeps only each transformer block's input and recomputes the block in backward;
     /// `balanced` is Burn's BalancedCheckpointing over the whole model (recomputes memory-bound
@@ -468,6 +486,58 @@ impl FinetuneArgs {
     }
 }
 
+/// The peak learning rate of a model trained from scratch here (the toy's: small, randomly
+/// initialised, it wants a large step).
+pub const FROM_SCRATCH_LR: f64 = 3e-3;
+/// The peak learning rate of a full fine-tune of a pretrained `--checkpoint`: 2e-5, as Alpaca /
+/// Vicuna-style supervised fine-tuning and MindSpeed-LLM's and LLaMA-Factory's full-SFT examples
+/// use (1e-5..2e-5). A pretrained model sits in a minimum that a from-scratch step (3e-3) throws
+/// it out of: the loss climbs instead of falling.
+pub const FULL_FINETUNE_LR: f64 = 2e-5;
+/// The peak learning rate of a LoRA fine-tune (`--lora-rank`): 2e-4, what QLoRA, PEFT's and
+/// Unsloth's examples use (LLaMA-Factory's 1e-4): the adapters start at zero (B = 0) and are
+/// few, so they take ten times a full fine-tune's step.
+pub const LORA_LR: f64 = 2e-4;
+/// The fraction of the steps a fine-tune of a pretrained model warms up over, linearly (the
+/// warm-up ratio 0.1 of LLaMA-Factory's SFT examples): Adam's first steps, with moments still
+/// estimated from one or two batches, would otherwise move the pretrained weights at the full
+/// rate.
+pub const PRETRAINED_WARMUP_FRACTION: f64 = 0.1;
+
+/// A run's learning-rate schedule before its cosine decay: the peak and the warm-up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LrSchedule {
+    /// The peak learning rate.
+    pub peak: f64,
+    /// Warm-up steps; `None`: the from-scratch default (5 % of the steps).
+    pub warmup_steps: Option<usize>,
+}
+
+impl FinetuneArgs {
+    /// The learning rate and warm-up this run takes: `--lr` when given; else from scratch
+    /// [`FROM_SCRATCH_LR`] with the default warm-up, and with `--checkpoint` (a pretrained
+    /// model) [`FULL_FINETUNE_LR`], or [`LORA_LR`] with `--lora-rank`, warming up over
+    /// [`PRETRAINED_WARMUP_FRACTION`] of `--steps` (at least one step), whatever `--lr` says.
+    pub fn lr_schedule(&self) -> LrSchedule {
+        if self.checkpoint.is_none() {
+            return LrSchedule {
+                peak: self.lr.unwrap_or(FROM_SCRATCH_LR),
+                warmup_steps: None,
+            };
+        }
+        let default = if self.lora_rank.is_some() {
+            LORA_LR
+        } else {
+            FULL_FINETUNE_LR
+        };
+        let warmup = (self.steps as f64 * PRETRAINED_WARMUP_FRACTION).ceil() as usize;
+        LrSchedule {
+            peak: self.lr.unwrap_or(default),
+            warmup_steps: Some(warmup.max(1)),
+        }
+    }
+}
+
 /// `finetune --checkpointing`'s strategies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Checkpointing {
@@ -515,6 +585,11 @@ const FINETUNE_HELP: &str = "\
   matrices stored bf16, or bf16-rounded f32 on cpu), only the adapters train; --out gets PEFT's
   adapter_config.json + adapter_model.safetensors (PEFT loads them; generate --adapter DIR too),
   --resume continues from them, --merge-lora also writes DIR/merged (base + adapters merged)
+--lr X: the peak learning rate, reached after a linear warm-up and followed by a cosine decay to
+  a tenth. Without it: 3e-3 from scratch (warm-up over 5 % of --steps); with --checkpoint, a
+  pretrained model, 2e-5 for a full fine-tune and 2e-4 with --lora-rank (common practice for
+  supervised fine-tuning: Alpaca / MindSpeed-LLM full SFT 1e-5..2e-5, QLoRA / PEFT LoRA
+  1e-4..2e-4), warming up over 10 % of --steps (also with --lr)
 --steps is the whole run's length (the schedule spans it); --resume continues the run in --out
   up to it; --stop-after N stops early (an interrupted run that --resume completes)
 --save-every N: each save is a new folder --out/checkpoints/step-NNNNNN (files fsynced,
@@ -549,6 +624,11 @@ pub struct GenerateArgs {
     /// The checkpoint folder (ours, or a Hugging Face llama, qwen2, qwen3 or mistral one).
     #[arg(long, value_name = "DIR", default_value = "runs/finetune")]
     pub checkpoint: PathBuf,
+    /// (sim) The CANN release the simulation pretends to be (8.5.0-beta.1, 8.5.0, 9.0.0, 9.1.0;
+    /// else $BURN_ASCEND_CANN_RELEASE, else 9.1.0): FIA's sink dtype and the varlen backward's
+    /// dsink follow it.
+    #[arg(long, value_name = "RELEASE")]
+    pub cann_release: Option<String>,
     /// A prompt (repeatable); replaces the built-in prompts.
     #[arg(long = "prompt", value_name = "TEXT")]
     pub prompts: Vec<String>,

@@ -89,6 +89,7 @@ pub fn measure(launches: usize) -> Result<Dispatch, CliError> {
         let docs = documents_from_text(BUNDLED_CORPUS);
         let mut packer = Packer::new(&docs, &Tokenizer::Bytes, 1024, 256, 42).map_err(err)?;
         let opts = TrainOptions {
+            warmup_steps: None,
             total_steps: 2,
             stop_after: None,
             lr: 1e-3,

@@ -20,6 +20,7 @@ pub mod io;
 pub mod names;
 pub mod op;
 pub mod plan;
+pub mod release;
 pub mod replay;
 pub mod selftest;
 
@@ -38,7 +39,10 @@ pub fn main_with_args(args: &[String]) -> Result<(), CliError> {
         std::iter::once("burn-ascend").chain(args.iter().map(String::as_str)),
     )?;
     match cli.command {
-        args::Command::Run(a) => run_files(&a.op, &a.input, &a.output, a.device),
+        args::Command::Run(a) => {
+            release::apply(a.cann_release.as_deref(), a.device)?;
+            run_files(&a.op, &a.input, &a.output, a.device)
+        }
         args::Command::Bench(a) => bench::main(&a),
         args::Command::Selftest(a) => selftest::main(&a),
         args::Command::Plan(a) => plan::main(&a),

@@ -48,6 +48,14 @@ pub fn run_op(op: &str, input: &Bundle, device: Device) -> Result<Bundle, CliErr
     (row.replay)(input, device)
 }
 
+/// One line on stderr about a call that runs but not quite as written: a parameter CANN ignores
+/// in it (dropped, as CANN runs the call without it), or the CANN releases that refuse it. The
+/// outputs are unaffected; a script reading only the exit status and the output file never sees
+/// it.
+pub fn note(op: &str, text: impl std::fmt::Display) {
+    eprintln!("note: {op}: {text}");
+}
+
 fn unknown_op(op: &str) -> CliError {
     let ops: Vec<&str> = OPS.iter().map(|row| row.name).collect();
     CliError::Unknown(format!("unknown op '{op}' (ops: {})", ops.join(", ")))

@@ -27,9 +27,11 @@ pub mod moe_gating;
 pub mod optim;
 pub mod post_quant;
 pub mod prompt;
+pub mod release;
 pub mod scatter;
 pub mod varlen;
 
 pub use dtype::DataType;
 pub use element::Element;
 pub use error::{AttnError, Result};
+pub use release::{CannRelease, DsinkPostStep};

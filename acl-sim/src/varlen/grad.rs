@@ -1,9 +1,12 @@
 //! The simulated fused backward: `aclnnFlashAttentionUnpaddingScoreGradV5` and its no-sink
-//! base `aclnnFlashAttentionUnpaddingScoreGrad`, including CANN's dsink post-processing defect
-//! (only the last chunk survives past the threshold; see [`DsinkPost`]).
+//! base `aclnnFlashAttentionUnpaddingScoreGrad`, including each CANN release's dsink post step
+//! ([`crate::cann_release`]; see [`DsinkPost`]): 8.5.0-beta.1 keeps only the last chunk past
+//! the threshold, 8.5.0 and 9.0.0 drop the last chunk at an exact multiple of it, 9.1.0 is
+//! right at every size.
 
 use super::*;
 use crate::wire::submit;
+use burn_ascend_contract::DsinkPostStep;
 
 struct VarlenGradCall {
     x: Varlen,
@@ -18,6 +21,9 @@ struct VarlenGradCall {
     /// `flash_attention_score_grad_infershape.cpp` ~105–108 only gives it the pse's shape).
     dpse: Option<SimTensor>,
     dsink: Option<SimTensor>,
+    /// The dsink post step of the release the simulation pretends to be, read at the first
+    /// stage (on the caller's thread: a test's per-thread release reaches the stream's worker).
+    dsink_post: DsinkPostStep,
 }
 
 impl VarlenGradCall {
@@ -99,10 +105,10 @@ impl VarlenGradCall {
         self.dv.write("dvOut", &encode(&g.dv))?;
         if let (Some(t), Some(ds)) = (&self.dsink, &g.dsink) {
             let post = DsinkPost::new(&p.dims, self.x.q.dtype);
-            let ds = if post.exact() {
-                ds.clone()
-            } else {
-                post.reduce(&dsink_partials::<W>(&p, &post, self, &data)?)
+            let ds = match self.dsink_post {
+                DsinkPostStep::ReducePerCorePartials => ds.clone(),
+                _ if post.exact() => ds.clone(),
+                step => post.reduce(&dsink_partials::<W>(&p, &post, self, &data)?, step),
             };
             t.write("dsinkOut", &encode(&ds))?;
         }
@@ -110,7 +116,7 @@ impl VarlenGradCall {
     }
 }
 
-/// The dsink reduction of the arch32 grad kernel, with its defect
+/// The dsink reduction of the arch32 grad kernel up to CANN 9.0.0, with its defects
 /// (`flash_attention_score_grad/op_kernel/arch32/flash_attention_score_grad_post.h`
 /// ~1029–1077, the SameAB template that every sink call takes: `…_tiling_s1s2_bn2gs1s2_sab.cpp`
 /// `IsCapable` returns true for a 1-D sink).
@@ -120,10 +126,13 @@ impl VarlenGradCall {
 /// workspace region of `dataSizePerN1 = B·s1Pad·s2Pad/baseMN` floats per head
 /// (`s1Pad`/`s2Pad`: the longest Sq/Skv rounded up to 256; `baseMN = 128·64`; B without the
 /// trailing empty sequences). The post step reads each head's region in chunks of
-/// `2·postUbBaseSize` bytes and keeps `dsinkCalc = −ReduceSum(chunk)` — it *overwrites* per
-/// chunk, so only the last chunk survives once `dataSizePerN1·4 > 2·postUbBaseSize`; with
-/// `dataSizePerN1·4` an exact multiple the last chunk is empty (`tail = 0`) and `copyOffset`
-/// falls behind for the following heads.
+/// `2·postUbBaseSize` bytes: 8.5.0-beta.1 keeps `dsinkCalc = −ReduceSum(chunk)` — it
+/// *overwrites* per chunk, so only the last chunk survives once
+/// `dataSizePerN1·4 > 2·postUbBaseSize`; 8.5.0 and 9.0.0 accumulate (`dsinkCalc +=`). On
+/// both, with `dataSizePerN1·4` an exact multiple the last chunk is empty (`tail = 0`), its
+/// share is dropped and `copyOffset` falls behind for the following heads. 9.1.0 (`ce9556718`)
+/// has no chunk loop: per-core partials, one `ReduceSum` per head — modelled as the exact
+/// dsink.
 ///
 /// `postUbBaseSize` (`…_sab.cpp` `DoPostTiling` ~1875): `(ubSize − 2·nzReserved) / coex /
 /// 256·256` with `ubSize` = the A2/A3 UB (192 KiB) − 8 KiB (`MATMUL_SIZE`), `coex` = 3, or 10
@@ -198,8 +207,9 @@ impl DsinkPost {
         self.per_head < self.chunk
     }
 
-    /// The post step over the workspace of partials (`heads · per_head` floats), literally.
-    fn reduce(&self, ws: &[f32]) -> Vec<f32> {
+    /// The chunked post step (`step`: 8.5.0-beta.1 overwrites per chunk, 8.5.0 and 9.0.0
+    /// accumulate) over the workspace of partials (`heads · per_head` floats), literally.
+    fn reduce(&self, ws: &[f32], step: DsinkPostStep) -> Vec<f32> {
         let bytes = self.per_head * 4;
         let chunk_bytes = self.chunk * 4;
         let copies = bytes.div_ceil(chunk_bytes);
@@ -212,7 +222,12 @@ impl DsinkPost {
                     let size = if c == copies - 1 { tail } else { chunk_bytes };
                     let items = size / 4;
                     let end = (offset + items).min(ws.len());
-                    dsink = -ws[offset.min(end)..end].iter().sum::<f32>();
+                    let part = -ws[offset.min(end)..end].iter().sum::<f32>();
+                    if step == DsinkPostStep::OverwritePerChunk {
+                        dsink = part;
+                    } else {
+                        dsink += part;
+                    }
                     offset += items;
                 }
                 dsink
@@ -350,6 +365,9 @@ fn grad_call(
         dv: required(dv_out, "dvOut")?,
         dpse: tensor(dpse_out, "dpseOut")?,
         dsink: tensor(dsink_out, "dsinkOut")?,
+        dsink_post: crate::release::cann_release()
+            .map_err(|e| SimErr(ACLNN_ERR_PARAM_INVALID, e.to_string()))?
+            .dsink_post_step(),
         x,
     };
     call.check()?;

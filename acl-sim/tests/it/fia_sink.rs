@@ -44,7 +44,7 @@ fn zeros(rt: &Runtime, dims: &[usize], dt: DataType) -> DeviceTensor {
 /// One call (4 query and 4 KV tokens, zeros) with a query of `q` and a sink sent in `sink`, on
 /// the simulation pretending to be `release`.
 fn call(release: CannRelease, c: Case, q: DataType, sink: DataType) -> Result<(), AclError> {
-    sim::set_fia_release(Some(release));
+    sim::set_cann_release(Some(release));
     let rt = sim::runtime().unwrap();
     let s = 4usize;
     let shape = |heads: usize, d: usize| match c.layout {
@@ -105,7 +105,7 @@ fn call(release: CannRelease, c: Case, q: DataType, sink: DataType) -> Result<()
         )
     };
     rt.synchronize()?;
-    sim::set_fia_release(None);
+    sim::set_cann_release(None);
     r
 }
 
@@ -131,7 +131,7 @@ const LAYOUTS: [PfaLayout; 4] = [
 
 #[test]
 fn outside_tnd_every_release_takes_a_bf16_sink_and_refuses_an_f16_one_whatever_the_query() {
-    for release in [CannRelease::V8_5, CannRelease::V9] {
+    for release in CannRelease::KNOWN {
         for layout in LAYOUTS {
             for q in [Float16, Bf16] {
                 let what = format!("{release:?} {layout:?} {q:?} query");
@@ -140,13 +140,13 @@ fn outside_tnd_every_release_takes_a_bf16_sink_and_refuses_an_f16_one_whatever_t
                 assert_refused(
                     call(release, case(layout, 128), q, Float16),
                     "FIA v3",
-                    release.name(),
+                    &release.label(),
                     &format!("{what}, F16 sink"),
                 );
                 assert_refused(
                     call(release, case(layout, 64), q, Float),
                     "FIA v3",
-                    release.name(),
+                    &release.label(),
                     &format!("{what}, FLOAT sink"),
                 );
             }
@@ -156,123 +156,163 @@ fn outside_tnd_every_release_takes_a_bf16_sink_and_refuses_an_f16_one_whatever_t
 
 #[test]
 fn cann_8_5_takes_only_a_bf16_sink_in_tnd_too() {
-    for c in [case(PfaLayout::Tnd, 64), case(PfaLayout::Tnd, 128)] {
-        for q in [Float16, Bf16] {
-            call(CannRelease::V8_5, c, q, Bf16).unwrap();
-            assert_refused(
-                call(CannRelease::V8_5, c, q, Float16),
-                "FIA v3",
-                "CANN <= 8.5",
-                &format!("D {} {q:?} query", c.d),
-            );
+    for release in [CannRelease::V8_5_0Beta1, CannRelease::V8_5_0] {
+        for c in [case(PfaLayout::Tnd, 64), case(PfaLayout::Tnd, 128)] {
+            for q in [Float16, Bf16] {
+                call(release, c, q, Bf16).unwrap();
+                assert_refused(
+                    call(release, c, q, Float16),
+                    "FIA v3",
+                    &release.label(),
+                    &format!("D {} {q:?} query", c.d),
+                );
+            }
         }
     }
 }
 
 #[test]
 fn cann_9_tnd_split_fuse_takes_the_sink_in_the_query_dtype() {
-    let gqa = Case {
-        n: 4,
-        ..case(PfaLayout::Tnd, 128)
-    };
-    let paged = Case {
-        block: 512,
-        ..case(PfaLayout::Tnd, 128)
-    };
-    for c in [case(PfaLayout::Tnd, 128), gqa, paged] {
-        let what = format!("N {} Nkv {} block {}", c.n, c.nkv, c.block);
-        call(CannRelease::V9, c, Float16, Float16).unwrap_or_else(|e| panic!("{what}: {e}"));
-        call(CannRelease::V9, c, Bf16, Bf16).unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_refused(
-            call(CannRelease::V9, c, Float16, Bf16),
-            "split-fuse",
-            "CANN 9.x",
-            &what,
-        );
-        assert_refused(
-            call(CannRelease::V9, c, Bf16, Float16),
-            "split-fuse",
-            "CANN 9.x",
-            &what,
-        );
+    for release in [CannRelease::V9_0_0, CannRelease::V9_1_0] {
+        let gqa = Case {
+            n: 4,
+            ..case(PfaLayout::Tnd, 128)
+        };
+        let paged = Case {
+            block: 512,
+            ..case(PfaLayout::Tnd, 128)
+        };
+        for c in [case(PfaLayout::Tnd, 128), gqa, paged] {
+            let what = format!("N {} Nkv {} block {}", c.n, c.nkv, c.block);
+            call(release, c, Float16, Float16).unwrap_or_else(|e| panic!("{what}: {e}"));
+            call(release, c, Bf16, Bf16).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_refused(
+                call(release, c, Float16, Bf16),
+                "split-fuse",
+                &release.label(),
+                &what,
+            );
+            assert_refused(
+                call(release, c, Bf16, Float16),
+                "split-fuse",
+                &release.label(),
+                &what,
+            );
+        }
     }
 }
 
 #[test]
 fn cann_9_sends_a_bf16_sink_with_head_dim_64_to_fia_v3_and_an_f16_one_to_split_fuse() {
-    let c = case(PfaLayout::Tnd, 64);
-    // F16 query: BF16 → FIA v3 (accepted), F16 → split-fuse (the query's: accepted).
-    call(CannRelease::V9, c, Float16, Bf16).unwrap();
-    call(CannRelease::V9, c, Float16, Float16).unwrap();
-    // BF16 query: BF16 → FIA v3; F16 → split-fuse, which wants BF16.
-    call(CannRelease::V9, c, Bf16, Bf16).unwrap();
-    assert_refused(
-        call(CannRelease::V9, c, Bf16, Float16),
-        "split-fuse",
-        "CANN 9.x",
-        "D 64 BF16 query",
-    );
+    for release in [CannRelease::V9_0_0, CannRelease::V9_1_0] {
+        let c = case(PfaLayout::Tnd, 64);
+        // F16 query: BF16 → FIA v3 (accepted), F16 → split-fuse (the query's: accepted).
+        call(release, c, Float16, Bf16).unwrap();
+        call(release, c, Float16, Float16).unwrap();
+        // BF16 query: BF16 → FIA v3; F16 → split-fuse, which wants BF16.
+        call(release, c, Bf16, Bf16).unwrap();
+        assert_refused(
+            call(release, c, Bf16, Float16),
+            "split-fuse",
+            &release.label(),
+            "D 64 BF16 query",
+        );
+    }
 }
 
 #[test]
 fn cann_9_tnd_outside_split_fuse_is_fia_v3_and_takes_only_bf16() {
-    // Unequal head dims, a page over 512 tokens, BF16 MHA with innerPrecise 1: FIA v3.
-    let cases = [
-        Case {
-            dv: 128,
-            ..case(PfaLayout::Tnd, 192)
-        },
-        Case {
-            block: 1024,
-            ..case(PfaLayout::Tnd, 128)
-        },
-    ];
-    for c in cases {
-        for q in [Float16, Bf16] {
-            let what = format!("D {}/{} block {} {q:?}", c.d, c.dv, c.block);
-            call(CannRelease::V9, c, q, Bf16).unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_refused(
-                call(CannRelease::V9, c, q, Float16),
-                "FIA v3",
-                "CANN 9.x",
-                &what,
-            );
+    for release in [CannRelease::V9_0_0, CannRelease::V9_1_0] {
+        // Unequal head dims, a page over 512 tokens, BF16 MHA with innerPrecise 1: FIA v3.
+        let cases = [
+            Case {
+                dv: 128,
+                ..case(PfaLayout::Tnd, 192)
+            },
+            Case {
+                block: 1024,
+                ..case(PfaLayout::Tnd, 128)
+            },
+        ];
+        for c in cases {
+            for q in [Float16, Bf16] {
+                let what = format!("D {}/{} block {} {q:?}", c.d, c.dv, c.block);
+                call(release, c, q, Bf16).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_refused(
+                    call(release, c, q, Float16),
+                    "FIA v3",
+                    &release.label(),
+                    &what,
+                );
+            }
         }
+        let precise = Case {
+            inner_precise: 1,
+            ..case(PfaLayout::Tnd, 128)
+        };
+        call(release, precise, Bf16, Bf16).unwrap();
+        assert_refused(
+            call(release, precise, Bf16, Float16),
+            "FIA v3",
+            &release.label(),
+            "BF16 innerPrecise 1",
+        );
     }
-    let precise = Case {
-        inner_precise: 1,
-        ..case(PfaLayout::Tnd, 128)
-    };
-    call(CannRelease::V9, precise, Bf16, Bf16).unwrap();
-    assert_refused(
-        call(CannRelease::V9, precise, Bf16, Float16),
-        "FIA v3",
-        "CANN 9.x",
-        "BF16 innerPrecise 1",
-    );
 }
 
 #[test]
-fn the_simulation_models_the_contracts_release_unless_told_otherwise() {
-    assert_eq!(sim::fia_release(), CannRelease::MODELLED);
-    sim::set_fia_release(Some(CannRelease::V9));
-    assert_eq!(sim::fia_release(), CannRelease::V9);
-    sim::set_fia_release(None);
-    assert_eq!(sim::fia_release(), CannRelease::MODELLED);
+fn the_simulation_follows_the_newest_release_read_unless_told_otherwise() {
+    assert_eq!(CannRelease::NEWEST, CannRelease::V9_1_0);
+    assert_eq!(sim::cann_release().unwrap(), CannRelease::NEWEST);
+    sim::set_cann_release(Some(CannRelease::V8_5_0));
+    assert_eq!(sim::cann_release().unwrap(), CannRelease::V8_5_0);
+    sim::set_cann_release(None);
+    assert_eq!(sim::cann_release().unwrap(), CannRelease::NEWEST);
 }
 
 #[test]
 fn package_versions_map_to_the_sink_rule_of_their_release() {
-    for (v, want) in [
-        ("8.5.0", CannRelease::V8_5),
-        ("8.3.RC1", CannRelease::V8_5),
-        ("8.0.RC3.alpha002", CannRelease::V8_5),
-        ("9.0.0-beta.1", CannRelease::V8_5),
-        ("9.0.0-beta.2", CannRelease::V9),
-        ("9.0.0", CannRelease::V9),
-        ("9.1.0", CannRelease::V9),
+    // (version, release, whether the FIA sink follows the path: 9.x from `20ea81afa`)
+    for (v, want, per_path) in [
+        ("8.5.0", CannRelease::V8_5_0, false),
+        ("8.5.0-beta.1", CannRelease::V8_5_0Beta1, false),
+        ("8.3.RC1", CannRelease::V8_5_0Beta1, false),
+        ("8.0.RC3.alpha002", CannRelease::V8_5_0Beta1, false),
+        ("9.0.0-beta.1", CannRelease::V8_5_0, false),
+        ("9.0.0-beta.2", CannRelease::V9_0_0, true),
+        ("9.0.0", CannRelease::V9_0_0, true),
+        ("9.1.0", CannRelease::V9_1_0, true),
+        ("9.2.0", CannRelease::V9_1_0, true),
     ] {
         assert_eq!(CannRelease::from_package_version(v), Some(want), "{v}");
+        assert_eq!(want.fia_sink_per_path(), per_path, "{v}");
     }
     assert_eq!(CannRelease::from_package_version("latest"), None);
+}
+
+#[test]
+fn release_names_parse_and_an_unknown_one_names_its_source_and_the_known() {
+    for (text, want) in [
+        ("9.1.0", CannRelease::V9_1_0),
+        ("9.1", CannRelease::V9_1_0),
+        (" 8.5 ", CannRelease::V8_5_0),
+        ("9.0", CannRelease::V9_0_0),
+        ("8.5.0-BETA.1", CannRelease::V8_5_0Beta1),
+    ] {
+        assert_eq!(
+            CannRelease::parse(text, "--cann-release").unwrap(),
+            want,
+            "{text}"
+        );
+    }
+    for bad in ["9", "8.4", "latest", ""] {
+        let e = CannRelease::parse(bad, "SOME_VARIABLE")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("invalid SOME_VARIABLE: unknown CANN release")
+                && e.contains("known: 8.5.0-beta.1, 8.5.0, 9.0.0, 9.1.0"),
+            "{bad}: {e}"
+        );
+    }
 }

@@ -19,10 +19,11 @@ use burn_ascend_ops::scatter::{ScatterInputs, ScatterShapes, ScatterSpec};
 use burn_backend::{DType, Shape};
 
 use super::common::{handle, same_device, view_handle};
-use super::fia::{cann_release, fused_infer_attention_with, FiaDeviceMeta};
+use super::fia::{fused_infer_attention_with, FiaDeviceMeta};
 use super::scatter::scatter_with_slots;
 use crate::device::runtime;
 use crate::element::is_acl_float;
+use crate::release::cann_release;
 use crate::tensor::{device_error, AscendTensor};
 use crate::tensor_ops::native_elementwise;
 
@@ -170,7 +171,7 @@ impl PagedDecodeCall {
             None => None,
             Some(s) => {
                 let want =
-                    spec.learnable_sink_dtype(&dims, query.acl_dtype(FIA), cann_release(&rt))?;
+                    spec.learnable_sink_dtype(&dims, query.acl_dtype(FIA), cann_release(&rt)?)?;
                 let to = match want {
                     burn_ascend_cann::acl::DataType::Bf16 => DType::BF16,
                     burn_ascend_cann::acl::DataType::Float16 => DType::F16,

@@ -11,12 +11,9 @@
 //! at its upload. int8 KV is cast to INT8 on the device as in `incre.rs`. An f32 call runs the
 //! composite on the native ops (counted as [`FIA_COMPOSITE`]): CANN's FIA takes no FLOAT query.
 
-use std::path::Path;
-use std::sync::OnceLock;
-
 use burn_ascend_cann::acl::ffi::DataType;
-use burn_ascend_cann::acl::{aclnn, loader, Result as AclResult, Runtime, Tensor, TensorList};
-use burn_ascend_contract::fia::{CannRelease, FiaAntiquantMode, FiaMask, FiaSpec};
+use burn_ascend_cann::acl::{aclnn, Result as AclResult, Runtime, Tensor, TensorList};
+use burn_ascend_contract::fia::{FiaAntiquantMode, FiaMask, FiaSpec};
 use burn_ascend_ops::common::shapes;
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::fia::ndarray::cpu_fia_fwd;
@@ -29,6 +26,7 @@ use super::common::{
 };
 use crate::device::{runtime, AscendDevice};
 use crate::fallback::count;
+use crate::release::cann_release;
 use crate::tensor::{device_error, AscendTensor};
 use crate::tensor_ops::native_elementwise;
 use crate::Ascend;
@@ -38,40 +36,6 @@ pub const FIA_COMPOSITE: &str = "fia_composite";
 
 /// Label of the call in error messages.
 const OP: &str = "fia_fwd";
-
-/// The release of the CANN installed under `lib64` (where CANN was loaded from): the ops
-/// package's `version=` (`ascend_ops_install.info`, the one that ships FIA), else the
-/// toolkit's, as `selftest` reads them.
-fn release_of_install(lib64: &Path) -> Option<CannRelease> {
-    let root = lib64.parent()?;
-    let arch = root.join(format!("{}-linux", std::env::consts::ARCH));
-    ["ascend_ops_install.info", "ascend_toolkit_install.info"]
-        .iter()
-        .find_map(|f| {
-            let text = std::fs::read_to_string(arch.join(f)).ok()?;
-            let v = text
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("version="))?;
-            CannRelease::from_package_version(v)
-        })
-}
-
-/// The CANN release whose FIA `learnableSink` rule applies on `rt`: on the simulation (ACL
-/// version 0.0.0, which no CANN has) the release it pretends to be; on CANN the installed
-/// package's; unknown, 8.5's rule (BFLOAT16 always), which every release takes outside 9.x's
-/// TND split-fuse path.
-pub fn cann_release(rt: &Runtime) -> CannRelease {
-    #[cfg(feature = "sim")]
-    if rt.acl_version().ok() == Some(burn_ascend_acl_sim::SIM_ACL_VERSION) {
-        return burn_ascend_acl_sim::fia_release();
-    }
-    #[cfg(not(feature = "sim"))]
-    let _ = rt;
-    static INSTALLED: OnceLock<Option<CannRelease>> = OnceLock::new();
-    INSTALLED
-        .get_or_init(|| loader::cann_dir().and_then(release_of_install))
-        .unwrap_or(CannRelease::V8_5)
-}
 
 /// Index metadata of a fused inference attention call already on the device, used instead of
 /// the spec's host copy (which then only gives the shape): a captured graph's block table,
@@ -226,7 +190,7 @@ impl FiaBackend for Ascend {
             None => None,
             Some(s) => {
                 same_device(OP, &[q, s])?;
-                let want = spec.learnable_sink_dtype(&dims, acl_dtype, cann_release(&rt))?;
+                let want = spec.learnable_sink_dtype(&dims, acl_dtype, cann_release(&rt)?)?;
                 match float_dtype(want).and_then(|to| native_elementwise::cast(s, to)) {
                     Some(s) => Some(s),
                     None => {

@@ -6,9 +6,9 @@
 //! - varlen forward and backward run natively: the device tensors are handed to
 //!   `aclnnFlashAttentionVarLenScore` / `aclnnFlashAttentionUnpaddingScoreGrad` (the `V5` ops
 //!   with a sink, as torch_npu chooses) as they are (strided views included), outputs are
-//!   allocated on the device. The backward's dsink and dpse are computed on the device with
-//!   the backend's own tensor ops (CANN's dsink is wrong past a size threshold, and no arch32
-//!   kernel writes dpse). Under `Autodiff<Ascend>` the ops crate's fused backward calls
+//!   allocated on the device. The backward's dpse, and its dsink before CANN 9.1.0, are
+//!   computed on the device with the backend's own tensor ops (no arch32 kernel writes dpse;
+//!   the older releases' dsink is wrong past a size threshold); from 9.1.0 CANN's is taken. Under `Autodiff<Ascend>` the ops crate's fused backward calls
 //!   `VarlenBackend::varlen_bwd` here ([`varlen`]). An explicit mask (`VarlenInputs::atten_mask`, 0/1 floats) is compared with 0 into
 //!   BOOL on the device; a pse tensor is handed over as a view, ALiBi slopes as FLOAT and the
 //!   dropout mask (`VarlenInputs::drop_mask`, byte values) as UINT8, each cast on the device

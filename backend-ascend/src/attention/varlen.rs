@@ -4,9 +4,9 @@
 //! Forward and backward run natively: the device tensors are handed to
 //! `aclnnFlashAttentionVarLenScore` / `aclnnFlashAttentionUnpaddingScoreGrad` (the `V5` ops
 //! with a sink, as torch_npu chooses) as they are (strided views included), outputs are
-//! allocated on the device. The backward's dsink and dpse are computed on the device with the
-//! backend's own tensor ops (CANN's dsink is wrong past a size threshold, and no arch32 kernel
-//! writes dpse). Under `Autodiff<Ascend>` the ops crate's fused backward calls
+//! allocated on the device. The backward's dpse, and its dsink before CANN 9.1.0, are computed
+//! on the device with the backend's own tensor ops (no arch32 kernel writes dpse; the older
+//! releases' dsink is wrong past a size threshold); from 9.1.0 CANN's dsink is taken. Under `Autodiff<Ascend>` the ops crate's fused backward calls
 //! [`VarlenBackend::varlen_bwd`] here. An explicit mask (`VarlenInputs::atten_mask`, 0/1
 //! floats) is compared with 0 into BOOL on the device; a pse tensor is handed over as a view,
 //! ALiBi slopes as FLOAT and the dropout mask (`VarlenInputs::drop_mask`, byte values) as
@@ -214,24 +214,32 @@ impl VarlenBackend for Ascend {
             )
             .map_err(|e| device_error("varlen_bwd", e))?;
         }
-        // dsink: CANN's post step keeps only the last chunk of its partial sums once
-        // `B·s1Pad·s2Pad/baseMN·4 > 2·postUbBaseSize` (`flash_attention_score_grad_post.h`
-        // ~1029–1077; the simulation reproduces it), and its partial-sum slots may collide
+        // dsink: up to CANN 9.0.0 the post step reduces its partial sums per chunk of
+        // `2·postUbBaseSize` bytes — 8.5.0-beta.1 keeps only the last chunk, 8.5.0 and 9.0.0
+        // drop the last one when the size is an exact multiple (`flash_attention_score_grad_post.h`
+        // ~1029–1080; the simulation reproduces each) — and its partial-sum slots may collide
         // between sequences of different block counts (`…_s1s2_bn2gs1s2_sab.h` ~3799–3815).
-        // So the kernel's dsink is replaced, always, by one computed here on the device from
-        // the statistics: O(T·N·Dv) element-wise work and reductions, nothing next to the
-        // O(T·S·D) backward, and no threshold to get wrong.
+        // There the kernel's dsink is replaced by one computed here on the device from the
+        // statistics: O(T·N·Dv) element-wise work and reductions, nothing next to the
+        // O(T·S·D) backward, and no threshold to get wrong. From 9.1.0 (`ce9556718`) the post
+        // step is one reduction of per-core partials, right at every size: CANN's `dsinkOut`
+        // is taken as it is (`selftest`'s dsink probe compares both on hardware).
         let p = spec.problem(dims, None);
-        let dsink = f.sink.as_ref().map(|sink| {
-            dsink_from_stats::<Self>(
+        let cann_dsink = crate::release::cann_release(&rt)?
+            .dsink_post_step()
+            .right_at_every_size();
+        let dsink = match (&f.sink, kernel.dsink) {
+            (Some(_), Some(d)) if cann_dsink => Some(d),
+            (Some(sink), _) => Some(dsink_from_stats::<Self>(
                 &p,
                 inputs.dy.clone(),
                 inputs.attention_in.clone(),
                 inputs.softmax_max.clone(),
                 inputs.softmax_sum.clone(),
                 sink.clone(),
-            )
-        });
+            )),
+            (None, _) => None,
+        };
         // dpse: no arch32 grad kernel writes dpseOut (spec Appendix), so a dense pse's
         // gradient is computed here on the device from dS alone (`varlen_dpse`: P from the
         // statistics, dS = P∘(dP − rowsum(dO∘O)), times the pseType's factor): two matmuls

@@ -178,22 +178,29 @@ fn training_on_autodiff_ascend_matches_autodiff_ndarray_step_by_step() {
     assert_eq!(fallback_count("varlen_bwd"), before);
 }
 
-/// CANN's dsink post step (`flash_attention_score_grad_post.h` ~1029–1077) keeps only the
-/// last chunk of its partial sums once `B·s1Pad·s2Pad/8192·4 > 2·postUbBaseSize` (62 720
-/// bytes at D = 8 in f32): 4000 sequences of 2 tokens give 4000·256·256/8192 = 32 000
-/// partials per head, past the 31 360 of one chunk; 3900 sequences (31 200) stay below. The
-/// simulated kernel reproduces the defect, and the backend's dsink (computed on the device
-/// from the statistics) matches the CPU kernels' above and below the threshold
-/// (|Δ| ≤ 1e-5 + 1e-4·|x|).
+/// CANN's dsink post step (`flash_attention_score_grad_post.h` ~1029–1080) reduces its partial
+/// sums in chunks of `2·postUbBaseSize` bytes (62 720 at D = 8 in f32, 31 360 floats) up to
+/// 9.0.0: 8.5.0-beta.1 keeps only the last chunk, 8.5.0 and 9.0.0 drop the last one when the
+/// size is an exact multiple; 9.1.0 reduces per-core partials once. 4000 sequences of 2 tokens
+/// give 4000·256·256/8192 = 32 000 partials per head (past one chunk), 3920 exactly 31 360 (one
+/// chunk, read as empty), 3900 (31 200) stay below. The simulated kernel reproduces each
+/// release's post step; the backend's dsink matches the CPU kernels' at every size on every
+/// release (|Δ| ≤ 1e-5 + 1e-4·|x|): computed on the device from the statistics up to 9.0.0,
+/// CANN's own from 9.1.0 (bit for bit the kernel's).
 #[test]
 fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_wrong() {
     use burn_ascend_backend::attention::builders;
     use burn_ascend_cann::acl::{DataType, TensorDesc};
+    use burn_ascend_contract::CannRelease;
     use burn_ascend_ops::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenSpec};
 
     let _lock = crate::exclusive();
     let (n, d, len) = (2usize, 8usize, 2usize);
-    for (batch, past) in [(4000usize, true), (3900, false)] {
+    for (batch, size) in [
+        (4000usize, "past"),
+        (3920, "exact multiple"),
+        (3900, "below"),
+    ] {
         let tq = batch * len;
         let cu: Vec<i64> = (1..=batch as i64).map(|b| b * len as i64).collect();
         let spec = VarlenSpec::new(cu.clone(), cu, n, 0.35);
@@ -225,78 +232,104 @@ fn dsink_is_right_on_ascend_past_canns_post_chunk_threshold_where_the_kernel_is_
         }
         let shape = [tq, n, d];
         let inputs = [&qv[..], &kv[..], &vv[..], &dyv[..], &sinkv[..]];
-        let (_, _, _, ascend) = run::<Ascend>(&AscendDevice::sim(), &spec, inputs, shape);
-        let (out, smax, ssum, want) = run::<NdArray>(&Default::default(), &spec, inputs, shape);
+        let (_, _, _, want) = run::<NdArray>(&Default::default(), &spec, inputs, shape);
         let close = |got: &[f32]| check_close("dsink", got, &want, 1e-5, 1e-4).is_ok();
         assert!(
             want.iter().all(|w| w.abs() > 1e-2),
             "dsink is not trivial: {want:?}"
         );
-        assert!(close(&ascend), "backend dsink {ascend:?} vs CPU {want:?}");
+        for release in CannRelease::KNOWN {
+            burn_ascend_acl_sim::set_cann_release(Some(release));
+            // Only the backend's own dsink launches `aclnnExp` (exp(sink − max)) here.
+            let exps = burn_ascend_acl_sim::launches("aclnnExp");
+            let (out, smax, ssum, ascend) =
+                run::<Ascend>(&AscendDevice::sim(), &spec, inputs, shape);
+            let own = burn_ascend_acl_sim::launches("aclnnExp") > exps;
+            assert_eq!(
+                own,
+                !release.dsink_post_step().right_at_every_size(),
+                "{release}: the backend computes dsink itself only before 9.1.0"
+            );
+            let what = format!("{release} {size}");
+            assert!(
+                close(&ascend),
+                "{what}: backend dsink {ascend:?} vs CPU {want:?}"
+            );
 
-        // The raw simulated kernel, fed the same forward.
-        let rt = burn_ascend_acl_sim::runtime().unwrap();
-        let up = |v: &[f32], dims: &[usize]| {
-            let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-            rt.upload(TensorDesc::contiguous(dims, DataType::Float).unwrap(), &b)
-                .unwrap()
-        };
-        let ts = [
-            up(&qv, &shape),
-            up(&kv, &shape),
-            up(&vv, &shape),
-            up(&dyv, &shape),
-            up(&smax, &[tq, n, 8]),
-            up(&ssum, &[tq, n, 8]),
-            up(&out, &shape),
-            up(&sinkv, &[n]),
-        ];
-        let gs = [
-            up(&vec![0.0; tq * n * d], &shape),
-            up(&vec![0.0; tq * n * d], &shape),
-            up(&vec![0.0; tq * n * d], &shape),
-            up(&[0.0; 2], &[n]),
-        ];
-        {
-            let h: Vec<_> = ts.iter().map(|t| t.handle().unwrap()).collect();
-            let g: Vec<_> = gs.iter().map(|t| t.handle().unwrap()).collect();
-            builders::varlen_grad(
-                &rt,
-                &spec,
-                n,
-                DataType::Float,
-                &VarlenGradInputs {
-                    inputs: VarlenInputs {
-                        sink: Some(&h[7]),
-                        ..VarlenInputs::new(&h[0], &h[1], &h[2])
+            // The raw simulated kernel, fed the same forward: the backend's own call.
+            let rt = burn_ascend_acl_sim::runtime().unwrap();
+            let up = |v: &[f32], dims: &[usize]| {
+                let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                rt.upload(TensorDesc::contiguous(dims, DataType::Float).unwrap(), &b)
+                    .unwrap()
+            };
+            let ts = [
+                up(&qv, &shape),
+                up(&kv, &shape),
+                up(&vv, &shape),
+                up(&dyv, &shape),
+                up(&smax, &[tq, n, 8]),
+                up(&ssum, &[tq, n, 8]),
+                up(&out, &shape),
+                up(&sinkv, &[n]),
+            ];
+            let gs = [
+                up(&vec![0.0; tq * n * d], &shape),
+                up(&vec![0.0; tq * n * d], &shape),
+                up(&vec![0.0; tq * n * d], &shape),
+                up(&[0.0; 2], &[n]),
+            ];
+            {
+                let h: Vec<_> = ts.iter().map(|t| t.handle().unwrap()).collect();
+                let g: Vec<_> = gs.iter().map(|t| t.handle().unwrap()).collect();
+                builders::varlen_grad(
+                    &rt,
+                    &spec,
+                    n,
+                    DataType::Float,
+                    &VarlenGradInputs {
+                        inputs: VarlenInputs {
+                            sink: Some(&h[7]),
+                            ..VarlenInputs::new(&h[0], &h[1], &h[2])
+                        },
+                        dy: &h[3],
+                        softmax_max: &h[4],
+                        softmax_sum: &h[5],
+                        attention_in: &h[6],
                     },
-                    dy: &h[3],
-                    softmax_max: &h[4],
-                    softmax_sum: &h[5],
-                    attention_in: &h[6],
-                },
-                &VarlenGrads {
-                    dq: &g[0],
-                    dk: &g[1],
-                    dv: &g[2],
-                    dpse: None,
-                    dsink: Some(&g[3]),
-                },
-            )
-            .unwrap();
+                    &VarlenGrads {
+                        dq: &g[0],
+                        dk: &g[1],
+                        dv: &g[2],
+                        dpse: None,
+                        dsink: Some(&g[3]),
+                    },
+                )
+                .unwrap();
+            }
+            let raw: Vec<f32> = gs[3]
+                .download()
+                .unwrap()
+                .chunks(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+            let right = matches!(
+                (release, size),
+                (CannRelease::V9_1_0, _)
+                    | (_, "below")
+                    | (CannRelease::V8_5_0 | CannRelease::V9_0_0, "past")
+            );
+            assert_eq!(
+                close(&raw),
+                right,
+                "{what}: raw kernel dsink {raw:?} vs CPU {want:?}"
+            );
+            if release.dsink_post_step().right_at_every_size() {
+                assert_eq!(ascend, raw, "{what}: the backend takes CANN's dsinkOut");
+            }
         }
-        let raw: Vec<f32> = gs[3]
-            .download()
-            .unwrap()
-            .chunks(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect();
-        assert_eq!(
-            !close(&raw),
-            past,
-            "raw kernel dsink {raw:?} vs CPU {want:?}"
-        );
     }
+    burn_ascend_acl_sim::set_cann_release(None);
 }
 
 /// dpse of an external pse (pseType 0: dS, pseType 1: scale·dS) on `Ascend` — computed on the

@@ -91,7 +91,7 @@ fn run<const R: usize>(
         spec.actual_seq_lengths = Some(vec![2, 5]);
         spec.actual_seq_lengths_kv = Some(vec![2, 5]);
     }
-    sim::set_fia_release(Some(release));
+    sim::set_cann_release(Some(release));
     let before = fallback_count("fia_fwd");
     let (out, _) = fused_infer_attention::<Ascend, R, 4>(
         tensor::<R>(&qv, &sh, q),
@@ -102,7 +102,7 @@ fn run<const R: usize>(
     .unwrap_or_else(|e| panic!("{release:?} {layout:?} D {d} {q:?}: {e}"));
     assert_eq!(fallback_count("fia_fwd"), before, "ran on the device");
     let sent = sim::last_learnable_sink_dtype();
-    sim::set_fia_release(None);
+    sim::set_cann_release(None);
     assert_eq!(out.dtype(), burn_dtype(q));
     let got: Vec<f32> = out.cast(DType::F32).into_data().to_vec().unwrap();
     let want_sinks = round(&SINKS, sent.unwrap_or(DataType::Float));
@@ -135,7 +135,7 @@ fn run<const R: usize>(
 /// split-fuse path; on 9.x, TND with equal head dims takes the query's.
 fn expected(release: CannRelease, layout: PfaLayout, q: DataType) -> DataType {
     match (release, layout) {
-        (CannRelease::V9, PfaLayout::Tnd) => q,
+        (r, PfaLayout::Tnd) if r.fia_sink_per_path() => q,
         _ => DataType::Bf16,
     }
 }
@@ -143,7 +143,7 @@ fn expected(release: CannRelease, layout: PfaLayout, q: DataType) -> DataType {
 #[test]
 fn f16_and_bf16_models_serve_through_fia_in_every_layout_with_the_sink_in_the_tables_dtype() {
     let _g = crate::shared();
-    for release in [CannRelease::V8_5, CannRelease::V9] {
+    for release in CannRelease::KNOWN {
         for q in [DataType::Float16, DataType::Bf16] {
             // Output rounding of the query's dtype, on values below 1.
             let tol = if q == DataType::Bf16 { 8e-3 } else { 1e-3 };
@@ -174,7 +174,7 @@ fn f16_and_bf16_models_serve_through_fia_in_every_layout_with_the_sink_in_the_ta
 fn an_f32_query_runs_the_counted_composite_with_its_f32_sink() {
     let _g = crate::shared();
     let before = fallback_count("fia_composite");
-    let (sent, err) = run::<4>(CannRelease::V8_5, PfaLayout::Bsnd, 64, DataType::Float);
+    let (sent, err) = run::<4>(CannRelease::V8_5_0, PfaLayout::Bsnd, 64, DataType::Float);
     assert_eq!(sent, None, "no FIA call reached the simulation");
     assert!(fallback_count("fia_composite") > before, "counted");
     assert!(err < 1e-5, "{err}");
@@ -185,9 +185,9 @@ fn paged_serving_of_f16_and_bf16_caches_sends_a_bf16_sink_on_every_release() {
     let _g = crate::shared();
     let dev = AscendDevice::sim();
     let (n, nkv, d, bs) = (2usize, 1usize, 64usize, 16usize);
-    for release in [CannRelease::V8_5, CannRelease::V9] {
+    for release in CannRelease::KNOWN {
         for q in [DataType::Float16, DataType::Bf16] {
-            sim::set_fia_release(Some(release));
+            sim::set_cann_release(Some(release));
             let mut cache = PagedKvCache::<Ascend>::new(4, bs, n, nkv, d, 0.125, &dev)
                 .and_then(|c| c.with_dtype(burn_dtype(q)))
                 .unwrap();
@@ -226,7 +226,7 @@ fn paged_serving_of_f16_and_bf16_caches_sends_a_bf16_sink_on_every_release() {
             );
             let v: Vec<f32> = out.cast(DType::F32).into_data().to_vec().unwrap();
             assert!(v.iter().all(|x| x.is_finite()), "{what}");
-            sim::set_fia_release(None);
+            sim::set_cann_release(None);
         }
     }
 }

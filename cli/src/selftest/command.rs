@@ -26,6 +26,7 @@ pub fn main(o: &SelftestArgs) -> Result<(), CliError> {
         Some(d) => d.into(),
         None => default_device()?,
     };
+    crate::release::apply(o.cann_release.as_deref(), device)?;
     device.ensure_available()?;
     let report = run(device, o.inject_error)?;
     let (md, json) = report.paths(&o.report);

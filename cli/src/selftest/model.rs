@@ -272,6 +272,7 @@ fn train_steps(device: AscendDevice) -> Check {
         checkpoint(&train_config(), 4, &dir.0)?;
         let model = load_hf::<Dev>(&dir.0, &device)?;
         let opts = TrainOptions {
+            warmup_steps: None,
             total_steps: STEPS,
             stop_after: None,
             lr: 3e-3,

@@ -48,7 +48,11 @@ pub fn environment(device: Device) -> Result<Environment, CliError> {
         }
         _ => Environment {
             device: "sim (the host simulation of the ACL ABI, not CANN)".into(),
-            cann_version: "none (the simulation is not CANN)".into(),
+            // The release whose rules it follows (FIA's sink dtype, the dsink post step).
+            cann_version: format!(
+                "none: the simulation follows CANN {}'s rules (it is not CANN)",
+                burn_ascend::backend::release::cann_release(&rt)?
+            ),
             acl_version,
             libraries: Vec::new(),
             entry_points,

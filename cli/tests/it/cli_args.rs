@@ -9,12 +9,13 @@
 use std::process::{Command, Output};
 
 use burn_ascend_cli::args::{
-    AttendPathArg, ComputeDtype, ExampleDevice, FinetuneArgs, GenerateArgs, VarlenTrainArgs,
+    AttendPathArg, ComputeDtype, ExampleDevice, FinetuneArgs, GenerateArgs, LrSchedule,
+    VarlenTrainArgs,
 };
 use burn_ascend_cli::{self as cli, CliError};
 use burn_ascend_model::train::TrainState;
 use clap::error::ErrorKind;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 fn burn_ascend(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_burn-ascend"))
@@ -128,7 +129,13 @@ fn finetune_keeps_its_defaults_and_parses_integers_exactly() {
         (a.steps, a.batch_tokens, a.seq_len, a.seed, a.devices),
         (300, 1024, 256, 42, 1)
     );
-    assert_eq!(a.lr, 3e-3);
+    assert_eq!(
+        a.lr_schedule(),
+        LrSchedule {
+            peak: 3e-3,
+            warmup_steps: None
+        }
+    );
     assert_eq!(a.device, ExampleDevice::Cpu);
     assert_eq!(a.dtype, ComputeDtype::F32);
     assert_eq!(a.dtype.float_dtype(), None);
@@ -327,4 +334,74 @@ fn memory_budgets_parse_with_binary_units_and_save_every_is_at_least_one() {
         e.contains("--save-every") && e.contains("at least 1"),
         "{e}"
     );
+}
+
+/// A pretrained `--checkpoint` gets a fine-tune's learning rate and warm-up unless `--lr` is
+/// given: 2e-5 for a full fine-tune, 2e-4 for LoRA, a linear warm-up over 10 % of `--steps`
+/// (at least one step); from scratch 3e-3 and the default warm-up, `--lr` winning everywhere.
+#[test]
+fn finetune_from_a_checkpoint_defaults_to_a_fine_tunes_learning_rate_and_warm_up() {
+    let parse = |args: &[&str]| {
+        FinetuneArgs::try_parse_from(std::iter::once("finetune").chain(args.iter().copied()))
+            .unwrap()
+            .lr_schedule()
+    };
+    let s = |peak, warmup_steps| LrSchedule { peak, warmup_steps };
+    assert_eq!(parse(&["--checkpoint", "m"]), s(2e-5, Some(30)));
+    assert_eq!(
+        parse(&["--checkpoint", "m", "--lora-rank", "8", "--steps", "20"]),
+        s(2e-4, Some(2))
+    );
+    assert_eq!(
+        parse(&["--checkpoint", "m", "--steps", "5"]),
+        s(2e-5, Some(1))
+    );
+    assert_eq!(
+        parse(&["--checkpoint", "m", "--steps", "1"]),
+        s(2e-5, Some(1))
+    );
+    assert_eq!(
+        parse(&["--checkpoint", "m", "--lora-rank", "4", "--lr", "1e-3"]),
+        s(1e-3, Some(30))
+    );
+    assert_eq!(parse(&["--lr", "1e-2"]), s(1e-2, None));
+    assert_eq!(parse(&[]), s(3e-3, None));
+    // --help states the defaults.
+    let help = FinetuneArgs::command().render_long_help().to_string();
+    for needle in [
+        "3e-3 from scratch",
+        "2e-5",
+        "2e-4 with --lora-rank",
+        "10 % of --steps",
+    ] {
+        assert!(help.contains(needle), "--help names {needle}: {help}");
+    }
+}
+
+/// The examples' `--cann-release` names the release the simulation pretends to be: refused
+/// with `--device cpu` (nothing there differs by release) and `ascend` (the installed CANN's),
+/// and an unknown release is refused naming the flag and the releases known.
+#[test]
+fn the_examples_cann_release_applies_to_sim_only() {
+    use burn_ascend_cli::release::{apply, apply_to_example};
+    let a = FinetuneArgs::try_parse_from(["finetune", "--cann-release", "9.0"]).unwrap();
+    assert_eq!(a.cann_release.as_deref(), Some("9.0"));
+    let g = GenerateArgs::try_parse_from(["generate", "--cann-release", "8.5"]).unwrap();
+    assert_eq!(g.cann_release.as_deref(), Some("8.5"));
+    for device in [ExampleDevice::Cpu, ExampleDevice::Ascend] {
+        let e = apply_to_example(Some("9.1"), device).unwrap_err();
+        assert!(
+            e.starts_with("invalid --cann-release:") && e.contains("--device sim"),
+            "{e}"
+        );
+    }
+    let e = apply_to_example(Some("7.0"), ExampleDevice::Sim).unwrap_err();
+    assert!(
+        e.contains("unknown CANN release '7.0'") && e.contains("known: 8.5.0-beta.1"),
+        "{e}"
+    );
+    apply_to_example(None, ExampleDevice::Cpu).unwrap();
+    // The newest release (the default anyway), then back to the default for the other tests.
+    apply_to_example(Some("9.1.0"), ExampleDevice::Sim).unwrap();
+    apply(None, burn_ascend_cli::Device::Sim).unwrap();
 }

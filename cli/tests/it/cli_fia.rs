@@ -198,3 +198,130 @@ fn fia_bad_inputs_name_the_parameter_and_left_out_inputs_are_unsupported() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("unsupported: sparseMode 9"), "{err}");
 }
+
+/// `run fia` with extra arguments and environment variables: (exit code, stderr).
+fn run_with(input: &Bundle, device: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (inp, outp) = (dir.path().join("in.st"), dir.path().join("out.st"));
+    input.write(&inp).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_burn-ascend"));
+    cmd.args(["run", "fia"])
+        .arg(&inp)
+        .arg(&outp)
+        .args(["--device", device])
+        .args(args)
+        .env_remove("BURN_ASCEND_CANN_RELEASE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let code = out.status.code().unwrap();
+    assert_eq!(code == 0, outp.exists(), "an output only when it ran");
+    (code, String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+/// CANN 9.x's TND split-fuse path takes the sink in the query's dtype, CANN 8.5 a BF16 sink
+/// only (`contract::fia::sink` cites the sources): a TND call with an F16 query and an F16 sink
+/// runs on `reference` and `cpu` (with a note naming the releases that refuse it) and on `sim`
+/// (9.1.0 unless told otherwise), and is refused on every device under `--cann-release 8.5`
+/// or with the simulation's environment variable saying 8.5; an unknown release is refused
+/// naming the flag or the variable and the releases known.
+#[test]
+fn a_tnd_f16_sink_with_an_f16_query_runs_as_cann_9_and_is_refused_as_cann_8_5() {
+    let c = fia_cases()
+        .into_iter()
+        .find(|c| c.name == "tnd_causal_sink_lse")
+        .unwrap();
+    let mut x = bundle(&c);
+    for name in ["query", "key", "value", "learnableSink"] {
+        let t = &x.tensors[name];
+        let v: Vec<f64> = t
+            .f32_values(name)
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        let f16 = HostTensor::from_f64_as(&v, t.shape.clone(), Dtype::F16);
+        x.insert(name, f16);
+    }
+    // cpu, reference and sim run it; sim gives the reference's bytes (`ok`).
+    let out = ok("fia", &x);
+    let want = fcomp::fia_fwd::<B>(fia_inputs_on::<B>(&c, &Default::default()), &c.spec).unwrap();
+    let got = out.tensors["attentionOut"]
+        .f32_values("attentionOut")
+        .unwrap();
+    // F16 inputs and output against the f32 composite: |x| ≲ 2, F16 keeps 11 bits.
+    close(
+        "f16 tnd sink",
+        &got,
+        &to_vec::<B>(want.attention_out),
+        1e-2,
+        1e-2,
+    )
+    .unwrap();
+    let note = "note: fia: run as CANN 9.0.0, 9.1.0 run it; CANN 8.5.0-beta.1, 8.5.0 refuse it";
+    for device in ["reference", "cpu"] {
+        let (code, err) = run_with(&x, device, &[], &[]);
+        assert_eq!(code, 0, "{device}: {err}");
+        assert!(
+            err.starts_with(note) && err.contains("learnableSink"),
+            "{device}: {err}"
+        );
+        let (code, err) = run_with(&x, device, &["--cann-release", "9.0"], &[]);
+        assert_eq!((code, err.as_str()), (0, ""), "{device} as 9.0.0");
+    }
+    let (code, err) = run_with(&x, "sim", &[], &[]);
+    assert_eq!((code, err.as_str()), (0, ""), "sim, 9.1.0 by default");
+
+    // As CANN 8.5: refused on every device, naming the sink, the path and the release.
+    for device in ["reference", "cpu", "sim"] {
+        let (code, err) = run_with(&x, device, &["--cann-release", "8.5"], &[]);
+        assert_eq!(code, 2, "{device}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{device}: one line: {err}"
+        );
+        assert!(
+            err.contains("invalid learnableSink: dtype must be BFLOAT16")
+                && err.contains("CANN 8.5.0"),
+            "{device}: {err}"
+        );
+    }
+    let (code, err) = run_with(&x, "sim", &[], &[("BURN_ASCEND_CANN_RELEASE", "8.5.0")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("invalid learnableSink") && err.contains("CANN 8.5.0"),
+        "{err}"
+    );
+    // The flag wins over the variable.
+    let (code, err) = run_with(
+        &x,
+        "sim",
+        &["--cann-release", "9.1.0"],
+        &[("BURN_ASCEND_CANN_RELEASE", "8.5.0")],
+    );
+    assert_eq!((code, err.as_str()), (0, ""), "flag over variable");
+
+    // Unknown releases, and a release given for npu.
+    let known = "known: 8.5.0-beta.1, 8.5.0, 9.0.0, 9.1.0";
+    let (code, err) = run_with(&x, "cpu", &["--cann-release", "7.0"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("invalid --cann-release: unknown CANN release '7.0'") && err.contains(known),
+        "{err}"
+    );
+    let (code, err) = run_with(&x, "sim", &[], &[("BURN_ASCEND_CANN_RELEASE", "9.9")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("invalid BURN_ASCEND_CANN_RELEASE: unknown CANN release '9.9'")
+            && err.contains(known),
+        "{err}"
+    );
+    let (code, err) = run_with(&x, "npu", &["--cann-release", "9.1"], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("invalid --cann-release") && err.contains("npu"),
+        "{err}"
+    );
+}

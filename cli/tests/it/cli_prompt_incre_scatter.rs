@@ -516,3 +516,109 @@ fn scatter_round_trip_and_refused_writes_nothing() {
     );
     refused("scatter", &b, "valueCache");
 }
+
+/// CANN ignores `kvPaddingSize` with a block table, without `actualSeqLengths` or with a list
+/// of several key/value tensors (`CheckSupportKVLeftPadding`): the replay runs such a call as
+/// the call without it on every device, with one note on stderr naming why. Where CANN applies
+/// the padding it changes the output, so an ignored one is not ignored by accident.
+#[test]
+fn incre_replays_a_kv_padding_cann_ignores_as_the_call_without_it_with_a_note() {
+    let mut rng = Rng(5);
+    let (b, n, nkv, s, d, bs) = (2, 4, 2, 32, 16, 16);
+    let half = |v: Vec<f32>| -> Vec<f16> { v.into_iter().map(f16::from_f32).collect() };
+    let attrs = |x: &mut Bundle, layout: &str| {
+        meta(
+            x,
+            &[
+                ("numHeads", "4"),
+                ("numKeyValueHeads", "2"),
+                ("scaleValue", "0.25"),
+                ("inputLayout", layout),
+            ],
+        )
+    };
+    let lengths = HostTensor::from_i64(&[20, 9], vec![2]);
+    let (q, k, v) = (
+        half(rng.vec_f32(b * n * d, 1.0)),
+        half(rng.vec_f32(b * nkv * s * d, 1.0)),
+        half(rng.vec_f32(b * nkv * s * d, 1.0)),
+    );
+
+    // A paged BSH cache of 3 blocks of 16 tokens.
+    let mut paged = Bundle::default();
+    paged.insert("query", HostTensor::from_values(&q, vec![b, 1, n * d]));
+    paged.insert(
+        "key",
+        HostTensor::from_values(&k[..3 * bs * nkv * d], vec![3, bs, nkv * d]),
+    );
+    paged.insert(
+        "value",
+        HostTensor::from_values(&v[..3 * bs * nkv * d], vec![3, bs, nkv * d]),
+    );
+    paged.insert(
+        "blocktable",
+        HostTensor::from_i32(&[2, 0, 1, 0], vec![2, 2]),
+    );
+    paged.insert("actualSeqLengths", lengths.clone());
+    attrs(&mut paged, "BSH");
+    meta(&mut paged, &[("blockSize", "16")]);
+    // One contiguous BNSD key/value, with and without lengths.
+    let mut contiguous = Bundle::default();
+    contiguous.insert("query", HostTensor::from_values(&q, vec![b, n, 1, d]));
+    contiguous.insert("key", HostTensor::from_values(&k, vec![b, nkv, s, d]));
+    contiguous.insert("value", HostTensor::from_values(&v, vec![b, nkv, s, d]));
+    attrs(&mut contiguous, "BNSD");
+    let without_lengths = contiguous.clone();
+    contiguous.insert("actualSeqLengths", lengths);
+    // The tensor-list form, one tensor per batch.
+    let mut list = contiguous.clone();
+    list.tensors.remove("key");
+    list.tensors.remove("value");
+    let per = nkv * s * d;
+    for i in 0..b {
+        let part =
+            |x: &[f16]| HostTensor::from_values(&x[i * per..(i + 1) * per], vec![1, nkv, s, d]);
+        list.insert(&format!("key.{i}"), part(&k));
+        list.insert(&format!("value.{i}"), part(&v));
+    }
+
+    let pad = |x: &Bundle| {
+        let mut x = x.clone();
+        x.insert("kvPaddingSize", HostTensor::from_i64(&[3], vec![1]));
+        x
+    };
+    let cases = [
+        ("blocktable", &paged, "page attention (blocktable) is used"),
+        (
+            "no lengths",
+            &without_lengths,
+            "actualSeqLengths is not given",
+        ),
+        ("list", &list, "a tensor list of more than one tensor"),
+    ];
+    for (name, plain, why) in cases {
+        for device in ["reference", "cpu", "sim"] {
+            let (want, code, err) = run_on("incre", plain, device);
+            assert_eq!(code, 0, "{name} on {device}, without padding: {err}");
+            assert!(!err.contains("kvPaddingSize"), "{err}");
+            let (got, code, err) = run_on("incre", &pad(plain), device);
+            assert_eq!(code, 0, "{name} on {device}: {err}");
+            assert_eq!(got.unwrap(), want.unwrap(), "{name} on {device}");
+            let notes: Vec<&str> = err
+                .lines()
+                .filter(|l| l.starts_with("note: incre: kvPaddingSize ignored"))
+                .collect();
+            assert_eq!(notes.len(), 1, "{name} on {device}: one note: {err}");
+            assert!(notes[0].contains(why), "{name} on {device}: {err}");
+        }
+    }
+
+    // Applied (one contiguous tensor with lengths): the padding moves the window.
+    for device in ["reference", "cpu", "sim"] {
+        let (plain, _, _) = run_on("incre", &contiguous, device);
+        let (padded, code, err) = run_on("incre", &pad(&contiguous), device);
+        assert_eq!(code, 0, "{device}: {err}");
+        assert!(!err.contains("note:"), "{device}: {err}");
+        assert_ne!(padded.unwrap(), plain.unwrap(), "{device}: applied padding");
+    }
+}

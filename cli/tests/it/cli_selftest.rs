@@ -42,7 +42,14 @@ fn selftest_on_the_simulation_passes_every_case_and_writes_the_report_schema() {
     assert!(base.with_extension("md").is_file(), "PATH.md written");
     let doc = report(&base);
     assert!(doc["device"].as_str().is_some_and(|d| d.starts_with("sim")));
-    assert!(doc["cann_version"].is_string());
+    // The simulation follows the newest release read unless told otherwise.
+    assert!(
+        doc["cann_version"]
+            .as_str()
+            .is_some_and(|v| v.contains("CANN 9.1.0's rules")),
+        "{}",
+        doc["cann_version"]
+    );
     // aclrtGetVersion through the function table: the simulation reports 0.0.0, no CANN's.
     assert_eq!(doc["acl_version"], "0.0.0");
     assert_eq!(doc["passed"], true);
@@ -149,10 +156,18 @@ fn selftest_on_the_simulation_passes_every_case_and_writes_the_report_schema() {
             .unwrap_or_else(|| panic!("no probe {prefix} in {probes:?}"))
             .1
     };
-    // The simulation models what this project assumes: LSB-first dropout bits, a correct
-    // dsink on a small problem, FRACTAL_NZ caches refused.
+    // The simulation models what this project assumes: LSB-first dropout bits, CANN 9.1.0's
+    // dsink (right below, past and at an exact multiple of the post chunk, so taken by the
+    // backend), FRACTAL_NZ caches refused.
     assert!(probe("dropout bit order").starts_with("LSB-first"));
-    assert!(probe("dsink").starts_with("correct"));
+    let dsink = probe("dsink");
+    assert_eq!(dsink.matches("CANN's dsinkOut right").count(), 3, "{dsink}");
+    assert!(
+        dsink.contains("exactly two chunks")
+            && dsink.contains("as CANN 9.1.0's post step predicts")
+            && dsink.ends_with("the backend's dsink right at every size"),
+        "{dsink}"
+    );
     // The simulation follows the op definition (ND caches only).
     assert!(
         probe("FRACTAL_NZ").starts_with("refused"),
@@ -223,4 +238,47 @@ fn selftest_without_an_npu_refuses_instead_of_simulating() {
     let out = selftest(&["--device", "cpu"], &[]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--device"), "{}", stderr(&out));
+}
+
+/// The dsink probe on the simulation pretending to be each release: CANN's dsinkOut is wrong
+/// where that release's post step is (8.5.0-beta.1 past one chunk, 8.5.0 and 9.0.0 at an exact
+/// multiple, 9.1.0 never), as the probe predicts, and the backend's dsink is right at every
+/// size on every release (its own before 9.1.0).
+#[test]
+fn the_dsink_probe_sees_each_releases_post_step_and_the_backend_right_on_all() {
+    use burn_ascend::contract::CannRelease;
+    use burn_ascend_cli::op::varlen::selftest::probes;
+    use burn_ascend_cli::Device;
+    for (release, wrong) in [
+        (CannRelease::V8_5_0Beta1, 2),
+        (CannRelease::V8_5_0, 1),
+        (CannRelease::V9_0_0, 1),
+        (CannRelease::V9_1_0, 0),
+    ] {
+        burn_ascend_acl_sim::set_cann_release(Some(release));
+        let dsink = probes(Device::Sim)
+            .into_iter()
+            .find(|p| p.name.starts_with("dsink"))
+            .expect("a dsink probe")
+            .result;
+        let what = format!("{release}: {dsink}");
+        assert_eq!(
+            dsink.matches("CANN's dsinkOut WRONG").count(),
+            wrong,
+            "{what}"
+        );
+        if wrong == 1 {
+            assert!(
+                dsink.contains("(exactly two chunks): CANN's dsinkOut WRONG"),
+                "{what}"
+            );
+        }
+        assert!(
+            dsink.contains(&format!("as CANN {release}'s post step predicts")),
+            "{what}"
+        );
+        assert_eq!(dsink.matches("the backend's right").count(), 3, "{what}");
+        assert!(dsink.ends_with("right at every size"), "{what}");
+    }
+    burn_ascend_acl_sim::set_cann_release(None);
 }

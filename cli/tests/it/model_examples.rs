@@ -305,3 +305,79 @@ pub fn patch_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
     edit(&mut v);
     std::fs::write(&path, v.to_string()).unwrap();
 }
+
+/// The example's first step's learning rate, as it prints it (`step    1/N  loss …  lr X`).
+fn first_lr(run: &ExampleRun) -> String {
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("step    1/"))
+        .unwrap_or_else(|| panic!("no first step line: {}", run.tail()));
+    line.split("lr ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// `finetune --checkpoint` (a pretrained model) trains at a fine-tune's learning rate unless
+/// `--lr` is given: 2e-5 full, 2e-4 LoRA, warmed up linearly over 10 % of the steps (the first
+/// of 20 steps at half the peak); from scratch the toy's 3e-3.
+#[test]
+fn finetune_from_a_checkpoint_starts_at_a_fine_tunes_learning_rate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("start");
+    tiny_checkpoint(&ckpt);
+    let data = tmp.path().join("data.txt");
+    std::fs::write(
+        &data,
+        &burn_ascend_model::load::data::BUNDLED_CORPUS[..3000],
+    )
+    .unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let out = tmp.path().join(name);
+        let mut args = vec![
+            "--out",
+            out.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--seq-len",
+            "16",
+            "--batch-tokens",
+            "32",
+            "--no-samples",
+        ];
+        args.extend_from_slice(extra);
+        let r = run_example("finetune", &args, &[], Duration::from_secs(120), false);
+        assert!(r.ok(), "{name}: {}", r.tail());
+        first_lr(&r)
+    };
+    let c = ckpt.to_str().unwrap();
+    for (name, extra, want) in [
+        ("full", &["--checkpoint", c, "--steps", "3"][..], "2.00e-5"),
+        (
+            "lora",
+            &["--checkpoint", c, "--steps", "20", "--lora-rank", "2"],
+            "1.00e-4",
+        ),
+        (
+            "given",
+            &["--checkpoint", c, "--steps", "3", "--lr", "1e-3"],
+            "1.00e-3",
+        ),
+        (
+            "scratch",
+            &[
+                "--steps",
+                "3",
+                "--model-config",
+                &format!("{c}/config.json"),
+            ],
+            "3.00e-3",
+        ),
+    ] {
+        assert_eq!(run(name, extra), want, "{name}");
+    }
+}

@@ -139,6 +139,7 @@ fn a_gradient_norm_that_overflows_stops_training_before_the_optimizer_step() {
     let docs = documents_from_text(&burn_ascend_model::load::data::BUNDLED_CORPUS[..3000]);
     let mut packer = Packer::new(&docs, &Tokenizer::Bytes, 32, 16, 1).unwrap();
     let opts = TrainOptions {
+        warmup_steps: None,
         total_steps: 2,
         stop_after: None,
         lr: 1e-3,

@@ -54,6 +54,7 @@ fn graph_training_refuses_varlen_batches_and_the_cli_names_the_flag() {
     let docs = documents_from_text(BUNDLED_CORPUS);
     let mut varlen = Packer::new(&docs[..40], &Tokenizer::Bytes, 48, 16, 5).unwrap();
     let opts = TrainOptions {
+        warmup_steps: None,
         total_steps: 2,
         stop_after: None,
         lr: 3e-3,

@@ -38,8 +38,9 @@ mod sink;
 
 pub use args::FiaHostValues;
 
+pub use crate::release::CannRelease;
 pub use quant::check_learnable_sink_values;
-pub use sink::{CannRelease, FiaSinkPath};
+pub use sink::FiaSinkPath;
 
 pub use crate::incre::PagedLayout;
 pub use crate::prompt::{PfaLayout, PfaSparseMode};

@@ -38,51 +38,10 @@
 //! composite's, whose sink is FLOAT, so host-precision callers keep their exact numbers.
 
 use crate::error::{AttnError, Result};
+use crate::release::CannRelease;
 use crate::DataType;
 
 use super::{FiaDims, FiaSpec, PfaLayout};
-
-/// The CANN release whose FIA sink rule applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CannRelease {
-    /// CANN 8.5 and older (and 9.0.0-beta.1): the sink is BFLOAT16, always.
-    V8_5,
-    /// CANN 9.x (from ops-transformer `20ea81afa`): the TND split-fuse path takes the sink in
-    /// the query's dtype, FIA v3 in BFLOAT16.
-    V9,
-}
-
-impl CannRelease {
-    /// The release the contract models when no device says otherwise: the newest the ABI check
-    /// covers (`tools/abi-check`, README "ABI check": ops-transformer 8.5.0-beta.1 `05c401f9`,
-    /// the repository's default branch). Change it here, and only here, when the check moves.
-    pub const MODELLED: Self = Self::V8_5;
-
-    /// The release of a CANN package version (`version=` of `ascend_toolkit_install.info` /
-    /// `ascend_ops_install.info`: "8.5.0", "8.3.RC1", "9.0.0-beta.2", "9.1.0"); `None` when
-    /// it does not parse. 9.0.0-beta.1 predates `20ea81afa` and keeps the 8.5 rule.
-    pub fn from_package_version(version: &str) -> Option<Self> {
-        let v = version.trim();
-        let mut parts = v.split(['.', '-']);
-        let major: u32 = parts.next()?.trim().parse().ok()?;
-        let minor: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
-        let lower = v.to_ascii_lowercase();
-        let beta1 = lower.contains("beta.1") || lower.contains("beta1");
-        Some(if major < 9 || (major == 9 && minor == 0 && beta1) {
-            Self::V8_5
-        } else {
-            Self::V9
-        })
-    }
-
-    /// How errors name it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::V8_5 => "CANN <= 8.5",
-            Self::V9 => "CANN 9.x",
-        }
-    }
-}
 
 /// Which of FIA's A2/A3 paths runs a call with a `learnableSink`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -154,18 +113,16 @@ impl FiaSpec {
         if query == DataType::Float {
             return FiaSinkPath::FloatQuery;
         }
-        match release {
+        if !release.fia_sink_per_path() {
             // `!isLearnableSink` in IsUsingFAI (`tiling.cpp:1241` on 8.5.0).
-            CannRelease::V8_5 => FiaSinkPath::FiaV3,
-            CannRelease::V9 => {
-                // A BF16 sink with head dim 64 goes to FIA v3 (`tiling_v3.cpp:1224`).
-                let to_v3 = dims.head_dim == 64 && sink == DataType::Bf16;
-                if !to_v3 && self.split_fuse(dims, query) {
-                    FiaSinkPath::SplitFuse
-                } else {
-                    FiaSinkPath::FiaV3
-                }
-            }
+            return FiaSinkPath::FiaV3;
+        }
+        // A BF16 sink with head dim 64 goes to FIA v3 (`tiling_v3.cpp:1224`).
+        let to_v3 = dims.head_dim == 64 && sink == DataType::Bf16;
+        if !to_v3 && self.split_fuse(dims, query) {
+            FiaSinkPath::SplitFuse
+        } else {
+            FiaSinkPath::FiaV3
         }
     }
 
@@ -213,7 +170,7 @@ impl FiaSpec {
         let (want, why) = match path {
             FiaSinkPath::FloatQuery => (DataType::Float, "the query's"),
             FiaSinkPath::SplitFuse => (query, "the query's: CheckFAILearnableSink"),
-            FiaSinkPath::FiaV3 if release == CannRelease::V8_5 => (
+            FiaSinkPath::FiaV3 if !release.fia_sink_per_path() => (
                 DataType::Bf16,
                 "the op definition lists only BFLOAT16; the kernels read bf16",
             ),
@@ -228,7 +185,7 @@ impl FiaSpec {
                 "dtype must be {} ({why}) on {} with {} ({} query, inputLayout {}, D {}), got {}",
                 dtype_name(want),
                 path.name(),
-                release.name(),
+                release.label(),
                 dtype_name(query),
                 dims.layout.as_attr(),
                 dims.head_dim,

@@ -239,16 +239,25 @@ impl IncreSpec {
         (batch_continuous && self.actual_seq_lengths.is_some()).then_some(pad.max(0) as usize)
     }
 
-    /// A typed error where `kvPaddingSize` is given but CANN would ignore it (see
-    /// [`Self::left_padding`]): the Burn-level API never drops a user's input silently.
-    pub fn check_left_padding_applies(&self, dims: &IncreDims) -> Result<()> {
+    /// Why CANN ignores the given `kvPaddingSize` in this call (see [`Self::left_padding`]),
+    /// or `None` where it is not given or is applied. The op-replay CLI drops such a padding
+    /// with a note, as CANN runs the call without it.
+    pub fn ignored_left_padding(&self, dims: &IncreDims) -> Option<&'static str> {
         if self.kv_padding_size.is_none() || self.left_padding(dims).is_some() {
-            return Ok(());
+            return None;
         }
-        let why = match &dims.kv {
+        Some(match &dims.kv {
             KvDims::Paged { .. } => "page attention (blocktable) is used",
             KvDims::List { .. } => "key/value are a tensor list of more than one tensor",
             KvDims::Contiguous { .. } => "actualSeqLengths is not given",
+        })
+    }
+
+    /// A typed error where `kvPaddingSize` is given but CANN would ignore it (see
+    /// [`Self::left_padding`]): the Burn-level API never drops a user's input silently.
+    pub fn check_left_padding_applies(&self, dims: &IncreDims) -> Result<()> {
+        let Some(why) = self.ignored_left_padding(dims) else {
+            return Ok(());
         };
         Err(AttnError::invalid(
             "kvPaddingSize",

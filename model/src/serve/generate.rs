@@ -74,7 +74,7 @@ impl<B: TrainingBackend> Generator<B> {
     /// Keys, values and queries in `dtype` in the caches and the attention ops (F16 / BF16
     /// serving), the attention's output cast back to the model's dtype; only before the first
     /// sequence. FIA then gets the sinks in the dtype its path reads on the device's CANN
-    /// release: BF16 for every layout with an F16 or BF16 query on CANN <= 8.5.
+    /// release: BF16 for every layout with an F16 or BF16 query up to CANN 8.5.0.
     pub fn with_attention_dtype(mut self, dtype: FloatDType) -> Result<Self, AttnError> {
         if !self.seqs.is_empty() {
             return Err(AttnError::invalid(

@@ -50,8 +50,11 @@ pub struct TrainOptions {
     /// Stop after this step count even if `total_steps` is further (an interrupted run;
     /// `--resume` continues it exactly).
     pub stop_after: Option<usize>,
-    /// Peak learning rate (warmup over the first 5 % of steps, cosine to a tenth).
+    /// Peak learning rate (after the warm-up, cosine to a tenth).
     pub lr: f64,
+    /// Steps of linear warm-up to `lr`; `None`: 5 % of `total_steps` (at least 1), what a model
+    /// trained from scratch here takes.
+    pub warmup_steps: Option<usize>,
     /// AdamW's decoupled weight decay.
     pub weight_decay: f32,
     /// Global gradient-norm clip (torch's `clip_grad_norm_`: every gradient scaled by
@@ -205,13 +208,17 @@ where
     )
 }
 
-/// The learning-rate schedule of a run of `opts` (warm-up over 5 % of the steps, cosine to a
-/// tenth of the peak), the eager and the captured loop alike.
+/// The learning-rate schedule of a run of `opts` (its warm-up, by default over 5 % of the
+/// steps, then cosine to a tenth of the peak), the eager, the captured and the
+/// context-parallel loop alike.
 pub(crate) fn schedule_of(opts: &TrainOptions) -> WarmupCosine {
     WarmupCosine {
         peak: opts.lr,
         floor: opts.lr / 10.0,
-        warmup: (opts.total_steps / 20).max(1),
+        warmup: opts
+            .warmup_steps
+            .unwrap_or(opts.total_steps / 20)
+            .clamp(1, opts.total_steps.max(1)),
         total: opts.total_steps,
     }
 }
@@ -525,4 +532,44 @@ fn save_with<B: AutodiffBackend + TrainingBackend>(
     files.push(("loss.csv", csv.into_bytes()));
     files.push(("state.json", state.to_json()?));
     publish(out, state.step, &files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(total_steps: usize, warmup_steps: Option<usize>) -> TrainOptions {
+        TrainOptions {
+            total_steps,
+            stop_after: None,
+            lr: 1e-3,
+            warmup_steps,
+            weight_decay: 0.0,
+            clip_norm: 1.0,
+            seed: 0,
+            out: PathBuf::new(),
+            save_every: 1,
+        }
+    }
+
+    #[test]
+    fn the_warm_up_is_the_runs_own_else_five_percent_of_the_steps() {
+        // 4 warm-up steps: 1/4, 2/4, 3/4 of the peak, then the peak.
+        let s = schedule_of(&opts(20, Some(4)));
+        for (step, want) in [(0, 2.5e-4), (1, 5e-4), (2, 7.5e-4), (3, 1e-3)] {
+            assert!(
+                (s.lr(step) - want).abs() < 1e-15,
+                "step {step}: {}",
+                s.lr(step)
+            );
+        }
+        // Default: 5 % of 100 steps = 5.
+        let s = schedule_of(&opts(100, None));
+        assert_eq!(s.warmup, 5);
+        assert!((s.lr(0) - 2e-4).abs() < 1e-15);
+        // At least one step, at most the run.
+        assert_eq!(schedule_of(&opts(10, None)).warmup, 1);
+        assert_eq!(schedule_of(&opts(10, Some(0))).warmup, 1);
+        assert_eq!(schedule_of(&opts(10, Some(50))).warmup, 10);
+    }
 }

@@ -94,6 +94,7 @@ fn chat_finetuning_starts_at_the_assistant_only_loss_of_the_pretrained_weights_a
     let every_token = nll.iter().sum::<f64>() / t as f64;
 
     let opts = TrainOptions {
+        warmup_steps: None,
         total_steps: 10,
         stop_after: None,
         lr: 1e-2,

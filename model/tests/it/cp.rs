@@ -342,6 +342,7 @@ fn cp_2_by_data_parallel_2_trains_as_one_device_on_the_global_batch() {
     let packer = Packer::new(&docs, &Tokenizer::Bytes, 64, 32, 5).unwrap();
     let dir = std::env::temp_dir().join(format!("burn-ascend-cp2x2-{}", std::process::id()));
     let opts = |out: &str| TrainOptions {
+        warmup_steps: None,
         total_steps: 3,
         stop_after: None,
         lr: 3e-3,
@@ -415,6 +416,7 @@ fn a_cp_2_checkpoint_resumes_on_one_device_as_if_one_device_had_trained_it() {
     let packer = Packer::new(&docs, &Tokenizer::Bytes, 64, 32, 7).unwrap();
     let dir = std::env::temp_dir().join(format!("burn-ascend-cp-resume-{}", std::process::id()));
     let opts = |out: &str, stop_after| TrainOptions {
+        warmup_steps: None,
         total_steps: 3,
         stop_after,
         lr: 3e-3,

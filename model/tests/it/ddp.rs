@@ -88,6 +88,7 @@ pub(crate) fn packer() -> Packer {
 
 pub(crate) fn opts(out: &std::path::Path, steps: usize, stop_after: Option<usize>) -> TrainOptions {
     TrainOptions {
+        warmup_steps: None,
         total_steps: steps,
         stop_after,
         lr: 3e-3,

@@ -188,6 +188,8 @@ fn f16_and_bf16_serving_through_fia_sends_a_bf16_sink_and_tracks_the_f32_logits(
 
     let cfg = tiny_d(true, Some(5), 64);
     let sim = AscendDevice::sim();
+    // CANN 8.5.0's sink rule: a BF16 sink in every layout (this thread only).
+    burn_ascend_acl_sim::set_cann_release(Some(burn_ascend::contract::CannRelease::V8_5_0));
     let prompts = vec![vec![1u32, 5, 9, 2, 7], vec![3u32; 9]];
     let sampling = vec![Sampling::Greedy; 2];
     let run = |dtype: Option<FloatDType>| {
@@ -216,7 +218,7 @@ fn f16_and_bf16_serving_through_fia_sends_a_bf16_sink_and_tracks_the_f32_logits(
         let before = ops.map(fallback_count);
         let got = run(Some(dt));
         assert_eq!(ops.map(fallback_count), before, "an attention op fell back");
-        // CANN <= 8.5 (the contract's modelled release): every layout takes a BF16 sink only.
+        // CANN 8.5.0 (set above): every layout takes a BF16 sink only.
         assert_eq!(burn_ascend_acl_sim::last_learnable_sink_dtype(), Some(sink));
         // Step by step while both runs generated the same tokens (after a different token
         // the contexts differ); the first step of each prompt is always compared.
@@ -237,4 +239,5 @@ fn f16_and_bf16_serving_through_fia_sends_a_bf16_sink_and_tracks_the_f32_logits(
             }
         }
     }
+    burn_ascend_acl_sim::set_cann_release(None);
 }

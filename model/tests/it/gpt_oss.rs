@@ -598,6 +598,7 @@ fn output_router_logits_is_refused_when_training_as_the_auxiliary_loss_is_not_im
     let docs = documents_from_text("SOME TEXT TO PACK INTO A BATCH OR TWO");
     let mut packer = Packer::new(&docs, &Tokenizer::Bytes, 16, 8, 1).unwrap();
     let opts = TrainOptions {
+        warmup_steps: None,
         total_steps: 1,
         stop_after: None,
         lr: 1e-3,

@@ -671,6 +671,7 @@ fn attention_dropout_is_refused_when_training() {
     let docs = documents_from_text("some text to pack into a batch or two");
     let mut packer = Packer::new(&docs, &Tokenizer::Bytes, 16, 8, 1).unwrap();
     let opts = TrainOptions {
+        warmup_steps: None,
         total_steps: 1,
         stop_after: None,
         lr: 1e-3,
@@ -890,6 +891,7 @@ fn finetuning_a_pretrained_fixture_starts_at_its_pretrained_loss_and_lowers_it()
     let pretrained = loss_of(&model);
     let fresh = loss_of(&Transformer::<A>::new(&model.config, &device).unwrap());
     let opts = TrainOptions {
+        warmup_steps: None,
         total_steps: 12,
         stop_after: None,
         lr: 1e-2,

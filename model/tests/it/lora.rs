@@ -229,6 +229,7 @@ fn settings(targets: &str) -> LoraSettings {
 
 fn opts(out: &Path, total: usize, stop_after: Option<usize>) -> TrainOptions {
     TrainOptions {
+        warmup_steps: None,
         total_steps: total,
         stop_after,
         lr: 2e-2,

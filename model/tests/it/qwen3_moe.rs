@@ -397,6 +397,7 @@ fn opts(out: &Path, lr: f64) -> TrainOptions {
         seed: 5,
         out: out.into(),
         save_every: 100,
+        warmup_steps: None,
     }
 }
 

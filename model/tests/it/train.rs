@@ -339,6 +339,7 @@ fn hugging_face_checkpoint_loads_with_its_tokenizer_and_trains() {
     let (model, state) =
         init_model::<B>(&Init::Checkpoint(dir.path().into()), out.path(), &device).unwrap();
     let opts = TrainOptions {
+        warmup_steps: None,
         total_steps: 8,
         stop_after: None,
         lr: 1e-2,
@@ -375,6 +376,7 @@ fn resumed_run_continues_the_loss_curve_exactly() {
         let (model, state) = init_model::<B>(&init, out, &device).unwrap();
         let mut packer = Packer::new(&docs, &Tokenizer::Bytes, 96, 32, 11).unwrap();
         let opts = TrainOptions {
+            warmup_steps: None,
             total_steps: 6,
             stop_after,
             lr: 3e-3,
@@ -501,6 +503,7 @@ fn bf16_mixed_precision_on_ascend_tracks_the_f32_run_and_keeps_f32_master_weight
         let model = model.with_compute_dtype(dtype);
         let mut packer = Packer::new(&docs, &Tokenizer::Bytes, 96, 32, 11).unwrap();
         let opts = TrainOptions {
+            warmup_steps: None,
             total_steps: 6,
             stop_after: None,
             lr: 3e-3,

@@ -84,6 +84,7 @@ fn params(model: &Transformer<Ad>) -> Vec<f32> {
 /// Options of a `steps`-step run at learning rate `lr` writing below `dir/name`.
 fn run_opts(dir: &std::path::Path, name: &str, steps: usize, lr: f64) -> TrainOptions {
     TrainOptions {
+        warmup_steps: None,
         total_steps: steps,
         stop_after: None,
         lr,

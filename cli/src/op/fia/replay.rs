@@ -15,12 +15,13 @@ use crate::names::{concat, OpNames};
 use crate::op::bundle_checks::{
     block_table, float_dtype, is_compressed_mask, not_the_compressed_mask, same_dtype,
 };
+use crate::release::check_on_host;
 use crate::{CliError, Device};
-use burn_ascend::backend::attention::fia::cann_release;
+use burn_ascend::backend::release::cann_release;
 use burn_ascend::kernels::reference::fia::fused_infer_attention as fia_reference;
 use burn_ascend::ops::fia::{
-    check_learnable_sink_values, parse_fia_layout, CannRelease, FiaHostValues, FiaKvShapes,
-    FiaMask, FiaShapes, FiaSpec,
+    check_learnable_sink_values, parse_fia_layout, FiaHostValues, FiaKvShapes, FiaMask, FiaShapes,
+    FiaSpec,
 };
 use burn_ascend::ops::prompt::{INT_MAX_TOKENS, PFA_COMPRESSED_MASK};
 use burn_ascend::{fused_infer_attention_with, AttentionBackend, AttnError, FiaInputs, FiaKv};
@@ -352,16 +353,23 @@ pub fn fia(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         sink.map(|s| s.shape.clone()),
     )))?;
     // The bundle's sink dtype is checked as CANN checks it, per path and release: against the
-    // release the device reports on `sim` / `npu`, against the one the contract models on
-    // `reference` and `cpu`. The backend then sends the sink in the dtype the chosen path reads.
+    // release the device reports on `sim` / `npu`; on `reference` and `cpu` against
+    // `--cann-release`, else the call runs when some release takes it (with a note naming
+    // those that refuse it). The backend then sends the sink in the dtype the chosen path reads.
     if let Some(s) = sink {
-        let sink_dtype = acl_dtype(s.dtype, "learnableSink")?;
-        let release = if device.is_acl() {
-            cann_release(&acl_runtime(device)?)
-        } else {
-            CannRelease::MODELLED
+        let (sink_dtype, query_dtype) = (
+            acl_dtype(s.dtype, "learnableSink")?,
+            acl_dtype(qdt, "query")?,
+        );
+        let check = |release| {
+            spec.check_learnable_sink_dtype(&dims, query_dtype, sink_dtype, release)
+                .map(|_| ())
         };
-        spec.check_learnable_sink_dtype(&dims, acl_dtype(qdt, "query")?, sink_dtype, release)?;
+        if device.is_acl() {
+            check(cann_release(&acl_runtime(device)?)?)?;
+        } else {
+            check_on_host("fia", check)?;
+        }
     }
     if device != Device::Reference {
         // int8 KV travels to the API as floats (in the query's dtype) holding the int8 values.

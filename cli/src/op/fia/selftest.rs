@@ -12,7 +12,8 @@ use crate::selftest::harness::{
 };
 use crate::selftest::{CaseResult, Probe};
 use crate::{CliError, Device};
-use burn_ascend::backend::attention::fia::{cann_release, fused_infer_attention};
+use burn_ascend::backend::attention::fia::fused_infer_attention;
+use burn_ascend::backend::release::cann_release;
 use burn_ascend::ops::fia::{
     FiaDims, FiaInputs, FiaKv, FiaKvShapes, FiaOutputs, FiaShapes, FiaSpec, PfaLayout,
 };
@@ -164,8 +165,9 @@ fn first_line(e: &str) -> &str {
 /// reads (on the simulation: the release it pretends to be). CANN <= 8.5 takes BF16 only;
 /// 9.x takes BF16 in BNSD (FIA v3) and F16 in TND (the split-fuse path).
 fn sink_dtype_probe(device: Device) -> String {
-    let release = match acl_runtime(device) {
-        Ok(rt) => cann_release(&rt),
+    let release = match acl_runtime(device).map(|rt| cann_release(&rt)) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return format!("no CANN release: {e}"),
         Err(e) => return format!("could not open the device: {e}"),
     };
     let mut parts = Vec::new();
@@ -190,7 +192,7 @@ fn sink_dtype_probe(device: Device) -> String {
         "F16 query, D 128: {}; {} the table of {}",
         parts.join(", "),
         if agree { "as" } else { "NOT as" },
-        release.name()
+        release.label()
     )
 }
 

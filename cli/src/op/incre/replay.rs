@@ -21,6 +21,7 @@ use crate::op::bundle_checks::{
     block_table, float_dtype, int8_f32_refusal, offset_like_scale, post_quant, refuse_int8_query,
     same_dtype, PROMPT_INCRE_ATTRS, PROMPT_INCRE_TENSORS,
 };
+use crate::replay::note;
 use crate::{CliError, Device};
 use burn_ascend::backend::attention::builders;
 use burn_ascend::contract::incre::KvInput;
@@ -232,7 +233,7 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
             .into());
         }
     }
-    let spec = spec_from(b, qdt)?;
+    let mut spec = spec_from(b, qdt)?;
     let optional = Optional::read(b, qdt)?;
     let kv_shapes = match (&form, spec.block_table.is_some()) {
         (KvForm::One(k, v), true) => IncreKvShapes::Paged {
@@ -260,6 +261,18 @@ pub fn incre(b: &Bundle, device: Device) -> Result<Bundle, CliError> {
         kv_shapes,
         kdt == Dtype::I8,
     )))?;
+    if let Some(why) = spec.ignored_left_padding(&dims) {
+        // CANN runs the call as if it had no kvPaddingSize; so does the replay, on every
+        // device (the Burn API would refuse it, for its own callers' sake).
+        note(
+            "incre",
+            format!(
+                "kvPaddingSize ignored, as CANN ignores it when {why} (it applies it only with \
+                 one key/value tensor, actualSeqLengths and no blocktable)"
+            ),
+        );
+        spec.kv_padding_size = None;
+    }
     if spec.post_quant.is_some() {
         // int8 attentionOut (quantScale2): a Burn float tensor cannot hold it, so the public
         // API refuses it; the host devices run the reference, `sim` / `npu` CANN's int8 path.

@@ -508,7 +508,7 @@ fn backward_typed<T: WireFloat>(b: &Bundle, device: Device) -> Result<Bundle, Cl
 
 /// The validated backward on a Burn backend (`AttentionBackend::varlen_bwd`, what
 /// [`burn_ascend::varlen_score_grad`] calls, with the explicit mask as a tensor). On `Ascend`
-/// the backend replaces CANN's dsink (wrong past its post-chunk threshold) and computes dpse
+/// the backend replaces CANN's dsink before 9.1.0 (wrong past its post-chunk threshold) and computes dpse
 /// (no arch32 grad kernel writes it), so every device gives the gradients users train on.
 struct Backward {
     spec: VarlenSpec,

@@ -1,7 +1,8 @@
 //! The varlen cases of the selftest (`varlen-fwd` and `varlen-bwd` in f32, f16 and bf16: GQA
 //! with and without a sink, a band, right-down causal, an external pse, ALiBi slopes and an
 //! explicit mask) and the varlen probes only hardware can answer: the dropout mask's bit order
-//! and dsink above CANN's post-processing chunk threshold.
+//! and CANN's dsink (and the backend's) below, past and at an exact multiple of CANN's
+//! post-processing chunk.
 
 use safetensors::Dtype;
 
@@ -246,7 +247,7 @@ pub fn probes(device: Device) -> Vec<Probe> {
             result: dropout_probe(device),
         },
         Probe {
-            name: "dsink above CANN's post-processing chunk threshold".into(),
+            name: "dsink of CANN and of the backend around CANN's post-processing chunk".into(),
             result: dsink_result(device),
         },
     ]
@@ -303,11 +304,33 @@ fn dropout_probe(device: Device) -> String {
     }
 }
 
-/// dsink of the raw backward (through the call builder `builders::varlen_grad`, as `run
-/// varlen-bwd` calls it) against `dsink_h = −Σ_i p_sink,i · (dO_i · O_i)`, computed on the host
-/// from the device's own forward outputs. `seqs` sequences of `len` tokens, one head.
-fn dsink_probe(device: Device, seqs: usize, len: usize) -> Result<(f64, f64), CliError> {
-    let (n, d) = (1usize, 64usize);
+/// dsink partials per head of one sequence of at most 256 tokens: Sq and Skv padded to 256,
+/// `256·256/baseMN` with `baseMN = 128·64` (`flash_attention_score_grad_post.h`; the
+/// simulation's `DsinkPost` models the tiling).
+const PARTIALS_PER_SHORT_SEQ: usize = 8;
+/// Floats per post chunk at D = 64 in F16 on A2/A3: `2·postUbBaseSize/4` with
+/// `postUbBaseSize = (192 KiB − 8 KiB) / 3 / 256·256 = 62 720` bytes (no NZ output at D = 64).
+const POST_CHUNK_FLOATS: usize = 31_360;
+
+/// What the dsink probe saw at one size: the max error of CANN's raw `dsinkOut` and of the
+/// backend's dsink (what `run varlen-bwd` and training use), and the largest |dsink|.
+struct DsinkSeen {
+    cann: f64,
+    backend: f64,
+    scale: f64,
+}
+
+/// dsink of `seqs` sequences of 2 tokens (two heads, D = 64, F16) against
+/// `dsink_h = −Σ_i p_sink,i · (dO_i · O_i)`, computed on the host from the device's own forward
+/// outputs: CANN's raw `dsinkOut` (through the call builder `builders::varlen_grad`) and the
+/// backend's (through `run varlen-bwd`, the Burn API).
+fn dsink_probe(device: Device, seqs: usize) -> Result<DsinkSeen, CliError> {
+    use crate::device::{acl_runtime, download, output, upload};
+    use burn_ascend::backend::attention::builders;
+    use burn_ascend::ops::varlen::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenSpec};
+    use burn_ascend_cann::acl::DataType;
+
+    let (n, d, len) = (2usize, 64usize, 2usize);
     let t = seqs * len;
     let mut rng = Rng::new(99);
     let mut b = Bundle::default();
@@ -317,17 +340,14 @@ fn dsink_probe(device: Device, seqs: usize, len: usize) -> Result<(f64, f64), Cl
             HostTensor::from_f64_as(&rng.vec(t * n * d), vec![t, n, d], Dtype::F16),
         );
     }
-    let sink = [0.75f32];
+    let sink = [0.75f32, -0.5];
     b.insert("sink", HostTensor::from_values(&sink, vec![n]));
     let cum: Vec<i64> = (1..=seqs).map(|i| (i * len) as i64).collect();
     b.insert("actualSeqQLen", HostTensor::from_i64(&cum, vec![seqs]));
     b.insert("actualSeqKvLen", HostTensor::from_i64(&cum, vec![seqs]));
-    for (k, v) in [
-        ("headNum", "1".to_string()),
-        ("scaleValue", (1.0 / (d as f64).sqrt()).to_string()),
-    ] {
-        b.metadata.insert(k.into(), v);
-    }
+    let scale = 1.0 / (d as f64).sqrt();
+    b.metadata.insert("headNum".into(), n.to_string());
+    b.metadata.insert("scaleValue".into(), scale.to_string());
     let fwd = run_op("varlen-fwd", &b, device)?;
     let o = fwd.tensors["attentionOut"].clone();
     let dy = HostTensor::from_f64_as(&rng.vec(t * n * d), vec![t, n, d], Dtype::F16);
@@ -341,17 +361,74 @@ fn dsink_probe(device: Device, seqs: usize, len: usize) -> Result<(f64, f64), Cl
     b.insert("softmaxMax", fwd.tensors["softmaxMax"].clone());
     b.insert("softmaxSum", fwd.tensors["softmaxSum"].clone());
     let bwd = run_op("varlen-bwd", &b, device)?;
-    let got = bwd
+    let backend = bwd
         .tensors
         .get("dsink")
         .ok_or_else(|| CliError::Device("the backward returned no dsink".into()))?
         .f32_values("dsink")?;
-    let stat = smax.len() / (t * n); // 8 replicated values per row
+
+    // CANN's own dsinkOut, from the same inputs.
+    let rt = acl_runtime(device)?;
+    let up = |name: &'static str| upload(&rt, &b.tensors[name], name);
+    let ins = [
+        up("query")?,
+        up("key")?,
+        up("value")?,
+        up("dy")?,
+        up("softmaxMax")?,
+        up("softmaxSum")?,
+        up("attentionIn")?,
+        up("sink")?,
+    ];
+    let outs = [
+        output(&rt, &[t, n, d], DataType::Float16)?,
+        output(&rt, &[t, n, d], DataType::Float16)?,
+        output(&rt, &[t, n, d], DataType::Float16)?,
+        output(&rt, &[n], DataType::Float)?,
+    ];
+    {
+        let h = ins
+            .iter()
+            .map(|x| x.handle())
+            .collect::<Result<Vec<_>, _>>()?;
+        let g = outs
+            .iter()
+            .map(|x| x.handle())
+            .collect::<Result<Vec<_>, _>>()?;
+        builders::varlen_grad(
+            &rt,
+            &VarlenSpec::new(cum.clone(), cum, n, scale),
+            n,
+            DataType::Float16,
+            &VarlenGradInputs {
+                inputs: VarlenInputs {
+                    sink: Some(&h[7]),
+                    ..VarlenInputs::new(&h[0], &h[1], &h[2])
+                },
+                dy: &h[3],
+                softmax_max: &h[4],
+                softmax_sum: &h[5],
+                attention_in: &h[6],
+            },
+            &VarlenGrads {
+                dq: &g[0],
+                dk: &g[1],
+                dv: &g[2],
+                dpse: None,
+                dsink: Some(&g[3]),
+            },
+        )?;
+    }
+    let cann = download(&outs[3])?.f32_values("dsinkOut")?;
+
+    // The statistics in the default layout (`""`: per sequence, head-major, 8 copies a row).
+    let layout = burn_ascend::ops::varlen::SoftmaxLayout::SequenceHeadMajor;
     let mut want = vec![0.0f64; n];
     for i in 0..t {
         for h in 0..n {
             let r = i * n + h;
-            let (m, l) = (f64::from(smax[r * stat]), f64::from(ssum[r * stat]));
+            let at = layout.stat_index(i / len * len, len, n, h, i % len);
+            let (m, l) = (f64::from(smax[at]), f64::from(ssum[at]));
             let p = (f64::from(sink[h]) - m).exp() / l;
             let dot: f64 = (0..d)
                 .map(|x| f64::from(dyv[r * d + x]) * f64::from(ov[r * d + x]))
@@ -359,31 +436,67 @@ fn dsink_probe(device: Device, seqs: usize, len: usize) -> Result<(f64, f64), Cl
             want[h] -= p * dot;
         }
     }
-    let err = got
-        .iter()
-        .zip(&want)
-        .map(|(&g, w)| (f64::from(g) - w).abs())
-        .fold(0.0, f64::max);
-    let scale = want.iter().fold(1.0f64, |m, w| m.max(w.abs()));
-    Ok((err, scale))
+    let err = |got: &[f32]| {
+        got.iter()
+            .zip(&want)
+            .map(|(&g, w)| (f64::from(g) - w).abs())
+            .fold(0.0, f64::max)
+    };
+    Ok(DsinkSeen {
+        cann: err(&cann),
+        backend: err(&backend),
+        scale: want.iter().fold(1.0f64, |m, w| m.max(w.abs())),
+    })
 }
 
+/// CANN's dsink and the backend's at three sizes of the post step's chunk — below it, past it,
+/// and at an exact multiple of it (two chunks) — against what the release's post step predicts
+/// (`CannRelease::dsink_post_step`): the backend takes CANN's dsinkOut from 9.1.0 and computes
+/// its own before, so its dsink must be right at every size on every release.
 fn dsink_result(device: Device) -> String {
-    // CANN's chunk threshold is B·s1Pad·s2Pad/baseMN·4 > 2·postUbBaseSize
-    // (flash_attention_score_grad_post.h); 64 sequences of 4096 tokens are above it on A2/A3.
-    // The simulation is too slow for that problem: it runs a small one, below the threshold,
-    // which exercises the probe only.
-    let (seqs, len, note) = match device {
-        Device::Npu => (64, 4096, "64 sequences of 4096 tokens, above CANN's chunk threshold"),
-        _ => (2, 64, "simulation: 2 sequences of 64 tokens, below the threshold (the probe's code path only)"),
+    use burn_ascend::backend::release::cann_release;
+    let release = match crate::device::acl_runtime(device).map(|rt| cann_release(&rt)) {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return format!("no CANN release: {e}"),
+        Err(e) => return format!("could not open the device: {e}"),
     };
-    match guarded(|| dsink_probe(device, seqs, len)) {
-        Err(e) => format!("could not run ({note}): {e}"),
-        Ok((err, scale)) if err <= 1e-2 * scale => {
-            format!("correct (max err {err:.3e}, |dsink| up to {scale:.3e}; {note})")
+    let step = release.dsink_post_step();
+    let (mut parts, mut agree, mut backend_right) = (Vec::new(), true, true);
+    for (seqs, what) in [
+        (3900, "below one chunk"),
+        (4000, "past one chunk"),
+        (7840, "exactly two chunks"),
+    ] {
+        let partials = seqs * PARTIALS_PER_SHORT_SEQ;
+        match guarded(|| dsink_probe(device, seqs)) {
+            Err(e) => {
+                agree = false;
+                parts.push(format!("{partials} partials ({what}): could not run: {e}"));
+            }
+            Ok(s) => {
+                let right = |err: f64| err <= 1e-2 * s.scale;
+                agree &= right(s.cann) == step.right_for(partials, POST_CHUNK_FLOATS);
+                backend_right &= right(s.backend);
+                let word = |err| if right(err) { "right" } else { "WRONG" };
+                parts.push(format!(
+                    "{partials} partials ({what}): CANN's dsinkOut {} (err {:.1e}), the backend's {} (err {:.1e})",
+                    word(s.cann),
+                    s.cann,
+                    word(s.backend),
+                    s.backend
+                ));
+            }
         }
-        Ok((err, scale)) => format!(
-            "wrong (max err {err:.3e}, |dsink| up to {scale:.3e}; {note}): the backend must compute dsink itself above the threshold"
-        ),
     }
+    format!(
+        "{}; CANN's {} {}'s post step predicts; the backend's dsink {}",
+        parts.join("; "),
+        if agree { "as" } else { "NOT as" },
+        release.label(),
+        if backend_right {
+            "right at every size"
+        } else {
+            "WRONG: it must compute dsink itself on this release"
+        }
+    )
 }

@@ -21,7 +21,6 @@ use crate::load::data::{PackedBatch, Packer};
 use crate::model::transformer::Transformer;
 use crate::run_state::state::TrainState;
 use crate::train::eager::{StepReport, TrainOptions};
-use crate::train::schedule::WarmupCosine;
 
 /// Sum of the next-token cross-entropies of `logits [T_r, V]` against `targets [T_r]`,
 /// divided by the step's token count `total`.
@@ -207,12 +206,7 @@ fn train_rank_steps<B: CpBackend + TrainingBackend>(
     let device = model.embed_tokens.weight.val().device();
     let recorder = NamedMpkBytesRecorder::<FullPrecisionSettings>::new();
     let total_steps = opts.total_steps;
-    let schedule = WarmupCosine {
-        peak: opts.lr,
-        floor: opts.lr / 10.0,
-        warmup: (total_steps / 20).max(1),
-        total: total_steps,
-    };
+    let schedule = crate::train::eager::schedule_of(opts);
     let mut optim =
         crate::train::optim::FusedAdamW::<B>::new(opts.weight_decay)?.init::<Transformer<B>>();
     if run.resume_optimizer {
