@@ -199,9 +199,11 @@ unsafe impl Sync for SharedDst {}
 /// `dst = lhs · rhs` (`dst` row-major `lhs.rows × rhs.cols`, leading dimension `rhs.cols`), on
 /// all threads of the current rayon pool.
 ///
-/// A product of few rows (a decode step: at most [`FEW_ROWS`]) is cut into column bands, one
-/// single-threaded product each, which `gemm` runs as matrix-vector products without packing:
-/// each thread streams its own columns of `rhs` once, at the memory's speed. A larger product
+/// A product of few rows (a decode step: at most [`FEW_ROWS`]) streams `rhs` once at the
+/// memory's speed, without packing: a row-major `rhs` (a weight `[in, out]`) in chunks of whole
+/// rows whose partial products are added in order ([`few_rows_row_major`]), any other (a
+/// transposed weight: the tied head) in column bands, each a contiguous stretch of the weight's
+/// rows, one single-threaded matrix-vector product each. A larger product
 /// is one `gemm` call on its own threads, which pack each operand once and share the packed
 /// panels. Either way every element is one sum in an order that depends on the shape only (the
 /// band boundaries and `gemm`'s blocking do not depend on the thread count), so results are
@@ -246,6 +248,10 @@ pub fn par_matmul(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
         };
         return;
     }
+    if rhs.cs == 1 {
+        few_rows_row_major(dst, lhs, rhs);
+        return;
+    }
     let band = column_band(n);
     (0..n.div_ceil(band)).into_par_iter().for_each(|b| {
         let c0 = b * band;
@@ -266,6 +272,49 @@ pub fn par_matmul(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
         // `rhs.data` as `c0 < n`).
         unsafe { product(shared.at(c0), n, m, w, k, lhs, rhs, 1) };
     });
+}
+
+/// Floats of `rhs` one task of [`few_rows_row_major`] reads (32 KiB): its rows are one
+/// contiguous stretch of memory, streamed.
+const ROW_CHUNK_FLOATS: usize = 8192;
+
+/// A product of few rows with a row-major `rhs` (a weight `[in, out]`): `rhs` is cut into
+/// chunks of whole rows — each a contiguous stretch of memory that one task streams at the
+/// memory's speed, where column bands would read short strided pieces of every row — each
+/// chunk's partial product computed by `gemm` (a matrix-vector product for one row), and the
+/// partials added in chunk order. The chunks depend on the shape only, so the sum's order
+/// does not depend on the thread count.
+fn few_rows_row_major(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
+    use rayon::prelude::*;
+    let (m, n, k) = (lhs.rows, rhs.cols, lhs.cols);
+    let rows = (ROW_CHUNK_FLOATS / n.max(1)).max(4);
+    let partials: Vec<Vec<f32>> = (0..k.div_ceil(rows))
+        .into_par_iter()
+        .map(|c| {
+            let k0 = c * rows;
+            let kc = rows.min(k - k0);
+            let lhs = Mat {
+                data: &lhs.data[k0 * lhs.cs..],
+                cols: kc,
+                ..lhs
+            };
+            let rhs = Mat {
+                data: &rhs.data[k0 * rhs.rs..],
+                rows: kc,
+                ..rhs
+            };
+            let mut out = vec![0.0f32; m * n];
+            matmul(&mut out, n, lhs, rhs, false, 1.0);
+            out
+        })
+        .collect();
+    let dst = &mut dst[..m * n];
+    dst.copy_from_slice(&partials[0]);
+    for p in &partials[1..] {
+        for (d, v) in dst.iter_mut().zip(p) {
+            *d += v;
+        }
+    }
 }
 
 /// `dst[r·ld + c] = (lhs · rhs)[r][c]` for r < m, c < w, on `threads` threads (`gemm`'s).
