@@ -96,30 +96,8 @@ pub fn matmul(dst: &mut [f32], ld: usize, lhs: Mat<'_>, rhs: Mat<'_>, accumulate
     // checked that the largest such offsets are inside the respective slices and fit in
     // `isize` (all strides are non-negative, so the smallest offset is 0). `dst` is a unique
     // `&mut` borrow, so it aliases neither operand, and both operands are `f32` slices that
-    // stay borrowed for the whole call. `Parallelism::None` runs the product on this thread.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            ld as isize,
-            accumulate,
-            lhs.data.as_ptr(),
-            lhs.cs as isize,
-            lhs.rs as isize,
-            rhs.data.as_ptr(),
-            rhs.cs as isize,
-            rhs.rs as isize,
-            1.0,
-            beta,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
+    // stay borrowed for the whole call. One thread runs the product.
+    unsafe { product(dst.as_mut_ptr(), ld, lhs, rhs, accumulate, beta, 1) };
 }
 
 /// Row-major `c = a · b` for `a: m×k`, `b: k×n`, `c: m×n`, through the same `gemm` entry point
@@ -238,11 +216,10 @@ pub fn par_matmul(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
             product(
                 shared.at(0),
                 n,
-                m,
-                n,
-                k,
                 lhs,
                 rhs,
+                false,
+                1.0,
                 rayon::current_num_threads(),
             )
         };
@@ -270,7 +247,7 @@ pub fn par_matmul(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
         // else reads `dst` meanwhile. The operands are in-bounds views (checked above; a band
         // narrows only the columns of `rhs`, and its first element `c0·cs` lies inside
         // `rhs.data` as `c0 < n`).
-        unsafe { product(shared.at(c0), n, m, w, k, lhs, rhs, 1) };
+        unsafe { product(shared.at(c0), n, lhs, rhs, false, 1.0, 1) };
     });
 }
 
@@ -317,29 +294,29 @@ fn few_rows_row_major(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
     }
 }
 
-/// `dst[r·ld + c] = (lhs · rhs)[r][c]` for r < m, c < w, on `threads` threads (`gemm`'s).
+/// `dst[r·ld + c] = (accumulate ? dst[r·ld + c] : 0) + beta · (lhs · rhs)[r][c]` for
+/// r < lhs.rows, c < rhs.cols, on `threads` threads (`gemm`'s).
 ///
 /// # Safety
-/// `dst` must be valid for writes at `r·ld + c` for r < m, c < w, with no other access to
-/// those elements during the call; `lhs` (`m × k`) and `rhs` (`k × w`) must be in bounds.
-#[allow(clippy::too_many_arguments)]
+/// `dst` must be valid for reads (if `accumulate`) and writes at `r·ld + c` for those r and c,
+/// with no other access to those elements during the call; `lhs` and `rhs` must be in bounds
+/// with `lhs.cols == rhs.rows`.
 unsafe fn product(
     dst: *mut f32,
     ld: usize,
-    m: usize,
-    w: usize,
-    k: usize,
     lhs: Mat<'_>,
     rhs: Mat<'_>,
+    accumulate: bool,
+    beta: f32,
     threads: usize,
 ) {
+    let (m, w, k) = (lhs.rows, rhs.cols, lhs.cols);
     let parallelism = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
     };
-    // SAFETY: the caller guarantees `dst`'s extent and exclusivity and the operands' bounds
-    // (the same conditions `matmul` checks before its call).
+    // SAFETY: the caller guarantees `dst`'s extent and exclusivity and the operands' bounds.
     unsafe {
         gemm::gemm(
             m,
@@ -348,7 +325,7 @@ unsafe fn product(
             dst,
             1,
             ld as isize,
-            false,
+            accumulate,
             lhs.data.as_ptr(),
             lhs.cs as isize,
             lhs.rs as isize,
@@ -356,7 +333,7 @@ unsafe fn product(
             rhs.cs as isize,
             rhs.rs as isize,
             1.0,
-            1.0,
+            beta,
             false,
             false,
             false,

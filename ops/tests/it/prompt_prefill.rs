@@ -39,6 +39,29 @@ fn spec() -> PromptSpec {
     spec
 }
 
+/// The call on backend `Bk` with its tensors in `dt`, as f64 values.
+fn run<Bk: burn_ascend_ops::PromptBackend>(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    spec: &PromptSpec,
+    dt: DType,
+) -> Vec<f64> {
+    prompt_flash_attention_with::<Bk, 4, 3>(
+        t(q, [B, S, N, D], dt),
+        t(k, [B, SKV, NKV, D], dt),
+        t(v, [B, SKV, NKV, D], dt),
+        None,
+        None,
+        spec,
+    )
+    .unwrap()
+    .into_data()
+    .convert::<f64>()
+    .to_vec::<f64>()
+    .unwrap()
+}
+
 #[test]
 fn a_serving_prefill_on_ndarray_runs_the_tiled_kernel_and_equals_the_f64_reference() {
     let (q, k, v) = (
@@ -47,32 +70,10 @@ fn a_serving_prefill_on_ndarray_runs_the_tiled_kernel_and_equals_the_f64_referen
         data(B * SKV * NKV * D, 3),
     );
     let spec = spec();
-    let run = |dt| {
-        let out = match dt {
-            DType::F32 => prompt_flash_attention_with::<F32, 4, 3>(
-                t(&q, [B, S, N, D], dt),
-                t(&k, [B, SKV, NKV, D], dt),
-                t(&v, [B, SKV, NKV, D], dt),
-                None,
-                None,
-                &spec,
-            )
-            .unwrap()
-            .into_data(),
-            _ => prompt_flash_attention_with::<F64, 4, 3>(
-                t(&q, [B, S, N, D], dt),
-                t(&k, [B, SKV, NKV, D], dt),
-                t(&v, [B, SKV, NKV, D], dt),
-                None,
-                None,
-                &spec,
-            )
-            .unwrap()
-            .into_data(),
-        };
-        out.convert::<f64>().to_vec::<f64>().unwrap()
-    };
-    let (fast, reference) = (run(DType::F32), run(DType::F64));
+    let (fast, reference) = (
+        run::<F32>(&q, &k, &v, &spec, DType::F32),
+        run::<F64>(&q, &k, &v, &spec, DType::F64),
+    );
     let gap = fast
         .iter()
         .zip(&reference)
