@@ -147,6 +147,8 @@ fn f64_routing_on_ascend_takes_the_counted_composite() {
 
 #[test]
 fn a_bad_k_is_refused_naming_it_before_any_launch() {
+    // Its input is uploaded to the device: never beside a test reading the memory pool.
+    let _lock = crate::shared();
     let dev = AscendDevice::sim();
     for k in [0, 7, 2000] {
         let e = moe_gating_top_k_softmax(
