@@ -481,3 +481,37 @@ pub fn main(dir: &Path, plan: ModelPlan, json: Option<&Path>) -> Result<(), CliE
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_without_a_checkpoint_is_refused_naming_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = main(dir.path(), ModelPlan::of(false, true), None).unwrap_err();
+        assert!(e.to_string().contains("--model"), "{e}");
+    }
+
+    #[test]
+    fn every_part_of_a_tiny_checkpoint_is_timed_against_its_limit() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/hf/llama");
+        let out = tempfile::tempdir().unwrap();
+        let json = out.path().join("bench.json");
+        main(&dir, ModelPlan::of(false, true), Some(&json)).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let parts = doc["parts"].as_array().unwrap();
+        assert_eq!(parts.len(), 4);
+        for p in parts {
+            // Each figure is a rate and its ratio to the limit: positive and consistent.
+            let (tps, limit, frac) = (
+                p["tokens_per_sec"].as_f64().unwrap(),
+                p["limit_tokens_per_sec"].as_f64().unwrap(),
+                p["fraction_of_limit"].as_f64().unwrap(),
+            );
+            assert!(tps > 0.0 && limit > 0.0, "{p}");
+            assert!((frac - tps / limit).abs() <= 1e-9 * frac.max(1.0), "{p}");
+        }
+    }
+}

@@ -118,6 +118,48 @@ fn entries(path: &Path, header: &[u8], data_len: u64) -> Result<Vec<Entry>, Attn
     Ok(out)
 }
 
+/// The file at `path` opened, with its checked header entries (in file order) and the offset
+/// of its data section: what [`for_each_tensor`] reads and the config check looks at.
+pub(crate) struct Header {
+    file: File,
+    data_start: u64,
+    /// The tensors, in file order.
+    entries: Vec<Entry>,
+}
+
+impl Header {
+    /// Reads and checks the header alone (the first 8 + n bytes of the file).
+    pub(crate) fn read(path: &Path) -> Result<Self, AttnError> {
+        let io = |e: std::io::Error| bad(path, e);
+        let mut file = File::open(path).map_err(io)?;
+        let file_len = file.metadata().map_err(io)?.len();
+        let mut n = [0u8; 8];
+        file.read_exact(&mut n)
+            .map_err(|e| bad(path, format!("no safetensors header: {e}")))?;
+        let n = u64::from_le_bytes(n);
+        if n > file_len.saturating_sub(8) || n > MAX_HEADER {
+            return Err(bad(
+                path,
+                format!("header of {n} bytes in a file of {file_len} bytes"),
+            ));
+        }
+        let mut header = vec![0u8; n as usize];
+        file.read_exact(&mut header).map_err(io)?;
+        let data_start = 8 + n;
+        let entries = entries(path, &header, file_len - data_start)?;
+        Ok(Self {
+            file,
+            data_start,
+            entries,
+        })
+    }
+
+    /// Every tensor's name and shape.
+    pub(crate) fn shapes(&self) -> impl Iterator<Item = (&str, &[usize])> {
+        self.entries.iter().map(|e| (e.name.as_str(), &e.shape[..]))
+    }
+}
+
 /// Calls `each(name, dtype, shape, bytes)` for every tensor of the safetensors file at `path`,
 /// in file order, reading one tensor's bytes at a time.
 pub(crate) fn for_each_tensor(
@@ -125,23 +167,13 @@ pub(crate) fn for_each_tensor(
     mut each: impl FnMut(String, Dtype, Vec<usize>, &[u8]) -> Result<(), AttnError>,
 ) -> Result<(), AttnError> {
     let io = |e: std::io::Error| bad(path, e);
-    let mut file = File::open(path).map_err(io)?;
-    let file_len = file.metadata().map_err(io)?.len();
-    let mut n = [0u8; 8];
-    file.read_exact(&mut n)
-        .map_err(|_| bad(path, "shorter than a safetensors header"))?;
-    let n = u64::from_le_bytes(n);
-    if n > MAX_HEADER || 8 + n > file_len {
-        return Err(bad(
-            path,
-            format!("header length {n} does not fit the file"),
-        ));
-    }
-    let mut header = vec![0u8; n as usize];
-    file.read_exact(&mut header).map_err(io)?;
-    let data_start = 8 + n;
+    let Header {
+        mut file,
+        data_start,
+        entries,
+    } = Header::read(path)?;
     let mut buf = Vec::new();
-    for e in entries(path, &header, file_len - data_start)? {
+    for e in entries {
         buf.resize((e.end - e.start) as usize, 0);
         file.seek(SeekFrom::Start(data_start + e.start))
             .map_err(io)?;

@@ -22,7 +22,7 @@ use half::{bf16, f16};
 use safetensors::Dtype;
 
 use crate::load::config::{load_config, ModelConfig, MoeKind};
-use crate::load::weight_file::for_each_tensor;
+use crate::load::weight_file::{for_each_tensor, Header};
 use crate::model::mxfp4;
 use crate::model::transformer::{Ffn, Transformer};
 use burn_ascend::AttnError;
@@ -333,40 +333,13 @@ fn weight_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, AttnError> {
 }
 
 /// The shape of every tensor of the weight files in `dir`, from their headers alone (the
-/// first 8 + n bytes of each file): what the config is checked against before anything of
-/// the model's size is allocated.
+/// first 8 + n bytes of each file, checked as the loader reads them): what the config is
+/// checked against before anything of the model's size is allocated.
 fn tensor_shapes(dir: &Path) -> Result<HashMap<String, Vec<usize>>, AttnError> {
-    use std::io::Read;
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        shape: Vec<usize>,
-    }
     let mut out = HashMap::new();
     for path in weight_files(dir)? {
-        let mut f = std::fs::File::open(&path).map_err(|e| io_err(&path, e))?;
-        let size = f.metadata().map_err(|e| io_err(&path, e))?.len();
-        let mut n = [0u8; 8];
-        f.read_exact(&mut n)
-            .map_err(|e| io_err(&path, format!("no safetensors header: {e}")))?;
-        let n = u64::from_le_bytes(n);
-        if n > size.saturating_sub(8) || n > 100 << 20 {
-            return Err(io_err(
-                &path,
-                format!("header of {n} bytes in a file of {size} bytes"),
-            ));
-        }
-        let mut header = vec![0u8; n as usize];
-        f.read_exact(&mut header).map_err(|e| io_err(&path, e))?;
-        let entries: HashMap<String, serde_json::Value> =
-            serde_json::from_slice(&header).map_err(|e| io_err(&path, e))?;
-        for (name, v) in entries {
-            if name == "__metadata__" {
-                continue;
-            }
-            let e: Entry = serde_json::from_value(v)
-                .map_err(|e| io_err(&path, format!("tensor '{name}': {e}")))?;
-            out.insert(name, e.shape);
-        }
+        let header = Header::read(&path)?;
+        out.extend(header.shapes().map(|(n, s)| (n.to_string(), s.to_vec())));
     }
     Ok(out)
 }

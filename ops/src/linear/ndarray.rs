@@ -31,9 +31,9 @@ ndarray_on_host! {
     }
 }
 
-/// A 2-D f32 operand: borrowed from an `NdArray` array's memory, or a row-major copy.
+/// A 2-D f32 operand: a view of an `NdArray` array's memory, or a row-major copy.
 enum Operand<'a> {
-    Borrowed(&'a NdArrayTensor),
+    Borrowed(Mat<'a>),
     Copied(Vec<f32>, usize, usize),
 }
 
@@ -42,7 +42,7 @@ impl Operand<'_> {
     fn mat(&self) -> Mat<'_> {
         match self {
             Self::Copied(v, rows, cols) => Mat::row_major(v, *rows, *cols, *cols),
-            Self::Borrowed(nd) => borrowed_mat(nd).expect("checked by `operand`"),
+            Self::Borrowed(m) => *m,
         }
     }
 }
@@ -74,10 +74,8 @@ fn borrowed_mat(nd: &NdArrayTensor) -> Option<Mat<'_>> {
 fn operand<B: Backend>(t: &FloatTensor<B>) -> Operand<'_> {
     use std::any::Any;
     let any: &dyn Any = t;
-    if let Some(nd) = any.downcast_ref::<NdArrayTensor>() {
-        if borrowed_mat(nd).is_some() {
-            return Operand::Borrowed(nd);
-        }
+    if let Some(m) = any.downcast_ref::<NdArrayTensor>().and_then(borrowed_mat) {
+        return Operand::Borrowed(m);
     }
     let [rows, cols] = t.shape().dims::<2>();
     Operand::Copied(to_vec::<B>(t.clone()), rows, cols)
