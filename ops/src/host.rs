@@ -53,6 +53,21 @@ fn ndarray_f32<B: Backend>(t: FloatTensor<B>) -> std::result::Result<Vec<f32>, F
     Ok(out)
 }
 
+/// The tensor's f32 values, row-major, borrowed from its array when it is an `NdArray` f32
+/// array in standard layout (an activation autodiff keeps for the backward is read where it
+/// lies), else read with [`to_vec`].
+pub fn host_f32<B: Backend>(t: &FloatTensor<B>) -> std::borrow::Cow<'_, [f32]> {
+    use burn::backend::ndarray::NdArrayTensor;
+    use std::any::Any;
+    let any: &dyn Any = t;
+    if let Some(NdArrayTensor::F32(storage)) = any.downcast_ref::<NdArrayTensor>() {
+        if let Some(slice) = storage.view().to_slice() {
+            return std::borrow::Cow::Borrowed(slice);
+        }
+    }
+    std::borrow::Cow::Owned(to_vec::<B>(t.clone()))
+}
+
 /// The tensor's f32 values as an owned vector, without a copy when it is an `NdArray` f32 array
 /// that nothing else holds, in row-major order with no offset (an optimizer's parameter and
 /// moments between steps): the vector then is the array's own buffer, and [`from_vec`] hands

@@ -49,7 +49,7 @@ pub use burn_ascend_contract::varlen::{
 pub use error::{AttnError, Result};
 pub use fia::api::{fused_infer_attention, fused_infer_attention_with, FiaKvFromTensors};
 pub use fia::FiaSpec;
-pub use fused::api::{cross_entropy_loss, rms_norm, rotary_embedding, swiglu};
+pub use fused::api::{cross_entropy_loss, rms_norm, rotary_embedding, swiglu, swiglu_pair};
 pub use fused::{FusedBackend, RotaryMode};
 pub use grouped_matmul::{
     grouped_matmul, grouped_matmul_k, GroupedMatmulBackend, GroupedMatmulSpec,

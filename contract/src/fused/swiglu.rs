@@ -68,3 +68,31 @@ pub fn validate_bwd(dy: &[usize], x: &[usize], dim: i64) -> Result<SwiGluDims> {
     );
     Ok(dims)
 }
+
+/// Validates SwiGLU of the halves held apart (the gate and up projections as two tensors, the
+/// concatenation `aclnnSwiGlu` splits never built): one shape, rank 1–7 as the fused call's
+/// `x`. Returns the shape every input and the output have.
+pub fn validate_pair(gate: &[usize], up: &[usize]) -> Result<Vec<usize>> {
+    ensure!(
+        (1..8).contains(&gate.len()),
+        "gate",
+        "rank must be 1 to 7, got shape {gate:?}"
+    );
+    ensure!(
+        up == gate,
+        "up",
+        "must have the gate's shape {gate:?}, got {up:?}"
+    );
+    Ok(gate.to_vec())
+}
+
+/// Validates the backward of [`validate_pair`]: `yGrad` the output's shape.
+pub fn validate_pair_bwd(dy: &[usize], gate: &[usize], up: &[usize]) -> Result<Vec<usize>> {
+    let shape = validate_pair(gate, up)?;
+    ensure!(
+        dy == shape.as_slice(),
+        "yGrad",
+        "must have the gate's shape {shape:?}, got {dy:?}"
+    );
+    Ok(shape)
+}

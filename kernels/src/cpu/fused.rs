@@ -99,6 +99,51 @@ pub fn swiglu_bwd(dy: &[f32], x: &[f32], outer: usize, half: usize, inner: usize
     dx
 }
 
+/// Elements per parallel task of the elementwise kernels: large enough to amortise a task,
+/// small enough that two threads share an MLP activation evenly.
+const ELEMENTWISE_CHUNK: usize = 1 << 14;
+
+/// SwiGLU of the gate and up projections held apart (`a`, `b`, one shape): `silu(a) · b`
+/// elementwise, what [`swiglu_fwd`] computes from their concatenation.
+pub fn swiglu_pair_fwd(a: &[f32], b: &[f32]) -> Vec<f32> {
+    assert_eq!(a.len(), b.len(), "swiglu_pair_fwd: gate and up lengths");
+    let mut y = vec![0.0f32; a.len()];
+    y.par_chunks_mut(ELEMENTWISE_CHUNK)
+        .zip(a.par_chunks(ELEMENTWISE_CHUNK))
+        .zip(b.par_chunks(ELEMENTWISE_CHUNK))
+        .for_each(|((y, a), b)| {
+            for ((y, &a), &b) in y.iter_mut().zip(a).zip(b) {
+                *y = a * sigmoid(a) * b;
+            }
+        });
+    y
+}
+
+/// [`swiglu_pair_fwd`]'s backward: `(da, db)`, the formulas of [`swiglu_bwd`].
+pub fn swiglu_pair_bwd(dy: &[f32], a: &[f32], b: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    assert!(
+        a.len() == b.len() && dy.len() == a.len(),
+        "swiglu_pair_bwd: dy, gate and up lengths"
+    );
+    let mut da = vec![0.0f32; a.len()];
+    let mut db = vec![0.0f32; a.len()];
+    da.par_chunks_mut(ELEMENTWISE_CHUNK)
+        .zip(db.par_chunks_mut(ELEMENTWISE_CHUNK))
+        .zip(dy.par_chunks(ELEMENTWISE_CHUNK))
+        .zip(
+            a.par_chunks(ELEMENTWISE_CHUNK)
+                .zip(b.par_chunks(ELEMENTWISE_CHUNK)),
+        )
+        .for_each(|(((da, db), g), (a, b))| {
+            for k in 0..g.len() {
+                let s = sigmoid(a[k]);
+                da[k] = g[k] * b[k] * (s + s * (1.0 - s) * a[k]);
+                db[k] = g[k] * a[k] * s;
+            }
+        });
+    (da, db)
+}
+
 /// Softmax cross-entropy, mean over the rows whose target is not `ignore_index`:
 /// `(loss, logProb)`. Targets must be in `[0, c)` or `ignore_index` (validated by the caller).
 pub fn cross_entropy_fwd(
@@ -107,23 +152,35 @@ pub fn cross_entropy_fwd(
     c: usize,
     ignore_index: i64,
 ) -> (f32, Vec<f32>) {
-    let mut log_prob = vec![0.0f32; x.len()];
+    let mut log_prob = x.to_vec();
+    let loss = cross_entropy_fwd_in_place(&mut log_prob, target, c, ignore_index);
+    (loss, log_prob)
+}
+
+/// [`cross_entropy_fwd`] over `x`'s own buffer, which becomes `logProb`: the logits of a
+/// language model's head are the largest tensor of a training step, and nothing else reads
+/// them after the loss.
+pub fn cross_entropy_fwd_in_place(
+    x: &mut [f32],
+    target: &[i64],
+    c: usize,
+    ignore_index: i64,
+) -> f32 {
     if c == 0 {
-        return (f32::NAN, log_prob);
+        return f32::NAN;
     }
     // Each row's loss term (`None` when ignored), then their sum in row order.
     let terms: Vec<Option<f64>> = x
-        .par_chunks_exact(c)
-        .zip(log_prob.par_chunks_exact_mut(c))
+        .par_chunks_exact_mut(c)
         .zip(target.par_iter())
-        .map(|((row, lp), &t)| {
+        .map(|(row, &t)| {
             let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
             let se: f32 = row.iter().map(|&v| (v - max).exp()).sum();
             let lse = max + se.ln();
-            for (o, &v) in lp.iter_mut().zip(row) {
-                *o = v - lse;
+            for v in row.iter_mut() {
+                *v -= lse;
             }
-            (t != ignore_index).then(|| -(lp[t as usize] as f64))
+            (t != ignore_index).then(|| -(row[t as usize] as f64))
         })
         .collect();
     let (mut sum, mut count) = (0.0f64, 0usize);
@@ -131,10 +188,11 @@ pub fn cross_entropy_fwd(
         sum += term;
         count += 1;
     }
-    ((sum / count as f64) as f32, log_prob)
+    (sum / count as f64) as f32
 }
 
-/// Softmax cross-entropy's gradient from `logProb` in one pass.
+/// Cross-entropy's backward from `logProb`: `dx = g/count · (softmax − onehot)` on the rows
+/// that count, zero on ignored rows.
 pub fn cross_entropy_bwd(
     grad_loss: f32,
     log_prob: &[f32],
@@ -142,26 +200,37 @@ pub fn cross_entropy_bwd(
     c: usize,
     ignore_index: i64,
 ) -> Vec<f32> {
+    let mut dx = log_prob.to_vec();
+    cross_entropy_bwd_in_place(grad_loss, &mut dx, target, c, ignore_index);
+    dx
+}
+
+/// [`cross_entropy_bwd`] over `logProb`'s own buffer, which becomes `dx`.
+pub fn cross_entropy_bwd_in_place(
+    grad_loss: f32,
+    log_prob: &mut [f32],
+    target: &[i64],
+    c: usize,
+    ignore_index: i64,
+) {
     let count = target.iter().filter(|&&t| t != ignore_index).count() as f32;
     let scale = grad_loss / count;
-    let mut dx = vec![0.0f32; log_prob.len()];
     if c == 0 {
-        return dx;
+        return;
     }
     log_prob
-        .par_chunks_exact(c)
-        .zip(dx.par_chunks_exact_mut(c))
+        .par_chunks_exact_mut(c)
         .zip(target.par_iter())
-        .for_each(|((lp, out), &t)| {
+        .for_each(|(row, &t)| {
             if t == ignore_index {
+                row.fill(0.0);
                 return;
             }
-            for (o, &v) in out.iter_mut().zip(lp) {
-                *o = scale * v.exp();
+            for v in row.iter_mut() {
+                *v = scale * v.exp();
             }
-            out[t as usize] -= scale;
+            row[t as usize] -= scale;
         });
-    dx
 }
 
 /// Rotary position embedding, `y = x·cos + rotate(x)·sin`, one pass per row of `x`.

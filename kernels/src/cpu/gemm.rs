@@ -139,18 +139,6 @@ pub fn sgemm(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32], 
 /// bands; larger ones on `gemm`'s own threads.
 const FEW_ROWS: usize = 16;
 
-/// Columns per band of a product of few rows: a multiple of every `gemm` micro-kernel's
-/// width, narrow enough that a hidden size of 576 (or a GQA key projection of 192) gives two
-/// threads several bands each, wider for an output head of tens of thousands of columns so a
-/// band's call amortises its set-up.
-fn column_band(n: usize) -> usize {
-    if n <= 4096 {
-        32
-    } else {
-        256
-    }
-}
-
 /// A row-major destination shared by the column bands of [`par_matmul`], each writing only
 /// its own columns.
 #[derive(Clone, Copy)]
@@ -177,20 +165,20 @@ unsafe impl Sync for SharedDst {}
 /// `dst = lhs · rhs` (`dst` row-major `lhs.rows × rhs.cols`, leading dimension `rhs.cols`), on
 /// all threads of the current rayon pool.
 ///
-/// A product of few rows (a decode step: at most [`FEW_ROWS`]) streams `rhs` once at the
-/// memory's speed, without packing: a row-major `rhs` (a weight `[in, out]`) in chunks of whole
-/// rows whose partial products are added in order ([`few_rows_row_major`]), any other (a
-/// transposed weight: the tied head) in column bands, each a contiguous stretch of the weight's
-/// rows, one single-threaded matrix-vector product each. A larger product
-/// is one `gemm` call on its own threads, which pack each operand once and share the packed
-/// panels. Either way every element is one sum in an order that depends on the shape only (the
-/// band boundaries and `gemm`'s blocking do not depend on the thread count), so results are
-/// identical run to run and for any number of threads.
+/// A product of few rows (a decode step: at most [`FEW_ROWS`]) is a matrix-vector product
+/// that streams `rhs` once at the memory's speed, without packing and without a `gemm` call
+/// per piece (whose set-up cost was a large part of a decode step): a row-major `rhs` (a
+/// weight `[in, out]`) in [`K_CHUNKS`] chunks of whole rows whose partial products are added
+/// in chunk order ([`few_rows_row_major`]), a transposed one (a weight `[out, in]`: the tied
+/// head) as one dot product per output over its contiguous row ([`few_rows_transposed`]). A
+/// larger product is one `gemm` call on its own threads, which pack each operand once and
+/// share the packed panels. Either way every element is one sum in an order that depends on
+/// the shape only (the chunks and `gemm`'s blocking do not depend on the thread count), so
+/// results are identical run to run and for any number of threads.
 ///
 /// Panics if the inner dimensions differ, a view addresses memory outside its slice or `dst`
 /// is shorter than the product.
 pub fn par_matmul(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
-    use rayon::prelude::*;
     let (m, n, k) = (lhs.rows, rhs.cols, lhs.cols);
     assert_eq!(rhs.rows, k, "par_matmul: inner dimensions differ");
     assert!(
@@ -205,93 +193,126 @@ pub fn par_matmul(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
         dst[..m * n].fill(0.0);
         return;
     }
+    if m <= FEW_ROWS && rhs.cs == 1 {
+        few_rows_row_major(&mut dst[..m * n], &rows_of(lhs), rhs);
+        return;
+    }
+    if m <= FEW_ROWS && rhs.rs == 1 {
+        few_rows_transposed(&mut dst[..m * n], &rows_of(lhs), rhs);
+        return;
+    }
     let shared = SharedDst {
         ptr: dst.as_mut_ptr(),
         len: m * n,
     };
-    if m > FEW_ROWS {
-        // SAFETY: the whole of `dst` (`m·n` elements, checked above) is written by this one
-        // call, whose operands are in-bounds views (checked above); `dst` is a live `&mut`.
-        unsafe {
-            product(
-                shared.at(0),
-                n,
-                lhs,
-                rhs,
-                false,
-                1.0,
-                rayon::current_num_threads(),
-            )
-        };
-        return;
-    }
-    if rhs.cs == 1 {
-        few_rows_row_major(dst, lhs, rhs);
-        return;
-    }
-    let band = column_band(n);
-    (0..n.div_ceil(band)).into_par_iter().for_each(|b| {
-        let c0 = b * band;
-        let w = band.min(n - c0);
-        let rhs = Mat {
-            data: &rhs.data[c0 * rhs.cs..],
-            cols: w,
-            ..rhs
-        };
-        debug_assert!(rhs.in_bounds());
-        debug_assert!((m - 1) * n + c0 + w <= shared.len);
-        // SAFETY: band `b` writes `dst[r·n + c]` for r < m and c0 <= c < c0 + w only (leading
-        // dimension n, first element at offset c0); the bands' column ranges are disjoint and
-        // `(m − 1)·n + c0 + w <= m·n = shared.len`, the length of the live `&mut` borrow `dst`
-        // that outlives this parallel loop, so no two threads touch one element and nothing
-        // else reads `dst` meanwhile. The operands are in-bounds views (checked above; a band
-        // narrows only the columns of `rhs`, and its first element `c0·cs` lies inside
-        // `rhs.data` as `c0 < n`).
-        unsafe { product(shared.at(c0), n, lhs, rhs, false, 1.0, 1) };
-    });
+    debug_assert!(shared.len <= dst.len());
+    // SAFETY: the whole of `dst` (`m·n` elements, checked above) is written by this one call,
+    // whose operands are in-bounds views (checked above); `dst` is a live `&mut`.
+    unsafe {
+        product(
+            shared.at(0),
+            n,
+            lhs,
+            rhs,
+            false,
+            1.0,
+            rayon::current_num_threads(),
+        )
+    };
 }
 
-/// Floats of `rhs` one task of [`few_rows_row_major`] reads (32 KiB): its rows are one
-/// contiguous stretch of memory, streamed.
-const ROW_CHUNK_FLOATS: usize = 8192;
+/// The rows of a few-row `lhs` as one contiguous row-major buffer (`m·k` floats: small).
+fn rows_of(lhs: Mat<'_>) -> Vec<f32> {
+    if lhs.cs == 1 && lhs.rs == lhs.cols {
+        return lhs.data[..lhs.rows * lhs.cols].to_vec();
+    }
+    (0..lhs.rows)
+        .flat_map(|r| (0..lhs.cols).map(move |c| lhs.data[r * lhs.rs + c * lhs.cs]))
+        .collect()
+}
 
-/// A product of few rows with a row-major `rhs` (a weight `[in, out]`): `rhs` is cut into
-/// chunks of whole rows — each a contiguous stretch of memory that one task streams at the
-/// memory's speed, where column bands would read short strided pieces of every row — each
-/// chunk's partial product computed by `gemm` (a matrix-vector product for one row), and the
-/// partials added in chunk order. The chunks depend on the shape only, so the sum's order
-/// does not depend on the thread count.
-fn few_rows_row_major(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
+/// Chunks of `rhs`'s rows in a few-row product with a row-major `rhs`: enough tasks to share
+/// out on any machine's threads; fixed, so the order of each sum does not depend on them.
+const K_CHUNKS: usize = 16;
+
+/// A product of few rows (`x`: `m × k`, row-major) with a row-major `rhs` (a weight
+/// `[in, out]`): `rhs` cut into [`K_CHUNKS`] chunks of whole rows — each a contiguous stretch
+/// of memory one task streams — each chunk's partial product accumulated row by row
+/// (`y_r += x[r, i] · rhs[i, :]`, one multiply-add per weight element), and the partials
+/// added in chunk order.
+fn few_rows_row_major(dst: &mut [f32], x: &[f32], rhs: Mat<'_>) {
     use rayon::prelude::*;
-    let (m, n, k) = (lhs.rows, rhs.cols, lhs.cols);
-    let rows = (ROW_CHUNK_FLOATS / n.max(1)).max(4);
-    let partials: Vec<Vec<f32>> = (0..k.div_ceil(rows))
-        .into_par_iter()
-        .map(|c| {
-            let k0 = c * rows;
-            let kc = rows.min(k - k0);
-            let lhs = Mat {
-                data: &lhs.data[k0 * lhs.cs..],
-                cols: kc,
-                ..lhs
-            };
-            let rhs = Mat {
-                data: &rhs.data[k0 * rhs.rs..],
-                rows: kc,
-                ..rhs
-            };
-            let mut out = vec![0.0f32; m * n];
-            matmul(&mut out, n, lhs, rhs, false, 1.0);
-            out
-        })
-        .collect();
-    let dst = &mut dst[..m * n];
+    let (k, n) = (rhs.rows, rhs.cols);
+    let m = x.len() / k;
+    let rows = k.div_ceil(K_CHUNKS);
+    let partial = |c: usize| {
+        let mut out = vec![0.0f32; m * n];
+        for i in c * rows..((c + 1) * rows).min(k) {
+            let w = &rhs.data[i * rhs.rs..i * rhs.rs + n];
+            for (r, y) in out.chunks_exact_mut(n).enumerate() {
+                let a = x[r * k + i];
+                for (y, &w) in y.iter_mut().zip(w) {
+                    *y += a * w;
+                }
+            }
+        }
+        out
+    };
+    let partials: Vec<Vec<f32>> = (0..k.div_ceil(rows)).into_par_iter().map(partial).collect();
     dst.copy_from_slice(&partials[0]);
     for p in &partials[1..] {
         for (d, v) in dst.iter_mut().zip(p) {
             *d += v;
         }
     }
+}
+
+/// Outputs per task of [`few_rows_transposed`]: a band of `rhs`'s contiguous rows.
+const OUT_BAND: usize = 64;
+
+/// A product of few rows (`x`: `m × k`, row-major) with a transposed `rhs` whose columns are
+/// contiguous (a weight stored `[out, in]`: the tied head): each output one dot product of a
+/// row of `x` with a contiguous row of the weight, in 16 lanes then summed, bands of outputs
+/// in parallel.
+fn few_rows_transposed(dst: &mut [f32], x: &[f32], rhs: Mat<'_>) {
+    use rayon::prelude::*;
+    let (k, n) = (rhs.rows, rhs.cols);
+    let m = x.len() / k;
+    let mut out_t = vec![0.0f32; n * m];
+    out_t
+        .par_chunks_mut(OUT_BAND * m)
+        .enumerate()
+        .for_each(|(b, band)| {
+            for (j, outs) in band.chunks_exact_mut(m).enumerate() {
+                let col = b * OUT_BAND + j;
+                let w = &rhs.data[col * rhs.cs..col * rhs.cs + k];
+                for (r, o) in outs.iter_mut().enumerate() {
+                    *o = dot(&x[r * k..(r + 1) * k], w);
+                }
+            }
+        });
+    for (j, outs) in out_t.chunks_exact(m).enumerate() {
+        for (r, &v) in outs.iter().enumerate() {
+            dst[r * n + j] = v;
+        }
+    }
+}
+
+/// `Σ a_i · b_i` in 16 lanes (vectorised), the lanes then the tail summed in order.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ta, tb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..16 {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    let mut sum: f32 = lanes.iter().sum();
+    for (x, y) in ta.iter().zip(tb) {
+        sum += x * y;
+    }
+    sum
 }
 
 /// `dst[r·ld + c] = (accumulate ? dst[r·ld + c] : 0) + beta · (lhs · rhs)[r][c]` for

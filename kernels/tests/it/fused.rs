@@ -192,3 +192,28 @@ fn fast_cpu_rotary_kernel_matches_the_f64_reference_within_f32_rounding() {
         assert_close(&format!("{mode:?} dx"), &dx, &f64s(&fdx), 1e-6, 0.0);
     }
 }
+
+#[test]
+fn swiglu_of_the_halves_held_apart_equals_the_reference_on_their_concatenation() {
+    // Rows of 40 000 columns: several parallel chunks, one of them partial.
+    let (rows, half) = (3, 40_000);
+    let (a, b) = (data(rows * half, 20), data(rows * half, 21));
+    let dy = data(rows * half, 22);
+    let mut x = Vec::with_capacity(2 * a.len());
+    for r in 0..rows {
+        x.extend_from_slice(&a[r * half..(r + 1) * half]);
+        x.extend_from_slice(&b[r * half..(r + 1) * half]);
+    }
+    let y = swiglu::swiglu_fwd(&x, rows, half, 1);
+    let dx = swiglu::swiglu_bwd(&dy, &x, rows, half, 1);
+    let fy = cpu::swiglu_pair_fwd(&f32s(&a), &f32s(&b));
+    assert_close("swiglu pair y", &y, &f64s(&fy), 1e-6, 0.0);
+    let (da, db) = cpu::swiglu_pair_bwd(&f32s(&dy), &f32s(&a), &f32s(&b));
+    let (mut want_da, mut want_db) = (Vec::new(), Vec::new());
+    for r in 0..rows {
+        want_da.extend_from_slice(&dx[2 * r * half..(2 * r + 1) * half]);
+        want_db.extend_from_slice(&dx[(2 * r + 1) * half..(2 * r + 2) * half]);
+    }
+    assert_close("swiglu pair da", &want_da, &f64s(&da), 1e-6, 0.0);
+    assert_close("swiglu pair db", &want_db, &f64s(&db), 1e-6, 0.0);
+}

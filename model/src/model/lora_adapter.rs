@@ -24,7 +24,7 @@ use burn::nn::Dropout;
 use burn::tensor::backend::Backend;
 use burn::tensor::{FloatDType, Tensor};
 
-use burn_ascend::AttnError;
+use burn_ascend::{AttnError, LinearBackend, WeightLayout};
 
 /// A projection LoRA can adapt, by PEFT's `target_modules` name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -180,16 +180,23 @@ pub struct LoraAdapter<B: Backend> {
     pub settings: LoraSettings,
 }
 
-impl<B: Backend> LoraAdapter<B> {
-    /// The adapter's contribution for `x [.., in]` → `[.., out]`, in `x`'s dtype.
+impl<B: LinearBackend> LoraAdapter<B> {
+    /// The adapter's contribution for `x [.., in]` → `[.., out]`, in `x`'s dtype: both
+    /// products through the linear op, A `[r, in]` and B `[out, r]` read as they are stored.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let dt = x.dtype();
         let h = self.dropout.forward(x);
-        let h = burn::tensor::module::linear(h, self.lora_a.val().cast(dt).transpose(), None);
-        burn::tensor::module::linear(h, self.lora_b.val().cast(dt).transpose(), None)
-            .mul_scalar(self.settings.scaling())
+        // The shapes were checked when the adapter was made; a refusal is a broken invariant.
+        let product = |x, w: Tensor<B, 2>| {
+            burn_ascend::linear(x, w.cast(dt), None, WeightLayout::OutIn)
+                .unwrap_or_else(|e| panic!("LoRA adapter product refused: {e}"))
+        };
+        let h = product(h, self.lora_a.val());
+        product(h, self.lora_b.val()).mul_scalar(self.settings.scaling())
     }
+}
 
+impl<B: Backend> LoraAdapter<B> {
     /// `scaling · (B·A)ᵀ`, `[in, out]` in f32: what merging adds to Burn's `Linear` weight.
     pub fn delta(&self) -> Tensor<B, 2> {
         let a = self.lora_a.val().cast(FloatDType::F32);
@@ -247,7 +254,7 @@ impl<B: Backend> MlpAdapters<B> {
 
 /// `x · Wᵀ + b` through `base` (by `proj`, the model's projection) plus the adapter's term
 /// when there is one.
-pub fn adapted<B: Backend, const D: usize>(
+pub fn adapted<B: LinearBackend, const D: usize>(
     base: impl FnOnce(Tensor<B, D>) -> Tensor<B, D>,
     adapter: Option<&LoraAdapter<B>>,
     x: Tensor<B, D>,

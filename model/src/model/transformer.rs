@@ -401,8 +401,9 @@ impl<B: LinearBackend> Mlp<B> {
 
 impl<B: FusedBackend + LinearBackend> Mlp<B> {
     /// SwiGLU through the fused op: the gate and up projections (each with its LoRA adapter,
-    /// when it has one) side by side, the gate first (`aclnnSwiGlu`'s layout), one node under
-    /// `Autodiff`.
+    /// when it has one) as the gate and up halves of `aclnnSwiGlu`, one node under `Autodiff`.
+    /// The halves go in apart: a device backend concatenates them for the aclnn call, the CPU
+    /// reads them where they lie (the concatenation was a tenth of a CPU training step).
     pub fn forward_fused(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>, AttnError> {
         let l = |f: fn(&MlpAdapters<B>) -> &Option<LoraAdapter<B>>| {
             self.lora.as_ref().and_then(|a| f(a).as_ref())
@@ -410,14 +411,10 @@ impl<B: FusedBackend + LinearBackend> Mlp<B> {
         let gate = |x| proj(&self.gate_proj, x);
         let up = |x| proj(&self.up_proj, x);
         let down = |x| proj(&self.down_proj, x);
-        let gate_up = Tensor::cat(
-            vec![
-                adapted(gate, l(|a| &a.gate_proj), x.clone()),
-                adapted(up, l(|a| &a.up_proj), x),
-            ],
-            1,
-        );
-        let h = burn_ascend::swiglu(gate_up, -1)?;
+        let h = burn_ascend::swiglu_pair(
+            adapted(gate, l(|a| &a.gate_proj), x.clone()),
+            adapted(up, l(|a| &a.up_proj), x),
+        )?;
         Ok(adapted(down, l(|a| &a.down_proj), h))
     }
 }

@@ -188,62 +188,30 @@ pub fn clip_scale<B: Backend>(squared_total: Tensor<B, 1>, max_norm: f32) -> Ten
         .clamp_max(1.0)
 }
 
-/// Gradient elements concatenated into one buffer before squaring and summing: few launches
-/// (one concatenation, one square, one sum per group) with the extra memory bounded (64 MiB of
-/// f32 per group).
-const NORM_GROUP_ELEMS: usize = 16 << 20;
-
 /// `Σ_p ‖g_p‖²` over `module`'s parameters that have a gradient in `grads`, `[1]` on the
-/// device; `None` when none has. The gradients are flattened and concatenated in groups of
-/// about [`NORM_GROUP_ELEMS`] elements, each group squared and summed (three launches per group
-/// instead of two or three per parameter).
-pub fn grad_norm_squared<B: AutodiffBackend, M: AutodiffModule<B>>(
+/// device; `None` when none has. One call of the backend's sum of squares over every gradient
+/// (grouped concatenations on a device, read in place on the CPU).
+pub fn grad_norm_squared<B: AutodiffBackend + OptimBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
 ) -> Option<Tensor<B::InnerBackend, 1>> {
-    struct Squares<'a, B: AutodiffBackend> {
+    struct Gradients<'a, B: AutodiffBackend> {
         grads: &'a GradientsParams,
-        group: Vec<Tensor<B::InnerBackend, 1>>,
-        group_elems: usize,
-        sums: Vec<Tensor<B::InnerBackend, 1>>,
+        all: Vec<burn::tensor::ops::FloatTensor<B>>,
     }
-    impl<B: AutodiffBackend> Squares<'_, B> {
-        fn flush(&mut self) {
-            let group = std::mem::take(&mut self.group);
-            self.group_elems = 0;
-            let flat = match group.len() {
-                0 => return,
-                1 => group.into_iter().next().expect("one"),
-                _ => Tensor::cat(group, 0),
-            };
-            self.sums.push(flat.square().sum());
-        }
-    }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Squares<'_, B> {
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Gradients<'_, B> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
             if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
-                let n = g.shape().num_elements();
-                self.group.push(g.reshape([n]));
-                self.group_elems += n;
-                if self.group_elems >= NORM_GROUP_ELEMS {
-                    self.flush();
-                }
+                self.all.push(outer::<B, D>(g));
             }
         }
     }
-    let mut v = Squares::<B> {
+    let mut v = Gradients::<B> {
         grads,
-        group: Vec::new(),
-        group_elems: 0,
-        sums: Vec::new(),
+        all: Vec::new(),
     };
     module.visit(&mut v);
-    v.flush();
-    match v.sums.len() {
-        0 => None,
-        1 => v.sums.pop(),
-        _ => Some(Tensor::cat(v.sums, 0).sum()),
-    }
+    B::squares_sum(v.all).map(inner::<B, 1>)
 }
 
 /// Every gradient of `module`'s parameters in `grads` multiplied by `scale` (`[1]`, on the
@@ -276,7 +244,7 @@ pub fn scale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
 /// every gradient times `min(1, max_norm / (total + 1e-6))`, all on the device. Returns the
 /// clipped gradients and the squared total before clipping (`[1]`, for the caller's
 /// finiteness check; `None` when no parameter has a gradient).
-pub fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+pub fn clip_global_norm<B: AutodiffBackend + OptimBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: GradientsParams,
     max_norm: f32,

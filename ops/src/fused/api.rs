@@ -48,6 +48,18 @@ pub fn swiglu<B: FusedBackend, const D: usize>(x: Tensor<B, D>, dim: i64) -> Res
     Ok(Tensor::from_primitive(TensorPrimitive::Float(y)))
 }
 
+/// SwiGLU of the gate and up projections held apart, one shape: `silu(gate) · up` —
+/// [`swiglu`] of their concatenation along the last dimension without building it (on a
+/// device backend the default makes it and calls `aclnnSwiGlu`; the CPU reads both where they
+/// lie). Differentiable in both through one node under `Autodiff`.
+pub fn swiglu_pair<B: FusedBackend, const D: usize>(
+    gate: Tensor<B, D>,
+    up: Tensor<B, D>,
+) -> Result<Tensor<B, D>> {
+    let y = B::swiglu_pair_fwd(gate.into_primitive().tensor(), up.into_primitive().tensor())?;
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(y)))
+}
+
 /// Mean softmax cross-entropy of `logits [N, C]` against class indices `targets [N]` (torch's
 /// `cross_entropy` with its defaults; `aclnnCrossEntropyLoss`), `[1]`; its gradient is one
 /// pass over the saved log-softmax (`aclnnCrossEntropyLossGrad`).

@@ -1,5 +1,6 @@
 //! `Autodiff<B, C>`: each fused op is one graph node whose backward calls the inner backend's
-//! fused backward (`rms_norm_bwd`, `rotary_embedding_bwd`, `swiglu_bwd`, `cross_entropy_bwd`)
+//! fused backward (`rms_norm_bwd`, `rotary_embedding_bwd`, `swiglu_bwd` / `swiglu_pair_bwd`,
+//! `cross_entropy_bwd`)
 //! once. The forward's
 //! inputs and side outputs (`rstd`, `logProb`) are kept in the node's state; the side outputs
 //! are constants to the graph.
@@ -78,6 +79,28 @@ impl<B: FusedBackend> Backward<B, 1> for SwiGluBackward {
             B::swiglu_bwd(dy, x, dim).unwrap_or_else(|e| panic!("swiglu backward failed: {e}"));
         if let [Some(node)] = ops.parents {
             grads.register::<B>(node.id, dx);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SwiGluPairBackward;
+
+impl<B: FusedBackend> Backward<B, 2> for SwiGluPairBackward {
+    type State = (FloatTensor<B>, FloatTensor<B>);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<B>(&ops.node);
+        let (gate, up) = ops.state;
+        // The forward validated the same shapes, so a failure here is a backend fault.
+        let (dgate, dup) = B::swiglu_pair_bwd(dy, gate, up)
+            .unwrap_or_else(|e| panic!("swiglu backward failed: {e}"));
+        let [pg, pu] = ops.parents;
+        if let Some(node) = pg {
+            grads.register::<B>(node.id, dgate);
+        }
+        if let Some(node) = pu {
+            grads.register::<B>(node.id, dup);
         }
     }
 }
@@ -205,6 +228,28 @@ impl<B: FusedBackend, C: CheckpointStrategy> FusedBackend for Autodiff<B, C> {
     ) -> Result<FloatTensor<Self>> {
         let dx = B::swiglu_bwd(dy.primitive, x.primitive, dim)?;
         Ok(<Self as AutodiffBackend>::from_inner(dx))
+    }
+
+    fn swiglu_pair_fwd(
+        gate: FloatTensor<Self>,
+        up: FloatTensor<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        let prep = stateful_node::<C, _, _, _>(SwiGluPairBackward, [&gate, &up]);
+        let out = B::swiglu_pair_fwd(gate.primitive.clone(), up.primitive.clone())?;
+        Ok(match prep {
+            OpsKind::Tracked(prep) => prep.finish((gate.primitive, up.primitive), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        })
+    }
+
+    fn swiglu_pair_bwd(
+        dy: FloatTensor<Self>,
+        gate: FloatTensor<Self>,
+        up: FloatTensor<Self>,
+    ) -> Result<(FloatTensor<Self>, FloatTensor<Self>)> {
+        let (dgate, dup) = B::swiglu_pair_bwd(dy.primitive, gate.primitive, up.primitive)?;
+        let constant = <Self as AutodiffBackend>::from_inner;
+        Ok((constant(dgate), constant(dup)))
     }
 
     fn cross_entropy_fwd(

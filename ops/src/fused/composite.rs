@@ -7,8 +7,8 @@ use burn::tensor::ops::{FloatTensor, IntTensor};
 use burn::tensor::{activation, DType, Int, Shape, Tensor, TensorPrimitive};
 
 use super::{
-    cross_entropy, validate, CrossEntropyOutputs, RmsNormDims, RmsNormGrads, RmsNormOutputs,
-    RotaryMode,
+    cross_entropy, validate, CrossEntropyOutputs, FusedBackend, RmsNormDims, RmsNormGrads,
+    RmsNormOutputs, RotaryMode,
 };
 use crate::error::Result;
 
@@ -94,6 +94,32 @@ pub fn swiglu_bwd<B: Backend>(
     let da = dy.clone() * b * (s.clone() + s.clone() * (s.clone().neg() + 1.0) * a.clone());
     let db = dy * a * s;
     Ok(shaped(Tensor::cat(vec![da, db], 1), shape))
+}
+
+/// SwiGLU of the halves held apart: their concatenation along the last dimension through the
+/// backend's own SwiGLU (on a device, `aclnnSwiGlu`).
+pub fn swiglu_pair_fwd<B: FusedBackend>(
+    gate: FloatTensor<B>,
+    up: FloatTensor<B>,
+) -> Result<FloatTensor<B>> {
+    let shape = validate::swiglu_pair_fwd(&gate, &up)?;
+    let last = shape.len() - 1;
+    B::swiglu_fwd(B::float_cat(vec![gate, up], last), -1)
+}
+
+/// Its backward: the backend's SwiGLU backward on the concatenation, split in the halves.
+pub fn swiglu_pair_bwd<B: FusedBackend>(
+    dy: FloatTensor<B>,
+    gate: FloatTensor<B>,
+    up: FloatTensor<B>,
+) -> Result<(FloatTensor<B>, FloatTensor<B>)> {
+    let shape = validate::swiglu_pair_bwd(&dy, &gate, &up)?;
+    let last = shape.len() - 1;
+    let dx = B::swiglu_bwd(dy, B::float_cat(vec![gate, up], last), -1)?;
+    let n = shape[last];
+    let dx = tensor::<B, 2>(dx).reshape([shape[..last].iter().product::<usize>(), 2 * n]);
+    let half = |start: usize| shaped(dx.clone().narrow(1, start, n), shape.clone());
+    Ok((half(0), half(n)))
 }
 
 /// The targets on the host, checked against `[0, c)` and `ignoreIndex` (a synchronisation on

@@ -114,6 +114,27 @@ pub trait FusedBackend: Backend {
         composite::swiglu_bwd::<Self>(dy, x, dim)
     }
 
+    /// SwiGLU of the gate and up projections held apart, one shape: `silu(gate) · up`, what
+    /// [`Self::swiglu_fwd`] computes from their concatenation along the last dimension, without
+    /// building it. By default the concatenation and `aclnnSwiGlu` (one device call); the CPU
+    /// reads both where they lie.
+    fn swiglu_pair_fwd(
+        gate: FloatTensor<Self>,
+        up: FloatTensor<Self>,
+    ) -> Result<FloatTensor<Self>> {
+        composite::swiglu_pair_fwd::<Self>(gate, up)
+    }
+
+    /// The backward of [`Self::swiglu_pair_fwd`]: `(dgate, dup)`, by default
+    /// `aclnnSwiGluGrad` on the concatenation, split.
+    fn swiglu_pair_bwd(
+        dy: FloatTensor<Self>,
+        gate: FloatTensor<Self>,
+        up: FloatTensor<Self>,
+    ) -> Result<(FloatTensor<Self>, FloatTensor<Self>)> {
+        composite::swiglu_pair_bwd::<Self>(dy, gate, up)
+    }
+
     /// `aclnnCrossEntropyLoss` with the mean reduction: the loss and the log-softmax.
     fn cross_entropy_fwd(
         input: FloatTensor<Self>,

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::common::ndarray::ndarray_on_host;
 use crate::error::{AttnError, Result};
-use crate::host::{from_vec, to_vec};
+use crate::host::{from_vec, host_f32, take_vec, to_vec};
 
 ndarray_on_host! {
     FusedBackend {
@@ -35,6 +35,10 @@ ndarray_on_host! {
             -> Result<FloatTensor<Self>> => cpu_swiglu_fwd;
         fn swiglu_bwd(dy: FloatTensor<Self>, x: FloatTensor<Self>, dim: i64)
             -> Result<FloatTensor<Self>> => cpu_swiglu_bwd;
+        fn swiglu_pair_fwd(gate: FloatTensor<Self>, up: FloatTensor<Self>)
+            -> Result<FloatTensor<Self>> => cpu_swiglu_pair_fwd;
+        fn swiglu_pair_bwd(dy: FloatTensor<Self>, gate: FloatTensor<Self>, up: FloatTensor<Self>)
+            -> Result<(FloatTensor<Self>, FloatTensor<Self>)> => cpu_swiglu_pair_bwd;
         fn cross_entropy_fwd(
             input: FloatTensor<Self>,
             target: IntTensor<Self>,
@@ -172,6 +176,37 @@ pub fn cpu_swiglu_bwd<B: Backend>(
     Ok(back::<B>(dx, &shape, dt, &device))
 }
 
+/// SwiGLU of the halves held apart through the CPU kernel, for any backend: f32 inputs read
+/// where they lie.
+pub fn cpu_swiglu_pair_fwd<B: Backend>(
+    gate: FloatTensor<B>,
+    up: FloatTensor<B>,
+) -> Result<FloatTensor<B>> {
+    let shape = validate::swiglu_pair_fwd(&gate, &up)?;
+    let (device, dt) = (B::float_device(&gate), gate.dtype());
+    let y = cpu::swiglu_pair_fwd(&host_f32::<B>(&gate), &host_f32::<B>(&up));
+    Ok(back::<B>(y, &shape, dt, &device))
+}
+
+/// Its backward through the CPU kernel, for any backend.
+pub fn cpu_swiglu_pair_bwd<B: Backend>(
+    dy: FloatTensor<B>,
+    gate: FloatTensor<B>,
+    up: FloatTensor<B>,
+) -> Result<(FloatTensor<B>, FloatTensor<B>)> {
+    let shape = validate::swiglu_pair_bwd(&dy, &gate, &up)?;
+    let (device, dt) = (B::float_device(&gate), gate.dtype());
+    let (da, db) = cpu::swiglu_pair_bwd(
+        &host_f32::<B>(&dy),
+        &host_f32::<B>(&gate),
+        &host_f32::<B>(&up),
+    );
+    Ok((
+        back::<B>(da, &shape, dt, &device),
+        back::<B>(db, &shape, dt, &device),
+    ))
+}
+
 /// Cross-entropy's forward through the CPU kernel, for any backend.
 pub fn cpu_cross_entropy_fwd<B: Backend>(
     input: FloatTensor<B>,
@@ -182,7 +217,9 @@ pub fn cpu_cross_entropy_fwd<B: Backend>(
     let t = host_ints::<B>(target)?;
     cross_entropy::validate_targets(&t, d.c, ignore_index)?;
     let (device, dt) = (B::float_device(&input), input.dtype());
-    let (loss, lp) = cpu::cross_entropy_fwd(&to_vec::<B>(input), &t, d.c, ignore_index);
+    // The logits' own buffer becomes logProb when nothing else holds them (a head's output).
+    let mut lp = take_vec::<B>(input);
+    let loss = cpu::cross_entropy_fwd_in_place(&mut lp, &t, d.c, ignore_index);
     Ok(CrossEntropyOutputs {
         loss: back::<B>(vec![loss], &[1], dt, &device),
         log_prob: back::<B>(lp, &shape, dt, &device),
@@ -201,6 +238,8 @@ pub fn cpu_cross_entropy_bwd<B: Backend>(
     cross_entropy::validate_targets(&t, d.c, ignore_index)?;
     let (device, dt) = (B::float_device(&log_prob), log_prob.dtype());
     let g = to_vec::<B>(grad_loss)[0];
-    let dx = cpu::cross_entropy_bwd(g, &to_vec::<B>(log_prob), &t, d.c, ignore_index);
+    // logProb's buffer becomes dx when the forward's node held the only reference.
+    let mut dx = take_vec::<B>(log_prob);
+    cpu::cross_entropy_bwd_in_place(g, &mut dx, &t, d.c, ignore_index);
     Ok(back::<B>(dx, &shape, dt, &device))
 }

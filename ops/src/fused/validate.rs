@@ -76,6 +76,16 @@ pub fn swiglu_bwd<T: TensorMetadata>(dy: &T, x: &T, dim: i64) -> Result<(Vec<usi
     Ok((shape, d))
 }
 
+/// SwiGLU of the halves held apart: their one shape.
+pub fn swiglu_pair_fwd<T: TensorMetadata>(gate: &T, up: &T) -> Result<Vec<usize>> {
+    swiglu::validate_pair(&dims(gate), &dims(up))
+}
+
+/// Its backward: the same shape.
+pub fn swiglu_pair_bwd<T: TensorMetadata>(dy: &T, gate: &T, up: &T) -> Result<Vec<usize>> {
+    swiglu::validate_pair_bwd(&dims(dy), &dims(gate), &dims(up))
+}
+
 /// Cross-entropy's forward (the targets' values are checked where they are read): `input`'s
 /// shape.
 pub fn cross_entropy_fwd<T: TensorMetadata, I: TensorMetadata>(

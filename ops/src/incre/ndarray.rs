@@ -12,7 +12,7 @@ use super::{IncreBackend, IncreInputs, IncreKv, IncreSpec, KvDims};
 use crate::common::ndarray::ndarray_on_host;
 use crate::common::shapes;
 use crate::error::Result;
-use crate::host::{from_vec, to_vec};
+use crate::host::{from_vec, host_f32, to_vec};
 
 ndarray_on_host! {
     IncreBackend {
@@ -81,7 +81,8 @@ pub fn cpu_incre_fwd<B: Backend>(
             key_cache,
             value_cache,
         } => {
-            let (k, v) = (to_vec::<B>(key_cache), to_vec::<B>(value_cache));
+            // The caches read where they lie: a decode step reads each once.
+            let (k, v) = (host_f32::<B>(&key_cache), host_f32::<B>(&value_cache));
             cpu::incre_flash_attention(&spec.args(&dims, &q, spec.paged(&dims, &k, &v)?, host))
         }
     };

@@ -17,13 +17,23 @@ pub fn linear<B: LinearBackend, const D: usize>(
     let dims = x.dims();
     let k = dims[D - 1];
     let m = dims[..D - 1].iter().product::<usize>();
-    let x2 = x.reshape([m, k]);
+    // A 2-D input goes in as it is: a reshape is a copy on `NdArray` (and a node whose
+    // backward copies the gradient under `Autodiff`), which for a language model's head was a
+    // copy of the logits each way.
+    let x2 = if D == 2 {
+        x.into_primitive().tensor()
+    } else {
+        x.reshape([m, k]).into_primitive().tensor()
+    };
     let y = B::linear_fwd(
-        x2.into_primitive().tensor(),
+        x2,
         weight.into_primitive().tensor(),
         bias.map(|b| b.into_primitive().tensor()),
         layout,
     )?;
+    if D == 2 {
+        return Ok(Tensor::from_primitive(TensorPrimitive::Float(y)));
+    }
     let y = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(y));
     let n = y.dims()[1];
     let mut out = dims;

@@ -54,3 +54,45 @@ pub fn adamw_step<B: Backend>(
         v: shaped(v, &shape),
     })
 }
+
+/// Elements concatenated into one buffer before squaring and summing: few launches (one
+/// concatenation, one square, one sum per group) with the extra memory bounded (64 MiB of f32
+/// per group).
+const SQUARES_GROUP_ELEMS: usize = 16 << 20;
+
+/// The sum of squares of every element of `tensors` (see
+/// [`super::OptimBackend::squares_sum`]): flattened, concatenated in groups of about
+/// [`SQUARES_GROUP_ELEMS`] elements, each group squared and summed in f32.
+pub fn squares_sum<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Option<FloatTensor<B>> {
+    let mut sums: Vec<Tensor<B, 1>> = Vec::new();
+    let mut group: Vec<Tensor<B, 1>> = Vec::new();
+    let mut elems = 0;
+    let flush = |group: &mut Vec<Tensor<B, 1>>, sums: &mut Vec<Tensor<B, 1>>| {
+        let g = std::mem::take(group);
+        let flat = match g.len() {
+            0 => return,
+            1 => g.into_iter().next().expect("one"),
+            _ => Tensor::cat(g, 0),
+        };
+        let flat = match flat.dtype() {
+            burn::tensor::DType::F32 => flat,
+            _ => flat.cast(burn::tensor::DType::F32),
+        };
+        sums.push(flat.square().sum());
+    };
+    for t in tensors {
+        let n = t.shape().num_elements();
+        group.push(flat::<B>(t, n));
+        elems += n;
+        if elems >= SQUARES_GROUP_ELEMS {
+            flush(&mut group, &mut sums);
+            elems = 0;
+        }
+    }
+    flush(&mut group, &mut sums);
+    match sums.len() {
+        0 => None,
+        1 => sums.pop().map(|t| t.into_primitive().tensor()),
+        _ => Some(Tensor::cat(sums, 0).sum().into_primitive().tensor()),
+    }
+}

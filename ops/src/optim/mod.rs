@@ -45,6 +45,14 @@ pub trait OptimBackend: Backend {
     ) -> Result<AdamWTensors<Self>> {
         composite::adamw_step::<Self>(state, grad, step, hyper)
     }
+
+    /// `Σ_t Σ_i t_i²` over every element of `tensors` (the gradients of a global-norm clip),
+    /// `[1]` in f32 on the tensors' device; `None` for no tensors. By default the tensors are
+    /// flattened and concatenated in groups (few launches on a device); the CPU reads each
+    /// where it lies.
+    fn squares_sum(tensors: Vec<FloatTensor<Self>>) -> Option<FloatTensor<Self>> {
+        composite::squares_sum::<Self>(tensors)
+    }
 }
 
 impl<B: OptimBackend, C: CheckpointStrategy> OptimBackend for Autodiff<B, C> {
@@ -71,5 +79,11 @@ impl<B: OptimBackend, C: CheckpointStrategy> OptimBackend for Autodiff<B, C> {
             m: wrap(out.m),
             v: wrap(out.v),
         })
+    }
+
+    fn squares_sum(tensors: Vec<FloatTensor<Self>>) -> Option<FloatTensor<Self>> {
+        // Not differentiated: the inner backend's sum, untracked.
+        B::squares_sum(tensors.into_iter().map(|t| t.primitive).collect())
+            .map(<Self as AutodiffBackend>::from_inner)
     }
 }

@@ -12,14 +12,28 @@ use burn_ascend_kernels::cpu::optim as cpu;
 use super::{validate_adamw, AdamWHyper, AdamWTensors, OptimBackend};
 use crate::common::ndarray::ndarray_on_host;
 use crate::error::Result;
-use crate::host::{from_vec, take_vec, to_vec};
+use crate::host::{from_vec, host_f32, take_vec, to_vec};
 
 ndarray_on_host! {
     OptimBackend {
         fn adamw_step(
             state: AdamWTensors<Self>, grad: FloatTensor<Self>, step: u64, hyper: &AdamWHyper,
         ) -> Result<AdamWTensors<Self>> => cpu_adamw_step;
+        fn squares_sum(tensors: Vec<FloatTensor<Self>>) -> Option<FloatTensor<Self>>
+            => cpu_squares_sum;
     }
+}
+
+/// The sum of squares through the CPU kernel, for any backend: f32 tensors read where they
+/// lie, each summed in f64 in fixed chunks (the same sum for any thread count), the total in
+/// the tensors' order.
+pub fn cpu_squares_sum<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Option<FloatTensor<B>> {
+    let device = B::float_device(tensors.first()?);
+    let total: f64 = tensors
+        .iter()
+        .map(|t| cpu::squares_sum(&host_f32::<B>(t)))
+        .sum();
+    Some(from_vec::<B>(vec![total as f32], &[1], &device))
 }
 
 /// The CPU kernel on any backend's tensors, read to the host and written back (NdArray's path

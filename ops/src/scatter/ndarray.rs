@@ -10,7 +10,7 @@ use super::{composite, scatter_host, ScatterBackend, ScatterInputs, ScatterOutpu
 use crate::common::ndarray::ndarray_on_host;
 use crate::common::shapes;
 use crate::error::Result;
-use crate::host::{from_vec, to_vec};
+use crate::host::{from_vec, take_vec, to_vec};
 
 ndarray_on_host! {
     ScatterBackend {
@@ -34,9 +34,11 @@ pub fn cpu_scatter_kv<B: Backend>(
     let kc_shape = call.key_cache.clone();
     let key = to_vec::<B>(inputs.key);
     let value = inputs.value.map(to_vec::<B>);
-    let mut kc = to_vec::<B>(inputs.key_cache);
+    // The caches' own buffers when nothing else holds them (the paged cache hands them over):
+    // a decode step then writes its token's slots where they lie instead of copying the cache.
+    let mut kc = take_vec::<B>(inputs.key_cache);
     let vc_shape = call.value_cache.clone();
-    let mut vc = inputs.value_cache.map(to_vec::<B>);
+    let mut vc = inputs.value_cache.map(take_vec::<B>);
     scatter_host(
         spec,
         &dims,

@@ -7,6 +7,7 @@ use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 use burn_ascend_kernels::reference::fused::{cross_entropy, rms_norm, rotary, swiglu};
 use burn_ascend_ops::fused::{composite, rotary as rotary_rules};
+use burn_ascend_ops::swiglu_pair;
 use burn_ascend_ops::{cross_entropy_loss, rms_norm as fused_rms_norm, swiglu as fused_swiglu};
 use burn_ascend_ops::{rotary_embedding, AttnError, FusedBackend, RotaryMode};
 use burn_ascend_test_support::assert_close;
@@ -77,6 +78,75 @@ fn autodiff_swiglu_and_cross_entropy_nodes_give_the_references_gradients() {
     assert_close("loss", &host(loss), &[rl], 1e-6, 0.0);
     let rdx = cross_entropy::cross_entropy_bwd(2.0, &lp, &target, 5, 7, -100);
     assert_close("dlogits", &host(la.grad(&grads).unwrap()), &rdx, 1e-6, 0.0);
+}
+
+#[test]
+fn swiglu_of_the_halves_held_apart_gives_the_references_output_and_gradients_kernel_and_composite()
+{
+    // The reference's x is the gate's and up's rows side by side.
+    let (rows, n) = (3, 6);
+    let (g, u, w) = (data(rows * n, 7), data(rows * n, 8), data(rows * n, 9));
+    let x: Vec<f32> = (0..rows)
+        .flat_map(|r| {
+            g[r * n..(r + 1) * n]
+                .iter()
+                .chain(&u[r * n..(r + 1) * n])
+                .copied()
+        })
+        .collect();
+    let ry = swiglu::swiglu_fwd(&f64s(&x), rows, n, 1);
+    let rdx = swiglu::swiglu_bwd(&f64s(&w), &f64s(&x), rows, n, 1);
+    let halves = |dx: &[f64], second: bool| -> Vec<f64> {
+        (0..rows)
+            .flat_map(|r| dx[(2 * r + second as usize) * n..][..n].to_vec())
+            .collect()
+    };
+    // The CPU kernel through one Autodiff node.
+    let ga = t::<A, 2>(&g, [rows, n]).require_grad();
+    let ua = t::<A, 2>(&u, [rows, n]).require_grad();
+    let y = swiglu_pair(ga.clone(), ua.clone()).unwrap();
+    let grads = (y.clone() * t::<A, 2>(&w, [rows, n])).sum().backward();
+    assert_close("swiglu pair y", &host(y), &ry, 1e-6, 0.0);
+    assert_close(
+        "dgate",
+        &host(ga.grad(&grads).unwrap()),
+        &halves(&rdx, false),
+        1e-6,
+        0.0,
+    );
+    assert_close(
+        "dup",
+        &host(ua.grad(&grads).unwrap()),
+        &halves(&rdx, true),
+        1e-6,
+        0.0,
+    );
+    // The composite default (what a device backend runs: the concatenation and its SwiGLU).
+    let (gp, up) = (
+        prim(t::<B, 2>(&g, [rows, n])),
+        prim(t::<B, 2>(&u, [rows, n])),
+    );
+    let y = composite::swiglu_pair_fwd::<B>(gp.clone(), up.clone()).unwrap();
+    assert_close("composite y", &host(back::<2>(y)), &ry, 1e-6, 0.0);
+    let (dg, du) = composite::swiglu_pair_bwd::<B>(prim(t::<B, 2>(&w, [rows, n])), gp, up).unwrap();
+    assert_close(
+        "composite dgate",
+        &host(back::<2>(dg)),
+        &halves(&rdx, false),
+        1e-6,
+        0.0,
+    );
+    assert_close(
+        "composite dup",
+        &host(back::<2>(du)),
+        &halves(&rdx, true),
+        1e-6,
+        0.0,
+    );
+    // Halves of different shapes are refused naming the second.
+    let e = swiglu_pair(t::<B, 2>(&g, [rows, n]), t::<B, 2>(&u[..n * 2], [2, n])).unwrap_err();
+    assert_eq!(param(e.clone()), "up");
+    assert!(e.to_string().contains("gate's shape"), "{e}");
 }
 
 fn prim<const D: usize>(x: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {

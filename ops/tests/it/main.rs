@@ -5,5 +5,6 @@ mod fused;
 mod grouped_matmul;
 mod linear;
 mod prompt_prefill;
+mod squares_sum;
 mod varlen_carrier;
 mod varlen_validation;

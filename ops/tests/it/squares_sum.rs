@@ -1,0 +1,69 @@
+//! The sum of squares of a global-norm clip: the CPU path (in place, f64 chunks), the
+//! composite default (grouped concatenations) and the `Autodiff` pass-through against a plain
+//! f64 sum.
+
+use crate::common::data;
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use burn_ascend_ops::optim::composite;
+use burn_ascend_ops::OptimBackend;
+
+type B = NdArray;
+type A = Autodiff<NdArray>;
+
+fn prim<Bk: Backend>(v: &[f32], shape: &[usize]) -> FloatTensor<Bk> {
+    Bk::float_from_data(
+        TensorData::new(v.to_vec(), shape.to_vec()),
+        &Default::default(),
+    )
+}
+
+fn value<Bk: Backend>(p: FloatTensor<Bk>) -> f64 {
+    Tensor::<Bk, 1>::from_primitive(TensorPrimitive::Float(p))
+        .into_data()
+        .convert::<f64>()
+        .into_vec::<f64>()
+        .unwrap()[0]
+}
+
+#[test]
+fn the_sum_of_squares_of_many_gradients_equals_the_plain_sum_on_the_cpu_composed_and_under_autodiff(
+) {
+    // Shapes of a layer's gradients, one past a parallel chunk of the CPU kernel.
+    let shapes: [&[usize]; 4] = [&[70_001], &[33, 48], &[5], &[2, 3, 4]];
+    let values: Vec<Vec<f32>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| data(s.iter().product(), i as u64 + 1))
+        .collect();
+    let want: f64 = values
+        .iter()
+        .flatten()
+        .map(|&v| (v as f64) * (v as f64))
+        .sum();
+    let tensors = || -> Vec<FloatTensor<B>> {
+        values
+            .iter()
+            .zip(shapes)
+            .map(|(v, s)| prim::<B>(v, s))
+            .collect()
+    };
+    let cpu = value::<B>(B::squares_sum(tensors()).unwrap());
+    assert!((cpu - want).abs() <= 1e-6 * want, "cpu {cpu} vs {want}");
+    let composed = value::<B>(composite::squares_sum::<B>(tensors()).unwrap());
+    assert!(
+        (composed - want).abs() <= 1e-5 * want,
+        "composite {composed} vs {want}"
+    );
+    let tracked: Vec<FloatTensor<A>> = values
+        .iter()
+        .zip(shapes)
+        .map(|(v, s)| prim::<A>(v, s))
+        .collect();
+    let through = value::<A>(A::squares_sum(tracked).unwrap());
+    assert_eq!(through, cpu, "Autodiff hands the sum to the inner backend");
+    assert!(B::squares_sum(Vec::new()).is_none());
+    assert!(composite::squares_sum::<B>(Vec::new()).is_none());
+}
