@@ -5,4 +5,5 @@
 
 pub mod durable;
 pub mod published;
+pub mod shards;
 pub mod state;

@@ -34,6 +34,7 @@
 //! per-parameter record a replicated run writes (`optim.mpk`, Burn's AdamW record keyed by the
 //! parameters' ids), so a sharded run resumes on another rank count, with or without `--zero`.
 
+pub mod checkpoint;
 pub mod layout;
 pub mod record;
 pub mod sharded;
