@@ -222,8 +222,7 @@ impl StepDir {
             files,
             zero,
         };
-        let text =
-            serde_json::to_vec_pretty(&manifest).map_err(|e| err(&dir.join(MANIFEST), e))?;
+        let text = serde_json::to_vec_pretty(&manifest).map_err(|e| err(&dir.join(MANIFEST), e))?;
         durable::write_synced(&dir.join(MANIFEST), &text)?;
         durable::sync_dir(dir)?;
         durable::sync_dir(&root)?;

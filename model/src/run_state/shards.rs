@@ -164,7 +164,10 @@ impl ShardedState {
         if self.tensors != TENSORS {
             return Err(bad(
                 &manifest,
-                format!("zero.tensors {:?}, this build reads {TENSORS:?}", self.tensors),
+                format!(
+                    "zero.tensors {:?}, this build reads {TENSORS:?}",
+                    self.tensors
+                ),
             ));
         }
         if self.shards.len() != self.ranks || self.ranks == 0 {

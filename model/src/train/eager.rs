@@ -19,6 +19,7 @@ use crate::load::data::{concat_batches, PackedBatch, Packer};
 use crate::model::hf_checkpoint::{hf_files, load_hf_with, LoadOptions};
 use crate::model::transformer::{cross_entropy_fused, Transformer};
 use crate::model::{lora, peft};
+use crate::parallel::zero::checkpoint::whole_record_from_shards;
 use crate::run_state::published::{publish, Published};
 use crate::run_state::state::TrainState;
 use crate::train::loss::masked_cross_entropy;
@@ -292,8 +293,8 @@ pub(crate) fn whole_optimizer(saved: &Published) -> Result<(Vec<u8>, PathBuf), A
             "--zero",
             format!(
                 "{} holds a ZeRO-sharded training state (stage {} over {} ranks, one shard per \
-                 rank): resume it with --zero 1, 2 or 3 on any number of ranks >= 2 (it has no \
-                 whole optimizer state for a replicated or context-parallel run)",
+                 rank) and no whole optimizer record: resume it with --zero 1, 2 or 3 on any \
+                 number of ranks, or with plain data parallelism, not with --cp or --graph",
                 saved.dir.display(),
                 z.stage,
                 z.ranks
@@ -397,6 +398,11 @@ where
             Some(z) => {
                 let (bytes, path) = whole_optimizer(&saved)?;
                 z.load_optimizer(&model, &bytes, &path)?
+            }
+            // A replicated run resuming a ZeRO run's checkpoint: the whole state assembled
+            // from the shards (a replicated run holds all of it anyway).
+            None if saved.manifest.zero.is_some() => {
+                optim = optim.load_record(whole_record_from_shards(&model, &saved)?);
             }
             None => {
                 let (bytes, path) = whole_optimizer(&saved)?;

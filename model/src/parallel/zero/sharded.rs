@@ -157,7 +157,11 @@ impl Zero {
 
     /// The model's parameters set from the whole units `flat`, and the master slices as
     /// views of them (no copy).
-    pub(super) fn set_whole(&mut self, model: Transformer<Ad>, flat: &[Tensor<Ascend, 1>]) -> Transformer<Ad> {
+    pub(super) fn set_whole(
+        &mut self,
+        model: Transformer<Ad>,
+        flat: &[Tensor<Ascend, 1>],
+    ) -> Transformer<Ad> {
         let layout = self.layout.as_ref().expect("layout before weights");
         let rank = self.group().rank();
         self.master = layout
