@@ -220,11 +220,19 @@ impl Zero {
                 v,
             });
         }
-        debug_assert_eq!(TENSORS.len(), 3);
         self.resumed_master = Some(master);
         // Saved before the first step: no moments yet.
         self.state = (zero.adam_steps > 0).then_some(moments);
         Ok(())
+    }
+
+    /// Bytes of the sharded state this rank holds: its slices (padding included) of the master
+    /// weights and both moments of every unit.
+    pub fn held_state_bytes(&self) -> u64 {
+        self.layout.as_ref().map_or(0, |l| {
+            let slice: usize = l.units.iter().map(|u| l.shard_len(u)).sum();
+            4 * TENSORS.len() as u64 * slice as u64
+        })
     }
 
     /// Bytes of the whole sharded state of the layout (master weights and both moments of
