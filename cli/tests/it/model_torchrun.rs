@@ -61,7 +61,7 @@ pub(crate) fn args(
 }
 
 /// A free loopback port for rank 0's rendezvous.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -70,7 +70,12 @@ fn free_port() -> u16 {
 }
 
 /// torchrun's variables of global rank `rank` of `world` processes, `per_node` per node.
-fn torchrun_vars(rank: usize, world: usize, per_node: usize, port: u16) -> Vec<(String, String)> {
+pub(crate) fn torchrun_vars(
+    rank: usize,
+    world: usize,
+    per_node: usize,
+    port: u16,
+) -> Vec<(String, String)> {
     vec![
         ("RANK".into(), rank.to_string()),
         ("WORLD_SIZE".into(), world.to_string()),

@@ -109,3 +109,96 @@ fn zero_three_saved_by_four_processes_resumes_on_two_with_the_four_process_losse
         assert!(row[3] > 0, "rank {r} of 2 read nothing at resume");
     }
 }
+
+/// The file operations (`BURN_ASCEND_COUNT_FILE_OPS`) of `stderr` that touch `name`: (op
+/// number, what).
+fn ops_on(stderr: &str, name: &str) -> Vec<(usize, String)> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("burn-ascend: file op "))
+        .filter(|l| l.ends_with(name))
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            let n = w.next().unwrap().parse().unwrap();
+            (n, w.next().unwrap().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_rank_killed_mid_save_leaves_the_previous_checkpoint_published_and_the_restart_continues() {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+
+    use crate::model_examples::{finish_example, spawn_example};
+    use crate::model_torchrun::{free_port, torchrun_vars, LIMIT};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (ckpt, data) = setup(tmp.path());
+    let zero = ["--zero", "2", "--save-every", "2", "--resume"];
+    // The uninterrupted run, rank 1 listing its file operations.
+    let whole = tmp.path().join("whole");
+    let a = args(&ckpt, &data, &whole, 4, &zero);
+    let runs = launch(&a, 2, 2, &[("BURN_ASCEND_COUNT_FILE_OPS", "1")]);
+    all_ok(&runs);
+    let want = losses(&whole);
+    // Rank 1's only file operations: its shard of each save, written then fsynced.
+    let shard = shard_file_name(1, 2);
+    let ops = ops_on(&runs[1].stderr, &shard);
+    let kinds: Vec<&str> = ops.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(kinds, ["write", "fsync", "write", "fsync"], "{ops:?}");
+    // Rank 1 dies just before fsyncing its shard of the second save (the file written, not
+    // durable); rank 0 has written its own files and waits for rank 1's word.
+    let out = tmp.path().join("out");
+    let a = args(&ckpt, &data, &out, 4, &zero);
+    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+    let port = free_port();
+    let kill_at = ops[3].0.to_string();
+    let mut children: Vec<_> = (0..2)
+        .map(|r| {
+            let mut vars = torchrun_vars(r, 2, 2, port);
+            if r == 1 {
+                vars.push(("BURN_ASCEND_KILL_AT_FILE_OP".into(), kill_at.clone()));
+            }
+            let env: Vec<(&str, &str)> =
+                vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            spawn_example("finetune", &argv, &env)
+        })
+        .collect();
+    let mut rank1 = children.pop().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = rank1.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if line.starts_with("burn-ascend: stopped before file op") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let line = rx
+        .recv_timeout(LIMIT)
+        .expect("rank 1 reached the kill hook");
+    assert!(line.contains("fsync") && line.contains(&shard), "{line}");
+    rank1.kill().unwrap();
+    let _ = rank1.wait();
+    let killed_at = Instant::now();
+    let r0 = finish_example(children.pop().unwrap(), LIMIT);
+    assert_eq!(r0.code(), Some(2), "{}", r0.tail());
+    assert!(!r0.stderr.contains("panicked"), "{}", r0.stderr);
+    let last = r0.stderr.trim().lines().last().unwrap();
+    assert!(last.contains("rank 1"), "{last}");
+    assert!(killed_at.elapsed() < Duration::from_secs(60));
+    // Nothing half-published: LATEST still names the first save, whole; the second's folder
+    // has no manifest.
+    let saved = published(&out);
+    assert_eq!(saved.step(), 2);
+    let second = saved.dir.parent().unwrap().join("step-000004");
+    assert!(second.join(shard_file_name(0, 2)).exists());
+    assert!(!second.join("manifest.json").exists());
+    // The same command line (torchrun's restart) resumes it and ends with the uninterrupted
+    // run's losses.
+    let runs = launch(&a, 2, 2, &[]);
+    all_ok(&runs);
+    assert_close(&losses(&out), &want, 1e-6, "restarted vs uninterrupted");
+    assert_eq!(published(&out).step(), 4);
+}
