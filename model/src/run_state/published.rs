@@ -320,7 +320,8 @@ impl Published {
         }
         let published = Self { dir, manifest };
         if let Some(zero) = &published.manifest.zero {
-            zero.check(&published.manifest.files, &published.dir)?;
+            let files = &published.manifest.files;
+            zero.check(|f| files.get(f).map(|e| e.bytes), &published.dir, &path)?;
         }
         for name in published.manifest.files.keys() {
             published.verify(name)?;

@@ -19,7 +19,6 @@ use crate::load::data::{concat_batches, PackedBatch, Packer};
 use crate::model::hf_checkpoint::{hf_files, load_hf_with, LoadOptions};
 use crate::model::transformer::{cross_entropy_fused, Transformer};
 use crate::model::{lora, peft};
-use crate::parallel::zero::checkpoint::whole_record_from_shards;
 use crate::run_state::published::{publish, Published};
 use crate::run_state::state::TrainState;
 use crate::train::loss::masked_cross_entropy;
@@ -27,6 +26,7 @@ use crate::train::optim::{clip_global_norm, FusedAdamW};
 use crate::train::recompute::{check as check_checkpointing, loss_and_grads, loss_and_grads_with};
 use crate::train::schedule::WarmupCosine;
 use crate::train::sync::GradientSync;
+use crate::train::zero_resume::whole_record_from_shards;
 use burn_ascend::{AttnError, TrainingBackend};
 
 /// Where the model starts.

@@ -12,11 +12,11 @@ use burn::tensor::{Int, Tensor, TensorData};
 use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{memory_stats, Ascend, AscendDevice};
 use burn_ascend_model::parallel::ranks::{train_data_parallel, train_zero};
-use burn_ascend_model::parallel::zero::checkpoint::whole_record_from_shards;
 use burn_ascend_model::parallel::zero::record::OptimizerRecord;
 use burn_ascend_model::parallel::zero::{ShardedOptimizer, Zero, ZeroStage};
 use burn_ascend_model::run_state::published::Published;
 use burn_ascend_model::train::optim::{grad_norm_squared, FusedAdamW};
+use burn_ascend_model::train::zero_resume::whole_record_from_shards;
 use burn_ascend_model::train::{init_model, Init, TrainOptions, TrainState};
 use burn_ascend_model::{cross_entropy, Transformer};
 

@@ -21,23 +21,17 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use burn::backend::Autodiff;
-use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::record::AdaptorRecord;
-use burn::optim::{AdamWState, AdaptiveMomentumState};
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_ascend::backend::Ascend;
 use burn_ascend::AttnError;
 
-use super::layout::Layout;
 use super::record::Moments;
 use super::sharded::Zero;
 use crate::model::transformer::Transformer;
 use crate::parallel::ddp::hccl;
 use crate::run_state::published::{step_folder, FileEntry, Published, StepDir};
 use crate::run_state::shards::{ShardedState, TENSORS};
-use crate::train::optim::FusedAdamW;
-use burn_ascend::OptimBackend;
+use crate::train::zero_resume::check_units;
 
 type Ad = Autodiff<Ascend>;
 
@@ -242,113 +236,4 @@ impl Zero {
             .as_ref()
             .map_or(0, |l| 4 * TENSORS.len() as u64 * l.params() as u64)
     }
-}
-
-/// A replicated optimizer's record over `B` (`optim.mpk`'s content).
-pub type WholeRecord<B> = <burn::optim::adaptor::OptimizerAdaptor<
-    FusedAdamW<B>,
-    Transformer<B>,
-    B,
-> as burn::optim::Optimizer<Transformer<B>, B>>::Record;
-
-struct FromShards<'a, B: AutodiffBackend + OptimBackend> {
-    zero: &'a ShardedState,
-    dir: &'a Path,
-    /// Parameter id → (unit, range in its flat buffer).
-    slots: std::collections::HashMap<burn::module::ParamId, (usize, std::ops::Range<usize>)>,
-    out: WholeRecord<B>,
-    failed: Option<AttnError>,
-}
-
-impl<B: AutodiffBackend + OptimBackend> ModuleVisitor<B> for FromShards<'_, B> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some((u, range)) = self.slots.remove(&param.id) else {
-            return;
-        };
-        if self.failed.is_some() {
-            return;
-        }
-        let value = param.val();
-        let (dims, device) = (value.dims(), value.device());
-        let read = |t: usize| -> Result<Tensor<B::InnerBackend, D>, AttnError> {
-            let v = self.zero.read_range(self.dir, u, t, range.clone())?;
-            Ok(Tensor::from_data(TensorData::new(v, dims), &device))
-        };
-        match (read(1), read(2)) {
-            (Ok(m), Ok(v)) => {
-                let state = AdamWState {
-                    momentum: AdaptiveMomentumState {
-                        time: self.zero.adam_steps,
-                        moment_1: m,
-                        moment_2: v,
-                        max_moment_2: None,
-                    },
-                };
-                self.out
-                    .insert(param.id, AdaptorRecord::from_state::<D>(state));
-            }
-            (Err(e), _) | (_, Err(e)) => self.failed = Some(e),
-        }
-    }
-}
-
-/// The whole optimizer record of `model`'s trainable parameters assembled from the sharded
-/// checkpoint `saved` — for a replicated run resuming a ZeRO run's checkpoint (it holds the
-/// whole state anyway); empty when saved before the first step. The checkpoint's units must
-/// be `model`'s.
-pub fn whole_record_from_shards<B: AutodiffBackend + OptimBackend>(
-    model: &Transformer<B>,
-    saved: &Published,
-) -> Result<WholeRecord<B>, AttnError> {
-    let zero =
-        saved.manifest.zero.as_ref().ok_or_else(|| {
-            AttnError::Unsupported("a whole checkpoint read as a sharded one".into())
-        })?;
-    let layout = Layout::of(model, 1)?;
-    check_units(&layout, zero, saved)?;
-    if zero.adam_steps == 0 {
-        return Ok(WholeRecord::<B>::default());
-    }
-    let slots = layout
-        .param_slots()
-        .into_iter()
-        .map(|(id, (u, range, _))| (id, (u, range)))
-        .collect();
-    let mut v = FromShards {
-        zero,
-        dir: &saved.dir,
-        slots,
-        out: WholeRecord::<B>::default(),
-        failed: None,
-    };
-    model.visit(&mut v);
-    match v.failed {
-        Some(e) => Err(e),
-        None => Ok(v.out),
-    }
-}
-
-/// Refuses a sharded state whose units (names, elements) are not `layout`'s, naming the
-/// manifest.
-fn check_units(layout: &Layout, zero: &ShardedState, saved: &Published) -> Result<(), AttnError> {
-    let ours: Vec<(&str, usize)> = layout
-        .units
-        .iter()
-        .map(|u| (u.name.as_str(), u.len))
-        .collect();
-    let theirs: Vec<(&str, usize)> = zero
-        .units
-        .iter()
-        .map(|u| (u.name.as_str(), u.elements))
-        .collect();
-    if ours != theirs {
-        return Err(checkpoint_err(format!(
-            "{}: its sharded state's units {theirs:?} are not this model's {ours:?}",
-            saved
-                .dir
-                .join(crate::run_state::published::MANIFEST)
-                .display()
-        )));
-    }
-    Ok(())
 }

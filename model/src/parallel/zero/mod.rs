@@ -35,7 +35,9 @@
 //! parameters' ids), so a sharded run resumes on another rank count, with or without `--zero`.
 
 pub mod checkpoint;
-pub mod layout;
+/// The units' layout lives beside the loop, which reads a sharded checkpoint whole for a
+/// replicated run ([`crate::train::zero_resume`]).
+pub use crate::train::zero_layout as layout;
 pub mod record;
 pub mod sharded;
 

@@ -13,13 +13,15 @@ use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{memory_stats, Ascend, AscendDevice};
 use burn_ascend::AttnError;
 
-use super::layout::{flat_grads, flat_grads_of, flat_params, owned, Layout, SetUnits, Unit};
 use super::record::{from_record, to_record, Moments, OptimizerRecord};
 use crate::model::transformer::Transformer;
 use crate::parallel::ddp::{hccl, test_hooks, DataParallel};
 use crate::train::optim::{clip_scale, FusedAdamW};
 use crate::train::recompute::{Part, PartHooks};
 use crate::train::sync::{BlockSharding, GradientSync, ShardedOptimizer, ZeroStage};
+use crate::train::zero_layout::{
+    flat_grads, flat_grads_of, flat_params, owned, Layout, SetUnits, Unit,
+};
 
 type Ad = Autodiff<Ascend>;
 
