@@ -5,6 +5,8 @@
 //! ```text
 //! <out>/checkpoints/step-000120/   one folder per save: config.json, model.safetensors,
 //!                                  model.mpk, optim.mpk, loss.csv, state.json, manifest.json
+//!                                  (a ZeRO run: one zero-shard-RRRRR-of-NNNNN.bin per rank
+//!                                  in place of model.mpk and optim.mpk)
 //! <out>/LATEST                     "checkpoints/step-000120": the published checkpoint
 //! <out>/config.json, model.safetensors, loss.csv
 //!                                  the published checkpoint's files, for `generate` and
@@ -20,6 +22,12 @@
 //! folder `LATEST` names and verifies it first (manifest present and of this format, the step
 //! of the folder, manifest and `state.json` equal, every file's size and checksum, no file
 //! beside them), refusing a mixed or truncated checkpoint with the file named.
+//!
+//! A sharded state (ZeRO's) is written by every rank into the same folder ([`StepDir`]: begun
+//! by one writer, each rank writing and fsyncing its own file, published by the writer once
+//! every rank has said its file is durable). Its manifest is version 2, with a `zero` section
+//! recording which ranges each rank's file holds ([`crate::run_state::shards`]); every file is
+//! verified streaming, a shard never held whole.
 //!
 //! The exported copies in `<out>` are renamed into place one by one after the publication: they
 //! are for reading the newest weights, never what `--resume` trusts.

@@ -94,7 +94,8 @@ pub trait ShardedOptimizer<B: AutodiffBackend> {
     /// when already gathered, `model` itself).
     fn whole(&mut self, model: Transformer<B>) -> Result<Transformer<B>, AttnError>;
     /// The whole optimizer state as a replicated run's `optim.mpk` holds it (gathered from the
-    /// shards; every rank gets the bytes, rank 0 writes them).
+    /// shards; every rank gets the bytes). Checkpoints do not use it (each rank writes its
+    /// shard, [`Self::publish_sharded`]); it shows what the shards hold.
     fn optimizer_bytes(&mut self, model: &Transformer<B>) -> Result<Vec<u8>, AttnError>;
     /// Saves this rank's shard of the sharded state (master weights and moments) into the
     /// checkpoint of `step` in `out`; the rank given its whole `files` (rank 0: the exported
@@ -113,8 +114,9 @@ pub trait ShardedOptimizer<B: AutodiffBackend> {
         model: &Transformer<B>,
         saved: &crate::run_state::published::Published,
     ) -> Result<(), AttnError>;
-    /// Takes this rank's slice of the whole optimizer state `bytes` (a replicated or sharded
-    /// run's `optim.mpk`, of any rank count), `path` naming it in errors.
+    /// Takes this rank's slice of the whole optimizer state `bytes` (a replicated run's
+    /// `optim.mpk`, or a ZeRO run's of the whole-state format, of any rank count), `path`
+    /// naming it in errors.
     fn load_optimizer(
         &mut self,
         model: &Transformer<B>,

@@ -34,8 +34,8 @@ pub struct ZeroStats {
     pub all_reduces: u64,
     /// Gradient reduce-scatters (stages 2, 3), one per unit and step.
     pub reduce_scatters: u64,
-    /// Weight all-gathers (after each update, or before each forward in stage 3) and moment
-    /// all-gathers (checkpoints).
+    /// Weight all-gathers (after each update, or before each forward in stage 3, and for a
+    /// checkpoint's export); the moments are never gathered by a sharded checkpoint.
     pub all_gathers: u64,
     /// Bytes of gradients reduced (each rank's input).
     pub gradient_bytes: u64,
