@@ -381,6 +381,67 @@ fn a_zero_checkpoint_is_sharded_plain_data_parallelism_resumes_it_and_four_ranks
     assert!(more.state.losses[2].is_finite(), "{:?}", more.state.losses);
 }
 
+#[test]
+fn a_whole_state_checkpoint_resumes_under_zero_on_half_the_ranks_keeping_the_global_batch() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let start = replicas(4);
+    // Plain data parallelism on 4 ranks, uninterrupted, and stopped after 2 steps: the
+    // whole-state format (model.mpk, optim.mpk), as ZeRO wrote it before it was sharded.
+    let whole = train_data_parallel(
+        start.clone(),
+        TrainState::default(),
+        false,
+        &packer(),
+        &opts(&dir.path().join("whole"), 4, None),
+        4096,
+        |_| {},
+    )
+    .unwrap();
+    let out = dir.path().join("cut");
+    train_data_parallel(
+        start,
+        TrainState::default(),
+        false,
+        &packer(),
+        &opts(&out, 4, Some(2)),
+        4096,
+        |_| {},
+    )
+    .unwrap();
+    let saved = Published::open(&out).unwrap();
+    assert!(saved.manifest.zero.is_none() && saved.manifest.files.contains_key("optim.mpk"));
+    let state = TrainState::load(&saved.dir).unwrap();
+    // ZeRO-2 on 2 ranks: each reads the whole record once and keeps its slice, and takes 2 of
+    // each step's 4 batches.
+    let resumed = |i: u32| init_model::<B>(&Init::Resume, &out, &device(i)).unwrap().0;
+    let z = train_zero(
+        (0..2).map(resumed).collect(),
+        state,
+        true,
+        &packer(),
+        &opts(&out, 4, None),
+        ZeroStage::Two,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(z.state.losses[..2], whole.state.losses[..2]);
+    let g = max_abs_diff(&z.state.losses[2..], &whole.state.losses[2..]);
+    eprintln!(
+        "whole-state checkpoint of 4 DP ranks resumed by 2 ZeRO-2 ranks: max |Δloss| {g:.2e}"
+    );
+    assert!(
+        g <= 1e-5,
+        "{:?} vs {:?}",
+        z.state.losses,
+        whole.state.losses
+    );
+    assert_eq!(z.state.devices, 4, "the global batch is still 4 batches");
+    // Its own checkpoint is sharded, over 2 ranks.
+    let saved = Published::open(&out).unwrap();
+    assert_eq!(saved.manifest.zero.as_ref().map(|z| z.ranks), Some(2));
+}
+
 fn simulate(n: u32) {
     burn_ascend::backend::collective::simulate_devices(n);
 }
