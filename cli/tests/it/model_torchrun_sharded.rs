@@ -9,7 +9,7 @@ use burn_ascend_model::run_state::shards::shard_file_name;
 use burn_ascend_model::train::TrainState;
 
 use crate::model_examples::ExampleRun;
-use crate::model_torchrun::{all_ok, args, assert_close, launch, losses, setup};
+use crate::model_torchrun::{all_ok, args, assert_close, launch, losses, setup, LIMIT};
 
 /// Per rank of `runs`: (sharded state held, whole, shard written, read at resume, VmHWM kB)
 /// from its `finetune: rank R of N:` line.
@@ -108,6 +108,25 @@ fn zero_three_saved_by_four_processes_resumes_on_two_with_the_four_process_losse
     for (r, row) in resumed_on_two.iter().enumerate() {
         assert!(row[3] > 0, "rank {r} of 2 read nothing at resume");
     }
+    // Context parallelism has no use for the shards: refused naming --zero, nothing written.
+    let mut a = args(
+        &ckpt,
+        &data,
+        &out,
+        6,
+        &["--cp", "2", "--devices", "4", "--resume"],
+    );
+    let at = a.iter().position(|s| s == "sim").unwrap();
+    a[at] = "cpu".into();
+    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+    let r = crate::model_examples::run_example("finetune", &argv, &[], LIMIT, false);
+    assert_eq!(r.code(), Some(2), "{}", r.tail());
+    let line = r.stderr.trim().lines().last().unwrap_or_default();
+    assert!(
+        line.contains("invalid --zero") && line.contains("holds a ZeRO-sharded training state"),
+        "{line}"
+    );
+    assert_eq!(published(&out).step(), 4);
 }
 
 /// The file operations (`BURN_ASCEND_COUNT_FILE_OPS`) of `stderr` that touch `name`: (op
@@ -131,7 +150,7 @@ fn a_rank_killed_mid_save_leaves_the_previous_checkpoint_published_and_the_resta
     use std::time::{Duration, Instant};
 
     use crate::model_examples::{finish_example, spawn_example};
-    use crate::model_torchrun::{free_port, torchrun_vars, LIMIT};
+    use crate::model_torchrun::{free_port, torchrun_vars};
 
     let tmp = tempfile::tempdir().unwrap();
     let (ckpt, data) = setup(tmp.path());
