@@ -221,3 +221,43 @@ fn a_rank_killed_mid_save_leaves_the_previous_checkpoint_published_and_the_resta
     assert_close(&losses(&out), &want, 1e-6, "restarted vs uninterrupted");
     assert_eq!(published(&out).step(), 4);
 }
+
+#[test]
+fn lora_under_zero_saves_the_adapters_shards_and_resumes_on_another_world_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ckpt, data) = setup(tmp.path());
+    let flags = ["--lora-rank", "2", "--zero", "2", "--save-every", "2"];
+    let whole = tmp.path().join("whole");
+    let runs = launch(&args(&ckpt, &data, &whole, 4, &flags), 2, 2, &[]);
+    all_ok(&runs);
+    let out = tmp.path().join("out");
+    let cut = [&flags[..], &["--stop-after", "2"]].concat();
+    all_ok(&launch(&args(&ckpt, &data, &out, 4, &cut), 2, 2, &[]));
+    let saved = published(&out);
+    // The adapters' export and one shard per rank of the adapters' master weights and moments.
+    assert!(saved
+        .manifest
+        .files
+        .contains_key("adapter_model.safetensors"));
+    let layout = saved.manifest.zero.clone().unwrap();
+    assert_eq!(layout.ranks, 2);
+    assert!(layout.units.iter().all(|u| u.name.starts_with("layers.")));
+    // Resumed on 4 processes: a count the 2-rank global batch cannot be split over, so each
+    // rank takes one batch (4 per step from now on) — it continues, from the exact state.
+    let resume = [&flags[..], &["--resume"]].concat();
+    all_ok(&launch(&args(&ckpt, &data, &out, 4, &resume), 4, 4, &[]));
+    let got = losses(&out);
+    assert_close(&got[..2], &losses(&whole)[..2], 0.0, "the saved steps");
+    assert!(got[2..].iter().all(|l| l.is_finite()), "{got:?}");
+    assert_eq!(published(&out).manifest.zero.unwrap().ranks, 4);
+    // On the saved count it continues the uninterrupted run exactly.
+    let again = tmp.path().join("again");
+    all_ok(&launch(&args(&ckpt, &data, &again, 4, &cut), 2, 2, &[]));
+    all_ok(&launch(&args(&ckpt, &data, &again, 4, &resume), 2, 2, &[]));
+    assert_close(
+        &losses(&again),
+        &losses(&whole),
+        1e-6,
+        "LoRA resumed vs uninterrupted",
+    );
+}
