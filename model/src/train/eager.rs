@@ -552,10 +552,9 @@ where
         // for rank 0's Hugging Face export, which publishes once every shard is durable.
         if let (Some(z), true) = (sync.as_deref_mut().and_then(|s| s.sharded()), checkpoint) {
             model = z.whole(model)?;
-            let files = match writer {
-                true => Some(checkpoint_files(&model, None, &state, &recorder)?),
-                false => None,
-            };
+            let files = writer
+                .then(|| checkpoint_files(&model, None, &state, &recorder))
+                .transpose()?;
             z.publish_sharded(&opts.out, state.step, files)?;
         } else if writer && checkpoint {
             save(&model, &optim, &state, &opts.out, &recorder)?;

@@ -29,6 +29,7 @@ use super::record::Moments;
 use super::sharded::Zero;
 use crate::model::transformer::Transformer;
 use crate::parallel::ddp::hccl;
+use crate::run_state::durable;
 use crate::run_state::published::{step_folder, FileEntry, Published, StepDir};
 use crate::run_state::shards::{ShardedState, TENSORS};
 use crate::train::zero_resume::check_units;
@@ -92,32 +93,41 @@ impl Zero {
         ))
     }
 
-    /// This rank's shard: for each unit, its master weights and both moments over the range it
-    /// owns (its slice without the padding).
-    fn shard_bytes(&self, zero: &ShardedState) -> Result<Vec<u8>, AttnError> {
+    /// Writes and fsyncs this rank's shard into `dir`: for each unit, its master weights and
+    /// both moments over the range it owns (its slice without the padding), one tensor at a
+    /// time on the host. Returns its manifest entry.
+    fn write_shard(&self, dir: &Path, zero: &ShardedState) -> Result<FileEntry, AttnError> {
         let rank = self.group().rank();
-        let layout = self.layout.as_ref().expect("checked by sharded_layout");
-        let host = |t: &Tensor<Ascend, 1>, len: usize| -> Result<Vec<f32>, AttnError> {
-            let mut v = t
+        let shard = &zero.shards[rank];
+        let ranges = shard.ranges.clone();
+        let pieces = (0..ranges.len() * TENSORS.len()).map(|i| {
+            let (u, t) = (i / TENSORS.len(), i % TENSORS.len());
+            let [a, b] = ranges[u];
+            let tensor = match (t, &self.state) {
+                (0, _) => &self.master[u],
+                (1, Some(s)) => &s[u].m,
+                (_, Some(s)) => &s[u].v,
+                // Saved before the first step: the zero moments AdamW starts from.
+                (_, None) => return Ok(vec![0; 4 * (b - a)]),
+            };
+            let mut v = tensor
                 .clone()
                 .into_data()
                 .to_vec::<f32>()
-                .map_err(|e| checkpoint_err(format!("a shard's tensor: {e:?}")))?;
-            v.truncate(len);
-            Ok(v)
-        };
-        let mut parts = Vec::with_capacity(layout.units.len());
-        for u in 0..layout.units.len() {
-            let [a, b] = zero.shards[rank].ranges[u];
-            let len = b - a;
-            let (m, v) = match &self.state {
-                Some(s) => (host(&s[u].m, len)?, host(&s[u].v, len)?),
-                // Saved before the first step: the moments AdamW starts from.
-                None => (vec![0.0; len], vec![0.0; len]),
-            };
-            parts.push([host(&self.master[u], len)?, m, v]);
-        }
-        zero.encode(rank, &parts)
+                .map_err(|e| checkpoint_err(format!("{} of a shard: {e:?}", TENSORS[t])))?;
+            if v.len() < b - a {
+                return Err(AttnError::Unsupported(format!(
+                    "{} of unit {u}: a slice of {} elements for a range of {}",
+                    TENSORS[t],
+                    v.len(),
+                    b - a
+                )));
+            }
+            v.truncate(b - a);
+            Ok(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        });
+        let (bytes, crc32) = durable::write_synced_pieces(&dir.join(&shard.file), pieces)?;
+        Ok(FileEntry { bytes, crc32 })
     }
 
     /// Saves this rank's shard of the checkpoint of `step` in `out` and, on the rank that
@@ -130,7 +140,6 @@ impl Zero {
         files: Option<Vec<(&'static str, Vec<u8>)>>,
     ) -> Result<(), AttnError> {
         let zero = self.sharded_layout()?;
-        let rank = self.group().rank();
         // 1. The folder, made empty by the writer.
         let begun = files.as_ref().map(|_| StepDir::begin(out, step));
         let ready = self.agree(&[u32::from(!matches!(begun, Some(Err(_))))])?;
@@ -142,9 +151,7 @@ impl Zero {
         }
         // 2. This rank's files, each fsynced.
         let dir = step_folder(out, step);
-        let shard = &zero.shards[rank].file;
-        let written = self.shard_bytes(&zero).and_then(|bytes| {
-            let entry = StepDir::write_into(&dir, shard, &bytes)?;
+        let written = self.write_shard(&dir, &zero).and_then(|entry| {
             self.stats.shard_bytes_written = self.stats.shard_bytes_written.max(entry.bytes);
             let mut whole = BTreeMap::new();
             for (name, bytes) in files.iter().flatten() {
