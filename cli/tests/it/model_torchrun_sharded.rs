@@ -261,3 +261,41 @@ fn lora_under_zero_saves_the_adapters_shards_and_resumes_on_another_world_size()
         "LoRA resumed vs uninterrupted",
     );
 }
+
+#[test]
+fn threads_of_one_process_shard_their_checkpoint_too_and_per_block_zero_three_reshards_four_to_two()
+{
+    let tmp = tempfile::tempdir().unwrap();
+    let (ckpt, data) = setup(tmp.path());
+    let run = |out: &Path, devices: &str, extra: &[&str]| {
+        let flags = [
+            &[
+                "--devices",
+                devices,
+                "--zero",
+                "3",
+                "--checkpointing",
+                "block",
+            ][..],
+            &["--save-every", "2"],
+            extra,
+        ]
+        .concat();
+        let a = args(&ckpt, &data, out, 4, &flags);
+        let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+        let r = crate::model_examples::run_example("finetune", &argv, &[], LIMIT, false);
+        assert!(r.ok(), "{}", r.tail());
+    };
+    let whole = tmp.path().join("whole");
+    run(&whole, "4", &[]);
+    let out = tmp.path().join("out");
+    run(&out, "4", &["--stop-after", "2"]);
+    let saved = published(&out);
+    let layout = saved.manifest.zero.clone().unwrap();
+    assert_eq!((layout.stage, layout.ranks), (3, 4));
+    run(&out, "2", &["--resume"]);
+    let (got, want) = (losses(&out), losses(&whole));
+    assert_close(&got[..2], &want[..2], 0.0, "the saved steps");
+    assert_close(&got[2..], &want[2..], 1e-5, "2 threads resumed vs 4");
+    assert_eq!(published(&out).manifest.zero.unwrap().ranks, 2);
+}
