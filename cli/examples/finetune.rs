@@ -21,8 +21,9 @@
 //! AdamW with warmup + cosine decay and gradient clipping, on CPU. Writes `runs/finetune/`:
 //! each checkpoint (every `--save-every` steps and at the end) into its own folder
 //! `checkpoints/step-NNNNNN/` (`config.json` + `model.safetensors` with Hugging Face names,
-//! Burn records of the model and the optimizer `model.mpk`, `optim.mpk`, `state.json`,
-//! `loss.csv`, `manifest.json`), published through the pointer file `LATEST`, which
+//! Burn records of the model and the optimizer `model.mpk`, `optim.mpk` — under `--zero`, one
+//! shard per rank of the master weights and moments instead — `state.json`, `loss.csv`,
+//! `manifest.json`), published through the pointer file `LATEST`, which
 //! `--resume` follows and verifies; the published `config.json`, `model.safetensors` and
 //! `loss.csv` also in `runs/finetune/` itself, with `loss.png`. `--device sim` trains
 //! `Autodiff<Ascend>` on the host simulation of the ACL ABI, `--device ascend` on a real NPU. On CPU the last line is `finetune: loss <first> -> <last>

@@ -562,8 +562,8 @@ const FINETUNE_HELP: &str = "\
   1 AdamW's moments (gradients all-reduced, each rank updates its slice of the flattened
   weights), 2 the gradients too (reduce-scattered), 3 the weights too (kept sharded between
   steps, all-gathered block by block before the forward); the updated slices are all-gathered.
-  Checkpoints are written whole (optim.mpk as a replicated run's), so --resume works with any
-  --devices. With --check-ddp the first 5 global batches are compared and the line reads
+  Checkpoints are sharded: each rank writes its slice of the master weights and moments, and
+  --resume reads each rank's ranges on any --devices (or WORLD_SIZE). With --check-ddp the first 5 global batches are compared and the line reads
   `finetune: data-parallel <N> devices (zero <K>), max |Δloss| vs 1 device <x>`
 --cp N: context parallelism: each step's packed batch split across N ranks (a head and a tail
   chunk of every sequence of 2N tokens or more, shorter ones whole), keys and values

@@ -199,7 +199,20 @@ fn data_parallel_rank<'a>(
                 )
                 .map_err(|e| e.to_string())?;
                 let s = zero.stats();
+                let held = zero.held_state_bytes();
                 let bytes = zero.release_optimizer_state();
+                // Every rank: what it held of the sharded state and its peak memory, so a
+                // launch shows no process ever held the whole of it.
+                eprintln!(
+                    "finetune: rank {} of {n}: sharded state held {held} B of {} B whole; \
+                     shard written {} B, read at resume {} B; AdamW state {bytes} B in the \
+                     pool; peak resident memory {} kB (VmHWM)",
+                    env.rank,
+                    zero.whole_state_bytes(),
+                    s.shard_bytes_written,
+                    s.shard_bytes_read,
+                    peak_resident_kb().map_or("unknown".into(), |k| k.to_string()),
+                );
                 if rank0 {
                     println!(
                         "finetune: zero {} over {n} processes (HCCL{simulated}): per step {} \
@@ -289,4 +302,11 @@ fn context_parallel_rank<'a>(
         }
         Ok((model, state))
     })
+}
+
+/// This process's peak resident memory in kB (`VmHWM` of `/proc/self/status`; Linux).
+fn peak_resident_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }

@@ -31,6 +31,7 @@ mod model_plan;
 mod model_profile;
 mod model_refusals;
 mod model_torchrun;
+mod model_torchrun_sharded;
 mod model_train_graph;
 mod model_zero;
 mod npu;

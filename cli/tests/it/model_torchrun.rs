@@ -12,10 +12,10 @@ use crate::model_examples::{
     finish_example, run_example, spawn_example, tiny_checkpoint, ExampleRun,
 };
 
-const LIMIT: Duration = Duration::from_secs(240);
+pub(crate) const LIMIT: Duration = Duration::from_secs(240);
 
 /// The tiny run's folder: a seeded checkpoint and a slice of the bundled corpus.
-fn setup(dir: &Path) -> (PathBuf, PathBuf) {
+pub(crate) fn setup(dir: &Path) -> (PathBuf, PathBuf) {
     let ckpt = dir.join("ckpt");
     tiny_checkpoint(&ckpt);
     let data = dir.join("data.txt");
@@ -27,7 +27,13 @@ fn setup(dir: &Path) -> (PathBuf, PathBuf) {
     (ckpt, data)
 }
 
-fn args(ckpt: &Path, data: &Path, out: &Path, steps: usize, extra: &[&str]) -> Vec<String> {
+pub(crate) fn args(
+    ckpt: &Path,
+    data: &Path,
+    out: &Path,
+    steps: usize,
+    extra: &[&str],
+) -> Vec<String> {
     let mut a: Vec<String> = [
         "--checkpoint",
         ckpt.to_str().unwrap(),
@@ -55,7 +61,7 @@ fn args(ckpt: &Path, data: &Path, out: &Path, steps: usize, extra: &[&str]) -> V
 }
 
 /// A free loopback port for rank 0's rendezvous.
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -64,7 +70,12 @@ fn free_port() -> u16 {
 }
 
 /// torchrun's variables of global rank `rank` of `world` processes, `per_node` per node.
-fn torchrun_vars(rank: usize, world: usize, per_node: usize, port: u16) -> Vec<(String, String)> {
+pub(crate) fn torchrun_vars(
+    rank: usize,
+    world: usize,
+    per_node: usize,
+    port: u16,
+) -> Vec<(String, String)> {
     vec![
         ("RANK".into(), rank.to_string()),
         ("WORLD_SIZE".into(), world.to_string()),
@@ -79,7 +90,7 @@ fn torchrun_vars(rank: usize, world: usize, per_node: usize, port: u16) -> Vec<(
 
 /// Launches `args` as `world` processes (`per_node` per node) with `extra` variables each, and
 /// waits for them all; rank order.
-fn launch(
+pub(crate) fn launch(
     args: &[String],
     world: usize,
     per_node: usize,
@@ -102,7 +113,7 @@ fn launch(
         .collect()
 }
 
-fn losses(out: &Path) -> Vec<f64> {
+pub(crate) fn losses(out: &Path) -> Vec<f64> {
     std::fs::read_to_string(out.join("loss.csv"))
         .unwrap()
         .lines()
@@ -111,14 +122,14 @@ fn losses(out: &Path) -> Vec<f64> {
         .collect()
 }
 
-fn assert_close(a: &[f64], b: &[f64], tol: f64, what: &str) {
+pub(crate) fn assert_close(a: &[f64], b: &[f64], tol: f64, what: &str) {
     assert_eq!(a.len(), b.len(), "{what}: {a:?} vs {b:?}");
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
         assert!((x - y).abs() <= tol, "{what}: step {i}: {x} vs {y}");
     }
 }
 
-fn all_ok(runs: &[ExampleRun]) {
+pub(crate) fn all_ok(runs: &[ExampleRun]) {
     for (r, run) in runs.iter().enumerate() {
         assert!(run.ok(), "rank {r}:\n{}", run.tail());
     }

@@ -74,6 +74,27 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), AttnError> {
     f.sync_all().map_err(|e| io_err(path, e))
 }
 
+/// Creates (or truncates) `path`, writes the pieces `pieces` yields one after the other (so
+/// the whole content is never held at once) and fsyncs the file: two operations, as
+/// [`write_synced`]. Returns the bytes written and their CRC-32 (IEEE).
+pub fn write_synced_pieces(
+    path: &Path,
+    pieces: impl Iterator<Item = Result<Vec<u8>, AttnError>>,
+) -> Result<(u64, u32), AttnError> {
+    op("write", path);
+    let mut f = std::fs::File::create(path).map_err(|e| io_err(path, e))?;
+    let (mut len, mut crc) = (0u64, crc32fast::Hasher::new());
+    for piece in pieces {
+        let piece = piece?;
+        f.write_all(&piece).map_err(|e| io_err(path, e))?;
+        crc.update(&piece);
+        len += piece.len() as u64;
+    }
+    op("fsync", path);
+    f.sync_all().map_err(|e| io_err(path, e))?;
+    Ok((len, crc.finalize()))
+}
+
 /// Fsyncs a directory, making the entries created, renamed or removed in it durable.
 pub fn sync_dir(dir: &Path) -> Result<(), AttnError> {
     op("fsync-dir", dir);

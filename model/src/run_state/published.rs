@@ -5,6 +5,8 @@
 //! ```text
 //! <out>/checkpoints/step-000120/   one folder per save: config.json, model.safetensors,
 //!                                  model.mpk, optim.mpk, loss.csv, state.json, manifest.json
+//!                                  (a ZeRO run: one zero-shard-RRRRR-of-NNNNN.bin per rank
+//!                                  in place of model.mpk and optim.mpk)
 //! <out>/LATEST                     "checkpoints/step-000120": the published checkpoint
 //! <out>/config.json, model.safetensors, loss.csv
 //!                                  the published checkpoint's files, for `generate` and
@@ -21,6 +23,12 @@
 //! of the folder, manifest and `state.json` equal, every file's size and checksum, no file
 //! beside them), refusing a mixed or truncated checkpoint with the file named.
 //!
+//! A sharded state (ZeRO's) is written by every rank into the same folder ([`StepDir`]: begun
+//! by one writer, each rank writing and fsyncing its own file, published by the writer once
+//! every rank has said its file is durable). Its manifest is version 2, with a `zero` section
+//! recording which ranges each rank's file holds ([`crate::run_state::shards`]); every file is
+//! verified streaming, a shard never held whole.
+//!
 //! The exported copies in `<out>` are renamed into place one by one after the publication: they
 //! are for reading the newest weights, never what `--resume` trusts.
 
@@ -30,6 +38,7 @@ use std::path::{Path, PathBuf};
 use burn_ascend::AttnError;
 
 use crate::run_state::durable;
+use crate::run_state::shards::ShardedState;
 use crate::run_state::state::TrainState;
 
 /// The pointer file naming the published checkpoint.
@@ -47,7 +56,10 @@ pub const EXPORTED: [&str; 5] = [
     "adapter_model.safetensors",
 ];
 const FORMAT: &str = "burn-ascend-checkpoint";
+/// A checkpoint whose files are all whole (one writer).
 const VERSION: u32 = 1;
+/// A checkpoint with a sharded state (the manifest's `zero` section, one file per rank).
+const VERSION_SHARDED: u32 = 2;
 
 /// One file of a checkpoint as its manifest records it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -65,19 +77,23 @@ pub struct FileEntry {
 pub struct Manifest {
     /// Always `burn-ascend-checkpoint`.
     pub format: String,
-    /// Version of this layout (1).
+    /// Version of this layout: 1 (every file whole), 2 (with a sharded state).
     pub version: u32,
     /// Optimizer steps done when it was saved.
     pub step: usize,
-    /// Every other file of the folder.
+    /// Every other file of the folder (the shards included).
     pub files: BTreeMap<String, FileEntry>,
+    /// A ZeRO run's sharded state: which ranges of which unit each rank's file holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zero: Option<ShardedState>,
 }
 
 fn err(path: &Path, e: impl std::fmt::Display) -> AttnError {
     AttnError::invalid("checkpoint", format!("{}: {e}", path.display()))
 }
 
-fn entry_of(bytes: &[u8]) -> FileEntry {
+/// The manifest entry of `bytes`.
+pub fn entry_of(bytes: &[u8]) -> FileEntry {
     FileEntry {
         bytes: bytes.len() as u64,
         crc32: crc32fast::hash(bytes),
@@ -124,61 +140,124 @@ pub fn published_step(out: &Path) -> Result<Option<usize>, AttnError> {
 /// documentation for the order of operations); then exports its [`EXPORTED`] files into
 /// `out` and removes all checkpoints but the last two.
 pub fn publish(out: &Path, step: usize, files: &[(&str, Vec<u8>)]) -> Result<(), AttnError> {
-    let mut previous = published_step(out)?;
-    if previous.is_some_and(|p| p >= step) {
-        // A run started over (without --resume) in the folder of another: the old run's
-        // checkpoint is unpublished before this one's folder may replace it.
-        durable::remove_file_if_present(&out.join(LATEST))?;
-        durable::sync_dir(out)?;
-        previous = None;
-    }
-    std::fs::create_dir_all(out).map_err(|e| err(out, e))?;
-    let root = out.join(CHECKPOINTS);
-    if !root.is_dir() {
-        durable::create_dir(&root)?;
-        durable::sync_dir(out)?;
-    }
-    let name = step_dir_name(step);
-    let dir = root.join(&name);
-    if dir.symlink_metadata().is_ok() {
-        // Left by a save that crashed before publishing it: never the published one.
-        durable::remove_dir_all(&dir)?;
-    }
-    durable::create_dir(&dir)?;
-    let mut manifest = Manifest {
-        format: FORMAT.into(),
-        version: VERSION,
-        step,
-        files: BTreeMap::new(),
-    };
+    let step_dir = StepDir::begin(out, step)?;
+    let mut entries = BTreeMap::new();
     for (file, bytes) in files {
-        if *file == MANIFEST || file.contains(['/', '\\']) {
+        entries.insert(file.to_string(), step_dir.write(file, bytes)?);
+    }
+    step_dir.publish(entries, None)
+}
+
+/// A step folder being written: made empty by [`StepDir::begin`], filled by one writer or, for
+/// a sharded state, by every rank (each its own file), and published by [`StepDir::publish`]
+/// once every file in it is durable.
+pub struct StepDir {
+    out: PathBuf,
+    step: usize,
+    /// The checkpoint published before this one (kept by the pruning).
+    previous: Option<usize>,
+    /// The folder.
+    pub dir: PathBuf,
+}
+
+impl StepDir {
+    /// The folder of `step` in `out`, left by nothing: a run started over in the folder of
+    /// another unpublishes the old run's checkpoint first, and a folder left by a save that
+    /// crashed before publishing it is removed.
+    pub fn begin(out: &Path, step: usize) -> Result<Self, AttnError> {
+        let mut previous = published_step(out)?;
+        if previous.is_some_and(|p| p >= step) {
+            // A run started over (without --resume) in the folder of another: the old run's
+            // checkpoint is unpublished before this one's folder may replace it.
+            durable::remove_file_if_present(&out.join(LATEST))?;
+            durable::sync_dir(out)?;
+            previous = None;
+        }
+        std::fs::create_dir_all(out).map_err(|e| err(out, e))?;
+        let root = out.join(CHECKPOINTS);
+        if !root.is_dir() {
+            durable::create_dir(&root)?;
+            durable::sync_dir(out)?;
+        }
+        let dir = step_folder(out, step);
+        if dir.symlink_metadata().is_ok() {
+            // Left by a save that crashed before publishing it: never the published one.
+            durable::remove_dir_all(&dir)?;
+        }
+        durable::create_dir(&dir)?;
+        Ok(Self {
+            out: out.to_path_buf(),
+            step,
+            previous,
+            dir,
+        })
+    }
+
+    /// Writes and fsyncs `file` in the folder `dir` (another rank's [`StepDir::begin`]);
+    /// returns its manifest entry.
+    pub fn write_into(dir: &Path, file: &str, bytes: &[u8]) -> Result<FileEntry, AttnError> {
+        if file == MANIFEST || file.contains(['/', '\\']) {
             return Err(err(&dir.join(file), "not a checkpoint file name"));
         }
         durable::write_synced(&dir.join(file), bytes)?;
-        manifest.files.insert(file.to_string(), entry_of(bytes));
+        Ok(entry_of(bytes))
     }
-    let text = serde_json::to_vec_pretty(&manifest).map_err(|e| err(&dir.join(MANIFEST), e))?;
-    durable::write_synced(&dir.join(MANIFEST), &text)?;
-    durable::sync_dir(&dir)?;
-    durable::sync_dir(&root)?;
-    // The publication: one rename of an fsynced pointer file.
-    let tmp = out.join("LATEST.tmp");
-    durable::write_synced(&tmp, format!("{CHECKPOINTS}/{name}\n").as_bytes())?;
-    durable::rename(&tmp, &out.join(LATEST))?;
-    durable::sync_dir(out)?;
-    // Convenience copies of the published files.
-    for file in EXPORTED {
-        if !manifest.files.contains_key(file) {
-            continue;
+
+    /// [`StepDir::write_into`] this folder.
+    pub fn write(&self, file: &str, bytes: &[u8]) -> Result<FileEntry, AttnError> {
+        Self::write_into(&self.dir, file, bytes)
+    }
+
+    /// Publishes the folder once all its `files` are durable (every rank's shard fsynced):
+    /// `manifest.json` (with the sharded layout `zero`), the folder and `checkpoints/`
+    /// fsynced, then `LATEST` renamed into place; then exports the [`EXPORTED`] files and
+    /// prunes.
+    pub fn publish(
+        self,
+        files: BTreeMap<String, FileEntry>,
+        zero: Option<ShardedState>,
+    ) -> Result<(), AttnError> {
+        let (out, dir) = (&self.out, &self.dir);
+        let root = out.join(CHECKPOINTS);
+        let manifest = Manifest {
+            format: FORMAT.into(),
+            version: if zero.is_some() {
+                VERSION_SHARDED
+            } else {
+                VERSION
+            },
+            step: self.step,
+            files,
+            zero,
+        };
+        let text = serde_json::to_vec_pretty(&manifest).map_err(|e| err(&dir.join(MANIFEST), e))?;
+        durable::write_synced(&dir.join(MANIFEST), &text)?;
+        durable::sync_dir(dir)?;
+        durable::sync_dir(&root)?;
+        // The publication: one rename of an fsynced pointer file.
+        let tmp = out.join("LATEST.tmp");
+        let name = step_dir_name(self.step);
+        durable::write_synced(&tmp, format!("{CHECKPOINTS}/{name}\n").as_bytes())?;
+        durable::rename(&tmp, &out.join(LATEST))?;
+        durable::sync_dir(out)?;
+        // Convenience copies of the published files.
+        for file in EXPORTED {
+            if !manifest.files.contains_key(file) {
+                continue;
+            }
+            let tmp = out.join(format!(".{file}.tmp"));
+            durable::remove_file_if_present(&tmp)?;
+            durable::link_or_copy(&dir.join(file), &tmp)?;
+            durable::rename(&tmp, &out.join(file))?;
         }
-        let tmp = out.join(format!(".{file}.tmp"));
-        durable::remove_file_if_present(&tmp)?;
-        durable::link_or_copy(&dir.join(file), &tmp)?;
-        durable::rename(&tmp, &out.join(file))?;
+        durable::sync_dir(out)?;
+        prune(&root, self.step, self.previous)
     }
-    durable::sync_dir(out)?;
-    prune(&root, step, previous)
+}
+
+/// The folder of the checkpoint of `step` in `out`.
+pub fn step_folder(out: &Path, step: usize) -> PathBuf {
+    out.join(CHECKPOINTS).join(step_dir_name(step))
 }
 
 /// Removes every step folder but `keep` and `previous` (also the leftovers of crashed saves).
@@ -223,11 +302,17 @@ impl Published {
         let path = dir.join(MANIFEST);
         let text = std::fs::read(&path).map_err(|e| err(&path, e))?;
         let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| err(&path, e))?;
-        if manifest.format != FORMAT || manifest.version != VERSION {
+        let version = if manifest.zero.is_some() {
+            VERSION_SHARDED
+        } else {
+            VERSION
+        };
+        if manifest.format != FORMAT || manifest.version != version {
             return Err(err(
                 &path,
                 format!(
-                    "format {:?} version {} (this build reads {FORMAT:?} version {VERSION})",
+                    "format {:?} version {} (this build reads {FORMAT:?} version {VERSION}, and \
+                     version {VERSION_SHARDED} with a sharded state in `zero`)",
                     manifest.format, manifest.version
                 ),
             ));
@@ -242,8 +327,12 @@ impl Published {
             ));
         }
         let published = Self { dir, manifest };
+        if let Some(zero) = &published.manifest.zero {
+            let files = &published.manifest.files;
+            zero.check(|f| files.get(f).map(|e| e.bytes), &published.dir, &path)?;
+        }
         for name in published.manifest.files.keys() {
-            published.read(name)?;
+            published.verify(name)?;
         }
         let mut extra: Vec<String> = std::fs::read_dir(&published.dir)
             .map_err(|e| err(&published.dir, e))?
@@ -322,33 +411,62 @@ impl Published {
 
     /// The content of `name`, checked against the manifest (size, then checksum).
     pub fn read(&self, name: &str) -> Result<Vec<u8>, AttnError> {
+        let (path, entry) = self.entry(name)?;
+        let bytes = std::fs::read(&path).map_err(|e| err(&path, e))?;
+        check_entry(&path, entry, bytes.len() as u64, crc32fast::hash(&bytes))?;
+        Ok(bytes)
+    }
+
+    /// Checks `name` against the manifest (size, then checksum) reading it in pieces of
+    /// 1 MiB: a shard is verified without holding it.
+    pub fn verify(&self, name: &str) -> Result<(), AttnError> {
+        use std::io::Read;
+        let (path, entry) = self.entry(name)?;
+        let mut f = std::fs::File::open(&path).map_err(|e| err(&path, e))?;
+        let mut hasher = crc32fast::Hasher::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut len = 0u64;
+        loop {
+            let n = f.read(&mut buf).map_err(|e| err(&path, e))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            len += n as u64;
+        }
+        check_entry(&path, entry, len, hasher.finalize())
+    }
+
+    fn entry(&self, name: &str) -> Result<(PathBuf, &FileEntry), AttnError> {
         let path = self.dir.join(name);
         let entry = self
             .manifest
             .files
             .get(name)
             .ok_or_else(|| err(&path, "not listed in manifest.json"))?;
-        let bytes = std::fs::read(&path).map_err(|e| err(&path, e))?;
-        if bytes.len() as u64 != entry.bytes {
-            return Err(err(
-                &path,
-                format!(
-                    "{} bytes but manifest.json says {} (truncated or from another save)",
-                    bytes.len(),
-                    entry.bytes
-                ),
-            ));
-        }
-        let crc = crc32fast::hash(&bytes);
-        if crc != entry.crc32 {
-            return Err(err(
-                &path,
-                format!(
-                    "CRC-32 {crc:08x} but manifest.json says {:08x} (corrupted or from another save)",
-                    entry.crc32
-                ),
-            ));
-        }
-        Ok(bytes)
+        Ok((path, entry))
     }
+}
+
+/// The size, then the checksum, of the file at `path` against its manifest entry.
+fn check_entry(path: &Path, entry: &FileEntry, bytes: u64, crc: u32) -> Result<(), AttnError> {
+    if bytes != entry.bytes {
+        return Err(err(
+            path,
+            format!(
+                "{bytes} bytes but manifest.json says {} (truncated or from another save)",
+                entry.bytes
+            ),
+        ));
+    }
+    if crc != entry.crc32 {
+        return Err(err(
+            path,
+            format!(
+                "CRC-32 {crc:08x} but manifest.json says {:08x} (corrupted or from another save)",
+                entry.crc32
+            ),
+        ));
+    }
+    Ok(())
 }

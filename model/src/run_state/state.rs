@@ -12,8 +12,10 @@ pub struct TrainState {
     pub step: usize,
     /// Per-step losses.
     pub losses: Vec<f32>,
-    /// Data-parallel ranks the run trained on (0 or 1: one device); `--resume` needs the same.
-    /// Absent from the files of runs older than data parallelism: one device.
+    /// Data-parallel ranks the run trained on (0 or 1: one device), which is the batches of the
+    /// stream each step takes; `--resume` needs the same, except under ZeRO (a ZeRO run resumed
+    /// on a divisor of it keeps it: each rank takes several batches). Absent from the files of
+    /// runs older than data parallelism: one device.
     #[serde(default = "one_device")]
     pub devices: usize,
 }

@@ -26,6 +26,7 @@ use crate::train::optim::{clip_global_norm, FusedAdamW};
 use crate::train::recompute::{check as check_checkpointing, loss_and_grads, loss_and_grads_with};
 use crate::train::schedule::WarmupCosine;
 use crate::train::sync::GradientSync;
+use crate::train::zero_resume::whole_record_from_shards;
 use burn_ascend::{AttnError, TrainingBackend};
 
 /// Where the model starts.
@@ -111,10 +112,17 @@ pub fn init_model_with<B: AutodiffBackend + TrainingBackend>(
             let saved = Published::open(out)?;
             let config = config_from_json(&saved.read("config.json")?, &saved.dir)?;
             let state = saved.train_state("checkpoint")?;
-            let record = NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
-                .load(saved.read("model.mpk")?, device)
-                .map_err(|e| io(&saved.dir.join("model.mpk"), e))?;
-            let model = Transformer::new(&config, device)?.load_record(record);
+            let model = if saved.manifest.zero.is_some() {
+                // A ZeRO run's: its master weights are in the ranks' shards, which the ZeRO
+                // group reads after this; the verified export gives the whole model (any
+                // frozen tensor included) its values until then.
+                load_hf_with(&saved.dir, device, LoadOptions::default())?
+            } else {
+                let record = NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
+                    .load(saved.read("model.mpk")?, device)
+                    .map_err(|e| io(&saved.dir.join("model.mpk"), e))?;
+                Transformer::new(&config, device)?.load_record(record)
+            };
             saved.tidy(out)?;
             (model, state)
         }
@@ -135,6 +143,9 @@ pub struct Batches<'a> {
     packer: &'a mut Packer,
     rank: Option<usize>,
     size: usize,
+    /// Raw batches of the stream each rank takes per step (more than 1: a run resumed on
+    /// fewer ranks keeping its global batch, [`Batches::keep_global`]).
+    per_rank: usize,
 }
 
 impl<'a> Batches<'a> {
@@ -144,6 +155,7 @@ impl<'a> Batches<'a> {
             packer,
             rank: None,
             size: 1,
+            per_rank: 1,
         }
     }
 
@@ -153,6 +165,7 @@ impl<'a> Batches<'a> {
             packer,
             rank: Some(rank),
             size: size.max(1),
+            per_rank: 1,
         }
     }
 
@@ -162,6 +175,7 @@ impl<'a> Batches<'a> {
             packer,
             rank: None,
             size: size.max(1),
+            per_rank: 1,
         }
     }
 
@@ -172,11 +186,31 @@ impl<'a> Batches<'a> {
         }
     }
 
+    /// Each step's global batch stays `global` raw batches of the stream over this run's
+    /// ranks: each rank takes `global / size` of them, concatenated (a ZeRO run resumed on a
+    /// divisor of the rank count it started on). Other counts keep one batch per rank.
+    /// Returns whether it does.
+    pub fn keep_global(&mut self, global: usize) -> bool {
+        if self.rank.is_some() && global > self.size && global.is_multiple_of(self.size) {
+            self.per_rank = global / self.size;
+        }
+        self.per_rank > 1
+    }
+
+    /// Raw batches of the stream one step takes.
+    pub fn per_step(&self) -> usize {
+        self.size * self.per_rank
+    }
+
     /// The next step's batch.
     pub fn next_batch(&mut self) -> PackedBatch {
-        let parts: Vec<PackedBatch> = (0..self.size).map(|_| self.packer.next_batch()).collect();
+        let k = self.per_rank;
+        let parts: Vec<PackedBatch> = (0..self.size * k)
+            .map(|_| self.packer.next_batch())
+            .collect();
         match self.rank {
-            Some(r) => parts.into_iter().nth(r).expect("rank < size"),
+            Some(r) if k == 1 => parts.into_iter().nth(r).expect("rank < size"),
+            Some(r) => concat_batches(&parts[r * k..(r + 1) * k]),
             None if parts.len() == 1 => parts.into_iter().next().expect("one"),
             None => concat_batches(&parts),
         }
@@ -224,16 +258,23 @@ pub(crate) fn schedule_of(opts: &TrainOptions) -> WarmupCosine {
 }
 
 /// The optimizer state (`optim.mpk`) of the checkpoint the model and `state` came from, with
-/// its path; refused when that checkpoint is of another step.
+/// its path; refused when that checkpoint is of another step, or sharded.
 pub(crate) fn saved_optimizer(
     opts: &TrainOptions,
     state: &TrainState,
 ) -> Result<(Vec<u8>, std::path::PathBuf), AttnError> {
+    whole_optimizer(&saved_checkpoint(opts, state)?)
+}
+
+/// The verified checkpoint the model and `state` came from; refused when it is of another step.
+pub(crate) fn saved_checkpoint(
+    opts: &TrainOptions,
+    state: &TrainState,
+) -> Result<Published, AttnError> {
     let saved = Published::open(&opts.out)?;
-    let path = saved.dir.join("optim.mpk");
     if saved.step() != state.step {
         return Err(io(
-            &path,
+            &saved.dir,
             format!(
                 "saved at step {} but the run resumes at step {}",
                 saved.step(),
@@ -241,7 +282,26 @@ pub(crate) fn saved_optimizer(
             ),
         ));
     }
-    Ok((saved.read("optim.mpk")?, path))
+    Ok(saved)
+}
+
+/// The whole optimizer record `optim.mpk` of `saved`, with its path. A ZeRO run's sharded
+/// checkpoint has none: refused naming `--zero`, which resumes it on any rank count.
+pub(crate) fn whole_optimizer(saved: &Published) -> Result<(Vec<u8>, PathBuf), AttnError> {
+    if let Some(z) = &saved.manifest.zero {
+        return Err(AttnError::invalid(
+            "--zero",
+            format!(
+                "{} holds a ZeRO-sharded training state (stage {} over {} ranks, one shard per \
+                 rank) and no whole optimizer record: resume it with --zero 1, 2 or 3 on any \
+                 number of ranks, or with plain data parallelism, not with --cp or --graph",
+                saved.dir.display(),
+                z.stage,
+                z.ranks
+            ),
+        ));
+    }
+    Ok((saved.read("optim.mpk")?, saved.dir.join("optim.mpk")))
 }
 
 /// [`train`] over any [`Batches`], as one rank of data-parallel training when `sync` is
@@ -315,18 +375,37 @@ where
         ));
     }
     // Replay the batch stream so a resumed run sees the batches it would have seen (each
-    // step of the run so far took one batch per rank it ran on).
+    // step of the run so far took `devices` batches: one per rank it ran on).
     batches.skip(state.step * state.devices.max(1));
-    state.devices = ranks;
+    state.devices = if sharded && state.step > 0 && batches.keep_global(state.devices.max(1)) {
+        // ZeRO on fewer ranks: each rank takes several of the global batch's batches, so the
+        // run continues as it would have on its first rank count (and records that count).
+        batches.per_step()
+    } else {
+        ranks
+    };
     let total_steps = opts.total_steps;
     let end = opts.stop_after.unwrap_or(total_steps).min(total_steps);
     let schedule = schedule_of(opts);
     let mut optim = FusedAdamW::<B>::new(opts.weight_decay)?.init::<Transformer<B>>();
     if resume_optimizer {
-        let (bytes, path) = saved_optimizer(opts, &state)?;
+        let saved = saved_checkpoint(opts, &state)?;
         match sync.as_deref_mut().and_then(|s| s.sharded()) {
-            Some(z) => z.load_optimizer(&model, &bytes, &path)?,
+            // A sharded checkpoint: this rank's ranges only.
+            Some(z) if saved.manifest.zero.is_some() => z.load_sharded(&model, &saved)?,
+            // A whole one (a replicated run's, or a ZeRO run's of the whole-state format):
+            // every rank reads the record and keeps its slice.
+            Some(z) => {
+                let (bytes, path) = whole_optimizer(&saved)?;
+                z.load_optimizer(&model, &bytes, &path)?
+            }
+            // A replicated run resuming a ZeRO run's checkpoint: the whole state assembled
+            // from the shards (a replicated run holds all of it anyway).
+            None if saved.manifest.zero.is_some() => {
+                optim = optim.load_record(whole_record_from_shards(&model, &saved)?);
+            }
             None => {
+                let (bytes, path) = whole_optimizer(&saved)?;
                 let record = recorder.load(bytes, &device).map_err(|e| io(&path, e))?;
                 optim = optim.load_record(record);
             }
@@ -469,17 +548,16 @@ where
         if let (Some(s), true) = (sync.as_deref_mut(), checkpoint) {
             s.wait()?;
         }
-        // ZeRO: every rank gathers the whole weights and optimizer state; rank 0 writes them.
-        let mut sharded_optim = None;
+        // ZeRO: each rank writes its shard of the sharded state; the weights are gathered
+        // for rank 0's Hugging Face export, which publishes once every shard is durable.
         if let (Some(z), true) = (sync.as_deref_mut().and_then(|s| s.sharded()), checkpoint) {
             model = z.whole(model)?;
-            sharded_optim = Some(z.optimizer_bytes(&model)?);
-        }
-        if writer && checkpoint {
-            match sharded_optim {
-                Some(bytes) => save_with(&model, bytes, &state, &opts.out, &recorder)?,
-                None => save(&model, &optim, &state, &opts.out, &recorder)?,
-            }
+            let files = writer
+                .then(|| checkpoint_files(&model, None, &state, &recorder))
+                .transpose()?;
+            z.publish_sharded(&opts.out, state.step, files)?;
+        } else if writer && checkpoint {
+            save(&model, &optim, &state, &opts.out, &recorder)?;
         }
     }
     if let Some(z) = sync.and_then(|s| s.sharded()) {
@@ -504,7 +582,7 @@ pub(crate) fn save<B: AutodiffBackend + TrainingBackend, O: Optimizer<Transforme
     save_with(model, optim_bytes, state, out, recorder)
 }
 
-/// [`save`] with the optimizer record's bytes (a sharded run's, gathered whole).
+/// [`save`] with the optimizer record's bytes.
 fn save_with<B: AutodiffBackend + TrainingBackend>(
     model: &Transformer<B>,
     optim_bytes: Vec<u8>,
@@ -512,26 +590,47 @@ fn save_with<B: AutodiffBackend + TrainingBackend>(
     out: &Path,
     recorder: &NamedMpkBytesRecorder<FullPrecisionSettings>,
 ) -> Result<(), AttnError> {
+    publish(
+        out,
+        state.step,
+        &checkpoint_files(model, Some(optim_bytes), state, recorder)?,
+    )
+}
+
+/// The whole files of a checkpoint: the weights in Hugging Face's layout (a LoRA run: its
+/// adapters), the loss curve, `state.json`, and with `optim_bytes` (a run whose state is
+/// whole) the model and optimizer as Burn records; without it (ZeRO: the master weights and
+/// moments are in the ranks' shards) neither record.
+fn checkpoint_files<B: AutodiffBackend + TrainingBackend>(
+    model: &Transformer<B>,
+    optim_bytes: Option<Vec<u8>>,
+    state: &TrainState,
+    recorder: &NamedMpkBytesRecorder<FullPrecisionSettings>,
+) -> Result<Vec<(&'static str, Vec<u8>)>, AttnError> {
     let mut files = if lora::settings(model).is_some() {
         // LoRA: only the adapters, in PEFT's format (the frozen base is the checkpoint the
         // run started from, named in adapter_config.json).
         peft::adapter_files(&model.valid())?
     } else {
         let mut files = hf_files(&model.valid())?;
-        let model_bytes = recorder
-            .record(model.clone().into_record(), ())
-            .map_err(|e| io(Path::new("model.mpk"), e))?;
-        files.push(("model.mpk", model_bytes));
+        if optim_bytes.is_some() {
+            let model_bytes = recorder
+                .record(model.clone().into_record(), ())
+                .map_err(|e| io(Path::new("model.mpk"), e))?;
+            files.push(("model.mpk", model_bytes));
+        }
         files
     };
-    files.push(("optim.mpk", optim_bytes));
+    if let Some(bytes) = optim_bytes {
+        files.push(("optim.mpk", bytes));
+    }
     let mut csv = String::from("step,loss\n");
     for (i, l) in state.losses.iter().enumerate() {
         csv.push_str(&format!("{i},{l}\n"));
     }
     files.push(("loss.csv", csv.into_bytes()));
     files.push(("state.json", state.to_json()?));
-    publish(out, state.step, &files)
+    Ok(files)
 }
 
 #[cfg(test)]

@@ -10,6 +10,8 @@ pub mod optim;
 pub mod recompute;
 pub mod schedule;
 pub mod sync;
+pub mod zero_layout;
+pub mod zero_resume;
 
 pub use crate::run_state::state::TrainState;
 pub use eager::{

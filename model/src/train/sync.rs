@@ -94,10 +94,29 @@ pub trait ShardedOptimizer<B: AutodiffBackend> {
     /// when already gathered, `model` itself).
     fn whole(&mut self, model: Transformer<B>) -> Result<Transformer<B>, AttnError>;
     /// The whole optimizer state as a replicated run's `optim.mpk` holds it (gathered from the
-    /// shards; every rank gets the bytes, rank 0 writes them).
+    /// shards; every rank gets the bytes). Checkpoints do not use it (each rank writes its
+    /// shard, [`Self::publish_sharded`]); it shows what the shards hold.
     fn optimizer_bytes(&mut self, model: &Transformer<B>) -> Result<Vec<u8>, AttnError>;
-    /// Takes this rank's slice of the whole optimizer state `bytes` (a replicated or sharded
-    /// run's `optim.mpk`, of any rank count), `path` naming it in errors.
+    /// Saves this rank's shard of the sharded state (master weights and moments) into the
+    /// checkpoint of `step` in `out`; the rank given its whole `files` (rank 0: the exported
+    /// weights, the loss curve, `state.json`) writes them too and publishes the checkpoint once
+    /// every rank's shard is durable. Every rank calls it at the same step.
+    fn publish_sharded(
+        &mut self,
+        out: &std::path::Path,
+        step: usize,
+        files: Option<Vec<(&'static str, Vec<u8>)>>,
+    ) -> Result<(), AttnError>;
+    /// Takes this rank's ranges of the sharded state of the verified checkpoint `saved`
+    /// (saved over any rank count), reading nothing else of it.
+    fn load_sharded(
+        &mut self,
+        model: &Transformer<B>,
+        saved: &crate::run_state::published::Published,
+    ) -> Result<(), AttnError>;
+    /// Takes this rank's slice of the whole optimizer state `bytes` (a replicated run's
+    /// `optim.mpk`, or a ZeRO run's of the whole-state format, of any rank count), `path`
+    /// naming it in errors.
     fn load_optimizer(
         &mut self,
         model: &Transformer<B>,

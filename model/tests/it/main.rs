@@ -25,6 +25,7 @@ mod optim;
 mod plan;
 mod qwen3_moe;
 mod recompute;
+mod shards;
 mod train;
 mod train_graph;
 mod zero;

@@ -212,9 +212,9 @@ fn train_rank_steps<B: CpBackend + TrainingBackend>(
     if run.resume_optimizer {
         // The optimizer state of the published checkpoint the model came from (verified).
         let saved = crate::run_state::published::Published::open(&opts.out)?;
-        let path = saved.dir.join("optim.mpk");
+        let (bytes, path) = crate::train::eager::whole_optimizer(&saved)?;
         let record = recorder
-            .load(saved.read("optim.mpk")?, &device)
+            .load(bytes, &device)
             .map_err(|e| AttnError::invalid("checkpoint", format!("{}: {e}", path.display())))?;
         optim = optim.load_record(record);
     }

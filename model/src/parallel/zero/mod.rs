@@ -30,11 +30,16 @@
 //! unit all-gathered just before its part runs and freed after, its gradients reduce-scattered as
 //! soon as its backward produced them ([`BlockSharding`]).
 //!
-//! **Checkpoints** are written whole: every rank takes part in gathering the moments into the
-//! per-parameter record a replicated run writes (`optim.mpk`, Burn's AdamW record keyed by the
-//! parameters' ids), so a sharded run resumes on another rank count, with or without `--zero`.
+//! **Checkpoints** are sharded ([`checkpoint`]): each rank writes its own slice of the master
+//! weights and moments into the step folder, and rank 0 publishes the folder once every rank's
+//! shard is durable; `--resume` reads each rank's ranges on any rank count. The whole-record
+//! path ([`record`]: the per-parameter record a replicated run writes, `optim.mpk`) remains for
+//! resuming checkpoints of the whole-state format.
 
-pub mod layout;
+pub mod checkpoint;
+/// The units' layout lives beside the loop, which reads a sharded checkpoint whole for a
+/// replicated run ([`crate::train::zero_resume`]).
+pub use crate::train::zero_layout as layout;
 pub mod record;
 pub mod sharded;
 

@@ -13,9 +13,9 @@ use burn::optim::{AdamWState, AdaptiveMomentumState, Optimizer};
 use burn::tensor::Tensor;
 use burn_ascend::backend::Ascend;
 
-use super::layout::Layout;
 use crate::model::transformer::Transformer;
 use crate::train::optim::FusedAdamW;
+use crate::train::zero_layout::Layout;
 
 type Ad = Autodiff<Ascend>;
 
@@ -149,7 +149,8 @@ pub fn from_record(
             ms.push(m);
             vs.push(v);
         }
-        let pad = |parts| super::layout::concat_padded(parts, unit.len, unit.padded, &device);
+        let pad =
+            |parts| crate::train::zero_layout::concat_padded(parts, unit.len, unit.padded, &device);
         units.push(Moments {
             time: time.unwrap_or(0),
             m: pad(ms),

@@ -13,13 +13,15 @@ use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{memory_stats, Ascend, AscendDevice};
 use burn_ascend::AttnError;
 
-use super::layout::{flat_grads, flat_grads_of, flat_params, owned, Layout, SetUnits, Unit};
 use super::record::{from_record, to_record, Moments, OptimizerRecord};
 use crate::model::transformer::Transformer;
 use crate::parallel::ddp::{hccl, test_hooks, DataParallel};
 use crate::train::optim::{clip_scale, FusedAdamW};
 use crate::train::recompute::{Part, PartHooks};
 use crate::train::sync::{BlockSharding, GradientSync, ShardedOptimizer, ZeroStage};
+use crate::train::zero_layout::{
+    flat_grads, flat_grads_of, flat_params, owned, Layout, SetUnits, Unit,
+};
 
 type Ad = Autodiff<Ascend>;
 
@@ -32,30 +34,36 @@ pub struct ZeroStats {
     pub all_reduces: u64,
     /// Gradient reduce-scatters (stages 2, 3), one per unit and step.
     pub reduce_scatters: u64,
-    /// Weight all-gathers (after each update, or before each forward in stage 3) and moment
-    /// all-gathers (checkpoints).
+    /// Weight all-gathers (after each update, or before each forward in stage 3, and for a
+    /// checkpoint's export); the moments are never gathered by a sharded checkpoint.
     pub all_gathers: u64,
     /// Bytes of gradients reduced (each rank's input).
     pub gradient_bytes: u64,
     /// Stage 3: the pool bytes the last release of the gathered weights freed (allocated
     /// before minus after replacing the trainable parameters by placeholders).
     pub released_weight_bytes: u64,
+    /// Bytes of the largest shard this rank wrote to a checkpoint (its master weights and
+    /// moments; nothing of the other ranks').
+    pub shard_bytes_written: u64,
+    /// Bytes of sharded state this rank read from a sharded checkpoint at resume (its own
+    /// ranges only).
+    pub shard_bytes_read: u64,
 }
 
 /// One rank: rank 0's weights broadcast first (as plain data parallelism), then each step's
 /// gradients reduced into this rank's slice of every unit, AdamW applied to the slice, and the
 /// whole weights gathered.
 pub struct Zero {
-    dp: DataParallel,
-    stage: ZeroStage,
+    pub(super) dp: DataParallel,
+    pub(super) stage: ZeroStage,
     optim: FusedAdamW<Ad>,
     clip_norm: f32,
-    device: AscendDevice,
-    layout: Option<Layout>,
+    pub(super) device: AscendDevice,
+    pub(super) layout: Option<Layout>,
     /// This rank's slice of each unit's f32 master weights.
-    master: Vec<Tensor<Ascend, 1>>,
+    pub(super) master: Vec<Tensor<Ascend, 1>>,
     /// AdamW's state of each slice (`None` before the first step).
-    state: Option<Vec<Moments>>,
+    pub(super) state: Option<Vec<Moments>>,
     /// The step's reduced gradient slices, between [`ShardedOptimizer::reduce`] and
     /// [`ShardedOptimizer::step`].
     grads: Vec<Tensor<Ascend, 1>>,
@@ -65,8 +73,11 @@ pub struct Zero {
     /// The step's all-reduced squared gradient norm (`[1]`, on the device).
     squared_norm: Option<Tensor<Ascend, 1>>,
     /// Whether the model holds the whole weights (stage 3 releases them after each update).
-    gathered: bool,
-    stats: ZeroStats,
+    pub(super) gathered: bool,
+    /// This rank's slices of the master weights read from a sharded checkpoint, taken by
+    /// [`GradientSync::broadcast_model`] in place of the broadcast model's.
+    pub(super) resumed_master: Option<Vec<Tensor<Ascend, 1>>>,
+    pub(super) stats: ZeroStats,
 }
 
 impl Zero {
@@ -93,6 +104,7 @@ impl Zero {
             part_grads: Vec::new(),
             squared_norm: None,
             gathered: true,
+            resumed_master: None,
             stats: ZeroStats::default(),
         })
     }
@@ -117,11 +129,11 @@ impl Zero {
         before.saturating_sub(after) as u64
     }
 
-    fn group(&self) -> &ProcessGroup {
+    pub(super) fn group(&self) -> &ProcessGroup {
         self.dp.group()
     }
 
-    fn layout_of(&mut self, model: &Transformer<Ad>) -> Result<&Layout, AttnError> {
+    pub(super) fn layout_of(&mut self, model: &Transformer<Ad>) -> Result<&Layout, AttnError> {
         if self.layout.is_none() {
             self.layout = Some(Layout::of(model, self.group().size())?);
         }
@@ -138,7 +150,7 @@ impl Zero {
     }
 
     /// Each unit whole from the slices `parts` (one per unit).
-    fn gather_units(
+    pub(super) fn gather_units(
         &mut self,
         parts: Vec<Tensor<Ascend, 1>>,
     ) -> Result<Vec<Tensor<Ascend, 1>>, AttnError> {
@@ -147,7 +159,11 @@ impl Zero {
 
     /// The model's parameters set from the whole units `flat`, and the master slices as
     /// views of them (no copy).
-    fn set_whole(&mut self, model: Transformer<Ad>, flat: &[Tensor<Ascend, 1>]) -> Transformer<Ad> {
+    pub(super) fn set_whole(
+        &mut self,
+        model: Transformer<Ad>,
+        flat: &[Tensor<Ascend, 1>],
+    ) -> Transformer<Ad> {
         let layout = self.layout.as_ref().expect("layout before weights");
         let rank = self.group().rank();
         self.master = layout
@@ -160,7 +176,7 @@ impl Zero {
         model.map(&mut SetUnits::new(layout, Some(flat), self.device))
     }
 
-    fn release(&mut self, model: Transformer<Ad>) -> Transformer<Ad> {
+    pub(super) fn release(&mut self, model: Transformer<Ad>) -> Transformer<Ad> {
         let layout = self.layout.as_ref().expect("layout before weights");
         self.gathered = false;
         let before = memory_stats(&self.device).allocated_bytes;
@@ -276,6 +292,18 @@ impl GradientSync<Ad> for Zero {
         self.layout_of(&model)?;
         let layout = self.layout.as_ref().expect("set above");
         let rank = self.group().rank();
+        if let Some(master) = self.resumed_master.take() {
+            // Resumed from a sharded checkpoint: the saved master slices are the weights;
+            // stages 1 and 2 gather them whole into the model.
+            self.master = master;
+            return Ok(match self.stage {
+                ZeroStage::Three => self.release(model),
+                _ => {
+                    let whole = self.gather_units(self.master.clone())?;
+                    self.set_whole(model, &whole)
+                }
+            });
+        }
         let flat = flat_params(&model, layout, &self.device)?;
         // Copies: a view would keep the whole unit alive.
         self.master = layout
@@ -417,6 +445,23 @@ impl ShardedOptimizer<Ad> for Zero {
         NamedMpkBytesRecorder::<FullPrecisionSettings>::new()
             .record(record, ())
             .map_err(|e| AttnError::invalid("checkpoint", format!("optim.mpk: {e}")))
+    }
+
+    fn publish_sharded(
+        &mut self,
+        out: &std::path::Path,
+        step: usize,
+        files: Option<Vec<(&'static str, Vec<u8>)>>,
+    ) -> Result<(), AttnError> {
+        Zero::publish_sharded(self, out, step, files)
+    }
+
+    fn load_sharded(
+        &mut self,
+        model: &Transformer<Ad>,
+        saved: &crate::run_state::published::Published,
+    ) -> Result<(), AttnError> {
+        Zero::load_sharded(self, model, saved)
     }
 
     fn load_optimizer(

@@ -7,6 +7,7 @@ use std::ops::Range;
 use burn::backend::Autodiff;
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
+use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, Tensor};
 use burn_ascend::backend::{Ascend, AscendDevice};
 use burn_ascend::AttnError;
@@ -68,8 +69,8 @@ struct Collect {
     bad: Option<String>,
 }
 
-impl ModuleVisitor<Ad> for Collect {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Ad, D>>) {
+impl<B: AutodiffBackend> ModuleVisitor<B> for Collect {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
         let t = param.val();
         if !t.is_require_grad() {
             return;
@@ -105,7 +106,7 @@ impl Layout {
 
     /// The units of `model`'s trainable parameters over `ranks` ranks. Trainable parameters
     /// must be f32 (master weights).
-    pub fn of(model: &Transformer<Ad>, ranks: usize) -> Result<Self, AttnError> {
+    pub fn of<B: AutodiffBackend>(model: &Transformer<B>, ranks: usize) -> Result<Self, AttnError> {
         let ranks = ranks.max(1);
         let mut units = Vec::new();
         let mut add = |name: String, visit: &dyn Fn(&mut Collect)| -> Result<(), AttnError> {
