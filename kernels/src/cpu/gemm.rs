@@ -7,6 +7,8 @@
 //! parallelise over independent tiles with rayon, and a single-threaded product is
 //! deterministic. [`par_matmul`] (the linear layers) runs one product on all threads.
 
+use super::tile::{vectorized, SimdKernel};
+
 /// A read-only strided view of an `rows × cols` f32 matrix: element `(r, c)` is
 /// `data[r·rs + c·cs]`.
 #[derive(Clone, Copy, Debug)]
@@ -247,15 +249,12 @@ fn few_rows_row_major(dst: &mut [f32], x: &[f32], rhs: Mat<'_>) {
     let rows = k.div_ceil(K_CHUNKS);
     let partial = |c: usize| {
         let mut out = vec![0.0f32; m * n];
-        for i in c * rows..((c + 1) * rows).min(k) {
-            let w = &rhs.data[i * rhs.rs..i * rhs.rs + n];
-            for (r, y) in out.chunks_exact_mut(n).enumerate() {
-                let a = x[r * k + i];
-                for (y, &w) in y.iter_mut().zip(w) {
-                    *y += a * w;
-                }
-            }
-        }
+        vectorized(AxpyRows {
+            out: &mut out,
+            x,
+            rhs,
+            rows: c * rows..((c + 1) * rows).min(k),
+        });
         out
     };
     let partials: Vec<Vec<f32>> = (0..k.div_ceil(rows)).into_par_iter().map(partial).collect();
@@ -283,13 +282,12 @@ fn few_rows_transposed(dst: &mut [f32], x: &[f32], rhs: Mat<'_>) {
         .par_chunks_mut(OUT_BAND * m)
         .enumerate()
         .for_each(|(b, band)| {
-            for (j, outs) in band.chunks_exact_mut(m).enumerate() {
-                let col = b * OUT_BAND + j;
-                let w = &rhs.data[col * rhs.cs..col * rhs.cs + k];
-                for (r, o) in outs.iter_mut().enumerate() {
-                    *o = dot(&x[r * k..(r + 1) * k], w);
-                }
-            }
+            vectorized(DotBand {
+                band,
+                x,
+                rhs,
+                first: b * OUT_BAND,
+            })
         });
     for (j, outs) in out_t.chunks_exact(m).enumerate() {
         for (r, &v) in outs.iter().enumerate() {
@@ -298,7 +296,59 @@ fn few_rows_transposed(dst: &mut [f32], x: &[f32], rhs: Mat<'_>) {
     }
 }
 
+/// One chunk of [`few_rows_row_major`]: `out[r, :] += x[r, i] · rhs[i, :]` for `i` in `rows`,
+/// compiled for the CPU's widest vectors.
+struct AxpyRows<'a> {
+    out: &'a mut [f32],
+    x: &'a [f32],
+    rhs: Mat<'a>,
+    rows: std::ops::Range<usize>,
+}
+
+impl SimdKernel for AxpyRows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (k, n) = (self.rhs.rows, self.rhs.cols);
+        for i in self.rows {
+            let w = &self.rhs.data[i * self.rhs.rs..i * self.rhs.rs + n];
+            for (r, y) in self.out.chunks_exact_mut(n).enumerate() {
+                let a = self.x[r * k + i];
+                for (y, &w) in y.iter_mut().zip(w) {
+                    *y += a * w;
+                }
+            }
+        }
+    }
+}
+
+/// One band of [`few_rows_transposed`]: outputs `first..` (each `m` rows, stored output-major
+/// in `band`), each a dot product in 16 lanes, compiled for the CPU's widest vectors.
+struct DotBand<'a> {
+    band: &'a mut [f32],
+    x: &'a [f32],
+    rhs: Mat<'a>,
+    first: usize,
+}
+
+impl SimdKernel for DotBand<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let k = self.rhs.rows;
+        let m = self.x.len() / k.max(1);
+        for (j, outs) in self.band.chunks_exact_mut(m).enumerate() {
+            let col = self.first + j;
+            let w = &self.rhs.data[col * self.rhs.cs..col * self.rhs.cs + k];
+            for (r, o) in outs.iter_mut().enumerate() {
+                *o = dot(&self.x[r * k..(r + 1) * k], w);
+            }
+        }
+    }
+}
+
 /// `Σ a_i · b_i` in 16 lanes (vectorised), the lanes then the tail summed in order.
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 16];
     let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));

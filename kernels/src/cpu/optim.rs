@@ -40,6 +40,34 @@ pub fn adamw(
         });
 }
 
+/// Elements per task of [`squares_sum`]: the chunks, and so the order of the sum, depend on the
+/// length only.
+const SQUARES_CHUNK: usize = 1 << 16;
+
+/// `Σ v²` of `v`, each chunk of [`SQUARES_CHUNK`] summed in f32 lanes then f64, the chunks'
+/// sums added in order: the same value for any thread count.
+pub fn squares_sum(v: &[f32]) -> f64 {
+    let partial: Vec<f64> = v
+        .par_chunks(SQUARES_CHUNK)
+        .map(|c| {
+            let mut lanes = [0.0f32; 16];
+            let mut it = c.chunks_exact(16);
+            for block in &mut it {
+                for (l, &x) in lanes.iter_mut().zip(block) {
+                    *l += x * x;
+                }
+            }
+            let tail: f64 = it
+                .remainder()
+                .iter()
+                .map(|&x| (x as f64) * (x as f64))
+                .sum();
+            lanes.iter().map(|&l| l as f64).sum::<f64>() + tail
+        })
+        .collect();
+    partial.iter().sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,32 +110,4 @@ mod tests {
             );
         }
     }
-}
-
-/// Elements per task of [`squares_sum`]: the chunks, and so the order of the sum, depend on the
-/// length only.
-const SQUARES_CHUNK: usize = 1 << 16;
-
-/// `Σ v²` of `v`, each chunk of [`SQUARES_CHUNK`] summed in f32 lanes then f64, the chunks'
-/// sums added in order: the same value for any thread count.
-pub fn squares_sum(v: &[f32]) -> f64 {
-    let partial: Vec<f64> = v
-        .par_chunks(SQUARES_CHUNK)
-        .map(|c| {
-            let mut lanes = [0.0f32; 16];
-            let mut it = c.chunks_exact(16);
-            for block in &mut it {
-                for (l, &x) in lanes.iter_mut().zip(block) {
-                    *l += x * x;
-                }
-            }
-            let tail: f64 = it
-                .remainder()
-                .iter()
-                .map(|&x| (x as f64) * (x as f64))
-                .sum();
-            lanes.iter().map(|&l| l as f64).sum::<f64>() + tail
-        })
-        .collect();
-    partial.iter().sum()
 }
