@@ -109,6 +109,14 @@ impl ModelCost {
         }
     }
 
+    /// FLOPs of a prompt's prefill of `tokens` tokens: the forward, with the output head on the
+    /// last position only (what a generator needs, and what transformers' `generate` and
+    /// `tools/torch_baseline.py` compute: `logits_to_keep=1`).
+    pub fn prefill_flops(&self, c: &ModelConfig, tokens: usize) -> f64 {
+        let head = (c.vocab_size * c.hidden_size) as f64;
+        self.forward_flops(c, &[tokens]) - 2.0 * head * tokens.saturating_sub(1) as f64
+    }
+
     /// FLOPs of a forward over sequences of `lens` tokens (causal attention).
     pub fn forward_flops(&self, c: &ModelConfig, lens: &[usize]) -> f64 {
         let tokens: usize = lens.iter().sum();
@@ -305,7 +313,7 @@ fn serve_parts(dir: &Path, plan: &ModelPlan, cost: &ModelCost) -> Result<Vec<Mea
             part: format!("prefill ({} tokens)", plan.prompt_tokens),
             tokens: prompt,
             seconds: prefill,
-            work_per_token: cost.forward_flops(&c, &[plan.prompt_tokens]) / prompt,
+            work_per_token: cost.prefill_flops(&c, plan.prompt_tokens) / prompt,
             limit: Limit::Sgemm,
         },
         Measured {

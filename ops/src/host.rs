@@ -68,6 +68,41 @@ pub fn host_f32<B: Backend>(t: &FloatTensor<B>) -> std::borrow::Cow<'_, [f32]> {
     std::borrow::Cow::Owned(to_vec::<B>(t.clone()))
 }
 
+/// `t` reshaped to `shape` (same element count), without a copy when it is an `NdArray` f32
+/// array in standard layout: Burn's `NdArray` reshape copies every array (a view reshaped,
+/// then made owned), which for a decode step's paged caches was a copy of every layer's
+/// whole cache per token. Any other tensor takes the backend's reshape.
+pub fn reshape<B: Backend>(t: FloatTensor<B>, shape: &[usize]) -> FloatTensor<B> {
+    use burn::backend::ndarray::NdArrayTensor;
+    use std::any::Any;
+    let any: Box<dyn Any> = Box::new(t);
+    let nd = match any.downcast::<NdArrayTensor>() {
+        Ok(nd) => *nd,
+        Err(any) => {
+            let t = *any.downcast::<FloatTensor<B>>().expect("the same value");
+            return B::float_reshape(t, Shape::from(shape.to_vec()));
+        }
+    };
+    let back = |nd: NdArrayTensor| -> FloatTensor<B> {
+        let any: Box<dyn Any> = Box::new(nd);
+        *any.downcast::<FloatTensor<B>>().expect("the same value")
+    };
+    let NdArrayTensor::F32(storage) = nd else {
+        return B::float_reshape(back(nd), Shape::from(shape.to_vec()));
+    };
+    let shared = storage.into_shared();
+    if !shared.is_standard_layout() {
+        return B::float_reshape(
+            back(NdArrayTensor::from(shared)),
+            Shape::from(shape.to_vec()),
+        );
+    }
+    match shared.into_shape_with_order(shape.to_vec()) {
+        Ok(r) => back(NdArrayTensor::from(r)),
+        Err(e) => panic!("reshape to {shape:?}: {e}"),
+    }
+}
+
 /// The tensor's f32 values as an owned vector, without a copy when it is an `NdArray` f32 array
 /// that nothing else holds, in row-major order with no offset (an optimizer's parameter and
 /// moments between steps): the vector then is the array's own buffer, and [`from_vec`] hands

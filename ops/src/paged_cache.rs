@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 
 use crate::backend::{AttentionBackend, FiaInputs, FiaKv, IncreInputs, IncreKv};
 use crate::error::{ensure, AttnError, Result};
@@ -636,7 +636,14 @@ impl<B: AttentionBackend> PagedKvCache<B> {
     /// The caches as the ops' paged key and value, `(blocknum, blockSize, H)`.
     fn paged_caches(&self) -> (Tensor<B, 3>, Tensor<B, 3>) {
         let [nb, bs, nkv, dh] = self.key_cache.dims();
-        let paged = |c: &Tensor<B, 4>| c.clone().reshape([nb, bs, nkv * dh]);
+        // In place on `NdArray` (its own reshape copies the cache).
+        let paged = |c: &Tensor<B, 4>| {
+            let p = c.clone().into_primitive().tensor();
+            Tensor::from_primitive(TensorPrimitive::Float(crate::host::reshape::<B>(
+                p,
+                &[nb, bs, nkv * dh],
+            )))
+        };
         (paged(&self.key_cache), paged(&self.value_cache))
     }
 

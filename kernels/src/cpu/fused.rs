@@ -34,6 +34,10 @@ pub fn rms_norm_fwd(x: &[f32], gamma: &[f32], cols: usize, epsilon: f64) -> (Vec
     (y, rstd)
 }
 
+/// Rows per task of [`rms_norm_bwd`]: fixed, so `dgamma`'s sum over rows (each chunk's in f64,
+/// the chunks' in order) is the same for any thread count.
+const RMS_BWD_ROWS: usize = 64;
+
 /// RMSNorm's backward: `(dx, dgamma)`.
 pub fn rms_norm_bwd(
     dy: &[f32],
@@ -43,24 +47,41 @@ pub fn rms_norm_bwd(
     cols: usize,
 ) -> (Vec<f32>, Vec<f32>) {
     let mut dx = vec![0.0f32; x.len()];
+    if cols == 0 {
+        return (dx, Vec::new());
+    }
+    let chunk = RMS_BWD_ROWS * cols;
+    let partials: Vec<Vec<f64>> = dx
+        .par_chunks_mut(chunk)
+        .zip(dy.par_chunks(chunk).zip(x.par_chunks(chunk)))
+        .zip(rstd.par_chunks(RMS_BWD_ROWS))
+        .map(|((dx, (dy, x)), rstd)| {
+            let mut dgamma = vec![0.0f64; cols];
+            for (((g, row), out), &s) in dy
+                .chunks_exact(cols)
+                .zip(x.chunks_exact(cols))
+                .zip(dx.chunks_exact_mut(cols))
+                .zip(rstd)
+            {
+                let dot: f32 = g
+                    .iter()
+                    .zip(row)
+                    .zip(gamma)
+                    .map(|((&d, &v), &w)| d * w * v)
+                    .sum();
+                let k = s * s * (dot / cols as f32);
+                for c in 0..cols {
+                    out[c] = s * (g[c] * gamma[c] - row[c] * k);
+                    dgamma[c] += (g[c] * row[c] * s) as f64;
+                }
+            }
+            dgamma
+        })
+        .collect();
     let mut dgamma = vec![0.0f64; cols];
-    for (r, ((g, row), out)) in dy
-        .chunks_exact(cols)
-        .zip(x.chunks_exact(cols))
-        .zip(dx.chunks_exact_mut(cols))
-        .enumerate()
-    {
-        let s = rstd[r];
-        let dot: f32 = g
-            .iter()
-            .zip(row)
-            .zip(gamma)
-            .map(|((&d, &v), &w)| d * w * v)
-            .sum();
-        let k = s * s * (dot / cols as f32);
-        for c in 0..cols {
-            out[c] = s * (g[c] * gamma[c] - row[c] * k);
-            dgamma[c] += (g[c] * row[c] * s) as f64;
+    for p in &partials {
+        for (d, v) in dgamma.iter_mut().zip(p) {
+            *d += v;
         }
     }
     (dx, dgamma.into_iter().map(|v| v as f32).collect())

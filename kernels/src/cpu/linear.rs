@@ -3,13 +3,13 @@
 //! (a tied embedding used as the output head, the backward's `Wᵀ`) is read in place, never
 //! copied into a contiguous layout first.
 //!
-//! Every product runs on all threads through [`par_matmul`]: a decode step's few rows stream
+//! Every product runs on all threads through [`super::gemm::par_matmul_new`]: a decode step's few rows stream
 //! the weight once, in column bands, at the memory's speed; prefill and training cut the
 //! output along its longer side.
 
 use rayon::prelude::*;
 
-use super::gemm::{par_matmul, Mat};
+use super::gemm::{par_matmul_new, Mat};
 
 /// Where a linear layer's weight keeps its two dimensions: `[in, out]` (Burn's `Linear`) or
 /// `[out, in]` (torch's `nn.Linear`, and an embedding table read as the output head).
@@ -33,9 +33,8 @@ pub fn weight_view(w: &[f32], inputs: usize, outputs: usize, layout: WeightLayou
 /// `y [m, out] = x [m, in] · w (+ bias)`, `w` the `in × out` view of the weight
 /// ([`weight_view`], or any strided view).
 pub fn linear_fwd(x: Mat<'_>, w: Mat<'_>, bias: Option<&[f32]>) -> Vec<f32> {
-    let (m, n) = (x.rows, w.cols);
-    let mut y = vec![0.0f32; m * n];
-    par_matmul(&mut y, x, w);
+    let n = w.cols;
+    let mut y = par_matmul_new(x, w);
     if let Some(b) = bias {
         assert_eq!(b.len(), n, "linear_fwd: bias length");
         y.par_chunks_mut(n.max(1))
@@ -46,20 +45,15 @@ pub fn linear_fwd(x: Mat<'_>, w: Mat<'_>, bias: Option<&[f32]>) -> Vec<f32> {
 
 /// `dx [m, in] = dy [m, out] · wᵀ`, `w` the `in × out` view of the weight.
 pub fn linear_dx(dy: Mat<'_>, w: Mat<'_>) -> Vec<f32> {
-    let mut dx = vec![0.0f32; dy.rows * w.rows];
-    par_matmul(&mut dx, dy, w.t());
-    dx
+    par_matmul_new(dy, w.t())
 }
 
 /// The weight's gradient in `layout`: `xᵀ · dy` (`[in, out]`) or `dyᵀ · x` (`[out, in]`).
 pub fn linear_dw(x: Mat<'_>, dy: Mat<'_>, layout: WeightLayout) -> Vec<f32> {
-    let (k, n) = (x.cols, dy.cols);
-    let mut dw = vec![0.0f32; k * n];
     match layout {
-        WeightLayout::InOut => par_matmul(&mut dw, x.t(), dy),
-        WeightLayout::OutIn => par_matmul(&mut dw, dy.t(), x),
+        WeightLayout::InOut => par_matmul_new(x.t(), dy),
+        WeightLayout::OutIn => par_matmul_new(dy.t(), x),
     }
-    dw
 }
 
 #[cfg(test)]

@@ -106,10 +106,10 @@ pub fn cpu_rms_norm_bwd<B: Backend>(
     let gshape = gamma.shape().to_vec();
     let (device, dt, gdt) = (B::float_device(&x), x.dtype(), gamma.dtype());
     let (dx, dgamma) = cpu::rms_norm_bwd(
-        &to_vec::<B>(dy),
-        &to_vec::<B>(x),
-        &to_vec::<B>(rstd),
-        &to_vec::<B>(gamma),
+        &host_f32::<B>(&dy),
+        &host_f32::<B>(&x),
+        &host_f32::<B>(&rstd),
+        &host_f32::<B>(&gamma),
         d.cols,
     );
     Ok(RmsNormGrads {

@@ -16,7 +16,7 @@ use super::{
 use crate::common::ndarray::ndarray_on_host;
 use crate::common::shapes;
 use crate::error::Result;
-use crate::host::{from_vec, to_vec};
+use crate::host::{from_vec, host_f32, to_vec};
 
 ndarray_on_host! {
     VarlenBackend {
@@ -129,9 +129,9 @@ pub fn cpu_varlen_fwd<B: Backend>(
     }
     let out = cpu::varlen_fwd(
         &p,
-        &to_vec::<B>(inputs.query),
-        &to_vec::<B>(inputs.key),
-        &to_vec::<B>(inputs.value),
+        &host_f32::<B>(&inputs.query),
+        &host_f32::<B>(&inputs.key),
+        &host_f32::<B>(&inputs.value),
     );
     Ok(VarlenOutputs {
         attention_out: from_vec::<B>(out.attention_out, &[t, n, dv], &device),
@@ -165,13 +165,13 @@ pub fn cpu_varlen_bwd<B: Backend>(
     }
     let g = cpu::varlen_bwd(
         &p,
-        &to_vec::<B>(fwd.query),
-        &to_vec::<B>(fwd.key),
-        &to_vec::<B>(fwd.value),
-        &to_vec::<B>(inputs.dy),
-        &to_vec::<B>(inputs.attention_in),
-        &to_vec::<B>(inputs.softmax_max),
-        &to_vec::<B>(inputs.softmax_sum),
+        &host_f32::<B>(&fwd.query),
+        &host_f32::<B>(&fwd.key),
+        &host_f32::<B>(&fwd.value),
+        &host_f32::<B>(&inputs.dy),
+        &host_f32::<B>(&inputs.attention_in),
+        &host_f32::<B>(&inputs.softmax_max),
+        &host_f32::<B>(&inputs.softmax_sum),
     );
     Ok(VarlenGrads {
         dq: from_vec::<B>(g.dq, &dq_shape, &device),

@@ -3,6 +3,7 @@
 mod common;
 mod fused;
 mod grouped_matmul;
+mod host;
 mod linear;
 mod prompt_prefill;
 mod squares_sum;
