@@ -207,16 +207,29 @@ pub fn par_matmul(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
         ptr: dst.as_mut_ptr(),
         len: m * n,
     };
-    if m <= BANDED_ROWS {
-        banded(shared, lhs, rhs);
+    // SAFETY: `shared` is `dst`'s first `m·n` elements (checked above), a live `&mut` that
+    // nothing else touches during the call; the operands are in-bounds views (checked above).
+    unsafe { many_rows(shared, lhs, rhs) };
+}
+
+/// `dst = lhs · rhs` for more than [`FEW_ROWS`] rows: [`banded`] for a prompt's rows, one
+/// `gemm` call on its own threads for more. Every element is written, none read.
+///
+/// # Safety
+/// `dst` must point at `lhs.rows · rhs.cols` floats (its `len`) valid for writes, with no other
+/// access to them during the call; `lhs` and `rhs` must be in bounds with
+/// `lhs.cols == rhs.rows`.
+unsafe fn many_rows(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
+    if lhs.rows <= BANDED_ROWS {
+        banded(dst, lhs, rhs);
         return;
     }
-    // SAFETY: the whole of `dst` (`m·n` elements, checked above) is written by this one call,
-    // whose operands are in-bounds views (checked above); `dst` is a live `&mut`.
+    // SAFETY: the caller guarantees `dst`'s extent (`m·n`, the whole product, written by this
+    // one call) and exclusivity and the operands' bounds.
     unsafe {
         product(
-            shared.at(0),
-            n,
+            dst.at(0),
+            rhs.cols,
             lhs,
             rhs,
             false,
@@ -250,27 +263,11 @@ pub fn par_matmul_new(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
         ptr: out.spare_capacity_mut().as_mut_ptr().cast::<f32>(),
         len,
     };
-    if m <= BANDED_ROWS {
-        banded(shared, lhs, rhs);
-    } else {
-        // SAFETY: `shared` points at `len = m·n` floats of `out`'s allocation, which nothing
-        // else reads or writes during the call; `gemm` writes every element `r·n + c` (r < m,
-        // c < n) without reading it (`accumulate` false); the operands are in-bounds views
-        // (checked above).
-        unsafe {
-            product(
-                shared.at(0),
-                n,
-                lhs,
-                rhs,
-                false,
-                1.0,
-                rayon::current_num_threads(),
-            )
-        };
-    }
-    // SAFETY: the product above wrote all `len` elements (the bands of `banded` cover every
-    // column of every row; one `gemm` call covers the whole matrix), so the first `len`
+    // SAFETY: `shared` points at `len = m·n` floats of `out`'s allocation, which nothing else
+    // reads or writes during the call; the operands are in-bounds views (checked above).
+    unsafe { many_rows(shared, lhs, rhs) };
+    // SAFETY: `many_rows` wrote all `len` elements (the bands of `banded` cover every column
+    // of every row; one `gemm` call covers the whole matrix), so the first `len`
     // elements are initialised `f32`s, and `len` is the capacity reserved.
     unsafe { out.set_len(len) };
     out
