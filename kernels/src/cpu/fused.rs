@@ -8,6 +8,8 @@
 use burn_ascend_contract::fused::{RotaryDims, RotaryMode};
 use rayon::prelude::*;
 
+use super::tile::{self, vectorized, SimdKernel};
+
 fn sigmoid(v: f32) -> f32 {
     1.0 / (1.0 + (-v).exp())
 }
@@ -132,11 +134,7 @@ pub fn swiglu_pair_fwd(a: &[f32], b: &[f32]) -> Vec<f32> {
     y.par_chunks_mut(ELEMENTWISE_CHUNK)
         .zip(a.par_chunks(ELEMENTWISE_CHUNK))
         .zip(b.par_chunks(ELEMENTWISE_CHUNK))
-        .for_each(|((y, a), b)| {
-            for ((y, &a), &b) in y.iter_mut().zip(a).zip(b) {
-                *y = a * sigmoid(a) * b;
-            }
-        });
+        .for_each(|((y, a), b)| vectorized(SwiGluPairFwd { y, a, b }));
     y
 }
 
@@ -155,14 +153,108 @@ pub fn swiglu_pair_bwd(dy: &[f32], a: &[f32], b: &[f32]) -> (Vec<f32>, Vec<f32>)
             a.par_chunks(ELEMENTWISE_CHUNK)
                 .zip(b.par_chunks(ELEMENTWISE_CHUNK)),
         )
-        .for_each(|(((da, db), g), (a, b))| {
-            for k in 0..g.len() {
-                let s = sigmoid(a[k]);
-                da[k] = g[k] * b[k] * (s + s * (1.0 - s) * a[k]);
-                db[k] = g[k] * a[k] * s;
-            }
-        });
+        .for_each(|(((da, db), g), (a, b))| vectorized(SwiGluPairBwd { da, db, g, a, b }));
     (da, db)
+}
+
+/// `1 / (1 + e^−v)` through the vectorisable `exp`.
+#[inline(always)]
+fn sigmoid_fast(v: f32) -> f32 {
+    1.0 / (1.0 + tile::exp(-v))
+}
+
+/// One chunk of [`swiglu_pair_fwd`], compiled for the CPU's widest vectors.
+struct SwiGluPairFwd<'a> {
+    y: &'a mut [f32],
+    a: &'a [f32],
+    b: &'a [f32],
+}
+
+impl SimdKernel for SwiGluPairFwd<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for ((y, &a), &b) in self.y.iter_mut().zip(self.a).zip(self.b) {
+            *y = a * sigmoid_fast(a) * b;
+        }
+    }
+}
+
+/// One chunk of [`swiglu_pair_bwd`], compiled for the CPU's widest vectors.
+struct SwiGluPairBwd<'a> {
+    da: &'a mut [f32],
+    db: &'a mut [f32],
+    g: &'a [f32],
+    a: &'a [f32],
+    b: &'a [f32],
+}
+
+impl SimdKernel for SwiGluPairBwd<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for k in 0..self.g.len() {
+            let (g, a, b) = (self.g[k], self.a[k], self.b[k]);
+            let s = sigmoid_fast(a);
+            self.da[k] = g * b * (s + s * (1.0 - s) * a);
+            self.db[k] = g * a * s;
+        }
+    }
+}
+
+/// A row turned into its log-softmax in place: the maximum and the sum of exponentials in 16
+/// lanes (vectorised, a fixed order), then `v − (max + ln Σ)`.
+struct LogSoftmaxRow<'a> {
+    row: &'a mut [f32],
+}
+
+impl SimdKernel for LogSoftmaxRow<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let mut lanes = [f32::NEG_INFINITY; 16];
+        let chunks = self.row.chunks_exact(16);
+        let tail = chunks.remainder();
+        for c in chunks {
+            for l in 0..16 {
+                lanes[l] = lanes[l].max(c[l]);
+            }
+        }
+        let max = lanes
+            .iter()
+            .chain(tail)
+            .fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let mut sums = [0.0f32; 16];
+        let chunks = self.row.chunks_exact(16);
+        let tail = chunks.remainder();
+        for c in chunks {
+            for l in 0..16 {
+                sums[l] += tile::exp(c[l] - max);
+            }
+        }
+        let se: f32 =
+            sums.iter().sum::<f32>() + tail.iter().map(|&v| tile::exp(v - max)).sum::<f32>();
+        let lse = max + se.ln();
+        for v in self.row.iter_mut() {
+            *v -= lse;
+        }
+    }
+}
+
+/// A row of log-probabilities turned into `scale · e^v` in place.
+struct ScaledExpRow<'a> {
+    row: &'a mut [f32],
+    scale: f32,
+}
+
+impl SimdKernel for ScaledExpRow<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for v in self.row.iter_mut() {
+            *v = self.scale * tile::exp(*v);
+        }
+    }
 }
 
 /// Softmax cross-entropy, mean over the rows whose target is not `ignore_index`:
@@ -195,12 +287,7 @@ pub fn cross_entropy_fwd_in_place(
         .par_chunks_exact_mut(c)
         .zip(target.par_iter())
         .map(|(row, &t)| {
-            let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-            let se: f32 = row.iter().map(|&v| (v - max).exp()).sum();
-            let lse = max + se.ln();
-            for v in row.iter_mut() {
-                *v -= lse;
-            }
+            vectorized(LogSoftmaxRow { row: &mut *row });
             (t != ignore_index).then(|| -(row[t as usize] as f64))
         })
         .collect();
@@ -247,9 +334,10 @@ pub fn cross_entropy_bwd_in_place(
                 row.fill(0.0);
                 return;
             }
-            for v in row.iter_mut() {
-                *v = scale * v.exp();
-            }
+            vectorized(ScaledExpRow {
+                row: &mut *row,
+                scale,
+            });
             row[t as usize] -= scale;
         });
 }
