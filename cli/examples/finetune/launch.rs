@@ -99,7 +99,8 @@ fn rank_device(args: &Args, env: &LaunchEnv) -> Result<AscendDevice, String> {
 }
 
 /// Trains this process's rank of the launch `env`: context-parallel with `--cp N`
-/// (`WORLD_SIZE = N`, or `N·M`: context × data parallel), else data-parallel (ZeRO with `--zero K`, LoRA's adapters alike).
+/// (`WORLD_SIZE = N`, or `N·M`: context × data parallel), else data-parallel (ZeRO with
+/// `--zero K`, LoRA's adapters alike).
 pub fn run_rank(args: Args, env: LaunchEnv) -> Result<(), String> {
     let device = rank_device(&args, &env)?;
     let gap = Rc::new(Cell::new(None));
