@@ -8,6 +8,8 @@
 //! - [`ProcessGroup::from_launch`]: one process per device, from torchrun's variables
 //!   ([`LaunchEnv`]): rank 0's `HcclGetRootInfo`, shared over the TCP rendezvous, then
 //!   `HcclCommInitRootInfo`.
+//! - [`ProcessGroup::split`]: a sub-communicator of such a launch (context × data
+//!   parallelism's groups), its root info all-gathered over the world communicator.
 //!
 //! On [`AscendDevice::sim`]-kind devices the communicators are the simulation's HCCL (not
 //! CANN's; `burn_ascend_acl_sim::hccl_api`), over simulated devices `0..N` ([`simulate_devices`])
