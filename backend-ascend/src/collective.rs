@@ -8,6 +8,8 @@
 //! - [`ProcessGroup::from_launch`]: one process per device, from torchrun's variables
 //!   ([`LaunchEnv`]): rank 0's `HcclGetRootInfo`, shared over the TCP rendezvous, then
 //!   `HcclCommInitRootInfo`.
+//! - [`ProcessGroup::split`]: a sub-communicator of such a launch (context × data
+//!   parallelism's groups), its root info all-gathered over the world communicator.
 //!
 //! On [`AscendDevice::sim`]-kind devices the communicators are the simulation's HCCL (not
 //! CANN's; `burn_ascend_acl_sim::hccl_api`), over simulated devices `0..N` ([`simulate_devices`])
@@ -115,6 +117,72 @@ impl ProcessGroup {
             device.index as i32,
         )?;
         Ok(Self { comm, device })
+    }
+
+    /// This rank's sub-communicator of the launch `self` is the world of, as HCCL jobs and
+    /// Megatron build their context- and data-parallel groups: `groups` partitions the world's
+    /// ranks (a group's order is its ranks' order), every rank of `self` calls this with the
+    /// same `groups`. The first rank of each group gets its root info (`HcclGetRootInfo`), the
+    /// root infos are all-gathered over `self`, and each rank joins its group's with
+    /// `HcclCommInitRootInfo`, on this rank's device.
+    pub fn split(&self, groups: &[Vec<usize>]) -> Result<Self, HcclError> {
+        let (me, world) = (self.rank(), self.size());
+        let mut seen = vec![false; world];
+        for r in groups.iter().flatten() {
+            if *r >= world || std::mem::replace(&mut seen[*r], true) {
+                return Err(HcclError::Invalid {
+                    param: "groups".into(),
+                    rule: format!(
+                        "must hold each rank of the {world} once, got rank {r} out of range or twice"
+                    ),
+                });
+            }
+        }
+        let Some((group, at)) = groups
+            .iter()
+            .find_map(|g| g.iter().position(|&r| r == me).map(|at| (g, at)))
+        else {
+            return Err(HcclError::Invalid {
+                param: "groups".into(),
+                rule: format!("no group holds rank {me}"),
+            });
+        };
+        try_runtime(&self.device).map_err(|e| dev_err(&self.device, e))?;
+        let (hccl, acl) = tables(self.device.kind)?;
+        // The ranks that are not a group's first contribute zeros.
+        let mine = if at == 0 {
+            root_info(hccl, acl)?
+        } else {
+            burn_ascend_cann::hccl::HcclRootInfo::default()
+        };
+        const BYTES: usize = burn_ascend_cann::hccl::HCCL_ROOT_INFO_BYTES;
+        let sent = AscendTensor::from_data(
+            burn_backend::TensorData::new(mine.internal.to_vec(), [BYTES]),
+            &self.device,
+        );
+        let all = self
+            .all_gather(sent)?
+            .try_to_data()
+            .map_err(|e| dev_err(&self.device, e))?;
+        let bytes = all.as_slice::<u8>().map_err(|e| HcclError::Invalid {
+            param: "groups".into(),
+            rule: format!("the gathered root infos: {e:?}"),
+        })?;
+        let mut info = burn_ascend_cann::hccl::HcclRootInfo::default();
+        info.internal
+            .copy_from_slice(&bytes[group[0] * BYTES..(group[0] + 1) * BYTES]);
+        let comm = Communicator::init_root_info(
+            hccl,
+            acl,
+            group.len() as u32,
+            &info,
+            at as u32,
+            self.device.index as i32,
+        )?;
+        Ok(Self {
+            comm,
+            device: self.device,
+        })
     }
 
     /// This rank.

@@ -137,12 +137,9 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
     if args.check_ddp && args.resume {
         return Err("--check-ddp compares a fresh run; it cannot be combined with --resume".into());
     }
-    // Under a launch, `--cp N` is the WORLD_SIZE processes as one context-parallel group.
-    if let Some(e) = args.cp_refusal(
-        launch
-            .as_ref()
-            .is_some_and(|l| l.world_size as usize != args.cp),
-    ) {
+    // Under a launch, `--cp N` splits the WORLD_SIZE processes into context-parallel groups
+    // of N, data-parallel across the groups.
+    if let Some(e) = args.cp_refusal(launch.as_ref().map(|l| l.world_size as usize)) {
         return Err(e);
     }
     if let Some(e) = args.graph_refusal(launch.is_some()) {

@@ -5,9 +5,10 @@ use crate::args::{ExampleDevice, FinetuneArgs};
 
 impl FinetuneArgs {
     /// What is wrong with the context-parallel flags, one line naming the flag, or `None`.
-    /// `launched`: this process is one rank of a torchrun-style launch whose `WORLD_SIZE` is
-    /// not N.
-    pub fn cp_refusal(&self, launched: bool) -> Option<String> {
+    /// `launch_world`: the `WORLD_SIZE` of the torchrun-style launch this process is one rank
+    /// of (`None`: not launched), which must be N (context parallel) or a multiple N·M (N-way
+    /// context parallel in each of M data-parallel groups).
+    pub fn cp_refusal(&self, launch_world: Option<usize>) -> Option<String> {
         let n = self.cp;
         if n == 0 {
             return Some("--cp must be at least 1".into());
@@ -28,9 +29,9 @@ impl FinetuneArgs {
                 "--check-ddp does not combine with --cp {n}; use --check-cp (it compares the 2-D run with one device)"
             ));
         }
-        if launched {
+        if let Some(world) = launch_world.filter(|w| w % n != 0) {
             return Some(format!(
-                "unsupported: --cp {n} in a torchrun-style launch of another WORLD_SIZE: one process per rank trains --cp N as WORLD_SIZE = N processes; context × data parallelism across processes needs sub-communicators, not built"
+                "--cp {n} cannot split WORLD_SIZE={world} processes into context-parallel groups of {n}: a launch of --cp N needs WORLD_SIZE = N·M (M data-parallel groups of N processes)"
             ));
         }
         // Every rank must hold tokens of every step: with fewer than 2·N² tokens a step of

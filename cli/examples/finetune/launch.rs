@@ -99,16 +99,24 @@ fn rank_device(args: &Args, env: &LaunchEnv) -> Result<AscendDevice, String> {
 }
 
 /// Trains this process's rank of the launch `env`: context-parallel with `--cp N`
-/// (`WORLD_SIZE = N`), else data-parallel (ZeRO with `--zero K`, LoRA's adapters alike).
+/// (`WORLD_SIZE = N`, or `N·M`: context × data parallel), else data-parallel (ZeRO with
+/// `--zero K`, LoRA's adapters alike).
 pub fn run_rank(args: Args, env: LaunchEnv) -> Result<(), String> {
     let device = rank_device(&args, &env)?;
     let gap = Rc::new(Cell::new(None));
     let n = env.world_size as usize;
     if args.cp > 1 {
+        let (cp, m) = (args.cp, n / args.cp);
         let trainer = context_parallel_rank(&args, env, device, gap.clone());
         run_on::<Ad>(args, device, Some(device), trainer)?;
         if let Some(gap) = gap.get() {
-            println!("finetune: context-parallel {n} devices, max |Δloss| vs 1 device {gap:.3e}");
+            // The line of the threads' run (`run_context_parallel`).
+            let what = if m > 1 {
+                format!("{cp} devices × data-parallel {m}")
+            } else {
+                format!("{cp} devices")
+            };
+            println!("finetune: context-parallel {what}, max |Δloss| vs 1 device {gap:.3e}");
         }
         return Ok(());
     }
@@ -265,25 +273,56 @@ fn data_parallel_rank<'a>(
     })
 }
 
-/// Context parallelism with this process as rank `env.rank` of `WORLD_SIZE` (`--cp`): its
-/// replica made rank 0's, each step's batch split across the processes. With `--check-cp`,
-/// rank 0 then trains the first batches alone.
+/// Context parallelism with this process as rank `env.rank` of `WORLD_SIZE = N·M` (`--cp N`):
+/// its replica made rank 0's, then, as the threads of `--cp N --devices M` are laid out,
+/// context-parallel rank `rank mod N` of data-parallel group `rank / N`, each step's batch of
+/// a group split across its N processes. With M > 1 the world communicator is split into the
+/// context-parallel groups (consecutive ranks) and the data-parallel groups (ranks `N` apart).
+/// With `--check-cp`, rank 0 then trains the first (global) batches alone.
 fn context_parallel_rank<'a>(
     args: &Args,
     env: LaunchEnv,
     device: AscendDevice,
     gap: Rc<Cell<Option<f32>>>,
 ) -> Trainer<'a, Ad> {
-    let (resume, check) = (args.resume, args.check_cp);
+    let (resume, check, n) = (args.resume, args.check_cp, args.cp);
     Box::new(move |model, state, packer, opts, on_step| {
         let err = |e: burn_ascend::AttnError| e.to_string();
+        let hccl = |e: burn_ascend::backend::HcclError| e.to_string();
         let rank0 = env.rank == 0;
-        let group = ProcessGroup::from_launch(&env, device.kind).map_err(|e| e.to_string())?;
-        let comm: Comm<Ascend> = Arc::new(HcclComm::new(group));
+        let world_size = env.world_size as usize;
+        let m = world_size / n;
+        let world = ProcessGroup::from_launch(&env, device.kind).map_err(hccl)?;
+        let (cp, dp) = if m > 1 {
+            let cp_groups: Vec<Vec<usize>> =
+                (0..m).map(|i| (i * n..(i + 1) * n).collect()).collect();
+            let dp_groups: Vec<Vec<usize>> = (0..n)
+                .map(|j| (0..m).map(|i| i * n + j).collect())
+                .collect();
+            let cp = world.split(&cp_groups).map_err(hccl)?;
+            let dp = world.split(&dp_groups).map_err(hccl)?;
+            (Some(cp), Some(dp))
+        } else {
+            (None, None)
+        };
+        let world: Comm<Ascend> = Arc::new(HcclComm::new(world));
         materialize(&model);
-        let model = share_weights(model, &comm).map_err(err)?;
+        let model = share_weights(model, &world).map_err(err)?;
         let reference = (check && rank0).then(|| (model.clone(), packer.clone()));
-        let comms = RankComms { cp: comm, dp: None };
+        let arc = |g: ProcessGroup| Arc::new(HcclComm::new(g)) as Comm<Ascend>;
+        let comms = match (cp, dp) {
+            (Some(cp), Some(dp)) => {
+                drop(world);
+                RankComms {
+                    cp: arc(cp),
+                    dp: Some(arc(dp)),
+                }
+            }
+            _ => RankComms {
+                cp: world,
+                dp: None,
+            },
+        };
         let (model, state) =
             train_context_parallel_rank(model, comms, state, resume, packer, opts, |r| on_step(r))
                 .map_err(err)?;
@@ -294,7 +333,7 @@ fn context_parallel_rank<'a>(
                 reference,
                 &mut p,
                 opts,
-                1,
+                m,
                 &losses,
                 k,
                 ".check-cp-1-device",

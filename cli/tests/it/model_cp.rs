@@ -11,7 +11,7 @@ fn finetune_refuses_cp_flags_the_tokens_or_devices_cannot_take_naming_the_flag()
     let args = |extra: &[&str]| {
         FinetuneArgs::try_parse_from(["finetune"].iter().chain(extra).copied()).unwrap()
     };
-    let refusal = |extra: &[&str]| args(extra).cp_refusal(false).unwrap_or_default();
+    let refusal = |extra: &[&str]| args(extra).cp_refusal(None).unwrap_or_default();
     assert!(refusal(&["--cp", "0"]).starts_with("--cp must be at least 1"));
     assert!(refusal(&["--check-cp"]).starts_with("--check-cp needs --cp N with N >= 2"));
     assert!(refusal(&["--cp", "2", "--check-cp", "--resume"]).contains("--check-cp"));
@@ -23,18 +23,22 @@ fn finetune_refuses_cp_flags_the_tokens_or_devices_cannot_take_naming_the_flag()
         "{e}"
     );
     assert_eq!(
-        args(&["--cp", "4", "--batch-tokens", "32"]).cp_refusal(false),
+        args(&["--cp", "4", "--batch-tokens", "32"]).cp_refusal(None),
         None
     );
     assert_eq!(
-        args(&["--cp", "2", "--devices", "2"]).cp_refusal(false),
+        args(&["--cp", "2", "--devices", "2"]).cp_refusal(None),
         None
     );
     assert!(refusal(&["--cp", "2", "--devices", "2", "--check-ddp"]).contains("--check-cp"));
-    assert!(args(&["--cp", "2"])
-        .cp_refusal(true)
-        .unwrap()
-        .starts_with("unsupported: --cp 2 in a torchrun-style launch"));
+    // Under a launch, WORLD_SIZE must be a multiple of N (N·M: M data-parallel groups).
+    let e = args(&["--cp", "2"]).cp_refusal(Some(3)).unwrap();
+    assert!(
+        e.starts_with("--cp 2 cannot split WORLD_SIZE=3 processes") && e.contains("N·M"),
+        "{e}"
+    );
+    assert_eq!(args(&["--cp", "2"]).cp_refusal(Some(2)), None);
+    assert_eq!(args(&["--cp", "2"]).cp_refusal(Some(4)), None);
     let e = refused_flag(&["finetune", "--cp", "-2"]);
     assert!(e.contains("--cp"), "{e}");
     // A group over devices that are not there: device 3 of a 3-device node.

@@ -239,6 +239,43 @@ fn zero_two_and_context_parallel_checks_print_once_by_rank_zero_under_a_launch()
 }
 
 #[test]
+fn context_parallel_two_in_each_of_two_data_parallel_groups_of_processes_trains_as_the_threads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ckpt, data) = setup(tmp.path());
+    let threads = tmp.path().join("threads");
+    let a = args(&ckpt, &data, &threads, 3, &["--cp", "2", "--devices", "2"]);
+    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+    let r = run_example("finetune", &argv, &[], LIMIT, false);
+    assert!(r.ok(), "{}", r.tail());
+    // WORLD_SIZE 4 = 2 context-parallel ranks × 2 data-parallel groups: the world
+    // communicator split into sub-communicators, as HCCL jobs build them.
+    let procs = tmp.path().join("procs");
+    let runs = launch(
+        &args(&ckpt, &data, &procs, 3, &["--cp", "2", "--check-cp"]),
+        4,
+        4,
+        &[],
+    );
+    all_ok(&runs);
+    assert_close(
+        &losses(&procs),
+        &losses(&threads),
+        1e-6,
+        "--cp 2 on 4 processes vs --cp 2 --devices 2 threads",
+    );
+    let x = check_value(
+        &runs[0].stdout,
+        "finetune: context-parallel 2 devices × data-parallel 2, max |Δloss| vs 1 device ",
+    );
+    assert!(x < 1e-5, "{x}");
+    for run in &runs[1..] {
+        assert!(!run.stdout.contains("finetune:"), "{}", run.stdout);
+    }
+    let published = burn_ascend_model::run_state::published::Published::open(&procs).unwrap();
+    assert_eq!(published.step(), 3);
+}
+
+#[test]
 fn two_nodes_of_two_processes_train_as_four_threads() {
     let tmp = tempfile::tempdir().unwrap();
     let (ckpt, data) = setup(tmp.path());

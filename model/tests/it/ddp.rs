@@ -2,7 +2,8 @@
 //! averaged gradients of N ranks equal one device's gradients of the whole global batch, the
 //! losses of N = 2 and N = 4 ranks track one device within 1e-4, checkpoints are written once
 //! by rank 0 and resume exactly with the same N; the 1/N scale and the rank-0 broadcast are
-//! each shown to matter (mutation switches).
+//! each shown to matter (mutation switches); a world of 4 ranks splits into the sub-communicators
+//! of context × data parallelism.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -369,5 +370,56 @@ fn a_data_parallel_checkpoint_is_written_by_rank_zero_and_resumes_exactly_with_t
     assert!(
         err.contains("invalid --devices: the run in") && err.contains("trained on 2 device(s)"),
         "{err}"
+    );
+}
+
+#[test]
+fn a_world_of_four_ranks_splits_into_context_and_data_parallel_groups_that_sum_their_own_ranks() {
+    let _g = serial();
+    simulate_devices(4);
+    let devices: Vec<AscendDevice> = (0..4).map(device).collect();
+    let world = ProcessGroup::local(&devices).unwrap();
+    // Groups that do not partition the world are refused naming them, before any collective.
+    let e = world[0].split(&[vec![0, 1], vec![1, 2, 3]]).unwrap_err();
+    assert!(e.to_string().contains("groups"), "{e}");
+    let cp = vec![vec![0, 1], vec![2, 3]];
+    let dp = vec![vec![0, 2], vec![1, 3]];
+    let sums = std::thread::scope(|s| {
+        let handles: Vec<_> = world
+            .into_iter()
+            .map(|w| {
+                let (cp, dp) = (&cp, &dp);
+                s.spawn(move || {
+                    let (c, d) = (w.split(cp).unwrap(), w.split(dp).unwrap());
+                    let rank = w.rank() as f32;
+                    let sum = |g: &ProcessGroup| {
+                        let t = Tensor::<Ascend, 1>::from_data(
+                            TensorData::new(vec![rank], [1]),
+                            &g.device(),
+                        );
+                        let out = g
+                            .all_reduce_sum(t.into_primitive().tensor())
+                            .unwrap()
+                            .to_data();
+                        out.to_vec::<f32>().unwrap()[0]
+                    };
+                    ((c.rank(), c.size()), (d.rank(), d.size()), sum(&c), sum(&d))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    // World rank k = data-parallel group k / 2, context-parallel rank k mod 2.
+    assert_eq!(
+        sums,
+        vec![
+            ((0, 2), (0, 2), 1.0, 2.0),
+            ((1, 2), (0, 2), 1.0, 4.0),
+            ((0, 2), (1, 2), 5.0, 2.0),
+            ((1, 2), (1, 2), 5.0, 4.0),
+        ]
     );
 }

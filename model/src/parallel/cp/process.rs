@@ -65,11 +65,12 @@ pub fn share_weights<B: AutodiffBackend>(
     }
 }
 
-/// This process's rank of a context-parallel run of one data-parallel group (`comms.dp` must
-/// be `None`): the packer's stream as [`super::train_context_parallel`] reads it, each step's
-/// batch split across `comms.cp`. `model` must equal every other rank's ([`share_weights`]).
-/// Rank 0 reports each step to `on_step` and alone writes the checkpoints; every rank
-/// returns the run's state (the losses are the summed, global ones, the same on every rank).
+/// This process's rank of a context-parallel run, of one data-parallel group or (with
+/// `comms.dp`) of several: the packer's stream as [`super::train_context_parallel`] reads it,
+/// data-parallel rank `i` of `M` taking batch `s·M + i` at step `s`, each batch split across
+/// its `comms.cp`. `model` must equal every other rank's ([`share_weights`]). Rank 0 (of both
+/// groups) reports each step to `on_step` and alone writes the checkpoints; every rank returns
+/// the run's state (the losses are the global ones, the same on every rank).
 pub fn train_context_parallel_rank<B: CpBackend + TrainingBackend>(
     model: Transformer<B>,
     comms: RankComms<Inner<B>>,
@@ -79,20 +80,16 @@ pub fn train_context_parallel_rank<B: CpBackend + TrainingBackend>(
     opts: &TrainOptions,
     mut on_step: impl FnMut(&StepReport),
 ) -> Result<(Transformer<B>, TrainState), AttnError> {
-    if comms.dp.is_some() {
-        return Err(AttnError::Unsupported(
-            "context × data parallelism with one process per rank (sub-communicators)".into(),
-        ));
-    }
     let cp = comms.cp.size();
-    let (batches, end) = step_batches(&state, cp, 1, packer, opts)?;
+    let dp = comms.dp.as_ref().map_or(1, |d| d.size());
+    let (batches, end) = step_batches(&state, cp, dp, packer, opts)?;
     let run = Run {
         batches: &batches,
         first_step: state.step,
         resume_optimizer,
         opts,
     };
-    let rank0 = comms.cp.rank() == 0;
+    let rank0 = comms.cp.rank() == 0 && comms.dp.as_ref().is_none_or(|d| d.rank() == 0);
     let writer = rank0.then(|| state.clone());
     let mut losses = Vec::new();
     let model = train_rank(model, &run, comms, writer, |r, l| {
@@ -103,6 +100,6 @@ pub fn train_context_parallel_rank<B: CpBackend + TrainingBackend>(
     })?;
     state.losses.extend(losses);
     state.step = end;
-    state.devices = 1;
+    state.devices = dp;
     Ok((model, state))
 }
