@@ -136,6 +136,12 @@ pub(crate) fn all_ok(runs: &[ExampleRun]) {
 }
 
 /// The value `line_prefix` ends with in `stdout` (a check line), asserting it is printed once.
+/// `finetune` with `a` as one process, no launch variables (the threads' reference run).
+pub(crate) fn run_alone(a: &[String]) -> ExampleRun {
+    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+    run_example("finetune", &argv, &[], LIMIT, false)
+}
+
 fn check_value(stdout: &str, line_prefix: &str) -> f32 {
     let lines: Vec<&str> = stdout
         .lines()
@@ -151,8 +157,7 @@ fn two_processes_train_exactly_as_two_threads_and_rank_zero_alone_reports_and_wr
     let (ckpt, data) = setup(tmp.path());
     let threads = tmp.path().join("threads");
     let a = args(&ckpt, &data, &threads, 4, &["--devices", "2"]);
-    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
-    let r = run_example("finetune", &argv, &[], LIMIT, false);
+    let r = run_alone(&a);
     assert!(r.ok(), "{}", r.tail());
     let procs = tmp.path().join("procs");
     let runs = launch(&args(&ckpt, &data, &procs, 4, &[]), 2, 2, &[]);
@@ -189,8 +194,7 @@ fn two_processes_train_exactly_as_two_threads_and_rank_zero_alone_reports_and_wr
         3,
         &[&lora[..], &["--devices", "2"]].concat(),
     );
-    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
-    let r = run_example("finetune", &argv, &[], LIMIT, false);
+    let r = run_alone(&a);
     assert!(r.ok(), "{}", r.tail());
     let procs = tmp.path().join("lora-procs");
     let runs = launch(&args(&ckpt, &data, &procs, 3, &lora), 2, 2, &[]);
@@ -244,8 +248,7 @@ fn context_parallel_two_in_each_of_two_data_parallel_groups_of_processes_trains_
     let (ckpt, data) = setup(tmp.path());
     let threads = tmp.path().join("threads");
     let a = args(&ckpt, &data, &threads, 3, &["--cp", "2", "--devices", "2"]);
-    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
-    let r = run_example("finetune", &argv, &[], LIMIT, false);
+    let r = run_alone(&a);
     assert!(r.ok(), "{}", r.tail());
     // WORLD_SIZE 4 = 2 context-parallel ranks × 2 data-parallel groups: the world
     // communicator split into sub-communicators, as HCCL jobs build them.
@@ -281,8 +284,7 @@ fn two_nodes_of_two_processes_train_as_four_threads() {
     let (ckpt, data) = setup(tmp.path());
     let threads = tmp.path().join("threads");
     let a = args(&ckpt, &data, &threads, 3, &["--devices", "4"]);
-    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
-    let r = run_example("finetune", &argv, &[], LIMIT, false);
+    let r = run_alone(&a);
     assert!(r.ok(), "{}", r.tail());
     let procs = tmp.path().join("procs");
     // Global ranks 0..4, local ranks 0, 1 on nodes 0 and 1 (GROUP_RANK): each node's
@@ -417,8 +419,7 @@ fn a_lost_rank_ends_its_peer_naming_it_and_the_restart_resumes_to_the_uninterrup
     let steps = 6;
     let whole = tmp.path().join("whole");
     let a = args(&ckpt, &data, &whole, steps, &["--devices", "2"]);
-    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
-    let r = run_example("finetune", &argv, &[], LIMIT, false);
+    let r = run_alone(&a);
     assert!(r.ok(), "{}", r.tail());
     let out = tmp.path().join("out");
     let a = args(
@@ -535,8 +536,7 @@ fn resume_with_no_checkpoint_yet_starts_from_step_zero_and_says_so() {
     let mut a = args(&ckpt, &data, &out, 1, &["--resume"]);
     let at = a.iter().position(|s| s == "sim").unwrap();
     a[at] = "cpu".into();
-    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
-    let r = run_example("finetune", &argv, &[], LIMIT, false);
+    let r = run_alone(&a);
     assert!(r.ok(), "{}", r.tail());
     assert!(
         r.stdout.contains(&format!(

@@ -9,7 +9,7 @@ use burn_ascend_model::run_state::shards::shard_file_name;
 use burn_ascend_model::train::TrainState;
 
 use crate::model_examples::ExampleRun;
-use crate::model_torchrun::{all_ok, args, assert_close, launch, losses, setup, LIMIT};
+use crate::model_torchrun::{all_ok, args, assert_close, launch, losses, run_alone, setup, LIMIT};
 
 /// Per rank of `runs`: (sharded state held, whole, shard written, read at resume, VmHWM kB)
 /// from its `finetune: rank R of N:` line.
@@ -118,8 +118,7 @@ fn zero_three_saved_by_four_processes_resumes_on_two_with_the_four_process_losse
     );
     let at = a.iter().position(|s| s == "sim").unwrap();
     a[at] = "cpu".into();
-    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
-    let r = crate::model_examples::run_example("finetune", &argv, &[], LIMIT, false);
+    let r = run_alone(&a);
     assert_eq!(r.code(), Some(2), "{}", r.tail());
     let line = r.stderr.trim().lines().last().unwrap_or_default();
     assert!(
@@ -282,8 +281,7 @@ fn threads_of_one_process_shard_their_checkpoint_too_and_per_block_zero_three_re
         ]
         .concat();
         let a = args(&ckpt, &data, out, 4, &flags);
-        let argv: Vec<&str> = a.iter().map(String::as_str).collect();
-        let r = crate::model_examples::run_example("finetune", &argv, &[], LIMIT, false);
+        let r = run_alone(&a);
         assert!(r.ok(), "{}", r.tail());
     };
     let whole = tmp.path().join("whole");

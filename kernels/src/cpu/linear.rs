@@ -3,9 +3,9 @@
 //! (a tied embedding used as the output head, the backward's `Wᵀ`) is read in place, never
 //! copied into a contiguous layout first.
 //!
-//! Every product runs on all threads through [`super::gemm::par_matmul_new`]: a decode step's few rows stream
-//! the weight once, in column bands, at the memory's speed; prefill and training cut the
-//! output along its longer side.
+//! Every product runs on all threads through [`super::gemm::par_matmul_new`], split by its
+//! shape: a decode step's few rows stream the weight once at the memory's speed, a prompt's
+//! rows run as column bands, a training batch on `gemm`'s own threads.
 
 use rayon::prelude::*;
 

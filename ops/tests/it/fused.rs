@@ -147,6 +147,14 @@ fn swiglu_of_the_halves_held_apart_gives_the_references_output_and_gradients_ker
     let e = swiglu_pair(t::<B, 2>(&g, [rows, n]), t::<B, 2>(&u[..n * 2], [2, n])).unwrap_err();
     assert_eq!(param(e.clone()), "up");
     assert!(e.to_string().contains("gate's shape"), "{e}");
+    // The backward's gradient of another shape is refused naming it.
+    let (gp, up) = (
+        prim(t::<B, 2>(&g, [rows, n])),
+        prim(t::<B, 2>(&u, [rows, n])),
+    );
+    let e =
+        <B as FusedBackend>::swiglu_pair_bwd(prim(t::<B, 2>(&w[..n], [1, n])), gp, up).unwrap_err();
+    assert_eq!(param(e), "yGrad");
 }
 
 fn prim<const D: usize>(x: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
