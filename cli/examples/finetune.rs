@@ -89,7 +89,16 @@ mod report;
 mod launch;
 use report::{plot_losses, print_samples};
 
+/// mimalloc, keeping the memory a step frees for the next one (see
+/// `burn_ascend_cli::host_alloc`); not in the test binary that includes this file.
+#[cfg(not(test))]
+#[global_allocator]
+static GLOBAL: burn_ascend_cli::host_alloc::CountingAlloc =
+    burn_ascend_cli::host_alloc::CountingAlloc;
+
 fn main() {
+    #[cfg(not(test))]
+    burn_ascend_cli::host_alloc::keep_freed_memory();
     if let Err(e) = run(std::env::args_os()) {
         eprintln!("finetune: {e}");
         std::process::exit(2);

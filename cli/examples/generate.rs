@@ -68,7 +68,16 @@ const GRAPH_F32: &str = "unsupported: --graph with an f32 model: CANN's fused in
 /// layers; the two paths sum in different orders).
 const CHECK_TOLERANCE: f32 = 1e-3;
 
+/// mimalloc, keeping the memory a step frees for the next one (see
+/// `burn_ascend_cli::host_alloc`); not in the test binary that includes this file.
+#[cfg(not(test))]
+#[global_allocator]
+static GLOBAL: burn_ascend_cli::host_alloc::CountingAlloc =
+    burn_ascend_cli::host_alloc::CountingAlloc;
+
 fn main() {
+    #[cfg(not(test))]
+    burn_ascend_cli::host_alloc::keep_freed_memory();
     if let Err(e) = run(std::env::args_os()) {
         eprintln!("generate: {e}");
         std::process::exit(2);

@@ -36,7 +36,7 @@
 //!   `burn_ascend_ops::incre::composite` on `NdArray`.
 //! - `peak_extra_bytes` / `composite_peak_extra_bytes`: the highest heap level during one call
 //!   minus the level before it (inputs excluded, outputs included), from the counting global
-//!   allocator of the `burn-ascend` binary ([`super::alloc_stats`]); `null` where no counting
+//!   allocator of the `burn-ascend` binary ([`super::host_alloc`]); `null` where no counting
 //!   allocator is installed. Measured after the timed repetitions, so buffers a kernel keeps
 //!   per thread between calls (the forward's tiles, the decode's scratch) are not in it.
 //!
@@ -54,11 +54,11 @@ use burn::backend::NdArray;
 use burn::tensor::ops::FloatTensor;
 use serde::Serialize;
 
-use super::alloc_stats::peak_extra;
 use super::args::BenchArgs;
 use super::bench_timing::{
     parallel_copy, time, time_around, time_cold, time_paired, Flusher, ReadProbe, Timing,
 };
+use super::host_alloc::peak_extra;
 use super::CliError;
 use burn_ascend::contract::incre::{Antiquant, IncreFlashAttentionArgs, KvInput, PagedLayout};
 use burn_ascend::contract::Element;

@@ -7,7 +7,6 @@
 //! strings in the safetensors `__metadata__` under their aclnn names. Missing attributes take
 //! the docs' defaults. Each op lives in its own folder under [`op`].
 
-pub mod alloc_stats;
 pub mod args;
 pub mod bench;
 pub mod bench_dispatch;
@@ -16,6 +15,7 @@ mod bench_timing;
 pub mod device;
 pub mod error;
 pub mod finetune_cp;
+pub mod host_alloc;
 pub mod io;
 pub mod names;
 pub mod op;

@@ -1,13 +1,14 @@
 //! `burn-ascend`: replay CANN attention ops on safetensors dumps and benchmark the CPU kernels
 //! (see `burn_ascend_cli`).
 
-/// Counts live and peak heap bytes for `burn-ascend bench`'s memory figures (a thin wrapper
-/// over the system allocator: see `burn_ascend_cli::alloc_stats`).
+/// mimalloc, keeping the memory a step frees for the next one, counting live and peak heap
+/// bytes for `burn-ascend bench`'s memory figures (see `burn_ascend_cli::host_alloc`).
 #[global_allocator]
-static GLOBAL: burn_ascend_cli::alloc_stats::CountingAlloc =
-    burn_ascend_cli::alloc_stats::CountingAlloc;
+static GLOBAL: burn_ascend_cli::host_alloc::CountingAlloc =
+    burn_ascend_cli::host_alloc::CountingAlloc;
 
 fn main() {
+    burn_ascend_cli::host_alloc::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match burn_ascend_cli::main_with_args(&args) {
         Ok(()) => {}
