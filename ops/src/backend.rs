@@ -18,6 +18,7 @@ pub use crate::scatter::{ScatterBackend, ScatterInputs, ScatterOutputs};
 pub use crate::varlen::{
     VarlenBackend, VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs,
 };
+pub use crate::view::ViewBackend;
 
 /// CANN's attention operators as a Burn backend extension: one trait per op, as a bundle.
 pub trait AttentionBackend:

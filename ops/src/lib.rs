@@ -30,6 +30,7 @@ pub mod paged_cache;
 pub mod prompt;
 pub mod scatter;
 pub mod varlen;
+pub mod view;
 
 /// The test hooks of the varlen `Autodiff` node, at the path tests name them by.
 pub mod autodiff {
@@ -72,3 +73,5 @@ pub use varlen::api::{
     VarlenAttentionGrads,
 };
 pub use varlen::{MaskSpec, VarlenSpec};
+pub use view::api::reshape;
+pub use view::ViewBackend;

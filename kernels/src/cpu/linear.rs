@@ -5,7 +5,7 @@
 //!
 //! Every product runs on all threads through [`super::gemm::par_matmul_new`], split by its
 //! shape: a decode step's few rows stream the weight once at the memory's speed, a prompt's
-//! rows run as column bands, a training batch on `gemm`'s own threads.
+//! rows run as column bands, a training batch as blocks of rows, one per thread.
 
 use rayon::prelude::*;
 
@@ -100,8 +100,15 @@ mod tests {
 
     #[test]
     fn the_forward_equals_the_plain_product_in_both_layouts_for_every_band_shape() {
-        // One row (decode), a few rows, rows > columns (row bands), columns > one band.
-        for &(m, k, n) in &[(1, 70, 300), (3, 64, 129), (200, 33, 40), (130, 96, 260)] {
+        // One row (decode), a few rows, rows > columns (row bands), columns > one band, a
+        // batch's rows in row blocks (the last one shorter).
+        for &(m, k, n) in &[
+            (1, 70, 300),
+            (3, 64, 129),
+            (200, 33, 40),
+            (130, 96, 260),
+            (523, 40, 50),
+        ] {
             let x = values(m * k, 1);
             let w = values(k * n, 2);
             let b = values(n, 3);
@@ -120,7 +127,7 @@ mod tests {
 
     #[test]
     fn both_gradients_equal_the_plain_products_in_both_layouts() {
-        for &(m, k, n) in &[(1, 40, 300), (150, 20, 70), (5, 160, 33)] {
+        for &(m, k, n) in &[(1, 40, 300), (150, 20, 70), (5, 160, 33), (301, 24, 20)] {
             let x = values(m * k, 4);
             let w = values(k * n, 5);
             let dy = values(m * n, 6);
@@ -144,8 +151,9 @@ mod tests {
 
     #[test]
     fn results_do_not_depend_on_the_thread_count() {
-        // Few rows (column bands) and many (gemm's own threads).
-        for &(m, k, n) in &[(3, 96, 700), (40, 300, 200)] {
+        // Few rows (matrix-vector loops), a prompt's (column bands) and a batch's (row
+        // blocks: one on 1 thread, three on 3).
+        for &(m, k, n) in &[(3, 96, 700), (40, 300, 200), (520, 300, 72)] {
             let x = values(m * k, 7);
             let w = values(k * n, 8);
             let run = |threads| {

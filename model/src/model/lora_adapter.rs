@@ -191,8 +191,11 @@ impl<B: LinearBackend> LoraAdapter<B> {
             burn_ascend::linear(x, w.cast(dt), None, WeightLayout::OutIn)
                 .unwrap_or_else(|e| panic!("LoRA adapter product refused: {e}"))
         };
-        let h = product(h, self.lora_a.val());
-        product(h, self.lora_b.val()).mul_scalar(self.settings.scaling())
+        // The scaling multiplies the rank-r intermediate, not the `[.., out]` product: the same
+        // value up to rounding (exactly the same when it is a power of two, as alpha = 2r is),
+        // for r / out of the element-wise work.
+        let h = product(h, self.lora_a.val()).mul_scalar(self.settings.scaling());
+        product(h, self.lora_b.val())
     }
 }
 

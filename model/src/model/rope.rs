@@ -17,7 +17,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
-use burn_ascend::{AttnError, FusedBackend, RotaryMode};
+use burn_ascend::{AttnError, FusedBackend, RotaryMode, ViewBackend};
 
 use crate::load::config::{ModelConfig, RopeScaling};
 
@@ -165,21 +165,21 @@ impl<B: Backend> Rope<B> {
     }
 }
 
-impl<B: FusedBackend> Rope<B> {
+impl<B: FusedBackend + ViewBackend> Rope<B> {
     /// [`Rope::apply`] through the fused op (`aclnnRotaryPositionEmbedding`, half mode, `x` as
     /// BSND `[1, T, H, D]` with the tables `[1, T, 1, D]`; one node under `Autodiff`, whose
     /// backward is `aclnnRotaryPositionEmbeddingGrad`). The tables are cast to `x`'s dtype first,
-    /// as the composite does.
+    /// as the composite does. The 4-D shapes are views of the same memory (`burn_ascend::reshape`).
     pub fn apply_fused(&self, x: Tensor<B, 3>) -> Result<Tensor<B, 3>, AttnError> {
         let [t, h, d] = x.dims();
         let dt = x.dtype();
-        let table = |c: &Tensor<B, 3>| c.clone().cast(dt).reshape([1, t, 1, d]);
+        let table = |c: &Tensor<B, 3>| burn_ascend::reshape(c.clone().cast(dt), [1, t, 1, d]);
         let y = burn_ascend::rotary_embedding(
-            x.reshape([1, t, h, d]),
-            table(&self.cos),
-            table(&self.sin),
+            burn_ascend::reshape(x, [1, t, h, d])?,
+            table(&self.cos)?,
+            table(&self.sin)?,
             RotaryMode::Half,
         )?;
-        Ok(y.reshape([t, h, d]))
+        burn_ascend::reshape(y, [t, h, d])
     }
 }

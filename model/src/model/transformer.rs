@@ -22,7 +22,7 @@ use crate::model::moe::Moe;
 use crate::model::rope::Rope;
 use burn_ascend::{
     flash_attention_varlen, AttnError, FlashAttnOptions, FusedBackend, GroupedMatmulBackend,
-    LinearBackend, MoeGatingBackend, TrainingBackend, WeightLayout,
+    LinearBackend, MoeGatingBackend, TrainingBackend, ViewBackend, WeightLayout,
 };
 
 /// Grouped-query attention with optional learned per-head sinks.
@@ -452,9 +452,9 @@ impl<B: LinearBackend> Attention<B> {
         let k = adapted(|x| proj(&self.k_proj, x), l(|a| &a.k_proj), x.clone());
         let v = adapted(|x| proj(&self.v_proj, x), l(|a| &a.v_proj), x);
         let (q, k, v) = (
-            q.reshape([t, n, d]),
-            k.reshape([t, nkv, d]),
-            v.reshape([t, nkv, d]),
+            view(q, [t, n, d]),
+            view(k, [t, nkv, d]),
+            view(v, [t, nkv, d]),
         );
         let q = match &self.q_norm {
             Some(norm) => rms_norm_as_hf(norm, q),
@@ -470,7 +470,7 @@ impl<B: LinearBackend> Attention<B> {
     /// The output projection of attention output `[T, N, D]`.
     pub fn out(&self, o: Tensor<B, 3>) -> Tensor<B, 2> {
         let [t, n, d] = o.dims();
-        let o = o.reshape([t, n * d]);
+        let o = view(o, [t, n * d]);
         let adapter = self.lora.as_ref().and_then(|a| a.o_proj.as_ref());
         adapted(|o| proj(&self.o_proj, o), adapter, o)
     }
@@ -544,6 +544,16 @@ impl<B: TrainingBackend> Attention<B> {
         let o = flash_attention_varlen(q, k, v, cu_seqlens, cu_seqlens, opts)?;
         Ok(self.out(o))
     }
+}
+
+/// `t` under `shape`, a view of the same memory where the backend has one (Burn's `NdArray`
+/// reshape copies). The shapes here are the config's head counts and sizes, which loading
+/// checked: a refusal is a broken invariant.
+fn view<B: ViewBackend, const D1: usize, const D2: usize>(
+    t: Tensor<B, D1>,
+    shape: [usize; D2],
+) -> Tensor<B, D2> {
+    burn_ascend::reshape(t, shape).unwrap_or_else(|e| panic!("attention's head split: {e}"))
 }
 
 /// RMSNorm as transformers computes it (`LlamaRMSNorm` / `Qwen3RMSNorm`): in f32, the

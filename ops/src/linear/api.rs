@@ -4,6 +4,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 
 use super::{LinearBackend, WeightLayout};
 use crate::error::Result;
+use crate::view::api::reshape;
 
 /// `x · W (+ bias)` over the last dimension of `x` (`[..., in]` → `[..., out]`), the weight in
 /// `layout`: Burn's `Linear` holds `[in, out]`, a tied embedding read as the output head
@@ -17,13 +18,13 @@ pub fn linear<B: LinearBackend, const D: usize>(
     let dims = x.dims();
     let k = dims[D - 1];
     let m = dims[..D - 1].iter().product::<usize>();
-    // A 2-D input goes in as it is: a reshape is a copy on `NdArray` (and a node whose
-    // backward copies the gradient under `Autodiff`), which for a language model's head was a
-    // copy of the logits each way.
+    // A 2-D input goes in as it is; others are viewed as matrices (Burn's `NdArray` reshape
+    // copies, and its `Autodiff` node copies the gradient back, which for a language model's
+    // head was a copy of the logits each way).
     let x2 = if D == 2 {
         x.into_primitive().tensor()
     } else {
-        x.reshape([m, k]).into_primitive().tensor()
+        reshape(x, [m, k])?.into_primitive().tensor()
     };
     let y = B::linear_fwd(
         x2,
@@ -38,5 +39,5 @@ pub fn linear<B: LinearBackend, const D: usize>(
     let n = y.dims()[1];
     let mut out = dims;
     out[D - 1] = n;
-    Ok(y.reshape(out))
+    reshape(y, out)
 }

@@ -11,6 +11,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::TensorMetadata;
 
 use crate::error::{AttnError, Result};
+use crate::view::ViewBackend;
 
 pub mod api;
 mod autodiff;
@@ -21,8 +22,9 @@ pub use burn_ascend_kernels::cpu::linear::WeightLayout;
 
 /// Linear layers as a Burn backend extension (see the [module docs](self)). Every method takes
 /// `x` / `dy` as matrices (`[M, in]` / `[M, out]`); [`api::linear`] flattens the leading
-/// dimensions.
-pub trait LinearBackend: Backend {
+/// dimensions. Its backends also view tensors under other shapes without a copy
+/// ([`ViewBackend`]), which is how a model splits a projection's output into heads.
+pub trait LinearBackend: ViewBackend {
     /// `y [M, out] = x [M, in] · W (+ bias [out])`, `W` in `layout`.
     fn linear_fwd(
         x: FloatTensor<Self>,

@@ -9,3 +9,4 @@ mod prompt_prefill;
 mod squares_sum;
 mod varlen_carrier;
 mod varlen_validation;
+mod view;
