@@ -282,20 +282,7 @@ pub fn par_matmul_new(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
         par_matmul(&mut out, lhs, rhs);
         return out;
     }
-    let len = m * n;
-    let mut out: Vec<f32> = Vec::with_capacity(len);
-    let shared = SharedDst {
-        ptr: out.spare_capacity_mut().as_mut_ptr().cast::<f32>(),
-        len,
-    };
-    // SAFETY: `shared` points at `len = m·n` floats of `out`'s allocation, which nothing else
-    // reads or writes during the call; the operands are in-bounds views (checked above).
-    unsafe { many_rows(shared, lhs, rhs) };
-    // SAFETY: `many_rows` wrote all `len` elements (the bands of `banded` cover every column
-    // of every row; one `gemm` call covers the whole matrix), so the first `len`
-    // elements are initialised `f32`s, and `len` is the capacity reserved.
-    unsafe { out.set_len(len) };
-    out
+    par_matmul_new_gemm(lhs, rhs)
 }
 
 /// `lhs · rhs` as a new row-major vector, always through `gemm` ([`banded`] or [`row_blocks`]),
@@ -321,12 +308,13 @@ pub fn par_matmul_new_gemm(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
         ptr: out.spare_capacity_mut().as_mut_ptr().cast::<f32>(),
         len,
     };
-    // SAFETY: as in `par_matmul_new`: `shared` points at the `len = m·n` floats `out` reserved,
-    // which nothing else touches during the call; the operands are in-bounds views (checked
-    // above) with `lhs.cols == rhs.rows`.
+    // SAFETY: `shared` points at the `len = m·n` floats `out` reserved, which nothing else
+    // reads or writes during the call; the operands are in-bounds views (checked above) with
+    // `lhs.cols == rhs.rows`.
     unsafe { many_rows(shared, lhs, rhs) };
-    // SAFETY: `many_rows` wrote all `len` elements (see `par_matmul_new`), and `len` is the
-    // capacity reserved.
+    // SAFETY: `many_rows` wrote all `len` elements (the bands of `banded` cover every column
+    // of every row, the blocks of `row_blocks` every row), so the first `len` elements are
+    // initialised `f32`s, and `len` is the capacity reserved.
     unsafe { out.set_len(len) };
     out
 }
