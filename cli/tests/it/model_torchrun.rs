@@ -352,8 +352,12 @@ fn a_launch_that_cannot_train_is_refused_naming_the_variable_before_anything_is_
         .map(|rank| {
             let mut vars = torchrun_vars(rank, 2, 2, port);
             vars[2].1 = "0".into();
-            // Rank 0 then waits for rank 1 until HCCL_CONNECT_TIMEOUT (torchrun would stop it).
-            vars[7].1 = "2".into();
+            // Rank 0 then waits for rank 1 until HCCL_CONNECT_TIMEOUT (torchrun would stop it);
+            // rank 1 keeps the default, so that rank 0 starting late on a loaded machine does
+            // not turn rank 1's refusal into a connection timeout.
+            if rank == 0 {
+                vars[7].1 = "2".into();
+            }
             let env: Vec<(&str, &str)> =
                 vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             spawn_example("finetune", &argv, &env)
