@@ -22,6 +22,7 @@
 //! overhead not included).
 
 use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 use mimalloc::MiMalloc;
 
@@ -38,7 +39,6 @@ pub fn keep_freed_memory() {
     // option setters as not thread-safe: this runs first in `main`, before any thread starts.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
 }
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);

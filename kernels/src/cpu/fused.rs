@@ -10,10 +10,6 @@ use rayon::prelude::*;
 
 use super::tile::{self, vectorized, SimdKernel};
 
-fn sigmoid(v: f32) -> f32 {
-    1.0 / (1.0 + (-v).exp())
-}
-
 /// RMSNorm over rows of `cols`: `(y, rstd)`.
 pub fn rms_norm_fwd(x: &[f32], gamma: &[f32], cols: usize, epsilon: f64) -> (Vec<f32>, Vec<f32>) {
     let rows = x.len() / cols.max(1);
@@ -93,12 +89,9 @@ pub fn rms_norm_bwd(
 pub fn swiglu_fwd(x: &[f32], outer: usize, half: usize, inner: usize) -> Vec<f32> {
     let block = half * inner;
     let mut out = vec![0.0f32; outer * block];
-    for o in 0..outer {
-        let a = &x[o * 2 * block..o * 2 * block + block];
-        let b = &x[o * 2 * block + block..(o + 1) * 2 * block];
-        for ((y, &a), &b) in out[o * block..(o + 1) * block].iter_mut().zip(a).zip(b) {
-            *y = a * sigmoid(a) * b;
-        }
+    for (o, y) in out.chunks_exact_mut(block.max(1)).enumerate() {
+        let (a, b) = x[o * 2 * block..(o + 1) * 2 * block].split_at(block);
+        vectorized(SwiGluPairFwd { y, a, b });
     }
     out
 }
@@ -111,13 +104,8 @@ pub fn swiglu_bwd(dy: &[f32], x: &[f32], outer: usize, half: usize, inner: usize
         let base = o * 2 * block;
         let g = &dy[o * block..(o + 1) * block];
         let (da, db) = dx[base..base + 2 * block].split_at_mut(block);
-        let a = &x[base..base + block];
-        let b = &x[base + block..base + 2 * block];
-        for k in 0..block {
-            let s = sigmoid(a[k]);
-            da[k] = g[k] * b[k] * (s + s * (1.0 - s) * a[k]);
-            db[k] = g[k] * a[k] * s;
-        }
+        let (a, b) = x[base..base + 2 * block].split_at(block);
+        vectorized(SwiGluPairBwd { da, db, g, a, b });
     }
     dx
 }
