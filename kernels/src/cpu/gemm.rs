@@ -5,8 +5,11 @@
 //! compiled in and the CPU has it, else AVX2+FMA, else a portable one), so one binary runs on
 //! every x86-64 CPU. [`matmul`] calls it with `Parallelism::None`: the attention kernels
 //! parallelise over independent tiles with rayon, and a single-threaded product is
-//! deterministic. [`par_matmul`] (the linear layers) runs one product on all threads.
+//! deterministic. [`par_matmul`] (the linear layers) runs one product on all threads: a
+//! decode step's matrix-vector products and a prompt's column bands on the awake helpers of
+//! [`super::team`], a training batch's row blocks on rayon.
 
+use super::team;
 use super::tile::{vectorized, SimdKernel};
 
 /// A read-only strided view of an `rows × cols` f32 matrix: element `(r, c)` is
@@ -166,7 +169,8 @@ unsafe impl Send for SharedDst {}
 unsafe impl Sync for SharedDst {}
 
 /// `dst = lhs · rhs` (`dst` row-major `lhs.rows × rhs.cols`, leading dimension `rhs.cols`), on
-/// all threads of the current rayon pool.
+/// all threads of the current rayon pool (the calling thread and [`super::team`]'s helpers for
+/// few rows and prompts).
 ///
 /// A product of few rows (a decode step: at most [`FEW_ROWS`]) is a matrix-vector product
 /// that streams `rhs` once at the memory's speed, without packing and without a `gemm` call
@@ -238,7 +242,10 @@ const MIN_BLOCK_ROWS: usize = 128;
 /// 230–318 on `gemm`'s own threads, whose split of the work synchronises its threads inside
 /// each product. The thread count changes no result: `gemm` cuts the inner dimension by `k` and
 /// the cache sizes only (`gemm-common`'s `kernel_params`), so every element is the same sum in
-/// the same order in any block.
+/// the same order in any block. These products (milliseconds each) stay on rayon rather than
+/// [`super::team`]'s spinning helpers: with the helpers a full fine-tune step of the 135 M
+/// checkpoint ran 10 % slower (236–239 against 258–266 tokens/s, `bench --model --quick`,
+/// alternating runs), while a decode step's and a prompt's products gain from them.
 fn row_blocks(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
     use rayon::prelude::*;
     let (m, n) = (lhs.rows, rhs.cols);
@@ -323,18 +330,21 @@ pub fn par_matmul_new_gemm(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
 /// larger ones (a training batch) as [`row_blocks`].
 const BANDED_ROWS: usize = 256;
 
-/// Columns per band of [`banded`]: a multiple of every `gemm` micro-kernel's width; narrow
-/// enough that a GQA key projection of 192 columns gives two threads a band each. Measured on
-/// a prompt's products (72 rows, 2 threads): 215–245 GFLOP/s against 110–210 on `gemm`'s own
-/// threads, which split so few rows poorly (and row blocks would leave few rows per call).
-const BAND_COLS: usize = 96;
+/// Columns per band of [`banded`]: the width of `gemm`'s widest AVX-512 micro-kernel (64 rows
+/// of its transposed problem), so no band runs a narrower, slower one; the bands are claimed
+/// one at a time, so a GQA key projection's three bands share out over two threads. Measured
+/// on a prompt's products (72 rows, 2 threads, the 30 layers' 210 products): 218 GFLOP/s
+/// against 206–211 at 96 columns, 203–209 at 128 and 194–198 at 192; column bands ran
+/// 215–245 GFLOP/s where `gemm`'s own threads gave 110–210 (they split so few rows poorly,
+/// and row blocks would leave few rows per call).
+const BAND_COLS: usize = 64;
 
 /// `dst = lhs · rhs` as column bands of [`BAND_COLS`], each one single-threaded `gemm` call
-/// writing its own columns of `dst`, the bands spread over the rayon pool.
+/// writing its own columns of `dst`, the bands claimed by the calling thread and
+/// [`super::team`]'s helpers.
 fn banded(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
-    use rayon::prelude::*;
     let (m, n) = (lhs.rows, rhs.cols);
-    (0..n.div_ceil(BAND_COLS)).into_par_iter().for_each(|b| {
+    team::for_each_part(n.div_ceil(BAND_COLS), |b| {
         let c0 = b * BAND_COLS;
         let w = BAND_COLS.min(n - c0);
         let rhs = Mat {
@@ -372,14 +382,15 @@ const K_CHUNKS: usize = 16;
 /// A product of few rows (`x`: `m × k`, row-major) with a row-major `rhs` (a weight
 /// `[in, out]`): `rhs` cut into [`K_CHUNKS`] chunks of whole rows — each a contiguous stretch
 /// of memory one task streams — each chunk's partial product accumulated row by row
-/// (`y_r += x[r, i] · rhs[i, :]`, one multiply-add per weight element), and the partials
-/// added in chunk order.
+/// (`y_r += x[r, i] · rhs[i, :]`, four rows of `rhs` per pass over `y`), and the partials
+/// added in chunk order. The chunks run on the calling thread and [`super::team`]'s awake
+/// helpers: as rayon loops, waking a sleeping worker for each of a decode step's 211 products
+/// and putting the caller to sleep until it finished cost more than a third of the step.
 fn few_rows_row_major(dst: &mut [f32], x: &[f32], rhs: Mat<'_>) {
-    use rayon::prelude::*;
     let (k, n) = (rhs.rows, rhs.cols);
     let m = x.len() / k;
     let rows = k.div_ceil(K_CHUNKS);
-    let partial = |c: usize| {
+    let partials = team::map_parts(k.div_ceil(rows), |c| {
         let mut out = vec![0.0f32; m * n];
         vectorized(AxpyRows {
             out: &mut out,
@@ -388,8 +399,7 @@ fn few_rows_row_major(dst: &mut [f32], x: &[f32], rhs: Mat<'_>) {
             rows: c * rows..((c + 1) * rows).min(k),
         });
         out
-    };
-    let partials: Vec<Vec<f32>> = (0..k.div_ceil(rows)).into_par_iter().map(partial).collect();
+    });
     dst.copy_from_slice(&partials[0]);
     for p in &partials[1..] {
         for (d, v) in dst.iter_mut().zip(p) {
@@ -406,30 +416,32 @@ const OUT_BAND: usize = 64;
 /// row of `x` with a contiguous row of the weight, in 16 lanes then summed, bands of outputs
 /// in parallel.
 fn few_rows_transposed(dst: &mut [f32], x: &[f32], rhs: Mat<'_>) {
-    use rayon::prelude::*;
     let (k, n) = (rhs.rows, rhs.cols);
     let m = x.len() / k;
-    let mut out_t = vec![0.0f32; n * m];
-    out_t
-        .par_chunks_mut(OUT_BAND * m)
-        .enumerate()
-        .for_each(|(b, band)| {
-            vectorized(DotBand {
-                band,
-                x,
-                rhs,
-                first: b * OUT_BAND,
-            })
+    let bands = team::map_parts(n.div_ceil(OUT_BAND), |b| {
+        let first = b * OUT_BAND;
+        let mut band = vec![0.0f32; OUT_BAND.min(n - first) * m];
+        vectorized(DotBand {
+            band: &mut band,
+            x,
+            rhs,
+            first,
         });
-    for (j, outs) in out_t.chunks_exact(m).enumerate() {
-        for (r, &v) in outs.iter().enumerate() {
-            dst[r * n + j] = v;
+        band
+    });
+    for (b, band) in bands.iter().enumerate() {
+        for (j, outs) in band.chunks_exact(m).enumerate() {
+            for (r, &v) in outs.iter().enumerate() {
+                dst[r * n + b * OUT_BAND + j] = v;
+            }
         }
     }
 }
 
 /// One chunk of [`few_rows_row_major`]: `out[r, :] += x[r, i] · rhs[i, :]` for `i` in `rows`,
-/// compiled for the CPU's widest vectors.
+/// four rows `i` per pass as `(a₀w₀ + a₁w₁) + (a₂w₂ + a₃w₃)` (a decode step's products at
+/// 23–24 GB/s where one row per pass, loading and storing `y` for each, gave 21–22), compiled
+/// for the CPU's widest vectors.
 struct AxpyRows<'a> {
     out: &'a mut [f32],
     x: &'a [f32],
@@ -442,7 +454,23 @@ impl SimdKernel for AxpyRows<'_> {
     #[inline(always)]
     fn run(self) {
         let (k, n) = (self.rhs.rows, self.rhs.cols);
-        for i in self.rows {
+        let (d, rs) = (self.rhs.data, self.rhs.rs);
+        let mut i = self.rows.start;
+        while i + 4 <= self.rows.end {
+            let w0 = &d[i * rs..i * rs + n];
+            let w1 = &d[(i + 1) * rs..(i + 1) * rs + n];
+            let w2 = &d[(i + 2) * rs..(i + 2) * rs + n];
+            let w3 = &d[(i + 3) * rs..(i + 3) * rs + n];
+            for (r, y) in self.out.chunks_exact_mut(n).enumerate() {
+                let a = &self.x[r * k + i..r * k + i + 4];
+                let (a0, a1, a2, a3) = (a[0], a[1], a[2], a[3]);
+                for ((((y, &p), &q), &u), &v) in y.iter_mut().zip(w0).zip(w1).zip(w2).zip(w3) {
+                    *y += (a0 * p + a1 * q) + (a2 * u + a3 * v);
+                }
+            }
+            i += 4;
+        }
+        for i in i..self.rows.end {
             let w = &self.rhs.data[i * self.rhs.rs..i * self.rhs.rs + n];
             for (r, y) in self.out.chunks_exact_mut(n).enumerate() {
                 let a = self.x[r * k + i];

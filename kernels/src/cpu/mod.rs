@@ -47,8 +47,10 @@
 //!
 //! All `unsafe` lives in [`gemm`] (the `gemm` crate's raw-pointer API) and in the decode
 //! kernel's AVX-512 loops (`decode_avx512`: `std::arch` intrinsics behind run-time feature
-//! detection, every row offset checked before the loops, and the prefetch hints), plus two `TypeId`-checked slice
-//! casts (`KV` → its widening view in the decode, `T = f32` → `f32` in the varlen forward).
+//! detection, every row offset checked before the loops, and the prefetch hints), in
+//! [`team`] (a published job's closure reached by the awake helpers while its caller waits),
+//! plus two `TypeId`-checked slice casts (`KV` → its widening view in the decode, `T = f32` →
+//! `f32` in the varlen forward).
 
 pub mod decode;
 #[cfg(target_arch = "x86_64")]
@@ -61,6 +63,7 @@ pub mod fused;
 pub mod gemm;
 pub mod linear;
 pub mod optim;
+mod team;
 mod tile;
 mod varlen_bwd;
 mod varlen_fwd;
