@@ -6,8 +6,8 @@
 //! every x86-64 CPU. [`matmul`] calls it with `Parallelism::None`: the attention kernels
 //! parallelise over independent tiles with rayon, and a single-threaded product is
 //! deterministic. [`par_matmul`] (the linear layers) runs one product on all threads: a
-//! decode step's matrix-vector products and a prompt's column bands on the awake helpers of
-//! [`super::team`], a training batch's row blocks on rayon.
+//! decode step's matrix-vector products on the awake helpers of [`super::team`], a prompt's
+//! column bands and a training batch's row blocks on rayon.
 
 use super::team;
 use super::tile::{vectorized, SimdKernel};
@@ -170,7 +170,7 @@ unsafe impl Sync for SharedDst {}
 
 /// `dst = lhs · rhs` (`dst` row-major `lhs.rows × rhs.cols`, leading dimension `rhs.cols`), on
 /// all threads of the current rayon pool (the calling thread and [`super::team`]'s helpers for
-/// few rows and prompts).
+/// few rows).
 ///
 /// A product of few rows (a decode step: at most [`FEW_ROWS`]) is a matrix-vector product
 /// that streams `rhs` once at the memory's speed, without packing and without a `gemm` call
@@ -242,10 +242,11 @@ const MIN_BLOCK_ROWS: usize = 128;
 /// 230–318 on `gemm`'s own threads, whose split of the work synchronises its threads inside
 /// each product. The thread count changes no result: `gemm` cuts the inner dimension by `k` and
 /// the cache sizes only (`gemm-common`'s `kernel_params`), so every element is the same sum in
-/// the same order in any block. These products (milliseconds each) stay on rayon rather than
-/// [`super::team`]'s spinning helpers: with the helpers a full fine-tune step of the 135 M
-/// checkpoint ran 10 % slower (236–239 against 258–266 tokens/s, `bench --model --quick`,
-/// alternating runs), while a decode step's and a prompt's products gain from them.
+/// the same order in any block. These products stay on rayon rather than [`super::team`]'s
+/// spinning helpers: with the helpers a full fine-tune step of the 135 M checkpoint ran 10 %
+/// slower (236–239 against 258–266 tokens/s, `bench --model --quick`, alternating runs) —
+/// between a training step's products the pool's threads run the step's other parallel work,
+/// and a helper spinning beside them leaves three threads for two cores.
 fn row_blocks(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
     use rayon::prelude::*;
     let (m, n) = (lhs.rows, rhs.cols);
@@ -331,8 +332,8 @@ pub fn par_matmul_new_gemm(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
 const BANDED_ROWS: usize = 256;
 
 /// Columns per band of [`banded`]: the width of `gemm`'s widest AVX-512 micro-kernel (64 rows
-/// of its transposed problem), so no band runs a narrower, slower one; the bands are claimed
-/// one at a time, so a GQA key projection's three bands share out over two threads. Measured
+/// of its transposed problem), so no band runs a narrower, slower one (a GQA key projection's
+/// three bands share out over two threads unevenly, a small product). Measured
 /// on a prompt's products (72 rows, 2 threads, the 30 layers' 210 products): 218 GFLOP/s
 /// against 206–211 at 96 columns, 203–209 at 128 and 194–198 at 192; column bands ran
 /// 215–245 GFLOP/s where `gemm`'s own threads gave 110–210 (they split so few rows poorly,
@@ -340,11 +341,14 @@ const BANDED_ROWS: usize = 256;
 const BAND_COLS: usize = 64;
 
 /// `dst = lhs · rhs` as column bands of [`BAND_COLS`], each one single-threaded `gemm` call
-/// writing its own columns of `dst`, the bands claimed by the calling thread and
-/// [`super::team`]'s helpers.
+/// writing its own columns of `dst`, the bands spread over the rayon pool. Not on
+/// [`super::team`]'s helpers: a prompt's products gained 5 % on them, but the weight
+/// gradients of a small model's training step (its hidden size within [`BANDED_ROWS`]) lost
+/// more — the default `finetune` example ran 1.05–1.10 × as long.
 fn banded(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
+    use rayon::prelude::*;
     let (m, n) = (lhs.rows, rhs.cols);
-    team::for_each_part(n.div_ceil(BAND_COLS), |b| {
+    (0..n.div_ceil(BAND_COLS)).into_par_iter().for_each(|b| {
         let c0 = b * BAND_COLS;
         let w = BAND_COLS.min(n - c0);
         let rhs = Mat {

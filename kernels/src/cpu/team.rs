@@ -9,10 +9,11 @@
 //! while after a parallel region instead; this module does the same on rayon's own threads:
 //!
 //! - the caller of [`map_parts`] publishes the job and computes parts itself;
-//! - up to `threads − 1` helpers — rayon tasks, so they run on the pool's threads and never
-//!   oversubscribe the cores — claim the other parts, then spin for [`KEEP_AWAKE`] waiting for
-//!   the next job (running the pool's other pending work meanwhile, `rayon::yield_now`) before
-//!   they return to the pool.
+//! - up to `threads − 1` helpers — rayon tasks, so they run on the pool's own threads — claim
+//!   the other parts, then poll for [`KEEP_AWAKE`] waiting for the next job before they return
+//!   to the pool: between polls a helper runs the pool's other pending work
+//!   (`rayon::yield_now`) or, when there is none, yields its core to the scheduler, so a thread
+//!   woken beside it (the caller after a rayon loop of its own) gets a core at once.
 //!
 //! Which thread computes which part does not change any result: a part is a function of its
 //! index, and [`map_parts`] returns the parts in index order.
@@ -44,12 +45,6 @@ pub(crate) fn map_parts<T: Send + Sync>(parts: usize, f: impl Fn(usize) -> T + S
         .into_iter()
         .map(|s| s.into_inner().expect("map_parts: every part was computed"))
         .collect()
-}
-
-/// `f(i)` for every `i < parts`, on the calling thread and the awake helpers, as
-/// [`map_parts`]; returns when all have finished.
-pub(crate) fn for_each_part(parts: usize, f: impl Fn(usize) + Sync) {
-    run_parts(parts, &f);
 }
 
 /// Runs `part(i)` for every `i < parts`, returning when all have finished.
@@ -248,9 +243,7 @@ impl Team {
                 return;
             }
             if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                for _ in 0..32 {
-                    std::hint::spin_loop();
-                }
+                std::thread::yield_now();
             }
         }
     }
