@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How long a helper spins for the next job after its last part: longer than the serial work
+/// How long a helper polls for the next job after its last part: longer than the serial work
 /// between two products of a decode step (tens of µs) and between two steps, short enough that
 /// an idle process stops spinning at once to a person.
 const KEEP_AWAKE: Duration = Duration::from_millis(2);
