@@ -6,7 +6,7 @@
 //! every x86-64 CPU. [`matmul`] calls it with `Parallelism::None`: the attention kernels
 //! parallelise over independent tiles with rayon, and a single-threaded product is
 //! deterministic. [`par_matmul`] (the linear layers) runs one product on all threads: a
-//! decode step's matrix-vector products on the awake helpers of [`super::team`], a prompt's
+//! decode step's matrix-vector products on the awake helpers of `team`, a prompt's
 //! column bands and a training batch's row blocks on rayon.
 
 use super::team;
@@ -140,6 +140,16 @@ pub fn sgemm(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32], 
         });
 }
 
+/// Panics unless `lhs · rhs` is defined (`lhs.cols == rhs.rows`) and both views lie inside
+/// their slices: what every product of the linear layers checks first.
+fn check_operands(lhs: Mat<'_>, rhs: Mat<'_>) {
+    assert_eq!(rhs.rows, lhs.cols, "par_matmul: inner dimensions differ");
+    assert!(
+        lhs.in_bounds() && rhs.in_bounds(),
+        "par_matmul: operand out of bounds"
+    );
+}
+
 /// Products of at most this many rows (a decode step's batch) run as matrix-vector loops
 /// ([`par_matmul`]); larger ones through `gemm` ([`many_rows`]).
 const FEW_ROWS: usize = 16;
@@ -169,7 +179,7 @@ unsafe impl Send for SharedDst {}
 unsafe impl Sync for SharedDst {}
 
 /// `dst = lhs · rhs` (`dst` row-major `lhs.rows × rhs.cols`, leading dimension `rhs.cols`), on
-/// all threads of the current rayon pool (the calling thread and [`super::team`]'s helpers for
+/// all threads of the current rayon pool (the calling thread and `team`'s helpers for
 /// few rows).
 ///
 /// A product of few rows (a decode step: at most [`FEW_ROWS`]) is a matrix-vector product
@@ -187,11 +197,7 @@ unsafe impl Sync for SharedDst {}
 /// is shorter than the product.
 pub fn par_matmul(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
     let (m, n, k) = (lhs.rows, rhs.cols, lhs.cols);
-    assert_eq!(rhs.rows, k, "par_matmul: inner dimensions differ");
-    assert!(
-        lhs.in_bounds() && rhs.in_bounds(),
-        "par_matmul: operand out of bounds"
-    );
+    check_operands(lhs, rhs);
     assert!(dst.len() >= m * n, "par_matmul: destination too short");
     if m == 0 || n == 0 {
         return;
@@ -280,11 +286,7 @@ fn row_blocks(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
 /// Panics if the inner dimensions differ or a view addresses memory outside its slice.
 pub fn par_matmul_new(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
     let (m, n, k) = (lhs.rows, rhs.cols, lhs.cols);
-    assert_eq!(rhs.rows, k, "par_matmul: inner dimensions differ");
-    assert!(
-        lhs.in_bounds() && rhs.in_bounds(),
-        "par_matmul: operand out of bounds"
-    );
+    // The operands are checked by `par_matmul` / `par_matmul_new_gemm`, before any work.
     if m <= FEW_ROWS || n == 0 || k == 0 {
         let mut out = vec![0.0f32; m * n];
         par_matmul(&mut out, lhs, rhs);
@@ -302,11 +304,7 @@ pub fn par_matmul_new(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
 /// Panics if the inner dimensions differ or a view addresses memory outside its slice.
 pub fn par_matmul_new_gemm(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
     let (m, n, k) = (lhs.rows, rhs.cols, lhs.cols);
-    assert_eq!(rhs.rows, k, "par_matmul: inner dimensions differ");
-    assert!(
-        lhs.in_bounds() && rhs.in_bounds(),
-        "par_matmul: operand out of bounds"
-    );
+    check_operands(lhs, rhs);
     if m == 0 || n == 0 || k == 0 {
         return vec![0.0f32; m * n];
     }

@@ -48,7 +48,7 @@
 //! All `unsafe` lives in [`gemm`] (the `gemm` crate's raw-pointer API) and in the decode
 //! kernel's AVX-512 loops (`decode_avx512`: `std::arch` intrinsics behind run-time feature
 //! detection, every row offset checked before the loops, and the prefetch hints), in
-//! [`team`] (a published job's closure reached by the awake helpers while its caller waits),
+//! `team` (a published job's closure reached by the awake helpers while its caller waits),
 //! plus two `TypeId`-checked slice casts (`KV` → its widening view in the decode, `T = f32` →
 //! `f32` in the varlen forward).
 

@@ -62,17 +62,13 @@ fn run_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
     };
     team.wake_helpers(threads - 1);
     team.publish(parts, part);
-    // The caller's own parts, then the wait for the helpers' (even when one of the caller's
-    // panicked: the helpers may still be reading what `part` borrows).
-    let mine = catch_unwind(AssertUnwindSafe(|| {
-        while let Some((_, i)) = team.claim() {
-            team.finish_part(catch_unwind(AssertUnwindSafe(|| part(i))));
-        }
-    }));
-    team.wait_and_retire();
-    if let Err(payload) = mine {
-        resume_unwind(payload);
+    // The caller's own parts, then the wait for the helpers'. A part's panic is caught like a
+    // helper's, so the caller always reaches the wait (the helpers may still be reading what
+    // `part` borrows) and raises the first panic after it.
+    while let Some((_, i)) = team.claim() {
+        team.finish_part(catch_unwind(AssertUnwindSafe(|| part(i))));
     }
+    team.wait_and_retire();
     if let Some(payload) = team.take_panic() {
         resume_unwind(payload);
     }
