@@ -8,12 +8,13 @@
 use burn_ascend_contract::fused::{RotaryDims, RotaryMode};
 use rayon::prelude::*;
 
+use super::buffer;
 use super::tile::{self, vectorized, SimdKernel};
 
 /// RMSNorm over rows of `cols`: `(y, rstd)`.
 pub fn rms_norm_fwd(x: &[f32], gamma: &[f32], cols: usize, epsilon: f64) -> (Vec<f32>, Vec<f32>) {
     let rows = x.len() / cols.max(1);
-    let mut y = vec![0.0f32; x.len()];
+    let mut y = buffer::zeros(x.len());
     let mut rstd = vec![0.0f32; rows];
     if cols == 0 {
         return (y, rstd);
@@ -44,7 +45,7 @@ pub fn rms_norm_bwd(
     gamma: &[f32],
     cols: usize,
 ) -> (Vec<f32>, Vec<f32>) {
-    let mut dx = vec![0.0f32; x.len()];
+    let mut dx = buffer::zeros(x.len());
     if cols == 0 {
         return (dx, Vec::new());
     }
@@ -88,7 +89,7 @@ pub fn rms_norm_bwd(
 /// SwiGLU of `x = [outer, 2·half, inner]`, the first half the gate.
 pub fn swiglu_fwd(x: &[f32], outer: usize, half: usize, inner: usize) -> Vec<f32> {
     let block = half * inner;
-    let mut out = vec![0.0f32; outer * block];
+    let mut out = buffer::zeros(outer * block);
     for (o, y) in out.chunks_exact_mut(block.max(1)).enumerate() {
         let (a, b) = x[o * 2 * block..(o + 1) * 2 * block].split_at(block);
         vectorized(SwiGluPairFwd { y, a, b });
@@ -99,7 +100,7 @@ pub fn swiglu_fwd(x: &[f32], outer: usize, half: usize, inner: usize) -> Vec<f32
 /// SwiGLU's backward: `dx` shaped as `x`.
 pub fn swiglu_bwd(dy: &[f32], x: &[f32], outer: usize, half: usize, inner: usize) -> Vec<f32> {
     let block = half * inner;
-    let mut dx = vec![0.0f32; x.len()];
+    let mut dx = buffer::zeros(x.len());
     for o in 0..outer {
         let base = o * 2 * block;
         let g = &dy[o * block..(o + 1) * block];
@@ -118,7 +119,7 @@ const ELEMENTWISE_CHUNK: usize = 1 << 14;
 /// elementwise, what [`swiglu_fwd`] computes from their concatenation.
 pub fn swiglu_pair_fwd(a: &[f32], b: &[f32]) -> Vec<f32> {
     assert_eq!(a.len(), b.len(), "swiglu_pair_fwd: gate and up lengths");
-    let mut y = vec![0.0f32; a.len()];
+    let mut y = buffer::zeros(a.len());
     y.par_chunks_mut(ELEMENTWISE_CHUNK)
         .zip(a.par_chunks(ELEMENTWISE_CHUNK))
         .zip(b.par_chunks(ELEMENTWISE_CHUNK))
@@ -132,8 +133,8 @@ pub fn swiglu_pair_bwd(dy: &[f32], a: &[f32], b: &[f32]) -> (Vec<f32>, Vec<f32>)
         a.len() == b.len() && dy.len() == a.len(),
         "swiglu_pair_bwd: dy, gate and up lengths"
     );
-    let mut da = vec![0.0f32; a.len()];
-    let mut db = vec![0.0f32; a.len()];
+    let mut da = buffer::zeros(a.len());
+    let mut db = buffer::zeros(a.len());
     da.par_chunks_mut(ELEMENTWISE_CHUNK)
         .zip(db.par_chunks_mut(ELEMENTWISE_CHUNK))
         .zip(dy.par_chunks(ELEMENTWISE_CHUNK))
@@ -363,10 +364,37 @@ fn rotate_rows(
     transpose: bool,
 ) -> Vec<f32> {
     let d = dims.d;
+    let mut out = buffer::zeros(v.len());
+    if d == 0 {
+        return out;
+    }
+    // Rows in parallel, a fixed number per task: each row is rotated on its own.
+    const ROWS: usize = 256;
+    out.par_chunks_mut(ROWS * d)
+        .zip(v.par_chunks(ROWS * d))
+        .enumerate()
+        .for_each(|(chunk, (out, v))| {
+            rotate_chunk(v, out, chunk * ROWS, cos, sin, dims, mode, transpose)
+        });
+    out
+}
+
+/// [`rotate_rows`] over the rows of `v` from row `first` on, into `out`.
+#[allow(clippy::too_many_arguments)]
+fn rotate_chunk(
+    v: &[f32],
+    out: &mut [f32],
+    first: usize,
+    cos: &[f32],
+    sin: &[f32],
+    dims: &RotaryDims,
+    mode: RotaryMode,
+    transpose: bool,
+) {
+    let d = dims.d;
     let h = d / 2;
-    let mut out = vec![0.0f32; v.len()];
-    for (r, (row, o)) in v.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
-        let c0 = dims.cos_row(r) * d;
+    for (i, (row, o)) in v.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
+        let c0 = dims.cos_row(first + i) * d;
         let (c, s) = (&cos[c0..c0 + d], &sin[c0..c0 + d]);
         match mode {
             RotaryMode::Half => {
@@ -398,5 +426,4 @@ fn rotate_rows(
             }
         }
     }
-    out
 }

@@ -52,6 +52,7 @@
 //! plus two `TypeId`-checked slice casts (`KV` → its widening view in the decode, `T = f32` →
 //! `f32` in the varlen forward).
 
+mod buffer;
 pub mod decode;
 #[cfg(target_arch = "x86_64")]
 mod decode_avx512;

@@ -40,6 +40,13 @@ pub fn adamw(
         });
 }
 
+/// `v ← v · s` in place, on all cores (the clip of a global gradient norm): the same
+/// product of each element as a single multiplication, whatever the split.
+pub fn scale(v: &mut [f32], s: f32) {
+    v.par_chunks_mut(1 << 16)
+        .for_each(|c| c.iter_mut().for_each(|x| *x *= s));
+}
+
 /// Elements per task of [`squares_sum`]: the chunks, and so the order of the sum, depend on the
 /// length only.
 const SQUARES_CHUNK: usize = 1 << 16;

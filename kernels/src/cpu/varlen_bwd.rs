@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use super::buffer;
 use super::gemm::{matmul, Mat};
 use super::tile::{store, vectorized, Ctx, Kind, ProbRows, Seq, SimdKernel};
 use crate::reference::varlen::{dpse_factor, VarlenBwdOut};
@@ -155,9 +156,9 @@ pub fn varlen_bwd<T: Element>(
     // a query tile are contiguous there).
     let part_len = |s: &Seq| s.sq * g * d;
     let total: usize = ctx.seqs.iter().map(|s| groups(s) * nkv * part_len(s)).sum();
-    let mut parts = vec![0.0f32; total];
-    let mut dk = vec![T::from_f64(0.0); dims.t_kv() * nkv * d];
-    let mut dvv = vec![T::from_f64(0.0); dims.t_kv() * nkv * dv];
+    let mut parts = buffer::zeros(total);
+    let mut dk = buffer::filled(dims.t_kv() * nkv * d, T::from_f64(0.0));
+    let mut dvv = buffer::filled(dims.t_kv() * nkv * dv, T::from_f64(0.0));
     // dpse (dense pse only): each (sequence, head, row, column) is one task's, written once
     // from the tile's dS under a lock (a copy per tile, next to five GEMMs).
     let dpse_mul = dpse_factor(p).map(|f| f as f32);
@@ -224,7 +225,7 @@ pub fn varlen_bwd<T: Element>(
     }
 
     // dQ = scale · Σ_groups (in group order).
-    let mut dq = vec![T::from_f64(0.0); dims.t_q() * n * d];
+    let mut dq = buffer::filled(dims.t_q() * n * d, T::from_f64(0.0));
     {
         let mut offs = Vec::with_capacity(ctx.seqs.len());
         let mut at = 0;

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use super::buffer;
 use super::gemm::{matmul, Mat};
 use super::tile::{exp, exp_sub_sum, row_max, store, vectorized, Ctx, Kind, SimdKernel};
 use crate::reference::varlen::VarlenFwdOut;
@@ -104,7 +105,7 @@ impl Bufs {
 pub fn varlen_fwd<T: Element>(p: &VarlenProblem, q: &[T], k: &[T], v: &[T]) -> VarlenFwdOut<T> {
     let ctx = Ctx::new(p);
     let dims = &p.dims;
-    let mut out = vec![T::from_f64(0.0); dims.t_q() * ctx.n * ctx.dv];
+    let mut out = buffer::filled(dims.t_q() * ctx.n * ctx.dv, T::from_f64(0.0));
     let mut smax = vec![0.0f32; dims.stats_len()];
     let mut ssum = vec![0.0f32; dims.stats_len()];
     {

@@ -175,10 +175,13 @@ fn rotary_backward_matches_central_differences_in_f64_in_both_modes_with_broadca
 
 #[test]
 fn fast_cpu_rotary_kernel_matches_the_f64_reference_within_f32_rounding() {
-    // x [3, 2, 4, 8] as BNSD with cos [3, 1, 4, 8] (B1SD), and as SBND with S11D.
+    // x [3, 2, 4, 8] as BNSD with cos [3, 1, 4, 8] (B1SD), and as SBND with S11D; then 600
+    // rows, more than one parallel task's, whose boundaries fall inside a head.
     for (x_shape, c_shape, mode) in [
         ([3, 2, 4, 8], [3, 1, 4, 8], RotaryMode::Half),
         ([3, 2, 4, 8], [3, 1, 1, 8], RotaryMode::Interleave),
+        ([2, 3, 100, 8], [2, 1, 100, 8], RotaryMode::Half),
+        ([2, 3, 100, 8], [1, 1, 100, 8], RotaryMode::Interleave),
     ] {
         let dims = rotary::validate_fwd(&x_shape, &c_shape, &c_shape, mode).unwrap();
         let n: usize = x_shape.iter().product();

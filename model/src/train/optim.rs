@@ -215,8 +215,8 @@ pub fn grad_norm_squared<B: AutodiffBackend + OptimBackend, M: AutodiffModule<B>
 }
 
 /// Every gradient of `module`'s parameters in `grads` multiplied by `scale` (`[1]`, on the
-/// device): one multiplication per parameter.
-pub fn scale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
+/// device): one multiplication per parameter ([`OptimBackend::scale_all`]: in place on the CPU).
+pub fn scale_grads<B: AutodiffBackend + OptimBackend, M: AutodiffModule<B>>(
     module: &M,
     mut grads: GradientsParams,
     scale: &Tensor<B::InnerBackend, 1>,
@@ -225,11 +225,13 @@ pub fn scale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
         grads: &'a mut GradientsParams,
         scale: &'a Tensor<B::InnerBackend, 1>,
     }
-    impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
+    impl<B: AutodiffBackend + OptimBackend> ModuleVisitor<B> for Scale<'_, B> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
             if let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) {
-                let s = self.scale.clone().reshape([1; D]);
-                self.grads.register(param.id, g * s);
+                let scaled =
+                    B::scale_all(vec![outer::<B, D>(g)], outer::<B, 1>(self.scale.clone()));
+                let g = scaled.into_iter().next().expect("one tensor in, one out");
+                self.grads.register(param.id, inner::<B, D>(g));
             }
         }
     }

@@ -88,7 +88,7 @@ pub fn cpu_rms_norm_fwd<B: Backend>(
 ) -> Result<RmsNormOutputs<B>> {
     let (shape, d) = validate::rms_norm_fwd(&x, &gamma, epsilon)?;
     let (device, dt) = (B::float_device(&x), x.dtype());
-    let (y, rstd) = cpu::rms_norm_fwd(&to_vec::<B>(x), &to_vec::<B>(gamma), d.cols, epsilon);
+    let (y, rstd) = cpu::rms_norm_fwd(&host_f32::<B>(&x), &host_f32::<B>(&gamma), d.cols, epsilon);
     Ok(RmsNormOutputs {
         y: back::<B>(y, &shape, dt, &device),
         rstd: back::<B>(rstd, &RmsNormDims::rstd_shape(&shape), DType::F32, &device),
@@ -119,12 +119,12 @@ pub fn cpu_rms_norm_bwd<B: Backend>(
 }
 
 /// `cos` / `sin` as f32 values after rounding to `dt` (the tables take `x`'s dtype first, as on
-/// the device).
-fn table<B: Backend>(t: FloatTensor<B>, dt: DType) -> Vec<f32> {
+/// the device); read in place when already in `dt`.
+fn table<B: Backend>(t: &FloatTensor<B>, dt: DType) -> std::borrow::Cow<'_, [f32]> {
     if t.dtype() == dt {
-        to_vec::<B>(t)
+        host_f32::<B>(t)
     } else {
-        to_vec::<B>(B::float_cast(t, dt.into()))
+        to_vec::<B>(B::float_cast(t.clone(), dt.into())).into()
     }
 }
 
@@ -137,8 +137,8 @@ pub fn cpu_rotary_fwd<B: Backend>(
 ) -> Result<FloatTensor<B>> {
     let (shape, d) = validate::rotary_fwd(&x, &cos, &sin, mode)?;
     let (device, dt) = (B::float_device(&x), x.dtype());
-    let (cos, sin) = (table::<B>(cos, dt), table::<B>(sin, dt));
-    let y = cpu::rotary_fwd(&to_vec::<B>(x), &cos, &sin, &d, mode);
+    let (cos, sin) = (table::<B>(&cos, dt), table::<B>(&sin, dt));
+    let y = cpu::rotary_fwd(&host_f32::<B>(&x), &cos, &sin, &d, mode);
     Ok(back::<B>(y, &shape, dt, &device))
 }
 
@@ -151,8 +151,8 @@ pub fn cpu_rotary_bwd<B: Backend>(
 ) -> Result<FloatTensor<B>> {
     let (shape, d) = validate::rotary_bwd(&dy, &cos, &sin, mode)?;
     let (device, dt) = (B::float_device(&dy), dy.dtype());
-    let (cos, sin) = (table::<B>(cos, dt), table::<B>(sin, dt));
-    let dx = cpu::rotary_bwd(&to_vec::<B>(dy), &cos, &sin, &d, mode);
+    let (cos, sin) = (table::<B>(&cos, dt), table::<B>(&sin, dt));
+    let dx = cpu::rotary_bwd(&host_f32::<B>(&dy), &cos, &sin, &d, mode);
     Ok(back::<B>(dx, &shape, dt, &device))
 }
 
@@ -160,7 +160,7 @@ pub fn cpu_rotary_bwd<B: Backend>(
 pub fn cpu_swiglu_fwd<B: Backend>(x: FloatTensor<B>, dim: i64) -> Result<FloatTensor<B>> {
     let (shape, d) = validate::swiglu_fwd(&x, dim)?;
     let (device, dt) = (B::float_device(&x), x.dtype());
-    let y = cpu::swiglu_fwd(&to_vec::<B>(x), d.outer, d.half, d.inner);
+    let y = cpu::swiglu_fwd(&host_f32::<B>(&x), d.outer, d.half, d.inner);
     Ok(back::<B>(y, &d.out_shape(&shape), dt, &device))
 }
 
@@ -172,7 +172,13 @@ pub fn cpu_swiglu_bwd<B: Backend>(
 ) -> Result<FloatTensor<B>> {
     let (shape, d) = validate::swiglu_bwd(&dy, &x, dim)?;
     let (device, dt) = (B::float_device(&x), x.dtype());
-    let dx = cpu::swiglu_bwd(&to_vec::<B>(dy), &to_vec::<B>(x), d.outer, d.half, d.inner);
+    let dx = cpu::swiglu_bwd(
+        &host_f32::<B>(&dy),
+        &host_f32::<B>(&x),
+        d.outer,
+        d.half,
+        d.inner,
+    );
     Ok(back::<B>(dx, &shape, dt, &device))
 }
 

@@ -96,3 +96,19 @@ pub fn squares_sum<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Option<FloatTens
         _ => Some(Tensor::cat(sums, 0).sum().into_primitive().tensor()),
     }
 }
+
+/// Every tensor times the `[1]` `scale`, one broadcast multiplication each (see
+/// [`super::OptimBackend::scale_all`]).
+pub fn scale_all<B: Backend>(
+    tensors: Vec<FloatTensor<B>>,
+    scale: FloatTensor<B>,
+) -> Vec<FloatTensor<B>> {
+    tensors
+        .into_iter()
+        .map(|t| {
+            let rank = t.shape().num_dims();
+            let s = B::float_reshape(scale.clone(), Shape::from(vec![1; rank]));
+            B::float_mul(t, s)
+        })
+        .collect()
+}

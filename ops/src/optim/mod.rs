@@ -53,6 +53,17 @@ pub trait OptimBackend: Backend {
     fn squares_sum(tensors: Vec<FloatTensor<Self>>) -> Option<FloatTensor<Self>> {
         composite::squares_sum::<Self>(tensors)
     }
+
+    /// Every tensor of `tensors` times `scale` (`[1]`, on their device; the factor of a
+    /// global-norm clip), in order. By default one broadcast multiplication each; a backend
+    /// may scale a tensor in place when it owns it alone (the CPU, which would otherwise
+    /// allocate and write a copy of every gradient per step).
+    fn scale_all(
+        tensors: Vec<FloatTensor<Self>>,
+        scale: FloatTensor<Self>,
+    ) -> Vec<FloatTensor<Self>> {
+        composite::scale_all::<Self>(tensors, scale)
+    }
 }
 
 impl<B: OptimBackend, C: CheckpointStrategy> OptimBackend for Autodiff<B, C> {
@@ -85,5 +96,19 @@ impl<B: OptimBackend, C: CheckpointStrategy> OptimBackend for Autodiff<B, C> {
         // Not differentiated: the inner backend's sum, untracked.
         B::squares_sum(tensors.into_iter().map(|t| t.primitive).collect())
             .map(<Self as AutodiffBackend>::from_inner)
+    }
+
+    fn scale_all(
+        tensors: Vec<FloatTensor<Self>>,
+        scale: FloatTensor<Self>,
+    ) -> Vec<FloatTensor<Self>> {
+        // Not differentiated: the inner backend's products, untracked.
+        B::scale_all(
+            tensors.into_iter().map(|t| t.primitive).collect(),
+            scale.primitive,
+        )
+        .into_iter()
+        .map(<Self as AutodiffBackend>::from_inner)
+        .collect()
     }
 }

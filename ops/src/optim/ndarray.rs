@@ -12,7 +12,7 @@ use burn_ascend_kernels::cpu::optim as cpu;
 use super::{validate_adamw, AdamWHyper, AdamWTensors, OptimBackend};
 use crate::common::ndarray::ndarray_on_host;
 use crate::error::Result;
-use crate::host::{from_vec, host_f32, take_vec, to_vec};
+use crate::host::{from_vec, host_f32, take_vec};
 
 ndarray_on_host! {
     OptimBackend {
@@ -21,6 +21,8 @@ ndarray_on_host! {
         ) -> Result<AdamWTensors<Self>> => cpu_adamw_step;
         fn squares_sum(tensors: Vec<FloatTensor<Self>>) -> Option<FloatTensor<Self>>
             => cpu_squares_sum;
+        fn scale_all(tensors: Vec<FloatTensor<Self>>, scale: FloatTensor<Self>)
+            -> Vec<FloatTensor<Self>> => cpu_scale_all;
     }
 }
 
@@ -34,6 +36,25 @@ pub fn cpu_squares_sum<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Option<Float
         .map(|t| cpu::squares_sum(&host_f32::<B>(t)))
         .sum();
     Some(from_vec::<B>(vec![total as f32], &[1], &device))
+}
+
+/// Each tensor times the `[1]` `scale` through the CPU kernel, for any backend: in place when
+/// the tensor is an f32 array owned alone (a clip's gradients), else on a host copy; each
+/// result in its tensor's dtype.
+pub fn cpu_scale_all<B: Backend>(
+    tensors: Vec<FloatTensor<B>>,
+    scale: FloatTensor<B>,
+) -> Vec<FloatTensor<B>> {
+    let s = host_f32::<B>(&scale)[0];
+    tensors
+        .into_iter()
+        .map(|t| {
+            let (shape, dtype, device) = (t.shape().to_vec(), t.dtype(), B::float_device(&t));
+            let mut v = take_vec::<B>(t);
+            cpu::scale(&mut v, s);
+            B::float_cast(from_vec::<B>(v, &shape, &device), dtype.into())
+        })
+        .collect()
 }
 
 /// The CPU kernel on any backend's tensors, read to the host and written back (NdArray's path
@@ -60,7 +81,8 @@ pub fn cpu_adamw_step<B: Backend>(
         take_vec::<B>(state.m),
         take_vec::<B>(state.v),
     );
-    cpu::adamw(&mut var, &mut m, &mut v, &to_vec::<B>(grad), step, hyper);
+    // The gradient is only read: in place where it lies (no copy of every gradient per step).
+    cpu::adamw(&mut var, &mut m, &mut v, &host_f32::<B>(&grad), step, hyper);
     let back = |x: Vec<f32>| B::float_cast(from_vec::<B>(x, &shape, &device), dtype.into());
     Ok(AdamWTensors {
         var: back(var),

@@ -1,6 +1,6 @@
-//! The sum of squares of a global-norm clip: the CPU path (in place, f64 chunks), the
-//! composite default (grouped concatenations) and the `Autodiff` pass-through against a plain
-//! f64 sum.
+//! A global-norm clip's two halves: the sum of squares — the CPU path (in place, f64 chunks),
+//! the composite default (grouped concatenations) and the `Autodiff` pass-through against a
+//! plain f64 sum — and the scaling of every gradient by the clip factor.
 
 use crate::common::data;
 use burn::backend::{Autodiff, NdArray};
@@ -66,4 +66,66 @@ fn the_sum_of_squares_of_many_gradients_equals_the_plain_sum_on_the_cpu_composed
     assert_eq!(through, cpu, "Autodiff hands the sum to the inner backend");
     assert!(B::squares_sum(Vec::new()).is_none());
     assert!(composite::squares_sum::<B>(Vec::new()).is_none());
+}
+
+/// A tensor's values in order, whatever its rank.
+fn values<Bk: Backend>(p: FloatTensor<Bk>) -> Vec<f32> {
+    use burn::tensor::TensorMetadata;
+    let n = p.shape().num_elements();
+    let flat = Bk::float_reshape(p, burn::tensor::Shape::from(vec![n]));
+    Tensor::<Bk, 1>::from_primitive(TensorPrimitive::Float(flat))
+        .into_data()
+        .into_vec::<f32>()
+        .unwrap()
+}
+
+#[test]
+fn scaling_gradients_by_the_clip_factor_multiplies_each_element_once_on_the_cpu_composed_and_under_autodiff(
+) {
+    let shapes: [&[usize]; 3] = [&[70_001], &[33, 48], &[2, 3, 4]];
+    let values_in: Vec<Vec<f32>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| data(s.iter().product(), i as u64 + 7))
+        .collect();
+    let factor = 0.3717f32;
+    let tensors = || -> Vec<FloatTensor<B>> {
+        values_in
+            .iter()
+            .zip(shapes)
+            .map(|(v, s)| prim::<B>(v, s))
+            .collect()
+    };
+    let scale = || prim::<B>(&[factor], &[1]);
+    let cpu: Vec<Vec<f32>> = B::scale_all(tensors(), scale())
+        .into_iter()
+        .map(values::<B>)
+        .collect();
+    let composed: Vec<Vec<f32>> = composite::scale_all::<B>(tensors(), scale())
+        .into_iter()
+        .map(values::<B>)
+        .collect();
+    for ((got, composed), want) in cpu.iter().zip(&composed).zip(&values_in) {
+        let want: Vec<f32> = want.iter().map(|v| v * factor).collect();
+        assert_eq!(got, &want, "the CPU path is one f32 product per element");
+        assert_eq!(composed, &want, "the composite is Burn's broadcast product");
+    }
+    // A gradient another tensor still holds is scaled on a copy: the holder's values stay.
+    let held = prim::<B>(&values_in[1], shapes[1]);
+    let scaled = B::scale_all(vec![held.clone()], scale());
+    assert_eq!(values::<B>(held), values_in[1]);
+    assert_eq!(values::<B>(scaled.into_iter().next().unwrap()), cpu[1]);
+    let tracked: Vec<FloatTensor<A>> = values_in
+        .iter()
+        .zip(shapes)
+        .map(|(v, s)| prim::<A>(v, s))
+        .collect();
+    let through: Vec<Vec<f32>> = A::scale_all(tracked, prim::<A>(&[factor], &[1]))
+        .into_iter()
+        .map(values::<A>)
+        .collect();
+    assert_eq!(
+        through, cpu,
+        "Autodiff hands the products to the inner backend"
+    );
 }
