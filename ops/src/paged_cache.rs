@@ -102,6 +102,16 @@ impl<B: Backend> AttendOptions<B> {
 }
 
 /// The float primitive of a Burn tensor (the carriers' tensor kind).
+/// `t` reshaped through [`crate::host::reshape`]: in place on `NdArray`, whose own reshape
+/// copies (a layer's whole cache per call, or a prompt's gathered KV).
+fn reshaped<B: Backend, const D: usize, const D2: usize>(
+    t: Tensor<B, D>,
+    shape: [usize; D2],
+) -> Tensor<B, D2> {
+    let p = t.into_primitive().tensor();
+    Tensor::from_primitive(TensorPrimitive::Float(crate::host::reshape::<B>(p, &shape)))
+}
+
 fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
     t.into_primitive().tensor()
 }
@@ -567,11 +577,8 @@ impl<B: AttentionBackend> PagedKvCache<B> {
             let ids: Vec<i64> = q.blocks.iter().map(|&x| x as i64).collect();
             let idx =
                 Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [q.blocks.len()]), &device);
-            let rows = cache
-                .clone()
-                .select(0, idx)
-                .reshape([q.blocks.len() * bs, nkv, dh])
-                .narrow(0, 0, q.len);
+            let blocks = cache.clone().select(0, idx);
+            let rows = reshaped(blocks, [q.blocks.len() * bs, nkv, dh]).narrow(0, 0, q.len);
             if q.len < max_len {
                 Tensor::cat(
                     vec![rows, Tensor::zeros([max_len - q.len, nkv, dh], &device)],
@@ -581,11 +588,18 @@ impl<B: AttentionBackend> PagedKvCache<B> {
                 rows
             }
         };
-        let k = Tensor::stack::<4>(seqs.iter().map(|q| gather(&self.key_cache, q)).collect(), 0);
-        let v = Tensor::stack::<4>(
-            seqs.iter().map(|q| gather(&self.value_cache, q)).collect(),
-            0,
-        );
+        // One sequence (a prompt's prefill) needs no stacking: a leading axis of 1.
+        let batch = |cache: &Tensor<B, 4>| -> Tensor<B, 4> {
+            match seqs.as_slice() {
+                [q] => {
+                    let rows = gather(cache, q);
+                    let [t, nkv, dh] = rows.dims();
+                    reshaped(rows, [1, t, nkv, dh])
+                }
+                _ => Tensor::stack::<4>(seqs.iter().map(|q| gather(cache, q)).collect(), 0),
+            }
+        };
+        let (k, v) = (batch(&self.key_cache), batch(&self.value_cache));
         let mut spec = PromptSpec::new(n, self.scale, PfaLayout::Bsnd);
         spec.num_key_value_heads = nkv_heads;
         spec.actual_seq_lengths_kv = Some(lens);
@@ -636,14 +650,7 @@ impl<B: AttentionBackend> PagedKvCache<B> {
     /// The caches as the ops' paged key and value, `(blocknum, blockSize, H)`.
     fn paged_caches(&self) -> (Tensor<B, 3>, Tensor<B, 3>) {
         let [nb, bs, nkv, dh] = self.key_cache.dims();
-        // In place on `NdArray` (its own reshape copies the cache).
-        let paged = |c: &Tensor<B, 4>| {
-            let p = c.clone().into_primitive().tensor();
-            Tensor::from_primitive(TensorPrimitive::Float(crate::host::reshape::<B>(
-                p,
-                &[nb, bs, nkv * dh],
-            )))
-        };
+        let paged = |c: &Tensor<B, 4>| reshaped(c.clone(), [nb, bs, nkv * dh]);
         (paged(&self.key_cache), paged(&self.value_cache))
     }
 

@@ -64,6 +64,7 @@ pub mod fused;
 pub mod gemm;
 pub mod linear;
 pub mod optim;
+pub mod scatter;
 mod team;
 mod tile;
 mod varlen_bwd;

@@ -9,9 +9,8 @@ use burn::tensor::{Tensor, TensorMetadata};
 use burn_ascend_contract::scatter::{
     check_compressed_scatter, check_scatter, CacheMode, CompressedScatterArgs, PlainScatterArgs,
 };
-use burn_ascend_kernels::reference::scatter::{
-    scatter_pa_kv_cache, scatter_pa_kv_cache_compressed, RefElem,
-};
+use burn_ascend_kernels::cpu::scatter::scatter_pa_kv_cache;
+use burn_ascend_kernels::reference::scatter::{scatter_pa_kv_cache_compressed, RefElem};
 
 use crate::common::shapes;
 use crate::common::tensor::{unwrap, wrap};
