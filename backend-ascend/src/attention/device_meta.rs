@@ -12,7 +12,6 @@
 //! whether or not other handles share it (a decode graph owns its caches' contents), unlike
 //! the functional `scatter_pa_kv_cache`, which copies a shared cache first.
 
-use burn_ascend_ops::common::shapes;
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::fia::{FiaInputs, FiaKv, FiaOutputs, FiaSpec};
 use burn_ascend_ops::scatter::{ScatterInputs, ScatterShapes, ScatterSpec};
@@ -159,13 +158,9 @@ impl PagedDecodeCall {
                 ),
             ));
         }
-        let dims = spec.validate(&shapes::fia::<crate::Ascend>(&Self::inputs(
-            query,
-            key_cache,
-            value_cache,
-            sinks,
-            mask,
-        )))?;
+        let dims = spec.validate(&burn_ascend_ops::fia::shapes::<crate::Ascend>(
+            &Self::inputs(query, key_cache, value_cache, sinks, mask),
+        ))?;
         let rt = runtime(&device);
         let sink = match sinks {
             None => None,
@@ -235,7 +230,7 @@ impl PagedDecodeCall {
             self.sink.as_ref(),
             self.mask.as_ref(),
         );
-        spec.validate(&shapes::fia::<crate::Ascend>(&inputs))?;
+        spec.validate(&burn_ascend_ops::fia::shapes::<crate::Ascend>(&inputs))?;
         let rt = runtime(&self.query.device());
         fn h(t: &AscendTensor) -> burn_ascend_cann::acl::Tensor<'_> {
             view_handle(t, FIA)

@@ -14,7 +14,6 @@
 use burn_ascend_cann::acl::ffi::DataType;
 use burn_ascend_cann::acl::{aclnn, Result as AclResult, Runtime, Tensor, TensorList};
 use burn_ascend_contract::fia::{FiaAntiquantMode, FiaMask, FiaSpec};
-use burn_ascend_ops::common::shapes;
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::fia::ndarray::cpu_fia_fwd;
 use burn_ascend_ops::fia::{composite, FiaBackend, FiaInputs, FiaOutputs};
@@ -155,7 +154,7 @@ impl FiaBackend for Ascend {
         inputs: FiaInputs<AscendTensor>,
         spec: &FiaSpec,
     ) -> Result<FiaOutputs<AscendTensor>> {
-        let dims = spec.validate(&shapes::fia::<Ascend>(&inputs))?;
+        let dims = spec.validate(&burn_ascend_ops::fia::shapes::<Ascend>(&inputs))?;
         let (q, (k, v)) = (&inputs.query, inputs.kv.as_ref().into_pair());
         let device = same_device(OP, &inputs.all())?;
         let dtype = q.dtype;

@@ -15,7 +15,6 @@
 //! aclnn call out; the op-replay CLI's `--device sim|npu` calls it too.
 
 use burn_ascend_cann::acl::{aclnn, Result as AclResult, Runtime, Tensor, TensorList};
-use burn_ascend_ops::common::shapes;
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::incre::ndarray::cpu_incre_fwd;
 use burn_ascend_ops::incre::{composite, IncreBackend, IncreInputs, IncreSpec};
@@ -39,7 +38,7 @@ const OP: &str = "incre_fwd";
 
 impl IncreBackend for Ascend {
     fn incre_fwd(inputs: IncreInputs<AscendTensor>, spec: &IncreSpec) -> Result<AscendTensor> {
-        spec.validate(&shapes::incre::<Ascend>(&inputs))?;
+        spec.validate(&burn_ascend_ops::incre::shapes::<Ascend>(&inputs))?;
         if spec.post_quant.is_some() {
             return Err(AttnError::Unsupported(
                 "int8 attentionOut (quantScale2) on the Burn API: use the host path \

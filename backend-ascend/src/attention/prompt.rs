@@ -10,7 +10,6 @@
 //! aclnn call out; the op-replay CLI's `--device sim|npu` calls it too.
 
 use burn_ascend_cann::acl::{aclnn, Result as AclResult, Runtime, Tensor};
-use burn_ascend_ops::common::shapes;
 use burn_ascend_ops::error::{AttnError, Result};
 use burn_ascend_ops::prompt::ndarray::cpu_prompt_fwd;
 use burn_ascend_ops::prompt::{composite, PromptBackend, PromptInputs, PromptMaskKind, PromptSpec};
@@ -35,7 +34,7 @@ const OP: &str = "prompt_fwd";
 
 impl PromptBackend for Ascend {
     fn prompt_fwd(inputs: PromptInputs<AscendTensor>, spec: &PromptSpec) -> Result<AscendTensor> {
-        let dims = spec.validate(&shapes::prompt(&inputs))?;
+        let dims = spec.validate(&burn_ascend_ops::prompt::shapes(&inputs))?;
         if spec.post_quant.is_some() {
             return Err(AttnError::Unsupported(
             "int8 attentionOut (quantScale2) on the Burn API: Burn float tensors cannot hold it; \

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use burn_ascend_cann::acl::{
     aclnn, AclError, DataType, IntArray, Result as AclResult, Runtime, Tensor, TensorDesc,
 };
-use burn_ascend_ops::common::shapes;
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::scatter::ndarray::cpu_scatter_kv;
 use burn_ascend_ops::scatter::{
@@ -95,7 +94,7 @@ impl ScatterBackend for Ascend {
         inputs: ScatterInputs<AscendTensor>,
         spec: &ScatterSpec,
     ) -> Result<ScatterOutputs<AscendTensor>> {
-        let dims = spec.validate(&shapes::scatter(&inputs))?;
+        let dims = spec.validate(&burn_ascend_ops::scatter::shapes(&inputs))?;
         let mut all = vec![&inputs.key, &inputs.key_cache];
         all.extend(inputs.value.as_ref());
         all.extend(inputs.value_cache.as_ref());

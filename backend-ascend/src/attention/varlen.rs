@@ -21,7 +21,6 @@ use burn_ascend_cann::acl::{
     aclnn, AclError, DataType, IntArray, Result as AclResult, Runtime, Tensor,
 };
 use burn_ascend_contract::varlen::{compressed_mask, VARLEN_LAYOUT};
-use burn_ascend_ops::common::shapes;
 use burn_ascend_ops::error::Result;
 use burn_ascend_ops::varlen::composite::{dpse_factor_of, dsink_from_stats, varlen_dpse};
 use burn_ascend_ops::varlen::ndarray::{cpu_varlen_bwd, cpu_varlen_fwd};
@@ -101,7 +100,7 @@ impl VarlenBackend for Ascend {
         inputs: VarlenInputs<AscendTensor>,
         spec: &VarlenSpec,
     ) -> Result<VarlenOutputs<AscendTensor>> {
-        let dims = spec.validate_fwd(&shapes::varlen(&inputs))?;
+        let dims = spec.validate_fwd(&burn_ascend_ops::varlen::shapes(&inputs))?;
         let device = same_device(FWD, &inputs.all())?;
         let slopes = on_device(&inputs.alibi_slopes, slopes_f32);
         let drop = on_device(&inputs.drop_mask, drop_mask_u8);
@@ -148,8 +147,8 @@ impl VarlenBackend for Ascend {
         spec: &VarlenSpec,
     ) -> Result<VarlenGrads<AscendTensor>> {
         let dims = spec.validate_bwd(
-            &shapes::varlen(&inputs.inputs),
-            &shapes::varlen_bwd(&inputs),
+            &burn_ascend_ops::varlen::shapes(&inputs.inputs),
+            &burn_ascend_ops::varlen::bwd_shapes(&inputs),
         )?;
         let f = &inputs.inputs;
         let mut all = f.all();

@@ -12,7 +12,6 @@ use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata};
 
 use burn_ascend_contract::fia::{FiaDequantIndex, FiaDims, FiaSpec, PfaLayout};
 
-use crate::common::shapes;
 use crate::common::tensor::{bnsd, expand_gqa, paged_rows, unwrap, wrap};
 use crate::error::Result;
 use crate::fia::{FiaInputs, FiaOutputs};
@@ -117,7 +116,7 @@ pub fn fia_fwd<B: Backend>(
     inputs: FiaInputs<FloatTensor<B>>,
     spec: &FiaSpec,
 ) -> Result<FiaOutputs<FloatTensor<B>>> {
-    let dims = spec.validate(&shapes::fia::<B>(&inputs))?;
+    let dims = spec.validate(&crate::fia::shapes::<B>(&inputs))?;
     let device = B::float_device(&inputs.query);
     let (n, nkv, d, dv, qs) = (
         dims.num_heads,

@@ -8,6 +8,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorMetadata;
 
 use crate::error::Result;
 
@@ -53,4 +54,10 @@ impl<B: FiaBackend, C: CheckpointStrategy> FiaBackend for Autodiff<B, C> {
         let c = <Self as AutodiffBackend>::from_inner;
         Ok(B::fia_fwd(inputs.map(i), spec)?.map(c))
     }
+}
+
+/// Fused inference attention's tensors. int8 KV travels as float tensors holding the int8
+/// values, so `kv_int8` is "an antiquant is given".
+pub fn shapes<B: Backend>(i: &FiaInputs<FloatTensor<B>>) -> FiaShapes {
+    i.shapes(|t: &FloatTensor<B>| t.shape().to_vec(), i.quantised())
 }

@@ -9,7 +9,6 @@ use burn_ascend_kernels::cpu;
 
 use super::{FiaBackend, FiaInputs, FiaOutputs, FiaSpec};
 use crate::common::ndarray::ndarray_on_host;
-use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, to_vec};
 
@@ -26,7 +25,7 @@ pub fn cpu_fia_fwd<B: Backend>(
     inputs: FiaInputs<FloatTensor<B>>,
     spec: &FiaSpec,
 ) -> Result<FiaOutputs<FloatTensor<B>>> {
-    let dims = spec.validate(&shapes::fia::<B>(&inputs))?;
+    let dims = spec.validate(&crate::fia::shapes::<B>(&inputs))?;
     let device = B::float_device(&inputs.query);
     // Every tensor's host values (the mask's 0/1 floats as bytes, non-zero = masked).
     let x = inputs.map(to_vec::<B>);

@@ -8,7 +8,6 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::Tensor;
 
 use super::{IncreBackend, IncreInputs, IncreKv, IncreSpec};
-use crate::common::shapes;
 use crate::common::tensor::{unwrap as prim, wrap as tensor};
 use crate::error::Result;
 
@@ -74,7 +73,7 @@ pub fn incre_flash_attention_with<B: IncreBackend, const D: usize>(
     spec: &IncreSpec,
 ) -> Result<Tensor<B, D>> {
     if spec.kv_padding_size.is_some() {
-        let dims = spec.validate(&shapes::incre::<B>(&inputs))?;
+        let dims = spec.validate(&crate::incre::shapes::<B>(&inputs))?;
         spec.check_left_padding_applies(&dims)?;
     }
     Ok(tensor(B::incre_fwd(inputs, spec)?))

@@ -9,7 +9,6 @@ use burn::tensor::{Tensor, TensorMetadata};
 
 use burn_ascend_contract::incre::{IfaLayout, IFA_MASKED_SCORE};
 
-use crate::common::shapes;
 use crate::common::tensor::{expand_gqa, paged_rows, unwrap, wrap};
 use crate::error::{AttnError, Result};
 use crate::incre::{IncreDims, IncreInputs, IncreKv, IncreSpec, KvDims};
@@ -77,7 +76,7 @@ pub fn incre_fwd<B: Backend>(
     inputs: IncreInputs<FloatTensor<B>>,
     spec: &IncreSpec,
 ) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&shapes::incre::<B>(&inputs))?;
+    let dims = spec.validate(&crate::incre::shapes::<B>(&inputs))?;
     if spec.post_quant.is_some() {
         return Err(AttnError::Unsupported(
             "int8 attentionOut (quantScale2) on the Burn API: Burn float tensors cannot hold it; \

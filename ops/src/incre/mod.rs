@@ -8,6 +8,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorMetadata;
 
 use crate::error::Result;
 
@@ -40,4 +41,13 @@ impl<B: IncreBackend, C: CheckpointStrategy> IncreBackend for Autodiff<B, C> {
         let out = B::incre_fwd(inputs.map(i), spec)?;
         Ok(<Self as AutodiffBackend>::from_inner(out))
     }
+}
+
+/// Incremental attention's tensors. In the Burn API int8 KV travels as float tensors holding
+/// the int8 values, so `kv_int8` is "antiquantScale is given".
+pub fn shapes<B: Backend>(i: &IncreInputs<FloatTensor<B>>) -> IncreShapes {
+    i.shapes(
+        |t: &FloatTensor<B>| t.shape().to_vec(),
+        i.antiquant_scale.is_some(),
+    )
 }

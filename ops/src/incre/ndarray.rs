@@ -10,7 +10,6 @@ use burn_ascend_kernels::cpu;
 
 use super::{IncreBackend, IncreInputs, IncreKv, IncreSpec, KvDims};
 use crate::common::ndarray::ndarray_on_host;
-use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, host_f32, to_vec};
 
@@ -27,7 +26,7 @@ pub fn cpu_incre_fwd<B: Backend>(
     inputs: IncreInputs<FloatTensor<B>>,
     spec: &IncreSpec,
 ) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&shapes::incre::<B>(&inputs))?;
+    let dims = spec.validate(&crate::incre::shapes::<B>(&inputs))?;
     if spec.post_quant.is_some() {
         return Err(crate::error::AttnError::Unsupported(
             "int8 attentionOut (quantScale2) on the Burn API: use the host path (burn-ascend run incre)"

@@ -9,7 +9,6 @@ use burn::tensor::{Bool, Tensor, TensorData, TensorMetadata};
 
 use burn_ascend_contract::prompt::PfaLayout;
 
-use crate::common::shapes;
 use crate::common::tensor::{bnsd, expand_gqa, unwrap, wrap};
 use crate::error::{AttnError, Result};
 use crate::prompt::{PromptDims, PromptInputs, PromptSpec};
@@ -105,7 +104,7 @@ pub fn prompt_fwd<B: Backend>(
     inputs: PromptInputs<FloatTensor<B>>,
     spec: &PromptSpec,
 ) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&shapes::prompt(&inputs))?;
+    let dims = spec.validate(&crate::prompt::shapes(&inputs))?;
     unsupported_on_burn(spec)?;
     let device = B::float_device(&inputs.query);
     let (n, nkv, dv) = (dims.num_heads, dims.kv_heads, dims.head_dim_v);

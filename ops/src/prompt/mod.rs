@@ -8,6 +8,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorMetadata;
 
 use crate::error::Result;
 
@@ -41,5 +42,16 @@ impl<B: PromptBackend, C: CheckpointStrategy> PromptBackend for Autodiff<B, C> {
         let i = <Self as AutodiffBackend>::inner;
         let out = B::prompt_fwd(inputs.map(i), spec)?;
         Ok(<Self as AutodiffBackend>::from_inner(out))
+    }
+}
+
+/// Prompt attention's tensors.
+pub fn shapes<T: TensorMetadata>(i: &PromptInputs<T>) -> PromptShapes {
+    PromptShapes {
+        query: i.query.shape().to_vec(),
+        key: i.key.shape().to_vec(),
+        value: i.value.shape().to_vec(),
+        atten_mask: i.atten_mask.as_ref().map(|t| t.shape().to_vec()),
+        pse_shift: i.pse_shift.as_ref().map(|t| t.shape().to_vec()),
     }
 }

@@ -17,7 +17,6 @@ use super::{PfaLayout, PromptMaskKind};
 
 use super::{composite, PromptBackend, PromptInputs, PromptSpec};
 use crate::common::ndarray::ndarray_on_host;
-use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, to_vec};
 
@@ -33,7 +32,7 @@ pub fn cpu_prompt_fwd<B: Backend>(
     inputs: PromptInputs<FloatTensor<B>>,
     spec: &PromptSpec,
 ) -> Result<FloatTensor<B>> {
-    let dims = spec.validate(&shapes::prompt(&inputs))?;
+    let dims = spec.validate(&crate::prompt::shapes(&inputs))?;
     composite::unsupported_on_burn(spec)?;
     let device = B::float_device(&inputs.query);
     if let Some(out) = causal_prefill::<B>(&inputs, spec) {

@@ -12,7 +12,6 @@ use burn_ascend_contract::scatter::{
 use burn_ascend_kernels::cpu::scatter::scatter_pa_kv_cache;
 use burn_ascend_kernels::reference::scatter::{scatter_pa_kv_cache_compressed, RefElem};
 
-use crate::common::shapes;
 use crate::common::tensor::{unwrap, wrap};
 use crate::error::{AttnError, Result};
 use crate::scatter::{ScatterDims, ScatterInputs, ScatterOutputs, ScatterShapes, ScatterSpec};
@@ -90,7 +89,7 @@ pub fn scatter_kv<B: Backend>(
     inputs: ScatterInputs<FloatTensor<B>>,
     spec: &ScatterSpec,
 ) -> Result<ScatterOutputs<FloatTensor<B>>> {
-    let dims = spec.validate(&shapes::scatter(&inputs))?;
+    let dims = spec.validate(&crate::scatter::shapes(&inputs))?;
     let key_cache = scatter_one::<B>(spec, &dims, 0, inputs.key, inputs.key_cache);
     let value_cache = match (inputs.value, inputs.value_cache) {
         (Some(v), Some(vc)) if dims.has_value => Some(scatter_one::<B>(spec, &dims, 1, v, vc)),

@@ -7,8 +7,10 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::Autodiff;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorMetadata;
 
 use crate::error::Result;
+use crate::host::acl_dtype;
 
 pub mod api;
 pub mod composite;
@@ -40,5 +42,22 @@ impl<B: ScatterBackend, C: CheckpointStrategy> ScatterBackend for Autodiff<B, C>
         let i = <Self as AutodiffBackend>::inner;
         let c = <Self as AutodiffBackend>::from_inner;
         Ok(B::scatter_kv(inputs.map(i), spec)?.map(c))
+    }
+}
+
+/// The cache scatter's tensors, with their dtypes.
+pub fn shapes<T: TensorMetadata>(i: &ScatterInputs<T>) -> ScatterShapes {
+    let d = |t: &T| t.shape().to_vec();
+    ScatterShapes {
+        key: d(&i.key),
+        value: i.value.as_ref().map(d),
+        key_cache: d(&i.key_cache),
+        value_cache: i.value_cache.as_ref().map(d),
+        dtypes: [
+            acl_dtype(i.key.dtype()),
+            i.value.as_ref().and_then(|t| acl_dtype(t.dtype())),
+            acl_dtype(i.key_cache.dtype()),
+            i.value_cache.as_ref().and_then(|t| acl_dtype(t.dtype())),
+        ],
     }
 }

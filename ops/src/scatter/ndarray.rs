@@ -8,7 +8,6 @@ use burn_ascend_contract::DataType;
 
 use super::{composite, scatter_host, ScatterBackend, ScatterInputs, ScatterOutputs, ScatterSpec};
 use crate::common::ndarray::ndarray_on_host;
-use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, take_vec, to_vec};
 
@@ -25,7 +24,7 @@ pub fn cpu_scatter_kv<B: Backend>(
     inputs: ScatterInputs<FloatTensor<B>>,
     spec: &ScatterSpec,
 ) -> Result<ScatterOutputs<FloatTensor<B>>> {
-    let call = shapes::scatter(&inputs);
+    let call = crate::scatter::shapes(&inputs);
     let dims = spec.validate(&call)?;
     if call.dtypes.iter().flatten().any(|&d| d != DataType::Float) {
         return composite::scatter_kv::<B>(inputs, spec);

@@ -11,7 +11,6 @@ use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorData};
 
 use burn_ascend_contract::varlen::{alibi_compressed_index, PseType, SoftmaxLayout, VarlenProblem};
 
-use crate::common::shapes;
 use crate::common::tensor::{unwrap, wrap};
 use crate::error::Result;
 use crate::varlen::{VarlenGradInputs, VarlenGrads, VarlenInputs, VarlenOutputs, VarlenSpec};
@@ -292,7 +291,7 @@ pub fn varlen_fwd<B: Backend>(
     inputs: VarlenInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenOutputs<FloatTensor<B>>> {
-    let dims_ = spec.validate_fwd(&shapes::varlen(&inputs))?;
+    let dims_ = spec.validate_fwd(&crate::varlen::shapes(&inputs))?;
     let p = spec.problem(dims_, None);
     let (n, dv, g) = (p.dims.head_num, p.dims.value_dim, p.dims.group());
     let (q, k, v): (T3<B>, T3<B>, T3<B>) =
@@ -455,7 +454,10 @@ fn bwd_problem<'s, T: TensorMetadata>(
     inputs: &VarlenGradInputs<T>,
     spec: &'s VarlenSpec,
 ) -> Result<VarlenProblem<'s>> {
-    let dims = spec.validate_bwd(&shapes::varlen(&inputs.inputs), &shapes::varlen_bwd(inputs))?;
+    let dims = spec.validate_bwd(
+        &crate::varlen::shapes(&inputs.inputs),
+        &crate::varlen::bwd_shapes(inputs),
+    )?;
     Ok(spec.problem(dims, None))
 }
 

@@ -7,6 +7,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
+use burn::tensor::TensorMetadata;
 
 use crate::error::Result;
 
@@ -49,4 +50,30 @@ pub fn grad_shapes(dims: &VarlenDims) -> [[usize; 3]; 3] {
     let (tq, tkv) = (dims.t_q(), dims.t_kv());
     let (n, nkv, d) = (dims.head_num, dims.kv_head_num, dims.head_dim);
     [[tq, n, d], [tkv, nkv, d], [tkv, nkv, dims.value_dim]]
+}
+
+/// The varlen forward's inputs.
+pub fn shapes<T: TensorMetadata>(i: &VarlenInputs<T>) -> VarlenShapes {
+    let dims3 = |t: &T| t.shape().dims::<3>();
+    VarlenShapes {
+        query: dims3(&i.query),
+        key: dims3(&i.key),
+        value: dims3(&i.value),
+        sink: i.sink.as_ref().map(|s| s.shape().dims::<1>()[0]),
+        pse: i.pse.as_ref().map(|p| p.shape().to_vec()),
+        atten_mask: i.atten_mask.as_ref().map(|m| m.shape().to_vec()),
+        alibi_slopes: i.alibi_slopes.as_ref().map(|s| s.shape().to_vec()),
+        drop_mask: i.drop_mask.as_ref().map(|m| m.shape().to_vec()),
+    }
+}
+
+/// The varlen backward's extra inputs (the forward's are [`shapes`] of `i.inputs`).
+pub fn bwd_shapes<T: TensorMetadata>(i: &VarlenGradInputs<T>) -> VarlenBwdShapes {
+    let dims3 = |t: &T| t.shape().dims::<3>();
+    VarlenBwdShapes {
+        dy: dims3(&i.dy),
+        attention_in: dims3(&i.attention_in),
+        softmax_max: dims3(&i.softmax_max),
+        softmax_sum: dims3(&i.softmax_sum),
+    }
 }

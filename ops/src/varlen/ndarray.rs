@@ -14,7 +14,6 @@ use super::{
     VarlenSpec,
 };
 use crate::common::ndarray::ndarray_on_host;
-use crate::common::shapes;
 use crate::error::Result;
 use crate::host::{from_vec, host_f32, to_vec};
 
@@ -113,7 +112,7 @@ pub fn cpu_varlen_fwd<B: Backend>(
     inputs: VarlenInputs<FloatTensor<B>>,
     spec: &VarlenSpec,
 ) -> Result<VarlenOutputs<FloatTensor<B>>> {
-    let dims = spec.validate_fwd(&shapes::varlen(&inputs))?;
+    let dims = spec.validate_fwd(&crate::varlen::shapes(&inputs))?;
     let device = B::float_device(&inputs.query);
     let sink = inputs.sink.map(to_vec::<B>);
     // The host kernels read a pse tensor from host memory (NdArray's own, or the fallback's).
@@ -146,8 +145,8 @@ pub fn cpu_varlen_bwd<B: Backend>(
     spec: &VarlenSpec,
 ) -> Result<VarlenGrads<FloatTensor<B>>> {
     let dims = spec.validate_bwd(
-        &shapes::varlen(&inputs.inputs),
-        &shapes::varlen_bwd(&inputs),
+        &crate::varlen::shapes(&inputs.inputs),
+        &crate::varlen::bwd_shapes(&inputs),
     )?;
     let device = B::float_device(&inputs.dy);
     let fwd = inputs.inputs;
