@@ -7,7 +7,7 @@
 //! parallelise over independent tiles with rayon, and a single-threaded product is
 //! deterministic. [`par_matmul`] (the linear layers) runs one product on all threads: a
 //! decode step's matrix-vector products on the awake helpers of `team`, a prompt's
-//! column bands and a training batch's row blocks on rayon.
+//! column parts and a training batch's row blocks on rayon.
 
 use super::team;
 use super::tile::{vectorized, SimdKernel};
@@ -154,7 +154,7 @@ fn check_operands(lhs: Mat<'_>, rhs: Mat<'_>) {
 /// ([`par_matmul`]); larger ones through `gemm` ([`many_rows`]).
 const FEW_ROWS: usize = 16;
 
-/// A row-major destination shared by the column bands of [`par_matmul`], each writing only
+/// A row-major destination shared by the column parts of [`par_matmul`], each writing only
 /// its own columns.
 #[derive(Clone, Copy)]
 struct SharedDst {
@@ -170,12 +170,12 @@ impl SharedDst {
     }
 }
 
-// SAFETY: `SharedDst` is only a pointer and a length; the bands / blocks that receive copies
+// SAFETY: `SharedDst` is only a pointer and a length; the parts / blocks that receive copies
 // write disjoint columns / rows of the buffer it points to (see `banded`, `row_blocks`), which
 // outlives them.
 unsafe impl Send for SharedDst {}
 // SAFETY: as for `Send`: the only access through a shared `SharedDst` is the disjoint column
-// writes of `banded`'s bands and the disjoint row writes of `row_blocks`' blocks.
+// writes of `banded`'s parts and the disjoint row writes of `row_blocks`' blocks.
 unsafe impl Sync for SharedDst {}
 
 /// `dst = lhs · rhs` (`dst` row-major `lhs.rows × rhs.cols`, leading dimension `rhs.cols`), on
@@ -188,7 +188,7 @@ unsafe impl Sync for SharedDst {}
 /// weight `[in, out]`) in [`K_CHUNKS`] chunks of whole rows whose partial products are added
 /// in chunk order ([`few_rows_row_major`]), a transposed one (a weight `[out, in]`: the tied
 /// head) as one dot product per output over its contiguous row ([`few_rows_transposed`]). A
-/// larger product is single-threaded `gemm` calls on column bands ([`banded`], a prompt) or
+/// larger product is single-threaded `gemm` calls on column parts ([`banded`], a prompt) or
 /// row blocks ([`row_blocks`], a training batch). Either way every element is one sum in an
 /// order that depends on the shape only (the chunks and `gemm`'s blocking do not depend on the
 /// thread count), so results are identical run to run and for any number of threads.
@@ -318,37 +318,41 @@ pub fn par_matmul_new_gemm(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
     // reads or writes during the call; the operands are in-bounds views (checked above) with
     // `lhs.cols == rhs.rows`.
     unsafe { many_rows(shared, lhs, rhs) };
-    // SAFETY: `many_rows` wrote all `len` elements (the bands of `banded` cover every column
+    // SAFETY: `many_rows` wrote all `len` elements (the parts of `banded` cover every column
     // of every row, the blocks of `row_blocks` every row), so the first `len` elements are
     // initialised `f32`s, and `len` is the capacity reserved.
     unsafe { out.set_len(len) };
     out
 }
 
-/// Products of at most this many rows (a prompt's prefill) run as [`banded`] column bands;
+/// Products of at most this many rows (a prompt's prefill) run as [`banded`] column parts;
 /// larger ones (a training batch) as [`row_blocks`].
 const BANDED_ROWS: usize = 256;
 
-/// Columns per band of [`banded`]: the width of `gemm`'s widest AVX-512 micro-kernel (64 rows
-/// of its transposed problem), so no band runs a narrower, slower one (a GQA key projection's
-/// three bands share out over two threads unevenly, a small product). Measured
-/// on a prompt's products (72 rows, 2 threads, the 30 layers' 210 products): 218 GFLOP/s
-/// against 206–211 at 96 columns, 203–209 at 128 and 194–198 at 192; column bands ran
-/// 215–245 GFLOP/s where `gemm`'s own threads gave 110–210 (they split so few rows poorly,
-/// and row blocks would leave few rows per call).
-const BAND_COLS: usize = 64;
+/// Column granularity of [`banded`]'s parts: a part's first column is a multiple of it, so
+/// every part runs `gemm`'s full-width micro-kernels on all but the product's last columns.
+const PART_ALIGN: usize = 16;
 
-/// `dst = lhs · rhs` as column bands of [`BAND_COLS`], each one single-threaded `gemm` call
-/// writing its own columns of `dst`, the bands spread over the rayon pool. Not on
-/// [`super::team`]'s helpers: a prompt's products gained 5 % on them, but the weight
-/// gradients of a small model's training step (its hidden size within [`BANDED_ROWS`]) lost
-/// more — the default `finetune` example ran 1.05–1.10 × as long.
+/// `dst = lhs · rhs` as one column part per rayon thread (widths in multiples of
+/// [`PART_ALIGN`], as even as that allows), each one single-threaded `gemm` call writing its own
+/// columns of `dst`. One call per thread, not many narrow bands: bands of 64 columns dealt over
+/// the pool ran a prompt's products (72 rows, 2 threads, the 30 layers' 210 products) 9 % slower
+/// in paired runs, 22–27 % slower beside another busy process, and bands of 96 / 128 / 192
+/// columns left a thread idle at the end (a product of 576 columns in three bands). `gemm` cuts
+/// the inner dimension by its length and the cache sizes only, so each element is the same sum
+/// whatever part holds it: the thread count changes no bit. Not on [`super::team`]'s helpers: a
+/// prompt's products gained 5 % on them, but the weight gradients of a small model's training
+/// step (its hidden size within [`BANDED_ROWS`]) lost more — the default `finetune` example ran
+/// 1.05–1.10 × as long.
 fn banded(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
     use rayon::prelude::*;
     let (m, n) = (lhs.rows, rhs.cols);
-    (0..n.div_ceil(BAND_COLS)).into_par_iter().for_each(|b| {
-        let c0 = b * BAND_COLS;
-        let w = BAND_COLS.min(n - c0);
+    let units = n.div_ceil(PART_ALIGN);
+    let parts = rayon::current_num_threads().clamp(1, units);
+    let width = units.div_ceil(parts) * PART_ALIGN;
+    (0..n.div_ceil(width)).into_par_iter().for_each(|b| {
+        let c0 = b * width;
+        let w = width.min(n - c0);
         let rhs = Mat {
             data: &rhs.data[c0 * rhs.cs..],
             cols: w,
@@ -356,12 +360,12 @@ fn banded(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
         };
         debug_assert!(rhs.in_bounds());
         debug_assert!((m - 1) * n + c0 + w <= dst.len);
-        // SAFETY: band `b` writes `dst[r·n + c]` for r < m and c0 <= c < c0 + w only (leading
-        // dimension n, first element at offset c0); the bands' column ranges are disjoint and
+        // SAFETY: part `b` writes `dst[r·n + c]` for r < m and c0 <= c < c0 + w only (leading
+        // dimension n, first element at offset c0); the parts' column ranges are disjoint and
         // `(m − 1)·n + c0 + w <= m·n = dst.len`, the length of the live `&mut` borrow the
         // caller took the pointer from, which outlives this parallel loop, so no two threads
         // touch one element and nothing else reads it meanwhile. The operands are in-bounds
-        // views (checked by the caller; a band narrows only the columns of `rhs`, and its
+        // views (checked by the caller; a part narrows only the columns of `rhs`, and its
         // first element `c0·cs` lies inside `rhs.data` as `c0 < n`).
         unsafe { product(dst.at(c0), n, lhs, rhs, false, 1.0, 1) };
     });

@@ -179,9 +179,19 @@ mod tests {
 
     #[test]
     fn results_do_not_depend_on_the_thread_count() {
-        // Few rows (matrix-vector loops), a prompt's (column bands) and a batch's (row
-        // blocks: one on 1 thread, three on 3).
-        for &(m, k, n) in &[(3, 96, 700), (40, 300, 200), (520, 300, 72)] {
+        // Few rows (matrix-vector loops), a prompt's (column parts: one on 1 thread, one per
+        // thread on more, widths in steps of 16 columns, a last part narrower) and a batch's
+        // (row blocks: one on 1 thread, three on 3); the prompt shapes of a 135 M model's
+        // projections among them.
+        let shapes = [
+            (3, 96, 700),
+            (40, 300, 200),
+            (72, 576, 192),
+            (72, 576, 1536),
+            (72, 1536, 576),
+            (520, 300, 72),
+        ];
+        for &(m, k, n) in &shapes {
             let x = values(m * k, 7);
             let w = values(k * n, 8);
             let run = |threads| {
@@ -197,7 +207,10 @@ mod tests {
                         )
                     })
             };
-            assert_eq!(run(1), run(3), "{m}x{k}x{n}");
+            let one = run(1);
+            for threads in [2, 3, 4, 7] {
+                assert_eq!(one, run(threads), "{m}x{k}x{n} on {threads} threads");
+            }
         }
     }
 }
