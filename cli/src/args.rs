@@ -33,7 +33,7 @@ pub enum Command {
     /// Tensors are named after the aclnn parameters without the `Optional` suffix; attributes
     /// are strings in the safetensors `__metadata__` under their aclnn names. Missing
     /// attributes take the docs' defaults.
-    #[command(after_help = RUN_HELP)]
+    #[command(after_help = run_help())]
     Run(RunArgs),
     /// Throughput of the fast CPU kernels.
     ///
@@ -95,9 +95,13 @@ pub struct PlanArgs {
     pub measure: bool,
 }
 
-/// What `run --help` adds after the flags: the names the bundle's tensors and attributes take.
-const RUN_HELP: &str = "\
-ops: varlen-fwd, varlen-bwd, prompt, incre, fia, scatter
+/// What `run --help` adds after the flags: the ops (from the op table) and the names the
+/// bundle's tensors and attributes take.
+fn run_help() -> String {
+    format!(
+        "\
+ops (each's own inputs → its outputs):
+{}
 devices: reference (f64 CPU reference), cpu (fast CPU kernels, default), sim (the aclnn
 dispatch against a host simulation of the ACL ABI, not CANN), npu (CANN's aclnn, loaded at
 run time from $ASCEND_TOOLKIT_HOME / $ASCEND_HOME_PATH / /usr/local/Ascend/ascend-toolkit/latest;
@@ -105,13 +109,14 @@ device $ASCEND_DEVICE_ID or 0)
 inputs are named after the aclnn parameters (query, key, value, sink, attenMask, pseShift,
 actualSeqLengths, actualSeqLengthsKv, blocktable, kvPaddingSize, antiquantScale,
 antiquantOffset, quantScale2, quantOffset2, keyCache, valueCache, slotMapping, compressLens,
-compressSeqOffset, seqLens, ...; incre's tensor-list form: key.0, key.1, ..., value.0, ...; fia: blockTable,
-queryPaddingSize, keyAntiquantScale, valueAntiquantScale, learnableSink, ...);
+compressSeqOffset, seqLens, ...);
 attributes are strings in the safetensors __metadata__ (numHeads, scaleValue, preTokens,
 nextTokens, inputLayout, numKeyValueHeads, sparseMode, innerPrecise, blockSize, cacheMode,
 scatterMode, strides, offsets, keepProb, softmaxLseFlag (true/false), ...)
-outputs: attentionOut (prompt, incre, fia), softmaxLse (fia with softmaxLseFlag), keyCache and valueCache (scatter)
-exit status: 0 done, 1 files, 2 refused input or command line, 3 device unavailable";
+exit status: 0 done, 1 files, 2 refused input or command line, 3 device unavailable",
+        crate::replay::ops_help()
+    )
+}
 
 /// What `selftest --help` adds after the flags.
 const SELFTEST_HELP: &str = "\
@@ -125,7 +130,7 @@ selftest-report); exit 0 only when every case passes, 4 when one fails, 3 withou
 /// `burn-ascend run <op> <in> <out> [--device d]`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The op: varlen-fwd, varlen-bwd, prompt, incre, fia or scatter.
+    /// The op: one of `run --help`'s list.
     // A string, not a value enum: the input is read first, so a missing file is an io error
     // (exit 1) whatever the op; an unknown op is then refused by `run_op` (exit 2).
     pub op: String,

@@ -11,27 +11,44 @@ use crate::{CliError, Device};
 /// An op's replay: the bundle on a device to the op's outputs.
 pub type Replay = fn(&Bundle, Device) -> Result<Bundle, CliError>;
 
-/// One row of the op table: the op's name on the command line, the names it reads and its
-/// replay.
+/// One row of the op table: the op's name on the command line, the names it reads, its line
+/// of `run --help` and its replay.
 #[derive(Clone, Copy)]
 pub struct ReplayOp {
     /// The name `run` takes (`varlen-fwd`, …).
     pub name: &'static str,
     /// The tensor and attribute names the op reads.
     pub names: OpNames,
+    /// What `run --help` says of the op: the inputs of its own beyond the common aclnn names,
+    /// and the outputs it writes.
+    pub help: &'static str,
     /// The op on a bundle.
     pub replay: Replay,
 }
 
 impl ReplayOp {
     /// A row of the table.
-    pub const fn new(name: &'static str, names: OpNames, replay: Replay) -> Self {
+    pub const fn new(
+        name: &'static str,
+        names: OpNames,
+        help: &'static str,
+        replay: Replay,
+    ) -> Self {
         Self {
             name,
             names,
+            help,
             replay,
         }
     }
+}
+
+/// `run --help`'s list of the ops, one line each from the table: the op's name and its help.
+pub fn ops_help() -> String {
+    OPS.iter()
+        .map(|row| format!("  {}: {}", row.name, row.help))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Runs one op on a bundle of named tensors.
@@ -66,4 +83,24 @@ pub fn run_files(op: &str, input: &Path, output: &Path, device: Device) -> Resul
     let bundle = Bundle::read(input)?;
     let out = run_op(op, &bundle, device)?;
     out.write(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_help_gives_every_op_of_the_table_a_line_with_its_outputs() {
+        let help = ops_help();
+        let lines: Vec<&str> = help.lines().collect();
+        assert_eq!(lines.len(), OPS.len());
+        for (line, row) in lines.iter().zip(OPS) {
+            assert!(line.starts_with(&format!("  {}: ", row.name)), "{line}");
+            assert!(
+                line.contains(" → "),
+                "{} names no outputs: {line}",
+                row.name
+            );
+        }
+    }
 }

@@ -48,20 +48,42 @@ pub mod moe_gating {
 
 use crate::replay::ReplayOp;
 
-/// The ops `run` knows, in the order its "unknown op" error lists them.
+/// The ops `run` knows, in the order its "unknown op" error and `run --help` list them.
 pub const OPS: &[ReplayOp] = &[
     ReplayOp::new(
         "varlen-fwd",
         varlen::replay::FWD_NAMES,
+        varlen::replay::FWD_HELP,
         varlen::replay::forward,
     ),
     ReplayOp::new(
         "varlen-bwd",
         varlen::replay::BWD_NAMES,
+        varlen::replay::BWD_HELP,
         varlen::replay::backward,
     ),
-    ReplayOp::new("prompt", prompt::replay::NAMES, prompt::replay::prompt),
-    ReplayOp::new("incre", incre::replay::NAMES, incre::replay::incre),
-    ReplayOp::new("fia", fia::replay::NAMES, fia::replay::fia),
-    ReplayOp::new("scatter", scatter::replay::NAMES, scatter::replay::scatter),
+    ReplayOp::new(
+        "prompt",
+        prompt::replay::NAMES,
+        prompt::replay::HELP,
+        prompt::replay::prompt,
+    ),
+    ReplayOp::new(
+        "incre",
+        incre::replay::NAMES,
+        incre::replay::HELP,
+        incre::replay::incre,
+    ),
+    ReplayOp::new(
+        "fia",
+        fia::replay::NAMES,
+        fia::replay::HELP,
+        fia::replay::fia,
+    ),
+    ReplayOp::new(
+        "scatter",
+        scatter::replay::NAMES,
+        scatter::replay::HELP,
+        scatter::replay::scatter,
+    ),
 ];

@@ -87,6 +87,10 @@ pub const NAMES: OpNames = OpNames {
     ],
 };
 
+/// This op's line of `run --help` (what it reads of its own, what it writes).
+pub const HELP: &str =
+    "fused inference attention (blockTable, queryPaddingSize, keyAntiquantScale, valueAntiquantScale, learnableSink, ...) → attentionOut, softmaxLse (with softmaxLseFlag true)";
+
 fn one_i64(b: &Bundle, name: &'static str) -> Result<Option<i64>, AttnError> {
     match b.opt_i64(name)? {
         None => Ok(None),

@@ -40,6 +40,10 @@ pub const NAMES: OpNames = OpNames {
     attributes: &ATTRS,
 };
 
+/// This op's line of `run --help` (what it reads of its own, what it writes).
+pub const HELP: &str =
+    "incremental attention, KV also in tensor-list form (key.0, key.1, ..., value.0, ...) → attentionOut";
+
 const TENSORS: [&str; 15] = concat(
     PROMPT_INCRE_TENSORS,
     [

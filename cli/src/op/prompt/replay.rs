@@ -39,6 +39,9 @@ pub const NAMES: OpNames = OpNames {
     attributes: &ATTRS,
 };
 
+/// This op's line of `run --help` (what it reads of its own, what it writes).
+pub const HELP: &str = "prompt attention → attentionOut";
+
 const TENSORS: [&str; 12] = concat(
     PROMPT_INCRE_TENSORS,
     [

@@ -43,6 +43,9 @@ pub const NAMES: OpNames = OpNames {
     attributes: &["cacheMode", "scatterMode", "strides", "offsets"],
 };
 
+/// This op's line of `run --help` (what it reads of its own, what it writes).
+pub const HELP: &str = "the paged KV cache scatter → keyCache, valueCache";
+
 /// A cache element that travels as little-endian bytes: the floats as every op's bundle holds
 /// them ([`WireFloat`]), and int8 (a quantised cache).
 trait Wire: RefElem + Copy {

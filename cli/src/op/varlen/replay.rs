@@ -73,12 +73,19 @@ pub const FWD_NAMES: OpNames = OpNames {
     attributes: &VARLEN_FWD_ATTRS,
 };
 
+/// This op's line of `run --help` (what it reads of its own, what it writes).
+pub const FWD_HELP: &str = "varlen's forward → attentionOut, softmaxMax, softmaxSum";
+
 /// The names `varlen-bwd` reads.
 pub const BWD_NAMES: OpNames = OpNames {
     tensors: &VARLEN_BWD_TENSORS,
     tensor_lists: &[],
     attributes: &VARLEN_BWD_ATTRS,
 };
+
+/// This op's line of `run --help` (what it reads of its own, what it writes).
+pub const BWD_HELP: &str =
+    "varlen's backward (dy, attentionIn, softmaxMax, softmaxSum, sinkIn too) → dq, dk, dv, dpse (a pse given), dsink (a sink given)";
 
 /// An explicit `attenMask` from the bundle: its bytes (non-zero = masked) and its shape.
 type HostMask = (Vec<u8>, Vec<usize>);
