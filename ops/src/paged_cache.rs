@@ -101,7 +101,6 @@ impl<B: Backend> AttendOptions<B> {
     }
 }
 
-/// The float primitive of a Burn tensor (the carriers' tensor kind).
 /// `t` reshaped through [`crate::host::reshape`]: in place on `NdArray`, whose own reshape
 /// copies (a layer's whole cache per call, or a prompt's gathered KV).
 fn reshaped<B: Backend, const D: usize, const D2: usize>(
@@ -112,6 +111,7 @@ fn reshaped<B: Backend, const D: usize, const D2: usize>(
     Tensor::from_primitive(TensorPrimitive::Float(crate::host::reshape::<B>(p, &shape)))
 }
 
+/// The float primitive of a Burn tensor (the carriers' tensor kind).
 fn prim<B: Backend, const D: usize>(t: Tensor<B, D>) -> burn::tensor::ops::FloatTensor<B> {
     t.into_primitive().tensor()
 }

@@ -3,6 +3,8 @@
 //! activations and gradients that was a quarter of the step's single-threaded time, with the
 //! other cores idle.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 /// Elements below which one thread fills the buffer (a parallel task costs more).
@@ -13,16 +15,9 @@ pub fn filled<T: Copy + Send + Sync>(len: usize, value: T) -> Vec<T> {
     if len < PARALLEL_FILL {
         return vec![value; len];
     }
-    let mut v = Vec::with_capacity(len);
     // Whole chunks per task, each one `fill`: rayon's `repeat_n` collect wrote one element at
     // a time through its producer, at half the speed.
-    v.spare_capacity_mut()[..len]
-        .par_chunks_mut(PARALLEL_FILL)
-        .for_each(|c| c.fill(std::mem::MaybeUninit::new(value)));
-    // SAFETY: the loop above initialised each of the first `len` elements (the chunks cover
-    // `[..len]` of the spare capacity, which `with_capacity(len)` made at least `len` long).
-    unsafe { v.set_len(len) };
-    v
+    initialised(len, |c| c.fill(MaybeUninit::new(value)))
 }
 
 /// `len` f32 zeros, written by all cores when `len` is large: one `memset` per chunk (twice
@@ -31,14 +26,21 @@ pub fn zeros(len: usize) -> Vec<f32> {
     if len < PARALLEL_FILL {
         return vec![0.0; len];
     }
-    let mut v: Vec<f32> = Vec::with_capacity(len);
+    // SAFETY: `c` is an exclusively borrowed chunk of the reserved capacity, so writing
+    // `c.len()` elements' bytes from its start stays inside it; all-zero bytes are 0.0f32.
+    initialised(len, |c| unsafe { c.as_mut_ptr().write_bytes(0, c.len()) })
+}
+
+/// A vector of `len` elements, each chunk of [`PARALLEL_FILL`] initialised by `init` on
+/// rayon's threads. `init` must initialise every element of the chunk it is given.
+fn initialised<T: Send>(len: usize, init: impl Fn(&mut [MaybeUninit<T>]) + Sync) -> Vec<T> {
+    let mut v = Vec::with_capacity(len);
     v.spare_capacity_mut()[..len]
         .par_chunks_mut(PARALLEL_FILL)
-        // SAFETY: `c` is an exclusively borrowed chunk of the reserved capacity, so writing
-        // `c.len()` elements' bytes from its start stays inside it; all-zero bytes are 0.0f32.
-        .for_each(|c| unsafe { c.as_mut_ptr().write_bytes(0, c.len()) });
-    // SAFETY: the loop above wrote each of the first `len` elements (its chunks cover
-    // `[..len]` of the capacity `with_capacity(len)` reserved) as the f32 0.0.
+        .for_each(&init);
+    // SAFETY: the loop above handed every element of `[..len]` of the capacity
+    // `with_capacity(len)` reserved to `init`, which initialises each chunk it is given (both
+    // callers above: a `fill` and a zero `memset` of the whole chunk).
     unsafe { v.set_len(len) };
     v
 }

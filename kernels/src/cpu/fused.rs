@@ -364,37 +364,14 @@ fn rotate_rows(
     transpose: bool,
 ) -> Vec<f32> {
     let d = dims.d;
+    let h = d / 2;
     let mut out = buffer::zeros(v.len());
     if d == 0 {
         return out;
     }
-    // Rows in parallel, a fixed number per task: each row is rotated on its own.
-    const ROWS: usize = 256;
-    out.par_chunks_mut(ROWS * d)
-        .zip(v.par_chunks(ROWS * d))
-        .enumerate()
-        .for_each(|(chunk, (out, v))| {
-            rotate_chunk(v, out, chunk * ROWS, cos, sin, dims, mode, transpose)
-        });
-    out
-}
-
-/// [`rotate_rows`] over the rows of `v` from row `first` on, into `out`.
-#[allow(clippy::too_many_arguments)]
-fn rotate_chunk(
-    v: &[f32],
-    out: &mut [f32],
-    first: usize,
-    cos: &[f32],
-    sin: &[f32],
-    dims: &RotaryDims,
-    mode: RotaryMode,
-    transpose: bool,
-) {
-    let d = dims.d;
-    let h = d / 2;
-    for (i, (row, o)) in v.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
-        let c0 = dims.cos_row(first + i) * d;
+    // Row `r` of `v` into `o`.
+    let rotate = |r: usize, row: &[f32], o: &mut [f32]| {
+        let c0 = dims.cos_row(r) * d;
         let (c, s) = (&cos[c0..c0 + d], &sin[c0..c0 + d]);
         match mode {
             RotaryMode::Half => {
@@ -425,5 +402,16 @@ fn rotate_chunk(
                 }
             }
         }
-    }
+    };
+    // Rows in parallel, a fixed number per task: each row is rotated on its own.
+    const ROWS: usize = 256;
+    out.par_chunks_mut(ROWS * d)
+        .zip(v.par_chunks(ROWS * d))
+        .enumerate()
+        .for_each(|(chunk, (out, v))| {
+            for (i, (row, o)) in v.chunks_exact(d).zip(out.chunks_exact_mut(d)).enumerate() {
+                rotate(chunk * ROWS + i, row, o);
+            }
+        });
+    out
 }

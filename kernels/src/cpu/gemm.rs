@@ -171,11 +171,11 @@ impl SharedDst {
 }
 
 // SAFETY: `SharedDst` is only a pointer and a length; the parts / blocks that receive copies
-// write disjoint columns / rows of the buffer it points to (see `banded`, `row_blocks`), which
-// outlives them.
+// write disjoint columns / rows of the buffer it points to (see `column_parts`,
+// `row_blocks`), which outlives them.
 unsafe impl Send for SharedDst {}
 // SAFETY: as for `Send`: the only access through a shared `SharedDst` is the disjoint column
-// writes of `banded`'s parts and the disjoint row writes of `row_blocks`' blocks.
+// writes of `column_parts`' parts and the disjoint row writes of `row_blocks`' blocks.
 unsafe impl Sync for SharedDst {}
 
 /// `dst = lhs · rhs` (`dst` row-major `lhs.rows × rhs.cols`, leading dimension `rhs.cols`), on
@@ -188,8 +188,8 @@ unsafe impl Sync for SharedDst {}
 /// weight `[in, out]`) in [`K_CHUNKS`] chunks of whole rows whose partial products are added
 /// in chunk order ([`few_rows_row_major`]), a transposed one (a weight `[out, in]`: the tied
 /// head) as one dot product per output over its contiguous row ([`few_rows_transposed`]). A
-/// larger product is single-threaded `gemm` calls on column parts ([`banded`], a prompt) or
-/// row blocks ([`row_blocks`], a training batch). Either way every element is one sum in an
+/// larger product is single-threaded `gemm` calls on column parts ([`column_parts`], a
+/// prompt) or row blocks ([`row_blocks`], a training batch). Either way every element is one sum in an
 /// order that depends on the shape only (the chunks and `gemm`'s blocking do not depend on the
 /// thread count), so results are identical run to run and for any number of threads.
 ///
@@ -223,16 +223,16 @@ pub fn par_matmul(dst: &mut [f32], lhs: Mat<'_>, rhs: Mat<'_>) {
     unsafe { many_rows(shared, lhs, rhs) };
 }
 
-/// `dst = lhs · rhs` for more than [`FEW_ROWS`] rows: [`banded`] for a prompt's rows, [`row_blocks`]
-/// for more. Every element is written, none read.
+/// `dst = lhs · rhs` for more than [`FEW_ROWS`] rows: [`column_parts`] for a prompt's rows,
+/// [`row_blocks`] for more. Every element is written, none read.
 ///
 /// # Safety
 /// `dst` must point at `lhs.rows · rhs.cols` floats (its `len`) valid for writes, with no other
 /// access to them during the call; `lhs` and `rhs` must be in bounds with
 /// `lhs.cols == rhs.rows`.
 unsafe fn many_rows(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
-    if lhs.rows <= BANDED_ROWS {
-        banded(dst, lhs, rhs);
+    if lhs.rows <= COLUMN_PARTS_ROWS {
+        column_parts(dst, lhs, rhs);
     } else {
         row_blocks(dst, lhs, rhs);
     }
@@ -295,9 +295,9 @@ pub fn par_matmul_new(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
     par_matmul_new_gemm(lhs, rhs)
 }
 
-/// `lhs · rhs` as a new row-major vector, always through `gemm` ([`banded`] or [`row_blocks`]),
-/// never [`par_matmul`]'s matrix-vector loops, which stream a weight once for a decode step's
-/// few rows but run at a tenth of `gemm`'s speed on a product whose few rows meet a long inner
+/// `lhs · rhs` as a new row-major vector, always through `gemm` ([`column_parts`] or
+/// [`row_blocks`]), never [`par_matmul`]'s matrix-vector loops, which stream a weight once for
+/// a decode step's few rows but run at a tenth of `gemm`'s speed on a product whose few rows meet a long inner
 /// dimension and many columns (a LoRA adapter's weight gradient `dA = dhᵀ · x`: 8 rows, 1 024
 /// tokens, 576 columns: 24 GFLOP/s against 161 in column bands).
 ///
@@ -318,18 +318,18 @@ pub fn par_matmul_new_gemm(lhs: Mat<'_>, rhs: Mat<'_>) -> Vec<f32> {
     // reads or writes during the call; the operands are in-bounds views (checked above) with
     // `lhs.cols == rhs.rows`.
     unsafe { many_rows(shared, lhs, rhs) };
-    // SAFETY: `many_rows` wrote all `len` elements (the parts of `banded` cover every column
-    // of every row, the blocks of `row_blocks` every row), so the first `len` elements are
+    // SAFETY: `many_rows` wrote all `len` elements (the parts of `column_parts` cover every
+    // column of every row, the blocks of `row_blocks` every row), so the first `len` elements are
     // initialised `f32`s, and `len` is the capacity reserved.
     unsafe { out.set_len(len) };
     out
 }
 
-/// Products of at most this many rows (a prompt's prefill) run as [`banded`] column parts;
+/// Products of at most this many rows (a prompt's prefill) run as [`column_parts`];
 /// larger ones (a training batch) as [`row_blocks`].
-const BANDED_ROWS: usize = 256;
+const COLUMN_PARTS_ROWS: usize = 256;
 
-/// Column granularity of [`banded`]'s parts: a part's first column is a multiple of it, so
+/// Column granularity of [`column_parts`]' parts: a part's first column is a multiple of it, so
 /// every part runs `gemm`'s full-width micro-kernels on all but the product's last columns.
 const PART_ALIGN: usize = 16;
 
@@ -342,9 +342,9 @@ const PART_ALIGN: usize = 16;
 /// the inner dimension by its length and the cache sizes only, so each element is the same sum
 /// whatever part holds it: the thread count changes no bit. Not on [`super::team`]'s helpers: a
 /// prompt's products gained 5 % on them, but the weight gradients of a small model's training
-/// step (its hidden size within [`BANDED_ROWS`]) lost more — the default `finetune` example ran
-/// 1.05–1.10 × as long.
-fn banded(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
+/// step (its hidden size within [`COLUMN_PARTS_ROWS`]) lost more — the default `finetune`
+/// example ran 1.05–1.10 × as long.
+fn column_parts(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
     use rayon::prelude::*;
     let (m, n) = (lhs.rows, rhs.cols);
     let units = n.div_ceil(PART_ALIGN);

@@ -215,7 +215,7 @@ pub fn grad_norm_squared<B: AutodiffBackend + OptimBackend, M: AutodiffModule<B>
 }
 
 /// Every gradient of `module`'s parameters in `grads` multiplied by `scale` (`[1]`, on the
-/// device): one multiplication per parameter ([`OptimBackend::scale_all`]: in place on the CPU).
+/// device): one multiplication per parameter ([`OptimBackend::scale_by`]: in place on the CPU).
 pub fn scale_grads<B: AutodiffBackend + OptimBackend, M: AutodiffModule<B>>(
     module: &M,
     mut grads: GradientsParams,
@@ -228,9 +228,7 @@ pub fn scale_grads<B: AutodiffBackend + OptimBackend, M: AutodiffModule<B>>(
     impl<B: AutodiffBackend + OptimBackend> ModuleVisitor<B> for Scale<'_, B> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
             if let Some(g) = self.grads.remove::<B::InnerBackend, D>(param.id) {
-                let scaled =
-                    B::scale_all(vec![outer::<B, D>(g)], outer::<B, 1>(self.scale.clone()));
-                let g = scaled.into_iter().next().expect("one tensor in, one out");
+                let g = B::scale_by(outer::<B, D>(g), outer::<B, 1>(self.scale.clone()));
                 self.grads.register(param.id, inner::<B, D>(g));
             }
         }

@@ -97,18 +97,9 @@ pub fn squares_sum<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Option<FloatTens
     }
 }
 
-/// Every tensor times the `[1]` `scale`, one broadcast multiplication each (see
-/// [`super::OptimBackend::scale_all`]).
-pub fn scale_all<B: Backend>(
-    tensors: Vec<FloatTensor<B>>,
-    scale: FloatTensor<B>,
-) -> Vec<FloatTensor<B>> {
-    tensors
-        .into_iter()
-        .map(|t| {
-            let rank = t.shape().num_dims();
-            let s = B::float_reshape(scale.clone(), Shape::from(vec![1; rank]));
-            B::float_mul(t, s)
-        })
-        .collect()
+/// `tensor` times the `[1]` `factor`, one broadcast multiplication (see
+/// [`super::OptimBackend::scale_by`]).
+pub fn scale_by<B: Backend>(tensor: FloatTensor<B>, factor: FloatTensor<B>) -> FloatTensor<B> {
+    let rank = tensor.shape().num_dims();
+    B::float_mul(tensor, B::float_reshape(factor, Shape::from(vec![1; rank])))
 }

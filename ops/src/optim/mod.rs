@@ -54,15 +54,12 @@ pub trait OptimBackend: Backend {
         composite::squares_sum::<Self>(tensors)
     }
 
-    /// Every tensor of `tensors` times `scale` (`[1]`, on their device; the factor of a
-    /// global-norm clip), in order. By default one broadcast multiplication each; a backend
-    /// may scale a tensor in place when it owns it alone (the CPU, which would otherwise
-    /// allocate and write a copy of every gradient per step).
-    fn scale_all(
-        tensors: Vec<FloatTensor<Self>>,
-        scale: FloatTensor<Self>,
-    ) -> Vec<FloatTensor<Self>> {
-        composite::scale_all::<Self>(tensors, scale)
+    /// `tensor` times `factor` (`[1]`, on its device; the factor of a global-norm clip). By
+    /// default a broadcast multiplication; a backend may scale the tensor in place when it owns
+    /// it alone (the CPU, which would otherwise allocate and write a copy of every gradient per
+    /// step).
+    fn scale_by(tensor: FloatTensor<Self>, factor: FloatTensor<Self>) -> FloatTensor<Self> {
+        composite::scale_by::<Self>(tensor, factor)
     }
 }
 
@@ -98,17 +95,8 @@ impl<B: OptimBackend, C: CheckpointStrategy> OptimBackend for Autodiff<B, C> {
             .map(<Self as AutodiffBackend>::from_inner)
     }
 
-    fn scale_all(
-        tensors: Vec<FloatTensor<Self>>,
-        scale: FloatTensor<Self>,
-    ) -> Vec<FloatTensor<Self>> {
-        // Not differentiated: the inner backend's products, untracked.
-        B::scale_all(
-            tensors.into_iter().map(|t| t.primitive).collect(),
-            scale.primitive,
-        )
-        .into_iter()
-        .map(<Self as AutodiffBackend>::from_inner)
-        .collect()
+    fn scale_by(tensor: FloatTensor<Self>, factor: FloatTensor<Self>) -> FloatTensor<Self> {
+        // Not differentiated: the inner backend's product, untracked.
+        <Self as AutodiffBackend>::from_inner(B::scale_by(tensor.primitive, factor.primitive))
     }
 }

@@ -21,8 +21,8 @@ ndarray_on_host! {
         ) -> Result<AdamWTensors<Self>> => cpu_adamw_step;
         fn squares_sum(tensors: Vec<FloatTensor<Self>>) -> Option<FloatTensor<Self>>
             => cpu_squares_sum;
-        fn scale_all(tensors: Vec<FloatTensor<Self>>, scale: FloatTensor<Self>)
-            -> Vec<FloatTensor<Self>> => cpu_scale_all;
+        fn scale_by(tensor: FloatTensor<Self>, factor: FloatTensor<Self>) -> FloatTensor<Self>
+            => cpu_scale_by;
     }
 }
 
@@ -38,23 +38,19 @@ pub fn cpu_squares_sum<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Option<Float
     Some(from_vec::<B>(vec![total as f32], &[1], &device))
 }
 
-/// Each tensor times the `[1]` `scale` through the CPU kernel, for any backend: in place when
-/// the tensor is an f32 array owned alone (a clip's gradients), else on a host copy; each
-/// result in its tensor's dtype.
-pub fn cpu_scale_all<B: Backend>(
-    tensors: Vec<FloatTensor<B>>,
-    scale: FloatTensor<B>,
-) -> Vec<FloatTensor<B>> {
-    let s = host_f32::<B>(&scale)[0];
-    tensors
-        .into_iter()
-        .map(|t| {
-            let (shape, dtype, device) = (t.shape().to_vec(), t.dtype(), B::float_device(&t));
-            let mut v = take_vec::<B>(t);
-            cpu::scale(&mut v, s);
-            B::float_cast(from_vec::<B>(v, &shape, &device), dtype.into())
-        })
-        .collect()
+/// `tensor` times the `[1]` `factor` through the CPU kernel, for any backend: in place when the
+/// tensor is an f32 array owned alone (a clip's gradient), else on a host copy; the result in
+/// the tensor's dtype.
+pub fn cpu_scale_by<B: Backend>(tensor: FloatTensor<B>, factor: FloatTensor<B>) -> FloatTensor<B> {
+    let s = host_f32::<B>(&factor)[0];
+    let (shape, dtype, device) = (
+        tensor.shape().to_vec(),
+        tensor.dtype(),
+        B::float_device(&tensor),
+    );
+    let mut v = take_vec::<B>(tensor);
+    cpu::scale(&mut v, s);
+    B::float_cast(from_vec::<B>(v, &shape, &device), dtype.into())
 }
 
 /// The CPU kernel on any backend's tensors, read to the host and written back (NdArray's path

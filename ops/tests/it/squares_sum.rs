@@ -89,43 +89,24 @@ fn scaling_gradients_by_the_clip_factor_multiplies_each_element_once_on_the_cpu_
         .map(|(i, s)| data(s.iter().product(), i as u64 + 7))
         .collect();
     let factor = 0.3717f32;
-    let tensors = || -> Vec<FloatTensor<B>> {
-        values_in
-            .iter()
-            .zip(shapes)
-            .map(|(v, s)| prim::<B>(v, s))
-            .collect()
-    };
     let scale = || prim::<B>(&[factor], &[1]);
-    let cpu: Vec<Vec<f32>> = B::scale_all(tensors(), scale())
-        .into_iter()
-        .map(values::<B>)
-        .collect();
-    let composed: Vec<Vec<f32>> = composite::scale_all::<B>(tensors(), scale())
-        .into_iter()
-        .map(values::<B>)
-        .collect();
-    for ((got, composed), want) in cpu.iter().zip(&composed).zip(&values_in) {
-        let want: Vec<f32> = want.iter().map(|v| v * factor).collect();
-        assert_eq!(got, &want, "the CPU path is one f32 product per element");
-        assert_eq!(composed, &want, "the composite is Burn's broadcast product");
+    let mut cpu = Vec::new();
+    for (v, s) in values_in.iter().zip(shapes) {
+        let got = values::<B>(B::scale_by(prim::<B>(v, s), scale()));
+        let composed = values::<B>(composite::scale_by::<B>(prim::<B>(v, s), scale()));
+        let want: Vec<f32> = v.iter().map(|x| x * factor).collect();
+        assert_eq!(got, want, "the CPU path is one f32 product per element");
+        assert_eq!(composed, want, "the composite is Burn's broadcast product");
+        let through = values::<A>(A::scale_by(prim::<A>(v, s), prim::<A>(&[factor], &[1])));
+        assert_eq!(
+            through, got,
+            "Autodiff hands the product to the inner backend"
+        );
+        cpu.push(got);
     }
     // A gradient another tensor still holds is scaled on a copy: the holder's values stay.
     let held = prim::<B>(&values_in[1], shapes[1]);
-    let scaled = B::scale_all(vec![held.clone()], scale());
+    let scaled = B::scale_by(held.clone(), scale());
     assert_eq!(values::<B>(held), values_in[1]);
-    assert_eq!(values::<B>(scaled.into_iter().next().unwrap()), cpu[1]);
-    let tracked: Vec<FloatTensor<A>> = values_in
-        .iter()
-        .zip(shapes)
-        .map(|(v, s)| prim::<A>(v, s))
-        .collect();
-    let through: Vec<Vec<f32>> = A::scale_all(tracked, prim::<A>(&[factor], &[1]))
-        .into_iter()
-        .map(values::<A>)
-        .collect();
-    assert_eq!(
-        through, cpu,
-        "Autodiff hands the products to the inner backend"
-    );
+    assert_eq!(values::<B>(scaled), cpu[1]);
 }
