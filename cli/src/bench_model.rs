@@ -431,10 +431,12 @@ pub fn main(dir: &Path, plan: ModelPlan, json: Option<&Path>) -> Result<(), CliE
     // probe depressed by other load would inflate every fraction).
     let mut sgemm = sgemm_gflops(plan.sgemm_n);
     let mut read = read_gbps(plan.read_len);
-    let mut measured = serve_parts(dir, &plan, &cost)?;
+    // The parts run on a rayon worker, as `generate` and `finetune` run them on the CPU (see
+    // `cpu::on_worker`).
+    let mut measured = cpu::on_worker(|| serve_parts(dir, &plan, &cost))?;
     read = read.max(read_gbps(plan.read_len));
     sgemm = sgemm.max(sgemm_gflops(plan.sgemm_n));
-    measured.extend(train_parts(dir, &plan, &cost)?);
+    measured.extend(cpu::on_worker(|| train_parts(dir, &plan, &cost))?);
     sgemm = sgemm.max(sgemm_gflops(plan.sgemm_n));
     let parts: Vec<PartResult> = measured
         .into_iter()
