@@ -56,6 +56,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 use burn_ascend::backend::collective::ProcessGroup;
 use burn_ascend::backend::{is_available, Ascend, AscendDevice};
+use burn_ascend::kernels::cpu::on_worker;
 use burn_ascend::TrainingBackend;
 // The command line (clap; in the library so that the tests parse it): `--help` for the flags.
 use burn_ascend_cli::args::{Checkpointing, ExampleDevice, FinetuneArgs as Args, Pack};
@@ -204,15 +205,18 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
         ExampleDevice::Cpu if args.devices > 1 => {
             Err("--devices N needs --device sim|ascend (data parallelism runs over HCCL)".into())
         }
-        ExampleDevice::Cpu if balanced => run_on::<Autodiff<NdArray, Balanced>>(
-            args,
-            Default::default(),
-            None,
-            single_device(resume),
-        ),
-        ExampleDevice::Cpu => {
+        // The CPU's work driven from a rayon worker (see `cpu::on_worker`).
+        ExampleDevice::Cpu if balanced => on_worker(move || {
+            run_on::<Autodiff<NdArray, Balanced>>(
+                args,
+                Default::default(),
+                None,
+                single_device(resume),
+            )
+        }),
+        ExampleDevice::Cpu => on_worker(move || {
             run_on::<Autodiff<NdArray>>(args, Default::default(), None, single_device(resume))
-        }
+        }),
         // The Ascend backend on the host simulation of the ACL ABI (not CANN; slow: its
         // kernels are the CPU reference's).
         ExampleDevice::Sim if args.devices > 1 => {

@@ -6,8 +6,8 @@
 //! every x86-64 CPU. [`matmul`] calls it with `Parallelism::None`: the attention kernels
 //! parallelise over independent tiles with rayon, and a single-threaded product is
 //! deterministic. [`par_matmul`] (the linear layers) runs one product on all threads: a
-//! decode step's matrix-vector products on the awake helpers of `team`, a prompt's
-//! column parts and a training batch's row blocks on rayon.
+//! decode step's matrix-vector products and a prompt's column parts on the awake helpers of
+//! `team`, a training batch's row blocks on rayon.
 
 use super::team;
 use super::tile::{vectorized, SimdKernel};
@@ -180,7 +180,7 @@ unsafe impl Sync for SharedDst {}
 
 /// `dst = lhs · rhs` (`dst` row-major `lhs.rows × rhs.cols`, leading dimension `rhs.cols`), on
 /// all threads of the current rayon pool (the calling thread and `team`'s helpers for
-/// few rows).
+/// few rows and a prompt's rows).
 ///
 /// A product of few rows (a decode step: at most [`FEW_ROWS`]) is a matrix-vector product
 /// that streams `rhs` once at the memory's speed, without packing and without a `gemm` call
@@ -333,24 +333,25 @@ const COLUMN_PARTS_ROWS: usize = 256;
 /// every part runs `gemm`'s full-width micro-kernels on all but the product's last columns.
 const PART_ALIGN: usize = 16;
 
-/// `dst = lhs · rhs` as one column part per rayon thread (widths in multiples of
+/// `dst = lhs · rhs` as one column part per thread of the pool (widths in multiples of
 /// [`PART_ALIGN`], as even as that allows), each one single-threaded `gemm` call writing its own
 /// columns of `dst`. One call per thread, not many narrow bands: bands of 64 columns dealt over
 /// the pool ran a prompt's products (72 rows, 2 threads, the 30 layers' 210 products) 9 % slower
 /// in paired runs, 22–27 % slower beside another busy process, and bands of 96 / 128 / 192
 /// columns left a thread idle at the end (a product of 576 columns in three bands). `gemm` cuts
 /// the inner dimension by its length and the cache sizes only, so each element is the same sum
-/// whatever part holds it: the thread count changes no bit. Not on [`super::team`]'s helpers: a
-/// prompt's products gained 5 % on them, but the weight gradients of a small model's training
-/// step (its hidden size within [`COLUMN_PARTS_ROWS`]) lost more — the default `finetune`
-/// example ran 1.05–1.10 × as long.
+/// whatever part holds it: the thread count changes no bit. The parts run on [`super::team`]'s
+/// awake helpers: a prompt's 210 products, each with serial work before it, then found the
+/// other thread awake instead of asleep in the pool (the prefill of a 135 M model 1–11 %
+/// faster, 5 % on average, in alternating runs, driven from a worker as [`super::on_worker`]
+/// says; the default `finetune` example and the 135 M model's training steps unchanged, where
+/// driven from the main thread the example had run 1.05–1.10 × as long).
 fn column_parts(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
-    use rayon::prelude::*;
     let (m, n) = (lhs.rows, rhs.cols);
     let units = n.div_ceil(PART_ALIGN);
     let parts = rayon::current_num_threads().clamp(1, units);
     let width = units.div_ceil(parts) * PART_ALIGN;
-    (0..n.div_ceil(width)).into_par_iter().for_each(|b| {
+    let body = |b: usize| {
         let c0 = b * width;
         let w = width.min(n - c0);
         let rhs = Mat {
@@ -363,12 +364,13 @@ fn column_parts(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
         // SAFETY: part `b` writes `dst[r·n + c]` for r < m and c0 <= c < c0 + w only (leading
         // dimension n, first element at offset c0); the parts' column ranges are disjoint and
         // `(m − 1)·n + c0 + w <= m·n = dst.len`, the length of the live `&mut` borrow the
-        // caller took the pointer from, which outlives this parallel loop, so no two threads
+        // caller took the pointer from, which outlives `map_parts` (it returns when every part has), so no two threads
         // touch one element and nothing else reads it meanwhile. The operands are in-bounds
         // views (checked by the caller; a part narrows only the columns of `rhs`, and its
         // first element `c0·cs` lies inside `rhs.data` as `c0 < n`).
         unsafe { product(dst.at(c0), n, lhs, rhs, false, 1.0, 1) };
-    });
+    };
+    team::map_parts(n.div_ceil(width), body);
 }
 
 /// The rows of a few-row `lhs` as one contiguous row-major buffer (`m·k` floats: small).
