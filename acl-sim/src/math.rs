@@ -59,30 +59,7 @@ fn encode(v: &[f32], dtype: DataType) -> Vec<u8> {
     out
 }
 
-/// Numpy broadcasting of two shapes; `None` when they do not broadcast.
-pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let r = a.len().max(b.len());
-    (0..r)
-        .map(|i| {
-            let x = if i + a.len() >= r {
-                a[i + a.len() - r]
-            } else {
-                1
-            };
-            let y = if i + b.len() >= r {
-                b[i + b.len() - r]
-            } else {
-                1
-            };
-            match (x, y) {
-                _ if x == y => Some(x),
-                (1, y) => Some(y),
-                (x, 1) => Some(x),
-                _ => None,
-            }
-        })
-        .collect()
-}
+pub(crate) use burn_ascend_contract::broadcast::broadcast_shapes as broadcast;
 
 /// Row-major index map from `out` dims into a (right-aligned, broadcast) operand of `dims`.
 pub(crate) fn broadcast_index(out: &[usize], dims: &[usize]) -> Vec<usize> {

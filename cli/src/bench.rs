@@ -828,11 +828,7 @@ pub fn main(opts: &BenchArgs) -> Result<(), CliError> {
                 .map(|r| r.json(sgemm_gflops, copy, read_gbps))
                 .collect(),
         };
-        let text = serde_json::to_string_pretty(&doc)
-            .map_err(|e| CliError::Io(format!("serialising the bench results: {e}")))?;
-        std::fs::write(path, text + "\n")
-            .map_err(|e| CliError::Io(format!("writing {}: {e}", path.display())))?;
-        println!("\nwrote {}", path.display());
+        super::bench_timing::write_json(path, &doc)?;
     }
     Ok(())
 }

@@ -387,24 +387,29 @@ fn train_parts(dir: &Path, plan: &ModelPlan, cost: &ModelCost) -> Result<Vec<Mea
     };
     let lora = freeze_base(attach(load()?, &settings, 0, &device).map_err(err)?);
     let lora_secs = train_step_seconds(lora, plan)?;
+    // A step's work: `passes` products per weight (each 2 FLOPs a weight and token), and
+    // attention's backward 2.5 × its forward.
+    let step = |part: String, seconds: f64, passes: f64| Measured {
+        part,
+        tokens,
+        seconds,
+        work_per_token: (passes * matmuls + 3.5 * attention) / tokens,
+        limit: Limit::Sgemm,
+    };
     Ok(vec![
-        Measured {
-            part: format!("full fine-tune step ({} × {}, AdamW)", plan.batch, plan.seq),
-            tokens,
-            seconds: full,
-            // Forward, dX and dW of every matmul; attention's backward 2.5 × its forward.
-            work_per_token: (3.0 * matmuls + 3.5 * attention) / tokens,
-            limit: Limit::Sgemm,
-        },
-        Measured {
-            part: format!("LoRA step (r 8, q/k/v/o, {} × {})", plan.batch, plan.seq),
-            tokens,
-            seconds: lora_secs,
-            // A frozen base needs no dW: forward and dX of every matmul (the adapters' own
-            // products are r/hidden of that, not counted).
-            work_per_token: (2.0 * matmuls + 3.5 * attention) / tokens,
-            limit: Limit::Sgemm,
-        },
+        // Forward, dX and dW of every matmul.
+        step(
+            format!("full fine-tune step ({} × {}, AdamW)", plan.batch, plan.seq),
+            full,
+            3.0,
+        ),
+        // A frozen base needs no dW: forward and dX of every matmul (the adapters' own
+        // products are r/hidden of that, not counted).
+        step(
+            format!("LoRA step (r 8, q/k/v/o, {} × {})", plan.batch, plan.seq),
+            lora_secs,
+            2.0,
+        ),
     ])
 }
 
@@ -484,10 +489,7 @@ pub fn main(dir: &Path, plan: ModelPlan, json: Option<&Path>) -> Result<(), CliE
             read_gbps: read,
             parts,
         };
-        let text = serde_json::to_string_pretty(&doc).map_err(err)?;
-        std::fs::write(path, text + "\n")
-            .map_err(|e| CliError::Io(format!("writing {}: {e}", path.display())))?;
-        println!("\nwrote {}", path.display());
+        super::bench_timing::write_json(path, &doc)?;
     }
     Ok(())
 }

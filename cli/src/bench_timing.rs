@@ -1,10 +1,21 @@
 //! The bench's timing machinery: best-of timings with CPU time, the cache flusher, and the
 //! copy and read probes (what `burn-ascend bench`'s fractions are taken against).
 
+use std::path::Path;
 use std::time::Instant;
 
 use super::CliError;
 use burn_ascend::kernels::cpu;
+
+/// Writes a bench's results as pretty JSON to `path` (the `--json` flag) and says so.
+pub(crate) fn write_json(path: &Path, doc: &impl serde::Serialize) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(doc)
+        .map_err(|e| CliError::Io(format!("serialising the bench results: {e}")))?;
+    std::fs::write(path, text + "\n")
+        .map_err(|e| CliError::Io(format!("writing {}: {e}", path.display())))?;
+    println!("\nwrote {}", path.display());
+    Ok(())
+}
 
 /// CPU time (seconds) consumed so far by all threads of this process (Linux; `None`
 /// elsewhere).

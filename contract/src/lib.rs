@@ -14,6 +14,7 @@
 //! `aclDataType`s ([`DataType`]) and host elements implement [`Element`]: this crate depends on
 //! no tensor library, on no CANN binding and on no other crate of the project.
 
+pub mod broadcast;
 mod checked;
 pub mod dropout;
 pub mod dtype;

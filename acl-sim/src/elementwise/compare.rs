@@ -1,31 +1,21 @@
 //! Simulated comparisons (`aclnnEqTensor` … `aclnnLeScalar`), `aclnnSWhere`, the in-place
 //! masked fill, logic and `aclnnCast`.
 
+use burn_ascend_cann::acl::aclnn::Compare;
 use burn_ascend_cann::acl::ffi::*;
 
 use super::*;
 use crate::state::{guard, required, scalar};
 
-#[derive(Clone, Copy)]
-enum Cmp {
-    Eq,
-    Ne,
-    Gt,
-    Ge,
-    Lt,
-    Le,
-}
-
-impl Cmp {
-    fn apply(self, a: f64, b: f64) -> bool {
-        match self {
-            Self::Eq => a == b,
-            Self::Ne => a != b,
-            Self::Gt => a > b,
-            Self::Ge => a >= b,
-            Self::Lt => a < b,
-            Self::Le => a <= b,
-        }
+/// Whether `a c b` holds (the comparison the aclnn op `c` names computes).
+fn holds(c: Compare, a: f64, b: f64) -> bool {
+    match c {
+        Compare::Eq => a == b,
+        Compare::Ne => a != b,
+        Compare::Gt => a > b,
+        Compare::Ge => a >= b,
+        Compare::Lt => a < b,
+        Compare::Le => a <= b,
     }
 }
 
@@ -63,7 +53,7 @@ fn bool_binary(
     submit(op, job, p.workspace_size, p.executor)
 }
 
-fn compare_scalar(op: &'static str, c: Cmp, p: ScalarParams) -> SimResult<()> {
+fn compare_scalar(op: &'static str, c: Compare, p: ScalarParams) -> SimResult<()> {
     let a = required(p.self_, "self")?;
     let s = scalar(p.other, &format!("{op}: other"))?;
     let o = required(p.out, "out")?;
@@ -75,7 +65,7 @@ fn compare_scalar(op: &'static str, c: Cmp, p: ScalarParams) -> SimResult<()> {
         move || {
             let v: Vec<f64> = values(&a, "self")?
                 .into_iter()
-                .map(|p| f64::from(u8::from(c.apply(p, s))))
+                .map(|p| f64::from(u8::from(holds(c, p, s))))
                 .collect();
             o.write("out", &encode(&v, DataType::Bool))
         },
@@ -88,18 +78,18 @@ fn compare_scalar(op: &'static str, c: Cmp, p: ScalarParams) -> SimResult<()> {
 macro_rules! compare {
     ($t:ident, $s:ident, $c:expr) => {
         first_stage!($t, |p| {
-            guard(|| bool_binary(names::$t, p, true, move |x, y| $c.apply(x, y)))
+            guard(|| bool_binary(names::$t, p, true, move |x, y| holds($c, x, y)))
         });
         first_stage!($s, |p| { guard(|| compare_scalar(names::$s, $c, p)) });
     };
 }
 
-compare!(eq_tensor, eq_scalar, Cmp::Eq);
-compare!(ne_tensor, ne_scalar, Cmp::Ne);
-compare!(gt_tensor, gt_scalar, Cmp::Gt);
-compare!(ge_tensor, ge_scalar, Cmp::Ge);
-compare!(lt_tensor, lt_scalar, Cmp::Lt);
-compare!(le_tensor, le_scalar, Cmp::Le);
+compare!(eq_tensor, eq_scalar, Compare::Eq);
+compare!(ne_tensor, ne_scalar, Compare::Ne);
+compare!(gt_tensor, gt_scalar, Compare::Gt);
+compare!(ge_tensor, ge_scalar, Compare::Ge);
+compare!(lt_tensor, lt_scalar, Compare::Lt);
+compare!(le_tensor, le_scalar, Compare::Le);
 
 // ---- masks, copy, logic -----------------------------------------------------------------------
 

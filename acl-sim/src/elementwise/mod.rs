@@ -27,12 +27,7 @@ type T = *const AclTensor;
 type Ws = *mut u64;
 type Ex = *mut *mut AclOpExecutor;
 
-const FLOATS: &[DataType] = &[
-    DataType::Float,
-    DataType::Float16,
-    DataType::Bf16,
-    DataType::Double,
-];
+/// The numeric dtypes, BOOL last (so that [`REAL`] and [`FLOATS`] are its leading parts).
 const NUMERIC: &[DataType] = &[
     DataType::Float,
     DataType::Float16,
@@ -45,17 +40,10 @@ const NUMERIC: &[DataType] = &[
     DataType::Uint8,
     DataType::Bool,
 ];
-const REAL: &[DataType] = &[
-    DataType::Float,
-    DataType::Float16,
-    DataType::Bf16,
-    DataType::Double,
-    DataType::Int8,
-    DataType::Int16,
-    DataType::Int32,
-    DataType::Int64,
-    DataType::Uint8,
-];
+/// The numeric dtypes but BOOL.
+const REAL: &[DataType] = NUMERIC.split_at(NUMERIC.len() - 1).0;
+/// The floating-point dtypes.
+const FLOATS: &[DataType] = NUMERIC.split_at(4).0;
 const INDEX: &[DataType] = &[DataType::Int32, DataType::Int64];
 
 // ---- decoding ---------------------------------------------------------------------------------

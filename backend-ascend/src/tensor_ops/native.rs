@@ -35,29 +35,7 @@ impl Binary {
     }
 }
 
-pub(crate) fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
-    let r = a.len().max(b.len());
-    (0..r)
-        .map(|i| {
-            let x = if i + a.len() >= r {
-                a[i + a.len() - r]
-            } else {
-                1
-            };
-            let y = if i + b.len() >= r {
-                b[i + b.len() - r]
-            } else {
-                1
-            };
-            match (x, y) {
-                _ if x == y => Some(x),
-                (1, y) => Some(y),
-                (x, 1) => Some(x),
-                _ => None,
-            }
-        })
-        .collect()
-}
+pub(crate) use burn_ascend_contract::broadcast::broadcast_shapes as broadcast;
 
 /// Gets `device`'s runtime and queues the launches in `f` on its stream (no wait: a failure of
 /// the kernel itself surfaces at the next synchronisation); an error becomes the op's panic.

@@ -360,6 +360,17 @@ fn refused_by_rank_zero(s: &mut TcpStream) -> HcclError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rank `rank` of `world` on this host (its local rank its rank), rank 0 at `port`.
+    fn local_env(rank: u32, world: u32, port: u16) -> LaunchEnv {
+        LaunchEnv {
+            rank,
+            world_size: world,
+            local_rank: rank,
+            master_addr: "127.0.0.1".into(),
+            master_port: port,
+        }
+    }
     use std::collections::HashMap;
 
     fn vars(kv: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -456,13 +467,7 @@ mod tests {
         let clients: Vec<_> = (1..world)
             .map(|rank| {
                 std::thread::spawn(move || {
-                    let env = LaunchEnv {
-                        rank,
-                        world_size: world,
-                        local_rank: rank,
-                        master_addr: "127.0.0.1".into(),
-                        master_port: port,
-                    };
+                    let env = local_env(rank, world, port);
                     exchange_root_info(&env, None, Duration::from_secs(20)).unwrap()
                 })
             })
@@ -482,13 +487,7 @@ mod tests {
         // A rank whose rank 0 never comes up gives up too, naming the address.
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let env = LaunchEnv {
-            rank: 1,
-            world_size: 2,
-            local_rank: 1,
-            master_addr: "127.0.0.1".into(),
-            master_port: port,
-        };
+        let env = local_env(1, 2, port);
         let msg = exchange_root_info(&env, None, Duration::from_millis(200))
             .unwrap_err()
             .to_string();
@@ -503,13 +502,7 @@ mod tests {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let c = std::thread::spawn(move || {
-            let env = LaunchEnv {
-                rank: 1,
-                world_size: 3,
-                local_rank: 1,
-                master_addr: "127.0.0.1".into(),
-                master_port: port,
-            };
+            let env = local_env(1, 3, port);
             exchange_root_info(&env, None, Duration::from_secs(5))
         });
         let msg = serve(&listener, 2, &info(2), Duration::from_secs(5))
@@ -534,13 +527,7 @@ mod tests {
         let clients: Vec<_> = (0..2)
             .map(|_| {
                 std::thread::spawn(move || {
-                    let env = LaunchEnv {
-                        rank: 1,
-                        world_size: 3,
-                        local_rank: 1,
-                        master_addr: "127.0.0.1".into(),
-                        master_port: port,
-                    };
+                    let env = local_env(1, 3, port);
                     exchange_root_info(&env, None, Duration::from_secs(5))
                 })
             })

@@ -356,7 +356,7 @@ fn a_launch_that_cannot_train_is_refused_naming_the_variable_before_anything_is_
             // rank 1 keeps the default, so that rank 0 starting late on a loaded machine does
             // not turn rank 1's refusal into a connection timeout.
             if rank == 0 {
-                vars[7].1 = "2".into();
+                vars[7].1 = "10".into();
             }
             let env: Vec<(&str, &str)> =
                 vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();

@@ -258,79 +258,6 @@ impl<'a, 'p> Ctx<'a, 'p> {
         });
     }
 
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn fix_scores_impl(
-        &self,
-        st: &mut [f32],
-        ld: usize,
-        s: &Seq,
-        kvh: usize,
-        i0: usize,
-        rows: usize,
-        c0: usize,
-        nc: usize,
-        kind: Kind,
-    ) {
-        let scale = self.scale;
-        let outer_add_mul = self.p.attrs.pse_type == PseType::OuterAddMul;
-        for r in 0..rows * self.g {
-            let i = i0 + r / self.g;
-            let h = self.head(kvh, r);
-            let row = &mut st[r * ld..r * ld + nc];
-            match self.p.pse {
-                Pse::None => {}
-                Pse::Dense(pse) => {
-                    let start = s.pse0 + (h * s.sq + i) * s.skv + c0;
-                    let src = &pse[start..start + nc];
-                    if outer_add_mul {
-                        row.iter_mut().zip(src).for_each(|(x, p)| *x += scale * p);
-                    } else {
-                        row.iter_mut().zip(src).for_each(|(x, p)| *x += p);
-                    }
-                }
-                Pse::Alibi { slopes, per_batch } => {
-                    let slope = slopes[if per_batch { s.b * self.n + h } else { h }];
-                    let qpos = i as i64 + self.p.q_start_idx;
-                    let sqrt = self.p.attrs.pse_type == PseType::InnerMulAddSqrt;
-                    for (jj, x) in row.iter_mut().enumerate() {
-                        let kpos = (c0 + jj) as i64 + self.p.kv_start_idx;
-                        let dist = (kpos - qpos).unsigned_abs() as f64;
-                        let dist = if sqrt { dist.sqrt() } else { dist };
-                        *x += (-(slope as f64) * dist) as f32;
-                    }
-                }
-                Pse::AlibiCompressed { .. } => {
-                    // One read per element from the compressed tensor (no materialised bias).
-                    for (jj, x) in row.iter_mut().enumerate() {
-                        let v = self.p.pse_value(0, s.b, h, i, c0 + jj) as f32;
-                        *x += if outer_add_mul { scale * v } else { v };
-                    }
-                }
-            }
-            if kind == Kind::Partial {
-                // Allowed: the prefix `[0, pre)` and the band `[lo, hi)`; the rest of the row's
-                // columns are masked, as (at most) two runs.
-                let (lo, hi) = s.rule.band_columns(i, s.skv);
-                let pre = s.prefix;
-                let end = c0 + nc;
-                let local = |a: usize, b: usize| (a.clamp(c0, end) - c0, b.clamp(c0, end) - c0);
-                for (a, b) in [local(pre, lo), local(pre.max(hi), end)] {
-                    if a < b {
-                        row[a..b].fill(f32::NEG_INFINITY);
-                    }
-                }
-                if let Some(m) = &self.dense {
-                    for (jj, x) in row.iter_mut().enumerate() {
-                        if m.masked(s.b, h, i, c0 + jj) {
-                            *x = f32::NEG_INFINITY;
-                        }
-                    }
-                }
-            }
-        }
-    }
-
     /// Writes the dropout factors (`bit / keepProb`) of a tile into `dst` (same geometry as
     /// [`Self::fix_scores`]). Only called when dropout is active.
     #[allow(clippy::too_many_arguments)]
@@ -389,9 +316,75 @@ impl SimdKernel for FixScores<'_, '_, '_, '_> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        self.ctx.fix_scores_impl(
-            self.st, self.ld, self.s, self.kvh, self.i0, self.rows, self.c0, self.nc, self.kind,
-        );
+        let Self {
+            ctx,
+            st,
+            ld,
+            s,
+            kvh,
+            i0,
+            rows,
+            c0,
+            nc,
+            kind,
+        } = self;
+        let scale = ctx.scale;
+        let outer_add_mul = ctx.p.attrs.pse_type == PseType::OuterAddMul;
+        for r in 0..rows * ctx.g {
+            let i = i0 + r / ctx.g;
+            let h = ctx.head(kvh, r);
+            let row = &mut st[r * ld..r * ld + nc];
+            match ctx.p.pse {
+                Pse::None => {}
+                Pse::Dense(pse) => {
+                    let start = s.pse0 + (h * s.sq + i) * s.skv + c0;
+                    let src = &pse[start..start + nc];
+                    if outer_add_mul {
+                        row.iter_mut().zip(src).for_each(|(x, p)| *x += scale * p);
+                    } else {
+                        row.iter_mut().zip(src).for_each(|(x, p)| *x += p);
+                    }
+                }
+                Pse::Alibi { slopes, per_batch } => {
+                    let slope = slopes[if per_batch { s.b * ctx.n + h } else { h }];
+                    let qpos = i as i64 + ctx.p.q_start_idx;
+                    let sqrt = ctx.p.attrs.pse_type == PseType::InnerMulAddSqrt;
+                    for (jj, x) in row.iter_mut().enumerate() {
+                        let kpos = (c0 + jj) as i64 + ctx.p.kv_start_idx;
+                        let dist = (kpos - qpos).unsigned_abs() as f64;
+                        let dist = if sqrt { dist.sqrt() } else { dist };
+                        *x += (-(slope as f64) * dist) as f32;
+                    }
+                }
+                Pse::AlibiCompressed { .. } => {
+                    // One read per element from the compressed tensor (no materialised bias).
+                    for (jj, x) in row.iter_mut().enumerate() {
+                        let v = ctx.p.pse_value(0, s.b, h, i, c0 + jj) as f32;
+                        *x += if outer_add_mul { scale * v } else { v };
+                    }
+                }
+            }
+            if kind == Kind::Partial {
+                // Allowed: the prefix `[0, pre)` and the band `[lo, hi)`; the rest of the row's
+                // columns are masked, as (at most) two runs.
+                let (lo, hi) = s.rule.band_columns(i, s.skv);
+                let pre = s.prefix;
+                let end = c0 + nc;
+                let local = |a: usize, b: usize| (a.clamp(c0, end) - c0, b.clamp(c0, end) - c0);
+                for (a, b) in [local(pre, lo), local(pre.max(hi), end)] {
+                    if a < b {
+                        row[a..b].fill(f32::NEG_INFINITY);
+                    }
+                }
+                if let Some(m) = &ctx.dense {
+                    for (jj, x) in row.iter_mut().enumerate() {
+                        if m.masked(s.b, h, i, c0 + jj) {
+                            *x = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

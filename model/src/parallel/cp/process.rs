@@ -8,7 +8,7 @@ use burn::tensor::Tensor;
 use burn_ascend::{AttnError, TrainingBackend};
 
 use super::gather::{Comm, CpBackend};
-use super::train::{step_batches, train_rank, RankComms, Run};
+use super::train::{plan_run, train_rank, RankComms};
 use crate::load::data::Packer;
 use crate::model::transformer::Transformer;
 use crate::run_state::state::TrainState;
@@ -82,13 +82,7 @@ pub fn train_context_parallel_rank<B: CpBackend + TrainingBackend>(
 ) -> Result<(Transformer<B>, TrainState), AttnError> {
     let cp = comms.cp.size();
     let dp = comms.dp.as_ref().map_or(1, |d| d.size());
-    let (batches, end) = step_batches(&state, cp, dp, packer, opts)?;
-    let run = Run {
-        batches: &batches,
-        first_step: state.step,
-        resume_optimizer,
-        opts,
-    };
+    let (run, end) = plan_run(&state, cp, dp, packer, opts, resume_optimizer)?;
     let rank0 = comms.cp.rank() == 0 && comms.dp.as_ref().is_none_or(|d| d.rank() == 0);
     let writer = rank0.then(|| state.clone());
     let mut losses = Vec::new();

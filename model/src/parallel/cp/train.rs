@@ -144,7 +144,7 @@ pub fn rank_loss<B: CpBackend + TrainingBackend>(
 /// What every rank of a run shares.
 pub(super) struct Run<'a> {
     /// Per data-parallel rank, its batch of each step.
-    pub(super) batches: &'a [Vec<PackedBatch>],
+    pub(super) batches: Vec<Vec<PackedBatch>>,
     pub(super) first_step: usize,
     pub(super) resume_optimizer: bool,
     pub(super) opts: &'a TrainOptions,
@@ -306,13 +306,7 @@ where
             ),
         ));
     }
-    let (batches, end) = step_batches(&state, cp, dp, packer, opts)?;
-    let run = Run {
-        batches: &batches,
-        first_step: state.step,
-        resume_optimizer,
-        opts,
-    };
+    let (run, end) = plan_run(&state, cp, dp, packer, opts, resume_optimizer)?;
     let mut losses = Vec::new();
     let model0 = std::thread::scope(|s| {
         let mut ranks = models.into_iter().zip(comms);
@@ -354,16 +348,17 @@ where
     Ok((model0, state))
 }
 
-/// Per data-parallel rank, its batch of each step still to train (the packer's stream past
-/// the steps `state` did), each refused now if the CP degree `cp` cannot split it; and the
-/// step the run ends at.
-pub(super) fn step_batches(
+/// The run from `state` on, and the step it ends at: per data-parallel rank its batch of each
+/// step still to train (the packer's stream past the steps `state` did), each refused now if
+/// the CP degree `cp` cannot split it.
+pub(super) fn plan_run<'a>(
     state: &TrainState,
     cp: usize,
     dp: usize,
     packer: &mut Packer,
-    opts: &TrainOptions,
-) -> Result<(Vec<Vec<PackedBatch>>, usize), AttnError> {
+    opts: &'a TrainOptions,
+    resume_optimizer: bool,
+) -> Result<(Run<'a>, usize), AttnError> {
     if state.step > 0 && state.devices.max(1) != dp {
         return Err(AttnError::invalid(
             "--devices",
@@ -391,7 +386,13 @@ pub(super) fn step_batches(
     for b in batches.iter().flatten() {
         super::plan::CpLayout::new(&b.cu_seqlens, cp)?;
     }
-    Ok((batches, end))
+    let run = Run {
+        batches,
+        first_step: state.step,
+        resume_optimizer,
+        opts,
+    };
+    Ok((run, end))
 }
 
 /// `n` replicas of `model` with equal values, replica `r` on `devices[r]`, each a fresh set of
