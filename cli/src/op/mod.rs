@@ -47,6 +47,9 @@ pub mod moe_gating {
 }
 
 use crate::replay::ReplayOp;
+use crate::selftest::backend_harness::BackendCase;
+use crate::selftest::{CaseResult, Probe};
+use crate::Device;
 
 /// The ops `run` knows, in the order its "unknown op" error and `run --help` list them.
 pub const OPS: &[ReplayOp] = &[
@@ -87,3 +90,47 @@ pub const OPS: &[ReplayOp] = &[
         scatter::replay::scatter,
     ),
 ];
+
+/// An op's part of `burn-ascend selftest`: its cases on a device against the reference, and the
+/// probes only hardware can answer.
+pub struct SelftestOp {
+    /// The op's cases, in report order; with `true`, the first case's device result is
+    /// perturbed (the run must then fail).
+    pub cases: fn(Device, bool) -> Vec<CaseResult>,
+    /// The op's probes, in report order.
+    pub probes: fn(Device) -> Vec<Probe>,
+}
+
+/// For an op with cases only.
+fn no_probes(_: Device) -> Vec<Probe> {
+    Vec::new()
+}
+
+/// The ops `selftest` runs through their bundles (the path of `run`), in report order.
+pub const SELFTEST_OPS: &[SelftestOp] = &[
+    SelftestOp {
+        cases: varlen::selftest::cases,
+        probes: varlen::selftest::probes,
+    },
+    SelftestOp {
+        cases: prompt::selftest::cases,
+        probes: no_probes,
+    },
+    SelftestOp {
+        cases: incre::selftest::cases,
+        probes: no_probes,
+    },
+    SelftestOp {
+        cases: scatter::selftest::cases,
+        probes: scatter::selftest::probes,
+    },
+    SelftestOp {
+        cases: fia::selftest::cases,
+        probes: fia::selftest::probes,
+    },
+];
+
+/// The ops `selftest` checks as Burn ops on the `Ascend` backend against `NdArray`, in report
+/// order (after the backend's native ops).
+pub const BACKEND_SELFTESTS: &[fn() -> Vec<BackendCase>] =
+    &[fused::selftest::cases, moe_gating::selftest::cases];

@@ -357,8 +357,9 @@ pub fn bundle_cases(
     tol: Tolerance,
     bundles: Vec<(&'static str, Bundle)>,
     device: Device,
+    inject: bool,
 ) -> Vec<CaseResult> {
-    (bundles.into_iter())
-        .map(|(name, b)| bundle_case(op, name, dname, tol, &b, device, false))
+    (bundles.into_iter().enumerate())
+        .map(|(i, (name, b))| bundle_case(op, name, dname, tol, &b, device, inject && i == 0))
         .collect()
 }

@@ -34,34 +34,28 @@ mod report;
 pub use command::{main, run};
 pub use report::{CaseResult, Probe, Report, Status};
 
-use crate::op::{fia, fused, incre, moe_gating, prompt, scatter, varlen};
+use crate::op::{BACKEND_SELFTESTS, SELFTEST_OPS};
 use crate::Device;
 
-/// Every op's cases, in report order: one line per op (prompt and incre alternate per dtype).
-/// With `inject`, the first case's device result is perturbed (the run must then fail).
-fn op_cases(device: Device, inject: bool) -> Vec<CaseResult> {
-    let mut cases = varlen::selftest::cases(device, inject);
-    for half in harness::HALVES {
-        cases.extend(prompt::selftest::cases(device, half));
-        cases.extend(incre::selftest::cases(device, half));
-    }
-    cases.extend(scatter::selftest::cases(device));
-    cases.extend(fia::selftest::cases(device));
-    cases.extend(backend_harness::run_all(
-        device,
-        &[
-            native::cases,
-            fused::selftest::cases,
-            moe_gating::selftest::cases,
-        ],
-    ));
+/// Every op's cases, in the op table's order, then the backend's native ops and the ops checked
+/// as Burn ops. With `inject`, the first case's device result is perturbed (the run must then
+/// fail).
+fn op_cases(device: Device, mut inject: bool) -> Vec<CaseResult> {
+    let mut cases: Vec<CaseResult> = (SELFTEST_OPS.iter())
+        .flat_map(|op| (op.cases)(device, std::mem::take(&mut inject)))
+        .collect();
+    let backend: Vec<fn() -> Vec<backend_harness::BackendCase>> =
+        std::iter::once(native::cases as _)
+            .chain(BACKEND_SELFTESTS.iter().copied())
+            .collect();
+    cases.extend(backend_harness::run_all(device, &backend));
     cases
 }
 
-/// The ops' probes only hardware can answer, in report order.
+/// The ops' probes only hardware can answer, in the op table's order.
 fn op_probes(device: Device) -> Vec<Probe> {
-    let mut probes = varlen::selftest::probes(device);
-    probes.extend(scatter::selftest::probes(device));
-    probes.extend(fia::selftest::probes(device));
-    probes
+    SELFTEST_OPS
+        .iter()
+        .flat_map(|op| (op.probes)(device))
+        .collect()
 }

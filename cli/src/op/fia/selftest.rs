@@ -67,8 +67,9 @@ fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     out
 }
 
-/// Runs every FIA case on `device` against the reference, in f16 and bf16.
-pub fn cases(device: Device) -> Vec<CaseResult> {
+/// Runs every FIA case on `device` against the reference, in f16 and bf16. With `inject`, the
+/// first case's device result is perturbed.
+pub fn cases(device: Device, mut inject: bool) -> Vec<CaseResult> {
     let mut out = Vec::new();
     for (dtype, dname) in HALVES {
         let bundles = fia_bundles(dtype);
@@ -78,6 +79,7 @@ pub fn cases(device: Device) -> Vec<CaseResult> {
             Tolerance::ACCUMULATING,
             bundles,
             device,
+            std::mem::take(&mut inject),
         ));
     }
     out

@@ -4,7 +4,7 @@
 use safetensors::Dtype;
 
 use crate::io::{Bundle, HostTensor};
-use crate::selftest::harness::{bundle_cases, elems, heads_meta, Rng, Tolerance};
+use crate::selftest::harness::{bundle_cases, elems, heads_meta, Rng, Tolerance, HALVES};
 use crate::selftest::CaseResult;
 use crate::Device;
 
@@ -67,9 +67,21 @@ fn incre_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     out
 }
 
-/// Every incremental attention case on `device` in `dtype` (one of the harness's `HALVES`:
-/// CANN's op takes no FLOAT32 query).
-pub fn cases(device: Device, (dtype, dname): (Dtype, &str)) -> Vec<CaseResult> {
-    let bundles = incre_bundles(dtype);
-    bundle_cases("incre", dname, Tolerance::ACCUMULATING, bundles, device)
+/// Every incremental attention case on `device` in f16 and bf16 (the harness's `HALVES`: CANN's
+/// op takes no FLOAT32 query). With `inject`, the first case's device result is perturbed.
+pub fn cases(device: Device, mut inject: bool) -> Vec<CaseResult> {
+    (HALVES.into_iter())
+        .flat_map(|(dtype, dname)| {
+            let bundles = incre_bundles(dtype);
+            let inject = std::mem::take(&mut inject);
+            bundle_cases(
+                "incre",
+                dname,
+                Tolerance::ACCUMULATING,
+                bundles,
+                device,
+                inject,
+            )
+        })
+        .collect()
 }

@@ -6,7 +6,7 @@ use safetensors::Dtype;
 
 use crate::io::{Bundle, HostTensor};
 use crate::selftest::harness::{
-    bundle_cases, compressed_causal_mask, heads_meta, meta, Rng, Tolerance,
+    bundle_cases, compressed_causal_mask, heads_meta, meta, Rng, Tolerance, HALVES,
 };
 use crate::selftest::CaseResult;
 use crate::Device;
@@ -50,9 +50,21 @@ fn prompt_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     out
 }
 
-/// Every prompt case on `device` in `dtype` (one of the harness's `HALVES`: CANN's op takes no
-/// FLOAT32 query).
-pub fn cases(device: Device, (dtype, dname): (Dtype, &str)) -> Vec<CaseResult> {
-    let bundles = prompt_bundles(dtype);
-    bundle_cases("prompt", dname, Tolerance::ACCUMULATING, bundles, device)
+/// Every prompt case on `device` in f16 and bf16 (the harness's `HALVES`: CANN's op takes no
+/// FLOAT32 query). With `inject`, the first case's device result is perturbed.
+pub fn cases(device: Device, mut inject: bool) -> Vec<CaseResult> {
+    (HALVES.into_iter())
+        .flat_map(|(dtype, dname)| {
+            let bundles = prompt_bundles(dtype);
+            let inject = std::mem::take(&mut inject);
+            bundle_cases(
+                "prompt",
+                dname,
+                Tolerance::ACCUMULATING,
+                bundles,
+                device,
+                inject,
+            )
+        })
+        .collect()
 }

@@ -113,8 +113,9 @@ pub fn scatter_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
     out
 }
 
-/// Every scatter case on `device`, in f16, bf16 and int8 (the caches' dtypes CANN takes).
-pub fn cases(device: Device) -> Vec<CaseResult> {
+/// Every scatter case on `device`, in f16, bf16 and int8 (the caches' dtypes CANN takes). With
+/// `inject`, the first case's device result is perturbed.
+pub fn cases(device: Device, mut inject: bool) -> Vec<CaseResult> {
     let mut out = Vec::new();
     for (dtype, dname) in [
         (Dtype::F16, "f16"),
@@ -128,6 +129,7 @@ pub fn cases(device: Device) -> Vec<CaseResult> {
             Tolerance::EXACT,
             bundles,
             device,
+            std::mem::take(&mut inject),
         ));
     }
     out
