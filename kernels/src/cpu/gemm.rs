@@ -6,8 +6,8 @@
 //! every x86-64 CPU. [`matmul`] calls it with `Parallelism::None`: the attention kernels
 //! parallelise over independent tiles with rayon, and a single-threaded product is
 //! deterministic. [`par_matmul`] (the linear layers) runs one product on all threads: a
-//! decode step's matrix-vector products and a prompt's column parts on the awake helpers of
-//! `team`, a training batch's row blocks on rayon.
+//! decode step's matrix-vector products and (driven from a pool thread) a prompt's column
+//! parts on the awake helpers of `team`, a training batch's row blocks on rayon.
 
 use super::team;
 use super::tile::{vectorized, SimdKernel};
@@ -340,12 +340,14 @@ const PART_ALIGN: usize = 16;
 /// in paired runs, 22–27 % slower beside another busy process, and bands of 96 / 128 / 192
 /// columns left a thread idle at the end (a product of 576 columns in three bands). `gemm` cuts
 /// the inner dimension by its length and the cache sizes only, so each element is the same sum
-/// whatever part holds it: the thread count changes no bit. The parts run on [`super::team`]'s
-/// awake helpers: a prompt's 210 products, each with serial work before it, then found the
-/// other thread awake instead of asleep in the pool (the prefill of a 135 M model 1–11 %
-/// faster, 5 % on average, in alternating runs, driven from a worker as [`super::on_worker`]
-/// says; the default `finetune` example and the 135 M model's training steps unchanged, where
-/// driven from the main thread the example had run 1.05–1.10 × as long).
+/// whatever part holds it: the thread count changes no bit. Called on a pool thread (see
+/// [`super::on_worker`]), the parts run on [`super::team`]'s awake helpers: a prompt's 210
+/// products, each with serial work before it, then find the other thread awake instead of
+/// asleep in the pool (the prefill of a 135 M model 1–11 % faster, 5 % on average, in
+/// alternating runs; the default `finetune` example and the 135 M model's training steps
+/// unchanged). Called from outside the pool they stay a rayon loop: there a helper spinning
+/// beside the caller and the pool's workers left three threads for two cores, and the default
+/// `finetune` example ran 1.05–1.10 × as long.
 fn column_parts(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
     let (m, n) = (lhs.rows, rhs.cols);
     let units = n.div_ceil(PART_ALIGN);
@@ -364,13 +366,19 @@ fn column_parts(dst: SharedDst, lhs: Mat<'_>, rhs: Mat<'_>) {
         // SAFETY: part `b` writes `dst[r·n + c]` for r < m and c0 <= c < c0 + w only (leading
         // dimension n, first element at offset c0); the parts' column ranges are disjoint and
         // `(m − 1)·n + c0 + w <= m·n = dst.len`, the length of the live `&mut` borrow the
-        // caller took the pointer from, which outlives `map_parts` (it returns when every part has), so no two threads
-        // touch one element and nothing else reads it meanwhile. The operands are in-bounds
-        // views (checked by the caller; a part narrows only the columns of `rhs`, and its
-        // first element `c0·cs` lies inside `rhs.data` as `c0 < n`).
+        // caller took the pointer from, which outlives the parts (either loop below returns
+        // when every part has), so no two threads touch one element and nothing else reads it
+        // meanwhile. The operands are in-bounds views (checked by the caller; a part narrows
+        // only the columns of `rhs`, and its first element `c0·cs` lies inside `rhs.data` as
+        // `c0 < n`).
         unsafe { product(dst.at(c0), n, lhs, rhs, false, 1.0, 1) };
     };
-    team::map_parts(n.div_ceil(width), body);
+    if rayon::current_thread_index().is_some() {
+        team::map_parts(n.div_ceil(width), body);
+    } else {
+        use rayon::prelude::*;
+        (0..n.div_ceil(width)).into_par_iter().for_each(body);
+    }
 }
 
 /// The rows of a few-row `lhs` as one contiguous row-major buffer (`m·k` floats: small).
