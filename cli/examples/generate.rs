@@ -120,7 +120,7 @@ pub fn run(argv: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Str
         ExampleDevice::Cpu if args.profile => {
             Err("--profile needs --device sim|ascend (it profiles the aclnn dispatch)".into())
         }
-        // Driven from a rayon worker: see `on_worker` (a prompt's prefill 12–17 % faster).
+        // Driven from a rayon worker: see `on_worker` (a prompt's prefill 11–18 % faster).
         ExampleDevice::Cpu => burn_ascend::kernels::cpu::on_worker(|| {
             run_on::<NdArray>(args, Default::default(), None)
         }),

@@ -360,8 +360,10 @@ fn refused_by_rank_zero(s: &mut TcpStream) -> HcclError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
-    /// Rank `rank` of `world` on this host (its local rank its rank), rank 0 at `port`.
+    /// Rank `rank` of a launch of `world` ranks on this host (local rank = rank), rank 0
+    /// listening at `port`.
     fn local_env(rank: u32, world: u32, port: u16) -> LaunchEnv {
         LaunchEnv {
             rank,
@@ -371,7 +373,6 @@ mod tests {
             master_port: port,
         }
     }
-    use std::collections::HashMap;
 
     fn vars(kv: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let m: HashMap<String, String> = kv

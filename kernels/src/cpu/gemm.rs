@@ -180,7 +180,7 @@ unsafe impl Sync for SharedDst {}
 
 /// `dst = lhs · rhs` (`dst` row-major `lhs.rows × rhs.cols`, leading dimension `rhs.cols`), on
 /// all threads of the current rayon pool (the calling thread and `team`'s helpers for
-/// few rows and a prompt's rows).
+/// few rows, and for a prompt's rows when the caller is a pool thread).
 ///
 /// A product of few rows (a decode step: at most [`FEW_ROWS`]) is a matrix-vector product
 /// that streams `rhs` once at the memory's speed, without packing and without a `gemm` call

@@ -88,10 +88,11 @@ pub fn threads() -> usize {
 /// program's main thread), every parallel section is handed to the pool while the caller
 /// sleeps, then the caller is woken — two thread wake-ups per section, and the caller's serial
 /// work between sections competes for the cores with workers still spinning for more. A
-/// prompt's prefill through a 135 M model has about 450 such sections in 100 ms: driven from a
-/// worker it ran 12–17 % faster on 2 cores (decode and training steps, whose sections are long
+/// prompt's prefill through a 135 M model has about 450 such sections in 85–100 ms: driven from
+/// a worker it ran 11–18 % faster on 2 cores (decode and training steps, whose sections are long
 /// or run on [`team`]'s helpers, unchanged). Only for CPU work: the Ascend backend binds its
-/// context to the calling thread.
+/// context to the calling thread. `work` runs on the pool thread's stack (2 MiB, Rust's default
+/// for a spawned thread, where a program's main thread has 8): the kernels do not recurse.
 pub fn on_worker<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() {
         return work();

@@ -1,4 +1,5 @@
-//! Parts of a decode step's matrix-vector products on threads that stay awake between them.
+//! Parts of a decode step's matrix-vector products (and, driven from a pool thread, of a
+//! prompt's products) on threads that stay awake between them.
 //!
 //! A decode step of a 30-layer model is about 200 small products (0.4–3.5 MB of weights each,
 //! 15–110 µs at the memory's speed) with serial work in between. As rayon parallel loops, each
@@ -19,6 +20,7 @@
 //! index, and [`map_parts`] returns the parts in index order.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -28,6 +30,13 @@ use std::time::{Duration, Instant};
 /// between two products of a decode step (tens of µs) and between two steps, short enough that
 /// an idle process stops spinning at once to a person.
 const KEEP_AWAKE: Duration = Duration::from_millis(2);
+
+thread_local! {
+    /// Set while this thread runs [`Team::help`]. What a waiting helper picks up from the pool
+    /// (`rayon::yield_now`) runs inside it — a caller's whole model run, handed to the pool by
+    /// `super::on_worker` within [`KEEP_AWAKE`] of the last job, included.
+    static HELPING: Cell<bool> = const { Cell::new(false) };
+}
 
 /// `f(0), f(1), …, f(parts − 1)` computed on the calling thread and the awake helpers, returned
 /// in index order. Falls back to a plain rayon loop when another thread is using the helpers
@@ -60,6 +69,9 @@ fn run_parts(parts: usize, part: &(dyn Fn(usize) + Sync)) {
         (0..parts).into_par_iter().for_each(part);
         return;
     };
+    // A helper that picked this call up from the pool is its caller now: uncounted until the
+    // call returns, so the team starts another helper instead of leaving the parts to it alone.
+    let _caller = HELPING.with(Cell::get).then(|| CallerInHelper::enter(team));
     team.wake_helpers(threads - 1);
     team.publish(parts, part);
     // The caller's own parts, then the wait for the helpers'. A part's panic is caught like a
@@ -122,6 +134,39 @@ fn team() -> &'static Team {
     })
 }
 
+/// A helper's thread running a call of its own (see [`HELPING`]): not counted among the awake
+/// helpers until the call returns or unwinds.
+struct CallerInHelper(&'static Team);
+
+impl CallerInHelper {
+    fn enter(team: &'static Team) -> Self {
+        team.helpers.fetch_sub(1, Ordering::AcqRel);
+        Self(team)
+    }
+}
+
+impl Drop for CallerInHelper {
+    fn drop(&mut self) {
+        self.0.helpers.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Marks this thread as a helper's while [`Team::help`] runs (also when it unwinds), then
+/// restores the mark it had (a helper can start inside another's `yield_now`).
+struct Helping(bool);
+
+impl Helping {
+    fn enter() -> Self {
+        Helping(HELPING.with(|h| h.replace(true)))
+    }
+}
+
+impl Drop for Helping {
+    fn drop(&mut self) {
+        HELPING.with(|h| h.set(self.0));
+    }
+}
+
 /// Releases the team when the owning call returns or unwinds.
 struct Owner(&'static Team);
 
@@ -146,7 +191,8 @@ impl Team {
     }
 
     /// Starts helpers as rayon tasks until `want` are awake (only the owner starts them; they
-    /// only ever leave on their own, so the count never overshoots by more than a leaving one).
+    /// only ever leave on their own, so the count overshoots by at most a leaving one and, for
+    /// a while after its call, a helper that ran a call of its own).
     fn wake_helpers(&'static self, want: usize) {
         while self.helpers.load(Ordering::Acquire) < want {
             self.helpers.fetch_add(1, Ordering::AcqRel);
@@ -218,6 +264,7 @@ impl Team {
     /// A helper: parts of every job published while it is awake, rayon's other work while it
     /// waits, gone after [`KEEP_AWAKE`] without a job.
     fn help(&self) {
+        let _helping = Helping::enter();
         let mut seen = 0u64;
         let mut idle_since = Instant::now();
         loop {
@@ -264,6 +311,31 @@ mod tests {
         });
         // From a thread outside any pool as well.
         assert_eq!(map_parts(5, |i| i * i), vec![0, 1, 4, 9, 16]);
+    }
+
+    #[test]
+    fn a_call_picked_up_by_a_waiting_helper_still_gets_a_helper() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        // Slow parts, so that an awake helper surely claims one.
+        let threads_used = || {
+            pool.install(|| {
+                let ids = map_parts(4, |_| {
+                    std::thread::sleep(Duration::from_millis(30));
+                    std::thread::current().id()
+                });
+                ids.into_iter()
+                    .collect::<std::collections::HashSet<_>>()
+                    .len()
+            })
+        };
+        // Each call leaves a helper polling for the next job; the next call, handed to the
+        // pool at once, is picked up by that helper's `yield_now` more often than not.
+        for round in 0..12 {
+            assert_eq!(threads_used(), 2, "round {round}: every part on one thread");
+        }
     }
 
     #[test]
