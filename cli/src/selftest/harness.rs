@@ -349,17 +349,24 @@ pub fn compressed_causal_mask() -> HostTensor {
     HostTensor::from_u8(m, PFA_COMPRESSED_MASK.to_vec(), Dtype::BOOL)
 }
 
-/// Every bundle of `bundles` (`(case name, bundle)`, all in dtype `dname`) as a case of `op`
-/// with tolerance `tol`, in order.
+/// Every case of `op` in each of `dtypes` (`bundles` builds a dtype's named bundles) on `device`
+/// against the reference at `tol`; with `inject`, the first case's device result is perturbed
+/// (the run must then fail).
 pub fn bundle_cases(
     op: &str,
-    dname: &str,
+    dtypes: &[(Dtype, &str)],
     tol: Tolerance,
-    bundles: Vec<(&'static str, Bundle)>,
+    bundles: impl Fn(Dtype) -> Vec<(&'static str, Bundle)>,
     device: Device,
     inject: bool,
 ) -> Vec<CaseResult> {
-    (bundles.into_iter().enumerate())
-        .map(|(i, (name, b))| bundle_case(op, name, dname, tol, &b, device, inject && i == 0))
-        .collect()
+    let mut inject = inject;
+    let mut out = Vec::new();
+    for &(dtype, dname) in dtypes {
+        for (name, b) in bundles(dtype) {
+            let inject = std::mem::take(&mut inject);
+            out.push(bundle_case(op, name, dname, tol, &b, device, inject));
+        }
+    }
+    out
 }

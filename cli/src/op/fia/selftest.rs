@@ -69,20 +69,9 @@ fn fia_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
 
 /// Runs every FIA case on `device` against the reference, in f16 and bf16. With `inject`, the
 /// first case's device result is perturbed.
-pub fn cases(device: Device, mut inject: bool) -> Vec<CaseResult> {
-    let mut out = Vec::new();
-    for (dtype, dname) in HALVES {
-        let bundles = fia_bundles(dtype);
-        out.extend(bundle_cases(
-            "fia",
-            dname,
-            Tolerance::ACCUMULATING,
-            bundles,
-            device,
-            std::mem::take(&mut inject),
-        ));
-    }
-    out
+pub fn cases(device: Device, inject: bool) -> Vec<CaseResult> {
+    let tol = Tolerance::ACCUMULATING;
+    bundle_cases("fia", &HALVES, tol, fia_bundles, device, inject)
 }
 
 /// The sink probe's call (MHA, N 2, D 128, 4 query and 4 KV tokens, no mask) in `layout`: its

@@ -69,19 +69,7 @@ fn incre_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
 
 /// Every incremental attention case on `device` in f16 and bf16 (the harness's `HALVES`: CANN's
 /// op takes no FLOAT32 query). With `inject`, the first case's device result is perturbed.
-pub fn cases(device: Device, mut inject: bool) -> Vec<CaseResult> {
-    (HALVES.into_iter())
-        .flat_map(|(dtype, dname)| {
-            let bundles = incre_bundles(dtype);
-            let inject = std::mem::take(&mut inject);
-            bundle_cases(
-                "incre",
-                dname,
-                Tolerance::ACCUMULATING,
-                bundles,
-                device,
-                inject,
-            )
-        })
-        .collect()
+pub fn cases(device: Device, inject: bool) -> Vec<CaseResult> {
+    let tol = Tolerance::ACCUMULATING;
+    bundle_cases("incre", &HALVES, tol, incre_bundles, device, inject)
 }

@@ -52,19 +52,7 @@ fn prompt_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
 
 /// Every prompt case on `device` in f16 and bf16 (the harness's `HALVES`: CANN's op takes no
 /// FLOAT32 query). With `inject`, the first case's device result is perturbed.
-pub fn cases(device: Device, mut inject: bool) -> Vec<CaseResult> {
-    (HALVES.into_iter())
-        .flat_map(|(dtype, dname)| {
-            let bundles = prompt_bundles(dtype);
-            let inject = std::mem::take(&mut inject);
-            bundle_cases(
-                "prompt",
-                dname,
-                Tolerance::ACCUMULATING,
-                bundles,
-                device,
-                inject,
-            )
-        })
-        .collect()
+pub fn cases(device: Device, inject: bool) -> Vec<CaseResult> {
+    let tol = Tolerance::ACCUMULATING;
+    bundle_cases("prompt", &HALVES, tol, prompt_bundles, device, inject)
 }

@@ -115,24 +115,20 @@ pub fn scatter_bundles(dtype: Dtype) -> Vec<(&'static str, Bundle)> {
 
 /// Every scatter case on `device`, in f16, bf16 and int8 (the caches' dtypes CANN takes). With
 /// `inject`, the first case's device result is perturbed.
-pub fn cases(device: Device, mut inject: bool) -> Vec<CaseResult> {
-    let mut out = Vec::new();
-    for (dtype, dname) in [
+pub fn cases(device: Device, inject: bool) -> Vec<CaseResult> {
+    let dtypes = [
         (Dtype::F16, "f16"),
         (Dtype::BF16, "bf16"),
         (Dtype::I8, "int8"),
-    ] {
-        let bundles = scatter_bundles(dtype);
-        out.extend(bundle_cases(
-            "scatter",
-            dname,
-            Tolerance::EXACT,
-            bundles,
-            device,
-            std::mem::take(&mut inject),
-        ));
-    }
-    out
+    ];
+    bundle_cases(
+        "scatter",
+        &dtypes,
+        Tolerance::EXACT,
+        scatter_bundles,
+        device,
+        inject,
+    )
 }
 
 /// The scatter's probe.
