@@ -42,7 +42,7 @@ const NUMERIC: &[DataType] = &[
 ];
 /// The numeric dtypes but BOOL.
 const REAL: &[DataType] = NUMERIC.split_at(NUMERIC.len() - 1).0;
-/// The floating-point dtypes.
+/// The floating-point dtypes (`NUMERIC`'s first four).
 const FLOATS: &[DataType] = NUMERIC.split_at(4).0;
 const INDEX: &[DataType] = &[DataType::Int32, DataType::Int64];
 

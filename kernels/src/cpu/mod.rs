@@ -94,11 +94,8 @@ pub fn threads() -> usize {
 /// context to the calling thread. `work` runs on the pool thread's stack (2 MiB, Rust's default
 /// for a spawned thread, where a program's main thread has 8): the kernels do not recurse.
 pub fn on_worker<R: Send>(work: impl FnOnce() -> R + Send) -> R {
-    if rayon::current_thread_index().is_some() {
-        return work();
-    }
-    // `scope` called outside the pool injects its body into the pool and blocks until it
-    // returns.
+    // `scope` runs its body inline on a pool thread (of any pool); called outside the pools it
+    // injects the body into the global one and blocks until it returns.
     rayon::scope(|_| work())
 }
 

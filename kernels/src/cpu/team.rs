@@ -332,9 +332,12 @@ mod tests {
             })
         };
         // Each call leaves a helper polling for the next job; the next call, handed to the
-        // pool at once, is picked up by that helper's `yield_now` more often than not.
+        // pool at once, is picked up by that helper's `yield_now` more often than not. (The
+        // helpers are the process's: one another test started on its own pool may still be
+        // awake and take a part too, hence at least two threads, not exactly two.)
         for round in 0..12 {
-            assert_eq!(threads_used(), 2, "round {round}: every part on one thread");
+            let used = threads_used();
+            assert!(used >= 2, "round {round}: every part on one thread");
         }
     }
 
